@@ -1,0 +1,165 @@
+"""Front end: tinygrad output Tensors -> an ordered graph of kernels, without running anything.
+
+tinygrad 0.14's `linear_with_vars` gives a LINEAR of CALLs. A CALL whose first source is a
+kernel AST (`SINK`) is a kernel; one whose first source is a `COPY` moves host (numpy) data
+onto the device, which makes its destination an *external input*. BUFFER UOps are
+hash-consed, so the same object in two CALLs is the same buffer: that is how producer ->
+consumer edges are found. Each kernel is then lowered by tinygrad's own codegen to a flat,
+loop-only UOp list (every loop a RANGE; no threads, vectors or local memory).
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("DEV", "PYTHON")   # the only tinygrad device that needs no compiler here
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+from tinygrad import Tensor
+from tinygrad.codegen import full_rewrite_to_sink, line_rewrite, pm_linearize_cleanups
+from tinygrad.codegen.late.linearizer import linearize
+from tinygrad.helpers import Context, DEV, Target
+from tinygrad.renderer import Renderer
+from tinygrad.uop.ops import Ops, UOp
+
+from . import dtypes as dt
+from .errors import CompileError, UnsupportedError
+
+if not DEV.device:          # tinygrad was imported before us with no DEV set
+    DEV.value = "PYTHON"
+
+
+class HardwareRenderer(Renderer):
+    """Makes tinygrad keep every loop a RANGE: no SPECIAL/gidx, no vectors, no locals.
+
+    `code_for_op` is the set of ops our datapath implements natively; for ops outside it
+    tinygrad substitutes its own decompositions (exp2 -> polynomial, ...). Renderer output is
+    never used: we read the linearized UOp list.
+    """
+    has_local = has_shared = has_threads = supports_float4 = False
+    global_max = local_max = global_prod_max = None
+    tensor_cores = []
+    code_for_op = {op: (lambda *args: "") for op in (
+        Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE,
+        Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.CDIV, Ops.CMOD)}
+
+
+RENDERER = HardwareRenderer(Target("HW"))
+
+
+@dataclass(frozen=True)
+class GraphBuffer:
+    id: int
+    dtype: dt.DType
+    size: int
+    uop: UOp                       # the tinygrad BUFFER (hash-consed identity)
+    data: np.ndarray | None        # host data for external inputs that came from numpy
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    index: int
+    name: str
+    uops: tuple[UOp, ...]          # the flat, loop-only lowered list
+    buffers: tuple[int, ...]       # graph buffer id of each parameter slot
+
+
+@dataclass(frozen=True)
+class Graph:
+    kernels: tuple[KernelCall, ...]
+    buffers: tuple[GraphBuffer, ...]
+    inputs: tuple[int, ...]        # external buffers (no kernel writes them)
+    outputs: tuple[int, ...]       # in the order the output tensors were given
+
+    def buffer_id(self, uop: UOp) -> int | None:
+        for b in self.buffers:
+            if b.uop is uop:
+                return b.id
+        return None
+
+
+def lower_kernel(ast: UOp) -> tuple[str, list[UOp]]:
+    """A kernel AST -> its name and tinygrad's linearized, loop-only UOp list (no optimisation)."""
+    ast = ast.replace(arg=replace(ast.arg, opts_to_apply=()))
+    sink = full_rewrite_to_sink(ast, RENDERER, optimize=True)
+    return sink.arg.function_name, line_rewrite(linearize(sink), pm_linearize_cleanups)
+
+
+def _host_data(buf: UOp, dtype: dt.DType) -> np.ndarray | None:
+    b = buf.buffer
+    if not b.is_allocated():
+        return None
+    raw = np.frombuffer(bytes(b.as_memoryview()), dtype=dtype.numpy if dtype.name != "bf16" else np.uint16)
+    return raw.copy()
+
+
+def trace(*outputs: Tensor) -> Graph:
+    """Schedule the computation of `outputs` into kernels and lower each one."""
+    if not outputs:
+        raise CompileError("compile_model needs at least one output Tensor")
+    for i, t in enumerate(outputs):
+        if not isinstance(t, Tensor):
+            raise CompileError(f"output {i}: expected a tinygrad Tensor, got {type(t).__name__}")
+    # NO_MEMORY_PLANNER keeps every intermediate its own BUFFER (else they become views of one
+    # arena and producer/consumer identity is lost).
+    with Context(NO_MEMORY_PLANNER=1):
+        linear, var_vals = outputs[0].linear_with_vars(*outputs[1:])
+    if var_vals:
+        raise CompileError(f"symbolic shapes are not supported (variables {sorted(map(str, var_vals))})")
+
+    ids: dict[UOp, int] = {}
+    buffers: list[GraphBuffer] = []
+    written: set[int] = set()
+    copied: dict[int, np.ndarray | None] = {}
+
+    def buffer(u: UOp, data: np.ndarray | None = None) -> int:
+        if u.op is not Ops.BUFFER:
+            raise CompileError(f"expected a BUFFER among a kernel's arguments, got {u.op}")
+        if u not in ids:
+            d = dt.from_tinygrad(u.dtype)
+            if d is None:
+                raise UnsupportedError("<buffers>", "BUFFER", str(u.dtype), "no hardware element type")
+            ids[u] = len(buffers)
+            buffers.append(GraphBuffer(len(buffers), d, int(u.buffer.size), u, data))
+        return ids[u]
+
+    kernels: list[KernelCall] = []
+    for call in linear.src:
+        body = call.src[0]
+        if body.op is Ops.COPY:
+            dst, src = call.src[1], call.src[2]
+            if src.op is Ops.BUFFER and src in ids:
+                raise UnsupportedError("<copy>", "COPY", str(dst.dtype), "device-to-device copies between kernels")
+            d = dt.from_tinygrad(dst.dtype)
+            if d is None:
+                raise UnsupportedError("<copy>", "COPY", str(dst.dtype), "no hardware element type")
+            copied[buffer(dst, _host_data(src, d))] = None
+            continue
+        if body.op is not Ops.SINK:
+            raise UnsupportedError("<schedule>", str(body.op), "-", "only kernels and host copies can be scheduled")
+        name, uops = lower_kernel(body)
+        name = f"k{len(kernels)}_{name}"      # tinygrad names repeat for kernels of one shape
+        slots = tuple(buffer(b) for b in call.src[1:])
+        for u in uops:
+            if u.op is Ops.STORE:
+                root = u.src[0]
+                while root.op not in (Ops.PARAM, Ops.BUFFER) and root.src:
+                    root = root.src[0]
+                if root.op is Ops.PARAM:
+                    written.add(slots[root.arg.slot])
+        kernels.append(KernelCall(len(kernels), name, tuple(uops), slots))
+
+    # buffers never written by a kernel are external inputs; those that had no COPY may
+    # still carry data (a realized Tensor)
+    for b in list(buffers):
+        if b.id not in written and b.data is None and b.id not in copied:
+            buffers[b.id] = replace(b, data=_host_data(b.uop, b.dtype))
+    inputs = tuple(b.id for b in buffers if b.id not in written)
+    out_ids = []
+    for i, t in enumerate(outputs):
+        u = t.uop.buf_uop
+        if u not in ids:
+            raise CompileError(f"output {i} was folded into a constant or an input; nothing to compute")
+        out_ids.append(ids[u])
+    return Graph(tuple(kernels), tuple(buffers), inputs, tuple(out_ids))

@@ -1,0 +1,313 @@
+"""KernelIR: the typed intermediate representation one kernel is lowered to.
+
+Values form a DAG of frozen records. Nodes compare by identity (`eq=False`): the lowering
+creates exactly one node per tinygrad UOp, and tinygrad's UOps are hash-consed, so equal
+sub-expressions are already the same node. (Structural hashing of a deep DAG with shared
+sub-trees would be exponential.) `fingerprint()` gives a stable content hash.
+
+A kernel body is a sequence of statements: stores and loops. A loop's body is again such a
+sequence, so a level may hold several sibling loops (softmax: a REDUCE loop, then an
+output loop) as well as stores before, between and after them.
+"""
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass, field
+from typing import Iterator, Union
+
+from .dtypes import DType, INT32
+
+
+class OpKind(enum.Enum):
+    ADD = "add"; SUB = "sub"; MUL = "mul"; NEG = "neg"; MAX = "max"
+    CMPLT = "cmplt"; CMPNE = "cmpne"; CMPEQ = "cmpeq"; WHERE = "where"
+    AND = "and"; OR = "or"; XOR = "xor"; SHL = "shl"; SHR = "shr"
+    CDIV = "cdiv"; CMOD = "cmod"; CAST = "cast"; BITCAST = "bitcast"; MULACC = "mulacc"
+    # float-only operations tinygrad may emit; the hardware may not implement all of them
+    RECIPROCAL = "reciprocal"; EXP2 = "exp2"; LOG2 = "log2"; SQRT = "sqrt"; SIN = "sin"
+    TRUNC = "trunc"; FDIV = "fdiv"; POW = "pow"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Axis(enum.Enum):
+    OUTPUT = "output"    # independent iterations, one output element each
+    REDUCE = "reduce"    # iterations carry an accumulator
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+# ---------------------------------------------------------------- values
+
+@dataclass(frozen=True, eq=False)
+class Const:
+    value: int | float
+    dtype: DType
+
+
+@dataclass(frozen=True, eq=False)
+class Counter:
+    """The induction variable of loop `loop` (0 .. bound-1)."""
+    loop: int
+    dtype: DType = INT32
+
+
+@dataclass(frozen=True, eq=False)
+class Load:
+    """`gate ? buffers[buf][index] : alt` (ungated when gate is None)."""
+    buf: int
+    index: "Value"
+    dtype: DType
+    gate: "Value | None" = None
+    alt: "Value | None" = None
+
+
+@dataclass(frozen=True, eq=False)
+class AccLoad:
+    acc: int
+    dtype: DType
+
+
+@dataclass(frozen=True, eq=False)
+class Op:
+    op: OpKind
+    dtype: DType
+    srcs: tuple["Value", ...]
+
+
+Value = Union[Const, Counter, Load, AccLoad, Op]
+
+
+# ---------------------------------------------------------------- statements
+
+@dataclass(frozen=True, eq=False)
+class AccStore:
+    acc: int
+    value: Value
+
+
+@dataclass(frozen=True, eq=False)
+class BufStore:
+    buf: int
+    index: Value
+    value: Value
+    gate: Value | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Loop:
+    id: int
+    axis: Axis
+    bound: int
+    body: tuple["Stmt", ...]
+
+
+Store = Union[AccStore, BufStore]
+Stmt = Union[AccStore, BufStore, Loop]
+
+
+# ---------------------------------------------------------------- kernel
+
+@dataclass(frozen=True)
+class BufferDecl:
+    slot: int             # position in the kernel's parameter list
+    dtype: DType
+    size: int             # elements
+    loaded: bool
+    stored: bool
+
+
+@dataclass(frozen=True)
+class AccDecl:
+    index: int
+    dtype: DType
+
+
+@dataclass(frozen=True, eq=False)
+class KernelIR:
+    name: str
+    buffers: tuple[BufferDecl, ...]
+    accs: tuple[AccDecl, ...]
+    body: tuple[Stmt, ...]
+    loops: dict[int, Loop] = field(default_factory=dict)   # id -> loop, filled by make_kernel
+
+    def stores(self) -> Iterator[tuple[Store, tuple[Loop, ...]]]:
+        """Every store with its enclosing loops (outermost first), in program order."""
+        def walk(body, enclosing):
+            for s in body:
+                if isinstance(s, Loop):
+                    yield from walk(s.body, enclosing + (s,))
+                else:
+                    yield s, enclosing
+        yield from walk(self.body, ())
+
+
+def make_kernel(name, buffers, accs, body) -> KernelIR:
+    loops: dict[int, Loop] = {}
+
+    def collect(stmts):
+        for s in stmts:
+            if isinstance(s, Loop):
+                loops[s.id] = s
+                collect(s.body)
+    collect(body)
+    k = KernelIR(name, tuple(buffers), tuple(accs), tuple(body), loops)
+    verify(k)
+    return k
+
+
+# ---------------------------------------------------------------- traversal and checks
+
+def operands(v: Value) -> tuple[Value, ...]:
+    if isinstance(v, Op):
+        return v.srcs
+    if isinstance(v, Load):
+        return tuple(x for x in (v.index, v.gate, v.alt) if x is not None)
+    return ()
+
+
+def store_operands(s: Store) -> tuple[Value, ...]:
+    if isinstance(s, AccStore):
+        return (s.value,)
+    return tuple(x for x in (s.index, s.value, s.gate) if x is not None)
+
+
+def toposort(roots) -> list[Value]:
+    """All values reachable from `roots`, operands before users."""
+    seen: set[int] = set()
+    order: list[Value] = []
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            v, expanded = stack.pop()
+            if id(v) in seen:
+                continue
+            if expanded:
+                seen.add(id(v))
+                order.append(v)
+                continue
+            stack.append((v, True))
+            stack.extend((o, False) for o in operands(v) if id(o) not in seen)
+    return order
+
+
+class IRError(AssertionError):
+    """The IR broke an invariant: a compiler bug, reported where it happened."""
+
+
+def verify(k: KernelIR) -> None:
+    """Cheap structural invariants, checked after lowering so a broken IR fails here."""
+    slots = {b.slot for b in k.buffers}
+    accs = {a.index for a in k.accs}
+    loop_ids = [s.id for s in k.loops.values()]
+    if len(set(loop_ids)) != len(loop_ids):
+        raise IRError(f"{k.name}: duplicate loop ids")
+    for store, enclosing in k.stores():
+        open_loops = {l.id for l in enclosing}
+        if isinstance(store, AccStore) and store.acc not in accs:
+            raise IRError(f"{k.name}: store to undeclared accumulator {store.acc}")
+        if isinstance(store, BufStore) and store.buf not in slots:
+            raise IRError(f"{k.name}: store to undeclared buffer {store.buf}")
+        for v in toposort(store_operands(store)):
+            if isinstance(v, Counter) and v.loop not in open_loops:
+                raise IRError(f"{k.name}: counter of loop {v.loop} used outside that loop")
+            if isinstance(v, Load) and v.buf not in slots:
+                raise IRError(f"{k.name}: load from undeclared buffer {v.buf}")
+            if isinstance(v, AccLoad) and v.acc not in accs:
+                raise IRError(f"{k.name}: load of undeclared accumulator {v.acc}")
+    for loop in k.loops.values():
+        if loop.bound < 1 or not loop.body:
+            raise IRError(f"{k.name}: loop {loop.id} has bound {loop.bound} and {len(loop.body)} statements")
+
+
+def fingerprint(k: KernelIR) -> str:
+    """A stable content hash of the kernel (structure, types, constants), for caches."""
+    h = hashlib.sha256()
+    ids: dict[int, int] = {}
+
+    def val(v: Value) -> int:
+        if id(v) in ids:
+            return ids[id(v)]
+        ops = [val(o) for o in operands(v)]
+        if isinstance(v, Const):
+            desc = f"C {v.dtype} {v.value!r}"
+        elif isinstance(v, Counter):
+            desc = f"N {v.loop}"
+        elif isinstance(v, Load):
+            desc = f"L {v.buf} {v.dtype} {v.gate is not None} {ops}"
+        elif isinstance(v, AccLoad):
+            desc = f"A {v.acc} {v.dtype}"
+        else:
+            desc = f"O {v.op.value} {v.dtype} {ops}"
+        ids[id(v)] = len(ids)
+        h.update(f"{ids[id(v)]}={desc};".encode())
+        return ids[id(v)]
+
+    def stmts(body, depth):
+        for s in body:
+            if isinstance(s, Loop):
+                h.update(f"loop {s.id} {s.axis.value} {s.bound} {{".encode())
+                stmts(s.body, depth + 1)
+                h.update(b"}")
+            elif isinstance(s, AccStore):
+                h.update(f"acc{s.acc}<-{val(s.value)};".encode())
+            else:
+                g = val(s.gate) if s.gate is not None else -1
+                h.update(f"buf{s.buf}[{val(s.index)}]<-{val(s.value)} if {g};".encode())
+
+    h.update(repr([(b.slot, b.dtype.name, b.size, b.loaded, b.stored) for b in k.buffers]).encode())
+    h.update(repr([(a.index, a.dtype.name) for a in k.accs]).encode())
+    stmts(k.body, 0)
+    return h.hexdigest()
+
+
+def pretty(k: KernelIR) -> str:
+    """A readable listing of the kernel, for debugging and error messages."""
+    names: dict[int, str] = {}
+    lines = [f"kernel {k.name}"]
+    for b in k.buffers:
+        role = ("in" if b.loaded else "") + ("out" if b.stored else "")
+        lines.append(f"  buf{b.slot}: {b.dtype}[{b.size}] {role}")
+    for a in k.accs:
+        lines.append(f"  acc{a.index}: {a.dtype}")
+
+    def name(v: Value, out: list[str], ind: str) -> str:
+        if id(v) in names:
+            return names[id(v)]
+        if isinstance(v, Const):
+            return f"{v.value!r}:{v.dtype}"
+        if isinstance(v, Counter):
+            return f"i{v.loop}"
+        if isinstance(v, AccLoad):
+            return f"acc{v.acc}"
+        ops = [name(o, out, ind) for o in operands(v)]
+        n = f"v{len(names)}"
+        names[id(v)] = n
+        if isinstance(v, Load):
+            expr = f"buf{v.buf}[{ops[0]}]" + (f" if {ops[1]} else {ops[2]}" if v.gate is not None else "")
+        else:
+            expr = f"{v.op.value}({', '.join(ops)})"
+        out.append(f"{ind}{n}: {v.dtype} = {expr}")
+        return n
+
+    def body(stmts, ind):
+        for s in stmts:
+            if isinstance(s, Loop):
+                lines.append(f"{ind}for i{s.id} in range({s.bound}):  # {s.axis.value}")
+                body(s.body, ind + "  ")
+                continue
+            out: list[str] = []
+            if isinstance(s, AccStore):
+                rhs = name(s.value, out, ind)
+                lines.extend(out)
+                lines.append(f"{ind}acc{s.acc} = {rhs}")
+            else:
+                idx, rhs = name(s.index, out, ind), name(s.value, out, ind)
+                g = f" if {name(s.gate, out, ind)}" if s.gate is not None else ""
+                lines.extend(out)
+                lines.append(f"{ind}buf{s.buf}[{idx}] = {rhs}{g}")
+    body(k.body, "  ")
+    return "\n".join(lines)
