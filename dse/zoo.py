@@ -1,0 +1,468 @@
+"""The model zoo, the model contract, seeded input data and numpy golden models.
+
+The contract every model follows, zoo or user file::
+
+    def build(dtype: str, **params) -> (inputs, forward)
+
+``inputs`` is an ordered dict mapping each input name to ``(shape, dtype_name)`` (weights are
+inputs too; ``dtype_name`` is one of ``DTYPES``) and ``forward(*tensors)`` takes tinygrad Tensors
+in that order and returns the output Tensor. ``build`` only describes the model: it must not
+touch tinygrad devices, so a spec can be validated without running anything.
+
+Data types (the names a spec's ``dtypes:`` list accepts):
+
+    int8, int16, int32, uint8   integers; the zoo casts them to int32 before any arithmetic,
+                                so results are int32 (wrapping modulo 2**32, like the hardware)
+    fp16, bf16, fp32            IEEE half, bfloat16, single; fp16/bf16 products are summed in
+                                float32 and the sum is cast back (tinygrad's own rule)
+
+numpy has no bfloat16: bf16 arrays travel as float32 arrays holding bf16-exact values; `bits`
+gives the raw 16-bit patterns.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, NamedTuple
+
+import numpy as np
+
+
+# ---------------------------------------------------------------------------------------------
+# data types
+
+@dataclass(frozen=True)
+class DType:
+    """One data type a spec may name."""
+    name: str          # the spec's name: "int8", "fp16", ...
+    tinygrad: str      # attribute of tinygrad.dtypes
+    storage: str       # numpy dtype of arrays holding its values (bf16 -> float32)
+    is_float: bool
+    bits: int
+    min: float         # smallest finite value
+    max: float         # largest finite value
+
+
+def _int(name: str, bits: int, signed: bool) -> DType:
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    return DType(name, name, name, False, bits, lo, hi)
+
+
+BF16_MAX = float(np.array(0x7F7F0000, np.uint32).view(np.float32))
+DTYPES: dict[str, DType] = {d.name: d for d in (
+    _int("int8", 8, True), _int("int16", 16, True), _int("int32", 32, True), _int("uint8", 8, False),
+    DType("fp16", "float16", "float16", True, 16, -65504.0, 65504.0),
+    DType("bf16", "bfloat16", "float32", True, 16, -BF16_MAX, BF16_MAX),
+    DType("fp32", "float32", "float32", True, 32, float(np.finfo(np.float32).min), float(np.finfo(np.float32).max)),
+)}
+
+
+@dataclass(frozen=True)
+class InputRange:
+    """Closed interval random input data is drawn from."""
+    min: float
+    max: float
+
+
+def default_input_range(dtype: str) -> InputRange:
+    """Integers: the type's full range. Floats: [-1, 1] (keeps fp16 sums of a few thousand
+    products far from overflow)."""
+    d = DTYPES[dtype]
+    return InputRange(-1.0, 1.0) if d.is_float else InputRange(int(d.min), int(d.max))
+
+
+def check_input_range(r: InputRange, dtype: str) -> None:
+    """Raise ValueError if `r` cannot be used for data of `dtype`."""
+    d = DTYPES[dtype]
+    if not d.is_float and not (float(r.min).is_integer() and float(r.max).is_integer()):
+        raise ValueError(f"{dtype} data needs integer bounds, got min={r.min!r}, max={r.max!r}")
+    if r.min < d.min or r.max > d.max:
+        raise ValueError(f"[{r.min}, {r.max}] is outside the {dtype} range [{_fmt(d.min)}, {_fmt(d.max)}]")
+    if r.min > r.max:
+        raise ValueError(f"min ({r.min}) is greater than max ({r.max})")
+
+
+def _fmt(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() and abs(v) < 1e16 else f"{v:g}"
+
+
+# ---------------------------------------------------------------------------------------------
+# the model contract
+
+class Built(NamedTuple):
+    """What `build(dtype, **params)` returns (a plain tuple is accepted and converted)."""
+    inputs: dict[str, tuple[tuple[int, ...], str]]
+    forward: Callable[..., Any]
+
+
+def check_built(result: Any) -> Built:
+    """Check that `result` follows the contract; raise ValueError saying what is wrong."""
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise ValueError(f"build() must return (inputs, forward), got {type(result).__name__}")
+    inputs, forward = result
+    if not isinstance(inputs, dict) or not inputs:
+        raise ValueError(f"build() must return a non-empty dict of inputs first, got {inputs!r}")
+    for name, entry in inputs.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"input names must be identifiers, got {name!r}")
+        if not (isinstance(entry, tuple) and len(entry) == 2):
+            raise ValueError(f"input {name!r}: expected (shape, dtype_name), got {entry!r}")
+        shape, dt = entry
+        if not (isinstance(shape, tuple) and shape and all(type(s) is int and s > 0 for s in shape)):
+            raise ValueError(f"input {name!r}: shape must be a non-empty tuple of positive ints, got {shape!r}")
+        if dt not in DTYPES:
+            raise ValueError(f"input {name!r}: unknown dtype {dt!r}; known: {', '.join(DTYPES)}")
+    if not callable(forward):
+        raise ValueError(f"build() must return a callable forward second, got {forward!r}")
+    return Built(dict(inputs), forward)
+
+
+def _tinygrad():
+    """Import tinygrad, defaulting to its PYTHON device (the only one on machines without a
+    GPU or C compiler)."""
+    os.environ.setdefault("DEV", "PYTHON")
+    import tinygrad
+    return tinygrad
+
+
+def _widen(t, dtype: str):
+    """Integer inputs are cast to int32 before arithmetic: tinygrad's `matmul(dtype=int32)`
+    still multiplies in the input type and wraps, so the cast must come first."""
+    return t if DTYPES[dtype].is_float else t.cast(_tinygrad().dtypes.int32)
+
+
+# ---------------------------------------------------------------------------------------------
+# the zoo
+
+def gemv(dtype: str, M: int = 128, K: int = 784) -> Built:
+    """y = W @ x: matrix-vector product, W is (M, K), x is (K,)."""
+    def forward(W, x):
+        return _widen(W, dtype) @ _widen(x, dtype)
+    return Built({"W": ((M, K), dtype), "x": ((K,), dtype)}, forward)
+
+
+def matmul(dtype: str, M: int = 16, K: int = 16, N: int = 16) -> Built:
+    """C = A @ B: matrix product, A is (M, K), B is (K, N)."""
+    def forward(A, B):
+        return _widen(A, dtype) @ _widen(B, dtype)
+    return Built({"A": ((M, K), dtype), "B": ((K, N), dtype)}, forward)
+
+
+def elementwise(dtype: str, N: int = 256) -> Built:
+    """y = relu(a + b) over vectors of N elements (integers add in int32, no wrap)."""
+    def forward(a, b):
+        return (_widen(a, dtype) + _widen(b, dtype)).relu()
+    return Built({"a": ((N,), dtype), "b": ((N,), dtype)}, forward)
+
+
+def mlp(dtype: str, IN: int = 784, HIDDEN: int = 128, OUT: int = 10, SHIFT: int = 11) -> Built:
+    """y = W2 @ relu(W1 @ x), a two-layer perceptron IN-HIDDEN-OUT.
+
+    Integer dtypes requantise between layers, integer-exact: h = W1 @ x in int32, then
+    clip(h >> SHIFT, 0, 127) as int8 (the clip is the relu), then W2 @ h in int32. Choose SHIFT
+    for the input range: with full-range int8 inputs the default 11 suits IN around 784.
+    """
+    def forward(x, W1, W2):
+        h = _widen(W1, dtype) @ _widen(x, dtype)
+        if DTYPES[dtype].is_float:
+            h = h.relu()
+        else:   # lowers to SHR, CMPLT and WHERE
+            h = (h >> SHIFT).clip(0, 127).cast(_tinygrad().dtypes.int8).cast(_tinygrad().dtypes.int32)
+        return _widen(W2, dtype) @ h
+    return Built({"x": ((IN,), dtype), "W1": ((HIDDEN, IN), dtype), "W2": ((OUT, HIDDEN), dtype)}, forward)
+
+
+def conv2d(dtype: str, C_IN: int = 1, C_OUT: int = 2, H: int = 8, W: int = 8, K: int = 3, PAD: int = 1) -> Built:
+    """y = conv2d(x, w) with zero padding PAD and stride 1; x is (C_IN, H, W), w is
+    (C_OUT, C_IN, K, K), y is (C_OUT, H+2*PAD-K+1, W+2*PAD-K+1). Padding becomes gated loads."""
+    if K > H + 2 * PAD or K > W + 2 * PAD:
+        raise ValueError(f"kernel size K={K} is larger than the padded input ({H + 2 * PAD}x{W + 2 * PAD})")
+    def forward(x, w):
+        y = _widen(x, dtype).reshape(1, C_IN, H, W).conv2d(_widen(w, dtype), padding=PAD)
+        return y.reshape(C_OUT, H + 2 * PAD - K + 1, W + 2 * PAD - K + 1)
+    return Built({"x": ((C_IN, H, W), dtype), "w": ((C_OUT, C_IN, K, K), dtype)}, forward)
+
+
+class ParamError(ValueError):
+    """A bad model parameter; `param` names it (None: the parameter set as a whole)."""
+
+    def __init__(self, param: str | None, message: str):
+        super().__init__(message)
+        self.param, self.message = param, message
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: int
+    minimum: int        # smallest legal value (1 for sizes)
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    """A builtin model: its build function, parameters (from the signature) and golden model."""
+    name: str
+    build: Callable[..., Built]
+    reference: Callable[..., np.ndarray]
+    params: tuple[Param, ...]
+
+    @classmethod
+    def of(cls, build: Callable[..., Built], reference: Callable[..., np.ndarray],
+           minimums: Mapping[str, int] = {}) -> "ZooModel":
+        sig = list(inspect.signature(build).parameters.values())[1:]
+        return cls(build.__name__, build, reference,
+                   tuple(Param(p.name, p.default, minimums.get(p.name, 1)) for p in sig))
+
+    @property
+    def doc(self) -> str:
+        return (self.build.__doc__ or "").strip().splitlines()[0]
+
+    def defaults(self) -> dict[str, int]:
+        return {p.name: p.default for p in self.params}
+
+    def resolve_params(self, given: Mapping[str, Any]) -> dict[str, int]:
+        """Defaults overridden by `given`, each checked; raises ParamError."""
+        known = {p.name: p for p in self.params}
+        for name, value in given.items():
+            if name not in known:
+                raise ParamError(name, f"unknown parameter {name!r} for builtin model {self.name!r}; "
+                                       f"its parameters: {', '.join(known)}")
+            if type(value) is not int or value < known[name].minimum:
+                what = "a positive integer" if known[name].minimum == 1 else f"an integer >= {known[name].minimum}"
+                raise ParamError(name, f"expected {what}, got {value!r}")
+        return {**self.defaults(), **given}
+
+
+# ---------------------------------------------------------------------------------------------
+# seeded input data
+
+def make_inputs(built: Built | tuple, seed: int, input_range: InputRange | None = None) -> dict[str, np.ndarray]:
+    """Seeded random data for every input, drawn in input order from one generator.
+
+    Integers are uniform over [min, max] inclusive; floats uniform over [min, max], rounded to
+    the dtype (so a bound that is not representable may be exceeded by half an ulp). Subnormal
+    floats are replaced by zero: tinygrad's fp16/bf16 emulation reads them as zero.
+    Default range: `default_input_range`.
+    """
+    built = check_built(built)
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for name, (shape, dt) in built.inputs.items():
+        r = input_range or default_input_range(dt)
+        check_input_range(r, dt)
+        d = DTYPES[dt]
+        if d.is_float:
+            arrays[name] = _flush_subnormals(round_float(rng.uniform(r.min, r.max, shape), dt), dt)
+        else:
+            arrays[name] = rng.integers(int(r.min), int(r.max), shape, dtype=np.int64, endpoint=True).astype(d.storage)
+    return arrays
+
+
+def bits(array: np.ndarray, dtype: str) -> np.ndarray:
+    """Raw bit patterns of `array` holding `dtype` values, as unsigned integers (bf16: the top
+    16 bits of its float32 holder). Memories are initialised from these."""
+    d = DTYPES[dtype]
+    if dtype == "bf16":
+        return (np.asarray(array, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return np.asarray(array, d.storage).view(f"uint{d.bits}")
+
+
+# ---------------------------------------------------------------------------------------------
+# running a model in tinygrad itself
+
+def tinygrad_result(built: Built | tuple, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Run the model in tinygrad (PYTHON device unless DEV is set) and return its output.
+
+    Kernels are built with NOOPT=1, so every reduction runs sequentially k = 0..K-1 as in the
+    lowered kernel the hardware is compiled from. bf16 outputs come back as float32 holders.
+    """
+    built = check_built(built)
+    tg = _tinygrad()
+    from tinygrad.helpers import Context
+    tensors = []
+    for name, (shape, dt) in built.inputs.items():
+        a = np.asarray(arrays[name])
+        if a.shape != shape or a.dtype != np.dtype(DTYPES[dt].storage):
+            raise ValueError(f"input {name!r}: expected {DTYPES[dt].storage} {shape}, got {a.dtype} {a.shape}")
+        t = tg.Tensor(a)
+        if dt == "bf16":
+            t = t.cast(tg.dtypes.bfloat16)
+        tensors.append(t.realize())
+    with Context(NOOPT=1):
+        return built.forward(*tensors).numpy()
+
+
+# ---------------------------------------------------------------------------------------------
+# numpy golden models
+
+@dataclass(frozen=True)
+class Arith:
+    """How the float golden models round (integers are always exact, wrapping at 32 bits).
+
+    round_products: an fp16/bf16 product is rounded to its format before it is accumulated in
+        float32, as the kernel's `(a*b).cast(float)` says.
+    fused_mac: acc + a*b is rounded once (computed in float64, then rounded to float32), as
+        tinygrad's PYTHON device runs its MULACC op; otherwise product and sum round separately.
+    emulated_casts: casts to fp16/bf16 behave like tinygrad's software emulation: subnormals
+        flush to (signed) zero on load and store, and magnitudes above the format's largest
+        finite value become inf instead of rounding down to it.
+    """
+    round_products: bool = True
+    fused_mac: bool = False
+    emulated_casts: bool = False
+
+
+KERNEL = Arith()
+"""The kernel's own semantics: every op rounds to its dtype (IEEE, round to nearest even)."""
+
+
+def python_device_arith(dtype: str) -> Arith:
+    """The rounding tinygrad 0.14's PYTHON device applies to `dtype` on this Python.
+
+    fp32: the renderer fuses a*b+c into MULACC, run in float64 and rounded once to float32.
+    fp16: below Python 3.12 the device lacks half, so tinygrad emulates it in float32: products
+        are not rounded, MULACC fuses, casts flush subnormals and overflow to inf.
+    bf16 (and fp16 from Python 3.12): native, each op rounds as the kernel says (= KERNEL).
+    """
+    if dtype == "fp32":
+        return Arith(fused_mac=True)
+    if dtype == "fp16" and sys.version_info < (3, 12):
+        return Arith(round_products=False, fused_mac=True, emulated_casts=True)
+    return KERNEL
+
+
+def round_float(x: np.ndarray, dtype: str, emulated: bool = False) -> np.ndarray:
+    """Round float values to `dtype` (round to nearest even), returned in its storage dtype."""
+    x = np.asarray(x)
+    if dtype == "fp32":
+        return x.astype(np.float32)
+    fmax, tiny = (65504.0, 2.0 ** -14) if dtype == "fp16" else (BF16_MAX, float(np.finfo(np.float32).tiny))
+    if dtype == "fp16":
+        with np.errstate(over="ignore"):
+            out = x.astype(np.float16)
+    else:
+        u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+        r = (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+        out = np.where(np.isnan(x), np.float32(np.nan), r).astype(np.float32)
+    if emulated:
+        a = np.abs(x)
+        out = np.where(a > fmax, np.copysign(np.inf, x), out).astype(out.dtype)
+        out = np.where(a < tiny, np.copysign(0.0, x), out).astype(out.dtype)
+    return out
+
+
+def _flush_subnormals(x: np.ndarray, dtype: str) -> np.ndarray:
+    tiny = 2.0 ** -14 if dtype == "fp16" else float(np.finfo(np.float32).tiny)
+    return np.where(np.abs(x) < tiny, np.zeros_like(x), x).astype(x.dtype)
+
+
+class _Numeric:
+    """Arithmetic of one dtype under one Arith: load, multiply-accumulate, store."""
+
+    def __init__(self, dtype: str, arith: Arith):
+        self.dtype, self.arith, self.is_float = dtype, arith, DTYPES[dtype].is_float
+
+    def load(self, a: np.ndarray) -> np.ndarray:
+        if not self.is_float:
+            return np.asarray(a).astype(np.int64)
+        a = np.asarray(a, np.float32)
+        return _flush_subnormals(a, self.dtype) if self.arith.emulated_casts and self.dtype != "fp32" else a
+
+    def zeros(self, shape) -> np.ndarray:
+        return np.zeros(shape, np.float32 if self.is_float else np.int64)
+
+    def mac(self, acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if not self.is_float:
+            return _wrap32(acc + a * b)
+        p = a.astype(np.float64) * b.astype(np.float64)          # exact for every float dtype here
+        if self.arith.round_products and self.dtype != "fp32":
+            p = round_float(p.astype(np.float32), self.dtype)   # exact -> float32, then one rounding
+        if self.arith.fused_mac:
+            return (acc.astype(np.float64) + p).astype(np.float32)
+        return acc + p.astype(np.float32)
+
+    def store(self, acc: np.ndarray) -> np.ndarray:
+        if not self.is_float:
+            return acc.astype(np.int32)
+        return round_float(acc, self.dtype, self.arith.emulated_casts)
+
+
+def _wrap32(v: np.ndarray) -> np.ndarray:
+    return ((v + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.where(x > 0, x, np.zeros_like(x))   # tinygrad's (x > 0).where(x, 0): relu(-0.0) = +0.0
+
+
+def _matvec(num: _Numeric, W: np.ndarray, x: np.ndarray) -> np.ndarray:
+    acc = num.zeros(W.shape[0])
+    for k in range(W.shape[1]):
+        acc = num.mac(acc, W[:, k], x[k])
+    return acc
+
+
+def _gemv_ref(dtype: str, p: Mapping[str, int], a: Mapping[str, np.ndarray], arith: Arith) -> np.ndarray:
+    num = _Numeric(dtype, arith)
+    return num.store(_matvec(num, num.load(a["W"]), num.load(a["x"])))
+
+
+def _matmul_ref(dtype: str, p: Mapping[str, int], a: Mapping[str, np.ndarray], arith: Arith) -> np.ndarray:
+    num = _Numeric(dtype, arith)
+    A, B = num.load(a["A"]), num.load(a["B"])
+    acc = num.zeros((p["M"], p["N"]))
+    for k in range(p["K"]):
+        acc = num.mac(acc, A[:, k, None], B[None, k, :])
+    return num.store(acc)
+
+
+def _elementwise_ref(dtype: str, p: Mapping[str, int], a: Mapping[str, np.ndarray], arith: Arith) -> np.ndarray:
+    num = _Numeric(dtype, arith)
+    # one fp16/bf16 add rounded via float32 equals the correctly rounded add (float32 has more than
+    # 2p+2 bits), so rounding once at the store is exact for every dtype
+    s = num.load(a["a"]) + num.load(a["b"])
+    return num.store(_relu(_wrap32(s) if not num.is_float else s))
+
+
+def _mlp_ref(dtype: str, p: Mapping[str, int], a: Mapping[str, np.ndarray], arith: Arith) -> np.ndarray:
+    num = _Numeric(dtype, arith)
+    h = _matvec(num, num.load(a["W1"]), num.load(a["x"]))
+    if num.is_float:
+        h = num.load(_relu(num.store(h)))
+    else:
+        h = np.clip(h >> p["SHIFT"], 0, 127)
+    return num.store(_matvec(num, num.load(a["W2"]), h))
+
+
+def _conv2d_ref(dtype: str, p: Mapping[str, int], a: Mapping[str, np.ndarray], arith: Arith) -> np.ndarray:
+    num = _Numeric(dtype, arith)
+    K, PAD = p["K"], p["PAD"]
+    x = np.pad(num.load(a["x"]), ((0, 0), (PAD, PAD), (PAD, PAD)))
+    w = num.load(a["w"])
+    ho, wo = p["H"] + 2 * PAD - K + 1, p["W"] + 2 * PAD - K + 1
+    acc = num.zeros((p["C_OUT"], ho, wo))
+    for ci in range(p["C_IN"]):          # tinygrad's reduce order: input channel, kernel row, column
+        for ky in range(K):
+            for kx in range(K):
+                acc = num.mac(acc, w[:, ci, ky, kx, None, None], x[None, ci, ky:ky + ho, kx:kx + wo])
+    return num.store(acc)
+
+
+ZOO: dict[str, ZooModel] = {m.name: m for m in (
+    ZooModel.of(gemv, _gemv_ref),
+    ZooModel.of(matmul, _matmul_ref),
+    ZooModel.of(elementwise, _elementwise_ref),
+    ZooModel.of(mlp, _mlp_ref, minimums={"SHIFT": 0}),
+    ZooModel.of(conv2d, _conv2d_ref, minimums={"PAD": 0}),
+)}
+
+
+def reference(model: str, dtype: str, params: Mapping[str, Any], arrays: Mapping[str, np.ndarray],
+              arith: Arith = KERNEL) -> np.ndarray:
+    """The numpy golden model of zoo model `model`: the same operations in the same order as
+    tinygrad's lowered kernel (reductions run k = 0..K-1). Integers are exact (int32 wrap);
+    floats round as `arith` says. Returns the output in its storage dtype."""
+    zm = ZOO[model]
+    return zm.reference(dtype, zm.resolve_params(params), arrays, arith)
