@@ -1,0 +1,46 @@
+"""tinygrad models -> bit-exact Amaranth hardware.
+
+    design = compile_model(y, config=HardwareConfig(mem_read="sync"))
+    result = simulate(design)            # result.outputs, result.cycles
+
+The pipeline (compile_model) is a straight list of passes:
+    trace       tinygrad output Tensors -> ordered kernels with buffer identities (frontend.py)
+    lower       each kernel's flat UOp list -> typed KernelIR                     (lower.py)
+    legalize    every op and dtype checked against what the hardware can build   (hw/datapath.py)
+    build       KernelIR -> memories + datapath + controller per kernel, and a top
+                module that runs them as a DAG with copies between them          (hw/)
+"""
+from __future__ import annotations
+
+from .config import HardwareConfig
+from .design import Design, build_design
+from .errors import CompileError, UnsupportedError
+from .frontend import trace
+from .hw.datapath import check_supported
+from .lower import lower
+from .simulate import SimResult
+
+__all__ = ["HardwareConfig", "compile_model", "simulate", "Design", "SimResult", "CompileError",
+           "UnsupportedError"]
+
+
+def compile_model(*outputs, config: HardwareConfig | None = None) -> Design:
+    """Compile the computation of `outputs` (tinygrad Tensors) into hardware."""
+    config = config or HardwareConfig()
+    if not isinstance(config, HardwareConfig):
+        raise TypeError(f"config must be a HardwareConfig, got {type(config).__name__}")
+    shapes = tuple(tuple(int(d) for d in t.shape) for t in outputs)
+    graph = trace(*outputs)
+    kernels = [lower(k) for k in graph.kernels]
+    for k in kernels:
+        check_supported(k, config)
+    return build_design(graph, kernels, config, shapes)
+
+
+def simulate(design: Design, inputs: dict | None = None, backend: str = "pysim") -> SimResult:
+    """Run `design` once: load inputs (numpy data captured at compile time unless overridden
+    by `inputs`, a dict of input Tensor -> array), start, wait for done, read outputs."""
+    if backend == "pysim":
+        from .simulate import run_pysim
+        return run_pysim(design, inputs)
+    raise ValueError(f"unknown simulation backend {backend!r}; available: 'pysim'")

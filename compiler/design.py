@@ -1,0 +1,54 @@
+"""Design: the compiled hardware of a model, with everything needed to drive and check it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import ir
+from .config import HardwareConfig
+from .frontend import Graph
+from .hw.kernel import KernelHW
+from .hw.top import Copy, HostBuffer, Run, TopHW, plan
+
+
+@dataclass(eq=False)
+class Design:
+    graph: Graph
+    kernels: tuple[ir.KernelIR, ...]         # in execution order
+    config: HardwareConfig
+    top: TopHW
+    output_shapes: tuple[tuple[int, ...], ...]
+
+    @property
+    def hw_kernels(self) -> list[KernelHW]:
+        return self.top.kernels
+
+    @property
+    def phases(self) -> list[Run | Copy]:
+        return self.top.phases
+
+    @property
+    def host_buffers(self) -> dict[int, HostBuffer]:
+        return {b.id: b for b in self.top.buffers}
+
+    @property
+    def cycles_formula(self) -> int:
+        """Cycles from start to done predicted from the step program (see hw/top.py)."""
+        return self.top.cycles
+
+    def memory(self, kernel_pos: int, slot: int):
+        return self.top.kernels[kernel_pos].memories[slot]
+
+    def name(self) -> str:
+        return "+".join(k.name for k in self.kernels)
+
+
+def build_design(graph: Graph, kernels: list[ir.KernelIR], config: HardwareConfig,
+                 output_shapes: tuple[tuple[int, ...], ...]) -> Design:
+    kernel_buffers = [[(b.slot, graph.kernels[i].buffers[b.slot], b.loaded, b.stored) for b in k.buffers]
+                      for i, k in enumerate(kernels)]
+    sizes = {b.id: b.size for b in graph.buffers}
+    widths = {b.id: b.dtype.bits for b in graph.buffers}
+    order, phases, host = plan(kernel_buffers, sizes, widths, [k.name for k in kernels])
+    ordered = [kernels[i] for i in order]
+    top = TopHW([KernelHW(k, config) for k in ordered], phases, host)
+    return Design(graph, tuple(ordered), config, top, output_shapes)

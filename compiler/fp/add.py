@@ -1,0 +1,98 @@
+"""Floating-point addition and subtraction."""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .common import leading_zeros, round_pack, shift_left, shift_right_sticky, special_mux, unpack
+from .formats import FloatFormat, check_format, check_rounding, check_subnormals
+
+# Alignment keeps three bits below the significand (guard, round, sticky): enough for correct
+# rounding after a one-bit normalisation in either direction.
+_EXTRA = 3
+
+
+class FAdd(wiring.Component):
+    """y = a + b (or a - b with subtract=True), IEEE bit patterns of `fmt`, combinational.
+
+    Single-path adder: order operands by magnitude, align the smaller with a sticky right
+    shift, add or subtract, normalise with one leading-zero count and left shift (limited so
+    the exponent never drops below 1, which leaves subnormal results on their grid), round.
+    An exact zero sum is +0 unless both operands are -0 (IEEE, for rne and rtz); inf - inf is NaN.
+    """
+
+    def __init__(self, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep",
+                 subtract: bool = False):
+        self.fmt = check_format(fmt)
+        self.rounding = check_rounding(rounding)
+        self.subnormals = check_subnormals(subnormals)
+        if not isinstance(subtract, bool):
+            raise ValueError(f"subtract: expected True or False, got {subtract!r}")
+        self.subtract = subtract
+        super().__init__({"a": In(fmt.width), "b": In(fmt.width), "y": Out(fmt.width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        fmt = self.fmt
+        b_bits = self.b ^ fmt.sign_mask if self.subtract else self.b
+        a = unpack(m, fmt, self.a, self.subnormals, "a")
+        b = unpack(m, fmt, b_bits, self.subnormals, "b")
+
+        big_sign, big_exp, total = self._add_aligned(m, a, b)
+        exp, norm = self._normalise(m, big_exp, total)
+        finite = round_pack(m, fmt, rounding=self.rounding, subnormals=self.subnormals,
+                            sign=big_sign, exp=exp, sig=norm, exp_range=(1, fmt.exp_max_field),
+                            may_be_tiny=True)
+        m.d.comb += self.y.eq(special_mux(
+            m, fmt, finite=finite,
+            is_nan=a.is_nan | b.is_nan | (a.is_inf & b.is_inf & (a.sign ^ b.sign)),
+            is_inf=a.is_inf | b.is_inf, inf_sign=Mux(a.is_inf, a.sign, b.sign),
+            # Exact zero: x + (-x) is +0 in rne and rtz; only (-0) + (-0) stays -0.
+            is_zero=total == 0, zero_sign=a.sign & b.sign, name="add"))
+        return m
+
+    def _add_aligned(self, m, a, b):
+        """Order by magnitude, align the smaller operand, add or subtract the significands.
+
+        Returns the sign and exponent of the larger operand and the sum, precision+4 bits
+        wide with its binary point where the larger operand's leading one sat plus one carry
+        bit on top, and _EXTRA guard bits below (the lowest one is sticky).
+        """
+        p = self.fmt.precision
+        a_big = a.mag >= b.mag
+        big_sign = Mux(a_big, a.sign, b.sign)
+        big_exp = Signal(self.fmt.exp_bits, name="big_exp")
+        big_sig = Signal(p, name="big_sig")
+        small_exp = Signal(self.fmt.exp_bits, name="small_exp")
+        small_sig = Signal(p, name="small_sig")
+        m.d.comb += [
+            big_exp.eq(Mux(a_big, a.exp, b.exp)), big_sig.eq(Mux(a_big, a.sig, b.sig)),
+            small_exp.eq(Mux(a_big, b.exp, a.exp)), small_sig.eq(Mux(a_big, b.sig, a.sig)),
+        ]
+        distance = Signal(self.fmt.exp_bits, name="align_distance")
+        m.d.comb += distance.eq(big_exp - small_exp)
+        aligned, sticky = shift_right_sticky(m, Cat(Const(0, _EXTRA), small_sig), distance, "align")
+
+        # One adder: subtraction adds the one's complement with carry-in 1. Since the big
+        # operand has the larger magnitude, the difference is never negative.
+        eff_sub = a.sign ^ b.sign
+        width = p + _EXTRA + 1
+        addend = Cat(aligned | sticky, Const(0, 1))
+        total = Signal(width, name="sum")
+        m.d.comb += total.eq(Cat(Const(0, _EXTRA), big_sig) + Mux(eff_sub, ~addend, addend) + eff_sub)
+        return big_sign, big_exp, total
+
+    def _normalise(self, m, big_exp, total):
+        """Shift the leading one to the top; the top bit has exponent big_exp + 1.
+
+        The shift is capped at big_exp so the exponent stays >= 1: a result below the smallest
+        normal is then exactly a subnormal (such a result is always exact).
+        """
+        lz = leading_zeros(m, total, "norm")
+        shift = Signal(len(lz), name="norm_shift")
+        m.d.comb += shift.eq(Mux(lz > big_exp, big_exp, lz))
+        norm = shift_left(m, total, shift, "norm")
+        exp = Signal(signed(self.fmt.exp_bits + 2), name="norm_exp")
+        m.d.comb += exp.eq(big_exp + 1 - shift)
+        return exp, norm

@@ -1,0 +1,215 @@
+"""Building blocks shared by the float units: unpacking, leading-zero count, shifters, and
+the one rounding/packing stage every arithmetic unit ends with.
+
+All helpers add combinational logic to a `Module` and return Amaranth values. Widths are kept
+to what the formats need: shifters truncate at every stage instead of using Amaranth's
+`<<` by a signal (whose result is as wide as the largest possible shift).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+
+from .formats import FloatFormat
+
+
+@dataclass(frozen=True)
+class Unpacked:
+    """Fields of one float operand, after the subnormal policy has been applied.
+
+    sig: precision-bit significand with the implicit bit made explicit (0 for subnormals).
+    exp: biased exponent with subnormals read as exponent 1 (their true scale), exp_bits wide.
+    mag: the operand without its sign bit; ordered like the magnitudes (flushed subnormals read 0).
+    """
+    sign: Value
+    exp: Value
+    sig: Value
+    mag: Value
+    is_zero: Value
+    is_inf: Value
+    is_nan: Value
+
+
+def unpack(m: Module, fmt: FloatFormat, bits: Value, subnormals: str, name: str) -> Unpacked:
+    """Split an IEEE bit pattern; with subnormals="flush" a subnormal reads as a signed zero."""
+    exp_field = bits[fmt.man_bits:fmt.width - 1]
+    man = bits[:fmt.man_bits]
+    exp_zero = exp_field == 0
+    exp_ones = exp_field == fmt.exp_max_field
+
+    sign = Signal(name=f"{name}_sign")
+    exp = Signal(fmt.exp_bits, name=f"{name}_exp")
+    sig = Signal(fmt.precision, name=f"{name}_sig")
+    mag = Signal(fmt.width - 1, name=f"{name}_mag")
+    is_zero = Signal(name=f"{name}_zero")
+    is_inf = Signal(name=f"{name}_inf")
+    is_nan = Signal(name=f"{name}_nan")
+    flushed = exp_zero if subnormals == "flush" else Const(0, 1)
+    m.d.comb += [
+        sign.eq(bits[fmt.width - 1]),
+        # Subnormals have the scale of exponent 1 but no implicit bit.
+        exp.eq(Mux(exp_zero, 1, exp_field)),
+        sig.eq(Mux(flushed, 0, Cat(man, ~exp_zero))),
+        mag.eq(Mux(flushed, 0, bits[:fmt.width - 1])),
+        is_zero.eq(exp_zero & ((man == 0) | flushed)),
+        is_inf.eq(exp_ones & (man == 0)),
+        is_nan.eq(exp_ones & (man != 0)),
+    ]
+    return Unpacked(sign, exp, sig, mag, is_zero, is_inf, is_nan)
+
+
+def bits_for(n: int) -> int:
+    """Bits of an unsigned value that can hold 0..n."""
+    return max(1, n.bit_length())
+
+
+def leading_zeros(m: Module, value: Value, name: str) -> Value:
+    """Count of leading zeros of `value` (its width when it is zero), as a balanced tree.
+
+    The input is padded at the bottom with ones to a power of two, so the padded word is never
+    all zero and the count saturates at the true width. Each tree level merges two halves: if
+    the upper half is all zero the count is half + count(lower), else count(upper). This is
+    the classic LZC tree; it maps to a few LUT levels instead of a long priority chain.
+    """
+    width = len(value)
+    size = 1
+    while size < max(width, 2):
+        size *= 2
+    padded = Cat(Const((1 << (size - width)) - 1, size - width), value) if size > width else value
+
+    def tree(bits: Value) -> tuple[Value, Value]:
+        """(all_zero, count) for a power-of-two slice; count has log2(len) bits."""
+        if len(bits) == 2:
+            return ~(bits[0] | bits[1]), ~bits[1]
+        half = len(bits) // 2
+        lo_zero, lo_count = tree(bits[:half])
+        hi_zero, hi_count = tree(bits[half:])
+        return hi_zero & lo_zero, Cat(Mux(hi_zero, lo_count, hi_count), hi_zero)
+
+    all_zero, count = tree(padded)
+    out = Signal(bits_for(width), name=f"{name}_lz")
+    if size > width:
+        m.d.comb += out.eq(count)            # padding ones stop the count at `width`
+    else:
+        m.d.comb += out.eq(Mux(all_zero, width, count))
+    return out
+
+
+def shift_left(m: Module, value: Value, amount: Value, name: str) -> Value:
+    """`value << amount`, truncated to len(value); shifts >= len(value) give zero."""
+    width = len(value)
+    out = value
+    for i in range(len(amount)):
+        step = 1 << i
+        if step >= width:
+            out = Mux(amount[i:].any(), 0, out)
+            break
+        out = Mux(amount[i], Cat(Const(0, step), out[:width - step]), out)
+    sig = Signal(width, name=f"{name}_shl")
+    m.d.comb += sig.eq(out)
+    return sig
+
+
+def shift_right_sticky(m: Module, value: Value, amount: Value, name: str) -> tuple[Value, Value]:
+    """(`value >> amount`, OR of every bit shifted out); shifts >= len(value) give (0, value != 0)."""
+    width = len(value)
+    out, sticky = value, Const(0, 1)
+    for i in range(len(amount)):
+        step = 1 << i
+        if step >= width:
+            big = amount[i:].any()
+            sticky = sticky | (big & out.any())
+            out = Mux(big, 0, out)
+            break
+        sticky = sticky | (amount[i] & out[:step].any())
+        out = Mux(amount[i], out[step:], out)
+    shifted = Signal(width, name=f"{name}_shr")
+    sticky_sig = Signal(name=f"{name}_sticky")
+    m.d.comb += [shifted.eq(out), sticky_sig.eq(sticky)]
+    return shifted, sticky_sig
+
+
+def round_pack(m: Module, fmt: FloatFormat, *, rounding: str, subnormals: str, sign: Value,
+               exp: Value, sig: Value, exp_range: tuple[int, int], may_be_tiny: bool,
+               name: str = "rnd") -> Value:
+    """Round a finite nonzero value to `fmt` and return its bit pattern.
+
+    The value is sig / 2**(len(sig)-1) * 2**(exp - bias): `sig` holds the significand with its
+    leading one at the top bit and any extra low bits (guard and sticky information) below
+    the precision-bit significand. `exp` is a signed biased exponent. Allowed inputs:
+      * normalised (top bit set), any exponent;
+      * exp == 1 with top bit clear: a subnormal, aligned on the subnormal grid already;
+      * with subnormals="keep", exp < 1 with anything: shifted right here onto the subnormal
+        grid (with sticky) before rounding, which is IEEE gradual underflow.
+    `exp_range` bounds `exp` so logic that cannot fire is not built; `may_be_tiny` says
+    whether the result can be below the smallest normal.
+
+    Rounding adds the increment to the packed (exponent-1, significand) word: a carry out of
+    the significand bumps the exponent, turns a subnormal into the smallest normal and the
+    largest finite into inf, so none of those needs its own logic.
+
+    subnormals="flush": the value is rounded to full precision as if the exponent range were
+    unbounded below, and a rounded result below the smallest normal becomes a signed zero
+    (IEEE 754 "tininess after rounding", what x86 SSE does with FTZ).
+    """
+    exp_lo, exp_hi = exp_range
+    precision, extra = fmt.precision, len(sig) - fmt.precision
+    if extra < 0:                                   # fewer bits than the format: pad exactly
+        sig, extra = Cat(Const(0, -extra), sig), 0
+
+    sticky_in = Const(0, 1)
+    if subnormals == "keep" and exp_lo < 1:
+        # Gradual underflow: move the value onto the subnormal grid (exponent 1).
+        tiny = exp < 1
+        amount_width = bits_for(max(1 - exp_lo, 0))
+        amount = Signal(amount_width, name=f"{name}_denorm_amount")
+        m.d.comb += amount.eq(Mux(tiny, (1 - exp)[:amount_width], 0))
+        sig, sticky_in = shift_right_sticky(m, sig, amount, f"{name}_denorm")
+        exp = Mux(tiny, 1, exp)
+
+    kept = sig[extra:]
+    if extra >= 1:
+        guard = sig[extra - 1]
+        sticky = sig[:extra - 1].any() | sticky_in if extra >= 2 else sticky_in
+    else:
+        guard, sticky = Const(0, 1), sticky_in
+    if rounding == "rne":
+        increment = guard & (sticky | kept[0])
+    else:                                           # rtz: drop the extra bits
+        increment = Const(0, 1)
+
+    # Packed magnitude as a signed word: exponent field over mantissa field.
+    packed_width = max(bits_for(abs(exp_hi) + 1), bits_for(abs(exp_lo) + 1)) + fmt.man_bits + 3
+    packed = Signal(signed(packed_width), name=f"{name}_packed")
+    m.d.comb += packed.eq(((exp - 1) << fmt.man_bits) + kept + increment)
+
+    result = Signal(fmt.width - 1, name=f"{name}_mag")
+    m.d.comb += result.eq(packed[:fmt.width - 1])
+    if exp_hi + 1 >= fmt.exp_max_field:            # rounding may carry into the inf exponent
+        overflow = packed >= fmt.inf_bits
+        saturate = fmt.inf_bits if rounding == "rne" else fmt.max_finite_bits
+        with m.If(overflow):
+            m.d.comb += result.eq(saturate)
+    if subnormals == "flush" and may_be_tiny:
+        with m.If(packed < fmt.min_normal_bits):
+            m.d.comb += result.eq(0)
+
+    out = Signal(fmt.width, name=f"{name}_out")
+    m.d.comb += out.eq(Cat(result, sign))
+    return out
+
+
+def special_mux(m: Module, fmt: FloatFormat, *, finite: Value, is_nan: Value, is_inf: Value,
+                inf_sign: Value, is_zero: Value, zero_sign: Value, name: str) -> Value:
+    """Select the result: canonical NaN, then signed inf, then signed zero, else `finite`."""
+    y = Signal(fmt.width, name=f"{name}_y")
+    with m.If(is_nan):
+        m.d.comb += y.eq(fmt.qnan_bits)
+    with m.Elif(is_inf):
+        m.d.comb += y.eq(Cat(Const(fmt.inf_bits, fmt.width - 1), inf_sign))
+    with m.Elif(is_zero):
+        m.d.comb += y.eq(Cat(Const(0, fmt.width - 1), zero_sign))
+    with m.Else():
+        m.d.comb += y.eq(finite)
+    return y

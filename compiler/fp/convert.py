@@ -1,0 +1,154 @@
+"""Conversions: integer -> float, float -> integer, float -> float."""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .common import bits_for, leading_zeros, round_pack, shift_left, special_mux, unpack
+from .formats import FloatFormat, check_format, check_rounding, check_subnormals
+
+
+def _check_int(int_width, int_signed) -> None:
+    if not (isinstance(int_width, int) and not isinstance(int_width, bool) and 1 <= int_width <= 64):
+        raise ValueError(f"int_width: expected an int in 1..64, got {int_width!r}")
+    if not isinstance(int_signed, bool):
+        raise ValueError(f"int_signed: expected True or False, got {int_signed!r}")
+
+
+def _int_shape(int_width: int, int_signed: bool):
+    return signed(int_width) if int_signed else unsigned(int_width)
+
+
+class IntToFloat(wiring.Component):
+    """y = float(a) rounded to `fmt`; a is an int_width-bit (un)signed integer (width 1
+    unsigned is bool). Integers are never tiny, so `subnormals` changes nothing; it is
+    accepted so every unit takes the same options. Too large for the format: inf (rne) or
+    the largest finite number (rtz)."""
+
+    def __init__(self, int_width: int, int_signed: bool, fmt: FloatFormat, rounding: str = "rne",
+                 subnormals: str = "keep"):
+        _check_int(int_width, int_signed)
+        self.int_width, self.int_signed = int_width, int_signed
+        self.fmt = check_format(fmt)
+        self.rounding = check_rounding(rounding)
+        self.subnormals = check_subnormals(subnormals)
+        super().__init__({"a": In(_int_shape(int_width, int_signed)), "y": Out(fmt.width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        fmt, width = self.fmt, self.int_width
+        negative = self.a[-1] if self.int_signed else Const(0, 1)
+        magnitude = Signal(width, name="magnitude")       # |INT_MIN| still fits unsigned
+        m.d.comb += magnitude.eq(Mux(negative, -self.a, self.a))
+        lz = leading_zeros(m, magnitude, "norm")
+        norm = shift_left(m, magnitude, lz, "norm")
+        exp = Signal(signed(bits_for(fmt.bias + width) + 1), name="exp")
+        m.d.comb += exp.eq(fmt.bias + width - 1 - lz)
+        finite = round_pack(m, fmt, rounding=self.rounding, subnormals=self.subnormals,
+                            sign=negative, exp=exp, sig=norm,
+                            exp_range=(fmt.bias, fmt.bias + width - 1), may_be_tiny=False)
+        m.d.comb += self.y.eq(special_mux(
+            m, fmt, finite=finite, is_nan=Const(0, 1), is_inf=Const(0, 1), inf_sign=Const(0, 1),
+            is_zero=magnitude == 0, zero_sign=Const(0, 1), name="i2f"))
+        return m
+
+
+class FloatToInt(wiring.Component):
+    """y = trunc(a) as an int_width-bit integer (round toward zero).
+
+    Out of range: the result wraps, y = trunc(a) mod 2**int_width (two's complement), the
+    semantics of tinygrad's PYTHON device (ctypes truncation of int(x)). NaN and +-inf give 0.
+    int_width=1, int_signed=False is bool: y = (a != 0), NaN and inf give 1 (as in C); with
+    subnormals="flush" a subnormal counts as zero there. (For other widths a subnormal
+    truncates to 0 in both modes.)
+    """
+
+    def __init__(self, fmt: FloatFormat, int_width: int, int_signed: bool, subnormals: str = "keep"):
+        self.fmt = check_format(fmt)
+        _check_int(int_width, int_signed)
+        self.int_width, self.int_signed = int_width, int_signed
+        self.subnormals = check_subnormals(subnormals)
+        super().__init__({"a": In(fmt.width), "y": Out(_int_shape(int_width, int_signed))})
+
+    @property
+    def is_bool(self) -> bool:
+        return self.int_width == 1 and not self.int_signed
+
+    def elaborate(self, platform):
+        m = Module()
+        fmt, width = self.fmt, self.int_width
+        x = unpack(m, fmt, self.a, self.subnormals, "a")
+        if self.is_bool:
+            m.d.comb += self.y.eq(x.mag != 0)
+            return m
+        # |a| = sig * 2**(exp - bias - man_bits): shift sig left by exp - bias into a word with
+        # man_bits fraction bits, keep the integer bits. Shifting everything out is the
+        # wrap-around for huge values (a multiple of 2**int_width reads 0).
+        below_one = x.exp < fmt.bias
+        amount = Signal(fmt.exp_bits, name="int_shift")
+        m.d.comb += amount.eq(Mux(below_one, 0, x.exp - fmt.bias))
+        shifted = shift_left(m, Cat(x.sig, Const(0, width - 1)), amount, "int")
+        magnitude = Signal(width, name="int_magnitude")
+        m.d.comb += magnitude.eq(shifted[fmt.man_bits:])
+        with m.If(x.is_nan | x.is_inf | below_one):
+            m.d.comb += self.y.eq(0)
+        with m.Else():
+            m.d.comb += self.y.eq(Mux(x.sign, -magnitude, magnitude))
+        return m
+
+
+class FloatToFloat(wiring.Component):
+    """y = a converted from `src_fmt` to `dst_fmt`.
+
+    Exact when every source value fits; otherwise rounded with `rounding`. Overflow gives inf
+    (rne) or the largest finite number (rtz); inf stays inf; NaN gives the canonical quiet NaN.
+    subnormals="flush": subnormal inputs read as signed zeros and results below the smallest
+    normal (after rounding, see `round_pack`) become signed zeros.
+    """
+
+    def __init__(self, src_fmt: FloatFormat, dst_fmt: FloatFormat, rounding: str = "rne",
+                 subnormals: str = "keep"):
+        self.src_fmt = check_format(src_fmt, "src_fmt")
+        self.dst_fmt = check_format(dst_fmt, "dst_fmt")
+        self.rounding = check_rounding(rounding)
+        self.subnormals = check_subnormals(subnormals)
+        super().__init__({"a": In(src_fmt.width), "y": Out(dst_fmt.width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        src, dst = self.src_fmt, self.dst_fmt
+        x = unpack(m, src, self.a, self.subnormals, "a")
+        if src == dst:          # only the subnormal policy and NaN canonicalisation apply
+            finite = Cat(x.mag, x.sign)
+        else:
+            finite = self._convert(m, x)
+        m.d.comb += self.y.eq(special_mux(
+            m, dst, finite=finite, is_nan=x.is_nan, is_inf=x.is_inf, inf_sign=x.sign,
+            is_zero=x.is_zero, zero_sign=x.sign, name="f2f"))
+        return m
+
+    def _convert(self, m, x):
+        src, dst = self.src_fmt, self.dst_fmt
+        keep = self.subnormals == "keep"
+        exp_width = max(src.exp_bits, dst.exp_bits) + 3
+        rebias = dst.bias - src.bias
+        # A source subnormal is (exp 1, leading zeros). Re-biased it is still a valid
+        # round_pack input if it lands on exponent 1 or below; when the destination reaches
+        # lower (e.g. fp16 -> fp32) it becomes a normal number there and must be normalised.
+        normalise = keep and src.emin > dst.emin
+        if normalise:
+            lz = leading_zeros(m, x.sig, "norm")
+            sig = shift_left(m, x.sig, lz, "norm")
+            exp = Signal(signed(exp_width), name="exp")
+            m.d.comb += exp.eq(x.exp + rebias - lz)
+            exp_lo = 1 - (src.precision - 1) + rebias
+        else:
+            sig = x.sig
+            exp = Signal(signed(exp_width), name="exp")
+            m.d.comb += exp.eq(x.exp + rebias)
+            exp_lo = 1 + rebias
+        exp_hi = src.exp_max_field - 1 + rebias
+        return round_pack(m, dst, rounding=self.rounding, subnormals=self.subnormals,
+                          sign=x.sign, exp=exp, sig=sig, exp_range=(exp_lo, exp_hi),
+                          may_be_tiny=exp_lo < 1)

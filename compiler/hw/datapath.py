@@ -1,0 +1,168 @@
+"""Datapath: KernelIR values -> combinational Amaranth logic.
+
+Each integer value becomes a signal of the narrowest shape that holds its interval (see
+ranges.py). The expression on the right is Amaranth's exact, width-growing arithmetic; the
+assignment to the narrow signal is then exact when the interval fits, and when it does not
+(the op may overflow its dtype) the signal has exactly the dtype's shape and the assignment
+wraps like tinygrad's two's complement arithmetic. Floats travel as IEEE bit patterns and
+their ops go to the float units (compiler/fp).
+
+A value is emitted once per *environment*: which counter signals it reads (the current ones
+for the datapath, the next ones for look-ahead read addresses) and, for values that depend
+on a memory load, which step's read-port assignment supplies the data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from amaranth.hdl import Const, Module, Mux, Signal, Value, unsigned
+
+from .. import ir
+from ..config import HardwareConfig
+from ..dtypes import DType
+from ..errors import UnsupportedError
+from ..ranges import Interval
+from . import floatops
+
+K = ir.OpKind
+
+INT_OPS = {K.ADD, K.SUB, K.MUL, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ, K.WHERE, K.AND, K.OR,
+           K.XOR, K.SHL, K.SHR, K.CDIV, K.CMOD, K.CAST, K.BITCAST, K.MULACC}
+
+
+@dataclass(frozen=True)
+class Env:
+    counters: str                                   # "cur" | "next"
+    counter: Callable[[int], Value]
+    step: int | None                                # whose read-port assignment feeds loads
+    load: Callable[[ir.Load], Value] | None         # None: loads are not allowed here
+
+
+def check_supported(kernel: ir.KernelIR, config: HardwareConfig) -> None:
+    """Raise UnsupportedError for the first op/dtype the datapath cannot build."""
+    roots = [v for s, _ in kernel.stores() for v in ir.store_operands(s)]
+    for v in ir.toposort(roots):
+        if not isinstance(v, ir.Op):
+            continue
+        src_float = any(s.dtype.is_float for s in v.srcs)
+        if v.dtype.is_float or src_float:
+            floatops.check(kernel.name, v, config)
+        elif v.op not in INT_OPS:
+            raise UnsupportedError(kernel.name, v.op.name, v.dtype.name)
+
+
+def from_bits(bits: Value, d: DType) -> Value:
+    """Memory word -> the element value (signed ints reinterpreted)."""
+    return bits.as_signed() if d.is_int and d.signed and not d.is_bool else bits
+
+
+def _magnitude(x: Value) -> Value:
+    return Mux(x < 0, -x, x).as_unsigned()
+
+
+class Datapath:
+    def __init__(self, m: Module, kernel: ir.KernelIR, ranges: dict[int, Interval],
+                 config: HardwareConfig, accs: dict[int, Signal]):
+        self.m, self.kernel, self.ranges, self.config, self.accs = m, kernel, ranges, config, accs
+        self.memo: dict[tuple, Value] = {}
+        self.count = 0
+        self.load_dependent: set[int] = set()
+        roots = [v for s, _ in kernel.stores() for v in ir.store_operands(s)]
+        for v in ir.toposort(roots):
+            if isinstance(v, ir.Load) or any(id(o) in self.load_dependent for o in ir.operands(v)):
+                self.load_dependent.add(id(v))
+        self.floats = floatops.FloatOps(m, config, kernel.name)
+
+    def interval(self, v: ir.Value) -> Interval:
+        return self.ranges[id(v)]
+
+    def shape(self, v: ir.Value):
+        return unsigned(v.dtype.bits) if v.dtype.is_float else self.interval(v).shape
+
+    def emit(self, v: ir.Value, env: Env) -> Value:
+        key = (id(v), env.counters, env.step if id(v) in self.load_dependent else None)
+        if key in self.memo:
+            return self.memo[key]
+        if isinstance(v, ir.Const):
+            out: Value = Const(v.dtype.to_bits(v.value), unsigned(v.dtype.bits)) if v.dtype.is_float \
+                else Const(int(v.value), self.interval(v).shape)
+        elif isinstance(v, ir.Counter):
+            out = env.counter(v.loop)
+        elif isinstance(v, ir.AccLoad):
+            out = self.accs[v.acc]
+        else:
+            expr = self.load(v, env) if isinstance(v, ir.Load) else self.op(v, env)
+            out = Signal(self.shape(v), name=f"v{self.count}_{getattr(v, 'op', None) and v.op.value or 'load'}")
+            self.count += 1
+            self.m.d.comb += out.eq(expr)
+        self.memo[key] = out
+        return out
+
+    def load(self, v: ir.Load, env: Env) -> Value:
+        if env.load is None:
+            raise UnsupportedError(self.kernel.name, "LOAD", v.dtype.name,
+                                   "a memory address that depends on loaded data needs mem_read='comb'")
+        data = env.load(v)
+        if v.gate is None:
+            return data
+        return Mux(self.emit(v.gate, env), data, self.emit(v.alt, env))
+
+    def op(self, v: ir.Op, env: Env) -> Value:
+        srcs = [self.emit(s, env) for s in v.srcs]
+        if v.dtype.is_float or any(s.dtype.is_float for s in v.srcs):
+            return self.floats.emit(v, srcs)
+        return self.int_op(v, srcs)
+
+    def int_op(self, v: ir.Op, s: list[Value]) -> Value:
+        op, d = v.op, v.dtype
+        consts = [x.value if isinstance(x, ir.Const) else None for x in v.srcs]
+        if op is K.ADD: return s[0] + s[1]
+        if op is K.SUB: return s[0] - s[1]
+        if op is K.MUL: return s[0] * s[1]
+        if op is K.MULACC: return s[0] * s[1] + s[2]
+        if op is K.NEG: return -s[0]
+        if op is K.MAX: return Mux(s[0] > s[1], s[0], s[1])
+        if op is K.CMPLT: return s[0] < s[1]
+        if op is K.CMPNE: return s[0] != s[1]
+        if op is K.CMPEQ: return s[0] == s[1]
+        if op is K.WHERE: return Mux(s[0], s[1], s[2])
+        if op is K.AND: return s[0] & s[1]
+        if op is K.OR: return s[0] | s[1]
+        if op is K.XOR: return s[0] ^ s[1]
+        if op is K.CAST:
+            return s[0] != 0 if d.is_bool else s[0]     # the assignment wraps to the target
+        if op is K.BITCAST:
+            return s[0]
+        if op in (K.SHL, K.SHR):
+            return self.shift(op, d, s[0], s[1], consts[1], self.interval(v.srcs[1]))
+        if op in (K.CDIV, K.CMOD):
+            return self.divide(op, v, s[0], s[1], consts[1])
+        raise UnsupportedError(self.kernel.name, op.name, d.name)
+
+    @staticmethod
+    def shift(op, d: DType, a: Value, b: Value, amount: int | None, b_range: Interval) -> Value:
+        if amount is not None:
+            if amount >= d.bits or amount < 0:     # tinygrad: shifted out entirely
+                return Const(0, 1) if op is K.SHL or not d.signed else Mux(a < 0, -1, 0)
+            return a << amount if op is K.SHL else a >> amount
+        # variable amount: only the bits below the dtype width can matter
+        width_bits = (d.bits - 1).bit_length()
+        amt = b[:width_bits].as_unsigned() if len(b) > width_bits else b.as_unsigned()
+        shifted = a << amt if op is K.SHL else a >> amt
+        if b_range.lo >= 0 and b_range.hi < d.bits:
+            return shifted
+        overflow = Const(0, 1) if op is K.SHL or not d.signed else Mux(a < 0, -1, 0)
+        return Mux((b < 0) | (b >= d.bits), overflow, shifted)
+
+    def divide(self, op, v: ir.Op, a: Value, b: Value, c: int | None) -> Value:
+        """tinygrad's C semantics: truncate toward zero; x / 0 = 0 and x % 0 = x."""
+        ra, rb = self.interval(v.srcs[0]), self.interval(v.srcs[1])
+        if ra.lo >= 0 and rb.lo > 0:                   # non-negative: floor == truncation
+            return a // b if op is K.CDIV else a % b
+        ma, mb = _magnitude(a), _magnitude(b)
+        q = Mux((a < 0) ^ (b < 0), -(ma // mb), ma // mb)
+        if op is K.CDIV:
+            return q if (c is not None and c != 0) else Mux(b == 0, 0, q)
+        r = Mux(a < 0, -(ma % mb), ma % mb)             # the remainder takes the dividend's sign
+        return r if (c is not None and c != 0) else Mux(b == 0, a, r)

@@ -1,0 +1,196 @@
+"""One kernel as an Amaranth component: its memories, datapath and controller.
+
+Memories: one per buffer the kernel touches, holding raw bit patterns. Read port 0 of every
+memory and its write port are shared with the outside (`b{slot}_raddr/rdata/waddr/wdata/we`)
+while the kernel is idle, so a host or the top module can load inputs and read results.
+A step that loads a buffer at several addresses at once gets more read ports.
+
+Read timing: with mem_read="sync" (block RAM) a read port returns data one cycle after its
+address. The controller computes the *next* step and counter values combinationally and
+drives every read address from them, so the data is there when the step executes: no extra
+cycles. A store followed by a load of the same buffer in the next step is handled by making
+the read ports transparent to the kernel's own write port. With mem_read="comb" addresses
+come from the current step and counters.
+
+Timing: `start` is sampled while idle; steps execute in the following cycles, one per cycle;
+`done` is high for one cycle right after the last step. A kernel run therefore takes
+`Program.cycles + 1` cycles from the start cycle to the done cycle.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Const, Module, Mux, Signal, Value, unsigned
+from amaranth.lib import memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from .. import ir
+from ..config import HardwareConfig
+from ..ranges import Interval, analyze
+from .datapath import Datapath, Env, from_bits
+from .program import Program, Step, build_program
+
+
+def _addr_shape(depth: int):
+    return unsigned(max(1, (depth - 1).bit_length()))
+
+
+def port_names(slot: int) -> dict[str, str]:
+    return {k: f"b{slot}_{k}" for k in ("raddr", "rdata", "waddr", "wdata", "we")}
+
+
+class KernelHW(wiring.Component):
+    def __init__(self, kernel: ir.KernelIR, config: HardwareConfig):
+        self.kernel, self.config = kernel, config
+        self.program: Program = build_program(kernel)
+        self.ranges: dict[int, Interval] = analyze(kernel)
+        self.memories: dict[int, memory.Memory] = {}
+        sig = {"start": In(1), "done": Out(1), "busy": Out(1)}
+        for b in kernel.buffers:
+            self.memories[b.slot] = memory.Memory(shape=unsigned(b.dtype.bits), depth=b.size, init=[])
+            n = port_names(b.slot)
+            sig[n["raddr"]] = In(_addr_shape(b.size))
+            sig[n["rdata"]] = Out(b.dtype.bits)
+            sig[n["waddr"]] = In(_addr_shape(b.size))
+            sig[n["wdata"]] = In(b.dtype.bits)
+            sig[n["we"]] = In(1)
+        self.read_port_of = self._assign_read_ports()
+        super().__init__(sig)
+
+    @property
+    def cycles(self) -> int:
+        """Cycles from the start cycle to the done cycle."""
+        return self.program.cycles + 1
+
+    def _loads_of(self, step: Step) -> list[ir.Load]:
+        roots = [v for s in step.stores for v in ir.store_operands(s)]
+        return [v for v in ir.toposort(roots) if isinstance(v, ir.Load)]
+
+    def _assign_read_ports(self) -> dict[tuple[int, int], int]:
+        """(step, id(index expression)) -> read port number of that load's buffer."""
+        out: dict[tuple[int, int], int] = {}
+        self.n_read_ports = {b.slot: 1 for b in self.kernel.buffers}
+        for step in self.program.steps:
+            used: dict[int, list[int]] = {}
+            for load in self._loads_of(step):
+                indices = used.setdefault(load.buf, [])
+                if id(load.index) not in indices:
+                    indices.append(id(load.index))
+                out[(step.index, id(load.index))] = indices.index(id(load.index))
+            for buf, indices in used.items():
+                self.n_read_ports[buf] = max(self.n_read_ports[buf], len(indices))
+        return out
+
+    def elaborate(self, platform):
+        m = Module()
+        k, prog = self.kernel, self.program
+        sync_reads = self.config.mem_read == "sync"
+        idle = len(prog.steps)
+        step = Signal(range(idle + 1), init=idle)
+        nstep = Signal.like(step)
+        ctr = {l.id: Signal(range(l.bound), name=f"i{l.id}") for l in k.loops.values()}
+        nctr = {i: Signal.like(c, name=f"i{i}_next") for i, c in ctr.items()}
+        last = Signal()
+        accs = {a.index: Signal(a.dtype.shape if a.dtype.is_int else unsigned(a.dtype.bits), name=f"acc{a.index}")
+                for a in k.accs}
+
+        # ---- memories and their ports
+        write, reads = {}, {}
+        for b in k.buffers:
+            mem = self.memories[b.slot]
+            m.submodules[f"mem_b{b.slot}"] = mem
+            write[b.slot] = wp = mem.write_port()
+            transparent = (wp,) if (b.loaded and b.stored and sync_reads) else ()
+            reads[b.slot] = [mem.read_port(domain="sync" if sync_reads else "comb", transparent_for=transparent)
+                             for _ in range(self.n_read_ports[b.slot])]
+            n = port_names(b.slot)
+            m.d.comb += [getattr(self, n["rdata"]).eq(reads[b.slot][0].data),
+                         wp.addr.eq(getattr(self, n["waddr"])), wp.data.eq(getattr(self, n["wdata"])),
+                         wp.en.eq(getattr(self, n["we"]) & (step == idle))]
+
+        # ---- controller: next step and counters, an odometer over the loop tree
+        m.d.comb += [nstep.eq(step)] + [nctr[i].eq(c) for i, c in ctr.items()]
+        with m.Switch(step):
+            with m.Case(idle):
+                with m.If(self.start):
+                    if prog.first is None:
+                        m.d.comb += last.eq(1)
+                    else:
+                        m.d.comb += nstep.eq(prog.first)
+            for s, tr in zip(prog.steps, prog.transitions):
+                with m.Case(s.index):
+                    self._transition(m, tr.advances, tr.fallthrough, ctr, nctr, nstep, last, idle)
+        m.d.sync += [step.eq(nstep), self.done.eq(last)] + [ctr[i].eq(n) for i, n in nctr.items()]
+        m.d.comb += self.busy.eq(step != idle)
+
+        # ---- datapath
+        dp = Datapath(m, k, self.ranges, self.config, accs)
+        cur = lambda i: ctr[i]
+        nxt = lambda i: nctr[i]
+        addr_env = Env("next" if sync_reads else "cur", nxt if sync_reads else cur, None, None)
+        addr_step = nstep if sync_reads else step
+
+        # read addresses: for each port, the address of the load it serves in the (next) step
+        for b in k.buffers:
+            for p, port in enumerate(reads[b.slot]):
+                default = getattr(self, port_names(b.slot)["raddr"]) if p == 0 else 0
+                m.d.comb += port.addr.eq(default)
+            with m.Switch(addr_step):
+                for s in prog.steps:
+                    loads = [l for l in self._loads_of(s) if l.buf == b.slot]
+                    if not loads:
+                        continue
+                    with m.Case(s.index):
+                        for l in loads:
+                            port = reads[b.slot][self.read_port_of[(s.index, id(l.index))]]
+                            m.d.comb += port.addr.eq(self._in_range(dp, l.index, addr_env, b.size))
+
+        # stores, each in its step
+        sizes = {b.slot: b.size for b in k.buffers}
+        with m.Switch(step):
+            for s in prog.steps:
+                env = Env("cur", cur, s.index, self._load_data(s, reads))
+                with m.Case(s.index):
+                    for st in s.stores:
+                        if isinstance(st, ir.AccStore):
+                            m.d.sync += accs[st.acc].eq(dp.emit(st.value, env))
+                            continue
+                        wp = write[st.buf]
+                        idx = dp.emit(st.index, env)
+                        ok = self._index_ok(dp, st.index, idx, sizes[st.buf])
+                        gate = dp.emit(st.gate, env) if st.gate is not None else Const(1, 1)
+                        m.d.comb += [wp.addr.eq(Mux(ok, idx, 0)), wp.data.eq(dp.emit(st.value, env)),
+                                     wp.en.eq(gate & ok)]
+        return m
+
+    def _transition(self, m, advances, fallthrough, ctr, nctr, nstep, last, idle):
+        if not advances:
+            if fallthrough is None:
+                m.d.comb += [nstep.eq(idle), last.eq(1)]
+            else:
+                m.d.comb += nstep.eq(fallthrough)
+            return
+        adv, rest = advances[0], advances[1:]
+        c = ctr[adv.loop.id]
+        with m.If(c != adv.loop.bound - 1):
+            m.d.comb += [nctr[adv.loop.id].eq(c + 1), nstep.eq(adv.target)]
+        with m.Else():
+            m.d.comb += nctr[adv.loop.id].eq(0)
+            self._transition(m, rest, fallthrough, ctr, nctr, nstep, last, idle)
+
+    def _load_data(self, step: Step, reads):
+        def data(load: ir.Load) -> Value:
+            port = reads[load.buf][self.read_port_of[(step.index, id(load.index))]]
+            return from_bits(port.data, load.dtype)
+        return data
+
+    def _index_ok(self, dp: Datapath, node: ir.Value, idx: Value, size: int) -> Value:
+        r = dp.interval(node)
+        if 0 <= r.lo and r.hi < size:
+            return Const(1, 1)
+        return (idx >= 0) & (idx < size)
+
+    def _in_range(self, dp: Datapath, node: ir.Value, env: Env, size: int) -> Value:
+        """An address that is always inside the memory (out-of-range only happens when the
+        load's gate is false, or on steps that ignore the data; CXXRTL aborts on it)."""
+        idx = dp.emit(node, env)
+        ok = self._index_ok(dp, node, idx, size)
+        return idx if isinstance(ok, Const) else Mux(ok, idx, 0)

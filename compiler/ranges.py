@@ -1,0 +1,146 @@
+"""Value-range analysis over KernelIR: a sound integer interval for every integer value.
+
+Two uses: the datapath sizes each signal to its interval (a loop counter bounded by 784 needs
+10 bits, not the 32 of tinygrad's index dtype), and an operation whose exact interval leaves
+its dtype's range is known to possibly wrap. When the interval fits, computing in the narrow
+width is exact, so it equals tinygrad's wrapped 32-bit result bit-for-bit.
+
+`acc_ranges` lets a caller bound accumulator registers tighter than their dtype (the overflow
+proof); without it an accumulator may hold any value of its dtype.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Shape, signed, unsigned
+
+from . import ir
+from .dtypes import DType
+
+K = ir.OpKind
+
+
+@dataclass(frozen=True)
+class Interval:
+    lo: int
+    hi: int
+
+    @property
+    def shape(self) -> Shape:
+        """The narrowest Amaranth shape that holds every value of the interval."""
+        if self.lo >= 0:
+            return unsigned(max(1, self.hi.bit_length()))
+        bits = max((-self.lo - 1).bit_length(), self.hi.bit_length()) + 1
+        return signed(bits)
+
+    def within(self, other: "Interval") -> bool:
+        return other.lo <= self.lo and self.hi <= other.hi
+
+
+def dtype_range(d: DType) -> Interval:
+    return Interval(d.min, d.max)
+
+
+def _hull(values) -> Interval:
+    values = list(values)
+    return Interval(min(values), max(values))
+
+
+def _signed_bits(i: Interval) -> int:
+    """Bits of a two's complement number that holds the whole interval."""
+    return max((-i.lo - 1).bit_length() if i.lo < 0 else 0, i.hi.bit_length()) + 1
+
+
+def _cdiv(a: int, b: int) -> int:
+    return abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1) if b else 0
+
+
+def exact_interval(op: ir.OpKind, srcs: list[Interval], consts: list[int | None]) -> Interval | None:
+    """The interval of the mathematically exact result, or None if unknown (treat as wrap)."""
+    a = srcs[0] if srcs else None
+    b = srcs[1] if len(srcs) > 1 else None
+    if op is K.ADD:
+        return Interval(a.lo + b.lo, a.hi + b.hi)
+    if op is K.SUB:
+        return Interval(a.lo - b.hi, a.hi - b.lo)
+    if op is K.NEG:
+        return Interval(-a.hi, -a.lo)
+    if op is K.MUL:
+        return _hull(x * y for x in (a.lo, a.hi) for y in (b.lo, b.hi))
+    if op is K.MULACC:
+        m = _hull(x * y for x in (a.lo, a.hi) for y in (b.lo, b.hi))
+        c = srcs[2]
+        return Interval(m.lo + c.lo, m.hi + c.hi)
+    if op is K.MAX:
+        return Interval(max(a.lo, b.lo), max(a.hi, b.hi))
+    if op in (K.CMPLT, K.CMPNE, K.CMPEQ):
+        return Interval(0, 1)
+    if op is K.WHERE:
+        return Interval(min(srcs[1].lo, srcs[2].lo), max(srcs[1].hi, srcs[2].hi))
+    if op in (K.AND, K.OR, K.XOR):
+        if consts[1] == -1 and op is K.XOR:                      # bitwise not
+            return Interval(-a.hi - 1, -a.lo - 1)
+        if a.lo >= 0 and b.lo >= 0:
+            if op is K.AND:
+                return Interval(0, min(a.hi, b.hi))
+            return Interval(0, (1 << max(a.hi, b.hi).bit_length()) - 1)
+        if op is K.AND and (a.lo >= 0 or b.lo >= 0):             # masking with a non-negative value
+            return Interval(0, a.hi if a.lo >= 0 else b.hi)
+        n = max(_signed_bits(a), _signed_bits(b))
+        return Interval(-(1 << (n - 1)), (1 << (n - 1)) - 1)
+    if op is K.SHL and consts[1] is not None and 0 <= consts[1] < 64:
+        return Interval(a.lo << consts[1], a.hi << consts[1])
+    if op is K.SHR and consts[1] is not None and consts[1] >= 0:
+        return Interval(a.lo >> consts[1], a.hi >> consts[1])
+    if op is K.CDIV and consts[1] is not None and consts[1] != 0:
+        return _hull((_cdiv(a.lo, consts[1]), _cdiv(a.hi, consts[1])))
+    if op is K.CMOD and consts[1] is not None and consts[1] != 0:
+        c = abs(consts[1])
+        lo = 0 if a.lo >= 0 else max(a.lo, -(c - 1))
+        hi = 0 if a.hi <= 0 else min(a.hi, c - 1)
+        return Interval(lo, hi)
+    if op is K.CAST:
+        return a
+    return None
+
+
+def analyze(kernel: ir.KernelIR, acc_ranges: dict[int, Interval] | None = None) -> dict[int, Interval]:
+    """id(value) -> interval, for every integer/bool value reachable from the kernel's stores."""
+    acc_ranges = acc_ranges or {}
+    out: dict[int, Interval] = {}
+    roots = [v for s, _ in kernel.stores() for v in ir.store_operands(s)]
+    for v in ir.toposort(roots):
+        if v.dtype.is_float:
+            continue
+        out[id(v)] = value_interval(v, kernel, out, acc_ranges)
+    return out
+
+
+def value_interval(v: ir.Value, kernel: ir.KernelIR, known: dict[int, Interval],
+                   acc_ranges: dict[int, Interval]) -> Interval:
+    full = dtype_range(v.dtype)
+    if isinstance(v, ir.Const):
+        return Interval(int(v.value), int(v.value))
+    if isinstance(v, ir.Counter):
+        return Interval(0, kernel.loops[v.loop].bound - 1)
+    if isinstance(v, ir.AccLoad):
+        return acc_ranges.get(v.acc, full)
+    if isinstance(v, ir.Load):
+        if v.gate is not None and v.alt is not None and id(v.alt) in known:
+            alt = known[id(v.alt)]
+            return Interval(min(full.lo, alt.lo), max(full.hi, alt.hi))
+        return full
+    srcs = [known.get(id(s)) for s in v.srcs]
+    if any(s is None for s in srcs):          # float operands (casts, bitcasts, compares)
+        if v.op in (K.CMPLT, K.CMPNE, K.CMPEQ) or v.dtype.is_bool:
+            return Interval(0, 1)
+        return full
+    if v.op is K.CAST and v.dtype.is_bool:
+        return Interval(0, 1)
+    if v.op is K.BITCAST:
+        return srcs[0] if srcs[0].within(full) else full
+    consts = [s.value if isinstance(s, ir.Const) and not s.dtype.is_float else None for s in v.srcs]
+    exact = exact_interval(v.op, srcs, consts)
+    if exact is None or not exact.within(full):
+        return full           # may wrap: the datapath computes at the dtype's full width
+    return exact

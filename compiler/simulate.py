@@ -1,0 +1,108 @@
+"""Simulation: load a design's inputs, run it from start to done, read its outputs back.
+
+Back ends share one contract: memories are loaded by poking them (no port cycles, no data
+compiled into the design), `start` is raised for one cycle, and `cycles` counts clock cycles
+from that start cycle to the cycle in which `done` is high.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from amaranth.hdl import Module, Signal
+from amaranth.sim import Simulator
+
+from . import dtypes as dt
+from .design import Design
+from .errors import CompileError
+
+
+@dataclass(frozen=True)
+class SimResult:
+    outputs: list[np.ndarray]             # in the order the outputs were given to compile_model
+    cycles: int
+    backend: str
+    seconds: float = 0.0                  # wall time of the run itself (no build)
+    build_seconds: float = 0.0
+    buffers: dict[int, np.ndarray] = field(default_factory=dict)   # every model buffer, flat
+
+
+def input_words(design: Design, inputs: dict | None) -> dict[int, np.ndarray]:
+    """Graph buffer id -> words to load, from the inputs' numpy data and any overrides."""
+    graph = design.graph
+    given: dict[int, np.ndarray] = {}
+    for key, array in (inputs or {}).items():
+        buf = _buffer_of(design, key)
+        b = graph.buffers[buf]
+        a = np.asarray(array)
+        if a.size != b.size:
+            raise CompileError(f"input for buffer {buf} has {a.size} elements, the model needs {b.size}")
+        given[buf] = a
+    words: dict[int, np.ndarray] = {}
+    for buf in graph.inputs:
+        b = graph.buffers[buf]
+        if buf not in design.host_buffers:
+            continue                              # an input no kernel reads
+        data = given.get(buf, b.data)
+        if data is None:
+            raise CompileError(f"input buffer {buf} ({b.dtype}[{b.size}]) has no data: pass it in `inputs`")
+        words[buf] = dt.to_words(data, b.dtype)
+    return words
+
+
+def _buffer_of(design: Design, key) -> int:
+    if isinstance(key, int):
+        return key
+    uop = getattr(getattr(key, "uop", None), "buf_uop", None)
+    buf = design.graph.buffer_id(uop) if uop is not None else None
+    if buf is None:
+        raise CompileError(f"{key!r} is not an input of this design")
+    if buf not in design.graph.inputs:
+        raise CompileError(f"buffer {buf} is computed by a kernel; only external inputs can be set")
+    return buf
+
+
+def outputs_from(design: Design, read_words) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
+    """`read_words(host_buffer) -> uint64 words`; returns the output arrays and all buffers."""
+    buffers = {}
+    for hb in design.host_buffers.values():
+        buffers[hb.id] = dt.from_words(read_words(hb), design.graph.buffers[hb.id].dtype)
+    outs = [buffers[o].reshape(shape) for o, shape in zip(design.graph.outputs, design.output_shapes)]
+    return outs, buffers
+
+
+def run_pysim(design: Design, inputs: dict | None = None) -> SimResult:
+    import time
+    words = input_words(design, inputs)
+    top = design.top
+    harness = Module()            # simulation only: a free-running cycle counter beside the design
+    harness.submodules.top = top
+    count = Signal(64)
+    harness.d.sync += count.eq(count + 1)
+    result: dict = {}
+
+    async def bench(ctx):
+        for buf, w in words.items():
+            for kpos, slot in design.host_buffers[buf].holders:
+                mem = design.memory(kpos, slot)
+                for i, v in enumerate(w.tolist()):
+                    ctx.set(mem.data[i], v)
+        t0 = time.perf_counter()
+        ctx.set(top.start, 1)
+        start_count = ctx.get(count)
+        await ctx.tick()
+        ctx.set(top.start, 0)
+        (done_count,) = await ctx.tick().sample(count).until(top.done)
+        result["cycles"] = done_count - start_count
+        result["seconds"] = time.perf_counter() - t0
+
+        def read(hb):
+            mem = design.memory(*hb.home)
+            return np.array([ctx.get(mem.data[i]) for i in range(hb.size)], dtype=np.uint64)
+        result["outputs"], result["buffers"] = outputs_from(design, read)
+
+    sim = Simulator(harness)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return SimResult(result["outputs"], result["cycles"], "pysim", result["seconds"], 0.0, result["buffers"])
