@@ -62,9 +62,13 @@ def _magnitude(x: Value) -> Value:
 
 
 class Datapath:
-    def __init__(self, m: Module, kernel: ir.KernelIR, ranges: dict[int, Interval],
+    """Emits values into its own module `self.m`, so every assignment is unconditional even
+    when the caller asks for a value from inside a `with m.Case(...)` of the controller."""
+
+    def __init__(self, kernel: ir.KernelIR, ranges: dict[int, Interval],
                  config: HardwareConfig, accs: dict[int, Signal]):
-        self.m, self.kernel, self.ranges, self.config, self.accs = m, kernel, ranges, config, accs
+        self.m = m = Module()
+        self.kernel, self.ranges, self.config, self.accs = kernel, ranges, config, accs
         self.memo: dict[tuple, Value] = {}
         self.count = 0
         self.load_dependent: set[int] = set()

@@ -122,7 +122,8 @@ class KernelHW(wiring.Component):
         m.d.comb += self.busy.eq(step != idle)
 
         # ---- datapath
-        dp = Datapath(m, k, self.ranges, self.config, accs)
+        dp = Datapath(k, self.ranges, self.config, accs)
+        m.submodules.datapath = dp.m
         cur = lambda i: ctr[i]
         nxt = lambda i: nctr[i]
         addr_env = Env("next" if sync_reads else "cur", nxt if sync_reads else cur, None, None)

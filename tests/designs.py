@@ -1,0 +1,168 @@
+"""The compiler's test designs: each builds tinygrad output Tensors from seeded numpy data
+and the numpy reference result computed with the same operations in the same order.
+
+Shared by the compiler tests and the back-end equivalence tests (every back end must give
+the same outputs and cycles on every design here).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from tinygrad import Tensor, dtypes
+
+
+@dataclass(frozen=True)
+class Case:
+    outputs: tuple[Tensor, ...]
+    reference: tuple[np.ndarray, ...]
+
+
+def _rng(seed: int = 0):
+    return np.random.default_rng(seed)
+
+
+def _i8(rng, *shape):
+    return rng.integers(-128, 128, shape).astype(np.int8)
+
+
+def gemv_int8(M: int = 16, K: int = 8, seed: int = 0) -> Case:
+    rng = _rng(seed)
+    W, x = _i8(rng, M, K), _i8(rng, K)
+    # cast before the matmul: W.matmul(x, dtype=int32) would still multiply in int8
+    y = Tensor(W).cast(dtypes.int32) @ Tensor(x).cast(dtypes.int32)
+    return Case((y,), (W.astype(np.int32) @ x.astype(np.int32),))
+
+
+def matmul_int32(M: int = 4, K: int = 6, N: int = 5, seed: int = 1) -> Case:
+    rng = _rng(seed)
+    A = rng.integers(-2**31, 2**31, (M, K), dtype=np.int64).astype(np.int32)
+    B = rng.integers(-2**31, 2**31, (K, N), dtype=np.int64).astype(np.int32)
+    y = Tensor(A) @ Tensor(B)
+    ref = np.zeros((M, N), np.int32)
+    with np.errstate(over="ignore"):
+        for k in range(K):                     # int32 wraparound, accumulated in k order
+            ref = ref + A[:, k:k + 1] * B[k:k + 1, :]
+    return Case((y,), (ref,))
+
+
+def add_relu(N: int = 16, seed: int = 2) -> Case:
+    rng = _rng(seed)
+    a, b = _i8(rng, N), _i8(rng, N)
+    y = (Tensor(a) + Tensor(b)).relu()
+    with np.errstate(over="ignore"):
+        return Case((y,), (np.maximum(a + b, 0).astype(np.int8),))
+
+
+def requant(h: np.ndarray, shift: int) -> np.ndarray:
+    """int32 activations -> int8: relu, arithmetic shift, clamp to 127."""
+    return np.minimum(np.maximum(h, 0) >> shift, 127).astype(np.int8)
+
+
+def mlp_int8(IN: int = 784, HIDDEN: int = 128, OUT: int = 10, SHIFT: int = 8, seed: int = 3) -> Case:
+    rng = _rng(seed)
+    x, W1, W2 = _i8(rng, IN), _i8(rng, HIDDEN, IN), _i8(rng, OUT, HIDDEN)
+    h = (Tensor(W1).cast(dtypes.int32) @ Tensor(x).cast(dtypes.int32)).relu()
+    h8 = (h >> SHIFT).minimum(127).cast(dtypes.int8)
+    y = Tensor(W2).cast(dtypes.int32) @ h8.cast(dtypes.int32)
+    href = requant(W1.astype(np.int32) @ x.astype(np.int32), SHIFT)
+    return Case((y,), (W2.astype(np.int32) @ href.astype(np.int32),))
+
+
+def residual_mlp(N: int = 8, seed: int = 4) -> Case:
+    """y = W2 @ h + h with h = relu(W1 @ x): the skip connection feeds the second kernel."""
+    rng = _rng(seed)
+    x, W1, W2 = _i8(rng, N), _i8(rng, N, N), _i8(rng, N, N)
+    h = (Tensor(W1).cast(dtypes.int32) @ Tensor(x).cast(dtypes.int32)).relu()
+    y = (Tensor(W2).cast(dtypes.int32) @ h) + h
+    href = np.maximum(W1.astype(np.int32) @ x.astype(np.int32), 0)
+    return Case((y,), (W2.astype(np.int32) @ href + href,))
+
+
+def fan_out(N: int = 8, seed: int = 5) -> Case:
+    """One producer, two consumers, two outputs."""
+    rng = _rng(seed)
+    x, W1, W2, W3 = _i8(rng, N), _i8(rng, N, N), _i8(rng, 4, N), _i8(rng, 4, N)
+    h = (Tensor(W1).cast(dtypes.int32) @ Tensor(x).cast(dtypes.int32)).relu().contiguous()
+    o1, o2 = Tensor(W2).cast(dtypes.int32) @ h, Tensor(W3).cast(dtypes.int32) @ h
+    href = np.maximum(W1.astype(np.int32) @ x.astype(np.int32), 0)
+    return Case((o1, o2), (W2.astype(np.int32) @ href, W3.astype(np.int32) @ href))
+
+
+def conv2d_padded(C_IN: int = 1, C_OUT: int = 2, H: int = 5, W: int = 5, K: int = 3, PAD: int = 1,
+                  seed: int = 6) -> Case:
+    rng = _rng(seed)
+    x = rng.integers(-8, 8, (1, C_IN, H, W)).astype(np.int32)
+    w = rng.integers(-8, 8, (C_OUT, C_IN, K, K)).astype(np.int32)
+    y = Tensor(x).conv2d(Tensor(w), padding=PAD)
+    xp = np.pad(x, ((0, 0), (0, 0), (PAD, PAD), (PAD, PAD)))
+    Ho, Wo = H + 2 * PAD - K + 1, W + 2 * PAD - K + 1
+    ref = np.zeros((1, C_OUT, Ho, Wo), np.int32)
+    for o in range(C_OUT):
+        for i in range(Ho):
+            for j in range(Wo):
+                ref[0, o, i, j] = (xp[0, :, i:i + K, j:j + K] * w[o]).sum()
+    return Case((y,), (ref,))
+
+
+def sibling_loops(N: int = 10, seed: int = 7) -> Case:
+    """x - max(x): a REDUCE loop, then a sibling output loop, in one kernel."""
+    rng = _rng(seed)
+    x = rng.integers(-100, 100, (N,)).astype(np.int32)
+    return Case((Tensor(x) - Tensor(x).max(),), (x - x.max(),))
+
+
+def divmod_signed(N: int = 16, seed: int = 8) -> Case:
+    """Python-style // and % on signed ints: tinygrad emits CDIV/CMOD plus a sign fix."""
+    rng = _rng(seed)
+    a = rng.integers(-1000, 1000, (N,)).astype(np.int32)
+    return Case(((Tensor(a) // 3) + (Tensor(a) % 5),), ((a // 3 + a % 5).astype(np.int32),))
+
+
+def bitwise_uint8(N: int = 12, seed: int = 9) -> Case:
+    """uint8 AND/OR/XOR/shifts/compare/where and a bool output."""
+    rng = _rng(seed)
+    a = rng.integers(0, 256, (N,)).astype(np.uint8)
+    b = rng.integers(0, 256, (N,)).astype(np.uint8)
+    ta, tb = Tensor(a), Tensor(b)
+    y = ((ta & tb) | (ta ^ 0x5A)) + (ta >> 2) - (tb << 1)
+    z = (ta < tb).where(ta, tb)
+    with np.errstate(over="ignore"):
+        ry = ((a & b) | (a ^ np.uint8(0x5A))) + (a >> 2) - (b << np.uint8(1))
+    return Case((y, z, ta != tb), (ry.astype(np.uint8), np.where(a < b, a, b), a != b))
+
+
+def mixed_int16(N: int = 10, seed: int = 10) -> Case:
+    """int16 multiply that wraps, negation, max, cast to int8 and uint16."""
+    rng = _rng(seed)
+    a = rng.integers(-2**15, 2**15, (N,)).astype(np.int16)
+    b = rng.integers(-2**15, 2**15, (N,)).astype(np.int16)
+    ta, tb = Tensor(a), Tensor(b)
+    y = (ta * tb).maximum(-ta)
+    with np.errstate(over="ignore"):
+        ry = np.maximum(a * b, -a)
+    return Case((y, y.cast(dtypes.int8), ta.cast(dtypes.uint16)),
+                (ry, ry.astype(np.int8), a.astype(np.uint16)))
+
+
+# name -> builder, small enough for the Python simulator
+SMALL: dict[str, Callable[[], Case]] = {
+    "gemv_int8_16x8": gemv_int8,
+    "matmul_int32": matmul_int32,
+    "add_relu": add_relu,
+    "mlp_int8_small": lambda: mlp_int8(IN=32, HIDDEN=16, OUT=4, SHIFT=6),
+    "residual_mlp": residual_mlp,
+    "fan_out": fan_out,
+    "conv2d_padded": conv2d_padded,
+    "sibling_loops": sibling_loops,
+    "divmod_signed": divmod_signed,
+    "bitwise_uint8": bitwise_uint8,
+    "mixed_int16": mixed_int16,
+}
+
+# the full-size designs the issue names (~100k cycles each)
+LARGE: dict[str, Callable[[], Case]] = {
+    "gemv_int8_128x784": lambda: gemv_int8(128, 784),
+    "mlp_int8_784_128_10": mlp_int8,
+}
