@@ -217,7 +217,8 @@ class ZooModel:
 
     @property
     def doc(self) -> str:
-        return (self.build.__doc__ or "").strip().splitlines()[0]
+        """The docstring's first paragraph, on one line."""
+        return " ".join((self.build.__doc__ or "").strip().split("\n\n")[0].split())
 
     def defaults(self) -> dict[str, int]:
         return {p.name: p.default for p in self.params}

@@ -1,0 +1,631 @@
+"""The YAML spec of a study, parsed once into typed, frozen records.
+
+    study: gemv
+    target: ecp5                        # ecp5 | ice40 | xilinx
+    models:
+      - name: gemv_128x784
+        builtin: gemv                   # a zoo model (`dse models` lists them)
+        params: {M: 128, K: 784}
+        input_range: {min: -8, max: 7}  # optional, overrides the top-level one
+      - name: mine
+        source: models/mine.py:build    # a user's file, relative to the spec file
+        params: {N: 32}
+    dtypes: [int8, fp16, bf16, fp32]    # int8 int16 int32 uint8 fp16 bf16 fp32
+    knobs:                              # candidate values per HardwareConfig knob
+      mem_read: [sync, comb]
+    objectives: [cycles, luts]          # fmax_mhz is maximised, every other metric minimised
+    search: {sampler: nsga2, trials: 40, seed: 0}   # grid | random | tpe | nsga2
+
+Optional keys: `input_range` ({min, max} for every dtype, or {dtype: {min, max}}), `constraints`
+({luts_max: 5000, ...}: resource budgets a feasible point must meet), `gate` (the same bounds,
+for `dse check`: one mapping for every model x dtype, or a list of rules each optionally
+restricted by `model:` and `dtype:`), `timing` (bool, default false: run place-and-route for
+fmax_mhz/latency_us) and `stage_timeout_s` (per-stage time limit, default 600).
+
+Every mistake raises one `SpecError` naming the YAML path of the offending value, e.g.
+`models[1].params.K: expected a positive integer, got -3`.
+"""
+from __future__ import annotations
+
+import difflib
+import itertools
+import math
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
+
+import yaml
+
+from compiler.config import HardwareConfig
+from dse import zoo
+from dse.user_model import UserModelError, bind_params, load_function, parse_source
+from dse.zoo import DTYPES, InputRange
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class SpecError(ValueError):
+    """A mistake in a spec: `path` is where (e.g. "models[1].params.K"), `message` what."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path, self.message = path, message
+
+
+# ---------------------------------------------------------------------------------------------
+# the typed records
+
+class Target(StrEnum):
+    ECP5 = "ecp5"
+    ICE40 = "ice40"
+    XILINX = "xilinx"
+
+
+class Sampler(StrEnum):
+    GRID = "grid"
+    RANDOM = "random"
+    TPE = "tpe"
+    NSGA2 = "nsga2"
+
+
+class Direction(StrEnum):
+    """Spelled as Optuna spells study directions."""
+    MINIMIZE = "minimize"
+    MAXIMIZE = "maximize"
+
+
+METRICS: dict[str, Direction] = {
+    "cycles": Direction.MINIMIZE, "luts": Direction.MINIMIZE, "ffs": Direction.MINIMIZE,
+    "bram": Direction.MINIMIZE, "dsp": Direction.MINIMIZE, "lutram": Direction.MINIMIZE,
+    "latency_us": Direction.MINIMIZE, "fmax_mhz": Direction.MAXIMIZE,
+}
+"""Metrics a spec may optimise or bound, with the direction that is better."""
+NEEDS_TIMING = frozenset({"latency_us", "fmax_mhz"})
+INTEGER_METRICS = frozenset({"cycles", "luts", "ffs", "bram", "dsp", "lutram"})
+DEFAULT_STAGE_TIMEOUT_S = 600.0
+
+
+class FrozenMap(Mapping[K, V]):
+    """An immutable, hashable dict (keeps insertion order)."""
+    __slots__ = ("_d",)
+
+    def __init__(self, items: Mapping[K, V] | Iterable[tuple[K, V]] = ()):
+        self._d = dict(items)
+
+    def __getitem__(self, key: K) -> V:
+        return self._d[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._d.items()))
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._d!r})"
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str             # a key of METRICS
+    direction: Direction
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A limit on one metric: `luts_max: 5000` is Bound("luts", "max", 5000)."""
+    metric: str
+    kind: str               # "max" (value <= limit) or "min" (value >= limit)
+    limit: float
+
+    @property
+    def key(self) -> str:
+        return f"{self.metric}_{self.kind}"
+
+    def ok(self, value: float) -> bool:
+        return value <= self.limit if self.kind == "max" else value >= self.limit
+
+
+@dataclass(frozen=True)
+class GateRule:
+    """Bounds `dse check` enforces on every model x dtype the rule matches (None: all)."""
+    model: str | None
+    dtype: str | None
+    bounds: tuple[Bound, ...]
+
+    def matches(self, model: str, dtype: str) -> bool:
+        return self.model in (None, model) and self.dtype in (None, dtype)
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str               # a HardwareConfig field
+    values: tuple[Any, ...]  # candidate values, each legal on its own
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    sampler: Sampler
+    trials: int             # for grid: the whole grid unless the spec says fewer
+    seed: int
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of the study: a zoo model (`builtin`) or a user's function (`source`)."""
+    name: str
+    builtin: str | None             # zoo model name
+    source: Path | None             # absolute path of the user's file
+    function: str | None            # function in that file
+    params: FrozenMap[str, Any]     # complete: defaults filled in
+    input_ranges: FrozenMap[str, InputRange]   # dtype -> range given in the spec (model's own or top-level)
+
+    def build(self, dtype: str) -> zoo.Built:
+        """`(inputs, forward)` for `dtype` (the contract is checked)."""
+        if self.builtin is not None:
+            return zoo.ZOO[self.builtin].build(dtype, **self.params)
+        assert self.source is not None and self.function is not None
+        return zoo.check_built(load_function(self.source, self.function)(dtype, **self.params))
+
+    def input_range(self, dtype: str) -> InputRange | None:
+        """The spec's range for `dtype`; None: each input's dtype default (zoo.default_input_range)."""
+        return self.input_ranges.get(dtype)
+
+    def describe(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        what = self.builtin if self.builtin is not None else f"{self.source.name}:{self.function}"  # type: ignore[union-attr]
+        return f"{what}({args})"
+
+
+@dataclass(frozen=True)
+class DesignPoint:
+    """One model x dtype x knob setting: the unit the explorer evaluates."""
+    model: str
+    dtype: str
+    knobs: FrozenMap[str, Any]
+
+    def hardware_config(self) -> HardwareConfig:
+        """Raises ValueError saying why if this combination of knob values is illegal."""
+        return HardwareConfig.from_dict(dict(self.knobs))
+
+
+@dataclass(frozen=True)
+class Spec:
+    study: str
+    target: Target
+    models: tuple[ModelSpec, ...]
+    dtypes: tuple[str, ...]
+    knobs: tuple[Knob, ...]
+    objectives: tuple[Objective, ...]
+    search: SearchSpec
+    constraints: tuple[Bound, ...]
+    gate: tuple[GateRule, ...]
+    timing: bool
+    stage_timeout_s: float
+    path: Path | None               # the spec file, if it came from one
+
+    def model(self, name: str) -> ModelSpec:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(f"no model {name!r} in study {self.study!r}; models: {', '.join(m.name for m in self.models)}")
+
+    @property
+    def knob_space_size(self) -> int:
+        """Number of knob-value combinations (1 with no knobs)."""
+        return math.prod(len(k.values) for k in self.knobs)
+
+    @property
+    def space_size(self) -> int:
+        """Number of design points: models x dtypes x knob combinations."""
+        return len(self.models) * len(self.dtypes) * self.knob_space_size
+
+    def knob_combinations(self) -> Iterator[FrozenMap[str, Any]]:
+        names = [k.name for k in self.knobs]
+        for values in itertools.product(*(k.values for k in self.knobs)):
+            yield FrozenMap(zip(names, values))
+
+    def points(self) -> Iterator[DesignPoint]:
+        """Every design point, models outermost, then dtypes, then knobs in spec order."""
+        for m in self.models:
+            for dt in self.dtypes:
+                for knobs in self.knob_combinations():
+                    yield DesignPoint(m.name, dt, knobs)
+
+    def gate_bounds(self, model: str, dtype: str) -> tuple[Bound, ...]:
+        return tuple(b for rule in self.gate if rule.matches(model, dtype) for b in rule.bounds)
+
+
+# ---------------------------------------------------------------------------------------------
+# loading
+
+class _Loader(yaml.SafeLoader):
+    """safe_load, but a key given twice in one mapping is an error instead of last-one-wins."""
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    seen: dict[Any, yaml.Node] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            first = seen.get(key)
+        except TypeError:
+            continue   # unhashable key: construct_mapping reports it
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first given on line {first.start_mark.line + 1})",
+                key_node.start_mark)
+        seen[key] = key_node
+    return loader.construct_mapping(node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and parse a spec file; raises SpecError."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SpecError(str(path), "file not found") from None
+    except OSError as e:
+        raise SpecError(str(path), f"cannot read: {e.strerror or e}") from None
+    return parse_spec(text, base_dir=path.parent, name=str(path), path=path)
+
+
+def parse_spec(text: str | Mapping[str, Any], base_dir: str | Path = ".", name: str = "<spec>",
+               path: Path | None = None) -> Spec:
+    """Parse spec text (or an already loaded mapping); `source:` files are relative to base_dir."""
+    if isinstance(text, str):
+        try:
+            data = yaml.load(text, Loader=_Loader)
+        except yaml.MarkedYAMLError as e:
+            mark = e.problem_mark or e.context_mark
+            where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
+            raise SpecError(where, f"YAML syntax error: {e.problem or e.context}") from None
+        except yaml.YAMLError as e:
+            raise SpecError(name, f"YAML syntax error: {e}") from None
+    else:
+        data = text
+    if data is None:
+        raise SpecError(name, f"the spec is empty; expected a mapping with keys {', '.join(_TOP_REQUIRED)}")
+    try:
+        return _Parser(Path(base_dir), path).spec(data)
+    except SpecError as e:
+        if not e.path:
+            raise SpecError(name, e.message) from None
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# parsing
+
+_TOP_REQUIRED = ("study", "target", "models", "dtypes", "objectives", "search")
+_TOP_OPTIONAL = ("knobs", "input_range", "constraints", "gate", "timing", "stage_timeout_s")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_BOUND_KEYS = {**{f"{m}_max": m for m, d in METRICS.items() if d is Direction.MINIMIZE},
+               **{f"{m}_min": m for m, d in METRICS.items() if d is Direction.MAXIMIZE}}
+
+
+def _join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def _suggest(word: Any, known: Iterable[str], noun: str = "known") -> str:
+    """'; did you mean 'x'?' for a likely typo, else the known names."""
+    known = list(known)
+    if isinstance(word, str):
+        m = re.fullmatch(r"(max|min)_(\w+)", word)        # max_luts -> luts_max
+        if m and f"{m[2]}_{m[1]}" in known:
+            return f"; did you mean '{m[2]}_{m[1]}'?"
+        close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+        if close:
+            return f"; did you mean {close[0]!r}?"
+    return f" ({noun}: {', '.join(known)})" if known else ""
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", type(None): "nothing"}.get(type(value), type(value).__name__)
+
+
+def _got(value: Any) -> str:
+    return "nothing" if value is None else f"{_type_name(value)} ({value!r})" if isinstance(value, (dict, list)) else repr(value)
+
+
+def _mapping(value: Any, path: str, required: Iterable[str] = (), optional: Iterable[str] = (),
+             what: str = "a mapping") -> dict[str, Any]:
+    """Check `value` is a mapping with all `required` keys and no others."""
+    required, optional = list(required), list(optional)
+    if not isinstance(value, dict):
+        raise SpecError(path, f"expected {what}, got {_got(value)}")
+    known = required + optional
+    for key in value:
+        if not isinstance(key, str):
+            raise SpecError(path, f"keys must be strings, got {key!r}")
+        if known and key not in known:
+            raise SpecError(_join(path, key), "unknown key" + _suggest(key, known, "known keys"))
+    for key in required:
+        if key not in value:
+            raise SpecError(_join(path, key), "required key is missing")
+    return value
+
+
+def _list(value: Any, path: str, what: str = "a list") -> list[Any]:
+    """A non-empty list without duplicate values."""
+    if not isinstance(value, list):
+        raise SpecError(path, f"expected {what}, got {_got(value)}")
+    if not value:
+        raise SpecError(path, "must not be empty")
+    seen: dict[tuple[type, Any], int] = {}
+    for i, v in enumerate(value):
+        key = (type(v), v) if isinstance(v, (str, int, float, bool, type(None))) else (type(v), repr(v))
+        if key in seen:
+            raise SpecError(_join(path, i), f"duplicate value {v!r} (also at [{seen[key]}])")
+        seen[key] = i
+    return value
+
+
+def _str(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise SpecError(path, f"expected a non-empty string, got {_got(value)}")
+    return value
+
+
+def _choice(value: Any, path: str, choices: Iterable[str], noun: str) -> str:
+    choices = list(choices)
+    if not isinstance(value, str):
+        raise SpecError(path, f"expected one of {', '.join(choices)}, got {_got(value)}")
+    if value not in choices:
+        raise SpecError(path, f"unknown {noun} {value!r}" + _suggest(value, choices))
+    return value
+
+
+def _int(value: Any, path: str, minimum: int = 1) -> int:
+    if type(value) is not int or value < minimum:
+        what = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
+        raise SpecError(path, f"expected {what}, got {_got(value)}")
+    return value
+
+
+def _number(value: Any, path: str, positive: bool = False) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise SpecError(path, f"expected a {'positive' if positive else 'non-negative'} number, got {_got(value)}")
+    return value
+
+
+def _bool(value: Any, path: str) -> bool:
+    if type(value) is not bool:
+        raise SpecError(path, f"expected true or false, got {_got(value)}")
+    return value
+
+
+class _Parser:
+    def __init__(self, base_dir: Path, path: Path | None):
+        self.base_dir, self.path = base_dir, path
+
+    def spec(self, data: Any) -> Spec:
+        top = _mapping(data, "", _TOP_REQUIRED, _TOP_OPTIONAL, what="a mapping with keys " + ", ".join(_TOP_REQUIRED))
+        study = _str(top["study"], "study")
+        if not _NAME.fullmatch(study):
+            raise SpecError("study", f"expected a name of letters, digits, '_', '-' and '.' "
+                                     f"(it names the results directory), got {study!r}")
+        target = Target(_choice(top["target"], "target", [t.value for t in Target], "target"))
+        self.dtypes = tuple(_choice(v, _join("dtypes", i), DTYPES, "dtype")
+                            for i, v in enumerate(_list(top["dtypes"], "dtypes", "a list of dtypes")))
+        self.timing = _bool(top.get("timing", False), "timing")
+        top_ranges = self.input_ranges(top["input_range"], "input_range") if "input_range" in top else {}
+        models = self.models(top["models"], top_ranges)
+        knobs = self.knobs(top.get("knobs", {}), "knobs")
+        objectives = self.objectives(top["objectives"])
+        knob_space = math.prod(len(k.values) for k in knobs)
+        search = self.search(top["search"], len(models) * len(self.dtypes) * knob_space)
+        constraints = self.bounds(top.get("constraints", {}), "constraints", required=False) if "constraints" in top else ()
+        gate = self.gate(top["gate"], [m.name for m in models]) if "gate" in top else ()
+        timeout = (_number(top["stage_timeout_s"], "stage_timeout_s", positive=True)
+                   if "stage_timeout_s" in top else DEFAULT_STAGE_TIMEOUT_S)
+        return Spec(study, target, models, self.dtypes, knobs, objectives, search, constraints, gate,
+                    self.timing, float(timeout), self.path)
+
+    # -- models
+
+    def models(self, value: Any, top_ranges: dict[str, InputRange]) -> tuple[ModelSpec, ...]:
+        items = _list(value, "models", "a list of models")
+        names: dict[str, int] = {}
+        out = []
+        for i, item in enumerate(items):
+            path = _join("models", i)
+            m = self.model(item, path, top_ranges)
+            if m.name in names:
+                raise SpecError(_join(path, "name"), f"duplicate model name {m.name!r} (also models[{names[m.name]}])")
+            names[m.name] = i
+            out.append(m)
+        return tuple(out)
+
+    def model(self, value: Any, path: str, top_ranges: dict[str, InputRange]) -> ModelSpec:
+        d = _mapping(value, path, ["name"], ["builtin", "source", "params", "input_range"])
+        name = _str(d["name"], _join(path, "name"))
+        if not _NAME.fullmatch(name):
+            raise SpecError(_join(path, "name"), f"expected a name of letters, digits, '_', '-' and '.', got {name!r}")
+        if ("builtin" in d) == ("source" in d):
+            raise SpecError(path, "give either 'builtin' (a zoo model) or 'source' (path/to/file.py:function)"
+                                  + (", not both" if "builtin" in d else ""))
+        given = _mapping(d.get("params", {}), _join(path, "params"))
+        for k, v in given.items():
+            if not isinstance(v, (str, int, float, bool)):
+                raise SpecError(_join(_join(path, "params"), k), f"expected a number, string or boolean, got {_got(v)}")
+        ranges = {**top_ranges, **(self.input_ranges(d["input_range"], _join(path, "input_range"))
+                                   if "input_range" in d else {})}
+        if "builtin" in d:
+            builtin = _choice(d["builtin"], _join(path, "builtin"), zoo.ZOO, "builtin model")
+            try:
+                params = zoo.ZOO[builtin].resolve_params(given)
+            except zoo.ParamError as e:
+                raise SpecError(_join(_join(path, "params"), e.param) if e.param else _join(path, "params"), e.message) from None
+            m = ModelSpec(name, builtin, None, None, FrozenMap(params), FrozenMap(ranges))
+        else:
+            src_path = _join(path, "source")
+            try:
+                file, function = parse_source(_str(d["source"], src_path))
+                source = (self.base_dir / file).resolve()
+                fn = load_function(source, function)
+                params = bind_params(fn, dict(given), f"{function}() in {file}")
+            except UserModelError as e:
+                raise SpecError(_join(path, "params") if "parameter" in str(e) else src_path, str(e)) from None
+            m = ModelSpec(name, None, source, function, FrozenMap(params), FrozenMap(ranges))
+        self.check_builds(m, path, own_range="input_range" in d)
+        return m
+
+    def check_builds(self, m: ModelSpec, path: str, own_range: bool) -> None:
+        """Build the model for every dtype: describing it must work before anything compiles."""
+        for dt in self.dtypes:
+            if m.builtin is not None:
+                try:
+                    built = m.build(dt)
+                except ValueError as e:     # the zoo's own checks, e.g. conv2d's K against H
+                    raise SpecError(_join(path, "params"), str(e)) from None
+            else:
+                call = f"{m.function}({dt!r}{''.join(f', {k}={v!r}' for k, v in m.params.items())})"
+                try:
+                    result = load_function(m.source, m.function)(dt, **m.params)  # type: ignore[arg-type]
+                except Exception as e:
+                    raise SpecError(path, f"{call} raised {type(e).__name__}: {e}") from None
+                try:
+                    built = zoo.check_built(result)
+                except ValueError as e:
+                    raise SpecError(_join(path, "source"), f"{call} breaks the model contract: {e}") from None
+            r = m.input_range(dt)
+            for inp, (_, in_dt) in built.inputs.items():
+                try:
+                    zoo.check_input_range(r or zoo.default_input_range(in_dt), in_dt)
+                except ValueError as e:
+                    raise SpecError(_join(path, "input_range") if own_range else "input_range",
+                                    f"input {inp!r} of model {m.name!r} is {in_dt}: {e}") from None
+
+    # -- input ranges
+
+    def input_ranges(self, value: Any, path: str) -> dict[str, InputRange]:
+        """{min, max} for every dtype of the spec, or {dtype: {min, max}}."""
+        d = _mapping(value, path, what="{min: ..., max: ...} or {dtype: {min: ..., max: ...}}")
+        if not d:
+            raise SpecError(path, "must not be empty")
+        if any(k in ("min", "max") for k in d):
+            r = self.input_range(d, path)
+            out = {dt: r for dt in self.dtypes}
+        else:
+            out = {}
+            for k, v in d.items():
+                if k not in self.dtypes:
+                    raise SpecError(_join(path, k), f"not one of the spec's dtypes" + _suggest(k, self.dtypes + ("min", "max"), "expected min, max or one of the spec's dtypes"))
+                out[k] = self.input_range(v, _join(path, k))
+        for dt, r in out.items():
+            try:
+                zoo.check_input_range(r, dt)
+            except ValueError as e:
+                raise SpecError(path if "min" in d else _join(path, dt), str(e)) from None
+        return out
+
+    def input_range(self, value: Any, path: str) -> InputRange:
+        d = _mapping(value, path, ["min", "max"], what="{min: ..., max: ...}")
+        lo, hi = d["min"], d["max"]
+        for k in ("min", "max"):
+            if type(d[k]) not in (int, float) or not math.isfinite(d[k]):
+                raise SpecError(_join(path, k), f"expected a number, got {_got(d[k])}")
+        if lo > hi:
+            raise SpecError(path, f"min ({lo}) is greater than max ({hi})")
+        return InputRange(lo, hi)
+
+    # -- knobs, objectives, search
+
+    def knobs(self, value: Any, path: str) -> tuple[Knob, ...]:
+        d = _mapping(value, path, what="a mapping of knob names to lists of candidate values")
+        known = HardwareConfig.knob_names()
+        out = []
+        for name, values in d.items():
+            kpath = _join(path, name)
+            if name not in known:
+                raise SpecError(kpath, "unknown hardware knob" + _suggest(name, known, "known knobs"))
+            if not isinstance(values, list):
+                raise SpecError(kpath, f"expected a list of candidate values, got {_got(values)}"
+                                       + (f" (write [{values}] for a single value)" if isinstance(values, (str, int, float)) else ""))
+            for j, v in enumerate(_list(values, kpath)):
+                if not isinstance(v, (str, int, float, bool)):
+                    raise SpecError(_join(kpath, j), f"expected a number, string or boolean, got {_got(v)}")
+                try:
+                    HardwareConfig.from_dict({name: v})
+                except (ValueError, TypeError) as e:
+                    raise SpecError(_join(kpath, j), str(e)) from None
+            out.append(Knob(name, tuple(values)))
+        return tuple(out)
+
+    def objectives(self, value: Any) -> tuple[Objective, ...]:
+        out = []
+        for i, v in enumerate(_list(value, "objectives", "a list of metrics")):
+            metric = _choice(v, _join("objectives", i), METRICS, "objective")
+            self.need_timing(metric, _join("objectives", i))
+            out.append(Objective(metric, METRICS[metric]))
+        return tuple(out)
+
+    def need_timing(self, metric: str, path: str) -> None:
+        if metric in NEEDS_TIMING and not self.timing:
+            raise SpecError(path, f"{metric!r} needs place-and-route timing; add 'timing: true' to the spec")
+
+    def search(self, value: Any, space: int) -> SearchSpec:
+        d = _mapping(value, "search", ["sampler"], ["trials", "seed"])
+        sampler = Sampler(_choice(d["sampler"], "search.sampler", [s.value for s in Sampler], "sampler"))
+        seed = _int(d.get("seed", 0), "search.seed", minimum=0)
+        if "trials" not in d:
+            if sampler is not Sampler.GRID:
+                raise SpecError("search.trials", f"required key is missing (the {sampler.value} sampler needs a trial budget)")
+            return SearchSpec(sampler, space, seed)
+        trials = _int(d["trials"], "search.trials")
+        if sampler is Sampler.GRID and trials > space:
+            raise SpecError("search.trials", f"{trials} exceeds the {space} points of the grid "
+                                             f"(models x dtypes x knob values); leave 'trials' out to run them all")
+        return SearchSpec(sampler, trials, seed)
+
+    # -- constraints and gate
+
+    def bounds(self, value: Any, path: str, required: bool = True, extra: Iterable[str] = ()) -> tuple[Bound, ...]:
+        d = _mapping(value, path, optional=list(_BOUND_KEYS) + list(extra),
+                     what="a mapping of bounds like {luts_max: 5000}")
+        out = []
+        for key, v in d.items():
+            if key in extra:
+                continue
+            metric = _BOUND_KEYS[key]
+            kpath = _join(path, key)
+            limit = _int(v, kpath, minimum=0) if metric in INTEGER_METRICS else _number(v, kpath)
+            self.need_timing(metric, kpath)
+            out.append(Bound(metric, key.rsplit("_", 1)[1], limit))
+        if required and not out:
+            raise SpecError(path, "needs at least one bound" + _suggest(None, _BOUND_KEYS, "e.g."))
+        if not required and not d:
+            raise SpecError(path, "must not be empty (leave the key out for no constraints)")
+        return tuple(out)
+
+    def gate(self, value: Any, models: list[str]) -> tuple[GateRule, ...]:
+        if isinstance(value, dict):
+            return (GateRule(None, None, self.bounds(value, "gate")),)
+        if not isinstance(value, list):
+            raise SpecError("gate", f"expected a mapping of bounds or a list of rules, got {_got(value)}")
+        if not value:
+            raise SpecError("gate", "must not be empty")
+        out = []
+        for i, rule in enumerate(value):
+            path = _join("gate", i)
+            bounds = self.bounds(rule, path, extra=("model", "dtype"))
+            model = _choice(rule["model"], _join(path, "model"), models, "model") if "model" in rule else None
+            dtype = _choice(rule["dtype"], _join(path, "dtype"), self.dtypes, "dtype") if "dtype" in rule else None
+            out.append(GateRule(model, dtype, bounds))
+        return tuple(out)
