@@ -57,6 +57,32 @@ def from_bits(bits: Value, d: DType) -> Value:
     return bits.as_signed() if d.is_int and d.signed and not d.is_bool else bits
 
 
+def _csd(c: int) -> list[tuple[int, int]]:
+    """Canonical signed digits of c > 0: [(shift, +1 | -1)], fewest non-zero digits."""
+    digits, shift = [], 0
+    while c:
+        if c & 1:
+            d = 2 - (c & 3)          # +1 if c = ...01, -1 if c = ...11
+            digits.append((shift, d))
+            c -= d
+        c >>= 1
+        shift += 1
+    return digits
+
+
+def _mul_const(x: Value, c: int) -> Value:
+    """x * c. Index math multiplies loop counters by strides (784, 25, ...); as a few shifts
+    and adds that costs a handful of LUTs, where Yosys would spend a DSP block on it."""
+    digits = _csd(abs(c))
+    if c == 0 or len(digits) > 3:
+        return x * c
+    out = None
+    for shift, d in digits:
+        term = x << shift if shift else x
+        out = term if out is None and d > 0 else (-term if out is None else (out + term if d > 0 else out - term))
+    return -out if c < 0 else out
+
+
 def _magnitude(x: Value) -> Value:
     return Mux(x < 0, -x, x).as_unsigned()
 
@@ -123,7 +149,12 @@ class Datapath:
         consts = [x.value if isinstance(x, ir.Const) else None for x in v.srcs]
         if op is K.ADD: return s[0] + s[1]
         if op is K.SUB: return s[0] - s[1]
-        if op is K.MUL: return s[0] * s[1]
+        if op is K.MUL:
+            if consts[1] is not None:
+                return _mul_const(s[0], consts[1])
+            if consts[0] is not None:
+                return _mul_const(s[1], consts[0])
+            return s[0] * s[1]
         if op is K.MULACC: return s[0] * s[1] + s[2]
         if op is K.NEG: return -s[0]
         if op is K.MAX: return Mux(s[0] > s[1], s[0], s[1])
