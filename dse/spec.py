@@ -216,6 +216,11 @@ class Spec:
                 return m
         raise KeyError(f"no model {name!r} in study {self.study!r}; models: {', '.join(m.name for m in self.models)}")
 
+    def input_range_for(self, model: str, dtype: str) -> InputRange | None:
+        """The spec's data range for `model` x `dtype` (model's own, else top-level); None: each
+        input's dtype default (zoo.default_input_range)."""
+        return self.model(model).input_range(dtype)
+
     @property
     def knob_space_size(self) -> int:
         """Number of knob-value combinations (1 with no knobs)."""
@@ -249,6 +254,10 @@ class _Loader(yaml.SafeLoader):
     """safe_load, but a key given twice in one mapping is an error instead of last-one-wins."""
 
 
+class _DuplicateKey(yaml.MarkedYAMLError):
+    pass
+
+
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict:
     loader.flatten_mapping(node)
     seen: dict[Any, yaml.Node] = {}
@@ -259,7 +268,7 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = Fal
         except TypeError:
             continue   # unhashable key: construct_mapping reports it
         if first is not None:
-            raise yaml.constructor.ConstructorError(
+            raise _DuplicateKey(
                 None, None, f"duplicate key {key!r} (first given on line {first.start_mark.line + 1})",
                 key_node.start_mark)
         seen[key] = key_node
@@ -290,7 +299,8 @@ def parse_spec(text: str | Mapping[str, Any], base_dir: str | Path = ".", name: 
         except yaml.MarkedYAMLError as e:
             mark = e.problem_mark or e.context_mark
             where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
-            raise SpecError(where, f"YAML syntax error: {e.problem or e.context}") from None
+            kind = "" if isinstance(e, _DuplicateKey) else "YAML syntax error: "
+            raise SpecError(where, f"{kind}{e.problem or e.context}") from None
         except yaml.YAMLError as e:
             raise SpecError(name, f"YAML syntax error: {e}") from None
     else:
@@ -321,10 +331,17 @@ def _join(path: str, key: str | int) -> str:
     return f"{path}.{key}" if path else key
 
 
+_ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32",
+            "char": "int8", "short": "int16", "int": "int32", "uchar": "uint8",
+            "lut": "luts", "ff": "ffs", "dsps": "dsp", "brams": "bram", "fmax": "fmax_mhz", "latency": "latency_us"}
+
+
 def _suggest(word: Any, known: Iterable[str], noun: str = "known") -> str:
     """'; did you mean 'x'?' for a likely typo, else the known names."""
     known = list(known)
     if isinstance(word, str):
+        if _ALIASES.get(word.lower()) in known:
+            return f"; did you mean {_ALIASES[word.lower()]!r}?"
         m = re.fullmatch(r"(max|min)_(\w+)", word)        # max_luts -> luts_max
         if m and f"{m[2]}_{m[1]}" in known:
             return f"; did you mean '{m[2]}_{m[1]}'?"
@@ -525,8 +542,11 @@ class _Parser:
         else:
             out = {}
             for k, v in d.items():
+                if k in DTYPES and k not in self.dtypes:
+                    raise SpecError(_join(path, k), f"{k} is not one of the spec's dtypes ({', '.join(self.dtypes)})")
                 if k not in self.dtypes:
-                    raise SpecError(_join(path, k), f"not one of the spec's dtypes" + _suggest(k, self.dtypes + ("min", "max"), "expected min, max or one of the spec's dtypes"))
+                    raise SpecError(_join(path, k), "unknown key; expected min and max, or dtypes"
+                                    + _suggest(k, ("min", "max") + self.dtypes, "known keys"))
                 out[k] = self.input_range(v, _join(path, k))
         for dt, r in out.items():
             try:

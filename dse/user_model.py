@@ -69,7 +69,7 @@ def load_function(file: Path, function: str) -> Callable[..., Any]:
         hint = f"; functions defined there: {', '.join(defined)}" if defined else "; it defines no functions"
         raise UserModelError(f"{file.name} has no function {function!r}{hint}")
     if not callable(fn):
-        raise UserModelError(f"{file.name}: {function!r} is a {type(fn).__name__}, not a function")
+        raise UserModelError(f"{file.name}: {function!r} is not a function but {type(fn).__name__} {fn!r}")
     return fn
 
 

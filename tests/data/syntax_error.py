@@ -1,0 +1,2 @@
+def build(dtype:
+    return None

@@ -1,0 +1,392 @@
+"""The YAML spec: every kind of mistake gives one pinned `error: <path>: <message>` line and
+exit code 2; a valid spec parses to the expected typed records."""
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from compiler.config import HardwareConfig
+from dse.cli import main
+from dse.spec import (Bound, DesignPoint, Direction, FrozenMap, GateRule, Knob, ModelSpec, Objective,
+                      Sampler, SearchSpec, SpecError, Target, load_spec, parse_spec)
+from dse.zoo import InputRange
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+USER = DATA / "user_models.py"
+
+BASE = {
+    "study": "small",
+    "target": "ecp5",
+    "models": [{"name": "gemv_4x8", "builtin": "gemv", "params": {"M": 4, "K": 8}},
+               {"name": "conv", "builtin": "conv2d", "params": {"H": 4, "W": 4}}],
+    "dtypes": ["int8", "fp32"],
+    "knobs": {"mem_read": ["sync", "comb"]},
+    "objectives": ["cycles", "luts"],
+    "search": {"sampler": "nsga2", "trials": 10, "seed": 0},
+}
+
+
+def run_validate(tmp_path: Path, capsys, spec: dict | str) -> tuple[int, str, str]:
+    path = tmp_path / "spec.yaml"
+    path.write_text(spec if isinstance(spec, str) else yaml.safe_dump(spec, sort_keys=False))
+    rc = main(["validate", str(path)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def with_(path: str, value, base: dict = BASE) -> dict:
+    """A copy of `base` with the value at dotted `path` ("models.1.params.K") replaced;
+    value DROP deletes the key."""
+    spec = copy.deepcopy(base)
+    *parents, last = path.split(".")
+    node = spec
+    for p in parents:
+        node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
+    key = int(last) if isinstance(node, list) else last
+    if value is DROP:
+        del node[key]
+    else:
+        node[key] = value
+    return spec
+
+
+DROP = object()
+
+
+def _knob_error(value) -> str:
+    try:
+        HardwareConfig.from_dict({"mem_read": value})
+    except ValueError as e:
+        return str(e)
+    raise AssertionError(f"HardwareConfig accepted mem_read={value!r}")
+
+
+def renamed(old: str, new: str, base: dict = BASE) -> dict:
+    spec = copy.deepcopy(base)
+    spec[new] = spec.pop(old)
+    return spec
+
+
+ERRORS = [
+    # top level: unknown keys (with typo hints), missing keys, wrong types
+    (renamed("objectives", "objective"), "objective: unknown key; did you mean 'objectives'?"),
+    ({**BASE, "colour": "red"}, "colour: unknown key (known keys: study, target, models, dtypes, objectives, "
+                                "search, knobs, input_range, constraints, gate, timing, stage_timeout_s)"),
+    (with_("dtypes", DROP), "dtypes: required key is missing"),
+    (with_("study", 3), "study: expected a non-empty string, got 3"),
+    (with_("study", "my study"), "study: expected a name of letters, digits, '_', '-' and '.' "
+                                 "(it names the results directory), got 'my study'"),
+    (with_("target", "ecp"), "target: unknown target 'ecp'; did you mean 'ecp5'?"),
+    (with_("target", "artix"), "target: unknown target 'artix' (known: ecp5, ice40, xilinx)"),
+    # dtypes
+    (with_("dtypes", []), "dtypes: must not be empty"),
+    (with_("dtypes", "int8"), "dtypes: expected a list of dtypes, got 'int8'"),
+    (with_("dtypes", ["int8", "fp32", "int8"]), "dtypes[2]: duplicate value 'int8' (also at [0])"),
+    (with_("dtypes", ["int8", "int4"]), "dtypes[1]: unknown dtype 'int4'; did you mean 'int8'?"),
+    (with_("dtypes", ["float16"]), "dtypes[0]: unknown dtype 'float16'; did you mean 'fp16'?"),
+    # models
+    (with_("models", {"name": "x"}), "models: expected a list of models, got a mapping ({'name': 'x'})"),
+    (with_("models.0.name", DROP), "models[0].name: required key is missing"),
+    (with_("models.0.nmae", "x"), "models[0].nmae: unknown key; did you mean 'name'?"),
+    (with_("models.1.name", "gemv_4x8"), "models[1].name: duplicate model name 'gemv_4x8' (also models[0])"),
+    (with_("models.0.builtin", DROP), "models[0]: give either 'builtin' (a zoo model) or 'source' "
+                                      "(path/to/file.py:function)"),
+    (with_("models.0.source", "x.py"), "models[0]: give either 'builtin' (a zoo model) or 'source' "
+                                       "(path/to/file.py:function), not both"),
+    (with_("models.0.builtin", "gemm"), "models[0].builtin: unknown builtin model 'gemm'; did you mean 'gemv'?"),
+    (with_("models.1.params.K", -3), "models[1].params.K: expected a positive integer, got -3"),
+    (with_("models.0.params.K", True), "models[0].params.K: expected a positive integer, got True"),
+    (with_("models.0.params.K", 2.5), "models[0].params.K: expected a positive integer, got 2.5"),
+    (with_("models.1.params.PAD", -1), "models[1].params.PAD: expected an integer >= 0, got -1"),
+    (with_("models.0.params.N", 4), "models[0].params.N: unknown parameter 'N' for builtin model 'gemv'; "
+                                    "its parameters: M, K"),
+    (with_("models.0.params", [4, 8]), "models[0].params: expected a mapping, got a list ([4, 8])"),
+    (with_("models.1.params.K", 9), "models[1].params: kernel size K=9 is larger than the padded input (6x6)"),
+    # knobs: names checked against HardwareConfig, each value by constructing it
+    (with_("knobs", {"mem_reed": ["sync"]}), "knobs.mem_reed: unknown hardware knob; did you mean 'mem_read'?"),
+    (with_("knobs", {"zzz": ["a"]}), "knobs.zzz: unknown hardware knob (known knobs: "
+                                     + ", ".join(HardwareConfig.knob_names()) + ")"),
+    (with_("knobs.mem_read", "sync"), "knobs.mem_read: expected a list of candidate values, got 'sync' "
+                                      "(write [sync] for a single value)"),
+    (with_("knobs.mem_read", []), "knobs.mem_read: must not be empty"),
+    (with_("knobs.mem_read", ["sync", "comb", "sync"]), "knobs.mem_read[2]: duplicate value 'sync' (also at [0])"),
+    (with_("knobs.mem_read", ["sync", "fast"]), "knobs.mem_read[1]: " + _knob_error("fast")),
+    (with_("knobs.mem_read", ["sync", ["comb"]]), "knobs.mem_read[1]: expected a number, string or boolean, "
+                                                  "got a list (['comb'])"),
+    # objectives
+    (with_("objectives", ["cycles", "lut"]), "objectives[1]: unknown objective 'lut'; did you mean 'luts'?"),
+    (with_("objectives", ["cycles", "cycles"]), "objectives[1]: duplicate value 'cycles' (also at [0])"),
+    (with_("objectives", []), "objectives: must not be empty"),
+    (with_("objectives", ["fmax_mhz"]), "objectives[0]: 'fmax_mhz' needs place-and-route timing; "
+                                        "add 'timing: true' to the spec"),
+    # search
+    (with_("search.sampler", "nsga"), "search.sampler: unknown sampler 'nsga'; did you mean 'nsga2'?"),
+    (with_("search.trails", 5), "search.trails: unknown key; did you mean 'trials'?"),
+    (with_("search.trials", DROP), "search.trials: required key is missing (the nsga2 sampler needs a trial budget)"),
+    (with_("search.trials", 0), "search.trials: expected a positive integer, got 0"),
+    (with_("search.seed", -1), "search.seed: expected a non-negative integer, got -1"),
+    (with_("search", {"sampler": "grid", "trials": 9}),
+     "search.trials: 9 exceeds the 8 points of the grid (models x dtypes x knob values); "
+     "leave 'trials' out to run them all"),
+    (with_("search", "nsga2"), "search: expected a mapping, got 'nsga2'"),
+    # input ranges
+    (with_("input_range", {"min": 7, "max": -8}), "input_range: min (7) is greater than max (-8)"),
+    (with_("input_range", {"min": -0.5, "max": 0.5}),
+     "input_range: int8 data needs integer bounds, got min=-0.5, max=0.5"),
+    (with_("input_range", {"min": -200, "max": 7}), "input_range: [-200, 7] is outside the int8 range [-128, 127]"),
+    (with_("input_range", {"min": -8}), "input_range.max: required key is missing"),
+    (with_("input_range", {"min": "-8", "max": 7}), "input_range.min: expected a number, got '-8'"),
+    (with_("input_range", {"int16": {"min": -8, "max": 7}}),
+     "input_range.int16: int16 is not one of the spec's dtypes (int8, fp32)"),
+    (with_("input_range", {"fp32": {"min": -1, "max": 1}, "mn": 0}),
+     "input_range.mn: unknown key; expected min and max, or dtypes; did you mean 'min'?"),
+    (with_("models.0.input_range", {"int8": {"min": 0, "max": 300}}),
+     "models[0].input_range.int8: [0, 300] is outside the int8 range [-128, 127]"),
+    # constraints and gate
+    (with_("constraints", {"luts_max": -5}), "constraints.luts_max: expected a non-negative integer, got -5"),
+    (with_("constraints", {"max_luts": 5000}), "constraints.max_luts: unknown key; did you mean 'luts_max'?"),
+    (with_("constraints", {"fmax_mhz_min": 50}), "constraints.fmax_mhz_min: 'fmax_mhz' needs place-and-route "
+                                                 "timing; add 'timing: true' to the spec"),
+    (with_("constraints", {}), "constraints: must not be empty (leave the key out for no constraints)"),
+    (with_("gate", {"max_cycles": 100}), "gate.max_cycles: unknown key; did you mean 'cycles_max'?"),
+    (with_("gate", [{"model": "gemv", "cycles_max": 100}]),
+     "gate[0].model: unknown model 'gemv'; did you mean 'gemv_4x8'?"),
+    (with_("gate", [{"dtype": "fp16", "cycles_max": 100}]), "gate[0].dtype: unknown dtype 'fp16' (known: int8, fp32)"),
+    (with_("gate", [{"dtype": "int8"}]), "gate[0]: needs at least one bound (e.g.: cycles_max, luts_max, ffs_max, "
+                                         "bram_max, dsp_max, lutram_max, latency_us_max, fmax_mhz_min)"),
+    (with_("gate", []), "gate: must not be empty"),
+    # scalars
+    (with_("timing", 1), "timing: expected true or false, got 1"),
+    (with_("stage_timeout_s", 0), "stage_timeout_s: expected a positive number, got 0"),
+    (with_("stage_timeout_s", "10"), "stage_timeout_s: expected a positive number, got '10'"),
+]
+
+
+@pytest.mark.parametrize("spec,message", ERRORS, ids=[m.split(":")[0] + f"-{i}" for i, (_, m) in enumerate(ERRORS)])
+def test_error_is_one_line_with_path_and_exit_2(tmp_path, capsys, spec, message):
+    rc, out, err = run_validate(tmp_path, capsys, spec)
+    assert (rc, out, err) == (2, "", f"error: {message}\n")
+
+
+def test_spec_error_carries_path_and_message():
+    with pytest.raises(SpecError) as e:
+        parse_spec(with_("models.1.params.K", -3))
+    assert isinstance(e.value, ValueError)
+    assert (e.value.path, e.value.message) == ("models[1].params.K", "expected a positive integer, got -3")
+
+
+# --- YAML and file-level errors: file:line:column
+
+@pytest.mark.parametrize("text,message", [
+    ("study: gemv\ntarget: [ecp5\n", "spec.yaml:3:1: YAML syntax error: expected ',' or ']', but got '<stream end>'"),
+    ("study: a\n  target: x\n", "spec.yaml:2:9: YAML syntax error: mapping values are not allowed here"),
+    ("study: a\ndtypes: [int8]\nstudy: b\n", "spec.yaml:3:1: duplicate key 'study' (first given on line 1)"),
+    ("", "spec.yaml: the spec is empty; expected a mapping with keys study, target, models, dtypes, objectives, search"),
+    ("- a\n- b\n", "spec.yaml: expected a mapping with keys study, target, models, dtypes, objectives, search, "
+                   "got a list (['a', 'b'])"),
+])
+def test_yaml_errors_report_line_and_column(tmp_path, capsys, text, message):
+    rc, out, err = run_validate(tmp_path, capsys, text)
+    assert (rc, err) == (2, f"error: {tmp_path / message}\n")
+
+
+def test_missing_spec_file(tmp_path, capsys):
+    assert main(["validate", str(tmp_path / "nope.yaml")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'nope.yaml'}: file not found\n"
+
+
+# --- user models (`source:`)
+
+def user(source: str, **extra) -> dict:
+    return {**BASE, "models": [{"name": "mine", "source": source, **extra}]}
+
+
+USER_ERRORS = [
+    (user(f"{DATA}/missing.py:build"), f"models[0].source: file not found: {DATA}/missing.py"),
+    (user(f"{USER}:nope"), "models[0].source: user_models.py has no function 'nope'; functions defined there: "
+                           "scale_add, needs_n, with_kwargs, only_ints, not_a_tuple, bad_shape, int8_weights"),
+    (user(f"{DATA}/no_functions.py"), "models[0].source: no_functions.py has no function 'build'; "
+                                      "it defines no functions"),
+    (user(f"{USER}:NOT_CALLABLE"), "models[0].source: user_models.py: 'NOT_CALLABLE' is not a function but int 42"),
+    (user(f"{DATA}/broken_import.py:build"),
+     "models[0].source: importing broken_import.py failed: ZeroDivisionError: integer division or modulo by zero "
+     "(line 2)"),
+    (user(f"{DATA}/syntax_error.py"), "models[0].source: importing syntax_error.py failed: SyntaxError: "
+                                      "'(' was never closed (syntax_error.py, line 1)"),
+    (user("models/mine.txt"), "models[0].source: expected 'path/to/file.py' or 'path/to/file.py:function', "
+                              "got 'models/mine.txt'"),
+    (user(f"{USER}:scale_add", params={"Q": 1}),
+     "models[0].params: unknown parameter 'Q' for scale_add() in " + f"{USER}; its parameters: N, SCALE"),
+    (user(f"{USER}:needs_n"), "models[0].params: needs_n() in " + f"{USER} cannot be called with these params "
+                              "(missing a required argument: 'N'); its parameters: N"),
+    (user(f"{USER}:only_ints"), "models[0]: only_ints('fp32', N=4) raised NotImplementedError: "
+                                "only integer dtypes, not fp32"),
+    (user(f"{USER}:not_a_tuple"), "models[0].source: not_a_tuple('int8') breaks the model contract: "
+                                  "build() must return (inputs, forward), got list"),
+    (user(f"{USER}:bad_shape"), "models[0].source: bad_shape('int8') breaks the model contract: input 'x': "
+                                "shape must be a non-empty tuple of positive ints, got (0, 4)"),
+    (user(f"{USER}:scale_add", params={"N": [1, 2]}),
+     "models[0].params.N: expected a number, string or boolean, got a list ([1, 2])"),
+    ({**user(f"{USER}:int8_weights"), "dtypes": ["int16"], "input_range": {"min": -1000, "max": 1000}},
+     "input_range: input 'w' of model 'mine' is int8: [-1000, 1000] is outside the int8 range [-128, 127]"),
+]
+
+
+@pytest.mark.parametrize("spec,message", USER_ERRORS, ids=[f"user-{i}" for i in range(len(USER_ERRORS))])
+def test_user_model_errors(tmp_path, capsys, spec, message):
+    rc, out, err = run_validate(tmp_path, capsys, spec)
+    assert (rc, out, err) == (2, "", f"error: {message}\n")
+
+
+def test_user_model_source_is_relative_to_the_spec_file(tmp_path):
+    (tmp_path / "models").mkdir()
+    shutil.copy(USER, tmp_path / "models" / "mine.py")
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(user("models/mine.py:scale_add", params={"N": 16})))
+    m = load_spec(path).models[0]
+    assert (m.builtin, m.source, m.function) == (None, tmp_path / "models" / "mine.py", "scale_add")
+    assert m.params == {"N": 16, "SCALE": 3}          # the function's defaults filled in
+    assert m.build("int8").inputs == {"a": ((16,), "int8"), "b": ((16,), "int8")}
+    assert m.describe() == "mine.py:scale_add(N=16, SCALE=3)"
+
+
+def test_user_model_with_var_kwargs_takes_any_params():
+    m = parse_spec(user(f"{USER}:with_kwargs", params={"N": 3, "mode": "fast"})).models[0]
+    assert m.params == {"N": 3, "mode": "fast"}
+
+
+# --- a valid spec parses to the expected typed records
+
+FULL = """
+study: full
+target: ice40
+models:
+  - name: g
+    builtin: gemv
+    params: {M: 8}
+    input_range: {int8: {min: -8, max: 7}}
+  - name: mine
+    source: data/user_models.py:scale_add
+dtypes: [int8, bf16]
+input_range: {min: -4, max: 3}
+knobs:
+  mem_read: [comb, sync]
+objectives: [luts, fmax_mhz, cycles]
+constraints: {luts_max: 5000, dsp_max: 0, latency_us_max: 12.5}
+gate:
+  - {cycles_max: 1000}
+  - {model: g, dtype: int8, luts_max: 900}
+search: {sampler: grid}
+timing: true
+stage_timeout_s: 30
+"""
+
+
+def test_valid_spec_parses_to_typed_records(tmp_path):
+    path = tmp_path / "full.yaml"
+    path.write_text(FULL)
+    (tmp_path / "data").mkdir()
+    shutil.copy(USER, tmp_path / "data" / "user_models.py")
+    s = load_spec(path)
+    assert (s.study, s.target, s.dtypes, s.timing, s.stage_timeout_s, s.path) == \
+        ("full", Target.ICE40, ("int8", "bf16"), True, 30.0, path)
+    g, mine = s.models
+    assert g == ModelSpec("g", "gemv", None, None, FrozenMap({"M": 8, "K": 784}),
+                          FrozenMap({"int8": InputRange(-8, 7), "bf16": InputRange(-4, 3)}))
+    assert mine.source == tmp_path / "data" / "user_models.py" and mine.params == {"N": 8, "SCALE": 3}
+    assert s.input_range_for("mine", "int8") == InputRange(-4, 3)
+    assert g.input_range("int8") == InputRange(-8, 7)
+    assert s.knobs == (Knob("mem_read", ("comb", "sync")),)
+    assert s.objectives == (Objective("luts", Direction.MINIMIZE), Objective("fmax_mhz", Direction.MAXIMIZE),
+                            Objective("cycles", Direction.MINIMIZE))
+    assert s.constraints == (Bound("luts", "max", 5000), Bound("dsp", "max", 0), Bound("latency_us", "max", 12.5))
+    assert s.gate == (GateRule(None, None, (Bound("cycles", "max", 1000),)),
+                      GateRule("g", "int8", (Bound("luts", "max", 900),)))
+    assert s.gate_bounds("g", "int8") == (Bound("cycles", "max", 1000), Bound("luts", "max", 900))
+    assert s.gate_bounds("mine", "int8") == (Bound("cycles", "max", 1000),)
+    assert s.search == SearchSpec(Sampler.GRID, 8, 0)            # grid: trials = the whole space
+    assert (s.knob_space_size, s.space_size) == (2, 8)
+    points = list(s.points())
+    assert len(set(points)) == 8 and points[0] == DesignPoint("g", "int8", FrozenMap({"mem_read": "comb"}))
+    assert points[0].hardware_config() == HardwareConfig(mem_read="comb")
+    assert hash(s) == hash(load_spec(path))                       # frozen all the way down
+
+
+def test_defaults_of_optional_keys():
+    s = parse_spec(BASE)
+    assert (s.knobs[0].values, s.constraints, s.gate, s.timing, s.stage_timeout_s) == (("sync", "comb"), (), (), False, 600.0)
+    assert s.models[0].input_range("int8") is None
+    no_knobs = parse_spec(with_("knobs", DROP))
+    assert (no_knobs.knobs, no_knobs.knob_space_size, no_knobs.space_size) == ((), 1, 4)
+    assert [p.knobs for p in no_knobs.points()] == [FrozenMap()] * 4
+
+
+def test_bound_directions():
+    assert Bound("luts", "max", 10).ok(10) and not Bound("luts", "max", 10).ok(11)
+    assert Bound("fmax_mhz", "min", 50).ok(60) and not Bound("fmax_mhz", "min", 50).ok(40)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_example_configs_are_valid(path, capsys):
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ok: study ") and out.count("\n") == 1
+
+
+def test_gemv_config_is_the_issue_spec():
+    s = load_spec(ROOT / "configs" / "gemv.yaml")
+    assert (s.study, s.target, s.dtypes) == ("gemv", Target.ECP5, ("int8", "fp16", "bf16", "fp32"))
+    assert s.models[0].builtin == "gemv" and s.models[0].params == {"M": 128, "K": 784}
+    assert s.search == SearchSpec(Sampler.NSGA2, 40, 0) and [o.metric for o in s.objectives] == ["cycles", "luts"]
+
+
+# --- the CLI
+
+def test_validate_summary(tmp_path, capsys):
+    rc, out, err = run_validate(tmp_path, capsys, BASE)
+    assert (rc, err) == (0, "")
+    assert out == ("ok: study 'small': 2 models (gemv_4x8, conv), 2 dtypes (int8, fp32), 2 knob settings "
+                   "(mem_read:2) -> 8 design points; target ecp5; min cycles, min luts; nsga2 sampler, "
+                   "10 trials, seed 0\n")
+
+
+def test_models_lists_the_zoo_with_defaults(capsys):
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "gemv         M=128 K=784\n" in out and "IN=784 HIDDEN=128 OUT=10 SHIFT=11" in out
+    for name in ("matmul", "elementwise", "mlp", "conv2d"):
+        assert f"\n{name} " in out
+
+
+def test_bad_usage_exits_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["frobnicate"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        main([])
+    assert e.value.code == 2
+
+
+def test_subprocess_python_m(tmp_path):
+    ok = subprocess.run([sys.executable, "-m", "dse.cli", "validate", "configs/gemv.yaml"],
+                        cwd=ROOT, capture_output=True, text=True)
+    assert (ok.returncode, ok.stderr) == (0, "") and ok.stdout.startswith("ok: study 'gemv'")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(with_("models.1.params.K", -3)))
+    r = subprocess.run([sys.executable, "-m", "dse.cli", "validate", str(bad)], cwd=ROOT, capture_output=True, text=True)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", "error: models[1].params.K: expected a positive integer, got -3\n")
+
+
+@pytest.mark.skipif(shutil.which("dse") is None, reason="console script not installed (pip install -e .)")
+def test_console_script(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(renamed("objectives", "objective")))
+    r = subprocess.run(["dse", "validate", str(bad)], capture_output=True, text=True)
+    assert (r.returncode, r.stderr) == (2, "error: objective: unknown key; did you mean 'objectives'?\n")
