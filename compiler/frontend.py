@@ -86,6 +86,13 @@ def lower_kernel(ast: UOp) -> tuple[str, list[UOp]]:
     return sink.arg.function_name, line_rewrite(linearize(sink), pm_linearize_cleanups)
 
 
+_NO_TYPE = "no hardware element type (supported: " + ", ".join(d.name for d in dt.ALL) + ")"
+
+
+def _tg_name(tg_dtype) -> str:
+    return getattr(getattr(tg_dtype, "base", tg_dtype), "name", str(tg_dtype))
+
+
 def _host_data(buf: UOp, dtype: dt.DType) -> np.ndarray | None:
     b = buf.buffer
     if not b.is_allocated():
@@ -119,7 +126,7 @@ def trace(*outputs: Tensor) -> Graph:
         if u not in ids:
             d = dt.from_tinygrad(u.dtype)
             if d is None:
-                raise UnsupportedError("<buffers>", "BUFFER", str(u.dtype), "no hardware element type")
+                raise UnsupportedError("kernel arguments", "BUFFER", _tg_name(u.dtype), _NO_TYPE)
             ids[u] = len(buffers)
             buffers.append(GraphBuffer(len(buffers), d, int(u.buffer.size), u, data))
         return ids[u]
@@ -130,14 +137,15 @@ def trace(*outputs: Tensor) -> Graph:
         if body.op is Ops.COPY:
             dst, src = call.src[1], call.src[2]
             if src.op is Ops.BUFFER and src in ids:
-                raise UnsupportedError("<copy>", "COPY", str(dst.dtype), "device-to-device copies between kernels")
+                raise UnsupportedError("host input copy", "COPY", _tg_name(dst.dtype),
+                                       "device-to-device copies between kernels")
             d = dt.from_tinygrad(dst.dtype)
             if d is None:
-                raise UnsupportedError("<copy>", "COPY", str(dst.dtype), "no hardware element type")
+                raise UnsupportedError("host input copy", "COPY", _tg_name(dst.dtype), _NO_TYPE)
             copied[buffer(dst, _host_data(src, d))] = None
             continue
         if body.op is not Ops.SINK:
-            raise UnsupportedError("<schedule>", str(body.op), "-", "only kernels and host copies can be scheduled")
+            raise UnsupportedError("schedule", str(body.op), "-", "only kernels and host copies can be scheduled")
         name, uops = lower_kernel(body)
         name = f"k{len(kernels)}_{name}"      # tinygrad names repeat for kernels of one shape
         slots = tuple(buffer(b) for b in call.src[1:])

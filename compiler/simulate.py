@@ -86,7 +86,7 @@ def run_pysim(design: Design, inputs: dict | None = None) -> SimResult:
             for kpos, slot in design.host_buffers[buf].holders:
                 mem = design.memory(kpos, slot)
                 for i, v in enumerate(w.tolist()):
-                    ctx.set(mem.data[i], v)
+                    ctx.set(mem[i], v)
         t0 = time.perf_counter()
         ctx.set(top.start, 1)
         start_count = ctx.get(count)
@@ -98,7 +98,7 @@ def run_pysim(design: Design, inputs: dict | None = None) -> SimResult:
 
         def read(hb):
             mem = design.memory(*hb.home)
-            return np.array([ctx.get(mem.data[i]) for i in range(hb.size)], dtype=np.uint64)
+            return np.array([ctx.get(mem[i]) for i in range(hb.size)], dtype=np.uint64)
         result["outputs"], result["buffers"] = outputs_from(design, read)
 
     sim = Simulator(harness)

