@@ -43,6 +43,8 @@ def load_module(file: Path) -> ModuleType:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module    # so dataclasses and pickling inside the file work
+    from dse.zoo import import_tinygrad
+    import_tinygrad()             # user files import tinygrad: its device must be chosen first
     try:
         spec.loader.exec_module(module)
     except (Exception, SystemExit) as e:

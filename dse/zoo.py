@@ -119,18 +119,21 @@ def check_built(result: Any) -> Built:
     return Built(dict(inputs), forward)
 
 
-def _tinygrad():
-    """Import tinygrad, defaulting to its PYTHON device (the only one on machines without a
-    GPU or C compiler)."""
+def import_tinygrad():
+    """Import tinygrad, defaulting to its PYTHON device (the only one on machines without a GPU
+    or C compiler) when DEV is unset, even if tinygrad was imported before DEV was set."""
     os.environ.setdefault("DEV", "PYTHON")
     import tinygrad
+    from tinygrad.helpers import DEV
+    if not DEV.device:
+        DEV.value = os.environ["DEV"]
     return tinygrad
 
 
 def _widen(t, dtype: str):
     """Integer inputs are cast to int32 before arithmetic: tinygrad's `matmul(dtype=int32)`
     still multiplies in the input type and wraps, so the cast must come first."""
-    return t if DTYPES[dtype].is_float else t.cast(_tinygrad().dtypes.int32)
+    return t if DTYPES[dtype].is_float else t.cast(import_tinygrad().dtypes.int32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,7 +172,8 @@ def mlp(dtype: str, IN: int = 784, HIDDEN: int = 128, OUT: int = 10, SHIFT: int 
         if DTYPES[dtype].is_float:
             h = h.relu()
         else:   # lowers to SHR, CMPLT and WHERE
-            h = (h >> SHIFT).clip(0, 127).cast(_tinygrad().dtypes.int8).cast(_tinygrad().dtypes.int32)
+            dt = import_tinygrad().dtypes
+            h = (h >> SHIFT).clip(0, 127).cast(dt.int8).cast(dt.int32)
         return _widen(W2, dtype) @ h
     return Built({"x": ((IN,), dtype), "W1": ((HIDDEN, IN), dtype), "W2": ((OUT, HIDDEN), dtype)}, forward)
 
@@ -280,7 +284,7 @@ def tinygrad_result(built: Built | tuple, arrays: Mapping[str, np.ndarray]) -> n
     lowered kernel the hardware is compiled from. bf16 outputs come back as float32 holders.
     """
     built = check_built(built)
-    tg = _tinygrad()
+    tg = import_tinygrad()
     from tinygrad.helpers import Context
     tensors = []
     for name, (shape, dt) in built.inputs.items():
