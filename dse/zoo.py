@@ -18,6 +18,11 @@ Data types (the names a spec's ``dtypes:`` list accepts):
 
 numpy has no bfloat16: bf16 arrays travel as float32 arrays holding bf16-exact values; `bits`
 gives the raw 16-bit patterns.
+
+`reference` is each zoo model's numpy golden model, in the lowered kernel's order (reductions
+k = 0..K-1). How floats round is an `Arith`: `KERNEL` (every op rounds to its dtype, as the
+kernel is written) or `python_device_arith(dtype)` (what tinygrad's PYTHON device computes,
+bit for bit; `tinygrad_result` runs it).
 """
 from __future__ import annotations
 
@@ -248,7 +253,8 @@ def make_inputs(built: Built | tuple, seed: int, input_range: InputRange | None 
 
     Integers are uniform over [min, max] inclusive; floats uniform over [min, max], rounded to
     the dtype (so a bound that is not representable may be exceeded by half an ulp). Subnormal
-    floats are replaced by zero: tinygrad's fp16/bf16 emulation reads them as zero.
+    floats are replaced by zero (tinygrad's software fp16 reads them as zero, and hardware
+    float units commonly flush them), so every rounding mode agrees on the inputs.
     Default range: `default_input_range`.
     """
     built = check_built(built)
@@ -310,7 +316,7 @@ class Arith:
         float32, as the kernel's `(a*b).cast(float)` says.
     fused_mac: acc + a*b is rounded once (computed in float64, then rounded to float32), as
         tinygrad's PYTHON device runs its MULACC op; otherwise product and sum round separately.
-    emulated_casts: casts to fp16/bf16 behave like tinygrad's software emulation: subnormals
+    emulated_casts: casts to fp16/bf16 behave like tinygrad's software float emulation: subnormals
         flush to (signed) zero on load and store, and magnitudes above the format's largest
         finite value become inf instead of rounding down to it.
     """
