@@ -101,6 +101,12 @@ def _host_data(buf: UOp, dtype: dt.DType) -> np.ndarray | None:
     return raw.copy()
 
 
+# Scheduling rewrites the output Tensors in place (their uops become the output BUFFERs), so
+# a second compile of the same Tensors (another HardwareConfig, say) would find nothing left
+# to compute. Remember each traced graph by its output buffers.
+_traced: dict[tuple[UOp, ...], "Graph"] = {}
+
+
 def trace(*outputs: Tensor) -> Graph:
     """Schedule the computation of `outputs` into kernels and lower each one."""
     if not outputs:
@@ -108,7 +114,15 @@ def trace(*outputs: Tensor) -> Graph:
     for i, t in enumerate(outputs):
         if not isinstance(t, Tensor):
             raise CompileError(f"output {i}: expected a tinygrad Tensor, got {type(t).__name__}")
-    # NO_MEMORY_PLANNER keeps every intermediate its own BUFFER (else they become views of one
+    key = tuple(t.uop.base for t in outputs)
+    if key in _traced:
+        return _traced[key]
+    graph = _trace(outputs)
+    _traced[tuple(graph.buffers[o].uop for o in graph.outputs)] = graph
+    return graph
+
+
+def _trace(outputs: tuple[Tensor, ...]) -> Graph:    # NO_MEMORY_PLANNER keeps every intermediate its own BUFFER (else they become views of one
     # arena and producer/consumer identity is lost).
     with Context(NO_MEMORY_PLANNER=1):
         linear, var_vals = outputs[0].linear_with_vars(*outputs[1:])
