@@ -10,6 +10,14 @@ from .hw.kernel import KernelHW
 from .hw.top import Copy, HostBuffer, Run, TopHW, plan
 
 
+@dataclass(frozen=True)
+class CycleModel:
+    """Analytic cycle count from the step programs and the phase list (no simulation)."""
+    total: int
+    kernels: tuple[tuple[str, int], ...]     # (kernel name, cycles including its done cycle)
+    copies: int                              # cycles spent copying buffers between kernels
+
+
 @dataclass(eq=False)
 class Design:
     graph: Graph
@@ -32,10 +40,25 @@ class Design:
 
     @property
     def cycles_formula(self) -> int:
-        """Cycles from start to done predicted from the step program (see hw/top.py)."""
-        return self.top.cycles
+        """Cycles from start to done predicted from the step programs (see hw/top.py)."""
+        return self.cycle_model().total
+
+    def cycle_model(self) -> CycleModel:
+        kernels = tuple((self.kernels[p.kernel].name, self.top.kernels[p.kernel].cycles)
+                        for p in self.phases if isinstance(p, Run))
+        copies = sum(p.length for p in self.phases if isinstance(p, Copy))
+        return CycleModel(sum(c for _, c in kernels) + copies, kernels, copies)
+
+    def buffer_of(self, tensor) -> int:
+        """The model buffer id of an input or output Tensor of this design."""
+        uop = getattr(getattr(tensor, "uop", None), "buf_uop", None)
+        buf = self.graph.buffer_id(uop) if uop is not None else None
+        if buf is None:
+            raise KeyError(f"{tensor!r} is not a buffer of this design")
+        return buf
 
     def memory(self, kernel_pos: int, slot: int):
+        """The MemoryData (contents) of a kernel's buffer, for simulators to poke and peek."""
         return self.top.kernels[kernel_pos].memories[slot]
 
     def name(self) -> str:

@@ -114,7 +114,8 @@ def to_tinygrad(dt: DType):
 
 
 def to_words(array: np.ndarray, dt: DType) -> np.ndarray:
-    """Element values -> unsigned bit patterns (uint64) as the memories hold them."""
+    """Element values -> unsigned bit patterns (uint64) as the memories hold them. bf16 takes
+    uint16 bit patterns, or any float array (rounded to nearest even)."""
     a = np.ascontiguousarray(array).reshape(-1)
     if dt.name == "bf16" and a.dtype != np.uint16:
         a = np.array([float_to_bits(float(v), dt) for v in a.astype(np.float32)], np.uint16)
@@ -125,9 +126,12 @@ def to_words(array: np.ndarray, dt: DType) -> np.ndarray:
 
 
 def from_words(words: np.ndarray, dt: DType) -> np.ndarray:
-    """Unsigned bit patterns -> numpy array of the element type (bf16 stays as uint16 bits)."""
+    """Unsigned bit patterns -> numpy array of the element type. numpy has no bfloat16: bf16
+    comes back as float32 holding the exact bf16 values."""
     w = np.asarray(words, dtype=np.uint64)
     if dt.is_bool:
         return (w & 1).astype(bool)
+    if dt.name == "bf16":
+        return (w.astype(np.uint32) << 16).view(np.float32)
     view = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[dt.bits]
     return w.astype(view).view(dt.numpy)

@@ -53,10 +53,10 @@ def input_words(design: Design, inputs: dict | None) -> dict[int, np.ndarray]:
 def _buffer_of(design: Design, key) -> int:
     if isinstance(key, int):
         return key
-    uop = getattr(getattr(key, "uop", None), "buf_uop", None)
-    buf = design.graph.buffer_id(uop) if uop is not None else None
-    if buf is None:
-        raise CompileError(f"{key!r} is not an input of this design")
+    try:
+        buf = design.buffer_of(key)
+    except KeyError:
+        raise CompileError(f"{key!r} is not an input of this design") from None
     if buf not in design.graph.inputs:
         raise CompileError(f"buffer {buf} is computed by a kernel; only external inputs can be set")
     return buf

@@ -82,10 +82,6 @@ class TopHW(wiring.Component):
             "host_wdata": In(data_bits), "host_we": In(1), "host_rdata": Out(data_bits),
         })
 
-    @property
-    def cycles(self) -> int:
-        return sum(self.kernels[p.kernel].cycles if isinstance(p, Run) else p.length for p in self.phases)
-
     def elaborate(self, platform):
         m = Module()
         for i, k in enumerate(self.kernels):
