@@ -43,4 +43,7 @@ def simulate(design: Design, inputs: dict | None = None, backend: str = "pysim")
     if backend == "pysim":
         from .simulate import run_pysim
         return run_pysim(design, inputs)
-    raise ValueError(f"unknown simulation backend {backend!r}; available: 'pysim'")
+    if backend == "cxxrtl":                   # C++ via Yosys write_cxxrtl + g++, cached per design
+        from .cxxrtl import run_cxxrtl
+        return run_cxxrtl(design, inputs)
+    raise ValueError(f"unknown simulation backend {backend!r}; available: 'pysim', 'cxxrtl'")

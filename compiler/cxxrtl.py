@@ -14,10 +14,12 @@ complete. `TINYHW_CXX` names the C++ compiler (default `g++`).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
 import struct
+import subprocess
 import tempfile
 import time
 import weakref
@@ -36,9 +38,10 @@ try:
 except ImportError:                           # no flock: every process builds its own copy
     fcntl = None
 
-# Measured on the int8 and fp32 128x784 GEMVs (see bench/bench_sim.py and the module notes
-# at the end of this file): Yosys' default -O6 is the fastest to both compile and run; -g1 keeps
-# just the debug table the driver needs to find memories by name.
+# Measured on the int8 128x784 GEMV (bench/bench_sim.py): Yosys' default -O6 gives the fastest
+# code and the quickest g++ run (-O4: 1.4x more instructions per cycle, -O2: 10x slower); -g1
+# keeps only the debug table the driver needs to find memories by name. g++ -O1 compiles in
+# ~3 s, -O2 in ~4.5 s for 13% fewer instructions per cycle: -O1 wins below ~100M cycles.
 CXXRTL_OPTIONS = ("-O6", "-g1")
 CXX_FLAGS = ("-std=c++17", "-O1")
 
@@ -111,13 +114,14 @@ def design_rtlil(design: Design) -> str:
 # ---------------------------------------------------------------------------------------------
 # build and cache
 
+@functools.lru_cache(maxsize=None)
 def _cxx_identity(cxx: str) -> str:
+    """The compiler's path and version banner (part of the cache key)."""
     try:
-        import subprocess
         out = subprocess.run([cxx, "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                             text=True, timeout=30).stdout
-    except (OSError, Exception):
-        out = ""
+                             text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""                                  # a broken compiler fails later, in the build
     return f"{cxx}\n{out.strip()}"
 
 
@@ -135,8 +139,7 @@ def build(design: Design) -> Binary:
     known = _binaries.get(design)
     if known is not None and known.path.exists():
         stats.hits += 1
-        binary = Binary(known.path, known.key, 0.0, True)
-        return binary
+        return Binary(known.path, known.key, 0.0, True)
     t0 = time.perf_counter()
     text = design_rtlil(design)
     cxx = cxx_compiler()
@@ -157,6 +160,15 @@ def build(design: Design) -> Binary:
         binary = Binary(target, key, time.perf_counter() - t0, False)
     _binaries[design] = binary
     return binary
+
+
+def build_many(designs, jobs: int | None = None) -> list[Binary]:
+    """Build (or find) the binaries of several designs, `jobs` compiles at a time (default: one
+    per CPU). The compilers run as subprocesses, so threads are enough."""
+    from concurrent.futures import ThreadPoolExecutor
+    designs = list(designs)
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        return list(pool.map(build, designs))
 
 
 class _lock:
@@ -211,10 +223,14 @@ def run_cxxrtl(design: Design, inputs: dict | None = None, max_cycles: int | Non
     with tempfile.TemporaryDirectory(prefix="tinyhw-cxxrtl-") as tmp:
         work = Path(tmp)
         _write_input(work / "in.bin", max_cycles, pokes, reads)
-        run_tool([str(binary.path), "in.bin", "out.bin"], cwd=work, log_name="sim.log")
+        try:
+            run_tool([str(binary.path), "in.bin", "out.bin"], cwd=work, log_name="sim.log")
+        except ToolError as exc:                  # the log dies with the temporary folder: keep its tail
+            raise ToolError("cxxrtl simulation", f"{design.name()} ({binary.path}): {exc.reason}",
+                            exc.log_tail) from exc
         raw = (work / "out.bin").read_bytes()
     if raw[:8] != b"TNHWOUT1":
-        raise ToolError("cxxrtl simulation", "bad output file")
+        raise ToolError("cxxrtl simulation", f"{binary.path} wrote a malformed output file")
     cycles, seconds = struct.unpack_from("<Qd", raw, 8)
     data = np.frombuffer(raw, dtype="<u8", offset=24)
     by_id, pos = {}, 0
