@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from . import ir
 from .config import HardwareConfig
 from .frontend import Graph
 from .hw.kernel import KernelHW
+from .hw.program import Program, build_program
 from .hw.top import Copy, HostBuffer, Run, TopHW, plan
 
 
@@ -20,31 +22,34 @@ class CycleModel:
 
 @dataclass(eq=False)
 class Design:
+    """A compiled model. The Amaranth top module is built on first use of `top`, so analyses
+    (cycle model, overflow) need no hardware objects."""
     graph: Graph
     kernels: tuple[ir.KernelIR, ...]         # in execution order
     config: HardwareConfig
-    top: TopHW
+    phases: tuple[Run | Copy, ...]           # kernel runs and copies, in order
+    host: tuple[HostBuffer, ...]             # where each model buffer lives
     output_shapes: tuple[tuple[int, ...], ...]
 
-    @property
-    def hw_kernels(self) -> list[KernelHW]:
-        return self.top.kernels
-
-    @property
-    def phases(self) -> list[Run | Copy]:
-        return self.top.phases
+    @cached_property
+    def top(self) -> TopHW:
+        return TopHW([KernelHW(k, self.config) for k in self.kernels], list(self.phases), list(self.host))
 
     @property
     def host_buffers(self) -> dict[int, HostBuffer]:
-        return {b.id: b for b in self.top.buffers}
+        return {b.id: b for b in self.host}
 
     @property
     def cycles_formula(self) -> int:
         """Cycles from start to done predicted from the step programs (see hw/top.py)."""
         return self.cycle_model().total
 
+    @cached_property
+    def programs(self) -> tuple[Program, ...]:
+        return tuple(build_program(k) for k in self.kernels)
+
     def cycle_model(self) -> CycleModel:
-        kernels = tuple((self.kernels[p.kernel].name, self.top.kernels[p.kernel].cycles)
+        kernels = tuple((self.kernels[p.kernel].name, self.programs[p.kernel].cycles + 1)   # + done
                         for p in self.phases if isinstance(p, Run))
         copies = sum(p.length for p in self.phases if isinstance(p, Copy))
         return CycleModel(sum(c for _, c in kernels) + copies, kernels, copies)
@@ -72,6 +77,4 @@ def build_design(graph: Graph, kernels: list[ir.KernelIR], config: HardwareConfi
     sizes = {b.id: b.size for b in graph.buffers}
     widths = {b.id: b.dtype.bits for b in graph.buffers}
     order, phases, host = plan(kernel_buffers, sizes, widths, [k.name for k in kernels])
-    ordered = [kernels[i] for i in order]
-    top = TopHW([KernelHW(k, config) for k in ordered], phases, host)
-    return Design(graph, tuple(ordered), config, top, output_shapes)
+    return Design(graph, tuple(kernels[i] for i in order), config, tuple(phases), tuple(host), output_shapes)

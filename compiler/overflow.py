@@ -1,0 +1,319 @@
+"""Accumulator overflow proof: a static value-range analysis over the kernels of a design.
+
+Given the range of every input, each kernel's loop tree is interpreted over intervals:
+an accumulator updated as `acc = acc + x` inside loops that run n times in all can reach
+`init + k * x` for any k <= n, so it needs the bits of [init + min(0, n*x.lo), init + max(0, n*x.hi)];
+one updated as `acc = max(acc, x)` stays within hull(init, x). Values a kernel stores become
+the input ranges of the kernels that read them, so multi-kernel models are analysed whole.
+
+For integer accumulators the report gives the bits required against the accumulator's width
+(a 784-long int8 dot product reaches 784 * (-128)^2 = 12,845,056: 25 bits, not the 24 that
+the usual 127^2 bound suggests). For floats it gives the largest reachable magnitude against
+the format's largest finite value, for accumulators and for values stored in a narrower
+format (an fp16 GEMV accumulates in fp32 and overflows when it stores the fp16 result).
+Bounds use exact real arithmetic on the operations (rounding is not modelled).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import ir
+from .design import Design
+from .dtypes import DType
+from .ranges import Interval, dtype_range, exact_interval
+
+K = ir.OpKind
+FMAX = {"fp32": float(np.finfo(np.float32).max), "fp16": 65504.0, "bf16": 3.3895313892515355e38}
+
+
+@dataclass(frozen=True)
+class AccBound:
+    kernel: str
+    acc: int | None              # accumulator index, None for a stored value
+    target: str                  # "acc0", or "buf2" for values stored to a buffer
+    dtype: str
+    lo: float
+    hi: float
+    bits_required: int | None    # integers only
+    width: int                   # bits of the register (int) / of the format (float)
+    safe: bool
+
+
+@dataclass(frozen=True)
+class OverflowReport:
+    accumulators: tuple[AccBound, ...]
+    safe: bool
+    acc_bits_required: int | None      # the widest integer accumulator's need
+    max_magnitude: float | None        # the largest float accumulator or stored magnitude
+
+
+@dataclass(frozen=True)
+class _R:
+    """An interval of ints (exact) or floats (reals)."""
+    lo: float
+    hi: float
+
+    def __or__(self, o: "_R") -> "_R":
+        return _R(min(self.lo, o.lo), max(self.hi, o.hi))
+
+
+def _full(d: DType) -> _R:
+    if d.is_float:
+        return _R(-math.inf, math.inf)
+    return _R(d.min, d.max)
+
+
+def _float_op(op: ir.OpKind, s: list[_R]) -> _R:
+    def prods(a, b):
+        vals = [x * y for x in (a.lo, a.hi) for y in (b.lo, b.hi) if not (math.isinf(x) and y == 0 or math.isinf(y) and x == 0)]
+        return _R(min(vals), max(vals)) if vals else _R(-math.inf, math.inf)
+    if op is K.ADD: return _R(s[0].lo + s[1].lo, s[0].hi + s[1].hi)
+    if op is K.SUB: return _R(s[0].lo - s[1].hi, s[0].hi - s[1].lo)
+    if op is K.MUL: return prods(s[0], s[1])
+    if op is K.NEG: return _R(-s[0].hi, -s[0].lo)
+    if op is K.MAX: return _R(max(s[0].lo, s[1].lo), max(s[0].hi, s[1].hi))
+    if op is K.WHERE: return s[1] | s[2]
+    if op is K.CAST: return s[0]
+    if op is K.MULACC:
+        p = prods(s[0], s[1])
+        return _R(p.lo + s[2].lo, p.hi + s[2].hi)
+    return _R(-math.inf, math.inf)
+
+
+class _KernelAnalysis:
+    def __init__(self, kernel: ir.KernelIR, load_ranges: dict[int, _R]):
+        self.k, self.loads = kernel, load_ranges
+        self.hull: dict[int, _R] = {}                # acc -> every value it ever holds
+        self.stored: dict[int, _R] = {}              # slot -> every value stored to it
+        self.unproven: set[int] = set()
+
+    # ---------------------------------------------------------------- values
+    def value(self, v: ir.Value, acc: dict[int, _R], memo: dict[int, _R]) -> _R:
+        if id(v) in memo:
+            return memo[id(v)]
+        if isinstance(v, ir.Const):
+            r = _R(v.value, v.value) if not v.dtype.is_bool else _R(int(v.value), int(v.value))
+        elif isinstance(v, ir.Counter):
+            r = _R(0, self.k.loops[v.loop].bound - 1)
+        elif isinstance(v, ir.AccLoad):
+            r = acc.get(v.acc, _full(v.dtype))
+        elif isinstance(v, ir.Load):
+            r = self.loads.get(v.buf, _full(v.dtype))
+            if v.gate is not None and v.alt is not None:
+                r = r | self.value(v.alt, acc, memo)
+        else:
+            s = [self.value(x, acc, memo) for x in v.srcs]
+            r = self.op(v, s)
+        memo[id(v)] = r
+        return r
+
+    def op(self, v: ir.Op, s: list[_R]) -> _R:
+        d = v.dtype
+        if v.op in (K.CMPLT, K.CMPNE, K.CMPEQ) or d.is_bool:
+            return _R(0, 1)
+        if d.is_float or any(x.dtype.is_float for x in v.srcs):
+            if v.op is K.BITCAST:
+                return _full(d)
+            r = _float_op(v.op, s)
+            if not d.is_float:                        # float -> int conversion truncates
+                lo, hi = math.trunc(r.lo) if math.isfinite(r.lo) else d.min, math.trunc(r.hi) if math.isfinite(r.hi) else d.max
+                r = _R(lo, hi)
+                return r if d.min <= r.lo and r.hi <= d.max else _full(d)
+            return r
+        if any(math.isinf(x.lo) or math.isinf(x.hi) for x in s):
+            return _full(d)
+        consts = [x.value if isinstance(x, ir.Const) else None for x in v.srcs]
+        exact = exact_interval(v.op, [Interval(int(x.lo), int(x.hi)) for x in s], consts)
+        if exact is None or not exact.within(dtype_range(d)):
+            return _full(d)                            # wraps, like the hardware and tinygrad
+        return _R(exact.lo, exact.hi)
+
+    # ---------------------------------------------------------------- statements
+    def run(self, body, acc: dict[int, _R], record: bool) -> dict[int, _R]:
+        acc = dict(acc)
+        for s in body:
+            if isinstance(s, ir.Loop):
+                acc = self.loop(s, acc, record)
+                continue
+            r = self.value(s.value, acc, {})
+            if isinstance(s, ir.AccStore):
+                acc[s.acc] = r
+                if record:
+                    self.hull[s.acc] = self.hull[s.acc] | r if s.acc in self.hull else r
+            elif record:
+                self.stored[s.buf] = self.stored[s.buf] | r if s.buf in self.stored else r
+        return acc
+
+    def loop(self, loop: ir.Loop, entry: dict[int, _R], record: bool) -> dict[int, _R]:
+        written = {s.acc for s, _ in _stores(loop.body) if isinstance(s, ir.AccStore)}
+        after = dict(entry)
+        hull = dict(entry)
+        carried = set()                  # accs whose hull the analysis below gives in closed form
+        for a in sorted(written):
+            kind = _update_kind(loop.body, a)
+            carried |= {a} if kind != "reset" else set()
+            start = entry.get(a, _full(self.k.accs[a].dtype))
+            if kind == "reset":
+                one = self.run(loop.body, entry, False)
+                after[a] = hull[a] = one[a]
+            elif kind == "add":
+                trips = _trips(loop, a)
+                delta = self.run(loop.body, {**entry, a: _R(0, 0)}, False)[a]
+                after[a] = _R(start.lo + trips * delta.lo, start.hi + trips * delta.hi)
+                hull[a] = _R(start.lo + min(0, trips * delta.lo), start.hi + max(0, trips * delta.hi))
+            elif kind == "max":
+                x = self.run(loop.body, {**entry, a: _R(-math.inf, -math.inf)}, False)[a]
+                after[a] = hull[a] = start | x
+            else:
+                self.unproven.add(a)
+                after[a] = hull[a] = _full(self.k.accs[a].dtype)
+        if record:
+            # One pass over the body from every reachable entry state records buffer stores,
+            # nested loops and accs reset inside. It would add one more update on top of the
+            # carried accs' hulls, so those keep their closed form.
+            before = {a: self.hull.get(a) for a in carried}
+            self.run(loop.body, hull, True)
+            for a in carried:
+                self.hull[a] = before[a] | hull[a] if before[a] is not None else hull[a]
+        return after
+
+
+def _stores(body):
+    for s in body:
+        if isinstance(s, ir.Loop):
+            yield from _stores(s.body)
+        else:
+            yield s, None
+
+
+def _reads_acc(v: ir.Value, a: int) -> bool:
+    return any(isinstance(x, ir.AccLoad) and x.acc == a for x in ir.toposort([v]))
+
+
+def _update_kind(body, a: int) -> str:
+    """How a loop body updates accumulator `a`: "reset" (written before it is read, so
+    nothing carries between iterations), "add" (every write is a + x), "max" (every write is
+    max(a, x)), or "other"."""
+    first = next(iter(_accesses(body, a)), None)
+    if first is not None and first[0] == "write" and not _reads_acc(first[1].value, a):
+        return "reset"
+    kinds = set()
+    for s, _ in _stores(body):
+        if isinstance(s, ir.AccStore) and s.acc == a:
+            v = s.value
+            if isinstance(v, ir.Op) and v.op in (K.ADD, K.MAX) and len(v.srcs) == 2:
+                own = [x for x in v.srcs if isinstance(x, ir.AccLoad) and x.acc == a]
+                other = [x for x in v.srcs if not (isinstance(x, ir.AccLoad) and x.acc == a)]
+                if len(own) == 1 and len(other) == 1 and not _reads_acc(other[0], a):
+                    kinds.add("add" if v.op is K.ADD else "max")
+                    continue
+            kinds.add("other")
+        elif not isinstance(s, ir.AccStore) and any(_reads_acc(x, a) for x in ir.store_operands(s)):
+            continue              # a buffer store may read the running value: covered by the hull
+    return kinds.pop() if len(kinds) == 1 else "other"
+
+
+def _accesses(body, a: int):
+    for s in body:
+        if isinstance(s, ir.Loop):
+            yield from _accesses(s.body, a)
+            continue
+        if any(_reads_acc(x, a) for x in ir.store_operands(s)):
+            yield ("read", s)
+        if isinstance(s, ir.AccStore) and s.acc == a:
+            yield ("write", s)
+
+
+def _trips(loop: ir.Loop, a: int) -> int:
+    """How many updates of `a` one run of `loop` performs, counting nested loops that are not
+    reset inside: the loop's bound times the trips of each inner loop that updates `a`."""
+    total = 0
+    for s in loop.body:
+        if isinstance(s, ir.Loop):
+            if any(isinstance(x, ir.AccStore) and x.acc == a for x, _ in _stores(s.body)):
+                total += _trips(s, a)
+        elif isinstance(s, ir.AccStore) and s.acc == a:
+            total += 1
+    return loop.bound * total
+
+
+def _width_ok(r: _R, d: DType, width: int) -> bool:
+    if d.signed:
+        return -(1 << (width - 1)) <= r.lo and r.hi <= (1 << (width - 1)) - 1
+    return 0 <= r.lo and r.hi <= (1 << width) - 1
+
+
+def analyze_overflow(design: Design, input_ranges: dict[int, tuple[float, float]] | None = None) -> OverflowReport:
+    """Bound every accumulator (and every float value stored) of `design` for inputs in
+    `input_ranges` (model buffer id -> (lo, hi); inputs not listed span their dtype)."""
+    ranges: dict[int, _R] = {b: _R(lo, hi) for b, (lo, hi) in (input_ranges or {}).items()}
+    slot_to_buffer = _slot_buffers(design)
+    bounds: list[AccBound] = []
+    for pos, k in enumerate(design.kernels):
+        loads = {slot: ranges[buf] for slot, buf in slot_to_buffer[pos].items() if buf in ranges}
+        an = _KernelAnalysis(k, loads)
+        an.run(k.body, {}, True)
+        for a in k.accs:
+            r = an.hull.get(a.index)
+            if r is None:
+                continue
+            bounds.append(_bound(k.name, a.index, f"acc{a.index}", a.dtype, r, a.index in an.unproven))
+        for slot, r in an.stored.items():
+            buf = slot_to_buffer[pos][slot]
+            ranges[buf] = ranges[buf] | r if buf in ranges else r
+            d = next(b.dtype for b in k.buffers if b.slot == slot)
+            if d.is_float:
+                bounds.append(_bound(k.name, None, f"buf{slot}", d, r, False))
+    ints = [b.bits_required for b in bounds if b.bits_required is not None and b.acc is not None]
+    floats = [max(abs(b.lo), abs(b.hi)) for b in bounds if b.bits_required is None]
+    return OverflowReport(tuple(bounds), all(b.safe for b in bounds), max(ints) if ints else None,
+                          max(floats) if floats else None)
+
+
+def _bound(kernel: str, acc: int | None, target: str, d: DType, r: _R, unproven: bool) -> AccBound:
+    if d.is_float:
+        mag = max(abs(r.lo), abs(r.hi))
+        return AccBound(kernel, acc, target, d.name, r.lo, r.hi, None, d.bits, mag <= FMAX[d.name] and not unproven)
+    bits = Interval(int(r.lo), int(r.hi)).shape.width
+    return AccBound(kernel, acc, target, d.name, r.lo, r.hi, bits, d.bits,
+                    _width_ok(r, d, d.bits) and not unproven)
+
+
+def _slot_buffers(design: Design) -> list[dict[int, int]]:
+    """For each kernel (execution order): slot -> model buffer id."""
+    out: list[dict[int, int]] = [{} for _ in design.kernels]
+    for hb in design.host_buffers.values():
+        for pos, slot in hb.holders:
+            out[pos][slot] = hb.id
+    return out
+
+
+def worst_case_inputs(design: Design, input_ranges: dict[int, tuple[float, float]]) -> dict[int, np.ndarray]:
+    """Constant inputs, each at the low or high end of its range, that drive the accumulators
+    to their largest magnitude (tried exhaustively over up to 6 inputs, by the analysis)."""
+    inputs = [b for b in design.graph.inputs if b in design.host_buffers]
+    choices = [(input_ranges.get(b, _default(design, b))) for b in inputs]
+    best, best_mag = None, -1.0
+    combos = itertools.product(*[(lo, hi) for lo, hi in choices]) if len(inputs) <= 6 else \
+        [tuple(hi for _, hi in choices), tuple(lo for lo, _ in choices)]
+    for combo in combos:
+        report = analyze_overflow(design, {b: (v, v) for b, v in zip(inputs, combo)})
+        mag = max((max(abs(x.lo), abs(x.hi)) for x in report.accumulators if x.acc is not None), default=0)
+        if mag > best_mag:
+            best, best_mag = combo, mag
+    out = {}
+    for b, v in zip(inputs, best or ()):
+        gb = design.graph.buffers[b]
+        out[b] = np.full(gb.size, v, dtype=np.float32 if gb.dtype.name == "bf16" else gb.dtype.numpy)
+    return out
+
+
+def _default(design: Design, buf: int) -> tuple[float, float]:
+    d = design.graph.buffers[buf].dtype
+    if d.is_float:
+        return (-FMAX[d.name], FMAX[d.name])
+    return (d.min, d.max)
