@@ -1,0 +1,461 @@
+"""Evaluate one design point: model x dtype x knob values -> one honest row of metrics.
+
+    metrics = evaluate(spec, DesignPoint("gemv_128x784", "int8", FrozenMap(mem_read="sync")), workdir)
+    metrics.status, metrics.cycles, metrics.luts, metrics.as_row()
+
+`evaluate` is the unit of work the explorer repeats. It never raises for a problem with the
+point itself: a failure in any stage gives `Metrics` with status FAIL, the stage, the
+exception type and a one-line reason (with the log path when a tool failed), and keeps every
+metric computed before the failure (cycles survive a synthesis timeout). The stages, in order:
+
+    config      the knob values -> HardwareConfig (an illegal combination fails here)
+    build       the model for the dtype, seeded inputs in the spec's range, tinygrad forward
+    compile     compile_model; `cycles_model` = design.cycle_model().total (analytic)
+    simulate    CXXRTL when it works (else the Python simulator; `sim_backend` says which ran)
+    check       outputs against the reference -> `correct`, `max_abs_err`; simulated
+                `cycles` must equal `cycles_model` exactly (a difference is a compiler bug)
+    overflow    compiler.overflow's static range analysis -> `acc_bits_required`,
+                `overflow_safe`; then the worst-case inputs it gives are simulated and checked
+                against the reference too -> `overflow_confirmed`
+    synthesize  Yosys for the target (`stat -json`) -> luts, ffs, bram, lutram, dsp; limited
+                to `stage_timeout_s` (a timeout is a ToolError, so a FAIL with the log tail)
+
+A wrong output, a cycle count that differs from the model, or worst-case outputs that differ
+from the reference make the point FAIL (stage "check" or "overflow") but the later stages
+still run, so the row is complete for debugging. An exception stops the evaluation.
+`overflow_safe` false is *not* a failure: it is a metric (and a constraint for the explorer);
+the hardware still computes what tinygrad computes (both wrap at the dtype's width).
+
+The correctness rule (`check_rule` in the row):
+  * integers: bit-exact against the numpy golden model of the zoo (`zoo.reference`) or, for a
+    user model, tinygrad's own result (`zoo.tinygrad_result`; integers are exact there).
+  * floats from zoo models with round-to-nearest-even hardware (the only mode today; a
+    HardwareConfig knob ending in "rounding" selects another): bit-exact against the numpy
+    golden model in KERNEL arithmetic (every op rounds to its dtype, as the lowered kernel is
+    written). Bit-exact means equal values with equal signs (so -0.0 != +0.0); any NaN equals
+    any NaN.
+  * floats otherwise (user models, whose only reference is tinygrad's PYTHON device, which
+    fuses multiply-adds and emulates fp16; or hardware rounding other than rne): every output
+    within `(n + 2) * 2**-man_bits * max(1, max|reference|)` of the reference, with n the
+    longest reduction loop of the design. This is a tolerance, and the row says so.
+`max_abs_err` is max |hardware - reference| over the outputs (0 when bit-exact; inf for a
+NaN where the reference has a number).
+
+Input data: seeded (`EvalContext.data_seed`, default 0, independent of the sampler's seed so
+every trial of a study is checked on the same data) and drawn from the spec's `input_range`
+for the dtype, else each input's dtype default (`zoo.default_input_range`). The same ranges
+feed the overflow analysis.
+
+Files under `workdir`: synth/ (design.il, Yosys script, yosys.log, stat.json), error.log
+(the full traceback or tool log tail of a failure) and metrics.json (the row).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import time
+import traceback
+from dataclasses import dataclass, field
+from enum import StrEnum
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+
+from dse import zoo
+from dse.spec import DesignPoint, FrozenMap, ModelSpec, Spec
+
+SIM_BACKENDS = ("auto", "cxxrtl", "pysim")
+
+
+class Status(StrEnum):
+    OK = "OK"
+    FAIL = "FAIL"
+
+
+STAGES = ("config", "build", "compile", "simulate", "check", "overflow", "synthesize")
+
+
+@dataclass(frozen=True)
+class EvalContext:
+    """What `evaluate` needs from a spec, plus how to run (`EvalContext.from_spec`)."""
+    study: str
+    models: FrozenMap[str, ModelSpec]
+    target: str
+    stage_timeout_s: float
+    data_seed: int = 0
+    sim_backend: str = "auto"       # auto: CXXRTL, falling back to pysim when it cannot run
+    synthesize: bool = True         # False: skip Yosys (area fields stay None)
+
+    def __post_init__(self) -> None:
+        if self.sim_backend not in SIM_BACKENDS:
+            raise ValueError(f"sim_backend: expected one of {', '.join(SIM_BACKENDS)}, got {self.sim_backend!r}")
+
+    @classmethod
+    def from_spec(cls, spec: Spec, *, target: str | None = None, **options: Any) -> "EvalContext":
+        """The context of `spec`; `target` overrides the spec's, `options` set the other fields."""
+        return cls(spec.study, FrozenMap((m.name, m) for m in spec.models), str(target or spec.target),
+                   spec.stage_timeout_s, **options)
+
+    def model(self, name: str) -> ModelSpec:
+        if name not in self.models:
+            raise KeyError(f"no model {name!r} in study {self.study!r}; models: {', '.join(self.models)}")
+        return self.models[name]
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Everything measured for one design point (None: not measured, e.g. after a failure)."""
+    model: str
+    dtype: str
+    knobs: FrozenMap[str, Any]              # the full HardwareConfig when it could be built
+    target: str
+    status: Status = Status.OK
+    stage: str | None = None                # the stage that failed
+    error: str | None = None                # one line: what failed and why (+ log path)
+    error_type: str | None = None           # the exception's class name, e.g. "UnsupportedError"
+    log_path: str | None = None             # the failing tool's log, or workdir/error.log
+    # simulation and correctness
+    cycles: int | None = None
+    cycles_model: int | None = None
+    correct: bool | None = None
+    max_abs_err: float | None = None
+    check_rule: str | None = None
+    # area
+    luts: int | None = None
+    ffs: int | None = None
+    bram: int | None = None
+    lutram: int | None = None
+    dsp: int | None = None
+    # overflow
+    acc_bits_required: int | None = None
+    overflow_safe: bool | None = None
+    max_magnitude: float | None = None
+    overflow_confirmed: bool | None = None
+    # wall time per stage (seconds)
+    compile_s: float | None = None
+    simulate_s: float | None = None
+    overflow_s: float | None = None
+    synth_s: float | None = None
+    total_s: float | None = None
+    # provenance
+    params: FrozenMap[str, Any] = field(default_factory=FrozenMap)
+    data_seed: int = 0
+    sim_backend: str | None = None
+    yosys_version: str | None = None
+    synth_script: str | None = None
+    tinygrad_version: str | None = None
+    workdir: str | None = None
+    notes: tuple[str, ...] = ()             # e.g. why CXXRTL was not used
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    def as_row(self, flat: bool = False) -> dict[str, Any]:
+        """A dict of plain values for JSON or pandas. `knobs` and `params` are dicts unless
+        `flat`, which spreads them into `knobs.<name>` / `params.<name>` columns (the names
+        pandas.json_normalize gives). `notes` are joined with "; "."""
+        row: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, Mapping):
+                if flat:
+                    row.update({f"{f.name}.{k}": x for k, x in v.items()})
+                    continue
+                v = dict(v)
+            elif isinstance(v, StrEnum):
+                v = str(v)
+            elif f.name == "notes":
+                v = "; ".join(v)
+            row[f.name] = v
+        return row
+
+
+def tinygrad_version() -> str:
+    try:
+        return metadata.version("tinygrad")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+# ---------------------------------------------------------------------------------------------
+# the evaluation
+
+class _Failed(Exception):
+    """A stage raised: the evaluation stops (the reason is already recorded)."""
+
+
+class _Run:
+    """Collects the fields of one evaluation, stage by stage."""
+
+    def __init__(self, point: DesignPoint, target: str, workdir: Path, log: Callable[[str], None] | None):
+        self.workdir, self.log = workdir, log or (lambda _msg: None)
+        self.fields: dict[str, Any] = {"model": point.model, "dtype": point.dtype, "knobs": point.knobs,
+                                       "target": target, "workdir": str(workdir),
+                                       "tinygrad_version": tinygrad_version()}
+        self.notes: list[str] = []
+
+    def set(self, **values: Any) -> None:
+        self.fields.update(values)
+
+    def fail(self, stage: str, reason: str, error_type: str | None = None, log_path: str | None = None) -> None:
+        """Record a failure; the first one is the one reported (later ones become notes)."""
+        if self.fields.get("status") is Status.FAIL:
+            self.notes.append(f"also failed in {stage}: {reason}")
+            return
+        self.set(status=Status.FAIL, stage=stage, error=reason, error_type=error_type, log_path=log_path)
+        self.log(f"{stage}: FAIL: {reason}")
+
+    @contextlib.contextmanager
+    def stage(self, name: str, timer: str | None = None) -> Iterator[None]:
+        """Run a stage: an exception becomes a FAIL with a one-line reason; the full story
+        (traceback or tool log tail) goes to workdir/error.log."""
+        t0 = time.perf_counter()
+        self.log(f"{name} ...")
+        try:
+            yield
+        except Exception as exc:              # noqa: BLE001 - every failure becomes a failed point
+            if timer:
+                self.set(**{timer: time.perf_counter() - t0})
+            self.fail(name, _one_line(exc), type(exc).__name__, self._error_log(name, exc))
+            raise _Failed from exc
+        if timer:
+            self.set(**{timer: time.perf_counter() - t0})
+
+    def _error_log(self, stage: str, exc: Exception) -> str:
+        tool_log = getattr(exc, "log_path", None)
+        path = self.workdir / "error.log"
+        try:
+            path.write_text(f"stage {stage}: {type(exc).__name__}\n\n"
+                            + "".join(traceback.format_exception(exc)))
+        except OSError:
+            return str(tool_log) if tool_log else ""
+        return str(tool_log) if tool_log else str(path)
+
+    def metrics(self, t_start: float) -> Metrics:
+        self.set(total_s=time.perf_counter() - t_start, notes=tuple(self.notes))
+        return Metrics(**self.fields)
+
+
+def _one_line(exc: Exception) -> str:
+    """The reason on one line: a ToolError's tool, reason and log; otherwise the message's
+    first line."""
+    from compiler.tools import ToolError
+    if isinstance(exc, ToolError):
+        where = f" (log: {exc.log_path})" if exc.log_path else ""
+        return f"{exc.tool}: {exc.reason}{where}"
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def evaluate(spec_or_context: Spec | EvalContext, point: DesignPoint, workdir: str | Path,
+             log: Callable[[str], None] | None = None) -> Metrics:
+    """Compile, simulate, check, analyse and synthesise one design point (see the module
+    docstring); `log` receives one line per stage as it starts or fails."""
+    ctx = (spec_or_context if isinstance(spec_or_context, EvalContext)
+           else EvalContext.from_spec(spec_or_context))
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    run = _Run(point, ctx.target, workdir, log)
+    run.set(status=Status.OK, data_seed=ctx.data_seed)
+    try:
+        _evaluate(ctx, point, run)
+    except _Failed:
+        pass
+    metrics = run.metrics(t_start)
+    with contextlib.suppress(OSError):
+        (workdir / "metrics.json").write_text(json.dumps(json_safe(metrics.as_row()), indent=2) + "\n")
+    return metrics
+
+
+def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
+    from compiler import compile_model
+
+    with run.stage("config"):
+        model = ctx.model(point.model)
+        run.set(params=model.params)
+        config = point.hardware_config()
+        run.set(knobs=FrozenMap(config.as_dict()))
+
+    with run.stage("build"):
+        built = model.build(point.dtype)
+        rng = model.input_range(point.dtype)
+        arrays = zoo.make_inputs(built, ctx.data_seed, rng)
+        tensors = _tensors(built, arrays)
+        output = built.forward(*tensors)
+
+    with run.stage("compile", "compile_s"):
+        design = compile_model(output, config=config)
+        run.set(cycles_model=design.cycle_model().total)
+
+    sim = _Simulator(ctx.sim_backend, run)
+    with run.stage("simulate", "simulate_s"):
+        result = sim.run(design, None)
+        run.set(cycles=result.cycles, sim_backend=sim.backend)
+
+    with run.stage("check"):
+        checker = _Checker(model, built, point.dtype, design, config)
+        run.set(check_rule=checker.rule)
+        correct, err = checker.compare(result.outputs[0], checker.reference(arrays))
+        run.set(correct=correct, max_abs_err=err)
+    if not correct:
+        run.fail("check", f"outputs differ from the reference ({checker.rule}); max abs error {err:g}")
+    if result.cycles != run.fields["cycles_model"]:
+        run.fail("check", f"compiler bug: simulated {result.cycles} cycles but the cycle model says "
+                          f"{run.fields['cycles_model']}")
+
+    _overflow(ctx, run, design, built, tensors, model, point.dtype, sim, checker)
+
+    if ctx.synthesize:
+        from compiler.synth import synthesize
+        with run.stage("synthesize", "synth_s"):
+            area = synthesize(design, ctx.target, run.workdir / "synth", timeout=ctx.stage_timeout_s)
+            run.set(luts=area.luts, ffs=area.ffs, bram=area.bram, lutram=area.lutram, dsp=area.dsp,
+                    yosys_version=area.yosys_version, synth_script=area.script.strip().replace("\n", "; "),
+                    synth_s=area.seconds)
+
+
+def _tensors(built: zoo.Built, arrays: Mapping[str, np.ndarray]) -> list:
+    """Realized tinygrad Tensors holding the input data (bf16 arrays are float32 holders)."""
+    tg = zoo.import_tinygrad()
+    out = []
+    for name, (_, dt) in built.inputs.items():
+        t = tg.Tensor(np.asarray(arrays[name]))
+        if dt == "bf16":
+            t = t.cast(tg.dtypes.bfloat16)
+        out.append(t.realize())
+    return out
+
+
+class _Simulator:
+    """Runs simulations with one back end: CXXRTL if asked or if "auto" and it works, else pysim
+    (the first CXXRTL failure in "auto" is noted and later runs use pysim)."""
+
+    def __init__(self, preference: str, run: _Run):
+        self.backend = "pysim" if preference == "pysim" else "cxxrtl"
+        self.fallback = preference == "auto"
+        self.run_ = run
+
+    def run(self, design, inputs):
+        from compiler import simulate
+        from compiler.tools import ToolError
+        if self.backend == "cxxrtl":
+            try:
+                return simulate(design, inputs, backend="cxxrtl")
+            except (ImportError, ToolError, ValueError) as exc:
+                from compiler.errors import CompileError
+                if not self.fallback or isinstance(exc, CompileError):
+                    raise
+                self.backend = "pysim"
+                self.run_.notes.append(f"CXXRTL unavailable, simulated with pysim: {_one_line(exc)}")
+                self.run_.log(f"simulate: CXXRTL unavailable ({_one_line(exc)}); using pysim")
+        return simulate(design, inputs, backend="pysim")
+
+
+class _Checker:
+    """The reference for a point and the rule outputs are compared by."""
+
+    def __init__(self, model: ModelSpec, built: zoo.Built, dtype: str, design, config):
+        self.model, self.built, self.dtype = model, built, dtype
+        out_dt = design.graph.buffers[design.graph.outputs[0]].dtype
+        self.is_float = out_dt.is_float
+        rounding = _rounding(config)
+        self.exact = not self.is_float or (model.builtin is not None and rounding == "rne")
+        source = "numpy golden model (KERNEL arithmetic)" if model.builtin is not None else "tinygrad's result"
+        if self.exact:
+            self.rule = f"bit-exact vs {source}"
+            self.tol = 0.0
+        else:
+            n = max((lp.bound for k in design.kernels for lp in k.loops.values()
+                     if lp.axis.value == "reduce"), default=1)
+            self.rel = (n + 2) * 2.0 ** -out_dt.man_bits
+            why = "hardware rounding " + rounding if rounding != "rne" else "no numpy golden model"
+            self.rule = f"|err| <= {n + 2} * 2^-{out_dt.man_bits} * max(1, max|ref|) vs {source} ({why})"
+
+    def reference(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+        if self.model.builtin is not None:
+            return zoo.reference(self.model.builtin, self.dtype, self.model.params, arrays, zoo.KERNEL)
+        return zoo.tinygrad_result(self.built, arrays)
+
+    def compare(self, got: np.ndarray, want: np.ndarray) -> tuple[bool, float]:
+        got, want = np.asarray(got), np.asarray(want)
+        if got.size != want.size:
+            raise ValueError(f"the hardware output has {got.size} elements, the reference {want.size}")
+        got, want = got.reshape(-1), want.reshape(-1)
+        if not self.is_float:
+            diff = np.abs(got.astype(np.int64) - want.astype(np.int64))
+            err = float(diff.max()) if diff.size else 0.0
+            return err == 0, err
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        both_nan = np.isnan(g) & np.isnan(w)
+        with np.errstate(invalid="ignore"):
+            diff = np.where(both_nan, 0.0, np.abs(g - w))
+            diff = np.where(np.isnan(diff) | (np.isinf(g) != np.isinf(w)), np.inf, diff)
+            diff = np.where((g == w) & ~both_nan, 0.0, diff)      # inf == inf
+        err = float(diff.max()) if diff.size else 0.0
+        if self.exact:
+            same = both_nan | ((g == w) & (np.signbit(g) == np.signbit(w)))
+            return bool(same.all()), err
+        finite = w[np.isfinite(w)]
+        scale = max(1.0, float(np.abs(finite).max()) if finite.size else 1.0)
+        return bool(err <= self.rel * scale), err
+
+
+def _rounding(config) -> str:
+    """The hardware's float rounding mode: a HardwareConfig knob whose name ends in
+    "rounding" if there is one, else round to nearest even (the float units' default)."""
+    for name, value in config.as_dict().items():
+        if name.endswith("rounding"):
+            return str(value)
+    return "rne"
+
+
+def _overflow(ctx: EvalContext, run: _Run, design, built: zoo.Built, tensors: list,
+              model: ModelSpec, dtype: str, sim: _Simulator, checker: _Checker) -> None:
+    try:
+        from compiler.overflow import analyze_overflow, worst_case_inputs
+    except ImportError as exc:
+        run.notes.append(f"overflow analysis unavailable: {exc}")
+        return
+    t0 = time.perf_counter()
+    try:
+        with run.stage("overflow"):
+            names = list(built.inputs)
+            buffers = {}                            # input name -> model buffer id
+            for name, t in zip(names, tensors):
+                with contextlib.suppress(KeyError):     # an input the computation never reads
+                    buffers[name] = design.buffer_of(t)
+            rng = model.input_range(dtype)
+            ranges = {}
+            for name, buf in buffers.items():
+                r = rng or zoo.default_input_range(built.inputs[name][1])
+                ranges[buf] = (float(r.min), float(r.max))
+            report = analyze_overflow(design, ranges)
+            run.set(acc_bits_required=report.acc_bits_required, overflow_safe=report.safe,
+                    max_magnitude=report.max_magnitude)
+            worst = worst_case_inputs(design, ranges)
+            result = sim.run(design, worst)
+            arrays = {}
+            for name, (shape, dt) in built.inputs.items():
+                if name in buffers and buffers[name] in worst:
+                    a = np.asarray(worst[buffers[name]])
+                else:                               # unread input: any data will do
+                    a = np.zeros(shape)
+                arrays[name] = a.reshape(shape).astype(zoo.DTYPES[dt].storage)
+            confirmed, err = checker.compare(result.outputs[0], checker.reference(arrays))
+            run.set(overflow_confirmed=confirmed)
+    finally:
+        run.set(overflow_s=time.perf_counter() - t0)
+    if not confirmed:
+        run.fail("overflow", f"worst-case inputs: outputs differ from the reference ({checker.rule}); "
+                             f"max abs error {err:g}")
+
+
+def json_safe(row: dict[str, Any]) -> dict[str, Any]:
+    """Strict JSON has no NaN or infinity: those become null."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
