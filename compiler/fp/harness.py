@@ -38,7 +38,7 @@ CACHE_ENV = "TINYHW_CXXRTL_CACHE"
 DEFAULT_CXXFLAGS = ("-O1",)
 # Yosys passes before write_cxxrtl: the same front half as synth_* (processes to netlists,
 # one flat module), nothing that could change behaviour.
-YOSYS_SCRIPT = "read_rtlil design.il\nhierarchy -top top\nproc\nflatten\nopt_clean\nwrite_cxxrtl design.cc\n"
+YOSYS_SCRIPT = "read_rtlil design.il\nhierarchy -top top\nproc\nflatten\nopt -fast\nwrite_cxxrtl design.cc\n"
 
 
 def cache_root() -> Path:

@@ -168,8 +168,12 @@ def round_info(x, fmt: FloatFormat, subnormals: str = "keep", err=None) -> dict[
     scaled, _ = _scale(mag, fmt, subnormals)
     frac = scaled - np.floor(scaled)
     exact_err = np.where(finite, err, 0.0) == 0
+    tie = finite & (frac == 0.5) & exact_err
+    odd = np.fmod(np.floor(scaled), 2) == 1
     return {
-        "tie": finite & (frac == 0.5) & exact_err,
+        "tie": tie,
+        "tie_to_up": tie & odd,          # ties to even that round away from zero
+        "tie_to_down": tie & ~odd,       # ... and toward zero
         "inexact": finite & ((frac != 0) | ~exact_err),
         "tiny": finite & (mag < fmt.min_normal),
         "overflow": finite & (mag > fmt.max_finite),
