@@ -1,7 +1,8 @@
 """`dse`: the design-space explorer's command line.
 
-Exit codes scripts can trust: 0 success, 1 a gate failed, 2 bad usage or bad input (one
-`error: <path>: <message>` line on stderr, no traceback).
+Exit codes scripts can trust: 0 success, 1 a gate failed (`dse eval`: the point's status is
+FAIL; its row is still printed), 2 bad usage or bad input (one `error: <path>: <message>` line
+on stderr, no traceback).
 
 To add a subcommand, write `add_<name>(parser)` and `run_<name>(args) -> int` and append a
 `Command` to COMMANDS.
@@ -11,7 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -82,9 +84,152 @@ def run_models(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------------------------
+# dse eval SPEC --model NAME --dtype DT [--set KNOB=VALUE ...] [--target T] [--json] [--workdir DIR]
+
+def add_eval(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", help="path of the YAML spec")
+    p.add_argument("--model", required=True, help="a model name from the spec's `models:`")
+    p.add_argument("--dtype", required=True, help="one of the spec's `dtypes:`")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KNOB=VALUE",
+                   help="a hardware knob value, parsed as a YAML scalar (repeatable); knobs not set "
+                        "take the spec's first candidate value, else HardwareConfig's default")
+    p.add_argument("--target", choices=["ecp5", "ice40", "xilinx"], help="synthesis target (default: the spec's)")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object (the metrics row) on stdout")
+    p.add_argument("--workdir", type=Path,
+                   help="where logs and metrics.json go (default: results/<study>/points/<model>-<dtype>-<hash>/)")
+    p.add_argument("--sim", choices=["auto", "cxxrtl", "pysim"], default="auto",
+                   help="simulator (default auto: CXXRTL, or pysim when CXXRTL cannot run)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random input data (default 0)")
+    p.add_argument("--no-synth", action="store_true", help="skip Yosys synthesis (area fields stay null)")
+
+
+def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`--set KNOB=VALUE` items -> knob values, each VALUE parsed as a YAML scalar and checked
+    like a spec's knob values; raises CliError."""
+    import difflib
+
+    import yaml
+    from compiler.config import HardwareConfig
+    known = HardwareConfig.knob_names()
+    out: dict[str, Any] = {}
+    for item in sets:
+        name, sep, raw = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise CliError(f"--set expects KNOB=VALUE, got {item!r}")
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise CliError(f"--set {item}: unknown hardware knob {name!r}{hint}; known knobs: {', '.join(known)}")
+        if name in out:
+            raise CliError(f"--set {item}: knob {name!r} is set twice")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        if not isinstance(value, (str, int, float, bool)):
+            raise CliError(f"--set {item}: expected a number, string or boolean, got {value!r}")
+        try:
+            HardwareConfig.from_dict({name: value})
+        except (ValueError, TypeError) as e:
+            raise CliError(f"--set {item}: {e}") from None
+        out[name] = value
+    combined = {**(base or {}), **out}
+    try:
+        HardwareConfig.from_dict(combined)
+    except (ValueError, TypeError) as e:
+        raise CliError(f"illegal knob combination {combined}: {e}") from None
+    return out
+
+
+def point_dir(spec, point, target: str, seed: int) -> Path:
+    """results/<study>/points/<model>-<dtype>-<hash>/, the hash over everything that makes the
+    point (model definition, dtype, knobs, target, input range, data seed)."""
+    import hashlib
+    import json
+    m = spec.model(point.model)
+    key = json.dumps({"model": m.describe(), "source": str(m.source or ""), "dtype": point.dtype,
+                      "knobs": dict(point.knobs), "target": target, "seed": seed,
+                      "range": repr(m.input_range(point.dtype))}, sort_keys=True, default=str)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+    return Path("results") / spec.study / "points" / f"{point.model}-{point.dtype}-{digest}"
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """Exit code 0: the point evaluated OK; 1: it FAILed (the row says where and why, and is
+    still printed); 2: bad usage or input (nothing evaluated)."""
+    import contextlib
+    import json
+    from dse.evaluate import EvalContext, evaluate, json_safe
+    from dse.spec import DesignPoint, FrozenMap, load_spec
+    from dse.zoo import DTYPES
+    spec = load_spec(args.spec)
+    try:
+        spec.model(args.model)
+    except KeyError as e:
+        raise CliError(f"--model: {e.args[0]}") from None
+    if args.dtype not in spec.dtypes:
+        extra = (f"; {args.dtype} is a known dtype: add it to the spec's `dtypes:` to evaluate it"
+                 if args.dtype in DTYPES else "")
+        raise CliError(f"--dtype: unknown dtype {args.dtype!r} for study {spec.study!r}; "
+                       f"the spec's dtypes: {', '.join(spec.dtypes)}{extra}")
+    base = {k.name: k.values[0] for k in spec.knobs}
+    knobs = {**base, **parse_sets(args.sets, base)}
+    target = args.target or str(spec.target)
+    point = DesignPoint(args.model, args.dtype, FrozenMap(knobs))
+    workdir = args.workdir or point_dir(spec, point, target, args.seed)
+    ctx = EvalContext.from_spec(spec, target=target, data_seed=args.seed, sim_backend=args.sim,
+                                synthesize=not args.no_synth)
+
+    def log(line: str) -> None:
+        if not args.json:
+            print(f"[{args.model} {args.dtype}] {line}", file=sys.stderr, flush=True)
+
+    with contextlib.redirect_stdout(sys.stderr):      # stdout carries only the result
+        metrics = evaluate(ctx, point, workdir, log=log)
+    row = metrics.as_row()
+    if args.json:
+        print(json.dumps(json_safe(row)))
+    else:
+        print(format_metrics(row))
+    return EXIT_OK if metrics.ok else EXIT_GATE_FAILED
+
+
+def format_metrics(row: dict[str, Any]) -> str:
+    """A readable table of one metrics row."""
+    def fmt(v: Any) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.2f}" if abs(v) >= 0.01 or v == 0 else f"{v:.3g}"
+        if isinstance(v, dict):
+            return ", ".join(f"{k}={x}" for k, x in v.items()) or "-"
+        return str(v)
+    groups = [
+        ("point", ["model", "dtype", "params", "knobs", "target", "status", "stage", "error", "log_path"]),
+        ("cycles", ["cycles", "cycles_model", "correct", "max_abs_err", "check_rule"]),
+        ("area", ["luts", "ffs", "bram", "lutram", "dsp"]),
+        ("overflow", ["acc_bits_required", "overflow_safe", "max_magnitude", "overflow_confirmed"]),
+        ("seconds", ["compile_s", "simulate_s", "overflow_s", "synth_s", "total_s"]),
+        ("provenance", ["sim_backend", "yosys_version", "synth_script", "tinygrad_version", "data_seed",
+                        "workdir", "notes"]),
+    ]
+    width = max(len(k) for _, keys in groups for k in keys)
+    lines = []
+    for title, keys in groups:
+        lines.append(f"{title}:")
+        for k in keys:
+            if k in ("stage", "error", "log_path", "notes") and not row.get(k):
+                continue
+            lines.append(f"  {k:<{width}}  {fmt(row.get(k))}")
+    return "\n".join(lines)
+
+
 COMMANDS: list[Command] = [
     Command("validate", "check a spec and print a one-line summary", add_validate, run_validate),
     Command("models", "list the model zoo with its parameters and defaults", add_models, run_models),
+    Command("eval", "evaluate one design point (model x dtype x knob values) and print its metrics", add_eval, run_eval),
 ]
 
 
