@@ -1,0 +1,197 @@
+"""CXXRTL back end: same outputs and cycles as pysim and the reference, binary cache, build errors.
+
+The equivalence tests share the normal binary cache (TINYHW_CACHE or ~/.cache/tinyhw, keyed by
+content) and build every design they need up front, in bundles on all cores; the cache and
+error tests use empty temporary caches.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tinygrad import Tensor, dtypes
+
+import designs
+from compiler import HardwareConfig, compile_model, simulate
+from compiler import cxxrtl
+from compiler.tools import ToolError
+
+MODES = ["sync", "comb"]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def assert_same(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+def compiled(builders: dict, modes=MODES) -> dict:
+    out = {}
+    for name, make in builders.items():
+        for mode in modes:
+            case = make()
+            out[name, mode] = compile_model(*case.outputs, config=HardwareConfig(mem_read=mode)), case
+    return out
+
+
+@pytest.fixture(scope="session")
+def small():
+    built = compiled(designs.SMALL)
+    cxxrtl.build_many(d for d, _ in built.values())       # one bundle per core instead of 22 builds
+    return built
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", list(designs.SMALL))
+def test_small_designs_agree_with_pysim_and_reference(small, name, mode):
+    design, case = small[name, mode]
+    cx = simulate(design, backend="cxxrtl")
+    py = simulate(design, backend="pysim")
+    assert cx.backend == "cxxrtl"
+    assert cx.cycles == py.cycles == design.cycles_formula
+    assert_same(cx.outputs, py.outputs)
+    assert_same(cx.outputs, list(case.reference))
+    assert cx.buffers.keys() == py.buffers.keys()
+    for buf in py.buffers:
+        np.testing.assert_array_equal(cx.buffers[buf], py.buffers[buf])
+    assert cx.seconds > 0 and cx.build_seconds == 0.0     # built by the fixture
+
+
+@pytest.mark.slow
+def test_large_designs_match_reference():
+    built = compiled(designs.LARGE)
+    cxxrtl.build_many(d for d, _ in built.values())
+    for (name, mode), (design, case) in built.items():
+        r = simulate(design, backend="cxxrtl")
+        assert r.cycles == design.cycles_formula, (name, mode)
+        assert_same(r.outputs, list(case.reference))
+
+
+def test_inputs_override_one_binary_serves_every_dataset(small):
+    rng = np.random.default_rng(11)
+    W, x = rng.integers(-128, 128, (16, 8)).astype(np.int8), rng.integers(-128, 128, 8).astype(np.int8)
+    tx = Tensor(x)
+    y = Tensor(W).cast(dtypes.int32) @ tx.cast(dtypes.int32)
+    design = compile_model(y, config=HardwareConfig(mem_read="sync"))
+    for seed in range(3):
+        x2 = np.random.default_rng(seed).integers(-128, 128, 8).astype(np.int8)
+        r = simulate(design, {tx: x2}, backend="cxxrtl")
+        assert r.build_seconds == 0.0                     # same RTLIL as gemv_int8_16x8: cached
+        assert_same(r.outputs, [W.astype(np.int32) @ x2.astype(np.int32)])
+        assert_same(r.outputs, simulate(design, {tx: x2}).outputs)
+
+
+def test_second_simulate_reuses_the_binary(tmp_path, monkeypatch):
+    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path))
+    builds = cxxrtl.stats.builds
+    first = simulate(compile_model(*designs.add_relu(N=24).outputs), backend="cxxrtl")
+    assert first.build_seconds > 0 and cxxrtl.stats.builds == builds + 1
+    # a fresh Design object with the same RTLIL: found on disk, g++ not run
+    again = compile_model(*designs.add_relu(N=24).outputs)
+    second = simulate(again, backend="cxxrtl")
+    third = simulate(again, backend="cxxrtl")             # and remembered for this Design object
+    assert second.build_seconds == third.build_seconds == 0.0
+    assert cxxrtl.stats.builds == builds + 1
+    assert_same(second.outputs, first.outputs)
+    assert second.cycles == third.cycles == first.cycles
+    entries = sorted(p.name for p in (tmp_path / "cxxrtl").iterdir())
+    assert [e for e in entries if e.endswith(".sim")] == [cxxrtl.build(again).path.name]
+    assert not [e for e in entries if e.startswith("build-")]
+
+
+def test_build_failure_raises_with_compiler_output(tmp_path, monkeypatch):
+    fake = tmp_path / "fake-cxx"
+    fake.write_text("#!/bin/sh\necho 'driver.cc:1: fatal error: pretend the compiler broke' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("TINYHW_CXX", str(fake))
+    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
+    design = compile_model(*designs.add_relu(N=20).outputs)
+    with pytest.raises(cxxrtl.CxxrtlBuildError) as info:
+        simulate(design, backend="cxxrtl")
+    msg = str(info.value)
+    assert isinstance(info.value, ToolError)
+    assert f"fake-cxx: building the CXXRTL simulation of {design.name()} failed: exited with code 1" in msg
+    assert "pretend the compiler broke" in msg                      # the tail of the compiler output
+    assert not list((tmp_path / "cache" / "cxxrtl").glob("*.sim"))  # nothing half-built in the cache
+
+
+def test_missing_compiler_is_a_tool_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("TINYHW_CXX", "no-such-cxx-compiler")
+    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path))
+    with pytest.raises(ToolError, match="no-such-cxx-compiler: not found"):
+        simulate(compile_model(*designs.add_relu(N=20).outputs), backend="cxxrtl")
+
+
+def test_run_that_never_finishes_fails_clearly(small):
+    design, _ = small["gemv_int8_16x8", "sync"]
+    with pytest.raises(ToolError, match="done not reached after 5 cycles"):
+        cxxrtl.run_cxxrtl(design, max_cycles=5)
+
+
+def test_unknown_backend_lists_the_available_ones(small):
+    with pytest.raises(ValueError, match="unknown simulation backend 'verilator'; available: 'pysim', 'cxxrtl'"):
+        simulate(small["add_relu", "sync"][0], backend="verilator")
+
+
+CHILD = """
+import json, sys, time
+from pathlib import Path
+import numpy as np
+sys.path.insert(0, {tests!r})
+import designs
+from compiler import compile_model, simulate, cxxrtl
+case = designs.add_relu(N=28)
+design = compile_model(*case.outputs)
+Path(sys.argv[1]).touch()
+while not Path(sys.argv[2]).exists():
+    time.sleep(0.005)
+r = simulate(design, backend="cxxrtl")
+ok = all(np.array_equal(o, ref) for o, ref in zip(r.outputs, case.reference))
+print(json.dumps({{"ok": ok, "cycles": r.cycles, "builds": cxxrtl.stats.builds, "waits": cxxrtl.stats.waits}}))
+"""
+
+
+def test_two_processes_building_at_once_share_one_build(tmp_path):
+    env = dict(os.environ, TINYHW_CACHE=str(tmp_path / "cache"))
+    env.pop("TINYHW_CXX", None)
+    script = CHILD.format(tests=str(ROOT / "tests"))
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / f"ready{i}"), str(go)], cwd=ROOT,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"ready{i}").exists() for i in range(2)):
+        assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    go.touch()                                            # both start simulate() together
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert all(r["ok"] for r in results)
+    assert results[0]["cycles"] == results[1]["cycles"]
+    assert sorted((r["builds"], r["waits"]) for r in results) == [(0, 1), (1, 0)]   # one built, one waited
+    folder = tmp_path / "cache" / "cxxrtl"
+    assert len(list(folder.glob("*.sim"))) == 1
+    assert not list(folder.glob("build-*"))
+
+
+def test_prepare_rtlil_drops_src_and_zero_meminit_only():
+    def meminit(data):
+        return ("  attribute \\src \"x.py:1\"\n  cell $meminit_v2 $1\n    parameter \\WIDTH 4\n"
+                f"    connect \\DATA 8'{data}\n    connect \\EN 4'1111\n  end\n")
+    text = "module \\top\n" + meminit("00000000") + meminit("00010010") + "end\n"
+    kept = cxxrtl.prepare_rtlil(text)
+    assert "\\src" not in kept
+    assert kept.count("$meminit_v2") == 1 and "8'00010010" in kept
