@@ -1,16 +1,19 @@
 """CXXRTL back end: the design compiled to C++ by Yosys `write_cxxrtl`, built with g++.
 
-One binary per design serves every dataset: a small driver (below) pokes the input words into
-the memories, raises `start` for one cycle, clocks until `done` and writes every memory back,
-all through files, so no data is compiled into the code. Binaries are cached on disk, keyed by
-a hash of everything that goes into them:
+One binary per design serves every dataset: a small driver (DRIVER, below) pokes the input
+words into the memories, raises `start` for one cycle, clocks until `done` and writes every
+memory back, all through files, so no data is compiled into the code. Binaries are cached on
+disk, keyed by a hash of everything that goes into them (RTLIL, driver, Yosys options and
+version, compiler path, version and flags):
 
     $TINYHW_CACHE/cxxrtl/<sha256>.sim      (TINYHW_CACHE defaults to ~/.cache/tinyhw)
 
-A build runs in its own temporary folder next to the cache entries and lands with one atomic
+Builds run in a temporary folder next to the cache entries and land with an atomic
 `os.replace`, under an exclusive `flock` on `<sha256>.lock`: a second process that wants the
-same binary waits for the first and then uses its result. A binary in the cache is always
-complete. `TINYHW_CXX` names the C++ compiler (default `g++`).
+same binary waits for the first, then uses its result; a binary in the cache is always
+complete. `build_many` compiles several designs into one binary (one C++ namespace each, the
+runtime compiled once) and links it under every design's key. `TINYHW_CXX` names the C++
+compiler (default g++).
 """
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ except ImportError:                           # no flock: every process builds i
 # Measured on the int8 128x784 GEMV (bench/bench_sim.py): Yosys' default -O6 gives the fastest
 # code and the quickest g++ run (-O4: 1.4x more instructions per cycle, -O2: 10x slower); -g1
 # keeps only the debug table the driver needs to find memories by name. g++ -O1 compiles in
-# ~3 s, -O2 in ~4.5 s for 13% fewer instructions per cycle: -O1 wins below ~100M cycles.
+# ~3 s, -O2 in ~4.5 s for 13% fewer instructions per cycle: -O1 wins below ~150M cycles.
 CXXRTL_OPTIONS = ("-O6", "-g1")
 CXX_FLAGS = ("-std=c++17", "-O1")
 
@@ -183,12 +186,14 @@ def build_many(designs, jobs: int | None = None) -> list[Binary]:
         waiting.setdefault(key, []).append(i)
     if pending:
         folder.mkdir(parents=True, exist_ok=True)
-        bundles = _bundles(list(pending.values()), jobs or os.cpu_count() or 1)
-        if len(bundles) == 1:
-            _build_bundle(bundles[0], cxx)
+        jobs = jobs or os.cpu_count() or 1
+        bundles = _bundles(list(pending.values()), jobs)
+        if len(bundles) == 1 or jobs == 1:
+            for b in bundles:
+                _build_bundle(b, cxx)
         else:
             from concurrent.futures import ThreadPoolExecutor
-            with ThreadPoolExecutor(max_workers=len(bundles)) as pool:
+            with ThreadPoolExecutor(max_workers=min(jobs, len(bundles))) as pool:
                 for f in [pool.submit(_build_bundle, b, cxx) for b in bundles]:
                     f.result()
         seconds = time.perf_counter() - t0
@@ -249,6 +254,7 @@ class _lock:
 
 
 def _compile(bundle: list[_Pending], cxx: str) -> None:
+    """Yosys and the C++ compiler on a bundle; a failed build keeps its folder (and logs)."""
     folder = bundle[0].target.parent
     work = Path(tempfile.mkdtemp(prefix=f"build-{bundle[0].key[:12]}-", dir=folder))
     script = []
