@@ -1,41 +1,86 @@
 """Float operations in the datapath: which ones the hardware has, and how each is built.
 
 Floats are IEEE bit patterns. NEG (flip the sign), WHERE and BITCAST are wiring; arithmetic,
-comparisons and conversions instantiate the float units of compiler/fp.
+comparisons and conversions instantiate the float units of compiler/fp, configured with the
+design's `fp_rounding` and `fp_subnormals` knobs. Anything else (RECIPROCAL, EXP2, SQRT, ...)
+is rejected at compile time.
 """
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Value
 
-from .. import ir
+from .. import fp, ir
 from ..config import HardwareConfig
+from ..dtypes import DType
 from ..errors import UnsupportedError
 
 K = ir.OpKind
 
 WIRING = {K.NEG, K.WHERE, K.BITCAST}
+UNITS = {K.ADD, K.SUB, K.MUL, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ, K.CAST}
+
+
+def fmt_of(d: DType) -> fp.FloatFormat:
+    return {"fp32": fp.FP32, "fp16": fp.FP16, "bf16": fp.BF16}[d.name]
+
+
+def _float_dtype(v: ir.Op) -> DType:
+    return v.dtype if v.dtype.is_float else next(s.dtype for s in v.srcs if s.dtype.is_float)
 
 
 def check(kernel: str, v: ir.Op, config: HardwareConfig) -> None:
-    if v.op in WIRING:
+    if v.op in WIRING or v.op in UNITS:
         return
     raise UnsupportedError(kernel, v.op.name, _float_dtype(v).name, "no float unit for it yet")
 
 
-def _float_dtype(v: ir.Op):
-    return v.dtype if v.dtype.is_float else next(s.dtype for s in v.srcs if s.dtype.is_float)
-
-
 class FloatOps:
+    """Instantiates one float unit per operation, as submodules of the datapath module."""
+
     def __init__(self, m: Module, config: HardwareConfig, kernel: str):
         self.m, self.config, self.kernel = m, config, kernel
         self.units = 0
 
+    def unit(self, component, name: str, **inputs: Value):
+        self.m.submodules[f"fp{self.units}_{name}"] = component
+        self.units += 1
+        self.m.d.comb += [getattr(component, port).eq(val) for port, val in inputs.items()]
+        return component
+
     def emit(self, v: ir.Op, s: list[Value]) -> Value:
-        if v.op is K.NEG:
-            return s[0] ^ (1 << (v.dtype.bits - 1))
-        if v.op is K.WHERE:
+        op, d = v.op, v.dtype
+        rnd, sub = self.config.fp_rounding, self.config.fp_subnormals
+        if op is K.NEG:
+            return s[0] ^ (1 << (d.bits - 1))
+        if op is K.WHERE:
             return Mux(s[0], s[1], s[2])
-        if v.op is K.BITCAST:
+        if op is K.BITCAST:
             return s[0]
-        raise UnsupportedError(self.kernel, v.op.name, _float_dtype(v).name, "no float unit for it yet")
+        if op in (K.ADD, K.SUB):
+            return self.unit(fp.FAdd(fmt_of(d), rnd, sub, subtract=op is K.SUB), op.value, a=s[0], b=s[1]).y
+        if op is K.MUL:
+            return self.unit(fp.FMul(fmt_of(d), rnd, sub), "mul", a=s[0], b=s[1]).y
+        if op is K.MAX:
+            return self.unit(fp.FMax(fmt_of(d), sub), "max", a=s[0], b=s[1]).y
+        if op in (K.CMPLT, K.CMPNE, K.CMPEQ):
+            c = self.unit(fp.FCompare(fmt_of(v.srcs[0].dtype), sub), "cmp", a=s[0], b=s[1])
+            return c.lt if op is K.CMPLT else (c.eq if op is K.CMPEQ else ~c.eq)
+        if op is K.CAST:
+            return self.cast(v.srcs[0].dtype, d, s[0])
+        raise UnsupportedError(self.kernel, op.name, _float_dtype(v).name, "no float unit for it yet")
+
+    def cast(self, src: DType, dst: DType, a: Value) -> Value:
+        rnd, sub = self.config.fp_rounding, self.config.fp_subnormals
+        if src.is_float and dst.is_float:
+            if src == dst:
+                return a
+            return self.unit(fp.FloatToFloat(fmt_of(src), fmt_of(dst), rnd, sub), "f2f", a=a).y
+        if dst.is_float:              # int or bool -> float
+            return self.unit(fp.IntToFloat(src.bits, src.signed and not src.is_bool, fmt_of(dst), rnd, sub),
+                             "i2f", a=a).y
+        if dst.is_bool:               # x != 0; NaN is true, as in C
+            f = fmt_of(src)
+            if sub == "flush":        # subnormals read as zero
+                return a[f.man_bits:f.width - 1] != 0
+            return a[:f.width - 1] != 0
+        return self.unit(fp.FloatToInt(fmt_of(src), dst.bits, dst.signed, sub), "f2i", a=a).y
