@@ -29,13 +29,13 @@ the hardware still computes what tinygrad computes (both wrap at the dtype's wid
 The correctness rule (`check_rule` in the row):
   * integers: bit-exact against the numpy golden model of the zoo (`zoo.reference`) or, for a
     user model, tinygrad's own result (`zoo.tinygrad_result`; integers are exact there).
-  * floats from zoo models with round-to-nearest-even hardware (the only mode today; a
-    HardwareConfig knob ending in "rounding" selects another): bit-exact against the numpy
-    golden model in KERNEL arithmetic (every op rounds to its dtype, as the lowered kernel is
-    written). Bit-exact means equal values with equal signs (so -0.0 != +0.0); any NaN equals
-    any NaN.
+  * floats from zoo models with IEEE float units (knobs fp_rounding=rne, fp_subnormals=keep,
+    the defaults): bit-exact against the numpy golden model in KERNEL arithmetic (every op
+    rounds to its dtype, as the lowered kernel is written). Bit-exact means equal values with
+    equal signs (so -0.0 != +0.0); any NaN equals any NaN.
   * floats otherwise (user models, whose only reference is tinygrad's PYTHON device, which
-    fuses multiply-adds and emulates fp16; or hardware rounding other than rne): every output
+    fuses multiply-adds and emulates fp16; or fp_rounding=rtz / fp_subnormals=flush, which the
+    golden models do not follow): every output
     within `(n + 2) * 2**-man_bits * max(1, max|reference|)` of the reference, with n the
     longest reduction loop of the design. This is a tolerance, and the row says so.
 `max_abs_err` is max |hardware - reference| over the outputs (0 when bit-exact; inf for a
@@ -364,8 +364,9 @@ class _Checker:
         self.model, self.built, self.dtype = model, built, dtype
         out_dt = design.graph.buffers[design.graph.outputs[0]].dtype
         self.is_float = out_dt.is_float
-        rounding = _rounding(config)
-        self.exact = not self.is_float or (model.builtin is not None and rounding == "rne")
+        rounding, subnormals = _float_mode(config)
+        ieee = rounding == "rne" and subnormals == "keep"
+        self.exact = not self.is_float or (model.builtin is not None and ieee)
         source = "numpy golden model (KERNEL arithmetic)" if model.builtin is not None else "tinygrad's result"
         if self.exact:
             self.rule = f"bit-exact vs {source}"
@@ -374,7 +375,8 @@ class _Checker:
             n = max((lp.bound for k in design.kernels for lp in k.loops.values()
                      if lp.axis.value == "reduce"), default=1)
             self.rel = (n + 2) * 2.0 ** -out_dt.man_bits
-            why = "hardware rounding " + rounding if rounding != "rne" else "no numpy golden model"
+            why = (f"fp_rounding={rounding}, fp_subnormals={subnormals}" if not ieee
+                   else "no numpy golden model")
             self.rule = f"|err| <= {n + 2} * 2^-{out_dt.man_bits} * max(1, max|ref|) vs {source} ({why})"
 
     def reference(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -383,36 +385,39 @@ class _Checker:
         return zoo.tinygrad_result(self.built, arrays)
 
     def compare(self, got: np.ndarray, want: np.ndarray) -> tuple[bool, float]:
-        got, want = np.asarray(got), np.asarray(want)
-        if got.size != want.size:
-            raise ValueError(f"the hardware output has {got.size} elements, the reference {want.size}")
-        got, want = got.reshape(-1), want.reshape(-1)
-        if not self.is_float:
-            diff = np.abs(got.astype(np.int64) - want.astype(np.int64))
-            err = float(diff.max()) if diff.size else 0.0
-            return err == 0, err
-        g, w = got.astype(np.float64), want.astype(np.float64)
-        both_nan = np.isnan(g) & np.isnan(w)
-        with np.errstate(invalid="ignore"):
-            diff = np.where(both_nan, 0.0, np.abs(g - w))
-            diff = np.where(np.isnan(diff) | (np.isinf(g) != np.isinf(w)), np.inf, diff)
-            diff = np.where((g == w) & ~both_nan, 0.0, diff)      # inf == inf
+        return compare(got, want, is_float=self.is_float, rel_tol=None if self.exact else self.rel)
+
+
+def compare(got: np.ndarray, want: np.ndarray, *, is_float: bool, rel_tol: float | None = None) -> tuple[bool, float]:
+    """(equal under the rule, max |got - want|). Integers and floats with `rel_tol` None:
+    bit-exact (floats: equal values and signs, any NaN equals any NaN). Floats with `rel_tol`:
+    max error <= rel_tol * max(1, max |finite want|)."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.size != want.size:
+        raise ValueError(f"the hardware output has {got.size} elements, the reference {want.size}")
+    got, want = got.reshape(-1), want.reshape(-1)
+    if not is_float:
+        diff = np.abs(got.astype(np.int64) - want.astype(np.int64))
         err = float(diff.max()) if diff.size else 0.0
-        if self.exact:
-            same = both_nan | ((g == w) & (np.signbit(g) == np.signbit(w)))
-            return bool(same.all()), err
-        finite = w[np.isfinite(w)]
-        scale = max(1.0, float(np.abs(finite).max()) if finite.size else 1.0)
-        return bool(err <= self.rel * scale), err
+        return err == 0, err
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    both_nan = np.isnan(g) & np.isnan(w)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(g - w)
+        diff = np.where(np.isnan(g) | np.isnan(w) | np.isnan(diff), np.inf, diff)   # one NaN, or inf - inf
+        diff = np.where(both_nan | (g == w), 0.0, diff)
+    err = float(diff.max()) if diff.size else 0.0
+    if rel_tol is None:
+        same = both_nan | ((g == w) & (np.signbit(g) == np.signbit(w)))
+        return bool(same.all()), err
+    finite = np.abs(w[np.isfinite(w)])
+    scale = max(1.0, float(finite.max()) if finite.size else 1.0)
+    return bool(err <= rel_tol * scale), err
 
 
-def _rounding(config) -> str:
-    """The hardware's float rounding mode: a HardwareConfig knob whose name ends in
-    "rounding" if there is one, else round to nearest even (the float units' default)."""
-    for name, value in config.as_dict().items():
-        if name.endswith("rounding"):
-            return str(value)
-    return "rne"
+def _float_mode(config) -> tuple[str, str]:
+    """The float units' (rounding, subnormals) knobs; IEEE defaults when the config lacks them."""
+    return getattr(config, "fp_rounding", "rne"), getattr(config, "fp_subnormals", "keep")
 
 
 def _overflow(ctx: EvalContext, run: _Run, design, built: zoo.Built, tensors: list,
