@@ -154,12 +154,15 @@ def round_pack(m: Module, fmt: FloatFormat, *, rounding: str, subnormals: str, s
     (IEEE 754 "tininess after rounding", what x86 SSE does with FTZ).
     """
     exp_lo, exp_hi = exp_range
-    precision, extra = fmt.precision, len(sig) - fmt.precision
-    if extra < 0:                                   # fewer bits than the format: pad exactly
-        sig, extra = Cat(Const(0, -extra), sig), 0
+    denormalise = subnormals == "keep" and exp_lo < 1
+    # Pad narrow inputs with zeros; a denormalising shift needs a guard bit to shift into.
+    min_extra = 1 if denormalise else 0
+    extra = len(sig) - fmt.precision
+    if extra < min_extra:
+        sig, extra = Cat(Const(0, min_extra - extra), sig), min_extra
 
     sticky_in = Const(0, 1)
-    if subnormals == "keep" and exp_lo < 1:
+    if denormalise:
         # Gradual underflow: move the value onto the subnormal grid (exponent 1).
         tiny = exp < 1
         amount_width = bits_for(max(1 - exp_lo, 0))

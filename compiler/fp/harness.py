@@ -5,9 +5,10 @@ that reads input vectors from a binary file, sets the top-level inputs, evaluate
 writes every output to a binary file -> numpy arrays. One binary evaluates a whole `Bank`
 of units side by side, so a test suite needs few compiles.
 
-Binaries are cached on disk, keyed by a hash of the RTLIL, the driver source, the compiler
-flags and the tool versions: a second run skips yosys and g++. The cache lives in
-$TINYHW_CXXRTL_CACHE (default ~/.cache/tinyhw/cxxrtl).
+Binaries are cached on disk, keyed by a hash of the RTLIL, the driver source, the Yosys
+script, the compiler flags and the tool versions: a second run skips yosys and g++ (and,
+given a `fingerprint`, even the RTLIL conversion). The cache lives in $TINYHW_CXXRTL_CACHE
+(default ~/.cache/tinyhw/cxxrtl); deleting it is always safe.
 
 File formats (little-endian): input = uint64 vector count N, then for each input port in
 signature order N values; output = for each output port in signature order N values. A
@@ -114,6 +115,17 @@ class Bank(wiring.Component):
         return m
 
 
+def source_fingerprint(*parts: object, sources: list[Path]) -> str:
+    """A fingerprint for `NativeEvaluator`: the given source files' contents, the Amaranth
+    version and the reprs of `parts` (the parameters the design is built from)."""
+    digest = hashlib.sha256(f"amaranth {metadata.version('amaranth')}\0".encode())
+    for path in sorted(Path(p) for p in sources):
+        digest.update(f"{path.name}\0".encode() + path.read_bytes() + b"\0")
+    for part in parts:
+        digest.update(repr(part).encode() + b"\0")
+    return digest.hexdigest()
+
+
 def _driver_source(ports: list[Port]) -> str:
     inputs = [p for p in ports if p.is_input]
     outputs = [p for p in ports if not p.is_input]
@@ -171,29 +183,53 @@ class NativeEvaluator:
 
     `run({input: array})` returns {output: array} of raw bit patterns (unsigned dtypes; a
     signed port's value is its two's complement pattern). Inputs are masked to their width.
+
+    Converting a large design to RTLIL takes seconds, and the cache key is a hash of that
+    RTLIL. `fingerprint`, if given, is a string the caller guarantees determines the design
+    (e.g. a hash of the generating sources, their parameters and the Amaranth version); it
+    is remembered next to the cache so a later run with the same fingerprint finds the
+    binary without converting. Without it the RTLIL is always converted and hashed.
     """
 
     def __init__(self, component: wiring.Component, *, cache_dir: Path | None = None,
-                 cxxflags: tuple[str, ...] = DEFAULT_CXXFLAGS):
+                 cxxflags: tuple[str, ...] = DEFAULT_CXXFLAGS, fingerprint: str | None = None):
+        self.component = component
         self.ports = ports_of(component)
         self.inputs = [p for p in self.ports if p.is_input]
         self.outputs = [p for p in self.ports if not p.is_input]
-        self.rtlil = rtlil.convert(component, name="top")
         self.driver = _driver_source(self.ports)
         self.cxxflags = tuple(cxxflags)
-        key_text = "\n\0".join([self.rtlil, self.driver, YOSYS_SCRIPT, " ".join(self.cxxflags), _tool_versions()])
-        self.key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
-        self.dir = (cache_dir or cache_root()) / self.key
+        self.cache = Path(cache_dir or cache_root())
+        self._rtlil: str | None = None
+        settings = "\n\0".join([self.driver, YOSYS_SCRIPT, " ".join(self.cxxflags), _tool_versions()])
+        index = None
+        if fingerprint is not None:
+            index = self.cache / "by-fingerprint" / hashlib.sha256((fingerprint + "\0" + settings).encode()).hexdigest()[:24]
+        known = index.read_text().strip() if index is not None and index.exists() else None
+        if known and (self.cache / known / "sim").exists():
+            self.key = known
+        else:
+            self.key = hashlib.sha256((self.rtlil + "\n\0" + settings).encode()).hexdigest()[:24]
+            if index is not None:
+                index.parent.mkdir(parents=True, exist_ok=True)
+                index.write_text(self.key + "\n")
+        self.dir = self.cache / self.key
         self.exe = self.dir / "sim"
         self.last_build: BuildInfo | None = None
+
+    @property
+    def rtlil(self) -> str:
+        if self._rtlil is None:
+            self._rtlil = rtlil.convert(self.component, name="top")
+        return self._rtlil
 
     def build(self) -> BuildInfo:
         """Compile unless the cache already holds this exact design; safe to run concurrently."""
         if self.exe.exists():
             self.last_build = BuildInfo(self.exe, cached=True)
             return self.last_build
-        self.dir.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f"{self.key}.", dir=self.dir.parent))
+        self.cache.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f"{self.key}.", dir=self.cache))
         try:
             (work / "design.il").write_text(self.rtlil)
             (work / "driver.cc").write_text(self.driver)
