@@ -114,6 +114,28 @@ def test_narrow_input_range_needs_fewer_bits(tmp_path):
     assert m.acc_bits_required == (8 * 64).bit_length() + 1       # products reach (-8)^2 = 64
 
 
+def test_fp16_overflow_is_a_metric_confirmed_in_simulation(tmp_path):
+    """8 products of up to 200*200 sum to 320,000 > 65,504: the fp16 store overflows to inf,
+    in the hardware as in the reference. Unsafe, but not a failure."""
+    spec = parse_spec(small_spec(["fp16"], input_range={"min": -200, "max": 200}))
+    m = evaluate(EvalContext.from_spec(spec, sim_backend="pysim", synthesize=False), point("gemv", "fp16"), tmp_path)
+    skip_if_unsupported(m)
+    assert m.status is Status.OK, m.error
+    assert m.overflow_safe is False and m.max_magnitude == 8 * 200.0 ** 2 and m.overflow_confirmed is True
+    assert m.acc_bits_required is None and m.correct is True
+
+
+@pytest.mark.parametrize("knobs", [{"fp_rounding": "rtz"}, {"fp_subnormals": "flush"}])
+def test_non_ieee_float_units_are_checked_within_a_tolerance(knobs, tmp_path):
+    if not set(knobs) <= set(HardwareConfig.knob_names()):
+        pytest.skip(f"no such knobs yet: {knobs}")
+    m = evaluate(ctx(), point("conv2d", "bf16", **knobs), tmp_path)
+    skip_if_unsupported(m)
+    assert m.status is Status.OK, m.error
+    assert m.check_rule.startswith("|err| <= 11 * 2^-7 * max(1, max|ref|) vs numpy golden model")   # 9 terms
+    assert m.correct is True and m.max_abs_err <= 11 * 2 ** -7 * 9
+
+
 def test_user_model_is_checked_against_tinygrad(tmp_path):
     spec = parse_spec({**small_spec(["int8"]), "models": [
         {"name": "mine", "source": "user_models.py:scale_add", "params": {"N": 6}}]}, base_dir=DATA)
