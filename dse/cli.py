@@ -226,10 +226,68 @@ def format_metrics(row: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------------------------
+# dse sweep SPEC [--n-jobs N] [--storage URL] [--trials N] [--fresh] [--no-cache] ...
+
+def add_sweep(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", help="path of the YAML spec")
+    p.add_argument("--n-jobs", type=int, default=1, metavar="N",
+                   help="worker processes sharing the study (default 1)")
+    p.add_argument("--storage", metavar="URL",
+                   help="an Optuna storage URL (sqlite:///x.db, postgresql://...) or a journal file path "
+                        "(default: a journal file, results/<study>/study.journal)")
+    p.add_argument("--results", type=Path, default=Path("results"), metavar="DIR",
+                   help="outputs go to DIR/<study>/ (default: results)")
+    p.add_argument("--trials", type=int, metavar="N", help="trial budget (default: the spec's search.trials)")
+    p.add_argument("--fresh", action="store_true", help="delete the study from the storage and start over")
+    p.add_argument("--no-cache", action="store_true", help="evaluate every point, ignoring the evaluation cache")
+    p.add_argument("--cache-dir", type=Path, metavar="DIR",
+                   help="the evaluation cache (default: $TINYHW_CACHE/evals, TINYHW_CACHE defaulting to ~/.cache/tinyhw)")
+    p.add_argument("--sim", choices=["auto", "cxxrtl", "pysim"], default="auto",
+                   help="simulator (default auto: CXXRTL, or pysim when CXXRTL cannot run)")
+    p.add_argument("--data-seed", type=int, default=0, help="seed of the random input data (default 0)")
+    p.add_argument("--progress", choices=["auto", "bar", "lines", "off"], default="auto",
+                   help="a bar on a terminal, a line per trial otherwise (default auto)")
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    """Exit code 0: the study is complete; 1: it is complete but has no feasible point, or a
+    worker crashed; 2: bad input; 130: interrupted (what finished is kept: re-run to resume)."""
+    from dse.spec import load_spec
+    from dse.sweep import SweepError, SweepOptions, sweep
+    spec = load_spec(args.spec)
+    if args.n_jobs < 1:
+        raise CliError(f"--n-jobs: expected a positive integer, got {args.n_jobs}")
+    if args.trials is not None and args.trials < 1:
+        raise CliError(f"--trials: expected a positive integer, got {args.trials}")
+    options = SweepOptions(results_root=args.results, storage=args.storage, n_jobs=args.n_jobs,
+                           trials=args.trials, fresh=args.fresh, use_cache=not args.no_cache,
+                           cache_dir=args.cache_dir, sim_backend=args.sim, data_seed=args.data_seed,
+                           progress=args.progress)
+    try:
+        r = sweep(spec, options)
+    except SweepError as e:
+        raise CliError(str(e)) from None
+    total = r.done_before + r.ran
+    print(f"study {r.study!r}: {total}/{r.budget} trials; this run {r.ran} in {r.seconds:.1f} s "
+          f"({r.cached} from the cache, {r.failed} failed); {r.feasible} feasible, "
+          f"{r.pareto} Pareto-optimal points")
+    for f in r.files:
+        print(f"  {f}")
+    for e in r.worker_errors:
+        print(f"error: a worker stopped: {e.strip().splitlines()[-1]}", file=sys.stderr)
+    if r.interrupted:
+        print("interrupted: finished trials are kept; run the same command again to resume", file=sys.stderr)
+        return 130
+    return EXIT_GATE_FAILED if r.worker_errors or r.feasible == 0 else EXIT_OK
+
+
 COMMANDS: list[Command] = [
     Command("validate", "check a spec and print a one-line summary", add_validate, run_validate),
     Command("models", "list the model zoo with its parameters and defaults", add_models, run_models),
     Command("eval", "evaluate one design point (model x dtype x knob values) and print its metrics", add_eval, run_eval),
+    Command("sweep", "explore a spec's design space with Optuna (cached, resumable, parallel) and write "
+                     "trials.csv, pareto.csv, pareto.md", add_sweep, run_sweep),
 ]
 
 

@@ -1,0 +1,254 @@
+"""The evaluation cache: one design point's metrics row, stored under a content hash of
+everything that determines it, shared by every study on the machine.
+
+    cache = EvalCache()                                     # $TINYHW_CACHE/evals (~/.cache/tinyhw/evals)
+    row, cached = cached_evaluate(ctx, point, workdir, cache)
+
+The key. A spec's name for a model says nothing about what gets built, and knob values
+say nothing about the compiler that turns them into hardware, so the key hashes what the
+evaluation actually consumes (`key_material` returns it, and each entry stores it):
+
+    kernels     compiler.ir.fingerprint of every kernel of the compiled design, plus the
+                design's phase/buffer plan (how the kernels are wired)
+    model       the zoo model's name and full parameters (they choose the numpy golden model
+                the outputs are checked against), or the user file's SHA-256 and function
+    knobs       the full HardwareConfig (defaults filled in: `mem_read: sync` written out or
+                left to its default gives the same key)
+    dtype, target, data seed, input range (the data the design is checked on, and the ranges
+                the overflow analysis assumes), simulator choice, whether synthesis ran
+    versions    Yosys (its banner), tinygrad, amaranth, numpy, the tinyhw package, and a
+                SHA-256 of the source files that turn IR into numbers (compiler/, and dse's
+                evaluate, zoo and user_model modules). The package version alone would not do:
+                the project is installed editable, so its version stays put while the
+                generated hardware changes, and a stale hit would be a wrong row.
+
+Getting the kernel fingerprints means building the model and compiling it (0.03-0.3 s, the
+same work `evaluate` starts with), which is done before the expensive stages. This module does
+that itself instead of asking `dse.evaluate` for a hook: `evaluate` stays a pure
+`evaluate(point) -> Metrics` with no cache logic in it, at the price of compiling twice on a
+miss (under 3% of an evaluation that simulates and synthesises). A point that fails before
+its IR exists (illegal knobs, unsupported op) has no key; it is evaluated directly, which is
+cheap because it fails at once.
+
+What is stored. Rows of points that evaluated OK, and rows that FAILed in "check" or
+"overflow" (the hardware computed a wrong result: deterministic). Failures of the tools
+(simulate, synthesize: a crash, a timeout, a missing binary) are not stored, so they are
+retried next time rather than remembered.
+
+Files: `<root>/<key[:2]>/<key>.json` ({"key", "material", "row", "created"}), written to a
+temporary file in the same folder and moved into place with os.replace, so a reader never
+sees half an entry. Two processes that want the same missing key serialise on an flock of
+`<key>.lock`: the second waits, then reads the first one's result instead of evaluating again.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import functools
+import hashlib
+import json
+import os
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from dse.spec import DesignPoint
+
+try:
+    import fcntl
+except ImportError:                 # no flock (Windows): concurrent misses evaluate twice, harmlessly
+    fcntl = None  # type: ignore[assignment]
+
+CACHE_FORMAT = 1
+"""Bumped when the entry layout or the key material changes meaning."""
+
+CACHEABLE_FAIL_STAGES = ("check", "overflow")
+
+
+def cache_dir() -> Path:
+    """$TINYHW_CACHE/evals, TINYHW_CACHE defaulting to ~/.cache/tinyhw."""
+    root = os.environ.get("TINYHW_CACHE") or str(Path.home() / ".cache" / "tinyhw")
+    return Path(root) / "evals"
+
+
+# ---------------------------------------------------------------------------------------------
+# the key
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@functools.lru_cache(maxsize=None)
+def _yosys_version() -> str:
+    from compiler.tools import ToolError, yosys_version
+    try:
+        return yosys_version()
+    except (ToolError, OSError) as exc:
+        return f"unavailable ({exc})"
+
+
+def _source_files() -> list[Path]:
+    import compiler
+    import dse
+    files = sorted(Path(compiler.__file__).parent.rglob("*.py"))
+    dse_dir = Path(dse.__file__).parent
+    files += [dse_dir / name for name in ("evaluate.py", "zoo.py", "user_model.py")]
+    return files
+
+
+@functools.lru_cache(maxsize=None)
+def code_digest() -> str:
+    """SHA-256 over the source of the modules that turn a point into numbers."""
+    h = hashlib.sha256()
+    import compiler
+    base = Path(compiler.__file__).parent.parent
+    for f in _source_files():
+        h.update(str(f.relative_to(base) if f.is_relative_to(base) else f.name).encode() + b"\0")
+        h.update(f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def versions() -> dict[str, str]:
+    """Versions of everything outside the IR that the numbers depend on (once per process)."""
+    return {"yosys": _yosys_version(), "tinygrad": _version("tinygrad"), "amaranth": _version("amaranth"),
+            "numpy": _version("numpy"), "tinyhw": _version("tinyhw"), "code": code_digest(),
+            "format": str(CACHE_FORMAT)}
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
+    """What determines `point`'s row under `ctx` (an EvalContext), or None if the point does
+    not compile (then there is nothing to key on, and evaluating it is cheap)."""
+    from compiler import compile_model
+    from compiler.ir import fingerprint
+    from dse import zoo
+    from dse.evaluate import _tensors
+    try:
+        model = ctx.model(point.model)
+        config = point.hardware_config()
+        built = model.build(point.dtype)
+        rng = model.input_range(point.dtype)
+        arrays = zoo.make_inputs(built, ctx.data_seed, rng)
+        design = compile_model(built.forward(*_tensors(built, arrays)), config=config)
+    except Exception:                   # noqa: BLE001 - evaluate() will report it as a FAIL row
+        return None
+    if model.builtin is not None:
+        definition = {"builtin": model.builtin, "params": dict(model.params)}
+    else:
+        definition = {"source_sha256": _file_digest(model.source), "function": model.function,
+                      "params": {k: repr(v) for k, v in model.params.items()}}
+    return {
+        "kernels": [fingerprint(k) for k in design.kernels],
+        "plan": repr((design.phases, design.host)),
+        "model": definition,
+        "dtype": point.dtype,
+        "knobs": config.as_dict(),
+        "target": ctx.target,
+        "data_seed": ctx.data_seed,
+        "input_range": None if rng is None else [rng.min, rng.max],
+        "sim_backend": ctx.sim_backend,
+        "synthesize": ctx.synthesize,
+        "versions": versions(),
+    }
+
+
+def make_key(material: dict[str, Any]) -> str:
+    text = json.dumps(material, sort_keys=True, default=repr, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def cacheable(row: dict[str, Any]) -> bool:
+    """OK rows, and rows whose design computed a wrong result; not tool failures."""
+    if row.get("status") == "OK":
+        return True
+    return row.get("stage") in CACHEABLE_FAIL_STAGES and "also failed in" not in (row.get("notes") or "")
+
+
+# ---------------------------------------------------------------------------------------------
+# the store
+
+class EvalCache:
+    """Rows on disk under `root` (default: cache_dir())."""
+
+    def __init__(self, root: str | Path | None = None):
+        self.root = Path(root) if root is not None else cache_dir()
+
+    def path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        try:
+            entry = json.loads(self.path(key).read_text())
+        except (OSError, ValueError):
+            return None
+        row = entry.get("row") if isinstance(entry, dict) else None
+        return row if isinstance(row, dict) else None
+
+    def put(self, key: str, row: dict[str, Any], material: dict[str, Any] | None = None) -> None:
+        from dse.evaluate import json_safe
+        path = self.path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        entry = {"key": key, "material": material, "row": json_safe(row),
+                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+        atomic_write_text(path, json.dumps(entry, indent=1, default=repr) + "\n")
+
+    @contextlib.contextmanager
+    def lock(self, key: str) -> Iterator[None]:
+        """Exclusive across processes for one key (a no-op without flock)."""
+        if fcntl is None:
+            yield
+            return
+        path = self.root / key[:2] / f"{key}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to a temporary file next to `path`, then os.replace it into place."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def cached_evaluate(ctx, point: DesignPoint, workdir: str | Path, cache: EvalCache | None,
+                    log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], bool, str | None]:
+    """(metrics row, served from the cache, key). Without a cache, or for a point with no key,
+    this is `evaluate(ctx, point, workdir).as_row()`."""
+    from dse.evaluate import evaluate
+    material = key_material(ctx, point) if cache is not None else None
+    if cache is None or material is None:
+        return evaluate(ctx, point, workdir, log=log).as_row(), False, None
+    key = make_key(material)
+    row = cache.get(key)
+    if row is not None:
+        return row, True, key
+    with cache.lock(key):
+        row = cache.get(key)                # another process may have just finished it
+        if row is not None:
+            return row, True, key
+        t0 = time.perf_counter()
+        row = evaluate(ctx, point, workdir, log=log).as_row()
+        if cacheable(row):
+            cache.put(key, row, {**material, "evaluated_in_s": round(time.perf_counter() - t0, 3)})
+    return row, False, key

@@ -1,0 +1,104 @@
+"""The sweep's progress display: trials done, failures, cache hits, ETA and the best feasible
+point per objective so far.
+
+On a terminal it is a tqdm bar (on stderr):
+
+    gemv  62%|██████▏   | 25/40 [01:10<00:42, fail 4 cached 9 | cycles 12545 (int8 lanes=8), luts 806 (int8 lanes=1)]
+
+elsewhere (CI logs, pipes) one line per trial, so a log shows what happened:
+
+    [25/40] #24 gemv_128x784 int8 mem_read=sync: OK cycles=100609 luts=806 (8.1 s) | fail 4, cached 9, ETA 0:00:42
+"""
+from __future__ import annotations
+
+import datetime
+import sys
+import time
+from typing import Any, Sequence, TextIO
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.0f}" if float(v).is_integer() else f"{v:.4g}"
+
+
+def _knobs(knobs: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in knobs.items())
+
+
+class Progress:
+    """`update(event)` once per finished trial (events come from dse.sweep.run_trial)."""
+
+    def __init__(self, total: int, initial: int, objectives: Sequence, mode: str = "auto",
+                 n_jobs: int = 1, stream: TextIO | None = None, desc: str = "sweep"):
+        self.stream = stream or sys.stderr
+        if mode == "auto":
+            mode = "bar" if getattr(self.stream, "isatty", lambda: False)() else "lines"
+        self.mode = mode
+        self.total, self.done, self.start_done = total, initial, initial
+        self.objectives = list(objectives)
+        self.n_jobs = n_jobs
+        self.failed = self.cached = 0
+        self.best: list[tuple[float, dict[str, Any]] | None] = [None] * len(self.objectives)
+        self.t0 = time.monotonic()
+        self.bar = None
+        if mode == "bar":
+            from tqdm.auto import tqdm
+            self.bar = tqdm(total=total, initial=initial, desc=desc, unit="trial", file=self.stream,
+                            dynamic_ncols=True, smoothing=0.1)
+
+    def update(self, event: dict[str, Any]) -> None:
+        self.done += 1
+        self.failed += event["status"] != "OK"
+        self.cached += bool(event.get("cached"))
+        if event.get("feasible") and event.get("values"):
+            for i, (o, v) in enumerate(zip(self.objectives, event["values"])):
+                cur = self.best[i]
+                better = cur is None or (v > cur[0] if str(o.direction) == "maximize" else v < cur[0])
+                if better:
+                    self.best[i] = (v, event)
+        if self.bar is not None:
+            self.bar.set_postfix_str(self.postfix(), refresh=False)
+            self.bar.update(1)
+        elif self.mode == "lines":
+            self._print(self.line(event))
+
+    def postfix(self) -> str:
+        best = ", ".join(f"{o.metric} {_fmt(b[0])} ({b[1]['dtype']} {_knobs(b[1]['knobs'])})".replace(" )", ")")
+                         for o, b in zip(self.objectives, self.best) if b is not None)
+        return f"fail {self.failed} cached {self.cached}" + (f" | {best}" if best else "")
+
+    def eta(self) -> str:
+        ran = self.done - self.start_done
+        if ran == 0 or self.done >= self.total:
+            return "0:00:00"
+        left = (time.monotonic() - self.t0) / ran * (self.total - self.done)
+        return str(datetime.timedelta(seconds=round(left)))
+
+    def line(self, event: dict[str, Any]) -> str:
+        what = f"#{event['number']} {event['model']} {event['dtype']} {_knobs(event['knobs'])}".rstrip()
+        status = event["status"]
+        if event.get("values") is not None:
+            status += " " + " ".join(f"{o.metric}={_fmt(v)}" for o, v in zip(self.objectives, event["values"]))
+            if not event.get("feasible"):
+                status += " (infeasible)"
+        if event.get("error"):
+            status += f" [{event.get('stage') or '?'}] {event['error']}"
+        cached = " cached" if event.get("cached") else ""
+        return (f"[{self.done}/{self.total}] {what}: {status} ({event.get('seconds', 0):.1f} s{cached}) "
+                f"| fail {self.failed}, cached {self.cached}, ETA {self.eta()}")
+
+    def message(self, text: str) -> None:
+        if self.mode == "off":
+            return
+        if self.bar is not None:
+            self.bar.write(text, file=self.stream)
+        else:
+            self._print(text)
+
+    def _print(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

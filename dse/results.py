@@ -1,0 +1,274 @@
+"""A study's results as files, and back as a pandas DataFrame.
+
+    write_outputs(study, spec, Path("results/gemv"))    # from the Optuna storage
+    df = load_results("results/gemv")                   # trials.csv as a DataFrame
+
+trials.csv, one row per trial that ran (queued trials not yet run are left out):
+    number, model, dtype        the trial number and the design point
+    <knob>...                   one column per HardwareConfig knob (defaults filled in)
+    status                      OK, FAIL (the evaluation failed: `stage`, `error`) or INTERRUPTED
+    trial_state                 Optuna's: COMPLETE (every objective measured) or FAIL
+    feasible, violations        every constraint met; the names of those that were not
+    stage, error, error_type    where and why a point failed
+    cached                      served from the evaluation cache (no tool ran for this trial)
+    <metrics>...                every field of dse.evaluate.Metrics: cycles, cycles_model,
+                                correct, max_abs_err, check_rule, luts, ffs, bram, lutram, dsp,
+                                acc_bits_required, overflow_safe, max_magnitude,
+                                overflow_confirmed, the stage times compile_s, simulate_s,
+                                overflow_s, synth_s, total_s (of the evaluation that produced
+                                the row) and provenance (target, params as JSON, sim_backend,
+                                yosys_version, synth_script, tinygrad_version, data_seed,
+                                workdir, log_path, notes)
+    trial_s                     wall time of this trial (near 0 when cached)
+    datetime_start, datetime_complete
+
+pareto.csv: the same columns for the Pareto-optimal feasible trials of each model x dtype over
+the spec's objectives (Optuna's own `Study.best_trials`, on one in-memory study per group),
+one row per distinct design point. pareto.md: those points as Markdown tables, one per model x
+dtype, and for a model x dtype without a feasible point the reason (its most common failure or
+violated constraint).
+
+Every file is written to a temporary file and moved into place (os.replace): a reader sees the
+old file or the new one, never half of one.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import io
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from dse.cache import atomic_write_text
+from dse.spec import Spec
+
+TRIALS_CSV, PARETO_CSV, PARETO_MD = "trials.csv", "pareto.csv", "pareto.md"
+BOOL_COLUMNS = ("feasible", "cached", "correct", "overflow_safe", "overflow_confirmed")
+INT_COLUMNS = ("number", "cycles", "cycles_model", "luts", "ffs", "bram", "lutram", "dsp",
+               "acc_bits_required", "data_seed")
+_HEAD = ["number", "model", "dtype"]
+_STATUS = ["status", "trial_state", "feasible", "violations", "stage", "error", "error_type", "cached"]
+_SKIP = {"model", "dtype", "knobs", "status", "stage", "error", "error_type"}
+
+
+def _metric_fields() -> list[str]:
+    from dse.evaluate import Metrics
+    return [f.name for f in dataclasses.fields(Metrics) if f.name not in _SKIP]
+
+
+def _knob_names(spec: Spec, rows: Iterable[dict[str, Any]]) -> list[str]:
+    names = [k.name for k in spec.knobs]
+    try:
+        from compiler.config import HardwareConfig
+        names += [n for n in HardwareConfig.knob_names() if n not in names]
+    except ImportError:
+        pass
+    for r in rows:
+        names += [n for n in (r.get("knobs") or {}) if n not in names]
+    return names
+
+
+def trial_rows(study, spec: Spec) -> list[dict[str, Any]]:
+    """One flat dict per trial that ran, in trial-number order."""
+    from optuna.trial import TrialState
+    trials = [t for t in study.get_trials(deepcopy=False) if t.state not in (TrialState.WAITING,)]
+    metrics = [t.user_attrs.get("metrics") or {} for t in trials]
+    knob_names = _knob_names(spec, metrics)
+    fields = _metric_fields()
+    rows = []
+    for t, m in zip(trials, metrics):
+        knobs = {**{k: v for k, v in t.params.items() if k not in ("model", "dtype")}, **(m.get("knobs") or {})}
+        constraints = t.user_attrs.get("constraints") or {}
+        if t.user_attrs.get("interrupted") or (t.state is TrialState.FAIL and not m):
+            status, error, stage = "INTERRUPTED", "interrupted before the evaluation finished", None
+        elif t.state is TrialState.RUNNING:
+            status, error, stage = "RUNNING", None, None
+        else:
+            status, error, stage = m.get("status", "FAIL"), t.user_attrs.get("error"), t.user_attrs.get("stage")
+        violations = [k for k, v in constraints.items() if v > 0]
+        row = {"number": t.number, "model": t.params.get("model", m.get("model")),
+               "dtype": t.params.get("dtype", m.get("dtype")),
+               **{k: knobs.get(k) for k in knob_names},
+               "status": status, "trial_state": t.state.name,
+               "feasible": t.state is TrialState.COMPLETE and not violations,
+               "violations": ", ".join(violations), "stage": stage, "error": error,
+               "error_type": t.user_attrs.get("error_type"), "cached": bool(t.user_attrs.get("cached", False))}
+        for f in fields:
+            v = m.get(f)
+            if f == "params":
+                v = json.dumps(v, sort_keys=False) if v else None
+            row[f] = v
+        row["trial_s"] = t.user_attrs.get("trial_s")
+        row["datetime_start"] = t.datetime_start.isoformat(timespec="seconds") if t.datetime_start else None
+        row["datetime_complete"] = t.datetime_complete.isoformat(timespec="seconds") if t.datetime_complete else None
+        rows.append(row)
+    return rows
+
+
+def trials_frame(study, spec: Spec) -> pd.DataFrame:
+    rows = trial_rows(study, spec)
+    knobs = _knob_names(spec, [])
+    if rows:
+        keys = list(rows[0])
+        knobs = keys[len(_HEAD):keys.index("status")]
+    columns = _HEAD + knobs + _STATUS + _metric_fields() + ["trial_s", "datetime_start", "datetime_complete"]
+    return _typed(pd.DataFrame(rows, columns=columns))
+
+
+def _typed(df: pd.DataFrame) -> pd.DataFrame:
+    for c in BOOL_COLUMNS:
+        if c in df:
+            df[c] = df[c].map(_to_bool).astype("boolean")
+    for c in INT_COLUMNS:
+        if c in df:
+            df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
+    return df
+
+
+def _to_bool(v: Any) -> Any:
+    if isinstance(v, str):
+        return {"true": True, "false": False}.get(v.strip().lower(), pd.NA)
+    if v is None or (isinstance(v, float) and v != v):
+        return pd.NA
+    return bool(v)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pareto fronts
+
+def pareto_numbers(study, spec: Spec) -> dict[tuple[str, str], list[int]]:
+    """Trial numbers on the feasible Pareto front of each model x dtype, one per design point
+    (the first trial that evaluated it), via Optuna's `Study.best_trials`."""
+    import optuna
+    from optuna.trial import TrialState
+    groups: dict[tuple[str, str], list] = collections.defaultdict(list)
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        constraints = t.user_attrs.get("constraints") or {}
+        if all(v <= 0 for v in constraints.values()):
+            groups[(t.params.get("model"), t.params.get("dtype"))].append(t)
+    directions = [str(o.direction) for o in spec.objectives]
+    out = {}
+    for key, trials in groups.items():
+        scratch = optuna.create_study(directions=directions)
+        scratch.add_trials(trials)              # renumbered 0, 1, ... in this order
+        best = sorted((trials[b.number] for b in scratch.best_trials), key=lambda t: t.number)
+        seen, numbers = set(), []
+        for t in best:
+            point = tuple(sorted((k, repr(v)) for k, v in t.params.items()))
+            if point not in seen:
+                seen.add(point)
+                numbers.append(t.number)
+        out[key] = numbers
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# files
+
+def write_outputs(study, spec: Spec, out_dir: str | Path) -> tuple[tuple[Path, ...], dict[str, Any]]:
+    """trials.csv, pareto.csv and pareto.md from the storage, each written atomically."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    df = trials_frame(study, spec)
+    fronts = pareto_numbers(study, spec)
+    order = _group_order(spec)
+    front_numbers = [n for key in sorted(fronts, key=order) for n in fronts[key]]
+    pareto = df.set_index("number", drop=False).loc[front_numbers].reset_index(drop=True) if front_numbers \
+        else df.iloc[0:0]
+    if len(pareto):
+        by = ["model", "dtype"] + [o.metric for o in spec.objectives]
+        pareto = pareto.assign(_g=pareto.apply(lambda r: order((r["model"], r["dtype"])), axis=1))
+        pareto = pareto.sort_values(["_g"] + by[2:], ascending=[True] + [str(o.direction) == "minimize"
+                                                                         for o in spec.objectives])
+        pareto = pareto.drop(columns="_g").reset_index(drop=True)
+    paths = (out_dir / TRIALS_CSV, out_dir / PARETO_CSV, out_dir / PARETO_MD)
+    atomic_write_text(paths[0], _csv(df))
+    atomic_write_text(paths[1], _csv(pareto))
+    atomic_write_text(paths[2], pareto_markdown(spec, df, pareto))
+    summary = {"trials": len(df), "feasible": int(df["feasible"].fillna(False).sum()) if len(df) else 0,
+               "pareto": len(pareto)}
+    return paths, summary
+
+
+def _group_order(spec: Spec):
+    models = {m.name: i for i, m in enumerate(spec.models)}
+    dtypes = {d: i for i, d in enumerate(spec.dtypes)}
+    return lambda key: (models.get(key[0], len(models)), dtypes.get(key[1], len(dtypes)), str(key))
+
+
+def _csv(df: pd.DataFrame) -> str:
+    buf = io.StringIO()
+    df.to_csv(buf, index=False)
+    return buf.getvalue()
+
+
+def _cell(v: Any) -> str:
+    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def pareto_markdown(spec: Spec, df: pd.DataFrame, pareto: pd.DataFrame) -> str:
+    objectives = ", ".join(f"{'max' if str(o.direction) == 'maximize' else 'min'} {o.metric}" for o in spec.objectives)
+    bounds = "".join(f", {b.metric} {'<=' if b.kind == 'max' else '>='} {b.limit:g}" for b in spec.constraints)
+    n_ok = int((df["status"] == "OK").sum()) if len(df) else 0
+    n_feasible = int(df["feasible"].fillna(False).sum()) if len(df) else 0
+    lines = [f"# Pareto front: study `{spec.study}`", "",
+             f"Target {spec.target}; objectives: {objectives}; constraints: correct, overflow_safe, "
+             f"checks passed{bounds}. {len(df)} trials: {n_ok} OK, {len(df) - n_ok} failed or interrupted, "
+             f"{n_feasible} feasible. Pareto-optimal feasible points per model x dtype, one row per design point.",
+             ""]
+    knob_cols = [k.name for k in spec.knobs]
+    obj_cols = [o.metric for o in spec.objectives]
+    extra = [c for c in ("cycles", "luts", "ffs", "bram", "lutram", "dsp", "acc_bits_required") if c not in obj_cols]
+    cols = ["number"] + knob_cols + obj_cols + extra
+    heads = ["trial"] + knob_cols + obj_cols + [c if c != "acc_bits_required" else "acc bits" for c in extra]
+    for m in spec.models:
+        for dt in spec.dtypes:
+            lines.append(f"## {m.name} · {dt}")
+            lines.append("")
+            part = pareto[(pareto["model"] == m.name) & (pareto["dtype"] == dt)] if len(pareto) else pareto
+            if len(part):
+                lines.append("| " + " | ".join(heads) + " |")
+                lines.append("|" + "|".join("---" for _ in heads) + "|")
+                for _, r in part.iterrows():
+                    lines.append("| " + " | ".join(_cell(r.get(c)) for c in cols) + " |")
+            else:
+                lines.append(_why_empty(df, m.name, dt))
+            lines.append("")
+    return "\n".join(lines)
+
+
+def _why_empty(df: pd.DataFrame, model: str, dtype: str) -> str:
+    part = df[(df["model"] == model) & (df["dtype"] == dtype)] if len(df) else df
+    if not len(part):
+        return "No trial evaluated this model x dtype."
+    failed = part[part["trial_state"] != "COMPLETE"]
+    reasons = collections.Counter(
+        f"{r['stage'] or '?'}: {r['error']}" if r["status"] != "INTERRUPTED" else "interrupted"
+        for _, r in failed.iterrows())
+    infeasible = collections.Counter(v for s in part.loc[part["trial_state"] == "COMPLETE", "violations"]
+                                     for v in str(s).split(", ") if v and s == s)
+    bits = []
+    if reasons:
+        (top, n), = reasons.most_common(1)
+        bits.append(f"{len(failed)} failed (most common, {n}x: {top})")
+    if infeasible:
+        bits.append("infeasible: " + ", ".join(f"{k} violated {n}x" for k, n in infeasible.most_common()))
+    return f"No feasible point in {len(part)} trial{'s' * (len(part) != 1)}" + (": " + "; ".join(bits) if bits else "") + "."
+
+
+def load_results(path: str | Path) -> pd.DataFrame:
+    """trials.csv of a sweep as a DataFrame (`path`: the results folder or the CSV file), with
+    booleans as pandas' nullable boolean and counts as nullable integers."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / TRIALS_CSV
+    if not path.is_file():
+        raise FileNotFoundError(f"no sweep results at {path}: run `dse sweep SPEC` first")
+    return _typed(pd.read_csv(path))
