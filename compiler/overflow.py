@@ -6,9 +6,11 @@ an accumulator updated as `acc = acc + x` inside loops that run n times in all c
 one updated as `acc = max(acc, x)` stays within hull(init, x). Values a kernel stores become
 the input ranges of the kernels that read them, so multi-kernel models are analysed whole.
 
-For integer accumulators the report gives the bits required against the accumulator's width
-(a 784-long int8 dot product reaches 784 * (-128)^2 = 12,845,056: 25 bits, not the 24 that
-the usual 127^2 bound suggests). For floats it gives the largest reachable magnitude against
+For integer accumulators the report gives the bits required against the accumulator register's
+width, which is `HardwareConfig.acc_width` when set, else the dtype's (a 784-long int8 dot
+product reaches 784 * (-128)^2 = 12,845,056: 25 bits, not the 24 that the usual 127^2 bound
+suggests). A register narrower than its need wraps: values read from it then span its whole
+range, which is what later statements and kernels are analysed with. For floats it gives the largest reachable magnitude against
 the format's largest finite value, for accumulators and for values stored in a narrower
 format (an fp16 GEMV accumulates in fp32 and overflows when it stores the fp16 result).
 Bounds use exact real arithmetic on the operations (rounding is not modelled).
@@ -23,6 +25,7 @@ import numpy as np
 
 from . import ir
 from .design import Design
+from .hw.kernel import acc_width
 from .dtypes import DType
 from .ranges import Interval, dtype_range, exact_interval
 
@@ -85,8 +88,9 @@ def _float_op(op: ir.OpKind, s: list[_R]) -> _R:
 
 
 class _KernelAnalysis:
-    def __init__(self, kernel: ir.KernelIR, load_ranges: dict[int, _R]):
+    def __init__(self, kernel: ir.KernelIR, load_ranges: dict[int, _R], widths: dict[int, int] | None = None):
         self.k, self.loads = kernel, load_ranges
+        self.widths = widths or {}                   # acc -> register bits, where narrower than the dtype
         self.hull: dict[int, _R] = {}                # acc -> every value it ever holds
         self.stored: dict[int, _R] = {}              # slot -> every value stored to it
         self.unproven: set[int] = set()
@@ -132,8 +136,19 @@ class _KernelAnalysis:
             return _full(d)                            # wraps, like the hardware and tinygrad
         return _R(exact.lo, exact.hi)
 
+    def wrap(self, a: int, r: _R) -> _R:
+        """What register `a` holds after being assigned a value in `r`: `r` if it fits the
+        register, else anything the register can hold."""
+        w = self.widths.get(a)
+        if w is None:
+            return r
+        d = self.k.accs[a].dtype
+        return r if _width_ok(r, d, w) else _R(*_width_range(d, w))
+
     # ---------------------------------------------------------------- statements
-    def run(self, body, acc: dict[int, _R], record: bool) -> dict[int, _R]:
+    def run(self, body, acc: dict[int, _R], record: bool, wrap: bool = True) -> dict[int, _R]:
+        """Interpret `body` over intervals. `wrap=False` gives the exact sums (for the
+        per-iteration deltas of the closed forms below, which wrap as a whole)."""
         acc = dict(acc)
         for s in body:
             if isinstance(s, ir.Loop):
@@ -141,7 +156,7 @@ class _KernelAnalysis:
                 continue
             r = self.value(s.value, acc, {})
             if isinstance(s, ir.AccStore):
-                acc[s.acc] = r
+                acc[s.acc] = self.wrap(s.acc, r) if wrap else r
                 if record:
                     self.hull[s.acc] = self.hull[s.acc] | r if s.acc in self.hull else r
             elif record:
@@ -162,21 +177,22 @@ class _KernelAnalysis:
                 after[a] = hull[a] = one[a]
             elif kind == "add":
                 trips = _trips(loop, a)
-                delta = self.run(loop.body, {**entry, a: _R(0, 0)}, False)[a]
+                delta = self.run(loop.body, {**entry, a: _R(0, 0)}, False, wrap=False)[a]
                 after[a] = _R(start.lo + trips * delta.lo, start.hi + trips * delta.hi)
                 hull[a] = _R(start.lo + min(0, trips * delta.lo), start.hi + max(0, trips * delta.hi))
             elif kind == "max":
-                x = self.run(loop.body, {**entry, a: _R(-math.inf, -math.inf)}, False)[a]
+                x = self.run(loop.body, {**entry, a: _R(-math.inf, -math.inf)}, False, wrap=False)[a]
                 after[a] = hull[a] = start | x
             else:
                 self.unproven.add(a)
                 after[a] = hull[a] = _full(self.k.accs[a].dtype)
+            after[a] = self.wrap(a, after[a])
         if record:
             # One pass over the body from every reachable entry state records buffer stores,
             # nested loops and accs reset inside. It would add one more update on top of the
             # carried accs' hulls, so those keep their closed form.
             before = {a: self.hull.get(a) for a in carried}
-            self.run(loop.body, hull, True)
+            self.run(loop.body, {a: self.wrap(a, r) for a, r in hull.items()}, True)
             for a in carried:
                 self.hull[a] = before[a] | hull[a] if before[a] is not None else hull[a]
         return after
@@ -241,6 +257,10 @@ def _trips(loop: ir.Loop, a: int) -> int:
     return loop.bound * total
 
 
+def _width_range(d: DType, width: int) -> tuple[int, int]:
+    return (-(1 << (width - 1)), (1 << (width - 1)) - 1) if d.signed else (0, (1 << width) - 1)
+
+
 def _width_ok(r: _R, d: DType, width: int) -> bool:
     if d.signed:
         return -(1 << (width - 1)) <= r.lo and r.hi <= (1 << (width - 1)) - 1
@@ -255,13 +275,15 @@ def analyze_overflow(design: Design, input_ranges: dict[int, tuple[float, float]
     bounds: list[AccBound] = []
     for pos, k in enumerate(design.kernels):
         loads = {slot: ranges[buf] for slot, buf in slot_to_buffer[pos].items() if buf in ranges}
-        an = _KernelAnalysis(k, loads)
+        widths = {a.index: acc_width(a.dtype, design.config) for a in k.accs}
+        an = _KernelAnalysis(k, loads, {a: w for a, w in widths.items() if w < k.accs[a].dtype.bits})
         an.run(k.body, {}, True)
         for a in k.accs:
             r = an.hull.get(a.index)
             if r is None:
                 continue
-            bounds.append(_bound(k.name, a.index, f"acc{a.index}", a.dtype, r, a.index in an.unproven))
+            bounds.append(_bound(k.name, a.index, f"acc{a.index}", a.dtype, r, a.index in an.unproven,
+                                 widths[a.index]))
         for slot, r in an.stored.items():
             buf = slot_to_buffer[pos][slot]
             ranges[buf] = ranges[buf] | r if buf in ranges else r
@@ -274,13 +296,16 @@ def analyze_overflow(design: Design, input_ranges: dict[int, tuple[float, float]
                           max(floats) if floats else None)
 
 
-def _bound(kernel: str, acc: int | None, target: str, d: DType, r: _R, unproven: bool) -> AccBound:
+def _bound(kernel: str, acc: int | None, target: str, d: DType, r: _R, unproven: bool,
+           width: int | None = None) -> AccBound:
     if d.is_float:
         mag = max(abs(r.lo), abs(r.hi))
         return AccBound(kernel, acc, target, d.name, r.lo, r.hi, None, d.bits, mag <= FMAX[d.name] and not unproven)
     bits = Interval(int(r.lo), int(r.hi)).shape.width
-    return AccBound(kernel, acc, target, d.name, r.lo, r.hi, bits, d.bits,
-                    _width_ok(r, d, d.bits) and not unproven)
+    width = width or d.bits
+    # the operations still wrap at the dtype when the register is wider
+    return AccBound(kernel, acc, target, d.name, r.lo, r.hi, bits, width,
+                    _width_ok(r, d, min(width, d.bits)) and not unproven)
 
 
 def _slot_buffers(design: Design) -> list[dict[int, int]]:

@@ -18,19 +18,45 @@ Timing: `start` is sampled while idle; steps execute in the following cycles, on
 """
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Signal, Value, unsigned
+from amaranth.hdl import Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import ir
 from ..config import HardwareConfig
+from ..dtypes import DType
 from ..ranges import Interval, analyze
 from .datapath import Datapath, Env, from_bits
 from .program import Program, Step, build_program
 
 
+def _acc_shape(d: DType, width: int):
+    if d.is_float:
+        return unsigned(d.bits)
+    return signed(width) if d.signed else unsigned(width)
+
+
 def _addr_shape(depth: int):
     return unsigned(max(1, (depth - 1).bit_length()))
+
+
+def acc_width(d: DType, config: HardwareConfig) -> int:
+    """Bits of an accumulator register: `config.acc_width` for integer (non-bool) reductions,
+    else the dtype's width."""
+    if config.acc_width is None or d.is_float or d.is_bool:
+        return d.bits
+    return config.acc_width
+
+
+def acc_ranges(kernel: ir.KernelIR, config: HardwareConfig) -> dict[int, Interval]:
+    """The values an accumulator register can hold when it is narrower than its dtype (it
+    wraps there), for the range analysis that sizes the datapath."""
+    out = {}
+    for a in kernel.accs:
+        w = acc_width(a.dtype, config)
+        if w < a.dtype.bits:
+            out[a.index] = Interval(-(1 << (w - 1)), (1 << (w - 1)) - 1) if a.dtype.signed else Interval(0, (1 << w) - 1)
+    return out
 
 
 def port_names(slot: int) -> dict[str, str]:
@@ -41,7 +67,7 @@ class KernelHW(wiring.Component):
     def __init__(self, kernel: ir.KernelIR, config: HardwareConfig):
         self.kernel, self.config = kernel, config
         self.program: Program = build_program(kernel)
-        self.ranges: dict[int, Interval] = analyze(kernel)
+        self.ranges: dict[int, Interval] = analyze(kernel, acc_ranges(kernel, config))
         # The contents live in MemoryData objects that outlast any one elaboration (simulators
         # poke them); each elaboration wraps them in a fresh Memory with its own ports.
         self.memories: dict[int, memory.MemoryData] = {}
@@ -91,7 +117,7 @@ class KernelHW(wiring.Component):
         ctr = {l.id: Signal(range(l.bound), name=f"i{l.id}") for l in k.loops.values()}
         nctr = {i: Signal.like(c, name=f"i{i}_next") for i, c in ctr.items()}
         last = Signal()
-        accs = {a.index: Signal(a.dtype.shape if a.dtype.is_int else unsigned(a.dtype.bits), name=f"acc{a.index}")
+        accs = {a.index: Signal(_acc_shape(a.dtype, acc_width(a.dtype, self.config)), name=f"acc{a.index}")
                 for a in k.accs}
 
         # ---- memories and their ports
