@@ -14,6 +14,10 @@ class HardwareConfig:
     mem_read: "sync" (default) gives every memory a registered read port, as block RAM needs;
         the controller issues addresses one cycle ahead, so it costs no cycles. "comb" gives
         combinational read ports (LUT RAM or flip-flops), kept for comparison.
+    fp_rounding: "rne" (default, IEEE round to nearest, ties to even) or "rtz" (toward zero:
+        a little less logic; overflow gives the largest finite value, not inf).
+    fp_subnormals: "keep" (default, IEEE gradual underflow) or "flush" (subnormal inputs read
+        as zero, subnormal results become zero: less logic, less accuracy near zero).
     acc_width: bits of the accumulator registers of integer reductions (None, the default:
         the accumulator's dtype, e.g. 32). Why: an int8 dot product of length 784 needs 25 bits,
         not 32; a narrower register saves flip-flops and adder LUTs. Cost: the datapath wraps
@@ -23,11 +27,17 @@ class HardwareConfig:
         dtype, as tinygrad does).
     """
     mem_read: str = "sync"
+    fp_rounding: str = "rne"
+    fp_subnormals: str = "keep"
     acc_width: int | None = None
 
     def __post_init__(self) -> None:
         if self.mem_read not in ("sync", "comb"):
             raise ValueError(f"HardwareConfig.mem_read: expected 'sync' or 'comb', got {self.mem_read!r}")
+        if self.fp_rounding not in ("rne", "rtz"):
+            raise ValueError(f"HardwareConfig.fp_rounding: expected 'rne' or 'rtz', got {self.fp_rounding!r}")
+        if self.fp_subnormals not in ("keep", "flush"):
+            raise ValueError(f"HardwareConfig.fp_subnormals: expected 'keep' or 'flush', got {self.fp_subnormals!r}")
         if self.acc_width is not None and not (_is_int(self.acc_width) and 1 <= self.acc_width <= MAX_ACC_WIDTH):
             raise ValueError(f"HardwareConfig.acc_width: expected None (the accumulator's dtype) or an "
                              f"integer from 1 to {MAX_ACC_WIDTH}, got {self.acc_width!r}")
