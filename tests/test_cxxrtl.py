@@ -66,6 +66,17 @@ def test_small_designs_agree_with_pysim_and_reference(small, name, mode):
     assert cx.seconds > 0 and cx.build_seconds == 0.0     # built by the fixture
 
 
+@pytest.mark.parametrize("name", ["mlp_int8_small", "fan_out", "mixed_int16"])
+def test_one_eval_per_cycle_matches_the_plain_step_loop(small, name):
+    for mode in MODES:
+        design, _ = small[name, mode]
+        fast = cxxrtl.run_cxxrtl(design)
+        plain = cxxrtl.run_cxxrtl(design, step_always=True)
+        assert fast.cycles == plain.cycles
+        for buf in plain.buffers:                         # every memory, not only the outputs
+            np.testing.assert_array_equal(fast.buffers[buf], plain.buffers[buf])
+
+
 @pytest.mark.slow
 def test_large_designs_match_reference():
     built = compiled(designs.LARGE)
