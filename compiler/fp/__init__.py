@@ -1,11 +1,28 @@
 """Combinational IEEE-754 float units, written once and parameterised by format.
 
 Every unit is an `amaranth.lib.wiring.Component` with only combinational logic; data ports
-hold IEEE bit patterns. Options: rounding "rne" (round to nearest, ties to even) or "rtz"
-(toward zero; overflow gives the largest finite number), subnormals "keep" (IEEE gradual
-underflow) or "flush" (subnormal inputs read as signed zeros; results rounded as if the
-exponent range were unbounded below, and those under the smallest normal become signed
-zeros). NaN results are the canonical quiet NaN (sign 0, top mantissa bit set).
+hold IEEE bit patterns of a `FloatFormat` (FP32, FP16, BF16). The numpy model in
+`reference.py` defines the exact semantics; tests/test_fp_units.py checks the units against
+it bit for bit (through CXXRTL, see `harness.py`).
+
+Semantics, for the numerics reader:
+  * rounding="rne": round to nearest, ties to even. "rtz": toward zero; a finite result too
+    large for the format gives the largest finite number with its sign (inf inputs stay inf).
+  * subnormals="keep": IEEE gradual underflow. "flush": subnormal inputs read as zeros of
+    their sign; results are rounded to full precision as if the exponent were unbounded
+    below, and a rounded result under the smallest normal becomes a zero of its sign
+    (IEEE "tininess after rounding"; exact tiny results are flushed too). A value just
+    under the smallest normal that rounds up to it is kept.
+  * NaN results are the canonical quiet NaN (sign 0, top mantissa bit set), whatever the
+    input NaNs. 0 * inf, inf - inf are NaN. x + (-x) is +0 in both modes, (-0) + (-0) is -0.
+  * FCompare: IEEE (NaN: lt = eq = 0; +0 == -0). FMax: numpy.maximum, NaN propagates; for
+    max(+0, -0) numpy returns the first operand for float16 and the second for float32
+    (x86-64, numpy 2.4); FMax follows it per format (bf16 like float32); `zero_tie` overrides.
+  * FloatToInt: truncation toward zero; out-of-range values wrap modulo 2**int_width
+    (tinygrad's PYTHON device: ctypes truncation of int(x)); NaN and +-inf give 0. To bool
+    (int_width=1, unsigned): x != 0, NaN gives 1.
+  * FloatToFloat: widening is exact; narrowing rounds, overflows to inf (rne) or the
+    largest finite number (rtz).
 """
 from .add import FAdd
 from .compare import FCompare, FMax

@@ -45,16 +45,17 @@ def unpack(m: Module, fmt: FloatFormat, bits: Value, subnormals: str, name: str)
     is_zero = Signal(name=f"{name}_zero")
     is_inf = Signal(name=f"{name}_inf")
     is_nan = Signal(name=f"{name}_nan")
-    flushed = exp_zero if subnormals == "flush" else Const(0, 1)
+    if subnormals == "flush":
+        man = Mux(exp_zero, 0, man)          # a subnormal reads as zero: clear its mantissa
     m.d.comb += [
         sign.eq(bits[fmt.width - 1]),
         # Subnormals have the scale of exponent 1 but no implicit bit.
         exp.eq(Mux(exp_zero, 1, exp_field)),
-        sig.eq(Mux(flushed, 0, Cat(man, ~exp_zero))),
-        mag.eq(Mux(flushed, 0, bits[:fmt.width - 1])),
-        is_zero.eq(exp_zero & ((man == 0) | flushed)),
-        is_inf.eq(exp_ones & (man == 0)),
-        is_nan.eq(exp_ones & (man != 0)),
+        sig.eq(Cat(man, ~exp_zero)),
+        mag.eq(Cat(man, exp_field)),
+        is_zero.eq(exp_zero & (man == 0)),
+        is_inf.eq(exp_ones & (bits[:fmt.man_bits] == 0)),
+        is_nan.eq(exp_ones & (bits[:fmt.man_bits] != 0)),
     ]
     return Unpacked(sign, exp, sig, mag, is_zero, is_inf, is_nan)
 
@@ -151,7 +152,9 @@ def round_pack(m: Module, fmt: FloatFormat, *, rounding: str, subnormals: str, s
 
     subnormals="flush": the value is rounded to full precision as if the exponent range were
     unbounded below, and a rounded result below the smallest normal becomes a signed zero
-    (IEEE 754 "tininess after rounding", what x86 SSE does with FTZ).
+    (the IEEE 754 "tininess after rounding" test, as x86 SSE uses; every tiny result is
+    flushed, exact or not). Example, fp16: (1 - 2**-12) * 2**-14 rounds to 2**-14 and is
+    kept; (1 - 2**-11) * 2**-14 is exact at 11 bits, below 2**-14, and becomes 0.
     """
     exp_lo, exp_hi = exp_range
     denormalise = subnormals == "keep" and exp_lo < 1
@@ -160,6 +163,10 @@ def round_pack(m: Module, fmt: FloatFormat, *, rounding: str, subnormals: str, s
     extra = len(sig) - fmt.precision
     if extra < min_extra:
         sig, extra = Cat(Const(0, min_extra - extra), sig), min_extra
+    if extra > 2:
+        # Only the guard bit and the OR of the bits below it matter for rounding: fold them
+        # into one sticky bit now, so the denormalising shifter is precision+2 bits wide.
+        sig, extra = Cat(sig[:extra - 1].any(), sig[extra - 1:]), 2
 
     sticky_in = Const(0, 1)
     if denormalise:
