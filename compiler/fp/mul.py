@@ -1,7 +1,7 @@
 """Floating-point multiplication."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -12,8 +12,9 @@ from .formats import FloatFormat, check_format, check_rounding, check_subnormals
 class FMul(wiring.Component):
     """y = a * b, IEEE bit patterns of `fmt`, combinational.
 
-    The 2p-bit significand product is normalised, then `round_pack` rounds it (and, with
-    subnormals="keep", shifts tiny results onto the subnormal grid). 0 * inf is NaN.
+    With subnormals="keep" a subnormal operand is normalised before the multiplier, so the
+    2p-bit product always has its leading one in the top two bits; `round_pack` rounds it
+    and shifts tiny results onto the subnormal grid. 0 * inf is NaN.
     """
 
     def __init__(self, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep"):
@@ -28,20 +29,31 @@ class FMul(wiring.Component):
         a = unpack(m, fmt, self.a, self.subnormals, "a")
         b = unpack(m, fmt, self.b, self.subnormals, "b")
 
-        product = Signal(2 * fmt.precision, name="product")
-        m.d.comb += product.eq(a.sig * b.sig)
-        # Biased exponent of the product's top bit (bit 2p-1): the significands are 1.x
-        # numbers, so their product has weight 2**1 at that bit.
-        top_exp = Signal(signed(fmt.exp_bits + 3), name="top_exp")
-        m.d.comb += top_exp.eq(a.exp + b.exp - (fmt.bias - 1))
-
         if self.subnormals == "keep":
-            exp, norm, exp_range = self._normalise_keep(m, product, top_exp)
+            x_sig, y_sig, lz, lz_max = self._normalise_operand(m, a, b)
         else:
-            exp, norm, exp_range = self._normalise_flush(m, product, top_exp)
+            x_sig, y_sig, lz, lz_max = a.sig, b.sig, 0, 0
+        product = Signal(2 * fmt.precision, name="product")
+        m.d.comb += product.eq(x_sig * y_sig)
+
+        # Normal significands are in [1, 2), so the product is in [1, 4): its leading one is
+        # in bit 2p-1 (weight 2**1) or bit 2p-2. Shift it to the top, keeping p significand
+        # bits, a guard bit, and one sticky bit for everything below (the OR of the bits that
+        # end up below the guard bit either way, then the one bit that depends on the shift).
+        p = fmt.precision
+        top = product[-1]
+        low = product[:p - 2].any()
+        norm = Signal(p + 2, name="norm")
+        m.d.comb += norm.eq(Mux(top, Cat(low | product[p - 2], product[p - 1:]),
+                                Cat(low, product[p - 2:2 * p - 1])))
+        exp = Signal(signed(fmt.exp_bits + 4), name="exp")
+        m.d.comb += exp.eq(a.exp + b.exp - fmt.bias + top - lz)
+        exp_lo = 1 + 1 - fmt.bias - lz_max
+        exp_hi = 2 * (fmt.exp_max_field - 1) - fmt.bias + 1
+
         sign = a.sign ^ b.sign
         finite = round_pack(m, fmt, rounding=self.rounding, subnormals=self.subnormals,
-                            sign=sign, exp=exp, sig=norm, exp_range=exp_range, may_be_tiny=True)
+                            sign=sign, exp=exp, sig=norm, exp_range=(exp_lo, exp_hi), may_be_tiny=True)
         m.d.comb += self.y.eq(special_mux(
             m, fmt, finite=finite,
             is_nan=a.is_nan | b.is_nan | (a.is_inf & b.is_zero) | (b.is_inf & a.is_zero),
@@ -49,35 +61,18 @@ class FMul(wiring.Component):
             is_zero=a.is_zero | b.is_zero, zero_sign=sign, name="mul"))
         return m
 
-    def _exp_bounds(self):
-        fmt = self.fmt
-        return 1 + 1 - (fmt.bias - 1), 2 * (fmt.exp_max_field - 1) - (fmt.bias - 1)
+    def _normalise_operand(self, m, a, b):
+        """Normalise the subnormal operand's significand (a if it is subnormal, else b).
 
-    def _normalise_keep(self, m, product, top_exp):
-        """Left-shift out leading zeros (there are many only if an input is subnormal), but
-        never below exponent 1; results that are still tiny are denormalised by round_pack.
-
-        A subnormal times a normal has at most p leading zeros, so counting over the top p+1
-        bits is enough; two subnormals underflow (top_exp < 1) and are not shifted at all.
+        Only one normaliser is needed: if both operands are subnormal the product is far
+        below the smallest subnormal whatever is normalised, and round_pack's denormalising
+        shift turns it into a sticky bit. Returns (normalised significand, other
+        significand, leading-zero count, its maximum).
         """
         p = self.fmt.precision
-        lz = leading_zeros(m, product[p - 1:], "norm")
-        limit = Signal(len(top_exp), name="norm_limit")
-        m.d.comb += limit.eq(Mux(top_exp > 1, top_exp - 1, 0))
-        shift = Signal(len(lz), name="norm_shift")
-        m.d.comb += shift.eq(Mux(lz > limit, limit, lz))
-        norm = shift_left(m, product, shift, "norm")
-        exp = Signal(signed(len(top_exp) + 1), name="norm_exp")
-        m.d.comb += exp.eq(top_exp - shift)
-        return exp, norm, self._exp_bounds()
-
-    def _normalise_flush(self, m, product, top_exp):
-        """Normal inputs give a product in [1, 4): at most a one-bit shift, no exponent limit
-        (flush mode rounds as if the exponent range were unbounded, then flushes)."""
-        top = product[-1]
-        norm = Signal(len(product), name="norm")
-        m.d.comb += norm.eq(Mux(top, product, product << 1))
-        exp = Signal(signed(len(top_exp) + 1), name="norm_exp")
-        m.d.comb += exp.eq(top_exp - 1 + top)
-        lo, hi = self._exp_bounds()
-        return exp, norm, (lo - 1, hi)
+        a_sub = ~a.sig[-1]
+        pick = Signal(p, name="sub_sig")
+        other = Signal(p, name="other_sig")
+        m.d.comb += [pick.eq(Mux(a_sub, a.sig, b.sig)), other.eq(Mux(a_sub, b.sig, a.sig))]
+        lz = leading_zeros(m, pick, "sub")
+        return shift_left(m, pick, lz, "sub"), other, lz, p
