@@ -6,6 +6,8 @@
 The pipeline (compile_model) is a straight list of passes:
     trace       tinygrad output Tensors -> ordered kernels with buffer identities (frontend.py)
     lower       each kernel's flat UOp list -> typed KernelIR                     (lower.py)
+    fuse_loops  loop_fusion: initialisation and result stores folded into the first and last
+                iterations of the loop nest next to them                         (transform.py)
     legalize    every op and dtype checked against what the hardware can build   (hw/datapath.py)
     build       KernelIR -> memories + datapath + controller per kernel, and a top
                 module that runs them as a DAG with copies between them          (hw/)
@@ -19,6 +21,7 @@ from .frontend import trace
 from .hw.datapath import check_supported
 from .lower import lower
 from .simulate import SimResult
+from .transform import fuse_loops
 
 __all__ = ["HardwareConfig", "compile_model", "simulate", "Design", "SimResult", "CompileError",
            "UnsupportedError"]
@@ -31,10 +34,11 @@ def compile_model(*outputs, config: HardwareConfig | None = None) -> Design:
         raise TypeError(f"config must be a HardwareConfig, got {type(config).__name__}")
     shapes = tuple(tuple(int(d) for d in t.shape) for t in outputs)
     graph = trace(*outputs)
-    kernels = [lower(k) for k in graph.kernels]
+    sources = [lower(k) for k in graph.kernels]
+    kernels = [fuse_loops(k) if config.loop_fusion else k for k in sources]
     for k in kernels:
         check_supported(k, config)
-    return build_design(graph, kernels, config, shapes)
+    return build_design(graph, sources, kernels, config, shapes)
 
 
 def simulate(design: Design, inputs: dict | None = None, backend: str = "pysim") -> SimResult:

@@ -25,11 +25,17 @@ class HardwareConfig:
         overflow proof (compiler.overflow) reports against this width whether it is safe.
         A width above the dtype's only adds flip-flops (the operations still wrap at the
         dtype, as tinygrad does).
+    loop_fusion: fold accumulator initialisation stores before a loop nest into its first
+        iteration and result stores after it into its last one (True, the default), so a
+        sequential GEMV takes M*K + 1 cycles instead of M*(K + 2) + 1. Cost: a compare of the
+        loop counters and a multiplexer per accumulator. Only applied where it is safe
+        (compiler/transform.py says when); elsewhere the steps stay as they are.
     """
     mem_read: str = "sync"
     fp_rounding: str = "rne"
     fp_subnormals: str = "keep"
     acc_width: int | None = None
+    loop_fusion: bool = True
 
     def __post_init__(self) -> None:
         if self.mem_read not in ("sync", "comb"):
@@ -41,6 +47,9 @@ class HardwareConfig:
         if self.acc_width is not None and not (_is_int(self.acc_width) and 1 <= self.acc_width <= MAX_ACC_WIDTH):
             raise ValueError(f"HardwareConfig.acc_width: expected None (the accumulator's dtype) or an "
                              f"integer from 1 to {MAX_ACC_WIDTH}, got {self.acc_width!r}")
+        for name in ("loop_fusion",):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"HardwareConfig.{name}: expected True or False, got {getattr(self, name)!r}")
 
     @classmethod
     def knob_names(cls) -> tuple[str, ...]:

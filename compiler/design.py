@@ -30,6 +30,9 @@ class Design:
     phases: tuple[Run | Copy, ...]           # kernel runs and copies, in order
     host: tuple[HostBuffer, ...]             # where each model buffer lives
     output_shapes: tuple[tuple[int, ...], ...]
+    # the kernels as lowered, before the hardware transforms (same order and slots): what
+    # analyses of the computation itself (the overflow proof) read
+    source_kernels: tuple[ir.KernelIR, ...] = ()
 
     @cached_property
     def top(self) -> TopHW:
@@ -70,11 +73,13 @@ class Design:
         return "+".join(k.name for k in self.kernels)
 
 
-def build_design(graph: Graph, kernels: list[ir.KernelIR], config: HardwareConfig,
+def build_design(graph: Graph, sources: list[ir.KernelIR], kernels: list[ir.KernelIR], config: HardwareConfig,
                  output_shapes: tuple[tuple[int, ...], ...]) -> Design:
+    """`sources`: the lowered kernels; `kernels`: the same after the hardware transforms."""
     kernel_buffers = [[(b.slot, graph.kernels[i].buffers[b.slot], b.loaded, b.stored) for b in k.buffers]
                       for i, k in enumerate(kernels)]
     sizes = {b.id: b.size for b in graph.buffers}
     widths = {b.id: b.dtype.bits for b in graph.buffers}
     order, phases, host = plan(kernel_buffers, sizes, widths, [k.name for k in kernels])
-    return Design(graph, tuple(kernels[i] for i in order), config, tuple(phases), tuple(host), output_shapes)
+    return Design(graph, tuple(kernels[i] for i in order), config, tuple(phases), tuple(host), output_shapes,
+                  tuple(sources[i] for i in order))

@@ -273,7 +273,7 @@ def analyze_overflow(design: Design, input_ranges: dict[int, tuple[float, float]
     ranges: dict[int, _R] = {b: _R(lo, hi) for b, (lo, hi) in (input_ranges or {}).items()}
     slot_to_buffer = _slot_buffers(design)
     bounds: list[AccBound] = []
-    for pos, k in enumerate(design.kernels):
+    for pos, k in enumerate(design.source_kernels or design.kernels):
         loads = {slot: ranges[buf] for slot, buf in slot_to_buffer[pos].items() if buf in ranges}
         widths = {a.index: acc_width(a.dtype, design.config) for a in k.accs}
         an = _KernelAnalysis(k, loads, {a: w for a, w in widths.items() if w < k.accs[a].dtype.bits})

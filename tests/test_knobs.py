@@ -23,6 +23,7 @@ def assert_exact(outputs, reference):
     ("acc_width", 65, "got 65"),
     ("acc_width", "32", "got '32'"),
     ("acc_width", True, "got True"),
+    ("loop_fusion", "yes", "HardwareConfig.loop_fusion: expected True or False, got 'yes'"),
 ])
 def test_bad_knob_values_name_the_knob_and_the_value(knob, value, message):
     with pytest.raises(ValueError) as err:
