@@ -176,7 +176,7 @@ class _KernelAnalysis:
                 one = self.run(loop.body, entry, False)
                 after[a] = hull[a] = one[a]
             elif kind == "add":
-                trips = _trips(loop, a)
+                trips = loop.bound      # delta is one body iteration, nested loops included
                 delta = self.run(loop.body, {**entry, a: _R(0, 0)}, False, wrap=False)[a]
                 after[a] = _R(start.lo + trips * delta.lo, start.hi + trips * delta.hi)
                 hull[a] = _R(start.lo + min(0, trips * delta.lo), start.hi + max(0, trips * delta.hi))
@@ -242,19 +242,6 @@ def _accesses(body, a: int):
             yield ("read", s)
         if isinstance(s, ir.AccStore) and s.acc == a:
             yield ("write", s)
-
-
-def _trips(loop: ir.Loop, a: int) -> int:
-    """How many updates of `a` one run of `loop` performs, counting nested loops that are not
-    reset inside: the loop's bound times the trips of each inner loop that updates `a`."""
-    total = 0
-    for s in loop.body:
-        if isinstance(s, ir.Loop):
-            if any(isinstance(x, ir.AccStore) and x.acc == a for x, _ in _stores(s.body)):
-                total += _trips(s, a)
-        elif isinstance(s, ir.AccStore) and s.acc == a:
-            total += 1
-    return loop.bound * total
 
 
 def _width_range(d: DType, width: int) -> tuple[int, int]:

@@ -48,3 +48,14 @@ def test_running_max_stays_in_range():
     report = analyze_overflow(compile_model(*designs.sibling_loops().outputs))
     (acc,) = report.accumulators
     assert acc.safe and acc.lo == np.iinfo(np.int32).min
+
+
+def test_nested_reduce_loops_count_each_product_once():
+    """conv2d 3x3: acc = 0 outside two nested REDUCE loops: 9 products, not 27."""
+    from tinygrad import Tensor, dtypes
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, (1, 1, 5, 5)).astype(np.int8)
+    w = rng.integers(-128, 128, (2, 1, 3, 3)).astype(np.int8)
+    y = Tensor(x).cast(dtypes.int32).conv2d(Tensor(w).cast(dtypes.int32), padding=1)
+    (acc,) = analyze_overflow(compile_model(y)).accumulators
+    assert (acc.lo, acc.hi, acc.bits_required) == (9 * -128 * 127, 9 * 128 * 128, 19)
