@@ -42,10 +42,12 @@ try:
 except ImportError:                           # no flock: every process builds its own copy
     fcntl = None
 
-# Measured on the int8 128x784 GEMV (bench/bench_sim.py): Yosys' default -O6 gives the fastest
-# code and the quickest g++ run (-O4: 1.4x more instructions per cycle, -O2: 10x slower); -g1
-# keeps only the debug table the driver needs to find memories by name. g++ -O1 compiles in
-# ~3 s, -O2 in ~4.5 s for 13% fewer instructions per cycle: -O1 wins below ~150M cycles.
+# Measured on the int8 128x784 GEMV (bench/bench_sim.py): write_cxxrtl's default -O6 gives the
+# fastest code and the quickest g++ run (-O4: 1.4x more instructions per cycle, -O2: 10x
+# slower); -g1 keeps only the debug table the driver needs to find memories by name.
+# g++ -O3 instead of -O1 runs the 128x784 GEMVs 1.3-1.4x faster for 0.4 (fp32) to 0.8 s (int8)
+# more CPU per build (+23% on a bundle of small designs): it pays off only after ~50M cycles
+# of one design, and a design-space sweep simulates each design for ~100k cycles.
 CXXRTL_OPTIONS = ("-O6", "-g1")
 # Before write_cxxrtl: processes to netlists, one flat module, light optimisation (no change in
 # behaviour). `opt -fast` halves g++ time on the fp32 GEMV (6 s -> 2 s CPU); `splitnets -driver`
