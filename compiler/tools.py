@@ -37,6 +37,12 @@ class ToolRun:
     output: str
 
 
+def cache_root() -> Path:
+    """Where compiled simulators and evaluations are cached: $TINYHW_CACHE, else
+    ~/.cache/tinyhw. Deleting it is always safe."""
+    return Path(os.environ.get("TINYHW_CACHE") or Path.home() / ".cache" / "tinyhw")
+
+
 def tail(text: str, lines: int = 30) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 

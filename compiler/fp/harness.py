@@ -7,8 +7,8 @@ of units side by side, so a test suite needs few compiles.
 
 Binaries are cached on disk, keyed by a hash of the RTLIL, the driver source, the Yosys
 script, the compiler flags and the tool versions: a second run skips yosys and g++ (and,
-given a `fingerprint`, even the RTLIL conversion). The cache lives in $TINYHW_CXXRTL_CACHE
-(default ~/.cache/tinyhw/cxxrtl); deleting it is always safe.
+given a `fingerprint`, even the RTLIL conversion). The cache lives in $TINYHW_CACHE/cxxrtl
+(default ~/.cache/tinyhw/cxxrtl, shared with the design simulator); deleting it is always safe.
 
 File formats (little-endian): input = uint64 vector count N, then for each input port in
 signature order N values; output = for each output port in signature order N values. A
@@ -33,9 +33,9 @@ from amaranth.hdl import Module, Shape
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import tools
 from ..tools import ToolError, cxxrtl_include_dir, find_tool, run_tool, yosys
 
-CACHE_ENV = "TINYHW_CXXRTL_CACHE"
 DEFAULT_CXXFLAGS = ("-O1",)
 # Yosys passes before write_cxxrtl: the front half of synth_* (processes to netlists, one flat
 # module, light optimisation), nothing that changes behaviour. `opt -fast` shrinks the C++
@@ -46,7 +46,7 @@ YOSYS_SCRIPT = "read_rtlil design.il\nhierarchy -top top\nproc\nflatten\nopt -fa
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "tinyhw" / "cxxrtl")
+    return tools.cache_root() / "cxxrtl"
 
 
 @dataclass(frozen=True)
