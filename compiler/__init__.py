@@ -6,6 +6,8 @@
 The pipeline (compile_model) is a straight list of passes:
     trace       tinygrad output Tensors -> ordered kernels with buffer identities (frontend.py)
     lower       each kernel's flat UOp list -> typed KernelIR                     (lower.py)
+    parallelize lanes / reduce_unroll: unroll-and-jam of the innermost output loops, adder
+                trees for the innermost reductions, memories banked by layout     (transform.py)
     fuse_loops  loop_fusion: initialisation and result stores folded into the first and last
                 iterations of the loop nest next to them                         (transform.py)
     legalize    every op and dtype checked against what the hardware can build   (hw/datapath.py)
@@ -21,7 +23,7 @@ from .frontend import trace
 from .hw.datapath import check_supported
 from .lower import lower
 from .simulate import SimResult
-from .transform import fuse_loops
+from .transform import fuse_loops, parallelize
 
 __all__ = ["HardwareConfig", "compile_model", "simulate", "Design", "SimResult", "CompileError",
            "UnsupportedError"]
@@ -35,10 +37,12 @@ def compile_model(*outputs, config: HardwareConfig | None = None) -> Design:
     shapes = tuple(tuple(int(d) for d in t.shape) for t in outputs)
     graph = trace(*outputs)
     sources = [lower(k) for k in graph.kernels]
-    kernels = [fuse_loops(k) if config.loop_fusion else k for k in sources]
+    parallel = [parallelize(k, config.lanes, config.reduce_unroll) for k in sources]
+    kernels = [fuse_loops(p.kernel) if config.loop_fusion else p.kernel for p in parallel]
     for k in kernels:
         check_supported(k, config)
-    return build_design(graph, sources, kernels, config, shapes)
+    return build_design(graph, sources, kernels, config, shapes, [p.banking for p in parallel],
+                        [p.factors for p in parallel])
 
 
 def simulate(design: Design, inputs: dict | None = None, backend: str = "pysim") -> SimResult:

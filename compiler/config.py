@@ -5,6 +5,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 MAX_ACC_WIDTH = 64
+MAX_PARALLEL = 4096          # lanes * reduce_unroll: more multipliers than any FPGA here holds
 
 
 @dataclass(frozen=True)
@@ -30,12 +31,28 @@ class HardwareConfig:
         sequential GEMV takes M*K + 1 cycles instead of M*(K + 2) + 1. Cost: a compare of the
         loop counters and a multiplexer per accumulator. Only applied where it is safe
         (compiler/transform.py says when); elsewhere the steps stay as they are.
+    lanes: P output elements computed per cycle along the innermost output loop of each
+        kernel (default 1). Why: P times fewer cycles for elementwise kernels, GEMV rows,
+        output columns of matmul/conv. Cost: P copies of the datapath and accumulators, and
+        every buffer the loop indexes is split into P banks (one block RAM or more each).
+        Any P: a tail that does not fill all lanes is gated off.
+    reduce_unroll: U products per cycle of the innermost reduction loop whose body is a
+        single `acc = acc + f(k)` (or max), summed by a balanced adder tree (default 1).
+        Cost: U copies of f, a tree of U - 1 adders, U banks for the buffers the loop
+        indexes. Any U (tails gated to 0). Rejected for float accumulators: a tree sums in
+        another order than the sequential reference, so it would not be bit-exact.
+        Buffers whose index does not fit a banked layout (e.g. a convolution window, whose
+        row and column counters step the same index) keep one bank with one read port per
+        address (Yosys replicates the block RAM); a *written* buffer that does not fit makes
+        the knob illegal for that kernel (a CompileError naming kernel, buffer and why).
     """
     mem_read: str = "sync"
     fp_rounding: str = "rne"
     fp_subnormals: str = "keep"
     acc_width: int | None = None
     loop_fusion: bool = True
+    lanes: int = 1
+    reduce_unroll: int = 1
 
     def __post_init__(self) -> None:
         if self.mem_read not in ("sync", "comb"):
@@ -50,6 +67,14 @@ class HardwareConfig:
         for name in ("loop_fusion",):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"HardwareConfig.{name}: expected True or False, got {getattr(self, name)!r}")
+        for name in ("lanes", "reduce_unroll"):
+            v = getattr(self, name)
+            if not (_is_int(v) and 1 <= v <= MAX_PARALLEL):
+                raise ValueError(f"HardwareConfig.{name}: expected an integer from 1 to {MAX_PARALLEL}, got {v!r}")
+        if self.lanes * self.reduce_unroll > MAX_PARALLEL:
+            raise ValueError(f"HardwareConfig: lanes={self.lanes} with reduce_unroll={self.reduce_unroll} is an "
+                             f"illegal combination: {self.lanes * self.reduce_unroll} operations per cycle is more "
+                             f"than the {MAX_PARALLEL} any supported FPGA can build; lower one of them")
 
     @classmethod
     def knob_names(cls) -> tuple[str, ...]:

@@ -94,10 +94,11 @@ def cxx_compiler() -> str:
     return name if os.sep in name else find_tool(name)
 
 
-def memory_name(kernel_pos: int, slot: int) -> str:
-    """The CXXRTL debug name of a kernel memory (hw/top.py names kernels `k{i}`, hw/kernel.py
-    names memories `mem_b{slot}`; the flattened hierarchy is joined with spaces)."""
-    return f"k{kernel_pos} mem_b{slot}"
+def memory_name(ref) -> str:
+    """The CXXRTL debug name of a kernel memory bank (a design.MemoryRef: hw/top.py names
+    kernels `k{i}`, the design names memories `mem_b{slot}` or, one per bank, `mem_b{slot}_l{lane}`;
+    the flattened hierarchy is joined with spaces)."""
+    return " ".join(ref.path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,8 +307,10 @@ def run_cxxrtl(design: Design, inputs: dict | None = None, max_cycles: int | Non
     if max_cycles is None:
         max_cycles = 100 * design.cycles_formula + 10_000_000
     hosts = list(design.host_buffers.values())
-    pokes = [(memory_name(*h), w) for buf, w in words.items() for h in design.host_buffers[buf].holders]
-    reads = [(memory_name(*hb.home), hb.size) for hb in hosts]
+    # every bank of every memory that holds an input, in its layout (Design.memory_words)
+    pokes = [(memory_name(ref), bank) for buf, w in words.items() for ref, bank in design.memory_words(buf, w)]
+    homes = [(hb, design.home_memories(hb.id)) for hb in hosts]
+    reads = [(memory_name(ref), ref.depth) for _, refs in homes for ref in refs]
     with tempfile.TemporaryDirectory(prefix="tinyhw-cxxrtl-") as tmp:
         work = Path(tmp)
         _write_input(work / "in.bin", binary.key, max_cycles, int(step_always), pokes, reads)
@@ -322,9 +325,12 @@ def run_cxxrtl(design: Design, inputs: dict | None = None, max_cycles: int | Non
     cycles, seconds = struct.unpack_from("<Qd", raw, 8)
     data = np.frombuffer(raw, dtype="<u8", offset=24)
     by_id, pos = {}, 0
-    for hb in hosts:
-        by_id[hb.id] = data[pos:pos + hb.size]
-        pos += hb.size
+    for hb, refs in homes:
+        banks = []
+        for ref in refs:
+            banks.append(data[pos:pos + ref.depth])
+            pos += ref.depth
+        by_id[hb.id] = design.buffer_words(hb.id, banks)
     outputs, buffers = outputs_from(design, lambda hb: by_id[hb.id])
     return SimResult(outputs, int(cycles), "cxxrtl", seconds, binary.build_seconds, buffers)
 

@@ -1,15 +1,18 @@
 """Design: the compiled hardware of a model, with everything needed to drive and check it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
+
+import numpy as np
 
 from . import ir
 from .config import HardwareConfig
 from .frontend import Graph
-from .hw.kernel import KernelHW
+from .hw.kernel import KernelHW, read_ports
 from .hw.program import Program, build_program
-from .hw.top import Copy, HostBuffer, Run, TopHW, plan
+from .hw.top import Copy, HostBuffer, HostPort, Run, Share, TopHW, plan
+from .layout import Banking
 
 
 @dataclass(frozen=True)
@@ -20,12 +23,25 @@ class CycleModel:
     copies: int                              # cycles spent copying buffers between kernels
 
 
+@dataclass(frozen=True)
+class MemoryRef:
+    """One memory (bank) of the design, for simulators to poke and peek."""
+    kernel: int                              # position of its kernel (module `k{kernel}` of the top)
+    slot: int                                # buffer slot in that kernel's hardware
+    depth: int                               # words
+    name: str                                # module name inside the kernel: mem_b1, mem_b1_l3, ...
+
+    @property
+    def path(self) -> tuple[str, str]:
+        return (f"k{self.kernel}", self.name)
+
+
 @dataclass(eq=False)
 class Design:
     """A compiled model. The Amaranth top module is built on first use of `top`, so analyses
     (cycle model, overflow) need no hardware objects."""
     graph: Graph
-    kernels: tuple[ir.KernelIR, ...]         # in execution order
+    kernels: tuple[ir.KernelIR, ...]         # in execution order, after the hardware transforms
     config: HardwareConfig
     phases: tuple[Run | Copy, ...]           # kernel runs and copies, in order
     host: tuple[HostBuffer, ...]             # where each model buffer lives
@@ -33,14 +49,55 @@ class Design:
     # the kernels as lowered, before the hardware transforms (same order and slots): what
     # analyses of the computation itself (the overflow proof) read
     source_kernels: tuple[ir.KernelIR, ...] = ()
+    # per kernel position: parameter slot -> layout and bank slots (plain when not given)
+    banking: tuple[dict[int, Banking], ...] = ()
+    shares: tuple[Share, ...] = ()           # readers that use another kernel's memory
+    factors: tuple[dict[int, int], ...] = field(default=())   # per kernel: loop id -> lanes
 
     @cached_property
     def top(self) -> TopHW:
-        return TopHW([KernelHW(k, self.config) for k in self.kernels], list(self.phases), list(self.host))
+        copied = {(d[0], b) for p in self.phases if isinstance(p, Copy) for d in p.dsts
+                  for b in self.banking_of(*d).banks}
+        hw = [KernelHW(k, self.config, self._memory_names(pos), self._external(pos),
+                       frozenset(b for kp, b in copied if kp == pos))
+              for pos, k in enumerate(self.kernels)]
+        placed = {(pos, slot): self.banking_of(pos, slot) for pos, k in enumerate(self.source_kernels or self.kernels)
+                  for slot in (b.slot for b in k.buffers)}
+        return TopHW(hw, list(self.phases), list(self.host), placed, list(self.shares), list(self.host_ports))
+
+    def banking_of(self, pos: int, slot: int) -> Banking:
+        if pos < len(self.banking) and slot in self.banking[pos]:
+            return self.banking[pos][slot]
+        b = next(b for b in (self.source_kernels or self.kernels)[pos].buffers if b.slot == slot)
+        return Banking.plain(slot, b.size)
+
+    def _memory_names(self, pos: int) -> dict[int, str]:
+        names = {}
+        for slot, bk in (self.banking[pos] if pos < len(self.banking) else {}).items():
+            if len(bk.banks) > 1:
+                names.update({b: f"mem_b{slot}_l{lane}" for lane, b in enumerate(bk.banks)})
+        return names
+
+    def _external(self, pos: int) -> frozenset[int]:
+        return frozenset(b for sh in self.shares if sh.reader[0] == pos
+                         for b in self.banking_of(*sh.reader).banks)
 
     @property
     def host_buffers(self) -> dict[int, HostBuffer]:
         return {b.id: b for b in self.host}
+
+    @cached_property
+    def host_ports(self) -> tuple[HostPort, ...]:
+        """The memory banks on the host bus: `host_sel` is the position in this list."""
+        ports = []
+        outputs = set(self.graph.outputs)
+        for hb in self.host:
+            writable = hb.id in self.graph.inputs
+            places = hb.holders if writable else ((hb.home,) if hb.id in outputs else ())
+            for place in places:
+                for ref in self.memories_of(place):
+                    ports.append(HostPort(hb.id, ref.kernel, ref.slot, ref.depth, hb.width, writable, not writable))
+        return tuple(ports)
 
     @property
     def cycles_formula(self) -> int:
@@ -65,21 +122,56 @@ class Design:
             raise KeyError(f"{tensor!r} is not a buffer of this design")
         return buf
 
+    # ---------------------------------------------------------------- memory contents
     def memory(self, kernel_pos: int, slot: int):
-        """The MemoryData (contents) of a kernel's buffer, for simulators to poke and peek."""
+        """The MemoryData (contents) of one memory bank: `slot` is the bank's buffer slot in
+        the kernel hardware (MemoryRef.slot; a parameter slot when the buffer is plain)."""
         return self.top.kernels[kernel_pos].memories[slot]
+
+    def memories_of(self, place: tuple[int, int]) -> list[MemoryRef]:
+        """The memory banks of a (kernel position, parameter slot) that holds a buffer."""
+        bk = self.banking_of(*place)
+        names = self._memory_names(place[0])
+        return [MemoryRef(place[0], b, bk.layout.words, names.get(b, f"mem_b{b}")) for b in bk.banks]
+
+    def memory_words(self, buffer: int, words: np.ndarray) -> list[tuple[MemoryRef, np.ndarray]]:
+        """A model buffer's element words -> the words of every memory bank that holds it,
+        each in its holder's layout (what a simulator pokes to load the buffer)."""
+        out = []
+        for place in self.host_buffers[buffer].holders:
+            banks = self.banking_of(*place).layout.scatter(np.asarray(words, dtype=np.uint64))
+            out += list(zip(self.memories_of(place), banks))
+        return out
+
+    def home_memories(self, buffer: int) -> list[MemoryRef]:
+        """The memory banks that hold a buffer's final value, in lane order."""
+        return self.memories_of(self.host_buffers[buffer].home)
+
+    def buffer_words(self, buffer: int, banks: list[np.ndarray]) -> np.ndarray:
+        """The inverse of `memory_words` for the home banks: their words (in the order of
+        `home_memories`) -> the buffer's element words."""
+        layout = self.banking_of(*self.host_buffers[buffer].home).layout
+        return layout.gather(np.stack([np.asarray(b, dtype=np.uint64) for b in banks]))
 
     def name(self) -> str:
         return "+".join(k.name for k in self.kernels)
 
 
 def build_design(graph: Graph, sources: list[ir.KernelIR], kernels: list[ir.KernelIR], config: HardwareConfig,
-                 output_shapes: tuple[tuple[int, ...], ...]) -> Design:
-    """`sources`: the lowered kernels; `kernels`: the same after the hardware transforms."""
+                 output_shapes: tuple[tuple[int, ...], ...], banking: list[dict[int, Banking]] | None = None,
+                 factors: list[dict[int, int]] | None = None) -> Design:
+    """`sources`: the lowered kernels; `kernels`: the same after the hardware transforms, with
+    `banking` saying how each stores its parameter buffers (plain when not given)."""
+    banking = banking or [{b.slot: Banking.plain(b.slot, b.size) for b in k.buffers} for k in sources]
+    factors = factors or [{} for _ in sources]
     kernel_buffers = [[(b.slot, graph.kernels[i].buffers[b.slot], b.loaded, b.stored) for b in k.buffers]
-                      for i, k in enumerate(kernels)]
+                      for i, k in enumerate(sources)]
     sizes = {b.id: b.size for b in graph.buffers}
     widths = {b.id: b.dtype.bits for b in graph.buffers}
-    order, phases, host = plan(kernel_buffers, sizes, widths, [k.name for k in kernels])
+    ports = [read_ports(k, build_program(k))[1] for k in kernels] if getattr(config, "share_buffers", False) \
+        else [{} for _ in kernels]
+    order, phases, host, shares = plan(kernel_buffers, sizes, widths, [k.name for k in kernels], banking, ports,
+                                       getattr(config, "share_buffers", False))
     return Design(graph, tuple(kernels[i] for i in order), config, tuple(phases), tuple(host), output_shapes,
-                  tuple(sources[i] for i in order))
+                  tuple(sources[i] for i in order), tuple(banking[i] for i in order), tuple(shares),
+                  tuple(factors[i] for i in order))

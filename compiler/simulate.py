@@ -82,10 +82,10 @@ def run_pysim(design: Design, inputs: dict | None = None) -> SimResult:
     result: dict = {}
 
     async def bench(ctx):
-        for buf, w in words.items():
-            for kpos, slot in design.host_buffers[buf].holders:
-                mem = design.memory(kpos, slot)
-                for i, v in enumerate(w.tolist()):
+        for buf, w in words.items():                  # every bank holding it, in its layout
+            for ref, bank in design.memory_words(buf, w):
+                mem = design.memory(ref.kernel, ref.slot)
+                for i, v in enumerate(bank.tolist()):
                     ctx.set(mem[i], v)
         t0 = time.perf_counter()
         ctx.set(top.start, 1)
@@ -97,8 +97,9 @@ def run_pysim(design: Design, inputs: dict | None = None) -> SimResult:
         result["seconds"] = time.perf_counter() - t0
 
         def read(hb):
-            mem = design.memory(*hb.home)
-            return np.array([ctx.get(mem[i]) for i in range(hb.size)], dtype=np.uint64)
+            banks = [[ctx.get(design.memory(ref.kernel, ref.slot)[i]) for i in range(ref.depth)]
+                     for ref in design.home_memories(hb.id)]
+            return design.buffer_words(hb.id, banks)
         result["outputs"], result["buffers"] = outputs_from(design, read)
 
     sim = Simulator(harness)

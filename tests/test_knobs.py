@@ -64,3 +64,204 @@ def test_acc_width_at_the_need_saves_flip_flops_and_luts(tmp_path):
     narrow = synthesize(compile_model(*case.outputs, config=HardwareConfig(acc_width=25)), "ecp5",
                         workdir=tmp_path / "w25")
     assert narrow.ffs < wide.ffs and narrow.luts < wide.luts
+
+
+# ------------------------------------------------------------------ lanes and reduce_unroll
+
+GRID_DESIGNS = ["gemv_int8_16x8", "mlp_int8_small", "add_relu", "matmul_int32", "conv2d_padded",
+                "residual_mlp", "fan_out"]
+FACTORS = [1, 2, 3, 4, 5, 8]
+# a cheap cross-section of the grid for every run: identity, each knob alone, factors that
+# divide no bound (3, 5), both at once, and factors at or above the bounds (8)
+QUICK = [(1, 1), (2, 1), (1, 2), (3, 5), (5, 3), (4, 4), (8, 8)]
+
+
+def check_point(name: str, lanes: int, reduce_unroll: int, **knobs):
+    case = designs.SMALL[name]()
+    design = compile_model(*case.outputs, config=HardwareConfig(lanes=lanes, reduce_unroll=reduce_unroll, **knobs))
+    result = simulate(design)
+    assert_exact(result.outputs, case.reference)
+    assert result.cycles == design.cycles_formula
+    return design, result
+
+
+@pytest.mark.parametrize("lanes, reduce_unroll", QUICK)
+@pytest.mark.parametrize("name", GRID_DESIGNS)
+def test_lanes_and_reduce_unroll_bit_exact_and_cycle_model_exact(name, lanes, reduce_unroll):
+    check_point(name, lanes, reduce_unroll)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reduce_unroll", FACTORS)
+@pytest.mark.parametrize("lanes", FACTORS)
+@pytest.mark.parametrize("name", GRID_DESIGNS)
+def test_full_grid_bit_exact_and_cycle_model_exact(name, lanes, reduce_unroll):
+    check_point(name, lanes, reduce_unroll)
+
+
+@pytest.mark.parametrize("mem_read, loop_fusion", [("comb", True), ("sync", False), ("comb", False)])
+@pytest.mark.parametrize("name", GRID_DESIGNS)
+def test_lanes_3_unroll_5_in_every_mode(name, mem_read, loop_fusion):
+    check_point(name, 3, 5, mem_read=mem_read, loop_fusion=loop_fusion)
+
+
+def ceil(a, b):
+    return -(-a // b)
+
+
+@pytest.mark.parametrize("lanes, reduce_unroll", [(1, 1), (3, 5), (4, 2), (16, 8), (7, 3)])
+def test_gemv_cycles_are_rows_per_lane_times_products_per_tree(lanes, reduce_unroll):
+    M, K = 16, 8
+    design, _ = check_point("gemv_int8_16x8", lanes, reduce_unroll)
+    assert design.cycles_formula == ceil(M, lanes) * ceil(K, reduce_unroll) + 1
+    unfused = compile_model(*designs.gemv_int8(M, K).outputs,
+                            config=HardwareConfig(lanes=lanes, reduce_unroll=reduce_unroll, loop_fusion=False))
+    assert unfused.cycles_formula == ceil(M, lanes) * (ceil(K, reduce_unroll) + 2) + 1
+
+
+def test_gemv_128x784_cycle_model_reaches_the_mac_bound():
+    case = designs.gemv_int8(128, 784)
+    for lanes in (1, 2, 4, 8):
+        for u in (1, 2, 4, 8):
+            design = compile_model(*case.outputs, config=HardwareConfig(lanes=lanes, reduce_unroll=u))
+            assert design.cycles_formula == 128 * 784 // (lanes * u) + 1
+
+
+def test_elementwise_lanes_and_copies_between_layouts():
+    design, _ = check_point("add_relu", 3, 1)
+    assert design.cycles_formula == ceil(16, 3) + 1
+    # the first kernel stores h in 3 banks (lanes), the second reads it in 5 (unroll): the copy
+    # translates element by element; with equal factors it moves whole words
+    mixed, _ = check_point("mlp_int8_small", 3, 5)
+    (copy,) = [p for p in mixed.phases if type(p).__name__ == "Copy"]
+    assert not copy.by_words and copy.length == 16
+    same, _ = check_point("mlp_int8_small", 4, 4)
+    (copy,) = [p for p in same.phases if type(p).__name__ == "Copy"]
+    assert copy.by_words and copy.length == 16 // 4
+
+
+def test_banked_layout_of_the_gemv_weights():
+    design = compile_model(*designs.gemv_int8(16, 8).outputs, config=HardwareConfig(lanes=3, reduce_unroll=5))
+    w_slot = 1                                     # the weights W[i*8 + k]
+    bk = design.banking[0][w_slot]
+    assert bk.layout.lanes == 15 and bk.layout.words == ceil(16, 3) * ceil(8, 5)
+    i, k = np.meshgrid(np.arange(16), np.arange(8), indexing="ij")
+    word, lane = bk.layout.place((i * 8 + k).ravel())
+    np.testing.assert_array_equal(word, ((i // 3) * ceil(8, 5) + k // 5).ravel())
+    np.testing.assert_array_equal(lane, ((i % 3) * 5 + k % 5).ravel())
+    values = np.arange(128, dtype=np.uint64)
+    np.testing.assert_array_equal(bk.layout.gather(bk.layout.scatter(values)), values)
+    names = [ref.name for ref in design.memories_of((0, w_slot))]
+    assert names == [f"mem_b1_l{lane}" for lane in range(15)]
+
+
+def test_a_convolution_window_keeps_one_bank_with_a_read_port_per_tap():
+    design, _ = check_point("conv2d_padded", 1, 3)
+    image = design.banking[0][1]                   # x[5*(i3 + i1) + i4 + i2 - 6]: two counters per digit
+    assert image.layout.is_plain and "read port per address" in image.note
+    hw = design.top.kernels[0]
+    assert hw.n_read_ports[1] == 3
+
+
+def test_float_reductions_refuse_reduce_unroll():
+    from tinygrad import Tensor
+    from compiler import CompileError
+    rng = np.random.default_rng(0)
+    W, x = rng.standard_normal((4, 6)).astype(np.float32), rng.standard_normal(6).astype(np.float32)
+    y = Tensor(W) @ Tensor(x)
+    with pytest.raises(CompileError) as err:
+        compile_model(y, config=HardwareConfig(reduce_unroll=2))
+    msg = str(err.value)
+    assert msg.startswith("reduce_unroll=2 is illegal for kernel 'k0_r_4_6': its fp32 sum over loop i1 (acc0)")
+    assert "not be bit-exact; use reduce_unroll=1 for float reductions" in msg
+    compile_model(y, config=HardwareConfig(lanes=2))          # lanes do not reorder anything
+
+
+def _kernel(body, buffers, accs=()):
+    from compiler import ir
+    return ir.make_kernel("k_test", buffers, accs, body)
+
+
+def test_a_written_buffer_without_a_banked_layout_makes_lanes_illegal():
+    from compiler import CompileError, ir
+    from compiler.dtypes import INT32
+    from compiler.transform import parallelize
+    i = ir.Counter(0)
+    flipped = ir.Op(ir.OpKind.SUB, INT32, (ir.Const(7, INT32), i))      # y[7 - i] = x[i]
+    k = _kernel((ir.Loop(0, ir.Axis.OUTPUT, 8, (ir.BufStore(0, flipped, ir.Load(1, i, INT32)),)),),
+                [ir.BufferDecl(0, INT32, 8, False, True), ir.BufferDecl(1, INT32, 8, True, False)])
+    with pytest.raises(CompileError, match=r"lanes=2, reduce_unroll=1 is illegal for kernel 'k_test': buffer 0 "
+                                           r"\(int32\[8\]\) is written by several lanes per cycle, but its accesses "
+                                           r"do not fit a banked layout: loop i0 steps an index by -1"):
+        parallelize(k, lanes=2)
+
+
+def test_lanes_refuse_an_output_loop_that_carries_an_accumulator():
+    from compiler import CompileError, ir
+    from compiler.dtypes import INT32
+    from compiler.transform import parallelize
+    i = ir.Counter(0)
+    acc = ir.AccLoad(0, INT32)
+    running = ir.Op(ir.OpKind.ADD, INT32, (acc, ir.Load(1, i, INT32)))   # a prefix sum on an output axis
+    k = _kernel((ir.AccStore(0, ir.Const(0, INT32)),
+                 ir.Loop(0, ir.Axis.OUTPUT, 8, (ir.AccStore(0, running), ir.BufStore(0, i, acc)))),
+                [ir.BufferDecl(0, INT32, 8, False, True), ir.BufferDecl(1, INT32, 8, True, False)],
+                [ir.AccDecl(0, INT32)])
+    with pytest.raises(CompileError, match="lanes=4 is illegal for kernel 'k_test': the iterations of output loop "
+                                           "i0 are not independent: acc0 is also used outside it"):
+        parallelize(k, lanes=4)
+
+
+@pytest.mark.parametrize("knob, value", [("lanes", 0), ("reduce_unroll", -1), ("lanes", 2.0), ("reduce_unroll", True),
+                                         ("lanes", 5000)])
+def test_parallel_knobs_are_validated(knob, value):
+    with pytest.raises(ValueError, match=f"HardwareConfig.{knob}: expected an integer from 1 to 4096, got {value!r}"):
+        HardwareConfig(**{knob: value})
+    with pytest.raises(ValueError, match="lanes=64 with reduce_unroll=128 is an illegal combination"):
+        HardwareConfig(lanes=64, reduce_unroll=128)
+
+
+def test_host_bus_loads_inputs_and_reads_outputs_through_the_layouts():
+    """Drive the top's host bus like a CPU would: every input bank word by word, start, wait
+    for done, then every output bank: the same result as the poked simulation."""
+    from amaranth.sim import Simulator
+    case = designs.gemv_int8(16, 8)
+    design = compile_model(*case.outputs, config=HardwareConfig(lanes=3, reduce_unroll=5))
+    from compiler.simulate import input_words
+    top = design.top
+    sel = {(p.kernel, p.slot): i for i, p in enumerate(design.host_ports)}
+    out_buf = design.graph.outputs[0]
+    got = {}
+
+    async def bench(ctx):
+        for buf, words in input_words(design, None).items():
+            for ref, bank in design.memory_words(buf, words):
+                ctx.set(top.host_sel, sel[ref.kernel, ref.slot])
+                for a, v in enumerate(bank.tolist()):
+                    ctx.set(top.host_addr, a)
+                    ctx.set(top.host_wdata, v)
+                    ctx.set(top.host_we, 1)
+                    await ctx.tick()
+        ctx.set(top.host_we, 0)
+        ctx.set(top.start, 1)
+        await ctx.tick()
+        ctx.set(top.start, 0)
+        await ctx.tick().until(top.done)
+        await ctx.tick()
+        banks = []
+        for ref in design.home_memories(out_buf):
+            ctx.set(top.host_sel, sel[ref.kernel, ref.slot])
+            words = []
+            for a in range(ref.depth):
+                ctx.set(top.host_addr, a)
+                await ctx.tick()
+                words.append(ctx.get(top.host_rdata))
+            banks.append(words)
+        got["y"] = design.buffer_words(out_buf, banks)
+
+    sim = Simulator(top)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    y = got["y"].astype(np.uint32).view(np.int32)
+    np.testing.assert_array_equal(y, case.reference[0])

@@ -60,52 +60,84 @@ def acc_ranges(kernel: ir.KernelIR, config: HardwareConfig) -> dict[int, Interva
 
 
 def port_names(slot: int) -> dict[str, str]:
-    return {k: f"b{slot}_{k}" for k in ("raddr", "rdata", "waddr", "wdata", "we")}
+    return {k: f"b{slot}_{k}" for k in ("raddr", "rdata", "waddr", "wdata", "we", "xaddr", "xdata")}
+
+
+def read_ports(kernel: ir.KernelIR, program: Program) -> tuple[dict[tuple[int, int], int], dict[int, int]]:
+    """Read ports each memory needs: ((step, id(index expression)) -> port number of that
+    load's buffer, buffer slot -> number of ports). Loads of one buffer at the same index in
+    a step share a port."""
+    out: dict[tuple[int, int], int] = {}
+    count = {b.slot: 1 for b in kernel.buffers}
+    for step in program.steps:
+        used: dict[int, list[int]] = {}
+        for load in loads_of(step):
+            indices = used.setdefault(load.buf, [])
+            if id(load.index) not in indices:
+                indices.append(id(load.index))
+            out[(step.index, id(load.index))] = indices.index(id(load.index))
+        for buf, indices in used.items():
+            count[buf] = max(count[buf], len(indices))
+    return out, count
+
+
+def loads_of(step: Step) -> list[ir.Load]:
+    roots = [v for s in step.stores for v in ir.store_operands(s)]
+    return [v for v in ir.toposort(roots) if isinstance(v, ir.Load)]
+
+
+class _ExternalPort:
+    """A read port of a memory outside this kernel (share_buffers): address out, data in."""
+
+    def __init__(self, slot: int, width: int, depth: int):
+        self.addr = Signal(_addr_shape(depth), name=f"x{slot}_addr")
+        self.data = Signal(width, name=f"x{slot}_data")
 
 
 class KernelHW(wiring.Component):
-    def __init__(self, kernel: ir.KernelIR, config: HardwareConfig):
+    """`names`: memory module names by buffer slot (default `mem_b{slot}`); `external`: slots
+    whose memory lives in another kernel (one read port, reached through `b{slot}_xaddr`
+    and `b{slot}_xdata`; the top module connects it); `written_outside`: slots the top module
+    writes right before this kernel starts (copy destinations): with block RAM their read
+    ports see that last write (the first step's look-ahead read happens in the same cycle)."""
+
+    def __init__(self, kernel: ir.KernelIR, config: HardwareConfig, names: dict[int, str] | None = None,
+                 external: frozenset[int] = frozenset(), written_outside: frozenset[int] = frozenset()):
         self.kernel, self.config = kernel, config
         self.program: Program = build_program(kernel)
         self.ranges: dict[int, Interval] = analyze(kernel, acc_ranges(kernel, config))
+        self.names = {b.slot: (names or {}).get(b.slot, f"mem_b{b.slot}") for b in kernel.buffers}
+        self.external = frozenset(external)
+        self.written_outside = frozenset(written_outside)
         # The contents live in MemoryData objects that outlast any one elaboration (simulators
         # poke them); each elaboration wraps them in a fresh Memory with its own ports.
         self.memories: dict[int, memory.MemoryData] = {}
         sig = {"start": In(1), "done": Out(1), "busy": Out(1)}
         for b in kernel.buffers:
-            self.memories[b.slot] = memory.MemoryData(shape=unsigned(b.dtype.bits), depth=b.size, init=[])
             n = port_names(b.slot)
+            if b.slot in self.external:
+                if b.stored:
+                    raise ValueError(f"{kernel.name}: buffer {b.slot} is written, it cannot live in another kernel")
+                sig[n["xaddr"]] = Out(_addr_shape(b.size))
+                sig[n["xdata"]] = In(b.dtype.bits)
+                continue
+            self.memories[b.slot] = memory.MemoryData(shape=unsigned(b.dtype.bits), depth=b.size, init=[])
             sig[n["raddr"]] = In(_addr_shape(b.size))
             sig[n["rdata"]] = Out(b.dtype.bits)
             sig[n["waddr"]] = In(_addr_shape(b.size))
             sig[n["wdata"]] = In(b.dtype.bits)
             sig[n["we"]] = In(1)
-        self.read_port_of = self._assign_read_ports()
+        self.read_port_of, self.n_read_ports = read_ports(kernel, self.program)
+        for slot in self.external:
+            if self.n_read_ports[slot] > 1:
+                raise ValueError(f"{kernel.name}: buffer {slot} needs {self.n_read_ports[slot]} read ports, "
+                                 f"it cannot live in another kernel")
         super().__init__(sig)
 
     @property
     def cycles(self) -> int:
         """Cycles from the start cycle to the done cycle."""
         return self.program.cycles + 1
-
-    def _loads_of(self, step: Step) -> list[ir.Load]:
-        roots = [v for s in step.stores for v in ir.store_operands(s)]
-        return [v for v in ir.toposort(roots) if isinstance(v, ir.Load)]
-
-    def _assign_read_ports(self) -> dict[tuple[int, int], int]:
-        """(step, id(index expression)) -> read port number of that load's buffer."""
-        out: dict[tuple[int, int], int] = {}
-        self.n_read_ports = {b.slot: 1 for b in self.kernel.buffers}
-        for step in self.program.steps:
-            used: dict[int, list[int]] = {}
-            for load in self._loads_of(step):
-                indices = used.setdefault(load.buf, [])
-                if id(load.index) not in indices:
-                    indices.append(id(load.index))
-                out[(step.index, id(load.index))] = indices.index(id(load.index))
-            for buf, indices in used.items():
-                self.n_read_ports[buf] = max(self.n_read_ports[buf], len(indices))
-        return out
 
     def elaborate(self, platform):
         m = Module()
@@ -123,13 +155,19 @@ class KernelHW(wiring.Component):
         # ---- memories and their ports
         write, reads = {}, {}
         for b in k.buffers:
+            n = port_names(b.slot)
+            if b.slot in self.external:
+                port = _ExternalPort(b.slot, b.dtype.bits, b.size)
+                reads[b.slot] = [port]
+                m.d.comb += [getattr(self, n["xaddr"]).eq(port.addr), port.data.eq(getattr(self, n["xdata"]))]
+                continue
             mem = memory.Memory(data=self.memories[b.slot])
-            m.submodules[f"mem_b{b.slot}"] = mem
+            m.submodules[self.names[b.slot]] = mem
             write[b.slot] = wp = mem.write_port()
-            transparent = (wp,) if (b.loaded and b.stored and sync_reads) else ()
+            own_writes = b.stored or b.slot in self.written_outside
+            transparent = (wp,) if (b.loaded and own_writes and sync_reads) else ()
             reads[b.slot] = [mem.read_port(domain="sync" if sync_reads else "comb", transparent_for=transparent)
                              for _ in range(self.n_read_ports[b.slot])]
-            n = port_names(b.slot)
             m.d.comb += [getattr(self, n["rdata"]).eq(reads[b.slot][0].data),
                          wp.addr.eq(getattr(self, n["waddr"])), wp.data.eq(getattr(self, n["wdata"])),
                          wp.en.eq(getattr(self, n["we"]) & (step == idle))]
@@ -160,11 +198,11 @@ class KernelHW(wiring.Component):
         # read addresses: for each port, the address of the load it serves in the (next) step
         for b in k.buffers:
             for p, port in enumerate(reads[b.slot]):
-                default = getattr(self, port_names(b.slot)["raddr"]) if p == 0 else 0
-                m.d.comb += port.addr.eq(default)
+                outside = p == 0 and b.slot not in self.external
+                m.d.comb += port.addr.eq(getattr(self, port_names(b.slot)["raddr"]) if outside else 0)
             with m.Switch(addr_step):
                 for s in prog.steps:
-                    loads = [l for l in self._loads_of(s) if l.buf == b.slot]
+                    loads = [l for l in loads_of(s) if l.buf == b.slot]
                     if not loads:
                         continue
                     with m.Case(s.index):

@@ -2,27 +2,39 @@
 
 Kernels run one at a time in a topological order of their producer -> consumer edges. After
 a kernel finishes, each of its output buffers that later kernels read is copied in one pass
-that broadcasts every word to all consumers at once (fan-out costs no extra cycles).
+that broadcasts to all consumers at once (fan-out costs no extra cycles). A buffer lives in
+each kernel in that kernel's layout (compiler/layout.py: one memory bank per lane). When the
+producer and every consumer use the same layout, the copy moves one word of every bank per
+cycle; otherwise it moves one element per cycle, walking both layouts' digits with
+odometers (no division in hardware). With share_buffers, a consumer that uses the producer's
+layout and needs one read port per bank reads the producer's memory instead (no copy); for
+an external input, later readers may read the first reader's memory the same way.
 
-Host bus: `host_sel` names a buffer of the model (its index in the graph), `host_addr`
-an element; `host_we` writes `host_wdata` to every memory that holds that buffer, and
-`host_rdata` returns the word one cycle later (block RAM) from the memory that holds the
-buffer's final value. The bus only acts while the top is idle. Keeping every memory
-readable from the top is also what keeps Yosys from optimising the datapath away.
+Host bus: `host_sel` picks a *host port*, one memory bank (Design.host_ports): every bank
+of every memory that holds an external input (writable) and every bank that holds a model
+output's final value (readable). `host_addr` is a word of that bank, `host_we` writes
+`host_wdata`, and `host_rdata` returns the word one cycle later (block RAM). Software
+places elements with the layout (Design.memory_words). The bus only acts while the top is
+idle. Reading the outputs from the top is what keeps Yosys from optimising the datapath away.
 
 Timing (start cycle to done cycle):
-    cycles = sum over kernels of (steps + 1) + sum over copies of the buffer's length
+    cycles = sum over kernels of (steps + 1) + sum over copies of their length
+    (the buffer's elements, or its words per bank when every layout agrees)
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..errors import CompileError
+from ..layout import Banking, Layout
+from .datapath import _mul_const
 from .kernel import KernelHW, port_names
+
+Place = tuple[int, int]                          # (kernel position, parameter slot)
 
 
 @dataclass(frozen=True)
@@ -32,19 +44,39 @@ class Run:
 
 @dataclass(frozen=True)
 class Copy:
-    src: tuple[int, int]                         # (kernel position, slot)
-    dsts: tuple[tuple[int, int], ...]
-    length: int
+    src: Place
+    dsts: tuple[Place, ...]
+    length: int                                  # cycles
+    by_words: bool = True                        # every side has the same layout: all banks at once
+
+
+@dataclass(frozen=True)
+class Share:
+    """`reader` reads the memory of `owner` (same layout) instead of holding its own."""
+    reader: Place
+    owner: Place
 
 
 @dataclass(frozen=True)
 class HostBuffer:
     """Where a model buffer lives in hardware."""
     id: int
-    holders: tuple[tuple[int, int], ...]         # every (kernel position, slot) holding it
-    home: tuple[int, int]                        # where its final value is read from
+    holders: tuple[Place, ...]                   # every (kernel position, slot) with a memory holding it
+    home: Place                                  # where its final value is read from
     width: int
     size: int
+
+
+@dataclass(frozen=True)
+class HostPort:
+    """One memory bank on the host bus (`host_sel` = its position in the list)."""
+    buffer: int
+    kernel: int
+    slot: int                                    # the bank's buffer slot in the kernel hardware
+    depth: int
+    width: int
+    write: bool
+    read: bool
 
 
 def toposort_kernels(n: int, edges: set[tuple[int, int]], names: list[str] | None = None) -> list[int]:
@@ -71,16 +103,79 @@ def toposort_kernels(n: int, edges: set[tuple[int, int]], names: list[str] | Non
     return order
 
 
+class _Odometer:
+    """The digits of one layout for an element index that counts up by one per cycle: each
+    digit as (word part, lane part), so word and lane need no division."""
+
+    def __init__(self, m: Module, layout: Layout, name: str, advance, restart):
+        self.layout = layout
+        dims = layout.dims
+        self.q = [Signal(range(d.words), name=f"{name}_q{j}") for j, d in enumerate(dims)]
+        self.r = [Signal(range(d.factor), name=f"{name}_r{j}") if d.factor > 1 else None for j, d in enumerate(dims)]
+        self.nq = [Signal.like(s, name=f"{s.name}_next") for s in self.q]
+        self.nr = [None if s is None else Signal.like(s, name=f"{s.name}_next") for s in self.r]
+        regs = [(a, b) for a, b in zip(self.q + self.r, self.nq + self.nr) if a is not None]
+        m.d.comb += [n.eq(c) for c, n in regs]
+        with m.If(restart):
+            m.d.comb += [n.eq(0) for _, n in regs]
+        with m.Elif(advance):
+            carry = Const(1, 1)                  # every less significant digit is at its last value
+            for j in reversed(range(len(dims))):
+                d = dims[j]
+                q, r, nq, nr = self.q[j], self.r[j], self.nq[j], self.nr[j]
+                top_q, top_r = (d.extent - 1) // d.factor, (d.extent - 1) % d.factor
+                at_end = (q == top_q) if r is None else ((q == top_q) & (r == top_r))
+                with m.If(carry):
+                    with m.If(at_end):
+                        m.d.comb += nq.eq(0)
+                        if r is not None:
+                            m.d.comb += nr.eq(0)
+                    with m.Else():
+                        if r is None:
+                            m.d.comb += nq.eq(q + 1)
+                        else:
+                            with m.If(r == d.factor - 1):
+                                m.d.comb += [nq.eq(q + 1), nr.eq(0)]
+                            with m.Else():
+                                m.d.comb += nr.eq(r + 1)
+                carry = carry & at_end
+        m.d.sync += [c.eq(n) for c, n in regs]
+
+    def word(self, nxt: bool):
+        qs = self.nq if nxt else self.q
+        terms = [q if s == 1 else _mul_const(q, s) for q, s in zip(qs, self.layout.word_strides) if s]
+        out = terms[0]
+        for t in terms[1:]:
+            out = out + t
+        return out
+
+    def lane(self):
+        terms = [r if s == 1 else _mul_const(r, s)
+                 for r, s in zip(self.r, self.layout.lane_strides) if r is not None]
+        if not terms:
+            return Const(0, 1)
+        out = terms[0]
+        for t in terms[1:]:
+            out = out + t
+        return out
+
+
 class TopHW(wiring.Component):
-    def __init__(self, kernels: list[KernelHW], phases: list[Run | Copy], buffers: list[HostBuffer]):
+    def __init__(self, kernels: list[KernelHW], phases: list[Run | Copy], buffers: list[HostBuffer],
+                 banking: dict[Place, Banking], shares: list[Share], host_ports: list[HostPort]):
         self.kernels, self.phases, self.buffers = kernels, phases, buffers
-        addr_bits = max(1, max((b.size - 1).bit_length() for b in buffers))
-        data_bits = max(b.width for b in buffers)
+        self.banking, self.shares, self.host_ports = banking, shares, host_ports
+        ports = host_ports or [HostPort(-1, 0, 0, 1, 1, False, False)]
+        addr_bits = max(1, max((p.depth - 1).bit_length() for p in ports))
+        data_bits = max(p.width for p in ports)
         super().__init__({
             "start": In(1), "done": Out(1), "busy": Out(1),
-            "host_sel": In(range(max(2, max(b.id for b in buffers) + 1))), "host_addr": In(addr_bits),
+            "host_sel": In(range(max(2, len(ports)))), "host_addr": In(addr_bits),
             "host_wdata": In(data_bits), "host_we": In(1), "host_rdata": Out(data_bits),
         })
+
+    def port(self, kernel: int, slot: int, name: str):
+        return getattr(self.kernels[kernel], port_names(slot)[name])
 
     def elaborate(self, platform):
         m = Module()
@@ -94,10 +189,7 @@ class TopHW(wiring.Component):
         cctr = Signal(range(longest))
         ncctr = Signal.like(cctr)
         sync_reads = self.kernels[0].config.mem_read == "sync"
-
-        def port(kslot, name):
-            k, slot = kslot
-            return getattr(self.kernels[k], port_names(slot)[name])
+        reading = nphase if sync_reads else phase          # the phase read addresses are for
 
         # ---- sequencing
         m.d.comb += [nphase.eq(phase), ncctr.eq(cctr)]
@@ -124,41 +216,91 @@ class TopHW(wiring.Component):
             if isinstance(ph, Run):
                 m.d.comb += self.kernels[ph.kernel].start.eq((nphase == p) & (phase != p))
 
-        # ---- host bus (while idle)
+        # ---- host bus (while idle); later assignments (copies, shared reads) take precedence
         host_idle = (phase == idle) & (nphase == idle)
-        for b in self.buffers:
-            selected = self.host_sel == b.id
-            in_range = self.host_addr < b.size
-            for h in b.holders:
-                m.d.comb += [port(h, "waddr").eq(Mux(in_range, self.host_addr, 0)),
-                             port(h, "wdata").eq(self.host_wdata),
-                             port(h, "we").eq(self.host_we & selected & in_range & host_idle)]
-            m.d.comb += port(b.home, "raddr").eq(Mux(selected & in_range, self.host_addr, 0))
+        read_ports = []
+        for i, hp in enumerate(self.host_ports):
+            selected = self.host_sel == i
+            in_range = self.host_addr < hp.depth
+            if hp.write:
+                m.d.comb += [self.port(hp.kernel, hp.slot, "waddr").eq(Mux(in_range, self.host_addr, 0)),
+                             self.port(hp.kernel, hp.slot, "wdata").eq(self.host_wdata),
+                             self.port(hp.kernel, hp.slot, "we").eq(self.host_we & selected & in_range & host_idle)]
+            if hp.read:
+                m.d.comb += self.port(hp.kernel, hp.slot, "raddr").eq(Mux(selected & in_range, self.host_addr, 0))
+                read_ports.append((i, hp))
         rsel = Signal.like(self.host_sel)
         m.d.sync += rsel.eq(self.host_sel)       # block RAM data arrives a cycle after its address
-        read_sel = rsel if sync_reads else self.host_sel
-        with m.Switch(read_sel):
-            for b in self.buffers:
-                with m.Case(b.id):
-                    m.d.comb += self.host_rdata.eq(port(b.home, "rdata"))
+        with m.Switch(rsel if sync_reads else self.host_sel):
+            for i, hp in read_ports:
+                with m.Case(i):
+                    m.d.comb += self.host_rdata.eq(self.port(hp.kernel, hp.slot, "rdata"))
+
+        # ---- shared buffers: the reader's addresses go to the owner's port 0 while it runs
+        run_phase = {ph.kernel: p for p, ph in enumerate(self.phases) if isinstance(ph, Run)}
+        for sh in self.shares:
+            rk, ok = sh.reader[0], sh.owner[0]
+            for rb, ob in zip(self.banking[sh.reader].banks, self.banking[sh.owner].banks):
+                m.d.comb += self.port(rk, rb, "xdata").eq(self.port(ok, ob, "rdata"))
+                with m.If(reading == run_phase[rk]):
+                    m.d.comb += self.port(ok, ob, "raddr").eq(self.port(rk, rb, "xaddr"))
 
         # ---- copies: the source is addressed one cycle ahead with block RAM
         for p, ph in enumerate(self.phases):
-            if not isinstance(ph, Copy):
-                continue
-            with m.If((nphase if sync_reads else phase) == p):
-                m.d.comb += port(ph.src, "raddr").eq(ncctr if sync_reads else cctr)
+            if isinstance(ph, Copy):
+                self._copy(m, p, ph, phase, reading, cctr, ncctr, sync_reads)
+        return m
+
+    def _copy(self, m, p: int, ph: Copy, phase, reading, cctr, ncctr, sync_reads: bool) -> None:
+        src = self.banking[ph.src]
+        if ph.by_words:
+            with m.If(reading == p):
+                for b in src.banks:
+                    m.d.comb += self.port(ph.src[0], b, "raddr").eq(ncctr if sync_reads else cctr)
             with m.If(phase == p):
                 for d in ph.dsts:
-                    m.d.comb += [port(d, "waddr").eq(cctr), port(d, "wdata").eq(port(ph.src, "rdata")),
-                                 port(d, "we").eq(1)]
-        return m
+                    for sb, db in zip(src.banks, self.banking[d].banks):
+                        m.d.comb += [self.port(d[0], db, "waddr").eq(cctr),
+                                     self.port(d[0], db, "wdata").eq(self.port(ph.src[0], sb, "rdata")),
+                                     self.port(d[0], db, "we").eq(1)]
+            return
+        # element by element: one odometer per distinct layout (a plain one is the counter)
+        odometers: dict[Layout, _Odometer | None] = {}
+        for place in (ph.src,) + ph.dsts:
+            layout = self.banking[place].layout
+            if layout not in odometers:
+                odometers[layout] = None if layout.is_plain else _Odometer(
+                    m, layout, f"copy{p}_{len(odometers)}", advance=phase == p,
+                    restart=(phase == p) & (cctr == ph.length - 1))
+
+        def word(layout, nxt):
+            od = odometers[layout]
+            return (ncctr if nxt else cctr) if od is None else od.word(nxt)
+
+        def lane(layout):
+            od = odometers[layout]
+            return Const(0, 1) if od is None else od.lane()
+        with m.If(reading == p):
+            for b in src.banks:
+                m.d.comb += self.port(ph.src[0], b, "raddr").eq(word(src.layout, sync_reads))
+        datas = [self.port(ph.src[0], b, "rdata") for b in src.banks]
+        data = datas[0] if len(datas) == 1 else Array(datas)[lane(src.layout)]
+        with m.If(phase == p):
+            for d in ph.dsts:
+                bk = self.banking[d]
+                dst_lane = lane(bk.layout)
+                for i, db in enumerate(bk.banks):
+                    m.d.comb += [self.port(d[0], db, "waddr").eq(word(bk.layout, False)),
+                                 self.port(d[0], db, "wdata").eq(data),
+                                 self.port(d[0], db, "we").eq(dst_lane == i if len(bk.banks) > 1 else 1)]
 
 
 def plan(kernel_buffers: list[list[tuple[int, int, bool, bool]]], sizes: dict[int, int],
-         widths: dict[int, int], names: list[str]):
-    """From each kernel's (slot, buffer id, loaded, stored) list: the run order (positions in
-    the input), the phases, and where each buffer lives."""
+         widths: dict[int, int], names: list[str], banking: list[dict[int, Banking]],
+         read_ports: list[dict[int, int]], share: bool = False):
+    """From each kernel's (slot, buffer id, loaded, stored) list, how each kernel stores its
+    slots and how many read ports each bank needs: the run order (positions in the input),
+    the phases, where each buffer lives and which readers share another kernel's memory."""
     writers: dict[int, list[tuple[int, int]]] = {}
     readers: dict[int, list[tuple[int, int]]] = {}
     for k, slots in enumerate(kernel_buffers):
@@ -174,16 +316,31 @@ def plan(kernel_buffers: list[list[tuple[int, int, bool, bool]]], sizes: dict[in
     edges = {(writers[b][0][0], r[0]) for b in readers if b in writers for r in readers[b]}
     order = toposort_kernels(len(kernel_buffers), edges, names)
     pos = {k: i for i, k in enumerate(order)}
+    layout = lambda place: banking[place[0]][place[1]].layout  # noqa: E731
+
+    shared: dict[tuple[int, int], tuple[int, int]] = {}
+    for buf in sorted(set(writers) | set(readers)):
+        if not share:
+            break
+        rs = sorted(readers.get(buf, []), key=lambda r: pos[r[0]])
+        owner = writers[buf][0] if buf in writers else (rs[0] if rs else None)
+        for r in rs:
+            if r != owner and layout(r) == layout(owner) and \
+                    all(read_ports[r[0]].get(b, 1) <= 1 for b in banking[r[0]][r[1]].banks):
+                shared[r] = owner
+
     phases: list[Run | Copy] = []
     for k in order:
         phases.append(Run(pos[k]))
         for slot, buf, _, stored in kernel_buffers[k]:
-            if stored and buf in readers:
-                dsts = tuple((pos[r], s) for r, s in readers[buf])
-                phases.append(Copy((pos[k], slot), dsts, sizes[buf]))
+            dsts = [r for r in readers.get(buf, []) if r not in shared]
+            if stored and dsts:
+                by_words = all(layout(d) == layout((k, slot)) for d in dsts)
+                length = layout((k, slot)).words if by_words else sizes[buf]
+                phases.append(Copy((pos[k], slot), tuple((pos[r], s) for r, s in dsts), length, by_words))
     host: list[HostBuffer] = []
     for buf in sorted(set(writers) | set(readers)):
-        holders = [(pos[k], s) for k, s in writers.get(buf, []) + readers.get(buf, [])]
-        home = holders[0]
-        host.append(HostBuffer(buf, tuple(holders), home, widths[buf], sizes[buf]))
-    return order, phases, host
+        holders = [(pos[k], s) for k, s in writers.get(buf, []) + readers.get(buf, []) if (k, s) not in shared]
+        host.append(HostBuffer(buf, tuple(holders), holders[0], widths[buf], sizes[buf]))
+    shares = [Share((pos[r[0]], r[1]), (pos[o[0]], o[1])) for r, o in shared.items()]
+    return order, phases, host, shares
