@@ -31,7 +31,7 @@ its IR exists (illegal knobs, unsupported op) has no key; it is evaluated direct
 cheap because it fails at once.
 
 What is stored. Rows of points that evaluated OK, and rows that FAILed in "check" or
-"overflow" (the hardware computed a wrong result: deterministic). Failures of the tools
+"confirm" (the hardware computed a wrong result: deterministic). Failures of the tools
 (simulate, synthesize: a crash, a timeout, a missing binary) are not stored, so they are
 retried next time rather than remembered.
 
@@ -64,7 +64,7 @@ except ImportError:                 # no flock (Windows): concurrent misses eval
 CACHE_FORMAT = 1
 """Bumped when the entry layout or the key material changes meaning."""
 
-CACHEABLE_FAIL_STAGES = ("check", "overflow")
+CACHEABLE_FAIL_STAGES = ("check", "confirm")
 
 
 def cache_dir() -> Path:
