@@ -45,6 +45,11 @@ class HardwareConfig:
         row and column counters step the same index) keep one bank with one read port per
         address (Yosys replicates the block RAM); a *written* buffer that does not fit makes
         the knob illegal for that kernel (a CompileError naming kernel, buffer and why).
+    share_buffers: a kernel that reads a buffer another kernel writes (or an input another
+        kernel already holds) reads that memory directly instead of its own copy (default
+        False). Saves the copy pass (one cycle per element or word) and one memory per
+        consumer. Only where both sides use the same banked layout and the reader needs one
+        read port per bank; elsewhere the copy stays.
     """
     mem_read: str = "sync"
     fp_rounding: str = "rne"
@@ -53,6 +58,7 @@ class HardwareConfig:
     loop_fusion: bool = True
     lanes: int = 1
     reduce_unroll: int = 1
+    share_buffers: bool = False
 
     def __post_init__(self) -> None:
         if self.mem_read not in ("sync", "comb"):
@@ -64,7 +70,7 @@ class HardwareConfig:
         if self.acc_width is not None and not (_is_int(self.acc_width) and 1 <= self.acc_width <= MAX_ACC_WIDTH):
             raise ValueError(f"HardwareConfig.acc_width: expected None (the accumulator's dtype) or an "
                              f"integer from 1 to {MAX_ACC_WIDTH}, got {self.acc_width!r}")
-        for name in ("loop_fusion",):
+        for name in ("loop_fusion", "share_buffers"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"HardwareConfig.{name}: expected True or False, got {getattr(self, name)!r}")
         for name in ("lanes", "reduce_unroll"):

@@ -168,10 +168,10 @@ def build_design(graph: Graph, sources: list[ir.KernelIR], kernels: list[ir.Kern
                       for i, k in enumerate(sources)]
     sizes = {b.id: b.size for b in graph.buffers}
     widths = {b.id: b.dtype.bits for b in graph.buffers}
-    ports = [read_ports(k, build_program(k))[1] for k in kernels] if getattr(config, "share_buffers", False) \
+    ports = [read_ports(k, build_program(k))[1] for k in kernels] if config.share_buffers \
         else [{} for _ in kernels]
     order, phases, host, shares = plan(kernel_buffers, sizes, widths, [k.name for k in kernels], banking, ports,
-                                       getattr(config, "share_buffers", False))
+                                       config.share_buffers)
     return Design(graph, tuple(kernels[i] for i in order), config, tuple(phases), tuple(host), output_shapes,
                   tuple(sources[i] for i in order), tuple(banking[i] for i in order), tuple(shares),
                   tuple(factors[i] for i in order))

@@ -24,6 +24,7 @@ def assert_exact(outputs, reference):
     ("acc_width", "32", "got '32'"),
     ("acc_width", True, "got True"),
     ("loop_fusion", "yes", "HardwareConfig.loop_fusion: expected True or False, got 'yes'"),
+    ("share_buffers", 1, "HardwareConfig.share_buffers: expected True or False, got 1"),
 ])
 def test_bad_knob_values_name_the_knob_and_the_value(knob, value, message):
     with pytest.raises(ValueError) as err:
@@ -76,7 +77,7 @@ FACTORS = [1, 2, 3, 4, 5, 8]
 QUICK = [(1, 1), (2, 1), (1, 2), (3, 5), (5, 3), (4, 4), (8, 8)]
 
 
-def check_point(name: str, lanes: int, reduce_unroll: int, **knobs):
+def check_point(name: str, lanes: int = 1, reduce_unroll: int = 1, **knobs):
     case = designs.SMALL[name]()
     design = compile_model(*case.outputs, config=HardwareConfig(lanes=lanes, reduce_unroll=reduce_unroll, **knobs))
     result = simulate(design)
@@ -265,3 +266,42 @@ def test_host_bus_loads_inputs_and_reads_outputs_through_the_layouts():
     sim.run()
     y = got["y"].astype(np.uint32).view(np.int32)
     np.testing.assert_array_equal(y, case.reference[0])
+
+
+# ------------------------------------------------------------------ share_buffers
+
+def _memories(design) -> int:
+    top = design.top
+    top._MustUse__silence = True                 # built only to count its memories
+    for k in top.kernels:
+        k._MustUse__silence = True
+    return sum(len(k.memories) for k in top.kernels)
+
+
+@pytest.mark.parametrize("mem_read", ["sync", "comb"])
+@pytest.mark.parametrize("lanes, reduce_unroll", [(1, 1), (4, 4), (3, 5)])
+@pytest.mark.parametrize("name", ["fan_out", "residual_mlp", "mlp_int8_small", "bitwise_uint8", "mixed_int16"])
+def test_shared_buffers_are_bit_exact_and_save_the_copies(name, lanes, reduce_unroll, mem_read):
+    case = designs.SMALL[name]()
+    knobs = dict(lanes=lanes, reduce_unroll=reduce_unroll, mem_read=mem_read)
+    copied = compile_model(*case.outputs, config=HardwareConfig(**knobs))
+    shared, result = check_point(name, share_buffers=True, **knobs)
+    saved_copies = copied.cycle_model().copies - shared.cycle_model().copies
+    assert shared.cycles_formula == copied.cycles_formula - saved_copies
+    assert _memories(shared) == _memories(copied) - sum(len(shared.banking_of(*s.reader).banks) for s in shared.shares)
+
+
+def test_fan_out_consumers_read_the_producer_memory():
+    case = designs.fan_out()
+    copied = compile_model(*case.outputs)
+    shared = compile_model(*case.outputs, config=HardwareConfig(share_buffers=True))
+    assert len(shared.shares) == 2 and {s.owner for s in shared.shares} == {(0, 0)}
+    assert [type(p).__name__ for p in shared.phases] == ["Run", "Run", "Run"]
+    assert shared.cycles_formula == copied.cycles_formula - 8                # the 8-word copy is gone
+
+
+def test_sharing_falls_back_to_a_copy_when_the_layouts_differ():
+    # h is written in 3 banks (lanes) and read in 5 (reduce_unroll): a translating copy stays
+    design = compile_model(*designs.mlp_int8(IN=32, HIDDEN=16, OUT=4, SHIFT=6).outputs,
+                           config=HardwareConfig(lanes=3, reduce_unroll=5, share_buffers=True))
+    assert not design.shares and any(type(p).__name__ == "Copy" for p in design.phases)
