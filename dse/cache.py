@@ -15,7 +15,8 @@ evaluation actually consumes (`key_material` returns it, and each entry stores i
     knobs       the full HardwareConfig (defaults filled in: `mem_read: sync` written out or
                 left to its default gives the same key)
     dtype, target, data seed, input range (the data the design is checked on, and the ranges
-                the overflow analysis assumes), simulator choice, whether synthesis ran
+                the overflow analysis assumes), simulator choice, whether synthesis and
+                place-and-route ran (with timing: nextpnr's version)
     versions    Yosys (its banner), tinygrad, amaranth, numpy, the tinyhw package, and a
                 SHA-256 of the source files that turn IR into numbers (compiler/, and dse's
                 evaluate, zoo and user_model modules). The package version alone would not do:
@@ -157,8 +158,23 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
         "input_range": None if rng is None else [rng.min, rng.max],
         "sim_backend": ctx.sim_backend,
         "synthesize": ctx.synthesize,
+        "timing": _timing_material(ctx),
         "versions": versions(),
     }
+
+
+def _timing_material(ctx) -> Any:
+    """Place-and-route settings and nextpnr's version, when the evaluation runs it."""
+    if not getattr(ctx, "timing", False):
+        return False
+    try:
+        from compiler.pnr import nextpnr_tool, nextpnr_version
+        family = {"ecp5": "ecp5", "ice40": "ice40"}.get(ctx.target, ctx.target)
+        version = nextpnr_version(family)
+        tool = nextpnr_tool(family)
+    except Exception as exc:            # noqa: BLE001 - no nextpnr for the target: the row says why
+        tool, version = None, f"unavailable ({type(exc).__name__})"
+    return {"tool": tool, "version": version, "stage_timeout_s": ctx.stage_timeout_s}
 
 
 def make_key(material: dict[str, Any]) -> str:

@@ -15,12 +15,14 @@ evaluation cache) and tells Optuna the outcome:
                                 <= 0 is satisfied): `correct` (outputs match the reference),
                                 `overflow_safe` (the proven accumulator width fits),
                                 `checks` (the evaluation passed every check, e.g. simulated
-                                cycles == the cycle model) and each resource budget of the
-                                spec (`luts_max: 5000` gives `luts_max` = luts - 5000).
+                                cycles == the cycle model), with `timing: true` `fits`
+                                (some device holds the design), and each resource budget of
+                                the spec (`luts_max: 5000` gives `luts_max` = luts - 5000).
                                 A point computing a wrong result is thus an infeasible trial
                                 the samplers learn from, not a dropped row.
     an objective not measured   FAIL (the point failed to configure, compile, simulate or
-                                synthesise); the reason is in the trial's user attributes
+                                synthesise, or no device holds it so it has no fmax); the
+                                reason is in the trial's user attributes
                                 `stage`, `error`, `error_type`, and the whole metrics row in
                                 `metrics`. The sweep goes on.
 
@@ -172,6 +174,8 @@ def constraint_values(spec: Spec, row: dict[str, Any]) -> dict[str, float]:
         return 0.0 if ok is True else 1.0
     out = {"correct": flag(row.get("correct")), "overflow_safe": flag(row.get("overflow_safe")),
            "checks": flag(row.get("status") == "OK")}
+    if spec.timing:                         # place-and-route found a device that holds it
+        out["fits"] = flag(row.get("fits"))
     for b in spec.constraints:
         v = row.get(b.metric)
         out[b.key] = 1.0 if v is None else float(v - b.limit if b.kind == "max" else b.limit - v)
