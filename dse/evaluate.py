@@ -10,7 +10,8 @@ metric computed before the failure (cycles survive a synthesis timeout). The sta
 
     config      the knob values -> HardwareConfig (an illegal combination fails here)
     build       the model for the dtype, seeded inputs in the spec's range, tinygrad forward
-    compile     compile_model; `cycles_model` = design.cycle_model().total (analytic)
+    compile     compile_model; `cycles_model` = design.cycle_model().total (analytic), and
+                `cycle_breakdown` its parts as JSON (cycles per kernel run, cycles in copies)
     overflow    compiler.overflow's static range analysis over the design, for the inputs'
                 ranges -> `acc_bits_required`, `overflow_safe`, `max_magnitude` (floats)
     simulate    CXXRTL when it works (else the Python simulator; `sim_backend` says which ran)
@@ -136,6 +137,7 @@ class Metrics:
     # simulation and correctness
     cycles: int | None = None
     cycles_model: int | None = None
+    cycle_breakdown: str | None = None      # JSON of the cycle model: {"kernels": [[name, cycles], ...], "copies": n}
     correct: bool | None = None
     max_abs_err: float | None = None
     check_rule: str | None = None
@@ -314,7 +316,9 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
 
     with run.stage("compile", "compile_s"):
         design = compile_model(output, config=config)
-        run.set(cycles_model=design.cycle_model().total)
+        cm = design.cycle_model()
+        run.set(cycles_model=cm.total, cycle_breakdown=json.dumps({"kernels": [list(k) for k in cm.kernels],
+                                                                   "copies": cm.copies}))
 
     proof = _Proof(run, design, built, tensors, model.input_range(point.dtype))
     proof.analyze()
