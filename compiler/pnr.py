@@ -56,7 +56,7 @@ from .tools import ToolError, cache_root, find_tool, run_tool
 FAMILIES = ("ecp5", "ice40")
 HEADROOM = 0.8
 """The fill of every resource below which a smaller device is preferred."""
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 """Bumped when a cache entry's layout or meaning changes."""
 IO = "IO"
 """The pseudo-resource name of top-level pins (nextpnr: TRELLIS_IO / SB_IO)."""
@@ -145,6 +145,7 @@ class TimingReport:
     argv: tuple[str, ...] = ()
     nextpnr_version: str = ""
     fmax_source: str = ""                   # "report.json" or "log"
+    critical_path: str = ""                 # the slowest register-to-register path, from report.json
     cached: bool = False
 
     def latency_us(self, cycles: int) -> float | None:
@@ -309,15 +310,33 @@ def fit_failure(log: str) -> str | None:
     return what + (f" (nextpnr: {error})" if error else "")
 
 
-def read_report(path: Path) -> tuple[dict[str, float], dict[str, tuple[int, int]]] | None:
-    """(clock -> achieved MHz, resource -> (used, available)) from `--report` JSON, or None."""
+def read_report(path: Path) -> tuple[dict[str, float], dict[str, tuple[int, int]], str] | None:
+    """(clock -> achieved MHz, resource -> (used, available), critical path summary) from
+    nextpnr's `--report` JSON, or None without a readable report."""
     try:
         rep = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
     clocks = {k: float(v["achieved"]) for k, v in (rep.get("fmax") or {}).items() if "achieved" in v}
     util = {k: (int(v["used"]), int(v["available"])) for k, v in (rep.get("utilization") or {}).items()}
-    return clocks, util
+    return clocks, util, critical_path(rep.get("critical_paths") or [])
+
+
+def critical_path(paths: list[Mapping[str, Any]]) -> str:
+    """"first cell -> last cell: total ns (clk-to-q, logic, routing ns)" of the longest
+    register-to-register path in a report's "critical_paths" ("" if there is none)."""
+    def total(p):
+        return sum(float(s.get("delay", 0)) for s in p.get("path", ()))
+    regs = [p for p in paths if p.get("path") and p.get("from") == p.get("to") and "async" not in str(p.get("from"))]
+    if not regs:
+        return ""
+    worst = max(regs, key=total)
+    by_kind: dict[str, float] = {}
+    for seg in worst["path"]:
+        by_kind[seg.get("type", "?")] = by_kind.get(seg.get("type", "?"), 0.0) + float(seg.get("delay", 0))
+    ends = f"{worst['path'][0]['from']['cell']} -> {worst['path'][-1]['to']['cell']}"
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in by_kind.items() if v)
+    return f"{ends}: {total(worst):.1f} ns ({parts})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -440,15 +459,16 @@ def _run(src: Path, run_dir: Path, argv: list[str], dev: Device, pkg: str, targe
                             seconds=time.perf_counter() - t0, log_path=str(log_path),
                             utilisation=parse_utilisation(log), **common)
     report = read_report(run_dir / "report.json")
+    crit = ""
     if report is not None and report[0]:
-        clocks, util = report
+        clocks, util, crit = report
         source = "report.json"
     else:
         clocks, util = parse_fmax(run.output), parse_utilisation(run.output)
         source = "log" if clocks else ""
     fmax = min(clocks.values()) if clocks else None
     return TimingReport(True, fmax, seconds=run.seconds, log_path=str(run.log_path), clocks=clocks,
-                        utilisation=util, fmax_source=source, **common)
+                        utilisation=util, fmax_source=source, critical_path=crit, **common)
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

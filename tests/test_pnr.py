@@ -12,7 +12,7 @@ import pytest
 import designs
 from compiler import compile_model
 from compiler.pnr import (DEVICES, TimingReport, choose_devices, find_device, fit_failure, netlist_summary,
-                          parse_fmax, parse_utilisation, place_and_route, resource_needs)
+                          parse_fmax, parse_utilisation, place_and_route, read_report, resource_needs)
 from compiler.synth import synthesize
 
 ECP5_NAMES = {d.name for d in DEVICES["ecp5"]}
@@ -68,6 +68,22 @@ def test_fmax_is_the_last_line_per_clock():
 def test_utilisation_block():
     util = parse_utilisation(ECP5_LOG)
     assert util["TRELLIS_COMB"] == (388, 83640) and util["DP16KD"] == (1, 208) and len(util) == 6
+
+
+def test_machine_readable_report(tmp_path):
+    seg = lambda kind, delay, a, b: {"type": kind, "delay": delay, "from": {"cell": a}, "to": {"cell": b}}  # noqa: E731
+    clk = "posedge $glbnet$clk"
+    (tmp_path / "report.json").write_text(json.dumps({
+        "fmax": {"$glbnet$clk": {"achieved": 41.2, "constraint": 100}},
+        "utilization": {"DP16KD": {"available": 208, "used": 51}},
+        "critical_paths": [
+            {"from": "<async>", "to": clk, "path": [seg("routing", 30.0, "host_addr[1]$tr_io", "mem")]},
+            {"from": clk, "to": clk, "path": [seg("clk-to-q", 5.8, "mem", "mem"), seg("logic", 7.5, "mem", "mul"),
+                                            seg("routing", 11.0, "mul", "acc"), seg("setup", 0, "acc", "acc")]}]}))
+    clocks, util, crit = read_report(tmp_path / "report.json")
+    assert clocks == {"$glbnet$clk": 41.2} and util == {"DP16KD": (51, 208)}
+    assert crit == "mem -> acc: 24.3 ns (clk-to-q 5.8, logic 7.5, routing 11.0)"
+    assert read_report(tmp_path / "missing.json") is None
 
 
 def test_fit_failures_name_the_resource():
@@ -174,6 +190,7 @@ def test_int8_gemv_on_ecp5_has_a_plausible_fmax_and_is_cached(tmp_path, cache):
     first = place_and_route(area.netlist_path, "ecp5", tmp_path / "pnr1")
     assert first.fits and first.reason == "" and not first.cached
     assert 20 < first.fmax_mhz < 400 and first.fmax_source == "report.json"
+    assert " -> " in first.critical_path and first.critical_path.endswith(")")
     assert first.device in ECP5_NAMES and first.package == "CABGA381"
     assert first.utilisation["DP16KD"][0] == area.bram and first.utilisation["MULT18X18D"][0] == area.dsp
     assert first.needs["TRELLIS_COMB"] <= first.utilisation["TRELLIS_COMB"][0]      # a lower bound
