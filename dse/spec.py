@@ -293,18 +293,7 @@ def load_spec(path: str | Path) -> Spec:
 def parse_spec(text: str | Mapping[str, Any], base_dir: str | Path = ".", name: str = "<spec>",
                path: Path | None = None) -> Spec:
     """Parse spec text (or an already loaded mapping); `source:` files are relative to base_dir."""
-    if isinstance(text, str):
-        try:
-            data = yaml.load(text, Loader=_Loader)
-        except yaml.MarkedYAMLError as e:
-            mark = e.problem_mark or e.context_mark
-            where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
-            kind = "" if isinstance(e, _DuplicateKey) else "YAML syntax error: "
-            raise SpecError(where, f"{kind}{e.problem or e.context}") from None
-        except yaml.YAMLError as e:
-            raise SpecError(name, f"YAML syntax error: {e}") from None
-    else:
-        data = text
+    data = load_yaml(text, name) if isinstance(text, str) else text
     if data is None:
         raise SpecError(name, f"the spec is empty; expected a mapping with keys {', '.join(_TOP_REQUIRED)}")
     try:
@@ -313,6 +302,28 @@ def parse_spec(text: str | Mapping[str, Any], base_dir: str | Path = ".", name: 
         if not e.path:
             raise SpecError(name, e.message) from None
         raise
+
+
+def load_yaml(text: str, name: str = "<yaml>") -> Any:
+    """YAML text -> plain data, as specs are read (a key given twice is an error); raises
+    SpecError with `name:line:column`."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
+        kind = "" if isinstance(e, _DuplicateKey) else "YAML syntax error: "
+        raise SpecError(where, f"{kind}{e.problem or e.context}") from None
+    except yaml.YAMLError as e:
+        raise SpecError(name, f"YAML syntax error: {e}") from None
+
+
+def parse_gate(value: Any, models: Iterable[str], dtypes: Iterable[str], timing: bool = False) -> tuple[GateRule, ...]:
+    """A `gate:` section on its own (a gate file of `dse check`), validated exactly as in a spec
+    against the given model names and dtypes; raises SpecError with the path (`gate[1].luts_max`)."""
+    parser = _Parser(Path("."), None)
+    parser.dtypes, parser.timing = tuple(dtypes), timing
+    return parser.gate(value, list(models))
 
 
 # ---------------------------------------------------------------------------------------------
