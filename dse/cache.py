@@ -129,11 +129,11 @@ def _file_digest(path: Path) -> str:
 def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
     """What determines `point`'s row under `ctx` (an EvalContext), or None if the point does
     not compile (then there is nothing to key on, and evaluating it is cheap)."""
-    from compiler import compile_model
-    from compiler.ir import fingerprint
-    from dse import zoo
-    from dse.evaluate import _tensors
     try:
+        from compiler import compile_model
+        from compiler.ir import fingerprint
+        from dse import zoo
+        from dse.evaluate import _tensors
         model = ctx.model(point.model)
         config = point.hardware_config()
         built = model.build(point.dtype)

@@ -243,9 +243,11 @@ def worker_seed(seed: int, trials_in_study: int, worker: int) -> int:
 
 
 def _is_evaluated(t) -> bool:
-    """A trial that counts against the budget: finished, and not cut short by Ctrl-C."""
+    """A trial that counts against the budget: its point was evaluated (a trial cut short by
+    Ctrl-C, or left RUNNING by a killed sweep, is FAIL without a metrics row)."""
     from optuna.trial import TrialState
-    return t.state is TrialState.COMPLETE or (t.state is TrialState.FAIL and not t.user_attrs.get("interrupted"))
+    return t.state is TrialState.COMPLETE or (t.state is TrialState.FAIL and "metrics" in t.user_attrs
+                                              and not t.user_attrs.get("interrupted"))
 
 
 def grid_points(spec: Spec, budget: int) -> list[DesignPoint]:
@@ -483,7 +485,7 @@ def sweep(spec: Spec, options: SweepOptions = SweepOptions()) -> SweepResult:
     study, budget, done_before, to_run = prepare_study(spec, options, location)
     job = _Job(spec, options, location, len(study.get_trials(deepcopy=False)))
     progress = Progress(total=budget, initial=done_before, objectives=spec.objectives,
-                        mode=options.progress, n_jobs=options.n_jobs)
+                        mode=options.progress, n_jobs=options.n_jobs, desc=spec.study)
     stats = {"ran": 0, "cached": 0, "failed": 0}
     errors: list[str] = []
 

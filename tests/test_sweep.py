@@ -388,6 +388,18 @@ def test_ctrl_c_keeps_what_finished_and_the_rerun_completes_the_grid(tmp_path, f
     assert len(ok) == 4 and len(set(zip(ok["model"], ok["mem_read"]))) == 4   # the interrupted point ran again
 
 
+def test_a_trial_left_running_by_a_killed_sweep_does_not_count_and_its_point_runs_again(tmp_path, fake_synth):
+    spec = load_spec(write_spec(tmp_path, spec_dict(models=SMALL_MODELS[:1])))
+    sweep(spec, options(tmp_path, trials=1))
+    study = study_of(tmp_path)
+    orphan = study.ask()                        # as if the process died mid-evaluation (kill -9)
+    orphan.suggest_categorical("model", ["gemv_4x8"])
+    r = sweep(spec, options(tmp_path))
+    assert (r.done_before, r.ran) == (1, 1)
+    df = load_results(r.results_dir)
+    assert list(df["status"]) == ["OK", "INTERRUPTED", "OK"] and df["mem_read"].iloc[[0, 2]].nunique() == 2
+
+
 def test_another_search_space_is_refused_and_fresh_starts_over(tmp_path, fake_synth):
     sweep(load_spec(write_spec(tmp_path, spec_dict())), options(tmp_path))
     changed = load_spec(write_spec(tmp_path, spec_dict(dtypes=["int8", "uint8"])))
