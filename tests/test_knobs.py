@@ -178,6 +178,24 @@ def test_float_reductions_refuse_reduce_unroll():
     compile_model(y, config=HardwareConfig(lanes=2))          # lanes do not reorder anything
 
 
+@pytest.mark.parametrize("lanes", [2, 3, 8])
+def test_float_lanes_and_loop_fusion_change_no_bit(lanes):
+    """Lanes and fusion never reorder float operations: the outputs equal the seed design's
+    bit for bit (fp32 GEMV through the float units, and an elementwise kernel)."""
+    from tinygrad import Tensor
+    rng = np.random.default_rng(0)
+    W, x = rng.standard_normal((7, 9)).astype(np.float32), rng.standard_normal(9).astype(np.float32)
+    a = rng.standard_normal(10).astype(np.float32)
+    for make, cycles in ((lambda: (Tensor(W) @ Tensor(x),), ceil(7, lanes) * 9 + 1),
+                         (lambda: ((Tensor(a) * 3).relu(),), ceil(10, lanes) + 1)):
+        seed = simulate(compile_model(*make(), config=HardwareConfig(loop_fusion=False)))
+        design = compile_model(*make(), config=HardwareConfig(lanes=lanes))
+        result = simulate(design)
+        assert result.cycles == design.cycles_formula == cycles
+        for got, want in zip(result.outputs, seed.outputs):
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def _kernel(body, buffers, accs=()):
     from compiler import ir
     return ir.make_kernel("k_test", buffers, accs, body)
