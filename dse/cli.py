@@ -282,12 +282,60 @@ def run_sweep(args: argparse.Namespace) -> int:
     return EXIT_GATE_FAILED if r.worker_errors or r.feasible == 0 else EXIT_OK
 
 
+# ---------------------------------------------------------------------------------------------
+# dse report RESULTS_DIR / dse check RESULTS_DIR [--gate FILE] [--baseline DIR] [--tolerance PCT]
+
+def add_report(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", type=Path, help="a sweep's results folder, results/<study>/")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from dse.report import ReportError, load_study_results, write_report
+    try:
+        files = write_report(load_study_results(args.results))
+    except ReportError as e:
+        raise CliError(str(e)) from None
+    print(f"{files[-1]} ({len(files)} files in {files[-1].parent})")
+    return EXIT_OK
+
+
+def add_check(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", type=Path, help="a sweep's results folder, results/<study>/")
+    p.add_argument("--gate", type=Path, metavar="FILE",
+                   help="thresholds: a spec with a `gate:` section, or a file with that section's syntax")
+    p.add_argument("--baseline", type=Path, metavar="DIR",
+                   help="an earlier results folder (its trials.csv or pareto.csv): its Pareto points must "
+                        "still be matched and the hypervolume must not shrink")
+    p.add_argument("--tolerance", type=float, default=0.0, metavar="PCT",
+                   help="how much worse (percent) a point or the hypervolume may get against the baseline (default 0)")
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Exit code 0: every check holds; 1: a regression (the Markdown table says which); 2: bad input."""
+    from dse.check import CheckError, check
+    from dse.report import ReportError
+    try:
+        outcome = check(args.results, gate=args.gate, baseline=args.baseline, tolerance=args.tolerance)
+    except (CheckError, ReportError) as e:
+        raise CliError(str(e)) from None
+    print(outcome.markdown)
+    if not outcome.passed:
+        n = len(outcome.regressions)
+        print(f"dse check: {n} regression{'s' * (n != 1)} (table in {args.results / 'check.md'})", file=sys.stderr)
+        return EXIT_GATE_FAILED
+    return EXIT_OK
+
+
 COMMANDS: list[Command] = [
     Command("validate", "check a spec and print a one-line summary", add_validate, run_validate),
     Command("models", "list the model zoo with its parameters and defaults", add_models, run_models),
     Command("eval", "evaluate one design point (model x dtype x knob values) and print its metrics", add_eval, run_eval),
     Command("sweep", "explore a spec's design space with Optuna (cached, resumable, parallel) and write "
                      "trials.csv, pareto.csv, pareto.md", add_sweep, run_sweep),
+    Command("report", "write Pareto tables, cycles-vs-LUTs plots, cycle breakdowns and an HTML page "
+                      "into results/<study>/report/", add_report, run_report),
+    Command("check", "gate a sweep's results on thresholds and a baseline (exit 1 on a regression) "
+                     "and print a Markdown table of the regressions", add_check, run_check),
 ]
 
 

@@ -1,0 +1,605 @@
+"""`dse report results/<study>`: the results of a sweep as tables, plots and one HTML page.
+
+    results = load_study_results("results/gemv")       # trials.csv (+ study.journal) -> StudyResults
+    files = write_report(results)                       # results/gemv/report/...
+
+Files in results/<study>/report/, each written to a temporary file and moved into place:
+
+    index.html                  everything below on one self-contained page (plots embedded as
+                                PNG data, tables as HTML)
+    report.md                   the same as Markdown (plots linked)
+    pareto_<model>_<dtype>.csv  the Pareto-optimal feasible points of one model x dtype (every
+    pareto_<model>_<dtype>.md   column of trials.csv / the table shown in the report)
+    plot_<model>.png / .svg     cycles vs LUTs, one per model: every feasible point, the Pareto
+                                front of each dtype highlighted (filled markers joined by its
+                                staircase), dtypes by colour and marker, infeasible points
+                                (a constraint violated) as faint grey crosses
+    plot_<model>.csv            exactly the points drawn, with how each was drawn
+    breakdown_<model>.png/.svg  cycles per kernel run and in copies for each Pareto point
+    breakdown_<model>.csv       (from the `cycle_breakdown` column: the compiler's cycle model,
+                                which the evaluation checks equals the simulated cycles)
+
+Pareto fronts are computed here from trials.csv with Optuna's own `Study.best_trials` (the same
+rule as the sweep's pareto.csv: feasible trials of one model x dtype, the spec's objectives and
+directions, one row per design point).
+
+Provenance: the spec hash is the SHA-256 of the study's search space as the sweep recorded it in
+study.journal (models with their parameters, dtypes, knobs, objectives, constraints, target:
+what a trial means); tool versions, synthesis scripts, simulator and data seed are the distinct
+values of the trials' own columns (several values are flagged: such points are not comparable);
+dates are the first trial's start, the last trial's end and the report's own time.
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import hashlib
+import html
+import io
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from dse.spec import Direction, Objective
+
+REPORT_DIR = "report"
+JOURNAL = "study.journal"
+DEFAULT_OBJECTIVES = (Objective("cycles", Direction.MINIMIZE), Objective("luts", Direction.MINIMIZE))
+PLOT_SIZE_IN, PLOT_DPI = (7.0, 4.5), 120          # PNG: 840 x 540 pixels
+PLOT_PIXELS = (int(PLOT_SIZE_IN[0] * PLOT_DPI), int(PLOT_SIZE_IN[1] * PLOT_DPI))
+TABLE_METRICS = ("cycles", "luts", "ffs", "bram", "lutram", "dsp", "fmax_mhz", "latency_us", "acc_bits_required")
+PROVENANCE_COLUMNS = ("target", "yosys_version", "synth_script", "nextpnr_version", "tinygrad_version",
+                      "sim_backend", "data_seed")
+
+
+class ReportError(ValueError):
+    """The results cannot be read (no such folder, no trials.csv, a missing column)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# reading a study's results
+
+@dataclass(frozen=True)
+class StudyResults:
+    """A sweep's results folder, read: trials.csv as a typed DataFrame plus what the study's
+    journal says about it (objectives, the knobs it varies, its search space)."""
+    path: Path
+    study: str
+    trials: pd.DataFrame
+    objectives: tuple[Objective, ...]
+    knobs: tuple[str, ...]              # the knobs the study varies (columns of trials.csv)
+    space: dict[str, Any] | None        # the search space recorded in study.journal (None: no journal)
+
+    @property
+    def groups(self) -> list[tuple[str, str]]:
+        """Every model x dtype with a trial, in the spec's order when known."""
+        seen = list(dict.fromkeys(zip(self.trials["model"], self.trials["dtype"])))
+        if self.space:
+            models = {m[0]: i for i, m in enumerate(self.space.get("models", []))}
+            dtypes = {d: i for i, d in enumerate(self.space.get("dtypes", []))}
+            seen.sort(key=lambda g: (models.get(g[0], len(models)), dtypes.get(g[1], len(dtypes))))
+        return seen
+
+    @property
+    def models(self) -> list[str]:
+        return list(dict.fromkeys(m for m, _ in self.groups))
+
+    @property
+    def spec_hash(self) -> str | None:
+        return None if self.space is None else space_hash(self.space)
+
+    def group(self, model: str, dtype: str) -> pd.DataFrame:
+        t = self.trials
+        return t[(t["model"] == model) & (t["dtype"] == dtype)]
+
+    def feasible(self, model: str | None = None, dtype: str | None = None) -> pd.DataFrame:
+        t = self.trials if model is None else self.group(model, dtype)  # type: ignore[arg-type]
+        return t[t["feasible"].fillna(False).astype(bool)]
+
+    def front(self, model: str, dtype: str) -> pd.DataFrame:
+        """The Pareto-optimal feasible trials of one model x dtype, one per design point."""
+        return pareto_front(self.feasible(model, dtype), self.objectives, self.knobs)
+
+
+def space_hash(space: dict[str, Any]) -> str:
+    """SHA-256 of a study's search space (canonical JSON)."""
+    return hashlib.sha256(json.dumps(space, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def read_space(journal: Path) -> dict[str, Any] | None:
+    """The search space the sweep recorded in its Optuna journal (None when there is none)."""
+    if not journal.is_file():
+        return None
+    import optuna
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+    from dse.sweep import SPACE_ATTR
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        studies = JournalStorage(JournalFileBackend(str(journal))).get_all_studies()
+    except Exception as exc:        # noqa: BLE001 - a damaged journal: say so, don't guess
+        raise ReportError(f"{journal}: cannot read the Optuna journal: {type(exc).__name__}: {exc}") from None
+    for s in studies:
+        if SPACE_ATTR in s.user_attrs:
+            return s.user_attrs[SPACE_ATTR]
+    return None
+
+
+def load_study_results(path: str | Path) -> StudyResults:
+    """Read results/<study>/ (trials.csv, or pareto.csv alone for a baseline that keeps only
+    the front; study.journal when present); raises ReportError."""
+    from dse.results import PARETO_CSV, TRIALS_CSV, load_results
+    path = Path(path)
+    if not path.exists():
+        raise ReportError(f"{path}: no such results folder (run `dse sweep SPEC` first)")
+    if not path.is_dir():
+        raise ReportError(f"{path}: expected a results folder (results/<study>/), got a file")
+    csv = path / TRIALS_CSV if (path / TRIALS_CSV).is_file() else path / PARETO_CSV
+    if not csv.is_file():
+        raise ReportError(f"{path}: no {TRIALS_CSV} or {PARETO_CSV} in it (run `dse sweep SPEC` first)")
+    try:
+        df = load_results(csv)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ReportError(f"{csv}: not a results CSV: {exc}") from None
+    missing = [c for c in ("number", "model", "dtype", "feasible", "status") if c not in df]
+    if missing:
+        raise ReportError(f"{csv}: not a results CSV of dse sweep (no column {', '.join(missing)})")
+    df["model"], df["dtype"] = df["model"].astype(str), df["dtype"].astype(str)
+    space = read_space(path / JOURNAL)
+    if space:
+        objectives = tuple(Objective(m, Direction(d)) for m, d in space.get("objectives", []))
+        knobs = tuple(k for k in space.get("knobs", {}) if k in df)
+    else:
+        objectives = DEFAULT_OBJECTIVES
+        knobs = _varied_knobs(df)
+    objectives = objectives or DEFAULT_OBJECTIVES
+    absent = [o.metric for o in objectives if o.metric not in df]
+    if absent:
+        raise ReportError(f"{csv}: the objective{'s' * (len(absent) > 1)} {', '.join(absent)} "
+                          f"{'are' if len(absent) > 1 else 'is'} not a column")
+    return StudyResults(path, path.name, df, objectives, knobs, space)
+
+
+def _varied_knobs(df: pd.DataFrame) -> tuple[str, ...]:
+    """Without the journal: the knob columns (between dtype and status) that take several values."""
+    cols = list(df.columns)
+    if "status" not in cols:
+        return ()
+    knobs = cols[cols.index("dtype") + 1:cols.index("status")]
+    return tuple(k for k in knobs if df[k].nunique(dropna=False) > 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pareto fronts (Optuna's)
+
+def pareto_front(df: pd.DataFrame, objectives: Sequence[Objective], knobs: Sequence[str] = ()) -> pd.DataFrame:
+    """The rows of `df` on the Pareto front over `objectives`, by Optuna's `Study.best_trials`
+    on an in-memory study, one row per design point (the first trial of it), sorted by the
+    objectives. Rows missing an objective value are ignored."""
+    df = df.dropna(subset=[o.metric for o in objectives])
+    if not len(df):
+        return df
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(directions=[str(o.direction) for o in objectives])
+    study.add_trials([optuna.trial.create_trial(values=[float(r[o.metric]) for o in objectives])
+                      for _, r in df.iterrows()])                # trial i is row i of df
+    best = sorted(t.number for t in study.best_trials)
+    front = df.iloc[best]
+    point = [c for c in ("model", "dtype", *knobs) if c in front]
+    front = front.drop_duplicates(subset=point, keep="first") if point else front
+    return front.sort_values([o.metric for o in objectives],
+                             ascending=[o.direction is Direction.MINIMIZE for o in objectives])
+
+
+# ---------------------------------------------------------------------------------------------
+# files
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a temporary file next to `path`, then os.replace it into place."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def safe_name(name: str) -> str:
+    """A model or dtype name as a file name part (spec names are already safe; be sure)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _csv(df: pd.DataFrame) -> str:
+    buf = io.StringIO()
+    df.to_csv(buf, index=False)
+    return buf.getvalue()
+
+
+def _cell(v: Any) -> str:
+    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+        return "-"
+    if isinstance(v, (float, np.floating)):
+        return f"{v:.4g}"
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    head = "| " + " | ".join(str(c) for c in df.columns) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    rows = ["| " + " | ".join(_cell(v) for v in r) + " |" for r in df.itertuples(index=False)]
+    return "\n".join([head, rule, *rows])
+
+
+def _html_table(df: pd.DataFrame) -> str:
+    shown = df.apply(lambda col: col.map(lambda v: "-" if _cell(v) == "-" else (
+        f"{v:.4g}" if isinstance(v, (float, np.floating)) else v)))
+    return shown.to_html(index=False, escape=True, border=0, classes="t", na_rep="-")
+
+
+# ---------------------------------------------------------------------------------------------
+# tables
+
+def knob_label(row: pd.Series | dict, knobs: Sequence[str]) -> str:
+    return " ".join(f"{k}={_cell(row[k])}" for k in knobs) or "defaults"
+
+
+def pareto_table(results: StudyResults, front: pd.DataFrame) -> pd.DataFrame:
+    """The columns a reader compares: trial, varied knobs, objectives, area, accumulator bits."""
+    objs = [o.metric for o in results.objectives]
+    metrics = [c for c in TABLE_METRICS if c in front and c not in objs and front[c].notna().any()]
+    cols = ["number", *results.knobs, *objs, *metrics]
+    if "overflow_safe" in front:
+        cols.append("overflow_safe")
+    return front[cols].rename(columns={"number": "trial", "acc_bits_required": "acc_bits"})
+
+
+def parse_breakdown(value: Any) -> tuple[list[tuple[str, int]], int] | None:
+    """The `cycle_breakdown` JSON -> ([(kernel, cycles), ...], copy cycles); None if absent."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        d = json.loads(value)
+        return [(str(k), int(c)) for k, c in d["kernels"]], int(d["copies"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def breakdown_frame(results: StudyResults, front: pd.DataFrame) -> pd.DataFrame | None:
+    """One row per Pareto point: trial, knobs, total cycles, cycles per kernel run, in copies.
+    None when the trials carry no breakdown (a sweep older than the `cycle_breakdown` column)."""
+    if "cycle_breakdown" not in front:
+        return None
+    rows = []
+    for _, r in front.iterrows():
+        parsed = parse_breakdown(r["cycle_breakdown"])
+        if parsed is None:
+            continue
+        kernels, copies = parsed
+        row: dict[str, Any] = {"model": r["model"], "dtype": r["dtype"], "trial": r["number"],
+                               "design": knob_label(r, results.knobs), "cycles": r.get("cycles")}
+        for name, cycles in kernels:
+            row[name] = row.get(name, 0) + cycles         # a kernel run twice: its runs summed
+        row["copies"] = copies
+        rows.append(row)
+    if not rows:
+        return None
+    df = pd.DataFrame(rows)
+    kernel_cols = [c for c in df.columns if c not in ("model", "dtype", "trial", "design", "cycles", "copies")]
+    df[kernel_cols] = df[kernel_cols].fillna(0).astype(int)
+    return df[["model", "dtype", "trial", "design", "cycles", *kernel_cols, "copies"]]
+
+
+def provenance(results: StudyResults, now: datetime.datetime) -> list[tuple[str, str]]:
+    """(what, value) lines: spec hash, tool versions, scripts, dates."""
+    t = results.trials
+    out = [("study", results.study), ("results", str(results.path))]
+    out.append(("spec hash (SHA-256 of the search space in study.journal)",
+                results.spec_hash or "unknown: no study.journal in the results folder"))
+    if results.space:
+        out.append(("search space", json.dumps(results.space, sort_keys=True)))
+    out.append(("objectives", ", ".join(f"{'max' if o.direction is Direction.MAXIMIZE else 'min'} {o.metric}"
+                                        for o in results.objectives)))
+    for col in PROVENANCE_COLUMNS:
+        if col not in t:
+            continue
+        counts = t[col].dropna().astype(str).value_counts()
+        if not len(counts):
+            continue
+        if len(counts) == 1:
+            out.append((col, counts.index[0]))
+        else:
+            out.append((col, "MIXED, points are not comparable: "
+                        + "; ".join(f"{v} ({n} trials)" for v, n in counts.items())))
+    if "datetime_start" in t and t["datetime_start"].notna().any():
+        out.append(("trials ran", f"{t['datetime_start'].dropna().min()} to "
+                                  f"{t['datetime_complete'].dropna().max() if 'datetime_complete' in t else '?'}"))
+    if "cached" in t:
+        out.append(("trials served from the evaluation cache", f"{int(t['cached'].fillna(False).sum())} of {len(t)}"))
+    out.append(("report written", now.isoformat(timespec="seconds")))
+    out.append(("by", ", ".join(f"{d} {_version(d)}" for d in ("tinyhw", "optuna", "pandas", "matplotlib"))))
+    return out
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+# ---------------------------------------------------------------------------------------------
+# plots (matplotlib's object API: no pyplot state, no display needed)
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def _figure():
+    from matplotlib.figure import Figure
+    return Figure(figsize=PLOT_SIZE_IN, dpi=PLOT_DPI, layout="constrained")
+
+
+def _save(fig) -> tuple[bytes, bytes]:
+    png, svg = io.BytesIO(), io.BytesIO()
+    fig.savefig(png, format="png", dpi=PLOT_DPI)
+    fig.savefig(svg, format="svg", metadata={"Date": None})    # no date: same data, same file
+    return png.getvalue(), svg.getvalue()
+
+
+def plot_points(results: StudyResults, model: str) -> pd.DataFrame:
+    """The points of one model's plot (every trial with both cycles and LUTs), and how each is
+    drawn: `pareto`, `feasible` or `infeasible`."""
+    t = results.trials
+    part = t[(t["model"] == model) & t["cycles"].notna() & t["luts"].notna()]
+    fronts = {d: set(results.front(model, d)["number"]) for d in part["dtype"].unique()}
+    feasible = part["feasible"].fillna(False).astype(bool)
+    on_front = part.apply(lambda r: r["number"] in fronts[r["dtype"]], axis=1).astype(bool) if len(part) else feasible
+    drawn = np.where(on_front, "pareto", np.where(feasible, "feasible", "infeasible"))
+    cols = ["model", "dtype", "number", *results.knobs, "luts", "cycles", "feasible", "violations"]
+    out = part[[c for c in cols if c in part]].copy()
+    out["drawn_as"] = drawn
+    return out.reset_index(drop=True)
+
+
+def plot_model(results: StudyResults, model: str, points: pd.DataFrame) -> tuple[bytes, bytes]:
+    """Cycles vs LUTs of one model, every dtype; PNG and SVG bytes."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    dtypes = [d for m, d in results.groups if m == model]
+    colours = [f"C{i % 10}" for i in range(len(dtypes))]
+    bad = points[points["drawn_as"] == "infeasible"]
+    if len(bad):
+        ax.scatter(bad["luts"], bad["cycles"], marker="x", color="0.6", alpha=0.5, s=28,
+                   label="infeasible (constraint violated)", zorder=1)
+    for i, dt in enumerate(dtypes):
+        p = points[points["dtype"] == dt]
+        marker, colour = MARKERS[i % len(MARKERS)], colours[i]
+        other = p[p["drawn_as"] == "feasible"]
+        ax.scatter(other["luts"], other["cycles"], marker=marker, facecolors="none", edgecolors=colour,
+                   alpha=0.7, s=36, zorder=2)
+        front = p[p["drawn_as"] == "pareto"].sort_values("luts")
+        if len(front):
+            ax.step(front["luts"], front["cycles"], where="post", color=colour, alpha=0.8, lw=1.2, zorder=3)
+        ax.scatter(front["luts"], front["cycles"], marker=marker, color=colour, edgecolors="black",
+                   linewidths=0.6, s=56, zorder=4, label=f"{dt}: Pareto front ({len(front)})")
+        ax.scatter([], [], marker=marker, facecolors="none", edgecolors=colour,
+                   label=f"{dt}: other feasible ({len(other)})")
+    for axis, col in (("x", "luts"), ("y", "cycles")):
+        v = points[col].astype(float)
+        if len(v) and v.min() > 0 and v.max() / v.min() > 20:
+            (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    ax.set_xlabel("LUTs")
+    ax.set_ylabel("cycles")
+    ax.set_title(f"{results.study}: {model}, cycles vs LUTs")
+    ax.grid(True, alpha=0.3, which="both")
+    if len(points):
+        ax.legend(fontsize="small", loc="best")
+    else:
+        ax.text(0.5, 0.5, "no point with both cycles and LUTs", ha="center", va="center", transform=ax.transAxes)
+    return _save(fig)
+
+
+def plot_breakdown(model: str, df: pd.DataFrame) -> tuple[bytes, bytes]:
+    """Horizontal stacked bars: the cycles of each Pareto point per kernel run and in copies."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    parts = [c for c in df.columns if c not in ("model", "dtype", "trial", "design", "cycles")]
+    labels = [f"{r.dtype} #{r.trial}: {r.design}" for r in df.itertuples()]
+    left = np.zeros(len(df))
+    for i, part in enumerate(parts):
+        values = df[part].to_numpy(dtype=float)
+        colour = "0.55" if part == "copies" else f"C{i % 10}"
+        ax.barh(labels, values, left=left, color=colour, label=part, hatch="//" if part == "copies" else None)
+        left += values
+    ax.invert_yaxis()
+    ax.set_xlabel("cycles")
+    ax.set_title(f"{model}: cycles per kernel and in copies (Pareto points)")
+    ax.tick_params(axis="y", labelsize="small")
+    ax.legend(fontsize="small", loc="best")
+    return _save(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+@dataclass
+class _Section:
+    model: str
+    plot: str                                       # file stem of the plot
+    points: pd.DataFrame
+    tables: list[tuple[str, pd.DataFrame, str]]     # (dtype, Pareto table, file stem)
+    breakdown: pd.DataFrame | None
+    unplotted: pd.DataFrame                         # failed trials (no cycles or LUTs)
+
+
+def write_report(results: StudyResults, out_dir: str | Path | None = None,
+                 now: datetime.datetime | None = None) -> list[Path]:
+    """Write every report file (module docstring) into `out_dir` (default results/<study>/report/);
+    returns their paths. Files of an earlier report that this one no longer has are removed."""
+    out = Path(out_dir) if out_dir is not None else results.path / REPORT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    written: list[Path] = []
+
+    def put(name: str, data: str | bytes) -> Path:
+        path = out / name
+        atomic_write_bytes(path, data.encode() if isinstance(data, str) else data)
+        written.append(path)
+        return path
+
+    images: dict[str, bytes] = {}
+    sections = []
+    for model in results.models:
+        stem = f"plot_{safe_name(model)}"
+        points = plot_points(results, model)
+        png, svg = plot_model(results, model, points)
+        put(f"{stem}.png", png)
+        put(f"{stem}.svg", svg)
+        put(f"{stem}.csv", _csv(points))
+        images[stem] = png
+        tables = []
+        fronts = []
+        for m, dt in results.groups:
+            if m != model:
+                continue
+            front = results.front(m, dt)
+            fronts.append(front)
+            tstem = f"pareto_{safe_name(m)}_{safe_name(dt)}"
+            table = pareto_table(results, front)
+            put(f"{tstem}.csv", _csv(front))
+            put(f"{tstem}.md", f"# {results.study}: {m} · {dt}, Pareto-optimal feasible points\n\n"
+                               + (markdown_table(table) if len(table) else _why_empty(results, m, dt)) + "\n")
+            tables.append((dt, table, tstem))
+        bd = breakdown_frame(results, pd.concat(fronts)) if fronts else None
+        if bd is not None:
+            bstem = f"breakdown_{safe_name(model)}"
+            png, svg = plot_breakdown(model, bd)
+            put(f"{bstem}.png", png)
+            put(f"{bstem}.svg", svg)
+            put(f"{bstem}.csv", _csv(bd))
+            images[bstem] = png
+        t = results.trials
+        unplotted = t[(t["model"] == model) & (t["cycles"].isna() | t["luts"].isna())]
+        sections.append(_Section(model, stem, points, tables, bd, unplotted))
+
+    prov = provenance(results, now)
+    put("report.md", _markdown(results, sections, prov))
+    put("index.html", _html(results, sections, prov, images))
+    keep = {p.name for p in written}
+    for old in out.iterdir():                   # files of models no longer in the results
+        if old.is_file() and old.name not in keep and re.match(r"(plot|pareto|breakdown)_.*\.(png|svg|csv|md)$", old.name):
+            old.unlink()
+    return written
+
+
+def _why_empty(results: StudyResults, model: str, dtype: str) -> str:
+    part = results.group(model, dtype)
+    failed = part[part["trial_state"] != "COMPLETE"] if "trial_state" in part else part.iloc[0:0]
+    bits = [f"{len(part)} trials", f"{len(failed)} failed"]
+    if "violations" in part:
+        v = part["violations"].dropna().astype(str)
+        v = v[v != ""]
+        if len(v):
+            bits.append("violated: " + ", ".join(f"{k} {n}x" for k, n in v.str.split(", ").explode().value_counts().items()))
+    if len(failed) and "error" in failed:
+        top = failed["error"].dropna().astype(str).value_counts()
+        if len(top):
+            bits.append(f"most common failure ({top.iloc[0]}x): {top.index[0]}")
+    return "No feasible point (" + "; ".join(bits) + ")."
+
+
+def _summary(results: StudyResults) -> str:
+    t = results.trials
+    ok = int((t["status"] == "OK").sum())
+    feasible = int(t["feasible"].fillna(False).sum())
+    objs = ", ".join(f"{'max' if o.direction is Direction.MAXIMIZE else 'min'} {o.metric}" for o in results.objectives)
+    return (f"{len(t)} trials: {ok} evaluated OK, {len(t) - ok} failed, {feasible} feasible. "
+            f"Objectives: {objs}. Varied knobs: {', '.join(results.knobs) or 'none'}.")
+
+
+def _issues_table(results: StudyResults, s: _Section) -> pd.DataFrame:
+    """Infeasible and failed trials of a model: what went wrong."""
+    t = results.trials
+    part = t[t["model"] == s.model]
+    bad = part[~part["feasible"].fillna(False).astype(bool)]
+    cols = [c for c in ("number", "dtype", *results.knobs, "status", "violations", "stage", "error",
+                        "cycles", "luts") if c in bad]
+    return bad[cols].rename(columns={"number": "trial"})
+
+
+def _markdown(results: StudyResults, sections: list[_Section], prov: list[tuple[str, str]]) -> str:
+    lines = [f"# Study `{results.study}`: cycles vs area", "", _summary(results), ""]
+    for s in sections:
+        lines += [f"## {s.model}", "", f"![cycles vs LUTs]({s.plot}.png) ([SVG]({s.plot}.svg), "
+                  f"[points]({s.plot}.csv))", ""]
+        for dt, table, tstem in s.tables:
+            lines += [f"### {s.model} · {dt}: Pareto front ([CSV]({tstem}.csv))", ""]
+            lines += [markdown_table(table) if len(table) else _why_empty(results, s.model, dt), ""]
+        if s.breakdown is not None:
+            lines += [f"### {s.model}: cycles per kernel and in copies (Pareto points)", "",
+                      f"![cycle breakdown](breakdown_{safe_name(s.model)}.png)", "",
+                      markdown_table(s.breakdown.drop(columns="model")), ""]
+        issues = _issues_table(results, s)
+        if len(issues):
+            lines += [f"### {s.model}: infeasible and failed trials", "", markdown_table(issues), ""]
+    lines += ["## Provenance", "", *[f"- **{k}**: {_cell(v)}" for k, v in prov], ""]
+    return "\n".join(lines)
+
+
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table.t{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.9em}
+table.t th,table.t td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
+table.t th{background:#f3f3f3}img{max-width:100%}code{background:#f3f3f3;padding:0 .2em}
+dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em;font-size:.9em}dt{font-weight:bold}
+dd{margin:0;word-break:break-all}.mixed{color:#b00}"""
+
+
+def _img(images: dict[str, bytes], stem: str, alt: str) -> str:
+    data = base64.b64encode(images[stem]).decode()
+    return (f'<p><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}" width="{PLOT_PIXELS[0]}"><br>'
+            f'<a href="{stem}.svg">SVG</a> · <a href="{stem}.png">PNG</a> · <a href="{stem}.csv">data (CSV)</a></p>')
+
+
+def _html(results: StudyResults, sections: list[_Section], prov: list[tuple[str, str]],
+          images: dict[str, bytes]) -> str:
+    e = html.escape
+    body = [f"<h1>Study <code>{e(results.study)}</code>: cycles vs area</h1>", f"<p>{e(_summary(results))}</p>"]
+    body.append("<ul>" + "".join(f'<li><a href="#{e(safe_name(s.model))}">{e(s.model)}</a></li>' for s in sections)
+                + '<li><a href="#provenance">provenance</a></li></ul>')
+    for s in sections:
+        body.append(f'<h2 id="{e(safe_name(s.model))}">{e(s.model)}</h2>')
+        body.append(_img(images, s.plot, f"{s.model}: cycles vs LUTs"))
+        for dt, table, tstem in s.tables:
+            body.append(f'<h3>{e(s.model)} · {e(dt)}: Pareto front (<a href="{tstem}.csv">CSV</a>)</h3>')
+            body.append(_html_table(table) if len(table) else f"<p>{e(_why_empty(results, s.model, dt))}</p>")
+        if s.breakdown is not None:
+            body.append(f"<h3>{e(s.model)}: cycles per kernel and in copies (Pareto points)</h3>")
+            body.append(_img(images, f"breakdown_{safe_name(s.model)}", f"{s.model}: cycle breakdown"))
+            body.append(_html_table(s.breakdown.drop(columns="model")))
+        issues = _issues_table(results, s)
+        if len(issues):
+            body.append(f"<h3>{e(s.model)}: infeasible and failed trials</h3>")
+            body.append(_html_table(issues))
+    body.append('<h2 id="provenance">Provenance</h2><dl>')
+    for k, v in prov:
+        cls = ' class="mixed"' if v.startswith("MIXED") else ""
+        body.append(f"<dt>{e(k)}</dt><dd{cls}>{e(v)}</dd>")
+    body.append("</dl>")
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>{e(results.study)}: dse report</title><style>{_CSS}</style></head>\n<body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
