@@ -1,0 +1,134 @@
+"""Fmax and latency of the int8 and fp32 GEMV 128x784 on an ECP5-85k (issue 9).
+
+For each dtype (and each `fp_pipeline` value 0..3 once HardwareConfig has that knob), the
+design is compiled, simulated with CXXRTL (its cycles must equal the cycle model), synthesised
+with Yosys (`synth_ecp5`, netlist written by the same run) and placed and routed with
+nextpnr-ecp5 on the LFE5U-85F, CABGA381, speed grade 6, --freq 100, seed 1 (compiler.pnr).
+latency_us = cycles / fmax_mhz.
+
+Goal (issue 9): >= 100 MHz int8 and >= 80 MHz fp32, with lower latency than the
+single-cycle designs (fp_pipeline 0).
+
+Usage: python bench/bench_timing.py [--dtypes int8 fp32] [--M 128 --K 784] [--device 85k]
+                                    [--pipelines 0 1 2 3] [--jobs 2] [--no-sim] [--no-cache]
+                                    [--workdir DIR] [--json out.json]
+Place-and-route results are cached under $TINYHW_CACHE/pnr (--no-cache runs nextpnr again).
+fp32 place-and-route alone takes about 4 minutes on a 2-core machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from compiler import HardwareConfig, compile_model, simulate  # noqa: E402
+from compiler.pnr import place_and_route  # noqa: E402
+from compiler.synth import synthesize  # noqa: E402
+from dse import zoo  # noqa: E402
+
+HAS_FP_PIPELINE = "fp_pipeline" in HardwareConfig.knob_names()
+
+
+def build_design(dtype: str, M: int, K: int, config: HardwareConfig):
+    tg = zoo.import_tinygrad()
+    built = zoo.gemv(dtype, M, K)
+    arrays = zoo.make_inputs(built, 0)
+    tensors = [tg.Tensor(np.asarray(arrays[name])).realize() for name in built.inputs]
+    return compile_model(built.forward(*tensors), config=config)
+
+
+def measure(dtype: str, pipeline: int | None, args, root: Path) -> dict:
+    name = f"{dtype}" + ("" if pipeline is None else f"-p{pipeline}")
+    workdir = root / name
+    config = HardwareConfig() if pipeline is None else HardwareConfig(fp_pipeline=pipeline)
+    row: dict = {"dtype": dtype, "fp_pipeline": pipeline}
+    t0 = time.perf_counter()
+    design = build_design(dtype, args.M, args.K, config)
+    row["cycles"] = design.cycle_model().total
+    if args.sim:
+        t = time.perf_counter()
+        sim = simulate(design, None, backend="cxxrtl")
+        row["sim_s"] = time.perf_counter() - t
+        if sim.cycles != row["cycles"]:
+            raise AssertionError(f"{name}: simulated {sim.cycles} cycles, the cycle model says {row['cycles']}")
+    t = time.perf_counter()
+    area = synthesize(design, "ecp5", workdir / "synth", timeout=args.timeout, netlist=True)
+    row.update(synth_s=time.perf_counter() - t, luts=area.luts, ffs=area.ffs, bram=area.bram, dsp=area.dsp)
+    t = time.perf_counter()
+    rep = place_and_route(area.netlist_path, "ecp5", workdir / "pnr", timeout=args.timeout, device=args.device,
+                          use_cache=args.cache)
+    row.update(pnr_wall_s=time.perf_counter() - t, pnr_s=rep.seconds, cached=rep.cached, fits=rep.fits,
+               device=rep.device, package=rep.package, fmax_mhz=rep.fmax_mhz, reason=rep.reason,
+               latency_us=rep.latency_us(row["cycles"]), total_s=time.perf_counter() - t0,
+               nextpnr=rep.nextpnr_version, log=rep.log_path, critical_path=rep.critical_path)
+    return row
+
+
+def fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dtypes", nargs="+", default=["int8", "fp32"])
+    ap.add_argument("--M", type=int, default=128)
+    ap.add_argument("--K", type=int, default=784)
+    ap.add_argument("--device", default="85k")
+    ap.add_argument("--pipelines", nargs="+", type=int, default=[0, 1, 2, 3])
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--no-sim", dest="sim", action="store_false")
+    ap.add_argument("--no-cache", dest="cache", action="store_false")
+    ap.add_argument("--workdir", type=Path)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+
+    if HAS_FP_PIPELINE:
+        pipelines: list[int | None] = list(args.pipelines)
+    else:
+        pipelines = [None]
+        print("fp_pipeline is not available yet (HardwareConfig has no such knob): "
+              "measuring the current design only")
+    root = args.workdir or Path(tempfile.mkdtemp(prefix="tinyhw-bench-timing-"))
+    jobs = [(d, p) for d in args.dtypes for p in pipelines]
+    print(f"GEMV {args.M}x{args.K}, ECP5 {args.device}, nextpnr --freq 100 --seed 1; work in {root}", flush=True)
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        rows = list(pool.map(lambda job: measure(*job, args, root), jobs))
+
+    head = (f"{'dtype':6} {'fp_pipeline':>11} {'cycles':>8} {'LUT':>6} {'FF':>6} {'BRAM':>4} {'DSP':>3} "
+            f"{'device':>10} {'Fmax MHz':>8} {'latency us':>10} {'synth s':>7} {'P&R s':>7}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        pipe = "n/a" if r["fp_pipeline"] is None else str(r["fp_pipeline"])
+        print(f"{r['dtype']:6} {pipe:>11} {r['cycles']:>8} {r['luts']:>6} {r['ffs']:>6} {r['bram']:>4} "
+              f"{r['dsp']:>3} {r['device']:>10} {fmt(r['fmax_mhz'], '8.1f')} {fmt(r['latency_us'], '10.1f')} "
+              f"{r['synth_s']:7.1f} {r['pnr_s']:7.1f}{' (cached)' if r['cached'] else ''}")
+        if not r["fits"]:
+            print(f"    does not fit: {r['reason']}")
+        elif r["critical_path"]:
+            print(f"    critical path {r['critical_path']}")
+    for dtype in args.dtypes:
+        base = next((r for r in rows if r["dtype"] == dtype and r["fp_pipeline"] in (0, None)), None)
+        best = min((r for r in rows if r["dtype"] == dtype and r["latency_us"]), key=lambda r: r["latency_us"],
+                   default=None)
+        if base and best and base is not best:
+            print(f"{dtype}: best latency {best['latency_us']:.1f} us at fp_pipeline={best['fp_pipeline']} "
+                  f"({base['latency_us'] / best['latency_us']:.2f}x the single-cycle design's "
+                  f"{base['latency_us']:.1f} us)")
+    print(f"{rows[0]['nextpnr']}; P&R s is nextpnr's own wall time (of the original run when cached)")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
