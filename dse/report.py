@@ -428,7 +428,7 @@ def plot_breakdown(model: str, df: pd.DataFrame) -> tuple[bytes, bytes]:
         left += values
     ax.invert_yaxis()
     ax.set_xlabel("cycles")
-    ax.set_title(f"{model}: cycles per kernel and in copies (Pareto points)")
+    ax.set_title(f"{model}: cycles per kernel and in copies", fontsize="medium")
     ax.tick_params(axis="y", labelsize="small")
     ax.legend(fontsize="small", loc="best")
     return _save(fig)
