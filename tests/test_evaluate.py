@@ -247,8 +247,8 @@ def test_illegal_knobs_and_unknown_models_fail_in_config(tmp_path):
     m = evaluate(ctx(), point(mem_read="fast"), tmp_path / "a")
     assert (m.status, m.stage, m.error) == (Status.FAIL, "config",
                                             "HardwareConfig.mem_read: expected 'sync' or 'comb', got 'fast'")
-    m = evaluate(ctx(), point(lanes=4), tmp_path / "b")
-    assert m.error == f"unknown hardware knob(s) 'lanes'; known knobs: {KNOWN_KNOBS}"
+    m = evaluate(ctx(), point(lanez=4), tmp_path / "b")
+    assert m.error == f"unknown hardware knob(s) 'lanez'; known knobs: {KNOWN_KNOBS}"
     m = evaluate(ctx(), point("nope"), tmp_path / "c")
     assert m.stage == "config" and m.error.startswith("\"no model 'nope' in study 'small'; models: gemv, ")
 
@@ -338,11 +338,12 @@ def test_eval_failed_point_exits_1_and_still_prints_the_row(tmp_path, capsys):
     rc = main(["eval", str(write_spec(tmp_path, stage_timeout_s=0.001)), "--model", "gemv", "--dtype", "int8",
                "--json", "--sim", "pysim", "--workdir", str(tmp_path / "w")])
     row = json.loads(capsys.readouterr().out)
-    assert rc == 1 and row["status"] == "FAIL" and row["stage"] == "synthesize" and row["cycles"] == 41
+    assert rc == 1 and row["status"] == "FAIL" and row["stage"] == "synthesize" and row["cycles"] == 4 * 8 + 1
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--set", "lanes=4"], f"error: --set lanes=4: unknown hardware knob 'lanes'; known knobs: {KNOWN_KNOBS}"),
+    (["--set", "lanez=4"], f"error: --set lanez=4: unknown hardware knob 'lanez' (did you mean 'lanes'?); "
+                           f"known knobs: {KNOWN_KNOBS}"),
     (["--set", "mem_reed=comb"],
      f"error: --set mem_reed=comb: unknown hardware knob 'mem_reed' (did you mean 'mem_read'?); known knobs: {KNOWN_KNOBS}"),
     (["--set", "mem_read=fast"], "error: --set mem_read=fast: HardwareConfig.mem_read: expected 'sync' or 'comb', got 'fast'"),
