@@ -13,7 +13,7 @@ Files in results/<study>/report/, each written to a temporary file and moved int
     plot_<model>.png / .svg     cycles vs LUTs, one per model: every feasible point, the Pareto
                                 front of each dtype highlighted (filled markers joined by its
                                 staircase), dtypes by colour and marker, infeasible points
-                                (a constraint violated) as faint grey crosses
+                                (a constraint violated) as faint crosses in their dtype's colour
     plot_<model>.csv            exactly the points drawn, with how each was drawn
     breakdown_<model>.png/.svg  cycles per kernel run and in copies for each Pareto point
     breakdown_<model>.csv       (from the `cycle_breakdown` column: the compiler's cycle model,
@@ -382,13 +382,11 @@ def plot_model(results: StudyResults, model: str, points: pd.DataFrame) -> tuple
     ax = fig.add_subplot()
     dtypes = [d for m, d in results.groups if m == model]
     colours = [f"C{i % 10}" for i in range(len(dtypes))]
-    bad = points[points["drawn_as"] == "infeasible"]
-    if len(bad):
-        ax.scatter(bad["luts"], bad["cycles"], marker="x", color="0.6", alpha=0.5, s=28,
-                   label="infeasible (constraint violated)", zorder=1)
     for i, dt in enumerate(dtypes):
         p = points[points["dtype"] == dt]
         marker, colour = MARKERS[i % len(MARKERS)], colours[i]
+        bad = p[p["drawn_as"] == "infeasible"]
+        ax.scatter(bad["luts"], bad["cycles"], marker="x", color=colour, alpha=0.35, s=28, zorder=1)
         other = p[p["drawn_as"] == "feasible"]
         ax.scatter(other["luts"], other["cycles"], marker=marker, facecolors="none", edgecolors=colour,
                    alpha=0.7, s=36, zorder=2)
@@ -396,13 +394,23 @@ def plot_model(results: StudyResults, model: str, points: pd.DataFrame) -> tuple
         if len(front):
             ax.step(front["luts"], front["cycles"], where="post", color=colour, alpha=0.8, lw=1.2, zorder=3)
         ax.scatter(front["luts"], front["cycles"], marker=marker, color=colour, edgecolors="black",
-                   linewidths=0.6, s=56, zorder=4, label=f"{dt}: Pareto front ({len(front)})")
-        ax.scatter([], [], marker=marker, facecolors="none", edgecolors=colour,
-                   label=f"{dt}: other feasible ({len(other)})")
+                   linewidths=0.6, s=56, zorder=4,
+                   label=f"{dt}: Pareto front ({len(front)})" if len(front) else f"{dt}: no feasible point")
+        if len(other):
+            ax.scatter([], [], marker=marker, facecolors="none", edgecolors=colour,
+                       label=f"{dt}: other feasible ({len(other)})")
+    n_bad = int((points["drawn_as"] == "infeasible").sum())
+    if n_bad:
+        ax.scatter([], [], marker="x", color="0.4", label=f"infeasible, in its dtype's colour ({n_bad})")
+    from matplotlib.ticker import FuncFormatter
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
     for axis, col in (("x", "luts"), ("y", "cycles")):
         v = points[col].astype(float)
         if len(v) and v.min() > 0 and v.max() / v.min() > 20:
             (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+            target = ax.xaxis if axis == "x" else ax.yaxis
+            target.set_major_formatter(plain)
+            target.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[0] in "1235" else ""))
     ax.set_xlabel("LUTs")
     ax.set_ylabel("cycles")
     ax.set_title(f"{results.study}: {model}, cycles vs LUTs")

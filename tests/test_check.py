@@ -231,3 +231,23 @@ def test_ci_gate_sweep_against_the_committed_baseline(tmp_path, capsys):
     spec_hash = load_study_results(results).spec_hash
     assert spec_hash and f"- **spec hash (SHA-256 of the search space in study.journal)**: {spec_hash}" in md
     assert (results / "report" / "plot_gemv_8x16.png").stat().st_size > 10_000
+
+
+def test_example_workflow_runs_real_commands():
+    """The documented workflow's `dse` lines parse with this CLI (with its env filled in)."""
+    import shlex
+
+    import yaml
+
+    from dse.cli import build_parser
+    wf = yaml.safe_load((ROOT / ".github" / "workflows" / "dse-gate.yml.example").read_text())
+    env = wf["env"]
+    assert (ROOT / env["SPEC"]).is_file() and (ROOT / env["BASELINE"] / "pareto.csv").is_file()
+    runs = [s["run"] for s in wf["jobs"]["gate"]["steps"] if str(s.get("run", "")).startswith("dse ")]
+    assert [r.split()[1] for r in runs] == ["sweep", "check", "report"]
+    for r in runs:
+        with pytest.MonkeyPatch.context() as mp:
+            for k, v in env.items():
+                mp.setenv(k, v)
+            argv = [os.path.expandvars(a) for a in shlex.split(r)][1:]
+        build_parser().parse_args(argv)
