@@ -11,8 +11,9 @@ Files in results/<study>/report/, each written to a temporary file and moved int
     pareto_<model>_<dtype>.csv  the Pareto-optimal feasible points of one model x dtype (every
     pareto_<model>_<dtype>.md   column of trials.csv / the table shown in the report)
     plot_<model>.png / .svg     cycles vs LUTs, one per model: every feasible point, the Pareto
-                                front of each dtype highlighted (filled markers joined by its
-                                staircase), dtypes by colour and marker, infeasible points
+                                front of each dtype highlighted (filled markers, joined by its
+                                staircase when the objectives are cycles and LUTs), dtypes by
+                                colour and marker, infeasible points
                                 (a constraint violated) as faint crosses in their dtype's colour
     plot_<model>.csv            exactly the points drawn, with how each was drawn
     breakdown_<model>.png/.svg  cycles per kernel run and in copies for each Pareto point
@@ -207,6 +208,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temporary file next to `path`, then os.replace it into place."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)                # mkstemp's 0600 would hide a published report
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
@@ -382,6 +384,8 @@ def plot_model(results: StudyResults, model: str, points: pd.DataFrame) -> tuple
     ax = fig.add_subplot()
     dtypes = [d for m, d in results.groups if m == model]
     colours = [f"C{i % 10}" for i in range(len(dtypes))]
+    # the front is over the spec's objectives: a staircase in this plane only when they are these two
+    staircase = {o.metric for o in results.objectives} == {"cycles", "luts"}
     for i, dt in enumerate(dtypes):
         p = points[points["dtype"] == dt]
         marker, colour = MARKERS[i % len(MARKERS)], colours[i]
@@ -391,7 +395,7 @@ def plot_model(results: StudyResults, model: str, points: pd.DataFrame) -> tuple
         ax.scatter(other["luts"], other["cycles"], marker=marker, facecolors="none", edgecolors=colour,
                    alpha=0.7, s=36, zorder=2)
         front = p[p["drawn_as"] == "pareto"].sort_values("luts")
-        if len(front):
+        if len(front) and staircase:
             ax.step(front["luts"], front["cycles"], where="post", color=colour, alpha=0.8, lw=1.2, zorder=3)
         ax.scatter(front["luts"], front["cycles"], marker=marker, color=colour, edgecolors="black",
                    linewidths=0.6, s=56, zorder=4,

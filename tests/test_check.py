@@ -251,3 +251,15 @@ def test_example_workflow_runs_real_commands():
                 mp.setenv(k, v)
             argv = [os.path.expandvars(a) for a in shlex.split(r)][1:]
         build_parser().parse_args(argv)
+
+
+def test_a_baseline_of_pareto_csv_alone(current, tmp_path, capsys):
+    """The front is all the baseline checks need."""
+    base = tmp_path / "base"
+    base.mkdir()
+    shutil.copy(BASELINE / "pareto.csv", base)
+    code, out, _ = run(capsys, current, "--baseline", base)
+    assert code == 0 and out.count("2/2 matched") == 2
+    edit(current, cycles=1.5)
+    code, out, _ = run(capsys, current, "--baseline", base)
+    assert code == 1 and "| cycles | 65 | 98 | +50.8% |" in out
