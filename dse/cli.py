@@ -245,7 +245,7 @@ def add_sweep(p: argparse.ArgumentParser) -> None:
                    help="the evaluation cache (default: $TINYHW_CACHE/evals, TINYHW_CACHE defaulting to ~/.cache/tinyhw)")
     p.add_argument("--sim", choices=["auto", "cxxrtl", "pysim"], default="auto",
                    help="simulator (default auto: CXXRTL, or pysim when CXXRTL cannot run)")
-    p.add_argument("--data-seed", type=int, default=0, help="seed of the random input data (default 0)")
+    p.add_argument("--data-seed", type=int, default=0, metavar="N", help="seed of the random input data (default 0)")
     p.add_argument("--progress", choices=["auto", "bar", "lines", "off"], default="auto",
                    help="a bar on a terminal, a line per trial otherwise (default auto)")
 
