@@ -5,7 +5,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .common import leading_zeros, round_pack, shift_left, shift_right_sticky, special_mux, unpack
+from .common import Pipe, check_stages, leading_zeros, round_pack, shift_left, shift_right_sticky, special_mux, unpack
 from .formats import FloatFormat, check_format, check_rounding, check_subnormals
 
 # Alignment keeps three bits below the significand (guard, round, sticky): enough for correct
@@ -20,39 +20,54 @@ class FAdd(wiring.Component):
     shift, add or subtract, normalise with one leading-zero count and left shift (limited so
     the exponent never drops below 1, which leaves subnormal results on their grid), round.
     An exact zero sum is +0 unless both operands are -0 (IEEE, for rne and rtz); inf - inf is NaN.
+
+    `stages` > 1 pipelines it (see common.Pipe): register boundaries after the aligned add
+    ("sum"), after the normalising shift ("norm") and after the operand swap ("swap"), enabled
+    in that order; the result appears `latency` = stages - 1 cycles after the operands.
     """
 
+    CUTS = ("sum", "norm", "swap")
+
     def __init__(self, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep",
-                 subtract: bool = False):
+                 subtract: bool = False, stages: int = 1):
         self.fmt = check_format(fmt)
         self.rounding = check_rounding(rounding)
         self.subnormals = check_subnormals(subnormals)
         if not isinstance(subtract, bool):
             raise ValueError(f"subtract: expected True or False, got {subtract!r}")
         self.subtract = subtract
+        self.stages = check_stages(stages, self.CUTS)
+        self.latency = self.stages - 1
         super().__init__({"a": In(fmt.width), "b": In(fmt.width), "y": Out(fmt.width)})
 
     def elaborate(self, platform):
         m = Module()
         fmt = self.fmt
         b_bits = self.b ^ fmt.sign_mask if self.subtract else self.b
+        pipe = Pipe(m, self.CUTS, self.stages)
         a = unpack(m, fmt, self.a, self.subnormals, "a")
         b = unpack(m, fmt, b_bits, self.subnormals, "b")
+        # the special cases, decided from the operands alone, travel along with the value
+        specials = (a.is_nan | b.is_nan | (a.is_inf & b.is_inf & (a.sign ^ b.sign)),   # NaN
+                    a.is_inf | b.is_inf, Mux(a.is_inf, a.sign, b.sign),             # inf, its sign
+                    # Exact zero: x + (-x) is +0 in rne and rtz; only (-0) + (-0) stays -0.
+                    a.sign & b.sign)
 
-        big_sign, big_exp, total = self._add_aligned(m, a, b)
+        big_sign, big_exp, total, specials = self._add_aligned(m, pipe, a, b, specials)
+        big_sign, big_exp, total, *specials = pipe.cut("sum", big_sign, big_exp, total, *specials)
+        is_zero = total == 0
         exp, norm = self._normalise(m, big_exp, total)
+        big_sign, exp, norm, is_zero, *specials = pipe.cut("norm", big_sign, exp, norm, is_zero, *specials)
         finite = round_pack(m, fmt, rounding=self.rounding, subnormals=self.subnormals,
                             sign=big_sign, exp=exp, sig=norm, exp_range=(1, fmt.exp_max_field),
                             may_be_tiny=True)
+        is_nan, is_inf, inf_sign, zero_sign = specials
         m.d.comb += self.y.eq(special_mux(
-            m, fmt, finite=finite,
-            is_nan=a.is_nan | b.is_nan | (a.is_inf & b.is_inf & (a.sign ^ b.sign)),
-            is_inf=a.is_inf | b.is_inf, inf_sign=Mux(a.is_inf, a.sign, b.sign),
-            # Exact zero: x + (-x) is +0 in rne and rtz; only (-0) + (-0) stays -0.
-            is_zero=total == 0, zero_sign=a.sign & b.sign, name="add"))
+            m, fmt, finite=finite, is_nan=is_nan, is_inf=is_inf, inf_sign=inf_sign,
+            is_zero=is_zero, zero_sign=zero_sign, name="add"))
         return m
 
-    def _add_aligned(self, m, a, b):
+    def _add_aligned(self, m, pipe, a, b, specials):
         """Order by magnitude, align the smaller operand, add or subtract the significands.
 
         Returns the sign and exponent of the larger operand and the sum, precision+4 bits
@@ -72,16 +87,18 @@ class FAdd(wiring.Component):
         ]
         distance = Signal(self.fmt.exp_bits, name="align_distance")
         m.d.comb += distance.eq(big_exp - small_exp)
+        eff_sub = a.sign ^ b.sign
+        big_sign, big_exp, big_sig, small_sig, distance, eff_sub, *specials = pipe.cut(
+            "swap", big_sign, big_exp, big_sig, small_sig, distance, eff_sub, *specials)
         aligned, sticky = shift_right_sticky(m, Cat(Const(0, _EXTRA), small_sig), distance, "align")
 
         # One adder: subtraction adds the one's complement with carry-in 1. Since the big
         # operand has the larger magnitude, the difference is never negative.
-        eff_sub = a.sign ^ b.sign
         width = p + _EXTRA + 1
         addend = Cat(aligned | sticky, Const(0, 1))
         total = Signal(width, name="sum")
         m.d.comb += total.eq(Cat(Const(0, _EXTRA), big_sig) + Mux(eff_sub, ~addend, addend) + eff_sub)
-        return big_sign, big_exp, total
+        return big_sign, big_exp, total, specials
 
     def _normalise(self, m, big_exp, total):
         """Shift the leading one to the top; the top bit has exponent big_exp + 1.

@@ -133,7 +133,7 @@ def shift_right_sticky(m: Module, value: Value, amount: Value, name: str) -> tup
 
 def round_pack(m: Module, fmt: FloatFormat, *, rounding: str, subnormals: str, sign: Value,
                exp: Value, sig: Value, exp_range: tuple[int, int], may_be_tiny: bool,
-               name: str = "rnd") -> Value:
+               name: str = "rnd", pipe: "Pipe | None" = None, carry: tuple = ()) -> Value:
     """Round a finite nonzero value to `fmt` and return its bit pattern.
 
     The value is sig / 2**(len(sig)-1) * 2**(exp - bias): `sig` holds the significand with its
@@ -150,11 +150,15 @@ def round_pack(m: Module, fmt: FloatFormat, *, rounding: str, subnormals: str, s
     the significand bumps the exponent, turns a subnormal into the smallest normal and the
     largest finite into inf, so none of those needs its own logic.
 
-    subnormals="flush": the value is rounded to full precision as if the exponent range were
+    subnormals="flush": the value is rounded to full precision as if the exponent were
     unbounded below, and a rounded result below the smallest normal becomes a signed zero
     (the IEEE 754 "tininess after rounding" test, as x86 SSE uses; every tiny result is
     flushed, exact or not). Example, fp16: (1 - 2**-12) * 2**-14 rounds to 2**-14 and is
     kept; (1 - 2**-11) * 2**-14 is exact at 11 bits, below 2**-14, and becomes 0.
+
+    `pipe` (optional) may put a register boundary named "round" between the denormalising
+    shift and the rounding add; `carry` are the caller's values that must cross it too. With
+    `carry` given, returns (bit pattern, carried values).
     """
     exp_lo, exp_hi = exp_range
     denormalise = subnormals == "keep" and exp_lo < 1
@@ -177,6 +181,10 @@ def round_pack(m: Module, fmt: FloatFormat, *, rounding: str, subnormals: str, s
         m.d.comb += amount.eq(Mux(tiny, (1 - exp)[:amount_width], 0))
         sig, sticky_in = shift_right_sticky(m, sig, amount, f"{name}_denorm")
         exp = Mux(tiny, 1, exp)
+    if pipe is not None:
+        sig, exp, sticky_in, sign, *carried = pipe.cut("round", sig, exp, sticky_in, sign, *carry)
+    else:
+        carried = list(carry)
 
     kept = sig[extra:]
     if extra >= 1:
@@ -207,7 +215,40 @@ def round_pack(m: Module, fmt: FloatFormat, *, rounding: str, subnormals: str, s
 
     out = Signal(fmt.width, name=f"{name}_out")
     m.d.comb += out.eq(Cat(result, sign))
-    return out
+    return (out, tuple(carried)) if carry else out
+
+
+class Pipe:
+    """Register boundaries of a pipelined unit. A unit names its possible boundaries in order
+    of priority (`order`); a unit built with `stages` = n enables the first n - 1 of them.
+    `cut(name, *values)` returns the values registered (one cycle later) when boundary `name`
+    is enabled, else the values themselves; every value used after a boundary must cross it.
+    The registers are free-running (no enable): a unit accepts a new operand every cycle and
+    its result appears `latency` cycles after the operands."""
+
+    def __init__(self, m: Module, order: tuple[str, ...], stages: int):
+        self.m = m
+        self.enabled = frozenset(order[:stages - 1])
+        self.latency = len(self.enabled)
+
+    def cut(self, name: str, *values):
+        if name not in self.enabled:
+            return values if len(values) != 1 else values[0]
+        out = []
+        for i, v in enumerate(values):
+            v = Value.cast(v)
+            reg = Signal(v.shape(), name=f"{name}_q{i}")
+            self.m.d.sync += reg.eq(v)
+            out.append(reg)
+        return tuple(out) if len(out) != 1 else out[0]
+
+
+def check_stages(stages, cuts: tuple[str, ...]) -> int:
+    """`stages` for a unit whose possible boundaries are `cuts`: 1 .. len(cuts) + 1."""
+    top = len(cuts) + 1
+    if not (isinstance(stages, int) and not isinstance(stages, bool) and 1 <= stages <= top):
+        raise ValueError(f"stages: expected an int from 1 to {top}, got {stages!r}")
+    return stages
 
 
 def special_mux(m: Module, fmt: FloatFormat, *, finite: Value, is_nan: Value, is_inf: Value,

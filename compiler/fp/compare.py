@@ -5,7 +5,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .common import Unpacked, unpack
+from .common import Unpacked, check_stages, unpack
 from .formats import FloatFormat, check_format, check_subnormals
 
 ZERO_TIES = ("first", "second")
@@ -23,12 +23,16 @@ def less_than(m: Module, a: Unpacked, b: Unpacked, name: str) -> Signal:
 class FCompare(wiring.Component):
     """lt = a < b, eq = a == b (IEEE: false if either is NaN, +0 == -0), combinational.
 
-    With subnormals="flush" a subnormal compares equal to zero.
+    With subnormals="flush" a subnormal compares equal to zero. Not pipelined (`stages` 1 only).
     """
 
-    def __init__(self, fmt: FloatFormat, subnormals: str = "keep"):
+    CUTS = ()
+
+    def __init__(self, fmt: FloatFormat, subnormals: str = "keep", stages: int = 1):
         self.fmt = check_format(fmt)
         self.subnormals = check_subnormals(subnormals)
+        self.stages = check_stages(stages, self.CUTS)
+        self.latency = 0
         super().__init__({"a": In(fmt.width), "b": In(fmt.width), "lt": Out(1), "eq": Out(1)})
 
     def elaborate(self, platform):
@@ -60,12 +64,17 @@ class FMax(wiring.Component):
     NaN in either input gives the canonical quiet NaN. For max(+0, -0) and max(-0, +0)
     numpy's choice depends on the dtype (see `numpy_zero_tie`); `zero_tie` ("first" or
     "second": which operand to return when a == b) overrides it. With subnormals="flush"
-    subnormal inputs are read as signed zeros, and the result is that zero.
+    subnormal inputs are read as signed zeros, and the result is that zero. Not pipelined
+    (`stages` 1 only).
     """
 
-    def __init__(self, fmt: FloatFormat, subnormals: str = "keep", zero_tie: str | None = None):
+    CUTS = ()
+
+    def __init__(self, fmt: FloatFormat, subnormals: str = "keep", zero_tie: str | None = None, stages: int = 1):
         self.fmt = check_format(fmt)
         self.subnormals = check_subnormals(subnormals)
+        self.stages = check_stages(stages, self.CUTS)
+        self.latency = 0
         if zero_tie is None:
             zero_tie = numpy_zero_tie(fmt)
         if zero_tie not in ZERO_TIES:

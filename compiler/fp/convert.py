@@ -5,7 +5,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .common import bits_for, leading_zeros, round_pack, shift_left, special_mux, unpack
+from .common import Pipe, bits_for, check_stages, leading_zeros, round_pack, shift_left, special_mux, unpack
 from .formats import FloatFormat, check_format, check_rounding, check_subnormals
 
 
@@ -24,15 +24,20 @@ class IntToFloat(wiring.Component):
     """y = float(a) rounded to `fmt`; a is an int_width-bit (un)signed integer (width 1
     unsigned is bool). Integers are never tiny, so `subnormals` changes nothing; it is
     accepted so every unit takes the same options. Too large for the format: inf (rne) or
-    the largest finite number (rtz)."""
+    the largest finite number (rtz). `stages` = 2 puts a register boundary after the
+    normalising shift ("norm"): the result appears one cycle after the operand."""
+
+    CUTS = ("norm",)
 
     def __init__(self, int_width: int, int_signed: bool, fmt: FloatFormat, rounding: str = "rne",
-                 subnormals: str = "keep"):
+                 subnormals: str = "keep", stages: int = 1):
         _check_int(int_width, int_signed)
         self.int_width, self.int_signed = int_width, int_signed
         self.fmt = check_format(fmt)
         self.rounding = check_rounding(rounding)
         self.subnormals = check_subnormals(subnormals)
+        self.stages = check_stages(stages, self.CUTS)
+        self.latency = self.stages - 1
         super().__init__({"a": In(_int_shape(int_width, int_signed)), "y": Out(fmt.width)})
 
     def elaborate(self, platform):
@@ -45,12 +50,14 @@ class IntToFloat(wiring.Component):
         norm = shift_left(m, magnitude, lz, "norm")
         exp = Signal(signed(bits_for(fmt.bias + width) + 1), name="exp")
         m.d.comb += exp.eq(fmt.bias + width - 1 - lz)
+        is_zero = magnitude == 0
+        negative, exp, norm, is_zero = Pipe(m, self.CUTS, self.stages).cut("norm", negative, exp, norm, is_zero)
         finite = round_pack(m, fmt, rounding=self.rounding, subnormals=self.subnormals,
                             sign=negative, exp=exp, sig=norm,
                             exp_range=(fmt.bias, fmt.bias + width - 1), may_be_tiny=False)
         m.d.comb += self.y.eq(special_mux(
             m, fmt, finite=finite, is_nan=Const(0, 1), is_inf=Const(0, 1), inf_sign=Const(0, 1),
-            is_zero=magnitude == 0, zero_sign=Const(0, 1), name="i2f"))
+            is_zero=is_zero, zero_sign=Const(0, 1), name="i2f"))
         return m
 
 
@@ -61,14 +68,20 @@ class FloatToInt(wiring.Component):
     semantics of tinygrad's PYTHON device (ctypes truncation of int(x)). NaN and +-inf give 0.
     int_width=1, int_signed=False is bool: y = (a != 0), NaN and inf give 1 (as in C); with
     subnormals="flush" a subnormal counts as zero there. (For other widths a subnormal
-    truncates to 0 in both modes.)
+    truncates to 0 in both modes.) `stages` = 2 puts a register boundary after the shift
+    ("shift"): the result appears one cycle after the operand.
     """
 
-    def __init__(self, fmt: FloatFormat, int_width: int, int_signed: bool, subnormals: str = "keep"):
+    CUTS = ("shift",)
+
+    def __init__(self, fmt: FloatFormat, int_width: int, int_signed: bool, subnormals: str = "keep",
+                 stages: int = 1):
         self.fmt = check_format(fmt)
         _check_int(int_width, int_signed)
         self.int_width, self.int_signed = int_width, int_signed
         self.subnormals = check_subnormals(subnormals)
+        self.stages = check_stages(stages, self.CUTS)
+        self.latency = self.stages - 1
         super().__init__({"a": In(fmt.width), "y": Out(_int_shape(int_width, int_signed))})
 
     @property
@@ -78,9 +91,10 @@ class FloatToInt(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         fmt, width = self.fmt, self.int_width
+        pipe = Pipe(m, self.CUTS, self.stages)
         x = unpack(m, fmt, self.a, self.subnormals, "a")
         if self.is_bool:
-            m.d.comb += self.y.eq(x.mag != 0)
+            m.d.comb += self.y.eq(pipe.cut("shift", x.mag != 0))
             return m
         # |a| = sig * 2**(exp - bias - man_bits): shift sig left by exp - bias into a word with
         # man_bits fraction bits, keep the integer bits. Shifting everything out is the
@@ -91,10 +105,12 @@ class FloatToInt(wiring.Component):
         shifted = shift_left(m, Cat(x.sig, Const(0, width - 1)), amount, "int")
         magnitude = Signal(width, name="int_magnitude")
         m.d.comb += magnitude.eq(shifted[fmt.man_bits:])
-        with m.If(x.is_nan | x.is_inf | below_one):
+        zero = x.is_nan | x.is_inf | below_one
+        magnitude, zero, sign = pipe.cut("shift", magnitude, zero, x.sign)
+        with m.If(zero):
             m.d.comb += self.y.eq(0)
         with m.Else():
-            m.d.comb += self.y.eq(Mux(x.sign, -magnitude, magnitude))
+            m.d.comb += self.y.eq(Mux(sign, -magnitude, magnitude))
         return m
 
 
@@ -104,31 +120,39 @@ class FloatToFloat(wiring.Component):
     Exact when every source value fits; otherwise rounded with `rounding`. Overflow gives inf
     (rne) or the largest finite number (rtz); inf stays inf; NaN gives the canonical quiet NaN.
     subnormals="flush": subnormal inputs read as signed zeros and results below the smallest
-    normal (after rounding, see `round_pack`) become signed zeros.
+    normal (after rounding, see `round_pack`) become signed zeros. `stages` = 2 puts a
+    register boundary before the rounding ("norm"): the result appears one cycle after the operand.
     """
 
+    CUTS = ("norm",)
+
     def __init__(self, src_fmt: FloatFormat, dst_fmt: FloatFormat, rounding: str = "rne",
-                 subnormals: str = "keep"):
+                 subnormals: str = "keep", stages: int = 1):
         self.src_fmt = check_format(src_fmt, "src_fmt")
         self.dst_fmt = check_format(dst_fmt, "dst_fmt")
         self.rounding = check_rounding(rounding)
         self.subnormals = check_subnormals(subnormals)
+        self.stages = check_stages(stages, self.CUTS)
+        self.latency = self.stages - 1
         super().__init__({"a": In(src_fmt.width), "y": Out(dst_fmt.width)})
 
     def elaborate(self, platform):
         m = Module()
         src, dst = self.src_fmt, self.dst_fmt
+        pipe = Pipe(m, self.CUTS, self.stages)
         x = unpack(m, src, self.a, self.subnormals, "a")
+        specials = (x.is_nan, x.is_inf, x.is_zero, x.sign)
         if src == dst:          # only the subnormal policy and NaN canonicalisation apply
-            finite = Cat(x.mag, x.sign)
+            finite, *specials = pipe.cut("norm", Cat(x.mag, x.sign), *specials)
         else:
-            finite = self._convert(m, x)
+            finite, specials = self._convert(m, pipe, x, specials)
+        is_nan, is_inf, is_zero, sign = specials
         m.d.comb += self.y.eq(special_mux(
-            m, dst, finite=finite, is_nan=x.is_nan, is_inf=x.is_inf, inf_sign=x.sign,
-            is_zero=x.is_zero, zero_sign=x.sign, name="f2f"))
+            m, dst, finite=finite, is_nan=is_nan, is_inf=is_inf, inf_sign=sign,
+            is_zero=is_zero, zero_sign=sign, name="f2f"))
         return m
 
-    def _convert(self, m, x):
+    def _convert(self, m, pipe, x, specials):
         src, dst = self.src_fmt, self.dst_fmt
         keep = self.subnormals == "keep"
         exp_width = max(src.exp_bits, dst.exp_bits) + 3
@@ -149,6 +173,8 @@ class FloatToFloat(wiring.Component):
             m.d.comb += exp.eq(x.exp + rebias)
             exp_lo = 1 + rebias
         exp_hi = src.exp_max_field - 1 + rebias
-        return round_pack(m, dst, rounding=self.rounding, subnormals=self.subnormals,
-                          sign=x.sign, exp=exp, sig=sig, exp_range=(exp_lo, exp_hi),
-                          may_be_tiny=exp_lo < 1)
+        sig, exp, *specials = pipe.cut("norm", sig, exp, *specials)
+        finite = round_pack(m, dst, rounding=self.rounding, subnormals=self.subnormals,
+                            sign=specials[-1], exp=exp, sig=sig, exp_range=(exp_lo, exp_hi),
+                            may_be_tiny=exp_lo < 1)
+        return finite, specials

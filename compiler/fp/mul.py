@@ -1,11 +1,11 @@
 """Floating-point multiplication."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .common import leading_zeros, round_pack, shift_left, special_mux, unpack
+from .common import Pipe, check_stages, leading_zeros, round_pack, shift_left, special_mux, unpack
 from .formats import FloatFormat, check_format, check_rounding, check_subnormals
 
 
@@ -15,26 +15,44 @@ class FMul(wiring.Component):
     With subnormals="keep" a subnormal operand is normalised before the multiplier, so the
     2p-bit product always has its leading one in the top two bits; `round_pack` rounds it
     and shifts tiny results onto the subnormal grid. 0 * inf is NaN.
+
+    `stages` > 1 pipelines it (see common.Pipe): register boundaries after the significand
+    product ("product"), before the multiplier ("operands") and between the denormalising
+    shift and the rounding add ("round"), enabled in that order; the result appears
+    `latency` = stages - 1 cycles after the operands.
     """
 
-    def __init__(self, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep"):
+    CUTS = ("product", "operands", "round")
+
+    def __init__(self, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep", stages: int = 1):
         self.fmt = check_format(fmt)
         self.rounding = check_rounding(rounding)
         self.subnormals = check_subnormals(subnormals)
+        self.stages = check_stages(stages, self.CUTS)
+        self.latency = self.stages - 1
         super().__init__({"a": In(fmt.width), "b": In(fmt.width), "y": Out(fmt.width)})
 
     def elaborate(self, platform):
         m = Module()
         fmt = self.fmt
+        pipe = Pipe(m, self.CUTS, self.stages)
         a = unpack(m, fmt, self.a, self.subnormals, "a")
         b = unpack(m, fmt, self.b, self.subnormals, "b")
 
         if self.subnormals == "keep":
             x_sig, y_sig, lz, lz_max = self._normalise_operand(m, a, b)
         else:
-            x_sig, y_sig, lz, lz_max = a.sig, b.sig, 0, 0
+            x_sig, y_sig, lz, lz_max = a.sig, b.sig, Const(0, 1), 0
+        # exponent of the product before the one-bit normalisation, and the special cases
+        exp_sum = Signal(signed(fmt.exp_bits + 4), name="exp_sum")
+        m.d.comb += exp_sum.eq(a.exp + b.exp - fmt.bias - lz)
+        sign = a.sign ^ b.sign
+        specials = (a.is_nan | b.is_nan | (a.is_inf & b.is_zero) | (b.is_inf & a.is_zero),   # NaN
+                    a.is_inf | b.is_inf, a.is_zero | b.is_zero)                             # inf, zero
+        x_sig, y_sig, exp_sum, sign, *specials = pipe.cut("operands", x_sig, y_sig, exp_sum, sign, *specials)
         product = Signal(2 * fmt.precision, name="product")
         m.d.comb += product.eq(x_sig * y_sig)
+        product, exp_sum, sign, *specials = pipe.cut("product", product, exp_sum, sign, *specials)
 
         # Normal significands are in [1, 2), so the product is in [1, 4): its leading one is
         # in bit 2p-1 (weight 2**1) or bit 2p-2. Shift it to the top, keeping p significand
@@ -47,18 +65,16 @@ class FMul(wiring.Component):
         m.d.comb += norm.eq(Mux(top, Cat(low | product[p - 2], product[p - 1:]),
                                 Cat(low, product[p - 2:2 * p - 1])))
         exp = Signal(signed(fmt.exp_bits + 4), name="exp")
-        m.d.comb += exp.eq(a.exp + b.exp - fmt.bias + top - lz)
+        m.d.comb += exp.eq(exp_sum + top)
         exp_lo = 1 + 1 - fmt.bias - lz_max
         exp_hi = 2 * (fmt.exp_max_field - 1) - fmt.bias + 1
 
-        sign = a.sign ^ b.sign
-        finite = round_pack(m, fmt, rounding=self.rounding, subnormals=self.subnormals,
-                            sign=sign, exp=exp, sig=norm, exp_range=(exp_lo, exp_hi), may_be_tiny=True)
+        finite, (sign, is_nan, is_inf, is_zero) = round_pack(
+            m, fmt, rounding=self.rounding, subnormals=self.subnormals, sign=sign, exp=exp, sig=norm,
+            exp_range=(exp_lo, exp_hi), may_be_tiny=True, pipe=pipe, carry=(sign, *specials))
         m.d.comb += self.y.eq(special_mux(
-            m, fmt, finite=finite,
-            is_nan=a.is_nan | b.is_nan | (a.is_inf & b.is_zero) | (b.is_inf & a.is_zero),
-            is_inf=a.is_inf | b.is_inf, inf_sign=sign,
-            is_zero=a.is_zero | b.is_zero, zero_sign=sign, name="mul"))
+            m, fmt, finite=finite, is_nan=is_nan, is_inf=is_inf, inf_sign=sign,
+            is_zero=is_zero, zero_sign=sign, name="mul"))
         return m
 
     def _normalise_operand(self, m, a, b):
