@@ -10,7 +10,8 @@ The pipeline (compile_model) is a straight list of passes:
                 trees for the innermost reductions, memories banked by layout     (transform.py)
     fuse_loops  loop_fusion: initialisation and result stores folded into the first and last
                 iterations of the loop nest next to them                         (transform.py)
-    legalize    every op and dtype checked against what the hardware can build   (hw/datapath.py)
+    legalize    every op and dtype checked against what the hardware can build, and the
+                pipeline schedule (fp_pipeline) checked for hazards      (hw/datapath.py, hw/pipeline.py)
     build       KernelIR -> memories + datapath + controller per kernel, and a top
                 module that runs them as a DAG with copies between them          (hw/)
 """
@@ -21,6 +22,7 @@ from .design import Design, build_design
 from .errors import CompileError, UnsupportedError
 from .frontend import trace
 from .hw.datapath import check_supported
+from .hw.pipeline import schedule
 from .lower import lower
 from .simulate import SimResult
 from .transform import fuse_loops, parallelize
@@ -41,6 +43,7 @@ def compile_model(*outputs, config: HardwareConfig | None = None) -> Design:
     kernels = [fuse_loops(p.kernel) if config.loop_fusion else p.kernel for p in parallel]
     for k in kernels:
         check_supported(k, config)
+        schedule(k, config)                  # raises on a pipeline hazard
     return build_design(graph, sources, kernels, config, shapes, [p.banking for p in parallel],
                         [p.factors for p in parallel])
 

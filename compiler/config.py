@@ -50,6 +50,20 @@ class HardwareConfig:
         False). Saves the copy pass (one cycle per element or word) and one memory per
         consumer. Only where both sides use the same banked layout and the reader needs one
         read port per bank; elsewhere the copy stays.
+    fp_pipeline: pipeline register levels in the arithmetic (default 0: every step computes
+        and stores in one cycle). See compiler/hw/pipeline.py. P >= 1 registers the memory read
+        data; P >= 2 also registers integer products (a DSP's output register); every float unit
+        is cut into min(P + 1, its maximum) stages (FAdd and FMul up to 4, conversions up to 2).
+        The controller still issues one step per cycle; a step's stores commit D cycles after
+        it issues (D: the deepest register level on the way to them), so a kernel run costs D
+        more cycles (once per run, not per step) and `done` rises D cycles later. Why: the
+        single-cycle int8 MAC closes at ~41 MHz and the fp32 MAC at ~10 MHz on an ECP5.
+        Accumulators: logic that depends on an accumulator stays in one cycle, so `acc = acc +
+        x` keeps its one-cycle loop (for float sums that loop holds a whole float adder, which
+        then limits the clock). Cost: flip-flops for the registers (about the width of every
+        value crossing a level, plus counters and step ids delayed D cycles). A kernel that
+        reads a buffer it also writes is refused (a later step could read a value not yet
+        stored): a CompileError naming the kernel.
     """
     mem_read: str = "sync"
     fp_rounding: str = "rne"
@@ -59,6 +73,7 @@ class HardwareConfig:
     lanes: int = 1
     reduce_unroll: int = 1
     share_buffers: bool = False
+    fp_pipeline: int = 0
 
     def __post_init__(self) -> None:
         if self.mem_read not in ("sync", "comb"):
@@ -77,6 +92,9 @@ class HardwareConfig:
             v = getattr(self, name)
             if not (_is_int(v) and 1 <= v <= MAX_PARALLEL):
                 raise ValueError(f"HardwareConfig.{name}: expected an integer from 1 to {MAX_PARALLEL}, got {v!r}")
+        if not (_is_int(self.fp_pipeline) and self.fp_pipeline >= 0):
+            raise ValueError(f"HardwareConfig.fp_pipeline: expected an integer >= 0 (pipeline register levels), "
+                             f"got {self.fp_pipeline!r}")
         if self.lanes * self.reduce_unroll > MAX_PARALLEL:
             raise ValueError(f"HardwareConfig: lanes={self.lanes} with reduce_unroll={self.reduce_unroll} is an "
                              f"illegal combination: {self.lanes * self.reduce_unroll} operations per cycle is more "

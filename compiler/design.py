@@ -10,6 +10,7 @@ from . import ir
 from .config import HardwareConfig
 from .frontend import Graph
 from .hw.kernel import KernelHW, read_ports
+from .hw.pipeline import Schedule, schedule
 from .hw.program import Program, build_program
 from .hw.top import Copy, HostBuffer, HostPort, Run, Share, TopHW, plan
 from .layout import Banking
@@ -19,7 +20,8 @@ from .layout import Banking
 class CycleModel:
     """Analytic cycle count from the step programs and the phase list (no simulation)."""
     total: int
-    kernels: tuple[tuple[str, int], ...]     # (kernel name, cycles including its done cycle)
+    kernels: tuple[tuple[str, int], ...]     # (kernel name, cycles including its done cycle and
+                                             # its pipeline's drain, fp_pipeline)
     copies: int                              # cycles spent copying buffers between kernels
 
 
@@ -108,8 +110,15 @@ class Design:
     def programs(self) -> tuple[Program, ...]:
         return tuple(build_program(k) for k in self.kernels)
 
+    @cached_property
+    def schedules(self) -> tuple[Schedule, ...]:
+        """Per kernel: the pipeline stage of every value (fp_pipeline; hw/pipeline.py)."""
+        return tuple(schedule(k, self.config) for k in self.kernels)
+
     def cycle_model(self) -> CycleModel:
-        kernels = tuple((self.kernels[p.kernel].name, self.programs[p.kernel].cycles + 1)   # + done
+        # steps, + 1 for done, + the stages a step's stores trail it by (0 without fp_pipeline)
+        kernels = tuple((self.kernels[p.kernel].name,
+                         self.programs[p.kernel].cycles + 1 + self.schedules[p.kernel].commit)
                         for p in self.phases if isinstance(p, Run))
         copies = sum(p.length for p in self.phases if isinstance(p, Copy))
         return CycleModel(sum(c for _, c in kernels) + copies, kernels, copies)

@@ -122,8 +122,12 @@ class BufferDecl:
 
 @dataclass(frozen=True)
 class AccDecl:
+    """An accumulator register. `ways` > 1: it holds that many independent values, one per
+    output row interleaved through its loop nest (transform.interleave): a step reads the
+    value written `ways` steps earlier (the steps of that nest run back to back)."""
     index: int
     dtype: DType
+    ways: int = 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -259,7 +263,7 @@ def fingerprint(k: KernelIR) -> str:
                 h.update(f"buf{s.buf}[{val(s.index)}]<-{val(s.value)} if {g};".encode())
 
     h.update(repr([(b.slot, b.dtype.name, b.size, b.loaded, b.stored) for b in k.buffers]).encode())
-    h.update(repr([(a.index, a.dtype.name) for a in k.accs]).encode())
+    h.update(repr([(a.index, a.dtype.name) + ((a.ways,) if a.ways > 1 else ()) for a in k.accs]).encode())
     stmts(k.body, 0)
     return h.hexdigest()
 
@@ -272,7 +276,7 @@ def pretty(k: KernelIR) -> str:
         role = ("in" if b.loaded else "") + ("out" if b.stored else "")
         lines.append(f"  buf{b.slot}: {b.dtype}[{b.size}] {role}")
     for a in k.accs:
-        lines.append(f"  acc{a.index}: {a.dtype}")
+        lines.append(f"  acc{a.index}: {a.dtype}" + (f" x{a.ways} (interleaved)" if a.ways > 1 else ""))
 
     def name(v: Value, out: list[str], ind: str) -> str:
         if id(v) in names:

@@ -9,7 +9,10 @@ their ops go to the float units (compiler/fp).
 
 A value is emitted once per *environment*: which counter signals it reads (the current ones
 for the datapath, the next ones for look-ahead read addresses) and, for values that depend
-on a memory load, which step's read-port assignment supplies the data.
+on a memory load, which step's read-port assignment supplies the data; and once per pipeline
+*stage* (fp_pipeline, see pipeline.py): a value is computed in the stage its schedule says it
+is ready in, and delayed by registers to later stages that use it. Values of counters and
+constants only are computed in the stage that uses them, from the counters of that stage.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..ranges import Interval
 from . import floatops
+from .pipeline import Schedule, data_operands, schedule
 
 K = ir.OpKind
 
@@ -34,9 +38,9 @@ INT_OPS = {K.ADD, K.SUB, K.MUL, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ, K.WHERE
 @dataclass(frozen=True)
 class Env:
     counters: str                                   # "cur" | "next"
-    counter: Callable[[int], Value]
+    counter: Callable[[int, int], Value]            # (loop id, stage) -> that stage's counter
     step: int | None                                # whose read-port assignment feeds loads
-    load: Callable[[ir.Load], Value] | None         # None: loads are not allowed here
+    load: Callable[[ir.Load], Value] | None         # data in stage Schedule.load_ready; None: no loads here
 
 
 def check_supported(kernel: ir.KernelIR, config: HardwareConfig) -> None:
@@ -55,6 +59,10 @@ def check_supported(kernel: ir.KernelIR, config: HardwareConfig) -> None:
 def from_bits(bits: Value, d: DType) -> Value:
     """Memory word -> the element value (signed ints reinterpreted)."""
     return bits.as_signed() if d.is_int and d.signed and not d.is_bool else bits
+
+
+def _name(v: Value) -> str:
+    return v.name if isinstance(v, Signal) else "c"
 
 
 def _csd(c: int) -> list[tuple[int, int]]:
@@ -92,10 +100,12 @@ class Datapath:
     when the caller asks for a value from inside a `with m.Case(...)` of the controller."""
 
     def __init__(self, kernel: ir.KernelIR, ranges: dict[int, Interval],
-                 config: HardwareConfig, accs: dict[int, Signal]):
+                 config: HardwareConfig, accs: dict[int, Signal], sched: Schedule | None = None):
         self.m = m = Module()
         self.kernel, self.ranges, self.config, self.accs = kernel, ranges, config, accs
+        self.sched = sched or schedule(kernel, config)
         self.memo: dict[tuple, Value] = {}
+        self.chains: dict[tuple, list[Value]] = {}
         self.count = 0
         self.load_dependent: set[int] = set()
         roots = [v for s, _ in kernel.stores() for v in ir.store_operands(s)]
@@ -110,19 +120,46 @@ class Datapath:
     def shape(self, v: ir.Value):
         return unsigned(v.dtype.bits) if v.dtype.is_float else self.interval(v).shape
 
-    def emit(self, v: ir.Value, env: Env) -> Value:
+    def emit(self, v: ir.Value, env: Env, stage: int | None = None) -> Value:
+        """`v` as seen by pipeline stage `stage` of the step `env` describes. `stage` None:
+        combinational from `env`'s counters, without pipeline registers (read addresses)."""
+        if stage is None:
+            return self._at(v, env, None)
+        ready = self.sched.ready.get(id(v))
+        if ready is None:                       # counters and constants: computed in place
+            return self._at(v, env, stage)
+        if stage < ready:
+            raise ir.IRError(f"{self.kernel.name}: a value ready in stage {ready} is needed in stage {stage}")
         key = (id(v), env.counters, env.step if id(v) in self.load_dependent else None)
+        chain = self.chains.get(key)
+        if chain is None:
+            chain = self.chains[key] = [self._at(v, env, ready)]
+        while len(chain) <= stage - ready:
+            chain.append(self.register(chain[-1], f"{_name(chain[0])}_d{len(chain)}"))
+        return chain[stage - ready]
+
+    def register(self, value: Value, name: str) -> Signal:
+        """`value` one cycle later (a free-running register in the datapath module)."""
+        reg = Signal(Value.cast(value).shape(), name=name)
+        self.m.d.sync += reg.eq(value)
+        return reg
+
+    def _at(self, v: ir.Value, env: Env, stage: int | None) -> Value:
+        """`v` computed in `stage` (its ready stage, or any stage for counters and constants)."""
+        key = (id(v), env.counters, env.step if id(v) in self.load_dependent else None, stage)
         if key in self.memo:
             return self.memo[key]
         if isinstance(v, ir.Const):
             out: Value = Const(v.dtype.to_bits(v.value), unsigned(v.dtype.bits)) if v.dtype.is_float \
                 else Const(int(v.value), self.interval(v).shape)
         elif isinstance(v, ir.Counter):
-            out = env.counter(v.loop)
+            out = env.counter(v.loop, stage or 0)
         elif isinstance(v, ir.AccLoad):
             out = self.accs[v.acc]
         else:
-            expr = self.load(v, env) if isinstance(v, ir.Load) else self.op(v, env)
+            latency = 0 if stage is None else self.sched.latency.get(id(v), 0)
+            inputs = None if stage is None else stage - latency
+            expr = self.load(v, env, inputs) if isinstance(v, ir.Load) else self.op(v, env, inputs, latency)
             # Integer products and sums stay wires of their own: otherwise Yosys' alumacc merges
             # an adder tree of products into one $macc, which it builds from LUT full adders
             # instead of carry chains (2.3x the LUTs of the 8x8-unrolled GEMV's trees).
@@ -130,23 +167,28 @@ class Datapath:
             out = Signal(self.shape(v), name=f"v{self.count}_{getattr(v, 'op', None) and v.op.value or 'load'}",
                          attrs=keep)
             self.count += 1
-            self.m.d.comb += out.eq(expr)
+            if latency and not floatops.is_float_op(v):
+                self.m.d.sync += out.eq(expr)          # a registered product (pipeline.PRODUCT_LEVEL)
+            else:
+                self.m.d.comb += out.eq(expr)
         self.memo[key] = out
         return out
 
-    def load(self, v: ir.Load, env: Env) -> Value:
+    def load(self, v: ir.Load, env: Env, stage: int | None) -> Value:
         if env.load is None:
             raise UnsupportedError(self.kernel.name, "LOAD", v.dtype.name,
                                    "a memory address that depends on loaded data needs mem_read='comb'")
         data = env.load(v)
+        for i in range(0 if stage is None else stage - self.sched.load_ready):   # a gate ready later
+            data = self.register(data, f"{_name(data)}_g{i + 1}")
         if v.gate is None:
             return data
-        return Mux(self.emit(v.gate, env), data, self.emit(v.alt, env))
+        return Mux(self.emit(v.gate, env, stage), data, self.emit(v.alt, env, stage))
 
-    def op(self, v: ir.Op, env: Env) -> Value:
-        srcs = [self.emit(s, env) for s in v.srcs]
-        if v.dtype.is_float or any(s.dtype.is_float for s in v.srcs):
-            return self.floats.emit(v, srcs)
+    def op(self, v: ir.Op, env: Env, stage: int | None, latency: int) -> Value:
+        srcs = [self.emit(s, env, stage) for s in v.srcs]
+        if floatops.is_float_op(v):
+            return self.floats.emit(v, srcs, latency + 1)
         return self.int_op(v, srcs)
 
     def int_op(self, v: ir.Op, s: list[Value]) -> Value:

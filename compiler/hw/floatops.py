@@ -28,6 +28,37 @@ def _float_dtype(v: ir.Op) -> DType:
     return v.dtype if v.dtype.is_float else next(s.dtype for s in v.srcs if s.dtype.is_float)
 
 
+def is_float_op(v: ir.Op) -> bool:
+    return v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)
+
+
+def unit_of(v: ir.Op):
+    """The float unit class that computes `v` (None: wiring, no unit)."""
+    op = v.op
+    if op in (K.ADD, K.SUB):
+        return fp.FAdd
+    if op is K.MUL:
+        return fp.FMul
+    if op is K.MAX:
+        return fp.FMax
+    if op in (K.CMPLT, K.CMPNE, K.CMPEQ):
+        return fp.FCompare
+    if op is K.CAST:
+        src, dst = v.srcs[0].dtype, v.dtype
+        if src.is_float and dst.is_float:
+            return None if src == dst else fp.FloatToFloat
+        if dst.is_float:
+            return fp.IntToFloat
+        return None if dst.is_bool else fp.FloatToInt
+    return None
+
+
+def max_stages(v: ir.Op) -> int:
+    """Pipeline stages the unit of float op `v` can be cut into (1: not pipelined)."""
+    unit = unit_of(v)
+    return 1 if unit is None else len(unit.CUTS) + 1
+
+
 def check(kernel: str, v: ir.Op, config: HardwareConfig) -> None:
     if v.op in WIRING or v.op in UNITS:
         return
@@ -35,7 +66,8 @@ def check(kernel: str, v: ir.Op, config: HardwareConfig) -> None:
 
 
 class FloatOps:
-    """Instantiates one float unit per operation, as submodules of the datapath module."""
+    """Instantiates one float unit per operation, as submodules of the datapath module.
+    `stages` > 1 builds a pipelined unit (its result comes stages - 1 cycles after its operands)."""
 
     def __init__(self, m: Module, config: HardwareConfig, kernel: str):
         self.m, self.config, self.kernel = m, config, kernel
@@ -47,9 +79,12 @@ class FloatOps:
         self.m.d.comb += [getattr(component, port).eq(val) for port, val in inputs.items()]
         return component
 
-    def emit(self, v: ir.Op, s: list[Value]) -> Value:
+    def emit(self, v: ir.Op, s: list[Value], stages: int = 1) -> Value:
         op, d = v.op, v.dtype
         rnd, sub = self.config.fp_rounding, self.config.fp_subnormals
+        if stages > 1 and stages > max_stages(v):
+            raise ValueError(f"{self.kernel}: {op.name} cannot be cut into {stages} stages")
+        n = {"stages": stages} if stages > 1 else {}
         if op is K.NEG:
             return s[0] ^ (1 << (d.bits - 1))
         if op is K.WHERE:
@@ -57,30 +92,30 @@ class FloatOps:
         if op is K.BITCAST:
             return s[0]
         if op in (K.ADD, K.SUB):
-            return self.unit(fp.FAdd(fmt_of(d), rnd, sub, subtract=op is K.SUB), op.value, a=s[0], b=s[1]).y
+            return self.unit(fp.FAdd(fmt_of(d), rnd, sub, subtract=op is K.SUB, **n), op.value, a=s[0], b=s[1]).y
         if op is K.MUL:
-            return self.unit(fp.FMul(fmt_of(d), rnd, sub), "mul", a=s[0], b=s[1]).y
+            return self.unit(fp.FMul(fmt_of(d), rnd, sub, **n), "mul", a=s[0], b=s[1]).y
         if op is K.MAX:
             return self.unit(fp.FMax(fmt_of(d), sub), "max", a=s[0], b=s[1]).y
         if op in (K.CMPLT, K.CMPNE, K.CMPEQ):
             c = self.unit(fp.FCompare(fmt_of(v.srcs[0].dtype), sub), "cmp", a=s[0], b=s[1])
             return c.lt if op is K.CMPLT else (c.eq if op is K.CMPEQ else ~c.eq)
         if op is K.CAST:
-            return self.cast(v.srcs[0].dtype, d, s[0])
+            return self.cast(v.srcs[0].dtype, d, s[0], n)
         raise UnsupportedError(self.kernel, op.name, _float_dtype(v).name, "no float unit for it yet")
 
-    def cast(self, src: DType, dst: DType, a: Value) -> Value:
+    def cast(self, src: DType, dst: DType, a: Value, n: dict) -> Value:
         rnd, sub = self.config.fp_rounding, self.config.fp_subnormals
         if src.is_float and dst.is_float:
             if src == dst:
                 return a
-            return self.unit(fp.FloatToFloat(fmt_of(src), fmt_of(dst), rnd, sub), "f2f", a=a).y
+            return self.unit(fp.FloatToFloat(fmt_of(src), fmt_of(dst), rnd, sub, **n), "f2f", a=a).y
         if dst.is_float:              # int or bool -> float
-            return self.unit(fp.IntToFloat(src.bits, src.signed and not src.is_bool, fmt_of(dst), rnd, sub),
+            return self.unit(fp.IntToFloat(src.bits, src.signed and not src.is_bool, fmt_of(dst), rnd, sub, **n),
                              "i2f", a=a).y
         if dst.is_bool:               # x != 0; NaN is true, as in C
             f = fmt_of(src)
             if sub == "flush":        # subnormals read as zero
                 return a[f.man_bits:f.width - 1] != 0
             return a[:f.width - 1] != 0
-        return self.unit(fp.FloatToInt(fmt_of(src), dst.bits, dst.signed, sub), "f2i", a=a).y
+        return self.unit(fp.FloatToInt(fmt_of(src), dst.bits, dst.signed, sub, **n), "f2i", a=a).y

@@ -15,6 +15,12 @@ come from the current step and counters.
 Timing: `start` is sampled while idle; steps execute in the following cycles, one per cycle;
 `done` is high for one cycle right after the last step. A kernel run therefore takes
 `Program.cycles + 1` cycles from the start cycle to the done cycle.
+
+Pipelined (fp_pipeline > 0, see pipeline.py): steps still issue one per cycle, but a step's
+stores commit C = Schedule.commit cycles after it issues, driven by the step id and counters
+delayed C cycles; accumulators are read and written in stage D = Schedule.depth. `done` rises
+C cycles later, so a run takes `Program.cycles + 1 + C` cycles. The memories take outside
+writes only once the pipeline has drained (`busy` stays high until then).
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from ..config import HardwareConfig
 from ..dtypes import DType
 from ..ranges import Interval, analyze
 from .datapath import Datapath, Env, from_bits
+from .pipeline import Schedule, schedule
 from .program import Program, Step, build_program
 
 
@@ -105,6 +112,7 @@ class KernelHW(wiring.Component):
                  external: frozenset[int] = frozenset(), written_outside: frozenset[int] = frozenset()):
         self.kernel, self.config = kernel, config
         self.program: Program = build_program(kernel)
+        self.schedule: Schedule = schedule(kernel, config)
         self.ranges: dict[int, Interval] = analyze(kernel, acc_ranges(kernel, config))
         self.names = {b.slot: (names or {}).get(b.slot, f"mem_b{b.slot}") for b in kernel.buffers}
         self.external = frozenset(external)
@@ -137,11 +145,11 @@ class KernelHW(wiring.Component):
     @property
     def cycles(self) -> int:
         """Cycles from the start cycle to the done cycle."""
-        return self.program.cycles + 1
+        return self.program.cycles + 1 + self.schedule.commit
 
     def elaborate(self, platform):
         m = Module()
-        k, prog = self.kernel, self.program
+        k, prog, sched = self.kernel, self.program, self.schedule
         sync_reads = self.config.mem_read == "sync"
         idle = len(prog.steps)
         step = Signal(range(idle + 1), init=idle)
@@ -151,6 +159,7 @@ class KernelHW(wiring.Component):
         last = Signal()
         accs = {a.index: Signal(_acc_shape(a.dtype, acc_width(a.dtype, self.config)), name=f"acc{a.index}")
                 for a in k.accs}
+        quiet = Signal()                     # idle, and no store left in the pipeline
 
         # ---- memories and their ports
         write, reads = {}, {}
@@ -170,7 +179,7 @@ class KernelHW(wiring.Component):
                              for _ in range(self.n_read_ports[b.slot])]
             m.d.comb += [getattr(self, n["rdata"]).eq(reads[b.slot][0].data),
                          wp.addr.eq(getattr(self, n["waddr"])), wp.data.eq(getattr(self, n["wdata"])),
-                         wp.en.eq(getattr(self, n["we"]) & (step == idle))]
+                         wp.en.eq(getattr(self, n["we"]) & quiet)]
 
         # ---- controller: next step and counters, an odometer over the loop tree
         m.d.comb += [nstep.eq(step)] + [nctr[i].eq(c) for i, c in ctr.items()]
@@ -184,16 +193,23 @@ class KernelHW(wiring.Component):
             for s, tr in zip(prog.steps, prog.transitions):
                 with m.Case(s.index):
                     self._transition(m, tr.advances, tr.fallthrough, ctr, nctr, nstep, last, idle)
-        m.d.sync += [step.eq(nstep), self.done.eq(last)] + [ctr[i].eq(n) for i, n in nctr.items()]
-        m.d.comb += self.busy.eq(step != idle)
+        m.d.sync += [step.eq(nstep)] + [ctr[i].eq(n) for i, n in nctr.items()]
 
-        # ---- datapath
-        dp = Datapath(k, self.ranges, self.config, accs)
+        # ---- datapath, and the step ids, counters and `last` as each pipeline stage sees them
+        dp = Datapath(k, self.ranges, self.config, accs, sched)
         m.submodules.datapath = dp.m
-        cur = lambda i: ctr[i]
-        nxt = lambda i: nctr[i]
-        addr_env = Env("next" if sync_reads else "cur", nxt if sync_reads else cur, None, None)
+        delays = _Delays(dp)
+        m.d.sync += self.done.eq(delays.of(last, sched.commit, "last"))
+        m.d.comb += quiet.eq(step == idle)
+        for d in range(1, sched.commit + 1):
+            with m.If(delays.of(step, d, "step") != idle):
+                m.d.comb += quiet.eq(0)
+        m.d.comb += self.busy.eq(~quiet)
+        counter_at = lambda i, stage: delays.of(ctr[i], stage, f"i{i}")            # noqa: E731
+        addr_env = Env("next", lambda i, stage: nctr[i], None, None) if sync_reads else \
+            Env("cur", counter_at, None, None)
         addr_step = nstep if sync_reads else step
+        addr_stage = None if sync_reads else 0
 
         # read addresses: for each port, the address of the load it serves in the (next) step
         for b in k.buffers:
@@ -208,23 +224,42 @@ class KernelHW(wiring.Component):
                     with m.Case(s.index):
                         for l in loads:
                             port = reads[b.slot][self.read_port_of[(s.index, id(l.index))]]
-                            m.d.comb += port.addr.eq(self._in_range(dp, l.index, addr_env, b.size))
+                            m.d.comb += port.addr.eq(self._in_range(dp, l.index, addr_env, b.size, addr_stage))
 
-        # stores, each in its step
-        sizes = {b.slot: b.size for b in k.buffers}
-        with m.Switch(step):
+        envs = {s.index: Env("cur", counter_at, s.index, self._load_data(s, reads, delays)) for s in prog.steps}
+        # accumulators: read and written in stage D; an interleaved one is a ring of `ways`
+        # registers from its new value back to the register read in stage D
+        rings = {a.index: a.ways for a in k.accs if a.ways > 1}
+        for s in prog.steps:
+            for st in s.stores:
+                if isinstance(st, ir.AccStore) and st.acc in rings:
+                    w = sched.acc_write[st.acc]
+                    value = dp.emit(st.value, envs[s.index], w)
+                    for j in range(rings[st.acc] + sched.depth - w - 1):
+                        value = dp.register(value, f"acc{st.acc}_ring{j}")
+                    m.d.sync += accs[st.acc].eq(value)
+        with m.Switch(delays.of(step, sched.depth, "step")):
             for s in prog.steps:
-                env = Env("cur", cur, s.index, self._load_data(s, reads))
+                with m.Case(s.index):
+                    for st in s.stores:
+                        if isinstance(st, ir.AccStore) and st.acc not in rings:
+                            m.d.sync += accs[st.acc].eq(dp.emit(st.value, envs[s.index], sched.depth))
+
+        # buffer stores, each in its step's commit stage
+        sizes = {b.slot: b.size for b in k.buffers}
+        c = sched.commit
+        with m.Switch(delays.of(step, c, "step")):
+            for s in prog.steps:
+                env = envs[s.index]
                 with m.Case(s.index):
                     for st in s.stores:
                         if isinstance(st, ir.AccStore):
-                            m.d.sync += accs[st.acc].eq(dp.emit(st.value, env))
                             continue
                         wp = write[st.buf]
-                        idx = dp.emit(st.index, env)
+                        idx = dp.emit(st.index, env, c)
                         ok = self._index_ok(dp, st.index, idx, sizes[st.buf])
-                        gate = dp.emit(st.gate, env) if st.gate is not None else Const(1, 1)
-                        m.d.comb += [wp.addr.eq(Mux(ok, idx, 0)), wp.data.eq(dp.emit(st.value, env)),
+                        gate = dp.emit(st.gate, env, c) if st.gate is not None else Const(1, 1)
+                        m.d.comb += [wp.addr.eq(Mux(ok, idx, 0)), wp.data.eq(dp.emit(st.value, env, c)),
                                      wp.en.eq(gate & ok)]
         return m
 
@@ -243,10 +278,13 @@ class KernelHW(wiring.Component):
             m.d.comb += nctr[adv.loop.id].eq(0)
             self._transition(m, rest, fallthrough, ctr, nctr, nstep, last, idle)
 
-    def _load_data(self, step: Step, reads):
+    def _load_data(self, step: Step, reads, delays: "_Delays"):
+        """The read data of a step's loads in stage Schedule.load_ready (registered when the
+        schedule says so: one register per read port, shared by every step)."""
         def data(load: ir.Load) -> Value:
             port = reads[load.buf][self.read_port_of[(step.index, id(load.index))]]
-            return from_bits(port.data, load.dtype)
+            raw = delays.of(port.data, self.schedule.load_ready, f"b{load.buf}_rdata")
+            return from_bits(raw, load.dtype)
         return data
 
     def _index_ok(self, dp: Datapath, node: ir.Value, idx: Value, size: int) -> Value:
@@ -255,9 +293,27 @@ class KernelHW(wiring.Component):
             return Const(1, 1)
         return (idx >= 0) & (idx < size)
 
-    def _in_range(self, dp: Datapath, node: ir.Value, env: Env, size: int) -> Value:
+    def _in_range(self, dp: Datapath, node: ir.Value, env: Env, size: int, stage: int | None) -> Value:
         """An address that is always inside the memory (out-of-range only happens when the
         load's gate is false, or on steps that ignore the data; CXXRTL aborts on it)."""
-        idx = dp.emit(node, env)
+        idx = dp.emit(node, env, stage)
         ok = self._index_ok(dp, node, idx, size)
         return idx if isinstance(ok, Const) else Mux(ok, idx, 0)
+
+
+class _Delays:
+    """Signals as later pipeline stages see them: delay lines of free-running registers,
+    built on demand in the datapath's module (so never inside a controller `with` block) and
+    shared by every user. A delayed signal keeps its reset value (an idle step id)."""
+
+    def __init__(self, dp: Datapath):
+        self.m = dp.m
+        self.chains: dict[int, list[Signal]] = {}
+
+    def of(self, sig: Signal, n: int, name: str) -> Signal:
+        chain = self.chains.setdefault(id(sig), [sig])
+        while len(chain) <= n:
+            reg = Signal.like(chain[-1], name=f"{name}_d{len(chain)}")
+            self.m.d.sync += reg.eq(chain[-1])
+            chain.append(reg)
+        return chain[n]
