@@ -10,6 +10,10 @@ The pipeline (compile_model) is a straight list of passes:
                 trees for the innermost reductions, memories banked by layout     (transform.py)
     fuse_loops  loop_fusion: initialisation and result stores folded into the first and last
                 iterations of the loop nest next to them                         (transform.py)
+    interleave  fp_pipeline: a fused float sum visits several output rows in turn, so its
+                pipelined adder's accumulators form a ring                       (transform.py)
+    split_deep  fp_pipeline: memories deeper than a block RAM split into parts, read through
+                a registered multiplexer tree                                    (transform.py)
     legalize    every op and dtype checked against what the hardware can build, and the
                 pipeline schedule (fp_pipeline) checked for hazards      (hw/datapath.py, hw/pipeline.py)
     build       KernelIR -> memories + datapath + controller per kernel, and a top
@@ -25,7 +29,7 @@ from .hw.datapath import check_supported
 from .hw.pipeline import schedule
 from .lower import lower
 from .simulate import SimResult
-from .transform import fuse_loops, parallelize
+from .transform import fuse_loops, interleave, parallelize, split_deep
 
 __all__ = ["HardwareConfig", "compile_model", "simulate", "Design", "SimResult", "CompileError",
            "UnsupportedError"]
@@ -41,10 +45,13 @@ def compile_model(*outputs, config: HardwareConfig | None = None) -> Design:
     sources = [lower(k) for k in graph.kernels]
     parallel = [parallelize(k, config.lanes, config.reduce_unroll) for k in sources]
     kernels = [fuse_loops(p.kernel) if config.loop_fusion else p.kernel for p in parallel]
+    kernels = [interleave(k, config.fp_pipeline) for k in kernels]
+    split = [split_deep(k, p.banking, config.fp_pipeline) for k, p in zip(kernels, parallel)]
+    kernels = [k for k, _ in split]
     for k in kernels:
         check_supported(k, config)
         schedule(k, config)                  # raises on a pipeline hazard
-    return build_design(graph, sources, kernels, config, shapes, [p.banking for p in parallel],
+    return build_design(graph, sources, kernels, config, shapes, [b for _, b in split],
                         [p.factors for p in parallel])
 
 

@@ -17,7 +17,7 @@ from . import ir
 from .dtypes import BOOL, INT32
 from .errors import CompileError
 from .hw.program import split_into_steps
-from .layout import Affine, Banking, LayoutError, Placed, affine, derive_layout, place_access
+from .layout import Affine, Banking, Dim, Layout, LayoutError, Placed, affine, derive_layout, place_access
 
 K = ir.OpKind
 
@@ -505,3 +505,217 @@ class _Unroller:
         if placed.word_offset or out is None:
             out = const(placed.word_offset) if out is None else op(K.ADD, INT32, out, const(placed.word_offset))
         return out
+
+
+# ---------------------------------------------------------------------------------------------
+# interleaving (fp_pipeline)
+
+def interleave_ways(level: int) -> int:
+    """Rows interleaved through a float sum at fp_pipeline `level`: the stages of its adder."""
+    from .fp import FAdd
+    return min(level + 1, len(FAdd.CUTS) + 1) if level > 0 else 1
+
+
+def interleave(kernel: ir.KernelIR, level: int) -> ir.KernelIR:
+    """Hide a pipelined float adder's latency behind independent output rows.
+
+    A fused reduction nest (a chain of loops whose innermost body is one step; loop_fusion
+    makes GEMV, matmul, convolution and MLP layers this shape) whose step updates a float
+    accumulator `acc = f(acc) + term` gets its innermost output loop O (bound N, with only
+    reduction loops inside it) strip-mined by L = interleave_ways(level): O' (bound ceil(N/L))
+    stays where O was and a new output loop of bound L goes innermost, under the reductions.
+    Counter O reads O' * L + l; buffer stores of rows past N are gated off. The step now
+    visits L rows in turn for every reduction index, so each accumulator it writes holds L
+    values (AccDecl.ways = L, a ring of registers): the adder may take L - 1 register levels
+    and every row is still summed in the same order as before, so results stay bit-exact.
+
+    Legal when the rows are independent (checked, else the nest is left as it is): each
+    accumulator of the step is used nowhere else and is reset at the start of every row (all
+    its reads are the `where(first, init, acc)` loop_fusion builds, `first` being the inner
+    reduction counters all at 0), and no buffer written in the nest is read by the kernel.
+    """
+    ways = interleave_ways(level)
+    if ways == 1:
+        return kernel
+    state = {"next_id": max(kernel.loops, default=-1) + 1, "accs": {}}
+    body = _interleave_body(kernel, kernel.body, ways, state)
+    if not state["accs"]:
+        return kernel
+    accs = [ir.AccDecl(a.index, a.dtype, state["accs"].get(a.index, a.ways)) for a in kernel.accs]
+    return ir.make_kernel(kernel.name, kernel.buffers, accs, body)
+
+
+def _interleave_body(kernel, stmts, ways, state) -> tuple:
+    out = []
+    for s in stmts:
+        if isinstance(s, ir.Loop):
+            nest = _interleaved_nest(kernel, s, ways, state)
+            out.append(nest if nest is not None else
+                       ir.Loop(s.id, s.axis, s.bound, _interleave_body(kernel, s.body, ways, state)))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+def _first_loops(cond: ir.Value) -> frozenset[int] | None:
+    """The loops of `cond` if it is an AND of `counter == 0` tests, else None."""
+    if isinstance(cond, ir.Op) and cond.op is K.AND:
+        a, b = (_first_loops(x) for x in cond.srcs)
+        return None if a is None or b is None else a | b
+    if isinstance(cond, ir.Op) and cond.op is K.CMPEQ and isinstance(cond.srcs[0], ir.Counter) \
+            and isinstance(cond.srcs[1], ir.Const) and cond.srcs[1].value == 0:
+        return frozenset({cond.srcs[0].loop})
+    return None
+
+
+def _interleaved_nest(kernel, loop: ir.Loop, ways: int, state) -> ir.Loop | None:
+    chain = _chain(loop)
+    body = list(chain[-1].body)
+    if any(isinstance(s, ir.Loop) for s in body) or len(split_into_steps(body)) != 1:
+        return None
+    outer = [j for j, l in enumerate(chain) if l.axis is ir.Axis.OUTPUT]
+    if not outer or outer[-1] == len(chain) - 1 or any(l.axis is not ir.Axis.REDUCE for l in chain[outer[-1] + 1:]):
+        return None
+    j = outer[-1]
+    rows, inner = chain[j], frozenset(l.id for l in chain[j + 1:])
+    written = {s.acc for s in body if isinstance(s, ir.AccStore)}
+    float_sum = any(isinstance(s, ir.AccStore) and isinstance(s.value, ir.Op) and s.value.op in (K.ADD, K.SUB)
+                    and s.value.dtype.is_float for s in body)
+    if not float_sum:
+        return None
+    # the accumulators are this step's alone ...
+    inside = {id(s) for s in body}
+    for s, _ in kernel.stores():
+        if id(s) not in inside and ((isinstance(s, ir.AccStore) and s.acc in written)
+                                    or any(_reads_acc(x, a) for x in ir.store_operands(s) for a in written)):
+            return None
+    # ... and every read of one is `where(first of the row, init, acc)`
+    values = ir.toposort([x for s in body for x in ir.store_operands(s)])
+    guards, guarded = set(), set()
+    for v in values:
+        if isinstance(v, ir.Op) and v.op is K.WHERE and isinstance(v.srcs[2], ir.AccLoad) \
+                and v.srcs[2].acc in written and _first_loops(v.srcs[0]) == inner:
+            guards.add(id(v))
+            guarded.add(id(v.srcs[2]))
+    for v in values:
+        if isinstance(v, ir.AccLoad) and v.acc in written and id(v) not in guarded:
+            return None
+        if id(v) not in guards and any(id(x) in guarded for x in ir.operands(v)):
+            return None                      # a guarded read is also used unguarded
+    if any(id(x) in guarded for s in body for x in ir.store_operands(s)):
+        return None
+    # no buffer this nest writes is read by the kernel
+    loaded = {v.buf for s, _ in kernel.stores() for v in ir.toposort(ir.store_operands(s)) if isinstance(v, ir.Load)}
+    if any(isinstance(s, ir.BufStore) and s.buf in loaded for s in body):
+        return None
+
+    lane_id = state["next_id"]
+    state["next_id"] += 1
+    row = op(K.ADD, INT32, op(K.MUL, INT32, ir.Counter(rows.id), const(ways)), ir.Counter(lane_id))
+    memo: dict[int, ir.Value] = {}
+    stores = [substitute_store(s, lambda v: row if isinstance(v, ir.Counter) and v.loop == rows.id else None, memo)
+              for s in body]
+    if rows.bound % ways:
+        valid = op(K.CMPLT, BOOL, row, const(rows.bound))
+        stores = [ir.BufStore(s.buf, s.index, s.value, valid if s.gate is None else op(K.AND, BOOL, s.gate, valid))
+                  if isinstance(s, ir.BufStore) else s for s in stores]
+    for a in written:
+        state["accs"][a] = ways
+    new_chain = chain[:j] + [ir.Loop(rows.id, rows.axis, -(-rows.bound // ways), ())] + chain[j + 1:]
+    return _rebuild_chain(new_chain, (ir.Loop(lane_id, ir.Axis.OUTPUT, ways, tuple(stores)),))
+
+
+# ---------------------------------------------------------------------------------------------
+# deep memories (fp_pipeline)
+
+def bram_depth(bits: int) -> int:
+    """Words of `bits` one ECP5 block RAM (DP16KD, 16 Kbit + parity) holds in one column:
+    16384x1, 8192x2, 4096x4, 2048x9, 1024x18 (wider words: several such columns side by
+    side, no multiplexer). iCE40 (4 Kbit) and Xilinx (18/36 Kbit) blocks are shallower or
+    deeper; splitting at this depth is still a whole number of their blocks or close to it."""
+    for width, depth in ((1, 16384), (2, 8192), (4, 4096), (9, 2048)):
+        if bits <= width:
+            return depth
+    return 1024
+
+
+def split_deep(kernel: ir.KernelIR, banking: dict[int, Banking], level: int,
+               min_level: int = 2) -> tuple[ir.KernelIR, dict[int, Banking]]:
+    """Split every plain buffer deeper than one block RAM into block-RAM-sized parts, so that
+    the pipeline can register each part's read data next to its block RAM and select among
+    the parts with a registered multiplexer tree (pipeline.py), instead of the wide
+    multiplexer Yosys builds behind a deep memory (its long routes across the die limit the
+    clock: 72 MHz for the int8 GEMV 128x784's 49 block RAMs).
+
+    Element e of a buffer split into parts of depth 2**s lives in part e >> s, word e & (2**s - 1)
+    (a banked Layout whose lane digit is the most significant one, so hosts and copies place
+    elements as for any banked buffer). A load becomes a load of the same word from every part
+    and a binary tree of `where(bit b of e >> s, upper, lower)`; a store becomes a store to
+    every part, gated by `e >> s == part`. Applied from fp_pipeline `min_level` on; buffers
+    already banked by lanes / reduce_unroll are left as they are.
+    """
+    deep = {b.slot: b for b in kernel.buffers
+            if level >= min_level and b.slot in banking and banking[b.slot].layout.is_plain
+            and b.size > bram_depth(b.dtype.bits)}
+    if not deep:
+        return kernel, banking
+    next_slot = max(b.slot for b in kernel.buffers) + 1
+    banking = dict(banking)
+    parts: dict[int, tuple[int, list[int]]] = {}        # slot -> (shift, part slots)
+    buffers = [b for b in kernel.buffers if b.slot not in deep]
+    for slot, b in sorted(deep.items()):
+        depth = bram_depth(b.dtype.bits)
+        n = -(-b.size // depth)
+        slots = list(range(next_slot, next_slot + n))
+        next_slot += n
+        parts[slot] = (depth.bit_length() - 1, slots)
+        layout = Layout(b.size, (Dim(depth, n, n), Dim(1, depth, 1)))
+        banking[slot] = Banking(slot, layout, tuple(slots), f"split into {n} parts of one block RAM's depth")
+        buffers += [ir.BufferDecl(s, b.dtype, depth, b.loaded, b.stored) for s in slots]
+
+    memo: dict[int, ir.Value] = {}
+    split: dict[tuple[int, int], tuple[ir.Value, ir.Value]] = {}
+
+    def fields(index, shift):
+        """(word, part) of an element index; shared, so equal indices share read ports."""
+        key = (id(index), shift)
+        if key not in split:
+            split[key] = (op(K.AND, INT32, index, const((1 << shift) - 1)), op(K.SHR, INT32, index, const(shift)))
+        return split[key]
+
+    def replace(v):
+        if not (isinstance(v, ir.Load) and v.buf in parts):
+            return None
+        shift, slots = parts[v.buf]
+        index = substitute(v.index, replace, memo)
+        lo, hi = fields(index, shift)
+        items = [ir.Load(s, lo, v.dtype) for s in slots]
+        bit = 0
+        while len(items) > 1:
+            sel = op(K.CMPNE, BOOL, op(K.AND, INT32, op(K.SHR, INT32, hi, const(bit)), const(1)), const(0))
+            items = [op(K.WHERE, v.dtype, sel, items[i + 1], items[i]) if i + 1 < len(items) else items[i]
+                     for i in range(0, len(items), 2)]
+            bit += 1
+        if v.gate is None:
+            return items[0]
+        return op(K.WHERE, v.dtype, substitute(v.gate, replace, memo), items[0], substitute(v.alt, replace, memo))
+
+    def rewrite(stmts) -> tuple:
+        out = []
+        for s in stmts:
+            if isinstance(s, ir.Loop):
+                out.append(ir.Loop(s.id, s.axis, s.bound, rewrite(s.body)))
+                continue
+            s = substitute_store(s, replace, memo)
+            if isinstance(s, ir.BufStore) and s.buf in parts:
+                shift, slots = parts[s.buf]
+                lo, hi = fields(s.index, shift)
+                for j, slot in enumerate(slots):
+                    mine = op(K.CMPEQ, BOOL, hi, const(j))
+                    out.append(ir.BufStore(slot, lo, s.value, mine if s.gate is None else op(K.AND, BOOL, s.gate, mine)))
+                continue
+            out.append(s)
+        return tuple(out)
+
+    body = rewrite(kernel.body)
+    return ir.make_kernel(kernel.name, sorted(buffers, key=lambda b: b.slot), kernel.accs, body), banking

@@ -212,19 +212,22 @@ class KernelHW(wiring.Component):
         addr_stage = None if sync_reads else 0
 
         # read addresses: for each port, the address of the load it serves in the (next) step
-        for b in k.buffers:
-            for p, port in enumerate(reads[b.slot]):
-                outside = p == 0 and b.slot not in self.external
-                m.d.comb += port.addr.eq(getattr(self, port_names(b.slot)["raddr"]) if outside else 0)
-            with m.Switch(addr_step):
-                for s in prog.steps:
-                    loads = [l for l in loads_of(s) if l.buf == b.slot]
-                    if not loads:
-                        continue
-                    with m.Case(s.index):
-                        for l in loads:
-                            port = reads[b.slot][self.read_port_of[(s.index, id(l.index))]]
-                            m.d.comb += port.addr.eq(self._in_range(dp, l.index, addr_env, b.size, addr_stage))
+        if sched.register_addresses:
+            self._registered_addresses(m, dp, reads, addr_env, addr_step)
+        else:
+            for b in k.buffers:
+                for p, port in enumerate(reads[b.slot]):
+                    outside = p == 0 and b.slot not in self.external
+                    m.d.comb += port.addr.eq(getattr(self, port_names(b.slot)["raddr"]) if outside else 0)
+                with m.Switch(addr_step):
+                    for s in prog.steps:
+                        loads = [l for l in loads_of(s) if l.buf == b.slot]
+                        if not loads:
+                            continue
+                        with m.Case(s.index):
+                            for l in loads:
+                                port = reads[b.slot][self.read_port_of[(s.index, id(l.index))]]
+                                m.d.comb += port.addr.eq(self._in_range(dp, l.index, addr_env, b.size, addr_stage))
 
         envs = {s.index: Env("cur", counter_at, s.index, self._load_data(s, reads, delays)) for s in prog.steps}
         # accumulators: read and written in stage D; an interleaved one is a ring of `ways`
@@ -263,6 +266,33 @@ class KernelHW(wiring.Component):
                                      wp.en.eq(gate & ok)]
         return m
 
+    def _registered_addresses(self, m, dp: Datapath, reads, addr_env: Env, addr_step) -> None:
+        """Read addresses through a register (Schedule.register_addresses): the look-ahead
+        address of the kernel's own loads is registered before it fans out to the memories
+        (its read data arrives a cycle later, in stage 1). The outside port-0 address (host
+        reads, copies, readers of a shared memory) bypasses the register, so the host bus and
+        copies keep their timing; the kernel's registered flag `own` picks between them."""
+        k, prog = self.kernel, self.program
+        for b in k.buffers:
+            for p, port in enumerate(reads[b.slot]):
+                own_addr = Signal.like(port.addr, name=f"b{b.slot}_p{p}_addr")
+                own = Signal(name=f"b{b.slot}_p{p}_own")
+                m.d.comb += [own_addr.eq(0), own.eq(0)]
+                with m.Switch(addr_step):
+                    for s in prog.steps:
+                        loads = [l for l in loads_of(s) if l.buf == b.slot
+                                 and self.read_port_of[(s.index, id(l.index))] == p]
+                        if loads:
+                            with m.Case(s.index):
+                                m.d.comb += [own_addr.eq(self._in_range(dp, loads[0].index, addr_env, b.size, None)),
+                                             own.eq(1)]
+                own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q")
+                if p == 0 and b.slot not in self.external:
+                    own = dp.register(own, f"b{b.slot}_p{p}_own_q")
+                    m.d.comb += port.addr.eq(Mux(own, own_addr, getattr(self, port_names(b.slot)["raddr"])))
+                else:
+                    m.d.comb += port.addr.eq(own_addr)
+
     def _transition(self, m, advances, fallthrough, ctr, nctr, nstep, last, idle):
         if not advances:
             if fallthrough is None:
@@ -283,7 +313,7 @@ class KernelHW(wiring.Component):
         schedule says so: one register per read port, shared by every step)."""
         def data(load: ir.Load) -> Value:
             port = reads[load.buf][self.read_port_of[(step.index, id(load.index))]]
-            raw = delays.of(port.data, self.schedule.load_ready, f"b{load.buf}_rdata")
+            raw = delays.of(port.data, self.schedule.load_ready - self.schedule.load_stage, f"b{load.buf}_rdata")
             return from_bits(raw, load.dtype)
         return data
 

@@ -11,6 +11,11 @@ values from one stage to the next:
   * integer products of two non-constant values: registered with P >= 2 (+1 stage);
   * float units: cut into min(P + 1, the unit's maximum) stages (compiler/fp: FAdd and FMul
     up to 4, conversions up to 2), each adding stages - 1;
+  * read addresses: with P >= 2 (and block RAM reads) the look-ahead address is registered
+    before it fans out to the memories, so read data arrives in stage 1 (+1 stage);
+  * memories deeper than one block RAM: from P >= 2 split into block-RAM-sized parts
+    (transform.split_deep), each part's read data registered (the rule above), and every
+    level of the binary multiplexer tree that selects the part registered (+1 per level);
   * counters and constants are available in every stage (the counters through a delay line
     shared by every value), so index and condition logic sits where it is used.
 
@@ -44,6 +49,8 @@ K = ir.OpKind
 
 LOAD_LEVEL = 1        # fp_pipeline from which read data is registered
 PRODUCT_LEVEL = 2     # fp_pipeline from which integer products are registered
+MEMORY_LEVEL = 2      # fp_pipeline from which deep memories are split (transform.split_deep)
+                      # and every level of their read multiplexer is registered
 
 
 @dataclass(frozen=True)
@@ -54,11 +61,18 @@ class Schedule:
     ready: dict[int, int | None]             # id(value) -> first stage it is available (None: any)
     latency: dict[int, int]                  # id(op) -> register levels in or after it (absent: 0)
     acc_write: dict[int, int]                # acc -> stage in which its new value is written
-    register_loads: bool                     # read-port data registered (loads ready in stage 1)
+    register_loads: bool                     # read-port data registered
+    register_addresses: bool                 # read addresses registered (raw data in stage 1)
+
+    @property
+    def load_stage(self) -> int:
+        """The stage in which read ports deliver the data of a step's loads."""
+        return 1 if self.register_addresses else 0
 
     @property
     def load_ready(self) -> int:
-        return 1 if self.register_loads else 0
+        """The stage in which loads are ready (after the read-data register)."""
+        return self.load_stage + (1 if self.register_loads else 0)
 
 
 def float_stages(v: ir.Op, level: int) -> int:
@@ -92,7 +106,9 @@ def _data_order(kernel: ir.KernelIR) -> list[ir.Value]:
     return order
 
 
-def _op_latency(v: ir.Op, level: int) -> int:
+def _op_latency(v: ir.Op, level: int, muxes: set[int]) -> int:
+    if id(v) in muxes:
+        return 1
     if floatops.is_float_op(v):
         return float_stages(v, level) - 1
     if v.op in (K.MUL, K.MULACC) and level >= PRODUCT_LEVEL and \
@@ -125,6 +141,16 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
                     feeds_acc.add(id(v))
                     stack.extend(data_operands(v))
     rings = ring_adders(kernel)
+    # read multiplexers: where(c, a, b) with c of counters only and a, b loads or such muxes
+    floating: set[int] = set()
+    muxes: set[int] = set()
+    for v in order:
+        if isinstance(v, (ir.Const, ir.Counter)) or \
+                (isinstance(v, ir.Op) and all(id(o) in floating for o in data_operands(v))):
+            floating.add(id(v))
+        if level >= MEMORY_LEVEL and isinstance(v, ir.Op) and v.op is K.WHERE and id(v.srcs[0]) in floating \
+                and all(isinstance(x, ir.Load) or id(x) in muxes for x in v.srcs[1:]):
+            muxes.add(id(v))
 
     latency: dict[int, int] = {}
     for v in order:
@@ -137,11 +163,13 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
         elif id(v) in post and id(v) in feeds_acc:
             lat = 0                            # the accumulator's one-cycle loop
         else:
-            lat = _op_latency(v, level)
+            lat = _op_latency(v, level, muxes)
         if lat:
             latency[id(v)] = lat
 
     register_loads = level >= LOAD_LEVEL
+    register_addresses = level >= MEMORY_LEVEL and config.mem_read == "sync"
+    load_ready = (1 if register_addresses else 0) + (1 if register_loads else 0)
     ready: dict[int, int | None] = {}
 
     def combine(v, base):
@@ -156,7 +184,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
         if isinstance(v, (ir.Const, ir.Counter)):
             ready[id(v)] = None
         elif isinstance(v, ir.Load):
-            ready[id(v)] = combine(v, 1 if register_loads else 0)
+            ready[id(v)] = combine(v, load_ready)
         else:
             r = combine(v, None)
             ready[id(v)] = None if r is None else r + latency.get(id(v), 0)
@@ -187,7 +215,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
             commit = max(commit, w)
         else:
             commit = max([commit] + [at(x) for x in (s.index, s.value, s.gate) if x is not None])
-    sched = Schedule(level, depth, commit, ready, latency, acc_write, register_loads)
+    sched = Schedule(level, depth, commit, ready, latency, acc_write, register_loads, register_addresses)
     check_hazards(kernel, sched)
     return sched
 
