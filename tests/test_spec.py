@@ -340,11 +340,13 @@ def test_example_configs_are_valid(path, capsys):
     assert out.startswith("ok: study ") and out.count("\n") == 1
 
 
-def test_gemv_config_is_the_issue_spec():
+def test_gemv_config_is_the_main_job():
+    """The README's main job: the 128x784 GEMV in every dtype, over the parallelism knobs."""
     s = load_spec(ROOT / "configs" / "gemv.yaml")
     assert (s.study, s.target, s.dtypes) == ("gemv", Target.ECP5, ("int8", "fp16", "bf16", "fp32"))
     assert s.models[0].builtin == "gemv" and s.models[0].params == {"M": 128, "K": 784}
-    assert s.search == SearchSpec(Sampler.NSGA2, 40, 0) and [o.metric for o in s.objectives] == ["cycles", "luts"]
+    assert [o.metric for o in s.objectives] == ["cycles", "luts"]
+    assert {"lanes", "reduce_unroll"} <= {k.name for k in s.knobs}
 
 
 # --- the CLI
