@@ -1,0 +1,350 @@
+"""fp_pipeline: pipelined float units, registered loads and products, interleaved float sums,
+split deep memories. Every point bit-exact against the references, with simulated cycles
+equal to the cycle model (pysim, and CXXRTL where marked)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tinygrad import Tensor
+
+import designs
+from compiler import CompileError, HardwareConfig, compile_model, ir, simulate
+from compiler.dtypes import BOOL, FP32, INT32
+from compiler.fp import BF16, FP16, FP32 as F32, FAdd, FloatToFloat, FloatToInt, FMul, IntToFloat
+from compiler.fp import reference as R
+from compiler.fp.harness import Bank, NativeEvaluator, build_all
+from compiler.hw.pipeline import schedule
+from compiler.transform import bram_depth, interleave_ways
+from dse import zoo
+from test_float_models import run_zoo, same_bits
+from test_fp_units import assert_same_floats, float_pairs, int_vectors
+from test_knobs import assert_exact
+
+LEVELS = [0, 1, 2, 3]
+
+
+def check(case, **knobs):
+    design = compile_model(*case.outputs, config=HardwareConfig(**knobs))
+    result = simulate(design)
+    assert_exact(result.outputs, case.reference)
+    assert result.cycles == design.cycles_formula
+    return design, result
+
+
+# ------------------------------------------------------------------ the knob
+
+@pytest.mark.parametrize("value", [-1, "2", True, 1.5, None])
+def test_fp_pipeline_is_validated(value):
+    with pytest.raises(ValueError) as err:
+        HardwareConfig(fp_pipeline=value)
+    assert str(err.value) == f"HardwareConfig.fp_pipeline: expected an integer >= 0 (pipeline register levels), got {value!r}"
+
+
+def test_fp_pipeline_is_a_knob_with_default_0():
+    assert "fp_pipeline" in HardwareConfig.knob_names()
+    assert HardwareConfig().fp_pipeline == 0
+    assert HardwareConfig.from_dict({"fp_pipeline": 5}).fp_pipeline == 5       # above 3: every unit at its maximum
+
+
+# ------------------------------------------------------------------ pipelined float units
+
+def _unit_bank(fmt, latency: int, modes) -> tuple[Bank, dict]:
+    units = {}
+    for r, s in modes:
+        units[f"add_{r}_{s}"] = (FAdd(fmt, r, s, stages=latency + 1), {"a": "a", "b": "b"})
+        units[f"sub_{r}_{s}"] = (FAdd(fmt, r, s, subtract=True, stages=latency + 1), {"a": "a", "b": "b"})
+        units[f"mul_{r}_{s}"] = (FMul(fmt, r, s, stages=latency + 1), {"a": "a", "b": "b"})
+        if latency == 1:
+            other = F32 if fmt is not F32 else FP16
+            units[f"i2f_{r}_{s}"] = (IntToFloat(32, True, fmt, r, s, stages=2), {"a": "i"})
+            units[f"f2f_{r}_{s}"] = (FloatToFloat(fmt, other, r, s, stages=2), {"a": "a"})
+            units[f"f2i_{s}"] = (FloatToInt(fmt, 16, True, s, stages=2), {"a": "a"})
+    return Bank({"a": fmt.width, "b": fmt.width, "i": 32}, units), units
+
+
+def _check_units(fmts, modes, every: int):
+    rng = np.random.default_rng(11)
+    jobs = []
+    for fmt in fmts:
+        a, b = float_pairs(fmt, rng)
+        ins = {"a": a[::every], "b": b[::every]}
+        ins["i"] = int_vectors(len(ins["a"]), rng)
+        for latency in (1, 2, 3):
+            bank, _ = _unit_bank(fmt, latency, modes)
+            jobs.append((fmt, latency, ins, NativeEvaluator(bank, latency=latency)))
+    build_all([ev for *_, ev in jobs])
+    for fmt, latency, ins, ev in jobs:
+        out = ev.run(ins)
+        for r, s in modes:
+            what = f"{fmt.name} latency {latency} {r} {s}"
+            assert_same_floats(out[f"add_{r}_{s}_y"], R.add(ins["a"], ins["b"], fmt, r, s), fmt, f"add {what}",
+                               ins["a"], ins["b"])
+            assert_same_floats(out[f"sub_{r}_{s}_y"], R.add(ins["a"], ins["b"], fmt, r, s, subtract=True), fmt,
+                               f"sub {what}", ins["a"], ins["b"])
+            assert_same_floats(out[f"mul_{r}_{s}_y"], R.mul(ins["a"], ins["b"], fmt, r, s), fmt, f"mul {what}",
+                               ins["a"], ins["b"])
+            if latency == 1:
+                other = F32 if fmt is not F32 else FP16
+                ints = R.wrap_int(ins["i"], 32, True)
+                assert_same_floats(out[f"i2f_{r}_{s}_y"], R.int_to_float(ints, fmt, r, s), fmt, f"i2f {what}", ints)
+                assert_same_floats(out[f"f2f_{r}_{s}_y"], R.float_to_float(ins["a"], fmt, other, r, s), other,
+                                   f"f2f {what}", ins["a"])
+                want = R.float_to_int(ins["a"], fmt, 16, True, s) & 0xFFFF
+                assert (out[f"f2i_{s}_y"].astype(np.int64) == want).all(), f"f2i {what}"
+
+
+def test_pipelined_float_units_are_bit_exact():
+    """FAdd and FMul at 2, 3 and 4 stages, conversions at 2, fed one vector per cycle,
+    against the numpy reference (a quarter of test_fp_units' vectors, two modes)."""
+    _check_units([F32, FP16], [("rne", "keep"), ("rtz", "flush")], every=4)
+
+
+@pytest.mark.slow
+def test_pipelined_float_units_are_bit_exact_in_every_format_and_mode():
+    _check_units([F32, FP16, BF16], [(r, s) for r in ("rne", "rtz") for s in ("keep", "flush")], every=1)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: FAdd(F32, stages=5), "stages: expected an int from 1 to 4, got 5"),
+    (lambda: FMul(F32, stages=0), "stages: expected an int from 1 to 4, got 0"),
+    (lambda: FloatToFloat(F32, FP16, stages=3), "stages: expected an int from 1 to 2, got 3"),
+])
+def test_unit_stages_are_validated(make, message):
+    with pytest.raises(ValueError) as err:
+        make()
+    assert str(err.value) == message
+
+
+# ------------------------------------------------------------------ integer designs
+
+GRID_DESIGNS = ["gemv_int8_16x8", "mlp_int8_small", "add_relu", "matmul_int32", "conv2d_padded",
+                "residual_mlp", "fan_out", "sibling_loops", "divmod_signed", "bitwise_uint8", "mixed_int16"]
+QUICK = [(1, 1), (3, 5), (4, 4)]
+
+
+@pytest.mark.parametrize("lanes, reduce_unroll", QUICK)
+@pytest.mark.parametrize("level", LEVELS[1:])
+@pytest.mark.parametrize("name", GRID_DESIGNS)
+def test_integer_designs_bit_exact_and_cycle_model_exact(name, level, lanes, reduce_unroll):
+    check(designs.SMALL[name](), fp_pipeline=level, lanes=lanes, reduce_unroll=reduce_unroll)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("knobs", [dict(mem_read="comb"), dict(loop_fusion=False), dict(share_buffers=True),
+                                   dict(lanes=2, reduce_unroll=3, share_buffers=True), dict(acc_width=25)])
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("name", GRID_DESIGNS)
+def test_integer_designs_in_other_modes(name, level, knobs):
+    check(designs.SMALL[name](), fp_pipeline=level, **knobs)
+
+
+def test_gemv_cycles_add_the_pipeline_depth_once_per_run():
+    M, K = 16, 8
+    for level, commit in ((0, 0), (1, 1), (2, 3), (3, 3)):      # 2: + the registered address and product
+        design, _ = check(designs.gemv_int8(M, K), fp_pipeline=level)
+        (sched,) = design.schedules
+        assert sched.commit == commit
+        assert design.cycles_formula == M * K + 1 + commit
+        assert design.cycle_model().kernels == (("k0_r_16_8", M * K + 1 + commit),)
+    # two kernels: each run drains its own pipeline
+    design, _ = check(designs.mlp_int8(IN=32, HIDDEN=16, OUT=4, SHIFT=6), fp_pipeline=1)
+    assert [c for _, c in design.cycle_model().kernels] == [16 * 32 + 2, 4 * 16 + 2]
+
+
+def test_level_0_builds_the_single_cycle_design():
+    design = compile_model(*designs.gemv_int8(16, 8).outputs, config=HardwareConfig(fp_pipeline=0))
+    (sched,) = design.schedules
+    assert (sched.depth, sched.commit, sched.latency, sched.register_loads) == (0, 0, {}, False)
+    assert [a.ways for a in design.kernels[0].accs] == [1]
+
+
+# ------------------------------------------------------------------ deep memories
+
+def test_a_deep_memory_is_split_into_block_ram_parts_read_through_a_registered_tree():
+    case = designs.gemv_int8(9, 700)                   # W: 6300 int8 words, 2048 per block RAM
+    for level in (1, 2):
+        design, result = check(case, fp_pipeline=level)
+        w = design.banking[0][1]
+        if level == 1:
+            assert w.layout.is_plain
+            continue
+        assert bram_depth(8) == 2048 and len(w.banks) == 4 and w.layout.words == 2048
+        names = [ref.name for ref in design.memories_of((0, 1))]
+        assert names == [f"mem_b1_l{i}" for i in range(4)]
+        # read data registered (stage 2 after the registered address), two mux levels, the product
+        (sched,) = design.schedules
+        assert sched.register_addresses and sched.load_ready == 2 and sched.depth == 5
+        cxx = simulate(design, backend="cxxrtl")
+        assert cxx.cycles == result.cycles
+        assert_exact(cxx.outputs, case.reference)
+
+
+def test_split_memories_between_kernels_and_on_the_host_bus():
+    """A split input (W1), a copy of h between the kernels, and the host bus writing every part."""
+    case = designs.mlp_int8(IN=300, HIDDEN=16, OUT=4, SHIFT=6)
+    design, _ = check(case, fp_pipeline=2)
+    assert len(design.banking[0][1].banks) == 3
+    from amaranth.sim import Simulator
+    from compiler.simulate import input_words
+    top = design.top
+    sel = {(p.kernel, p.slot): i for i, p in enumerate(design.host_ports)}
+    out_buf = design.graph.outputs[0]
+    got = {}
+
+    async def bench(ctx):
+        for buf, words in input_words(design, None).items():
+            for ref, bank in design.memory_words(buf, words):
+                ctx.set(top.host_sel, sel[ref.kernel, ref.slot])
+                for a, v in enumerate(bank.tolist()):
+                    ctx.set(top.host_addr, a)
+                    ctx.set(top.host_wdata, v)
+                    ctx.set(top.host_we, 1)
+                    await ctx.tick()
+        ctx.set(top.host_we, 0)
+        ctx.set(top.start, 1)
+        await ctx.tick()
+        ctx.set(top.start, 0)
+        await ctx.tick().until(top.done)
+        await ctx.tick()
+        banks = []
+        for ref in design.home_memories(out_buf):
+            ctx.set(top.host_sel, sel[ref.kernel, ref.slot])
+            words = []
+            for a in range(ref.depth):
+                ctx.set(top.host_addr, a)
+                await ctx.tick()
+                words.append(ctx.get(top.host_rdata))
+            banks.append(words)
+        got["y"] = design.buffer_words(out_buf, banks)
+
+    sim = Simulator(top)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    np.testing.assert_array_equal(got["y"].astype(np.uint32).view(np.int32), case.reference[0])
+
+
+# ------------------------------------------------------------------ float designs
+
+FLOAT_MODELS = {"gemv": {"M": 6, "K": 20}, "mlp": {"IN": 16, "HIDDEN": 8, "OUT": 4}, "elementwise": {"N": 12},
+                "matmul": {"M": 3, "K": 5, "N": 4}, "conv2d": {"C_IN": 1, "C_OUT": 2, "H": 4, "W": 4, "K": 3, "PAD": 1}}
+
+
+@pytest.mark.parametrize("level", LEVELS[1:])
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("model", sorted(FLOAT_MODELS))
+def test_float_models_bit_exact_and_cycle_model_exact(model, dtype, level):
+    design, result, arrays = run_zoo(model, dtype, FLOAT_MODELS[model], HardwareConfig(fp_pipeline=level))
+    assert same_bits(result.outputs[0], zoo.reference(model, dtype, FLOAT_MODELS[model], arrays))
+    assert result.cycles == design.cycles_formula
+
+
+@pytest.mark.parametrize("lanes", [2, 3])
+@pytest.mark.parametrize("level", [1, 3])
+def test_float_lanes_and_interleaving_together(level, lanes):
+    params = {"M": 7, "K": 9}
+    design, result, arrays = run_zoo("gemv", "fp32", params, HardwareConfig(fp_pipeline=level, lanes=lanes))
+    assert same_bits(result.outputs[0], zoo.reference("gemv", "fp32", params, arrays))
+    assert result.cycles == design.cycles_formula
+    assert [a.ways for a in design.kernels[0].accs] == [interleave_ways(level)] * lanes
+
+
+def _fp32_gemv(M, K, seed=0):
+    rng = np.random.default_rng(seed)
+    W, x = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal(K).astype(np.float32)
+    return Tensor(W) @ Tensor(x), W, x
+
+
+@pytest.mark.parametrize("level, ways", [(1, 2), (2, 3), (3, 4), (7, 4)])
+def test_a_float_sum_interleaves_rows_and_keeps_the_reference_order(level, ways):
+    M, K = 6, 20
+    y, W, x = _fp32_gemv(M, K)
+    design = compile_model(y, config=HardwareConfig(fp_pipeline=level))
+    k = design.kernels[0]
+    assert [a.ways for a in k.accs] == [ways]
+    outer, red = k.body[0], k.body[0].body[0]
+    inner = red.body[0]
+    assert (outer.bound, red.bound, inner.bound) == (-(-M // ways), K, ways)
+    assert (outer.axis, red.axis, inner.axis) == (ir.Axis.OUTPUT, ir.Axis.REDUCE, ir.Axis.OUTPUT)
+    result = simulate(design)
+    acc = np.zeros(M, np.float32)
+    for kk in range(K):                                   # the sequential sum of every row
+        acc = acc + W[:, kk] * x[kk]
+    np.testing.assert_array_equal(result.outputs[0].view(np.uint32), acc.view(np.uint32))
+    sched = design.schedules[0]
+    assert design.cycles_formula == result.cycles == -(-M // ways) * ways * K + 1 + sched.commit
+
+
+def test_float_sums_that_cannot_interleave_keep_a_single_cycle_adder():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(40).astype(np.float32)
+    y, W, x = _fp32_gemv(5, 12)
+    for out, knobs in (((Tensor(a).sum(),), {}),                              # no output loop around it
+                       ((y,), {"loop_fusion": False})):                       # not a fused nest
+        design = compile_model(*out, config=HardwareConfig(fp_pipeline=3, **knobs))
+        assert all(acc.ways == 1 for k in design.kernels for acc in k.accs)
+        seed = simulate(compile_model(*out))
+        result = simulate(design)
+        assert result.cycles == design.cycles_formula
+        np.testing.assert_array_equal(result.outputs[0].view(np.uint32), seed.outputs[0].view(np.uint32))
+
+
+def test_deep_float_memory_and_interleaving_agree_in_pysim_and_cxxrtl():
+    params = {"M": 7, "K": 300}                          # W: 2100 fp32 words, 1024 per part
+    for level in (2, 3):
+        design, result, arrays = run_zoo("gemv", "fp32", params, HardwareConfig(fp_pipeline=level))
+        assert len(design.banking[0][1].banks) == 3
+        cxx = simulate(design, backend="cxxrtl")
+        assert cxx.cycles == result.cycles == design.cycles_formula
+        want = zoo.reference("gemv", "fp32", params, arrays)
+        assert same_bits(result.outputs[0], want) and same_bits(cxx.outputs[0], want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", LEVELS[1:])
+@pytest.mark.parametrize("dtype", ["int8", "fp32"])
+def test_gemv_128x784_bit_exact_in_cxxrtl(dtype, level):
+    params = {"M": 128, "K": 784}
+    built = zoo.check_built(zoo.ZOO["gemv"].build(dtype, **params))
+    arrays = zoo.make_inputs(built, 0)
+    design = compile_model(built.forward(*[Tensor(arrays[n]) for n in built.inputs]),
+                           config=HardwareConfig(fp_pipeline=level))
+    result = simulate(design, backend="cxxrtl")
+    assert result.cycles == design.cycles_formula
+    want = zoo.reference("gemv", dtype, params, arrays)
+    if dtype == "fp32":
+        assert same_bits(result.outputs[0], want)
+    else:
+        np.testing.assert_array_equal(result.outputs[0], want)
+
+
+# ------------------------------------------------------------------ hazards
+
+def _read_modify_write_kernel():
+    """y[i] = x[i] + y[i - 1] for i >= 1: reads the buffer it writes (a prefix sum)."""
+    i = ir.Counter(0)
+    prev = ir.Op(ir.OpKind.SUB, INT32, (i, ir.Const(1, INT32)))
+    first = ir.Op(ir.OpKind.CMPLT, BOOL, (ir.Const(0, INT32), i))
+    value = ir.Op(ir.OpKind.ADD, INT32, (ir.Load(1, i, INT32), ir.Load(0, prev, INT32, first, ir.Const(0, INT32))))
+    return ir.make_kernel("k_scan", [ir.BufferDecl(0, INT32, 8, True, True), ir.BufferDecl(1, INT32, 8, True, False)],
+                          [], (ir.Loop(0, ir.Axis.OUTPUT, 8, (ir.BufStore(0, i, value),)),))
+
+
+def test_a_kernel_that_reads_what_it_writes_is_refused_when_pipelined():
+    k = _read_modify_write_kernel()
+    assert schedule(k, HardwareConfig()).commit == 0                 # fine without pipelining
+    with pytest.raises(CompileError) as err:
+        schedule(k, HardwareConfig(fp_pipeline=1))
+    assert str(err.value) == (
+        "fp_pipeline=1 is illegal for kernel 'k_scan': it reads buffer 0, which it also writes, and its stores "
+        "commit 1 cycles after their step issues, so a later step could read a location before an earlier store "
+        "reaches it; use fp_pipeline=0 for this model")
+
+
+def test_schedule_keeps_the_accumulator_loop_in_one_cycle():
+    y, _, _ = _fp32_gemv(4, 6)
+    design = compile_model(y, config=HardwareConfig(fp_pipeline=2, loop_fusion=False))
+    k, sched = design.kernels[0], design.schedules[0]
+    (update,) = [s for s, _ in k.stores() if isinstance(s, ir.AccStore) and isinstance(s.value, ir.Op)]
+    assert update.value.dtype == FP32 and id(update.value) not in sched.latency          # a one-cycle adder
+    assert sched.acc_write == {0: sched.depth}
