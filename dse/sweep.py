@@ -45,8 +45,9 @@ Budget and resume. `search.trials` (or --trials) counts the trials already evalu
 study (COMPLETE and FAIL); running the same command again runs only what is missing: nothing,
 if the study is complete. Trials cut short by Ctrl-C are FAIL with user attribute
 `interrupted` and do not count: their points are run again on resume (grid: re-queued). The
-study also records the spec's search space; resuming with a different one (models, dtypes,
-knobs, objectives, constraints, target) is refused with a message, or starts over with --fresh.
+study also records the spec's search space; resuming with a different one (models with their
+parameters and input ranges, dtypes, knobs, objectives, constraints, target, data seed) is
+refused with a message, or starts over with --fresh.
 
 Storage. Default: a journal file, results/<study>/study.journal (Optuna's JournalStorage with
 JournalFileBackend: an append-only log under a file lock, so several processes write to it
@@ -156,10 +157,12 @@ def point_params(point: DesignPoint) -> dict[str, Any]:
     return {"model": point.model, "dtype": point.dtype, **dict(point.knobs)}
 
 
-def space_fingerprint(spec: Spec) -> dict[str, Any]:
+def space_fingerprint(spec: Spec, data_seed: int = 0) -> dict[str, Any]:
     """What a study's trials mean: resuming under a different one is refused."""
     return {
-        "models": [[m.name, m.describe(), str(m.source or "")] for m in spec.models],
+        "models": [[m.name, m.describe(), str(m.source or ""),
+                    {dt: [r.min, r.max] for dt, r in m.input_ranges.items()}] for m in spec.models],
+        "data_seed": data_seed,
         "dtypes": list(spec.dtypes),
         "knobs": {k.name: list(k.values) for k in spec.knobs},
         "objectives": [[o.metric, str(o.direction)] for o in spec.objectives],
@@ -212,6 +215,9 @@ def open_storage(location: str):
     optuna = _optuna()
     if "://" in location:
         try:
+            from dse.worker import rdb_storage, uses_heartbeat
+            if uses_heartbeat(location):        # a shared database: heartbeats, stale trials retried
+                return rdb_storage(location)
             return optuna.storages.get_storage(location)
         except Exception as exc:           # noqa: BLE001 - any driver error: bad input
             raise SweepError(f"--storage {location}: cannot open: {type(exc).__name__}: {exc}") from None
@@ -274,7 +280,7 @@ def prepare_study(spec: Spec, options: SweepOptions, location: str):
             optuna.delete_study(study_name=spec.study, storage=storage)
     study = optuna.create_study(study_name=spec.study, storage=storage, directions=directions,
                                 load_if_exists=True, sampler=optuna.samplers.RandomSampler(seed=0))
-    space = json.loads(json.dumps(space_fingerprint(spec)))
+    space = json.loads(json.dumps(space_fingerprint(spec, options.data_seed)))
     known = study.user_attrs.get(SPACE_ATTR)
     if known is None:
         study.set_user_attr(SPACE_ATTR, space)
@@ -285,13 +291,18 @@ def prepare_study(spec: Spec, options: SweepOptions, location: str):
     if [str(d.name).lower() for d in study.directions] != directions:
         raise SweepError(f"study {spec.study!r} in {location} optimises other directions; use --fresh")
 
+    from dse.worker import fail_stale_trials, heartbeat_enabled
     trials = study.get_trials(deepcopy=False)
+    if heartbeat_enabled(storage):          # shared by workers: fail only trials whose heartbeat stopped
+        fail_stale_trials(study)
+        trials = []
     for t in trials:                        # left RUNNING by a sweep that was killed
         if t.state is TrialState.RUNNING:
             with contextlib.suppress(Exception):
                 study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
     trials = study.get_trials(deepcopy=False)
     evaluated = [t for t in trials if _is_evaluated(t)]
+    running = [t for t in trials if t.state is TrialState.RUNNING]     # live, in other workers
 
     if spec.search.sampler is Sampler.GRID:
         budget = min(options.trials or spec.search.trials, spec.space_size)
@@ -303,10 +314,11 @@ def prepare_study(spec: Spec, options: SweepOptions, location: str):
             if k not in have and k not in queued:
                 study.enqueue_trial(point_params(p), user_attrs={"point": point_params(p)})
                 queued.add(k)
-        to_run = sum(1 for p in wanted if _point_key(point_params(p), spec) not in have)
+        busy = {_point_key(t.params, spec) for t in running}
+        to_run = sum(1 for p in wanted if _point_key(point_params(p), spec) not in have | busy)
     else:
         budget = options.trials or spec.search.trials
-        to_run = max(0, budget - len(evaluated))
+        to_run = max(0, budget - len(evaluated) - len(running))
     return study, budget, len(evaluated), to_run
 
 
@@ -366,10 +378,18 @@ def _workdir(spec: Spec, options: SweepOptions, point: DesignPoint, number: int)
 def run_trial(study, spec: Spec, options: SweepOptions, ctx, cache, stop: _Interrupt,
               log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Ask for one trial, evaluate its point, tell the outcome; returns a progress event."""
+    from dse.worker import heartbeat
+    trial = study.ask()
+    with heartbeat(study, trial):
+        return run_asked_trial(study, trial, spec, options, ctx, cache, stop, log)
+
+
+def run_asked_trial(study, trial, spec: Spec, options: SweepOptions, ctx, cache, stop: _Interrupt,
+                    log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Evaluate an asked trial's point and tell the outcome; returns a progress event."""
     from optuna.trial import TrialState
     from dse.cache import cached_evaluate
     from dse.evaluate import json_safe
-    trial = study.ask()
     point = suggest_point(trial, spec)
     event: dict[str, Any] = {"number": trial.number, "model": point.model, "dtype": point.dtype,
                              "knobs": dict(point.knobs), "values": None, "feasible": False,
