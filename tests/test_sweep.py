@@ -517,8 +517,11 @@ def test_sigint_to_a_parallel_sweep_stops_cleanly_and_resumes(tmp_path):
     cmd = [sys.executable, "-m", "dse.cli", "sweep", str(path), "--n-jobs", "2", "--results",
            str(tmp_path / "results"), "--progress", "lines"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    time.sleep(25)
-    proc.send_signal(signal.SIGINT)
+    first = ""
+    while not first.startswith("[1/"):          # a trial has finished: interrupt the rest
+        first = proc.stderr.readline()
+        assert first or proc.poll() is None, "the sweep ended before its first trial"
+    proc.send_signal(signal.SIGINT)             # to the parent only (as `kill -INT` does): it forwards
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "run the same command again to resume" in err and "Traceback" not in err
