@@ -167,8 +167,8 @@ class Datapath:
             out = Signal(self.shape(v), name=f"v{self.count}_{getattr(v, 'op', None) and v.op.value or 'load'}",
                          attrs=keep)
             self.count += 1
-            if latency and not self._unit(v):
-                self.m.d.sync += out.eq(expr)          # a registered product or read multiplexer
+            if stage is not None and latency and latency == self.sched.unit_stages.get(id(v), 1):
+                self.m.d.sync += out.eq(expr)          # an output register (pipeline._op_timing)
             else:
                 self.m.d.comb += out.eq(expr)
         self.memo[key] = out
@@ -185,15 +185,10 @@ class Datapath:
             return data
         return Mux(self.emit(v.gate, env, stage), data, self.emit(v.alt, env, stage))
 
-    @staticmethod
-    def _unit(v: ir.Value) -> bool:
-        """Whether `v` is computed by a float unit (which holds its own pipeline registers)."""
-        return isinstance(v, ir.Op) and floatops.is_float_op(v) and floatops.unit_of(v) is not None
-
     def op(self, v: ir.Op, env: Env, stage: int | None, latency: int) -> Value:
         srcs = [self.emit(s, env, stage) for s in v.srcs]
         if floatops.is_float_op(v):
-            return self.floats.emit(v, srcs, latency + 1 if self._unit(v) else 1)
+            return self.floats.emit(v, srcs, 1 if stage is None else self.sched.unit_stages.get(id(v), 1))
         return self.int_op(v, srcs)
 
     def int_op(self, v: ir.Op, s: list[Value]) -> Value:

@@ -10,7 +10,7 @@ values from one stage to the next:
     stage 1: this cuts the block RAM's clock-to-out (5.8 ns on an ECP5) from the arithmetic;
   * integer products of two non-constant values: registered with P >= 2 (+1 stage);
   * float units: cut into min(P + 1, the unit's maximum) stages (compiler/fp: FAdd and FMul
-    up to 4, conversions up to 2), each adding stages - 1;
+    up to 4, conversions up to 2) and their result registered: + stages;
   * read addresses: with P >= 2 (and block RAM reads) the look-ahead address is registered
     before it fans out to the memories, so read data arrives in stage 1 (+1 stage);
   * memories deeper than one block RAM: from P >= 2 split into block-RAM-sized parts
@@ -60,6 +60,8 @@ class Schedule:
     commit: int                              # C: buffer stores commit; extra cycles per kernel run
     ready: dict[int, int | None]             # id(value) -> first stage it is available (None: any)
     latency: dict[int, int]                  # id(op) -> register levels in or after it (absent: 0)
+    unit_stages: dict[int, int]              # id(float op) -> stages of its unit (absent: 1); an op
+                                             # whose latency equals its stages has an output register
     acc_write: dict[int, int]                # acc -> stage in which its new value is written
     register_loads: bool                     # read-port data registered
     register_addresses: bool                 # read addresses registered (raw data in stage 1)
@@ -106,15 +108,17 @@ def _data_order(kernel: ir.KernelIR) -> list[ir.Value]:
     return order
 
 
-def _op_latency(v: ir.Op, level: int, muxes: set[int]) -> int:
+def _op_timing(v: ir.Op, level: int, muxes: set[int]) -> tuple[int, int]:
+    """(unit stages, latency) of an op outside the accumulator loops."""
     if id(v) in muxes:
-        return 1
-    if floatops.is_float_op(v):
-        return float_stages(v, level) - 1
+        return 1, 1
+    if floatops.is_float_op(v) and floatops.unit_of(v) is not None and level > 0:
+        stages = float_stages(v, level)
+        return stages, stages                  # its internal boundaries and an output register
     if v.op in (K.MUL, K.MULACC) and level >= PRODUCT_LEVEL and \
             not any(isinstance(s, ir.Const) for s in v.srcs[:2]):
-        return 1
-    return 0
+        return 1, 1
+    return 1, 0
 
 
 def ring_adders(kernel: ir.KernelIR) -> dict[int, int]:
@@ -153,19 +157,24 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
             muxes.add(id(v))
 
     latency: dict[int, int] = {}
+    unit_stages: dict[int, int] = {}
     for v in order:
         if not isinstance(v, ir.Op):
             continue
+        stages = 1
         if id(v) in rings:
-            lat = rings[id(v)] - 1
-            if floatops.is_float_op(v) and lat + 1 > floatops.max_stages(v):
-                raise CompileError(f"{kernel.name}: {v.op.name} cannot be cut into {lat + 1} stages")
+            stages = lat = rings[id(v)]            # its last register is the accumulator's
+            lat -= 1
+            if floatops.is_float_op(v) and stages > floatops.max_stages(v):
+                raise CompileError(f"{kernel.name}: {v.op.name} cannot be cut into {stages} stages")
         elif id(v) in post and id(v) in feeds_acc:
             lat = 0                            # the accumulator's one-cycle loop
         else:
-            lat = _op_latency(v, level, muxes)
+            stages, lat = _op_timing(v, level, muxes)
         if lat:
             latency[id(v)] = lat
+        if stages > 1:
+            unit_stages[id(v)] = stages
 
     register_loads = level >= LOAD_LEVEL
     register_addresses = level >= MEMORY_LEVEL and config.mem_read == "sync"
@@ -215,7 +224,8 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
             commit = max(commit, w)
         else:
             commit = max([commit] + [at(x) for x in (s.index, s.value, s.gate) if x is not None])
-    sched = Schedule(level, depth, commit, ready, latency, acc_write, register_loads, register_addresses)
+    sched = Schedule(level, depth, commit, ready, latency, unit_stages, acc_write, register_loads,
+                     register_addresses)
     check_hazards(kernel, sched)
     return sched
 
