@@ -283,6 +283,72 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# dse worker SPEC --storage URL [--trials N] [--no-cache] [--cache-dir DIR] ...
+
+def add_worker(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", help="path of the YAML spec")
+    p.add_argument("--storage", metavar="URL", required=True,
+                   help="the Optuna storage every worker shares, e.g. postgresql://user:pw@host/db")
+    p.add_argument("--results", type=Path, default=Path("results"), metavar="DIR",
+                   help="outputs go to DIR/<study>/ when the worker finishes (default: results)")
+    p.add_argument("--trials", type=int, metavar="N", help="trial budget (default: the spec's search.trials)")
+    p.add_argument("--no-cache", action="store_true", help="evaluate every point, ignoring the evaluation cache")
+    p.add_argument("--cache-dir", type=Path, metavar="DIR",
+                   help="the evaluation cache; a directory on a shared filesystem shares it between machines "
+                        "(default: $TINYHW_CACHE/evals)")
+    p.add_argument("--sim", choices=["auto", "cxxrtl", "pysim"], default="auto",
+                   help="simulator (default auto: CXXRTL, or pysim when CXXRTL cannot run)")
+    p.add_argument("--data-seed", type=int, default=0, metavar="N", help="seed of the random input data (default 0)")
+    p.add_argument("--heartbeat", type=int, metavar="S",
+                   help="seconds between a running trial's heartbeats (default $TINYHW_HEARTBEAT_S or 10)")
+    p.add_argument("--grace", type=int, metavar="S",
+                   help="a running trial without a heartbeat for S seconds is failed and retried "
+                        "(default $TINYHW_GRACE_S or 60; at least twice --heartbeat)")
+    p.add_argument("--poll", type=float, default=2.0, metavar="S",
+                   help="seconds between looks while the last trials run elsewhere (default 2)")
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    """Exit code 0: the study is complete; 1: it is complete but has no feasible point; 2: bad
+    input; 130: interrupted (the trial being evaluated is FAIL and runs again later)."""
+    import os
+    from dse.spec import load_spec
+    from dse.sweep import SweepError, SweepOptions
+    from dse.worker import GRACE_ENV, HEARTBEAT_ENV, WorkerOptions, run_worker as work
+    spec = load_spec(args.spec)
+    for flag, value in (("--trials", args.trials), ("--heartbeat", args.heartbeat), ("--grace", args.grace)):
+        if value is not None and value < 1:
+            raise CliError(f"{flag}: expected a positive integer, got {value}")
+    if args.poll <= 0:
+        raise CliError(f"--poll: expected a positive number of seconds, got {args.poll}")
+    if args.heartbeat is not None:
+        os.environ[HEARTBEAT_ENV] = str(args.heartbeat)
+    if args.grace is not None:
+        os.environ[GRACE_ENV] = str(args.grace)
+    options = WorkerOptions(SweepOptions(results_root=args.results, storage=args.storage, trials=args.trials,
+                                         use_cache=not args.no_cache, cache_dir=args.cache_dir,
+                                         sim_backend=args.sim, data_seed=args.data_seed, progress="off"),
+                            poll_s=args.poll)
+
+    def line(ev: dict) -> None:
+        print(f"trial {ev['number']}: {ev['model']} {ev['dtype']} {ev['knobs']} {ev['status']}"
+              f"{' (cached)' if ev.get('cached') else ''} {ev['seconds']:.1f} s", file=sys.stderr, flush=True)
+
+    try:
+        r = work(spec, options, emit=line)
+    except (SweepError, ValueError) as e:
+        raise CliError(str(e)) from None
+    print(f"study {r.study!r}: {r.evaluated}/{r.budget} trials; this worker {r.ran} in {r.seconds:.1f} s "
+          f"({r.cached} from the cache, {r.failed} failed); {r.feasible} feasible, {r.pareto} Pareto-optimal points")
+    for f in r.files:
+        print(f"  {f}")
+    if r.interrupted:
+        print("interrupted: finished trials are kept; the trial cut short runs again", file=sys.stderr)
+        return 130
+    return EXIT_GATE_FAILED if r.feasible == 0 else EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
 # dse report RESULTS_DIR / dse check RESULTS_DIR [--gate FILE] [--baseline DIR] [--tolerance PCT]
 
 def add_report(p: argparse.ArgumentParser) -> None:
@@ -332,6 +398,8 @@ COMMANDS: list[Command] = [
     Command("eval", "evaluate one design point (model x dtype x knob values) and print its metrics", add_eval, run_eval),
     Command("sweep", "explore a spec's design space with Optuna (cached, resumable, parallel) and write "
                      "trials.csv, pareto.csv, pareto.md", add_sweep, run_sweep),
+    Command("worker", "join a study in a shared database (--storage postgresql://...) and evaluate its "
+                      "trials until the budget is spent; run one per machine", add_worker, run_worker),
     Command("report", "write Pareto tables, cycles-vs-LUTs plots, cycle breakdowns and an HTML page "
                       "into results/<study>/report/", add_report, run_report),
     Command("check", "gate a sweep's results on thresholds and a baseline (exit 1 on a regression) "

@@ -52,7 +52,9 @@ refused with a message, or starts over with --fresh.
 Storage. Default: a journal file, results/<study>/study.journal (Optuna's JournalStorage with
 JournalFileBackend: an append-only log under a file lock, so several processes write to it
 without SQLite's "database is locked"). --storage takes any Optuna storage URL
-(sqlite:///x.db, postgresql://...) or the path of a journal file.
+(sqlite:///x.db, postgresql://...) or the path of a journal file. On postgresql:// and mysql://
+URLs trials record heartbeats and stale ones are retried; `dse worker` (dse/worker.py) joins such a
+study from other machines.
 
 Parallel jobs: --n-jobs N starts N worker processes (spawned: evaluation is CPU bound, threads
 would not run in parallel) sharing the storage; the remaining budget is split between them so
@@ -215,6 +217,9 @@ def open_storage(location: str):
     optuna = _optuna()
     if "://" in location:
         try:
+            from dse.worker import rdb_storage, uses_heartbeat
+            if uses_heartbeat(location):        # a shared database: heartbeats, stale trials retried
+                return rdb_storage(location)
             return optuna.storages.get_storage(location)
         except Exception as exc:           # noqa: BLE001 - any driver error: bad input
             raise SweepError(f"--storage {location}: cannot open: {type(exc).__name__}: {exc}") from None
@@ -288,28 +293,35 @@ def prepare_study(spec: Spec, options: SweepOptions, location: str):
     if [str(d.name).lower() for d in study.directions] != directions:
         raise SweepError(f"study {spec.study!r} in {location} optimises other directions; use --fresh")
 
+    from dse.worker import fail_stale_trials, heartbeat_enabled
     trials = study.get_trials(deepcopy=False)
+    if heartbeat_enabled(storage):          # shared by workers: fail only trials whose heartbeat stopped
+        fail_stale_trials(study)
+        trials = []
     for t in trials:                        # left RUNNING by a sweep that was killed
         if t.state is TrialState.RUNNING:
             with contextlib.suppress(Exception):
                 study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
     trials = study.get_trials(deepcopy=False)
     evaluated = [t for t in trials if _is_evaluated(t)]
+    running = [t for t in trials if t.state is TrialState.RUNNING]     # live, in other workers
 
     if spec.search.sampler is Sampler.GRID:
         budget = min(options.trials or spec.search.trials, spec.space_size)
         wanted = grid_points(spec, budget)
         have = {_point_key(t.params, spec) for t in evaluated}
         queued = {_point_key(t.user_attrs.get("point", {}), spec) for t in trials if t.state is TrialState.WAITING}
+        busy = {_point_key(t.user_attrs.get("point") or t.params, spec) for t in running}
+        queued |= busy                      # running in another worker: not queued again
         for p in wanted:
             k = _point_key(point_params(p), spec)
             if k not in have and k not in queued:
                 study.enqueue_trial(point_params(p), user_attrs={"point": point_params(p)})
                 queued.add(k)
-        to_run = sum(1 for p in wanted if _point_key(point_params(p), spec) not in have)
+        to_run = sum(1 for p in wanted if _point_key(point_params(p), spec) not in have | busy)
     else:
         budget = options.trials or spec.search.trials
-        to_run = max(0, budget - len(evaluated))
+        to_run = max(0, budget - len(evaluated) - len(running))
     return study, budget, len(evaluated), to_run
 
 
@@ -369,10 +381,18 @@ def _workdir(spec: Spec, options: SweepOptions, point: DesignPoint, number: int)
 def run_trial(study, spec: Spec, options: SweepOptions, ctx, cache, stop: _Interrupt,
               log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Ask for one trial, evaluate its point, tell the outcome; returns a progress event."""
+    from dse.worker import heartbeat
+    trial = study.ask()
+    with heartbeat(study, trial):
+        return run_asked_trial(study, trial, spec, options, ctx, cache, stop, log)
+
+
+def run_asked_trial(study, trial, spec: Spec, options: SweepOptions, ctx, cache, stop: _Interrupt,
+                    log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Evaluate an asked trial's point and tell the outcome; returns a progress event."""
     from optuna.trial import TrialState
     from dse.cache import cached_evaluate
     from dse.evaluate import json_safe
-    trial = study.ask()
     point = suggest_point(trial, spec)
     event: dict[str, Any] = {"number": trial.number, "model": point.model, "dtype": point.dtype,
                              "knobs": dict(point.knobs), "values": None, "feasible": False,
@@ -485,7 +505,9 @@ def sweep(spec: Spec, options: SweepOptions = SweepOptions()) -> SweepResult:
     location = storage_location(spec, options)
     out = results_dir(spec, options)
     out.mkdir(parents=True, exist_ok=True)
-    study, budget, done_before, to_run = prepare_study(spec, options, location)
+    from dse.worker import study_lock
+    with study_lock(location, spec.study):      # PostgreSQL: not while a `dse worker` queues points
+        study, budget, done_before, to_run = prepare_study(spec, options, location)
     job = _Job(spec, options, location, len(study.get_trials(deepcopy=False)))
     progress = Progress(total=budget, initial=done_before, objectives=spec.objectives,
                         mode=options.progress, n_jobs=options.n_jobs, desc=spec.study)
