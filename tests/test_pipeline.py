@@ -14,6 +14,7 @@ from compiler.fp import BF16, FP16, FP32 as F32, FAdd, FloatToFloat, FloatToInt,
 from compiler.fp import reference as R
 from compiler.fp.harness import Bank, NativeEvaluator, build_all
 from compiler.hw.pipeline import schedule
+from compiler.overflow import analyze_overflow
 from compiler.transform import bram_depth, interleave_ways
 from dse import zoo
 from test_float_models import run_zoo, same_bits
@@ -135,7 +136,17 @@ def test_integer_designs_bit_exact_and_cycle_model_exact(name, level, lanes, red
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("name", GRID_DESIGNS)
 def test_integer_designs_in_other_modes(name, level, knobs):
-    check(designs.SMALL[name](), fp_pipeline=level, **knobs)
+    case = designs.SMALL[name]()
+    if "acc_width" in knobs:
+        design = compile_model(*case.outputs, config=HardwareConfig(fp_pipeline=level, **knobs))
+        data = {b.id: (int(b.data.min()), int(b.data.max())) for b in design.graph.buffers
+                if b.id in design.graph.inputs and b.data is not None}
+        if not analyze_overflow(design, data).safe:
+            # e.g. matmul_int32's full-range products: a 25-bit accumulator wraps (the proof says
+            # so); the result then differs from the reference by design, the cycles still match
+            assert simulate(design).cycles == design.cycles_formula
+            return
+    check(case, fp_pipeline=level, **knobs)
 
 
 def test_gemv_cycles_add_the_pipeline_depth_once_per_run():
