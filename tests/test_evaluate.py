@@ -124,8 +124,6 @@ def test_fp16_overflow_is_a_metric_confirmed_in_simulation(tmp_path):
 
 @pytest.mark.parametrize("knobs", [{"fp_rounding": "rtz"}, {"fp_subnormals": "flush"}])
 def test_non_ieee_float_units_are_checked_within_a_tolerance(knobs, tmp_path):
-    if not set(knobs) <= set(HardwareConfig.knob_names()):
-        pytest.skip(f"no such knobs yet: {knobs}")
     m = evaluate(ctx(), point("conv2d", "bf16", **knobs), tmp_path)
     skip_if_unsupported(m)
     assert m.status is Status.OK, m.error
@@ -138,8 +136,6 @@ def test_narrow_accumulator_is_unsafe_but_not_a_failure(width, safe, correct, tm
     """acc_width below the proof's 25 bits: overflow_safe false and, where the random data
     overflows 16 bits, outputs differ from the reference; the worst case overflows as the
     proof predicts, which confirms it. The point stays OK (overflow is a constraint)."""
-    if "acc_width" not in HardwareConfig.knob_names():
-        pytest.skip("no acc_width knob yet")
     spec = parse_spec({**small_spec(["int8"]), "models": [{"name": "g", "builtin": "gemv", "params": {"M": 8, "K": 784}}]})
     m = evaluate(EvalContext.from_spec(spec, sim_backend="pysim", synthesize=False), point("g", acc_width=width), tmp_path)
     assert m.status is Status.OK, m.error
