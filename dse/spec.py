@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, Iterable, Iterator, Mapping, TypeVar
 
 import yaml
 

@@ -69,7 +69,6 @@ atomically from the storage at the end of every run.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import multiprocessing
 import os

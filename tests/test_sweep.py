@@ -7,7 +7,6 @@ Yosys (`fake_synth`: deterministic area from the design), since what they test i
 real synthesis is covered by test_synth/test_evaluate, and by the tests marked slow here."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import stat
@@ -23,7 +22,7 @@ import yaml
 
 import dse
 from compiler.synth import AreaReport
-from compiler.tools import ToolError, run_tool
+from compiler.tools import run_tool
 from dse import cache as cache_mod
 from dse.cli import main
 from dse.evaluate import EvalContext

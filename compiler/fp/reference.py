@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .formats import BF16, FP16, FP32, FloatFormat, check_format, check_rounding, check_subnormals
+from .formats import BF16, FloatFormat, check_format, check_rounding, check_subnormals
 
 
 # ---------------------------------------------------------------- bit patterns <-> float64
