@@ -50,20 +50,37 @@ class HardwareConfig:
         False). Saves the copy pass (one cycle per element or word) and one memory per
         consumer. Only where both sides use the same banked layout and the reader needs one
         read port per bank; elsewhere the copy stays.
-    fp_pipeline: pipeline register levels in the arithmetic (default 0: every step computes
-        and stores in one cycle). See compiler/hw/pipeline.py. P >= 1 registers the memory read
-        data; P >= 2 also registers integer products (a DSP's output register); every float unit
-        is cut into min(P + 1, its maximum) stages (FAdd and FMul up to 4, conversions up to 2).
-        The controller still issues one step per cycle; a step's stores commit D cycles after
-        it issues (D: the deepest register level on the way to them), so a kernel run costs D
-        more cycles (once per run, not per step) and `done` rises D cycles later. Why: the
-        single-cycle int8 MAC closes at ~41 MHz and the fp32 MAC at ~10 MHz on an ECP5.
-        Accumulators: logic that depends on an accumulator stays in one cycle, so `acc = acc +
-        x` keeps its one-cycle loop (for float sums that loop holds a whole float adder, which
-        then limits the clock). Cost: flip-flops for the registers (about the width of every
-        value crossing a level, plus counters and step ids delayed D cycles). A kernel that
-        reads a buffer it also writes is refused (a later step could read a value not yet
-        stored): a CompileError naming the kernel.
+    fp_pipeline: pipeline register levels P in the datapath (default 0: every step computes
+        and stores in the cycle it issues). Why: the single-cycle int8 GEMV closes at ~42 MHz
+        and the fp32 one at ~10 MHz on an ECP5; see compiler/hw/pipeline.py and docs/pipeline.md.
+        The controller still issues one step per cycle. What each level adds:
+          P >= 1: read data registered; every float unit cut into min(2**P, its maximum)
+                  stages (FAdd up to 6, FMul up to 8, conversions up to 2) with a registered
+                  result; float sums interleave L = min(2**P, 6) output rows (below).
+          P >= 2: integer products registered; read addresses registered before they fan
+                  out; memories deeper than one block RAM split into block-RAM-sized parts
+                  (each part's data registered next to it) read through a multiplexer tree
+                  registered at every level.
+        Cycles: a step's stores commit C cycles after it issues (C: the deepest stage on the
+        way to them; GEMV 128x784: int8 C = 1 at P=1, 9 at P=2..3; fp32 C = 4, 14, 16 at
+        P=1, 2, 3), so each kernel run takes C more cycles (once per run, not per step:
+        `done` rises C cycles later), plus the gated rows of interleaving (fp32 P=2: L=3 does
+        not divide 128 rows, 129 are computed: +784 cycles).
+        Accumulators: logic that reads an accumulator runs in one cycle, so `acc = acc + x`
+        keeps its one-cycle loop, except float sums in a fused reduction nest (loop_fusion),
+        whose adder is pipelined too: the nest *interleaves* L output rows (the innermost
+        output loop around the reduction moves inside it; each accumulator becomes a ring of
+        L registers, one per row in flight). Each row is still summed in the reference order,
+        so results stay bit-exact; rows past the end are gated off, so ceil(N / L) * L rows
+        are computed instead of N. A float sum with no output loop around it, or unfused,
+        keeps a single-cycle adder (which then limits the clock).
+        Flip-flops: every value crossing a register level (about the width of the datapath per
+        level), counters and step ids delayed C cycles, L - 1 more registers per interleaved
+        accumulator, and for a split memory two data words per part (the part's register and
+        its tree node): the fp32 GEMV 128x784 goes from ~230 to ~7,700 FFs at P=2..3, the
+        int8 one from 180 to ~1,300.
+        A kernel that reads a buffer it also writes is refused when C > 0 (a later step could
+        read a location an earlier step has not stored yet): a CompileError naming the kernel.
     """
     mem_read: str = "sync"
     fp_rounding: str = "rne"

@@ -511,9 +511,10 @@ class _Unroller:
 # interleaving (fp_pipeline)
 
 def interleave_ways(level: int) -> int:
-    """Rows interleaved through a float sum at fp_pipeline `level`: the stages of its adder."""
+    """Rows interleaved through a float sum at fp_pipeline `level`: the stages of its adder,
+    min(2**level, 6) (pipeline.float_stages)."""
     from .fp import FAdd
-    return min(level + 1, len(FAdd.CUTS) + 1) if level > 0 else 1
+    return min(2 ** level, len(FAdd.CUTS) + 1) if level > 0 else 1
 
 
 def interleave(kernel: ir.KernelIR, level: int) -> ir.KernelIR:

@@ -49,11 +49,15 @@ def test_fp_pipeline_is_a_knob_with_default_0():
 
 # ------------------------------------------------------------------ pipelined float units
 
+ADD_STAGES, MUL_STAGES = len(FAdd.CUTS) + 1, len(FMul.CUTS) + 1
+
+
 def _unit_bank(fmt, latency: int, modes) -> tuple[Bank, dict]:
     units = {}
     for r, s in modes:
-        units[f"add_{r}_{s}"] = (FAdd(fmt, r, s, stages=latency + 1), {"a": "a", "b": "b"})
-        units[f"sub_{r}_{s}"] = (FAdd(fmt, r, s, subtract=True, stages=latency + 1), {"a": "a", "b": "b"})
+        if latency < ADD_STAGES:
+            units[f"add_{r}_{s}"] = (FAdd(fmt, r, s, stages=latency + 1), {"a": "a", "b": "b"})
+            units[f"sub_{r}_{s}"] = (FAdd(fmt, r, s, subtract=True, stages=latency + 1), {"a": "a", "b": "b"})
         units[f"mul_{r}_{s}"] = (FMul(fmt, r, s, stages=latency + 1), {"a": "a", "b": "b"})
         if latency == 1:
             other = F32 if fmt is not F32 else FP16
@@ -70,7 +74,7 @@ def _check_units(fmts, modes, every: int):
         a, b = float_pairs(fmt, rng)
         ins = {"a": a[::every], "b": b[::every]}
         ins["i"] = int_vectors(len(ins["a"]), rng)
-        for latency in (1, 2, 3):
+        for latency in range(1, MUL_STAGES):
             bank, _ = _unit_bank(fmt, latency, modes)
             jobs.append((fmt, latency, ins, NativeEvaluator(bank, latency=latency)))
     build_all([ev for *_, ev in jobs])
@@ -78,10 +82,11 @@ def _check_units(fmts, modes, every: int):
         out = ev.run(ins)
         for r, s in modes:
             what = f"{fmt.name} latency {latency} {r} {s}"
-            assert_same_floats(out[f"add_{r}_{s}_y"], R.add(ins["a"], ins["b"], fmt, r, s), fmt, f"add {what}",
-                               ins["a"], ins["b"])
-            assert_same_floats(out[f"sub_{r}_{s}_y"], R.add(ins["a"], ins["b"], fmt, r, s, subtract=True), fmt,
-                               f"sub {what}", ins["a"], ins["b"])
+            if latency < ADD_STAGES:
+                assert_same_floats(out[f"add_{r}_{s}_y"], R.add(ins["a"], ins["b"], fmt, r, s), fmt, f"add {what}",
+                                   ins["a"], ins["b"])
+                assert_same_floats(out[f"sub_{r}_{s}_y"], R.add(ins["a"], ins["b"], fmt, r, s, subtract=True), fmt,
+                                   f"sub {what}", ins["a"], ins["b"])
             assert_same_floats(out[f"mul_{r}_{s}_y"], R.mul(ins["a"], ins["b"], fmt, r, s), fmt, f"mul {what}",
                                ins["a"], ins["b"])
             if latency == 1:
@@ -95,7 +100,7 @@ def _check_units(fmts, modes, every: int):
 
 
 def test_pipelined_float_units_are_bit_exact():
-    """FAdd and FMul at 2, 3 and 4 stages, conversions at 2, fed one vector per cycle,
+    """FAdd at 2..6 stages, FMul at 2..8, conversions at 2, fed one vector per cycle,
     against the numpy reference (a quarter of test_fp_units' vectors, two modes)."""
     _check_units([F32, FP16], [("rne", "keep"), ("rtz", "flush")], every=4)
 
@@ -106,8 +111,8 @@ def test_pipelined_float_units_are_bit_exact_in_every_format_and_mode():
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda: FAdd(F32, stages=5), "stages: expected an int from 1 to 4, got 5"),
-    (lambda: FMul(F32, stages=0), "stages: expected an int from 1 to 4, got 0"),
+    (lambda: FAdd(F32, stages=7), "stages: expected an int from 1 to 6, got 7"),
+    (lambda: FMul(F32, stages=0), "stages: expected an int from 1 to 8, got 0"),
     (lambda: FloatToFloat(F32, FP16, stages=3), "stages: expected an int from 1 to 2, got 3"),
 ])
 def test_unit_stages_are_validated(make, message):
@@ -266,7 +271,7 @@ def _fp32_gemv(M, K, seed=0):
     return Tensor(W) @ Tensor(x), W, x
 
 
-@pytest.mark.parametrize("level, ways", [(1, 2), (2, 3), (3, 4), (7, 4)])
+@pytest.mark.parametrize("level, ways", [(1, 2), (2, 4), (3, 6), (7, 6)])
 def test_a_float_sum_interleaves_rows_and_keeps_the_reference_order(level, ways):
     M, K = 6, 20
     y, W, x = _fp32_gemv(M, K)

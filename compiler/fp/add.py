@@ -22,11 +22,13 @@ class FAdd(wiring.Component):
     An exact zero sum is +0 unless both operands are -0 (IEEE, for rne and rtz); inf - inf is NaN.
 
     `stages` > 1 pipelines it (see common.Pipe): register boundaries after the aligned add
-    ("sum"), after the normalising shift ("norm") and after the operand swap ("swap"), enabled
-    in that order; the result appears `latency` = stages - 1 cycles after the operands.
+    ("sum"), after the normalising shift ("norm"), after the operand swap ("swap"), between
+    the leading-zero count and the normalising shift ("lzc") and between the aligning shift
+    and the add ("align"), enabled in that order; the result appears `latency` = stages - 1
+    cycles after the operands.
     """
 
-    CUTS = ("sum", "norm", "swap")
+    CUTS = ("sum", "norm", "swap", "lzc", "align")
 
     def __init__(self, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep",
                  subtract: bool = False, stages: int = 1):
@@ -54,9 +56,11 @@ class FAdd(wiring.Component):
                     a.sign & b.sign)
 
         big_sign, big_exp, total, specials = self._add_aligned(m, pipe, a, b, specials)
-        big_sign, big_exp, total, *specials = pipe.cut("sum", big_sign, big_exp, total, *specials)
+        cap = self._shift_cap(m, big_exp, len(total))
+        big_sign, big_exp, total, cap, *specials = pipe.cut("sum", big_sign, big_exp, total, cap, *specials)
         is_zero = total == 0
-        exp, norm = self._normalise(m, big_exp, total)
+        exp, norm, (big_sign, is_zero, *specials) = self._normalise(m, pipe, big_exp, total, cap,
+                                                                    (big_sign, is_zero, *specials))
         big_sign, exp, norm, is_zero, *specials = pipe.cut("norm", big_sign, exp, norm, is_zero, *specials)
         finite = round_pack(m, fmt, rounding=self.rounding, subnormals=self.subnormals,
                             sign=big_sign, exp=exp, sig=norm, exp_range=(1, fmt.exp_max_field),
@@ -91,6 +95,8 @@ class FAdd(wiring.Component):
         big_sign, big_exp, big_sig, small_sig, distance, eff_sub, *specials = pipe.cut(
             "swap", big_sign, big_exp, big_sig, small_sig, distance, eff_sub, *specials)
         aligned, sticky = shift_right_sticky(m, Cat(Const(0, _EXTRA), small_sig), distance, "align")
+        big_sign, big_exp, big_sig, aligned, sticky, eff_sub, *specials = pipe.cut(
+            "align", big_sign, big_exp, big_sig, aligned, sticky, eff_sub, *specials)
 
         # One adder: subtraction adds the one's complement with carry-in 1. Since the big
         # operand has the larger magnitude, the difference is never negative.
@@ -100,16 +106,26 @@ class FAdd(wiring.Component):
         m.d.comb += total.eq(Cat(Const(0, _EXTRA), big_sig) + Mux(eff_sub, ~addend, addend) + eff_sub)
         return big_sign, big_exp, total, specials
 
-    def _normalise(self, m, big_exp, total):
+    @staticmethod
+    def _shift_cap(m, big_exp, width):
+        """A one-hot word with its bit `big_exp` places from the top (0 if big_exp >= width):
+        OR-ed into the sum before the leading-zero count, it caps the count at big_exp without
+        a compare behind the count. Depends on the exponent only, so it is built beside the add."""
+        cap = Signal(width, name="norm_cap")
+        for i in range(width):
+            m.d.comb += cap[width - 1 - i].eq(big_exp == i)
+        return cap
+
+    def _normalise(self, m, pipe, big_exp, total, cap, carry):
         """Shift the leading one to the top; the top bit has exponent big_exp + 1.
 
         The shift is capped at big_exp so the exponent stays >= 1: a result below the smallest
-        normal is then exactly a subnormal (such a result is always exact).
+        normal is then exactly a subnormal (such a result is always exact). Values in `carry`
+        cross the optional "lzc" boundary with it and are returned.
         """
-        lz = leading_zeros(m, total, "norm")
-        shift = Signal(len(lz), name="norm_shift")
-        m.d.comb += shift.eq(Mux(lz > big_exp, big_exp, lz))
+        shift = leading_zeros(m, total | cap, "norm")
+        big_exp, total, shift, *carry = pipe.cut("lzc", big_exp, total, shift, *carry)
         norm = shift_left(m, total, shift, "norm")
         exp = Signal(signed(self.fmt.exp_bits + 2), name="norm_exp")
         m.d.comb += exp.eq(big_exp + 1 - shift)
-        return exp, norm
+        return exp, norm, carry

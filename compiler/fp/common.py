@@ -156,9 +156,10 @@ def round_pack(m: Module, fmt: FloatFormat, *, rounding: str, subnormals: str, s
     flushed, exact or not). Example, fp16: (1 - 2**-12) * 2**-14 rounds to 2**-14 and is
     kept; (1 - 2**-11) * 2**-14 is exact at 11 bits, below 2**-14, and becomes 0.
 
-    `pipe` (optional) may put a register boundary named "round" between the denormalising
-    shift and the rounding add; `carry` are the caller's values that must cross it too. With
-    `carry` given, returns (bit pattern, carried values).
+    `pipe` (optional) may put register boundaries there: "denorm" before the denormalising
+    shift, "round" between it and the rounding add, "pack" after the add; `carry` are the
+    caller's values that must cross them too. With `carry` given, returns (bit pattern,
+    carried values).
     """
     exp_lo, exp_hi = exp_range
     denormalise = subnormals == "keep" and exp_lo < 1
@@ -173,18 +174,21 @@ def round_pack(m: Module, fmt: FloatFormat, *, rounding: str, subnormals: str, s
         sig, extra = Cat(sig[:extra - 1].any(), sig[extra - 1:]), 2
 
     sticky_in = Const(0, 1)
+    carried = list(carry)
+    amount = Const(0, 1)
     if denormalise:
         # Gradual underflow: move the value onto the subnormal grid (exponent 1).
         tiny = exp < 1
         amount_width = bits_for(max(1 - exp_lo, 0))
         amount = Signal(amount_width, name=f"{name}_denorm_amount")
         m.d.comb += amount.eq(Mux(tiny, (1 - exp)[:amount_width], 0))
-        sig, sticky_in = shift_right_sticky(m, sig, amount, f"{name}_denorm")
         exp = Mux(tiny, 1, exp)
+    if pipe is not None:                # (also without the shift: a unit's latency is its cut count)
+        sig, exp, amount, sign, *carried = pipe.cut("denorm", sig, exp, amount, sign, *carried)
+    if denormalise:
+        sig, sticky_in = shift_right_sticky(m, sig, amount, f"{name}_denorm")
     if pipe is not None:
-        sig, exp, sticky_in, sign, *carried = pipe.cut("round", sig, exp, sticky_in, sign, *carry)
-    else:
-        carried = list(carry)
+        sig, exp, sticky_in, sign, *carried = pipe.cut("round", sig, exp, sticky_in, sign, *carried)
 
     kept = sig[extra:]
     if extra >= 1:
@@ -202,15 +206,24 @@ def round_pack(m: Module, fmt: FloatFormat, *, rounding: str, subnormals: str, s
     packed = Signal(signed(packed_width), name=f"{name}_packed")
     m.d.comb += packed.eq(((exp - 1) << fmt.man_bits) + kept + increment)
 
+    if pipe is not None:
+        packed, sign, *carried = pipe.cut("pack", packed, sign, *carried)
+
     result = Signal(fmt.width - 1, name=f"{name}_mag")
     m.d.comb += result.eq(packed[:fmt.width - 1])
+    # The checks below look at the bits above the mantissa field (the exponent, any carry out
+    # of it, and the sign) instead of comparing the whole word: a few LUTs instead of a
+    # second carry chain behind the rounding adder's.
+    high = packed[fmt.man_bits:packed_width - 1]
+    negative = packed[packed_width - 1]
     if exp_hi + 1 >= fmt.exp_max_field:            # rounding may carry into the inf exponent
-        overflow = packed >= fmt.inf_bits
+        # packed >= inf_bits: not negative, and the exponent field all ones or carried past it
+        overflow = ~negative & (high[fmt.exp_bits:].any() | high[:fmt.exp_bits].all())
         saturate = fmt.inf_bits if rounding == "rne" else fmt.max_finite_bits
         with m.If(overflow):
             m.d.comb += result.eq(saturate)
     if subnormals == "flush" and may_be_tiny:
-        with m.If(packed < fmt.min_normal_bits):
+        with m.If(negative | (high == 0)):          # packed < min_normal_bits
             m.d.comb += result.eq(0)
 
     out = Signal(fmt.width, name=f"{name}_out")

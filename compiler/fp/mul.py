@@ -17,12 +17,15 @@ class FMul(wiring.Component):
     and shifts tiny results onto the subnormal grid. 0 * inf is NaN.
 
     `stages` > 1 pipelines it (see common.Pipe): register boundaries after the significand
-    product ("product"), before the multiplier ("operands") and between the denormalising
-    shift and the rounding add ("round"), enabled in that order; the result appears
+    product ("product"), before the multiplier ("operands"), between the denormalising shift
+    and the rounding add ("round"), after that add ("pack"), before the denormalising
+    shift ("denorm"), after four half-width partial products ("partial") and between the
+    leading-zero count and the shift that normalise a subnormal operand ("subnorm"), enabled
+    in that order; the result appears
     `latency` = stages - 1 cycles after the operands.
     """
 
-    CUTS = ("product", "operands", "round")
+    CUTS = ("product", "operands", "round", "pack", "denorm", "partial", "subnorm")
 
     def __init__(self, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep", stages: int = 1):
         self.fmt = check_format(fmt)
@@ -39,19 +42,31 @@ class FMul(wiring.Component):
         a = unpack(m, fmt, self.a, self.subnormals, "a")
         b = unpack(m, fmt, self.b, self.subnormals, "b")
 
-        if self.subnormals == "keep":
-            x_sig, y_sig, lz, lz_max = self._normalise_operand(m, a, b)
-        else:
-            x_sig, y_sig, lz, lz_max = a.sig, b.sig, Const(0, 1), 0
-        # exponent of the product before the one-bit normalisation, and the special cases
-        exp_sum = Signal(signed(fmt.exp_bits + 4), name="exp_sum")
-        m.d.comb += exp_sum.eq(a.exp + b.exp - fmt.bias - lz)
+        # exponent of the product before normalisations, and the special cases
+        exp_ab = Signal(signed(fmt.exp_bits + 4), name="exp_ab")
+        m.d.comb += exp_ab.eq(a.exp + b.exp - fmt.bias)
         sign = a.sign ^ b.sign
         specials = (a.is_nan | b.is_nan | (a.is_inf & b.is_zero) | (b.is_inf & a.is_zero),   # NaN
                     a.is_inf | b.is_inf, a.is_zero | b.is_zero)                             # inf, zero
+        if self.subnormals == "keep":
+            x_sig, y_sig, lz, lz_max, (exp_ab, sign, *specials) = self._normalise_operand(
+                m, pipe, a, b, (exp_ab, sign, *specials))
+        else:
+            x_sig, y_sig, exp_ab, sign, *specials = pipe.cut("subnorm", a.sig, b.sig, exp_ab, sign, *specials)
+            lz, lz_max = Const(0, 1), 0
+        exp_sum = Signal(signed(fmt.exp_bits + 4), name="exp_sum")
+        m.d.comb += exp_sum.eq(exp_ab - lz)
         x_sig, y_sig, exp_sum, sign, *specials = pipe.cut("operands", x_sig, y_sig, exp_sum, sign, *specials)
         product = Signal(2 * fmt.precision, name="product")
-        m.d.comb += product.eq(x_sig * y_sig)
+        if "partial" in pipe.enabled:
+            # four half-width products (one DSP block each), registered, then their sum
+            h = (fmt.precision + 1) // 2
+            partials = [x_sig[:h] * y_sig[:h], x_sig[:h] * y_sig[h:], x_sig[h:] * y_sig[:h], x_sig[h:] * y_sig[h:]]
+            (ll, lh, hl, hh), exp_sum, sign, *specials = (lambda *r: (r[:4], *r[4:]))(
+                *pipe.cut("partial", *partials, exp_sum, sign, *specials))
+            m.d.comb += product.eq(ll + ((lh + hl) << h) + (hh << (2 * h)))
+        else:
+            m.d.comb += product.eq(x_sig * y_sig)
         product, exp_sum, sign, *specials = pipe.cut("product", product, exp_sum, sign, *specials)
 
         # Normal significands are in [1, 2), so the product is in [1, 4): its leading one is
@@ -77,13 +92,14 @@ class FMul(wiring.Component):
             is_zero=is_zero, zero_sign=sign, name="mul"))
         return m
 
-    def _normalise_operand(self, m, a, b):
+    def _normalise_operand(self, m, pipe, a, b, carry):
         """Normalise the subnormal operand's significand (a if it is subnormal, else b).
 
         Only one normaliser is needed: if both operands are subnormal the product is far
         below the smallest subnormal whatever is normalised, and round_pack's denormalising
         shift turns it into a sticky bit. Returns (normalised significand, other
-        significand, leading-zero count, its maximum).
+        significand, leading-zero count, its maximum, `carry` after the optional "subnorm"
+        boundary between the count and the shift).
         """
         p = self.fmt.precision
         a_sub = ~a.sig[-1]
@@ -91,4 +107,5 @@ class FMul(wiring.Component):
         other = Signal(p, name="other_sig")
         m.d.comb += [pick.eq(Mux(a_sub, a.sig, b.sig)), other.eq(Mux(a_sub, b.sig, a.sig))]
         lz = leading_zeros(m, pick, "sub")
-        return shift_left(m, pick, lz, "sub"), other, lz, p
+        pick, other, lz, *carry = pipe.cut("subnorm", pick, other, lz, *carry)
+        return shift_left(m, pick, lz, "sub"), other, lz, p, carry

@@ -12,7 +12,7 @@ for the datapath, the next ones for look-ahead read addresses) and, for values t
 on a memory load, which step's read-port assignment supplies the data; and once per pipeline
 *stage* (fp_pipeline, see pipeline.py): a value is computed in the stage its schedule says it
 is ready in, and delayed by registers to later stages that use it. Values of counters and
-constants only are computed in the stage that uses them, from the counters of that stage.
+constants only are computed in stage 0 (the issuing step's counters) and delayed likewise.
 """
 from __future__ import annotations
 
@@ -126,8 +126,12 @@ class Datapath:
         if stage is None:
             return self._at(v, env, None)
         ready = self.sched.ready.get(id(v))
-        if ready is None:                       # counters and constants: computed in place
+        if isinstance(v, ir.Const) or (ready is None and stage == 0):
             return self._at(v, env, stage)
+        if ready is None:
+            # counters and constants only: computed once from the issuing step's counters and
+            # carried along, so no stage recomputes (say) an address from delayed counters
+            ready = 0
         if stage < ready:
             raise ir.IRError(f"{self.kernel.name}: a value ready in stage {ready} is needed in stage {stage}")
         key = (id(v), env.counters, env.step if id(v) in self.load_dependent else None)

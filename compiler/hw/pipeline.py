@@ -9,15 +9,15 @@ values from one stage to the next:
     (it arrives in stage 0: read addresses are issued a cycle ahead), so loads are ready in
     stage 1: this cuts the block RAM's clock-to-out (5.8 ns on an ECP5) from the arithmetic;
   * integer products of two non-constant values: registered with P >= 2 (+1 stage);
-  * float units: cut into min(P + 1, the unit's maximum) stages (compiler/fp: FAdd and FMul
-    up to 4, conversions up to 2) and their result registered: + stages;
+  * float units: cut into min(2**P, the unit's maximum) stages (compiler/fp: FAdd up to 6,
+    FMul up to 8, conversions up to 2) and their result registered: + stages;
   * read addresses: with P >= 2 (and block RAM reads) the look-ahead address is registered
     before it fans out to the memories, so read data arrives in stage 1 (+1 stage);
   * memories deeper than one block RAM: from P >= 2 split into block-RAM-sized parts
     (transform.split_deep), each part's read data registered (the rule above), and every
     level of the binary multiplexer tree that selects the part registered (+1 per level);
-  * counters and constants are available in every stage (the counters through a delay line
-    shared by every value), so index and condition logic sits where it is used.
+  * values of counters and constants only (indices, loop conditions, multiplexer selects)
+    are computed in stage 0 and carried to the stages that use them by registers.
 
 Values that depend on an accumulator (the *post* cone) start in stage D = `depth`, the latest
 stage any other value of the kernel is ready in; a plain accumulator is read in stage D and
@@ -78,8 +78,9 @@ class Schedule:
 
 
 def float_stages(v: ir.Op, level: int) -> int:
-    """Stages of the float unit computing `v` at fp_pipeline `level`."""
-    return min(level + 1, floatops.max_stages(v))
+    """Stages of the float unit computing `v` at fp_pipeline `level`: 2**level, at most as
+    many as the unit has boundaries for (FAdd 6, FMul 8, conversions 2)."""
+    return min(2 ** level, floatops.max_stages(v)) if level > 0 else 1
 
 
 def data_operands(v: ir.Value) -> tuple[ir.Value, ...]:
