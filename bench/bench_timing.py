@@ -9,6 +9,10 @@ latency_us = cycles / fmax_mhz.
 Goal (issue 9): >= 100 MHz int8 and >= 80 MHz fp32, with lower latency than the
 single-cycle designs (fp_pipeline 0).
 
+Columns: C = the stage in which stores commit (the cycles each kernel run adds), L = rows
+interleaved through a float sum (accumulator ways), parts = block-RAM parts of the deepest
+split memory (compiler/hw/pipeline.py, compiler/transform.py).
+
 Usage: python bench/bench_timing.py [--dtypes int8 fp32] [--M 128 --K 784] [--device 85k]
                                     [--pipelines 0 1 2 3] [--jobs 2] [--no-sim] [--no-cache]
                                     [--workdir DIR] [--json out.json]
@@ -53,6 +57,11 @@ def measure(dtype: str, pipeline: int | None, args, root: Path) -> dict:
     t0 = time.perf_counter()
     design = build_design(dtype, args.M, args.K, config)
     row["cycles"] = design.cycle_model().total
+    scheds = getattr(design, "schedules", ())
+    # the pipeline's drain (cycles a store trails its step), interleaved rows, split memories
+    row["commit"] = max((sc.commit for sc in scheds), default=0)
+    row["ways"] = max((a.ways for k in design.kernels for a in k.accs), default=1)
+    row["parts"] = max((len(b.banks) for kb in design.banking for b in kb.values()), default=1)
     if args.sim:
         t = time.perf_counter()
         sim = simulate(design, None, backend="cxxrtl")
@@ -103,13 +112,14 @@ def main() -> int:
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         rows = list(pool.map(lambda job: measure(*job, args, root), jobs))
 
-    head = (f"{'dtype':6} {'fp_pipeline':>11} {'cycles':>8} {'LUT':>6} {'FF':>6} {'BRAM':>4} {'DSP':>3} "
-            f"{'device':>10} {'Fmax MHz':>8} {'latency us':>10} {'synth s':>7} {'P&R s':>7}")
+    head = (f"{'dtype':6} {'fp_pipeline':>11} {'cycles':>8} {'C':>3} {'L':>2} {'parts':>5} {'LUT':>6} {'FF':>6} "
+            f"{'BRAM':>4} {'DSP':>3} {'device':>10} {'Fmax MHz':>8} {'latency us':>10} {'synth s':>7} {'P&R s':>7}")
     print(head)
     print("-" * len(head))
     for r in rows:
         pipe = "n/a" if r["fp_pipeline"] is None else str(r["fp_pipeline"])
-        print(f"{r['dtype']:6} {pipe:>11} {r['cycles']:>8} {r['luts']:>6} {r['ffs']:>6} {r['bram']:>4} "
+        print(f"{r['dtype']:6} {pipe:>11} {r['cycles']:>8} {r['commit']:>3} {r['ways']:>2} {r['parts']:>5} "
+              f"{r['luts']:>6} {r['ffs']:>6} {r['bram']:>4} "
               f"{r['dsp']:>3} {r['device']:>10} {fmt(r['fmax_mhz'], '8.1f')} {fmt(r['latency_us'], '10.1f')} "
               f"{r['synth_s']:7.1f} {r['pnr_s']:7.1f}{' (cached)' if r['cached'] else ''}")
         if not r["fits"]:

@@ -161,9 +161,40 @@ class KernelHW(wiring.Component):
                 for a in k.accs}
         quiet = Signal()                     # idle, and no store left in the pipeline
 
-        # ---- memories and their ports
+        write, reads = self._memories(m, quiet, sync_reads)
+        self._controller(m, step, nstep, ctr, nctr, last, idle)
+
+        # ---- datapath, and the step ids, counters and `last` as each pipeline stage sees them
+        dp = Datapath(k, self.ranges, self.config, accs, sched)
+        m.submodules.datapath = dp.m
+        delays = _Delays(dp)
+        m.d.sync += self.done.eq(delays.of(last, sched.commit, "last"))
+        m.d.comb += quiet.eq(step == idle)
+        for d in range(1, sched.commit + 1):
+            with m.If(delays.of(step, d, "step") != idle):
+                m.d.comb += quiet.eq(0)
+        m.d.comb += self.busy.eq(~quiet)
+        counter_at = lambda i, stage: delays.of(ctr[i], stage, f"i{i}")            # noqa: E731
+
+        if sync_reads:                       # look-ahead: the next step's addresses
+            addr_env, addr_step = Env("next", lambda i, stage: nctr[i], None, None), nstep
+        else:
+            addr_env, addr_step = Env("cur", counter_at, None, None), step
+        if sched.register_addresses:
+            self._registered_addresses(m, dp, reads, addr_env, addr_step)
+        else:
+            self._addresses(m, dp, reads, addr_env, addr_step, None if sync_reads else 0)
+
+        envs = {s.index: Env("cur", counter_at, s.index, self._load_data(s, reads, delays)) for s in prog.steps}
+        self._accumulators(m, dp, envs, accs, delays.of(step, sched.depth, "step"))
+        self._stores(m, dp, envs, write, delays.of(step, sched.commit, "step"))
+        return m
+
+    def _memories(self, m, quiet, sync_reads: bool):
+        """One memory per buffer slot (or a read port of another kernel's, `external`); the
+        outside ports write only while the kernel is quiet. Returns (write ports, read ports)."""
         write, reads = {}, {}
-        for b in k.buffers:
+        for b in self.kernel.buffers:
             n = port_names(b.slot)
             if b.slot in self.external:
                 port = _ExternalPort(b.slot, b.dtype.bits, b.size)
@@ -180,8 +211,11 @@ class KernelHW(wiring.Component):
             m.d.comb += [getattr(self, n["rdata"]).eq(reads[b.slot][0].data),
                          wp.addr.eq(getattr(self, n["waddr"])), wp.data.eq(getattr(self, n["wdata"])),
                          wp.en.eq(getattr(self, n["we"]) & quiet)]
+        return write, reads
 
-        # ---- controller: next step and counters, an odometer over the loop tree
+    def _controller(self, m, step, nstep, ctr, nctr, last, idle) -> None:
+        """Next step and counters: an odometer over the loop tree."""
+        prog = self.program
         m.d.comb += [nstep.eq(step)] + [nctr[i].eq(c) for i, c in ctr.items()]
         with m.Switch(step):
             with m.Case(idle):
@@ -195,45 +229,30 @@ class KernelHW(wiring.Component):
                     self._transition(m, tr.advances, tr.fallthrough, ctr, nctr, nstep, last, idle)
         m.d.sync += [step.eq(nstep)] + [ctr[i].eq(n) for i, n in nctr.items()]
 
-        # ---- datapath, and the step ids, counters and `last` as each pipeline stage sees them
-        dp = Datapath(k, self.ranges, self.config, accs, sched)
-        m.submodules.datapath = dp.m
-        delays = _Delays(dp)
-        m.d.sync += self.done.eq(delays.of(last, sched.commit, "last"))
-        m.d.comb += quiet.eq(step == idle)
-        for d in range(1, sched.commit + 1):
-            with m.If(delays.of(step, d, "step") != idle):
-                m.d.comb += quiet.eq(0)
-        m.d.comb += self.busy.eq(~quiet)
-        counter_at = lambda i, stage: delays.of(ctr[i], stage, f"i{i}")            # noqa: E731
-        addr_env = Env("next", lambda i, stage: nctr[i], None, None) if sync_reads else \
-            Env("cur", counter_at, None, None)
-        addr_step = nstep if sync_reads else step
-        addr_stage = None if sync_reads else 0
+    def _addresses(self, m, dp: Datapath, reads, addr_env: Env, addr_step, addr_stage) -> None:
+        """For each read port, the address of the load it serves in the (next) step; the
+        outside address on port 0 otherwise."""
+        for b in self.kernel.buffers:
+            for p, port in enumerate(reads[b.slot]):
+                outside = p == 0 and b.slot not in self.external
+                m.d.comb += port.addr.eq(getattr(self, port_names(b.slot)["raddr"]) if outside else 0)
+            with m.Switch(addr_step):
+                for s in self.program.steps:
+                    loads = [l for l in loads_of(s) if l.buf == b.slot]
+                    if not loads:
+                        continue
+                    with m.Case(s.index):
+                        for l in loads:
+                            port = reads[b.slot][self.read_port_of[(s.index, id(l.index))]]
+                            m.d.comb += port.addr.eq(self._in_range(dp, l.index, addr_env, b.size, addr_stage))
 
-        # read addresses: for each port, the address of the load it serves in the (next) step
-        if sched.register_addresses:
-            self._registered_addresses(m, dp, reads, addr_env, addr_step)
-        else:
-            for b in k.buffers:
-                for p, port in enumerate(reads[b.slot]):
-                    outside = p == 0 and b.slot not in self.external
-                    m.d.comb += port.addr.eq(getattr(self, port_names(b.slot)["raddr"]) if outside else 0)
-                with m.Switch(addr_step):
-                    for s in prog.steps:
-                        loads = [l for l in loads_of(s) if l.buf == b.slot]
-                        if not loads:
-                            continue
-                        with m.Case(s.index):
-                            for l in loads:
-                                port = reads[b.slot][self.read_port_of[(s.index, id(l.index))]]
-                                m.d.comb += port.addr.eq(self._in_range(dp, l.index, addr_env, b.size, addr_stage))
-
-        envs = {s.index: Env("cur", counter_at, s.index, self._load_data(s, reads, delays)) for s in prog.steps}
-        # accumulators: read and written in stage D; an interleaved one is a ring of `ways`
-        # registers from its new value back to the register read in stage D
-        rings = {a.index: a.ways for a in k.accs if a.ways > 1}
-        for s in prog.steps:
+    def _accumulators(self, m, dp: Datapath, envs, accs, step_d) -> None:
+        """Accumulators are read and written in stage D (`step_d`: the step id there). An
+        interleaved one (ways > 1) is a ring: its new value, computed by its one step, goes
+        through registers back to the register read in stage D, `ways` cycles in all."""
+        sched = self.schedule
+        rings = {a.index: a.ways for a in self.kernel.accs if a.ways > 1}
+        for s in self.program.steps:
             for st in s.stores:
                 if isinstance(st, ir.AccStore) and st.acc in rings:
                     w = sched.acc_write[st.acc]
@@ -241,18 +260,19 @@ class KernelHW(wiring.Component):
                     for j in range(rings[st.acc] + sched.depth - w - 1):
                         value = dp.register(value, f"acc{st.acc}_ring{j}")
                     m.d.sync += accs[st.acc].eq(value)
-        with m.Switch(delays.of(step, sched.depth, "step")):
-            for s in prog.steps:
+        with m.Switch(step_d):
+            for s in self.program.steps:
                 with m.Case(s.index):
                     for st in s.stores:
                         if isinstance(st, ir.AccStore) and st.acc not in rings:
                             m.d.sync += accs[st.acc].eq(dp.emit(st.value, envs[s.index], sched.depth))
 
-        # buffer stores, each in its step's commit stage
-        sizes = {b.slot: b.size for b in k.buffers}
-        c = sched.commit
-        with m.Switch(delays.of(step, c, "step")):
-            for s in prog.steps:
+    def _stores(self, m, dp: Datapath, envs, write, step_c) -> None:
+        """Buffer stores, each in its step's commit stage C (`step_c`: the step id there)."""
+        c = self.schedule.commit
+        sizes = {b.slot: b.size for b in self.kernel.buffers}
+        with m.Switch(step_c):
+            for s in self.program.steps:
                 env = envs[s.index]
                 with m.Case(s.index):
                     for st in s.stores:
@@ -264,7 +284,6 @@ class KernelHW(wiring.Component):
                         gate = dp.emit(st.gate, env, c) if st.gate is not None else Const(1, 1)
                         m.d.comb += [wp.addr.eq(Mux(ok, idx, 0)), wp.data.eq(dp.emit(st.value, env, c)),
                                      wp.en.eq(gate & ok)]
-        return m
 
     def _registered_addresses(self, m, dp: Datapath, reads, addr_env: Env, addr_step) -> None:
         """Read addresses through a register (Schedule.register_addresses): the look-ahead
