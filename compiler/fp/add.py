@@ -56,8 +56,11 @@ class FAdd(wiring.Component):
                     a.sign & b.sign)
 
         big_sign, big_exp, total, specials = self._add_aligned(m, pipe, a, b, specials)
-        cap = self._shift_cap(m, big_exp, len(total))
-        big_sign, big_exp, total, cap, *specials = pipe.cut("sum", big_sign, big_exp, total, cap, *specials)
+        # pipelined: the shift cap as a mask beside the add (no compare behind the count);
+        # combinational: a compare after the count, which takes fewer LUTs (810 vs 930 for fp32)
+        cap = self._shift_cap(m, big_exp, len(total)) if self.stages > 1 else None
+        if cap is not None:
+            big_sign, big_exp, total, cap, *specials = pipe.cut("sum", big_sign, big_exp, total, cap, *specials)
         is_zero = total == 0
         exp, norm, (big_sign, is_zero, *specials) = self._normalise(m, pipe, big_exp, total, cap,
                                                                     (big_sign, is_zero, *specials))
@@ -123,7 +126,12 @@ class FAdd(wiring.Component):
         normal is then exactly a subnormal (such a result is always exact). Values in `carry`
         cross the optional "lzc" boundary with it and are returned.
         """
-        shift = leading_zeros(m, total | cap, "norm")
+        if cap is None:
+            lz = leading_zeros(m, total, "norm")
+            shift = Signal(len(lz), name="norm_shift")
+            m.d.comb += shift.eq(Mux(lz > big_exp, big_exp, lz))
+        else:
+            shift = leading_zeros(m, total | cap, "norm")
         big_exp, total, shift, *carry = pipe.cut("lzc", big_exp, total, shift, *carry)
         norm = shift_left(m, total, shift, "norm")
         exp = Signal(signed(self.fmt.exp_bits + 2), name="norm_exp")
