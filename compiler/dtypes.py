@@ -40,6 +40,18 @@ class DType:
         return signed(self.bits) if self.signed else unsigned(self.bits)
 
     @property
+    def lowest(self) -> int | float:
+        """The smallest finite value (integers: `min`; floats: minus the largest finite)."""
+        return -self.highest if self.is_float else self.min
+
+    @property
+    def highest(self) -> int | float:
+        """The largest finite value (integers: `max`; floats: (2 - 2**-man_bits) * 2**emax)."""
+        if self.is_float:
+            return (2.0 - 2.0 ** -self.man_bits) * 2.0 ** ((1 << (self.exp_bits - 1)) - 1)
+        return self.max
+
+    @property
     def min(self) -> int:
         return -(1 << (self.bits - 1)) if self.signed else 0
 

@@ -427,7 +427,7 @@ class _Checker:
             n = reduction_length(design)
             self.rel = (n + 2) * 2.0 ** -out_dt.man_bits
             # round toward zero turns an overflow into the largest finite value, not inf
-            self.clamp = zoo.DTYPES[out_dt.name].max if rounding == "rtz" else None
+            self.clamp = zoo.DTYPES[out_dt.name].highest if rounding == "rtz" else None
             why = (f"fp_rounding={rounding}, fp_subnormals={subnormals}" if not ieee
                    else "no numpy golden model")
             self.rule = f"|err| <= {n + 2} * 2^-{out_dt.man_bits} * max(1, max|ref|) vs {source} ({why})"
@@ -555,7 +555,7 @@ class _Proof:
                 for name, (shape, dt) in self.built.inputs.items():
                     buf = self.buffers.get(name)
                     a = np.asarray(worst[buf]) if buf in worst else np.zeros(shape)   # unread: any data
-                    arrays[name] = a.reshape(shape).astype(zoo.DTYPES[dt].storage)
+                    arrays[name] = a.reshape(shape).astype(zoo.storage(dt))
                 equal, err = checker.compare(result.outputs[0], checker.reference(arrays))
                 confirmed = equal != bool(self.narrowed_unsafe)
                 self.run.set(overflow_confirmed=confirmed)

@@ -34,34 +34,22 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
+from compiler import dtypes as hw_dtypes
+from compiler.dtypes import DType
+
 
 # ---------------------------------------------------------------------------------------------
 # data types
 
-@dataclass(frozen=True)
-class DType:
-    """One data type a spec may name."""
-    name: str          # the spec's name: "int8", "fp16", ...
-    tinygrad: str      # attribute of tinygrad.dtypes
-    storage: str       # numpy dtype of arrays holding its values (bf16 -> float32)
-    is_float: bool
-    bits: int
-    min: float         # smallest finite value
-    max: float         # largest finite value
+# The spec's dtypes are the compiler's (compiler.dtypes: bits, float format, finite range).
+DTYPES: dict[str, DType] = {name: hw_dtypes.BY_NAME[name]
+                            for name in ("int8", "int16", "int32", "uint8", "fp16", "bf16", "fp32")}
+BF16_MAX = hw_dtypes.BF16.highest
 
 
-def _int(name: str, bits: int, signed: bool) -> DType:
-    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
-    return DType(name, name, name, False, bits, lo, hi)
-
-
-BF16_MAX = float(np.array(0x7F7F0000, np.uint32).view(np.float32))
-DTYPES: dict[str, DType] = {d.name: d for d in (
-    _int("int8", 8, True), _int("int16", 16, True), _int("int32", 32, True), _int("uint8", 8, False),
-    DType("fp16", "float16", "float16", True, 16, -65504.0, 65504.0),
-    DType("bf16", "bfloat16", "float32", True, 16, -BF16_MAX, BF16_MAX),
-    DType("fp32", "float32", "float32", True, 32, float(np.finfo(np.float32).min), float(np.finfo(np.float32).max)),
-)}
+def storage(dtype: str) -> np.dtype:
+    """The numpy dtype of arrays holding `dtype` values: bf16 values travel in float32."""
+    return np.dtype(np.float32) if dtype == "bf16" else DTYPES[dtype].numpy
 
 
 @dataclass(frozen=True)
@@ -75,7 +63,7 @@ def default_input_range(dtype: str) -> InputRange:
     """Integers: the type's full range. Floats: [-1, 1] (keeps fp16 sums of a few thousand
     products far from overflow)."""
     d = DTYPES[dtype]
-    return InputRange(-1.0, 1.0) if d.is_float else InputRange(int(d.min), int(d.max))
+    return InputRange(-1.0, 1.0) if d.is_float else InputRange(int(d.lowest), int(d.highest))
 
 
 def check_input_range(r: InputRange, dtype: str) -> None:
@@ -83,8 +71,8 @@ def check_input_range(r: InputRange, dtype: str) -> None:
     d = DTYPES[dtype]
     if not d.is_float and not (float(r.min).is_integer() and float(r.max).is_integer()):
         raise ValueError(f"{dtype} data needs integer bounds, got min={r.min!r}, max={r.max!r}")
-    if r.min < d.min or r.max > d.max:
-        raise ValueError(f"[{r.min}, {r.max}] is outside the {dtype} range [{_fmt(d.min)}, {_fmt(d.max)}]")
+    if r.min < d.lowest or r.max > d.highest:
+        raise ValueError(f"[{r.min}, {r.max}] is outside the {dtype} range [{_fmt(d.lowest)}, {_fmt(d.highest)}]")
     if r.min > r.max:
         raise ValueError(f"min ({r.min}) is greater than max ({r.max})")
 
@@ -267,7 +255,7 @@ def make_inputs(built: Built | tuple, seed: int, input_range: InputRange | None 
         if d.is_float:
             arrays[name] = _flush_subnormals(round_float(rng.uniform(r.min, r.max, shape), dt), dt)
         else:
-            arrays[name] = rng.integers(int(r.min), int(r.max), shape, dtype=np.int64, endpoint=True).astype(d.storage)
+            arrays[name] = rng.integers(int(r.min), int(r.max), shape, dtype=np.int64, endpoint=True).astype(storage(dt))
     return arrays
 
 
@@ -277,7 +265,7 @@ def bits(array: np.ndarray, dtype: str) -> np.ndarray:
     d = DTYPES[dtype]
     if dtype == "bf16":
         return (np.asarray(array, np.float32).view(np.uint32) >> 16).astype(np.uint16)
-    return np.asarray(array, d.storage).view(f"uint{d.bits}")
+    return np.asarray(array, storage(dtype)).view(f"uint{d.bits}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,8 +283,8 @@ def tinygrad_result(built: Built | tuple, arrays: Mapping[str, np.ndarray]) -> n
     tensors = []
     for name, (shape, dt) in built.inputs.items():
         a = np.asarray(arrays[name])
-        if a.shape != shape or a.dtype != np.dtype(DTYPES[dt].storage):
-            raise ValueError(f"input {name!r}: expected {DTYPES[dt].storage} {shape}, got {a.dtype} {a.shape}")
+        if a.shape != shape or a.dtype != storage(dt):
+            raise ValueError(f"input {name!r}: expected {storage(dt)} {shape}, got {a.dtype} {a.shape}")
         t = tg.Tensor(a)
         if dt == "bf16":
             t = t.cast(tg.dtypes.bfloat16)

@@ -124,15 +124,15 @@ def test_make_inputs_is_seeded_and_typed():
 def test_default_ranges(dtype):
     arrays = make_inputs(ZOO["elementwise"].build(dtype, N=20000), seed=0)
     a = arrays["a"]
-    assert a.dtype == np.dtype(zoo.DTYPES[dtype].storage)
+    assert a.dtype == zoo.storage(dtype)
     r = zoo.default_input_range(dtype)
     if zoo.DTYPES[dtype].is_float:
         assert r == InputRange(-1.0, 1.0) and a.min() >= -1 and a.max() <= 1 and np.std(a) > 0.5
         tiny = 2.0 ** -14 if dtype == "fp16" else np.finfo(np.float32).tiny
         assert not np.any((a != 0) & (np.abs(a) < tiny))                # no subnormals
-        assert np.array_equal(zoo.round_float(a, dtype), a.astype(zoo.DTYPES[dtype].storage))  # representable
+        assert np.array_equal(zoo.round_float(a, dtype), a.astype(zoo.storage(dtype)))  # representable
     else:
-        lo, hi = zoo.DTYPES[dtype].min, zoo.DTYPES[dtype].max
+        lo, hi = zoo.DTYPES[dtype].lowest, zoo.DTYPES[dtype].highest
         assert a.min() >= lo and a.max() <= hi
         if hi - lo < 2**16:
             assert (a.min(), a.max()) == (lo, hi)                         # the full range, both ends
