@@ -1,7 +1,7 @@
 """Fmax and latency of the int8 and fp32 GEMV 128x784 on an ECP5-85k (issue 9).
 
-For each dtype (and each `fp_pipeline` value 0..3 once HardwareConfig has that knob), the
-design is compiled, simulated with CXXRTL (its cycles must equal the cycle model), synthesised
+For each dtype and each `fp_pipeline` value 0..3, the design is compiled, simulated with
+CXXRTL (outputs bit-exact against the numpy golden model, cycles equal to the cycle model), synthesised
 with Yosys (`synth_ecp5`, netlist written by the same run) and placed and routed with
 nextpnr-ecp5 on the LFE5U-85F, CABGA381, speed grade 6, --freq 100, seed 1 (compiler.pnr).
 latency_us = cycles / fmax_mhz.
@@ -38,24 +38,31 @@ from compiler.pnr import place_and_route  # noqa: E402
 from compiler.synth import synthesize  # noqa: E402
 from dse import zoo  # noqa: E402
 
-HAS_FP_PIPELINE = "fp_pipeline" in HardwareConfig.knob_names()
-
-
 def build_design(dtype: str, M: int, K: int, config: HardwareConfig):
+    """The GEMV compiled for `config`, and its numpy golden output for the seeded inputs."""
     tg = zoo.import_tinygrad()
     built = zoo.gemv(dtype, M, K)
     arrays = zoo.make_inputs(built, 0)
     tensors = [tg.Tensor(np.asarray(arrays[name])).realize() for name in built.inputs]
-    return compile_model(built.forward(*tensors), config=config)
+    return compile_model(built.forward(*tensors), config=config), zoo.reference("gemv", dtype, {"M": M, "K": K}, arrays)
 
 
-def measure(dtype: str, pipeline: int | None, args, root: Path) -> dict:
-    name = f"{dtype}" + ("" if pipeline is None else f"-p{pipeline}")
+def same_bits(got: np.ndarray, want: np.ndarray) -> bool:
+    """Bit-exact (floats: equal bit patterns, any NaN equals any NaN)."""
+    g, w = np.asarray(got), np.asarray(want)
+    if g.dtype.kind != "f":
+        return bool(np.array_equal(g, w))
+    g, w = g.astype(np.float32), w.astype(np.float32)
+    return bool(np.all((np.isnan(g) & np.isnan(w)) | (g.view(np.uint32) == w.view(np.uint32))))
+
+
+def measure(dtype: str, pipeline: int, args, root: Path) -> dict:
+    name = f"{dtype}-p{pipeline}"
     workdir = root / name
-    config = HardwareConfig() if pipeline is None else HardwareConfig(fp_pipeline=pipeline)
+    config = HardwareConfig(fp_pipeline=pipeline)
     row: dict = {"dtype": dtype, "fp_pipeline": pipeline}
     t0 = time.perf_counter()
-    design = build_design(dtype, args.M, args.K, config)
+    design, want = build_design(dtype, args.M, args.K, config)
     row["cycles"] = design.cycle_model().total
     scheds = getattr(design, "schedules", ())
     # the pipeline's drain (cycles a store trails its step), interleaved rows, split memories
@@ -68,6 +75,9 @@ def measure(dtype: str, pipeline: int | None, args, root: Path) -> dict:
         row["sim_s"] = time.perf_counter() - t
         if sim.cycles != row["cycles"]:
             raise AssertionError(f"{name}: simulated {sim.cycles} cycles, the cycle model says {row['cycles']}")
+        if not same_bits(sim.outputs[0], want):
+            raise AssertionError(f"{name}: simulated outputs differ from the numpy golden model")
+        row["exact"] = True
     t = time.perf_counter()
     area = synthesize(design, "ecp5", workdir / "synth", timeout=args.timeout, netlist=True)
     row.update(synth_s=time.perf_counter() - t, luts=area.luts, ffs=area.ffs, bram=area.bram, dsp=area.dsp)
@@ -100,12 +110,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
-    if HAS_FP_PIPELINE:
-        pipelines: list[int | None] = list(args.pipelines)
-    else:
-        pipelines = [None]
-        print("fp_pipeline is not available yet (HardwareConfig has no such knob): "
-              "measuring the current design only")
+    pipelines = list(args.pipelines)
     root = args.workdir or Path(tempfile.mkdtemp(prefix="tinyhw-bench-timing-"))
     jobs = [(d, p) for d in args.dtypes for p in pipelines]
     print(f"GEMV {args.M}x{args.K}, ECP5 {args.device}, nextpnr --freq 100 --seed 1; work in {root}", flush=True)
@@ -117,8 +122,7 @@ def main() -> int:
     print(head)
     print("-" * len(head))
     for r in rows:
-        pipe = "n/a" if r["fp_pipeline"] is None else str(r["fp_pipeline"])
-        print(f"{r['dtype']:6} {pipe:>11} {r['cycles']:>8} {r['commit']:>3} {r['ways']:>2} {r['parts']:>5} "
+        print(f"{r['dtype']:6} {r['fp_pipeline']:>11} {r['cycles']:>8} {r['commit']:>3} {r['ways']:>2} {r['parts']:>5} "
               f"{r['luts']:>6} {r['ffs']:>6} {r['bram']:>4} "
               f"{r['dsp']:>3} {r['device']:>10} {fmt(r['fmax_mhz'], '8.1f')} {fmt(r['latency_us'], '10.1f')} "
               f"{r['synth_s']:7.1f} {r['pnr_s']:7.1f}{' (cached)' if r['cached'] else ''}")
@@ -127,13 +131,16 @@ def main() -> int:
         elif r["critical_path"]:
             print(f"    critical path {r['critical_path']}")
     for dtype in args.dtypes:
-        base = next((r for r in rows if r["dtype"] == dtype and r["fp_pipeline"] in (0, None)), None)
+        base = next((r for r in rows if r["dtype"] == dtype and r["fp_pipeline"] == 0), None)
         best = min((r for r in rows if r["dtype"] == dtype and r["latency_us"]), key=lambda r: r["latency_us"],
                    default=None)
         if base and best and base is not best:
             print(f"{dtype}: best latency {best['latency_us']:.1f} us at fp_pipeline={best['fp_pipeline']} "
                   f"({base['latency_us'] / best['latency_us']:.2f}x the single-cycle design's "
                   f"{base['latency_us']:.1f} us)")
+    if args.sim:
+        print("every design simulated in CXXRTL: outputs bit-exact against the numpy golden model, "
+              "cycles equal to the cycle model")
     print(f"{rows[0]['nextpnr']}; P&R s is nextpnr's own wall time (of the original run when cached)")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=str) + "\n")
