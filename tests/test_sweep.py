@@ -344,6 +344,35 @@ def test_unmeasured_objectives_fail_the_trial_with_the_reason(tmp_path, fake_syn
         in (r.results_dir / "pareto.md").read_text()
 
 
+FIT_REASON = "does not fit any ecp5 device: needs 258 DP16KD (block RAMs), LFE5U-85F has 208"
+
+
+@pytest.mark.parametrize("objectives", [["latency_us", "luts"], ["cycles", "luts"]])
+def test_a_design_that_does_not_fit_is_infeasible_with_the_reason(tmp_path, fake_synth, monkeypatch, objectives):
+    import dataclasses
+    from dse import evaluate as ev
+    real = ev.evaluate
+
+    def evaluate(ctx, point, workdir, **kw):      # what the timing stage gives a design too big for the family
+        m = real(dataclasses.replace(ctx, timing=False), point, workdir, **kw)
+        return dataclasses.replace(m, fits=False, fmax_mhz=None, latency_us=None, stage="timing", error=FIT_REASON)
+    monkeypatch.setattr(ev, "evaluate", evaluate)
+    spec = load_spec(write_spec(tmp_path, spec_dict(models=SMALL_MODELS[:1], timing=True, objectives=objectives,
+                                                    knobs={})))
+    r = sweep(spec, options(tmp_path))
+    df = load_results(r.results_dir)
+    assert len(df) == 1 and (df["status"] == "OK").all() and not df["feasible"].any()
+    assert (df["fits"] == False).all() and (df["stage"] == "timing").all()     # noqa: E712
+    assert (df["error"] == FIT_REASON).all()
+    md = (r.results_dir / "pareto.md").read_text()
+    if objectives[0] == "latency_us":            # no latency to rank it by: a failed trial, with the reason
+        assert (df["trial_state"] == "FAIL").all()
+        assert f"1 failed (most common, 1x: timing: {FIT_REASON})" in md
+    else:                                        # ranked, and infeasible by the `fits` constraint
+        assert (df["trial_state"] == "COMPLETE").all() and "fits" in df["violations"].iloc[0]
+        assert "infeasible: fits violated 1x" in md
+
+
 # ---------------------------------------------------------------------------------------------
 # samplers, seeds, budgets
 
