@@ -39,6 +39,7 @@ from typing import Any, Iterable, Iterator, Mapping, TypeVar
 import yaml
 
 from compiler.config import HardwareConfig
+from compiler.pnr import FAMILIES as PNR_FAMILIES
 from dse import zoo
 from dse.user_model import UserModelError, bind_params, load_function, parse_source
 from dse.zoo import DTYPES, InputRange
@@ -452,6 +453,10 @@ class _Parser:
         self.dtypes = tuple(_choice(v, _join("dtypes", i), DTYPES, "dtype")
                             for i, v in enumerate(_list(top["dtypes"], "dtypes", "a list of dtypes")))
         self.timing = _bool(top.get("timing", False), "timing")
+        if self.timing and target.value not in PNR_FAMILIES:
+            raise SpecError("timing", f"place-and-route needs target {' or '.join(PNR_FAMILIES)}; "
+                                      f"{target.value} has no open-source place-and-route here "
+                                      "(set timing: false, or change the target)")
         top_ranges = self.input_ranges(top["input_range"], "input_range") if "input_range" in top else {}
         models = self.models(top["models"], top_ranges)
         knobs = self.knobs(top.get("knobs", {}), "knobs")

@@ -164,6 +164,9 @@ ERRORS = [
     (with_("gate", []), "gate: must not be empty"),
     # scalars
     (with_("timing", 1), "timing: expected true or false, got 1"),
+    (with_("target", "xilinx", with_("timing", True)),
+     "timing: place-and-route needs target ecp5 or ice40; xilinx has no open-source place-and-route here "
+     "(set timing: false, or change the target)"),
     (with_("stage_timeout_s", 0), "stage_timeout_s: expected a positive number, got 0"),
     (with_("stage_timeout_s", "10"), "stage_timeout_s: expected a positive number, got '10'"),
 ]
