@@ -79,6 +79,7 @@ import threading
 import time
 import traceback
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -257,6 +258,41 @@ def _is_evaluated(t) -> bool:
                                               and not t.user_attrs.get("interrupted"))
 
 
+# A grid point whose evaluating process died (killed, out of memory) more than this many times
+# is recorded as a failure instead of being queued again.
+MAX_RETRY = 3
+
+
+def _died(t) -> bool:
+    """A trial whose process died under it (left RUNNING, then failed without a metrics row); a
+    trial cut short by Ctrl-C or refused as surplus is marked `interrupted`: not a death."""
+    from optuna.trial import TrialState
+    return t.state is TrialState.FAIL and "metrics" not in t.user_attrs and not t.user_attrs.get("interrupted")
+
+
+def deaths_by_point(trials, spec: Spec) -> Counter:
+    """How many times each point's process died (keys as `_point_key`)."""
+    return Counter(_point_key(t.user_attrs.get("point") or t.params, spec) for t in trials if _died(t))
+
+
+def give_up(study, spec: Spec, point, deaths: int) -> None:
+    """Record a grid point whose process died `deaths` times as a FAIL trial with a metrics row:
+    it counts as evaluated, is not queued again, and trials.csv says why."""
+    optuna = _optuna()
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
+    params = point_params(point)
+    error = (f"the process evaluating this point died {deaths} times (killed, out of memory, or a "
+             "tool that takes the process down); not retried again")
+    row = {"model": point.model, "dtype": point.dtype, "knobs": dict(point.knobs), "status": "FAIL",
+           "stage": "worker", "error": error}
+    space = search_space(spec)
+    study.add_trial(optuna.trial.create_trial(
+        state=TrialState.FAIL, params=params,
+        distributions={k: CategoricalDistribution(space[k]) for k in params},
+        user_attrs={"point": params, "metrics": row, "stage": "worker", "error": error}))
+
+
 def grid_points(spec: Spec, budget: int) -> list[DesignPoint]:
     """The grid in its seeded order, cut to `budget` points."""
     points = list(spec.points())
@@ -312,9 +348,15 @@ def prepare_study(spec: Spec, options: SweepOptions, location: str):
         queued = {_point_key(t.user_attrs.get("point", {}), spec) for t in trials if t.state is TrialState.WAITING}
         busy = {_point_key(t.user_attrs.get("point") or t.params, spec) for t in running}
         queued |= busy                      # running in another worker: not queued again
+        deaths = deaths_by_point(trials, spec)
         for p in wanted:
             k = _point_key(point_params(p), spec)
-            if k not in have and k not in queued:
+            if k in have or k in queued:
+                continue
+            if deaths[k] > MAX_RETRY:
+                give_up(study, spec, p, deaths[k])
+                have.add(k)
+            else:
                 study.enqueue_trial(point_params(p), user_attrs={"point": point_params(p)})
                 queued.add(k)
         to_run = sum(1 for p in wanted if _point_key(point_params(p), spec) not in have | busy)

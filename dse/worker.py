@@ -26,7 +26,9 @@ trial whose heartbeat is older than `TINYHW_GRACE_S` (default 60) is stale: the 
 that looks marks it FAIL (`optuna.storages.fail_stale_trials`) and Optuna's
 `RetryFailedTrialCallback` queues its parameters again (with the same user attributes, so the grid
 sees the point as queued). A stale FAIL has no metrics row and does not count against the budget;
-in trials.csv it is an INTERRUPTED row. Heartbeats are on for postgresql:// and mysql:// URLs;
+in trials.csv it is an INTERRUPTED row. A grid point whose process died more than `MAX_RETRY`
+(3) times is not queued again: it is recorded once as a FAIL trial in stage `worker` that says
+so (`dse.sweep.give_up`), so one point that always takes its worker down cannot stall the study. Heartbeats are on for postgresql:// and mysql:// URLs;
 SQLite and journal files keep `dse sweep`'s single-machine rule (a RUNNING trial found at start is
 a leftover of a killed sweep and is failed at once).
 """
@@ -47,12 +49,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from dse.spec import Sampler, Spec
-from dse.sweep import (SweepOptions, _Interrupt, _is_evaluated, _optuna, _point_key, grid_points,
-                       point_params, results_dir, storage_location)
+from dse.sweep import (MAX_RETRY, SweepOptions, _Interrupt, _is_evaluated, _optuna, _point_key, deaths_by_point,
+                       give_up, grid_points, point_params, results_dir, storage_location)
 
 HEARTBEAT_ENV, GRACE_ENV = "TINYHW_HEARTBEAT_S", "TINYHW_GRACE_S"
 DEFAULT_HEARTBEAT_S, DEFAULT_GRACE_S = 10, 60
-MAX_RETRY = 3
 HEARTBEAT_SCHEMES = ("postgresql", "postgres", "mysql")
 
 
@@ -221,6 +222,8 @@ class _State:
     running: int
     waiting: int
     missing: tuple          # grid points neither evaluated, running nor queued
+    abandoned: tuple = ()   # grid points whose worker died more than MAX_RETRY times: (point, deaths)
+
 
 
 def _state(study, spec: Spec, trials_opt: int | None) -> _State:
@@ -236,8 +239,17 @@ def _state(study, spec: Spec, trials_opt: int | None) -> _State:
         taken = {_point_key(t.params, spec) for t in evaluated}
         taken |= {_point_key(t.user_attrs.get("point") or t.params, spec) for t in running}
         taken |= {_point_key(t.user_attrs.get("point", t.params), spec) for t in waiting}
-        missing = tuple(p for p in grid_points(spec, budget) if _point_key(point_params(p), spec) not in taken)
-        return _State(budget, len(evaluated), len(running), len(waiting), missing)
+        deaths = deaths_by_point(trials, spec)
+        missing, abandoned = [], []
+        for p in grid_points(spec, budget):
+            key = _point_key(point_params(p), spec)
+            if key in taken:
+                continue
+            if deaths[key] > MAX_RETRY:     # it kills its worker every time: stop retrying it
+                abandoned.append((p, deaths[key]))
+            else:
+                missing.append(p)
+        return _State(budget, len(evaluated), len(running), len(waiting), tuple(missing), tuple(abandoned))
     budget = trials_opt or spec.search.trials
     return _State(budget, len(evaluated), len(running), len(waiting), ())
 
@@ -281,7 +293,9 @@ def run_worker(spec: Spec, options: WorkerOptions, emit: Callable[[dict[str, Any
                 fail_stale_trials(study)
                 state = _state(study, spec, sopt.trials)
                 if grid:
-                    for p in state.missing:     # e.g. interrupted by Ctrl-C elsewhere, or out of retries
+                    for p, deaths in state.abandoned:
+                        give_up(study, spec, p, deaths)
+                    for p in state.missing:     # e.g. interrupted by Ctrl-C elsewhere, or out of Optuna's retries
                         study.enqueue_trial(point_params(p), user_attrs={"point": point_params(p)})
                     if state.waiting + len(state.missing) > 0:
                         trial = study.ask()

@@ -440,6 +440,46 @@ def test_ctrl_c_keeps_what_finished_and_the_rerun_completes_the_grid(tmp_path, f
     assert len(ok) == 4 and len(set(zip(ok["model"], ok["mem_read"]))) == 4   # the interrupted point ran again
 
 
+def _record_deaths(tmp_path, spec, point: dict, n: int) -> None:
+    """n trials of `point` whose process died under them (FAIL, no metrics row), as a killed
+    worker leaves them once they are stale."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+    from optuna.trial import TrialState, create_trial
+    from dse.sweep import search_space
+    (tmp_path / "results" / spec.study).mkdir(parents=True, exist_ok=True)
+    storage = JournalStorage(JournalFileBackend(str(tmp_path / "results" / spec.study / "study.journal")))
+    study = optuna.create_study(study_name=spec.study, storage=storage, directions=["minimize"] * 2,
+                                load_if_exists=True)
+    space = search_space(spec)
+    for _ in range(n):
+        study.add_trial(create_trial(state=TrialState.FAIL, params=point, user_attrs={"point": point},
+                                     distributions={k: CategoricalDistribution(space[k]) for k in point}))
+
+
+def test_a_point_that_keeps_killing_its_process_is_given_up_with_the_reason(tmp_path, fake_synth):
+    from dse.sweep import MAX_RETRY
+    from dse.worker import _state
+    spec = load_spec(write_spec(tmp_path, spec_dict(models=SMALL_MODELS[:1])))
+    doomed = {"model": "gemv_4x8", "dtype": "int8", "mem_read": "comb"}
+    _record_deaths(tmp_path, spec, doomed, MAX_RETRY)
+    assert [p.knobs["mem_read"] for p in _state(study_of(tmp_path), spec, None).missing] == ["sync", "comb"]
+    _record_deaths(tmp_path, spec, doomed, 1)          # one death more than the retries allow
+    state = _state(study_of(tmp_path), spec, None)
+    assert [p.knobs["mem_read"] for p in state.missing] == ["sync"]
+    assert [(p.knobs["mem_read"], n) for p, n in state.abandoned] == [("comb", MAX_RETRY + 1)]
+
+    r = sweep(spec, options(tmp_path))                 # not run again: recorded as a failure, once
+    assert r.ran == 1 and fake_synth == ["sync"]
+    df = load_results(r.results_dir)
+    given_up = df[(df["status"] == "FAIL")]
+    assert list(given_up["mem_read"]) == ["comb"] and list(given_up["stage"]) == ["worker"]
+    assert given_up["error"].iloc[0].startswith(f"the process evaluating this point died {MAX_RETRY + 1} times")
+    assert (df["status"] == "INTERRUPTED").sum() == MAX_RETRY + 1 and (df["status"] == "OK").sum() == 1
+    r2 = sweep(spec, options(tmp_path))
+    assert r2.ran == 0 and len(load_results(r2.results_dir)) == len(df)
+
+
 def test_a_trial_left_running_by_a_killed_sweep_does_not_count_and_its_point_runs_again(tmp_path, fake_synth):
     spec = load_spec(write_spec(tmp_path, spec_dict(models=SMALL_MODELS[:1])))
     sweep(spec, options(tmp_path, trials=1))
