@@ -28,7 +28,8 @@ that looks marks it FAIL (`optuna.storages.fail_stale_trials`) and Optuna's
 sees the point as queued). A stale FAIL has no metrics row and does not count against the budget;
 in trials.csv it is an INTERRUPTED row. A grid point whose process died more than `MAX_RETRY`
 (3) times is not queued again: it is recorded once as a FAIL trial in stage `worker` that says
-so (`dse.sweep.give_up`), so one point that always takes its worker down cannot stall the study. Heartbeats are on for postgresql:// and mysql:// URLs;
+so (`dse.sweep.give_up`), so one point that always takes its worker down cannot stall the
+study. Heartbeats are on for postgresql:// and mysql:// URLs;
 SQLite and journal files keep `dse sweep`'s single-machine rule (a RUNNING trial found at start is
 a leftover of a killed sweep and is failed at once).
 """
@@ -223,7 +224,6 @@ class _State:
     waiting: int
     missing: tuple          # grid points neither evaluated, running nor queued
     abandoned: tuple = ()   # grid points whose worker died more than MAX_RETRY times: (point, deaths)
-
 
 
 def _state(study, spec: Spec, trials_opt: int | None) -> _State:
