@@ -30,7 +30,6 @@ from .dtypes import DType
 from .ranges import Interval, dtype_range, exact_interval
 
 K = ir.OpKind
-FMAX = {"fp32": float(np.finfo(np.float32).max), "fp16": 65504.0, "bf16": 3.3895313892515355e38}
 
 
 @dataclass(frozen=True)
@@ -287,7 +286,7 @@ def _bound(kernel: str, acc: int | None, target: str, d: DType, r: _R, unproven:
            width: int | None = None) -> AccBound:
     if d.is_float:
         mag = max(abs(r.lo), abs(r.hi))
-        return AccBound(kernel, acc, target, d.name, r.lo, r.hi, None, d.bits, mag <= FMAX[d.name] and not unproven)
+        return AccBound(kernel, acc, target, d.name, r.lo, r.hi, None, d.bits, mag <= d.highest and not unproven)
     bits = Interval(int(r.lo), int(r.hi)).shape.width
     width = width or d.bits
     # the operations still wrap at the dtype when the register is wider
@@ -327,5 +326,5 @@ def worst_case_inputs(design: Design, input_ranges: dict[int, tuple[float, float
 def _default(design: Design, buf: int) -> tuple[float, float]:
     d = design.graph.buffers[buf].dtype
     if d.is_float:
-        return (-FMAX[d.name], FMAX[d.name])
+        return (d.lowest, d.highest)
     return (d.min, d.max)

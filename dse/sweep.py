@@ -348,7 +348,7 @@ def prepare_study(spec: Spec, options: SweepOptions, location: str):
         queued = {_point_key(t.user_attrs.get("point", {}), spec) for t in trials if t.state is TrialState.WAITING}
         busy = {_point_key(t.user_attrs.get("point") or t.params, spec) for t in running}
         queued |= busy                      # running in another worker: not queued again
-        deaths = deaths_by_point(trials, spec)
+        deaths, given_up = deaths_by_point(trials, spec), 0
         for p in wanted:
             k = _point_key(point_params(p), spec)
             if k in have or k in queued:
@@ -356,14 +356,17 @@ def prepare_study(spec: Spec, options: SweepOptions, location: str):
             if deaths[k] > MAX_RETRY:
                 give_up(study, spec, p, deaths[k])
                 have.add(k)
+                given_up += 1
             else:
                 study.enqueue_trial(point_params(p), user_attrs={"point": point_params(p)})
                 queued.add(k)
         to_run = sum(1 for p in wanted if _point_key(point_params(p), spec) not in have | busy)
+        done = len(evaluated) + given_up
     else:
         budget = options.trials or spec.search.trials
         to_run = max(0, budget - len(evaluated) - len(running))
-    return study, budget, len(evaluated), to_run
+        done = len(evaluated)
+    return study, budget, done, to_run
 
 
 # ---------------------------------------------------------------------------------------------
@@ -377,8 +380,13 @@ class _Job:
     seed_base: int                  # trials in the study when the run started
 
 
+# Signals that stop a sweep or worker cleanly: the trial in flight is marked interrupted (not a
+# death of its point) and everything finished is kept. SIGHUP: a closed terminal or SSH session.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 class _Interrupt:
-    """SIGINT/SIGTERM: remember it; raise KeyboardInterrupt only while a point is being
+    """SIGINT/SIGTERM/SIGHUP: remember it; raise KeyboardInterrupt only while a point is being
     evaluated (never in the middle of a storage write, so the journal stays whole)."""
 
     def __init__(self, raise_when_armed: bool = True) -> None:
@@ -521,7 +529,7 @@ def work(job: _Job, worker: int, share: int, emit: Callable[[dict[str, Any]], No
 def _worker_main(job: _Job, worker: int, share: int, events) -> None:
     """Entry point of a worker process."""
     stop = _Interrupt()
-    stop.install((signal.SIGINT, signal.SIGTERM))
+    stop.install(STOP_SIGNALS)
     try:
         work(job, worker, share, events.put, stop)
     except BaseException as exc:            # noqa: BLE001 - reported to the parent
@@ -587,7 +595,7 @@ def sweep(spec: Spec, options: SweepOptions = SweepOptions()) -> SweepResult:
 
 def _run_here(job: _Job, share: int, on_event) -> bool:
     stop = _Interrupt()
-    stop.install((signal.SIGINT,))
+    stop.install(STOP_SIGNALS)
     try:
         work(job, 0, share, on_event, stop)
     finally:
@@ -604,7 +612,7 @@ def _run_processes(job: _Job, parts: list[int], on_event) -> bool:
     procs = [mp.Process(target=_worker_main, args=(job, i, n, events), name=f"dse-sweep-{i}")
              for i, n in enumerate(parts) if n > 0]
     stop = _Interrupt(raise_when_armed=False)
-    stop.install((signal.SIGINT, signal.SIGTERM))
+    stop.install(STOP_SIGNALS)
     try:
         for p in procs:
             p.start()

@@ -40,7 +40,6 @@ import copy
 import datetime
 import hashlib
 import os
-import signal
 import socket
 import sys
 import threading
@@ -50,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from dse.spec import Sampler, Spec
-from dse.sweep import (MAX_RETRY, SweepOptions, _Interrupt, _is_evaluated, _optuna, _point_key, deaths_by_point,
+from dse.sweep import (MAX_RETRY, STOP_SIGNALS, SweepOptions, _Interrupt, _is_evaluated, _optuna, _point_key, deaths_by_point,
                        give_up, grid_points, point_params, results_dir, storage_location)
 
 HEARTBEAT_ENV, GRACE_ENV = "TINYHW_HEARTBEAT_S", "TINYHW_GRACE_S"
@@ -284,7 +283,7 @@ def run_worker(spec: Spec, options: WorkerOptions, emit: Callable[[dict[str, Any
     grid = spec.search.sampler is Sampler.GRID
     stats = {"ran": 0, "cached": 0, "failed": 0}
     stop = _Interrupt()
-    stop.install((signal.SIGINT, signal.SIGTERM))
+    stop.install(STOP_SIGNALS)
     state = None
     try:
         while not stop.requested:

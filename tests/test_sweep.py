@@ -470,7 +470,7 @@ def test_a_point_that_keeps_killing_its_process_is_given_up_with_the_reason(tmp_
     assert [(p.knobs["mem_read"], n) for p, n in state.abandoned] == [("comb", MAX_RETRY + 1)]
 
     r = sweep(spec, options(tmp_path))                 # not run again: recorded as a failure, once
-    assert r.ran == 1 and fake_synth == ["sync"]
+    assert (r.budget, r.done_before, r.ran) == (2, 1, 1) and fake_synth == ["sync"]
     df = load_results(r.results_dir)
     given_up = df[(df["status"] == "FAIL")]
     assert list(given_up["mem_read"]) == ["comb"] and list(given_up["stage"]) == ["worker"]
