@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from dse.spec import Sampler, Spec
-from dse.sweep import (MAX_RETRY, STOP_SIGNALS, SweepOptions, _Interrupt, _is_evaluated, _optuna, _point_key, deaths_by_point,
-                       give_up, grid_points, point_params, results_dir, storage_location)
+from dse.sweep import (MAX_RETRY, STOP_SIGNALS, SweepOptions, _Interrupt, _is_evaluated, _optuna, _point_key,
+                       deaths_by_point, give_up, grid_points, point_params, results_dir, storage_location)
 
 HEARTBEAT_ENV, GRACE_ENV = "TINYHW_HEARTBEAT_S", "TINYHW_GRACE_S"
 DEFAULT_HEARTBEAT_S, DEFAULT_GRACE_S = 10, 60
