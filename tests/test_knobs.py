@@ -243,46 +243,9 @@ def test_parallel_knobs_are_validated(knob, value):
 def test_host_bus_loads_inputs_and_reads_outputs_through_the_layouts():
     """Drive the top's host bus like a CPU would: every input bank word by word, start, wait
     for done, then every output bank: the same result as the poked simulation."""
-    from amaranth.sim import Simulator
     case = designs.gemv_int8(16, 8)
     design = compile_model(*case.outputs, config=HardwareConfig(lanes=3, reduce_unroll=5))
-    from compiler.simulate import input_words
-    top = design.top
-    sel = {(p.kernel, p.slot): i for i, p in enumerate(design.host_ports)}
-    out_buf = design.graph.outputs[0]
-    got = {}
-
-    async def bench(ctx):
-        for buf, words in input_words(design, None).items():
-            for ref, bank in design.memory_words(buf, words):
-                ctx.set(top.host_sel, sel[ref.kernel, ref.slot])
-                for a, v in enumerate(bank.tolist()):
-                    ctx.set(top.host_addr, a)
-                    ctx.set(top.host_wdata, v)
-                    ctx.set(top.host_we, 1)
-                    await ctx.tick()
-        ctx.set(top.host_we, 0)
-        ctx.set(top.start, 1)
-        await ctx.tick()
-        ctx.set(top.start, 0)
-        await ctx.tick().until(top.done)
-        await ctx.tick()
-        banks = []
-        for ref in design.home_memories(out_buf):
-            ctx.set(top.host_sel, sel[ref.kernel, ref.slot])
-            words = []
-            for a in range(ref.depth):
-                ctx.set(top.host_addr, a)
-                await ctx.tick()
-                words.append(ctx.get(top.host_rdata))
-            banks.append(words)
-        got["y"] = design.buffer_words(out_buf, banks)
-
-    sim = Simulator(top)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    y = got["y"].astype(np.uint32).view(np.int32)
+    y = designs.run_on_host_bus(design).astype(np.uint32).view(np.int32)
     np.testing.assert_array_equal(y, case.reference[0])
 
 
