@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import hashlib
 from dataclasses import dataclass, field
-from typing import Iterator, Union
+from typing import Callable, Iterable, Iterator, Union
 
 from .dtypes import DType, INT32
 
@@ -179,8 +179,10 @@ def store_operands(s: Store) -> tuple[Value, ...]:
     return tuple(x for x in (s.index, s.value, s.gate) if x is not None)
 
 
-def toposort(roots) -> list[Value]:
-    """All values reachable from `roots`, operands before users."""
+def toposort(roots, operands_of: Callable[[Value], Iterable[Value]] | None = None) -> list[Value]:
+    """All values reachable from `roots`, operands before users. `operands_of` (default:
+    `operands`) chooses which edges to follow."""
+    operands_of = operands_of or operands
     seen: set[int] = set()
     order: list[Value] = []
     for root in roots:
@@ -194,7 +196,7 @@ def toposort(roots) -> list[Value]:
                 order.append(v)
                 continue
             stack.append((v, True))
-            stack.extend((o, False) for o in operands(v) if id(o) not in seen)
+            stack.extend((o, False) for o in operands_of(v) if id(o) not in seen)
     return order
 
 

@@ -91,22 +91,7 @@ def data_operands(v: ir.Value) -> tuple[ir.Value, ...]:
 
 
 def _data_order(kernel: ir.KernelIR) -> list[ir.Value]:
-    roots = [x for s, _ in kernel.stores() for x in ir.store_operands(s)]
-    seen: set[int] = set()
-    order: list[ir.Value] = []
-    for root in roots:
-        stack = [(root, False)]
-        while stack:
-            v, expanded = stack.pop()
-            if id(v) in seen:
-                continue
-            if expanded:
-                seen.add(id(v))
-                order.append(v)
-                continue
-            stack.append((v, True))
-            stack.extend((o, False) for o in data_operands(v) if id(o) not in seen)
-    return order
+    return ir.toposort([x for s, _ in kernel.stores() for x in ir.store_operands(s)], data_operands)
 
 
 def _op_timing(v: ir.Op, level: int, muxes: set[int]) -> tuple[int, int]:
