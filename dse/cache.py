@@ -50,12 +50,12 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from dse.files import atomic_write_text
 from dse.spec import DesignPoint
 
 try:
@@ -246,20 +246,6 @@ class EvalCache:
                 yield
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to a temporary file next to `path`, then os.replace it into place."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def cached_evaluate(ctx, point: DesignPoint, workdir: str | Path, cache: EvalCache | None,

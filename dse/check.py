@@ -53,8 +53,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from dse.report import (ReportError, StudyResults, _cell, atomic_write_text, knob_label, load_study_results,
-                        markdown_table, pareto_front)
+from dse.files import atomic_write_text, md_cell
+from dse.report import ReportError, StudyResults, knob_label, load_study_results, markdown_table, pareto_front
 from dse.spec import Bound, Direction, GateRule, Objective, SpecError, load_spec, load_yaml, parse_gate
 
 CHECK_MD = "check.md"
@@ -189,12 +189,12 @@ def check_thresholds(results: StudyResults, rules: Sequence[GateRule]) -> tuple[
                 v = float(best[b.metric])
                 if not b.ok(v):
                     out.append(Regression("threshold", model, dtype, _point(best, results), b.metric,
-                                          _limit(b), _cell(_num(v)), _pct(v, b.limit)))
+                                          _limit(b), md_cell(_num(v)), _pct(v, b.limit)))
     return out, {g: tuple(c) for g, c in counts.items()}
 
 
 def _limit(b: Bound) -> str:
-    return f"{'<=' if b.kind == 'max' else '>='} {_cell(_num(b.limit))}"
+    return f"{'<=' if b.kind == 'max' else '>='} {md_cell(_num(b.limit))}"
 
 
 def _num(v: float) -> float | int:
@@ -247,7 +247,7 @@ def check_pareto(results: StudyResults, baseline: StudyResults, tol: float) -> t
                     out.append(Regression("pareto", model, dtype,
                                           f"{knob_label(p, baseline.knobs)} (baseline #{p['number']}; "
                                           f"closest now {_point(best, results)})",
-                                          o.metric, _cell(_num(base[j])), _cell(_num(float(best[o.metric]))),
+                                          o.metric, md_cell(_num(base[j])), md_cell(_num(float(best[o.metric]))),
                                           _pct(float(best[o.metric]), base[j])))
         counts[(model, dtype)] = (matched, len(front))
     return out, counts

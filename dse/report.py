@@ -33,15 +33,12 @@ dates are the first trial's start, the last trial's end and the report's own tim
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime
 import hashlib
 import html
 import io
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -50,6 +47,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from dse.files import atomic_write_bytes, csv_text, md_cell
 from dse.spec import Direction, Objective
 
 REPORT_DIR = "report"
@@ -204,52 +202,20 @@ def pareto_front(df: pd.DataFrame, objectives: Sequence[Objective], knobs: Seque
 # ---------------------------------------------------------------------------------------------
 # files
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary file next to `path`, then os.replace it into place."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)                # mkstemp's 0600 would hide a published report
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
-
-
 def safe_name(name: str) -> str:
     """A model or dtype name as a file name part (spec names are already safe; be sure)."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
-def _csv(df: pd.DataFrame) -> str:
-    buf = io.StringIO()
-    df.to_csv(buf, index=False)
-    return buf.getvalue()
-
-
-def _cell(v: Any) -> str:
-    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
-        return "-"
-    if isinstance(v, (float, np.floating)):
-        return f"{v:.4g}"
-    return str(v).replace("|", "\\|").replace("\n", " ")
-
-
 def markdown_table(df: pd.DataFrame) -> str:
     head = "| " + " | ".join(str(c) for c in df.columns) + " |"
     rule = "|" + "|".join("---" for _ in df.columns) + "|"
-    rows = ["| " + " | ".join(_cell(v) for v in r) + " |" for r in df.itertuples(index=False)]
+    rows = ["| " + " | ".join(md_cell(v) for v in r) + " |" for r in df.itertuples(index=False)]
     return "\n".join([head, rule, *rows])
 
 
 def _html_table(df: pd.DataFrame) -> str:
-    shown = df.apply(lambda col: col.map(lambda v: "-" if _cell(v) == "-" else (
+    shown = df.apply(lambda col: col.map(lambda v: "-" if md_cell(v) == "-" else (
         f"{v:.4g}" if isinstance(v, (float, np.floating)) else v)))
     return shown.to_html(index=False, escape=True, border=0, classes="t", na_rep="-")
 
@@ -258,7 +224,7 @@ def _html_table(df: pd.DataFrame) -> str:
 # tables
 
 def knob_label(row: pd.Series | dict, knobs: Sequence[str]) -> str:
-    return " ".join(f"{k}={_cell(row[k])}" for k in knobs) or "defaults"
+    return " ".join(f"{k}={md_cell(row[k])}" for k in knobs) or "defaults"
 
 
 def pareto_table(results: StudyResults, front: pd.DataFrame) -> pd.DataFrame:
@@ -482,7 +448,7 @@ def write_report(results: StudyResults, out_dir: str | Path | None = None,
         png, svg = plot_model(results, model, points)
         put(f"{stem}.png", png)
         put(f"{stem}.svg", svg)
-        put(f"{stem}.csv", _csv(points))
+        put(f"{stem}.csv", csv_text(points))
         images[stem] = png
         tables = []
         fronts = []
@@ -493,7 +459,7 @@ def write_report(results: StudyResults, out_dir: str | Path | None = None,
             fronts.append(front)
             tstem = f"pareto_{safe_name(m)}_{safe_name(dt)}"
             table = pareto_table(results, front)
-            put(f"{tstem}.csv", _csv(front))
+            put(f"{tstem}.csv", csv_text(front))
             put(f"{tstem}.md", f"# {results.study}: {m} · {dt}, Pareto-optimal feasible points\n\n"
                                + (markdown_table(table) if len(table) else _why_empty(results, m, dt)) + "\n")
             tables.append((dt, table, tstem))
@@ -503,7 +469,7 @@ def write_report(results: StudyResults, out_dir: str | Path | None = None,
             png, svg = plot_breakdown(model, bd)
             put(f"{bstem}.png", png)
             put(f"{bstem}.svg", svg)
-            put(f"{bstem}.csv", _csv(bd))
+            put(f"{bstem}.csv", csv_text(bd))
             images[bstem] = png
         t = results.trials
         unplotted = t[(t["model"] == model) & (t["cycles"].isna() | t["luts"].isna())]
@@ -569,7 +535,7 @@ def _markdown(results: StudyResults, sections: list[_Section], prov: list[tuple[
         issues = _issues_table(results, s)
         if len(issues):
             lines += [f"### {s.model}: infeasible and failed trials", "", markdown_table(issues), ""]
-    lines += ["## Provenance", "", *[f"- **{k}**: {_cell(v)}" for k, v in prov], ""]
+    lines += ["## Provenance", "", *[f"- **{k}**: {md_cell(v)}" for k, v in prov], ""]
     return "\n".join(lines)
 
 

@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import io
 import json
 from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
 
-from dse.cache import atomic_write_text
+from dse.files import atomic_write_text, csv_text, md_cell
 from dse.spec import Spec
 
 TRIALS_CSV, PARETO_CSV, PARETO_MD = "trials.csv", "pareto.csv", "pareto.md"
@@ -185,8 +184,8 @@ def write_outputs(study, spec: Spec, out_dir: str | Path) -> tuple[tuple[Path, .
                                                                          for o in spec.objectives])
         pareto = pareto.drop(columns="_g").reset_index(drop=True)
     paths = (out_dir / TRIALS_CSV, out_dir / PARETO_CSV, out_dir / PARETO_MD)
-    atomic_write_text(paths[0], _csv(df))
-    atomic_write_text(paths[1], _csv(pareto))
+    atomic_write_text(paths[0], csv_text(df))
+    atomic_write_text(paths[1], csv_text(pareto))
     atomic_write_text(paths[2], pareto_markdown(spec, df, pareto))
     summary = {"trials": len(df), "feasible": int(df["feasible"].fillna(False).sum()) if len(df) else 0,
                "pareto": len(pareto)}
@@ -197,20 +196,6 @@ def _group_order(spec: Spec):
     models = {m.name: i for i, m in enumerate(spec.models)}
     dtypes = {d: i for i, d in enumerate(spec.dtypes)}
     return lambda key: (models.get(key[0], len(models)), dtypes.get(key[1], len(dtypes)), str(key))
-
-
-def _csv(df: pd.DataFrame) -> str:
-    buf = io.StringIO()
-    df.to_csv(buf, index=False)
-    return buf.getvalue()
-
-
-def _cell(v: Any) -> str:
-    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v).replace("|", "\\|").replace("\n", " ")
 
 
 def pareto_markdown(spec: Spec, df: pd.DataFrame, pareto: pd.DataFrame) -> str:
@@ -237,7 +222,7 @@ def pareto_markdown(spec: Spec, df: pd.DataFrame, pareto: pd.DataFrame) -> str:
                 lines.append("| " + " | ".join(heads) + " |")
                 lines.append("|" + "|".join("---" for _ in heads) + "|")
                 for _, r in part.iterrows():
-                    lines.append("| " + " | ".join(_cell(r.get(c)) for c in cols) + " |")
+                    lines.append("| " + " | ".join(md_cell(r.get(c)) for c in cols) + " |")
             else:
                 lines.append(_why_empty(df, m.name, dt))
             lines.append("")
