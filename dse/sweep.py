@@ -293,6 +293,29 @@ def give_up(study, spec: Spec, point, deaths: int) -> None:
         user_attrs={"point": params, "metrics": row, "stage": "worker", "error": error}))
 
 
+def untaken_points(points, taken: set, deaths: Counter, spec: Spec):
+    """The grid `points` whose keys are not in `taken`, split into (to queue, to give up): a
+    point whose process died more than MAX_RETRY times is given up, with its death count."""
+    missing, abandoned = [], []
+    for p in points:
+        k = _point_key(point_params(p), spec)
+        if k in taken:
+            continue
+        if deaths[k] > MAX_RETRY:
+            abandoned.append((p, deaths[k]))
+        else:
+            missing.append(p)
+    return missing, abandoned
+
+
+def queue_points(study, spec: Spec, missing, abandoned) -> None:
+    """Record the given-up points once (`give_up`) and put the missing ones in the trial queue."""
+    for p, deaths in abandoned:
+        give_up(study, spec, p, deaths)
+    for p in missing:
+        study.enqueue_trial(point_params(p), user_attrs={"point": point_params(p)})
+
+
 def grid_points(spec: Spec, budget: int) -> list[DesignPoint]:
     """The grid in its seeded order, cut to `budget` points."""
     points = list(spec.points())
@@ -348,20 +371,11 @@ def prepare_study(spec: Spec, options: SweepOptions, location: str):
         queued = {_point_key(t.user_attrs.get("point", {}), spec) for t in trials if t.state is TrialState.WAITING}
         busy = {_point_key(t.user_attrs.get("point") or t.params, spec) for t in running}
         queued |= busy                      # running in another worker: not queued again
-        deaths, given_up = deaths_by_point(trials, spec), 0
-        for p in wanted:
-            k = _point_key(point_params(p), spec)
-            if k in have or k in queued:
-                continue
-            if deaths[k] > MAX_RETRY:
-                give_up(study, spec, p, deaths[k])
-                have.add(k)
-                given_up += 1
-            else:
-                study.enqueue_trial(point_params(p), user_attrs={"point": point_params(p)})
-                queued.add(k)
+        missing, abandoned = untaken_points(wanted, have | queued, deaths_by_point(trials, spec), spec)
+        queue_points(study, spec, missing, abandoned)
+        have |= {_point_key(point_params(p), spec) for p, _ in abandoned}
         to_run = sum(1 for p in wanted if _point_key(point_params(p), spec) not in have | busy)
-        done = len(evaluated) + given_up
+        done = len(evaluated) + len(abandoned)
     else:
         budget = options.trials or spec.search.trials
         to_run = max(0, budget - len(evaluated) - len(running))

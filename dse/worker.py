@@ -50,7 +50,7 @@ from typing import Any, Callable, Iterator
 
 from dse.spec import Sampler, Spec
 from dse.sweep import (MAX_RETRY, STOP_SIGNALS, SweepOptions, _Interrupt, _is_evaluated, _optuna, _point_key,
-                       deaths_by_point, give_up, grid_points, point_params, results_dir, storage_location)
+                       deaths_by_point, grid_points, queue_points, results_dir, storage_location, untaken_points)
 
 HEARTBEAT_ENV, GRACE_ENV = "TINYHW_HEARTBEAT_S", "TINYHW_GRACE_S"
 DEFAULT_HEARTBEAT_S, DEFAULT_GRACE_S = 10, 60
@@ -238,16 +238,7 @@ def _state(study, spec: Spec, trials_opt: int | None) -> _State:
         taken = {_point_key(t.params, spec) for t in evaluated}
         taken |= {_point_key(t.user_attrs.get("point") or t.params, spec) for t in running}
         taken |= {_point_key(t.user_attrs.get("point", t.params), spec) for t in waiting}
-        deaths = deaths_by_point(trials, spec)
-        missing, abandoned = [], []
-        for p in grid_points(spec, budget):
-            key = _point_key(point_params(p), spec)
-            if key in taken:
-                continue
-            if deaths[key] > MAX_RETRY:     # it kills its worker every time: stop retrying it
-                abandoned.append((p, deaths[key]))
-            else:
-                missing.append(p)
+        missing, abandoned = untaken_points(grid_points(spec, budget), taken, deaths_by_point(trials, spec), spec)
         return _State(budget, len(evaluated), len(running), len(waiting), tuple(missing), tuple(abandoned))
     budget = trials_opt or spec.search.trials
     return _State(budget, len(evaluated), len(running), len(waiting), ())
@@ -292,10 +283,8 @@ def run_worker(spec: Spec, options: WorkerOptions, emit: Callable[[dict[str, Any
                 fail_stale_trials(study)
                 state = _state(study, spec, sopt.trials)
                 if grid:
-                    for p, deaths in state.abandoned:
-                        give_up(study, spec, p, deaths)
-                    for p in state.missing:     # e.g. interrupted by Ctrl-C elsewhere, or out of Optuna's retries
-                        study.enqueue_trial(point_params(p), user_attrs={"point": point_params(p)})
+                    # e.g. interrupted by Ctrl-C elsewhere, or out of Optuna's retries
+                    queue_points(study, spec, state.missing, state.abandoned)
                     if state.waiting + len(state.missing) > 0:
                         trial = study.ask()
                 elif state.evaluated + state.running < state.budget:     # a queued retry is popped first
