@@ -37,6 +37,8 @@ from compiler import HardwareConfig, compile_model, simulate  # noqa: E402
 from compiler.pnr import place_and_route  # noqa: E402
 from compiler.synth import synthesize  # noqa: E402
 from dse import zoo  # noqa: E402
+from dse.evaluate import compare  # noqa: E402
+
 
 def build_design(dtype: str, M: int, K: int, config: HardwareConfig):
     """The GEMV compiled for `config`, and its numpy golden output for the seeded inputs."""
@@ -47,15 +49,6 @@ def build_design(dtype: str, M: int, K: int, config: HardwareConfig):
     return compile_model(built.forward(*tensors), config=config), zoo.reference("gemv", dtype, {"M": M, "K": K}, arrays)
 
 
-def same_bits(got: np.ndarray, want: np.ndarray) -> bool:
-    """Bit-exact (floats: equal bit patterns, any NaN equals any NaN)."""
-    g, w = np.asarray(got), np.asarray(want)
-    if g.dtype.kind != "f":
-        return bool(np.array_equal(g, w))
-    g, w = g.astype(np.float32), w.astype(np.float32)
-    return bool(np.all((np.isnan(g) & np.isnan(w)) | (g.view(np.uint32) == w.view(np.uint32))))
-
-
 def measure(dtype: str, pipeline: int, args, root: Path) -> dict:
     name = f"{dtype}-p{pipeline}"
     workdir = root / name
@@ -64,7 +57,7 @@ def measure(dtype: str, pipeline: int, args, root: Path) -> dict:
     t0 = time.perf_counter()
     design, want = build_design(dtype, args.M, args.K, config)
     row["cycles"] = design.cycle_model().total
-    scheds = getattr(design, "schedules", ())
+    scheds = design.schedules
     # the pipeline's drain (cycles a store trails its step), interleaved rows, split memories
     row["commit"] = max((sc.commit for sc in scheds), default=0)
     row["ways"] = max((a.ways for k in design.kernels for a in k.accs), default=1)
@@ -75,7 +68,8 @@ def measure(dtype: str, pipeline: int, args, root: Path) -> dict:
         row["sim_s"] = time.perf_counter() - t
         if sim.cycles != row["cycles"]:
             raise AssertionError(f"{name}: simulated {sim.cycles} cycles, the cycle model says {row['cycles']}")
-        if not same_bits(sim.outputs[0], want):
+        exact, _ = compare(sim.outputs[0], want, is_float=zoo.DTYPES[dtype].is_float)
+        if not exact:
             raise AssertionError(f"{name}: simulated outputs differ from the numpy golden model")
         row["exact"] = True
     t = time.perf_counter()
