@@ -51,7 +51,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
-from .tools import ToolError, cache_root, find_tool, run_tool
+from .tools import ToolError, atomic_write_text, cache_root, find_tool, run_tool
 
 FAMILIES = ("ecp5", "ice40")
 HEADROOM = 0.8
@@ -526,10 +526,8 @@ def _cache_write(key: str, report: TimingReport, run_dir: Path) -> None:
                 os.replace(entry_dir / f".{name}.tmp", entry_dir / name)
         fields = asdict(report)
         fields.pop("log_path"), fields.pop("cached")
-        fd, tmp = tempfile.mkstemp(dir=entry_dir, prefix=".entry.")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"key": key, "report": fields, "created": time.time()}, f, indent=1)
-        os.replace(tmp, entry_dir / "entry.json")
+        atomic_write_text(entry_dir / "entry.json",
+                          json.dumps({"key": key, "report": fields, "created": time.time()}, indent=1))
 
 
 __all__ = ["TimingReport", "Device", "DEVICES", "place_and_route", "parse_fmax", "parse_utilisation",

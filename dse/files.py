@@ -1,35 +1,16 @@
-"""Writing output files: atomically (a reader never sees half a file), and the CSV and
-Markdown cell text that trials.csv, pareto.md, reports and check.md share."""
+"""Writing output files: atomically (compiler.tools' writer: a reader never sees half a file),
+and the CSV and Markdown cell text that trials.csv, pareto.md, reports and check.md share."""
 from __future__ import annotations
 
-import contextlib
 import io
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from compiler.tools import atomic_write_bytes, atomic_write_text
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write to a temporary file next to `path`, then os.replace it into place."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)                # mkstemp's 0600 would hide a published file
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
+__all__ = ["atomic_write_bytes", "atomic_write_text", "csv_text", "md_cell"]
 
 
 def csv_text(df: pd.DataFrame) -> str:
