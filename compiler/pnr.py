@@ -51,7 +51,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
-from .tools import ToolError, atomic_write_text, cache_root, find_tool, run_tool
+from .tools import ToolError, atomic_write_text, cache_root, find_tool, link_or_copy, run_tool
 
 FAMILIES = ("ecp5", "ice40")
 HEADROOM = 0.8
@@ -442,7 +442,7 @@ def _run(src: Path, run_dir: Path, argv: list[str], dev: Device, pkg: str, targe
     run_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("report.json", "nextpnr.log"):
         (run_dir / stale).unlink(missing_ok=True)
-    _link_or_copy(src, run_dir / "netlist.json")
+    link_or_copy(src, run_dir / "netlist.json")
     cmd = [find_tool(argv[0]), *argv[1:]]
     common = dict(device=dev.name, package=pkg, target=target, needs=needs, freq_mhz=freq_mhz,
                   argv=tuple(argv), nextpnr_version=version)
@@ -469,17 +469,6 @@ def _run(src: Path, run_dir: Path, argv: list[str], dev: Device, pkg: str, targe
     fmax = min(clocks.values()) if clocks else None
     return TimingReport(True, fmax, seconds=run.seconds, log_path=str(run.log_path), clocks=clocks,
                         utilisation=util, fmax_source=source, critical_path=crit, **common)
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        if dst.resolve() == src.resolve():
-            return
-        dst.unlink()
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copyfile(src, dst)
 
 
 # ---------------------------------------------------------------------------------------------

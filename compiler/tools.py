@@ -59,6 +59,19 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+def link_or_copy(src: Path, dst: Path) -> None:
+    """Put `src` at `dst` as a hard link where the file system allows (netlists of float designs
+    are tens of MB), else as a copy. Callers only ever read both."""
+    with contextlib.suppress(FileNotFoundError):
+        if dst.resolve() == src.resolve():
+            return
+        dst.unlink()
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
 def cache_root() -> Path:
     """Where compiled simulators and evaluations are cached: $TINYHW_CACHE, else
     ~/.cache/tinyhw. Deleting it is always safe."""

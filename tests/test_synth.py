@@ -36,3 +36,24 @@ def test_unknown_target_is_rejected():
     design = compile_model(*designs.add_relu().outputs)
     with pytest.raises(ValueError, match="unknown synthesis target 'gowin'; known: ecp5, ice40, xilinx"):
         synthesize(design, "gowin")
+
+
+def test_identical_hardware_is_synthesised_once(tmp_path, monkeypatch):
+    """fp_rounding does not change an integer design: the RTLIL is the same, so the second
+    synthesis is a cache hit with the same cells, log and netlist; another design misses."""
+    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
+    case = designs.gemv_int8(16, 64)
+    rne = compile_model(*case.outputs, config=HardwareConfig(fp_rounding="rne"))
+    rtz = compile_model(*case.outputs, config=HardwareConfig(fp_rounding="rtz"))
+    first = synthesize(rne, "ecp5", workdir=tmp_path / "a", netlist=True)
+    again = synthesize(rtz, "ecp5", workdir=tmp_path / "b", netlist=True)
+    assert not first.cached and again.cached
+    assert again.cells == first.cells and again.luts == first.luts and again.seconds == first.seconds
+    assert (tmp_path / "b" / "netlist.json").read_bytes() == (tmp_path / "a" / "netlist.json").read_bytes()
+    assert again.netlist_path == str(tmp_path / "b" / "netlist.json")
+    assert (tmp_path / "b" / "yosys.log").exists() and (tmp_path / "b" / "stat.json").exists()
+    # the key is the netlist and the script: without netlist=True the script differs
+    assert not synthesize(rne, "ecp5", workdir=tmp_path / "c").cached
+    other = compile_model(*case.outputs, config=HardwareConfig(lanes=2))
+    assert not synthesize(other, "ecp5", workdir=tmp_path / "d").cached
+    assert not synthesize(rne, "ecp5", workdir=tmp_path / "e", use_cache=False).cached
