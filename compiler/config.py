@@ -6,6 +6,7 @@ from typing import Any
 
 MAX_ACC_WIDTH = 64
 MAX_PARALLEL = 4096          # lanes * reduce_unroll: more multipliers than any FPGA here holds
+MAX_FP_PIPELINE = 3          # at 3 every float unit has its most stages (FAdd 6 <= 2**3, FMul 8 = 2**3)
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,9 @@ class HardwareConfig:
             v = getattr(self, name)
             if not (_is_int(v) and 1 <= v <= MAX_PARALLEL):
                 raise ValueError(f"HardwareConfig.{name}: expected an integer from 1 to {MAX_PARALLEL}, got {v!r}")
-        if not (_is_int(self.fp_pipeline) and self.fp_pipeline >= 0):
-            raise ValueError(f"HardwareConfig.fp_pipeline: expected an integer >= 0 (pipeline register levels), "
+        if not (_is_int(self.fp_pipeline) and 0 <= self.fp_pipeline <= MAX_FP_PIPELINE):
+            raise ValueError(f"HardwareConfig.fp_pipeline: expected an integer from 0 to {MAX_FP_PIPELINE} "
+                             f"(pipeline register levels; at {MAX_FP_PIPELINE} every unit is fully pipelined), "
                              f"got {self.fp_pipeline!r}")
         if self.lanes * self.reduce_unroll > MAX_PARALLEL:
             raise ValueError(f"HardwareConfig: lanes={self.lanes} with reduce_unroll={self.reduce_unroll} is an "

@@ -34,11 +34,12 @@ def check(case, **knobs):
 
 # ------------------------------------------------------------------ the knob
 
-@pytest.mark.parametrize("value", [-1, "2", True, 1.5, None])
+@pytest.mark.parametrize("value", [-1, "2", True, 1.5, None, 4, 10**30])
 def test_fp_pipeline_is_validated(value):
     with pytest.raises(ValueError) as err:
         HardwareConfig(fp_pipeline=value)
-    assert str(err.value) == f"HardwareConfig.fp_pipeline: expected an integer >= 0 (pipeline register levels), got {value!r}"
+    assert str(err.value) == ("HardwareConfig.fp_pipeline: expected an integer from 0 to 3 (pipeline register "
+                              f"levels; at 3 every unit is fully pipelined), got {value!r}")
 
 
 def test_fp_pipeline_is_a_knob_with_default_0():
