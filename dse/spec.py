@@ -170,7 +170,7 @@ class ModelSpec:
     def build(self, dtype: str) -> zoo.Built:
         """`(inputs, forward)` for `dtype` (the contract is checked)."""
         if self.builtin is not None:
-            return zoo.ZOO[self.builtin].build(dtype, **self.params)
+            return zoo.check_built(zoo.ZOO[self.builtin].build(dtype, **self.params))
         assert self.source is not None and self.function is not None
         return zoo.check_built(load_function(self.source, self.function)(dtype, **self.params))
 

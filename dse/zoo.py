@@ -90,6 +90,13 @@ class Built(NamedTuple):
     forward: Callable[..., Any]
 
 
+MAX_ELEMENTS = 1 << 24
+"""The most elements one model input may have (and the largest value of a zoo model's size
+parameters): 16 Mi int8 elements are 128 Mbit, more on-chip memory than any FPGA of the targets
+here has (the largest ECP5, the LFE5U-85F, has 3.7 Mbit of block RAM). Larger sizes could never
+fit, and would only make numpy or the compiler run out of memory or time first."""
+
+
 def check_built(result: Any) -> Built:
     """Check that `result` follows the contract; raise ValueError saying what is wrong."""
     if not isinstance(result, tuple) or len(result) != 2:
@@ -107,6 +114,9 @@ def check_built(result: Any) -> Built:
             raise ValueError(f"input {name!r}: shape must be a non-empty tuple of positive ints, got {shape!r}")
         if dt not in DTYPES:
             raise ValueError(f"input {name!r}: unknown dtype {dt!r}; known: {', '.join(DTYPES)}")
+        if (n := int(np.prod(shape, dtype=object))) > MAX_ELEMENTS:
+            raise ValueError(f"input {name!r}: shape {shape} has {n:,} elements, more than the {MAX_ELEMENTS:,} "
+                             f"this tool builds: no FPGA target here could hold it")
     if not callable(forward):
         raise ValueError(f"build() must return a callable forward second, got {forward!r}")
     return Built(dict(inputs), forward)
@@ -195,6 +205,7 @@ class Param:
     name: str
     default: int
     minimum: int        # smallest legal value (1 for sizes)
+    maximum: int        # largest legal value (MAX_ELEMENTS for sizes: no target could hold more)
 
 
 @dataclass(frozen=True)
@@ -207,10 +218,11 @@ class ZooModel:
 
     @classmethod
     def of(cls, build: Callable[..., Built], reference: Callable[..., np.ndarray],
-           minimums: Mapping[str, int] = {}) -> "ZooModel":
+           minimums: Mapping[str, int] = {}, maximums: Mapping[str, int] = {}) -> "ZooModel":
         sig = list(inspect.signature(build).parameters.values())[1:]
         return cls(build.__name__, build, reference,
-                   tuple(Param(p.name, p.default, minimums.get(p.name, 1)) for p in sig))
+                   tuple(Param(p.name, p.default, minimums.get(p.name, 1), maximums.get(p.name, MAX_ELEMENTS))
+                         for p in sig))
 
     @property
     def doc(self) -> str:
@@ -227,9 +239,13 @@ class ZooModel:
             if name not in known:
                 raise ParamError(name, f"unknown parameter {name!r} for builtin model {self.name!r}; "
                                        f"its parameters: {', '.join(known)}")
-            if type(value) is not int or value < known[name].minimum:
-                what = "a positive integer" if known[name].minimum == 1 else f"an integer >= {known[name].minimum}"
+            p = known[name]
+            if type(value) is not int or value < p.minimum:
+                what = "a positive integer" if p.minimum == 1 else f"an integer >= {p.minimum}"
                 raise ParamError(name, f"expected {what}, got {value!r}")
+            if value > p.maximum:
+                why = " (a larger size could never fit any FPGA target here)" if p.maximum == MAX_ELEMENTS else ""
+                raise ParamError(name, f"expected at most {p.maximum:,}{why}, got {value!r}")
         return {**self.defaults(), **given}
 
 
@@ -453,7 +469,7 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
     ZooModel.of(gemv, _gemv_ref),
     ZooModel.of(matmul, _matmul_ref),
     ZooModel.of(elementwise, _elementwise_ref),
-    ZooModel.of(mlp, _mlp_ref, minimums={"SHIFT": 0}),
+    ZooModel.of(mlp, _mlp_ref, minimums={"SHIFT": 0}, maximums={"SHIFT": 31}),   # an int32 shift
     ZooModel.of(conv2d, _conv2d_ref, minimums={"PAD": 0}),
 )}
 

@@ -105,6 +105,11 @@ ERRORS = [
     (with_("models.0.params.K", True), "models[0].params.K: expected a positive integer, got True"),
     (with_("models.0.params.K", 2.5), "models[0].params.K: expected a positive integer, got 2.5"),
     (with_("models.1.params.PAD", -1), "models[1].params.PAD: expected an integer >= 0, got -1"),
+    (with_("models.0.params.M", 10**30), "models[0].params.M: expected at most 16,777,216 (a larger size could "
+                                         f"never fit any FPGA target here), got {10**30}"),
+    (with_("models.0.params", {"M": 8192, "K": 4096}),
+     "models[0].params: input 'W': shape (8192, 4096) has 33,554,432 elements, more than the 16,777,216 this "
+     "tool builds: no FPGA target here could hold it"),
     (with_("models.0.params.N", 4), "models[0].params.N: unknown parameter 'N' for builtin model 'gemv'; "
                                     "its parameters: M, K"),
     (with_("models.0.params", [4, 8]), "models[0].params: expected a mapping, got a list ([4, 8])"),
