@@ -112,8 +112,8 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
     like a spec's knob values; raises CliError."""
     import difflib
 
-    import yaml
     from compiler.config import HardwareConfig
+    from dse.spec import SpecError, load_yaml
     known = HardwareConfig.knob_names()
     out: dict[str, Any] = {}
     for item in sets:
@@ -128,8 +128,10 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
         if name in out:
             raise CliError(f"--set {item}: knob {name!r} is set twice")
         try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
+            value = load_yaml(raw, f"--set {item}")
+        except SpecError as e:
+            if "YAML syntax error" not in e.message:     # too deep or too large: say so
+                raise CliError(str(e)) from None
             value = raw
         if not isinstance(value, (str, int, float, bool)):
             raise CliError(f"--set {item}: expected a number, string or boolean, got {value!r}")

@@ -305,11 +305,25 @@ def parse_spec(text: str | Mapping[str, Any], base_dir: str | Path = ".", name: 
         raise
 
 
+MAX_YAML_BYTES = 1 << 20
+MAX_YAML_DEPTH = 32
+MAX_YAML_VALUES = 100_000
+"""A spec is a few hundred values a dozen levels deep. Text past these limits is refused
+before it can exhaust the stack (`[` x 5000 nests past Python's recursion limit) or memory
+(a "billion laughs" of aliases expands to 10**9 values when walked)."""
+
+
 def load_yaml(text: str, name: str = "<yaml>") -> Any:
     """YAML text -> plain data, as specs are read (a key given twice is an error); raises
-    SpecError with `name:line:column`."""
+    SpecError with `name:line:column`. Pathological text (too large, too deep, aliases that
+    expand too far) is refused with one line saying which limit it passed."""
+    if len(text) > MAX_YAML_BYTES:
+        raise SpecError(name, f"the file has {len(text):,} characters; a spec may have at most {MAX_YAML_BYTES:,}")
+    _check_depth(text, name)
     try:
-        return yaml.load(text, Loader=_Loader)
+        data = yaml.load(text, Loader=_Loader)
+    except RecursionError:
+        raise SpecError(name, f"nested more than {MAX_YAML_DEPTH} levels deep") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
@@ -317,6 +331,48 @@ def load_yaml(text: str, name: str = "<yaml>") -> Any:
         raise SpecError(where, f"{kind}{e.problem or e.context}") from None
     except yaml.YAMLError as e:
         raise SpecError(name, f"YAML syntax error: {e}") from None
+    _check_extent(data, name)
+    return data
+
+
+_OPEN = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken, yaml.BlockSequenceStartToken,
+         yaml.BlockMappingStartToken)
+_CLOSE = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)
+
+
+def _check_depth(text: str, name: str) -> None:
+    """Stop at the first token past MAX_YAML_DEPTH: the scanner is iterative and lazy, while
+    the parser recurses (and takes seconds to reach Python's limit on `[` x 5000). Syntax
+    errors are left for the loader, which reports them with their line."""
+    depth = 0
+    try:
+        for token in yaml.scan(text):
+            if isinstance(token, _OPEN):
+                depth += 1
+                if depth > MAX_YAML_DEPTH:
+                    raise SpecError(name, f"nested more than {MAX_YAML_DEPTH} levels deep")
+            elif isinstance(token, _CLOSE):
+                depth -= 1
+    except yaml.YAMLError:
+        return
+
+
+def _check_extent(data: Any, name: str) -> None:
+    """Walk `data` without recursion, counting every value an alias repeats, and stop at the
+    first limit passed."""
+    stack, count = [(data, 1)], 0
+    while stack:
+        value, depth = stack.pop()
+        count += 1
+        if depth > MAX_YAML_DEPTH:
+            raise SpecError(name, f"nested more than {MAX_YAML_DEPTH} levels deep")
+        if count > MAX_YAML_VALUES:
+            raise SpecError(name, f"holds more than {MAX_YAML_VALUES:,} values (counting what YAML aliases "
+                                  "repeat); a spec is far smaller")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for kv in value.items() for v in kv)
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
 
 
 def parse_gate(value: Any, models: Iterable[str], dtypes: Iterable[str], timing: bool = False) -> tuple[GateRule, ...]:

@@ -205,6 +205,22 @@ def test_yaml_errors_report_line_and_column(tmp_path, capsys, text, message):
     assert (rc, err) == (2, f"error: {tmp_path / message}\n")
 
 
+_LAUGHS = ("a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+           + "".join(f"{b}: &{b} [{', '.join(['*' + a] * 10)}]\n" for a, b in zip("abcdefgh", "bcdefghi")))
+
+
+@pytest.mark.parametrize("text,message", [
+    ("[" * 5000, "spec.yaml: nested more than 32 levels deep"),
+    ("study: " + "[" * 40 + "]" * 40 + "\n", "spec.yaml: nested more than 32 levels deep"),
+    (_LAUGHS, "spec.yaml: holds more than 100,000 values (counting what YAML aliases repeat); a spec is far smaller"),
+    ("study: gemv\n" + "# padding\n" * 120_000, "spec.yaml: the file has 1,200,012 characters; a spec may have at "
+                                                  "most 1,048,576"),
+])
+def test_pathological_yaml_is_refused_in_one_line(tmp_path, capsys, text, message):
+    rc, out, err = run_validate(tmp_path, capsys, text)
+    assert (rc, err) == (2, f"error: {tmp_path / message}\n")
+
+
 def test_missing_spec_file(tmp_path, capsys):
     assert main(["validate", str(tmp_path / "nope.yaml")]) == 2
     assert capsys.readouterr().err == f"error: {tmp_path / 'nope.yaml'}: file not found\n"
