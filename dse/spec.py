@@ -87,6 +87,9 @@ METRICS: dict[str, Direction] = {
 NEEDS_TIMING = frozenset({"latency_us", "fmax_mhz"})
 INTEGER_METRICS = frozenset({"cycles", "luts", "ffs", "bram", "dsp", "lutram"})
 DEFAULT_STAGE_TIMEOUT_S = 600.0
+MAX_STAGE_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_TRIALS = 1_000_000
+MAX_SEED = 2**32 - 1            # numpy's and so Optuna's samplers' seed range
 
 
 class FrozenMap(Mapping[K, V]):
@@ -393,6 +396,22 @@ _BOUND_KEYS = {**{f"{m}_max": m for m, d in METRICS.items() if d is Direction.MI
                **{f"{m}_min": m for m, d in METRICS.items() if d is Direction.MAXIMIZE}}
 
 
+def _some_combination_is_legal(knobs: list[Knob], path: str, limit: int = 100_000) -> None:
+    """A knob space whose every combination HardwareConfig rejects has no design point: refuse
+    it (a space with some illegal combinations is fine: those points fail with the reason).
+    Spaces past `limit` combinations are not enumerated here."""
+    if not knobs or math.prod(len(k.values) for k in knobs) > limit:
+        return
+    first = None
+    for values in itertools.product(*(k.values for k in knobs)):
+        try:
+            HardwareConfig.from_dict(dict(zip((k.name for k in knobs), values)))
+            return
+        except (ValueError, TypeError) as e:
+            first = first or e
+    raise SpecError(path, f"no combination of these knob values is legal, e.g. {first}")
+
+
 def _join(path: str, key: str | int) -> str:
     if isinstance(key, int):
         return f"{path}[{key}]"
@@ -476,10 +495,12 @@ def _choice(value: Any, path: str, choices: Iterable[str], noun: str) -> str:
     return value
 
 
-def _int(value: Any, path: str, minimum: int = 1) -> int:
+def _int(value: Any, path: str, minimum: int = 1, maximum: int | None = None, why: str = "") -> int:
     if type(value) is not int or value < minimum:
         what = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
         raise SpecError(path, f"expected {what}, got {_got(value)}")
+    if maximum is not None and value > maximum:
+        raise SpecError(path, f"expected at most {maximum:,}{why}, got {_got(value)}")
     return value
 
 
@@ -523,6 +544,8 @@ class _Parser:
         gate = self.gate(top["gate"], [m.name for m in models]) if "gate" in top else ()
         timeout = (_number(top["stage_timeout_s"], "stage_timeout_s", positive=True)
                    if "stage_timeout_s" in top else DEFAULT_STAGE_TIMEOUT_S)
+        if timeout > MAX_STAGE_TIMEOUT_S:
+            raise SpecError("stage_timeout_s", f"expected at most {MAX_STAGE_TIMEOUT_S:,.0f} (a week), got {timeout!r}")
         return Spec(study, target, models, self.dtypes, knobs, objectives, search, constraints, gate,
                     self.timing, float(timeout), self.path)
 
@@ -658,6 +681,7 @@ class _Parser:
                 except (ValueError, TypeError) as e:
                     raise SpecError(_join(kpath, j), str(e)) from None
             out.append(Knob(name, tuple(values)))
+        _some_combination_is_legal(out, path)
         return tuple(out)
 
     def objectives(self, value: Any) -> tuple[Objective, ...]:
@@ -675,12 +699,13 @@ class _Parser:
     def search(self, value: Any, space: int) -> SearchSpec:
         d = _mapping(value, "search", ["sampler"], ["trials", "seed"])
         sampler = Sampler(_choice(d["sampler"], "search.sampler", [s.value for s in Sampler], "sampler"))
-        seed = _int(d.get("seed", 0), "search.seed", minimum=0)
+        seed = _int(d.get("seed", 0), "search.seed", minimum=0, maximum=MAX_SEED, why=" (the samplers' seed range)")
         if "trials" not in d:
             if sampler is not Sampler.GRID:
                 raise SpecError("search.trials", f"required key is missing (the {sampler.value} sampler needs a trial budget)")
             return SearchSpec(sampler, space, seed)
-        trials = _int(d["trials"], "search.trials")
+        trials = _int(d["trials"], "search.trials", maximum=MAX_TRIALS,
+                      why=" (at hundreds of evaluations an hour, more would run for years)")
         if sampler is Sampler.GRID and trials > space:
             raise SpecError("search.trials", f"{trials} exceeds the {space} points of the grid "
                                              f"(models x dtypes x knob values); leave 'trials' out to run them all")
