@@ -45,7 +45,7 @@ def test_fp_pipeline_is_validated(value):
 def test_fp_pipeline_is_a_knob_with_default_0():
     assert "fp_pipeline" in HardwareConfig.knob_names()
     assert HardwareConfig().fp_pipeline == 0
-    assert HardwareConfig.from_dict({"fp_pipeline": 5}).fp_pipeline == 5       # above 3: every unit at its maximum
+    assert HardwareConfig.from_dict({"fp_pipeline": 3}).fp_pipeline == 3       # 3: every unit at its maximum
 
 
 # ------------------------------------------------------------------ pipelined float units
