@@ -95,7 +95,7 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
         raise ValueError(f"top: expected a Verilog identifier, got {top!r}")
     cycles = design.cycle_model().total
     if result is None:
-        from . import simulate
+        from . import simulate                  # the package's simulate(): back-end choice included
         result = simulate(design, backend=backend)
     if result.cycles != cycles:
         raise CompileError(f"the simulation took {result.cycles} cycles but the cycle model says {cycles}: "
