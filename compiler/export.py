@@ -324,7 +324,7 @@ def interface_markdown(info: dict[str, Any]) -> str:
     lines += ["## Resources and clock", ""]
     lines.append("not measured (no synthesis given)" if r is None else
                  f"{r['target']}: {r['luts']} LUT, {r['ffs']} FF, {r['bram']} BRAM, {r['lutram']} LUTRAM, "
-                 f"{r['dsp']} DSP (Yosys {r['yosys_version']}: `{r['script']}`).")
+                 f"{r['dsp']} DSP ({r['yosys_version']}: `{r['script']}`).")
     lines.append("")
     if clk is None:
         lines.append("Clock: not measured (no place-and-route given).")
