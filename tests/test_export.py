@@ -76,7 +76,6 @@ def test_int8_gemv_testbench_passes_and_fails_on_a_wrong_word(tmp_path, config):
 
 
 @needs_iverilog
-@pytest.mark.slow
 def test_fp32_mlp_testbench_passes(tmp_path):
     params = {"IN": 12, "HIDDEN": 6, "OUT": 3}
     built = zoo.check_built(zoo.ZOO["mlp"].build("fp32", **params))
@@ -121,3 +120,74 @@ def test_bad_top_name_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="top: expected a Verilog identifier, got '1top'"):
         export_design(design=design, out_dir=tmp_path, top="1top")
     assert not any(tmp_path.iterdir())                               # nothing half-written
+
+
+# ---------------------------------------------------------------------------------------------
+# the explorer: dse export RESULTS_DIR --trial N and dse eval --export DIR
+
+SPEC = """\
+study: exp
+target: ecp5
+models:
+  - name: g
+    builtin: gemv
+    params: {M: 4, K: 6}
+dtypes: [int8]
+knobs:
+  lanes: [2]
+objectives: [cycles, luts]
+search: {sampler: grid, seed: 0}
+"""
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """A one-trial sweep (real Yosys synthesis) of a small int8 GEMV."""
+    from dse.cli import main
+    root = tmp_path_factory.mktemp("sweep")
+    (root / "spec.yaml").write_text(SPEC)
+    assert main(["sweep", str(root / "spec.yaml"), "--results", str(root / "results"), "--sim", "pysim",
+                 "--progress", "off", "--no-cache"]) == 0
+    return root
+
+
+@needs_iverilog
+def test_dse_export_of_a_trial_passes_its_testbench(swept, tmp_path, capsys):
+    from dse.cli import main
+    from dse.results import load_results
+    out = tmp_path / "hw"
+    assert main(["export", str(swept / "results" / "exp"), "--trial", "0", "--out", str(out), "--sim", "pysim"]) == 0
+    assert f"exported to {out}" in capsys.readouterr().out
+    row = load_results(swept / "results" / "exp").iloc[0]
+    info = json.loads((out / "interface.json").read_text())
+    assert info["knobs"]["lanes"] == 2
+    assert info["cycles"]["total"] == row["cycles"] == row["cycles_model"]
+    assert (info["resources"]["luts"], info["resources"]["ffs"]) == (row["luts"], row["ffs"])   # the sweep's figures
+    assert_passes(out, int(row["cycles"]))
+
+
+def test_dse_export_bad_input_exits_2(swept, tmp_path, capsys):
+    from dse.cli import main
+    results = str(swept / "results" / "exp")
+    assert main(["export", results, "--trial", "5", "--out", str(tmp_path / "a")]) == 2
+    assert f"error: {results}: no trial 5 (trials: 0..0)" in capsys.readouterr().err
+    other = tmp_path / "other.yaml"
+    other.write_text(SPEC.replace("{M: 4, K: 6}", "{M: 4, K: 8}"))
+    assert main(["export", results, "--trial", "0", "--out", str(tmp_path / "b"), "--spec", str(other)]) == 2
+    assert "--spec: model 'g' is gemv(M=4, K=8) there, but the sweep" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@needs_iverilog
+def test_dse_eval_export_passes_its_testbench(tmp_path, capsys):
+    from dse.cli import main
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    out = tmp_path / "hw"
+    rc = main(["eval", str(tmp_path / "spec.yaml"), "--model", "g", "--dtype", "int8", "--no-synth", "--sim", "pysim",
+               "--workdir", str(tmp_path / "work"), "--json", "--export", str(out)])
+    assert rc == 0
+    captured = capsys.readouterr()
+    row = json.loads(captured.out)                     # stdout stays one JSON object
+    assert f"exported to {out}" in captured.err
+    assert json.loads((out / "interface.json").read_text())["resources"] is None    # --no-synth: not measured
+    assert_passes(out, row["cycles"])
