@@ -5,8 +5,8 @@
 
 What lands in `out_dir`:
     <top>.v          the design as Verilog: Amaranth's RTLIL through Yosys `write_verilog`
-                     (the same conversion as amaranth.back.verilog, run through compiler.tools
-                     so a failure keeps its log), one module per kernel, no `src` attributes
+                     (VERILOG_SCRIPT, run through compiler.tools so a failure keeps its log),
+                     one module per kernel, no `src` attributes
     mem/in*.hex      per host port that takes an input (weights and activations alike: a
                      model's buffers are all inputs to the compiler), the words of that memory
                      bank, one hex word per line, as `$readmemh` reads them
@@ -33,7 +33,7 @@ import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from amaranth.hdl import Shape
@@ -45,9 +45,16 @@ from .simulate import SimResult, input_words
 from .synth import AreaReport
 from .tools import atomic_write_text, yosys
 
-# amaranth.back.verilog's conversion: `proc -nomux -norom` leaves the processes Amaranth emits
-# in a shape write_verilog prints as always blocks; the attributes Amaranth adds for its own
-# tools (source lines of this checkout, hierarchy) would only be noise in a user's project.
+if TYPE_CHECKING:
+    from .pnr import TimingReport
+
+# Not amaranth.back.verilog's `proc -nomux` + `write_verilog -norename`: that keeps Amaranth's
+# processes as `always @*` blocks, which Icarus Verilog does not evaluate at time 0, so the
+# reset logic stays x and the design never leaves x (measured). A full `proc` turns every
+# process into continuous assignments and flip-flops, which every simulator starts correctly;
+# the names Amaranth gave stay, Yosys' own internal names are renamed to legal identifiers.
+# The attributes Amaranth adds for its own tools (source lines of this checkout, hierarchy)
+# would only be noise in a user's project.
 _ATTRS = "-remove generator -remove top -remove src -remove amaranth.hierarchy -remove amaranth.decoding"
 VERILOG_SCRIPT = ("read_rtlil design.il\nproc\nopt_clean\nmemory_collect\n"
                   f"attrmap {_ATTRS}\nattrmap -modattr {_ATTRS}\nwrite_verilog {{top}}.v\n")
@@ -82,7 +89,7 @@ class ExportedDesign:
 
 
 def export_design(*, design: Design, out_dir: str | Path, result: SimResult | None = None,
-                  backend: str = "pysim", area: AreaReport | None = None, timing: Any = None,
+                  backend: str = "pysim", area: AreaReport | None = None, timing: TimingReport | None = None,
                   top: str = "tinyhw_top", timeout: float | None = 600) -> ExportedDesign:
     """Write the Verilog, memory files, testbench and interface description of `design` to
     `out_dir` (created; files there of the same names are replaced).
@@ -265,7 +272,7 @@ PROTOCOL = {
 
 
 def interface(design: Design, ports: list[PortFile], *, top: str, cycles: int,
-              area: AreaReport | None = None, timing: Any = None) -> dict[str, Any]:
+              area: AreaReport | None = None, timing: TimingReport | None = None) -> dict[str, Any]:
     """The interface description as plain JSON data."""
     sig = design.top.signature.members
     port_list = [{"name": "clk", "direction": "in", "width": 1}, {"name": "rst", "direction": "in", "width": 1}]
