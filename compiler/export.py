@@ -86,6 +86,7 @@ class ExportedDesign:
     ports: tuple[PortFile, ...]
     top: str
     cycles: int                  # the cycle model's count, which the testbench checks
+    design: Design               # what was exported (e.g. for compiler.bitstream)
 
 
 def export_design(*, design: Design, out_dir: str | Path, result: SimResult | None = None,
@@ -117,7 +118,7 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
     atomic_write_text(out / "interface.json", json.dumps(info, indent=2) + "\n")
     atomic_write_text(out / "interface.md", interface_markdown(info))
     return ExportedDesign(out, verilog, testbench, out / "interface.json", out / "interface.md",
-                          tuple(ports), top, cycles)
+                          tuple(ports), top, cycles, design)
 
 
 def write_verilog(design: Design, out_dir: Path, *, top: str, timeout: float | None = 600) -> Path:

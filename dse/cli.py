@@ -207,9 +207,11 @@ def run_eval(args: argparse.Namespace) -> int:
         return EXIT_GATE_FAILED
     if args.export:
         from dse.export import export_point
-        return _export(lambda: export_point(model=spec.model(args.model), point=point, out_dir=args.export,
-                                            data_seed=args.seed, sim_backend=args.sim, measured=row),
-                       quiet=args.json)
+        exp = _guarded(lambda: export_point(model=spec.model(args.model), point=point, out_dir=args.export,
+                                            data_seed=args.seed, sim_backend=args.sim, measured=row))
+        if exp is None:
+            return EXIT_GATE_FAILED
+        print(_exported(exp), file=sys.stderr if args.json else sys.stdout)   # stdout: only the JSON row
     return EXIT_OK
 
 
@@ -255,6 +257,11 @@ def add_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sim", choices=["auto", "cxxrtl", "pysim"], default="auto",
                    help="simulator giving the testbench's expected outputs (default auto: CXXRTL, else pysim)")
     p.add_argument("--top", default="tinyhw_top", help="the Verilog top module's name (default tinyhw_top)")
+    p.add_argument("--bitstream", metavar="PART",
+                   help="also build an ECP5 bitstream for PART (e.g. LFE5U-25F, 45k, 85k; target ecp5 only)")
+    p.add_argument("--package", metavar="PKG", help="the bitstream's package (default: the part's first with enough pins)")
+    p.add_argument("--lpf", type=Path, metavar="FILE",
+                   help="pin constraints for the bitstream (default: nextpnr places the ports on any IO)")
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -262,32 +269,57 @@ def run_export(args: argparse.Namespace) -> int:
     from dse.export import ExportError, export_point, find_trial
     from dse.spec import load_spec
     spec = load_spec(args.spec) if args.spec else None
+    if (args.package or args.lpf) and not args.bitstream:
+        raise CliError("--package and --lpf go with --bitstream PART")
     try:
         trial = find_trial(args.results, number=args.trial, spec=spec)
     except ExportError as e:
         raise CliError(str(e)) from None
-    return _export(lambda: export_point(model=trial.model, point=trial.point, out_dir=args.out,
+    if args.bitstream:
+        from compiler.pnr import find_device
+        if trial.measured.get("target") != "ecp5":
+            raise CliError(f"--bitstream: trial {args.trial} targets {trial.measured.get('target')}; "
+                           "bitstreams are built for target ecp5 only")
+        try:
+            find_device("ecp5", args.bitstream)
+        except ValueError as e:
+            raise CliError(f"--bitstream: {e}") from None
+    exp = _guarded(lambda: export_point(model=trial.model, point=trial.point, out_dir=args.out,
                                         data_seed=trial.data_seed, sim_backend=args.sim, measured=trial.measured,
-                                        top=args.top), quiet=False)
+                                        top=args.top))
+    if exp is None:
+        return EXIT_GATE_FAILED
+    print(_exported(exp))
+    if args.bitstream:
+        from compiler.bitstream import write_bitstream
+        bit = _guarded(lambda: write_bitstream(design=exp.design, out_dir=args.out, device=args.bitstream,
+                                               package=args.package, lpf=args.lpf, name=args.top))
+        if bit is None:
+            return EXIT_GATE_FAILED
+        fmax = f"{bit.fmax_mhz:.1f} MHz" if bit.fmax_mhz else "Fmax not reported"
+        pins = "pins from the LPF" if bit.constrained else "pins unconstrained: give --lpf for a board"
+        print(f"bitstream {bit.path} ({bit.device} {bit.package}, {fmax}; {pins})")
+    return EXIT_OK
 
 
-def _export(run: Callable[[], Any], quiet: bool) -> int:
-    """Run an export; list what it wrote (on stderr when stdout carries JSON)."""
+def _guarded(run: Callable[[], Any]) -> Any:
+    """Run an export step: bad input raises CliError (exit 2); a failing tool is reported on
+    stderr and gives None (exit 1)."""
     from compiler.tools import ToolError
     from dse.export import ExportError
     try:
-        exp = run()
+        return run()
     except (ExportError, ValueError) as e:
         raise CliError(f"export: {e}") from None
     except ToolError as e:
         print(f"error: export: {e.tool}: {e.reason}" + (f" (log: {e.log_path})" if e.log_path else ""), file=sys.stderr)
-        return EXIT_GATE_FAILED
-    out = sys.stderr if quiet else sys.stdout
-    print(f"exported to {exp.out_dir}: {exp.verilog.name}, {exp.testbench.name}, {exp.interface_md.name}, "
-          f"{exp.interface_json.name}, {len(exp.ports)} memory files in mem/ ({exp.cycles} cycles); "
-          f"check it with: cd {exp.out_dir} && iverilog -g2012 -o tb.vvp {exp.verilog.name} tb.v && vvp tb.vvp",
-          file=out)
-    return EXIT_OK
+        return None
+
+
+def _exported(exp) -> str:
+    return (f"exported to {exp.out_dir}: {exp.verilog.name}, {exp.testbench.name}, {exp.interface_md.name}, "
+            f"{exp.interface_json.name}, {len(exp.ports)} memory files in mem/ ({exp.cycles} cycles); "
+            f"check it with: cd {exp.out_dir} && iverilog -g2012 -o tb.vvp {exp.verilog.name} tb.v && vvp tb.vvp")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -191,3 +191,38 @@ def test_dse_eval_export_passes_its_testbench(tmp_path, capsys):
     assert f"exported to {out}" in captured.err
     assert json.loads((out / "interface.json").read_text())["resources"] is None    # --no-synth: not measured
     assert_passes(out, row["cycles"])
+
+
+# ---------------------------------------------------------------------------------------------
+# an ECP5 bitstream for a named part and package
+
+@pytest.mark.slow
+def test_ecp5_bitstream_for_a_named_part_unpacks(tmp_path):
+    from compiler.bitstream import write_bitstream
+    from compiler.tools import find_tool, run_tool
+    design = compile_model(*designs.gemv_int8(M=4, K=6).outputs, config=HardwareConfig(mem_read="sync"))
+    bit = write_bitstream(design=design, out_dir=tmp_path, device="25k", package="cabga381")
+    assert (bit.path.name, bit.device, bit.package, bit.constrained) == \
+        ("tinyhw_top_LFE5U-25F_CABGA381.bit", "LFE5U-25F", "CABGA381", False)
+    assert b"Part: LFE5U-25F-6CABGA381" in bit.path.read_bytes()[:64]      # ecppack's header
+    assert bit.fmax_mhz is not None and bit.fmax_mhz > 0
+    # Project Trellis reads it back (a truncated or foreign file fails here)
+    shutil.copyfile(bit.path, tmp_path / "check.bit")
+    run_tool([find_tool("yowasp-ecpunpack"), "check.bit", "check.config"], cwd=tmp_path, log_name="unpack.log")
+    assert ".tile" in (tmp_path / "check.config").read_text()
+
+
+def test_bitstream_bad_part_and_package_are_rejected_before_any_tool_runs(tmp_path):
+    from compiler.bitstream import write_bitstream
+    design = compile_model(*designs.gemv_int8(M=2, K=2).outputs)
+    with pytest.raises(ValueError, match="unknown ecp5 device 'LFE5U-99F'"):
+        write_bitstream(design=design, out_dir=tmp_path, device="LFE5U-99F")
+    with pytest.raises(ValueError, match="unknown package 'QFN9' for LFE5U-25F; known: CABGA381, CABGA256"):
+        write_bitstream(design=design, out_dir=tmp_path, device="LFE5U-25F", package="QFN9")
+    assert not any(tmp_path.iterdir())
+
+
+def test_dse_export_bitstream_options_need_bitstream(tmp_path, capsys):
+    from dse.cli import main
+    assert main(["export", str(tmp_path), "--trial", "0", "--out", str(tmp_path / "o"), "--package", "CABGA381"]) == 2
+    assert "error: --package and --lpf go with --bitstream PART" in capsys.readouterr().err
