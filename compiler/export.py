@@ -91,14 +91,16 @@ class ExportedDesign:
 
 def export_design(*, design: Design, out_dir: str | Path, result: SimResult | None = None,
                   backend: str = "pysim", area: AreaReport | None = None, timing: TimingReport | None = None,
-                  top: str = "tinyhw_top", timeout: float | None = 600) -> ExportedDesign:
+                  top: str = "tinyhw_top", source: dict[str, Any] | None = None,
+                  timeout: float | None = 600) -> ExportedDesign:
     """Write the Verilog, memory files, testbench and interface description of `design` to
     `out_dir` (created; files there of the same names are replaced).
 
     `result`: the simulation whose outputs the testbench expects (the design's own input data);
     without it the design is simulated here with `backend`. Its cycle count must equal the
     cycle model. `area` (compiler.synth.AreaReport) and `timing` (compiler.pnr.TimingReport)
-    go into the interface description when given; they are never estimated."""
+    go into the interface description when given; they are never estimated. `source`: where
+    the design came from (e.g. the explorer's study, trial, model and dtype), recorded as is."""
     if not _IDENT.match(top):
         raise ValueError(f"top: expected a Verilog identifier, got {top!r}")
     cycles = design.cycle_model().total
@@ -114,7 +116,7 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
     ports = _write_memories(design, out, result)
     testbench = out / "tb.v"
     atomic_write_text(testbench, testbench_verilog(design, ports, top=top, cycles=cycles))
-    info = interface(design, ports, top=top, cycles=cycles, area=area, timing=timing)
+    info = interface(design, ports, top=top, cycles=cycles, area=area, timing=timing, source=source)
     atomic_write_text(out / "interface.json", json.dumps(info, indent=2) + "\n")
     atomic_write_text(out / "interface.md", interface_markdown(info))
     return ExportedDesign(out, verilog, testbench, out / "interface.json", out / "interface.md",
@@ -273,7 +275,8 @@ PROTOCOL = {
 
 
 def interface(design: Design, ports: list[PortFile], *, top: str, cycles: int,
-              area: AreaReport | None = None, timing: TimingReport | None = None) -> dict[str, Any]:
+              area: AreaReport | None = None, timing: TimingReport | None = None,
+              source: dict[str, Any] | None = None) -> dict[str, Any]:
     """The interface description as plain JSON data."""
     sig = design.top.signature.members
     port_list = [{"name": "clk", "direction": "in", "width": 1}, {"name": "rst", "direction": "in", "width": 1}]
@@ -291,7 +294,7 @@ def interface(design: Design, ports: list[PortFile], *, top: str, cycles: int,
                         "host_sel": [p.sel for p in ports if p.buffer == buf and p.role == role]})
     cm = design.cycle_model()
     return {
-        "top": top, "verilog": f"{top}.v", "testbench": "tb.v", "design": design.name(),
+        "top": top, "verilog": f"{top}.v", "testbench": "tb.v", "design": design.name(), "source": source,
         "ports": port_list,
         "host_ports": [asdict(p) for p in ports],
         "buffers": buffers,
@@ -313,7 +316,10 @@ def interface_markdown(info: dict[str, Any]) -> str:
     """interface.json for people."""
     lines = [f"# `{info['top']}`: {info['design']}", "",
              f"Verilog: `{info['verilog']}`. Testbench: `{info['testbench']}` "
-             f"(`iverilog -g2012 -o tb.vvp {info['verilog']} tb.v && vvp tb.vvp`, run in this folder).", "",
+             f"(`iverilog -g2012 -o tb.vvp {info['verilog']} tb.v && vvp tb.vvp`, run in this folder).", ""]
+    if info["source"]:
+        lines += ["From: " + ", ".join(f"{k} {v}" for k, v in info["source"].items()) + ".", ""]
+    lines += [
              "## Ports", "", "| port | direction | bits |", "|---|---|---|"]
     lines += [f"| `{p['name']}` | {p['direction']} | {p['width']} |" for p in info["ports"]]
     lines += ["", "## Host bus", ""]

@@ -286,7 +286,7 @@ def run_export(args: argparse.Namespace) -> int:
             raise CliError(f"--bitstream: {e}") from None
     exp = _guarded(lambda: export_point(model=trial.model, point=trial.point, out_dir=args.out,
                                         data_seed=trial.data_seed, sim_backend=args.sim, measured=trial.measured,
-                                        top=args.top))
+                                        top=args.top, source={"results": str(args.results), "trial": trial.number}))
     if exp is None:
         return EXIT_GATE_FAILED
     print(_exported(exp))

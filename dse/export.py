@@ -44,8 +44,9 @@ class TrialPoint:
 
 def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, data_seed: int = 0,
                  sim_backend: str = "auto", measured: Mapping[str, Any] | None = None,
-                 top: str = "tinyhw_top") -> ExportedDesign:
-    """Rebuild `point`, simulate it and export it (compiler.export_design) to `out_dir`."""
+                 top: str = "tinyhw_top", source: Mapping[str, Any] | None = None) -> ExportedDesign:
+    """Rebuild `point`, simulate it and export it (compiler.export_design) to `out_dir`;
+    `source` (e.g. the study and trial) is added to what the interface says the design is."""
     built = model.build(point.dtype)
     arrays = zoo.make_inputs(built, data_seed, model.input_range(point.dtype))
     design = compile_model(built.forward(*input_tensors(built, arrays)), config=point.hardware_config())
@@ -55,8 +56,9 @@ def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, d
         raise ExportError(f"the rebuilt design's cycle model says {design.cycle_model().total} cycles, the "
                           f"evaluation measured {int(want)}: the compiler changed since; re-run the point")
     result = Simulator(sim_backend).run(design, None)
+    origin = {"model": model.describe(), "dtype": point.dtype, "data_seed": data_seed, **(source or {})}
     return export_design(design=design, out_dir=out_dir, result=result, area=_area(measured),
-                         timing=_timing(measured), top=top)
+                         timing=_timing(measured), top=top, source=origin)
 
 
 def _present(v: Any) -> bool:

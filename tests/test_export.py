@@ -161,6 +161,8 @@ def test_dse_export_of_a_trial_passes_its_testbench(swept, tmp_path, capsys):
     row = load_results(swept / "results" / "exp").iloc[0]
     info = json.loads((out / "interface.json").read_text())
     assert info["knobs"]["lanes"] == 2
+    assert info["source"] == {"model": "gemv(M=4, K=6)", "dtype": "int8", "data_seed": 0,
+                              "results": str(swept / "results" / "exp"), "trial": 0}
     assert info["cycles"]["total"] == row["cycles"] == row["cycles_model"]
     assert (info["resources"]["luts"], info["resources"]["ffs"]) == (row["luts"], row["ffs"])   # the sweep's figures
     assert_passes(out, int(row["cycles"]))
@@ -226,3 +228,18 @@ def test_dse_export_bitstream_options_need_bitstream(tmp_path, capsys):
     from dse.cli import main
     assert main(["export", str(tmp_path), "--trial", "0", "--out", str(tmp_path / "o"), "--package", "CABGA381"]) == 2
     assert "error: --package and --lpf go with --bitstream PART" in capsys.readouterr().err
+
+
+def test_export_point_refuses_a_design_whose_cycle_model_changed(tmp_path):
+    from dse.export import ExportError, export_point
+    from dse.spec import DesignPoint, FrozenMap, ModelSpec
+    model = ModelSpec("g", "gemv", None, None, FrozenMap({"M": 2, "K": 3}), FrozenMap())
+    point = DesignPoint("g", "int8", FrozenMap({"mem_read": "sync"}))
+    with pytest.raises(ExportError, match="the rebuilt design's cycle model says 7 cycles, the evaluation measured 5"):
+        export_point(model=model, point=point, out_dir=tmp_path / "o", sim_backend="pysim",
+                     measured={"cycles_model": 5})
+    assert not (tmp_path / "o").exists()
+    exp = export_point(model=model, point=point, out_dir=tmp_path / "o", sim_backend="pysim",
+                       measured={"cycles_model": 7}, source={"trial": 3})
+    assert json.loads(exp.interface_json.read_text())["source"] == \
+        {"model": "gemv(M=2, K=3)", "dtype": "int8", "data_seed": 0, "trial": 3}
