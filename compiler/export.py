@@ -94,7 +94,7 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
                   top: str = "tinyhw_top", source: dict[str, Any] | None = None,
                   timeout: float | None = 600) -> ExportedDesign:
     """Write the Verilog, memory files, testbench and interface description of `design` to
-    `out_dir` (created; files there of the same names are replaced).
+    `out_dir` (created; files there of the same names are replaced, and earlier mem/*.hex removed).
 
     `result`: the simulation whose outputs the testbench expects (the design's own input data);
     without it the design is simulated here with `backend`. Its cycle count must equal the
@@ -112,6 +112,8 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
                            "a compiler bug; nothing exported")
     out = Path(out_dir)
     (out / "mem").mkdir(parents=True, exist_ok=True)
+    for stale in [*(out / "mem").glob("in*.hex"), *(out / "mem").glob("expected*.hex")]:
+        stale.unlink()                     # an earlier export's banks would mislead a reader
     verilog = write_verilog(design, out, top=top, timeout=timeout)
     ports = _write_memories(design, out, result)
     testbench = out / "tb.v"

@@ -238,8 +238,11 @@ def test_export_point_refuses_a_design_whose_cycle_model_changed(tmp_path):
     with pytest.raises(ExportError, match="the rebuilt design's cycle model says 7 cycles, the evaluation measured 5"):
         export_point(model=model, point=point, out_dir=tmp_path / "o", sim_backend="pysim",
                      measured={"cycles_model": 5})
-    assert not (tmp_path / "o").exists()
+    assert not (tmp_path / "o").exists()                             # refused before writing anything
+    (tmp_path / "o" / "mem").mkdir(parents=True)
+    (tmp_path / "o" / "mem" / "in9_b0_k0_mem_b1.hex").write_text("00\n")    # from an earlier export
     exp = export_point(model=model, point=point, out_dir=tmp_path / "o", sim_backend="pysim",
                        measured={"cycles_model": 7}, source={"trial": 3})
+    assert sorted(p.name for p in (tmp_path / "o" / "mem").iterdir()) == sorted(Path(p.file).name for p in exp.ports)
     assert json.loads(exp.interface_json.read_text())["source"] == \
         {"model": "gemv(M=2, K=3)", "dtype": "int8", "data_seed": 0, "trial": 3}
