@@ -24,6 +24,7 @@ from __future__ import annotations
 from .config import HardwareConfig
 from .design import Design, build_design
 from .errors import CompileError, UnsupportedError
+from .export import ExportedDesign, export_design
 from .frontend import trace
 from .hw.datapath import check_supported
 from .hw.pipeline import schedule
@@ -31,8 +32,8 @@ from .lower import lower
 from .simulate import SimResult
 from .transform import fuse_loops, interleave, parallelize, split_deep
 
-__all__ = ["HardwareConfig", "compile_model", "simulate", "Design", "SimResult", "CompileError",
-           "UnsupportedError"]
+__all__ = ["HardwareConfig", "compile_model", "simulate", "export_design", "Design", "SimResult",
+           "ExportedDesign", "CompileError", "UnsupportedError"]
 
 
 def compile_model(*outputs, config: HardwareConfig | None = None) -> Design:

@@ -166,12 +166,12 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
         from compiler import compile_model
         from compiler.ir import fingerprint
         from dse import zoo
-        from dse.evaluate import _tensors
+        from dse.evaluate import input_tensors
         with recording_reads() as reads, time_limit(ctx.stage_timeout_s, "building and compiling for the cache key"):
             config = point.hardware_config()
             built = model.build(point.dtype)
             arrays = zoo.make_inputs(built, ctx.data_seed, rng)
-            design = compile_model(built.forward(*_tensors(built, arrays)), config=config)
+            design = compile_model(built.forward(*input_tensors(built, arrays)), config=config)
         kernels = [fingerprint(k) for k in design.kernels]
     except TimeLimitExceeded:
         return None                     # evaluate() runs it uncached and reports the time-out

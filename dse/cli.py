@@ -105,6 +105,9 @@ def add_eval(p: argparse.ArgumentParser) -> None:
                    help="simulator (default auto: CXXRTL, or pysim when CXXRTL cannot run)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input data (default 0)")
     p.add_argument("--no-synth", action="store_true", help="skip Yosys synthesis (area fields stay null)")
+    p.add_argument("--export", type=Path, metavar="DIR",
+                   help="also write the point's Verilog, memory files, testbench and interface to DIR "
+                        "(docs/export.md); only when the point evaluates OK")
 
 
 def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -198,7 +201,18 @@ def run_eval(args: argparse.Namespace) -> int:
         print(json.dumps(json_safe(row)))
     else:
         print(format_metrics(row))
-    return EXIT_OK if metrics.ok else EXIT_GATE_FAILED
+    if not metrics.ok:
+        if args.export:
+            print(f"error: not exported to {args.export}: the point FAILed in {metrics.stage}", file=sys.stderr)
+        return EXIT_GATE_FAILED
+    if args.export:
+        from dse.export import export_point
+        exp = _guarded(lambda: export_point(model=spec.model(args.model), point=point, out_dir=args.export,
+                                            data_seed=args.seed, sim_backend=args.sim, measured=row))
+        if exp is None:
+            return EXIT_GATE_FAILED
+        print(_exported(exp), file=sys.stderr if args.json else sys.stdout)   # stdout: only the JSON row
+    return EXIT_OK
 
 
 def format_metrics(row: dict[str, Any]) -> str:
@@ -229,6 +243,83 @@ def format_metrics(row: dict[str, Any]) -> str:
                 continue
             lines.append(f"  {k:<{width}}  {fmt(row.get(k))}")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# dse export RESULTS_DIR --trial N --out DIR [--spec SPEC] [--sim B] [--top NAME]
+
+def add_export(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", type=Path, help="a sweep's results folder, results/<study>/")
+    p.add_argument("--trial", type=int, required=True, metavar="N", help="the trial number (trials.csv `number`)")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="the folder to write (created)")
+    p.add_argument("--spec", metavar="SPEC",
+                   help="the spec the sweep ran (default: the models recorded in the folder's study.journal)")
+    p.add_argument("--sim", choices=["auto", "cxxrtl", "pysim"], default="auto",
+                   help="simulator giving the testbench's expected outputs (default auto: CXXRTL, else pysim)")
+    p.add_argument("--top", default="tinyhw_top", help="the Verilog top module's name (default tinyhw_top)")
+    p.add_argument("--bitstream", metavar="PART",
+                   help="also build an ECP5 bitstream for PART (e.g. LFE5U-25F, 45k, 85k; target ecp5 only)")
+    p.add_argument("--package", metavar="PKG", help="the bitstream's package (default: the part's first with enough pins)")
+    p.add_argument("--lpf", type=Path, metavar="FILE",
+                   help="pin constraints for the bitstream (default: nextpnr places the ports on any IO)")
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Exit code 0: exported; 1: a tool failed (the message names it and its log); 2: bad input."""
+    from dse.export import ExportError, export_point, find_trial
+    from dse.spec import load_spec
+    spec = load_spec(args.spec) if args.spec else None
+    if (args.package or args.lpf) and not args.bitstream:
+        raise CliError("--package and --lpf go with --bitstream PART")
+    try:
+        trial = find_trial(args.results, number=args.trial, spec=spec)
+    except ExportError as e:
+        raise CliError(str(e)) from None
+    if args.bitstream:
+        from compiler.pnr import find_device
+        if trial.measured.get("target") != "ecp5":
+            raise CliError(f"--bitstream: trial {args.trial} targets {trial.measured.get('target')}; "
+                           "bitstreams are built for target ecp5 only")
+        try:
+            find_device("ecp5", args.bitstream)
+        except ValueError as e:
+            raise CliError(f"--bitstream: {e}") from None
+    exp = _guarded(lambda: export_point(model=trial.model, point=trial.point, out_dir=args.out,
+                                        data_seed=trial.data_seed, sim_backend=args.sim, measured=trial.measured,
+                                        top=args.top, source={"results": str(args.results), "trial": trial.number}))
+    if exp is None:
+        return EXIT_GATE_FAILED
+    print(_exported(exp))
+    if args.bitstream:
+        from compiler.bitstream import write_bitstream
+        bit = _guarded(lambda: write_bitstream(design=exp.design, out_dir=args.out, device=args.bitstream,
+                                               package=args.package, lpf=args.lpf, name=args.top))
+        if bit is None:
+            return EXIT_GATE_FAILED
+        fmax = f"{bit.fmax_mhz:.1f} MHz" if bit.fmax_mhz else "Fmax not reported"
+        pins = "pins from the LPF" if bit.constrained else "pins unconstrained: give --lpf for a board"
+        print(f"bitstream {bit.path} ({bit.device} {bit.package}, {fmax}; {pins})")
+    return EXIT_OK
+
+
+def _guarded(run: Callable[[], Any]) -> Any:
+    """Run an export step: bad input raises CliError (exit 2); a failing tool is reported on
+    stderr and gives None (exit 1)."""
+    from compiler.tools import ToolError
+    from dse.export import ExportError
+    try:
+        return run()
+    except (ExportError, ValueError) as e:
+        raise CliError(f"export: {e}") from None
+    except ToolError as e:
+        print(f"error: export: {e.tool}: {e.reason}" + (f" (log: {e.log_path})" if e.log_path else ""), file=sys.stderr)
+        return None
+
+
+def _exported(exp) -> str:
+    return (f"exported to {exp.out_dir}: {exp.verilog.name}, {exp.testbench.name}, {exp.interface_md.name}, "
+            f"{exp.interface_json.name}, {len(exp.ports)} memory files in mem/ ({exp.cycles} cycles); "
+            f"check it with: cd {exp.out_dir} && iverilog -g2012 -o tb.vvp {exp.verilog.name} tb.v && vvp tb.vvp")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,6 +496,8 @@ COMMANDS: list[Command] = [
                      "trials.csv, pareto.csv, pareto.md", add_sweep, run_sweep),
     Command("worker", "join a study in a shared database (--storage postgresql://...) and evaluate its "
                       "trials until the budget is spent; run one per machine", add_worker, run_worker),
+    Command("export", "write a sweep trial's Verilog, memory files, self-checking testbench and interface "
+                      "description into a folder (docs/export.md)", add_export, run_export),
     Command("report", "write Pareto tables, cycles-vs-LUTs plots, cycle breakdowns and an HTML page "
                       "into results/<study>/report/", add_report, run_report),
     Command("check", "gate a sweep's results on thresholds and a baseline (exit 1 on a regression) "

@@ -322,7 +322,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
         built = model.build(point.dtype)
         rng = model.input_range(point.dtype)
         arrays = zoo.make_inputs(built, ctx.data_seed, rng)
-        tensors = _tensors(built, arrays)
+        tensors = input_tensors(built, arrays)
         output = built.forward(*tensors)
 
     with run.stage("compile", "compile_s"):
@@ -334,7 +334,10 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
     proof = _Proof(run, design, built, tensors, model.input_range(point.dtype))
     proof.analyze()
 
-    sim = _Simulator(ctx.sim_backend, run)
+    def fell_back(why: str) -> None:
+        run.notes.append(f"CXXRTL unavailable, simulated with pysim: {why}")
+        run.log(f"simulate: CXXRTL unavailable ({why}); using pysim")
+    sim = Simulator(ctx.sim_backend, fell_back)
     with run.stage("simulate", "simulate_s"):
         result = sim.run(design, None)
         run.set(cycles=result.cycles, sim_backend=sim.backend)
@@ -385,7 +388,7 @@ def _timing(ctx: EvalContext, run: _Run, netlist_path: str) -> None:
         run.log(f"timing: {rep.reason}")
 
 
-def _tensors(built: zoo.Built, arrays: Mapping[str, np.ndarray]) -> list:
+def input_tensors(built: zoo.Built, arrays: Mapping[str, np.ndarray]) -> list:
     """Realized tinygrad Tensors holding the input data (bf16 arrays are float32 holders)."""
     tg = zoo.import_tinygrad()
     out = []
@@ -397,14 +400,14 @@ def _tensors(built: zoo.Built, arrays: Mapping[str, np.ndarray]) -> list:
     return out
 
 
-class _Simulator:
+class Simulator:
     """Runs simulations with one back end: CXXRTL if asked or if "auto" and it works, else pysim
-    (the first CXXRTL failure in "auto" is noted and later runs use pysim)."""
+    (the first CXXRTL failure in "auto" goes to `on_fallback` and later runs use pysim)."""
 
-    def __init__(self, preference: str, run: _Run):
+    def __init__(self, preference: str, on_fallback: Callable[[str], None] | None = None):
         self.backend = "pysim" if preference == "pysim" else "cxxrtl"
         self.fallback = preference == "auto"
-        self.run_ = run
+        self.on_fallback = on_fallback or (lambda _why: None)
 
     def run(self, design, inputs):
         from compiler import simulate
@@ -417,8 +420,7 @@ class _Simulator:
                 if not self.fallback or isinstance(exc, CompileError):
                     raise
                 self.backend = "pysim"
-                self.run_.notes.append(f"CXXRTL unavailable, simulated with pysim: {_one_line(exc)}")
-                self.run_.log(f"simulate: CXXRTL unavailable ({_one_line(exc)}); using pysim")
+                self.on_fallback(_one_line(exc))
         return simulate(design, inputs, backend="pysim")
 
 
@@ -564,7 +566,7 @@ class _Proof:
             self.seconds += time.perf_counter() - t0
             self.run.set(overflow_s=self.seconds)
 
-    def confirm(self, sim: _Simulator, checker: _Checker) -> None:
+    def confirm(self, sim: Simulator, checker: _Checker) -> None:
         if not self.available:
             return
         from compiler.overflow import worst_case_inputs

@@ -1,0 +1,353 @@
+"""Export: a compiled design as files a user takes into their own FPGA project.
+
+    files = export_design(design=design, out_dir="gemv_hw")
+    # gemv_hw/tinyhw_top.v, tb.v, interface.md, interface.json, mem/*.hex
+
+What lands in `out_dir`:
+    <top>.v          the design as Verilog: Amaranth's RTLIL through Yosys `write_verilog`
+                     (VERILOG_SCRIPT, run through compiler.tools so a failure keeps its log),
+                     one module per kernel, no `src` attributes
+    mem/in*.hex      per host port that takes an input (weights and activations alike: a
+                     model's buffers are all inputs to the compiler), the words of that memory
+                     bank, one hex word per line, as `$readmemh` reads them
+    mem/expected*.hex  per host port that returns an output, the words the simulation read
+                     back (`x` for a bank's padding words, which hold no element)
+    tb.v             a self-checking testbench (`tb`): writes every in*.hex through the host
+                     bus, pulses `start`, counts cycles to `done`, reads every output word back
+                     through the host bus, compares each with expected*.hex and the cycle
+                     count with the cycle model; prints PASS, or FAIL and ends with `$fatal`
+    interface.json   ports, host ports, buffers, the host-bus protocol, cycles, knobs and, when
+                     given, resources (synthesis) and the clock reached (place-and-route)
+    interface.md     the same for people
+
+Why the testbench loads memories through the host bus (the $readmemh files fill testbench
+arrays, not the design's memories): the design's memories have no initial contents (as in
+simulation, where they are poked), and a bitstream with the weights baked in would tie one
+bitstream to one set of weights. The host bus is the interface the user's system drives, so the
+testbench exercises exactly that protocol, and does not depend on the hierarchical names Yosys
+gives the memories inside the Verilog.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from amaranth.hdl import Shape
+
+from . import dtypes as dt
+from .design import Design
+from .errors import CompileError
+from .simulate import SimResult, input_words
+from .synth import AreaReport
+from .tools import atomic_write_text, yosys
+
+if TYPE_CHECKING:
+    from .pnr import TimingReport
+
+# Not amaranth.back.verilog's `proc -nomux` + `write_verilog -norename`: that keeps Amaranth's
+# processes as `always @*` blocks, which Icarus Verilog does not evaluate at time 0, so the
+# reset logic stays x and the design never leaves x (measured). A full `proc` turns every
+# process into continuous assignments and flip-flops, which every simulator starts correctly;
+# the names Amaranth gave stay, Yosys' own internal names are renamed to legal identifiers.
+# The attributes Amaranth adds for its own tools (source lines of this checkout, hierarchy)
+# would only be noise in a user's project.
+_ATTRS = "-remove generator -remove top -remove src -remove amaranth.hierarchy -remove amaranth.decoding"
+VERILOG_SCRIPT = ("read_rtlil design.il\nproc\nopt_clean\nmemory_collect\n"
+                  f"attrmap {_ATTRS}\nattrmap -modattr {_ATTRS}\nwrite_verilog {{top}}.v\n")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class PortFile:
+    """One host port (memory bank on the host bus) and the hex file of its words."""
+    sel: int                     # the value of host_sel that picks it
+    role: str                    # "input" (written by the host) or "output" (read back)
+    buffer: int                  # model buffer id
+    kernel: int                  # kernel position (module k{kernel} of the top)
+    memory: str                  # memory name inside that kernel
+    depth: int                   # words
+    width: int                   # bits per word
+    file: str                    # path relative to the export folder
+    checked_words: int = 0       # output ports: words that hold an element (the rest is padding)
+
+
+@dataclass(frozen=True)
+class ExportedDesign:
+    """What `export_design` wrote (paths inside `out_dir`) and the figures it wrote down."""
+    out_dir: Path
+    verilog: Path
+    testbench: Path
+    interface_json: Path
+    interface_md: Path
+    ports: tuple[PortFile, ...]
+    top: str
+    cycles: int                  # the cycle model's count, which the testbench checks
+    design: Design               # what was exported (e.g. for compiler.bitstream)
+
+
+def export_design(*, design: Design, out_dir: str | Path, result: SimResult | None = None,
+                  backend: str = "pysim", area: AreaReport | None = None, timing: TimingReport | None = None,
+                  top: str = "tinyhw_top", source: dict[str, Any] | None = None,
+                  timeout: float | None = 600) -> ExportedDesign:
+    """Write the Verilog, memory files, testbench and interface description of `design` to
+    `out_dir` (created; files there of the same names are replaced, and earlier mem/*.hex removed).
+
+    `result`: the simulation whose outputs the testbench expects (the design's own input data);
+    without it the design is simulated here with `backend`. Its cycle count must equal the
+    cycle model. `area` (compiler.synth.AreaReport) and `timing` (compiler.pnr.TimingReport)
+    go into the interface description when given; they are never estimated. `source`: where
+    the design came from (e.g. the explorer's study, trial, model and dtype), recorded as is."""
+    if not _IDENT.match(top):
+        raise ValueError(f"top: expected a Verilog identifier, got {top!r}")
+    cycles = design.cycle_model().total
+    if result is None:
+        from . import simulate                  # the package's simulate(): back-end choice included
+        result = simulate(design, backend=backend)
+    if result.cycles != cycles:
+        raise CompileError(f"the simulation took {result.cycles} cycles but the cycle model says {cycles}: "
+                           "a compiler bug; nothing exported")
+    out = Path(out_dir)
+    (out / "mem").mkdir(parents=True, exist_ok=True)
+    for stale in [*(out / "mem").glob("in*.hex"), *(out / "mem").glob("expected*.hex")]:
+        stale.unlink()                     # an earlier export's banks would mislead a reader
+    verilog = write_verilog(design, out, top=top, timeout=timeout)
+    ports = _write_memories(design, out, result)
+    testbench = out / "tb.v"
+    atomic_write_text(testbench, testbench_verilog(design, ports, top=top, cycles=cycles))
+    info = interface(design, ports, top=top, cycles=cycles, area=area, timing=timing, source=source)
+    atomic_write_text(out / "interface.json", json.dumps(info, indent=2) + "\n")
+    atomic_write_text(out / "interface.md", interface_markdown(info))
+    return ExportedDesign(out, verilog, testbench, out / "interface.json", out / "interface.md",
+                          tuple(ports), top, cycles, design)
+
+
+def write_verilog(design: Design, out_dir: Path, *, top: str, timeout: float | None = 600) -> Path:
+    """`<top>.v` in `out_dir`, converted by Yosys in `out_dir/.yosys/` (its log stays there)."""
+    from amaranth.back import rtlil
+    work = out_dir / ".yosys"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "design.il").write_text(rtlil.convert(design.top, name=top, emit_src=False))
+    yosys(VERILOG_SCRIPT.format(top=top), cwd=work, log_name="verilog.log", timeout=timeout)
+    path = out_dir / f"{top}.v"
+    (work / f"{top}.v").replace(path)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# memory files
+
+def _hex_lines(words: np.ndarray, width: int, present: np.ndarray | None = None) -> str:
+    digits = (width + 3) // 4
+    mask = (1 << width) - 1
+    lines = [format(int(w) & mask, f"0{digits}x") if present is None or present[i] else "x" * digits
+             for i, w in enumerate(words.tolist())]
+    return "\n".join(lines) + "\n"
+
+
+def _write_memories(design: Design, out: Path, result: SimResult) -> list[PortFile]:
+    sel = {(p.kernel, p.slot): i for i, p in enumerate(design.host_ports)}
+    ports: list[PortFile] = []
+    for buf, words in input_words(design, None).items():
+        for ref, bank in design.memory_words(buf, words):
+            i = sel[ref.kernel, ref.slot]
+            hp = design.host_ports[i]
+            name = f"mem/in{i}_b{buf}_k{ref.kernel}_{ref.name}.hex"
+            atomic_write_text(out / name, _hex_lines(bank, hp.width))
+            ports.append(PortFile(i, "input", buf, ref.kernel, ref.name, hp.depth, hp.width, name))
+    for buf in design.graph.outputs:
+        dtype = design.graph.buffers[buf].dtype
+        layout = design.banking_of(*design.host_buffers[buf].home).layout
+        words = layout.scatter(dt.to_words(result.buffers[buf], dtype))
+        present = layout.scatter(np.ones(layout.size, dtype=bool))   # False: padding
+        for ref, bank, used in zip(design.home_memories(buf), words, present):
+            i = sel[ref.kernel, ref.slot]
+            hp = design.host_ports[i]
+            name = f"mem/expected{i}_b{buf}_k{ref.kernel}_{ref.name}.hex"
+            atomic_write_text(out / name, _hex_lines(bank, hp.width, used))
+            ports.append(PortFile(i, "output", buf, ref.kernel, ref.name, hp.depth, hp.width, name,
+                                  int(np.count_nonzero(used))))
+    return sorted(ports, key=lambda p: p.sel)
+
+
+# ---------------------------------------------------------------------------------------------
+# testbench
+
+def testbench_verilog(design: Design, ports: list[PortFile], *, top: str, cycles: int) -> str:
+    """A self-checking testbench for `<top>.v`; run it from the export folder (the hex files
+    are read with paths relative to it)."""
+    sig = design.top.signature.members
+    width = {name: Shape.cast(sig[name].shape).width for name in ("host_sel", "host_addr", "host_wdata")}
+    limit = 2 * cycles + 1000          # a design that never raises done fails, it does not hang
+    arrays, loads, checks = [], [], []
+    for p in ports:
+        arr = f"{'in' if p.role == 'input' else 'exp'}{p.sel}"
+        arrays.append(f"  reg [{p.width - 1}:0] {arr} [0:{p.depth - 1}];\n"
+                      f"  initial $readmemh(\"{p.file}\", {arr});")
+        if p.role == "input":
+            loads.append(f"    host_sel = {p.sel};   // buffer {p.buffer}: kernel {p.kernel} {p.memory}\n"
+                         f"    for (i = 0; i < {p.depth}; i = i + 1) begin\n"
+                         f"      host_addr = i; host_wdata = {arr}[i]; host_we = 1; @(negedge clk);\n"
+                         f"    end\n    host_we = 0;")
+        else:
+            checks.append(f"    host_sel = {p.sel};   // buffer {p.buffer}: kernel {p.kernel} {p.memory}\n"
+                          f"    for (i = 0; i < {p.depth}; i = i + 1) begin\n"
+                          f"      host_addr = i; @(negedge clk);\n"
+                          f"      if ((^{arr}[i]) !== 1'bx) begin\n"
+                          f"        words = words + 1;\n"
+                          f"        if (host_rdata[{p.width - 1}:0] !== {arr}[i]) begin\n"
+                          f"          errors = errors + 1;\n"
+                          f"          if (errors <= 10) $display(\"MISMATCH host_sel=%0d addr=%0d: got %h, expected %h\",\n"
+                          f"                                     {p.sel}, i, host_rdata[{p.width - 1}:0], {arr}[i]);\n"
+                          f"        end\n      end\n    end")
+    nl = "\n"
+    return f"""// Self-checking testbench for {top} (generated by tinyhw; {design.name()}).
+// Run from this folder:  iverilog -g2012 -o tb.vvp {top}.v tb.v && vvp tb.vvp
+// Inputs are written through the host bus, start is pulsed, cycles are counted from the start
+// cycle to the cycle in which done is high, then every output word is read back through the
+// host bus and compared with the simulation's (mem/expected*.hex; x = padding, not compared).
+`timescale 1ns/1ps
+module tb;
+  localparam CYCLES_MODEL = {cycles};
+  localparam TIMEOUT = {limit};
+  reg clk = 0;
+  always #5 clk = ~clk;
+  reg rst = 1, start = 0, host_we = 0;
+  reg [{width['host_sel'] - 1}:0] host_sel = 0;
+  reg [{width['host_addr'] - 1}:0] host_addr = 0;
+  reg [{width['host_wdata'] - 1}:0] host_wdata = 0;
+  wire done, busy;
+  wire [{width['host_wdata'] - 1}:0] host_rdata;
+  {top} dut(.clk(clk), .rst(rst), .start(start), .done(done), .busy(busy), .host_sel(host_sel),
+            .host_addr(host_addr), .host_wdata(host_wdata), .host_we(host_we), .host_rdata(host_rdata));
+
+{nl.join(arrays)}
+
+  integer i, cycles, errors, words;
+  initial begin
+    errors = 0; words = 0;
+    // inputs and signals change at the falling edge; the design samples them at the rising edge
+    @(negedge clk); @(negedge clk); rst = 0;
+{nl.join(loads)}
+    start = 1; @(negedge clk); start = 0; cycles = 1;
+    while (done !== 1'b1) begin
+      if (cycles >= TIMEOUT) begin
+        $display("FAIL: no done after %0d cycles (the cycle model says %0d)", cycles, CYCLES_MODEL);
+        $fatal(1);
+      end
+      @(negedge clk); cycles = cycles + 1;
+    end
+    @(negedge clk);                    // back to idle: the host bus acts again
+{nl.join(checks)}
+    if (cycles != CYCLES_MODEL) begin
+      $display("FAIL: %0d cycles from start to done, the cycle model says %0d", cycles, CYCLES_MODEL);
+      errors = errors + 1;
+    end
+    if (errors == 0) begin
+      $display("PASS: %0d output words match, %0d cycles (= the cycle model)", words, cycles);
+      $finish;
+    end
+    $display("FAIL: %0d mismatches (%0d output words checked, %0d cycles, model %0d)", errors, words, cycles, CYCLES_MODEL);
+    $fatal(1);
+  end
+endmodule
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# interface description
+
+PROTOCOL = {
+    "clock": "one clock `clk`, all logic on its rising edge; `rst` is a synchronous reset (active high)",
+    "host_write": "while `busy` is low: set host_sel, host_addr, host_wdata and host_we=1 for one cycle; "
+                  "the word is written at the rising edge. Writes while busy are ignored",
+    "host_read": "while `busy` is low: set host_sel and host_addr; host_rdata holds the word one cycle later "
+                 "(block RAM read latency; also with combinational reads)",
+    "start_done": "raise `start` for one cycle while idle; `busy` is high from the next cycle until the run "
+                  "ends; `done` is high for exactly one cycle, the last one of the run. The cycle count is "
+                  "counted from the cycle `start` is high in to the cycle `done` is high in",
+    "layout": "a buffer's elements are spread over its banks by the compiler's layout (interface.json "
+              "`host_ports`); the .hex files hold each bank's words in that order",
+    "persistence": "inputs stay in their memories across runs: write only what changes (e.g. the activations) "
+                   "before the next start",
+}
+
+
+def interface(design: Design, ports: list[PortFile], *, top: str, cycles: int,
+              area: AreaReport | None = None, timing: TimingReport | None = None,
+              source: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The interface description as plain JSON data."""
+    sig = design.top.signature.members
+    port_list = [{"name": "clk", "direction": "in", "width": 1}, {"name": "rst", "direction": "in", "width": 1}]
+    port_list += [{"name": name, "direction": "in" if m.flow.name == "In" else "out", "width": Shape.cast(m.shape).width}
+                  for name, m in sig.items()]
+    buffers = []
+    for buf in (*design.graph.inputs, *design.graph.outputs):
+        if buf not in design.host_buffers:
+            continue
+        b = design.graph.buffers[buf]
+        role = "output" if buf in design.graph.outputs else "input"
+        shape = design.output_shapes[design.graph.outputs.index(buf)] if role == "output" else None
+        buffers.append({"buffer": buf, "role": role, "dtype": b.dtype.name, "elements": b.size,
+                        "shape": list(shape) if shape else None,
+                        "host_sel": [p.sel for p in ports if p.buffer == buf and p.role == role]})
+    cm = design.cycle_model()
+    return {
+        "top": top, "verilog": f"{top}.v", "testbench": "tb.v", "design": design.name(), "source": source,
+        "ports": port_list,
+        "host_ports": [asdict(p) for p in ports],
+        "buffers": buffers,
+        "protocol": PROTOCOL,
+        "cycles": {"total": cycles, "kernels": [list(k) for k in cm.kernels], "copies": cm.copies},
+        "knobs": design.config.as_dict(),
+        "resources": None if area is None else {
+            "target": area.target, "luts": area.luts, "ffs": area.ffs, "bram": area.bram,
+            "lutram": area.lutram, "dsp": area.dsp, "yosys_version": area.yosys_version,
+            "script": area.script.strip().replace("\n", "; ")},
+        "clock": None if timing is None else {
+            "fits": timing.fits, "fmax_mhz": timing.fmax_mhz, "device": timing.device,
+            "package": timing.package, "target_mhz": timing.freq_mhz, "reason": timing.reason or None,
+            "latency_us": timing.latency_us(cycles)},
+    }
+
+
+def interface_markdown(info: dict[str, Any]) -> str:
+    """interface.json for people."""
+    lines = [f"# `{info['top']}`: {info['design']}", "",
+             f"Verilog: `{info['verilog']}`. Testbench: `{info['testbench']}` "
+             f"(`iverilog -g2012 -o tb.vvp {info['verilog']} tb.v && vvp tb.vvp`, run in this folder).", ""]
+    if info["source"]:
+        lines += ["From: " + ", ".join(f"{k} {v}" for k, v in info["source"].items()) + ".", ""]
+    lines += [
+             "## Ports", "", "| port | direction | bits |", "|---|---|---|"]
+    lines += [f"| `{p['name']}` | {p['direction']} | {p['width']} |" for p in info["ports"]]
+    lines += ["", "## Host bus", ""]
+    lines += [f"- **{k.replace('_', ' ')}**: {v}." for k, v in info["protocol"].items()]
+    lines += ["", "| host_sel | role | buffer | kernel memory | words | bits | file |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {p['sel']} | {p['role']} | {p['buffer']} | k{p['kernel']}.{p['memory']} | {p['depth']} | "
+              f"{p['width']} | `{p['file']}` |" for p in info["host_ports"]]
+    lines += ["", "| buffer | role | dtype | elements | shape | host_sel |", "|---|---|---|---|---|---|"]
+    lines += [f"| {b['buffer']} | {b['role']} | {b['dtype']} | {b['elements']} | {b['shape'] or '-'} | "
+              f"{', '.join(map(str, b['host_sel']))} |" for b in info["buffers"]]
+    c = info["cycles"]
+    lines += ["", "## Cycles", "", f"{c['total']} cycles from `start` to `done` (the cycle model; the "
+              f"testbench checks it): " + ", ".join(f"{n} {k}" for n, k in c["kernels"])
+              + f", {c['copies']} in copies.", ""]
+    r, clk = info["resources"], info["clock"]
+    lines += ["## Resources and clock", ""]
+    lines.append("not measured (no synthesis given)" if r is None else
+                 f"{r['target']}: {r['luts']} LUT, {r['ffs']} FF, {r['bram']} BRAM, {r['lutram']} LUTRAM, "
+                 f"{r['dsp']} DSP ({r['yosys_version']}: `{r['script']}`).")
+    lines.append("")
+    if clk is None:
+        lines.append("Clock: not measured (no place-and-route given).")
+    elif not clk["fits"]:
+        lines.append(f"Clock: the design fits no device tried: {clk['reason']}.")
+    else:
+        lines.append(f"Clock: {clk['fmax_mhz']:.1f} MHz reached on {clk['device']} {clk['package']} "
+                     f"(nextpnr, target {clk['target_mhz']:g} MHz): {clk['latency_us']:.2f} us per run.")
+    lines += ["", "## Knobs", "", ", ".join(f"{k}={v}" for k, v in info["knobs"].items()), ""]
+    return "\n".join(lines)

@@ -1,0 +1,162 @@
+"""Export a design point of the explorer as Verilog, memory files, a testbench and an interface
+description (compiler.export does the work; this module finds the point and its figures).
+
+    export_point(model=spec.model("gemv"), point=point, out_dir="hw/", measured=metrics.as_row())
+    find_trial("results/gemv", number=7) -> TrialPoint (model, point, data seed, measured row)
+
+The point is rebuilt exactly as the evaluation built it (same model, dtype, knobs and data
+seed), simulated, and exported; the testbench expects that simulation's outputs. The LUT/FF
+and Fmax figures in the interface description are the ones the evaluation or the sweep
+measured (`measured`, a metrics row), never re-estimated; a rebuilt design whose cycle model
+differs from the measured row's is refused (the compiler changed since the sweep).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+
+from compiler import ExportedDesign, compile_model, export_design
+from compiler.config import HardwareConfig
+from compiler.pnr import TimingReport
+from compiler.synth import AreaReport
+from dse import zoo
+from dse.evaluate import Simulator, input_tensors
+from dse.spec import DesignPoint, FrozenMap, ModelSpec, Spec
+
+
+class ExportError(ValueError):
+    """The point cannot be exported (no such trial, a failed trial, a changed compiler)."""
+
+
+@dataclass(frozen=True)
+class TrialPoint:
+    """A trial of a sweep's results folder, as what is needed to rebuild it."""
+    number: int
+    model: ModelSpec
+    point: DesignPoint
+    data_seed: int
+    measured: Mapping[str, Any]            # the trial's row of trials.csv
+
+
+def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, data_seed: int = 0,
+                 sim_backend: str = "auto", measured: Mapping[str, Any] | None = None,
+                 top: str = "tinyhw_top", source: Mapping[str, Any] | None = None) -> ExportedDesign:
+    """Rebuild `point`, simulate it and export it (compiler.export_design) to `out_dir`;
+    `source` (e.g. the study and trial) is added to what the interface says the design is."""
+    built = model.build(point.dtype)
+    arrays = zoo.make_inputs(built, data_seed, model.input_range(point.dtype))
+    design = compile_model(built.forward(*input_tensors(built, arrays)), config=point.hardware_config())
+    measured = dict(measured or {})
+    want = measured.get("cycles_model")
+    if _present(want) and int(want) != design.cycle_model().total:
+        raise ExportError(f"the rebuilt design's cycle model says {design.cycle_model().total} cycles, the "
+                          f"evaluation measured {int(want)}: the compiler changed since; re-run the point")
+    result = Simulator(sim_backend).run(design, None)
+    origin = {"model": model.describe(), "dtype": point.dtype, "data_seed": data_seed, **(source or {})}
+    return export_design(design=design, out_dir=out_dir, result=result, area=_area(measured),
+                         timing=_timing(measured), top=top, source=origin)
+
+
+def _present(v: Any) -> bool:
+    """Not a blank cell: None, NaN and pandas' NA are absent values."""
+    return v is not None and not (pd.api.types.is_scalar(v) and pd.isna(v))
+
+
+def _area(row: Mapping[str, Any]) -> AreaReport | None:
+    if not all(_present(row.get(k)) for k in ("luts", "ffs", "bram", "lutram", "dsp")):
+        return None
+    return AreaReport(target=str(row["target"]), luts=int(row["luts"]), ffs=int(row["ffs"]), bram=int(row["bram"]),
+                      lutram=int(row["lutram"]), dsp=int(row["dsp"]), yosys_version=str(row.get("yosys_version") or ""),
+                      script=str(row.get("synth_script") or ""))
+
+
+def _timing(row: Mapping[str, Any]) -> TimingReport | None:
+    if not _present(row.get("fits")):
+        return None
+    fmax = row.get("fmax_mhz")
+    fits = str(row["fits"]).lower() == "true" if isinstance(row["fits"], str) else bool(row["fits"])
+    return TimingReport(fits=fits, fmax_mhz=float(fmax) if _present(fmax) else None,
+                        device=str(row.get("pnr_device") or ""), package=str(row.get("pnr_package") or ""),
+                        target=str(row["target"]), reason="" if fits else str(row.get("error") or ""))
+
+
+# ---------------------------------------------------------------------------------------------
+# a trial of a results folder
+
+def find_trial(results: str | Path, *, number: int, spec: Spec | None = None) -> TrialPoint:
+    """Trial `number` of a sweep's results folder. Its model comes from `spec` when given (it
+    must be the one the sweep recorded, when the folder has a study.journal), else from the
+    search space the sweep recorded in study.journal."""
+    from dse.report import JOURNAL, ReportError, load_study_results, read_space
+    try:
+        res = load_study_results(results)
+    except ReportError as e:
+        raise ExportError(str(e)) from None
+    rows = res.trials[res.trials["number"] == number]
+    if rows.empty:
+        numbers = sorted(int(n) for n in res.trials["number"].dropna())
+        raise ExportError(f"{results}: no trial {number} (trials: {_ranges(numbers)})")
+    row = {k: (None if not _present(v) else v) for k, v in rows.iloc[0].to_dict().items()}
+    if row.get("status") != "OK":
+        raise ExportError(f"{results}: trial {number} did not evaluate OK (status {row.get('status')}, stage "
+                          f"{row.get('stage')}: {row.get('error')}); nothing to export")
+    space = res.space or read_space(Path(results) / JOURNAL)
+    model = _model(str(row["model"]), row, spec, space, results)
+    knobs = _knobs(row, number)
+    return TrialPoint(number, model, DesignPoint(model.name, str(row["dtype"]), knobs),
+                      int(row.get("data_seed") or 0), row)
+
+
+def _ranges(numbers: list[int]) -> str:
+    if not numbers:
+        return "none"
+    return f"{numbers[0]}..{numbers[-1]}" if numbers == list(range(numbers[0], numbers[-1] + 1)) \
+        else ", ".join(map(str, numbers))
+
+
+def _knobs(row: Mapping[str, Any], number: int) -> FrozenMap[str, Any]:
+    """The trial's knob columns as Python values (CSV gives floats for integer columns with blanks)."""
+    values: dict[str, Any] = {}
+    for k in HardwareConfig.knob_names():
+        if k not in row:
+            continue
+        v = row[k]
+        if hasattr(v, "item"):
+            v = v.item()
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        values[k] = v
+    try:
+        HardwareConfig.from_dict(values)
+    except (ValueError, TypeError) as e:
+        raise ExportError(f"trial {number}: its knobs {values} are not a hardware configuration: {e}") from None
+    return FrozenMap(values)
+
+
+def _model(name: str, row: Mapping[str, Any], spec: Spec | None, space: Mapping[str, Any] | None,
+           results: str | Path) -> ModelSpec:
+    recorded = next((m for m in (space or {}).get("models", []) if m[0] == name), None)
+    if spec is not None:
+        try:
+            model = spec.model(name)
+        except KeyError as e:
+            raise ExportError(f"--spec: {e.args[0]}") from None
+        if recorded is not None and (recorded[1], recorded[2]) != (model.describe(), str(model.source or "")):
+            raise ExportError(f"--spec: model {name!r} is {model.describe()} there, but the sweep in {results} "
+                              f"ran {recorded[1]}")
+        return model
+    if recorded is None:
+        raise ExportError(f"{results}: no study.journal recording model {name!r}: pass --spec SPEC (the spec "
+                          "the sweep ran)")
+    # the sweep recorded [name, "builtin(params)" or "file.py:function(params)", source, ranges]
+    _, described, source, ranges = recorded
+    what = described.split("(", 1)[0]
+    params = json.loads(row["params"]) if row.get("params") else {}
+    input_ranges = FrozenMap((dt, zoo.InputRange(lo, hi)) for dt, (lo, hi) in ranges.items())
+    if source:
+        return ModelSpec(name, None, Path(source), what.split(":", 1)[1], FrozenMap(params), input_ranges)
+    return ModelSpec(name, what, None, None, FrozenMap(params), input_ranges)
