@@ -263,11 +263,30 @@ def _is_evaluated(t) -> bool:
 MAX_RETRY = 3
 
 
+DIED_ATTR = "died"
+"""User attribute of a trial whose own evaluating process died while the sweep that ran it
+stayed alive (the sweep saw its worker process exit abnormally mid-trial): the only kind of
+death a point is charged with. A trial left RUNNING because the whole sweep was killed (a CI
+time-out, a closed laptop, the OOM killer taking the process group) is not the point's fault:
+it is failed without this mark when the study is next opened, and its point is simply run again."""
+
+
 def _died(t) -> bool:
-    """A trial whose process died under it (left RUNNING, then failed without a metrics row); a
-    trial cut short by Ctrl-C or refused as surplus is marked `interrupted`: not a death."""
     from optuna.trial import TrialState
-    return t.state is TrialState.FAIL and "metrics" not in t.user_attrs and not t.user_attrs.get("interrupted")
+    return t.state is TrialState.FAIL and t.user_attrs.get(DIED_ATTR) is True
+
+
+def record_death(location: str, study_name: str, number: int, exitcode: int | None) -> None:
+    """Mark trial `number` as killed with its process (see DIED_ATTR) and fail it."""
+    from optuna.trial import TrialState
+    storage = open_storage(location)
+    study = _optuna().load_study(study_name=study_name, storage=storage)
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    if storage.get_trial(trial_id).state is not TrialState.RUNNING:
+        return                                  # it finished after all
+    storage.set_trial_user_attr(trial_id, DIED_ATTR, True)
+    storage.set_trial_user_attr(trial_id, "error", f"its evaluating process died (exit code {exitcode})")
+    study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
 
 
 def deaths_by_point(trials, spec: Spec) -> Counter:
@@ -442,10 +461,15 @@ def _workdir(spec: Spec, options: SweepOptions, point: DesignPoint, number: int)
 
 
 def run_trial(study, spec: Spec, options: SweepOptions, ctx, cache, stop: _Interrupt,
-              log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Ask for one trial, evaluate its point, tell the outcome; returns a progress event."""
+              log: Callable[[str], None] | None = None,
+              on_start: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Ask for one trial, evaluate its point, tell the outcome; returns a progress event.
+    `on_start(number)` is told which trial is being evaluated (so a parent process that sees
+    this one die can charge the trial with its death)."""
     from dse.worker import heartbeat
     trial = study.ask()
+    if on_start is not None:
+        on_start(trial.number)
     with heartbeat(study, trial):
         return run_asked_trial(study, trial, spec, options, ctx, cache, stop, log)
 
@@ -536,7 +560,8 @@ def work(job: _Job, worker: int, share: int, emit: Callable[[dict[str, Any]], No
         if stop.requested:
             break
         with contextlib.redirect_stdout(sys.stderr):     # tools' chatter must not mix with results
-            event = run_trial(study, spec, options, ctx, cache, stop)
+            event = run_trial(study, spec, options, ctx, cache, stop,
+                              on_start=lambda n: emit({"type": "started", "worker": worker, "number": n}))
         emit({**event, "worker": worker})
 
 
@@ -579,6 +604,8 @@ def sweep(spec: Spec, options: SweepOptions = SweepOptions()) -> SweepResult:
     errors: list[str] = []
 
     def on_event(event: dict[str, Any]) -> None:
+        if event.get("type") == "started":
+            return
         if event.get("type") == "worker_error":
             errors.append(event["error"])
             progress.message(f"worker {event['worker']} stopped: {event['error'].strip().splitlines()[-1]}")
@@ -631,6 +658,7 @@ def _run_processes(job: _Job, parts: list[int], on_event) -> bool:
         for p in procs:
             p.start()
         finished: set[int] = set()
+        evaluating: dict[int, int] = {}         # worker -> the trial it is evaluating
         forwarded = 0
         deadline: float | None = None
         while len(finished) < len(procs):
@@ -655,9 +683,16 @@ def _run_processes(job: _Job, parts: list[int], on_event) -> bool:
                 for i, p in enumerate(procs):       # a worker that died without saying so
                     if i not in finished and not p.is_alive() and p.exitcode not in (0, None):
                         finished.add(i)
+                        if i in evaluating and not stop.requested:      # killed with its point
+                            with contextlib.suppress(Exception):
+                                record_death(job.location, job.spec.study, evaluating[i], p.exitcode)
                         on_event({"type": "worker_error", "worker": i,
                                   "error": f"worker {i} exited with code {p.exitcode}"})
                 continue
+            if ev.get("type") == "started":
+                evaluating[ev["worker"]] = ev["number"]
+            elif "number" in ev:
+                evaluating.pop(ev.get("worker"), None)
             if ev.get("type") == "done":
                 finished.add(ev["worker"])
             elif ev.get("type") == "worker_error" and stop.requested and "KeyboardInterrupt" in ev["error"]:

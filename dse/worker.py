@@ -26,10 +26,13 @@ trial whose heartbeat is older than `TINYHW_GRACE_S` (default 60) is stale: the 
 that looks marks it FAIL (`optuna.storages.fail_stale_trials`) and Optuna's
 `RetryFailedTrialCallback` queues its parameters again (with the same user attributes, so the grid
 sees the point as queued). A stale FAIL has no metrics row and does not count against the budget;
-in trials.csv it is an INTERRUPTED row. A grid point whose process died more than `MAX_RETRY`
-(3) times is not queued again: it is recorded once as a FAIL trial in stage `worker` that says
-so (`dse.sweep.give_up`), so one point that always takes its worker down cannot stall the
-study. Heartbeats are on for postgresql:// and mysql:// URLs;
+in trials.csv it is an INTERRUPTED row. A stale trial is not charged to its point: the worker
+that evaluated it died as a whole (a lost machine, kill -9), which says nothing about the point.
+Only a trial whose own evaluating process died while the process that ran it stayed alive (a
+`dse sweep --n-jobs N` worker process, seen by its parent: `dse.sweep.DIED_ATTR`) counts as a
+death; a grid point with more than `MAX_RETRY` (3) such deaths is not queued again: it is
+recorded once as a FAIL trial in stage `worker` that says so (`dse.sweep.give_up`), so one point
+that always takes its process down cannot stall the study. Heartbeats are on for postgresql:// and mysql:// URLs;
 SQLite and journal files keep `dse sweep`'s single-machine rule (a RUNNING trial found at start is
 a leftover of a killed sweep and is failed at once).
 """

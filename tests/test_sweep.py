@@ -441,8 +441,8 @@ def test_ctrl_c_keeps_what_finished_and_the_rerun_completes_the_grid(tmp_path, f
 
 
 def _record_deaths(tmp_path, spec, point: dict, n: int) -> None:
-    """n trials of `point` whose process died under them (FAIL, no metrics row), as a killed
-    worker leaves them once they are stale."""
+    """n trials of `point` whose process died under them while their sweep stayed alive (FAIL,
+    no metrics row, marked died), as dse.sweep.record_death leaves them."""
     from optuna.distributions import CategoricalDistribution
     from optuna.storages.journal import JournalFileBackend, JournalStorage
     from optuna.trial import TrialState, create_trial
@@ -453,7 +453,7 @@ def _record_deaths(tmp_path, spec, point: dict, n: int) -> None:
                                 load_if_exists=True)
     space = search_space(spec)
     for _ in range(n):
-        study.add_trial(create_trial(state=TrialState.FAIL, params=point, user_attrs={"point": point},
+        study.add_trial(create_trial(state=TrialState.FAIL, params=point, user_attrs={"point": point, "died": True},
                                      distributions={k: CategoricalDistribution(space[k]) for k in point}))
 
 
