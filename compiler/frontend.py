@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from tinygrad import Tensor
+from tinygrad.dtype import dtypes, strong_dtype
 from tinygrad.codegen import full_rewrite_to_sink, line_rewrite, pm_linearize_cleanups
 from tinygrad.codegen.late.linearizer import linearize
 from tinygrad.helpers import Context, DEV, Target
@@ -114,15 +115,47 @@ def trace(*outputs: Tensor) -> Graph:
     for i, t in enumerate(outputs):
         if not isinstance(t, Tensor):
             raise CompileError(f"output {i}: expected a tinygrad Tensor, got {type(t).__name__}")
-    key = tuple(t.uop.base for t in outputs)
-    if key in _traced:
-        return _traced[key]
-    graph = _trace(outputs)
-    _traced[tuple(graph.buffers[o].uop for o in graph.outputs)] = graph
+    stored = tuple(stored_output(t) for t in outputs)
+    keys = (tuple(t.uop.base for t in outputs), tuple(t.uop for t in stored))
+    for key in keys:
+        if key in _traced:
+            return _traced[key]
+    graph = _trace(stored)
+    for key in keys + (tuple(t.uop.base for t in outputs), tuple(graph.buffers[o].uop for o in graph.outputs)):
+        _traced[key] = graph
     return graph
 
 
-def _trace(outputs: tuple[Tensor, ...]) -> Graph:    # NO_MEMORY_PLANNER keeps every intermediate its own BUFFER (else they become views of one
+def stored_output(t: Tensor) -> Tensor:
+    """The Tensor whose buffer holds `t` contiguously, in row-major order of `t`'s shape.
+
+    tinygrad realizes a view (`(x + 1).T`, a flip, a slice, cat/stack) as the buffer it is a
+    view of and keeps the view in the Tensor: its buffer's storage order is not the output's
+    element order. `contiguous()` makes tinygrad compute the output through the view into
+    a buffer of its own (the copy is fused into the producing kernel where it can be). A
+    result that is an input unchanged (`x.float()` on floats) gets a kernel only if something
+    moves: a trailing unit axis is such a view, and reshaping a contiguous buffer is free.
+    Weak dtypes (`one_hot`, a float clamp of ints) are stored as tinygrad's `numpy()` stores
+    them: as the default int or float.
+    """
+    if t.dtype in dtypes.weaks:
+        t = t.cast(strong_dtype(t.dtype))
+    if t.uop.base.op in (Ops.BUFFER, Ops.COPY):      # no computation at all: an input, or a view of one
+        return t.reshape(*t.shape, 1).contiguous().reshape(t.shape)
+    return t.contiguous()
+
+
+def _contiguous_buffer(u: UOp) -> UOp | None:
+    """The buffer a scheduled output Tensor's uop reads in storage order (reshapes only), or None."""
+    while u.op is Ops.RESHAPE:
+        u = u.src[0]
+    while u.op is Ops.AFTER:
+        u = u.src[0]
+    return u if u.op is Ops.BUFFER else None
+
+
+def _trace(outputs: tuple[Tensor, ...]) -> Graph:
+    # NO_MEMORY_PLANNER keeps every intermediate its own BUFFER (else they become views of one
     # arena and producer/consumer identity is lost).
     with Context(NO_MEMORY_PLANNER=1):
         linear, var_vals = outputs[0].linear_with_vars(*outputs[1:])
@@ -180,8 +213,14 @@ def _trace(outputs: tuple[Tensor, ...]) -> Graph:    # NO_MEMORY_PLANNER keeps e
     inputs = tuple(b.id for b in buffers if b.id not in written)
     out_ids = []
     for i, t in enumerate(outputs):
-        u = t.uop.buf_uop
-        if u not in ids:
-            raise CompileError(f"output {i} was folded into a constant or an input; nothing to compute")
+        if t.numel() == 0:
+            raise CompileError(f"output {i} has shape {t.shape}: no elements, nothing for the hardware to compute")
+        u = _contiguous_buffer(t.uop)
+        if u is None or u not in ids:
+            raise CompileError(f"output {i} (shape {t.shape}, {_tg_name(t.dtype)}) is not stored contiguously "
+                               f"by any kernel (tinygrad left it as {t.uop.op}); nothing for the hardware to compute")
+        if ids[u] not in written:
+            raise CompileError(f"output {i} (shape {t.shape}, {_tg_name(t.dtype)}) is an input unchanged; "
+                               f"nothing for the hardware to compute")
         out_ids.append(ids[u])
     return Graph(tuple(kernels), tuple(buffers), inputs, tuple(out_ids))
