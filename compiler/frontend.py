@@ -22,7 +22,7 @@ from tinygrad.codegen import full_rewrite_to_sink, line_rewrite, pm_linearize_cl
 from tinygrad.codegen.late.linearizer import linearize
 from tinygrad.helpers import Context, DEV, Target
 from tinygrad.renderer import Renderer
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import GroupOp, Ops, UOp
 
 from . import dtypes as dt
 from .errors import CompileError, UnsupportedError
@@ -140,9 +140,16 @@ def stored_output(t: Tensor) -> Tensor:
     """
     if t.dtype in dtypes.weaks:
         t = t.cast(strong_dtype(t.dtype))
-    if t.uop.base.op in (Ops.BUFFER, Ops.COPY):      # no computation at all: an input, or a view of one
+    if _is_data(t.uop):                      # no computation at all: an input, or a view of one
         return t.reshape(*t.shape, 1).contiguous().reshape(t.shape)
     return t.contiguous()
+
+
+def _is_data(u: UOp) -> bool:
+    """Whether `u` computes nothing: data (a buffer, a host copy), seen through views."""
+    while u.op in GroupOp.Movement or u.op in (Ops.CONTIGUOUS, Ops.AFTER):
+        u = u.src[0]
+    return u.op in (Ops.BUFFER, Ops.COPY)
 
 
 def _contiguous_buffer(u: UOp) -> UOp | None:
