@@ -104,7 +104,7 @@ def _host_data(buf: UOp, dtype: dt.DType) -> np.ndarray | None:
 
 # Scheduling rewrites the output Tensors in place (their uops become the output BUFFERs), so
 # a second compile of the same Tensors (another HardwareConfig, say) would find nothing left
-# to compute. Remember each traced graph by its output buffers.
+# to compute. Remember each traced graph by its output Tensors' uops, before and after.
 _traced: dict[tuple[UOp, ...], "Graph"] = {}
 
 
@@ -115,34 +115,36 @@ def trace(*outputs: Tensor) -> Graph:
     for i, t in enumerate(outputs):
         if not isinstance(t, Tensor):
             raise CompileError(f"output {i}: expected a tinygrad Tensor, got {type(t).__name__}")
-    stored = tuple(stored_output(t) for t in outputs)
-    keys = (tuple(t.uop.base for t in outputs), tuple(t.uop for t in stored))
-    for key in keys:
-        if key in _traced:
-            return _traced[key]
-    graph = _trace(stored)
-    for key in keys + (tuple(t.uop.base for t in outputs), tuple(graph.buffers[o].uop for o in graph.outputs)):
-        _traced[key] = graph
+    before = tuple(t.uop for t in outputs)
+    if before in _traced:
+        return _traced[before]
+    graph = _trace(tuple(stored_output(t) for t in outputs))
+    # scheduling rewrote the Tensors (a computed output's uop is now its buffer): both name it
+    _traced[before] = _traced[tuple(t.uop for t in outputs)] = graph
     return graph
 
 
 def stored_output(t: Tensor) -> Tensor:
-    """The Tensor whose buffer holds `t` contiguously, in row-major order of `t`'s shape.
+    """`t` as the Tensor to schedule: a buffer of its own in row-major order, where cheap.
 
-    tinygrad realizes a view (`(x + 1).T`, a flip, a slice, cat/stack) as the buffer it is a
-    view of and keeps the view in the Tensor: its buffer's storage order is not the output's
-    element order. `contiguous()` makes tinygrad compute the output through the view into
-    a buffer of its own (the copy is fused into the producing kernel where it can be). A
-    result that is an input unchanged (`x.float()` on floats) gets a kernel only if something
-    moves: a trailing unit axis is such a view, and reshaping a contiguous buffer is free.
-    Weak dtypes (`one_hot`, a float clamp of ints) are stored as tinygrad's `numpy()` stores
-    them: as the default int or float.
+    tinygrad realizes a view of a computation (`(x + 1).T`, a flip, a slice) as the buffer it
+    is a view of and keeps the view in the Tensor: the buffer's storage order is not the
+    output's element order. `contiguous()` on such a view makes tinygrad store through the
+    view, fused into the producing kernel. Only views get it: on a computed output it would
+    stop tinygrad from sharing that output's buffer with other outputs that use it (the
+    second output would recompute it). Should scheduling still leave an output as a view,
+    `_trace` fails saying so. Weak dtypes (`one_hot`, a float clamp of ints) are stored as
+    tinygrad's `numpy()` stores them: as the default int or float.
     """
     if t.dtype in dtypes.weaks:
         t = t.cast(strong_dtype(t.dtype))
-    if _is_data(t.uop):                      # no computation at all: an input, or a view of one
+    if _is_data(t.uop):
+        # contiguous() of an input unchanged is the input; a trailing unit axis is a movement
+        # tinygrad copies, and a reshape of the copy is free
         return t.reshape(*t.shape, 1).contiguous().reshape(t.shape)
-    return t.contiguous()
+    if t.uop.op in GroupOp.Movement:
+        t = t.contiguous()
+    return t
 
 
 def _is_data(u: UOp) -> bool:
@@ -161,14 +163,21 @@ def _contiguous_buffer(u: UOp) -> UOp | None:
     return u if u.op is Ops.BUFFER else None
 
 
-def _trace(outputs: tuple[Tensor, ...]) -> Graph:
+def _schedule(outputs: list[Tensor]) -> list[UOp]:
+    """The CALLs that compute `outputs`, in order."""
     # NO_MEMORY_PLANNER keeps every intermediate its own BUFFER (else they become views of one
     # arena and producer/consumer identity is lost).
     with Context(NO_MEMORY_PLANNER=1):
         linear, var_vals = outputs[0].linear_with_vars(*outputs[1:])
     if var_vals:
         raise CompileError(f"symbolic shapes are not supported (variables {sorted(map(str, var_vals))})")
+    return list(linear.src)
 
+
+def _trace(outputs: tuple[Tensor, ...]) -> Graph:
+    for i, t in enumerate(outputs):
+        if t.numel() == 0:
+            raise CompileError(f"output {i} has shape {t.shape}: no elements, nothing for the hardware to compute")
     ids: dict[UOp, int] = {}
     buffers: list[GraphBuffer] = []
     written: set[int] = set()
@@ -186,7 +195,7 @@ def _trace(outputs: tuple[Tensor, ...]) -> Graph:
         return ids[u]
 
     kernels: list[KernelCall] = []
-    for call in linear.src:
+    for call in _schedule(outputs):
         body = call.src[0]
         if body.op is Ops.COPY:
             dst, src = call.src[1], call.src[2]
@@ -220,14 +229,9 @@ def _trace(outputs: tuple[Tensor, ...]) -> Graph:
     inputs = tuple(b.id for b in buffers if b.id not in written)
     out_ids = []
     for i, t in enumerate(outputs):
-        if t.numel() == 0:
-            raise CompileError(f"output {i} has shape {t.shape}: no elements, nothing for the hardware to compute")
         u = _contiguous_buffer(t.uop)
-        if u is None or u not in ids:
-            raise CompileError(f"output {i} (shape {t.shape}, {_tg_name(t.dtype)}) is not stored contiguously "
-                               f"by any kernel (tinygrad left it as {t.uop.op}); nothing for the hardware to compute")
-        if ids[u] not in written:
-            raise CompileError(f"output {i} (shape {t.shape}, {_tg_name(t.dtype)}) is an input unchanged; "
-                               f"nothing for the hardware to compute")
+        if u not in ids or ids[u] not in written:
+            raise CompileError(f"output {i} (shape {t.shape}, {_tg_name(t.dtype)}) is not stored contiguously by "
+                               f"any kernel (tinygrad left it as {t.uop.op}); nothing for the hardware to compute")
         out_ids.append(ids[u])
     return Graph(tuple(kernels), tuple(buffers), inputs, tuple(out_ids))
