@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from tinygrad import Tensor
+from tinygrad.device import Device
 from tinygrad.dtype import dtypes, strong_dtype
 from tinygrad.codegen import full_rewrite_to_sink, line_rewrite, pm_linearize_cleanups
 from tinygrad.codegen.late.linearizer import linearize
@@ -132,18 +133,22 @@ def stored_output(t: Tensor) -> Tensor:
     output's element order. `contiguous()` on such a view makes tinygrad store through the
     view, fused into the producing kernel. Only views get it: on a computed output it would
     stop tinygrad from sharing that output's buffer with other outputs that use it (the
-    second output would recompute it). Should scheduling still leave an output as a view,
+    second output would recompute it). Constants only (`arange`) get a device first: tinygrad
+    folds a Tensor without one into its consumers. Should scheduling still leave an output as a view,
     `_trace` fails saying so. Weak dtypes (`one_hot`, a float clamp of ints) are stored as
     tinygrad's `numpy()` stores them: as the default int or float.
     """
+    if t.device is None:        # constants only (`arange`, a Python scalar): no device to store on
+        d = strong_dtype(t.dtype)
+        t = t.cast(d) + Tensor.zeros(t.shape, dtype=d, device=Device.DEFAULT)
     if t.dtype in dtypes.weaks:
         t = t.cast(strong_dtype(t.dtype))
     if _is_data(t.uop):
         # contiguous() of an input unchanged is the input; a trailing unit axis is a movement
         # tinygrad copies, and a reshape of the copy is free
         return t.reshape(*t.shape, 1).contiguous().reshape(t.shape)
-    if t.uop.op in GroupOp.Movement:
-        t = t.contiguous()
+    if t.uop.op in GroupOp.Movement or not any(u.op in (Ops.BUFFER, Ops.COPY) for u in t.uop.toposort()):
+        t = t.contiguous()          # a view, or constants only (`arange`): tinygrad folds those away
     return t
 
 

@@ -117,6 +117,25 @@ def test_empty_matmul_is_zeros():
     check_forward(lambda x, y: x @ y, [((2, 0), F), ((0, 3), F)])
 
 
+def test_constant_outputs():
+    """Tensors made of constants only have no device: tinygrad (here, without clang) cannot
+    compute them itself, so numpy is the reference."""
+    for t, want in [(Tensor.arange(6), np.arange(6, dtype=np.int32)),
+                    (Tensor.arange(0, 3, 0.5), np.arange(0, 3, 0.5, dtype=np.float32)),
+                    (Tensor(3) + 4, np.array(7, np.int32)),
+                    (Tensor.arange(4).reshape(2, 2).T, np.arange(4, dtype=np.int32).reshape(2, 2).T)]:
+        design = compile_model(t)
+        result = simulate(design)
+        assert result.cycles == design.cycle_model().total
+        assert result.outputs[0].dtype == want.dtype
+        np.testing.assert_array_equal(result.outputs[0], want)
+
+
+def test_device_constant_outputs():
+    check_forward(lambda: Tensor.ones(2, 3) * 3, [])
+    check_forward(lambda: Tensor.full((2,), 2**40, dtype=dtypes.int64), [])
+
+
 I64 = dtypes.int64
 INT64_LITERALS = {
     "add_2_40": (lambda x: x.cast(I64) + 2**40, F),
