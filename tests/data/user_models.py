@@ -39,12 +39,3 @@ def int8_weights(dtype, N=4):
 
 
 NOT_CALLABLE = 42
-
-
-def transposed_sum(dtype, N=6):
-    """(a + b) read through a transpose: the output is a view of a computed buffer (issue 21)."""
-    def forward(a, b):
-        if dtype.startswith(("int", "uint")):
-            a, b = a.cast(dtypes.int32), b.cast(dtypes.int32)
-        return (a + b).reshape(2, N // 2).T
-    return {"a": ((N,), dtype), "b": ((N,), dtype)}, forward
