@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from tinygrad import Tensor
-from tinygrad.device import Device
-from tinygrad.dtype import dtypes, strong_dtype
 from tinygrad.codegen import full_rewrite_to_sink, line_rewrite, pm_linearize_cleanups
 from tinygrad.codegen.late.linearizer import linearize
+from tinygrad.device import Device
+from tinygrad.dtype import dtypes, strong_dtype
 from tinygrad.helpers import Context, DEV, Target
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import GroupOp, Ops, UOp
@@ -126,19 +126,20 @@ def trace(*outputs: Tensor) -> Graph:
 
 
 def stored_output(t: Tensor) -> Tensor:
-    """`t` as the Tensor to schedule: a buffer of its own in row-major order, where cheap.
+    """`t` as the Tensor to schedule, so that its buffer holds it in row-major element order.
 
-    tinygrad realizes a view of a computation (`(x + 1).T`, a flip, a slice) as the buffer it
-    is a view of and keeps the view in the Tensor: the buffer's storage order is not the
-    output's element order. `contiguous()` on such a view makes tinygrad store through the
-    view, fused into the producing kernel. Only views get it: on a computed output it would
-    stop tinygrad from sharing that output's buffer with other outputs that use it (the
-    second output would recompute it). Constants only (`arange`) get a device first: tinygrad
-    folds a Tensor without one into its consumers. Should scheduling still leave an output as a view,
-    `_trace` fails saying so. Weak dtypes (`one_hot`, a float clamp of ints) are stored as
-    tinygrad's `numpy()` stores them: as the default int or float.
+    tinygrad realizes a view of a computation (`(x + 1).T`, a flip, a slice, cat) as the
+    buffer it is a view of and keeps the view in the Tensor: that buffer's storage order is
+    not the output's element order. `contiguous()` on such a view makes tinygrad store
+    through the view, fused into the producing kernel. Only views get it: on a computed
+    output it would stop tinygrad from sharing that output's buffer with other outputs that
+    use it (they would recompute it). An output that computes nothing (an input, or a view of
+    one) gets a copy kernel; constants only (`arange`) get a device and a kernel, else
+    tinygrad folds them away. Weak dtypes (`one_hot`, a float clamp of ints) are stored as
+    tinygrad's `numpy()` stores them: as the default int or float. Should scheduling still
+    leave an output as a view, `_trace` fails saying so.
     """
-    if t.device is None:        # constants only (`arange`, a Python scalar): no device to store on
+    if t.device is None:                    # constants only: no device to store them on
         d = strong_dtype(t.dtype)
         t = t.cast(d) + Tensor.zeros(t.shape, dtype=d, device=Device.DEFAULT)
     if t.dtype in dtypes.weaks:
@@ -148,7 +149,7 @@ def stored_output(t: Tensor) -> Tensor:
         # tinygrad copies, and a reshape of the copy is free
         return t.reshape(*t.shape, 1).contiguous().reshape(t.shape)
     if t.uop.op in GroupOp.Movement or not any(u.op in (Ops.BUFFER, Ops.COPY) for u in t.uop.toposort()):
-        t = t.contiguous()          # a view, or constants only (`arange`): tinygrad folds those away
+        t = t.contiguous()
     return t
 
 

@@ -139,6 +139,8 @@ class _Lowering:
         v = self.values[u]
         if isinstance(v, tuple) and v[0] == "const":        # an untyped literal used directly
             d = dt.from_tinygrad(v[2]) or _literal_dtype(v[1])
+            if d is None:
+                raise self.unsupported(u, f"the integer literal {v[1]} needs more than 64 bits")
             v = self.values[u] = ir.Const(_convert(v[1], d), d)
         if isinstance(v, tuple):
             raise ir.IRError(f"{self.name}: {u.op} used as a value")
@@ -234,17 +236,14 @@ class _Lowering:
                                                f"{target[0]} {target[1]} is written between a load and its use")
 
 
-def _literal_dtype(value) -> dt.DType:
+def _literal_dtype(value) -> dt.DType | None:
     """The type of an untyped (weak) literal used without a CAST: float32 for floats, else the
-    narrowest of int32, int64, uint64 that holds it (never a wrapped value)."""
+    narrowest of int32, int64, uint64 that holds it (never a wrapped value); None if none does."""
     if isinstance(value, float):
         return dt.FP32
     if isinstance(value, bool):
         return dt.BOOL
-    for d in (dt.INT32, dt.INT64, dt.UINT64):
-        if d.min <= value <= d.max:
-            return d
-    raise UnsupportedError("literal", "CONST", "weakint", f"the integer {value} needs more than 64 bits")
+    return next((d for d in (dt.INT32, dt.INT64, dt.UINT64) if d.min <= value <= d.max), None)
 
 
 def _convert(value, d: dt.DType):

@@ -141,6 +141,7 @@ INT64_LITERALS = {
     "add_2_40": (lambda x: x.cast(I64) + 2**40, F),
     "mul_3e9": (lambda x: x.cast(I64) * 3000000000, F),
     "uint64_and": (lambda x: x.cast(dtypes.uint64) & (2**62 - 1), F),
+    "uint64_and_of_int": (lambda x: x.cast(dtypes.uint64) & (2**62 - 1), dtypes.int32),  # -2 -> 2**62 - 2
     "int64_sub_big": (lambda x: x.cast(I64) - 2**62, dtypes.int32),
     "uint64_max": (lambda x: x.cast(dtypes.uint64) + (2**64 - 1), dtypes.int32),
     "compare_big": (lambda x: x.cast(I64) * 2**33 < 2**34, dtypes.int32),
@@ -151,7 +152,10 @@ INT64_LITERALS = {
 @pytest.mark.parametrize("case", INT64_LITERALS)
 def test_64_bit_literals_keep_their_value(case):
     forward, dtype = INT64_LITERALS[case]
-    check_forward(forward, [Arg((2, 3), dtype, -3, 3)])
+    data = np.array([[-2, -1, 0], [1, 2, 3]]).astype(np.float32 if dtype == F else np.int32)
+    if dtype == F:
+        data = data + np.float32(0.5)          # truncation toward zero on the cast
+    check_forward(forward, [Arg(data=data)])
 
 
 def test_sin_of_large_arguments():
