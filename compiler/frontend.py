@@ -19,9 +19,11 @@ import numpy as np
 from tinygrad import Tensor
 from tinygrad.codegen import full_rewrite_to_sink, line_rewrite, pm_linearize_cleanups
 from tinygrad.codegen.late.linearizer import linearize
+from tinygrad.device import Device
+from tinygrad.dtype import dtypes, strong_dtype
 from tinygrad.helpers import Context, DEV, Target
 from tinygrad.renderer import Renderer
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import GroupOp, Ops, UOp
 
 from . import dtypes as dt
 from .errors import CompileError, UnsupportedError
@@ -103,7 +105,7 @@ def _host_data(buf: UOp, dtype: dt.DType) -> np.ndarray | None:
 
 # Scheduling rewrites the output Tensors in place (their uops become the output BUFFERs), so
 # a second compile of the same Tensors (another HardwareConfig, say) would find nothing left
-# to compute. Remember each traced graph by its output buffers.
+# to compute. Remember each traced graph by its output Tensors' uops, before and after.
 _traced: dict[tuple[UOp, ...], "Graph"] = {}
 
 
@@ -114,21 +116,74 @@ def trace(*outputs: Tensor) -> Graph:
     for i, t in enumerate(outputs):
         if not isinstance(t, Tensor):
             raise CompileError(f"output {i}: expected a tinygrad Tensor, got {type(t).__name__}")
-    key = tuple(t.uop.base for t in outputs)
-    if key in _traced:
-        return _traced[key]
-    graph = _trace(outputs)
-    _traced[tuple(graph.buffers[o].uop for o in graph.outputs)] = graph
+    before = tuple(t.uop for t in outputs)
+    if before in _traced:
+        return _traced[before]
+    graph = _trace(tuple(stored_output(t) for t in outputs))
+    # scheduling rewrote the Tensors (a computed output's uop is now its buffer): both name it
+    _traced[before] = _traced[tuple(t.uop for t in outputs)] = graph
     return graph
 
 
-def _trace(outputs: tuple[Tensor, ...]) -> Graph:    # NO_MEMORY_PLANNER keeps every intermediate its own BUFFER (else they become views of one
+def stored_output(t: Tensor) -> Tensor:
+    """`t` as the Tensor to schedule, so that its buffer holds it in row-major element order.
+
+    tinygrad realizes a view of a computation (`(x + 1).T`, a flip, a slice, cat) as the
+    buffer it is a view of and keeps the view in the Tensor: that buffer's storage order is
+    not the output's element order. `contiguous()` on such a view makes tinygrad store
+    through the view, fused into the producing kernel. Only views get it: on a computed
+    output it would stop tinygrad from sharing that output's buffer with other outputs that
+    use it (they would recompute it). An output that computes nothing (an input, or a view of
+    one) gets a copy kernel; constants only (`arange`) get a device and a kernel, else
+    tinygrad folds them away. Weak dtypes (`one_hot`, a float clamp of ints) are stored as
+    tinygrad's `numpy()` stores them: as the default int or float. Should scheduling still
+    leave an output as a view, `_trace` fails saying so.
+    """
+    if t.device is None:                    # constants only: no device to store them on
+        d = strong_dtype(t.dtype)
+        t = t.cast(d) + Tensor.zeros(t.shape, dtype=d, device=Device.DEFAULT)
+    if t.dtype in dtypes.weaks:
+        t = t.cast(strong_dtype(t.dtype))
+    if _is_data(t.uop):
+        # contiguous() of an input unchanged is the input; a trailing unit axis is a movement
+        # tinygrad copies, and a reshape of the copy is free
+        return t.reshape(*t.shape, 1).contiguous().reshape(t.shape)
+    if t.uop.op in GroupOp.Movement or not any(u.op in (Ops.BUFFER, Ops.COPY) for u in t.uop.toposort()):
+        t = t.contiguous()
+    return t
+
+
+def _is_data(u: UOp) -> bool:
+    """Whether `u` computes nothing: data (a buffer, a host copy), seen through views."""
+    while u.op in GroupOp.Movement or u.op in (Ops.CONTIGUOUS, Ops.AFTER):
+        u = u.src[0]
+    return u.op in (Ops.BUFFER, Ops.COPY)
+
+
+def _contiguous_buffer(u: UOp) -> UOp | None:
+    """The buffer a scheduled output Tensor's uop reads in storage order (reshapes only), or None."""
+    while u.op is Ops.RESHAPE:
+        u = u.src[0]
+    while u.op is Ops.AFTER:
+        u = u.src[0]
+    return u if u.op is Ops.BUFFER else None
+
+
+def _schedule(outputs: list[Tensor]) -> list[UOp]:
+    """The CALLs that compute `outputs`, in order."""
+    # NO_MEMORY_PLANNER keeps every intermediate its own BUFFER (else they become views of one
     # arena and producer/consumer identity is lost).
     with Context(NO_MEMORY_PLANNER=1):
         linear, var_vals = outputs[0].linear_with_vars(*outputs[1:])
     if var_vals:
         raise CompileError(f"symbolic shapes are not supported (variables {sorted(map(str, var_vals))})")
+    return list(linear.src)
 
+
+def _trace(outputs: tuple[Tensor, ...]) -> Graph:
+    for i, t in enumerate(outputs):
+        if t.numel() == 0:
+            raise CompileError(f"output {i} has shape {t.shape}: no elements, nothing for the hardware to compute")
     ids: dict[UOp, int] = {}
     buffers: list[GraphBuffer] = []
     written: set[int] = set()
@@ -146,7 +201,7 @@ def _trace(outputs: tuple[Tensor, ...]) -> Graph:    # NO_MEMORY_PLANNER keeps e
         return ids[u]
 
     kernels: list[KernelCall] = []
-    for call in linear.src:
+    for call in _schedule(outputs):
         body = call.src[0]
         if body.op is Ops.COPY:
             dst, src = call.src[1], call.src[2]
@@ -180,8 +235,9 @@ def _trace(outputs: tuple[Tensor, ...]) -> Graph:    # NO_MEMORY_PLANNER keeps e
     inputs = tuple(b.id for b in buffers if b.id not in written)
     out_ids = []
     for i, t in enumerate(outputs):
-        u = t.uop.buf_uop
-        if u not in ids:
-            raise CompileError(f"output {i} was folded into a constant or an input; nothing to compute")
+        u = _contiguous_buffer(t.uop)
+        if u not in ids or ids[u] not in written:
+            raise CompileError(f"output {i} (shape {t.shape}, {_tg_name(t.dtype)}) is not stored contiguously by "
+                               f"any kernel (tinygrad left it as {t.uop.op}); nothing for the hardware to compute")
         out_ids.append(ids[u])
     return Graph(tuple(kernels), tuple(buffers), inputs, tuple(out_ids))

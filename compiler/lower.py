@@ -138,7 +138,9 @@ class _Lowering:
     def value(self, u: UOp) -> ir.Value:
         v = self.values[u]
         if isinstance(v, tuple) and v[0] == "const":        # an untyped literal used directly
-            d = dt.from_tinygrad(v[2]) or (dt.FP32 if isinstance(v[1], float) else dt.INT32)
+            d = dt.from_tinygrad(v[2]) or _literal_dtype(v[1])
+            if d is None:
+                raise self.unsupported(u, f"the integer literal {v[1]} needs more than 64 bits")
             v = self.values[u] = ir.Const(_convert(v[1], d), d)
         if isinstance(v, tuple):
             raise ir.IRError(f"{self.name}: {u.op} used as a value")
@@ -196,6 +198,11 @@ class _Lowering:
     def alu(self, u: UOp) -> ir.Value:
         kind = _ALU[u.op]
         d = self.dtype(u)
+        raw = self.values.get(u.src[0])
+        if kind is ir.OpKind.CAST and isinstance(raw, tuple) and raw[0] == "const":
+            # CAST(dtype, CONST(weakint)) is how tinygrad types every literal: fold the literal's
+            # own value, never a copy already wrapped to a default width (2**40 as int64)
+            return ir.Const(_convert(raw[1], d), d)
         srcs = tuple(self.value(s) for s in u.src)
         if kind is ir.OpKind.CAST and isinstance(srcs[0], ir.Const):
             return ir.Const(_convert(srcs[0].value, d), d)      # fold typed literals
@@ -227,6 +234,16 @@ class _Lowering:
                     if wtarget == target and lpos < wpos <= end and wpos != spos:
                         raise UnsupportedError(self.name, "LOAD", str(v.dtype),
                                                f"{target[0]} {target[1]} is written between a load and its use")
+
+
+def _literal_dtype(value) -> dt.DType | None:
+    """The type of an untyped (weak) literal used without a CAST: float32 for floats, else the
+    narrowest of int32, int64, uint64 that holds it (never a wrapped value); None if none does."""
+    if isinstance(value, float):
+        return dt.FP32
+    if isinstance(value, bool):
+        return dt.BOOL
+    return next((d for d in (dt.INT32, dt.INT64, dt.UINT64) if d.min <= value <= d.max), None)
 
 
 def _convert(value, d: dt.DType):

@@ -154,6 +154,14 @@ def test_user_model_is_checked_against_tinygrad(tmp_path):
     assert m.check_rule == "bit-exact vs tinygrad's result"
 
 
+def test_user_model_with_a_view_output_is_checked_in_element_order(tmp_path):
+    spec = parse_spec({**small_spec(["int8"]), "models": [
+        {"name": "mine", "source": "view_output_model.py:transposed_sum", "params": {"N": 6}}]}, base_dir=DATA)
+    m = evaluate(EvalContext.from_spec(spec, sim_backend="pysim", synthesize=False), point("mine"), tmp_path)
+    assert m.status is Status.OK, m.error
+    assert m.correct and m.cycles == m.cycles_model
+
+
 def test_inputs_are_seeded(tmp_path):
     a = evaluate(ctx(data_seed=3), point("mlp"), tmp_path / "a")
     b = evaluate(ctx(data_seed=3), point("mlp"), tmp_path / "b")

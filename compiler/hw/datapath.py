@@ -47,6 +47,8 @@ def check_supported(kernel: ir.KernelIR, config: HardwareConfig) -> None:
     """Raise UnsupportedError for the first op/dtype the datapath cannot build."""
     roots = [v for s, _ in kernel.stores() for v in ir.store_operands(s)]
     for v in ir.toposort(roots):
+        if isinstance(v, ir.Load):
+            check_address(kernel.name, v)
         if not isinstance(v, ir.Op):
             continue
         src_float = any(s.dtype.is_float for s in v.srcs)
@@ -54,6 +56,18 @@ def check_supported(kernel: ir.KernelIR, config: HardwareConfig) -> None:
             floatops.check(kernel.name, v, config)
         elif v.op not in INT_OPS:
             raise UnsupportedError(kernel.name, v.op.name, v.dtype.name)
+
+
+def check_address(kernel: str, load: ir.Load) -> None:
+    """A read address is computed from loop counters a step ahead of the data it fetches (the
+    look-ahead of sync memories; the address multiplexers of comb ones), so it cannot use
+    another load's data: gathers, embeddings, fancy indexing, masked_select."""
+    if any(isinstance(a, (ir.Load, ir.AccLoad)) for a in ir.toposort([load.index])):
+        raise UnsupportedError(kernel, "LOAD", load.dtype.name,
+                               f"the address into buffer {load.buf} depends on loaded data (a gather: "
+                               "indexing by a tensor, embedding, masked_select); no mem_read setting "
+                               "supports this yet. Express the selection arithmetically instead, e.g. "
+                               "(idx.one_hot(n) * table).sum(axis) or a comparison with arange and where")
 
 
 def from_bits(bits: Value, d: DType) -> Value:
