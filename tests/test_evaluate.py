@@ -3,7 +3,6 @@ cycles == cycles_model, failures become FAIL rows that keep earlier metrics, CLI
 pinned with their exit codes."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import subprocess

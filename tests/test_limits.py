@@ -12,7 +12,7 @@ import yaml
 import dse.user_model
 from dse.cache import EvalCache, cached_evaluate, key_material, make_key
 from dse.cli import main
-from dse.evaluate import EvalContext, Status
+from dse.evaluate import EvalContext
 from dse.limits import TimeLimitExceeded, time_limit
 from dse.spec import DesignPoint, FrozenMap, load_spec
 

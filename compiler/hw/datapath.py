@@ -27,7 +27,7 @@ from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..ranges import Interval
 from . import floatops
-from .pipeline import Schedule, data_operands, schedule
+from .pipeline import Schedule, schedule
 
 K = ir.OpKind
 
