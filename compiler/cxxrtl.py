@@ -35,7 +35,7 @@ import numpy as np
 
 from .design import Design
 from .simulate import SimResult, input_words, outputs_from
-from .tools import ToolError, cxxrtl_include_dir, find_tool, run_tool, yosys
+from .tools import ToolError, cache_root, cxxrtl_include_dir, find_tool, run_tool, yosys
 
 try:
     import fcntl
@@ -84,8 +84,7 @@ _binaries: "weakref.WeakKeyDictionary[Design, Binary]" = weakref.WeakKeyDictiona
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("TINYHW_CACHE") or str(Path.home() / ".cache" / "tinyhw")
-    return Path(root).expanduser() / "cxxrtl"
+    return cache_root().expanduser() / "cxxrtl"
 
 
 def cxx_compiler() -> str:

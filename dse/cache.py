@@ -49,13 +49,13 @@ import datetime
 import functools
 import hashlib
 import json
-import os
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from dse.files import atomic_write_text
+from dse.paths import eval_cache_dir
 from dse.spec import DesignPoint
 
 try:
@@ -73,9 +73,8 @@ TRANSIENT_ERRORS = frozenset({"MemoryError", "OSError", "TimeoutError", "TimeLim
 
 
 def cache_dir() -> Path:
-    """$TINYHW_CACHE/evals, TINYHW_CACHE defaulting to ~/.cache/tinyhw."""
-    root = os.environ.get("TINYHW_CACHE") or str(Path.home() / ".cache" / "tinyhw")
-    return Path(root) / "evals"
+    """$TINYHW_CACHE/evals, TINYHW_CACHE defaulting to ~/.cache/tinyhw (dse.paths)."""
+    return eval_cache_dir()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -151,25 +151,13 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
     return out
 
 
-def point_dir(spec, point, target: str, seed: int) -> Path:
-    """results/<study>/points/<model>-<dtype>-<hash>/, the hash over everything that makes the
-    point (model definition, dtype, knobs, target, input range, data seed)."""
-    import hashlib
-    import json
-    m = spec.model(point.model)
-    key = json.dumps({"model": m.describe(), "source": str(m.source or ""), "dtype": point.dtype,
-                      "knobs": dict(point.knobs), "target": target, "seed": seed,
-                      "range": repr(m.input_range(point.dtype))}, sort_keys=True, default=str)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-    return Path("results") / spec.study / "points" / f"{point.model}-{point.dtype}-{digest}"
-
-
 def run_eval(args: argparse.Namespace) -> int:
     """Exit code 0: the point evaluated OK; 1: it FAILed (the row says where and why, and is
     still printed); 2: bad usage or input (nothing evaluated)."""
     import contextlib
     import json
     from dse.evaluate import EvalContext, evaluate, json_safe
+    from dse.paths import point_dir
     from dse.spec import DesignPoint, FrozenMap, load_spec
     from dse.zoo import DTYPES
     spec = load_spec(args.spec)
@@ -186,7 +174,7 @@ def run_eval(args: argparse.Namespace) -> int:
     knobs = {**base, **parse_sets(args.sets, base)}
     target = args.target or str(spec.target)
     point = DesignPoint(args.model, args.dtype, FrozenMap(knobs))
-    workdir = args.workdir or point_dir(spec, point, target, args.seed)
+    workdir = args.workdir or point_dir(spec=spec, point=point, target=target, seed=args.seed)
     ctx = EvalContext.from_spec(spec, target=target, data_seed=args.seed, sim_backend=args.sim,
                                 synthesize=not args.no_synth)
 
@@ -421,7 +409,7 @@ def run_worker(args: argparse.Namespace) -> int:
         os.environ[HEARTBEAT_ENV] = str(args.heartbeat)
     if args.grace is not None:
         os.environ[GRACE_ENV] = str(args.grace)
-    options = WorkerOptions(SweepOptions(results_root=args.results, storage=args.storage, trials=args.trials,
+    options = WorkerOptions(sweep=SweepOptions(results_root=args.results, storage=args.storage, trials=args.trials,
                                          use_cache=not args.no_cache, cache_dir=args.cache_dir,
                                          sim_backend=args.sim, data_seed=args.data_seed, progress="off"),
                             poll_s=args.poll)

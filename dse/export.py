@@ -25,6 +25,7 @@ from compiler.pnr import TimingReport
 from compiler.synth import AreaReport
 from dse import zoo
 from dse.evaluate import Simulator, input_tensors
+from dse.paths import JOURNAL
 from dse.spec import DesignPoint, FrozenMap, ModelSpec, Spec
 
 
@@ -91,7 +92,7 @@ def find_trial(results: str | Path, *, number: int, spec: Spec | None = None) ->
     """Trial `number` of a sweep's results folder. Its model comes from `spec` when given (it
     must be the one the sweep recorded, when the folder has a study.journal), else from the
     search space the sweep recorded in study.journal."""
-    from dse.report import JOURNAL, ReportError, load_study_results, read_space
+    from dse.report import ReportError, load_study_results, read_space
     try:
         res = load_study_results(results)
     except ReportError as e:

@@ -48,10 +48,10 @@ import numpy as np
 import pandas as pd
 
 from dse.files import atomic_write_bytes, csv_text, md_cell
+from dse.paths import JOURNAL
 from dse.spec import Direction, Objective
 
 REPORT_DIR = "report"
-JOURNAL = "study.journal"
 DEFAULT_OBJECTIVES = (Objective("cycles", Direction.MINIMIZE), Objective("luts", Direction.MINIMIZE))
 PLOT_SIZE_IN, PLOT_DPI = (7.0, 4.5), 120          # PNG: 840 x 540 pixels
 PLOT_PIXELS = (int(PLOT_SIZE_IN[0] * PLOT_DPI), int(PLOT_SIZE_IN[1] * PLOT_DPI))
@@ -118,10 +118,10 @@ def read_space(journal: Path) -> dict[str, Any] | None:
     """The search space the sweep recorded in its Optuna journal (None when there is none)."""
     if not journal.is_file():
         return None
-    import optuna
     from optuna.storages.journal import JournalFileBackend, JournalStorage
-    from dse.sweep import SPACE_ATTR
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    from dse.study.space import SPACE_ATTR
+    from dse.study.storage import optuna
+    optuna()
     try:
         studies = JournalStorage(JournalFileBackend(str(journal))).get_all_studies()
     except Exception as exc:        # noqa: BLE001 - a damaged journal: say so, don't guess

@@ -29,8 +29,9 @@ from dse.evaluate import EvalContext
 from dse.progress import Progress
 from dse.results import load_results
 from dse.spec import DesignPoint, FrozenMap, load_spec, parse_spec
-from dse.sweep import (SweepError, SweepOptions, constraint_values, grid_points, shares, suggest_point,
-                       sweep)
+from dse.study.grid import grid_points
+from dse.study.space import constraint_values, suggest_point
+from dse.sweep import SweepError, SweepOptions, shares, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -442,11 +443,11 @@ def test_ctrl_c_keeps_what_finished_and_the_rerun_completes_the_grid(tmp_path, f
 
 def _record_deaths(tmp_path, spec, point: dict, n: int) -> None:
     """n trials of `point` whose process died under them while their sweep stayed alive (FAIL,
-    no metrics row, marked died), as dse.sweep.record_death leaves them."""
+    no metrics row, marked died), as dse.study.grid.record_death leaves them."""
     from optuna.distributions import CategoricalDistribution
     from optuna.storages.journal import JournalFileBackend, JournalStorage
     from optuna.trial import TrialState, create_trial
-    from dse.sweep import search_space
+    from dse.study.space import search_space
     (tmp_path / "results" / spec.study).mkdir(parents=True, exist_ok=True)
     storage = JournalStorage(JournalFileBackend(str(tmp_path / "results" / spec.study / "study.journal")))
     study = optuna.create_study(study_name=spec.study, storage=storage, directions=["minimize"] * 2,
@@ -458,14 +459,14 @@ def _record_deaths(tmp_path, spec, point: dict, n: int) -> None:
 
 
 def test_a_point_that_keeps_killing_its_process_is_given_up_with_the_reason(tmp_path, fake_synth):
-    from dse.sweep import MAX_RETRY
-    from dse.worker import _state
+    from dse.study.grid import study_state
+    from dse.study.storage import MAX_RETRY
     spec = load_spec(write_spec(tmp_path, spec_dict(models=SMALL_MODELS[:1])))
     doomed = {"model": "gemv_4x8", "dtype": "int8", "mem_read": "comb"}
     _record_deaths(tmp_path, spec, doomed, MAX_RETRY)
-    assert [p.knobs["mem_read"] for p in _state(study_of(tmp_path), spec, None).missing] == ["sync", "comb"]
+    assert [p.knobs["mem_read"] for p in study_state(study_of(tmp_path), spec, None).missing] == ["sync", "comb"]
     _record_deaths(tmp_path, spec, doomed, 1)          # one death more than the retries allow
-    state = _state(study_of(tmp_path), spec, None)
+    state = study_state(study_of(tmp_path), spec, None)
     assert [p.knobs["mem_read"] for p in state.missing] == ["sync"]
     assert [(p.knobs["mem_read"], n) for p, n in state.abandoned] == [("comb", MAX_RETRY + 1)]
 

@@ -92,7 +92,7 @@ def _csd(c: int) -> list[tuple[int, int]]:
     return digits
 
 
-def _mul_const(x: Value, c: int) -> Value:
+def mul_const(x: Value, c: int) -> Value:
     """x * c. Index math multiplies loop counters by strides (784, 25, ...); as a few shifts
     and adds that costs a handful of LUTs, where Yosys would spend a DSP block on it."""
     digits = _csd(abs(c))
@@ -216,9 +216,9 @@ class Datapath:
         if op is K.SUB: return s[0] - s[1]
         if op is K.MUL:
             if consts[1] is not None:
-                return _mul_const(s[0], consts[1])
+                return mul_const(s[0], consts[1])
             if consts[0] is not None:
-                return _mul_const(s[1], consts[0])
+                return mul_const(s[1], consts[0])
             return s[0] * s[1]
         if op is K.MULACC: return s[0] * s[1] + s[2]
         if op is K.NEG: return -s[0]

@@ -31,7 +31,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..errors import CompileError
 from ..layout import Banking, Layout
-from .datapath import _mul_const
+from .datapath import mul_const
 from .kernel import KernelHW, port_names
 
 Place = tuple[int, int]                          # (kernel position, parameter slot)
@@ -143,14 +143,14 @@ class _Odometer:
 
     def word(self, nxt: bool):
         qs = self.nq if nxt else self.q
-        terms = [q if s == 1 else _mul_const(q, s) for q, s in zip(qs, self.layout.word_strides) if s]
+        terms = [q if s == 1 else mul_const(q, s) for q, s in zip(qs, self.layout.word_strides) if s]
         out = terms[0]
         for t in terms[1:]:
             out = out + t
         return out
 
     def lane(self):
-        terms = [r if s == 1 else _mul_const(r, s)
+        terms = [r if s == 1 else mul_const(r, s)
                  for r, s in zip(self.r, self.layout.lane_strides) if r is not None]
         if not terms:
             return Const(0, 1)

@@ -1,0 +1,75 @@
+"""Trial <-> design point, and what a measured row means to Optuna: the search space, its
+fingerprint (resuming under another one is refused), objective and constraint values."""
+from __future__ import annotations
+
+from typing import Any
+
+from dse.spec import DesignPoint, FrozenMap, Spec
+
+SPACE_ATTR = "tinyhw:space"
+"""Study user attribute holding the search space the study was created for."""
+CONSTRAINTS_ATTR = "constraints"
+"""Trial user attribute: the constraint values by name (the same values as Optuna's)."""
+
+PointKey = tuple
+"""A design point as a hashable tuple (model, dtype, knob values in spec order)."""
+
+
+def search_space(spec: Spec) -> dict[str, list[Any]]:
+    """The trial parameters and their categorical choices: model, dtype, each knob."""
+    space: dict[str, list[Any]] = {"model": [m.name for m in spec.models], "dtype": list(spec.dtypes)}
+    space.update({k.name: list(k.values) for k in spec.knobs})
+    return space
+
+
+def suggest_point(trial, spec: Spec) -> DesignPoint:
+    """The design point a trial's suggestions name."""
+    space = search_space(spec)
+    values = {name: trial.suggest_categorical(name, choices) for name, choices in space.items()}
+    knobs = FrozenMap((k.name, values[k.name]) for k in spec.knobs)
+    return DesignPoint(values["model"], values["dtype"], knobs)
+
+
+def point_params(point: DesignPoint) -> dict[str, Any]:
+    return {"model": point.model, "dtype": point.dtype, **dict(point.knobs)}
+
+
+def point_key(params: dict[str, Any], spec: Spec) -> PointKey:
+    """A point's key from trial parameters (or a `point` user attribute)."""
+    return (params.get("model"), params.get("dtype"), *(params.get(k.name) for k in spec.knobs))
+
+
+def space_fingerprint(spec: Spec, data_seed: int = 0) -> dict[str, Any]:
+    """What a study's trials mean: resuming under a different one is refused."""
+    return {
+        "models": [[m.name, m.describe(), str(m.source or ""),
+                    {dt: [r.min, r.max] for dt, r in m.input_ranges.items()}] for m in spec.models],
+        "data_seed": data_seed,
+        "dtypes": list(spec.dtypes),
+        "knobs": {k.name: list(k.values) for k in spec.knobs},
+        "objectives": [[o.metric, str(o.direction)] for o in spec.objectives],
+        "constraints": sorted([b.key, b.limit] for b in spec.constraints),
+        "target": str(spec.target),
+    }
+
+
+def constraint_values(spec: Spec, row: dict[str, Any]) -> dict[str, float]:
+    """Named constraint values of a measured row (<= 0: satisfied)."""
+    def flag(ok: Any) -> float:
+        return 0.0 if ok is True else 1.0
+    out = {"correct": flag(row.get("correct")), "overflow_safe": flag(row.get("overflow_safe")),
+           "checks": flag(row.get("status") == "OK")}
+    if spec.timing:                         # place-and-route found a device that holds it
+        out["fits"] = flag(row.get("fits"))
+    for b in spec.constraints:
+        v = row.get(b.metric)
+        out[b.key] = 1.0 if v is None else float(v - b.limit if b.kind == "max" else b.limit - v)
+    return out
+
+
+def objective_values(spec: Spec, row: dict[str, Any]) -> tuple[list[float] | None, list[str]]:
+    """(values in spec order, or None; the objectives that were not measured)."""
+    missing = [o.metric for o in spec.objectives if row.get(o.metric) is None]
+    if missing:
+        return None, missing
+    return [float(row[o.metric]) for o in spec.objectives], []

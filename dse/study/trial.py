@@ -1,0 +1,124 @@
+"""One trial: ask -> evaluate the point behind the evaluation cache -> tell, and the signals
+that stop a run cleanly (`Interrupt`). Both drivers run their trials through `run_asked_trial`.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from dse.cache import cached_evaluate
+from dse.evaluate import json_safe
+from dse.paths import point_dir
+from dse.spec import DesignPoint, Spec
+from dse.study.options import SweepOptions
+from dse.study.space import CONSTRAINTS_ATTR, constraint_values, objective_values, point_params, suggest_point
+
+# Signals that stop a sweep or worker cleanly: the trial in flight is marked interrupted (not a
+# death of its point) and everything finished is kept. SIGHUP: a closed terminal or SSH session.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupt:
+    """SIGINT/SIGTERM/SIGHUP: remember it; raise KeyboardInterrupt only while a point is being
+    evaluated (never in the middle of a storage write, so the journal stays whole)."""
+
+    def __init__(self, raise_when_armed: bool = True) -> None:
+        self.count = 0                  # signals received
+        self.armed = False
+        self.raise_when_armed = raise_when_armed
+        self._old: dict[int, Any] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.count > 0
+
+    @requested.setter
+    def requested(self, value: bool) -> None:
+        self.count = max(self.count, int(value))
+
+    def __call__(self, signum, frame) -> None:
+        self.count += 1
+        if self.count == 1 and self.armed and self.raise_when_armed:
+            raise KeyboardInterrupt
+
+    def install(self, signals=(signal.SIGINT,)) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for s in signals:
+            self._old[s] = signal.signal(s, self)
+
+    def restore(self) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        self._old.clear()
+
+
+def trial_workdir(spec: Spec, options: SweepOptions, point: DesignPoint, number: int) -> Path:
+    """The point's folder under the results (shared by every trial of the point when the cache
+    is on; one per trial without it, so two evaluations never write the same files)."""
+    d = point_dir(spec=spec, point=point, target=str(spec.target), seed=options.data_seed,
+                  results_root=options.results_root)
+    return d if options.use_cache else d.with_name(f"{d.name}-t{number}")
+
+
+def run_asked_trial(study, trial, spec: Spec, options: SweepOptions, ctx, cache, stop: Interrupt,
+                    log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Evaluate an asked trial's point and tell the outcome; returns a progress event."""
+    from optuna.trial import TrialState
+    point = suggest_point(trial, spec)
+    event: dict[str, Any] = {"number": trial.number, "model": point.model, "dtype": point.dtype,
+                             "knobs": dict(point.knobs), "values": None, "feasible": False,
+                             "cached": False, "error": None}
+    t0 = time.perf_counter()
+    row: dict[str, Any] | None = None
+    try:
+        stop.armed = True
+        try:
+            if stop.requested:
+                raise KeyboardInterrupt
+            row, cached, _ = cached_evaluate(ctx, point, trial_workdir(spec, options, point, trial.number), cache, log)
+        finally:
+            stop.armed = False
+    except KeyboardInterrupt:
+        stop.requested = True
+    except Exception as exc:                # noqa: BLE001 - a bug here must not end the sweep
+        row = {**point_params(point), "knobs": dict(point.knobs), "status": "FAIL", "stage": "sweep",
+               "error": f"{type(exc).__name__}: {exc}", "error_type": type(exc).__name__,
+               "notes": traceback.format_exc(limit=5)}
+        cached = False
+    seconds = time.perf_counter() - t0
+    if row is None or (stop.requested and row.get("status") != "OK"):
+        # cut short (a tool killed by the same Ctrl-C fails too: that is not the point's fault)
+        trial.set_user_attr("interrupted", True)
+        study.tell(trial, state=TrialState.FAIL)
+        return {**event, "status": "INTERRUPTED", "error": "interrupted", "seconds": seconds}
+
+    row = json_safe(row)
+    trial.set_user_attr("metrics", row)
+    trial.set_user_attr("cached", cached)
+    trial.set_user_attr("trial_s", round(seconds, 3))
+    for k in ("stage", "error", "error_type"):
+        if row.get(k):
+            trial.set_user_attr(k, row[k])
+    values, missing = objective_values(spec, row)
+    if values is None:
+        # an OK row with a reason (a design that does not fit: no Fmax) keeps that reason
+        if row.get("status") == "OK" and not row.get("error"):
+            reason = f"objective{'s' * (len(missing) > 1)} {', '.join(missing)} not measured"
+            trial.set_user_attr("stage", "objectives")
+            trial.set_user_attr("error", reason)
+        study.tell(trial, state=TrialState.FAIL)
+        return {**event, "status": "FAIL", "cached": cached, "seconds": seconds,
+                "error": row.get("error") or f"{', '.join(missing)} not measured", "stage": row.get("stage")}
+    constraints = constraint_values(spec, row)
+    for name, v in constraints.items():
+        trial.set_constraint(name, v)
+    trial.set_user_attr(CONSTRAINTS_ATTR, constraints)
+    study.tell(trial, values)
+    feasible = all(v <= 0 for v in constraints.values())
+    return {**event, "status": row.get("status", "OK"), "values": values, "feasible": feasible,
+            "cached": cached, "seconds": seconds, "error": row.get("error"), "stage": row.get("stage")}
