@@ -54,8 +54,10 @@ import numpy as np
 import pandas as pd
 
 from dse.files import atomic_write_text, md_cell
-from dse.report import ReportError, StudyResults, knob_label, load_study_results, markdown_table, pareto_front
-from dse.spec import Bound, Direction, GateRule, Objective, SpecError, load_spec, load_yaml, parse_gate
+from dse.report import ReportError, StudyResults, knob_label, load_study_results, markdown_table
+from dse.results import pareto_front
+from dse.spec import (Bound, Direction, GateRule, Objective, SpecError, load_spec, load_yaml, objectives_label,
+                      parse_gate)
 
 CHECK_MD = "check.md"
 HV_REFERENCE = 1.1          # the reference point, per normalised axis
@@ -360,7 +362,7 @@ def render_markdown(outcome: CheckOutcome, results: StudyResults, gate: Any, bas
         against.append(f"gate `{gate}`")
     if baseline is not None:
         against.append(f"baseline `{baseline}` (tolerance {tolerance:g}%)")
-    objs = ", ".join(f"{'max' if o.direction is Direction.MAXIMIZE else 'min'} {o.metric}" for o in results.objectives)
+    objs = objectives_label(results.objectives)
     lines = [f"## dse check `{outcome.study}`: {verdict}", "",
              f"`{results.path}` against {' and '.join(against)}; objectives: {objs}.", ""]
     summary = pd.DataFrame([{"model": g.model, "dtype": g.dtype, "feasible points": g.feasible,

@@ -38,11 +38,11 @@ def add_validate(p: argparse.ArgumentParser) -> None:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from dse.spec import load_spec
+    from dse.spec import load_spec, objectives_label
     s = load_spec(args.spec)
     models = ", ".join(m.name for m in s.models)
     knobs = " x ".join(f"{k.name}:{len(k.values)}" for k in s.knobs) or "defaults only"
-    objectives = ", ".join(f"{'max' if o.direction == 'maximize' else 'min'} {o.metric}" for o in s.objectives)
+    objectives = objectives_label(s.objectives)
     illegal = _illegal_knob_combinations(s)
     print(f"ok: study {s.study!r}: {len(s.models)} model{'s' * (len(s.models) != 1)} ({models}), "
           f"{len(s.dtypes)} dtype{'s' * (len(s.dtypes) != 1)} ({', '.join(s.dtypes)}), "

@@ -49,7 +49,8 @@ import pandas as pd
 
 from dse.files import atomic_write_bytes, csv_text, md_cell
 from dse.paths import JOURNAL
-from dse.spec import Direction, Objective
+from dse.results import pareto_front, why_no_feasible_point
+from dse.spec import Direction, Objective, objectives_label
 
 REPORT_DIR = "report"
 DEFAULT_OBJECTIVES = (Objective("cycles", Direction.MINIMIZE), Objective("luts", Direction.MINIMIZE))
@@ -179,26 +180,6 @@ def _varied_knobs(df: pd.DataFrame) -> tuple[str, ...]:
 # ---------------------------------------------------------------------------------------------
 # Pareto fronts (Optuna's)
 
-def pareto_front(df: pd.DataFrame, objectives: Sequence[Objective], knobs: Sequence[str] = ()) -> pd.DataFrame:
-    """The rows of `df` on the Pareto front over `objectives`, by Optuna's `Study.best_trials`
-    on an in-memory study, one row per design point (the first trial of it), sorted by the
-    objectives. Rows missing an objective value are ignored."""
-    df = df.dropna(subset=[o.metric for o in objectives])
-    if not len(df):
-        return df
-    import optuna
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(directions=[str(o.direction) for o in objectives])
-    study.add_trials([optuna.trial.create_trial(values=[float(r[o.metric]) for o in objectives])
-                      for _, r in df.iterrows()])                # trial i is row i of df
-    best = sorted(t.number for t in study.best_trials)
-    front = df.iloc[best]
-    point = [c for c in ("model", "dtype", *knobs) if c in front]
-    front = front.drop_duplicates(subset=point, keep="first") if point else front
-    return front.sort_values([o.metric for o in objectives],
-                             ascending=[o.direction is Direction.MINIMIZE for o in objectives])
-
-
 # ---------------------------------------------------------------------------------------------
 # files
 
@@ -281,8 +262,7 @@ def provenance(results: StudyResults, now: datetime.datetime) -> list[tuple[str,
                 results.spec_hash or "unknown: no study.journal in the results folder"))
     if results.space:
         out.append(("search space", json.dumps(results.space, sort_keys=True)))
-    out.append(("objectives", ", ".join(f"{'max' if o.direction is Direction.MAXIMIZE else 'min'} {o.metric}"
-                                        for o in results.objectives)))
+    out.append(("objectives", objectives_label(results.objectives)))
     for col in PROVENANCE_COLUMNS:
         if col not in t:
             continue
@@ -486,26 +466,14 @@ def write_report(results: StudyResults, out_dir: str | Path | None = None,
 
 
 def _why_empty(results: StudyResults, model: str, dtype: str) -> str:
-    part = results.group(model, dtype)
-    failed = part[part["trial_state"] != "COMPLETE"] if "trial_state" in part else part.iloc[0:0]
-    bits = [f"{len(part)} trials", f"{len(failed)} failed"]
-    if "violations" in part:
-        v = part["violations"].dropna().astype(str)
-        v = v[v != ""]
-        if len(v):
-            bits.append("violated: " + ", ".join(f"{k} {n}x" for k, n in v.str.split(", ").explode().value_counts().items()))
-    if len(failed) and "error" in failed:
-        top = failed["error"].dropna().astype(str).value_counts()
-        if len(top):
-            bits.append(f"most common failure ({top.iloc[0]}x): {top.index[0]}")
-    return "No feasible point (" + "; ".join(bits) + ")."
+    return why_no_feasible_point(results.group(model, dtype))
 
 
 def _summary(results: StudyResults) -> str:
     t = results.trials
     ok = int((t["status"] == "OK").sum())
     feasible = int(t["feasible"].fillna(False).sum())
-    objs = ", ".join(f"{'max' if o.direction is Direction.MAXIMIZE else 'min'} {o.metric}" for o in results.objectives)
+    objs = objectives_label(results.objectives)
     return (f"{len(t)} trials: {ok} evaluated OK, {len(t) - ok} failed, {feasible} feasible. "
             f"Objectives: {objs}. Varied knobs: {', '.join(results.knobs) or 'none'}.")
 

@@ -37,12 +37,12 @@ import collections
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
 from dse.files import atomic_write_text, csv_text, md_cell
-from dse.spec import Spec
+from dse.spec import Direction, Objective, Spec, objectives_label
 
 TRIALS_CSV, PARETO_CSV, PARETO_MD = "trials.csv", "pareto.csv", "pareto.md"
 BOOL_COLUMNS = ("feasible", "cached", "correct", "overflow_safe", "overflow_confirmed")
@@ -138,30 +138,35 @@ def _to_bool(v: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 # Pareto fronts
 
-def pareto_numbers(study, spec: Spec) -> dict[tuple[str, str], list[int]]:
-    """Trial numbers on the feasible Pareto front of each model x dtype, one per design point
-    (the first trial that evaluated it), via Optuna's `Study.best_trials`."""
+def pareto_front(df: pd.DataFrame, objectives: Sequence[Objective], knobs: Sequence[str] = ()) -> pd.DataFrame:
+    """The rows of `df` on the Pareto front over `objectives`, by Optuna's `Study.best_trials`
+    on an in-memory study, one row per design point (the first trial of it), sorted by the
+    objectives. Rows missing an objective value are ignored."""
+    df = df.dropna(subset=[o.metric for o in objectives])
+    if not len(df):
+        return df
     import optuna
-    from optuna.trial import TrialState
-    groups: dict[tuple[str, str], list] = collections.defaultdict(list)
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        constraints = t.user_attrs.get("constraints") or {}
-        if all(v <= 0 for v in constraints.values()):
-            groups[(t.params.get("model"), t.params.get("dtype"))].append(t)
-    directions = [str(o.direction) for o in spec.objectives]
-    out = {}
-    for key, trials in groups.items():
-        scratch = optuna.create_study(directions=directions)
-        scratch.add_trials(trials)              # renumbered 0, 1, ... in this order
-        best = sorted((trials[b.number] for b in scratch.best_trials), key=lambda t: t.number)
-        seen, numbers = set(), []
-        for t in best:
-            point = tuple(sorted((k, repr(v)) for k, v in t.params.items()))
-            if point not in seen:
-                seen.add(point)
-                numbers.append(t.number)
-        out[key] = numbers
-    return out
+    optuna.logging.set_verbosity(optuna.logging.WARNING)     # dse.study.storage is above this module
+    study = optuna.create_study(directions=[str(o.direction) for o in objectives])
+    study.add_trials([optuna.trial.create_trial(values=[float(r[o.metric]) for o in objectives])
+                      for _, r in df.iterrows()])                # trial i is row i of df
+    best = sorted(t.number for t in study.best_trials)
+    front = df.iloc[best]
+    point = [c for c in ("model", "dtype", *knobs) if c in front]
+    front = front.drop_duplicates(subset=point, keep="first") if point else front
+    return front.sort_values([o.metric for o in objectives],
+                             ascending=[o.direction is Direction.MINIMIZE for o in objectives])
+
+
+def pareto_rows(df: pd.DataFrame, spec: Spec) -> pd.DataFrame:
+    """The feasible Pareto front of each model x dtype (`pareto_front`), in spec order."""
+    feasible = df[df["feasible"].fillna(False).astype(bool)] if len(df) else df
+    knobs = [k.name for k in spec.knobs]
+    order = _group_order(spec)
+    keys = sorted({(m, d) for m, d in zip(feasible["model"], feasible["dtype"])}, key=order)
+    fronts = [pareto_front(feasible[(feasible["model"] == m) & (feasible["dtype"] == d)], spec.objectives, knobs)
+              for m, d in keys]
+    return pd.concat(fronts).reset_index(drop=True) if fronts else df.iloc[0:0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,17 +177,7 @@ def write_outputs(study, spec: Spec, out_dir: str | Path) -> tuple[tuple[Path, .
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     df = trials_frame(study, spec)
-    fronts = pareto_numbers(study, spec)
-    order = _group_order(spec)
-    front_numbers = [n for key in sorted(fronts, key=order) for n in fronts[key]]
-    pareto = df.set_index("number", drop=False).loc[front_numbers].reset_index(drop=True) if front_numbers \
-        else df.iloc[0:0]
-    if len(pareto):
-        by = ["model", "dtype"] + [o.metric for o in spec.objectives]
-        pareto = pareto.assign(_g=pareto.apply(lambda r: order((r["model"], r["dtype"])), axis=1))
-        pareto = pareto.sort_values(["_g"] + by[2:], ascending=[True] + [str(o.direction) == "minimize"
-                                                                         for o in spec.objectives])
-        pareto = pareto.drop(columns="_g").reset_index(drop=True)
+    pareto = pareto_rows(df, spec)
     paths = (out_dir / TRIALS_CSV, out_dir / PARETO_CSV, out_dir / PARETO_MD)
     atomic_write_text(paths[0], csv_text(df))
     atomic_write_text(paths[1], csv_text(pareto))
@@ -199,7 +194,7 @@ def _group_order(spec: Spec):
 
 
 def pareto_markdown(spec: Spec, df: pd.DataFrame, pareto: pd.DataFrame) -> str:
-    objectives = ", ".join(f"{'max' if str(o.direction) == 'maximize' else 'min'} {o.metric}" for o in spec.objectives)
+    objectives = objectives_label(spec.objectives)
     bounds = "".join(f", {b.metric} {'<=' if b.kind == 'max' else '>='} {b.limit:g}" for b in spec.constraints)
     n_ok = int((df["status"] == "OK").sum()) if len(df) else 0
     n_feasible = int(df["feasible"].fillna(False).sum()) if len(df) else 0
@@ -224,20 +219,24 @@ def pareto_markdown(spec: Spec, df: pd.DataFrame, pareto: pd.DataFrame) -> str:
                 for _, r in part.iterrows():
                     lines.append("| " + " | ".join(md_cell(r.get(c)) for c in cols) + " |")
             else:
-                lines.append(_why_empty(df, m.name, dt))
+                lines.append(why_no_feasible_point(df[(df["model"] == m.name) & (df["dtype"] == dt)] if len(df) else df))
             lines.append("")
     return "\n".join(lines)
 
 
-def _why_empty(df: pd.DataFrame, model: str, dtype: str) -> str:
-    part = df[(df["model"] == model) & (df["dtype"] == dtype)] if len(df) else df
+def why_no_feasible_point(part: pd.DataFrame) -> str:
+    """Why the trials of one model x dtype (rows of trials.csv) hold no feasible point: their most
+    common failure and the constraints they violate. pareto.md and the report both say this."""
     if not len(part):
         return "No trial evaluated this model x dtype."
-    failed = part[part["trial_state"] != "COMPLETE"]
+    def column(name: str) -> pd.Series:
+        return part[name] if name in part else pd.Series([None] * len(part), index=part.index)
+    complete = column("trial_state") == "COMPLETE"
+    failed = part[~complete]
     reasons = collections.Counter(
-        f"{r['stage'] or '?'}: {r['error']}" if r["status"] != "INTERRUPTED" else "interrupted"
+        f"{r.get('stage') or '?'}: {r.get('error')}" if r.get("status") != "INTERRUPTED" else "interrupted"
         for _, r in failed.iterrows())
-    infeasible = collections.Counter(v for s in part.loc[part["trial_state"] == "COMPLETE", "violations"]
+    infeasible = collections.Counter(v for s in column("violations")[complete]
                                      for v in str(s).split(", ") if v and s == s)
     bits = []
     if reasons:

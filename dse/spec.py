@@ -121,6 +121,15 @@ class Objective:
     metric: str             # a key of METRICS
     direction: Direction
 
+    @property
+    def label(self) -> str:
+        """"min cycles", "max fmax_mhz": how tables, reports and the console name it."""
+        return f"{'max' if self.direction == Direction.MAXIMIZE else 'min'} {self.metric}"
+
+
+def objectives_label(objectives: Iterable[Objective]) -> str:
+    return ", ".join(o.label for o in objectives)
+
 
 @dataclass(frozen=True)
 class Bound:

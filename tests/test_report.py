@@ -17,8 +17,8 @@ import yaml
 from compiler.synth import AreaReport
 from compiler.tools import ToolError
 from dse.cli import main
-from dse.report import (PLOT_PIXELS, ReportError, load_study_results, pareto_front, space_hash,
-                        write_report)
+from dse.report import PLOT_PIXELS, ReportError, load_study_results, space_hash, write_report
+from dse.results import pareto_front
 from dse.spec import Direction, Objective, load_spec
 from dse.sweep import SweepOptions, sweep
 
