@@ -17,7 +17,7 @@ import os
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from dse.paths import journal_path
 from dse.spec import Spec
