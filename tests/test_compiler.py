@@ -20,7 +20,7 @@ def assert_exact(outputs, reference):
         np.testing.assert_array_equal(got, want)
 
 
-# The documented cycle formulas (README "Cycle counts"): each kernel takes the number of
+# The documented cycle formulas (docs/compiler.md "Cycle counts"): each kernel takes the number of
 # steps it executes plus one cycle for done; each copy between kernels one cycle per word.
 # Without loop fusion (the seed design) a GEMV row takes an initialisation step, K MAC steps
 # and a store step.
