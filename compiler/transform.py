@@ -1,5 +1,9 @@
 """Hardware transforms of KernelIR, between lowering and building.
 
+Long, and one family: four passes over KernelIR's loop tree sharing its substitution helpers
+(`substitute`, `op`, `const`); parallelize also returns the banking that split_deep and the
+builder read.
+
     parallelize  lanes and reduce_unroll: unroll-and-jam of the innermost output loops, adder
                  trees for the innermost reductions, banked memory layouts (layout.py)
     fuse_loops   loop_fusion: accumulator initialisations before a loop nest move into its

@@ -1,5 +1,8 @@
 """Evaluate one design point: model x dtype x knob values -> one honest row of metrics.
 
+Long, and one thing: the stages of one evaluation, in order, with the checks each makes
+(compare against the reference, the overflow proof, the simulator choice).
+
     metrics = evaluate(spec, DesignPoint("gemv_128x784", "int8", FrozenMap({"mem_read": "sync"})), workdir)
     metrics.status, metrics.cycles, metrics.luts, metrics.as_row()
 

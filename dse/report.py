@@ -1,5 +1,8 @@
 """`dse report results/<study>`: the results of a sweep as tables, plots and one HTML page.
 
+Long, and one thing: presenting a results folder (reading it, plots, Markdown and HTML). The
+Pareto front and the "no feasible point" explanation it shows come from dse.results.
+
     results = load_study_results("results/gemv")       # trials.csv (+ study.journal) -> StudyResults
     files = write_report(results)                       # results/gemv/report/...
 

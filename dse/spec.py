@@ -1,5 +1,8 @@
 """The YAML spec of a study, parsed once into typed, frozen records.
 
+Long, and one thing: the spec's grammar (the records and the parser that checks every key
+against them, naming the YAML path of what is wrong). Models live in zoo.py / user_model.py.
+
     study: gemv
     target: ecp5                        # ecp5 | ice40 | xilinx
     models:
