@@ -75,7 +75,7 @@ def link_or_copy(src: Path, dst: Path) -> None:
 def cache_root() -> Path:
     """Where compiled simulators and evaluations are cached: $TINYHW_CACHE, else
     ~/.cache/tinyhw. Deleting it is always safe."""
-    return Path(os.environ.get("TINYHW_CACHE") or Path.home() / ".cache" / "tinyhw")
+    return Path(os.environ.get("TINYHW_CACHE") or Path.home() / ".cache" / "tinyhw").expanduser()
 
 
 def tail(text: str, lines: int = 30) -> str:
