@@ -1,0 +1,234 @@
+"""Area (and Fmax) estimates without synthesis: features a compiled design shows for free, and
+a model fitted on the points the explorer has already synthesised.
+
+    features = design_features(design, target="ecp5")         # in evaluate's compile stage
+    model = fit_estimator(samples)                              # samples: [(features, row), ...]
+    model.predict(features)        # {"luts": Estimate(value, low, high), ...}
+    model.errors                   # metric -> measured cross-validation error (relative, log scale)
+
+Why these features: Yosys' area is close to a sum over the hardware the compiler builds, and
+each part is visible in the transformed KernelIR (lanes and reduce_unroll replicate the
+datapath there) and in the memory banking, before any Amaranth object exists. Counting them
+takes milliseconds; synthesis takes seconds to minutes.
+
+Why two model forms per metric: a sum of parts (`additive`, least squares on the raw counts
+weighted by 1/y so every point counts by its relative error) fits designs that grow by adding
+units; a power law (`loglog`, least squares on log(1 + x)) fits metrics that scale with the
+parallelism as a whole. Both are fitted, each is scored by cross-validation on the synthesised
+points, and the one with the smaller error is kept: the choice is measured, not assumed.
+
+The error is measured, never assumed: `errors[m]` is the largest |log((1 + estimate) /
+(1 + measured))| over the held-out points of a k-fold cross-validation (leave-one-out up to 20
+points). The optimistic bound `low` = (1 + estimate) * exp(-error) - 1 is what the gating rule
+(dse.fidelity) compares with the front: a point is skipped only when even its optimistic bound
+is dominated.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+FEATURES_VERSION = 1
+"""Bumped when `design_features` changes meaning: samples of another version are not used."""
+
+AREA_METRICS = ("luts", "ffs", "bram", "lutram", "dsp")
+ESTIMATED_METRICS = AREA_METRICS + ("fmax_mhz",)
+"""What the estimator predicts; `latency_us` follows from cycles / fmax_mhz."""
+
+# Block RAM shapes (depth x width) a memory bank can be cut into, per target family: the
+# analytic block count is one feature, so the fit only calibrates it.
+_BRAM_SHAPES = {
+    "ecp5": ((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36)),     # DP16KD
+    "xilinx": ((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36)),   # RAMB18
+    "ice40": ((2048, 2), (1024, 4), (512, 8), (256, 16)),                              # SB_RAM40_4K
+}
+MIN_SAMPLES = 8
+"""Synthesised points needed before the estimator is trusted at all."""
+_RIDGE = 1e-6
+
+
+def _blocks(depth: int, width: int, target: str) -> int:
+    shapes = _BRAM_SHAPES.get(target, _BRAM_SHAPES["ecp5"])
+    return min(math.ceil(depth / d) * math.ceil(width / w) for d, w in shapes)
+
+
+def design_features(design, *, target: str) -> dict[str, float]:
+    """Counts of what the compiled `design` (compiler.design.Design) will build, by kind and
+    width. Cheap: it walks the KernelIR and the banking, and builds no hardware."""
+    from compiler import ir
+    K = ir.OpKind
+    f: dict[str, float] = {"version": FEATURES_VERSION}
+
+    def add(name: str, v: float) -> None:
+        f[name] = f.get(name, 0.0) + v
+
+    for k in design.kernels:
+        roots = [v for s, _ in k.stores() for v in ir.store_operands(s)]
+        for v in ir.toposort(roots):        # each node once: one node, one unit of hardware
+            if isinstance(v, ir.Load):
+                add("read_ports", 1)
+                add("read_bits", v.dtype.bits)
+            if not isinstance(v, ir.Op):
+                continue
+            w = v.dtype.bits
+            src_w = max((s.dtype.bits for s in v.srcs), default=w)
+            if v.op in (K.MUL, K.MULACC):
+                if v.dtype.is_float:
+                    add("fmul", 1)
+                    add("fmul_bits", (v.dtype.man_bits + 1) ** 2)
+                else:
+                    add("mul", 1)
+                    add("mul_bits", src_w * src_w)
+            elif v.op in (K.ADD, K.SUB, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ):
+                if any(s.dtype.is_float for s in v.srcs) or v.dtype.is_float:
+                    add("fadd", 1)
+                    add("fadd_bits", src_w)
+                else:
+                    add("add_bits", src_w)
+            elif v.op is K.CAST and (v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)):
+                add("fconv", 1)
+                add("fconv_bits", max(w, src_w))
+            else:
+                add("logic_bits", w)
+        for a in k.accs:
+            add("acc_bits", (design.config.acc_width or a.dtype.bits) * a.ways if a.dtype.is_int
+                else a.dtype.bits * a.ways)
+        add("steps_log2", math.log2(1 + sum(lp.bound for lp in k.loops.values())))
+
+    external = {(sh.reader[0], b) for sh in design.shares for b in design.banking_of(*sh.reader).banks}
+    comb = design.config.mem_read == "comb"
+    for pos, k in enumerate(design.source_kernels or design.kernels):
+        for b in k.buffers:
+            bk = design.banking_of(pos, b.slot)
+            for bank in bk.banks:
+                if (pos, bank) in external:
+                    continue
+                depth, width = bk.layout.words, b.dtype.bits
+                add("banks", 1)
+                add("comb_mem_bits" if comb else "mem_bits", depth * width)
+                if not comb:
+                    add("bram_blocks", _blocks(depth, width, target))
+                add("addr_bits", max(1, math.ceil(math.log2(max(depth, 2)))))
+    p = design.config.fp_pipeline
+    add("pipeline_bits", p * (f.get("fmul_bits", 0.0) ** 0.5 + f.get("fadd_bits", 0.0)
+                              + f.get("mul_bits", 0.0) ** 0.5 + f.get("read_bits", 0.0)))
+    add("fp_pipeline", p)
+    return f
+
+
+# ---------------------------------------------------------------------------------------------
+# the model
+
+@dataclass(frozen=True)
+class Estimate:
+    value: float            # the model's estimate
+    low: float              # (1 + value) * exp(-error) - 1, at least 0: the optimistic bound for a minimised metric
+    high: float             # (1 + value) * exp(+error) - 1
+
+
+@dataclass(frozen=True)
+class _Fit:
+    form: str                       # "additive" or "loglog"
+    names: tuple[str, ...]
+    coef: np.ndarray
+    error: float                    # cross-validated max |log((1 + est) / (1 + y))|
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """Per-metric fits on `samples` synthesised points; `errors` their measured error."""
+    fits: Mapping[str, _Fit]
+    samples: int
+    cv_folds: int
+    errors: Mapping[str, float] = field(default_factory=dict)
+    median_errors: Mapping[str, float] = field(default_factory=dict)
+
+    def predict(self, features: Mapping[str, float]) -> dict[str, Estimate]:
+        out = {}
+        for metric, fit in self.fits.items():
+            v = max(0.0, float(_predict(fit.form, fit.names, fit.coef, [features])[0]))
+            out[metric] = Estimate(v, max(0.0, (1 + v) * math.exp(-fit.error) - 1), (1 + v) * math.exp(fit.error) - 1)
+        return out
+
+    def describe(self) -> str:
+        """One line: the measured error of every metric (what `dse sweep` prints)."""
+        parts = [f"{m} {_pct(self.median_errors[m])} median / {_pct(e)} max ({self.fits[m].form})"
+                 for m, e in self.errors.items()]
+        return (f"area estimate from {self.samples} synthesised points, {self.cv_folds}-fold cross-validated "
+                f"error: " + ", ".join(parts))
+
+
+def _pct(log_err: float) -> str:
+    return f"{(math.exp(log_err) - 1) * 100:.0f}%"
+
+
+def _names(samples: Sequence[Mapping[str, float]]) -> tuple[str, ...]:
+    names = sorted({n for s in samples for n in s if n != "version"})
+    return tuple(n for n in names if any(s.get(n, 0.0) for s in samples))
+
+
+def _matrix(form: str, names: Sequence[str], feats: Iterable[Mapping[str, float]]) -> np.ndarray:
+    X = np.array([[float(f.get(n, 0.0)) for n in names] for f in feats], dtype=float).reshape(-1, len(names))
+    if form == "loglog":
+        X = np.log1p(np.maximum(X, 0.0))
+    return np.hstack([np.ones((X.shape[0], 1)), X])
+
+
+def _predict(form: str, names, coef: np.ndarray, feats) -> np.ndarray:
+    y = _matrix(form, names, feats) @ coef
+    return np.expm1(np.clip(y, -50, 50)) if form == "loglog" else y
+
+
+def _solve(form: str, names, feats, y: np.ndarray) -> np.ndarray:
+    X = _matrix(form, names, feats)
+    if form == "loglog":
+        target, weight = np.log1p(np.maximum(y, 0.0)), np.ones_like(y)
+    else:
+        target, weight = y, 1.0 / np.maximum(y, 1.0)     # relative error: small designs count as much
+    Xw, tw = X * weight[:, None], target * weight
+    scale = np.maximum(np.abs(Xw).max(axis=0), 1e-12)  # ridge on comparable columns
+    A = Xw / scale
+    coef = np.linalg.solve(A.T @ A + _RIDGE * len(y) * np.eye(A.shape[1]), A.T @ tw)
+    return coef / scale
+
+
+def _folds(n: int) -> list[np.ndarray]:
+    k = n if n <= 20 else 10
+    return [np.arange(n)[i::k] for i in range(k)]
+
+
+def fit_estimator(samples: Sequence[tuple[Mapping[str, float], Mapping[str, Any]]], *,
+                  metrics: Sequence[str] = AREA_METRICS) -> Estimator | None:
+    """Fit every metric of `metrics` on `samples` ((features, measured row) pairs of synthesised
+    points); None when fewer than MIN_SAMPLES have the features of this version."""
+    samples = [(f, r) for f, r in samples if f.get("version") == FEATURES_VERSION]
+    fits, errors, medians = {}, {}, {}
+    folds = 0
+    for metric in metrics:
+        pts = [(f, float(r[metric])) for f, r in samples if r.get(metric) is not None]
+        if len(pts) < MIN_SAMPLES:
+            continue
+        feats = [f for f, _ in pts]
+        y = np.array([v for _, v in pts])
+        names = _names(feats)
+        best: _Fit | None = None
+        median = 0.0
+        for form in ("additive", "loglog"):
+            errs = np.zeros(len(y))
+            for held in _folds(len(y)):
+                train = np.setdiff1d(np.arange(len(y)), held)
+                coef = _solve(form, names, [feats[i] for i in train], y[train])
+                est = np.maximum(_predict(form, names, coef, [feats[i] for i in held]), 0.0)
+                errs[held] = np.abs(np.log1p(est) - np.log1p(y[held]))
+            err = float(errs.max())
+            if best is None or err < best.error:
+                best = _Fit(form, names, _solve(form, names, feats, y), err)
+                median = float(np.median(errs))
+        fits[metric], errors[metric], medians[metric] = best, best.error, median
+        folds = len(_folds(len(y)))
+    if not fits:
+        return None
+    return Estimator(fits, len(samples), folds, errors, medians)
