@@ -101,7 +101,7 @@ def _source_files() -> list[Path]:
     import dse
     files = sorted(Path(compiler.__file__).parent.rglob("*.py"))
     dse_dir = Path(dse.__file__).parent
-    files += [dse_dir / name for name in ("evaluate.py", "zoo.py", "user_model.py")]
+    files += [dse_dir / name for name in ("evaluate.py", "estimate.py", "zoo.py", "user_model.py")]
     return files
 
 

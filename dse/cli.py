@@ -356,6 +356,8 @@ def run_sweep(args: argparse.Namespace) -> int:
     print(f"study {r.study!r}: {total}/{r.budget} trials; this run {r.ran} in {r.seconds:.1f} s "
           f"({r.cached} from the cache, {r.failed} failed); {r.feasible} feasible, "
           f"{r.pareto} Pareto-optimal points")
+    if r.fidelity_report:
+        print(r.fidelity_report)
     for f in r.files:
         print(f"  {f}")
     for e in r.worker_errors:

@@ -87,6 +87,7 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 from dse import zoo
+from dse.estimate import design_features
 from dse.limits import time_limit
 from dse.spec import DesignPoint, FrozenMap, ModelSpec, Spec
 
@@ -184,6 +185,10 @@ class Metrics:
     tinygrad_version: str | None = None
     workdir: str | None = None
     notes: tuple[str, ...] = ()             # e.g. why CXXRTL was not used
+    # multi-fidelity search (dse.fidelity, dse.estimate)
+    features: str | None = None             # JSON of dse.estimate.design_features: what the area estimate reads
+    fidelity: str | None = None             # where luts/ffs/bram/lutram/dsp (and fmax) came from: synth | estimate
+    estimate_error: str | None = None       # fidelity "estimate": JSON metric -> measured relative error bound
 
     @property
     def ok(self) -> bool:
@@ -333,6 +338,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
         cm = design.cycle_model()
         run.set(cycles_model=cm.total, cycle_breakdown=json.dumps({"kernels": [list(k) for k in cm.kernels],
                                                                    "copies": cm.copies}))
+        run.set(features=json.dumps(design_features(design, target=ctx.target)))
 
     proof = _Proof(run, design, built, tensors, model.input_range(point.dtype))
     proof.analyze()
@@ -365,7 +371,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
         with run.stage("synthesize", "synth_s"):
             area = synthesize(design, ctx.target, run.workdir / "synth", timeout=ctx.stage_timeout_s,
                               netlist=ctx.timing)
-            run.set(luts=area.luts, ffs=area.ffs, bram=area.bram, lutram=area.lutram, dsp=area.dsp,
+            run.set(luts=area.luts, ffs=area.ffs, bram=area.bram, lutram=area.lutram, dsp=area.dsp, fidelity="synth",
                     yosys_version=area.yosys_version, synth_script=area.script.strip().replace("\n", "; "))
         if area.cached:
             run.notes.append("synthesis from the synthesis cache (this netlist was synthesised before)")

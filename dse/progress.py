@@ -81,6 +81,8 @@ class Progress:
             status += " " + " ".join(f"{o.metric}={_fmt(v)}" for o, v in zip(self.objectives, event["values"]))
             if not event.get("feasible"):
                 status += " (infeasible)"
+        if event.get("estimated"):
+            status += " (estimated: not synthesised)"
         if event.get("error"):
             status += f" [{event.get('stage') or '?'}] {event['error']}"
         cached = " cached" if event.get("cached") else ""

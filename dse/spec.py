@@ -171,6 +171,7 @@ class SearchSpec:
     sampler: Sampler
     trials: int             # for grid: the whole grid unless the spec says fewer
     seed: int
+    fidelity: str = "full"  # "multi": synthesise only points that could reach the front (dse.fidelity)
 
 
 @dataclass(frozen=True)
@@ -712,19 +713,20 @@ class _Parser:
             raise SpecError(path, f"{metric!r} needs place-and-route timing; add 'timing: true' to the spec")
 
     def search(self, value: Any, space: int) -> SearchSpec:
-        d = _mapping(value, "search", ["sampler"], ["trials", "seed"])
+        d = _mapping(value, "search", ["sampler"], ["trials", "seed", "fidelity"])
         sampler = Sampler(_choice(d["sampler"], "search.sampler", [s.value for s in Sampler], "sampler"))
         seed = _int(d.get("seed", 0), "search.seed", minimum=0, maximum=MAX_SEED, why=" (the samplers' seed range)")
+        fidelity = _choice(d.get("fidelity", "full"), "search.fidelity", ["full", "multi"], "fidelity")
         if "trials" not in d:
             if sampler is not Sampler.GRID:
                 raise SpecError("search.trials", f"required key is missing (the {sampler.value} sampler needs a trial budget)")
-            return SearchSpec(sampler, space, seed)
+            return SearchSpec(sampler, space, seed, fidelity)
         trials = _int(d["trials"], "search.trials", maximum=MAX_TRIALS,
                       why=" (at hundreds of evaluations an hour, more would run for years)")
         if sampler is Sampler.GRID and trials > space:
             raise SpecError("search.trials", f"{trials} exceeds the {space} points of the grid "
                                              f"(models x dtypes x knob values); leave 'trials' out to run them all")
-        return SearchSpec(sampler, trials, seed)
+        return SearchSpec(sampler, trials, seed, fidelity)
 
     # -- constraints and gate
 

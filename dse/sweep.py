@@ -83,6 +83,8 @@ from typing import Any, Callable
 
 from dse.cache import EvalCache
 from dse.evaluate import EvalContext
+from dse.fidelity import FIDELITY_TXT, describe
+from dse.files import atomic_write_text
 from dse.paths import results_dir
 from dse.progress import Progress
 from dse.results import write_outputs
@@ -110,6 +112,8 @@ class SweepResult:
     feasible: int                   # feasible trials in the whole study
     pareto: int                     # rows of pareto.csv
     worker_errors: tuple[str, ...] = ()
+    estimated: int = 0              # of `ran`, estimated only (multi-fidelity: not synthesised)
+    fidelity_report: str = ""       # multi-fidelity: synthesised vs estimated, the estimate's measured error
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,7 +191,7 @@ def sweep(spec: Spec, options: SweepOptions = SweepOptions()) -> SweepResult:
     job = _Job(spec, options, location, len(study.get_trials(deepcopy=False)))
     progress = Progress(total=budget, initial=done_before, objectives=spec.objectives,
                         mode=options.progress, n_jobs=options.n_jobs, desc=spec.study)
-    stats = {"ran": 0, "cached": 0, "failed": 0}
+    stats = {"ran": 0, "cached": 0, "failed": 0, "estimated": 0}
     errors: list[str] = []
 
     def on_event(event: dict[str, Any]) -> None:
@@ -202,6 +206,7 @@ def sweep(spec: Spec, options: SweepOptions = SweepOptions()) -> SweepResult:
         stats["ran"] += 1
         stats["cached"] += bool(event.get("cached"))
         stats["failed"] += event["status"] != "OK"
+        stats["estimated"] += bool(event.get("estimated"))
         progress.update(event)
 
     interrupted = False
@@ -216,10 +221,15 @@ def sweep(spec: Spec, options: SweepOptions = SweepOptions()) -> SweepResult:
     finally:
         progress.close()
         files, summary = write_outputs(study, spec, out)
+        report = ""
+        if spec.search.fidelity == "multi":
+            report = describe(study, spec, EvalCache(options.cache_dir) if options.use_cache else None)
+            atomic_write_text(out / FIDELITY_TXT, report + "\n")
+            files += (out / FIDELITY_TXT,)
     return SweepResult(study=spec.study, results_dir=out, files=files, budget=budget, done_before=done_before,
                        ran=stats["ran"], cached=stats["cached"], failed=stats["failed"], interrupted=interrupted,
                        seconds=time.perf_counter() - t0, feasible=summary["feasible"], pareto=summary["pareto"],
-                       worker_errors=tuple(errors))
+                       worker_errors=tuple(errors), estimated=stats["estimated"], fidelity_report=report)
 
 
 def _run_here(job: _Job, share: int, on_event) -> bool:

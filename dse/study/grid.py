@@ -45,10 +45,11 @@ def worker_seed(seed: int, trials_in_study: int, worker: int) -> int:
 
 def is_evaluated(t) -> bool:
     """A trial that counts against the budget: its point was evaluated (a trial cut short by
-    Ctrl-C, or left RUNNING by a killed sweep, is FAIL without a metrics row)."""
+    Ctrl-C, or left RUNNING by a killed sweep, is FAIL without a metrics row). PRUNED: a point the
+    multi-fidelity search estimated instead of synthesising (dse.fidelity)."""
     from optuna.trial import TrialState
-    return t.state is TrialState.COMPLETE or (t.state is TrialState.FAIL and "metrics" in t.user_attrs
-                                              and not t.user_attrs.get("interrupted"))
+    return t.state is TrialState.COMPLETE or (t.state in (TrialState.FAIL, TrialState.PRUNED)
+                                              and "metrics" in t.user_attrs and not t.user_attrs.get("interrupted"))
 
 
 def died(t) -> bool:
@@ -200,7 +201,7 @@ def prepare_study(spec: Spec, options: SweepOptions, location: str) -> PreparedS
     if known is None:
         study.set_user_attr(SPACE_ATTR, space)
     elif known != space:
-        changed = ", ".join(k for k in space if space[k] != known.get(k)) or "the layout"
+        changed = ", ".join(k for k in {**known, **space} if space.get(k) != known.get(k)) or "the layout"
         raise SweepError(f"study {spec.study!r} in {location} was made for another search space "
                          f"(changed: {changed}); run with --fresh to start it over, or rename the study")
     if [str(d.name).lower() for d in study.directions] != directions:

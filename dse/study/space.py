@@ -50,6 +50,8 @@ def space_fingerprint(spec: Spec, data_seed: int = 0) -> dict[str, Any]:
         "objectives": [[o.metric, str(o.direction)] for o in spec.objectives],
         "constraints": sorted([b.key, b.limit] for b in spec.constraints),
         "target": str(spec.target),
+        # multi-fidelity rows are estimates where full ones are measured: resuming across is refused
+        **({"fidelity": spec.search.fidelity} if spec.search.fidelity != "full" else {}),
     }
 
 

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from dse.cache import cached_evaluate
 from dse.evaluate import json_safe
+from dse.fidelity import ESTIMATE_ATTR, evaluate_multi
 from dse.paths import point_dir
 from dse.spec import DesignPoint, Spec
 from dse.study.options import SweepOptions
@@ -75,12 +76,20 @@ def run_asked_trial(study, trial, spec: Spec, options: SweepOptions, ctx, cache,
                              "cached": False, "error": None}
     t0 = time.perf_counter()
     row: dict[str, Any] | None = None
+    estimated, estimate = False, {}
     try:
         stop.armed = True
         try:
             if stop.requested:
                 raise KeyboardInterrupt
-            row, cached, _ = cached_evaluate(ctx, point, trial_workdir(spec, options, point, trial.number), cache, log)
+            workdir = trial_workdir(spec, options, point, trial.number)
+            if spec.search.fidelity == "multi":
+                outcome = evaluate_multi(study, spec, ctx, point, workdir, cache, log)
+                row, cached = outcome.row, outcome.cached
+                estimated = not outcome.synthesized and row.get("status") == "OK"
+                estimate = {m: e.value for m, e in outcome.decision.estimates.items()} if outcome.synthesized else {}
+            else:
+                row, cached, _ = cached_evaluate(ctx, point, workdir, cache, log)
         finally:
             stop.armed = False
     except KeyboardInterrupt:
@@ -104,6 +113,14 @@ def run_asked_trial(study, trial, spec: Spec, options: SweepOptions, ctx, cache,
     for k in ("stage", "error", "error_type"):
         if row.get(k):
             trial.set_user_attr(k, row[k])
+    if estimate:                            # made before synthesis: the estimator's true error
+        trial.set_user_attr(ESTIMATE_ATTR, estimate)
+    if estimated:
+        # multi-fidelity: stopped at the cheap fidelity (dse.fidelity); PRUNED keeps it off the
+        # front (Study.best_trials reads COMPLETE trials) and counts it as evaluated
+        study.tell(trial, state=TrialState.PRUNED)
+        return {**event, "status": "OK", "estimated": True, "cached": cached, "seconds": seconds,
+                "stage": None}
     values, missing = objective_values(spec, row)
     if values is None:
         # an OK row with a reason (a design that does not fit: no Fmax) keeps that reason

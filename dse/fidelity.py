@@ -1,0 +1,260 @@
+"""Multi-fidelity evaluation (spec `search: {fidelity: multi}`): synthesise only the points
+whose area could reach the Pareto front.
+
+    outcome = evaluate_multi(study, spec, ctx, point, workdir, cache, log)
+    outcome.row, outcome.cached, outcome.synthesized, outcome.decision.reason
+
+Per point:
+  1. the cheap fidelity: `dse.evaluate` with synthesis (and place-and-route) off: configure,
+     compile, the exact cycle model, simulation, the bit-exact check, the overflow proof, and
+     the design's features (dse.estimate). Cached like any evaluation (its key says
+     synthesize=False).
+  2. the estimate: a model fitted on every point already synthesised, by this study (its
+     COMPLETE trials) and by any study on this machine (rows with features in the evaluation
+     cache, same target), with its error measured by cross-validation (dse.estimate).
+  3. the gate (`decide`): full synthesis (the whole evaluation again, which reuses the cached
+     CXXRTL binary and the synthesis cache) unless
+        - the point cannot be feasible whatever its area: it failed a check, is not proven
+          overflow-safe, or its optimistic estimate breaks a resource budget of the spec;
+        - or its optimistic objective vector (each estimated metric at its optimistic bound,
+          the estimate minus the measured error; exact metrics such as cycles as measured) is
+          weakly dominated by a feasible, synthesised point of the same model x dtype.
+     While fewer than dse.estimate.MIN_SAMPLES points are synthesised, or an objective has no
+     fit, every point is synthesised.
+
+A skipped point is told to Optuna as PRUNED: a trial stopped at a lower fidelity, which is what
+PRUNED means. `Study.best_trials` (the front of pareto.csv) reads COMPLETE trials only, so the
+reported front holds synthesised points and nothing else; samplers ignore PRUNED trials of a
+multi-objective study (NSGA-II) or treat them as worse than complete ones (TPE), which is right
+for points predicted dominated. Not used: constraints (a skipped point is not infeasible, and
+an infeasible COMPLETE trial with estimated values would sit in trials.csv as if measured);
+`enqueue_trial` order (the grid stays in its seeded order, so a study resumes identically).
+
+The row of a skipped point carries the estimates in luts/ffs/bram/lutram/dsp (and fmax_mhz,
+latency_us with timing), `fidelity` = "estimate", `estimate_error` (JSON: each metric's measured
+error bound, relative) and a note saying why it was not synthesised. Synthesised rows have
+`fidelity` = "synth"; when an estimate existed before synthesis, the trial keeps it
+(user attribute `estimate`), so the sweep reports the estimator's error on points it had never
+seen (`realised_error`) next to the cross-validated one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from dse.estimate import AREA_METRICS, ESTIMATED_METRICS, Estimate, Estimator, fit_estimator
+from dse.spec import DesignPoint, Spec
+
+ESTIMATE_ATTR = "estimate"
+"""Trial user attribute: metric -> the estimate made before the point was synthesised."""
+FIDELITY_TXT = "fidelity.txt"
+"""In the results folder: what `describe` says at the end of a multi-fidelity sweep."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    synthesize: bool
+    reason: str
+    estimates: Mapping[str, Estimate] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    row: dict[str, Any]
+    cached: bool            # every evaluation behind the row came from the evaluation cache
+    synthesized: bool
+    decision: Decision
+
+
+# ---------------------------------------------------------------------------------------------
+# training samples: (features, measured row) of synthesised points
+
+def _sample(row: Mapping[str, Any] | None, target: str) -> tuple[dict[str, float], Mapping[str, Any]] | None:
+    if not row or row.get("fidelity") != "synth" or row.get("target") != target or row.get("luts") is None:
+        return None
+    try:
+        features = json.loads(row.get("features") or "null")
+    except ValueError:
+        return None
+    return (features, row) if isinstance(features, dict) else None
+
+
+@functools.lru_cache(maxsize=8)
+def _cache_samples(root: str, target: str) -> tuple:
+    """Synthesised rows in the evaluation cache (read once per process: a sweep's own new
+    points come from its study)."""
+    out = []
+    for path in sorted(Path(root).glob("*/*.json")):
+        try:
+            s = _sample(json.loads(path.read_text()).get("row"), target)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if s is not None:
+            out.append(s)
+    return tuple(out)
+
+
+def training_samples(study, target: str, cache=None) -> list[tuple[dict[str, float], Mapping[str, Any]]]:
+    """Synthesised points of the study and (with `cache`, an EvalCache) of the cache, each
+    design once (keyed by its features and point)."""
+    from optuna.trial import TrialState
+    seen, out = set(), []
+    rows = [t.user_attrs.get("metrics") for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+    samples = [_sample(r, target) for r in rows]
+    if cache is not None:
+        samples += list(_cache_samples(str(cache.root), target))
+    for s in samples:
+        if s is None:
+            continue
+        key = (json.dumps(s[0], sort_keys=True), s[1].get("model"), s[1].get("dtype"))
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out
+
+
+def fit(study, spec: Spec, cache=None) -> Estimator | None:
+    metrics = AREA_METRICS + (("fmax_mhz",) if spec.timing else ())
+    return fit_estimator(training_samples(study, str(spec.target), cache), metrics=metrics)
+
+
+# ---------------------------------------------------------------------------------------------
+# the gate
+
+def _minimised(spec: Spec, values: Sequence[float]) -> list[float]:
+    return [v if str(o.direction) == "minimize" else -v for o, v in zip(spec.objectives, values)]
+
+
+def front(study, spec: Spec, model: str, dtype: str) -> list[list[float]]:
+    """Objective vectors (minimised form) of the feasible COMPLETE trials of model x dtype:
+    all synthesised (a skipped point is PRUNED, never COMPLETE)."""
+    from optuna.trial import TrialState
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.params.get("model") != model or t.params.get("dtype") != dtype:
+            continue
+        if all(v <= 0 for v in (t.user_attrs.get("constraints") or {}).values()) and t.values:
+            out.append(_minimised(spec, t.values))
+    return out
+
+
+def optimistic(metric: str, row: Mapping[str, Any], est: Mapping[str, Estimate], maximize: bool) -> float | None:
+    """The most favourable value `metric` can have within the estimate's error; exact metrics
+    (cycles, errors of the outputs) as measured by the cheap evaluation."""
+    if metric == "latency_us":
+        cycles, fmax = row.get("cycles") or row.get("cycles_model"), est.get("fmax_mhz")
+        return None if cycles is None or fmax is None or fmax.high <= 0 else cycles / fmax.high
+    if metric in ESTIMATED_METRICS:
+        e = est.get(metric)
+        return None if e is None else (e.high if maximize else e.low)
+    v = row.get(metric)
+    return None if v is None else float(v)
+
+
+def decide(spec: Spec, row: Mapping[str, Any], estimator: Estimator | None,
+           front_points: Sequence[Sequence[float]]) -> Decision:
+    """Synthesise `row`'s point (the cheap evaluation's row) or not, and why (module docstring)."""
+    if row.get("status") != "OK":
+        return Decision(False, f"not synthesised: it failed in {row.get('stage')}")
+    if row.get("correct") is not True or row.get("overflow_safe") is not True:
+        why = "it computes a wrong result" if row.get("correct") is not True else "it is not proven overflow-safe"
+        est = {} if estimator is None or not row.get("features") else estimator.predict(json.loads(row["features"]))
+        return Decision(False, f"not synthesised: {why}, so it is infeasible whatever its area", est)
+    if estimator is None:
+        return Decision(True, "synthesised: too few synthesised points to estimate from yet")
+    est = estimator.predict(json.loads(row["features"]))
+    for b in spec.constraints:
+        v = optimistic(b.metric, row, est, maximize=b.kind == "min")
+        if v is not None and (v > b.limit if b.kind == "max" else v < b.limit):
+            return Decision(False, f"not synthesised: even its optimistic {b.metric} estimate {v:.0f} breaks "
+                                   f"{b.key}: {b.limit:g}", est)
+    vector = []
+    for o in spec.objectives:
+        v = optimistic(o.metric, row, est, maximize=str(o.direction) == "maximize")
+        if v is None:
+            return Decision(True, f"synthesised: no estimate of {o.metric}", est)
+        vector.append(v)
+    vector = _minimised(spec, vector)
+    for f in front_points:
+        if all(a <= b for a, b in zip(f, vector)):
+            shown = ", ".join(f"{o.metric} {abs(v):.4g}" for o, v in zip(spec.objectives, vector))
+            return Decision(False, f"not synthesised: even at its optimistic bound ({shown}) a synthesised "
+                                   f"point dominates it", est)
+    return Decision(True, "synthesised: its optimistic estimate could reach the front", est)
+
+
+def estimated_row(row: Mapping[str, Any], decision: Decision, estimator: Estimator | None) -> dict[str, Any]:
+    """The cheap row with the estimates filled in and marked as such."""
+    out = dict(row)
+    est = decision.estimates
+    for m in ESTIMATED_METRICS:
+        if m in est:
+            out[m] = est[m].value if m == "fmax_mhz" else int(round(est[m].value))
+    if "fmax_mhz" in est and est["fmax_mhz"].value > 0 and (row.get("cycles") or row.get("cycles_model")):
+        out["latency_us"] = (row.get("cycles") or row.get("cycles_model")) / est["fmax_mhz"].value
+    if est:
+        out["fidelity"] = "estimate"
+        out["estimate_error"] = json.dumps({m: round(math.exp(estimator.errors[m]) - 1, 4) for m in est})
+    notes = [n for n in (row.get("notes") or "").split("; ") if n]
+    out["notes"] = "; ".join(notes + [decision.reason])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# one point
+
+def evaluate_multi(study, spec: Spec, ctx, point: DesignPoint, workdir: str | Path, cache,
+                   log: Callable[[str], None] | None = None) -> Outcome:
+    """The cheap evaluation, the gate, and full synthesis if the gate says so."""
+    from dse.cache import cached_evaluate
+    cheap_ctx = dataclasses.replace(ctx, synthesize=False, timing=False)
+    row, cached, _ = cached_evaluate(cheap_ctx, point, workdir, cache, log)
+    if row.get("status") != "OK" or not row.get("features"):
+        # a failure is the point's result, as in a full evaluation (minus synthesis)
+        return Outcome(row, cached, False, Decision(False, f"not synthesised: it failed in {row.get('stage')}"))
+    estimator = fit(study, spec, cache)
+    decision = decide(spec, row, estimator, front(study, spec, point.model, point.dtype))
+    if not decision.synthesize:
+        return Outcome(estimated_row(row, decision, estimator), cached, False, decision)
+    full, full_cached, _ = cached_evaluate(ctx, point, workdir, cache, log)
+    return Outcome(full, cached and full_cached, True, decision)
+
+
+def realised_error(study) -> dict[str, tuple[float, float, int]]:
+    """metric -> (median, max relative error, points) of the estimates made before synthesis
+    against what synthesis then measured: the estimator's error on points it had not seen."""
+    from optuna.trial import TrialState
+    errs: dict[str, list[float]] = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        est, row = t.user_attrs.get(ESTIMATE_ATTR) or {}, t.user_attrs.get("metrics") or {}
+        for m, v in est.items():
+            if row.get(m) is not None:
+                errs.setdefault(m, []).append(abs(math.log1p(max(v, 0.0)) - math.log1p(row[m])))
+    out = {}
+    for m, e in errs.items():
+        e.sort()
+        out[m] = (math.expm1(e[len(e) // 2]), math.expm1(e[-1]), len(e))
+    return out
+
+
+def describe(study, spec: Spec, cache=None) -> str:
+    """What `dse sweep` prints for a multi-fidelity study: how many points were synthesised,
+    the estimator's cross-validated error and its error on points it predicted before synthesis."""
+    from optuna.trial import TrialState
+    trials = study.get_trials(deepcopy=False)
+    pruned = sum(t.state is TrialState.PRUNED for t in trials)
+    synth = sum(t.state is TrialState.COMPLETE for t in trials)
+    est = fit(study, spec, cache)
+    lines = [f"multi-fidelity: {synth} points synthesised, {pruned} estimated only (not synthesised)"]
+    if est is not None:
+        lines.append(est.describe())
+    real = realised_error(study)
+    if real:
+        lines.append("estimate error on points predicted before synthesis: " + ", ".join(
+            f"{m} {med * 100:.0f}% median / {mx * 100:.0f}% max ({n} points)" for m, (med, mx, n) in real.items()))
+    return "\n".join(lines)

@@ -1,0 +1,222 @@
+"""The multi-fidelity search (dse/estimate.py, dse/fidelity.py, `search: {fidelity: multi}`):
+design features, the fitted estimator and its measured error, the gate, and a sweep in which
+points predicted dominated are not synthesised and the front holds synthesised points only.
+
+Sweeps run in-process on a small int8 GEMV with the Python simulator and a stand-in for Yosys
+whose area is a known function of the design (so the estimator can be checked against it);
+real synthesis is in bench/bench_sweep.py."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from compiler.synth import AreaReport
+from dse.estimate import FEATURES_VERSION, MIN_SAMPLES, Estimate, design_features, fit_estimator
+from dse.fidelity import decide
+from dse.results import load_results
+from dse.spec import SpecError, load_spec, parse_spec
+from dse.sweep import SweepOptions, sweep
+
+GEMV = {"name": "gemv_16x32", "builtin": "gemv", "params": {"M": 16, "K": 32}}
+
+
+def spec_dict(fidelity="multi", study="mf", **extra) -> dict:
+    return {"study": study, "target": "ecp5", "models": [GEMV], "dtypes": ["int8"],
+            "knobs": {"lanes": [1, 2, 3, 4, 6, 8], "reduce_unroll": [1, 2, 4, 8]},
+            "objectives": ["cycles", "luts"], "search": {"sampler": "grid", "seed": 0, "fidelity": fidelity},
+            **extra}
+
+
+def load(tmp_path: Path, d: dict):
+    path = tmp_path / f"{d['study']}.yaml"
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    return load_spec(path)
+
+
+def options(tmp_path: Path, **kw) -> SweepOptions:
+    return SweepOptions(**{"results_root": tmp_path / "results", "cache_dir": tmp_path / "cache",
+                           "sim_backend": "pysim", "progress": "off", **kw})
+
+
+def area_of(design) -> AreaReport:
+    """Stand-in synthesis: a sum of parts of the design, with a 3% wobble the features do not
+    see (real synthesis is never exactly a sum), so the estimate has a real, non-zero error."""
+    f = design_features(design, target="ecp5")
+    wobble = 1 + 0.03 * math.sin(7 * design.config.lanes + 3 * design.config.reduce_unroll)
+    luts = int((120 + 0.02 * f["mul_bits"] + 1.5 * f.get("add_bits", 0) + 0.3 * f.get("logic_bits", 0)) * wobble)
+    return AreaReport(target="ecp5", luts=luts, ffs=int(40 + f["acc_bits"]), bram=int(f["bram_blocks"]), lutram=0,
+                      dsp=int(f.get("mul", 0)), yosys_version="fake yosys", script="fake", seconds=0.0)
+
+
+@pytest.fixture
+def synth_calls(monkeypatch):
+    calls: list[tuple[int, int]] = []
+
+    def synthesize(design, target="ecp5", workdir=None, timeout=600, **options):
+        calls.append((design.config.lanes, design.config.reduce_unroll))
+        return area_of(design)
+    monkeypatch.setattr("compiler.synth.synthesize", synthesize)
+    return calls
+
+
+# ---------------------------------------------------------------------------------------------
+# features and the estimator
+
+def compiled(lanes: int, unroll: int):
+    from compiler import compile_model
+    from dse import zoo
+    from dse.evaluate import input_tensors
+    spec = parse_spec(spec_dict())
+    model = spec.models[0]
+    built = model.build("int8")
+    tensors = input_tensors(built, zoo.make_inputs(built, 0, model.input_range("int8")))
+    from compiler.config import HardwareConfig
+    return compile_model(built.forward(*tensors), config=HardwareConfig(lanes=lanes, reduce_unroll=unroll))
+
+
+def test_features_count_the_replicated_datapath_and_the_memory_banks():
+    one, wide = design_features(compiled(1, 1), target="ecp5"), design_features(compiled(4, 2), target="ecp5")
+    assert one["version"] == wide["version"] == FEATURES_VERSION
+    assert one["mem_bits"] == wide["mem_bits"] == (16 * 32 + 32) * 8 + 16 * 32     # W, x int8; y int32
+    assert (one["banks"], wide["banks"]) == (3, 4 * 2 + 2 + 4)       # W: 8 banks, x: 2, y: 4
+    assert wide["acc_bits"] == 4 * one["acc_bits"] == 4 * 32       # one accumulator per lane
+    assert wide["mul"] > 4 * 2 - 1 and wide["read_ports"] > one["read_ports"]
+    assert design_features(compiled(1, 1), target="ice40")["bram_blocks"] > one["bram_blocks"]   # 4 kbit blocks
+
+
+def test_estimator_error_is_measured_by_cross_validation_and_bounds_the_estimate():
+    rng = [(l, u) for l in (1, 2, 3, 4, 6, 8) for u in (1, 2, 4)]
+    samples = []
+    for l, u in rng:
+        d = compiled(l, u)
+        a = area_of(d)
+        samples.append((design_features(d, target="ecp5"), {"luts": a.luts, "ffs": a.ffs, "bram": a.bram}))
+    assert fit_estimator(samples[:MIN_SAMPLES - 1], metrics=("luts",)) is None      # too few to trust
+    est = fit_estimator(samples[:-1], metrics=("luts", "ffs", "bram"))
+    assert est.samples == len(rng) - 1 and set(est.errors) == {"luts", "ffs", "bram"}
+    assert 0 < est.errors["luts"] < 0.2                # the 3% wobble is seen, no more than a few x it
+    # exact functions of the features: near exact (a held-out point may use a feature value no
+    # training point shows, the one place a linear fit extrapolates)
+    assert est.errors["ffs"] < 0.05 and est.errors["bram"] < 0.05
+    assert "cross-validated error: luts" in est.describe()
+    held_f, held_row = samples[-1]
+    e = est.predict(held_f)["luts"]
+    assert e.low <= e.value <= e.high and abs(e.value - held_row["luts"]) / held_row["luts"] < 0.2
+
+
+# ---------------------------------------------------------------------------------------------
+# the gate
+
+def _estimator(error: float):
+    samples = [({"version": FEATURES_VERSION, "x": float(i)}, {"luts": 100.0 + 10 * i}) for i in range(10)]
+    est = fit_estimator(samples, metrics=("luts",))
+    return est, error
+
+
+def test_the_gate_synthesises_unless_even_the_optimistic_estimate_is_dominated():
+    spec = parse_spec(spec_dict(constraints={"luts_max": 500}))
+    est, _ = _estimator(0.0)
+    row = {"status": "OK", "correct": True, "overflow_safe": True, "cycles": 100,
+           "features": json.dumps({"version": FEATURES_VERSION, "x": 5.0})}     # luts ~150
+    assert decide(spec, row, None, [[50, 10]]).synthesize                    # no estimator yet
+    assert decide(spec, row, est, []).synthesize                             # empty front
+    d = decide(spec, row, est, [[100, 100]])                                 # fewer cycles, fewer LUTs
+    assert not d.synthesize and "dominates it" in d.reason and d.estimates["luts"].value == pytest.approx(150, rel=0.01)
+    assert decide(spec, row, est, [[100, 160]]).synthesize                   # the front has more LUTs
+    assert decide(spec, row, est, [[110, 100]]).synthesize                   # ... or more cycles
+    big = {**row, "features": json.dumps({"version": FEATURES_VERSION, "x": 60.0})}     # luts ~700
+    d = decide(spec, big, est, [])
+    assert not d.synthesize and "breaks luts_max: 500" in d.reason
+    wrong = {**row, "correct": False}
+    assert not decide(spec, wrong, est, []).synthesize
+
+
+def test_the_margin_is_what_keeps_a_close_point(monkeypatch):
+    spec = parse_spec(spec_dict())
+    est, _ = _estimator(0.0)
+    row = {"status": "OK", "correct": True, "overflow_safe": True, "cycles": 100,
+           "features": json.dumps({"version": FEATURES_VERSION, "x": 5.0})}
+    front = [[100, 140]]                    # 7% fewer LUTs than the estimate (~150)
+    monkeypatch.setattr(type(est), "predict", lambda self, f: {"luts": Estimate(150.0, 150.0 * 0.97, 155.0)})
+    assert not decide(spec, row, est, front).synthesize          # a 3% error: dominated
+    monkeypatch.setattr(type(est), "predict", lambda self, f: {"luts": Estimate(150.0, 150.0 * 0.9, 165.0)})
+    assert decide(spec, row, est, front).synthesize              # a 10% error: it could reach the front
+
+
+def test_fidelity_is_a_checked_spec_key():
+    assert parse_spec(spec_dict()).search.fidelity == "multi"
+    assert parse_spec(spec_dict(fidelity="full")).search.fidelity == "full"
+    d = spec_dict()
+    del d["search"]["fidelity"]
+    assert parse_spec(d).search.fidelity == "full"                # the default: every point synthesised
+    with pytest.raises(SpecError, match=r"search.fidelity: unknown fidelity 'mutli'"):
+        parse_spec(spec_dict(fidelity="mutli"))
+
+
+# ---------------------------------------------------------------------------------------------
+# the sweep
+
+def test_multi_fidelity_sweep_synthesises_only_what_can_reach_the_front(tmp_path, synth_calls):
+    full = sweep(load(tmp_path, spec_dict(fidelity="full", study="full")), options(tmp_path, use_cache=False))
+    n_full = len(synth_calls)
+    synth_calls.clear()
+    multi = sweep(load(tmp_path, spec_dict()), options(tmp_path, use_cache=False))
+    df_full, df = load_results(full.results_dir), load_results(multi.results_dir)
+    legal = df_full[df_full["status"] == "OK"]
+    assert n_full == len(legal) == 24                 # every legal point synthesised in full fidelity
+    assert len(synth_calls) < n_full and multi.estimated == n_full - len(synth_calls) > 0
+
+    # estimated rows say so, are PRUNED and carry the measured error; synthesised rows say synth
+    est = df[df["fidelity"] == "estimate"]
+    assert len(est) == multi.estimated and (est["trial_state"] == "PRUNED").all() and (est["status"] == "OK").all()
+    assert est["luts"].notna().all() and est["estimate_error"].notna().all() and (~est["feasible"]).all()
+    assert est["notes"].str.contains("not synthesised").all()
+    synthesised = df[df["fidelity"] == "synth"]
+    assert sorted(zip(synthesised["lanes"], synthesised["reduce_unroll"])) == sorted(synth_calls)
+
+    # the front: only synthesised points, and the same front as the full grid's
+    pareto = load_results(multi.results_dir / "pareto.csv")
+    assert (pareto["fidelity"] == "synth").all()
+    key = ["lanes", "reduce_unroll", "cycles", "luts"]
+    full_front = load_results(full.results_dir / "pareto.csv")
+    assert sorted(map(tuple, pareto[key].values.tolist())) == sorted(map(tuple, full_front[key].values.tolist()))
+
+    # every skipped point really is dominated by a point of the full grid (its true area)
+    truth = df_full.set_index(["lanes", "reduce_unroll"])
+    for _, r in est.iterrows():
+        c, l = truth.loc[(r["lanes"], r["reduce_unroll"]), ["cycles", "luts"]]
+        assert any(fc <= c and fl <= l and (fc, fl) != (c, l) or (fc, fl) == (c, l)
+                   for fc, fl in full_front[["cycles", "luts"]].values)
+
+    # the estimate's error is printed and recorded
+    text = (multi.results_dir / "fidelity.txt").read_text()
+    assert multi.fidelity_report == text.strip()
+    assert f"{len(synth_calls)} points synthesised, {multi.estimated} estimated only" in text
+    assert "cross-validated error: luts" in text
+    assert "estimate error on points predicted before synthesis: luts" in text
+
+
+def test_a_multi_fidelity_study_resumes_without_evaluating_again_and_refuses_full(tmp_path, synth_calls):
+    spec = load(tmp_path, spec_dict())
+    first = sweep(spec, options(tmp_path))
+    n = len(synth_calls)
+    again = sweep(spec, options(tmp_path))
+    assert again.ran == 0 and len(synth_calls) == n and first.done_before == 0
+    from dse.sweep import SweepError
+    with pytest.raises(SweepError, match="changed: fidelity"):
+        sweep(load(tmp_path, spec_dict(fidelity="full")), options(tmp_path))
+    # the cache serves a fresh study: cheap rows and synthesised rows alike
+    fresh = sweep(load(tmp_path, spec_dict(study="mf2")), options(tmp_path))
+    assert fresh.cached == fresh.ran == 24 and len(synth_calls) == n
+    states = {t.state for t in optuna.load_study(study_name="mf2", storage=_journal(tmp_path, "mf2")).trials}
+    assert states == {optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.COMPLETE}
+
+
+def _journal(tmp_path: Path, name: str):
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+    return JournalStorage(JournalFileBackend(str(tmp_path / "results" / name / "study.journal")))
