@@ -11,6 +11,20 @@ After the n-jobs 2 run, the same study is run again with --fresh on the now-warm
 trial is then served from the evaluation cache, which is what "re-running is immediate"
 means in numbers (a plain re-run of a finished study has nothing to do at all; its time is
 printed too).
+After the runs, the n-jobs 2 study again with --fresh and the evaluation cache emptied but the
+synthesis cache ($TINYHW_CACHE/synth) kept: every design is compiled and simulated again and
+Yosys is not run at all, which is what the synthesis cache buys when the hardware is unchanged.
+
+    python bench/bench_sweep.py --compare            # full grid vs multi-fidelity (docs/multi-fidelity.md)
+
+--compare runs each spec (default configs/gemv.yaml and configs/gemv_space.yaml) twice from a
+cold cache with --n-jobs 2: `search.fidelity: full` (every point synthesised) and `multi`
+(synthesis only where the estimate could reach the front). It prints, for each: the time to
+finish, points per hour, how many points were synthesised, and the hypervolume of the reported
+(synthesised) front relative to the full grid's, per model x dtype and summed. The reference
+point of each model x dtype is 1.1 x the worst value of each objective over the full grid's
+feasible points, so every front point counts. Goals (issue 20): gemv.yaml at >= 1,000
+points/hour; the large space at >= 99% of the grid's hypervolume in <= 30% of its time.
 """
 from __future__ import annotations
 
@@ -26,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def run(spec: Path, jobs: int, cache: Path, results: Path, extra: list[str]) -> tuple[float, "object", str]:
+def run(spec: Path, jobs: int, cache: Path, results: Path, extra: list[str]) -> tuple[float, "object", list[str]]:
     from dse.results import load_results
     env = {**os.environ, "TINYHW_CACHE": str(cache)}
     cmd = [sys.executable, "-m", "dse.cli", "sweep", str(spec), "--n-jobs", str(jobs), "--results", str(results),
@@ -39,7 +53,7 @@ def run(spec: Path, jobs: int, cache: Path, results: Path, extra: list[str]) -> 
     if "locked" in proc.stderr:
         sys.exit(f"storage lock errors with --n-jobs {jobs}:\n{proc.stderr[-3000:]}")
     from dse.spec import load_spec
-    return seconds, load_results(results / load_spec(spec).study), proc.stdout.strip().splitlines()[0]
+    return seconds, load_results(results / load_spec(spec).study), proc.stdout.strip().splitlines()
 
 
 def main() -> None:
@@ -47,7 +61,18 @@ def main() -> None:
     ap.add_argument("--spec", type=Path, default=ROOT / "configs" / "gemv.yaml")
     ap.add_argument("--jobs", default="1,2", help="comma-separated --n-jobs values (default 1,2)")
     ap.add_argument("--trials", type=int, help="trial budget (default: the spec's)")
+    ap.add_argument("--compare", nargs="*", type=Path, metavar="SPEC",
+                    help="full grid vs multi-fidelity on these specs (none given: configs/gemv.yaml and "
+                         "configs/gemv_space.yaml)")
+    ap.add_argument("--sim", default="auto", help="--sim of the sweeps (default auto)")
     args = ap.parse_args()
+    if args.compare is not None:
+        specs = args.compare or [ROOT / "configs" / "gemv.yaml", ROOT / "configs" / "gemv_space.yaml"]
+        print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start; --n-jobs 2, --sim {args.sim}, "
+              f"cold cache per run")
+        for spec in specs:
+            compare(spec, ["--sim", args.sim])
+        return
     extra = ["--trials", str(args.trials)] if args.trials else []
     jobs = [int(j) for j in args.jobs.split(",")]
     print(f"spec {args.spec.relative_to(ROOT) if args.spec.is_relative_to(ROOT) else args.spec}, "
@@ -65,7 +90,7 @@ def main() -> None:
             print(f"--n-jobs {j}: {len(df)} trials ({fresh} evaluated, {len(df) - fresh} from the cache, {ok} OK) "
                   f"in {seconds:.0f} s -> {rates[j]:.0f} evaluations/hour "
                   f"(one evaluation: median {per.median():.1f} s, max {per.max():.1f} s)")
-            print(f"    {summary}")
+            print(f"    {summary[0]}")
         last = jobs[-1]
         cache, results = tmp / f"cache-{last}", tmp / f"results-{last}"
         seconds, df, _ = run(args.spec, last, cache, results, extra)
@@ -73,8 +98,74 @@ def main() -> None:
         seconds, df, _ = run(args.spec, last, cache, results, extra + ["--fresh"])
         print(f"re-run with --fresh on the warm cache: {len(df)} trials, {int(df['cached'].sum())} from the cache, "
               f"in {seconds:.1f} s")
+        # what the synthesis cache alone buys: evaluations cold, synthesis warm
+        import shutil
+        shutil.rmtree(cache / "evals", ignore_errors=True)
+        seconds, df, _ = run(args.spec, last, cache, results, extra + ["--fresh"])
+        print(f"re-run with --fresh, the evaluation cache emptied, the synthesis cache kept: {len(df)} trials "
+              f"in {seconds:.1f} s -> {len(df) / seconds * 3600:.0f} evaluations/hour "
+              f"({int(df['notes'].fillna('').str.contains('synthesis cache').sum())} synthesised from its cache)")
     if 1 in rates and 2 in rates:
         print(f"n-jobs 2 / n-jobs 1 throughput: {rates[2] / rates[1]:.2f}x")
+
+
+def hypervolume_2d(points: list[tuple[float, float]], ref: tuple[float, float]) -> float:
+    """Area dominated by `points` (both objectives minimised) and bounded by `ref`."""
+    area, best_y = 0.0, ref[1]
+    for x, y in sorted(p for p in points if p[0] < ref[0] and p[1] < ref[1]):
+        if y < best_y:
+            area += (ref[0] - x) * (best_y - y)
+            best_y = y
+    return area
+
+
+def _minimised(df, objectives) -> list[tuple[float, ...]]:
+    return [tuple(float(r[o.metric]) * (1 if str(o.direction) == "minimize" else -1) for o in objectives)
+            for _, r in df.iterrows()]
+
+
+def compare(spec_path: Path, extra: list[str]) -> None:
+    """Full grid vs multi-fidelity on one spec, each from a cold cache (module docstring)."""
+    import yaml
+    from dse.results import load_results
+    from dse.spec import load_spec
+    spec = load_spec(spec_path)
+    if len(spec.objectives) != 2:
+        sys.exit(f"{spec_path}: --compare computes a 2-objective hypervolume; the spec has {len(spec.objectives)}")
+    data = yaml.safe_load(spec_path.read_text())
+    print(f"\n{spec_path.relative_to(ROOT) if spec_path.is_relative_to(ROOT) else spec_path}: "
+          f"{spec.space_size} points, objectives {', '.join(o.metric for o in spec.objectives)}")
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
+        tmp = Path(tmp)
+        for fidelity in ("full", "multi"):
+            path = tmp / f"{fidelity}.yaml"
+            path.write_text(yaml.safe_dump({**data, "search": {**data["search"], "fidelity": fidelity}}, sort_keys=False))
+            seconds, df, summary = run(path, 2, tmp / f"cache-{fidelity}", tmp / f"results-{fidelity}", extra)
+            pareto = load_results(tmp / f"results-{fidelity}" / spec.study / "pareto.csv")
+            out[fidelity] = (seconds, df, pareto)
+            synth = int((df["fidelity"] == "synth").sum()) if "fidelity" in df else 0
+            print(f"  {fidelity:5}: {len(df)} points in {seconds:.0f} s -> {len(df) / seconds * 3600:.0f} points/hour; "
+                  f"{synth} synthesised; front {len(pareto)} points "
+                  f"({'all synthesised' if (pareto['fidelity'] == 'synth').all() else 'NOT all synthesised'})")
+            for line in summary[1:]:
+                if not line.startswith("  "):
+                    print(f"         {line}")
+        full_s, full_df, full_front = out["full"]
+        multi_s, _, multi_front = out["multi"]
+        total_full = total_multi = 0.0
+        for (model, dtype), grid in full_df[full_df["feasible"].fillna(False)].groupby(["model", "dtype"]):
+            worst = [max(v) for v in zip(*_minimised(grid, spec.objectives))]
+            ref = tuple(w + 0.1 * abs(w) for w in worst)
+            sel = lambda f: f[(f["model"] == model) & (f["dtype"] == dtype)]     # noqa: E731
+            hv_full = hypervolume_2d(_minimised(sel(full_front), spec.objectives), ref)
+            hv_multi = hypervolume_2d(_minimised(sel(multi_front), spec.objectives), ref)
+            total_full, total_multi = total_full + hv_full, total_multi + hv_multi
+            print(f"  {model} {dtype}: hypervolume multi / full = {hv_multi / hv_full:.4f}" if hv_full else
+                  f"  {model} {dtype}: empty front")
+        print(f"  => hypervolume {total_multi / total_full * 100:.2f}% of the grid's in "
+              f"{multi_s / full_s * 100:.0f}% of its time ({multi_s:.0f} s vs {full_s:.0f} s); "
+              f"load average now {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
