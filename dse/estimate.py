@@ -17,11 +17,14 @@ units; a power law (`loglog`, least squares on log(1 + x)) fits metrics that sca
 parallelism as a whole. Both are fitted, each is scored by cross-validation on the synthesised
 points, and the one with the smaller error is kept: the choice is measured, not assumed.
 
-The error is measured, never assumed: `errors[m]` is the largest |log((1 + estimate) /
-(1 + measured))| over the held-out points of a k-fold cross-validation (leave-one-out up to 20
-points). The optimistic bound `low` = (1 + estimate) * exp(-error) - 1 is what the gating rule
-(dse.fidelity) compares with the front: a point is skipped only when even its optimistic bound
-is dominated.
+The error is measured, never assumed, on each side: over the held-out points of a k-fold
+cross-validation (leave-one-out up to 20 points), `over` is the largest log((1 + estimate) /
+(1 + measured)) (how far an estimate was too high) and `under` the largest the other way.
+The optimistic bound of a minimised metric, `low` = (1 + estimate) * exp(-over) - 1, is what the
+gating rule (dse.fidelity) compares with the front: a point is skipped only when even its
+optimistic bound is dominated. Only overestimates can hide a front point, so only they widen
+that margin; `high` (with `under`) serves maximised metrics (fmax_mhz). `errors[m]` is the
+larger of the two.
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-FEATURES_VERSION = 1
+FEATURES_VERSION = 2
 """Bumped when `design_features` changes meaning: samples of another version are not used."""
 
 AREA_METRICS = ("luts", "ffs", "bram", "lutram", "dsp")
@@ -45,6 +48,11 @@ _BRAM_SHAPES = {
     "xilinx": ((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36)),   # RAMB18
     "ice40": ((2048, 2), (1024, 4), (512, 8), (256, 16)),                              # SB_RAM40_4K
 }
+# Banks smaller than this many bits go to LUT RAM or flip-flops, larger ones to block RAM: what
+# Yosys' memory mapping chose for the GEMV banks of configs/gemv_space.yaml on ECP5 (1,376 and
+# 1,024 bits: LUT RAM; 1,824 and 2,048: block RAM). Other targets use the same split; the fit
+# calibrates the rest.
+_BRAM_MIN_BITS = 1536
 MIN_SAMPLES = 8
 """Synthesised points needed before the estimator is trusted at all."""
 _RIDGE = 1e-6
@@ -107,11 +115,20 @@ def design_features(design, *, target: str) -> dict[str, float]:
                 if (pos, bank) in external:
                     continue
                 depth, width = bk.layout.words, b.dtype.bits
+                addr = max(1, math.ceil(math.log2(max(depth, 2))))
                 add("banks", 1)
-                add("comb_mem_bits" if comb else "mem_bits", depth * width)
-                if not comb:
+                if comb:
+                    add("comb_mem_bits", depth * width)
+                elif depth * width >= _BRAM_MIN_BITS:
                     add("bram_blocks", _blocks(depth, width, target))
-                add("addr_bits", max(1, math.ceil(math.log2(max(depth, 2)))))
+                    add("bram_banks", 1)
+                else:
+                    add("small_mem_bits", depth * width)
+                    add("small_banks", 1)
+                add("addr_bits", addr)
+                # a lane count that is not a power of two: bank and address by division, tails gated
+                if any(d.factor & (d.factor - 1) for d in bk.layout.dims):
+                    add("np2_addr_bits", addr)
     p = design.config.fp_pipeline
     add("pipeline_bits", p * (f.get("fmul_bits", 0.0) ** 0.5 + f.get("fadd_bits", 0.0)
                               + f.get("mul_bits", 0.0) ** 0.5 + f.get("read_bits", 0.0)))
@@ -134,7 +151,8 @@ class _Fit:
     form: str                       # "additive" or "loglog"
     names: tuple[str, ...]
     coef: np.ndarray
-    error: float                    # cross-validated max |log((1 + est) / (1 + y))|
+    over: float                     # cross-validated max of log((1 + est) / (1 + y)), at least 0: how far too high
+    under: float                    # ... of log((1 + y) / (1 + est)): how far too low
 
 
 @dataclass(frozen=True)
@@ -150,13 +168,18 @@ class Estimator:
         out = {}
         for metric, fit in self.fits.items():
             v = max(0.0, float(_predict(fit.form, fit.names, fit.coef, [features])[0]))
-            out[metric] = Estimate(v, max(0.0, (1 + v) * math.exp(-fit.error) - 1), (1 + v) * math.exp(fit.error) - 1)
+            out[metric] = Estimate(v, max(0.0, (1 + v) * math.exp(-fit.over) - 1), (1 + v) * math.exp(fit.under) - 1)
         return out
+
+    def bounds(self, metric: str) -> dict[str, float]:
+        """The measured relative error bounds of `metric`: how far an estimate was too high / too low."""
+        fit = self.fits[metric]
+        return {"over": round(math.expm1(fit.over), 4), "under": round(math.expm1(fit.under), 4)}
 
     def describe(self) -> str:
         """One line: the measured error of every metric (what `dse sweep` prints)."""
-        parts = [f"{m} {_pct(self.median_errors[m])} median / {_pct(e)} max ({self.fits[m].form})"
-                 for m, e in self.errors.items()]
+        parts = [f"{m} {_pct(self.median_errors[m])} median, at most {_pct(self.fits[m].over)} too high / "
+                 f"{_pct(self.fits[m].under)} too low ({self.fits[m].form})" for m in self.errors]
         return (f"area estimate from {self.samples} synthesised points, {self.cv_folds}-fold cross-validated "
                 f"error: " + ", ".join(parts))
 
@@ -214,20 +237,21 @@ def fit_estimator(samples: Sequence[tuple[Mapping[str, float], Mapping[str, Any]
         feats = [f for f, _ in pts]
         y = np.array([v for _, v in pts])
         names = _names(feats)
-        best: _Fit | None = None
-        median = 0.0
+        best: tuple[float, _Fit, float] | None = None
         for form in ("additive", "loglog"):
-            errs = np.zeros(len(y))
+            signed = np.zeros(len(y))            # log((1 + est) / (1 + y)) of each held-out point
             for held in _folds(len(y)):
                 train = np.setdiff1d(np.arange(len(y)), held)
                 coef = _solve(form, names, [feats[i] for i in train], y[train])
                 est = np.maximum(_predict(form, names, coef, [feats[i] for i in held]), 0.0)
-                errs[held] = np.abs(np.log1p(est) - np.log1p(y[held]))
-            err = float(errs.max())
-            if best is None or err < best.error:
-                best = _Fit(form, names, _solve(form, names, feats, y), err)
-                median = float(np.median(errs))
-        fits[metric], errors[metric], medians[metric] = best, best.error, median
+                signed[held] = np.log1p(est) - np.log1p(y[held])
+            mean = float(np.abs(signed).mean())   # the form that is closer on average is kept
+            if best is None or mean < best[0]:
+                fit = _Fit(form, names, _solve(form, names, feats, y), max(0.0, float(signed.max())),
+                           max(0.0, float(-signed.min())))
+                best = (mean, fit, float(np.median(np.abs(signed))))
+        _, fits[metric], medians[metric] = best
+        errors[metric] = max(fits[metric].over, fits[metric].under)
         folds = len(_folds(len(y)))
     if not fits:
         return None

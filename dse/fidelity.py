@@ -199,7 +199,7 @@ def estimated_row(row: Mapping[str, Any], decision: Decision, estimator: Estimat
         out["latency_us"] = (row.get("cycles") or row.get("cycles_model")) / est["fmax_mhz"].value
     if est:
         out["fidelity"] = "estimate"
-        out["estimate_error"] = json.dumps({m: round(math.exp(estimator.errors[m]) - 1, 4) for m in est})
+        out["estimate_error"] = json.dumps({m: estimator.bounds(m) for m in est})
     notes = [n for n in (row.get("notes") or "").split("; ") if n]
     out["notes"] = "; ".join(notes + [decision.reason])
     return out

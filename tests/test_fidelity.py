@@ -4,7 +4,8 @@ points predicted dominated are not synthesised and the front holds synthesised p
 
 Sweeps run in-process on a small int8 GEMV with the Python simulator and a stand-in for Yosys
 whose area is a known function of the design (so the estimator can be checked against it);
-real synthesis is in bench/bench_sweep.py."""
+real synthesis is in bench/bench_sweep.py --compare. The two sweep tests take 20-60 s (48 and 72
+points simulated): marked slow."""
 from __future__ import annotations
 
 import json
@@ -45,11 +46,14 @@ def options(tmp_path: Path, **kw) -> SweepOptions:
 
 def area_of(design) -> AreaReport:
     """Stand-in synthesis: a sum of parts of the design, with a 3% wobble the features do not
-    see (real synthesis is never exactly a sum), so the estimate has a real, non-zero error."""
+    see (real synthesis is never exactly a sum), so the estimate has a real, non-zero error.
+    Banks split by a lane count that is not a power of two cost extra (as in Yosys), so some
+    points are clearly dominated by a power-of-two one of equal or fewer cycles."""
     f = design_features(design, target="ecp5")
     wobble = 1 + 0.03 * math.sin(7 * design.config.lanes + 3 * design.config.reduce_unroll)
-    luts = int((120 + 0.02 * f["mul_bits"] + 1.5 * f.get("add_bits", 0) + 0.3 * f.get("logic_bits", 0)) * wobble)
-    return AreaReport(target="ecp5", luts=luts, ffs=int(40 + f["acc_bits"]), bram=int(f["bram_blocks"]), lutram=0,
+    luts = int((120 + 0.02 * f["mul_bits"] + 1.5 * f.get("add_bits", 0) + 0.3 * f.get("logic_bits", 0)
+                + 15 * f.get("np2_addr_bits", 0)) * wobble)      # lanes not a power of two: dearer banks
+    return AreaReport(target="ecp5", luts=luts, ffs=int(40 + f["acc_bits"]), bram=int(f.get("bram_blocks", 0)), lutram=0,
                       dsp=int(f.get("mul", 0)), yosys_version="fake yosys", script="fake", seconds=0.0)
 
 
@@ -82,11 +86,15 @@ def compiled(lanes: int, unroll: int):
 def test_features_count_the_replicated_datapath_and_the_memory_banks():
     one, wide = design_features(compiled(1, 1), target="ecp5"), design_features(compiled(4, 2), target="ecp5")
     assert one["version"] == wide["version"] == FEATURES_VERSION
-    assert one["mem_bits"] == wide["mem_bits"] == (16 * 32 + 32) * 8 + 16 * 32     # W, x int8; y int32
     assert (one["banks"], wide["banks"]) == (3, 4 * 2 + 2 + 4)       # W: 8 banks, x: 2, y: 4
+    # W (16x32 int8, 4 kbit) is block RAM in one bank, x and y (256, 512 bits) are small; in 8
+    # banks W is small too
+    assert (one["bram_banks"], one["small_banks"], one["small_mem_bits"]) == (1, 2, 32 * 8 + 16 * 32)
+    assert "bram_banks" not in wide and wide["small_mem_bits"] == 16 * 32 * 8 + 32 * 8 + 16 * 32
+    assert "np2_addr_bits" not in wide and design_features(compiled(3, 1), target="ecp5")["np2_addr_bits"] > 0
     assert wide["acc_bits"] == 4 * one["acc_bits"] == 4 * 32       # one accumulator per lane
     assert wide["mul"] > 4 * 2 - 1 and wide["read_ports"] > one["read_ports"]
-    assert design_features(compiled(1, 1), target="ice40")["bram_blocks"] > one["bram_blocks"]   # 4 kbit blocks
+    assert one["bram_blocks"] == 1                  # 512 x 8 bits: one DP16KD
 
 
 def test_estimator_error_is_measured_by_cross_validation_and_bounds_the_estimate():
@@ -99,11 +107,14 @@ def test_estimator_error_is_measured_by_cross_validation_and_bounds_the_estimate
     assert fit_estimator(samples[:MIN_SAMPLES - 1], metrics=("luts",)) is None      # too few to trust
     est = fit_estimator(samples[:-1], metrics=("luts", "ffs", "bram"))
     assert est.samples == len(rng) - 1 and set(est.errors) == {"luts", "ffs", "bram"}
-    assert 0 < est.errors["luts"] < 0.2                # the 3% wobble is seen, no more than a few x it
+    # typical points within the 3% wobble; the worst held-out point (a lane count whose extra bank
+    # cost only a few training points show) is what the bound measures
+    assert est.median_errors["luts"] < 0.05 and 0 < est.errors["luts"] < 0.6
+    assert est.bounds("luts")["over"] > 0 and est.bounds("luts")["under"] > 0
     # exact functions of the features: near exact (a held-out point may use a feature value no
     # training point shows, the one place a linear fit extrapolates)
     assert est.errors["ffs"] < 0.05 and est.errors["bram"] < 0.05
-    assert "cross-validated error: luts" in est.describe()
+    assert "cross-validated error: luts" in est.describe() and "too high" in est.describe()
     held_f, held_row = samples[-1]
     e = est.predict(held_f)["luts"]
     assert e.low <= e.value <= e.high and abs(e.value - held_row["luts"]) / held_row["luts"] < 0.2
@@ -161,6 +172,7 @@ def test_fidelity_is_a_checked_spec_key():
 # ---------------------------------------------------------------------------------------------
 # the sweep
 
+@pytest.mark.slow
 def test_multi_fidelity_sweep_synthesises_only_what_can_reach_the_front(tmp_path, synth_calls):
     full = sweep(load(tmp_path, spec_dict(fidelity="full", study="full")), options(tmp_path, use_cache=False))
     n_full = len(synth_calls)
@@ -201,6 +213,7 @@ def test_multi_fidelity_sweep_synthesises_only_what_can_reach_the_front(tmp_path
     assert "estimate error on points predicted before synthesis: luts" in text
 
 
+@pytest.mark.slow
 def test_a_multi_fidelity_study_resumes_without_evaluating_again_and_refuses_full(tmp_path, synth_calls):
     spec = load(tmp_path, spec_dict())
     first = sweep(spec, options(tmp_path))
