@@ -14,7 +14,8 @@ metric computed before the failure (cycles survive a synthesis timeout). The sta
     config      the knob values -> HardwareConfig (an illegal combination fails here)
     build       the model for the dtype, seeded inputs in the spec's range, tinygrad forward
     compile     compile_model; `cycles_model` = design.cycle_model().total (analytic), and
-                `cycle_breakdown` its parts as JSON (cycles per kernel run, cycles in copies)
+                `cycle_breakdown` its parts as JSON (cycles per kernel run, cycles in copies);
+                `features`: what dse.estimate's area model reads (JSON, no hardware built)
     overflow    compiler.overflow's static range analysis over the design, for the inputs'
                 ranges -> `acc_bits_required`, `overflow_safe`, `max_magnitude` (floats)
     simulate    CXXRTL when it works (else the Python simulator; `sim_backend` says which ran)
@@ -22,7 +23,8 @@ metric computed before the failure (cycles survive a synthesis timeout). The sta
                 `cycles` must equal `cycles_model` exactly (a difference is a compiler bug)
     confirm     the worst-case inputs of the analysis, simulated and checked against the
                 reference -> `overflow_confirmed` (see `_Proof`)
-    synthesize  Yosys for the target (`stat -json`) -> luts, ffs, bram, lutram, dsp; limited
+    synthesize  Yosys for the target (`stat -json`) -> luts, ffs, bram, lutram, dsp (`fidelity`
+                "synth"; dse.fidelity fills "estimate" rows of points it does not synthesise); limited
                 to `stage_timeout_s` (a timeout is a ToolError, so a FAIL with the log tail)
 
 Every stage runs under `stage_timeout_s`: the tool stages through the tools' own timeout, the

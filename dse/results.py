@@ -7,7 +7,9 @@ trials.csv, one row per trial that ran (queued trials not yet run are left out):
     number, model, dtype        the trial number and the design point
     <knob>...                   one column per HardwareConfig knob (defaults filled in)
     status                      OK, FAIL (the evaluation failed: `stage`, `error`) or INTERRUPTED
-    trial_state                 Optuna's: COMPLETE (every objective measured) or FAIL
+    trial_state                 Optuna's: COMPLETE (every objective measured) or FAIL, or with
+                                `search.fidelity: multi` PRUNED (area estimated, not synthesised:
+                                `fidelity` says which; docs/multi-fidelity.md)
     feasible, violations        every constraint met; the names of those that were not
     stage, error, error_type    where and why a point failed
     cached                      served from the evaluation cache (no tool ran for this trial)
@@ -18,7 +20,8 @@ trials.csv, one row per trial that ran (queued trials not yet run are left out):
                                 overflow_s, synth_s, total_s (of the evaluation that produced
                                 the row) and provenance (target, params as JSON, sim_backend,
                                 yosys_version, synth_script, tinygrad_version, data_seed,
-                                workdir, log_path, notes)
+                                workdir, log_path, notes), and for the multi-fidelity search
+                                features, fidelity (synth | estimate), estimate_error
     trial_s                     wall time of this trial (near 0 when cached)
     datetime_start, datetime_complete
 
