@@ -144,21 +144,15 @@ def test_narrow_accumulator_is_unsafe_but_not_a_failure(width, safe, correct, tm
                                    f"(kernel k0_r_8_784: {width} bits, needs 25)")
 
 
-def test_user_model_is_checked_against_tinygrad(tmp_path):
+@pytest.mark.parametrize("source", ["user_models.py:scale_add",
+                                    "view_output_model.py:transposed_sum"])   # an output read in element order
+def test_user_model_is_checked_against_tinygrad(tmp_path, source):
     spec = parse_spec({**small_spec(["int8"]), "models": [
-        {"name": "mine", "source": "user_models.py:scale_add", "params": {"N": 6}}]}, base_dir=DATA)
+        {"name": "mine", "source": source, "params": {"N": 6}}]}, base_dir=DATA)
     m = evaluate(EvalContext.from_spec(spec, sim_backend="pysim", synthesize=False), point("mine"), tmp_path)
     assert m.status is Status.OK, m.error
     assert m.correct and m.cycles == m.cycles_model
     assert m.check_rule == "bit-exact vs tinygrad's result"
-
-
-def test_user_model_with_a_view_output_is_checked_in_element_order(tmp_path):
-    spec = parse_spec({**small_spec(["int8"]), "models": [
-        {"name": "mine", "source": "view_output_model.py:transposed_sum", "params": {"N": 6}}]}, base_dir=DATA)
-    m = evaluate(EvalContext.from_spec(spec, sim_backend="pysim", synthesize=False), point("mine"), tmp_path)
-    assert m.status is Status.OK, m.error
-    assert m.correct and m.cycles == m.cycles_model
 
 
 def test_inputs_are_seeded(tmp_path):
