@@ -162,3 +162,64 @@ def data_input(inputs: Mapping[str, tuple[tuple[int, ...], str]], given: Mapping
     if int(np.prod(shape)) != int(np.prod(data.sample_shape)):
         raise DataError(f"data: {data.name} samples have shape {data.sample_shape}, model input {name!r} needs {shape}")
     return name
+
+
+# ---------------------------------------------------------------------------------------------
+# ONNX
+
+ONNX_DENSE_OPS = ("Gemm", "MatMul", "Add", "Relu", "Flatten")
+
+
+def load_onnx(path: Path):
+    """An ONNX file read by tinygrad's own importer (no onnx package needed): its dense layers
+    as a dse.quantize.DenseNet, the initialisers as weights. The graph must be a chain of
+    Gemm (or MatMul + Add) and Relu nodes on one input; any other node raises DataError naming
+    the node and its op."""
+    from dse.quantize import Dense, DenseNet
+    from dse.zoo import import_tinygrad
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"file not found: {path}")
+    import_tinygrad()
+    from tinygrad.nn.onnx import OnnxRunner
+    try:
+        runner = OnnxRunner(path)
+    except Exception as e:
+        raise DataError(f"{path}: cannot read as ONNX ({type(e).__name__}: {e})") from None
+    if len(runner.graph_inputs) != 1 or len(runner.graph_outputs) != 1:
+        raise DataError(f"{path}: expected one input and one output, got inputs {list(runner.graph_inputs)} "
+                        f"and outputs {list(runner.graph_outputs)}")
+    consts = {k: v.numpy() for k, v in runner.graph_values.items() if k}
+    current = next(iter(runner.graph_inputs))
+    layers: list[list] = []                   # [W (out, in), b, relu]
+    for index, node in enumerate(runner.graph_nodes):
+        where = f"{path}: node #{index} {node.op} (output {node.outputs[0]!r})"   # tinygrad keeps no node names
+        if node.op not in ONNX_DENSE_OPS:
+            raise DataError(f"{where}: op {node.op} is not supported here (dense models: {', '.join(ONNX_DENSE_OPS)})")
+        if current not in node.inputs:
+            raise DataError(f"{where}: not a chain (it does not read {current!r})")
+        others = [i for i in node.inputs if i and i != current]
+        if any(i not in consts for i in others):
+            raise DataError(f"{where}: reads {', '.join(i for i in others if i not in consts)}, which is not an initialiser")
+        if node.op in ("Gemm", "MatMul"):
+            W = consts[others[0]]
+            opts = node.opts
+            if node.op == "MatMul" or not opts.get("transB", 0):
+                W = W.T
+            if opts.get("transA", 0) or opts.get("alpha", 1.0) != 1.0 or opts.get("beta", 1.0) != 1.0:
+                raise DataError(f"{where}: transA, alpha and beta other than the defaults are not supported")
+            b = consts[others[1]].reshape(-1) if len(others) > 1 else np.zeros(W.shape[0])
+            layers.append([W, b, False])
+        elif node.op == "Add":
+            if not layers or layers[-1][2]:
+                raise DataError(f"{where}: an Add must follow a MatMul")
+            layers[-1][1] = layers[-1][1] + consts[others[0]].reshape(-1)
+        elif node.op == "Relu":
+            if not layers:
+                raise DataError(f"{where}: a Relu before any dense layer")
+            layers[-1][2] = True
+        current = node.outputs[0]
+    if not layers or layers[-1][2] or not all(l[2] for l in layers[:-1]):
+        raise DataError(f"{path}: expected dense layers with a Relu between them and none after the last")
+    return DenseNet(tuple(Dense(np.ascontiguousarray(W, np.float64), np.asarray(b, np.float64), relu)
+                          for W, b, relu in layers))
