@@ -79,6 +79,24 @@ class DenseNet:
                 h = np.maximum(h, 0.0)
         return h
 
+    def reference(self, dtype: str, x: np.ndarray) -> np.ndarray:
+        """The float model in `dtype` as the lowered kernels compute it, on samples (n, in):
+        each product rounded to the dtype and summed in float32 in order k = 0..K-1, the sum
+        rounded to the dtype, the bias added in the dtype, then the ReLU (the numpy golden
+        model of `built(dtype)`, bit-exact with the hardware in IEEE round-to-nearest-even)."""
+        arrays = self.arrays(dtype)
+        h = zoo.round_float(x, dtype).astype(np.float32)
+        for i, layer in enumerate(self.layers, 1):
+            W, b = arrays[f"W{i}"].astype(np.float32), arrays[f"b{i}"].astype(np.float32)
+            acc = np.zeros((len(h), W.shape[0]), np.float32)
+            for k in range(W.shape[1]):
+                p = (W[None, :, k].astype(np.float64) * h[:, k, None]).astype(np.float32)   # exact, then one rounding
+                acc = acc + zoo.round_float(p, dtype).astype(np.float32)
+            h = zoo.round_float(zoo.round_float(acc, dtype).astype(np.float32) + b, dtype).astype(np.float32)
+            if layer.relu:
+                h = np.where(h > 0, h, np.float32(0))     # tinygrad's relu: relu(-0.0) = +0.0
+        return h
+
     def built(self, dtype: str) -> zoo.Built:
         """The float model for a float dtype, as a zoo.Built (inputs x, W1, b1, ...)."""
         inputs = {"x": ((self.inputs,), dtype)}

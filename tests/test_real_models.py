@@ -36,12 +36,31 @@ def test_digits_fp32_predicts_as_the_float_model_and_int8_is_within_two_points(d
     assert fp32.samples == len(digits.x_test) == 450
     assert fp32.agreement == 1.0                       # same argmax as float64 on every sample
     assert fp32.accuracy == fp32.accuracy_float > 0.95
-    assert fp32.max_abs_err < 1e-4
+    assert fp32.max_abs_err < 1e-4                     # (run_samples checked bit-exactness vs DenseNet.reference)
     int8 = run_samples(net=net, dtype="int8", data=digits, config=HardwareConfig(lanes=2))
-    assert int8.bit_exact is True                      # every sample == the numpy int32 reference
+    # run_samples raised unless every sample == the numpy int32 reference (see the test below)
     assert int8.cycles == int8.cycles_model
     assert abs(int8.accuracy - int8.accuracy_float) <= 0.02
     assert int8.quantization and "per output channel" in int8.quantization
+
+
+def test_a_sample_that_differs_from_its_reference_fails_naming_it(digits, net, monkeypatch):
+    from dse import quantize as qmod
+    from dse.accuracy import SampleCheckError
+    small = load_dataset(DataSpec(dataset="sklearn:digits", samples=8))
+    real = qmod.QuantNet.reference
+
+    def off_by_one_on_sample_5(self, xq):
+        out = real(self, xq).copy()
+        out[5, 3] += 1
+        return out
+    monkeypatch.setattr(qmod.QuantNet, "reference", off_by_one_on_sample_5)
+    with pytest.raises(SampleCheckError, match=r"sample 5: hardware .* != reference .* \(1 of 8 samples differ\)"):
+        run_samples(net=net, dtype="int8", data=small)
+    monkeypatch.undo()
+    monkeypatch.setattr(qmod.DenseNet, "reference", lambda self, dtype, x: np.zeros((len(x), 10), np.float32))
+    with pytest.raises(SampleCheckError, match=r"sample 0: .* \(8 of 8 samples differ\)"):
+        run_samples(net=net, dtype="fp16", data=small)
 
 
 def test_quantised_reference_equals_tinygrad_on_the_integer_model(digits, net):
@@ -152,4 +171,3 @@ def test_unlabelled_samples_score_agreement_with_the_float_model(tmp_path, digit
     d = load_dataset(DataSpec(file=tmp_path / "unlabelled.npz"))
     r = run_samples(net=net, dtype="int8", data=d)
     assert r.accuracy_float == 1.0 and r.accuracy == r.agreement
-    assert r.bit_exact is True
