@@ -2,7 +2,9 @@
 
 One binary per design serves every dataset: a small driver (DRIVER, below) pokes the input
 words into the memories, raises `start` for one cycle, clocks until `done` and writes every
-memory back, all through files, so no data is compiled into the code. Binaries are cached on
+memory back, all through files, so no data is compiled into the code. One process can run
+many samples (`run_cxxrtl_many`): each run constructs a fresh design, pokes the shared inputs
+and then its own, runs, and appends its cycles and output memories to the output file. Binaries are cached on
 disk, keyed by a hash of everything that goes into them (RTLIL, driver, Yosys options and
 version, compiler path, version and flags):
 
