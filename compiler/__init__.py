@@ -32,7 +32,7 @@ from .lower import lower
 from .simulate import SimResult
 from .transform import fuse_loops, interleave, parallelize, split_deep
 
-__all__ = ["HardwareConfig", "compile_model", "simulate", "export_design", "Design", "SimResult",
+__all__ = ["HardwareConfig", "compile_model", "simulate", "simulate_many", "export_design", "Design", "SimResult",
            "ExportedDesign", "CompileError", "UnsupportedError"]
 
 
@@ -65,4 +65,18 @@ def simulate(design: Design, inputs: dict | None = None, backend: str = "pysim")
     if backend == "cxxrtl":                   # C++ via Yosys write_cxxrtl + g++, cached per design
         from .cxxrtl import run_cxxrtl
         return run_cxxrtl(design, inputs)
+    raise ValueError(f"unknown simulation backend {backend!r}; available: 'pysim', 'cxxrtl'")
+
+
+def simulate_many(design: Design, samples, inputs: dict | None = None, backend: str = "cxxrtl") -> list[SimResult]:
+    """Run `design` once per sample (a dict like `inputs`, loaded over `inputs`), each run from
+    a fresh start. With CXXRTL one process of the design's one binary runs them all; results
+    hold the outputs (not the intermediate buffers)."""
+    samples = list(samples)
+    if backend == "cxxrtl":
+        from .cxxrtl import run_cxxrtl_many
+        return run_cxxrtl_many(design, samples, inputs)
+    if backend == "pysim":
+        from .simulate import run_pysim
+        return [run_pysim(design, {**(inputs or {}), **s}) for s in samples]
     raise ValueError(f"unknown simulation backend {backend!r}; available: 'pysim', 'cxxrtl'")

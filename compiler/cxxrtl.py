@@ -2,7 +2,9 @@
 
 One binary per design serves every dataset: a small driver (DRIVER, below) pokes the input
 words into the memories, raises `start` for one cycle, clocks until `done` and writes every
-memory back, all through files, so no data is compiled into the code. Binaries are cached on
+memory back, all through files, so no data is compiled into the code. One process can run
+many samples (`run_cxxrtl_many`): each run constructs a fresh design, pokes the shared inputs
+and then its own, runs, and appends its cycles and output memories to the output file. Binaries are cached on
 disk, keyed by a hash of everything that goes into them (RTLIL, driver, Yosys options and
 version, compiler path, version and flags):
 
@@ -30,6 +32,7 @@ import weakref
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -301,46 +304,79 @@ def run_cxxrtl(design: Design, inputs: dict | None = None, max_cycles: int | Non
     that never raises `done` fails with a clear error instead of hanging. `step_always` makes the
     driver settle the design with `step()` on both clock edges even when one evaluation per
     cycle is exact (the plain CXXRTL loop: 1.1x (int8) to 1.7x (fp32) slower; for testing)."""
+    return _run(design, inputs, [{}], max_cycles, step_always, outputs_only=False)[0]
+
+
+def run_cxxrtl_many(design: Design, samples: Sequence[dict], inputs: dict | None = None,
+                    max_cycles: int | None = None) -> list[SimResult]:
+    """Simulate `design` once per sample, all in one process of its one binary: `inputs` (as
+    for `run_cxxrtl`) are loaded for every run, then the sample's own (a dict of input Tensor or
+    buffer id -> array) over them. Each run starts from a freshly constructed design, so its
+    result equals a `run_cxxrtl` of the same inputs. Results hold the outputs only (`buffers`
+    has the output buffers, not the intermediates), one SimResult per sample."""
+    return _run(design, inputs, list(samples), max_cycles, False, outputs_only=True)
+
+
+def _run(design: Design, inputs: dict | None, samples: list[dict], max_cycles: int | None,
+         step_always: bool, outputs_only: bool) -> list[SimResult]:
     words = input_words(design, inputs)
+    own = [input_words(design, s, only_given=True) for s in samples]
     binary = build(design)
     if max_cycles is None:
         max_cycles = 100 * design.cycles_formula + 10_000_000
-    hosts = list(design.host_buffers.values())
+    outputs = set(design.graph.outputs)
+    hosts = [hb for hb in design.host_buffers.values() if not outputs_only or hb.id in outputs]
     # every bank of every memory that holds an input, in its layout (Design.memory_words)
-    pokes = [(memory_name(ref), bank) for buf, w in words.items() for ref, bank in design.memory_words(buf, w)]
+    base = _pokes(design, {b: w for b, w in words.items() if not all(b in o for o in own)})
+    runs = [_pokes(design, o) for o in own]
     homes = [(hb, design.home_memories(hb.id)) for hb in hosts]
     reads = [(memory_name(ref), ref.depth) for _, refs in homes for ref in refs]
     with tempfile.TemporaryDirectory(prefix="tinyhw-cxxrtl-") as tmp:
         work = Path(tmp)
-        _write_input(work / "in.bin", binary.key, max_cycles, int(step_always), pokes, reads)
+        _write_input(work / "in.bin", binary.key, max_cycles, int(step_always), base, runs, reads)
         try:
             run_tool([str(binary.path), "in.bin", "out.bin"], cwd=work, log_name="sim.log")
         except ToolError as exc:                  # the log dies with the temporary folder: keep its tail
             raise ToolError("cxxrtl simulation", f"{design.name()} ({binary.path}): {exc.reason}",
                             exc.log_tail) from exc
         raw = (work / "out.bin").read_bytes()
-    if raw[:8] != b"TNHWOUT1":
+    if raw[:8] != b"TNHWOUT2" or struct.unpack_from("<Q", raw, 8)[0] != len(runs):
         raise ToolError("cxxrtl simulation", f"{binary.path} wrote a malformed output file")
-    cycles, seconds = struct.unpack_from("<Qd", raw, 8)
-    data = np.frombuffer(raw, dtype="<u8", offset=24)
-    by_id, pos = {}, 0
-    for hb, refs in homes:
-        banks = []
-        for ref in refs:
-            banks.append(data[pos:pos + ref.depth])
-            pos += ref.depth
-        by_id[hb.id] = design.buffer_words(hb.id, banks)
-    outputs, buffers = outputs_from(design, lambda hb: by_id[hb.id])
-    return SimResult(outputs, int(cycles), "cxxrtl", seconds, binary.build_seconds, buffers)
+    total = sum(ref.depth for _, refs in homes for ref in refs)
+    results, pos = [], 16
+    for _ in runs:
+        cycles, seconds = struct.unpack_from("<Qd", raw, pos)
+        data = np.frombuffer(raw, dtype="<u8", count=total, offset=pos + 16)
+        pos += 16 + 8 * total
+        by_id, at = {}, 0
+        for hb, refs in homes:
+            banks = []
+            for ref in refs:
+                banks.append(data[at:at + ref.depth])
+                at += ref.depth
+            by_id[hb.id] = design.buffer_words(hb.id, banks)
+        outs, buffers = outputs_from(design, lambda hb: by_id[hb.id], [hb.id for hb, _ in homes])
+        results.append(SimResult(outs, int(cycles), "cxxrtl", seconds, binary.build_seconds, buffers))
+    return results
 
 
-def _write_input(path: Path, key: str, max_cycles: int, flags: int, pokes, reads) -> None:
-    with open(path, "wb") as f:
-        f.write(b"TNHWIN03" + struct.pack("<I", len(key)) + key.encode())
-        f.write(struct.pack("<QII", max_cycles, flags, len(pokes)))
-        for name, w in pokes:
+def _pokes(design: Design, words: dict[int, np.ndarray]) -> list[tuple[str, np.ndarray]]:
+    return [(memory_name(ref), bank) for buf, w in words.items() for ref, bank in design.memory_words(buf, w)]
+
+
+def _write_input(path: Path, key: str, max_cycles: int, flags: int, base, runs, reads) -> None:
+    def pokes(f, items):
+        f.write(struct.pack("<I", len(items)))
+        for name, w in items:
             f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<Q", len(w)))
             f.write(np.ascontiguousarray(w, dtype="<u8").tobytes())
+    with open(path, "wb") as f:
+        f.write(b"TNHWIN04" + struct.pack("<I", len(key)) + key.encode())
+        f.write(struct.pack("<QI", max_cycles, flags))
+        pokes(f, base)
+        f.write(struct.pack("<I", len(runs)))
+        for items in runs:
+            pokes(f, items)
         f.write(struct.pack("<I", len(reads)))
         for name, n in reads:
             f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<Q", n))
@@ -348,16 +384,18 @@ def _write_input(path: Path, key: str, max_cycles: int, flags: int, pokes, reads
 
 # The driver, generic over designs: memories are found by name in CXXRTL's debug table, and the
 # design by its cache key (a bundle binary holds several). //@...@ lines are filled per bundle.
-# Input file:  "TNHWIN03", u32 len + design key, u64 max_cycles, u32 flags,
-#              u32 n, n x (u32 len + memory name, u64 count, count x u64 words),
-#              u32 m, m x (u32 len + memory name, u64 count)
-# Output file: "TNHWOUT1", u64 cycles, f64 seconds (start to done), the m memories' words as u64.
+# Input file:  "TNHWIN04", u32 len + design key, u64 max_cycles, u32 flags, POKES (every run),
+#              u32 r, r x POKES (that run's own), u32 m, m x (u32 len + memory name, u64 count)
+#              where POKES = u32 n, n x (u32 len + memory name, u64 count, count x u64 words)
+# Output file: "TNHWOUT2", u64 r, r x (u64 cycles, f64 seconds (start to done), the m memories'
+#              words as u64).
 DRIVER = r"""// tinyhw CXXRTL driver: load memories, run start -> done, dump memories.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -398,37 +436,50 @@ static const debug_item &memory_item(const debug_items &items, const std::string
   return item;
 }
 
-template <class Top> static void run(Reader &r, const char *out_path) {
-  Top top;
+struct Poke {
+  std::string name;
+  std::vector<uint64_t> words;
+};
+
+static std::vector<Poke> read_pokes(Reader &r) {
+  std::vector<Poke> pokes(r.get<uint32_t>());
+  for (auto &p : pokes) {
+    p.name = r.str();
+    p.words.resize(r.get<uint64_t>());
+    size_t n = p.words.size();
+    if (n && std::fread(p.words.data(), 8, n, r.f) != n) fail(2, "truncated input file");
+  }
+  return pokes;
+}
+
+static void poke(const debug_items &items, const Poke &p) {
+  const debug_item &item = memory_item(items, p.name);
+  if (p.words.size() > item.depth) fail(2, "too many words for memory '" + p.name + "'");
+  size_t stride = (item.width + 31) / 32;
+  uint64_t mask = item.width == 64 ? ~0ull : ((1ull << item.width) - 1);
+  for (size_t i = 0; i < p.words.size(); i++) {
+    uint64_t v = p.words[i] & mask;           // value<>::set does not mask
+    item.curr[i * stride] = (uint32_t)v;
+    if (stride > 1) item.curr[i * stride + 1] = (uint32_t)(v >> 32);
+  }
+}
+
+// One run: a fresh design (every register and memory at its initial value, as in a run of its
+// own), the base pokes, then the run's own, start -> done, and the read memories appended to `out`.
+template <class Top> static void run_once(const std::vector<Poke> &base, const std::vector<Poke> &own,
+                                          const std::vector<std::pair<std::string, uint64_t>> &reads,
+                                          uint64_t max_cycles, uint32_t flags, FILE *out) {
+  std::unique_ptr<Top> holder(new Top);
+  Top &top = *holder;
   debug_items items;
   top.debug_info(&items, nullptr, "");
-  uint64_t max_cycles = r.get<uint64_t>();
-  uint32_t flags = r.get<uint32_t>();         // bit 0: settle with step() even if one pass would do
-  uint32_t npoke = r.get<uint32_t>();
-  std::vector<uint64_t> words;
-  for (uint32_t p = 0; p < npoke; p++) {
-    std::string name = r.str();
-    uint64_t n = r.get<uint64_t>();
-    const debug_item &item = memory_item(items, name);
-    if (n > item.depth) fail(2, "too many words for memory '" + name + "'");
-    words.resize(n);
-    if (n && std::fread(words.data(), 8, n, r.f) != n) fail(2, "truncated input file");
-    size_t stride = (item.width + 31) / 32;
-    uint64_t mask = item.width == 64 ? ~0ull : ((1ull << item.width) - 1);
-    for (uint64_t i = 0; i < n; i++) {
-      uint64_t v = words[i] & mask;           // value<>::set does not mask
-      item.curr[i * stride] = (uint32_t)v;
-      if (stride > 1) item.curr[i * stride + 1] = (uint32_t)(v >> 32);
-    }
-  }
-  uint32_t nread = r.get<uint32_t>();
-  std::vector<std::pair<const debug_item *, uint64_t>> reads;
-  for (uint32_t p = 0; p < nread; p++) {
-    std::string name = r.str();
-    uint64_t n = r.get<uint64_t>();
-    const debug_item &item = memory_item(items, name);
-    if (n > item.depth) fail(2, "reading past the end of memory '" + name + "'");
-    reads.emplace_back(&item, n);
+  for (auto &p : base) poke(items, p);
+  for (auto &p : own) poke(items, p);
+  std::vector<const debug_item *> read_items;
+  for (auto &rd : reads) {
+    const debug_item &item = memory_item(items, rd.first);
+    if (rd.second > item.depth) fail(2, "reading past the end of memory '" + rd.first + "'");
+    read_items.push_back(&item);
   }
 
   // Counted as run_pysim counts: start is high in cycle 0, `cycles` is the number of the cycle
@@ -470,22 +521,40 @@ template <class Top> static void run(Reader &r, const char *out_path) {
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  FILE *out = std::fopen(out_path, "wb");
-  if (!out) fail(2, std::string("cannot open ") + out_path);
-  std::fwrite("TNHWOUT1", 1, 8, out);
   std::fwrite(&cycles, 8, 1, out);
   std::fwrite(&seconds, 8, 1, out);
-  for (auto &rd : reads) {
-    const debug_item &item = *rd.first;
+  std::vector<uint64_t> words;
+  for (size_t j = 0; j < reads.size(); j++) {
+    const debug_item &item = *read_items[j];
     size_t stride = (item.width + 31) / 32;
-    words.resize(rd.second);
-    for (uint64_t i = 0; i < rd.second; i++) {
+    words.resize(reads[j].second);
+    for (uint64_t i = 0; i < reads[j].second; i++) {
       uint64_t v = item.curr[i * stride];
       if (stride > 1) v |= (uint64_t)item.curr[i * stride + 1] << 32;
       words[i] = v;
     }
     std::fwrite(words.data(), 8, words.size(), out);
   }
+}
+
+template <class Top> static void run(Reader &r, const char *out_path) {
+  uint64_t max_cycles = r.get<uint64_t>();
+  uint32_t flags = r.get<uint32_t>();         // bit 0: settle with step() even if one pass would do
+  std::vector<Poke> base = read_pokes(r);
+  uint32_t nruns = r.get<uint32_t>();
+  std::vector<std::vector<Poke>> runs(nruns);
+  for (auto &own : runs) own = read_pokes(r);
+  std::vector<std::pair<std::string, uint64_t>> reads(r.get<uint32_t>());
+  for (auto &rd : reads) {
+    rd.first = r.str();
+    rd.second = r.get<uint64_t>();
+  }
+  FILE *out = std::fopen(out_path, "wb");
+  if (!out) fail(2, std::string("cannot open ") + out_path);
+  std::fwrite("TNHWOUT2", 1, 8, out);
+  uint64_t n = nruns;
+  std::fwrite(&n, 8, 1, out);
+  for (auto &own : runs) run_once<Top>(base, own, reads, max_cycles, flags, out);
   if (std::fclose(out) != 0) fail(2, "cannot write output file");
 }
 
@@ -499,7 +568,7 @@ int main(int argc, char **argv) {
   if (!in) fail(2, std::string("cannot open ") + argv[1]);
   Reader r{in};
   char magic[8];
-  if (std::fread(magic, 1, 8, in) != 8 || std::memcmp(magic, "TNHWIN03", 8) != 0) fail(2, "bad input file");
+  if (std::fread(magic, 1, 8, in) != 8 || std::memcmp(magic, "TNHWIN04", 8) != 0) fail(2, "bad input file");
   std::string key = r.str();
   for (auto &d : designs)
     if (key == d.key) {

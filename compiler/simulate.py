@@ -27,8 +27,9 @@ class SimResult:
     buffers: dict[int, np.ndarray] = field(default_factory=dict)   # every model buffer, flat
 
 
-def input_words(design: Design, inputs: dict | None) -> dict[int, np.ndarray]:
-    """Graph buffer id -> words to load, from the inputs' numpy data and any overrides."""
+def input_words(design: Design, inputs: dict | None, only_given: bool = False) -> dict[int, np.ndarray]:
+    """Graph buffer id -> words to load, from the inputs' numpy data and any overrides
+    (`only_given`: the overrides alone)."""
     graph = design.graph
     given: dict[int, np.ndarray] = {}
     for key, array in (inputs or {}).items():
@@ -43,6 +44,8 @@ def input_words(design: Design, inputs: dict | None) -> dict[int, np.ndarray]:
         b = graph.buffers[buf]
         if buf not in design.host_buffers:
             continue                              # an input no kernel reads
+        if only_given and buf not in given:
+            continue
         data = given.get(buf, b.data)
         if data is None:
             raise CompileError(f"input buffer {buf} ({b.dtype}[{b.size}]) has no data: pass it in `inputs`")
@@ -62,10 +65,13 @@ def _buffer_of(design: Design, key) -> int:
     return buf
 
 
-def outputs_from(design: Design, read_words) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
-    """`read_words(host_buffer) -> uint64 words`; returns the output arrays and all buffers."""
+def outputs_from(design: Design, read_words, ids=None) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
+    """`read_words(host_buffer) -> uint64 words`; returns the output arrays and the buffers
+    read: all of them, or those with the given `ids` (which must include the outputs)."""
     buffers = {}
     for hb in design.host_buffers.values():
+        if ids is not None and hb.id not in ids:
+            continue
         buffers[hb.id] = dt.from_words(read_words(hb), design.graph.buffers[hb.id].dtype)
     outs = [buffers[o].reshape(shape) for o, shape in zip(design.graph.outputs, design.output_shapes)]
     return outs, buffers

@@ -18,7 +18,7 @@ import pytest
 from tinygrad import Tensor, dtypes
 
 import designs
-from compiler import HardwareConfig, compile_model, simulate
+from compiler import HardwareConfig, compile_model, simulate, simulate_many
 from compiler import cxxrtl
 from compiler.tools import ToolError
 
@@ -99,6 +99,37 @@ def test_inputs_override_one_binary_serves_every_dataset(small):
         assert r.build_seconds == 0.0                     # same RTLIL as gemv_int8_16x8: cached
         assert_same(r.outputs, [W.astype(np.int32) @ x2.astype(np.int32)])
         assert_same(r.outputs, simulate(design, {tx: x2}).outputs)
+
+
+def test_simulate_many_runs_every_sample_in_one_process_like_single_runs(small):
+    """A two-kernel int8 MLP (intermediate buffer, requantisation): each batched run starts
+    fresh, so its outputs and cycles equal a run of its own; one process serves the batch."""
+    rng = np.random.default_rng(5)
+    W1, W2 = rng.integers(-128, 128, (8, 16)).astype(np.int8), rng.integers(-128, 128, (4, 8)).astype(np.int8)
+    tx = Tensor(rng.integers(-128, 128, 16).astype(np.int8))
+    h = ((Tensor(W1).cast(dtypes.int32) @ tx.cast(dtypes.int32)) >> 7).clip(0, 127)
+    y = Tensor(W2).cast(dtypes.int32) @ h
+    design = compile_model(y, config=HardwareConfig(mem_read="sync", lanes=2))
+    xs = [rng.integers(-128, 128, 16).astype(np.int8) for _ in range(6)]
+    calls = []
+    real = cxxrtl.run_tool
+    def counting(*a, **k):
+        if a[0][1:] == ["in.bin", "out.bin"]:           # a simulation run (not a build step)
+            calls.append(a[0][0])
+        return real(*a, **k)
+    import unittest.mock
+    with unittest.mock.patch.object(cxxrtl, "run_tool", counting):
+        many = simulate_many(design, [{tx: x} for x in xs])
+    assert len(calls) == 1 and len(many) == len(xs)
+    for x, r in zip(xs, many):
+        want = W2.astype(np.int32) @ np.clip((W1.astype(np.int32) @ x.astype(np.int32)) >> 7, 0, 127)
+        assert_same(r.outputs, [want.astype(np.int32)])
+        assert r.cycles == design.cycles_formula
+        one = simulate(design, {tx: x}, backend="cxxrtl")
+        assert_same(r.outputs, one.outputs)
+    # the same through pysim (one process per sample there) for the first two
+    for x, r in zip(xs[:2], simulate_many(design, [{tx: x} for x in xs[:2]], backend="pysim")):
+        assert_same(r.outputs, simulate(design, {tx: x}).outputs)
 
 
 def test_second_simulate_reuses_the_binary(tmp_path, monkeypatch):

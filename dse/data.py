@@ -1,0 +1,225 @@
+"""Real data for a model: datasets, trained weights, ONNX files.
+
+    data = load_dataset(DataSpec(dataset="sklearn:digits"))     # Dataset: x_train, y_train, x_test, y_test
+    weights = load_weights(Path("mlp.npz"), {"W1": ((32, 64), "fp32"), ...})
+
+Datasets are those scikit-learn ships offline (`sklearn:digits`, `iris`, `wine`,
+`breast_cancer`), split into train and test with a fixed seed (stratified, TEST_FRACTION), or an
+`.npz` file with `x` (samples, first axis) and optionally `y` (labels), which is all test data
+(a file has no training split; calibration then uses the same samples). Weights come from an
+`.npz` or `.safetensors` file, matched to a model's inputs by name with shapes checked.
+Every problem raises DataError with one line naming the file, key or dataset.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+SKLEARN_DATASETS = ("digits", "iris", "wine", "breast_cancer")
+TEST_FRACTION = 0.25
+SPLIT_SEED = 0
+
+
+class DataError(ValueError):
+    """A dataset, weights file or ONNX file that cannot be used; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Where a model's samples come from: `dataset` ("sklearn:NAME") or `file` (.npz)."""
+    dataset: str | None = None
+    file: Path | None = None
+    samples: int | None = None       # the first N test samples (default: all)
+    input: str | None = None         # the model input the samples fill (default: the one not in the weights)
+
+    def __post_init__(self) -> None:
+        if (self.dataset is None) == (self.file is None):
+            raise DataError("data: give exactly one of 'dataset: sklearn:NAME' or 'file: PATH.npz'")
+        if self.samples is not None and (type(self.samples) is not int or self.samples < 1):
+            raise DataError(f"data.samples: expected a positive integer, got {self.samples!r}")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    x_train: np.ndarray              # float64, (n, *sample_shape)
+    y_train: np.ndarray | None
+    x_test: np.ndarray
+    y_test: np.ndarray | None        # None: no labels (accuracy is agreement with the float model)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_test.shape[1:])
+
+
+def load_dataset(spec: DataSpec) -> Dataset:
+    if spec.dataset is not None:
+        data = _sklearn(spec.dataset)
+    else:
+        data = _npz_dataset(Path(spec.file))
+    if spec.samples is not None:
+        if spec.samples > len(data.x_test):
+            raise DataError(f"data.samples: {spec.samples} asked, {data.name} has {len(data.x_test)} test samples")
+        data = Dataset(data.name, data.x_train, data.y_train, data.x_test[:spec.samples],
+                       None if data.y_test is None else data.y_test[:spec.samples])
+    return data
+
+
+def _sklearn(name: str) -> Dataset:
+    source, _, short = name.partition(":")
+    if source != "sklearn" or short not in SKLEARN_DATASETS:
+        raise DataError(f"unknown dataset {name!r}; known: {', '.join('sklearn:' + n for n in SKLEARN_DATASETS)}")
+    from sklearn import datasets
+    from sklearn.model_selection import train_test_split
+    bunch = getattr(datasets, f"load_{short}")()
+    x, y = np.asarray(bunch.data, np.float64), np.asarray(bunch.target, np.int64)
+    xtr, xte, ytr, yte = train_test_split(x, y, test_size=TEST_FRACTION, random_state=SPLIT_SEED, stratify=y)
+    return Dataset(name, xtr, ytr, xte, yte)
+
+
+def _npz_dataset(path: Path) -> Dataset:
+    arrays = _read_npz(path)
+    if "x" not in arrays:
+        raise DataError(f"{path}: no array 'x' (the samples); arrays there: {', '.join(arrays) or 'none'}")
+    unknown = set(arrays) - {"x", "y"}
+    if unknown:
+        raise DataError(f"{path}: unknown array(s) {', '.join(sorted(unknown))}; expected 'x' and optionally 'y'")
+    x = np.asarray(arrays["x"], np.float64)
+    y = arrays.get("y")
+    if x.ndim < 2:
+        raise DataError(f"{path}: 'x' must have one sample per row, got shape {x.shape}")
+    if y is not None and (y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer)):
+        raise DataError(f"{path}: 'y' must hold one integer label per sample ({len(x)}), got {y.dtype} {y.shape}")
+    return Dataset(str(path), x, y, x, y)
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    if not Path(path).is_file():
+        raise DataError(f"file not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+    except Exception as e:   # zip, pickle or format errors: all mean "not a usable .npz"
+        raise DataError(f"{path}: cannot read as .npz ({type(e).__name__}: {e})") from None
+
+
+def read_weights(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an `.npz` or `.safetensors` file, by name (float arrays as float32)."""
+    path = Path(path)
+    if path.suffix == ".npz":
+        arrays = _read_npz(path)
+    elif path.suffix == ".safetensors":
+        if not path.is_file():
+            raise DataError(f"file not found: {path}")
+        from dse.zoo import import_tinygrad
+        tg = import_tinygrad()
+        from tinygrad.nn.state import safe_load
+        try:
+            arrays = {k: t.cast(tg.dtypes.float32).numpy() if t.dtype in (tg.dtypes.half, tg.dtypes.bfloat16)
+                      else t.numpy() for k, t in safe_load(str(path)).items()}
+        except Exception as e:
+            raise DataError(f"{path}: cannot read as .safetensors ({type(e).__name__}: {e})") from None
+    else:
+        raise DataError(f"{path}: weights must be a .npz or .safetensors file")
+    return arrays
+
+
+def match_weights(path: Path, arrays: Mapping[str, np.ndarray],
+                  inputs: Mapping[str, tuple[tuple[int, ...], str]]) -> dict[str, np.ndarray]:
+    """The arrays of a weights file for a model's `inputs` (name -> (shape, dtype)): every array
+    must be an input of that shape; inputs the file does not hold are left to the data."""
+    out = {}
+    for name, a in arrays.items():
+        if name not in inputs:
+            raise DataError(f"{path}: array {name!r} is not an input of the model; its inputs: {', '.join(inputs)}")
+        shape = inputs[name][0]
+        if tuple(a.shape) != tuple(shape):
+            raise DataError(f"{path}: array {name!r} has shape {tuple(a.shape)}, the model's input needs {tuple(shape)}")
+        if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+            raise DataError(f"{path}: array {name!r} holds {a.dtype}, not numbers")
+        out[name] = a
+    return out
+
+
+def data_input(inputs: Mapping[str, tuple[tuple[int, ...], str]], given: Mapping[str, np.ndarray],
+               data: Dataset, named: str | None = None) -> str:
+    """The model input the samples fill: `named`, else the one input the weights do not give;
+    its shape must be the dataset's sample shape."""
+    if named is not None:
+        if named not in inputs:
+            raise DataError(f"data.input: {named!r} is not an input of the model; its inputs: {', '.join(inputs)}")
+        name = named
+    else:
+        free = [n for n in inputs if n not in given]
+        if len(free) != 1:
+            raise DataError(f"data: the weights leave {len(free)} inputs ({', '.join(free) or 'none'}) for the "
+                            f"samples; name one with data.input")
+        name = free[0]
+    shape = tuple(inputs[name][0])
+    if int(np.prod(shape)) != int(np.prod(data.sample_shape)):
+        raise DataError(f"data: {data.name} samples have shape {data.sample_shape}, model input {name!r} needs {shape}")
+    return name
+
+
+# ---------------------------------------------------------------------------------------------
+# ONNX
+
+ONNX_DENSE_OPS = ("Gemm", "MatMul", "Add", "Relu", "Flatten")
+
+
+def load_onnx(path: Path):
+    """An ONNX file read by tinygrad's own importer (no onnx package needed): its dense layers
+    as a dse.quantize.DenseNet, the initialisers as weights. The graph must be a chain of
+    Gemm (or MatMul + Add) and Relu nodes on one input; any other node raises DataError naming
+    the node and its op."""
+    from dse.quantize import Dense, DenseNet
+    from dse.zoo import import_tinygrad
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"file not found: {path}")
+    import_tinygrad()
+    from tinygrad.nn.onnx import OnnxRunner
+    try:
+        runner = OnnxRunner(path)
+    except Exception as e:
+        raise DataError(f"{path}: cannot read as ONNX ({type(e).__name__}: {e})") from None
+    if len(runner.graph_inputs) != 1 or len(runner.graph_outputs) != 1:
+        raise DataError(f"{path}: expected one input and one output, got inputs {list(runner.graph_inputs)} "
+                        f"and outputs {list(runner.graph_outputs)}")
+    consts = {k: v.numpy() for k, v in runner.graph_values.items() if k}
+    current = next(iter(runner.graph_inputs))
+    layers: list[list] = []                   # [W (out, in), b, relu]
+    for index, node in enumerate(runner.graph_nodes):
+        where = f"{path}: node #{index} {node.op} (output {node.outputs[0]!r})"   # tinygrad keeps no node names
+        if node.op not in ONNX_DENSE_OPS:
+            raise DataError(f"{where}: op {node.op} is not supported here (dense models: {', '.join(ONNX_DENSE_OPS)})")
+        if current not in node.inputs:
+            raise DataError(f"{where}: not a chain (it does not read {current!r})")
+        others = [i for i in node.inputs if i and i != current]
+        if any(i not in consts for i in others):
+            raise DataError(f"{where}: reads {', '.join(i for i in others if i not in consts)}, which is not an initialiser")
+        if node.op in ("Gemm", "MatMul"):
+            W = consts[others[0]]
+            opts = node.opts
+            if node.op == "MatMul" or not opts.get("transB", 0):
+                W = W.T
+            if opts.get("transA", 0) or opts.get("alpha", 1.0) != 1.0 or opts.get("beta", 1.0) != 1.0:
+                raise DataError(f"{where}: transA, alpha and beta other than the defaults are not supported")
+            b = consts[others[1]].reshape(-1) if len(others) > 1 else np.zeros(W.shape[0])
+            layers.append([W, b, False])
+        elif node.op == "Add":
+            if not layers or layers[-1][2]:
+                raise DataError(f"{where}: an Add must follow a MatMul")
+            layers[-1][1] = layers[-1][1] + consts[others[0]].reshape(-1)
+        elif node.op == "Relu":
+            if not layers:
+                raise DataError(f"{where}: a Relu before any dense layer")
+            layers[-1][2] = True
+        current = node.outputs[0]
+    if not layers or layers[-1][2] or not all(l[2] for l in layers[:-1]):
+        raise DataError(f"{path}: expected dense layers with a Relu between them and none after the last")
+    return DenseNet(tuple(Dense(np.ascontiguousarray(W, np.float64), np.asarray(b, np.float64), relu)
+                          for W, b, relu in layers))

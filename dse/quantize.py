@@ -1,0 +1,244 @@
+"""Dense (fully connected) networks: the float model, and its post-training quantisation.
+
+    net = DenseNet.from_arrays(weights)                  # W1, b1, W2, b2, ... (W: (out, in))
+    q = quantize(net=net, dtype="int8", calibration=x_train)
+    built, arrays = q.built(), q.arrays()                # the integer model as a tinygrad model
+    logits = q.reference(q.quantize_input(x))            # its numpy golden model, bit-exact
+
+The scheme (what `quantize` computes; `SCHEME` says it in one line):
+  * symmetric everywhere (zero point 0), so a product needs no correction terms;
+  * inputs and activations: one scale per tensor, max |value| over the calibration samples
+    (the training split) / qmax, with qmax = 127 (int8) or 4095 (int16: 13 bits, so that
+    int32 accumulators hold a layer's sum of int16 x int16 products);
+  * weights: qmax = 127 (int8) or 32767 (int16);
+  * weights: one scale per output channel (max |row| / qmax) in hidden layers; one scale for the
+    whole last layer, so its integer outputs are logits on one scale and argmax needs no rescaling;
+  * biases: int32 on the accumulator's scale (input scale x weight scale);
+  * accumulators: int32 (wrapping, as the hardware and numpy int32 do);
+  * requantisation between layers by multiply-and-shift, rounding half up:
+    h = clip(((acc >> P) * M[c] + 2**(S-1)) >> S, 0, qmax), the clip being the ReLU; M[c] has
+    at most MULTIPLIER_BITS bits, and the pre-shift P keeps (acc >> P) * M within int32 for
+    twice the largest accumulator seen in calibration;
+  * the last layer's int32 accumulators are the outputs (logits).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from dse import zoo
+
+SCHEME = ("symmetric; activations per tensor, weights per output channel (last layer per tensor); "
+          "int32 accumulators; multiply-and-shift requantisation with clipping")
+QMAX = {"int8": 127, "int16": 32767}           # weights
+ACT_QMAX = {"int8": 127, "int16": 4095}        # inputs and activations: int16 ones use 13 bits, so
+                                               # int16 x int16 products summed over a layer stay in int32
+MULTIPLIER_BITS = 14
+
+
+@dataclass(frozen=True)
+class Dense:
+    W: np.ndarray            # (out, in), float
+    b: np.ndarray            # (out,), float
+    relu: bool               # ReLU after this layer (every layer but the last)
+
+
+@dataclass(frozen=True)
+class DenseNet:
+    layers: tuple[Dense, ...]
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> "DenseNet":
+        """W1, b1, W2, b2, ...: layer i is W{i} @ h + b{i}, with a ReLU between layers."""
+        n = 0
+        while f"W{n + 1}" in arrays:
+            n += 1
+        if n == 0 or set(arrays) != {f"{p}{i}" for i in range(1, n + 1) for p in "Wb"}:
+            raise ValueError(f"expected arrays W1, b1, ..., Wn, bn; got {', '.join(sorted(arrays))}")
+        layers = []
+        for i in range(1, n + 1):
+            W, b = np.asarray(arrays[f"W{i}"], np.float64), np.asarray(arrays[f"b{i}"], np.float64)
+            if W.ndim != 2 or b.shape != (W.shape[0],) or (layers and layers[-1].W.shape[0] != W.shape[1]):
+                raise ValueError(f"layer {i}: W{i} {W.shape} and b{i} {b.shape} do not chain")
+            layers.append(Dense(W, b, relu=i < n))
+        return cls(tuple(layers))
+
+    @property
+    def inputs(self) -> int:
+        return self.layers[0].W.shape[1]
+
+    def float_logits(self, x: np.ndarray) -> np.ndarray:
+        """The float model in float64 on samples (n, in): the accuracy baseline."""
+        h = np.asarray(x, np.float64)
+        for layer in self.layers:
+            h = h @ layer.W.T + layer.b
+            if layer.relu:
+                h = np.maximum(h, 0.0)
+        return h
+
+    def reference(self, dtype: str, x: np.ndarray) -> np.ndarray:
+        """The float model in `dtype` as the lowered kernels compute it, on samples (n, in):
+        each product rounded to the dtype and summed in float32 in order k = 0..K-1, the sum
+        rounded to the dtype, the bias added in the dtype, then the ReLU (the numpy golden
+        model of `built(dtype)`, bit-exact with the hardware in IEEE round-to-nearest-even)."""
+        arrays = self.arrays(dtype)
+        h = zoo.round_float(x, dtype).astype(np.float32)
+        for i, layer in enumerate(self.layers, 1):
+            W, b = arrays[f"W{i}"].astype(np.float32), arrays[f"b{i}"].astype(np.float32)
+            acc = np.zeros((len(h), W.shape[0]), np.float32)
+            for k in range(W.shape[1]):
+                p = (W[None, :, k].astype(np.float64) * h[:, k, None]).astype(np.float32)   # exact, then one rounding
+                acc = acc + zoo.round_float(p, dtype).astype(np.float32)
+            h = zoo.round_float(zoo.round_float(acc, dtype).astype(np.float32) + b, dtype).astype(np.float32)
+            if layer.relu:
+                h = np.where(h > 0, h, np.float32(0))     # tinygrad's relu: relu(-0.0) = +0.0
+        return h
+
+    def built(self, dtype: str) -> zoo.Built:
+        """The float model for a float dtype, as a zoo.Built (inputs x, W1, b1, ...)."""
+        inputs = {"x": ((self.inputs,), dtype)}
+        for i, layer in enumerate(self.layers, 1):
+            inputs[f"W{i}"] = (layer.W.shape, dtype)
+            inputs[f"b{i}"] = (layer.b.shape, dtype)
+        relus = [layer.relu for layer in self.layers]
+
+        def forward(x, *params):
+            h = x
+            for j, relu in enumerate(relus):
+                h = params[2 * j] @ h + params[2 * j + 1]
+                if relu:
+                    h = h.relu()
+            return h
+        return zoo.Built(inputs, forward)
+
+    def arrays(self, dtype: str) -> dict[str, np.ndarray]:
+        """The weights rounded to `dtype` (in its storage type)."""
+        out = {}
+        for i, layer in enumerate(self.layers, 1):
+            out[f"W{i}"] = zoo.round_float(layer.W, dtype)
+            out[f"b{i}"] = zoo.round_float(layer.b, dtype)
+        return out
+
+
+@dataclass(frozen=True)
+class QuantLayer:
+    W: np.ndarray            # (out, in) int8/int16
+    b: np.ndarray            # (out,) int32, on the accumulator's scale
+    acc_scale: np.ndarray    # (out,) float: real value of one accumulator unit
+    M: np.ndarray | None     # (out,) int32 multipliers (None: last layer, no requantisation)
+    P: int                   # pre-shift
+    S: int                   # shift
+
+
+@dataclass(frozen=True)
+class QuantNet:
+    dtype: str
+    input_scale: float
+    layers: tuple[QuantLayer, ...]
+
+    @property
+    def qmax(self) -> int:
+        return ACT_QMAX[self.dtype]
+
+    def quantize_input(self, x: np.ndarray) -> np.ndarray:
+        q = np.clip(np.round(np.asarray(x, np.float64) / self.input_scale), -self.qmax, self.qmax)
+        return q.astype(zoo.storage(self.dtype))
+
+    def dequantize(self, logits: np.ndarray) -> np.ndarray:
+        """The float value of integer logits."""
+        return np.asarray(logits, np.float64) * self.layers[-1].acc_scale
+
+    def reference(self, xq: np.ndarray) -> np.ndarray:
+        """The integer model in numpy int32 (wrapping like the hardware), on one sample (in,) or
+        many (n, in): int32 logits."""
+        h = np.asarray(xq).astype(np.int32)
+        for layer in self.layers:
+            acc = h @ layer.W.astype(np.int32).T + layer.b
+            if layer.M is None:
+                return acc.astype(np.int32)
+            r = (((acc >> layer.P) * layer.M) + np.int32(1 << (layer.S - 1))) >> layer.S
+            h = np.clip(r, 0, self.qmax).astype(np.int32)
+        raise AssertionError("unreachable: the last layer has no multiplier")
+
+    def built(self) -> zoo.Built:
+        """The integer model as a zoo.Built: inputs x, W1, b1, M1, ..., Wn, bn (tinygrad)."""
+        tg = zoo.import_tinygrad()
+        i32, narrow = tg.dtypes.int32, tg.dtypes.int8 if self.dtype == "int8" else tg.dtypes.int16
+        inputs = {"x": ((self.layers[0].W.shape[1],), self.dtype)}
+        for i, layer in enumerate(self.layers, 1):
+            inputs[f"W{i}"] = (layer.W.shape, self.dtype)
+            inputs[f"b{i}"] = (layer.b.shape, "int32")
+            if layer.M is not None:
+                inputs[f"M{i}"] = (layer.M.shape, "int32")
+        shifts = [(layer.P, layer.S, layer.M is not None) for layer in self.layers]
+        qmax = self.qmax
+
+        def forward(x, *params):
+            h, k = x.cast(i32), 0
+            for P, S, requant in shifts:
+                acc = params[k].cast(i32) @ h + params[k + 1]
+                if not requant:
+                    return acc
+                r = (((acc >> P) * params[k + 2]) + (1 << (S - 1))) >> S
+                h = r.clip(0, qmax).cast(narrow).cast(i32)    # stored narrow between layers
+                k += 3
+            raise AssertionError("unreachable: the last layer has no multiplier")
+        return zoo.Built(inputs, forward)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = {}
+        for i, layer in enumerate(self.layers, 1):
+            out[f"W{i}"], out[f"b{i}"] = layer.W, layer.b
+            if layer.M is not None:
+                out[f"M{i}"] = layer.M
+        return out
+
+
+def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray) -> QuantNet:
+    """Post-training quantisation of `net` to `dtype` (int8 or int16), scales calibrated on
+    `calibration` samples (n, in) (the training split). See the module docstring."""
+    if dtype not in QMAX:
+        raise ValueError(f"quantisation to {dtype!r} is not supported; supported: {', '.join(QMAX)}")
+    qmax, act_qmax = QMAX[dtype], ACT_QMAX[dtype]
+    store = zoo.storage(dtype)
+    x = np.asarray(calibration, np.float64)
+    s_in = input_scale = max(float(np.abs(x).max()), 1e-12) / act_qmax
+    qnet_layers: list[QuantLayer] = []
+    h_float = x
+    h_int = np.clip(np.round(x / s_in), -act_qmax, act_qmax).astype(np.int64)
+    for layer in net.layers:
+        last = not layer.relu
+        if last:
+            s_w = np.full(layer.W.shape[0], max(float(np.abs(layer.W).max()), 1e-12) / qmax)
+        else:
+            s_w = np.maximum(np.abs(layer.W).max(axis=1), 1e-12) / qmax
+        Wq = np.clip(np.round(layer.W / s_w[:, None]), -qmax, qmax).astype(store)
+        acc_scale = s_in * s_w
+        bq = np.round(layer.b / acc_scale).astype(np.int64)
+        acc = h_int @ Wq.astype(np.int64).T + bq
+        if np.abs(acc).max() >= 2 ** 31:
+            raise ValueError(f"{dtype}: an accumulator of layer {len(qnet_layers) + 1} exceeds int32 on the "
+                             "calibration data")
+        h_float = h_float @ layer.W.T + layer.b
+        if last:
+            qnet_layers.append(QuantLayer(Wq, bq.astype(np.int32), acc_scale, None, 0, 0))
+            break
+        h_float = np.maximum(h_float, 0.0)
+        s_out = max(float(h_float.max()), 1e-12) / act_qmax
+        m = acc_scale / s_out                                   # real multiplier per channel
+        acc_bits = int(2 * np.abs(acc).max()).bit_length()
+        P = max(0, acc_bits - (31 - MULTIPLIER_BITS))
+        # (acc >> P) * M >> S ~ acc * m with M = m * 2**(P + S) below 2**MULTIPLIER_BITS
+        total = int(math.floor(math.log2((2 ** MULTIPLIER_BITS - 1) / m.max())))
+        if not 1 <= total - P <= 30:
+            raise ValueError(f"{dtype}: layer {len(qnet_layers) + 1} needs a requantisation shift of {total - P}")
+        M = np.round(m * 2.0 ** total).astype(np.int32)
+        ql = QuantLayer(Wq, bq.astype(np.int32), acc_scale, M, P, total - P)
+        qnet_layers.append(ql)
+        r = (((acc >> P) * M.astype(np.int64)) + (1 << (ql.S - 1))) >> ql.S
+        h_int = np.clip(r, 0, act_qmax)
+        s_in = s_out
+    return QuantNet(dtype, input_scale, tuple(qnet_layers))

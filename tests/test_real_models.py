@@ -1,0 +1,173 @@
+"""Real models: trained weights, datasets, post-training quantisation, ONNX import, accuracy.
+
+The digits MLP 64-32-10 (models/digits_mlp.npz) on sklearn's digits test split (450 samples),
+every sample through the CXXRTL hardware in one process per design.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compiler import HardwareConfig
+from dse import zoo
+from dse.accuracy import run_samples
+from dse.data import DataError, DataSpec, data_input, load_dataset, load_onnx, match_weights, read_weights
+from dse.quantize import DenseNet, quantize
+
+ROOT = Path(__file__).resolve().parent.parent
+WEIGHTS = ROOT / "models" / "digits_mlp.npz"
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset(DataSpec(dataset="sklearn:digits"))
+
+
+@pytest.fixture(scope="module")
+def net():
+    return DenseNet.from_arrays(read_weights(WEIGHTS))
+
+
+@pytest.mark.slow
+def test_digits_fp32_predicts_as_the_float_model_and_int8_is_within_two_points(digits, net):
+    fp32 = run_samples(net=net, dtype="fp32", data=digits, config=HardwareConfig(lanes=2))
+    assert fp32.samples == len(digits.x_test) == 450
+    assert fp32.agreement == 1.0                       # same argmax as float64 on every sample
+    assert fp32.accuracy == fp32.accuracy_float > 0.95
+    assert fp32.max_abs_err < 1e-4                     # (run_samples checked bit-exactness vs DenseNet.reference)
+    int8 = run_samples(net=net, dtype="int8", data=digits, config=HardwareConfig(lanes=2))
+    # run_samples raised unless every sample == the numpy int32 reference (see the test below)
+    assert int8.cycles == int8.cycles_model
+    assert abs(int8.accuracy - int8.accuracy_float) <= 0.02
+    assert int8.quantization and "per output channel" in int8.quantization
+
+
+def test_a_sample_that_differs_from_its_reference_fails_naming_it(digits, net, monkeypatch):
+    from dse import quantize as qmod
+    from dse.accuracy import SampleCheckError
+    small = load_dataset(DataSpec(dataset="sklearn:digits", samples=8))
+    real = qmod.QuantNet.reference
+
+    def off_by_one_on_sample_5(self, xq):
+        out = real(self, xq).copy()
+        out[5, 3] += 1
+        return out
+    monkeypatch.setattr(qmod.QuantNet, "reference", off_by_one_on_sample_5)
+    with pytest.raises(SampleCheckError, match=r"sample 5: hardware .* != reference .* \(1 of 8 samples differ\)"):
+        run_samples(net=net, dtype="int8", data=small)
+    monkeypatch.undo()
+    monkeypatch.setattr(qmod.DenseNet, "reference", lambda self, dtype, x: np.zeros((len(x), 10), np.float32))
+    with pytest.raises(SampleCheckError, match=r"sample 0: .* \(8 of 8 samples differ\)"):
+        run_samples(net=net, dtype="fp16", data=small)
+
+
+def test_quantised_reference_equals_tinygrad_on_the_integer_model(digits, net):
+    """The numpy int32 reference of the quantised model against tinygrad running the same
+    integer model (its own semantics, PYTHON device) on a few samples, int8 and int16."""
+    for dtype in ("int8", "int16"):
+        q = quantize(net=net, dtype=dtype, calibration=digits.x_train)
+        xs = q.quantize_input(digits.x_test[:3])
+        for x in xs:
+            got = zoo.tinygrad_result(q.built(), {**q.arrays(), "x": x})
+            np.testing.assert_array_equal(got, q.reference(x))
+
+
+def test_int16_quantisation_is_closer_to_float_than_int8(digits, net):
+    x = digits.x_test
+    f = net.float_logits(x)
+    errs = {}
+    for dtype in ("int8", "int16"):
+        q = quantize(net=net, dtype=dtype, calibration=digits.x_train)
+        errs[dtype] = np.abs(q.dequantize(q.reference(q.quantize_input(x))) - f).max()
+    assert errs["int16"] < errs["int8"] / 10
+
+
+def _onnx_file(path: Path, weights: dict, extra_softmax: bool = False) -> Path:
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    nodes = [helper.make_node("Gemm", ["x", "W1", "b1"], ["h"], transB=1),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "W2", "b2"], ["y"], transB=1)]
+    out = "y"
+    if extra_softmax:
+        nodes.append(helper.make_node("Softmax", ["y"], ["p"]))
+        out = "p"
+    graph = helper.make_graph(
+        nodes, "digits_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 10])],
+        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in weights.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.slow
+def test_onnx_export_gives_the_same_rows_as_the_tinygrad_model(tmp_path, digits, net):
+    path = _onnx_file(tmp_path / "digits.onnx", read_weights(WEIGHTS))
+    loaded = load_onnx(path)
+    small = load_dataset(DataSpec(dataset="sklearn:digits", samples=60))
+    for dtype in ("fp32", "int8"):
+        a = run_samples(net=net, dtype=dtype, data=small)
+        b = run_samples(net=loaded, dtype=dtype, data=small)
+        np.testing.assert_array_equal(a.logits, b.logits)
+        assert (a.accuracy, a.accuracy_float, a.agreement, a.cycles) == (b.accuracy, b.accuracy_float, b.agreement, b.cycles)
+        # the float64 baseline goes through BLAS, whose summation order may differ by layout
+        assert a.max_abs_err == pytest.approx(b.max_abs_err, rel=1e-9)
+
+
+def test_onnx_op_the_dense_path_cannot_build_is_named(tmp_path):
+    path = _onnx_file(tmp_path / "soft.onnx", read_weights(WEIGHTS), extra_softmax=True)
+    with pytest.raises(DataError, match=r"soft.onnx: node #3 Softmax \(output 'p'\): op Softmax is not supported"):
+        load_onnx(path)
+
+
+def test_bad_weights_and_data_are_named(tmp_path, digits, net):
+    inputs = net.built("fp32").inputs
+    w = read_weights(WEIGHTS)
+    np.savez(tmp_path / "bad.npz", **{**w, "W1": w["W1"][:, :10]})
+    with pytest.raises(DataError, match=r"bad.npz: array 'W1' has shape \(32, 10\), the model's input needs \(32, 64\)"):
+        match_weights(tmp_path / "bad.npz", read_weights(tmp_path / "bad.npz"), inputs)
+    np.savez(tmp_path / "extra.npz", **w, W9=np.zeros(3))
+    with pytest.raises(DataError, match=r"extra.npz: array 'W9' is not an input of the model"):
+        match_weights(tmp_path / "extra.npz", read_weights(tmp_path / "extra.npz"), inputs)
+    partial = {k: v for k, v in w.items() if k != "b2"}
+    with pytest.raises(DataError, match=r"the weights leave 2 inputs \(x, b2\)"):
+        data_input(inputs, partial, digits)
+    assert data_input(inputs, w, digits) == "x"
+    iris = load_dataset(DataSpec(dataset="sklearn:iris"))
+    with pytest.raises(DataError, match=r"sklearn:iris samples have shape \(4,\), model input 'x' needs \(64,\)"):
+        data_input(inputs, w, iris)
+    with pytest.raises(DataError, match=r"unknown dataset 'sklearn:mnist'; known: sklearn:digits"):
+        load_dataset(DataSpec(dataset="sklearn:mnist"))
+    with pytest.raises(DataError, match="data.samples: 9999 asked"):
+        load_dataset(DataSpec(dataset="sklearn:wine", samples=9999))
+    np.savez(tmp_path / "noy.npz", x=digits.x_test[:5])
+    d = load_dataset(DataSpec(file=tmp_path / "noy.npz"))
+    assert d.y_test is None and d.x_test.shape == (5, 64)
+    np.savez(tmp_path / "nox.npz", X=digits.x_test[:5])
+    with pytest.raises(DataError, match=r"nox.npz: no array 'x'"):
+        load_dataset(DataSpec(file=tmp_path / "nox.npz"))
+
+
+def test_safetensors_weights_read_like_npz(tmp_path):
+    import json
+    w = read_weights(WEIGHTS)
+    # the safetensors layout written by hand (tinygrad's safe_save needs a compiling device)
+    header, blob = {}, b""
+    for k, v in w.items():
+        header[k] = {"dtype": "F32", "shape": list(v.shape), "data_offsets": [len(blob), len(blob) + v.nbytes]}
+        blob += np.ascontiguousarray(v, "<f4").tobytes()
+    head = json.dumps(header).encode()
+    (tmp_path / "w.safetensors").write_bytes(len(head).to_bytes(8, "little") + head + blob)
+    got = read_weights(tmp_path / "w.safetensors")
+    assert got.keys() == w.keys()
+    for k in w:
+        np.testing.assert_array_equal(got[k], w[k])
+
+
+def test_unlabelled_samples_score_agreement_with_the_float_model(tmp_path, digits, net):
+    np.savez(tmp_path / "unlabelled.npz", x=digits.x_test[:20])
+    d = load_dataset(DataSpec(file=tmp_path / "unlabelled.npz"))
+    r = run_samples(net=net, dtype="int8", data=d)
+    assert r.accuracy_float == 1.0 and r.accuracy == r.agreement
