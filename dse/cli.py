@@ -313,6 +313,16 @@ def _exported(exp) -> str:
 # ---------------------------------------------------------------------------------------------
 # dse sweep SPEC [--n-jobs N] [--storage URL] [--trials N] [--fresh] [--no-cache] ...
 
+def add_study_options(p: argparse.ArgumentParser, *, cache_help: str) -> None:
+    """The options `dse sweep` and `dse worker` share (both fill a SweepOptions from them)."""
+    p.add_argument("--trials", type=int, metavar="N", help="trial budget (default: the spec's search.trials)")
+    p.add_argument("--no-cache", action="store_true", help="evaluate every point, ignoring the evaluation cache")
+    p.add_argument("--cache-dir", type=Path, metavar="DIR", help=cache_help)
+    p.add_argument("--sim", choices=["auto", "cxxrtl", "pysim"], default="auto",
+                   help="simulator (default auto: CXXRTL, or pysim when CXXRTL cannot run)")
+    p.add_argument("--data-seed", type=int, default=0, metavar="N", help="seed of the random input data (default 0)")
+
+
 def add_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", help="path of the YAML spec")
     p.add_argument("--n-jobs", type=int, default=1, metavar="N",
@@ -322,14 +332,9 @@ def add_sweep(p: argparse.ArgumentParser) -> None:
                         "(default: a journal file, results/<study>/study.journal)")
     p.add_argument("--results", type=Path, default=Path("results"), metavar="DIR",
                    help="outputs go to DIR/<study>/ (default: results)")
-    p.add_argument("--trials", type=int, metavar="N", help="trial budget (default: the spec's search.trials)")
     p.add_argument("--fresh", action="store_true", help="delete the study from the storage and start over")
-    p.add_argument("--no-cache", action="store_true", help="evaluate every point, ignoring the evaluation cache")
-    p.add_argument("--cache-dir", type=Path, metavar="DIR",
-                   help="the evaluation cache (default: $TINYHW_CACHE/evals, TINYHW_CACHE defaulting to ~/.cache/tinyhw)")
-    p.add_argument("--sim", choices=["auto", "cxxrtl", "pysim"], default="auto",
-                   help="simulator (default auto: CXXRTL, or pysim when CXXRTL cannot run)")
-    p.add_argument("--data-seed", type=int, default=0, metavar="N", help="seed of the random input data (default 0)")
+    add_study_options(p, cache_help="the evaluation cache (default: $TINYHW_CACHE/evals, TINYHW_CACHE "
+                                    "defaulting to ~/.cache/tinyhw)")
     p.add_argument("--progress", choices=["auto", "bar", "lines", "off"], default="auto",
                    help="a bar on a terminal, a line per trial otherwise (default auto)")
 
@@ -377,14 +382,8 @@ def add_worker(p: argparse.ArgumentParser) -> None:
                    help="the Optuna storage every worker shares, e.g. postgresql://user:pw@host/db")
     p.add_argument("--results", type=Path, default=Path("results"), metavar="DIR",
                    help="outputs go to DIR/<study>/ when the worker finishes (default: results)")
-    p.add_argument("--trials", type=int, metavar="N", help="trial budget (default: the spec's search.trials)")
-    p.add_argument("--no-cache", action="store_true", help="evaluate every point, ignoring the evaluation cache")
-    p.add_argument("--cache-dir", type=Path, metavar="DIR",
-                   help="the evaluation cache; a directory on a shared filesystem shares it between machines "
-                        "(default: $TINYHW_CACHE/evals)")
-    p.add_argument("--sim", choices=["auto", "cxxrtl", "pysim"], default="auto",
-                   help="simulator (default auto: CXXRTL, or pysim when CXXRTL cannot run)")
-    p.add_argument("--data-seed", type=int, default=0, metavar="N", help="seed of the random input data (default 0)")
+    add_study_options(p, cache_help="the evaluation cache; a directory on a shared filesystem shares it "
+                                    "between machines (default: $TINYHW_CACHE/evals)")
     p.add_argument("--heartbeat", type=int, metavar="S",
                    help="seconds between a running trial's heartbeats (default $TINYHW_HEARTBEAT_S or 10)")
     p.add_argument("--grace", type=int, metavar="S",

@@ -26,7 +26,7 @@ def _knobs(knobs: dict[str, Any]) -> str:
 
 
 class Progress:
-    """`update(event)` once per finished trial (events come from dse.sweep.run_trial)."""
+    """`update(event)` once per finished trial (events come from dse.study.trial.run_asked_trial)."""
 
     def __init__(self, total: int, initial: int, objectives: Sequence, mode: str = "auto",
                  n_jobs: int = 1, stream: TextIO | None = None, desc: str = "sweep"):
