@@ -24,7 +24,7 @@ import numpy as np
 from compiler import HardwareConfig, compile_model, simulate_many
 from dse import zoo
 from dse.data import Dataset
-from dse.evaluate import input_tensors
+from dse.zoo import input_tensors
 from dse.quantize import QMAX, SCHEME, DenseNet, quantize
 
 

@@ -137,8 +137,18 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
         model = ctx.model(point.model)
     except KeyError:
         return None
-    if model.builtin is not None:
-        definition: dict[str, Any] = {"builtin": model.builtin, "params": dict(model.params)}
+    if model.trained is not None:
+        # a trained network's result is its weights' and its data's content, not their names
+        t = model.trained
+        try:
+            definition: dict[str, Any] = {
+                "trained": t.kind, "sha256": _file_digest(t.path), "dataset": t.data.dataset,
+                "data_sha256": _file_digest(t.data.file) if t.data.file is not None else None,
+                "samples": t.data.samples}
+        except OSError:
+            return None
+    elif model.builtin is not None:
+        definition = {"builtin": model.builtin, "params": dict(model.params)}
     else:
         try:
             digest = _file_digest(model.source)
@@ -165,7 +175,7 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
         from compiler import compile_model
         from compiler.ir import fingerprint
         from dse import zoo
-        from dse.evaluate import input_tensors
+        from dse.zoo import input_tensors
         with recording_reads() as reads, time_limit(ctx.stage_timeout_s, "building and compiling for the cache key"):
             config = point.hardware_config()
             built = model.build(point.dtype)

@@ -101,7 +101,8 @@ class Status(StrEnum):
     FAIL = "FAIL"
 
 
-STAGES = ("config", "build", "compile", "overflow", "simulate", "check", "confirm", "synthesize", "timing")
+STAGES = ("config", "build", "compile", "overflow", "simulate", "check", "confirm", "accuracy", "synthesize",
+          "timing")
 TOOL_STAGES = ("synthesize", "timing")
 
 
@@ -170,10 +171,19 @@ class Metrics:
     overflow_safe: bool | None = None
     max_magnitude: float | None = None
     overflow_confirmed: bool | None = None
+    # accuracy on real samples (trained networks with `data:` only; dse.accuracy)
+    accuracy: float | None = None           # top-1 against the labels (no labels: argmax agreement with the float model)
+    accuracy_float: float | None = None     # the float64 network on the same samples
+    agreement: float | None = None          # fraction of samples whose argmax equals the float model's
+    logit_mean_err: float | None = None     # |hardware logits (dequantised) - float logits|, mean and max
+    logit_max_err: float | None = None
+    samples: int | None = None              # how many samples ran (each bit-exact vs the golden model)
+    quantization: str | None = None         # the int8/int16 scheme (dse.quantize.SCHEME)
     # wall time per stage (seconds)
     compile_s: float | None = None
     simulate_s: float | None = None
     overflow_s: float | None = None
+    accuracy_s: float | None = None
     synth_s: float | None = None
     pnr_s: float | None = None
     total_s: float | None = None
@@ -332,7 +342,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
         built = model.build(point.dtype)
         rng = model.input_range(point.dtype)
         arrays = zoo.make_inputs(built, ctx.data_seed, rng)
-        tensors = input_tensors(built, arrays)
+        tensors = zoo.input_tensors(built, arrays)
         output = built.forward(*tensors)
 
     with run.stage("compile", "compile_s"):
@@ -368,6 +378,10 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
 
     proof.confirm(sim, checker)
 
+    if model.trained is not None and run.fields.get("status") is Status.OK:
+        with run.stage("accuracy", "accuracy_s"):
+            _accuracy(model, point, config, sim, run)
+
     if ctx.synthesize:
         from compiler.synth import synthesize
         with run.stage("synthesize", "synth_s"):
@@ -381,6 +395,18 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
             _timing(ctx, run, area.netlist_path)
     elif ctx.timing:
         run.notes.append("timing skipped: it needs synthesis, which is off")
+
+
+def _accuracy(model: ModelSpec, point: DesignPoint, config, sim: "Simulator", run: _Run) -> None:
+    """Every sample of the model's data through the same hardware (one compile, one simulator
+    process), each checked bit-exact against the golden model and against the cycle model."""
+    from dse.accuracy import run_samples
+    trained = model.trained
+    r = run_samples(net=trained.net(), dtype=point.dtype, data=trained.dataset(), config=config,
+                    backend=sim.backend)
+    run.set(accuracy=r.accuracy, accuracy_float=r.accuracy_float, agreement=r.agreement,
+            logit_mean_err=r.mean_abs_err, logit_max_err=r.max_abs_err, samples=r.samples,
+            quantization=r.quantization)
 
 
 def _timing(ctx: EvalContext, run: _Run, netlist_path: str) -> None:
@@ -397,18 +423,6 @@ def _timing(ctx: EvalContext, run: _Run, netlist_path: str) -> None:
         else:
             run.set(stage="timing", error=rep.reason, log_path=rep.log_path or None)
         run.log(f"timing: {rep.reason}")
-
-
-def input_tensors(built: zoo.Built, arrays: Mapping[str, np.ndarray]) -> list:
-    """Realized tinygrad Tensors holding the input data (bf16 arrays are float32 holders)."""
-    tg = zoo.import_tinygrad()
-    out = []
-    for name, (_, dt) in built.inputs.items():
-        t = tg.Tensor(np.asarray(arrays[name]))
-        if dt == "bf16":
-            t = t.cast(tg.dtypes.bfloat16)
-        out.append(t.realize())
-    return out
 
 
 class Simulator:

@@ -24,7 +24,8 @@ from compiler.config import HardwareConfig
 from compiler.pnr import TimingReport
 from compiler.synth import AreaReport
 from dse import zoo
-from dse.evaluate import Simulator, input_tensors
+from dse.evaluate import Simulator
+from dse.zoo import input_tensors
 from dse.paths import JOURNAL
 from dse.spec import DesignPoint, FrozenMap, ModelSpec, Spec
 

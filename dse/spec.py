@@ -39,6 +39,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, TypeVar
 
+import numpy as np
 import yaml
 
 from compiler.config import HardwareConfig
@@ -85,7 +86,7 @@ class Direction(StrEnum):
 METRICS: dict[str, Direction] = {
     "cycles": Direction.MINIMIZE, "luts": Direction.MINIMIZE, "ffs": Direction.MINIMIZE,
     "bram": Direction.MINIMIZE, "dsp": Direction.MINIMIZE, "lutram": Direction.MINIMIZE,
-    "latency_us": Direction.MINIMIZE, "fmax_mhz": Direction.MAXIMIZE,
+    "latency_us": Direction.MINIMIZE, "fmax_mhz": Direction.MAXIMIZE, "accuracy": Direction.MAXIMIZE,
 }
 """Metrics a spec may optimise or bound, with the direction that is better."""
 NEEDS_TIMING = frozenset({"latency_us", "fmax_mhz"})
@@ -183,9 +184,12 @@ class ModelSpec:
     function: str | None            # function in that file
     params: FrozenMap[str, Any]     # complete: defaults filled in
     input_ranges: FrozenMap[str, InputRange]   # dtype -> range given in the spec (model's own or top-level)
+    trained: "TrainedModel | None" = None      # a trained dense network (`weights:` or `onnx:`) and its data
 
     def build(self, dtype: str) -> zoo.Built:
         """`(inputs, forward)` for `dtype` (the contract is checked)."""
+        if self.trained is not None:
+            return zoo.check_built(self.trained.built(dtype))
         if self.builtin is not None:
             return zoo.check_built(zoo.ZOO[self.builtin].build(dtype, **self.params))
         assert self.source is not None and self.function is not None
@@ -196,9 +200,69 @@ class ModelSpec:
         return self.input_ranges.get(dtype)
 
     def describe(self) -> str:
+        if self.trained is not None:
+            return f"{self.trained.kind}: {self.trained.path.name}"
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
         what = self.builtin if self.builtin is not None else f"{self.source.name}:{self.function}"  # type: ignore[union-attr]
         return f"{what}({args})"
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    """A trained dense network (a chain of dense layers with ReLUs between them) and the data
+    its accuracy is measured on: `weights:` (arrays W1, b1, W2, b2, ... in a .npz or
+    .safetensors file) or `onnx:` (a Gemm/MatMul/Add/Relu chain, read by tinygrad's importer).
+    Float dtypes run the float network with its weights rounded to the dtype; int8/int16 run
+    its post-training quantisation (dse.quantize), calibrated on the data's training split."""
+    kind: str                       # "weights" or "onnx"
+    path: Path                      # absolute
+    data: Any                       # dse.data.DataSpec
+
+    def net(self):
+        """The dse.quantize.DenseNet (read once per process)."""
+        return _load_net(self.kind, self.path)
+
+    def dataset(self):
+        """The dse.data.Dataset (loaded once per process)."""
+        from dse.data import load_dataset
+        return _cached(("data", self.data), lambda: load_dataset(self.data))
+
+    def built(self, dtype: str) -> zoo.Built:
+        from dse.quantize import QMAX, quantize
+        net = self.net()
+        if dtype in QMAX:
+            data = self.dataset()
+            q = _cached(("quant", self.kind, self.path, self.data, dtype), lambda: quantize(
+                net=net, dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1)))
+            return q.built()
+        if not zoo.DTYPES[dtype].is_float:
+            raise ValueError(f"a trained float network runs in {', '.join(QMAX)} (quantised) or a float dtype, "
+                             f"not {dtype}")
+        return net.built(dtype)
+
+
+_CACHE: dict[Any, Any] = {}
+
+
+def _cached(key: Any, make):
+    if key not in _CACHE:
+        _CACHE[key] = make()
+    return _CACHE[key]
+
+
+def _load_net(kind: str, path: Path):
+    from dse.data import load_onnx, read_weights
+    from dse.quantize import DenseNet
+
+    def make():
+        if kind == "onnx":
+            return load_onnx(path)
+        try:
+            return DenseNet.from_arrays(read_weights(path))
+        except ValueError as e:
+            from dse.data import DataError
+            raise DataError(f"{path}: {e}") from None
+    return _cached(("net", kind, path, path.stat().st_mtime_ns), make)
 
 
 @dataclass(frozen=True)
@@ -404,7 +468,7 @@ def parse_gate(value: Any, models: Iterable[str], dtypes: Iterable[str], timing:
 # parsing
 
 _TOP_REQUIRED = ("study", "target", "models", "dtypes", "objectives", "search")
-_TOP_OPTIONAL = ("knobs", "input_range", "constraints", "gate", "timing", "stage_timeout_s")
+_TOP_OPTIONAL = ("knobs", "input_range", "constraints", "gate", "timing", "stage_timeout_s", "data")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _BOUND_KEYS = {**{f"{m}_max": m for m, d in METRICS.items() if d is Direction.MINIMIZE},
                **{f"{m}_min": m for m, d in METRICS.items() if d is Direction.MAXIMIZE}}
@@ -549,6 +613,7 @@ class _Parser:
                                       f"{target.value} has no open-source place-and-route here "
                                       "(set timing: false, or change the target)")
         top_ranges = self.input_ranges(top["input_range"], "input_range") if "input_range" in top else {}
+        self.top_data = self.data(top["data"], "data") if "data" in top else None
         models = self.models(top["models"], top_ranges)
         knobs = self.knobs(top.get("knobs", {}), "knobs")
         objectives = self.objectives(top["objectives"])
@@ -579,10 +644,19 @@ class _Parser:
         return tuple(out)
 
     def model(self, value: Any, path: str, top_ranges: dict[str, InputRange]) -> ModelSpec:
-        d = _mapping(value, path, ["name"], ["builtin", "source", "params", "input_range"])
+        d = _mapping(value, path, ["name"], ["builtin", "source", "params", "input_range", "weights", "onnx", "data"])
         name = _str(d["name"], _join(path, "name"))
         if not _NAME.fullmatch(name):
             raise SpecError(_join(path, "name"), f"expected a name of letters, digits, '_', '-' and '.', got {name!r}")
+        kinds = [k for k in ("builtin", "source", "weights", "onnx") if k in d]
+        if "weights" in d or "onnx" in d:
+            if len(kinds) != 1:
+                raise SpecError(path, f"give one of 'builtin', 'source', 'weights' or 'onnx', not {' and '.join(kinds)} "
+                                      "('weights' alone is a trained dense network: arrays W1, b1, W2, b2, ...)")
+            return self.trained_model(d, name, path, kinds[0])
+        if "data" in d:
+            raise SpecError(_join(path, "data"), "data: goes with a trained network ('weights' or 'onnx'); "
+                                                 "builtin and source models draw random data from input_range")
         if ("builtin" in d) == ("source" in d):
             raise SpecError(path, "give either 'builtin' (a zoo model) or 'source' (path/to/file.py:function)"
                                   + (", not both" if "builtin" in d else ""))
@@ -611,6 +685,62 @@ class _Parser:
             m = ModelSpec(name, None, source, function, FrozenMap(params), FrozenMap(ranges))
         self.check_builds(m, path, own_range="input_range" in d)
         return m
+
+    def trained_model(self, d: dict, name: str, path: str, kind: str) -> ModelSpec:
+        from dse.data import DataError
+        for key in ("params", "input_range"):
+            if key in d:
+                raise SpecError(_join(path, key), f"not used with '{kind}' (the network's shapes come from the file, "
+                                                  "its data from 'data')")
+        file = (self.base_dir / _str(d[kind], _join(path, kind))).resolve()
+        if not file.is_file():
+            raise SpecError(_join(path, kind), f"file not found: {file}")
+        data = self.data(d["data"], _join(path, "data")) if "data" in d else self.top_data
+        if data is None:
+            raise SpecError(path, "a trained network needs 'data' (here or at the top level) to measure its accuracy on")
+        trained = TrainedModel(kind, file, data)
+        try:
+            net = trained.net()
+        except DataError as e:
+            raise SpecError(_join(path, kind), str(e)) from None
+        try:
+            dataset = trained.dataset()
+        except DataError as e:
+            raise SpecError(_join(path, "data"), str(e)) from None
+        width = int(np.prod(dataset.sample_shape))
+        if width != net.inputs:
+            raise SpecError(_join(path, "data"), f"{dataset.name} samples have shape {dataset.sample_shape} "
+                                                 f"({width} values), the network takes {net.inputs}")
+        m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), trained)
+        for dt in self.dtypes:
+            try:
+                m.build(dt)
+            except (ValueError, DataError) as e:
+                raise SpecError(_join(path, kind), f"dtype {dt}: {e}") from None
+        return m
+
+    def data(self, value: Any, path: str):
+        from dse.data import DataError, DataSpec, SKLEARN_DATASETS
+        d = _mapping(value, path, [], ["dataset", "file", "samples", "input"],
+                     what="{dataset: sklearn:NAME} or {file: PATH.npz}, with optional samples: N")
+        if ("dataset" in d) == ("file" in d):
+            raise SpecError(path, "give exactly one of 'dataset: sklearn:NAME' or 'file: PATH.npz'")
+        if "dataset" in d:
+            name = _str(d["dataset"], _join(path, "dataset"))
+            known = [f"sklearn:{n}" for n in SKLEARN_DATASETS]
+            _choice(name, _join(path, "dataset"), known, "dataset")
+        file = None
+        if "file" in d:
+            file = (self.base_dir / _str(d["file"], _join(path, "file"))).resolve()
+            if not file.is_file():
+                raise SpecError(_join(path, "file"), f"file not found: {file}")
+        samples = _int(d["samples"], _join(path, "samples"), maximum=1_000_000) if "samples" in d else None
+        if "input" in d:
+            raise SpecError(_join(path, "input"), "a trained dense network has one input, 'x': leave 'input' out")
+        try:
+            return DataSpec(dataset=d.get("dataset"), file=file, samples=samples)
+        except DataError as e:
+            raise SpecError(path, str(e)) from None
 
     def check_builds(self, m: ModelSpec, path: str, own_range: bool) -> None:
         """Build the model for every dtype: describing it must work before anything compiles."""

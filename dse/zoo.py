@@ -133,6 +133,18 @@ def import_tinygrad():
     return tinygrad
 
 
+def input_tensors(built: Built, arrays: Mapping[str, np.ndarray]) -> list:
+    """Realized tinygrad Tensors holding the input data (bf16 arrays are float32 holders)."""
+    tg = import_tinygrad()
+    out = []
+    for name, (_, dt) in built.inputs.items():
+        t = tg.Tensor(np.asarray(arrays[name]))
+        if dt == "bf16":
+            t = t.cast(tg.dtypes.bfloat16)
+        out.append(t.realize())
+    return out
+
+
 def _widen(t, dtype: str):
     """Integer inputs are cast to int32 before arithmetic: tinygrad's `matmul(dtype=int32)`
     still multiplies in the input type and wraps, so the cast must come first."""

@@ -74,7 +74,7 @@ def synth_calls(monkeypatch):
 def compiled(lanes: int, unroll: int):
     from compiler import compile_model
     from dse import zoo
-    from dse.evaluate import input_tensors
+    from dse.zoo import input_tensors
     spec = parse_spec(spec_dict())
     model = spec.models[0]
     built = model.build("int8")

@@ -171,3 +171,71 @@ def test_unlabelled_samples_score_agreement_with_the_float_model(tmp_path, digit
     d = load_dataset(DataSpec(file=tmp_path / "unlabelled.npz"))
     r = run_samples(net=net, dtype="int8", data=d)
     assert r.accuracy_float == 1.0 and r.accuracy == r.agreement
+
+
+# ---------------------------------------------------------------------------------------------
+# through the explorer: a spec with `weights:` / `onnx:` and `data:`
+
+import json  # noqa: E402
+
+import yaml  # noqa: E402
+
+from dse.cli import main  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _eval(capsys, spec: Path, dtype: str) -> dict:
+    assert main(["eval", str(spec), "--model", "digits_mlp", "--dtype", dtype, "--no-synth", "--json",
+                 "--sim", "cxxrtl"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.slow
+def test_digits_spec_rows_carry_accuracy_and_onnx_gives_the_same_rows(tmp_path, capsys):
+    rows = {dt: _eval(capsys, ROOT / "configs" / "digits.yaml", dt) for dt in ("int8", "fp32")}
+    for dt, r in rows.items():
+        assert r["status"] == "OK" and r["correct"] and r["cycles"] == r["cycles_model"], r
+        assert r["samples"] == 450                      # the whole test split, each sample bit-exact
+    assert rows["fp32"]["accuracy"] == rows["fp32"]["accuracy_float"] and rows["fp32"]["agreement"] == 1.0
+    assert abs(rows["int8"]["accuracy"] - rows["int8"]["accuracy_float"]) <= 0.02
+    assert rows["int8"]["quantization"].startswith("symmetric")
+
+    onnx_file = _onnx_file(tmp_path / "digits.onnx", read_weights(WEIGHTS))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({
+        "study": "digits_onnx", "target": "ecp5", "models": [{"name": "digits_mlp", "onnx": str(onnx_file)}],
+        "data": {"dataset": "sklearn:digits"}, "dtypes": ["int8", "fp32"],
+        "objectives": ["accuracy", "luts"], "search": {"sampler": "grid"}}, sort_keys=False))
+    for dt, r in rows.items():
+        o = _eval(capsys, spec, dt)
+        for k in ("accuracy", "accuracy_float", "agreement", "samples", "cycles", "correct"):
+            assert o[k] == r[k], (dt, k)
+
+
+def _spec(tmp_path: Path, **model) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"study": "t", "target": "ecp5", "models": [{"name": "m", **model}],
+                                    "dtypes": ["int8"], "objectives": ["accuracy"], "search": {"sampler": "grid"}},
+                                   sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("model, message", [
+    ({"weights": "nope.npz", "data": {"dataset": "sklearn:digits"}}, "models[0].weights: file not found: {tmp}/nope.npz"),
+    ({"weights": str(WEIGHTS)}, "models[0]: a trained network needs 'data' (here or at the top level) to measure "
+                                "its accuracy on"),
+    ({"weights": str(WEIGHTS), "data": {"dataset": "sklearn:digitz"}},
+     "models[0].data.dataset: unknown dataset 'sklearn:digitz'; did you mean 'sklearn:digits'?"),
+    ({"weights": str(WEIGHTS), "data": {"dataset": "sklearn:iris"}},
+     "models[0].data: sklearn:iris samples have shape (4,) (4 values), the network takes 64"),
+    ({"weights": str(WEIGHTS), "source": "x.py", "data": {"dataset": "sklearn:digits"}},
+     "models[0]: give one of 'builtin', 'source', 'weights' or 'onnx', not source and weights ('weights' alone "
+     "is a trained dense network: arrays W1, b1, W2, b2, ...)"),
+    ({"builtin": "gemv", "data": {"dataset": "sklearn:digits"}},
+     "models[0].data: data: goes with a trained network ('weights' or 'onnx'); builtin and source models draw "
+     "random data from input_range"),
+])
+def test_bad_trained_model_entries_are_named(tmp_path, capsys, model, message):
+    assert main(["validate", str(_spec(tmp_path, **model))]) == 2
+    assert capsys.readouterr().err == f"error: {message.format(tmp=tmp_path)}\n"
