@@ -18,6 +18,9 @@ Semantics, for the numerics reader:
   * FCompare: IEEE (NaN: lt = eq = 0; +0 == -0). FMax: numpy.maximum, NaN propagates; for
     max(+0, -0) numpy returns the first operand for float16 and the second for float32
     (x86-64, numpy 2.4); FMax follows it per format (bf16 like float32); `zero_tie` overrides.
+  * FDiv (a / b, or 1 / b with reciprocal=True) and FSqrt are correctly rounded like FAdd
+    and FMul: 0/0, inf/inf, sqrt(x < 0) are NaN; x/0 is a signed inf; sqrt(-0) = -0.
+    FTrunc is numpy.trunc (exact: |x| < 1 gives a zero of x's sign).
   * FloatToInt: truncation toward zero; out-of-range values wrap modulo 2**int_width
     (tinygrad's PYTHON device: ctypes truncation of int(x)); NaN and +-inf give 0. To bool
     (int_width=1, unsigned): x != 0, NaN gives 1.
@@ -28,7 +31,10 @@ from .add import FAdd
 from .compare import FCompare, FMax
 from .convert import FloatToFloat, FloatToInt, IntToFloat
 from .formats import BF16, FORMATS, FP16, FP32, FloatFormat
+from .divide import FDiv
 from .mul import FMul
+from .sqrt import FSqrt
+from .trunc import FTrunc
 
-__all__ = ["FloatFormat", "FP32", "FP16", "BF16", "FORMATS", "FAdd", "FMul", "FCompare", "FMax",
+__all__ = ["FloatFormat", "FP32", "FP16", "BF16", "FORMATS", "FAdd", "FMul", "FDiv", "FSqrt", "FTrunc", "FCompare", "FMax",
            "IntToFloat", "FloatToInt", "FloatToFloat"]

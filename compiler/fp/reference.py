@@ -221,6 +221,59 @@ def mul_info(a_bits, b_bits, fmt: FloatFormat, subnormals: str = "keep"):
         return round_info(read(a_bits, fmt, subnormals) * read(b_bits, fmt, subnormals), fmt, subnormals)
 
 
+def two_product(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """p = fl(a * b) and err with p + err == a * b exactly (Dekker's product with Veltkamp
+    splitting: numpy has no fused multiply-add). Finite inputs far from overflow only."""
+    def split(x):
+        c = 134217729.0 * x                  # 2**27 + 1
+        hi = c - (c - x)
+        return hi, x - hi
+    with np.errstate(invalid="ignore", over="ignore"):
+        p = a * b
+        a_hi, a_lo = split(a)
+        b_hi, b_lo = split(b)
+        err = ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
+    return p, np.where(np.isfinite(p), err, 0.0)
+
+
+def div(a_bits, b_bits, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep") -> np.ndarray:
+    """a / b correctly rounded. float64's quotient q is rounded once already, so the sign of
+    the exact remainder a - q*b (exact by TwoProduct; a - p is exact by Sterbenz) tells
+    `round_to_format` on which side of q the true quotient lies (matters for rtz and flush)."""
+    a, b = read(a_bits, fmt, subnormals), read(b_bits, fmt, subnormals)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        q = a / b
+        finite = np.isfinite(q) & (q != 0)
+        p, e = two_product(np.where(finite, q, 0.0), np.where(finite, b, 0.0))
+        rem = (np.where(finite, a, 0.0) - p) - e
+        err = np.where(finite, rem / np.where(finite, b, 1.0), 0.0)
+    return round_to_format(q, fmt, rounding, subnormals, err)
+
+
+def reciprocal(b_bits, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep") -> np.ndarray:
+    one = np.full(np.shape(b_bits), fmt.bias << fmt.man_bits, dtype=np.uint64)
+    return div(one, b_bits, fmt, rounding, subnormals)
+
+
+def sqrt(a_bits, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep") -> np.ndarray:
+    """sqrt(a) correctly rounded; the exact residual a - s*s gives the side of float64's s."""
+    a = read(a_bits, fmt, subnormals)
+    with np.errstate(invalid="ignore"):
+        s = np.sqrt(a)
+        finite = np.isfinite(s) & (s != 0)
+        sf = np.where(finite, s, 0.0)
+        p, e = two_product(sf, sf)
+        rem = (np.where(finite, a, 0.0) - p) - e
+        err = np.where(finite, rem / (2 * np.where(finite, s, 1.0)), 0.0)
+    return round_to_format(s, fmt, rounding, subnormals, err)
+
+
+def trunc(a_bits, fmt: FloatFormat, subnormals: str = "keep") -> np.ndarray:
+    """numpy.trunc; exact in every format (it only clears fraction bits)."""
+    with np.errstate(invalid="ignore"):
+        return encode(np.trunc(read(a_bits, fmt, subnormals)), fmt)
+
+
 def compare(a_bits, b_bits, fmt: FloatFormat, subnormals: str = "keep") -> tuple[np.ndarray, np.ndarray]:
     """(a < b, a == b) as uint8 arrays, IEEE semantics."""
     a, b = read(a_bits, fmt, subnormals), read(b_bits, fmt, subnormals)
@@ -301,5 +354,6 @@ def numpy_native(op: str, a_bits, b_bits, fmt: FloatFormat) -> np.ndarray:
     a = np.asarray(a_bits).astype(utype).view(ftype)
     b = np.asarray(b_bits).astype(utype).view(ftype)
     with np.errstate(all="ignore"):
-        y = {"add": np.add, "sub": np.subtract, "mul": np.multiply}[op](a, b)
+        y = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+             "sqrt": lambda x, _: np.sqrt(x), "trunc": lambda x, _: np.trunc(x)}[op](a, b)
     return np.where(np.isnan(y), fmt.qnan_bits, y.view(utype)).astype(bits_dtype(fmt))

@@ -1,0 +1,51 @@
+"""What the digit-recurrence units (FDiv, FSqrt) share: normalising a subnormal operand and
+where their optional register boundaries go.
+
+Both units compute one result bit per row of an unrolled array of compare-subtract rows
+(radix 2, restoring): no multiplier, no lookup table, and the final remainder gives the
+sticky bit, so the result is correctly rounded by `round_pack` like every other unit. A
+row is a (p+2)-bit subtract, so the combinational path is long; `stages` cuts the array
+into up to 8 evenly spread parts (see `boundary_rows`).
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal, Value, signed
+
+from .common import Unpacked, leading_zeros, shift_left
+from .formats import FloatFormat
+
+# Register boundaries, enabled in this order: fractions of the unit's length in eighths,
+# ordered so every prefix is spread evenly (1 cut: the middle; 3: the quarters; 7: eighths).
+CUTS = ("e4", "e2", "e6", "e1", "e3", "e5", "e7")
+
+
+def boundary_rows(rows: int) -> dict[str, int]:
+    """Cut name -> segment after which its boundary sits, for a unit of `rows` recurrence rows.
+
+    The unit is rows + 2 segments long (operand normalisation, the rows, rounding): cut "eJ"
+    sits after segment round(J/8 * (rows + 2)). Distinct for every format here (bf16 has the
+    fewest rows, 9 for sqrt)."""
+    total = rows + 2
+    out = {name: min(max(round(int(name[1:]) * total / 8), 1), total - 1) for name in CUTS}
+    if len(set(out.values())) != len(out):
+        raise ValueError(f"{rows} recurrence rows are too few for {len(CUTS)} distinct register boundaries")
+    return out
+
+
+def normalised_operand(m: Module, fmt: FloatFormat, x: Unpacked, subnormals: str, name: str) -> tuple[Value, Value]:
+    """(significand with its top bit set, signed biased exponent) of a finite nonzero operand.
+
+    With subnormals="keep" a subnormal's leading zeros are shifted out and taken off its
+    exponent (which may drop below 1); with "flush" subnormals already read as zero."""
+    exp = Signal(signed(fmt.exp_bits + 2), name=f"{name}_nexp")
+    if subnormals == "flush":
+        m.d.comb += exp.eq(x.exp)
+        return x.sig, exp
+    lz = leading_zeros(m, x.sig, f"{name}_sub")
+    m.d.comb += exp.eq(x.exp - lz)
+    return shift_left(m, x.sig, lz, f"{name}_sub"), exp
+
+
+def lowest_exponent(fmt: FloatFormat, subnormals: str) -> int:
+    """The smallest biased exponent `normalised_operand` returns."""
+    return 1 - (fmt.precision - 1) if subnormals == "keep" else 1
