@@ -44,10 +44,16 @@ class HardwareRenderer(Renderer):
     tensor_cores = []
     code_for_op = {op: (lambda *args: "") for op in (
         Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE,
-        Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.CDIV, Ops.CMOD)}
+        Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.CDIV, Ops.CMOD,
+        # float units (compiler/fp): with FDIV claimed, tinygrad turns x.reciprocal() into
+        # 1 / x and a * (1 / b) into a / b, one correctly rounded division as on its CPU
+        # back ends. EXP2, LOG2 and SIN stay unclaimed: tinygrad's polynomials (docs/float-units.md).
+        Ops.FDIV, Ops.SQRT, Ops.TRUNC)}
 
 
-RENDERER = HardwareRenderer(Target("HW"))
+# tinygrad's compile cache keys on the renderer type and its Target, not on code_for_op: the
+# op set goes into the Target, so a cache entry lowered for another op set is never reused.
+RENDERER = HardwareRenderer(Target("HW", arch="ops-" + "-".join(sorted(o.name.lower() for o in HardwareRenderer.code_for_op))))
 
 
 @dataclass(frozen=True)

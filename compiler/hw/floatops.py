@@ -2,8 +2,9 @@
 
 Floats are IEEE bit patterns. NEG (flip the sign), WHERE and BITCAST are wiring; arithmetic,
 comparisons and conversions instantiate the float units of compiler/fp, configured with the
-design's `fp_rounding` and `fp_subnormals` knobs. Anything else (RECIPROCAL, EXP2, SQRT, ...)
-is rejected at compile time.
+design's `fp_rounding` and `fp_subnormals` knobs. Division (FDIV, RECIPROCAL), SQRT and TRUNC
+have their own units; anything else (EXP2, LOG2, SIN: tinygrad decomposes them into
+polynomials unless the renderer claims them) is rejected at compile time.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from ..errors import UnsupportedError
 K = ir.OpKind
 
 WIRING = {K.NEG, K.WHERE, K.BITCAST}
-UNITS = {K.ADD, K.SUB, K.MUL, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ, K.CAST}
+UNITS = {K.ADD, K.SUB, K.MUL, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ, K.CAST, K.FDIV, K.RECIPROCAL, K.SQRT, K.TRUNC}
 
 
 def fmt_of(d: DType) -> fp.FloatFormat:
@@ -26,6 +27,10 @@ def fmt_of(d: DType) -> fp.FloatFormat:
 
 def _float_dtype(v: ir.Op) -> DType:
     return v.dtype if v.dtype.is_float else next(s.dtype for s in v.srcs if s.dtype.is_float)
+
+
+def _is_one(v: ir.Value) -> bool:
+    return isinstance(v, ir.Const) and v.value == 1.0
 
 
 def is_float_op(v: ir.Op) -> bool:
@@ -43,6 +48,12 @@ def unit_of(v: ir.Op):
         return fp.FMax
     if op in (K.CMPLT, K.CMPNE, K.CMPEQ):
         return fp.FCompare
+    if op in (K.FDIV, K.RECIPROCAL):
+        return fp.FDiv
+    if op is K.SQRT:
+        return fp.FSqrt
+    if op is K.TRUNC:
+        return fp.FTrunc
     if op is K.CAST:
         src, dst = v.srcs[0].dtype, v.dtype
         if src.is_float and dst.is_float:
@@ -100,6 +111,14 @@ class FloatOps:
         if op in (K.CMPLT, K.CMPNE, K.CMPEQ):
             c = self.unit(fp.FCompare(fmt_of(v.srcs[0].dtype), sub), "cmp", a=s[0], b=s[1])
             return c.lt if op is K.CMPLT else (c.eq if op is K.CMPEQ else ~c.eq)
+        if op is K.FDIV and not _is_one(v.srcs[0]):
+            return self.unit(fp.FDiv(fmt_of(d), rnd, sub, **n), "div", a=s[0], b=s[1]).y
+        if op in (K.FDIV, K.RECIPROCAL):          # 1 / x: no dividend port, its logic folded
+            return self.unit(fp.FDiv(fmt_of(d), rnd, sub, reciprocal=True, **n), "rcp", b=s[-1]).y
+        if op is K.SQRT:
+            return self.unit(fp.FSqrt(fmt_of(d), rnd, sub, **n), "sqrt", a=s[0]).y
+        if op is K.TRUNC:
+            return self.unit(fp.FTrunc(fmt_of(d), sub), "trunc", a=s[0]).y
         if op is K.CAST:
             return self.cast(v.srcs[0].dtype, d, s[0], n)
         raise UnsupportedError(self.kernel, op.name, _float_dtype(v).name, "no float unit for it yet")
