@@ -4,9 +4,9 @@ where the op is one correctly rounded IEEE operation, bit for bit against numpy 
 Every design also checks simulated cycles == the cycle model, at fp_pipeline 0 and 2.
 
 ULP tolerances (measured, docs/float-units.md): exact ops 0 against numpy; against tinygrad
-1 ULP where tinygrad's device rounds an intermediate differently (a / b as a * (1/b)), and 2-4
-ULP where tinygrad's EXP2/LOG2 polynomials (the same decomposition on both sides) meet a
-division or square root.
+1 ULP where tinygrad's device rounds an intermediate differently, and 2-8 ULP where tinygrad's
+EXP2/LOG2 polynomials (the same decomposition on both sides, evaluated by float units here and
+by Python floats rounded to float32 there) meet a division or a cancellation (gelu near 0).
 """
 from __future__ import annotations
 
@@ -29,10 +29,12 @@ CASES = {
     "trunc": (lambda t: (t * 3).trunc(), X, lambda x: np.trunc(x * np.float32(3)), 0),
     "floor": (lambda t: (t * 3).floor(), X, lambda x: np.floor(x * np.float32(3)), 0),
     "ceil": (lambda t: (t * 3).ceil(), X, lambda x: np.ceil(x * np.float32(3)), 0),
-    "round": (lambda t: (t * 2.5).round(), X, lambda x: np.round(x * np.float32(2.5)), 0),
+    # tinygrad's round (half to even, built from TRUNC) gives -0.0 where numpy gives +0.0 and
+    # back; the hardware follows tinygrad, so values (not zero signs) are compared with numpy
+    "round": (lambda t: (t * 2.5).round(), X, None, 0),
     "sigmoid": (lambda t: t.sigmoid(), X, None, 2),
     "tanh": (lambda t: t.tanh(), X, None, 4),
-    "gelu": (lambda t: t.gelu(), X, None, 4),
+    "gelu": (lambda t: t.gelu(), X, None, 8),          # 7 measured, at |gelu(x)| ~ 5e-3
     "silu": (lambda t: t.silu(), X, None, 2),
     "log": (lambda t: t.log(), POS, None, 2),
     "softmax": (lambda t: t.softmax(-1), X, None, 2),
@@ -66,6 +68,8 @@ def test_against_tinygrad(name, fp_pipeline):
         with np.errstate(all="ignore"):
             ref = np.asarray(exact(x), np.float32)
         np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+    if name == "round":
+        np.testing.assert_array_equal(got, np.round(x * np.float32(2.5)))
 
 
 def test_division_is_one_unit():

@@ -10,7 +10,7 @@ values from one stage to the next:
     stage 1: this cuts the block RAM's clock-to-out (5.8 ns on an ECP5) from the arithmetic;
   * integer products of two non-constant values: registered with P >= 2 (+1 stage);
   * float units: cut into min(2**P, the unit's maximum) stages (compiler/fp: FAdd up to 6,
-    FMul up to 8, conversions up to 2) and their result registered: + stages;
+    FMul, FDiv and FSqrt up to 8, conversions up to 2) and their result registered: + stages;
   * read addresses: with P >= 2 (and block RAM reads) the look-ahead address is registered
     before it fans out to the memories, so read data arrives in stage 1 (+1 stage);
   * memories deeper than one block RAM: from P >= 2 split into block-RAM-sized parts
@@ -79,7 +79,7 @@ class Schedule:
 
 def float_stages(v: ir.Op, level: int) -> int:
     """Stages of the float unit computing `v` at fp_pipeline `level`: 2**level, at most as
-    many as the unit has boundaries for (FAdd 6, FMul 8, conversions 2)."""
+    many as the unit has boundaries for (FAdd 6, FMul, FDiv, FSqrt 8, conversions 2)."""
     return min(2 ** level, floatops.max_stages(v)) if level > 0 else 1
 
 
