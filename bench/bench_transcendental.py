@@ -1,7 +1,8 @@
 """EXP2, LOG2 and SIN as tinygrad decomposes them (the renderer does not claim them): per op,
-an fp32 elementwise model of N elements, its cycles (== the cycle model, checked), ECP5 area of
-the whole design (synth_ecp5), and its accuracy in ULP against tinygrad's own result on its
-PYTHON device (the CPU reference) over inputs spread across each op's useful range.
+an fp32 elementwise model of N elements at fp_pipeline 0 and 3, its cycles (== the cycle
+model, checked), ECP5 area of the whole design (compiler.synth, ecp5), and its accuracy in ULP
+against tinygrad's own result on its PYTHON device (the CPU reference) over inputs spread
+across each op's useful range. A Yosys failure is printed in the area columns.
 
 Usage: python bench/bench_transcendental.py [--n 64]
 """
@@ -16,8 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 from tinygrad import Tensor  # noqa: E402
 
-from compiler import compile_model, simulate  # noqa: E402
+from compiler import HardwareConfig, compile_model, simulate  # noqa: E402
 from compiler.synth import synthesize  # noqa: E402
+from compiler.tools import ToolError  # noqa: E402
 
 
 def ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -39,20 +41,25 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=64, help="elements (default 64)")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    print("| op | cycles | LUT | FF | DSP | max ULP vs tinygrad | mean ULP | max ULP vs numpy float64 |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| op | fp_pipeline | cycles | LUT | FF | DSP | max ULP vs tinygrad | mean ULP | max ULP vs float64 numpy |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, (op, inputs) in OPS.items():
         x = inputs(rng, args.n).astype(np.float32)
         want = op(Tensor(x)).numpy()
-        design = compile_model(op(Tensor(x)))
-        result = simulate(design, backend="cxxrtl")
-        assert result.cycles == design.cycles_formula
-        got = result.outputs[0]
         exact = getattr(np, name)(x.astype(np.float64)).astype(np.float32)
-        area = synthesize(design, "ecp5")
-        d = ulps(got, want)
-        print(f"| {name} | {result.cycles} | {area.luts} | {area.ffs} | {area.dsp} | {d.max()} | {d.mean():.2f} "
-              f"| {ulps(got, exact).max()} |")
+        for level in (0, 3):
+            design = compile_model(op(Tensor(x)), config=HardwareConfig(fp_pipeline=level))
+            result = simulate(design, backend="cxxrtl")
+            assert result.cycles == design.cycles_formula
+            got = result.outputs[0]
+            try:
+                area = synthesize(design, "ecp5")
+                cells = f"{area.luts} | {area.ffs} | {area.dsp}"
+            except ToolError as exc:
+                cells = f"yosys failed: {str(exc).splitlines()[0][:60]} | - | -"
+            d = ulps(got, want)
+            print(f"| {name} | {level} | {result.cycles} | {cells} | {d.max()} | {d.mean():.2f} "
+                  f"| {ulps(got, exact).max()} |", flush=True)
     return 0
 
 
