@@ -6,7 +6,7 @@ from typing import Any
 
 MAX_ACC_WIDTH = 64
 MAX_PARALLEL = 4096          # lanes * reduce_unroll: more multipliers than any FPGA here holds
-MAX_FP_PIPELINE = 3          # at 3 every float unit has its most stages (FAdd 6 <= 2**3, FMul 8 = 2**3)
+MAX_FP_PIPELINE = 3          # at 3 every float unit has its most stages (FAdd 6 <= 2**3, FMul, FDiv, FSqrt 8 = 2**3)
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class HardwareConfig:
         and the fp32 one at ~10 MHz on an ECP5; see compiler/hw/pipeline.py and docs/pipeline.md.
         The controller still issues one step per cycle. What each level adds:
           P >= 1: read data registered; every float unit cut into min(2**P, its maximum)
-                  stages (FAdd up to 6, FMul up to 8, conversions up to 2) with a registered
+                  stages (FAdd up to 6, FMul, FDiv, FSqrt up to 8, conversions up to 2) with a registered
                   result; float sums interleave L = min(2**P, 6) output rows (below).
           P >= 2: integer products registered; read addresses registered before they fan
                   out; memories deeper than one block RAM split into block-RAM-sized parts
