@@ -35,7 +35,7 @@ from amaranth.back import rtlil  # noqa: E402
 from amaranth.hdl import Module, Signal  # noqa: E402
 from amaranth.lib import wiring  # noqa: E402
 
-from compiler.fp import BF16, FORMATS, FP16, FP32, FAdd, FDiv, FMul, FSqrt, FTrunc  # noqa: E402
+from compiler.fp import FORMATS, FP16, FP32, FAdd, FDiv, FMul, FSqrt, FTrunc  # noqa: E402
 from compiler.pnr import place_and_route  # noqa: E402
 from compiler.tools import yosys, yosys_version  # noqa: E402
 
