@@ -12,7 +12,7 @@ trials.csv, one row per trial that ran (queued trials not yet run are left out):
     stage, error, error_type    where and why a point failed
     cached                      served from the evaluation cache (no tool ran for this trial)
     <metrics>...                every field of dse.evaluate.Metrics: cycles, cycles_model,
-                                correct, max_abs_err, check_rule, luts, ffs, bram, lutram, dsp,
+                                correct, max_abs_err, ulp_vs_sequential, check_rule, luts, ffs, bram, lutram, dsp,
                                 acc_bits_required, overflow_safe, max_magnitude,
                                 overflow_confirmed, the stage times compile_s, simulate_s,
                                 overflow_s, synth_s, total_s (of the evaluation that produced
