@@ -133,6 +133,14 @@ class HardwareConfig:
                              f"illegal combination: {self.lanes * self.reduce_unroll} operations per cycle is more "
                              f"than the {MAX_PARALLEL} any supported FPGA can build; lower one of them")
 
+    def inapplicable(self, *, float_sums: bool) -> str:
+        """Why these knobs cannot apply to a model whose reductions are float sums (or not),
+        "" when they can. The explorer prunes such points before compiling (dse/spec.py)."""
+        if float_sums and self.reduce_unroll > 1 and self.fp_sum == "sequential":
+            return ("reduce_unroll > 1 with fp_sum=sequential: a float sum keeps tinygrad's sequential "
+                    "order (fp_sum=tree unrolls it)")
+        return ""
+
     @classmethod
     def knob_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))

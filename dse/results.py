@@ -73,7 +73,8 @@ def _knob_names(spec: Spec, rows: Iterable[dict[str, Any]]) -> list[str]:
 def trial_rows(study, spec: Spec) -> list[dict[str, Any]]:
     """One flat dict per trial that ran, in trial-number order."""
     from optuna.trial import TrialState
-    trials = [t for t in study.get_trials(deepcopy=False) if t.state not in (TrialState.WAITING,)]
+    trials = [t for t in study.get_trials(deepcopy=False) if t.state not in (TrialState.WAITING,)
+              and "not_applicable" not in t.user_attrs]      # pruned before compiling: never ran
     metrics = [t.user_attrs.get("metrics") or {} for t in trials]
     knob_names = _knob_names(spec, metrics)
     fields = _metric_fields()

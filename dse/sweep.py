@@ -460,14 +460,27 @@ def _workdir(spec: Spec, options: SweepOptions, point: DesignPoint, number: int)
     return d if options.use_cache else d.with_name(f"{d.name}-t{number}")
 
 
+MAX_INAPPLICABLE_ASKS = 1000      # then the last point is evaluated (and fails at compile)
+
+
 def run_trial(study, spec: Spec, options: SweepOptions, ctx, cache, stop: _Interrupt,
               log: Callable[[str], None] | None = None,
               on_start: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Ask for one trial, evaluate its point, tell the outcome; returns a progress event.
     `on_start(number)` is told which trial is being evaluated (so a parent process that sees
     this one die can charge the trial with its death)."""
+    from optuna.trial import TrialState
     from dse.worker import heartbeat
     trial = study.ask()
+    # a sampler may propose a point a knob cannot apply to (Spec.not_applicable): pruned
+    # without compiling, and asked again; the grid never queues one
+    for _ in range(MAX_INAPPLICABLE_ASKS):
+        why = spec.left_out(suggest_point(trial, spec))
+        if not why:
+            break
+        trial.set_user_attr("not_applicable", why)
+        study.tell(trial, state=TrialState.PRUNED)
+        trial = study.ask()
     if on_start is not None:
         on_start(trial.number)
     with heartbeat(study, trial):
