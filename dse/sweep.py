@@ -469,22 +469,28 @@ def run_trial(study, spec: Spec, options: SweepOptions, ctx, cache, stop: _Inter
     """Ask for one trial, evaluate its point, tell the outcome; returns a progress event.
     `on_start(number)` is told which trial is being evaluated (so a parent process that sees
     this one die can charge the trial with its death)."""
-    from optuna.trial import TrialState
     from dse.worker import heartbeat
     trial = study.ask()
-    # a sampler may propose a point a knob cannot apply to (Spec.not_applicable): pruned
-    # without compiling, and asked again; the grid never queues one
     for _ in range(MAX_INAPPLICABLE_ASKS):
-        why = spec.left_out(suggest_point(trial, spec))
-        if not why:
+        if not prune_inapplicable(study, trial, spec):
             break
-        trial.set_user_attr("not_applicable", why)
-        study.tell(trial, state=TrialState.PRUNED)
         trial = study.ask()
     if on_start is not None:
         on_start(trial.number)
     with heartbeat(study, trial):
         return run_asked_trial(study, trial, spec, options, ctx, cache, stop, log)
+
+
+def prune_inapplicable(study, trial, spec: Spec) -> bool:
+    """A sampler may propose a point that is not in the search space (Spec.left_out: a knob
+    cannot apply to it); the grid never queues one. Such a trial is told PRUNED, with why,
+    without compiling (it counts against no budget and is no row): True if it was."""
+    from optuna.trial import TrialState
+    why = spec.left_out(suggest_point(trial, spec))
+    if why:
+        trial.set_user_attr("not_applicable", why)
+        study.tell(trial, state=TrialState.PRUNED)
+    return bool(why)
 
 
 def run_asked_trial(study, trial, spec: Spec, options: SweepOptions, ctx, cache, stop: _Interrupt,

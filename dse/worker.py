@@ -258,7 +258,7 @@ def run_worker(spec: Spec, options: WorkerOptions, emit: Callable[[dict[str, Any
     from dse.cache import EvalCache
     from dse.evaluate import EvalContext
     from dse.results import write_outputs
-    from dse.sweep import SweepError, make_sampler, prepare_study, run_asked_trial, worker_seed
+    from dse.sweep import SweepError, make_sampler, prepare_study, prune_inapplicable, run_asked_trial, worker_seed
     optuna = _optuna()
     t0 = time.perf_counter()
     sopt = options.sweep
@@ -304,6 +304,8 @@ def run_worker(spec: Spec, options: WorkerOptions, emit: Callable[[dict[str, Any
                 trial.set_user_attr("interrupted", True)
                 trial.set_user_attr("surplus", True)
                 study.tell(trial, state=TrialState.FAIL)
+                continue
+            if prune_inapplicable(study, trial, spec):
                 continue
             with heartbeat(study, trial), contextlib.redirect_stdout(sys.stderr):
                 event = run_asked_trial(study, trial, spec, sopt, ctx, cache, stop)
