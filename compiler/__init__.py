@@ -44,7 +44,7 @@ def compile_model(*outputs, config: HardwareConfig | None = None) -> Design:
     shapes = tuple(tuple(int(d) for d in t.shape) for t in outputs)
     graph = trace(*outputs)
     sources = [lower(k) for k in graph.kernels]
-    parallel = [parallelize(k, config.lanes, config.reduce_unroll) for k in sources]
+    parallel = [parallelize(k, config.lanes, config.reduce_unroll, fp_sum=config.fp_sum) for k in sources]
     kernels = [fuse_loops(p.kernel) if config.loop_fusion else p.kernel for p in parallel]
     kernels = [interleave(k, config.fp_pipeline) for k in kernels]
     split = [split_deep(k, p.banking, config.fp_pipeline) for k, p in zip(kernels, parallel)]

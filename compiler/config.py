@@ -40,12 +40,23 @@ class HardwareConfig:
     reduce_unroll: U products per cycle of the innermost reduction loop whose body is a
         single `acc = acc + f(k)` (or max), summed by a balanced adder tree (default 1).
         Cost: U copies of f, a tree of U - 1 adders, U banks for the buffers the loop
-        indexes. Any U (tails gated to 0). Rejected for float accumulators: a tree sums in
-        another order than the sequential reference, so it would not be bit-exact.
+        indexes. Any U (tails gated to the identity). Float sums only with fp_sum="tree"
+        (a tree sums in another order than the sequential reference); float max reductions
+        are refused.
         Buffers whose index does not fit a banked layout (e.g. a convolution window, whose
         row and column counters step the same index) keep one bank with one read port per
         address (Yosys replicates the block RAM); a *written* buffer that does not fit makes
         the knob illegal for that kernel (a CompileError naming kernel, buffer and why).
+    fp_sum: "sequential" (default) or "tree": the order float sums add in. "sequential" is
+        tinygrad's order (k = 0..K-1), so reduce_unroll does not apply to a float sum (a
+        CompileError; the explorer prunes such points before compiling, dse/spec.py).
+        "tree" lets reduce_unroll sum U float products per cycle as a balanced tree,
+        neighbours first (((t0+t1)+(t2+t3))+...), added to the accumulator once per step;
+        terms past K read -0.0 (the identity of IEEE addition). Why: U times fewer cycles
+        for float reductions. Cost: results differ from tinygrad's sequential sum by a few
+        ULP (the golden model sums in the same tree order, so the design stays bit-exact
+        against it; dse reports the distance to the sequential result as `ulp_vs_sequential`).
+        No effect on integer reductions, whose addition is associative.
     share_buffers: a kernel that reads a buffer another kernel writes (or an input another
         kernel already holds) reads that memory directly instead of its own copy (default
         False). Saves the copy pass (one cycle per element or word) and one memory per
@@ -92,6 +103,7 @@ class HardwareConfig:
     reduce_unroll: int = 1
     share_buffers: bool = False
     fp_pipeline: int = 0
+    fp_sum: str = "sequential"
 
     def __post_init__(self) -> None:
         if self.mem_read not in ("sync", "comb"):
@@ -100,6 +112,8 @@ class HardwareConfig:
             raise ValueError(f"HardwareConfig.fp_rounding: expected 'rne' or 'rtz', got {self.fp_rounding!r}")
         if self.fp_subnormals not in ("keep", "flush"):
             raise ValueError(f"HardwareConfig.fp_subnormals: expected 'keep' or 'flush', got {self.fp_subnormals!r}")
+        if self.fp_sum not in ("sequential", "tree"):
+            raise ValueError(f"HardwareConfig.fp_sum: expected 'sequential' or 'tree', got {self.fp_sum!r}")
         if self.acc_width is not None and not (_is_int(self.acc_width) and 1 <= self.acc_width <= MAX_ACC_WIDTH):
             raise ValueError(f"HardwareConfig.acc_width: expected None (the accumulator's dtype) or an "
                              f"integer from 1 to {MAX_ACC_WIDTH}, got {self.acc_width!r}")
@@ -118,6 +132,14 @@ class HardwareConfig:
             raise ValueError(f"HardwareConfig: lanes={self.lanes} with reduce_unroll={self.reduce_unroll} is an "
                              f"illegal combination: {self.lanes * self.reduce_unroll} operations per cycle is more "
                              f"than the {MAX_PARALLEL} any supported FPGA can build; lower one of them")
+
+    def inapplicable(self, *, float_sums: bool) -> str:
+        """Why these knobs cannot apply to a model whose reductions are float sums (or not),
+        "" when they can. The explorer prunes such points before compiling (dse/spec.py)."""
+        if float_sums and self.reduce_unroll > 1 and self.fp_sum == "sequential":
+            return ("reduce_unroll > 1 with fp_sum=sequential: a float sum keeps tinygrad's sequential "
+                    "order (fp_sum=tree unrolls it)")
+        return ""
 
     @classmethod
     def knob_names(cls) -> tuple[str, ...]:

@@ -194,7 +194,7 @@ class Parallel:
     factors: dict[int, int]              # loop id -> lanes it was unrolled into
 
 
-def parallelize(kernel: ir.KernelIR, lanes: int = 1, reduce_unroll: int = 1) -> Parallel:
+def parallelize(kernel: ir.KernelIR, lanes: int = 1, reduce_unroll: int = 1, *, fp_sum: str = "sequential") -> Parallel:
     """Unroll-and-jam the innermost output loops by `lanes` and unroll the innermost
     reductions by `reduce_unroll`, with banked memories so that every step reads and writes
     all its lanes in one cycle.
@@ -208,7 +208,9 @@ def parallelize(kernel: ir.KernelIR, lanes: int = 1, reduce_unroll: int = 1) -> 
     reduce_unroll: each REDUCE loop R (bound K) whose body is a single `acc = acc + f(k)` or
     `acc = max(acc, f(k))` becomes R' (bound ceil(K/U)) with `acc = acc + tree(f(k'U + u))`,
     a balanced tree of the U terms, those past K replaced by the identity. Integer addition
-    and max are associative, so the result is bit-exact; float sums are not and are refused.
+    and max are associative, so the result is bit-exact. Float sums are not: they are
+    refused unless fp_sum is "tree" (the golden model then sums in this tree's order,
+    dse/zoo.py); float max reductions are refused.
     Factors larger than a loop's bound are clamped to it (more lanes would only be gated off).
 
     Buffers get layouts (compiler/layout.py): when the unrolled loops index a buffer, every
@@ -231,12 +233,14 @@ def parallelize(kernel: ir.KernelIR, lanes: int = 1, reduce_unroll: int = 1) -> 
             if upd is None:
                 continue
             d = kernel.accs[upd.acc].dtype
-            if d.is_float:
+            if d.is_float and not (upd.op is K.ADD and fp_sum == "tree"):
+                why = ("a float max reduction is only built sequentially" if upd.op is not K.ADD else
+                       "fp_sum='sequential' keeps tinygrad's sequential order; fp_sum='tree' sums it as a tree")
                 raise CompileError(
                     f"reduce_unroll={reduce_unroll} is illegal for kernel {kernel.name!r}: its {d.name} "
                     f"{'sum' if upd.op is K.ADD else 'reduction'} over loop i{loop.id} (acc{upd.acc}) would be "
-                    f"computed as a tree, in another order than the sequential reference, so the result would "
-                    f"not be bit-exact; use reduce_unroll=1 for float reductions")
+                    f"computed as a tree, in another order than the sequential one ({why}); use "
+                    f"reduce_unroll=1 for this reduction")
             if min(reduce_unroll, loop.bound) > 1:
                 factors[loop.id] = min(reduce_unroll, loop.bound)
                 updates[loop.id] = upd
@@ -418,7 +422,9 @@ class _Unroller:
 
     def reduction(self, loop: ir.Loop, ctx) -> ir.AccStore:
         upd, f, n = self.updates[loop.id], self.factors[loop.id], loop.bound
-        identity = const(0, upd.dtype) if upd.op is K.ADD else const(upd.dtype.min, upd.dtype)
+        # -0.0 is IEEE addition's identity (x + -0.0 == x for every x, -0.0 included)
+        identity = (const(-0.0 if upd.dtype.is_float else 0, upd.dtype) if upd.op is K.ADD
+                    else const(upd.dtype.min, upd.dtype))
         terms = []
         for u in range(f):
             t = self.value(upd.term, {**ctx, loop.id: u})

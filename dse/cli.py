@@ -49,7 +49,19 @@ def run_validate(args: argparse.Namespace) -> int:
           f"{s.knob_space_size} knob setting{'s' * (s.knob_space_size != 1)} ({knobs}) -> {s.space_size} design points"
           f"{f' ({illegal} illegal knob combinations)' if illegal else ''}; "
           f"target {s.target}; {objectives}; {s.search.sampler} sampler, {s.search.trials} trials, seed {s.search.seed}")
+    for line in not_applicable_lines(s):
+        print(line)
     return EXIT_OK
+
+
+def not_applicable_lines(s) -> list[str]:
+    """One line per reason a spec's points were left out of its search space, with a count
+    and an example (Spec.not_applicable): said once per sweep, not as a FAIL row each."""
+    reasons: dict[str, list] = {}
+    for point, why in s.not_applicable():
+        reasons.setdefault(why, []).append(point)
+    return [f"not applicable, left out of the search space: {len(points)} point{'s' * (len(points) != 1)} "
+            f"(e.g. {points[0].model} {points[0].dtype}): {why}" for why, points in reasons.items()]
 
 
 def _illegal_knob_combinations(s, limit: int = 100_000) -> int:
@@ -365,6 +377,8 @@ def run_sweep(args: argparse.Namespace) -> int:
         print(r.fidelity_report)
     for f in r.files:
         print(f"  {f}")
+    for line in not_applicable_lines(spec):
+        print(line)
     for e in r.worker_errors:
         print(f"error: a worker stopped: {e.strip().splitlines()[-1]}", file=sys.stderr)
     if r.interrupted:

@@ -153,6 +153,7 @@ class Metrics:
     cycle_breakdown: str | None = None      # JSON of the cycle model: {"kernels": [[name, cycles], ...], "copies": n}
     correct: bool | None = None
     max_abs_err: float | None = None
+    ulp_vs_sequential: int | None = None    # fp_sum=tree: max ULP from tinygrad's sequential sum
     check_rule: str | None = None
     # area
     luts: int | None = None
@@ -368,6 +369,8 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
         run.set(check_rule=checker.rule)
         correct, err = checker.compare(result.outputs[0], checker.reference(arrays))
         run.set(correct=correct, max_abs_err=err)
+        if checker.tree > 1:        # fp_sum=tree: how far the tree order lands from tinygrad's
+            run.set(ulp_vs_sequential=ulp_distance(result.outputs[0], checker.sequential(arrays), point.dtype))
     if not correct and proof.narrowed_unsafe:
         run.notes.append(f"outputs differ from the reference (max abs error {err:g}): {proof.narrowed_unsafe}")
     elif not correct:
@@ -459,7 +462,10 @@ class _Checker:
         rounding, subnormals = _float_mode(config)
         ieee = rounding == "rne" and subnormals == "keep"
         self.exact = not self.is_float or (model.builtin is not None and ieee)
-        source = "numpy golden model (KERNEL arithmetic)" if model.builtin is not None else "tinygrad's result"
+        self.tree = tree_terms(config) if self.is_float else 1
+        self.arith = dataclasses.replace(zoo.KERNEL, sum_tree=self.tree)
+        source = ("tinygrad's result" if model.builtin is None else "numpy golden model (KERNEL arithmetic)"
+                  if self.tree == 1 else f"numpy golden model (KERNEL arithmetic, sums in trees of {self.tree})")
         if self.exact:
             self.rule = f"bit-exact vs {source}"
             self.clamp = None
@@ -474,15 +480,46 @@ class _Checker:
 
     def reference(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
         if self.model.builtin is not None:
-            ref = zoo.reference(self.model.builtin, self.dtype, self.model.params, arrays, zoo.KERNEL)
+            ref = zoo.reference(self.model.builtin, self.dtype, self.model.params, arrays, self.arith)
         else:
             ref = zoo.tinygrad_result(self.built, arrays)
         if self.clamp is not None:
             ref = np.where(np.isnan(ref), ref, np.clip(ref, -self.clamp, self.clamp)).astype(ref.dtype)
         return ref
 
+    def sequential(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+        """tinygrad's own (sequential) result: for zoo models its numpy model in the PYTHON
+        device's arithmetic (zoo.python_device_arith; tests/test_zoo.py checks they agree),
+        seconds faster than running tinygrad."""
+        if self.model.builtin is not None:
+            return zoo.reference(self.model.builtin, self.dtype, self.model.params, arrays,
+                                 zoo.python_device_arith(self.dtype))
+        return zoo.tinygrad_result(self.built, arrays)
+
     def compare(self, got: np.ndarray, want: np.ndarray) -> tuple[bool, float]:
         return compare(got, want, is_float=self.is_float, rel_tol=None if self.exact else self.rel)
+
+
+def tree_terms(config) -> int:
+    """Products a float sum adds as one tree per step (fp_sum="tree"), 1 when sequential."""
+    return config.reduce_unroll if getattr(config, "fp_sum", "sequential") == "tree" else 1
+
+
+def ulp_distance(got: np.ndarray, want: np.ndarray, dtype: str) -> int:
+    """The most units in the last place of `dtype` between two float outputs (held in their
+    storage dtypes): how many representable values lie between them. 0 when equal (and
+    -0.0 vs +0.0); a NaN on one side only counts as the whole range."""
+    width = zoo.DTYPES[dtype].bits
+
+    def ordered(a: np.ndarray) -> np.ndarray:       # bit patterns on one monotonic integer line
+        u = zoo.bits(a, dtype).reshape(-1).astype(np.int64)
+        mag = u & ((1 << (width - 1)) - 1)
+        return np.where(u >> (width - 1), -mag, mag)
+    nan_g = np.isnan(np.asarray(got, np.float32).reshape(-1))
+    nan_w = np.isnan(np.asarray(want, np.float32).reshape(-1))
+    d = np.abs(ordered(got) - ordered(want))
+    d = np.where(nan_g & nan_w, 0, np.where(nan_g | nan_w, 1 << width, d))
+    return int(d.max()) if d.size else 0
 
 
 def reduction_length(design) -> int:

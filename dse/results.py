@@ -14,7 +14,7 @@ trials.csv, one row per trial that ran (queued trials not yet run are left out):
     stage, error, error_type    where and why a point failed
     cached                      served from the evaluation cache (no tool ran for this trial)
     <metrics>...                every field of dse.evaluate.Metrics: cycles, cycles_model,
-                                correct, max_abs_err, check_rule, luts, ffs, bram, lutram, dsp,
+                                correct, max_abs_err, ulp_vs_sequential, check_rule, luts, ffs, bram, lutram, dsp,
                                 acc_bits_required, overflow_safe, max_magnitude,
                                 overflow_confirmed, the stage times compile_s, simulate_s,
                                 overflow_s, synth_s, total_s (of the evaluation that produced
@@ -76,7 +76,8 @@ def _knob_names(spec: Spec, rows: Iterable[dict[str, Any]]) -> list[str]:
 def trial_rows(study, spec: Spec) -> list[dict[str, Any]]:
     """One flat dict per trial that ran, in trial-number order."""
     from optuna.trial import TrialState
-    trials = [t for t in study.get_trials(deepcopy=False) if t.state not in (TrialState.WAITING,)]
+    trials = [t for t in study.get_trials(deepcopy=False) if t.state not in (TrialState.WAITING,)
+              and "not_applicable" not in t.user_attrs]      # pruned before compiling: never ran
     metrics = [t.user_attrs.get("metrics") or {} for t in trials]
     knob_names = _knob_names(spec, metrics)
     fields = _metric_fields()

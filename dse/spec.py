@@ -276,6 +276,16 @@ class DesignPoint:
         """Raises ValueError saying why if this combination of knob values is illegal."""
         return HardwareConfig.from_dict(dict(self.knobs))
 
+    def inapplicable(self) -> str:
+        """Why a knob of this point cannot apply to its dtype ("" when all can): a float dtype
+        sums in float (HardwareConfig.inapplicable). Illegal knob values are not this
+        method's business: they fail at stage "config" with their own message."""
+        try:
+            config = self.hardware_config()
+        except (ValueError, TypeError):
+            return ""
+        return config.inapplicable(float_sums=zoo.DTYPES[self.dtype].is_float)
+
 
 @dataclass(frozen=True)
 class Spec:
@@ -310,8 +320,39 @@ class Spec:
 
     @property
     def space_size(self) -> int:
-        """Number of design points: models x dtypes x knob combinations."""
-        return len(self.models) * len(self.dtypes) * self.knob_space_size
+        """Number of design points: models x dtypes x knob combinations, less the points a
+        knob cannot apply to (`not_applicable`)."""
+        return len(self.models) * len(self.dtypes) * self.knob_space_size - len(self.not_applicable())
+
+    def left_out(self, point: DesignPoint) -> str:
+        """Why `point` is not in the search space ("" when it is): a knob value that cannot
+        apply to its dtype (DesignPoint.inapplicable), or fp_sum=tree where it changes
+        nothing (an integer dtype, or reduce_unroll=1) while the spec also lists
+        fp_sum=sequential, whose point is the same design."""
+        why = point.inapplicable()
+        if why or point.knobs.get("fp_sum") != "tree" or "sequential" not in self.knob_values("fp_sum"):
+            return why
+        if not zoo.DTYPES[point.dtype].is_float or point.knobs.get("reduce_unroll", 1) == 1:
+            return ("fp_sum=tree only reorders float sums with reduce_unroll > 1; elsewhere it is the same "
+                    "design as fp_sum=sequential, which the space holds")
+        return ""
+
+    def knob_values(self, name: str) -> tuple[Any, ...]:
+        return next((k.values for k in self.knobs if k.name == name), ())
+
+    def not_applicable(self) -> list[tuple[DesignPoint, str]]:
+        """The points left out of the search space (`left_out`), each with why. They would
+        fail at compile or repeat another point; pruned here, before compiling, a sweep
+        reports them once (its summary, and `dse validate`) instead of a row each."""
+        out = []
+        for m in self.models:
+            for dt in self.dtypes:
+                for knobs in self.knob_combinations():
+                    p = DesignPoint(m.name, dt, knobs)
+                    why = self.left_out(p)
+                    if why:
+                        out.append((p, why))
+        return out
 
     def knob_combinations(self) -> Iterator[FrozenMap[str, Any]]:
         names = [k.name for k in self.knobs]
@@ -319,11 +360,14 @@ class Spec:
             yield FrozenMap(zip(names, values))
 
     def points(self) -> Iterator[DesignPoint]:
-        """Every design point, models outermost, then dtypes, then knobs in spec order."""
+        """Every design point a knob applies to (not `not_applicable`), models outermost,
+        then dtypes, then knobs in spec order."""
         for m in self.models:
             for dt in self.dtypes:
                 for knobs in self.knob_combinations():
-                    yield DesignPoint(m.name, dt, knobs)
+                    p = DesignPoint(m.name, dt, knobs)
+                    if not self.left_out(p):
+                        yield p
 
     def gate_bounds(self, model: str, dtype: str) -> tuple[Bound, ...]:
         return tuple(b for rule in self.gate if rule.matches(model, dtype) for b in rule.bounds)

@@ -92,7 +92,7 @@ from dse.spec import Spec
 from dse.study.grid import make_sampler, prepare_study, record_death, worker_seed
 from dse.study.options import SweepError, SweepOptions
 from dse.study.storage import heartbeat, open_storage, optuna, storage_location, study_lock
-from dse.study.trial import STOP_SIGNALS, Interrupt, run_asked_trial
+from dse.study.trial import MAX_INAPPLICABLE_ASKS, STOP_SIGNALS, Interrupt, prune_inapplicable, run_asked_trial
 
 __all__ = ["SweepError", "SweepOptions", "SweepResult", "shares", "sweep"]
 
@@ -134,6 +134,10 @@ def run_trial(study, spec: Spec, options: SweepOptions, ctx, cache, stop: Interr
     `on_start(number)` is told which trial is being evaluated (so a parent process that sees
     this one die can charge the trial with its death)."""
     trial = study.ask()
+    for _ in range(MAX_INAPPLICABLE_ASKS):
+        if not prune_inapplicable(study, trial, spec):
+            break
+        trial = study.ask()
     if on_start is not None:
         on_start(trial.number)
     with heartbeat(study, trial):

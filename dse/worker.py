@@ -57,7 +57,7 @@ from dse.study.grid import make_sampler, prepare_study, queue_points, study_stat
 from dse.study.options import SweepError, SweepOptions
 from dse.study.storage import (GRACE_ENV, HEARTBEAT_ENV, fail_stale_trials, heartbeat, heartbeat_enabled, optuna,
                                storage_location, study_lock)
-from dse.study.trial import STOP_SIGNALS, Interrupt, run_asked_trial
+from dse.study.trial import STOP_SIGNALS, Interrupt, prune_inapplicable, run_asked_trial
 
 __all__ = ["GRACE_ENV", "HEARTBEAT_ENV", "WorkerOptions", "WorkerResult", "run_worker"]
 
@@ -139,6 +139,8 @@ def run_worker(spec: Spec, options: WorkerOptions, emit: Callable[[dict[str, Any
                 trial.set_user_attr("interrupted", True)
                 trial.set_user_attr("surplus", True)
                 study.tell(trial, state=TrialState.FAIL)
+                continue
+            if prune_inapplicable(study, trial, spec):
                 continue
             with heartbeat(study, trial), contextlib.redirect_stdout(sys.stderr):
                 event = run_asked_trial(study, trial, spec, sopt, ctx, cache, stop)

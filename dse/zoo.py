@@ -335,10 +335,16 @@ class Arith:
     emulated_casts: casts to fp16/bf16 behave like tinygrad's software float emulation: subnormals
         flush to (signed) zero on load and store, and magnitudes above the format's largest
         finite value become inf instead of rounding down to it.
+    sum_tree: U > 1 sums a float reduction the way the hardware does with fp_sum="tree" and
+        reduce_unroll=U (compiler/transform.py `parallelize`): the innermost reduction loop
+        (bound K) takes U products per step, adds them as a balanced tree, neighbours first,
+        with the terms past K read as -0.0, and adds the tree to the accumulator. U is
+        clamped to K as the compiler clamps it. Integer sums are the same in any order.
     """
     round_products: bool = True
     fused_mac: bool = False
     emulated_casts: bool = False
+    sum_tree: int = 1
 
 
 KERNEL = Arith()
@@ -403,12 +409,33 @@ class _Numeric:
     def mac(self, acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         if not self.is_float:
             return _wrap32(acc + a * b)
-        p = a.astype(np.float64) * b.astype(np.float64)          # exact for every float dtype here
-        if self.arith.round_products and self.dtype != "fp32":
-            p = round_float(p.astype(np.float32), self.dtype)   # exact -> float32, then one rounding
+        p = self._product(a, b)
         if self.arith.fused_mac:
             return (acc.astype(np.float64) + p).astype(np.float32)
         return acc + p.astype(np.float32)
+
+    def _product(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        p = a.astype(np.float64) * b.astype(np.float64)          # exact for every float dtype here
+        if self.arith.round_products and self.dtype != "fp32":
+            p = round_float(p.astype(np.float32), self.dtype)   # exact -> float32, then one rounding
+        return p
+
+    def dot(self, acc: np.ndarray, n: int, operands: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        """acc + the sum over k = 0..n-1 of a_k * b_k, (a_k, b_k) = operands(k), in the order
+        the hardware sums: sequentially, or in trees of `arith.sum_tree` terms."""
+        u = min(self.arith.sum_tree, n)
+        if not self.is_float or u <= 1:
+            for k in range(n):
+                acc = self.mac(acc, *operands(k))
+            return acc
+        for k0 in range(0, n, u):
+            terms = [self._product(*operands(k)).astype(np.float32) if k < n else np.float32(-0.0)
+                     for k in range(k0, k0 + u)]
+            while len(terms) > 1:                        # the compiler's tree: neighbours first
+                terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
+                         for i in range(0, len(terms), 2)]
+            acc = acc + terms[0]
+        return acc
 
     def store(self, acc: np.ndarray) -> np.ndarray:
         if not self.is_float:
@@ -425,10 +452,7 @@ def _relu(x: np.ndarray) -> np.ndarray:
 
 
 def _matvec(num: _Numeric, W: np.ndarray, x: np.ndarray) -> np.ndarray:
-    acc = num.zeros(W.shape[0])
-    for k in range(W.shape[1]):
-        acc = num.mac(acc, W[:, k], x[k])
-    return acc
+    return num.dot(num.zeros(W.shape[0]), W.shape[1], lambda k: (W[:, k], x[k]))
 
 
 def _gemv_ref(dtype: str, p: Mapping[str, int], a: Mapping[str, np.ndarray], arith: Arith) -> np.ndarray:
@@ -439,10 +463,7 @@ def _gemv_ref(dtype: str, p: Mapping[str, int], a: Mapping[str, np.ndarray], ari
 def _matmul_ref(dtype: str, p: Mapping[str, int], a: Mapping[str, np.ndarray], arith: Arith) -> np.ndarray:
     num = _Numeric(dtype, arith)
     A, B = num.load(a["A"]), num.load(a["B"])
-    acc = num.zeros((p["M"], p["N"]))
-    for k in range(p["K"]):
-        acc = num.mac(acc, A[:, k, None], B[None, k, :])
-    return num.store(acc)
+    return num.store(num.dot(num.zeros((p["M"], p["N"])), p["K"], lambda k: (A[:, k, None], B[None, k, :])))
 
 
 def _elementwise_ref(dtype: str, p: Mapping[str, int], a: Mapping[str, np.ndarray], arith: Arith) -> np.ndarray:
@@ -471,9 +492,8 @@ def _conv2d_ref(dtype: str, p: Mapping[str, int], a: Mapping[str, np.ndarray], a
     ho, wo = p["H"] + 2 * PAD - K + 1, p["W"] + 2 * PAD - K + 1
     acc = num.zeros((p["C_OUT"], ho, wo))
     for ci in range(p["C_IN"]):          # tinygrad's reduce order: input channel, kernel row, column
-        for ky in range(K):
-            for kx in range(K):
-                acc = num.mac(acc, w[:, ci, ky, kx, None, None], x[None, ci, ky:ky + ho, kx:kx + wo])
+        for ky in range(K):              # reduce_unroll unrolls the innermost one, the column
+            acc = num.dot(acc, K, lambda kx: (w[:, ci, ky, kx, None, None], x[None, ci, ky:ky + ho, kx:kx + wo]))
     return num.store(acc)
 
 

@@ -164,7 +164,7 @@ def test_a_convolution_window_keeps_one_bank_with_a_read_port_per_tap():
     assert hw.n_read_ports[1] == 3
 
 
-def test_float_reductions_refuse_reduce_unroll():
+def test_float_sums_refuse_reduce_unroll_unless_fp_sum_is_tree():
     from tinygrad import Tensor
     from compiler import CompileError
     rng = np.random.default_rng(0)
@@ -174,8 +174,12 @@ def test_float_reductions_refuse_reduce_unroll():
         compile_model(y, config=HardwareConfig(reduce_unroll=2))
     msg = str(err.value)
     assert msg.startswith("reduce_unroll=2 is illegal for kernel 'k0_r_4_6': its fp32 sum over loop i1 (acc0)")
-    assert "not be bit-exact; use reduce_unroll=1 for float reductions" in msg
+    assert "fp_sum='tree' sums it as a tree" in msg and "use reduce_unroll=1 for this reduction" in msg
     compile_model(y, config=HardwareConfig(lanes=2))          # lanes do not reorder anything
+    design = compile_model(y, config=HardwareConfig(reduce_unroll=4, fp_sum="tree"))
+    assert design.cycles_formula == 4 * 2 + 1                 # ceil(6 / 4) steps per row
+    with pytest.raises(ValueError, match="HardwareConfig.fp_sum: expected 'sequential' or 'tree', got 'pairwise'"):
+        HardwareConfig(fp_sum="pairwise")
 
 
 @pytest.mark.parametrize("lanes", [2, 3, 8])

@@ -361,7 +361,9 @@ def test_bound_directions():
 def test_example_configs_are_valid(path, capsys):
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("ok: study ") and out.count("\n") == 1
+    lines = out.splitlines()
+    assert lines[0].startswith("ok: study ")
+    assert all(line.startswith("not applicable, left out of the search space: ") for line in lines[1:])
 
 
 def test_gemv_config_is_the_main_job():
@@ -371,6 +373,30 @@ def test_gemv_config_is_the_main_job():
     assert s.models[0].builtin == "gemv" and s.models[0].params == {"M": 128, "K": 784}
     assert [o.metric for o in s.objectives] == ["cycles", "luts"]
     assert {"lanes", "reduce_unroll"} <= {k.name for k in s.knobs}
+
+
+def test_points_a_knob_cannot_apply_to_are_left_out_once_with_why(tmp_path, capsys):
+    """configs/gemv.yaml: reduce_unroll=8 with fp_sum=sequential cannot apply to a float sum
+    (it would FAIL at compile) and fp_sum=tree changes nothing for int8 or reduce_unroll=1
+    (it would repeat a point): neither is in the grid; validate says so once per reason."""
+    s = load_spec(ROOT / "configs" / "gemv.yaml")
+    points = list(s.points())
+    assert len(points) == s.space_size == 24 and len(s.not_applicable()) == 24
+    for p in points:
+        float_sum = p.dtype != "int8"
+        assert (p.knobs["fp_sum"] == "tree") == (float_sum and p.knobs["reduce_unroll"] > 1)
+    assert main(["validate", str(ROOT / "configs" / "gemv.yaml")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:] == [
+        "not applicable, left out of the search space: 15 points (e.g. gemv_128x784 int8): fp_sum=tree only "
+        "reorders float sums with reduce_unroll > 1; elsewhere it is the same design as fp_sum=sequential, "
+        "which the space holds",
+        "not applicable, left out of the search space: 9 points (e.g. gemv_128x784 fp16): reduce_unroll > 1 "
+        "with fp_sum=sequential: a float sum keeps tinygrad's sequential order (fp_sum=tree unrolls it)"]
+    # without fp_sum=sequential among the values, tree is the only setting: kept everywhere
+    only_tree = parse_spec({**yaml.safe_load((ROOT / "configs" / "gemv.yaml").read_text()),
+                            "knobs": {"reduce_unroll": [1, 8], "fp_sum": ["tree"]}})
+    assert only_tree.space_size == 8 and not only_tree.not_applicable()
 
 
 # --- the CLI

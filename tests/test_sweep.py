@@ -171,6 +171,23 @@ def test_duplicate_points_from_a_sampler_cost_nothing(tmp_path, fake_synth):
     assert df.loc[df["cached"], "trial_s"].max() < 2
 
 
+@pytest.mark.parametrize("sampler", ["grid", "random"])
+def test_points_a_knob_cannot_apply_to_are_never_compiled_nor_rows(tmp_path, fake_synth, sampler):
+    """fp32 with reduce_unroll=2 and fp_sum=sequential would FAIL at compile: the grid leaves
+    it out, a sampler that proposes it gets the trial PRUNED and asks again."""
+    d = spec_dict(sampler=sampler, trials=4, models=SMALL_MODELS[:1], dtypes=["fp32"])
+    d["knobs"] = {"reduce_unroll": [1, 2], "fp_sum": ["sequential", "tree"]}
+    spec = load_spec(write_spec(tmp_path, d))
+    assert spec.space_size == 2
+    r = sweep(spec, options(tmp_path))
+    df = load_results(r.results_dir)
+    assert r.failed == 0 and len(df) == (4 if sampler == "random" else 2)
+    assert (df["status"] == "OK").all() and df["correct"].all()
+    assert set(zip(df["reduce_unroll"], df["fp_sum"])) <= {(1, "sequential"), (2, "tree")}
+    tree = df[df["reduce_unroll"] == 2]
+    assert tree["check_rule"].str.contains("sums in trees of 2").all() and (tree["ulp_vs_sequential"] >= 0).all()
+
+
 def test_points_that_do_not_compile_are_cached_as_failures(tmp_path, fake_synth, monkeypatch):
     from compiler import UnsupportedError
     import compiler
