@@ -78,7 +78,7 @@ ERRORS = [
     # top level: unknown keys (with typo hints), missing keys, wrong types
     (renamed("objectives", "objective"), "objective: unknown key; did you mean 'objectives'?"),
     ({**BASE, "colour": "red"}, "colour: unknown key (known keys: study, target, models, dtypes, objectives, "
-                                "search, knobs, input_range, constraints, gate, timing, stage_timeout_s)"),
+                                "search, knobs, input_range, constraints, gate, timing, stage_timeout_s, data)"),
     (with_("dtypes", DROP), "dtypes: required key is missing"),
     (with_("study", 3), "study: expected a non-empty string, got 3"),
     (with_("study", "my study"), "study: expected a name of letters, digits, '_', '-' and '.' "
@@ -165,7 +165,7 @@ ERRORS = [
      "gate[0].model: unknown model 'gemv'; did you mean 'gemv_4x8'?"),
     (with_("gate", [{"dtype": "fp16", "cycles_max": 100}]), "gate[0].dtype: unknown dtype 'fp16' (known: int8, fp32)"),
     (with_("gate", [{"dtype": "int8"}]), "gate[0]: needs at least one bound (e.g.: cycles_max, luts_max, ffs_max, "
-                                         "bram_max, dsp_max, lutram_max, latency_us_max, fmax_mhz_min)"),
+                                         "bram_max, dsp_max, lutram_max, latency_us_max, fmax_mhz_min, accuracy_min)"),
     (with_("gate", []), "gate: must not be empty"),
     # scalars
     (with_("timing", 1), "timing: expected true or false, got 1"),
