@@ -528,6 +528,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SpecError, CliError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:                     # `dse ... | head`: the reader left; not an error of ours
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
+        return EXIT_OK
 
 
 if __name__ == "__main__":

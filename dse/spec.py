@@ -30,6 +30,7 @@ Every mistake raises one `SpecError` naming the YAML path of the offending value
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import itertools
 import math
@@ -669,8 +670,12 @@ class _Parser:
                    if "stage_timeout_s" in top else DEFAULT_STAGE_TIMEOUT_S)
         if timeout > MAX_STAGE_TIMEOUT_S:
             raise SpecError("stage_timeout_s", f"expected at most {MAX_STAGE_TIMEOUT_S:,.0f} (a week), got {timeout!r}")
-        return Spec(study, target, models, self.dtypes, knobs, objectives, search, constraints, gate,
+        spec = Spec(study, target, models, self.dtypes, knobs, objectives, search, constraints, gate,
                     self.timing, float(timeout), self.path)
+        if search.sampler is Sampler.GRID and "trials" not in top["search"]:
+            # the whole grid: its points, not counting the ones a knob cannot apply to
+            spec = dataclasses.replace(spec, search=dataclasses.replace(search, trials=spec.space_size))
+        return spec
 
     # -- models
 
