@@ -13,17 +13,21 @@ against them, naming the YAML path of what is wrong). Models live in zoo.py / us
       - name: mine
         source: models/mine.py:build    # a user's file, relative to the spec file
         params: {N: 32}
+      - name: trained
+        weights: models/mlp.npz         # a trained dense network (or onnx: mlp.onnx), with
+        data: {dataset: "sklearn:digits"}   # the samples its accuracy is measured on
     dtypes: [int8, fp16, bf16, fp32]    # int8 int16 int32 uint8 fp16 bf16 fp32
     knobs:                              # candidate values per HardwareConfig knob
       mem_read: [sync, comb]
-    objectives: [cycles, luts]          # fmax_mhz is maximised, every other metric minimised
+    objectives: [cycles, luts]          # fmax_mhz and accuracy are maximised, every other metric minimised
     search: {sampler: nsga2, trials: 40, seed: 0}   # grid | random | tpe | nsga2
 
 Optional keys: `input_range` ({min, max} for every dtype, or {dtype: {min, max}}), `constraints`
 ({luts_max: 5000, ...}: resource budgets a feasible point must meet), `gate` (the same bounds,
 for `dse check`: one mapping for every model x dtype, or a list of rules each optionally
 restricted by `model:` and `dtype:`), `timing` (bool, default false: run place-and-route for
-fmax_mhz/latency_us) and `stage_timeout_s` (per-stage time limit, default 600).
+fmax_mhz/latency_us), `stage_timeout_s` (per-stage time limit, default 600) and `data` (the
+samples of trained models that name none of their own).
 
 Every mistake raises one `SpecError` naming the YAML path of the offending value, e.g.
 `models[1].params.K: expected a positive integer, got -3`.
