@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Module, Signal, Value, signed
 
-from .common import Unpacked, leading_zeros, shift_left
+from .common import Pipe, Unpacked, leading_zeros, shift_left
 from .formats import FloatFormat
 
 # Register boundaries, enabled in this order: fractions of the unit's length in eighths,
@@ -30,6 +30,18 @@ def boundary_rows(rows: int) -> dict[str, int]:
     if len(set(out.values())) != len(out):
         raise ValueError(f"{rows} recurrence rows are too few for {len(CUTS)} distinct register boundaries")
     return out
+
+
+def row_segments(m: Module, stages: int, rows: int):
+    """`segment(k, *values)` for a unit of `rows` recurrence rows cut into `stages` pipeline
+    stages: `values` registered after segment k where a boundary (boundary_rows) sits there,
+    else passed on unchanged."""
+    pipe = Pipe(m, CUTS, stages)
+    cut_after = {seg: name for name, seg in boundary_rows(rows).items()}
+
+    def segment(k: int, *values):
+        return pipe.cut(cut_after[k], *values) if k in cut_after else values
+    return segment
 
 
 def normalised_operand(m: Module, fmt: FloatFormat, x: Unpacked, subnormals: str, name: str) -> tuple[Value, Value]:

@@ -5,9 +5,9 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .common import Pipe, check_stages, round_pack, special_mux, unpack
+from .common import check_stages, round_pack, special_mux, unpack
 from .formats import FloatFormat, check_format, check_rounding, check_subnormals
-from .recurrence import CUTS, boundary_rows, lowest_exponent, normalised_operand
+from .recurrence import CUTS, lowest_exponent, normalised_operand, row_segments
 
 
 class FSqrt(wiring.Component):
@@ -39,11 +39,7 @@ class FSqrt(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         fmt, p = self.fmt, self.fmt.precision
-        pipe = Pipe(m, self.CUTS, self.stages)
-        cut_after = {seg: name for name, seg in boundary_rows(self.rows).items()}
-
-        def segment(k, *values):
-            return pipe.cut(cut_after[k], *values) if k in cut_after else values
+        segment = row_segments(m, self.stages, self.rows)
 
         a = unpack(m, fmt, self.a, self.subnormals, "a")
         specials = (a.is_nan | (a.sign & ~a.is_zero), a.is_inf, a.is_zero, a.sign)   # NaN, inf, zero, its sign
