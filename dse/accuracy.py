@@ -14,18 +14,33 @@ own rounding). Metrics: `accuracy` (top-1
 against the labels; without labels, agreement of the argmax with the float model),
 `accuracy_float` (the float64 model on the same samples), `agreement` (argmax equal to the float
 model's), and the mean and max |error| of the (dequantised) logits against the float model.
+
+Any other model (a zoo model or a user's function with `weights:` and `data:`) runs its samples
+through the design the evaluation already compiled, by `run_model_samples`: each sample checked
+against the point's own reference and rule (dse.evaluate's checker: bit-exact for integers and
+for zoo models, tinygrad's result within the stated tolerance for a user's float model), the
+float model being the same model in fp32 with the file's weights as they are (`float_outputs`).
 """
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
+import os
 from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Callable, Mapping, Protocol
 
 import numpy as np
 
 from compiler import HardwareConfig, compile_model, simulate_many
+from compiler.tools import cache_root
 from dse import zoo
 from dse.data import Dataset
 from dse.zoo import input_tensors
 from dse.quantize import QMAX, SCHEME, DenseNet, quantize
+from dse.spec import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -78,9 +93,108 @@ def run_samples(*, net: DenseNet, dtype: str, data: Dataset, config: HardwareCon
     if len(diff):
         raise SampleCheckError(f"sample {diff[0]}: hardware {logits[diff[0]].tolist()} != reference "
                                f"{reference[diff[0]].tolist()} ({len(diff)} of {len(xs)} samples differ)")
+    return _scored(dtype=dtype, logits=logits, float_logits=float_logits, labels=data.y_test, to_float=to_float,
+                   cycles=model_cycles, quantization=SCHEME if dtype in QMAX else None, design=design)
+
+
+def _scored(*, dtype: str, logits: np.ndarray, float_logits: np.ndarray, labels: np.ndarray | None,
+            to_float: Callable[[np.ndarray], np.ndarray] | None, cycles: int, quantization: str | None,
+            design) -> SampleRun:
+    """The metrics of checked outputs (samples, classes) against the float model's; without
+    `to_float` (an integer model whose scale the tool does not know) no logit error is given."""
     pred, pred_float = logits.argmax(1), float_logits.argmax(1)
-    truth = data.y_test if data.y_test is not None else pred_float
-    err = np.abs(to_float(logits) - float_logits)
-    return SampleRun(dtype, len(xs), float((pred == truth).mean()), float((pred_float == truth).mean()),
-                     float((pred == pred_float).mean()), float(err.mean()), float(err.max()),
-                     model_cycles, model_cycles, SCHEME if dtype in QMAX else None, logits, design)
+    truth = labels if labels is not None else pred_float
+    if to_float is None:
+        mean_err = max_err = float("nan")
+    else:
+        err = np.abs(to_float(logits) - float_logits)
+        mean_err, max_err = float(err.mean()), float(err.max())
+    return SampleRun(dtype, len(logits), float((pred == truth).mean()), float((pred_float == truth).mean()),
+                     float((pred == pred_float).mean()), mean_err, max_err, cycles, cycles, quantization,
+                     logits, design)
+
+
+class Checker(Protocol):
+    """The point's reference and rule (dse.evaluate's checker)."""
+    def reference(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray: ...
+    def finish(self, raw: np.ndarray) -> np.ndarray: ...
+    def compare(self, got: np.ndarray, want: np.ndarray) -> tuple[bool, float]: ...
+
+
+def run_model_samples(*, model: ModelSpec, dtype: str, design, tensors: list, checker: Checker,
+                      backend: str = "cxxrtl") -> SampleRun:
+    """Every test sample of `model.files` through `design` (compiled from `tensors`, the model's
+    inputs in order, with the weights in their memories), in one simulator process. Each sample's
+    outputs are checked by the point's `checker` and its cycles against the cycle model (a
+    failure raises SampleCheckError)."""
+    built = model.build(dtype)
+    real = model.files.inputs(built.inputs, dtype)
+    x_tensor = tensors[list(built.inputs).index(real.data_input)]
+    runs = simulate_many(design, [{x_tensor: s} for s in real.samples], backend=backend)
+    model_cycles = design.cycle_model().total
+    bad = [i for i, r in enumerate(runs) if r.cycles != model_cycles]
+    if bad:
+        raise SampleCheckError(f"sample {bad[0]}: {runs[bad[0]].cycles} cycles simulated, the model says {model_cycles}")
+    outputs = np.stack([np.asarray(r.outputs[0]).reshape(-1) for r in runs])
+    raw = tinygrad_outputs(model, dtype) if model.builtin is None else None
+    for i, sample in enumerate(real.samples):
+        want = (checker.reference({**real.weights, real.data_input: sample}) if raw is None
+                else checker.finish(raw[i]))
+        same, err = checker.compare(outputs[i], want)
+        if not same:
+            raise SampleCheckError(f"sample {i}: hardware {outputs[i].tolist()} != reference "
+                                   f"{np.asarray(want).reshape(-1).tolist()} (max abs error {err:g})")
+    is_float = zoo.DTYPES[dtype].is_float
+    return _scored(dtype=dtype, logits=outputs, float_logits=float_outputs(model), labels=real.labels,
+                   to_float=(lambda v: np.asarray(v, np.float64)) if is_float else None,
+                   cycles=model_cycles, quantization=None, design=design)
+
+
+def float_outputs(model: ModelSpec) -> np.ndarray:
+    """(samples, outputs) in float64: the model in fp32, weights and samples as the files hold
+    them (the zoo's numpy golden model for a builtin, tinygrad's result for a user's function)."""
+    if model.builtin is None:
+        return tinygrad_outputs(model, "fp32").astype(np.float64)
+    real = model.files.inputs(model.build("fp32").inputs, "fp32")
+    return np.stack([np.asarray(zoo.reference(model.builtin, "fp32", model.params,
+                                              {**real.weights, real.data_input: s}), np.float64).reshape(-1)
+                     for s in real.samples])
+
+
+@functools.lru_cache(maxsize=16)
+def tinygrad_outputs(model: ModelSpec, dtype: str) -> np.ndarray:
+    """(samples, outputs): tinygrad's own result for each test sample of a user's model in
+    `dtype`. tinygrad's PYTHON device takes 0.1-0.6 s a sample (the only device without a C
+    compiler), and the result depends on the model and its files only, not on the knobs: so it
+    is computed once per model and dtype, kept in memory and in $TINYHW_CACHE/references."""
+    built = model.build(dtype)
+    real = model.files.inputs(built.inputs, dtype)
+    path = cache_root() / "references" / f"{_reference_key(model, dtype)}.npy"
+    with contextlib.suppress(OSError, ValueError):
+        cached = np.load(path, allow_pickle=False)
+        if len(cached) == len(real.samples):
+            return cached
+    out = np.stack([np.asarray(zoo.tinygrad_result(built, {**real.weights, real.data_input: s})).reshape(-1)
+                    for s in real.samples])
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
+        np.save(tmp, out)
+        os.replace(tmp, path)
+    return out
+
+
+def _reference_key(model: ModelSpec, dtype: str) -> str:
+    """What tinygrad's result on the samples depends on: the model's code, parameters and files
+    (by content, also the files the model read when imported), the dtype and tinygrad itself."""
+    from dse.user_model import import_reads
+    files = model.files
+    h = hashlib.sha256()
+    data = files.data
+    for part in (str(model.function), repr(sorted(model.params.items())), dtype, metadata.version("tinygrad"),
+                 repr((data.dataset, data.samples, data.input))):
+        h.update(part.encode() + b"\0")
+    for f in (model.source, files.weights, data.file, *sorted(import_reads(model.source))):
+        h.update(Path(f).read_bytes() if f is not None and Path(f).is_file() else b"-")
+        h.update(b"\0")
+    return h.hexdigest()

@@ -156,6 +156,16 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
             return None
         definition = {"source_sha256": digest, "function": model.function,
                       "params": {k: repr(v) for k, v in model.params.items()}}
+    if model.files is not None:
+        f = model.files
+        try:
+            definition["files"] = {
+                "weights_sha256": _file_digest(f.weights) if f.weights is not None else None,
+                "data": None if f.data is None else {
+                    "dataset": f.data.dataset, "samples": f.data.samples, "input": f.data.input,
+                    "sha256": _file_digest(f.data.file) if f.data.file is not None else None}}
+        except OSError:
+            return None
     rng = model.input_range(point.dtype)
     common = {
         "model": definition,

@@ -230,13 +230,17 @@ def format_metrics(row: dict[str, Any]) -> str:
         ("cycles", ["cycles", "cycles_model", "correct", "max_abs_err", "check_rule"]),
         ("area", ["luts", "ffs", "bram", "lutram", "dsp"]),
         ("overflow", ["acc_bits_required", "overflow_safe", "max_magnitude", "overflow_confirmed"]),
-        ("seconds", ["compile_s", "simulate_s", "overflow_s", "synth_s", "total_s"]),
+        ("accuracy", ["accuracy", "accuracy_float", "agreement", "logit_mean_err", "logit_max_err", "samples",
+                      "quantization"]),
+        ("seconds", ["compile_s", "simulate_s", "overflow_s", "accuracy_s", "synth_s", "total_s"]),
         ("provenance", ["sim_backend", "yosys_version", "synth_script", "tinygrad_version", "data_seed",
                         "workdir", "notes"]),
     ]
     width = max(len(k) for _, keys in groups for k in keys)
     lines = []
     for title, keys in groups:
+        if title == "accuracy" and row.get("samples") is None:
+            continue                # no data: the point has no accuracy to show
         lines.append(f"{title}:")
         for k in keys:
             if k in ("stage", "error", "log_path", "notes") and not row.get(k):

@@ -164,6 +164,59 @@ def data_input(inputs: Mapping[str, tuple[tuple[int, ...], str]], given: Mapping
     return name
 
 
+def in_dtype(a: np.ndarray, dtype: str, what: str) -> np.ndarray:
+    """`a` (weights or samples) as data of a model input of `dtype`, in its storage type. Floats
+    are rounded to the format (round to nearest even); an integer input takes whole numbers in
+    its range only: the tool does not guess a scale for a model it cannot see into (a dense
+    network given as `weights:` alone or `onnx:` is quantised by dse.quantize instead)."""
+    from dse import zoo
+    a = np.asarray(a)
+    d = zoo.DTYPES[dtype]
+    if d.is_float:
+        return zoo.round_float(a.astype(np.float64), dtype)
+    v = a.astype(np.float64)
+    if not np.isfinite(v).all() or not (v == np.round(v)).all():
+        raise DataError(f"{what} holds values that are not whole numbers, but the model's input is {dtype}: "
+                        f"give integer (quantised) values, or the network alone as 'weights:'/'onnx:' "
+                        f"for the tool's post-training quantisation")
+    if v.size and (v.min() < d.lowest or v.max() > d.highest):
+        raise DataError(f"{what} holds values in [{v.min():g}, {v.max():g}], outside the {dtype} range "
+                        f"[{int(d.lowest)}, {int(d.highest)}]")
+    return v.astype(zoo.storage(dtype))
+
+
+@dataclass(frozen=True)
+class RealInputs:
+    """A model's inputs from files, in one dtype: trained `weights` (by input name) and the test
+    `samples` (one per run) for the input named `data_input` (None without data)."""
+    weights: dict[str, np.ndarray]
+    data_input: str | None
+    samples: np.ndarray | None           # (n, *input shape), the input's storage type
+    labels: np.ndarray | None
+
+
+def real_inputs(*, inputs: Mapping[str, tuple[tuple[int, ...], str]], weights_path: Path | None,
+                data: Dataset | None, named: str | None = None) -> RealInputs:
+    """The arrays of `weights_path` matched to `inputs` (name -> (shape, dtype)) and converted to
+    each input's dtype, and `data`'s test samples for the input they fill (data_input)."""
+    given: dict[str, np.ndarray] = {}
+    if weights_path is not None:
+        matched = match_weights(weights_path, read_weights(weights_path), inputs)
+        given = {k: in_dtype(a, inputs[k][1], f"{weights_path}: array {k!r}") for k, a in matched.items()}
+    if data is None:
+        return RealInputs(given, None, None, None)
+    if named is not None and named in given:
+        raise DataError(f"data.input: {named!r} is filled by the weights file {weights_path} already")
+    name = data_input(inputs, given, data, named)
+    unfilled = [n for n in inputs if n != name and n not in given]
+    if unfilled:
+        raise DataError(f"data: model input(s) {', '.join(map(repr, unfilled))} are filled by neither the weights "
+                        f"nor the samples (which fill {name!r})")
+    shape, dtype = inputs[name]
+    xs = in_dtype(data.x_test.reshape((len(data.x_test), *shape)), dtype, f"{data.name} samples")
+    return RealInputs(given, name, xs, data.y_test)
+
+
 # ---------------------------------------------------------------------------------------------
 # ONNX
 

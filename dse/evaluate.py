@@ -343,6 +343,13 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
         built = model.build(point.dtype)
         rng = model.input_range(point.dtype)
         arrays = zoo.make_inputs(built, ctx.data_seed, rng)
+        fixed: dict[str, np.ndarray] = {}
+        if model.files is not None:   # trained weights, and the first test sample for the one-run check
+            real = model.files.inputs(built.inputs, point.dtype)
+            fixed = real.weights
+            arrays.update(fixed)
+            if real.samples is not None:
+                arrays[real.data_input] = real.samples[0]
         tensors = zoo.input_tensors(built, arrays)
         output = built.forward(*tensors)
 
@@ -353,7 +360,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
                                                                    "copies": cm.copies}))
         run.set(features=json.dumps(design_features(design, target=ctx.target)))
 
-    proof = _Proof(run, design, built, tensors, model.input_range(point.dtype))
+    proof = _Proof(run, design, built, tensors, model.input_range(point.dtype), fixed)
     proof.analyze()
 
     def fell_back(why: str) -> None:
@@ -381,9 +388,10 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
 
     proof.confirm(sim, checker)
 
-    if model.trained is not None and run.fields.get("status") is Status.OK:
+    has_data = model.trained is not None or (model.files is not None and model.files.data is not None)
+    if has_data and run.fields.get("status") is Status.OK:
         with run.stage("accuracy", "accuracy_s"):
-            _accuracy(model, point, config, sim, run)
+            _accuracy(model, point, config, sim, run, design, tensors, checker)
 
     if ctx.synthesize:
         from compiler.synth import synthesize
@@ -400,13 +408,18 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
         run.notes.append("timing skipped: it needs synthesis, which is off")
 
 
-def _accuracy(model: ModelSpec, point: DesignPoint, config, sim: "Simulator", run: _Run) -> None:
-    """Every sample of the model's data through the same hardware (one compile, one simulator
-    process), each checked bit-exact against the golden model and against the cycle model."""
-    from dse.accuracy import run_samples
-    trained = model.trained
-    r = run_samples(net=trained.net(), dtype=point.dtype, data=trained.dataset(), config=config,
-                    backend=sim.backend)
+def _accuracy(model: ModelSpec, point: DesignPoint, config, sim: "Simulator", run: _Run, design, tensors: list,
+              checker: "_Checker") -> None:
+    """Every sample of the model's data through the same hardware (one simulator process),
+    each checked against its reference (the point's rule) and against the cycle model."""
+    from dse.accuracy import run_model_samples, run_samples
+    if model.trained is not None:       # a dense network: its own build, quantised for integers
+        trained = model.trained
+        r = run_samples(net=trained.net(), dtype=point.dtype, data=trained.dataset(), config=config,
+                        backend=sim.backend)
+    else:
+        r = run_model_samples(model=model, dtype=point.dtype, design=design, tensors=tensors, checker=checker,
+                              backend=sim.backend)
     run.set(accuracy=r.accuracy, accuracy_float=r.accuracy_float, agreement=r.agreement,
             logit_mean_err=r.mean_abs_err, logit_max_err=r.max_abs_err, samples=r.samples,
             quantization=r.quantization)
@@ -483,6 +496,10 @@ class _Checker:
             ref = zoo.reference(self.model.builtin, self.dtype, self.model.params, arrays, self.arith)
         else:
             ref = zoo.tinygrad_result(self.built, arrays)
+        return self.finish(ref)
+
+    def finish(self, ref: np.ndarray) -> np.ndarray:
+        """A reference as the rule compares it (rtz: overflows clamped to the largest finite value)."""
         if self.clamp is not None:
             ref = np.where(np.isnan(ref), ref, np.clip(ref, -self.clamp, self.clamp)).astype(ref.dtype)
         return ref
@@ -580,8 +597,10 @@ class _Proof:
     mismatch the proof did not predict is a FAIL; an overflow it predicted that the
     worst case does not show (a loose bound) is noted."""
 
-    def __init__(self, run: _Run, design, built: zoo.Built, tensors: list, rng: zoo.InputRange | None):
+    def __init__(self, run: _Run, design, built: zoo.Built, tensors: list, rng: zoo.InputRange | None,
+                 fixed: Mapping[str, np.ndarray] | None = None):
         self.run, self.design, self.built = run, design, built
+        fixed = fixed or {}
         self.narrowed_unsafe = ""            # why outputs may differ from the reference ("": they may not)
         self.buffers: dict[str, int] = {}    # input name -> model buffer id
         for name, t in zip(built.inputs, tensors):
@@ -593,10 +612,13 @@ class _Proof:
             self.ranges[buf] = (float(r.min), float(r.max))
         # Tensors the model made from numpy data itself (weights it loaded, constants) are not
         # inputs: they hold the same values in every run, so their range is their data's, and
-        # the worst case keeps them (the reference computes with them too).
+        # the worst case keeps them (the reference computes with them too). So are inputs the
+        # spec's weights file fills (`fixed`).
         self.constants = {b.id: b.data for b in design.graph.buffers
                           if b.id in design.graph.inputs and b.id not in self.buffers.values()
                           and b.data is not None and b.data.size}
+        self.fixed = {name: np.asarray(a) for name, a in fixed.items() if name in self.buffers}
+        self.constants.update({self.buffers[name]: a.reshape(-1) for name, a in self.fixed.items() if a.size})
         for buf, data in self.constants.items():
             values = data.astype(np.float64)
             self.ranges[buf] = (float(values.min()), float(values.max()))
@@ -641,7 +663,8 @@ class _Proof:
                 arrays = {}
                 for name, (shape, dt) in self.built.inputs.items():
                     buf = self.buffers.get(name)
-                    a = np.asarray(worst[buf]) if buf in worst else np.zeros(shape)   # unread: any data
+                    a = (self.fixed[name] if name in self.fixed else np.asarray(worst[buf]) if buf in worst
+                         else np.zeros(shape))   # unread: any data
                     arrays[name] = a.reshape(shape).astype(zoo.storage(dt))
                 equal, err = checker.compare(result.outputs[0], checker.reference(arrays))
                 confirmed = equal != bool(self.narrowed_unsafe)

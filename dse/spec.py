@@ -190,6 +190,7 @@ class ModelSpec:
     params: FrozenMap[str, Any]     # complete: defaults filled in
     input_ranges: FrozenMap[str, InputRange]   # dtype -> range given in the spec (model's own or top-level)
     trained: "TrainedModel | None" = None      # a trained dense network (`weights:` or `onnx:`) and its data
+    files: "ModelFiles | None" = None          # weights and/or data for a builtin or source model
 
     def build(self, dtype: str) -> zoo.Built:
         """`(inputs, forward)` for `dtype` (the contract is checked)."""
@@ -209,7 +210,34 @@ class ModelSpec:
             return f"{self.trained.kind}: {self.trained.path.name}"
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
         what = self.builtin if self.builtin is not None else f"{self.source.name}:{self.function}"  # type: ignore[union-attr]
-        return f"{what}({args})"
+        files = self.files
+        extra = "" if files is None else "".join(
+            [f", weights: {files.weights.name}" if files.weights is not None else "",
+             f", data: {files.data.dataset or files.data.file.name}" if files.data is not None else ""])
+        return f"{what}({args}){extra}"
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """Trained weights (`weights:` beside `source:` or `builtin:`: arrays matched to the model's
+    inputs by name, shapes checked) and/or the data its accuracy is measured on (`data:`, filling
+    the one input the weights leave, or `data.input`). Each dtype gets the arrays in its own
+    format (dse.data.in_dtype: floats rounded; integers must be whole numbers in range)."""
+    weights: Path | None
+    data: Any                       # dse.data.DataSpec or None
+
+    def dataset(self):
+        from dse.data import load_dataset
+        return None if self.data is None else _cached(("data", self.data), lambda: load_dataset(self.data))
+
+    def inputs(self, inputs: Mapping[str, tuple[tuple[int, ...], str]], dtype: str, with_data: bool = True):
+        """The dse.data.RealInputs for a model with these `inputs` in `dtype` (once per process)."""
+        from dse.data import real_inputs
+        stamp = self.weights.stat().st_mtime_ns if self.weights is not None else None
+        key = ("inputs", self, stamp, tuple(inputs.items()), dtype, with_data)
+        return _cached(key, lambda: real_inputs(inputs=inputs, weights_path=self.weights,
+                                                data=self.dataset() if with_data else None,
+                                                named=self.data.input if self.data is not None else None))
 
 
 @dataclass(frozen=True)
@@ -702,14 +730,12 @@ class _Parser:
         if not _NAME.fullmatch(name):
             raise SpecError(_join(path, "name"), f"expected a name of letters, digits, '_', '-' and '.', got {name!r}")
         kinds = [k for k in ("builtin", "source", "weights", "onnx") if k in d]
-        if "weights" in d or "onnx" in d:
+        if "onnx" in d or ("weights" in d and "builtin" not in d and "source" not in d):
             if len(kinds) != 1:
                 raise SpecError(path, f"give one of 'builtin', 'source', 'weights' or 'onnx', not {' and '.join(kinds)} "
-                                      "('weights' alone is a trained dense network: arrays W1, b1, W2, b2, ...)")
+                                      "('weights' alone is a trained dense network: arrays W1, b1, W2, b2, ...; "
+                                      "beside 'source' or 'builtin' it fills that model's inputs by name)")
             return self.trained_model(d, name, path, kinds[0])
-        if "data" in d:
-            raise SpecError(_join(path, "data"), "data: goes with a trained network ('weights' or 'onnx'); "
-                                                 "builtin and source models draw random data from input_range")
         if ("builtin" in d) == ("source" in d):
             raise SpecError(path, "give either 'builtin' (a zoo model) or 'source' (path/to/file.py:function)"
                                   + (", not both" if "builtin" in d else ""))
@@ -737,7 +763,36 @@ class _Parser:
                 raise SpecError(_join(path, "params") if "parameter" in str(e) else src_path, str(e)) from None
             m = ModelSpec(name, None, source, function, FrozenMap(params), FrozenMap(ranges))
         self.check_builds(m, path, own_range="input_range" in d)
+        if "weights" in d or "data" in d:
+            m = dataclasses.replace(m, files=self.model_files(d, m, path))
         return m
+
+    def model_files(self, d: dict, m: ModelSpec, path: str) -> "ModelFiles":
+        """`weights:` and `data:` of a builtin or source model, checked against its inputs in
+        every dtype of the spec: arrays by name and shape, values the dtype can hold."""
+        from dse.data import DataError
+        weights = None
+        if "weights" in d:
+            weights = (self.base_dir / _str(d["weights"], _join(path, "weights"))).resolve()
+            if not weights.is_file():
+                raise SpecError(_join(path, "weights"), f"file not found: {weights}")
+        # the top-level data is for trained networks; a model without weights names its own
+        data = (self.data(d["data"], _join(path, "data"), dense=False) if "data" in d
+                else self.top_data if weights is not None else None)
+        files = ModelFiles(weights, data)
+        for dt in self.dtypes:
+            inputs = m.build(dt).inputs
+            try:
+                files.inputs(inputs, dt, with_data=False)
+            except DataError as e:
+                raise SpecError(_join(path, "weights"), f"dtype {dt}: {e}") from None
+            if data is None:
+                continue
+            try:
+                files.inputs(inputs, dt)
+            except DataError as e:
+                raise SpecError(_join(path, "data"), f"dtype {dt}: {e}") from None
+        return files
 
     def trained_model(self, d: dict, name: str, path: str, kind: str) -> ModelSpec:
         from dse.data import DataError
@@ -772,7 +827,7 @@ class _Parser:
                 raise SpecError(_join(path, kind), f"dtype {dt}: {e}") from None
         return m
 
-    def data(self, value: Any, path: str):
+    def data(self, value: Any, path: str, dense: bool = True):
         from dse.data import DataError, DataSpec, SKLEARN_DATASETS
         d = _mapping(value, path, [], ["dataset", "file", "samples", "input"],
                      what="{dataset: sklearn:NAME} or {file: PATH.npz}, with optional samples: N")
@@ -788,10 +843,11 @@ class _Parser:
             if not file.is_file():
                 raise SpecError(_join(path, "file"), f"file not found: {file}")
         samples = _int(d["samples"], _join(path, "samples"), maximum=1_000_000) if "samples" in d else None
-        if "input" in d:
+        if "input" in d and dense:
             raise SpecError(_join(path, "input"), "a trained dense network has one input, 'x': leave 'input' out")
+        named = _str(d["input"], _join(path, "input")) if "input" in d else None
         try:
-            return DataSpec(dataset=d.get("dataset"), file=file, samples=samples)
+            return DataSpec(dataset=d.get("dataset"), file=file, samples=samples, input=named)
         except DataError as e:
             raise SpecError(path, str(e)) from None
 
