@@ -19,6 +19,11 @@ Files in results/<study>/report/, each written to a temporary file and moved int
                                 colour and marker, infeasible points
                                 (a constraint violated) as faint crosses in their dtype's colour
     plot_<model>.csv            exactly the points drawn, with how each was drawn
+    accuracy_<model>.png/.svg   models with data only: accuracy against LUTs and against latency
+    accuracy_<model>.csv        (latency_us when place-and-route measured every point, else cycles),
+                                every feasible point, dtypes by colour, the float model's accuracy
+                                dashed, and the best accuracy for an area / latency budget over
+                                all dtypes as a staircase (front_luts / front_latency columns)
     breakdown_<model>.png/.svg  cycles per kernel run and in copies for each Pareto point
     breakdown_<model>.csv       (from the `cycle_breakdown` column: the compiler's cycle model,
                                 which the evaluation checks equals the simulated cycles)
@@ -375,6 +380,71 @@ def plot_model(results: StudyResults, model: str, points: pd.DataFrame) -> tuple
     return _save(fig)
 
 
+def accuracy_points(results: StudyResults, model: str) -> pd.DataFrame | None:
+    """The points of one model's accuracy plot (feasible trials with an accuracy and LUTs), with
+    the latency axis (`latency_us` when place-and-route measured every point, else `cycles`) and
+    which points are on the front of accuracy against each axis over all dtypes together
+    (`front_luts`, `front_latency`): the best accuracy for an area or latency budget. None: the
+    model has no accuracy (no data)."""
+    t = results.trials
+    if "accuracy" not in t:
+        return None
+    part = t[(t["model"] == model) & t["accuracy"].notna() & t["luts"].notna()
+             & t["feasible"].fillna(False).astype(bool)]
+    if not len(part):
+        return None
+    latency = "latency_us" if "latency_us" in part and part["latency_us"].notna().all() else "cycles"
+    cols = ["model", "dtype", "number", *results.knobs, "accuracy", "accuracy_float", "luts", latency]
+    out = part[[c for c in dict.fromkeys(cols) if c in part]].reset_index(drop=True)
+    for col, axis in (("front_luts", "luts"), ("front_latency", latency)):
+        front = pareto_front(out, (Objective("accuracy", Direction.MAXIMIZE), Objective(axis, Direction.MINIMIZE)),
+                             ("number",))
+        out[col] = out["number"].isin(front["number"])
+    out.attrs["latency"] = latency
+    return out
+
+
+def plot_accuracy(results: StudyResults, model: str, points: pd.DataFrame) -> tuple[bytes, bytes]:
+    """Accuracy against LUTs and against latency, dtypes by colour and marker, the float model's
+    accuracy as a dashed line, the front over all dtypes as a grey staircase; PNG and SVG bytes."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(PLOT_SIZE_IN[0] * 1.4, PLOT_SIZE_IN[1]), dpi=PLOT_DPI, layout="constrained")
+    latency = points.attrs.get("latency", "cycles")
+    dtypes = [d for m, d in results.groups if m == model and d in set(points["dtype"])]
+    for k, (axis, front_col, label) in enumerate((("luts", "front_luts", "LUTs"),
+                                                  (latency, "front_latency",
+                                                   "latency (µs)" if latency == "latency_us" else "cycles"))):
+        ax = fig.add_subplot(1, 2, k + 1)
+        front = points[points[front_col]].sort_values(axis)
+        ax.step(front[axis], front["accuracy"], where="post", color="0.5", lw=1.2, zorder=1,
+                label=f"best accuracy for a {label} budget")
+        for i, dt in enumerate(dtypes):
+            p = points[points["dtype"] == dt]
+            ax.scatter(p[axis], p["accuracy"] * 1.0, marker=MARKERS[i % len(MARKERS)], color=f"C{i % 10}",
+                       edgecolors="black", linewidths=0.5, s=44, zorder=3, label=dt)
+        ref = points["accuracy_float"].dropna()
+        if len(ref):
+            ax.axhline(float(ref.median()), color="0.3", ls="--", lw=1, zorder=2,
+                       label=f"float model ({ref.median():.2%})")
+        v = points[axis].astype(float)
+        if len(v) and v.min() > 0 and v.max() / v.min() > 20:
+            ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel("accuracy")
+        ax.yaxis.set_major_formatter(_percent_formatter())
+        ax.grid(True, alpha=0.3, which="both")
+        ax.set_title(f"accuracy vs {label}", fontsize="medium")
+        if k == 0:
+            ax.legend(fontsize="small", loc="best")
+    fig.suptitle(f"{results.study}: {model}")
+    return _save(fig)
+
+
+def _percent_formatter():
+    from matplotlib.ticker import FuncFormatter
+    return FuncFormatter(lambda v, _: f"{v:.1%}")
+
+
 def plot_breakdown(model: str, df: pd.DataFrame) -> tuple[bytes, bytes]:
     """Horizontal stacked bars: the cycles of each Pareto point per kernel run and in copies."""
     fig = _figure()
@@ -406,6 +476,7 @@ class _Section:
     tables: list[tuple[str, pd.DataFrame, str]]     # (dtype, Pareto table, file stem)
     breakdown: pd.DataFrame | None
     unplotted: pd.DataFrame                         # failed trials (no cycles or LUTs)
+    accuracy: str | None = None                     # file stem of the accuracy plot (models with data)
 
 
 def write_report(results: StudyResults, out_dir: str | Path | None = None,
@@ -454,16 +525,25 @@ def write_report(results: StudyResults, out_dir: str | Path | None = None,
             put(f"{bstem}.svg", svg)
             put(f"{bstem}.csv", csv_text(bd))
             images[bstem] = png
+        acc = accuracy_points(results, model)
+        astem = None
+        if acc is not None:
+            astem = f"accuracy_{safe_name(model)}"
+            png, svg = plot_accuracy(results, model, acc)
+            put(f"{astem}.png", png)
+            put(f"{astem}.svg", svg)
+            put(f"{astem}.csv", csv_text(acc))
+            images[astem] = png
         t = results.trials
         unplotted = t[(t["model"] == model) & (t["cycles"].isna() | t["luts"].isna())]
-        sections.append(_Section(model, stem, points, tables, bd, unplotted))
+        sections.append(_Section(model, stem, points, tables, bd, unplotted, astem))
 
     prov = provenance(results, now)
     put("report.md", _markdown(results, sections, prov))
     put("index.html", _html(results, sections, prov, images))
     keep = {p.name for p in written}
     for old in out.iterdir():                   # files of models no longer in the results
-        if old.is_file() and old.name not in keep and re.match(r"(plot|pareto|breakdown)_.*\.(png|svg|csv|md)$", old.name):
+        if old.is_file() and old.name not in keep and re.match(r"(plot|pareto|breakdown|accuracy)_.*\.(png|svg|csv|md)$", old.name):
             old.unlink()
     return written
 
@@ -496,6 +576,9 @@ def _markdown(results: StudyResults, sections: list[_Section], prov: list[tuple[
     for s in sections:
         lines += [f"## {s.model}", "", f"![cycles vs LUTs]({s.plot}.png) ([SVG]({s.plot}.svg), "
                   f"[points]({s.plot}.csv))", ""]
+        if s.accuracy:
+            lines += [f"![accuracy vs LUTs and latency]({s.accuracy}.png) ([SVG]({s.accuracy}.svg), "
+                      f"[points]({s.accuracy}.csv))", ""]
         for dt, table, tstem in s.tables:
             lines += [f"### {s.model} · {dt}: Pareto front ([CSV]({tstem}.csv))", ""]
             lines += [markdown_table(table) if len(table) else _why_empty(results, s.model, dt), ""]
@@ -533,6 +616,8 @@ def _html(results: StudyResults, sections: list[_Section], prov: list[tuple[str,
     for s in sections:
         body.append(f'<h2 id="{e(safe_name(s.model))}">{e(s.model)}</h2>')
         body.append(_img(images, s.plot, f"{s.model}: cycles vs LUTs"))
+        if s.accuracy:
+            body.append(_img(images, s.accuracy, f"{s.model}: accuracy vs LUTs and latency"))
         for dt, table, tstem in s.tables:
             body.append(f'<h3>{e(s.model)} · {e(dt)}: Pareto front (<a href="{tstem}.csv">CSV</a>)</h3>')
             body.append(_html_table(table) if len(table) else f"<p>{e(_why_empty(results, s.model, dt))}</p>")

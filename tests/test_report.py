@@ -212,3 +212,34 @@ def test_bad_input_exits_2(tmp_path, capsys):
     assert capsys.readouterr().err.endswith("not a results CSV of dse sweep (no column number, model, dtype, feasible, status)\n")
     with pytest.raises(ReportError, match="expected a results folder"):
         load_study_results(tmp_path / "bad" / "trials.csv")
+
+
+def test_models_with_data_get_an_accuracy_plot_and_its_fronts(baseline_copy):
+    """A results folder whose gemv rows carry accuracy (as a model with `data:` would): the
+    report draws accuracy against LUTs and cycles; the CSV behind it holds every feasible point
+    and marks the best accuracy for each budget, checked here by brute force."""
+    t = pd.read_csv(baseline_copy / "trials.csv")
+    gemv = t["model"] == "gemv_8x16"
+    rng = np.random.default_rng(1)
+    t.loc[gemv, "accuracy"] = np.round(rng.uniform(0.8, 0.99, int(gemv.sum())), 3)
+    t.loc[gemv, "accuracy_float"] = 0.97
+    t.to_csv(baseline_copy / "trials.csv", index=False)
+    files = write_report(load_study_results(baseline_copy))
+    out = baseline_copy / "report"
+    assert out / "accuracy_gemv_8x16.png" in files and not (out / "accuracy_add_relu_32.png").exists()
+    points = pd.read_csv(out / "accuracy_gemv_8x16.csv")
+    feasible = t[gemv & t["feasible"].fillna(False).astype(bool)]
+    assert sorted(points["number"]) == sorted(feasible["number"])
+
+    def best_for_budget(df: pd.DataFrame, axis: str) -> set[int]:
+        return {int(r.number) for r in df.itertuples()
+                if not any((o[axis] <= getattr(r, axis)) and (o["accuracy"] >= r.accuracy)
+                           and ((o[axis] < getattr(r, axis)) or (o["accuracy"] > r.accuracy))
+                           for _, o in df.iterrows())}
+    assert set(points.loc[points["front_luts"], "number"]) == best_for_budget(points, "luts")
+    assert set(points.loc[points["front_latency"], "number"]) == best_for_budget(points, "cycles")
+    png = read_png(out / "accuracy_gemv_8x16.png")
+    assert png.shape[1] > PLOT_PIXELS[0] and png.std() > 0.05      # two panels side by side
+    assert ET.parse(out / "accuracy_gemv_8x16.svg").getroot().tag.endswith("svg")
+    assert "accuracy_gemv_8x16.png" in (out / "report.md").read_text()
+    assert (out / "index.html").read_text().count("data:image/png;base64,") == 5
