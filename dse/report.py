@@ -418,14 +418,17 @@ def plot_accuracy(results: StudyResults, model: str, points: pd.DataFrame) -> tu
         front = points[points[front_col]].sort_values(axis)
         ax.step(front[axis], front["accuracy"], where="post", color="0.5", lw=1.2, zorder=1,
                 label=f"best accuracy for a {label} budget")
-        for i, dt in enumerate(dtypes):
+        for i, dt in enumerate(dtypes):     # later dtypes smaller: points that coincide stay visible
             p = points[points["dtype"] == dt]
-            ax.scatter(p[axis], p["accuracy"] * 1.0, marker=MARKERS[i % len(MARKERS)], color=f"C{i % 10}",
-                       edgecolors="black", linewidths=0.5, s=44, zorder=3, label=dt)
+            ax.scatter(p[axis], p["accuracy"], marker=MARKERS[i % len(MARKERS)], color=f"C{i % 10}",
+                       edgecolors="black", linewidths=0.5, s=max(16, 70 - 12 * i), zorder=3, label=dt)
         ref = points["accuracy_float"].dropna()
         if len(ref):
             ax.axhline(float(ref.median()), color="0.3", ls="--", lw=1, zorder=2,
                        label=f"float model ({ref.median():.2%})")
+        values = pd.concat([points["accuracy"], ref]).astype(float)
+        pad = max(0.01, float(values.max() - values.min()) * 0.1)
+        ax.set_ylim(max(0.0, float(values.min()) - pad), min(1.0, float(values.max())) + pad / 2)
         v = points[axis].astype(float)
         if len(v) and v.min() > 0 and v.max() / v.min() > 20:
             ax.set_xscale("log")
