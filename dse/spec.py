@@ -13,6 +13,8 @@ against them, naming the YAML path of what is wrong). Models live in zoo.py / us
       - name: mine
         source: models/mine.py:build    # a user's file, relative to the spec file
         params: {N: 32}
+        weights: models/mine.npz        # optional: trained arrays for its inputs, by name
+        data: {dataset: "sklearn:digits"}   # optional: test samples for the input they leave
       - name: trained
         weights: models/mlp.npz         # a trained dense network (or onnx: mlp.onnx), with
         data: {dataset: "sklearn:digits"}   # the samples its accuracy is measured on
@@ -27,7 +29,7 @@ Optional keys: `input_range` ({min, max} for every dtype, or {dtype: {min, max}}
 for `dse check`: one mapping for every model x dtype, or a list of rules each optionally
 restricted by `model:` and `dtype:`), `timing` (bool, default false: run place-and-route for
 fmax_mhz/latency_us), `stage_timeout_s` (per-stage time limit, default 600) and `data` (the
-samples of trained models that name none of their own).
+samples of the models with weights that name none of their own).
 
 Every mistake raises one `SpecError` naming the YAML path of the offending value, e.g.
 `models[1].params.K: expected a positive integer, got -3`.
