@@ -156,7 +156,10 @@ class _KernelAnalysis:
             r = self.value(s.value, acc, {})
             if isinstance(s, ir.AccStore):
                 acc[s.acc] = self.wrap(s.acc, r) if wrap else r
-                if record:
+                # an infinite literal (-inf, the identity a float max starts from) is a value the
+                # program writes on purpose, not one an overflow computes
+                identity = isinstance(s.value, ir.Const) and math.isinf(float(s.value.value))
+                if record and not identity:
                     self.hull[s.acc] = self.hull[s.acc] | r if s.acc in self.hull else r
             elif record:
                 self.stored[s.buf] = self.stored[s.buf] | r if s.buf in self.stored else r
@@ -180,8 +183,11 @@ class _KernelAnalysis:
                 after[a] = _R(start.lo + trips * delta.lo, start.hi + trips * delta.hi)
                 hull[a] = _R(start.lo + min(0, trips * delta.lo), start.hi + max(0, trips * delta.hi))
             elif kind == "max":
+                # x: the body's values (entered with the identity -inf); the register holds
+                # max(start, values so far), so the identity itself (-inf for a float max-pool)
+                # is never a value it computes, and no overflow
                 x = self.run(loop.body, {**entry, a: _R(-math.inf, -math.inf)}, False, wrap=False)[a]
-                after[a] = hull[a] = start | x
+                after[a] = hull[a] = _R(max(start.lo, x.lo), max(start.hi, x.hi)) if loop.bound >= 1 else start
             else:
                 self.unproven.add(a)
                 after[a] = hull[a] = _full(self.k.accs[a].dtype)

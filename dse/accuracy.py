@@ -194,7 +194,8 @@ def _reference_key(model: ModelSpec, dtype: str) -> str:
     for part in (str(model.function), repr(sorted(model.params.items())), dtype, metadata.version("tinygrad"),
                  repr((data.dataset, data.samples, data.input))):
         h.update(part.encode() + b"\0")
-    for f in (model.source, files.weights, data.file, *sorted(import_reads(model.source))):
+    reads = sorted(import_reads(model.source)) if model.source is not None else []
+    for f in (model.source, files.weights, data.file, *reads):
         h.update(Path(f).read_bytes() if f is not None and Path(f).is_file() else b"-")
         h.update(b"\0")
     return h.hexdigest()

@@ -149,6 +149,11 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
             return None
     elif model.builtin is not None:
         definition = {"builtin": model.builtin, "params": dict(model.params)}
+    elif model.onnx is not None:
+        try:
+            definition = {"onnx_sha256": _file_digest(model.onnx)}
+        except OSError:
+            return None
     else:
         try:
             digest = _file_digest(model.source)

@@ -12,6 +12,7 @@ Every problem raises DataError with one line naming the file, key or dataset.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -25,6 +26,11 @@ SPLIT_SEED = 0
 
 class DataError(ValueError):
     """A dataset, weights file or ONNX file that cannot be used; the message says which and why."""
+
+
+class NotDenseChain(DataError):
+    """An ONNX graph that is not a chain of dense layers: tinygrad's importer runs it as it is
+    (float dtypes, `onnx_built`), but the tool's post-training quantisation does not apply."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,8 @@ def read_weights(path: Path) -> dict[str, np.ndarray]:
                       else t.numpy() for k, t in safe_load(str(path)).items()}
         except Exception as e:
             raise DataError(f"{path}: cannot read as .safetensors ({type(e).__name__}: {e})") from None
+    elif path.suffix == ".onnx":
+        arrays = onnx_initialisers(path)
     else:
         raise DataError(f"{path}: weights must be a .npz or .safetensors file")
     return arrays
@@ -233,14 +241,9 @@ def load_onnx(path: Path):
     path = Path(path)
     if not path.is_file():
         raise DataError(f"file not found: {path}")
-    import_tinygrad()
-    from tinygrad.nn.onnx import OnnxRunner
-    try:
-        runner = OnnxRunner(path)
-    except Exception as e:
-        raise DataError(f"{path}: cannot read as ONNX ({type(e).__name__}: {e})") from None
+    runner = _onnx_runner(path)
     if len(runner.graph_inputs) != 1 or len(runner.graph_outputs) != 1:
-        raise DataError(f"{path}: expected one input and one output, got inputs {list(runner.graph_inputs)} "
+        raise NotDenseChain(f"{path}: expected one input and one output, got inputs {list(runner.graph_inputs)} "
                         f"and outputs {list(runner.graph_outputs)}")
     consts = {k: v.numpy() for k, v in runner.graph_values.items() if k}
     current = next(iter(runner.graph_inputs))
@@ -248,31 +251,120 @@ def load_onnx(path: Path):
     for index, node in enumerate(runner.graph_nodes):
         where = f"{path}: node #{index} {node.op} (output {node.outputs[0]!r})"   # tinygrad keeps no node names
         if node.op not in ONNX_DENSE_OPS:
-            raise DataError(f"{where}: op {node.op} is not supported here (dense models: {', '.join(ONNX_DENSE_OPS)})")
+            raise NotDenseChain(f"{where}: op {node.op} is not supported here (dense models: {', '.join(ONNX_DENSE_OPS)})")
         if current not in node.inputs:
-            raise DataError(f"{where}: not a chain (it does not read {current!r})")
+            raise NotDenseChain(f"{where}: not a chain (it does not read {current!r})")
         others = [i for i in node.inputs if i and i != current]
         if any(i not in consts for i in others):
-            raise DataError(f"{where}: reads {', '.join(i for i in others if i not in consts)}, which is not an initialiser")
+            raise NotDenseChain(f"{where}: reads {', '.join(i for i in others if i not in consts)}, which is not an initialiser")
         if node.op in ("Gemm", "MatMul"):
             W = consts[others[0]]
             opts = node.opts
             if node.op == "MatMul" or not opts.get("transB", 0):
                 W = W.T
             if opts.get("transA", 0) or opts.get("alpha", 1.0) != 1.0 or opts.get("beta", 1.0) != 1.0:
-                raise DataError(f"{where}: transA, alpha and beta other than the defaults are not supported")
+                raise NotDenseChain(f"{where}: transA, alpha and beta other than the defaults are not supported")
             b = consts[others[1]].reshape(-1) if len(others) > 1 else np.zeros(W.shape[0])
             layers.append([W, b, False])
         elif node.op == "Add":
             if not layers or layers[-1][2]:
-                raise DataError(f"{where}: an Add must follow a MatMul")
+                raise NotDenseChain(f"{where}: an Add must follow a MatMul")
             layers[-1][1] = layers[-1][1] + consts[others[0]].reshape(-1)
         elif node.op == "Relu":
             if not layers:
-                raise DataError(f"{where}: a Relu before any dense layer")
+                raise NotDenseChain(f"{where}: a Relu before any dense layer")
             layers[-1][2] = True
         current = node.outputs[0]
     if not layers or layers[-1][2] or not all(l[2] for l in layers[:-1]):
-        raise DataError(f"{path}: expected dense layers with a Relu between them and none after the last")
+        raise NotDenseChain(f"{path}: expected dense layers with a Relu between them and none after the last")
     return DenseNet(tuple(Dense(np.ascontiguousarray(W, np.float64), np.asarray(b, np.float64), relu)
                           for W, b, relu in layers))
+
+
+_RUNNERS: dict[tuple[Path, int], object] = {}
+
+
+def _onnx_runner(path: Path):
+    """tinygrad's OnnxRunner of `path` (one per file version and process)."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise DataError(f"file not found: {path}")
+    key = (path, path.stat().st_mtime_ns)
+    if key not in _RUNNERS:
+        from dse.zoo import import_tinygrad
+        import_tinygrad()
+        from tinygrad.nn.onnx import OnnxRunner
+        try:
+            _RUNNERS[key] = OnnxRunner(path)
+        except Exception as e:
+            raise DataError(f"{path}: cannot read as ONNX ({type(e).__name__}: {e})") from None
+    return _RUNNERS[key]
+
+
+@dataclass(frozen=True)
+class OnnxGraph:
+    """An ONNX graph as a model: its one input and its float initialisers become model inputs,
+    named as identifiers (`names`: model input name -> ONNX name)."""
+    input: str                                  # the model's input name for the graph input
+    input_shape: tuple[int, ...]                # symbolic dimensions (a batch) taken as 1
+    weights: dict[str, tuple[int, ...]]         # model input name -> shape, in the file's order
+    names: dict[str, str]
+
+
+def onnx_graph(path: Path) -> OnnxGraph:
+    runner = _onnx_runner(path)
+    if len(runner.graph_inputs) != 1 or len(runner.graph_outputs) != 1:
+        raise DataError(f"{path}: expected one input and one output, got inputs {list(runner.graph_inputs)} "
+                        f"and outputs {list(runner.graph_outputs)}")
+    for index, node in enumerate(runner.graph_nodes):
+        if node.op not in runner.onnx_ops:
+            raise DataError(f"{path}: node #{index} {node.op} (output {node.outputs[0]!r}): tinygrad's ONNX importer "
+                            f"has no op {node.op}")
+    (onnx_input, spec), = runner.graph_inputs.items()
+    from dse.zoo import import_tinygrad
+    tg = import_tinygrad()
+    names: dict[str, str] = {}
+
+    def ident(name: str) -> str:
+        base = re.sub(r"\W", "_", name)
+        base = base if base and not base[0].isdigit() else f"t_{base}"
+        out, i = base, 1
+        while out in names:
+            i += 1
+            out = f"{base}_{i}"
+        names[out] = name
+        return out
+    x = ident(onnx_input)
+    weights = {ident(k): tuple(int(d) for d in v.shape) for k, v in runner.graph_values.items()
+               if k and isinstance(v, tg.Tensor) and tg.dtypes.is_float(v.dtype)}
+    shape = tuple(d if isinstance(d, int) else 1 for d in spec.shape)
+    return OnnxGraph(x, shape, weights, names)
+
+
+def onnx_initialisers(path: Path) -> dict[str, np.ndarray]:
+    """The float initialisers of an ONNX file, by their model input names (float32)."""
+    runner, graph = _onnx_runner(path), onnx_graph(path)
+    return {k: runner.graph_values[graph.names[k]].numpy().astype(np.float32) for k in graph.weights}
+
+
+def onnx_built(path: Path, dtype: str):
+    """The whole ONNX graph as a model in a float `dtype` (a zoo.Built): inputs the graph input
+    and every float initialiser, forward runs tinygrad's ONNX importer on them. The initialisers'
+    values come as model inputs (the weights), so every dtype rounds them like any weights."""
+    from dse import zoo
+    runner, graph = _onnx_runner(path), onnx_graph(path)
+    if not zoo.DTYPES[dtype].is_float:
+        raise DataError(f"{path}: {dtype} needs the tool's post-training quantisation, which covers a chain of "
+                        f"dense layers only; this graph runs in float dtypes")
+    inputs = {graph.input: (graph.input_shape, dtype), **{k: (shape, dtype) for k, shape in graph.weights.items()}}
+    onnx_in, onnx_out = graph.names[graph.input], runner.graph_outputs[0]
+    weight_names = [graph.names[k] for k in graph.weights]
+
+    def forward(x, *weights):
+        import warnings
+        for name, t in zip(weight_names, weights):
+            runner.graph_values[name] = t
+        with warnings.catch_warnings():     # the graph declares float32; fp16/bf16 inputs are meant
+            warnings.simplefilter("ignore")
+            return runner({onnx_in: x})[onnx_out]
+    return zoo.Built(inputs, forward)

@@ -344,12 +344,16 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
         rng = model.input_range(point.dtype)
         arrays = zoo.make_inputs(built, ctx.data_seed, rng)
         fixed: dict[str, np.ndarray] = {}
+        sample_ranges: dict[str, zoo.InputRange] = {}
         if model.files is not None:   # trained weights, and the first test sample for the one-run check
             real = model.files.inputs(built.inputs, point.dtype)
             fixed = real.weights
             arrays.update(fixed)
             if real.samples is not None:
                 arrays[real.data_input] = real.samples[0]
+                # the overflow proof covers the data as it is, not a default range
+                values = real.samples.astype(np.float64)
+                sample_ranges[real.data_input] = zoo.InputRange(float(values.min()), float(values.max()))
         tensors = zoo.input_tensors(built, arrays)
         output = built.forward(*tensors)
 
@@ -360,7 +364,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
                                                                    "copies": cm.copies}))
         run.set(features=json.dumps(design_features(design, target=ctx.target)))
 
-    proof = _Proof(run, design, built, tensors, model.input_range(point.dtype), fixed)
+    proof = _Proof(run, design, built, tensors, model.input_range(point.dtype), fixed, sample_ranges)
     proof.analyze()
 
     def fell_back(why: str) -> None:
@@ -591,6 +595,10 @@ class _Proof:
     and a wrong output is then a consequence of the knob, not a failure. Everywhere else
     (the dtype itself wraps, or a float overflows to inf) hardware and reference agree.
 
+    Ranges: weights from the spec's file (`fixed`) and tensors the model made from numpy data
+    are constants (their range is their values); the input real samples fill ranges over the
+    samples (`ranges`); any other input, the spec's input_range or its dtype's default.
+
     `confirm` (stage "confirm") simulates the worst-case inputs of the analysis:
     `overflow_confirmed` is true when the simulation shows what the proof predicts, i.e. the
     outputs equal the reference unless `narrowed_unsafe`, and differ from it if so. A
@@ -598,9 +606,9 @@ class _Proof:
     worst case does not show (a loose bound) is noted."""
 
     def __init__(self, run: _Run, design, built: zoo.Built, tensors: list, rng: zoo.InputRange | None,
-                 fixed: Mapping[str, np.ndarray] | None = None):
+                 fixed: Mapping[str, np.ndarray] | None = None, ranges: Mapping[str, zoo.InputRange] | None = None):
         self.run, self.design, self.built = run, design, built
-        fixed = fixed or {}
+        fixed, ranges = fixed or {}, ranges or {}
         self.narrowed_unsafe = ""            # why outputs may differ from the reference ("": they may not)
         self.buffers: dict[str, int] = {}    # input name -> model buffer id
         for name, t in zip(built.inputs, tensors):
@@ -608,7 +616,7 @@ class _Proof:
                 self.buffers[name] = design.buffer_of(t)
         self.ranges = {}
         for name, buf in self.buffers.items():
-            r = rng or zoo.default_input_range(built.inputs[name][1])
+            r = ranges.get(name) or rng or zoo.default_input_range(built.inputs[name][1])
             self.ranges[buf] = (float(r.min), float(r.max))
         # Tensors the model made from numpy data itself (weights it loaded, constants) are not
         # inputs: they hold the same values in every run, so their range is their data's, and

@@ -193,6 +193,7 @@ class ModelSpec:
     input_ranges: FrozenMap[str, InputRange]   # dtype -> range given in the spec (model's own or top-level)
     trained: "TrainedModel | None" = None      # a trained dense network (`weights:` or `onnx:`) and its data
     files: "ModelFiles | None" = None          # weights and/or data for a builtin or source model
+    onnx: Path | None = None                   # an ONNX graph run whole by tinygrad's importer (float dtypes)
 
     def build(self, dtype: str) -> zoo.Built:
         """`(inputs, forward)` for `dtype` (the contract is checked)."""
@@ -200,6 +201,9 @@ class ModelSpec:
             return zoo.check_built(self.trained.built(dtype))
         if self.builtin is not None:
             return zoo.check_built(zoo.ZOO[self.builtin].build(dtype, **self.params))
+        if self.onnx is not None:
+            from dse.data import onnx_built
+            return zoo.check_built(onnx_built(self.onnx, dtype))
         assert self.source is not None and self.function is not None
         return zoo.check_built(load_function(self.source, self.function)(dtype, **self.params))
 
@@ -210,6 +214,8 @@ class ModelSpec:
     def describe(self) -> str:
         if self.trained is not None:
             return f"{self.trained.kind}: {self.trained.path.name}"
+        if self.onnx is not None:
+            return f"onnx: {self.onnx.name} (the whole graph)"
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
         what = self.builtin if self.builtin is not None else f"{self.source.name}:{self.function}"  # type: ignore[union-attr]
         files = self.files
@@ -769,6 +775,27 @@ class _Parser:
             m = dataclasses.replace(m, files=self.model_files(d, m, path))
         return m
 
+    def onnx_model(self, name: str, file: Path, data, path: str, not_dense: str) -> ModelSpec:
+        """An ONNX graph that is not a dense chain: the whole graph, run by tinygrad's importer,
+        its float initialisers as the weights; float dtypes only (no quantisation applies)."""
+        from dse.data import DataError
+        files = ModelFiles(file, data)
+        m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), files=files, onnx=file)
+        for dt in self.dtypes:
+            if not DTYPES[dt].is_float:
+                raise SpecError(_join(path, "onnx"), f"dtype {dt}: the tool's post-training quantisation covers a "
+                                                     f"chain of dense layers only, and {not_dense}; run this graph "
+                                                     f"in fp32, fp16 or bf16")
+            try:
+                inputs = m.build(dt).inputs
+            except DataError as e:
+                raise SpecError(_join(path, "onnx"), str(e)) from None
+            try:
+                files.inputs(inputs, dt)
+            except DataError as e:
+                raise SpecError(_join(path, "data"), f"dtype {dt}: {e}") from None
+        return m
+
     def model_files(self, d: dict, m: ModelSpec, path: str) -> "ModelFiles":
         """`weights:` and `data:` of a builtin or source model, checked against its inputs in
         every dtype of the spec: arrays by name and shape, values the dtype can hold."""
@@ -797,7 +824,7 @@ class _Parser:
         return files
 
     def trained_model(self, d: dict, name: str, path: str, kind: str) -> ModelSpec:
-        from dse.data import DataError
+        from dse.data import DataError, NotDenseChain
         for key in ("params", "input_range"):
             if key in d:
                 raise SpecError(_join(path, key), f"not used with '{kind}' (the network's shapes come from the file, "
@@ -811,6 +838,10 @@ class _Parser:
         trained = TrainedModel(kind, file, data)
         try:
             net = trained.net()
+        except NotDenseChain as e:
+            if kind != "onnx":
+                raise SpecError(_join(path, kind), str(e)) from None
+            return self.onnx_model(name, file, data, path, str(e))
         except DataError as e:
             raise SpecError(_join(path, kind), str(e)) from None
         try:

@@ -357,3 +357,68 @@ def test_bad_weights_beside_a_model_are_named(tmp_path, capsys, model, message):
     spec = _model_spec(tmp_path, ["int8"], source="mlp.py:build", **model)
     assert main(["validate", str(spec)]) == 2
     assert capsys.readouterr().err == f"error: {message.format(tmp=tmp_path)}\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# an ONNX graph that is not a dense chain: the whole graph through tinygrad's importer (floats)
+
+def _cnn_onnx(path: Path, op: str = "MaxPool") -> tuple[Path, dict]:
+    """A small CNN for 8x8 digits: Conv 3x3 (4 channels) -> Relu -> 2x2 pool -> Flatten -> Gemm,
+    with fixed random weights (names as PyTorch writes them: not identifiers)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    w = {"conv.weight": rng.normal(0, 0.3, (4, 1, 3, 3)).astype(np.float32),
+         "conv.bias": rng.normal(0, 0.1, (4,)).astype(np.float32),
+         "fc.weight": rng.normal(0, 0.3, (10, 36)).astype(np.float32),
+         "fc.bias": rng.normal(0, 0.1, (10,)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "conv.weight", "conv.bias"], ["c"], kernel_shape=[3, 3]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node(op, ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["y"], transB=1)]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
+                              [numpy_helper.from_array(v, k) for k, v in w.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path, w
+
+
+def _cnn_numpy(x: np.ndarray, w: dict) -> np.ndarray:
+    """The CNN in float64 numpy, independent of tinygrad: logits (n, 10)."""
+    img = x.reshape(-1, 8, 8)
+    conv = np.zeros((len(img), 4, 6, 6))
+    for dy in range(3):
+        for dx in range(3):
+            conv += w["conv.weight"][None, :, 0, dy, dx, None, None].astype(np.float64) * img[:, None, dy:dy + 6, dx:dx + 6]
+    conv = np.maximum(conv + w["conv.bias"][None, :, None, None], 0)
+    pooled = conv.reshape(len(img), 4, 3, 2, 3, 2).max(axis=(3, 5))
+    return pooled.reshape(len(img), 36) @ w["fc.weight"].T.astype(np.float64) + w["fc.bias"]
+
+
+@pytest.mark.slow
+def test_an_onnx_cnn_runs_whole_and_scores_like_numpy(tmp_path, capsys, digits, monkeypatch):
+    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
+    path, w = _cnn_onnx(tmp_path / "cnn.onnx")
+    spec = _model_spec(tmp_path, ["fp32"], onnx="cnn.onnx", data={"dataset": "sklearn:digits", "samples": 24})
+    row = _eval_m(capsys, spec, "fp32")
+    assert row["status"] == "OK" and row["correct"] and row["cycles"] == row["cycles_model"], row
+    assert row["samples"] == 24 and row["agreement"] == 1.0
+    logits = _cnn_numpy(digits.x_test[:24], w)
+    assert row["accuracy"] == float((logits.argmax(1) == digits.y_test[:24]).mean())
+    assert row["accuracy_float"] == row["accuracy"]
+    assert row["overflow_safe"] is True         # max-pool's -inf start is the identity, not an overflow
+
+
+@pytest.mark.parametrize("dtype, op, message", [
+    ("int8", "MaxPool", "models[0].onnx: dtype int8: the tool's post-training quantisation covers a chain of dense "
+                        "layers only, and {tmp}/cnn.onnx: node #0 Conv (output 'c'): op Conv is not supported here "
+                        "(dense models: Gemm, MatMul, Add, Relu, Flatten); run this graph in fp32, fp16 or bf16"),
+    ("fp32", "NoSuchPool", "models[0].onnx: {tmp}/cnn.onnx: node #2 NoSuchPool (output 'p'): tinygrad's ONNX importer "
+                           "has no op NoSuchPool"),
+])
+def test_onnx_graphs_the_tool_cannot_run_are_named(tmp_path, capsys, dtype, op, message):
+    _cnn_onnx(tmp_path / "cnn.onnx", op)
+    spec = _model_spec(tmp_path, [dtype], onnx="cnn.onnx", data={"dataset": "sklearn:digits"})
+    assert main(["validate", str(spec)]) == 2
+    assert capsys.readouterr().err == f"error: {message.format(tmp=tmp_path)}\n"
