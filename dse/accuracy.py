@@ -39,7 +39,8 @@ from compiler.tools import cache_root
 from dse import zoo
 from dse.data import Dataset
 from dse.zoo import input_tensors
-from dse.quantize import QMAX, SCHEME, DenseNet, quantize
+from dse.convnet import LayerNet
+from dse.quantize import QMAX, SCHEME, DenseNet
 from dse.spec import ModelSpec
 
 
@@ -63,14 +64,14 @@ class SampleCheckError(AssertionError):
     """The hardware disagreed with its reference or its cycle model on some sample."""
 
 
-def run_samples(*, net: DenseNet, dtype: str, data: Dataset, config: HardwareConfig | None = None,
+def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config: HardwareConfig | None = None,
                 backend: str = "cxxrtl") -> SampleRun:
     x = data.x_test.reshape(len(data.x_test), -1)
     if x.shape[1] != net.inputs:
         raise ValueError(f"{data.name} samples have {x.shape[1]} values, the model takes {net.inputs}")
     float_logits = net.float_logits(x)
     if dtype in QMAX:
-        q = quantize(net=net, dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1))
+        q = net.quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1))
         built, arrays, xs = q.built(), q.arrays(), q.quantize_input(x)
         reference, to_float = q.reference(xs), q.dequantize
     elif zoo.DTYPES[dtype].is_float:
@@ -81,7 +82,7 @@ def run_samples(*, net: DenseNet, dtype: str, data: Dataset, config: HardwareCon
     tensors = input_tensors(built, {**arrays, "x": xs[0]})
     design = compile_model(built.forward(*tensors), config=config)
     runs = simulate_many(design, [{tensors[0]: s} for s in xs], backend=backend)
-    logits = np.stack([r.outputs[0] for r in runs])
+    logits = np.stack([np.asarray(r.outputs[0]).reshape(-1) for r in runs])
     model_cycles = design.cycle_model().total
     bad = [i for i, r in enumerate(runs) if r.cycles != model_cycles]
     if bad:

@@ -354,8 +354,8 @@ def onnx_built(path: Path, dtype: str):
     from dse import zoo
     runner, graph = _onnx_runner(path), onnx_graph(path)
     if not zoo.DTYPES[dtype].is_float:
-        raise DataError(f"{path}: {dtype} needs the tool's post-training quantisation, which covers a chain of "
-                        f"dense layers only; this graph runs in float dtypes")
+        raise DataError(f"{path}: {dtype} needs the tool's post-training quantisation, which covers chains of "
+                        f"convolutions, max-pools and dense layers; this graph runs in float dtypes")
     inputs = {graph.input: (graph.input_shape, dtype), **{k: (shape, dtype) for k, shape in graph.weights.items()}}
     onnx_in, onnx_out = graph.names[graph.input], runner.graph_outputs[0]
     weight_names = [graph.names[k] for k in graph.weights]

@@ -345,8 +345,9 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
         arrays = zoo.make_inputs(built, ctx.data_seed, rng)
         fixed: dict[str, np.ndarray] = {}
         sample_ranges: dict[str, zoo.InputRange] = {}
-        if model.files is not None:   # trained weights, and the first test sample for the one-run check
-            real = model.files.inputs(built.inputs, point.dtype)
+        files = model.files_for(point.dtype)
+        if files is not None:         # trained weights, and the first test sample for the one-run check
+            real = files.inputs(built.inputs, point.dtype)
             fixed = real.weights
             arrays.update(fixed)
             if real.samples is not None:
@@ -417,7 +418,7 @@ def _accuracy(model: ModelSpec, point: DesignPoint, config, sim: "Simulator", ru
     """Every sample of the model's data through the same hardware (one simulator process),
     each checked against its reference (the point's rule) and against the cycle model."""
     from dse.accuracy import run_model_samples, run_samples
-    if model.trained is not None:       # a dense network: its own build, quantised for integers
+    if model.runs_trained(point.dtype):   # its own build: quantised for integers, dense ones in floats too
         trained = model.trained
         r = run_samples(net=trained.net(), dtype=point.dtype, data=trained.dataset(), config=config,
                         backend=sim.backend)

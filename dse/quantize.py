@@ -114,6 +114,9 @@ class DenseNet:
             return h
         return zoo.Built(inputs, forward)
 
+    def quantize(self, *, dtype: str, calibration: np.ndarray) -> "QuantNet":
+        return quantize(net=self, dtype=dtype, calibration=calibration)
+
     def arrays(self, dtype: str) -> dict[str, np.ndarray]:
         """The weights rounded to `dtype` (in its storage type)."""
         out = {}
@@ -228,17 +231,28 @@ def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray) -> QuantNet:
             break
         h_float = np.maximum(h_float, 0.0)
         s_out = max(float(h_float.max()), 1e-12) / act_qmax
-        m = acc_scale / s_out                                   # real multiplier per channel
-        acc_bits = int(2 * np.abs(acc).max()).bit_length()
-        P = max(0, acc_bits - (31 - MULTIPLIER_BITS))
-        # (acc >> P) * M >> S ~ acc * m with M = m * 2**(P + S) below 2**MULTIPLIER_BITS
-        total = int(math.floor(math.log2((2 ** MULTIPLIER_BITS - 1) / m.max())))
-        if not 1 <= total - P <= 30:
-            raise ValueError(f"{dtype}: layer {len(qnet_layers) + 1} needs a requantisation shift of {total - P}")
-        M = np.round(m * 2.0 ** total).astype(np.int32)
-        ql = QuantLayer(Wq, bq.astype(np.int32), acc_scale, M, P, total - P)
+        M, P, S = requantisation(acc_scale=acc_scale, out_scale=s_out, acc=acc,
+                                 where=f"{dtype}: layer {len(qnet_layers) + 1}")
+        ql = QuantLayer(Wq, bq.astype(np.int32), acc_scale, M, P, S)
         qnet_layers.append(ql)
-        r = (((acc >> P) * M.astype(np.int64)) + (1 << (ql.S - 1))) >> ql.S
-        h_int = np.clip(r, 0, act_qmax)
+        h_int = np.clip(requantise(acc, M, P, S), 0, act_qmax)
         s_in = s_out
     return QuantNet(dtype, input_scale, tuple(qnet_layers))
+
+
+def requantisation(*, acc_scale: np.ndarray, out_scale: float, acc: np.ndarray, where: str) -> tuple[np.ndarray, int, int]:
+    """(M, P, S) with (acc >> P) * M >> S ~ acc * acc_scale / out_scale per channel: M below
+    2**MULTIPLIER_BITS, the pre-shift P keeping (acc >> P) * M inside int32 for twice the
+    largest |acc| seen in calibration. Raises ValueError (naming `where`) if no shift fits."""
+    m = np.asarray(acc_scale, np.float64) / out_scale          # real multiplier per channel
+    acc_bits = int(2 * np.abs(acc).max()).bit_length()
+    P = max(0, acc_bits - (31 - MULTIPLIER_BITS))
+    total = int(math.floor(math.log2((2 ** MULTIPLIER_BITS - 1) / m.max())))
+    if not 1 <= total - P <= 30:
+        raise ValueError(f"{where} needs a requantisation shift of {total - P}")
+    return np.round(m * 2.0 ** total).astype(np.int32), P, total - P
+
+
+def requantise(acc: np.ndarray, M: np.ndarray, P: int, S: int) -> np.ndarray:
+    """(acc >> P) * M + 2**(S-1) >> S in int64 (calibration: no wrap can happen there)."""
+    return (((np.asarray(acc, np.int64) >> P) * np.asarray(M, np.int64)) + (1 << (S - 1))) >> S

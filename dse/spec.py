@@ -197,7 +197,7 @@ class ModelSpec:
 
     def build(self, dtype: str) -> zoo.Built:
         """`(inputs, forward)` for `dtype` (the contract is checked)."""
-        if self.trained is not None:
+        if self.runs_trained(dtype):
             return zoo.check_built(self.trained.built(dtype))
         if self.builtin is not None:
             return zoo.check_built(zoo.ZOO[self.builtin].build(dtype, **self.params))
@@ -206,6 +206,16 @@ class ModelSpec:
             return zoo.check_built(onnx_built(self.onnx, dtype))
         assert self.source is not None and self.function is not None
         return zoo.check_built(load_function(self.source, self.function)(dtype, **self.params))
+
+    def runs_trained(self, dtype: str) -> bool:
+        """Whether `dtype` runs the trained network's own build (a dense network in every dtype,
+        a quantised CNN in integer ones; dse.accuracy.run_samples), rather than the model with
+        its `files` (the whole ONNX graph for a CNN in float dtypes; run_model_samples)."""
+        return self.trained is not None and (self.onnx is None or not DTYPES[dtype].is_float)
+
+    def files_for(self, dtype: str) -> "ModelFiles | None":
+        """The weights and data that fill this model's inputs in `dtype` (None: none do)."""
+        return None if self.runs_trained(dtype) else self.files
 
     def input_range(self, dtype: str) -> InputRange | None:
         """The spec's range for `dtype`; None: each input's dtype default (zoo.default_input_range)."""
@@ -269,12 +279,12 @@ class TrainedModel:
         return _cached(("data", self.data), lambda: load_dataset(self.data))
 
     def built(self, dtype: str) -> zoo.Built:
-        from dse.quantize import QMAX, quantize
+        from dse.quantize import QMAX
         net = self.net()
         if dtype in QMAX:
             data = self.dataset()
-            q = _cached(("quant", self.kind, self.path, self.data, dtype), lambda: quantize(
-                net=net, dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1)))
+            q = _cached(("quant", self.kind, self.path, self.data, dtype), lambda: net.quantize(
+                dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1)))
             return q.built()
         if not zoo.DTYPES[dtype].is_float:
             raise ValueError(f"a trained float network runs in {', '.join(QMAX)} (quantised) or a float dtype, "
@@ -292,12 +302,16 @@ def _cached(key: Any, make):
 
 
 def _load_net(kind: str, path: Path):
-    from dse.data import load_onnx, read_weights
+    from dse.data import NotDenseChain, load_onnx, read_weights
     from dse.quantize import DenseNet
 
     def make():
         if kind == "onnx":
-            return load_onnx(path)
+            try:
+                return load_onnx(path)
+            except NotDenseChain:         # a CNN chain quantises too; anything else runs whole
+                from dse.convnet import load_onnx_layers
+                return load_onnx_layers(path)
         try:
             return DenseNet.from_arrays(read_weights(path))
         except ValueError as e:
@@ -783,9 +797,9 @@ class _Parser:
         m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), files=files, onnx=file)
         for dt in self.dtypes:
             if not DTYPES[dt].is_float:
-                raise SpecError(_join(path, "onnx"), f"dtype {dt}: the tool's post-training quantisation covers a "
-                                                     f"chain of dense layers only, and {not_dense}; run this graph "
-                                                     f"in fp32, fp16 or bf16")
+                raise SpecError(_join(path, "onnx"), f"dtype {dt}: the tool's post-training quantisation covers "
+                                                     f"chains of convolutions, max-pools and dense layers, and "
+                                                     f"{not_dense}; run this graph in fp32, fp16 or bf16")
             try:
                 inputs = m.build(dt).inputs
             except DataError as e:
@@ -852,10 +866,16 @@ class _Parser:
         if width != net.inputs:
             raise SpecError(_join(path, "data"), f"{dataset.name} samples have shape {dataset.sample_shape} "
                                                  f"({width} values), the network takes {net.inputs}")
-        m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), trained)
+        from dse.quantize import DenseNet
+        if isinstance(net, DenseNet):
+            m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), trained)
+        else:   # a CNN chain: quantised for integer dtypes, the whole graph for float ones
+            m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), trained, ModelFiles(file, data), file)
         for dt in self.dtypes:
             try:
-                m.build(dt)
+                built = m.build(dt)
+                if m.files is not None and DTYPES[dt].is_float:
+                    m.files.inputs(built.inputs, dt)
             except (ValueError, DataError) as e:
                 raise SpecError(_join(path, kind), f"dtype {dt}: {e}") from None
         return m

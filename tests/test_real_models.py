@@ -362,16 +362,17 @@ def test_bad_weights_beside_a_model_are_named(tmp_path, capsys, model, message):
 # ---------------------------------------------------------------------------------------------
 # an ONNX graph that is not a dense chain: the whole graph through tinygrad's importer (floats)
 
-def _cnn_onnx(path: Path, op: str = "MaxPool") -> tuple[Path, dict]:
-    """A small CNN for 8x8 digits: Conv 3x3 (4 channels) -> Relu -> 2x2 pool -> Flatten -> Gemm,
-    with fixed random weights (names as PyTorch writes them: not identifiers)."""
+def _cnn_onnx(path: Path, op: str = "MaxPool", w: dict | None = None) -> tuple[Path, dict]:
+    """A small CNN for 8x8 digits: Conv 3x3 (C channels) -> Relu -> 2x2 pool -> Flatten -> Gemm,
+    with the weights `w` (default: fixed random ones, 4 channels; names as PyTorch writes them:
+    not identifiers)."""
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(0)
-    w = {"conv.weight": rng.normal(0, 0.3, (4, 1, 3, 3)).astype(np.float32),
-         "conv.bias": rng.normal(0, 0.1, (4,)).astype(np.float32),
-         "fc.weight": rng.normal(0, 0.3, (10, 36)).astype(np.float32),
-         "fc.bias": rng.normal(0, 0.1, (10,)).astype(np.float32)}
+    w = w or {"conv.weight": rng.normal(0, 0.3, (4, 1, 3, 3)).astype(np.float32),
+              "conv.bias": rng.normal(0, 0.1, (4,)).astype(np.float32),
+              "fc.weight": rng.normal(0, 0.3, (10, 36)).astype(np.float32),
+              "fc.bias": rng.normal(0, 0.1, (10,)).astype(np.float32)}
     nodes = [helper.make_node("Conv", ["x", "conv.weight", "conv.bias"], ["c"], kernel_shape=[3, 3]),
              helper.make_node("Relu", ["c"], ["r"]),
              helper.make_node(op, ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
@@ -385,15 +386,16 @@ def _cnn_onnx(path: Path, op: str = "MaxPool") -> tuple[Path, dict]:
 
 
 def _cnn_numpy(x: np.ndarray, w: dict) -> np.ndarray:
-    """The CNN in float64 numpy, independent of tinygrad: logits (n, 10)."""
+    """The CNN in float64 numpy, independent of tinygrad and of dse.convnet: logits (n, 10)."""
     img = x.reshape(-1, 8, 8)
-    conv = np.zeros((len(img), 4, 6, 6))
+    C = len(w["conv.weight"])
+    conv = np.zeros((len(img), C, 6, 6))
     for dy in range(3):
         for dx in range(3):
             conv += w["conv.weight"][None, :, 0, dy, dx, None, None].astype(np.float64) * img[:, None, dy:dy + 6, dx:dx + 6]
     conv = np.maximum(conv + w["conv.bias"][None, :, None, None], 0)
-    pooled = conv.reshape(len(img), 4, 3, 2, 3, 2).max(axis=(3, 5))
-    return pooled.reshape(len(img), 36) @ w["fc.weight"].T.astype(np.float64) + w["fc.bias"]
+    pooled = conv.reshape(len(img), C, 3, 2, 3, 2).max(axis=(3, 5))
+    return pooled.reshape(len(img), 9 * C) @ w["fc.weight"].T.astype(np.float64) + w["fc.bias"]
 
 
 @pytest.mark.slow
@@ -411,9 +413,10 @@ def test_an_onnx_cnn_runs_whole_and_scores_like_numpy(tmp_path, capsys, digits, 
 
 
 @pytest.mark.parametrize("dtype, op, message", [
-    ("int8", "MaxPool", "models[0].onnx: dtype int8: the tool's post-training quantisation covers a chain of dense "
-                        "layers only, and {tmp}/cnn.onnx: node #0 Conv (output 'c'): op Conv is not supported here "
-                        "(dense models: Gemm, MatMul, Add, Relu, Flatten); run this graph in fp32, fp16 or bf16"),
+    ("int8", "AveragePool", "models[0].onnx: dtype int8: the tool's post-training quantisation covers chains of "
+                            "convolutions, max-pools and dense layers, and {tmp}/cnn.onnx: node #2 AveragePool (output "
+                            "'p'): op AveragePool is not one the quantiser handles (Conv, Gemm, MatMul, Add, Relu, "
+                            "MaxPool, Flatten); run this graph in fp32, fp16 or bf16"),
     ("fp32", "NoSuchPool", "models[0].onnx: {tmp}/cnn.onnx: node #2 NoSuchPool (output 'p'): tinygrad's ONNX importer "
                            "has no op NoSuchPool"),
 ])
@@ -422,3 +425,54 @@ def test_onnx_graphs_the_tool_cannot_run_are_named(tmp_path, capsys, dtype, op, 
     spec = _model_spec(tmp_path, [dtype], onnx="cnn.onnx", data={"dataset": "sklearn:digits"})
     assert main(["validate", str(spec)]) == 2
     assert capsys.readouterr().err == f"error: {message.format(tmp=tmp_path)}\n"
+
+
+def _trained_cnn(digits) -> dict:
+    """A CNN for digits whose classifier is trained: 8 fixed random 3x3 filters (input scale
+    1/16 folded in), ReLU, 2x2 max-pool, and a dense layer fitted by scikit-learn's logistic
+    regression on those features (97% on the test split)."""
+    from sklearn.linear_model import LogisticRegression
+    rng = np.random.default_rng(0)
+    w = {"conv.weight": (rng.normal(0, 0.3, (8, 1, 3, 3)) / 16).astype(np.float32),
+         "conv.bias": rng.normal(0, 0.1, (8,)).astype(np.float32),
+         "fc.weight": np.zeros((10, 72), np.float32), "fc.bias": np.zeros(10, np.float32)}
+    features = _cnn_numpy(digits.x_train, {**w, "fc.weight": np.eye(72, dtype=np.float32)[:, :72],
+                                           "fc.bias": np.zeros(72, np.float32)})
+    clf = LogisticRegression(max_iter=2000).fit(features, digits.y_train)
+    return {**w, "fc.weight": clf.coef_.astype(np.float32), "fc.bias": clf.intercept_.astype(np.float32)}
+
+
+@pytest.mark.slow
+def test_a_trained_onnx_cnn_quantises_to_int8_within_two_points(tmp_path, capsys, digits, monkeypatch):
+    """int8: the tool's quantisation of the Conv/MaxPool/Gemm chain, every sample bit-exact
+    against its numpy integer model (run_samples); fp32: the whole graph, every sample against
+    tinygrad; both scored on the same 150 samples."""
+    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
+    w = _trained_cnn(digits)
+    _cnn_onnx(tmp_path / "cnn.onnx", w=w)
+    spec = _model_spec(tmp_path, ["int8", "fp32"], onnx="cnn.onnx", data={"dataset": "sklearn:digits", "samples": 150})
+    rows = {dt: _eval_m(capsys, spec, dt) for dt in ("int8", "fp32")}
+    for r in rows.values():
+        assert r["status"] == "OK" and r["correct"] and r["cycles"] == r["cycles_model"] and r["samples"] == 150, r
+    float_acc = float((_cnn_numpy(digits.x_test[:150], w).argmax(1) == digits.y_test[:150]).mean())
+    assert rows["fp32"]["accuracy"] == rows["fp32"]["accuracy_float"] == float_acc > 0.93
+    assert rows["int8"]["accuracy_float"] == float_acc
+    assert abs(rows["int8"]["accuracy"] - float_acc) <= 0.02
+    assert rows["int8"]["quantization"].startswith("symmetric")
+
+
+def test_the_cnn_integer_model_equals_tinygrad(digits):
+    """The quantised CNN's numpy reference against tinygrad running the same integer model."""
+    from dse.convnet import Conv, Flatten, LayerNet, Linear, MaxPool
+    rng = np.random.default_rng(3)
+    net = LayerNet((1, 1, 8, 8), (Conv(rng.normal(0, 0.05, (3, 1, 3, 3)), rng.normal(0, 0.1, 3), (1, 1), (1, 1, 1, 1),
+                                       relu=True),
+                                  MaxPool((2, 2), (2, 2)), Flatten(),
+                                  Linear(rng.normal(0, 0.3, (5, 48)), rng.normal(0, 0.1, 5), relu=True),
+                                  Linear(rng.normal(0, 0.3, (10, 5)), rng.normal(0, 0.1, 10))))
+    q = net.quantize(dtype="int8", calibration=digits.x_train)
+    xs = q.quantize_input(digits.x_test[:3])
+    built = q.built()
+    for x, want in zip(xs, q.reference(xs)):
+        got = zoo.tinygrad_result(built, {**q.arrays(), "x": x})
+        assert np.array_equal(got.reshape(-1), want)
