@@ -287,9 +287,9 @@ def load_onnx_layers(path: Path) -> LayerNet:
     """A chain of Conv, Gemm (or MatMul + Add), Relu, MaxPool and Flatten nodes on one input,
     read by tinygrad's importer, as a LayerNet; raises dse.data.NotDenseChain naming the first
     node that does not fit (the graph then runs whole, in float dtypes only)."""
-    from dse.data import NotDenseChain, onnx_graph, _onnx_runner
+    from dse.data import NotDenseChain, onnx_graph, onnx_runner
     path = Path(path)
-    runner, graph = _onnx_runner(path), onnx_graph(path)
+    runner, graph = onnx_runner(path), onnx_graph(path)
     consts = {k: v.numpy() for k, v in runner.graph_values.items() if k}
     current = graph.names[graph.input]
     layers: list[Layer] = []

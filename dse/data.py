@@ -241,7 +241,7 @@ def load_onnx(path: Path):
     path = Path(path)
     if not path.is_file():
         raise DataError(f"file not found: {path}")
-    runner = _onnx_runner(path)
+    runner = onnx_runner(path)
     if len(runner.graph_inputs) != 1 or len(runner.graph_outputs) != 1:
         raise NotDenseChain(f"{path}: expected one input and one output, got inputs {list(runner.graph_inputs)} "
                         f"and outputs {list(runner.graph_outputs)}")
@@ -284,7 +284,7 @@ def load_onnx(path: Path):
 _RUNNERS: dict[tuple[Path, int], object] = {}
 
 
-def _onnx_runner(path: Path):
+def onnx_runner(path: Path):
     """tinygrad's OnnxRunner of `path` (one per file version and process)."""
     path = Path(path).resolve()
     if not path.is_file():
@@ -312,7 +312,7 @@ class OnnxGraph:
 
 
 def onnx_graph(path: Path) -> OnnxGraph:
-    runner = _onnx_runner(path)
+    runner = onnx_runner(path)
     if len(runner.graph_inputs) != 1 or len(runner.graph_outputs) != 1:
         raise DataError(f"{path}: expected one input and one output, got inputs {list(runner.graph_inputs)} "
                         f"and outputs {list(runner.graph_outputs)}")
@@ -343,7 +343,7 @@ def onnx_graph(path: Path) -> OnnxGraph:
 
 def onnx_initialisers(path: Path) -> dict[str, np.ndarray]:
     """The float initialisers of an ONNX file, by their model input names (float32)."""
-    runner, graph = _onnx_runner(path), onnx_graph(path)
+    runner, graph = onnx_runner(path), onnx_graph(path)
     return {k: runner.graph_values[graph.names[k]].numpy().astype(np.float32) for k in graph.weights}
 
 
@@ -352,7 +352,7 @@ def onnx_built(path: Path, dtype: str):
     and every float initialiser, forward runs tinygrad's ONNX importer on them. The initialisers'
     values come as model inputs (the weights), so every dtype rounds them like any weights."""
     from dse import zoo
-    runner, graph = _onnx_runner(path), onnx_graph(path)
+    runner, graph = onnx_runner(path), onnx_graph(path)
     if not zoo.DTYPES[dtype].is_float:
         raise DataError(f"{path}: {dtype} needs the tool's post-training quantisation, which covers chains of "
                         f"convolutions, max-pools and dense layers; this graph runs in float dtypes")
