@@ -362,9 +362,13 @@ def onnx_built(path: Path, dtype: str):
 
     def forward(x, *weights):
         import warnings
-        for name, t in zip(weight_names, weights):
-            runner.graph_values[name] = t
-        with warnings.catch_warnings():     # the graph declares float32; fp16/bf16 inputs are meant
-            warnings.simplefilter("ignore")
-            return runner({onnx_in: x})[onnx_out]
+        pristine = dict(runner.graph_values)   # the runner is shared: leave its initialisers as read
+        try:
+            for name, t in zip(weight_names, weights):
+                runner.graph_values[name] = t
+            with warnings.catch_warnings():     # the graph declares float32; fp16/bf16 inputs are meant
+                warnings.simplefilter("ignore")
+                return runner({onnx_in: x})[onnx_out]
+        finally:
+            runner.graph_values = pristine
     return zoo.Built(inputs, forward)

@@ -597,7 +597,7 @@ class _Proof:
     (the dtype itself wraps, or a float overflows to inf) hardware and reference agree.
 
     Ranges: weights from the spec's file (`fixed`) and tensors the model made from numpy data
-    are constants (their range is their values); the input real samples fill ranges over the
+    are constants (their range is their values); the input the real samples fill ranges over the
     samples (`ranges`); any other input, the spec's input_range or its dtype's default.
 
     `confirm` (stage "confirm") simulates the worst-case inputs of the analysis:

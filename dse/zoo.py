@@ -303,7 +303,8 @@ def tinygrad_result(built: Built | tuple, arrays: Mapping[str, np.ndarray]) -> n
     """Run the model in tinygrad (PYTHON device unless DEV is set) and return its output.
 
     Kernels are built with NOOPT=1, so every reduction runs sequentially k = 0..K-1 as in the
-    lowered kernel the hardware is compiled from. bf16 outputs come back as float32 holders.
+    lowered kernel the hardware is compiled from (where tinygrad cannot build a kernel that way,
+    with its default schedule). bf16 outputs come back as float32 holders.
     """
     built = check_built(built)
     tg = import_tinygrad()
@@ -317,7 +318,13 @@ def tinygrad_result(built: Built | tuple, arrays: Mapping[str, np.ndarray]) -> n
         if dt == "bf16":
             t = t.cast(tg.dtypes.bfloat16)
         tensors.append(t.realize())
-    with Context(NOOPT=1):
+    try:
+        with Context(NOOPT=1):
+            return built.forward(*tensors).numpy()
+    except Exception:   # noqa: BLE001 - tinygrad's own failure, not the model's
+        # tinygrad 0.14 fails to verify some fp16 reductions under NOOPT=1 (a conv summing into
+        # a float accumulator): its default schedule computes them, in another summation order,
+        # which the float tolerance of a user's model allows for (integers are exact in any order)
         return built.forward(*tensors).numpy()
 
 

@@ -476,3 +476,14 @@ def test_the_cnn_integer_model_equals_tinygrad(digits):
     for x, want in zip(xs, q.reference(xs)):
         got = zoo.tinygrad_result(built, {**q.arrays(), "x": x})
         assert np.array_equal(got.reshape(-1), want)
+
+
+def test_running_an_onnx_graph_leaves_its_initialisers_as_read(tmp_path):
+    """One tinygrad OnnxRunner per file and process serves every dtype: a run with other
+    weights (an fp16 point's, a worst-case input's) must not change what the next reads."""
+    from dse.data import onnx_built, onnx_initialisers
+    path, w = _cnn_onnx(tmp_path / "cnn.onnx")
+    built = onnx_built(path, "fp16")
+    arrays = zoo.make_inputs(built, 0)
+    built.forward(*zoo.input_tensors(built, arrays)).realize()
+    assert np.array_equal(onnx_initialisers(path)["conv_weight"], w["conv.weight"])
