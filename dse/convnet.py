@@ -20,6 +20,7 @@ requantisation is monotonic, so pooling commutes with it).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -287,25 +288,14 @@ def load_onnx_layers(path: Path) -> LayerNet:
     """A chain of Conv, Gemm (or MatMul + Add), Relu, MaxPool and Flatten nodes on one input,
     read by tinygrad's importer, as a LayerNet; raises dse.data.NotDenseChain naming the first
     node that does not fit (the graph then runs whole, in float dtypes only)."""
-    from dse.data import NotDenseChain, onnx_graph, onnx_runner
+    from dse.data import NotDenseChain, dense_weights, onnx_chain, onnx_graph
     path = Path(path)
-    runner, graph = onnx_runner(path), onnx_graph(path)
-    consts = {k: v.numpy() for k, v in runner.graph_values.items() if k}
-    current = graph.names[graph.input]
     layers: list[Layer] = []
-    for index, node in enumerate(runner.graph_nodes):
-        where = f"{path}: node #{index} {node.op} (output {node.outputs[0]!r})"
-        if node.op not in LAYER_OPS:
-            raise NotDenseChain(f"{where}: op {node.op} is not one the quantiser handles ({', '.join(LAYER_OPS)})")
-        if current not in node.inputs:
-            raise NotDenseChain(f"{where}: not a chain (it does not read {current!r})")
-        others = [i for i in node.inputs if i and i != current]
-        if any(i not in consts for i in others):
-            raise NotDenseChain(f"{where}: reads {', '.join(i for i in others if i not in consts)}, which is not an initialiser")
-        opts = node.opts
+    for node in onnx_chain(path, LAYER_OPS, "the quantiser takes"):
+        where, opts = node.where, node.opts
         if node.op == "Conv":
-            W = np.asarray(consts[others[0]], np.float64)
-            b = np.asarray(consts[others[1]], np.float64).reshape(-1) if len(others) > 1 else np.zeros(len(W))
+            W = node.params[0]
+            b = node.params[1].reshape(-1) if len(node.params) > 1 else np.zeros(len(W))
             if opts.get("group", 1) != 1 or any(d != 1 for d in opts.get("dilations", (1, 1))) or W.ndim != 4:
                 raise NotDenseChain(f"{where}: only 2-D convolutions without groups or dilation are quantised")
             if opts.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
@@ -313,23 +303,16 @@ def load_onnx_layers(path: Path) -> LayerNet:
             pads = tuple(int(p) for p in opts.get("pads", (0, 0, 0, 0)))
             layers.append(Conv(W, b, tuple(int(s) for s in opts.get("strides", (1, 1))), pads))
         elif node.op in ("Gemm", "MatMul"):
-            W = np.asarray(consts[others[0]], np.float64)
-            if node.op == "MatMul" or not opts.get("transB", 0):
-                W = W.T
-            if opts.get("transA", 0) or opts.get("alpha", 1.0) != 1.0 or opts.get("beta", 1.0) != 1.0:
-                raise NotDenseChain(f"{where}: transA, alpha and beta other than the defaults are not supported")
-            b = np.asarray(consts[others[1]], np.float64).reshape(-1) if len(others) > 1 else np.zeros(W.shape[0])
-            layers.append(Linear(W, b))
+            layers.append(Linear(*dense_weights(node)))
         elif node.op == "Add":
             if not layers or not isinstance(layers[-1], (Conv, Linear)) or layers[-1].relu:
                 raise NotDenseChain(f"{where}: an Add must follow a Conv or MatMul")
-            last = layers[-1]
-            layers[-1] = type(last)(**{**last.__dict__, "b": last.b + np.asarray(consts[others[0]], np.float64).reshape(-1)})
+            layers[-1] = dataclasses.replace(layers[-1], b=layers[-1].b + node.params[0].reshape(-1))
         elif node.op == "Relu":
             k = next((j for j in range(len(layers) - 1, -1, -1) if isinstance(layers[j], (Conv, Linear))), None)
             if k is None or layers[k].relu or any(isinstance(m, Flatten) for m in layers[k + 1:]):
                 raise NotDenseChain(f"{where}: a Relu must follow a Conv or dense layer (a max-pool between is fine)")
-            layers[k] = type(layers[k])(**{**layers[k].__dict__, "relu": True})
+            layers[k] = dataclasses.replace(layers[k], relu=True)
         elif node.op == "MaxPool":
             kernel = tuple(int(v) for v in opts["kernel_shape"])
             if any(int(p) for p in opts.get("pads", ())) or opts.get("ceil_mode", 0) or len(kernel) != 2:
@@ -339,7 +322,6 @@ def load_onnx_layers(path: Path) -> LayerNet:
             if opts.get("axis", 1) != 1:
                 raise NotDenseChain(f"{where}: only Flatten(axis=1) is supported")
             layers.append(Flatten())
-        current = node.outputs[0]
     if not any(isinstance(layer, (Conv, Linear)) for layer in layers):
         raise NotDenseChain(f"{path}: no Conv or dense layer to quantise")
-    return LayerNet(graph.input_shape, tuple(layers))
+    return LayerNet(onnx_graph(path).input_shape, tuple(layers))
