@@ -111,8 +111,34 @@ class _KernelAnalysis:
         else:
             s = [self.value(x, acc, memo) for x in v.srcs]
             r = self.op(v, s)
+            if v.op is K.WHERE and not v.dtype.is_float:
+                r = self.clamp(v, s, acc, memo) or r
         memo[id(v)] = r
         return r
+
+    def clamp(self, v: ir.Op, s: list[_R], acc: dict[int, _R], memo: dict[int, _R]) -> _R | None:
+        """where(p < q, q, p) is max(p, q) and where(p < q, p, q) is min(p, q) (how tinygrad
+        writes clip): their interval is far tighter than the union of both branches. A branch
+        may be its compared value through casts that do not change it."""
+        cond = v.srcs[0]
+        if not (isinstance(cond, ir.Op) and cond.op is K.CMPLT):
+            return None
+        p, q = (self._uncast(x, acc, memo) for x in cond.srcs)
+        t, f = (self._uncast(x, acc, memo) for x in v.srcs[1:])
+        lo_hi = (s[1], s[2])
+        if t is q and f is p:       # max
+            return _R(max(r.lo for r in lo_hi), max(r.hi for r in lo_hi))
+        if t is p and f is q:       # min
+            return _R(min(r.lo for r in lo_hi), min(r.hi for r in lo_hi))
+        return None
+
+    def _uncast(self, v: ir.Value, acc: dict[int, _R], memo: dict[int, _R]) -> ir.Value:
+        """`v` without integer casts that keep its value (its range fits the cast's type)."""
+        while (isinstance(v, ir.Op) and v.op is K.CAST and not v.dtype.is_float and not v.srcs[0].dtype.is_float
+               and not v.dtype.is_bool and self.value(v.srcs[0], acc, memo).lo >= v.dtype.min
+               and self.value(v.srcs[0], acc, memo).hi <= v.dtype.max):
+            v = v.srcs[0]
+        return v
 
     def op(self, v: ir.Op, s: list[_R]) -> _R:
         d = v.dtype
@@ -183,10 +209,11 @@ class _KernelAnalysis:
                 after[a] = _R(start.lo + trips * delta.lo, start.hi + trips * delta.hi)
                 hull[a] = _R(start.lo + min(0, trips * delta.lo), start.hi + max(0, trips * delta.hi))
             elif kind == "max":
-                # x: the body's values (entered with the identity -inf); the register holds
+                # x: the body's values (entered with the identity, -inf or the lowest integer); the register holds
                 # max(start, values so far), so the identity itself (-inf for a float max-pool)
                 # is never a value it computes, and no overflow
-                x = self.run(loop.body, {**entry, a: _R(-math.inf, -math.inf)}, False, wrap=False)[a]
+                lowest = -math.inf if self.k.accs[a].dtype.is_float else self.k.accs[a].dtype.min
+                x = self.run(loop.body, {**entry, a: _R(lowest, lowest)}, False, wrap=False)[a]
                 after[a] = hull[a] = _R(max(start.lo, x.lo), max(start.hi, x.hi)) if loop.bound >= 1 else start
             else:
                 self.unproven.add(a)
@@ -211,6 +238,22 @@ def _stores(body):
             yield s, None
 
 
+def _running(v: ir.Value, a: int, op: K) -> bool:
+    """`v` is accumulator `a`'s running value: AccLoad(a), or (loop fusion folds the reset into
+    the first iteration) where(first, identity, AccLoad(a)) with the update's identity (0 for a
+    sum, the type's lowest value or -inf for a max)."""
+    if isinstance(v, ir.AccLoad):
+        return v.acc == a
+    if not (isinstance(v, ir.Op) and v.op is K.WHERE and not _reads_acc(v.srcs[0], a)):
+        return False
+    consts = [x for x in v.srcs[1:] if isinstance(x, ir.Const)]
+    loads = [x for x in v.srcs[1:] if isinstance(x, ir.AccLoad) and x.acc == a]
+    if len(consts) != 1 or len(loads) != 1:
+        return False
+    value, d = float(consts[0].value), consts[0].dtype
+    return value == 0 if op is K.ADD else value == (-math.inf if d.is_float else d.min)
+
+
 def _reads_acc(v: ir.Value, a: int) -> bool:
     return any(isinstance(x, ir.AccLoad) and x.acc == a for x in ir.toposort([v]))
 
@@ -227,8 +270,8 @@ def _update_kind(body, a: int) -> str:
         if isinstance(s, ir.AccStore) and s.acc == a:
             v = s.value
             if isinstance(v, ir.Op) and v.op in (K.ADD, K.MAX) and len(v.srcs) == 2:
-                own = [x for x in v.srcs if isinstance(x, ir.AccLoad) and x.acc == a]
-                other = [x for x in v.srcs if not (isinstance(x, ir.AccLoad) and x.acc == a)]
+                own = [x for x in v.srcs if _running(x, a, v.op)]
+                other = [x for x in v.srcs if not _running(x, a, v.op)]
                 if len(own) == 1 and len(other) == 1 and not _reads_acc(other[0], a):
                     kinds.add("add" if v.op is K.ADD else "max")
                     continue

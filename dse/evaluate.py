@@ -345,9 +345,8 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
         arrays = zoo.make_inputs(built, ctx.data_seed, rng)
         fixed: dict[str, np.ndarray] = {}
         sample_ranges: dict[str, zoo.InputRange] = {}
-        files = model.files_for(point.dtype)
-        if files is not None:         # trained weights, and the first test sample for the one-run check
-            real = files.inputs(built.inputs, point.dtype)
+        real = model.real_inputs(point.dtype)
+        if real is not None:          # trained weights, and the first test sample for the one-run check
             fixed = real.weights
             arrays.update(fixed)
             if real.samples is not None:

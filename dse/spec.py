@@ -213,9 +213,14 @@ class ModelSpec:
         its `files` (the whole ONNX graph for a CNN in float dtypes; run_model_samples)."""
         return self.trained is not None and (self.onnx is None or not DTYPES[dtype].is_float)
 
-    def files_for(self, dtype: str) -> "ModelFiles | None":
-        """The weights and data that fill this model's inputs in `dtype` (None: none do)."""
-        return None if self.runs_trained(dtype) else self.files
+    def real_inputs(self, dtype: str):
+        """The dse.data.RealInputs that fill this model's inputs in `dtype`: trained weights and
+        test samples (None: the model has neither, its inputs are random data)."""
+        if self.runs_trained(dtype):
+            return self.trained.inputs(dtype)
+        if self.files is None:
+            return None
+        return self.files.inputs(self.build(dtype).inputs, dtype)
 
     def input_range(self, dtype: str) -> InputRange | None:
         """The spec's range for `dtype`; None: each input's dtype default (zoo.default_input_range)."""
@@ -278,18 +283,31 @@ class TrainedModel:
         from dse.data import load_dataset
         return _cached(("data", self.data), lambda: load_dataset(self.data))
 
-    def built(self, dtype: str) -> zoo.Built:
+    def quantized(self, dtype: str):
+        """The post-training quantisation for an integer `dtype` (once per process)."""
         from dse.quantize import QMAX
-        net = self.net()
-        if dtype in QMAX:
-            data = self.dataset()
-            q = _cached(("quant", self.kind, self.path, self.data, dtype), lambda: net.quantize(
-                dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1)))
-            return q.built()
-        if not zoo.DTYPES[dtype].is_float:
+        if dtype not in QMAX:
             raise ValueError(f"a trained float network runs in {', '.join(QMAX)} (quantised) or a float dtype, "
                              f"not {dtype}")
-        return net.built(dtype)
+        data = self.dataset()
+        return _cached(("quant", self.kind, self.path, self.data, dtype), lambda: self.net().quantize(
+            dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1)))
+
+    def built(self, dtype: str) -> zoo.Built:
+        if zoo.DTYPES[dtype].is_float:
+            return self.net().built(dtype)
+        return self.quantized(dtype).built()
+
+    def inputs(self, dtype: str):
+        """The dse.data.RealInputs of `dtype`: the network's weights (rounded to a float dtype,
+        or quantised) and the test samples (rounded, or quantised) for its input `x`."""
+        from dse.data import RealInputs
+        data = self.dataset()
+        x = data.x_test.reshape(len(data.x_test), -1)
+        if zoo.DTYPES[dtype].is_float:
+            return RealInputs(self.net().arrays(dtype), "x", zoo.round_float(x, dtype), data.y_test)
+        q = self.quantized(dtype)
+        return RealInputs(q.arrays(), "x", q.quantize_input(x), data.y_test)
 
 
 _CACHE: dict[Any, Any] = {}
