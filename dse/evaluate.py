@@ -341,17 +341,12 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
 
     with run.stage("build"):
         built = model.build(point.dtype)
-        rng = model.input_range(point.dtype)
-        arrays = zoo.make_inputs(built, ctx.data_seed, rng)
+        arrays, real = point_arrays(model, point.dtype, built, ctx.data_seed)
         fixed: dict[str, np.ndarray] = {}
         sample_ranges: dict[str, zoo.InputRange] = {}
-        real = model.real_inputs(point.dtype)
-        if real is not None:          # trained weights, and the first test sample for the one-run check
+        if real is not None:          # trained weights are constants; the proof covers the data as it is
             fixed = real.weights
-            arrays.update(fixed)
             if real.samples is not None:
-                arrays[real.data_input] = real.samples[0]
-                # the overflow proof covers the data as it is, not a default range
                 values = real.samples.astype(np.float64)
                 sample_ranges[real.data_input] = zoo.InputRange(float(values.min()), float(values.max()))
         tensors = zoo.input_tensors(built, arrays)
@@ -410,6 +405,19 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
             _timing(ctx, run, area.netlist_path)
     elif ctx.timing:
         run.notes.append("timing skipped: it needs synthesis, which is off")
+
+
+def point_arrays(model: ModelSpec, dtype: str, built: zoo.Built, data_seed: int):
+    """The data a point's design is compiled and checked with: seeded random data in the inputs'
+    range, with the model's trained weights and its first test sample where it has them (so an
+    exported design holds the real weights). Returns (arrays, dse.data.RealInputs or None)."""
+    arrays = zoo.make_inputs(built, data_seed, model.input_range(dtype))
+    real = model.real_inputs(dtype)
+    if real is not None:
+        arrays.update(real.weights)
+        if real.samples is not None:
+            arrays[real.data_input] = real.samples[0]
+    return arrays, real
 
 
 def _accuracy(model: ModelSpec, point: DesignPoint, config, sim: "Simulator", run: _Run, design, tensors: list,

@@ -24,7 +24,7 @@ from compiler.config import HardwareConfig
 from compiler.pnr import TimingReport
 from compiler.synth import AreaReport
 from dse import zoo
-from dse.evaluate import Simulator
+from dse.evaluate import Simulator, point_arrays
 from dse.zoo import input_tensors
 from dse.paths import JOURNAL
 from dse.spec import DesignPoint, FrozenMap, ModelSpec, Spec
@@ -50,7 +50,7 @@ def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, d
     """Rebuild `point`, simulate it and export it (compiler.export_design) to `out_dir`;
     `source` (e.g. the study and trial) is added to what the interface says the design is."""
     built = model.build(point.dtype)
-    arrays = zoo.make_inputs(built, data_seed, model.input_range(point.dtype))
+    arrays, _ = point_arrays(model, point.dtype, built, data_seed)   # trained weights, as evaluated
     design = compile_model(built.forward(*input_tensors(built, arrays)), config=point.hardware_config())
     measured = dict(measured or {})
     want = measured.get("cycles_model")

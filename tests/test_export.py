@@ -20,6 +20,8 @@ from compiler import HardwareConfig, compile_model, export_design
 import designs
 from dse import zoo
 
+ROOT = Path(__file__).resolve().parent.parent
+
 needs_iverilog = pytest.mark.skipif(shutil.which("iverilog") is None,
                                     reason="Icarus Verilog not installed (apt-get install iverilog; .ci/run does)")
 
@@ -246,3 +248,26 @@ def test_export_point_refuses_a_design_whose_cycle_model_changed(tmp_path):
     assert sorted(p.name for p in (tmp_path / "o" / "mem").iterdir()) == sorted(Path(p.file).name for p in exp.ports)
     assert json.loads(exp.interface_json.read_text())["source"] == \
         {"model": "gemv(M=2, K=3)", "dtype": "int8", "data_seed": 0, "trial": 3}
+
+
+@needs_iverilog
+def test_an_exported_trained_network_holds_its_weights_and_first_sample(tmp_path):
+    """The digits MLP in int8: the exported memories hold the quantised weights (not random
+    data), and the testbench's expected outputs are the quantised model's logits of the
+    first test sample."""
+    import yaml
+    from dse.export import export_point
+    from dse.spec import DesignPoint, FrozenMap, load_spec
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump({
+        "study": "t", "target": "ecp5", "models": [{"name": "mlp", "weights": str(ROOT / "models" / "digits_mlp.npz")}],
+        "data": {"dataset": "sklearn:digits", "samples": 5}, "dtypes": ["int8"], "objectives": ["accuracy"],
+        "search": {"sampler": "grid"}}))
+    model = load_spec(spec_path).models[0]
+    exp = export_point(model=model, point=DesignPoint("mlp", "int8", FrozenMap({"mem_read": "sync"})),
+                       out_dir=tmp_path / "o", sim_backend="pysim")
+    q, real = model.trained.quantized("int8"), model.real_inputs("int8")
+    want = q.reference(real.samples[:1])[0]
+    got = expected_words(tmp_path / "o", exp.design.graph.outputs[0], exp.design).astype(np.uint32).view(np.int32)
+    assert np.array_equal(got, want)
+    assert_passes(tmp_path / "o", exp.cycles)
