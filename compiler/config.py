@@ -60,7 +60,7 @@ class HardwareConfig:
     mul: "auto" (default), "dsp" or "lut": where synthesis builds the multipliers (integer
         products and float mantissa products). "dsp": every one in DSP blocks (Yosys's
         mul2dsp, as the family script does). "lut": every one in LUTs (Yosys's Booth
-        multiplier: ~170 LUT4s for an int8 product on ECP5). "auto": DSPs, widest products
+        multiplier: ~200 LUT4s for an int8 product on ECP5). "auto": DSPs, widest products
         first, up to the DSP count of the target family's largest device (LFE5U-85F: 156,
         iCE40UP5K: 8), the rest in LUTs, so a design with more products than DSPs still fits;
         within the budget it is exactly "dsp". Xilinx: auto is dsp (no device list). No effect

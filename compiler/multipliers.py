@@ -9,8 +9,9 @@ in logic) and leaves pieces narrower than 2 bits in LUTs. The only switch is all
 mul2dsp's reach *before* the family script runs, with Yosys's own `booth` pass (a radix-4 Booth
 multiplier in gates, what synth_lattice uses for the DSP-less MachXO3): their `$mul` cells get
 the attribute `tinyhw_mul "lut"` in the RTLIL, and the script runs `proc; booth
-a:tinyhw_mul=lut` first (`proc` because booth skips modules that still hold processes). On the
-int8 GEMV, a Booth 8x8 product costs ~170 LUT4s; `-nodsp`'s `$macc` mapping costs ~290.
+a:tinyhw_mul=lut` first (`proc` because booth skips modules that still hold processes). On an
+int8 GEMV 8x16 with 4 products, a Booth 8x8 product cost ~190 LUT4s, `-nodsp`'s `$macc` mapping
+~310 (Yosys 0.70, ECP5).
 
     mul="dsp"   every product goes to mul2dsp (the script as it always was).
     mul="lut"   every `$mul` is marked (the family script stays as it is: nothing is left for
