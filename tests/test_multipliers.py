@@ -99,3 +99,18 @@ def test_dsp_cost_is_what_yosys_spends(tmp_path, target, a, b):
     cells = json.loads((tmp_path / "stat.json").read_text())["design"]["num_cells_by_type"]
     used = int(cells.get({"ecp5": "MULT18X18D", "ice40": "SB_MAC16"}[target], 0))
     assert used == dsp_cost(MulCell("top", "$mul", a, b, a + b), target)
+
+
+def test_a_spec_sweeps_the_style_under_device_budgets():
+    """What a spec needs to find the fastest design that fits an LFE5U-85F: `mul` among the
+    knobs and the device's counts as constraints (docs/multipliers.md); a bad value names where."""
+    from dse.spec import SpecError, parse_spec
+    d = {"study": "fit", "target": "ecp5", "models": [{"name": "g", "builtin": "gemv", "params": {"M": 8, "K": 16}}],
+         "dtypes": ["int8"], "knobs": {"lanes": [1, 16], "mul": ["auto", "lut"]}, "objectives": ["cycles"],
+         "constraints": {"dsp_max": 156, "bram_max": 208, "luts_max": 83640}, "search": {"sampler": "grid", "seed": 0}}
+    spec = parse_spec(d)
+    assert dict((k.name, k.values) for k in spec.knobs)["mul"] == ("auto", "lut")
+    assert {(b.metric, b.limit) for b in spec.constraints} == {("dsp", 156), ("bram", 208), ("luts", 83640)}
+    d["knobs"]["mul"] = ["booth"]
+    with pytest.raises(SpecError, match=r"knobs.mul\[0\]: HardwareConfig.mul: expected 'auto', 'dsp' or 'lut', got 'booth'"):
+        parse_spec(d)
