@@ -57,6 +57,14 @@ class HardwareConfig:
         ULP (the golden model sums in the same tree order, so the design stays bit-exact
         against it; dse reports the distance to the sequential result as `ulp_vs_sequential`).
         No effect on integer reductions, whose addition is associative.
+    mul: "auto" (default), "dsp" or "lut": where synthesis builds the multipliers (integer
+        products and float mantissa products). "dsp": every one in DSP blocks (Yosys's
+        mul2dsp, as the family script does). "lut": every one in LUTs (Yosys's Booth
+        multiplier: ~200 LUT4s for an int8 product on ECP5). "auto": DSPs, widest products
+        first, up to the DSP count of the target family's largest device (LFE5U-85F: 156,
+        iCE40UP5K: 8), the rest in LUTs, so a design with more products than DSPs still fits;
+        within the budget it is exactly "dsp". Xilinx: auto is dsp (no device list). No effect
+        on the RTL, simulation or cycles: only on the synthesis script (compiler/multipliers.py).
     share_buffers: a kernel that reads a buffer another kernel writes (or an input another
         kernel already holds) reads that memory directly instead of its own copy (default
         False). Saves the copy pass (one cycle per element or word) and one memory per
@@ -104,6 +112,7 @@ class HardwareConfig:
     share_buffers: bool = False
     fp_pipeline: int = 0
     fp_sum: str = "sequential"
+    mul: str = "auto"
 
     def __post_init__(self) -> None:
         if self.mem_read not in ("sync", "comb"):
@@ -112,6 +121,8 @@ class HardwareConfig:
             raise ValueError(f"HardwareConfig.fp_rounding: expected 'rne' or 'rtz', got {self.fp_rounding!r}")
         if self.fp_subnormals not in ("keep", "flush"):
             raise ValueError(f"HardwareConfig.fp_subnormals: expected 'keep' or 'flush', got {self.fp_subnormals!r}")
+        if self.mul not in ("auto", "dsp", "lut"):
+            raise ValueError(f"HardwareConfig.mul: expected 'auto', 'dsp' or 'lut', got {self.mul!r}")
         if self.fp_sum not in ("sequential", "tree"):
             raise ValueError(f"HardwareConfig.fp_sum: expected 'sequential' or 'tree', got {self.fp_sum!r}")
         if self.acc_width is not None and not (_is_int(self.acc_width) and 1 <= self.acc_width <= MAX_ACC_WIDTH):

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from amaranth.back import rtlil
 
+from . import multipliers
 from .design import Design
 from .tools import ToolError, atomic_write_text, cache_root, link_or_copy, yosys, yosys_version
 
@@ -90,20 +91,22 @@ def synthesize(design: Design, target: str = "ecp5", workdir: Path | None = None
                timeout: float | None = 600, *, netlist: bool = False, use_cache: bool = True) -> AreaReport:
     """Synthesise the design for `target` and count its resources. With `netlist`, the same
     Yosys run also writes the mapped netlist as JSON (`AreaReport.netlist_path`), the input of
-    place-and-route (compiler.pnr). `use_cache=False` always runs Yosys (module docstring)."""
+    place-and-route (compiler.pnr). `use_cache=False` always runs Yosys (module docstring).
+    The design's `mul` knob says which multipliers become DSPs (compiler.multipliers)."""
     if target not in TARGETS:
         raise ValueError(f"unknown synthesis target {target!r}; known: {', '.join(TARGETS)}")
     return synthesize_rtlil(design_rtlil(design), target, workdir, timeout, netlist=netlist,
-                            use_cache=use_cache)
+                            use_cache=use_cache, mul=design.config.mul)
 
 
 def synthesize_rtlil(text: str, target: str, workdir: Path | None = None,
                      timeout: float | None = 600, *, netlist: bool = False,
-                     use_cache: bool = True) -> AreaReport:
+                     use_cache: bool = True, mul: str = "auto") -> AreaReport:
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-synth-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    text, before, _ = multipliers.plan(text, target, mul)
     (workdir / "design.il").write_text(text)
-    script = f"read_rtlil design.il\n{TARGETS[target]}\ntee -q -o stat.json stat -json\n"
+    script = f"read_rtlil design.il\n{before}{TARGETS[target]}\ntee -q -o stat.json stat -json\n"
     if netlist:
         script += "write_json netlist.json\n"
     for stale in _OUTPUTS:

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-FEATURES_VERSION = 2
+FEATURES_VERSION = 3
 """Bumped when `design_features` changes meaning: samples of another version are not used."""
 
 AREA_METRICS = ("luts", "ffs", "bram", "lutram", "dsp")
@@ -66,13 +66,14 @@ def _blocks(depth: int, width: int, target: str) -> int:
 def design_features(design, *, target: str) -> dict[str, float]:
     """Counts of what the compiled `design` (compiler.design.Design) will build, by kind and
     width. Cheap: it walks the KernelIR and the banking, and builds no hardware."""
-    from compiler import ir
+    from compiler import ir, multipliers
     K = ir.OpKind
     f: dict[str, float] = {"version": FEATURES_VERSION}
 
     def add(name: str, v: float) -> None:
         f[name] = f.get(name, 0.0) + v
 
+    products: list[tuple[str, int, int]] = []     # (feature, operand width a, b) of every multiplier
     for k in design.kernels:
         roots = [v for s, _ in k.stores() for v in ir.store_operands(s)]
         for v in ir.toposort(roots):        # each node once: one node, one unit of hardware
@@ -86,10 +87,10 @@ def design_features(design, *, target: str) -> dict[str, float]:
             if v.op in (K.MUL, K.MULACC):
                 if v.dtype.is_float:
                     add("fmul", 1)
-                    add("fmul_bits", (v.dtype.man_bits + 1) ** 2)
+                    products.append(("fmul_bits", v.dtype.man_bits + 1, v.dtype.man_bits + 1))
                 else:
                     add("mul", 1)
-                    add("mul_bits", src_w * src_w)
+                    products.append(("mul_bits", src_w, src_w))
             elif v.op in (K.ADD, K.SUB, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ):
                 if any(s.dtype.is_float for s in v.srcs) or v.dtype.is_float:
                     add("fadd", 1)
@@ -105,6 +106,15 @@ def design_features(design, *, target: str) -> dict[str, float]:
             add("acc_bits", (design.config.acc_width or a.dtype.bits) * a.ways if a.dtype.is_int
                 else a.dtype.bits * a.ways)
         add("steps_log2", math.log2(1 + sum(lp.bound for lp in k.loops.values())))
+
+    # the products the `mul` knob builds in LUTs (compiler.multipliers' rule) are their own
+    # feature. The widths are the IR's (an int8 product cast to int32 counts 32 bits, which the
+    # RTL narrows), so under `auto` the split is the rule's on wider products: approximate,
+    # which the fit's measured error covers.
+    cells = [multipliers.MulCell("ir", str(i), a, b, a + b) for i, (_, a, b) in enumerate(products)]
+    in_luts = multipliers.lut_cells(cells, target, design.config.mul)
+    for (name, a, b), cell in zip(products, cells):
+        add(("lut_" + name) if (cell.module, cell.name) in in_luts else name, a * b)
 
     external = {(sh.reader[0], b) for sh in design.shares for b in design.banking_of(*sh.reader).banks}
     comb = design.config.mem_read == "comb"

@@ -71,7 +71,7 @@ def synth_calls(monkeypatch):
 # ---------------------------------------------------------------------------------------------
 # features and the estimator
 
-def compiled(lanes: int, unroll: int):
+def compiled(lanes: int, unroll: int, mul: str = "auto"):
     from compiler import compile_model
     from dse import zoo
     from dse.zoo import input_tensors
@@ -80,7 +80,8 @@ def compiled(lanes: int, unroll: int):
     built = model.build("int8")
     tensors = input_tensors(built, zoo.make_inputs(built, 0, model.input_range("int8")))
     from compiler.config import HardwareConfig
-    return compile_model(built.forward(*tensors), config=HardwareConfig(lanes=lanes, reduce_unroll=unroll))
+    return compile_model(built.forward(*tensors), config=HardwareConfig(lanes=lanes, reduce_unroll=unroll,
+                                                                                 mul=mul))
 
 
 def test_features_count_the_replicated_datapath_and_the_memory_banks():
@@ -95,6 +96,18 @@ def test_features_count_the_replicated_datapath_and_the_memory_banks():
     assert wide["acc_bits"] == 4 * one["acc_bits"] == 4 * 32       # one accumulator per lane
     assert wide["mul"] > 4 * 2 - 1 and wide["read_ports"] > one["read_ports"]
     assert one["bram_blocks"] == 1                  # 512 x 8 bits: one DP16KD
+
+
+def test_features_put_the_products_built_in_luts_apart():
+    """mul=lut (or auto past the device's DSPs, compiler.multipliers) builds products in LUTs:
+    their bits are a feature of their own, since they cost LUTs where DSP products cost none."""
+    dsp, lut = design_features(compiled(4, 2, "dsp"), target="ecp5"), design_features(compiled(4, 2, "lut"), target="ecp5")
+    assert dsp["mul_bits"] == lut["lut_mul_bits"] > 0 and "lut_mul_bits" not in dsp and "mul_bits" not in lut
+    assert design_features(compiled(4, 2, "auto"), target="ecp5") == dsp      # a few products, 156 DSPs
+    # iCE40's 8 DSPs: the IR's products are 32x32 (int8 cast to int32), 4 SB_MAC16 each: 2 fit
+    many = design_features(compiled(4, 4, "auto"), target="ice40")
+    assert many["mul_bits"] == 2 * 32 * 32 and many["lut_mul_bits"] > 0
+    assert many["mul_bits"] + many["lut_mul_bits"] == design_features(compiled(4, 4, "lut"), target="ice40")["lut_mul_bits"]
 
 
 def test_estimator_error_is_measured_by_cross_validation_and_bounds_the_estimate():

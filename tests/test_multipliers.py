@@ -1,0 +1,116 @@
+"""The multiplier-style knob (`mul: auto | dsp | lut`, compiler/multipliers.py): which products
+Yosys maps to DSP blocks and which it builds as Booth multipliers in LUTs."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import designs
+from compiler import HardwareConfig, compile_model, simulate
+from compiler.multipliers import DSP_BUDGET, MulCell, dsp_cost, lut_cells, mul_cells, plan
+from compiler.synth import design_rtlil, synthesize
+from compiler.tools import yosys
+
+
+def _gemv(lanes, unroll, mul="auto", m=8, k=16):
+    return compile_model(*designs.gemv_int8(m, k).outputs,
+                         config=HardwareConfig(lanes=lanes, reduce_unroll=unroll, mul=mul))
+
+
+def test_mul_knob_is_validated():
+    assert HardwareConfig().mul == "auto"
+    with pytest.raises(ValueError, match="HardwareConfig.mul: expected 'auto', 'dsp' or 'lut', got 'booth'"):
+        HardwareConfig(mul="booth")
+    with pytest.raises(ValueError, match="multiplier style: expected one of auto, dsp, lut, got 'x'"):
+        lut_cells([], "ecp5", "x")
+
+
+def test_budgets_are_the_largest_devices_dsps():
+    assert DSP_BUDGET == {"ecp5": 156, "ice40": 8}         # LFE5U-85F MULT18X18D, iCE40UP5K SB_MAC16
+
+
+@pytest.mark.parametrize("target, widths, blocks", [
+    # as Yosys 0.70's synth_ecp5 / synth_ice40 -dsp map a lone a*b (measured, and re-measured
+    # by test_dsp_cost_is_what_yosys_spends for two of them)
+    ("ecp5", (8, 8), 1), ("ecp5", (18, 18), 1), ("ecp5", (19, 19), 1), ("ecp5", (24, 24), 4),
+    ("ecp5", (36, 36), 4), ("ecp5", (11, 11), 1),
+    ("ice40", (8, 8), 1), ("ice40", (18, 18), 3), ("ice40", (24, 24), 4), ("ice40", (35, 35), 8),
+    ("ice40", (2, 2), 0)])
+def test_dsp_cost_follows_mul2dsp(target, widths, blocks):
+    a, b = widths
+    assert dsp_cost(MulCell("m", "$1", a, b, a + b), target) == blocks
+
+
+def test_rtlil_multipliers_are_found_and_marked():
+    design = _gemv(2, 2)
+    text = design_rtlil(design)
+    cells = mul_cells(text)
+    assert len(cells) == 4 and all((c.a_width, c.b_width, c.y_width) == (8, 8, 16) for c in cells)
+    assert plan(text, "ecp5", "dsp") == (text, "", 0)
+    assert plan(text, "ecp5", "auto") == (text, "", 0)             # 4 <= 156: exactly the dsp script
+    marked, before, n = plan(text, "ecp5", "lut")
+    assert n == 4 and before == "proc\nbooth a:tinyhw_mul=lut\n"
+    assert marked.count('attribute \\tinyhw_mul "lut"') == 4
+    assert marked.replace('  attribute \\tinyhw_mul "lut"\n', "") == text     # nothing else changed
+
+
+def test_auto_spends_the_budget_on_the_widest_products_first():
+    cells = [MulCell("m", f"$n{i}", 8, 8, 16) for i in range(6)] + [MulCell("m", "$wide", 16, 16, 32)]
+    assert lut_cells(cells, "ice40", "auto") == set()              # 7 DSPs of the budget of 8
+    cells += [MulCell("m", f"$x{i}", 8, 8, 16) for i in range(4)]
+    luts = lut_cells(cells, "ice40", "auto")
+    assert ("m", "$wide") not in luts and len(luts) == 3           # 11 products, 8 DSPs
+    assert luts == {("m", "$x1"), ("m", "$x2"), ("m", "$x3")}      # ties keep the RTLIL's order
+    assert lut_cells(cells, "xilinx", "auto") == set()             # no device list: auto is dsp
+
+
+def test_the_knob_changes_only_synthesis():
+    """Same RTL for every style, so simulation (bit-exact, cycle model) is the same design."""
+    texts = {mul: design_rtlil(_gemv(4, 4, mul)) for mul in ("auto", "dsp", "lut")}
+    assert len(set(texts.values())) == 1
+    design = _gemv(4, 4, "lut")
+    result = simulate(design, backend="pysim")
+    case = designs.gemv_int8(8, 16)
+    assert np.array_equal(result.outputs[0], case.reference[0])
+    assert result.cycles == design.cycle_model().total
+
+
+@pytest.mark.slow
+def test_styles_map_as_asked(tmp_path):
+    """iCE40 (8 DSPs on the largest part): 16 int8 products go 16/0/8 to DSPs for dsp/lut/auto,
+    and the LUT-built ones cost LUTs."""
+    area = {mul: synthesize(_gemv(4, 4, mul), "ice40", workdir=tmp_path / mul) for mul in ("dsp", "lut", "auto")}
+    assert (area["dsp"].dsp, area["lut"].dsp, area["auto"].dsp) == (16, 0, 8)
+    assert area["dsp"].luts < area["auto"].luts < area["lut"].luts
+    assert "booth a:tinyhw_mul=lut" in area["auto"].script and "booth" not in area["dsp"].script
+    ecp5 = synthesize(_gemv(2, 2, "lut"), "ecp5", workdir=tmp_path / "ecp5")
+    assert ecp5.dsp == 0 and "MULT18X18D" not in ecp5.cells
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target, a, b", [("ecp5", 24, 24), ("ice40", 18, 18)])
+def test_dsp_cost_is_what_yosys_spends(tmp_path, target, a, b):
+    (tmp_path / "m.v").write_text(f"module top(input [{a - 1}:0] a, input [{b - 1}:0] b, "
+                                  f"output [{a + b - 1}:0] y); assign y = a * b; endmodule\n")
+    script = {"ecp5": "synth_ecp5 -top top", "ice40": "synth_ice40 -dsp -top top"}[target]
+    yosys(f"read_verilog m.v\n{script}\ntee -q -o stat.json stat -json\n", cwd=tmp_path, log_name="y.log")
+    cells = json.loads((tmp_path / "stat.json").read_text())["design"]["num_cells_by_type"]
+    used = int(cells.get({"ecp5": "MULT18X18D", "ice40": "SB_MAC16"}[target], 0))
+    assert used == dsp_cost(MulCell("top", "$mul", a, b, a + b), target)
+
+
+def test_a_spec_sweeps_the_style_under_device_budgets():
+    """What a spec needs to find the fastest design that fits an LFE5U-85F: `mul` among the
+    knobs and the device's counts as constraints (docs/multipliers.md); a bad value names where."""
+    from dse.spec import SpecError, parse_spec
+    d = {"study": "fit", "target": "ecp5", "models": [{"name": "g", "builtin": "gemv", "params": {"M": 8, "K": 16}}],
+         "dtypes": ["int8"], "knobs": {"lanes": [1, 16], "mul": ["auto", "lut"]}, "objectives": ["cycles"],
+         "constraints": {"dsp_max": 156, "bram_max": 208, "luts_max": 83640}, "search": {"sampler": "grid", "seed": 0}}
+    spec = parse_spec(d)
+    assert dict((k.name, k.values) for k in spec.knobs)["mul"] == ("auto", "lut")
+    assert {(b.metric, b.limit) for b in spec.constraints} == {("dsp", 156), ("bram", 208), ("luts", 83640)}
+    d["knobs"]["mul"] = ["booth"]
+    with pytest.raises(SpecError, match=r"knobs.mul\[0\]: HardwareConfig.mul: expected 'auto', 'dsp' or 'lut', got 'booth'"):
+        parse_spec(d)
