@@ -587,6 +587,13 @@ def parse_gate(value: Any, models: Iterable[str], dtypes: Iterable[str], timing:
 _TOP_REQUIRED = ("study", "target", "models", "dtypes", "objectives", "search")
 _TOP_OPTIONAL = ("knobs", "input_range", "constraints", "gate", "timing", "stage_timeout_s", "data")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+DEVICE_RESOURCES = {
+    # metric -> the device's resource it is bounded by (compiler.pnr.DEVICES capacities); the
+    # synthesis counts LUT4s with carry cells as two, like nextpnr's LUT4 sites
+    "ecp5": {"luts": "TRELLIS_COMB", "ffs": "TRELLIS_FF", "bram": "DP16KD", "dsp": "MULT18X18D"},
+    "ice40": {"luts": "ICESTORM_LC", "bram": "ICESTORM_RAM", "dsp": "ICESTORM_DSP"},
+}
+
 _BOUND_KEYS = {**{f"{m}_max": m for m, d in METRICS.items() if d is Direction.MINIMIZE},
                **{f"{m}_min": m for m, d in METRICS.items() if d is Direction.MAXIMIZE}}
 
@@ -736,7 +743,7 @@ class _Parser:
         objectives = self.objectives(top["objectives"])
         knob_space = math.prod(len(k.values) for k in knobs)
         search = self.search(top["search"], len(models) * len(self.dtypes) * knob_space)
-        constraints = self.bounds(top.get("constraints", {}), "constraints", required=False) if "constraints" in top else ()
+        constraints = self.constraints(top["constraints"], target.value) if "constraints" in top else ()
         gate = self.gate(top["gate"], [m.name for m in models]) if "gate" in top else ()
         timeout = (_number(top["stage_timeout_s"], "stage_timeout_s", positive=True)
                    if "stage_timeout_s" in top else DEFAULT_STAGE_TIMEOUT_S)
@@ -1056,6 +1063,30 @@ class _Parser:
             raise SpecError(path, "needs at least one bound" + _suggest(None, _BOUND_KEYS, "e.g."))
         if not required and not d:
             raise SpecError(path, "must not be empty (leave the key out for no constraints)")
+        return tuple(out)
+
+    def constraints(self, value: Any, target: str) -> tuple[Bound, ...]:
+        """Bounds a feasible point meets; `device: PART` adds the part's LUT, FF, block-RAM and
+        DSP counts as luts_max, ffs_max, bram_max and dsp_max (a tighter bound given beside wins)."""
+        bounds = self.bounds(value, "constraints", required=False, extra=("device",))
+        if not isinstance(value, dict) or "device" not in value:
+            return bounds
+        from compiler.pnr import DEVICES, find_device
+        path = _join("constraints", "device")
+        if target not in DEVICES:
+            raise SpecError(path, f"target {target} has no device list here (known for {', '.join(DEVICES)})")
+        name = _str(value["device"], path)
+        try:
+            device = find_device(target, name)
+        except ValueError as e:
+            raise SpecError(path, str(e)) from None
+        given = {b.metric: b for b in bounds if b.kind == "max"}
+        out = [b for b in bounds if b.kind != "max" or b.metric not in DEVICE_RESOURCES[target]]
+        for metric, resource in DEVICE_RESOURCES[target].items():
+            limit = device.capacity[resource]
+            if metric in given:
+                limit = min(limit, given[metric].limit)
+            out.append(Bound(metric, "max", limit))
         return tuple(out)
 
     def gate(self, value: Any, models: list[str]) -> tuple[GateRule, ...]:

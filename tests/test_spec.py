@@ -447,3 +447,26 @@ def test_console_script(tmp_path):
     bad.write_text(yaml.safe_dump(renamed("objectives", "objective")))
     r = subprocess.run(["dse", "validate", str(bad)], capture_output=True, text=True)
     assert (r.returncode, r.stderr) == (2, "error: objective: unknown key; did you mean 'objectives'?\n")
+
+
+def test_a_device_constraint_is_its_resource_counts(tmp_path):
+    """`constraints: {device: PART}`: the part's LUT, FF, block-RAM and DSP counts as bounds
+    (compiler.pnr.DEVICES), a tighter bound given beside it kept."""
+    from dse.spec import load_spec
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(with_("constraints", {"device": "LFE5U-85F", "dsp_max": 100, "ffs_max": 10 ** 6})))
+    got = {b.metric: b.limit for b in load_spec(path).constraints}
+    assert got == {"luts": 83640, "ffs": 83640, "bram": 208, "dsp": 100}
+    path.write_text(yaml.safe_dump(with_("target", "ice40", with_("constraints", {"device": "up5k"}))))
+    assert {b.metric: b.limit for b in load_spec(path).constraints} == {"luts": 5280, "bram": 30, "dsp": 8}
+
+
+@pytest.mark.parametrize("target, device, message", [
+    ("ecp5", "LFE5U-99F", "constraints.device: unknown ecp5 device 'LFE5U-99F'; known: LFE5U-25F (25k), "
+                          "LFE5U-45F (45k), LFE5U-85F (85k)"),
+    ("xilinx", "xc7a35t", "constraints.device: target xilinx has no device list here (known for ecp5, ice40)"),
+    ("ecp5", 85, "constraints.device: expected a non-empty string, got 85"),
+])
+def test_a_bad_device_constraint_is_named(tmp_path, capsys, target, device, message):
+    rc, _, err = run_validate(tmp_path, capsys, with_("target", target, with_("constraints", {"device": device})))
+    assert rc == 2 and err == f"error: {message}\n"
