@@ -191,7 +191,7 @@ class ModelSpec:
     function: str | None            # function in that file
     params: FrozenMap[str, Any]     # complete: defaults filled in
     input_ranges: FrozenMap[str, InputRange]   # dtype -> range given in the spec (model's own or top-level)
-    trained: "TrainedModel | None" = None      # a trained dense network (`weights:` or `onnx:`) and its data
+    trained: "TrainedModel | None" = None      # a network the tool quantises (`weights:` or `onnx:`) and its data
     files: "ModelFiles | None" = None          # weights and/or data for a builtin or source model
     onnx: Path | None = None                   # an ONNX graph run whole by tinygrad's importer (float dtypes)
 
@@ -265,11 +265,13 @@ class ModelFiles:
 
 @dataclass(frozen=True)
 class TrainedModel:
-    """A trained dense network (a chain of dense layers with ReLUs between them) and the data
-    its accuracy is measured on: `weights:` (arrays W1, b1, W2, b2, ... in a .npz or
-    .safetensors file) or `onnx:` (a Gemm/MatMul/Add/Relu chain, read by tinygrad's importer).
-    Float dtypes run the float network with its weights rounded to the dtype; int8/int16 run
-    its post-training quantisation (dse.quantize), calibrated on the data's training split."""
+    """A trained network the tool can quantise, and the data its accuracy is measured on:
+    `weights:` (a dense chain, arrays W1, b1, W2, b2, ... in a .npz or .safetensors file) or
+    `onnx:` (a Gemm/MatMul/Add/Relu chain, dse.quantize.DenseNet; or a chain with Conv and
+    MaxPool too, dse.convnet.LayerNet), read by tinygrad's importer. int8/int16 run its
+    post-training quantisation, calibrated on the data's training split; float dtypes run a
+    dense network with its weights rounded to the dtype (a CNN's float dtypes run the whole
+    ONNX graph instead: ModelSpec.onnx)."""
     kind: str                       # "weights" or "onnx"
     path: Path                      # absolute
     data: Any                       # dse.data.DataSpec
