@@ -208,11 +208,17 @@ def estimated_row(row: Mapping[str, Any], decision: Decision, estimator: Estimat
 # ---------------------------------------------------------------------------------------------
 # one point
 
+def cheap_context(ctx):
+    """The cheap fidelity of an evaluation context (dse.evaluate.EvalContext): no synthesis, no
+    place-and-route."""
+    return dataclasses.replace(ctx, synthesize=False, timing=False)
+
+
 def evaluate_multi(study, spec: Spec, ctx, point: DesignPoint, workdir: str | Path, cache,
                    log: Callable[[str], None] | None = None) -> Outcome:
     """The cheap evaluation, the gate, and full synthesis if the gate says so."""
     from dse.cache import cached_evaluate
-    cheap_ctx = dataclasses.replace(ctx, synthesize=False, timing=False)
+    cheap_ctx = cheap_context(ctx)
     row, cached, _ = cached_evaluate(cheap_ctx, point, workdir, cache, log)
     if row.get("status") != "OK" or not row.get("features"):
         # a failure is the point's result, as in a full evaluation (minus synthesis)
