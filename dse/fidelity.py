@@ -12,8 +12,8 @@ Per point:
   2. the estimate: a model fitted on every point already synthesised, by this study (its
      COMPLETE trials) and by any study on this machine (rows with features in the evaluation
      cache, same target), with its error measured by cross-validation (dse.estimate).
-  3. the gate (`decide`): full synthesis (the whole evaluation again, which reuses the cached
-     CXXRTL binary and the synthesis cache) unless
+  3. the gate (`decide`): full synthesis (compile again, milliseconds, then Yosys and, with
+     timing, nextpnr; the cheap row's checks are kept, not run again) unless
         - the point cannot be feasible whatever its area: it failed a check, is not proven
           overflow-safe, or its optimistic estimate breaks a resource budget of the spec;
         - or its optimistic objective vector (each estimated metric at its optimistic bound,
@@ -227,7 +227,8 @@ def evaluate_multi(study, spec: Spec, ctx, point: DesignPoint, workdir: str | Pa
     decision = decide(spec, row, estimator, front(study, spec, point.model, point.dtype))
     if not decision.synthesize:
         return Outcome(estimated_row(row, decision, estimator), cached, False, decision)
-    full, full_cached, _ = cached_evaluate(ctx, point, workdir, cache, log)
+    # the checks already ran at the cheap fidelity: only synthesis (and place-and-route) now
+    full, full_cached, _ = cached_evaluate(ctx, point, workdir, cache, log, checked=row)
     return Outcome(full, cached and full_cached, True, decision)
 
 

@@ -169,6 +169,28 @@ def test_fidelity_is_a_checked_spec_key():
         parse_spec(spec_dict(fidelity="mutli"))
 
 
+def test_synthesis_of_a_checked_point_keeps_its_checks_and_runs_only_synthesis(tmp_path, synth_calls, monkeypatch):
+    from dse.evaluate import EvalContext, Simulator, evaluate
+    from dse.fidelity import cheap_context
+    spec = load(tmp_path, spec_dict())
+    point = next(p for p in spec.points() if dict(p.knobs) == {"lanes": 2, "reduce_unroll": 4})
+    ctx = EvalContext.from_spec(spec, sim_backend="pysim")
+    full = evaluate(ctx, point, tmp_path / "full").as_row()
+    cheap = evaluate(cheap_context(ctx), point, tmp_path / "cheap").as_row()
+    assert cheap["luts"] is None and cheap["status"] == "OK" and full["fidelity"] == "synth"
+
+    def no_simulation(self, design, inputs):
+        raise AssertionError("simulated again")
+    monkeypatch.setattr(Simulator, "run", no_simulation)
+    both = evaluate(ctx, point, tmp_path / "both", checked=cheap).as_row()
+    timing = {"compile_s", "simulate_s", "overflow_s", "synth_s", "total_s", "workdir"}
+    assert {k: v for k, v in both.items() if k not in timing} == {k: v for k, v in full.items() if k not in timing}
+    assert both["simulate_s"] == cheap["simulate_s"] and both["total_s"] > cheap["total_s"]
+    assert synth_calls == [(2, 4), (2, 4)]
+    with pytest.raises(ValueError, match="OK evaluation"):
+        evaluate(ctx, point, tmp_path / "x", checked={**cheap, "status": "FAIL"})
+
+
 # ---------------------------------------------------------------------------------------------
 # the synthesis order of a multi-fidelity grid (dse/study/order.py)
 
