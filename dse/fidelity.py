@@ -27,8 +27,10 @@ PRUNED means. `Study.best_trials` (the front of pareto.csv) reads COMPLETE trial
 reported front holds synthesised points and nothing else; samplers ignore PRUNED trials of a
 multi-objective study (NSGA-II) or treat them as worse than complete ones (TPE), which is right
 for points predicted dominated. Not used: constraints (a skipped point is not infeasible, and
-an infeasible COMPLETE trial with estimated values would sit in trials.csv as if measured);
-`enqueue_trial` order (the grid stays in its seeded order, so a study resumes identically).
+an infeasible COMPLETE trial with estimated values would sit in trials.csv as if measured).
+A grid puts its points in Optuna's trial queue (`enqueue_trial`) in the order of dse.study.order:
+every point's cheap fidelity first, then the likely front first, so the points that dominate
+the others are synthesised before them and the gate can skip those.
 
 The row of a skipped point carries the estimates in luts/ffs/bram/lutram/dsp (and fmax_mhz,
 latency_us with timing), `fidelity` = "estimate", `estimate_error` (JSON: each metric's measured
