@@ -149,8 +149,6 @@ def synthesis_order(study, points: Sequence[DesignPoint], *, spec: Spec, options
     rows = cheap_rows(spec, options, points)
     from dse.cache import EvalCache
     estimator = fit(study, spec, EvalCache(options.cache_dir) if options.use_cache else None)
-    predict = None
-    if estimator is not None:
-        def predict(features):
-            return {m: e.value for m, e in estimator.predict(features).items()}
-    return rank_points(spec, points, rows, predict)
+    if estimator is None:
+        return rank_points(spec, points, rows, None)
+    return rank_points(spec, points, rows, lambda f: {m: e.value for m, e in estimator.predict(f).items()})
