@@ -290,13 +290,14 @@ class EvalCache:
 
 
 def cached_evaluate(ctx, point: DesignPoint, workdir: str | Path, cache: EvalCache | None,
-                    log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], bool, str | None]:
+                    log: Callable[[str], None] | None = None, *,
+                    checked: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool, str | None]:
     """(metrics row, served from the cache, key). Without a cache this is
-    `evaluate(ctx, point, workdir).as_row()`."""
+    `evaluate(ctx, point, workdir, checked=checked).as_row()` (`checked`: see evaluate)."""
     from dse.evaluate import evaluate
     material = key_material(ctx, point) if cache is not None else None
     if cache is None or material is None:
-        return evaluate(ctx, point, workdir, log=log).as_row(), False, None
+        return evaluate(ctx, point, workdir, log=log, checked=checked).as_row(), False, None
     key = make_key(material)
     row = cache.get(key)
     if row is not None:
@@ -306,7 +307,7 @@ def cached_evaluate(ctx, point: DesignPoint, workdir: str | Path, cache: EvalCac
         if row is not None:
             return row, True, key
         t0 = time.perf_counter()
-        row = evaluate(ctx, point, workdir, log=log).as_row()
+        row = evaluate(ctx, point, workdir, log=log, checked=checked).as_row()
         if cacheable(row, material["compiled"]):
             cache.put(key, row, {**material, "evaluated_in_s": round(time.perf_counter() - t0, 3)})
     return row, False, key

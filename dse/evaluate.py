@@ -310,9 +310,16 @@ def _one_line(exc: Exception) -> str:
 
 
 def evaluate(spec_or_context: Spec | EvalContext, point: DesignPoint, workdir: str | Path,
-             log: Callable[[str], None] | None = None) -> Metrics:
+             log: Callable[[str], None] | None = None, *, checked: Mapping[str, Any] | None = None) -> Metrics:
     """Compile, simulate, check, analyse and synthesise one design point (see the module
-    docstring); `log` receives one line per stage as it starts or fails."""
+    docstring); `log` receives one line per stage as it starts or fails.
+
+    `checked`: the OK row of this point's evaluation without synthesis (the cheap fidelity of
+    dse.fidelity: the same context with synthesis and timing off). Its checks are not run again:
+    the design is compiled (milliseconds, needed for the netlist) and only synthesis (and place-
+    and-route) run, their fields added to `checked`'s; `total_s` counts both evaluations."""
+    if checked is not None and checked.get("status") != str(Status.OK):
+        raise ValueError(f"checked: the row of an OK evaluation is needed, got status {checked.get('status')!r}")
     ctx = (spec_or_context if isinstance(spec_or_context, EvalContext)
            else EvalContext.from_spec(spec_or_context))
     workdir = Path(workdir)
@@ -321,16 +328,23 @@ def evaluate(spec_or_context: Spec | EvalContext, point: DesignPoint, workdir: s
     run = _Run(point, ctx.target, workdir, log, ctx.stage_timeout_s)
     run.set(status=Status.OK, data_seed=ctx.data_seed)
     try:
-        _evaluate(ctx, point, run)
+        _evaluate(ctx, point, run, checked)
     except _Failed:
         pass
+    if checked is not None:
+        t_start -= float(checked.get("total_s") or 0.0)
     metrics = run.metrics(t_start)
     with contextlib.suppress(OSError):
         (workdir / "metrics.json").write_text(json.dumps(json_safe(metrics.as_row()), indent=2) + "\n")
     return metrics
 
 
-def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
+# fields of a `checked` row that this evaluation sets itself
+_OWN_FIELDS = frozenset({"knobs", "params", "notes", "total_s", "workdir", "model", "dtype", "target", "status",
+                         "compile_s"})
+
+
+def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[str, Any] | None = None) -> None:
     from compiler import compile_model
 
     with run.stage("config"):
@@ -358,6 +372,13 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
         run.set(cycles_model=cm.total, cycle_breakdown=json.dumps({"kernels": [list(k) for k in cm.kernels],
                                                                    "copies": cm.copies}))
         run.set(features=json.dumps(design_features(design, target=ctx.target)))
+
+    if checked is not None:         # checked at the cheap fidelity: synthesis only
+        names = {f.name for f in dataclasses.fields(Metrics)} - _OWN_FIELDS
+        run.set(**{k: v for k, v in checked.items() if k in names})
+        run.notes.extend(n for n in (checked.get("notes") or "").split("; ") if n)
+        _synthesis(ctx, run, design)
+        return
 
     proof = _Proof(run, design, built, tensors, model.input_range(point.dtype), fixed, sample_ranges)
     proof.analyze()
@@ -392,6 +413,11 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run) -> None:
         with run.stage("accuracy", "accuracy_s"):
             _accuracy(model, point, config, sim, run, design, tensors, checker)
 
+    _synthesis(ctx, run, design)
+
+
+def _synthesis(ctx: EvalContext, run: _Run, design) -> None:
+    """The synthesize stage, then timing (if asked)."""
     if ctx.synthesize:
         from compiler.synth import synthesize
         with run.stage("synthesize", "synth_s"):

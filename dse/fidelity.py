@@ -12,8 +12,8 @@ Per point:
   2. the estimate: a model fitted on every point already synthesised, by this study (its
      COMPLETE trials) and by any study on this machine (rows with features in the evaluation
      cache, same target), with its error measured by cross-validation (dse.estimate).
-  3. the gate (`decide`): full synthesis (the whole evaluation again, which reuses the cached
-     CXXRTL binary and the synthesis cache) unless
+  3. the gate (`decide`): full synthesis (compile again, milliseconds, then Yosys and, with
+     timing, nextpnr; the cheap row's checks are kept, not run again) unless
         - the point cannot be feasible whatever its area: it failed a check, is not proven
           overflow-safe, or its optimistic estimate breaks a resource budget of the spec;
         - or its optimistic objective vector (each estimated metric at its optimistic bound,
@@ -27,8 +27,10 @@ PRUNED means. `Study.best_trials` (the front of pareto.csv) reads COMPLETE trial
 reported front holds synthesised points and nothing else; samplers ignore PRUNED trials of a
 multi-objective study (NSGA-II) or treat them as worse than complete ones (TPE), which is right
 for points predicted dominated. Not used: constraints (a skipped point is not infeasible, and
-an infeasible COMPLETE trial with estimated values would sit in trials.csv as if measured);
-`enqueue_trial` order (the grid stays in its seeded order, so a study resumes identically).
+an infeasible COMPLETE trial with estimated values would sit in trials.csv as if measured).
+A grid puts its points in Optuna's trial queue (`enqueue_trial`) in the order of dse.study.order:
+every point's cheap fidelity first, then the likely front first, so the points that dominate
+the others are synthesised before them and the gate can skip those.
 
 The row of a skipped point carries the estimates in luts/ffs/bram/lutram/dsp (and fmax_mhz,
 latency_us with timing), `fidelity` = "estimate", `estimate_error` (JSON: each metric's measured
@@ -208,11 +210,17 @@ def estimated_row(row: Mapping[str, Any], decision: Decision, estimator: Estimat
 # ---------------------------------------------------------------------------------------------
 # one point
 
+def cheap_context(ctx):
+    """The cheap fidelity of an evaluation context (dse.evaluate.EvalContext): no synthesis, no
+    place-and-route."""
+    return dataclasses.replace(ctx, synthesize=False, timing=False)
+
+
 def evaluate_multi(study, spec: Spec, ctx, point: DesignPoint, workdir: str | Path, cache,
                    log: Callable[[str], None] | None = None) -> Outcome:
     """The cheap evaluation, the gate, and full synthesis if the gate says so."""
     from dse.cache import cached_evaluate
-    cheap_ctx = dataclasses.replace(ctx, synthesize=False, timing=False)
+    cheap_ctx = cheap_context(ctx)
     row, cached, _ = cached_evaluate(cheap_ctx, point, workdir, cache, log)
     if row.get("status") != "OK" or not row.get("features"):
         # a failure is the point's result, as in a full evaluation (minus synthesis)
@@ -221,7 +229,8 @@ def evaluate_multi(study, spec: Spec, ctx, point: DesignPoint, workdir: str | Pa
     decision = decide(spec, row, estimator, front(study, spec, point.model, point.dtype))
     if not decision.synthesize:
         return Outcome(estimated_row(row, decision, estimator), cached, False, decision)
-    full, full_cached, _ = cached_evaluate(ctx, point, workdir, cache, log)
+    # the checks already ran at the cheap fidelity: only synthesis (and place-and-route) now
+    full, full_cached, _ = cached_evaluate(ctx, point, workdir, cache, log, checked=row)
     return Outcome(full, cached and full_cached, True, decision)
 
 

@@ -70,6 +70,7 @@ atomically from the storage at the end of every run.
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
 import os
 import queue
@@ -88,9 +89,10 @@ from dse.files import atomic_write_text
 from dse.paths import results_dir
 from dse.progress import Progress
 from dse.results import write_outputs
-from dse.spec import Spec
+from dse.spec import Sampler, Spec
 from dse.study.grid import make_sampler, prepare_study, record_death, worker_seed
 from dse.study.options import SweepError, SweepOptions
+from dse.study.order import synthesis_order
 from dse.study.storage import heartbeat, open_storage, optuna, storage_location, study_lock
 from dse.study.trial import MAX_INAPPLICABLE_ASKS, STOP_SIGNALS, Interrupt, prune_inapplicable, run_asked_trial
 
@@ -189,8 +191,13 @@ def sweep(spec: Spec, options: SweepOptions = SweepOptions()) -> SweepResult:
     location = storage_location(spec, options)
     out = results_dir(study=spec.study, results_root=options.results_root)
     out.mkdir(parents=True, exist_ok=True)
+    order = None
+    if spec.search.fidelity == "multi" and spec.search.sampler is Sampler.GRID:
+        # every point's cheap fidelity first, then the likely front queued first (dse.study.order)
+        say = (lambda m: print(m, file=sys.stderr, flush=True)) if options.progress != "off" else None
+        order = functools.partial(synthesis_order, spec=spec, options=options, log=say)
     with study_lock(location, spec.study):      # PostgreSQL: not while a `dse worker` queues points
-        prepared = prepare_study(spec, options, location)
+        prepared = prepare_study(spec, options, location, order)
     study, budget, done_before, to_run = prepared.study, prepared.budget, prepared.done, prepared.to_run
     job = _Job(spec, options, location, len(study.get_trials(deepcopy=False)))
     progress = Progress(total=budget, initial=done_before, objectives=spec.objectives,

@@ -182,6 +182,75 @@ def test_fidelity_is_a_checked_spec_key():
         parse_spec(spec_dict(fidelity="mutli"))
 
 
+def test_synthesis_of_a_checked_point_keeps_its_checks_and_runs_only_synthesis(tmp_path, synth_calls, monkeypatch):
+    from dse.evaluate import EvalContext, Simulator, evaluate
+    from dse.fidelity import cheap_context
+    spec = load(tmp_path, spec_dict())
+    point = next(p for p in spec.points() if dict(p.knobs) == {"lanes": 2, "reduce_unroll": 4})
+    ctx = EvalContext.from_spec(spec, sim_backend="pysim")
+    full = evaluate(ctx, point, tmp_path / "full").as_row()
+    cheap = evaluate(cheap_context(ctx), point, tmp_path / "cheap").as_row()
+    assert cheap["luts"] is None and cheap["status"] == "OK" and full["fidelity"] == "synth"
+
+    def no_simulation(self, design, inputs):
+        raise AssertionError("simulated again")
+    monkeypatch.setattr(Simulator, "run", no_simulation)
+    both = evaluate(ctx, point, tmp_path / "both", checked=cheap).as_row()
+    timing = {"compile_s", "simulate_s", "overflow_s", "synth_s", "total_s", "workdir"}
+    assert {k: v for k, v in both.items() if k not in timing} == {k: v for k, v in full.items() if k not in timing}
+    assert both["simulate_s"] == cheap["simulate_s"] and both["total_s"] > cheap["total_s"]
+    assert synth_calls == [(2, 4), (2, 4)]
+    with pytest.raises(ValueError, match="OK evaluation"):
+        evaluate(ctx, point, tmp_path / "x", checked={**cheap, "status": "FAIL"})
+
+
+# ---------------------------------------------------------------------------------------------
+# the synthesis order of a multi-fidelity grid (dse/study/order.py)
+
+def test_pareto_ranks_peel_fronts():
+    from dse.study.order import pareto_ranks
+    #         front      front     behind (10, 5)  behind both  a twin of the front is front too
+    vectors = [[10, 5], [5, 10], [12, 6], [13, 11], [10, 5]]
+    assert pareto_ranks(vectors) == [0, 0, 1, 2, 0]
+    assert pareto_ranks([]) == []
+
+
+def test_the_likely_front_is_queued_first_and_points_never_synthesised_last():
+    from dse.study.order import prior_area, rank_points
+    spec = parse_spec(spec_dict())
+    pts = list(spec.points())[:5]
+    feats = lambda size: json.dumps({"version": FEATURES_VERSION, "mul_bits": float(size)})   # noqa: E731
+    ok = {"status": "OK", "correct": True, "overflow_safe": True}
+    rows = [{**ok, "cycles": 100, "features": feats(50)},      # behind point 2 (same cycles, larger)
+            {**ok, "cycles": 100, "features": feats(80), "overflow_safe": False},   # never synthesised
+            {**ok, "cycles": 100, "features": feats(40)},      # front
+            {"status": "FAIL", "stage": "compile"},              # never synthesised
+            {**ok, "cycles": 50, "features": feats(90)}]       # front: fewer cycles
+    assert prior_area(json.loads(feats(50))) == 50
+    assert rank_points(spec, pts, rows, None) == [pts[2], pts[4], pts[0], pts[1], pts[3]]
+    # with an estimator its estimates rank instead of the prior: here the larger, the fewer LUTs,
+    # so point 4 (90) dominates point 0 (50), which dominates point 2 (40)
+    predict = lambda f: {"luts": 1000 - f["mul_bits"]}          # noqa: E731
+    assert rank_points(spec, pts, rows, predict) == [pts[4], pts[0], pts[2], pts[1], pts[3]]
+
+
+@pytest.mark.slow
+def test_a_multi_fidelity_grid_evaluates_every_point_cheaply_first_then_synthesises_front_first(tmp_path, synth_calls):
+    from dse.study.order import prior_area
+    result = sweep(load(tmp_path, spec_dict()), options(tmp_path))
+    df = load_results(result.results_dir).sort_values("number")
+    # the queue: the prior's front of (cycles, size) first, in one block (numbers 0..k-1)
+    vec = [(c, prior_area(json.loads(f))) for c, f in zip(df["cycles"], df["features"])]
+    on_front = [not any(o[0] <= v[0] and o[1] <= v[1] and o != v for o in vec) for v in vec]
+    assert any(on_front) and not all(on_front)
+    assert on_front == sorted(on_front, reverse=True)
+    # the cheap pass filled the evaluation cache: every trial's cheap evaluation was a hit, so
+    # the estimated (never synthesised) points all come from the cache
+    est = df[df["fidelity"] == "estimate"]
+    assert len(est) == result.estimated > 0 and est["cached"].all()
+    assert len(synth_calls) == len(df) - len(est)
+
+
 # ---------------------------------------------------------------------------------------------
 # the sweep
 

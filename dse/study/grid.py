@@ -8,7 +8,7 @@ import contextlib
 import json
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -184,9 +184,12 @@ class PreparedStudy:
     to_run: int             # trials left for this run
 
 
-def prepare_study(spec: Spec, options: SweepOptions, location: str) -> PreparedStudy:
+def prepare_study(spec: Spec, options: SweepOptions, location: str,
+                  order: Callable[[Any, list[DesignPoint]], list[DesignPoint]] | None = None) -> PreparedStudy:
     """Create or resume the study. Marks trials left RUNNING by a killed sweep as interrupted
-    and, for the grid, queues the points not evaluated yet (never one that is already queued)."""
+    and, for the grid, queues the points not evaluated yet (never one that is already queued),
+    in the seeded order or, with `order(study, points)`, in the order it returns (a
+    multi-fidelity grid: dse.study.order)."""
     opt = optuna()
     from optuna.trial import TrialState
     storage = open_storage(location)
@@ -225,6 +228,8 @@ def prepare_study(spec: Spec, options: SweepOptions, location: str) -> PreparedS
         taken = taken_points(trials, spec)
         missing, abandoned = untaken_points(wanted, taken.evaluated | taken.waiting | taken.running,
                                             deaths_by_point(trials, spec), spec)
+        if order is not None and missing:
+            missing = order(study, missing)
         queue_points(study, spec, missing, abandoned)
         have = taken.evaluated | {point_key(point_params(p), spec) for p, _ in abandoned}
         to_run = sum(1 for p in wanted if point_key(point_params(p), spec) not in have | taken.running)

@@ -1,0 +1,154 @@
+"""The order in which a multi-fidelity grid sweep queues its points (spec `search: {sampler:
+grid, fidelity: multi}`): every point's cheap fidelity first, then the points in order of how
+likely their estimate puts them on the Pareto front.
+
+    missing = synthesis_order(study, missing, spec=spec, options=options)   # in prepare_study
+
+Why: the gate (dse.fidelity.decide) skips a point only when a *synthesised* point already
+dominates its optimistic estimate. In the grid's seeded order, many dominated points come up
+before the points that dominate them exist, so they are synthesised anyway (measured on
+configs/gemv_space.yaml: 5 of 40 points skipped where 29 were dominated). Queued front first,
+the front is synthesised early and the gate then has the points it needs to skip the rest.
+
+1. Cheap pass: every point's cheap evaluation (`dse.fidelity.cheap_context`: compile, cycle
+   model, simulation, check, overflow proof, features; no Yosys), in `options.n_jobs`
+   processes. The rows go to the evaluation cache, so each trial's own cheap evaluation is a
+   cache hit (without the cache it runs again: the order is still right, only slower).
+2. Rank: per model x dtype, non-dominated sorting (rank 0 = the estimated front, rank 1 = the
+   front of the rest, ...) of the objective vectors in which an estimated metric (luts, ...) is
+   the estimator's central estimate when it can be fitted (dse.fidelity.fit: this study's and
+   the cache's synthesised points), else `prior_area` of the features; exact metrics (cycles,
+   output errors) as measured. A prior only orders the queue: the gate still decides with the
+   fitted estimator and its measured error, and the front still holds synthesised points only.
+3. Queue: rank 0 of every model x dtype, then rank 1, ...; points that failed, compute a wrong
+   result or are not proven overflow-safe (never synthesised) last; ties in the seeded grid order.
+
+The order is fixed when the points are queued (Optuna's trial queue is first in, first out);
+the gate is what adapts as points are synthesised.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from typing import Any, Callable, Mapping, Sequence
+
+from dse.estimate import ESTIMATED_METRICS
+from dse.fidelity import cheap_context, fit
+from dse.paths import point_dir
+from dse.spec import DesignPoint, Spec
+from dse.study.options import SweepOptions
+
+# Rough LUT4-equivalents per feature unit: a prior that only has to rank designs of one model x
+# dtype by size before any point is synthesised (a float adder or converter bit costs about an
+# order of magnitude more than an integer adder bit; a bit of a small memory in LUT RAM about a
+# sixteenth of a LUT).
+_PRIOR = {"mul_bits": 1.0, "fmul_bits": 1.0, "fadd_bits": 16.0, "fconv_bits": 8.0, "add_bits": 1.0,
+          "logic_bits": 1.0, "acc_bits": 1.0, "read_bits": 1.0, "small_mem_bits": 1 / 16,
+          "np2_addr_bits": 16.0, "addr_bits": 1.0, "pipeline_bits": 1.0}
+
+
+def prior_area(features: Mapping[str, float]) -> float:
+    """A size of the design from its features (see _PRIOR): for ordering only, never reported."""
+    return sum(w * float(features.get(name, 0.0)) for name, w in _PRIOR.items())
+
+
+def cheap_row(spec: Spec, options: SweepOptions, point: DesignPoint) -> dict[str, Any]:
+    """The point's cheap evaluation (from or into the evaluation cache)."""
+    from dse.cache import EvalCache, cached_evaluate
+    from dse.evaluate import EvalContext
+    ctx = cheap_context(EvalContext.from_spec(spec, data_seed=options.data_seed, sim_backend=options.sim_backend))
+    cache = EvalCache(options.cache_dir) if options.use_cache else None
+    workdir = point_dir(spec=spec, point=point, target=str(spec.target), seed=options.data_seed,
+                        results_root=options.results_root)
+    if cache is None:       # trials have their own folders then (dse.study.trial.trial_workdir)
+        workdir = workdir.with_name(f"{workdir.name}-cheap")
+    try:
+        with contextlib.redirect_stdout(sys.stderr):    # tools' chatter must not mix with results
+            return cached_evaluate(ctx, point, workdir, cache)[0]
+    except Exception as exc:                            # noqa: BLE001 - the trial will say why
+        return {"status": "FAIL", "stage": "sweep", "error": f"{type(exc).__name__}: {exc}"}
+
+
+def cheap_rows(spec: Spec, options: SweepOptions, points: Sequence[DesignPoint]) -> list[dict[str, Any]]:
+    """`cheap_row` of every point, in `options.n_jobs` processes (spawned, as the sweep's)."""
+    jobs = min(options.n_jobs, len(points))
+    if jobs <= 1:
+        return [cheap_row(spec, options, p) for p in points]
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        return list(pool.map(cheap_row, [spec] * len(points), [options] * len(points), points))
+
+
+def _vector(spec: Spec, row: Mapping[str, Any], predicted: Mapping[str, float] | None) -> list[float]:
+    """The point's objective vector, minimised: estimated metrics from `predicted` (estimates)
+    or the prior, exact ones as measured (unknown: the most favourable value, so it goes early)."""
+    features = json.loads(row.get("features") or "{}")
+    out = []
+    for o in spec.objectives:
+        maximize = str(o.direction) == "maximize"
+        m = "cycles" if o.metric == "latency_us" else o.metric       # latency follows cycles first
+        if m in ESTIMATED_METRICS:
+            v = predicted.get(m) if predicted is not None else None
+            if v is None:
+                v = 0.0 if maximize else prior_area(features)
+        else:
+            v = row.get(m) if row.get(m) is not None else row.get(f"{m}_model")
+            if v is None:
+                v = float("inf") if maximize else float("-inf")
+        out.append(-float(v) if maximize else float(v))
+    return out
+
+
+def pareto_ranks(vectors: Sequence[Sequence[float]]) -> list[int]:
+    """Non-dominated sorting (all minimised): 0 for the front, 1 for the front of the rest, ..."""
+    ranks = [-1] * len(vectors)
+    left = set(range(len(vectors)))
+    rank = 0
+    while left:
+        front = {i for i in left
+                 if not any(all(a <= b for a, b in zip(vectors[j], vectors[i])) and vectors[j] != vectors[i]
+                            for j in left)}
+        for i in front:
+            ranks[i] = rank
+        left -= front
+        rank += 1
+    return ranks
+
+
+def rank_points(spec: Spec, points: Sequence[DesignPoint], rows: Sequence[Mapping[str, Any]],
+                predict: Callable[[Mapping[str, float]], Mapping[str, float]] | None) -> list[DesignPoint]:
+    """`points` (with their cheap `rows`, in the seeded grid order) in synthesis order
+    (module docstring); `predict(features)` gives each estimated metric's central estimate."""
+    never = [i for i, r in enumerate(rows) if r.get("status") != "OK" or not r.get("features")
+             or r.get("correct") is not True or r.get("overflow_safe") is not True]
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, p in enumerate(points):
+        if i not in never:
+            groups.setdefault((p.model, p.dtype), []).append(i)
+    rank = {}
+    for members in groups.values():
+        vectors = [_vector(spec, rows[i], predict(json.loads(rows[i]["features"])) if predict else None)
+                   for i in members]
+        for i, r in zip(members, pareto_ranks(vectors)):
+            rank[i] = r
+    never_rank = max(rank.values(), default=0) + 1
+    order = sorted(range(len(points)), key=lambda i: (rank.get(i, never_rank), i))
+    return [points[i] for i in order]
+
+
+def synthesis_order(study, points: Sequence[DesignPoint], *, spec: Spec, options: SweepOptions,
+                    log: Callable[[str], None] | None = None) -> list[DesignPoint]:
+    """The cheap pass over `points`, then `points` in synthesis order (module docstring)."""
+    if not points:
+        return []
+    if log is not None:
+        log(f"multi-fidelity: cheap evaluation of {len(points)} points (compile, cycle model, simulation, "
+            f"checks) before any synthesis, to synthesise the likely front first")
+    rows = cheap_rows(spec, options, points)
+    from dse.cache import EvalCache
+    estimator = fit(study, spec, EvalCache(options.cache_dir) if options.use_cache else None)
+    if estimator is None:
+        return rank_points(spec, points, rows, None)
+    return rank_points(spec, points, rows, lambda f: {m: e.value for m, e in estimator.predict(f).items()})
