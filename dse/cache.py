@@ -295,9 +295,10 @@ def cached_evaluate(ctx, point: DesignPoint, workdir: str | Path, cache: EvalCac
     """(metrics row, served from the cache, key). Without a cache this is
     `evaluate(ctx, point, workdir, checked=checked).as_row()` (`checked`: see evaluate)."""
     from dse.evaluate import evaluate
+    extra = {"checked": checked} if checked is not None else {}   # the plain call otherwise
     material = key_material(ctx, point) if cache is not None else None
     if cache is None or material is None:
-        return evaluate(ctx, point, workdir, log=log, checked=checked).as_row(), False, None
+        return evaluate(ctx, point, workdir, log=log, **extra).as_row(), False, None
     key = make_key(material)
     row = cache.get(key)
     if row is not None:
@@ -307,7 +308,7 @@ def cached_evaluate(ctx, point: DesignPoint, workdir: str | Path, cache: EvalCac
         if row is not None:
             return row, True, key
         t0 = time.perf_counter()
-        row = evaluate(ctx, point, workdir, log=log, checked=checked).as_row()
+        row = evaluate(ctx, point, workdir, log=log, **extra).as_row()
         if cacheable(row, material["compiled"]):
             cache.put(key, row, {**material, "evaluated_in_s": round(time.perf_counter() - t0, 3)})
     return row, False, key
