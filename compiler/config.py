@@ -65,6 +65,14 @@ class HardwareConfig:
         iCE40UP5K: 8), the rest in LUTs, so a design with more products than DSPs still fits;
         within the budget it is exactly "dsp". Xilinx: auto is dsp (no device list). No effect
         on the RTL, simulation or cycles: only on the synthesis script (compiler/multipliers.py).
+    mem_pack: "auto" (default) or G >= 1: banks of one buffer held side by side in one memory,
+        G elements per word (compiler/packing.py). Why: a block RAM is a whole block however
+        little of it a bank uses; an int8 bank of 392 words fills 4% of an ECP5 DP16KD, and
+        packing 4 such banks fills one 36-bit x 512-word block. 1: one memory per bank (as
+        before). "auto": the G that needs the fewest 18 Kbit block RAMs (ECP5 DP16KD, Xilinx
+        RAMB18; iCE40's 4 Kbit blocks want G set by hand), only with mem_read="sync". Applies
+        only where it is free: banks every step reads at the same word address and the kernel
+        never writes (inputs, copy destinations). No effect on cycles or results.
     share_buffers: a kernel that reads a buffer another kernel writes (or an input another
         kernel already holds) reads that memory directly instead of its own copy (default
         False). Saves the copy pass (one cycle per element or word) and one memory per
@@ -113,6 +121,7 @@ class HardwareConfig:
     fp_pipeline: int = 0
     fp_sum: str = "sequential"
     mul: str = "auto"
+    mem_pack: int | str = "auto"
 
     def __post_init__(self) -> None:
         if self.mem_read not in ("sync", "comb"):
@@ -123,6 +132,9 @@ class HardwareConfig:
             raise ValueError(f"HardwareConfig.fp_subnormals: expected 'keep' or 'flush', got {self.fp_subnormals!r}")
         if self.mul not in ("auto", "dsp", "lut"):
             raise ValueError(f"HardwareConfig.mul: expected 'auto', 'dsp' or 'lut', got {self.mul!r}")
+        if self.mem_pack != "auto" and not (_is_int(self.mem_pack) and 1 <= self.mem_pack <= MAX_PARALLEL):
+            raise ValueError(f"HardwareConfig.mem_pack: expected 'auto' or an integer from 1 to {MAX_PARALLEL} "
+                             f"(elements per memory word), got {self.mem_pack!r}")
         if self.fp_sum not in ("sequential", "tree"):
             raise ValueError(f"HardwareConfig.fp_sum: expected 'sequential' or 'tree', got {self.fp_sum!r}")
         if self.acc_width is not None and not (_is_int(self.acc_width) and 1 <= self.acc_width <= MAX_ACC_WIDTH):

@@ -330,7 +330,7 @@ def _run(design: Design, inputs: dict | None, samples: list[dict], max_cycles: i
     base = _pokes(design, {b: w for b, w in words.items() if not all(b in o for o in own)})
     runs = [_pokes(design, o) for o in own]
     homes = [(hb, design.home_memories(hb.id)) for hb in hosts]
-    reads = [(memory_name(ref), ref.depth) for _, refs in homes for ref in refs]
+    reads = [(memory_name(ref), ref.offset, ref.width, ref.depth) for _, refs in homes for ref in refs]
     with tempfile.TemporaryDirectory(prefix="tinyhw-cxxrtl-") as tmp:
         work = Path(tmp)
         _write_input(work / "in.bin", binary.key, max_cycles, int(step_always), base, runs, reads)
@@ -360,36 +360,40 @@ def _run(design: Design, inputs: dict | None, samples: list[dict], max_cycles: i
     return results
 
 
-def _pokes(design: Design, words: dict[int, np.ndarray]) -> list[tuple[str, np.ndarray]]:
-    return [(memory_name(ref), bank) for buf, w in words.items() for ref, bank in design.memory_words(buf, w)]
+def _pokes(design: Design, words: dict[int, np.ndarray]) -> list[tuple[str, int, int, np.ndarray]]:
+    return [(memory_name(ref), ref.offset, ref.width, bank)
+            for buf, w in words.items() for ref, bank in design.memory_words(buf, w)]
 
 
 def _write_input(path: Path, key: str, max_cycles: int, flags: int, base, runs, reads) -> None:
     def pokes(f, items):
         f.write(struct.pack("<I", len(items)))
-        for name, w in items:
-            f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<Q", len(w)))
+        for name, offset, width, w in items:
+            f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<IIQ", offset, width, len(w)))
             f.write(np.ascontiguousarray(w, dtype="<u8").tobytes())
     with open(path, "wb") as f:
-        f.write(b"TNHWIN04" + struct.pack("<I", len(key)) + key.encode())
+        f.write(b"TNHWIN05" + struct.pack("<I", len(key)) + key.encode())
         f.write(struct.pack("<QI", max_cycles, flags))
         pokes(f, base)
         f.write(struct.pack("<I", len(runs)))
         for items in runs:
             pokes(f, items)
         f.write(struct.pack("<I", len(reads)))
-        for name, n in reads:
-            f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<Q", n))
+        for name, offset, width, n in reads:
+            f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<IIQ", offset, width, n))
 
 
 # The driver, generic over designs: memories are found by name in CXXRTL's debug table, and the
 # design by its cache key (a bundle binary holds several). //@...@ lines are filled per bundle.
-# Input file:  "TNHWIN04", u32 len + design key, u64 max_cycles, u32 flags, POKES (every run),
-#              u32 r, r x POKES (that run's own), u32 m, m x (u32 len + memory name, u64 count)
-#              where POKES = u32 n, n x (u32 len + memory name, u64 count, count x u64 words)
+# Input file:  "TNHWIN05", u32 len + design key, u64 max_cycles, u32 flags, POKES (every run),
+#              u32 r, r x POKES (that run's own), u32 m, m x (u32 len + memory name, FIELD, u64 count)
+#              where POKES = u32 n, n x (u32 len + memory name, FIELD, u64 count, count x u64 words)
+#              and FIELD = u32 offset, u32 width: the bits of each memory word a bank occupies
+#              (a packed memory holds several banks side by side; width <= 64)
 # Output file: "TNHWOUT2", u64 r, r x (u64 cycles, f64 seconds (start to done), the m memories'
 #              words as u64).
 DRIVER = r"""// tinyhw CXXRTL driver: load memories, run start -> done, dump memories.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -431,20 +435,58 @@ static const debug_item &memory_item(const debug_items &items, const std::string
       if (kv.second[0].type == debug_item::MEMORY) known += " '" + kv.first + "'";
     fail(2, "no memory '" + name + "' in the design; memories:" + known);
   }
-  const debug_item &item = items[name];
-  if (item.width > 64) fail(2, "memory '" + name + "' is wider than 64 bits");
+  return items[name];
+}
+
+struct Field {                                // bits [offset, offset + width) of every word
+  std::string name;
+  uint32_t offset, width;
+};
+
+static Field read_field(Reader &r) {
+  Field f;
+  f.name = r.str();
+  f.offset = r.get<uint32_t>();
+  f.width = r.get<uint32_t>();
+  if (f.width == 0 || f.width > 64) fail(2, "memory field of '" + f.name + "' is not 1 to 64 bits wide");
+  return f;
+}
+
+static const debug_item &field_item(const debug_items &items, const Field &f) {
+  const debug_item &item = memory_item(items, f.name);
+  if (f.offset + f.width > item.width) fail(2, "memory field past the word of '" + f.name + "'");
   return item;
 }
 
+// A word of a CXXRTL memory is `stride` 32-bit chunks, least significant first.
+static void set_field(uint32_t *word, uint32_t offset, uint32_t width, uint64_t v) {
+  for (uint32_t b = 0; b < width;) {
+    uint32_t c = (offset + b) / 32, s = (offset + b) % 32, n = std::min(32 - s, width - b);
+    uint32_t mask = (n == 32 ? 0xffffffffu : ((1u << n) - 1)) << s;
+    word[c] = (word[c] & ~mask) | ((uint32_t)(v >> b) << s & mask);
+    b += n;
+  }
+}
+
+static uint64_t get_field(const uint32_t *word, uint32_t offset, uint32_t width) {
+  uint64_t v = 0;
+  for (uint32_t b = 0; b < width;) {
+    uint32_t c = (offset + b) / 32, s = (offset + b) % 32, n = std::min(32 - s, width - b);
+    v |= (uint64_t)((word[c] >> s) & (n == 32 ? 0xffffffffu : ((1u << n) - 1))) << b;
+    b += n;
+  }
+  return v;
+}
+
 struct Poke {
-  std::string name;
+  Field field;
   std::vector<uint64_t> words;
 };
 
 static std::vector<Poke> read_pokes(Reader &r) {
   std::vector<Poke> pokes(r.get<uint32_t>());
   for (auto &p : pokes) {
-    p.name = r.str();
+    p.field = read_field(r);
     p.words.resize(r.get<uint64_t>());
     size_t n = p.words.size();
     if (n && std::fread(p.words.data(), 8, n, r.f) != n) fail(2, "truncated input file");
@@ -453,21 +495,17 @@ static std::vector<Poke> read_pokes(Reader &r) {
 }
 
 static void poke(const debug_items &items, const Poke &p) {
-  const debug_item &item = memory_item(items, p.name);
-  if (p.words.size() > item.depth) fail(2, "too many words for memory '" + p.name + "'");
+  const debug_item &item = field_item(items, p.field);
+  if (p.words.size() > item.depth) fail(2, "too many words for memory '" + p.field.name + "'");
   size_t stride = (item.width + 31) / 32;
-  uint64_t mask = item.width == 64 ? ~0ull : ((1ull << item.width) - 1);
-  for (size_t i = 0; i < p.words.size(); i++) {
-    uint64_t v = p.words[i] & mask;           // value<>::set does not mask
-    item.curr[i * stride] = (uint32_t)v;
-    if (stride > 1) item.curr[i * stride + 1] = (uint32_t)(v >> 32);
-  }
+  for (size_t i = 0; i < p.words.size(); i++)  // set_field masks (value<>::set does not)
+    set_field(&item.curr[i * stride], p.field.offset, p.field.width, p.words[i]);
 }
 
 // One run: a fresh design (every register and memory at its initial value, as in a run of its
 // own), the base pokes, then the run's own, start -> done, and the read memories appended to `out`.
 template <class Top> static void run_once(const std::vector<Poke> &base, const std::vector<Poke> &own,
-                                          const std::vector<std::pair<std::string, uint64_t>> &reads,
+                                          const std::vector<std::pair<Field, uint64_t>> &reads,
                                           uint64_t max_cycles, uint32_t flags, FILE *out) {
   std::unique_ptr<Top> holder(new Top);
   Top &top = *holder;
@@ -477,8 +515,8 @@ template <class Top> static void run_once(const std::vector<Poke> &base, const s
   for (auto &p : own) poke(items, p);
   std::vector<const debug_item *> read_items;
   for (auto &rd : reads) {
-    const debug_item &item = memory_item(items, rd.first);
-    if (rd.second > item.depth) fail(2, "reading past the end of memory '" + rd.first + "'");
+    const debug_item &item = field_item(items, rd.first);
+    if (rd.second > item.depth) fail(2, "reading past the end of memory '" + rd.first.name + "'");
     read_items.push_back(&item);
   }
 
@@ -526,13 +564,10 @@ template <class Top> static void run_once(const std::vector<Poke> &base, const s
   std::vector<uint64_t> words;
   for (size_t j = 0; j < reads.size(); j++) {
     const debug_item &item = *read_items[j];
+    const Field &f = reads[j].first;
     size_t stride = (item.width + 31) / 32;
     words.resize(reads[j].second);
-    for (uint64_t i = 0; i < reads[j].second; i++) {
-      uint64_t v = item.curr[i * stride];
-      if (stride > 1) v |= (uint64_t)item.curr[i * stride + 1] << 32;
-      words[i] = v;
-    }
+    for (uint64_t i = 0; i < reads[j].second; i++) words[i] = get_field(&item.curr[i * stride], f.offset, f.width);
     std::fwrite(words.data(), 8, words.size(), out);
   }
 }
@@ -544,9 +579,9 @@ template <class Top> static void run(Reader &r, const char *out_path) {
   uint32_t nruns = r.get<uint32_t>();
   std::vector<std::vector<Poke>> runs(nruns);
   for (auto &own : runs) own = read_pokes(r);
-  std::vector<std::pair<std::string, uint64_t>> reads(r.get<uint32_t>());
+  std::vector<std::pair<Field, uint64_t>> reads(r.get<uint32_t>());
   for (auto &rd : reads) {
-    rd.first = r.str();
+    rd.first = read_field(r);
     rd.second = r.get<uint64_t>();
   }
   FILE *out = std::fopen(out_path, "wb");
@@ -568,7 +603,7 @@ int main(int argc, char **argv) {
   if (!in) fail(2, std::string("cannot open ") + argv[1]);
   Reader r{in};
   char magic[8];
-  if (std::fread(magic, 1, 8, in) != 8 || std::memcmp(magic, "TNHWIN04", 8) != 0) fail(2, "bad input file");
+  if (std::fread(magic, 1, 8, in) != 8 || std::memcmp(magic, "TNHWIN05", 8) != 0) fail(2, "bad input file");
   std::string key = r.str();
   for (auto &d : designs)
     if (key == d.key) {

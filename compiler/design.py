@@ -14,6 +14,7 @@ from .hw.pipeline import Schedule, schedule
 from .hw.program import Program, build_program
 from .hw.top import Copy, HostBuffer, HostPort, Run, Share, TopHW, plan
 from .layout import Banking
+from .packing import Pack, plan_packs
 
 
 @dataclass(frozen=True)
@@ -27,11 +28,15 @@ class CycleModel:
 
 @dataclass(frozen=True)
 class MemoryRef:
-    """One memory (bank) of the design, for simulators to poke and peek."""
+    """One memory bank of the design, for simulators to poke and peek: the bank's words are
+    bits [offset, offset + width) of the words of memory `name` (offset 0 and the memory's
+    whole word unless the bank is packed with others, mem_pack)."""
     kernel: int                              # position of its kernel (module `k{kernel}` of the top)
     slot: int                                # buffer slot in that kernel's hardware
     depth: int                               # words
-    name: str                                # module name inside the kernel: mem_b1, mem_b1_l3, ...
+    name: str                                # module name inside the kernel: mem_b1, mem_b1_l3, mem_b1_w0...
+    width: int = 0                           # bits of the bank's element words
+    offset: int = 0                          # where they sit in the memory's word
 
     @property
     def path(self) -> tuple[str, str]:
@@ -55,13 +60,14 @@ class Design:
     banking: tuple[dict[int, Banking], ...] = ()
     shares: tuple[Share, ...] = ()           # readers that use another kernel's memory
     factors: tuple[dict[int, int], ...] = field(default=())   # per kernel: loop id -> lanes
+    packs: tuple[tuple[Pack, ...], ...] = ()  # per kernel: banks sharing one memory (mem_pack)
 
     @cached_property
     def top(self) -> TopHW:
         copied = {(d[0], b) for p in self.phases if isinstance(p, Copy) for d in p.dsts
                   for b in self.banking_of(*d).banks}
         hw = [KernelHW(k, self.config, self._memory_names(pos), self._external(pos),
-                       frozenset(b for kp, b in copied if kp == pos))
+                       frozenset(b for kp, b in copied if kp == pos), self.packs_of(pos))
               for pos, k in enumerate(self.kernels)]
         placed = {(pos, slot): self.banking_of(pos, slot) for pos, k in enumerate(self.source_kernels or self.kernels)
                   for slot in (b.slot for b in k.buffers)}
@@ -73,11 +79,15 @@ class Design:
         b = next(b for b in (self.source_kernels or self.kernels)[pos].buffers if b.slot == slot)
         return Banking.plain(slot, b.size)
 
+    def packs_of(self, pos: int) -> tuple[Pack, ...]:
+        return self.packs[pos] if pos < len(self.packs) else ()
+
     def _memory_names(self, pos: int) -> dict[int, str]:
         names = {}
         for slot, bk in (self.banking[pos] if pos < len(self.banking) else {}).items():
             if len(bk.banks) > 1:
                 names.update({b: f"mem_b{slot}_l{lane}" for lane, b in enumerate(bk.banks)})
+        names.update({s: p.name for p in self.packs_of(pos) for s in p.slots})
         return names
 
     def _external(self, pos: int) -> frozenset[int]:
@@ -141,7 +151,10 @@ class Design:
         """The memory banks of a (kernel position, parameter slot) that holds a buffer."""
         bk = self.banking_of(*place)
         names = self._memory_names(place[0])
-        return [MemoryRef(place[0], b, bk.layout.words, names.get(b, f"mem_b{b}")) for b in bk.banks]
+        packed = {s: p for p in self.packs_of(place[0]) for s in p.slots}
+        width = {d.slot: d.dtype.bits for d in self.kernels[place[0]].buffers}
+        return [MemoryRef(place[0], b, bk.layout.words, names.get(b, f"mem_b{b}"), width[b],
+                          packed[b].offset(b) if b in packed else 0) for b in bk.banks]
 
     def memory_words(self, buffer: int, words: np.ndarray) -> list[tuple[MemoryRef, np.ndarray]]:
         """A model buffer's element words -> the words of every memory bank that holds it,
@@ -181,6 +194,13 @@ def build_design(graph: Graph, sources: list[ir.KernelIR], kernels: list[ir.Kern
         else [{} for _ in kernels]
     order, phases, host, shares = plan(kernel_buffers, sizes, widths, [k.name for k in kernels], banking, ports,
                                        config.share_buffers)
+    # banks read in place by another kernel keep a memory each (the reader's addresses differ per bank)
+    in_place = {p: frozenset() for p in range(len(order))}
+    for sh in shares:
+        for place in (sh.reader, sh.owner):
+            in_place[place[0]] |= frozenset(banking[order[place[0]]][place[1]].banks)
+    packs = tuple(plan_packs(kernels[i], build_program(kernels[i]), banking[i], config, in_place[pos])
+                  for pos, i in enumerate(order))
     return Design(graph, tuple(kernels[i] for i in order), config, tuple(phases), tuple(host), output_shapes,
                   tuple(sources[i] for i in order), tuple(banking[i] for i in order), tuple(shares),
-                  tuple(factors[i] for i in order))
+                  tuple(factors[i] for i in order), packs)

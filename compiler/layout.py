@@ -114,6 +114,7 @@ class Banking:
     layout: Layout
     banks: tuple[int, ...]       # KernelIR slot of lane 0, 1, ...
     note: str = ""               # why a buffer that unrolled loops index stays plain, if it does
+    parts: bool = False          # the banks are parts of a deep memory (split_deep), not lanes
 
     @staticmethod
     def plain(slot: int, size: int, note: str = "") -> "Banking":

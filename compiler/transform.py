@@ -681,7 +681,7 @@ def split_deep(kernel: ir.KernelIR, banking: dict[int, Banking], level: int,
         next_slot += n
         parts[slot] = (depth.bit_length() - 1, slots)
         layout = Layout(b.size, (Dim(depth, n, n), Dim(1, depth, 1)))
-        banking[slot] = Banking(slot, layout, tuple(slots), f"split into {n} parts of one block RAM's depth")
+        banking[slot] = Banking(slot, layout, tuple(slots), f"split into {n} parts of one block RAM's depth", parts=True)
         buffers += [ir.BufferDecl(s, b.dtype, depth, b.loaded, b.stored) for s in slots]
 
     memo: dict[int, ir.Value] = {}

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-FEATURES_VERSION = 3
+FEATURES_VERSION = 4
 """Bumped when `design_features` changes meaning: samples of another version are not used."""
 
 AREA_METRICS = ("luts", "ffs", "bram", "lutram", "dsp")
@@ -119,12 +119,13 @@ def design_features(design, *, target: str) -> dict[str, float]:
     external = {(sh.reader[0], b) for sh in design.shares for b in design.banking_of(*sh.reader).banks}
     comb = design.config.mem_read == "comb"
     for pos, k in enumerate(design.source_kernels or design.kernels):
+        packed = {s: p for p in design.packs_of(pos) for s in p.slots}     # mem_pack: one memory per group
         for b in k.buffers:
             bk = design.banking_of(pos, b.slot)
             for bank in bk.banks:
-                if (pos, bank) in external:
+                if (pos, bank) in external or (bank in packed and packed[bank].slots[0] != bank):
                     continue
-                depth, width = bk.layout.words, b.dtype.bits
+                depth, width = bk.layout.words, b.dtype.bits * (len(packed[bank].slots) if bank in packed else 1)
                 addr = max(1, math.ceil(math.log2(max(depth, 2))))
                 add("banks", 1)
                 if comb:

@@ -71,7 +71,7 @@ def synth_calls(monkeypatch):
 # ---------------------------------------------------------------------------------------------
 # features and the estimator
 
-def compiled(lanes: int, unroll: int, mul: str = "auto"):
+def compiled(lanes: int, unroll: int, mul: str = "auto", mem_pack=1):
     from compiler import compile_model
     from dse import zoo
     from dse.zoo import input_tensors
@@ -81,7 +81,7 @@ def compiled(lanes: int, unroll: int, mul: str = "auto"):
     tensors = input_tensors(built, zoo.make_inputs(built, 0, model.input_range("int8")))
     from compiler.config import HardwareConfig
     return compile_model(built.forward(*tensors), config=HardwareConfig(lanes=lanes, reduce_unroll=unroll,
-                                                                                 mul=mul))
+                                                                                 mul=mul, mem_pack=mem_pack))
 
 
 def test_features_count_the_replicated_datapath_and_the_memory_banks():
@@ -93,6 +93,11 @@ def test_features_count_the_replicated_datapath_and_the_memory_banks():
     assert (one["bram_banks"], one["small_banks"], one["small_mem_bits"]) == (1, 2, 32 * 8 + 16 * 32)
     assert "bram_banks" not in wide and wide["small_mem_bits"] == 16 * 32 * 8 + 32 * 8 + 16 * 32
     assert "np2_addr_bits" not in wide and design_features(compiled(3, 1), target="ecp5")["np2_addr_bits"] > 0
+    # mem_pack=auto: W's 8 banks of 64 words four to a word, x's two in one: one memory per group
+    packed = design_features(compiled(4, 2, mem_pack="auto"), target="ecp5")
+    # (each W group of 64 x 32 bits is block RAM now; x and y stay small)
+    assert packed["banks"] == 2 + 1 + 4 and packed["bram_banks"] == 2
+    assert packed["small_mem_bits"] == 16 * 32 + 32 * 8
     assert wide["acc_bits"] == 4 * one["acc_bits"] == 4 * 32       # one accumulator per lane
     assert wide["mul"] > 4 * 2 - 1 and wide["read_ports"] > one["read_ports"]
     assert one["bram_blocks"] == 1                  # 512 x 8 bits: one DP16KD

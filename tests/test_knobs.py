@@ -152,8 +152,13 @@ def test_banked_layout_of_the_gemv_weights():
     np.testing.assert_array_equal(lane, ((i % 3) * 5 + k % 5).ravel())
     values = np.arange(128, dtype=np.uint64)
     np.testing.assert_array_equal(bk.layout.gather(bk.layout.scatter(values)), values)
-    names = [ref.name for ref in design.memories_of((0, w_slot))]
-    assert names == [f"mem_b1_l{lane}" for lane in range(15)]
+    # mem_pack=auto: 12-word int8 banks, four to a 32-bit word fill one 36-bit block RAM
+    refs = design.memories_of((0, w_slot))
+    assert [(r.name, r.offset, r.width) for r in refs] == \
+        [(f"mem_b1_w{lane // 4}", 8 * (lane % 4), 8) for lane in range(15)]
+    unpacked = compile_model(*designs.gemv_int8(16, 8).outputs,
+                             config=HardwareConfig(lanes=3, reduce_unroll=5, mem_pack=1))
+    assert [r.name for r in unpacked.memories_of((0, w_slot))] == [f"mem_b1_l{lane}" for lane in range(15)]
 
 
 def test_a_convolution_window_keeps_one_bank_with_a_read_port_per_tap():

@@ -101,15 +101,26 @@ class _ExternalPort:
         self.data = Signal(width, name=f"x{slot}_data")
 
 
+class _BankPort:
+    """A bank's read port inside a packed memory (packing.py): the address of the group's
+    first bank drives the shared port; every bank sees its own field of the word."""
+
+    def __init__(self, slot: int, p: int, width: int, depth: int):
+        self.addr = Signal(_addr_shape(depth), name=f"b{slot}_p{p}_addr")
+        self.data = Signal(width, name=f"b{slot}_p{p}_data")
+
+
 class KernelHW(wiring.Component):
-    """`names`: memory module names by buffer slot (default `mem_b{slot}`); `external`: slots
+    """`names`: memory module names by buffer slot (default `mem_b{slot}`); `packs`: banks
+    that share one memory, several elements per word (packing.Pack); `external`: slots
     whose memory lives in another kernel (one read port, reached through `b{slot}_xaddr`
     and `b{slot}_xdata`; the top module connects it); `written_outside`: slots the top module
     writes right before this kernel starts (copy destinations): with block RAM their read
     ports see that last write (the first step's look-ahead read happens in the same cycle)."""
 
     def __init__(self, kernel: ir.KernelIR, config: HardwareConfig, names: dict[int, str] | None = None,
-                 external: frozenset[int] = frozenset(), written_outside: frozenset[int] = frozenset()):
+                 external: frozenset[int] = frozenset(), written_outside: frozenset[int] = frozenset(),
+                 packs: tuple = ()):
         self.kernel, self.config = kernel, config
         self.program: Program = build_program(kernel)
         self.schedule: Schedule = schedule(kernel, config)
@@ -117,8 +128,10 @@ class KernelHW(wiring.Component):
         self.names = {b.slot: (names or {}).get(b.slot, f"mem_b{b.slot}") for b in kernel.buffers}
         self.external = frozenset(external)
         self.written_outside = frozenset(written_outside)
+        self.packs = {s: p for p in packs for s in p.slots}
         # The contents live in MemoryData objects that outlast any one elaboration (simulators
-        # poke them); each elaboration wraps them in a fresh Memory with its own ports.
+        # poke them); each elaboration wraps them in a fresh Memory with its own ports. The
+        # banks of a packed memory share one MemoryData.
         self.memories: dict[int, memory.MemoryData] = {}
         sig = {"start": In(1), "done": Out(1), "busy": Out(1)}
         for b in kernel.buffers:
@@ -129,7 +142,12 @@ class KernelHW(wiring.Component):
                 sig[n["xaddr"]] = Out(_addr_shape(b.size))
                 sig[n["xdata"]] = In(b.dtype.bits)
                 continue
-            self.memories[b.slot] = memory.MemoryData(shape=unsigned(b.dtype.bits), depth=b.size, init=[])
+            pack = self.packs.get(b.slot)
+            if pack is None:
+                self.memories[b.slot] = memory.MemoryData(shape=unsigned(b.dtype.bits), depth=b.size, init=[])
+            elif b.slot not in self.memories:
+                data = memory.MemoryData(shape=unsigned(pack.width * len(pack.slots)), depth=pack.depth, init=[])
+                self.memories.update({s: data for s in pack.slots})
             sig[n["raddr"]] = In(_addr_shape(b.size))
             sig[n["rdata"]] = Out(b.dtype.bits)
             sig[n["waddr"]] = In(_addr_shape(b.size))
@@ -201,6 +219,10 @@ class KernelHW(wiring.Component):
                 reads[b.slot] = [port]
                 m.d.comb += [getattr(self, n["xaddr"]).eq(port.addr), port.data.eq(getattr(self, n["xdata"]))]
                 continue
+            if b.slot in self.packs:
+                if b.slot == self.packs[b.slot].slots[0]:
+                    self._packed_memory(m, b, self.packs[b.slot], quiet, sync_reads, reads)
+                continue
             mem = memory.Memory(data=self.memories[b.slot])
             m.submodules[self.names[b.slot]] = mem
             write[b.slot] = wp = mem.write_port()
@@ -212,6 +234,27 @@ class KernelHW(wiring.Component):
                          wp.addr.eq(getattr(self, n["waddr"])), wp.data.eq(getattr(self, n["wdata"])),
                          wp.en.eq(getattr(self, n["we"]) & quiet)]
         return write, reads
+
+    def _packed_memory(self, m, first: ir.BufferDecl, pack, quiet, sync_reads: bool, reads) -> None:
+        """One memory for the banks of `pack`: the kernel only reads it (at one address for
+        every bank, packing.py), so its write port serves the outside, one enable per bank
+        (the host bus and copies write one bank, or all at one address)."""
+        mem = memory.Memory(data=self.memories[first.slot])
+        m.submodules[pack.name] = mem
+        w = pack.width
+        wp = mem.write_port(granularity=w)
+        transparent = (wp,) if (first.loaded and first.slot in self.written_outside and sync_reads) else ()
+        shared = [mem.read_port(domain="sync" if sync_reads else "comb", transparent_for=transparent)
+                  for _ in range(self.n_read_ports[first.slot])]
+        m.d.comb += wp.addr.eq(getattr(self, port_names(first.slot)["waddr"]))
+        for i, slot in enumerate(pack.slots):
+            n = port_names(slot)
+            reads[slot] = [_BankPort(slot, p, w, pack.depth) for p in range(len(shared))]
+            m.d.comb += [wp.data[i * w:(i + 1) * w].eq(getattr(self, n["wdata"])),
+                         wp.en[i].eq(getattr(self, n["we"]) & quiet),
+                         getattr(self, n["rdata"]).eq(reads[slot][0].data)]
+            m.d.comb += [bank.data.eq(port.data[i * w:(i + 1) * w]) for bank, port in zip(reads[slot], shared)]
+        m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(reads[pack.slots[0]], shared)]
 
     def _controller(self, m, step, nstep, ctr, nctr, last, idle) -> None:
         """Next step and counters: an odometer over the loop tree."""

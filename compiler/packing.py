@@ -1,0 +1,121 @@
+"""Packed memory words: several banks of one buffer in one memory (the mem_pack knob).
+
+Banking (layout.py) gives every lane of an unrolled loop its own memory bank, one element per
+word. A block RAM is sold by the block, not by the bit: an int8 bank of 392 words fills 4% of
+an ECP5 DP16KD (18 Kbit), so the int8 GEMV 128x784 at lanes x reduce_unroll = 16 x 16 needs
+256 block RAMs for 100 KB of weights (the LFE5U-85F has 208). Packing puts G banks side by
+side in one memory whose word holds G elements (bank i of a group at bits [i*w, (i+1)*w)):
+one read port then feeds G lanes per cycle, and Yosys maps the wide memory onto block RAMs
+in their widest mode (36 bits x 512 words), 4 int8 banks per block.
+
+A group shares its memory's ports, so banks are packed only where that is free:
+  * every step that loads one bank of the group loads all of them at the same word addresses
+    (the same index expressions, so the same read ports): true of lanes and unrolled
+    reductions over affine indices, where every lane reads word `i div P ...`;
+  * the kernel never stores to them (inputs and copy destinations: the host bus and the copy
+    pass write one bank or all banks at one address, through per-element write enables);
+  * no other kernel reads them in place (share_buffers), and they are not parts of a deep
+    memory split for the pipeline (split_deep keeps those apart on purpose).
+Elsewhere banks stay one memory each. Packing changes no cycle: the same reads happen in the
+same cycles, only through fewer, wider ports.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+
+from . import ir
+from .config import HardwareConfig
+from .hw.kernel import loads_of
+from .hw.program import Program
+from .layout import Banking
+
+# Block-RAM geometry mem_pack="auto" sizes groups for: an 18 Kbit block (ECP5 DP16KD, Xilinx
+# RAMB18) as (port width in bits, words); 36 bits in pseudo-dual-port mode (one read, one
+# write port, which is what a packed memory uses). iCE40's 4 Kbit blocks are 16 x 256 at their
+# widest: set mem_pack explicitly there.
+BRAM_MODES: tuple[tuple[int, int], ...] = ((1, 16384), (2, 8192), (4, 4096), (9, 2048), (18, 1024), (36, 512))
+
+
+@dataclass(frozen=True)
+class Pack:
+    """Banks of one buffer held by one memory: `slots[i]` (a bank's KernelIR slot) lives at
+    bits [i * width, (i + 1) * width) of every word."""
+    slots: tuple[int, ...]
+    width: int                   # bits per element
+    depth: int                   # words (every bank's)
+    name: str                    # the memory's module name
+
+    def offset(self, slot: int) -> int:
+        return self.slots.index(slot) * self.width
+
+
+def block_rams(depth: int, elements: int, width: int, max_rows: int | None = None) -> tuple[int, int]:
+    """(block RAMs, rows) of one memory of `depth` words, each `elements` elements of `width`
+    bits, in its best 18 Kbit mode: rows of blocks stacked in depth (read through a
+    multiplexer), each row as many blocks side by side as the word needs; only modes of at most
+    `max_rows` rows when given. An element never straddles two blocks: each element has its
+    own write enable, and a block's enables cover whole 9-bit bytes (Yosys then leaves 4 bits
+    of a 36-bit block unused for four int8 elements; measured: 256 int8 banks of 392 words
+    packed 4 or 256 to a word both take 64 blocks)."""
+    options = []
+    for bits, words in BRAM_MODES:
+        rows = ceil(depth / words)
+        if max_rows is not None and rows > max_rows:
+            continue
+        across = ceil(elements / (bits // width)) if width <= bits else elements * ceil(width / bits)
+        options.append((rows * across, rows))
+    return min(options)
+
+
+def auto_pack(banks: int, depth: int, width: int) -> int:
+    """The group size that needs the fewest block RAMs for `banks` banks (the smallest such),
+    never stacking a group deeper than one bank alone: a deeper stack reads through a wider
+    multiplexer (the int8 GEMV 128x784 at 4 x 4 packed 4 to a word in 512-word rows: 15 fewer
+    block RAMs, 1,450 more LUTs), so packing pays only where a bank leaves a block's width unused."""
+    alone, rows = block_rams(depth, 1, width)
+    best, best_cost = 1, banks * alone
+    for g in range(2, banks + 1):
+        cost = ceil(banks / g) * block_rams(depth, g, width, rows)[0]
+        if cost < best_cost:
+            best, best_cost = g, cost
+    return best
+
+
+def plan_packs(kernel: ir.KernelIR, program: Program, banking: dict[int, Banking], config: HardwareConfig,
+               not_packable: frozenset[int] = frozenset()) -> tuple[Pack, ...]:
+    """The packed groups of one kernel's memories (groups of one bank are left out).
+    `not_packable`: bank slots read in place by another kernel, or living in another kernel."""
+    if config.mem_pack == 1 or (config.mem_pack == "auto" and config.mem_read != "sync"):
+        return ()
+    decls = {b.slot: b for b in kernel.buffers}
+    addresses = _read_addresses(program)
+    packs: list[Pack] = []
+    for param, bk in sorted(banking.items()):
+        slots = [s for s in bk.banks if s in decls]
+        if len(slots) < 2 or bk.parts or len(slots) != len(bk.banks):
+            continue
+        if any(decls[s].stored or s in not_packable for s in slots):
+            continue
+        if any(len({tuple(addresses[step].get(s, ())) for s in slots}) > 1 for step in addresses):
+            continue
+        width, depth = decls[slots[0]].dtype.bits, decls[slots[0]].size
+        g = auto_pack(len(slots), depth, width) if config.mem_pack == "auto" else min(config.mem_pack, len(slots))
+        for j in range(0, len(slots), g):
+            group = tuple(slots[j:j + g])
+            if len(group) > 1:
+                packs.append(Pack(group, width, depth, f"mem_b{param}_w{j // g}"))
+    return tuple(packs)
+
+
+def _read_addresses(program: Program) -> dict[int, dict[int, list[int]]]:
+    """Per step: bank slot -> the ids of its distinct load indices, in read-port order."""
+    out: dict[int, dict[int, list[int]]] = {}
+    for step in program.steps:
+        per: dict[int, list[int]] = {}
+        for load in loads_of(step):
+            ids = per.setdefault(load.buf, [])
+            if id(load.index) not in ids:
+                ids.append(id(load.index))
+        out[step.index] = per
+    return out
