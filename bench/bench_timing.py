@@ -49,11 +49,13 @@ def build_design(dtype: str, M: int, K: int, config: HardwareConfig):
     return compile_model(built.forward(*tensors), config=config), zoo.reference("gemv", dtype, {"M": M, "K": K}, arrays)
 
 
-def measure(dtype: str, pipeline: int, args, root: Path) -> dict:
-    name = f"{dtype}-p{pipeline}"
+def measure(dtype: str, config: HardwareConfig, args, root: Path, *, pnr: bool = True) -> dict:
+    """Compile, simulate (args.sim), synthesise and place and route (`pnr`) one GEMV design;
+    also used by bench_bandwidth.py. `args` holds M, K, sim, timeout, device and cache."""
+    name = f"{dtype}-p{config.fp_pipeline}-{config.lanes}x{config.reduce_unroll}"
     workdir = root / name
-    config = HardwareConfig(fp_pipeline=pipeline)
-    row: dict = {"dtype": dtype, "fp_pipeline": pipeline}
+    row: dict = {"dtype": dtype, "fp_pipeline": config.fp_pipeline, "lanes": config.lanes,
+                 "reduce_unroll": config.reduce_unroll}
     t0 = time.perf_counter()
     design, want = build_design(dtype, args.M, args.K, config)
     row["cycles"] = design.cycle_model().total
@@ -75,6 +77,8 @@ def measure(dtype: str, pipeline: int, args, root: Path) -> dict:
     t = time.perf_counter()
     area = synthesize(design, "ecp5", workdir / "synth", timeout=args.timeout, netlist=True)
     row.update(synth_s=time.perf_counter() - t, luts=area.luts, ffs=area.ffs, bram=area.bram, dsp=area.dsp)
+    if not pnr:
+        return row
     t = time.perf_counter()
     rep = place_and_route(area.netlist_path, "ecp5", workdir / "pnr", timeout=args.timeout, device=args.device,
                           use_cache=args.cache)
@@ -106,7 +110,7 @@ def main() -> int:
 
     pipelines = list(args.pipelines)
     root = args.workdir or Path(tempfile.mkdtemp(prefix="tinyhw-bench-timing-"))
-    jobs = [(d, p) for d in args.dtypes for p in pipelines]
+    jobs = [(d, HardwareConfig(fp_pipeline=p)) for d in args.dtypes for p in pipelines]
     print(f"GEMV {args.M}x{args.K}, ECP5 {args.device}, nextpnr --freq 100 --seed 1; work in {root}", flush=True)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         rows = list(pool.map(lambda job: measure(*job, args, root), jobs))

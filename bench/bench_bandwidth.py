@@ -1,0 +1,112 @@
+"""The GEMV 128x784 at the block-RAM bandwidth bound of an LFE5U-85F (issue 16).
+
+The 85F has 208 DP16KD block RAMs of 2 ports x 18 bits: about 800 int8 weights a cycle, so the
+int8 GEMV cannot take fewer than M*K/800 = 125 cycles there. Each int8 row below is lanes x
+reduce_unroll products a cycle at fp_pipeline=2 with mem_pack=auto (banks packed four to a
+36-bit block RAM word, compiler/packing.py) and mul=auto (the 85F's 156 DSPs, the rest of the
+products in LUTs, compiler/multipliers.py): compiled, simulated in CXXRTL (outputs bit-exact
+against the numpy golden model, cycles equal to the cycle model), synthesised (synth_ecp5) and
+placed and routed by nextpnr-ecp5 on the LFE5U-85F (--freq, seed 1). `bound x` is cycles over
+the bandwidth bound. Then: the sequential int8 GEMV's block RAMs (synthesis only), and fp32
+rows with fp_sum=tree (float sums unrolled as a tree; docs/float_sums.md).
+
+Goals: int8 <= 250 cycles at >= 100 MHz (stretch <= 130); sequential int8 <= 51 block RAMs;
+fp32 <= 3,200 cycles.
+
+Usage: python bench/bench_bandwidth.py [--int8 16x16 26x16] [--fp32 4x8] [--freq 100]
+                                       [--no-sim] [--no-pnr] [--workdir DIR] [--json out.json]
+Place-and-route and synthesis are cached under $TINYHW_CACHE. A 26x16 int8 design takes
+Yosys ~5 minutes and nextpnr ~15 on a 2-core machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_timing import fmt, measure  # noqa: E402
+
+from compiler import HardwareConfig  # noqa: E402
+from compiler.pnr import find_device  # noqa: E402
+
+M, K = 128, 784
+WORDS_PER_CYCLE = 800          # 208 DP16KD x 2 ports x 18 bits / 9 bits per int8 weight, rounded
+
+
+def parse_shape(text: str) -> tuple[int, int]:
+    try:
+        lanes, unroll = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LANESxREDUCE_UNROLL such as 16x16, got {text!r}") from None
+    return lanes, unroll
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--int8", nargs="*", type=parse_shape, default=[(16, 16), (26, 16)])
+    ap.add_argument("--fp32", nargs="*", type=parse_shape, default=[(4, 8)])
+    ap.add_argument("--device", default="85k")
+    ap.add_argument("--freq", type=float, default=100.0, help="nextpnr target clock (MHz)")
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--no-sim", dest="sim", action="store_false")
+    ap.add_argument("--no-pnr", dest="pnr", action="store_false")
+    ap.add_argument("--no-cache", dest="cache", action="store_false")
+    ap.add_argument("--workdir", type=Path)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    args.M, args.K = M, K
+    device = find_device("ecp5", args.device)
+    root = args.workdir or Path(tempfile.mkdtemp(prefix="tinyhw-bench-bandwidth-"))
+    bound = M * K / WORDS_PER_CYCLE
+    cap = device.capacity
+    print(f"GEMV {M}x{K} on {device.name} (LUT4 {cap['TRELLIS_COMB']:,}, DP16KD {cap['DP16KD']}, "
+          f"MULT18X18D {cap['MULT18X18D']}); "
+          f"int8 bandwidth bound M*K/{WORDS_PER_CYCLE} = {bound:.0f} cycles; work in {root}", flush=True)
+
+    rows = []
+    for dtype, shapes, extra in (("int8", args.int8, {}), ("fp32", args.fp32, {"fp_sum": "tree"})):
+        for lanes, unroll in shapes:
+            config = HardwareConfig(lanes=lanes, reduce_unroll=unroll, fp_pipeline=2, mem_pack="auto",
+                                    mul="auto", **extra)
+            row = measure(dtype, config, args, root, pnr=args.pnr)
+            row["kind"] = dtype
+            rows.append(row)
+            _print(row, bound, args.freq)
+    seq = measure("int8", HardwareConfig(), argparse.Namespace(**{**vars(args), "sim": False}), root, pnr=False)
+    seq["kind"] = "int8 sequential"
+    rows.append(seq)
+    _print(seq, bound, args.freq)
+
+    print()
+    for dtype in ("int8", "fp32"):
+        fitting = [r for r in rows if r["kind"] == dtype and r.get("fits") and r.get("fmax_mhz")]
+        if fitting:
+            best = min(fitting, key=lambda r: r["latency_us"])
+            print(f"{dtype}: fastest that fits: {best['lanes']}x{best['reduce_unroll']}, {best['cycles']} cycles "
+                  f"at {best['fmax_mhz']:.1f} MHz = {best['latency_us']:.2f} us"
+                  + (f", {best['cycles'] / bound:.2f}x the bandwidth bound" if dtype == "int8" else ""))
+    print(f"int8 sequential: {seq['bram']} block RAMs (goal <= 51)")
+    if args.sim:
+        print("every parallel design simulated in CXXRTL: outputs bit-exact against the numpy golden model, "
+              "cycles equal to the cycle model")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    return 0
+
+
+def _print(r: dict, bound: float, freq: float) -> None:
+    fits = r.get("fits")
+    print(f"{r['kind']:15} {r['lanes']:>3}x{r['reduce_unroll']:<3} cycles {r['cycles']:>6} "
+          f"(bound x {r['cycles'] / bound:5.2f})  LUT {r['luts']:>6,} FF {r['ffs']:>6,} BRAM {r['bram']:>3} "
+          f"DSP {r['dsp']:>3}  Fmax {fmt(r.get('fmax_mhz'), '6.1f')} MHz  latency {fmt(r.get('latency_us'), '7.2f')} us"
+          f"  synth {r['synth_s']:.0f} s" + (f"  P&R {r['pnr_s']:.0f} s" if 'pnr_s' in r else "")
+          + ("" if fits is None or fits else f"\n    does not fit: {r['reason']}"), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
