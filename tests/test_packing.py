@@ -55,6 +55,31 @@ def test_packed_gemv_is_bit_exact_in_both_simulators(lanes, reduce_unroll, mem_p
         assert max(g for _, _, g, _ in packs) == min(mem_pack, lanes * reduce_unroll)
 
 
+@pytest.mark.parametrize("fp_pipeline", [1, 2])
+def test_packed_reads_through_the_pipeline(fp_pipeline):
+    """fp_pipeline 2 registers read addresses before they fan out: the group's first bank's
+    registered address drives the shared port."""
+    design = _check(designs.gemv_int8(12, 40), HardwareConfig(lanes=4, reduce_unroll=4, fp_pipeline=fp_pipeline))
+    assert _packs(design)
+
+
+def test_packed_fp16_tree_sum_is_bit_exact_against_its_golden_model():
+    import dataclasses
+    from dse import zoo
+    tg = zoo.import_tinygrad()
+    built = zoo.gemv("fp16", 12, 40)
+    arrays = zoo.make_inputs(built, 0)
+    tensors = [tg.Tensor(np.asarray(arrays[n])).realize() for n in built.inputs]
+    design = compile_model(built.forward(*tensors),
+                           config=HardwareConfig(lanes=2, reduce_unroll=4, fp_sum="tree", fp_pipeline=1))
+    assert [len(p.slots) for p in design.packs[0]] == [2] * 6     # two 16-bit elements per 36-bit word
+    want = zoo.reference("gemv", "fp16", {"M": 12, "K": 40}, arrays, dataclasses.replace(zoo.KERNEL, sum_tree=4))
+    for backend in ("pysim", "cxxrtl"):
+        result = simulate(design, backend=backend)
+        np.testing.assert_array_equal(result.outputs[0], want)
+        assert result.cycles == design.cycles_formula
+
+
 def test_mem_pack_1_and_comb_reads_keep_one_memory_per_bank():
     case = designs.gemv_int8(16, 64)
     for config in (HardwareConfig(lanes=4, reduce_unroll=4, mem_pack=1),
