@@ -26,7 +26,7 @@ from math import ceil
 
 from . import ir
 from .config import HardwareConfig
-from .hw.kernel import loads_of
+from .hw.kernel import read_ports
 from .hw.program import Program
 from .layout import Banking
 
@@ -89,7 +89,7 @@ def plan_packs(kernel: ir.KernelIR, program: Program, banking: dict[int, Banking
     if config.mem_pack == 1 or (config.mem_pack == "auto" and config.mem_read != "sync"):
         return ()
     decls = {b.slot: b for b in kernel.buffers}
-    addresses = _read_addresses(program)
+    addresses = _read_addresses(kernel, program)
     packs: list[Pack] = []
     for param, bk in sorted(banking.items()):
         slots = [s for s in bk.banks if s in decls]
@@ -108,14 +108,10 @@ def plan_packs(kernel: ir.KernelIR, program: Program, banking: dict[int, Banking
     return tuple(packs)
 
 
-def _read_addresses(program: Program) -> dict[int, dict[int, list[int]]]:
+def _read_addresses(kernel: ir.KernelIR, program: Program) -> dict[int, dict[int, list[int]]]:
     """Per step: bank slot -> the ids of its distinct load indices, in read-port order."""
-    out: dict[int, dict[int, list[int]]] = {}
-    for step in program.steps:
-        per: dict[int, list[int]] = {}
-        for load in loads_of(step):
-            ids = per.setdefault(load.buf, [])
-            if id(load.index) not in ids:
-                ids.append(id(load.index))
-        out[step.index] = per
+    out: dict[int, dict[int, list[int]]] = {s.index: {} for s in program.steps}
+    port_of, _ = read_ports(kernel, program)
+    for (step, buf, index), port in sorted(port_of.items(), key=lambda kv: kv[1]):
+        out[step].setdefault(buf, []).append(index)
     return out

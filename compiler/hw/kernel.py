@@ -70,11 +70,11 @@ def port_names(slot: int) -> dict[str, str]:
     return {k: f"b{slot}_{k}" for k in ("raddr", "rdata", "waddr", "wdata", "we", "xaddr", "xdata")}
 
 
-def read_ports(kernel: ir.KernelIR, program: Program) -> tuple[dict[tuple[int, int], int], dict[int, int]]:
-    """Read ports each memory needs: ((step, id(index expression)) -> port number of that
-    load's buffer, buffer slot -> number of ports). Loads of one buffer at the same index in
-    a step share a port."""
-    out: dict[tuple[int, int], int] = {}
+def read_ports(kernel: ir.KernelIR, program: Program) -> tuple[dict[tuple[int, int, int], int], dict[int, int]]:
+    """Read ports each memory needs: ((step, buffer slot, id(index expression)) -> port number
+    of that load's buffer, buffer slot -> number of ports). Loads of one buffer at the same
+    index in a step share a port (index expressions may be shared between buffers too)."""
+    out: dict[tuple[int, int, int], int] = {}
     count = {b.slot: 1 for b in kernel.buffers}
     for step in program.steps:
         used: dict[int, list[int]] = {}
@@ -82,7 +82,7 @@ def read_ports(kernel: ir.KernelIR, program: Program) -> tuple[dict[tuple[int, i
             indices = used.setdefault(load.buf, [])
             if id(load.index) not in indices:
                 indices.append(id(load.index))
-            out[(step.index, id(load.index))] = indices.index(id(load.index))
+            out[(step.index, load.buf, id(load.index))] = indices.index(id(load.index))
         for buf, indices in used.items():
             count[buf] = max(count[buf], len(indices))
     return out, count
@@ -286,7 +286,7 @@ class KernelHW(wiring.Component):
                         continue
                     with m.Case(s.index):
                         for l in loads:
-                            port = reads[b.slot][self.read_port_of[(s.index, id(l.index))]]
+                            port = reads[b.slot][self.read_port_of[(s.index, l.buf, id(l.index))]]
                             m.d.comb += port.addr.eq(self._in_range(dp, l.index, addr_env, b.size, addr_stage))
 
     def _accumulators(self, m, dp: Datapath, envs, accs, step_d) -> None:
@@ -343,7 +343,7 @@ class KernelHW(wiring.Component):
                 with m.Switch(addr_step):
                     for s in prog.steps:
                         loads = [l for l in loads_of(s) if l.buf == b.slot
-                                 and self.read_port_of[(s.index, id(l.index))] == p]
+                                 and self.read_port_of[(s.index, l.buf, id(l.index))] == p]
                         if loads:
                             with m.Case(s.index):
                                 m.d.comb += [own_addr.eq(self._in_range(dp, loads[0].index, addr_env, b.size, None)),
@@ -374,7 +374,7 @@ class KernelHW(wiring.Component):
         """The read data of a step's loads in stage Schedule.load_ready (registered when the
         schedule says so: one register per read port, shared by every step)."""
         def data(load: ir.Load) -> Value:
-            port = reads[load.buf][self.read_port_of[(step.index, id(load.index))]]
+            port = reads[load.buf][self.read_port_of[(step.index, load.buf, id(load.index))]]
             raw = delays.of(port.data, self.schedule.load_ready - self.schedule.load_stage, f"b{load.buf}_rdata")
             return from_bits(raw, load.dtype)
         return data
