@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tinygrad import Tensor, dtypes
 
-from compiler import CompileError, UnsupportedError, compile_model, simulate
+from compiler import CompileError, HardwareConfig, UnsupportedError, compile_model, simulate
 from tinygrad_ref import Arg, check_forward
 
 F = dtypes.float32
@@ -179,17 +179,57 @@ def test_weak_dtype_outputs(case):
 
 
 GATHERS = {
-    "index_by_tensor": lambda t, i: t[i],
-    "gather": lambda t, i: t.gather(0, i.reshape(4, 1).expand(4, 3)),
+    "index_by_tensor": (lambda t, i: t[i], [Arg((5, 3), dtypes.int32, -9, 9), Arg((4,), dtypes.int32, 0, 4)]),
+    "gather": (lambda t, i: t.gather(0, i.reshape(4, 1).expand(4, 3)),
+               [Arg((5, 3), dtypes.int32, -9, 9), Arg((4,), dtypes.int32, 0, 4)]),
+    "float_table": (lambda t, i: t[i], [Arg((16, 8)), Arg((4,), dtypes.int32, 0, 15)]),
+    "gather_of_gather": (lambda t, i, j: t[i[j]], [Arg((16, 8)), Arg((4,), dtypes.int32, 0, 15),
+                                                   Arg((5,), dtypes.int32, 0, 3)]),
+    # tinygrad masks an index outside the table: the row reads 0
+    "out_of_range": (lambda t, i: t[i], [Arg((16, 8)), Arg(data=np.array([3, 16, -1, 20], np.int32))]),
+    "int8_embedding_sum": (lambda t, i: t[i].cast(dtypes.int32).sum(1),
+                           [Arg((16, 8), dtypes.int8, -128, 127), Arg((4,), dtypes.int32, 0, 15)]),
+}
+GATHER_CONFIGS = {
+    "sync": HardwareConfig(), "comb": HardwareConfig(mem_read="comb"), "pipelined": HardwareConfig(fp_pipeline=2),
+    "lanes": HardwareConfig(lanes=4, fp_pipeline=1),
 }
 
 
+@pytest.mark.parametrize("config", GATHER_CONFIGS)
 @pytest.mark.parametrize("case", GATHERS)
-def test_data_dependent_address_is_a_compile_error(case):
-    table = Tensor(np.arange(15, dtype=np.int32).reshape(5, 3))
-    idx = Tensor(np.array([4, 0, 2, 2], np.int32))
-    with pytest.raises(UnsupportedError, match="depends on loaded data.*one_hot"):
-        compile_model(GATHERS[case](table, idx))
+def test_gathers_are_exact(case, config):
+    """An address that depends on loaded data is issued in the stage its data is ready, on a
+    read port of its own (compiler/hw/pipeline.py): exact, cycles as the model says."""
+    forward, args = GATHERS[case]
+    check_forward(forward, args, config=GATHER_CONFIGS[config])
+
+
+def test_an_embedding_then_a_linear_layer():
+    """tinygrad's PYTHON device fuses the dot product's multiply-adds: within 1e-6."""
+    check_forward(lambda t, i, w: (t[i] @ w.T).relu(), [Arg((16, 8)), Arg((4,), dtypes.int32, 0, 15), Arg((4, 8))],
+                  atol=1e-6, rtol=1e-6)
+
+
+def test_a_gather_costs_cycles_once_per_run():
+    """Block RAM: the gather's data arrives a cycle after its address, so the stores commit one
+    stage later: one cycle per kernel run at fp_pipeline 0, none with comb reads."""
+    table, idx = Tensor(np.arange(48, dtype=np.float32).reshape(16, 3)), Tensor(np.array([3, 15, 0, 7], np.int32))
+    sync, comb = (compile_model(table[idx], config=HardwareConfig(mem_read=m)) for m in ("sync", "comb"))
+    (s,), (c,) = sync.schedules, comb.schedules
+    assert (s.commit, c.commit) == (1, 0) and sync.cycles_formula == comb.cycles_formula + 1
+
+
+@pytest.mark.slow
+def test_gather_in_cxxrtl():
+    forward, args = GATHERS["gather_of_gather"]
+    check_forward(forward, args, config=HardwareConfig(fp_pipeline=2), backend="cxxrtl")
+
+
+def test_an_index_computed_by_an_earlier_kernel():
+    """argmax-like: a max reduced in one kernel indexes a table in the next (through the copy)."""
+    check_forward(lambda x, t: t[x.max().reshape(1)],
+                  [Arg((5,), dtypes.int32, 0, 7), Arg((8, 2), dtypes.int32, -9, 9)])
 
 
 def test_gather_advice_works():

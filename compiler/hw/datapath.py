@@ -40,7 +40,7 @@ class Env:
     counters: str                                   # "cur" | "next"
     counter: Callable[[int, int], Value]            # (loop id, stage) -> that stage's counter
     step: int | None                                # whose read-port assignment feeds loads
-    load: Callable[[ir.Load], Value] | None         # data in stage Schedule.load_ready; None: no loads here
+    load: Callable[[ir.Load], Value] | None         # data in stage Schedule.data_stage; None: no loads here
 
 
 def check_supported(kernel: ir.KernelIR, config: HardwareConfig) -> None:
@@ -59,15 +59,13 @@ def check_supported(kernel: ir.KernelIR, config: HardwareConfig) -> None:
 
 
 def check_address(kernel: str, load: ir.Load) -> None:
-    """A read address is computed from loop counters a step ahead of the data it fetches (the
-    look-ahead of sync memories; the address multiplexers of comb ones), so it cannot use
-    another load's data: gathers, embeddings, fancy indexing, masked_select."""
-    if any(isinstance(a, (ir.Load, ir.AccLoad)) for a in ir.toposort([load.index])):
+    """A read address may depend on loaded data (a gather: indexing by a tensor, an embedding
+    lookup; pipeline.py issues it when its address is ready), not on an accumulator."""
+    if any(isinstance(a, ir.AccLoad) for a in ir.toposort([load.index])):
         raise UnsupportedError(kernel, "LOAD", load.dtype.name,
-                               f"the address into buffer {load.buf} depends on loaded data (a gather: "
-                               "indexing by a tensor, embedding, masked_select); no mem_read setting "
-                               "supports this yet. Express the selection arithmetically instead, e.g. "
-                               "(idx.one_hot(n) * table).sum(axis) or a comparison with arange and where")
+                               f"the address into buffer {load.buf} depends on an accumulator (a running "
+                               "sum or max); only addresses computed from loop counters and loaded data "
+                               "are supported")
 
 
 def from_bits(bits: Value, d: DType) -> Value:
@@ -193,11 +191,12 @@ class Datapath:
         return out
 
     def load(self, v: ir.Load, env: Env, stage: int | None) -> Value:
-        if env.load is None:
+        if env.load is None:                 # read addresses are computed from counters only
             raise UnsupportedError(self.kernel.name, "LOAD", v.dtype.name,
-                                   "a memory address that depends on loaded data needs mem_read='comb'")
+                                   "a look-ahead read address depends on loaded data (a compiler bug: "
+                                   "gathers are addressed in their own stage)")
         data = env.load(v)
-        for i in range(0 if stage is None else stage - self.sched.load_ready):   # a gate ready later
+        for i in range(0 if stage is None else stage - self.sched.data_stage(v)):   # a gate ready later
             data = self.register(data, f"{_name(data)}_g{i + 1}")
         if v.gate is None:
             return data

@@ -33,7 +33,7 @@ from ..config import HardwareConfig
 from ..dtypes import DType
 from ..ranges import Interval, analyze
 from .datapath import Datapath, Env, from_bits
-from .pipeline import Schedule, schedule
+from .pipeline import Schedule, is_gather, schedule
 from .program import Program, Step, build_program
 
 
@@ -73,18 +73,29 @@ def port_names(slot: int) -> dict[str, str]:
 def read_ports(kernel: ir.KernelIR, program: Program) -> tuple[dict[tuple[int, int, int], int], dict[int, int]]:
     """Read ports each memory needs: ((step, buffer slot, id(index expression)) -> port number
     of that load's buffer, buffer slot -> number of ports). Loads of one buffer at the same
-    index in a step share a port (index expressions may be shared between buffers too)."""
+    index in a step share a port (index expressions may be shared between buffers too).
+    Gathers (pipeline.is_gather) get ports of their own after every step's look-ahead ports:
+    they are addressed in a later stage, while the next step's look-ahead reads go on."""
     out: dict[tuple[int, int, int], int] = {}
-    count = {b.slot: 1 for b in kernel.buffers}
+    ahead: dict[int, int] = {}                       # buffer -> look-ahead ports (any step)
+    gathered: list[tuple[int, int, list[int]]] = []  # (step, buffer, gather index ids)
     for step in program.steps:
-        used: dict[int, list[int]] = {}
+        used: dict[int, tuple[list[int], list[int]]] = {}
         for load in loads_of(step):
-            indices = used.setdefault(load.buf, [])
+            indices = used.setdefault(load.buf, ([], []))[1 if is_gather(load) else 0]
             if id(load.index) not in indices:
                 indices.append(id(load.index))
-            out[(step.index, load.buf, id(load.index))] = indices.index(id(load.index))
-        for buf, indices in used.items():
-            count[buf] = max(count[buf], len(indices))
+        for buf, (plain, gathers) in used.items():
+            for p, index in enumerate(plain):
+                out[(step.index, buf, index)] = p
+            ahead[buf] = max(ahead.get(buf, 0), len(plain))
+            if gathers:
+                gathered.append((step.index, buf, gathers))
+    count = {b.slot: max(1, ahead.get(b.slot, 0)) for b in kernel.buffers}
+    for step, buf, gathers in gathered:
+        for j, index in enumerate(gathers):
+            out[(step, buf, index)] = ahead.get(buf, 0) + j
+        count[buf] = max(count[buf], ahead.get(buf, 0) + len(gathers))
     return out, count
 
 
@@ -204,6 +215,7 @@ class KernelHW(wiring.Component):
             self._addresses(m, dp, reads, addr_env, addr_step, None if sync_reads else 0)
 
         envs = {s.index: Env("cur", counter_at, s.index, self._load_data(s, reads, delays)) for s in prog.steps}
+        self._gather_addresses(m, dp, reads, envs, delays, step)
         self._accumulators(m, dp, envs, accs, delays.of(step, sched.depth, "step"))
         self._stores(m, dp, envs, write, delays.of(step, sched.commit, "step"))
         return m
@@ -281,13 +293,24 @@ class KernelHW(wiring.Component):
                 m.d.comb += port.addr.eq(getattr(self, port_names(b.slot)["raddr"]) if outside else 0)
             with m.Switch(addr_step):
                 for s in self.program.steps:
-                    loads = [l for l in loads_of(s) if l.buf == b.slot]
+                    loads = [l for l in loads_of(s) if l.buf == b.slot and not is_gather(l)]
                     if not loads:
                         continue
                     with m.Case(s.index):
                         for l in loads:
                             port = reads[b.slot][self.read_port_of[(s.index, l.buf, id(l.index))]]
                             m.d.comb += port.addr.eq(self._in_range(dp, l.index, addr_env, b.size, addr_stage))
+
+    def _gather_addresses(self, m, dp: Datapath, reads, envs, delays: "_Delays", step) -> None:
+        """Each gather's address, computed from the data of its step's earlier loads in the stage
+        it issues in (Schedule.gather_issue), on its own read port (read_ports)."""
+        sizes = {b.slot: b.size for b in self.kernel.buffers}
+        for s in self.program.steps:
+            for load in (l for l in loads_of(s) if is_gather(l)):
+                issue = self.schedule.gather_issue[id(load)]
+                port = reads[load.buf][self.read_port_of[(s.index, load.buf, id(load.index))]]
+                with m.If(delays.of(step, issue, "step") == s.index):
+                    m.d.comb += port.addr.eq(self._in_range(dp, load.index, envs[s.index], sizes[load.buf], issue))
 
     def _accumulators(self, m, dp: Datapath, envs, accs, step_d) -> None:
         """Accumulators are read and written in stage D (`step_d`: the step id there). An
@@ -342,7 +365,7 @@ class KernelHW(wiring.Component):
                 m.d.comb += [own_addr.eq(0), own.eq(0)]
                 with m.Switch(addr_step):
                     for s in prog.steps:
-                        loads = [l for l in loads_of(s) if l.buf == b.slot
+                        loads = [l for l in loads_of(s) if l.buf == b.slot and not is_gather(l)
                                  and self.read_port_of[(s.index, l.buf, id(l.index))] == p]
                         if loads:
                             with m.Case(s.index):
@@ -371,11 +394,12 @@ class KernelHW(wiring.Component):
             self._transition(m, rest, fallthrough, ctr, nctr, nstep, last, idle)
 
     def _load_data(self, step: Step, reads, delays: "_Delays"):
-        """The read data of a step's loads in stage Schedule.load_ready (registered when the
+        """The read data of a step's loads in stage Schedule.data_stage (registered when the
         schedule says so: one register per read port, shared by every step)."""
         def data(load: ir.Load) -> Value:
             port = reads[load.buf][self.read_port_of[(step.index, load.buf, id(load.index))]]
-            raw = delays.of(port.data, self.schedule.load_ready - self.schedule.load_stage, f"b{load.buf}_rdata")
+            sched = self.schedule
+            raw = delays.of(port.data, sched.data_stage(load) - sched.port_stage(load), f"b{load.buf}_rdata")
             return from_bits(raw, load.dtype)
         return data
 

@@ -32,13 +32,20 @@ independent partial values (one per output row in flight), read in stage D and w
 L cycles later, so the adder that updates it (the *ring adder*) may take L - 1 register
 levels. It is a ring of L registers: the ring adder's pipeline plus a delay line.
 
+Gathers: a load whose address depends on loaded data (indexing by a tensor, an embedding
+lookup) cannot be addressed a step ahead. It is *issued* in the stage its address is ready
+(`Schedule.gather_issue`), on a read port of its own, and its data arrives a cycle later with
+block RAM (in the same stage with comb reads), then through the read-data register when
+P >= 1. Everything that uses it is scheduled after it, so a kernel with a gather commits its
+stores one or more stages later (even at P = 0): it costs cycles once per run, not per step.
+
 Hazards: a kernel that reads a buffer it also writes could read a location before an earlier
 step's delayed store reaches it; such kernels are refused when C > 0 (none of the zoo's
 kernels does this: tinygrad kernels read their inputs and write their outputs).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import ir
 from ..config import HardwareConfig
@@ -65,6 +72,9 @@ class Schedule:
     acc_write: dict[int, int]                # acc -> stage in which its new value is written
     register_loads: bool                     # read-port data registered
     register_addresses: bool                 # read addresses registered (raw data in stage 1)
+    gather_issue: dict[int, int] = field(default_factory=dict)   # id(gather load) -> the stage its
+                                             # address is driven in (module docstring)
+    sync_reads: bool = True                  # block RAM: read data a cycle after its address
 
     @property
     def load_stage(self) -> int:
@@ -76,6 +86,15 @@ class Schedule:
         """The stage in which loads are ready (after the read-data register)."""
         return self.load_stage + (1 if self.register_loads else 0)
 
+    def port_stage(self, load: ir.Load) -> int:
+        """The stage in which the read port delivers this load's data."""
+        issue = self.gather_issue.get(id(load))
+        return self.load_stage if issue is None else issue + (1 if self.sync_reads else 0)
+
+    def data_stage(self, load: ir.Load) -> int:
+        """The stage in which this load's data is ready (after the read-data register)."""
+        return self.port_stage(load) + (1 if self.register_loads else 0)
+
 
 def float_stages(v: ir.Op, level: int) -> int:
     """Stages of the float unit computing `v` at fp_pipeline `level`: 2**level, at most as
@@ -83,15 +102,28 @@ def float_stages(v: ir.Op, level: int) -> int:
     return min(2 ** level, floatops.max_stages(v)) if level > 0 else 1
 
 
-def data_operands(v: ir.Value) -> tuple[ir.Value, ...]:
-    """Operands whose *values* flow into `v` (a load's index is an address, issued ahead)."""
+def data_operands(v: ir.Value, gathers: frozenset[int] = frozenset()) -> tuple[ir.Value, ...]:
+    """Operands whose *values* flow into `v` (a load's index is an address, issued ahead,
+    except a gather's, which must be ready before the gather issues)."""
     if isinstance(v, ir.Load):
-        return tuple(x for x in (v.gate, v.alt) if x is not None)
+        return tuple(x for x in (v.gate, v.alt, v.index if id(v) in gathers else None) if x is not None)
     return ir.operands(v)
 
 
-def _data_order(kernel: ir.KernelIR) -> list[ir.Value]:
-    return ir.toposort([x for s, _ in kernel.stores() for x in ir.store_operands(s)], data_operands)
+def is_gather(load: ir.Load) -> bool:
+    """A load whose address depends on loaded data (or on an accumulator)."""
+    return any(isinstance(a, (ir.Load, ir.AccLoad)) for a in ir.toposort([load.index]))
+
+
+def gathers_of(kernel: ir.KernelIR) -> frozenset[int]:
+    """id() of every gather load of the kernel."""
+    roots = [x for s, _ in kernel.stores() for x in ir.store_operands(s)]
+    return frozenset(id(v) for v in ir.toposort(roots) if isinstance(v, ir.Load) and is_gather(v))
+
+
+def _data_order(kernel: ir.KernelIR, gathers: frozenset[int]) -> list[ir.Value]:
+    return ir.toposort([x for s, _ in kernel.stores() for x in ir.store_operands(s)],
+                       lambda v: data_operands(v, gathers))
 
 
 def _op_timing(v: ir.Op, level: int, muxes: set[int]) -> tuple[int, int]:
@@ -116,11 +148,17 @@ def ring_adders(kernel: ir.KernelIR) -> dict[int, int]:
 
 def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
     level = config.fp_pipeline
-    order = _data_order(kernel)
+    gathers = gathers_of(kernel)
+    operands = lambda v: data_operands(v, gathers)  # noqa: E731
+    order = _data_order(kernel, gathers)
     post: set[int] = set()
     for v in order:
-        if isinstance(v, ir.AccLoad) or any(id(o) in post for o in data_operands(v)):
+        if isinstance(v, ir.AccLoad) or any(id(o) in post for o in operands(v)):
             post.add(id(v))
+    for v in order:
+        if id(v) in gathers and id(v) in post:
+            raise CompileError(f"{kernel.name}: the address of a load of buffer {v.buf} depends on an "
+                               "accumulator (a running sum or max): such a gather is not supported")
     feeds_acc: set[int] = set()                 # values on the way into an accumulator
     for s, _ in kernel.stores():
         if isinstance(s, ir.AccStore):
@@ -129,14 +167,14 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
                 v = stack.pop()
                 if id(v) not in feeds_acc:
                     feeds_acc.add(id(v))
-                    stack.extend(data_operands(v))
+                    stack.extend(operands(v))
     rings = ring_adders(kernel)
     # read multiplexers: where(c, a, b) with c of counters only and a, b loads or such muxes
     floating: set[int] = set()
     muxes: set[int] = set()
     for v in order:
         if isinstance(v, (ir.Const, ir.Counter)) or \
-                (isinstance(v, ir.Op) and all(id(o) in floating for o in data_operands(v))):
+                (isinstance(v, ir.Op) and all(id(o) in floating for o in operands(v))):
             floating.add(id(v))
         if level >= MEMORY_LEVEL and isinstance(v, ir.Op) and v.op is K.WHERE and id(v.srcs[0]) in floating \
                 and all(isinstance(x, ir.Load) or id(x) in muxes for x in v.srcs[1:]):
@@ -166,9 +204,10 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
     register_addresses = level >= MEMORY_LEVEL and config.mem_read == "sync"
     load_ready = (1 if register_addresses else 0) + (1 if register_loads else 0)
     ready: dict[int, int | None] = {}
+    gather_issue: dict[int, int] = {}
 
     def combine(v, base):
-        stages = [ready[id(o)] for o in data_operands(v) if ready[id(o)] is not None]
+        stages = [ready[id(o)] for o in operands(v) if ready[id(o)] is not None]
         if base is not None:
             stages.append(base)
         return max(stages) if stages else None
@@ -178,6 +217,11 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
             continue
         if isinstance(v, (ir.Const, ir.Counter)):
             ready[id(v)] = None
+        elif id(v) in gathers:                 # issued once its address is ready (module docstring)
+            issue = ready[id(v.index)] or 0
+            gather_issue[id(v)] = issue
+            sync = config.mem_read == "sync"
+            ready[id(v)] = combine(v, issue + (1 if sync else 0) + (1 if register_loads else 0))
         elif isinstance(v, ir.Load):
             ready[id(v)] = combine(v, load_ready)
         else:
@@ -211,7 +255,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
         else:
             commit = max([commit] + [at(x) for x in (s.index, s.value, s.gate) if x is not None])
     sched = Schedule(level, depth, commit, ready, latency, unit_stages, acc_write, register_loads,
-                     register_addresses)
+                     register_addresses, gather_issue, config.mem_read == "sync")
     check_hazards(kernel, sched)
     return sched
 
