@@ -204,6 +204,51 @@ def conv2d(dtype: str, C_IN: int = 1, C_OUT: int = 2, H: int = 8, W: int = 8, K:
     return Built({"x": ((C_IN, H, W), dtype), "w": ((C_OUT, C_IN, K, K), dtype)}, forward)
 
 
+def _float_only(model: str, dtype: str) -> None:
+    """The nonlinear models need float arithmetic: their exp, division and square root have no
+    integer meaning in the kernel (tinygrad would quietly compute them in float32)."""
+    if not DTYPES[dtype].is_float:
+        floats = ", ".join(n for n, d in DTYPES.items() if d.is_float)
+        raise ValueError(f"builtin model {model!r} needs a float dtype ({floats}), got {dtype!r}")
+
+
+def mlp_softmax(dtype: str, IN: int = 16, HIDDEN: int = 16, OUT: int = 10) -> Built:
+    """y = softmax(W2 @ relu(W1 @ x)): a classifier IN-HIDDEN-OUT ending in softmax (floats only)."""
+    _float_only("mlp_softmax", dtype)
+    def forward(x, W1, W2):
+        return (W2 @ (W1 @ x).relu()).softmax()
+    return Built({"x": ((IN,), dtype), "W1": ((HIDDEN, IN), dtype), "W2": ((OUT, HIDDEN), dtype)}, forward)
+
+
+def layernorm(dtype: str, ROWS: int = 4, N: int = 16) -> Built:
+    """y = layernorm(x) * g + b over the last axis of x (ROWS, N), eps 1e-5 (floats only)."""
+    _float_only("layernorm", dtype)
+    def forward(x, g, b):
+        return x.layernorm(axis=-1, eps=1e-5) * g + b
+    return Built({"x": ((ROWS, N), dtype), "g": ((N,), dtype), "b": ((N,), dtype)}, forward)
+
+
+def act_mlp(dtype: str, IN: int = 8, HIDDEN: int = 8, OUT: int = 4) -> Built:
+    """y = W3 @ gelu(W2 @ tanh(W1 @ x)) then sigmoid: a perceptron IN-HIDDEN-HIDDEN-OUT with
+    tanh, GELU (tinygrad's tanh form) and sigmoid activations (floats only)."""
+    _float_only("act_mlp", dtype)
+    def forward(x, W1, W2, W3):
+        return (W3 @ (W2 @ (W1 @ x).tanh()).gelu()).sigmoid()
+    return Built({"x": ((IN,), dtype), "W1": ((HIDDEN, IN), dtype), "W2": ((HIDDEN, HIDDEN), dtype),
+                  "W3": ((OUT, HIDDEN), dtype)}, forward)
+
+
+def attention(dtype: str, S: int = 8, D: int = 16) -> Built:
+    """y = softmax(Q K^T / sqrt(D)) V with Q, K, V = x Wq, x Wk, x Wv: one attention head over a
+    sequence of S tokens of width D (floats only)."""
+    _float_only("attention", dtype)
+    def forward(x, Wq, Wk, Wv):
+        q, k, v = x @ Wq, x @ Wk, x @ Wv
+        return q.scaled_dot_product_attention(k, v)
+    return Built({"x": ((S, D), dtype), "Wq": ((D, D), dtype), "Wk": ((D, D), dtype), "Wv": ((D, D), dtype)},
+                 forward)
+
+
 class ParamError(ValueError):
     """A bad model parameter; `param` names it (None: the parameter set as a whole)."""
 
