@@ -42,13 +42,14 @@ class AccBound:
     hi: float
     bits_required: int | None    # integers only
     width: int                   # bits of the register (int) / of the format (float)
-    safe: bool
+    safe: bool | None            # None: a float value the analysis cannot bound (exp, division by a
+                                 # range holding 0, bit manipulation): not proven either way
 
 
 @dataclass(frozen=True)
 class OverflowReport:
     accumulators: tuple[AccBound, ...]
-    safe: bool
+    safe: bool | None                  # False if any bound is unsafe, else None if any is unbounded
     acc_bits_required: int | None      # the widest integer accumulator's need
     max_magnitude: float | None        # the largest float accumulator or stored magnitude
 
@@ -327,15 +328,18 @@ def analyze_overflow(design: Design, input_ranges: dict[int, tuple[float, float]
                 bounds.append(_bound(k.name, None, f"buf{slot}", d, r, False))
     ints = [b.bits_required for b in bounds if b.bits_required is not None and b.acc is not None]
     floats = [max(abs(b.lo), abs(b.hi)) for b in bounds if b.bits_required is None]
-    return OverflowReport(tuple(bounds), all(b.safe for b in bounds), max(ints) if ints else None,
-                          max(floats) if floats else None)
+    safe = False if any(b.safe is False for b in bounds) else None if any(b.safe is None for b in bounds) else True
+    return OverflowReport(tuple(bounds), safe, max(ints) if ints else None, max(floats) if floats else None)
 
 
 def _bound(kernel: str, acc: int | None, target: str, d: DType, r: _R, unproven: bool,
            width: int | None = None) -> AccBound:
     if d.is_float:
         mag = max(abs(r.lo), abs(r.hi))
-        return AccBound(kernel, acc, target, d.name, r.lo, r.hi, None, d.bits, mag <= d.highest and not unproven)
+        # finite inputs reach an infinite bound only through what intervals cannot follow (the
+        # exp2 polynomial's exponent bits, a division by a range holding 0): no proof either way
+        safe = None if math.isinf(mag) or math.isnan(mag) else mag <= d.highest and not unproven
+        return AccBound(kernel, acc, target, d.name, r.lo, r.hi, None, d.bits, safe)
     bits = Interval(int(r.lo), int(r.hi)).shape.width
     width = width or d.bits
     # the operations still wrap at the dtype when the register is wider

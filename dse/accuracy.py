@@ -137,7 +137,7 @@ def run_model_samples(*, model: ModelSpec, dtype: str, design, tensors: list, ch
     if bad:
         raise SampleCheckError(f"sample {bad[0]}: {runs[bad[0]].cycles} cycles simulated, the model says {model_cycles}")
     outputs = np.stack([np.asarray(r.outputs[0]).reshape(-1) for r in runs])
-    raw = tinygrad_outputs(model, dtype) if model.builtin is None else None
+    raw = tinygrad_outputs(model, dtype) if not model.golden else None
     for i, sample in enumerate(real.samples):
         want = (checker.reference({**real.weights, real.data_input: sample}) if raw is None
                 else checker.finish(raw[i]))
@@ -154,7 +154,7 @@ def run_model_samples(*, model: ModelSpec, dtype: str, design, tensors: list, ch
 def float_outputs(model: ModelSpec) -> np.ndarray:
     """(samples, outputs) in float64: the model in fp32, weights and samples as the files hold
     them (the zoo's numpy golden model for a builtin, tinygrad's result for a user's function)."""
-    if model.builtin is None:
+    if not model.golden:
         return tinygrad_outputs(model, "fp32").astype(np.float64)
     real = model.files.inputs(model.build("fp32").inputs, "fp32")
     return np.stack([np.asarray(zoo.reference(model.builtin, "fp32", model.params,

@@ -512,10 +512,10 @@ class _Checker:
         self.is_float = out_dt.is_float
         rounding, subnormals = _float_mode(config)
         ieee = rounding == "rne" and subnormals == "keep"
-        self.exact = not self.is_float or (model.builtin is not None and ieee)
+        self.exact = not self.is_float or (model.golden and ieee)
         self.tree = tree_terms(config) if self.is_float else 1
         self.arith = dataclasses.replace(zoo.KERNEL, sum_tree=self.tree)
-        source = ("tinygrad's result" if model.builtin is None else "numpy golden model (KERNEL arithmetic)"
+        source = ("tinygrad's result" if not model.golden else "numpy golden model (KERNEL arithmetic)"
                   if self.tree == 1 else f"numpy golden model (KERNEL arithmetic, sums in trees of {self.tree})")
         if self.exact:
             self.rule = f"bit-exact vs {source}"
@@ -530,7 +530,7 @@ class _Checker:
             self.rule = f"|err| <= {n + 2} * 2^-{out_dt.man_bits} * max(1, max|ref|) vs {source} ({why})"
 
     def reference(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
-        if self.model.builtin is not None:
+        if self.model.golden:
             ref = zoo.reference(self.model.builtin, self.dtype, self.model.params, arrays, self.arith)
         else:
             ref = zoo.tinygrad_result(self.built, arrays)
@@ -546,7 +546,7 @@ class _Checker:
         """tinygrad's own (sequential) result: for zoo models its numpy model in the PYTHON
         device's arithmetic (zoo.python_device_arith; tests/test_zoo.py checks they agree),
         seconds faster than running tinygrad."""
-        if self.model.builtin is not None:
+        if self.model.golden:
             return zoo.reference(self.model.builtin, self.dtype, self.model.params, arrays,
                                  zoo.python_device_arith(self.dtype))
         return zoo.tinygrad_result(self.built, arrays)
@@ -681,6 +681,9 @@ class _Proof:
                 report = analyze_overflow(self.design, self.ranges)
                 self.run.set(acc_bits_required=report.acc_bits_required, overflow_safe=report.safe,
                              max_magnitude=report.max_magnitude)
+                if report.safe is None:
+                    self.run.notes.append("overflow not proven either way: the analysis cannot bound a float "
+                                          "value (exp, division by a range holding 0, bit manipulation)")
                 narrow = [b for b in report.accumulators
                           if not b.safe and b.bits_required is not None and b.dtype in BY_NAME
                           and b.width < BY_NAME[b.dtype].bits]

@@ -163,7 +163,7 @@ def decide(spec: Spec, row: Mapping[str, Any], estimator: Estimator | None,
     """Synthesise `row`'s point (the cheap evaluation's row) or not, and why (module docstring)."""
     if row.get("status") != "OK":
         return Decision(False, f"not synthesised: it failed in {row.get('stage')}")
-    if row.get("correct") is not True or row.get("overflow_safe") is not True:
+    if row.get("correct") is not True or row.get("overflow_safe") is False:
         why = "it computes a wrong result" if row.get("correct") is not True else "it is not proven overflow-safe"
         est = {} if estimator is None or not row.get("features") else estimator.predict(json.loads(row["features"]))
         return Decision(False, f"not synthesised: {why}, so it is infeasible whatever its area", est)

@@ -207,6 +207,11 @@ class ModelSpec:
         assert self.source is not None and self.function is not None
         return zoo.check_built(load_function(self.source, self.function)(dtype, **self.params))
 
+    @property
+    def golden(self) -> bool:
+        """A zoo model with a numpy golden model (others are checked against tinygrad)."""
+        return self.builtin is not None and zoo.ZOO[self.builtin].reference is not None
+
     def runs_trained(self, dtype: str) -> bool:
         """Whether `dtype` runs the trained network's own build (a dense network in every dtype,
         a quantised CNN in integer ones; dse.accuracy.run_samples), rather than the model with
@@ -934,6 +939,11 @@ class _Parser:
     def check_builds(self, m: ModelSpec, path: str, own_range: bool) -> None:
         """Build the model for every dtype: describing it must work before anything compiles."""
         for dt in self.dtypes:
+            if m.builtin is not None and zoo.ZOO[m.builtin].floats_only and not DTYPES[dt].is_float:
+                floats = ", ".join(d for d in self.dtypes if DTYPES[d].is_float) or "fp32, fp16 or bf16"
+                raise SpecError(_join(path, "builtin"), f"builtin model {m.builtin!r} needs a float dtype: its "
+                                                        f"exp, division or square root have no integer meaning; "
+                                                        f"dtype {dt} cannot run it (use {floats})")
             if m.builtin is not None:
                 try:
                     built = m.build(dt)

@@ -13,7 +13,8 @@ evaluation cache) and tells Optuna the outcome:
                                 and named constraints (`Trial.set_constraint`, the mechanism
                                 every Optuna 5 sampler and `Study.best_trials` read; a value
                                 <= 0 is satisfied): `correct` (outputs match the reference),
-                                `overflow_safe` (the proven accumulator width fits),
+                                `overflow_safe` (the proven accumulator width fits; not
+                                violated when a float value has no finite bound),
                                 `checks` (the evaluation passed every check, e.g. simulated
                                 cycles == the cycle model), with `timing: true` `fits`
                                 (some device holds the design), and each resource budget of

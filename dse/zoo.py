@@ -267,19 +267,23 @@ class Param:
 
 @dataclass(frozen=True)
 class ZooModel:
-    """A builtin model: its build function, parameters (from the signature) and golden model."""
+    """A builtin model: its build function, parameters (from the signature) and golden model.
+    `reference` None: no numpy golden model (the nonlinear models, whose exp2/log2 are
+    tinygrad's own polynomials): points are checked against tinygrad's result within the
+    float tolerance (dse/evaluate.py). `floats_only`: integer dtypes are refused."""
     name: str
     build: Callable[..., Built]
-    reference: Callable[..., np.ndarray]
+    reference: Callable[..., np.ndarray] | None
     params: tuple[Param, ...]
+    floats_only: bool = False
 
     @classmethod
-    def of(cls, build: Callable[..., Built], reference: Callable[..., np.ndarray],
-           minimums: Mapping[str, int] = {}, maximums: Mapping[str, int] = {}) -> "ZooModel":
+    def of(cls, build: Callable[..., Built], reference: Callable[..., np.ndarray] | None,
+           minimums: Mapping[str, int] = {}, maximums: Mapping[str, int] = {}, floats_only: bool = False) -> "ZooModel":
         sig = list(inspect.signature(build).parameters.values())[1:]
         return cls(build.__name__, build, reference,
                    tuple(Param(p.name, p.default, minimums.get(p.name, 1), maximums.get(p.name, MAX_ELEMENTS))
-                         for p in sig))
+                         for p in sig), floats_only)
 
     @property
     def doc(self) -> str:
@@ -555,6 +559,10 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
     ZooModel.of(elementwise, _elementwise_ref),
     ZooModel.of(mlp, _mlp_ref, minimums={"SHIFT": 0}, maximums={"SHIFT": 31}),   # an int32 shift
     ZooModel.of(conv2d, _conv2d_ref, minimums={"PAD": 0}),
+    ZooModel.of(mlp_softmax, None, floats_only=True),
+    ZooModel.of(layernorm, None, floats_only=True),
+    ZooModel.of(act_mlp, None, floats_only=True),
+    ZooModel.of(attention, None, floats_only=True),
 )}
 
 
@@ -564,4 +572,6 @@ def reference(model: str, dtype: str, params: Mapping[str, Any], arrays: Mapping
     tinygrad's lowered kernel (reductions run k = 0..K-1). Integers are exact (int32 wrap);
     floats round as `arith` says. Returns the output in its storage dtype."""
     zm = ZOO[model]
+    if zm.reference is None:
+        raise ValueError(f"builtin model {model!r} has no numpy golden model (it is checked against tinygrad)")
     return zm.reference(dtype, zm.resolve_params(params), arrays, arith)

@@ -122,7 +122,7 @@ def rank_points(spec: Spec, points: Sequence[DesignPoint], rows: Sequence[Mappin
     """`points` (with their cheap `rows`, in the seeded grid order) in synthesis order
     (module docstring); `predict(features)` gives each estimated metric's central estimate."""
     never = [i for i, r in enumerate(rows) if r.get("status") != "OK" or not r.get("features")
-             or r.get("correct") is not True or r.get("overflow_safe") is not True]
+             or r.get("correct") is not True or r.get("overflow_safe") is False]
     groups: dict[tuple[str, str], list[int]] = {}
     for i, p in enumerate(points):
         if i not in never:

@@ -59,7 +59,8 @@ def constraint_values(spec: Spec, row: dict[str, Any]) -> dict[str, float]:
     """Named constraint values of a measured row (<= 0: satisfied)."""
     def flag(ok: Any) -> float:
         return 0.0 if ok is True else 1.0
-    out = {"correct": flag(row.get("correct")), "overflow_safe": flag(row.get("overflow_safe")),
+    # overflow_safe None: a float value the proof cannot bound (exp, division): not excluded
+    out = {"correct": flag(row.get("correct")), "overflow_safe": flag(row.get("overflow_safe") is not False),
            "checks": flag(row.get("status") == "OK")}
     if spec.timing:                         # place-and-route found a device that holds it
         out["fits"] = flag(row.get("fits"))
