@@ -104,8 +104,8 @@ def _print(r: dict, bound: float, freq: float) -> None:
     print(f"{r['kind']:15} {r['lanes']:>3}x{r['reduce_unroll']:<3} cycles {r['cycles']:>6} "
           f"(bound x {r['cycles'] / bound:5.2f})  LUT {r['luts']:>6,} FF {r['ffs']:>6,} BRAM {r['bram']:>3} "
           f"DSP {r['dsp']:>3}  Fmax {fmt(r.get('fmax_mhz'), '6.1f')} MHz  latency {fmt(r.get('latency_us'), '7.2f')} us"
-          f"  synth {r['synth_s']:.0f} s" + (f"  P&R {r['pnr_s']:.0f} s" if 'pnr_s' in r else "")
-          + ("" if fits is None or fits else f"\n    does not fit: {r['reason']}"), flush=True)
+          f"  synth {r['synth_s']:.0f} s" + (f"  P&R {r['pnr_wall_s']:.0f} s" if 'pnr_wall_s' in r else "")
+          + ("" if fits else f"\n    {r['reason']}" if r.get("reason") else ""), flush=True)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ import numpy as np  # noqa: E402
 from compiler import HardwareConfig, compile_model, simulate  # noqa: E402
 from compiler.pnr import place_and_route  # noqa: E402
 from compiler.synth import synthesize  # noqa: E402
+from compiler.tools import ToolError  # noqa: E402
 from dse import zoo  # noqa: E402
 from dse.evaluate import compare  # noqa: E402
 
@@ -80,8 +81,14 @@ def measure(dtype: str, config: HardwareConfig, args, root: Path, *, pnr: bool =
     if not pnr:
         return row
     t = time.perf_counter()
-    rep = place_and_route(area.netlist_path, "ecp5", workdir / "pnr", timeout=args.timeout, device=args.device,
-                          use_cache=args.cache)
+    try:
+        rep = place_and_route(area.netlist_path, "ecp5", workdir / "pnr", timeout=args.timeout, device=args.device,
+                              use_cache=args.cache)
+    except ToolError as exc:                 # a time-out or crash: keep the row, say why
+        row.update(pnr_wall_s=time.perf_counter() - t, fits=None, fmax_mhz=None, latency_us=None,
+                   reason=f"place-and-route did not finish: {exc.reason}", device=args.device, cached=False,
+                   critical_path=None, total_s=time.perf_counter() - t0)
+        return row
     row.update(pnr_wall_s=time.perf_counter() - t, pnr_s=rep.seconds, cached=rep.cached, fits=rep.fits,
                device=rep.device, package=rep.package, fmax_mhz=rep.fmax_mhz, reason=rep.reason,
                latency_us=rep.latency_us(row["cycles"]), total_s=time.perf_counter() - t0,
@@ -123,7 +130,7 @@ def main() -> int:
         print(f"{r['dtype']:6} {r['fp_pipeline']:>11} {r['cycles']:>8} {r['commit']:>3} {r['ways']:>2} {r['parts']:>5} "
               f"{r['luts']:>6} {r['ffs']:>6} {r['bram']:>4} "
               f"{r['dsp']:>3} {r['device']:>10} {fmt(r['fmax_mhz'], '8.1f')} {fmt(r['latency_us'], '10.1f')} "
-              f"{r['synth_s']:7.1f} {r['pnr_s']:7.1f}{' (cached)' if r['cached'] else ''}")
+              f"{r['synth_s']:7.1f} {fmt(r.get('pnr_s'), '7.1f')}{' (cached)' if r.get('cached') else ''}")
         if not r["fits"]:
             print(f"    does not fit: {r['reason']}")
         elif r["critical_path"]:
