@@ -22,6 +22,7 @@ fp32 place-and-route alone takes about 4 minutes on a 2-core machine.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -38,16 +39,19 @@ from compiler.pnr import place_and_route  # noqa: E402
 from compiler.synth import synthesize  # noqa: E402
 from compiler.tools import ToolError  # noqa: E402
 from dse import zoo  # noqa: E402
-from dse.evaluate import compare  # noqa: E402
+from dse.evaluate import compare, tree_terms  # noqa: E402
 
 
 def build_design(dtype: str, M: int, K: int, config: HardwareConfig):
-    """The GEMV compiled for `config`, and its numpy golden output for the seeded inputs."""
+    """The GEMV compiled for `config`, and its numpy golden output for the seeded inputs (float
+    sums in the hardware's tree order with fp_sum=tree)."""
     tg = zoo.import_tinygrad()
     built = zoo.gemv(dtype, M, K)
     arrays = zoo.make_inputs(built, 0)
     tensors = [tg.Tensor(np.asarray(arrays[name])).realize() for name in built.inputs]
-    return compile_model(built.forward(*tensors), config=config), zoo.reference("gemv", dtype, {"M": M, "K": K}, arrays)
+    arith = dataclasses.replace(zoo.KERNEL, sum_tree=tree_terms(config))
+    return (compile_model(built.forward(*tensors), config=config),
+            zoo.reference("gemv", dtype, {"M": M, "K": K}, arrays, arith))
 
 
 def measure(dtype: str, config: HardwareConfig, args, root: Path, *, pnr: bool = True) -> dict:
