@@ -205,6 +205,15 @@ def test_gathers_are_exact(case, config):
     check_forward(forward, args, config=GATHER_CONFIGS[config])
 
 
+def test_a_gather_from_a_table_split_into_block_ram_parts():
+    """fp_pipeline 2 splits a table deeper than a block RAM into parts read through a
+    multiplexer tree: with a gather its select comes from data, and the result is still exact."""
+    result = check_forward(lambda t, i: t[i], [Arg((600, 8), dtypes.int32, -99, 99),
+                                                Arg(data=np.array([3, 599, 0, 257, 512], np.int32))],
+                           config=HardwareConfig(fp_pipeline=2), backend="cxxrtl")
+    assert result.cycles == 45
+
+
 def test_an_embedding_then_a_linear_layer():
     """tinygrad's PYTHON device fuses the dot product's multiply-adds: within 1e-6."""
     check_forward(lambda t, i, w: (t[i] @ w.T).relu(), [Arg((16, 8)), Arg((4,), dtypes.int32, 0, 15), Arg((4, 8))],
