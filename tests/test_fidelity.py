@@ -28,7 +28,9 @@ GEMV = {"name": "gemv_16x32", "builtin": "gemv", "params": {"M": 16, "K": 32}}
 
 def spec_dict(fidelity="multi", study="mf", **extra) -> dict:
     return {"study": study, "target": "ecp5", "models": [GEMV], "dtypes": ["int8"],
-            "knobs": {"lanes": [1, 2, 3, 4, 6, 8], "reduce_unroll": [1, 2, 4, 8]},
+            # mem_pack 1: the stand-in area below was tuned on one memory per bank; with packed
+            # banks the 3% wobble puts (2, 1) and (1, 2) closer than the estimator's measured error
+            "knobs": {"lanes": [1, 2, 3, 4, 6, 8], "reduce_unroll": [1, 2, 4, 8], "mem_pack": [1]},
             "objectives": ["cycles", "luts"], "search": {"sampler": "grid", "seed": 0, "fidelity": fidelity},
             **extra}
 
@@ -191,7 +193,7 @@ def test_synthesis_of_a_checked_point_keeps_its_checks_and_runs_only_synthesis(t
     from dse.evaluate import EvalContext, Simulator, evaluate
     from dse.fidelity import cheap_context
     spec = load(tmp_path, spec_dict())
-    point = next(p for p in spec.points() if dict(p.knobs) == {"lanes": 2, "reduce_unroll": 4})
+    point = next(p for p in spec.points() if dict(p.knobs) == {"lanes": 2, "reduce_unroll": 4, "mem_pack": 1})
     ctx = EvalContext.from_spec(spec, sim_backend="pysim")
     full = evaluate(ctx, point, tmp_path / "full").as_row()
     cheap = evaluate(cheap_context(ctx), point, tmp_path / "cheap").as_row()
