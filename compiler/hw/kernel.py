@@ -293,7 +293,7 @@ class KernelHW(wiring.Component):
                 m.d.comb += port.addr.eq(getattr(self, port_names(b.slot)["raddr"]) if outside else 0)
             with m.Switch(addr_step):
                 for s in self.program.steps:
-                    loads = [l for l in loads_of(s) if l.buf == b.slot and not is_gather(l)]
+                    loads = [l for l in loads_of(s) if l.buf == b.slot and id(l) not in self.schedule.gather_issue]
                     if not loads:
                         continue
                     with m.Case(s.index):
@@ -306,7 +306,7 @@ class KernelHW(wiring.Component):
         it issues in (Schedule.gather_issue), on its own read port (read_ports)."""
         sizes = {b.slot: b.size for b in self.kernel.buffers}
         for s in self.program.steps:
-            for load in (l for l in loads_of(s) if is_gather(l)):
+            for load in (l for l in loads_of(s) if id(l) in self.schedule.gather_issue):
                 issue = self.schedule.gather_issue[id(load)]
                 port = reads[load.buf][self.read_port_of[(s.index, load.buf, id(load.index))]]
                 with m.If(delays.of(step, issue, "step") == s.index):
@@ -365,7 +365,7 @@ class KernelHW(wiring.Component):
                 m.d.comb += [own_addr.eq(0), own.eq(0)]
                 with m.Switch(addr_step):
                     for s in prog.steps:
-                        loads = [l for l in loads_of(s) if l.buf == b.slot and not is_gather(l)
+                        loads = [l for l in loads_of(s) if l.buf == b.slot and id(l) not in self.schedule.gather_issue
                                  and self.read_port_of[(s.index, l.buf, id(l.index))] == p]
                         if loads:
                             with m.Case(s.index):
