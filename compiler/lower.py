@@ -187,6 +187,13 @@ class _Lowering:
         val = self.value(u.src[1])
         if len(u.src) > 2:
             raise self.unsupported(u, f"STORE with {len(u.src)} sources")
+        want = (next(a for a in self.accs.values() if a.index == ref.target).dtype if ref.kind == "acc"
+                else self.params[ref.target][0])
+        if val.dtype != want:
+            # tinygrad 0.14 stores some values of another type as they are (an int32 `pow` stores
+            # its float result into the int32 buffer); its C backends convert on assignment, so
+            # do the same: a CAST, never the raw bits
+            val = ir.Op(ir.OpKind.CAST, want, (val,))
         if ref.kind == "acc":
             node: ir.Store = ir.AccStore(ref.target, val)
         else:
