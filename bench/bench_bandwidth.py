@@ -6,14 +6,15 @@ reduce_unroll products a cycle at fp_pipeline=2 with mem_pack=auto (banks packed
 36-bit block RAM word, compiler/packing.py) and mul=auto (the 85F's 156 DSPs, the rest of the
 products in LUTs, compiler/multipliers.py): compiled, simulated in CXXRTL (outputs bit-exact
 against the numpy golden model, cycles equal to the cycle model), synthesised (synth_ecp5) and
-placed and routed by nextpnr-ecp5 on the LFE5U-85F (--freq, seed 1). `bound x` is cycles over
+placed and routed by nextpnr-ecp5 on the LFE5U-85F (--freq, seed 1, router2: nextpnr's default
+router1 did not converge on the 16x16 design in 40 minutes, router2 routed it in 18). `bound x` is cycles over
 the bandwidth bound. Then: the sequential int8 GEMV's block RAMs (synthesis only), and fp32
 rows with fp_sum=tree (float sums unrolled as a tree; docs/float_sums.md).
 
 Goals: int8 <= 250 cycles at >= 100 MHz (stretch <= 130); sequential int8 <= 51 block RAMs;
 fp32 <= 3,200 cycles.
 
-Usage: python bench/bench_bandwidth.py [--int8 16x16 26x16] [--fp32 4x8] [--freq 100]
+Usage: python bench/bench_bandwidth.py [--int8 16x16 26x16] [--fp32 4x8] [--freq 100] [--router router2]
                                        [--no-sim] [--no-pnr] [--workdir DIR] [--json out.json]
 Place-and-route and synthesis are cached under $TINYHW_CACHE. A 26x16 int8 design takes
 Yosys ~5 minutes and nextpnr ~15 on a 2-core machine.
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_timing import fmt, measure  # noqa: E402
 
 from compiler import HardwareConfig  # noqa: E402
-from compiler.pnr import find_device  # noqa: E402
+from compiler.pnr import ROUTERS, find_device  # noqa: E402
 
 M, K = 128, 784
 WORDS_PER_CYCLE = 800          # 208 DP16KD x 2 ports x 18 bits / 9 bits per int8 weight, rounded
@@ -56,6 +57,8 @@ def main() -> int:
     ap.add_argument("--no-sim", dest="sim", action="store_false")
     ap.add_argument("--no-pnr", dest="pnr", action="store_false")
     ap.add_argument("--no-cache", dest="cache", action="store_false")
+    ap.add_argument("--router", choices=ROUTERS, default="router2",
+                    help="nextpnr router (default router2: router1 does not converge on these designs)")
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()

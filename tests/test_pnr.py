@@ -172,6 +172,8 @@ def test_bad_inputs_are_rejected(tmp_path):
         place_and_route(path, "xilinx", tmp_path)
     with pytest.raises(ValueError, match=r"synthesised for another family \(LUT4, TRELLIS_FF cells\), not ice40"):
         place_and_route(path, "ice40", tmp_path)
+    with pytest.raises(ValueError, match="router: expected one of router1, router2, got 'router3'"):
+        place_and_route(path, "ecp5", tmp_path, router="router3")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,8 +205,11 @@ def test_int8_gemv_on_ecp5_has_a_plausible_fmax_and_is_cached(tmp_path, cache):
     assert second.cached and time.perf_counter() - t0 < 1.0
     assert (second.fmax_mhz, second.device, second.utilisation) == (first.fmax_mhz, first.device, first.utilisation)
     assert (tmp_path / "pnr2" / first.device / "nextpnr.log").exists()
-    # another target frequency is another run
+    # another target frequency is another run, and so is another router
     assert not place_and_route(area.netlist_path, "ecp5", tmp_path / "pnr3", freq_mhz=50).cached
+    other = place_and_route(area.netlist_path, "ecp5", tmp_path / "pnr4", router="router2")
+    assert other.fits and not other.cached and other.argv[other.argv.index("--router") + 1] == "router2"
+    assert "--router" not in first.argv and 20 < other.fmax_mhz < 400
 
 
 @pytest.mark.slow
