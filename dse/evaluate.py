@@ -665,6 +665,7 @@ class _Proof:
             values = data.astype(np.float64)
             self.ranges[buf] = (float(values.min()), float(values.max()))
         self.available = True
+        self.proven = False                  # the analysis reached a verdict (overflow_safe not None)
         self.seconds = 0.0
 
     def analyze(self) -> None:
@@ -681,9 +682,11 @@ class _Proof:
                 report = analyze_overflow(self.design, self.ranges)
                 self.run.set(acc_bits_required=report.acc_bits_required, overflow_safe=report.safe,
                              max_magnitude=report.max_magnitude)
-                if report.safe is None:
+                self.proven = report.safe is not None
+                if not self.proven:
                     self.run.notes.append("overflow not proven either way: the analysis cannot bound a float "
-                                          "value (exp, division by a range holding 0, bit manipulation)")
+                                          "value (exp, division by a range holding 0, bit manipulation); "
+                                          "no worst-case run (overflow_confirmed empty)")
                 narrow = [b for b in report.accumulators
                           if not b.safe and b.bits_required is not None and b.dtype in BY_NAME
                           and b.width < BY_NAME[b.dtype].bits]
@@ -696,7 +699,7 @@ class _Proof:
             self.run.set(overflow_s=self.seconds)
 
     def confirm(self, sim: Simulator, checker: _Checker) -> None:
-        if not self.available:
+        if not (self.available and self.proven):   # no verdict: nothing to confirm, and no worst case
             return
         from compiler.overflow import worst_case_inputs
         t0 = time.perf_counter()
