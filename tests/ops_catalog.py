@@ -454,7 +454,7 @@ def markdown(rows) -> str:
         against = "-" if status != "supported" else "numpy" if case.reference else "tinygrad"
         note = case.note or (o.detail.split("\n")[0] if status != "supported" else "")
         lines.append(f"| `{case.name}` | {status} | {against} | {err} | {o.cycles if o.cycles is not None else '-'} | "
-                     f"{note.replace('|', '/')} |")
+                     f"{note.replace('|', chr(92) + '|')} |")
     return "\n".join(lines)
 
 
