@@ -135,7 +135,7 @@ def synthesize_rtlil(text: str, target: str, workdir: Path | None = None,
         report = dataclasses.replace(
             _run_yosys(script.replace(TARGETS[target] + "\n", flow), target, workdir, timeout, netlist),
             fallback="abc9 ran out of WebAssembly call stack on this netlist (a long combinational path): "
-                     "LUTs mapped by the classic abc -lut instead (module docstring)")
+                     "LUTs mapped without abc9 (ECP5: abc -lut 4; iCE40: -noabc; module docstring)")
     if use_cache:
         _cache_write(key, workdir, report)
     return report
