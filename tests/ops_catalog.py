@@ -401,7 +401,7 @@ def run_case(case: Case, config=None, backend: str = "pysim") -> Outcome:
     outcome = Outcome("exact", cycles=result.cycles)
     for n, (got, ref) in enumerate(zip(result.outputs, want, strict=True)):
         if got.shape != ref.shape or got.dtype != ref.dtype:
-            return Outcome("mismatch", f"output {n}: {got.dtype}{got.shape}, tinygrad {ref.dtype}{ref.shape}")
+            return Outcome("mismatch", f"output {n}: {got.dtype}{got.shape}, reference {ref.dtype}{ref.shape}")
         if np.array_equal(got, ref, equal_nan=got.dtype.kind == "f") and (
                 got.dtype.kind != "f" or np.array_equal(np.signbit(got), np.signbit(ref))):
             continue                              # bit for bit (NaN payloads aside: -0.0 is not 0.0)
