@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from compiler import CompileError, compile_model, simulate  # noqa: E402  (first: it picks tinygrad's device)
+from dse.evaluate import ulp_distance  # noqa: E402
 from tinygrad import Tensor, dtypes  # noqa: E402
 from tinygrad_ref import Arg, make_inputs, tinygrad_outputs  # noqa: E402
 
@@ -365,20 +366,9 @@ class Outcome:
 
 
 def ulp_error(got: np.ndarray, ref: np.ndarray) -> float:
-    """Largest distance in units in the last place of the output's format (fp16 or fp32; NaN == NaN)."""
-    if got.dtype.kind != "f":
-        return 0.0
-    fmt, bits = {2: (np.float16, np.int16), 4: (np.float32, np.int32)}.get(got.dtype.itemsize, (np.float32, np.int32))
-    g, r = got.astype(fmt).ravel(), ref.astype(fmt).ravel()
-    both_nan = np.isnan(g) & np.isnan(r)
-    sign = np.int64(np.iinfo(bits).max)
-    gi = g.view(bits).astype(np.int64)
-    ri = r.view(bits).astype(np.int64)
-    gi = np.where(gi < 0, -(gi & sign), gi)             # sign-magnitude to an ordered integer line
-    ri = np.where(ri < 0, -(ri & sign), ri)
-    d = np.abs(gi - ri).astype(np.float64)
-    d[both_nan] = 0
-    return float(d.max(initial=0))
+    """Largest distance in units in the last place of the output's format (fp16 or fp32)."""
+    fmt = {np.dtype(np.float16): "fp16", np.dtype(np.float32): "fp32"}.get(got.dtype)
+    return 0.0 if fmt is None else float(ulp_distance(got, ref.astype(got.dtype), fmt))
 
 
 def run_case(case: Case, config=None, backend: str = "pysim") -> Outcome:
