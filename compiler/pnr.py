@@ -364,11 +364,15 @@ def nextpnr_version(family: str) -> str:
 ROUTERS = ("router1", "router2")
 
 
+def _check_router(router: str) -> None:
+    if router not in ROUTERS:
+        raise ValueError(f"router: expected one of {', '.join(ROUTERS)}, got {router!r}")
+
+
 def nextpnr_argv(device: Device, package: str, *, top: str, freq_mhz: float, seed: int,
                  router: str = "router1") -> list[str]:
     """The command line (relative paths: the WASM sandbox sees only the working folder)."""
-    if router not in ROUTERS:
-        raise ValueError(f"router: expected one of {', '.join(ROUTERS)}, got {router!r}")
+    _check_router(router)
     argv = [nextpnr_tool(device.family), device.option, "--package", package, "--json", "netlist.json",
             "--top", top, "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--timing-allow-fail",
             "--report", "report.json"]
@@ -402,8 +406,7 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
                          "(xilinx has no open-source place-and-route here)")
     if freq_mhz <= 0:
         raise ValueError(f"freq_mhz must be positive, got {freq_mhz!r}")
-    if router not in ROUTERS:
-        raise ValueError(f"router: expected one of {', '.join(ROUTERS)}, got {router!r}")
+    _check_router(router)
     src = Path(netlist_json_path)
     data = src.read_bytes()
     try:
