@@ -22,6 +22,7 @@ Yosys ~5 minutes and nextpnr ~15 on a 2-core machine.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import tempfile
@@ -53,6 +54,8 @@ def main() -> int:
     ap.add_argument("--fp32", nargs="*", type=parse_shape, default=[(4, 8)])
     ap.add_argument("--device", default="85k")
     ap.add_argument("--freq", type=float, default=100.0, help="nextpnr target clock (MHz)")
+    ap.add_argument("--pipelines", nargs="+", type=int, default=[2, 3],
+                    help="fp_pipeline values of the parallel rows (3 adds fan-out copies and adder-tree registers)")
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--no-sim", dest="sim", action="store_false")
     ap.add_argument("--no-pnr", dest="pnr", action="store_false")
@@ -73,8 +76,8 @@ def main() -> int:
 
     rows = []
     for dtype, shapes, extra in (("int8", args.int8, {}), ("fp32", args.fp32, {"fp_sum": "tree"})):
-        for lanes, unroll in shapes:
-            config = HardwareConfig(lanes=lanes, reduce_unroll=unroll, fp_pipeline=2, mem_pack="auto",
+        for (lanes, unroll), level in itertools.product(shapes, args.pipelines):
+            config = HardwareConfig(lanes=lanes, reduce_unroll=unroll, fp_pipeline=level, mem_pack="auto",
                                     mul="auto", **extra)
             row = measure(dtype, config, args, root, pnr=args.pnr)
             row["kind"] = dtype
@@ -90,7 +93,8 @@ def main() -> int:
         fitting = [r for r in rows if r["kind"] == dtype and r.get("fits") and r.get("fmax_mhz")]
         if fitting:
             best = min(fitting, key=lambda r: r["latency_us"])
-            print(f"{dtype}: fastest that fits: {best['lanes']}x{best['reduce_unroll']}, {best['cycles']} cycles "
+            print(f"{dtype}: fastest that fits: {best['lanes']}x{best['reduce_unroll']} at fp_pipeline "
+                  f"{best['fp_pipeline']}, {best['cycles']} cycles "
                   f"at {best['fmax_mhz']:.1f} MHz = {best['latency_us']:.2f} us"
                   + (f", {best['cycles'] / bound:.2f}x the bandwidth bound" if dtype == "int8" else ""))
     print(f"int8 sequential: {seq['bram']} block RAMs (goal <= 51)")
@@ -104,7 +108,7 @@ def main() -> int:
 
 def _print(r: dict, bound: float, freq: float) -> None:
     fits = r.get("fits")
-    print(f"{r['kind']:15} {r['lanes']:>3}x{r['reduce_unroll']:<3} cycles {r['cycles']:>6} "
+    print(f"{r['kind']:15} {r['lanes']:>3}x{r['reduce_unroll']:<3} P{r['fp_pipeline']} cycles {r['cycles']:>6} "
           f"(bound x {r['cycles'] / bound:5.2f})  LUT {r['luts']:>6,} FF {r['ffs']:>6,} BRAM {r['bram']:>3} "
           f"DSP {r['dsp']:>3}  Fmax {fmt(r.get('fmax_mhz'), '6.1f')} MHz  latency {fmt(r.get('latency_us'), '7.2f')} us"
           f"  synth {r['synth_s']:.0f} s" + (f"  P&R {r['pnr_wall_s']:.0f} s" if 'pnr_wall_s' in r else "")

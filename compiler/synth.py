@@ -41,6 +41,7 @@ from amaranth.back import rtlil
 
 from . import multipliers
 from .design import Design
+from .hw.datapath import DUPLICATE_ATTRIBUTE
 from .tools import ToolError, atomic_write_text, cache_root, link_or_copy, yosys, yosys_version
 
 TARGETS = {
@@ -117,6 +118,9 @@ def synthesize_rtlil(text: str, target: str, workdir: Path | None = None,
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-synth-"))
     workdir.mkdir(parents=True, exist_ok=True)
     text, before, _ = multipliers.plan(text, target, mul)
+    if f"attribute \\{DUPLICATE_ATTRIBUTE} " in text:
+        # registers duplicated on purpose (fp_pipeline 3): opt_merge would make them one again
+        before = f"setattr -set keep 1 a:{DUPLICATE_ATTRIBUTE} %ci1 t:$dff %i\n{before}"
     (workdir / "design.il").write_text(text)
     script = f"read_rtlil design.il\n{before}{TARGETS[target]}\ntee -q -o stat.json stat -json\n"
     if netlist:

@@ -157,7 +157,8 @@ def test_integer_designs_in_other_modes(name, level, knobs):
 
 def test_gemv_cycles_add_the_pipeline_depth_once_per_run():
     M, K = 16, 8
-    for level, commit in ((0, 0), (1, 1), (2, 3), (3, 3)):      # 2: + the registered address and product
+    # 2: + the registered address and product; 3: + the product's own operand registers
+    for level, commit in ((0, 0), (1, 1), (2, 3), (3, 4)):
         design, _ = check(designs.gemv_int8(M, K), fp_pipeline=level)
         (sched,) = design.schedules
         assert sched.commit == commit
@@ -329,3 +330,31 @@ def test_schedule_keeps_the_accumulator_loop_in_one_cycle():
     (update,) = [s for s, _ in k.stores() if isinstance(s, ir.AccStore) and isinstance(s.value, ir.Op)]
     assert update.value.dtype == FP32 and id(update.value) not in sched.latency          # a one-cycle adder
     assert sched.acc_write == {0: sched.depth}
+
+
+def test_level_3_registers_adder_trees_and_each_products_operands():
+    """fp_pipeline 3: every integer product takes two register levels (its own copy of each
+    operand, then the product), every add of its unrolled reduction's tree one; the add into
+    the accumulator stays in the one-cycle loop and index math stays in stage 0."""
+    case = designs.gemv_int8(16, 8)
+    levels = {}
+    for level in (2, 3):
+        design, _ = check(case, fp_pipeline=level, lanes=2, reduce_unroll=4)
+        k, sched = design.kernels[0], design.schedules[0]
+        roots = [x for s, _ in k.stores() for x in ir.store_operands(s)]
+        values = ir.toposort(roots)
+        data = {id(v) for v in values if sched.ready.get(id(v)) is not None}
+        products = [v for v in values if isinstance(v, ir.Op) and v.op is ir.OpKind.MUL and id(v) in data]
+        adds = [v for v in values if isinstance(v, ir.Op) and v.op is ir.OpKind.ADD]
+        updates = {id(s.value) for s, _ in k.stores() if isinstance(s, ir.AccStore)}
+        tree = [v for v in adds if id(v) in data and id(v) not in updates and
+                not any(isinstance(x, ir.AccLoad) for x in ir.toposort([v]))]
+        index = [v for v in adds if id(v) not in data]
+        assert len(products) == 2 * 4 and len(tree) == 2 * 3           # 2 lanes x (4 products, 3 adds)
+        assert index and all(id(v) not in sched.latency for v in index)
+        assert all(id(v) not in sched.latency for v in adds if id(v) in updates)
+        levels[level] = ({sched.latency[id(v)] for v in products}, {sched.unit_stages.get(id(v), 1) for v in products},
+                         {sched.latency.get(id(v), 0) for v in tree}, sched.commit)
+    assert levels[2][:3] == ({1}, {1}, {0})
+    assert levels[3][:3] == ({2}, {2}, {1})
+    assert levels[3][3] == levels[2][3] + 1 + 2                        # operand copies + two tree levels

@@ -31,6 +31,10 @@ from .pipeline import Schedule, schedule
 
 K = ir.OpKind
 
+DUPLICATE_ATTRIBUTE = "tinyhw_dup"
+"""Wire attribute of registers duplicated on purpose; compiler/synth.py marks the flip-flops
+that drive them `keep`, which Yosys's opt_merge respects (it merges identical flip-flops)."""
+
 INT_OPS = {K.ADD, K.SUB, K.MUL, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ, K.WHERE, K.AND, K.OR,
            K.XOR, K.SHL, K.SHR, K.CDIV, K.CMOD, K.CAST, K.BITCAST, K.MULACC}
 
@@ -154,9 +158,11 @@ class Datapath:
             chain.append(self.register(chain[-1], f"{_name(chain[0])}_d{len(chain)}"))
         return chain[stage - ready]
 
-    def register(self, value: Value, name: str) -> Signal:
-        """`value` one cycle later (a free-running register in the datapath module)."""
-        reg = Signal(Value.cast(value).shape(), name=name)
+    def register(self, value: Value, name: str, *, duplicate: bool = False) -> Signal:
+        """`value` one cycle later (a free-running register in the datapath module). A
+        `duplicate` register is a copy of another on purpose (pipeline.FANOUT_LEVEL): the
+        synthesis script keeps it from being merged with its twins (DUPLICATE_ATTRIBUTE)."""
+        reg = Signal(Value.cast(value).shape(), name=name, attrs={DUPLICATE_ATTRIBUTE: 1} if duplicate else {})
         self.m.d.sync += reg.eq(value)
         return reg
 
@@ -204,8 +210,13 @@ class Datapath:
 
     def op(self, v: ir.Op, env: Env, stage: int | None, latency: int) -> Value:
         srcs = [self.emit(s, env, stage) for s in v.srcs]
+        stages = 1 if stage is None else self.sched.unit_stages.get(id(v), 1)
         if floatops.is_float_op(v):
-            return self.floats.emit(v, srcs, 1 if stage is None else self.sched.unit_stages.get(id(v), 1))
+            return self.floats.emit(v, srcs, stages)
+        if stages == 2:                     # an integer product with its own operand registers
+            # (pipeline.FANOUT_LEVEL): a loaded value broadcast to many lanes' products reaches
+            # each through a copy the placer can put next to it, not across the die
+            srcs = [self.register(x, f"{_name(x)}_dup{self.count}", duplicate=True) for x in srcs]
         return self.int_op(v, srcs)
 
     def int_op(self, v: ir.Op, s: list[Value]) -> Value:

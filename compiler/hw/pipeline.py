@@ -58,6 +58,9 @@ LOAD_LEVEL = 1        # fp_pipeline from which read data is registered
 PRODUCT_LEVEL = 2     # fp_pipeline from which integer products are registered
 MEMORY_LEVEL = 2      # fp_pipeline from which deep memories are split (transform.split_deep)
                       # and every level of their read multiplexer is registered
+FANOUT_LEVEL = 3      # fp_pipeline from which every integer product registers its own copy of its
+                      # operands and each read port its own address (duplicates kept from Yosys's
+                      # opt_merge), and integer sums of data values are registered (adder trees)
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ def _data_order(kernel: ir.KernelIR, gathers: frozenset[int]) -> list[ir.Value]:
 
 
 def _op_timing(v: ir.Op, level: int, muxes: set[int]) -> tuple[int, int]:
-    """(unit stages, latency) of an op outside the accumulator loops."""
+    """(unit stages, latency) of an op of data values outside the accumulator loops."""
     if id(v) in muxes:
         return 1, 1
     if floatops.is_float_op(v) and floatops.unit_of(v) is not None and level > 0:
@@ -135,7 +138,10 @@ def _op_timing(v: ir.Op, level: int, muxes: set[int]) -> tuple[int, int]:
         return stages, stages                  # its internal boundaries and an output register
     if v.op in (K.MUL, K.MULACC) and level >= PRODUCT_LEVEL and \
             not any(isinstance(s, ir.Const) for s in v.srcs[:2]):
-        return 1, 1
+        # from FANOUT_LEVEL: its operands' own registers, then the product's (datapath.py)
+        return (2, 2) if level >= FANOUT_LEVEL else (1, 1)
+    if v.op in (K.ADD, K.SUB) and level >= FANOUT_LEVEL and not v.dtype.is_float:
+        return 1, 1                            # each level of an unrolled reduction's adder tree
     return 1, 0
 
 
@@ -193,6 +199,8 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
                 raise CompileError(f"{kernel.name}: {v.op.name} cannot be cut into {stages} stages")
         elif id(v) in post and id(v) in feeds_acc:
             lat = 0                            # the accumulator's one-cycle loop
+        elif id(v) in floating:
+            lat = 0                            # counters and constants only: computed in stage 0
         else:
             stages, lat = _op_timing(v, level, muxes)
         if lat:
