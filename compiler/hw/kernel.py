@@ -33,7 +33,7 @@ from ..config import HardwareConfig
 from ..dtypes import DType
 from ..ranges import Interval, analyze
 from .datapath import Datapath, Env, from_bits
-from .pipeline import FANOUT_LEVEL, Schedule, is_gather, schedule
+from .pipeline import Schedule, is_gather, schedule
 from .program import Program, Step, build_program
 
 
@@ -371,13 +371,9 @@ class KernelHW(wiring.Component):
                             with m.Case(s.index):
                                 m.d.comb += [own_addr.eq(self._in_range(dp, loads[0].index, addr_env, b.size, None)),
                                              own.eq(1)]
-                # from FANOUT_LEVEL every port keeps its own address register, though many
-                # ports read the same address (all lanes of a GEMV's weights): one register
-                # would fan out to every block RAM of the design
-                copy = self.schedule.level >= FANOUT_LEVEL
-                own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q", duplicate=copy)
+                own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q")
                 if p == 0 and b.slot not in self.external:
-                    own = dp.register(own, f"b{b.slot}_p{p}_own_q", duplicate=copy)
+                    own = dp.register(own, f"b{b.slot}_p{p}_own_q")
                     m.d.comb += port.addr.eq(Mux(own, own_addr, getattr(self, port_names(b.slot)["raddr"])))
                 else:
                     m.d.comb += port.addr.eq(own_addr)

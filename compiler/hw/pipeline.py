@@ -59,8 +59,8 @@ PRODUCT_LEVEL = 2     # fp_pipeline from which integer products are registered
 MEMORY_LEVEL = 2      # fp_pipeline from which deep memories are split (transform.split_deep)
                       # and every level of their read multiplexer is registered
 FANOUT_LEVEL = 3      # fp_pipeline from which every integer product registers its own copy of its
-                      # operands and each read port its own address (duplicates kept from Yosys's
-                      # opt_merge), and integer sums of data values are registered (adder trees)
+                      # operands (duplicates kept from Yosys's opt_merge) and integer sums of data
+                      # values are registered (adder trees)
 
 
 @dataclass(frozen=True)
