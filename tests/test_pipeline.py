@@ -14,7 +14,6 @@ from compiler.fp import BF16, FP16, FP32 as F32, FAdd, FloatToFloat, FloatToInt,
 from compiler.fp import reference as R
 from compiler.fp.harness import Bank, NativeEvaluator, build_all
 from compiler.hw.pipeline import schedule
-from compiler.synth import design_rtlil
 from compiler.overflow import analyze_overflow
 from compiler.transform import bram_depth, interleave_ways
 from dse import zoo
@@ -359,18 +358,3 @@ def test_level_3_registers_adder_trees_and_each_products_operands():
     assert levels[2][:3] == ({1}, {1}, {0})
     assert levels[3][:3] == ({2}, {2}, {1})
     assert levels[3][3] == levels[2][3] + 1 + 2                        # operand copies + two tree levels
-
-
-def test_level_3_copies_a_read_address_for_every_eight_ports():
-    """16 lanes read their weight banks at one address: one register feeds all 16 block RAMs at
-    fp_pipeline 2 (Yosys would merge copies anyway); from 3 one copy per ADDRESS_FANOUT = 8."""
-    case = designs.gemv_int8(16, 64)
-    registers = {}
-    for level in (2, 3):
-        design, _ = check(case, fp_pipeline=level, lanes=16, mem_pack=1)
-        weights = design.banking[0][1].banks                      # buffer 1: W, one bank per lane
-        assert len(weights) == 16
-        text = design_rtlil(design)
-        registers[level] = sorted(b for b in weights if f"wire width 6 \\b{b}_p0_addr_q\n" in text)
-    assert len(registers[2]) == 1
-    assert len(registers[3]) == 2 and "attribute \\tinyhw_dup 1" in design_rtlil(design)

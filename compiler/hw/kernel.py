@@ -33,7 +33,7 @@ from ..config import HardwareConfig
 from ..dtypes import DType
 from ..ranges import Interval, analyze
 from .datapath import Datapath, Env, from_bits
-from .pipeline import ADDRESS_FANOUT, FANOUT_LEVEL, Schedule, is_gather, schedule
+from .pipeline import Schedule, is_gather, schedule
 from .program import Program, Step, build_program
 
 
@@ -358,34 +358,22 @@ class KernelHW(wiring.Component):
         reads, copies, readers of a shared memory) bypasses the register, so the host bus and
         copies keep their timing; the kernel's registered flag `own` picks between them."""
         k, prog = self.kernel, self.program
-        copies: dict[tuple, list] = {}       # an address -> its registers [(addr, own, ports fed)]
         for b in k.buffers:
             for p, port in enumerate(reads[b.slot]):
-                per_step = {s.index: [l for l in loads_of(s) if l.buf == b.slot and id(l) not in self.schedule.gather_issue
-                                      and self.read_port_of[(s.index, l.buf, id(l.index))] == p][:1]
-                            for s in prog.steps}
-                shared = p == 0 and b.slot not in self.external
-                key = (b.size, shared, tuple((i, id(ls[0].index)) for i, ls in per_step.items() if ls))
-                group = copies.setdefault(key, [])
-                # One register per distinct address, which Yosys would merge anyway; from
-                # FANOUT_LEVEL a copy per ADDRESS_FANOUT ports, kept apart, so an address read
-                # by every block RAM of a wide design reaches each group from a register nearby
-                if not group or (self.schedule.level >= FANOUT_LEVEL and group[-1][2] == ADDRESS_FANOUT):
-                    own_addr = Signal.like(port.addr, name=f"b{b.slot}_p{p}_addr")
-                    own = Signal(name=f"b{b.slot}_p{p}_own")
-                    m.d.comb += [own_addr.eq(0), own.eq(0)]
-                    with m.Switch(addr_step):
-                        for i, ls in per_step.items():
-                            if ls:
-                                with m.Case(i):
-                                    m.d.comb += [own_addr.eq(self._in_range(dp, ls[0].index, addr_env, b.size, None)),
-                                                 own.eq(1)]
-                    copy = len(group) > 0 or self.schedule.level >= FANOUT_LEVEL
-                    group.append([dp.register(own_addr, f"b{b.slot}_p{p}_addr_q", duplicate=copy),
-                                  dp.register(own, f"b{b.slot}_p{p}_own_q", duplicate=copy) if shared else None, 0])
-                own_addr, own, _ = group[-1]
-                group[-1][2] += 1
-                if shared:
+                own_addr = Signal.like(port.addr, name=f"b{b.slot}_p{p}_addr")
+                own = Signal(name=f"b{b.slot}_p{p}_own")
+                m.d.comb += [own_addr.eq(0), own.eq(0)]
+                with m.Switch(addr_step):
+                    for s in prog.steps:
+                        loads = [l for l in loads_of(s) if l.buf == b.slot and id(l) not in self.schedule.gather_issue
+                                 and self.read_port_of[(s.index, l.buf, id(l.index))] == p]
+                        if loads:
+                            with m.Case(s.index):
+                                m.d.comb += [own_addr.eq(self._in_range(dp, loads[0].index, addr_env, b.size, None)),
+                                             own.eq(1)]
+                own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q")
+                if p == 0 and b.slot not in self.external:
+                    own = dp.register(own, f"b{b.slot}_p{p}_own_q")
                     m.d.comb += port.addr.eq(Mux(own, own_addr, getattr(self, port_names(b.slot)["raddr"])))
                 else:
                     m.d.comb += port.addr.eq(own_addr)

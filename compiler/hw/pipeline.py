@@ -8,13 +8,7 @@ values from one stage to the next:
   * memory read data: with P = fp_pipeline >= 1 the data of every read port is registered
     (it arrives in stage 0: read addresses are issued a cycle ahead), so loads are ready in
     stage 1: this cuts the block RAM's clock-to-out (5.8 ns on an ECP5) from the arithmetic;
-  * integer products of two non-constant values: registered with P >= 2 (+1 stage); with
-    P >= 3 each product also registers its own copy of each operand first (+1 stage): the
-    copies of a value broadcast to many lanes (the GEMV's x element) are kept apart in
-    synthesis (datapath.DUPLICATE_ATTRIBUTE), so the placer puts each next to its multiplier
-    instead of routing one register across the die;
-  * integer adds and subtracts of data values: registered with P >= 3 (+1 stage each), so an
-    unrolled reduction's adder tree has a register level per tree level;
+  * integer products of two non-constant values: registered with P >= 2 (+1 stage);
   * float units: cut into min(2**P, the unit's maximum) stages (compiler/fp: FAdd up to 6,
     FMul, FDiv and FSqrt up to 8, conversions up to 2) and their result registered: + stages;
   * read addresses: with P >= 2 (and block RAM reads) the look-ahead address is registered
@@ -65,10 +59,8 @@ PRODUCT_LEVEL = 2     # fp_pipeline from which integer products are registered
 MEMORY_LEVEL = 2      # fp_pipeline from which deep memories are split (transform.split_deep)
                       # and every level of their read multiplexer is registered
 FANOUT_LEVEL = 3      # fp_pipeline from which every integer product registers its own copy of its
-                      # operands, a read address one copy per ADDRESS_FANOUT read ports (copies
-                      # kept from Yosys's opt_merge), and integer sums of data values are
-                      # registered (adder trees)
-ADDRESS_FANOUT = 8    # read ports fed by one copy of a registered read address (FANOUT_LEVEL)
+                      # operands (duplicates kept from Yosys's opt_merge) and integer sums of data
+                      # values are registered (adder trees)
 
 
 @dataclass(frozen=True)
