@@ -2,7 +2,8 @@
 
 The 85F has 208 DP16KD block RAMs of 2 ports x 18 bits: about 800 int8 weights a cycle, so the
 int8 GEMV cannot take fewer than M*K/800 = 125 cycles there. Each int8 row below is lanes x
-reduce_unroll products a cycle at fp_pipeline=2 with mem_pack=auto (banks packed four to a
+reduce_unroll products a cycle at fp_pipeline=2 and 3 (3 adds each product's own operand copies
+and registered adder-tree levels: docs/pipeline.md) with mem_pack=auto (banks packed four to a
 36-bit block RAM word, compiler/packing.py) and mul=auto (the 85F's 156 DSPs, the rest of the
 products in LUTs, compiler/multipliers.py): compiled, simulated in CXXRTL (outputs bit-exact
 against the numpy golden model, cycles equal to the cycle model), synthesised (synth_ecp5) and
@@ -14,7 +15,7 @@ rows with fp_sum=tree (float sums unrolled as a tree; docs/float_sums.md).
 Goals: int8 <= 250 cycles at >= 100 MHz (stretch <= 130); sequential int8 <= 51 block RAMs;
 fp32 <= 3,200 cycles.
 
-Usage: python bench/bench_bandwidth.py [--int8 16x16 26x16] [--fp32 4x8] [--freq 100] [--router router2]
+Usage: python bench/bench_bandwidth.py [--int8 16x16 26x16] [--pipelines 2 3] [--fp32 4x8] [--freq 100] [--router router2]
                                        [--no-sim] [--no-pnr] [--workdir DIR] [--json out.json]
 Place-and-route and synthesis are cached under $TINYHW_CACHE. A 26x16 int8 design takes
 Yosys ~5 minutes and nextpnr ~15 on a 2-core machine.

@@ -89,6 +89,11 @@ class HardwareConfig:
                   out; memories deeper than one block RAM split into block-RAM-sized parts
                   (each part's data registered next to it) read through a multiplexer tree
                   registered at every level.
+          P >= 3: every integer product registers its own copy of its operands (a value
+                  broadcast to many lanes reaches each through a nearby register; Yosys keeps
+                  the copies), and every integer add of data values is registered (the adder
+                  trees of unrolled reductions). The int8 GEMV 128x784 at lanes x
+                  reduce_unroll = 8x8 goes from 76 to 111 MHz on an ECP5-85F, 4 cycles more.
         Cycles: a step's stores commit C cycles after it issues (C: the deepest stage on the
         way to them; GEMV 128x784: int8 C = 1 at P=1, 9 at P=2..3; fp32 C = 4, 14, 16 at
         P=1, 2, 3), so each kernel run takes C more cycles (once per run, not per step:

@@ -8,7 +8,13 @@ values from one stage to the next:
   * memory read data: with P = fp_pipeline >= 1 the data of every read port is registered
     (it arrives in stage 0: read addresses are issued a cycle ahead), so loads are ready in
     stage 1: this cuts the block RAM's clock-to-out (5.8 ns on an ECP5) from the arithmetic;
-  * integer products of two non-constant values: registered with P >= 2 (+1 stage);
+  * integer products of two non-constant values: registered with P >= 2 (+1 stage); with
+    P >= 3 each product also registers its own copy of each operand first (+1 stage): the
+    copies of a value broadcast to many lanes (the GEMV's x element) are kept apart in
+    synthesis (datapath.DUPLICATE_ATTRIBUTE), so the placer puts each next to its multiplier
+    instead of routing one register across the die;
+  * integer adds and subtracts of data values: registered with P >= 3 (+1 stage each), so an
+    unrolled reduction's adder tree has a register level per tree level;
   * float units: cut into min(2**P, the unit's maximum) stages (compiler/fp: FAdd up to 6,
     FMul, FDiv and FSqrt up to 8, conversions up to 2) and their result registered: + stages;
   * read addresses: with P >= 2 (and block RAM reads) the look-ahead address is registered
