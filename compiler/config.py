@@ -95,10 +95,10 @@ class HardwareConfig:
                   trees of unrolled reductions). The int8 GEMV 128x784 at lanes x
                   reduce_unroll = 8x8 goes from 76 to 111 MHz on an ECP5-85F, 4 cycles more.
         Cycles: a step's stores commit C cycles after it issues (C: the deepest stage on the
-        way to them; GEMV 128x784: int8 C = 1 at P=1, 9 at P=2..3; fp32 C = 4, 14, 16 at
+        way to them; GEMV 128x784: int8 C = 1 at P=1, 9 at P=2, 10 at P=3; fp32 C = 4, 16, 22 at
         P=1, 2, 3), so each kernel run takes C more cycles (once per run, not per step:
-        `done` rises C cycles later), plus the gated rows of interleaving (fp32 P=2: L=3 does
-        not divide 128 rows, 129 are computed: +784 cycles).
+        `done` rises C cycles later), plus the gated rows of interleaving (fp32 P=3: L=6 does
+        not divide 128 rows, 132 are computed: +3,136 cycles).
         Accumulators: logic that reads an accumulator runs in one cycle, so `acc = acc + x`
         keeps its one-cycle loop, except float sums in a fused reduction nest (loop_fusion),
         whose adder is pipelined too: the nest *interleaves* L output rows (the innermost
