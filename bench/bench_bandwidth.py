@@ -2,7 +2,7 @@
 
 The 85F has 208 DP16KD block RAMs of 2 ports x 18 bits: about 800 int8 weights a cycle, so the
 int8 GEMV cannot take fewer than M*K/800 = 125 cycles there. Each int8 row below is lanes x
-reduce_unroll products a cycle at fp_pipeline=2 and 3 (3 adds each product's own operand copies
+reduce_unroll products a cycle at fp_pipeline=2 and 3 (`--pipelines`; 3 adds each product's own operand copies
 and registered adder-tree levels: docs/pipeline.md) with mem_pack=auto (banks packed four to a
 36-bit block RAM word, compiler/packing.py) and mul=auto (the 85F's 156 DSPs, the rest of the
 products in LUTs, compiler/multipliers.py): compiled, simulated in CXXRTL (outputs bit-exact
@@ -15,7 +15,8 @@ rows with fp_sum=tree (float sums unrolled as a tree; docs/float_sums.md).
 Goals: int8 <= 250 cycles at >= 100 MHz (stretch <= 130); sequential int8 <= 51 block RAMs;
 fp32 <= 3,200 cycles.
 
-Usage: python bench/bench_bandwidth.py [--int8 16x16 26x16] [--pipelines 2 3] [--fp32 4x8] [--freq 100] [--router router2]
+Usage: python bench/bench_bandwidth.py [--int8 16x16 26x16] [--pipelines 2 3] [--fp32 4x8] [--fp32-pipeline 2]
+                                       [--freq 100] [--router router2]
                                        [--no-sim] [--no-pnr] [--workdir DIR] [--json out.json]
 Place-and-route and synthesis are cached under $TINYHW_CACHE. A 26x16 int8 design takes
 Yosys ~5 minutes and nextpnr ~15 on a 2-core machine.
@@ -56,7 +57,8 @@ def main() -> int:
     ap.add_argument("--device", default="85k")
     ap.add_argument("--freq", type=float, default=100.0, help="nextpnr target clock (MHz)")
     ap.add_argument("--pipelines", nargs="+", type=int, default=[2, 3],
-                    help="fp_pipeline values of the parallel rows (3 adds fan-out copies and adder-tree registers)")
+                    help="fp_pipeline values of the int8 rows (3 adds operand copies and adder-tree registers)")
+    ap.add_argument("--fp32-pipeline", type=int, default=2, help="fp_pipeline of the fp32 rows")
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--no-sim", dest="sim", action="store_false")
     ap.add_argument("--no-pnr", dest="pnr", action="store_false")
@@ -76,8 +78,9 @@ def main() -> int:
           f"int8 bandwidth bound M*K/{WORDS_PER_CYCLE} = {bound:.0f} cycles; work in {root}", flush=True)
 
     rows = []
-    for dtype, shapes, extra in (("int8", args.int8, {}), ("fp32", args.fp32, {"fp_sum": "tree"})):
-        for (lanes, unroll), level in itertools.product(shapes, args.pipelines):
+    for dtype, shapes, levels, extra in (("int8", args.int8, args.pipelines, {}),
+                                         ("fp32", args.fp32, [args.fp32_pipeline], {"fp_sum": "tree"})):
+        for (lanes, unroll), level in itertools.product(shapes, levels):
             config = HardwareConfig(lanes=lanes, reduce_unroll=unroll, fp_pipeline=level, mem_pack="auto",
                                     mul="auto", **extra)
             row = measure(dtype, config, args, root, pnr=args.pnr)
