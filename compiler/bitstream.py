@@ -53,7 +53,7 @@ def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package
     if package is not None and package.upper() not in known:
         raise ValueError(f"unknown package {package!r} for {dev.name}; known: {', '.join(known)}")
     work = Path(out_dir) / ".bitstream"
-    area = synthesize(design, "ecp5", work / "synth", timeout=timeout, netlist=True)
+    area = synthesize(design, "ecp5", work / "synth", timeout=timeout, netlist=True, exact_init=True)
     top, _cells, pins = netlist_summary(json.loads(Path(area.netlist_path).read_text()))
     package = (package or dev.package_for(pins) or "").upper()
     if not package:

@@ -121,8 +121,8 @@ def prepare_rtlil(text: str) -> str:
 
 
 def design_rtlil(design: Design) -> str:
-    from amaranth.back import rtlil
-    return prepare_rtlil(rtlil.convert(design.top, name="top"))
+    from . import rtlil_text
+    return prepare_rtlil(rtlil_text.convert(design.top, name="top"))
 
 
 # ---------------------------------------------------------------------------------------------
