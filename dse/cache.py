@@ -15,8 +15,8 @@ evaluation actually consumes (`key_material` returns it, and each entry stores i
     knobs       the full HardwareConfig (defaults filled in: `mem_read: sync` written out or
                 left to its default gives the same key)
     dtype, target, data seed, input range (the data the design is checked on, and the ranges
-                the overflow analysis assumes), simulator choice, whether synthesis and
-                place-and-route ran (with timing: nextpnr's version)
+                the overflow analysis assumes), simulator choice, whether simulation,
+                synthesis and place-and-route ran (with timing: nextpnr's version)
     versions    Yosys (its banner), tinygrad, amaranth, numpy, the tinyhw package, and a
                 SHA-256 of the source files that turn IR into numbers (compiler/, and dse's
                 evaluate, zoo and user_model modules). The package version alone would not do:
@@ -180,6 +180,7 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
         "input_range": None if rng is None else [rng.min, rng.max],
         "sim_backend": ctx.sim_backend,
         "synthesize": ctx.synthesize,
+        "simulate": ctx.simulate,
         "timing": _timing_material(ctx),
         "versions": versions(),
     }

@@ -116,6 +116,8 @@ class EvalContext:
     data_seed: int = 0
     sim_backend: str = "auto"       # auto: CXXRTL, falling back to pysim when it cannot run
     synthesize: bool = True         # False: skip Yosys (area fields stay None)
+    simulate: bool = True           # False: stop after compile, cycle model and overflow proof
+                                    # (multi-fidelity's cheap tier: no simulation, check, accuracy)
     timing: bool = False            # place-and-route after synthesis (fmax_mhz, latency_us)
 
     def __post_init__(self) -> None:
@@ -382,6 +384,10 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
 
     proof = _Proof(run, design, built, tensors, model.input_range(point.dtype), fixed, sample_ranges)
     proof.analyze()
+    if not ctx.simulate:
+        run.notes.append("not simulated (the cheap fidelity): cycles from the cycle model, outputs not checked")
+        _synthesis(ctx, run, design)
+        return
 
     def fell_back(why: str) -> None:
         run.notes.append(f"CXXRTL unavailable, simulated with pysim: {why}")

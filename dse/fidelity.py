@@ -6,14 +6,16 @@ whose area could reach the Pareto front.
 
 Per point:
   1. the cheap fidelity: `dse.evaluate` with synthesis (and place-and-route) off: configure,
-     compile, the exact cycle model, simulation, the bit-exact check, the overflow proof, and
-     the design's features (dse.estimate). Cached like any evaluation (its key says
-     synthesize=False).
+     compile, the exact cycle model, the overflow proof, and the design's features
+     (dse.estimate); simulation and the bit-exact check too only when an objective or bound
+     needs a simulated metric (accuracy), else they run with synthesis, so every synthesised
+     point is simulated and checked and a point estimated only is not simulated at all.
+     Cached like any evaluation (its key says synthesize=False, simulate=...).
   2. the estimate: a model fitted on every point already synthesised, by this study (its
      COMPLETE trials) and by any study on this machine (rows with features in the evaluation
      cache, same target), with its error measured by cross-validation (dse.estimate).
-  3. the gate (`decide`): full synthesis (compile again, milliseconds, then Yosys and, with
-     timing, nextpnr; the cheap row's checks are kept, not run again) unless
+  3. the gate (`decide`): the full evaluation (simulation and checks unless the cheap tier ran
+     them, then Yosys and, with timing, nextpnr) unless
         - the point cannot be feasible whatever its area: it failed a check, is not proven
           overflow-safe, or its optimistic estimate breaks a resource budget of the spec;
         - or its optimistic objective vector (each estimated metric at its optimistic bound,
@@ -50,7 +52,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from dse.estimate import AREA_METRICS, ESTIMATED_METRICS, Estimate, Estimator, fit_estimator
-from dse.spec import DesignPoint, Spec
+from dse.spec import NEEDS_SIMULATION, DesignPoint, Spec
 
 ESTIMATE_ATTR = "estimate"
 """Trial user attribute: metric -> the estimate made before the point was synthesised."""
@@ -155,6 +157,8 @@ def optimistic(metric: str, row: Mapping[str, Any], est: Mapping[str, Estimate],
         e = est.get(metric)
         return None if e is None else (e.high if maximize else e.low)
     v = row.get(metric)
+    if v is None:       # cycles of a point not simulated (yet): the cycle model's, exact
+        v = row.get(f"{metric}_model")
     return None if v is None else float(v)
 
 
@@ -163,8 +167,8 @@ def decide(spec: Spec, row: Mapping[str, Any], estimator: Estimator | None,
     """Synthesise `row`'s point (the cheap evaluation's row) or not, and why (module docstring)."""
     if row.get("status") != "OK":
         return Decision(False, f"not synthesised: it failed in {row.get('stage')}")
-    if row.get("correct") is not True or row.get("overflow_safe") is False:
-        why = "it computes a wrong result" if row.get("correct") is not True else "it is not proven overflow-safe"
+    if row.get("correct") is False or row.get("overflow_safe") is False:     # None: not simulated yet
+        why = "it computes a wrong result" if row.get("correct") is False else "it is not proven overflow-safe"
         est = {} if estimator is None or not row.get("features") else estimator.predict(json.loads(row["features"]))
         return Decision(False, f"not synthesised: {why}, so it is infeasible whatever its area", est)
     if estimator is None:
@@ -210,17 +214,24 @@ def estimated_row(row: Mapping[str, Any], decision: Decision, estimator: Estimat
 # ---------------------------------------------------------------------------------------------
 # one point
 
-def cheap_context(ctx):
+def needs_simulation(spec: Spec) -> bool:
+    """Whether the cheap fidelity must simulate: an objective or a bound the gate needs exactly
+    comes only from a simulation (accuracy on the model's data)."""
+    metrics = {o.metric for o in spec.objectives} | {b.metric for b in spec.constraints}
+    return bool(metrics & NEEDS_SIMULATION)
+
+
+def cheap_context(ctx, spec: Spec):
     """The cheap fidelity of an evaluation context (dse.evaluate.EvalContext): no synthesis, no
-    place-and-route."""
-    return dataclasses.replace(ctx, synthesize=False, timing=False)
+    place-and-route, and no simulation unless the spec's objectives need one (`needs_simulation`)."""
+    return dataclasses.replace(ctx, synthesize=False, timing=False, simulate=needs_simulation(spec))
 
 
 def evaluate_multi(study, spec: Spec, ctx, point: DesignPoint, workdir: str | Path, cache,
                    log: Callable[[str], None] | None = None) -> Outcome:
     """The cheap evaluation, the gate, and full synthesis if the gate says so."""
     from dse.cache import cached_evaluate
-    cheap_ctx = cheap_context(ctx)
+    cheap_ctx = cheap_context(ctx, spec)
     row, cached, _ = cached_evaluate(cheap_ctx, point, workdir, cache, log)
     if row.get("status") != "OK" or not row.get("features"):
         # a failure is the point's result, as in a full evaluation (minus synthesis)
@@ -229,6 +240,11 @@ def evaluate_multi(study, spec: Spec, ctx, point: DesignPoint, workdir: str | Pa
     decision = decide(spec, row, estimator, front(study, spec, point.model, point.dtype))
     if not decision.synthesize:
         return Outcome(estimated_row(row, decision, estimator), cached, False, decision)
+    if not cheap_ctx.simulate:
+        # simulated and checked only now, as every synthesised point is (the compile and
+        # overflow proof run again: milliseconds)
+        full, full_cached, _ = cached_evaluate(ctx, point, workdir, cache, log)
+        return Outcome(full, full_cached, True, decision)
     # the checks already ran at the cheap fidelity: only synthesis (and place-and-route) now
     full, full_cached, _ = cached_evaluate(ctx, point, workdir, cache, log, checked=row)
     return Outcome(full, cached and full_cached, True, decision)

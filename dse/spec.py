@@ -97,6 +97,8 @@ METRICS: dict[str, Direction] = {
 }
 """Metrics a spec may optimise or bound, with the direction that is better."""
 NEEDS_TIMING = frozenset({"latency_us", "fmax_mhz"})
+NEEDS_SIMULATION = frozenset({"accuracy"})
+"""Metrics only a simulation gives (cycles are the cycle model's, exact before any simulation)."""
 INTEGER_METRICS = frozenset({"cycles", "luts", "ffs", "bram", "dsp", "lutram"})
 DEFAULT_STAGE_TIMEOUT_S = 600.0
 MAX_STAGE_TIMEOUT_S = 7 * 24 * 3600.0

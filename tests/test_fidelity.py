@@ -189,15 +189,47 @@ def test_fidelity_is_a_checked_spec_key():
         parse_spec(spec_dict(fidelity="mutli"))
 
 
+def test_the_cheap_fidelity_simulates_only_when_an_objective_needs_it(tmp_path, synth_calls, monkeypatch):
+    """cycles x luts: compile, cycle model and overflow proof only (no simulator, no Yosys);
+    the row says what is missing. An accuracy objective makes the cheap tier simulate."""
+    from dse.evaluate import EvalContext, Simulator, evaluate
+    from dse.fidelity import cheap_context, needs_simulation
+    spec = load(tmp_path, spec_dict())
+    point = next(p for p in spec.points() if dict(p.knobs) == {"lanes": 2, "reduce_unroll": 4, "mem_pack": 1})
+    ctx = EvalContext.from_spec(spec, sim_backend="pysim")
+    full = evaluate(ctx, point, tmp_path / "full").as_row()
+
+    def no_simulation(self, design, inputs):
+        raise AssertionError("simulated at the cheap fidelity")
+    monkeypatch.setattr(Simulator, "run", no_simulation)
+    assert not needs_simulation(spec)
+    cheap = evaluate(cheap_context(ctx, spec), point, tmp_path / "cheap").as_row()
+    assert cheap["status"] == "OK" and cheap["luts"] is None and synth_calls == [(2, 4)]
+    assert cheap["cycles"] is None and cheap["correct"] is None and cheap["simulate_s"] is None
+    assert cheap["cycles_model"] == full["cycles"] == full["cycles_model"]
+    assert cheap["overflow_safe"] is full["overflow_safe"] is True and cheap["features"] == full["features"]
+    assert "not simulated" in cheap["notes"]
+    from types import SimpleNamespace
+    from dse.spec import METRICS, Bound, Objective
+    objectives = [Objective(m, METRICS[m]) for m in ("cycles", "luts")]
+    assert needs_simulation(SimpleNamespace(objectives=objectives + [Objective("accuracy", METRICS["accuracy"])],
+                                            constraints=[]))
+    assert needs_simulation(SimpleNamespace(objectives=objectives, constraints=[Bound("accuracy", "min", 0.9)]))
+
+
 def test_synthesis_of_a_checked_point_keeps_its_checks_and_runs_only_synthesis(tmp_path, synth_calls, monkeypatch):
+    """The cheap fidelity of a spec whose objectives need a simulation (accuracy) has simulated
+    and checked: synthesising the point then runs Yosys only."""
+    import dataclasses
     from dse.evaluate import EvalContext, Simulator, evaluate
     from dse.fidelity import cheap_context
     spec = load(tmp_path, spec_dict())
     point = next(p for p in spec.points() if dict(p.knobs) == {"lanes": 2, "reduce_unroll": 4, "mem_pack": 1})
     ctx = EvalContext.from_spec(spec, sim_backend="pysim")
     full = evaluate(ctx, point, tmp_path / "full").as_row()
-    cheap = evaluate(cheap_context(ctx), point, tmp_path / "cheap").as_row()
+    cheap = evaluate(dataclasses.replace(cheap_context(ctx, spec), simulate=True), point, tmp_path / "cheap").as_row()
     assert cheap["luts"] is None and cheap["status"] == "OK" and full["fidelity"] == "synth"
+    assert cheap["correct"] is True and cheap["cycles"] == full["cycles"]
 
     def no_simulation(self, design, inputs):
         raise AssertionError("simulated again")
@@ -247,7 +279,7 @@ def test_a_multi_fidelity_grid_evaluates_every_point_cheaply_first_then_synthesi
     result = sweep(load(tmp_path, spec_dict()), options(tmp_path))
     df = load_results(result.results_dir).sort_values("number")
     # the queue: the prior's front of (cycles, size) first, in one block (numbers 0..k-1)
-    vec = [(c, prior_area(json.loads(f))) for c, f in zip(df["cycles"], df["features"])]
+    vec = [(c, prior_area(json.loads(f))) for c, f in zip(df["cycles_model"], df["features"])]
     on_front = [not any(o[0] <= v[0] and o[1] <= v[1] and o != v for o in vec) for v in vec]
     assert any(on_front) and not all(on_front)
     assert on_front == sorted(on_front, reverse=True)
@@ -277,7 +309,10 @@ def test_multi_fidelity_sweep_synthesises_only_what_can_reach_the_front(tmp_path
     assert len(est) == multi.estimated and (est["trial_state"] == "PRUNED").all() and (est["status"] == "OK").all()
     assert est["luts"].notna().all() and est["estimate_error"].notna().all() and (~est["feasible"]).all()
     assert est["notes"].str.contains("not synthesised").all()
+    # only synthesised points were simulated (the objectives need no simulation), every one of them
+    assert est["correct"].isna().all() and est["cycles"].isna().all() and est["cycles_model"].notna().all()
     synthesised = df[df["fidelity"] == "synth"]
+    assert (synthesised["correct"] == True).all() and (synthesised["cycles"] == synthesised["cycles_model"]).all()  # noqa: E712
     assert sorted(zip(synthesised["lanes"], synthesised["reduce_unroll"])) == sorted(synth_calls)
 
     # the front: only synthesised points, and the same front as the full grid's

@@ -11,8 +11,8 @@ configs/gemv_space.yaml: 5 of 40 points skipped where 29 were dominated). Queued
 the front is synthesised early and the gate then has the points it needs to skip the rest.
 
 1. Cheap pass: every point's cheap evaluation (`dse.fidelity.cheap_context`: compile, cycle
-   model, simulation, check, overflow proof, features; no Yosys), in `options.n_jobs`
-   processes. The rows go to the evaluation cache, so each trial's own cheap evaluation is a
+   model, overflow proof, features; simulation and check only when an objective needs them,
+   i.e. accuracy; no Yosys), in `options.n_jobs` processes. The rows go to the evaluation cache, so each trial's own cheap evaluation is a
    cache hit (without the cache it runs again: the order is still right, only slower).
 2. Rank: per model x dtype, non-dominated sorting (rank 0 = the estimated front, rank 1 = the
    front of the rest, ...) of the objective vectors in which an estimated metric (luts, ...) is
@@ -21,7 +21,8 @@ the front is synthesised early and the gate then has the points it needs to skip
    output errors) as measured. A prior only orders the queue: the gate still decides with the
    fitted estimator and its measured error, and the front still holds synthesised points only.
 3. Queue: rank 0 of every model x dtype, then rank 1, ...; points that failed, compute a wrong
-   result or are not proven overflow-safe (never synthesised) last; ties in the seeded grid order.
+   result (when simulated) or are not proven overflow-safe (never synthesised) last; ties in the
+   seeded grid order.
 
 The order is fixed when the points are queued (Optuna's trial queue is first in, first out);
 the gate is what adapts as points are synthesised.
@@ -36,7 +37,7 @@ from multiprocessing import get_context
 from typing import Any, Callable, Mapping, Sequence
 
 from dse.estimate import ESTIMATED_METRICS
-from dse.fidelity import cheap_context, fit
+from dse.fidelity import cheap_context, fit, needs_simulation
 from dse.paths import point_dir
 from dse.spec import DesignPoint, Spec
 from dse.study.options import SweepOptions
@@ -59,7 +60,8 @@ def cheap_row(spec: Spec, options: SweepOptions, point: DesignPoint) -> dict[str
     """The point's cheap evaluation (from or into the evaluation cache)."""
     from dse.cache import EvalCache, cached_evaluate
     from dse.evaluate import EvalContext
-    ctx = cheap_context(EvalContext.from_spec(spec, data_seed=options.data_seed, sim_backend=options.sim_backend))
+    ctx = cheap_context(EvalContext.from_spec(spec, data_seed=options.data_seed, sim_backend=options.sim_backend),
+                        spec)
     cache = EvalCache(options.cache_dir) if options.use_cache else None
     workdir = point_dir(spec=spec, point=point, target=str(spec.target), seed=options.data_seed,
                         results_root=options.results_root)
@@ -122,7 +124,7 @@ def rank_points(spec: Spec, points: Sequence[DesignPoint], rows: Sequence[Mappin
     """`points` (with their cheap `rows`, in the seeded grid order) in synthesis order
     (module docstring); `predict(features)` gives each estimated metric's central estimate."""
     never = [i for i, r in enumerate(rows) if r.get("status") != "OK" or not r.get("features")
-             or r.get("correct") is not True or r.get("overflow_safe") is False]
+             or r.get("correct") is False or r.get("overflow_safe") is False]
     groups: dict[tuple[str, str], list[int]] = {}
     for i, p in enumerate(points):
         if i not in never:
@@ -144,8 +146,9 @@ def synthesis_order(study, points: Sequence[DesignPoint], *, spec: Spec, options
     if not points:
         return []
     if log is not None:
-        log(f"multi-fidelity: cheap evaluation of {len(points)} points (compile, cycle model, simulation, "
-            f"checks) before any synthesis, to synthesise the likely front first")
+        what = "simulation, checks" if needs_simulation(spec) else "overflow proof; no simulation"
+        log(f"multi-fidelity: cheap evaluation of {len(points)} points (compile, cycle model, {what}) "
+            f"before any synthesis, to synthesise the likely front first")
     rows = cheap_rows(spec, options, points)
     from dse.cache import EvalCache
     estimator = fit(study, spec, EvalCache(options.cache_dir) if options.use_cache else None)
