@@ -146,8 +146,9 @@ def compare(spec_path: Path, extra: list[str]) -> None:
             pareto = load_results(tmp / f"results-{fidelity}" / spec.study / "pareto.csv")
             out[fidelity] = (seconds, df, pareto)
             synth = int((df["fidelity"] == "synth").sum()) if "fidelity" in df else 0
+            simulated = int(df["correct"].notna().sum())
             print(f"  {fidelity:5}: {len(df)} points in {seconds:.0f} s -> {len(df) / seconds * 3600:.0f} points/hour; "
-                  f"{synth} synthesised; front {len(pareto)} points "
+                  f"{simulated} simulated, {synth} synthesised; front {len(pareto)} points "
                   f"({'all synthesised' if (pareto['fidelity'] == 'synth').all() else 'NOT all synthesised'})")
             for line in summary[1:]:
                 if not line.startswith("  "):
