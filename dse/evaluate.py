@@ -18,7 +18,9 @@ metric computed before the failure (cycles survive a synthesis timeout). The sta
                 `features`: what dse.estimate's area model reads (JSON, no hardware built)
     overflow    compiler.overflow's static range analysis over the design, for the inputs'
                 ranges -> `acc_bits_required`, `overflow_safe`, `max_magnitude` (floats)
-    simulate    CXXRTL when it works (else the Python simulator; `sim_backend` says which ran)
+    simulate    CXXRTL when it works (else the Python simulator; `sim_backend` says which ran).
+                With EvalContext.simulate off (multi-fidelity's cheap tier) the evaluation
+                ends before this stage: no simulation, checks, accuracy or synthesis
     check       outputs against the reference -> `correct`, `max_abs_err`; simulated
                 `cycles` must equal `cycles_model` exactly (a difference is a compiler bug)
     confirm     the worst-case inputs of the analysis, simulated and checked against the
@@ -117,7 +119,8 @@ class EvalContext:
     sim_backend: str = "auto"       # auto: CXXRTL, falling back to pysim when it cannot run
     synthesize: bool = True         # False: skip Yosys (area fields stay None)
     simulate: bool = True           # False: stop after compile, cycle model and overflow proof
-                                    # (multi-fidelity's cheap tier: no simulation, check, accuracy)
+                                    # (multi-fidelity's cheap tier: no simulation, check, accuracy
+                                    # nor synthesis)
     timing: bool = False            # place-and-route after synthesis (fmax_mhz, latency_us)
 
     def __post_init__(self) -> None:
@@ -384,9 +387,8 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
 
     proof = _Proof(run, design, built, tensors, model.input_range(point.dtype), fixed, sample_ranges)
     proof.analyze()
-    if not ctx.simulate:
+    if not ctx.simulate:            # and so never synthesised either: no unchecked design gets area
         run.notes.append("not simulated (the cheap fidelity): cycles from the cycle model, outputs not checked")
-        _synthesis(ctx, run, design)
         return
 
     def fell_back(why: str) -> None:

@@ -12,8 +12,9 @@ the front is synthesised early and the gate then has the points it needs to skip
 
 1. Cheap pass: every point's cheap evaluation (`dse.fidelity.cheap_context`: compile, cycle
    model, overflow proof, features; simulation and check only when an objective needs them,
-   i.e. accuracy; no Yosys), in `options.n_jobs` processes. The rows go to the evaluation cache, so each trial's own cheap evaluation is a
-   cache hit (without the cache it runs again: the order is still right, only slower).
+   i.e. accuracy; no Yosys), in `options.n_jobs` processes. The rows go to the evaluation
+   cache, so each trial's own cheap evaluation is a cache hit (without the cache it runs
+   again: the order is still right, only slower).
 2. Rank: per model x dtype, non-dominated sorting (rank 0 = the estimated front, rank 1 = the
    front of the rest, ...) of the objective vectors in which an estimated metric (luts, ...) is
    the estimator's central estimate when it can be fitted (dse.fidelity.fit: this study's and
