@@ -240,13 +240,11 @@ def evaluate_multi(study, spec: Spec, ctx, point: DesignPoint, workdir: str | Pa
     decision = decide(spec, row, estimator, front(study, spec, point.model, point.dtype))
     if not decision.synthesize:
         return Outcome(estimated_row(row, decision, estimator), cached, False, decision)
-    if not cheap_ctx.simulate:
-        # simulated and checked only now, as every synthesised point is (the compile and
-        # overflow proof run again: milliseconds)
-        full, full_cached, _ = cached_evaluate(ctx, point, workdir, cache, log)
-        return Outcome(full, full_cached, True, decision)
-    # the checks already ran at the cheap fidelity: only synthesis (and place-and-route) now
-    full, full_cached, _ = cached_evaluate(ctx, point, workdir, cache, log, checked=row)
+    # synthesis (and place-and-route) now; the checks too unless the cheap fidelity ran them
+    # (then its row is kept, not checked again; else the compile and overflow proof run again:
+    # milliseconds), so every synthesised point is simulated and checked
+    checked = row if cheap_ctx.simulate else None
+    full, full_cached, _ = cached_evaluate(ctx, point, workdir, cache, log, checked=checked)
     return Outcome(full, cached and full_cached, True, decision)
 
 
