@@ -10,12 +10,14 @@ against the numpy golden model, cycles equal to the cycle model), synthesised (s
 placed and routed by nextpnr-ecp5 on the LFE5U-85F (--freq, seed 1, router2: nextpnr's default
 router1 did not converge on the 16x16 design in 40 minutes, router2 routed it in 18). `bound x` is cycles over
 the bandwidth bound. Then: the sequential int8 GEMV's block RAMs (synthesis only), and fp32
-rows with fp_sum=tree (float sums unrolled as a tree; docs/float_sums.md).
+rows with fp_sum=tree (float sums unrolled as a tree; docs/float_sums.md) and mem_tail=lut
+(each weight bank's last, nearly empty block-RAM row in LUT RAM: docs/memory-packing.md).
 
 Goals: int8 <= 250 cycles at >= 100 MHz (stretch <= 130); sequential int8 <= 51 block RAMs;
 fp32 <= 3,200 cycles.
 
-Usage: python bench/bench_bandwidth.py [--int8 16x16 26x16] [--pipelines 2 3] [--fp32 4x8] [--fp32-pipeline 2]
+Usage: python bench/bench_bandwidth.py [--int8 16x16 26x16] [--pipelines 2 3] [--fp32 4x8] [--fp32-pipeline 3]
+                                       [--fp32-mem-tail lut]
                                        [--freq 100] [--router router2]
                                        [--no-sim] [--no-pnr] [--workdir DIR] [--json out.json]
 Place-and-route and synthesis are cached under $TINYHW_CACHE. A 26x16 int8 design takes
@@ -58,7 +60,9 @@ def main() -> int:
     ap.add_argument("--freq", type=float, default=100.0, help="nextpnr target clock (MHz)")
     ap.add_argument("--pipelines", nargs="+", type=int, default=[2, 3],
                     help="fp_pipeline values of the int8 rows (3 adds operand copies and adder-tree registers)")
-    ap.add_argument("--fp32-pipeline", type=int, default=2, help="fp_pipeline of the fp32 rows")
+    ap.add_argument("--fp32-pipeline", type=int, default=3, help="fp_pipeline of the fp32 rows")
+    ap.add_argument("--fp32-mem-tail", choices=("block", "lut"), default="lut",
+                    help="mem_tail of the fp32 rows (lut: each bank's last, nearly empty block-RAM row in LUT RAM)")
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--no-sim", dest="sim", action="store_false")
     ap.add_argument("--no-pnr", dest="pnr", action="store_false")
@@ -79,7 +83,8 @@ def main() -> int:
 
     rows = []
     for dtype, shapes, levels, extra in (("int8", args.int8, args.pipelines, {}),
-                                         ("fp32", args.fp32, [args.fp32_pipeline], {"fp_sum": "tree"})):
+                                         ("fp32", args.fp32, [args.fp32_pipeline],
+                                          {"fp_sum": "tree", "mem_tail": args.fp32_mem_tail})):
         for (lanes, unroll), level in itertools.product(shapes, levels):
             config = HardwareConfig(lanes=lanes, reduce_unroll=unroll, fp_pipeline=level, mem_pack="auto",
                                     mul="auto", **extra)
@@ -114,6 +119,7 @@ def _print(r: dict, bound: float, freq: float) -> None:
     fits = r.get("fits")
     print(f"{r['kind']:15} {r['lanes']:>3}x{r['reduce_unroll']:<3} P{r['fp_pipeline']} cycles {r['cycles']:>6} "
           f"(bound x {r['cycles'] / bound:5.2f})  LUT {r['luts']:>6,} FF {r['ffs']:>6,} BRAM {r['bram']:>3} "
+          f"LUTRAM {r['lutram']:>4} "
           f"DSP {r['dsp']:>3}  Fmax {fmt(r.get('fmax_mhz'), '6.1f')} MHz  latency {fmt(r.get('latency_us'), '7.2f')} us"
           f"  synth {r['synth_s']:.0f} s" + (f"  P&R {r['pnr_wall_s']:.0f} s" if 'pnr_wall_s' in r else "")
           + ("" if fits else f"\n    {r['reason']}" if r.get("reason") else ""), flush=True)

@@ -57,10 +57,11 @@ def build_design(dtype: str, M: int, K: int, config: HardwareConfig):
 def measure(dtype: str, config: HardwareConfig, args, root: Path, *, pnr: bool = True) -> dict:
     """Compile, simulate (args.sim), synthesise and place and route (`pnr`) one GEMV design;
     also used by bench_bandwidth.py. `args` holds M, K, sim, timeout, device and cache."""
-    name = f"{dtype}-p{config.fp_pipeline}-{config.lanes}x{config.reduce_unroll}"
+    name = f"{dtype}-p{config.fp_pipeline}-{config.lanes}x{config.reduce_unroll}" + \
+        ("-lut-tail" if config.mem_tail == "lut" else "")
     workdir = root / name
     row: dict = {"dtype": dtype, "fp_pipeline": config.fp_pipeline, "lanes": config.lanes,
-                 "reduce_unroll": config.reduce_unroll}
+                 "reduce_unroll": config.reduce_unroll, "mem_tail": config.mem_tail}
     t0 = time.perf_counter()
     design, want = build_design(dtype, args.M, args.K, config)
     row["cycles"] = design.cycle_model().total
@@ -81,7 +82,8 @@ def measure(dtype: str, config: HardwareConfig, args, root: Path, *, pnr: bool =
         row["exact"] = True
     t = time.perf_counter()
     area = synthesize(design, "ecp5", workdir / "synth", timeout=args.timeout, netlist=True)
-    row.update(synth_s=time.perf_counter() - t, luts=area.luts, ffs=area.ffs, bram=area.bram, dsp=area.dsp)
+    row.update(synth_s=time.perf_counter() - t, luts=area.luts, ffs=area.ffs, bram=area.bram, dsp=area.dsp,
+               lutram=area.lutram)
     if not pnr:
         return row
     t = time.perf_counter()

@@ -73,6 +73,18 @@ class HardwareConfig:
         RAMB18; iCE40's 4 Kbit blocks want G set by hand), only with mem_read="sync". Applies
         only where it is free: banks every step reads at the same word address and the kernel
         never writes (inputs, copy destinations). No effect on cycles or results.
+    mem_tail: "block" (default) or "lut": where the last, nearly empty block-RAM row of a
+        memory goes. A memory is stacked in rows of block RAMs (ECP5 512 words x 36 bits at
+        its widest); a bank of 3,136 fp32 words (the GEMV 128x784 at 32 products a cycle)
+        fills 6 rows and 64 words of a 7th, so 32 such banks take 224 blocks where 192 are
+        nearly full. "lut" moves such a tail (at most 1/8 of a row, and the memory at least
+        one full row) into a second memory of LUT RAM (`<name>_tail`, ram_style
+        "distributed"), read through a registered select: one block RAM row fewer per memory
+        for about one LUT4 per 16 bits of tail plus its read multiplexer. Only memories the
+        kernel itself never writes (inputs, copy destinations: the host bus and copies write
+        either part by address), only with mem_read="sync". iCE40 has no LUT RAM: there the
+        tail is a small memory of its own, which Yosys puts in a block RAM (no saving). No
+        effect on cycles or results.
     share_buffers: a kernel that reads a buffer another kernel writes (or an input another
         kernel already holds) reads that memory directly instead of its own copy (default
         False). Saves the copy pass (one cycle per element or word) and one memory per
@@ -84,7 +96,7 @@ class HardwareConfig:
         The controller still issues one step per cycle. What each level adds:
           P >= 1: read data registered; every float unit cut into min(2**P, its maximum)
                   stages (FAdd up to 6, FMul, FDiv, FSqrt up to 8, conversions up to 2) with a registered
-                  result; float sums interleave L = min(2**P, 6) output rows (below).
+                  result; float sums interleave L >= min(2**P, 6) output rows (below).
           P >= 2: integer products registered; read addresses registered before they fan
                   out; memories deeper than one block RAM split into block-RAM-sized parts
                   (each part's data registered next to it) read through a multiplexer tree
@@ -97,13 +109,15 @@ class HardwareConfig:
         Cycles: a step's stores commit C cycles after it issues (C: the deepest stage on the
         way to them; GEMV 128x784: int8 C = 1 at P=1, 9 at P=2, 10 at P=3; fp32 C = 4, 16, 22 at
         P=1, 2, 3), so each kernel run takes C more cycles (once per run, not per step:
-        `done` rises C cycles later), plus the gated rows of interleaving (fp32 P=3: L=6 does
-        not divide 128 rows, 132 are computed: +3,136 cycles).
+        `done` rises C cycles later), plus the gated rows of interleaving, if any (L is the
+        value from min(2**P, 6) to twice that which pads the rows least: 128 rows at P=3 take
+        L = 8 and no padding, where L = 6 would compute 132).
         Accumulators: logic that reads an accumulator runs in one cycle, so `acc = acc + x`
         keeps its one-cycle loop, except float sums in a fused reduction nest (loop_fusion),
         whose adder is pipelined too: the nest *interleaves* L output rows (the innermost
         output loop around the reduction moves inside it; each accumulator becomes a ring of
-        L registers, one per row in flight). Each row is still summed in the reference order,
+        L registers, one per row in flight, the adder's stages plus a delay line). Each row
+        is still summed in the reference order,
         so results stay bit-exact; rows past the end are gated off, so ceil(N / L) * L rows
         are computed instead of N. A float sum with no output loop around it, or unfused,
         keeps a single-cycle adder (which then limits the clock).
@@ -127,6 +141,7 @@ class HardwareConfig:
     fp_sum: str = "sequential"
     mul: str = "auto"
     mem_pack: int | str = "auto"
+    mem_tail: str = "block"
 
     def __post_init__(self) -> None:
         if self.mem_read not in ("sync", "comb"):
@@ -140,6 +155,8 @@ class HardwareConfig:
         if self.mem_pack != "auto" and not (_is_int(self.mem_pack) and 1 <= self.mem_pack <= MAX_PARALLEL):
             raise ValueError(f"HardwareConfig.mem_pack: expected 'auto' or an integer from 1 to {MAX_PARALLEL} "
                              f"(elements per memory word), got {self.mem_pack!r}")
+        if self.mem_tail not in ("block", "lut"):
+            raise ValueError(f"HardwareConfig.mem_tail: expected 'block' or 'lut', got {self.mem_tail!r}")
         if self.fp_sum not in ("sequential", "tree"):
             raise ValueError(f"HardwareConfig.fp_sum: expected 'sequential' or 'tree', got {self.fp_sum!r}")
         if self.acc_width is not None and not (_is_int(self.acc_width) and 1 <= self.acc_width <= MAX_ACC_WIDTH):

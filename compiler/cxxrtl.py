@@ -96,11 +96,11 @@ def cxx_compiler() -> str:
     return name if os.sep in name else find_tool(name)
 
 
-def memory_name(ref) -> str:
+def memory_name(ref, name: str | None = None) -> str:
     """The CXXRTL debug name of a kernel memory bank (a design.MemoryRef: hw/top.py names
     kernels `k{i}`, the design names memories `mem_b{slot}` or, one per bank, `mem_b{slot}_l{lane}`;
-    the flattened hierarchy is joined with spaces)."""
-    return " ".join(ref.path)
+    the flattened hierarchy is joined with spaces), or of its part `name` (Design.memory_parts)."""
+    return " ".join(ref.path if name is None else (ref.path[0], name))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,7 +330,9 @@ def _run(design: Design, inputs: dict | None, samples: list[dict], max_cycles: i
     base = _pokes(design, {b: w for b, w in words.items() if not all(b in o for o in own)})
     runs = [_pokes(design, o) for o in own]
     homes = [(hb, design.home_memories(hb.id)) for hb in hosts]
-    reads = [(memory_name(ref), ref.offset, ref.width, ref.depth) for _, refs in homes for ref in refs]
+    # a bank's parts in order, so its words come back contiguous (ref.depth in all)
+    reads = [(memory_name(ref, name), ref.offset, ref.width, mem.depth)
+             for _, refs in homes for ref in refs for name, _, mem in design.memory_parts(ref)]
     with tempfile.TemporaryDirectory(prefix="tinyhw-cxxrtl-") as tmp:
         work = Path(tmp)
         _write_input(work / "in.bin", binary.key, max_cycles, int(step_always), base, runs, reads)
@@ -361,8 +363,9 @@ def _run(design: Design, inputs: dict | None, samples: list[dict], max_cycles: i
 
 
 def _pokes(design: Design, words: dict[int, np.ndarray]) -> list[tuple[str, int, int, np.ndarray]]:
-    return [(memory_name(ref), ref.offset, ref.width, bank)
-            for buf, w in words.items() for ref, bank in design.memory_words(buf, w)]
+    return [(memory_name(ref, name), ref.offset, ref.width, bank[start:start + mem.depth])
+            for buf, w in words.items() for ref, bank in design.memory_words(buf, w)
+            for name, start, mem in design.memory_parts(ref)]
 
 
 def _write_input(path: Path, key: str, max_cycles: int, flags: int, base, runs, reads) -> None:

@@ -142,10 +142,16 @@ class Design:
         return buf
 
     # ---------------------------------------------------------------- memory contents
-    def memory(self, kernel_pos: int, slot: int):
-        """The MemoryData (contents) of one memory bank: `slot` is the bank's buffer slot in
-        the kernel hardware (MemoryRef.slot; a parameter slot when the buffer is plain)."""
-        return self.top.kernels[kernel_pos].memories[slot]
+    def memory_parts(self, ref: MemoryRef) -> list[tuple[str, int, object]]:
+        """The memories that hold bank `ref`, as (module name, first word, MemoryData): the
+        bank's own memory, and its LUT-RAM tail after it when it has one (mem_tail="lut",
+        hw/tail.py). What simulators poke and peek, part by part."""
+        hw = self.top.kernels[ref.kernel]
+        main = hw.memories[ref.slot]
+        parts = [(ref.name, 0, main)]
+        if ref.slot in hw.tails:
+            parts.append((f"{ref.name}_tail", main.depth, hw.tails[ref.slot]))
+        return parts
 
     def memories_of(self, place: tuple[int, int]) -> list[MemoryRef]:
         """The memory banks of a (kernel position, parameter slot) that holds a buffer."""

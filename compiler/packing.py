@@ -115,3 +115,26 @@ def _read_addresses(kernel: ir.KernelIR, program: Program) -> dict[int, dict[int
     for (step, buf, index), port in sorted(port_of.items(), key=lambda kv: kv[1]):
         out[step].setdefault(buf, []).append(index)
     return out
+
+
+
+BLOCK_BITS = 18432            # an 18 Kbit block with its parity bits
+
+
+def lut_tail(depth: int, width: int) -> int:
+    """Words at the end of a memory of `depth` words of `width` bits that mem_tail="lut" moves
+    to LUT RAM (0: none). A memory is stacked in rows of blocks; a last row holding a few
+    words costs whole blocks, while the same bits in LUT RAM cost about one LUT4 per 16
+    (ECP5's 16x4 distributed RAM) plus a read multiplexer. Over the block modes (rows of
+    `words` words), the tail depth % words whose removal leaves the fewest blocks, when it
+    saves some and holds at most 1/8 of the bits of the blocks it saves (the 3,136-word fp32
+    bank: 64 words, 2 Kbit for one block; never 2,048 int8 words, 16 Kbit, for one)."""
+    blocks, _ = block_rams(depth, 1, width)
+    options = []
+    for _, words in BRAM_MODES:
+        tail = depth % words
+        if depth > words and tail:
+            saved = blocks - block_rams(depth - tail, 1, width)[0]
+            if saved > 0 and 8 * tail * width <= saved * BLOCK_BITS:
+                options.append((-saved, tail))
+    return min(options, default=(0, 0))[1]

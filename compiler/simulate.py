@@ -90,14 +90,15 @@ def run_pysim(design: Design, inputs: dict | None = None) -> SimResult:
     async def bench(ctx):
         for buf, w in words.items():                  # every bank holding it, in its layout
             for ref, bank in design.memory_words(buf, w):
-                mem = design.memory(ref.kernel, ref.slot)
-                if mem.shape.width == ref.width:
-                    for i, v in enumerate(bank.tolist()):
-                        ctx.set(mem[i], v)
-                    continue
-                keep = ~(((1 << ref.width) - 1) << ref.offset)     # a bank packed with others
-                for i, v in enumerate(bank.tolist()):
-                    ctx.set(mem[i], (ctx.get(mem[i]) & keep) | (v << ref.offset))
+                for _, start, mem in design.memory_parts(ref):
+                    part = bank[start:start + mem.depth].tolist()
+                    if mem.shape.width == ref.width:
+                        for i, v in enumerate(part):
+                            ctx.set(mem[i], v)
+                        continue
+                    keep = ~(((1 << ref.width) - 1) << ref.offset)     # a bank packed with others
+                    for i, v in enumerate(part):
+                        ctx.set(mem[i], (ctx.get(mem[i]) & keep) | (v << ref.offset))
         t0 = time.perf_counter()
         ctx.set(top.start, 1)
         start_count = ctx.get(count)
@@ -108,8 +109,9 @@ def run_pysim(design: Design, inputs: dict | None = None) -> SimResult:
         result["seconds"] = time.perf_counter() - t0
 
         def read(hb):
-            banks = [[(ctx.get(design.memory(ref.kernel, ref.slot)[i]) >> ref.offset) & ((1 << ref.width) - 1)
-                      for i in range(ref.depth)] for ref in design.home_memories(hb.id)]
+            banks = [[(ctx.get(mem[i]) >> ref.offset) & ((1 << ref.width) - 1)
+                      for _, _, mem in design.memory_parts(ref) for i in range(mem.depth)]
+                     for ref in design.home_memories(hb.id)]
             return design.buffer_words(hb.id, banks)
         result["outputs"], result["buffers"] = outputs_from(design, read)
 

@@ -30,6 +30,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -49,6 +50,9 @@ TARGETS = {
     "ice40": "synth_ice40 -dsp -top top",
     "xilinx": "synth_xilinx -top top",
 }
+
+LUT_RAM = ("ecp5", "xilinx")   # families with distributed (LUT) RAM
+_TAIL_STYLE = re.compile(r'^[ \t]*attribute \\ram_style "distributed"\n', re.M)
 
 # cell type -> (metric, weight). ECP5 carry cells (CCU2C) hold two LUT4s each.
 _CELLS = {
@@ -125,6 +129,10 @@ def synthesize_rtlil(text: str, target: str, workdir: Path | None = None,
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-synth-"))
     workdir.mkdir(parents=True, exist_ok=True)
     text, before, _ = multipliers.plan(text, target, mul)
+    if target not in LUT_RAM:
+        # iCE40 has no LUT RAM, and memory_libmap fails on a style it cannot map: a LUT-RAM
+        # tail (mem_tail="lut") goes where Yosys puts any small memory there, a block RAM
+        text = _TAIL_STYLE.sub("", text)
     if f"attribute \\{DUPLICATE_ATTRIBUTE} " in text:
         # registers duplicated on purpose (fp_pipeline 3): opt_merge would make them one again
         before = f"setattr -set keep 1 a:{DUPLICATE_ATTRIBUTE} %ci1 t:$dff %i\n{before}"

@@ -92,6 +92,17 @@ def test_fp32_mlp_testbench_passes(tmp_path):
 
 
 @needs_iverilog
+def test_lut_ram_tail_testbench_passes(tmp_path):
+    """mem_tail="lut": the testbench loads W through the host bus into both of its parts."""
+    rng = np.random.default_rng(0)
+    W, x = rng.standard_normal((4, 130)).astype(np.float32), rng.standard_normal(130).astype(np.float32)
+    design = compile_model(Tensor(W) @ Tensor(x), config=HardwareConfig(mem_tail="lut"))
+    assert any(k.tails for k in design.top.kernels)
+    exp = export_design(design=design, out_dir=tmp_path)
+    assert_passes(tmp_path, exp.cycles)
+
+
+@needs_iverilog
 def test_conv2d_testbench_passes(tmp_path):
     case = designs.conv2d_padded(C_IN=1, C_OUT=2, H=4, W=4)
     design = compile_model(*case.outputs, config=HardwareConfig(mem_read="sync"))

@@ -228,7 +228,7 @@ def test_float_lanes_and_interleaving_together(level, lanes):
     design, result, arrays = run_zoo("gemv", "fp32", params, HardwareConfig(fp_pipeline=level, lanes=lanes))
     assert same_bits(result.outputs[0], zoo.reference("gemv", "fp32", params, arrays))
     assert result.cycles == design.cycles_formula
-    assert [a.ways for a in design.kernels[0].accs] == [interleave_ways(level)] * lanes
+    assert [a.ways for a in design.kernels[0].accs] == [interleave_ways(level, -(-7 // lanes))] * lanes
 
 
 def _fp32_gemv(M, K, seed=0):
@@ -237,9 +237,12 @@ def _fp32_gemv(M, K, seed=0):
     return Tensor(W) @ Tensor(x), W, x
 
 
-@pytest.mark.parametrize("level, ways", [(1, 2), (2, 4), (3, 6)])
-def test_a_float_sum_interleaves_rows_and_keeps_the_reference_order(level, ways):
-    M, K = 6, 20
+@pytest.mark.parametrize("level, M, ways", [(1, 6, 2), (2, 8, 4), (3, 6, 6),
+                                            (2, 6, 6),     # 6 ways, 6 slots, not 4 ways and 8 slots
+                                            (3, 7, 7),     # 7 slots, not 12
+                                            (3, 32, 8)])   # 32 slots, not 36
+def test_a_float_sum_interleaves_rows_and_keeps_the_reference_order(level, M, ways):
+    K = 20
     y, W, x = _fp32_gemv(M, K)
     design = compile_model(y, config=HardwareConfig(fp_pipeline=level))
     k = design.kernels[0]

@@ -35,6 +35,7 @@ from ..ranges import Interval, analyze
 from .datapath import Datapath, Env, from_bits
 from .pipeline import Schedule, is_gather, schedule
 from .program import Program, Step, build_program
+from .tail import tailed_memory
 
 
 def _acc_shape(d: DType, width: int):
@@ -104,6 +105,11 @@ def loads_of(step: Step) -> list[ir.Load]:
     return [v for v in ir.toposort(roots) if isinstance(v, ir.Load)]
 
 
+def _lut_tail(depth: int, width: int) -> int:
+    from ..packing import lut_tail            # packing imports this module (read_ports)
+    return lut_tail(depth, width)
+
+
 class _ExternalPort:
     """A read port of a memory outside this kernel (share_buffers): address out, data in."""
 
@@ -144,6 +150,8 @@ class KernelHW(wiring.Component):
         # poke them); each elaboration wraps them in a fresh Memory with its own ports. The
         # banks of a packed memory share one MemoryData.
         self.memories: dict[int, memory.MemoryData] = {}
+        # mem_tail="lut": the words past the block-RAM rows, in a LUT-RAM memory (hw/tail.py)
+        self.tails: dict[int, memory.MemoryData] = {}
         sig = {"start": In(1), "done": Out(1), "busy": Out(1)}
         for b in kernel.buffers:
             n = port_names(b.slot)
@@ -154,11 +162,17 @@ class KernelHW(wiring.Component):
                 sig[n["xdata"]] = In(b.dtype.bits)
                 continue
             pack = self.packs.get(b.slot)
-            if pack is None:
-                self.memories[b.slot] = memory.MemoryData(shape=unsigned(b.dtype.bits), depth=b.size, init=[])
-            elif b.slot not in self.memories:
-                data = memory.MemoryData(shape=unsigned(pack.width * len(pack.slots)), depth=pack.depth, init=[])
-                self.memories.update({s: data for s in pack.slots})
+            if b.slot not in self.memories:
+                slots, width = (b.slot,), b.dtype.bits
+                if pack is not None:
+                    slots, width = pack.slots, pack.width * len(pack.slots)
+                tailed = config.mem_tail == "lut" and config.mem_read == "sync" and not b.stored
+                tail = _lut_tail(b.size, width) if tailed else 0
+                data = memory.MemoryData(shape=unsigned(width), depth=b.size - tail, init=[])
+                self.memories.update({s: data for s in slots})
+                if tail:
+                    data = memory.MemoryData(shape=unsigned(width), depth=tail, init=[])
+                    self.tails.update({s: data for s in slots})
             sig[n["raddr"]] = In(_addr_shape(b.size))
             sig[n["rdata"]] = Out(b.dtype.bits)
             sig[n["waddr"]] = In(_addr_shape(b.size))
@@ -235,13 +249,10 @@ class KernelHW(wiring.Component):
                 if b.slot == self.packs[b.slot].slots[0]:
                     self._packed_memory(m, b, self.packs[b.slot], quiet, sync_reads, reads)
                 continue
-            mem = memory.Memory(data=self.memories[b.slot])
-            m.submodules[self.names[b.slot]] = mem
-            write[b.slot] = wp = mem.write_port()
             own_writes = b.stored or b.slot in self.written_outside
-            transparent = (wp,) if (b.loaded and own_writes and sync_reads) else ()
-            reads[b.slot] = [mem.read_port(domain="sync" if sync_reads else "comb", transparent_for=transparent)
-                             for _ in range(self.n_read_ports[b.slot])]
+            transparent = b.loaded and own_writes and sync_reads
+            wp, reads[b.slot] = self._memory(m, self.names[b.slot], b.slot, None, sync_reads, transparent)
+            write[b.slot] = wp
             m.d.comb += [getattr(self, n["rdata"]).eq(reads[b.slot][0].data),
                          wp.addr.eq(getattr(self, n["waddr"])), wp.data.eq(getattr(self, n["wdata"])),
                          wp.en.eq(getattr(self, n["we"]) & quiet)]
@@ -251,13 +262,9 @@ class KernelHW(wiring.Component):
         """One memory for the banks of `pack`: the kernel only reads it (at one address for
         every bank, packing.py), so its write port serves the outside, one enable per bank
         (the host bus and copies write one bank, or all at one address)."""
-        mem = memory.Memory(data=self.memories[first.slot])
-        m.submodules[pack.name] = mem
         w = pack.width
-        wp = mem.write_port(granularity=w)
-        transparent = (wp,) if (first.loaded and first.slot in self.written_outside and sync_reads) else ()
-        shared = [mem.read_port(domain="sync" if sync_reads else "comb", transparent_for=transparent)
-                  for _ in range(self.n_read_ports[first.slot])]
+        transparent = first.loaded and first.slot in self.written_outside and sync_reads
+        wp, shared = self._memory(m, pack.name, first.slot, w, sync_reads, transparent)
         m.d.comb += wp.addr.eq(getattr(self, port_names(first.slot)["waddr"]))
         for i, slot in enumerate(pack.slots):
             n = port_names(slot)
@@ -267,6 +274,19 @@ class KernelHW(wiring.Component):
                          getattr(self, n["rdata"]).eq(reads[slot][0].data)]
             m.d.comb += [bank.data.eq(port.data[i * w:(i + 1) * w]) for bank, port in zip(reads[slot], shared)]
         m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(reads[pack.slots[0]], shared)]
+
+    def _memory(self, m, name: str, slot: int, granularity: int | None, sync_reads: bool, transparent: bool):
+        """The memory of buffer slot `slot` (a packed group's first slot) as module `name`:
+        (write port, read ports), its read ports transparent to its write port if asked. With
+        a LUT-RAM tail, two memories behind ports that look like one's (hw/tail.py)."""
+        domain, n = ("sync" if sync_reads else "comb"), self.n_read_ports[slot]
+        if slot in self.tails:
+            return tailed_memory(m, name, self.memories[slot], self.tails[slot], granularity=granularity,
+                                 reads=n, domain=domain, transparent=transparent)
+        mem = memory.Memory(data=self.memories[slot])
+        m.submodules[name] = mem
+        wp = mem.write_port(granularity=granularity)
+        return wp, [mem.read_port(domain=domain, transparent_for=(wp,) if transparent else ()) for _ in range(n)]
 
     def _controller(self, m, step, nstep, ctr, nctr, last, idle) -> None:
         """Next step and counters: an odometer over the loop tree."""

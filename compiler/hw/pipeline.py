@@ -36,7 +36,9 @@ the last step's, which the cycle model adds once per run.
 Interleaved accumulators (transform.interleave): an accumulator with `ways` = L > 1 holds L
 independent partial values (one per output row in flight), read in stage D and written back
 L cycles later, so the adder that updates it (the *ring adder*) may take L - 1 register
-levels. It is a ring of L registers: the ring adder's pipeline plus a delay line.
+levels. It is a ring of L registers: the ring adder's pipeline (its stages at this level, at
+most L) plus a delay line. L may exceed the adder's stages when that computes fewer padding
+rows (transform.interleave_ways).
 
 Gathers: a load whose address depends on loaded data (indexing by a tensor, an embedding
 lookup) cannot be addressed a step ahead. It is *issued* in the stage its address is ready
@@ -199,10 +201,10 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
             continue
         stages = 1
         if id(v) in rings:
-            stages = lat = rings[id(v)]            # its last register is the accumulator's
-            lat -= 1
-            if floatops.is_float_op(v) and stages > floatops.max_stages(v):
-                raise CompileError(f"{kernel.name}: {v.op.name} cannot be cut into {stages} stages")
+            # its last register is the accumulator's; ways beyond the unit's stages are a
+            # delay line of plain registers (KernelHW._accumulators)
+            stages = min(rings[id(v)], float_stages(v, level)) if floatops.is_float_op(v) else rings[id(v)]
+            lat = stages - 1
         elif id(v) in post and id(v) in feeds_acc:
             lat = 0                            # the accumulator's one-cycle loop
         elif id(v) in floating:

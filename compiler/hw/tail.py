@@ -1,0 +1,61 @@
+"""A memory whose last words live in LUT RAM (the mem_tail="lut" knob, packing.lut_tail).
+
+Two Amaranth memories stand for one: `<name>` holds words [0, split) and maps to block RAM,
+`<name>_tail` holds words [split, depth) and carries `ram_style = "distributed"`, which
+Yosys's memory_libmap reads as "LUT RAM". The ports look like one memory's (`addr`, `data`,
+`en`), so the kernel drives them as it drives any memory:
+
+  * a write goes to the part its address falls in (each part's enable is gated by it);
+  * a read addresses both parts; which part answers is decided by the address, registered
+    with the data for a synchronous port, so the data arrives in the cycle it would from one
+    memory. Transparency (a read seeing the same cycle's write) holds part by part.
+
+Simulators poke each part by name (Design.memory_parts).
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.lib import memory
+
+TAIL_ATTRS = {"ram_style": "distributed"}
+
+
+def _addr_shape(depth: int):
+    return unsigned(max(1, (depth - 1).bit_length()))
+
+
+class _Port:
+    def __init__(self, depth: int, width: int, enables: int, name: str):
+        self.addr = Signal(_addr_shape(depth), name=f"{name}_addr")
+        self.data = Signal(width, name=f"{name}_data")
+        self.en = Signal(enables, name=f"{name}_en")
+
+
+def tailed_memory(m: Module, name: str, main: memory.MemoryData, tail: memory.MemoryData, *,
+                  granularity: int | None, reads: int, domain: str, transparent: bool):
+    """Add the two parts of memory `name` to `m`; return (write port, [read ports]), each an
+    object with `addr`, `data` (and `en` for the write port) as one memory's ports have."""
+    split, depth, width = main.depth, main.depth + tail.depth, main.shape.width
+    lo, hi = memory.Memory(data=main), memory.Memory(data=tail, attrs=TAIL_ATTRS)
+    m.submodules[name] = lo
+    m.submodules[f"{name}_tail"] = hi
+    enables = 1 if granularity is None else width // granularity
+    wp = _Port(depth, width, enables, f"{name}_w")
+    lo_w, hi_w = lo.write_port(granularity=granularity), hi.write_port(granularity=granularity)
+    in_tail = wp.addr >= split
+    m.d.comb += [lo_w.addr.eq(wp.addr), lo_w.data.eq(wp.data), lo_w.en.eq(Mux(in_tail, 0, wp.en)),
+                 hi_w.addr.eq(wp.addr - split), hi_w.data.eq(wp.data), hi_w.en.eq(Mux(in_tail, wp.en, 0))]
+    ports = []
+    for p in range(reads):
+        rp = _Port(depth, width, 1, f"{name}_r{p}")
+        lo_r = lo.read_port(domain=domain, transparent_for=(lo_w,) if transparent else ())
+        hi_r = hi.read_port(domain=domain, transparent_for=(hi_w,) if transparent else ())
+        m.d.comb += [lo_r.addr.eq(rp.addr), hi_r.addr.eq(rp.addr - split)]
+        if domain == "comb":
+            m.d.comb += rp.data.eq(Mux(rp.addr >= split, hi_r.data, lo_r.data))
+        else:
+            from_tail = Signal(name=f"{name}_r{p}_tail")
+            m.d.sync += from_tail.eq(rp.addr >= split)
+            m.d.comb += rp.data.eq(Mux(from_tail, hi_r.data, lo_r.data))
+        ports.append(rp)
+    return wp, ports
