@@ -38,11 +38,17 @@ def test_the_tail_is_the_last_row_when_it_is_nearly_empty(depth, width, tail):
         assert block_rams(depth - tail, 1, width)[0] < block_rams(depth, 1, width)[0]
 
 
-@pytest.mark.parametrize("lanes, fp_pipeline", [(1, 0), (2, 1), (2, 3)])
-def test_fp32_gemv_with_tails_is_bit_exact_in_both_simulators(lanes, fp_pipeline):
-    y, want = _fp32_gemv(4 * lanes, 130)                 # W banks of 520 words: 512 + a tail of 8
+@pytest.mark.parametrize("lanes, K, fp_pipeline, tail", [
+    (1, 130, 0, 8),          # W banks of 520 words: 512 + a tail of 8
+    (2, 130, 1, 8),
+    (2, 130, 3, 8),
+    (1, 393, 0, 36),         # 1,572 words: parts of 1,536 and 36, neither a power of two
+    (2, 393, 1, 36),
+])
+def test_fp32_gemv_with_tails_is_bit_exact_in_both_simulators(lanes, K, fp_pipeline, tail):
+    y, want = _fp32_gemv(4 * lanes, K)
     design = compile_model(y, config=HardwareConfig(lanes=lanes, fp_pipeline=fp_pipeline, mem_tail="lut"))
-    assert sorted(_tails(design).values()) == [8] * lanes
+    assert sorted(_tails(design).values()) == [tail] * lanes
     for backend in ("pysim", "cxxrtl"):
         result = simulate(design, backend=backend)
         np.testing.assert_array_equal(result.outputs[0].view(np.uint32), want.view(np.uint32))

@@ -43,19 +43,28 @@ def tailed_memory(m: Module, name: str, main: memory.MemoryData, tail: memory.Me
     wp = _Port(depth, width, enables, f"{name}_w")
     lo_w, hi_w = lo.write_port(granularity=granularity), hi.write_port(granularity=granularity)
     in_tail = wp.addr >= split
-    m.d.comb += [lo_w.addr.eq(wp.addr), lo_w.data.eq(wp.data), lo_w.en.eq(Mux(in_tail, 0, wp.en)),
-                 hi_w.addr.eq(wp.addr - split), hi_w.data.eq(wp.data), hi_w.en.eq(Mux(in_tail, wp.en, 0))]
+    m.d.comb += [lo_w.data.eq(wp.data), lo_w.en.eq(Mux(in_tail, 0, wp.en)),
+                 hi_w.data.eq(wp.data), hi_w.en.eq(Mux(in_tail, wp.en, 0))]
+    _split_address(m, wp.addr, in_tail, split, lo_w, hi_w)
     ports = []
     for p in range(reads):
         rp = _Port(depth, width, 1, f"{name}_r{p}")
         lo_r = lo.read_port(domain=domain, transparent_for=(lo_w,) if transparent else ())
         hi_r = hi.read_port(domain=domain, transparent_for=(hi_w,) if transparent else ())
-        m.d.comb += [lo_r.addr.eq(rp.addr), hi_r.addr.eq(rp.addr - split)]
+        in_tail = rp.addr >= split
+        _split_address(m, rp.addr, in_tail, split, lo_r, hi_r)
         if domain == "comb":
-            m.d.comb += rp.data.eq(Mux(rp.addr >= split, hi_r.data, lo_r.data))
+            m.d.comb += rp.data.eq(Mux(in_tail, hi_r.data, lo_r.data))
         else:
             from_tail = Signal(name=f"{name}_r{p}_tail")
-            m.d.sync += from_tail.eq(rp.addr >= split)
+            m.d.sync += from_tail.eq(in_tail)
             m.d.comb += rp.data.eq(Mux(from_tail, hi_r.data, lo_r.data))
         ports.append(rp)
     return wp, ports
+
+
+def _split_address(m: Module, addr, in_tail, split: int, lo, hi) -> None:
+    """Each part's address, 0 while the other part is addressed: a part whose depth is not a
+    power of two would otherwise see addresses past its end (CXXRTL stops on such a read;
+    in hardware its data is not selected anyway, and the gate is one AND per address bit)."""
+    m.d.comb += [lo.addr.eq(Mux(in_tail, 0, addr)), hi.addr.eq(Mux(in_tail, addr - split, 0))]
