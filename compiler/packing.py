@@ -25,17 +25,11 @@ from dataclasses import dataclass
 from math import ceil
 
 from . import ir
+from .bram import block_rams
 from .config import HardwareConfig
 from .hw.kernel import read_ports
 from .hw.program import Program
 from .layout import Banking
-
-# Block-RAM geometry mem_pack="auto" sizes groups for: an 18 Kbit block (ECP5 DP16KD, Xilinx
-# RAMB18) as (port width in bits, words); 36 bits in pseudo-dual-port mode (one read, one
-# write port, which is what a packed memory uses). iCE40's 4 Kbit blocks are 16 x 256 at their
-# widest: set mem_pack explicitly there.
-BRAM_MODES: tuple[tuple[int, int], ...] = ((1, 16384), (2, 8192), (4, 4096), (9, 2048), (18, 1024), (36, 512))
-
 
 @dataclass(frozen=True)
 class Pack:
@@ -48,24 +42,6 @@ class Pack:
 
     def offset(self, slot: int) -> int:
         return self.slots.index(slot) * self.width
-
-
-def block_rams(depth: int, elements: int, width: int, max_rows: int | None = None) -> tuple[int, int]:
-    """(block RAMs, rows) of one memory of `depth` words, each `elements` elements of `width`
-    bits, in its best 18 Kbit mode: rows of blocks stacked in depth (read through a
-    multiplexer), each row as many blocks side by side as the word needs; only modes of at most
-    `max_rows` rows when given. An element never straddles two blocks: each element has its
-    own write enable, and a block's enables cover whole 9-bit bytes (Yosys then leaves 4 bits
-    of a 36-bit block unused for four int8 elements; measured: 256 int8 banks of 392 words
-    packed 4 or 256 to a word both take 64 blocks)."""
-    options = []
-    for bits, words in BRAM_MODES:
-        rows = ceil(depth / words)
-        if max_rows is not None and rows > max_rows:
-            continue
-        across = ceil(elements / (bits // width)) if width <= bits else elements * ceil(width / bits)
-        options.append((rows * across, rows))
-    return min(options)
 
 
 def auto_pack(banks: int, depth: int, width: int) -> int:
@@ -117,24 +93,3 @@ def _read_addresses(kernel: ir.KernelIR, program: Program) -> dict[int, dict[int
     return out
 
 
-
-BLOCK_BITS = 18432            # an 18 Kbit block with its parity bits
-
-
-def lut_tail(depth: int, width: int) -> int:
-    """Words at the end of a memory of `depth` words of `width` bits that mem_tail="lut" moves
-    to LUT RAM (0: none). A memory is stacked in rows of blocks; a last row holding a few
-    words costs whole blocks, while the same bits in LUT RAM cost about one LUT4 per 16
-    (ECP5's 16x4 distributed RAM) plus a read multiplexer. Over the block modes (rows of
-    `words` words), the tail depth % words whose removal leaves the fewest blocks, when it
-    saves some and holds at most 1/8 of the bits of the blocks it saves (the 3,136-word fp32
-    bank: 64 words, 2 Kbit for one block; never 2,048 int8 words, 16 Kbit, for one)."""
-    blocks, _ = block_rams(depth, 1, width)
-    options = []
-    for _, words in BRAM_MODES:
-        tail = depth % words
-        if depth > words and tail:
-            saved = blocks - block_rams(depth - tail, 1, width)[0]
-            if saved > 0 and 8 * tail * width <= saved * BLOCK_BITS:
-                options.append((-saved, tail))
-    return min(options, default=(0, 0))[1]

@@ -67,7 +67,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
     """Counts of what the compiled `design` (compiler.design.Design) will build, by kind and
     width. Cheap: it walks the KernelIR and the banking, and builds no hardware."""
     from compiler import ir, multipliers
-    from compiler.packing import lut_tail
+    from compiler.bram import lut_tail
     K = ir.OpKind
     f: dict[str, float] = {"version": FEATURES_VERSION}
 

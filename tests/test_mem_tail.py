@@ -7,7 +7,7 @@ from tinygrad import Tensor
 
 import designs
 from compiler import HardwareConfig, compile_model, simulate
-from compiler.packing import block_rams, lut_tail
+from compiler.bram import block_rams, lut_tail
 
 
 def _tails(design) -> dict[int, int]:

@@ -6,7 +6,8 @@ import pytest
 
 import designs
 from compiler import HardwareConfig, compile_model, simulate
-from compiler.packing import auto_pack, block_rams
+from compiler.bram import block_rams
+from compiler.packing import auto_pack
 
 
 def _packs(design):

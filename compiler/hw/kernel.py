@@ -29,6 +29,7 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import ir
+from ..bram import lut_tail
 from ..config import HardwareConfig
 from ..dtypes import DType
 from ..ranges import Interval, analyze
@@ -105,11 +106,6 @@ def loads_of(step: Step) -> list[ir.Load]:
     return [v for v in ir.toposort(roots) if isinstance(v, ir.Load)]
 
 
-def _lut_tail(depth: int, width: int) -> int:
-    from ..packing import lut_tail            # packing imports this module (read_ports)
-    return lut_tail(depth, width)
-
-
 class _ExternalPort:
     """A read port of a memory outside this kernel (share_buffers): address out, data in."""
 
@@ -167,7 +163,7 @@ class KernelHW(wiring.Component):
                 if pack is not None:
                     slots, width = pack.slots, pack.width * len(pack.slots)
                 tailed = config.mem_tail == "lut" and config.mem_read == "sync" and not b.stored
-                tail = _lut_tail(b.size, width) if tailed else 0
+                tail = lut_tail(b.size, width) if tailed else 0
                 data = memory.MemoryData(shape=unsigned(width), depth=b.size - tail, init=[])
                 self.memories.update({s: data for s in slots})
                 if tail:

@@ -1,4 +1,4 @@
-"""A memory whose last words live in LUT RAM (the mem_tail="lut" knob, packing.lut_tail).
+"""A memory whose last words live in LUT RAM (the mem_tail="lut" knob, bram.lut_tail).
 
 Two Amaranth memories stand for one: `<name>` holds words [0, split) and maps to block RAM,
 `<name>_tail` holds words [split, depth) and carries `ram_style = "distributed"`, which
