@@ -77,8 +77,8 @@ class HardwareConfig:
         memory goes. A memory is stacked in rows of block RAMs (ECP5 512 words x 36 bits at
         its widest); a bank of 3,136 fp32 words (the GEMV 128x784 at 32 products a cycle)
         fills 6 rows and 64 words of a 7th, so 32 such banks take 224 blocks where 192 are
-        nearly full. "lut" moves such a tail (at most 1/8 of a row, and the memory at least
-        one full row) into a second memory of LUT RAM (`<name>_tail`, ram_style
+        nearly full. "lut" moves such a tail (when it saves blocks and holds at most 1/8 of
+        their bits; compiler/bram.py lut_tail) into a second memory of LUT RAM (`<name>_tail`, ram_style
         "distributed"), read through a registered select: one block RAM row fewer per memory
         for about one LUT4 per 16 bits of tail plus its read multiplexer. Only memories the
         kernel itself never writes (inputs, copy destinations: the host bus and copies write

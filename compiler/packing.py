@@ -91,5 +91,3 @@ def _read_addresses(kernel: ir.KernelIR, program: Program) -> dict[int, dict[int
     for (step, buf, index), port in sorted(port_of.items(), key=lambda kv: kv[1]):
         out[step].setdefault(buf, []).append(index)
     return out
-
-

@@ -25,10 +25,14 @@ def _addr_shape(depth: int):
 
 
 class _Port:
-    def __init__(self, depth: int, width: int, enables: int, name: str):
+    """The port of the pair, as the kernel sees it: the whole memory's address and data
+    (and, for the write port, its enables)."""
+
+    def __init__(self, depth: int, width: int, name: str, enables: int = 0):
         self.addr = Signal(_addr_shape(depth), name=f"{name}_addr")
         self.data = Signal(width, name=f"{name}_data")
-        self.en = Signal(enables, name=f"{name}_en")
+        if enables:
+            self.en = Signal(enables, name=f"{name}_en")
 
 
 def tailed_memory(m: Module, name: str, main: memory.MemoryData, tail: memory.MemoryData, *,
@@ -40,7 +44,7 @@ def tailed_memory(m: Module, name: str, main: memory.MemoryData, tail: memory.Me
     m.submodules[name] = lo
     m.submodules[f"{name}_tail"] = hi
     enables = 1 if granularity is None else width // granularity
-    wp = _Port(depth, width, enables, f"{name}_w")
+    wp = _Port(depth, width, f"{name}_w", enables)
     lo_w, hi_w = lo.write_port(granularity=granularity), hi.write_port(granularity=granularity)
     in_tail = wp.addr >= split
     m.d.comb += [lo_w.data.eq(wp.data), lo_w.en.eq(Mux(in_tail, 0, wp.en)),
@@ -48,7 +52,7 @@ def tailed_memory(m: Module, name: str, main: memory.MemoryData, tail: memory.Me
     _split_address(m, wp.addr, in_tail, split, lo_w, hi_w)
     ports = []
     for p in range(reads):
-        rp = _Port(depth, width, 1, f"{name}_r{p}")
+        rp = _Port(depth, width, f"{name}_r{p}")
         lo_r = lo.read_port(domain=domain, transparent_for=(lo_w,) if transparent else ())
         hi_r = hi.read_port(domain=domain, transparent_for=(hi_w,) if transparent else ())
         in_tail = rp.addr >= split
