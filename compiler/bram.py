@@ -50,3 +50,12 @@ def lut_tail(depth: int, width: int) -> int:
             if saved > 0 and 8 * tail * width <= saved * BLOCK_BITS:
                 options.append((-saved, tail))
     return min(options, default=(0, 0))[1]
+
+
+def memory_tail(config, depth: int, width: int, written: bool) -> int:
+    """The LUT-RAM tail a memory gets under HardwareConfig `config` (what the kernel builds and
+    the area estimator counts): lut_tail with mem_tail="lut", block-RAM reads and a memory
+    its kernel never writes; else 0."""
+    if config.mem_tail != "lut" or config.mem_read != "sync" or written:
+        return 0
+    return lut_tail(depth, width)

@@ -67,7 +67,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
     """Counts of what the compiled `design` (compiler.design.Design) will build, by kind and
     width. Cheap: it walks the KernelIR and the banking, and builds no hardware."""
     from compiler import ir, multipliers
-    from compiler.bram import lut_tail
+    from compiler.bram import memory_tail
     K = ir.OpKind
     f: dict[str, float] = {"version": FEATURES_VERSION}
 
@@ -119,7 +119,6 @@ def design_features(design, *, target: str) -> dict[str, float]:
 
     external = {(sh.reader[0], b) for sh in design.shares for b in design.banking_of(*sh.reader).banks}
     comb = design.config.mem_read == "comb"
-    tails = design.config.mem_tail == "lut" and not comb                # compiler/hw/tail.py
     for pos, k in enumerate(design.source_kernels or design.kernels):
         packed = {s: p for p in design.packs_of(pos) for s in p.slots}     # mem_pack: one memory per group
         for b in k.buffers:
@@ -130,7 +129,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
                 depth, width = bk.layout.words, b.dtype.bits * (len(packed[bank].slots) if bank in packed else 1)
                 addr = max(1, math.ceil(math.log2(max(depth, 2))))
                 add("banks", 1)
-                tail = lut_tail(depth, width) if tails and not b.stored else 0
+                tail = memory_tail(design.config, depth, width, b.stored)
                 if tail:                                 # mem_tail: the last words in LUT RAM
                     add("tail_bits", tail * width)
                     add("tail_banks", 1)

@@ -29,7 +29,7 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import ir
-from ..bram import lut_tail
+from ..bram import memory_tail
 from ..config import HardwareConfig
 from ..dtypes import DType
 from ..ranges import Interval, analyze
@@ -162,8 +162,7 @@ class KernelHW(wiring.Component):
                 slots, width = (b.slot,), b.dtype.bits
                 if pack is not None:
                     slots, width = pack.slots, pack.width * len(pack.slots)
-                tailed = config.mem_tail == "lut" and config.mem_read == "sync" and not b.stored
-                tail = lut_tail(b.size, width) if tailed else 0
+                tail = memory_tail(config, b.size, width, b.stored)
                 data = memory.MemoryData(shape=unsigned(width), depth=b.size - tail, init=[])
                 self.memories.update({s: data for s in slots})
                 if tail:
