@@ -207,6 +207,7 @@ class Metrics:
     features: str | None = None             # JSON of dse.estimate.design_features: what the area estimate reads
     fidelity: str | None = None             # where luts/ffs/bram/lutram/dsp (and fmax) came from: synth | estimate
     estimate_error: str | None = None       # fidelity "estimate": JSON metric -> measured relative error bound
+    hv_share: float | None = None           # skipped under search.hv_tolerance: the most it could add to the front's hypervolume, relative
 
     @property
     def ok(self) -> bool:

@@ -23,6 +23,9 @@ Per point:
           weakly dominated by a feasible, synthesised point of the same model x dtype.
      While fewer than dse.estimate.MIN_SAMPLES points are synthesised, or an objective has no
      fit, every point is synthesised.
+     With `search.hv_tolerance` (a grid only), also skipped: a point whose optimistic vector
+     would add at most that share to the hypervolume of the synthesised front, while the shares
+     given up in its model x dtype stay within the tolerance (`hypervolume_share`, below).
 
 A skipped point is told to Optuna as PRUNED: a trial stopped at a lower fidelity, which is what
 PRUNED means. `Study.best_trials` (the front of pareto.csv) reads COMPLETE trials only, so the
@@ -56,6 +59,12 @@ from dse.spec import NEEDS_SIMULATION, DesignPoint, Spec
 
 ESTIMATE_ATTR = "estimate"
 """Trial user attribute: metric -> the estimate made before the point was synthesised."""
+CHEAP_ATTR = "cheap_points"
+"""Study user attribute (search.hv_tolerance): model/dtype -> the exact objective values and
+features of each point of the grid, from the cheap pass (dse.study.order)."""
+REFERENCE_ATTR = "hv_reference"
+"""Study user attribute: model/dtype -> the hypervolume reference point (minimised), fixed the
+first time the gate needs it."""
 FIDELITY_TXT = "fidelity.txt"
 """In the results folder: what `describe` says at the end of a multi-fidelity sweep."""
 
@@ -65,6 +74,7 @@ class Decision:
     synthesize: bool
     reason: str
     estimates: Mapping[str, Estimate] = dataclasses.field(default_factory=dict)
+    hv_share: float | None = None   # skipped under hv_tolerance: the most it could add, relative
 
 
 @dataclass(frozen=True)
@@ -147,24 +157,98 @@ def front(study, spec: Spec, model: str, dtype: str) -> list[list[float]]:
     return out
 
 
-def optimistic(metric: str, row: Mapping[str, Any], est: Mapping[str, Estimate], maximize: bool) -> float | None:
-    """The most favourable value `metric` can have within the estimate's error; exact metrics
-    (cycles, errors of the outputs) as measured by the cheap evaluation."""
+def optimistic(metric: str, row: Mapping[str, Any], est: Mapping[str, Estimate], maximize: bool,
+               favourable: bool = True) -> float | None:
+    """The most favourable value `metric` can have within the estimate's error (the least
+    favourable with favourable=False); exact metrics (cycles, errors of the outputs) as measured
+    by the cheap evaluation."""
     if metric == "latency_us":
         cycles, fmax = row.get("cycles") or row.get("cycles_model"), est.get("fmax_mhz")
-        return None if cycles is None or fmax is None or fmax.high <= 0 else cycles / fmax.high
+        f = None if fmax is None else (fmax.high if favourable else fmax.low)
+        return None if cycles is None or f is None or f <= 0 else cycles / f
     if metric in ESTIMATED_METRICS:
         e = est.get(metric)
-        return None if e is None else (e.high if maximize else e.low)
+        return None if e is None else (e.high if maximize == favourable else e.low)
     v = row.get(metric)
     if v is None:       # cycles of a point not simulated (yet): the cycle model's, exact
         v = row.get(f"{metric}_model")
     return None if v is None else float(v)
 
 
+def group_key(model: str, dtype: str) -> str:
+    return f"{model}/{dtype}"
+
+
+def hypervolume(points: Sequence[Sequence[float]], reference: Sequence[float]) -> float:
+    """Hypervolume (all minimised) of `points` bounded by `reference` (Optuna's exact algorithm;
+    a point not better than the reference in every objective adds nothing)."""
+    import numpy as np
+    from optuna._hypervolume import compute_hypervolume
+    inside = [p for p in points if all(a < r for a, r in zip(p, reference))]
+    if not inside:
+        return 0.0
+    return float(compute_hypervolume(np.asarray(inside, dtype=float), np.asarray(reference, dtype=float)))
+
+
+def hypervolume_share(front_points: Sequence[Sequence[float]], vector: Sequence[float],
+                      reference: Sequence[float]) -> float:
+    """How much `vector` would add to the hypervolume of `front_points`, relative to it.
+
+    Why a sum of these shares bounds what skipping costs: the hypervolume of a union is
+    submodular, so what a set of skipped points adds to the final front is at most the sum of
+    what each adds alone, and what one adds to the final front is at most what it added to the
+    (smaller) front it was judged against. Each share is relative to the front of its time,
+    whose hypervolume is at most the final one's, so shares summing to t lose at most t of the
+    final front's hypervolume (with the vector at its optimistic bound, i.e. within the
+    estimator's measured error)."""
+    base = hypervolume(front_points, reference)
+    if base <= 0:
+        return math.inf
+    return (hypervolume([*front_points, vector], reference) - base) / base
+
+
+def reference_point(study, spec: Spec, model: str, dtype: str, estimator: Estimator | None) -> list[float] | None:
+    """The model x dtype's hypervolume reference point (minimised): each objective's least
+    favourable value over the grid's points (estimated metrics at their pessimistic bound,
+    cycles exact from the cheap pass), plus 10%. Fixed the first time it is computed (the
+    study's REFERENCE_ATTR), since the shares given up are only comparable under one point."""
+    key = group_key(model, dtype)
+    fixed = (study.user_attrs.get(REFERENCE_ATTR) or {}).get(key)
+    if fixed is not None:
+        return list(fixed)
+    points = (study.user_attrs.get(CHEAP_ATTR) or {}).get(key)
+    if not points or estimator is None:
+        return None
+    worst: list[float] | None = None
+    for p in points:
+        est = estimator.predict(p["features"])
+        values = []
+        for o in spec.objectives:
+            maximize = str(o.direction) == "maximize"
+            v = optimistic(o.metric, p["row"], est, maximize, favourable=False)
+            if v is None:
+                return None
+            values.append(v)
+        values = _minimised(spec, values)
+        worst = values if worst is None else [max(a, b) for a, b in zip(worst, values)]
+    ref = [w + 0.1 * abs(w) for w in worst]
+    study.set_user_attr(REFERENCE_ATTR, {**(study.user_attrs.get(REFERENCE_ATTR) or {}), key: ref})
+    return ref
+
+
+def share_given_up(study, model: str, dtype: str) -> float:
+    """The hypervolume shares of the model x dtype's points already skipped under hv_tolerance."""
+    from optuna.trial import TrialState
+    return sum((t.user_attrs.get("metrics") or {}).get("hv_share") or 0.0
+               for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))
+               if t.params.get("model") == model and t.params.get("dtype") == dtype)
+
+
 def decide(spec: Spec, row: Mapping[str, Any], estimator: Estimator | None,
-           front_points: Sequence[Sequence[float]]) -> Decision:
-    """Synthesise `row`'s point (the cheap evaluation's row) or not, and why (module docstring)."""
+           front_points: Sequence[Sequence[float]], reference: Sequence[float] | None = None,
+           given_up: float = 0.0) -> Decision:
+    """Synthesise `row`'s point (the cheap evaluation's row) or not, and why (module docstring).
+    `reference` and `given_up` (the shares of points already skipped) for search.hv_tolerance."""
     if row.get("status") != "OK":
         return Decision(False, f"not synthesised: it failed in {row.get('stage')}")
     if row.get("correct") is False or row.get("overflow_safe") is False:     # None: not simulated yet
@@ -191,6 +275,14 @@ def decide(spec: Spec, row: Mapping[str, Any], estimator: Estimator | None,
             shown = ", ".join(f"{o.metric} {abs(v):.4g}" for o, v in zip(spec.objectives, vector))
             return Decision(False, f"not synthesised: even at its optimistic bound ({shown}) a synthesised "
                                    f"point dominates it", est)
+    tolerance = spec.search.hv_tolerance
+    if tolerance > 0 and reference is not None and front_points:
+        share = hypervolume_share(front_points, vector, reference)
+        if given_up + share <= tolerance:
+            return Decision(False, f"not synthesised: even at its optimistic bound it would add at most "
+                                   f"{share:.3%} to the synthesised front's hypervolume (hv_tolerance "
+                                   f"{tolerance:g}; {given_up + share:.3%} given up in this model x dtype)",
+                            est, hv_share=share)
     return Decision(True, "synthesised: its optimistic estimate could reach the front", est)
 
 
@@ -203,6 +295,8 @@ def estimated_row(row: Mapping[str, Any], decision: Decision, estimator: Estimat
             out[m] = est[m].value if m == "fmax_mhz" else int(round(est[m].value))
     if "fmax_mhz" in est and est["fmax_mhz"].value > 0 and (row.get("cycles") or row.get("cycles_model")):
         out["latency_us"] = (row.get("cycles") or row.get("cycles_model")) / est["fmax_mhz"].value
+    if decision.hv_share is not None:
+        out["hv_share"] = decision.hv_share
     if est:
         out["fidelity"] = "estimate"
         out["estimate_error"] = json.dumps({m: estimator.bounds(m) for m in est})
@@ -237,7 +331,11 @@ def evaluate_multi(study, spec: Spec, ctx, point: DesignPoint, workdir: str | Pa
         # a failure is the point's result, as in a full evaluation (minus synthesis)
         return Outcome(row, cached, False, Decision(False, f"not synthesised: it failed in {row.get('stage')}"))
     estimator = fit(study, spec, cache)
-    decision = decide(spec, row, estimator, front(study, spec, point.model, point.dtype))
+    reference = given_up = None
+    if spec.search.hv_tolerance > 0 and estimator is not None:
+        reference = reference_point(study, spec, point.model, point.dtype, estimator)
+        given_up = share_given_up(study, point.model, point.dtype)
+    decision = decide(spec, row, estimator, front(study, spec, point.model, point.dtype), reference, given_up or 0.0)
     if not decision.synthesize:
         return Outcome(estimated_row(row, decision, estimator), cached, False, decision)
     # synthesis (and place-and-route) now; the checks too unless the cheap fidelity ran them
@@ -274,6 +372,15 @@ def describe(study, spec: Spec, cache=None) -> str:
     synth = sum(t.state is TrialState.COMPLETE for t in trials)
     est = fit(study, spec, cache)
     lines = [f"multi-fidelity: {synth} points synthesised, {pruned} estimated only (not synthesised)"]
+    if spec.search.hv_tolerance > 0:
+        shares: dict[tuple[str, str], list[float]] = {}
+        for t in trials:
+            share = (t.user_attrs.get("metrics") or {}).get("hv_share") if t.state is TrialState.PRUNED else None
+            if share is not None:
+                shares.setdefault((t.params.get("model"), t.params.get("dtype")), []).append(share)
+        lines.append(f"hv_tolerance {spec.search.hv_tolerance:g}: " + ("; ".join(
+            f"{m} {d}: {len(v)} points not synthesised for adding at most {sum(v):.3%} of the front's hypervolume"
+            for (m, d), v in sorted(shares.items())) or "no point skipped for it"))
     if est is not None:
         lines.append(est.describe())
     real = realised_error(study)

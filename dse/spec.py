@@ -182,6 +182,7 @@ class SearchSpec:
     trials: int             # for grid: the whole grid unless the spec says fewer
     seed: int
     fidelity: str = "full"  # "multi": synthesise only points that could reach the front (dse.fidelity)
+    hv_tolerance: float = 0.0   # multi on a grid: hypervolume share of the front the gate may give up
 
 
 @dataclass(frozen=True)
@@ -1044,20 +1045,29 @@ class _Parser:
             raise SpecError(path, f"{metric!r} needs place-and-route timing; add 'timing: true' to the spec")
 
     def search(self, value: Any, space: int) -> SearchSpec:
-        d = _mapping(value, "search", ["sampler"], ["trials", "seed", "fidelity"])
+        d = _mapping(value, "search", ["sampler"], ["trials", "seed", "fidelity", "hv_tolerance"])
         sampler = Sampler(_choice(d["sampler"], "search.sampler", [s.value for s in Sampler], "sampler"))
         seed = _int(d.get("seed", 0), "search.seed", minimum=0, maximum=MAX_SEED, why=" (the samplers' seed range)")
         fidelity = _choice(d.get("fidelity", "full"), "search.fidelity", ["full", "multi"], "fidelity")
+        tolerance = 0.0
+        if "hv_tolerance" in d:
+            tolerance = float(_number(d["hv_tolerance"], "search.hv_tolerance"))
+            if tolerance >= 0.5:
+                raise SpecError("search.hv_tolerance", f"expected a share of the front's hypervolume below 0.5 "
+                                                       f"(0.01 gives up at most 1%), got {_got(d['hv_tolerance'])}")
+            if fidelity != "multi" or sampler is not Sampler.GRID:
+                raise SpecError("search.hv_tolerance", "applies to 'fidelity: multi' with 'sampler: grid' only (its "
+                                                       "cheap pass over every point fixes the reference point)")
         if "trials" not in d:
             if sampler is not Sampler.GRID:
                 raise SpecError("search.trials", f"required key is missing (the {sampler.value} sampler needs a trial budget)")
-            return SearchSpec(sampler, space, seed, fidelity)
+            return SearchSpec(sampler, space, seed, fidelity, tolerance)
         trials = _int(d["trials"], "search.trials", maximum=MAX_TRIALS,
                       why=" (at hundreds of evaluations an hour, more would run for years)")
         if sampler is Sampler.GRID and trials > space:
             raise SpecError("search.trials", f"{trials} exceeds the {space} points of the grid "
                                              f"(models x dtypes x knob values); leave 'trials' out to run them all")
-        return SearchSpec(sampler, trials, seed, fidelity)
+        return SearchSpec(sampler, trials, seed, fidelity, tolerance)
 
     # -- constraints and gate
 

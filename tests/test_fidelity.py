@@ -179,6 +179,52 @@ def test_the_margin_is_what_keeps_a_close_point(monkeypatch):
     assert decide(spec, row, est, front).synthesize              # a 10% error: it could reach the front
 
 
+def test_hypervolume_share_is_what_a_point_adds_relative_to_the_front():
+    from dse.fidelity import hypervolume, hypervolume_share
+    ref = [20.0, 20.0]
+    assert hypervolume([[10, 5]], ref) == pytest.approx(150)                  # 10 x 15
+    assert hypervolume([[10, 5], [25, 1]], ref) == pytest.approx(150)         # beyond the reference: nothing
+    assert hypervolume_share([[10, 5]], [5, 10], ref) == pytest.approx(50 / 150)   # adds 5 x 10
+    assert hypervolume_share([[10, 5]], [11, 6], ref) == 0                    # dominated: adds nothing
+    assert hypervolume_share([], [5, 10], ref) == math.inf                    # nothing to be relative to
+    # the bound the tolerance rests on: what two points add together is at most the sum of what
+    # each adds alone to a smaller front (submodularity)
+    front, a, b = [[10, 5]], [5, 10], [7, 8]
+    together = hypervolume([*front, a, b], ref) - hypervolume(front, ref)
+    alone = sum(hypervolume_share(front, v, ref) for v in (a, b)) * hypervolume(front, ref)
+    assert together < alone
+
+
+def test_hv_tolerance_skips_what_adds_little_until_the_tolerance_is_used():
+    spec = parse_spec(spec_dict(search={"sampler": "grid", "fidelity": "multi", "hv_tolerance": 0.02}))
+    est, _ = _estimator(0.0)
+    row = {"status": "OK", "correct": True, "overflow_safe": True, "cycles": 95,
+           "features": json.dumps({"version": FEATURES_VERSION, "x": 5.0})}     # luts ~150
+    ref = [1100.0, 1100.0]
+    front = [[100, 140], [1000, 100]]             # the point: 5 fewer cycles for ~10 more LUTs
+    d = decide(spec, row, est, front, ref)
+    assert not d.synthesize and "hv_tolerance 0.02" in d.reason
+    assert 0 < d.hv_share < 0.02
+    assert decide(spec, row, est, front, ref, given_up=0.02 - d.hv_share / 2).synthesize    # tolerance used up
+    assert decide(spec, row, est, front, None).synthesize                     # no reference yet
+    fast = {**row, "cycles": 10}                  # far faster: adds much more than 2%
+    assert decide(spec, fast, est, front, ref).synthesize
+    assert decide(parse_spec(spec_dict()), row, est, front, ref).synthesize   # no tolerance: synthesised
+
+
+def test_hv_tolerance_is_a_checked_spec_key():
+    grid = {"sampler": "grid", "fidelity": "multi"}
+    assert parse_spec(spec_dict()).search.hv_tolerance == 0
+    assert parse_spec(spec_dict(search={**grid, "hv_tolerance": 0.01})).search.hv_tolerance == 0.01
+    for value, message in [(-0.1, "expected a non-negative number"), ("1%", "expected a non-negative number"),
+                           (0.5, "expected a share of the front.s hypervolume below 0.5")]:
+        with pytest.raises(SpecError, match=rf"search.hv_tolerance: {message}"):
+            parse_spec(spec_dict(search={**grid, "hv_tolerance": value}))
+    for search in ({**grid, "fidelity": "full"}, {"sampler": "tpe", "trials": 8, "fidelity": "multi"}):
+        with pytest.raises(SpecError, match=r"search.hv_tolerance: applies to 'fidelity: multi' with 'sampler: grid'"):
+            parse_spec(spec_dict(search={**search, "hv_tolerance": 0.01}))
+
+
 def test_fidelity_is_a_checked_spec_key():
     assert parse_spec(spec_dict()).search.fidelity == "multi"
     assert parse_spec(spec_dict(fidelity="full")).search.fidelity == "full"
@@ -357,3 +403,36 @@ def test_a_multi_fidelity_study_resumes_without_evaluating_again_and_refuses_ful
 def _journal(tmp_path: Path, name: str):
     from optuna.storages.journal import JournalFileBackend, JournalStorage
     return JournalStorage(JournalFileBackend(str(tmp_path / "results" / name / "study.journal")))
+
+
+@pytest.mark.slow
+def test_hv_tolerance_gives_up_at_most_its_share_of_the_front_and_synthesises_less(tmp_path, synth_calls):
+    from dse.fidelity import REFERENCE_ATTR, hypervolume
+    tol = 0.02
+    runs = {}
+    for study, search in [("full", {"fidelity": "full"}), ("exact", {}), ("tolerant", {"hv_tolerance": tol})]:
+        synth_calls.clear()
+        d = spec_dict(study=study)
+        d["search"] = {**d["search"], **search}
+        result = sweep(load(tmp_path, d), options(tmp_path, cache_dir=tmp_path / f"cache-{study}"))
+        runs[study] = (result, len(synth_calls))
+    (full, n_full), (exact, n_exact), (tolerant, n_tol) = runs["full"], runs["exact"], runs["tolerant"]
+    assert n_tol < n_exact < n_full == 24
+
+    df = load_results(tolerant.results_dir)
+    given_up = df[df["hv_share"].notna()]
+    assert len(given_up) > 0 and (given_up["trial_state"] == "PRUNED").all()
+    assert given_up["hv_share"].sum() <= tol and given_up["notes"].str.contains("hv_tolerance 0.02").all()
+    assert f"{len(given_up)} points not synthesised for adding at most" in tolerant.fidelity_report
+    # the reported front holds synthesised points only, and loses at most the tolerance of the
+    # full grid's hypervolume under the reference point the gate fixed
+    pareto = load_results(tolerant.results_dir / "pareto.csv")
+    assert (pareto["fidelity"] == "synth").all()
+    ref = optuna.load_study(study_name="tolerant", storage=_journal(tmp_path, "tolerant")).user_attrs[REFERENCE_ATTR]
+    ref = ref["gemv_16x32/int8"]
+    full_front = load_results(full.results_dir / "pareto.csv")[["cycles", "luts"]].values.tolist()
+    kept = hypervolume(pareto[["cycles", "luts"]].values.tolist(), ref)
+    assert (1 - tol) * hypervolume(full_front, ref) <= kept < hypervolume(full_front, ref)
+    # the exact search keeps the whole front
+    exact_front = load_results(exact.results_dir / "pareto.csv")[["cycles", "luts"]].values.tolist()
+    assert hypervolume(exact_front, ref) == pytest.approx(hypervolume(full_front, ref))

@@ -23,7 +23,11 @@ the front is synthesised early and the gate then has the points it needs to skip
    fitted estimator and its measured error, and the front still holds synthesised points only.
 3. Queue: rank 0 of every model x dtype, then rank 1, ...; points that failed, compute a wrong
    result (when simulated) or are not proven overflow-safe (never synthesised) last; ties in the
-   seeded grid order.
+   seeded grid order. With `search.hv_tolerance`, the points of a rank go smallest first (by
+   estimated or prior LUTs): the gate then judges the large designs at the fast end of the
+   front, the slowest to synthesise, against a front that already has the rest, where what
+   they can add to its hypervolume is smallest. The grid's exact objective values and features
+   go into the study (dse.fidelity.CHEAP_ATTR) for the gate's hypervolume reference point.
 
 The order is fixed when the points are queued (Optuna's trial queue is first in, first out);
 the gate is what adapts as points are synthesised.
@@ -38,7 +42,7 @@ from multiprocessing import get_context
 from typing import Any, Callable, Mapping, Sequence
 
 from dse.estimate import ESTIMATED_METRICS
-from dse.fidelity import cheap_context, fit, needs_simulation
+from dse.fidelity import CHEAP_ATTR, cheap_context, fit, group_key, needs_simulation
 from dse.paths import point_dir
 from dse.spec import DesignPoint, Spec
 from dse.study.options import SweepOptions
@@ -120,25 +124,48 @@ def pareto_ranks(vectors: Sequence[Sequence[float]]) -> list[int]:
     return ranks
 
 
+def _never(row: Mapping[str, Any]) -> bool:
+    """A point the gate will never synthesise: it failed, or cannot be feasible."""
+    return (row.get("status") != "OK" or not row.get("features") or row.get("correct") is False
+            or row.get("overflow_safe") is False)
+
+
 def rank_points(spec: Spec, points: Sequence[DesignPoint], rows: Sequence[Mapping[str, Any]],
                 predict: Callable[[Mapping[str, float]], Mapping[str, float]] | None) -> list[DesignPoint]:
     """`points` (with their cheap `rows`, in the seeded grid order) in synthesis order
     (module docstring); `predict(features)` gives each estimated metric's central estimate."""
-    never = [i for i, r in enumerate(rows) if r.get("status") != "OK" or not r.get("features")
-             or r.get("correct") is False or r.get("overflow_safe") is False]
+    never = [i for i, r in enumerate(rows) if _never(r)]
     groups: dict[tuple[str, str], list[int]] = {}
     for i, p in enumerate(points):
         if i not in never:
             groups.setdefault((p.model, p.dtype), []).append(i)
-    rank = {}
+    rank, size = {}, {}
     for members in groups.values():
+        for i in members:
+            features = json.loads(rows[i]["features"])
+            luts = (predict(features) if predict else {}).get("luts")
+            size[i] = luts if luts is not None else prior_area(features)
         vectors = [_vector(spec, rows[i], predict(json.loads(rows[i]["features"])) if predict else None)
                    for i in members]
         for i, r in zip(members, pareto_ranks(vectors)):
             rank[i] = r
     never_rank = max(rank.values(), default=0) + 1
-    order = sorted(range(len(points)), key=lambda i: (rank.get(i, never_rank), i))
+    smallest_first = spec.search.hv_tolerance > 0
+    order = sorted(range(len(points)),
+                   key=lambda i: (rank.get(i, never_rank), size.get(i, 0.0) if smallest_first else 0.0, i))
     return [points[i] for i in order]
+
+
+def record_cheap_points(study, spec: Spec, points: Sequence[DesignPoint], rows: Sequence[Mapping[str, Any]]) -> None:
+    """Each feasible-looking point's exact objective values and features, per model x dtype, into
+    the study (dse.fidelity.CHEAP_ATTR; added to what a resumed study holds)."""
+    keep = {o.metric for o in spec.objectives} | {f"{o.metric}_model" for o in spec.objectives} | {"cycles_model"}
+    held = dict(study.user_attrs.get(CHEAP_ATTR) or {})
+    for p, r in zip(points, rows):
+        if not _never(r):
+            held.setdefault(group_key(p.model, p.dtype), []).append(
+                {"row": {k: r[k] for k in keep if r.get(k) is not None}, "features": json.loads(r["features"])})
+    study.set_user_attr(CHEAP_ATTR, held)
 
 
 def synthesis_order(study, points: Sequence[DesignPoint], *, spec: Spec, options: SweepOptions,
@@ -151,6 +178,8 @@ def synthesis_order(study, points: Sequence[DesignPoint], *, spec: Spec, options
         log(f"multi-fidelity: cheap evaluation of {len(points)} points (compile, cycle model, {what}) "
             f"before any synthesis, to synthesise the likely front first")
     rows = cheap_rows(spec, options, points)
+    if spec.search.hv_tolerance > 0:
+        record_cheap_points(study, spec, points, rows)
     from dse.cache import EvalCache
     estimator = fit(study, spec, EvalCache(options.cache_dir) if options.use_cache else None)
     if estimator is None:
