@@ -319,6 +319,21 @@ def test_the_likely_front_is_queued_first_and_points_never_synthesised_last():
     assert rank_points(spec, pts, rows, predict) == [pts[4], pts[0], pts[2], pts[1], pts[3]]
 
 
+def test_with_hv_tolerance_the_smallest_designs_of_a_rank_go_first():
+    from dse.study.order import rank_points
+    feats = lambda size: json.dumps({"version": FEATURES_VERSION, "mul_bits": float(size)})   # noqa: E731
+    ok = {"status": "OK", "correct": True, "overflow_safe": True}
+    rows = [{**ok, "cycles": 10, "features": feats(90)},       # front: fastest, largest
+            {**ok, "cycles": 50, "features": feats(40)},       # front
+            {**ok, "cycles": 100, "features": feats(10)},      # front: slowest, smallest
+            {**ok, "cycles": 100, "features": feats(20)}]      # behind point 2
+    exact = parse_spec(spec_dict())
+    tolerant = parse_spec(spec_dict(search={"sampler": "grid", "fidelity": "multi", "hv_tolerance": 0.01}))
+    pts = list(exact.points())[:4]
+    assert rank_points(exact, pts, rows, None) == [pts[0], pts[1], pts[2], pts[3]]      # seeded order
+    assert rank_points(tolerant, pts, rows, None) == [pts[2], pts[1], pts[0], pts[3]]   # smallest first
+
+
 @pytest.mark.slow
 def test_a_multi_fidelity_grid_evaluates_every_point_cheaply_first_then_synthesises_front_first(tmp_path, synth_calls):
     from dse.study.order import prior_area
