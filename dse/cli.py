@@ -48,7 +48,9 @@ def run_validate(args: argparse.Namespace) -> int:
           f"{len(s.dtypes)} dtype{'s' * (len(s.dtypes) != 1)} ({', '.join(s.dtypes)}), "
           f"{s.knob_space_size} knob setting{'s' * (s.knob_space_size != 1)} ({knobs}) -> {s.space_size} design points"
           f"{f' ({illegal} illegal knob combinations)' if illegal else ''}; "
-          f"target {s.target}; {objectives}; {s.search.sampler} sampler, {s.search.trials} trials, seed {s.search.seed}")
+          f"target {s.target}; {objectives}; {s.search.sampler} sampler, {s.search.trials} trials, seed {s.search.seed}"
+          + ("; multi-fidelity" if s.search.fidelity == "multi" else "")
+          + (f", hv_tolerance {s.search.hv_tolerance:g}" if s.search.hv_tolerance else ""))
     for line in not_applicable_lines(s):
         print(line)
     return EXIT_OK
