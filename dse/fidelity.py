@@ -276,7 +276,9 @@ def decide(spec: Spec, row: Mapping[str, Any], estimator: Estimator | None,
             return Decision(False, f"not synthesised: even at its optimistic bound ({shown}) a synthesised "
                                    f"point dominates it", est)
     tolerance = spec.search.hv_tolerance
-    if tolerance > 0 and reference is not None and front_points:
+    # a point outside the reference (fixed from estimates: too tight for it) would add nothing
+    # by the measure, which says nothing about it: never skipped for the tolerance
+    if tolerance > 0 and reference is not None and front_points and all(v < r for v, r in zip(vector, reference)):
         share = hypervolume_share(front_points, vector, reference)
         if given_up + share <= tolerance:
             return Decision(False, f"not synthesised: even at its optimistic bound it would add at most "

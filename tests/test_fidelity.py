@@ -207,6 +207,7 @@ def test_hv_tolerance_skips_what_adds_little_until_the_tolerance_is_used():
     assert 0 < d.hv_share < 0.02
     assert decide(spec, row, est, front, ref, given_up=0.02 - d.hv_share / 2).synthesize    # tolerance used up
     assert decide(spec, row, est, front, None).synthesize                     # no reference yet
+    assert decide(spec, row, est, front, [1100.0, 120.0]).synthesize          # outside the reference
     fast = {**row, "cycles": 10}                  # far faster: adds much more than 2%
     assert decide(spec, fast, est, front, ref).synthesize
     assert decide(parse_spec(spec_dict()), row, est, front, ref).synthesize   # no tolerance: synthesised
