@@ -23,9 +23,11 @@ Per point:
           weakly dominated by a feasible, synthesised point of the same model x dtype.
      While fewer than dse.estimate.MIN_SAMPLES points are synthesised, or an objective has no
      fit, every point is synthesised.
-     With `search.hv_tolerance` (a grid only), also skipped: a point whose optimistic vector
-     would add at most that share to the hypervolume of the synthesised front, while the shares
-     given up in its model x dtype stay within the tolerance (`hypervolume_share`, below).
+     With `search.hv_tolerance` t (a grid only), also skipped: a point whose optimistic vector
+     would add at most its allowance to the synthesised front's hypervolume, relative; the
+     allowance is t times the point's share of the estimated LUTs of its model x dtype's points,
+     so the allowances sum to t and go to the designs that are slow to synthesise
+     (`hypervolume_share`, `Tolerance`, below).
 
 A skipped point is told to Optuna as PRUNED: a trial stopped at a lower fidelity, which is what
 PRUNED means. `Study.best_trials` (the front of pareto.csv) reads COMPLETE trials only, so the
@@ -62,9 +64,9 @@ ESTIMATE_ATTR = "estimate"
 CHEAP_ATTR = "cheap_points"
 """Study user attribute (search.hv_tolerance): model/dtype -> the exact objective values and
 features of each point of the grid, from the cheap pass (dse.study.order)."""
-REFERENCE_ATTR = "hv_reference"
-"""Study user attribute: model/dtype -> the hypervolume reference point (minimised), fixed the
-first time the gate needs it."""
+OPTIMISTIC_ATTR = "optimistic"
+"""Trial user attribute of a point skipped under hv_tolerance: its optimistic objective vector
+(minimised), from which `describe` bounds what the skipped points could add to the final front."""
 FIDELITY_TXT = "fidelity.txt"
 """In the results folder: what `describe` says at the end of a multi-fidelity sweep."""
 
@@ -75,6 +77,7 @@ class Decision:
     reason: str
     estimates: Mapping[str, Estimate] = dataclasses.field(default_factory=dict)
     hv_share: float | None = None   # skipped under hv_tolerance: the most it could add, relative
+    vector: tuple[float, ...] = ()  # ... and its optimistic objective vector (minimised)
 
 
 @dataclass(frozen=True)
@@ -207,48 +210,46 @@ def hypervolume_share(front_points: Sequence[Sequence[float]], vector: Sequence[
     return (hypervolume([*front_points, vector], reference) - base) / base
 
 
-def reference_point(study, spec: Spec, model: str, dtype: str, estimator: Estimator | None) -> list[float] | None:
-    """The model x dtype's hypervolume reference point (minimised): each objective's least
-    favourable value over the grid's points (estimated metrics at their pessimistic bound,
-    cycles exact from the cheap pass), plus 10%. Fixed the first time it is computed (the
-    study's REFERENCE_ATTR), since the shares given up are only comparable under one point."""
-    key = group_key(model, dtype)
-    fixed = (study.user_attrs.get(REFERENCE_ATTR) or {}).get(key)
-    if fixed is not None:
-        return list(fixed)
-    points = (study.user_attrs.get(CHEAP_ATTR) or {}).get(key)
+@dataclass(frozen=True)
+class Tolerance:
+    """What the hv_tolerance test needs for one model x dtype, from the grid's cheap pass
+    (CHEAP_ATTR) and the current estimator."""
+    reference: tuple[float, ...]    # the hypervolume reference point (minimised)
+    total_luts: float               # estimated LUTs summed over the grid's points: the cost the allowances share
+
+
+def tolerance_context(study, spec: Spec, model: str, dtype: str, estimator: Estimator | None,
+                      front_points: Sequence[Sequence[float]] = ()) -> Tolerance | None:
+    """The reference point is each objective's least favourable value over the grid's points
+    (estimated metrics at the current estimate, cycles exact; the synthesised front's as
+    measured), plus 10%: bench/bench_sweep.py's rule on the measured grid. Recomputed at every
+    decision, so it follows the estimator as it learns (a reference fixed from the first few
+    synthesised points underestimated the largest designs 16x)."""
+    points = (study.user_attrs.get(CHEAP_ATTR) or {}).get(group_key(model, dtype))
     if not points or estimator is None:
         return None
-    worst: list[float] | None = None
+    worst, total = [list(f) for f in front_points], 0.0
     for p in points:
         est = estimator.predict(p["features"])
+        if "luts" not in est:
+            return None
+        total += max(est["luts"].value, 0.0)
+        central = {m: Estimate(e.value, e.value, e.value) for m, e in est.items()}
         values = []
         for o in spec.objectives:
-            maximize = str(o.direction) == "maximize"
-            v = optimistic(o.metric, p["row"], est, maximize, favourable=False)
+            v = optimistic(o.metric, p["row"], central, str(o.direction) == "maximize")
             if v is None:
                 return None
             values.append(v)
-        values = _minimised(spec, values)
-        worst = values if worst is None else [max(a, b) for a, b in zip(worst, values)]
-    ref = [w + 0.1 * abs(w) for w in worst]
-    study.set_user_attr(REFERENCE_ATTR, {**(study.user_attrs.get(REFERENCE_ATTR) or {}), key: ref})
-    return ref
-
-
-def share_given_up(study, model: str, dtype: str) -> float:
-    """The hypervolume shares of the model x dtype's points already skipped under hv_tolerance."""
-    from optuna.trial import TrialState
-    return sum((t.user_attrs.get("metrics") or {}).get("hv_share") or 0.0
-               for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))
-               if t.params.get("model") == model and t.params.get("dtype") == dtype)
+        worst.append(_minimised(spec, values))
+    nadir = [max(col) for col in zip(*worst)]
+    return Tolerance(tuple(w + 0.1 * abs(w) for w in nadir), total)
 
 
 def decide(spec: Spec, row: Mapping[str, Any], estimator: Estimator | None,
-           front_points: Sequence[Sequence[float]], reference: Sequence[float] | None = None,
-           given_up: float = 0.0) -> Decision:
-    """Synthesise `row`'s point (the cheap evaluation's row) or not, and why (module docstring).
-    `reference` and `given_up` (the shares of points already skipped) for search.hv_tolerance."""
+           front_points: Sequence[Sequence[float]], tolerance: Tolerance | None = None) -> Decision:
+    """Synthesise `row`'s point (the cheap evaluation's row) or not, and why (module docstring);
+    `tolerance` for search.hv_tolerance."""
     if row.get("status") != "OK":
         return Decision(False, f"not synthesised: it failed in {row.get('stage')}")
     if row.get("correct") is False or row.get("overflow_safe") is False:     # None: not simulated yet
@@ -275,16 +276,18 @@ def decide(spec: Spec, row: Mapping[str, Any], estimator: Estimator | None,
             shown = ", ".join(f"{o.metric} {abs(v):.4g}" for o, v in zip(spec.objectives, vector))
             return Decision(False, f"not synthesised: even at its optimistic bound ({shown}) a synthesised "
                                    f"point dominates it", est)
-    tolerance = spec.search.hv_tolerance
-    # a point outside the reference (fixed from estimates: too tight for it) would add nothing
-    # by the measure, which says nothing about it: never skipped for the tolerance
-    if tolerance > 0 and reference is not None and front_points and all(v < r for v, r in zip(vector, reference)):
-        share = hypervolume_share(front_points, vector, reference)
-        if given_up + share <= tolerance:
+    t = spec.search.hv_tolerance
+    # a point outside the reference (estimated: too tight for it) would add nothing by the
+    # measure, which says nothing about it: never skipped for the tolerance
+    if (t > 0 and tolerance is not None and tolerance.total_luts > 0 and front_points
+            and all(v < r for v, r in zip(vector, tolerance.reference))):
+        cost = max(est["luts"].value, 0.0) / tolerance.total_luts
+        share = hypervolume_share(front_points, vector, tolerance.reference)
+        if share <= t * cost:
             return Decision(False, f"not synthesised: even at its optimistic bound it would add at most "
-                                   f"{share:.3%} to the synthesised front's hypervolume (hv_tolerance "
-                                   f"{tolerance:g}; {given_up + share:.3%} given up in this model x dtype)",
-                            est, hv_share=share)
+                                   f"{share:.4%} to the synthesised front's hypervolume, within its allowance "
+                                   f"{t * cost:.4%} (hv_tolerance {t:g} x its {cost:.2%} of the estimated LUTs "
+                                   f"of this model x dtype)", est, hv_share=share, vector=tuple(vector))
     return Decision(True, "synthesised: its optimistic estimate could reach the front", est)
 
 
@@ -333,11 +336,11 @@ def evaluate_multi(study, spec: Spec, ctx, point: DesignPoint, workdir: str | Pa
         # a failure is the point's result, as in a full evaluation (minus synthesis)
         return Outcome(row, cached, False, Decision(False, f"not synthesised: it failed in {row.get('stage')}"))
     estimator = fit(study, spec, cache)
-    reference = given_up = None
-    if spec.search.hv_tolerance > 0 and estimator is not None:
-        reference = reference_point(study, spec, point.model, point.dtype, estimator)
-        given_up = share_given_up(study, point.model, point.dtype)
-    decision = decide(spec, row, estimator, front(study, spec, point.model, point.dtype), reference, given_up or 0.0)
+    front_points = front(study, spec, point.model, point.dtype)
+    tolerance = None
+    if spec.search.hv_tolerance > 0:
+        tolerance = tolerance_context(study, spec, point.model, point.dtype, estimator, front_points)
+    decision = decide(spec, row, estimator, front_points, tolerance)
     if not decision.synthesize:
         return Outcome(estimated_row(row, decision, estimator), cached, False, decision)
     # synthesis (and place-and-route) now; the checks too unless the cheap fidelity ran them
@@ -365,6 +368,25 @@ def realised_error(study) -> dict[str, tuple[float, float, int]]:
     return out
 
 
+def given_up(study, spec: Spec, estimator: Estimator | None) -> dict[tuple[str, str], tuple[int, float]]:
+    """(model, dtype) -> (points skipped under hv_tolerance, the most they could add together to
+    the hypervolume of the study's front, relative): the sum of what each optimistic vector adds
+    alone to the final front under the final reference point, which bounds what they add
+    together (submodularity, `hypervolume_share`)."""
+    from optuna.trial import TrialState
+    skipped: dict[tuple[str, str], list[list[float]]] = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)):
+        if t.user_attrs.get(OPTIMISTIC_ATTR) is not None:
+            skipped.setdefault((t.params.get("model"), t.params.get("dtype")), []).append(t.user_attrs[OPTIMISTIC_ATTR])
+    out = {}
+    for (model, dtype), vectors in skipped.items():
+        points = front(study, spec, model, dtype)
+        tol = tolerance_context(study, spec, model, dtype, estimator, points)
+        bound = math.inf if tol is None else sum(hypervolume_share(points, v, tol.reference) for v in vectors)
+        out[(model, dtype)] = (len(vectors), bound)
+    return out
+
+
 def describe(study, spec: Spec, cache=None) -> str:
     """What `dse sweep` prints for a multi-fidelity study: how many points were synthesised,
     the estimator's cross-validated error and its error on points it predicted before synthesis."""
@@ -375,14 +397,10 @@ def describe(study, spec: Spec, cache=None) -> str:
     est = fit(study, spec, cache)
     lines = [f"multi-fidelity: {synth} points synthesised, {pruned} estimated only (not synthesised)"]
     if spec.search.hv_tolerance > 0:
-        shares: dict[tuple[str, str], list[float]] = {}
-        for t in trials:
-            share = (t.user_attrs.get("metrics") or {}).get("hv_share") if t.state is TrialState.PRUNED else None
-            if share is not None:
-                shares.setdefault((t.params.get("model"), t.params.get("dtype")), []).append(share)
         lines.append(f"hv_tolerance {spec.search.hv_tolerance:g}: " + ("; ".join(
-            f"{m} {d}: {len(v)} points not synthesised for adding at most {sum(v):.3%} of the front's hypervolume"
-            for (m, d), v in sorted(shares.items())) or "no point skipped for it"))
+            f"{m} {d}: {n} points not synthesised for it; together they could add at most {b:.3%} to the "
+            f"reported front's hypervolume" for (m, d), (n, b) in sorted(given_up(study, spec, est).items()))
+            or "no point skipped for it"))
     if est is not None:
         lines.append(est.describe())
     real = realised_error(study)

@@ -195,22 +195,24 @@ def test_hypervolume_share_is_what_a_point_adds_relative_to_the_front():
     assert together < alone
 
 
-def test_hv_tolerance_skips_what_adds_little_until_the_tolerance_is_used():
+def test_hv_tolerance_skips_what_adds_less_than_its_share_of_the_tolerance():
+    from dse.fidelity import Tolerance
     spec = parse_spec(spec_dict(search={"sampler": "grid", "fidelity": "multi", "hv_tolerance": 0.02}))
     est, _ = _estimator(0.0)
     row = {"status": "OK", "correct": True, "overflow_safe": True, "cycles": 95,
            "features": json.dumps({"version": FEATURES_VERSION, "x": 5.0})}     # luts ~150
-    ref = [1100.0, 1100.0]
-    front = [[100, 140], [1000, 100]]             # the point: 5 fewer cycles for ~10 more LUTs
-    d = decide(spec, row, est, front, ref)
-    assert not d.synthesize and "hv_tolerance 0.02" in d.reason
-    assert 0 < d.hv_share < 0.02
-    assert decide(spec, row, est, front, ref, given_up=0.02 - d.hv_share / 2).synthesize    # tolerance used up
-    assert decide(spec, row, est, front, None).synthesize                     # no reference yet
-    assert decide(spec, row, est, front, [1100.0, 120.0]).synthesize          # outside the reference
-    fast = {**row, "cycles": 10}                  # far faster: adds much more than 2%
-    assert decide(spec, fast, est, front, ref).synthesize
-    assert decide(parse_spec(spec_dict()), row, est, front, ref).synthesize   # no tolerance: synthesised
+    ref = (1100.0, 1100.0)
+    front = [[100, 140], [1000, 100]]       # the point: 5 fewer cycles for ~10 more LUTs: adds ~0.49%
+    d = decide(spec, row, est, front, Tolerance(ref, total_luts=300.0))     # half the LUTs: allowance 1%
+    assert not d.synthesize and "hv_tolerance 0.02" in d.reason and "allowance 1.0" in d.reason
+    assert d.hv_share == pytest.approx(5 * (1100 - 150) / (1000 * 960 + 100 * 40), rel=0.01)
+    assert d.vector[0] == 95
+    assert decide(spec, row, est, front, Tolerance(ref, total_luts=1500.0)).synthesize   # a tenth: 0.2%
+    assert decide(spec, row, est, front, None).synthesize                    # no reference yet
+    assert decide(spec, row, est, front, Tolerance((1100.0, 120.0), 300.0)).synthesize   # outside the reference
+    fast = {**row, "cycles": 10}            # far faster: adds much more
+    assert decide(spec, fast, est, front, Tolerance(ref, 300.0)).synthesize
+    assert decide(parse_spec(spec_dict()), row, est, front, Tolerance(ref, 300.0)).synthesize   # no tolerance
 
 
 def test_hv_tolerance_is_a_checked_spec_key():
@@ -423,8 +425,9 @@ def _journal(tmp_path: Path, name: str):
 
 @pytest.mark.slow
 def test_hv_tolerance_gives_up_at_most_its_share_of_the_front_and_synthesises_less(tmp_path, synth_calls):
-    from dse.fidelity import REFERENCE_ATTR, hypervolume
-    tol = 0.02
+    import re
+    from dse.fidelity import hypervolume
+    tol = 0.05
     runs = {}
     for study, search in [("full", {"fidelity": "full"}), ("exact", {}), ("tolerant", {"hv_tolerance": tol})]:
         synth_calls.clear()
@@ -436,19 +439,21 @@ def test_hv_tolerance_gives_up_at_most_its_share_of_the_front_and_synthesises_le
     assert n_tol < n_exact < n_full == 24
 
     df = load_results(tolerant.results_dir)
-    given_up = df[df["hv_share"].notna()]
-    assert len(given_up) > 0 and (given_up["trial_state"] == "PRUNED").all()
-    assert given_up["hv_share"].sum() <= tol and given_up["notes"].str.contains("hv_tolerance 0.02").all()
-    assert f"{len(given_up)} points not synthesised for adding at most" in tolerant.fidelity_report
-    # the reported front holds synthesised points only, and loses at most the tolerance of the
-    # full grid's hypervolume under the reference point the gate fixed
+    skipped = df[df["hv_share"].notna()]
+    assert len(skipped) > 0 and (skipped["trial_state"] == "PRUNED").all()
+    assert skipped["notes"].str.contains(f"hv_tolerance {tol:g}").all()
+    # the report bounds what they could add together to the reported front: within the tolerance
+    m = re.search(rf"(\d+) points not synthesised for it; together they could add at most ([\d.]+)%",
+                  tolerant.fidelity_report)
+    assert m and int(m[1]) == len(skipped) and 0 < float(m[2]) / 100 <= tol
+    # the reported front holds synthesised points only and, measured as bench/bench_sweep.py
+    # does (reference: 1.1 x the full grid's worst), keeps at least 1 - tol of the grid's hypervolume
     pareto = load_results(tolerant.results_dir / "pareto.csv")
     assert (pareto["fidelity"] == "synth").all()
-    ref = optuna.load_study(study_name="tolerant", storage=_journal(tmp_path, "tolerant")).user_attrs[REFERENCE_ATTR]
-    ref = ref["gemv_16x32/int8"]
-    full_front = load_results(full.results_dir / "pareto.csv")[["cycles", "luts"]].values.tolist()
+    grid = load_results(full.results_dir)
+    ref = [1.1 * grid["cycles"].max(), 1.1 * grid["luts"].max()]
+    full_hv = hypervolume(load_results(full.results_dir / "pareto.csv")[["cycles", "luts"]].values.tolist(), ref)
     kept = hypervolume(pareto[["cycles", "luts"]].values.tolist(), ref)
-    assert (1 - tol) * hypervolume(full_front, ref) <= kept < hypervolume(full_front, ref)
-    # the exact search keeps the whole front
+    assert (1 - tol) * full_hv <= kept < full_hv
     exact_front = load_results(exact.results_dir / "pareto.csv")[["cycles", "luts"]].values.tolist()
-    assert hypervolume(exact_front, ref) == pytest.approx(hypervolume(full_front, ref))
+    assert hypervolume(exact_front, ref) == pytest.approx(full_hv)        # the exact search keeps it all

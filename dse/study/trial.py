@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from dse.cache import cached_evaluate
 from dse.evaluate import json_safe
-from dse.fidelity import ESTIMATE_ATTR, evaluate_multi
+from dse.fidelity import ESTIMATE_ATTR, OPTIMISTIC_ATTR, evaluate_multi
 from dse.paths import point_dir
 from dse.spec import DesignPoint, Spec
 from dse.study.options import SweepOptions
@@ -91,7 +91,7 @@ def run_asked_trial(study, trial, spec: Spec, options: SweepOptions, ctx, cache,
                              "cached": False, "error": None}
     t0 = time.perf_counter()
     row: dict[str, Any] | None = None
-    estimated, estimate = False, {}
+    estimated, estimate, vector = False, {}, ()
     try:
         stop.armed = True
         try:
@@ -103,6 +103,7 @@ def run_asked_trial(study, trial, spec: Spec, options: SweepOptions, ctx, cache,
                 row, cached = outcome.row, outcome.cached
                 estimated = not outcome.synthesized and row.get("status") == "OK"
                 estimate = {m: e.value for m, e in outcome.decision.estimates.items()} if outcome.synthesized else {}
+                vector = outcome.decision.vector
             else:
                 row, cached, _ = cached_evaluate(ctx, point, workdir, cache, log)
         finally:
@@ -130,6 +131,8 @@ def run_asked_trial(study, trial, spec: Spec, options: SweepOptions, ctx, cache,
             trial.set_user_attr(k, row[k])
     if estimate:                            # made before synthesis: the estimator's true error
         trial.set_user_attr(ESTIMATE_ATTR, estimate)
+    if vector:                              # skipped under hv_tolerance (dse.fidelity.given_up)
+        trial.set_user_attr(OPTIMISTIC_ATTR, list(vector))
     if estimated:
         # multi-fidelity: stopped at the cheap fidelity (dse.fidelity); PRUNED keeps it off the
         # front (Study.best_trials reads COMPLETE trials) and counts it as evaluated
