@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-FEATURES_VERSION = 5
+FEATURES_VERSION = 6
 """Bumped when `design_features` changes meaning: samples of another version are not used."""
 
 AREA_METRICS = ("luts", "ffs", "bram", "lutram", "dsp")
@@ -66,7 +66,7 @@ def _blocks(depth: int, width: int, target: str) -> int:
 def design_features(design, *, target: str) -> dict[str, float]:
     """Counts of what the compiled `design` (compiler.design.Design) will build, by kind and
     width. Cheap: it walks the KernelIR and the banking, and builds no hardware."""
-    from compiler import ir, multipliers
+    from compiler import ir, multipliers, ranges
     from compiler.bram import memory_tail
     K = ir.OpKind
     f: dict[str, float] = {"version": FEATURES_VERSION}
@@ -77,6 +77,12 @@ def design_features(design, *, target: str) -> dict[str, float]:
     products: list[tuple[str, int, int]] = []     # (feature, operand width a, b) of every multiplier
     for k in design.kernels:
         roots = [v for s, _ in k.stores() for v in ir.store_operands(s)]
+        intervals = ranges.analyze(k)
+
+        def bits(v) -> int:
+            """The width the datapath gives an integer value: its interval's (an int8 load cast
+            to int32 stays 8 bits wide in the RTL), so int8 and int16 products differ."""
+            return intervals[id(v)].shape.width if id(v) in intervals else v.dtype.bits
         for v in ir.toposort(roots):        # each node once: one node, one unit of hardware
             if isinstance(v, ir.Load):
                 add("read_ports", 1)
@@ -91,7 +97,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
                     products.append(("fmul_bits", v.dtype.man_bits + 1, v.dtype.man_bits + 1))
                 else:
                     add("mul", 1)
-                    products.append(("mul_bits", src_w, src_w))
+                    products.append(("mul_bits", bits(v.srcs[0]), bits(v.srcs[-1])))
             elif v.op in (K.ADD, K.SUB, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ):
                 if any(s.dtype.is_float for s in v.srcs) or v.dtype.is_float:
                     add("fadd", 1)
@@ -109,9 +115,10 @@ def design_features(design, *, target: str) -> dict[str, float]:
         add("steps_log2", math.log2(1 + sum(lp.bound for lp in k.loops.values())))
 
     # the products the `mul` knob builds in LUTs (compiler.multipliers' rule) are their own
-    # feature. The widths are the IR's (an int8 product cast to int32 counts 32 bits, which the
-    # RTL narrows), so under `auto` the split is the rule's on wider products: approximate,
-    # which the fit's measured error covers.
+    # feature, at the operand widths the datapath gives them (their value intervals), so the
+    # DSP / LUT split under `auto` is the rule's on the real products. (Counted at the IR's
+    # widths, an int8 product cast to int32 was 32 x 32 bits: int8 and int16 designs looked
+    # alike and the int16 16 x 16 GEMV, 88.8k LUTs, was estimated at 25k.)
     cells = [multipliers.MulCell("ir", str(i), a, b, a + b) for i, (_, a, b) in enumerate(products)]
     in_luts = multipliers.lut_cells(cells, target, design.config.mul)
     for (name, a, b), cell in zip(products, cells):
