@@ -62,8 +62,8 @@ from dse.spec import NEEDS_SIMULATION, DesignPoint, Spec
 ESTIMATE_ATTR = "estimate"
 """Trial user attribute: metric -> the estimate made before the point was synthesised."""
 CHEAP_ATTR = "cheap_points"
-"""Study user attribute (search.hv_tolerance): model/dtype -> the exact objective values and
-features of each point of the grid, from the cheap pass (dse.study.order)."""
+"""Study user attribute (search.hv_tolerance): model/dtype -> knobs (JSON) -> the exact objective
+values and features of each point of the grid, from the cheap pass (dse.study.order)."""
 OPTIMISTIC_ATTR = "optimistic"
 """Trial user attribute of a point skipped under hv_tolerance: its optimistic objective vector
 (minimised), from which `describe` bounds what the skipped points could add to the final front."""
@@ -229,7 +229,7 @@ def tolerance_context(study, spec: Spec, model: str, dtype: str, estimator: Esti
     if not points or estimator is None:
         return None
     worst, total = [list(f) for f in front_points], 0.0
-    for p in points:
+    for p in points.values():
         est = estimator.predict(p["features"])
         if "luts" not in est:
             return None

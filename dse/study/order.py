@@ -157,14 +157,15 @@ def rank_points(spec: Spec, points: Sequence[DesignPoint], rows: Sequence[Mappin
 
 
 def record_cheap_points(study, spec: Spec, points: Sequence[DesignPoint], rows: Sequence[Mapping[str, Any]]) -> None:
-    """Each feasible-looking point's exact objective values and features, per model x dtype, into
-    the study (dse.fidelity.CHEAP_ATTR; added to what a resumed study holds)."""
+    """Each feasible-looking point's exact objective values and features, per model x dtype and
+    keyed by its knobs, into the study (dse.fidelity.CHEAP_ATTR; a resumed study's points are
+    replaced, not counted twice)."""
     keep = {o.metric for o in spec.objectives} | {f"{o.metric}_model" for o in spec.objectives} | {"cycles_model"}
     held = dict(study.user_attrs.get(CHEAP_ATTR) or {})
     for p, r in zip(points, rows):
         if not _never(r):
-            held.setdefault(group_key(p.model, p.dtype), []).append(
-                {"row": {k: r[k] for k in keep if r.get(k) is not None}, "features": json.loads(r["features"])})
+            held.setdefault(group_key(p.model, p.dtype), {})[json.dumps(dict(p.knobs), sort_keys=True)] = {
+                "row": {k: r[k] for k in keep if r.get(k) is not None}, "features": json.loads(r["features"])}
     study.set_user_attr(CHEAP_ATTR, held)
 
 
