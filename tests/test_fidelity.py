@@ -338,6 +338,20 @@ def test_with_hv_tolerance_the_smallest_designs_of_a_rank_go_first():
     assert rank_points(tolerant, pts, rows, None) == [pts[2], pts[1], pts[0], pts[3]]   # smallest first
 
 
+def test_the_cheap_points_of_a_resumed_study_are_replaced_not_counted_twice():
+    from dse.fidelity import CHEAP_ATTR
+    from dse.study.order import record_cheap_points
+    spec = parse_spec(spec_dict(search={"sampler": "grid", "fidelity": "multi", "hv_tolerance": 0.01}))
+    pts = list(spec.points())[:3]
+    ok = {"status": "OK", "correct": True, "overflow_safe": True, "cycles_model": 100,
+          "features": json.dumps({"version": FEATURES_VERSION, "mul_bits": 1.0})}
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    record_cheap_points(study, spec, pts, [ok, ok, {"status": "FAIL"}])
+    record_cheap_points(study, spec, pts[1:2], [{**ok, "cycles_model": 90}])       # resumed: point 1 again
+    held = study.user_attrs[CHEAP_ATTR]["gemv_16x32/int8"]
+    assert len(held) == 2 and sorted(p["row"]["cycles_model"] for p in held.values()) == [90, 100]
+
+
 @pytest.mark.slow
 def test_a_multi_fidelity_grid_evaluates_every_point_cheaply_first_then_synthesises_front_first(tmp_path, synth_calls):
     from dse.study.order import prior_area
