@@ -68,12 +68,14 @@ def main() -> None:
     ap.add_argument("--sim", help="--sim of the --compare sweeps (default: pysim for configs/gemv_space.yaml, "
                                   "whose 4k-cycle designs simulate in a second, where a CXXRTL build takes 6-18 s; "
                                   "auto for the others)")
+    ap.add_argument("--keep", type=Path, metavar="DIR",
+                    help="--compare: copy each run's results folder (trials.csv, pareto.csv, ...) into DIR")
     args = ap.parse_args()
     if args.compare is not None:
         specs = args.compare or [ROOT / "configs" / "gemv.yaml", ROOT / "configs" / "gemv_space.yaml"]
         print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start; --n-jobs 2, cold cache per run")
         for spec in specs:
-            compare(spec, ["--sim", args.sim or ("pysim" if spec.name == "gemv_space.yaml" else "auto")])
+            compare(spec, ["--sim", args.sim or ("pysim" if spec.name == "gemv_space.yaml" else "auto")], args.keep)
         return
     extra = ["--trials", str(args.trials)] if args.trials else []
     jobs = [int(j) for j in args.jobs.split(",")]
@@ -126,7 +128,7 @@ def _minimised(df, objectives) -> list[tuple[float, ...]]:
             for _, r in df.iterrows()]
 
 
-def compare(spec_path: Path, extra: list[str]) -> None:
+def compare(spec_path: Path, extra: list[str], keep: Path | None = None) -> None:
     """Full grid vs multi-fidelity on one spec, each from a cold cache (module docstring)."""
     import yaml
     from dse.results import load_results
@@ -148,6 +150,10 @@ def compare(spec_path: Path, extra: list[str]) -> None:
             path.write_text(yaml.safe_dump({**data, "search": search}, sort_keys=False))
             seconds, df, summary = run(path, 2, tmp / f"cache-{fidelity}", tmp / f"results-{fidelity}", extra)
             pareto = load_results(tmp / f"results-{fidelity}" / spec.study / "pareto.csv")
+            if keep is not None:
+                import shutil
+                shutil.copytree(tmp / f"results-{fidelity}" / spec.study, keep / fidelity / spec.study,
+                                dirs_exist_ok=True)
             out[fidelity] = (seconds, df, pareto)
             synth = int((df["fidelity"] == "synth").sum()) if "fidelity" in df else 0
             simulated = int(df["correct"].notna().sum())
