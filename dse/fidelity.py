@@ -160,18 +160,15 @@ def front(study, spec: Spec, model: str, dtype: str) -> list[list[float]]:
     return out
 
 
-def optimistic(metric: str, row: Mapping[str, Any], est: Mapping[str, Estimate], maximize: bool,
-               favourable: bool = True) -> float | None:
-    """The most favourable value `metric` can have within the estimate's error (the least
-    favourable with favourable=False); exact metrics (cycles, errors of the outputs) as measured
-    by the cheap evaluation."""
+def optimistic(metric: str, row: Mapping[str, Any], est: Mapping[str, Estimate], maximize: bool) -> float | None:
+    """The most favourable value `metric` can have within the estimate's error; exact metrics
+    (cycles, errors of the outputs) as measured by the cheap evaluation."""
     if metric == "latency_us":
         cycles, fmax = row.get("cycles") or row.get("cycles_model"), est.get("fmax_mhz")
-        f = None if fmax is None else (fmax.high if favourable else fmax.low)
-        return None if cycles is None or f is None or f <= 0 else cycles / f
+        return None if cycles is None or fmax is None or fmax.high <= 0 else cycles / fmax.high
     if metric in ESTIMATED_METRICS:
         e = est.get(metric)
-        return None if e is None else (e.high if maximize == favourable else e.low)
+        return None if e is None else (e.high if maximize else e.low)
     v = row.get(metric)
     if v is None:       # cycles of a point not simulated (yet): the cycle model's, exact
         v = row.get(f"{metric}_model")
@@ -201,9 +198,9 @@ def hypervolume_share(front_points: Sequence[Sequence[float]], vector: Sequence[
     submodular, so what a set of skipped points adds to the final front is at most the sum of
     what each adds alone, and what one adds to the final front is at most what it added to the
     (smaller) front it was judged against. Each share is relative to the front of its time,
-    whose hypervolume is at most the final one's, so shares summing to t lose at most t of the
-    final front's hypervolume (with the vector at its optimistic bound, i.e. within the
-    estimator's measured error)."""
+    whose hypervolume is at most the final one's, so skipped points whose shares sum to at most
+    t lose at most t of the final front's hypervolume (with each vector at its optimistic bound,
+    i.e. within the estimator's measured error, and under one reference point)."""
     base = hypervolume(front_points, reference)
     if base <= 0:
         return math.inf
@@ -221,8 +218,8 @@ class Tolerance:
 def tolerance_context(study, spec: Spec, model: str, dtype: str, estimator: Estimator | None,
                       front_points: Sequence[Sequence[float]] = ()) -> Tolerance | None:
     """The reference point is each objective's least favourable value over the grid's points
-    (estimated metrics at the current estimate, cycles exact; the synthesised front's as
-    measured), plus 10%: bench/bench_sweep.py's rule on the measured grid. Recomputed at every
+    (estimated metrics at the current central estimate, cycles exact; the synthesised front's
+    as measured), plus 10%: bench/bench_sweep.py's rule on the measured grid. Recomputed at every
     decision, so it follows the estimator as it learns (a reference fixed from the first few
     synthesised points underestimated the largest designs 16x)."""
     points = (study.user_attrs.get(CHEAP_ATTR) or {}).get(group_key(model, dtype))
