@@ -395,8 +395,8 @@ def describe(study, spec: Spec, cache=None) -> str:
     lines = [f"multi-fidelity: {synth} points synthesised, {pruned} estimated only (not synthesised)"]
     if spec.search.hv_tolerance > 0:
         lines.append(f"hv_tolerance {spec.search.hv_tolerance:g}: " + ("; ".join(
-            f"{m} {d}: {n} point{'s' * (n != 1)} not synthesised for it; together they could add at most "
-            f"{'less than 0.001%' if b < 1e-5 else f'{b:.3%}'} to the reported front's hypervolume"
+            f"{m} {d}: {n} point{'s' * (n != 1)} not synthesised for it; together they could add "
+            f"{'less than 0.001%' if b < 1e-5 else f'at most {b:.3%}'} to the reported front's hypervolume"
             for (m, d), (n, b) in sorted(given_up(study, spec, est).items())) or "no point skipped for it"))
     if est is not None:
         lines.append(est.describe())
