@@ -458,7 +458,7 @@ def test_hv_tolerance_gives_up_at_most_its_share_of_the_front_and_synthesises_le
     assert len(skipped) > 0 and (skipped["trial_state"] == "PRUNED").all()
     assert skipped["notes"].str.contains(f"hv_tolerance {tol:g}").all()
     # the report bounds what they could add together to the reported front: within the tolerance
-    m = re.search(rf"(\d+) points? not synthesised for it; together they could add (?:at most|less than) ([\d.]+)%",
+    m = re.search(r"(\d+) points? not synthesised for it; together they could add (?:at most|less than) ([\d.]+)%",
                   tolerant.fidelity_report)
     assert m and int(m[1]) == len(skipped) and 0 < float(m[2]) / 100 <= tol
     # the reported front holds synthesised points only and, measured as bench/bench_sweep.py
