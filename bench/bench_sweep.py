@@ -113,16 +113,6 @@ def main() -> None:
         print(f"n-jobs 2 / n-jobs 1 throughput: {rates[2] / rates[1]:.2f}x")
 
 
-def hypervolume_2d(points: list[tuple[float, float]], ref: tuple[float, float]) -> float:
-    """Area dominated by `points` (both objectives minimised) and bounded by `ref`."""
-    area, best_y = 0.0, ref[1]
-    for x, y in sorted(p for p in points if p[0] < ref[0] and p[1] < ref[1]):
-        if y < best_y:
-            area += (ref[0] - x) * (best_y - y)
-            best_y = y
-    return area
-
-
 def _minimised(df, objectives) -> list[tuple[float, ...]]:
     return [tuple(float(r[o.metric]) * (1 if str(o.direction) == "minimize" else -1) for o in objectives)
             for _, r in df.iterrows()]
@@ -131,6 +121,7 @@ def _minimised(df, objectives) -> list[tuple[float, ...]]:
 def compare(spec_path: Path, extra: list[str], keep: Path | None = None) -> None:
     """Full grid vs multi-fidelity on one spec, each from a cold cache (module docstring)."""
     import yaml
+    from dse.fidelity import hypervolume
     from dse.results import load_results
     from dse.spec import load_spec
     spec = load_spec(spec_path)
@@ -170,8 +161,8 @@ def compare(spec_path: Path, extra: list[str], keep: Path | None = None) -> None
             worst = [max(v) for v in zip(*_minimised(grid, spec.objectives))]
             ref = tuple(w + 0.1 * abs(w) for w in worst)
             sel = lambda f: f[(f["model"] == model) & (f["dtype"] == dtype)]     # noqa: E731
-            hv_full = hypervolume_2d(_minimised(sel(full_front), spec.objectives), ref)
-            hv_multi = hypervolume_2d(_minimised(sel(multi_front), spec.objectives), ref)
+            hv_full = hypervolume(_minimised(sel(full_front), spec.objectives), ref)
+            hv_multi = hypervolume(_minimised(sel(multi_front), spec.objectives), ref)
             total_full, total_multi = total_full + hv_full, total_multi + hv_multi
             print(f"  {model} {dtype}: hypervolume multi / full = {hv_multi / hv_full:.4f}" if hv_full else
                   f"  {model} {dtype}: empty front")

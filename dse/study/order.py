@@ -141,12 +141,13 @@ def rank_points(spec: Spec, points: Sequence[DesignPoint], rows: Sequence[Mappin
             groups.setdefault((p.model, p.dtype), []).append(i)
     rank, size = {}, {}
     for members in groups.values():
+        vectors = []
         for i in members:
             features = json.loads(rows[i]["features"])
-            luts = (predict(features) if predict else {}).get("luts")
+            predicted = predict(features) if predict else None
+            luts = (predicted or {}).get("luts")
             size[i] = luts if luts is not None else prior_area(features)
-        vectors = [_vector(spec, rows[i], predict(json.loads(rows[i]["features"])) if predict else None)
-                   for i in members]
+            vectors.append(_vector(spec, rows[i], predicted))
         for i, r in zip(members, pareto_ranks(vectors)):
             rank[i] = r
     never_rank = max(rank.values(), default=0) + 1
