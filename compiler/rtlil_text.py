@@ -24,8 +24,10 @@ init cell is emitted (amaranth.back.rtlil, pinned to 0.5.x in pyproject.toml).
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import types
+import weakref
 
 from amaranth.back import rtlil
 
@@ -33,12 +35,24 @@ _SHORT_ZERO_INIT = contextvars.ContextVar("tinyhw_short_zero_init", default=Fals
 
 
 def convert(top, name: str = "top") -> str:
-    """`amaranth.back.rtlil.convert(top, name=name)`, all-zero memory contents as one word."""
+    """`amaranth.back.rtlil.convert(top, name=name)`, all-zero memory contents as one word.
+    Kept while `top` lives: a sweep's point converts its design for the simulator and again for
+    Yosys, and a 4-lane float GEMV takes 0.7 s to convert."""
+    try:
+        return _converted[top][name]
+    except (KeyError, TypeError):       # not converted yet, or `top` cannot be weakly referenced
+        pass
     token = _SHORT_ZERO_INIT.set(True)
     try:
-        return rtlil.convert(top, name=name)
+        text = rtlil.convert(top, name=name)
     finally:
         _SHORT_ZERO_INIT.reset(token)
+    with contextlib.suppress(TypeError):
+        _converted.setdefault(top, {})[name] = text
+    return text
+
+
+_converted: "weakref.WeakKeyDictionary[object, dict[str, str]]" = weakref.WeakKeyDictionary()
 
 
 def _install() -> None:

@@ -26,6 +26,7 @@ first script's key: the same netlist always takes the same path.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -40,7 +41,7 @@ from pathlib import Path
 
 from amaranth.back import rtlil
 
-from . import multipliers, rtlil_text
+from . import multipliers, rtlil_text, synth_units
 from .design import Design
 from .hw.datapath import DUPLICATE_ATTRIBUTE
 from .tools import ToolError, atomic_write_text, cache_root, link_or_copy, yosys, yosys_version
@@ -80,6 +81,7 @@ class AreaReport:
     netlist_path: str = ""  # the synthesised netlist as Yosys JSON (for nextpnr), when asked for
     cached: bool = False    # from the synthesis cache: `seconds` is the original run's
     fallback: str = ""      # why the classic LUT mapping ran instead of abc9 ("": it did not)
+    units: int = 0          # float unit instances counted from their own synthesis (compiler.synth_units)
 
 
 def _classify(target: str, cells: dict[str, int]) -> dict[str, int]:
@@ -111,14 +113,21 @@ def design_rtlil(design: Design, *, exact_init: bool = False) -> str:
 
 def synthesize(design: Design, target: str = "ecp5", workdir: Path | None = None,
                timeout: float | None = 600, *, netlist: bool = False, use_cache: bool = True,
-               exact_init: bool = False) -> AreaReport:
+               exact_init: bool = False, units: bool = False) -> AreaReport:
     """Synthesise the design for `target` and count its resources. With `netlist`, the same
     Yosys run also writes the mapped netlist as JSON (`AreaReport.netlist_path`), the input of
     place-and-route (compiler.pnr). `use_cache=False` always runs Yosys (module docstring).
     `exact_init` keeps every memory's initial contents (a bitstream's RAMs start at zero).
-    The design's `mul` knob says which multipliers become DSPs (compiler.multipliers)."""
+    The design's `mul` knob says which multipliers become DSPs (compiler.multipliers).
+    `units`: each distinct float unit synthesised on its own and counted once per instance
+    (compiler.synth_units: faster, not optimised across the units' boundaries; no netlist)."""
     if target not in TARGETS:
         raise ValueError(f"unknown synthesis target {target!r}; known: {', '.join(TARGETS)}")
+    if units:
+        if netlist:
+            raise ValueError("per-unit synthesis writes no netlist: place-and-route needs a flat one")
+        return synthesize_units(design_rtlil(design, exact_init=exact_init), target, workdir, timeout,
+                                use_cache=use_cache, mul=design.config.mul)
     return synthesize_rtlil(design_rtlil(design, exact_init=exact_init), target, workdir, timeout,
                             netlist=netlist, use_cache=use_cache, mul=design.config.mul)
 
@@ -126,9 +135,15 @@ def synthesize(design: Design, target: str = "ecp5", workdir: Path | None = None
 def synthesize_rtlil(text: str, target: str, workdir: Path | None = None,
                      timeout: float | None = 600, *, netlist: bool = False,
                      use_cache: bool = True, mul: str = "auto") -> AreaReport:
+    text, before, _ = multipliers.plan(text, target, mul)
+    return _synthesize_planned(text, before, target, workdir, timeout, netlist=netlist, use_cache=use_cache)
+
+
+def _synthesize_planned(text: str, before: str, target: str, workdir: Path | None, timeout: float | None, *,
+                        netlist: bool, use_cache: bool) -> AreaReport:
+    """synthesize_rtlil after the multiplier plan: `before` runs ahead of the family script."""
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-synth-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    text, before, _ = multipliers.plan(text, target, mul)
     if target not in LUT_RAM:
         # iCE40 has no LUT RAM, and memory_libmap fails on a style it cannot map: a LUT-RAM
         # tail (mem_tail="lut") goes where Yosys puts any small memory there, a block RAM
@@ -158,6 +173,75 @@ def synthesize_rtlil(text: str, target: str, workdir: Path | None = None,
     if use_cache:
         _cache_write(key, workdir, report)
     return report
+
+
+def synthesize_units(text: str, target: str, workdir: Path | None = None, timeout: float | None = 600, *,
+                     use_cache: bool = True, mul: str = "auto") -> AreaReport:
+    """Per-unit synthesis of the RTLIL `text` (compiler.synth_units): the design with its float
+    units as black boxes, then each distinct unit, all through the cache. The multiplier plan is
+    made on the whole design first, so `mul: auto` spends the device's DSPs as a flat run does."""
+    workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-synth-"))
+    text, before, _ = multipliers.plan(text, target, mul)
+    split = synth_units.split_units(text)
+    if not split.units:                       # nothing to cut out: the flat synthesis itself
+        return _synthesize_planned(text, before, target, workdir, timeout, netlist=False, use_cache=use_cache)
+
+    def part(part_text: str, where: Path) -> AreaReport:
+        marked = f"attribute \\{multipliers.LUT_ATTRIBUTE} " in part_text
+        return _synthesize_planned(part_text, before if marked else "", target, where, timeout,
+                                   netlist=False, use_cache=use_cache)
+
+    # A unit another worker is synthesising now (fp32 at 2 and 4 lanes in one sweep) is left for
+    # after the top: by then its cache entry is usually there, and this worker was not idle.
+    reports, busy = {}, []
+    for unit in split.units:
+        with _unit_lock(unit.name, use_cache, wait=False) as free:
+            if free:
+                reports[unit.name] = part(unit.text, workdir / "units" / unit.name.lstrip("\\"))
+            else:
+                busy.append(unit)
+    top = part(split.top, workdir)
+    for unit in busy:
+        with _unit_lock(unit.name, use_cache, wait=True):
+            reports[unit.name] = part(unit.text, workdir / "units" / unit.name.lstrip("\\"))
+    boxes = {u.name.lstrip("\\") for u in split.units}
+    cells = {k: v for k, v in top.cells.items() if k.lstrip("\\") not in boxes}
+    seconds, cached, fallbacks = top.seconds, top.cached, [top.fallback]
+    for unit in split.units:
+        report = reports[unit.name]
+        for cell, n in report.cells.items():
+            cells[cell] = cells.get(cell, 0) + n * unit.instances
+        seconds, cached = seconds + report.seconds, cached and report.cached
+        fallbacks.append(report.fallback)
+    script = (f"# per-unit synthesis: {sum(u.instances for u in split.units)} float unit instances as black "
+              f"boxes, {len(split.units)} distinct units synthesised on their own with the same flow\n{top.script}")
+    return dataclasses.replace(top, cells=cells, seconds=seconds, cached=cached, script=script,
+                               fallback=next((f for f in fallbacks if f), ""),
+                               units=sum(u.instances for u in split.units), **_classify(target, cells))
+
+
+@contextlib.contextmanager
+def _unit_lock(name: str, use_cache: bool, wait: bool):
+    """Held while a unit is synthesised, so parallel workers that need the same unit do not run
+    the same Yosys job: the second one finds the first one's cache entry. Yields whether the
+    lock is held (always, with `wait`; without the cache there is nothing to share)."""
+    if not use_cache:
+        yield True
+        return
+    path = synth_cache_dir() / "locks" / f"{name.lstrip(chr(92))}.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a")
+    except OSError:                 # no lock, no harm: both run Yosys
+        yield True
+        return
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
 
 
 _FALLBACK = {   # the family flow with classic LUT mapping in place of abc9 (module docstring)

@@ -16,7 +16,8 @@ evaluation actually consumes (`key_material` returns it, and each entry stores i
                 left to its default gives the same key)
     dtype, target, data seed, input range (the data the design is checked on, and the ranges
                 the overflow analysis assumes), simulator choice, whether simulation,
-                synthesis and place-and-route ran (with timing: nextpnr's version)
+                synthesis and place-and-route ran (with timing: nextpnr's version), and the spec's
+                `synthesis` mode when it is not flat
     versions    Yosys (its banner), tinygrad, amaranth, numpy, the tinyhw package, and a
                 SHA-256 of the source files that turn IR into numbers (compiler/, and dse's
                 evaluate, zoo and user_model modules). The package version alone would not do:
@@ -182,6 +183,8 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
         "synthesize": ctx.synthesize,
         "simulate": ctx.simulate,
         "timing": _timing_material(ctx),
+        # flat synthesis keeps the keys it always had; per-unit counts are other numbers
+        **({"synthesis": ctx.synthesis} if ctx.synthesize and getattr(ctx, "synthesis", "flat") != "flat" else {}),
         "versions": versions(),
     }
     from dse.limits import TimeLimitExceeded, time_limit

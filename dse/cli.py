@@ -50,7 +50,8 @@ def run_validate(args: argparse.Namespace) -> int:
           f"{f' ({illegal} illegal knob combinations)' if illegal else ''}; "
           f"target {s.target}; {objectives}; {s.search.sampler} sampler, {s.search.trials} trials, seed {s.search.seed}"
           + ("; multi-fidelity" if s.search.fidelity == "multi" else "")
-          + (f", hv_tolerance {s.search.hv_tolerance:g}" if s.search.hv_tolerance else ""))
+          + (f", hv_tolerance {s.search.hv_tolerance:g}" if s.search.hv_tolerance else "")
+          + ("; per-unit synthesis (float units synthesised once each)" if s.synthesis == "units" else ""))
     for line in not_applicable_lines(s):
         print(line)
     return EXIT_OK

@@ -26,8 +26,11 @@ metric computed before the failure (cycles survive a synthesis timeout). The sta
     confirm     the worst-case inputs of the analysis, simulated and checked against the
                 reference -> `overflow_confirmed` (see `_Proof`)
     synthesize  Yosys for the target (`stat -json`) -> luts, ffs, bram, lutram, dsp (`fidelity`
-                "synth"; dse.fidelity fills "estimate" rows of points it does not synthesise); limited
-                to `stage_timeout_s` (a timeout is a ToolError, so a FAIL with the log tail)
+                "synth", or "synth_units" with the spec's `synthesis: units`, which synthesises
+                each distinct float unit once and counts it per instance: `synth_units` says how
+                many instances; dse.fidelity fills "estimate" rows of points it does not
+                synthesise); limited to `stage_timeout_s` (a timeout is a ToolError, so a FAIL
+                with the log tail)
 
 Every stage runs under `stage_timeout_s`: the tool stages through the tools' own timeout, the
 others (the user's model code, the compiler, the simulators) through dse.limits.time_limit. A
@@ -93,7 +96,7 @@ import numpy as np
 from dse import zoo
 from dse.estimate import design_features
 from dse.limits import time_limit
-from dse.spec import DesignPoint, FrozenMap, ModelSpec, Spec
+from dse.spec import SYNTH_FIDELITY, DesignPoint, FrozenMap, ModelSpec, Spec
 
 SIM_BACKENDS = ("auto", "cxxrtl", "pysim")
 
@@ -122,6 +125,7 @@ class EvalContext:
                                     # (multi-fidelity's cheap tier: no simulation, check, accuracy
                                     # nor synthesis)
     timing: bool = False            # place-and-route after synthesis (fmax_mhz, latency_us)
+    synthesis: str = "flat"         # "units": float units synthesised once each (spec key `synthesis`)
 
     def __post_init__(self) -> None:
         if self.sim_backend not in SIM_BACKENDS:
@@ -131,6 +135,7 @@ class EvalContext:
     def from_spec(cls, spec: Spec, *, target: str | None = None, **options: Any) -> "EvalContext":
         """The context of `spec`; `target` overrides the spec's, `options` set the other fields."""
         options.setdefault("timing", spec.timing)
+        options.setdefault("synthesis", spec.synthesis)
         return cls(spec.study, FrozenMap((m.name, m) for m in spec.models), str(target or spec.target),
                    spec.stage_timeout_s, **options)
 
@@ -205,7 +210,9 @@ class Metrics:
     notes: tuple[str, ...] = ()             # e.g. why CXXRTL was not used
     # multi-fidelity search (dse.fidelity, dse.estimate)
     features: str | None = None             # JSON of dse.estimate.design_features: what the area estimate reads
-    fidelity: str | None = None             # where luts/ffs/bram/lutram/dsp (and fmax) came from: synth | estimate
+    fidelity: str | None = None             # where luts/ffs/bram/lutram/dsp (and fmax) came from:
+                                            # synth | synth_units | estimate
+    synth_units: int | None = None          # float unit instances counted from their own synthesis (0: flat)
     estimate_error: str | None = None       # fidelity "estimate": JSON metric -> measured relative error bound
     hv_share: float | None = None           # skipped under search.hv_tolerance: the most it could add to the front's hypervolume, relative
 
@@ -430,9 +437,11 @@ def _synthesis(ctx: EvalContext, run: _Run, design) -> None:
     if ctx.synthesize:
         from compiler.synth import synthesize
         with run.stage("synthesize", "synth_s"):
+            units = ctx.synthesis == "units" and not ctx.timing      # place-and-route needs a flat netlist
             area = synthesize(design, ctx.target, run.workdir / "synth", timeout=ctx.stage_timeout_s,
-                              netlist=ctx.timing)
-            run.set(luts=area.luts, ffs=area.ffs, bram=area.bram, lutram=area.lutram, dsp=area.dsp, fidelity="synth",
+                              netlist=ctx.timing, units=units)
+            run.set(luts=area.luts, ffs=area.ffs, bram=area.bram, lutram=area.lutram, dsp=area.dsp,
+                    fidelity=SYNTH_FIDELITY[ctx.synthesis if units else "flat"], synth_units=area.units,
                     yosys_version=area.yosys_version, synth_script=area.script.strip().replace("\n", "; "))
         if area.cached:
             run.notes.append("synthesis from the synthesis cache (this netlist was synthesised before)")

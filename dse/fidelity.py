@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from dse.estimate import AREA_METRICS, ESTIMATED_METRICS, Estimate, Estimator, fit_estimator
-from dse.spec import NEEDS_SIMULATION, DesignPoint, Spec
+from dse.spec import NEEDS_SIMULATION, SYNTH_FIDELITY, DesignPoint, Spec
 
 ESTIMATE_ATTR = "estimate"
 """Trial user attribute: metric -> the estimate made before the point was synthesised."""
@@ -91,8 +91,10 @@ class Outcome:
 # ---------------------------------------------------------------------------------------------
 # training samples: (features, measured row) of synthesised points
 
-def _sample(row: Mapping[str, Any] | None, target: str) -> tuple[dict[str, float], Mapping[str, Any]] | None:
-    if not row or row.get("fidelity") != "synth" or row.get("target") != target or row.get("luts") is None:
+def _sample(row: Mapping[str, Any] | None, target: str, fidelity: str) -> tuple[dict[str, float], Mapping[str, Any]] | None:
+    """(features, row) of a row synthesised for `target` at `fidelity` (synth | synth_units: the
+    estimate learns the counts of the study's own kind of synthesis)."""
+    if not row or row.get("fidelity") != fidelity or row.get("target") != target or row.get("luts") is None:
         return None
     try:
         features = json.loads(row.get("features") or "null")
@@ -102,13 +104,13 @@ def _sample(row: Mapping[str, Any] | None, target: str) -> tuple[dict[str, float
 
 
 @functools.lru_cache(maxsize=8)
-def _cache_samples(root: str, target: str) -> tuple:
+def _cache_samples(root: str, target: str, fidelity: str) -> tuple:
     """Synthesised rows in the evaluation cache (read once per process: a sweep's own new
     points come from its study)."""
     out = []
     for path in sorted(Path(root).glob("*/*.json")):
         try:
-            s = _sample(json.loads(path.read_text()).get("row"), target)
+            s = _sample(json.loads(path.read_text()).get("row"), target, fidelity)
         except (OSError, ValueError, AttributeError):
             continue
         if s is not None:
@@ -116,15 +118,16 @@ def _cache_samples(root: str, target: str) -> tuple:
     return tuple(out)
 
 
-def training_samples(study, target: str, cache=None) -> list[tuple[dict[str, float], Mapping[str, Any]]]:
-    """Synthesised points of the study and (with `cache`, an EvalCache) of the cache, each
-    design once (keyed by its features and point)."""
+def training_samples(study, target: str, cache=None,
+                     fidelity: str = "synth") -> list[tuple[dict[str, float], Mapping[str, Any]]]:
+    """Points of the study and (with `cache`, an EvalCache) of the cache synthesised at
+    `fidelity`, each design once (keyed by its features and point)."""
     from optuna.trial import TrialState
     seen, out = set(), []
     rows = [t.user_attrs.get("metrics") for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
-    samples = [_sample(r, target) for r in rows]
+    samples = [_sample(r, target, fidelity) for r in rows]
     if cache is not None:
-        samples += list(_cache_samples(str(cache.root), target))
+        samples += list(_cache_samples(str(cache.root), target, fidelity))
     for s in samples:
         if s is None:
             continue
@@ -137,7 +140,8 @@ def training_samples(study, target: str, cache=None) -> list[tuple[dict[str, flo
 
 def fit(study, spec: Spec, cache=None) -> Estimator | None:
     metrics = AREA_METRICS + (("fmax_mhz",) if spec.timing else ())
-    return fit_estimator(training_samples(study, str(spec.target), cache), metrics=metrics)
+    fidelity = SYNTH_FIDELITY["flat" if spec.timing else spec.synthesis]
+    return fit_estimator(training_samples(study, str(spec.target), cache, fidelity), metrics=metrics)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,7 +28,8 @@ Optional keys: `input_range` ({min, max} for every dtype, or {dtype: {min, max}}
 ({luts_max: 5000, ...}: resource budgets a feasible point must meet), `gate` (the same bounds,
 for `dse check`: one mapping for every model x dtype, or a list of rules each optionally
 restricted by `model:` and `dtype:`), `timing` (bool, default false: run place-and-route for
-fmax_mhz/latency_us), `stage_timeout_s` (per-stage time limit, default 600) and `data` (the
+fmax_mhz/latency_us), `synthesis` (flat | units, default flat: `units` synthesises each
+distinct float unit once and counts it per instance, compiler.synth_units), `stage_timeout_s` (per-stage time limit, default 600) and `data` (the
 samples of the models with weights that name none of their own).
 
 Every mistake raises one `SpecError` naming the YAML path of the offending value, e.g.
@@ -384,6 +385,7 @@ class Spec:
     timing: bool
     stage_timeout_s: float
     path: Path | None               # the spec file, if it came from one
+    synthesis: str = "flat"         # "units": float units synthesised once each (compiler.synth_units)
 
     def model(self, name: str) -> ModelSpec:
         for m in self.models:
@@ -595,7 +597,9 @@ def parse_gate(value: Any, models: Iterable[str], dtypes: Iterable[str], timing:
 # parsing
 
 _TOP_REQUIRED = ("study", "target", "models", "dtypes", "objectives", "search")
-_TOP_OPTIONAL = ("knobs", "input_range", "constraints", "gate", "timing", "stage_timeout_s", "data")
+_TOP_OPTIONAL = ("knobs", "input_range", "constraints", "gate", "timing", "synthesis", "stage_timeout_s", "data")
+SYNTH_FIDELITY = {"flat": "synth", "units": "synth_units"}
+"""The `synthesis` modes, and the `fidelity` of a row each one synthesised."""
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 DEVICE_RESOURCES = {
     # metric -> the device's resource it is bounded by (compiler.pnr.DEVICES capacities); the
@@ -746,6 +750,10 @@ class _Parser:
             raise SpecError("timing", f"place-and-route needs target {' or '.join(PNR_FAMILIES)}; "
                                       f"{target.value} has no open-source place-and-route here "
                                       "(set timing: false, or change the target)")
+        synthesis = _choice(top.get("synthesis", "flat"), "synthesis", list(SYNTH_FIDELITY), "synthesis")
+        if synthesis == "units" and self.timing:
+            raise SpecError("synthesis", "'units' writes no netlist, and place-and-route (timing: true) needs a flat "
+                                         "one: use synthesis: flat with timing")
         top_ranges = self.input_ranges(top["input_range"], "input_range") if "input_range" in top else {}
         self.top_data = self.data(top["data"], "data") if "data" in top else None
         models = self.models(top["models"], top_ranges)
@@ -760,7 +768,7 @@ class _Parser:
         if timeout > MAX_STAGE_TIMEOUT_S:
             raise SpecError("stage_timeout_s", f"expected at most {MAX_STAGE_TIMEOUT_S:,.0f} (a week), got {timeout!r}")
         spec = Spec(study, target, models, self.dtypes, knobs, objectives, search, constraints, gate,
-                    self.timing, float(timeout), self.path)
+                    self.timing, float(timeout), self.path, synthesis)
         if search.sampler is Sampler.GRID and "trials" not in top["search"]:
             # the whole grid: its points, not counting the ones a knob cannot apply to
             spec = dataclasses.replace(spec, search=dataclasses.replace(search, trials=spec.space_size))

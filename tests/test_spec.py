@@ -78,7 +78,7 @@ ERRORS = [
     # top level: unknown keys (with typo hints), missing keys, wrong types
     (renamed("objectives", "objective"), "objective: unknown key; did you mean 'objectives'?"),
     ({**BASE, "colour": "red"}, "colour: unknown key (known keys: study, target, models, dtypes, objectives, "
-                                "search, knobs, input_range, constraints, gate, timing, stage_timeout_s, data)"),
+                                "search, knobs, input_range, constraints, gate, timing, synthesis, stage_timeout_s, data)"),
     (with_("dtypes", DROP), "dtypes: required key is missing"),
     (with_("study", 3), "study: expected a non-empty string, got 3"),
     (with_("study", "my study"), "study: expected a name of letters, digits, '_', '-' and '.' "
@@ -172,6 +172,10 @@ ERRORS = [
     (with_("target", "xilinx", with_("timing", True)),
      "timing: place-and-route needs target ecp5 or ice40; xilinx has no open-source place-and-route here "
      "(set timing: false, or change the target)"),
+    (with_("synthesis", "hierarchical"), "synthesis: unknown synthesis 'hierarchical' (known: flat, units)"),
+    (with_("synthesis", "units", with_("timing", True)),
+     "synthesis: 'units' writes no netlist, and place-and-route (timing: true) needs a flat one: use "
+     "synthesis: flat with timing"),
     (with_("stage_timeout_s", 0), "stage_timeout_s: expected a positive number, got 0"),
     (with_("stage_timeout_s", "10"), "stage_timeout_s: expected a positive number, got '10'"),
 ]

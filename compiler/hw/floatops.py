@@ -17,6 +17,9 @@ from ..errors import UnsupportedError
 
 K = ir.OpKind
 
+UNIT_PREFIX = "fp"
+"""Float unit submodules are named `fp<N>_<op>` (compiler.synth_units finds them by it)."""
+
 WIRING = {K.NEG, K.WHERE, K.BITCAST}
 UNITS = {K.ADD, K.SUB, K.MUL, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ, K.CAST, K.FDIV, K.RECIPROCAL, K.SQRT, K.TRUNC}
 
@@ -85,7 +88,7 @@ class FloatOps:
         self.units = 0
 
     def unit(self, component, name: str, **inputs: Value):
-        self.m.submodules[f"fp{self.units}_{name}"] = component
+        self.m.submodules[f"{UNIT_PREFIX}{self.units}_{name}"] = component
         self.units += 1
         self.m.d.comb += [getattr(component, port).eq(val) for port, val in inputs.items()]
         return component

@@ -53,6 +53,7 @@ def space_fingerprint(spec: Spec, data_seed: int = 0) -> dict[str, Any]:
         # multi-fidelity rows are estimates where full ones are measured: resuming across is refused
         **({"fidelity": spec.search.fidelity} if spec.search.fidelity != "full" else {}),
         **({"hv_tolerance": spec.search.hv_tolerance} if spec.search.hv_tolerance else {}),
+        **({"synthesis": spec.synthesis} if spec.synthesis != "flat" else {}),
     }
 
 
