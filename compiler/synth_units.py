@@ -28,7 +28,8 @@ from .hw.floatops import UNIT_PREFIX
 _MODULE = re.compile(r"^module (\\\S+)$")
 _UNIT = re.compile(rf"\.{UNIT_PREFIX}\d+_\w+$")
 _CELL = re.compile(r"^(\s*cell )(\\\S+)( \S+)$")
-_PORT = re.compile(r"^\s*wire width (\d+) (input|output|inout) (\d+) +(\\\S+)$")
+# a port: `wire [width N] [offset N] input|output|inout INDEX [upto] [signed] \\name`
+_PORT = re.compile(r"^\s*wire (.*?)\b(input|output|inout) (\d+) +(.*?)(\\\S+)$")
 
 
 @dataclass(frozen=True)
@@ -37,10 +38,9 @@ class RtlilModule:
     lines: tuple[str, ...]   # the module's text from its attributes to its `end`, newlines kept
 
     @property
-    def ports(self) -> dict[str, tuple[str, int, int]]:
-        """port -> (direction, width, index)"""
-        return {m.group(4): (m.group(2), int(m.group(1)), int(m.group(3)))
-                for line in self.lines if (m := _PORT.match(line.rstrip("\n")))}
+    def ports(self) -> dict[str, re.Match]:
+        """port name -> its declaration (_PORT's groups: options, direction, index, options, name)"""
+        return {m.group(5): m for line in self.lines if (m := _PORT.match(line.rstrip("\n")))}
 
 
 def split_modules(text: str) -> tuple[str, list[RtlilModule]]:
@@ -98,7 +98,7 @@ def _sorted_ports(lines: list[str]) -> list[str]:
             start = len(rest)
             while start and rest[start - 1].lstrip().startswith("attribute "):
                 start -= 1
-            blocks[m.group(4)] = [*rest[start:], line]
+            blocks[m.group(5)] = [*rest[start:], line]
             del rest[start:]
             first = start if first is None else first
         else:
@@ -109,7 +109,8 @@ def _sorted_ports(lines: list[str]) -> list[str]:
 
 
 def _port_line(m: re.Match, ports: dict[str, int]) -> str:
-    return f"  wire width {m.group(1)} {m.group(2)} {ports[m.group(4)]} {m.group(4)}"
+    """Port declaration `m` with the index `ports` gives its name (its options kept: signed...)."""
+    return f"  wire {m.group(1)}{m.group(2)} {ports[m.group(5)]} {m.group(4)}{m.group(5)}"
 
 
 def _rename(lines: list[str], old: str, new: str) -> list[str]:
@@ -138,7 +139,7 @@ def split_units(text: str) -> Split:
         body = body.replace("module \\top\n", "attribute \\top 1\nmodule \\top\n", 1)
         name = "\\unit_" + hashlib.sha256(body.encode()).hexdigest()[:16]
         if name not in units:
-            box = "".join(f"  wire width {w} {d} {ports[p]} {p}\n" for p, (d, w, _) in m.ports.items())
+            box = "".join(_port_line(decl, ports) + "\n" for decl in m.ports.values())
             units[name] = [body, 0, f"attribute \\blackbox 1\nmodule {name}\n{box}end\n"]
         units[name][1] += 1
         cut[m.name] = name

@@ -72,6 +72,17 @@ def test_a_constant_operand_is_inside_its_unit():
     assert re.search(r"wire width 32 input \d+ \\b$", add.text, re.M)
 
 
+def test_a_signed_port_stays_signed_in_the_black_box():
+    """int -> float: the converter's input is declared `input N signed \\a`."""
+    from tinygrad import Tensor, dtypes
+    i = Tensor(np.arange(-4, 4, dtype=np.int32), dtype=dtypes.int32).realize()
+    f = Tensor(np.linspace(0, 1, 8, dtype=np.float32), dtype=dtypes.float32).realize()
+    split = split_units(convert(compile_model(i.cast(dtypes.float32) + f).top))
+    i2f = next(u for u in split.units if re.search(r"wire width 32 input \d+ signed \\a$", u.text, re.M))
+    assert re.search(rf"module {re.escape(i2f.name)}\n(  wire .*\n)*  wire width 32 input \d+ signed \\a\n",
+                     split.top)
+
+
 @pytest.mark.slow
 def test_units_count_the_top_plus_each_unit_times_its_instances(tmp_path, monkeypatch):
     monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
