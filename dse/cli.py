@@ -382,6 +382,10 @@ def run_sweep(args: argparse.Namespace) -> int:
           f"{r.pareto} Pareto-optimal points")
     if r.fidelity_report:
         print(r.fidelity_report)
+    if spec.synthesis == "units":
+        print("area by per-unit synthesis (synthesis: units): each distinct float unit synthesised once and "
+              "counted per instance; LUTs are those of a synthesis keeping the units as modules, not a flat one "
+              "(docs/synthesis.md)")
     for f in r.files:
         print(f"  {f}")
     for line in not_applicable_lines(spec):

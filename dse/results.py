@@ -20,8 +20,10 @@ trials.csv, one row per trial that ran (queued trials not yet run are left out):
                                 overflow_s, synth_s, total_s (of the evaluation that produced
                                 the row) and provenance (target, params as JSON, sim_backend,
                                 yosys_version, synth_script, tinygrad_version, data_seed,
-                                workdir, log_path, notes), and for the multi-fidelity search
-                                features, fidelity (synth | estimate), estimate_error,
+                                workdir, log_path, notes), fidelity (synth, or synth_units
+                                with `synthesis: units`, and synth_units: float unit instances
+                                counted from their own synthesis), and for the multi-fidelity
+                                search features, fidelity estimate, estimate_error,
                                 hv_share (skipped under search.hv_tolerance)
     trial_s                     wall time of this trial (near 0 when cached)
     datetime_start, datetime_complete
