@@ -208,7 +208,9 @@ def pareto_markdown(spec: Spec, df: pd.DataFrame, pareto: pd.DataFrame) -> str:
     lines = [f"# Pareto front: study `{spec.study}`", "",
              f"Target {spec.target}; objectives: {objectives}; constraints: correct, overflow_safe, "
              f"checks passed{bounds}. {len(df)} trials: {n_ok} OK, {len(df) - n_ok} failed or interrupted, "
-             f"{n_feasible} feasible. Pareto-optimal feasible points per model x dtype, one row per design point.",
+             f"{n_feasible} feasible. Pareto-optimal feasible points per model x dtype, one row per design point."
+             + (" Area by per-unit synthesis (`synthesis: units`: each float unit synthesised on its own, "
+                "counted per instance; docs/synthesis.md)." if spec.synthesis == "units" else ""),
              ""]
     knob_cols = [k.name for k in spec.knobs]
     obj_cols = [o.metric for o in spec.objectives]
