@@ -128,3 +128,37 @@ def test_a_sweep_row_says_it_came_from_per_unit_synthesis(tmp_path, monkeypatch)
     assert row.synth_script.startswith("# per-unit synthesis")
     plain = evaluate(ctx, DesignPoint("g", "int8", FrozenMap({})), tmp_path / "i")
     assert plain.fidelity == "synth_units" and plain.synth_units == 0        # nothing to cut out
+
+
+UNITS_SPEC = {"study": "u", "target": "ecp5", "synthesis": "units",
+              "models": [{"name": "g", "builtin": "gemv", "params": {"M": 4, "K": 8}}],
+              "dtypes": ["fp16"], "objectives": ["cycles", "luts"], "search": {"sampler": "grid"}}
+
+
+def test_units_and_flat_rows_are_never_mixed():
+    """Per-unit counts are other numbers than flat ones: the evaluation cache keys them apart
+    (not the cheap tier, which does not synthesise), a study cannot resume across the modes, and
+    the estimator learns from rows of the study's own mode only."""
+    from dse.cache import key_material
+    from dse.fidelity import _sample
+    from dse.study.space import space_fingerprint
+    units = parse_spec(UNITS_SPEC)
+    flat = parse_spec({k: v for k, v in UNITS_SPEC.items() if k != "synthesis"})
+    assert flat.synthesis == "flat" and "synthesis" not in space_fingerprint(flat)
+    assert space_fingerprint(units) != space_fingerprint(flat)
+    p = DesignPoint("g", "fp16", FrozenMap({}))
+    ctx_u, ctx_f = EvalContext.from_spec(units), EvalContext.from_spec(flat)
+    assert key_material(ctx_u, p) != key_material(ctx_f, p)
+    cheap = {"synthesize": False, "simulate": False}
+    assert key_material(EvalContext.from_spec(units, **cheap), p) == key_material(EvalContext.from_spec(flat, **cheap), p)
+    row = {"fidelity": "synth_units", "target": "ecp5", "luts": 10, "features": "{\"x\": 1.0}"}
+    assert _sample(row, "ecp5", "synth_units") is not None and _sample(row, "ecp5", "synth") is None
+
+
+def test_validate_says_per_unit(tmp_path, capsys):
+    import yaml
+    from dse.cli import main
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(UNITS_SPEC))
+    assert main(["validate", str(path)]) == 0
+    assert "; per-unit synthesis (float units synthesised once each)" in capsys.readouterr().out
