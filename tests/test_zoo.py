@@ -213,3 +213,17 @@ def test_check_built_errors(result, message):
 def test_full_size_reference_equals_tinygrad(model, dtype):
     arrays, got = run(model, dtype, {}, seed=0)
     assert same(reference(model, dtype, {}, arrays, python_device_arith(dtype)), got, dtype)
+
+
+def test_bf16_input_tensors_hold_the_bits_tinygrad_casts_to():
+    """bf16-exact data takes a fast path (a buffer from the bytes); it must hold the bits
+    tinygrad's own cast gives. Data that is not bf16-exact still goes through the cast."""
+    from tinygrad import Tensor, dtypes
+    built = zoo.ZOO["gemv"].build("bf16", M=4, K=8)
+    exact = zoo.make_inputs(built, 3)
+    rough = {k: v + np.float32(1e-4) for k, v in exact.items()}          # not bf16-exact
+    for arrays in (exact, rough):
+        for t, (name, a) in zip(zoo.input_tensors(built, arrays), arrays.items()):
+            want = Tensor(a).cast(dtypes.bfloat16).bitcast(dtypes.uint16).numpy()
+            assert t.dtype == dtypes.bfloat16 and t.shape == a.shape
+            assert np.array_equal(t.bitcast(dtypes.uint16).numpy(), want), name
