@@ -123,7 +123,7 @@ def compare(spec_path: Path, extra: list[str], keep: Path | None = None) -> None
     import yaml
     from dse.fidelity import hypervolume
     from dse.results import load_results
-    from dse.spec import load_spec
+    from dse.spec import SYNTH_FIDELITY, load_spec
     spec = load_spec(spec_path)
     if len(spec.objectives) != 2:
         sys.exit(f"{spec_path}: --compare computes a 2-objective hypervolume; the spec has {len(spec.objectives)}")
@@ -146,11 +146,12 @@ def compare(spec_path: Path, extra: list[str], keep: Path | None = None) -> None
                 shutil.copytree(tmp / f"results-{fidelity}" / spec.study, keep / fidelity / spec.study,
                                 dirs_exist_ok=True)
             out[fidelity] = (seconds, df, pareto)
-            synth = int((df["fidelity"] == "synth").sum()) if "fidelity" in df else 0
+            synthesised = list(SYNTH_FIDELITY.values())        # flat or per-unit (spec `synthesis`)
+            synth = int(df["fidelity"].isin(synthesised).sum()) if "fidelity" in df else 0
             simulated = int(df["correct"].notna().sum())
             print(f"  {fidelity:5}: {len(df)} points in {seconds:.0f} s -> {len(df) / seconds * 3600:.0f} points/hour; "
                   f"{simulated} simulated, {synth} synthesised; front {len(pareto)} points "
-                  f"({'all synthesised' if (pareto['fidelity'] == 'synth').all() else 'NOT all synthesised'})")
+                  f"({'all synthesised' if pareto['fidelity'].isin(synthesised).all() else 'NOT all synthesised'})")
             for line in summary[1:]:
                 if not line.startswith("  "):
                     print(f"         {line}")

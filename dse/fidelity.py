@@ -42,7 +42,8 @@ the others are synthesised before them and the gate can skip those.
 The row of a skipped point carries the estimates in luts/ffs/bram/lutram/dsp (and fmax_mhz,
 latency_us with timing), `fidelity` = "estimate", `estimate_error` (JSON: each metric's measured
 error bound, relative) and a note saying why it was not synthesised. Synthesised rows have
-`fidelity` = "synth"; when an estimate existed before synthesis, the trial keeps it
+`fidelity` = "synth" ("synth_units" with the spec's `synthesis: units`); when an estimate
+existed before synthesis, the trial keeps it
 (user attribute `estimate`), so the sweep reports the estimator's error on points it had never
 seen (`realised_error`) next to the cross-validated one.
 """
