@@ -125,6 +125,7 @@ def compare(spec_path: Path, extra: list[str], keep: Path | None = None) -> None
     from dse.results import load_results
     from dse.spec import SYNTH_FIDELITY, load_spec
     spec = load_spec(spec_path)
+    synthesised = list(SYNTH_FIDELITY.values())        # rows' fidelity, flat or per-unit (spec `synthesis`)
     if len(spec.objectives) != 2:
         sys.exit(f"{spec_path}: --compare computes a 2-objective hypervolume; the spec has {len(spec.objectives)}")
     data = yaml.safe_load(spec_path.read_text())
@@ -146,7 +147,6 @@ def compare(spec_path: Path, extra: list[str], keep: Path | None = None) -> None
                 shutil.copytree(tmp / f"results-{fidelity}" / spec.study, keep / fidelity / spec.study,
                                 dirs_exist_ok=True)
             out[fidelity] = (seconds, df, pareto)
-            synthesised = list(SYNTH_FIDELITY.values())        # flat or per-unit (spec `synthesis`)
             synth = int(df["fidelity"].isin(synthesised).sum()) if "fidelity" in df else 0
             simulated = int(df["correct"].notna().sum())
             print(f"  {fidelity:5}: {len(df)} points in {seconds:.0f} s -> {len(df) / seconds * 3600:.0f} points/hour; "

@@ -202,15 +202,14 @@ def synthesize_units(text: str, target: str, workdir: Path | None = None, timeou
     for unit in split.units:
         with _unit_lock(unit.name, use_cache, wait=False) as free:
             if free:
-                reports[unit.name] = part(unit.text, workdir / "units" / unit.name.lstrip("\\"))
+                reports[unit.name] = part(unit.text, workdir / "units" / unit.name)
             else:
                 busy.append(unit)
     top = part(split.top, workdir)
     for unit in busy:
         with _unit_lock(unit.name, use_cache, wait=True):
-            reports[unit.name] = part(unit.text, workdir / "units" / unit.name.lstrip("\\"))
-    boxes = {u.name.lstrip("\\") for u in split.units}
-    cells = {k: v for k, v in top.cells.items() if k.lstrip("\\") not in boxes}
+            reports[unit.name] = part(unit.text, workdir / "units" / unit.name)
+    cells = {k: v for k, v in top.cells.items() if k not in reports}     # the black boxes' cells
     seconds, cached, fallbacks = top.seconds, top.cached, [top.fallback]
     for unit in split.units:
         report = reports[unit.name]
@@ -218,11 +217,12 @@ def synthesize_units(text: str, target: str, workdir: Path | None = None, timeou
             cells[cell] = cells.get(cell, 0) + n * unit.instances
         seconds, cached = seconds + report.seconds, cached and report.cached
         fallbacks.append(report.fallback)
-    script = (f"# per-unit synthesis: {sum(u.instances for u in split.units)} float unit instances as black "
-              f"boxes, {len(split.units)} distinct units synthesised on their own with the same flow\n{top.script}")
+    instances = sum(u.instances for u in split.units)
+    script = (f"# per-unit synthesis: {instances} float unit instances as black boxes, {len(split.units)} "
+              f"distinct units synthesised on their own with the same flow\n{top.script}")
     return dataclasses.replace(top, cells=cells, seconds=seconds, cached=cached, script=script,
-                               fallback=next((f for f in fallbacks if f), ""),
-                               units=sum(u.instances for u in split.units), **_classify(target, cells))
+                               fallback=next((f for f in fallbacks if f), ""), units=instances,
+                               **_classify(target, cells))
 
 
 @contextlib.contextmanager
@@ -233,7 +233,7 @@ def _unit_lock(name: str, use_cache: bool, wait: bool):
     if not use_cache:
         yield True
         return
-    path = synth_cache_dir() / "locks" / f"{name.lstrip(chr(92))}.lock"
+    path = synth_cache_dir() / "locks" / f"{name}.lock"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "a")

@@ -71,7 +71,7 @@ def split_modules(text: str) -> tuple[str, list[RtlilModule]]:
 class Unit:
     """A distinct float unit: its RTLIL as a design of its own (module `\\top`) and the black box
     that stands for it in the design's RTLIL."""
-    name: str           # the black box's module name, from the hash of `text`
+    name: str           # the black box's module name (`unit_<hash of text>`; RTLIL writes `\\` before it)
     text: str           # the unit and its submodules, the unit renamed `\\top`
     instances: int
 
@@ -137,10 +137,10 @@ def split_units(text: str) -> Split:
                                                 for line in subtree[:len(m.lines)]])
         body = "".join(_rename(subtree, m.name, "\\top"))
         body = body.replace("module \\top\n", "attribute \\top 1\nmodule \\top\n", 1)
-        name = "\\unit_" + hashlib.sha256(body.encode()).hexdigest()[:16]
+        name = "unit_" + hashlib.sha256(body.encode()).hexdigest()[:16]
         if name not in units:
             box = "".join(_port_line(decl, ports) + "\n" for decl in m.ports.values())
-            units[name] = [body, 0, f"attribute \\blackbox 1\nmodule {name}\n{box}end\n"]
+            units[name] = [body, 0, f"attribute \\blackbox 1\nmodule \\{name}\n{box}end\n"]
         units[name][1] += 1
         cut[m.name] = name
     out = [head]
@@ -149,7 +149,7 @@ def split_units(text: str) -> Split:
             continue
         for line in m.lines:
             c = _CELL.match(line.rstrip("\n"))
-            out.append(f"{c.group(1)}{cut[c.group(2)]}{c.group(3)}\n" if c and c.group(2) in cut else line)
+            out.append(f"{c.group(1)}\\{cut[c.group(2)]}{c.group(3)}\n" if c and c.group(2) in cut else line)
     out += [box for _, _, box in units.values()]
     return Split("".join(out), tuple(Unit(n, t, k) for n, (t, k, _) in units.items()))
 

@@ -141,8 +141,8 @@ def training_samples(study, target: str, cache=None,
 
 def fit(study, spec: Spec, cache=None) -> Estimator | None:
     metrics = AREA_METRICS + (("fmax_mhz",) if spec.timing else ())
-    fidelity = SYNTH_FIDELITY["flat" if spec.timing else spec.synthesis]
-    return fit_estimator(training_samples(study, str(spec.target), cache, fidelity), metrics=metrics)
+    return fit_estimator(training_samples(study, str(spec.target), cache, SYNTH_FIDELITY[spec.synthesis]),
+                         metrics=metrics)
 
 
 # ---------------------------------------------------------------------------------------------
