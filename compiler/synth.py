@@ -157,12 +157,15 @@ def _synthesize_planned(text: str, before: str, target: str, workdir: Path | Non
         # registers duplicated on purpose (fp_pipeline 3): opt_merge would make them one again
         before = f"setattr -set keep 1 a:{DUPLICATE_ATTRIBUTE} %ci1 t:$dff %i\n{before}"
     (workdir / "design.il").write_text(text)
+    files = multipliers.map_files(text) if before else {}
+    for name, content in files.items():
+        (workdir / name).write_text(content)
     script = f"read_rtlil design.il\n{before}{TARGETS[target]}\ntee -q -o stat.json stat -json\n"
     if netlist:
         script += "write_json netlist.json\n"
     for stale in _OUTPUTS:
         (workdir / stale).unlink(missing_ok=True)              # never hand on a stale one
-    key = _cache_key(text, script)
+    key = _cache_key(text + "".join(files.values()), script)
     if use_cache and (hit := _cache_read(key, workdir, target)) is not None:
         return hit
     try:

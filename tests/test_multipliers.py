@@ -9,7 +9,7 @@ import pytest
 
 import designs
 from compiler import HardwareConfig, compile_model, simulate
-from compiler.multipliers import DSP_BUDGET, MulCell, dsp_cost, lut_cells, mul_cells, plan
+from compiler.multipliers import DSP_BUDGET, MulCell, dsp_cost, lut_cells, map_files, mul_cells, plan
 from compiler.synth import design_rtlil, synthesize
 from compiler.tools import yosys
 
@@ -51,9 +51,20 @@ def test_rtlil_multipliers_are_found_and_marked():
     assert plan(text, "ecp5", "dsp") == (text, "", 0)
     assert plan(text, "ecp5", "auto") == (text, "", 0)             # 4 <= 156: exactly the dsp script
     marked, before, n = plan(text, "ecp5", "lut")
-    assert n == 4 and before == "proc\nbooth a:tinyhw_mul=lut\n"
+    assert n == 4 and before == "proc\ntechmap -map tinyhw_lut_mul.v a:tinyhw_mul=lut\nbooth a:tinyhw_mul=lut\n"
     assert marked.count('attribute \\tinyhw_mul "lut"') == 4
-    assert marked.replace('  attribute \\tinyhw_mul "lut"\n', "") == text     # nothing else changed
+    after = mul_cells(marked)
+    # nothing else changed but each product's orientation: the operand broadcast to both lanes
+    # goes on A, where the LUT multiplier's multiples are computed (and shared)
+    assert [(c.name, {c.a_signal, c.b_signal}) for c in after] == [(c.name, {c.a_signal, c.b_signal}) for c in cells]
+    shared = [sig for sig in {c.a_signal for c in cells} | {c.b_signal for c in cells}
+              if sum(sig in (c.a_signal, c.b_signal) for c in cells) == 2]
+    assert len(shared) == 2 and all(c.a_signal in shared and c.b_signal not in shared for c in after)
+    assert [c.lut for c in mul_cells(marked)] == [True] * 4 and not any(c.lut for c in cells)
+    assert all(c.signed for c in cells)                                   # int8 x int8
+    files = map_files(marked)
+    assert list(files) == ["tinyhw_lut_mul.v"] and files["tinyhw_lut_mul.v"].count("\nmodule ") == 1
+    assert map_files(text) == {}
 
 
 def test_auto_spends_the_budget_on_the_widest_products_first():
@@ -84,7 +95,8 @@ def test_styles_map_as_asked(tmp_path):
     area = {mul: synthesize(_gemv(4, 4, mul), "ice40", workdir=tmp_path / mul) for mul in ("dsp", "lut", "auto")}
     assert (area["dsp"].dsp, area["lut"].dsp, area["auto"].dsp) == (16, 0, 8)
     assert area["dsp"].luts < area["auto"].luts < area["lut"].luts
-    assert "booth a:tinyhw_mul=lut" in area["auto"].script and "booth" not in area["dsp"].script
+    assert "techmap -map tinyhw_lut_mul.v a:tinyhw_mul=lut" in area["auto"].script
+    assert "techmap" not in area["dsp"].script
     ecp5 = synthesize(_gemv(2, 2, "lut"), "ecp5", workdir=tmp_path / "ecp5")
     assert ecp5.dsp == 0 and "MULT18X18D" not in ecp5.cells
 

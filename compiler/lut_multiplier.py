@@ -1,0 +1,138 @@
+"""Products built in LUTs (`mul: lut`, and `auto` past the device's DSPs): a radix-4 multiplier
+whose rows are 4:1 multiplexers of precomputed multiples, summed by a tree of carry-chain adders.
+
+Yosys's own `booth` pass builds a radix-4 Booth multiplier whose partial products go through a
+carry-save tree of full adders that ABC maps to plain LUTs: on ECP5 an 8x8 signed product costs
+164 LUT4s and 8 carry cells (CCU2C, two LUTs each). A LUT4 fabric does an addition best on its
+carry chain (one LUT per bit) and a 4:1 multiplexer in two LUT4s and the slice's PFUMX. So here
+each radix-4 digit of B picks one of {0, A, 2A, 3A} (the top digit of a signed B one of
+{0, A, -2A, -A}); 3A and -A are computed once per product (and once per shared operand: Yosys's
+`opt_merge` makes the copies of a broadcast operand's multiples one); the rows are added in a
+balanced tree whose every sum is a `keep` wire, so `alumacc` cannot fold the tree back into one
+`$macc` that `maccmap` would turn into full adders again. Each sum is only as wide as its value
+can be (and never wider than the product's Y), and the low bits of the lower operand, under the
+higher one's shift, pass through without an adder. ECP5, 8x8 signed to 16: 72 LUT4s, 24 PFUMX,
+24 CCU2C (120 LUTs counted as synth.py counts them, against Booth's 180).
+
+The map is Verilog for Yosys's `techmap`: one module per distinct product shape of the design,
+each refusing (`_TECHMAP_FAIL_`) every other shape, so a selection `a:tinyhw_mul=lut` maps the
+marked `$mul` cells and nothing else. Shapes it does not take (operands narrower than 2 bits,
+mixed signedness) stay for the `booth` pass that runs after it.
+
+Correctness: tests/test_lut_multiplier.py proves each generated module equal to `A * B` with
+Yosys's SAT solver (`miter -equiv; sat -prove`) for signed and unsigned shapes, and every design
+simulated with `mul: lut` is the same RTL as with any other style.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAP_FILE = "tinyhw_lut_mul.v"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A `$mul` cell's parameters."""
+    a_width: int
+    b_width: int
+    y_width: int
+    signed: bool
+
+    @property
+    def name(self) -> str:
+        return f"tinyhw_lut_mul_{self.a_width}x{self.b_width}_{self.y_width}{'s' if self.signed else 'u'}"
+
+
+def takes(shape: Shape) -> bool:
+    """Whether the map builds this shape (the rest is left to `booth`)."""
+    return min(shape.a_width, shape.b_width) >= 2 and shape.y_width >= 1
+
+
+@dataclass
+class _Term:
+    """A partial sum: `width`-bit wire `name` standing for value << `shift`."""
+    name: str
+    width: int
+    shift: int
+
+
+def module(shape: Shape) -> str:
+    """The techmap module (Verilog) for one product shape."""
+    s = shape
+    # Rows of multiples of A, one per two bits of B (compiler.multipliers orients each product:
+    # a broadcast operand on A, so its multiples are shared, else the narrower operand on B).
+    n, m = s.a_width, s.b_width
+    a_src, b_src = "A", "B"
+    sgn = "signed " if s.signed else ""
+    digits = (m + 1) // 2
+    rw = n + 2                                      # 3A (and -2A) need two bits more than A
+    if m % 2:      # one more bit of B, to a whole number of digits: its sign, or a zero
+        b_ext = f"{{{b_src}[{m - 1}], {b_src}}}" if s.signed else f"{{1'b0, {b_src}}}"
+    else:
+        b_ext = b_src
+    lines = [
+        '(* techmap_celltype = "$mul" *)',
+        f"module {s.name} (A, B, Y);",
+        "  parameter A_SIGNED = 0; parameter B_SIGNED = 0;",
+        "  parameter A_WIDTH = 1; parameter B_WIDTH = 1; parameter Y_WIDTH = 1;",
+        "  input [A_WIDTH-1:0] A; input [B_WIDTH-1:0] B; output [Y_WIDTH-1:0] Y;",
+        f"  wire _TECHMAP_FAIL_ = !(A_WIDTH == {s.a_width} && B_WIDTH == {s.b_width} && Y_WIDTH == {s.y_width}"
+        f" && A_SIGNED == {int(s.signed)} && B_SIGNED == {int(s.signed)});",
+        f"  wire {sgn}[{n - 1}:0] a = {a_src};",
+        f"  wire [{2 * digits - 1}:0] b = {b_ext};",
+        f"  wire {sgn}[{rw - 1}:0] m0 = 0;",
+        f"  wire {sgn}[{rw - 1}:0] m1 = a;",
+        f"  wire {sgn}[{rw - 1}:0] m2 = m1 << 1;",
+        f"  (* keep *) wire {sgn}[{rw - 1}:0] m3 = m1 + m2;",
+    ]
+    if s.signed:
+        lines += [f"  (* keep *) wire signed [{rw - 1}:0] n1 = -m1;",
+                  f"  wire signed [{rw - 1}:0] n2 = n1 << 1;"]
+    terms = []
+    for i in range(digits):
+        if 2 * i >= s.y_width:
+            break
+        top = s.signed and i == digits - 1
+        choices = ("m0", "m1", "n2", "n1") if top else ("m0", "m1", "m2", "m3")
+        b1, b0 = f"b[{2 * i + 1}]", f"b[{2 * i}]"
+        lines.append(f"  wire {sgn}[{rw - 1}:0] r{i} = {b1} ? ({b0} ? {choices[3]} : {choices[2]}) : "
+                     f"({b0} ? {choices[1]} : {choices[0]});")
+        terms.append(_Term(f"r{i}", rw, 2 * i))
+    count = 0
+    while len(terms) > 1:
+        nxt = []
+        for j in range(0, len(terms) - 1, 2):
+            lo, hi = terms[j], terms[j + 1]
+            d = hi.shift - lo.shift
+            width = min(max(lo.width, hi.width + d) + 1, s.y_width - lo.shift)
+            name = f"s{count}"
+            count += 1
+            lo_full = f"{name}_lo"
+            lines.append(f"  wire [{width - 1}:0] {lo_full} = {_extend(lo, width, s.signed)};")
+            if width > d:
+                lines.append(f"  (* keep *) wire [{width - d - 1}:0] {name}_hi = {lo_full}[{width - 1}:{d}] + "
+                             f"{_extend(hi, width - d, s.signed)};")
+                lines.append(f"  wire [{width - 1}:0] {name} = {{{name}_hi, {lo_full}[{d - 1}:0]}};")
+            else:
+                lines.append(f"  wire [{width - 1}:0] {name} = {lo_full};")
+            nxt.append(_Term(name, width, lo.shift))
+        if len(terms) % 2:
+            nxt.append(terms[-1])
+        terms = nxt
+    root = terms[0]
+    lines.append(f"  assign Y = {_extend(root, s.y_width, s.signed)};")
+    lines.append("endmodule")
+    return "\n".join(lines) + "\n"
+
+
+def _extend(t: _Term, width: int, signed: bool) -> str:
+    if width <= t.width:
+        return f"{t.name}[{width - 1}:0]"
+    fill = f"{{{width - t.width}{{{t.name}[{t.width - 1}]}}}}" if signed else f"{width - t.width}'b0"
+    return f"{{{fill}, {t.name}}}"
+
+
+def map_file(shapes: set[Shape]) -> str:
+    """The techmap file for these product shapes (those `takes` accepts), in a stable order."""
+    taken = sorted((s for s in shapes if takes(s)), key=lambda s: (s.a_width, s.b_width, s.y_width, s.signed))
+    return "// tinyhw LUT multipliers (compiler/lut_multiplier.py)\n" + "".join(module(s) for s in taken)

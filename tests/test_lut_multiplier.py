@@ -1,0 +1,99 @@
+"""The LUT multipliers of compiler/lut_multiplier.py are `A * B`: proved with Yosys's SAT solver
+for narrow shapes (every input), checked on chosen and random operands for wide ones (a SAT
+proof of a 12x12 multiplier against another multiplier structure does not finish)."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from compiler.tools import ToolError, yosys
+from compiler.lut_multiplier import Shape, map_file, module, takes
+from compiler.synth import TARGETS
+
+
+def _sources(tmp_path, shape: Shape) -> None:
+    sign = "signed " if shape.signed else ""
+
+    def top(name):
+        return (f"module {name}(input {sign}[{shape.a_width - 1}:0] a, input {sign}[{shape.b_width - 1}:0] b, "
+                f"output [{shape.y_width - 1}:0] y); assign y = a * b; endmodule\n")
+    (tmp_path / "gold.v").write_text(top("gold"))
+    (tmp_path / "gate.v").write_text(top("gate"))
+    (tmp_path / "map.v").write_text(map_file({shape}))
+
+
+_MITER = ("read_verilog gold.v gate.v\nproc\ntechmap -map map.v gate\n"
+          "select -assert-none gate/t:$mul\n"          # the map took the product
+          "miter -equiv -flatten -make_assert gold gate miter\n")
+
+
+_SLOW_PROOF = pytest.mark.slow              # 20-45 s each
+
+
+@pytest.mark.parametrize("shape", [
+    Shape(7, 5, 12, True), Shape(5, 7, 12, True), Shape(6, 3, 9, False), Shape(3, 2, 5, True),
+    Shape(2, 2, 4, True), Shape(6, 6, 8, True), Shape(5, 5, 7, False),
+    pytest.param(Shape(8, 8, 16, True), marks=_SLOW_PROOF), pytest.param(Shape(8, 8, 16, False), marks=_SLOW_PROOF),
+    pytest.param(Shape(8, 8, 32, True), marks=_SLOW_PROOF), pytest.param(Shape(8, 8, 10, True), marks=_SLOW_PROOF)],
+    ids=lambda s: s.name)
+def test_narrow_products_are_proved_equal(tmp_path, shape):
+    _sources(tmp_path, shape)
+    yosys(_MITER + "sat -verify -prove-asserts miter\n", cwd=tmp_path, timeout=300)
+
+
+def test_the_proof_can_fail(tmp_path):
+    """The same proof on a map with one wrong multiple is refused."""
+    shape = Shape(6, 6, 12, True)
+    _sources(tmp_path, shape)
+    text = (tmp_path / "map.v").read_text()
+    assert "? n1 : n2" in text
+    (tmp_path / "map.v").write_text(text.replace("? n1 : n2", "? n1 : m2"))
+    with pytest.raises(ToolError):
+        yosys(_MITER + "sat -verify -prove-asserts miter\n", cwd=tmp_path, timeout=300)
+
+
+@pytest.mark.parametrize("shape", [Shape(8, 8, 16, True), Shape(8, 8, 16, False), Shape(24, 24, 48, False),
+                                   Shape(11, 13, 24, True), Shape(16, 16, 32, True), Shape(18, 9, 20, True)],
+                         ids=lambda s: s.name)
+def test_wide_products_on_chosen_operands(tmp_path, shape):
+    _sources(tmp_path, shape)
+    rng = random.Random(shape.a_width * 100 + shape.b_width)
+
+    def values(width):
+        lo, hi = (-(1 << width - 1), (1 << width - 1) - 1) if shape.signed else (0, (1 << width) - 1)
+        return [lo, hi, 0, 1, -1 if shape.signed else 2] + [rng.randint(lo, hi) for _ in range(10)]
+
+    def lit(v, width):
+        return f"{width}'d{v % (1 << width)}"
+    checks = "".join(f"sat -verify -prove-asserts -set in_a {lit(a, shape.a_width)} -set in_b {lit(b, shape.b_width)} "
+                     f"miter\n" for a, b in zip(values(shape.a_width), values(shape.b_width)[::-1]))
+    yosys(_MITER + checks, cwd=tmp_path, timeout=300)
+
+
+def test_shapes_the_map_leaves_to_booth():
+    assert not takes(Shape(1, 8, 9, True)) and not takes(Shape(8, 1, 8, False)) and takes(Shape(2, 2, 4, True))
+    assert map_file({Shape(1, 8, 9, True)}).count("module") == 0
+    # one module per shape, each refusing every other shape
+    text = map_file({Shape(8, 8, 16, True), Shape(24, 24, 48, False)})
+    assert text.count("\nmodule ") == 2 and text.count("_TECHMAP_FAIL_") == 2
+
+
+@pytest.mark.slow
+def test_fewer_luts_than_booth_on_ecp5(tmp_path):
+    """ECP5, 8x8 signed (the int8 GEMV's product): 72 LUT4s + 25 carry cells, Booth 170 + 8
+    (Yosys 0.70; LUTs as synth.py counts them, a CCU2C as two)."""
+    shape = Shape(8, 8, 16, True)
+    (tmp_path / "t.v").write_text(
+        "module top(input clk, input signed [7:0] a, input signed [7:0] b, output reg [15:0] y);\n"
+        "  wire [15:0] p = a * b; always @(posedge clk) y <= p;\nendmodule\n")
+    (tmp_path / "map.v").write_text(module(shape))
+    luts = {}
+    for how, pre in (("booth", "booth t:$mul"), ("map", "techmap -map map.v t:$mul")):
+        yosys(f"read_verilog t.v\nproc\n{pre}\n{TARGETS['ecp5']}\ntee -q -o {how}.json stat -json\n",
+              cwd=tmp_path, log_name=f"{how}.log", timeout=300)
+        cells = json.loads((tmp_path / f"{how}.json").read_text())["design"]["num_cells_by_type"]
+        assert "MULT18X18D" not in cells
+        luts[how] = cells["LUT4"] + 2 * cells.get("CCU2C", 0)
+    assert luts["map"] < 0.75 * luts["booth"], luts
