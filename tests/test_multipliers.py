@@ -9,7 +9,8 @@ import pytest
 
 import designs
 from compiler import HardwareConfig, compile_model, simulate
-from compiler.multipliers import DSP_BUDGET, MulCell, dsp_cost, lut_cells, map_files, mul_cells, plan
+from compiler.multipliers import (DSP_BUDGET, MulCell, dsp_cost, lut_cells, map_files, mark_lut_cells, mul_cells,
+                                  plan)
 from compiler.synth import design_rtlil, synthesize
 from compiler.tools import yosys
 
@@ -126,3 +127,25 @@ def test_a_spec_sweeps_the_style_under_device_budgets():
     d["knobs"]["mul"] = ["booth"]
     with pytest.raises(SpecError, match=r"knobs.mul\[0\]: HardwareConfig.mul: expected 'auto', 'dsp' or 'lut', got 'booth'"):
         parse_spec(d)
+
+
+def _mul_text(cells):
+    """RTLIL of one module with `$mul` cells given as (name, a signal, a width, b signal, b width)."""
+    body = "".join(f"  cell $mul {name}\n    parameter \\A_SIGNED 1\n    parameter \\A_WIDTH {aw}\n"
+                   f"    parameter \\B_SIGNED 1\n    parameter \\B_WIDTH {bw}\n    parameter \\Y_WIDTH {aw + bw}\n"
+                   f"    connect \\A {a}\n    connect \\B {b}\n    connect \\Y {name}_y\n  end\n"
+                   for name, a, aw, b, bw in cells)
+    return f"module \\top\n{body}end\n"
+
+
+def test_lut_products_are_oriented_for_the_map():
+    """A on the operand shared by more marked products (its multiples are computed once); with
+    no sharing, the narrower operand on B (a row per two of its bits). Unmarked cells stay."""
+    text = _mul_text([("$1", "\\w1", 8, "\\x", 6), ("$2", "\\w2", 8, "\\x", 6),
+                      ("$3", "\\p", 4, "\\q", 12), ("$4", "\\r", 12, "\\s", 4), ("$5", "\\w3", 8, "\\x", 6)])
+    marked = mark_lut_cells(text, {("\\top", n) for n in ("$1", "$2", "$3", "$4")})
+    cells = {c.name: c for c in mul_cells(marked)}
+    assert [(cells[n].a_signal, cells[n].a_width, cells[n].b_signal, cells[n].b_width) for n in ("$1", "$2", "$3", "$4")] \
+        == [("\\x", 6, "\\w1", 8), ("\\x", 6, "\\w2", 8), ("\\q", 12, "\\p", 4), ("\\r", 12, "\\s", 4)]
+    assert (cells["$5"].a_signal, cells["$5"].lut) == ("\\w3", False)
+    assert all(cells[n].lut and cells[n].y_width == 14 for n in ("$1", "$2"))
