@@ -3,25 +3,26 @@ whose rows are 4:1 multiplexers of precomputed multiples, summed by a tree of ca
 
 Yosys's own `booth` pass builds a radix-4 Booth multiplier whose partial products go through a
 carry-save tree of full adders that ABC maps to plain LUTs: on ECP5 an 8x8 signed product costs
-164 LUT4s and 8 carry cells (CCU2C, two LUTs each). A LUT4 fabric does an addition best on its
+170 LUT4s and 8 carry cells (CCU2C, two LUTs each). A LUT4 fabric does an addition best on its
 carry chain (one LUT per bit) and a 4:1 multiplexer in two LUT4s and the slice's PFUMX. So here
 each radix-4 digit of B picks one of {0, A, 2A, 3A} (the top digit of a signed B one of
-{0, A, -2A, -A}); 3A and -A are computed once per product (and once per shared operand: Yosys's
+{0, A, -2A, -A}); 3A (and -A) are computed once per product (and once per shared operand: Yosys's
 `opt_merge` makes the copies of a broadcast operand's multiples one); the rows are added in a
 balanced tree whose every sum is a `keep` wire, so `alumacc` cannot fold the tree back into one
 `$macc` that `maccmap` would turn into full adders again. Each sum is only as wide as its value
 can be (and never wider than the product's Y), and the low bits of the lower operand, under the
 higher one's shift, pass through without an adder. ECP5, 8x8 signed to 16: 72 LUT4s, 24 PFUMX,
-24 CCU2C (120 LUTs counted as synth.py counts them, against Booth's 180).
+25 CCU2C (122 LUTs counted as synth.py counts them, against Booth's 186; docs/multipliers.md).
 
 The map is Verilog for Yosys's `techmap`: one module per distinct product shape of the design,
 each refusing (`_TECHMAP_FAIL_`) every other shape, so a selection `a:tinyhw_mul=lut` maps the
 marked `$mul` cells and nothing else. Shapes it does not take (operands narrower than 2 bits,
 mixed signedness) stay for the `booth` pass that runs after it.
 
-Correctness: tests/test_lut_multiplier.py proves each generated module equal to `A * B` with
-Yosys's SAT solver (`miter -equiv; sat -prove`) for signed and unsigned shapes, and every design
-simulated with `mul: lut` is the same RTL as with any other style.
+Correctness: tests/test_lut_multiplier.py proves generated modules equal to `A * B` with Yosys's
+SAT solver (`miter -equiv; sat -prove`) for signed and unsigned shapes up to 8 x 8, and checks
+wider ones (to 24 x 24) on extreme and random operands. The RTL, and so every simulation, is
+the same for every `mul`: the map only changes what Yosys builds.
 """
 from __future__ import annotations
 
