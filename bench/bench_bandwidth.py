@@ -21,7 +21,7 @@ Usage: python bench/bench_bandwidth.py [--int8 16x16 26x16] [--pipelines 2 3] [-
                                        [--freq 100] [--router router2]
                                        [--no-sim] [--no-pnr] [--workdir DIR] [--json out.json]
 Place-and-route and synthesis are cached under $TINYHW_CACHE. A 26x16 int8 design takes
-Yosys ~5 minutes and nextpnr ~15 on a 2-core machine.
+Yosys ~2 minutes; nextpnr has not routed it within 60-75 minutes (docs/memory-packing.md).
 """
 from __future__ import annotations
 
