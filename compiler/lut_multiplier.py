@@ -63,14 +63,13 @@ def module(shape: Shape) -> str:
     # Rows of multiples of A, one per two bits of B (compiler.multipliers orients each product:
     # a broadcast operand on A, so its multiples are shared, else the narrower operand on B).
     n, m = s.a_width, s.b_width
-    a_src, b_src = "A", "B"
     sgn = "signed " if s.signed else ""
     digits = (m + 1) // 2
     rw = n + 2                                      # 3A (and -2A) need two bits more than A
     if m % 2:      # one more bit of B, to a whole number of digits: its sign, or a zero
-        b_ext = f"{{{b_src}[{m - 1}], {b_src}}}" if s.signed else f"{{1'b0, {b_src}}}"
+        b_ext = f"{{B[{m - 1}], B}}" if s.signed else "{1'b0, B}"
     else:
-        b_ext = b_src
+        b_ext = "B"
     lines = [
         '(* techmap_celltype = "$mul" *)',
         f"module {s.name} (A, B, Y);",
@@ -79,7 +78,7 @@ def module(shape: Shape) -> str:
         "  input [A_WIDTH-1:0] A; input [B_WIDTH-1:0] B; output [Y_WIDTH-1:0] Y;",
         f"  wire _TECHMAP_FAIL_ = !(A_WIDTH == {s.a_width} && B_WIDTH == {s.b_width} && Y_WIDTH == {s.y_width}"
         f" && A_SIGNED == {int(s.signed)} && B_SIGNED == {int(s.signed)});",
-        f"  wire {sgn}[{n - 1}:0] a = {a_src};",
+        f"  wire {sgn}[{n - 1}:0] a = A;",
         f"  wire [{2 * digits - 1}:0] b = {b_ext};",
         f"  wire {sgn}[{rw - 1}:0] m0 = 0;",
         f"  wire {sgn}[{rw - 1}:0] m1 = a;",
@@ -127,6 +126,7 @@ def module(shape: Shape) -> str:
 
 
 def _extend(t: _Term, width: int, signed: bool) -> str:
+    """Verilog for term `t` sign- or zero-extended, or truncated, to `width` bits."""
     if width <= t.width:
         return f"{t.name}[{width - 1}:0]"
     fill = f"{{{width - t.width}{{{t.name}[{t.width - 1}]}}}}" if signed else f"{width - t.width}'b0"
