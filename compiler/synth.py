@@ -60,6 +60,37 @@ TARGETS = {
 LUT_RAM = ("ecp5", "xilinx")   # families with distributed (LUT) RAM
 _TAIL_STYLE = re.compile(r'^[ \t]*attribute \\ram_style "distributed"\n', re.M)
 
+# A synchronous read port that is not transparent to a write port reads the old word when both
+# touch one address in one cycle (Amaranth's semantics, COLLISION_X_MASK 0). Block RAMs do not
+# promise that across their two ports, so Yosys builds it: every write is delayed a cycle
+# through registers (address, data, enable) that opt_merge then shares between all memories,
+# plus a bypass on the read data. On the 16x16 int8 GEMV that made one flip-flop drive the
+# write address of 64 block RAMs across the die, its critical path (15.4 ns of routing). The
+# compiler never reads a word in the cycle it is written unless the port is transparent: the
+# kernel's own stores go to transparent ports, and everything else writes while the kernel is
+# quiet (copies, and the host bus, whose read data in a write cycle is undefined: hw/top.py),
+# the one overlap (a copy's last write and the kernel's first look-ahead read) being transparent
+# too (KernelHW.written_outside). So synthesis marks those collisions undefined (X).
+# tests/test_cxxrtl.py simulates designs with every such port made transparent instead (the
+# other extreme): the outputs stay bit-exact.
+_MEMRD = re.compile(r"^([ \t]*)cell \$memrd_v2 .*?^\1end$", re.M | re.S)
+_MASK = re.compile(r"parameter \\(TRANSPARENCY_MASK|COLLISION_X_MASK) (\d+)'([01]+)")
+
+
+def undefined_collisions(text: str) -> str:
+    """`text` with every clocked read port's collisions with the write ports it is not transparent
+    to marked undefined (COLLISION_X_MASK): see above."""
+    def port(m: re.Match) -> str:
+        cell = m.group(0)
+        masks = {name: (width, bits) for name, width, bits in _MASK.findall(cell)}
+        if "parameter \\CLK_ENABLE 1\n" not in cell or masks.keys() != {"TRANSPARENCY_MASK", "COLLISION_X_MASK"}:
+            return cell
+        width, transparent = masks["TRANSPARENCY_MASK"]
+        undefined = "".join("0" if b == "1" else "1" for b in transparent)
+        return cell.replace(f"parameter \\COLLISION_X_MASK {masks['COLLISION_X_MASK'][0]}'{masks['COLLISION_X_MASK'][1]}",
+                            f"parameter \\COLLISION_X_MASK {width}'{undefined}")
+    return _MEMRD.sub(port, text)
+
 # cell type -> (metric, weight). ECP5 carry cells (CCU2C) hold two LUT4s each.
 _CELLS = {
     "ecp5": {"LUT4": ("luts", 1), "CCU2C": ("luts", 2), "TRELLIS_FF": ("ffs", 1),
@@ -153,6 +184,7 @@ def _synthesize_planned(text: str, before: str, target: str, workdir: Path | Non
         # iCE40 has no LUT RAM, and memory_libmap fails on a style it cannot map: a LUT-RAM
         # tail (mem_tail="lut") goes where Yosys puts any small memory there, a block RAM
         text = _TAIL_STYLE.sub("", text)
+    text = undefined_collisions(text)
     if f"attribute \\{DUPLICATE_ATTRIBUTE} " in text:
         # registers duplicated on purpose (fp_pipeline 3): opt_merge would make them one again
         before = f"setattr -set keep 1 a:{DUPLICATE_ATTRIBUTE} %ci1 t:$dff %i\n{before}"

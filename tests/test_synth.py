@@ -101,7 +101,48 @@ def test_fanout_copies_survive_synthesis(tmp_path):
         cells = json.loads(Path(area.netlist_path).read_text())["modules"]["top"]["cells"]
         copies = [n for n, c in cells.items() if c["type"] == "TRELLIS_FF" and "_dup" in n]
         counts[level] = (area.ffs, len(copies), "setattr -set keep" in area.script)
-    assert counts[2] == (counts[2][0], 0, False)
+    assert counts[2][1] == 0                        # (its marks are the read-address registers')
     ffs, copies, marked = counts[3]
     assert marked and copies == 4 * (8 + 8)          # 4 products x (weight + x), int8 each
     assert ffs >= counts[2][0] + copies
+
+
+def _address_fanout(cells: dict) -> dict[str, int]:
+    """Flip-flop name -> how many block RAMs its output addresses (DP16KD AD* pins), directly
+    or through one LUT (the multiplexer between the kernel's address and the host's)."""
+    driver = {b: (n, c) for n, c in cells.items() for pin, bits in c["connections"].items()
+              if c["port_directions"][pin] == "output" for b in bits}
+    rams: dict[str, set] = {}
+    for n, c in cells.items():
+        if c["type"] != "DP16KD":
+            continue
+        for pin, bits in c["connections"].items():
+            for b in bits if pin.startswith("AD") else ():
+                src = driver.get(b)
+                near = [src] if src is None or src[1]["type"] != "LUT4" else \
+                    [driver.get(x) for p in "ABCD" for x in src[1]["connections"][p]]
+                for d in near:
+                    if d is not None and d[1]["type"] == "TRELLIS_FF":
+                        rams.setdefault(d[0], set()).add(n)
+    return {ff: len(r) for ff, r in rams.items()}
+
+
+@pytest.mark.parametrize("mem_pack", [1, "auto"])
+def test_registered_read_addresses_stay_one_per_memory(tmp_path, mem_pack):
+    """fp_pipeline 2 registers each memory's read address; the four lanes' weight banks are
+    read at one address, and opt_merge would leave one flip-flop per address bit driving every
+    block RAM. Each memory keeps its own register; a packed group's later banks, which drive no
+    port, add none. The write ports take the host's address straight: no delayed write, whose
+    registers opt_merge shares between all memories (on the 16x16 GEMV: one flip-flop to the
+    write address of 64 block RAMs across the die, its critical path; synth.undefined_collisions)."""
+    case = designs.gemv_int8(16, 64)
+    design = compile_model(*case.outputs, config=HardwareConfig(fp_pipeline=2, lanes=4, mem_pack=mem_pack))
+    area = synthesize(design, "ecp5", workdir=tmp_path, netlist=True)
+    cells = json.loads(Path(area.netlist_path).read_text())["modules"]["top"]["cells"]
+    fanout = _address_fanout(cells)
+    assert area.bram == (4 if mem_pack == 1 else 1) and fanout
+    assert max(fanout.values()) == 1, sorted(fanout.items(), key=lambda kv: -kv[1])[:3]
+    registers = {n.split(".")[-1].split("_TRELLIS_FF")[0] for n, c in cells.items()
+                 if c["type"] == "TRELLIS_FF" and "_addr_q" in n}
+    # the weight memories' registers and the input vector's (LUT RAM: one either way)
+    assert len(registers) == (4 if mem_pack == 1 else 1) + 1, registers

@@ -374,6 +374,12 @@ class KernelHW(wiring.Component):
         copies keep their timing; the kernel's registered flag `own` picks between them."""
         k, prog = self.kernel, self.program
         for b in k.buffers:
+            # A packed group's later banks only feed their data fields: their address registers are
+            # dead. Every register that drives a memory is its own (DUPLICATE_ATTRIBUTE): banks
+            # read in lockstep have equal addresses, and opt_merge would leave one flip-flop per
+            # address bit driving every block RAM of the design across the die (the 16x16 int8
+            # GEMV's critical path, 64 block RAMs on one net).
+            drives = b.slot not in self.packs or self.packs[b.slot].slots[0] == b.slot
             for p, port in enumerate(reads[b.slot]):
                 own_addr = Signal.like(port.addr, name=f"b{b.slot}_p{p}_addr")
                 own = Signal(name=f"b{b.slot}_p{p}_own")
@@ -386,9 +392,9 @@ class KernelHW(wiring.Component):
                             with m.Case(s.index):
                                 m.d.comb += [own_addr.eq(self._in_range(dp, loads[0].index, addr_env, b.size, None)),
                                              own.eq(1)]
-                own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q")
+                own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q", duplicate=drives)
                 if p == 0 and b.slot not in self.external:
-                    own = dp.register(own, f"b{b.slot}_p{p}_own_q")
+                    own = dp.register(own, f"b{b.slot}_p{p}_own_q", duplicate=drives)
                     m.d.comb += port.addr.eq(Mux(own, own_addr, getattr(self, port_names(b.slot)["raddr"])))
                 else:
                     m.d.comb += port.addr.eq(own_addr)
