@@ -67,7 +67,7 @@ class Design:
         copied = {(d[0], b) for p in self.phases if isinstance(p, Copy) for d in p.dsts
                   for b in self.banking_of(*d).banks}
         hw = [KernelHW(k, self.config, self._memory_names(pos), self._external(pos),
-                       frozenset(b for kp, b in copied if kp == pos), self.packs_of(pos))
+                       frozenset(b for kp, b in copied if kp == pos), self.packs_of(pos), self._read_outside(pos))
               for pos, k in enumerate(self.kernels)]
         placed = {(pos, slot): self.banking_of(pos, slot) for pos, k in enumerate(self.source_kernels or self.kernels)
                   for slot in (b.slot for b in k.buffers)}
@@ -89,6 +89,15 @@ class Design:
                 names.update({b: f"mem_b{slot}_l{lane}" for lane, b in enumerate(bk.banks)})
         names.update({s: p.name for p in self.packs_of(pos) for s in p.slots})
         return names
+
+    def _read_outside(self, pos: int) -> frozenset[int]:
+        """Bank slots of kernel `pos` whose read port 0 the top module addresses: host reads
+        (outputs), copy sources, memories another kernel reads in place (hw/top.py)."""
+        slots = {hp.slot for hp in self.host_ports if hp.read and hp.kernel == pos}
+        slots |= {b for sh in self.shares if sh.owner[0] == pos for b in self.banking_of(*sh.owner).banks}
+        slots |= {b for ph in self.phases if isinstance(ph, Copy) and ph.src[0] == pos
+                  for b in self.banking_of(*ph.src).banks}
+        return frozenset(slots)
 
     def _external(self, pos: int) -> frozenset[int]:
         return frozenset(b for sh in self.shares if sh.reader[0] == pos

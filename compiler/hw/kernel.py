@@ -129,11 +129,13 @@ class KernelHW(wiring.Component):
     whose memory lives in another kernel (one read port, reached through `b{slot}_xaddr`
     and `b{slot}_xdata`; the top module connects it); `written_outside`: slots the top module
     writes right before this kernel starts (copy destinations): with block RAM their read
-    ports see that last write (the first step's look-ahead read happens in the same cycle)."""
+    ports see that last write (the first step's look-ahead read happens in the same cycle);
+    `read_outside`: slots whose port 0 the top module also addresses (host reads, copies from
+    them, another kernel reading them in place; None: any slot may be)."""
 
     def __init__(self, kernel: ir.KernelIR, config: HardwareConfig, names: dict[int, str] | None = None,
                  external: frozenset[int] = frozenset(), written_outside: frozenset[int] = frozenset(),
-                 packs: tuple = ()):
+                 packs: tuple = (), read_outside: frozenset[int] | None = None):
         self.kernel, self.config = kernel, config
         self.program: Program = build_program(kernel)
         self.schedule: Schedule = schedule(kernel, config)
@@ -141,6 +143,7 @@ class KernelHW(wiring.Component):
         self.names = {b.slot: (names or {}).get(b.slot, f"mem_b{b.slot}") for b in kernel.buffers}
         self.external = frozenset(external)
         self.written_outside = frozenset(written_outside)
+        self.read_outside = None if read_outside is None else frozenset(read_outside)
         self.packs = {s: p for p in packs for s in p.slots}
         # The contents live in MemoryData objects that outlast any one elaboration (simulators
         # poke them); each elaboration wraps them in a fresh Memory with its own ports. The
@@ -371,7 +374,10 @@ class KernelHW(wiring.Component):
         address of the kernel's own loads is registered before it fans out to the memories
         (its read data arrives a cycle later, in stage 1). The outside port-0 address (host
         reads, copies, readers of a shared memory) bypasses the register, so the host bus and
-        copies keep their timing; the kernel's registered flag `own` picks between them."""
+        copies keep their timing; the kernel's registered flag `own` picks between them. A
+        memory nobody outside reads has no such multiplexer: its register alone drives its
+        address (the register holds 0 when the kernel loads nothing, as the outside address
+        would), so each memory's copy of the address costs flip-flops and no LUTs."""
         k, prog = self.kernel, self.program
         for b in k.buffers:
             # A packed group's later banks only feed their data fields: their address registers are
@@ -393,7 +399,8 @@ class KernelHW(wiring.Component):
                                 m.d.comb += [own_addr.eq(self._in_range(dp, loads[0].index, addr_env, b.size, None)),
                                              own.eq(1)]
                 own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q", duplicate=drives)
-                if p == 0 and b.slot not in self.external:
+                if p == 0 and b.slot not in self.external and \
+                        (self.read_outside is None or b.slot in self.read_outside):
                     own = dp.register(own, f"b{b.slot}_p{p}_own_q", duplicate=drives)
                     m.d.comb += port.addr.eq(Mux(own, own_addr, getattr(self, port_names(b.slot)["raddr"])))
                 else:
