@@ -191,7 +191,7 @@ def test_a_deep_memory_is_split_into_block_ram_parts_read_through_a_registered_t
         assert names == [f"mem_b1_l{i}" for i in range(4)]
         # read data registered (stage 2 after the registered address), two mux levels, the product
         (sched,) = design.schedules
-        assert sched.register_addresses and sched.load_ready == 2 and sched.depth == 5
+        assert sched.address_levels == 1 and sched.load_ready == 2 and sched.depth == 5
         cxx = simulate(design, backend="cxxrtl")
         assert cxx.cycles == result.cycles
         assert_exact(cxx.outputs, case.reference)

@@ -101,7 +101,7 @@ def test_fanout_copies_survive_synthesis(tmp_path):
         cells = json.loads(Path(area.netlist_path).read_text())["modules"]["top"]["cells"]
         copies = [n for n, c in cells.items() if c["type"] == "TRELLIS_FF" and "_dup" in n]
         counts[level] = (area.ffs, len(copies), "setattr -set keep" in area.script)
-    assert counts[2][1] == 0                        # (its marks are the read-address registers')
+    assert counts[2] == (counts[2][0], 0, False)
     ffs, copies, marked = counts[3]
     assert marked and copies == 4 * (8 + 8)          # 4 products x (weight + x), int8 each
     assert ffs >= counts[2][0] + copies
@@ -128,21 +128,25 @@ def _address_fanout(cells: dict) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("mem_pack", [1, "auto"])
-def test_registered_read_addresses_stay_one_per_memory(tmp_path, mem_pack):
-    """fp_pipeline 2 registers each memory's read address; the four lanes' weight banks are
-    read at one address, and opt_merge would leave one flip-flop per address bit driving every
-    block RAM. Each memory keeps its own register; a packed group's later banks, which drive no
-    port, add none. The write ports take the host's address straight: no delayed write, whose
-    registers opt_merge shares between all memories (on the 16x16 GEMV: one flip-flop to the
-    write address of 64 block RAMs across the die, its critical path; synth.undefined_collisions)."""
+def test_each_memory_gets_its_own_read_address_register_at_fp_pipeline_3(tmp_path, mem_pack):
+    """The four lanes' weight banks are read at one address. At fp_pipeline 2 that address is
+    one register (opt_merge makes the banks' registers one) driving every block RAM; at 3 a
+    second level gives each memory its own copy, kept apart in synthesis, so no flip-flop
+    addresses more than one block RAM (on the 16x16 GEMV one drove 64 across the die). A packed
+    group's later banks drive no port and get no copy. The write ports take the host's address
+    straight: no delayed write, whose registers opt_merge would share between all memories
+    (synth.undefined_collisions)."""
     case = designs.gemv_int8(16, 64)
-    design = compile_model(*case.outputs, config=HardwareConfig(fp_pipeline=2, lanes=4, mem_pack=mem_pack))
-    area = synthesize(design, "ecp5", workdir=tmp_path, netlist=True)
-    cells = json.loads(Path(area.netlist_path).read_text())["modules"]["top"]["cells"]
-    fanout = _address_fanout(cells)
-    assert area.bram == (4 if mem_pack == 1 else 1) and fanout
-    assert max(fanout.values()) == 1, sorted(fanout.items(), key=lambda kv: -kv[1])[:3]
-    registers = {n.split(".")[-1].split("_TRELLIS_FF")[0] for n, c in cells.items()
-                 if c["type"] == "TRELLIS_FF" and "_addr_q" in n}
-    # the weight memories' registers and the input vector's (LUT RAM: one either way)
-    assert len(registers) == (4 if mem_pack == 1 else 1) + 1, registers
+    fanouts = {}
+    for level in (2, 3):
+        design = compile_model(*case.outputs, config=HardwareConfig(fp_pipeline=level, lanes=4, mem_pack=mem_pack))
+        area = synthesize(design, "ecp5", workdir=tmp_path / str(level), netlist=True)
+        cells = json.loads(Path(area.netlist_path).read_text())["modules"]["top"]["cells"]
+        fanouts[level] = _address_fanout(cells)
+        rams = {n for n, c in cells.items() if c["type"] == "DP16KD"}
+        assert len(rams) == area.bram == (4 if mem_pack == 1 else 1)
+        copies = {n.split("_addr_q1")[0] for n, c in cells.items() if c["type"] == "TRELLIS_FF" and "_addr_q1" in n}
+        # level 3: the weight memories' copies, and the input vector's (LUT RAM)
+        assert len(copies) == (0 if level == 2 else area.bram + 1), copies
+    assert max(fanouts[2].values()) == area.bram
+    assert max(fanouts[3].values()) == 1, sorted(fanouts[3].items(), key=lambda kv: -kv[1])[:3]

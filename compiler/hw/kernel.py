@@ -221,7 +221,7 @@ class KernelHW(wiring.Component):
             addr_env, addr_step = Env("next", lambda i, stage: nctr[i], None, None), nstep
         else:
             addr_env, addr_step = Env("cur", counter_at, None, None), step
-        if sched.register_addresses:
+        if sched.address_levels:
             self._registered_addresses(m, dp, reads, addr_env, addr_step)
         else:
             self._addresses(m, dp, reads, addr_env, addr_step, None if sync_reads else 0)
@@ -370,9 +370,10 @@ class KernelHW(wiring.Component):
                                      wp.en.eq(gate & ok)]
 
     def _registered_addresses(self, m, dp: Datapath, reads, addr_env: Env, addr_step) -> None:
-        """Read addresses through a register (Schedule.register_addresses): the look-ahead
-        address of the kernel's own loads is registered before it fans out to the memories
-        (its read data arrives a cycle later, in stage 1). The outside port-0 address (host
+        """Read addresses through registers (Schedule.address_levels): the look-ahead address
+        of the kernel's own loads is registered before it fans out to the memories (its read
+        data arrives a cycle later, in stage 1), and at fp_pipeline 3 registered again in each
+        memory's own copy (data in stage 2). The outside port-0 address (host
         reads, copies, readers of a shared memory) bypasses the register, so the host bus and
         copies keep their timing; the kernel's registered flag `own` picks between them. A
         memory nobody outside reads has no such multiplexer: its register alone drives its
@@ -380,11 +381,10 @@ class KernelHW(wiring.Component):
         would), so each memory's copy of the address costs flip-flops and no LUTs."""
         k, prog = self.kernel, self.program
         for b in k.buffers:
-            # A packed group's later banks only feed their data fields: their address registers are
-            # dead. Every register that drives a memory is its own (DUPLICATE_ATTRIBUTE): banks
-            # read in lockstep have equal addresses, and opt_merge would leave one flip-flop per
-            # address bit driving every block RAM of the design across the die (the 16x16 int8
-            # GEMV's critical path, 64 block RAMs on one net).
+            # Banks read in lockstep have equal addresses, so their first registers are one after
+            # opt_merge; the second level (fp_pipeline 3) is each memory's own copy of it
+            # (DUPLICATE_ATTRIBUTE), placed near its block RAMs. A packed group's later banks
+            # drive no port: their copies would be dead flip-flops Yosys must keep.
             drives = b.slot not in self.packs or self.packs[b.slot].slots[0] == b.slot
             for p, port in enumerate(reads[b.slot]):
                 own_addr = Signal.like(port.addr, name=f"b{b.slot}_p{p}_addr")
@@ -398,10 +398,14 @@ class KernelHW(wiring.Component):
                             with m.Case(s.index):
                                 m.d.comb += [own_addr.eq(self._in_range(dp, loads[0].index, addr_env, b.size, None)),
                                              own.eq(1)]
-                own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q", duplicate=drives)
-                if p == 0 and b.slot not in self.external and \
-                        (self.read_outside is None or b.slot in self.read_outside):
-                    own = dp.register(own, f"b{b.slot}_p{p}_own_q", duplicate=drives)
+                outside = p == 0 and b.slot not in self.external and \
+                    (self.read_outside is None or b.slot in self.read_outside)
+                for level in range(self.schedule.address_levels):
+                    copy = level > 0 and drives
+                    own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q{level or ''}", duplicate=copy)
+                    if outside:
+                        own = dp.register(own, f"b{b.slot}_p{p}_own_q{level or ''}", duplicate=copy)
+                if outside:
                     m.d.comb += port.addr.eq(Mux(own, own_addr, getattr(self, port_names(b.slot)["raddr"])))
                 else:
                     m.d.comb += port.addr.eq(own_addr)

@@ -18,7 +18,10 @@ values from one stage to the next:
   * float units: cut into min(2**P, the unit's maximum) stages (compiler/fp: FAdd up to 6,
     FMul, FDiv and FSqrt up to 8, conversions up to 2) and their result registered: + stages;
   * read addresses: with P >= 2 (and block RAM reads) the look-ahead address is registered
-    before it fans out to the memories, so read data arrives in stage 1 (+1 stage);
+    before it fans out to the memories, so read data arrives in stage 1 (+1 stage); with
+    P >= 3 each memory registers its own copy of it (kept apart in synthesis like the operand
+    copies), so no one flip-flop drives the addresses of block RAMs across the die: read data
+    arrives in stage 2 (+1 stage);
   * memories deeper than one block RAM: from P >= 2 split into block-RAM-sized parts
     (transform.split_deep), each part's read data registered (the rule above), and every
     level of the binary multiplexer tree that selects the part registered (+1 per level);
@@ -67,8 +70,9 @@ PRODUCT_LEVEL = 2     # fp_pipeline from which integer products are registered
 MEMORY_LEVEL = 2      # fp_pipeline from which deep memories are split (transform.split_deep)
                       # and every level of their read multiplexer is registered
 FANOUT_LEVEL = 3      # fp_pipeline from which every integer product registers its own copy of its
-                      # operands (duplicates kept from Yosys's opt_merge) and integer sums of data
-                      # values are registered (adder trees)
+                      # operands (duplicates kept from Yosys's opt_merge), integer sums of data
+                      # values are registered (adder trees), and every memory gets its own copy
+                      # of its registered read address (a second register level)
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ class Schedule:
                                              # whose latency equals its stages has an output register
     acc_write: dict[int, int]                # acc -> stage in which its new value is written
     register_loads: bool                     # read-port data registered
-    register_addresses: bool                 # read addresses registered (raw data in stage 1)
+    address_levels: int                      # registers on the read addresses (raw data in that stage)
     gather_issue: dict[int, int] = field(default_factory=dict)   # id(gather load) -> the stage its
                                              # address is driven in (module docstring)
     sync_reads: bool = True                  # block RAM: read data a cycle after its address
@@ -90,7 +94,7 @@ class Schedule:
     @property
     def load_stage(self) -> int:
         """The stage in which read ports deliver the data of a step's loads."""
-        return 1 if self.register_addresses else 0
+        return self.address_levels
 
     @property
     def load_ready(self) -> int:
@@ -217,8 +221,8 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
             unit_stages[id(v)] = stages
 
     register_loads = level >= LOAD_LEVEL
-    register_addresses = level >= MEMORY_LEVEL and config.mem_read == "sync"
-    load_ready = (1 if register_addresses else 0) + (1 if register_loads else 0)
+    address_levels = 0 if level < MEMORY_LEVEL or config.mem_read != "sync" else 2 if level >= FANOUT_LEVEL else 1
+    load_ready = address_levels + (1 if register_loads else 0)
     ready: dict[int, int | None] = {}
     gather_issue: dict[int, int] = {}
 
@@ -271,7 +275,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
         else:
             commit = max([commit] + [at(x) for x in (s.index, s.value, s.gate) if x is not None])
     sched = Schedule(level, depth, commit, ready, latency, unit_stages, acc_write, register_loads,
-                     register_addresses, gather_issue, config.mem_read == "sync")
+                     address_levels, gather_issue, config.mem_read == "sync")
     check_hazards(kernel, sched)
     return sched
 
