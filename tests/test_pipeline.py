@@ -157,8 +157,9 @@ def test_integer_designs_in_other_modes(name, level, knobs):
 
 def test_gemv_cycles_add_the_pipeline_depth_once_per_run():
     M, K = 16, 8
-    # 2: + the registered address and product; 3: + the product's own operand registers
-    for level, commit in ((0, 0), (1, 1), (2, 3), (3, 4)):
+    # 2: + the registered address and product; 3: + the product's own operand registers and
+    # each memory's own copy of the read address
+    for level, commit in ((0, 0), (1, 1), (2, 3), (3, 5)):
         design, _ = check(designs.gemv_int8(M, K), fp_pipeline=level)
         (sched,) = design.schedules
         assert sched.commit == commit
@@ -338,7 +339,8 @@ def test_schedule_keeps_the_accumulator_loop_in_one_cycle():
 def test_level_3_registers_adder_trees_and_each_products_operands():
     """fp_pipeline 3: every integer product takes two register levels (its own copy of each
     operand, then the product), every add of its unrolled reduction's tree one; the add into
-    the accumulator stays in the one-cycle loop and index math stays in stage 0."""
+    the accumulator stays in the one-cycle loop and index math stays in stage 0. Read data
+    comes a stage later too (each memory's own read-address register)."""
     case = designs.gemv_int8(16, 8)
     levels = {}
     for level in (2, 3):
@@ -360,4 +362,5 @@ def test_level_3_registers_adder_trees_and_each_products_operands():
                          {sched.latency.get(id(v), 0) for v in tree}, sched.commit)
     assert levels[2][:3] == ({1}, {1}, {0})
     assert levels[3][:3] == ({2}, {2}, {1})
-    assert levels[3][3] == levels[2][3] + 1 + 2                        # operand copies + two tree levels
+    # each memory's copy of the read address, the operand copies, two tree levels
+    assert levels[3][3] == levels[2][3] + 1 + 1 + 2
