@@ -150,3 +150,18 @@ def test_each_memory_gets_its_own_read_address_register_at_fp_pipeline_3(tmp_pat
         assert len(copies) == (0 if level == 2 else area.bram + 1), copies
     assert max(fanouts[2].values()) == area.bram
     assert max(fanouts[3].values()) == 1, sorted(fanouts[3].items(), key=lambda kv: -kv[1])[:3]
+
+
+def _memrd(transparent: str, clocked: int) -> str:
+    return (f"  cell $memrd_v2 $r\n    parameter \\MEMID \"\\\\m\"\n    parameter \\TRANSPARENCY_MASK {len(transparent)}'{transparent}\n"
+            f"    parameter \\COLLISION_X_MASK {len(transparent)}'{'0' * len(transparent)}\n"
+            f"    parameter \\CLK_ENABLE {clocked}\n    connect \\CLK \\clk\n  end\n")
+
+
+def test_collisions_are_undefined_only_where_a_clocked_port_is_not_transparent():
+    from compiler.synth import undefined_collisions
+    text = "module \\top\n" + _memrd("0", 1) + _memrd("1", 1) + _memrd("0", 0) + _memrd("01", 1) + "end\n"
+    masks = [line.split()[-1] for line in undefined_collisions(text).splitlines() if "COLLISION_X_MASK" in line]
+    # old data on a collision is promised nowhere now, except where the port reads the new data
+    assert masks == ["1'1", "1'0", "1'0", "2'10"]
+    assert undefined_collisions(undefined_collisions(text)) == undefined_collisions(text)
