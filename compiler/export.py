@@ -42,7 +42,7 @@ from . import dtypes as dt
 from .design import Design
 from .errors import CompileError
 from .simulate import SimResult, input_words
-from .synth import AreaReport
+from .synth import AreaReport, no_rw_check
 from .tools import atomic_write_text, yosys
 
 if TYPE_CHECKING:
@@ -130,7 +130,8 @@ def write_verilog(design: Design, out_dir: Path, *, top: str, timeout: float | N
     from amaranth.back import rtlil
     work = out_dir / ".yosys"
     work.mkdir(parents=True, exist_ok=True)
-    (work / "design.il").write_text(rtlil.convert(design.top, name=top, emit_src=False))
+    text = no_rw_check(rtlil.convert(design.top, name=top, emit_src=False))
+    (work / "design.il").write_text(text)
     yosys(VERILOG_SCRIPT.format(top=top), cwd=work, log_name="verilog.log", timeout=timeout)
     path = out_dir / f"{top}.v"
     (work / f"{top}.v").replace(path)
@@ -265,7 +266,7 @@ PROTOCOL = {
     "host_write": "while `busy` is low: set host_sel, host_addr, host_wdata and host_we=1 for one cycle; "
                   "the word is written at the rising edge. Writes while busy are ignored",
     "host_read": "while `busy` is low: set host_sel and host_addr; host_rdata holds the word one cycle later "
-                 "(block RAM read latency; also with combinational reads)",
+                 "(block RAM read latency; also with combinational reads), undefined after a cycle that writes",
     "start_done": "raise `start` for one cycle while idle; `busy` is high from the next cycle until the run "
                   "ends; `done` is high for exactly one cycle, the last one of the run. The cycle count is "
                   "counted from the cycle `start` is high in to the cycle `done` is high in",

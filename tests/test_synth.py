@@ -165,3 +165,24 @@ def test_collisions_are_undefined_only_where_a_clocked_port_is_not_transparent()
     # old data on a collision is promised nowhere now, except where the port reads the new data
     assert masks == ["1'1", "1'0", "1'0", "2'10"]
     assert undefined_collisions(undefined_collisions(text)) == undefined_collisions(text)
+
+
+def test_no_rw_check_marks_the_memories_that_promise_old_data_nowhere():
+    """The export's Verilog carries the same promise as the synthesis flow's RTLIL: a memory
+    gets `no_rw_check` only if none of its read ports is transparent (a kernel that stores and
+    loads one buffer needs the new word) and all are clocked. Memory names repeat across
+    kernels' modules: each module is judged on its own."""
+    import re as _re
+    from compiler.rtlil_text import convert
+    from compiler.synth import no_rw_check
+    case = designs.SMALL["mlp_int8_small"]()
+    text = convert(compile_model(*case.outputs, config=HardwareConfig()).top)
+    module = _re.compile(r"^module (\S+)\n.*?^end$", _re.M | _re.S)
+
+    def memories(rtlil: str, pattern: str) -> set:
+        return {(m.group(1), name) for m in module.finditer(rtlil) for name in _re.findall(pattern, m.group(0), _re.M)}
+
+    names = memories(text, r"^\s*memory .* (\\\S+)$")
+    flagged = memories(no_rw_check(text), r"attribute \\no_rw_check 1\n\s*memory .* (\\\S+)$")
+    transparent = memories(text, r'MEMID "\\(\\\S+)"\n(?:.*\n){0,3}?\s*parameter \\TRANSPARENCY_MASK \d+\'\d*1')
+    assert len(names) == 6 and len(transparent) == 1 and flagged == names - transparent

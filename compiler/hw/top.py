@@ -16,7 +16,8 @@ output's final value (readable). `host_addr` is a word of that bank, `host_we` w
 `host_wdata`, and `host_rdata` returns the word one cycle later (block RAM); after a cycle
 that writes, it is undefined (synthesis lets a block RAM answer a read of the word being
 written either way: compiler/synth.py, undefined_collisions). Software places elements with
-the layout (Design.memory_words). The bus only acts while the top is idle. Reading the outputs from the top is what keeps Yosys from optimising the datapath away.
+the layout (Design.memory_words). The bus only acts while the top is idle. Reading the
+outputs from the top is what keeps Yosys from optimising the datapath away.
 
 Timing (start cycle to done cycle):
     cycles = sum over kernels of (steps + 1) + sum over copies of their length
