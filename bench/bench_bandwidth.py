@@ -20,8 +20,9 @@ Usage: python bench/bench_bandwidth.py [--int8 16x16 26x16] [--pipelines 2 3] [-
                                        [--fp32-mem-tail lut]
                                        [--freq 100] [--router router2]
                                        [--no-sim] [--no-pnr] [--workdir DIR] [--json out.json]
-Place-and-route and synthesis are cached under $TINYHW_CACHE. A 26x16 int8 design takes
-Yosys ~2 minutes; nextpnr has not routed it within 60-75 minutes (docs/memory-packing.md).
+Place-and-route and synthesis are cached under $TINYHW_CACHE. A 26x16 or 26x17 int8 design
+takes Yosys ~2-3 minutes; nextpnr has not routed either within 55-75 minutes (router2 stalls
+at ~8,500 overused wires; docs/memory-packing.md). 16x16 at fp_pipeline 3 routes in ~12-25.
 """
 from __future__ import annotations
 
