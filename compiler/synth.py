@@ -74,26 +74,32 @@ _TAIL_STYLE = re.compile(r'^[ \t]*attribute \\ram_style "distributed"\n', re.M)
 # tests/test_cxxrtl.py simulates designs with every such port made transparent instead (the
 # other answer): the outputs stay bit-exact.
 _MEMRD = re.compile(r"^([ \t]*)cell \$memrd_v2 .*?^\1end$", re.M | re.S)
-_MASK = re.compile(r"parameter \\(TRANSPARENCY_MASK|COLLISION_X_MASK) (\d+)'([01]+)")
+_TRANSPARENCY = re.compile(r"parameter \\TRANSPARENCY_MASK \d+'([01]+)\n")
+_COLLISION = re.compile(r"parameter \\COLLISION_X_MASK (\d+)'[01]+\n")
+_MEMID = re.compile(r'parameter \\MEMID "\\(\\\S+)"')
+
+
+def _transparent_for(cell: str) -> str | None:
+    """A $memrd_v2 cell's TRANSPARENCY_MASK bits (one per write port) when it is clocked, else
+    None (an asynchronous port sees every write as it happens: nothing to leave undefined)."""
+    mask = _TRANSPARENCY.search(cell)
+    return mask.group(1) if mask and "parameter \\CLK_ENABLE 1\n" in cell else None
 
 
 def undefined_collisions(text: str) -> str:
     """`text` with every clocked read port's collisions with the write ports it is not transparent
     to marked undefined (COLLISION_X_MASK): see above."""
     def port(m: re.Match) -> str:
-        cell = m.group(0)
-        masks = {name: (width, bits) for name, width, bits in _MASK.findall(cell)}
-        if "parameter \\CLK_ENABLE 1\n" not in cell or masks.keys() != {"TRANSPARENCY_MASK", "COLLISION_X_MASK"}:
-            return cell
-        width, transparent = masks["TRANSPARENCY_MASK"]
+        transparent = _transparent_for(m.group(0))
+        if transparent is None:
+            return m.group(0)
         undefined = "".join("0" if b == "1" else "1" for b in transparent)
-        return cell.replace(f"parameter \\COLLISION_X_MASK {masks['COLLISION_X_MASK'][0]}'{masks['COLLISION_X_MASK'][1]}",
-                            f"parameter \\COLLISION_X_MASK {width}'{undefined}")
+        return _COLLISION.sub(lambda c: f"parameter \\COLLISION_X_MASK {c.group(1)}'{undefined}\n", m.group(0))
     return _MEMRD.sub(port, text)
 
 
 _MODULE = re.compile(r"^module \S+\n.*?^end$", re.M | re.S)
-_MEMORY_DECL = re.compile(r"^([ \t]*)(memory .* (\\\S+))$", re.M)
+_MEMORY_DECL = re.compile(r"^([ \t]*)memory .* (\\\S+)$", re.M)
 
 
 def no_rw_check(text: str) -> str:
@@ -101,17 +107,16 @@ def no_rw_check(text: str) -> str:
     transparent to no write port: the same promise as undefined_collisions, for Verilog. Yosys
     reads it from a Verilog memory (other tools such as Quartus and Synplify take it inside
     `ramstyle`/`syn_ramstyle`); without it, a Yosys synthesis of the exported Verilog builds the
-    read-before-write emulation again (the int8 GEMV 8x8: 2,856 LUTs against 2,182)."""
+    read-before-write emulation again (the int8 GEMV 8x8: 2,856 LUTs against 2,182). Memory
+    names are per module (each kernel has its own `mem_b0`)."""
     def module(m: re.Match) -> str:
         body = m.group(0)
-        promised = set()
+        collisions_matter = set()       # memories with an asynchronous or a transparent port
         for cell in _MEMRD.finditer(body):
-            c = cell.group(0)
-            memid = re.search(r'parameter \\MEMID "\\(\\\S+)"', c)
-            transparent = re.search(r"parameter \\TRANSPARENCY_MASK \d+'([01]+)", c)
-            if memid and ("parameter \\CLK_ENABLE 1\n" not in c or not transparent or "1" in transparent.group(1)):
-                promised.add(memid.group(1))
-        return _MEMORY_DECL.sub(lambda d: d.group(0) if d.group(3) in promised
+            transparent, memid = _transparent_for(cell.group(0)), _MEMID.search(cell.group(0))
+            if memid and (transparent is None or "1" in transparent):
+                collisions_matter.add(memid.group(1))
+        return _MEMORY_DECL.sub(lambda d: d.group(0) if d.group(2) in collisions_matter
                                 else f"{d.group(1)}attribute \\no_rw_check 1\n{d.group(0)}", body)
     return _MODULE.sub(module, text)
 
