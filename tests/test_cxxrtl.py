@@ -105,7 +105,8 @@ def test_no_output_depends_on_reading_a_word_in_the_cycle_it_is_written(monkeypa
         return out
 
     monkeypatch.setattr(cxxrtl, "design_rtlil", write_first)
-    configs = [HardwareConfig(), HardwareConfig(lanes=2, fp_pipeline=2, share_buffers=True, mem_pack=1)]
+    configs = [HardwareConfig(), HardwareConfig(lanes=2, fp_pipeline=2, share_buffers=True, mem_pack=1),
+               HardwareConfig(lanes=2, reduce_unroll=2, fp_pipeline=3)]
     built = [(compile_model(*case.outputs, config=cfg), case) for cfg in configs
              for case in (make() for make in designs.SMALL.values())]
     cxxrtl.build_many(d for d, _ in built)
