@@ -42,7 +42,7 @@ from . import dtypes as dt
 from .design import Design
 from .errors import CompileError
 from .simulate import SimResult, input_words
-from .synth import AreaReport, no_rw_check
+from .synth import AreaReport
 from .tools import atomic_write_text, yosys
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ def write_verilog(design: Design, out_dir: Path, *, top: str, timeout: float | N
     from amaranth.back import rtlil
     work = out_dir / ".yosys"
     work.mkdir(parents=True, exist_ok=True)
-    text = no_rw_check(rtlil.convert(design.top, name=top, emit_src=False))
+    text = rtlil.convert(design.top, name=top, emit_src=False)
     (work / "design.il").write_text(text)
     yosys(VERILOG_SCRIPT.format(top=top), cwd=work, log_name="verilog.log", timeout=timeout)
     path = out_dir / f"{top}.v"

@@ -60,64 +60,32 @@ TARGETS = {
 LUT_RAM = ("ecp5", "xilinx")   # families with distributed (LUT) RAM
 _TAIL_STYLE = re.compile(r'^[ \t]*attribute \\ram_style "distributed"\n', re.M)
 
-# A synchronous read port that is not transparent to a write port reads the old word when both
-# touch one address in one cycle (Amaranth's semantics, COLLISION_X_MASK 0). A block RAM does
-# not promise that between its two ports, so Yosys's memory_libmap emulates it: registers on the
-# write port's address, data and enable (which opt_merge then shares between all memories) and
-# logic on the read data. On the 16x16 int8 GEMV that put one flip-flop on the write address of
-# 64 block RAMs across the die, its critical path (15.4 ns of routing); on the 8x8 GEMV at
-# fp_pipeline 2 the emulation was 22% of the LUTs (2,842 -> 2,221). No result of the compiler's
-# depends on it: the kernel's own stores go to transparent ports, everything else writes while
-# the kernel is quiet (copies, and the host bus, whose read data after a write cycle is
-# undefined: hw/top.py), and the one overlap (a copy's last write and the kernel's first read)
-# is transparent too (KernelHW.written_outside). So synthesis marks those collisions undefined.
-# tests/test_cxxrtl.py simulates designs with every such port made transparent instead (the
-# other answer): the outputs stay bit-exact.
+_MODULE = re.compile(r"^module \S+\n.*?^end$", re.M | re.S)
+_NO_RW_CHECK = re.compile(r"^[ \t]*attribute \\no_rw_check 1\n(?:[ \t]*attribute .*\n)*[ \t]*memory .* (\\\S+)$", re.M)
 _MEMRD = re.compile(r"^([ \t]*)cell \$memrd_v2 .*?^\1end$", re.M | re.S)
-_TRANSPARENCY = re.compile(r"parameter \\TRANSPARENCY_MASK \d+'([01]+)\n")
-_COLLISION = re.compile(r"parameter \\COLLISION_X_MASK (\d+)'[01]+\n")
 _MEMID = re.compile(r'parameter \\MEMID "\\(\\\S+)"')
-
-
-def _transparent_for(cell: str) -> str | None:
-    """A $memrd_v2 cell's TRANSPARENCY_MASK bits (one per write port) when it is clocked, else
-    None (an asynchronous port sees every write as it happens: nothing to leave undefined)."""
-    mask = _TRANSPARENCY.search(cell)
-    return mask.group(1) if mask and "parameter \\CLK_ENABLE 1\n" in cell else None
+_COLLISION = re.compile(r"parameter \\COLLISION_X_MASK (\d+)'[01]+\n")
 
 
 def undefined_collisions(text: str) -> str:
-    """`text` with every clocked read port's collisions with the write ports it is not transparent
-    to marked undefined (COLLISION_X_MASK): see above."""
-    def port(m: re.Match) -> str:
-        transparent = _transparent_for(m.group(0))
-        if transparent is None:
-            return m.group(0)
-        undefined = "".join("0" if b == "1" else "1" for b in transparent)
-        return _COLLISION.sub(lambda c: f"parameter \\COLLISION_X_MASK {c.group(1)}'{undefined}\n", m.group(0))
-    return _MEMRD.sub(port, text)
-
-
-_MODULE = re.compile(r"^module \S+\n.*?^end$", re.M | re.S)
-_MEMORY_DECL = re.compile(r"^([ \t]*)memory .* (\\\S+)$", re.M)
-
-
-def no_rw_check(text: str) -> str:
-    """`text` with `no_rw_check` on every memory whose read ports are all clocked and
-    transparent to no write port: the same promise as undefined_collisions, for Verilog. Yosys
-    reads it from a Verilog memory (other tools such as Quartus and Synplify take it inside
-    `ramstyle`/`syn_ramstyle`); without it, a Yosys synthesis of the exported Verilog builds the
-    read-before-write emulation again (the int8 GEMV 8x8: 2,856 LUTs against 2,182). Memory
-    names are per module (each kernel has its own `mem_b0`)."""
+    """`text` with the read ports of every memory the kernel declares `no_rw_check`
+    (hw/kernel.py NO_RW_CHECK, which says why) returning undefined data when they read the word
+    their write port writes in that cycle (COLLISION_X_MASK all ones). Yosys applies the
+    attribute itself only where memory_dff turns a read port synchronous, as for a memory read
+    from Verilog (the export); Amaranth's read ports are synchronous already, so on this path the
+    attribute alone changes nothing (the int8 GEMV 128x784 8x8 at fp_pipeline 2: 2,843 LUTs with
+    it, 2,208 with the masks). Memory names are per module (each kernel has its own `mem_b0`)."""
     def module(m: re.Match) -> str:
         body = m.group(0)
-        collisions_matter = set()       # memories with an asynchronous or a transparent port
-        for cell in _MEMRD.finditer(body):
-            transparent, memid = _transparent_for(cell.group(0)), _MEMID.search(cell.group(0))
-            if memid and (transparent is None or "1" in transparent):
-                collisions_matter.add(memid.group(1))
-        return _MEMORY_DECL.sub(lambda d: d.group(0) if d.group(2) in collisions_matter
-                                else f"{d.group(1)}attribute \\no_rw_check 1\n{d.group(0)}", body)
+        promised = set(_NO_RW_CHECK.findall(body))
+
+        def port(cell: re.Match) -> str:
+            memid = _MEMID.search(cell.group(0))
+            if memid is None or memid.group(1) not in promised:
+                return cell.group(0)
+            return _COLLISION.sub(lambda c: f"parameter \\COLLISION_X_MASK {c.group(1)}'{'1' * int(c.group(1))}\n",
+                                  cell.group(0))
+        return _MEMRD.sub(port, body) if promised else body
     return _MODULE.sub(module, text)
 
 

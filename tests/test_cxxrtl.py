@@ -89,8 +89,8 @@ def _write_first(text: str) -> str:
 
 
 def test_no_output_depends_on_reading_a_word_in_the_cycle_it_is_written(monkeypatch):
-    """Synthesis marks such collisions undefined on ports that are not transparent
-    (compiler.synth.undefined_collisions), which is sound only if no result depends on one.
+    """Memories whose ports are not transparent are declared `no_rw_check` (such collisions
+    undefined: compiler/hw/kernel.py NO_RW_CHECK), which is sound only if no result depends on one.
     Simulated with the opposite answer (new data, not old) on every port, every design (one
     kernel and several, copies between them, shared buffers, banked and pipelined memories)
     still gives its reference outputs and cycles: reads and writes never meet in a cycle

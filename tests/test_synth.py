@@ -135,7 +135,7 @@ def test_each_memory_gets_its_own_read_address_register_at_fp_pipeline_3(tmp_pat
     addresses more than one block RAM (on the 16x16 GEMV one drove 64 across the die). A packed
     group's later banks drive no port and get no copy. The write ports take the host's address
     straight: no delayed write, whose registers opt_merge would share between all memories
-    (synth.undefined_collisions)."""
+    (kernel.NO_RW_CHECK)."""
     case = designs.gemv_int8(16, 64)
     fanouts = {}
     for level in (2, 3):
@@ -152,29 +152,30 @@ def test_each_memory_gets_its_own_read_address_register_at_fp_pipeline_3(tmp_pat
     assert max(fanouts[3].values()) == 1, sorted(fanouts[3].items(), key=lambda kv: -kv[1])[:3]
 
 
-def _memrd(transparent: str, clocked: int) -> str:
-    return (f"  cell $memrd_v2 $r\n    parameter \\MEMID \"\\\\m\"\n    parameter \\TRANSPARENCY_MASK {len(transparent)}'{transparent}\n"
-            f"    parameter \\COLLISION_X_MASK {len(transparent)}'{'0' * len(transparent)}\n"
-            f"    parameter \\CLK_ENABLE {clocked}\n    connect \\CLK \\clk\n  end\n")
+def _memrd(memid: str) -> str:
+    return (f"  cell $memrd_v2 $r\n    parameter \\MEMID \"\\\\{memid}\"\n    parameter \\TRANSPARENCY_MASK 1'0\n"
+            f"    parameter \\COLLISION_X_MASK 1'0\n    parameter \\CLK_ENABLE 1\n    connect \\CLK \\clk\n  end\n")
 
 
-def test_collisions_are_undefined_only_where_a_clocked_port_is_not_transparent():
+def test_collisions_are_undefined_only_on_the_memories_that_say_no_rw_check():
     from compiler.synth import undefined_collisions
-    text = "module \\top\n" + _memrd("0", 1) + _memrd("1", 1) + _memrd("0", 0) + _memrd("01", 1) + "end\n"
+    promised = "  attribute \\src \"k.py:1\"\n  attribute \\no_rw_check 1\n  memory width 8 size 4 \\mem_b0\n"
+    plain = "  memory width 8 size 4 \\mem_b0\n"
+    # a memory's name is its module's: the second module's mem_b0 made no promise
+    text = ("module \\k0\n" + promised + "  memory width 8 size 4 \\mem_b1\n" + _memrd("mem_b0") + _memrd("mem_b1")
+            + "end\nmodule \\k1\n" + plain + _memrd("mem_b0") + "end\n")
     masks = [line.split()[-1] for line in undefined_collisions(text).splitlines() if "COLLISION_X_MASK" in line]
-    # old data on a collision is promised nowhere now, except where the port reads the new data
-    assert masks == ["1'1", "1'0", "1'0", "2'10"]
+    assert masks == ["1'1", "1'0", "1'0"]
     assert undefined_collisions(undefined_collisions(text)) == undefined_collisions(text)
 
 
 def test_no_rw_check_marks_the_memories_that_promise_old_data_nowhere():
-    """The export's Verilog carries the same promise as the synthesis flow's RTLIL: a memory
-    gets `no_rw_check` only if none of its read ports is transparent (a kernel that stores and
-    loads one buffer needs the new word) and all are clocked. Memory names repeat across
-    kernels' modules: each module is judged on its own."""
+    """A kernel declares `no_rw_check` (hw/kernel.py NO_RW_CHECK) on a memory only if none of
+    its read ports is transparent (a kernel that stores and loads one buffer needs the new
+    word) and all are clocked; the exported Verilog carries the attribute too. Memory names
+    repeat across kernels' modules: each module is judged on its own."""
     import re as _re
     from compiler.rtlil_text import convert
-    from compiler.synth import no_rw_check
     case = designs.SMALL["mlp_int8_small"]()
     text = convert(compile_model(*case.outputs, config=HardwareConfig()).top)
     module = _re.compile(r"^module (\S+)\n.*?^end$", _re.M | _re.S)
@@ -183,6 +184,6 @@ def test_no_rw_check_marks_the_memories_that_promise_old_data_nowhere():
         return {(m.group(1), name) for m in module.finditer(rtlil) for name in _re.findall(pattern, m.group(0), _re.M)}
 
     names = memories(text, r"^\s*memory .* (\\\S+)$")
-    flagged = memories(no_rw_check(text), r"attribute \\no_rw_check 1\n\s*memory .* (\\\S+)$")
+    flagged = memories(text, r"attribute \\no_rw_check 1\n(?:\s*attribute .*\n)*\s*memory .* (\\\S+)$")
     transparent = memories(text, r'MEMID "\\(\\\S+)"\n(?:.*\n){0,3}?\s*parameter \\TRANSPARENCY_MASK \d+\'\d*1')
     assert len(names) == 6 and len(transparent) == 1 and flagged == names - transparent

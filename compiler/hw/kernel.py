@@ -38,6 +38,22 @@ from .pipeline import Schedule, is_gather, schedule
 from .program import Program, Step, build_program
 from .tail import tailed_memory
 
+# A clocked read port that is not transparent to the write port reads the old word when both
+# touch one address in one cycle (Amaranth's semantics). A block RAM does not promise that
+# between its two ports, so Yosys's memory_libmap emulates it: registers on the write port's
+# address, data and enable (which opt_merge then shares between all memories) and logic on the
+# read data. On the 16x16 int8 GEMV that put one flip-flop on the write address of 64 block
+# RAMs across the die, its critical path (15.4 ns of routing); on the 8x8 GEMV at fp_pipeline 2
+# the emulation was 22% of the LUTs (2,843 -> 2,208). No result of the compiler's depends on
+# it: the kernel's own stores go to transparent ports, everything else writes while the kernel
+# is quiet (copies, and the host bus, whose read data after a write cycle is undefined:
+# hw/top.py), and the one overlap (a copy's last write and the kernel's first read) is
+# transparent too (written_outside). So such memories say `no_rw_check` (a collision's read
+# data is undefined), which Yosys reads from the RTLIL and from the exported Verilog alike.
+# tests/test_cxxrtl.py simulates designs with every such port made transparent instead (the
+# other answer): the outputs stay bit-exact.
+NO_RW_CHECK = {"no_rw_check": 1}
+
 
 def _acc_shape(d: DType, width: int):
     if d.is_float:
@@ -278,10 +294,11 @@ class KernelHW(wiring.Component):
         (write port, read ports), its read ports transparent to its write port if asked. With
         a LUT-RAM tail, two memories behind ports that look like one's (hw/tail.py)."""
         domain, n = ("sync" if sync_reads else "comb"), self.n_read_ports[slot]
+        attrs = NO_RW_CHECK if sync_reads and not transparent else {}
         if slot in self.tails:
             return tailed_memory(m, name, self.memories[slot], self.tails[slot], granularity=granularity,
-                                 reads=n, domain=domain, transparent=transparent)
-        mem = memory.Memory(data=self.memories[slot])
+                                 reads=n, domain=domain, transparent=transparent, attrs=attrs)
+        mem = memory.Memory(data=self.memories[slot], attrs=attrs)
         m.submodules[name] = mem
         wp = mem.write_port(granularity=granularity)
         return wp, [mem.read_port(domain=domain, transparent_for=(wp,) if transparent else ()) for _ in range(n)]

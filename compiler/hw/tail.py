@@ -36,11 +36,12 @@ class _Port:
 
 
 def tailed_memory(m: Module, name: str, main: memory.MemoryData, tail: memory.MemoryData, *,
-                  granularity: int | None, reads: int, domain: str, transparent: bool):
+                  granularity: int | None, reads: int, domain: str, transparent: bool, attrs: dict):
     """Add the two parts of memory `name` to `m`; return (write port, [read ports]), each an
-    object with `addr`, `data` (and `en` for the write port) as one memory's ports have."""
+    object with `addr`, `data` (and `en` for the write port) as one memory's ports have.
+    `attrs` go on both parts (kernel.NO_RW_CHECK)."""
     split, depth, width = main.depth, main.depth + tail.depth, main.shape.width
-    lo, hi = memory.Memory(data=main), memory.Memory(data=tail, attrs=TAIL_ATTRS)
+    lo, hi = memory.Memory(data=main, attrs=attrs), memory.Memory(data=tail, attrs={**attrs, **TAIL_ATTRS})
     m.submodules[name] = lo
     m.submodules[f"{name}_tail"] = hi
     enables = 1 if granularity is None else width // granularity

@@ -15,7 +15,7 @@ of every memory that holds an external input (writable) and every bank that hold
 output's final value (readable). `host_addr` is a word of that bank, `host_we` writes
 `host_wdata`, and `host_rdata` returns the word one cycle later (block RAM); after a cycle
 that writes, it is undefined (synthesis lets a block RAM answer a read of the word being
-written either way: compiler/synth.py, undefined_collisions). Software places elements with
+written either way: kernel.NO_RW_CHECK). Software places elements with
 the layout (Design.memory_words). The bus only acts while the top is idle. Reading the
 outputs from the top is what keeps Yosys from optimising the datapath away.
 
