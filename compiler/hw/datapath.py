@@ -27,7 +27,7 @@ from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..ranges import Interval
 from . import floatops
-from .pipeline import Schedule, schedule
+from .pipeline import FANOUT_LEVEL, Schedule, schedule
 
 K = ir.OpKind
 
@@ -158,6 +158,19 @@ class Datapath:
             chain.append(self.register(chain[-1], f"{_name(chain[0])}_d{len(chain)}"))
         return chain[stage - ready]
 
+    def local(self, v: ir.Value, env: Env, stage: int) -> Value:
+        """`v` in `stage` for one consumer (an op, a load's gate, a store). From FANOUT_LEVEL a
+        value of counters and constants carried by registers (an accumulator's reset select, a
+        store's gate and index) reaches each consumer through its own copy of the chain's last
+        register: the chain is one, shared by every lane, and its last register would otherwise
+        drive every lane's adder or write enable across the die in one net."""
+        if self.sched.level < FANOUT_LEVEL or stage < 1 or isinstance(v, ir.Const) \
+                or self.sched.ready.get(id(v)) is not None:
+            return self.emit(v, env, stage)
+        prev = self.emit(v, env, stage - 1)
+        self.count += 1
+        return self.register(prev, f"{_name(prev)}_c{self.count}", duplicate=True)
+
     def register(self, value: Value, name: str, *, duplicate: bool = False) -> Signal:
         """`value` one cycle later (a free-running register in the datapath module). A
         `duplicate` register is a copy of another on purpose (pipeline.FANOUT_LEVEL): the
@@ -206,10 +219,12 @@ class Datapath:
             data = self.register(data, f"{_name(data)}_g{i + 1}")
         if v.gate is None:
             return data
-        return Mux(self.emit(v.gate, env, stage), data, self.emit(v.alt, env, stage))
+        if stage is None:
+            return Mux(self.emit(v.gate, env, None), data, self.emit(v.alt, env, None))
+        return Mux(self.local(v.gate, env, stage), data, self.local(v.alt, env, stage))
 
     def op(self, v: ir.Op, env: Env, stage: int | None, latency: int) -> Value:
-        srcs = [self.emit(s, env, stage) for s in v.srcs]
+        srcs = [self.emit(s, env, None) if stage is None else self.local(s, env, stage) for s in v.srcs]
         stages = 1 if stage is None else self.sched.unit_stages.get(id(v), 1)
         if floatops.is_float_op(v):
             return self.floats.emit(v, srcs, stages)

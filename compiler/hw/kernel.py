@@ -380,10 +380,10 @@ class KernelHW(wiring.Component):
                         if isinstance(st, ir.AccStore):
                             continue
                         wp = write[st.buf]
-                        idx = dp.emit(st.index, env, c)
+                        idx = dp.local(st.index, env, c)
                         ok = self._index_ok(dp, st.index, idx, sizes[st.buf])
-                        gate = dp.emit(st.gate, env, c) if st.gate is not None else Const(1, 1)
-                        m.d.comb += [wp.addr.eq(Mux(ok, idx, 0)), wp.data.eq(dp.emit(st.value, env, c)),
+                        gate = dp.local(st.gate, env, c) if st.gate is not None else Const(1, 1)
+                        m.d.comb += [wp.addr.eq(Mux(ok, idx, 0)), wp.data.eq(dp.local(st.value, env, c)),
                                      wp.en.eq(gate & ok)]
 
     def _registered_addresses(self, m, dp: Datapath, reads, addr_env: Env, addr_step) -> None:
