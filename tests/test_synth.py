@@ -90,20 +90,23 @@ def test_abc9_out_of_call_stack_falls_back_to_classic_lut_mapping(tmp_path, monk
 
 
 def test_fanout_copies_survive_synthesis(tmp_path):
-    """fp_pipeline 3 gives every integer product its own operand registers: the x element all
-    four lanes multiply is registered four times, and Yosys must not merge the copies back
-    into one flip-flop with four distant loads (opt_merge would; the script marks them keep)."""
+    """fp_pipeline 3 gives integer products operand registers of their own: a copy of the x
+    element per OPERAND_GROUP (4) of the eight lanes' products that multiply it, and one of
+    each weight, and Yosys must not merge the copies back into one flip-flop with distant loads
+    (opt_merge would; the script marks them keep)."""
+    from compiler.hw.datapath import OPERAND_GROUP
     case = designs.gemv_int8(16, 64)
     counts = {}
     for level in (2, 3):
-        design = compile_model(*case.outputs, config=HardwareConfig(fp_pipeline=level, lanes=4))
+        design = compile_model(*case.outputs, config=HardwareConfig(fp_pipeline=level, lanes=8))
         area = synthesize(design, "ecp5", workdir=tmp_path / str(level), netlist=True)
         cells = json.loads(Path(area.netlist_path).read_text())["modules"]["top"]["cells"]
         copies = [n for n, c in cells.items() if c["type"] == "TRELLIS_FF" and "_dup" in n]
         counts[level] = (area.ffs, len(copies), "setattr -set keep" in area.script)
     assert counts[2] == (counts[2][0], 0, False)
     ffs, copies, marked = counts[3]
-    assert marked and copies == 4 * (8 + 8)          # 4 products x (weight + x), int8 each
+    assert OPERAND_GROUP == 4
+    assert marked and copies == 8 * 8 + 2 * 8        # 8 weights + 2 copies of x, int8 each
     assert ffs >= counts[2][0] + copies
 
 

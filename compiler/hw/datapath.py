@@ -35,6 +35,9 @@ DUPLICATE_ATTRIBUTE = "tinyhw_dup"
 """Wire attribute of registers duplicated on purpose; compiler/synth.py marks the flip-flops
 that drive them `keep`, which Yosys's opt_merge respects (it merges identical flip-flops)."""
 
+OPERAND_GROUP = 4
+"""Products sharing one registered copy of an operand from FANOUT_LEVEL (Datapath.operand_copy)."""
+
 INT_OPS = {K.ADD, K.SUB, K.MUL, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ, K.WHERE, K.AND, K.OR,
            K.XOR, K.SHL, K.SHR, K.CDIV, K.CMOD, K.CAST, K.BITCAST, K.MULACC}
 
@@ -122,6 +125,7 @@ class Datapath:
         self.sched = sched or schedule(kernel, config)
         self.memo: dict[tuple, Value] = {}
         self.chains: dict[tuple, list[Value]] = {}
+        self.operand_uses: dict[int, list] = {}          # id(operand) -> [operand, products, copy]
         self.count = 0
         self.load_dependent: set[int] = set()
         roots = [v for s, _ in kernel.stores() for v in ir.store_operands(s)]
@@ -170,6 +174,21 @@ class Datapath:
         prev = self.emit(v, env, stage - 1)
         self.count += 1
         return self.register(prev, f"{_name(prev)}_c{self.count}", duplicate=True)
+
+    def operand_copy(self, x: Value) -> Signal:
+        """A registered copy of product operand `x` (pipeline.FANOUT_LEVEL): a loaded value
+        broadcast to many lanes' products reaches them through copies the placer can put next
+        to them, not across the die. Products take a copy per OPERAND_GROUP in the order they
+        are built (lane by lane, so a copy serves neighbouring lanes): a LUT multiplier
+        computes its shared operand's multiples (3x) once per copy (compiler/multipliers.py),
+        so a copy per product cost each LUT product those adders again (the int8 GEMV 16x16:
+        +2,500 LUTs over fp_pipeline 2)."""
+        uses = self.operand_uses.setdefault(id(x), [x, 0, None])      # x kept: its id stays its own
+        if uses[1] % OPERAND_GROUP == 0:
+            self.count += 1
+            uses[2] = self.register(x, f"{_name(x)}_dup{self.count}", duplicate=True)
+        uses[1] += 1
+        return uses[2]
 
     def register(self, value: Value, name: str, *, duplicate: bool = False) -> Signal:
         """`value` one cycle later (a free-running register in the datapath module). A
@@ -228,10 +247,8 @@ class Datapath:
         stages = 1 if stage is None else self.sched.unit_stages.get(id(v), 1)
         if floatops.is_float_op(v):
             return self.floats.emit(v, srcs, stages)
-        if stages == 2:                     # an integer product with its own operand registers
-            # (pipeline.FANOUT_LEVEL): a loaded value broadcast to many lanes' products reaches
-            # each through a copy the placer can put next to it, not across the die
-            srcs = [self.register(x, f"{_name(x)}_dup{self.count}", duplicate=True) for x in srcs]
+        if stages == 2:                     # an integer product with operand registers of its own
+            srcs = [self.operand_copy(x) for x in srcs]
         return self.int_op(v, srcs)
 
     def int_op(self, v: ir.Op, s: list[Value]) -> Value:
