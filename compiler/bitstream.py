@@ -22,6 +22,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import dsp_registers
 from .design import Design
 from .pnr import find_device, netlist_summary, nextpnr_argv, read_report
 from .synth import synthesize
@@ -54,13 +55,15 @@ def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package
         raise ValueError(f"unknown package {package!r} for {dev.name}; known: {', '.join(known)}")
     work = Path(out_dir) / ".bitstream"
     area = synthesize(design, "ecp5", work / "synth", timeout=timeout, netlist=True, exact_init=True)
-    top, _cells, pins = netlist_summary(json.loads(Path(area.netlist_path).read_text()))
+    netlist = json.loads(Path(area.netlist_path).read_text())
+    top, _cells, pins = netlist_summary(netlist)
     package = (package or dev.package_for(pins) or "").upper()
     if not package:
         raise ValueError(f"the design's top has {pins} port bits, more than any {dev.name} package has pins "
                          f"({', '.join(f'{p}: {n}' for p, n in dev.packages)}): instantiate {name}.v in a top "
                          "of your own")
-    shutil.copyfile(area.netlist_path, work / "netlist.json")
+    dsp_registers.absorb(netlist["modules"][top])          # as place_and_route does
+    (work / "netlist.json").write_text(json.dumps(netlist))
     argv = nextpnr_argv(dev, package, top=top, freq_mhz=freq_mhz, seed=seed) + ["--textcfg", "design.config"]
     if lpf is not None:
         shutil.copyfile(lpf, work / "pins.lpf")

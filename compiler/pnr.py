@@ -29,6 +29,11 @@ report. Placement is seeded (`--seed`) and the target frequency (`--freq`, defau
 steers timing-driven placement; `--timing-allow-fail` makes a design slower than the target a
 result rather than an error. ECP5 runs at speed grade 6 (nextpnr's default, the slowest).
 
+ECP5 netlists are prepared as a packer would before nextpnr sees them: free-running
+flip-flops on a multiplier's operands and product move into the MULT18X18D's own registers
+(compiler/dsp_registers.py), and a top with a `clk` port has it on the package's clock pin
+(`CLOCK_PINS`). The cache key is the prepared netlist's.
+
 Router. nextpnr's default `router1` unless `router="router2"`. Measured (ECP5-85k, seed 1):
 router1 gives 4-10% more MHz on small designs (int8 GEMV 16x64 54.2 vs 52.2 MHz, int8 GEMV
 128x784 4x4 at fp_pipeline 2 94.7 vs 85.6) and is faster there, but on a congested one it
@@ -57,7 +62,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
-from .tools import ToolError, atomic_write_text, cache_root, find_tool, link_or_copy, run_tool
+from . import dsp_registers
+from .tools import ToolError, atomic_write_text, cache_root, find_tool, run_tool
 
 FAMILIES = ("ecp5", "ice40")
 HEADROOM = 0.8
@@ -369,9 +375,22 @@ def _check_router(router: str) -> None:
         raise ValueError(f"router: expected one of {', '.join(ROUTERS)}, got {router!r}")
 
 
+CLOCK_PINS = {"CABGA381": "G2"}
+"""ECP5 package -> a clock input pin (PCLKT6_0 on CABGA381, where boards such as the ULX3S
+bring their oscillator in). Left to itself nextpnr may put `clk` on a pin with no way to a
+global buffer but the fabric, and router2 then fails on that one arc (seen on the int8 GEMV
+16x16: pad X63/Y0 to G_CLKI_TDCC0)."""
+CLOCK_LPF = "clock.lpf"
+
+
+def clock_lpf(package: str) -> str:
+    return f'LOCATE COMP "clk" SITE "{CLOCK_PINS[package]}";\n'
+
+
 def nextpnr_argv(device: Device, package: str, *, top: str, freq_mhz: float, seed: int,
-                 router: str = "router1") -> list[str]:
-    """The command line (relative paths: the WASM sandbox sees only the working folder)."""
+                 router: str = "router1", clock: bool = False) -> list[str]:
+    """The command line (relative paths: the WASM sandbox sees only the working folder).
+    `clock`: the top has a `clk` port, placed on the package's clock pin (CLOCK_PINS)."""
     _check_router(router)
     argv = [nextpnr_tool(device.family), device.option, "--package", package, "--json", "netlist.json",
             "--top", top, "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--timing-allow-fail",
@@ -380,6 +399,8 @@ def nextpnr_argv(device: Device, package: str, *, top: str, freq_mhz: float, see
         argv += ["--router", router]
     if device.family == "ecp5":
         argv += ["--speed", "6", "--lpf-allow-unconstrained"]
+        if clock and package in CLOCK_PINS:
+            argv += ["--lpf", CLOCK_LPF]
     else:
         argv += ["--pcf-allow-unconstrained"]
     return argv
@@ -432,19 +453,22 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
         return TimingReport(False, None, largest.name, "", target, reason=reason, needs=needs,
                             freq_mhz=freq_mhz, nextpnr_version=version)
 
+    clock = "clk" in (netlist["modules"][top].get("ports") or {})
+    if target == "ecp5" and dsp_registers.absorb(netlist["modules"][top]).dsps:
+        data = json.dumps(netlist).encode()          # what nextpnr places, and the cache key's
     deadline = None if timeout is None else time.monotonic() + timeout
     digest = hashlib.sha256(data).hexdigest()
     failures: list[str] = []
     for dev in devices:
         pkg = package or dev.package_for(pins) or dev.packages[-1][0]
-        argv = nextpnr_argv(dev, pkg, top=top, freq_mhz=freq_mhz, seed=seed, router=router)
+        argv = nextpnr_argv(dev, pkg, top=top, freq_mhz=freq_mhz, seed=seed, router=router, clock=clock)
         key = _cache_key(digest, argv, version)
         run_dir = workdir / dev.name
         if use_cache and (hit := _cache_read(key, run_dir)) is not None:
             report = hit
         else:
             left = None if deadline is None else max(1.0, deadline - time.monotonic())
-            report = _run(src, run_dir, argv, dev, pkg, target, needs, freq_mhz, version, left)
+            report = _run(data, run_dir, argv, dev, pkg, target, needs, freq_mhz, version, left)
             if use_cache:
                 _cache_write(key, report, run_dir)
         if report.fits:
@@ -457,12 +481,14 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
                         cached=report.cached)
 
 
-def _run(src: Path, run_dir: Path, argv: list[str], dev: Device, pkg: str, target: str,
+def _run(netlist: bytes, run_dir: Path, argv: list[str], dev: Device, pkg: str, target: str,
          needs: Mapping[str, int], freq_mhz: float, version: str, timeout: float | None) -> TimingReport:
     run_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("report.json", "nextpnr.log"):
         (run_dir / stale).unlink(missing_ok=True)
-    link_or_copy(src, run_dir / "netlist.json")
+    (run_dir / "netlist.json").write_bytes(netlist)
+    if CLOCK_LPF in argv:
+        (run_dir / CLOCK_LPF).write_text(clock_lpf(pkg))
     cmd = [find_tool(argv[0]), *argv[1:]]
     common = dict(device=dev.name, package=pkg, target=target, needs=needs, freq_mhz=freq_mhz,
                   argv=tuple(argv), nextpnr_version=version)

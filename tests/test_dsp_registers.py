@@ -1,0 +1,139 @@
+"""compiler/dsp_registers.py: flip-flops around ECP5 multipliers moved into their registers,
+checked by what it moves and by a formal equivalence proof of the netlists before and after."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from compiler.dsp_registers import absorb
+from compiler.tools import yosys
+
+# an int8 product with its operands and the product registered (synchronous reset on rst, as
+# Amaranth's sync domain has); `ra` is also an output, so its flip-flops must stay
+PRODUCT = """
+module top(input clk, input rst, input signed [7:0] a, input signed [7:0] b,
+           output reg signed [15:0] p, output [7:0] a_seen);
+    reg signed [7:0] ra, rb;
+    assign a_seen = ra;
+    always @(posedge clk)
+        if (rst) begin ra <= 0; rb <= 0; p <= 0; end
+        else begin ra <= a; rb <= b; p <= ra * rb; end
+endmodule
+"""
+
+# behavioural models of what the netlists use: TRELLIS_FF (clock enable 1, synchronous reset
+# to 0 on LSR) and MULT18X18D with its input and output registers (Yosys's own simulation model
+# refuses registered modes)
+_PORTS = ([f"A{i}" for i in range(18)] + [f"B{i}" for i in range(18)] + [f"C{i}" for i in range(18)]
+          + ["SIGNEDA", "SIGNEDB", "SOURCEA", "SOURCEB", "CLK0", "CE0", "RST0", "RST1", "RST2", "RST3"])
+MODELS = """
+module TRELLIS_FF(input CLK, input DI, input LSR, output reg Q);
+    parameter GSR = "ENABLED"; parameter CEMUX = "1"; parameter CLKMUX = "CLK"; parameter LSRMUX = "LSR";
+    parameter SRMODE = "LSR_OVER_CE"; parameter REGSET = "RESET";
+    always @(posedge CLK) Q <= LSR ? 1'b0 : DI;
+endmodule
+module MULT18X18D(%s, %s);
+    parameter REG_INPUTA_CLK = "NONE"; parameter REG_INPUTB_CLK = "NONE"; parameter REG_OUTPUT_CLK = "NONE";
+    parameter REG_INPUTA_RST = "RST0"; parameter REG_INPUTB_RST = "RST0"; parameter REG_OUTPUT_RST = "RST0";
+    parameter REG_INPUTA_CE = "CE0"; parameter REG_INPUTB_CE = "CE0"; parameter REG_OUTPUT_CE = "CE0";
+    parameter GSR = "ENABLED"; parameter RESETMODE = "SYNC";
+    input %s;
+    output %s;
+    wire [17:0] a = {%s}, b = {%s};
+    wire [3:0] rst = {RST3, RST2, RST1, RST0};
+    function integer line(input [8*4-1:0] name); line = name[7:0] - "0"; endfunction
+    reg [17:0] ra = 0, rb = 0; reg [35:0] rp = 0;
+    wire [17:0] xa = REG_INPUTA_CLK == "NONE" ? a : ra, xb = REG_INPUTB_CLK == "NONE" ? b : rb;
+    wire [35:0] prod = $signed({SIGNEDA & xa[17], xa}) * $signed({SIGNEDB & xb[17], xb});
+    always @(posedge CLK0) begin
+        ra <= rst[line(REG_INPUTA_RST)] ? 18'd0 : a;
+        rb <= rst[line(REG_INPUTB_RST)] ? 18'd0 : b;
+        rp <= rst[line(REG_OUTPUT_RST)] ? 36'd0 : prod;
+    end
+    wire [35:0] p = REG_OUTPUT_CLK == "NONE" ? prod : rp;
+    assign {%s} = p;
+endmodule
+""" % (", ".join(_PORTS), ", ".join(f"P{i}" for i in range(36)), ", ".join(_PORTS),
+       ", ".join(f"P{i}" for i in range(36)), ", ".join(f"A{i}" for i in reversed(range(18))),
+       ", ".join(f"B{i}" for i in reversed(range(18))), ", ".join(f"P{i}" for i in reversed(range(36))))
+
+
+def _synthesise(tmp_path) -> dict:
+    (tmp_path / "top.v").write_text(PRODUCT)
+    yosys("read_verilog top.v\nsynth_ecp5 -top top\nwrite_json netlist.json\n", cwd=tmp_path)
+    return json.loads((tmp_path / "netlist.json").read_text())
+
+
+def _cells(netlist: dict) -> dict:
+    return netlist["modules"]["top"]["cells"]
+
+
+@pytest.fixture
+def netlists(tmp_path):
+    gold = _synthesise(tmp_path)
+    gate = json.loads(json.dumps(gold))
+    packed = absorb(gate["modules"]["top"])
+    return gold, gate, packed
+
+
+def test_operand_and_product_registers_move_into_the_multiplier(netlists):
+    gold, gate, packed = netlists
+    kinds = lambda n: sorted(c["type"] for c in _cells(n).values())      # noqa: E731
+    assert kinds(gold).count("MULT18X18D") == 1 and kinds(gold).count("TRELLIS_FF") == 8 + 8 + 16
+    dsp = next(c for c in _cells(gate).values() if c["type"] == "MULT18X18D")
+    assert {k: dsp["parameters"][k] for k in ("REG_INPUTA_CLK", "REG_INPUTB_CLK", "REG_OUTPUT_CLK")} == \
+        dict.fromkeys(("REG_INPUTA_CLK", "REG_INPUTB_CLK", "REG_OUTPUT_CLK"), "CLK0")
+    # rb and p are gone; ra stays for a_seen, the DSP holds its own copy of it
+    assert packed.dsps == 1 and packed.removed == 8 + 16 and packed.kept == 8
+    assert kinds(gate).count("TRELLIS_FF") == 8
+
+
+BOTH = """
+module both(input clk, input rst, input [7:0] a, input [7:0] b,
+            output [15:0] p1, output [15:0] p2, output [7:0] s1, output [7:0] s2);
+    gold g(.clk(clk), .rst(rst), .a(a), .b(b), .p(p1), .a_seen(s1));
+    gate t(.clk(clk), .rst(rst), .a(a), .b(b), .p(p2), .a_seen(s2));
+endmodule
+"""
+
+
+def _equal(gold: dict, gate: dict, tmp_path) -> bool:
+    """Yosys's proof that two netlists of PRODUCT's top give the same outputs in every cycle
+    (temporal induction over their miter, every register starting at 0, rst a free input). A
+    wrapper instantiates both, so `hierarchy` gives each MULT18X18D its parameters."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "models.v").write_text(MODELS)
+    (tmp_path / "both.v").write_text(BOTH)
+    for name, netlist in (("gold", gold), ("gate", gate)):
+        only = {"modules": {name: netlist["modules"]["top"]}}      # the cell library comes from MODELS
+        (tmp_path / f"{name}.json").write_text(json.dumps(only))
+    yosys("read_verilog models.v\nread_json gold.json\nread_json gate.json\nread_verilog both.v\n"
+          "hierarchy -top both\nproc\nflatten gold gate\nmiter -equiv -flatten -make_assert gold gate miter\n"
+          "hierarchy -top miter\nflatten\nopt_clean\n"
+          "tee -o proof.txt sat -tempinduct -prove-asserts -set-init-zero -seq 1 -maxsteps 8 miter\n",
+          cwd=tmp_path, log_name="equiv.log")
+    return "Induction step proven: SUCCESS!" in (tmp_path / "proof.txt").read_text()
+
+
+def test_the_moved_registers_compute_what_the_flip_flops_did(netlists, tmp_path):
+    gold, gate, _ = netlists
+    assert _equal(gold, gate, tmp_path / "packed")
+    # and the proof can fail: the product register moved without its operands' is a cycle early
+    early = json.loads(json.dumps(gold))
+    dsp = next(c for c in _cells(early).values() if c["type"] == "MULT18X18D")
+    dsp["parameters"].update(REG_OUTPUT_CLK="CLK0", REG_OUTPUT_RST="RST0")
+    dsp["connections"].update(CLK0=[next(c for c in _cells(early).values() if c["type"] == "TRELLIS_FF")
+                                    ["connections"]["CLK"][0]], RST0=["0"], CE0=["1"])
+    assert not _equal(gold, early, tmp_path / "early")
+
+
+def test_a_register_with_a_clock_enable_stays_where_it_is(netlists):
+    gold, _, _ = netlists
+    ff = next(c for c in _cells(gold).values() if c["type"] == "TRELLIS_FF")
+    ff["connections"]["CE"] = [ff["connections"]["DI"][0]]                  # not free-running any more
+    assert absorb(gold["modules"]["top"]).dsps in (0, 1)
+    dsp = next(c for c in _cells(gold).values() if c["type"] == "MULT18X18D")
+    regs = {k for k, v in dsp["parameters"].items() if k.endswith("_CLK") and v == "CLK0"}
+    # whichever group that flip-flop belongs to keeps its fabric register (both inputs, if an input)
+    assert regs in (set(), {"REG_OUTPUT_CLK"}, {"REG_INPUTA_CLK", "REG_INPUTB_CLK"})
