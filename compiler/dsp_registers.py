@@ -109,9 +109,10 @@ def _outputs(net: _Netlist, dsp: str) -> list[tuple[str, str]] | None:
     return out or None
 
 
-def absorb(module: dict) -> Packed:
+def absorb(module: dict, *, operands: bool = True) -> Packed:
     """Move plain flip-flops into the registers of every MULT18X18D of `module` (a Yosys JSON
-    module, changed in place) where the rules of the module docstring allow."""
+    module, changed in place) where the rules of the module docstring allow; the product
+    registers only with `operands` False."""
     net = _Netlist(module)
     cells = net.cells
     dsps = removed = 0
@@ -124,7 +125,7 @@ def absorb(module: dict) -> Packed:
             continue
         groups: dict[str, list[tuple[str, str]]] = {}
         a, b = _inputs(net, name, "A"), _inputs(net, name, "B")
-        if a and b and not any(f in outputs_gone for _, f in a + b):
+        if operands and a and b and not any(f in outputs_gone for _, f in a + b):
             groups.update(INPUTA=a, INPUTB=b)
         p = _outputs(net, name)
         if p and not any(f in sources for _, f in p):

@@ -9,10 +9,10 @@ values from one stage to the next:
     (it arrives in stage 0: read addresses are issued a cycle ahead), so loads are ready in
     stage 1: this cuts the block RAM's clock-to-out (5.8 ns on an ECP5) from the arithmetic;
   * integer products of two non-constant values: registered with P >= 2 (+1 stage); with
-    P >= 3 each product also registers its own copy of each operand first (+1 stage): the
-    copies of a value broadcast to many lanes (the GEMV's x element) are kept apart in
-    synthesis (datapath.DUPLICATE_ATTRIBUTE), so the placer puts each next to its multiplier
-    instead of routing one register across the die;
+    P >= 3 operands also pass through registered copies first (+1 stage), one per
+    datapath.OPERAND_GROUP products: the copies of a value broadcast to many lanes (the GEMV's
+    x element) are kept apart in synthesis (datapath.DUPLICATE_ATTRIBUTE), so the placer puts
+    each near its multipliers instead of routing one register across the die;
   * integer adds and subtracts of data values: registered with P >= 3 (+1 stage each), so an
     unrolled reduction's adder tree has a register level per tree level;
   * float units: cut into min(2**P, the unit's maximum) stages (compiler/fp: FAdd up to 6,
@@ -26,7 +26,9 @@ values from one stage to the next:
     (transform.split_deep), each part's read data registered (the rule above), and every
     level of the binary multiplexer tree that selects the part registered (+1 per level);
   * values of counters and constants only (indices, loop conditions, multiplexer selects)
-    are computed in stage 0 and carried to the stages that use them by registers.
+    are computed in stage 0 and carried to the stages that use them by registers; with P >= 3
+    each consumer (an op, a load's gate, a store) reads its own copy of the last of those
+    registers (Datapath.local), so no one flip-flop drives every lane's accumulator select.
 
 Values that depend on an accumulator (the *post* cone) start in stage D = `depth`, the latest
 stage any other value of the kernel is ready in; a plain accumulator is read in stage D and
@@ -69,7 +71,7 @@ LOAD_LEVEL = 1        # fp_pipeline from which read data is registered
 PRODUCT_LEVEL = 2     # fp_pipeline from which integer products are registered
 MEMORY_LEVEL = 2      # fp_pipeline from which deep memories are split (transform.split_deep)
                       # and every level of their read multiplexer is registered
-FANOUT_LEVEL = 3      # fp_pipeline from which every integer product registers its own copy of its
+FANOUT_LEVEL = 3      # fp_pipeline from which integer products read registered copies of their
                       # operands (duplicates kept from Yosys's opt_merge), integer sums of data
                       # values are registered (adder trees), and every memory gets its own copy
                       # of its registered read address (a second register level)
