@@ -15,7 +15,7 @@ the fabric flip-flops that moved. A register group (all of A, all of B, all of P
 clocks each) moves only when every flip-flop in it is *plain*: one clock, no clock enable, a
 synchronous reset to 0 or none (a DSP register's RSTn line takes the reset net), and
   * A and B: every bit not a constant comes from such a flip-flop's Q; both move or neither
-    (nextpnr times a DSP with one registered input as if it had none);
+    (nextpnr's DSP timing modes are no registers, both inputs, the output, or all);
   * P: every used bit drives exactly one load, such a flip-flop's DI.
 An input flip-flop whose Q feeds anything else stays for those loads (the DSP holds a second
 copy of it); the others, and every output flip-flop, are removed.

@@ -6,19 +6,20 @@ import json
 
 import pytest
 
-from compiler.dsp_registers import absorb
+from compiler.dsp_registers import Packed, absorb
 from compiler.tools import yosys
 
-# an int8 product with its operands and the product registered (synchronous reset on rst, as
-# Amaranth's sync domain has); `ra` is also an output, so its flip-flops must stay
+# two int8 products sharing an operand register, with their operands and products registered
+# (synchronous reset on rst, as Amaranth's sync domain has): `ra` feeds both multipliers and
+# nothing else, so it goes; `rc` is also an output, so its flip-flops stay
 PRODUCT = """
-module top(input clk, input rst, input signed [7:0] a, input signed [7:0] b,
-           output reg signed [15:0] p, output [7:0] a_seen);
-    reg signed [7:0] ra, rb;
-    assign a_seen = ra;
+module top(input clk, input rst, input signed [7:0] a, input signed [7:0] b, input signed [7:0] c,
+           output reg signed [15:0] p, output reg signed [15:0] q, output [7:0] c_seen);
+    reg signed [7:0] ra, rb, rc;
+    assign c_seen = rc;
     always @(posedge clk)
-        if (rst) begin ra <= 0; rb <= 0; p <= 0; end
-        else begin ra <= a; rb <= b; p <= ra * rb; end
+        if (rst) begin ra <= 0; rb <= 0; rc <= 0; p <= 0; q <= 0; end
+        else begin ra <= a; rb <= b; rc <= c; p <= ra * rb; q <= ra * rc; end
 endmodule
 """
 
@@ -80,31 +81,33 @@ def netlists(tmp_path):
 def test_operand_and_product_registers_move_into_the_multiplier(netlists):
     gold, gate, packed = netlists
     kinds = lambda n: sorted(c["type"] for c in _cells(n).values())      # noqa: E731
-    assert kinds(gold).count("MULT18X18D") == 1 and kinds(gold).count("TRELLIS_FF") == 8 + 8 + 16
-    dsp = next(c for c in _cells(gate).values() if c["type"] == "MULT18X18D")
-    assert {k: dsp["parameters"][k] for k in ("REG_INPUTA_CLK", "REG_INPUTB_CLK", "REG_OUTPUT_CLK")} == \
-        dict.fromkeys(("REG_INPUTA_CLK", "REG_INPUTB_CLK", "REG_OUTPUT_CLK"), "CLK0")
-    # rb and p are gone; ra stays for a_seen, the DSP holds its own copy of it
-    assert packed.dsps == 1 and packed.removed == 8 + 16 and packed.kept == 8
+    assert kinds(gold).count("MULT18X18D") == 2 and kinds(gold).count("TRELLIS_FF") == 3 * 8 + 2 * 16
+    for dsp in (c for c in _cells(gate).values() if c["type"] == "MULT18X18D"):
+        assert {k: dsp["parameters"][k] for k in ("REG_INPUTA_CLK", "REG_INPUTB_CLK", "REG_OUTPUT_CLK")} == \
+            dict.fromkeys(("REG_INPUTA_CLK", "REG_INPUTB_CLK", "REG_OUTPUT_CLK"), "CLK0")
+    # ra, rb, p and q are gone; rc stays for c_seen, its multiplier holds its own copy
+    assert packed == Packed(dsps=2, removed=2 * 8 + 2 * 16, kept=8)
     assert kinds(gate).count("TRELLIS_FF") == 8
 
 
-BOTH = """
-module both(input clk, input rst, input [7:0] a, input [7:0] b,
-            output [15:0] p1, output [15:0] p2, output [7:0] s1, output [7:0] s2);
-    gold g(.clk(clk), .rst(rst), .a(a), .b(b), .p(p1), .a_seen(s1));
-    gate t(.clk(clk), .rst(rst), .a(a), .b(b), .p(p2), .a_seen(s2));
-endmodule
-"""
+def _wrapper(module: dict) -> str:
+    """A top instantiating `gold` and `gate` (both of `module`'s ports) side by side."""
+    ports = module["ports"]
+    decl = [f"input [{len(p['bits']) - 1}:0] {n}" for n, p in ports.items() if p["direction"] == "input"]
+    decl += [f"output [{len(p['bits']) - 1}:0] {n}_{side}" for n, p in ports.items()
+             if p["direction"] == "output" for side in ("gold", "gate")]
+    conns = lambda side: ", ".join(f".{n}({n}_{side})" if p["direction"] == "output" else f".{n}({n})"  # noqa: E731
+                                   for n, p in ports.items())
+    return f"module both({', '.join(decl)});\n    gold g({conns('gold')});\n    gate t({conns('gate')});\nendmodule\n"
 
 
 def _equal(gold: dict, gate: dict, tmp_path) -> bool:
-    """Yosys's proof that two netlists of PRODUCT's top give the same outputs in every cycle
+    """Yosys's proof that two netlists of one module give the same outputs in every cycle
     (temporal induction over their miter, every register starting at 0, rst a free input). A
     wrapper instantiates both, so `hierarchy` gives each MULT18X18D its parameters."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "models.v").write_text(MODELS)
-    (tmp_path / "both.v").write_text(BOTH)
+    (tmp_path / "both.v").write_text(_wrapper(gold["modules"]["top"]))
     for name, netlist in (("gold", gold), ("gate", gate)):
         only = {"modules": {name: netlist["modules"]["top"]}}      # the cell library comes from MODELS
         (tmp_path / f"{name}.json").write_text(json.dumps(only))
@@ -130,10 +133,13 @@ def test_the_moved_registers_compute_what_the_flip_flops_did(netlists, tmp_path)
 
 def test_a_register_with_a_clock_enable_stays_where_it_is(netlists):
     gold, _, _ = netlists
-    ff = next(c for c in _cells(gold).values() if c["type"] == "TRELLIS_FF")
-    ff["connections"]["CE"] = [ff["connections"]["DI"][0]]                  # not free-running any more
-    assert absorb(gold["modules"]["top"]).dsps in (0, 1)
-    dsp = next(c for c in _cells(gold).values() if c["type"] == "MULT18X18D")
-    regs = {k for k, v in dsp["parameters"].items() if k.endswith("_CLK") and v == "CLK0"}
-    # whichever group that flip-flop belongs to keeps its fabric register (both inputs, if an input)
-    assert regs in (set(), {"REG_OUTPUT_CLK"}, {"REG_INPUTA_CLK", "REG_INPUTB_CLK"})
+    cells = _cells(gold)
+    products = {b: n for n, c in cells.items() if c["type"] == "MULT18X18D"
+                for pin, bits in c["connections"].items() if pin.startswith("P") for b in bits}
+    ff = next(c for c in cells.values() if c["type"] == "TRELLIS_FF" and c["connections"]["DI"][0] in products)
+    ff["connections"]["CE"] = [ff["connections"]["LSR"][0]]            # not free-running any more
+    held = products[ff["connections"]["DI"][0]]
+    assert absorb(gold["modules"]["top"]).dsps == 2
+    # that multiplier keeps its product register in the fabric; the other takes its own
+    outputs = {n: c["parameters"].get("REG_OUTPUT_CLK") for n, c in cells.items() if c["type"] == "MULT18X18D"}
+    assert outputs.pop(held) is None and list(outputs.values()) == ["CLK0"]

@@ -49,7 +49,8 @@ from .tail import tailed_memory
 # is quiet (copies, and the host bus, whose read data after a write cycle is undefined:
 # hw/top.py), and the one overlap (a copy's last write and the kernel's first read) is
 # transparent too (written_outside). So such memories say `no_rw_check` (a collision's read
-# data is undefined), which Yosys reads from the RTLIL and from the exported Verilog alike.
+# data is undefined): the exported Verilog carries the attribute to Yosys or another tool, and
+# compiler/synth.py turns it into the read ports' collision masks for the explorer's synthesis.
 # tests/test_cxxrtl.py simulates designs with every such port made transparent instead (the
 # other answer): the outputs stay bit-exact.
 NO_RW_CHECK = {"no_rw_check": 1}
