@@ -20,9 +20,9 @@ Usage: python bench/bench_bandwidth.py [--int8 16x16 26x16] [--pipelines 2 3] [-
                                        [--fp32-mem-tail lut]
                                        [--freq 100] [--router router2]
                                        [--no-sim] [--no-pnr] [--workdir DIR] [--json out.json]
-Place-and-route and synthesis are cached under $TINYHW_CACHE. A 26x16 or 26x17 int8 design
-takes Yosys ~2-3 minutes; nextpnr has not routed either within 55-75 minutes (router2 stalls
-at ~8,500 overused wires; docs/memory-packing.md). 16x16 at fp_pipeline 3 routes in ~12-25.
+Place-and-route and synthesis are cached under $TINYHW_CACHE. A 26x17 int8 design takes Yosys
+~2 minutes and nextpnr (router2) ~17 at fp_pipeline 3 (59.2 MHz, 246 cycles, 4.16 us on
+2026-11-24; docs/memory-packing.md); 16x16 at fp_pipeline 3 routes in ~8-25.
 """
 from __future__ import annotations
 
