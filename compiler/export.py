@@ -130,8 +130,7 @@ def write_verilog(design: Design, out_dir: Path, *, top: str, timeout: float | N
     from amaranth.back import rtlil
     work = out_dir / ".yosys"
     work.mkdir(parents=True, exist_ok=True)
-    text = rtlil.convert(design.top, name=top, emit_src=False)
-    (work / "design.il").write_text(text)
+    (work / "design.il").write_text(rtlil.convert(design.top, name=top, emit_src=False))
     yosys(VERILOG_SCRIPT.format(top=top), cwd=work, log_name="verilog.log", timeout=timeout)
     path = out_dir / f"{top}.v"
     (work / f"{top}.v").replace(path)
