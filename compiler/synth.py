@@ -67,6 +67,17 @@ _MEMID = re.compile(r'parameter \\MEMID "\\(\\\S+)"')
 _COLLISION = re.compile(r"parameter \\COLLISION_X_MASK (\d+)'[01]+\n")
 
 
+_COPIES = f"a:{DUPLICATE_ATTRIBUTE} %ci1:+[Q]"     # the flip-flops whose output carries the attribute
+DUPLICATES_SCRIPT = (f"proc\nopt_expr\nopt_clean\nopt_dff -nodffe {_COPIES} t:$dff %i\n"
+                     f"setattr -set keep 1 {_COPIES} t:$dff t:$sdff %u %i\n")
+"""What runs before the family script when registers are duplicated on purpose (fp_pipeline 3,
+hw/datapath.DUPLICATE_ATTRIBUTE): `keep`, or opt_merge makes the copies one again. opt_dff
+leaves a kept flip-flop alone, so each copy's reset is folded into it (a sync reset, ECP5's
+LSR pin) first: left as logic, the copies' reset multiplexers, all alike, were merged into one
+LUT in front of every copy (the 26x17 GEMV: one LUT per address bit driving 111 copies across
+the die), the very fanout the copies are there to cut."""
+
+
 def undefined_collisions(text: str) -> str:
     """`text` with the read ports of every memory the kernel declares `no_rw_check`
     (hw/kernel.py NO_RW_CHECK, which says why) returning undefined data when they read the word
@@ -184,8 +195,7 @@ def _synthesize_planned(text: str, before: str, target: str, workdir: Path | Non
         text = _TAIL_STYLE.sub("", text)
     text = undefined_collisions(text)
     if f"attribute \\{DUPLICATE_ATTRIBUTE} " in text:
-        # registers duplicated on purpose (fp_pipeline 3): opt_merge would make them one again
-        before = f"setattr -set keep 1 a:{DUPLICATE_ATTRIBUTE} %ci1 t:$dff %i\n{before}"
+        before = DUPLICATES_SCRIPT + before
     (workdir / "design.il").write_text(text)
     files = multipliers.map_files(text) if before else {}
     for name, content in files.items():

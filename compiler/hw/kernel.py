@@ -55,6 +55,10 @@ from .tail import tailed_memory
 # other answer): the outputs stay bit-exact.
 NO_RW_CHECK = {"no_rw_check": 1}
 
+ADDRESS_GROUP = 8
+"""Memories sharing one first-level read-address register when the address goes through two
+levels (fp_pipeline 3, Kernel._registered_addresses): a tree, 8 copies per register."""
+
 
 def _acc_shape(d: DType, width: int):
     if d.is_float:
@@ -415,31 +419,50 @@ class KernelHW(wiring.Component):
         address (the register holds 0 when the kernel loads nothing, as the outside address
         would), so each memory's copy of the address costs flip-flops and no LUTs."""
         k, prog = self.kernel, self.program
+        first: dict[tuple, tuple[Signal, Signal]] = {}     # (address, group) -> first-level registers
+        driving = 0
         for b in k.buffers:
-            # Banks read in lockstep have equal addresses, so their first registers are one after
-            # opt_merge; the second level (fp_pipeline 3) is each memory's own copy of it
-            # (DUPLICATE_ATTRIBUTE), placed near its block RAMs. A packed group's later banks
-            # drive no port: their copies would be dead flip-flops Yosys must keep.
+            # A packed group's later banks drive no port: their copies would be dead flip-flops
+            # Yosys must keep.
             drives = b.slot not in self.packs or self.packs[b.slot].slots[0] == b.slot
             for p, port in enumerate(reads[b.slot]):
+                cases = []
+                for s in prog.steps:
+                    loads = [l for l in loads_of(s) if l.buf == b.slot and id(l) not in self.schedule.gather_issue
+                             and self.read_port_of[(s.index, l.buf, id(l.index))] == p]
+                    if loads:
+                        cases.append((s.index, loads[0].index))
                 own_addr = Signal.like(port.addr, name=f"b{b.slot}_p{p}_addr")
                 own = Signal(name=f"b{b.slot}_p{p}_own")
                 m.d.comb += [own_addr.eq(0), own.eq(0)]
                 with m.Switch(addr_step):
-                    for s in prog.steps:
-                        loads = [l for l in loads_of(s) if l.buf == b.slot and id(l) not in self.schedule.gather_issue
-                                 and self.read_port_of[(s.index, l.buf, id(l.index))] == p]
-                        if loads:
-                            with m.Case(s.index):
-                                m.d.comb += [own_addr.eq(self._in_range(dp, loads[0].index, addr_env, b.size, None)),
-                                             own.eq(1)]
+                    for step, index in cases:
+                        with m.Case(step):
+                            m.d.comb += [own_addr.eq(self._in_range(dp, index, addr_env, b.size, None)), own.eq(1)]
                 outside = p == 0 and b.slot not in self.external and \
                     (self.read_outside is None or b.slot in self.read_outside)
-                for level in range(self.schedule.address_levels):
-                    copy = level > 0 and drives
-                    own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q{level or ''}", duplicate=copy)
+                levels = self.schedule.address_levels
+                if levels > 1 and drives:
+                    # A tree: banks read in lockstep have equal addresses; each ADDRESS_GROUP of
+                    # memories (in build order, so neighbouring lanes) shares a first-level
+                    # register, and every memory registers its own copy of it, placed near its
+                    # block RAMs (on the 26x17 GEMV one first-level register drove 111 copies
+                    # across the die: 18.5 ns). Kept apart in synthesis (DUPLICATE_ATTRIBUTE).
+                    key = (tuple(cases), b.size, len(port.addr), outside, driving // ADDRESS_GROUP)
+                    driving += 1
+                    if key not in first:
+                        first[key] = (dp.register(own_addr, f"b{b.slot}_p{p}_addr_q", duplicate=True),
+                                      dp.register(own, f"b{b.slot}_p{p}_own_q", duplicate=True) if outside else own)
+                    own_addr, own = first[key]
+                    levels -= 1
+                elif levels:                   # one level: the banks' registers are one after opt_merge
+                    own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q")
+                    own = dp.register(own, f"b{b.slot}_p{p}_own_q") if outside else own
+                    levels -= 1
+                for level in range(1, levels + 1):
+                    own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q{level}", duplicate=drives)
                     if outside:
-                        own = dp.register(own, f"b{b.slot}_p{p}_own_q{level or ''}", duplicate=copy)
+                        own = dp.register(own, f"b{b.slot}_p{p}_own_q{level}", duplicate=drives)
                 if outside:
                     m.d.comb += port.addr.eq(Mux(own, own_addr, getattr(self, port_names(b.slot)["raddr"])))
                 else:
