@@ -22,9 +22,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import dsp_registers
 from .design import Design
-from .pnr import find_device, netlist_summary, nextpnr_argv, read_report
+from .pnr import find_device, netlist_summary, nextpnr_argv, prepare, read_report, write_clock_lpf
 from .synth import synthesize
 from .tools import ToolError, find_tool, run_tool
 
@@ -62,9 +61,13 @@ def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package
         raise ValueError(f"the design's top has {pins} port bits, more than any {dev.name} package has pins "
                          f"({', '.join(f'{p}: {n}' for p, n in dev.packages)}): instantiate {name}.v in a top "
                          "of your own")
-    dsp_registers.absorb(netlist["modules"][top])          # as place_and_route does
+    top, clock, _ = prepare(netlist, "ecp5")                   # as place_and_route does
     (work / "netlist.json").write_text(json.dumps(netlist))
-    argv = nextpnr_argv(dev, package, top=top, freq_mhz=freq_mhz, seed=seed) + ["--textcfg", "design.config"]
+    # the clock on the package's clock pin, as the explorer's timing assumes, unless the user's
+    # LPF places the pins
+    argv = nextpnr_argv(dev, package, top=top, freq_mhz=freq_mhz, seed=seed, clock=clock and lpf is None)
+    argv += ["--textcfg", "design.config"]
+    write_clock_lpf(work, argv, package)
     if lpf is not None:
         shutil.copyfile(lpf, work / "pins.lpf")
         argv = [a for a in argv if a != "--lpf-allow-unconstrained"] + ["--lpf", "pins.lpf"]

@@ -383,8 +383,20 @@ global buffer but the fabric, and router2 then fails on that one arc (seen on th
 CLOCK_LPF = "clock.lpf"
 
 
-def clock_lpf(package: str) -> str:
-    return f'LOCATE COMP "clk" SITE "{CLOCK_PINS[package]}";\n'
+def write_clock_lpf(run_dir: Path, argv: list[str], package: str) -> None:
+    """The clock pin's constraint file, when the command line (nextpnr_argv) reads it."""
+    if CLOCK_LPF in argv:
+        (run_dir / CLOCK_LPF).write_text(f'LOCATE COMP "clk" SITE "{CLOCK_PINS[package]}";\n')
+
+
+def prepare(netlist: dict, target: str) -> tuple[str, bool, bool]:
+    """(top module, whether it has a `clk` port, whether anything changed) of a Yosys JSON
+    netlist, changed in place into what nextpnr gets: on ECP5 the plain flip-flops around each
+    MULT18X18D move into its own registers (dsp_registers). place_and_route and
+    bitstream.write_bitstream both start here."""
+    top, _cells, _pins = netlist_summary(netlist)
+    changed = target == "ecp5" and dsp_registers.absorb(netlist["modules"][top]).dsps > 0
+    return top, "clk" in (netlist["modules"][top].get("ports") or {}), changed
 
 
 def nextpnr_argv(device: Device, package: str, *, top: str, freq_mhz: float, seed: int,
@@ -453,8 +465,8 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
         return TimingReport(False, None, largest.name, "", target, reason=reason, needs=needs,
                             freq_mhz=freq_mhz, nextpnr_version=version)
 
-    clock = "clk" in (netlist["modules"][top].get("ports") or {})
-    if target == "ecp5" and dsp_registers.absorb(netlist["modules"][top]).dsps:
+    _top, clock, changed = prepare(netlist, target)
+    if changed:
         data = json.dumps(netlist).encode()          # what nextpnr places, and the cache key's
     deadline = None if timeout is None else time.monotonic() + timeout
     digest = hashlib.sha256(data).hexdigest()
@@ -487,8 +499,7 @@ def _run(netlist: bytes, run_dir: Path, argv: list[str], dev: Device, pkg: str, 
     for stale in ("report.json", "nextpnr.log"):
         (run_dir / stale).unlink(missing_ok=True)
     (run_dir / "netlist.json").write_bytes(netlist)
-    if CLOCK_LPF in argv:
-        (run_dir / CLOCK_LPF).write_text(clock_lpf(pkg))
+    write_clock_lpf(run_dir, argv, pkg)
     cmd = [find_tool(argv[0]), *argv[1:]]
     common = dict(device=dev.name, package=pkg, target=target, needs=needs, freq_mhz=freq_mhz,
                   argv=tuple(argv), nextpnr_version=version)

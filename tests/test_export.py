@@ -221,6 +221,8 @@ def test_ecp5_bitstream_for_a_named_part_unpacks(tmp_path):
         ("tinyhw_top_LFE5U-25F_CABGA381.bit", "LFE5U-25F", "CABGA381", False)
     assert b"Part: LFE5U-25F-6CABGA381" in bit.path.read_bytes()[:64]      # ecppack's header
     assert bit.fmax_mhz is not None and bit.fmax_mhz > 0
+    # no LPF of the user's: the clock on the package's clock pin, as the explorer's P&R has it
+    assert (bit.log_dir / "clock.lpf").read_text() == 'LOCATE COMP "clk" SITE "G2";\n'
     # Project Trellis reads it back (a truncated or foreign file fails here)
     shutil.copyfile(bit.path, tmp_path / "check.bit")
     run_tool([find_tool("yowasp-ecpunpack"), "check.bit", "check.config"], cwd=tmp_path, log_name="unpack.log")

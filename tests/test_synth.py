@@ -148,12 +148,35 @@ def test_each_memory_gets_its_own_read_address_register_at_fp_pipeline_3(tmp_pat
         fanouts[level] = _address_fanout(cells)
         rams = {n for n, c in cells.items() if c["type"] == "DP16KD"}
         assert len(rams) == area.bram == (4 if mem_pack == 1 else 1)
-        copies = {n.split("_TRELLIS")[0] for n, c in cells.items() if c["type"] == "TRELLIS_FF" and "addr" in n
+        copies = {n.split("_TRELLIS")[0] for n, c in cells.items() if c["type"] == "TRELLIS_FF" and "addr_q1" in n
                   and int(c.get("attributes", {}).get("keep", "0"), 2)}     # kept apart from opt_merge
         # level 3: the weight memories' copies, and the input vector's (LUT RAM)
         assert len(copies) == (0 if level == 2 else area.bram + 1), copies
     assert max(fanouts[2].values()) == area.bram
     assert max(fanouts[3].values()) == 1, sorted(fanouts[3].items(), key=lambda kv: -kv[1])[:3]
+
+
+def test_read_addresses_fan_out_through_a_tree_of_flip_flops(tmp_path):
+    """At fp_pipeline 3 sixteen weight memories (LUT RAM here) read at one address: the first-level register is
+    duplicated per ADDRESS_GROUP (8) memories and each memory's copy takes it straight, no logic
+    in between. Each copy's reset is the flip-flop's own (LSR): left as a multiplexer in front,
+    the copies' multiplexers are alike and were merged into one LUT per bit that fed every copy."""
+    from compiler.hw.kernel import ADDRESS_GROUP
+    design = compile_model(*designs.gemv_int8(16, 64).outputs,
+                           config=HardwareConfig(fp_pipeline=3, lanes=16, mem_pack=1))
+    area = synthesize(design, "ecp5", workdir=tmp_path, netlist=True)
+    cells = json.loads(Path(area.netlist_path).read_text())["modules"]["top"]["cells"]
+    driver = {b: (n, c) for n, c in cells.items() for pin, bits in c["connections"].items()
+              if c["port_directions"][pin] == "output" for b in bits}
+    feeds: dict[str, set] = {}
+    for n, c in cells.items():
+        if c["type"] == "TRELLIS_FF" and "_addr_q1" in n:
+            src_name, src = driver[c["connections"]["DI"][0]]
+            assert src["type"] == "TRELLIS_FF" and "_addr_q_" in src_name, (n, src_name, src["type"])
+            assert c["connections"]["LSR"] == src["connections"]["LSR"] != ["0"]   # the same sync reset
+            feeds.setdefault(src_name.split("_TRELLIS")[0], set()).add(n.split("_TRELLIS")[0])
+    assert max(len(copies) for copies in feeds.values()) == ADDRESS_GROUP == 8
+    assert sum(len(copies) for copies in feeds.values()) == 16 + 1        # and the x vector's LUT RAM
 
 
 def _memrd(memid: str) -> str:
