@@ -19,8 +19,9 @@ Timing: `start` is sampled while idle; steps execute in the following cycles, on
 Pipelined (fp_pipeline > 0, see pipeline.py): steps still issue one per cycle, but a step's
 stores commit C = Schedule.commit cycles after it issues, driven by the step id and counters
 delayed C cycles; accumulators are read and written in stage D = Schedule.depth. `done` rises
-C cycles later, so a run takes `Program.cycles + 1 + C` cycles. The memories take outside
-writes only once the pipeline has drained (`busy` stays high until then).
+C cycles later, so a run takes `Program.cycles + 1 + C` cycles. The memories the kernel
+stores into take outside writes only once the pipeline has drained (`busy` stays high until
+then); the top never writes a running kernel's memories.
 """
 from __future__ import annotations
 
@@ -221,8 +222,8 @@ class KernelHW(wiring.Component):
         last = Signal()
         accs = {a.index: Signal(_acc_shape(a.dtype, acc_width(a.dtype, self.config)), name=f"acc{a.index}")
                 for a in k.accs}
-        # quiet: idle, and no store left in the pipeline. It gates every memory's outside write
-        # enable, so it is a register, computed a cycle ahead from what the stages' step ids
+        # quiet: idle, and no store left in the pipeline. It gates the outside write enable of
+        # every memory the kernel stores into (_memories), so it is a register, computed a cycle ahead from what the stages' step ids
         # become (step <= nstep, step_d1 <= step, ...): the same value in every cycle, but no
         # comparison of step ids on the way to the block RAMs (on the int8 GEMV 26x17 that
         # path, through the host bus's enable, was the critical one: 16.9 ns). From
@@ -269,9 +270,12 @@ class KernelHW(wiring.Component):
         return m
 
     def _memories(self, m, quiet_for, sync_reads: bool):
-        """One memory per buffer slot (or a read port of another kernel's, `external`); the
-        outside ports write only while the kernel is quiet (`quiet_for(memory name)`).
-        Returns (write ports, read ports)."""
+        """One memory per buffer slot (or a read port of another kernel's, `external`).
+        Returns (write ports, read ports). A memory the kernel stores into shares its write
+        port between the kernel and the outside (host bus, copies), which writes only while the
+        kernel is quiet (`quiet_for(memory name)`); one the kernel only reads takes the outside's
+        writes as they come: the top writes a kernel's memories only while that kernel is not
+        running (hw/top.py), and a gate there would be one more signal to every block RAM."""
         write, reads = {}, {}
         for b in self.kernel.buffers:
             n = port_names(b.slot)
@@ -282,19 +286,19 @@ class KernelHW(wiring.Component):
                 continue
             if b.slot in self.packs:
                 if b.slot == self.packs[b.slot].slots[0]:
-                    self._packed_memory(m, b, self.packs[b.slot], quiet_for(self.packs[b.slot].name), sync_reads,
-                                        reads)
+                    self._packed_memory(m, b, self.packs[b.slot], sync_reads, reads)
                 continue
             own_writes = b.stored or b.slot in self.written_outside
             transparent = b.loaded and own_writes and sync_reads
             wp, reads[b.slot] = self._memory(m, self.names[b.slot], b.slot, None, sync_reads, transparent)
             write[b.slot] = wp
+            we = getattr(self, n["we"])
             m.d.comb += [getattr(self, n["rdata"]).eq(reads[b.slot][0].data),
                          wp.addr.eq(getattr(self, n["waddr"])), wp.data.eq(getattr(self, n["wdata"])),
-                         wp.en.eq(getattr(self, n["we"]) & quiet_for(self.names[b.slot]))]
+                         wp.en.eq(we & quiet_for(self.names[b.slot]) if b.stored else we)]
         return write, reads
 
-    def _packed_memory(self, m, first: ir.BufferDecl, pack, quiet, sync_reads: bool, reads) -> None:
+    def _packed_memory(self, m, first: ir.BufferDecl, pack, sync_reads: bool, reads) -> None:
         """One memory for the banks of `pack`: the kernel only reads it (at one address for
         every bank, packing.py), so its write port serves the outside, one enable per bank
         (the host bus and copies write one bank, or all at one address)."""
@@ -306,7 +310,7 @@ class KernelHW(wiring.Component):
             n = port_names(slot)
             reads[slot] = [_BankPort(slot, p, w, pack.depth) for p in range(len(shared))]
             m.d.comb += [wp.data[i * w:(i + 1) * w].eq(getattr(self, n["wdata"])),
-                         wp.en[i].eq(getattr(self, n["we"]) & quiet),
+                         wp.en[i].eq(getattr(self, n["we"])),
                          getattr(self, n["rdata"]).eq(reads[slot][0].data)]
             m.d.comb += [bank.data.eq(port.data[i * w:(i + 1) * w]) for bank, port in zip(reads[slot], shared)]
         m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(reads[pack.slots[0]], shared)]

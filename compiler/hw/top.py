@@ -27,14 +27,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Array, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..errors import CompileError
 from ..layout import Banking, Layout
-from .datapath import mul_const
+from .datapath import DUPLICATE_ATTRIBUTE, mul_const
 from .kernel import KernelHW, port_names
+from .pipeline import FANOUT_LEVEL
 
 Place = tuple[int, int]                          # (kernel position, parameter slot)
 
@@ -219,7 +220,21 @@ class TopHW(wiring.Component):
                 m.d.comb += self.kernels[ph.kernel].start.eq((nphase == p) & (phase != p))
 
         # ---- host bus (while idle); later assignments (copies, shared reads) take precedence
-        host_idle = (phase == idle) & (nphase == idle)
+        # Idle: no phase, and not starting one. `phase == idle` is a register computed a cycle
+        # ahead, so no comparison of the phase lies on the way to every memory's write enable
+        # (on the int8 GEMV 16x16 at fp_pipeline 3 that path, 10.6 ns of routing to 68 block
+        # RAMs, was the critical one); from FANOUT_LEVEL each host port has its own copy.
+        stopped = Signal(init=1)
+        m.d.sync += stopped.eq(nphase == idle)
+        fanout = self.kernels[0].config.fp_pipeline >= FANOUT_LEVEL
+
+        def host_idle(i: int) -> Value:
+            if not fanout:
+                return stopped & ~self.start
+            copy = Signal(init=1, name=f"host{i}_stopped", attrs={DUPLICATE_ATTRIBUTE: 1})
+            m.d.sync += copy.eq(nphase == idle)
+            return copy & ~self.start
+
         read_ports = []
         for i, hp in enumerate(self.host_ports):
             selected = self.host_sel == i
@@ -227,7 +242,7 @@ class TopHW(wiring.Component):
             if hp.write:
                 m.d.comb += [self.port(hp.kernel, hp.slot, "waddr").eq(Mux(in_range, self.host_addr, 0)),
                              self.port(hp.kernel, hp.slot, "wdata").eq(self.host_wdata),
-                             self.port(hp.kernel, hp.slot, "we").eq(self.host_we & selected & in_range & host_idle)]
+                             self.port(hp.kernel, hp.slot, "we").eq(self.host_we & selected & in_range & host_idle(i))]
             if hp.read:
                 m.d.comb += self.port(hp.kernel, hp.slot, "raddr").eq(Mux(selected & in_range, self.host_addr, 0))
                 read_ports.append((i, hp))
