@@ -340,8 +340,7 @@ def test_level_3_registers_adder_trees_and_each_products_operands():
     """fp_pipeline 3: every integer product takes two register levels (its own copy of each
     operand, then the product), every add of its unrolled reduction's tree one; the add into
     the accumulator stays in the one-cycle loop and index math stays in stage 0. Read data
-    comes two stages later too (each memory's own read-address register, a second read-data
-    register)."""
+    comes a stage later too (each memory's own read-address register)."""
     case = designs.gemv_int8(16, 8)
     levels = {}
     for level in (2, 3):
@@ -363,6 +362,5 @@ def test_level_3_registers_adder_trees_and_each_products_operands():
                          {sched.latency.get(id(v), 0) for v in tree}, sched.commit)
     assert levels[2][:3] == ({1}, {1}, {0})
     assert levels[3][:3] == ({2}, {2}, {1})
-    # each memory's copy of the read address, the second read-data register, the operand
-    # copies, two tree levels
-    assert levels[3][3] == levels[2][3] + 1 + 1 + 1 + 2
+    # each memory's copy of the read address, the operand copies, two tree levels
+    assert levels[3][3] == levels[2][3] + 1 + 1 + 2
