@@ -8,8 +8,6 @@ values from one stage to the next:
   * memory read data: with P = fp_pipeline >= 1 the data of every read port is registered
     (it arrives in stage 0: read addresses are issued a cycle ahead), so loads are ready in
     stage 1: this cuts the block RAM's clock-to-out (5.8 ns on an ECP5) from the arithmetic;
-    with P >= 3 a second register follows (+1 stage), so the route from a block RAM to the
-    DSPs its words feed, often far apart, is cut in two;
   * integer products of two non-constant values: registered with P >= 2 (+1 stage); with
     P >= 3 operands also pass through registered copies first (+1 stage), one per
     datapath.OPERAND_GROUP products: the copies of a value broadcast to many lanes (the GEMV's
@@ -89,15 +87,11 @@ class Schedule:
     unit_stages: dict[int, int]              # id(float op) -> stages of its unit (absent: 1); an op
                                              # whose latency equals its stages has an output register
     acc_write: dict[int, int]                # acc -> stage in which its new value is written
-    load_levels: int                         # registers on the read data (0: none)
+    register_loads: bool                     # read-port data registered
     address_levels: int                      # registers on the read addresses (raw data in that stage)
     gather_issue: dict[int, int] = field(default_factory=dict)   # id(gather load) -> the stage its
                                              # address is driven in (module docstring)
     sync_reads: bool = True                  # block RAM: read data a cycle after its address
-
-    @property
-    def register_loads(self) -> bool:
-        return self.load_levels > 0
 
     @property
     def load_stage(self) -> int:
@@ -106,8 +100,8 @@ class Schedule:
 
     @property
     def load_ready(self) -> int:
-        """The stage in which loads are ready (after the read-data registers)."""
-        return self.load_stage + self.load_levels
+        """The stage in which loads are ready (after the read-data register)."""
+        return self.load_stage + (1 if self.register_loads else 0)
 
     def port_stage(self, load: ir.Load) -> int:
         """The stage in which the read port delivers this load's data."""
@@ -115,8 +109,8 @@ class Schedule:
         return self.load_stage if issue is None else issue + (1 if self.sync_reads else 0)
 
     def data_stage(self, load: ir.Load) -> int:
-        """The stage in which this load's data is ready (after the read-data registers)."""
-        return self.port_stage(load) + self.load_levels
+        """The stage in which this load's data is ready (after the read-data register)."""
+        return self.port_stage(load) + (1 if self.register_loads else 0)
 
 
 def float_stages(v: ir.Op, level: int) -> int:
@@ -228,12 +222,9 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
         if stages > 1:
             unit_stages[id(v)] = stages
 
-    # From FANOUT_LEVEL the read data goes through two registers: a block RAM and the DSPs its
-    # words feed can be far apart, and one register placed near each end left the route between
-    # them a whole cycle (the int8 GEMV 16x16: weight register -> DSP input, 13.6 ns of routing)
-    load_levels = 0 if level < LOAD_LEVEL else 2 if level >= FANOUT_LEVEL else 1
+    register_loads = level >= LOAD_LEVEL
     address_levels = 0 if level < MEMORY_LEVEL or config.mem_read != "sync" else 2 if level >= FANOUT_LEVEL else 1
-    load_ready = address_levels + load_levels
+    load_ready = address_levels + (1 if register_loads else 0)
     ready: dict[int, int | None] = {}
     gather_issue: dict[int, int] = {}
 
@@ -252,7 +243,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
             issue = ready[id(v.index)] or 0
             gather_issue[id(v)] = issue
             sync = config.mem_read == "sync"
-            ready[id(v)] = combine(v, issue + (1 if sync else 0) + load_levels)
+            ready[id(v)] = combine(v, issue + (1 if sync else 0) + (1 if register_loads else 0))
         elif isinstance(v, ir.Load):
             ready[id(v)] = combine(v, load_ready)
         else:
@@ -285,7 +276,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
             commit = max(commit, w)
         else:
             commit = max([commit] + [at(x) for x in (s.index, s.value, s.gate) if x is not None])
-    sched = Schedule(level, depth, commit, ready, latency, unit_stages, acc_write, load_levels,
+    sched = Schedule(level, depth, commit, ready, latency, unit_stages, acc_write, register_loads,
                      address_levels, gather_issue, config.mem_read == "sync")
     check_hazards(kernel, sched)
     return sched
