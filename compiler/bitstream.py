@@ -61,7 +61,7 @@ def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package
         raise ValueError(f"the design's top has {pins} port bits, more than any {dev.name} package has pins "
                          f"({', '.join(f'{p}: {n}' for p, n in dev.packages)}): instantiate {name}.v in a top "
                          "of your own")
-    top, clock, _ = prepare(netlist, "ecp5")                   # as place_and_route does
+    top, clock, _ = prepare(netlist, "ecp5")               # as place_and_route does
     (work / "netlist.json").write_text(json.dumps(netlist))
     # the clock on the package's clock pin, as the explorer's timing assumes, unless the user's
     # LPF places the pins

@@ -58,7 +58,7 @@ NO_RW_CHECK = {"no_rw_check": 1}
 
 ADDRESS_GROUP = 8
 """Memories sharing one first-level read-address register when the address goes through two
-levels (fp_pipeline 3, Kernel._registered_addresses): a tree, 8 copies per register."""
+levels (fp_pipeline 3, KernelHW._registered_addresses): a tree, 8 copies per register."""
 
 
 def _acc_shape(d: DType, width: int):
@@ -223,11 +223,11 @@ class KernelHW(wiring.Component):
         accs = {a.index: Signal(_acc_shape(a.dtype, acc_width(a.dtype, self.config)), name=f"acc{a.index}")
                 for a in k.accs}
         # quiet: idle, and no store left in the pipeline. It gates the outside write enable of
-        # every memory the kernel stores into (_memories), so it is a register, computed a cycle ahead from what the stages' step ids
-        # become (step <= nstep, step_d1 <= step, ...): the same value in every cycle, but no
-        # comparison of step ids on the way to the block RAMs (on the int8 GEMV 26x17 that
-        # path, through the host bus's enable, was the critical one: 16.9 ns). From
-        # FANOUT_LEVEL each memory registers its own copy.
+        # every memory the kernel stores into (_memories), so it is a register, computed a
+        # cycle ahead from what the stages' step ids become (step <= nstep, step_d1 <= step,
+        # ...): the same value in every cycle, but no comparison of step ids on the way to the
+        # block RAMs (on the int8 GEMV 26x17 that path, through the host bus's enable, was the
+        # critical one: 16.9 ns). From FANOUT_LEVEL each such memory registers its own copy.
         quiet_next = Signal()
         quiet = Signal(init=1)
         m.d.sync += quiet.eq(quiet_next)
