@@ -273,9 +273,13 @@ class KernelHW(wiring.Component):
         """One memory per buffer slot (or a read port of another kernel's, `external`).
         Returns (write ports, read ports). A memory the kernel stores into shares its write
         port between the kernel and the outside (host bus, copies), which writes only while the
-        kernel is quiet (`quiet_for(memory name)`); one the kernel only reads takes the outside's
-        writes as they come: the top writes a kernel's memories only while that kernel is not
-        running (hw/top.py), and a gate there would be one more signal to every block RAM."""
+        kernel is quiet (`quiet_for(memory name)`). From FANOUT_LEVEL one the kernel only reads
+        takes the outside's writes as they come: the top writes a kernel's memories only while
+        that kernel is not running (hw/top.py), and the gate is one more signal to every block
+        RAM (below, it stays: the designs' areas are unchanged)."""
+        def gate(b: ir.BufferDecl, name: str) -> Value:
+            return quiet_for(name) if b.stored or self.schedule.level < FANOUT_LEVEL else Const(1, 1)
+
         write, reads = {}, {}
         for b in self.kernel.buffers:
             n = port_names(b.slot)
@@ -286,7 +290,7 @@ class KernelHW(wiring.Component):
                 continue
             if b.slot in self.packs:
                 if b.slot == self.packs[b.slot].slots[0]:
-                    self._packed_memory(m, b, self.packs[b.slot], sync_reads, reads)
+                    self._packed_memory(m, b, self.packs[b.slot], gate(b, self.packs[b.slot].name), sync_reads, reads)
                 continue
             own_writes = b.stored or b.slot in self.written_outside
             transparent = b.loaded and own_writes and sync_reads
@@ -295,10 +299,10 @@ class KernelHW(wiring.Component):
             we = getattr(self, n["we"])
             m.d.comb += [getattr(self, n["rdata"]).eq(reads[b.slot][0].data),
                          wp.addr.eq(getattr(self, n["waddr"])), wp.data.eq(getattr(self, n["wdata"])),
-                         wp.en.eq(we & quiet_for(self.names[b.slot]) if b.stored else we)]
+                         wp.en.eq(we & gate(b, self.names[b.slot]))]
         return write, reads
 
-    def _packed_memory(self, m, first: ir.BufferDecl, pack, sync_reads: bool, reads) -> None:
+    def _packed_memory(self, m, first: ir.BufferDecl, pack, gate: Value, sync_reads: bool, reads) -> None:
         """One memory for the banks of `pack`: the kernel only reads it (at one address for
         every bank, packing.py), so its write port serves the outside, one enable per bank
         (the host bus and copies write one bank, or all at one address)."""
@@ -310,7 +314,7 @@ class KernelHW(wiring.Component):
             n = port_names(slot)
             reads[slot] = [_BankPort(slot, p, w, pack.depth) for p in range(len(shared))]
             m.d.comb += [wp.data[i * w:(i + 1) * w].eq(getattr(self, n["wdata"])),
-                         wp.en[i].eq(getattr(self, n["we"])),
+                         wp.en[i].eq(getattr(self, n["we"]) & gate),
                          getattr(self, n["rdata"]).eq(reads[slot][0].data)]
             m.d.comb += [bank.data.eq(port.data[i * w:(i + 1) * w]) for bank, port in zip(reads[slot], shared)]
         m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(reads[pack.slots[0]], shared)]

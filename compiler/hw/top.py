@@ -220,20 +220,19 @@ class TopHW(wiring.Component):
                 m.d.comb += self.kernels[ph.kernel].start.eq((nphase == p) & (phase != p))
 
         # ---- host bus (while idle); later assignments (copies, shared reads) take precedence
-        # Idle: no phase, and not starting one. `phase == idle` is a register computed a cycle
-        # ahead, so no comparison of the phase lies on the way to every memory's write enable
-        # (on the int8 GEMV 16x16 at fp_pipeline 3 that path, 10.6 ns of routing to 68 block
-        # RAMs, was the critical one); from FANOUT_LEVEL each host port has its own copy.
-        stopped = Signal(init=1)
-        m.d.sync += stopped.eq(nphase == idle)
+        # Idle: no phase, and not starting one. From FANOUT_LEVEL `phase == idle` is a register
+        # computed a cycle ahead, each host port's own copy, so no comparison of the phase lies
+        # on the way to every memory's write enable (on the int8 GEMV 16x16 at fp_pipeline 3
+        # that path, 10.6 ns of routing to 68 block RAMs, was the critical one). Below, the
+        # comparison stays: no flip-flop for designs whose clock it does not limit.
         fanout = self.kernels[0].config.fp_pipeline >= FANOUT_LEVEL
 
         def host_idle(i: int) -> Value:
             if not fanout:
-                return stopped & ~self.start
-            copy = Signal(init=1, name=f"host{i}_stopped", attrs={DUPLICATE_ATTRIBUTE: 1})
-            m.d.sync += copy.eq(nphase == idle)
-            return copy & ~self.start
+                return (phase == idle) & (nphase == idle)
+            stopped = Signal(init=1, name=f"host{i}_stopped", attrs={DUPLICATE_ATTRIBUTE: 1})
+            m.d.sync += stopped.eq(nphase == idle)
+            return stopped & ~self.start
 
         read_ports = []
         for i, hp in enumerate(self.host_ports):
