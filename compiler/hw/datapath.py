@@ -114,6 +114,15 @@ def _magnitude(x: Value) -> Value:
     return Mux(x < 0, -x, x).as_unsigned()
 
 
+
+def registered(m: Module, value: Value, name: str, *, init: int = 0, duplicate: bool = False) -> Signal:
+    """`value` one cycle later, a free-running register in module `m`. A `duplicate` register
+    is a copy of another on purpose (pipeline.FANOUT_LEVEL): the synthesis script keeps it from
+    being merged with its twins (DUPLICATE_ATTRIBUTE)."""
+    reg = Signal(Value.cast(value).shape(), name=name, init=init, attrs={DUPLICATE_ATTRIBUTE: 1} if duplicate else {})
+    m.d.sync += reg.eq(value)
+    return reg
+
 class Datapath:
     """Emits values into its own module `self.m`, so every assignment is unconditional even
     when the caller asks for a value from inside a `with m.Case(...)` of the controller."""
@@ -194,9 +203,7 @@ class Datapath:
         """`value` one cycle later (a free-running register in the datapath module). A
         `duplicate` register is a copy of another on purpose (pipeline.FANOUT_LEVEL): the
         synthesis script keeps it from being merged with its twins (DUPLICATE_ATTRIBUTE)."""
-        reg = Signal(Value.cast(value).shape(), name=name, attrs={DUPLICATE_ATTRIBUTE: 1} if duplicate else {})
-        self.m.d.sync += reg.eq(value)
-        return reg
+        return registered(self.m, value, name, duplicate=duplicate)
 
     def _at(self, v: ir.Value, env: Env, stage: int | None) -> Value:
         """`v` computed in `stage` (its ready stage, or any stage for counters and constants)."""

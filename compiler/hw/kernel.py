@@ -34,7 +34,7 @@ from ..bram import memory_tail
 from ..config import HardwareConfig
 from ..dtypes import DType
 from ..ranges import Interval, analyze
-from .datapath import DUPLICATE_ATTRIBUTE, Datapath, Env, from_bits
+from .datapath import Datapath, Env, from_bits, registered
 from .pipeline import FANOUT_LEVEL, Schedule, is_gather, schedule
 from .program import Program, Step, build_program
 from .tail import tailed_memory
@@ -235,9 +235,7 @@ class KernelHW(wiring.Component):
         def quiet_for(name: str) -> Signal:
             if sched.level < FANOUT_LEVEL:
                 return quiet
-            copy = Signal(init=1, name=f"{name}_quiet", attrs={DUPLICATE_ATTRIBUTE: 1})
-            m.d.sync += copy.eq(quiet_next)
-            return copy
+            return registered(m, quiet_next, f"{name}_quiet", init=1, duplicate=True)
 
         write, reads = self._memories(m, quiet_for, sync_reads)
         self._controller(m, step, nstep, ctr, nctr, last, idle)

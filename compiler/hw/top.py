@@ -33,7 +33,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..errors import CompileError
 from ..layout import Banking, Layout
-from .datapath import DUPLICATE_ATTRIBUTE, mul_const
+from .datapath import mul_const, registered
 from .kernel import KernelHW, port_names
 from .pipeline import FANOUT_LEVEL
 
@@ -230,9 +230,7 @@ class TopHW(wiring.Component):
         def host_idle(i: int) -> Value:
             if not fanout:
                 return (phase == idle) & (nphase == idle)
-            stopped = Signal(init=1, name=f"host{i}_stopped", attrs={DUPLICATE_ATTRIBUTE: 1})
-            m.d.sync += stopped.eq(nphase == idle)
-            return stopped & ~self.start
+            return registered(m, nphase == idle, f"host{i}_stopped", init=1, duplicate=True) & ~self.start
 
         read_ports = []
         for i, hp in enumerate(self.host_ports):
