@@ -19,11 +19,28 @@ synchronous reset to 0 or none (a DSP register's RSTn line takes the reset net),
   * P: every used bit drives exactly one load, such a flip-flop's DI.
 An input flip-flop whose Q feeds anything else stays for those loads (the DSP holds a second
 copy of it); the others, and every output flip-flop, are removed.
+
+Moving an operand copy into the DSP takes the copy's fan-out tree down a level: the register
+before it (the loaded GEMV x element, one per unrolled product) now drives the input register
+of every lane's DSP, spread over the die's DSP rows. On the int8 GEMV 16x16 (fp_pipeline 3)
+one such flip-flop drove 10 DSPs and its route to the farthest was the critical path (13.6 ns
+of routing). `split_fanout` then gives such a flip-flop a twin per DSP_GROUP of the DSPs it
+drives (same input, clock and reset), as a synthesis tool's max-fanout duplication would: the
+placer puts each twin by its DSPs, and the path from the register before (block RAM data)
+fans out to the twins instead.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
+
+DSP_GROUP = 4
+"""Multiplier input registers one flip-flop drives at most after split_fanout. On the int8 GEMV
+16x16 (fp_pipeline 3, router2, seed 1): 4 gave 72.5 MHz against 70.2 without twins (failing
+endpoints at 100 MHz 260 against 465; the critical path left the DSPs for a LUT multiplier);
+2 (a twin per DSP slice) packed the DSP rows so tightly that router2 diverged (2,400
+overused wires after 97 iterations)."""
 
 _PLAIN = {"CLKMUX": "CLK", "REGSET": "RESET", "LSRMUX": "LSR"}
 _RST_LINES = ("RST0", "RST1", "RST2", "RST3")
@@ -168,3 +185,35 @@ def absorb(module: dict, *, operands: bool = True) -> Packed:
             del cells[ff]
             removed += 1
     return Packed(dsps, removed, kept)
+
+
+def split_fanout(module: dict, group: int = DSP_GROUP) -> int:
+    """Give every plain flip-flop of `module` (a Yosys JSON module, changed in place) that
+    drives the inputs of more than `group` MULT18X18D a twin per further `group` of them, the
+    multipliers taken in name order; its other loads stay on it. Returns the twins added."""
+    net = _Netlist(module)
+    cells, names = net.cells, module.setdefault("netnames", {})
+    fresh = max([b for b in net.driver] + [b for b in net.loads] + [1]) + 1
+    added = 0
+    for ff in sorted(n for n, c in cells.items() if _plain(c)):
+        q = net.ff(ff, "Q")
+        dsps: dict[str, list[str]] = {}
+        for cell, pin in net.loads.get(q, ()):
+            if cell and cells[cell]["type"] == "MULT18X18D" and pin[0] in "AB":
+                dsps.setdefault(cell, []).append(pin)
+        order = sorted(dsps)
+        for k in range(group, len(order), group):
+            twin = f"{ff}$fan{k // group}"
+            cells[twin] = copy.deepcopy(cells[ff])
+            cells[twin]["connections"]["Q"] = [fresh]
+            for pin, bits in cells[twin]["connections"].items():
+                if pin != "Q" and not isinstance(bits[0], str):
+                    net.loads.setdefault(bits[0], set()).add((twin, pin))
+            net.driver[fresh] = (twin, "Q")
+            names[f"{twin}.Q"] = {"hide_name": 0, "bits": [fresh], "attributes": {}}
+            for dsp in order[k:k + group]:
+                for pin in dsps[dsp]:
+                    net.rewire_input(dsp, pin, fresh)
+            fresh += 1
+            added += 1
+    return added

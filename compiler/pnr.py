@@ -30,7 +30,8 @@ steers timing-driven placement; `--timing-allow-fail` makes a design slower than
 result rather than an error. ECP5 runs at speed grade 6 (nextpnr's default, the slowest).
 
 ECP5 netlists are prepared as a packer would before nextpnr sees them: free-running
-flip-flops on a multiplier's operands and product move into the MULT18X18D's own registers
+flip-flops on a multiplier's operands and product move into the MULT18X18D's own registers,
+a flip-flop that then drives more than four multipliers gets twins that share them out
 (compiler/dsp_registers.py), and a top with a `clk` port has it on the package's clock pin
 (`CLOCK_PINS`). The cache key is the prepared netlist's.
 
@@ -392,10 +393,15 @@ def write_clock_lpf(run_dir: Path, argv: list[str], package: str) -> None:
 def prepare(netlist: dict, target: str) -> tuple[str, bool, bool]:
     """(top module, whether it has a `clk` port, whether anything changed) of a Yosys JSON
     netlist, changed in place into what nextpnr gets: on ECP5 the plain flip-flops around each
-    MULT18X18D move into its own registers (dsp_registers). place_and_route and
+    MULT18X18D move into its own registers, then those driving several get twins
+    (dsp_registers). place_and_route and
     bitstream.write_bitstream both start here."""
     top, _cells, _pins = netlist_summary(netlist)
-    changed = target == "ecp5" and dsp_registers.absorb(netlist["modules"][top]).dsps > 0
+    changed = False
+    if target == "ecp5":
+        module = netlist["modules"][top]
+        changed = dsp_registers.absorb(module).dsps > 0
+        changed = dsp_registers.split_fanout(module) > 0 or changed
     return top, "clk" in (netlist["modules"][top].get("ports") or {}), changed
 
 

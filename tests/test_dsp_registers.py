@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from compiler.dsp_registers import Packed, absorb
+from compiler.dsp_registers import Packed, absorb, split_fanout
 from compiler.tools import yosys
 
 # two int8 products sharing an operand register, with their operands and products registered
@@ -143,3 +143,56 @@ def test_a_register_with_a_clock_enable_stays_where_it_is(netlists):
     # that multiplier keeps its product register in the fabric; the other takes its own
     outputs = {n: c["parameters"].get("REG_OUTPUT_CLK") for n, c in cells.items() if c["type"] == "MULT18X18D"}
     assert outputs.pop(held) is None and list(outputs.values()) == ["CLK0"]
+
+
+# one loaded value broadcast to three products, each through its own operand register (Yosys
+# merges the three into one); once they move into the multipliers, `rx` drives all three DSPs
+BROADCAST = """
+module top(input clk, input rst, input signed [7:0] x, input signed [23:0] w, output reg signed [47:0] p);
+    reg signed [7:0] rx, ox; reg signed [23:0] ow;
+    integer i;
+    always @(posedge clk)
+        if (rst) begin rx <= 0; ox <= 0; ow <= 0; p <= 0; end
+        else begin
+            rx <= x; ox <= rx; ow <= w;
+            for (i = 0; i < 3; i = i + 1) p[16 * i +: 16] <= ox * ow[8 * i +: 8];
+        end
+endmodule
+"""
+
+
+@pytest.fixture
+def broadcast(tmp_path):
+    (tmp_path / "top.v").write_text(BROADCAST)
+    yosys("read_verilog top.v\nsynth_ecp5 -top top\nwrite_json netlist.json\n", cwd=tmp_path)
+    gold = json.loads((tmp_path / "netlist.json").read_text())
+    gate = json.loads(json.dumps(gold))
+    assert absorb(gate["modules"]["top"]).dsps == 3
+    return gold, gate
+
+
+def test_a_register_driving_many_multipliers_gets_a_twin_per_pair(broadcast):
+    _, gate = broadcast
+    module = gate["modules"]["top"]
+    ffs = lambda: sum(c["type"] == "TRELLIS_FF" for c in module["cells"].values())   # noqa: E731
+    before = ffs()
+    assert split_fanout(module, group=2) == 8              # rx's 8 bits: 2 + 1 multipliers
+    assert ffs() == before + 8
+    # every flip-flop now drives at most two multipliers, and each bit of rx still reaches all three
+    drivers = {c["connections"]["Q"][0]: n for n, c in module["cells"].items() if c["type"] == "TRELLIS_FF"}
+    fed: dict[str, set[str]] = {}
+    for name, cell in module["cells"].items():
+        if cell["type"] == "MULT18X18D":
+            for pin, bits in cell["connections"].items():
+                if pin[0] in "AB" and bits[0] in drivers:
+                    fed.setdefault(drivers[bits[0]], set()).add(name)
+    assert max(len(d) for d in fed.values()) == 2
+    assert sum(len(d) for d in fed.values()) == 3 * 8                # w comes from ports, not flip-flops
+    assert split_fanout(module, group=2) == 0                          # nothing left to split
+
+
+@pytest.mark.slow
+def test_the_twins_compute_what_the_one_flip_flop_did(broadcast, tmp_path):
+    gold, gate = broadcast
+    assert split_fanout(gate["modules"]["top"], group=2) == 8
+    assert _equal(gold, gate, tmp_path / "proof")
