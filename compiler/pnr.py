@@ -27,7 +27,8 @@ Fmax comes from nextpnr's machine-readable report (`--report report.json`, "fmax
 last "Max frequency for clock" line per clock is the fallback (`parse_fmax`) when there is no
 report. Placement is seeded (`--seed`) and the target frequency (`--freq`, default 100 MHz)
 steers timing-driven placement; `--timing-allow-fail` makes a design slower than the target a
-result rather than an error. ECP5 runs at speed grade 6 (nextpnr's default, the slowest).
+result rather than an error. ECP5 runs at speed grade 6 (nextpnr's default, the slowest) unless
+the part is named with another ("LFE5U-85F-8": find_device, SPEED_GRADES).
 
 ECP5 netlists are prepared as a packer would before nextpnr sees them: free-running
 flip-flops on a multiplier's operands and product move into the MULT18X18D's own registers,
@@ -58,7 +59,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
@@ -82,6 +83,7 @@ class Device:
     option: str                             # nextpnr's device option, e.g. "--85k"
     capacity: Mapping[str, int]             # nextpnr resource name -> sites on the die
     packages: tuple[tuple[str, int], ...]   # (package, user IO pins), preferred first
+    speed: int | None = None                # ECP5 speed grade (SPEED_GRADES) nextpnr times the part at
 
     def package_for(self, pins: int) -> str | None:
         """The first package with enough pins, else None."""
@@ -96,7 +98,13 @@ def _ecp5(name: str, option: str, luts: int, ramw: int, ebr: int, mult: int, alu
           packages: tuple[tuple[str, int], ...]) -> Device:
     # capacities as nextpnr 0.11 reports them for the die (TRELLIS_COMB = LUT4 sites)
     return Device("ecp5", name, option, {"TRELLIS_COMB": luts, "TRELLIS_FF": luts, "TRELLIS_RAMW": ramw,
-                                         "DP16KD": ebr, "MULT18X18D": mult, "ALU54B": alu}, packages)
+                                         "DP16KD": ebr, "MULT18X18D": mult, "ALU54B": alu}, packages,
+                  SPEED_GRADES["ecp5"][0])
+
+
+SPEED_GRADES = {"ecp5": (6, 7, 8)}
+"""Speed grades a part name may end in ("LFE5U-85F-8"), slowest first: the default. The parts
+are sold in each; only the timing nextpnr signs off differs (`--speed`)."""
 
 
 DEVICES: dict[str, tuple[Device, ...]] = {
@@ -130,13 +138,24 @@ RESOURCE_NAMES = {
 
 def find_device(family: str, name: str) -> Device:
     """A device of `family` by part name or nextpnr option, case-insensitive: "LFE5U-85F",
-    "85k", "--85k", "iCE40HX8K", "hx8k"."""
+    "85k", "--85k", "iCE40HX8K", "hx8k"; on ECP5 with a speed grade, "LFE5U-85F-8" (the
+    device's name then carries it)."""
     want = name.lower().lstrip("-")
+    grade = re.fullmatch(r"(.+)-(\d+)", want) if family in SPEED_GRADES else None
+    base = grade.group(1) if grade else want
     for d in DEVICES[family]:
-        if want in (d.name.lower(), d.option.lstrip("-")):
-            return d
+        if base in (d.name.lower(), d.option.lstrip("-")):
+            if grade is None:
+                return d
+            speed = int(grade.group(2))
+            if speed not in SPEED_GRADES[family]:
+                raise ValueError(f"unknown speed grade -{speed} for {d.name} in {name!r}; known: "
+                                 + ", ".join(f"-{g}" for g in SPEED_GRADES[family]))
+            return replace(d, name=f"{d.name}-{speed}", speed=speed)
     known = ", ".join(f"{d.name} ({d.option.lstrip('-')})" for d in DEVICES[family])
-    raise ValueError(f"unknown {family} device {name!r}; known: {known}")
+    grades = f"; a part may end in a speed grade ({DEVICES[family][-1].name}-{SPEED_GRADES[family][-1]})" \
+        if family in SPEED_GRADES else ""
+    raise ValueError(f"unknown {family} device {name!r}; known: {known}{grades}")
 
 
 @dataclass(frozen=True)
@@ -416,7 +435,7 @@ def nextpnr_argv(device: Device, package: str, *, top: str, freq_mhz: float, see
     if router != "router1":                    # the default: its cache keys stay as they were
         argv += ["--router", router]
     if device.family == "ecp5":
-        argv += ["--speed", "6", "--lpf-allow-unconstrained"]
+        argv += ["--speed", str(device.speed or SPEED_GRADES["ecp5"][0]), "--lpf-allow-unconstrained"]
         if clock and package in CLOCK_PINS:
             argv += ["--lpf", CLOCK_LPF]
     else:

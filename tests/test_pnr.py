@@ -12,7 +12,7 @@ import pytest
 import designs
 from compiler import compile_model
 from compiler.pnr import (DEVICES, TimingReport, choose_devices, find_device, fit_failure, netlist_summary,
-                          parse_fmax, parse_utilisation, place_and_route, read_report, resource_needs)
+                          nextpnr_argv, parse_fmax, parse_utilisation, place_and_route, read_report, resource_needs)
 from compiler.synth import synthesize
 
 ECP5_NAMES = {d.name for d in DEVICES["ecp5"]}
@@ -144,6 +144,21 @@ def test_package_has_enough_pins():
     assert find_device("ecp5", "LFE5U-25F") is DEVICES["ecp5"][0] and find_device("ice40", "--hx8k").name == "iCE40HX8K"
     with pytest.raises(ValueError, match=r"unknown ecp5 device '12k'; known: LFE5U-25F \(25k\)"):
         find_device("ecp5", "12k")
+
+
+def test_a_part_may_name_its_speed_grade():
+    fast = find_device("ecp5", "LFE5U-85F-8")
+    assert (fast.name, fast.speed, fast.capacity) == ("LFE5U-85F-8", 8, find_device("ecp5", "85k").capacity)
+    assert find_device("ecp5", "85k").speed == 6 and find_device("ecp5", "--45k-7").name == "LFE5U-45F-7"
+    argv = nextpnr_argv(fast, "CABGA381", top="top", freq_mhz=100, seed=1)
+    assert argv[argv.index("--speed") + 1] == "8"
+    default = nextpnr_argv(find_device("ecp5", "85k"), "CABGA381", top="top", freq_mhz=100, seed=1)
+    assert default[default.index("--speed") + 1] == "6"
+    assert choose_devices("ecp5", {"DP16KD": 100}, "LFE5U-85F-7")[0][0].name == "LFE5U-85F-7"
+    with pytest.raises(ValueError, match=r"unknown speed grade -9 for LFE5U-85F in 'LFE5U-85F-9'; known: -6, -7, -8"):
+        find_device("ecp5", "LFE5U-85F-9")
+    with pytest.raises(ValueError, match=r"unknown ice40 device 'hx8k-8'"):       # iCE40 parts have no grades here
+        find_device("ice40", "hx8k-8")
 
 
 def test_does_not_fit_names_the_resource():
