@@ -195,7 +195,7 @@ def testbench_verilog(design: Design, ports: list[PortFile], *, top: str, cycles
         else:
             checks.append(f"    host_sel = {p.sel};   // buffer {p.buffer}: kernel {p.kernel} {p.memory}\n"
                           f"    for (i = 0; i < {p.depth}; i = i + 1) begin\n"
-                          f"      host_addr = i; @(negedge clk);\n"
+                          f"      host_addr = i; repeat ({design.top.host_read_latency}) @(negedge clk);\n"
                           f"      if ((^{arr}[i]) !== 1'bx) begin\n"
                           f"        words = words + 1;\n"
                           f"        if (host_rdata[{p.width - 1}:0] !== {arr}[i]) begin\n"
@@ -263,9 +263,12 @@ endmodule
 PROTOCOL = {
     "clock": "one clock `clk`, all logic on its rising edge; `rst` is a synchronous reset (active high)",
     "host_write": "while `busy` is low: set host_sel, host_addr, host_wdata and host_we=1 for one cycle; "
-                  "the word is written at the rising edge. Writes while busy are ignored",
-    "host_read": "while `busy` is low: set host_sel and host_addr; host_rdata holds the word one cycle later "
-                 "(block RAM read latency; also with combinational reads), undefined after a cycle that writes",
+                  "the word is written at the rising edge (from fp_pipeline 3, where the bus is registered, "
+                  "at the next one; `start` may follow the last write at once). Writes while busy are ignored",
+    "host_read": "while `busy` is low: set host_sel and host_addr; host_rdata holds the word "
+                 "`host_read_latency` cycles later (1: the block RAM's read latency, also with combinational "
+                 "reads; 3 from fp_pipeline 3, where address and data are registered), undefined after a "
+                 "cycle that writes",
     "start_done": "raise `start` for one cycle while idle; `busy` is high from the next cycle until the run "
                   "ends; `done` is high for exactly one cycle, the last one of the run. The cycle count is "
                   "counted from the cycle `start` is high in to the cycle `done` is high in",
@@ -301,6 +304,7 @@ def interface(design: Design, ports: list[PortFile], *, top: str, cycles: int,
         "host_ports": [asdict(p) for p in ports],
         "buffers": buffers,
         "protocol": PROTOCOL,
+        "host_read_latency": design.top.host_read_latency,
         "cycles": {"total": cycles, "kernels": [list(k) for k in cm.kernels], "copies": cm.copies},
         "knobs": design.config.as_dict(),
         "resources": None if area is None else {

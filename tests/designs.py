@@ -199,7 +199,7 @@ def run_on_host_bus(design) -> np.ndarray:
             words = []
             for a in range(ref.depth):
                 ctx.set(top.host_addr, a)
-                await ctx.tick()
+                await ctx.tick().repeat(top.host_read_latency)
                 words.append(ctx.get(top.host_rdata))
             banks.append(words)
         got["y"] = design.buffer_words(out_buf, banks)

@@ -61,8 +61,9 @@ def break_one_word(out: Path) -> None:
 
 @needs_iverilog
 @pytest.mark.parametrize("config", [HardwareConfig(mem_read="sync"),
-                                    HardwareConfig(mem_read="comb", lanes=4, reduce_unroll=2)],
-                         ids=["sync", "comb-lanes4"])
+                                    HardwareConfig(mem_read="comb", lanes=4, reduce_unroll=2),
+                                    HardwareConfig(mem_read="sync", lanes=2, reduce_unroll=2, fp_pipeline=3)],
+                         ids=["sync", "comb-lanes4", "sync-p3-registered-bus"])
 def test_int8_gemv_testbench_passes_and_fails_on_a_wrong_word(tmp_path, config):
     case = designs.gemv_int8(M=6, K=10)
     design = compile_model(*case.outputs, config=config)

@@ -198,11 +198,15 @@ def test_a_deep_memory_is_split_into_block_ram_parts_read_through_a_registered_t
         assert_exact(cxx.outputs, case.reference)
 
 
-def test_split_memories_between_kernels_and_on_the_host_bus():
-    """A split input (W1), a copy of h between the kernels, and the host bus writing every part."""
+@pytest.mark.parametrize("level", [2, 3])
+def test_split_memories_between_kernels_and_on_the_host_bus(level):
+    """A split input (W1), a copy of h between the kernels, and the host bus writing every part
+    (at fp_pipeline 3 a registered bus: writes land a cycle late, reads take 3 cycles, and
+    start follows the last write at once)."""
     case = designs.mlp_int8(IN=300, HIDDEN=16, OUT=4, SHIFT=6)
-    design, _ = check(case, fp_pipeline=2)
+    design, _ = check(case, fp_pipeline=level)
     assert len(design.banking[0][1].banks) == 3
+    assert design.top.host_read_latency == (3 if level == 3 else 1)
     y = designs.run_on_host_bus(design).astype(np.uint32).view(np.int32)
     np.testing.assert_array_equal(y, case.reference[0])
 

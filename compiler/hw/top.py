@@ -15,7 +15,9 @@ of every memory that holds an external input (writable) and every bank that hold
 output's final value (readable). `host_addr` is a word of that bank, `host_we` writes
 `host_wdata`, and `host_rdata` returns the word one cycle later (block RAM); after a cycle
 that writes, it is undefined (synthesis lets a block RAM answer a read of the word being
-written either way: kernel.NO_RW_CHECK). Software places elements with
+written either way: kernel.NO_RW_CHECK). From fp_pipeline 3 (FANOUT_LEVEL) the bus is
+registered at both ends: a write lands a cycle later and a read takes 3 cycles
+(`TopHW.host_read_latency`). Software places elements with
 the layout (Design.memory_words). The bus only acts while the top is idle. Reading the
 outputs from the top is what keeps Yosys from optimising the datapath away.
 
@@ -177,6 +179,14 @@ class TopHW(wiring.Component):
             "host_wdata": In(data_bits), "host_we": In(1), "host_rdata": Out(data_bits),
         })
 
+    @property
+    def host_read_latency(self) -> int:
+        """Cycles from a host read address to its word on host_rdata: 1 (block RAM, or a
+        combinational read), 3 from FANOUT_LEVEL (address and data registered: see elaborate;
+        2 there with combinational reads)."""
+        config = self.kernels[0].config
+        return max(1, 2 * (config.fp_pipeline >= FANOUT_LEVEL) + (config.mem_read == "sync"))
+
     def port(self, kernel: int, slot: int, name: str):
         return getattr(self.kernels[kernel], port_names(slot)[name])
 
@@ -232,23 +242,42 @@ class TopHW(wiring.Component):
                 return (phase == idle) & (nphase == idle)
             return registered(m, nphase == idle, f"host{i}_stopped", init=1, duplicate=True) & ~self.start
 
+        # From FANOUT_LEVEL the bus is registered at both ends (host_read_latency): each port
+        # takes its own registered copy of the write, the read address and the selection, and
+        # host_rdata is a register, so no path runs from the top's pins to a block RAM or back
+        # (on the 26x17 GEMV such a path was 39 ns: a user's design driving the bus from its own
+        # registers would have had to clock at 25 MHz). A write lands a cycle late; a kernel
+        # started in that cycle reads its memories two cycles later at the earliest (its read
+        # addresses pass two registers at this level), so it sees the word.
+        def hold(value: Value, name: str) -> Value:
+            return registered(m, value, name, duplicate=True) if fanout else value
+
         read_ports = []
         for i, hp in enumerate(self.host_ports):
             selected = self.host_sel == i
             in_range = self.host_addr < hp.depth
             if hp.write:
-                m.d.comb += [self.port(hp.kernel, hp.slot, "waddr").eq(Mux(in_range, self.host_addr, 0)),
-                             self.port(hp.kernel, hp.slot, "wdata").eq(self.host_wdata),
-                             self.port(hp.kernel, hp.slot, "we").eq(self.host_we & selected & in_range & host_idle(i))]
+                m.d.comb += [self.port(hp.kernel, hp.slot, "waddr").eq(
+                                 hold(Mux(in_range, self.host_addr, 0), f"host{i}_waddr")),
+                             self.port(hp.kernel, hp.slot, "wdata").eq(hold(self.host_wdata, f"host{i}_wdata")),
+                             self.port(hp.kernel, hp.slot, "we").eq(
+                                 hold(self.host_we & selected & in_range & host_idle(i), f"host{i}_we"))]
             if hp.read:
-                m.d.comb += self.port(hp.kernel, hp.slot, "raddr").eq(Mux(selected & in_range, self.host_addr, 0))
+                m.d.comb += self.port(hp.kernel, hp.slot, "raddr").eq(
+                    hold(Mux(selected & in_range, self.host_addr, 0), f"host{i}_raddr"))
                 read_ports.append((i, hp))
-        rsel = Signal.like(self.host_sel)
-        m.d.sync += rsel.eq(self.host_sel)       # block RAM data arrives a cycle after its address
-        with m.Switch(rsel if sync_reads else self.host_sel):
+        # the selection as old as the read data: block RAM data arrives a cycle after its
+        # address, a registered address a cycle later again
+        rsel: Value = self.host_sel
+        for d in range(int(fanout) + int(sync_reads)):
+            rsel = registered(m, rsel, f"rsel{d}" if d else "rsel")
+        rdata = Signal.like(self.host_rdata, name="host_rdata_next") if fanout else self.host_rdata
+        with m.Switch(rsel):
             for i, hp in read_ports:
                 with m.Case(i):
-                    m.d.comb += self.host_rdata.eq(self.port(hp.kernel, hp.slot, "rdata"))
+                    m.d.comb += rdata.eq(self.port(hp.kernel, hp.slot, "rdata"))
+        if fanout:
+            m.d.sync += self.host_rdata.eq(rdata)
 
         # ---- shared buffers: the reader's addresses go to the owner's port 0 while it runs
         run_phase = {ph.kernel: p for p, ph in enumerate(self.phases) if isinstance(ph, Run)}
