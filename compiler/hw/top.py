@@ -39,6 +39,10 @@ from .datapath import mul_const, registered
 from .kernel import KernelHW, port_names
 from .pipeline import FANOUT_LEVEL
 
+HOST_GROUP = 8
+"""Host ports sharing one registered copy of the bus's address, write data and idle flag (from
+FANOUT_LEVEL: TopHW.elaborate)."""
+
 Place = tuple[int, int]                          # (kernel position, parameter slot)
 
 
@@ -231,40 +235,52 @@ class TopHW(wiring.Component):
 
         # ---- host bus (while idle); later assignments (copies, shared reads) take precedence
         # Idle: no phase, and not starting one. From FANOUT_LEVEL `phase == idle` is a register
-        # computed a cycle ahead, each host port's own copy, so no comparison of the phase lies
-        # on the way to every memory's write enable (on the int8 GEMV 16x16 at fp_pipeline 3
-        # that path, 10.6 ns of routing to 68 block RAMs, was the critical one). Below, the
-        # comparison stays: no flip-flop for designs whose clock it does not limit.
+        # computed a cycle ahead (`stopped`), so no comparison of the phase lies on the way to
+        # the write enables (on the int8 GEMV 16x16 at fp_pipeline 3 that path, 10.6 ns of
+        # routing to 68 block RAMs, was the critical one before the bus was registered).
         fanout = self.kernels[0].config.fp_pipeline >= FANOUT_LEVEL
 
-        def host_idle(i: int) -> Value:
-            if not fanout:
-                return (phase == idle) & (nphase == idle)
-            return registered(m, nphase == idle, f"host{i}_stopped", init=1, duplicate=True) & ~self.start
+        # From FANOUT_LEVEL the bus is registered at both ends (host_read_latency), so no path
+        # runs from the top's pins to a block RAM or back (on the 26x17 GEMV such a path was
+        # 39 ns: a user's design driving the bus from its own registers would have had to clock
+        # at 25 MHz). Each HOST_GROUP ports of one width share registered copies of the address,
+        # the write data and the idle flag (a copy per port cost the 8x8 GEMV 1,400 flip-flops);
+        # each port registers its own write enable and read address, and host_rdata is a
+        # register. A write lands a cycle late; a kernel started in that cycle reads its memories
+        # two cycles later at the earliest (its read addresses pass two registers at this
+        # level), so it sees the word. Below, the bus is combinational as it always was.
+        copies: dict[tuple[str, int, int], Value] = {}
+        uses: dict[tuple[str, int], int] = {}
 
-        # From FANOUT_LEVEL the bus is registered at both ends (host_read_latency): each port
-        # takes its own registered copy of the write, the read address and the selection, and
-        # host_rdata is a register, so no path runs from the top's pins to a block RAM or back
-        # (on the 26x17 GEMV such a path was 39 ns: a user's design driving the bus from its own
-        # registers would have had to clock at 25 MHz). A write lands a cycle late; a kernel
-        # started in that cycle reads its memories two cycles later at the earliest (its read
-        # addresses pass two registers at this level), so it sees the word.
-        def hold(value: Value, name: str) -> Value:
-            return registered(m, value, name, duplicate=True) if fanout else value
+        def shared(kind: str, value: Value, width: int, init: int = 0) -> Value:
+            n = uses[kind, width] = uses.get((kind, width), -1) + 1
+            key = (kind, width, n // HOST_GROUP)
+            if key not in copies:
+                copies[key] = registered(m, value, f"host_{kind}{width}_{key[2]}", init=init, duplicate=True)
+            return copies[key]
 
         read_ports = []
         for i, hp in enumerate(self.host_ports):
             selected = self.host_sel == i
             in_range = self.host_addr < hp.depth
             if hp.write:
-                m.d.comb += [self.port(hp.kernel, hp.slot, "waddr").eq(
-                                 hold(Mux(in_range, self.host_addr, 0), f"host{i}_waddr")),
-                             self.port(hp.kernel, hp.slot, "wdata").eq(hold(self.host_wdata, f"host{i}_wdata")),
-                             self.port(hp.kernel, hp.slot, "we").eq(
-                                 hold(self.host_we & selected & in_range & host_idle(i), f"host{i}_we"))]
+                waddr, wdata = self.port(hp.kernel, hp.slot, "waddr"), self.port(hp.kernel, hp.slot, "wdata")
+                if fanout:          # out of range, the write enable is low: the address needs no 0
+                    stopped = shared("stopped", nphase == idle, 1, init=1)
+                    m.d.comb += [
+                        waddr.eq(shared("addr", self.host_addr[:len(waddr)], len(waddr))),
+                        wdata.eq(shared("wdata", self.host_wdata[:len(wdata)], len(wdata))),
+                        self.port(hp.kernel, hp.slot, "we").eq(registered(
+                            m, self.host_we & selected & in_range & stopped & ~self.start, f"host{i}_we",
+                            duplicate=True))]
+                else:
+                    m.d.comb += [waddr.eq(Mux(in_range, self.host_addr, 0)), wdata.eq(self.host_wdata),
+                                 self.port(hp.kernel, hp.slot, "we").eq(
+                                     self.host_we & selected & in_range & ((phase == idle) & (nphase == idle)))]
             if hp.read:
+                raddr = Mux(selected & in_range, self.host_addr, 0)
                 m.d.comb += self.port(hp.kernel, hp.slot, "raddr").eq(
-                    hold(Mux(selected & in_range, self.host_addr, 0), f"host{i}_raddr"))
+                    registered(m, raddr, f"host{i}_raddr", duplicate=True) if fanout else raddr)
                 read_ports.append((i, hp))
         # the selection as old as the read data: block RAM data arrives a cycle after its
         # address, a registered address a cycle later again
