@@ -157,9 +157,9 @@ def test_integer_designs_in_other_modes(name, level, knobs):
 
 def test_gemv_cycles_add_the_pipeline_depth_once_per_run():
     M, K = 16, 8
-    # 2: + the registered address and product; 3: + the product's own operand registers and
-    # each memory's own copy of the read address
-    for level, commit in ((0, 0), (1, 1), (2, 3), (3, 5)):
+    # 2: + the registered address and product; 3: + the product's own operand registers, each
+    # memory's own copy of the read address, and the address from the step's own counters
+    for level, commit in ((0, 0), (1, 1), (2, 3), (3, 6)):
         design, _ = check(designs.gemv_int8(M, K), fp_pipeline=level)
         (sched,) = design.schedules
         assert sched.commit == commit
@@ -344,7 +344,8 @@ def test_level_3_registers_adder_trees_and_each_products_operands():
     """fp_pipeline 3: every integer product takes two register levels (its own copy of each
     operand, then the product), every add of its unrolled reduction's tree one; the add into
     the accumulator stays in the one-cycle loop and index math stays in stage 0. Read data
-    comes a stage later too (each memory's own read-address register)."""
+    comes two stages later too (each memory's own read-address register, and the address
+    computed from the step's own counters instead of the next step's)."""
     case = designs.gemv_int8(16, 8)
     levels = {}
     for level in (2, 3):
@@ -366,5 +367,5 @@ def test_level_3_registers_adder_trees_and_each_products_operands():
                          {sched.latency.get(id(v), 0) for v in tree}, sched.commit)
     assert levels[2][:3] == ({1}, {1}, {0})
     assert levels[3][:3] == ({2}, {2}, {1})
-    # each memory's copy of the read address, the operand copies, two tree levels
-    assert levels[3][3] == levels[2][3] + 1 + 1 + 2
+    # each memory's copy of the read address, no look-ahead, the operand copies, two tree levels
+    assert levels[3][3] == levels[2][3] + 1 + 1 + 1 + 2

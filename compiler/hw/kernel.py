@@ -252,7 +252,7 @@ class KernelHW(wiring.Component):
         m.d.comb += self.busy.eq(~quiet)
         counter_at = lambda i, stage: delays.of(ctr[i], stage, f"i{i}")            # noqa: E731
 
-        if sync_reads:                       # look-ahead: the next step's addresses
+        if sync_reads and sched.lookahead:   # look-ahead: the next step's addresses
             addr_env, addr_step = Env("next", lambda i, stage: nctr[i], None, None), nstep
         else:
             addr_env, addr_step = Env("cur", counter_at, None, None), step

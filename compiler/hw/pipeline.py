@@ -20,8 +20,12 @@ values from one stage to the next:
   * read addresses: with P >= 2 (and block RAM reads) the look-ahead address is registered
     before it fans out to the memories, so read data arrives in stage 1 (+1 stage); with
     P >= 3 each memory registers its own copy of it (kept apart in synthesis like the operand
-    copies), so no one flip-flop drives the addresses of block RAMs across the die: read data
-    arrives in stage 2 (+1 stage);
+    copies), so no one flip-flop drives the addresses of block RAMs across the die (+1 stage),
+    and the address is computed from the step's own counters instead of the next step's
+    (`Schedule.lookahead` False): the counters' next-value logic (end compares, wrap
+    multiplexers) leaves the path into the address register, which was the critical path of
+    the all-DSP GEMVs (8x8, 12x13) once their datapath was pipelined; read data arrives in
+    stage 3 (+1 stage);
   * memories deeper than one block RAM: from P >= 2 split into block-RAM-sized parts
     (transform.split_deep), each part's read data registered (the rule above), and every
     level of the binary multiplexer tree that selects the part registered (+1 per level);
@@ -92,11 +96,13 @@ class Schedule:
     gather_issue: dict[int, int] = field(default_factory=dict)   # id(gather load) -> the stage its
                                              # address is driven in (module docstring)
     sync_reads: bool = True                  # block RAM: read data a cycle after its address
+    lookahead: bool = True                   # read addresses from the next step's counters (below
+                                             # FANOUT_LEVEL), else from the step's own, a stage later
 
     @property
     def load_stage(self) -> int:
         """The stage in which read ports deliver the data of a step's loads."""
-        return self.address_levels
+        return self.address_levels + (0 if self.lookahead or not self.sync_reads else 1)
 
     @property
     def load_ready(self) -> int:
@@ -224,7 +230,8 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
 
     register_loads = level >= LOAD_LEVEL
     address_levels = 0 if level < MEMORY_LEVEL or config.mem_read != "sync" else 2 if level >= FANOUT_LEVEL else 1
-    load_ready = address_levels + (1 if register_loads else 0)
+    lookahead = not (level >= FANOUT_LEVEL and address_levels)
+    load_ready = address_levels + (0 if lookahead else 1) + (1 if register_loads else 0)
     ready: dict[int, int | None] = {}
     gather_issue: dict[int, int] = {}
 
@@ -277,7 +284,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
         else:
             commit = max([commit] + [at(x) for x in (s.index, s.value, s.gate) if x is not None])
     sched = Schedule(level, depth, commit, ready, latency, unit_stages, acc_write, register_loads,
-                     address_levels, gather_issue, config.mem_read == "sync")
+                     address_levels, gather_issue, config.mem_read == "sync", lookahead)
     check_hazards(kernel, sched)
     return sched
 
