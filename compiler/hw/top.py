@@ -247,8 +247,9 @@ class TopHW(wiring.Component):
         # the write data and the idle flag (a copy per port cost the 8x8 GEMV 1,400 flip-flops);
         # each port registers its own write enable and read address, and host_rdata is a
         # register. A write lands a cycle late; a kernel started in that cycle reads its memories
-        # two cycles later at the earliest (its read addresses pass two registers at this
-        # level), so it sees the word. Below, the bus is combinational as it always was.
+        # three cycles later at the earliest (at this level its read addresses come from the
+        # step's own counters, then pass two registers), so it sees the word. Below, the bus is
+        # combinational as it always was.
         copies: dict[tuple[str, int, int], Value] = {}
         uses: dict[tuple[str, int], int] = {}
 
