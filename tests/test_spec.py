@@ -467,7 +467,9 @@ def test_a_device_constraint_is_its_resource_counts(tmp_path):
 
 @pytest.mark.parametrize("target, device, message", [
     ("ecp5", "LFE5U-99F", "constraints.device: unknown ecp5 device 'LFE5U-99F'; known: LFE5U-25F (25k), "
-                          "LFE5U-45F (45k), LFE5U-85F (85k)"),
+                          "LFE5U-45F (45k), LFE5U-85F (85k); a part may end in a speed grade (LFE5U-85F-8)"),
+    ("ecp5", "LFE5U-85F-5", "constraints.device: unknown speed grade -5 for LFE5U-85F in 'LFE5U-85F-5'; "
+                            "known: -6, -7, -8"),
     ("xilinx", "xc7a35t", "constraints.device: target xilinx has no device list here (known for ecp5, ice40)"),
     ("ecp5", 85, "constraints.device: expected a non-empty string, got 85"),
 ])
