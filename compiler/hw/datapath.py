@@ -38,6 +38,11 @@ that drive them `keep`, which Yosys's opt_merge respects (it merges identical fl
 OPERAND_GROUP = 4
 """Products sharing one registered copy of an operand from FANOUT_LEVEL (Datapath.operand_copy)."""
 
+LOCAL_GROUP = 16
+"""Consumers sharing one first-level copy of a counter-only value from FANOUT_LEVEL
+(Datapath.local): about the square root of the widest design's consumer count (the 26x17 GEMV
+gates 442 loads), so neither level of the tree drives more than a few dozen registers."""
+
 INT_OPS = {K.ADD, K.SUB, K.MUL, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ, K.WHERE, K.AND, K.OR,
            K.XOR, K.SHL, K.SHR, K.CDIV, K.CMOD, K.CAST, K.BITCAST, K.MULACC}
 
@@ -123,6 +128,26 @@ def registered(m: Module, value: Value, name: str, *, init: int = 0, duplicate: 
     m.d.sync += reg.eq(value)
     return reg
 
+class Copies:
+    """Registered copies of values, one per `group` uses of each (pipeline.FANOUT_LEVEL): a
+    register driving consumers across the die is a slow net, one copy per consumer costs a
+    flip-flop each and puts the fan-out back on the register before the copies. Uses take a
+    copy in the order they ask (lane by lane, so a copy serves neighbouring consumers). Each
+    copy is a `duplicate` register (DUPLICATE_ATTRIBUTE), so Yosys keeps the copies apart."""
+
+    def __init__(self, m: Module, group: int):
+        self.m, self.group = m, group
+        self.uses: dict[object, tuple[int, Signal | None]] = {}
+
+    def __call__(self, key: object, value: Value, name: str, *, init: int = 0) -> Signal:
+        """A copy of `value` (which `key` names: equal keys, equal values) for one more use."""
+        n, copy = self.uses.get(key, (0, None))
+        if n % self.group == 0:
+            copy = registered(self.m, value, f"{name}{n // self.group}", init=init, duplicate=True)
+        self.uses[key] = (n + 1, copy)
+        return copy
+
+
 class Datapath:
     """Emits values into its own module `self.m`, so every assignment is unconditional even
     when the caller asks for a value from inside a `with m.Case(...)` of the controller."""
@@ -134,7 +159,8 @@ class Datapath:
         self.sched = sched or schedule(kernel, config)
         self.memo: dict[tuple, Value] = {}
         self.chains: dict[tuple, list[Value]] = {}
-        self.operand_uses: dict[int, list] = {}          # id(operand) -> [operand, products, copy]
+        self.operand_copies = Copies(m, OPERAND_GROUP)
+        self.local_groups = Copies(m, LOCAL_GROUP)
         self.count = 0
         self.load_dependent: set[int] = set()
         roots = [v for s, _ in kernel.stores() for v in ir.store_operands(s)]
@@ -174,13 +200,20 @@ class Datapath:
     def local(self, v: ir.Value, env: Env, stage: int) -> Value:
         """`v` in `stage` for one consumer (an op, a load's gate, a store). From FANOUT_LEVEL a
         value of counters and constants carried by registers (an accumulator's reset select, a
-        store's gate and index) reaches each consumer through its own copy of the chain's last
-        register: the chain is one, shared by every lane, and its last register would otherwise
-        drive every lane's adder or write enable across the die in one net."""
+        load's gate, a store's gate and index) reaches each consumer through its own copy of
+        the chain's last register: the chain is one, shared by every lane, and its last
+        register would otherwise drive every lane's adder or write enable across the die in one
+        net. From stage 2 the copies are a tree at no cycle cost: each LOCAL_GROUP consumers
+        share a first-level copy fed from the stage before (on the 26x17 GEMV the last chain
+        register of a load gate drove hundreds of copies: 14.4 ns of routing)."""
         if self.sched.level < FANOUT_LEVEL or stage < 1 or isinstance(v, ir.Const) \
                 or self.sched.ready.get(id(v)) is not None:
             return self.emit(v, env, stage)
-        prev = self.emit(v, env, stage - 1)
+        if stage >= 2:
+            before = self.emit(v, env, stage - 2)
+            prev = self.local_groups((id(v), env.counters, stage), before, f"{_name(before)}_t{stage}_")
+        else:
+            prev = self.emit(v, env, stage - 1)
         self.count += 1
         return self.register(prev, f"{_name(prev)}_c{self.count}", duplicate=True)
 
@@ -192,12 +225,8 @@ class Datapath:
         computes its shared operand's multiples (3x) once per copy (compiler/multipliers.py),
         so a copy per product cost each LUT product those adders again (the int8 GEMV 16x16:
         +2,500 LUTs over fp_pipeline 2)."""
-        uses = self.operand_uses.setdefault(id(x), [x, 0, None])      # x kept: its id stays its own
-        if uses[1] % OPERAND_GROUP == 0:
-            self.count += 1
-            uses[2] = self.register(x, f"{_name(x)}_dup{self.count}", duplicate=True)
-        uses[1] += 1
-        return uses[2]
+        # keyed by identity: every operand is a signal the module holds, so its id stays its own
+        return self.operand_copies(id(x), x, f"{_name(x)}_dup")
 
     def register(self, value: Value, name: str, *, duplicate: bool = False) -> Signal:
         """`value` one cycle later (a free-running register in the datapath module). A

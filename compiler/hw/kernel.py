@@ -34,7 +34,7 @@ from ..bram import memory_tail
 from ..config import HardwareConfig
 from ..dtypes import DType
 from ..ranges import Interval, analyze
-from .datapath import Datapath, Env, from_bits, registered
+from .datapath import Copies, Datapath, Env, from_bits, registered
 from .pipeline import FANOUT_LEVEL, Schedule, is_gather, schedule
 from .program import Program, Step, build_program
 from .tail import tailed_memory
@@ -425,8 +425,7 @@ class KernelHW(wiring.Component):
         address (the register holds 0 when the kernel loads nothing, as the outside address
         would), so each memory's copy of the address costs flip-flops and no LUTs."""
         k, prog = self.kernel, self.program
-        first: dict[tuple, tuple[Signal, Signal]] = {}     # (address, group) -> first-level registers
-        driving = 0
+        first = Copies(dp.m, ADDRESS_GROUP)        # first-level registers, per equal address
         for b in k.buffers:
             # A packed group's later banks drive no port: their copies would be dead flip-flops
             # Yosys must keep.
@@ -454,12 +453,9 @@ class KernelHW(wiring.Component):
                     # register, and every memory registers its own copy of it, placed near its
                     # block RAMs (on the 26x17 GEMV one first-level register drove 111 copies
                     # across the die: 18.5 ns). Kept apart in synthesis (DUPLICATE_ATTRIBUTE).
-                    key = (tuple(cases), b.size, len(port.addr), outside, driving // ADDRESS_GROUP)
-                    driving += 1
-                    if key not in first:
-                        first[key] = (dp.register(own_addr, f"b{b.slot}_p{p}_addr_q", duplicate=True),
-                                      dp.register(own, f"b{b.slot}_p{p}_own_q", duplicate=True) if outside else own)
-                    own_addr, own = first[key]
+                    key = (tuple(cases), b.size, len(port.addr), outside)
+                    own_addr = first(("addr", key), own_addr, f"b{b.slot}_p{p}_addr_q")
+                    own = first(("own", key), own, f"b{b.slot}_p{p}_own_q") if outside else own
                     levels -= 1
                 elif levels:                   # one level: the banks' registers are one after opt_merge
                     own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q")

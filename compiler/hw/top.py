@@ -35,7 +35,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..errors import CompileError
 from ..layout import Banking, Layout
-from .datapath import mul_const, registered
+from .datapath import Copies, mul_const, registered
 from .kernel import KernelHW, port_names
 from .pipeline import FANOUT_LEVEL
 
@@ -250,15 +250,10 @@ class TopHW(wiring.Component):
         # three cycles later at the earliest (at this level its read addresses come from the
         # step's own counters, then pass two registers), so it sees the word. Below, the bus is
         # combinational as it always was.
-        copies: dict[tuple[str, int, int], Value] = {}
-        uses: dict[tuple[str, int], int] = {}
+        copies = Copies(m, HOST_GROUP)
 
         def shared(kind: str, value: Value, width: int, init: int = 0) -> Value:
-            n = uses[kind, width] = uses.get((kind, width), -1) + 1
-            key = (kind, width, n // HOST_GROUP)
-            if key not in copies:
-                copies[key] = registered(m, value, f"host_{kind}{width}_{key[2]}", init=init, duplicate=True)
-            return copies[key]
+            return copies((kind, width), value, f"host_{kind}{width}_", init=init)
 
         read_ports = []
         for i, hp in enumerate(self.host_ports):
