@@ -26,6 +26,7 @@ the same for every `mul`: the map only changes what Yosys builds.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 MAP_FILE = "tinyhw_lut_mul.v"
@@ -43,6 +44,19 @@ class Shape:
     def name(self) -> str:
         return f"tinyhw_lut_mul_{self.a_width}x{self.b_width}_{self.y_width}{'s' if self.signed else 'u'}"
 
+    @property
+    def registered_name(self) -> str:
+        """The module of this product with its output register inside (`module(registered=True)`)."""
+        return self.name.replace("_mul_", "_mulreg_", 1)
+
+
+REGISTERED = re.compile(r"\\?tinyhw_lut_mulreg_(\d+)x(\d+)_(\d+)([su])\b")
+"""A registered product module's name, whose groups give its Shape (`shape_of`)."""
+
+
+def shape_of(match: re.Match) -> Shape:
+    return Shape(int(match.group(1)), int(match.group(2)), int(match.group(3)), match.group(4) == "s")
+
 
 def takes(shape: Shape) -> bool:
     """Whether the map builds this shape (the rest is left to `booth`)."""
@@ -57,8 +71,13 @@ class _Term:
     shift: int
 
 
-def module(shape: Shape) -> str:
-    """The techmap module (Verilog) for one product shape."""
+def module(shape: Shape, registered: bool = False) -> str:
+    """The techmap module (Verilog) for one product shape. `registered`: instead, a plain module
+    `Y = A * B` one clock later (ports A, B, CLK, RST, Y; RST synchronous, to 0), the register
+    in the middle of the adder tree (after its first ceil(levels / 2) levels, or after the rows
+    when there is no tree): a LUT product of the int8 GEMV had its operand copy, the multiples'
+    adder, the row multiplexers and two carry chains between two registers (12.9 ns on ECP5).
+    All registered values are 0 in reset and at start, so Y is too, as for `y <= a * b`."""
     s = shape
     # Rows of multiples of A, one per two bits of B (compiler.multipliers orients each product:
     # a broadcast operand on A, so its multiples are shared, else the narrower operand on B).
@@ -70,14 +89,22 @@ def module(shape: Shape) -> str:
         b_ext = f"{{B[{m - 1}], B}}" if s.signed else "{1'b0, B}"
     else:
         b_ext = "B"
-    lines = [
-        '(* techmap_celltype = "$mul" *)',
-        f"module {s.name} (A, B, Y);",
-        "  parameter A_SIGNED = 0; parameter B_SIGNED = 0;",
-        "  parameter A_WIDTH = 1; parameter B_WIDTH = 1; parameter Y_WIDTH = 1;",
-        "  input [A_WIDTH-1:0] A; input [B_WIDTH-1:0] B; output [Y_WIDTH-1:0] Y;",
-        f"  wire _TECHMAP_FAIL_ = !(A_WIDTH == {s.a_width} && B_WIDTH == {s.b_width} && Y_WIDTH == {s.y_width}"
-        f" && A_SIGNED == {int(s.signed)} && B_SIGNED == {int(s.signed)});",
+    if registered:
+        lines = [
+            f"module {s.registered_name} (A, B, CLK, RST, Y);",
+            f"  input [{n - 1}:0] A; input [{m - 1}:0] B; input CLK, RST; output [{s.y_width - 1}:0] Y;",
+        ]
+    else:
+        lines = [
+            '(* techmap_celltype = "$mul" *)',
+            f"module {s.name} (A, B, Y);",
+            "  parameter A_SIGNED = 0; parameter B_SIGNED = 0;",
+            "  parameter A_WIDTH = 1; parameter B_WIDTH = 1; parameter Y_WIDTH = 1;",
+            "  input [A_WIDTH-1:0] A; input [B_WIDTH-1:0] B; output [Y_WIDTH-1:0] Y;",
+            f"  wire _TECHMAP_FAIL_ = !(A_WIDTH == {s.a_width} && B_WIDTH == {s.b_width} && Y_WIDTH == {s.y_width}"
+            f" && A_SIGNED == {int(s.signed)} && B_SIGNED == {int(s.signed)});",
+        ]
+    lines += [
         f"  wire {sgn}[{n - 1}:0] a = A;",
         f"  wire [{2 * digits - 1}:0] b = {b_ext};",
         f"  wire {sgn}[{rw - 1}:0] m0 = 0;",
@@ -98,8 +125,18 @@ def module(shape: Shape) -> str:
         lines.append(f"  wire {sgn}[{rw - 1}:0] r{i} = {b1} ? ({b0} ? {choices[3]} : {choices[2]}) : "
                      f"({b0} ? {choices[1]} : {choices[0]});")
         terms.append(_Term(f"r{i}", rw, 2 * i))
-    count = 0
-    while len(terms) > 1:
+    levels = (len(terms) - 1).bit_length()            # of the pairwise tree below
+    cut = (levels + 1) // 2 if registered else None     # tree levels before the register
+    count = level = 0
+    while True:
+        if level == cut:
+            for t in terms:
+                lines.append(f"  reg [{t.width - 1}:0] {t.name}_q = 0;")
+                lines.append(f"  always @(posedge CLK) {t.name}_q <= RST ? {t.width}'d0 : {t.name};")
+                t.name = f"{t.name}_q"
+        if len(terms) == 1:
+            break
+        level += 1
         nxt = []
         for j in range(0, len(terms) - 1, 2):
             lo, hi = terms[j], terms[j + 1]
@@ -131,6 +168,15 @@ def _extend(t: _Term, width: int, signed: bool) -> str:
         return f"{t.name}[{width - 1}:0]"
     fill = f"{{{width - t.width}{{{t.name}[{t.width - 1}]}}}}" if signed else f"{width - t.width}'b0"
     return f"{{{fill}, {t.name}}}"
+
+
+REGISTERED_FILE = "tinyhw_lut_mulreg.v"
+
+
+def registered_file(shapes: set[Shape]) -> str:
+    """The modules of the registered LUT products of these shapes (all of which `takes`)."""
+    return "// tinyhw registered LUT multipliers (compiler/lut_multiplier.py)\n" + "".join(
+        module(s, registered=True) for s in sorted(shapes, key=lambda s: (s.a_width, s.b_width, s.y_width, s.signed)))
 
 
 def map_file(shapes: set[Shape]) -> str:

@@ -34,7 +34,9 @@ import re
 from dataclasses import dataclass
 
 from . import lut_multiplier
+from .hw.datapath import PRODUCT_PREFIX
 from .pnr import DEVICES
+from .synth_units import split_modules
 
 STYLES = ("auto", "dsp", "lut")
 LUT_ATTRIBUTE = "tinyhw_mul"
@@ -156,8 +158,9 @@ def mark_lut_cells(rtlil_text: str, marked: set[tuple[str, str]]) -> str:
         return rtlil_text
     cells = [c for c in mul_cells(rtlil_text) if (c.module, c.name) in marked]
     fanout = collections.Counter((c.module, sig) for c in cells for sig in (c.a_signal, c.b_signal))
-    swap = {(c.module, c.name) for c in cells
-            if (fanout[c.module, c.b_signal], c.b_width) > (fanout[c.module, c.a_signal], c.a_width)}
+    # A Product module's operands are ordered already (Datapath.product): its fan-out is its parent's.
+    swap = {(c.module, c.name) for c in cells if not _PRODUCT.search(c.module)
+            and (fanout[c.module, c.b_signal], c.b_width) > (fanout[c.module, c.a_signal], c.a_width)}
     out, module, swapping = [], "", False
     for line in rtlil_text.splitlines(keepends=True):
         if m := _MODULE.match(line.rstrip("\n")):
@@ -173,13 +176,71 @@ def mark_lut_cells(rtlil_text: str, marked: set[tuple[str, str]]) -> str:
     return "".join(out)
 
 
+_PRODUCT = re.compile(rf"\.{PRODUCT_PREFIX}\d+$")
+_CELL_LINE = re.compile(r"^\s*cell (\S+) ")
+_CONNECT_ANY = re.compile(r"^\s*connect \\(\w+) (.+)$")
+
+
+def pipeline_products(rtlil_text: str, marked: set[tuple[str, str]]) -> str:
+    """The RTLIL text with each marked product of a Product module (compiler.hw.datapath: `y <=
+    a * b`) rebuilt as the LUT multiplier with its register inside (lut_multiplier.module with
+    `registered`): same ports, same function cycle for cycle, the register between two halves
+    of the multiplier instead of after it. A shape the map does not take keeps its `$mul`."""
+    head, modules = split_modules(rtlil_text)
+    out = [head]
+    for mod in modules:
+        cells = [c for c in mul_cells("".join(mod.lines)) if (mod.name, c.name) in marked]
+        cell = cells[0] if len(cells) == 1 and _PRODUCT.search(mod.name) else None
+        if cell is None or not lut_multiplier.takes(cell.shape) or not _pure_signedness(mod.lines):
+            out += mod.lines
+            continue
+        ports = mod.ports
+        y_width = int(re.search(r"width (\d+)", ports["\\y"].group(1)).group(1))
+        body, inside, connects = [], None, {}
+        for line in mod.lines:
+            stripped = line.rstrip("\n")
+            if (c := _CELL_LINE.match(stripped)) and c.group(1) == "$mul":
+                inside = True
+            elif inside and (c := _CONNECT_ANY.match(stripped)):
+                connects[c.group(1)] = c.group(2)
+            elif inside and stripped.strip() == "end":
+                inside = False
+        for line in mod.lines:                       # the header and the ports, nothing else
+            if line.startswith(("attribute", "module")) or _PORT_DECL.match(line.rstrip("\n")):
+                if not line.lstrip().startswith("attribute \\init"):
+                    body.append(line)
+        full = "$tinyhw_product_y"
+        if y_width <= cell.y_width:
+            y = f"{full} [{y_width - 1}:0]"
+        else:
+            fill = f"{full} [{cell.y_width - 1}]" if cell.signed else "1'0"
+            y = "{ " + " ".join([fill] * (y_width - cell.y_width)) + f" {full} }}"
+        body += [f"  wire width {cell.y_width} {full}\n",
+                 f"  cell \\{cell.shape.registered_name} $tinyhw_product\n",
+                 f"    connect \\A {connects['A']}\n", f"    connect \\B {connects['B']}\n",
+                 "    connect \\CLK \\clk\n", "    connect \\RST \\rst\n",
+                 f"    connect \\Y {full}\n", "  end\n", f"  connect \\y {y}\n", "end\n"]
+        out += body
+    return "".join(out)
+
+
+_PORT_DECL = re.compile(r"^\s*wire .*\b(input|output|inout) \d+ ")
+
+
+def _pure_signedness(lines) -> bool:
+    """A $mul whose A and B are both signed or both unsigned (the map's condition)."""
+    text = "".join(lines)
+    return ("A_SIGNED 1" in text) == ("B_SIGNED 1" in text)
+
+
 def plan(rtlil_text: str, target: str, style: str) -> tuple[str, str, int]:
     """(RTLIL text with the LUT products marked, Yosys commands to run before the family
     script, how many products go to LUTs) for multiplier `style` on `target`."""
     marked = lut_cells(mul_cells(rtlil_text), target, style)
     if not marked:
         return rtlil_text, "", 0
-    return mark_lut_cells(rtlil_text, marked), LUT_SCRIPT, len(marked)
+    text = pipeline_products(mark_lut_cells(rtlil_text, marked), marked)
+    return text, lut_script(text), len(marked)
 
 
 LUT_SCRIPT = (f"proc\ntechmap -map {lut_multiplier.MAP_FILE} a:{LUT_ATTRIBUTE}=lut\n"
@@ -188,7 +249,24 @@ LUT_SCRIPT = (f"proc\ntechmap -map {lut_multiplier.MAP_FILE} a:{LUT_ATTRIBUTE}=l
 shapes the map leaves (techmap drops the attribute with the cell it replaces)."""
 
 
+def lut_script(rtlil_text: str) -> str:
+    """LUT_SCRIPT, after reading the registered products' modules if the text has any."""
+    registered = bool(lut_multiplier.REGISTERED.search(rtlil_text))
+    return (f"read_verilog {lut_multiplier.REGISTERED_FILE}\n" if registered else "") + LUT_SCRIPT
+
+
+def uses_luts(rtlil_text: str) -> bool:
+    """Whether the RTLIL text has marked products or registered LUT products (needs lut_script)."""
+    return f"attribute \\{LUT_ATTRIBUTE} " in rtlil_text or bool(lut_multiplier.REGISTERED.search(rtlil_text))
+
+
 def map_files(rtlil_text: str) -> dict[str, str]:
-    """The files LUT_SCRIPT reads, for the products marked in this RTLIL text ({} if none)."""
+    """The files lut_script reads, for the products marked in this RTLIL text ({} if none)."""
     shapes = {c.shape for c in mul_cells(rtlil_text) if c.lut}
-    return {lut_multiplier.MAP_FILE: lut_multiplier.map_file(shapes)} if shapes else {}
+    registered = {lut_multiplier.shape_of(m) for m in lut_multiplier.REGISTERED.finditer(rtlil_text)}
+    if not shapes and not registered:
+        return {}
+    files = {lut_multiplier.MAP_FILE: lut_multiplier.map_file(shapes)}
+    if registered:
+        files[lut_multiplier.REGISTERED_FILE] = lut_multiplier.registered_file(registered)
+    return files

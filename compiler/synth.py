@@ -235,8 +235,8 @@ def synthesize_units(text: str, target: str, workdir: Path | None = None, timeou
         return _synthesize_planned(text, before, target, workdir, timeout, netlist=False, use_cache=use_cache)
 
     def part(part_text: str, where: Path) -> AreaReport:
-        marked = f"attribute \\{multipliers.LUT_ATTRIBUTE} " in part_text
-        return _synthesize_planned(part_text, before if marked else "", target, where, timeout,
+        script = multipliers.lut_script(part_text) if multipliers.uses_luts(part_text) else ""
+        return _synthesize_planned(part_text, script, target, where, timeout,
                                    netlist=False, use_cache=use_cache)
 
     # A unit another worker is synthesising now (fp32 at 2 and 4 lanes in one sweep) is left for

@@ -16,10 +16,12 @@ constants only are computed in stage 0 (the issuing step's counters) and delayed
 """
 from __future__ import annotations
 
+import collections
+
 from dataclasses import dataclass
 from typing import Callable
 
-from amaranth.hdl import Const, Module, Mux, Signal, Value, unsigned
+from amaranth.hdl import Const, Elaboratable, Module, Mux, Signal, Value, unsigned
 
 from .. import ir
 from ..config import HardwareConfig
@@ -148,6 +150,27 @@ class Copies:
         return copy
 
 
+PRODUCT_PREFIX = "product"
+"""Product submodules are named `product<N>` (compiler.multipliers finds them by it)."""
+
+
+class Product(Elaboratable):
+    """y = a * b, registered: an integer product from FANOUT_LEVEL, whose operands are already
+    registered copies (Datapath.operand_copy). A submodule of its own so that synthesis can
+    rebuild a product it builds in LUTs with the register moved inside the multiplier, where
+    it halves the logic between registers (compiler.multipliers.pipeline_products), and leave
+    the DSP products as they are: the RTL, and so every simulation, is this one."""
+
+    def __init__(self, a_shape, b_shape, y_shape):
+        self.a, self.b = Signal(a_shape, name="a"), Signal(b_shape, name="b")
+        self.y = Signal(y_shape, name="y")
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        m.d.sync += self.y.eq(self.a * self.b)
+        return m
+
+
 class Datapath:
     """Emits values into its own module `self.m`, so every assignment is unconditional even
     when the caller asks for a value from inside a `with m.Case(...)` of the controller."""
@@ -161,6 +184,7 @@ class Datapath:
         self.chains: dict[tuple, list[Value]] = {}
         self.operand_copies = Copies(m, OPERAND_GROUP)
         self.local_groups = Copies(m, LOCAL_GROUP)
+        self.mul_uses: collections.Counter | None = None     # id(value) -> products using it
         self.count = 0
         self.load_dependent: set[int] = set()
         roots = [v for s, _ in kernel.stores() for v in ir.store_operands(s)]
@@ -249,7 +273,13 @@ class Datapath:
         else:
             latency = 0 if stage is None else self.sched.latency.get(id(v), 0)
             inputs = None if stage is None else stage - latency
-            expr = self.load(v, env, inputs) if isinstance(v, ir.Load) else self.op(v, env, inputs, latency)
+            registered = stage is not None and latency and latency == self.sched.unit_stages.get(id(v), 1)
+            if registered and self.is_product(v):
+                expr, registered = self.product(v, env, inputs), False     # its register is inside
+            elif isinstance(v, ir.Load):
+                expr = self.load(v, env, inputs)
+            else:
+                expr = self.op(v, env, inputs, latency)
             # Integer products and sums stay wires of their own: otherwise Yosys' alumacc merges
             # an adder tree of products into one $macc, which it builds from LUT full adders
             # instead of carry chains (2.3x the LUTs of the 8x8-unrolled GEMV's trees).
@@ -257,7 +287,7 @@ class Datapath:
             out = Signal(self.shape(v), name=f"v{self.count}_{getattr(v, 'op', None) and v.op.value or 'load'}",
                          attrs=keep)
             self.count += 1
-            if stage is not None and latency and latency == self.sched.unit_stages.get(id(v), 1):
+            if registered:
                 self.m.d.sync += out.eq(expr)          # an output register (pipeline._op_timing)
             else:
                 self.m.d.comb += out.eq(expr)
@@ -286,6 +316,28 @@ class Datapath:
         if stages == 2:                     # an integer product with operand registers of its own
             srcs = [self.operand_copy(x) for x in srcs]
         return self.int_op(v, srcs)
+
+    def is_product(self, v: ir.Value) -> bool:
+        """An integer product of two data values with operand copies (FANOUT_LEVEL): built as a
+        Product submodule, which synthesis may rebuild with its register inside (Product)."""
+        return isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float \
+            and self.sched.unit_stages.get(id(v), 1) == 2
+
+    def product(self, v: ir.Op, env: Env, stage: int) -> Value:
+        """`v` (is_product) one cycle after its operands' copies in `stage`: a Product whose A is
+        the operand more products share (the broadcast x of a GEMV: a LUT multiplier's multiples
+        of A are then built once per copy), the wider on a tie."""
+        srcs = [self.operand_copy(self.local(s, env, stage)) for s in v.srcs]
+        if self.mul_uses is None:
+            self.mul_uses = collections.Counter(
+                id(s) for u in ir.toposort([x for st, _ in self.kernel.stores() for x in ir.store_operands(st)])
+                if isinstance(u, ir.Op) and u.op in (K.MUL, K.MULACC) for s in u.srcs[:2])
+        a, b = sorted(zip(v.srcs, srcs), key=lambda p: (self.mul_uses[id(p[0])], len(p[1])), reverse=True)
+        unit = Product(a[1].shape(), b[1].shape(), self.shape(v))
+        self.m.submodules[f"{PRODUCT_PREFIX}{self.count}"] = unit
+        self.count += 1
+        self.m.d.comb += [unit.a.eq(a[1]), unit.b.eq(b[1])]
+        return unit.y
 
     def int_op(self, v: ir.Op, s: list[Value]) -> Value:
         op, d = v.op, v.dtype
