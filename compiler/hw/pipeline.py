@@ -102,7 +102,7 @@ class Schedule:
     @property
     def load_stage(self) -> int:
         """The stage in which read ports deliver the data of a step's loads."""
-        return self.address_levels + (0 if self.lookahead or not self.sync_reads else 1)
+        return load_stage(self.address_levels, self.lookahead, self.sync_reads)
 
     @property
     def load_ready(self) -> int:
@@ -147,6 +147,12 @@ def gathers_of(kernel: ir.KernelIR) -> frozenset[int]:
 def _data_order(kernel: ir.KernelIR, gathers: frozenset[int]) -> list[ir.Value]:
     return ir.toposort([x for s, _ in kernel.stores() for x in ir.store_operands(s)],
                        lambda v: data_operands(v, gathers))
+
+
+def load_stage(address_levels: int, lookahead: bool, sync_reads: bool) -> int:
+    """The stage in which read ports deliver a step's loads: after the address registers, and a
+    stage later when the address comes from the step's own counters into a block RAM."""
+    return address_levels + (0 if lookahead or not sync_reads else 1)
 
 
 def _op_timing(v: ir.Op, level: int, muxes: set[int]) -> tuple[int, int]:
@@ -231,7 +237,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
     register_loads = level >= LOAD_LEVEL
     address_levels = 0 if level < MEMORY_LEVEL or config.mem_read != "sync" else 2 if level >= FANOUT_LEVEL else 1
     lookahead = not (level >= FANOUT_LEVEL and address_levels)
-    load_ready = address_levels + (0 if lookahead else 1) + (1 if register_loads else 0)
+    load_ready = load_stage(address_levels, lookahead, config.mem_read == "sync") + (1 if register_loads else 0)
     ready: dict[int, int | None] = {}
     gather_issue: dict[int, int] = {}
 
