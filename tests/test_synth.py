@@ -102,7 +102,12 @@ def test_fanout_copies_survive_synthesis(tmp_path):
         design = compile_model(*case.outputs, config=HardwareConfig(fp_pipeline=level, lanes=8))
         area = synthesize(design, "ecp5", workdir=tmp_path / str(level), netlist=True)
         cells = json.loads(Path(area.netlist_path).read_text())["modules"]["top"]["cells"]
-        copies = [n for n, c in cells.items() if c["type"] == "TRELLIS_FF" and "_dup" in n]
+        # the copies: kept flip-flops whose output is a product's operand (a MULT18X18D's A or B)
+        operands = {bit for c in cells.values() if c["type"] == "MULT18X18D"
+                    for pin, bits in c["connections"].items() if pin[0] in "AB" and pin[1:].isdigit()
+                    for bit in bits}
+        copies = [n for n, c in cells.items() if c["type"] == "TRELLIS_FF" and "keep" in c["attributes"]
+                  and c["connections"]["Q"][0] in operands]
         counts[level] = (area.ffs, len(copies), "setattr -set keep" in area.script)
     assert counts[2] == (counts[2][0], 0, False)
     ffs, copies, marked = counts[3]
