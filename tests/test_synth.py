@@ -184,7 +184,7 @@ def test_read_addresses_fan_out_through_a_tree_of_flip_flops(tmp_path):
     for n, c in cells.items():
         if c["type"] == "TRELLIS_FF" and "_addr_q1" in n:
             src_name, src = driver[c["connections"]["DI"][0]]
-            assert src["type"] == "TRELLIS_FF" and "_addr_q_" in src_name, (n, src_name, src["type"])
+            assert src["type"] == "TRELLIS_FF" and "_addr_t" in src_name, (n, src_name, src["type"])
             assert c["connections"]["LSR"] == src["connections"]["LSR"] != ["0"]   # the same sync reset
             feeds.setdefault(src_name.split("_TRELLIS")[0], set()).add(n.split("_TRELLIS")[0])
     assert max(len(copies) for copies in feeds.values()) == ADDRESS_GROUP == 8

@@ -454,8 +454,8 @@ class KernelHW(wiring.Component):
                     # block RAMs (on the 26x17 GEMV one first-level register drove 111 copies
                     # across the die: 18.5 ns). Kept apart in synthesis (DUPLICATE_ATTRIBUTE).
                     key = (tuple(cases), b.size, len(port.addr), outside)
-                    own_addr = first(("addr", key), own_addr, f"b{b.slot}_p{p}_addr_q")
-                    own = first(("own", key), own, f"b{b.slot}_p{p}_own_q") if outside else own
+                    own_addr = first(("addr", key), own_addr, f"b{b.slot}_p{p}_addr_t")
+                    own = first(("own", key), own, f"b{b.slot}_p{p}_own_t") if outside else own
                     levels -= 1
                 elif levels:                   # one level: the banks' registers are one after opt_merge
                     own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q")
