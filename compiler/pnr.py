@@ -53,7 +53,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -65,7 +64,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import dsp_registers
-from .tools import ToolError, atomic_write_text, cache_root, find_tool, run_tool
+from .tools import ToolError, atomic_copy, atomic_write_text, cache_root, find_tool, run_tool
 
 FAMILIES = ("ecp5", "ice40")
 HEADROOM = 0.8
@@ -592,9 +591,8 @@ def _cache_write(key: str, report: TimingReport, run_dir: Path) -> None:
     with contextlib.suppress(OSError):
         entry_dir.mkdir(parents=True, exist_ok=True)
         for name in ("nextpnr.log", "report.json"):
-            if (run_dir / name).exists():
-                shutil.copyfile(run_dir / name, entry_dir / f".{name}.tmp")
-                os.replace(entry_dir / f".{name}.tmp", entry_dir / name)
+            if (run_dir / name).exists():    # unique temporary names: two workers may write one entry
+                atomic_copy(run_dir / name, entry_dir / name)
         fields = asdict(report)
         fields.pop("log_path"), fields.pop("cached")
         atomic_write_text(entry_dir / "entry.json",

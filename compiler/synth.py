@@ -35,9 +35,7 @@ import fcntl
 import functools
 import hashlib
 import json
-import os
 import re
-import shutil
 import tempfile
 import time
 import dataclasses
@@ -49,7 +47,7 @@ from amaranth.back import rtlil
 from . import multipliers, rtlil_text, synth_units
 from .design import Design
 from .hw.datapath import DUPLICATE_ATTRIBUTE
-from .tools import ToolError, atomic_write_text, cache_root, link_or_copy, yosys, yosys_version
+from .tools import ToolError, atomic_copy, atomic_write_text, cache_root, link_or_copy, yosys, yosys_version
 
 TARGETS = {
     "ecp5": "synth_ecp5 -top top",
@@ -362,9 +360,8 @@ def _cache_write(key: str, workdir: Path, report: AreaReport) -> None:
     with contextlib.suppress(OSError):          # a cache that cannot be written only costs time
         entry_dir.mkdir(parents=True, exist_ok=True)
         files = [name for name in _OUTPUTS if (workdir / name).exists()]
-        for name in files:
-            shutil.copyfile(workdir / name, entry_dir / f".{name}.tmp")
-            os.replace(entry_dir / f".{name}.tmp", entry_dir / name)
+        for name in files:               # unique temporary names: two workers may write one entry
+            atomic_copy(workdir / name, entry_dir / name)
         fields = dataclasses.asdict(report)
         fields.pop("cached")
         fields["files"] = files

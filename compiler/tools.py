@@ -59,6 +59,24 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+def atomic_copy(src: str | Path, dst: str | Path) -> None:
+    """Copy `src` to `dst` through a temporary file of a unique name next to `dst`, then
+    os.replace. A fixed temporary name (`.name.tmp`) is not enough when processes share a cache
+    (pytest-xdist workers, parallel sweeps): two writers of one entry would truncate and rename
+    each other's temporary file, publishing half a copy or failing the second rename."""
+    dst = Path(dst)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    try:
+        os.close(fd)
+        shutil.copyfile(src, tmp)
+        os.chmod(tmp, 0o644)                # mkstemp's 0600 would hide a published file
+        os.replace(tmp, dst)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def link_or_copy(src: Path, dst: Path) -> None:
     """Put `src` at `dst` as a hard link where the file system allows (netlists of float designs
     are tens of MB), else as a copy. Callers only ever read both."""

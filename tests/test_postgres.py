@@ -67,8 +67,20 @@ class PgServer:
 
     def start(self) -> None:
         self.run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
-        opts = f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories={self.dir} -c fsync=off"
-        self.run("pg_ctl", "-D", str(self.data), "-o", opts, "-l", str(self.dir / "log"), "-w", "-t", "30", "start")
+        # _free_port's port is free when asked, not necessarily when the server binds it: another
+        # process (another pytest-xdist worker's server or client) may take it in between. Then
+        # the server does not start; try another port.
+        for attempt in range(3):
+            opts = f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories={self.dir} -c fsync=off"
+            try:
+                self.run("pg_ctl", "-D", str(self.data), "-o", opts, "-l", str(self.dir / "log"), "-w", "-t", "30",
+                         "start")
+                return
+            except subprocess.CalledProcessError:
+                log = (self.dir / "log").read_text(errors="replace") if (self.dir / "log").exists() else ""
+                if attempt == 2 or "already in use" not in log:
+                    raise
+                self.port = _free_port()
 
     def stop(self) -> None:
         self.run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)

@@ -230,7 +230,8 @@ class NativeEvaluator:
             self.key = hashlib.sha256((self.rtlil + "\n\0" + settings).encode()).hexdigest()[:24]
             if index is not None:
                 index.parent.mkdir(parents=True, exist_ok=True)
-                index.write_text(self.key + "\n")
+                # atomic: another process (a pytest-xdist worker) may read the index meanwhile
+                tools.atomic_write_text(index, self.key + "\n")
         self.dir = self.cache / self.key
         self.exe = self.dir / "sim"
         self.last_build: BuildInfo | None = None
