@@ -64,7 +64,9 @@ def main() -> int:
     ap.add_argument("--fp32-pipeline", type=int, default=3, help="fp_pipeline of the fp32 rows")
     ap.add_argument("--fp32-mem-tail", choices=("block", "lut"), default="lut",
                     help="mem_tail of the fp32 rows (lut: each bank's last, nearly empty block-RAM row in LUT RAM)")
-    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--timeout", type=float, default=7200,
+                    help="seconds for each design's place-and-route (the 26x17 routes in ~40 min on a free core; "
+                         "two routes side by side on 2 cores took over an hour)")
     ap.add_argument("--no-sim", dest="sim", action="store_false")
     ap.add_argument("--no-pnr", dest="pnr", action="store_false")
     ap.add_argument("--no-cache", dest="cache", action="store_false")
