@@ -179,6 +179,7 @@ def mark_lut_cells(rtlil_text: str, marked: set[tuple[str, str]]) -> str:
 _PRODUCT = re.compile(rf"\.{PRODUCT_PREFIX}\d+$")
 _CELL_LINE = re.compile(r"^\s*cell (\S+) ")
 _CONNECT_ANY = re.compile(r"^\s*connect \\(\w+) (.+)$")
+_PORT_DECL = re.compile(r"^\s*wire .*\b(input|output|inout) \d+ ")
 
 
 def pipeline_products(rtlil_text: str, marked: set[tuple[str, str]]) -> str:
@@ -196,7 +197,7 @@ def pipeline_products(rtlil_text: str, marked: set[tuple[str, str]]) -> str:
             continue
         ports = mod.ports
         y_width = int(re.search(r"width (\d+)", ports["\\y"].group(1)).group(1))
-        body, inside, connects = [], None, {}
+        body, inside, connects = [], False, {}
         for line in mod.lines:
             stripped = line.rstrip("\n")
             if (c := _CELL_LINE.match(stripped)) and c.group(1) == "$mul":
@@ -222,9 +223,6 @@ def pipeline_products(rtlil_text: str, marked: set[tuple[str, str]]) -> str:
                  f"    connect \\Y {full}\n", "  end\n", f"  connect \\y {y}\n", "end\n"]
         out += body
     return "".join(out)
-
-
-_PORT_DECL = re.compile(r"^\s*wire .*\b(input|output|inout) \d+ ")
 
 
 def _pure_signedness(lines) -> bool:

@@ -17,7 +17,6 @@ constants only are computed in stage 0 (the issuing step's counters) and delayed
 from __future__ import annotations
 
 import collections
-
 from dataclasses import dataclass
 from typing import Callable
 
@@ -273,9 +272,9 @@ class Datapath:
         else:
             latency = 0 if stage is None else self.sched.latency.get(id(v), 0)
             inputs = None if stage is None else stage - latency
-            registered = stage is not None and latency and latency == self.sched.unit_stages.get(id(v), 1)
-            if registered and self.is_product(v):
-                expr, registered = self.product(v, env, inputs), False     # its register is inside
+            output_register = stage is not None and latency and latency == self.sched.unit_stages.get(id(v), 1)
+            if output_register and self.is_product(v):
+                expr, output_register = self.product(v, env, inputs), False     # its register is inside
             elif isinstance(v, ir.Load):
                 expr = self.load(v, env, inputs)
             else:
@@ -287,7 +286,7 @@ class Datapath:
             out = Signal(self.shape(v), name=f"v{self.count}_{getattr(v, 'op', None) and v.op.value or 'load'}",
                          attrs=keep)
             self.count += 1
-            if registered:
+            if output_register:
                 self.m.d.sync += out.eq(expr)          # an output register (pipeline._op_timing)
             else:
                 self.m.d.comb += out.eq(expr)
