@@ -177,9 +177,6 @@ def mark_lut_cells(rtlil_text: str, marked: set[tuple[str, str]]) -> str:
 
 
 _PRODUCT = re.compile(rf"\.{PRODUCT_PREFIX}\d+$")
-_CELL_LINE = re.compile(r"^\s*cell (\S+) ")
-_CONNECT_ANY = re.compile(r"^\s*connect \\(\w+) (.+)$")
-_PORT_DECL = re.compile(r"^\s*wire .*\b(input|output|inout) \d+ ")
 
 
 def pipeline_products(rtlil_text: str, marked: set[tuple[str, str]]) -> str:
@@ -197,19 +194,11 @@ def pipeline_products(rtlil_text: str, marked: set[tuple[str, str]]) -> str:
             continue
         ports = mod.ports
         y_width = int(re.search(r"width (\d+)", ports["\\y"].group(1)).group(1))
-        body, inside, connects = [], False, {}
-        for line in mod.lines:
-            stripped = line.rstrip("\n")
-            if (c := _CELL_LINE.match(stripped)) and c.group(1) == "$mul":
-                inside = True
-            elif inside and (c := _CONNECT_ANY.match(stripped)):
-                connects[c.group(1)] = c.group(2)
-            elif inside and stripped.strip() == "end":
-                inside = False
-        for line in mod.lines:                       # the header and the ports, nothing else
-            if line.startswith(("attribute", "module")) or _PORT_DECL.match(line.rstrip("\n")):
-                if not line.lstrip().startswith("attribute \\init"):
-                    body.append(line)
+        declarations = {decl.string for decl in ports.values()}
+        # the module's attributes, its header and its ports (without their attribute lines:
+        # `init` on y would be false on a wire no flip-flop drives); the body is the cell below
+        body = [line for line in mod.lines
+                if line.startswith(("attribute", "module")) or line.rstrip("\n") in declarations]
         full = "$tinyhw_product_y"
         if y_width <= cell.y_width:
             y = f"{full} [{y_width - 1}:0]"
@@ -218,7 +207,7 @@ def pipeline_products(rtlil_text: str, marked: set[tuple[str, str]]) -> str:
             y = "{ " + " ".join([fill] * (y_width - cell.y_width)) + f" {full} }}"
         body += [f"  wire width {cell.y_width} {full}\n",
                  f"  cell \\{cell.shape.registered_name} $tinyhw_product\n",
-                 f"    connect \\A {connects['A']}\n", f"    connect \\B {connects['B']}\n",
+                 f"    connect \\A {cell.a_signal}\n", f"    connect \\B {cell.b_signal}\n",
                  "    connect \\CLK \\clk\n", "    connect \\RST \\rst\n",
                  f"    connect \\Y {full}\n", "  end\n", f"  connect \\y {y}\n", "end\n"]
         out += body

@@ -183,13 +183,15 @@ class Datapath:
         self.chains: dict[tuple, list[Value]] = {}
         self.operand_copies = Copies(m, OPERAND_GROUP)
         self.local_groups = Copies(m, LOCAL_GROUP)
-        self.mul_uses: collections.Counter | None = None     # id(value) -> products using it
+        self.mul_uses: collections.Counter = collections.Counter()    # id(value) -> products using it
         self.count = 0
         self.load_dependent: set[int] = set()
         roots = [v for s, _ in kernel.stores() for v in ir.store_operands(s)]
         for v in ir.toposort(roots):
             if isinstance(v, ir.Load) or any(id(o) in self.load_dependent for o in ir.operands(v)):
                 self.load_dependent.add(id(v))
+            if isinstance(v, ir.Op) and v.op in (K.MUL, K.MULACC):
+                self.mul_uses.update(id(s) for s in v.srcs[:2])
         self.floats = floatops.FloatOps(m, config, kernel.name)
 
     def interval(self, v: ir.Value) -> Interval:
@@ -327,10 +329,6 @@ class Datapath:
         the operand more products share (the broadcast x of a GEMV: a LUT multiplier's multiples
         of A are then built once per copy), the wider on a tie."""
         srcs = [self.operand_copy(self.local(s, env, stage)) for s in v.srcs]
-        if self.mul_uses is None:
-            self.mul_uses = collections.Counter(
-                id(s) for u in ir.toposort([x for st, _ in self.kernel.stores() for x in ir.store_operands(st)])
-                if isinstance(u, ir.Op) and u.op in (K.MUL, K.MULACC) for s in u.srcs[:2])
         a, b = sorted(zip(v.srcs, srcs), key=lambda p: (self.mul_uses[id(p[0])], len(p[1])), reverse=True)
         unit = Product(a[1].shape(), b[1].shape(), self.shape(v))
         self.m.submodules[f"{PRODUCT_PREFIX}{self.count}"] = unit
