@@ -73,11 +73,12 @@ class _Term:
 
 def module(shape: Shape, registered: bool = False) -> str:
     """The techmap module (Verilog) for one product shape. `registered`: instead, a plain module
-    `Y = A * B` one clock later (ports A, B, CLK, RST, Y; RST synchronous, to 0), the register
-    in the middle of the adder tree (after its first ceil(levels / 2) levels, or after the rows
-    when there is no tree): a LUT product of the int8 GEMV had its operand copy, the multiples'
-    adder, the row multiplexers and two carry chains between two registers (12.9 ns on ECP5).
-    All registered values are 0 in reset and at start, so Y is too, as for `y <= a * b`."""
+    `Y = A * B` one clock later (ports A, B, CLK, Y), the register in the middle of the adder
+    tree (after its first ceil(levels / 2) levels, or after the rows when there is no tree): a
+    LUT product of the int8 GEMV had its operand copy, the multiples' adder, the row
+    multiplexers and two carry chains between two registers (12.9 ns on ECP5). No reset, as
+    the product register it replaces has none (hw.datapath.Product); every registered value
+    starts at 0, so Y does too, as `y <= a * b` does."""
     s = shape
     # Rows of multiples of A, one per two bits of B (compiler.multipliers orients each product:
     # a broadcast operand on A, so its multiples are shared, else the narrower operand on B).
@@ -91,8 +92,8 @@ def module(shape: Shape, registered: bool = False) -> str:
         b_ext = "B"
     if registered:
         lines = [
-            f"module {s.registered_name} (A, B, CLK, RST, Y);",
-            f"  input [{n - 1}:0] A; input [{m - 1}:0] B; input CLK, RST; output [{s.y_width - 1}:0] Y;",
+            f"module {s.registered_name} (A, B, CLK, Y);",
+            f"  input [{n - 1}:0] A; input [{m - 1}:0] B; input CLK; output [{s.y_width - 1}:0] Y;",
         ]
     else:
         lines = [
@@ -132,7 +133,7 @@ def module(shape: Shape, registered: bool = False) -> str:
         if level == cut:
             for t in terms:
                 lines.append(f"  reg [{t.width - 1}:0] {t.name}_q = 0;")
-                lines.append(f"  always @(posedge CLK) {t.name}_q <= RST ? {t.width}'d0 : {t.name};")
+                lines.append(f"  always @(posedge CLK) {t.name}_q <= {t.name};")
                 t.name = f"{t.name}_q"
         if len(terms) == 1:
             break

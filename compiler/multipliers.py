@@ -208,7 +208,7 @@ def pipeline_products(rtlil_text: str, marked: set[tuple[str, str]]) -> str:
         body += [f"  wire width {cell.y_width} {full}\n",
                  f"  cell \\{cell.shape.registered_name} $tinyhw_product\n",
                  f"    connect \\A {cell.a_signal}\n", f"    connect \\B {cell.b_signal}\n",
-                 "    connect \\CLK \\clk\n", "    connect \\RST \\rst\n",
+                 "    connect \\CLK \\clk\n",
                  f"    connect \\Y {full}\n", "  end\n", f"  connect \\y {y}\n", "end\n"]
         out += body
     return "".join(out)

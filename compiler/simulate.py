@@ -77,6 +77,32 @@ def outputs_from(design: Design, read_words, ids=None) -> tuple[list[np.ndarray]
     return outs, buffers
 
 
+def poke_inputs(ctx, design: Design, words: dict[int, np.ndarray]) -> None:
+    """Load buffers' words (input_words) into every memory bank holding them, in its layout
+    (an Amaranth simulator testbench's `ctx`)."""
+    for buf, w in words.items():
+        for ref, bank in design.memory_words(buf, w):
+            for _, start, mem in design.memory_parts(ref):
+                part = bank[start:start + mem.depth].tolist()
+                if mem.shape.width == ref.width:
+                    for i, v in enumerate(part):
+                        ctx.set(mem[i], v)
+                    continue
+                keep = ~(((1 << ref.width) - 1) << ref.offset)     # a bank packed with others
+                for i, v in enumerate(part):
+                    ctx.set(mem[i], (ctx.get(mem[i]) & keep) | (v << ref.offset))
+
+
+def peek_buffers(ctx, design: Design) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
+    """(outputs, every host buffer) as the memories hold them now (outputs_from)."""
+    def read(hb):
+        banks = [[(ctx.get(mem[i]) >> ref.offset) & ((1 << ref.width) - 1)
+                  for _, _, mem in design.memory_parts(ref) for i in range(mem.depth)]
+                 for ref in design.home_memories(hb.id)]
+        return design.buffer_words(hb.id, banks)
+    return outputs_from(design, read)
+
+
 def run_pysim(design: Design, inputs: dict | None = None) -> SimResult:
     import time
     words = input_words(design, inputs)
@@ -88,17 +114,7 @@ def run_pysim(design: Design, inputs: dict | None = None) -> SimResult:
     result: dict = {}
 
     async def bench(ctx):
-        for buf, w in words.items():                  # every bank holding it, in its layout
-            for ref, bank in design.memory_words(buf, w):
-                for _, start, mem in design.memory_parts(ref):
-                    part = bank[start:start + mem.depth].tolist()
-                    if mem.shape.width == ref.width:
-                        for i, v in enumerate(part):
-                            ctx.set(mem[i], v)
-                        continue
-                    keep = ~(((1 << ref.width) - 1) << ref.offset)     # a bank packed with others
-                    for i, v in enumerate(part):
-                        ctx.set(mem[i], (ctx.get(mem[i]) & keep) | (v << ref.offset))
+        poke_inputs(ctx, design, words)
         t0 = time.perf_counter()
         ctx.set(top.start, 1)
         start_count = ctx.get(count)
@@ -107,13 +123,7 @@ def run_pysim(design: Design, inputs: dict | None = None) -> SimResult:
         (done_count,) = await ctx.tick().sample(count).until(top.done)
         result["cycles"] = done_count - start_count
         result["seconds"] = time.perf_counter() - t0
-
-        def read(hb):
-            banks = [[(ctx.get(mem[i]) >> ref.offset) & ((1 << ref.width) - 1)
-                      for _, _, mem in design.memory_parts(ref) for i in range(mem.depth)]
-                     for ref in design.home_memories(hb.id)]
-            return design.buffer_words(hb.id, banks)
-        result["outputs"], result["buffers"] = outputs_from(design, read)
+        result["outputs"], result["buffers"] = peek_buffers(ctx, design)
 
     sim = Simulator(harness)
     sim.add_clock(1e-8)

@@ -369,3 +369,66 @@ def test_level_3_registers_adder_trees_and_each_products_operands():
     assert levels[3][:3] == ({2}, {2}, {1})
     # each memory's copy of the read address, no look-ahead, the operand copies, two tree levels
     assert levels[3][3] == levels[2][3] + 1 + 1 + 1 + 2
+
+
+# ------------------------------------------------------------------ reset
+
+def _run_with_reset(design, reset_after: int, idle: int = 24) -> tuple[object, list, int]:
+    """Start `design`, reset it `reset_after` cycles later, watch it idle for `idle` cycles,
+    then run it again. Returns (the buffers right after the reset, the buffers after the idle
+    cycles, and (outputs, cycles) of the second run); asserts `done` stays low while idle."""
+    from amaranth.hdl import ClockDomain, Module, Signal
+    from amaranth.sim import Simulator
+    from compiler.simulate import input_words, peek_buffers, poke_inputs
+    top, harness = design.top, Module()
+    harness.domains.sync = sync = ClockDomain()
+    harness.submodules.top = top
+    count = Signal(64)
+    harness.d.sync += count.eq(count + 1)
+    got: dict = {}
+
+    async def bench(ctx):
+        poke_inputs(ctx, design, input_words(design, None))
+        ctx.set(top.start, 1)
+        await ctx.tick()
+        ctx.set(top.start, 0)
+        await ctx.tick().repeat(reset_after)
+        ctx.set(sync.rst, 1)
+        await ctx.tick()
+        ctx.set(sync.rst, 0)
+        got["after_reset"] = peek_buffers(ctx, design)[1]
+        for _ in range(idle):
+            await ctx.tick()
+            assert not ctx.get(top.done) and not ctx.get(top.busy), "the design acts after a reset"
+        got["idle"] = peek_buffers(ctx, design)[1]
+        ctx.set(top.start, 1)
+        start = ctx.get(count)
+        await ctx.tick()
+        ctx.set(top.start, 0)
+        (done,) = await ctx.tick().sample(count).until(top.done)
+        got["run"] = (peek_buffers(ctx, design)[0], done - start)
+
+    sim = Simulator(harness)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return got["after_reset"], got["idle"], got["run"]
+
+
+@pytest.mark.parametrize("level", [2, 3])
+@pytest.mark.parametrize("name, knobs", [
+    ("gemv_int8_16x8", dict(lanes=4, reduce_unroll=4)),          # operand copies, LUT products, trees
+    ("conv2d_padded", dict(lanes=2, reduce_unroll=3)),           # gated loads and stores
+    ("mlp_int8_small", dict(lanes=2, reduce_unroll=2))])         # kernels in sequence, copies between
+def test_a_reset_mid_run_stops_everything_and_a_new_run_is_exact(name, knobs, level):
+    """The data registers have no reset (Datapath.register): a reset in the middle of a run
+    must still leave nothing in flight that writes a memory or raises `done`, and the next run
+    must be bit-exact in the cycles of the cycle model."""
+    case = designs.SMALL[name]()
+    design = compile_model(*case.outputs, config=HardwareConfig(fp_pipeline=level, **knobs))
+    for fraction in (0.3, 0.9):
+        after_reset, idle, (outputs, cycles) = _run_with_reset(design, int(design.cycles_formula * fraction))
+        for buf, words in after_reset.items():
+            assert np.array_equal(idle[buf], words), f"buffer {buf} written after the reset"
+        assert_exact(outputs, case.reference)
+        assert cycles == design.cycles_formula

@@ -250,7 +250,7 @@ class Pipe:
         out = []
         for i, v in enumerate(values):
             v = Value.cast(v)
-            reg = Signal(v.shape(), name=f"{name}_q{i}")
+            reg = Signal(v.shape(), name=f"{name}_q{i}", reset_less=True)     # data: hw.datapath.Datapath.register
             self.m.d.sync += reg.eq(v)
             out.append(reg)
         return tuple(out) if len(out) != 1 else out[0]

@@ -121,11 +121,14 @@ def _magnitude(x: Value) -> Value:
 
 
 
-def registered(m: Module, value: Value, name: str, *, init: int = 0, duplicate: bool = False) -> Signal:
+def registered(m: Module, value: Value, name: str, *, init: int = 0, duplicate: bool = False,
+               reset_less: bool = False) -> Signal:
     """`value` one cycle later, a free-running register in module `m`. A `duplicate` register
     is a copy of another on purpose (pipeline.FANOUT_LEVEL): the synthesis script keeps it from
-    being merged with its twins (DUPLICATE_ATTRIBUTE)."""
-    reg = Signal(Value.cast(value).shape(), name=name, init=init, attrs={DUPLICATE_ATTRIBUTE: 1} if duplicate else {})
+    being merged with its twins (DUPLICATE_ATTRIBUTE). A `reset_less` register is data: see
+    Datapath.register."""
+    reg = Signal(Value.cast(value).shape(), name=name, init=init, reset_less=reset_less,
+                 attrs={DUPLICATE_ATTRIBUTE: 1} if duplicate else {})
     m.d.sync += reg.eq(value)
     return reg
 
@@ -134,17 +137,19 @@ class Copies:
     register driving consumers across the die is a slow net, one copy per consumer costs a
     flip-flop each and puts the fan-out back on the register before the copies. Uses take a
     copy in the order they ask (lane by lane, so a copy serves neighbouring consumers). Each
-    copy is a `duplicate` register (DUPLICATE_ATTRIBUTE), so Yosys keeps the copies apart."""
+    copy is a `duplicate` register (DUPLICATE_ATTRIBUTE), so Yosys keeps the copies apart.
+    Copies of data are `reset_less` (Datapath.register); of a flag or an enable, not."""
 
-    def __init__(self, m: Module, group: int):
-        self.m, self.group = m, group
+    def __init__(self, m: Module, group: int, *, reset_less: bool):
+        self.m, self.group, self.reset_less = m, group, reset_less
         self.uses: dict[object, tuple[int, Signal | None]] = {}
 
     def __call__(self, key: object, value: Value, name: str, *, init: int = 0) -> Signal:
         """A copy of `value` (which `key` names: equal keys, equal values) for one more use."""
         n, copy = self.uses.get(key, (0, None))
         if n % self.group == 0:
-            copy = registered(self.m, value, f"{name}{n // self.group}", init=init, duplicate=True)
+            copy = registered(self.m, value, f"{name}{n // self.group}", init=init, duplicate=True,
+                              reset_less=self.reset_less)
         self.uses[key] = (n + 1, copy)
         return copy
 
@@ -162,7 +167,7 @@ class Product(Elaboratable):
 
     def __init__(self, a_shape, b_shape, y_shape):
         self.a, self.b = Signal(a_shape, name="a"), Signal(b_shape, name="b")
-        self.y = Signal(y_shape, name="y")
+        self.y = Signal(y_shape, name="y", reset_less=True)       # data (Datapath.register)
 
     def elaborate(self, platform) -> Module:
         m = Module()
@@ -181,8 +186,8 @@ class Datapath:
         self.sched = sched or schedule(kernel, config)
         self.memo: dict[tuple, Value] = {}
         self.chains: dict[tuple, list[Value]] = {}
-        self.operand_copies = Copies(m, OPERAND_GROUP)
-        self.local_groups = Copies(m, LOCAL_GROUP)
+        self.operand_copies = Copies(m, OPERAND_GROUP, reset_less=True)
+        self.local_groups = Copies(m, LOCAL_GROUP, reset_less=True)
         self.mul_uses: collections.Counter = collections.Counter()    # id(value) -> products using it
         self.count = 0
         self.load_dependent: set[int] = set()
@@ -256,8 +261,14 @@ class Datapath:
     def register(self, value: Value, name: str, *, duplicate: bool = False) -> Signal:
         """`value` one cycle later (a free-running register in the datapath module). A
         `duplicate` register is a copy of another on purpose (pipeline.FANOUT_LEVEL): the
-        synthesis script keeps it from being merged with its twins (DUPLICATE_ATTRIBUTE)."""
-        return registered(self.m, value, name, duplicate=duplicate)
+        synthesis script keeps it from being merged with its twins (DUPLICATE_ATTRIBUTE).
+
+        Reset-less: data in flight. After a reset the step ids of every stage (kernel._Delays)
+        say idle, so nothing reads what a data register holds until the kernel has run data
+        through it: its reset has no function, and was one more sink of the `rst` net for every
+        flip-flop (26,786 of the 26x17 GEMV's 28,127, one net in general routing to nearly every
+        slice, and a control set the placer must keep apart from the reset-less ones)."""
+        return registered(self.m, value, name, duplicate=duplicate, reset_less=True)
 
     def _at(self, v: ir.Value, env: Env, stage: int | None) -> Value:
         """`v` computed in `stage` (its ready stage, or any stage for counters and constants)."""
@@ -286,7 +297,7 @@ class Datapath:
             # instead of carry chains (2.3x the LUTs of the 8x8-unrolled GEMV's trees).
             keep = {"keep": 1} if isinstance(v, ir.Op) and v.op in (K.MUL, K.ADD) and not v.dtype.is_float else {}
             out = Signal(self.shape(v), name=f"v{self.count}_{getattr(v, 'op', None) and v.op.value or 'load'}",
-                         attrs=keep)
+                         attrs=keep, reset_less=bool(output_register))    # data (Datapath.register)
             self.count += 1
             if output_register:
                 self.m.d.sync += out.eq(expr)          # an output register (pipeline._op_timing)

@@ -244,10 +244,10 @@ class KernelHW(wiring.Component):
         dp = Datapath(k, self.ranges, self.config, accs, sched)
         m.submodules.datapath = dp.m
         delays = _Delays(dp)
-        m.d.sync += self.done.eq(delays.of(last, sched.commit, "last"))
+        m.d.sync += self.done.eq(delays.of(last, sched.commit, "last", control=True))
         m.d.comb += quiet_next.eq(nstep == idle)
         for d in range(0, sched.commit):
-            with m.If(delays.of(step, d, "step") != idle):
+            with m.If(delays.of(step, d, "step", control=True) != idle):
                 m.d.comb += quiet_next.eq(0)
         m.d.comb += self.busy.eq(~quiet)
         counter_at = lambda i, stage: delays.of(ctr[i], stage, f"i{i}")            # noqa: E731
@@ -263,8 +263,8 @@ class KernelHW(wiring.Component):
 
         envs = {s.index: Env("cur", counter_at, s.index, self._load_data(s, reads, delays)) for s in prog.steps}
         self._gather_addresses(m, dp, reads, envs, delays, step)
-        self._accumulators(m, dp, envs, accs, delays.of(step, sched.depth, "step"))
-        self._stores(m, dp, envs, write, delays.of(step, sched.commit, "step"))
+        self._accumulators(m, dp, envs, accs, delays.of(step, sched.depth, "step", control=True))
+        self._stores(m, dp, envs, write, delays.of(step, sched.commit, "step", control=True))
         return m
 
     def _memories(self, m, quiet_for, sync_reads: bool):
@@ -372,7 +372,7 @@ class KernelHW(wiring.Component):
             for load in (l for l in loads_of(s) if id(l) in self.schedule.gather_issue):
                 issue = self.schedule.gather_issue[id(load)]
                 port = reads[load.buf][self.read_port_of[(s.index, load.buf, id(load.index))]]
-                with m.If(delays.of(step, issue, "step") == s.index):
+                with m.If(delays.of(step, issue, "step", control=True) == s.index):
                     m.d.comb += port.addr.eq(self._in_range(dp, load.index, envs[s.index], sizes[load.buf], issue))
 
     def _accumulators(self, m, dp: Datapath, envs, accs, step_d) -> None:
@@ -425,7 +425,10 @@ class KernelHW(wiring.Component):
         address (the register holds 0 when the kernel loads nothing, as the outside address
         would), so each memory's copy of the address costs flip-flops and no LUTs."""
         k, prog = self.kernel, self.program
-        first = Copies(dp.m, ADDRESS_GROUP)        # first-level registers, per equal address
+        # first-level registers, per equal address: of the address (data) and of the flag `own`,
+        # which must be low from a reset on (the outside's reads are served on the next cycle)
+        first_addr = Copies(dp.m, ADDRESS_GROUP, reset_less=True)
+        first_own = Copies(dp.m, ADDRESS_GROUP, reset_less=False)
         for b in k.buffers:
             # A packed group's later banks drive no port: their copies would be dead flip-flops
             # Yosys must keep.
@@ -454,17 +457,17 @@ class KernelHW(wiring.Component):
                     # block RAMs (on the 26x17 GEMV one first-level register drove 111 copies
                     # across the die: 18.5 ns). Kept apart in synthesis (DUPLICATE_ATTRIBUTE).
                     key = (tuple(cases), b.size, len(port.addr), outside)
-                    own_addr = first(("addr", key), own_addr, f"b{b.slot}_p{p}_addr_t")
-                    own = first(("own", key), own, f"b{b.slot}_p{p}_own_t") if outside else own
+                    own_addr = first_addr(key, own_addr, f"b{b.slot}_p{p}_addr_t")
+                    own = first_own(key, own, f"b{b.slot}_p{p}_own_t") if outside else own
                     levels -= 1
                 elif levels:                   # one level: the banks' registers are one after opt_merge
                     own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q")
-                    own = dp.register(own, f"b{b.slot}_p{p}_own_q") if outside else own
+                    own = registered(dp.m, own, f"b{b.slot}_p{p}_own_q") if outside else own
                     levels -= 1
                 for level in range(1, levels + 1):
                     own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q{level}", duplicate=drives)
                     if outside:
-                        own = dp.register(own, f"b{b.slot}_p{p}_own_q{level}", duplicate=drives)
+                        own = registered(dp.m, own, f"b{b.slot}_p{p}_own_q{level}", duplicate=drives)
                 if outside:
                     m.d.comb += port.addr.eq(Mux(own, own_addr, getattr(self, port_names(b.slot)["raddr"])))
                 else:
@@ -512,16 +515,18 @@ class KernelHW(wiring.Component):
 class _Delays:
     """Signals as later pipeline stages see them: delay lines of free-running registers,
     built on demand in the datapath's module (so never inside a controller `with` block) and
-    shared by every user. A delayed signal keeps its reset value (an idle step id)."""
+    shared by every user. A `control` signal's delays reset to its reset value (the step id:
+    idle in every stage from a reset on, so no stage acts on the data registers, which are
+    reset-less: Datapath.register); counters' and read data's are data."""
 
     def __init__(self, dp: Datapath):
         self.m = dp.m
         self.chains: dict[int, list[Signal]] = {}
 
-    def of(self, sig: Signal, n: int, name: str) -> Signal:
+    def of(self, sig: Signal, n: int, name: str, *, control: bool = False) -> Signal:
         chain = self.chains.setdefault(id(sig), [sig])
         while len(chain) <= n:
-            reg = Signal.like(chain[-1], name=f"{name}_d{len(chain)}")
+            reg = Signal.like(chain[-1], name=f"{name}_d{len(chain)}", reset_less=not control)
             self.m.d.sync += reg.eq(chain[-1])
             chain.append(reg)
         return chain[n]

@@ -61,7 +61,7 @@ def tailed_memory(m: Module, name: str, main: memory.MemoryData, tail: memory.Me
         if domain == "comb":
             m.d.comb += rp.data.eq(Mux(in_tail, hi_r.data, lo_r.data))
         else:
-            from_tail = Signal(name=f"{name}_r{p}_tail")
+            from_tail = Signal(name=f"{name}_r{p}_tail", reset_less=True)      # selects data
             m.d.sync += from_tail.eq(in_tail)
             m.d.comb += rp.data.eq(Mux(from_tail, hi_r.data, lo_r.data))
         ports.append(rp)

@@ -250,10 +250,12 @@ class TopHW(wiring.Component):
         # three cycles later at the earliest (at this level its read addresses come from the
         # step's own counters, then pass two registers), so it sees the word. Below, the bus is
         # combinational as it always was.
-        copies = Copies(m, HOST_GROUP)
+        # The address and data copies are data (reset-less, Datapath.register); the idle flag and
+        # the write enables reset, so no write lands in the cycle after a reset.
+        copies = {False: Copies(m, HOST_GROUP, reset_less=False), True: Copies(m, HOST_GROUP, reset_less=True)}
 
-        def shared(kind: str, value: Value, width: int, init: int = 0) -> Value:
-            return copies((kind, width), value, f"host_{kind}{width}_", init=init)
+        def shared(kind: str, value: Value, width: int, init: int = 0, data: bool = True) -> Value:
+            return copies[data]((kind, width), value, f"host_{kind}{width}_", init=init)
 
         read_ports = []
         for i, hp in enumerate(self.host_ports):
@@ -262,7 +264,7 @@ class TopHW(wiring.Component):
             if hp.write:
                 waddr, wdata = self.port(hp.kernel, hp.slot, "waddr"), self.port(hp.kernel, hp.slot, "wdata")
                 if fanout:          # out of range, the write enable is low: the address needs no 0
-                    stopped = shared("stopped", nphase == idle, 1, init=1)
+                    stopped = shared("stopped", nphase == idle, 1, init=1, data=False)
                     m.d.comb += [
                         waddr.eq(shared("addr", self.host_addr[:len(waddr)], len(waddr))),
                         wdata.eq(shared("wdata", self.host_wdata[:len(wdata)], len(wdata))),
@@ -276,7 +278,7 @@ class TopHW(wiring.Component):
             if hp.read:
                 raddr = Mux(selected & in_range, self.host_addr, 0)
                 m.d.comb += self.port(hp.kernel, hp.slot, "raddr").eq(
-                    registered(m, raddr, f"host{i}_raddr", duplicate=True) if fanout else raddr)
+                    registered(m, raddr, f"host{i}_raddr", duplicate=True, reset_less=True) if fanout else raddr)
                 read_ports.append((i, hp))
         if fanout:
             # each port's data gated by its own flag, as old as the data (the registered address
@@ -287,7 +289,7 @@ class TopHW(wiring.Component):
             for i, hp in read_ports:
                 flag: Value = (self.host_sel == i)
                 for d in range(1 + int(sync_reads)):
-                    flag = registered(m, flag, f"host{i}_rsel{d}", duplicate=True)
+                    flag = registered(m, flag, f"host{i}_rsel{d}", duplicate=True, reset_less=True)
                 rdata = rdata | Mux(flag, self.port(hp.kernel, hp.slot, "rdata"), 0)
             m.d.sync += self.host_rdata.eq(rdata)
         else:
