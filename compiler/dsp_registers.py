@@ -53,7 +53,7 @@ class Packed:
     kept: int               # input flip-flops kept for their other loads
 
 
-def _plain(cell: dict) -> bool:
+def is_plain(cell: dict) -> bool:
     """A free-running flip-flop: clock enable constant 1, synchronous reset to 0 (or none)."""
     p, conn = cell["parameters"], cell["connections"]
     if cell["type"] != "TRELLIS_FF" or any(p.get(k, v) != v for k, v in _PLAIN.items()):
@@ -63,7 +63,7 @@ def _plain(cell: dict) -> bool:
     return conn.get("CE", ["1"]) == ["1"] and "M" not in conn
 
 
-class _Netlist:
+class Netlist:
     """Drivers and loads of a JSON module's nets, kept current as pins are rewired."""
 
     def __init__(self, module: dict):
@@ -87,7 +87,7 @@ class _Netlist:
     def plain_ff(self, bit: Any) -> str | None:
         """The plain flip-flop whose Q drives `bit`, if one does."""
         src = None if isinstance(bit, str) else self.driver.get(bit)
-        return src[0] if src and src[1] == "Q" and _plain(self.cells[src[0]]) else None
+        return src[0] if src and src[1] == "Q" and is_plain(self.cells[src[0]]) else None
 
     def rewire_input(self, cell: str, pin: str, bit: Any) -> None:
         conn = self.cells[cell]["connections"]
@@ -102,7 +102,7 @@ class _Netlist:
         return self.cells[name]["connections"].get(pin, ["0"])[0]
 
 
-def _inputs(net: _Netlist, dsp: str, group: str) -> list[tuple[str, str]] | None:
+def _inputs(net: Netlist, dsp: str, group: str) -> list[tuple[str, str]] | None:
     """(pin, flip-flop) for every non-constant bit of input `group`, or None if one is not
     driven by a plain flip-flop (or none is)."""
     conn = net.cells[dsp]["connections"]
@@ -111,7 +111,7 @@ def _inputs(net: _Netlist, dsp: str, group: str) -> list[tuple[str, str]] | None
     return ffs if ffs and all(f for _, f in ffs) else None
 
 
-def _outputs(net: _Netlist, dsp: str) -> list[tuple[str, str]] | None:
+def _outputs(net: Netlist, dsp: str) -> list[tuple[str, str]] | None:
     """(pin, flip-flop) for every used P bit, or None unless each drives one plain DI alone."""
     conn, out = net.cells[dsp]["connections"], []
     for i in range(36):
@@ -120,7 +120,7 @@ def _outputs(net: _Netlist, dsp: str) -> list[tuple[str, str]] | None:
         if not there:
             continue
         (ff, pin), = there if len(there) == 1 else ((None, None),)
-        if pin != "DI" or not _plain(net.cells[ff]):
+        if pin != "DI" or not is_plain(net.cells[ff]):
             return None
         out.append((f"P{i}", ff))
     return out or None
@@ -130,7 +130,7 @@ def absorb(module: dict, *, operands: bool = True) -> Packed:
     """Move plain flip-flops into the registers of every MULT18X18D of `module` (a Yosys JSON
     module, changed in place) where the rules of the module docstring allow; the product
     registers only with `operands` False."""
-    net = _Netlist(module)
+    net = Netlist(module)
     cells = net.cells
     dsps = removed = 0
     sources: set[str] = set()           # input flip-flops some DSP now holds a copy of
@@ -191,11 +191,11 @@ def split_fanout(module: dict, group: int = DSP_GROUP) -> int:
     """Give every plain flip-flop of `module` (a Yosys JSON module, changed in place) that
     drives the inputs of more than `group` MULT18X18D a twin per further `group` of them, the
     multipliers taken in name order; its other loads stay on it. Returns the twins added."""
-    net = _Netlist(module)
+    net = Netlist(module)
     cells, names = net.cells, module.setdefault("netnames", {})
     fresh = max([b for b in net.driver] + [b for b in net.loads] + [1]) + 1
     added = 0
-    for ff in sorted(n for n, c in cells.items() if _plain(c)):
+    for ff in sorted(n for n, c in cells.items() if is_plain(c)):
         q = net.ff(ff, "Q")
         dsps: dict[str, list[str]] = {}
         for cell, pin in net.loads.get(q, ()):

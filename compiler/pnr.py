@@ -33,8 +33,9 @@ the part is named with another ("LFE5U-85F-8": find_device, SPEED_GRADES).
 ECP5 netlists are prepared as a packer would before nextpnr sees them: free-running
 flip-flops on a multiplier's operands and product move into the MULT18X18D's own registers,
 a flip-flop that then drives more than four multipliers gets twins that share them out
-(compiler/dsp_registers.py), and a top with a `clk` port has it on the package's clock pin
-(`CLOCK_PINS`). The cache key is the prepared netlist's.
+(compiler/dsp_registers.py), the read-data register after a block RAM port moves into the
+DP16KD's output register (compiler/bram_registers.py), and a top with a `clk` port has it on
+the package's clock pin (`CLOCK_PINS`). The cache key is the prepared netlist's.
 
 Router. nextpnr's default `router1` unless `router="router2"`. Measured (ECP5-85k, seed 1):
 router1 gives 4-10% more MHz on small designs (int8 GEMV 16x64 54.2 vs 52.2 MHz, int8 GEMV
@@ -63,7 +64,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import dsp_registers
+from . import bram_registers, dsp_registers
 from .tools import ToolError, atomic_copy, atomic_write_text, cache_root, find_tool, run_tool
 
 FAMILIES = ("ecp5", "ice40")
@@ -412,14 +413,16 @@ def prepare(netlist: dict, target: str) -> tuple[str, bool, bool]:
     """(top module, whether it has a `clk` port, whether anything changed) of a Yosys JSON
     netlist, changed in place into what nextpnr gets: on ECP5 the plain flip-flops around each
     MULT18X18D move into its own registers, then those driving several get twins
-    (dsp_registers). place_and_route and
-    bitstream.write_bitstream both start here."""
+    (dsp_registers), then the read-data registers move into the block RAMs (bram_registers:
+    after the twins, so a broadcast value's twins keep their register in the fabric).
+    place_and_route and bitstream.write_bitstream both start here."""
     top, _cells, _pins = netlist_summary(netlist)
     changed = False
     if target == "ecp5":
         module = netlist["modules"][top]
         changed = dsp_registers.absorb(module).dsps > 0
         changed = dsp_registers.split_fanout(module) > 0 or changed
+        changed = bram_registers.absorb_outputs(module) > 0 or changed
     return top, "clk" in (netlist["modules"][top].get("ports") or {}), changed
 
 
