@@ -3,6 +3,8 @@ split deep memories. Every point bit-exact against the references, with simulate
 equal to the cycle model (pysim, and CXXRTL where marked)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from tinygrad import Tensor
@@ -168,6 +170,30 @@ def test_gemv_cycles_add_the_pipeline_depth_once_per_run():
     # two kernels: each run drains its own pipeline
     design, _ = check(designs.mlp_int8(IN=32, HIDDEN=16, OUT=4, SHIFT=6), fp_pipeline=1)
     assert [c for _, c in design.cycle_model().kernels] == [16 * 32 + 2, 4 * 16 + 2]
+
+
+@pytest.mark.parametrize("lanes, reduce_unroll", [(4, 2), (5, 3), (8, 2), (16, 4)])
+def test_a_broadcast_operand_fans_out_through_copies_for_one_cycle_per_run(lanes, reduce_unroll):
+    """At fp_pipeline 3 an x element multiplied by more than OPERAND_GROUP lanes passes a copy
+    per OPERAND_GROUP products before the operand copies: one stage more, once per run."""
+    from amaranth.back import rtlil
+    from compiler.hw.pipeline import OPERAND_GROUP
+    case = designs.gemv_int8(32, 16)
+    design, _ = check(case, fp_pipeline=3, lanes=lanes, reduce_unroll=reduce_unroll)
+    (sched,) = design.schedules
+    products = [u for i, u in sched.unit_stages.items() if u >= 2]
+    broadcast = lanes > OPERAND_GROUP
+    assert len(products) == lanes * reduce_unroll and set(products) == {3 if broadcast else 2}
+    assert len(sched.broadcast) == (reduce_unroll if broadcast else 0)     # the x elements
+    fans = {line.split()[-1] for line in rtlil.convert(design.top).splitlines()
+            if line.lstrip().startswith("wire") and re.search(r"_fan\d+$", line.split()[-1])}
+    assert len(fans) == (reduce_unroll * -(-lanes // OPERAND_GROUP) if broadcast else 0)
+    plain, _ = check(case, fp_pipeline=2, lanes=lanes, reduce_unroll=reduce_unroll)
+    (sched2,) = plain.schedules
+    # level 3 adds the operand copies, the address copies and the own-counter address (3, as
+    # for the GEMV above), an adder-tree level per reduce_unroll level, and the fan-out level
+    tree = (reduce_unroll - 1).bit_length()
+    assert sched.commit == sched2.commit + 3 + tree + int(broadcast)
 
 
 def test_level_0_builds_the_single_cycle_design():

@@ -28,16 +28,13 @@ from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..ranges import Interval
 from . import floatops
-from .pipeline import FANOUT_LEVEL, Schedule, schedule
+from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, schedule
 
 K = ir.OpKind
 
 DUPLICATE_ATTRIBUTE = "tinyhw_dup"
 """Wire attribute of registers duplicated on purpose; compiler/synth.py marks the flip-flops
 that drive them `keep`, which Yosys's opt_merge respects (it merges identical flip-flops)."""
-
-OPERAND_GROUP = 4
-"""Products sharing one registered copy of an operand from FANOUT_LEVEL (Datapath.operand_copy)."""
 
 LOCAL_GROUP = 16
 """Consumers sharing one first-level copy of a counter-only value from FANOUT_LEVEL
@@ -187,6 +184,7 @@ class Datapath:
         self.memo: dict[tuple, Value] = {}
         self.chains: dict[tuple, list[Value]] = {}
         self.operand_copies = Copies(m, OPERAND_GROUP, reset_less=True)
+        self.fanout_copies = Copies(m, OPERAND_GROUP, reset_less=True)     # of broadcast operands
         self.local_groups = Copies(m, LOCAL_GROUP, reset_less=True)
         self.mul_uses: collections.Counter = collections.Counter()    # id(value) -> products using it
         self.count = 0
@@ -333,13 +331,23 @@ class Datapath:
         """An integer product of two data values with operand copies (FANOUT_LEVEL): built as a
         Product submodule, which synthesis may rebuild with its register inside (Product)."""
         return isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float \
-            and self.sched.unit_stages.get(id(v), 1) == 2
+            and self.sched.unit_stages.get(id(v), 1) >= 2
 
     def product(self, v: ir.Op, env: Env, stage: int) -> Value:
-        """`v` (is_product) one cycle after its operands' copies in `stage`: a Product whose A is
-        the operand more products share (the broadcast x of a GEMV: a LUT multiplier's multiples
-        of A are then built once per copy), the wider on a tie."""
-        srcs = [self.operand_copy(self.local(s, env, stage)) for s in v.srcs]
+        """`v` (is_product) one cycle after its operands' copies, from operands in `stage`: a
+        Product whose A is the operand more products share (the broadcast x of a GEMV: a LUT
+        multiplier's multiples of A are then built once per copy), the wider on a tie. With a
+        broadcast operand (Schedule.broadcast) there is a level before the operand copies: that
+        operand's copy per OPERAND_GROUP products, and the other operand a cycle later (its
+        chain): the register before the copies is the block RAM's output register
+        (compiler/bram_registers.py), which then drives a few copies, not every multiplier."""
+        srcs = []
+        for s in v.srcs:
+            x = self.local(s, env, stage)
+            if self.sched.unit_stages[id(v)] == 3:
+                x = self.fanout_copies(id(x), x, f"{_name(x)}_fan") if id(s) in self.sched.broadcast \
+                    else self.local(s, env, stage + 1)
+            srcs.append(self.operand_copy(x))
         a, b = sorted(zip(v.srcs, srcs), key=lambda p: (self.mul_uses[id(p[0])], len(p[1])), reverse=True)
         unit = Product(a[1].shape(), b[1].shape(), self.shape(v))
         self.m.submodules[f"{PRODUCT_PREFIX}{self.count}"] = unit

@@ -13,6 +13,11 @@ values from one stage to the next:
     datapath.OPERAND_GROUP products: the copies of a value broadcast to many lanes (the GEMV's
     x element) are kept apart in synthesis (datapath.DUPLICATE_ATTRIBUTE), so the placer puts
     each near its multipliers instead of routing one register across the die;
+    A product one of whose operands more than OPERAND_GROUP products share (the GEMV's x
+    element broadcast to every lane) takes one more level (+1 stage): that operand first passes
+    a registered copy per OPERAND_GROUP products (the other operand a plain register), so the
+    read-data register (inside the block RAM, compiler/bram_registers.py) drives a few copies
+    and each copy the multipliers near it;
   * integer adds and subtracts of data values: registered with P >= 3 (+1 stage each), so an
     unrolled reduction's adder tree has a register level per tree level;
   * float units: cut into min(2**P, the unit's maximum) stages (compiler/fp: FAdd up to 6,
@@ -79,6 +84,9 @@ FANOUT_LEVEL = 3      # fp_pipeline from which integer products read registered 
                       # operands (duplicates kept from Yosys's opt_merge), integer sums of data
                       # values are registered (adder trees), and every memory gets its own copy
                       # of its registered read address (a second register level)
+OPERAND_GROUP = 4
+"""Products sharing one registered copy of an operand from FANOUT_LEVEL (Datapath.operand_copy);
+an operand of more products is `broadcast` (one more register level, module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,8 @@ class Schedule:
     sync_reads: bool = True                  # block RAM: read data a cycle after its address
     lookahead: bool = True                   # read addresses from the next step's counters (below
                                              # FANOUT_LEVEL), else from the step's own, a stage later
+    broadcast: frozenset[int] = frozenset()  # id(value) of operands of more than OPERAND_GROUP
+                                             # products, which fan out through copies first
 
     @property
     def load_stage(self) -> int:
@@ -155,7 +165,21 @@ def load_stage(address_levels: int, lookahead: bool, sync_reads: bool) -> int:
     return address_levels + (0 if lookahead or not sync_reads else 1)
 
 
-def _op_timing(v: ir.Op, level: int, muxes: set[int]) -> tuple[int, int]:
+def broadcast_operands(order: list[ir.Value], level: int) -> frozenset[int]:
+    """id() of the values that more than OPERAND_GROUP integer products of two non-constant
+    values use as an operand (from FANOUT_LEVEL; module docstring)."""
+    if level < FANOUT_LEVEL:
+        return frozenset()
+    uses: dict[int, int] = {}
+    for v in order:
+        if isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float \
+                and not any(isinstance(s, ir.Const) for s in v.srcs[:2]):
+            for s in v.srcs[:2]:
+                uses[id(s)] = uses.get(id(s), 0) + 1
+    return frozenset(i for i, n in uses.items() if n > OPERAND_GROUP)
+
+
+def _op_timing(v: ir.Op, level: int, muxes: set[int], broadcast: frozenset[int]) -> tuple[int, int]:
     """(unit stages, latency) of an op of data values outside the accumulator loops."""
     if id(v) in muxes:
         return 1, 1
@@ -164,8 +188,11 @@ def _op_timing(v: ir.Op, level: int, muxes: set[int]) -> tuple[int, int]:
         return stages, stages                  # its internal boundaries and an output register
     if v.op in (K.MUL, K.MULACC) and level >= PRODUCT_LEVEL and \
             not any(isinstance(s, ir.Const) for s in v.srcs[:2]):
-        # from FANOUT_LEVEL: its operands' own registers, then the product's (datapath.py)
-        return (2, 2) if level >= FANOUT_LEVEL else (1, 1)
+        # from FANOUT_LEVEL: its operands' own registers, then the product's (datapath.py), after
+        # a level of copies for a broadcast operand's fan-out
+        if level < FANOUT_LEVEL:
+            return 1, 1
+        return (3, 3) if v.op is K.MUL and any(id(s) in broadcast for s in v.srcs[:2]) else (2, 2)
     if v.op in (K.ADD, K.SUB) and level >= FANOUT_LEVEL and not v.dtype.is_float:
         return 1, 1                            # each level of an unrolled reduction's adder tree
     return 1, 0
@@ -201,6 +228,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
                     feeds_acc.add(id(v))
                     stack.extend(operands(v))
     rings = ring_adders(kernel)
+    broadcast = broadcast_operands(order, level)
     # read multiplexers: where(c, a, b) with c of counters only and a, b loads or such muxes
     floating: set[int] = set()
     muxes: set[int] = set()
@@ -228,7 +256,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
         elif id(v) in floating:
             lat = 0                            # counters and constants only: computed in stage 0
         else:
-            stages, lat = _op_timing(v, level, muxes)
+            stages, lat = _op_timing(v, level, muxes, broadcast)
         if lat:
             latency[id(v)] = lat
         if stages > 1:
@@ -290,7 +318,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
         else:
             commit = max([commit] + [at(x) for x in (s.index, s.value, s.gate) if x is not None])
     sched = Schedule(level, depth, commit, ready, latency, unit_stages, acc_write, register_loads,
-                     address_levels, gather_issue, config.mem_read == "sync", lookahead)
+                     address_levels, gather_issue, config.mem_read == "sync", lookahead, broadcast)
     check_hazards(kernel, sched)
     return sched
 
