@@ -15,7 +15,9 @@ A group shares its memory's ports, so banks are packed only where that is free:
   * the kernel never stores to them (inputs and copy destinations: the host bus and the copy
     pass write one bank or all banks at one address, through per-element write enables);
   * no other kernel reads them in place (share_buffers), and they are not parts of a deep
-    memory split for the pipeline (split_deep keeps those apart on purpose).
+    memory split for the pipeline (split_deep keeps those apart on purpose);
+  * they are read in the same pipeline stage (a buffer read a stage late, Schedule.late, has
+    one more register on its read address: every bank of a group, or none).
 Elsewhere banks stay one memory each. Packing changes no cycle: the same reads happen in the
 same cycles, only through fewer, wider ports.
 """
@@ -28,6 +30,7 @@ from . import ir
 from .bram import block_rams
 from .config import HardwareConfig
 from .hw.kernel import read_ports
+from .hw.pipeline import schedule
 from .hw.program import Program
 from .layout import Banking
 
@@ -66,6 +69,7 @@ def plan_packs(kernel: ir.KernelIR, program: Program, banking: dict[int, Banking
         return ()
     decls = {b.slot: b for b in kernel.buffers}
     addresses = _read_addresses(kernel, program)
+    late = schedule(kernel, config).late
     packs: list[Pack] = []
     for param, bk in sorted(banking.items()):
         slots = [s for s in bk.banks if s in decls]
@@ -74,6 +78,8 @@ def plan_packs(kernel: ir.KernelIR, program: Program, banking: dict[int, Banking
         if any(decls[s].stored or s in not_packable for s in slots):
             continue
         if any(len({tuple(addresses[step].get(s, ())) for s in slots}) > 1 for step in addresses):
+            continue
+        if len({s in late for s in slots}) > 1:
             continue
         width, depth = decls[slots[0]].dtype.bits, decls[slots[0]].size
         g = auto_pack(len(slots), depth, width) if config.mem_pack == "auto" else min(config.mem_pack, len(slots))

@@ -128,7 +128,7 @@ def test_unit_stages_are_validated(make, message):
 
 GRID_DESIGNS = ["gemv_int8_16x8", "mlp_int8_small", "add_relu", "matmul_int32", "conv2d_padded",
                 "residual_mlp", "fan_out", "sibling_loops", "divmod_signed", "bitwise_uint8", "mixed_int16"]
-QUICK = [(1, 1), (3, 5), (4, 4)]
+QUICK = [(1, 1), (3, 5), (4, 4), (6, 2)]        # 6 lanes: broadcast operands (Schedule.broadcast)
 
 
 @pytest.mark.parametrize("lanes, reduce_unroll", QUICK)
@@ -185,6 +185,8 @@ def test_a_broadcast_operand_fans_out_through_copies_for_one_cycle_per_run(lanes
     broadcast = lanes > OPERAND_GROUP
     assert len(products) == lanes * reduce_unroll and set(products) == {3 if broadcast else 2}
     assert len(sched.broadcast) == (reduce_unroll if broadcast else 0)     # the x elements
+    # the weights are only ever the other operand: read a stage late, not registered again
+    assert len(sched.late) == (lanes * reduce_unroll if broadcast else 0)
     fans = {line.split()[-1] for line in rtlil.convert(design.top).splitlines()
             if line.lstrip().startswith("wire") and re.search(r"_fan\d+$", line.split()[-1])}
     assert len(fans) == (reduce_unroll * -(-lanes // OPERAND_GROUP) if broadcast else 0)

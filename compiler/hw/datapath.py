@@ -338,15 +338,19 @@ class Datapath:
         Product whose A is the operand more products share (the broadcast x of a GEMV: a LUT
         multiplier's multiples of A are then built once per copy), the wider on a tie. With a
         broadcast operand (Schedule.broadcast) there is a level before the operand copies: that
-        operand's copy per OPERAND_GROUP products, and the other operand a cycle later (its
-        chain): the register before the copies is the block RAM's output register
-        (compiler/bram_registers.py), which then drives a few copies, not every multiplier."""
+        operand's copy per OPERAND_GROUP products, and the other operand a stage later (read a
+        stage later when it is a load of a `late` buffer, else its chain): the register before
+        the copies is the block RAM's output register (compiler/bram_registers.py), which then
+        drives a few copies, not every multiplier."""
         srcs = []
         for s in v.srcs:
-            x = self.local(s, env, stage)
-            if self.sched.unit_stages[id(v)] == 3:
-                x = self.fanout_copies(id(x), x, f"{_name(x)}_fan") if id(s) in self.sched.broadcast \
-                    else self.local(s, env, stage + 1)
+            if self.sched.unit_stages[id(v)] < 3:
+                x = self.local(s, env, stage)
+            elif id(s) in self.sched.broadcast:
+                x = self.local(s, env, stage)
+                x = self.fanout_copies(id(x), x, f"{_name(x)}_fan")
+            else:
+                x = self.local(s, env, stage + 1)
             srcs.append(self.operand_copy(x))
         a, b = sorted(zip(v.srcs, srcs), key=lambda p: (self.mul_uses[id(p[0])], len(p[1])), reverse=True)
         unit = Product(a[1].shape(), b[1].shape(), self.shape(v))

@@ -108,6 +108,8 @@ class Schedule:
                                              # FANOUT_LEVEL), else from the step's own, a stage later
     broadcast: frozenset[int] = frozenset()  # id(value) of operands of more than OPERAND_GROUP
                                              # products, which fan out through copies first
+    late: frozenset[int] = frozenset()       # buffer slots read a stage later: one more register
+                                             # on their read addresses (late_buffers)
 
     @property
     def load_stage(self) -> int:
@@ -122,7 +124,9 @@ class Schedule:
     def port_stage(self, load: ir.Load) -> int:
         """The stage in which the read port delivers this load's data."""
         issue = self.gather_issue.get(id(load))
-        return self.load_stage if issue is None else issue + (1 if self.sync_reads else 0)
+        if issue is None:
+            return self.load_stage + (1 if load.buf in self.late else 0)
+        return issue + (1 if self.sync_reads else 0)
 
     def data_stage(self, load: ir.Load) -> int:
         """The stage in which this load's data is ready (after the read-data register)."""
@@ -177,6 +181,31 @@ def broadcast_operands(order: list[ir.Value], level: int) -> frozenset[int]:
             for s in v.srcs[:2]:
                 uses[id(s)] = uses.get(id(s), 0) + 1
     return frozenset(i for i, n in uses.items() if n > OPERAND_GROUP)
+
+
+def late_buffers(order: list[ir.Value], broadcast: frozenset[int], gathers: frozenset[int]) -> frozenset[int]:
+    """Slots of the buffers whose every load is only ever the other operand of a product with a
+    broadcast operand (the GEMV's weights): such a product takes that operand a stage after the
+    broadcast one (whose copies take a stage first, module docstring), so the buffer is read a
+    stage later, through one more address register per memory (a few flip-flops per block RAM)
+    instead of a register on every data bit (2,048 on the int8 GEMV 16x16)."""
+    if not broadcast:
+        return frozenset()
+    uses: dict[int, list[ir.Op]] = {}
+    for v in order:
+        for o in data_operands(v, gathers):
+            uses.setdefault(id(o), []).append(v)
+    def only_other_operand(v: ir.Value) -> bool:      # through casts (no register)
+        return id(v) not in broadcast and bool(uses.get(id(v))) and all(
+            only_other_operand(u) if u.op in (K.CAST, K.BITCAST) else
+            u.op is K.MUL and any(id(s) in broadcast for s in u.srcs[:2] if s is not v)
+            for u in uses[id(v)])
+
+    late: dict[int, bool] = {}
+    for v in order:
+        if isinstance(v, ir.Load):
+            late[v.buf] = late.get(v.buf, True) and id(v) not in gathers and only_other_operand(v)
+    return frozenset(b for b, ok in late.items() if ok)
 
 
 def _op_timing(v: ir.Op, level: int, muxes: set[int], broadcast: frozenset[int]) -> tuple[int, int]:
@@ -266,6 +295,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
     address_levels = 0 if level < MEMORY_LEVEL or config.mem_read != "sync" else 2 if level >= FANOUT_LEVEL else 1
     lookahead = not (level >= FANOUT_LEVEL and address_levels)
     load_ready = load_stage(address_levels, lookahead, config.mem_read == "sync") + (1 if register_loads else 0)
+    late = late_buffers(order, broadcast, gathers) if address_levels else frozenset()
     ready: dict[int, int | None] = {}
     gather_issue: dict[int, int] = {}
 
@@ -286,7 +316,13 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
             sync = config.mem_read == "sync"
             ready[id(v)] = combine(v, issue + (1 if sync else 0) + (1 if register_loads else 0))
         elif isinstance(v, ir.Load):
-            ready[id(v)] = combine(v, load_ready)
+            ready[id(v)] = combine(v, load_ready + (1 if v.buf in late else 0))
+        elif unit_stages.get(id(v)) == 3 and v.op is K.MUL:
+            # a product with a broadcast operand: the other operand is taken a stage after it
+            # (Datapath.product), after the broadcast one's copies
+            r = max((ready[id(o)] - (0 if id(o) in broadcast else 1) for o in v.srcs
+                     if ready[id(o)] is not None), default=None)
+            ready[id(v)] = None if r is None else max(r, 0) + latency[id(v)]
         else:
             r = combine(v, None)
             ready[id(v)] = None if r is None else r + latency.get(id(v), 0)
@@ -318,7 +354,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
         else:
             commit = max([commit] + [at(x) for x in (s.index, s.value, s.gate) if x is not None])
     sched = Schedule(level, depth, commit, ready, latency, unit_stages, acc_write, register_loads,
-                     address_levels, gather_issue, config.mem_read == "sync", lookahead, broadcast)
+                     address_levels, gather_issue, config.mem_read == "sync", lookahead, broadcast, late)
     check_hazards(kernel, sched)
     return sched
 
