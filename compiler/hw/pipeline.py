@@ -15,9 +15,11 @@ values from one stage to the next:
     each near its multipliers instead of routing one register across the die;
     A product one of whose operands more than OPERAND_GROUP products share (the GEMV's x
     element broadcast to every lane) takes one more level (+1 stage): that operand first passes
-    a registered copy per OPERAND_GROUP products (the other operand a plain register), so the
-    read-data register (inside the block RAM, compiler/bram_registers.py) drives a few copies
-    and each copy the multipliers near it;
+    a registered copy per OPERAND_GROUP products, so the read-data register (inside the block
+    RAM, compiler/bram_registers.py) drives a few copies and each copy the multipliers near it.
+    The other operand is taken a stage later: a buffer whose loads are only ever such operands
+    (the GEMV's weights) is read a stage late (`Schedule.late`: one more register on each of
+    its memories' read addresses), anything else passes a plain register;
   * integer adds and subtracts of data values: registered with P >= 3 (+1 stage each), so an
     unrolled reduction's adder tree has a register level per tree level;
   * float units: cut into min(2**P, the unit's maximum) stages (compiler/fp: FAdd up to 6,
