@@ -12,11 +12,11 @@ values from one stage to the next:
     P >= 3 operands also pass through registered copies first (+1 stage), one per
     datapath.OPERAND_GROUP products: the copies of a value broadcast to many lanes (the GEMV's
     x element) are kept apart in synthesis (datapath.DUPLICATE_ATTRIBUTE), so the placer puts
-    each near its multipliers instead of routing one register across the die;
-    A product one of whose operands more than OPERAND_GROUP products share (the GEMV's x
-    element broadcast to every lane) takes one more level (+1 stage): that operand first passes
-    a registered copy per OPERAND_GROUP products, so the read-data register (inside the block
-    RAM, compiler/bram_registers.py) drives a few copies and each copy the multipliers near it.
+    each near its multipliers instead of routing one register across the die. A product one
+    of whose operands more than OPERAND_GROUP products share (the GEMV's x element broadcast
+    to every lane) takes one more level (+1 stage): that operand first passes a registered
+    copy per OPERAND_GROUP products, so the read-data register (inside the block RAM,
+    compiler/bram_registers.py) drives a few copies and each copy the multipliers near it.
     The other operand is taken a stage later: a buffer whose loads are only ever such operands
     (the GEMV's weights) is read a stage late (`Schedule.late`: one more register on each of
     its memories' read addresses), anything else passes a plain register;
@@ -197,10 +197,12 @@ def late_buffers(order: list[ir.Value], broadcast: frozenset[int], gathers: froz
     for v in order:
         for o in data_operands(v, gathers):
             uses.setdefault(id(o), []).append(v)
+
     def only_other_operand(v: ir.Value) -> bool:      # through casts (no register)
         return id(v) not in broadcast and bool(uses.get(id(v))) and all(
-            only_other_operand(u) if u.op in (K.CAST, K.BITCAST) else
-            u.op is K.MUL and any(id(s) in broadcast for s in u.srcs[:2] if s is not v)
+            isinstance(u, ir.Op) and (
+                only_other_operand(u) if u.op in (K.CAST, K.BITCAST) else
+                u.op is K.MUL and any(id(s) in broadcast for s in u.srcs[:2] if s is not v))
             for u in uses[id(v)])
 
     late: dict[int, bool] = {}
