@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import ClockDomain, Module, Signal
 from amaranth.sim import Simulator
 
 from . import dtypes as dt
@@ -103,30 +103,52 @@ def peek_buffers(ctx, design: Design) -> tuple[list[np.ndarray], dict[int, np.nd
     return outputs_from(design, read)
 
 
+@dataclass(frozen=True)
+class Harness:
+    """A design under a simulation-only module: a free-running cycle counter beside it, and
+    its `sync` domain made explicit so that a testbench can drive the reset (`domain.rst`)."""
+    module: Module
+    count: Signal
+    domain: ClockDomain
+
+    @classmethod
+    def of(cls, design: Design) -> "Harness":
+        m = Module()
+        m.domains.sync = domain = ClockDomain()
+        m.submodules.top = design.top
+        count = Signal(64)
+        m.d.sync += count.eq(count + 1)
+        return cls(m, count, domain)
+
+    async def run(self, ctx, design: Design) -> int:
+        """Raise `start` for one cycle and wait for `done`: the cycles from start to done."""
+        ctx.set(design.top.start, 1)
+        start = ctx.get(self.count)
+        await ctx.tick()
+        ctx.set(design.top.start, 0)
+        (done,) = await ctx.tick().sample(self.count).until(design.top.done)
+        return done - start
+
+    def simulate(self, testbench) -> None:
+        """Run an async `testbench(ctx)` against the design, clocked, to its end."""
+        sim = Simulator(self.module)
+        sim.add_clock(1e-8)
+        sim.add_testbench(testbench)
+        sim.run()
+
+
 def run_pysim(design: Design, inputs: dict | None = None) -> SimResult:
     import time
     words = input_words(design, inputs)
-    top = design.top
-    harness = Module()            # simulation only: a free-running cycle counter beside the design
-    harness.submodules.top = top
-    count = Signal(64)
-    harness.d.sync += count.eq(count + 1)
+    harness = Harness.of(design)
     result: dict = {}
 
     async def bench(ctx):
         poke_inputs(ctx, design, words)
         t0 = time.perf_counter()
-        ctx.set(top.start, 1)
-        start_count = ctx.get(count)
-        await ctx.tick()
-        ctx.set(top.start, 0)
-        (done_count,) = await ctx.tick().sample(count).until(top.done)
-        result["cycles"] = done_count - start_count
+        result["cycles"] = await harness.run(ctx, design)
         result["seconds"] = time.perf_counter() - t0
         result["outputs"], result["buffers"] = peek_buffers(ctx, design)
 
-    sim = Simulator(harness)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    harness.simulate(bench)
     return SimResult(result["outputs"], result["cycles"], "pysim", result["seconds"], 0.0, result["buffers"])

@@ -171,8 +171,7 @@ LARGE: dict[str, Callable[[], Case]] = {
 def run_on_host_bus(design) -> np.ndarray:
     """Drive the top's host bus in pysim as a CPU would: write every input memory word by word,
     start, wait for done, then read every memory of the first output. Returns its words."""
-    from amaranth.sim import Simulator
-    from compiler.simulate import input_words
+    from compiler.simulate import Harness, input_words
     top = design.top
     sel = {(p.kernel, p.slot): i for i, p in enumerate(design.host_ports)}
     out_buf = design.graph.outputs[0]
@@ -204,8 +203,5 @@ def run_on_host_bus(design) -> np.ndarray:
             banks.append(words)
         got["y"] = design.buffer_words(out_buf, banks)
 
-    sim = Simulator(top)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    Harness.of(design).simulate(bench)
     return got["y"]

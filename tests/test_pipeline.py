@@ -405,14 +405,8 @@ def _run_with_reset(design, reset_after: int, idle: int = 24) -> tuple[object, l
     """Start `design`, reset it `reset_after` cycles later, watch it idle for `idle` cycles,
     then run it again. Returns (the buffers right after the reset, the buffers after the idle
     cycles, and (outputs, cycles) of the second run); asserts `done` stays low while idle."""
-    from amaranth.hdl import ClockDomain, Module, Signal
-    from amaranth.sim import Simulator
-    from compiler.simulate import input_words, peek_buffers, poke_inputs
-    top, harness = design.top, Module()
-    harness.domains.sync = sync = ClockDomain()
-    harness.submodules.top = top
-    count = Signal(64)
-    harness.d.sync += count.eq(count + 1)
+    from compiler.simulate import Harness, input_words, peek_buffers, poke_inputs
+    harness, top = Harness.of(design), design.top
     got: dict = {}
 
     async def bench(ctx):
@@ -421,25 +415,18 @@ def _run_with_reset(design, reset_after: int, idle: int = 24) -> tuple[object, l
         await ctx.tick()
         ctx.set(top.start, 0)
         await ctx.tick().repeat(reset_after)
-        ctx.set(sync.rst, 1)
+        ctx.set(harness.domain.rst, 1)
         await ctx.tick()
-        ctx.set(sync.rst, 0)
+        ctx.set(harness.domain.rst, 0)
         got["after_reset"] = peek_buffers(ctx, design)[1]
         for _ in range(idle):
             await ctx.tick()
             assert not ctx.get(top.done) and not ctx.get(top.busy), "the design acts after a reset"
         got["idle"] = peek_buffers(ctx, design)[1]
-        ctx.set(top.start, 1)
-        start = ctx.get(count)
-        await ctx.tick()
-        ctx.set(top.start, 0)
-        (done,) = await ctx.tick().sample(count).until(top.done)
-        got["run"] = (peek_buffers(ctx, design)[0], done - start)
+        cycles = await harness.run(ctx, design)
+        got["run"] = (peek_buffers(ctx, design)[0], cycles)
 
-    sim = Simulator(harness)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    harness.simulate(bench)
     return got["after_reset"], got["idle"], got["run"]
 
 

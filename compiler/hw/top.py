@@ -252,10 +252,12 @@ class TopHW(wiring.Component):
         # combinational as it always was.
         # The address and data copies are data (reset-less, Datapath.register); the idle flag and
         # the write enables reset, so no write lands in the cycle after a reset.
-        copies = {False: Copies(m, HOST_GROUP, reset_less=False), True: Copies(m, HOST_GROUP, reset_less=True)}
+        data_copies = Copies(m, HOST_GROUP, reset_less=True)
+        flag_copies = Copies(m, HOST_GROUP, reset_less=False)
 
         def shared(kind: str, value: Value, width: int, init: int = 0, data: bool = True) -> Value:
-            return copies[data]((kind, width), value, f"host_{kind}{width}_", init=init)
+            copies = data_copies if data else flag_copies
+            return copies((kind, width), value, f"host_{kind}{width}_", init=init)
 
         read_ports = []
         for i, hp in enumerate(self.host_ports):
