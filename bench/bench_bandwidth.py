@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_timing import fmt, measure  # noqa: E402
 
 from compiler import HardwareConfig  # noqa: E402
-from compiler.pnr import ROUTERS, find_device  # noqa: E402
+from compiler.pnr import PLACERS, ROUTERS, find_device  # noqa: E402
 
 M, K = 128, 784
 WORDS_PER_CYCLE = 800          # 208 DP16KD x 2 ports x 18 bits / 9 bits per int8 weight, rounded
@@ -72,6 +72,9 @@ def main() -> int:
     ap.add_argument("--no-cache", dest="cache", action="store_false")
     ap.add_argument("--router", choices=ROUTERS, default="router2",
                     help="nextpnr router (default router2: router1 does not converge on these designs)")
+    ap.add_argument("--placer", choices=PLACERS, default="static",
+                    help="nextpnr placer (default static: on the 16x16 its placement routed in a third of "
+                         "heap's time, at the same clock)")
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from compiler import HardwareConfig, compile_model, simulate  # noqa: E402
-from compiler.pnr import ROUTERS, place_and_route  # noqa: E402
+from compiler.pnr import PLACERS, ROUTERS, place_and_route  # noqa: E402
 from compiler.synth import synthesize  # noqa: E402
 from compiler.tools import ToolError  # noqa: E402
 from dse import zoo  # noqa: E402
@@ -89,7 +89,8 @@ def measure(dtype: str, config: HardwareConfig, args, root: Path, *, pnr: bool =
     t = time.perf_counter()
     try:
         rep = place_and_route(area.netlist_path, "ecp5", workdir / "pnr", timeout=args.timeout, device=args.device,
-                              use_cache=args.cache, router=getattr(args, "router", "router1"))
+                              use_cache=args.cache, router=getattr(args, "router", "router1"),
+                              placer=getattr(args, "placer", "heap"))
     except ToolError as exc:                 # a time-out or crash: keep the row, say why
         row.update(pnr_wall_s=time.perf_counter() - t, fits=None, fmax_mhz=None, latency_us=None,
                    reason=f"place-and-route did not finish: {exc.reason}", device=args.device, cached=False,
@@ -118,6 +119,7 @@ def main() -> int:
     ap.add_argument("--no-sim", dest="sim", action="store_false")
     ap.add_argument("--no-cache", dest="cache", action="store_false")
     ap.add_argument("--router", choices=ROUTERS, default="router1", help="nextpnr router (compiler/pnr.py)")
+    ap.add_argument("--placer", choices=PLACERS, default="heap", help="nextpnr placer (compiler/pnr.py)")
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()

@@ -189,6 +189,8 @@ def test_bad_inputs_are_rejected(tmp_path):
         place_and_route(path, "ice40", tmp_path)
     with pytest.raises(ValueError, match="router: expected one of router1, router2, got 'router3'"):
         place_and_route(path, "ecp5", tmp_path, router="router3")
+    with pytest.raises(ValueError, match="placer: expected one of heap, static, got 'sa'"):
+        place_and_route(path, "ecp5", tmp_path, placer="sa")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,6 +227,10 @@ def test_int8_gemv_on_ecp5_has_a_plausible_fmax_and_is_cached(tmp_path, cache):
     other = place_and_route(area.netlist_path, "ecp5", tmp_path / "pnr4", router="router2")
     assert other.fits and not other.cached and other.argv[other.argv.index("--router") + 1] == "router2"
     assert "--router" not in first.argv and 20 < other.fmax_mhz < 400
+    # and another placer (nextpnr's electrostatic one)
+    static = place_and_route(area.netlist_path, "ecp5", tmp_path / "pnr5", router="router2", placer="static")
+    assert static.fits and not static.cached and static.argv[static.argv.index("--placer") + 1] == "static"
+    assert "--placer" not in other.argv and 20 < static.fmax_mhz < 400
 
 
 @pytest.mark.slow
