@@ -175,7 +175,7 @@ def test_gemv_cycles_add_the_pipeline_depth_once_per_run():
 @pytest.mark.parametrize("lanes, reduce_unroll", [(4, 2), (5, 3), (8, 2), (16, 4)])
 def test_a_broadcast_operand_fans_out_through_copies_for_one_cycle_per_run(lanes, reduce_unroll):
     """At fp_pipeline 3 an x element multiplied by more than OPERAND_GROUP lanes passes a copy
-    per OPERAND_GROUP products before the operand copies: one stage more, once per run."""
+    per OPERAND_GROUP products before a copy per product: one stage more, once per run."""
     from amaranth.back import rtlil
     from compiler.hw.pipeline import OPERAND_GROUP
     case = designs.gemv_int8(32, 16)
@@ -187,9 +187,12 @@ def test_a_broadcast_operand_fans_out_through_copies_for_one_cycle_per_run(lanes
     assert len(sched.broadcast) == (reduce_unroll if broadcast else 0)     # the x elements
     # the weights are only ever the other operand: read a stage late, not registered again
     assert len(sched.late) == (lanes * reduce_unroll if broadcast else 0)
-    fans = {line.split()[-1] for line in rtlil.convert(design.top).splitlines()
-            if line.lstrip().startswith("wire") and re.search(r"_fan\d+$", line.split()[-1])}
+    wires = {line.split()[-1] for line in rtlil.convert(design.top).splitlines() if line.lstrip().startswith("wire")}
+    fans = {w for w in wires if re.search(r"_fan\d+$", w)}
     assert len(fans) == (reduce_unroll * -(-lanes // OPERAND_GROUP) if broadcast else 0)
+    # past the fan-out level, each product has its own copy of the broadcast operand
+    dups = {w for w in wires if re.search(r"_fan\d+_dup\d+$", w)}
+    assert len(dups) == (lanes * reduce_unroll if broadcast else 0)
     plain, _ = check(case, fp_pipeline=2, lanes=lanes, reduce_unroll=reduce_unroll)
     (sched2,) = plain.schedules
     # level 3 adds the operand copies, the address copies and the own-counter address (3, as

@@ -184,7 +184,8 @@ class Datapath:
         self.memo: dict[tuple, Value] = {}
         self.chains: dict[tuple, list[Value]] = {}
         self.operand_copies = Copies(m, OPERAND_GROUP, reset_less=True)
-        self.fanout_copies = Copies(m, OPERAND_GROUP, reset_less=True)     # of broadcast operands
+        self.fanout_copies = Copies(m, OPERAND_GROUP, reset_less=True)     # of broadcast operands,
+        self.own_copies = Copies(m, 1, reset_less=True)                    # then one per product
         self.local_groups = Copies(m, LOCAL_GROUP, reset_less=True)
         self.mul_uses: collections.Counter = collections.Counter()    # id(value) -> products using it
         self.count = 0
@@ -341,17 +342,21 @@ class Datapath:
         operand's copy per OPERAND_GROUP products, and the other operand a stage later (read a
         stage later when it is a load of a `late` buffer, else its chain): the register before
         the copies is the block RAM's output register (compiler/bram_registers.py), which then
-        drives a few copies, not every multiplier."""
+        drives a few copies, not every multiplier. Each of those drives OPERAND_GROUP products'
+        own copies: a copy shared by four LUT multipliers fanned each bit out to ~40 LUT inputs
+        (its multiples, the rows) and the paths inside them were the critical ones; with a
+        copy each, the int8 GEMV 16x16 went from 84.3 to 107.6 MHz (+1,768 LUTs, the multiples
+        built per product, +1,536 FFs; ECP5 85F, router2, seed 1: docs/pipeline.md)."""
         srcs = []
         for s in v.srcs:
             if self.sched.unit_stages[id(v)] < 3:
-                x = self.local(s, env, stage)
+                srcs.append(self.operand_copy(self.local(s, env, stage)))
             elif id(s) in self.sched.broadcast:
                 x = self.local(s, env, stage)
                 x = self.fanout_copies(id(x), x, f"{_name(x)}_fan")
+                srcs.append(self.own_copies(id(x), x, f"{_name(x)}_dup"))
             else:
-                x = self.local(s, env, stage + 1)
-            srcs.append(self.operand_copy(x))
+                srcs.append(self.operand_copy(self.local(s, env, stage + 1)))
         a, b = sorted(zip(v.srcs, srcs), key=lambda p: (self.mul_uses[id(p[0])], len(p[1])), reverse=True)
         unit = Product(a[1].shape(), b[1].shape(), self.shape(v))
         self.m.submodules[f"{PRODUCT_PREFIX}{self.count}"] = unit
