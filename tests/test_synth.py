@@ -91,10 +91,10 @@ def test_abc9_out_of_call_stack_falls_back_to_classic_lut_mapping(tmp_path, monk
 
 
 def test_fanout_copies_survive_synthesis(tmp_path):
-    """fp_pipeline 3 gives integer products operand registers of their own: a copy of the x
-    element per OPERAND_GROUP (4) of the eight lanes' products that multiply it, and one of
-    each weight, and Yosys must not merge the copies back into one flip-flop with distant loads
-    (opt_merge would; the script marks them keep)."""
+    """fp_pipeline 3 gives integer products operand registers of their own: the x element,
+    which eight lanes' products multiply, passes a copy per OPERAND_GROUP (4) products, then
+    each product has its own copy of it and of its weight, and Yosys must not merge the copies
+    back into one flip-flop with distant loads (opt_merge would; the script marks them keep)."""
     from compiler.hw.datapath import OPERAND_GROUP
     case = designs.gemv_int8(16, 64)
     counts = {}
@@ -112,7 +112,7 @@ def test_fanout_copies_survive_synthesis(tmp_path):
     assert counts[2] == (counts[2][0], 0, False)
     ffs, copies, marked = counts[3]
     assert OPERAND_GROUP == 4
-    assert marked and copies == 8 * 8 + 2 * 8        # 8 weights + 2 copies of x, int8 each
+    assert marked and copies == 8 * 8 + 8 * 8        # 8 weights + 8 copies of x, int8 each
     assert ffs >= counts[2][0] + copies
 
 
