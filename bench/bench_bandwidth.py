@@ -18,7 +18,7 @@ fp32 <= 3,200 cycles.
 
 Usage: python bench/bench_bandwidth.py [--int8 16x16 26x16] [--pipelines 2 3] [--fp32 4x8] [--fp32-pipeline 3]
                                        [--fp32-mem-tail lut]
-                                       [--freq 100] [--router router2]
+                                       [--freq 100] [--router router2] [--placer static] [--seeds 1 2 3]
                                        [--no-sim] [--no-pnr] [--workdir DIR] [--json out.json]
 Place-and-route and synthesis are cached under $TINYHW_CACHE. A 26x17 int8 design takes Yosys
 ~2 minutes and nextpnr (router2) 17-60 at fp_pipeline 3; 16x16 at fp_pipeline 3 routes in
@@ -75,6 +75,9 @@ def main() -> int:
     ap.add_argument("--placer", choices=PLACERS, default="static",
                     help="nextpnr placer (default static: on the 16x16 its placement routed in a third of "
                          "heap's time, at the same clock)")
+    ap.add_argument("--seeds", nargs="+", type=int, default=[1],
+                    help="nextpnr seeds: each design is placed and routed once per seed and its row is the "
+                         "median seed's (single seeds moved Fmax by +-10%% on these designs)")
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -128,6 +131,8 @@ def _print(r: dict, bound: float, freq: float) -> None:
           f"LUTRAM {r['lutram']:>4} "
           f"DSP {r['dsp']:>3}  Fmax {fmt(r.get('fmax_mhz'), '6.1f')} MHz  latency {fmt(r.get('latency_us'), '7.2f')} us"
           f"  synth {r['synth_s']:.0f} s" + (f"  P&R {r['pnr_wall_s']:.0f} s" if 'pnr_wall_s' in r else "")
+          + (f"\n    median of seeds {r['seeds']}: {', '.join(fmt(f, '.1f') for f in r['fmax_seeds'])} MHz"
+             if len(r.get("seeds", ())) > 1 else "")
           + ("" if fits else f"\n    {r['reason']}" if r.get("reason") else ""), flush=True)
 
 

@@ -56,7 +56,8 @@ def build_design(dtype: str, M: int, K: int, config: HardwareConfig):
 
 def measure(dtype: str, config: HardwareConfig, args, root: Path, *, pnr: bool = True) -> dict:
     """Compile, simulate (args.sim), synthesise and place and route (`pnr`) one GEMV design;
-    also used by bench_bandwidth.py. `args` holds M, K, sim, timeout, device and cache."""
+    also used by bench_bandwidth.py. `args` holds M, K, sim, timeout, device and cache, and
+    may hold router, placer and seeds (place and route once per seed: the median's row)."""
     name = f"{dtype}-p{config.fp_pipeline}-{config.lanes}x{config.reduce_unroll}" + \
         ("-lut-tail" if config.mem_tail == "lut" else "")
     workdir = root / name
@@ -87,19 +88,29 @@ def measure(dtype: str, config: HardwareConfig, args, root: Path, *, pnr: bool =
     if not pnr:
         return row
     t = time.perf_counter()
+    seeds = list(getattr(args, "seeds", None) or [1])
+    reports = []
     try:
-        rep = place_and_route(area.netlist_path, "ecp5", workdir / "pnr", timeout=args.timeout, device=args.device,
-                              use_cache=args.cache, router=getattr(args, "router", "router1"),
-                              placer=getattr(args, "placer", "heap"))
+        for seed in seeds:                   # one folder per seed when there are several
+            reports.append(place_and_route(
+                area.netlist_path, "ecp5", workdir / "pnr" / (f"seed{seed}" if len(seeds) > 1 else ""),
+                timeout=args.timeout, device=args.device, use_cache=args.cache, seed=seed,
+                router=getattr(args, "router", "router1"), placer=getattr(args, "placer", "heap")))
     except ToolError as exc:                 # a time-out or crash: keep the row, say why
         row.update(pnr_wall_s=time.perf_counter() - t, fits=None, fmax_mhz=None, latency_us=None,
                    reason=f"place-and-route did not finish: {exc.reason}", device=args.device, cached=False,
                    critical_path=None, total_s=time.perf_counter() - t0)
         return row
-    row.update(pnr_wall_s=time.perf_counter() - t, pnr_s=rep.seconds, cached=rep.cached, fits=rep.fits,
+    # placement noise moves one seed's Fmax by +-10% on the large designs: the row is the
+    # median seed's (the lower middle one of an even count), with every seed's figure beside it
+    ranked = sorted(reports, key=lambda r: (r.fmax_mhz is not None, r.fmax_mhz or 0.0))
+    rep = ranked[(len(ranked) - 1) // 2]
+    row.update(pnr_wall_s=time.perf_counter() - t, pnr_s=sum(r.seconds for r in reports),
+               cached=all(r.cached for r in reports), fits=rep.fits,
                device=rep.device, package=rep.package, fmax_mhz=rep.fmax_mhz, reason=rep.reason,
                latency_us=rep.latency_us(row["cycles"]), total_s=time.perf_counter() - t0,
-               nextpnr=rep.nextpnr_version, log=rep.log_path, critical_path=rep.critical_path)
+               nextpnr=rep.nextpnr_version, log=rep.log_path, critical_path=rep.critical_path,
+               seeds=seeds, seed=seeds[reports.index(rep)], fmax_seeds=[r.fmax_mhz for r in reports])
     return row
 
 
@@ -120,6 +131,8 @@ def main() -> int:
     ap.add_argument("--no-cache", dest="cache", action="store_false")
     ap.add_argument("--router", choices=ROUTERS, default="router1", help="nextpnr router (compiler/pnr.py)")
     ap.add_argument("--placer", choices=PLACERS, default="heap", help="nextpnr placer (compiler/pnr.py)")
+    ap.add_argument("--seeds", nargs="+", type=int, default=[1],
+                    help="nextpnr seeds: place and route each design once per seed, report the median seed")
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -127,7 +140,8 @@ def main() -> int:
     pipelines = list(args.pipelines)
     root = args.workdir or Path(tempfile.mkdtemp(prefix="tinyhw-bench-timing-"))
     jobs = [(d, HardwareConfig(fp_pipeline=p)) for d in args.dtypes for p in pipelines]
-    print(f"GEMV {args.M}x{args.K}, ECP5 {args.device}, nextpnr --freq 100 --seed 1; work in {root}", flush=True)
+    print(f"GEMV {args.M}x{args.K}, ECP5 {args.device}, nextpnr --freq 100 --seed {' '.join(map(str, args.seeds))}; "
+          f"work in {root}", flush=True)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         rows = list(pool.map(lambda job: measure(*job, args, root), jobs))
 
@@ -144,6 +158,8 @@ def main() -> int:
             print(f"    does not fit: {r['reason']}")
         elif r["critical_path"]:
             print(f"    critical path {r['critical_path']}")
+        if len(r.get("seeds", ())) > 1:
+            print(f"    median of seeds {r['seeds']}: {', '.join(fmt(f, '.1f') for f in r['fmax_seeds'])} MHz")
     for dtype in args.dtypes:
         base = next((r for r in rows if r["dtype"] == dtype and r["fp_pipeline"] == 0), None)
         best = min((r for r in rows if r["dtype"] == dtype and r["latency_us"]), key=lambda r: r["latency_us"],
