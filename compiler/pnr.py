@@ -396,7 +396,7 @@ ROUTERS = ("router1", "router2")
 PLACERS = ("heap", "static")
 
 
-def _check_router(router: str, placer: str = "heap") -> None:
+def _check_options(router: str, placer: str = "heap") -> None:
     if router not in ROUTERS:
         raise ValueError(f"router: expected one of {', '.join(ROUTERS)}, got {router!r}")
     if placer not in PLACERS:
@@ -438,7 +438,7 @@ def nextpnr_argv(device: Device, package: str, *, top: str, freq_mhz: float, see
                  router: str = "router1", placer: str = "heap", clock: bool = False) -> list[str]:
     """The command line (relative paths: the WASM sandbox sees only the working folder).
     `clock`: the top has a `clk` port, placed on the package's clock pin (CLOCK_PINS)."""
-    _check_router(router, placer)
+    _check_options(router, placer)
     argv = [nextpnr_tool(device.family), device.option, "--package", package, "--json", "netlist.json",
             "--top", top, "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--timing-allow-fail",
             "--report", "report.json"]
@@ -476,7 +476,7 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
                          "(xilinx has no open-source place-and-route here)")
     if freq_mhz <= 0:
         raise ValueError(f"freq_mhz must be positive, got {freq_mhz!r}")
-    _check_router(router, placer)
+    _check_options(router, placer)
     src = Path(netlist_json_path)
     data = src.read_bytes()
     try:

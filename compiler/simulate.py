@@ -107,6 +107,7 @@ def peek_buffers(ctx, design: Design) -> tuple[list[np.ndarray], dict[int, np.nd
 class Harness:
     """A design under a simulation-only module: a free-running cycle counter beside it, and
     its `sync` domain made explicit so that a testbench can drive the reset (`domain.rst`)."""
+    design: Design
     module: Module
     count: Signal
     domain: ClockDomain
@@ -118,15 +119,16 @@ class Harness:
         m.submodules.top = design.top
         count = Signal(64)
         m.d.sync += count.eq(count + 1)
-        return cls(m, count, domain)
+        return cls(design, m, count, domain)
 
-    async def run(self, ctx, design: Design) -> int:
+    async def run(self, ctx) -> int:
         """Raise `start` for one cycle and wait for `done`: the cycles from start to done."""
-        ctx.set(design.top.start, 1)
+        top = self.design.top
+        ctx.set(top.start, 1)
         start = ctx.get(self.count)
         await ctx.tick()
-        ctx.set(design.top.start, 0)
-        (done,) = await ctx.tick().sample(self.count).until(design.top.done)
+        ctx.set(top.start, 0)
+        (done,) = await ctx.tick().sample(self.count).until(top.done)
         return done - start
 
     def simulate(self, testbench) -> None:
@@ -146,7 +148,7 @@ def run_pysim(design: Design, inputs: dict | None = None) -> SimResult:
     async def bench(ctx):
         poke_inputs(ctx, design, words)
         t0 = time.perf_counter()
-        result["cycles"] = await harness.run(ctx, design)
+        result["cycles"] = await harness.run(ctx)
         result["seconds"] = time.perf_counter() - t0
         result["outputs"], result["buffers"] = peek_buffers(ctx, design)
 

@@ -426,7 +426,7 @@ def _run_with_reset(design, reset_after: int, idle: int = 24) -> tuple[object, l
             await ctx.tick()
             assert not ctx.get(top.done) and not ctx.get(top.busy), "the design acts after a reset"
         got["idle"] = peek_buffers(ctx, design)[1]
-        cycles = await harness.run(ctx, design)
+        cycles = await harness.run(ctx)
         got["run"] = (peek_buffers(ctx, design)[0], cycles)
 
     harness.simulate(bench)
