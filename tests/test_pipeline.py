@@ -450,3 +450,72 @@ def test_a_reset_mid_run_stops_everything_and_a_new_run_is_exact(name, knobs, le
             assert np.array_equal(idle[buf], words), f"buffer {buf} written after the reset"
         assert_exact(outputs, case.reference)
         assert cycles == design.cycles_formula
+
+
+def _write_around_a_run(design) -> tuple[list, dict, dict, int]:
+    """Start a run and, through the host bus, write word 0 of the first and last writable
+    banks in the start cycle and the cycle after it (busy: the writes must be dropped), then
+    word 1 of both in the two cycles after `done` (idle again: they must land). Returns the
+    run's outputs, {port: (word 0, word 1)} as loaded and as the memories hold them after,
+    and the port count."""
+    from compiler.simulate import Harness, input_words, peek_buffers, poke_inputs
+    harness, top = Harness.of(design), design.top
+    words = input_words(design, None)
+    refs = {(ref.kernel, ref.slot): ref for buf, w in words.items() for ref, _ in design.memory_words(buf, w)}
+    writable = [i for i, hp in enumerate(design.host_ports) if hp.write and hp.depth >= 2]
+    ports = [writable[0], writable[-1]]
+    got: dict = {}
+
+    def peek(ctx, i: int) -> tuple[int, int]:
+        hp = design.host_ports[i]
+        ref = refs[hp.kernel, hp.slot]
+        mem = design.memory_parts(ref)[0][2]
+        return tuple((ctx.get(mem[a]) >> ref.offset) & ((1 << ref.width) - 1) for a in (0, 1))
+
+    async def write(ctx, i: int, addr: int) -> None:
+        value = ~peek(ctx, i)[addr] & ((1 << design.host_ports[i].width) - 1)     # differs from the word
+        ctx.set(top.host_sel, i)
+        ctx.set(top.host_addr, addr)
+        ctx.set(top.host_wdata, value)
+        ctx.set(top.host_we, 1)
+        await ctx.tick()
+        ctx.set(top.host_we, 0)
+
+    async def bench(ctx):
+        poke_inputs(ctx, design, words)
+        got["loaded"] = {i: peek(ctx, i) for i in ports}
+        ctx.set(top.start, 1)
+        await write(ctx, ports[0], 0)            # the start cycle
+        ctx.set(top.start, 0)
+        await write(ctx, ports[1], 0)            # busy
+        await ctx.tick().until(top.done)         # sampled at the edge: now the cycle after done
+        assert not ctx.get(top.busy)
+        await write(ctx, ports[0], 1)
+        await write(ctx, ports[1], 1)
+        await ctx.tick().repeat(4)               # the bus's registers
+        got["after"] = {i: peek(ctx, i) for i in ports}
+        got["outputs"] = peek_buffers(ctx, design)[0]
+
+    harness.simulate(bench)
+    return got["outputs"], got["loaded"], got["after"], len(writable)
+
+
+@pytest.mark.parametrize("level", [2, 3])
+@pytest.mark.parametrize("name, knobs", [
+    ("gemv_int8_16x8", dict(lanes=4, reduce_unroll=4)),
+    ("mlp_int8_small", dict(lanes=2, reduce_unroll=2)),          # runs and copies: the last phase a run
+    ("gemv_int8_16x64", dict(lanes=16, reduce_unroll=8))])       # > HOST_GROUP**2 write ports
+def test_host_writes_land_whenever_the_top_is_not_busy_and_never_while_it_runs(name, knobs, level):
+    """The bus writes only while idle: from FANOUT_LEVEL its idle flag reaches the banks through
+    two levels of copies, computed two cycles ahead (TopHW._idle_in_two); a write in the cycle
+    right after `done` must still land, and one in the start cycle or while busy must not."""
+    case = designs.gemv_int8(16, 64) if name == "gemv_int8_16x64" else designs.SMALL[name]()
+    design = compile_model(*case.outputs, config=HardwareConfig(fp_pipeline=level, **knobs))
+    outputs, loaded, after, n = _write_around_a_run(design)
+    assert_exact(outputs, case.reference)
+    for port, (word0, word1) in after.items():
+        assert word0 == loaded[port][0], f"host port {port}: a write while busy landed"
+        assert word1 != loaded[port][1], f"host port {port}: a write right after done was dropped"
+    if knobs["lanes"] == 16:
+        from compiler.hw.top import HOST_GROUP
+        assert n > HOST_GROUP * HOST_GROUP

@@ -173,7 +173,7 @@ class KernelHW(wiring.Component):
         self.memories: dict[int, memory.MemoryData] = {}
         # mem_tail="lut": the words past the block-RAM rows, in a LUT-RAM memory (hw/tail.py)
         self.tails: dict[int, memory.MemoryData] = {}
-        sig = {"start": In(1), "done": Out(1), "busy": Out(1)}
+        sig = {"start": In(1), "done": Out(1), "done_next": Out(1), "busy": Out(1)}
         for b in kernel.buffers:
             n = port_names(b.slot)
             if b.slot in self.external:
@@ -244,7 +244,9 @@ class KernelHW(wiring.Component):
         dp = Datapath(k, self.ranges, self.config, accs, sched)
         m.submodules.datapath = dp.m
         delays = _Delays(dp)
-        m.d.sync += self.done.eq(delays.of(last, sched.commit, "last", control=True))
+        # done_next is high in the cycle before done (the top looks ahead with it: TopHW)
+        m.d.comb += self.done_next.eq(delays.of(last, sched.commit, "last", control=True))
+        m.d.sync += self.done.eq(self.done_next)
         m.d.comb += quiet_next.eq(nstep == idle)
         for d in range(0, sched.commit):
             with m.If(delays.of(step, d, "step", control=True) != idle):

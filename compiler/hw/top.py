@@ -194,6 +194,36 @@ class TopHW(wiring.Component):
     def port(self, kernel: int, slot: int, name: str):
         return getattr(self.kernels[kernel], port_names(slot)[name])
 
+    def _idle_in_two(self, phase: Signal, cctr: Signal, idle: int) -> Value:
+        """Whether the phase is idle two cycles from now, if `start` is low next cycle: what
+        `nphase == idle` will say next cycle. A phase ends this cycle (a kernel's `done`, a
+        copy's last cycle) or the next (`done_next`, the copy's last but one); a kernel run
+        never ends in its first cycle, a copy of length 1 does."""
+        n = len(self.phases)
+
+        def ends(p: int, ahead: int) -> Value:      # phase p, in it now, ends in `ahead` cycles
+            ph = self.phases[p]
+            if isinstance(ph, Run):
+                k = self.kernels[ph.kernel]
+                return k.done if ahead == 0 else k.done_next
+            at = ph.length - 1 - ahead                # its counter now, if it ends `ahead` cycles on
+            return cctr == at if at >= 0 else Const(0)
+
+        def ends_at_once(p: int) -> bool:           # phase p ends in the cycle it is entered
+            ph = self.phases[p]
+            if isinstance(ph, Run):
+                assert self.kernels[ph.kernel].cycles >= 2, "a kernel run ends in its first cycle"
+                return False
+            return ph.length == 1
+
+        last = n - 1
+        soon = ((phase == idle) & ~self.start) | ((phase == last) & (ends(last, 0) | ends(last, 1)))
+        if n == 1 and ends_at_once(0):
+            soon = soon | ((phase == idle) & self.start)
+        if n >= 2 and ends_at_once(last):
+            soon = soon | ((phase == last - 1) & ends(last - 1, 0))
+        return soon
+
     def elaborate(self, platform):
         m = Module()
         for i, k in enumerate(self.kernels):
@@ -254,6 +284,13 @@ class TopHW(wiring.Component):
         # the write enables reset, so no write lands in the cycle after a reset.
         data_copies = Copies(m, HOST_GROUP, reset_less=True)
         flag_copies = Copies(m, HOST_GROUP, reset_less=False)
+        # The idle flag's copies sit beside the block RAMs, all over the die: one hop from the
+        # middle (the kernel's `done` through `nphase == idle`) was the 26x17 GEMV's critical
+        # path (11.5 ns of routing). So the flag passes two levels of copies, a copy per
+        # HOST_GROUP of the leaf copies first, and is computed a cycle earlier to make up for
+        # it (_idle_in_two); the start pin, which that look-ahead cannot know, gates the leaves.
+        soon_copies = Copies(m, HOST_GROUP * HOST_GROUP, reset_less=False)
+        idle_soon = self._idle_in_two(phase, cctr, idle) if fanout else None
 
         def shared(kind: str, value: Value, width: int, init: int = 0, data: bool = True) -> Value:
             copies = data_copies if data else flag_copies
@@ -266,7 +303,8 @@ class TopHW(wiring.Component):
             if hp.write:
                 waddr, wdata = self.port(hp.kernel, hp.slot, "waddr"), self.port(hp.kernel, hp.slot, "wdata")
                 if fanout:          # out of range, the write enable is low: the address needs no 0
-                    stopped = shared("stopped", nphase == idle, 1, init=1, data=False)
+                    soon = soon_copies("soon", idle_soon, "host_idle_soon", init=1)
+                    stopped = shared("stopped", soon & ~self.start, 1, init=1, data=False)
                     m.d.comb += [
                         waddr.eq(shared("addr", self.host_addr[:len(waddr)], len(waddr))),
                         wdata.eq(shared("wdata", self.host_wdata[:len(wdata)], len(wdata))),
