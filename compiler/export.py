@@ -267,7 +267,7 @@ PROTOCOL = {
                   "at the next one; `start` may follow the last write at once). Writes while busy are ignored",
     "host_read": "while `busy` is low: set host_sel and host_addr; host_rdata holds the word "
                  "`host_read_latency` cycles later (1: the block RAM's read latency, also with combinational "
-                 "reads; 3 from fp_pipeline 3, where address and data are registered), undefined after a "
+                 "reads; 4 from fp_pipeline 3, where address and data are registered), undefined after a "
                  "cycle that writes",
     "start_done": "raise `start` for one cycle while idle; `busy` is high from the next cycle until the run "
                   "ends; `done` is high for exactly one cycle, the last one of the run. The cycle count is "

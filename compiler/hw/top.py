@@ -16,7 +16,7 @@ output's final value (readable). `host_addr` is a word of that bank, `host_we` w
 `host_wdata`, and `host_rdata` returns the word one cycle later (block RAM); after a cycle
 that writes, it is undefined (synthesis lets a block RAM answer a read of the word being
 written either way: kernel.NO_RW_CHECK). From fp_pipeline 3 (FANOUT_LEVEL) the bus is
-registered at both ends: a write lands a cycle later and a read takes 3 cycles
+registered at both ends: a write lands a cycle later and a read takes 4 cycles
 (`TopHW.host_read_latency`). Software places elements with
 the layout (Design.memory_words). The bus only acts while the top is idle. Reading the
 outputs from the top is what keeps Yosys from optimising the datapath away.
@@ -186,10 +186,10 @@ class TopHW(wiring.Component):
     @property
     def host_read_latency(self) -> int:
         """Cycles from a host read address to its word on host_rdata: 1 (block RAM, or a
-        combinational read), 3 from FANOUT_LEVEL (address and data registered: see elaborate;
-        2 there with combinational reads)."""
+        combinational read), 4 from FANOUT_LEVEL (address, data and the OR of the banks'
+        data registered: see elaborate; 3 there with combinational reads)."""
         config = self.kernels[0].config
-        return max(1, 2 * (config.fp_pipeline >= FANOUT_LEVEL) + (config.mem_read == "sync"))
+        return max(1, 3 * (config.fp_pipeline >= FANOUT_LEVEL) + (config.mem_read == "sync"))
 
     def port(self, kernel: int, slot: int, name: str):
         return getattr(self.kernels[kernel], port_names(slot)[name])
@@ -322,15 +322,20 @@ class TopHW(wiring.Component):
                 read_ports.append((i, hp))
         if fanout:
             # each port's data gated by its own flag, as old as the data (the registered address
-            # and the block RAM's cycle), then OR-ed into the host_rdata register: a multiplexer
-            # on a shared selection fanned that selection out to every output bank (on the
-            # 12x13 GEMV it was the critical path: 9.3 ns of routing)
+            # and the block RAM's cycle), then OR-ed: a multiplexer on a shared selection fanned
+            # that selection out to every output bank (on the 12x13 GEMV it was the critical
+            # path: 9.3 ns of routing). The OR is registered per HOST_GROUP ports, then again
+            # in host_rdata: one OR over the 26x17 GEMV's 26 output banks, all over the die,
+            # was its critical path (10.4 ns of routing)
             rdata = Const(0, len(self.host_rdata))
-            for i, hp in read_ports:
-                flag: Value = (self.host_sel == i)
-                for d in range(1 + int(sync_reads)):
-                    flag = registered(m, flag, f"host{i}_rsel{d}", duplicate=True, reset_less=True)
-                rdata = rdata | Mux(flag, self.port(hp.kernel, hp.slot, "rdata"), 0)
+            for g in range(0, len(read_ports), HOST_GROUP):
+                part = Const(0, len(self.host_rdata))
+                for i, hp in read_ports[g:g + HOST_GROUP]:
+                    flag: Value = (self.host_sel == i)
+                    for d in range(1 + int(sync_reads)):
+                        flag = registered(m, flag, f"host{i}_rsel{d}", duplicate=True, reset_less=True)
+                    part = part | Mux(flag, self.port(hp.kernel, hp.slot, "rdata"), 0)
+                rdata = rdata | registered(m, part, f"host_rdata_part{g // HOST_GROUP}", reset_less=True)
             m.d.sync += self.host_rdata.eq(rdata)
         else:
             # the selection as old as the read data: block RAM data arrives a cycle after its address
