@@ -13,8 +13,8 @@ the read ports transparent to the kernel's own write port. With mem_read="comb" 
 come from the current step and counters.
 
 Timing: `start` is sampled while idle; steps execute in the following cycles, one per cycle;
-`done` is high for one cycle right after the last step. A kernel run therefore takes
-`Program.cycles + 1` cycles from the start cycle to the done cycle.
+`done` is high for one cycle right after the last step (`done_next` in the cycle before it). A
+kernel run therefore takes `Program.cycles + 1` cycles from the start cycle to the done cycle.
 
 Pipelined (fp_pipeline > 0, see pipeline.py): steps still issue one per cycle, but a step's
 stores commit C = Schedule.commit cycles after it issues, driven by the step id and counters
