@@ -21,8 +21,9 @@ Usage: python bench/bench_bandwidth.py [--int8 16x16 26x16] [--pipelines 2 3] [-
                                        [--freq 100] [--router router2] [--placer static] [--seeds 1 2 3]
                                        [--no-sim] [--no-pnr] [--workdir DIR] [--json out.json]
 Place-and-route and synthesis are cached under $TINYHW_CACHE. A 26x17 int8 design takes Yosys
-~2 minutes and nextpnr (router2) 17-60 at fp_pipeline 3; 16x16 at fp_pipeline 3 routes in
-~8-25 (84.3 MHz, 404 cycles, 4.79 us, seed 1, on 2026-11-24: docs/memory-packing.md).
+~2-5 minutes and nextpnr (router2, static placer) 20-25 at fp_pipeline 3 (95.8 MHz, 248 cycles,
+2.59 us, seed 1, on 2026-11-25); 16x16 routes in 7-45 (heap: seeds 1-3 107.6, 89.5, 97.4 MHz,
+404 cycles; docs/memory-packing.md).
 """
 from __future__ import annotations
 
