@@ -16,7 +16,9 @@ values from one stage to the next:
     of whose operands more than OPERAND_GROUP products share (the GEMV's x element broadcast
     to every lane) takes one more level (+1 stage): that operand first passes a registered
     copy per OPERAND_GROUP products, so the read-data register (inside the block RAM,
-    compiler/bram_registers.py) drives a few copies and each copy the multipliers near it.
+    compiler/bram_registers.py) drives a few copies, and each of those the OPERAND_GROUP
+    products' own copies of it (one per product, not per group: a LUT multiplier loads each
+    operand bit ~10 times; Datapath.own_copies).
     The other operand is taken a stage later: a buffer whose loads are only ever such operands
     (the GEMV's weights) is read a stage late (`Schedule.late`: one more register on each of
     its memories' read addresses), anything else passes a plain register;
