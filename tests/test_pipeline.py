@@ -172,33 +172,37 @@ def test_gemv_cycles_add_the_pipeline_depth_once_per_run():
     assert [c for _, c in design.cycle_model().kernels] == [16 * 32 + 2, 4 * 16 + 2]
 
 
-@pytest.mark.parametrize("lanes, reduce_unroll", [(4, 2), (5, 3), (8, 2), (16, 4)])
-def test_a_broadcast_operand_fans_out_through_copies_for_one_cycle_per_run(lanes, reduce_unroll):
+@pytest.mark.parametrize("lanes, reduce_unroll", [(4, 2), (5, 3), (8, 2), (16, 4), (17, 2), (26, 1)])
+def test_a_broadcast_operand_fans_out_through_levels_of_copies_for_a_cycle_each_per_run(lanes, reduce_unroll):
     """At fp_pipeline 3 an x element multiplied by more than OPERAND_GROUP lanes passes a copy
-    per OPERAND_GROUP products before a copy per product: one stage more, once per run."""
+    per OPERAND_GROUP products before a copy per product, and by more than OPERAND_GROUP**2 a
+    copy per OPERAND_GROUP**2 products before those: one stage more per level, once per run."""
     from amaranth.back import rtlil
     from compiler.hw.pipeline import OPERAND_GROUP
     case = designs.gemv_int8(32, 16)
     design, _ = check(case, fp_pipeline=3, lanes=lanes, reduce_unroll=reduce_unroll)
     (sched,) = design.schedules
+    levels = (lanes > OPERAND_GROUP) + (lanes > OPERAND_GROUP ** 2)
     products = [u for i, u in sched.unit_stages.items() if u >= 2]
-    broadcast = lanes > OPERAND_GROUP
-    assert len(products) == lanes * reduce_unroll and set(products) == {3 if broadcast else 2}
-    assert len(sched.broadcast) == (reduce_unroll if broadcast else 0)     # the x elements
-    # the weights are only ever the other operand: read a stage late, not registered again
-    assert len(sched.late) == (lanes * reduce_unroll if broadcast else 0)
+    assert len(products) == lanes * reduce_unroll and set(products) == {2 + levels}
+    assert sched.broadcast == ({} if not levels else {i: levels for i in sched.broadcast})
+    assert len(sched.broadcast) == (reduce_unroll if levels else 0)     # the x elements
+    # the weights are only ever the other operand: read `levels` stages late, not registered again
+    assert sched.late == {b: levels for b in sched.late} and len(sched.late) == (lanes * reduce_unroll if levels else 0)
     wires = {line.split()[-1] for line in rtlil.convert(design.top).splitlines() if line.lstrip().startswith("wire")}
+    far = {w for w in wires if re.search(r"_fan2_\d+$", w)}
+    assert len(far) == (reduce_unroll * -(-lanes // OPERAND_GROUP ** 2) if levels > 1 else 0)
     fans = {w for w in wires if re.search(r"_fan\d+$", w)}
-    assert len(fans) == (reduce_unroll * -(-lanes // OPERAND_GROUP) if broadcast else 0)
-    # past the fan-out level, each product has its own copy of the broadcast operand
+    assert len(fans) == (reduce_unroll * -(-lanes // OPERAND_GROUP) if levels else 0)
+    # past the fan-out levels, each product has its own copy of the broadcast operand
     dups = {w for w in wires if re.search(r"_fan\d+_dup\d+$", w)}
-    assert len(dups) == (lanes * reduce_unroll if broadcast else 0)
+    assert len(dups) == (lanes * reduce_unroll if levels else 0)
     plain, _ = check(case, fp_pipeline=2, lanes=lanes, reduce_unroll=reduce_unroll)
     (sched2,) = plain.schedules
     # level 3 adds the operand copies, the address copies and the own-counter address (3, as
-    # for the GEMV above), an adder-tree level per reduce_unroll level, and the fan-out level
+    # for the GEMV above), an adder-tree level per reduce_unroll level, and the fan-out levels
     tree = (reduce_unroll - 1).bit_length()
-    assert sched.commit == sched2.commit + 3 + tree + int(broadcast)
+    assert sched.commit == sched2.commit + 3 + tree + levels
 
 
 def test_level_0_builds_the_single_cycle_design():

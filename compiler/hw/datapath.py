@@ -28,7 +28,7 @@ from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..ranges import Interval
 from . import floatops
-from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, schedule
+from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, operand_offsets, schedule
 
 K = ir.OpKind
 
@@ -184,8 +184,10 @@ class Datapath:
         self.memo: dict[tuple, Value] = {}
         self.chains: dict[tuple, list[Value]] = {}
         self.operand_copies = Copies(m, OPERAND_GROUP, reset_less=True)
-        self.fanout_copies = Copies(m, OPERAND_GROUP, reset_less=True)     # of broadcast operands,
-        self.own_copies = Copies(m, 1, reset_less=True)                    # then one per product
+        # of broadcast operands: a level of copies per OPERAND_GROUP**level products
+        # (pipeline.fan_levels), then one per product
+        self.fanout_copies: dict[int, Copies] = {}
+        self.own_copies = Copies(m, 1, reset_less=True)
         self.local_groups = Copies(m, LOCAL_GROUP, reset_less=True)
         self.mul_uses: collections.Counter = collections.Counter()    # id(value) -> products using it
         self.count = 0
@@ -338,25 +340,28 @@ class Datapath:
         """`v` (is_product) one cycle after its operands' copies, from operands in `stage`: a
         Product whose A is the operand more products share (the broadcast x of a GEMV: a LUT
         multiplier's multiples of A are then built once per copy), the wider on a tie. With a
-        broadcast operand (Schedule.broadcast) there is a level before the operand copies: that
-        operand's copy per OPERAND_GROUP products, and the other operand a stage later (read a
-        stage later when it is a load of a `late` buffer, else its chain): the register before
-        the copies is the block RAM's output register (compiler/bram_registers.py), which then
-        drives a few copies, not every multiplier. Each of those drives OPERAND_GROUP products'
+        broadcast operand (Schedule.broadcast) there are levels before the operand copies
+        (pipeline.fan_levels): that operand's copy per OPERAND_GROUP**level products, and the
+        other operand as many stages later (read later when it is a load of a `late` buffer,
+        else its chain): the register before the copies is the block RAM's output register
+        (compiler/bram_registers.py), which then drives a few copies, not every multiplier (on
+        the 26x17 GEMV it drove 7 across the die, the critical path at 95.8 MHz, until a
+        second level). The last level drives OPERAND_GROUP products'
         own copies: a copy shared by four LUT multipliers fanned each bit out to ~40 LUT inputs
         (its multiples, the rows) and the paths inside them were the critical ones; with a
         copy each, the int8 GEMV 16x16 went from 84.3 to 107.6 MHz (+1,768 LUTs, the multiples
         built per product, +1,536 FFs; ECP5 85F, router2, seed 1: docs/pipeline.md)."""
         srcs = []
-        for s in v.srcs:
-            if self.sched.unit_stages[id(v)] < 3:
-                srcs.append(self.operand_copy(self.local(s, env, stage)))
-            elif id(s) in self.sched.broadcast:
-                x = self.local(s, env, stage)
-                x = self.fanout_copies(id(x), x, f"{_name(x)}_fan")
-                srcs.append(self.own_copies(id(x), x, f"{_name(x)}_dup"))
-            else:
-                srcs.append(self.operand_copy(self.local(s, env, stage + 1)))
+        for s, offset in zip(v.srcs, operand_offsets(v, self.sched.broadcast)):
+            x = self.local(s, env, stage + offset)
+            levels = self.sched.broadcast.get(id(s), 0)
+            if not levels:
+                srcs.append(self.operand_copy(x))
+                continue
+            for level in range(levels, 0, -1):       # a copy per OPERAND_GROUP**level products
+                copies = self.fanout_copies.setdefault(level, Copies(self.m, OPERAND_GROUP ** level, reset_less=True))
+                x = copies(id(x), x, f"{_name(x)}_fan" + (f"{level}_" if level > 1 else ""))
+            srcs.append(self.own_copies(id(x), x, f"{_name(x)}_dup"))
         a, b = sorted(zip(v.srcs, srcs), key=lambda p: (self.mul_uses[id(p[0])], len(p[1])), reverse=True)
         unit = Product(a[1].shape(), b[1].shape(), self.shape(v))
         self.m.submodules[f"{PRODUCT_PREFIX}{self.count}"] = unit

@@ -451,7 +451,7 @@ class KernelHW(wiring.Component):
                             m.d.comb += [own_addr.eq(self._in_range(dp, index, addr_env, b.size, None)), own.eq(1)]
                 outside = p == 0 and b.slot not in self.external and \
                     (self.read_outside is None or b.slot in self.read_outside)
-                levels = self.schedule.address_levels + (1 if b.slot in self.schedule.late else 0)
+                levels = self.schedule.address_levels + self.schedule.late.get(b.slot, 0)
                 if levels > 1 and drives:
                     # A tree: banks read in lockstep have equal addresses; each ADDRESS_GROUP of
                     # memories (in build order, so neighbouring lanes) shares a first-level

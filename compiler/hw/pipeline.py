@@ -14,14 +14,15 @@ values from one stage to the next:
     x element) are kept apart in synthesis (datapath.DUPLICATE_ATTRIBUTE), so the placer puts
     each near its multipliers instead of routing one register across the die. A product one
     of whose operands more than OPERAND_GROUP products share (the GEMV's x element broadcast
-    to every lane) takes one more level (+1 stage): that operand first passes a registered
-    copy per OPERAND_GROUP products, so the read-data register (inside the block RAM,
-    compiler/bram_registers.py) drives a few copies, and each of those the OPERAND_GROUP
-    products' own copies of it (one per product, not per group: a LUT multiplier loads each
-    operand bit ~10 times; Datapath.own_copies).
-    The other operand is taken a stage later: a buffer whose loads are only ever such operands
-    (the GEMV's weights) is read a stage late (`Schedule.late`: one more register on each of
-    its memories' read addresses), anything else passes a plain register;
+    to every lane) takes more levels (`fan_levels`, +1 stage each): that operand first passes
+    a registered copy per OPERAND_GROUP products, and, shared by more than OPERAND_GROUP**2,
+    a copy per OPERAND_GROUP**2 before those, so the read-data register (inside the block
+    RAM, compiler/bram_registers.py) and every copy drive at most OPERAND_GROUP copies, and
+    the last level the OPERAND_GROUP products' own copies of it (one per product, not per
+    group: a LUT multiplier loads each operand bit ~10 times; Datapath.own_copies).
+    The other operand is taken as many stages later: a buffer whose loads are only ever such
+    operands (the GEMV's weights) is read that many stages late (`Schedule.late`: more
+    registers on each of its memories' read addresses), anything else passes plain registers;
   * integer adds and subtracts of data values: registered with P >= 3 (+1 stage each), so an
     unrolled reduction's adder tree has a register level per tree level;
   * float units: cut into min(2**P, the unit's maximum) stages (compiler/fp: FAdd up to 6,
@@ -110,10 +111,11 @@ class Schedule:
     sync_reads: bool = True                  # block RAM: read data a cycle after its address
     lookahead: bool = True                   # read addresses from the next step's counters (below
                                              # FANOUT_LEVEL), else from the step's own, a stage later
-    broadcast: frozenset[int] = frozenset()  # id(value) of operands of more than OPERAND_GROUP
-                                             # products, which fan out through copies first
-    late: frozenset[int] = frozenset()       # buffer slots read a stage later: one more register
-                                             # on their read addresses (late_buffers)
+    broadcast: dict[int, int] = field(default_factory=dict)  # id(value) -> fan_levels, of the
+                                             # operands of more than OPERAND_GROUP products, which
+                                             # fan out through levels of copies first
+    late: dict[int, int] = field(default_factory=dict)  # buffer slot -> stages it is read later:
+                                             # more registers on its read addresses (late_buffers)
 
     @property
     def load_stage(self) -> int:
@@ -129,7 +131,7 @@ class Schedule:
         """The stage in which the read port delivers this load's data."""
         issue = self.gather_issue.get(id(load))
         if issue is None:
-            return self.load_stage + (1 if load.buf in self.late else 0)
+            return self.load_stage + self.late.get(load.buf, 0)
         return issue + (1 if self.sync_reads else 0)
 
     def data_stage(self, load: ir.Load) -> int:
@@ -173,48 +175,67 @@ def load_stage(address_levels: int, lookahead: bool, sync_reads: bool) -> int:
     return address_levels + (0 if lookahead or not sync_reads else 1)
 
 
-def broadcast_operands(order: list[ir.Value], level: int) -> frozenset[int]:
-    """id() of the values that more than OPERAND_GROUP integer products of two non-constant
-    values use as an operand (from FANOUT_LEVEL; module docstring)."""
+def fan_levels(uses: int) -> int:
+    """Levels of copies a value shared by `uses` products passes before each product's own
+    copy: one per power of OPERAND_GROUP below `uses` (4 products: none, they share an
+    operand copy; up to 16: a copy per 4; up to 64: a copy per 16, then per 4), so no
+    register drives more than OPERAND_GROUP copies (module docstring)."""
+    levels = 0
+    while uses > OPERAND_GROUP ** (levels + 1):
+        levels += 1
+    return levels
+
+
+def broadcast_operands(order: list[ir.Value], level: int) -> dict[int, int]:
+    """id() -> fan_levels of the values that more than OPERAND_GROUP integer products of two
+    non-constant values use as an operand (from FANOUT_LEVEL; module docstring)."""
     if level < FANOUT_LEVEL:
-        return frozenset()
+        return {}
     uses: dict[int, int] = {}
     for v in order:
         if isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float \
                 and not any(isinstance(s, ir.Const) for s in v.srcs[:2]):
             for s in v.srcs[:2]:
                 uses[id(s)] = uses.get(id(s), 0) + 1
-    return frozenset(i for i, n in uses.items() if n > OPERAND_GROUP)
+    return {i: fan_levels(n) for i, n in uses.items() if n > OPERAND_GROUP}
 
 
-def late_buffers(order: list[ir.Value], broadcast: frozenset[int], gathers: frozenset[int]) -> frozenset[int]:
-    """Slots of the buffers whose every load is only ever the other operand of a product with a
-    broadcast operand (the GEMV's weights): such a product takes that operand a stage after the
-    broadcast one (whose copies take a stage first, module docstring), so the buffer is read a
-    stage later, through one more address register per memory (a few flip-flops per block RAM)
-    instead of a register on every data bit (2,048 on the int8 GEMV 16x16)."""
+def operand_offsets(v: ir.Op, broadcast: dict[int, int]) -> list[int]:
+    """How many stages after a broadcast product's inputs each of its operands is taken: a
+    broadcast operand passes its fan_levels of copies first, so an operand with fewer levels
+    (the GEMV's weight: none) is taken as many stages later (Datapath.product)."""
+    levels = [broadcast.get(id(s), 0) for s in v.srcs]
+    return [max(levels) - n for n in levels]
+
+
+def late_buffers(order: list[ir.Value], broadcast: dict[int, int], gathers: frozenset[int]) -> dict[int, int]:
+    """Slot -> stages, for the buffers whose every load is only ever taken stages after a
+    broadcast product's inputs (operand_offsets: the GEMV's weights, the other operand of a
+    product with the x element): such a buffer is read that many stages later, through more
+    address registers per memory (a few flip-flops per block RAM) instead of registers on
+    every data bit (2,048 per stage on the int8 GEMV 16x16)."""
     if not broadcast:
-        return frozenset()
+        return {}
     uses: dict[int, list[ir.Op]] = {}
     for v in order:
         for o in data_operands(v, gathers):
             uses.setdefault(id(o), []).append(v)
 
-    def only_other_operand(v: ir.Value) -> bool:      # through casts (no register)
-        return id(v) not in broadcast and bool(uses.get(id(v))) and all(
-            isinstance(u, ir.Op) and (
-                only_other_operand(u) if u.op in (K.CAST, K.BITCAST) else
-                u.op is K.MUL and any(id(s) in broadcast for s in u.srcs[:2] if s is not v))
-            for u in uses[id(v)])
+    def slack(v: ir.Value) -> int:             # the fewest stages after its ready any use takes it
+        found = [slack(u) if isinstance(u, ir.Op) and u.op in (K.CAST, K.BITCAST) else   # no register
+                 min(off for s, off in zip(u.srcs, operand_offsets(u, broadcast)) if s is v)
+                 if isinstance(u, ir.Op) and u.op is K.MUL and any(id(s) in broadcast for s in u.srcs[:2]) else 0
+                 for u in uses.get(id(v), [])]
+        return min(found, default=0)
 
-    late: dict[int, bool] = {}
+    late: dict[int, int] = {}
     for v in order:
         if isinstance(v, ir.Load):
-            late[v.buf] = late.get(v.buf, True) and id(v) not in gathers and only_other_operand(v)
-    return frozenset(b for b, ok in late.items() if ok)
+            late[v.buf] = min(late.get(v.buf, 1 << 30), 0 if id(v) in gathers else slack(v))
+    return {b: n for b, n in late.items() if n > 0}
 
 
-def _op_timing(v: ir.Op, level: int, muxes: set[int], broadcast: frozenset[int]) -> tuple[int, int]:
+def _op_timing(v: ir.Op, level: int, muxes: set[int], broadcast: dict[int, int]) -> tuple[int, int]:
     """(unit stages, latency) of an op of data values outside the accumulator loops."""
     if id(v) in muxes:
         return 1, 1
@@ -224,10 +245,11 @@ def _op_timing(v: ir.Op, level: int, muxes: set[int], broadcast: frozenset[int])
     if v.op in (K.MUL, K.MULACC) and level >= PRODUCT_LEVEL and \
             not any(isinstance(s, ir.Const) for s in v.srcs[:2]):
         # from FANOUT_LEVEL: its operands' own registers, then the product's (datapath.py), after
-        # a level of copies for a broadcast operand's fan-out
+        # the levels of copies of a broadcast operand's fan-out
         if level < FANOUT_LEVEL:
             return 1, 1
-        return (3, 3) if v.op is K.MUL and any(id(s) in broadcast for s in v.srcs[:2]) else (2, 2)
+        stages = 2 + (max(broadcast.get(id(s), 0) for s in v.srcs[:2]) if v.op is K.MUL else 0)
+        return stages, stages
     if v.op in (K.ADD, K.SUB) and level >= FANOUT_LEVEL and not v.dtype.is_float:
         return 1, 1                            # each level of an unrolled reduction's adder tree
     return 1, 0
@@ -301,7 +323,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
     address_levels = 0 if level < MEMORY_LEVEL or config.mem_read != "sync" else 2 if level >= FANOUT_LEVEL else 1
     lookahead = not (level >= FANOUT_LEVEL and address_levels)
     load_ready = load_stage(address_levels, lookahead, config.mem_read == "sync") + (1 if register_loads else 0)
-    late = late_buffers(order, broadcast, gathers) if address_levels else frozenset()
+    late = late_buffers(order, broadcast, gathers) if address_levels else {}
     ready: dict[int, int | None] = {}
     gather_issue: dict[int, int] = {}
 
@@ -322,11 +344,11 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
             sync = config.mem_read == "sync"
             ready[id(v)] = combine(v, issue + (1 if sync else 0) + (1 if register_loads else 0))
         elif isinstance(v, ir.Load):
-            ready[id(v)] = combine(v, load_ready + (1 if v.buf in late else 0))
-        elif unit_stages.get(id(v)) == 3 and v.op is K.MUL:
-            # a product with a broadcast operand: the other operand is taken a stage after it
+            ready[id(v)] = combine(v, load_ready + late.get(v.buf, 0))
+        elif unit_stages.get(id(v), 1) > 2 and v.op is K.MUL:
+            # a product with a broadcast operand: the other operand is taken stages after it
             # (Datapath.product), after the broadcast one's copies
-            r = max((ready[id(o)] - (0 if id(o) in broadcast else 1) for o in v.srcs
+            r = max((ready[id(o)] - off for o, off in zip(v.srcs, operand_offsets(v, broadcast))
                      if ready[id(o)] is not None), default=None)
             ready[id(v)] = None if r is None else max(r, 0) + latency[id(v)]
         else:
