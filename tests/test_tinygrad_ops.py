@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tinygrad import Tensor, dtypes
 
-from compiler import CompileError, HardwareConfig, UnsupportedError, compile_model, simulate
+from compiler import CompileError, HardwareConfig, compile_model, simulate
 from tinygrad_ref import Arg, check_forward
 
 F = dtypes.float32
