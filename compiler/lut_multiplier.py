@@ -44,18 +44,19 @@ class Shape:
     def name(self) -> str:
         return f"tinyhw_lut_mul_{self.a_width}x{self.b_width}_{self.y_width}{'s' if self.signed else 'u'}"
 
-    @property
-    def registered_name(self) -> str:
-        """The module of this product with its output register inside (`module(registered=True)`)."""
-        return self.name.replace("_mul_", "_mulreg_", 1)
+    def registered_name(self, registers: int = 1) -> str:
+        """The module of this product with its `registers` inside (`module(registers=...)`)."""
+        return self.name.replace("_mul_", f"_mulreg{registers if registers > 1 else ''}_", 1)
 
 
-REGISTERED = re.compile(r"\\?tinyhw_lut_mulreg_(\d+)x(\d+)_(\d+)([su])\b")
-"""A registered product module's name, whose groups give its Shape (`shape_of`)."""
+REGISTERED = re.compile(r"\\?tinyhw_lut_mulreg(\d*)_(\d+)x(\d+)_(\d+)([su])\b")
+"""A registered product module's name, whose groups give its registers and Shape (`registered_of`)."""
 
 
-def shape_of(match: re.Match) -> Shape:
-    return Shape(int(match.group(1)), int(match.group(2)), int(match.group(3)), match.group(4) == "s")
+def registered_of(match: re.Match) -> tuple[Shape, int]:
+    """(Shape, registers) of a REGISTERED match."""
+    return (Shape(int(match.group(2)), int(match.group(3)), int(match.group(4)), match.group(5) == "s"),
+            int(match.group(1) or 1))
 
 
 def takes(shape: Shape) -> bool:
@@ -71,14 +72,19 @@ class _Term:
     shift: int
 
 
-def module(shape: Shape, registered: bool = False) -> str:
-    """The techmap module (Verilog) for one product shape. `registered`: instead, a plain module
-    `Y = A * B` one clock later (ports A, B, CLK, Y), the register in the middle of the adder
-    tree (after its first ceil(levels / 2) levels, or after the rows when there is no tree): a
-    LUT product of the int8 GEMV had its operand copy, the multiples' adder, the row
-    multiplexers and two carry chains between two registers (12.9 ns on ECP5). No reset, as
-    the product register it replaces has none (hw.datapath.Product); every registered value
-    starts at 0, so Y does too, as `y <= a * b` does."""
+def module(shape: Shape, registers: int = 0) -> str:
+    """The techmap module (Verilog) for one product shape. `registers` > 0: instead, a plain
+    module `Y = A * B` that many clocks later (ports A, B, CLK, Y), with the registers inside:
+    one in the middle of the adder tree (after its first ceil(levels / 2) levels, or after the
+    rows when there is no tree): a LUT product of the int8 GEMV had its operand copy, the
+    multiples' adder, the row multiplexers and two carry chains between two registers (12.9 ns
+    on ECP5); a second after the multiples (A, 3A, -A and B), which takes the 3A adder out of
+    the row multiplexers' path (an operand copy, its 3A adder and 5.2 ns of routing to a row
+    multiplexer was the 16x16 GEMV's critical path on one seed). No reset, as the product
+    registers they replace have none (hw.datapath.Product); every registered value starts at
+    0, so Y does too, as the Product's registers do."""
+    if registers not in (0, 1, 2):
+        raise ValueError(f"a LUT product takes 0, 1 or 2 registers, not {registers}")
     s = shape
     # Rows of multiples of A, one per two bits of B (compiler.multipliers orients each product:
     # a broadcast operand on A, so its multiples are shared, else the narrower operand on B).
@@ -90,9 +96,9 @@ def module(shape: Shape, registered: bool = False) -> str:
         b_ext = f"{{B[{m - 1}], B}}" if s.signed else "{1'b0, B}"
     else:
         b_ext = "B"
-    if registered:
+    if registers:
         lines = [
-            f"module {s.registered_name} (A, B, CLK, Y);",
+            f"module {s.registered_name(registers)} (A, B, CLK, Y);",
             f"  input [{n - 1}:0] A; input [{m - 1}:0] B; input CLK; output [{s.y_width - 1}:0] Y;",
         ]
     else:
@@ -109,25 +115,32 @@ def module(shape: Shape, registered: bool = False) -> str:
         f"  wire {sgn}[{n - 1}:0] a = A;",
         f"  wire [{2 * digits - 1}:0] b = {b_ext};",
         f"  wire {sgn}[{rw - 1}:0] m0 = 0;",
-        f"  wire {sgn}[{rw - 1}:0] m1 = a;",
-        f"  wire {sgn}[{rw - 1}:0] m2 = m1 << 1;",
-        f"  (* keep *) wire {sgn}[{rw - 1}:0] m3 = m1 + m2;",
+        f"  (* keep *) wire {sgn}[{rw - 1}:0] m3 = a + (a << 1);",
     ]
     if s.signed:
-        lines += [f"  (* keep *) wire signed [{rw - 1}:0] n1 = -m1;",
-                  f"  wire signed [{rw - 1}:0] n2 = n1 << 1;"]
+        lines.append(f"  (* keep *) wire signed [{rw - 1}:0] n1 = -a;")
+    multiples = [("a", n, "m1"), ("b", 2 * digits, "bq"), ("m3", rw, "m3q")] + ([("n1", rw, "n1q")] if s.signed else [])
+    if registers == 2:          # the multiples' register (docstring)
+        for name, width, q in multiples:
+            lines.append(f"  reg {sgn if name != 'b' else ''}[{width - 1}:0] {q} = 0;")
+            lines.append(f"  always @(posedge CLK) {q} <= {name};")
+    else:
+        lines += [f"  wire {sgn if name != 'b' else ''}[{width - 1}:0] {q} = {name};" for name, width, q in multiples]
+    lines += [f"  wire {sgn}[{rw - 1}:0] m1w = m1;", f"  wire {sgn}[{rw - 1}:0] m2 = m1w << 1;"]
+    if s.signed:
+        lines.append(f"  wire signed [{rw - 1}:0] n2 = n1q << 1;")
     terms = []
     for i in range(digits):
         if 2 * i >= s.y_width:
             break
         top = s.signed and i == digits - 1
-        choices = ("m0", "m1", "n2", "n1") if top else ("m0", "m1", "m2", "m3")
-        b1, b0 = f"b[{2 * i + 1}]", f"b[{2 * i}]"
+        choices = ("m0", "m1w", "n2", "n1q") if top else ("m0", "m1w", "m2", "m3q")
+        b1, b0 = f"bq[{2 * i + 1}]", f"bq[{2 * i}]"
         lines.append(f"  wire {sgn}[{rw - 1}:0] r{i} = {b1} ? ({b0} ? {choices[3]} : {choices[2]}) : "
                      f"({b0} ? {choices[1]} : {choices[0]});")
         terms.append(_Term(f"r{i}", rw, 2 * i))
     levels = (len(terms) - 1).bit_length()            # of the pairwise tree below
-    cut = (levels + 1) // 2 if registered else None     # tree levels before the register
+    cut = (levels + 1) // 2 if registers else None     # tree levels before the register
     count = level = 0
     while True:
         if level == cut:
@@ -174,10 +187,12 @@ def _extend(t: _Term, width: int, signed: bool) -> str:
 REGISTERED_FILE = "tinyhw_lut_mulreg.v"
 
 
-def registered_file(shapes: set[Shape]) -> str:
-    """The modules of the registered LUT products of these shapes (all of which `takes`)."""
+def registered_file(products: set[tuple[Shape, int]]) -> str:
+    """The modules of the registered LUT products of these (shape, registers), all of whose
+    shapes `takes`."""
     return "// tinyhw registered LUT multipliers (compiler/lut_multiplier.py)\n" + "".join(
-        module(s, registered=True) for s in sorted(shapes, key=lambda s: (s.a_width, s.b_width, s.y_width, s.signed)))
+        module(s, registers) for s, registers in
+        sorted(products, key=lambda p: (p[0].a_width, p[0].b_width, p[0].y_width, p[0].signed, p[1])))
 
 
 def map_file(shapes: set[Shape]) -> str:

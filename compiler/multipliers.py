@@ -181,9 +181,10 @@ _PRODUCT = re.compile(rf"\.{PRODUCT_PREFIX}\d+$")
 
 def pipeline_products(rtlil_text: str, marked: set[tuple[str, str]]) -> str:
     """The RTLIL text with each marked product of a Product module (compiler.hw.datapath: `y <=
-    a * b`) rebuilt as the LUT multiplier with its register inside (lut_multiplier.module with
-    `registered`): same ports, same function cycle for cycle, the register between two halves
-    of the multiplier instead of after it. A shape the map does not take keeps its `$mul`."""
+    a * b` through one or two registers) rebuilt as the LUT multiplier with its registers inside
+    (lut_multiplier.module with `registers`): same ports, same function cycle for cycle, the
+    registers between parts of the multiplier instead of after it. A shape the map does not take
+    keeps its `$mul`."""
     head, modules = split_modules(rtlil_text)
     out = [head]
     for mod in modules:
@@ -192,6 +193,8 @@ def pipeline_products(rtlil_text: str, marked: set[tuple[str, str]]) -> str:
         if cell is None or not lut_multiplier.takes(cell.shape) or not _pure_signedness(mod.lines):
             out += mod.lines
             continue
+        # the Product's registers (its `$dff` cells), which the rebuilt multiplier holds inside
+        registers = sum(1 for line in mod.lines if line.split()[:2] == ["cell", "$dff"])
         ports = mod.ports
         y_width = int(re.search(r"width (\d+)", ports["\\y"].group(1)).group(1))
         declarations = {decl.string for decl in ports.values()}
@@ -206,7 +209,7 @@ def pipeline_products(rtlil_text: str, marked: set[tuple[str, str]]) -> str:
             fill = f"{full} [{cell.y_width - 1}]" if cell.signed else "1'0"
             y = "{ " + " ".join([fill] * (y_width - cell.y_width)) + f" {full} }}"
         body += [f"  wire width {cell.y_width} {full}\n",
-                 f"  cell \\{cell.shape.registered_name} $tinyhw_product\n",
+                 f"  cell \\{cell.shape.registered_name(registers)} $tinyhw_product\n",
                  f"    connect \\A {cell.a_signal}\n", f"    connect \\B {cell.b_signal}\n",
                  "    connect \\CLK \\clk\n",
                  f"    connect \\Y {full}\n", "  end\n", f"  connect \\y {y}\n", "end\n"]
@@ -250,7 +253,7 @@ def uses_luts(rtlil_text: str) -> bool:
 def map_files(rtlil_text: str) -> dict[str, str]:
     """The files lut_script reads, for the products marked in this RTLIL text ({} if none)."""
     shapes = {c.shape for c in mul_cells(rtlil_text) if c.lut}
-    registered = {lut_multiplier.shape_of(m) for m in lut_multiplier.REGISTERED.finditer(rtlil_text)}
+    registered = {lut_multiplier.registered_of(m) for m in lut_multiplier.REGISTERED.finditer(rtlil_text)}
     if not shapes and not registered:
         return {}
     files = {lut_multiplier.MAP_FILE: lut_multiplier.map_file(shapes)}

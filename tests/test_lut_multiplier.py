@@ -49,8 +49,8 @@ def test_the_proof_can_fail(tmp_path):
     shape = Shape(6, 6, 12, True)
     _sources(tmp_path, shape)
     text = (tmp_path / "map.v").read_text()
-    assert "? n1 : n2" in text
-    (tmp_path / "map.v").write_text(text.replace("? n1 : n2", "? n1 : m2"))
+    assert "? n1q : n2" in text
+    (tmp_path / "map.v").write_text(text.replace("? n1q : n2", "? n1q : m2"))
     with pytest.raises(ToolError):
         yosys(_MITER + "sat -verify -prove-asserts miter\n", cwd=tmp_path, timeout=300)
 
@@ -100,13 +100,14 @@ def test_fewer_luts_than_booth_on_ecp5(tmp_path):
     assert luts["map"] < 0.75 * luts["booth"], luts
 
 
-def _product_rtlil(a_shape, b_shape, y_shape) -> str:
-    """A design whose one submodule is a datapath Product (`y <= a * b`), as Amaranth writes it."""
+def _product_rtlil(a_shape, b_shape, y_shape, registers=1) -> str:
+    """A design whose one submodule is a datapath Product (`y <= a * b` through `registers`), as
+    Amaranth writes it."""
     from amaranth.back import rtlil
     from amaranth.hdl import Module
     from compiler.hw.datapath import PRODUCT_PREFIX, Product
     m = Module()
-    m.submodules[f"{PRODUCT_PREFIX}0"] = p = Product(a_shape, b_shape, y_shape)
+    m.submodules[f"{PRODUCT_PREFIX}0"] = p = Product(a_shape, b_shape, y_shape, registers)
     return rtlil.convert(m, name="top", ports=[p.a, p.b, p.y])
 
 
@@ -116,7 +117,7 @@ def _registered_equal(tmp_path, gold: str, mutate=lambda text: text) -> bool:
     from compiler.multipliers import mark_lut_cells, map_files, mul_cells, pipeline_products
     marked = {(c.module, c.name) for c in mul_cells(gold)}
     gate = pipeline_products(mark_lut_cells(gold, marked), marked)
-    assert "$mul" not in gate and "tinyhw_lut_mulreg_" in gate        # rebuilt, not left to the map
+    assert "$mul" not in gate and "tinyhw_lut_mulreg" in gate        # rebuilt, not left to the map
     tmp_path.mkdir(parents=True, exist_ok=True)
     for name, content in map_files(gate).items():
         (tmp_path / name).write_text(mutate(content))
@@ -124,7 +125,7 @@ def _registered_equal(tmp_path, gold: str, mutate=lambda text: text) -> bool:
     (tmp_path / "gate.il").write_text(gate.replace("\\top", "\\gate"))
     yosys("read_rtlil gold.il\nread_rtlil gate.il\nread_verilog tinyhw_lut_mulreg.v\nhierarchy\nproc\n"
           "flatten\nmiter -equiv -flatten -make_assert gold gate miter\nhierarchy -top miter\nopt_clean\n"
-          "tee -o proof.txt sat -tempinduct -prove-asserts -set-init-zero -seq 1 -maxsteps 6 miter\n",
+          "tee -o proof.txt sat -tempinduct -prove-asserts -set-init-zero -seq 2 -maxsteps 8 miter\n",
           cwd=tmp_path, timeout=600)
     return "Induction step proven: SUCCESS!" in (tmp_path / "proof.txt").read_text()
 
@@ -142,6 +143,23 @@ def test_registered_lut_products_are_the_product_register(tmp_path, shapes):
     from amaranth.hdl import signed, unsigned
     a, b, y = (eval(s, {"signed": signed, "unsigned": unsigned}) for s in shapes)
     assert _registered_equal(tmp_path, _product_rtlil(a, b, y))
+
+
+@pytest.mark.parametrize("shapes", [
+    ("signed(5)", "signed(4)", "signed(9)"), ("unsigned(6)", "unsigned(3)", "unsigned(9)"),
+    ("signed(4)", "signed(4)", "signed(12)"), ("unsigned(3)", "unsigned(2)", "unsigned(5)")],
+    ids=lambda s: "_".join(s))
+def test_lut_products_with_two_registers_are_the_product_registers(tmp_path, shapes):
+    """fp_pipeline 3's Product (pipeline.PRODUCT_REGISTERS): the multiples registered, then the
+    middle of the adder tree."""
+    from amaranth.hdl import signed, unsigned
+    a, b, y = (eval(s, {"signed": signed, "unsigned": unsigned}) for s in shapes)
+    gold = _product_rtlil(a, b, y, registers=2)
+    assert _registered_equal(tmp_path, gold)
+    # one register short (the multiples combinational) is refused
+    assert not _registered_equal(tmp_path / "short", gold, lambda text: re.sub(
+        r"reg (signed )?(\[\d+:0\]) (m1|bq|m3q|n1q) = 0;\n  always @\(posedge CLK\) \w+ <= (\w+);",
+        r"wire \1\2 \3 = \4;", text))
 
 
 def test_the_registered_proof_can_fail(tmp_path):

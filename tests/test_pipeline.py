@@ -159,9 +159,10 @@ def test_integer_designs_in_other_modes(name, level, knobs):
 
 def test_gemv_cycles_add_the_pipeline_depth_once_per_run():
     M, K = 16, 8
-    # 2: + the registered address and product; 3: + the product's own operand registers, each
-    # memory's own copy of the read address, and the address from the step's own counters
-    for level, commit in ((0, 0), (1, 1), (2, 3), (3, 6)):
+    # 2: + the registered address and product; 3: + the product's own operand registers and
+    # second register, each memory's own copy of the read address, and the address from the
+    # step's own counters
+    for level, commit in ((0, 0), (1, 1), (2, 3), (3, 7)):
         design, _ = check(designs.gemv_int8(M, K), fp_pipeline=level)
         (sched,) = design.schedules
         assert sched.commit == commit
@@ -184,7 +185,7 @@ def test_a_broadcast_operand_fans_out_through_levels_of_copies_for_a_cycle_each_
     (sched,) = design.schedules
     levels = (lanes > OPERAND_GROUP) + (lanes > OPERAND_GROUP ** 2)
     products = [u for i, u in sched.unit_stages.items() if u >= 2]
-    assert len(products) == lanes * reduce_unroll and set(products) == {2 + levels}
+    assert len(products) == lanes * reduce_unroll and set(products) == {3 + levels}
     assert sched.broadcast == ({} if not levels else {i: levels for i in sched.broadcast})
     assert len(sched.broadcast) == (reduce_unroll if levels else 0)     # the x elements
     # the weights are only ever the other operand: read `levels` stages late, not registered again
@@ -199,10 +200,11 @@ def test_a_broadcast_operand_fans_out_through_levels_of_copies_for_a_cycle_each_
     assert len(dups) == (lanes * reduce_unroll if levels else 0)
     plain, _ = check(case, fp_pipeline=2, lanes=lanes, reduce_unroll=reduce_unroll)
     (sched2,) = plain.schedules
-    # level 3 adds the operand copies, the address copies and the own-counter address (3, as
-    # for the GEMV above), an adder-tree level per reduce_unroll level, and the fan-out levels
+    # level 3 adds the operand copies, the product's second register, the address copies and
+    # the own-counter address (4, as for the GEMV above), an adder-tree level per reduce_unroll
+    # level, and the fan-out levels
     tree = (reduce_unroll - 1).bit_length()
-    assert sched.commit == sched2.commit + 3 + tree + levels
+    assert sched.commit == sched2.commit + 4 + tree + levels
 
 
 def test_level_0_builds_the_single_cycle_design():
@@ -376,8 +378,8 @@ def test_schedule_keeps_the_accumulator_loop_in_one_cycle():
 
 
 def test_level_3_registers_adder_trees_and_each_products_operands():
-    """fp_pipeline 3: every integer product takes two register levels (its own copy of each
-    operand, then the product), every add of its unrolled reduction's tree one; the add into
+    """fp_pipeline 3: every integer product takes three register levels (its own copy of each
+    operand, then the product's two: PRODUCT_REGISTERS), every add of its unrolled reduction's tree one; the add into
     the accumulator stays in the one-cycle loop and index math stays in stage 0. Read data
     comes two stages later too (each memory's own read-address register, and the address
     computed from the step's own counters instead of the next step's)."""
@@ -401,9 +403,10 @@ def test_level_3_registers_adder_trees_and_each_products_operands():
         levels[level] = ({sched.latency[id(v)] for v in products}, {sched.unit_stages.get(id(v), 1) for v in products},
                          {sched.latency.get(id(v), 0) for v in tree}, sched.commit)
     assert levels[2][:3] == ({1}, {1}, {0})
-    assert levels[3][:3] == ({2}, {2}, {1})
-    # each memory's copy of the read address, no look-ahead, the operand copies, two tree levels
-    assert levels[3][3] == levels[2][3] + 1 + 1 + 1 + 2
+    assert levels[3][:3] == ({3}, {3}, {1})
+    # each memory's copy of the read address, no look-ahead, the operand copies, the product's
+    # second register, two tree levels
+    assert levels[3][3] == levels[2][3] + 1 + 1 + 1 + 1 + 2
 
 
 # ------------------------------------------------------------------ reset

@@ -156,19 +156,26 @@ PRODUCT_PREFIX = "product"
 
 
 class Product(Elaboratable):
-    """y = a * b, registered: an integer product from FANOUT_LEVEL, whose operands are already
-    registered copies (Datapath.operand_copy). A submodule of its own so that synthesis can
-    rebuild a product it builds in LUTs with the register moved inside the multiplier, where
-    it halves the logic between registers (compiler.multipliers.pipeline_products), and leave
-    the DSP products as they are: the RTL, and so every simulation, is this one."""
+    """y = a * b, `registers` cycles later: an integer product from FANOUT_LEVEL, whose operands
+    are already registered copies (Datapath.operand_copy). A submodule of its own so that
+    synthesis can rebuild a product it builds in LUTs with the registers moved inside the
+    multiplier, where they cut the logic between registers (compiler.multipliers.pipeline_products),
+    and leave the DSP products as they are: the RTL, and so every simulation, is this one. The
+    second register is a DSP product's *landing* register (pipeline.PRODUCT_REGISTERS): the first
+    moves into the MULT18X18D (compiler/dsp_registers.py), the second stays in the fabric, where
+    the placer puts it between the DSP row and the lane's adder."""
 
-    def __init__(self, a_shape, b_shape, y_shape):
+    def __init__(self, a_shape, b_shape, y_shape, registers: int = 1):
         self.a, self.b = Signal(a_shape, name="a"), Signal(b_shape, name="b")
         self.y = Signal(y_shape, name="y", reset_less=True)       # data (Datapath.register)
+        self.registers = registers
 
     def elaborate(self, platform) -> Module:
         m = Module()
-        m.d.sync += self.y.eq(self.a * self.b)
+        value = self.a * self.b
+        for i in range(self.registers - 1):
+            value = registered(m, value, f"p{i}", reset_less=True)
+        m.d.sync += self.y.eq(value)
         return m
 
 
@@ -363,7 +370,8 @@ class Datapath:
                 x = copies(id(x), x, f"{_name(x)}_fan" + (f"{level}_" if level > 1 else ""))
             srcs.append(self.own_copies(id(x), x, f"{_name(x)}_dup"))
         a, b = sorted(zip(v.srcs, srcs), key=lambda p: (self.mul_uses[id(p[0])], len(p[1])), reverse=True)
-        unit = Product(a[1].shape(), b[1].shape(), self.shape(v))
+        levels = max(self.sched.broadcast.get(id(x), 0) for x in v.srcs)
+        unit = Product(a[1].shape(), b[1].shape(), self.shape(v), self.sched.unit_stages[id(v)] - 1 - levels)
         self.m.submodules[f"{PRODUCT_PREFIX}{self.count}"] = unit
         self.count += 1
         self.m.d.comb += [unit.a.eq(a[1]), unit.b.eq(b[1])]
