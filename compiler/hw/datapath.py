@@ -344,7 +344,7 @@ class Datapath:
             and self.sched.unit_stages.get(id(v), 1) >= 2
 
     def product(self, v: ir.Op, env: Env, stage: int) -> Value:
-        """`v` (is_product) one cycle after its operands' copies, from operands in `stage`: a
+        """`v` (is_product) PRODUCT_REGISTERS cycles after its operands' copies, from operands in `stage`: a
         Product whose A is the operand more products share (the broadcast x of a GEMV: a LUT
         multiplier's multiples of A are then built once per copy), the wider on a tie. With a
         broadcast operand (Schedule.broadcast) there are levels before the operand copies

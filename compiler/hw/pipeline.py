@@ -98,7 +98,7 @@ the 26x17 GEMV a DSP product's route to its adder crossed 76 columns: 16.6 ns); 
 takes both inside the multiplier (compiler/lut_multiplier.py)."""
 OPERAND_GROUP = 4
 """Products sharing one registered copy of an operand from FANOUT_LEVEL (Datapath.operand_copy);
-an operand of more products is `broadcast` (one more register level, module docstring)."""
+an operand of more products is `broadcast` (more register levels: fan_levels, module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -355,8 +355,8 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
         elif isinstance(v, ir.Load):
             ready[id(v)] = combine(v, load_ready + late.get(v.buf, 0))
         elif unit_stages.get(id(v), 1) > 2 and v.op is K.MUL:
-            # a product with a broadcast operand: the other operand is taken stages after it
-            # (Datapath.product), after the broadcast one's copies
+            # a product from FANOUT_LEVEL: an operand with fewer levels of fan-out copies than
+            # the other (a broadcast operand's) is taken as many stages later (Datapath.product)
             r = max((ready[id(o)] - off for o, off in zip(v.srcs, operand_offsets(v, broadcast))
                      if ready[id(o)] is not None), default=None)
             ready[id(v)] = None if r is None else max(r, 0) + latency[id(v)]
