@@ -28,7 +28,7 @@ from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..ranges import Interval
 from . import floatops
-from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, operand_offsets, schedule
+from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, PRODUCT_REGISTERS, Schedule, operand_offsets, schedule
 
 K = ir.OpKind
 
@@ -366,12 +366,12 @@ class Datapath:
                 srcs.append(self.operand_copy(x))
                 continue
             for level in range(levels, 0, -1):       # a copy per OPERAND_GROUP**level products
-                copies = self.fanout_copies.setdefault(level, Copies(self.m, OPERAND_GROUP ** level, reset_less=True))
-                x = copies(id(x), x, f"{_name(x)}_fan" + (f"{level}_" if level > 1 else ""))
+                if level not in self.fanout_copies:
+                    self.fanout_copies[level] = Copies(self.m, OPERAND_GROUP ** level, reset_less=True)
+                x = self.fanout_copies[level](id(x), x, f"{_name(x)}_fan" + (f"{level}_" if level > 1 else ""))
             srcs.append(self.own_copies(id(x), x, f"{_name(x)}_dup"))
         a, b = sorted(zip(v.srcs, srcs), key=lambda p: (self.mul_uses[id(p[0])], len(p[1])), reverse=True)
-        levels = max(self.sched.broadcast.get(id(x), 0) for x in v.srcs)
-        unit = Product(a[1].shape(), b[1].shape(), self.shape(v), self.sched.unit_stages[id(v)] - 1 - levels)
+        unit = Product(a[1].shape(), b[1].shape(), self.shape(v), PRODUCT_REGISTERS)
         self.m.submodules[f"{PRODUCT_PREFIX}{self.count}"] = unit
         self.count += 1
         self.m.d.comb += [unit.a.eq(a[1]), unit.b.eq(b[1])]
