@@ -21,9 +21,10 @@ Usage: python bench/bench_bandwidth.py [--int8 16x16 26x16] [--pipelines 2 3] [-
                                        [--freq 100] [--router router2] [--placer static] [--seeds 1 2 3]
                                        [--no-sim] [--no-pnr] [--workdir DIR] [--json out.json]
 Place-and-route and synthesis are cached under $TINYHW_CACHE. A 26x17 int8 design takes Yosys
-~2-5 minutes and nextpnr (router2, static placer) 20-25 at fp_pipeline 3 (95.8 MHz, 248 cycles,
-2.59 us, seed 1, on 2026-11-25); 16x16 routes in 7-45 (heap: seeds 1-3 107.6, 89.5, 97.4 MHz,
-404 cycles; docs/memory-packing.md).
+~2-5 minutes and nextpnr (router2, static placer) 20-35 at fp_pipeline 3 (95.8 MHz, 248 cycles,
+2.59 us, seed 1, on 2026-11-25, before the second fan-out level and product register, which
+make it 250 cycles: docs/pipeline.md); 16x16 routes in 7-45 (heap: seeds 1-3 107.6, 89.5,
+97.4 MHz, 404 cycles then; docs/memory-packing.md).
 """
 from __future__ import annotations
 
