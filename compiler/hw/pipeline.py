@@ -228,12 +228,15 @@ def late_buffers(order: list[ir.Value], broadcast: dict[int, int], gathers: froz
         for o in data_operands(v, gathers):
             uses.setdefault(id(o), []).append(v)
 
+    def taken_after(v: ir.Value, u: ir.Value) -> int:    # stages after its ready use `u` takes v
+        if isinstance(u, ir.Op) and u.op in (K.CAST, K.BITCAST):
+            return slack(u)                    # a cast adds no register
+        if isinstance(u, ir.Op) and u.op is K.MUL and any(id(s) in broadcast for s in u.srcs[:2]):
+            return min(off for s, off in zip(u.srcs, operand_offsets(u, broadcast)) if s is v)
+        return 0
+
     def slack(v: ir.Value) -> int:             # the fewest stages after its ready any use takes it
-        found = [slack(u) if isinstance(u, ir.Op) and u.op in (K.CAST, K.BITCAST) else   # no register
-                 min(off for s, off in zip(u.srcs, operand_offsets(u, broadcast)) if s is v)
-                 if isinstance(u, ir.Op) and u.op is K.MUL and any(id(s) in broadcast for s in u.srcs[:2]) else 0
-                 for u in uses.get(id(v), [])]
-        return min(found, default=0)
+        return min((taken_after(v, u) for u in uses.get(id(v), [])), default=0)
 
     late: dict[int, int] = {}
     for v in order:
