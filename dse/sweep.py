@@ -164,27 +164,34 @@ class Budget:
 
 
 def work(job: _Job, worker: int, budget: Budget, emit: Callable[[dict[str, Any]], None],
-         stop: Interrupt) -> None:
-    """Run trials of the study while `budget` has some left (one worker)."""
+         stop: Interrupt, evaluating=None) -> None:
+    """Run trials of the study while `budget` has some left (one worker). `evaluating`: an array
+    shared with the parent, whose slot `worker` holds the number of the trial being evaluated
+    (-1 between trials)."""
     spec, options = job.spec, job.options
     storage = open_storage(job.location)
     sampler = make_sampler(spec, worker_seed(spec.search.seed, job.seed_base, worker), options.n_jobs)
     study = optuna().load_study(study_name=spec.study, storage=storage, sampler=sampler)
     ctx = EvalContext.from_spec(spec, data_seed=options.data_seed, sim_backend=options.sim_backend)
     cache = EvalCache(options.cache_dir) if options.use_cache else None
+
+    def started(number: int) -> None:
+        if evaluating is not None:
+            evaluating[worker] = number
+
     while not stop.requested and budget.take():
         with contextlib.redirect_stdout(sys.stderr):     # tools' chatter must not mix with results
-            event = run_trial(study, spec, options, ctx, cache, stop,
-                              on_start=lambda n: emit({"type": "started", "worker": worker, "number": n}))
+            event = run_trial(study, spec, options, ctx, cache, stop, on_start=started)
+        started(-1)
         emit({**event, "worker": worker})
 
 
-def _worker_main(job: _Job, worker: int, budget: Budget, events) -> None:
+def _worker_main(job: _Job, worker: int, budget: Budget, events, evaluating) -> None:
     """Entry point of a worker process."""
     stop = Interrupt()
     stop.install(STOP_SIGNALS)
     try:
-        work(job, worker, budget, events.put, stop)
+        work(job, worker, budget, events.put, stop, evaluating)
     except BaseException as exc:            # noqa: BLE001 - reported to the parent
         events.put({"type": "worker_error", "worker": worker,
                     "error": "".join(traceback.format_exception(exc))})
@@ -216,8 +223,6 @@ def sweep(spec: Spec, options: SweepOptions = SweepOptions()) -> SweepResult:
     errors: list[str] = []
 
     def on_event(event: dict[str, Any]) -> None:
-        if event.get("type") == "started":
-            return
         if event.get("type") == "worker_error":
             errors.append(event["error"])
             progress.message(f"worker {event['worker']} stopped: {event['error'].strip().splitlines()[-1]}")
@@ -270,7 +275,10 @@ def _run_processes(job: _Job, trials: int, jobs: int, on_event) -> bool:
     mp = multiprocessing.get_context("spawn")
     events = mp.Queue()
     budget = Budget(trials, mp)
-    procs = [mp.Process(target=_worker_main, args=(job, i, budget, events), name=f"dse-sweep-{i}")
+    # the trial each worker is evaluating, in shared memory rather than on the queue: an event
+    # put just before a SIGKILL may never leave the worker (the queue's feeder thread dies with it)
+    evaluating = mp.Array("i", [-1] * jobs, lock=False)
+    procs = [mp.Process(target=_worker_main, args=(job, i, budget, events, evaluating), name=f"dse-sweep-{i}")
              for i in range(jobs)]
     stop = Interrupt(raise_when_armed=False)
     stop.install(STOP_SIGNALS)
@@ -278,7 +286,6 @@ def _run_processes(job: _Job, trials: int, jobs: int, on_event) -> bool:
         for p in procs:
             p.start()
         finished: set[int] = set()
-        evaluating: dict[int, int] = {}         # worker -> the trial it is evaluating
         forwarded = 0
         deadline: float | None = None
         while len(finished) < len(procs):
@@ -303,16 +310,12 @@ def _run_processes(job: _Job, trials: int, jobs: int, on_event) -> bool:
                 for i, p in enumerate(procs):       # a worker that died without saying so
                     if i not in finished and not p.is_alive() and p.exitcode not in (0, None):
                         finished.add(i)
-                        if i in evaluating and not stop.requested:      # killed with its point
+                        if evaluating[i] >= 0 and not stop.requested:   # killed with its point
                             with contextlib.suppress(Exception):
                                 record_death(job.location, job.spec.study, evaluating[i], p.exitcode)
                         on_event({"type": "worker_error", "worker": i,
                                   "error": f"worker {i} exited with code {p.exitcode}"})
                 continue
-            if ev.get("type") == "started":
-                evaluating[ev["worker"]] = ev["number"]
-            elif "number" in ev:
-                evaluating.pop(ev.get("worker"), None)
             if ev.get("type") == "done":
                 finished.add(ev["worker"])
             elif ev.get("type") == "worker_error" and stop.requested and "KeyboardInterrupt" in ev["error"]:

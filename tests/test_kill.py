@@ -98,6 +98,7 @@ def test_a_worker_killed_alone_is_charged_to_its_point(tmp_path):
                 running = [t for t in _study(results, "alone").get_trials(deepcopy=False)
                            if t.state.name == "RUNNING"]
                 if len(running) == 2:
+                    time.sleep(1.0)                 # past ask(): both are in the model's 8 s sleep
                     break
             time.sleep(0.5)
         else:
