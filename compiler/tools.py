@@ -113,25 +113,30 @@ def find_tool(name: str) -> str:
 
 def run_tool(argv: list[str], *, cwd: Path, log_name: str, timeout: float | None = None,
              env: dict[str, str] | None = None) -> ToolRun:
-    """Run `argv` in `cwd`, keep its combined output in `cwd/log_name`, raise ToolError on failure."""
+    """Run `argv` in `cwd`, keep its combined output in `cwd/log_name`, raise ToolError on failure.
+    The output goes to the log as the tool writes it, so a long place-and-route can be followed
+    (`tail -f`) and a run killed or timed out keeps what it had printed."""
     cwd.mkdir(parents=True, exist_ok=True)
     log_path = cwd / log_name
     full_env = dict(os.environ, **(env or {}))
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, errors="replace", timeout=timeout, env=full_env)
+        with log_path.open("w") as log:
+            proc = subprocess.run(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, env=full_env)
     except FileNotFoundError as exc:
         raise ToolError(Path(argv[0]).name, f"cannot run {argv[0]!r}: {exc.strerror}") from exc
     except subprocess.TimeoutExpired as exc:
-        out = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode(errors="replace")
-        log_path.write_text(out)
-        raise ToolError(Path(argv[0]).name, f"timed out after {timeout:.0f} s", tail(out), log_path) from exc
+        raise ToolError(Path(argv[0]).name, f"timed out after {timeout:.0f} s", tail(_read(log_path)),
+                        log_path) from exc
     seconds = time.perf_counter() - t0
-    log_path.write_text(proc.stdout)
+    out = _read(log_path)
     if proc.returncode != 0:
-        raise ToolError(Path(argv[0]).name, f"exited with code {proc.returncode}", tail(proc.stdout), log_path)
-    return ToolRun(tuple(argv), seconds, log_path, proc.stdout)
+        raise ToolError(Path(argv[0]).name, f"exited with code {proc.returncode}", tail(out), log_path)
+    return ToolRun(tuple(argv), seconds, log_path, out)
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace")
 
 
 def yosys(script: str, *, cwd: Path, log_name: str = "yosys.log", timeout: float | None = None) -> ToolRun:
