@@ -3,7 +3,7 @@
 The 85F has 208 DP16KD block RAMs of 2 ports x 18 bits: about 800 int8 weights a cycle, so the
 int8 GEMV cannot take fewer than M*K/800 = 125 cycles there. Each int8 row below is lanes x
 reduce_unroll products a cycle at fp_pipeline=2 and 3 (`--pipelines`; 3 adds each product's own operand copies
-and registered adder-tree levels: docs/pipeline.md) with mem_pack=auto (banks packed four to a
+and registered adder-tree levels, 4 a second register on each product: docs/pipeline.md) with mem_pack=auto (banks packed four to a
 36-bit block RAM word, compiler/packing.py) and mul=auto (the 85F's 156 DSPs, the rest of the
 products in LUTs, compiler/multipliers.py): compiled, simulated in CXXRTL (outputs bit-exact
 against the numpy golden model, cycles equal to the cycle model), synthesised (synth_ecp5) and
@@ -22,8 +22,8 @@ Usage: python bench/bench_bandwidth.py [--int8 16x16 26x16] [--pipelines 2 3] [-
                                        [--no-sim] [--no-pnr] [--workdir DIR] [--json out.json]
 Place-and-route and synthesis are cached under $TINYHW_CACHE. A 26x17 int8 design takes Yosys
 ~2-5 minutes and nextpnr (router2, static placer) 20-35 at fp_pipeline 3 (95.8 MHz, 248 cycles,
-2.59 us, seed 1, on 2026-11-25, before the second fan-out level and product register, which
-make it 250 cycles: docs/pipeline.md); 16x16 routes in 7-45 (heap: seeds 1-3 107.6, 89.5,
+2.59 us, seed 1, on 2026-11-25, before the second fan-out level, which makes it 249 cycles;
+`--pipelines 4` adds a second product register, 250: docs/pipeline.md); 16x16 routes in 7-45 (heap: seeds 1-3 107.6, 89.5,
 97.4 MHz, 404 cycles then; docs/memory-packing.md). The fp32 4x8 routes in ~13 minutes at
 fp_pipeline 2 (44.9 MHz, 3,158 cycles, 70.3 us); at 3 its route did not finish in 2 hours.
 """
@@ -63,7 +63,8 @@ def main() -> int:
     ap.add_argument("--device", default="85k")
     ap.add_argument("--freq", type=float, default=100.0, help="nextpnr target clock (MHz)")
     ap.add_argument("--pipelines", nargs="+", type=int, default=[2, 3],
-                    help="fp_pipeline values of the int8 rows (3 adds operand copies and adder-tree registers)")
+                    help="fp_pipeline values of the int8 rows (3 adds operand copies and adder-tree registers, "
+                         "4 a second product register)")
     ap.add_argument("--fp32-pipeline", type=int, default=2,
                     help="fp_pipeline of the fp32 rows (the 4x8 at 3 did not route in 2 hours)")
     ap.add_argument("--fp32-mem-tail", choices=("block", "lut"), default="lut",

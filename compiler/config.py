@@ -6,7 +6,8 @@ from typing import Any
 
 MAX_ACC_WIDTH = 64
 MAX_PARALLEL = 4096          # lanes * reduce_unroll: more multipliers than any FPGA here holds
-MAX_FP_PIPELINE = 3          # at 3 every float unit has its most stages (FAdd 6 <= 2**3, FMul, FDiv, FSqrt 8 = 2**3)
+MAX_FP_PIPELINE = 4          # at 3 every float unit has its most stages (FAdd 6 <= 2**3, FMul, FDiv, FSqrt 8 = 2**3);
+                             # 4 adds a second register to integer products
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,9 @@ class HardwareConfig:
                   the copies), and every integer add of data values is registered (the adder
                   trees of unrolled reductions). The int8 GEMV 128x784 at lanes x
                   reduce_unroll = 8x8 goes from 76 to 111 MHz on an ECP5-85F, 4 cycles more.
+          P >= 4: integer products registered twice (a DSP product's second register lands
+                  it in the fabric; a LUT product holds both inside): one cycle more a run
+                  and more flip-flops; float units as at 3.
         Cycles: a step's stores commit C cycles after it issues (C: the deepest stage on the
         way to them; GEMV 128x784: int8 C = 1 at P=1, 9 at P=2, 10 at P=3; fp32 C = 4, 16, 22 at
         P=1, 2, 3), so each kernel run takes C more cycles (once per run, not per step:

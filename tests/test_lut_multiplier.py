@@ -150,7 +150,7 @@ def test_registered_lut_products_are_the_product_register(tmp_path, shapes):
     ("signed(4)", "signed(4)", "signed(12)"), ("unsigned(3)", "unsigned(2)", "unsigned(5)")],
     ids=lambda s: "_".join(s))
 def test_lut_products_with_two_registers_are_the_product_registers(tmp_path, shapes):
-    """fp_pipeline 3's Product (pipeline.PRODUCT_REGISTERS): the multiples registered, then the
+    """fp_pipeline 4's Product (pipeline.product_registers): the multiples registered, then the
     middle of the adder tree."""
     from amaranth.hdl import signed, unsigned
     a, b, y = (eval(s, {"signed": signed, "unsigned": unsigned}) for s in shapes)

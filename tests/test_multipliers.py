@@ -151,23 +151,27 @@ def test_lut_products_are_oriented_for_the_map():
     assert all(cells[n].lut and cells[n].y_width == 14 for n in ("$1", "$2"))
 
 
-def test_lut_products_from_fanout_level_get_their_register_inside(tmp_path):
-    """fp_pipeline 3: each product is a Product module with two registers; `lut` rebuilds every
-    one with the LUT multiplier around its registers (no `$mul` left), `dsp` and an `auto`
-    within the budget leave the text as it is."""
+@pytest.mark.parametrize("level, module, more_ffs", [(3, "tinyhw_lut_mulreg_8x8_16s", 8 * 9),
+                                                     (4, "tinyhw_lut_mulreg2_8x8_16s", 116)])
+def test_lut_products_from_fanout_level_get_their_register_inside(tmp_path, level, module, more_ffs):
+    """From fp_pipeline 3 each product is a Product module (with two registers from 4); `lut`
+    rebuilds every one with the LUT multiplier around its registers (no `$mul` left), `dsp` and
+    an `auto` within the budget leave the text as it is."""
     def gemv(mul):
         return compile_model(*designs.gemv_int8(8, 8).outputs, config=HardwareConfig(
-            lanes=2, reduce_unroll=4, mul=mul, mem_read="sync", fp_pipeline=3))
+            lanes=2, reduce_unroll=4, mul=mul, mem_read="sync", fp_pipeline=level))
     text = design_rtlil(gemv("lut"))
     cells = mul_cells(text)
     assert len(cells) == 8 and all(".product" in c.module for c in cells)
     assert plan(text, "ecp5", "dsp")[0] == plan(text, "ecp5", "auto")[0] == text
     rebuilt, script, n = plan(text, "ecp5", "lut")
-    assert n == 8 and not mul_cells(rebuilt) and rebuilt.count("cell \\tinyhw_lut_mulreg2_8x8_16s ") == 8
+    assert n == 8 and not mul_cells(rebuilt) and rebuilt.count(f"cell \\{module} ") == 8
     assert script.startswith("read_verilog tinyhw_lut_mulreg.v\n")
     assert set(map_files(rebuilt)) == {"tinyhw_lut_mul.v", "tinyhw_lut_mulreg.v"}
     lut, dsp = (synthesize(gemv(mul), "ecp5", workdir=tmp_path / mul) for mul in ("lut", "dsp"))
     assert lut.dsp == 0 and dsp.dsp == 8
-    # a LUT product holds its B, its half sums and the multiples of its A (shared by the two
-    # lanes' products of one x copy: opt_merge) where a DSP product has two 16-bit registers
-    assert lut.cells["TRELLIS_FF"] == dsp.cells["TRELLIS_FF"] + 116
+    # level 3: a LUT product's register in the middle of its tree holds two half sums (12 and
+    # 13 bits) for a DSP product's 16; level 4: also its B and the multiples of its A (shared
+    # by the two lanes' products of one x copy: opt_merge), against a DSP product's two 16-bit
+    # registers
+    assert lut.cells["TRELLIS_FF"] == dsp.cells["TRELLIS_FF"] + more_ffs

@@ -24,6 +24,7 @@ from test_fp_units import assert_same_floats, float_pairs, int_vectors
 from test_knobs import assert_exact
 
 LEVELS = [0, 1, 2, 3]
+INT_LEVELS = [1, 2, 3, 4]          # 4 differs from 3 only in integer products (a second register)
 
 
 def check(case, **knobs):
@@ -36,12 +37,12 @@ def check(case, **knobs):
 
 # ------------------------------------------------------------------ the knob
 
-@pytest.mark.parametrize("value", [-1, "2", True, 1.5, None, 4, 10**30])
+@pytest.mark.parametrize("value", [-1, "2", True, 1.5, None, 5, 10**30])
 def test_fp_pipeline_is_validated(value):
     with pytest.raises(ValueError) as err:
         HardwareConfig(fp_pipeline=value)
-    assert str(err.value) == ("HardwareConfig.fp_pipeline: expected an integer from 0 to 3 (pipeline register "
-                              f"levels; at 3 every unit is fully pipelined), got {value!r}")
+    assert str(err.value) == ("HardwareConfig.fp_pipeline: expected an integer from 0 to 4 (pipeline register "
+                              f"levels; at 4 every unit is fully pipelined), got {value!r}")
 
 
 def test_fp_pipeline_is_a_knob_with_default_0():
@@ -132,7 +133,7 @@ QUICK = [(1, 1), (3, 5), (4, 4), (6, 2)]        # 6 lanes: broadcast operands (S
 
 
 @pytest.mark.parametrize("lanes, reduce_unroll", QUICK)
-@pytest.mark.parametrize("level", LEVELS[1:])
+@pytest.mark.parametrize("level", INT_LEVELS)
 @pytest.mark.parametrize("name", GRID_DESIGNS)
 def test_integer_designs_bit_exact_and_cycle_model_exact(name, level, lanes, reduce_unroll):
     check(designs.SMALL[name](), fp_pipeline=level, lanes=lanes, reduce_unroll=reduce_unroll)
@@ -159,10 +160,10 @@ def test_integer_designs_in_other_modes(name, level, knobs):
 
 def test_gemv_cycles_add_the_pipeline_depth_once_per_run():
     M, K = 16, 8
-    # 2: + the registered address and product; 3: + the product's own operand registers and
-    # second register, each memory's own copy of the read address, and the address from the
-    # step's own counters
-    for level, commit in ((0, 0), (1, 1), (2, 3), (3, 7)):
+    # 2: + the registered address and product; 3: + the product's own operand registers, each
+    # memory's own copy of the read address, and the address from the step's own counters;
+    # 4: + the product's second register
+    for level, commit in ((0, 0), (1, 1), (2, 3), (3, 6), (4, 7)):
         design, _ = check(designs.gemv_int8(M, K), fp_pipeline=level)
         (sched,) = design.schedules
         assert sched.commit == commit
@@ -185,7 +186,7 @@ def test_a_broadcast_operand_fans_out_through_levels_of_copies_for_a_cycle_each_
     (sched,) = design.schedules
     levels = (lanes > OPERAND_GROUP) + (lanes > OPERAND_GROUP ** 2)
     products = [u for i, u in sched.unit_stages.items() if u >= 2]
-    assert len(products) == lanes * reduce_unroll and set(products) == {3 + levels}
+    assert len(products) == lanes * reduce_unroll and set(products) == {2 + levels}
     assert sched.broadcast == ({} if not levels else {i: levels for i in sched.broadcast})
     assert len(sched.broadcast) == (reduce_unroll if levels else 0)     # the x elements
     # the weights are only ever the other operand: read `levels` stages late, not registered again
@@ -200,11 +201,14 @@ def test_a_broadcast_operand_fans_out_through_levels_of_copies_for_a_cycle_each_
     assert len(dups) == (lanes * reduce_unroll if levels else 0)
     plain, _ = check(case, fp_pipeline=2, lanes=lanes, reduce_unroll=reduce_unroll)
     (sched2,) = plain.schedules
-    # level 3 adds the operand copies, the product's second register, the address copies and
-    # the own-counter address (4, as for the GEMV above), an adder-tree level per reduce_unroll
-    # level, and the fan-out levels
+    # level 3 adds the operand copies, the address copies and the own-counter address (3, as
+    # for the GEMV above), an adder-tree level per reduce_unroll level, and the fan-out levels
     tree = (reduce_unroll - 1).bit_length()
-    assert sched.commit == sched2.commit + 4 + tree + levels
+    assert sched.commit == sched2.commit + 3 + tree + levels
+    landed, _ = check(case, fp_pipeline=4, lanes=lanes, reduce_unroll=reduce_unroll)
+    (sched4,) = landed.schedules           # the products' second register: one stage more
+    assert set(u for u in sched4.unit_stages.values() if u >= 2) == {3 + levels}
+    assert sched4.commit == sched.commit + 1 and sorted(sched4.broadcast.values()) == sorted(sched.broadcast.values())
 
 
 def test_level_0_builds_the_single_cycle_design():
@@ -261,6 +265,16 @@ def test_float_models_bit_exact_and_cycle_model_exact(model, dtype, level):
     design, result, arrays = run_zoo(model, dtype, FLOAT_MODELS[model], HardwareConfig(fp_pipeline=level))
     assert same_bits(result.outputs[0], zoo.reference(model, dtype, FLOAT_MODELS[model], arrays))
     assert result.cycles == design.cycles_formula
+
+
+def test_level_4_pipelines_floats_as_level_3():
+    """Level 4 only adds a register to integer products: a float design's schedule is level 3's."""
+    params = FLOAT_MODELS["gemv"]
+    runs = {level: run_zoo("gemv", "fp32", params, HardwareConfig(fp_pipeline=level)) for level in (3, 4)}
+    (s3,), (s4,) = (runs[level][0].schedules for level in (3, 4))
+    assert (s4.commit, s4.depth, sorted(s4.unit_stages.values())) == (s3.commit, s3.depth, sorted(s3.unit_stages.values()))
+    assert runs[4][1].cycles == runs[3][1].cycles == runs[4][0].cycles_formula
+    assert same_bits(runs[4][1].outputs[0], zoo.reference("gemv", "fp32", params, runs[4][2]))
 
 
 @pytest.mark.parametrize("lanes", [2, 3])
@@ -378,14 +392,15 @@ def test_schedule_keeps_the_accumulator_loop_in_one_cycle():
 
 
 def test_level_3_registers_adder_trees_and_each_products_operands():
-    """fp_pipeline 3: every integer product takes three register levels (its own copy of each
-    operand, then the product's two: PRODUCT_REGISTERS), every add of its unrolled reduction's tree one; the add into
+    """fp_pipeline 3: every integer product takes two register levels (its own copy of each
+    operand, then the product), 4 three (product_registers), every add of its unrolled
+    reduction's tree one; the add into
     the accumulator stays in the one-cycle loop and index math stays in stage 0. Read data
     comes two stages later too (each memory's own read-address register, and the address
     computed from the step's own counters instead of the next step's)."""
     case = designs.gemv_int8(16, 8)
     levels = {}
-    for level in (2, 3):
+    for level in (2, 3, 4):
         design, _ = check(case, fp_pipeline=level, lanes=2, reduce_unroll=4)
         k, sched = design.kernels[0], design.schedules[0]
         roots = [x for s, _ in k.stores() for x in ir.store_operands(s)]
@@ -403,10 +418,10 @@ def test_level_3_registers_adder_trees_and_each_products_operands():
         levels[level] = ({sched.latency[id(v)] for v in products}, {sched.unit_stages.get(id(v), 1) for v in products},
                          {sched.latency.get(id(v), 0) for v in tree}, sched.commit)
     assert levels[2][:3] == ({1}, {1}, {0})
-    assert levels[3][:3] == ({3}, {3}, {1})
-    # each memory's copy of the read address, no look-ahead, the operand copies, the product's
-    # second register, two tree levels
-    assert levels[3][3] == levels[2][3] + 1 + 1 + 1 + 1 + 2
+    assert levels[3][:3] == ({2}, {2}, {1})
+    # each memory's copy of the read address, no look-ahead, the operand copies, two tree levels
+    assert levels[3][3] == levels[2][3] + 1 + 1 + 1 + 2
+    assert levels[4] == ({3}, {3}, {1}, levels[3][3] + 1)        # the product's second register
 
 
 # ------------------------------------------------------------------ reset

@@ -28,7 +28,7 @@ from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..ranges import Interval
 from . import floatops
-from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, PRODUCT_REGISTERS, Schedule, operand_offsets, schedule
+from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, operand_offsets, product_registers, schedule
 
 K = ir.OpKind
 
@@ -160,8 +160,9 @@ class Product(Elaboratable):
     are already registered copies (Datapath.operand_copy). A submodule of its own so that
     synthesis can rebuild a product it builds in LUTs with the registers moved inside the
     multiplier, where they cut the logic between registers (compiler.multipliers.pipeline_products),
-    and leave the DSP products as they are: the RTL, and so every simulation, is this one. The
-    second register is a DSP product's *landing* register (pipeline.PRODUCT_REGISTERS): the first
+    and leave the DSP products as they are: the RTL, and so every simulation, is this one. From
+    LANDING_LEVEL the second register is a DSP product's *landing* register
+    (pipeline.product_registers): the first
     moves into the MULT18X18D (compiler/dsp_registers.py), the second stays in the fabric, where
     the placer puts it between the DSP row and the lane's adder."""
 
@@ -344,7 +345,7 @@ class Datapath:
             and self.sched.unit_stages.get(id(v), 1) >= 2
 
     def product(self, v: ir.Op, env: Env, stage: int) -> Value:
-        """`v` (is_product) PRODUCT_REGISTERS cycles after its operands' copies, from operands in `stage`: a
+        """`v` (is_product) product_registers cycles after its operands' copies, from operands in `stage`: a
         Product whose A is the operand more products share (the broadcast x of a GEMV: a LUT
         multiplier's multiples of A are then built once per copy), the wider on a tie. With a
         broadcast operand (Schedule.broadcast) there are levels before the operand copies
@@ -371,7 +372,7 @@ class Datapath:
                 x = self.fanout_copies[level](id(x), x, f"{_name(x)}_fan" + (f"{level}_" if level > 1 else ""))
             srcs.append(self.own_copies(id(x), x, f"{_name(x)}_dup"))
         a, b = sorted(zip(v.srcs, srcs), key=lambda p: (self.mul_uses[id(p[0])], len(p[1])), reverse=True)
-        unit = Product(a[1].shape(), b[1].shape(), self.shape(v), PRODUCT_REGISTERS)
+        unit = Product(a[1].shape(), b[1].shape(), self.shape(v), product_registers(self.config.fp_pipeline))
         self.m.submodules[f"{PRODUCT_PREFIX}{self.count}"] = unit
         self.count += 1
         self.m.d.comb += [unit.a.eq(a[1]), unit.b.eq(b[1])]

@@ -9,9 +9,9 @@ values from one stage to the next:
     (it arrives in stage 0: read addresses are issued a cycle ahead), so loads are ready in
     stage 1: this cuts the block RAM's clock-to-out (5.8 ns on an ECP5) from the arithmetic;
   * integer products of two non-constant values: registered with P >= 2 (+1 stage); with
-    P >= 3 registered twice (PRODUCT_REGISTERS, +1 stage: a DSP product's second register
-    lands it in the fabric, a LUT product holds both inside), and their operands also pass
-    through registered copies first (+1 stage), one per
+    P >= 4 registered twice (product_registers, +1 stage: a DSP product's second register
+    lands it in the fabric, a LUT product holds both inside); with P >= 3 their operands also
+    pass through registered copies first (+1 stage), one per
     datapath.OPERAND_GROUP products: the copies of a value broadcast to many lanes (the GEMV's
     x element) are kept apart in synthesis (datapath.DUPLICATE_ATTRIBUTE), so the placer puts
     each near its multipliers instead of routing one register across the die. A product one
@@ -91,11 +91,18 @@ FANOUT_LEVEL = 3      # fp_pipeline from which integer products read registered 
                       # operands (duplicates kept from Yosys's opt_merge), integer sums of data
                       # values are registered (adder trees), and every memory gets its own copy
                       # of its registered read address (a second register level)
-PRODUCT_REGISTERS = 2
-"""Register levels of an integer product from FANOUT_LEVEL (datapath.Product), after its operand
-copies: a DSP product's first moves into the MULT18X18D, the second lands it in the fabric (on
-the 26x17 GEMV a DSP product's route to its adder crossed 76 columns: 16.6 ns); a LUT product
-takes both inside the multiplier (compiler/lut_multiplier.py)."""
+LANDING_LEVEL = 4     # fp_pipeline from which integer products take a second register
+                      # (product_registers)
+
+
+def product_registers(level: int) -> int:
+    """Register levels of an integer product from FANOUT_LEVEL (datapath.Product), after its
+    operand copies: one; from LANDING_LEVEL two, a DSP product's first moving into the
+    MULT18X18D and the second landing it in the fabric (on the 26x17 GEMV a DSP product's route
+    to its adder crossed 76 columns: 16.6 ns), a LUT product holding both inside the multiplier
+    (compiler/lut_multiplier.py). A level of its own, not part of 3: on the 26x17 it costs a
+    cycle a run and 12,500 flip-flops, and congests the route (docs/pipeline.md)."""
+    return 2 if level >= LANDING_LEVEL else 1
 OPERAND_GROUP = 4
 """Products sharing one registered copy of an operand from FANOUT_LEVEL (Datapath.operand_copy);
 an operand of more products is `broadcast` (more register levels: fan_levels, module docstring)."""
@@ -260,7 +267,7 @@ def _op_timing(v: ir.Op, level: int, muxes: set[int], broadcast: dict[int, int])
             return 1, 1
         if v.op is K.MULACC:
             return 2, 2
-        stages = 1 + PRODUCT_REGISTERS + max(broadcast.get(id(s), 0) for s in v.srcs[:2])
+        stages = 1 + product_registers(level) + max(broadcast.get(id(s), 0) for s in v.srcs[:2])
         return stages, stages
     if v.op in (K.ADD, K.SUB) and level >= FANOUT_LEVEL and not v.dtype.is_float:
         return 1, 1                            # each level of an unrolled reduction's adder tree
