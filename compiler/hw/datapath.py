@@ -160,11 +160,10 @@ class Product(Elaboratable):
     are already registered copies (Datapath.operand_copy). A submodule of its own so that
     synthesis can rebuild a product it builds in LUTs with the registers moved inside the
     multiplier, where they cut the logic between registers (compiler.multipliers.pipeline_products),
-    and leave the DSP products as they are: the RTL, and so every simulation, is this one. From
-    LANDING_LEVEL the second register is a DSP product's *landing* register
-    (pipeline.product_registers): the first
-    moves into the MULT18X18D (compiler/dsp_registers.py), the second stays in the fabric, where
-    the placer puts it between the DSP row and the lane's adder."""
+    and leave the DSP products as they are: the RTL, and so every simulation, is this one. With
+    two registers (pipeline.product_registers, from fp_pipeline 4) the second is a DSP product's
+    *landing* register: the first moves into the MULT18X18D (compiler/dsp_registers.py), the
+    second stays in the fabric, where the placer puts it between the DSP row and the lane's adder."""
 
     def __init__(self, a_shape, b_shape, y_shape, registers: int = 1):
         self.a, self.b = Signal(a_shape, name="a"), Signal(b_shape, name="b")

@@ -93,6 +93,9 @@ FANOUT_LEVEL = 3      # fp_pipeline from which integer products read registered 
                       # of its registered read address (a second register level)
 LANDING_LEVEL = 4     # fp_pipeline from which integer products take a second register
                       # (product_registers)
+OPERAND_GROUP = 4
+"""Products sharing one registered copy of an operand from FANOUT_LEVEL (Datapath.operand_copy);
+an operand of more products is `broadcast` (more register levels: fan_levels, module docstring)."""
 
 
 def product_registers(level: int) -> int:
@@ -103,9 +106,6 @@ def product_registers(level: int) -> int:
     (compiler/lut_multiplier.py). A level of its own, not part of 3: on the 26x17 it costs a
     cycle a run and 12,500 flip-flops, and congests the route (docs/pipeline.md)."""
     return 2 if level >= LANDING_LEVEL else 1
-OPERAND_GROUP = 4
-"""Products sharing one registered copy of an operand from FANOUT_LEVEL (Datapath.operand_copy);
-an operand of more products is `broadcast` (more register levels: fan_levels, module docstring)."""
 
 
 @dataclass(frozen=True)
