@@ -230,7 +230,10 @@ def _timing_material(ctx) -> Any:
         tool = nextpnr_tool(family)
     except Exception as exc:            # noqa: BLE001 - no nextpnr for the target: the row says why
         tool, version = None, f"unavailable ({type(exc).__name__})"
-    return {"tool": tool, "version": version, "stage_timeout_s": ctx.stage_timeout_s}
+    material = {"tool": tool, "version": version, "stage_timeout_s": ctx.stage_timeout_s}
+    if not ctx.timing.is_default:       # `timing: true` keeps the key it had before the settings existed
+        material["options"] = ctx.timing.options()
+    return material
 
 
 def make_key(material: dict[str, Any]) -> str:

@@ -96,7 +96,7 @@ import numpy as np
 from dse import zoo
 from dse.estimate import design_features
 from dse.limits import time_limit
-from dse.spec import SYNTH_FIDELITY, DesignPoint, FrozenMap, ModelSpec, Spec
+from dse.spec import SYNTH_FIDELITY, DesignPoint, FrozenMap, ModelSpec, Spec, TimingSpec
 
 SIM_BACKENDS = ("auto", "cxxrtl", "pysim")
 
@@ -124,10 +124,14 @@ class EvalContext:
     simulate: bool = True           # False: stop after compile, cycle model and overflow proof
                                     # (multi-fidelity's cheap tier: no simulation, check, accuracy
                                     # nor synthesis)
-    timing: bool = False            # place-and-route after synthesis (fmax_mhz, latency_us)
+    # place-and-route after synthesis (fmax_mhz, latency_us) with these settings; True is
+    # TimingSpec()'s defaults, False or None none
+    timing: TimingSpec | bool | None = None
     synthesis: str = "flat"         # "units": float units synthesised once each (spec key `synthesis`)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.timing, (TimingSpec, type(None))):
+            object.__setattr__(self, "timing", TimingSpec() if self.timing else None)
         if self.sim_backend not in SIM_BACKENDS:
             raise ValueError(f"sim_backend: expected one of {', '.join(SIM_BACKENDS)}, got {self.sim_backend!r}")
 
@@ -439,7 +443,7 @@ def _synthesis(ctx: EvalContext, run: _Run, design) -> None:
         with run.stage("synthesize", "synth_s"):
             units = ctx.synthesis == "units" and not ctx.timing      # place-and-route needs a flat netlist
             area = synthesize(design, ctx.target, run.workdir / "synth", timeout=ctx.stage_timeout_s,
-                              netlist=ctx.timing, units=units)
+                              netlist=ctx.timing is not None, units=units)
             run.set(luts=area.luts, ffs=area.ffs, bram=area.bram, lutram=area.lutram, dsp=area.dsp,
                     fidelity=SYNTH_FIDELITY[ctx.synthesis if units else "flat"], synth_units=area.units,
                     yosys_version=area.yosys_version, synth_script=area.script.strip().replace("\n", "; "))
@@ -487,7 +491,8 @@ def _timing(ctx: EvalContext, run: _Run, netlist_path: str) -> None:
     """Place and route (compiler.pnr); a design no device holds gives fits=False, not a FAIL."""
     from compiler.pnr import place_and_route
     with run.stage("timing", "pnr_s"):
-        rep = place_and_route(netlist_path, ctx.target, run.workdir / "pnr", timeout=ctx.stage_timeout_s)
+        rep = place_and_route(netlist_path, ctx.target, run.workdir / "pnr", timeout=ctx.stage_timeout_s,
+                              **ctx.timing.options())
         cycles = run.fields.get("cycles") or run.fields.get("cycles_model")
         run.set(fits=rep.fits, fmax_mhz=rep.fmax_mhz, latency_us=rep.latency_us(cycles) if cycles else None,
                 pnr_device=rep.device, pnr_package=rep.package or None, nextpnr_version=rep.nextpnr_version)

@@ -27,8 +27,8 @@ against them, naming the YAML path of what is wrong). Models live in zoo.py / us
 Optional keys: `input_range` ({min, max} for every dtype, or {dtype: {min, max}}), `constraints`
 ({luts_max: 5000, ...}: resource budgets a feasible point must meet), `gate` (the same bounds,
 for `dse check`: one mapping for every model x dtype, or a list of rules each optionally
-restricted by `model:` and `dtype:`), `timing` (bool, default false: run place-and-route for
-fmax_mhz/latency_us), `synthesis` (flat | units, default flat: `units` synthesises each
+restricted by `model:` and `dtype:`), `timing` (default false; true or a mapping of nextpnr's
+settings, {router, placer, seed, freq_mhz}: run place-and-route for fmax_mhz/latency_us), `synthesis` (flat | units, default flat: `units` synthesises each
 distinct float unit once and counts it per instance, compiler.synth_units), `stage_timeout_s` (per-stage time limit, default 600) and `data` (the
 samples of the models with weights that name none of their own).
 
@@ -52,6 +52,7 @@ import yaml
 
 from compiler.config import HardwareConfig
 from compiler.pnr import FAMILIES as PNR_FAMILIES
+from compiler.pnr import PLACERS, ROUTERS
 from dse import zoo
 from dse.limits import time_limit
 from dse.user_model import IMPORT_TIME_LIMIT_S, UserModelError, bind_params, load_function, parse_source
@@ -158,6 +159,25 @@ class Bound:
 
     def ok(self, value: float) -> bool:
         return value <= self.limit if self.kind == "max" else value >= self.limit
+
+
+@dataclass(frozen=True)
+class TimingSpec:
+    """How `timing:` places and routes each point (compiler.pnr.place_and_route's options).
+    `timing: true` is every default; wide designs want `router: router2` (router1 does not
+    converge on congested ones) and often `placer: static` (docs/timing.md)."""
+    router: str = "router1"
+    placer: str = "heap"
+    seed: int = 1
+    freq_mhz: float = 100.0         # the clock timing-driven placement aims at
+
+    @property
+    def is_default(self) -> bool:
+        return self == TimingSpec()
+
+    def options(self) -> dict[str, Any]:
+        """Keyword arguments of compiler.pnr.place_and_route."""
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -382,7 +402,7 @@ class Spec:
     search: SearchSpec
     constraints: tuple[Bound, ...]
     gate: tuple[GateRule, ...]
-    timing: bool
+    timing: TimingSpec | None       # None: no place-and-route
     stage_timeout_s: float
     path: Path | None               # the spec file, if it came from one
     synthesis: str = "flat"         # "units": float units synthesised once each (compiler.synth_units)
@@ -745,7 +765,7 @@ class _Parser:
         target = Target(_choice(top["target"], "target", [t.value for t in Target], "target"))
         self.dtypes = tuple(_choice(v, _join("dtypes", i), DTYPES, "dtype")
                             for i, v in enumerate(_list(top["dtypes"], "dtypes", "a list of dtypes")))
-        self.timing = _bool(top.get("timing", False), "timing")
+        self.timing = self.timing_spec(top.get("timing", False), "timing")
         if self.timing and target.value not in PNR_FAMILIES:
             raise SpecError("timing", f"place-and-route needs target {' or '.join(PNR_FAMILIES)}; "
                                       f"{target.value} has no open-source place-and-route here "
@@ -1047,6 +1067,22 @@ class _Parser:
             self.need_timing(metric, _join("objectives", i))
             out.append(Objective(metric, METRICS[metric]))
         return tuple(out)
+
+    def timing_spec(self, value: Any, path: str) -> TimingSpec | None:
+        """`timing: false | true | {router, placer, seed, freq_mhz}`."""
+        if type(value) is bool:
+            return TimingSpec() if value else None
+        if not isinstance(value, dict):
+            raise SpecError(path, "expected true, false or a mapping {router, placer, seed, freq_mhz}, "
+                                  f"got {_got(value)}")
+        d = _mapping(value, path, optional=[f.name for f in dataclasses.fields(TimingSpec)],
+                     what="true, false or a mapping of place-and-route settings")
+        t = TimingSpec()
+        return TimingSpec(
+            router=_choice(d.get("router", t.router), _join(path, "router"), ROUTERS, "router"),
+            placer=_choice(d.get("placer", t.placer), _join(path, "placer"), PLACERS, "placer"),
+            seed=_int(d.get("seed", t.seed), _join(path, "seed"), minimum=0, maximum=2**31 - 1),
+            freq_mhz=float(_number(d.get("freq_mhz", t.freq_mhz), _join(path, "freq_mhz"), positive=True)))
 
     def need_timing(self, metric: str, path: str) -> None:
         if metric in NEEDS_TIMING and not self.timing:

@@ -296,3 +296,24 @@ def test_evaluate_point_that_does_not_fit_is_infeasible_not_failed(tmp_path, cac
     assert m.fits is False and m.fmax_mhz is None and m.latency_us is None
     assert m.stage == "timing" and m.error == ("does not fit any ecp5 device: needs 258 DP16KD (block RAMs), "
                                                "LFE5U-85F has 208")
+
+
+def test_the_specs_timing_settings_reach_nextpnr(tmp_path, cache, monkeypatch):
+    # `timing: {router, placer, seed, freq_mhz}` is what place_and_route is called with; a
+    # stand-in for nextpnr records the call (the real one is exercised by the slow tests above)
+    import compiler.pnr
+    from dse.evaluate import Status, evaluate
+    from dse.spec import parse_spec
+    calls = []
+
+    def fake(netlist_path, target, workdir, timeout=None, **options):
+        calls.append(options)
+        return TimingReport(True, 123.0, "LFE5U-25F", "CABGA381", target, freq_mhz=options["freq_mhz"])
+    monkeypatch.setattr(compiler.pnr, "place_and_route", fake)
+    spec = parse_spec({"study": "timing", "target": "ecp5", "stage_timeout_s": 120,
+                       "timing": {"router": "router2", "placer": "static", "seed": 7, "freq_mhz": 80},
+                       "models": [{"name": "g", "builtin": "gemv", "params": {"M": 4, "K": 8}}],
+                       "dtypes": ["int8"], "objectives": ["latency_us", "luts"], "search": {"sampler": "grid"}})
+    m = evaluate(spec, gemv_point(), tmp_path)
+    assert calls == [{"router": "router2", "placer": "static", "seed": 7, "freq_mhz": 80.0}]
+    assert m.status is Status.OK and m.fmax_mhz == 123.0 and m.latency_us == pytest.approx(m.cycles / 123.0)

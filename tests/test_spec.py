@@ -14,7 +14,7 @@ import yaml
 from compiler.config import HardwareConfig
 from dse.cli import main
 from dse.spec import (Bound, DesignPoint, Direction, FrozenMap, GateRule, Knob, ModelSpec, Objective,
-                      Sampler, SearchSpec, SpecError, Target, load_spec, parse_spec)
+                      Sampler, SearchSpec, SpecError, Target, TimingSpec, load_spec, parse_spec)
 from dse.zoo import InputRange
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -168,7 +168,12 @@ ERRORS = [
                                          "bram_max, dsp_max, lutram_max, latency_us_max, fmax_mhz_min, accuracy_min)"),
     (with_("gate", []), "gate: must not be empty"),
     # scalars
-    (with_("timing", 1), "timing: expected true or false, got 1"),
+    (with_("timing", 1), "timing: expected true, false or a mapping {router, placer, seed, freq_mhz}, got 1"),
+    (with_("timing", {"router": "router_2"}), "timing.router: unknown router 'router_2'; did you mean 'router2'?"),
+    (with_("timing", {"placer": "sa"}), "timing.placer: unknown placer 'sa' (known: heap, static)"),
+    (with_("timing", {"routre": "router2"}), "timing.routre: unknown key; did you mean 'router'?"),
+    (with_("timing", {"seed": -1}), "timing.seed: expected a non-negative integer, got -1"),
+    (with_("timing", {"freq_mhz": 0}), "timing.freq_mhz: expected a positive number, got 0"),
     (with_("target", "xilinx", with_("timing", True)),
      "timing: place-and-route needs target ecp5 or ice40; xilinx has no open-source place-and-route here "
      "(set timing: false, or change the target)"),
@@ -324,7 +329,7 @@ def test_valid_spec_parses_to_typed_records(tmp_path):
     shutil.copy(USER, tmp_path / "data" / "user_models.py")
     s = load_spec(path)
     assert (s.study, s.target, s.dtypes, s.timing, s.stage_timeout_s, s.path) == \
-        ("full", Target.ICE40, ("int8", "bf16"), True, 30.0, path)
+        ("full", Target.ICE40, ("int8", "bf16"), TimingSpec(), 30.0, path)
     g, mine = s.models
     assert g == ModelSpec("g", "gemv", None, None, FrozenMap({"M": 8, "K": 784}),
                           FrozenMap({"int8": InputRange(-8, 7), "bf16": InputRange(-4, 3)}))
@@ -349,7 +354,7 @@ def test_valid_spec_parses_to_typed_records(tmp_path):
 
 def test_defaults_of_optional_keys():
     s = parse_spec(BASE)
-    assert (s.knobs[0].values, s.constraints, s.gate, s.timing, s.stage_timeout_s) == (("sync", "comb"), (), (), False, 600.0)
+    assert (s.knobs[0].values, s.constraints, s.gate, s.timing, s.stage_timeout_s) == (("sync", "comb"), (), (), None, 600.0)
     assert s.models[0].input_range("int8") is None
     no_knobs = parse_spec(with_("knobs", DROP))
     assert (no_knobs.knobs, no_knobs.knob_space_size, no_knobs.space_size) == ((), 1, 4)
@@ -476,3 +481,19 @@ def test_a_device_constraint_is_its_resource_counts(tmp_path):
 def test_a_bad_device_constraint_is_named(tmp_path, capsys, target, device, message):
     rc, _, err = run_validate(tmp_path, capsys, with_("target", target, with_("constraints", {"device": device})))
     assert rc == 2 and err == f"error: {message}\n"
+
+
+def test_timing_settings_reach_place_and_route_and_the_cache_key():
+    from dse.cache import _timing_material
+    from dse.evaluate import EvalContext
+    wide = parse_spec(with_("timing", {"router": "router2", "placer": "static", "freq_mhz": 125}))
+    assert wide.timing == TimingSpec(router="router2", placer="static", seed=1, freq_mhz=125.0)
+    assert wide.timing.options() == {"router": "router2", "placer": "static", "seed": 1, "freq_mhz": 125.0}
+    plain = parse_spec(with_("timing", True))
+    assert plain.timing == TimingSpec() and plain.timing.is_default
+    # the defaults keep the key `timing: true` always had; other settings are other results
+    assert "options" not in _timing_material(EvalContext.from_spec(plain))
+    assert _timing_material(EvalContext.from_spec(wide))["options"]["router"] == "router2"
+    # an EvalContext built by hand still takes a bool
+    assert EvalContext.from_spec(plain, timing=False).timing is None
+    assert EvalContext.from_spec(wide, timing=True).timing == TimingSpec()
