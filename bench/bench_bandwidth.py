@@ -1,31 +1,31 @@
 """The GEMV 128x784 at the block-RAM bandwidth bound of an LFE5U-85F (issue 16).
 
 The 85F has 208 DP16KD block RAMs of 2 ports x 18 bits: about 800 int8 weights a cycle, so the
-int8 GEMV cannot take fewer than M*K/800 = 125 cycles there. Each int8 row below is lanes x
-reduce_unroll products a cycle at fp_pipeline=2 and 3 (`--pipelines`; 3 adds each product's own operand copies
-and registered adder-tree levels, 4 a second register on each product: docs/pipeline.md) with mem_pack=auto (banks packed four to a
-36-bit block RAM word, compiler/packing.py) and mul=auto (the 85F's 156 DSPs, the rest of the
-products in LUTs, compiler/multipliers.py): compiled, simulated in CXXRTL (outputs bit-exact
-against the numpy golden model, cycles equal to the cycle model), synthesised (synth_ecp5) and
-placed and routed by nextpnr-ecp5 on the LFE5U-85F (--freq, seed 1, router2: nextpnr's default
-router1 did not converge on the 16x16 design in 40 minutes, router2 routed it in 18). `bound x` is cycles over
-the bandwidth bound. Then: the sequential int8 GEMV's block RAMs (synthesis only), and fp32
-rows with fp_sum=tree (float sums unrolled as a tree; docs/float_sums.md) and mem_tail=lut
-(each weight bank's last, nearly empty block-RAM row in LUT RAM: docs/memory-packing.md).
+int8 GEMV cannot take fewer than M*K/800 = 125 cycles there. Each int8 row is lanes x
+reduce_unroll products a cycle at the `--pipelines` levels (3: each product's own operand
+copies and registered adder trees; 4 adds a second register on each product: docs/pipeline.md),
+with mem_pack=auto (banks packed four to a 36-bit block-RAM word, compiler/packing.py) and
+mul=auto (the 85F's 156 DSPs, the other products in LUTs, compiler/multipliers.py): compiled,
+simulated in CXXRTL (outputs bit-exact against the numpy golden model, cycles equal to the cycle
+model), synthesised (synth_ecp5) and placed and routed by nextpnr-ecp5 on the LFE5U-85F (speed
+grade 6, --freq 100, router2 and the static placer: router1 does not converge on these
+designs). `bound x` is cycles over the bandwidth bound. Then: the sequential int8 GEMV's block
+RAMs (synthesis only), and fp32 rows with fp_sum=tree (float sums unrolled as a tree;
+docs/float_sums.md) and mem_tail=lut (each weight bank's last, nearly empty block-RAM row in LUT
+RAM: docs/memory-packing.md).
 
 Goals: int8 <= 250 cycles at >= 100 MHz (stretch <= 130); sequential int8 <= 51 block RAMs;
 fp32 <= 3,200 cycles.
 
-Usage: python bench/bench_bandwidth.py [--int8 16x16 26x16] [--pipelines 2 3] [--fp32 4x8] [--fp32-pipeline 2]
+Usage: python bench/bench_bandwidth.py [--int8 8x56 16x16] [--pipelines 3] [--fp32 4x8] [--fp32-pipeline 2]
                                        [--fp32-mem-tail lut]
                                        [--freq 100] [--router router2] [--placer static] [--seeds 1 2 3]
                                        [--no-sim] [--no-pnr] [--workdir DIR] [--json out.json]
-Place-and-route and synthesis are cached under $TINYHW_CACHE. A 26x17 int8 design takes Yosys
-~2-5 minutes and nextpnr (router2, static placer) 20-35 at fp_pipeline 3 (95.8 MHz, 248 cycles,
-2.59 us, seed 1, on 2026-11-25, before the second fan-out level, which makes it 249 cycles;
-`--pipelines 4` adds a second product register, 250: docs/pipeline.md); 16x16 routes in 7-45 (heap: seeds 1-3 107.6, 89.5,
-97.4 MHz, 404 cycles then; docs/memory-packing.md). The fp32 4x8 routes in ~13 minutes at
-fp_pipeline 2 (44.9 MHz, 3,158 cycles, 70.3 us); at 3 its route did not finish in 2 hours.
+Place-and-route and synthesis are cached under $TINYHW_CACHE. Measured on 2026-11-27 (2-core
+machine, two place-and-routes side by side): the 8x56 at fp_pipeline 3 synthesises in ~2 minutes
+and routes in 9-20 (seeds 1, 2, 3: 102.9, 93.8, 101.0 MHz; 238 cycles, median 2.36 us); the
+fp32 4x8 at fp_pipeline 2 routes in ~13 minutes (44.9 MHz, 3,158 cycles, 70.3 us). Other shapes
+and levels: docs/memory-packing.md.
 """
 from __future__ import annotations
 
@@ -58,11 +58,11 @@ def parse_shape(text: str) -> tuple[int, int]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--int8", nargs="*", type=parse_shape, default=[(16, 16), (26, 16)])
+    ap.add_argument("--int8", nargs="*", type=parse_shape, default=[(8, 56), (16, 16)])
     ap.add_argument("--fp32", nargs="*", type=parse_shape, default=[(4, 8)])
     ap.add_argument("--device", default="85k")
     ap.add_argument("--freq", type=float, default=100.0, help="nextpnr target clock (MHz)")
-    ap.add_argument("--pipelines", nargs="+", type=int, default=[2, 3],
+    ap.add_argument("--pipelines", nargs="+", type=int, default=[3],
                     help="fp_pipeline values of the int8 rows (3 adds operand copies and adder-tree registers, "
                          "4 a second product register)")
     ap.add_argument("--fp32-pipeline", type=int, default=2,
@@ -70,8 +70,8 @@ def main() -> int:
     ap.add_argument("--fp32-mem-tail", choices=("block", "lut"), default="lut",
                     help="mem_tail of the fp32 rows (lut: each bank's last, nearly empty block-RAM row in LUT RAM)")
     ap.add_argument("--timeout", type=float, default=7200,
-                    help="seconds for each design's place-and-route (the 26x17 routes in ~40 min on a free core; "
-                         "two routes side by side on 2 cores took over an hour)")
+                    help="seconds for each design's place-and-route (the 8x56 routes in 9-20 minutes; the 26x17 "
+                         "took ~40 on a free core, over an hour beside another route)")
     ap.add_argument("--no-sim", dest="sim", action="store_false")
     ap.add_argument("--no-pnr", dest="pnr", action="store_false")
     ap.add_argument("--no-cache", dest="cache", action="store_false")
