@@ -13,7 +13,8 @@ Files in results/<study>/report/, each written to a temporary file and moved int
     report.md                   the same as Markdown (plots linked)
     pareto_<model>_<dtype>.csv  the Pareto-optimal feasible points of one model x dtype (every
     pareto_<model>_<dtype>.md   column of trials.csv / the table shown in the report)
-    plot_<model>.png / .svg     cycles vs LUTs, one per model: every feasible point, the Pareto
+    plot_<model>.png / .svg     cycles vs LUTs (latency_us vs LUTs when latency_us is an
+                                objective), one per model: every feasible point, the Pareto
                                 front of each dtype highlighted (filled markers, joined by its
                                 staircase when the objectives are cycles and LUTs), dtypes by
                                 colour and marker, infeasible points
@@ -317,41 +318,54 @@ def _save(fig) -> tuple[bytes, bytes]:
     return png.getvalue(), svg.getvalue()
 
 
+def time_metric(results: StudyResults) -> str:
+    """The plot's time axis: `latency_us` when it is an objective (the front is over wall time,
+    and a point's cycles alone would misplace it), else `cycles`."""
+    return "latency_us" if any(o.metric == "latency_us" for o in results.objectives) else "cycles"
+
+
+TIME_LABELS = {"cycles": "cycles", "latency_us": "latency (us)"}
+
+
 def plot_points(results: StudyResults, model: str) -> pd.DataFrame:
-    """The points of one model's plot (every trial with both cycles and LUTs), and how each is
-    drawn: `pareto`, `feasible` or `infeasible`."""
+    """The points of one model's plot (every trial with both its time, `time_metric`, and LUTs),
+    and how each is drawn: `pareto`, `feasible` or `infeasible`."""
     t = results.trials
-    part = t[(t["model"] == model) & t["cycles"].notna() & t["luts"].notna()]
+    time = time_metric(results)
+    if time not in t:
+        t = t.assign(**{time: np.nan})
+    part = t[(t["model"] == model) & t[time].notna() & t["luts"].notna()]
     fronts = {d: set(results.front(model, d)["number"]) for d in part["dtype"].unique()}
     feasible = part["feasible"].fillna(False).astype(bool)
     on_front = part.apply(lambda r: r["number"] in fronts[r["dtype"]], axis=1).astype(bool) if len(part) else feasible
     drawn = np.where(on_front, "pareto", np.where(feasible, "feasible", "infeasible"))
-    cols = ["model", "dtype", "number", *results.knobs, "luts", "cycles", "feasible", "violations"]
-    out = part[[c for c in cols if c in part]].copy()
+    cols = ["model", "dtype", "number", *results.knobs, "luts", "cycles", time, "feasible", "violations"]
+    out = part[[c for c in dict.fromkeys(cols) if c in part]].copy()
     out["drawn_as"] = drawn
     return out.reset_index(drop=True)
 
 
 def plot_model(results: StudyResults, model: str, points: pd.DataFrame) -> tuple[bytes, bytes]:
-    """Cycles vs LUTs of one model, every dtype; PNG and SVG bytes."""
+    """Cycles (or latency, `time_metric`) vs LUTs of one model, every dtype; PNG and SVG bytes."""
     fig = _figure()
     ax = fig.add_subplot()
     dtypes = [d for m, d in results.groups if m == model]
     colours = [f"C{i % 10}" for i in range(len(dtypes))]
+    time = time_metric(results)
     # the front is over the spec's objectives: a staircase in this plane only when they are these two
-    staircase = {o.metric for o in results.objectives} == {"cycles", "luts"}
+    staircase = {o.metric for o in results.objectives} == {time, "luts"}
     for i, dt in enumerate(dtypes):
         p = points[points["dtype"] == dt]
         marker, colour = MARKERS[i % len(MARKERS)], colours[i]
         bad = p[p["drawn_as"] == "infeasible"]
-        ax.scatter(bad["luts"], bad["cycles"], marker="x", color=colour, alpha=0.35, s=28, zorder=1)
+        ax.scatter(bad["luts"], bad[time], marker="x", color=colour, alpha=0.35, s=28, zorder=1)
         other = p[p["drawn_as"] == "feasible"]
-        ax.scatter(other["luts"], other["cycles"], marker=marker, facecolors="none", edgecolors=colour,
+        ax.scatter(other["luts"], other[time], marker=marker, facecolors="none", edgecolors=colour,
                    alpha=0.7, s=36, zorder=2)
         front = p[p["drawn_as"] == "pareto"].sort_values("luts")
         if len(front) and staircase:
-            ax.step(front["luts"], front["cycles"], where="post", color=colour, alpha=0.8, lw=1.2, zorder=3)
-        ax.scatter(front["luts"], front["cycles"], marker=marker, color=colour, edgecolors="black",
+            ax.step(front["luts"], front[time], where="post", color=colour, alpha=0.8, lw=1.2, zorder=3)
+        ax.scatter(front["luts"], front[time], marker=marker, color=colour, edgecolors="black",
                    linewidths=0.6, s=56, zorder=4,
                    label=f"{dt}: Pareto front ({len(front)})" if len(front) else f"{dt}: no feasible point")
         if len(other):
@@ -362,7 +376,7 @@ def plot_model(results: StudyResults, model: str, points: pd.DataFrame) -> tuple
         ax.scatter([], [], marker="x", color="0.4", label=f"infeasible, in its dtype's colour ({n_bad})")
     from matplotlib.ticker import FuncFormatter
     plain = FuncFormatter(lambda v, _: f"{v:g}")
-    for axis, col in (("x", "luts"), ("y", "cycles")):
+    for axis, col in (("x", "luts"), ("y", time)):
         v = points[col].astype(float)
         if len(v) and v.min() > 0 and v.max() / v.min() > 20:
             (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
@@ -370,13 +384,13 @@ def plot_model(results: StudyResults, model: str, points: pd.DataFrame) -> tuple
             target.set_major_formatter(plain)
             target.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[0] in "1235" else ""))
     ax.set_xlabel("LUTs")
-    ax.set_ylabel("cycles")
-    ax.set_title(f"{results.study}: {model}, cycles vs LUTs")
+    ax.set_ylabel(TIME_LABELS[time])
+    ax.set_title(f"{results.study}: {model}, {TIME_LABELS[time]} vs LUTs")
     ax.grid(True, alpha=0.3, which="both")
     if len(points):
         ax.legend(fontsize="small", loc="best")
     else:
-        ax.text(0.5, 0.5, "no point with both cycles and LUTs", ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, f"no point with both {TIME_LABELS[time]} and LUTs", ha="center", va="center", transform=ax.transAxes)
     return _save(fig)
 
 
@@ -575,9 +589,10 @@ def _issues_table(results: StudyResults, s: _Section) -> pd.DataFrame:
 
 
 def _markdown(results: StudyResults, sections: list[_Section], prov: list[tuple[str, str]]) -> str:
-    lines = [f"# Study `{results.study}`: cycles vs area", "", _summary(results), ""]
+    time = TIME_LABELS[time_metric(results)]
+    lines = [f"# Study `{results.study}`: {time} vs area", "", _summary(results), ""]
     for s in sections:
-        lines += [f"## {s.model}", "", f"![cycles vs LUTs]({s.plot}.png) ([SVG]({s.plot}.svg), "
+        lines += [f"## {s.model}", "", f"![{time} vs LUTs]({s.plot}.png) ([SVG]({s.plot}.svg), "
                   f"[points]({s.plot}.csv))", ""]
         if s.accuracy:
             lines += [f"![accuracy vs LUTs and latency]({s.accuracy}.png) ([SVG]({s.accuracy}.svg), "
@@ -613,12 +628,13 @@ def _img(images: dict[str, bytes], stem: str, alt: str) -> str:
 def _html(results: StudyResults, sections: list[_Section], prov: list[tuple[str, str]],
           images: dict[str, bytes]) -> str:
     e = html.escape
-    body = [f"<h1>Study <code>{e(results.study)}</code>: cycles vs area</h1>", f"<p>{e(_summary(results))}</p>"]
+    time = TIME_LABELS[time_metric(results)]
+    body = [f"<h1>Study <code>{e(results.study)}</code>: {e(time)} vs area</h1>", f"<p>{e(_summary(results))}</p>"]
     body.append("<ul>" + "".join(f'<li><a href="#{e(safe_name(s.model))}">{e(s.model)}</a></li>' for s in sections)
                 + '<li><a href="#provenance">provenance</a></li></ul>')
     for s in sections:
         body.append(f'<h2 id="{e(safe_name(s.model))}">{e(s.model)}</h2>')
-        body.append(_img(images, s.plot, f"{s.model}: cycles vs LUTs"))
+        body.append(_img(images, s.plot, f"{s.model}: {time} vs LUTs"))
         if s.accuracy:
             body.append(_img(images, s.accuracy, f"{s.model}: accuracy vs LUTs and latency"))
         for dt, table, tstem in s.tables:

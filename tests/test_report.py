@@ -243,3 +243,28 @@ def test_models_with_data_get_an_accuracy_plot_and_its_fronts(baseline_copy):
     assert ET.parse(out / "accuracy_gemv_8x16.svg").getroot().tag.endswith("svg")
     assert "accuracy_gemv_8x16.png" in (out / "report.md").read_text()
     assert (out / "index.html").read_text().count("data:image/png;base64,") == 5
+
+
+def test_a_latency_objective_puts_latency_on_the_plot(baseline_copy):
+    # a timing study's front is over wall time: its plot draws latency_us, not cycles, and a
+    # point without a latency (it fits no device) is not drawn
+    import dataclasses
+
+    from dse.report import plot_points, time_metric
+    results = load_study_results(baseline_copy)
+    assert time_metric(results) == "cycles"
+    t = results.trials.copy()
+    t["latency_us"] = t["cycles"] / 100.0
+    t.loc[t.index[0], "latency_us"] = float("nan")
+    timed = dataclasses.replace(results, trials=t, objectives=(Objective("latency_us", Direction.MINIMIZE),
+                                                               Objective("luts", Direction.MINIMIZE)))
+    assert time_metric(timed) == "latency_us"
+    model = t.loc[t.index[0], "model"]
+    points = plot_points(timed, model)
+    mine = t[t["model"] == model]
+    assert "latency_us" in points and set(points["number"]) == set(mine["number"]) - {t.loc[t.index[0], "number"]}
+    assert list(points["latency_us"]) == list(points["cycles"] / 100.0)
+    files = write_report(timed)
+    md = (baseline_copy / "report" / "report.md").read_text()
+    assert md.startswith("# Study `ci_gate`: latency (us) vs area") and len(files) > 3
+    assert "latency (us) vs LUTs" in (baseline_copy / "report" / f"plot_{model}.svg").read_text()
