@@ -16,7 +16,7 @@ Files in results/<study>/report/, each written to a temporary file and moved int
     plot_<model>.png / .svg     cycles vs LUTs (latency_us vs LUTs when latency_us is an
                                 objective), one per model: every feasible point, the Pareto
                                 front of each dtype highlighted (filled markers, joined by its
-                                staircase when the objectives are cycles and LUTs), dtypes by
+                                staircase when the objectives are its two axes), dtypes by
                                 colour and marker, infeasible points
                                 (a constraint violated) as faint crosses in their dtype's colour
     plot_<model>.csv            exactly the points drawn, with how each was drawn
@@ -331,9 +331,7 @@ def plot_points(results: StudyResults, model: str) -> pd.DataFrame:
     """The points of one model's plot (every trial with both its time, `time_metric`, and LUTs),
     and how each is drawn: `pareto`, `feasible` or `infeasible`."""
     t = results.trials
-    time = time_metric(results)
-    if time not in t:
-        t = t.assign(**{time: np.nan})
+    time = time_metric(results)             # an objective, so a column (load_study_results)
     part = t[(t["model"] == model) & t[time].notna() & t["luts"].notna()]
     fronts = {d: set(results.front(model, d)["number"]) for d in part["dtype"].unique()}
     feasible = part["feasible"].fillna(False).astype(bool)
