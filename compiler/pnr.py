@@ -394,9 +394,11 @@ def nextpnr_version(family: str) -> str:
 
 ROUTERS = ("router1", "router2")
 PLACERS = ("heap", "static")
+# nextpnr's own defaults, and place_and_route's (a spec's `timing: true` is these: dse.spec.TimingSpec)
+DEFAULT_ROUTER, DEFAULT_PLACER, DEFAULT_SEED, DEFAULT_FREQ_MHZ = "router1", "heap", 1, 100.0
 
 
-def _check_options(router: str, placer: str = "heap") -> None:
+def _check_options(router: str, placer: str = DEFAULT_PLACER) -> None:
     if router not in ROUTERS:
         raise ValueError(f"router: expected one of {', '.join(ROUTERS)}, got {router!r}")
     if placer not in PLACERS:
@@ -435,16 +437,16 @@ def prepare(netlist: dict, target: str) -> tuple[str, bool, bool]:
 
 
 def nextpnr_argv(device: Device, package: str, *, top: str, freq_mhz: float, seed: int,
-                 router: str = "router1", placer: str = "heap", clock: bool = False) -> list[str]:
+                 router: str = DEFAULT_ROUTER, placer: str = DEFAULT_PLACER, clock: bool = False) -> list[str]:
     """The command line (relative paths: the WASM sandbox sees only the working folder).
     `clock`: the top has a `clk` port, placed on the package's clock pin (CLOCK_PINS)."""
     _check_options(router, placer)
     argv = [nextpnr_tool(device.family), device.option, "--package", package, "--json", "netlist.json",
             "--top", top, "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--timing-allow-fail",
             "--report", "report.json"]
-    if router != "router1":                    # the default: its cache keys stay as they were
+    if router != DEFAULT_ROUTER:               # the default: its cache keys stay as they were
         argv += ["--router", router]
-    if placer != "heap":                       # the default, likewise
+    if placer != DEFAULT_PLACER:               # the default, likewise
         argv += ["--placer", placer]
     if device.family == "ecp5":
         argv += ["--speed", str(device.speed or SPEED_GRADES["ecp5"][0]), "--lpf-allow-unconstrained"]
@@ -461,8 +463,9 @@ _FOREIGN = {"ecp5": {"SB_LUT4", "SB_CARRY", "SB_DFF", "SB_RAM40_4K"},
 
 def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | Path | None = None,
                     timeout: float | None = 600, *, device: str | None = None, package: str | None = None,
-                    freq_mhz: float = 100.0, seed: int = 1, use_cache: bool = True,
-                    precheck: bool = True, router: str = "router1", placer: str = "heap") -> TimingReport:
+                    freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = DEFAULT_SEED, use_cache: bool = True,
+                    precheck: bool = True, router: str = DEFAULT_ROUTER,
+                    placer: str = DEFAULT_PLACER) -> TimingReport:
     """Place and route a Yosys JSON netlist (synthesised for `target`) with nextpnr.
 
     `device` / `package` force a part (e.g. "25k", "hx8k") and package instead of choosing

@@ -52,7 +52,7 @@ import yaml
 
 from compiler.config import HardwareConfig
 from compiler.pnr import FAMILIES as PNR_FAMILIES
-from compiler.pnr import PLACERS, ROUTERS
+from compiler.pnr import DEFAULT_FREQ_MHZ, DEFAULT_PLACER, DEFAULT_ROUTER, DEFAULT_SEED, PLACERS, ROUTERS
 from dse import zoo
 from dse.limits import time_limit
 from dse.user_model import IMPORT_TIME_LIMIT_S, UserModelError, bind_params, load_function, parse_source
@@ -166,10 +166,10 @@ class TimingSpec:
     """How `timing:` places and routes each point (compiler.pnr.place_and_route's options).
     `timing: true` is every default; wide designs want `router: router2` (router1 does not
     converge on congested ones) and often `placer: static` (docs/timing.md)."""
-    router: str = "router1"
-    placer: str = "heap"
-    seed: int = 1
-    freq_mhz: float = 100.0         # the clock timing-driven placement aims at
+    router: str = DEFAULT_ROUTER
+    placer: str = DEFAULT_PLACER
+    seed: int = DEFAULT_SEED
+    freq_mhz: float = DEFAULT_FREQ_MHZ      # the clock timing-driven placement aims at
 
     @property
     def is_default(self) -> bool:
