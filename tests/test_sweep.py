@@ -12,7 +12,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import optuna
@@ -132,10 +131,8 @@ def test_rerun_resumes_and_repeats_nothing(tmp_path, fake_synth):
     spec = load_spec(write_spec(tmp_path, spec_dict()))
     sweep(spec, options(tmp_path))
     assert len(fake_synth) == 4
-    t0 = time.perf_counter()
     r = sweep(spec, options(tmp_path))
     assert (r.done_before, r.ran) == (4, 0) and len(fake_synth) == 4
-    assert time.perf_counter() - t0 < 5
     assert len(study_of(tmp_path).trials) == 4
 
 
