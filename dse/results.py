@@ -7,7 +7,8 @@ trials.csv, one row per trial that ran (queued trials not yet run are left out):
     number, model, dtype        the trial number and the design point
     <knob>...                   one column per HardwareConfig knob (defaults filled in)
     status                      OK, FAIL (the evaluation failed: `stage`, `error`) or INTERRUPTED
-    trial_state                 Optuna's: COMPLETE (every objective measured) or FAIL, or with
+    trial_state                 Optuna's: COMPLETE (every objective measured, or a design no
+                                device holds: infeasible by `fits`) or FAIL, or with
                                 `search.fidelity: multi` PRUNED (area estimated, not synthesised:
                                 `fidelity` says which; docs/multi-fidelity.md)
     feasible, violations        every constraint met; the names of those that were not
@@ -207,7 +208,7 @@ def pareto_markdown(spec: Spec, df: pd.DataFrame, pareto: pd.DataFrame) -> str:
     n_feasible = int(df["feasible"].fillna(False).sum()) if len(df) else 0
     lines = [f"# Pareto front: study `{spec.study}`", "",
              f"Target {spec.target}; objectives: {objectives}; constraints: correct, overflow_safe, "
-             f"checks passed{bounds}. {len(df)} trials: {n_ok} OK, {len(df) - n_ok} failed or interrupted, "
+             f"checks passed{', fits a device' if spec.timing else ''}{bounds}. {len(df)} trials: {n_ok} OK, {len(df) - n_ok} failed or interrupted, "
              f"{n_feasible} feasible. Pareto-optimal feasible points per model x dtype, one row per design point."
              + (" Area by per-unit synthesis (`synthesis: units`: each float unit synthesised on its own, "
                 "counted per instance; docs/synthesis.md)." if spec.synthesis == "units" else ""),

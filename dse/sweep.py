@@ -20,10 +20,11 @@ evaluation cache) and tells Optuna the outcome:
                                 (some device holds the design), and each resource budget of
                                 the spec (`luts_max: 5000` gives `luts_max` = luts - 5000).
                                 A point computing a wrong result is thus an infeasible trial
-                                the samplers learn from, not a dropped row.
+                                the samplers learn from, not a dropped row; so is a design no
+                                device holds (its latency_us / fmax_mhz objective is told as
+                                the worst value, +inf / -inf; its row leaves them empty).
     an objective not measured   FAIL (the point failed to configure, compile, simulate or
-                                synthesise, or no device holds it so it has no fmax); the
-                                reason is in the trial's user attributes
+                                synthesise); the reason is in the trial's user attributes
                                 `stage`, `error`, `error_type`, and the whole metrics row in
                                 `metrics`. The sweep goes on.
 

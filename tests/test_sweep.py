@@ -7,6 +7,7 @@ Yosys (`fake_synth`: deterministic area from the design), since what they test i
 real synthesis is covered by test_synth/test_evaluate, and by the tests marked slow here."""
 from __future__ import annotations
 
+import math
 import os
 import signal
 import stat
@@ -362,7 +363,7 @@ def test_unmeasured_objectives_fail_the_trial_with_the_reason(tmp_path, fake_syn
 FIT_REASON = "does not fit any ecp5 device: needs 258 DP16KD (block RAMs), LFE5U-85F has 208"
 
 
-@pytest.mark.parametrize("objectives", [["latency_us", "luts"], ["cycles", "luts"]])
+@pytest.mark.parametrize("objectives", [["latency_us", "luts"], ["fmax_mhz", "luts"], ["cycles", "luts"]])
 def test_a_design_that_does_not_fit_is_infeasible_with_the_reason(tmp_path, fake_synth, monkeypatch, objectives):
     import dataclasses
     from dse import evaluate as ev
@@ -379,13 +380,16 @@ def test_a_design_that_does_not_fit_is_infeasible_with_the_reason(tmp_path, fake
     assert len(df) == 1 and (df["status"] == "OK").all() and not df["feasible"].any()
     assert (df["fits"] == False).all() and (df["stage"] == "timing").all()     # noqa: E712
     assert (df["error"] == FIT_REASON).all()
+    # a result the samplers learn from: a COMPLETE trial, infeasible by the `fits` constraint, with
+    # the worst latency there is (Optuna's value) and none in its row (nothing was measured)
+    assert (df["trial_state"] == "COMPLETE").all() and df["violations"].iloc[0] == "fits"
     md = (r.results_dir / "pareto.md").read_text()
-    if objectives[0] == "latency_us":            # no latency to rank it by: a failed trial, with the reason
-        assert (df["trial_state"] == "FAIL").all()
-        assert f"1 failed (most common, 1x: timing: {FIT_REASON})" in md
-    else:                                        # ranked, and infeasible by the `fits` constraint
-        assert (df["trial_state"] == "COMPLETE").all() and "fits" in df["violations"].iloc[0]
-        assert "infeasible: fits violated 1x" in md
+    assert "infeasible: fits violated 1x" in md and "checks passed, fits a device." in md
+    assert df["latency_us"].isna().all() and df["fmax_mhz"].isna().all()
+    (trial,) = study_of(tmp_path).trials
+    worst = {"latency_us": math.inf, "fmax_mhz": -math.inf, "cycles": trial.user_attrs["metrics"]["cycles"]}
+    assert trial.values[0] == worst[objectives[0]]
+    assert trial.user_attrs["constraints"]["fits"] == 1.0
 
 
 # ---------------------------------------------------------------------------------------------

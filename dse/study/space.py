@@ -2,9 +2,10 @@
 fingerprint (resuming under another one is refused), objective and constraint values."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from dse.spec import DesignPoint, FrozenMap, Spec
+from dse.spec import NEEDS_TIMING, DesignPoint, Direction, FrozenMap, Spec
 
 SPACE_ATTR = "tinyhw:space"
 """Study user attribute holding the search space the study was created for."""
@@ -73,8 +74,17 @@ def constraint_values(spec: Spec, row: dict[str, Any]) -> dict[str, float]:
 
 
 def objective_values(spec: Spec, row: dict[str, Any]) -> tuple[list[float] | None, list[str]]:
-    """(values in spec order, or None; the objectives that were not measured)."""
-    missing = [o.metric for o in spec.objectives if row.get(o.metric) is None]
-    if missing:
-        return None, missing
-    return [float(row[o.metric]) for o in spec.objectives], []
+    """(values in spec order, or None; the objectives that were not measured).
+
+    A design no device holds (`fits` false) is a result, not a failure: its Fmax and latency
+    get the worst value there is (+inf to minimise, -inf to maximise) and the `fits` constraint
+    marks it infeasible, so it is a COMPLETE trial the samplers learn from and `best_trials`
+    leaves out. Its row keeps them empty (nothing was measured)."""
+    def value(o) -> float | None:
+        v = row.get(o.metric)
+        if v is None and o.metric in NEEDS_TIMING and row.get("fits") is False:
+            return -math.inf if o.direction == Direction.MAXIMIZE else math.inf
+        return None if v is None else float(v)
+    values = [value(o) for o in spec.objectives]
+    missing = [o.metric for o, v in zip(spec.objectives, values) if v is None]
+    return (None, missing) if missing else (values, [])

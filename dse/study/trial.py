@@ -141,7 +141,7 @@ def run_asked_trial(study, trial, spec: Spec, options: SweepOptions, ctx, cache,
                 "stage": None}
     values, missing = objective_values(spec, row)
     if values is None:
-        # an OK row with a reason (a design that does not fit: no Fmax) keeps that reason
+        # an OK row with a reason keeps that reason
         if row.get("status") == "OK" and not row.get("error"):
             reason = f"objective{'s' * (len(missing) > 1)} {', '.join(missing)} not measured"
             trial.set_user_attr("stage", "objectives")
