@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .design import Design
-from .pnr import find_device, netlist_summary, nextpnr_argv, prepare, read_report, write_clock_lpf
+from .pnr import (DEFAULT_FREQ_MHZ, DEFAULT_PLACER, DEFAULT_ROUTER, DEFAULT_SEED, find_device, netlist_summary,
+                  nextpnr_argv, prepare, read_report, write_clock_lpf)
 from .synth import synthesize
 from .tools import ToolError, find_tool, run_tool
 
@@ -37,15 +38,19 @@ class Bitstream:
     freq_mhz: float                 # the target frequency given to nextpnr
     constrained: bool               # pins from an LPF (False: placed anywhere by nextpnr)
     log_dir: Path                   # synth/, nextpnr.log, ecppack.log
+    argv: tuple[str, ...] = ()      # the nextpnr command (router, placer, seed among it)
 
 
 def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package: str | None = None,
-                    lpf: str | Path | None = None, freq_mhz: float = 100.0, seed: int = 1,
+                    lpf: str | Path | None = None, freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = DEFAULT_SEED,
+                    router: str = DEFAULT_ROUTER, placer: str = DEFAULT_PLACER,
                     name: str = "tinyhw_top", timeout: float | None = 1800) -> Bitstream:
     """`out_dir/<name>_<device>_<package>.bit`; the tools' files go to `out_dir/.bitstream/`.
     `package` defaults to the part's first package with enough pins. Raises ValueError for an
     unknown part or package or a missing LPF, ToolError when a tool fails (nextpnr also when
-    the design does not fit the part: its log says which resource ran out)."""
+    the design does not fit the part: its log says which resource ran out). `freq_mhz`, `seed`,
+    `router`, `placer`: nextpnr's settings (compiler.pnr.place_and_route's); the Fmax an
+    explorer's sweep measured is reproduced by giving the settings it ran with."""
     dev = find_device("ecp5", device)
     if lpf is not None and not Path(lpf).is_file():
         raise ValueError(f"lpf: no such file {str(lpf)!r}")
@@ -65,7 +70,8 @@ def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package
     (work / "netlist.json").write_text(json.dumps(netlist))
     # the clock on the package's clock pin, as the explorer's timing assumes, unless the user's
     # LPF places the pins
-    argv = nextpnr_argv(dev, package, top=top, freq_mhz=freq_mhz, seed=seed, clock=clock and lpf is None)
+    argv = nextpnr_argv(dev, package, top=top, freq_mhz=freq_mhz, seed=seed, router=router, placer=placer,
+                        clock=clock and lpf is None)
     argv += ["--textcfg", "design.config"]
     write_clock_lpf(work, argv, package)
     if lpf is not None:
@@ -81,4 +87,4 @@ def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package
     (work / "design.bit").replace(path)
     report = read_report(work / "report.json")
     fmax = min(report[0].values()) if report and report[0] else None
-    return Bitstream(path, dev.name, package, fmax, freq_mhz, lpf is not None, work)
+    return Bitstream(path, dev.name, package, fmax, freq_mhz, lpf is not None, work, tuple(argv))

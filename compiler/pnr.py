@@ -398,7 +398,7 @@ PLACERS = ("heap", "static")
 DEFAULT_ROUTER, DEFAULT_PLACER, DEFAULT_SEED, DEFAULT_FREQ_MHZ = "router1", "heap", 1, 100.0
 
 
-def _check_options(router: str, placer: str = DEFAULT_PLACER) -> None:
+def check_options(router: str, placer: str = DEFAULT_PLACER) -> None:
     if router not in ROUTERS:
         raise ValueError(f"router: expected one of {', '.join(ROUTERS)}, got {router!r}")
     if placer not in PLACERS:
@@ -440,7 +440,7 @@ def nextpnr_argv(device: Device, package: str, *, top: str, freq_mhz: float, see
                  router: str = DEFAULT_ROUTER, placer: str = DEFAULT_PLACER, clock: bool = False) -> list[str]:
     """The command line (relative paths: the WASM sandbox sees only the working folder).
     `clock`: the top has a `clk` port, placed on the package's clock pin (CLOCK_PINS)."""
-    _check_options(router, placer)
+    check_options(router, placer)
     argv = [nextpnr_tool(device.family), device.option, "--package", package, "--json", "netlist.json",
             "--top", top, "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--timing-allow-fail",
             "--report", "report.json"]
@@ -479,7 +479,7 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
                          "(xilinx has no open-source place-and-route here)")
     if freq_mhz <= 0:
         raise ValueError(f"freq_mhz must be positive, got {freq_mhz!r}")
-    _check_options(router, placer)
+    check_options(router, placer)
     src = Path(netlist_json_path)
     data = src.read_bytes()
     try:

@@ -309,13 +309,21 @@ def cached_evaluate(ctx, point: DesignPoint, workdir: str | Path, cache: EvalCac
     key = make_key(material)
     row = cache.get(key)
     if row is not None:
-        return row, True, key
+        return _with_pnr_settings(row, ctx), True, key
     with cache.lock(key):
         row = cache.get(key)                # another process may have just finished it
         if row is not None:
-            return row, True, key
+            return _with_pnr_settings(row, ctx), True, key
         t0 = time.perf_counter()
         row = evaluate(ctx, point, workdir, log=log, **extra).as_row()
         if cacheable(row, material["compiled"]):
             cache.put(key, row, {**material, "evaluated_in_s": round(time.perf_counter() - t0, 3)})
     return row, False, key
+
+
+def _with_pnr_settings(row: dict[str, Any], ctx) -> dict[str, Any]:
+    """A row cached before the metrics recorded the nextpnr settings (pnr_router ...) gets them
+    from the context: its key holds them, so they are the ones it was measured with."""
+    if ctx.timing is None or row.get("fits") is None or row.get("pnr_router") is not None:
+        return row
+    return {**row, **ctx.timing.row_fields()}

@@ -13,7 +13,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -269,6 +269,44 @@ def add_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--package", metavar="PKG", help="the bitstream's package (default: the part's first with enough pins)")
     p.add_argument("--lpf", type=Path, metavar="FILE",
                    help="pin constraints for the bitstream (default: nextpnr places the ports on any IO)")
+    recorded = " (default: the one the trial's Fmax was measured with, else nextpnr's)"
+    p.add_argument("--router", metavar="R", help="the bitstream's nextpnr router, router1 or router2" + recorded)
+    p.add_argument("--placer", metavar="P", help="the bitstream's nextpnr placer, heap or static" + recorded)
+    p.add_argument("--pnr-seed", type=int, metavar="N", help="the bitstream's nextpnr seed" + recorded)
+    p.add_argument("--freq-mhz", type=_positive_float, metavar="MHZ",
+                   help="the target clock nextpnr aims at for the bitstream" + recorded)
+
+
+BITSTREAM_SETTINGS = ("router", "placer", "pnr_seed", "freq_mhz")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return v
+
+
+def bitstream_settings(args: argparse.Namespace, row: Mapping[str, Any]) -> dict[str, Any]:
+    """nextpnr's settings for `--bitstream`: each given flag, else what the trial's Fmax was
+    measured with (its row's pnr_router ... pnr_freq_mhz), else nextpnr's default; so the
+    bitstream closes timing as the sweep found it would."""
+    from compiler.pnr import DEFAULT_FREQ_MHZ, DEFAULT_PLACER, DEFAULT_ROUTER, DEFAULT_SEED, check_options
+    defaults = {"router": (DEFAULT_ROUTER, str), "placer": (DEFAULT_PLACER, str), "seed": (DEFAULT_SEED, int),
+                "freq_mhz": (DEFAULT_FREQ_MHZ, float)}
+    given = {"router": args.router, "placer": args.placer, "seed": args.pnr_seed, "freq_mhz": args.freq_mhz}
+    out = {}
+    for k, (default, kind) in defaults.items():
+        v = given[k] if given[k] is not None else row.get(f"pnr_{k}")
+        out[k] = default if v is None or v != v else kind(v)       # v != v: a blank CSV cell (NaN)
+    try:
+        check_options(out["router"], out["placer"])
+    except ValueError as e:
+        raise CliError(f"--bitstream: {e}") from None
+    return out
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -276,8 +314,8 @@ def run_export(args: argparse.Namespace) -> int:
     from dse.export import ExportError, export_point, find_trial
     from dse.spec import load_spec
     spec = load_spec(args.spec) if args.spec else None
-    if (args.package or args.lpf) and not args.bitstream:
-        raise CliError("--package and --lpf go with --bitstream PART")
+    if not args.bitstream and (args.package or args.lpf or any(getattr(args, k) is not None for k in BITSTREAM_SETTINGS)):
+        raise CliError("--package, --lpf, --router, --placer, --pnr-seed and --freq-mhz go with --bitstream PART")
     try:
         trial = find_trial(args.results, number=args.trial, spec=spec)
     except ExportError as e:
@@ -291,6 +329,7 @@ def run_export(args: argparse.Namespace) -> int:
             find_device("ecp5", args.bitstream)
         except ValueError as e:
             raise CliError(f"--bitstream: {e}") from None
+        pnr = bitstream_settings(args, trial.measured)          # bad settings: refused before any work
     exp = _guarded(lambda: export_point(model=trial.model, point=trial.point, out_dir=args.out,
                                         data_seed=trial.data_seed, sim_backend=args.sim, measured=trial.measured,
                                         top=args.top, source={"results": str(args.results), "trial": trial.number}))
@@ -300,12 +339,13 @@ def run_export(args: argparse.Namespace) -> int:
     if args.bitstream:
         from compiler.bitstream import write_bitstream
         bit = _guarded(lambda: write_bitstream(design=exp.design, out_dir=args.out, device=args.bitstream,
-                                               package=args.package, lpf=args.lpf, name=args.top))
+                                               package=args.package, lpf=args.lpf, name=args.top, **pnr))
         if bit is None:
             return EXIT_GATE_FAILED
         fmax = f"{bit.fmax_mhz:.1f} MHz" if bit.fmax_mhz else "Fmax not reported"
         pins = "pins from the LPF" if bit.constrained else "pins unconstrained: give --lpf for a board"
-        print(f"bitstream {bit.path} ({bit.device} {bit.package}, {fmax}; {pins})")
+        how = f"nextpnr {pnr['router']}, {pnr['placer']} placer, seed {pnr['seed']}, target {pnr['freq_mhz']:g} MHz"
+        print(f"bitstream {bit.path} ({bit.device} {bit.package}, {fmax}; {how}; {pins})")
     return EXIT_OK
 
 

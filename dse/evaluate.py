@@ -181,6 +181,10 @@ class Metrics:
     fits: bool | None = None                # False: no device holds the design (error says why)
     pnr_device: str | None = None
     pnr_package: str | None = None
+    pnr_router: str | None = None           # the nextpnr settings the Fmax was measured with
+    pnr_placer: str | None = None           # (spec `timing:`; `dse export --bitstream` reuses them)
+    pnr_seed: int | None = None
+    pnr_freq_mhz: float | None = None       # the target clock given to nextpnr
     # overflow
     acc_bits_required: int | None = None
     overflow_safe: bool | None = None
@@ -495,7 +499,8 @@ def _timing(ctx: EvalContext, run: _Run, netlist_path: str) -> None:
                               **ctx.timing.options())
         cycles = run.fields.get("cycles") or run.fields.get("cycles_model")
         run.set(fits=rep.fits, fmax_mhz=rep.fmax_mhz, latency_us=rep.latency_us(cycles) if cycles else None,
-                pnr_device=rep.device, pnr_package=rep.package or None, nextpnr_version=rep.nextpnr_version)
+                pnr_device=rep.device, pnr_package=rep.package or None, nextpnr_version=rep.nextpnr_version,
+                **ctx.timing.row_fields())
     if not rep.fits:
         if run.fields.get("error"):
             run.notes.append(rep.reason)

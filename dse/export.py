@@ -81,9 +81,11 @@ def _timing(row: Mapping[str, Any]) -> TimingReport | None:
         return None
     fmax = row.get("fmax_mhz")
     fits = str(row["fits"]).lower() == "true" if isinstance(row["fits"], str) else bool(row["fits"])
+    freq = row.get("pnr_freq_mhz")                 # rows from before it was recorded: nextpnr's default
     return TimingReport(fits=fits, fmax_mhz=float(fmax) if _present(fmax) else None,
                         device=str(row.get("pnr_device") or ""), package=str(row.get("pnr_package") or ""),
-                        target=str(row["target"]), reason="" if fits else str(row.get("error") or ""))
+                        target=str(row["target"]), reason="" if fits else str(row.get("error") or ""),
+                        **({"freq_mhz": float(freq)} if _present(freq) else {}))
 
 
 # ---------------------------------------------------------------------------------------------

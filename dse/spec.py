@@ -179,6 +179,10 @@ class TimingSpec:
         """Keyword arguments of compiler.pnr.place_and_route."""
         return dataclasses.asdict(self)
 
+    def row_fields(self) -> dict[str, Any]:
+        """The metrics row's record of them (dse.evaluate.Metrics pnr_router ... pnr_freq_mhz)."""
+        return {f"pnr_{k}": v for k, v in self.options().items()}
+
 
 @dataclass(frozen=True)
 class GateRule:

@@ -217,9 +217,12 @@ def test_ecp5_bitstream_for_a_named_part_unpacks(tmp_path):
     from compiler.bitstream import write_bitstream
     from compiler.tools import find_tool, run_tool
     design = compile_model(*designs.gemv_int8(M=4, K=6).outputs, config=HardwareConfig(mem_read="sync"))
-    bit = write_bitstream(design=design, out_dir=tmp_path, device="25k", package="cabga381")
+    bit = write_bitstream(design=design, out_dir=tmp_path, device="25k", package="cabga381",
+                          router="router2", placer="static", seed=2, freq_mhz=80)
     assert (bit.path.name, bit.device, bit.package, bit.constrained) == \
         ("tinyhw_top_LFE5U-25F_CABGA381.bit", "LFE5U-25F", "CABGA381", False)
+    argv = " ".join(bit.argv)                  # the explorer's settings reach nextpnr
+    assert "--router router2" in argv and "--placer static" in argv and "--seed 2" in argv and "--freq 80" in argv
     assert b"Part: LFE5U-25F-6CABGA381" in bit.path.read_bytes()[:64]      # ecppack's header
     assert bit.fmax_mhz is not None and bit.fmax_mhz > 0
     # no LPF of the user's: the clock on the package's clock pin, as the explorer's P&R has it
@@ -240,10 +243,40 @@ def test_bitstream_bad_part_and_package_are_rejected_before_any_tool_runs(tmp_pa
     assert not any(tmp_path.iterdir())
 
 
-def test_dse_export_bitstream_options_need_bitstream(tmp_path, capsys):
+@pytest.mark.parametrize("flag", [["--package", "CABGA381"], ["--router", "router2"], ["--pnr-seed", "3"]])
+def test_dse_export_bitstream_options_need_bitstream(tmp_path, capsys, flag):
     from dse.cli import main
-    assert main(["export", str(tmp_path), "--trial", "0", "--out", str(tmp_path / "o"), "--package", "CABGA381"]) == 2
-    assert "error: --package and --lpf go with --bitstream PART" in capsys.readouterr().err
+    assert main(["export", str(tmp_path), "--trial", "0", "--out", str(tmp_path / "o"), *flag]) == 2
+    assert ("error: --package, --lpf, --router, --placer, --pnr-seed and --freq-mhz go with --bitstream PART"
+            in capsys.readouterr().err)
+
+
+def test_the_bitstream_reuses_the_nextpnr_settings_the_trials_fmax_was_measured_with():
+    import argparse
+    from dse.cli import CliError, bitstream_settings
+    flags = dict(router=None, placer=None, pnr_seed=None, freq_mhz=None)
+    row = {"pnr_router": "router2", "pnr_placer": "static", "pnr_seed": 3.0, "pnr_freq_mhz": 125.0}   # as from CSV
+    assert bitstream_settings(argparse.Namespace(**flags), row) == \
+        {"router": "router2", "placer": "static", "seed": 3, "freq_mhz": 125.0}
+    # a flag wins; a row without the record (no timing, or an old sweep) gets nextpnr's defaults
+    assert bitstream_settings(argparse.Namespace(**{**flags, "pnr_seed": 7}), row)["seed"] == 7
+    assert bitstream_settings(argparse.Namespace(**flags), {"pnr_router": float("nan")}) == \
+        {"router": "router1", "placer": "heap", "seed": 1, "freq_mhz": 100.0}
+    with pytest.raises(CliError, match="--bitstream: router: expected one of router1, router2, got 'route3'"):
+        bitstream_settings(argparse.Namespace(**{**flags, "router": "route3"}), row)
+
+
+def test_dse_export_refuses_bad_bitstream_settings_before_exporting(swept, tmp_path, capsys):
+    from dse.cli import main
+    results = str(swept / "results" / "exp")
+    assert main(["export", results, "--trial", "0", "--out", str(tmp_path / "o"), "--bitstream", "25k",
+                 "--placer", "sa"]) == 2
+    assert "error: --bitstream: placer: expected one of heap, static, got 'sa'" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(SystemExit):
+        main(["export", results, "--trial", "0", "--out", str(tmp_path / "o"), "--bitstream", "25k",
+              "--freq-mhz", "-5"])
+    assert "--freq-mhz: expected a positive number, got '-5'" in capsys.readouterr().err
 
 
 def test_export_point_refuses_a_design_whose_cycle_model_changed(tmp_path):
