@@ -206,9 +206,10 @@ def pareto_markdown(spec: Spec, df: pd.DataFrame, pareto: pd.DataFrame) -> str:
     bounds = "".join(f", {b.metric} {'<=' if b.kind == 'max' else '>='} {b.limit:g}" for b in spec.constraints)
     n_ok = int((df["status"] == "OK").sum()) if len(df) else 0
     n_feasible = int(df["feasible"].fillna(False).sum()) if len(df) else 0
+    fits = ", fits a device" if spec.timing else ""
     lines = [f"# Pareto front: study `{spec.study}`", "",
              f"Target {spec.target}; objectives: {objectives}; constraints: correct, overflow_safe, "
-             f"checks passed{', fits a device' if spec.timing else ''}{bounds}. {len(df)} trials: {n_ok} OK, {len(df) - n_ok} failed or interrupted, "
+             f"checks passed{fits}{bounds}. {len(df)} trials: {n_ok} OK, {len(df) - n_ok} failed or interrupted, "
              f"{n_feasible} feasible. Pareto-optimal feasible points per model x dtype, one row per design point."
              + (" Area by per-unit synthesis (`synthesis: units`: each float unit synthesised on its own, "
                 "counted per instance; docs/synthesis.md)." if spec.synthesis == "units" else ""),
