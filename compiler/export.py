@@ -313,7 +313,8 @@ def interface(design: Design, ports: list[PortFile], *, top: str, cycles: int,
             "script": area.script.strip().replace("\n", "; ")},
         "clock": None if timing is None else {
             "fits": timing.fits, "fmax_mhz": timing.fmax_mhz, "device": timing.device,
-            "package": timing.package, "target_mhz": timing.freq_mhz, "reason": timing.reason or None,
+            "package": timing.package, "target_mhz": timing.freq_mhz, "router": timing.router,
+            "placer": timing.placer, "seed": timing.seed, "reason": timing.reason or None,
             "latency_us": timing.latency_us(cycles)},
     }
 
@@ -352,6 +353,7 @@ def interface_markdown(info: dict[str, Any]) -> str:
         lines.append(f"Clock: the design fits no device tried: {clk['reason']}.")
     else:
         lines.append(f"Clock: {clk['fmax_mhz']:.1f} MHz reached on {clk['device']} {clk['package']} "
-                     f"(nextpnr, target {clk['target_mhz']:g} MHz): {clk['latency_us']:.2f} us per run.")
+                     f"(nextpnr {clk['router']}, {clk['placer']} placer, seed {clk['seed']}, target "
+                     f"{clk['target_mhz']:g} MHz): {clk['latency_us']:.2f} us per run.")
     lines += ["", "## Knobs", "", ", ".join(f"{k}={v}" for k, v in info["knobs"].items()), ""]
     return "\n".join(lines)

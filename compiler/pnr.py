@@ -163,6 +163,12 @@ def find_device(family: str, name: str) -> Device:
     raise ValueError(f"unknown {family} device {name!r}; known: {known}{grades}")
 
 
+ROUTERS = ("router1", "router2")
+PLACERS = ("heap", "static")
+# nextpnr's own defaults, and place_and_route's (a spec's `timing: true` is these: dse.spec.TimingSpec)
+DEFAULT_ROUTER, DEFAULT_PLACER, DEFAULT_SEED, DEFAULT_FREQ_MHZ = "router1", "heap", 1, 100.0
+
+
 @dataclass(frozen=True)
 class TimingReport:
     """The outcome of place-and-route. `fits` False: no device could hold the design and
@@ -178,7 +184,10 @@ class TimingReport:
     clocks: Mapping[str, float] = field(default_factory=dict)          # clock net -> achieved MHz
     utilisation: Mapping[str, tuple[int, int]] = field(default_factory=dict)   # resource -> (used, sites)
     needs: Mapping[str, int] = field(default_factory=dict)             # counted from the netlist
-    freq_mhz: float = 100.0                 # the target frequency given to nextpnr
+    freq_mhz: float = DEFAULT_FREQ_MHZ      # the target frequency given to nextpnr
+    router: str = DEFAULT_ROUTER            # and the other settings it ran with
+    placer: str = DEFAULT_PLACER
+    seed: int = DEFAULT_SEED
     argv: tuple[str, ...] = ()
     nextpnr_version: str = ""
     fmax_source: str = ""                   # "report.json" or "log"
@@ -392,12 +401,6 @@ def nextpnr_version(family: str) -> str:
         return f"{tool} (unknown version)"
 
 
-ROUTERS = ("router1", "router2")
-PLACERS = ("heap", "static")
-# nextpnr's own defaults, and place_and_route's (a spec's `timing: true` is these: dse.spec.TimingSpec)
-DEFAULT_ROUTER, DEFAULT_PLACER, DEFAULT_SEED, DEFAULT_FREQ_MHZ = "router1", "heap", 1, 100.0
-
-
 def check_options(router: str, placer: str = DEFAULT_PLACER) -> None:
     if router not in ROUTERS:
         raise ValueError(f"router: expected one of {', '.join(ROUTERS)}, got {router!r}")
@@ -500,10 +503,11 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
         devices, reason = choose_devices(target, needs, device)
     else:
         devices, reason = ([find_device(target, device)] if device else list(DEVICES[target])), ""
+    settings = dict(freq_mhz=freq_mhz, router=router, placer=placer, seed=seed)
     if not devices:
         largest = find_device(target, device) if device else DEVICES[target][-1]
         return TimingReport(False, None, largest.name, "", target, reason=reason, needs=needs,
-                            freq_mhz=freq_mhz, nextpnr_version=version)
+                            nextpnr_version=version, **settings)
 
     _top, clock, changed = prepare(netlist, target)
     if changed:
@@ -518,10 +522,11 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
         key = _cache_key(digest, argv, version)
         run_dir = workdir / dev.name
         if use_cache and (hit := _cache_read(key, run_dir)) is not None:
-            report = hit
+            report = replace(hit, **settings)           # entries from before they were recorded
         else:
             left = None if deadline is None else max(1.0, deadline - time.monotonic())
-            report = _run(data, run_dir, argv, dev, pkg, target, needs, freq_mhz, version, left)
+            report = replace(_run(data, run_dir, argv, dev, pkg, target, needs, freq_mhz, version, left),
+                             **settings)
             if use_cache:
                 _cache_write(key, report, run_dir)
         if report.fits:
@@ -530,8 +535,8 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
     last = devices[-1]
     return TimingReport(False, None, last.name, report.package, target, reason="; ".join(failures),
                         seconds=report.seconds, log_path=report.log_path, utilisation=report.utilisation,
-                        needs=needs, freq_mhz=freq_mhz, argv=report.argv, nextpnr_version=version,
-                        cached=report.cached)
+                        needs=needs, argv=report.argv, nextpnr_version=version, cached=report.cached,
+                        **settings)
 
 
 def _run(netlist: bytes, run_dir: Path, argv: list[str], dev: Device, pkg: str, target: str,

@@ -81,11 +81,12 @@ def _timing(row: Mapping[str, Any]) -> TimingReport | None:
         return None
     fmax = row.get("fmax_mhz")
     fits = str(row["fits"]).lower() == "true" if isinstance(row["fits"], str) else bool(row["fits"])
-    freq = row.get("pnr_freq_mhz")                 # rows from before it was recorded: nextpnr's default
+    # the nextpnr settings it was measured with (a row from before they were recorded: the defaults)
+    kinds = {"freq_mhz": float, "router": str, "placer": str, "seed": int}
+    settings = {k: kind(row[f"pnr_{k}"]) for k, kind in kinds.items() if _present(row.get(f"pnr_{k}"))}
     return TimingReport(fits=fits, fmax_mhz=float(fmax) if _present(fmax) else None,
                         device=str(row.get("pnr_device") or ""), package=str(row.get("pnr_package") or ""),
-                        target=str(row["target"]), reason="" if fits else str(row.get("error") or ""),
-                        **({"freq_mhz": float(freq)} if _present(freq) else {}))
+                        target=str(row["target"]), reason="" if fits else str(row.get("error") or ""), **settings)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -297,6 +297,23 @@ def test_export_point_refuses_a_design_whose_cycle_model_changed(tmp_path):
         {"model": "gemv(M=2, K=3)", "dtype": "int8", "data_seed": 0, "trial": 3}
 
 
+def test_the_interface_states_the_clock_and_how_nextpnr_reached_it(tmp_path):
+    from dse.export import export_point
+    from dse.spec import DesignPoint, FrozenMap, ModelSpec
+    model = ModelSpec("g", "gemv", None, None, FrozenMap({"M": 2, "K": 3}), FrozenMap())
+    point = DesignPoint("g", "int8", FrozenMap({"mem_read": "sync"}))
+    row = {"cycles_model": 7, "target": "ecp5", "fits": "True", "fmax_mhz": 140.0, "pnr_device": "LFE5U-25F",
+           "pnr_package": "CABGA381", "pnr_router": "router2", "pnr_placer": "static", "pnr_seed": 2.0,
+           "pnr_freq_mhz": 120.0}                                     # as trials.csv gives them
+    exp = export_point(model=model, point=point, out_dir=tmp_path / "o", sim_backend="pysim", measured=row)
+    clock = json.loads(exp.interface_json.read_text())["clock"]
+    assert clock == {"fits": True, "fmax_mhz": 140.0, "device": "LFE5U-25F", "package": "CABGA381",
+                     "target_mhz": 120.0, "router": "router2", "placer": "static", "seed": 2, "reason": None,
+                     "latency_us": pytest.approx(7 / 140.0)}
+    assert ("Clock: 140.0 MHz reached on LFE5U-25F CABGA381 (nextpnr router2, static placer, seed 2, target "
+            "120 MHz): 0.05 us per run.") in exp.interface_md.read_text()
+
+
 @needs_iverilog
 def test_an_exported_trained_network_holds_its_weights_and_first_sample(tmp_path):
     """The digits MLP in int8: the exported memories hold the quantised weights (not random

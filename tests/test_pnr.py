@@ -233,6 +233,9 @@ def test_int8_gemv_on_ecp5_has_a_plausible_fmax_and_is_cached(tmp_path, cache):
     static = place_and_route(area.netlist_path, "ecp5", tmp_path / "pnr5", router="router2", placer="static")
     assert static.fits and not static.cached and static.argv[static.argv.index("--placer") + 1] == "static"
     assert "--placer" not in other.argv and 20 < static.fmax_mhz < 400
+    # each report says what it ran with, a cache hit too
+    assert (first.router, first.placer, first.seed, second.router) == ("router1", "heap", 1, "router1")
+    assert (static.router, static.placer, static.freq_mhz) == ("router2", "static", 100.0)
 
 
 @pytest.mark.slow
