@@ -517,16 +517,14 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
     failures: list[str] = []
     for dev in devices:
         pkg = package or dev.package_for(pins) or dev.packages[-1][0]
-        argv = nextpnr_argv(dev, pkg, top=top, freq_mhz=freq_mhz, seed=seed, router=router, placer=placer,
-                             clock=clock)
+        argv = nextpnr_argv(dev, pkg, top=top, clock=clock, **settings)
         key = _cache_key(digest, argv, version)
         run_dir = workdir / dev.name
         if use_cache and (hit := _cache_read(key, run_dir)) is not None:
             report = replace(hit, **settings)           # entries from before they were recorded
         else:
             left = None if deadline is None else max(1.0, deadline - time.monotonic())
-            report = replace(_run(data, run_dir, argv, dev, pkg, target, needs, freq_mhz, version, left),
-                             **settings)
+            report = _run(data, run_dir, argv, dev, pkg, target, needs, settings, version, left)
             if use_cache:
                 _cache_write(key, report, run_dir)
         if report.fits:
@@ -540,15 +538,15 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
 
 
 def _run(netlist: bytes, run_dir: Path, argv: list[str], dev: Device, pkg: str, target: str,
-         needs: Mapping[str, int], freq_mhz: float, version: str, timeout: float | None) -> TimingReport:
+         needs: Mapping[str, int], settings: Mapping[str, Any], version: str, timeout: float | None) -> TimingReport:
     run_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("report.json", "nextpnr.log"):
         (run_dir / stale).unlink(missing_ok=True)
     (run_dir / "netlist.json").write_bytes(netlist)
     write_clock_lpf(run_dir, argv, pkg)
     cmd = [find_tool(argv[0]), *argv[1:]]
-    common = dict(device=dev.name, package=pkg, target=target, needs=needs, freq_mhz=freq_mhz,
-                  argv=tuple(argv), nextpnr_version=version)
+    common = dict(device=dev.name, package=pkg, target=target, needs=needs, argv=tuple(argv),
+                  nextpnr_version=version, **settings)
     t0 = time.perf_counter()
     try:
         run = run_tool(cmd, cwd=run_dir, log_name="nextpnr.log", timeout=timeout)

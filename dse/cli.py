@@ -277,7 +277,8 @@ def add_export(p: argparse.ArgumentParser) -> None:
                    help="the target clock nextpnr aims at for the bitstream" + recorded)
 
 
-BITSTREAM_SETTINGS = ("router", "placer", "pnr_seed", "freq_mhz")
+BITSTREAM_SETTINGS = {"router": "router", "placer": "placer", "pnr_seed": "seed", "freq_mhz": "freq_mhz"}
+"""`dse export` flag (argparse dest) -> the nextpnr setting it overrides (TimingSpec's field)."""
 
 
 def _positive_float(text: str) -> float:
@@ -294,14 +295,11 @@ def bitstream_settings(args: argparse.Namespace, row: Mapping[str, Any]) -> dict
     """nextpnr's settings for `--bitstream`: each given flag, else what the trial's Fmax was
     measured with (its row's pnr_router ... pnr_freq_mhz), else nextpnr's default; so the
     bitstream closes timing as the sweep found it would."""
-    from compiler.pnr import DEFAULT_FREQ_MHZ, DEFAULT_PLACER, DEFAULT_ROUTER, DEFAULT_SEED, check_options
-    defaults = {"router": (DEFAULT_ROUTER, str), "placer": (DEFAULT_PLACER, str), "seed": (DEFAULT_SEED, int),
-                "freq_mhz": (DEFAULT_FREQ_MHZ, float)}
-    given = {"router": args.router, "placer": args.placer, "seed": args.pnr_seed, "freq_mhz": args.freq_mhz}
-    out = {}
-    for k, (default, kind) in defaults.items():
-        v = given[k] if given[k] is not None else row.get(f"pnr_{k}")
-        out[k] = default if v is None or v != v else kind(v)       # v != v: a blank CSV cell (NaN)
+    from compiler.pnr import check_options
+    from dse.export import recorded_pnr_settings
+    from dse.spec import TimingSpec
+    given = {k: getattr(args, flag) for flag, k in BITSTREAM_SETTINGS.items() if getattr(args, flag) is not None}
+    out = {**TimingSpec().options(), **recorded_pnr_settings(row), **given}
     try:
         check_options(out["router"], out["placer"])
     except ValueError as e:
@@ -314,7 +312,8 @@ def run_export(args: argparse.Namespace) -> int:
     from dse.export import ExportError, export_point, find_trial
     from dse.spec import load_spec
     spec = load_spec(args.spec) if args.spec else None
-    if not args.bitstream and (args.package or args.lpf or any(getattr(args, k) is not None for k in BITSTREAM_SETTINGS)):
+    settings_given = any(getattr(args, flag) is not None for flag in BITSTREAM_SETTINGS)
+    if not args.bitstream and (args.package or args.lpf or settings_given):
         raise CliError("--package, --lpf, --router, --placer, --pnr-seed and --freq-mhz go with --bitstream PART")
     try:
         trial = find_trial(args.results, number=args.trial, spec=spec)

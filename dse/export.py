@@ -27,7 +27,7 @@ from dse import zoo
 from dse.evaluate import Simulator, point_arrays
 from dse.zoo import input_tensors
 from dse.paths import JOURNAL
-from dse.spec import DesignPoint, FrozenMap, ModelSpec, Spec
+from dse.spec import DesignPoint, FrozenMap, ModelSpec, Spec, TimingSpec
 
 
 class ExportError(ValueError):
@@ -81,12 +81,19 @@ def _timing(row: Mapping[str, Any]) -> TimingReport | None:
         return None
     fmax = row.get("fmax_mhz")
     fits = str(row["fits"]).lower() == "true" if isinstance(row["fits"], str) else bool(row["fits"])
-    # the nextpnr settings it was measured with (a row from before they were recorded: the defaults)
-    kinds = {"freq_mhz": float, "router": str, "placer": str, "seed": int}
-    settings = {k: kind(row[f"pnr_{k}"]) for k, kind in kinds.items() if _present(row.get(f"pnr_{k}"))}
+    # a row from before the settings were recorded: TimingReport's defaults, nextpnr's
     return TimingReport(fits=fits, fmax_mhz=float(fmax) if _present(fmax) else None,
                         device=str(row.get("pnr_device") or ""), package=str(row.get("pnr_package") or ""),
-                        target=str(row["target"]), reason="" if fits else str(row.get("error") or ""), **settings)
+                        target=str(row["target"]), reason="" if fits else str(row.get("error") or ""),
+                        **recorded_pnr_settings(row))
+
+
+def recorded_pnr_settings(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The nextpnr settings a row's Fmax was measured with (Metrics pnr_router, pnr_placer,
+    pnr_seed, pnr_freq_mhz) as place_and_route's keyword arguments, typed as TimingSpec's fields
+    (trials.csv gives 3.0 for a seed); those the row lacks (blank cells) are left out."""
+    kinds = {k: type(v) for k, v in TimingSpec().options().items()}
+    return {k: kind(row[f"pnr_{k}"]) for k, kind in kinds.items() if _present(row.get(f"pnr_{k}"))}
 
 
 # ---------------------------------------------------------------------------------------------
