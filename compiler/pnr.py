@@ -48,35 +48,32 @@ int8 GEMV 128x784 16x16 at fp_pipeline 3 (LFE5U-85F, router2, seed 1) the static
 started router2 at less than half the overused wires of heap's and routed in 246 s against
 857, at the same clock (85.3 against 84.3 MHz).
 
-Cache. Each nextpnr run is cached under `compiler.tools.cache_root() / "pnr"`, keyed by the
-SHA-256 of the netlist JSON, the device, package, options, and the nextpnr package version; a
+Cache. Each nextpnr run is cached in `compiler.cache.PNR` (`<cache_root>/pnr`), keyed by the
+SHA-256 of the netlist JSON, the device, package, options, the nextpnr package version and
+this module's source (it writes the constraints and reads nextpnr's report); a
 "does not fit" verdict from nextpnr is cached too (deterministic), tool failures are not. The
 device choice itself is recomputed from the netlist on every call (it is cheap), so a hit
 needs the same netlist and the same choice.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import re
-import shutil
 import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
 from . import bram_registers, dsp_registers
-from .tools import ToolError, atomic_copy, atomic_write_text, cache_root, find_tool, run_tool
+from .cache import PNR
+from .tools import ToolError, find_tool, package_version, run_tool
 
 FAMILIES = ("ecp5", "ice40")
 HEADROOM = 0.8
 """The fill of every resource below which a smaller device is preferred."""
-CACHE_FORMAT = 2
-"""Bumped when a cache entry's layout or meaning changes."""
 IO = "IO"
 """The pseudo-resource name of top-level pins (nextpnr: TRELLIS_IO / SB_IO)."""
 
@@ -395,10 +392,7 @@ def nextpnr_tool(family: str) -> str:
 def nextpnr_version(family: str) -> str:
     """The yowasp package version (it pins the nextpnr commit and the WASM build)."""
     tool = nextpnr_tool(family)
-    try:
-        return f"{tool} {metadata.version(tool)}"
-    except metadata.PackageNotFoundError:
-        return f"{tool} (unknown version)"
+    return f"{tool} {package_version(tool)}"
 
 
 def check_options(router: str, placer: str = DEFAULT_PLACER) -> None:
@@ -521,7 +515,7 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
         key = _cache_key(digest, argv, version)
         run_dir = workdir / dev.name
         if use_cache and (hit := _cache_read(key, run_dir)) is not None:
-            report = replace(hit, **settings)           # entries from before they were recorded
+            report = hit
         else:
             left = None if deadline is None else max(1.0, deadline - time.monotonic())
             report = _run(data, run_dir, argv, dev, pkg, target, needs, settings, version, left)
@@ -573,32 +567,29 @@ def _run(netlist: bytes, run_dir: Path, argv: list[str], dev: Device, pkg: str, 
 
 
 # ---------------------------------------------------------------------------------------------
-# the cache: <cache_root>/pnr/<key[:2]>/<key>/{entry.json, nextpnr.log, report.json}
+# the cache: compiler.cache.PNR, <cache_root>/pnr/<key[:2]>/<key>/{entry.json, nextpnr.log, report.json}
+
+_OUTPUTS = ("nextpnr.log", "report.json")
+
 
 def pnr_cache_dir() -> Path:
-    return cache_root() / "pnr"
+    return PNR.folder
 
 
 def _cache_key(netlist_sha256: str, argv: list[str], version: str) -> str:
-    material = json.dumps({"format": CACHE_FORMAT, "netlist": netlist_sha256, "argv": argv,
-                           "nextpnr": version}, sort_keys=True)
-    return hashlib.sha256(material.encode()).hexdigest()
+    return PNR.key({"netlist": netlist_sha256, "argv": argv, "nextpnr": version})
 
 
 def _cache_read(key: str, run_dir: Path) -> TimingReport | None:
-    entry_dir = pnr_cache_dir() / key[:2] / key
-    try:
-        fields = json.loads((entry_dir / "entry.json").read_text())["report"]
-    except (OSError, json.JSONDecodeError, KeyError):
+    entry = PNR.read(key)
+    if entry is None or "report" not in entry:
         return None
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log_path = ""
-    for name in ("nextpnr.log", "report.json"):
-        if (entry_dir / name).exists():
-            shutil.copyfile(entry_dir / name, run_dir / name)
-            if name == "nextpnr.log":
-                log_path = str(run_dir / name)
-    fields.update(log_path=log_path, cached=True, argv=tuple(fields.get("argv", ())),
+    fields = dict(entry["report"])
+    present = [name for name in _OUTPUTS if PNR.path(key, name).exists()]
+    if not PNR.fetch(key, present, run_dir):
+        return None
+    fields.update(log_path=str(run_dir / "nextpnr.log") if "nextpnr.log" in present else "", cached=True,
+                  argv=tuple(fields.get("argv", ())),
                   utilisation={k: tuple(v) for k, v in fields.get("utilisation", {}).items()})
     try:
         return TimingReport(**fields)
@@ -607,16 +598,9 @@ def _cache_read(key: str, run_dir: Path) -> TimingReport | None:
 
 
 def _cache_write(key: str, report: TimingReport, run_dir: Path) -> None:
-    entry_dir = pnr_cache_dir() / key[:2] / key
-    with contextlib.suppress(OSError):
-        entry_dir.mkdir(parents=True, exist_ok=True)
-        for name in ("nextpnr.log", "report.json"):
-            if (run_dir / name).exists():    # unique temporary names: two workers may write one entry
-                atomic_copy(run_dir / name, entry_dir / name)
-        fields = asdict(report)
-        fields.pop("log_path"), fields.pop("cached")
-        atomic_write_text(entry_dir / "entry.json",
-                          json.dumps({"key": key, "report": fields, "created": time.time()}, indent=1))
+    fields = asdict(report)
+    fields.pop("log_path"), fields.pop("cached")
+    PNR.write(key, {"report": fields}, files={name: run_dir / name for name in _OUTPUTS if (run_dir / name).exists()})
 
 
 __all__ = ["TimingReport", "Device", "DEVICES", "place_and_route", "parse_fmax", "parse_utilisation",

@@ -507,9 +507,12 @@ def add_report(p: argparse.ArgumentParser) -> None:
 def run_report(args: argparse.Namespace) -> int:
     from dse.report import ReportError, load_study_results, write_report
     try:
-        files = write_report(load_study_results(args.results))
+        results = load_study_results(args.results)
+        files = write_report(results)
     except ReportError as e:
         raise CliError(str(e)) from None
+    if results.mixed_code:
+        print(f"warning: {results.mixed_code}", file=sys.stderr)
     print(f"{files[-1]} ({len(files)} files in {files[-1].parent})")
     return EXIT_OK
 

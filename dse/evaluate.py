@@ -87,12 +87,13 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from enum import StrEnum
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
+from compiler.cache import EVALS
+from compiler.tools import package_version
 from dse import zoo
 from dse.estimate import design_features
 from dse.limits import time_limit
@@ -214,6 +215,8 @@ class Metrics:
     synth_script: str | None = None
     nextpnr_version: str | None = None
     tinygrad_version: str | None = None
+    code_digest: str | None = None          # SHA-256 of every file of compiler/ and dse/ (compiler.cache.EVALS)
+    cached: bool = False                    # served from the evaluation cache (dse.cache), not computed now
     workdir: str | None = None
     notes: tuple[str, ...] = ()             # e.g. why CXXRTL was not used
     # multi-fidelity search (dse.fidelity, dse.estimate)
@@ -249,10 +252,7 @@ class Metrics:
 
 
 def tinygrad_version() -> str:
-    try:
-        return metadata.version("tinygrad")
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    return package_version("tinygrad")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,7 +271,8 @@ class _Run:
         self.time_limit_s = time_limit_s
         self.fields: dict[str, Any] = {"model": point.model, "dtype": point.dtype, "knobs": point.knobs,
                                        "target": target, "workdir": str(workdir),
-                                       "tinygrad_version": tinygrad_version()}
+                                       "tinygrad_version": tinygrad_version(),
+                                       "code_digest": EVALS.code_digest()}
         self.notes: list[str] = []
 
     def set(self, **values: Any) -> None:

@@ -323,19 +323,3 @@ def test_the_specs_timing_settings_reach_nextpnr(tmp_path, cache, monkeypatch):
     assert m.status is Status.OK and m.fmax_mhz == 123.0 and m.latency_us == pytest.approx(m.cycles / 123.0)
     # and the row records them, for `dse export --bitstream` to build with
     assert (m.pnr_router, m.pnr_placer, m.pnr_seed, m.pnr_freq_mhz) == ("router2", "static", 7, 80.0)
-
-
-def test_a_cached_row_from_before_the_settings_were_recorded_gets_them_from_its_key(tmp_path):
-    from dse.cache import EvalCache, cached_evaluate, key_material, make_key
-    from dse.evaluate import EvalContext
-    from dse.spec import parse_spec
-    spec = parse_spec({"study": "timing", "target": "ecp5", "timing": {"router": "router2", "placer": "static"},
-                       "models": [{"name": "g", "builtin": "gemv", "params": {"M": 4, "K": 8}}],
-                       "dtypes": ["int8"], "objectives": ["latency_us"], "search": {"sampler": "grid"}})
-    ctx, point = EvalContext.from_spec(spec), gemv_point()
-    cache = EvalCache(tmp_path / "cache")
-    old = {"status": "OK", "model": "g", "dtype": "int8", "fits": True, "fmax_mhz": 90.0, "cycles": 10}
-    cache.put(make_key(key_material(ctx, point)), old, {})
-    row, cached, _ = cached_evaluate(ctx, point, tmp_path / "w", cache)
-    assert cached and (row["pnr_router"], row["pnr_placer"], row["pnr_seed"], row["pnr_freq_mhz"]) == \
-        ("router2", "static", 1, 100.0)
