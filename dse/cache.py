@@ -155,13 +155,13 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
         "versions": versions(),
     }
     from dse.limits import TimeLimitExceeded, time_limit
-    from dse.user_model import import_reads, recording_reads
+    from dse.models.user_model import import_reads, recording_reads
     compiled, reads = True, set()
     try:
         from compiler import compile_model
         from compiler.ir import fingerprint
-        from dse import zoo
-        from dse.zoo import input_tensors
+        from dse.models import zoo
+        from dse.models.zoo import input_tensors
         with recording_reads() as reads, time_limit(ctx.stage_timeout_s, "building and compiling for the cache key"):
             config = point.hardware_config()
             built = model.build(point.dtype)
@@ -191,7 +191,7 @@ def _timing_material(ctx) -> Any:
     if not getattr(ctx, "timing", False):
         return False
     try:
-        from compiler.pnr import nextpnr_tool, nextpnr_version
+        from compiler.pnr.timing import nextpnr_tool, nextpnr_version
         family = {"ecp5": "ecp5", "ice40": "ice40"}.get(ctx.target, ctx.target)
         version = nextpnr_version(family)
         tool = nextpnr_tool(family)

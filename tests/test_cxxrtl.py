@@ -20,7 +20,7 @@ from tinygrad import Tensor, dtypes
 
 import designs
 from compiler import HardwareConfig, compile_model, simulate, simulate_many
-from compiler import cxxrtl
+from compiler.sim import cxxrtl
 from compiler.tools import ToolError
 
 MODES = ["sync", "comb"]
@@ -230,7 +230,8 @@ from pathlib import Path
 import numpy as np
 sys.path.insert(0, {tests!r})
 import designs
-from compiler import compile_model, simulate, cxxrtl
+from compiler import compile_model, simulate
+from compiler.sim import cxxrtl
 case = designs.add_relu(N=28)
 design = compile_model(*case.outputs)
 Path(sys.argv[1]).touch()

@@ -18,7 +18,7 @@ from tinygrad import Tensor
 
 from compiler import HardwareConfig, compile_model, export_design
 import designs
-from dse import zoo
+from dse.models import zoo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -214,7 +214,7 @@ def test_dse_eval_export_passes_its_testbench(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_ecp5_bitstream_for_a_named_part_unpacks(tmp_path):
-    from compiler.bitstream import write_bitstream
+    from compiler.pnr.bitstream import write_bitstream
     from compiler.tools import find_tool, run_tool
     design = compile_model(*designs.gemv_int8(M=4, K=6).outputs, config=HardwareConfig(mem_read="sync"))
     bit = write_bitstream(design=design, out_dir=tmp_path, device="25k", package="cabga381",
@@ -234,7 +234,7 @@ def test_ecp5_bitstream_for_a_named_part_unpacks(tmp_path):
 
 
 def test_bitstream_bad_part_and_package_are_rejected_before_any_tool_runs(tmp_path):
-    from compiler.bitstream import write_bitstream
+    from compiler.pnr.bitstream import write_bitstream
     design = compile_model(*designs.gemv_int8(M=2, K=2).outputs)
     with pytest.raises(ValueError, match="unknown ecp5 device 'LFE5U-99F'"):
         write_bitstream(design=design, out_dir=tmp_path, device="LFE5U-99F")

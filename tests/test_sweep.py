@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 import dse
-from compiler.synth import AreaReport
+from compiler.synth.area import AreaReport
 from compiler.tools import run_tool
 from dse import cache as cache_mod
 from dse.cli import main
@@ -78,7 +78,7 @@ def fake_synth(monkeypatch):
     def synthesize(design, target="ecp5", workdir=None, timeout=600, **options):
         SYNTH_CALLS.append(design.config.mem_read)
         return fake_area(design, target)
-    monkeypatch.setattr("compiler.synth.synthesize", synthesize)
+    monkeypatch.setattr("compiler.synth.area.synthesize", synthesize)
     return SYNTH_CALLS
 
 
@@ -274,7 +274,7 @@ def test_a_synthesis_crash_in_one_point_is_a_failed_trial_and_the_sweep_goes_on(
         if design.kernels[0].name.startswith("k0_r") and design.config.mem_read == "comb":   # gemv_4x8, comb
             run_tool([str(crashing_yosys), "-q", "-s", "synth.ys"], cwd=Path(workdir), log_name="yosys.log")
         return fake_area(design, target)
-    monkeypatch.setattr("compiler.synth.synthesize", synthesize)
+    monkeypatch.setattr("compiler.synth.area.synthesize", synthesize)
 
     spec = load_spec(write_spec(tmp_path, spec_dict()))
     r = sweep(spec, options(tmp_path))

