@@ -173,7 +173,8 @@ def run_eval(args: argparse.Namespace) -> int:
     import json
     from dse.evaluate import EvalContext, evaluate, json_safe
     from dse.paths import point_dir
-    from dse.spec import DesignPoint, FrozenMap, load_spec
+    from dse.spec import DesignPoint, load_spec
+    from dse.frozen import FrozenMap
     from dse.models.zoo import DTYPES
     spec = load_spec(args.spec)
     try:

@@ -97,7 +97,9 @@ from compiler.tools import package_version
 from dse.models import zoo
 from dse.estimate import design_features
 from dse.limits import time_limit
-from dse.spec import SYNTH_FIDELITY, DesignPoint, FrozenMap, ModelSpec, Spec, TimingSpec
+from dse.spec import SYNTH_FIDELITY, DesignPoint, Spec, TimingSpec
+from dse.frozen import FrozenMap
+from dse.models.model import ModelSpec
 
 SIM_BACKENDS = ("auto", "cxxrtl", "pysim")
 

@@ -27,7 +27,9 @@ from dse.models import zoo
 from dse.evaluate import Simulator, point_arrays
 from dse.models.zoo import input_tensors
 from dse.paths import JOURNAL
-from dse.spec import DesignPoint, FrozenMap, ModelSpec, Spec, TimingSpec
+from dse.spec import DesignPoint, Spec, TimingSpec
+from dse.frozen import FrozenMap
+from dse.models.model import ModelSpec
 
 
 class ExportError(ValueError):

@@ -16,7 +16,8 @@ import yaml
 from compiler.config import HardwareConfig
 from dse.cli import main
 from dse.evaluate import EvalContext, Metrics, Status, compare, evaluate
-from dse.spec import DesignPoint, FrozenMap, parse_spec
+from dse.spec import DesignPoint, parse_spec
+from dse.frozen import FrozenMap
 
 ROOT = Path(__file__).resolve().parent.parent
 KNOWN_KNOBS = ", ".join(HardwareConfig.knob_names())

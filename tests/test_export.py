@@ -281,7 +281,9 @@ def test_dse_export_refuses_bad_bitstream_settings_before_exporting(swept, tmp_p
 
 def test_export_point_refuses_a_design_whose_cycle_model_changed(tmp_path):
     from dse.export import ExportError, export_point
-    from dse.spec import DesignPoint, FrozenMap, ModelSpec
+    from dse.spec import DesignPoint
+    from dse.frozen import FrozenMap
+    from dse.models.model import ModelSpec
     model = ModelSpec("g", "gemv", None, None, FrozenMap({"M": 2, "K": 3}), FrozenMap())
     point = DesignPoint("g", "int8", FrozenMap({"mem_read": "sync"}))
     with pytest.raises(ExportError, match="the rebuilt design's cycle model says 7 cycles, the evaluation measured 5"):
@@ -299,7 +301,9 @@ def test_export_point_refuses_a_design_whose_cycle_model_changed(tmp_path):
 
 def test_the_interface_states_the_clock_and_how_nextpnr_reached_it(tmp_path):
     from dse.export import export_point
-    from dse.spec import DesignPoint, FrozenMap, ModelSpec
+    from dse.spec import DesignPoint
+    from dse.frozen import FrozenMap
+    from dse.models.model import ModelSpec
     model = ModelSpec("g", "gemv", None, None, FrozenMap({"M": 2, "K": 3}), FrozenMap())
     point = DesignPoint("g", "int8", FrozenMap({"mem_read": "sync"}))
     row = {"cycles_model": 7, "target": "ecp5", "fits": "True", "fmax_mhz": 140.0, "pnr_device": "LFE5U-25F",
@@ -321,7 +325,8 @@ def test_an_exported_trained_network_holds_its_weights_and_first_sample(tmp_path
     first test sample."""
     import yaml
     from dse.export import export_point
-    from dse.spec import DesignPoint, FrozenMap, load_spec
+    from dse.spec import DesignPoint, load_spec
+    from dse.frozen import FrozenMap
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump({
         "study": "t", "target": "ecp5", "models": [{"name": "mlp", "weights": str(ROOT / "models" / "digits_mlp.npz")}],

@@ -14,7 +14,8 @@ from dse.cache import EvalCache, cached_evaluate, key_material, make_key
 from dse.cli import main
 from dse.evaluate import EvalContext
 from dse.limits import TimeLimitExceeded, time_limit
-from dse.spec import DesignPoint, FrozenMap, load_spec
+from dse.spec import DesignPoint, load_spec
+from dse.frozen import FrozenMap
 
 
 def test_time_limit_interrupts_a_loop_and_nests():

@@ -274,7 +274,8 @@ def timing_spec(M: int, K: int):
 
 
 def gemv_point():
-    from dse.spec import DesignPoint, FrozenMap
+    from dse.spec import DesignPoint
+    from dse.frozen import FrozenMap
     return DesignPoint("g", "int8", FrozenMap())
 
 

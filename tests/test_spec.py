@@ -13,8 +13,10 @@ import yaml
 
 from compiler.config import HardwareConfig
 from dse.cli import main
-from dse.spec import (Bound, DesignPoint, Direction, FrozenMap, GateRule, Knob, ModelSpec, Objective,
-                      Sampler, SearchSpec, SpecError, Target, TimingSpec, load_spec, parse_spec)
+from dse.frozen import FrozenMap
+from dse.models.model import ModelSpec
+from dse.spec import (Bound, DesignPoint, Direction, GateRule, Knob, Objective, Sampler, SearchSpec, SpecError, Target,
+                      TimingSpec, load_spec, parse_spec)
 from dse.models.zoo import InputRange
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -28,7 +28,8 @@ from dse.cli import main
 from dse.evaluate import EvalContext
 from dse.progress import Progress
 from dse.results import load_results
-from dse.spec import DesignPoint, FrozenMap, load_spec, parse_spec
+from dse.spec import DesignPoint, load_spec, parse_spec
+from dse.frozen import FrozenMap
 from dse.study.grid import grid_points
 from dse.study.space import constraint_values, suggest_point
 from dse.sweep import Budget, SweepError, SweepOptions, sweep

@@ -13,7 +13,8 @@ from compiler.synth.units import split_modules, split_units
 from compiler.synth.rtlil_text import convert
 from dse.models import zoo
 from dse.evaluate import EvalContext, evaluate
-from dse.spec import DesignPoint, FrozenMap, parse_spec
+from dse.spec import DesignPoint, parse_spec
+from dse.frozen import FrozenMap
 
 
 def gemv(dtype: str = "fp16", lanes: int = 2, M: int = 4, K: int = 8):

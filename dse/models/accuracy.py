@@ -41,7 +41,7 @@ from dse.models.data import Dataset
 from dse.models.zoo import input_tensors
 from dse.models.convnet import LayerNet
 from dse.models.quantize import QMAX, SCHEME, DenseNet
-from dse.spec import ModelSpec
+from dse.models.model import ModelSpec
 
 
 @dataclass(frozen=True)
