@@ -317,7 +317,8 @@ def _run(design: Design, inputs: dict | None, samples: list[dict], max_cycles: i
              for _, refs in homes for ref in refs for name, _, mem in design.memory_parts(ref)]
     with tempfile.TemporaryDirectory(prefix="tinyhw-cxxrtl-") as tmp:
         work = Path(tmp)
-        _write_input(work / "in.bin", binary.key, max_cycles, int(step_always), base, runs, reads)
+        _write_input(work / "in.bin", key=binary.key, max_cycles=max_cycles, flags=int(step_always), base=base, runs=runs,
+                     reads=reads)
         try:
             run_tool([str(binary.path), "in.bin", "out.bin"], cwd=work, log_name="sim.log")
         except ToolError as exc:                  # the log dies with the temporary folder: keep its tail
@@ -350,7 +351,7 @@ def _pokes(design: Design, words: dict[int, np.ndarray]) -> list[tuple[str, int,
             for name, start, mem in design.memory_parts(ref)]
 
 
-def _write_input(path: Path, key: str, max_cycles: int, flags: int, base, runs, reads) -> None:
+def _write_input(path: Path, *, key: str, max_cycles: int, flags: int, base, runs, reads) -> None:
     def pokes(f, items):
         f.write(struct.pack("<I", len(items)))
         for name, offset, width, w in items:
