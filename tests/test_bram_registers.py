@@ -9,7 +9,7 @@ import pytest
 
 from compiler.pnr.bram_registers import absorb_outputs
 from compiler.tools import yosys
-from test_dsp_registers import MODELS as FF_AND_DSP_MODELS, _cells, _equal
+from helpers import CELL_MODELS, cells_of, equivalent
 
 # a 36-bit memory (one DP16KD in its pseudo-dual-port mode) read into `d` and registered again
 # into `q` (free-running, no reset: the datapath's read-data register); `tap` sees one of d's
@@ -61,56 +61,56 @@ def _synthesise(tmp_path, defines: str = "") -> dict:
 
 
 def _kinds(netlist: dict) -> list[str]:
-    return sorted(c["type"] for c in _cells(netlist).values())
+    return sorted(c["type"] for c in cells_of(netlist).values())
 
 
 @pytest.fixture
-def equal(monkeypatch):
-    """test_dsp_registers._equal with this DP16KD in its cell library, declaring every other
-    parameter the netlist's DP16KD carries (their values do not matter to the model)."""
-    import test_dsp_registers
-
+def equal():
+    """helpers.equivalent with this DP16KD in its cell library, declaring every other parameter
+    the netlist's DP16KD carries (their values do not matter to the model)."""
     def proof(gold: dict, gate: dict, path) -> bool:
-        names = {k for c in _cells(gold).values() if c["type"] == "DP16KD" for k in c["parameters"]}
+        names = {k for c in cells_of(gold).values() if c["type"] == "DP16KD" for k in c["parameters"]}
         names -= {"REGMODE_A", "REGMODE_B"}
         declared = " ".join(f"parameter {k} = 0;" for k in sorted(names))
-        monkeypatch.setattr(test_dsp_registers, "MODELS",
-                            FF_AND_DSP_MODELS + BRAM_MODEL.replace("PARAMETERS", declared))
-        return _equal(gold, gate, path)
+        return equivalent(gold, gate, path, models=CELL_MODELS + BRAM_MODEL.replace("PARAMETERS", declared))
     return proof
 
 
+@pytest.mark.slow
 def test_the_read_data_register_moves_into_the_block_ram(tmp_path, equal):
     gold = _synthesise(tmp_path)
     gate = json.loads(json.dumps(gold))
     assert _kinds(gold).count("DP16KD") == 1 and _kinds(gold).count("TRELLIS_FF") == 36
     assert absorb_outputs(gate["modules"]["top"]) == 36
     assert "TRELLIS_FF" not in _kinds(gate)
-    ram = next(c for c in _cells(gate).values() if c["type"] == "DP16KD")
+    ram = next(c for c in cells_of(gate).values() if c["type"] == "DP16KD")
     assert (ram["parameters"]["REGMODE_A"], ram["parameters"]["REGMODE_B"]) == ("OUTREG", "OUTREG")
     assert ram["connections"]["OCEB"] == ["1"]
     assert equal(gold, gate, tmp_path / "proof")
     assert absorb_outputs(gate["modules"]["top"]) == 0             # nothing left to move
 
 
+@pytest.mark.slow
 def test_the_proof_can_fail(tmp_path, equal):
     """The output register switched on with the fabric register still after it: a cycle late."""
     gold = _synthesise(tmp_path)
     late = json.loads(json.dumps(gold))
-    ram = next(c for c in _cells(late).values() if c["type"] == "DP16KD")
+    ram = next(c for c in cells_of(late).values() if c["type"] == "DP16KD")
     ram["parameters"].update(REGMODE_A="OUTREG", REGMODE_B="OUTREG")
     assert not equal(gold, late, tmp_path / "late")
 
 
+@pytest.mark.slow
 def test_a_data_bit_read_elsewhere_keeps_the_port_as_it_is(tmp_path):
     gold = _synthesise(tmp_path, "-DTAP")
     assert absorb_outputs(gold["modules"]["top"]) == 0
     assert _kinds(gold).count("TRELLIS_FF") == 36
 
 
+@pytest.mark.slow
 def test_a_register_with_a_reset_stays(tmp_path):
     gold = _synthesise(tmp_path)
-    cells = _cells(gold)
+    cells = cells_of(gold)
     ff = next(c for c in cells.values() if c["type"] == "TRELLIS_FF")
     ff["connections"]["LSR"] = [ff["connections"]["CLK"][0]]      # any net: a reset the port would drop
     assert absorb_outputs(gold["modules"]["top"]) == 0

@@ -6,18 +6,11 @@ import pytest
 from tinygrad import Tensor, dtypes
 
 import designs
+from helpers import assert_exact
 from compiler import CompileError, HardwareConfig, UnsupportedError, compile_model, simulate
 from compiler.hw.top import Copy, Run, toposort_kernels
 
 MODES = ["sync", "comb"]
-
-
-def assert_exact(outputs, reference):
-    assert len(outputs) == len(reference)
-    for got, want in zip(outputs, reference):
-        assert got.shape == want.shape
-        assert got.dtype == want.dtype
-        np.testing.assert_array_equal(got, want)
 
 
 # The documented cycle formulas (docs/compiler.md "Cycle counts"): each kernel takes the number of

@@ -19,20 +19,13 @@ import pytest
 from tinygrad import Tensor, dtypes
 
 import designs
+from helpers import assert_exact
 from compiler import HardwareConfig, compile_model, simulate, simulate_many
 from compiler.sim import cxxrtl
 from compiler.tools import ToolError
 
 MODES = ["sync", "comb"]
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def assert_same(got, want):
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape
-        assert g.dtype == w.dtype
-        np.testing.assert_array_equal(g, w)
 
 
 def compiled(builders: dict, modes=MODES) -> dict:
@@ -51,6 +44,7 @@ def small():
     return built
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", list(designs.SMALL))
 def test_small_designs_agree_with_pysim_and_reference(small, name, mode):
@@ -59,14 +53,15 @@ def test_small_designs_agree_with_pysim_and_reference(small, name, mode):
     py = simulate(design, backend="pysim")
     assert cx.backend == "cxxrtl"
     assert cx.cycles == py.cycles == design.cycles_formula
-    assert_same(cx.outputs, py.outputs)
-    assert_same(cx.outputs, list(case.reference))
+    assert_exact(cx.outputs, py.outputs)
+    assert_exact(cx.outputs, list(case.reference))
     assert cx.buffers.keys() == py.buffers.keys()
     for buf in py.buffers:
         np.testing.assert_array_equal(cx.buffers[buf], py.buffers[buf])
     assert cx.seconds > 0 and cx.build_seconds == 0.0     # built by the fixture
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mlp_int8_small", "fan_out", "mixed_int16"])
 def test_one_eval_per_cycle_matches_the_plain_step_loop(small, name):
     for mode in MODES:
@@ -88,6 +83,7 @@ def _write_first(text: str) -> str:
                                     f"{m[3]}parameter \\COLLISION_X_MASK {m[1]}'{'0' * len(m[2])}", text)
 
 
+@pytest.mark.slow
 def test_no_output_depends_on_reading_a_word_in_the_cycle_it_is_written(monkeypatch):
     """Memories whose ports are not transparent are declared `no_rw_check` (such collisions
     undefined: compiler/hw/kernel.py NO_RW_CHECK), which is sound only if no result depends on one.
@@ -114,7 +110,7 @@ def test_no_output_depends_on_reading_a_word_in_the_cycle_it_is_written(monkeypa
     for design, case in built:
         r = simulate(design, backend="cxxrtl")
         assert r.cycles == design.cycles_formula, design.name()
-        assert_same(r.outputs, list(case.reference))
+        assert_exact(r.outputs, list(case.reference))
 
 
 @pytest.mark.slow
@@ -124,9 +120,10 @@ def test_large_designs_match_reference():
     for (name, mode), (design, case) in built.items():
         r = simulate(design, backend="cxxrtl")
         assert r.cycles == design.cycles_formula, (name, mode)
-        assert_same(r.outputs, list(case.reference))
+        assert_exact(r.outputs, list(case.reference))
 
 
+@pytest.mark.slow
 def test_inputs_override_one_binary_serves_every_dataset(small):
     rng = np.random.default_rng(11)
     W, x = rng.integers(-128, 128, (16, 8)).astype(np.int8), rng.integers(-128, 128, 8).astype(np.int8)
@@ -137,10 +134,11 @@ def test_inputs_override_one_binary_serves_every_dataset(small):
         x2 = np.random.default_rng(seed).integers(-128, 128, 8).astype(np.int8)
         r = simulate(design, {tx: x2}, backend="cxxrtl")
         assert r.build_seconds == 0.0                     # same RTLIL as gemv_int8_16x8: cached
-        assert_same(r.outputs, [W.astype(np.int32) @ x2.astype(np.int32)])
-        assert_same(r.outputs, simulate(design, {tx: x2}).outputs)
+        assert_exact(r.outputs, [W.astype(np.int32) @ x2.astype(np.int32)])
+        assert_exact(r.outputs, simulate(design, {tx: x2}).outputs)
 
 
+@pytest.mark.slow
 def test_simulate_many_runs_every_sample_in_one_process_like_single_runs(small):
     """A two-kernel int8 MLP (intermediate buffer, requantisation): each batched run starts
     fresh, so its outputs and cycles equal a run of its own; one process serves the batch."""
@@ -163,15 +161,16 @@ def test_simulate_many_runs_every_sample_in_one_process_like_single_runs(small):
     assert len(calls) == 1 and len(many) == len(xs)
     for x, r in zip(xs, many):
         want = W2.astype(np.int32) @ np.clip((W1.astype(np.int32) @ x.astype(np.int32)) >> 7, 0, 127)
-        assert_same(r.outputs, [want.astype(np.int32)])
+        assert_exact(r.outputs, [want.astype(np.int32)])
         assert r.cycles == design.cycles_formula
         one = simulate(design, {tx: x}, backend="cxxrtl")
-        assert_same(r.outputs, one.outputs)
+        assert_exact(r.outputs, one.outputs)
     # the same through pysim (one process per sample there) for the first two
     for x, r in zip(xs[:2], simulate_many(design, [{tx: x} for x in xs[:2]], backend="pysim")):
-        assert_same(r.outputs, simulate(design, {tx: x}).outputs)
+        assert_exact(r.outputs, simulate(design, {tx: x}).outputs)
 
 
+@pytest.mark.slow
 def test_second_simulate_reuses_the_binary(tmp_path, monkeypatch):
     monkeypatch.setenv("TINYHW_CACHE", str(tmp_path))
     builds = cxxrtl.stats.builds
@@ -183,19 +182,19 @@ def test_second_simulate_reuses_the_binary(tmp_path, monkeypatch):
     third = simulate(again, backend="cxxrtl")             # and remembered for this Design object
     assert second.build_seconds == third.build_seconds == 0.0
     assert cxxrtl.stats.builds == builds + 1
-    assert_same(second.outputs, first.outputs)
+    assert_exact(second.outputs, first.outputs)
     assert second.cycles == third.cycles == first.cycles
     binaries = list((tmp_path / "cxxrtl").glob("*/*/sim"))
     assert binaries == [cxxrtl.build(again).path]
     assert not list((tmp_path / "cxxrtl").glob("build-*"))
 
 
-def test_build_failure_raises_with_compiler_output(tmp_path, monkeypatch):
+@pytest.mark.slow
+def test_build_failure_raises_with_compiler_output(tmp_path, monkeypatch, isolated_cache):
     fake = tmp_path / "fake-cxx"
     fake.write_text("#!/bin/sh\necho 'driver.cc:1: fatal error: pretend the compiler broke' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("TINYHW_CXX", str(fake))
-    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
     design = compile_model(*designs.add_relu(N=20).outputs)
     with pytest.raises(cxxrtl.CxxrtlBuildError) as info:
         simulate(design, backend="cxxrtl")
@@ -213,6 +212,7 @@ def test_missing_compiler_is_a_tool_error(tmp_path, monkeypatch):
         simulate(compile_model(*designs.add_relu(N=20).outputs), backend="cxxrtl")
 
 
+@pytest.mark.slow
 def test_run_that_never_finishes_fails_clearly(small):
     design, _ = small["gemv_int8_16x8", "sync"]
     with pytest.raises(ToolError, match="done not reached after 5 cycles"):

@@ -176,6 +176,7 @@ def test_cxxrtl_backend_is_used_and_agrees(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # area
 
+@pytest.mark.slow
 def test_area_from_yosys_with_provenance(tmp_path):
     m = evaluate(ctx(synthesize=True), point("gemv", mem_read="sync"), tmp_path)
     assert m.status is Status.OK, m.error
@@ -201,11 +202,12 @@ def test_area_for_other_targets(target, tmp_path):
 def _synthesis_times_out(monkeypatch, tmp_path) -> None:
     """Yosys gets 1 ms (every other stage keeps the spec's limit) and a fresh synthesis cache."""
     import compiler.synth.area
+    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
     real = compiler.synth.area.synthesize
     monkeypatch.setattr(compiler.synth.area, "synthesize", lambda *a, **kw: real(*a, **{**kw, "timeout": 0.001}))
-    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
 
 
+@pytest.mark.slow
 def test_synthesis_timeout_fails_the_point_and_keeps_earlier_metrics(tmp_path, monkeypatch):
     _synthesis_times_out(monkeypatch, tmp_path)
     m = evaluate(ctx(synthesize=True), point(), tmp_path)
@@ -218,10 +220,9 @@ def test_synthesis_timeout_fails_the_point_and_keeps_earlier_metrics(tmp_path, m
     assert "ToolError" in (tmp_path / "error.log").read_text()
 
 
-def test_a_failing_tool_gives_its_exit_code_and_log(tmp_path, monkeypatch):
+def test_a_failing_tool_gives_its_exit_code_and_log(tmp_path, monkeypatch, isolated_cache):
     import compiler.tools
-    monkeypatch.setattr(compiler.tools, "find_tool", lambda name: "false")
-    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))     # no synthesis-cache hit
+    monkeypatch.setattr(compiler.tools, "find_tool", lambda name: "false")   # isolated_cache: no synthesis-cache hit
     m = evaluate(ctx(synthesize=True), point(), tmp_path)
     assert m.status is Status.FAIL and m.stage == "synthesize"
     assert m.error == f"false: exited with code 1 (log: {tmp_path / 'synth' / 'yosys.log'})"
@@ -341,6 +342,7 @@ def test_eval_default_workdir(tmp_path, capsys, monkeypatch):
     assert (tmp_path / row["workdir"] / "metrics.json").exists()
 
 
+@pytest.mark.slow
 def test_eval_failed_point_exits_1_and_still_prints_the_row(tmp_path, capsys, monkeypatch):
     _synthesis_times_out(monkeypatch, tmp_path)
     rc = main(["eval", str(write_spec(tmp_path)), "--model", "gemv", "--dtype", "int8",

@@ -59,6 +59,7 @@ def break_one_word(out: Path) -> None:
     path.write_text("\n".join(lines))
 
 
+@pytest.mark.slow
 @needs_iverilog
 @pytest.mark.parametrize("config", [HardwareConfig(mem_read="sync"),
                                     HardwareConfig(mem_read="comb", lanes=4, reduce_unroll=2),
@@ -78,6 +79,7 @@ def test_int8_gemv_testbench_passes_and_fails_on_a_wrong_word(tmp_path, config):
     assert "FAIL: 1 mismatches" in run.stdout and "PASS" not in run.stdout
 
 
+@pytest.mark.slow
 @needs_iverilog
 def test_fp32_mlp_testbench_passes(tmp_path):
     params = {"IN": 12, "HIDDEN": 6, "OUT": 3}
@@ -92,6 +94,7 @@ def test_fp32_mlp_testbench_passes(tmp_path):
     assert_passes(tmp_path, exp.cycles, top="mlp_fp32")
 
 
+@pytest.mark.slow
 @needs_iverilog
 def test_lut_ram_tail_testbench_passes(tmp_path):
     """mem_tail="lut": the testbench loads W through the host bus into both of its parts."""
@@ -103,6 +106,7 @@ def test_lut_ram_tail_testbench_passes(tmp_path):
     assert_passes(tmp_path, exp.cycles)
 
 
+@pytest.mark.slow
 @needs_iverilog
 def test_conv2d_testbench_passes(tmp_path):
     case = designs.conv2d_padded(C_IN=1, C_OUT=2, H=4, W=4)
@@ -113,6 +117,7 @@ def test_conv2d_testbench_passes(tmp_path):
     assert_passes(tmp_path, exp.cycles)
 
 
+@pytest.mark.slow
 def test_interface_describes_ports_buffers_and_cycles(tmp_path):
     case = designs.gemv_int8(M=4, K=8)
     design = compile_model(*case.outputs, config=HardwareConfig(mem_read="sync"))
@@ -165,6 +170,7 @@ def swept(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 @needs_iverilog
 def test_dse_export_of_a_trial_passes_its_testbench(swept, tmp_path, capsys):
     from dse.cli import main
@@ -194,6 +200,7 @@ def test_dse_export_bad_input_exits_2(swept, tmp_path, capsys):
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+@pytest.mark.slow
 @needs_iverilog
 def test_dse_eval_export_passes_its_testbench(tmp_path, capsys):
     from dse.cli import main
@@ -279,6 +286,7 @@ def test_dse_export_refuses_bad_bitstream_settings_before_exporting(swept, tmp_p
     assert "--freq-mhz: expected a positive number, got '-5'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_export_point_refuses_a_design_whose_cycle_model_changed(tmp_path):
     from dse.export import ExportError, export_point
     from dse.spec import DesignPoint
@@ -299,6 +307,7 @@ def test_export_point_refuses_a_design_whose_cycle_model_changed(tmp_path):
         {"model": "gemv(M=2, K=3)", "dtype": "int8", "data_seed": 0, "trial": 3}
 
 
+@pytest.mark.slow
 def test_the_interface_states_the_clock_and_how_nextpnr_reached_it(tmp_path):
     from dse.export import export_point
     from dse.spec import DesignPoint
@@ -318,6 +327,7 @@ def test_the_interface_states_the_clock_and_how_nextpnr_reached_it(tmp_path):
             "120 MHz): 0.05 us per run.") in exp.interface_md.read_text()
 
 
+@pytest.mark.slow
 @needs_iverilog
 def test_an_exported_trained_network_holds_its_weights_and_first_sample(tmp_path):
     """The digits MLP in int8: the exported memories hold the quantised weights (not random

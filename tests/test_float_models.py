@@ -14,24 +14,10 @@ from compiler import HardwareConfig, compile_model, simulate
 from compiler import fp
 from compiler.fp import reference as fpref
 from dse.models import zoo
+from helpers import run_zoo, same_bits
 
 FLOATS = ["fp32", "fp16", "bf16"]
 MODELS = {"gemv": {"M": 6, "K": 20}, "mlp": {"IN": 16, "HIDDEN": 8, "OUT": 4}, "elementwise": {"N": 12}}
-
-
-def run_zoo(model: str, dtype: str, params: dict, config: HardwareConfig | None = None, seed: int = 0):
-    built = zoo.check_built(zoo.ZOO[model].build(dtype, **params))
-    arrays = zoo.make_inputs(built, seed)
-    tensors = [Tensor(arrays[n]).cast(dtypes.bfloat16) if dtype == "bf16" else Tensor(arrays[n])
-               for n in built.inputs]
-    design = compile_model(built.forward(*tensors), config=config)
-    return design, simulate(design), arrays
-
-
-def same_bits(got: np.ndarray, want: np.ndarray) -> bool:
-    g, w = np.asarray(got, np.float32), np.asarray(want, np.float32)
-    both_nan = np.isnan(g) & np.isnan(w)
-    return bool(np.all(both_nan | (g.view(np.uint32) == w.view(np.uint32))))
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

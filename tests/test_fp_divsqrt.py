@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_fp_units import assert_same_floats, float_pairs, pack, special_values
+from helpers import assert_same_floats, float_pairs, pack, special_values
 
 import compiler.fp
 from compiler.fp import BF16, FP16, FP32, FDiv, FloatFormat, FSqrt, FTrunc

@@ -21,6 +21,7 @@ import compiler.fp
 from compiler.fp import BF16, FP16, FP32, FAdd, FCompare, FloatFormat, FloatToFloat, FloatToInt, FMax, FMul, IntToFloat
 from compiler.fp import reference as R
 from compiler.fp.harness import Bank, NativeEvaluator, build_all, source_fingerprint
+from helpers import assert_same_floats, float_pairs, int_vectors
 
 FORMATS = [FP32, FP16, BF16]
 MODES = [(r, s) for r in ("rne", "rtz") for s in ("keep", "flush")]
@@ -69,119 +70,6 @@ def bank_evaluator(fmt: FloatFormat) -> NativeEvaluator:
 
 # ------------------------------------------------------------------------- input vectors
 
-def pack(fmt: FloatFormat, sign, exp, man) -> np.ndarray:
-    sign, exp, man = (np.asarray(v, dtype=np.uint64) for v in (sign, exp, man))
-    return (sign << np.uint64(fmt.width - 1)) | (exp << np.uint64(fmt.man_bits)) | man
-
-
-def special_values(fmt: FloatFormat) -> np.ndarray:
-    """Edge-case magnitudes, with both signs."""
-    one = fmt.bias << fmt.man_bits
-    mags = [
-        0, 1, 2, 3, fmt.man_mask - 1, fmt.man_mask,             # zero, subnormals (min .. max)
-        fmt.min_normal_bits, fmt.min_normal_bits + 1,            # smallest normals
-        fmt.max_finite_bits, fmt.max_finite_bits - 1,            # largest finite
-        fmt.inf_bits, fmt.qnan_bits, fmt.inf_bits + 1,           # inf, quiet NaN, signalling NaN
-        one, one + 1, one - 1, one + (1 << (fmt.man_bits - 1)),  # 1, 1+ulp, 1-ulp/2, 1.5
-        one + (1 << fmt.man_bits), one - (1 << fmt.man_bits),    # 2, 0.5
-        (fmt.exp_max_field - 2) << fmt.man_bits,                 # max exponent / 2
-        ((fmt.bias + fmt.man_bits + 1) << fmt.man_bits),         # 2**p: ulp is 2
-        ((fmt.bias - fmt.man_bits - 1) << fmt.man_bits),         # 2**-p: half an ulp of 1
-        ((fmt.bias - fmt.man_bits - 2) << fmt.man_bits) | 1,     # a bit more than a quarter ulp
-    ]
-    mags = np.array(sorted(set(mags)), dtype=np.uint64)
-    return np.concatenate([mags, mags | np.uint64(fmt.sign_mask)])
-
-
-def float_pairs(fmt: FloatFormat, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    p, man, top = fmt.precision, fmt.man_bits, fmt.exp_max_field
-    parts = []
-
-    def rand(n, hi):
-        return rng.integers(0, hi, n, dtype=np.uint64)
-
-    def signs(n):
-        return rand(n, 2)
-
-    # Uniform over bit patterns.
-    n = 40_000
-    parts.append((rand(n, 1 << fmt.width), rand(n, 1 << fmt.width)))
-    # Close exponents: additions cancel and round, subtraction of near-equal values.
-    n = 30_000
-    a = rand(n, 1 << fmt.width)
-    a_exp = (a >> np.uint64(man)) & np.uint64(top)
-    delta = rng.integers(-(p + 2), p + 3, n)
-    b_exp = np.clip(a_exp.astype(np.int64) + delta, 0, top - 1)
-    parts.append((a, pack(fmt, signs(n), b_exp, rand(n, 1 << man))))
-    # Short significands: exact results and many exact ties in products and sums.
-    n = 20_000
-    keep_a, keep_b = rng.integers(0, man + 1, n), rng.integers(0, man + 1, n)
-    mask_a = ((np.uint64(1) << keep_a.astype(np.uint64)) - np.uint64(1)) << (np.uint64(man) - keep_a.astype(np.uint64))
-    mask_b = ((np.uint64(1) << keep_b.astype(np.uint64)) - np.uint64(1)) << (np.uint64(man) - keep_b.astype(np.uint64))
-    e_a = rng.integers(fmt.bias - 8, fmt.bias + 8, n)
-    e_b = np.clip(e_a + rng.integers(-p - 2, p + 3, n), 1, top - 1)
-    parts.append((pack(fmt, signs(n), e_a, rand(n, 1 << man) & mask_a),
-                  pack(fmt, signs(n), e_b, rand(n, 1 << man) & mask_b)))
-    # Built sums with the shifted-out bits exactly 100..0: halfway cases, both parities.
-    n = 15_000
-    a = pack(fmt, signs(n), rng.integers(p + 3, top - 1, n), rand(n, 1 << man))
-    a_exp = ((a >> np.uint64(man)) & np.uint64(top)).astype(np.int64)
-    k = rng.integers(1, p + 1, n)
-    b_man = (rand(n, 1 << man) >> k.astype(np.uint64) << k.astype(np.uint64)) | (np.uint64(1) << (k - 1).astype(np.uint64))
-    parts.append((a, pack(fmt, signs(n), a_exp - k, b_man & np.uint64(fmt.man_mask))))
-    # Products near overflow and underflow (results from max finite down to subnormal and zero).
-    n = 20_000
-    e_a = rng.integers(1, top - 1, n)
-    target = np.where(rng.integers(0, 2, n) == 1,
-                      rng.integers(top - 4, top + 2, n),             # around the largest exponent
-                      rng.integers(-p - 2, 3, n))                    # around and below the smallest
-    e_b = np.clip(target - e_a + fmt.bias, 0, top - 1)
-    parts.append((pack(fmt, signs(n), e_a, rand(n, 1 << man)), pack(fmt, signs(n), e_b, rand(n, 1 << man))))
-    # Products just below the smallest normal: some round up to it, some stay subnormal.
-    n = 5_000
-    a = pack(fmt, signs(n), rng.integers(fmt.bias - 4, fmt.bias + 4, n), rand(n, 1 << man))
-    target = fmt.min_normal * (1 - rng.random(n) * 2.0 ** -fmt.man_bits)
-    b = R.round_to_format(target / np.abs(R.decode(a, fmt)), fmt)
-    parts.append((a, b | (signs(n) << np.uint64(fmt.width - 1))))
-    # Subnormal operands against anything.
-    n = 15_000
-    sub = pack(fmt, signs(n), 0, rand(n, 1 << man))
-    other = rand(n, 1 << fmt.width)
-    swap = rng.integers(0, 2, n) == 1
-    parts.append((np.where(swap, other, sub), np.where(swap, sub, other)))
-    # Integers as floats, and just beside them: for float -> int.
-    n = 20_000
-    ints = np.floor(rng.random(n) * 2.0 ** rng.integers(0, 34, n)) * np.where(rng.integers(0, 2, n) == 1, -1, 1)
-    ints = ints + rng.choice([0.0, 0.0, 0.25, 0.5, 0.75, -0.5], n)
-    parts.append((R.round_to_format(ints, fmt, "rtz"), rand(n, 1 << fmt.width)))
-    # Every pair of special values.
-    sv = special_values(fmt)
-    parts.append((np.repeat(sv, len(sv)), np.tile(sv, len(sv))))
-    # The 16-bit formats: every first operand.
-    if fmt.width <= 16:
-        n = 1 << fmt.width
-        parts.append((np.arange(n, dtype=np.uint64), rand(n, 1 << fmt.width)))
-    a = np.concatenate([x for x, _ in parts]).astype(np.uint64)
-    b = np.concatenate([y for _, y in parts]).astype(np.uint64)
-    return a, b
-
-
-def int_vectors(n: int, rng: np.random.Generator) -> np.ndarray:
-    """32-bit integers (as int64): edges, every 16-bit pattern, spread bit lengths, uniform."""
-    edges = {0, 1, 2, 3, 65504, 65505, 65519, 65520, 65521, 65535, 257, 259, 0x8080, 0x8180,
-             2 ** 24 + 1, 2 ** 24 + 2, 2 ** 24 + 3, 2 ** 25 + 2, 2 ** 25 + 6, 2 ** 31 - 1, 2 ** 31 - 64,
-             2 ** 31 - 128, 2 ** 31 - 65, 2 ** 32 - 1, 2 ** 32 - 128, 2 ** 32 - 129}
-    edges |= {v for k in range(33) for v in (2 ** k - 1, 2 ** k, 2 ** k + 1) if v < 2 ** 32}
-    edges = np.array(sorted(edges), dtype=np.int64)
-    edges = np.concatenate([edges, -edges])
-    lengths = rng.integers(0, 33, n // 4)
-    spread = np.floor(rng.random(n // 4) * 2.0 ** lengths).astype(np.int64)
-    spread = np.where(rng.integers(0, 2, n // 4) == 1, -spread, spread)
-    every16 = np.arange(1 << 16, dtype=np.int64)
-    uniform = rng.integers(0, 2 ** 32, n, dtype=np.int64)
-    return np.concatenate([edges, every16, spread, uniform])[:n]
-
-
 # ------------------------------------------------------------------------- one run per format
 
 @pytest.fixture(scope="session")
@@ -195,20 +83,6 @@ def runs() -> dict[str, tuple[dict, dict]]:
     evaluators = {fmt.name: bank_evaluator(fmt) for fmt in FORMATS}
     build_all(list(evaluators.values()))
     return {name: (inputs[name], ev.run(inputs[name])) for name, ev in evaluators.items()}
-
-
-def assert_same_floats(got, want, fmt: FloatFormat, what: str, *operands) -> None:
-    """Equal bit patterns, except that NaNs only need to be NaNs."""
-    got, want = np.asarray(got).astype(np.uint64), np.asarray(want).astype(np.uint64)
-    got_nan, want_nan = np.isnan(R.decode(got, fmt)), np.isnan(R.decode(want, fmt))
-    bad = (got_nan != want_nan) | (~want_nan & (got != want))
-    if bad.any():
-        rows = []
-        for k in np.nonzero(bad)[0][:8]:
-            ins = ", ".join(f"{int(op[k]):#x}" for op in operands)
-            rows.append(f"  ({ins}) -> hw {int(got[k]):#x} ({R.decode(got[k:k+1], fmt)[0]!r}), "
-                        f"ref {int(want[k]):#x} ({R.decode(want[k:k+1], fmt)[0]!r})")
-        pytest.fail(f"{what}: {int(bad.sum())} of {len(bad)} results differ\n" + "\n".join(rows))
 
 
 def format_id(fmt: FloatFormat) -> str:
@@ -481,6 +355,7 @@ def test_pysim_agrees_with_cxxrtl(runs, fmt, unit, make):
     assert got == [int(v) for v in outs[f"{unit}_y"][picks]]
 
 
+@pytest.mark.slow
 def test_harness_caches_and_checks_inputs(tmp_path):
     bank = lambda: Bank({"a": 16, "b": 16}, {"cmp": (FCompare(FP16), {"a": "a", "b": "b"})})  # noqa: E731
     first = NativeEvaluator(bank(), cache_dir=tmp_path)

@@ -5,15 +5,9 @@ import numpy as np
 import pytest
 
 import designs
+from helpers import assert_exact
 from compiler import HardwareConfig, compile_model, simulate
 from compiler.overflow import analyze_overflow, worst_case_inputs
-
-
-def assert_exact(outputs, reference):
-    assert len(outputs) == len(reference)
-    for got, want in zip(outputs, reference):
-        assert got.shape == want.shape and got.dtype == want.dtype
-        np.testing.assert_array_equal(got, want)
 
 
 # ------------------------------------------------------------------ validation

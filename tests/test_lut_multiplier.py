@@ -33,6 +33,7 @@ _MITER = ("read_verilog gold.v gate.v\nproc\ntechmap -map map.v gate\n"
 _SLOW_PROOF = pytest.mark.slow              # 20-45 s each
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [
     Shape(7, 5, 12, True), Shape(5, 7, 12, True), Shape(6, 3, 9, False), Shape(3, 2, 5, True),
     Shape(2, 2, 4, True), Shape(6, 6, 8, True), Shape(5, 5, 7, False),
@@ -44,6 +45,7 @@ def test_narrow_products_are_proved_equal(tmp_path, shape):
     yosys(_MITER + "sat -verify -prove-asserts miter\n", cwd=tmp_path, timeout=300)
 
 
+@pytest.mark.slow
 def test_the_proof_can_fail(tmp_path):
     """The same proof on a map with one wrong multiple is refused."""
     shape = Shape(6, 6, 12, True)
@@ -55,6 +57,7 @@ def test_the_proof_can_fail(tmp_path):
         yosys(_MITER + "sat -verify -prove-asserts miter\n", cwd=tmp_path, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [Shape(8, 8, 16, True), Shape(8, 8, 16, False), Shape(24, 24, 48, False),
                                    Shape(11, 13, 24, True), Shape(16, 16, 32, True), Shape(18, 9, 20, True)],
                          ids=lambda s: s.name)
@@ -130,6 +133,7 @@ def _registered_equal(tmp_path, gold: str, mutate=lambda text: text) -> bool:
     return "Induction step proven: SUCCESS!" in (tmp_path / "proof.txt").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shapes", [
     ("signed(5)", "signed(4)", "signed(9)"), ("unsigned(6)", "unsigned(3)", "unsigned(9)"),
     ("signed(4)", "signed(4)", "signed(12)"),          # y wider than the product: sign-extended
@@ -145,6 +149,7 @@ def test_registered_lut_products_are_the_product_register(tmp_path, shapes):
     assert _registered_equal(tmp_path, _product_rtlil(a, b, y))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shapes", [
     ("signed(5)", "signed(4)", "signed(9)"), ("unsigned(6)", "unsigned(3)", "unsigned(9)"),
     ("signed(4)", "signed(4)", "signed(12)"), ("unsigned(3)", "unsigned(2)", "unsigned(5)")],
@@ -162,6 +167,7 @@ def test_lut_products_with_two_registers_are_the_product_registers(tmp_path, sha
         r"wire \1\2 \3 = \4;", text))
 
 
+@pytest.mark.slow
 def test_the_registered_proof_can_fail(tmp_path):
     """A rebuilt product one of whose registered terms is inverted is refused."""
     from amaranth.hdl import signed

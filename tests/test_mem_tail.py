@@ -38,6 +38,7 @@ def test_the_tail_is_the_last_row_when_it_is_nearly_empty(depth, width, tail):
         assert block_rams(depth - tail, 1, width)[0] < block_rams(depth, 1, width)[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lanes, K, fp_pipeline, tail", [
     (1, 130, 0, 8),          # W banks of 520 words: 512 + a tail of 8
     (2, 130, 1, 8),
@@ -57,6 +58,7 @@ def test_fp32_gemv_with_tails_is_bit_exact_in_both_simulators(lanes, K, fp_pipel
     assert _tails(plain) == {} and plain.cycles_formula == design.cycles_formula
 
 
+@pytest.mark.slow
 def test_a_packed_memory_keeps_its_tail_and_the_host_bus_writes_both_parts():
     case = designs.gemv_int8(16, 130)                    # 4 lanes: banks of 520 words, 4 to a word
     design = compile_model(*case.outputs, config=HardwareConfig(lanes=4, mem_pack=4, mem_tail="lut"))

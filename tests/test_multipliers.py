@@ -151,6 +151,7 @@ def test_lut_products_are_oriented_for_the_map():
     assert all(cells[n].lut and cells[n].y_width == 14 for n in ("$1", "$2"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level, module, more_ffs", [(3, "tinyhw_lut_mulreg_8x8_16s", 8 * 9),
                                                      (4, "tinyhw_lut_mulreg2_8x8_16s", 116)])
 def test_lut_products_from_fanout_level_get_their_register_inside(tmp_path, level, module, more_ffs):

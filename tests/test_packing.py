@@ -47,6 +47,7 @@ def test_auto_pack(banks, depth, width, want):
     assert auto_pack(banks, depth, width) == want
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lanes, reduce_unroll, mem_pack", [(3, 5, "auto"), (4, 4, 2), (4, 4, 16), (1, 8, 3), (16, 16, "auto")])
 def test_packed_gemv_is_bit_exact_in_both_simulators(lanes, reduce_unroll, mem_pack):
     design = _check(designs.gemv_int8(16, 64), HardwareConfig(lanes=lanes, reduce_unroll=reduce_unroll, mem_pack=mem_pack))
@@ -56,6 +57,7 @@ def test_packed_gemv_is_bit_exact_in_both_simulators(lanes, reduce_unroll, mem_p
         assert max(g for _, _, g, _ in packs) == min(mem_pack, lanes * reduce_unroll)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fp_pipeline", [1, 2])
 def test_packed_reads_through_the_pipeline(fp_pipeline):
     """fp_pipeline 2 registers read addresses before they fan out: the group's first bank's
@@ -64,6 +66,7 @@ def test_packed_reads_through_the_pipeline(fp_pipeline):
     assert _packs(design)
 
 
+@pytest.mark.slow
 def test_packed_fp16_tree_sum_is_bit_exact_against_its_golden_model():
     import dataclasses
     from dse.models import zoo
@@ -90,6 +93,7 @@ def test_mem_pack_1_and_comb_reads_keep_one_memory_per_bank():
     assert _packs(_check(case, HardwareConfig(lanes=4, reduce_unroll=4, mem_read="comb", mem_pack=4), ("pysim",)))
 
 
+@pytest.mark.slow
 def test_written_buffers_are_never_packed_and_copies_fill_packed_memories():
     """The second layer of an MLP reads the first's output through a copy into a packed
     memory (per-element write enables); the outputs the kernels write stay one bank each."""

@@ -20,9 +20,7 @@ from compiler.overflow import analyze_overflow
 from compiler.hw.bram import column_depth as bram_depth
 from compiler.passes.interleave import interleave_ways
 from dse.models import zoo
-from test_float_models import run_zoo, same_bits
-from test_fp_units import assert_same_floats, float_pairs, int_vectors
-from test_knobs import assert_exact
+from helpers import assert_exact, assert_same_floats, float_pairs, int_vectors, run_zoo, same_bits
 
 LEVELS = [0, 1, 2, 3]
 INT_LEVELS = [1, 2, 3, 4]          # 4 differs from 3 only in integer products (a second register)
@@ -104,6 +102,7 @@ def _check_units(fmts, modes, every: int):
                 assert (out[f"f2i_{s}_y"].astype(np.int64) == want).all(), f"f2i {what}"
 
 
+@pytest.mark.slow
 def test_pipelined_float_units_are_bit_exact():
     """FAdd at 2..6 stages, FMul at 2..8, conversions at 2, fed one vector per cycle,
     against the numpy reference (a quarter of test_fp_units' vectors, two modes)."""
@@ -221,6 +220,7 @@ def test_level_0_builds_the_single_cycle_design():
 
 # ------------------------------------------------------------------ deep memories
 
+@pytest.mark.slow
 def test_a_deep_memory_is_split_into_block_ram_parts_read_through_a_registered_tree():
     case = designs.gemv_int8(9, 700)                   # W: 6300 int8 words, 2048 per block RAM
     for level in (1, 2):
@@ -331,6 +331,7 @@ def test_float_sums_that_cannot_interleave_keep_a_single_cycle_adder():
         np.testing.assert_array_equal(result.outputs[0].view(np.uint32), seed.outputs[0].view(np.uint32))
 
 
+@pytest.mark.slow
 def test_deep_float_memory_and_interleaving_agree_in_pysim_and_cxxrtl():
     params = {"M": 7, "K": 300}                          # W: 2100 fp32 words, 1024 per part
     for level in (2, 3):

@@ -198,9 +198,8 @@ def test_bad_inputs_are_rejected(tmp_path):
 # real nextpnr runs
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
+def cache(isolated_cache):
+    return isolated_cache
 
 
 @pytest.mark.slow
@@ -305,6 +304,7 @@ def test_evaluate_point_that_does_not_fit_is_infeasible_not_failed(tmp_path, cac
                                                "LFE5U-85F has 208")
 
 
+@pytest.mark.slow
 def test_the_specs_timing_settings_reach_nextpnr(tmp_path, cache, monkeypatch):
     # `timing: {router, placer, seed, freq_mhz}` is what place_and_route is called with; a
     # stand-in for nextpnr records the call (the real one is exercised by the slow tests above)

@@ -44,6 +44,7 @@ def test_digits_fp32_predicts_as_the_float_model_and_int8_is_within_two_points(d
     assert int8.quantization and "per output channel" in int8.quantization
 
 
+@pytest.mark.slow
 def test_a_sample_that_differs_from_its_reference_fails_naming_it(digits, net, monkeypatch):
     from dse.models import quantize as qmod
     from dse.models.accuracy import SampleCheckError
@@ -166,6 +167,7 @@ def test_safetensors_weights_read_like_npz(tmp_path):
         np.testing.assert_array_equal(got[k], w[k])
 
 
+@pytest.mark.slow
 def test_unlabelled_samples_score_agreement_with_the_float_model(tmp_path, digits, net):
     np.savez(tmp_path / "unlabelled.npz", x=digits.x_test[:20])
     d = load_dataset(DataSpec(file=tmp_path / "unlabelled.npz"))
@@ -268,8 +270,7 @@ def _eval_m(capsys, spec: Path, dtype: str, *extra: str) -> dict:
 
 
 @pytest.mark.slow
-def test_a_users_function_with_weights_and_data_scores_every_sample(tmp_path, capsys, digits, monkeypatch):
-    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
+def test_a_users_function_with_weights_and_data_scores_every_sample(tmp_path, capsys, digits, monkeypatch, isolated_cache):
     (tmp_path / "mlp.py").write_text(SOURCE_MLP)
     spec = _model_spec(tmp_path, ["fp32"], source="mlp.py:build", weights=str(WEIGHTS),
                        data={"dataset": "sklearn:digits", "samples": 40})
@@ -294,6 +295,7 @@ def test_a_users_function_with_weights_and_data_scores_every_sample(tmp_path, ca
     assert len(calls) == 2      # the point's own check and its worst-case confirm; the 40 samples: from the cache
 
 
+@pytest.mark.slow
 def test_a_zoo_model_with_integer_weights_is_bit_exact_on_every_sample(tmp_path, capsys, digits):
     """The zoo's int8 MLP (no biases, requantised by a shift) with weights the user quantised
     and the raw digits pixels (0..16, whole numbers, so int8 takes them as they are)."""
@@ -314,6 +316,7 @@ def test_a_zoo_model_with_integer_weights_is_bit_exact_on_every_sample(tmp_path,
     assert row["logit_mean_err"] is None or np.isnan(row["logit_mean_err"])   # no scale known for user integers
 
 
+@pytest.mark.slow
 def test_every_sample_of_a_zoo_model_is_checked(tmp_path, capsys, monkeypatch):
     w = read_weights(WEIGHTS)
     np.savez(tmp_path / "q.npz", W1=np.round(w["W1"] * 100).astype(np.int8), W2=np.round(w["W2"] * 20).astype(np.int8))
@@ -399,8 +402,7 @@ def _cnn_numpy(x: np.ndarray, w: dict) -> np.ndarray:
 
 
 @pytest.mark.slow
-def test_an_onnx_cnn_runs_whole_and_scores_like_numpy(tmp_path, capsys, digits, monkeypatch):
-    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
+def test_an_onnx_cnn_runs_whole_and_scores_like_numpy(tmp_path, capsys, digits, monkeypatch, isolated_cache):
     path, w = _cnn_onnx(tmp_path / "cnn.onnx")
     spec = _model_spec(tmp_path, ["fp32"], onnx="cnn.onnx", data={"dataset": "sklearn:digits", "samples": 24})
     row = _eval_m(capsys, spec, "fp32")
@@ -443,11 +445,10 @@ def _trained_cnn(digits) -> dict:
 
 
 @pytest.mark.slow
-def test_a_trained_onnx_cnn_quantises_to_int8_within_two_points(tmp_path, capsys, digits, monkeypatch):
+def test_a_trained_onnx_cnn_quantises_to_int8_within_two_points(tmp_path, capsys, digits, monkeypatch, isolated_cache):
     """int8: the tool's quantisation of the Conv/MaxPool/Gemm chain, all 450 test samples, every
     one bit-exact against its numpy integer model (run_samples); fp32: the whole graph, 40
     samples (tinygrad computes each one's reference: 0.1 s a sample), each against tinygrad."""
-    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
     w = _trained_cnn(digits)
     _cnn_onnx(tmp_path / "cnn.onnx", w=w)
     logits = _cnn_numpy(digits.x_test, w)

@@ -267,6 +267,7 @@ def crashing_yosys(tmp_path):
     return exe
 
 
+@pytest.mark.slow
 def test_a_synthesis_crash_in_one_point_is_a_failed_trial_and_the_sweep_goes_on(tmp_path, monkeypatch, crashing_yosys):
     calls = []
 

@@ -42,10 +42,9 @@ def test_unknown_target_is_rejected():
         synthesize(design, "gowin")
 
 
-def test_identical_hardware_is_synthesised_once(tmp_path, monkeypatch):
+def test_identical_hardware_is_synthesised_once(tmp_path, monkeypatch, isolated_cache):
     """fp_rounding does not change an integer design: the RTLIL is the same, so the second
     synthesis is a cache hit with the same cells, log and netlist; another design misses."""
-    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
     case = designs.gemv_int8(16, 64)
     rne = compile_model(*case.outputs, config=HardwareConfig(fp_rounding="rne"))
     rtz = compile_model(*case.outputs, config=HardwareConfig(fp_rounding="rtz"))

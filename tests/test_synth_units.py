@@ -85,8 +85,7 @@ def test_a_signed_port_stays_signed_in_the_black_box():
 
 
 @pytest.mark.slow
-def test_units_count_the_top_plus_each_unit_times_its_instances(tmp_path, monkeypatch):
-    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
+def test_units_count_the_top_plus_each_unit_times_its_instances(tmp_path, monkeypatch, isolated_cache):
     design = gemv(lanes=2)
     area = synthesize(design, "ecp5", tmp_path / "two", units=True)
     split = split_units(convert(design.top))
@@ -117,8 +116,7 @@ def test_units_count_the_top_plus_each_unit_times_its_instances(tmp_path, monkey
 
 
 @pytest.mark.slow
-def test_a_sweep_row_says_it_came_from_per_unit_synthesis(tmp_path, monkeypatch):
-    monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
+def test_a_sweep_row_says_it_came_from_per_unit_synthesis(tmp_path, monkeypatch, isolated_cache):
     spec = parse_spec({"study": "u", "target": "ecp5", "synthesis": "units",
                        "models": [{"name": "g", "builtin": "gemv", "params": {"M": 4, "K": 8}}],
                        "dtypes": ["fp16", "int8"], "objectives": ["cycles", "luts"], "search": {"sampler": "grid"}})

@@ -205,6 +205,7 @@ def test_gathers_are_exact(case, config):
     check_forward(forward, args, config=GATHER_CONFIGS[config])
 
 
+@pytest.mark.slow
 def test_a_gather_from_a_table_split_into_block_ram_parts():
     """fp_pipeline 2 splits a table deeper than a block RAM into parts read through a
     multiplexer tree: with a gather its select comes from data, and the result is still exact."""

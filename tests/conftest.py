@@ -1,0 +1,25 @@
+"""Shared test setup. Helpers that several test modules use live in tests/helpers.py (imported
+as `helpers`; test modules never import each other); test designs with numpy references in
+tests/designs.py; tinygrad's own forward cases in tests/ops_catalog.py.
+
+Tests that run Yosys, nextpnr, Icarus Verilog or a C++ build (CXXRTL) are marked `slow`
+(`python -m pytest -m "not slow"` leaves them out; CI runs them all).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:            # `helpers`, `designs` importable however pytest is started
+    sys.path.insert(0, str(TESTS))
+
+
+@pytest.fixture
+def isolated_cache(tmp_path, monkeypatch) -> Path:
+    """A fresh, empty $TINYHW_CACHE for one test (cache hits and misses that the test counts)."""
+    path = tmp_path / "cache"
+    monkeypatch.setenv("TINYHW_CACHE", str(path))
+    return path
