@@ -23,3 +23,12 @@ def isolated_cache(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "cache"
     monkeypatch.setenv("TINYHW_CACHE", str(path))
     return path
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that uses a fixture which runs Yosys or a C++ build is slow too: a module names
+    such fixtures in TOOL_FIXTURES (pytest cannot mark a fixture itself)."""
+    for item in items:
+        tool_fixtures = getattr(item.module, "TOOL_FIXTURES", ())
+        if any(name in tool_fixtures for name in getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

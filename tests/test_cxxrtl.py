@@ -24,6 +24,7 @@ from compiler import HardwareConfig, compile_model, simulate, simulate_many
 from compiler.sim import cxxrtl
 from compiler.tools import ToolError
 
+TOOL_FIXTURES = {'small'}     # they run Yosys or a C++ build: their users are slow (conftest.py)
 MODES = ["sync", "comb"]
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -232,6 +233,7 @@ sys.path.insert(0, {tests!r})
 import designs
 from compiler import compile_model, simulate
 from compiler.sim import cxxrtl
+
 case = designs.add_relu(N=28)
 design = compile_model(*case.outputs)
 Path(sys.argv[1]).touch()

@@ -10,6 +10,8 @@ from compiler.pnr.dsp_registers import Packed, absorb, split_fanout
 from compiler.tools import yosys
 from helpers import cells_of, equivalent
 
+TOOL_FIXTURES = {'netlists', 'broadcast'}     # they run Yosys or a C++ build: their users are slow (conftest.py)
+
 # two int8 products sharing an operand register, with their operands and products registered
 # (synchronous reset on rst, as Amaranth's sync domain has): `ra` feeds both multipliers and
 # nothing else, so it goes; `rc` is also an output, so its flip-flops stay

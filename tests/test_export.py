@@ -20,6 +20,8 @@ from compiler import HardwareConfig, compile_model, export_design
 import designs
 from dse.models import zoo
 
+TOOL_FIXTURES = {'swept'}     # they run Yosys or a C++ build: their users are slow (conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 needs_iverilog = pytest.mark.skipif(shutil.which("iverilog") is None,

@@ -23,6 +23,8 @@ from compiler.fp import reference as R
 from compiler.fp.harness import Bank, NativeEvaluator, build_all, source_fingerprint
 from helpers import assert_same_floats, float_pairs, int_vectors
 
+TOOL_FIXTURES = {'runs'}     # they run Yosys or a C++ build: their users are slow (conftest.py)
+
 FORMATS = [FP32, FP16, BF16]
 MODES = [(r, s) for r in ("rne", "rtz") for s in ("keep", "flush")]
 INTS = {"s8": (8, True), "s16": (16, True), "s32": (32, True),

@@ -92,6 +92,7 @@ def study_of(tmp_path: Path, name: str = "t") -> optuna.Study:
 # ---------------------------------------------------------------------------------------------
 # outputs
 
+@pytest.mark.slow
 def test_grid_sweep_writes_trials_pareto_csv_and_md(tmp_path, fake_synth):
     spec = load_spec(write_spec(tmp_path, spec_dict()))
     r = sweep(spec, options(tmp_path))
