@@ -43,8 +43,16 @@ def outputs_lock(folder: str | Path, *, shared: bool = False) -> Iterator[None]:
         yield
         return
     path = Path(folder) / OUTPUTS_LOCK
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as f:
+    if shared:                      # a reader leaves a folder as it is (it may be read-only)
+        try:
+            f = open(path, "rb")
+        except OSError:             # no writer has locked this folder: nothing to wait for
+            yield
+            return
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a+b")
+    with f:
         fcntl.flock(f, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         try:
             yield

@@ -53,23 +53,30 @@ refused with a message, or starts over with --fresh.
 
 Storage. Default: a journal file, results/<study>/study.journal (Optuna's JournalStorage with
 JournalFileBackend: an append-only log under a file lock, so several processes write to it
-without SQLite's "database is locked"). --storage takes any Optuna storage URL
+without SQLite's "database is locked"; a record torn by a kill, a full disk or a power loss is
+repaired on open: dse.study.journal). --storage takes any Optuna storage URL
 (sqlite:///x.db, postgresql://...) or the path of a journal file. On postgresql:// and mysql://
 URLs trials record heartbeats and stale ones are retried; `dse worker` (dse/worker.py) joins such a
 study from other machines. Everything both drivers share (storage, budget, grid queue, one
 trial's ask -> evaluate -> tell) is in dse/study/; this module holds the local process pool.
 
-Parallel jobs: --n-jobs N starts N worker processes (spawned: evaluation is CPU bound, threads
-would not run in parallel) sharing the storage. They draw trials from one shared count of the
-remaining budget, one at a time, so the total is exact and no worker sits idle while another
-still has a queue of its own (with fixed shares, one trial ran alone for 1,073 s of the 1,992 s
-of configs/gemv_space_large.yaml's full grid).
+Parallel jobs and shared studies: --n-jobs N starts N worker processes (spawned: evaluation is
+CPU bound, threads would not run in parallel) sharing the storage. Each takes one trial at a
+time from the study itself (dse.study.take, under the study lock, as `dse worker` does), so the
+total is exact, no worker sits idle while another still has a queue of its own (with fixed
+shares, one trial ran alone for 1,073 s of the 1,992 s of configs/gemv_space_large.yaml's full
+grid), and two `dse sweep`s of one study at once are simply more workers: a grid point
+COMPLETE, RUNNING or queued is never evaluated again. The run holds a run lock
+(dse.study.locks) for its life; a RUNNING trial of a run that died is failed and its point
+taken again; a process with nothing left to take waits for the other runs' trials, to take
+over any whose run dies. The counts printed are the study's.
 
 Ctrl-C: the trial being evaluated is marked FAIL (interrupted), everything finished stays in
 the storage, and the output files are written from the storage before exiting.
 
 Outputs (dse.results): trials.csv, pareto.csv, pareto.md in results/<study>/, written
-atomically from the storage at the end of every run.
+atomically from one snapshot of the storage at the end of every run, the three under the
+folder's outputs lock (the last run to write leaves a consistent, newest set).
 """
 from __future__ import annotations
 
