@@ -4,8 +4,8 @@ The 85F has 208 DP16KD block RAMs of 2 ports x 18 bits: about 800 int8 weights a
 int8 GEMV cannot take fewer than M*K/800 = 125 cycles there. Each int8 row is lanes x
 reduce_unroll products a cycle at the `--pipelines` levels (3: each product's own operand
 copies and registered adder trees; 4 adds a second register on each product: docs/pipeline.md),
-with mem_pack=auto (banks packed four to a 36-bit block-RAM word, compiler/packing.py) and
-mul=auto (the 85F's 156 DSPs, the other products in LUTs, compiler/multipliers.py): compiled,
+with mem_pack=auto (banks packed four to a 36-bit block-RAM word, compiler/hw/packing.py) and
+mul=auto (the 85F's 156 DSPs, the other products in LUTs, compiler/synth/multipliers.py): compiled,
 simulated in CXXRTL (outputs bit-exact against the numpy golden model, cycles equal to the cycle
 model), synthesised (synth_ecp5) and placed and routed by nextpnr-ecp5 on the LFE5U-85F (speed
 grade 6, --freq 100, router2 and the static placer: router1 does not converge on these
@@ -42,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_timing import fmt, measure  # noqa: E402
 
 from compiler import HardwareConfig  # noqa: E402
-from compiler.pnr import PLACERS, ROUTERS, find_device  # noqa: E402
+from compiler.devices import find_device  # noqa: E402
+from compiler.pnr.timing import PLACERS, ROUTERS  # noqa: E402
 
 M, K = 128, 784
 WORDS_PER_CYCLE = 800          # 208 DP16KD x 2 ports x 18 bits / 9 bits per int8 weight, rounded

@@ -1,7 +1,7 @@
 """The digits MLP 64-32-10 (models/digits_mlp.npz) over dtypes x lanes: accuracy and cost.
 
-Every point runs all 450 test samples of sklearn's digits (seeded split, dse.data) through
-its CXXRTL simulation in one process (dse.accuracy.run_samples: bit-exact against the numpy
+Every point runs all 450 test samples of sklearn's digits (seeded split, dse.models.data) through
+its CXXRTL simulation in one process (dse.models.accuracy.run_samples: bit-exact against the numpy
 golden model, the quantised one for integers, and cycles equal to the analytic model, on every
 sample), then Yosys synthesises it for --target (LUTs, FFs, BRAM, DSP). Printed: a Markdown
 table (the one in docs/real-models.md) with the wall time of each point's sample run (compile,
@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 from compiler import HardwareConfig
-from compiler.synth import synthesize
-from dse.accuracy import run_samples
-from dse.data import DataSpec, load_dataset, read_weights
-from dse.quantize import DenseNet
+from compiler.synth.area import synthesize
+from dse.models.accuracy import run_samples
+from dse.models.data import DataSpec, load_dataset, read_weights
+from dse.models.quantize import DenseNet
 
 WEIGHTS = Path(__file__).resolve().parent.parent / "models" / "digits_mlp.npz"
 

@@ -13,7 +13,7 @@ import numpy as np
 from tinygrad import Tensor, dtypes
 
 from compiler import compile_model, simulate
-from dse import zoo
+from dse.models import zoo
 
 CASES = [("gemv", {"M": 128, "K": 784}), ("mlp", {"IN": 784, "HIDDEN": 128, "OUT": 10})]
 

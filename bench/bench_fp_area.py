@@ -36,7 +36,7 @@ from amaranth.hdl import Module, Signal  # noqa: E402
 from amaranth.lib import wiring  # noqa: E402
 
 from compiler.fp import FORMATS, FP16, FP32, FAdd, FDiv, FMul, FSqrt, FTrunc  # noqa: E402
-from compiler.pnr import place_and_route  # noqa: E402
+from compiler.pnr.timing import place_and_route  # noqa: E402
 from compiler.tools import yosys, yosys_version  # noqa: E402
 
 COLUMNS = ["LUT4", "CCU2C", "PFUMX", "L6MUX21", "TRELLIS_FF", "MULT18X18D"]

@@ -2,7 +2,7 @@
 
 For every point: compile, simulate (CXXRTL when it builds here, else pysim) and check the
 outputs bit for bit against numpy and the cycles against the analytic model, synthesise with
-Yosys for the target (compiler.synth: `synth_ecp5`, `stat -json`). `ratio` is cycles divided
+Yosys for the target (compiler.synth.area: `synth_ecp5`, `stat -json`). `ratio` is cycles divided
 by the MAC bound M*K / (lanes * reduce_unroll); the goal is ratio <= 1.05 plus a small fill.
 CXXRTL binaries are built up front in bundles on all cores (--jobs).
 
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
 
     backend = args.backend
     if backend in ("auto", "cxxrtl"):
-        from compiler import cxxrtl
+        from compiler.sim import cxxrtl
         t0 = time.perf_counter()
         try:
             cxxrtl.build_many([d for *_, d in points], jobs=args.jobs)
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
         area = None
         synth_s = 0.0
         if not args.no_synth:
-            from compiler.synth import synthesize
+            from compiler.synth.area import synthesize
             t0 = time.perf_counter()
             area = synthesize(design, args.target)
             synth_s = time.perf_counter() - t0

@@ -18,8 +18,8 @@ import time
 import numpy as np
 
 from compiler import HardwareConfig, compile_model, simulate_many
-from compiler import cxxrtl
-from dse import zoo
+from compiler.sim import cxxrtl
+from dse.models import zoo
 
 GOAL = 1000.0      # samples per second (issue 15)
 

@@ -3,7 +3,7 @@
 For each dtype and each `fp_pipeline` value 0..3, the design is compiled, simulated with
 CXXRTL (outputs bit-exact against the numpy golden model, cycles equal to the cycle model), synthesised
 with Yosys (`synth_ecp5`, netlist written by the same run) and placed and routed with
-nextpnr-ecp5 on the LFE5U-85F, CABGA381, speed grade 6, --freq 100, seed 1 (compiler.pnr).
+nextpnr-ecp5 on the LFE5U-85F, CABGA381, speed grade 6, --freq 100, seed 1 (compiler.pnr.timing).
 latency_us = cycles / fmax_mhz.
 
 Goal (issue 9): >= 100 MHz int8 and >= 80 MHz fp32, with lower latency than the
@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from compiler import HardwareConfig, compile_model, simulate  # noqa: E402
-from compiler.pnr import PLACERS, ROUTERS, place_and_route  # noqa: E402
-from compiler.synth import synthesize  # noqa: E402
+from compiler.pnr.timing import PLACERS, ROUTERS, place_and_route  # noqa: E402
+from compiler.synth.area import synthesize  # noqa: E402
 from compiler.tools import ToolError  # noqa: E402
-from dse import zoo  # noqa: E402
+from dse.models import zoo  # noqa: E402
 from dse.evaluate import compare, tree_terms  # noqa: E402
 
 
@@ -129,8 +129,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--no-sim", dest="sim", action="store_false")
     ap.add_argument("--no-cache", dest="cache", action="store_false")
-    ap.add_argument("--router", choices=ROUTERS, default="router1", help="nextpnr router (compiler/pnr.py)")
-    ap.add_argument("--placer", choices=PLACERS, default="heap", help="nextpnr placer (compiler/pnr.py)")
+    ap.add_argument("--router", choices=ROUTERS, default="router1", help="nextpnr router (compiler/pnr/timing.py)")
+    ap.add_argument("--placer", choices=PLACERS, default="heap", help="nextpnr placer (compiler/pnr/timing.py)")
     ap.add_argument("--seeds", nargs="+", type=int, default=[1],
                     help="nextpnr seeds: place and route each design once per seed, report the median seed")
     ap.add_argument("--workdir", type=Path)

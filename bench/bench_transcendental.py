@@ -1,9 +1,9 @@
 """EXP2, LOG2 and SIN as tinygrad decomposes them (the renderer does not claim them): per op,
 an fp32 elementwise model of N elements at fp_pipeline 0 and 3, its cycles (== the cycle
-model, checked), ECP5 area of the whole design (compiler.synth, ecp5), and its accuracy in ULP
+model, checked), ECP5 area of the whole design (compiler.synth.area, ecp5), and its accuracy in ULP
 against tinygrad's own result on its PYTHON device (the CPU reference) over inputs spread
 across each op's useful range. A Yosys failure is printed in the area columns; LUTs marked * were
-mapped without abc9 (it ran out of WebAssembly call stack: compiler/synth.py).
+mapped without abc9 (it ran out of WebAssembly call stack: compiler/synth/area.py).
 
 Usage: python bench/bench_transcendental.py [--n 64]
 """
@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 from tinygrad import Tensor  # noqa: E402
 
 from compiler import HardwareConfig, compile_model, simulate  # noqa: E402
-from compiler.synth import synthesize  # noqa: E402
+from compiler.synth.area import synthesize  # noqa: E402
 from compiler.tools import ToolError  # noqa: E402
 
 
@@ -55,7 +55,7 @@ def main() -> int:
             got = result.outputs[0]
             try:
                 area = synthesize(design, "ecp5")
-                # * : abc9 ran out of WASM call stack, LUTs mapped without it (compiler/synth.py)
+                # * : abc9 ran out of WASM call stack, LUTs mapped without it (compiler/synth/area.py)
                 cells = f"{area.luts}{' *' if area.fallback else ''} | {area.ffs} | {area.dsp}"
             except ToolError as exc:
                 cells = f"yosys failed: {str(exc).splitlines()[0][:60]} | - | -"

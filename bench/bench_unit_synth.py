@@ -6,7 +6,7 @@
 For each design (zoo defaults, the GEMV at 128x784) three syntheses for ECP5, each from a cold
 synthesis cache:
   flat    the flow of `synthesis: flat` (synth_ecp5 on the whole design)
-  units   `synthesis: units` (compiler.synth_units): the design with its float units as black
+  units   `synthesis: units` (compiler.synth.units): the design with its float units as black
           boxes, each distinct unit synthesised once and counted per instance
   hier    one synth_ecp5 run with `keep_hierarchy` on each float unit's module: what a user who
           keeps the units as modules in their own flow gets; `units` should count the same
@@ -32,7 +32,7 @@ DEFAULT_MODELS = ("gemv", "matmul", "elementwise", "conv2d", "mlp_softmax", "lay
 
 def build(model: str, dtype: str, lanes: int):
     from compiler import HardwareConfig, compile_model
-    from dse import zoo
+    from dse.models import zoo
     params = {"M": 128, "K": 784} if model == "gemv" else {}
     built = zoo.ZOO[model].build(dtype, **params)
     arrays = zoo.make_inputs(built, 0)
@@ -40,7 +40,7 @@ def build(model: str, dtype: str, lanes: int):
 
 
 def keep_hierarchy(text: str) -> str:
-    """The RTLIL with `keep_hierarchy` on every float unit's module (compiler.synth_units' units)."""
+    """The RTLIL with `keep_hierarchy` on every float unit's module (compiler.synth.units' units)."""
     from compiler.hw.floatops import UNIT_PREFIX
     return re.sub(rf"^(module \\\S+\.{UNIT_PREFIX}\d+_\w+)$", r"attribute \\keep_hierarchy 1\n\1", text, flags=re.M)
 
@@ -52,9 +52,9 @@ def main() -> None:
     ap.add_argument("--lanes", default="1", help="comma-separated lane counts (the GEMV also gets 4 by default)")
     args = ap.parse_args()
     os.environ["TINYHW_CACHE"] = tempfile.mkdtemp(prefix="tinyhw-bench-units-")   # cold, and not the user's
-    from compiler.rtlil_text import convert
-    from compiler.synth import synthesize, synthesize_rtlil
-    from compiler.synth_units import split_units
+    from compiler.synth.rtlil_text import convert
+    from compiler.synth.area import synthesize, synthesize_rtlil
+    from compiler.synth.units import split_units
     print(f"{'design':<28} {'flat LUT':>9} {'units':>7} {'hier':>7} {'u/flat':>7} {'u/hier':>7}  "
           f"{'FF/BRAM/DSP equal':>17}  {'flat s':>6} {'units s':>7}  units")
     to_flat, to_hier, fallbacks = [], [], 0
@@ -88,7 +88,7 @@ def main() -> None:
                       f"{'yes' if same else 'NO':>17}  {t1 - t0:>6.1f} {t2 - t1:>7.1f}  "
                       f"{units.units} instances of {len(split.units)}", flush=True)
     if fallbacks:
-        print("* the flat run fell back to the classic LUT mapping (abc9 out of WebAssembly stack: compiler/synth.py); "
+        print("* the flat run fell back to the classic LUT mapping (abc9 out of WebAssembly stack: compiler/synth/area.py); "
               "the per-unit runs used abc9")
     if to_flat:
         print(f"units/flat LUTs: median {statistics.median(to_flat):.3f}, range {min(to_flat):.3f}-{max(to_flat):.3f}; "

@@ -29,8 +29,11 @@ from .frontend import trace
 from .hw.datapath import check_supported
 from .hw.pipeline import schedule
 from .lower import lower
-from .simulate import SimResult
-from .transform import fuse_loops, interleave, parallelize, split_deep
+from .sim.memory_io import SimResult
+from .passes.fuse import fuse_loops
+from .passes.interleave import interleave
+from .passes.parallelize import parallelize
+from .passes.split_deep import split_deep
 
 __all__ = ["HardwareConfig", "compile_model", "simulate", "simulate_many", "export_design", "Design", "SimResult",
            "ExportedDesign", "CompileError", "UnsupportedError"]
@@ -60,10 +63,10 @@ def simulate(design: Design, inputs: dict | None = None, backend: str = "pysim")
     """Run `design` once: load inputs (numpy data captured at compile time unless overridden
     by `inputs`, a dict of input Tensor -> array), start, wait for done, read outputs."""
     if backend == "pysim":
-        from .simulate import run_pysim
+        from .sim.pysim import run_pysim
         return run_pysim(design, inputs)
     if backend == "cxxrtl":                   # C++ via Yosys write_cxxrtl + g++, cached per design
-        from .cxxrtl import run_cxxrtl
+        from .sim.cxxrtl import run_cxxrtl
         return run_cxxrtl(design, inputs)
     raise ValueError(f"unknown simulation backend {backend!r}; available: 'pysim', 'cxxrtl'")
 
@@ -74,9 +77,9 @@ def simulate_many(design: Design, samples, inputs: dict | None = None, backend: 
     hold the outputs (not the intermediate buffers)."""
     samples = list(samples)
     if backend == "cxxrtl":
-        from .cxxrtl import run_cxxrtl_many
+        from .sim.cxxrtl import run_cxxrtl_many
         return run_cxxrtl_many(design, samples, inputs)
     if backend == "pysim":
-        from .simulate import run_pysim
+        from .sim.pysim import run_pysim
         return [run_pysim(design, {**(inputs or {}), **s}) for s in samples]
     raise ValueError(f"unknown simulation backend {backend!r}; available: 'pysim', 'cxxrtl'")

@@ -65,9 +65,9 @@ class HardwareConfig:
         first, up to the DSP count of the target family's largest device (LFE5U-85F: 156,
         iCE40UP5K: 8), the rest in LUTs, so a design with more products than DSPs still fits;
         within the budget it is exactly "dsp". Xilinx: auto is dsp (no device list). No effect
-        on the RTL, simulation or cycles: only on the synthesis script (compiler/multipliers.py).
+        on the RTL, simulation or cycles: only on the synthesis script (compiler/synth/multipliers.py).
     mem_pack: "auto" (default) or G >= 1: banks of one buffer held side by side in one memory,
-        G elements per word (compiler/packing.py). Why: a block RAM is a whole block however
+        G elements per word (compiler/hw/packing.py). Why: a block RAM is a whole block however
         little of it a bank uses; an int8 bank of 392 words fills 4% of an ECP5 DP16KD, and
         packing 4 such banks fills one 36-bit x 512-word block. 1: one memory per bank (as
         before). "auto": the G that needs the fewest 18 Kbit block RAMs (ECP5 DP16KD, Xilinx
@@ -79,7 +79,7 @@ class HardwareConfig:
         its widest); a bank of 3,136 fp32 words (the GEMV 128x784 at 32 products a cycle)
         fills 6 rows and 64 words of a 7th, so 32 such banks take 224 blocks where 192 are
         nearly full. "lut" moves such a tail (when it saves blocks and holds at most 1/8 of
-        their bits; compiler/bram.py lut_tail) into a second memory of LUT RAM (`<name>_tail`, ram_style
+        their bits; compiler/hw/bram.py lut_tail) into a second memory of LUT RAM (`<name>_tail`, ram_style
         "distributed"), read through a registered select: one block RAM row fewer per memory
         for about one LUT4 per 16 bits of tail plus its read multiplexer. Only memories the
         kernel itself never writes (inputs, copy destinations: the host bus and copies write

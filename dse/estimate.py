@@ -66,8 +66,9 @@ def _blocks(depth: int, width: int, target: str) -> int:
 def design_features(design, *, target: str) -> dict[str, float]:
     """Counts of what the compiled `design` (compiler.design.Design) will build, by kind and
     width. Cheap: it walks the KernelIR and the banking, and builds no hardware."""
-    from compiler import ir, multipliers, ranges
-    from compiler.bram import memory_tail
+    from compiler import ir, ranges
+    from compiler.synth import multipliers
+    from compiler.hw.bram import memory_tail
     K = ir.OpKind
     f: dict[str, float] = {"version": FEATURES_VERSION}
 
@@ -114,7 +115,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
                 else a.dtype.bits * a.ways)
         add("steps_log2", math.log2(1 + sum(lp.bound for lp in k.loops.values())))
 
-    # the products the `mul` knob builds in LUTs (compiler.multipliers' rule) are their own
+    # the products the `mul` knob builds in LUTs (compiler.synth.multipliers' rule) are their own
     # feature, at the operand widths the datapath gives them (their value intervals), so the
     # DSP / LUT split under `auto` is the rule's on the real products. (Counted at the IR's
     # widths, an int8 product cast to int32 was 32 x 32 bits: int8 and int16 designs looked

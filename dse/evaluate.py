@@ -36,7 +36,7 @@ Every stage runs under `stage_timeout_s`: the tool stages through the tools' own
 others (the user's model code, the compiler, the simulators) through dse.limits.time_limit. A
 stage past its limit is a FAIL naming the stage, and is not cached (a later run may allow more).
     timing      only with `timing: true` in the spec (EvalContext.timing): nextpnr places and
-                routes the netlist of the same Yosys run (compiler.pnr) on a device chosen for
+                routes the netlist of the same Yosys run (compiler.pnr.timing) on a device chosen for
                 its size -> fmax_mhz, latency_us = cycles / fmax_mhz, pnr_device, pnr_package.
                 A design that no device can hold is *not* a failure: `fits` is false, fmax_mhz
                 and latency_us stay None, and `error` says which resource ran out (status OK,
@@ -87,16 +87,19 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from enum import StrEnum
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from dse import zoo
+from compiler.cache import EVALS
+from compiler.tools import package_version
+from dse.models import zoo
 from dse.estimate import design_features
 from dse.limits import time_limit
-from dse.spec import SYNTH_FIDELITY, DesignPoint, FrozenMap, ModelSpec, Spec, TimingSpec
+from dse.spec import SYNTH_FIDELITY, DesignPoint, Spec, TimingSpec
+from dse.frozen import FrozenMap
+from dse.models.model import ModelSpec
 
 SIM_BACKENDS = ("auto", "cxxrtl", "pysim")
 
@@ -190,14 +193,14 @@ class Metrics:
     overflow_safe: bool | None = None
     max_magnitude: float | None = None
     overflow_confirmed: bool | None = None
-    # accuracy on real samples (trained networks with `data:` only; dse.accuracy)
+    # accuracy on real samples (trained networks with `data:` only; dse.models.accuracy)
     accuracy: float | None = None           # top-1 against the labels (no labels: argmax agreement with the float model)
     accuracy_float: float | None = None     # the float64 network on the same samples
     agreement: float | None = None          # fraction of samples whose argmax equals the float model's
     logit_mean_err: float | None = None     # |hardware logits (dequantised) - float logits|, mean and max
     logit_max_err: float | None = None
     samples: int | None = None              # how many samples ran (each bit-exact vs the golden model)
-    quantization: str | None = None         # the int8/int16 scheme (dse.quantize.SCHEME)
+    quantization: str | None = None         # the int8/int16 scheme (dse.models.quantize.SCHEME)
     # wall time per stage (seconds)
     compile_s: float | None = None
     simulate_s: float | None = None
@@ -214,6 +217,8 @@ class Metrics:
     synth_script: str | None = None
     nextpnr_version: str | None = None
     tinygrad_version: str | None = None
+    code_digest: str | None = None          # SHA-256 of every file of compiler/ and dse/ (compiler.cache.EVALS)
+    cached: bool = False                    # served from the evaluation cache (dse.cache), not computed now
     workdir: str | None = None
     notes: tuple[str, ...] = ()             # e.g. why CXXRTL was not used
     # multi-fidelity search (dse.fidelity, dse.estimate)
@@ -249,10 +254,7 @@ class Metrics:
 
 
 def tinygrad_version() -> str:
-    try:
-        return metadata.version("tinygrad")
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    return package_version("tinygrad")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,7 +273,8 @@ class _Run:
         self.time_limit_s = time_limit_s
         self.fields: dict[str, Any] = {"model": point.model, "dtype": point.dtype, "knobs": point.knobs,
                                        "target": target, "workdir": str(workdir),
-                                       "tinygrad_version": tinygrad_version()}
+                                       "tinygrad_version": tinygrad_version(),
+                                       "code_digest": EVALS.code_digest()}
         self.notes: list[str] = []
 
     def set(self, **values: Any) -> None:
@@ -443,7 +446,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
 def _synthesis(ctx: EvalContext, run: _Run, design) -> None:
     """The synthesize stage, then timing (if asked)."""
     if ctx.synthesize:
-        from compiler.synth import synthesize
+        from compiler.synth.area import synthesize
         with run.stage("synthesize", "synth_s"):
             units = ctx.synthesis == "units" and not ctx.timing      # place-and-route needs a flat netlist
             area = synthesize(design, ctx.target, run.workdir / "synth", timeout=ctx.stage_timeout_s,
@@ -464,7 +467,7 @@ def _synthesis(ctx: EvalContext, run: _Run, design) -> None:
 def point_arrays(model: ModelSpec, dtype: str, built: zoo.Built, data_seed: int):
     """The data a point's design is compiled and checked with: seeded random data in the inputs'
     range, with the model's trained weights and its first test sample where it has them (so an
-    exported design holds the real weights). Returns (arrays, dse.data.RealInputs or None)."""
+    exported design holds the real weights). Returns (arrays, dse.models.data.RealInputs or None)."""
     arrays = zoo.make_inputs(built, data_seed, model.input_range(dtype))
     real = model.real_inputs(dtype)
     if real is not None:
@@ -478,7 +481,7 @@ def _accuracy(model: ModelSpec, point: DesignPoint, config, sim: "Simulator", ru
               checker: "_Checker") -> None:
     """Every sample of the model's data through the same hardware (one simulator process),
     each checked against its reference (the point's rule) and against the cycle model."""
-    from dse.accuracy import run_model_samples, run_samples
+    from dse.models.accuracy import run_model_samples, run_samples
     if model.runs_trained(point.dtype):   # its own build: quantised for integers, dense ones in floats too
         trained = model.trained
         r = run_samples(net=trained.net(), dtype=point.dtype, data=trained.dataset(), config=config,
@@ -492,8 +495,8 @@ def _accuracy(model: ModelSpec, point: DesignPoint, config, sim: "Simulator", ru
 
 
 def _timing(ctx: EvalContext, run: _Run, netlist_path: str) -> None:
-    """Place and route (compiler.pnr); a design no device holds gives fits=False, not a FAIL."""
-    from compiler.pnr import place_and_route
+    """Place and route (compiler.pnr.timing); a design no device holds gives fits=False, not a FAIL."""
+    from compiler.pnr.timing import place_and_route
     with run.stage("timing", "pnr_s"):
         rep = place_and_route(netlist_path, ctx.target, run.workdir / "pnr", timeout=ctx.stage_timeout_s,
                               **ctx.timing.options())

@@ -21,13 +21,15 @@ import pandas as pd
 
 from compiler import ExportedDesign, compile_model, export_design
 from compiler.config import HardwareConfig
-from compiler.pnr import TimingReport
-from compiler.synth import AreaReport
-from dse import zoo
+from compiler.pnr.timing import TimingReport
+from compiler.synth.area import AreaReport
+from dse.models import zoo
 from dse.evaluate import Simulator, point_arrays
-from dse.zoo import input_tensors
+from dse.models.zoo import input_tensors
 from dse.paths import JOURNAL
-from dse.spec import DesignPoint, FrozenMap, ModelSpec, Spec, TimingSpec
+from dse.spec import DesignPoint, Spec, TimingSpec
+from dse.frozen import FrozenMap
+from dse.models.model import ModelSpec
 
 
 class ExportError(ValueError):

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compiler.tools import cache_root
+from compiler.cache import EVALS
 
 if TYPE_CHECKING:
     from dse.spec import DesignPoint, Spec
@@ -49,5 +49,5 @@ def point_dir(*, spec: Spec, point: DesignPoint, target: str, seed: int,
 
 
 def eval_cache_dir() -> Path:
-    """$TINYHW_CACHE/evals, TINYHW_CACHE defaulting to ~/.cache/tinyhw."""
-    return cache_root() / "evals"
+    """$TINYHW_CACHE/evals, TINYHW_CACHE defaulting to ~/.cache/tinyhw (compiler.cache.EVALS)."""
+    return EVALS.folder

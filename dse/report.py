@@ -51,13 +51,13 @@ import re
 import sys
 import tempfile
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
+from compiler.tools import package_version
 from dse.files import atomic_write_bytes, csv_text, md_cell, outputs_lock
 from dse.paths import JOURNAL
 from dse.results import pareto_front, why_no_feasible_point
@@ -69,7 +69,7 @@ PLOT_SIZE_IN, PLOT_DPI = (7.0, 4.5), 120          # PNG: 840 x 540 pixels
 PLOT_PIXELS = (int(PLOT_SIZE_IN[0] * PLOT_DPI), int(PLOT_SIZE_IN[1] * PLOT_DPI))
 TABLE_METRICS = ("cycles", "luts", "ffs", "bram", "lutram", "dsp", "fmax_mhz", "latency_us", "acc_bits_required")
 PROVENANCE_COLUMNS = ("target", "yosys_version", "synth_script", "nextpnr_version", "tinygrad_version",
-                      "sim_backend", "data_seed")
+                      "code_digest", "sim_backend", "data_seed")
 
 
 class ReportError(ValueError):
@@ -107,6 +107,19 @@ class StudyResults:
     @property
     def spec_hash(self) -> str | None:
         return None if self.space is None else space_hash(self.space)
+
+    @property
+    def mixed_code(self) -> str | None:
+        """A sentence when the rows were computed by more than one version of the project's code
+        (`code_digest`: a sweep resumed after an upgrade or an edit), else None."""
+        if "code_digest" not in self.trials:
+            return None
+        counts = self.trials["code_digest"].dropna().astype(str).value_counts()
+        if len(counts) < 2:
+            return None
+        parts = "; ".join(f"{digest[:12]} ({n} trial{'s' * (n != 1)})" for digest, n in counts.items())
+        return (f"the rows were computed by {len(counts)} versions of the code ({parts}): numbers from "
+                f"different code may not be comparable; `dse sweep --fresh` recomputes them with this one")
 
     def group(self, model: str, dtype: str) -> pd.DataFrame:
         t = self.trials
@@ -307,15 +320,8 @@ def provenance(results: StudyResults, now: datetime.datetime) -> list[tuple[str,
     if "cached" in t:
         out.append(("trials served from the evaluation cache", f"{int(t['cached'].fillna(False).sum())} of {len(t)}"))
     out.append(("report written", now.isoformat(timespec="seconds")))
-    out.append(("by", ", ".join(f"{d} {_version(d)}" for d in ("tinyhw", "optuna", "pandas", "matplotlib"))))
+    out.append(("by", ", ".join(f"{d} {package_version(d)}" for d in ("tinyhw", "optuna", "pandas", "matplotlib"))))
     return out
-
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "?"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ trials.csv, one row per trial that ran (queued trials not yet run are left out):
                                 overflow_s, synth_s, total_s (of the evaluation that produced
                                 the row) and provenance (target, params as JSON, sim_backend,
                                 yosys_version, synth_script, tinygrad_version, data_seed,
-                                workdir, log_path, notes), fidelity (synth, or synth_units
+                                workdir, log_path, notes; code_digest: the SHA-256 of the
+                                project's code the row was computed with), fidelity (synth, or synth_units
                                 with `synthesis: units`, and synth_units: float unit instances
                                 counted from their own synthesis), and for the multi-fidelity
                                 search features, fidelity estimate, estimate_error,
@@ -57,7 +58,7 @@ INT_COLUMNS = ("number", "cycles", "cycles_model", "luts", "ffs", "bram", "lutra
                "acc_bits_required", "data_seed")
 _HEAD = ["number", "model", "dtype"]
 _STATUS = ["status", "trial_state", "feasible", "violations", "stage", "error", "error_type", "cached"]
-_SKIP = {"model", "dtype", "knobs", "status", "stage", "error", "error_type"}
+_SKIP = {"model", "dtype", "knobs", "status", "stage", "error", "error_type", "cached"}
 
 
 def _metric_fields() -> list[str]:

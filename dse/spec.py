@@ -1,7 +1,8 @@
 """The YAML spec of a study, parsed once into typed, frozen records.
 
 Long, and one thing: the spec's grammar (the records and the parser that checks every key
-against them, naming the YAML path of what is wrong). Models live in zoo.py / user_model.py.
+against them, naming the YAML path of what is wrong). What a model is and how it is built for
+a dtype lives in dse/models/ (model.py, zoo.py, user_model.py, data.py, quantize.py).
 
     study: gemv
     target: ecp5                        # ecp5 | ice40 | xilinx
@@ -29,7 +30,7 @@ Optional keys: `input_range` ({min, max} for every dtype, or {dtype: {min, max}}
 for `dse check`: one mapping for every model x dtype, or a list of rules each optionally
 restricted by `model:` and `dtype:`), `timing` (default false; true or a mapping of nextpnr's
 settings, {router, placer, seed, freq_mhz}: run place-and-route for fmax_mhz/latency_us), `synthesis` (flat | units, default flat: `units` synthesises each
-distinct float unit once and counts it per instance, compiler.synth_units), `stage_timeout_s` (per-stage time limit, default 600) and `data` (the
+distinct float unit once and counts it per instance, compiler.synth.units), `stage_timeout_s` (per-stage time limit, default 600) and `data` (the
 samples of the models with weights that name none of their own).
 
 Every mistake raises one `SpecError` naming the YAML path of the offending value, e.g.
@@ -45,21 +46,22 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import yaml
 
 from compiler.config import HardwareConfig
-from compiler.pnr import FAMILIES as PNR_FAMILIES
-from compiler.pnr import DEFAULT_FREQ_MHZ, DEFAULT_PLACER, DEFAULT_ROUTER, DEFAULT_SEED, PLACERS, ROUTERS
-from dse import zoo
+from compiler.devices import FAMILIES as PNR_FAMILIES
+from compiler.devices import METRIC_RESOURCES
+from compiler.pnr.timing import DEFAULT_FREQ_MHZ, DEFAULT_PLACER, DEFAULT_ROUTER, DEFAULT_SEED, PLACERS, ROUTERS
+from dse.models import zoo
 from dse.limits import time_limit
-from dse.user_model import IMPORT_TIME_LIMIT_S, UserModelError, bind_params, load_function, parse_source
-from dse.zoo import DTYPES, InputRange
+from dse.models.user_model import IMPORT_TIME_LIMIT_S, UserModelError, bind_params, load_function, parse_source
+from dse.models.zoo import DTYPES, InputRange
+from dse.frozen import FrozenMap
+from dse.models.model import ModelFiles, ModelSpec, TrainedModel
 
-K = TypeVar("K")
-V = TypeVar("V")
 
 
 class SpecError(ValueError):
@@ -108,29 +110,6 @@ MAX_TRIALS = 1_000_000
 MAX_SEED = 2**32 - 1            # numpy's and so Optuna's samplers' seed range
 
 
-class FrozenMap(Mapping[K, V]):
-    """An immutable, hashable dict (keeps insertion order)."""
-    __slots__ = ("_d",)
-
-    def __init__(self, items: Mapping[K, V] | Iterable[tuple[K, V]] = ()):
-        self._d = dict(items)
-
-    def __getitem__(self, key: K) -> V:
-        return self._d[key]
-
-    def __iter__(self) -> Iterator[K]:
-        return iter(self._d)
-
-    def __len__(self) -> int:
-        return len(self._d)
-
-    def __hash__(self) -> int:
-        return hash(tuple(self._d.items()))
-
-    def __repr__(self) -> str:
-        return f"FrozenMap({self._d!r})"
-
-
 @dataclass(frozen=True)
 class Objective:
     metric: str             # a key of METRICS
@@ -163,7 +142,7 @@ class Bound:
 
 @dataclass(frozen=True)
 class TimingSpec:
-    """How `timing:` places and routes each point (compiler.pnr.place_and_route's options).
+    """How `timing:` places and routes each point (compiler.pnr.timing.place_and_route's options).
     `timing: true` is every default; wide designs want `router: router2` (router1 does not
     converge on congested ones) and often `placer: static` (docs/timing.md)."""
     router: str = DEFAULT_ROUTER
@@ -176,7 +155,7 @@ class TimingSpec:
         return self == TimingSpec()
 
     def options(self) -> dict[str, Any]:
-        """Keyword arguments of compiler.pnr.place_and_route."""
+        """Keyword arguments of compiler.pnr.timing.place_and_route."""
         return dataclasses.asdict(self)
 
     def row_fields(self) -> dict[str, Any]:
@@ -208,169 +187,6 @@ class SearchSpec:
     seed: int
     fidelity: str = "full"  # "multi": synthesise only points that could reach the front (dse.fidelity)
     hv_tolerance: float = 0.0   # multi on a grid: hypervolume share of the front the gate may give up
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """One model of the study: a zoo model (`builtin`) or a user's function (`source`)."""
-    name: str
-    builtin: str | None             # zoo model name
-    source: Path | None             # absolute path of the user's file
-    function: str | None            # function in that file
-    params: FrozenMap[str, Any]     # complete: defaults filled in
-    input_ranges: FrozenMap[str, InputRange]   # dtype -> range given in the spec (model's own or top-level)
-    trained: "TrainedModel | None" = None      # a network the tool quantises (`weights:` or `onnx:`) and its data
-    files: "ModelFiles | None" = None          # weights and/or data for a builtin or source model
-    onnx: Path | None = None                   # an ONNX graph run whole by tinygrad's importer (float dtypes)
-
-    def build(self, dtype: str) -> zoo.Built:
-        """`(inputs, forward)` for `dtype` (the contract is checked)."""
-        if self.runs_trained(dtype):
-            return zoo.check_built(self.trained.built(dtype))
-        if self.builtin is not None:
-            return zoo.check_built(zoo.ZOO[self.builtin].build(dtype, **self.params))
-        if self.onnx is not None:
-            from dse.data import onnx_built
-            return zoo.check_built(onnx_built(self.onnx, dtype))
-        assert self.source is not None and self.function is not None
-        return zoo.check_built(load_function(self.source, self.function)(dtype, **self.params))
-
-    @property
-    def golden(self) -> bool:
-        """A zoo model with a numpy golden model (others are checked against tinygrad)."""
-        return self.builtin is not None and zoo.ZOO[self.builtin].reference is not None
-
-    def runs_trained(self, dtype: str) -> bool:
-        """Whether `dtype` runs the trained network's own build (a dense network in every dtype,
-        a quantised CNN in integer ones; dse.accuracy.run_samples), rather than the model with
-        its `files` (the whole ONNX graph for a CNN in float dtypes; run_model_samples)."""
-        return self.trained is not None and (self.onnx is None or not DTYPES[dtype].is_float)
-
-    def real_inputs(self, dtype: str):
-        """The dse.data.RealInputs that fill this model's inputs in `dtype`: trained weights and
-        test samples (None: the model has neither, its inputs are random data)."""
-        if self.runs_trained(dtype):
-            return self.trained.inputs(dtype)
-        if self.files is None:
-            return None
-        return self.files.inputs(self.build(dtype).inputs, dtype)
-
-    def input_range(self, dtype: str) -> InputRange | None:
-        """The spec's range for `dtype`; None: each input's dtype default (zoo.default_input_range)."""
-        return self.input_ranges.get(dtype)
-
-    def describe(self) -> str:
-        if self.trained is not None:
-            return f"{self.trained.kind}: {self.trained.path.name}"
-        if self.onnx is not None:
-            return f"onnx: {self.onnx.name} (the whole graph)"
-        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
-        what = self.builtin if self.builtin is not None else f"{self.source.name}:{self.function}"  # type: ignore[union-attr]
-        files = self.files
-        extra = "" if files is None else "".join(
-            [f", weights: {files.weights.name}" if files.weights is not None else "",
-             f", data: {files.data.dataset or files.data.file.name}" if files.data is not None else ""])
-        return f"{what}({args}){extra}"
-
-
-@dataclass(frozen=True)
-class ModelFiles:
-    """Trained weights (`weights:` beside `source:` or `builtin:`: arrays matched to the model's
-    inputs by name, shapes checked) and/or the data its accuracy is measured on (`data:`, filling
-    the one input the weights leave, or `data.input`). Each dtype gets the arrays in its own
-    format (dse.data.in_dtype: floats rounded; integers must be whole numbers in range)."""
-    weights: Path | None
-    data: Any                       # dse.data.DataSpec or None
-
-    def dataset(self):
-        from dse.data import load_dataset
-        return None if self.data is None else _cached(("data", self.data), lambda: load_dataset(self.data))
-
-    def inputs(self, inputs: Mapping[str, tuple[tuple[int, ...], str]], dtype: str, with_data: bool = True):
-        """The dse.data.RealInputs for a model with these `inputs` in `dtype` (once per process)."""
-        from dse.data import real_inputs
-        stamp = self.weights.stat().st_mtime_ns if self.weights is not None else None
-        key = ("inputs", self, stamp, tuple(inputs.items()), dtype, with_data)
-        return _cached(key, lambda: real_inputs(inputs=inputs, weights_path=self.weights,
-                                                data=self.dataset() if with_data else None,
-                                                named=self.data.input if self.data is not None else None))
-
-
-@dataclass(frozen=True)
-class TrainedModel:
-    """A trained network the tool can quantise, and the data its accuracy is measured on:
-    `weights:` (a dense chain, arrays W1, b1, W2, b2, ... in a .npz or .safetensors file) or
-    `onnx:` (a Gemm/MatMul/Add/Relu chain, dse.quantize.DenseNet; or a chain with Conv and
-    MaxPool too, dse.convnet.LayerNet), read by tinygrad's importer. int8/int16 run its
-    post-training quantisation, calibrated on the data's training split; float dtypes run a
-    dense network with its weights rounded to the dtype (a CNN's float dtypes run the whole
-    ONNX graph instead: ModelSpec.onnx)."""
-    kind: str                       # "weights" or "onnx"
-    path: Path                      # absolute
-    data: Any                       # dse.data.DataSpec
-
-    def net(self):
-        """The dse.quantize.DenseNet (read once per process)."""
-        return _load_net(self.kind, self.path)
-
-    def dataset(self):
-        """The dse.data.Dataset (loaded once per process)."""
-        from dse.data import load_dataset
-        return _cached(("data", self.data), lambda: load_dataset(self.data))
-
-    def quantized(self, dtype: str):
-        """The post-training quantisation for an integer `dtype` (once per process)."""
-        from dse.quantize import QMAX
-        if dtype not in QMAX:
-            raise ValueError(f"a trained float network runs in {', '.join(QMAX)} (quantised) or a float dtype, "
-                             f"not {dtype}")
-        data = self.dataset()
-        return _cached(("quant", self.kind, self.path, self.data, dtype), lambda: self.net().quantize(
-            dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1)))
-
-    def built(self, dtype: str) -> zoo.Built:
-        if zoo.DTYPES[dtype].is_float:
-            return self.net().built(dtype)
-        return self.quantized(dtype).built()
-
-    def inputs(self, dtype: str):
-        """The dse.data.RealInputs of `dtype`: the network's weights (rounded to a float dtype,
-        or quantised) and the test samples (rounded, or quantised) for its input `x`."""
-        from dse.data import RealInputs
-        data = self.dataset()
-        x = data.x_test.reshape(len(data.x_test), -1)
-        if zoo.DTYPES[dtype].is_float:
-            return RealInputs(self.net().arrays(dtype), "x", zoo.round_float(x, dtype), data.y_test)
-        q = self.quantized(dtype)
-        return RealInputs(q.arrays(), "x", q.quantize_input(x), data.y_test)
-
-
-_CACHE: dict[Any, Any] = {}
-
-
-def _cached(key: Any, make):
-    if key not in _CACHE:
-        _CACHE[key] = make()
-    return _CACHE[key]
-
-
-def _load_net(kind: str, path: Path):
-    from dse.data import NotDenseChain, load_onnx, read_weights
-    from dse.quantize import DenseNet
-
-    def make():
-        if kind == "onnx":
-            try:
-                return load_onnx(path)
-            except NotDenseChain:         # a CNN chain quantises too; anything else runs whole
-                from dse.convnet import load_onnx_layers
-                return load_onnx_layers(path)
-        try:
-            return DenseNet.from_arrays(read_weights(path))
-        except ValueError as e:
-            from dse.data import DataError
-            raise DataError(f"{path}: {e}") from None
-    return _cached(("net", kind, path, path.stat().st_mtime_ns), make)
 
 
 @dataclass(frozen=True)
@@ -409,7 +225,7 @@ class Spec:
     timing: TimingSpec | None       # None: no place-and-route
     stage_timeout_s: float
     path: Path | None               # the spec file, if it came from one
-    synthesis: str = "flat"         # "units": float units synthesised once each (compiler.synth_units)
+    synthesis: str = "flat"         # "units": float units synthesised once each (compiler.synth.units)
 
     def model(self, name: str) -> ModelSpec:
         for m in self.models:
@@ -625,13 +441,6 @@ _TOP_OPTIONAL = ("knobs", "input_range", "constraints", "gate", "timing", "synth
 SYNTH_FIDELITY = {"flat": "synth", "units": "synth_units"}
 """The `synthesis` modes, and the `fidelity` of a row each one synthesised."""
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-DEVICE_RESOURCES = {
-    # metric -> the device's resource it is bounded by (compiler.pnr.DEVICES capacities); the
-    # synthesis counts LUT4s with carry cells as two, like nextpnr's LUT4 sites
-    "ecp5": {"luts": "TRELLIS_COMB", "ffs": "TRELLIS_FF", "bram": "DP16KD", "dsp": "MULT18X18D"},
-    "ice40": {"luts": "ICESTORM_LC", "bram": "ICESTORM_RAM", "dsp": "ICESTORM_DSP"},
-}
-
 _BOUND_KEYS = {**{f"{m}_max": m for m, d in METRICS.items() if d is Direction.MINIMIZE},
                **{f"{m}_min": m for m, d in METRICS.items() if d is Direction.MAXIMIZE}}
 
@@ -859,7 +668,7 @@ class _Parser:
     def onnx_model(self, name: str, file: Path, data, path: str, not_dense: str) -> ModelSpec:
         """An ONNX graph that is not a dense chain: the whole graph, run by tinygrad's importer,
         its float initialisers as the weights; float dtypes only (no quantisation applies)."""
-        from dse.data import DataError
+        from dse.models.data import DataError
         files = ModelFiles(file, data)
         m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), files=files, onnx=file)
         for dt in self.dtypes:
@@ -880,7 +689,7 @@ class _Parser:
     def model_files(self, d: dict, m: ModelSpec, path: str) -> "ModelFiles":
         """`weights:` and `data:` of a builtin or source model, checked against its inputs in
         every dtype of the spec: arrays by name and shape, values the dtype can hold."""
-        from dse.data import DataError
+        from dse.models.data import DataError
         weights = None
         if "weights" in d:
             weights = (self.base_dir / _str(d["weights"], _join(path, "weights"))).resolve()
@@ -905,7 +714,7 @@ class _Parser:
         return files
 
     def trained_model(self, d: dict, name: str, path: str, kind: str) -> ModelSpec:
-        from dse.data import DataError, NotDenseChain
+        from dse.models.data import DataError, NotDenseChain
         for key in ("params", "input_range"):
             if key in d:
                 raise SpecError(_join(path, key), f"not used with '{kind}' (the network's shapes come from the file, "
@@ -933,7 +742,7 @@ class _Parser:
         if width != net.inputs:
             raise SpecError(_join(path, "data"), f"{dataset.name} samples have shape {dataset.sample_shape} "
                                                  f"({width} values), the network takes {net.inputs}")
-        from dse.quantize import DenseNet
+        from dse.models.quantize import DenseNet
         if isinstance(net, DenseNet):
             m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), trained)
         else:   # a CNN chain: quantised for integer dtypes, the whole graph for float ones
@@ -948,7 +757,7 @@ class _Parser:
         return m
 
     def data(self, value: Any, path: str, dense: bool = True):
-        from dse.data import DataError, DataSpec, SKLEARN_DATASETS
+        from dse.models.data import DataError, DataSpec, SKLEARN_DATASETS
         d = _mapping(value, path, [], ["dataset", "file", "samples", "input"],
                      what="{dataset: sklearn:NAME} or {file: PATH.npz}, with optional samples: N")
         if ("dataset" in d) == ("file" in d):
@@ -1143,7 +952,7 @@ class _Parser:
         bounds = self.bounds(value, "constraints", required=False, extra=("device",))
         if not isinstance(value, dict) or "device" not in value:
             return bounds
-        from compiler.pnr import DEVICES, find_device
+        from compiler.devices import DEVICES, find_device
         path = _join("constraints", "device")
         if target not in DEVICES:
             raise SpecError(path, f"target {target} has no device list here (known for {', '.join(DEVICES)})")
@@ -1153,8 +962,8 @@ class _Parser:
         except ValueError as e:
             raise SpecError(path, str(e)) from None
         given = {b.metric: b for b in bounds if b.kind == "max"}
-        out = [b for b in bounds if b.kind != "max" or b.metric not in DEVICE_RESOURCES[target]]
-        for metric, resource in DEVICE_RESOURCES[target].items():
+        out = [b for b in bounds if b.kind != "max" or b.metric not in METRIC_RESOURCES[target]]
+        for metric, resource in METRIC_RESOURCES[target].items():
             limit = device.capacity[resource]
             if metric in given:
                 limit = min(limit, given[metric].limit)

@@ -5,7 +5,7 @@
 Conv 3x3 (8 channels, no padding) -> ReLU -> MaxPool 2x2 -> Flatten -> Gemm (72 -> 10). The
 filters are fixed random ones (seed 0; the 1/16 input scaling folded in, so the model takes raw
 pixel values 0..16); the dense layer is fitted by scikit-learn's logistic regression on their
-pooled features over the training split of dse.data (75%, stratified, seed 0). Deterministic;
+pooled features over the training split of dse.models.data (75%, stratified, seed 0). Deterministic;
 names as PyTorch exports them (`conv.weight`, `fc.bias`), which are not Python identifiers.
 """
 from __future__ import annotations
@@ -21,8 +21,8 @@ CHANNELS = 8
 
 def weights() -> dict[str, np.ndarray]:
     from sklearn.linear_model import LogisticRegression
-    from dse.convnet import conv, max_pool
-    from dse.data import DataSpec, load_dataset
+    from dse.models.convnet import conv, max_pool
+    from dse.models.data import DataSpec, load_dataset
     data = load_dataset(DataSpec(dataset="sklearn:digits"))
     rng = np.random.default_rng(0)
     cw = (rng.normal(0, 0.3, (CHANNELS, 1, 3, 3)) / 16).astype(np.float32)

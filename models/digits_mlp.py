@@ -4,7 +4,7 @@ digits_mlp.npz beside this file (W1 (32, 64), b1, W2 (10, 32), b2, float32).
     python models/digits_mlp.py        # retrains and rewrites digits_mlp.npz
 
 Training: scikit-learn's MLPClassifier (one hidden ReLU layer of 32, adam, random_state 0) on
-the training split of dse.data (75%, stratified, seed 0), inputs scaled by 1/16; the scale is
+the training split of dse.models.data (75%, stratified, seed 0), inputs scaled by 1/16; the scale is
 folded into W1, so the model takes raw pixel values (0..16). It ends in logits (no softmax).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ WEIGHTS = Path(__file__).with_name("digits_mlp.npz")
 
 def train() -> dict[str, np.ndarray]:
     from sklearn.neural_network import MLPClassifier
-    from dse.data import DataSpec, load_dataset
+    from dse.models.data import DataSpec, load_dataset
     data = load_dataset(DataSpec(dataset="sklearn:digits"))
     clf = MLPClassifier(hidden_layer_sizes=(32,), activation="relu", max_iter=400, random_state=0)
     clf.fit(data.x_train / 16.0, data.y_train)

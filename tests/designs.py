@@ -171,7 +171,8 @@ LARGE: dict[str, Callable[[], Case]] = {
 def run_on_host_bus(design) -> np.ndarray:
     """Drive the top's host bus in pysim as a CPU would: write every input memory word by word,
     start, wait for done, then read every memory of the first output. Returns its words."""
-    from compiler.simulate import Harness, input_words
+    from compiler.sim.memory_io import input_words
+    from compiler.sim.pysim import Harness
     top = design.top
     sel = {(p.kernel, p.slot): i for i, p in enumerate(design.host_ports)}
     out_buf = design.graph.outputs[0]

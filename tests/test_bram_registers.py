@@ -1,4 +1,4 @@
-"""compiler/bram_registers.py: flip-flops after ECP5 block RAMs moved into the block RAMs'
+"""compiler/pnr/bram_registers.py: flip-flops after ECP5 block RAMs moved into the block RAMs'
 output registers, checked by what it moves and by a formal equivalence proof of the netlists
 before and after."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from compiler.bram_registers import absorb_outputs
+from compiler.pnr.bram_registers import absorb_outputs
 from compiler.tools import yosys
 from test_dsp_registers import MODELS as FF_AND_DSP_MODELS, _cells, _equal
 

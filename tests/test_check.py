@@ -263,3 +263,23 @@ def test_a_baseline_of_pareto_csv_alone(current, tmp_path, capsys):
     edit(current, cycles=1.5)
     code, out, _ = run(capsys, current, "--baseline", base)
     assert code == 1 and "| cycles | 65 | 98 | +50.8% |" in out
+
+
+def test_rows_of_several_code_versions_are_said_by_check_and_report(current, capsys):
+    """A study resumed after an upgrade mixes rows computed by different code (code_digest):
+    both commands say so, and a study of one version says nothing."""
+    code, out, _ = run(capsys, current, "--gate", CI_SPEC)
+    assert code == 0 and "Mixed code" not in out
+    t = pd.read_csv(current / "trials.csv")
+    t["code_digest"] = ["a" * 64] * (len(t) - 1) + ["b" * 64]
+    t.to_csv(current / "trials.csv", index=False)
+    code, out, _ = run(capsys, current, "--gate", CI_SPEC)
+    assert code == 0
+    assert (f"**Mixed code:** the rows were computed by 2 versions of the code (aaaaaaaaaaaa ({len(t) - 1} trials); "
+            "bbbbbbbbbbbb (1 trial)): numbers from different code may not be comparable; "
+            "`dse sweep --fresh` recomputes them with this one.") in out
+    assert main(["report", str(current)]) == 0
+    _, err = capsys.readouterr()
+    assert err.startswith("warning: the rows were computed by 2 versions of the code")
+    md = (current / "report" / "report.md").read_text()
+    assert f"- **code_digest**: MIXED, points are not comparable: {'a' * 64} ({len(t) - 1} trials)" in md

@@ -20,7 +20,7 @@ from tinygrad import Tensor, dtypes
 
 import designs
 from compiler import HardwareConfig, compile_model, simulate, simulate_many
-from compiler import cxxrtl
+from compiler.sim import cxxrtl
 from compiler.tools import ToolError
 
 MODES = ["sync", "comb"]
@@ -185,9 +185,9 @@ def test_second_simulate_reuses_the_binary(tmp_path, monkeypatch):
     assert cxxrtl.stats.builds == builds + 1
     assert_same(second.outputs, first.outputs)
     assert second.cycles == third.cycles == first.cycles
-    entries = sorted(p.name for p in (tmp_path / "cxxrtl").iterdir())
-    assert [e for e in entries if e.endswith(".sim")] == [cxxrtl.build(again).path.name]
-    assert not [e for e in entries if e.startswith("build-")]
+    binaries = list((tmp_path / "cxxrtl").glob("*/*/sim"))
+    assert binaries == [cxxrtl.build(again).path]
+    assert not list((tmp_path / "cxxrtl").glob("build-*"))
 
 
 def test_build_failure_raises_with_compiler_output(tmp_path, monkeypatch):
@@ -203,7 +203,7 @@ def test_build_failure_raises_with_compiler_output(tmp_path, monkeypatch):
     assert isinstance(info.value, ToolError)
     assert f"fake-cxx: building the CXXRTL simulation of {design.name()} failed: exited with code 1" in msg
     assert "pretend the compiler broke" in msg                      # the tail of the compiler output
-    assert not list((tmp_path / "cache" / "cxxrtl").glob("*.sim"))  # nothing half-built in the cache
+    assert not list((tmp_path / "cache" / "cxxrtl").glob("*/*/sim"))  # nothing half-built in the cache
 
 
 def test_missing_compiler_is_a_tool_error(tmp_path, monkeypatch):
@@ -230,7 +230,8 @@ from pathlib import Path
 import numpy as np
 sys.path.insert(0, {tests!r})
 import designs
-from compiler import compile_model, simulate, cxxrtl
+from compiler import compile_model, simulate
+from compiler.sim import cxxrtl
 case = designs.add_relu(N=28)
 design = compile_model(*case.outputs)
 Path(sys.argv[1]).touch()
@@ -265,7 +266,7 @@ def test_two_processes_building_at_once_share_one_build(tmp_path):
     assert results[0]["cycles"] == results[1]["cycles"]
     assert sorted((r["builds"], r["waits"]) for r in results) == [(0, 1), (1, 0)]   # one built, one waited
     folder = tmp_path / "cache" / "cxxrtl"
-    assert len(list(folder.glob("*.sim"))) == 1
+    assert len(list(folder.glob("*/*/sim"))) == 1
     assert not list(folder.glob("build-*"))
 
 

@@ -1,4 +1,4 @@
-"""compiler/dsp_registers.py: flip-flops around ECP5 multipliers moved into their registers,
+"""compiler/pnr/dsp_registers.py: flip-flops around ECP5 multipliers moved into their registers,
 checked by what it moves and by a formal equivalence proof of the netlists before and after."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from compiler.dsp_registers import Packed, absorb, split_fanout
+from compiler.pnr.dsp_registers import Packed, absorb, split_fanout
 from compiler.tools import yosys
 
 # two int8 products sharing an operand register, with their operands and products registered

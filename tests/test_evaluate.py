@@ -16,7 +16,8 @@ import yaml
 from compiler.config import HardwareConfig
 from dse.cli import main
 from dse.evaluate import EvalContext, Metrics, Status, compare, evaluate
-from dse.spec import DesignPoint, FrozenMap, parse_spec
+from dse.spec import DesignPoint, parse_spec
+from dse.frozen import FrozenMap
 
 ROOT = Path(__file__).resolve().parent.parent
 KNOWN_KNOBS = ", ".join(HardwareConfig.knob_names())
@@ -199,9 +200,9 @@ def test_area_for_other_targets(target, tmp_path):
 
 def _synthesis_times_out(monkeypatch, tmp_path) -> None:
     """Yosys gets 1 ms (every other stage keeps the spec's limit) and a fresh synthesis cache."""
-    import compiler.synth
-    real = compiler.synth.synthesize
-    monkeypatch.setattr(compiler.synth, "synthesize", lambda *a, **kw: real(*a, **{**kw, "timeout": 0.001}))
+    import compiler.synth.area
+    real = compiler.synth.area.synthesize
+    monkeypatch.setattr(compiler.synth.area, "synthesize", lambda *a, **kw: real(*a, **{**kw, "timeout": 0.001}))
     monkeypatch.setenv("TINYHW_CACHE", str(tmp_path / "cache"))
 
 
@@ -238,7 +239,7 @@ def test_cycle_model_mismatch_is_a_compiler_bug(tmp_path, monkeypatch):
 
 
 def test_wrong_outputs_fail_the_check(tmp_path, monkeypatch):
-    from dse import zoo
+    from dse.models import zoo
     real = zoo.reference
     monkeypatch.setattr(zoo, "reference", lambda *a, **k: real(*a, **k) + 1)
     m = evaluate(ctx(), point(), tmp_path)

@@ -18,7 +18,7 @@ from tinygrad import Tensor
 
 from compiler import HardwareConfig, compile_model, export_design
 import designs
-from dse import zoo
+from dse.models import zoo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -214,7 +214,7 @@ def test_dse_eval_export_passes_its_testbench(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_ecp5_bitstream_for_a_named_part_unpacks(tmp_path):
-    from compiler.bitstream import write_bitstream
+    from compiler.pnr.bitstream import write_bitstream
     from compiler.tools import find_tool, run_tool
     design = compile_model(*designs.gemv_int8(M=4, K=6).outputs, config=HardwareConfig(mem_read="sync"))
     bit = write_bitstream(design=design, out_dir=tmp_path, device="25k", package="cabga381",
@@ -234,7 +234,7 @@ def test_ecp5_bitstream_for_a_named_part_unpacks(tmp_path):
 
 
 def test_bitstream_bad_part_and_package_are_rejected_before_any_tool_runs(tmp_path):
-    from compiler.bitstream import write_bitstream
+    from compiler.pnr.bitstream import write_bitstream
     design = compile_model(*designs.gemv_int8(M=2, K=2).outputs)
     with pytest.raises(ValueError, match="unknown ecp5 device 'LFE5U-99F'"):
         write_bitstream(design=design, out_dir=tmp_path, device="LFE5U-99F")
@@ -281,7 +281,9 @@ def test_dse_export_refuses_bad_bitstream_settings_before_exporting(swept, tmp_p
 
 def test_export_point_refuses_a_design_whose_cycle_model_changed(tmp_path):
     from dse.export import ExportError, export_point
-    from dse.spec import DesignPoint, FrozenMap, ModelSpec
+    from dse.spec import DesignPoint
+    from dse.frozen import FrozenMap
+    from dse.models.model import ModelSpec
     model = ModelSpec("g", "gemv", None, None, FrozenMap({"M": 2, "K": 3}), FrozenMap())
     point = DesignPoint("g", "int8", FrozenMap({"mem_read": "sync"}))
     with pytest.raises(ExportError, match="the rebuilt design's cycle model says 7 cycles, the evaluation measured 5"):
@@ -299,7 +301,9 @@ def test_export_point_refuses_a_design_whose_cycle_model_changed(tmp_path):
 
 def test_the_interface_states_the_clock_and_how_nextpnr_reached_it(tmp_path):
     from dse.export import export_point
-    from dse.spec import DesignPoint, FrozenMap, ModelSpec
+    from dse.spec import DesignPoint
+    from dse.frozen import FrozenMap
+    from dse.models.model import ModelSpec
     model = ModelSpec("g", "gemv", None, None, FrozenMap({"M": 2, "K": 3}), FrozenMap())
     point = DesignPoint("g", "int8", FrozenMap({"mem_read": "sync"}))
     row = {"cycles_model": 7, "target": "ecp5", "fits": "True", "fmax_mhz": 140.0, "pnr_device": "LFE5U-25F",
@@ -321,7 +325,8 @@ def test_an_exported_trained_network_holds_its_weights_and_first_sample(tmp_path
     first test sample."""
     import yaml
     from dse.export import export_point
-    from dse.spec import DesignPoint, FrozenMap, load_spec
+    from dse.spec import DesignPoint, load_spec
+    from dse.frozen import FrozenMap
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump({
         "study": "t", "target": "ecp5", "models": [{"name": "mlp", "weights": str(ROOT / "models" / "digits_mlp.npz")}],

@@ -16,7 +16,7 @@ import optuna
 import pytest
 import yaml
 
-from compiler.synth import AreaReport
+from compiler.synth.area import AreaReport
 from dse.estimate import FEATURES_VERSION, MIN_SAMPLES, Estimate, design_features, fit_estimator
 from dse.fidelity import decide
 from dse.results import load_results
@@ -66,7 +66,7 @@ def synth_calls(monkeypatch):
     def synthesize(design, target="ecp5", workdir=None, timeout=600, **options):
         calls.append((design.config.lanes, design.config.reduce_unroll))
         return area_of(design)
-    monkeypatch.setattr("compiler.synth.synthesize", synthesize)
+    monkeypatch.setattr("compiler.synth.area.synthesize", synthesize)
     return calls
 
 
@@ -75,8 +75,8 @@ def synth_calls(monkeypatch):
 
 def compiled(lanes: int, unroll: int, mul: str = "auto", mem_pack=1):
     from compiler import compile_model
-    from dse import zoo
-    from dse.zoo import input_tensors
+    from dse.models import zoo
+    from dse.models.zoo import input_tensors
     spec = parse_spec(spec_dict())
     model = spec.models[0]
     built = model.build("int8")
@@ -106,7 +106,7 @@ def test_features_count_the_replicated_datapath_and_the_memory_banks():
 
 
 def test_features_put_the_products_built_in_luts_apart():
-    """mul=lut (or auto past the device's DSPs, compiler.multipliers) builds products in LUTs:
+    """mul=lut (or auto past the device's DSPs, compiler.synth.multipliers) builds products in LUTs:
     their bits are a feature of their own, since they cost LUTs where DSP products cost none."""
     dsp, lut = design_features(compiled(4, 2, "dsp"), target="ecp5"), design_features(compiled(4, 2, "lut"), target="ecp5")
     assert dsp["mul_bits"] == lut["lut_mul_bits"] > 0 and "lut_mul_bits" not in dsp and "mul_bits" not in lut

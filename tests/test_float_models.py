@@ -1,7 +1,7 @@
 """Float models end to end: fp32, fp16 and bf16 through compile_model + simulate.
 
 In "rne" mode the hardware must equal, bit for bit, a numpy model doing the same operations in
-the same order (dse.zoo.reference in KERNEL arithmetic); the other modes against the same
+the same order (dse.models.zoo.reference in KERNEL arithmetic); the other modes against the same
 sequence of operations built from compiler.fp.reference with their rounding rule.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from tinygrad import Tensor, dtypes
 from compiler import HardwareConfig, compile_model, simulate
 from compiler import fp
 from compiler.fp import reference as fpref
-from dse import zoo
+from dse.models import zoo
 
 FLOATS = ["fp32", "fp16", "bf16"]
 MODELS = {"gemv": {"M": 6, "K": 20}, "mlp": {"IN": 16, "HIDDEN": 8, "OUT": 4}, "elementwise": {"N": 12}}

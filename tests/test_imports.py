@@ -45,7 +45,7 @@ def imports_of(module: str, path: Path, modules: dict[str, Path]) -> list[tuple[
                 anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
             for alias in node.names:
-                # `from dse import zoo` imports the module dse.zoo, not a name of dse
+                # `from dse.models import zoo` imports the module dse.models.zoo, not a name of dse.models
                 sub = f"{base}.{alias.name}"
                 if sub in modules:
                     found.append((sub, "", node.lineno))

@@ -59,7 +59,7 @@ def test_a_wrapping_accumulator_spans_its_register_for_the_next_kernel():
 
 @pytest.mark.slow
 def test_acc_width_at_the_need_saves_flip_flops_and_luts(tmp_path):
-    from compiler.synth import synthesize
+    from compiler.synth.area import synthesize
     case = designs.gemv_int8(16, 784)
     wide = synthesize(compile_model(*case.outputs), "ecp5", workdir=tmp_path / "w32")
     narrow = synthesize(compile_model(*case.outputs, config=HardwareConfig(acc_width=25)), "ecp5",
@@ -213,7 +213,7 @@ def _kernel(body, buffers, accs=()):
 def test_a_written_buffer_without_a_banked_layout_makes_lanes_illegal():
     from compiler import CompileError, ir
     from compiler.dtypes import INT32
-    from compiler.transform import parallelize
+    from compiler.passes.parallelize import parallelize
     i = ir.Counter(0)
     flipped = ir.Op(ir.OpKind.SUB, INT32, (ir.Const(7, INT32), i))      # y[7 - i] = x[i]
     k = _kernel((ir.Loop(0, ir.Axis.OUTPUT, 8, (ir.BufStore(0, flipped, ir.Load(1, i, INT32)),)),),
@@ -227,7 +227,7 @@ def test_a_written_buffer_without_a_banked_layout_makes_lanes_illegal():
 def test_lanes_refuse_an_output_loop_that_carries_an_accumulator():
     from compiler import CompileError, ir
     from compiler.dtypes import INT32
-    from compiler.transform import parallelize
+    from compiler.passes.parallelize import parallelize
     i = ir.Counter(0)
     acc = ir.AccLoad(0, INT32)
     running = ir.Op(ir.OpKind.ADD, INT32, (acc, ir.Load(1, i, INT32)))   # a prefix sum on an output axis

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import yaml
 
-import dse.user_model
+import dse.models.user_model
 from dse.cache import EvalCache, cached_evaluate, key_material, make_key
 from dse.cli import main
 from dse.evaluate import EvalContext
 from dse.limits import TimeLimitExceeded, time_limit
-from dse.spec import DesignPoint, FrozenMap, load_spec
+from dse.spec import DesignPoint, load_spec
+from dse.frozen import FrozenMap
 
 
 def test_time_limit_interrupts_a_loop_and_nests():
@@ -62,7 +63,7 @@ def _spec(tmp_path: Path, source: str, **extra) -> Path:
 
 
 def test_a_model_file_that_never_finishes_importing_is_an_error(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(dse.user_model, "IMPORT_TIME_LIMIT_S", 0.5)
+    monkeypatch.setattr(dse.models.user_model, "IMPORT_TIME_LIMIT_S", 0.5)
     (tmp_path / "forever.py").write_text("while True:\n    pass\n")
     t0 = time.monotonic()
     assert main(["validate", str(_spec(tmp_path, "forever.py:build"))]) == 2

@@ -1,4 +1,4 @@
-"""The LUT multipliers of compiler/lut_multiplier.py are `A * B`: proved with Yosys's SAT solver
+"""The LUT multipliers of compiler/synth/lut_multiplier.py are `A * B`: proved with Yosys's SAT solver
 for narrow shapes (every input), checked on chosen and random operands for wide ones (a SAT
 proof of a 12x12 multiplier against another multiplier structure does not finish)."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import re
 import pytest
 
 from compiler.tools import ToolError, yosys
-from compiler.lut_multiplier import Shape, map_file, module, takes
-from compiler.synth import TARGETS
+from compiler.synth.lut_multiplier import Shape, map_file, module, takes
+from compiler.synth.area import TARGETS
 
 
 def _sources(tmp_path, shape: Shape) -> None:
@@ -114,7 +114,7 @@ def _product_rtlil(a_shape, b_shape, y_shape, registers=1) -> str:
 def _registered_equal(tmp_path, gold: str, mutate=lambda text: text) -> bool:
     """Yosys's proof (temporal induction, every register starting at 0) that the Product with its
     LUT multiplier rebuilt around its register is the Product."""
-    from compiler.multipliers import mark_lut_cells, map_files, mul_cells, pipeline_products
+    from compiler.synth.multipliers import mark_lut_cells, map_files, mul_cells, pipeline_products
     marked = {(c.module, c.name) for c in mul_cells(gold)}
     gate = pipeline_products(mark_lut_cells(gold, marked), marked)
     assert "$mul" not in gate and "tinyhw_lut_mulreg" in gate        # rebuilt, not left to the map

@@ -7,7 +7,7 @@ from tinygrad import Tensor
 
 import designs
 from compiler import HardwareConfig, compile_model, simulate
-from compiler.bram import block_rams, lut_tail
+from compiler.hw.bram import block_rams, lut_tail
 
 
 def _tails(design) -> dict[int, int]:
@@ -85,7 +85,7 @@ def test_mem_tail_is_validated():
 
 @pytest.mark.slow
 def test_the_tail_saves_a_block_ram_on_ecp5_and_synthesises_everywhere():
-    from compiler.synth import synthesize
+    from compiler.synth.area import synthesize
     y, _ = _fp32_gemv(4, 130)
     block = compile_model(y)
     lut = compile_model(y, config=HardwareConfig(mem_tail="lut"))

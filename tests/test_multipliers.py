@@ -1,4 +1,4 @@
-"""The multiplier-style knob (`mul: auto | dsp | lut`, compiler/multipliers.py): which products
+"""The multiplier-style knob (`mul: auto | dsp | lut`, compiler/synth/multipliers.py): which products
 Yosys maps to DSP blocks and which it builds as Booth multipliers in LUTs."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 import designs
 from compiler import HardwareConfig, compile_model, simulate
-from compiler.multipliers import (DSP_BUDGET, MulCell, dsp_cost, lut_cells, map_files, mark_lut_cells, mul_cells,
+from compiler.synth.multipliers import (DSP_BUDGET, MulCell, dsp_cost, lut_cells, map_files, mark_lut_cells, mul_cells,
                                   plan)
-from compiler.synth import design_rtlil, synthesize
+from compiler.synth.area import design_rtlil, synthesize
 from compiler.tools import yosys
 
 

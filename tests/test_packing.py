@@ -1,4 +1,4 @@
-"""mem_pack: banks of one buffer side by side in one memory (compiler/packing.py)."""
+"""mem_pack: banks of one buffer side by side in one memory (compiler/hw/packing.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 
 import designs
 from compiler import HardwareConfig, compile_model, simulate
-from compiler.bram import block_rams
-from compiler.packing import auto_pack
+from compiler.hw.bram import block_rams
+from compiler.hw.packing import auto_pack
 
 
 def _packs(design):
@@ -66,7 +66,7 @@ def test_packed_reads_through_the_pipeline(fp_pipeline):
 
 def test_packed_fp16_tree_sum_is_bit_exact_against_its_golden_model():
     import dataclasses
-    from dse import zoo
+    from dse.models import zoo
     tg = zoo.import_tinygrad()
     built = zoo.gemv("fp16", 12, 40)
     arrays = zoo.make_inputs(built, 0)
@@ -129,7 +129,7 @@ def test_mem_pack_is_validated():
 @pytest.mark.slow
 def test_packing_saves_block_rams_in_synthesis():
     """16 int8 banks of 392 words: 16 blocks alone, 4 packed four to a 36-bit word."""
-    from compiler.synth import synthesize
+    from compiler.synth.area import synthesize
     case = designs.gemv_int8(16, 392)
     counts = {}
     for pack in (1, "auto"):

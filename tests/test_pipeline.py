@@ -17,8 +17,9 @@ from compiler.fp import reference as R
 from compiler.fp.harness import Bank, NativeEvaluator, build_all
 from compiler.hw.pipeline import schedule
 from compiler.overflow import analyze_overflow
-from compiler.transform import bram_depth, interleave_ways
-from dse import zoo
+from compiler.hw.bram import column_depth as bram_depth
+from compiler.passes.interleave import interleave_ways
+from dse.models import zoo
 from test_float_models import run_zoo, same_bits
 from test_fp_units import assert_same_floats, float_pairs, int_vectors
 from test_knobs import assert_exact
@@ -430,7 +431,8 @@ def _run_with_reset(design, reset_after: int, idle: int = 24) -> tuple[object, l
     """Start `design`, reset it `reset_after` cycles later, watch it idle for `idle` cycles,
     then run it again. Returns (the buffers right after the reset, the buffers after the idle
     cycles, and (outputs, cycles) of the second run); asserts `done` stays low while idle."""
-    from compiler.simulate import Harness, input_words, peek_buffers, poke_inputs
+    from compiler.sim.memory_io import input_words
+    from compiler.sim.pysim import Harness, peek_buffers, poke_inputs
     harness, top = Harness.of(design), design.top
     got: dict = {}
 
@@ -480,7 +482,8 @@ def _write_around_a_run(design) -> tuple[list, dict, dict, int]:
     word 1 of both in the two cycles after `done` (idle again: they must land). Returns the
     run's outputs, {port: (word 0, word 1)} as loaded and as the memories hold them after,
     and the port count."""
-    from compiler.simulate import Harness, input_words, peek_buffers, poke_inputs
+    from compiler.sim.memory_io import input_words
+    from compiler.sim.pysim import Harness, peek_buffers, poke_inputs
     harness, top = Harness.of(design), design.top
     words = input_words(design, None)
     refs = {(ref.kernel, ref.slot): ref for buf, w in words.items() for ref, _ in design.memory_words(buf, w)}

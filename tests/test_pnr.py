@@ -1,19 +1,20 @@
-"""Place-and-route (compiler/pnr.py) and the timing stage of dse.evaluate.
+"""Place-and-route (compiler/pnr/timing.py) and the timing stage of dse.evaluate.
 
 Fast tests read canned nextpnr output and hand-written netlists; the tests marked slow run
 yowasp-nextpnr (a few seconds each, the first call also compiles its WASM module)."""
 from __future__ import annotations
 
 import json
-import compiler.pnr
+import compiler.pnr.timing
 
 import pytest
 
 import designs
 from compiler import compile_model
-from compiler.pnr import (DEVICES, TimingReport, choose_devices, find_device, fit_failure, netlist_summary,
-                          nextpnr_argv, parse_fmax, parse_utilisation, place_and_route, read_report, resource_needs)
-from compiler.synth import synthesize
+from compiler.devices import DEVICES, choose_devices, find_device, resource_needs
+from compiler.pnr.timing import (TimingReport, fit_failure, netlist_summary, nextpnr_argv, parse_fmax, parse_utilisation,
+                                 place_and_route, read_report)
+from compiler.synth.area import synthesize
 
 ECP5_NAMES = {d.name for d in DEVICES["ecp5"]}
 
@@ -219,7 +220,7 @@ def test_int8_gemv_on_ecp5_has_a_plausible_fmax_and_is_cached(tmp_path, cache):
 
     # a cache hit runs no nextpnr (checked by making a run impossible, not by timing it)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(compiler.pnr, "_run", lambda *a, **k: pytest.fail("nextpnr ran on a cache hit"))
+        mp.setattr(compiler.pnr.timing, "_run", lambda *a, **k: pytest.fail("nextpnr ran on a cache hit"))
         second = place_and_route(area.netlist_path, "ecp5", tmp_path / "pnr2")
     assert second.cached
     assert (second.fmax_mhz, second.device, second.utilisation) == (first.fmax_mhz, first.device, first.utilisation)
@@ -273,7 +274,8 @@ def timing_spec(M: int, K: int):
 
 
 def gemv_point():
-    from dse.spec import DesignPoint, FrozenMap
+    from dse.spec import DesignPoint
+    from dse.frozen import FrozenMap
     return DesignPoint("g", "int8", FrozenMap())
 
 
@@ -313,7 +315,7 @@ def test_the_specs_timing_settings_reach_nextpnr(tmp_path, cache, monkeypatch):
     def fake(netlist_path, target, workdir, timeout=None, **options):
         calls.append(options)
         return TimingReport(True, 123.0, "LFE5U-25F", "CABGA381", target, freq_mhz=options["freq_mhz"])
-    monkeypatch.setattr(compiler.pnr, "place_and_route", fake)
+    monkeypatch.setattr(compiler.pnr.timing, "place_and_route", fake)
     spec = parse_spec({"study": "timing", "target": "ecp5", "stage_timeout_s": 120,
                        "timing": {"router": "router2", "placer": "static", "seed": 7, "freq_mhz": 80},
                        "models": [{"name": "g", "builtin": "gemv", "params": {"M": 4, "K": 8}}],
@@ -323,19 +325,3 @@ def test_the_specs_timing_settings_reach_nextpnr(tmp_path, cache, monkeypatch):
     assert m.status is Status.OK and m.fmax_mhz == 123.0 and m.latency_us == pytest.approx(m.cycles / 123.0)
     # and the row records them, for `dse export --bitstream` to build with
     assert (m.pnr_router, m.pnr_placer, m.pnr_seed, m.pnr_freq_mhz) == ("router2", "static", 7, 80.0)
-
-
-def test_a_cached_row_from_before_the_settings_were_recorded_gets_them_from_its_key(tmp_path):
-    from dse.cache import EvalCache, cached_evaluate, key_material, make_key
-    from dse.evaluate import EvalContext
-    from dse.spec import parse_spec
-    spec = parse_spec({"study": "timing", "target": "ecp5", "timing": {"router": "router2", "placer": "static"},
-                       "models": [{"name": "g", "builtin": "gemv", "params": {"M": 4, "K": 8}}],
-                       "dtypes": ["int8"], "objectives": ["latency_us"], "search": {"sampler": "grid"}})
-    ctx, point = EvalContext.from_spec(spec), gemv_point()
-    cache = EvalCache(tmp_path / "cache")
-    old = {"status": "OK", "model": "g", "dtype": "int8", "fits": True, "fmax_mhz": 90.0, "cycles": 10}
-    cache.put(make_key(key_material(ctx, point)), old, {})
-    row, cached, _ = cached_evaluate(ctx, point, tmp_path / "w", cache)
-    assert cached and (row["pnr_router"], row["pnr_placer"], row["pnr_seed"], row["pnr_freq_mhz"]) == \
-        ("router2", "static", 1, 100.0)

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from compiler import HardwareConfig
-from dse import zoo
-from dse.accuracy import run_samples
-from dse.data import DataError, DataSpec, data_input, load_dataset, load_onnx, match_weights, read_weights
-from dse.quantize import DenseNet, quantize
+from dse.models import zoo
+from dse.models.accuracy import run_samples
+from dse.models.data import DataError, DataSpec, data_input, load_dataset, load_onnx, match_weights, read_weights
+from dse.models.quantize import DenseNet, quantize
 
 ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = ROOT / "models" / "digits_mlp.npz"
@@ -45,8 +45,8 @@ def test_digits_fp32_predicts_as_the_float_model_and_int8_is_within_two_points(d
 
 
 def test_a_sample_that_differs_from_its_reference_fails_naming_it(digits, net, monkeypatch):
-    from dse import quantize as qmod
-    from dse.accuracy import SampleCheckError
+    from dse.models import quantize as qmod
+    from dse.models.accuracy import SampleCheckError
     small = load_dataset(DataSpec(dataset="sklearn:digits", samples=8))
     real = qmod.QuantNet.reference
 
@@ -284,7 +284,7 @@ def test_a_users_function_with_weights_and_data_scores_every_sample(tmp_path, ca
     assert row["agreement"] == 1.0 and row["accuracy_float"] == row["accuracy"]
     assert row["logit_max_err"] < 1e-3
     # tinygrad's per-sample results are kept: a second point (other knobs) does not recompute them
-    from dse import accuracy
+    from dse.models import accuracy
     accuracy.tinygrad_outputs.cache_clear()
     calls = []
     real = zoo.tinygrad_result
@@ -386,7 +386,7 @@ def _cnn_onnx(path: Path, op: str = "MaxPool", w: dict | None = None) -> tuple[P
 
 
 def _cnn_numpy(x: np.ndarray, w: dict) -> np.ndarray:
-    """The CNN in float64 numpy, independent of tinygrad and of dse.convnet: logits (n, 10)."""
+    """The CNN in float64 numpy, independent of tinygrad and of dse.models.convnet: logits (n, 10)."""
     img = x.reshape(-1, 8, 8)
     C = len(w["conv.weight"])
     conv = np.zeros((len(img), C, 6, 6))
@@ -466,7 +466,7 @@ def test_a_trained_onnx_cnn_quantises_to_int8_within_two_points(tmp_path, capsys
 
 def test_the_cnn_integer_model_equals_tinygrad(digits):
     """The quantised CNN's numpy reference against tinygrad running the same integer model."""
-    from dse.convnet import Conv, Flatten, LayerNet, Linear, MaxPool
+    from dse.models.convnet import Conv, Flatten, LayerNet, Linear, MaxPool
     rng = np.random.default_rng(3)
     net = LayerNet((1, 1, 8, 8), (Conv(rng.normal(0, 0.05, (3, 1, 3, 3)), rng.normal(0, 0.1, 3), (1, 1), (1, 1, 1, 1),
                                        relu=True),
@@ -484,7 +484,7 @@ def test_the_cnn_integer_model_equals_tinygrad(digits):
 def test_running_an_onnx_graph_leaves_its_initialisers_as_read(tmp_path):
     """One tinygrad OnnxRunner per file and process serves every dtype: a run with other
     weights (an fp16 point's, a worst-case input's) must not change what the next reads."""
-    from dse.data import onnx_built, onnx_initialisers
+    from dse.models.data import onnx_built, onnx_initialisers
     path, w = _cnn_onnx(tmp_path / "cnn.onnx")
     built = onnx_built(path, "fp16")
     arrays = zoo.make_inputs(built, 0)

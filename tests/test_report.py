@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from compiler.synth import AreaReport
+from compiler.synth.area import AreaReport
 from compiler.tools import ToolError
 from dse.cli import main
 from dse.report import PLOT_PIXELS, ReportError, load_study_results, space_hash, write_report
@@ -68,7 +68,7 @@ def fake_study(tmp_path_factory) -> Path:
     path = tmp_path / "fake.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("compiler.synth.synthesize", synthesize)
+        mp.setattr("compiler.synth.area.synthesize", synthesize)
         r = sweep(load_spec(path), SweepOptions(results_root=tmp_path / "results", cache_dir=tmp_path / "cache",
                                                 sim_backend="pysim", progress="off"))
     assert r.ran == 16

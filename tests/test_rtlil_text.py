@@ -1,4 +1,4 @@
-"""compiler.rtlil_text: memories that start at zero reach Yosys as a one-word init, and nothing
+"""compiler.synth.rtlil_text: memories that start at zero reach Yosys as a one-word init, and nothing
 else changes (the simulator's netlist is the same text, synthesis the same resources)."""
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 import designs
-from compiler import HardwareConfig, compile_model, cxxrtl, rtlil_text
-from compiler.synth import synthesize_rtlil
+from compiler import HardwareConfig, compile_model
+from compiler.sim import cxxrtl
+from compiler.synth import rtlil_text
+from compiler.synth.area import synthesize_rtlil
 
 _INIT = re.compile(r"cell \$meminit_v2 \S+\n(?:    .*\n)*?  end\n")
 

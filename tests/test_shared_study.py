@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from compiler.synth import AreaReport
+from compiler.synth.area import AreaReport
 from dse.cli import main
 from dse.report import load_study_results
 from dse.results import load_results, pareto_rows
@@ -50,7 +50,7 @@ def fake_synth(monkeypatch):
         comb = design.config.mem_read == "comb"
         return AreaReport(target=target, luts=100 * len(design.kernels) + (40 if comb else 0), ffs=50, bram=0,
                           lutram=0, dsp=1, yosys_version="fake yosys", script="fake", seconds=0.0)
-    monkeypatch.setattr("compiler.synth.synthesize", synthesize)
+    monkeypatch.setattr("compiler.synth.area.synthesize", synthesize)
     return calls
 
 

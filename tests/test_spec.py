@@ -13,9 +13,11 @@ import yaml
 
 from compiler.config import HardwareConfig
 from dse.cli import main
-from dse.spec import (Bound, DesignPoint, Direction, FrozenMap, GateRule, Knob, ModelSpec, Objective,
-                      Sampler, SearchSpec, SpecError, Target, TimingSpec, load_spec, parse_spec)
-from dse.zoo import InputRange
+from dse.frozen import FrozenMap
+from dse.models.model import ModelSpec
+from dse.spec import (Bound, DesignPoint, Direction, GateRule, Knob, Objective, Sampler, SearchSpec, SpecError, Target,
+                      TimingSpec, load_spec, parse_spec)
+from dse.models.zoo import InputRange
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -460,7 +462,7 @@ def test_console_script(tmp_path):
 
 def test_a_device_constraint_is_its_resource_counts(tmp_path):
     """`constraints: {device: PART}`: the part's LUT, FF, block-RAM and DSP counts as bounds
-    (compiler.pnr.DEVICES), a tighter bound given beside it kept."""
+    (compiler.devices.DEVICES), a tighter bound given beside it kept."""
     from dse.spec import load_spec
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(with_("constraints", {"device": "LFE5U-85F", "dsp_max": 100, "ffs_max": 10 ** 6})))

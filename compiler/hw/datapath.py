@@ -33,7 +33,7 @@ from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, operand_offsets, pr
 K = ir.OpKind
 
 DUPLICATE_ATTRIBUTE = "tinyhw_dup"
-"""Wire attribute of registers duplicated on purpose; compiler/synth.py marks the flip-flops
+"""Wire attribute of registers duplicated on purpose; compiler/synth/area.py marks the flip-flops
 that drive them `keep`, which Yosys's opt_merge respects (it merges identical flip-flops)."""
 
 LOCAL_GROUP = 16
@@ -152,17 +152,17 @@ class Copies:
 
 
 PRODUCT_PREFIX = "product"
-"""Product submodules are named `product<N>` (compiler.multipliers finds them by it)."""
+"""Product submodules are named `product<N>` (compiler.synth.multipliers finds them by it)."""
 
 
 class Product(Elaboratable):
     """y = a * b, `registers` cycles later: an integer product from FANOUT_LEVEL, whose operands
     are already registered copies (Datapath.operand_copy). A submodule of its own so that
     synthesis can rebuild a product it builds in LUTs with the registers moved inside the
-    multiplier, where they cut the logic between registers (compiler.multipliers.pipeline_products),
+    multiplier, where they cut the logic between registers (compiler.synth.multipliers.pipeline_products),
     and leave the DSP products as they are: the RTL, and so every simulation, is this one. With
     two registers (pipeline.product_registers, from fp_pipeline 4) the second is a DSP product's
-    *landing* register: the first moves into the MULT18X18D (compiler/dsp_registers.py), the
+    *landing* register: the first moves into the MULT18X18D (compiler/pnr/dsp_registers.py), the
     second stays in the fabric, where the placer puts it between the DSP row and the lane's adder."""
 
     def __init__(self, a_shape, b_shape, y_shape, registers: int = 1):
@@ -260,7 +260,7 @@ class Datapath:
         broadcast to many lanes' products reaches them through copies the placer can put next
         to them, not across the die. Products take a copy per OPERAND_GROUP in the order they
         are built (lane by lane, so a copy serves neighbouring lanes): a LUT multiplier
-        computes its shared operand's multiples (3x) once per copy (compiler/multipliers.py),
+        computes its shared operand's multiples (3x) once per copy (compiler/synth/multipliers.py),
         so a copy per product cost each LUT product those adders again (the int8 GEMV 16x16:
         +2,500 LUTs over fp_pipeline 2)."""
         # keyed by identity: every operand is a signal the module holds, so its id stays its own
@@ -351,7 +351,7 @@ class Datapath:
         (pipeline.fan_levels): that operand's copy per OPERAND_GROUP**level products, and the
         other operand as many stages later (read later when it is a load of a `late` buffer,
         else its chain): the register before the copies is the block RAM's output register
-        (compiler/bram_registers.py), which then drives a few copies, not every multiplier (on
+        (compiler/pnr/bram_registers.py), which then drives a few copies, not every multiplier (on
         the 26x17 GEMV it drove 7 across the die, the critical path at 95.8 MHz, until a
         second level). The last level drives OPERAND_GROUP products'
         own copies: a copy shared by four LUT multipliers fanned each bit out to ~40 LUT inputs

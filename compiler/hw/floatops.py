@@ -18,7 +18,7 @@ from ..errors import UnsupportedError
 K = ir.OpKind
 
 UNIT_PREFIX = "fp"
-"""Float unit submodules are named `fp<N>_<op>` (compiler.synth_units finds them by it)."""
+"""Float unit submodules are named `fp<N>_<op>` (compiler.synth.units finds them by it)."""
 
 WIRING = {K.NEG, K.WHERE, K.BITCAST}
 UNITS = {K.ADD, K.SUB, K.MUL, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ, K.CAST, K.FDIV, K.RECIPROCAL, K.SQRT, K.TRUNC}

@@ -30,7 +30,7 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import ir
-from ..bram import memory_tail
+from .bram import memory_tail
 from ..config import HardwareConfig
 from ..dtypes import DType
 from ..ranges import Interval, analyze
@@ -51,7 +51,7 @@ from .tail import tailed_memory
 # hw/top.py), and the one overlap (a copy's last write and the kernel's first read) is
 # transparent too (written_outside). So such memories say `no_rw_check` (a collision's read
 # data is undefined): the exported Verilog carries the attribute to Yosys or another tool, and
-# compiler/synth.py turns it into the read ports' collision masks for the explorer's synthesis.
+# compiler/synth/area.py turns it into the read ports' collision masks for the explorer's synthesis.
 # tests/test_cxxrtl.py simulates designs with every such port made transparent instead (the
 # other answer): the outputs stay bit-exact.
 NO_RW_CHECK = {"no_rw_check": 1}

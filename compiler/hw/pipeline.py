@@ -19,7 +19,7 @@ values from one stage to the next:
     to every lane) takes more levels (`fan_levels`, +1 stage each): that operand first passes
     a registered copy per OPERAND_GROUP products, and, shared by more than OPERAND_GROUP**2,
     a copy per OPERAND_GROUP**2 before those, so the read-data register (inside the block
-    RAM, compiler/bram_registers.py) and every copy drive at most OPERAND_GROUP copies, and
+    RAM, compiler/pnr/bram_registers.py) and every copy drive at most OPERAND_GROUP copies, and
     the last level the OPERAND_GROUP products' own copies of it (one per product, not per
     group: a LUT multiplier loads each operand bit ~10 times; Datapath.own_copies).
     The other operand is taken as many stages later: a buffer whose loads are only ever such
@@ -103,7 +103,7 @@ def product_registers(level: int) -> int:
     operand copies: one; from LANDING_LEVEL two, a DSP product's first moving into the
     MULT18X18D and the second landing it in the fabric (on the 26x17 GEMV a DSP product's route
     to its adder crossed 76 columns: 16.6 ns), a LUT product holding both inside the multiplier
-    (compiler/lut_multiplier.py). A level of its own, not part of 3: on the 26x17 it costs a
+    (compiler/synth/lut_multiplier.py). A level of its own, not part of 3: on the 26x17 it costs a
     cycle a run and 12,500 flip-flops, and congests the route (docs/pipeline.md)."""
     return 2 if level >= LANDING_LEVEL else 1
 

@@ -3,7 +3,7 @@
 Kernels run one at a time in a topological order of their producer -> consumer edges. After
 a kernel finishes, each of its output buffers that later kernels read is copied in one pass
 that broadcasts to all consumers at once (fan-out costs no extra cycles). A buffer lives in
-each kernel in that kernel's layout (compiler/layout.py: one memory bank per lane). When the
+each kernel in that kernel's layout (compiler/hw/layout.py: one memory bank per lane). When the
 producer and every consumer use the same layout, the copy moves one word of every bank per
 cycle; otherwise it moves one element per cycle, walking both layouts' digits with
 odometers (no division in hardware). With share_buffers, a consumer that uses the producer's
@@ -34,7 +34,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..errors import CompileError
-from ..layout import Banking, Layout
+from .layout import Banking, Layout
 from .datapath import Copies, mul_const, registered
 from .kernel import KernelHW, port_names
 from .pipeline import FANOUT_LEVEL

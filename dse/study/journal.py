@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from dse.study.options import SweepError
-from dse.study.storage import optuna
+# imported only by dse.study.storage.open_storage and dse.report.read_space, after
+# dse.study.storage.optuna() has made Optuna quiet
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock, JournalStorage
 
-optuna()        # quiet, before Optuna's journal classes are imported
-from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock, JournalStorage  # noqa: E402
+from dse.study.options import SweepError
 
 RECORD_START = b'{"op_code":'        # how Optuna writes every record (json.dumps, op_code first)
 OP_CODES = range(0, 11)              # optuna.storages.journal._storage.JournalOperation

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dse.spec import NEEDS_TIMING, DesignPoint, Direction, FrozenMap, Spec
+from dse.spec import NEEDS_TIMING, DesignPoint, Direction, Spec
+
+from dse.frozen import FrozenMap
 
 SPACE_ATTR = "tinyhw:space"
 """Study user attribute holding the search space the study was created for."""

@@ -13,7 +13,7 @@ What Yosys builds from that has the same resources: on 11 designs (GEMVs int8/fp
 and Xilinx) every LUT, FF, block-RAM and LUT-RAM count is equal, and the fp32 GEMV's mapped
 netlist is byte-identical. The others differ in RAM init bits, undefined (x) where the full
 form has 0, and one (mlp_softmax bf16 on iCE40) also in a few cells' names and LUT contents at
-equal counts. A bitstream wants the zeros: compiler.bitstream synthesises with `exact_init`.
+equal counts. A bitstream wants the zeros: compiler.pnr.bitstream synthesises with `exact_init`.
 One word and not none, because abc9's LUT mapping depends on the order of the netlist's cells:
 dropping the init cell moved the fp32 GEMV from 3,512 to 3,719 LUT4s.
 tests/test_rtlil_text.py compares the two forms through synthesis.

@@ -33,8 +33,8 @@ the part is named with another ("LFE5U-85F-8": find_device, SPEED_GRADES).
 ECP5 netlists are prepared as a packer would before nextpnr sees them: free-running
 flip-flops on a multiplier's operands and product move into the MULT18X18D's own registers,
 a flip-flop that then drives more than four multipliers gets twins that share them out
-(compiler/dsp_registers.py), the read-data register after a block RAM port moves into the
-DP16KD's output register (compiler/bram_registers.py), and a top with a `clk` port has it on
+(compiler/pnr/dsp_registers.py), the read-data register after a block RAM port moves into the
+DP16KD's output register (compiler/pnr/bram_registers.py), and a top with a `clk` port has it on
 the package's clock pin (`CLOCK_PINS`). The cache key is the prepared netlist's.
 
 Router. nextpnr's default `router1` unless `router="router2"`. Measured (ECP5-85k, seed 1):
@@ -48,120 +48,30 @@ int8 GEMV 128x784 16x16 at fp_pipeline 3 (LFE5U-85F, router2, seed 1) the static
 started router2 at less than half the overused wires of heap's and routed in 246 s against
 857, at the same clock (85.3 against 84.3 MHz).
 
-Cache. Each nextpnr run is cached under `compiler.tools.cache_root() / "pnr"`, keyed by the
-SHA-256 of the netlist JSON, the device, package, options, and the nextpnr package version; a
+Cache. Each nextpnr run is cached in `compiler.cache.PNR` (`<cache_root>/pnr`), keyed by the
+SHA-256 of the netlist JSON, the device, package, options, the nextpnr package version and
+this module's source (it writes the constraints and reads nextpnr's report); a
 "does not fit" verdict from nextpnr is cached too (deterministic), tool failures are not. The
 device choice itself is recomputed from the netlist on every call (it is cheap), so a hit
 needs the same netlist and the same choice.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import re
-import shutil
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
-from importlib import metadata
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from . import bram_registers, dsp_registers
-from .tools import ToolError, atomic_copy, atomic_write_text, cache_root, find_tool, run_tool
-
-FAMILIES = ("ecp5", "ice40")
-HEADROOM = 0.8
-"""The fill of every resource below which a smaller device is preferred."""
-CACHE_FORMAT = 2
-"""Bumped when a cache entry's layout or meaning changes."""
-IO = "IO"
-"""The pseudo-resource name of top-level pins (nextpnr: TRELLIS_IO / SB_IO)."""
-
-
-@dataclass(frozen=True)
-class Device:
-    family: str
-    name: str                               # the part, e.g. "LFE5U-85F"
-    option: str                             # nextpnr's device option, e.g. "--85k"
-    capacity: Mapping[str, int]             # nextpnr resource name -> sites on the die
-    packages: tuple[tuple[str, int], ...]   # (package, user IO pins), preferred first
-    speed: int | None = None                # ECP5 speed grade (SPEED_GRADES) nextpnr times the part at
-
-    def package_for(self, pins: int) -> str | None:
-        """The first package with enough pins, else None."""
-        return next((p for p, n in self.packages if n >= pins), None)
-
-    @property
-    def max_pins(self) -> int:
-        return max(n for _, n in self.packages)
-
-
-def _ecp5(name: str, option: str, luts: int, ramw: int, ebr: int, mult: int, alu: int,
-          packages: tuple[tuple[str, int], ...]) -> Device:
-    # capacities as nextpnr 0.11 reports them for the die (TRELLIS_COMB = LUT4 sites)
-    return Device("ecp5", name, option, {"TRELLIS_COMB": luts, "TRELLIS_FF": luts, "TRELLIS_RAMW": ramw,
-                                         "DP16KD": ebr, "MULT18X18D": mult, "ALU54B": alu}, packages,
-                  SPEED_GRADES["ecp5"][0])
-
-
-SPEED_GRADES = {"ecp5": (6, 7, 8)}
-"""Speed grades a part name may end in ("LFE5U-85F-8"), slowest first: the default. The parts
-are sold in each; only the timing nextpnr signs off differs (`--speed`)."""
-
-
-DEVICES: dict[str, tuple[Device, ...]] = {
-    # smallest first. LFE5U-12F is left out: nextpnr models it as the 25F die (same capacities).
-    "ecp5": (
-        _ecp5("LFE5U-25F", "--25k", 24288, 3036, 56, 28, 14,
-              (("CABGA381", 197), ("CABGA256", 197), ("CSFBGA285", 118), ("TQFP144", 98))),
-        _ecp5("LFE5U-45F", "--45k", 43848, 5481, 108, 72, 36,
-              (("CABGA381", 203), ("CABGA554", 245))),
-        _ecp5("LFE5U-85F", "--85k", 83640, 10455, 208, 156, 78,
-              (("CABGA381", 205), ("CABGA554", 259), ("CABGA756", 365))),
-    ),
-    # HX before UP: the UltraPlus parts are slower, so the UP5K is only chosen for its DSPs.
-    "ice40": (
-        Device("ice40", "iCE40HX1K", "--hx1k", {"ICESTORM_LC": 1280, "ICESTORM_RAM": 16, "ICESTORM_DSP": 0,
-                                                 "ICESTORM_SPRAM": 0}, (("tq144", 96),)),
-        Device("ice40", "iCE40HX8K", "--hx8k", {"ICESTORM_LC": 7680, "ICESTORM_RAM": 32, "ICESTORM_DSP": 0,
-                                                 "ICESTORM_SPRAM": 0}, (("ct256", 206),)),
-        Device("ice40", "iCE40UP5K", "--up5k", {"ICESTORM_LC": 5280, "ICESTORM_RAM": 30, "ICESTORM_DSP": 8,
-                                                 "ICESTORM_SPRAM": 4}, (("sg48", 39),)),
-    ),
-}
-
-RESOURCE_NAMES = {
-    "TRELLIS_COMB": "LUT4 sites", "TRELLIS_FF": "flip-flops", "TRELLIS_RAMW": "distributed-RAM slices",
-    "DP16KD": "block RAMs", "MULT18X18D": "18x18 multipliers", "ALU54B": "54-bit ALUs",
-    "ICESTORM_LC": "logic cells", "ICESTORM_RAM": "block RAMs", "ICESTORM_DSP": "DSPs",
-    "ICESTORM_SPRAM": "SPRAMs", IO: "IO pins", "TRELLIS_IO": "IO pins", "SB_IO": "IO pins",
-}
-
-
-def find_device(family: str, name: str) -> Device:
-    """A device of `family` by part name or nextpnr option, case-insensitive: "LFE5U-85F",
-    "85k", "--85k", "iCE40HX8K", "hx8k"; on ECP5 with a speed grade, "LFE5U-85F-8" (the
-    device's name then carries it)."""
-    want = name.lower().lstrip("-")
-    grade = re.fullmatch(r"(.+)-(\d+)", want) if family in SPEED_GRADES else None
-    base = grade.group(1) if grade else want
-    for d in DEVICES[family]:
-        if base in (d.name.lower(), d.option.lstrip("-")):
-            if grade is None:
-                return d
-            speed = int(grade.group(2))
-            if speed not in SPEED_GRADES[family]:
-                raise ValueError(f"unknown speed grade -{speed} for {d.name} in {name!r}; known: "
-                                 + ", ".join(f"-{g}" for g in SPEED_GRADES[family]))
-            return replace(d, name=f"{d.name}-{speed}", speed=speed)
-    known = ", ".join(f"{d.name} ({d.option.lstrip('-')})" for d in DEVICES[family])
-    grades = f"; a part may end in a speed grade ({DEVICES[family][-1].name}-{SPEED_GRADES[family][-1]})" \
-        if family in SPEED_GRADES else ""
-    raise ValueError(f"unknown {family} device {name!r}; known: {known}{grades}")
-
+from ..cache import PNR
+from ..devices import (DEVICES, FAMILIES, RESOURCE_NAMES, SPEED_GRADES, Device, choose_devices, find_device,
+                       resource_needs)
+from ..tools import ToolError, find_tool, package_version, run_tool
 
 ROUTERS = ("router1", "router2")
 PLACERS = ("heap", "static")
@@ -242,64 +152,6 @@ def netlist_summary(netlist: Mapping[str, Any]) -> tuple[str, Counter, int]:
 
     pins = sum(len(p.get("bits", ())) for p in (modules[top].get("ports") or {}).values())
     return top, count(top), pins
-
-
-def resource_needs(family: str, cells: Mapping[str, int], pins: int) -> dict[str, int]:
-    """What a netlist of `cells` needs, in nextpnr's resource names, plus IO (pins).
-
-    Logic counts are lower bounds (nextpnr's packing decides), so a design is never called too
-    big for a device it fits. ECP5: a LUT4 takes one TRELLIS_COMB site, a CCU2C carry two, a
-    TRELLIS_DPR16X4 (16x4 distributed RAM) four plus one TRELLIS_RAMW; PFUMX/L6MUX21 wide-LUT
-    muxes are left out (nextpnr 0.11 gives some of them a site of their own and merges others:
-    int8 GEMV 16x64 388 sites, all muxes counted; 128x1024 407, 22 of 77). iCE40: a logic cell
-    holds one LUT4, one flip-flop and one carry, so it takes at least as many cells as the most
-    numerous of those."""
-    c = Counter(cells)
-    if family == "ecp5":
-        dpr = c["TRELLIS_DPR16X4"] + c["DPR16X4"]
-        return {"TRELLIS_COMB": c["LUT4"] + 2 * c["CCU2C"] + 4 * dpr,
-                "TRELLIS_FF": c["TRELLIS_FF"], "TRELLIS_RAMW": dpr,
-                "DP16KD": c["DP16KD"] + c["PDPW16KD"], "MULT18X18D": c["MULT18X18D"], "ALU54B": c["ALU54B"],
-                IO: pins}
-    if family == "ice40":
-        ffs = sum(n for t, n in c.items() if t.startswith("SB_DFF"))
-        return {"ICESTORM_LC": max(c["SB_LUT4"], ffs, c["SB_CARRY"]),
-                "ICESTORM_RAM": sum(n for t, n in c.items() if t.startswith("SB_RAM40")),
-                "ICESTORM_DSP": c["SB_MAC16"], "ICESTORM_SPRAM": c["SB_SPRAM256KA"], IO: pins}
-    raise ValueError(f"no place-and-route for target {family!r}; known: {', '.join(FAMILIES)}")
-
-
-def shortages(device: Device, needs: Mapping[str, int], fill: float = 1.0) -> dict[str, tuple[int, int]]:
-    """Resources `needs` exceeds on `device` at `fill` of its capacity: name -> (need, capacity)."""
-    out = {}
-    for res, n in needs.items():
-        cap = device.max_pins if res == IO else device.capacity.get(res, 0)
-        if n > fill * cap:
-            out[res] = (n, cap)
-    return out
-
-
-def describe_shortage(device: Device, short: Mapping[str, tuple[int, int]]) -> str:
-    return ", ".join(f"needs {n:,} {res} ({RESOURCE_NAMES.get(res, res)}), {device.name} has {cap:,}"
-                     + (" in its largest package" if res == IO else "")
-                     for res, (n, cap) in short.items())
-
-
-def choose_devices(family: str, needs: Mapping[str, int], device: str | None = None
-                   ) -> tuple[list[Device], str]:
-    """(devices to try in order, reason none fits: "" when the list is not empty)."""
-    if device is not None:
-        d = find_device(family, device)
-        short = shortages(d, needs)
-        return ([], f"does not fit {d.name}: {describe_shortage(d, short)}") if short else ([d], "")
-    devices = DEVICES[family]
-    feasible = [d for d in devices if not shortages(d, needs)]
-    if not feasible:
-        # name the device that comes closest (fewest resources short; the larger on a tie)
-        best = min(reversed(devices), key=lambda d: len(shortages(d, needs)))
-        return [], f"does not fit any {family} device: {describe_shortage(best, shortages(best, needs))}"
-    roomy = next((i for i, d in enumerate(feasible) if not shortages(d, needs, HEADROOM)), 0)
-    return feasible[roomy:], ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,10 +247,7 @@ def nextpnr_tool(family: str) -> str:
 def nextpnr_version(family: str) -> str:
     """The yowasp package version (it pins the nextpnr commit and the WASM build)."""
     tool = nextpnr_tool(family)
-    try:
-        return f"{tool} {metadata.version(tool)}"
-    except metadata.PackageNotFoundError:
-        return f"{tool} (unknown version)"
+    return f"{tool} {package_version(tool)}"
 
 
 def check_options(router: str, placer: str = DEFAULT_PLACER) -> None:
@@ -521,7 +370,7 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
         key = _cache_key(digest, argv, version)
         run_dir = workdir / dev.name
         if use_cache and (hit := _cache_read(key, run_dir)) is not None:
-            report = replace(hit, **settings)           # entries from before they were recorded
+            report = hit
         else:
             left = None if deadline is None else max(1.0, deadline - time.monotonic())
             report = _run(data, run_dir, argv, dev, pkg, target, needs, settings, version, left)
@@ -573,32 +422,29 @@ def _run(netlist: bytes, run_dir: Path, argv: list[str], dev: Device, pkg: str, 
 
 
 # ---------------------------------------------------------------------------------------------
-# the cache: <cache_root>/pnr/<key[:2]>/<key>/{entry.json, nextpnr.log, report.json}
+# the cache: compiler.cache.PNR, <cache_root>/pnr/<key[:2]>/<key>/{entry.json, nextpnr.log, report.json}
+
+_OUTPUTS = ("nextpnr.log", "report.json")
+
 
 def pnr_cache_dir() -> Path:
-    return cache_root() / "pnr"
+    return PNR.folder
 
 
 def _cache_key(netlist_sha256: str, argv: list[str], version: str) -> str:
-    material = json.dumps({"format": CACHE_FORMAT, "netlist": netlist_sha256, "argv": argv,
-                           "nextpnr": version}, sort_keys=True)
-    return hashlib.sha256(material.encode()).hexdigest()
+    return PNR.key({"netlist": netlist_sha256, "argv": argv, "nextpnr": version})
 
 
 def _cache_read(key: str, run_dir: Path) -> TimingReport | None:
-    entry_dir = pnr_cache_dir() / key[:2] / key
-    try:
-        fields = json.loads((entry_dir / "entry.json").read_text())["report"]
-    except (OSError, json.JSONDecodeError, KeyError):
+    entry = PNR.read(key)
+    if entry is None or "report" not in entry:
         return None
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log_path = ""
-    for name in ("nextpnr.log", "report.json"):
-        if (entry_dir / name).exists():
-            shutil.copyfile(entry_dir / name, run_dir / name)
-            if name == "nextpnr.log":
-                log_path = str(run_dir / name)
-    fields.update(log_path=log_path, cached=True, argv=tuple(fields.get("argv", ())),
+    fields = dict(entry["report"])
+    present = [name for name in _OUTPUTS if PNR.path(key, name).exists()]
+    if not PNR.fetch(key, present, run_dir):
+        return None
+    fields.update(log_path=str(run_dir / "nextpnr.log") if "nextpnr.log" in present else "", cached=True,
+                  argv=tuple(fields.get("argv", ())),
                   utilisation={k: tuple(v) for k, v in fields.get("utilisation", {}).items()})
     try:
         return TimingReport(**fields)
@@ -607,17 +453,10 @@ def _cache_read(key: str, run_dir: Path) -> TimingReport | None:
 
 
 def _cache_write(key: str, report: TimingReport, run_dir: Path) -> None:
-    entry_dir = pnr_cache_dir() / key[:2] / key
-    with contextlib.suppress(OSError):
-        entry_dir.mkdir(parents=True, exist_ok=True)
-        for name in ("nextpnr.log", "report.json"):
-            if (run_dir / name).exists():    # unique temporary names: two workers may write one entry
-                atomic_copy(run_dir / name, entry_dir / name)
-        fields = asdict(report)
-        fields.pop("log_path"), fields.pop("cached")
-        atomic_write_text(entry_dir / "entry.json",
-                          json.dumps({"key": key, "report": fields, "created": time.time()}, indent=1))
+    fields = asdict(report)
+    fields.pop("log_path"), fields.pop("cached")
+    PNR.write(key, {"report": fields}, files={name: run_dir / name for name in _OUTPUTS if (run_dir / name).exists()})
 
 
-__all__ = ["TimingReport", "Device", "DEVICES", "place_and_route", "parse_fmax", "parse_utilisation",
-           "fit_failure", "resource_needs", "netlist_summary", "choose_devices", "find_device"]
+__all__ = ["TimingReport", "place_and_route", "parse_fmax", "parse_utilisation", "fit_failure",
+           "netlist_summary"]

@@ -120,7 +120,7 @@ def read_weights(path: Path) -> dict[str, np.ndarray]:
     elif path.suffix == ".safetensors":
         if not path.is_file():
             raise DataError(f"file not found: {path}")
-        from dse.zoo import import_tinygrad
+        from dse.models.zoo import import_tinygrad
         tg = import_tinygrad()
         from tinygrad.nn.state import safe_load
         try:
@@ -176,8 +176,8 @@ def in_dtype(a: np.ndarray, dtype: str, what: str) -> np.ndarray:
     """`a` (weights or samples) as data of a model input of `dtype`, in its storage type. Floats
     are rounded to the format (round to nearest even); an integer input takes whole numbers in
     its range only: the tool does not guess a scale for a model it cannot see into (a dense
-    network given as `weights:` alone or `onnx:` is quantised by dse.quantize instead)."""
-    from dse import zoo
+    network given as `weights:` alone or `onnx:` is quantised by dse.models.quantize instead)."""
+    from dse.models import zoo
     a = np.asarray(a)
     d = zoo.DTYPES[dtype]
     if d.is_float:
@@ -278,10 +278,10 @@ def dense_weights(node: ChainNode) -> tuple[np.ndarray, np.ndarray]:
 
 def load_onnx(path: Path):
     """An ONNX file read by tinygrad's own importer (no onnx package needed): its dense layers
-    as a dse.quantize.DenseNet, the initialisers as weights. The graph must be a chain of
+    as a dse.models.quantize.DenseNet, the initialisers as weights. The graph must be a chain of
     Gemm (or MatMul + Add) and Relu nodes on one input; anything else raises NotDenseChain
     naming the node and its op."""
-    from dse.quantize import Dense, DenseNet
+    from dse.models.quantize import Dense, DenseNet
     path = Path(path)
     if not path.is_file():
         raise DataError(f"file not found: {path}")
@@ -312,7 +312,7 @@ def onnx_runner(path: Path):
         raise DataError(f"file not found: {path}")
     key = (path, path.stat().st_mtime_ns)
     if key not in _RUNNERS:
-        from dse.zoo import import_tinygrad
+        from dse.models.zoo import import_tinygrad
         import_tinygrad()
         from tinygrad.nn.onnx import OnnxRunner
         try:
@@ -342,7 +342,7 @@ def onnx_graph(path: Path) -> OnnxGraph:
             raise DataError(f"{path}: node #{index} {node.op} (output {node.outputs[0]!r}): tinygrad's ONNX importer "
                             f"has no op {node.op}")
     (onnx_input, spec), = runner.graph_inputs.items()
-    from dse.zoo import import_tinygrad
+    from dse.models.zoo import import_tinygrad
     tg = import_tinygrad()
     names: dict[str, str] = {}
 
@@ -372,7 +372,7 @@ def onnx_built(path: Path, dtype: str):
     """The whole ONNX graph as a model in a float `dtype` (a zoo.Built): inputs the graph input
     and every float initialiser, forward runs tinygrad's ONNX importer on them. The initialisers'
     values come as model inputs (the weights), so every dtype rounds them like any weights."""
-    from dse import zoo
+    from dse.models import zoo
     runner, graph = onnx_runner(path), onnx_graph(path)
     if not zoo.DTYPES[dtype].is_float:
         raise DataError(f"{path}: {dtype} needs the tool's post-training quantisation, which covers chains of "

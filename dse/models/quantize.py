@@ -29,7 +29,7 @@ from typing import Mapping
 
 import numpy as np
 
-from dse import zoo
+from dse.models import zoo
 
 SCHEME = ("symmetric; activations per tensor, weights per output channel (last layer per tensor); "
           "int32 accumulators; multiply-and-shift requantisation with clipping")

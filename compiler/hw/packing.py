@@ -26,12 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from . import ir
+from .. import ir
 from .bram import block_rams
-from .config import HardwareConfig
-from .hw.kernel import read_ports
-from .hw.pipeline import schedule
-from .hw.program import Program
+from ..config import HardwareConfig
+from .kernel import read_ports
+from .pipeline import schedule
+from .program import Program
 from .layout import Banking
 
 @dataclass(frozen=True)

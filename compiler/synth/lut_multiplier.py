@@ -86,7 +86,7 @@ def module(shape: Shape, registers: int = 0) -> str:
     if registers not in (0, 1, 2):
         raise ValueError(f"a LUT product takes 0, 1 or 2 registers, not {registers}")
     s = shape
-    # Rows of multiples of A, one per two bits of B (compiler.multipliers orients each product:
+    # Rows of multiples of A, one per two bits of B (compiler.synth.multipliers orients each product:
     # a broadcast operand on A, so its multiples are shared, else the narrower operand on B).
     n, m = s.a_width, s.b_width
     sgn = "signed " if s.signed else ""
@@ -190,7 +190,7 @@ REGISTERED_FILE = "tinyhw_lut_mulreg.v"
 def registered_file(products: set[tuple[Shape, int]]) -> str:
     """The modules of the registered LUT products of these (shape, registers), all of whose
     shapes `takes`."""
-    return "// tinyhw registered LUT multipliers (compiler/lut_multiplier.py)\n" + "".join(
+    return "// tinyhw registered LUT multipliers (compiler/synth/lut_multiplier.py)\n" + "".join(
         module(s, registers) for s, registers in
         sorted(products, key=lambda p: (p[0].a_width, p[0].b_width, p[0].y_width, p[0].signed, p[1])))
 
@@ -198,4 +198,4 @@ def registered_file(products: set[tuple[Shape, int]]) -> str:
 def map_file(shapes: set[Shape]) -> str:
     """The techmap file for these product shapes (those `takes` accepts), in a stable order."""
     taken = sorted((s for s in shapes if takes(s)), key=lambda s: (s.a_width, s.b_width, s.y_width, s.signed))
-    return "// tinyhw LUT multipliers (compiler/lut_multiplier.py)\n" + "".join(module(s) for s in taken)
+    return "// tinyhw LUT multipliers (compiler/synth/lut_multiplier.py)\n" + "".join(module(s) for s in taken)

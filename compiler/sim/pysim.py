@@ -1,80 +1,15 @@
-"""Simulation: load a design's inputs, run it from start to done, read its outputs back.
-
-Back ends share one contract: memories are loaded by poking them (no port cycles, no data
-compiled into the design), `start` is raised for one cycle, and `cycles` counts clock cycles
-from that start cycle to the cycle in which `done` is high.
-"""
+"""Amaranth's Python simulator as a back end: poke a design's inputs into its memories, run it
+from start to done, read its outputs back (the contract: compiler/sim/memory_io.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from amaranth.hdl import ClockDomain, Module, Signal
 from amaranth.sim import Simulator
 
-from . import dtypes as dt
-from .design import Design
-from .errors import CompileError
-
-
-@dataclass(frozen=True)
-class SimResult:
-    outputs: list[np.ndarray]             # in the order the outputs were given to compile_model
-    cycles: int
-    backend: str
-    seconds: float = 0.0                  # wall time of the run itself (no build)
-    build_seconds: float = 0.0
-    buffers: dict[int, np.ndarray] = field(default_factory=dict)   # every model buffer, flat
-
-
-def input_words(design: Design, inputs: dict | None, only_given: bool = False) -> dict[int, np.ndarray]:
-    """Graph buffer id -> words to load, from the inputs' numpy data and any overrides
-    (`only_given`: the overrides alone)."""
-    graph = design.graph
-    given: dict[int, np.ndarray] = {}
-    for key, array in (inputs or {}).items():
-        buf = _buffer_of(design, key)
-        b = graph.buffers[buf]
-        a = np.asarray(array)
-        if a.size != b.size:
-            raise CompileError(f"input for buffer {buf} has {a.size} elements, the model needs {b.size}")
-        given[buf] = a
-    words: dict[int, np.ndarray] = {}
-    for buf in graph.inputs:
-        b = graph.buffers[buf]
-        if buf not in design.host_buffers:
-            continue                              # an input no kernel reads
-        if only_given and buf not in given:
-            continue
-        data = given.get(buf, b.data)
-        if data is None:
-            raise CompileError(f"input buffer {buf} ({b.dtype}[{b.size}]) has no data: pass it in `inputs`")
-        words[buf] = dt.to_words(data, b.dtype)
-    return words
-
-
-def _buffer_of(design: Design, key) -> int:
-    if isinstance(key, int):
-        return key
-    try:
-        buf = design.buffer_of(key)
-    except KeyError:
-        raise CompileError(f"{key!r} is not an input of this design") from None
-    if buf not in design.graph.inputs:
-        raise CompileError(f"buffer {buf} is computed by a kernel; only external inputs can be set")
-    return buf
-
-
-def outputs_from(design: Design, read_words, ids=None) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
-    """`read_words(host_buffer) -> uint64 words`; returns the output arrays and the buffers
-    read: all of them, or those with the given `ids` (which must include the outputs)."""
-    buffers = {}
-    for hb in design.host_buffers.values():
-        if ids is not None and hb.id not in ids:
-            continue
-        buffers[hb.id] = dt.from_words(read_words(hb), design.graph.buffers[hb.id].dtype)
-    outs = [buffers[o].reshape(shape) for o, shape in zip(design.graph.outputs, design.output_shapes)]
-    return outs, buffers
+from ..design import Design
+from .memory_io import SimResult, input_words, outputs_from
 
 
 def poke_inputs(ctx, design: Design, words: dict[int, np.ndarray]) -> None:

@@ -11,7 +11,7 @@ but is not a bitstream to load on a board. The design's top has ~50-100 ports (t
 so in a real project the Verilog (compiler.export) is usually instantiated inside the user's
 own top instead.
 
-Unlike compiler.pnr (which chooses the smallest device that holds a design and caches its
+Unlike compiler.pnr.timing (which chooses the smallest device that holds a design and caches its
 runs), this runs exactly the part asked for, uncached, and keeps its files: a bitstream is
 an artefact, not a measurement.
 """
@@ -22,11 +22,12 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .design import Design
-from .pnr import (DEFAULT_FREQ_MHZ, DEFAULT_PLACER, DEFAULT_ROUTER, DEFAULT_SEED, find_device, netlist_summary,
-                  nextpnr_argv, prepare, read_report, write_clock_lpf)
-from .synth import synthesize
-from .tools import ToolError, find_tool, run_tool
+from ..design import Design
+from ..devices import find_device
+from .timing import (DEFAULT_FREQ_MHZ, DEFAULT_PLACER, DEFAULT_ROUTER, DEFAULT_SEED, netlist_summary, nextpnr_argv,
+                     prepare, read_report, write_clock_lpf)
+from ..synth.area import synthesize
+from ..tools import ToolError, find_tool, run_tool
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package
     `package` defaults to the part's first package with enough pins. Raises ValueError for an
     unknown part or package or a missing LPF, ToolError when a tool fails (nextpnr also when
     the design does not fit the part: its log says which resource ran out). `freq_mhz`, `seed`,
-    `router`, `placer`: nextpnr's settings (compiler.pnr.place_and_route's); the Fmax an
+    `router`, `placer`: nextpnr's settings (compiler.pnr.timing.place_and_route's); the Fmax an
     explorer's sweep measured is reproduced by giving the settings it ran with."""
     dev = find_device("ecp5", device)
     if lpf is not None and not Path(lpf).is_file():

@@ -57,7 +57,7 @@ def load_module(file: Path) -> ModuleType:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module    # so dataclasses and pickling inside the file work
-    from dse.zoo import import_tinygrad
+    from dse.models.zoo import import_tinygrad
     import_tinygrad()             # user files import tinygrad: its device must be chosen first
     try:
         with recording_reads() as reads, time_limit(IMPORT_TIME_LIMIT_S, f"importing {file.name}"):

@@ -26,8 +26,8 @@ from math import ceil, prod
 
 import numpy as np
 
-from . import ir
-from .ranges import Interval, dtype_range
+from .. import ir
+from ..ranges import Interval, dtype_range
 
 K = ir.OpKind
 

@@ -8,7 +8,7 @@ in logic) and leaves pieces narrower than 2 bits in LUTs. The only switch is all
 (`-nodsp`; synth_ice40 without `-dsp`). So the multipliers that must be LUTs are taken out of
 mul2dsp's reach *before* the family script runs: their `$mul` cells get the attribute
 `tinyhw_mul "lut"` in the RTLIL, and the script first runs `proc`, then `techmap` with the
-multipliers of compiler/lut_multiplier.py (4:1 multiplexers of precomputed multiples added on
+multipliers of compiler/synth/lut_multiplier.py (4:1 multiplexers of precomputed multiples added on
 carry chains; the map file is written next to the design, one module per product shape of it),
 then Yosys's own `booth` pass (a radix-4 Booth multiplier in gates, what synth_lattice uses for
 the DSP-less MachXO3) for any marked product the map does not take. ECP5, 8x8 signed: 122 LUTs
@@ -19,7 +19,7 @@ mantissa): 906 against 1,697.
     mul="lut"   every `$mul` is marked (the family script stays as it is: nothing is left for
                 mul2dsp).
     mul="auto"  products go to DSPs while the family's largest device has DSPs left for them
-                (`DSP_BUDGET`, from compiler.pnr.DEVICES: LFE5U-85F 156 MULT18X18D, iCE40UP5K 8
+                (`DSP_BUDGET`, from compiler.devices.DEVICES: LFE5U-85F 156 MULT18X18D, iCE40UP5K 8
                 SB_MAC16), those saving the most LUTs per DSP first; the rest are marked.
                 With no device list (Xilinx), auto is dsp. A design within the budget gets
                 exactly the "dsp" script, so its synthesis (and cache entry) is unchanged.
@@ -34,9 +34,9 @@ import re
 from dataclasses import dataclass
 
 from . import lut_multiplier
-from .hw.datapath import PRODUCT_PREFIX
-from .pnr import DEVICES
-from .synth_units import split_modules
+from ..hw.datapath import PRODUCT_PREFIX
+from ..devices import DEVICES
+from .units import split_modules
 
 STYLES = ("auto", "dsp", "lut")
 LUT_ATTRIBUTE = "tinyhw_mul"

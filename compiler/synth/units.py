@@ -5,7 +5,7 @@ synthesis maps each of them again (fp32 4 lanes: 20 s of Yosys against 7 s for o
 each float unit instance (a submodule FloatOps names `fpN_<op>`) becomes a black box in the
 design Yosys reads, and each *distinct* unit is synthesised once as a design of its own; the
 design's resources are the top's plus, for each unit, its resources times its instances.
-A unit's synthesis goes through compiler.synth's cache, keyed by its RTLIL text, so the same
+A unit's synthesis goes through compiler.synth.area's cache, keyed by its RTLIL text, so the same
 unit in another design of the sweep (fp32 1, 2 and 4 lanes) costs nothing the second time.
 
 Nothing is optimised across a unit's boundary, with one exception that matters: a constant
@@ -15,7 +15,7 @@ is lost is logic shared between a unit's last level and its consumer, and logic 
 output nobody reads. The counts are those of a synthesis that keeps each float unit as its own
 module (`keep_hierarchy`), not of a flat one; the difference against flat synthesis is measured
 on the zoo by bench/bench_unit_synth.py (docs/synthesis.md). A netlist for place-and-route is
-always flat (compiler.synth.synthesize with `netlist`).
+always flat (compiler.synth.area.synthesize with `netlist`).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from .hw.floatops import UNIT_PREFIX
+from ..hw.floatops import UNIT_PREFIX
 
 _MODULE = re.compile(r"^module (\\\S+)$")
 _UNIT = re.compile(rf"\.{UNIT_PREFIX}\d+_\w+$")

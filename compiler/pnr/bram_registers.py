@@ -8,8 +8,8 @@ leaves no time for anything else: on the int8 GEMV 16x16 at fp_pipeline 3 (reset
 registers) the critical path was exactly that, 5.8 ns clock-to-out and 6.8 ns of routing to
 the read-data register.
 
-This runs on the synthesised JSON netlist before nextpnr (compiler/pnr.py), as a packer would,
-next to compiler/dsp_registers.py: the design, its simulation and its synthesis counts are
+This runs on the synthesised JSON netlist before nextpnr (compiler/pnr/timing.py), as a packer would,
+next to compiler/pnr/dsp_registers.py: the design, its simulation and its synthesis counts are
 unchanged. A read port's output register is one group (one REGMODE, one clock, clock enable
 and reset line), so a port moves only when every used data-out bit drives exactly one load,
 the DI of a plain flip-flop (dsp_registers.is_plain) with no reset, clocked by the port's

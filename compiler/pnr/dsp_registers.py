@@ -9,7 +9,7 @@ routes from them into the DSP column and back cost what the multiplier costs. On
 the multiplier (3.9 ns), 5.5 ns of routing, product register: 16.1 ns. Inside the DSP those two
 routes are gone and the paths into and out of it end and start at registers.
 
-This runs on the synthesised JSON netlist before nextpnr (compiler/pnr.py), as a packer would:
+This runs on the synthesised JSON netlist before nextpnr (compiler/pnr/timing.py), as a packer would:
 the design, its simulation and its synthesis counts are unchanged; nextpnr's utilisation shows
 the fabric flip-flops that moved. A register group (all of A, all of B, all of P: one parameter
 clocks each) moves only when every flip-flop in it is *plain*: one clock, no clock enable, a

@@ -1,0 +1,134 @@
+"""fp_pipeline: a fused float sum visits several output rows in turn, so its pipelined
+adder's accumulators form a ring."""
+from __future__ import annotations
+
+from .. import ir
+from ..dtypes import BOOL, INT32
+from ..hw.program import split_into_steps
+from .rewrite import const, loop_chain, op, reads_acc, rebuild_chain, substitute_store
+
+K = ir.OpKind
+
+
+def interleave_ways(level: int, rows: int | None = None) -> int:
+    """Rows interleaved through a float sum at fp_pipeline `level`.
+
+    At least L = min(2**level, 6), the stages of its adder (pipeline.float_stages). Given the
+    nest's `rows`, the L' in [L, 2L] that computes the fewest row slots ceil(rows / L') * L'
+    (the smallest such): rows past the end cost a full pass of the reduction each, while a
+    way beyond the adder's stages costs one register of delay line. The GEMV's 32 rows a
+    lane at L = 6: 36 slots; at L' = 8: 32, 11% fewer cycles for 2 more ring registers."""
+    from ..fp import FAdd
+    least = min(2 ** level, len(FAdd.CUTS) + 1) if level > 0 else 1
+    if least == 1 or rows is None:
+        return least
+    return min(range(least, 2 * least + 1), key=lambda w: (-(-rows // w) * w, w))
+
+
+def interleave(kernel: ir.KernelIR, level: int) -> ir.KernelIR:
+    """Hide a pipelined float adder's latency behind independent output rows.
+
+    A fused reduction nest (a chain of loops whose innermost body is one step; loop_fusion
+    makes GEMV, matmul, convolution and MLP layers this shape) whose step updates a float
+    accumulator `acc = f(acc) + term` gets its innermost output loop O (bound N, with only
+    reduction loops inside it) strip-mined by L = interleave_ways(level, N): O' (bound ceil(N/L))
+    stays where O was and a new output loop of bound L goes innermost, under the reductions.
+    Counter O reads O' * L + l; buffer stores of rows past N are gated off. The step now
+    visits L rows in turn for every reduction index, so each accumulator it writes holds L
+    values (AccDecl.ways = L, a ring of registers): the adder may take L - 1 register levels
+    and every row is still summed in the same order as before, so results stay bit-exact.
+
+    Legal when the rows are independent (checked, else the nest is left as it is): each
+    accumulator of the step is used nowhere else and is reset at the start of every row (all
+    its reads are the `where(first, init, acc)` loop_fusion builds, `first` being the inner
+    reduction counters all at 0), and no buffer written in the nest is read by the kernel.
+    """
+    if interleave_ways(level) == 1:
+        return kernel
+    state = {"next_id": max(kernel.loops, default=-1) + 1, "accs": {}}
+    body = _interleave_body(kernel, kernel.body, level, state)
+    if not state["accs"]:
+        return kernel
+    accs = [ir.AccDecl(a.index, a.dtype, state["accs"].get(a.index, a.ways)) for a in kernel.accs]
+    return ir.make_kernel(kernel.name, kernel.buffers, accs, body)
+
+
+def _interleave_body(kernel, stmts, level, state) -> tuple:
+    out = []
+    for s in stmts:
+        if isinstance(s, ir.Loop):
+            nest = _interleaved_nest(kernel, s, level, state)
+            out.append(nest if nest is not None else
+                       ir.Loop(s.id, s.axis, s.bound, _interleave_body(kernel, s.body, level, state)))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+def _first_loops(cond: ir.Value) -> frozenset[int] | None:
+    """The loops of `cond` if it is an AND of `counter == 0` tests, else None."""
+    if isinstance(cond, ir.Op) and cond.op is K.AND:
+        a, b = (_first_loops(x) for x in cond.srcs)
+        return None if a is None or b is None else a | b
+    if isinstance(cond, ir.Op) and cond.op is K.CMPEQ and isinstance(cond.srcs[0], ir.Counter) \
+            and isinstance(cond.srcs[1], ir.Const) and cond.srcs[1].value == 0:
+        return frozenset({cond.srcs[0].loop})
+    return None
+
+
+def _interleaved_nest(kernel, loop: ir.Loop, level: int, state) -> ir.Loop | None:
+    chain = loop_chain(loop)
+    body = list(chain[-1].body)
+    if any(isinstance(s, ir.Loop) for s in body) or len(split_into_steps(body)) != 1:
+        return None
+    outer = [j for j, l in enumerate(chain) if l.axis is ir.Axis.OUTPUT]
+    if not outer or outer[-1] == len(chain) - 1 or any(l.axis is not ir.Axis.REDUCE for l in chain[outer[-1] + 1:]):
+        return None
+    j = outer[-1]
+    rows, inner = chain[j], frozenset(l.id for l in chain[j + 1:])
+    written = {s.acc for s in body if isinstance(s, ir.AccStore)}
+    float_sum = any(isinstance(s, ir.AccStore) and isinstance(s.value, ir.Op) and s.value.op in (K.ADD, K.SUB)
+                    and s.value.dtype.is_float for s in body)
+    if not float_sum:
+        return None
+    # the accumulators are this step's alone ...
+    inside = {id(s) for s in body}
+    for s, _ in kernel.stores():
+        if id(s) not in inside and ((isinstance(s, ir.AccStore) and s.acc in written)
+                                    or any(reads_acc(x, a) for x in ir.store_operands(s) for a in written)):
+            return None
+    # ... and every read of one is `where(first of the row, init, acc)`
+    values = ir.toposort([x for s in body for x in ir.store_operands(s)])
+    guards, guarded = set(), set()
+    for v in values:
+        if isinstance(v, ir.Op) and v.op is K.WHERE and isinstance(v.srcs[2], ir.AccLoad) \
+                and v.srcs[2].acc in written and _first_loops(v.srcs[0]) == inner:
+            guards.add(id(v))
+            guarded.add(id(v.srcs[2]))
+    for v in values:
+        if isinstance(v, ir.AccLoad) and v.acc in written and id(v) not in guarded:
+            return None
+        if id(v) not in guards and any(id(x) in guarded for x in ir.operands(v)):
+            return None                      # a guarded read is also used unguarded
+    if any(id(x) in guarded for s in body for x in ir.store_operands(s)):
+        return None
+    # no buffer this nest writes is read by the kernel
+    loaded = {v.buf for s, _ in kernel.stores() for v in ir.toposort(ir.store_operands(s)) if isinstance(v, ir.Load)}
+    if any(isinstance(s, ir.BufStore) and s.buf in loaded for s in body):
+        return None
+
+    ways = interleave_ways(level, rows.bound)
+    lane_id = state["next_id"]
+    state["next_id"] += 1
+    row = op(K.ADD, INT32, op(K.MUL, INT32, ir.Counter(rows.id), const(ways)), ir.Counter(lane_id))
+    memo: dict[int, ir.Value] = {}
+    stores = [substitute_store(s, lambda v: row if isinstance(v, ir.Counter) and v.loop == rows.id else None, memo)
+              for s in body]
+    if rows.bound % ways:
+        valid = op(K.CMPLT, BOOL, row, const(rows.bound))
+        stores = [ir.BufStore(s.buf, s.index, s.value, valid if s.gate is None else op(K.AND, BOOL, s.gate, valid))
+                  if isinstance(s, ir.BufStore) else s for s in stores]
+    for a in written:
+        state["accs"][a] = ways
+    new_chain = chain[:j] + [ir.Loop(rows.id, rows.axis, -(-rows.bound // ways), ())] + chain[j + 1:]
+    return rebuild_chain(new_chain, (ir.Loop(lane_id, ir.Axis.OUTPUT, ways, tuple(stores)),))

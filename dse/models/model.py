@@ -1,0 +1,181 @@
+"""A model of a study, built for a number format: the spec's record of it (`ModelSpec`), its
+trained weights and data (`ModelFiles`, `TrainedModel`), and the networks read, quantised and
+loaded once per process.
+
+    model = spec.model("digits_mlp")
+    built = model.build("int8")             # dse.models.zoo.Built: inputs and the tinygrad forward
+    real = model.real_inputs("int8")        # dse.models.data.RealInputs: weights and test samples
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from dse.frozen import FrozenMap
+from dse.models import zoo
+from dse.models.user_model import load_function
+from dse.models.zoo import DTYPES, InputRange
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of the study: a zoo model (`builtin`) or a user's function (`source`)."""
+    name: str
+    builtin: str | None             # zoo model name
+    source: Path | None             # absolute path of the user's file
+    function: str | None            # function in that file
+    params: FrozenMap[str, Any]     # complete: defaults filled in
+    input_ranges: FrozenMap[str, InputRange]   # dtype -> range given in the spec (model's own or top-level)
+    trained: "TrainedModel | None" = None      # a network the tool quantises (`weights:` or `onnx:`) and its data
+    files: "ModelFiles | None" = None          # weights and/or data for a builtin or source model
+    onnx: Path | None = None                   # an ONNX graph run whole by tinygrad's importer (float dtypes)
+
+    def build(self, dtype: str) -> zoo.Built:
+        """`(inputs, forward)` for `dtype` (the contract is checked)."""
+        if self.runs_trained(dtype):
+            return zoo.check_built(self.trained.built(dtype))
+        if self.builtin is not None:
+            return zoo.check_built(zoo.ZOO[self.builtin].build(dtype, **self.params))
+        if self.onnx is not None:
+            from dse.models.data import onnx_built
+            return zoo.check_built(onnx_built(self.onnx, dtype))
+        assert self.source is not None and self.function is not None
+        return zoo.check_built(load_function(self.source, self.function)(dtype, **self.params))
+
+    @property
+    def golden(self) -> bool:
+        """A zoo model with a numpy golden model (others are checked against tinygrad)."""
+        return self.builtin is not None and zoo.ZOO[self.builtin].reference is not None
+
+    def runs_trained(self, dtype: str) -> bool:
+        """Whether `dtype` runs the trained network's own build (a dense network in every dtype,
+        a quantised CNN in integer ones; dse.models.accuracy.run_samples), rather than the model with
+        its `files` (the whole ONNX graph for a CNN in float dtypes; run_model_samples)."""
+        return self.trained is not None and (self.onnx is None or not DTYPES[dtype].is_float)
+
+    def real_inputs(self, dtype: str):
+        """The dse.models.data.RealInputs that fill this model's inputs in `dtype`: trained weights and
+        test samples (None: the model has neither, its inputs are random data)."""
+        if self.runs_trained(dtype):
+            return self.trained.inputs(dtype)
+        if self.files is None:
+            return None
+        return self.files.inputs(self.build(dtype).inputs, dtype)
+
+    def input_range(self, dtype: str) -> InputRange | None:
+        """The spec's range for `dtype`; None: each input's dtype default (zoo.default_input_range)."""
+        return self.input_ranges.get(dtype)
+
+    def describe(self) -> str:
+        if self.trained is not None:
+            return f"{self.trained.kind}: {self.trained.path.name}"
+        if self.onnx is not None:
+            return f"onnx: {self.onnx.name} (the whole graph)"
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        what = self.builtin if self.builtin is not None else f"{self.source.name}:{self.function}"  # type: ignore[union-attr]
+        files = self.files
+        extra = "" if files is None else "".join(
+            [f", weights: {files.weights.name}" if files.weights is not None else "",
+             f", data: {files.data.dataset or files.data.file.name}" if files.data is not None else ""])
+        return f"{what}({args}){extra}"
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """Trained weights (`weights:` beside `source:` or `builtin:`: arrays matched to the model's
+    inputs by name, shapes checked) and/or the data its accuracy is measured on (`data:`, filling
+    the one input the weights leave, or `data.input`). Each dtype gets the arrays in its own
+    format (dse.models.data.in_dtype: floats rounded; integers must be whole numbers in range)."""
+    weights: Path | None
+    data: Any                       # dse.models.data.DataSpec or None
+
+    def dataset(self):
+        from dse.models.data import load_dataset
+        return None if self.data is None else _cached(("data", self.data), lambda: load_dataset(self.data))
+
+    def inputs(self, inputs: Mapping[str, tuple[tuple[int, ...], str]], dtype: str, with_data: bool = True):
+        """The dse.models.data.RealInputs for a model with these `inputs` in `dtype` (once per process)."""
+        from dse.models.data import real_inputs
+        stamp = self.weights.stat().st_mtime_ns if self.weights is not None else None
+        key = ("inputs", self, stamp, tuple(inputs.items()), dtype, with_data)
+        return _cached(key, lambda: real_inputs(inputs=inputs, weights_path=self.weights,
+                                                data=self.dataset() if with_data else None,
+                                                named=self.data.input if self.data is not None else None))
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    """A trained network the tool can quantise, and the data its accuracy is measured on:
+    `weights:` (a dense chain, arrays W1, b1, W2, b2, ... in a .npz or .safetensors file) or
+    `onnx:` (a Gemm/MatMul/Add/Relu chain, dse.models.quantize.DenseNet; or a chain with Conv and
+    MaxPool too, dse.models.convnet.LayerNet), read by tinygrad's importer. int8/int16 run its
+    post-training quantisation, calibrated on the data's training split; float dtypes run a
+    dense network with its weights rounded to the dtype (a CNN's float dtypes run the whole
+    ONNX graph instead: ModelSpec.onnx)."""
+    kind: str                       # "weights" or "onnx"
+    path: Path                      # absolute
+    data: Any                       # dse.models.data.DataSpec
+
+    def net(self):
+        """The dse.models.quantize.DenseNet (read once per process)."""
+        return _load_net(self.kind, self.path)
+
+    def dataset(self):
+        """The dse.models.data.Dataset (loaded once per process)."""
+        from dse.models.data import load_dataset
+        return _cached(("data", self.data), lambda: load_dataset(self.data))
+
+    def quantized(self, dtype: str):
+        """The post-training quantisation for an integer `dtype` (once per process)."""
+        from dse.models.quantize import QMAX
+        if dtype not in QMAX:
+            raise ValueError(f"a trained float network runs in {', '.join(QMAX)} (quantised) or a float dtype, "
+                             f"not {dtype}")
+        data = self.dataset()
+        return _cached(("quant", self.kind, self.path, self.data, dtype), lambda: self.net().quantize(
+            dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1)))
+
+    def built(self, dtype: str) -> zoo.Built:
+        if zoo.DTYPES[dtype].is_float:
+            return self.net().built(dtype)
+        return self.quantized(dtype).built()
+
+    def inputs(self, dtype: str):
+        """The dse.models.data.RealInputs of `dtype`: the network's weights (rounded to a float dtype,
+        or quantised) and the test samples (rounded, or quantised) for its input `x`."""
+        from dse.models.data import RealInputs
+        data = self.dataset()
+        x = data.x_test.reshape(len(data.x_test), -1)
+        if zoo.DTYPES[dtype].is_float:
+            return RealInputs(self.net().arrays(dtype), "x", zoo.round_float(x, dtype), data.y_test)
+        q = self.quantized(dtype)
+        return RealInputs(q.arrays(), "x", q.quantize_input(x), data.y_test)
+
+
+_CACHE: dict[Any, Any] = {}
+
+
+def _cached(key: Any, make):
+    if key not in _CACHE:
+        _CACHE[key] = make()
+    return _CACHE[key]
+
+
+def _load_net(kind: str, path: Path):
+    from dse.models.data import NotDenseChain, load_onnx, read_weights
+    from dse.models.quantize import DenseNet
+
+    def make():
+        if kind == "onnx":
+            try:
+                return load_onnx(path)
+            except NotDenseChain:         # a CNN chain quantises too; anything else runs whole
+                from dse.models.convnet import load_onnx_layers
+                return load_onnx_layers(path)
+        try:
+            return DenseNet.from_arrays(read_weights(path))
+        except ValueError as e:
+            from dse.models.data import DataError
+            raise DataError(f"{path}: {e}") from None
+    return _cached(("net", kind, path, path.stat().st_mtime_ns), make)
