@@ -217,6 +217,25 @@ def test_other_damage_is_one_error_and_fresh_sets_the_file_aside(tmp_path, fake_
     assert "4/4 trials; this run 4" in out and "(4 from the cache, 0 failed)" in out
 
 
+def test_what_counts_as_a_torn_record():
+    """A prefix of a record, or zero bytes (a power loss), is torn; anything else is damage."""
+    from dse.study.journal import JournalError, scan
+    a = b'{"op_code":2,"worker_id":"w-1","study_id":0,"user_attr":{"k":1}}'
+    b = b'{"op_code":6,"worker_id":"w-1","trial_id":4,"state":1,"values":[1.0]}'
+    found = scan(Path("j"), a + b"\n\0\0\0\n\n" + b[:20] + a + b"\n" + b[:45])
+    assert found.kept == a + b"\n" + a + b"\n"
+    assert [(t.line, t.glued, t.describe()) for t in found.torn] == [
+        (2, False, "zero bytes"), (3, False, "an empty line"), (4, True, "the state of a trial"),
+        (5, False, "the state of a trial")]               # b[:45] ends in "trial_id":4, cut or not
+    assert scan(Path("j"), b[:46]).torn[0].describe(lambda trial_id: trial_id + 10) == "the state of trial 14"
+    whole = scan(Path("j"), a + b"\n" + b)                     # only the line end was lost
+    assert whole.kept == a + b"\n" + b + b"\n" and whole.newline_restored and not whole.torn
+    for bad, line in ((a + b"\nnot json\n" + a + b"\n", 2), (a + b"\n" + b'{"op_code":99}\n', 2),
+                      (a + b"\n" + b"xx" + a + b"\n", 2), (a + b"\ngarbage", 2)):
+        with pytest.raises(JournalError, match=rf"^j: line {line} is not an Optuna journal record"):
+            scan(Path("j"), bad)
+
+
 # ---------------------------------------------------------------------------------------------
 # results files cut short
 

@@ -62,12 +62,12 @@ class Torn:
 
     def describe(self, trial_number: Callable[[int], int | None] = lambda i: None) -> str:
         """What the record was, as far as its surviving bytes say."""
-        if not self.data.strip(b"\0"):
-            return "zero bytes"
+        if not self.data.strip(b"\0\n"):
+            return "zero bytes" if b"\0" in self.data else "an empty line"
         m = re.match(rb'\{"op_code":(\d+)', self.data)
         if not m or int(m.group(1)) not in _WHAT:
             return "an unreadable record"
-        t = re.search(rb'"trial_id":(\d+)', self.data)
+        t = re.search(rb'"trial_id":(\d+)[,}]', self.data)     # not a number the cut shortened
         number = trial_number(int(t.group(1))) if t else None
         trial = f"trial {number}" if number is not None else "a trial"
         return _WHAT[int(m.group(1))].format(trial=trial)
@@ -111,9 +111,8 @@ def scan(path: Path, data: bytes) -> Scan:
     for i, line in enumerate(lines[:-1], start=1):
         if _record(line):
             kept.append(line)
-        elif not line.strip(b"\0"):
-            if line:
-                torn.append(Torn(line=i, offset=offset, data=line + b"\n", glued=False))
+        elif not line.strip(b"\0"):        # zero bytes (a power loss), or an empty line: no data
+            torn.append(Torn(line=i, offset=offset, data=line + b"\n", glued=False))
         else:
             cut = _glued_record(line)
             if cut is None:
