@@ -21,6 +21,10 @@ The pipeline (compile_model) is a straight list of passes:
 """
 from __future__ import annotations
 
+import os
+import sys
+
+from . import ir
 from .config import HardwareConfig
 from .design import Design, build_design
 from .errors import CompileError, UnsupportedError
@@ -46,17 +50,27 @@ def compile_model(*outputs, config: HardwareConfig | None = None) -> Design:
         raise TypeError(f"config must be a HardwareConfig, got {type(config).__name__}")
     shapes = tuple(tuple(int(d) for d in t.shape) for t in outputs)
     graph = trace(*outputs)
-    sources = [lower(k) for k in graph.kernels]
+    sources = _dump("lower", [lower(k) for k in graph.kernels])
     parallel = [parallelize(k, config.lanes, config.reduce_unroll, fp_sum=config.fp_sum) for k in sources]
-    kernels = [fuse_loops(p.kernel) if config.loop_fusion else p.kernel for p in parallel]
-    kernels = [interleave(k, config.fp_pipeline) for k in kernels]
+    kernels = _dump("parallelize", [p.kernel for p in parallel])
+    kernels = _dump("fuse_loops", [fuse_loops(k) for k in kernels] if config.loop_fusion else kernels)
+    kernels = _dump("interleave", [interleave(k, config.fp_pipeline) for k in kernels])
     split = [split_deep(k, p.banking, config.fp_pipeline) for k, p in zip(kernels, parallel)]
-    kernels = [k for k, _ in split]
+    kernels = _dump("split_deep", [k for k, _ in split])
     for k in kernels:
         check_supported(k, config)
         schedule(k, config)                  # raises on a pipeline hazard
-    return build_design(graph, sources, kernels, config, shapes, [b for _, b in split],
-                        [p.factors for p in parallel])
+    return build_design(graph, sources=sources, kernels=kernels, config=config, output_shapes=shapes,
+                        banking=[b for _, b in split], factors=[p.factors for p in parallel])
+
+
+def _dump(after: str, kernels: list):
+    """With TINYHW_DUMP_IR=1, print every kernel's IR after a pass to stderr (ir.pretty): where a
+    pass broke a kernel shows in the listing before the next one."""
+    if os.environ.get("TINYHW_DUMP_IR"):
+        for k in kernels:
+            print(f"--- after {after}\n{ir.pretty(k)}", file=sys.stderr)
+    return kernels
 
 
 def simulate(design: Design, inputs: dict | None = None, backend: str = "pysim") -> SimResult:

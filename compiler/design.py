@@ -194,7 +194,7 @@ class Design:
         return "+".join(k.name for k in self.kernels)
 
 
-def build_design(graph: Graph, sources: list[ir.KernelIR], kernels: list[ir.KernelIR], config: HardwareConfig,
+def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.KernelIR], config: HardwareConfig,
                  output_shapes: tuple[tuple[int, ...], ...], banking: list[dict[int, Banking]] | None = None,
                  factors: list[dict[int, int]] | None = None) -> Design:
     """`sources`: the lowered kernels; `kernels`: the same after the hardware transforms, with
@@ -207,8 +207,8 @@ def build_design(graph: Graph, sources: list[ir.KernelIR], kernels: list[ir.Kern
     widths = {b.id: b.dtype.bits for b in graph.buffers}
     ports = [read_ports(k, build_program(k))[1] for k in kernels] if config.share_buffers \
         else [{} for _ in kernels]
-    order, phases, host, shares = plan(kernel_buffers, sizes, widths, [k.name for k in kernels], banking, ports,
-                                       config.share_buffers)
+    order, phases, host, shares = plan(kernel_buffers, sizes=sizes, widths=widths, names=[k.name for k in kernels],
+                                       banking=banking, read_ports=ports, share=config.share_buffers)
     # banks read in place by another kernel keep a memory each (the reader's addresses differ per bank)
     in_place = {p: frozenset() for p in range(len(order))}
     for sh in shares:

@@ -117,14 +117,6 @@ def from_tinygrad(tg_dtype) -> DType | None:
     return _TINYGRAD.get(getattr(base, "name", None))
 
 
-def to_tinygrad(dt: DType):
-    from tinygrad import dtypes
-    return {"bool": dtypes.bool, "int8": dtypes.int8, "int16": dtypes.int16, "int32": dtypes.int32,
-            "int64": dtypes.int64, "uint8": dtypes.uint8, "uint16": dtypes.uint16, "uint32": dtypes.uint32,
-            "uint64": dtypes.uint64, "fp16": dtypes.float16, "bf16": dtypes.bfloat16,
-            "fp32": dtypes.float32}[dt.name]
-
-
 def to_words(array: np.ndarray, dt: DType) -> np.ndarray:
     """Element values -> unsigned bit patterns (uint64) as the memories hold them. bf16 takes
     uint16 bit patterns, or any float array (rounded to nearest even)."""

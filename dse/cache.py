@@ -150,8 +150,7 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
         "synthesize": ctx.synthesize,
         "simulate": ctx.simulate,
         "timing": _timing_material(ctx),
-        # flat synthesis keeps the keys it always had; per-unit counts are other numbers
-        **({"synthesis": ctx.synthesis} if ctx.synthesize and getattr(ctx, "synthesis", "flat") != "flat" else {}),
+        "synthesis": ctx.synthesis if ctx.synthesize else None,     # flat and per-unit counts differ
         "versions": versions(),
     }
     from dse.limits import TimeLimitExceeded, time_limit
@@ -197,10 +196,7 @@ def _timing_material(ctx) -> Any:
         tool = nextpnr_tool(family)
     except Exception as exc:            # noqa: BLE001 - no nextpnr for the target: the row says why
         tool, version = None, f"unavailable ({type(exc).__name__})"
-    material = {"tool": tool, "version": version, "stage_timeout_s": ctx.stage_timeout_s}
-    if not ctx.timing.is_default:       # `timing: true` keeps the key it had before the settings existed
-        material["options"] = ctx.timing.options()
-    return material
+    return {"tool": tool, "version": version, "stage_timeout_s": ctx.stage_timeout_s, "options": ctx.timing.options()}
 
 
 def make_key(material: dict[str, Any]) -> str:

@@ -438,7 +438,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
     has_data = model.trained is not None or (model.files is not None and model.files.data is not None)
     if has_data and run.fields.get("status") is Status.OK:
         with run.stage("accuracy", "accuracy_s"):
-            _accuracy(model, point, config, sim, run, design, tensors, checker)
+            _accuracy(model, point=point, config=config, sim=sim, run=run, design=design, tensors=tensors, checker=checker)
 
     _synthesis(ctx, run, design)
 
@@ -477,7 +477,7 @@ def point_arrays(model: ModelSpec, dtype: str, built: zoo.Built, data_seed: int)
     return arrays, real
 
 
-def _accuracy(model: ModelSpec, point: DesignPoint, config, sim: "Simulator", run: _Run, design, tensors: list,
+def _accuracy(model: ModelSpec, *, point: DesignPoint, config, sim: "Simulator", run: _Run, design, tensors: list,
               checker: "_Checker") -> None:
     """Every sample of the model's data through the same hardware (one simulator process),
     each checked against its reference (the point's rule) and against the cycle model."""

@@ -83,7 +83,7 @@ def _timing(row: Mapping[str, Any]) -> TimingReport | None:
         return None
     fmax = row.get("fmax_mhz")
     fits = str(row["fits"]).lower() == "true" if isinstance(row["fits"], str) else bool(row["fits"])
-    # a row from before the settings were recorded: TimingReport's defaults, nextpnr's
+    # a row without recorded settings (a trials.csv written by hand): nextpnr's defaults
     return TimingReport(fits=fits, fmax_mhz=float(fmax) if _present(fmax) else None,
                         device=str(row.get("pnr_device") or ""), package=str(row.get("pnr_package") or ""),
                         target=str(row["target"]), reason="" if fits else str(row.get("error") or ""),

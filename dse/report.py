@@ -60,7 +60,7 @@ import pandas as pd
 from compiler.tools import package_version
 from dse.files import atomic_write_bytes, csv_text, md_cell, outputs_lock
 from dse.paths import JOURNAL
-from dse.results import pareto_front, why_no_feasible_point
+from dse.results import TABLE_HEADINGS, pareto_front, why_no_feasible_point
 from dse.spec import Direction, Objective, objectives_label
 
 REPORT_DIR = "report"
@@ -255,7 +255,7 @@ def pareto_table(results: StudyResults, front: pd.DataFrame) -> pd.DataFrame:
     cols = ["number", *results.knobs, *objs, *metrics]
     if "overflow_safe" in front:
         cols.append("overflow_safe")
-    return front[cols].rename(columns={"number": "trial", "acc_bits_required": "acc_bits"})
+    return front[cols].rename(columns=TABLE_HEADINGS)
 
 
 def parse_breakdown(value: Any) -> tuple[list[tuple[str, int]], int] | None:

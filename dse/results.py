@@ -58,6 +58,8 @@ INT_COLUMNS = ("number", "cycles", "cycles_model", "luts", "ffs", "bram", "lutra
                "acc_bits_required", "data_seed")
 _HEAD = ["number", "model", "dtype"]
 _STATUS = ["status", "trial_state", "feasible", "violations", "stage", "error", "error_type", "cached"]
+TABLE_HEADINGS = {"number": "trial", "acc_bits_required": "acc bits"}
+"""Column -> heading in the Markdown tables of Pareto points (pareto.md and the report's)."""
 _SKIP = {"model", "dtype", "knobs", "status", "stage", "error", "error_type", "cached"}
 
 
@@ -230,7 +232,7 @@ def pareto_markdown(spec: Spec, df: pd.DataFrame, pareto: pd.DataFrame) -> str:
     obj_cols = [o.metric for o in spec.objectives]
     extra = [c for c in ("cycles", "luts", "ffs", "bram", "lutram", "dsp", "acc_bits_required") if c not in obj_cols]
     cols = ["number"] + knob_cols + obj_cols + extra
-    heads = ["trial"] + knob_cols + obj_cols + [c if c != "acc_bits_required" else "acc bits" for c in extra]
+    heads = [TABLE_HEADINGS.get(c, c) for c in cols]
     for m in spec.models:
         for dt in spec.dtypes:
             lines.append(f"## {m.name} · {dt}")

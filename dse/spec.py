@@ -150,10 +150,6 @@ class TimingSpec:
     seed: int = DEFAULT_SEED
     freq_mhz: float = DEFAULT_FREQ_MHZ      # the clock timing-driven placement aims at
 
-    @property
-    def is_default(self) -> bool:
-        return self == TimingSpec()
-
     def options(self) -> dict[str, Any]:
         """Keyword arguments of compiler.pnr.timing.place_and_route."""
         return dataclasses.asdict(self)
@@ -556,12 +552,6 @@ def _int(value: Any, path: str, minimum: int = 1, maximum: int | None = None, wh
 def _number(value: Any, path: str, positive: bool = False) -> float:
     if type(value) not in (int, float) or not math.isfinite(value) or value < 0 or (positive and value == 0):
         raise SpecError(path, f"expected a {'positive' if positive else 'non-negative'} number, got {_got(value)}")
-    return value
-
-
-def _bool(value: Any, path: str) -> bool:
-    if type(value) is not bool:
-        raise SpecError(path, f"expected true or false, got {_got(value)}")
     return value
 
 

@@ -121,7 +121,7 @@ def test_a_point_is_computed_again_when_the_quantiser_changes(tree, tmp_path):
     assert again["code_digest"].item() == first["code_digest"].item() == EVALS.code_digest(tree)
     assert again["logit_mean_err"].item() == first["logit_mean_err"].item()
 
-    quantize = tree / "dse" / "quantize.py"
+    quantize = tree / "dse" / "models" / "quantize.py"
     original = quantize.read_text()
     rounded = "Wq = np.clip(np.round(layer.W / s_w[:, None]), -qmax, qmax)"
     assert rounded in original

@@ -171,3 +171,16 @@ def test_config_rejects_unknown_and_invalid_knobs():
         HardwareConfig.from_dict({"lanez": 2})
     with pytest.raises(TypeError, match="config must be a HardwareConfig"):
         compile_model(*designs.add_relu().outputs, config={"mem_read": "sync"})
+
+
+def test_the_ir_after_every_pass_can_be_dumped(monkeypatch, capsys):
+    """TINYHW_DUMP_IR=1 lists each kernel after each pass (compiler._dump), for finding the pass
+    that broke a kernel; without it the compiler prints nothing."""
+    compile_model(*designs.add_relu(N=8).outputs)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("TINYHW_DUMP_IR", "1")
+    compile_model(*designs.add_relu(N=8).outputs, config=HardwareConfig(lanes=2))
+    err = capsys.readouterr().err
+    passes = [line.split()[-1] for line in err.splitlines() if line.startswith("--- after ")]
+    assert list(dict.fromkeys(passes)) == ["lower", "parallelize", "fuse_loops", "interleave", "split_deep"]
+    assert "for i0 in range(4):  # output" in err        # 8 elements in 2 lanes after parallelize

@@ -492,9 +492,9 @@ def test_timing_settings_reach_place_and_route_and_the_cache_key():
     assert wide.timing == TimingSpec(router="router2", placer="static", seed=1, freq_mhz=125.0)
     assert wide.timing.options() == {"router": "router2", "placer": "static", "seed": 1, "freq_mhz": 125.0}
     plain = parse_spec(with_("timing", True))
-    assert plain.timing == TimingSpec() and plain.timing.is_default
-    # the defaults keep the key `timing: true` always had; other settings are other results
-    assert "options" not in _timing_material(EvalContext.from_spec(plain))
+    assert plain.timing == TimingSpec()
+    # other settings are other results
+    assert _timing_material(EvalContext.from_spec(plain))["options"]["router"] == "router1"
     assert _timing_material(EvalContext.from_spec(wide))["options"]["router"] == "router2"
     # an EvalContext built by hand still takes a bool
     assert EvalContext.from_spec(plain, timing=False).timing is None

@@ -109,7 +109,7 @@ def test_units_count_the_top_plus_each_unit_times_its_instances(tmp_path, monkey
     import compiler.synth.area as synth
     runs = []
     real = synth._run_yosys
-    monkeypatch.setattr(synth, "_run_yosys", lambda *a, **k: runs.append(a[2]) or real(*a, **k))
+    monkeypatch.setattr(synth, "_run_yosys", lambda *a, **k: runs.append(k["workdir"]) or real(*a, **k))
     four = synthesize(gemv(lanes=4), "ecp5", tmp_path / "four", units=True)
     assert runs == [tmp_path / "four"] and four.units == 4 * len(split.units)
     with pytest.raises(ValueError, match="writes no netlist"):

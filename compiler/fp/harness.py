@@ -34,15 +34,13 @@ from amaranth.lib.wiring import In, Out
 
 from .. import tools
 from ..cache import FP_HARNESS
-from ..tools import ToolError, cxxrtl_include_dir, find_tool, run_tool, yosys
+from ..sim.cxxrtl import compile_cxxrtl, cxx_compiler, cxxrtl_script
+from ..tools import ToolError, find_tool, run_tool
 
 DEFAULT_CXXFLAGS = ("-O1",)
-# Yosys passes before write_cxxrtl: the front half of synth_* (processes to netlists, one flat
-# module, light optimisation), nothing that changes behaviour. `opt -fast` shrinks the C++
-# 3x (g++ -O1 on a 70-unit fp32 bank: 16 s instead of 240 s); `splitnets -driver` splits
-# wires whose bits come from different cells, which CXXRTL would otherwise schedule as false
-# feedback loops needing extra delta cycles.
-YOSYS_SCRIPT = "read_rtlil design.il\nhierarchy -top top\nproc\nflatten\nopt -fast\nsplitnets -driver\nwrite_cxxrtl design.cc\n"
+# The design simulator's Yosys passes (compiler.sim.cxxrtl.YOSYS_PASSES says why each): `opt -fast`
+# also shrinks a bank's C++ 3x here (g++ -O1 on a 70-unit fp32 bank: 16 s instead of 240 s).
+YOSYS_SCRIPT = cxxrtl_script("design.il", "design.cc")
 
 
 def cache_root() -> Path:
@@ -225,7 +223,7 @@ class NativeEvaluator:
         self.driver = _driver_source(self.ports, latency)
         self.cxxflags = tuple(cxxflags)
         self.store = FP_HARNESS.at(cache_dir)
-        self.cxx = _cxx()
+        self.cxx = cxx_compiler()
         self._rtlil: str | None = None
         settings = {"driver": self.driver, "script": YOSYS_SCRIPT, "cxxflags": self.cxxflags,
                     "tools": _tool_versions(self.cxx)}
@@ -264,15 +262,13 @@ class NativeEvaluator:
         try:
             (work / "design.il").write_text(self.rtlil)
             (work / "driver.cc").write_text(self.driver)
-            ys = yosys(YOSYS_SCRIPT, cwd=work, log_name="yosys.log")
-            gxx = run_tool([self.cxx, *self.cxxflags, "-std=c++17", "-w",
-                            f"-I{cxxrtl_include_dir()}", "-o", "sim", "driver.cc"],
-                           cwd=work, log_name="gxx.log")
+            yosys_s, cxx_s = compile_cxxrtl(work, YOSYS_SCRIPT, "driver.cc", cxx=self.cxx,
+                                            flags=(*self.cxxflags, "-std=c++17", "-w"))
             self.store.publish(self.key, "sim", work / "sim")   # atomic; a concurrent builder's is the same
         finally:
             if work.exists():
                 shutil.rmtree(work, ignore_errors=True)
-        self.last_build = BuildInfo(self.exe, cached=False, yosys_seconds=ys.seconds, gxx_seconds=gxx.seconds)
+        self.last_build = BuildInfo(self.exe, cached=False, yosys_seconds=yosys_s, gxx_seconds=cxx_s)
         return self.last_build
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

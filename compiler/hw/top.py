@@ -279,7 +279,7 @@ class TopHW(wiring.Component):
         # register. A write lands a cycle late; a kernel started in that cycle reads its memories
         # three cycles later at the earliest (at this level its read addresses come from the
         # step's own counters, then pass two registers), so it sees the word. Below, the bus is
-        # combinational as it always was.
+        # combinational.
         # The address and data copies are data (reset-less, Datapath.register); the idle flag and
         # the write enables reset, so no write lands in the cycle after a reset.
         data_copies = Copies(m, HOST_GROUP, reset_less=True)
@@ -404,7 +404,7 @@ class TopHW(wiring.Component):
                                  self.port(d[0], db, "we").eq(dst_lane == i if len(bk.banks) > 1 else 1)]
 
 
-def plan(kernel_buffers: list[list[tuple[int, int, bool, bool]]], sizes: dict[int, int],
+def plan(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, sizes: dict[int, int],
          widths: dict[int, int], names: list[str], banking: list[dict[int, Banking]],
          read_ports: list[dict[int, int]], share: bool = False):
     """From each kernel's (slot, buffer id, loaded, stored) list, how each kernel stores its

@@ -313,8 +313,8 @@ _FOREIGN = {"ecp5": {"SB_LUT4", "SB_CARRY", "SB_DFF", "SB_RAM40_4K"},
             "ice40": {"LUT4", "CCU2C", "TRELLIS_FF", "DP16KD"}}
 
 
-def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | Path | None = None,
-                    timeout: float | None = 600, *, device: str | None = None, package: str | None = None,
+def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | Path | None = None, *,
+                    timeout: float | None = 600, device: str | None = None, package: str | None = None,
                     freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = DEFAULT_SEED, use_cache: bool = True,
                     precheck: bool = True, router: str = DEFAULT_ROUTER,
                     placer: str = DEFAULT_PLACER) -> TimingReport:
@@ -373,7 +373,8 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
             report = hit
         else:
             left = None if deadline is None else max(1.0, deadline - time.monotonic())
-            report = _run(data, run_dir, argv, dev, pkg, target, needs, settings, version, left)
+            report = _run(data, run_dir, argv=argv, dev=dev, pkg=pkg, target=target, needs=needs, settings=settings,
+                              version=version, timeout=left)
             if use_cache:
                 _cache_write(key, report, run_dir)
         if report.fits:
@@ -386,7 +387,7 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
                         **settings)
 
 
-def _run(netlist: bytes, run_dir: Path, argv: list[str], dev: Device, pkg: str, target: str,
+def _run(netlist: bytes, run_dir: Path, *, argv: list[str], dev: Device, pkg: str, target: str,
          needs: Mapping[str, int], settings: Mapping[str, Any], version: str, timeout: float | None) -> TimingReport:
     run_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("report.json", "nextpnr.log"):

@@ -135,6 +135,24 @@ def _cxx_identity(cxx: str) -> str:
     return f"{cxx}\n{out.strip()}"
 
 
+def cxxrtl_script(il: str, cc: str, *, namespace: str | None = None) -> list[str]:
+    """Yosys commands that turn the RTLIL file `il` into the CXXRTL C++ file `cc` (the design's
+    module `top`; `namespace` in place of cxxrtl_design)."""
+    options = (*CXXRTL_OPTIONS, *((f"-namespace {namespace}",) if namespace else ()))
+    return [f"read_rtlil {il}", *YOSYS_PASSES, f"write_cxxrtl {' '.join(options)} {cc}"]
+
+
+def compile_cxxrtl(work: Path, script: list[str], source: str, *, cxx: str, flags: Sequence[str],
+                   exe: str = "sim") -> tuple[float, float]:
+    """The one CXXRTL build: Yosys runs `script` (cxxrtl_script) in `work`, then the C++
+    compiler builds `source` (a driver that includes the generated C++) into `work/exe` against
+    the CXXRTL runtime. Raises ToolError with the failing tool's log; returns the seconds of
+    each (Yosys, C++)."""
+    ys = yosys("\n".join(script) + "\n", cwd=work, log_name="yosys.log")
+    cc = run_tool([cxx, *flags, "-I", str(cxxrtl_include_dir()), source, "-o", exe], cwd=work, log_name="cxx.log")
+    return ys.seconds, cc.seconds
+
+
 def build_key(rtlil_text: str, cxx: str) -> str:
     return CXXRTL.key({"rtlil": hashlib.sha256(rtlil_text.encode()).hexdigest(),
                        "driver": hashlib.sha256(DRIVER.encode()).hexdigest(), "passes": YOSYS_PASSES,
@@ -242,15 +260,12 @@ def _compile(bundle: list[_Pending], cxx: str) -> None:
     script = []
     for j, p in enumerate(bundle):
         (work / f"d{j}.il").write_text(p.text)
-        script += ["design -reset", f"read_rtlil d{j}.il", *YOSYS_PASSES,
-                   f"write_cxxrtl {' '.join(CXXRTL_OPTIONS)} -namespace tinyhw_d{j} d{j}.cc"]
+        script += ["design -reset", *cxxrtl_script(f"d{j}.il", f"d{j}.cc", namespace=f"tinyhw_d{j}")]
     includes = "".join(f'#include "d{j}.cc"\n' for j in range(len(bundle)))
     table = "".join(f'  {{"{p.key}", run<tinyhw_d{j}::p_top>}},\n' for j, p in enumerate(bundle))
     (work / "sim.cc").write_text(DRIVER.replace("//@INCLUDES@\n", includes).replace("//@DESIGNS@\n", table))
     try:
-        yosys("\n".join(script) + "\n", cwd=work, log_name="yosys.log")
-        run_tool([cxx, *CXX_FLAGS, "-I", str(cxxrtl_include_dir()), "sim.cc", "-o", "sim"],
-                 cwd=work, log_name="cxx.log")
+        compile_cxxrtl(work, script, "sim.cc", cxx=cxx, flags=CXX_FLAGS)
     except ToolError as exc:
         names = ", ".join(p.name for p in bundle)
         raise CxxrtlBuildError(exc.tool, f"building the CXXRTL simulation of {names} failed: {exc.reason}",
@@ -302,7 +317,8 @@ def _run(design: Design, inputs: dict | None, samples: list[dict], max_cycles: i
              for _, refs in homes for ref in refs for name, _, mem in design.memory_parts(ref)]
     with tempfile.TemporaryDirectory(prefix="tinyhw-cxxrtl-") as tmp:
         work = Path(tmp)
-        _write_input(work / "in.bin", binary.key, max_cycles, int(step_always), base, runs, reads)
+        _write_input(work / "in.bin", key=binary.key, max_cycles=max_cycles, flags=int(step_always), base=base, runs=runs,
+                     reads=reads)
         try:
             run_tool([str(binary.path), "in.bin", "out.bin"], cwd=work, log_name="sim.log")
         except ToolError as exc:                  # the log dies with the temporary folder: keep its tail
@@ -335,7 +351,7 @@ def _pokes(design: Design, words: dict[int, np.ndarray]) -> list[tuple[str, int,
             for name, start, mem in design.memory_parts(ref)]
 
 
-def _write_input(path: Path, key: str, max_cycles: int, flags: int, base, runs, reads) -> None:
+def _write_input(path: Path, *, key: str, max_cycles: int, flags: int, base, runs, reads) -> None:
     def pokes(f, items):
         f.write(struct.pack("<I", len(items)))
         for name, offset, width, w in items:

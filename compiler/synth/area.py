@@ -169,20 +169,21 @@ def synthesize(design: Design, target: str = "ecp5", workdir: Path | None = None
     if units:
         if netlist:
             raise ValueError("per-unit synthesis writes no netlist: place-and-route needs a flat one")
-        return synthesize_units(design_rtlil(design, exact_init=exact_init), target, workdir, timeout,
+        return synthesize_units(design_rtlil(design, exact_init=exact_init), target, workdir, timeout=timeout,
                                 use_cache=use_cache, mul=design.config.mul)
-    return synthesize_rtlil(design_rtlil(design, exact_init=exact_init), target, workdir, timeout,
+    return synthesize_rtlil(design_rtlil(design, exact_init=exact_init), target, workdir, timeout=timeout,
                             netlist=netlist, use_cache=use_cache, mul=design.config.mul)
 
 
-def synthesize_rtlil(text: str, target: str, workdir: Path | None = None,
-                     timeout: float | None = 600, *, netlist: bool = False,
+def synthesize_rtlil(text: str, target: str, workdir: Path | None = None, *,
+                     timeout: float | None = 600, netlist: bool = False,
                      use_cache: bool = True, mul: str = "auto") -> AreaReport:
     text, before, _ = multipliers.plan(text, target, mul)
-    return _synthesize_planned(text, before, target, workdir, timeout, netlist=netlist, use_cache=use_cache)
+    return _synthesize_planned(text, before, target=target, workdir=workdir, timeout=timeout, netlist=netlist,
+                               use_cache=use_cache)
 
 
-def _synthesize_planned(text: str, before: str, target: str, workdir: Path | None, timeout: float | None, *,
+def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | None, timeout: float | None,
                         netlist: bool, use_cache: bool) -> AreaReport:
     """synthesize_rtlil after the multiplier plan: `before` runs ahead of the family script."""
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-synth-"))
@@ -207,13 +208,14 @@ def _synthesize_planned(text: str, before: str, target: str, workdir: Path | Non
     if use_cache and (hit := _cache_read(key, workdir, target)) is not None:
         return hit
     try:
-        report = _run_yosys(script, target, workdir, timeout, netlist)
+        report = _run_yosys(script, target=target, workdir=workdir, timeout=timeout, netlist=netlist)
     except ToolError as exc:
         if target not in _FALLBACK or "call stack exhausted" not in f"{exc.reason}\n{exc.log_tail}":
             raise
         flow = _FALLBACK[target]
         report = dataclasses.replace(
-            _run_yosys(script.replace(TARGETS[target] + "\n", flow), target, workdir, timeout, netlist),
+            _run_yosys(script.replace(TARGETS[target] + "\n", flow), target=target, workdir=workdir, timeout=timeout,
+                       netlist=netlist),
             fallback="abc9 ran out of WebAssembly call stack on this netlist (a long combinational path): "
                      "LUTs mapped without abc9 (ECP5: abc -lut 4; iCE40: -noabc; module docstring)")
     if use_cache:
@@ -221,7 +223,7 @@ def _synthesize_planned(text: str, before: str, target: str, workdir: Path | Non
     return report
 
 
-def synthesize_units(text: str, target: str, workdir: Path | None = None, timeout: float | None = 600, *,
+def synthesize_units(text: str, target: str, workdir: Path | None = None, *, timeout: float | None = 600,
                      use_cache: bool = True, mul: str = "auto") -> AreaReport:
     """Per-unit synthesis of the RTLIL `text` (compiler.synth.units): the design with its float
     units as black boxes, then each distinct unit, all through the cache. The multiplier plan is
@@ -230,11 +232,12 @@ def synthesize_units(text: str, target: str, workdir: Path | None = None, timeou
     text, before, _ = multipliers.plan(text, target, mul)
     split = synth_units.split_units(text)
     if not split.units:                       # nothing to cut out: the flat synthesis itself
-        return _synthesize_planned(text, before, target, workdir, timeout, netlist=False, use_cache=use_cache)
+        return _synthesize_planned(text, before, target=target, workdir=workdir, timeout=timeout, netlist=False,
+                                   use_cache=use_cache)
 
     def part(part_text: str, where: Path) -> AreaReport:
         script = multipliers.lut_script(part_text) if multipliers.uses_luts(part_text) else ""
-        return _synthesize_planned(part_text, script, target, where, timeout,
+        return _synthesize_planned(part_text, script, target=target, workdir=where, timeout=timeout,
                                    netlist=False, use_cache=use_cache)
 
     # A unit another worker is synthesising now (fp32 at 2 and 4 lanes in one sweep) is left for
@@ -282,7 +285,7 @@ _FALLBACK = {   # the family flow with classic LUT mapping in place of abc9 (mod
 }
 
 
-def _run_yosys(script: str, target: str, workdir: Path, timeout: float | None, netlist: bool) -> AreaReport:
+def _run_yosys(script: str, *, target: str, workdir: Path, timeout: float | None, netlist: bool) -> AreaReport:
     run = yosys(script, cwd=workdir, log_name="yosys.log", timeout=timeout)
     netlist_path = ""
     if netlist:

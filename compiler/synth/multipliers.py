@@ -15,7 +15,7 @@ the DSP-less MachXO3) for any marked product the map does not take. ECP5, 8x8 si
 against Booth's 186 and `-nodsp`'s `$macc` mapping's ~310 (Yosys 0.70); 24x24 unsigned (an fp32
 mantissa): 906 against 1,697.
 
-    mul="dsp"   every product goes to mul2dsp (the script as it always was).
+    mul="dsp"   every product goes to mul2dsp (the family script unchanged).
     mul="lut"   every `$mul` is marked (the family script stays as it is: nothing is left for
                 mul2dsp).
     mul="auto"  products go to DSPs while the family's largest device has DSPs left for them
