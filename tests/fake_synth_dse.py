@@ -8,7 +8,9 @@ appends a line to $TINYHW_FAKE_SYNTH_LOG when it is set, so a test counts real e
 (a point served from the evaluation cache is not synthesised)."""
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import sys
 
 import compiler.synth.area
@@ -28,6 +30,7 @@ def synthesize(design, target="ecp5", workdir=None, timeout=600, **options):
 
 
 compiler.synth.area.synthesize = synthesize
+faulthandler.register(signal.SIGUSR1)       # a test that sees a hang dumps every thread's stack
 
 if __name__ == "__main__":
     from dse.cli import main

@@ -217,6 +217,40 @@ def test_other_damage_is_one_error_and_fresh_sets_the_file_aside(tmp_path, fake_
     assert "4/4 trials; this run 4" in out and "(4 from the cache, 0 failed)" in out
 
 
+HOLD_THE_JOURNAL_LOCK = """
+import sys, time
+from pathlib import Path
+from dse.study.journal import FlockJournalLock
+FlockJournalLock(Path(sys.argv[1])).acquire()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.slow
+def test_a_writer_killed_holding_the_journal_lock_holds_nobody_up(tmp_path):
+    """Killed inside an append (the moment a torn record is made), with the journal's path
+    relative as `dse sweep` has it by default: the next sweep repairs the record and completes
+    (with Optuna's own lock it waited forever: the lock, a symlink to a relative path, dangles,
+    and Optuna's wait loop retries it without end)."""
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(SMALL, sort_keys=False))
+    env = {**os.environ, "TINYHW_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, str(FAKE_DSE), "sweep", "spec.yaml", "--sim", "pysim", "--progress", "off",
+           "--results", "results"]
+    assert subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, timeout=120).returncode == 0
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_JOURNAL_LOCK, "results/t/study.journal"], cwd=tmp_path,
+                              env=env, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    holder.kill()
+    holder.wait()
+    journal = tmp_path / "results" / "t" / "study.journal"
+    os.truncate(journal, journal.stat().st_size - 37)          # what it was writing, cut short
+    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("study 't': 4/4 trials; this run 1 in ")
+    assert "its last record was cut short" in again.stderr
+
+
 def test_what_counts_as_a_torn_record():
     """A prefix of a record, or zero bytes (a power loss), is torn; anything else is damage."""
     from dse.study.journal import JournalError, scan

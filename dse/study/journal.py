@@ -14,6 +14,8 @@ reader can parse: the study could no longer be opened. Here:
                                 checks, under the journal's lock, that the file ends with a line
                                 end, and repairs a torn tail first (a process of the same study
                                 that died mid-write), so its own record is never glued to one.
+                                The lock is an flock (`FlockJournalLock`): a writer killed
+                                mid-append holds nobody up.
     anything else               a line that is not a record, not valid JSON, or a journal Optuna
                                 cannot replay: `JournalError`, one line naming the file, the line
                                 and the way out (--fresh sets the damaged file aside and starts
@@ -32,11 +34,13 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import IO, Any, Callable, Iterator
 
 # imported only by dse.study.storage.open_storage and dse.report.read_space, after
 # dse.study.storage.optuna() has made Optuna quiet
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock, JournalStorage
+
+from dse.study.locks import fcntl, locks_dir
 
 from dse.study.options import SweepError
 
@@ -217,14 +221,41 @@ def _say(line: str) -> None:
     print(f"note: {line}", file=sys.stderr, flush=True)
 
 
-def _journal_lock(path: Path) -> JournalFileSymlinkLock:
-    """The lock Optuna's own writers take for the file."""
-    return JournalFileSymlinkLock(str(path))
+class FlockJournalLock:
+    """The lock every writer of the journal takes (Optuna's lock interface: acquire, release):
+    an flock on study.journal.locks/journal.lock,
+    which the kernel drops when its holder dies. Optuna's default lock is a symlink that a
+    process killed mid-write leaves behind; the next writer then waits for Optuna's 30 s grace
+    period, and forever when the journal's path is relative (the link dangles, and Optuna's wait
+    loop retries it without end). Without flock (Windows): Optuna's lock, on the absolute path."""
+
+    def __init__(self, journal: Path) -> None:
+        self._path = locks_dir(Path(journal)) / "journal.lock"
+        self._file: IO[bytes] | None = None
+        self._fallback = JournalFileSymlinkLock(os.path.abspath(journal)) if fcntl is None else None
+
+    def acquire(self) -> bool:
+        if self._fallback is not None:
+            return self._fallback.acquire()
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(self._path, "a+b")
+        fcntl.flock(f, fcntl.LOCK_EX)
+        self._file = f
+        return True
+
+    def release(self) -> None:
+        if self._fallback is not None:
+            self._fallback.release()
+            return
+        if self._file is not None:
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
 
 
 class _Locked:
     def __init__(self, path: Path) -> None:
-        self.lock = _journal_lock(path)
+        self.lock = FlockJournalLock(path)
 
     def __enter__(self) -> None:
         self.lock.acquire()
@@ -255,7 +286,7 @@ class RepairingBackend(JournalFileBackend):
 
     def __init__(self, path: str) -> None:
         self._path = Path(path)
-        self._journal_lock = _journal_lock(self._path)
+        self._journal_lock = FlockJournalLock(self._path)
         super().__init__(path, lock_obj=self._journal_lock)
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
