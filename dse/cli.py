@@ -416,8 +416,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         r = sweep(spec, options)
     except SweepError as e:
         raise CliError(str(e)) from None
-    total = r.done_before + r.ran
-    print(f"study {r.study!r}: {total}/{r.budget} trials; this run {r.ran} in {r.seconds:.1f} s "
+    print(f"study {r.study!r}: {r.evaluated}/{r.budget} trials; this run {r.ran} in {r.seconds:.1f} s "
           f"({r.cached} from the cache, {r.failed} failed); {r.feasible} feasible, "
           f"{r.pareto} Pareto-optimal points")
     if r.fidelity_report:

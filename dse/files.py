@@ -2,15 +2,19 @@
 and the CSV and Markdown cell text that trials.csv, pareto.md, reports and check.md share."""
 from __future__ import annotations
 
+import contextlib
 import io
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
 
 from compiler.tools import atomic_write_bytes, atomic_write_text
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "csv_text", "md_cell"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "csv_text", "md_cell", "outputs_lock"]
+
+OUTPUTS_LOCK = ".outputs.lock"
 
 
 def csv_text(df: pd.DataFrame) -> str:
@@ -26,3 +30,31 @@ def md_cell(v: Any) -> str:
     if isinstance(v, (float, np.floating)):
         return f"{v:.4g}"
     return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+@contextlib.contextmanager
+def outputs_lock(folder: str | Path, *, shared: bool = False) -> Iterator[None]:
+    """An flock on a results folder's outputs: writers of a set of files hold it exclusively
+    (each one's set is whole before the next starts), readers of several of them shared (a
+    no-op without flock)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    path = Path(folder) / OUTPUTS_LOCK
+    if shared:                      # a reader leaves a folder as it is (it may be read-only)
+        try:
+            f = open(path, "rb")
+        except OSError:             # no writer has locked this folder: nothing to wait for
+            yield
+            return
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a+b")
+    with f:
+        fcntl.flock(f, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -47,7 +47,9 @@ class Progress:
                             dynamic_ncols=True, smoothing=0.1)
 
     def update(self, event: dict[str, Any]) -> None:
-        self.done += 1
+        """`event["study_done"]`, when given, is the study's count (other runs' trials included)."""
+        before = self.done
+        self.done = max(self.done + 1, event.get("study_done") or 0)
         self.failed += event["status"] != "OK"
         self.cached += bool(event.get("cached"))
         if event.get("feasible") and event.get("values"):
@@ -58,7 +60,7 @@ class Progress:
                     self.best[i] = (v, event)
         if self.bar is not None:
             self.bar.set_postfix_str(self.postfix(), refresh=False)
-            self.bar.update(1)
+            self.bar.update(self.done - before)
         elif self.mode == "lines":
             self._print(self.line(event))
 

@@ -48,6 +48,8 @@ import html
 import io
 import json
 import re
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -56,7 +58,7 @@ import numpy as np
 import pandas as pd
 
 from compiler.tools import package_version
-from dse.files import atomic_write_bytes, csv_text, md_cell
+from dse.files import atomic_write_bytes, csv_text, md_cell, outputs_lock
 from dse.paths import JOURNAL
 from dse.results import TABLE_HEADINGS, pareto_front, why_no_feasible_point
 from dse.spec import Direction, Objective, objectives_label
@@ -142,13 +144,25 @@ def read_space(journal: Path) -> dict[str, Any] | None:
     if not journal.is_file():
         return None
     from optuna.storages.journal import JournalFileBackend, JournalStorage
+    from dse.study.journal import JournalError, scan
     from dse.study.space import SPACE_ATTR
     from dse.study.storage import optuna
     optuna()
     try:
         studies = JournalStorage(JournalFileBackend(str(journal))).get_all_studies()
-    except Exception as exc:        # noqa: BLE001 - a damaged journal: say so, don't guess
-        raise ReportError(f"{journal}: cannot read the Optuna journal: {type(exc).__name__}: {exc}") from None
+    except Exception:               # noqa: BLE001 - a damaged journal: say so, don't guess
+        try:
+            found = scan(journal, journal.read_bytes())     # which line, and what to do
+        except JournalError as damage:
+            raise ReportError(str(damage)) from None
+        # only records cut short (dse.study.journal): read the others from a copy, leave the file
+        # to `dse sweep`, which repairs it
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / journal.name
+            copy.write_bytes(found.kept)
+            studies = JournalStorage(JournalFileBackend(str(copy))).get_all_studies()
+        print(f"note: {journal}: {len(found.torn)} record(s) cut short, read without them (`dse sweep SPEC` "
+              "repairs the file)", file=sys.stderr, flush=True)
     for s in studies:
         if SPACE_ATTR in s.user_attrs:
             return s.user_attrs[SPACE_ATTR]
@@ -167,8 +181,12 @@ def load_study_results(path: str | Path) -> StudyResults:
     csv = path / TRIALS_CSV if (path / TRIALS_CSV).is_file() else path / PARETO_CSV
     if not csv.is_file():
         raise ReportError(f"{path}: no {TRIALS_CSV} or {PARETO_CSV} in it (run `dse sweep SPEC` first)")
+    from dse.results_csv import ResultsFileError
     try:
-        df = load_results(csv)
+        with outputs_lock(path, shared=True):        # not while a sweep writes a new set
+            df = load_results(csv)
+    except ResultsFileError as exc:
+        raise ReportError(str(exc)) from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise ReportError(f"{csv}: not a results CSV: {exc}") from None
     missing = [c for c in ("number", "model", "dtype", "feasible", "status") if c not in df]

@@ -49,7 +49,7 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
-from dse.files import atomic_write_text, csv_text, md_cell
+from dse.files import atomic_write_text, csv_text, md_cell, outputs_lock
 from dse.spec import Direction, Objective, Spec, objectives_label
 
 TRIALS_CSV, PARETO_CSV, PARETO_MD = "trials.csv", "pareto.csv", "pareto.md"
@@ -80,10 +80,13 @@ def _knob_names(spec: Spec, rows: Iterable[dict[str, Any]]) -> list[str]:
     return names
 
 
-def trial_rows(study, spec: Spec) -> list[dict[str, Any]]:
-    """One flat dict per trial that ran, in trial-number order."""
+def trial_rows(study, spec: Spec, trials: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+    """One flat dict per trial that ran, in trial-number order (of `trials`, a snapshot of the
+    study's trials, when given)."""
     from optuna.trial import TrialState
-    trials = [t for t in study.get_trials(deepcopy=False) if t.state not in (TrialState.WAITING,)
+    if trials is None:
+        trials = study.get_trials(deepcopy=False)
+    trials = [t for t in trials if t.state not in (TrialState.WAITING,)
               and "not_applicable" not in t.user_attrs]      # pruned before compiling: never ran
     metrics = [t.user_attrs.get("metrics") or {} for t in trials]
     knob_names = _knob_names(spec, metrics)
@@ -118,8 +121,8 @@ def trial_rows(study, spec: Spec) -> list[dict[str, Any]]:
     return rows
 
 
-def trials_frame(study, spec: Spec) -> pd.DataFrame:
-    rows = trial_rows(study, spec)
+def trials_frame(study, spec: Spec, trials: Sequence[Any] | None = None) -> pd.DataFrame:
+    rows = trial_rows(study, spec, trials)
     knobs = _knob_names(spec, [])
     if rows:
         keys = list(rows[0])
@@ -184,17 +187,23 @@ def pareto_rows(df: pd.DataFrame, spec: Spec) -> pd.DataFrame:
 # files
 
 def write_outputs(study, spec: Spec, out_dir: str | Path) -> tuple[tuple[Path, ...], dict[str, Any]]:
-    """trials.csv, pareto.csv and pareto.md from the storage, each written atomically."""
+    """trials.csv, pareto.csv and pareto.md from one snapshot of the storage, each written
+    atomically, the three under the folder's outputs lock: processes sharing a study each write
+    a whole set, the last one's wins, and the snapshot is taken inside the lock, so the last
+    set written is also the newest."""
+    from dse.study.grid import is_evaluated
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    df = trials_frame(study, spec)
-    pareto = pareto_rows(df, spec)
     paths = (out_dir / TRIALS_CSV, out_dir / PARETO_CSV, out_dir / PARETO_MD)
-    atomic_write_text(paths[0], csv_text(df))
-    atomic_write_text(paths[1], csv_text(pareto))
-    atomic_write_text(paths[2], pareto_markdown(spec, df, pareto))
+    with outputs_lock(out_dir):
+        trials = study.get_trials(deepcopy=False)
+        df = trials_frame(study, spec, trials)
+        pareto = pareto_rows(df, spec)
+        atomic_write_text(paths[0], csv_text(df))
+        atomic_write_text(paths[1], csv_text(pareto))
+        atomic_write_text(paths[2], pareto_markdown(spec, df, pareto))
     summary = {"trials": len(df), "feasible": int(df["feasible"].fillna(False).sum()) if len(df) else 0,
-               "pareto": len(pareto)}
+               "pareto": len(pareto), "evaluated": sum(1 for t in trials if is_evaluated(t))}
     return paths, summary
 
 
@@ -208,12 +217,14 @@ def pareto_markdown(spec: Spec, df: pd.DataFrame, pareto: pd.DataFrame) -> str:
     objectives = objectives_label(spec.objectives)
     bounds = "".join(f", {b.metric} {'<=' if b.kind == 'max' else '>='} {b.limit:g}" for b in spec.constraints)
     n_ok = int((df["status"] == "OK").sum()) if len(df) else 0
+    n_running = int((df["status"] == "RUNNING").sum()) if len(df) else 0    # in another run, at the snapshot
+    running = f"{n_running} running, " if n_running else ""
     n_feasible = int(df["feasible"].fillna(False).sum()) if len(df) else 0
     fits = ", fits a device" if spec.timing else ""
     lines = [f"# Pareto front: study `{spec.study}`", "",
              f"Target {spec.target}; objectives: {objectives}; constraints: correct, overflow_safe, "
-             f"checks passed{fits}{bounds}. {len(df)} trials: {n_ok} OK, {len(df) - n_ok} failed or interrupted, "
-             f"{n_feasible} feasible. Pareto-optimal feasible points per model x dtype, one row per design point."
+             f"checks passed{fits}{bounds}. {len(df)} trials: {n_ok} OK, {len(df) - n_ok - n_running} failed or interrupted, "
+             f"{running}{n_feasible} feasible. Pareto-optimal feasible points per model x dtype, one row per design point."
              + (" Area by per-unit synthesis (`synthesis: units`: each float unit synthesised on its own, "
                 "counted per instance; docs/synthesis.md)." if spec.synthesis == "units" else ""),
              ""]
@@ -263,10 +274,13 @@ def why_no_feasible_point(part: pd.DataFrame) -> str:
 
 def load_results(path: str | Path) -> pd.DataFrame:
     """trials.csv of a sweep as a DataFrame (`path`: the results folder or the CSV file), with
-    booleans as pandas' nullable boolean and counts as nullable integers."""
+    booleans as pandas' nullable boolean and counts as nullable integers. A file cut short in
+    its last row is read without that row (said on stderr); other damage raises
+    dse.results_csv.ResultsFileError."""
     path = Path(path)
     if path.is_dir():
         path = path / TRIALS_CSV
     if not path.is_file():
         raise FileNotFoundError(f"no sweep results at {path}: run `dse sweep SPEC` first")
-    return _typed(pd.read_csv(path))
+    from dse.results_csv import read_results_csv        # a torn last row is left out, and said
+    return _typed(read_results_csv(path))

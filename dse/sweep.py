@@ -53,23 +53,30 @@ refused with a message, or starts over with --fresh.
 
 Storage. Default: a journal file, results/<study>/study.journal (Optuna's JournalStorage with
 JournalFileBackend: an append-only log under a file lock, so several processes write to it
-without SQLite's "database is locked"). --storage takes any Optuna storage URL
+without SQLite's "database is locked"; a record torn by a kill, a full disk or a power loss is
+repaired on open: dse.study.journal). --storage takes any Optuna storage URL
 (sqlite:///x.db, postgresql://...) or the path of a journal file. On postgresql:// and mysql://
 URLs trials record heartbeats and stale ones are retried; `dse worker` (dse/worker.py) joins such a
 study from other machines. Everything both drivers share (storage, budget, grid queue, one
 trial's ask -> evaluate -> tell) is in dse/study/; this module holds the local process pool.
 
-Parallel jobs: --n-jobs N starts N worker processes (spawned: evaluation is CPU bound, threads
-would not run in parallel) sharing the storage. They draw trials from one shared count of the
-remaining budget, one at a time, so the total is exact and no worker sits idle while another
-still has a queue of its own (with fixed shares, one trial ran alone for 1,073 s of the 1,992 s
-of configs/gemv_space_large.yaml's full grid).
+Parallel jobs and shared studies: --n-jobs N starts N worker processes (spawned: evaluation is
+CPU bound, threads would not run in parallel) sharing the storage. Each takes one trial at a
+time from the study itself (dse.study.take, under the study lock, as `dse worker` does), so the
+total is exact, no worker sits idle while another still has a queue of its own (with fixed
+shares, one trial ran alone for 1,073 s of the 1,992 s of configs/gemv_space_large.yaml's full
+grid), and two `dse sweep`s of one study at once are simply more workers: a grid point
+COMPLETE, RUNNING or queued is never evaluated again. The run holds a run lock
+(dse.study.locks) for its life; a RUNNING trial of a run that died is failed and its point
+taken again; a process with nothing left to take waits for the other runs' trials, to take
+over any whose run dies. The counts printed are the study's.
 
 Ctrl-C: the trial being evaluated is marked FAIL (interrupted), everything finished stays in
 the storage, and the output files are written from the storage before exiting.
 
 Outputs (dse.results): trials.csv, pareto.csv, pareto.md in results/<study>/, written
-atomically from the storage at the end of every run.
+atomically from one snapshot of the storage at the end of every run, the three under the
+folder's outputs lock (the last run to write leaves a consistent, newest set).
 """
 from __future__ import annotations
 
@@ -94,13 +101,15 @@ from dse.paths import results_dir
 from dse.progress import Progress
 from dse.results import write_outputs
 from dse.spec import Sampler, Spec
-from dse.study.grid import make_sampler, prepare_study, record_death, worker_seed
+from dse.study.grid import is_evaluated, make_sampler, prepare_study, record_death, worker_seed
+from dse.study.locks import run_lock
 from dse.study.options import SweepError, SweepOptions
 from dse.study.order import synthesis_order
 from dse.study.storage import heartbeat, open_storage, optuna, storage_location, study_lock
+from dse.study.take import POLL_S, take_trial
 from dse.study.trial import MAX_INAPPLICABLE_ASKS, STOP_SIGNALS, Interrupt, prune_inapplicable, run_asked_trial
 
-__all__ = ["Budget", "SweepError", "SweepOptions", "SweepResult", "sweep"]
+__all__ = ["SweepError", "SweepOptions", "SweepResult", "sweep"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +119,7 @@ class SweepResult:
     files: tuple[Path, ...]         # trials.csv, pareto.csv, pareto.md
     budget: int                     # trials the study should have when complete
     done_before: int                # evaluated trials the study had when this run started
+    evaluated: int                  # evaluated trials the study has at the end (every run's)
     ran: int                        # trials finished in this run (evaluated or from the cache)
     cached: int                     # of those, served from the cache
     failed: int                     # of those, FAIL
@@ -131,68 +141,61 @@ class _Job:
     options: SweepOptions
     location: str
     seed_base: int                  # trials in the study when the run started
+    run: str | None = None          # the run's name (dse.study.locks.RunLock): its trials are its own
 
 
-def run_trial(study, spec: Spec, options: SweepOptions, ctx, cache, stop: Interrupt,
-              log: Callable[[str], None] | None = None,
-              on_start: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Ask for one trial, evaluate its point, tell the outcome; returns a progress event.
-    `on_start(number)` is told which trial is being evaluated (so a parent process that sees
-    this one die can charge the trial with its death)."""
-    trial = study.ask()
-    for _ in range(MAX_INAPPLICABLE_ASKS):
-        if not prune_inapplicable(study, trial, spec):
-            break
-        trial = study.ask()
-    if on_start is not None:
-        on_start(trial.number)
-    with heartbeat(study, trial):
-        return run_asked_trial(study, trial, spec, options, ctx, cache, stop, log)
+def evaluated_count(study) -> int:
+    """Evaluated trials of the whole study (every run's), as the budget counts them."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if is_evaluated(t))
 
 
-class Budget:
-    """The trials left to start, shared by the worker processes (`take` one before each)."""
-
-    def __init__(self, trials: int, context=None):
-        self._left = (context or multiprocessing).Value("i", trials)
-
-    def take(self) -> bool:
-        with self._left.get_lock():
-            if self._left.value <= 0:
-                return False
-            self._left.value -= 1
-            return True
-
-
-def work(job: _Job, worker: int, budget: Budget, emit: Callable[[dict[str, Any]], None],
-         stop: Interrupt, evaluating=None) -> None:
-    """Run trials of the study while `budget` has some left (one worker). `evaluating`: an array
-    shared with the parent, whose slot `worker` holds the number of the trial being evaluated
-    (-1 between trials)."""
+def work(job: _Job, worker: int, emit: Callable[[dict[str, Any]], None], stop: Interrupt,
+         evaluating=None) -> None:
+    """Take trials of the study and evaluate them until none is left to take (dse.study.take:
+    shared with other processes of this run, other sweeps and `dse worker`s). `evaluating`: an
+    array shared with the parent, whose slot `worker` holds the number of the trial being
+    evaluated (-1 between trials)."""
     spec, options = job.spec, job.options
     storage = open_storage(job.location)
     sampler = make_sampler(spec, worker_seed(spec.search.seed, job.seed_base, worker), options.n_jobs)
     study = optuna().load_study(study_name=spec.study, storage=storage, sampler=sampler)
     ctx = EvalContext.from_spec(spec, data_seed=options.data_seed, sim_backend=options.sim_backend)
     cache = EvalCache(options.cache_dir) if options.use_cache else None
-
-    def started(number: int) -> None:
+    parent = os.getppid()
+    inapplicable, waiting = 0, False
+    while not stop.requested:
+        if evaluating is not None and os.getppid() != parent:
+            return                          # the sweep is gone: its trials are nobody's now
+        taken = take_trial(study, spec, location=job.location, trials=options.trials, run=job.run)
+        if taken.trial is None:
+            if taken.elsewhere == 0:
+                return
+            if not waiting:
+                emit({"type": "waiting", "worker": worker, "elsewhere": taken.elsewhere})
+                waiting = True
+            time.sleep(POLL_S)
+            continue
+        waiting = False
+        trial = taken.trial
+        if inapplicable < MAX_INAPPLICABLE_ASKS and prune_inapplicable(study, trial, spec):
+            inapplicable += 1
+            continue
+        inapplicable = 0
         if evaluating is not None:
-            evaluating[worker] = number
+            evaluating[worker] = trial.number   # a parent that sees this process die charges it
+        with heartbeat(study, trial), contextlib.redirect_stdout(sys.stderr):   # tools' chatter
+            event = run_asked_trial(study, trial, spec, options, ctx, cache, stop)   # apart from results
+        if evaluating is not None:
+            evaluating[worker] = -1
+        emit({**event, "worker": worker, "study_done": evaluated_count(study)})
 
-    while not stop.requested and budget.take():
-        with contextlib.redirect_stdout(sys.stderr):     # tools' chatter must not mix with results
-            event = run_trial(study, spec, options, ctx, cache, stop, on_start=started)
-        started(-1)
-        emit({**event, "worker": worker})
 
-
-def _worker_main(job: _Job, worker: int, budget: Budget, events, evaluating) -> None:
+def _worker_main(job: _Job, worker: int, events, evaluating) -> None:
     """Entry point of a worker process."""
     stop = Interrupt()
     stop.install(STOP_SIGNALS)
     try:
-        work(job, worker, budget, events.put, stop, evaluating)
+        work(job, worker, events.put, stop, evaluating)
     except BaseException as exc:            # noqa: BLE001 - reported to the parent
         events.put({"type": "worker_error", "worker": worker,
                     "error": "".join(traceback.format_exception(exc))})
@@ -214,16 +217,31 @@ def sweep(spec: Spec, options: SweepOptions = SweepOptions()) -> SweepResult:
         # every point's cheap fidelity first, then the likely front queued first (dse.study.order)
         say = (lambda m: print(m, file=sys.stderr, flush=True)) if options.progress != "off" else None
         order = functools.partial(synthesis_order, spec=spec, options=options, log=say)
-    with study_lock(location, spec.study):      # PostgreSQL: not while a `dse worker` queues points
+    with study_lock(location, spec.study):      # not while another sweep or worker queues points
         prepared = prepare_study(spec, options, location, order)
+    with run_lock(location) as run:
+        return _drive(spec, options, location, prepared, run.name if run else None, out, t0)
+
+
+def _drive(spec: Spec, options: SweepOptions, location: str, prepared, run: str | None, out: Path,
+           t0: float) -> SweepResult:
     study, budget, done_before, to_run = prepared.study, prepared.budget, prepared.done, prepared.to_run
-    job = _Job(spec, options, location, len(study.get_trials(deepcopy=False)))
+    job = _Job(spec, options, location, len(study.get_trials(deepcopy=False)), run)
     progress = Progress(total=budget, initial=done_before, objectives=spec.objectives,
                         mode=options.progress, n_jobs=options.n_jobs, desc=spec.study)
     stats = {"ran": 0, "cached": 0, "failed": 0, "estimated": 0}
     errors: list[str] = []
 
+    said_waiting = [False]
+
     def on_event(event: dict[str, Any]) -> None:
+        if event.get("type") == "waiting":
+            if not said_waiting[0]:
+                n = event["elsewhere"]
+                progress.message(f"nothing left to take: waiting for {n} trial{'s' * (n != 1)} another run is "
+                                 "evaluating (its point is taken over if that run dies)")
+                said_waiting[0] = True
+            return
         if event.get("type") == "worker_error":
             errors.append(event["error"])
             progress.message(f"worker {event['worker']} stopped: {event['error'].strip().splitlines()[-1]}")
@@ -239,12 +257,12 @@ def sweep(spec: Spec, options: SweepOptions = SweepOptions()) -> SweepResult:
     interrupted = False
     jobs = max(1, min(options.n_jobs, to_run))
     try:
-        if to_run == 0:
+        if to_run == 0 and prepared.running == 0:
             pass
         elif jobs == 1:
-            interrupted = _run_here(job, to_run, on_event)
+            interrupted = _run_here(job, on_event)
         else:
-            interrupted = _run_processes(job, to_run, jobs, on_event)
+            interrupted = _run_processes(job, jobs, on_event)
     finally:
         progress.close()
         files, summary = write_outputs(study, spec, out)
@@ -254,32 +272,32 @@ def sweep(spec: Spec, options: SweepOptions = SweepOptions()) -> SweepResult:
             atomic_write_text(out / FIDELITY_TXT, report + "\n")
             files += (out / FIDELITY_TXT,)
     return SweepResult(study=spec.study, results_dir=out, files=files, budget=budget, done_before=done_before,
+                       evaluated=summary["evaluated"],
                        ran=stats["ran"], cached=stats["cached"], failed=stats["failed"], interrupted=interrupted,
                        seconds=time.perf_counter() - t0, feasible=summary["feasible"], pareto=summary["pareto"],
                        worker_errors=tuple(errors), estimated=stats["estimated"], fidelity_report=report)
 
 
-def _run_here(job: _Job, trials: int, on_event) -> bool:
+def _run_here(job: _Job, on_event) -> bool:
     stop = Interrupt()
     stop.install(STOP_SIGNALS)
     try:
-        work(job, 0, Budget(trials), on_event, stop)
+        work(job, 0, on_event, stop)
     finally:
         stop.restore()
     return stop.requested
 
 
-def _run_processes(job: _Job, trials: int, jobs: int, on_event) -> bool:
-    """Run `trials` trials in `jobs` worker processes; returns whether the run was interrupted.
+def _run_processes(job: _Job, jobs: int, on_event) -> bool:
+    """Run the study's trials in `jobs` worker processes; returns whether the run was interrupted.
     The parent only listens: a Ctrl-C (which the terminal also sends to the workers) or a SIGINT
     sent to the parent alone is forwarded; a second one stops waiting for the workers."""
     mp = multiprocessing.get_context("spawn")
     events = mp.Queue()
-    budget = Budget(trials, mp)
     # the trial each worker is evaluating, in shared memory rather than on the queue: an event
     # put just before a SIGKILL may never leave the worker (the queue's feeder thread dies with it)
     evaluating = mp.Array("i", [-1] * jobs, lock=False)
-    procs = [mp.Process(target=_worker_main, args=(job, i, budget, events, evaluating), name=f"dse-sweep-{i}")
+    procs = [mp.Process(target=_worker_main, args=(job, i, events, evaluating), name=f"dse-sweep-{i}")
              for i in range(jobs)]
     stop = Interrupt(raise_when_armed=False)
     stop.install(STOP_SIGNALS)

@@ -5,16 +5,16 @@
     dse sweep  configs/gemv.yaml --storage postgresql://user:pw@db-host/tinyhw     # or any mix of both
 
 A worker joins the study (creating it when absent, with the same name and search-space checks as
-`dse sweep`) and loops: fail the stale trials, decide what is left, take one trial, evaluate it,
-tell the outcome. It stops when the budget (search.trials, or the grid) is spent and no trial is
+`dse sweep`) and loops: take a trial (dse.study.take, exactly what every process of `dse sweep`
+does: fail the stale trials, decide what is left, take one), evaluate it, tell the outcome. It stops when the budget (search.trials, or the grid) is spent and no trial is
 still running elsewhere (a trial running on a machine that dies is taken over once it is stale),
 then writes trials.csv, pareto.csv and pareto.md from the storage into results/<study>/.
 
 No point is evaluated twice:
     grid    the points are in Optuna's trial queue (`Study.enqueue_trial`, as `dse sweep` does);
             a worker takes one only while holding a PostgreSQL advisory lock keyed on the study
-            (`study_lock`), so two workers never both ask for the last point, and missing points
-            are queued under the same lock. A trial that did not come from the queue (another
+            (`study_lock`; an flock beside a journal or SQLite file), so two workers never both
+            ask for the last point, and missing points are queued under the same lock. A trial that did not come from the queue (another
             storage without the lock, or a `dse sweep` racing the worker) is told FAIL as
             `interrupted`/`surplus` before anything is evaluated, and does not count.
     random, tpe, nsga2
@@ -32,9 +32,10 @@ Only a trial whose own evaluating process died while the process that ran it sta
 `dse sweep --n-jobs N` worker process, seen by its parent: `dse.study.grid.DIED_ATTR`) counts as a
 death; a grid point with more than `MAX_RETRY` (3) such deaths is not queued again: it is
 recorded once as a FAIL trial in stage `worker` that says so (`dse.study.grid.give_up`), so one point
-that always takes its process down cannot stall the study. Heartbeats are on for postgresql:// and mysql:// URLs;
-SQLite and journal files keep `dse sweep`'s single-machine rule (a RUNNING trial found at start is
-a leftover of a killed sweep and is failed at once).
+that always takes its process down cannot stall the study. Heartbeats are on for postgresql:// and mysql:// URLs.
+On a journal or SQLite file (one machine) a RUNNING trial is alive while the run that took it holds
+its run lock (dse.study.locks): the kernel drops it when that process dies, so the next look fails
+the trial at once, without a grace period.
 """
 from __future__ import annotations
 
@@ -52,11 +53,12 @@ from dse.cache import EvalCache
 from dse.evaluate import EvalContext
 from dse.paths import results_dir
 from dse.results import write_outputs
-from dse.spec import Sampler, Spec
-from dse.study.grid import make_sampler, prepare_study, queue_points, study_state, worker_seed
+from dse.spec import Spec
+from dse.study.grid import make_sampler, prepare_study, study_state, worker_seed
+from dse.study.locks import run_lock
 from dse.study.options import SweepError, SweepOptions
-from dse.study.storage import (GRACE_ENV, HEARTBEAT_ENV, fail_stale_trials, heartbeat, heartbeat_enabled, optuna,
-                               storage_location, study_lock)
+from dse.study.storage import GRACE_ENV, HEARTBEAT_ENV, heartbeat, optuna, storage_location, study_lock
+from dse.study.take import take_trial
 from dse.study.trial import STOP_SIGNALS, Interrupt, prune_inapplicable, run_asked_trial
 
 __all__ = ["GRACE_ENV", "HEARTBEAT_ENV", "WorkerOptions", "WorkerResult", "run_worker"]
@@ -87,14 +89,9 @@ class WorkerResult:
     files: tuple[Path, ...]
 
 
-def _from_queue(study, trial) -> bool:
-    return "fixed_params" in study._storage.get_trial_system_attrs(trial._trial_id)
-
-
 def run_worker(spec: Spec, options: WorkerOptions, emit: Callable[[dict[str, Any]], None] | None = None) -> WorkerResult:
     """Join (or create) the study of `spec` in `options.sweep.storage` and evaluate trials until
     its budget is spent; then write the output files."""
-    from optuna.trial import TrialState
     t0 = time.perf_counter()
     sopt = options.sweep
     if not sopt.storage:
@@ -109,51 +106,33 @@ def run_worker(spec: Spec, options: WorkerOptions, emit: Callable[[dict[str, Any
     study = optuna().load_study(study_name=spec.study, storage=study._storage, sampler=sampler)
     ctx = EvalContext.from_spec(spec, data_seed=sopt.data_seed, sim_backend=sopt.sim_backend)
     cache = EvalCache(sopt.cache_dir) if sopt.use_cache else None
-    grid = spec.search.sampler is Sampler.GRID
     stats = {"ran": 0, "cached": 0, "failed": 0}
     stop = Interrupt()
     stop.install(STOP_SIGNALS)
-    state = None
-    try:
-        while not stop.requested:
-            trial = None
-            with study_lock(location, spec.study):
-                fail_stale_trials(study)
-                state = study_state(study, spec, sopt.trials)
-                if grid:
-                    # e.g. interrupted by Ctrl-C elsewhere, or out of Optuna's retries
-                    queue_points(study, spec, state.missing, state.abandoned)
-                    if state.waiting + len(state.missing) > 0:
-                        trial = study.ask()
-                elif state.evaluated + state.running < state.budget:     # a queued retry is popped first
-                    trial = study.ask()
-                if trial is not None and heartbeat_enabled(study._storage):
-                    study._storage.record_heartbeat(trial._trial_id)    # at once: a trial never
-                                                                        # beaten is stale only late
-            if trial is None:
-                if state.running == 0 and (state.evaluated >= state.budget or grid):
-                    break                       # spent, and nothing left to take over
-                time.sleep(options.poll_s)
-                continue
-            if grid and not _from_queue(study, trial):      # raced a process that holds no lock
-                trial.set_user_attr("interrupted", True)
-                trial.set_user_attr("surplus", True)
-                study.tell(trial, state=TrialState.FAIL)
-                continue
-            if prune_inapplicable(study, trial, spec):
-                continue
-            with heartbeat(study, trial), contextlib.redirect_stdout(sys.stderr):
-                event = run_asked_trial(study, trial, spec, sopt, ctx, cache, stop)
-            if event["status"] == "INTERRUPTED":
-                break
-            stats["ran"] += 1
-            stats["cached"] += bool(event.get("cached"))
-            stats["failed"] += event["status"] != "OK"
-            if emit:
-                emit(event)
-    finally:
-        stop.restore()
-        files, summary = write_outputs(study, spec, out)
+    with run_lock(location) as run:        # on a journal or SQLite file: this worker is alive
+        try:
+            while not stop.requested:
+                taken = take_trial(study, spec, location=location, trials=sopt.trials, run=run.name if run else None)
+                if taken.trial is None:
+                    if taken.elsewhere == 0:
+                        break                       # spent, and nothing left to take over
+                    time.sleep(options.poll_s)
+                    continue
+                trial = taken.trial
+                if prune_inapplicable(study, trial, spec):
+                    continue
+                with heartbeat(study, trial), contextlib.redirect_stdout(sys.stderr):
+                    event = run_asked_trial(study, trial, spec, sopt, ctx, cache, stop)
+                if event["status"] == "INTERRUPTED":
+                    break
+                stats["ran"] += 1
+                stats["cached"] += bool(event.get("cached"))
+                stats["failed"] += event["status"] != "OK"
+                if emit:
+                    emit(event)
+        finally:
+            stop.restore()
+            files, summary = write_outputs(study, spec, out)
     final = study_state(study, spec, sopt.trials)
     return WorkerResult(study=spec.study, budget=final.budget, evaluated=final.evaluated, ran=stats["ran"],
                         cached=stats["cached"], failed=stats["failed"], interrupted=stop.requested,

@@ -32,7 +32,7 @@ from dse.spec import DesignPoint, load_spec, parse_spec
 from dse.frozen import FrozenMap
 from dse.study.grid import grid_points
 from dse.study.space import constraint_values, suggest_point
-from dse.sweep import Budget, SweepError, SweepOptions, sweep
+from dse.sweep import SweepError, SweepOptions, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -418,29 +418,6 @@ def test_grid_order_is_seeded_and_a_smaller_budget_takes_its_prefix():
     assert grid_points(spec, 3) == everything[:3]
     assert grid_points(parse_spec(spec_dict(dtypes=["int8", "uint8"], search={"sampler": "grid", "seed": 1})),
                        8) != everything
-
-
-def _take_all(budget: Budget, out) -> None:
-    n = 0
-    while budget.take():
-        n += 1
-    out.put(n)
-
-
-def test_workers_draw_from_one_budget_exactly():
-    """Spawned processes take trials from one shared count: the total is exact whoever is faster."""
-    import multiprocessing
-    mp = multiprocessing.get_context("spawn")
-    budget, out = Budget(400, mp), mp.Queue()
-    procs = [mp.Process(target=_take_all, args=(budget, out)) for _ in range(3)]
-    for p in procs:
-        p.start()
-    counts = [out.get(timeout=60) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-    assert sum(counts) == 400 and not budget.take()
-    one = Budget(1)
-    assert one.take() and not one.take()
 
 
 def test_suggested_params_are_the_design_point(tmp_path):

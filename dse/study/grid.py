@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -16,7 +18,7 @@ from dse.spec import DesignPoint, Sampler, Spec
 from dse.study.options import SweepError, SweepOptions
 from dse.study.space import (SPACE_ATTR, PointKey, point_key, point_params, search_space,
                              space_fingerprint)
-from dse.study.storage import MAX_RETRY, fail_stale_trials, heartbeat_enabled, open_storage, optuna
+from dse.study.storage import MAX_RETRY, open_storage, optuna, release_dead_trials
 
 DIED_ATTR = "died"
 """User attribute of a trial whose own evaluating process died while the sweep that ran it
@@ -182,17 +184,32 @@ class PreparedStudy:
     budget: int             # trials the study should have when complete
     done: int               # evaluated trials (and given-up grid points) it has
     to_run: int             # trials left for this run
+    running: int = 0        # trials other live runs are evaluating
+
+
+def _open_or_set_aside(location: str, fresh: bool):
+    from dse.study.journal import JournalError, set_aside
+    try:
+        return open_storage(location)
+    except JournalError:
+        if not fresh or "://" in location:
+            raise
+        moved = set_aside(Path(location))
+        print(f"note: --fresh: {location} is damaged beyond a torn record; set aside as {moved.name}, "
+              "starting over", file=sys.stderr, flush=True)
+        return open_storage(location)
 
 
 def prepare_study(spec: Spec, options: SweepOptions, location: str,
                   order: Callable[[Any, list[DesignPoint]], list[DesignPoint]] | None = None) -> PreparedStudy:
-    """Create or resume the study. Marks trials left RUNNING by a killed sweep as interrupted
-    and, for the grid, queues the points not evaluated yet (never one that is already queued),
-    in the seeded order or, with `order(study, points)`, in the order it returns (a
-    multi-fidelity grid: dse.study.order)."""
+    """Create or resume the study (the caller holds the study lock). Fails the trials left
+    RUNNING by a run that is gone (dse.study.storage.release_dead_trials) and, for the grid,
+    queues the points not evaluated yet (never one that is already queued), in the seeded order
+    or, with `order(study, points)`, in the order it returns (a multi-fidelity grid:
+    dse.study.order). With --fresh a journal damaged beyond repair is set aside, not refused."""
     opt = optuna()
     from optuna.trial import TrialState
-    storage = open_storage(location)
+    storage = _open_or_set_aside(location, options.fresh)
     directions = [str(o.direction) for o in spec.objectives]
     if options.fresh:
         with contextlib.suppress(KeyError):
@@ -210,17 +227,10 @@ def prepare_study(spec: Spec, options: SweepOptions, location: str,
     if [str(d.name).lower() for d in study.directions] != directions:
         raise SweepError(f"study {spec.study!r} in {location} optimises other directions; use --fresh")
 
-    trials = study.get_trials(deepcopy=False)
-    if heartbeat_enabled(storage):          # shared by workers: fail only trials whose heartbeat stopped
-        fail_stale_trials(study)
-        trials = []
-    for t in trials:                        # left RUNNING by a sweep that was killed
-        if t.state is TrialState.RUNNING:
-            with contextlib.suppress(Exception):
-                study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+    release_dead_trials(study, location)    # left RUNNING by a run that was killed
     trials = study.get_trials(deepcopy=False)
     evaluated = sum(1 for t in trials if is_evaluated(t))
-    running = sum(1 for t in trials if t.state is TrialState.RUNNING)     # live, in other workers
+    running = sum(1 for t in trials if t.state is TrialState.RUNNING)     # live, in other runs
 
     if spec.search.sampler is Sampler.GRID:
         budget = grid_budget(spec, options.trials)
@@ -238,4 +248,4 @@ def prepare_study(spec: Spec, options: SweepOptions, location: str,
         budget = options.trials or spec.search.trials
         to_run = max(0, budget - evaluated - running)
         done = evaluated
-    return PreparedStudy(study=study, budget=budget, done=done, to_run=to_run)
+    return PreparedStudy(study=study, budget=budget, done=done, to_run=to_run, running=running)

@@ -4,8 +4,9 @@ Optuna URL), heartbeats and stale trials on a shared database, and the PostgreSQ
 A RUNNING trial whose heartbeat is older than `TINYHW_GRACE_S` (default 60; beats every
 `TINYHW_HEARTBEAT_S`, default 10) is stale: the next process that looks fails it and Optuna's
 retry callback queues its parameters again. Heartbeats are on for postgresql:// and mysql://
-URLs; SQLite and journal files keep the single-machine rule (a RUNNING trial found at start is a
-leftover of a killed sweep).
+URLs. On a journal or SQLite file the processes are on one machine: a RUNNING trial belongs to
+the run that took it while that run's lock is held (dse.study.locks), and is a leftover of a
+killed run once it is not.
 """
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ HEARTBEAT_SCHEMES = ("postgresql", "postgres", "mysql")
 # evaluating process died more than this many times is recorded as a failure instead of being
 # queued again (dse.study.grid).
 MAX_RETRY = 3
+
+RUN_ATTR = "tinyhw:run"     # system attribute of a trial: the run (dse.study.locks.RunLock) that took it
 
 
 def optuna():
@@ -58,10 +61,8 @@ def open_storage(location: str):
             return opt.storages.get_storage(location)
         except Exception as exc:           # noqa: BLE001 - any driver error: bad input
             raise SweepError(f"--storage {location}: cannot open: {type(exc).__name__}: {exc}") from None
-    from optuna.storages.journal import JournalFileBackend, JournalStorage
-    path = Path(location)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(str(path)))
+    from dse.study.journal import open_journal       # a torn last record is repaired there
+    return open_journal(Path(location))
 
 
 def _env_int(name: str, default: int) -> int:
@@ -155,6 +156,31 @@ def fail_stale_trials(study) -> None:
             callback(study, copy.deepcopy(storage.get_trial(t._trial_id)))
 
 
+def release_dead_trials(study, location: str, run: str | None = None) -> None:
+    """Fail the RUNNING trials of runs that are gone (the caller holds the study lock): with
+    heartbeats the stale ones; on a journal or SQLite file those whose run lock is free
+    (dse.study.locks) or that name no run (their process died between taking the trial and
+    recording its name, which happen together under the study lock). Their points are not
+    charged: they count for nothing and are taken again. `run`: this run's name, whose own
+    trials are its business (a worker process that dies is charged by its sweep: DIED_ATTR)."""
+    from optuna.trial import TrialState
+    if heartbeat_enabled(study._storage):
+        fail_stale_trials(study)
+        return
+    from dse.study.locks import locks_dir, run_alive, storage_file
+    file = storage_file(location)
+    where = locks_dir(file) if file is not None else None
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = t.system_attrs.get(RUN_ATTR)
+        if owner is not None and (owner == run or (where is not None and run_alive(where, owner))):
+            continue
+        with contextlib.suppress(Exception):        # told by its run after all: nothing to do
+            # interrupted: not evaluated, even with the metrics row its run recorded before dying
+            # (or before the record of its outcome was torn from a journal: dse.study.journal)
+            study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+            study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+
+
 def _trials_with_heartbeat(rdb, study_id: int) -> set[int]:
     """Ids of the study's trials that recorded a heartbeat (Optuna's own RDB tables)."""
     from optuna.storages._rdb import models
@@ -168,10 +194,14 @@ def _trials_with_heartbeat(rdb, study_id: int) -> set[int]:
 
 @contextlib.contextmanager
 def study_lock(location: str, study_name: str) -> Iterator[None]:
-    """A PostgreSQL session-level advisory lock on the study (a no-op on other storages): the
-    process that holds it is the only one queueing points or asking for a trial."""
+    """The process that holds it is the only one queueing points or asking for a trial: a
+    PostgreSQL session-level advisory lock on the study, an flock beside a journal or SQLite file
+    (dse.study.locks); a no-op on other storages."""
     if not location.lower().startswith(("postgresql", "postgres")):
-        yield
+        from dse.study.locks import file_study_lock, storage_file
+        file = storage_file(location)
+        with file_study_lock(file, study_name) if file is not None else contextlib.nullcontext():
+            yield
         return
     import sqlalchemy
     key = int.from_bytes(hashlib.sha256(f"tinyhw:{study_name}".encode()).digest()[:8], "big", signed=True)
