@@ -10,8 +10,9 @@ FAIL and ends with `$fatal`.
 """
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 from .bus import ID_VALUE, IRQ_DONE, REG, BusMap
-from .export import PortFile
 
 _AXI_TASKS = """\
   reg [ADDR_BITS-1:0] awaddr = 0, araddr = 0;
@@ -92,9 +93,10 @@ _WISHBONE_TASKS = """\
 """
 
 
-def bus_testbench_verilog(bmap: BusMap, ports: list[PortFile], *, bus: str, top: str, cycles: int,
+def bus_testbench_verilog(bmap: BusMap, ports: Sequence[Any], *, bus: str, top: str, cycles: int,
                           name: str) -> str:
-    """tb.v for `<top>.v` wrapped by `bus`; run from the export folder."""
+    """tb.v for `<top>.v` wrapped by `bus`; run from the export folder. `ports`: the
+    compiler.export.PortFile of every bank (which imports this module: not named here)."""
     limit = 2 * cycles + 1000
     arrays, loads, checks = [], [], []
     for p in ports:
