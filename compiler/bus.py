@@ -96,7 +96,8 @@ REGISTERS = (
                                  "clears STATUS.DONE; reads 0"),
     Register("STATUS", 0x08, "RO", "bit 0 BUSY: a run is under way; bit 1 DONE: a run ended since the last START"),
     Register("CYCLES", 0x0C, "RO", "cycles of the last run, from the START cycle to the done cycle (the cycle "
-                                   "model's count); counts up during a run"),
+                                   "model's count); counts up during a run, in as many bits as that count needs "
+                                   "plus one (a run's length is fixed)"),
     Register("IRQ_ENABLE", 0x10, "RW", "bit 0: raise `irq` while IRQ_STATUS.DONE is set"),
     Register("IRQ_STATUS", 0x14, "RW1C", "bit 0 DONE: set when a run ends; write 1 to clear"),
 )
@@ -256,22 +257,27 @@ class _Request:
         self.idle = Signal(name="req_idle")                   # ready to take a request (not STALL)
 
 
-def _slave(m: Module, design: Design, bmap: BusMap, req: _Request, irq: Signal) -> None:
+def _slave(m: Module, design: Design, bmap: BusMap, req: _Request, irq: Signal, *, held: bool) -> None:
     """The register file and the memory windows behind `req`, driving `design.top` (added to
-    `m` as submodule `core`)."""
+    `m` as submodule `core`). `held`: the front end holds the request's fields until it is
+    answered (AXI: its channel registers), so they need no copy here; a pipelined Wishbone
+    master changes them once the request is taken."""
     core = design.top
     m.submodules.core = core
     latency = core.host_read_latency
     nbanks = len(bmap.banks)
     win_word_bits = (bmap.window // 4 - 1).bit_length()          # word offset inside a window
+    elem_bits = win_word_bits + 3       # an element index in a window (+1: one past its end)
     data_bits = len(core.host_wdata)
+    classes = sorted({{8: 0, 16: 1, 32: 2, 64: 3}[b.container_bits] for b in bmap.banks})
 
     # ---- registers
     busy = Signal()                     # the design runs, or is being started
     status_done = Signal()
     irq_enable = Signal()
     irq_pending = Signal()
-    cycles = Signal(32)
+    # a run takes the cycle model's count exactly (a static schedule): CYCLES needs no more bits
+    cycles = Signal(min(32, design.cycle_model().total.bit_length() + 1))
     start = Signal()
     m.d.comb += [busy.eq(core.busy | start), irq.eq(irq_enable & irq_pending), core.start.eq(start)]
     m.d.sync += start.eq(0)
@@ -279,14 +285,14 @@ def _slave(m: Module, design: Design, bmap: BusMap, req: _Request, irq: Signal) 
         m.d.sync += cycles.eq(1)        # the START cycle is cycle 0, as the cycle model counts
     with m.Elif(core.busy & ~core.done):
         m.d.sync += cycles.eq(cycles + 1)
-    # ---- the latched request
-    we = Signal()
-    adr = Signal(len(req.adr))
-    wdat = Signal(DATA_BITS)
-    wsel = Signal(4)
+    # ---- the request (a copy of it, unless the front end holds it)
+    if held:
+        we, adr, wdat, wsel = req.we, req.adr, req.dat_w, req.sel
+    else:
+        we, adr, wdat, wsel = Signal(), Signal(len(req.adr)), Signal(DATA_BITS), Signal(4)
     rdat = Signal(DATA_BITS)
     err = Signal()
-    stage = Signal(32)                  # the low word of a 64-bit element
+    stage = Signal(32 if 3 in classes else 0)     # the low word of a 64-bit element
     m.d.comb += [req.dat_r.eq(rdat)]
 
     # decoding (from the latched address)
@@ -295,16 +301,16 @@ def _slave(m: Module, design: Design, bmap: BusMap, req: _Request, irq: Signal) 
     bank = Signal(range(max(2, nbanks)))
     m.d.comb += bank.eq(win - 1)
     cls_of = Array([Const({8: 0, 16: 1, 32: 2, 64: 3}[b.container_bits], 2) for b in bmap.banks] or [Const(0, 2)])
-    depth_of = Array([Const(b.elements, 32) for b in bmap.banks] or [Const(0, 32)])
+    depth_of = Array([Const(b.elements, elem_bits) for b in bmap.banks] or [Const(0, elem_bits)])
     input_of = Array([Const(b.role == "input", 1) for b in bmap.banks] or [Const(0, 1)])
     masked = [b for b in bmap.banks if b.element_bits != b.container_bits]
     mask_of = Array([Const((1 << b.element_bits) - 1, 64) for b in bmap.banks] or [Const(0, 64)])
     cls = Signal(2)
     m.d.comb += cls.eq(cls_of[bank])
-    first = Signal(32)                  # the element index of the word's first element
+    first = Signal(elem_bits)           # the element index of the word's first element
     part = Signal()                     # 64-bit elements: which half
     with m.Switch(cls):
-        for c in range(4):
+        for c in classes:
             with m.Case(c):
                 m.d.comb += first.eq(off << (2 - c) if c < 3 else off >> 1)
     m.d.comb += part.eq((cls == 3) & off[0])
@@ -319,23 +325,31 @@ def _slave(m: Module, design: Design, bmap: BusMap, req: _Request, irq: Signal) 
     m.d.sync += h_we.eq(0)
     k = Signal(2)                       # element of the bus word
     wait = Signal(range(latency + 1))
-    elem = Signal(32)
+    elem = Signal(elem_bits)
     m.d.comb += elem.eq(first + k)
-    lane_bits = Array([wdat[8 * i:8 * i + 8] for i in range(4)])
-    half_bits = Array([wdat[16 * i:16 * i + 16] for i in range(2)])
-    strobed = Mux(cls == 0, wsel.bit_select(k, 1),
-                  Mux(cls == 1, Mux(k[0], wsel[2:4] == 3, wsel[0:2] == 3), Mux(cls == 2, wsel == 0xF, 1)))
-    word = Mux(cls == 0, lane_bits[k], Mux(cls == 1, half_bits[k[0]], Mux(cls == 2, wdat, Cat(stage, wdat))))
+    strobed, word = Signal(), Signal(data_bits)   # element k of the bus word: all its bytes enabled, its bits
+    with m.Switch(cls):                 # only the element widths the design has
+        for c in classes:
+            with m.Case(c):
+                if c == 0:
+                    m.d.comb += [strobed.eq(wsel.bit_select(k, 1)), word.eq(wdat.word_select(k, 8))]
+                elif c == 1:
+                    m.d.comb += [strobed.eq(wsel.word_select(k[0], 2) == 3), word.eq(wdat.word_select(k[0], 16))]
+                elif c == 2:
+                    m.d.comb += [strobed.eq(wsel == 0xF), word.eq(wdat)]
+                else:
+                    m.d.comb += [strobed.eq(1), word.eq(Cat(stage, wdat))]
     rword = Signal(64)
-    m.d.comb += rword.eq(core.host_rdata & (mask_of[bank] if masked else (1 << 64) - 1))
+    m.d.comb += rword.eq(core.host_rdata & mask_of[bank] if masked else core.host_rdata)
 
     m.d.comb += req.idle.eq(0)
     with m.FSM(name="bus"):
         with m.State("IDLE"):
             m.d.comb += req.idle.eq(1)
             with m.If(req.stb):
-                m.d.sync += [we.eq(req.we), adr.eq(req.adr), wdat.eq(req.dat_w), wsel.eq(req.sel), k.eq(0),
-                             rdat.eq(0), err.eq(0)]
+                m.d.sync += [k.eq(0), rdat.eq(0), err.eq(0)]
+                if not held:
+                    m.d.sync += [we.eq(req.we), adr.eq(req.adr), wdat.eq(req.dat_w), wsel.eq(req.sel)]
                 m.next = "DECODE"
         with m.State("DECODE"):
             with m.If(win == 0):
@@ -371,7 +385,7 @@ def _slave(m: Module, design: Design, bmap: BusMap, req: _Request, irq: Signal) 
             with m.Else():
                 m.next = "READ"
         with m.State("WRITE"):          # one element per cycle
-            m.d.sync += [h_sel.eq(bank), h_addr.eq(elem), h_wdata.eq(word[:data_bits]),
+            m.d.sync += [h_sel.eq(bank), h_addr.eq(elem), h_wdata.eq(word),
                          h_we.eq(strobed & (elem < depth_of[bank])), k.eq(k + 1)]
             with m.If(k + 1 == count):
                 m.next = "RESPOND"
@@ -382,14 +396,16 @@ def _slave(m: Module, design: Design, bmap: BusMap, req: _Request, irq: Signal) 
             with m.If(wait == 0):
                 valid = elem < depth_of[bank]
                 with m.Switch(cls):
-                    with m.Case(0):
-                        m.d.sync += rdat.word_select(k, 8).eq(Mux(valid, rword[:8], 0))
-                    with m.Case(1):
-                        m.d.sync += rdat.word_select(k[0], 16).eq(Mux(valid, rword[:16], 0))
-                    with m.Case(2):
-                        m.d.sync += rdat.eq(rword[:32])
-                    with m.Case(3):
-                        m.d.sync += rdat.eq(Mux(part, rword[32:64], rword[:32]))
+                    for c in classes:
+                        with m.Case(c):
+                            if c == 0:
+                                m.d.sync += rdat.word_select(k, 8).eq(Mux(valid, rword[:8], 0))
+                            elif c == 1:
+                                m.d.sync += rdat.word_select(k[0], 16).eq(Mux(valid, rword[:16], 0))
+                            elif c == 2:
+                                m.d.sync += rdat.eq(rword[:32])
+                            else:
+                                m.d.sync += rdat.eq(Mux(part, rword[32:64], rword[:32]))
                 m.d.sync += k.eq(k + 1)
                 with m.If(k + 1 == count):
                     m.next = "RESPOND"
@@ -421,7 +437,7 @@ class WishboneWrapper(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         req = _Request(len(self.wb_adr))
-        _slave(m, self.design, self.bmap, req, self.irq)
+        _slave(m, self.design, self.bmap, req, self.irq, held=False)
         m.d.comb += [req.stb.eq(self.wb_cyc & self.wb_stb), req.we.eq(self.wb_we), req.adr.eq(self.wb_adr),
                      req.dat_w.eq(self.wb_dat_w), req.sel.eq(self.wb_sel), self.wb_dat_r.eq(req.dat_r),
                      self.wb_ack.eq(req.ack & self.wb_cyc), self.wb_err.eq(req.err & self.wb_cyc),
@@ -452,7 +468,9 @@ class AxiLiteWrapper(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         req = _Request(max(1, self.bmap.addr_bits - 2))
-        _slave(m, self.design, self.bmap, req, self.irq)
+        _slave(m, self.design, self.bmap, req, self.irq, held=True)
+        # each channel's address and data wait in a register until the access is answered,
+        # so they are the request the shared state machine reads
         aw_full, w_full, ar_full = Signal(), Signal(), Signal()
         aw_addr, ar_addr = Signal.like(self.s_axi_awaddr), Signal.like(self.s_axi_araddr)
         w_data, w_strb = Signal(DATA_BITS), Signal(4)
@@ -465,27 +483,29 @@ class AxiLiteWrapper(wiring.Component):
         with m.If(self.s_axi_arvalid & ~ar_full):
             m.d.sync += [ar_addr.eq(self.s_axi_araddr), ar_full.eq(1)]
 
-        stb, we = Signal(), Signal()
-        adr, dat, sel = Signal.like(req.adr), Signal(DATA_BITS), Signal(4)
-        m.d.comb += [req.stb.eq(stb), req.we.eq(we), req.adr.eq(adr), req.dat_w.eq(dat), req.sel.eq(sel)]
+        writing = Signal()
+        m.d.comb += [req.we.eq(writing), req.adr.eq(Mux(writing, aw_addr[2:], ar_addr[2:])), req.dat_w.eq(w_data),
+                     req.sel.eq(Mux(writing, w_strb, 0xF))]
         resp = Signal(2)
         rdata = Signal(DATA_BITS)
         m.d.comb += [self.s_axi_bresp.eq(resp), self.s_axi_rresp.eq(resp), self.s_axi_rdata.eq(rdata)]
         with m.FSM(name="axi"):
             with m.State("IDLE"):
                 with m.If(aw_full & w_full):
-                    m.d.sync += [stb.eq(1), we.eq(1), adr.eq(aw_addr[2:]), dat.eq(w_data), sel.eq(w_strb),
-                                 aw_full.eq(0), w_full.eq(0)]
+                    m.d.sync += writing.eq(1)
                     m.next = "ACCESS"
                 with m.Elif(ar_full):
-                    m.d.sync += [stb.eq(1), we.eq(0), adr.eq(ar_addr[2:]), sel.eq(0xF), ar_full.eq(0)]
+                    m.d.sync += writing.eq(0)
                     m.next = "ACCESS"
             with m.State("ACCESS"):
+                m.d.comb += req.stb.eq(1)
                 with m.If(req.ack | req.err):
-                    m.d.sync += [stb.eq(0), resp.eq(Mux(req.err, AXI_SLVERR, AXI_OKAY)), rdata.eq(req.dat_r)]
-                    with m.If(we):
+                    m.d.sync += [resp.eq(Mux(req.err, AXI_SLVERR, AXI_OKAY)), rdata.eq(req.dat_r)]
+                    with m.If(writing):
+                        m.d.sync += [aw_full.eq(0), w_full.eq(0)]
                         m.next = "B"
                     with m.Else():
+                        m.d.sync += ar_full.eq(0)
                         m.next = "R"
             with m.State("B"):
                 m.d.comb += self.s_axi_bvalid.eq(1)
