@@ -114,7 +114,8 @@ def check_expected_files(out: Path, point: Point) -> None:
 # cocotb
 
 def run_cocotb(out: Path, *, testcase: str = "run_design", env: dict[str, str] | None = None,
-               monkeypatch=None, passes: bool = True) -> str:
+               monkeypatch=None, passes: bool = True, top: str = "tinyhw_top",
+               sources: list[str] | None = None) -> str:
     """Build `out`'s Verilog for Icarus and run one test of bus_tb.py on it (which must pass, or
     fail when not `passes`); its log."""
     from cocotb_tools.check_results import get_results
@@ -122,12 +123,12 @@ def run_cocotb(out: Path, *, testcase: str = "run_design", env: dict[str, str] |
     monkeypatch.syspath_prepend(str(COCOTB_DIR))         # the runner passes sys.path on as PYTHONPATH
     runner = get_runner("icarus")
     build = out / "sim_build"
-    runner.build(sources=[out / "tinyhw_top.v"], hdl_toplevel="tinyhw_top", build_dir=build,
+    runner.build(sources=[out / s for s in sources or ["tinyhw_top.v"]], hdl_toplevel=top, build_dir=build,
                  timescale=("1ns", "1ps"), log_file=out / "build.log")
     log = out / f"{testcase}-{(env or {}).get('TINYHW_WISHBONE_MODE', '')}.log"
     xml = out / f"{log.stem}.xml"
     try:
-        runner.test(test_module="bus_tb", hdl_toplevel="tinyhw_top", build_dir=build, test_dir=out,
+        runner.test(test_module="bus_tb", hdl_toplevel=top, build_dir=build, test_dir=out,
                     testcase=testcase, extra_env={"TINYHW_EXPORT": str(out), **(env or {})},
                     results_xml=str(xml), log_file=log)
     except SystemExit:                  # the runner's way of saying a test failed: the results say which

@@ -13,6 +13,10 @@ run_c_driver     the C polling driver exported with the design (tinyhw.c, <top>.
                  (TINYHW_INPUTS, .bin files of the elements' containers) into the layout's
                  banks, starts, polls, and reads the outputs back into element arrays, which
                  must equal TINYHW_OUTPUTS (the golden model's)
+
+The same tests run on a SoC that holds the design (examples/litex_soc.py, tests/test_litex.py):
+TINYHW_BASE is the design's origin on the SoC's bus, TINYHW_PORTS the Wishbone prefix, clock
+and reset of that top ("host,sys_clk,sys_rst"; default "wb,clk,rst", the wrapper's own).
 """
 from __future__ import annotations
 
@@ -32,21 +36,25 @@ ID_VALUE = 0x74687731
 REG = {"ID": 0x00, "CTRL": 0x04, "STATUS": 0x08, "CYCLES": 0x0C, "IRQ_ENABLE": 0x10, "IRQ_STATUS": 0x14}
 
 
+BASE = int(os.environ.get("TINYHW_BASE", "0"), 0)
+PREFIX, CLOCK, RESET = os.environ.get("TINYHW_PORTS", "wb,clk,rst").split(",")
+
+
 class AxiLite:
     def __init__(self, dut):
         from cocotbext.axi import AxiLiteBus, AxiLiteMaster
-        self.master = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axi"), dut.clk, dut.rst)
+        self.master = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axi"), getattr(dut, CLOCK), getattr(dut, RESET))
         for part in (self.master.write_if, self.master.read_if):
             part.log.setLevel(logging.WARNING)             # one line per access otherwise
 
     async def write(self, addr: int, value: int) -> bool:
         from cocotbext.axi import AxiResp
-        r = await self.master.write(addr, value.to_bytes(4, "little"))
+        r = await self.master.write(BASE + addr, value.to_bytes(4, "little"))
         return r.resp == AxiResp.OKAY
 
     async def read(self, addr: int) -> tuple[int, bool]:
         from cocotbext.axi import AxiResp
-        r = await self.master.read(addr, 4)
+        r = await self.master.read(BASE + addr, 4)
         return int.from_bytes(r.data, "little"), r.resp == AxiResp.OKAY
 
 
@@ -66,14 +74,14 @@ class Wishbone:
 
         signals = {"cyc": "cyc", "stb": "stb", "we": "we", "adr": "adr", "datwr": "dat_w", "datrd": "dat_r",
                    "ack": "ack", "err": "err", "sel": "sel"}
-        self.master = Master(dut, "wb", dut.clk, width=32, timeout=1000, signals_dict=signals)
+        self.master = Master(dut, PREFIX, getattr(dut, CLOCK), width=32, timeout=1000, signals_dict=signals)
         self.master.log.setLevel(logging.WARNING)
         self.pipelined = hasattr(self.master.bus, "stall")
         assert self.pipelined == pipelined
 
     async def _cycle(self, addr: int, value: int | None):
         from cocotbext.wishbone.driver import WBOp
-        (res,) = await self.master.send_cycle([WBOp(adr=addr >> 2, dat=value, sel=0xF)])
+        (res,) = await self.master.send_cycle([WBOp(adr=(BASE + addr) >> 2, dat=value, sel=0xF)])
         return res
 
     async def write(self, addr: int, value: int) -> bool:
@@ -87,16 +95,19 @@ class Wishbone:
 async def setup(dut):
     out = Path(os.environ["TINYHW_EXPORT"])
     info = json.loads((out / "interface.json").read_text())
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    dut.rst.value = 1
+    clk, rst = getattr(dut, CLOCK), getattr(dut, RESET)
+    cocotb.start_soon(Clock(clk, 10, unit="ns").start())
+    rst.value = 1
     kind = info["bus"]["kind"]
     bus = AxiLite(dut) if kind == "axi-lite" else Wishbone(dut, os.environ.get("TINYHW_WISHBONE_MODE") == "pipelined")
-    await ClockCycles(dut.clk, 3)
-    dut.rst.value = 0
-    await ClockCycles(dut.clk, 2)
+    await ClockCycles(clk, 3)
+    rst.value = 0
+    await ClockCycles(clk, 2)
     value, ok = await bus.read(REG["ID"])
     assert ok and value == ID_VALUE, f"ID reads {value:#x} (ok {ok})"
     name = kind if kind == "axi-lite" else f"wishbone ({os.environ.get('TINYHW_WISHBONE_MODE', 'classic')})"
+    if os.environ.get("TINYHW_VIA"):
+        name += f" through {os.environ['TINYHW_VIA']} at {BASE:#x}"
     return out, info, bus, name
 
 
@@ -126,7 +137,7 @@ async def wait_irq(dut, limit: int) -> int:
     for waited in range(limit):
         if dut.irq.value == 1:
             return waited
-        await RisingEdge(dut.clk)
+        await RisingEdge(getattr(dut, CLOCK))
     raise AssertionError(f"no irq after {limit} cycles")
 
 
@@ -172,7 +183,7 @@ async def run_design(dut):
                 dut._log.error(f"MISMATCH bank {sel} element {i}: got {g:#x}, expected {want:#x}")
     assert mismatches == 0, f"{mismatches} of {words} output words differ"
     assert await bus.write(REG["IRQ_STATUS"], 1)
-    await ClockCycles(dut.clk, 1)
+    await ClockCycles(getattr(dut, CLOCK), 1)
     assert dut.irq.value == 0, "irq still high after IRQ_STATUS was cleared"
     dut._log.info(f"PASS: {words} output words match, {measured} cycles (= the cycle model), over {name}")
 
@@ -212,7 +223,7 @@ async def run_c_driver(dut):
         try:
             kind, addr, value = requests.get_nowait()
         except queue.Empty:
-            await RisingEdge(dut.clk)
+            await RisingEdge(getattr(dut, CLOCK))
             continue
         accesses[0] += 1
         if kind == "w":
