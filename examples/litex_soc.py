@@ -20,6 +20,7 @@ platform and `add_tinyhw` as below.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 
@@ -86,7 +87,8 @@ class VerilogPlatform(GenericPlatform):
             fragment = fragment.get_fragment()
         self.finalize(fragment)
         Path(build_dir).mkdir(parents=True, exist_ok=True)
-        self.get_verilog(fragment, name=build_name).write(str(Path(build_dir) / f"{build_name}.v"))
+        with contextlib.chdir(build_dir):           # memory .init files land beside the Verilog
+            self.get_verilog(fragment, name=build_name).write(f"{build_name}.v")
 
 
 class TinyHWSoC(SoCCore):

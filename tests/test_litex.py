@@ -43,7 +43,8 @@ def test_the_litex_soc_builds_and_runs_the_design_through_its_bus(tmp_path, monk
     # the SoC's top as the testbench's top: its Verilog and the export's, one folder
     sim = tmp_path / "sim"
     shutil.copytree(hw, sim)
-    shutil.copyfile(soc_v, sim / "litex_soc.v")
+    for f in soc_v.parent.glob("litex_soc*"):               # the Verilog and its memories' .init files
+        shutil.copyfile(f, sim / f.name)
     log = run_cocotb(sim, top="litex_soc", sources=["litex_soc.v", "tinyhw_top.v"], monkeypatch=monkeypatch,
                      env={"TINYHW_BASE": hex(example.TINYHW_ORIGIN), "TINYHW_PORTS": "host,sys_clk,sys_rst",
                           "TINYHW_VIA": "a LiteX SoC"})
