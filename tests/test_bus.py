@@ -77,7 +77,14 @@ def add_int64() -> Point:
     return Point(compile_model(y, config=HardwareConfig(mem_read="sync")), (a * 3 + b,))
 
 
-POINTS = {"gemv_int8": gemv_int8, "mlp_fp32": mlp_fp32, "mixed_int16": mixed_int16, "add_int64": add_int64}
+def bitwise_uint8() -> Point:
+    """uint8 outputs and a bool one: a 1-bit element in a byte, the rest of the byte zero."""
+    case = designs.bitwise_uint8()
+    return Point(compile_model(*case.outputs, config=HardwareConfig(mem_read="sync")), case.reference)
+
+
+POINTS = {"gemv_int8": gemv_int8, "mlp_fp32": mlp_fp32, "mixed_int16": mixed_int16, "add_int64": add_int64,
+          "bitwise_uint8": bitwise_uint8}
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +159,7 @@ def pass_line(log: str) -> str:
     ("gemv_int8", "axi-lite", ""), ("gemv_int8", "wishbone", "classic"),
     ("mlp_fp32", "axi-lite", ""), ("mlp_fp32", "wishbone", "pipelined"),
     ("mixed_int16", "wishbone", "pipelined"), ("mixed_int16", "axi-lite", ""),
-    ("add_int64", "axi-lite", "")])
+    ("add_int64", "axi-lite", ""), ("bitwise_uint8", "wishbone", "classic")])
 def test_cocotb_loads_runs_and_reads_back_through_the_bus(exported, monkeypatch, name, bus, mode):
     point, out = exported(name, bus)
     log = run_cocotb(out, env={"TINYHW_WISHBONE_MODE": mode} if mode else None, monkeypatch=monkeypatch)
@@ -379,3 +386,14 @@ int main(void)
         sel = next(i for i, p in enumerate(design.host_ports) if (p.kernel, p.slot) == (ref.kernel, ref.slot))
         b = bmap.bank(sel)
         assert np.array_equal(image[b.offset:b.offset + b.elements], bank.astype(np.uint8)), f"bank {sel}"
+
+
+@pytest.mark.slow
+def test_a_bitstream_of_the_wrapped_design_builds(tmp_path):
+    """--bitstream with --bus: the wrapped top through Yosys, nextpnr and ecppack."""
+    from compiler.bitstream import write_bitstream
+    design = compile_model(*designs.gemv_int8(M=4, K=6).outputs, config=HardwareConfig(mem_read="sync"))
+    bit = write_bitstream(design=design, out_dir=tmp_path, device="25k", bus="wishbone")
+    assert b"Part: LFE5U-25F" in bit.path.read_bytes()[:64] and bit.fmax_mhz
+    netlist = json.loads((bit.log_dir / "netlist.json").read_text())
+    assert {"wb_cyc", "wb_ack", "irq"} <= set(netlist["modules"]["top"]["ports"])

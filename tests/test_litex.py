@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
 from compiler import export_design
 
+from test_bus import check_expected_files, gemv_int8, pass_line, run_cocotb
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bus import check_expected_files, gemv_int8, pass_line, run_cocotb  # noqa: E402
 
 litex = pytest.importorskip("litex", reason="LiteX not installed (the `test` extra installs it)")
 
