@@ -19,6 +19,9 @@ What lands in `out_dir`:
     interface.json   ports, host ports, buffers, the host-bus protocol, cycles, knobs and, when
                      given, resources (synthesis) and the clock reached (place-and-route)
     interface.md     the same for people
+    with `bus` (compiler.bus: "axi-lite" or "wishbone"), <top>.v is the design behind that bus,
+    tb.v drives the bus (compiler.bus_testbench), interface.* hold the register map, and
+    tinyhw.h, tinyhw.c and <top>.h are its C header and polling driver (compiler.bus_driver)
 
 Why the testbench loads memories through the host bus (the $readmemh files fill testbench
 arrays, not the design's memories): the design's memories have no initial contents (as in
@@ -87,12 +90,14 @@ class ExportedDesign:
     top: str
     cycles: int                  # the cycle model's count, which the testbench checks
     design: Design               # what was exported (e.g. for compiler.pnr.bitstream)
+    bus: str = "native"          # the bus the top presents (compiler.bus)
+    c_files: tuple[Path, ...] = ()   # the C header and driver, with a bus
 
 
 def export_design(*, design: Design, out_dir: str | Path, result: SimResult | None = None,
                   backend: str = "pysim", area: AreaReport | None = None, timing: TimingReport | None = None,
                   top: str = "tinyhw_top", source: dict[str, Any] | None = None,
-                  timeout: float | None = 600) -> ExportedDesign:
+                  timeout: float | None = 600, bus: str = "native") -> ExportedDesign:
     """Write the Verilog, memory files, testbench and interface description of `design` to
     `out_dir` (created; files there of the same names are replaced, and earlier mem/*.hex removed).
 
@@ -100,9 +105,14 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
     without it the design is simulated here with `backend`. Its cycle count must equal the
     cycle model. `area` (compiler.synth.area.AreaReport) and `timing` (compiler.pnr.timing.TimingReport)
     go into the interface description when given; they are never estimated. `source`: where
-    the design came from (e.g. the explorer's study, trial, model and dtype), recorded as is."""
+    the design came from (e.g. the explorer's study, trial, model and dtype), recorded as is.
+    `bus`: "native" (the host bus on the pins), "axi-lite" or "wishbone" (compiler.bus); an
+    unknown bus, or one that cannot wrap the design, is a BusError before anything is written."""
+    from .bus import check_bus, wrap
     if not _IDENT.match(top):
         raise ValueError(f"top: expected a Verilog identifier, got {top!r}")
+    check_bus(bus)
+    wrapper = None if bus == "native" else wrap(design, bus)
     cycles = design.cycle_model().total
     if result is None:
         from . import simulate                  # the package's simulate(): back-end choice included
@@ -114,23 +124,44 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
     (out / "mem").mkdir(parents=True, exist_ok=True)
     for stale in [*(out / "mem").glob("in*.hex"), *(out / "mem").glob("expected*.hex")]:
         stale.unlink()                     # an earlier export's banks would mislead a reader
-    verilog = write_verilog(design, out, top=top, timeout=timeout)
+    verilog = write_verilog(design, out, top=top, timeout=timeout, module=wrapper)
     ports = _write_memories(design, out, result)
     testbench = out / "tb.v"
-    atomic_write_text(testbench, testbench_verilog(design, ports, top=top, cycles=cycles))
-    info = interface(design, ports, top=top, cycles=cycles, area=area, timing=timing, source=source)
+    c_files: list[Path] = []
+    if wrapper is None:
+        atomic_write_text(testbench, testbench_verilog(design, ports, top=top, cycles=cycles))
+        for stale in (out / "tinyhw.h", out / "tinyhw.c", out / f"{top}.h"):
+            stale.unlink(missing_ok=True)    # an earlier bus export's driver: not for this top
+    else:
+        from .bus_driver import DRIVER_C, DRIVER_H, design_header
+        from .bus_testbench import bus_testbench_verilog
+        bmap = wrapper.bmap
+        atomic_write_text(testbench, bus_testbench_verilog(bmap, ports, bus=bus, top=top, cycles=cycles,
+                                                           name=design.name()))
+        shapes = dict(zip(design.graph.outputs, design.output_shapes))
+        for name, text in (("tinyhw.h", DRIVER_H), ("tinyhw.c", DRIVER_C),
+                           (f"{top}.h", design_header(bmap, top=top, bus=bus, name=design.name(), cycles=cycles,
+                                                      inputs=list(design.graph.inputs),
+                                                      outputs=list(design.graph.outputs), shapes=shapes))):
+            atomic_write_text(out / name, text)
+            c_files.append(out / name)
+    info = interface(design, ports, top=top, cycles=cycles, area=area, timing=timing, source=source,
+                     module=wrapper, bus=bus, bmap=None if wrapper is None else wrapper.bmap)
     atomic_write_text(out / "interface.json", json.dumps(info, indent=2) + "\n")
     atomic_write_text(out / "interface.md", interface_markdown(info))
     return ExportedDesign(out, verilog, testbench, out / "interface.json", out / "interface.md",
-                          tuple(ports), top, cycles, design)
+                          tuple(ports), top, cycles, design, bus, tuple(c_files))
 
 
-def write_verilog(design: Design, out_dir: Path, *, top: str, timeout: float | None = 600) -> Path:
-    """`<top>.v` in `out_dir`, converted by Yosys in `out_dir/.yosys/` (its log stays there)."""
+def write_verilog(design: Design, out_dir: Path, *, top: str, timeout: float | None = 600,
+                  module: Any = None) -> Path:
+    """`<top>.v` in `out_dir`, converted by Yosys in `out_dir/.yosys/` (its log stays there);
+    `module`: the component to convert instead of the design's top (a bus wrapper)."""
     from amaranth.back import rtlil
     work = out_dir / ".yosys"
     work.mkdir(parents=True, exist_ok=True)
-    (work / "design.il").write_text(rtlil.convert(design.top, name=top, emit_src=False))
+    (work / "design.il").write_text(rtlil.convert(design.top if module is None else module, name=top,
+                                                  emit_src=False))
     yosys(VERILOG_SCRIPT.format(top=top), cwd=work, log_name="verilog.log", timeout=timeout)
     path = out_dir / f"{top}.v"
     (work / f"{top}.v").replace(path)
@@ -281,9 +312,11 @@ PROTOCOL = {
 
 def interface(design: Design, ports: list[PortFile], *, top: str, cycles: int,
               area: AreaReport | None = None, timing: TimingReport | None = None,
-              source: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The interface description as plain JSON data."""
-    sig = design.top.signature.members
+              source: dict[str, Any] | None = None, module: Any = None, bus: str = "native",
+              bmap: Any = None) -> dict[str, Any]:
+    """The interface description as plain JSON data; with a bus wrapper (`module`), its ports
+    and the register map (`bmap`, compiler.bus.BusMap) under "bus"."""
+    sig = (design.top if module is None else module).signature.members
     port_list = [{"name": "clk", "direction": "in", "width": 1}, {"name": "rst", "direction": "in", "width": 1}]
     port_list += [{"name": name, "direction": "in" if m.flow.name == "In" else "out", "width": Shape.cast(m.shape).width}
                   for name, m in sig.items()]
@@ -303,7 +336,8 @@ def interface(design: Design, ports: list[PortFile], *, top: str, cycles: int,
         "ports": port_list,
         "host_ports": [asdict(p) for p in ports],
         "buffers": buffers,
-        "protocol": PROTOCOL,
+        "protocol": PROTOCOL if module is None else BUS_PROTOCOL[bus],
+        "bus": {"kind": bus, **({} if bmap is None else {"map": bmap.as_dict(), "c": ["tinyhw.h", "tinyhw.c", f"{top}.h"]})},
         "host_read_latency": design.top.host_read_latency,
         "cycles": {"total": cycles, "kernels": [list(k) for k in cm.kernels], "copies": cm.copies},
         "knobs": design.config.as_dict(),
@@ -329,9 +363,14 @@ def interface_markdown(info: dict[str, Any]) -> str:
     lines += [
              "## Ports", "", "| port | direction | bits |", "|---|---|---|"]
     lines += [f"| `{p['name']}` | {p['direction']} | {p['width']} |" for p in info["ports"]]
-    lines += ["", "## Host bus", ""]
+    bus = info.get("bus", {}).get("kind", "native")
+    lines += ["", "## Host bus" if bus == "native" else f"## Bus: {bus}", ""]
     lines += [f"- **{k.replace('_', ' ')}**: {v}." for k, v in info["protocol"].items()]
-    lines += ["", "| host_sel | role | buffer | kernel memory | words | bits | file |", "|---|---|---|---|---|---|---|"]
+    if bus != "native":
+        from .bus import map_markdown
+        lines += ["", *map_markdown(info["bus"]["map"], top=info["top"])]
+    lines += ["", "Memory banks (`host_sel` = bank) and the files of their words:", "",
+              "| host_sel | role | buffer | kernel memory | words | bits | file |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {p['sel']} | {p['role']} | {p['buffer']} | k{p['kernel']}.{p['memory']} | {p['depth']} | "
               f"{p['width']} | `{p['file']}` |" for p in info["host_ports"]]
     lines += ["", "| buffer | role | dtype | elements | shape | host_sel |", "|---|---|---|---|---|---|"]
@@ -357,3 +396,26 @@ def interface_markdown(info: dict[str, Any]) -> str:
                      f"{clk['target_mhz']:g} MHz): {clk['latency_us']:.2f} us per run.")
     lines += ["", "## Knobs", "", ", ".join(f"{k}={v}" for k, v in info["knobs"].items()), ""]
     return "\n".join(lines)
+
+
+BUS_PROTOCOL = {
+    "axi-lite": {
+        "clock": "one clock `clk`, all logic on its rising edge; `rst` is a synchronous reset (active high)",
+        "bus": "AXI4-Lite slave `s_axi_*`: 32-bit data, byte addresses, WSTRB byte enables, one access at a "
+               "time; an error answers SLVERR. `irq` is high while IRQ_STATUS.DONE and IRQ_ENABLE are set",
+        "run": "write the inputs into their banks, then 1 to CTRL; STATUS.DONE (or `irq`) says the run ended; "
+               "CYCLES holds its cycle count; read the outputs from their banks",
+        "idle_only": "memory banks answer only while the design is idle (STATUS.BUSY low); registers always",
+        "persistence": "inputs stay in their memories across runs: write only what changes before the next start",
+    },
+    "wishbone": {
+        "clock": "one clock `clk`, all logic on its rising edge; `rst` is a synchronous reset (active high)",
+        "bus": "Wishbone B4 slave `wb_*`: 32-bit data, 8-bit granularity (SEL), word addresses (`wb_adr` = "
+               "byte address / 4, as LiteX), classic cycles; pipelined masters use `wb_stall` (one access at a "
+               "time); an error answers ERR. `irq` is high while IRQ_STATUS.DONE and IRQ_ENABLE are set",
+        "run": "write the inputs into their banks, then 1 to CTRL; STATUS.DONE (or `irq`) says the run ended; "
+               "CYCLES holds its cycle count; read the outputs from their banks",
+        "idle_only": "memory banks answer only while the design is idle (STATUS.BUSY low); registers always",
+        "persistence": "inputs stay in their memories across runs: write only what changes before the next start",
+    },
+}

@@ -123,6 +123,22 @@ def add_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--export", type=Path, metavar="DIR",
                    help="also write the point's Verilog, memory files, testbench and interface to DIR "
                         "(docs/export.md); only when the point evaluates OK")
+    add_bus(p)
+
+
+def add_bus(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bus", default="native", metavar="BUS",
+                   help="the exported top's bus: native (the design's host bus), axi-lite or wishbone (a "
+                        "wrapper with a register map, an interrupt and a C driver; docs/export.md)")
+
+
+def checked_bus(args: argparse.Namespace) -> str:
+    """--bus, checked before any work (an unknown name: one line naming the closest)."""
+    from compiler.bus import BusError, check_bus
+    try:
+        return check_bus(args.bus)
+    except BusError as e:
+        raise CliError(f"--bus: {e}") from None
 
 
 def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -177,6 +193,9 @@ def run_eval(args: argparse.Namespace) -> int:
     from dse.frozen import FrozenMap
     from dse.models.zoo import DTYPES
     spec = load_spec(args.spec)
+    bus = checked_bus(args)
+    if bus != "native" and not args.export:
+        raise CliError("--bus goes with --export DIR")
     try:
         spec.model(args.model)
     except KeyError as e:
@@ -212,7 +231,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.export:
         from dse.export import export_point
         exp = _guarded(lambda: export_point(model=spec.model(args.model), point=point, out_dir=args.export,
-                                            data_seed=args.seed, sim_backend=args.sim, measured=row))
+                                            data_seed=args.seed, sim_backend=args.sim, measured=row, bus=bus))
         if exp is None:
             return EXIT_GATE_FAILED
         print(_exported(exp), file=sys.stderr if args.json else sys.stdout)   # stdout: only the JSON row
@@ -265,6 +284,7 @@ def add_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sim", choices=["auto", "cxxrtl", "pysim"], default="auto",
                    help="simulator giving the testbench's expected outputs (default auto: CXXRTL, else pysim)")
     p.add_argument("--top", default="tinyhw_top", help="the Verilog top module's name (default tinyhw_top)")
+    add_bus(p)
     p.add_argument("--bitstream", metavar="PART",
                    help="also build an ECP5 bitstream for PART (e.g. LFE5U-25F, 45k, 85k; target ecp5 only)")
     p.add_argument("--package", metavar="PKG", help="the bitstream's package (default: the part's first with enough pins)")
@@ -313,6 +333,7 @@ def run_export(args: argparse.Namespace) -> int:
     from dse.export import ExportError, export_point, find_trial
     from dse.spec import load_spec
     spec = load_spec(args.spec) if args.spec else None
+    bus = checked_bus(args)
     settings_given = any(getattr(args, flag) is not None for flag in BITSTREAM_SETTINGS)
     if not args.bitstream and (args.package or args.lpf or settings_given):
         raise CliError("--package, --lpf, --router, --placer, --pnr-seed and --freq-mhz go with --bitstream PART")
@@ -332,14 +353,15 @@ def run_export(args: argparse.Namespace) -> int:
         pnr = bitstream_settings(args, trial.measured)          # bad settings: refused before any work
     exp = _guarded(lambda: export_point(model=trial.model, point=trial.point, out_dir=args.out,
                                         data_seed=trial.data_seed, sim_backend=args.sim, measured=trial.measured,
-                                        top=args.top, source={"results": str(args.results), "trial": trial.number}))
+                                        top=args.top, source={"results": str(args.results), "trial": trial.number},
+                                        bus=bus))
     if exp is None:
         return EXIT_GATE_FAILED
     print(_exported(exp))
     if args.bitstream:
         from compiler.pnr.bitstream import write_bitstream
         bit = _guarded(lambda: write_bitstream(design=exp.design, out_dir=args.out, device=args.bitstream,
-                                               package=args.package, lpf=args.lpf, name=args.top, **pnr))
+                                               package=args.package, lpf=args.lpf, name=args.top, bus=bus, **pnr))
         if bit is None:
             return EXIT_GATE_FAILED
         fmax = f"{bit.fmax_mhz:.1f} MHz" if bit.fmax_mhz else "Fmax not reported"
@@ -364,8 +386,10 @@ def _guarded(run: Callable[[], Any]) -> Any:
 
 
 def _exported(exp) -> str:
-    return (f"exported to {exp.out_dir}: {exp.verilog.name}, {exp.testbench.name}, {exp.interface_md.name}, "
-            f"{exp.interface_json.name}, {len(exp.ports)} memory files in mem/ ({exp.cycles} cycles); "
+    bus = f" behind {exp.bus}" if exp.bus != "native" else ""
+    c = "".join(f", {p.name}" for p in exp.c_files)
+    return (f"exported to {exp.out_dir}{bus}: {exp.verilog.name}, {exp.testbench.name}, {exp.interface_md.name}, "
+            f"{exp.interface_json.name}{c}, {len(exp.ports)} memory files in mem/ ({exp.cycles} cycles); "
             f"check it with: cd {exp.out_dir} && iverilog -g2012 -o tb.vvp {exp.verilog.name} tb.v && vvp tb.vvp")
 
 

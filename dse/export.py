@@ -48,9 +48,11 @@ class TrialPoint:
 
 def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, data_seed: int = 0,
                  sim_backend: str = "auto", measured: Mapping[str, Any] | None = None,
-                 top: str = "tinyhw_top", source: Mapping[str, Any] | None = None) -> ExportedDesign:
-    """Rebuild `point`, simulate it and export it (compiler.export_design) to `out_dir`;
-    `source` (e.g. the study and trial) is added to what the interface says the design is."""
+                 top: str = "tinyhw_top", source: Mapping[str, Any] | None = None,
+                 bus: str = "native") -> ExportedDesign:
+    """Rebuild `point`, simulate it and export it (compiler.export_design) to `out_dir`, behind
+    `bus` (compiler.bus); `source` (e.g. the study and trial) is added to what the interface
+    says the design is."""
     built = model.build(point.dtype)
     arrays, _ = point_arrays(model, point.dtype, built, data_seed)   # trained weights, as evaluated
     design = compile_model(built.forward(*input_tensors(built, arrays)), config=point.hardware_config())
@@ -62,7 +64,7 @@ def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, d
     result = Simulator(sim_backend).run(design, None)
     origin = {"model": model.describe(), "dtype": point.dtype, "data_seed": data_seed, **(source or {})}
     return export_design(design=design, out_dir=out_dir, result=result, area=_area(measured),
-                         timing=_timing(measured), top=top, source=origin)
+                         timing=_timing(measured), top=top, source=origin, bus=bus)
 
 
 def _present(v: Any) -> bool:

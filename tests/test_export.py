@@ -204,6 +204,39 @@ def test_dse_export_bad_input_exits_2(swept, tmp_path, capsys):
 
 @pytest.mark.slow
 @needs_iverilog
+def test_dse_export_behind_a_bus_passes_its_bus_testbench(swept, tmp_path, capsys):
+    """--bus: the trial behind AXI4-Lite, with its C driver; tb.v drives the bus (tests/test_bus.py
+    runs the cocotb testbenches)."""
+    from dse.cli import main
+    out = tmp_path / "hw"
+    assert main(["export", str(swept / "results" / "exp"), "--trial", "0", "--out", str(out), "--sim", "pysim",
+                 "--bus", "axi-lite"]) == 0
+    assert f"exported to {out} behind axi-lite: tinyhw_top.v, tb.v, interface.md, interface.json, tinyhw.h, " \
+           "tinyhw.c, tinyhw_top.h" in capsys.readouterr().out
+    info = json.loads((out / "interface.json").read_text())
+    assert info["bus"]["kind"] == "axi-lite" and info["resources"] is not None     # the sweep's figures stay
+    run = run_testbench(out)
+    assert run.returncode == 0 and f"cycles (= the cycle model), over axi-lite" in run.stdout, run.stdout + run.stderr
+
+
+def test_dse_export_bad_bus_exits_2_in_one_line(swept, tmp_path, capsys):
+    from dse.cli import main
+    results = str(swept / "results" / "exp")
+    assert main(["export", results, "--trial", "0", "--out", str(tmp_path / "a"), "--bus", "axilite"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: --bus: unknown bus 'axilite'; did you mean 'axi-lite'? known: native, axi-lite, "
+                   "wishbone, axi-stream\n")
+    assert main(["export", results, "--trial", "0", "--out", str(tmp_path / "b"), "--sim", "pysim",
+                 "--bus", "axi-stream"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: export: bus 'axi-stream' streams samples into a dataflow design; k0_") \
+        and err.endswith("is a sequential design (memories loaded over a bus, then run): use axi-lite or wishbone\n")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    assert main(["eval", str(swept / "spec.yaml"), "--model", "g", "--dtype", "int8", "--bus", "wishbone"]) == 2
+    assert capsys.readouterr().err == "error: --bus goes with --export DIR\n"
+
+
+@needs_iverilog
 def test_dse_eval_export_passes_its_testbench(tmp_path, capsys):
     from dse.cli import main
     (tmp_path / "spec.yaml").write_text(SPEC)

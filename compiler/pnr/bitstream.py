@@ -45,13 +45,14 @@ class Bitstream:
 def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package: str | None = None,
                     lpf: str | Path | None = None, freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = DEFAULT_SEED,
                     router: str = DEFAULT_ROUTER, placer: str = DEFAULT_PLACER,
-                    name: str = "tinyhw_top", timeout: float | None = 1800) -> Bitstream:
+                    name: str = "tinyhw_top", timeout: float | None = 1800, bus: str = "native") -> Bitstream:
     """`out_dir/<name>_<device>_<package>.bit`; the tools' files go to `out_dir/.bitstream/`.
     `package` defaults to the part's first package with enough pins. Raises ValueError for an
     unknown part or package or a missing LPF, ToolError when a tool fails (nextpnr also when
     the design does not fit the part: its log says which resource ran out). `freq_mhz`, `seed`,
     `router`, `placer`: nextpnr's settings (compiler.pnr.timing.place_and_route's); the Fmax an
-    explorer's sweep measured is reproduced by giving the settings it ran with."""
+    explorer's sweep measured is reproduced by giving the settings it ran with. `bus`: the
+    design behind that bus wrapper (compiler.bus), as `export_design(bus=...)` writes it."""
     dev = find_device("ecp5", device)
     if lpf is not None and not Path(lpf).is_file():
         raise ValueError(f"lpf: no such file {str(lpf)!r}")
@@ -59,7 +60,14 @@ def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package
     if package is not None and package.upper() not in known:
         raise ValueError(f"unknown package {package!r} for {dev.name}; known: {', '.join(known)}")
     work = Path(out_dir) / ".bitstream"
-    area = synthesize(design, "ecp5", work / "synth", timeout=timeout, netlist=True, exact_init=True)
+    if bus == "native":
+        area = synthesize(design, "ecp5", work / "synth", timeout=timeout, netlist=True, exact_init=True)
+    else:
+        from amaranth.back import rtlil
+        from .bus import wrap
+        from .synth import synthesize_rtlil
+        area = synthesize_rtlil(rtlil.convert(wrap(design, bus), name="top"), "ecp5", work / "synth", timeout=timeout,
+                                netlist=True, mul=design.config.mul)
     netlist = json.loads(Path(area.netlist_path).read_text())
     top, _cells, pins = netlist_summary(netlist)
     package = (package or dev.package_for(pins) or "").upper()
