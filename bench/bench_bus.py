@@ -1,4 +1,4 @@
-"""What the bus wrappers (compiler.bus) cost on one design point: area from Yosys `synth_ecp5`
+"""What the bus wrappers (compiler.bus.wrapper) cost on one design point: area from Yosys `synth_ecp5`
 and Fmax from nextpnr-ecp5, for the design's own top (native host bus) and the same design
 behind AXI4-Lite and behind Wishbone.
 
@@ -30,10 +30,10 @@ import numpy as np  # noqa: E402
 from tinygrad import Tensor  # noqa: E402
 
 from compiler import HardwareConfig, compile_model, simulate  # noqa: E402
-from compiler import rtlil_text  # noqa: E402
-from compiler.bus import wrap  # noqa: E402
-from compiler.pnr import place_and_route  # noqa: E402
-from compiler.synth import synthesize_rtlil  # noqa: E402
+from compiler.bus.wrapper import wrap  # noqa: E402
+from compiler.pnr.timing import place_and_route  # noqa: E402
+from compiler.synth import rtlil_text  # noqa: E402
+from compiler.synth.area import synthesize_rtlil  # noqa: E402
 
 VARIANTS = ("native", "axi-lite", "wishbone")
 

@@ -11,7 +11,7 @@ single-cycle designs (fp_pipeline 0).
 
 Columns: C = the stage in which stores commit (the cycles each kernel run adds), L = rows
 interleaved through a float sum (accumulator ways), parts = block-RAM parts of the deepest
-split memory (compiler/hw/pipeline.py, compiler/transform.py).
+split memory (compiler/hw/pipeline.py, compiler/passes/split_deep.py).
 
 Usage: python bench/bench_timing.py [--dtypes int8 fp32] [--M 128 --K 784] [--device 85k]
                                     [--pipelines 0 1 2 3] [--jobs 2] [--no-sim] [--no-cache]

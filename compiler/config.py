@@ -32,7 +32,7 @@ class HardwareConfig:
         iteration and result stores after it into its last one (True, the default), so a
         sequential GEMV takes M*K + 1 cycles instead of M*(K + 2) + 1. Cost: a compare of the
         loop counters and a multiplexer per accumulator. Only applied where it is safe
-        (compiler/transform.py says when); elsewhere the steps stay as they are.
+        (compiler/passes/fuse.py says when); elsewhere the steps stay as they are.
     lanes: P output elements computed per cycle along the innermost output loop of each
         kernel (default 1). Why: P times fewer cycles for elementwise kernels, GEMV rows,
         output columns of matmul/conv. Cost: P copies of the datapath and accumulators, and

@@ -19,9 +19,9 @@ What lands in `out_dir`:
     interface.json   ports, host ports, buffers, the host-bus protocol, cycles, knobs and, when
                      given, resources (synthesis) and the clock reached (place-and-route)
     interface.md     the same for people
-    with `bus` (compiler.bus: "axi-lite" or "wishbone"), <top>.v is the design behind that bus,
-    tb.v drives the bus (compiler.bus_testbench), interface.* hold the register map, and
-    tinyhw.h, tinyhw.c and <top>.h are its C header and polling driver (compiler.bus_driver)
+    with `bus` (compiler.bus.wrapper: "axi-lite" or "wishbone"), <top>.v is the design behind that bus,
+    tb.v drives the bus (compiler.bus.testbench), interface.* hold the register map, and
+    tinyhw.h, tinyhw.c and <top>.h are its C header and polling driver (compiler.bus.c_driver)
 
 Why the testbench loads memories through the host bus (the $readmemh files fill testbench
 arrays, not the design's memories): the design's memories have no initial contents (as in
@@ -90,7 +90,7 @@ class ExportedDesign:
     top: str
     cycles: int                  # the cycle model's count, which the testbench checks
     design: Design               # what was exported (e.g. for compiler.pnr.bitstream)
-    bus: str = "native"          # the bus the top presents (compiler.bus)
+    bus: str = "native"          # the bus the top presents (compiler.bus.wrapper)
     c_files: tuple[Path, ...] = ()   # the C header and driver, with a bus
 
 
@@ -106,9 +106,9 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
     cycle model. `area` (compiler.synth.area.AreaReport) and `timing` (compiler.pnr.timing.TimingReport)
     go into the interface description when given; they are never estimated. `source`: where
     the design came from (e.g. the explorer's study, trial, model and dtype), recorded as is.
-    `bus`: "native" (the host bus on the pins), "axi-lite" or "wishbone" (compiler.bus); an
+    `bus`: "native" (the host bus on the pins), "axi-lite" or "wishbone" (compiler.bus.wrapper); an
     unknown bus, or one that cannot wrap the design, is a BusError before anything is written."""
-    from .bus import check_bus, wrap
+    from .bus.wrapper import check_bus, wrap
     if not _IDENT.match(top):
         raise ValueError(f"top: expected a Verilog identifier, got {top!r}")
     check_bus(bus)
@@ -133,8 +133,8 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
         for stale in (out / "tinyhw.h", out / "tinyhw.c", out / f"{top}.h"):
             stale.unlink(missing_ok=True)    # an earlier bus export's driver: not for this top
     else:
-        from .bus_driver import DRIVER_C, DRIVER_H, design_header
-        from .bus_testbench import bus_testbench_verilog
+        from .bus.c_driver import DRIVER_C, DRIVER_H, design_header
+        from .bus.testbench import bus_testbench_verilog
         bmap = wrapper.bmap
         atomic_write_text(testbench, bus_testbench_verilog(bmap, ports, bus=bus, top=top, cycles=cycles,
                                                            name=design.name()))
@@ -367,7 +367,7 @@ def interface_markdown(info: dict[str, Any]) -> str:
     lines += ["", "## Host bus" if bus == "native" else f"## Bus: {bus}", ""]
     lines += [f"- **{k.replace('_', ' ')}**: {v}." for k, v in info["protocol"].items()]
     if bus != "native":
-        from .bus import map_markdown
+        from .bus.wrapper import map_markdown
         lines += ["", *map_markdown(info["bus"]["map"], top=info["top"])]
     lines += ["", "Memory banks (`host_sel` = bank) and the files of their words:", "",
               "| host_sel | role | buffer | kernel memory | words | bits | file |", "|---|---|---|---|---|---|---|"]

@@ -134,7 +134,7 @@ def add_bus(p: argparse.ArgumentParser) -> None:
 
 def checked_bus(args: argparse.Namespace) -> str:
     """--bus, checked before any work (an unknown name: one line naming the closest)."""
-    from compiler.bus import BusError, check_bus
+    from compiler.bus.wrapper import BusError, check_bus
     try:
         return check_bus(args.bus)
     except BusError as e:

@@ -51,7 +51,7 @@ def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, d
                  top: str = "tinyhw_top", source: Mapping[str, Any] | None = None,
                  bus: str = "native") -> ExportedDesign:
     """Rebuild `point`, simulate it and export it (compiler.export_design) to `out_dir`, behind
-    `bus` (compiler.bus); `source` (e.g. the study and trial) is added to what the interface
+    `bus` (compiler.bus.wrapper); `source` (e.g. the study and trial) is added to what the interface
     says the design is."""
     built = model.build(point.dtype)
     arrays, _ = point_arrays(model, point.dtype, built, data_seed)   # trained weights, as evaluated

@@ -1,4 +1,4 @@
-"""compiler.bus: exported designs behind AXI4-Lite and Wishbone, verified as hardware engineers
+"""compiler.bus.wrapper: exported designs behind AXI4-Lite and Wishbone, verified as hardware engineers
 verify IP: cocotb testbenches (tests/cocotb_bus/bus_tb.py) on Icarus Verilog drive the bus with
 cocotbext-axi and cocotbext-wishbone, load the inputs, start, wait for the interrupt and compare
 every output word with the golden outputs; the exported C driver runs the same design through
@@ -23,10 +23,10 @@ from tinygrad import Tensor, dtypes
 
 from compiler import HardwareConfig, compile_model, export_design
 from compiler import dtypes as dt
-from compiler.bus import BusError, bus_map, check_bus, wrap
-from compiler.simulate import input_words
+from compiler.bus.wrapper import BusError, bus_map, check_bus, wrap
+from compiler.sim.memory_io import input_words
 import designs
-from dse import zoo
+from dse.models import zoo
 
 HERE = Path(__file__).resolve().parent
 COCOTB_DIR = HERE / "cocotb_bus"
@@ -351,7 +351,7 @@ def test_the_interface_and_the_c_header_state_the_map(tmp_path):
 
 @needs_cc
 def test_the_c_driver_places_every_element_where_the_layout_does(tmp_path):
-    """The driver's walk of the layout (compiler.bus_driver) against compiler/layout.py: it
+    """The driver's walk of the layout (compiler.bus.c_driver) against compiler/hw/layout.py: it
     writes a buffer of distinct elements into a memory image of the map, which must hold the
     banks scatter() gives, and reads it back unchanged."""
     design = compile_model(*designs.gemv_int8(M=6, K=10).outputs,
@@ -391,7 +391,7 @@ int main(void)
 @pytest.mark.slow
 def test_a_bitstream_of_the_wrapped_design_builds(tmp_path):
     """--bitstream with --bus: the wrapped top through Yosys, nextpnr and ecppack."""
-    from compiler.bitstream import write_bitstream
+    from compiler.pnr.bitstream import write_bitstream
     design = compile_model(*designs.gemv_int8(M=4, K=6).outputs, config=HardwareConfig(mem_read="sync"))
     bit = write_bitstream(design=design, out_dir=tmp_path, device="25k", bus="wishbone")
     assert b"Part: LFE5U-25F" in bit.path.read_bytes()[:64] and bit.fmax_mhz

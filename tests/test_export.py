@@ -216,7 +216,7 @@ def test_dse_export_behind_a_bus_passes_its_bus_testbench(swept, tmp_path, capsy
     info = json.loads((out / "interface.json").read_text())
     assert info["bus"]["kind"] == "axi-lite" and info["resources"] is not None     # the sweep's figures stay
     run = run_testbench(out)
-    assert run.returncode == 0 and f"cycles (= the cycle model), over axi-lite" in run.stdout, run.stdout + run.stderr
+    assert run.returncode == 0 and "cycles (= the cycle model), over axi-lite" in run.stdout, run.stdout + run.stderr
 
 
 def test_dse_export_bad_bus_exits_2_in_one_line(swept, tmp_path, capsys):

@@ -52,7 +52,7 @@ def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package
     the design does not fit the part: its log says which resource ran out). `freq_mhz`, `seed`,
     `router`, `placer`: nextpnr's settings (compiler.pnr.timing.place_and_route's); the Fmax an
     explorer's sweep measured is reproduced by giving the settings it ran with. `bus`: the
-    design behind that bus wrapper (compiler.bus), as `export_design(bus=...)` writes it."""
+    design behind that bus wrapper (compiler.bus.wrapper), as `export_design(bus=...)` writes it."""
     dev = find_device("ecp5", device)
     if lpf is not None and not Path(lpf).is_file():
         raise ValueError(f"lpf: no such file {str(lpf)!r}")
@@ -64,8 +64,8 @@ def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package
         area = synthesize(design, "ecp5", work / "synth", timeout=timeout, netlist=True, exact_init=True)
     else:
         from amaranth.back import rtlil
-        from .bus import wrap
-        from .synth import synthesize_rtlil
+        from ..bus.wrapper import wrap
+        from ..synth.area import synthesize_rtlil
         area = synthesize_rtlil(rtlil.convert(wrap(design, bus), name="top"), "ecp5", work / "synth", timeout=timeout,
                                 netlist=True, mul=design.config.mul)
     netlist = json.loads(Path(area.netlist_path).read_text())

@@ -400,7 +400,7 @@ class Arith:
         flush to (signed) zero on load and store, and magnitudes above the format's largest
         finite value become inf instead of rounding down to it.
     sum_tree: U > 1 sums a float reduction the way the hardware does with fp_sum="tree" and
-        reduce_unroll=U (compiler/transform.py `parallelize`): the innermost reduction loop
+        reduce_unroll=U (compiler/passes/parallelize.py): the innermost reduction loop
         (bound K) takes U products per step, adds them as a balanced tree, neighbours first,
         with the terms past K read as -0.0, and adds the tree to the accumulator. U is
         clamped to K as the compiler clamps it. Integer sums are the same in any order.

@@ -1,4 +1,4 @@
-"""cocotb testbench of a design exported behind a bus (compiler.bus), run by tests/test_bus.py
+"""cocotb testbench of a design exported behind a bus (compiler.bus.wrapper), run by tests/test_bus.py
 in Icarus Verilog: the export folder (environment TINYHW_EXPORT) is read as a user would read
 it (interface.json, mem/*.hex), the bus is driven by cocotbext-axi's AxiLiteMaster or
 cocotbext-wishbone's WishboneMaster (TINYHW_WISHBONE_MODE: classic or pipelined).

@@ -1,4 +1,4 @@
-"""The plain-Verilog self-checking testbench of a design exported behind a bus (compiler.bus),
+"""The plain-Verilog self-checking testbench of a design exported behind a bus (compiler.bus.wrapper),
 for users without Python: the same test as the native testbench (compiler.export), driven
 through AXI4-Lite or Wishbone as a processor would.
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .bus import ID_VALUE, IRQ_DONE, REG, BusMap
+from .wrapper import ID_VALUE, IRQ_DONE, REG, BusMap
 
 _AXI_TASKS = """\
   reg [ADDR_BITS-1:0] awaddr = 0, araddr = 0;

@@ -12,8 +12,8 @@ window its elements sit back to back in containers of 8, 16, 32 or 64 bits (the 
 holds the element: int8 at byte addresses, fp16 at half-words, fp32 at words, int64 at
 double-words, low word first), as a C array of that type would; so a 32-bit bus word holds
 four int8 elements or two fp16. A buffer is spread over its banks by the compiler's layout
-(`BusMap.holders`: the same digits as compiler/layout.py), which the C driver
-(compiler.bus_driver) walks.
+(`BusMap.holders`: the same digits as compiler/hw/layout.py), which the C driver
+(compiler.bus.c_driver) walks.
 
 Access rules, each a fact a driver may rely on:
 - a register access is answered at any time; a memory access only while the design is idle,
@@ -43,7 +43,7 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .design import Design
+from ..design import Design
 
 BUSES = ("native", "axi-lite", "wishbone")
 """`--bus` values: the design's own host bus, or a wrapper."""
@@ -126,7 +126,7 @@ class BankWindow:
 
 @dataclass(frozen=True)
 class Dim:
-    """A digit of a layout (compiler/layout.py): element index = sum(digit * stride)."""
+    """A digit of a layout (compiler/hw/layout.py): element index = sum(digit * stride)."""
     stride: int
     extent: int
     factor: int                          # lanes it is split into

@@ -1,4 +1,4 @@
-"""C for a design exported behind a bus (compiler.bus): the register offsets and the design's
+"""C for a design exported behind a bus (compiler.bus.wrapper): the register offsets and the design's
 address map as a header, and a small polling driver.
 
     tinyhw.h    the register map (offsets, bits), the layout records, the driver's API, and the
@@ -10,7 +10,7 @@ address map as a header, and a small polling driver.
                 of banks holding it) and the cycle model's count
 
 The driver places element e of a buffer in its banks with the compiler's layout
-(compiler/layout.py), walking it backwards: for each word of each bank it finds the element
+(compiler/hw/layout.py), walking it backwards: for each word of each bank it finds the element
 that lives there (or none: a padding word), so it writes and reads whole 32-bit bus words.
 Usage, for an accelerator at BASE:
 
@@ -22,7 +22,7 @@ Usage, for an accelerator at BASE:
 """
 from __future__ import annotations
 
-from .bus import CTRL_START, ID_VALUE, IRQ_DONE, REGISTERS, STATUS_BUSY, STATUS_DONE, BusMap
+from .wrapper import CTRL_START, ID_VALUE, IRQ_DONE, REGISTERS, STATUS_BUSY, STATUS_DONE, BusMap
 
 DRIVER_H = f"""\
 /* tinyhw bus driver: the register map of a tinyhw design behind AXI4-Lite or Wishbone, and a
