@@ -39,7 +39,7 @@ from .passes.interleave import interleave
 from .passes.parallelize import parallelize
 from .passes.split_deep import split_deep
 
-__all__ = ["HardwareConfig", "compile_model", "simulate", "simulate_many", "export_design", "Design", "SimResult",
+__all__ = ["HardwareConfig", "compile_model", "layer_names", "simulate", "simulate_many", "export_design", "Design", "SimResult",
            "ExportedDesign", "CompileError", "UnsupportedError"]
 
 
@@ -51,7 +51,12 @@ def compile_model(*outputs, config: HardwareConfig | None = None) -> Design:
     shapes = tuple(tuple(int(d) for d in t.shape) for t in outputs)
     graph = trace(*outputs)
     sources = _dump("lower", [lower(k) for k in graph.kernels])
-    parallel = [parallelize(k, config.lanes, config.reduce_unroll, fp_sum=config.fp_sum) for k in sources]
+    try:
+        config = config.resolve_layers([k.name for k in sources])
+    except ValueError as e:
+        raise CompileError(str(e)) from None
+    layer = [config.for_layer(i) for i in range(len(sources))]
+    parallel = [parallelize(k, c.lanes, c.reduce_unroll, fp_sum=c.fp_sum) for k, c in zip(sources, layer)]
     kernels = _dump("parallelize", [p.kernel for p in parallel])
     kernels = _dump("fuse_loops", [fuse_loops(k) for k in kernels] if config.loop_fusion else kernels)
     kernels = _dump("interleave", [interleave(k, config.fp_pipeline) for k in kernels])
@@ -62,6 +67,13 @@ def compile_model(*outputs, config: HardwareConfig | None = None) -> Design:
         schedule(k, config)                  # raises on a pipeline hazard
     return build_design(graph, sources=sources, kernels=kernels, config=config, output_shapes=shapes,
                         banking=[b for _, b in split], factors=[p.factors for p in parallel])
+
+
+def layer_names(*outputs) -> list[str]:
+    """The names of the layers (kernels) compile_model would build for `outputs`, in order; the
+    names per-layer knobs accept (`lanes@k1_r_10_32`). Traces the model without compiling it
+    (tinygrad's schedule mutates the Tensors it is given: compile fresh ones afterwards)."""
+    return [k.name for k in trace(*outputs).kernels]
 
 
 def _dump(after: str, kernels: list):

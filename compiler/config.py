@@ -1,11 +1,16 @@
 """`HardwareConfig`: the frozen record of hardware knobs a design is compiled with."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+import re
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping
 
 MAX_ACC_WIDTH = 64
 MAX_PARALLEL = 4096          # lanes * reduce_unroll: more multipliers than any FPGA here holds
+LAYER_KNOBS = ("lanes", "reduce_unroll")
+"""Knobs a layer (one kernel of the model) may set for itself, written `<knob>@<layer>`: a 64-32-10
+MLP can give its 64-input layer more lanes than its 10-output one."""
+_LAYER_KEY = re.compile(r"^([a-z_]+)@([A-Za-z0-9_.-]+)$")
 MAX_FP_PIPELINE = 4          # at 3 every float unit has its most stages (FAdd 6 <= 2**3, FMul, FDiv, FSqrt 8 = 2**3);
                              # 4 adds a second register to integer products
 
@@ -132,6 +137,13 @@ class HardwareConfig:
         int8 one from 180 to ~1,300.
         A kernel that reads a buffer it also writes is refused when C > 0 (a later step could
         read a location an earlier step has not stored yet): a CompileError naming the kernel.
+    layers: per-layer settings of the LAYER_KNOBS: ((layer, ((knob, value), ...)), ...), a
+        layer by its index or its name; written `lanes@1: 4` or `lanes@k1_r_10_32: 4` in
+        from_dict/as_dict (a model's layers are its kernels, in the order compile_model runs
+        them, named k<index>_<tinygrad's name>; `dse layers SPEC` lists them; compile_model
+        resolves names and refuses a layer the model does not have, listing its layers). A
+        layer without its own value takes the model-wide one. Why: a layer's cycles are its own work divided by
+        its parallelism, so a small layer next to a large one needs less of it.
     """
     mem_read: str = "sync"
     fp_rounding: str = "rne"
@@ -146,6 +158,7 @@ class HardwareConfig:
     mul: str = "auto"
     mem_pack: int | str = "auto"
     mem_tail: str = "block"
+    layers: tuple[tuple[int | str, tuple[tuple[str, Any], ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if self.mem_read not in ("sync", "comb"):
@@ -181,30 +194,107 @@ class HardwareConfig:
             raise ValueError(f"HardwareConfig: lanes={self.lanes} with reduce_unroll={self.reduce_unroll} is an "
                              f"illegal combination: {self.lanes * self.reduce_unroll} operations per cycle is more "
                              f"than the {MAX_PARALLEL} any supported FPGA can build; lower one of them")
+        self._check_layers()
+
+    def _check_layers(self) -> None:
+        if not isinstance(self.layers, tuple):
+            raise ValueError(f"HardwareConfig.layers: expected a tuple of (layer, settings), got {self.layers!r}")
+        seen = []
+        for entry in self.layers:
+            if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], tuple)
+                    and ((_is_int(entry[0]) and entry[0] >= 0) or (isinstance(entry[0], str) and entry[0]))):
+                raise ValueError(f"HardwareConfig.layers: expected (layer index >= 0 or name, ((knob, value), ...)), "
+                                 f"got {entry!r}")
+            seen.append(entry[0])
+            for knob, _ in entry[1]:
+                if knob not in LAYER_KNOBS:
+                    raise ValueError(f"HardwareConfig: {knob}@{entry[0]}: {knob!r} cannot be set per layer; "
+                                     f"per-layer knobs: {', '.join(LAYER_KNOBS)}")
+            try:
+                self.for_layer(entry[0])        # each layer's own combination is legal
+            except ValueError as e:
+                raise ValueError(f"layer {entry[0]}: {e}") from None
+        if seen != sorted(set(seen), key=_layer_order):
+            raise ValueError(f"HardwareConfig.layers: layers must be given once each, in order, got {seen}")
+
+    def for_layer(self, layer: int | str) -> "HardwareConfig":
+        """The knobs `layer` (an index, or a name before compile_model resolves it) is built
+        with: the model-wide ones and its own settings."""
+        own = dict(dict(self.layers).get(layer, ()))
+        return replace(self, layers=(), **own) if own or self.layers else self
+
+    def resolve_layers(self, names: list[str]) -> "HardwareConfig":
+        """The same settings with every layer given by its index, for a model whose layers are
+        `names`; ValueError naming the layer and listing the model's layers for one it does
+        not have (or one given twice, by index and by name)."""
+        if not self.layers:
+            return self
+        listing = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
+        out: dict[int, dict[str, Any]] = {}
+        for layer, settings in self.layers:
+            index = layer if isinstance(layer, int) else (names.index(layer) if layer in names else None)
+            if index is None or index >= len(names):
+                raise ValueError(f"{settings[0][0]}@{layer}: the model has no layer {layer!r}; its "
+                                 f"{len(names)} layer{'s' * (len(names) != 1)}: {listing}")
+            own = out.setdefault(index, {})
+            for knob, value in settings:
+                if knob in own:
+                    raise ValueError(f"{knob}@{layer}: layer {index} ({names[index]}) is given {knob} twice "
+                                     "(by index and by name)")
+                own[knob] = value
+        return replace(self, layers=tuple((i, tuple(sorted(s.items()))) for i, s in sorted(out.items())))
 
     def inapplicable(self, *, float_sums: bool) -> str:
         """Why these knobs cannot apply to a model whose reductions are float sums (or not),
         "" when they can. The explorer prunes such points before compiling (dse/spec.py)."""
-        if float_sums and self.reduce_unroll > 1 and self.fp_sum == "sequential":
+        unrolls = {self.reduce_unroll} | {v for _, s in self.layers for k, v in s if k == "reduce_unroll"}
+        if float_sums and max(unrolls) > 1 and self.fp_sum == "sequential":
             return ("reduce_unroll > 1 with fp_sum=sequential: a float sum keeps tinygrad's sequential "
                     "order (fp_sum=tree unrolls it)")
+        if float_sums and self.fp_sum == "tree" and len(unrolls) > 1:
+            return ("per-layer reduce_unroll with fp_sum=tree on float sums: the golden model sums every "
+                    "layer in trees of one width")
         return ""
 
     @classmethod
     def knob_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
+        """The model-wide knobs (per-layer settings are `<knob>@<layer>` of LAYER_KNOBS)."""
+        return tuple(f.name for f in fields(cls) if f.name != "layers")
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "HardwareConfig":
-        """Build from a mapping, rejecting unknown knob names with the list of known ones."""
-        unknown = sorted(set(values) - set(cls.knob_names()))
+    def from_dict(cls, values: Mapping[str, Any]) -> "HardwareConfig":
+        """Build from a flat mapping of knobs and `<knob>@<layer index>` settings, rejecting
+        unknown knob names with the list of known ones."""
+        plain, layers = {}, {}
+        for key, value in values.items():
+            m = _LAYER_KEY.match(key) if isinstance(key, str) else None
+            if m:
+                if m.group(1) not in LAYER_KNOBS:
+                    raise ValueError(f"{key}: {m.group(1)!r} cannot be set per layer; per-layer knobs: "
+                                     f"{', '.join(LAYER_KNOBS)}")
+                layer = int(m.group(2)) if m.group(2).isdigit() else m.group(2)
+                layers.setdefault(layer, {})[m.group(1)] = value
+            else:
+                plain[key] = value
+        unknown = sorted(set(plain) - set(cls.knob_names()))
         if unknown:
             raise ValueError(f"unknown hardware knob(s) {', '.join(map(repr, unknown))}; "
-                             f"known knobs: {', '.join(cls.knob_names())}")
-        return cls(**values)
+                             f"known knobs: {', '.join(cls.knob_names())} (and per layer: "
+                             f"{', '.join(k + '@<layer>' for k in LAYER_KNOBS)})")
+        return cls(**plain, layers=tuple((i, tuple(sorted(s.items())))
+                                         for i, s in sorted(layers.items(), key=lambda kv: _layer_order(kv[0]))))
 
     def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The flat form from_dict reads: every model-wide knob, then each `<knob>@<layer>`."""
+        out = {name: getattr(self, name) for name in self.knob_names()}
+        for index, settings in self.layers:
+            out.update({f"{knob}@{index}": value for knob, value in settings})
+        return out
+
+
+def _layer_order(layer: int | str) -> tuple[int, int | str]:
+    """Indices first, in order, then names."""
+    return (0, layer) if isinstance(layer, int) else (1, layer)
 
 
 def _is_int(v) -> bool:

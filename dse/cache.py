@@ -182,7 +182,7 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
     if not compiled:
         return {"compiled": False, "knobs": {k: repr(v) for k, v in point.knobs.items()}, **common}
     return {"compiled": True, "kernels": kernels, "plan": repr((design.phases, design.host)),
-            "knobs": config.as_dict(), **common}
+            "knobs": design.config.as_dict(), **common}
 
 
 def _timing_material(ctx) -> Any:

@@ -84,6 +84,40 @@ def _illegal_knob_combinations(s, limit: int = 100_000) -> int:
 # ---------------------------------------------------------------------------------------------
 # dse models
 
+def add_layers(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", help="path of the YAML spec")
+    p.add_argument("--model", help="only this model")
+    p.add_argument("--dtype", help="only this dtype")
+
+
+def run_layers(args: argparse.Namespace) -> int:
+    """Each model's layers (kernels) per dtype: the indices and names `<knob>@<layer>` takes."""
+    from dse.models.model import model_layers
+    from dse.spec import load_spec
+    s = load_spec(args.spec)
+    models = [m for m in s.models if args.model in (None, m.name)]
+    if not models:
+        raise CliError(f"--model: no model {args.model!r} in study {s.study!r}; models: "
+                       + ", ".join(m.name for m in s.models))
+    if args.dtype is not None and args.dtype not in s.dtypes:
+        raise CliError(f"--dtype: {args.dtype!r} is not a dtype of study {s.study!r}; dtypes: {', '.join(s.dtypes)}")
+    for m in models:
+        by_names: dict[tuple[str, ...], list[str]] = {}
+        for dtype in (s.dtypes if args.dtype is None else (args.dtype,)):
+            try:
+                names = tuple(model_layers(m, dtype))
+            except Exception as e:          # noqa: BLE001 - the model's own error, said per dtype
+                print(f"{m.name} {dtype}: does not build: {type(e).__name__}: {e}")
+                continue
+            by_names.setdefault(names, []).append(dtype)
+        for names, dtypes in by_names.items():
+            print(f"{m.name} ({', '.join(dtypes)}): {len(names)} layer{'s' * (len(names) != 1)}")
+            for i, name in enumerate(names):
+                print(f"  {i}  {name}")
+    print("Per-layer knobs in a spec: <knob>@<index or name>, e.g. lanes@0: [1, 4] (docs/knobs.md).")
+    return EXIT_OK
+
+
 def add_models(p: argparse.ArgumentParser) -> None:
     pass
 
@@ -571,6 +605,7 @@ def run_check(args: argparse.Namespace) -> int:
 COMMANDS: list[Command] = [
     Command("validate", "check a spec and print a one-line summary", add_validate, run_validate),
     Command("models", "list the model zoo with its parameters and defaults", add_models, run_models),
+    Command("layers", "list each model's layers (kernels), the names per-layer knobs take", add_layers, run_layers),
     Command("eval", "evaluate one design point (model x dtype x knob values) and print its metrics", add_eval, run_eval),
     Command("sweep", "explore a spec's design space with Optuna (cached, resumable, parallel) and write "
                      "trials.csv, pareto.csv, pareto.md", add_sweep, run_sweep),

@@ -51,7 +51,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 import yaml
 
-from compiler.config import HardwareConfig
+from compiler.config import LAYER_KNOBS, HardwareConfig
 from compiler.devices import FAMILIES as PNR_FAMILIES
 from compiler.devices import METRIC_RESOURCES
 from compiler.pnr.timing import DEFAULT_FREQ_MHZ, DEFAULT_PLACER, DEFAULT_ROUTER, DEFAULT_SEED, PLACERS, ROUTERS
@@ -60,7 +60,7 @@ from dse.limits import time_limit
 from dse.models.user_model import IMPORT_TIME_LIMIT_S, UserModelError, bind_params, load_function, parse_source
 from dse.models.zoo import DTYPES, InputRange
 from dse.frozen import FrozenMap
-from dse.models.model import ModelFiles, ModelSpec, TrainedModel
+from dse.models.model import ModelFiles, ModelSpec, TrainedModel, model_layers
 
 
 
@@ -581,6 +581,7 @@ class _Parser:
         self.top_data = self.data(top["data"], "data") if "data" in top else None
         models = self.models(top["models"], top_ranges)
         knobs = self.knobs(top.get("knobs", {}), "knobs")
+        self.check_layers(knobs, models, "knobs")
         objectives = self.objectives(top["objectives"])
         knob_space = math.prod(len(k.values) for k in knobs)
         search = self.search(top["search"], len(models) * len(self.dtypes) * knob_space)
@@ -847,8 +848,15 @@ class _Parser:
         out = []
         for name, values in d.items():
             kpath = _join(path, name)
-            if name not in known:
-                raise SpecError(kpath, "unknown hardware knob" + _suggest(name, known, "known knobs"))
+            base, at, layer = str(name).partition("@")
+            if at and base not in LAYER_KNOBS:
+                raise SpecError(kpath, f"{base!r} cannot be set per layer; per-layer knobs: "
+                                       + ", ".join(f"{k}@<layer>" for k in LAYER_KNOBS))
+            if at and not re.fullmatch(r"[A-Za-z0-9_.-]+", layer):
+                raise SpecError(kpath, f"expected <knob>@<layer index or name>, got {name!r}")
+            if not at and name not in known:
+                raise SpecError(kpath, "unknown hardware knob" + _suggest(name, known, "known knobs")
+                                + f" (per layer: {', '.join(k + '@<layer>' for k in LAYER_KNOBS)})")
             if not isinstance(values, list):
                 raise SpecError(kpath, f"expected a list of candidate values, got {_got(values)}"
                                        + (f" (write [{values}] for a single value)" if isinstance(values, (str, int, float)) else ""))
@@ -862,6 +870,25 @@ class _Parser:
             out.append(Knob(name, tuple(values)))
         _some_combination_is_legal(out, path)
         return tuple(out)
+
+    def check_layers(self, knobs: tuple[Knob, ...], models: tuple[ModelSpec, ...], path: str) -> None:
+        """Every `<knob>@<layer>` names a layer each model has in each dtype (its kernels, traced
+        without compiling: a fraction of a second a model), else the error lists its layers."""
+        wanted = [(k.name, k.name.partition("@")[2]) for k in knobs if "@" in k.name]
+        if not wanted:
+            return
+        for m in models:
+            for dtype in self.dtypes:
+                try:
+                    names = model_layers(m, dtype)
+                except Exception:        # noqa: BLE001 - a model that does not build fails as its points do
+                    continue
+                for name, layer in wanted:
+                    if (layer.isdigit() and int(layer) < len(names)) or layer in names:
+                        continue
+                    listing = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
+                    raise SpecError(_join(path, name), f"model {m.name!r} ({dtype}) has no layer {layer!r}; its "
+                                                       f"{len(names)} layer{'s' * (len(names) != 1)}: {listing}")
 
     def objectives(self, value: Any) -> tuple[Objective, ...]:
         out = []

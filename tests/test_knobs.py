@@ -6,7 +6,7 @@ import pytest
 
 import designs
 from helpers import assert_exact
-from compiler import HardwareConfig, compile_model, simulate
+from compiler import CompileError, HardwareConfig, compile_model, simulate
 from compiler.overflow import analyze_overflow, worst_case_inputs
 
 
@@ -289,3 +289,56 @@ def test_sharing_falls_back_to_a_copy_when_the_layouts_differ():
     design = compile_model(*designs.mlp_int8(IN=32, HIDDEN=16, OUT=4, SHIFT=6).outputs,
                            config=HardwareConfig(lanes=3, reduce_unroll=5, share_buffers=True))
     assert not design.shares and any(type(p).__name__ == "Copy" for p in design.phases)
+
+
+# ------------------------------------------------------------------ per-layer knobs
+
+def test_per_layer_knobs_round_trip_and_refuse_what_cannot_be_set_per_layer():
+    c = HardwareConfig.from_dict({"lanes": 2, "lanes@1": 4, "reduce_unroll@0": 8, "lanes@k2_r_4_8": 3})
+    assert c.layers == ((0, (("reduce_unroll", 8),)), (1, (("lanes", 4),)), ("k2_r_4_8", (("lanes", 3),)))
+    assert (c.for_layer(0).lanes, c.for_layer(0).reduce_unroll, c.for_layer(1).lanes, c.for_layer(5).lanes) == (2, 8, 4, 2)
+    assert HardwareConfig.from_dict(c.as_dict()) == c and c.as_dict()["lanes@1"] == 4
+    with pytest.raises(ValueError, match=r"^fp_pipeline@1: 'fp_pipeline' cannot be set per layer; per-layer knobs: "
+                                         r"lanes, reduce_unroll$"):
+        HardwareConfig.from_dict({"fp_pipeline@1": 2})
+    with pytest.raises(ValueError, match=r"^layer 1: HardwareConfig.lanes: expected an integer from 1 to 4096, got 0$"):
+        HardwareConfig.from_dict({"lanes@1": 0})
+    with pytest.raises(ValueError, match=r"reduce_unroll@<layer>\)$"):
+        HardwareConfig.from_dict({"lanez": 1})
+
+
+def test_each_layer_gets_its_own_parallelism_bit_exact_with_cycles_equal_to_the_model():
+    """A 24-12-5 MLP: the first layer's lanes and reduce_unroll and the second's lanes set apart;
+    each layer's cycles are its own work over its own parallelism, outputs bit-exact."""
+    plain = compile_model(*designs.mlp_int8(IN=24, HIDDEN=12, OUT=5).outputs)
+    case = designs.mlp_int8(IN=24, HIDDEN=12, OUT=5)
+    config = HardwareConfig.from_dict({"lanes@k0_r_12_24": 4, "reduce_unroll@0": 2, "lanes@1": 5})
+    design = compile_model(*case.outputs, config=config)
+    assert design.config.layers == ((0, (("lanes", 4), ("reduce_unroll", 2))), (1, (("lanes", 5),)))  # names resolved
+    result = simulate(design)
+    assert_exact(result.outputs, case.reference)
+    model = design.cycle_model()
+    assert result.cycles == model.total
+    before = dict(plain.cycle_model().kernels)
+    after = dict(model.kernels)
+    assert after["k0_r_12_24"] == 12 * 24 // (4 * 2) + 1 and before["k0_r_12_24"] == 12 * 24 + 1
+    assert after["k1_r_5_12"] == 12 + 1 and before["k1_r_5_12"] == 5 * 12 + 1
+
+
+@pytest.mark.parametrize("knobs, message", [
+    ({"lanes@fc9": 2}, "lanes@fc9: the model has no layer 'fc9'; its 2 layers: 0 (k0_r_12_24), 1 (k1_r_5_12)"),
+    ({"lanes@3": 2}, "lanes@3: the model has no layer 3; its 2 layers: 0 (k0_r_12_24), 1 (k1_r_5_12)"),
+    ({"lanes@0": 2, "lanes@k0_r_12_24": 3},
+     "lanes@k0_r_12_24: layer 0 (k0_r_12_24) is given lanes twice (by index and by name)"),
+])
+def test_a_layer_the_model_does_not_have_is_refused_listing_its_layers(knobs, message):
+    with pytest.raises(CompileError) as info:
+        compile_model(*designs.mlp_int8(IN=24, HIDDEN=12, OUT=5).outputs, config=HardwareConfig.from_dict(knobs))
+    assert str(info.value) == message
+
+
+def test_per_layer_float_tree_sums_of_different_widths_do_not_apply():
+    c = HardwareConfig.from_dict({"fp_sum": "tree", "reduce_unroll@0": 4})
+    assert "golden model sums every layer in trees of one width" in c.inapplicable(float_sums=True)
+    assert c.inapplicable(float_sums=False) == ""
+    assert "fp_sum=sequential" in HardwareConfig.from_dict({"reduce_unroll@1": 2}).inapplicable(float_sums=True)

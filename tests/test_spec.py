@@ -499,3 +499,36 @@ def test_timing_settings_reach_place_and_route_and_the_cache_key():
     # an EvalContext built by hand still takes a bool
     assert EvalContext.from_spec(plain, timing=False).timing is None
     assert EvalContext.from_spec(wide, timing=True).timing == TimingSpec()
+
+
+# ---------------------------------------------------------------------------------------------
+# per-layer knobs
+
+MLP_SPEC = {**BASE, "models": [{"name": "mlp", "builtin": "mlp", "params": {"IN": 16, "HIDDEN": 8, "OUT": 4}}],
+            "dtypes": ["int8"], "knobs": {"lanes@0": [1, 4], "lanes@k1_r_4_8": [1, 2]}}
+
+
+def test_per_layer_knobs_by_index_or_name_validate_and_list_the_layers(tmp_path, capsys):
+    rc, out, err = run_validate(tmp_path, capsys, MLP_SPEC)
+    assert (rc, err) == (0, "") and "4 knob settings (lanes@0:2 x lanes@k1_r_4_8:2) -> 4 design points" in out
+    spec = parse_spec(MLP_SPEC)
+    assert [k.name for k in spec.knobs] == ["lanes@0", "lanes@k1_r_4_8"]
+    assert {p.hardware_config().for_layer("k1_r_4_8").lanes for p in spec.points()} == {1, 2}
+    path = tmp_path / "spec.yaml"
+    assert main(["layers", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("mlp (int8): 2 layers\n  0  k0_r_8_16\n  1  k1_r_4_8\n")
+
+
+@pytest.mark.parametrize("knobs, message", [
+    ({"lanes@fc2": [1, 2]}, "error: knobs.lanes@fc2: model 'mlp' (int8) has no layer 'fc2'; its 2 layers: "
+                            "0 (k0_r_8_16), 1 (k1_r_4_8)"),
+    ({"lanes@2": [1, 2]}, "error: knobs.lanes@2: model 'mlp' (int8) has no layer '2'; its 2 layers: "
+                          "0 (k0_r_8_16), 1 (k1_r_4_8)"),
+    ({"mem_read@0": ["sync"]}, "error: knobs.mem_read@0: 'mem_read' cannot be set per layer; per-layer knobs: "
+                               "lanes@<layer>, reduce_unroll@<layer>"),
+    ({"lanes@0": [0]}, "error: knobs.lanes@0[0]: layer 0: HardwareConfig.lanes: expected an integer from 1 to 4096, got 0"),
+])
+def test_a_per_layer_knob_the_model_cannot_take_is_one_line_exit_2(tmp_path, capsys, knobs, message):
+    rc, out, err = run_validate(tmp_path, capsys, {**MLP_SPEC, "knobs": knobs})
+    assert (rc, out) == (2, "") and err.strip() == message

@@ -179,3 +179,13 @@ def _load_net(kind: str, path: Path):
             from dse.models.data import DataError
             raise DataError(f"{path}: {e}") from None
     return _cached(("net", kind, path, path.stat().st_mtime_ns), make)
+
+
+def model_layers(model: ModelSpec, dtype: str) -> list[str]:
+    """The layers of `model` in `dtype` (its kernels, compiler.layer_names), once per process."""
+    def make():
+        from compiler import layer_names
+        built = model.build(dtype)
+        arrays = zoo.make_inputs(built, 0, model.input_range(dtype))
+        return layer_names(built.forward(*zoo.input_tensors(built, arrays)))
+    return list(_cached(("layers", model, dtype), make))
