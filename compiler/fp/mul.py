@@ -82,7 +82,7 @@ class FMul(wiring.Component):
         exp = Signal(signed(fmt.exp_bits + 4), name="exp")
         m.d.comb += exp.eq(exp_sum + top)
         exp_lo = 1 + 1 - fmt.bias - lz_max
-        exp_hi = 2 * (fmt.exp_max_field - 1) - fmt.bias + 1
+        exp_hi = 2 * fmt.max_exp_field - fmt.bias + 1
 
         finite, (sign, is_nan, is_inf, is_zero) = round_pack(
             m, fmt, rounding=self.rounding, subnormals=self.subnormals, sign=sign, exp=exp, sig=norm,

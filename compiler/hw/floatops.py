@@ -25,7 +25,7 @@ UNITS = {K.ADD, K.SUB, K.MUL, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ, K.CAST, K.FDIV, 
 
 
 def fmt_of(d: DType) -> fp.FloatFormat:
-    return {"fp32": fp.FP32, "fp16": fp.FP16, "bf16": fp.BF16}[d.name]
+    return fp.FORMATS[d.name]
 
 
 def _float_dtype(v: ir.Op) -> DType:
@@ -70,7 +70,13 @@ def unit_of(v: ir.Op):
 def max_stages(v: ir.Op) -> int:
     """Pipeline stages the unit of float op `v` can be cut into (1: not pipelined)."""
     unit = unit_of(v)
-    return 1 if unit is None else len(unit.CUTS) + 1
+    if unit is None:
+        return 1
+    top = len(unit.CUTS) + 1
+    if unit in (fp.FDiv, fp.FSqrt):      # a recurrence has no more boundaries than segments (fp8: 6 to 8)
+        p = fmt_of(_float_dtype(v)).precision
+        top = min(top, (p + 2 if unit is fp.FDiv else p + 1) + 2)
+    return top
 
 
 def check(kernel: str, v: ir.Op, config: HardwareConfig) -> None:
