@@ -14,6 +14,7 @@ from .. import fp, ir
 from ..config import HardwareConfig
 from ..dtypes import DType
 from ..errors import UnsupportedError
+from ..fp.widemul import FWideMul, exact_in
 
 K = ir.OpKind
 
@@ -65,6 +66,21 @@ def unit_of(v: ir.Op):
             return fp.IntToFloat
         return None if dst.is_bool else fp.FloatToInt
     return None
+
+
+def wide_product_sources(v: ir.Op) -> list[ir.Value] | None:
+    """For a float MUL of two values cast from one narrower float format in which every
+    product is exact in the MUL's format (fp8 -> fp32: an FP8 layer summed in float32), the
+    casts' sources: the datapath multiplies them in an FWideMul, a small unit that equals the
+    casts and the multiplier bit for bit. None for any other op."""
+    if v.op is not K.MUL or not v.dtype.is_float:
+        return None
+    if not all(isinstance(s, ir.Op) and s.op is K.CAST for s in v.srcs):
+        return None
+    narrow = {s.srcs[0].dtype for s in v.srcs}
+    if len(narrow) != 1 or not (d := narrow.pop()).is_float:
+        return None
+    return [s.srcs[0] for s in v.srcs] if exact_in(fmt_of(d), fmt_of(v.dtype)) else None
 
 
 def max_stages(v: ir.Op) -> int:
@@ -131,6 +147,12 @@ class FloatOps:
         if op is K.CAST:
             return self.cast(v.srcs[0].dtype, d, s[0], n)
         raise UnsupportedError(self.kernel, op.name, _float_dtype(v).name, "no float unit for it yet")
+
+    def wide_mul(self, v: ir.Op, src: DType, s: list[Value], stages: int = 1) -> Value:
+        """`v` (see wide_product_sources) from the casts' sources `s`, of dtype `src`."""
+        n = {"stages": stages} if stages > 1 else {}
+        unit = FWideMul(fmt_of(src), fmt_of(v.dtype), self.config.fp_subnormals, **n)
+        return self.unit(unit, "wmul", a=s[0], b=s[1]).y
 
     def cast(self, src: DType, dst: DType, a: Value, n: dict) -> Value:
         rnd, sub = self.config.fp_rounding, self.config.fp_subnormals
