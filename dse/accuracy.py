@@ -40,7 +40,7 @@ from dse import zoo
 from dse.data import Dataset
 from dse.zoo import input_tensors
 from dse.convnet import LayerNet
-from dse.quantize import QMAX, SCHEME, DenseNet
+from dse.quantize import FP8_SCHEME, QMAX, SCHEME, DenseNet, is_fp8
 from dse.spec import ModelSpec
 
 
@@ -95,7 +95,8 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
         raise SampleCheckError(f"sample {diff[0]}: hardware {logits[diff[0]].tolist()} != reference "
                                f"{reference[diff[0]].tolist()} ({len(diff)} of {len(xs)} samples differ)")
     return _scored(dtype=dtype, logits=logits, float_logits=float_logits, labels=data.y_test, to_float=to_float,
-                   cycles=model_cycles, quantization=SCHEME if dtype in QMAX else None, design=design)
+                   cycles=model_cycles, design=design,
+                   quantization=SCHEME if dtype in QMAX else FP8_SCHEME if is_fp8(dtype) else None)
 
 
 def _scored(*, dtype: str, logits: np.ndarray, float_logits: np.ndarray, labels: np.ndarray | None,

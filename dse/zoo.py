@@ -366,7 +366,7 @@ def bits(array: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "bf16":
         return (np.asarray(array, np.float32).view(np.uint32) >> 16).astype(np.uint16)
     if dtype in hw_dtypes.FP8_NAMES:
-        return hw_dtypes.to_words(np.asarray(array, np.float32), d).astype(np.uint8)
+        return hw_dtypes.to_words(np.asarray(array, np.float32), d).astype(np.uint8).reshape(np.shape(array))
     return np.asarray(array, storage(dtype)).view(f"uint{d.bits}")
 
 

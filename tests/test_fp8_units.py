@@ -30,6 +30,7 @@ from compiler.fp import (BF16, FP8E4M3, FP8E5M2, FP16, FP32, FAdd, FCompare, FDi
                          FloatToInt, FMax, FMul, FSqrt, FTrunc, IntToFloat, nonsaturating)
 from compiler.fp import reference as R
 from compiler.fp.harness import Bank, NativeEvaluator, build_all, source_fingerprint
+from compiler.fp.widemul import FWideMul, exact_in
 
 FP8 = [FP8E4M3, FP8E5M2]
 _ML = {(4, 3): ml_dtypes.float8_e4m3fn, (5, 2): ml_dtypes.float8_e5m2}
@@ -82,6 +83,8 @@ def bank_spec(fmt: FloatFormat) -> list[tuple]:
             spec.append((f"widen_{wide}_{s}", FloatToFloat, (fmt, wf, "rne", s), a_only))
     for tie in ("first", "second"):
         spec.append((f"max_{tie}", FMax, (fmt, "keep", tie), ab))
+    for s in ("keep", "flush"):
+        spec.append((f"wmul_{s}", FWideMul, (fmt, FP32, s), ab))
     return spec
 
 
@@ -189,6 +192,7 @@ def assert_same(got, want, fmt: FloatFormat, what: str, *operands) -> int:
 OPS = ["add", "sub", "mul", "div", "rcp", "sqrt"]
 
 
+@pytest.mark.slow                  # one CXXRTL build per format (cached on disk)
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("tag", ["nonsat", "sat"])
 @pytest.mark.parametrize("fmt", FP8, ids=fmt_id)
@@ -207,6 +211,7 @@ def test_arithmetic_matches_ml_dtypes(runs, fmt, tag, op):
     assert_same(outs[f"{op}_{tag}_rne_keep_y"][one], want, f, f"{f.name} {op}", a, b)
 
 
+@pytest.mark.slow                  # one CXXRTL build per format (cached on disk)
 @pytest.mark.parametrize("fmt", FP8, ids=fmt_id)
 def test_exhaustive_pairs_reach_every_case(runs, fmt):
     """The 65,536 pairs hold overflows (saturated, or NaN / inf), ties rounding both ways,
@@ -224,6 +229,7 @@ def test_exhaustive_pairs_reach_every_case(runs, fmt):
 
 # ------------------------------------------------------------------------- conversions against ml_dtypes
 
+@pytest.mark.slow                  # one CXXRTL build per format (cached on disk)
 @pytest.mark.parametrize("src", list(WIDE))
 @pytest.mark.parametrize("tag", ["nonsat", "sat"])
 @pytest.mark.parametrize("fmt", FP8, ids=fmt_id)
@@ -240,6 +246,7 @@ def test_narrowing_matches_ml_dtypes(runs, fmt, tag, src):
     assert_same(outs[f"f2f_{src}_{tag}_rne_keep_y"], want, f, f"{src} -> {f.name}", ins[port])
 
 
+@pytest.mark.slow                  # one CXXRTL build per format (cached on disk)
 @pytest.mark.parametrize("tag", ["nonsat", "sat"])
 @pytest.mark.parametrize("fmt", FP8, ids=fmt_id)
 def test_fp8_to_fp8_matches_ml_dtypes(runs, fmt, tag):
@@ -252,6 +259,7 @@ def test_fp8_to_fp8_matches_ml_dtypes(runs, fmt, tag):
     assert_same(outs[f"f2f_other_{tag}_rne_keep_y"][:256], want, f, f"{src.name} -> {f.name}", a)
 
 
+@pytest.mark.slow                  # one CXXRTL build per format (cached on disk)
 @pytest.mark.parametrize("int_name", list(INTS))
 @pytest.mark.parametrize("tag", ["nonsat", "sat"])
 @pytest.mark.parametrize("fmt", FP8, ids=fmt_id)
@@ -267,6 +275,7 @@ def test_int_to_fp8_matches_ml_dtypes(runs, fmt, tag, int_name):
     assert_same(outs[f"i2f_{int_name}_{tag}_rne_keep_y"], want, f, f"{int_name} -> {f.name}", values)
 
 
+@pytest.mark.slow                  # one CXXRTL build per format (cached on disk)
 @pytest.mark.parametrize("fmt", FP8, ids=fmt_id)
 def test_saturating_conversion_matches_tinygrad(runs, fmt):
     """tinygrad's own float -> fp8 conversion (what its kernels compute) equals the saturating
@@ -285,6 +294,7 @@ def test_saturating_conversion_matches_tinygrad(runs, fmt):
 
 # ------------------------------------------------------------------------- fp8 in, no rounding
 
+@pytest.mark.slow                  # one CXXRTL build per format (cached on disk)
 @pytest.mark.parametrize("subnormals", ["keep", "flush"])
 @pytest.mark.parametrize("fmt", FP8, ids=fmt_id)
 def test_compare_max_trunc_widen_match_ml_dtypes(runs, fmt, subnormals):
@@ -303,6 +313,7 @@ def test_compare_max_trunc_widen_match_ml_dtypes(runs, fmt, subnormals):
         assert_same(outs[f"widen_{wide}_{subnormals}_y"][one], a.astype(ftype).view(utype), wf, f"{fmt.name} -> {wide}", a_bits)
 
 
+@pytest.mark.slow                  # one CXXRTL build per format (cached on disk)
 @pytest.mark.parametrize("zero_tie", ["first", "second"])
 @pytest.mark.parametrize("fmt", FP8, ids=fmt_id)
 def test_max_zero_tie(runs, fmt, zero_tie):
@@ -311,6 +322,7 @@ def test_max_zero_tie(runs, fmt, zero_tie):
     assert_same(outs[f"max_{zero_tie}_y"], want, fmt, f"max {zero_tie}", ins["a"], ins["b"])
 
 
+@pytest.mark.slow                  # one CXXRTL build per format (cached on disk)
 @pytest.mark.parametrize("subnormals", ["keep", "flush"])
 @pytest.mark.parametrize("int_name", list(INTS))
 @pytest.mark.parametrize("fmt", FP8, ids=fmt_id)
@@ -330,8 +342,34 @@ def test_fp8_to_int(runs, fmt, int_name, subnormals):
         assert (want[defined] == ml(a, fmt)[defined].astype(np.int64)).all()
 
 
+@pytest.mark.slow                  # one CXXRTL build per format (cached on disk)
+@pytest.mark.parametrize("subnormals", ["keep", "flush"])
+@pytest.mark.parametrize("fmt", FP8, ids=fmt_id)
+def test_wide_product_equals_casts_and_a_float32_multiply(runs, fmt, subnormals):
+    """FWideMul(fp8, fp32) on every pair: the two FloatToFloat units and the FMul(fp32) it
+    replaces, bit for bit (and, in rne/keep, ml_dtypes' operands multiplied in float32)."""
+    ins, outs = runs[fmt.name]
+    one = slice(0, 1 << 16)
+    a, b = ins["a"][one], ins["b"][one]
+    wide = [R.float_to_float(x, fmt, FP32, "rne", subnormals) for x in (a, b)]
+    for rounding in ("rne", "rtz"):
+        assert_same(outs[f"wmul_{subnormals}_y"][one], R.mul(*wide, FP32, rounding, subnormals), FP32,
+                    f"{fmt.name} x {fmt.name} -> fp32 {rounding} {subnormals}", a, b)
+    if subnormals == "keep":
+        product = f32_op("mul", a, b, fmt).view(np.uint32)
+        assert_same(outs["wmul_keep_y"][one], product, FP32, "vs ml_dtypes in float32", a, b)
+
+
+def test_wide_product_is_built_only_where_exact():
+    assert exact_in(FP8E4M3, FP32) and exact_in(FP8E5M2, FP32) and exact_in(FP16, FP32)
+    assert not exact_in(FP8E4M3, FP16) and not exact_in(BF16, FP32)      # exponents beyond the target's
+    with pytest.raises(ValueError, match="FWideMul: products of fp8e4m3 values are not all exact in fp16"):
+        FWideMul(FP8E4M3, FP16)
+
+
 # ------------------------------------------------------------------------- the other modes, against the reference model
 
+@pytest.mark.slow                  # one CXXRTL build per format (cached on disk)
 @pytest.mark.parametrize("rounding,subnormals", OTHER_MODES)
 @pytest.mark.parametrize("fmt", FP8, ids=fmt_id)
 def test_other_modes_match_the_reference(runs, fmt, rounding, subnormals):

@@ -1,0 +1,144 @@
+"""FP8 models end to end: tinygrad 0.14's fp8 kernels compiled, simulated and checked bit for bit.
+
+What tinygrad does with fp8 (the compiler's renderer claims every dtype, so nothing is
+emulated): the lowered kernel multiplies in fp8 (MUL on fp8e4m3), casts the product to
+float32, sums in float32 and casts the sum back to fp8 on the store, as for fp16; elementwise
+ops stay in fp8. Its fp8 rounding (`tinygrad.dtype.float_to_fp8`, what its PYTHON device runs)
+is round to nearest even, saturating at the largest finite value. The zoo's golden models do
+the same in numpy (ml_dtypes-exact rounding, tests/test_fp8_units.py), and the hardware must
+equal both. A trained network in fp8 casts its operands to float32 (products summed in
+float32: dse/quantize.py FP8_SCHEME), where the compiler builds FWideMul units.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from tinygrad import Tensor, dtypes
+
+from compiler import HardwareConfig, compile_model, simulate
+from compiler.cxxrtl import design_rtlil
+from compiler.dtypes import FP8_NAMES
+from compiler.hw import floatops
+from dse import zoo
+from dse.quantize import DenseNet
+from dse.zoo import KERNEL, ZOO, InputRange, make_inputs, python_device_arith, reference, tinygrad_result
+
+GOLDEN = {"gemv": {"M": 4, "K": 24}, "matmul": {"M": 3, "K": 5, "N": 4}, "elementwise": {"N": 16},
+          "mlp": {"IN": 16, "HIDDEN": 8, "OUT": 3}, "conv2d": {"C_IN": 2, "C_OUT": 2, "H": 5, "W": 4, "K": 3, "PAD": 1}}
+
+
+def same(a: np.ndarray, b: np.ndarray, dtype: str) -> bool:
+    """Same shape and bit patterns (so -0.0 != 0.0; NaN only equals NaN)."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    both_nan = np.isnan(a) & np.isnan(b)
+    return a.shape == b.shape and bool(np.all(both_nan | (zoo.bits(a, dtype) == zoo.bits(b, dtype))))
+
+
+def lowered_ops(t: Tensor) -> set[tuple[str, str]]:
+    """(op, dtype) of every ALU op and cast in the kernels tinygrad lowers for `t`."""
+    from compiler import frontend
+    from tinygrad.uop.ops import GroupOp, Ops
+    graph = frontend.trace(t)
+    return {(u.op.name, u.dtype.name) for k in graph.kernels for u in k.uops
+            if u.op in GroupOp.ALU or u.op is Ops.CAST}
+
+
+@pytest.mark.parametrize("dtype", FP8_NAMES)
+def test_tinygrad_multiplies_in_fp8_and_sums_in_float32(dtype):
+    """The fact the golden models follow: a GEMV's product is an fp8 MUL, its sum a float ADD,
+    the result cast back to fp8; an elementwise add stays in fp8."""
+    built = ZOO["gemv"].build(dtype, M=2, K=4)
+    tensors = zoo.input_tensors(built, make_inputs(built, 0))
+    tg = {"fp8e4m3": "float8_e4m3", "fp8e5m2": "float8_e5m2"}[dtype]
+    ops = lowered_ops(built.forward(*tensors))
+    assert {("MUL", tg), ("CAST", "float"), ("ADD", "float"), ("CAST", tg)} <= ops
+    assert ("MUL", "float") not in ops
+    built = ZOO["elementwise"].build(dtype, N=4)
+    ops = lowered_ops(built.forward(*zoo.input_tensors(built, make_inputs(built, 0))))
+    assert {("ADD", tg), ("MAX", tg)} <= ops and not any(d == "float" for _, d in ops)
+
+
+@pytest.mark.parametrize("dtype", FP8_NAMES)
+@pytest.mark.parametrize("model", sorted(GOLDEN))
+def test_golden_model_equals_tinygrad_bit_for_bit(model, dtype):
+    built = ZOO[model].build(dtype, **GOLDEN[model])
+    arrays = make_inputs(built, 1)
+    got = tinygrad_result(built, arrays)
+    assert same(reference(model, dtype, GOLDEN[model], arrays, KERNEL), got, dtype)
+    assert python_device_arith(dtype) == KERNEL          # the PYTHON device runs fp8 natively
+
+
+@pytest.mark.parametrize("dtype", FP8_NAMES)
+def test_overflow_saturates_like_tinygrad(dtype):
+    """Sums beyond the largest finite value store it (tinygrad's saturating fp8 cast), in the
+    golden model and in the hardware; the data reach it on both signs."""
+    params = {"M": 16, "K": 24}
+    built = ZOO["gemv"].build(dtype, **params)
+    big = {"fp8e4m3": 24.0, "fp8e5m2": 480.0}[dtype]
+    arrays = make_inputs(built, 2, InputRange(-big, big))
+    want = reference("gemv", dtype, params, arrays)
+    top = zoo.DTYPES[dtype].highest
+    assert (want == top).any() and (want == -top).any() and np.isfinite(want).all()
+    assert same(want, tinygrad_result(built, arrays), dtype)
+    design = compile_model(built.forward(*zoo.input_tensors(built, arrays)))
+    assert same(simulate(design).outputs[0], want, dtype)
+
+
+@pytest.mark.parametrize("config", [{}, {"lanes": 2, "fp_pipeline": 2}, {"reduce_unroll": 4, "fp_sum": "tree"}],
+                         ids=["plain", "lanes2-pipeline2", "tree4"])
+@pytest.mark.parametrize("dtype", FP8_NAMES)
+@pytest.mark.parametrize("model", ["gemv", "mlp", "elementwise", "conv2d"])
+def test_compiled_fp8_models_are_bit_exact(model, dtype, config):
+    if model == "elementwise" and config.get("fp_sum"):
+        pytest.skip("no reduction to sum in a tree")
+    params = GOLDEN[model]
+    built = ZOO[model].build(dtype, **params)
+    arrays = make_inputs(built, 3)
+    design = compile_model(built.forward(*zoo.input_tensors(built, arrays)), config=HardwareConfig(**config))
+    result = simulate(design)
+    arith = zoo.Arith(sum_tree=config.get("reduce_unroll", 1) if config.get("fp_sum") else 1)
+    assert same(result.outputs[0], reference(model, dtype, params, arrays, arith), dtype)
+    assert result.cycles == design.cycles_formula == design.cycle_model().total
+
+
+def _small_net(rng) -> DenseNet:
+    return DenseNet.from_arrays({"W1": rng.normal(0, 0.5, (6, 10)), "b1": rng.normal(0, 0.2, 6),
+                                 "W2": rng.normal(0, 0.5, (3, 6)), "b2": rng.normal(0, 0.2, 3)})
+
+
+@pytest.mark.parametrize("config", [{}, {"fp_pipeline": 2}, pytest.param({"lanes": 2, "fp_pipeline": 3}, marks=pytest.mark.slow)],
+                         ids=["plain", "pipeline2", "lanes2-pipeline3"])
+@pytest.mark.parametrize("dtype", FP8_NAMES)
+def test_fp8_layers_sum_exact_products_in_float32(dtype, config):
+    """A dense network in fp8 (FP8_SCHEME): operands cast to float32, products exact, sums in
+    float32, each layer's output cast to fp8. The hardware equals DenseNet.reference and
+    tinygrad on every sample, and multiplies in FWideMul units, not float32 multipliers."""
+    rng = np.random.default_rng(4)
+    net = _small_net(rng)
+    x = rng.normal(0, 2, (4, 10))
+    built, arrays = net.built(dtype), net.arrays(dtype)
+    want = net.reference(dtype, x)
+    assert want.dtype == np.float32 and same(want, zoo.round_float(want, dtype), dtype)   # fp8 logits
+    xs = zoo.round_float(x, dtype)
+    for i in range(2):
+        assert same(tinygrad_result(built, {**arrays, "x": xs[i]}), want[i], dtype)
+    tensors = zoo.input_tensors(built, {**arrays, "x": xs[0]})
+    design = compile_model(built.forward(*tensors), config=HardwareConfig(**config))
+    for i in range(len(xs)):
+        assert same(simulate(design, {tensors[0]: xs[i]}).outputs[0], want[i], dtype), f"sample {i}"
+    text = design_rtlil(design)
+    assert re.search(rf"{floatops.UNIT_PREFIX}\d+_wmul", text) and not re.search(rf"{floatops.UNIT_PREFIX}\d+_mul\b", text)
+
+
+@pytest.mark.parametrize("dtype", FP8_NAMES)
+def test_fp8_input_tensors_hold_the_bits(dtype):
+    """fp8 arrays travel as float32 holders; the Tensors made from them hold exactly their bits."""
+    a = zoo.round_float(np.array([1.0, -0.3, 1e6, -1e6, 2.0 ** -12, np.nan]), dtype)
+    assert a.dtype == np.float32
+    top = zoo.DTYPES[dtype].highest
+    assert a[2] == top and a[3] == -top                        # saturating
+    t = zoo.input_tensors(zoo.Built({"a": ((6,), dtype)}, lambda a: a), {"a": a})[0]
+    got = t.bitcast(dtypes.uint8).numpy()
+    assert list(got[:5]) == list(zoo.bits(a, dtype)[:5]) and np.isnan(t.float().numpy()[5])
