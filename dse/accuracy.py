@@ -40,6 +40,7 @@ from dse import zoo
 from dse.data import Dataset
 from dse.zoo import input_tensors
 from dse.convnet import LayerNet
+from dse.fp8net import Fp8Net
 from dse.quantize import FP8_SCHEME, QMAX, SCHEME, DenseNet, is_fp8
 from dse.spec import ModelSpec
 
@@ -75,7 +76,10 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
         built, arrays, xs = q.built(), q.arrays(), q.quantize_input(x)
         reference, to_float = q.reference(xs), q.dequantize
     elif zoo.DTYPES[dtype].is_float:
-        built, arrays, xs = net.built(dtype), net.arrays(dtype), zoo.round_float(x, dtype)
+        if is_fp8(dtype) and isinstance(net, LayerNet):
+            net = Fp8Net(net)                      # a CNN chain in fp8 (dse/fp8net.py)
+        xs = zoo.round_float(x, dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
+        built, arrays = net.built(dtype), net.arrays(dtype)
         reference, to_float = net.reference(dtype, x), lambda v: np.asarray(v, np.float64)
     else:
         raise ValueError(f"dtype {dtype!r}: a float model runs in {', '.join(QMAX)} (quantised) or a float dtype")
