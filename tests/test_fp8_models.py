@@ -166,3 +166,34 @@ def test_a_spec_sweeps_the_fp8_dtypes(tmp_path, fake_synth):
     assert (df["check_rule"] == "bit-exact vs numpy golden model (KERNEL arithmetic)").all()
     md = (r.results_dir / "pareto.md").read_text()
     assert "## gemv_4x8 · fp8e4m3" in md and "## mlp_8 · fp8e5m2" in md
+
+
+@pytest.mark.parametrize("dtype", FP8_NAMES)
+def test_compiled_casts_to_and_from_fp8_equal_tinygrad(dtype):
+    """Kernels of one CAST: float32 / half / bfloat16 / int32 -> fp8 (rounded to nearest even,
+    saturating; values at ties, past the largest finite value, subnormal, inf, NaN) and fp8 ->
+    float32 / half / bfloat16 / int32 (exact; to int: truncation), against tinygrad's PYTHON
+    device bit for bit."""
+    fp8 = getattr(dtypes, dtype)
+    fmt = zoo.DTYPES[dtype]
+    top = fmt.highest
+    f32 = np.array([0.0, -0.0, 1.0, 1.0625, 1.1875, -2.75, 3.0 * 2.0 ** -9, 2.0 ** -10, 2.0 ** -17, top,
+                    top * 1.03, top * 1.07, -top * 4, 1e30, np.inf, -np.inf, np.nan, 0.3, -7.77, 100.5], np.float32)
+    ints = np.array([0, 1, -1, 7, 17, 33, -100, 300, 1000, -70000, 2 ** 31 - 1], np.int32)
+    finite8 = zoo.round_float(np.linspace(-top, top, 41), dtype)
+
+    def check(make):
+        want = make().numpy()
+        got = simulate(compile_model(make())).outputs[0]
+        assert np.asarray(got).shape == want.shape
+        w, g = np.asarray(want, np.float64), np.asarray(got, np.float64)
+        assert np.array_equal(np.isnan(w), np.isnan(g)), (w, g)
+        ok = ~np.isnan(w)
+        assert np.array_equal(w[ok], g[ok]) and np.array_equal(np.signbit(w[ok]), np.signbit(g[ok])), (w, g)
+
+    for src in (dtypes.float32, dtypes.half, dtypes.bfloat16):
+        check(lambda: Tensor(f32).cast(src).cast(fp8).cast(dtypes.float32).contiguous())
+    check(lambda: Tensor(ints).cast(fp8).cast(dtypes.float32).contiguous())
+    x8 = lambda: zoo.input_tensors(zoo.Built({"x": ((41,), dtype)}, None), {"x": finite8})[0]   # noqa: E731
+    for dst in (dtypes.float32, dtypes.half, dtypes.bfloat16, dtypes.int32):
+        check(lambda: x8().cast(dst).cast(dtypes.float32).contiguous() if dst == dtypes.bfloat16 else x8().cast(dst))
