@@ -4,7 +4,8 @@ The scheme is dse.quantize.FP8_SCHEME, the one dense networks use: weights, bias
 input rounded to fp8 (nearest even, saturating); every conv and dense layer casts its operands
 to float32, so the fp8 x fp8 products are exact and summed in float32 (the compiler multiplies
 them in FWideMul units), adds its bias in float32, applies its ReLU and rounds its output to
-fp8; max-pools run on the fp8 activations (exact). The numpy golden model sums in the order of
+fp8 and stored in fp8; a max-pool computes on those values in float32 (the same maximum) and
+stores its result in fp8. The numpy golden model sums in the order of
 tinygrad's kernels: a convolution over input channel, kernel row, kernel column; a dense layer
 over its inputs in order; each step one float32 addition.
 """
@@ -41,31 +42,31 @@ def built(net: LayerNet, dtype: str) -> zoo.Built:
     layers = net.layers
 
     def forward(x, *params):
-        # A layer's float32 result is rounded to fp8 where the next conv or dense layer reads it
-        # (or at the end): a max-pool or flatten between runs on float32 values, which gives the
-        # same values (round to nearest is monotonic, so it commutes with max) and keeps the
-        # max-reduction out of fp8e4m3, where tinygrad starts it at NaN (docs/fp8.md).
         f32 = zoo.import_tinygrad().dtypes.float32
         fp8 = x.dtype
-        h, k = x, 0                                            # h is fp8 or float32
+        h, k = x, 0
         for layer in layers:
             if isinstance(layer, MaxPool):
-                h = h.max_pool2d(kernel_size=layer.kernel, stride=layer.stride)
+                # on float32 values, the same maximum (they are fp8 values): tinygrad starts a
+                # max-reduction in E4M3 at NaN (docs/fp8.md)
+                h = h.cast(f32).max_pool2d(kernel_size=layer.kernel, stride=layer.stride).cast(fp8).contiguous()
                 continue
             if isinstance(layer, Flatten):
                 h = h.reshape(h.shape[0], -1)
                 continue
             W, b = params[k].cast(f32), params[k + 1].cast(f32)
             k += 2
-            h = (h if h.dtype == fp8 else h.cast(fp8)).cast(f32)    # this layer's input, in fp8
             if isinstance(layer, Conv):
                 t, l, bo, r = layer.pads
-                h = h.conv2d(W, b, stride=layer.stride, padding=(l, r, t, bo))
+                h = h.cast(f32).conv2d(W, b, stride=layer.stride, padding=(l, r, t, bo))
             else:
-                h = h @ W.T + b
+                h = h.cast(f32) @ W.T + b
             if layer.relu:
                 h = h.relu()
-        return h if h.dtype == fp8 else h.cast(fp8)
+            # stored in fp8 (contiguous): else tinygrad may store the float32 value and round it
+            # where it is read, and the next layer's products would need a float32 multiplier
+            h = h.cast(fp8).contiguous()
+        return h
     return zoo.Built(inputs, forward)
 
 
