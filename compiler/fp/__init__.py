@@ -33,6 +33,8 @@ Semantics, for the numerics reader:
     result beyond the largest finite number rounds to it, in every rounding mode; inf inputs
     stay inf (E5M2). `nonsaturating(fmt)` gives ml_dtypes' behaviour instead: overflow to
     inf (E5M2) or NaN (E4M3). The sign of a NaN result is not specified (compare NaN as NaN).
+  * FWideMul(src, dst): the exact product of two `src` values in `dst` (fp8 x fp8 in fp32),
+    what FloatToFloat on both operands and an FMul(dst) give, without rounding anything.
 """
 from .add import FAdd
 from .compare import FCompare, FMax
@@ -42,6 +44,7 @@ from .divide import FDiv
 from .mul import FMul
 from .sqrt import FSqrt
 from .trunc import FTrunc
+from .widemul import FWideMul
 
 __all__ = ["FloatFormat", "FP32", "FP16", "BF16", "FP8E4M3", "FP8E5M2", "FORMATS", "nonsaturating", "FAdd", "FMul", "FDiv", "FSqrt", "FTrunc", "FCompare", "FMax",
-           "IntToFloat", "FloatToInt", "FloatToFloat"]
+           "IntToFloat", "FloatToInt", "FloatToFloat", "FWideMul"]

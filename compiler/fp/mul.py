@@ -65,6 +65,9 @@ class FMul(wiring.Component):
             (ll, lh, hl, hh), exp_sum, sign, *specials = (lambda *r: (r[:4], *r[4:]))(
                 *pipe.cut("partial", *partials, exp_sum, sign, *specials))
             m.d.comb += product.eq(ll + ((lh + hl) << h) + (hh << (2 * h)))
+        elif fmt.precision <= 4:
+            # fp8: a few partial products in LUTs (Yosys would give a $mul of any size a DSP block)
+            m.d.comb += product.eq(sum(Mux(y_sig[i], x_sig << i, 0) for i in range(fmt.precision)))
         else:
             m.d.comb += product.eq(x_sig * y_sig)
         product, exp_sum, sign, *specials = pipe.cut("product", product, exp_sum, sign, *specials)
