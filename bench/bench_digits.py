@@ -7,7 +7,7 @@ sample), then Yosys synthesises it for --target (LUTs, FFs, BRAM, DSP). Printed:
 table (the one in docs/real-models.md) with the wall time of each point's sample run (compile,
 the C++ build unless cached, and the 450 simulations; noisy on a shared machine).
 
-Usage: python bench/bench_digits.py [--lanes 1 4] [--dtypes int8 int16 fp16 bf16 fp32] [--target ecp5]
+Usage: python bench/bench_digits.py [--lanes 1 4] [--dtypes int8 int16 fp16 bf16 fp32 fp8e4m3 fp8e5m2] [--target ecp5]
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ WEIGHTS = Path(__file__).resolve().parent.parent / "models" / "digits_mlp.npz"
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lanes", type=int, nargs="+", default=[1, 4])
-    ap.add_argument("--dtypes", nargs="+", default=["int8", "int16", "fp16", "bf16", "fp32"])
+    ap.add_argument("--dtypes", nargs="+", default=["int8", "int16", "fp16", "bf16", "fp32", "fp8e4m3", "fp8e5m2"])
     ap.add_argument("--target", default="ecp5")
     args = ap.parse_args()
     data = load_dataset(DataSpec(dataset="sklearn:digits"))

@@ -17,6 +17,7 @@ from . import dtypes as dt
 from . import ir
 from .errors import UnsupportedError
 from .frontend import KernelCall
+from .max_identity import finite_max_identities
 
 _ALU = {
     Ops.ADD: ir.OpKind.ADD, Ops.SUB: ir.OpKind.SUB, Ops.MUL: ir.OpKind.MUL, Ops.NEG: ir.OpKind.NEG,
@@ -263,4 +264,4 @@ def _convert(value, d: dt.DType):
 
 def lower(call: KernelCall) -> ir.KernelIR:
     """tinygrad's lowered UOp list of one kernel -> KernelIR."""
-    return _Lowering(call, call.name).run()
+    return finite_max_identities(_Lowering(call, call.name).run())

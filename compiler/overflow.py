@@ -372,7 +372,7 @@ def worst_case_inputs(design: Design, input_ranges: dict[int, tuple[float, float
     out = {}
     for b, v in zip(inputs, best or ()):
         gb = design.graph.buffers[b]
-        out[b] = np.full(gb.size, v, dtype=np.float32 if gb.dtype.name == "bf16" else gb.dtype.numpy)
+        out[b] = np.full(gb.size, v, dtype=np.float32 if gb.dtype.held_as_bits else gb.dtype.numpy)
     return out
 
 

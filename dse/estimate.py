@@ -67,8 +67,9 @@ def design_features(design, *, target: str) -> dict[str, float]:
     """Counts of what the compiled `design` (compiler.design.Design) will build, by kind and
     width. Cheap: it walks the KernelIR and the banking, and builds no hardware."""
     from compiler import ir, ranges
-    from compiler.synth import multipliers
+    from compiler.hw import floatops
     from compiler.hw.bram import memory_tail
+    from compiler.synth import multipliers
     K = ir.OpKind
     f: dict[str, float] = {"version": FEATURES_VERSION}
 
@@ -95,7 +96,10 @@ def design_features(design, *, target: str) -> dict[str, float]:
             if v.op in (K.MUL, K.MULACC):
                 if v.dtype.is_float:
                     add("fmul", 1)
-                    products.append(("fmul_bits", v.dtype.man_bits + 1, v.dtype.man_bits + 1))
+                    # fp8 operands cast to fp32 multiply in an FWideMul: its significands' width
+                    narrow = floatops.wide_product_sources(v)
+                    p = (narrow[0].dtype if narrow else v.dtype).man_bits + 1
+                    products.append(("fmul_bits", p, p))
                 else:
                     add("mul", 1)
                     products.append(("mul_bits", bits(v.srcs[0]), bits(v.srcs[-1])))

@@ -492,6 +492,8 @@ def _accuracy(model: ModelSpec, *, point: DesignPoint, config, sim: "Simulator",
     run.set(accuracy=r.accuracy, accuracy_float=r.accuracy_float, agreement=r.agreement,
             logit_mean_err=r.mean_abs_err, logit_max_err=r.max_abs_err, samples=r.samples,
             quantization=r.quantization)
+    if model.runs_trained(point.dtype) and point.dtype in ("fp8e4m3", "fp8e5m2"):
+        run.notes.append(f"{point.dtype}: {r.quantization}")
 
 
 def _timing(ctx: EvalContext, run: _Run, netlist_path: str) -> None:

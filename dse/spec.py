@@ -19,7 +19,7 @@ a dtype lives in dse/models/ (model.py, zoo.py, user_model.py, data.py, quantize
       - name: trained
         weights: models/mlp.npz         # a trained dense network (or onnx: mlp.onnx), with
         data: {dataset: "sklearn:digits"}   # the samples its accuracy is measured on
-    dtypes: [int8, fp16, bf16, fp32]    # int8 int16 int32 uint8 fp16 bf16 fp32
+    dtypes: [int8, fp16, bf16, fp32]    # int8 int16 int32 uint8 fp16 bf16 fp32 fp8e4m3 fp8e5m2
     knobs:                              # candidate values per HardwareConfig knob
       mem_read: [sync, comb]
     objectives: [cycles, luts]          # fmax_mhz and accuracy are maximised, every other metric minimised
@@ -465,15 +465,20 @@ def _join(path: str, key: str | int) -> str:
 
 _ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32",
             "char": "int8", "short": "int16", "int": "int32", "uchar": "uint8",
-            "lut": "luts", "ff": "ffs", "dsps": "dsp", "brams": "bram", "fmax": "fmax_mhz", "latency": "latency_us"}
+            "lut": "luts", "ff": "ffs", "dsps": "dsp", "brams": "bram", "fmax": "fmax_mhz", "latency": "latency_us",
+            # OCP FP8 under the names of ml_dtypes, tinygrad, PyTorch and the OCP spec
+            **{f"{p}{s}": "fp8e4m3" for p in ("float8_", "fp8_", "fp8", "") for s in ("e4m3", "e4m3fn")},
+            **{f"{p}e5m2": "fp8e5m2" for p in ("float8_", "fp8_", "")},
+            "fp8": "fp8e4m3' or 'fp8e5m2", "float8": "fp8e4m3' or 'fp8e5m2"}
 
 
 def _suggest(word: Any, known: Iterable[str], noun: str = "known") -> str:
     """'; did you mean 'x'?' for a likely typo, else the known names."""
     known = list(known)
     if isinstance(word, str):
-        if _ALIASES.get(word.lower()) in known:
-            return f"; did you mean {_ALIASES[word.lower()]!r}?"
+        alias = _ALIASES.get(word.lower(), "")
+        if alias in known or word.lower() in known or alias and all(a in known for a in alias.split("' or '")):
+            return f"; did you mean '{alias or word.lower()}'?"
         m = re.fullmatch(r"(max|min)_(\w+)", word)        # max_luts -> luts_max
         if m and f"{m[2]}_{m[1]}" in known:
             return f"; did you mean '{m[2]}_{m[1]}'?"
@@ -741,7 +746,7 @@ class _Parser:
         for dt in self.dtypes:
             try:
                 built = m.build(dt)
-                if m.files is not None and DTYPES[dt].is_float:
+                if m.files is not None and DTYPES[dt].is_float and not m.runs_trained(dt):
                     m.files.inputs(built.inputs, dt)
             except (ValueError, DataError) as e:
                 raise SpecError(_join(path, kind), f"dtype {dt}: {e}") from None

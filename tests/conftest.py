@@ -16,6 +16,9 @@ TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:            # `helpers`, `designs` importable however pytest is started
     sys.path.insert(0, str(TESTS))
 
+from dse.models.data import DataSpec, load_dataset  # noqa: E402 - after the path is set
+from helpers import SYNTH_CALLS, fake_area  # noqa: E402
+
 
 @pytest.fixture
 def isolated_cache(tmp_path, monkeypatch) -> Path:
@@ -32,3 +35,20 @@ def pytest_collection_modifyitems(config, items):
         tool_fixtures = getattr(item.module, "TOOL_FIXTURES", ())
         if any(name in tool_fixtures for name in getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def fake_synth(monkeypatch):
+    """Replace Yosys by fake_area; SYNTH_CALLS counts real evaluations."""
+    SYNTH_CALLS.clear()
+
+    def synthesize(design, target="ecp5", workdir=None, timeout=600, **options):
+        SYNTH_CALLS.append(design.config.mem_read)
+        return fake_area(design, target)
+    monkeypatch.setattr("compiler.synth.area.synthesize", synthesize)
+    return SYNTH_CALLS
+
+
+@pytest.fixture(scope="session")
+def digits():
+    return load_dataset(DataSpec(dataset="sklearn:digits"))

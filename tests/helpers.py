@@ -4,16 +4,27 @@ other."""
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from tinygrad import Tensor, dtypes
 
+import designs
 from compiler import HardwareConfig, compile_model, simulate
+from compiler import dtypes as dt
 from compiler.fp import FloatFormat
 from compiler.fp import reference as R
+from compiler.synth.area import AreaReport
 from compiler.tools import yosys
+from dse.cli import main
 from dse.models import zoo
+from dse.sweep import SweepOptions
+
+TESTS = Path(__file__).resolve().parent
 
 
 # ---------------------------------------------------------------------------------------------
@@ -31,6 +42,13 @@ def same_bits(got: np.ndarray, want: np.ndarray) -> bool:
     g, w = np.asarray(got, np.float32), np.asarray(want, np.float32)
     both_nan = np.isnan(g) & np.isnan(w)
     return bool(np.all(both_nan | (g.view(np.uint32) == w.view(np.uint32))))
+
+
+def same_float_bits(a: np.ndarray, b: np.ndarray, dtype: str) -> bool:
+    """Same shape and bit patterns (so -0.0 != 0.0; NaN only equals NaN)."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    both_nan = np.isnan(a) & np.isnan(b)
+    return a.shape == b.shape and bool(np.all(both_nan | (zoo.bits(a, dtype) == zoo.bits(b, dtype))))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,3 +264,144 @@ def equivalent(gold: dict, gate: dict, tmp_path, models: str | None = None) -> b
           "tee -o proof.txt sat -tempinduct -prove-asserts -set-init-zero -seq 1 -maxsteps 8 miter\n",
           cwd=tmp_path, log_name="equiv.log")
     return "Induction step proven: SUCCESS!" in (tmp_path / "proof.txt").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# sweeps of small specs (fake synthesis: conftest's fake_synth)
+
+SMALL_MODELS = [{"name": "gemv_4x8", "builtin": "gemv", "params": {"M": 4, "K": 8}},
+                {"name": "add_8", "builtin": "elementwise", "params": {"N": 8}}]
+
+
+def spec_dict(study="t", sampler="grid", trials=None, models=SMALL_MODELS, dtypes=("int8",), **extra) -> dict:
+    search = {"sampler": sampler, "seed": 0}
+    if trials is not None:
+        search["trials"] = trials
+    return {"study": study, "target": "ecp5", "models": list(models), "dtypes": list(dtypes),
+            "knobs": {"mem_read": ["sync", "comb"]}, "objectives": ["cycles", "luts"],
+            "search": search, **extra}
+
+
+def write_spec(tmp_path: Path, d: dict, name: str = "spec.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    return path
+
+
+def options(tmp_path: Path, **kw) -> SweepOptions:
+    return SweepOptions(**{"results_root": tmp_path / "results", "cache_dir": tmp_path / "cache",
+                           "sim_backend": "pysim", "progress": "off", **kw})
+
+
+SYNTH_CALLS: list[str] = []
+
+
+def fake_area(design, target: str) -> AreaReport:
+    """Deterministic stand-in numbers: comb read ports cost LUTs, as they do in Yosys."""
+    comb = design.config.mem_read == "comb"
+    luts = 100 * len(design.kernels) + sum(k.name.count("_") for k in design.kernels) + (40 if comb else 0)
+    return AreaReport(target=target, luts=luts, ffs=50 - (20 if comb else 0), bram=0 if comb else 1, lutram=0,
+                      dsp=1, yosys_version="fake yosys", script="fake", seconds=0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# trained models through `dse eval`
+
+def model_spec(tmp_path: Path, dtypes: list[str], **model) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"study": "files", "target": "ecp5", "models": [{"name": "m", **model}],
+                                    "dtypes": dtypes, "objectives": ["accuracy", "cycles"],
+                                    "search": {"sampler": "grid"}}, sort_keys=False))
+    return path
+
+
+def eval_model(capsys, spec: Path, dtype: str, *extra: str) -> dict:
+    assert main(["eval", str(spec), "--model", "m", "--dtype", dtype, "--no-synth", "--json", "--sim", "cxxrtl",
+                 *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def cnn_onnx(path: Path, op: str = "MaxPool", w: dict | None = None) -> tuple[Path, dict]:
+    """A small CNN for 8x8 digits: Conv 3x3 (C channels) -> Relu -> 2x2 pool -> Flatten -> Gemm,
+    with the weights `w` (default: fixed random ones, 4 channels; names as PyTorch writes them:
+    not identifiers)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    w = w or {"conv.weight": rng.normal(0, 0.3, (4, 1, 3, 3)).astype(np.float32),
+              "conv.bias": rng.normal(0, 0.1, (4,)).astype(np.float32),
+              "fc.weight": rng.normal(0, 0.3, (10, 36)).astype(np.float32),
+              "fc.bias": rng.normal(0, 0.1, (10,)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "conv.weight", "conv.bias"], ["c"], kernel_shape=[3, 3]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node(op, ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["y"], transB=1)]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
+                              [numpy_helper.from_array(v, k) for k, v in w.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path, w
+
+
+# ---------------------------------------------------------------------------------------------
+# exported designs behind a bus, run by cocotb
+
+COCOTB_DIR = TESTS / "cocotb_bus"
+
+
+@dataclass(frozen=True)
+class Point:
+    design: object
+    golden: tuple[np.ndarray, ...]        # per model output, its element values (the numpy reference)
+
+
+def bus_gemv_int8() -> Point:
+    case = designs.gemv_int8(M=6, K=10)
+    return Point(compile_model(*case.outputs, config=HardwareConfig(mem_read="sync", lanes=2)), case.reference)
+
+
+def check_expected_files(out: Path, point: Point) -> None:
+    """The expected*.hex the testbenches compare with hold the numpy reference's words."""
+    info = json.loads((out / "interface.json").read_text())
+    design = point.design
+    for buf, want in zip(design.graph.outputs, point.golden):
+        ports = sorted((p for p in info["host_ports"] if p["role"] == "output" and p["buffer"] == buf),
+                       key=lambda p: p["sel"])
+        banks = [[0 if "x" in line else int(line, 16) for line in (out / p["file"]).read_text().split()]
+                 for p in ports]
+        got = design.buffer_words(buf, banks)
+        assert np.array_equal(got, dt.to_words(want, design.graph.buffers[buf].dtype)), f"buffer {buf}"
+
+
+def run_cocotb(out: Path, *, testcase: str = "run_design", env: dict[str, str] | None = None,
+               monkeypatch=None, passes: bool = True, top: str = "tinyhw_top",
+               sources: list[str] | None = None) -> str:
+    """Build `out`'s Verilog for Icarus and run one test of bus_tb.py on it (which must pass, or
+    fail when not `passes`); its log."""
+    from cocotb_tools.check_results import get_results
+    from cocotb_tools.runner import get_runner
+    monkeypatch.syspath_prepend(str(COCOTB_DIR))         # the runner passes sys.path on as PYTHONPATH
+    runner = get_runner("icarus")
+    build = out / "sim_build"
+    runner.build(sources=[out / s for s in sources or ["tinyhw_top.v"]], hdl_toplevel=top, build_dir=build,
+                 timescale=("1ns", "1ps"), log_file=out / "build.log")
+    log = out / f"{testcase}-{(env or {}).get('TINYHW_WISHBONE_MODE', '')}.log"
+    xml = out / f"{log.stem}.xml"
+    try:
+        runner.test(test_module="bus_tb", hdl_toplevel=top, build_dir=build, test_dir=out,
+                    testcase=testcase, extra_env={"TINYHW_EXPORT": str(out), **(env or {})},
+                    results_xml=str(xml), log_file=log)
+    except SystemExit:                  # the runner's way of saying a test failed: the results say which
+        pass
+    text = log.read_text()
+    tests, failed = get_results(xml)
+    assert tests == 1 and failed == (not passes), text[-3000:]
+    return text
+
+
+def pass_line(log: str) -> str:
+    m = re.search(r"PASS: .*", log)
+    assert m, log[-2000:]
+    print(m.group(0))                    # the run's PASS line, in pytest's -s / -rA output
+    return m.group(0)

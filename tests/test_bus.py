@@ -10,11 +10,9 @@ The golden outputs: each design's expected*.hex is checked against the numpy ref
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +25,9 @@ from compiler.bus.wrapper import BusError, bus_map, check_bus, wrap
 from compiler.sim.memory_io import input_words
 import designs
 from dse.models import zoo
+from helpers import Point, bus_gemv_int8, check_expected_files, pass_line, run_cocotb
 
 HERE = Path(__file__).resolve().parent
-COCOTB_DIR = HERE / "cocotb_bus"
 
 needs_iverilog = pytest.mark.skipif(shutil.which("iverilog") is None,
                                     reason="Icarus Verilog not installed (apt-get install iverilog; .ci/run does)")
@@ -38,16 +36,6 @@ needs_cc = pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler
 
 # ---------------------------------------------------------------------------------------------
 # the designs
-
-@dataclass(frozen=True)
-class Point:
-    design: object
-    golden: tuple[np.ndarray, ...]        # per model output, its element values (the numpy reference)
-
-
-def gemv_int8() -> Point:
-    case = designs.gemv_int8(M=6, K=10)
-    return Point(compile_model(*case.outputs, config=HardwareConfig(mem_read="sync", lanes=2)), case.reference)
 
 
 def mlp_fp32() -> Point:
@@ -83,7 +71,7 @@ def bitwise_uint8() -> Point:
     return Point(compile_model(*case.outputs, config=HardwareConfig(mem_read="sync")), case.reference)
 
 
-POINTS = {"gemv_int8": gemv_int8, "mlp_fp32": mlp_fp32, "mixed_int16": mixed_int16, "add_int64": add_int64,
+POINTS = {"gemv_int8": bus_gemv_int8, "mlp_fp32": mlp_fp32, "mixed_int16": mixed_int16, "add_int64": add_int64,
           "bitwise_uint8": bitwise_uint8}
 
 
@@ -104,53 +92,8 @@ def exported(tmp_path_factory):
     return get
 
 
-def check_expected_files(out: Path, point: Point) -> None:
-    """The expected*.hex the testbenches compare with hold the numpy reference's words."""
-    info = json.loads((out / "interface.json").read_text())
-    design = point.design
-    for buf, want in zip(design.graph.outputs, point.golden):
-        ports = sorted((p for p in info["host_ports"] if p["role"] == "output" and p["buffer"] == buf),
-                       key=lambda p: p["sel"])
-        banks = [[0 if "x" in line else int(line, 16) for line in (out / p["file"]).read_text().split()]
-                 for p in ports]
-        got = design.buffer_words(buf, banks)
-        assert np.array_equal(got, dt.to_words(want, design.graph.buffers[buf].dtype)), f"buffer {buf}"
-
-
 # ---------------------------------------------------------------------------------------------
 # cocotb
-
-def run_cocotb(out: Path, *, testcase: str = "run_design", env: dict[str, str] | None = None,
-               monkeypatch=None, passes: bool = True, top: str = "tinyhw_top",
-               sources: list[str] | None = None) -> str:
-    """Build `out`'s Verilog for Icarus and run one test of bus_tb.py on it (which must pass, or
-    fail when not `passes`); its log."""
-    from cocotb_tools.check_results import get_results
-    from cocotb_tools.runner import get_runner
-    monkeypatch.syspath_prepend(str(COCOTB_DIR))         # the runner passes sys.path on as PYTHONPATH
-    runner = get_runner("icarus")
-    build = out / "sim_build"
-    runner.build(sources=[out / s for s in sources or ["tinyhw_top.v"]], hdl_toplevel=top, build_dir=build,
-                 timescale=("1ns", "1ps"), log_file=out / "build.log")
-    log = out / f"{testcase}-{(env or {}).get('TINYHW_WISHBONE_MODE', '')}.log"
-    xml = out / f"{log.stem}.xml"
-    try:
-        runner.test(test_module="bus_tb", hdl_toplevel=top, build_dir=build, test_dir=out,
-                    testcase=testcase, extra_env={"TINYHW_EXPORT": str(out), **(env or {})},
-                    results_xml=str(xml), log_file=log)
-    except SystemExit:                  # the runner's way of saying a test failed: the results say which
-        pass
-    text = log.read_text()
-    tests, failed = get_results(xml)
-    assert tests == 1 and failed == (not passes), text[-3000:]
-    return text
-
-
-def pass_line(log: str) -> str:
-    m = re.search(r"PASS: .*", log)
-    assert m, log[-2000:]
-    print(m.group(0))                    # the run's PASS line, in pytest's -s / -rA output
-    return m.group(0)
 
 
 @pytest.mark.slow
@@ -317,7 +260,7 @@ def test_an_unknown_bus_is_refused_with_the_closest_name(name, hint):
 
 
 def test_a_bus_that_cannot_wrap_the_design_says_why(tmp_path):
-    design = gemv_int8().design
+    design = bus_gemv_int8().design
     with pytest.raises(BusError, match="bus 'axi-stream' streams samples into a dataflow design; k0_r_6_10 is a "
                                        "sequential design .* use axi-lite or wishbone"):
         export_design(design=design, out_dir=tmp_path / "o", bus="axi-stream")
@@ -329,7 +272,7 @@ def test_a_bus_that_cannot_wrap_the_design_says_why(tmp_path):
 
 
 def test_the_interface_and_the_c_header_state_the_map(tmp_path):
-    point = gemv_int8()
+    point = bus_gemv_int8()
     exp = export_design(design=point.design, out_dir=tmp_path, bus="wishbone")
     info = json.loads(exp.interface_json.read_text())
     assert info["bus"]["kind"] == "wishbone" and info["bus"]["c"] == ["tinyhw.h", "tinyhw.c", "tinyhw_top.h"]

@@ -14,7 +14,7 @@ import pytest
 
 from compiler import export_design
 
-from test_bus import check_expected_files, gemv_int8, pass_line, run_cocotb
+from helpers import bus_gemv_int8 as gemv_int8, check_expected_files, pass_line, run_cocotb
 
 ROOT = Path(__file__).resolve().parent.parent
 

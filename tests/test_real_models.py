@@ -15,14 +15,10 @@ from dse.models import zoo
 from dse.models.accuracy import run_samples
 from dse.models.data import DataError, DataSpec, data_input, load_dataset, load_onnx, match_weights, read_weights
 from dse.models.quantize import DenseNet, quantize
+from helpers import cnn_onnx, eval_model, model_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = ROOT / "models" / "digits_mlp.npz"
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return load_dataset(DataSpec(dataset="sklearn:digits"))
 
 
 @pytest.fixture(scope="module")
@@ -255,26 +251,12 @@ def build(dtype, I=64, H=32, O=10):
 """
 
 
-def _model_spec(tmp_path: Path, dtypes: list[str], **model) -> Path:
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump({"study": "files", "target": "ecp5", "models": [{"name": "m", **model}],
-                                    "dtypes": dtypes, "objectives": ["accuracy", "cycles"],
-                                    "search": {"sampler": "grid"}}, sort_keys=False))
-    return path
-
-
-def _eval_m(capsys, spec: Path, dtype: str, *extra: str) -> dict:
-    assert main(["eval", str(spec), "--model", "m", "--dtype", dtype, "--no-synth", "--json", "--sim", "cxxrtl",
-                 *extra]) == 0
-    return json.loads(capsys.readouterr().out)
-
-
 @pytest.mark.slow
 def test_a_users_function_with_weights_and_data_scores_every_sample(tmp_path, capsys, digits, monkeypatch, isolated_cache):
     (tmp_path / "mlp.py").write_text(SOURCE_MLP)
-    spec = _model_spec(tmp_path, ["fp32"], source="mlp.py:build", weights=str(WEIGHTS),
+    spec = model_spec(tmp_path, ["fp32"], source="mlp.py:build", weights=str(WEIGHTS),
                        data={"dataset": "sklearn:digits", "samples": 40})
-    row = _eval_m(capsys, spec, "fp32")
+    row = eval_model(capsys, spec, "fp32")
     assert row["status"] == "OK" and row["correct"] and row["cycles"] == row["cycles_model"], row
     assert row["samples"] == 40
     # the same network in numpy, float64: predictions equal the hardware's on all 40 samples
@@ -290,7 +272,7 @@ def test_a_users_function_with_weights_and_data_scores_every_sample(tmp_path, ca
     calls = []
     real = zoo.tinygrad_result
     monkeypatch.setattr(zoo, "tinygrad_result", lambda *a: calls.append(1) or real(*a))
-    again = _eval_m(capsys, spec, "fp32", "--set", "lanes=2")
+    again = eval_model(capsys, spec, "fp32", "--set", "lanes=2")
     assert again["accuracy"] == row["accuracy"] and again["samples"] == 40
     assert len(calls) == 2      # the point's own check and its worst-case confirm; the 40 samples: from the cache
 
@@ -303,9 +285,9 @@ def test_a_zoo_model_with_integer_weights_is_bit_exact_on_every_sample(tmp_path,
     W1 = np.round(w["W1"] / np.abs(w["W1"]).max() * 127).astype(np.int8)
     W2 = np.round(w["W2"] / np.abs(w["W2"]).max() * 127).astype(np.int8)
     np.savez(tmp_path / "q.npz", W1=W1, W2=W2)
-    spec = _model_spec(tmp_path, ["int8"], builtin="mlp", params={"IN": 64, "HIDDEN": 32, "OUT": 10, "SHIFT": 6},
+    spec = model_spec(tmp_path, ["int8"], builtin="mlp", params={"IN": 64, "HIDDEN": 32, "OUT": 10, "SHIFT": 6},
                        weights="q.npz", data={"dataset": "sklearn:digits", "samples": 100})
-    row = _eval_m(capsys, spec, "int8")
+    row = eval_model(capsys, spec, "int8")
     assert row["status"] == "OK" and row["correct"] and row["samples"] == 100, row
     # the integer model in numpy (evaluate checked the hardware against the zoo's golden model on every sample)
     x = digits.x_test[:100].astype(np.int64)
@@ -320,7 +302,7 @@ def test_a_zoo_model_with_integer_weights_is_bit_exact_on_every_sample(tmp_path,
 def test_every_sample_of_a_zoo_model_is_checked(tmp_path, capsys, monkeypatch):
     w = read_weights(WEIGHTS)
     np.savez(tmp_path / "q.npz", W1=np.round(w["W1"] * 100).astype(np.int8), W2=np.round(w["W2"] * 20).astype(np.int8))
-    spec = _model_spec(tmp_path, ["int8"], builtin="mlp", params={"IN": 64, "HIDDEN": 32, "OUT": 10, "SHIFT": 6},
+    spec = model_spec(tmp_path, ["int8"], builtin="mlp", params={"IN": 64, "HIDDEN": 32, "OUT": 10, "SHIFT": 6},
                        weights="q.npz", data={"dataset": "sklearn:digits", "samples": 12})
     real, seen = zoo.reference, []
 
@@ -357,35 +339,13 @@ def test_bad_weights_beside_a_model_are_named(tmp_path, capsys, model, message):
     np.savez(tmp_path / "short.npz", **{**w, "W1": w["W1"][:, :60]})
     np.savez(tmp_path / "w1.npz", W1=np.round(w["W1"] * 10).astype(np.int8))
     np.savez(tmp_path / "q.npz", **{k: np.round(v * 10).astype(np.int8) for k, v in w.items()})
-    spec = _model_spec(tmp_path, ["int8"], source="mlp.py:build", **model)
+    spec = model_spec(tmp_path, ["int8"], source="mlp.py:build", **model)
     assert main(["validate", str(spec)]) == 2
     assert capsys.readouterr().err == f"error: {message.format(tmp=tmp_path)}\n"
 
 
 # ---------------------------------------------------------------------------------------------
 # an ONNX graph that is not a dense chain: the whole graph through tinygrad's importer (floats)
-
-def _cnn_onnx(path: Path, op: str = "MaxPool", w: dict | None = None) -> tuple[Path, dict]:
-    """A small CNN for 8x8 digits: Conv 3x3 (C channels) -> Relu -> 2x2 pool -> Flatten -> Gemm,
-    with the weights `w` (default: fixed random ones, 4 channels; names as PyTorch writes them:
-    not identifiers)."""
-    onnx = pytest.importorskip("onnx")
-    from onnx import TensorProto, helper, numpy_helper
-    rng = np.random.default_rng(0)
-    w = w or {"conv.weight": rng.normal(0, 0.3, (4, 1, 3, 3)).astype(np.float32),
-              "conv.bias": rng.normal(0, 0.1, (4,)).astype(np.float32),
-              "fc.weight": rng.normal(0, 0.3, (10, 36)).astype(np.float32),
-              "fc.bias": rng.normal(0, 0.1, (10,)).astype(np.float32)}
-    nodes = [helper.make_node("Conv", ["x", "conv.weight", "conv.bias"], ["c"], kernel_shape=[3, 3]),
-             helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node(op, ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
-             helper.make_node("Flatten", ["p"], ["f"]),
-             helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["y"], transB=1)]
-    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
-                              [numpy_helper.from_array(v, k) for k, v in w.items()])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path, w
 
 
 def _cnn_numpy(x: np.ndarray, w: dict) -> np.ndarray:
@@ -403,9 +363,9 @@ def _cnn_numpy(x: np.ndarray, w: dict) -> np.ndarray:
 
 @pytest.mark.slow
 def test_an_onnx_cnn_runs_whole_and_scores_like_numpy(tmp_path, capsys, digits, monkeypatch, isolated_cache):
-    path, w = _cnn_onnx(tmp_path / "cnn.onnx")
-    spec = _model_spec(tmp_path, ["fp32"], onnx="cnn.onnx", data={"dataset": "sklearn:digits", "samples": 24})
-    row = _eval_m(capsys, spec, "fp32")
+    path, w = cnn_onnx(tmp_path / "cnn.onnx")
+    spec = model_spec(tmp_path, ["fp32"], onnx="cnn.onnx", data={"dataset": "sklearn:digits", "samples": 24})
+    row = eval_model(capsys, spec, "fp32")
     assert row["status"] == "OK" and row["correct"] and row["cycles"] == row["cycles_model"], row
     assert row["samples"] == 24 and row["agreement"] == 1.0
     logits = _cnn_numpy(digits.x_test[:24], w)
@@ -423,8 +383,8 @@ def test_an_onnx_cnn_runs_whole_and_scores_like_numpy(tmp_path, capsys, digits, 
                            "has no op NoSuchPool"),
 ])
 def test_onnx_graphs_the_tool_cannot_run_are_named(tmp_path, capsys, dtype, op, message):
-    _cnn_onnx(tmp_path / "cnn.onnx", op)
-    spec = _model_spec(tmp_path, [dtype], onnx="cnn.onnx", data={"dataset": "sklearn:digits"})
+    cnn_onnx(tmp_path / "cnn.onnx", op)
+    spec = model_spec(tmp_path, [dtype], onnx="cnn.onnx", data={"dataset": "sklearn:digits"})
     assert main(["validate", str(spec)]) == 2
     assert capsys.readouterr().err == f"error: {message.format(tmp=tmp_path)}\n"
 
@@ -450,16 +410,16 @@ def test_a_trained_onnx_cnn_quantises_to_int8_within_two_points(tmp_path, capsys
     one bit-exact against its numpy integer model (run_samples); fp32: the whole graph, 40
     samples (tinygrad computes each one's reference: 0.1 s a sample), each against tinygrad."""
     w = _trained_cnn(digits)
-    _cnn_onnx(tmp_path / "cnn.onnx", w=w)
+    cnn_onnx(tmp_path / "cnn.onnx", w=w)
     logits = _cnn_numpy(digits.x_test, w)
     right = logits.argmax(1) == digits.y_test
-    int8 = _eval_m(capsys, _model_spec(tmp_path, ["int8"], onnx="cnn.onnx", data={"dataset": "sklearn:digits"}), "int8")
+    int8 = eval_model(capsys, model_spec(tmp_path, ["int8"], onnx="cnn.onnx", data={"dataset": "sklearn:digits"}), "int8")
     assert int8["status"] == "OK" and int8["correct"] and int8["cycles"] == int8["cycles_model"], int8
     assert int8["samples"] == 450 and int8["overflow_safe"] is True
     assert int8["accuracy_float"] == float(right.mean()) > 0.95
     assert abs(int8["accuracy"] - int8["accuracy_float"]) <= 0.02
     assert int8["quantization"].startswith("symmetric")
-    fp32 = _eval_m(capsys, _model_spec(tmp_path, ["fp32"], onnx="cnn.onnx",
+    fp32 = eval_model(capsys, model_spec(tmp_path, ["fp32"], onnx="cnn.onnx",
                                        data={"dataset": "sklearn:digits", "samples": 40}), "fp32")
     assert fp32["status"] == "OK" and fp32["correct"] and fp32["samples"] == 40, fp32
     assert fp32["accuracy"] == fp32["accuracy_float"] == float(right[:40].mean())
@@ -486,7 +446,7 @@ def test_running_an_onnx_graph_leaves_its_initialisers_as_read(tmp_path):
     """One tinygrad OnnxRunner per file and process serves every dtype: a run with other
     weights (an fp16 point's, a worst-case input's) must not change what the next reads."""
     from dse.models.data import onnx_built, onnx_initialisers
-    path, w = _cnn_onnx(tmp_path / "cnn.onnx")
+    path, w = cnn_onnx(tmp_path / "cnn.onnx")
     built = onnx_built(path, "fp16")
     arrays = zoo.make_inputs(built, 0)
     built.forward(*zoo.input_tensors(built, arrays)).realize()

@@ -93,6 +93,10 @@ ERRORS = [
     (with_("dtypes", ["int8", "fp32", "int8"]), "dtypes[2]: duplicate value 'int8' (also at [0])"),
     (with_("dtypes", ["int8", "int4"]), "dtypes[1]: unknown dtype 'int4'; did you mean 'int8'?"),
     (with_("dtypes", ["float16"]), "dtypes[0]: unknown dtype 'float16'; did you mean 'fp16'?"),
+    (with_("dtypes", ["fp8e4m3fn"]), "dtypes[0]: unknown dtype 'fp8e4m3fn'; did you mean 'fp8e4m3'?"),
+    (with_("dtypes", ["float8_e5m2"]), "dtypes[0]: unknown dtype 'float8_e5m2'; did you mean 'fp8e5m2'?"),
+    (with_("dtypes", ["int8", "FP8E4M3"]), "dtypes[1]: unknown dtype 'FP8E4M3'; did you mean 'fp8e4m3'?"),
+    (with_("dtypes", ["fp8"]), "dtypes[0]: unknown dtype 'fp8'; did you mean 'fp8e4m3' or 'fp8e5m2'?"),
     # models
     (with_("models", {"name": "x"}), "models: expected a list of models, got a mapping ({'name': 'x'})"),
     (with_("models.0.name", DROP), "models[0].name: required key is missing"),

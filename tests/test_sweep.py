@@ -18,10 +18,8 @@ from pathlib import Path
 import optuna
 import pandas as pd
 import pytest
-import yaml
 
 import dse
-from compiler.synth.area import AreaReport
 from compiler.tools import run_tool
 from dse import cache as cache_mod
 from dse.cli import main
@@ -32,55 +30,10 @@ from dse.spec import DesignPoint, load_spec, parse_spec
 from dse.frozen import FrozenMap
 from dse.study.grid import grid_points
 from dse.study.space import constraint_values, suggest_point
-from dse.sweep import SweepError, SweepOptions, sweep
+from dse.sweep import SweepError, sweep
+from helpers import SMALL_MODELS, fake_area, options, spec_dict, write_spec
 
 ROOT = Path(__file__).resolve().parent.parent
-
-SMALL_MODELS = [{"name": "gemv_4x8", "builtin": "gemv", "params": {"M": 4, "K": 8}},
-                {"name": "add_8", "builtin": "elementwise", "params": {"N": 8}}]
-
-
-def spec_dict(study="t", sampler="grid", trials=None, models=SMALL_MODELS, dtypes=("int8",), **extra) -> dict:
-    search = {"sampler": sampler, "seed": 0}
-    if trials is not None:
-        search["trials"] = trials
-    return {"study": study, "target": "ecp5", "models": list(models), "dtypes": list(dtypes),
-            "knobs": {"mem_read": ["sync", "comb"]}, "objectives": ["cycles", "luts"],
-            "search": search, **extra}
-
-
-def write_spec(tmp_path: Path, d: dict, name: str = "spec.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(d, sort_keys=False))
-    return path
-
-
-def options(tmp_path: Path, **kw) -> SweepOptions:
-    return SweepOptions(**{"results_root": tmp_path / "results", "cache_dir": tmp_path / "cache",
-                           "sim_backend": "pysim", "progress": "off", **kw})
-
-
-SYNTH_CALLS: list[str] = []
-
-
-def fake_area(design, target: str) -> AreaReport:
-    """Deterministic stand-in numbers: comb read ports cost LUTs, as they do in Yosys."""
-    comb = design.config.mem_read == "comb"
-    luts = 100 * len(design.kernels) + sum(k.name.count("_") for k in design.kernels) + (40 if comb else 0)
-    return AreaReport(target=target, luts=luts, ffs=50 - (20 if comb else 0), bram=0 if comb else 1, lutram=0,
-                      dsp=1, yosys_version="fake yosys", script="fake", seconds=0.0)
-
-
-@pytest.fixture
-def fake_synth(monkeypatch):
-    """Replace Yosys by fake_area; SYNTH_CALLS counts real evaluations."""
-    SYNTH_CALLS.clear()
-
-    def synthesize(design, target="ecp5", workdir=None, timeout=600, **options):
-        SYNTH_CALLS.append(design.config.mem_read)
-        return fake_area(design, target)
-    monkeypatch.setattr("compiler.synth.area.synthesize", synthesize)
-    return SYNTH_CALLS
 
 
 def study_of(tmp_path: Path, name: str = "t") -> optuna.Study:

@@ -1,7 +1,8 @@
 """Combinational IEEE-754 float units, written once and parameterised by format.
 
 Every unit is an `amaranth.lib.wiring.Component` with only combinational logic; data ports
-hold IEEE bit patterns of a `FloatFormat` (FP32, FP16, BF16). The numpy model in
+hold bit patterns of a `FloatFormat` (FP32, FP16, BF16, and the OCP 8-bit floats FP8E4M3 and
+FP8E5M2). The numpy model in
 `reference.py` defines the exact semantics; tests/test_fp_units.py checks the units against
 it bit for bit (through CXXRTL, see `harness.py`).
 
@@ -26,15 +27,24 @@ Semantics, for the numerics reader:
     (int_width=1, unsigned): x != 0, NaN gives 1.
   * FloatToFloat: widening is exact; narrowing rounds, overflows to inf (rne) or the
     largest finite number (rtz).
+  * OCP FP8 (docs/fp8.md): E5M2 is IEEE-like; E4M3 has no inf, its only NaN is S.1111.111
+    and 448 is its largest finite number: an infinite result (an inf converted, x / 0) is NaN.
+    FP8E4M3 and FP8E5M2 saturate as tinygrad does (and OCP's saturating mode): a finite
+    result beyond the largest finite number rounds to it, in every rounding mode; inf inputs
+    stay inf (E5M2). `nonsaturating(fmt)` gives ml_dtypes' behaviour instead: overflow to
+    inf (E5M2) or NaN (E4M3). The sign of a NaN result is not specified (compare NaN as NaN).
+  * FWideMul(src, dst): the exact product of two `src` values in `dst` (fp8 x fp8 in fp32),
+    what FloatToFloat on both operands and an FMul(dst) give, without rounding anything.
 """
 from .add import FAdd
 from .compare import FCompare, FMax
 from .convert import FloatToFloat, FloatToInt, IntToFloat
-from .formats import BF16, FORMATS, FP16, FP32, FloatFormat
+from .formats import BF16, FORMATS, FP8E4M3, FP8E5M2, FP16, FP32, FloatFormat, nonsaturating
 from .divide import FDiv
 from .mul import FMul
 from .sqrt import FSqrt
 from .trunc import FTrunc
+from .widemul import FWideMul
 
-__all__ = ["FloatFormat", "FP32", "FP16", "BF16", "FORMATS", "FAdd", "FMul", "FDiv", "FSqrt", "FTrunc", "FCompare", "FMax",
-           "IntToFloat", "FloatToInt", "FloatToFloat"]
+__all__ = ["FloatFormat", "FP32", "FP16", "BF16", "FP8E4M3", "FP8E5M2", "FORMATS", "nonsaturating", "FAdd", "FMul", "FDiv", "FSqrt", "FTrunc", "FCompare", "FMax",
+           "IntToFloat", "FloatToInt", "FloatToFloat", "FWideMul"]

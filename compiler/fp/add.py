@@ -66,7 +66,7 @@ class FAdd(wiring.Component):
                                                                     (big_sign, is_zero, *specials))
         big_sign, exp, norm, is_zero, *specials = pipe.cut("norm", big_sign, exp, norm, is_zero, *specials)
         finite = round_pack(m, fmt, rounding=self.rounding, subnormals=self.subnormals,
-                            sign=big_sign, exp=exp, sig=norm, exp_range=(1, fmt.exp_max_field),
+                            sign=big_sign, exp=exp, sig=norm, exp_range=(1, fmt.max_exp_field + 1),
                             may_be_tiny=True)
         is_nan, is_inf, inf_sign, zero_sign = specials
         m.d.comb += self.y.eq(special_mux(

@@ -54,9 +54,12 @@ def unpack(m: Module, fmt: FloatFormat, bits: Value, subnormals: str, name: str)
         sig.eq(Cat(man, ~exp_zero)),
         mag.eq(Cat(man, exp_field)),
         is_zero.eq(exp_zero & (man == 0)),
-        is_inf.eq(exp_ones & (bits[:fmt.man_bits] == 0)),
-        is_nan.eq(exp_ones & (bits[:fmt.man_bits] != 0)),
     ]
+    if fmt.has_inf:
+        m.d.comb += [is_inf.eq(exp_ones & (bits[:fmt.man_bits] == 0)),
+                     is_nan.eq(exp_ones & (bits[:fmt.man_bits] != 0))]
+    else:                                    # OCP FN: S.1..1.1..1 is the only NaN, no inf
+        m.d.comb += is_nan.eq(exp_ones & bits[:fmt.man_bits].all())
     return Unpacked(sign, exp, sig, mag, is_zero, is_inf, is_nan)
 
 
@@ -216,10 +219,15 @@ def round_pack(m: Module, fmt: FloatFormat, *, rounding: str, subnormals: str, s
     # second carry chain behind the rounding adder's.
     high = packed[fmt.man_bits:packed_width - 1]
     negative = packed[packed_width - 1]
-    if exp_hi + 1 >= fmt.exp_max_field:            # rounding may carry into the inf exponent
-        # packed >= inf_bits: not negative, and the exponent field all ones or carried past it
-        overflow = ~negative & (high[fmt.exp_bits:].any() | high[:fmt.exp_bits].all())
-        saturate = fmt.inf_bits if rounding == "rne" else fmt.max_finite_bits
+    if exp_hi + 1 >= fmt.exp_max_field:            # rounding may carry into the top exponent
+        if fmt.has_inf:
+            # packed >= inf_bits: not negative, and the exponent field all ones or carried past it
+            beyond = high[:fmt.exp_bits].all()
+        else:
+            # packed > max_finite_bits: the NaN pattern (every bit of both fields set) or beyond
+            beyond = high[:fmt.exp_bits].all() & packed[:fmt.man_bits].all()
+        overflow = ~negative & (high[fmt.exp_bits:].any() | beyond)
+        saturate = fmt.overflow_bits if rounding == "rne" else fmt.max_finite_bits
         with m.If(overflow):
             m.d.comb += result.eq(saturate)
     if subnormals == "flush" and may_be_tiny:
@@ -266,12 +274,15 @@ def check_stages(stages, cuts: tuple[str, ...]) -> int:
 
 def special_mux(m: Module, fmt: FloatFormat, *, finite: Value, is_nan: Value, is_inf: Value,
                 inf_sign: Value, is_zero: Value, zero_sign: Value, name: str) -> Value:
-    """Select the result: canonical NaN, then signed inf, then signed zero, else `finite`."""
+    """Select the result: canonical NaN, then signed inf, then signed zero, else `finite`.
+    In a format without inf an infinite result (an inf source of a conversion, x / 0) is NaN."""
     y = Signal(fmt.width, name=f"{name}_y")
+    if not fmt.has_inf:
+        is_nan, is_inf = is_nan | is_inf, Const(0, 1)
     with m.If(is_nan):
         m.d.comb += y.eq(fmt.qnan_bits)
     with m.Elif(is_inf):
-        m.d.comb += y.eq(Cat(Const(fmt.inf_bits, fmt.width - 1), inf_sign))
+        m.d.comb += y.eq(Cat(Const(fmt.inf_bits if fmt.has_inf else 0, fmt.width - 1), inf_sign))
     with m.Elif(is_zero):
         m.d.comb += y.eq(Cat(Const(0, fmt.width - 1), zero_sign))
     with m.Else():

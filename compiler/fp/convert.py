@@ -172,7 +172,7 @@ class FloatToFloat(wiring.Component):
             exp = Signal(signed(exp_width), name="exp")
             m.d.comb += exp.eq(x.exp + rebias)
             exp_lo = 1 + rebias
-        exp_hi = src.exp_max_field - 1 + rebias
+        exp_hi = src.max_exp_field + rebias
         sig, exp, *specials = pipe.cut("norm", sig, exp, *specials)
         finite = round_pack(m, dst, rounding=self.rounding, subnormals=self.subnormals,
                             sign=specials[-1], exp=exp, sig=sig, exp_range=(exp_lo, exp_hi),

@@ -93,7 +93,7 @@ class FDiv(wiring.Component):
         exp_q = Signal(signed(exp_width), name="q_exp_norm")
         m.d.comb += exp_q.eq(exp - ~top)
         lo = lowest_exponent(fmt, self.subnormals)
-        hi = fmt.exp_max_field - 1
+        hi = fmt.max_exp_field
         norm, exp_q, sign, *specials = segment(self.rows + 1, norm, exp_q, sign, *specials)
         finite = round_pack(m, fmt, rounding=self.rounding, subnormals=self.subnormals, sign=sign,
                             exp=exp_q, sig=norm, exp_range=(lo - hi + fmt.bias - 1, hi - lo + fmt.bias),

@@ -65,6 +65,9 @@ class FMul(wiring.Component):
             (ll, lh, hl, hh), exp_sum, sign, *specials = (lambda *r: (r[:4], *r[4:]))(
                 *pipe.cut("partial", *partials, exp_sum, sign, *specials))
             m.d.comb += product.eq(ll + ((lh + hl) << h) + (hh << (2 * h)))
+        elif fmt.precision <= 4:
+            # fp8: a few partial products in LUTs (Yosys would give a $mul of any size a DSP block)
+            m.d.comb += product.eq(sum(Mux(y_sig[i], x_sig << i, 0) for i in range(fmt.precision)))
         else:
             m.d.comb += product.eq(x_sig * y_sig)
         product, exp_sum, sign, *specials = pipe.cut("product", product, exp_sum, sign, *specials)
@@ -82,7 +85,7 @@ class FMul(wiring.Component):
         exp = Signal(signed(fmt.exp_bits + 4), name="exp")
         m.d.comb += exp.eq(exp_sum + top)
         exp_lo = 1 + 1 - fmt.bias - lz_max
-        exp_hi = 2 * (fmt.exp_max_field - 1) - fmt.bias + 1
+        exp_hi = 2 * fmt.max_exp_field - fmt.bias + 1
 
         finite, (sign, is_nan, is_inf, is_zero) = round_pack(
             m, fmt, rounding=self.rounding, subnormals=self.subnormals, sign=sign, exp=exp, sig=norm,

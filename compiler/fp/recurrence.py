@@ -19,16 +19,22 @@ from .formats import FloatFormat
 CUTS = ("e4", "e2", "e6", "e1", "e3", "e5", "e7")
 
 
-def boundary_rows(rows: int) -> dict[str, int]:
-    """Cut name -> segment after which its boundary sits, for a unit of `rows` recurrence rows.
+def boundary_rows(rows: int, cuts: int = len(CUTS)) -> dict[str, int]:
+    """Cut name -> segment after which its boundary sits, for a unit of `rows` recurrence rows
+    with its first `cuts` boundaries enabled.
 
     The unit is rows + 2 segments long (operand normalisation, the rows, rounding): cut "eJ"
-    sits after segment round(J/8 * (rows + 2)). Distinct for every format here (bf16 has the
-    fewest rows, 9 for sqrt)."""
+    sits after segment round(J/8 * (rows + 2)). Distinct for the 16- and 32-bit formats (bf16
+    has the fewest rows, 9 for sqrt); the 8-bit formats have 4 to 6 rows, and where eighths
+    would put two enabled boundaries after one segment they are spread evenly instead."""
     total = rows + 2
-    out = {name: min(max(round(int(name[1:]) * total / 8), 1), total - 1) for name in CUTS}
+    names = CUTS[:cuts]
+    out = {name: min(max(round(int(name[1:]) * total / 8), 1), total - 1) for name in names}
     if len(set(out.values())) != len(out):
-        raise ValueError(f"{rows} recurrence rows are too few for {len(CUTS)} distinct register boundaries")
+        if len(names) > total - 1:
+            raise ValueError(f"{rows} recurrence rows are too few for {len(names)} distinct register boundaries")
+        spread = [round((k + 1) * total / (len(names) + 1)) for k in range(len(names))]
+        out = dict(zip(sorted(names, key=lambda n: int(n[1:])), spread))
     return out
 
 
@@ -37,7 +43,7 @@ def row_segments(m: Module, stages: int, rows: int):
     stages: `values` registered after segment k where a boundary (boundary_rows) sits there,
     else passed on unchanged."""
     pipe = Pipe(m, CUTS, stages)
-    cut_after = {seg: name for name, seg in boundary_rows(rows).items()}
+    cut_after = {seg: name for name, seg in boundary_rows(rows, stages - 1).items()}
 
     def segment(k: int, *values):
         return pipe.cut(cut_after[k], *values) if k in cut_after else values

@@ -34,9 +34,13 @@ def _native(fmt: FloatFormat):
     return None
 
 
+def _is_bf16(fmt: FloatFormat) -> bool:
+    return (fmt.exp_bits, fmt.man_bits) == (8, 7)
+
+
 def _check_supported(fmt: FloatFormat) -> None:
-    if _native(fmt) is None and (fmt.exp_bits, fmt.man_bits) != (8, 7):
-        raise ValueError(f"reference model supports fp32, fp16 and bf16, got {fmt!r}")
+    if _native(fmt) is None and not _is_bf16(fmt) and fmt.width > 8:
+        raise ValueError(f"reference model supports fp32, fp16, bf16 and 8-bit formats, got {fmt!r}")
 
 
 def bits_dtype(fmt: FloatFormat):
@@ -52,7 +56,48 @@ def decode(bits, fmt: FloatFormat) -> np.ndarray:
         ftype, utype = native
         with np.errstate(invalid="ignore"):       # signalling NaN patterns are fine here
             return bits.astype(utype).view(ftype).astype(np.float64)
-    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+    if _is_bf16(fmt):
+        return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+    return _decode_fields(bits, fmt)
+
+
+def _decode_fields(bits: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    """Bit patterns of a format numpy has no type for (the 8-bit ones) -> float64, from the
+    fields, by the definition of the format (independent of ml_dtypes, which tests compare)."""
+    exp = ((bits >> np.uint64(fmt.man_bits)) & np.uint64(fmt.exp_max_field)).astype(np.int64)
+    man = (bits & np.uint64(fmt.man_mask)).astype(np.float64)
+    value = np.where(exp == 0, np.ldexp(man, fmt.emin - fmt.man_bits),
+                     np.ldexp(man + 2.0 ** fmt.man_bits, exp - fmt.bias - fmt.man_bits))
+    top = exp == fmt.exp_max_field
+    if fmt.has_inf:
+        value = np.where(top, np.where(man == 0, np.inf, np.nan), value)
+    else:
+        value = np.where(top & (man == fmt.man_mask), np.nan, value)
+    negative = (bits >> np.uint64(fmt.width - 1)) & np.uint64(1)
+    return np.where(negative == 1, -value, value)
+
+
+def _encode_fields(values: np.ndarray, fmt: FloatFormat) -> tuple[np.ndarray, np.ndarray]:
+    """float64 values -> (bit patterns, exactly representable or infinite?) for a format numpy
+    has no type for. inf in a format without inf encodes as its NaN."""
+    mag = np.abs(values)
+    ok = np.isfinite(mag)
+    safe = np.where(ok & (mag > 0), mag, 1.0)
+    exponent = np.maximum(np.frexp(safe)[1] - 1, fmt.emin)
+    scaled = np.ldexp(safe, fmt.man_bits - exponent)        # an integer when representable
+    normal = scaled >= 2.0 ** fmt.man_bits
+    exp_field = np.where(normal, exponent + fmt.bias, 0)
+    man = np.where(normal, scaled - 2.0 ** fmt.man_bits, scaled)
+    exact = ok & (scaled == np.floor(scaled)) & (exp_field <= fmt.max_exp_field)
+    if not fmt.has_inf:
+        exact &= ~((exp_field == fmt.exp_max_field) & (man == fmt.man_mask))
+    zero = ok & (mag == 0)
+    exp_field, man = np.where(zero, 0, exp_field), np.where(zero | ~exact, 0, man)
+    sign = np.signbit(values).astype(np.uint64) << np.uint64(fmt.width - 1)
+    bits = (exp_field.astype(np.uint64) << np.uint64(fmt.man_bits)) | man.astype(np.uint64) | sign
+    inf = np.isinf(values)
+    bits = np.where(inf, (np.uint64(fmt.inf_bits) | sign) if fmt.has_inf else np.uint64(fmt.qnan_bits), bits)
+    return bits, exact | zero | inf
 
 
 def encode(values, fmt: FloatFormat) -> np.ndarray:
@@ -64,6 +109,13 @@ def encode(values, fmt: FloatFormat) -> np.ndarray:
     _check_supported(fmt)
     values = np.asarray(values, dtype=np.float64)
     native = _native(fmt)
+    if not _is_bf16(fmt) and native is None:
+        bits, exact = _encode_fields(values, fmt)
+        nan = np.isnan(values)
+        inexact = ~nan & ~exact
+        if inexact.any():
+            raise AssertionError(f"encode: {values[inexact][:5]} not representable in {fmt.name}")
+        return np.where(nan, fmt.qnan_bits, bits).astype(bits_dtype(fmt))
     if native is not None:
         ftype, utype = native
         with np.errstate(over="ignore"):
@@ -106,7 +158,9 @@ def round_to_format(x, fmt: FloatFormat, rounding: str = "rne", subnormals: str 
     beyond the largest finite number give it (with their sign), not inf. subnormals="keep":
     IEEE gradual underflow. "flush": round to full precision with an unbounded exponent
     range, then results below the smallest normal become zero of the same sign (IEEE
-    "tininess after rounding"; the hardware's `round_pack` does the same).
+    "tininess after rounding"; the hardware's `round_pack` does the same). A saturating
+    format (`fmt.saturate`) rounds finite overflow to its largest finite number in rne too;
+    a format without inf overflows to NaN (rne, not saturating) and reads inf as NaN.
     """
     check_format(fmt)
     check_rounding(rounding)
@@ -133,8 +187,8 @@ def round_to_format(x, fmt: FloatFormat, rounding: str = "rne", subnormals: str 
         whole = whole + up
     rounded = np.ldexp(whole, quantum_exp)
 
-    if rounding == "rne":
-        rounded = np.where(rounded > fmt.max_finite, np.inf, rounded)
+    if rounding == "rne" and not fmt.saturate:
+        rounded = np.where(rounded > fmt.max_finite, np.inf if fmt.has_inf else np.nan, rounded)
     else:
         rounded = np.minimum(rounded, fmt.max_finite)
     if subnormals == "flush":

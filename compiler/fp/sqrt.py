@@ -74,7 +74,7 @@ class FSqrt(wiring.Component):
         norm = Signal(p + 2, name="r_norm")                    # root (top bit set), sticky
         m.d.comb += norm.eq(Cat(rem.any(), q))
         norm, exp, *specials = segment(self.rows + 1, norm, exp, *specials)
-        lo, hi = lowest_exponent(fmt, self.subnormals), fmt.exp_max_field - 1
+        lo, hi = lowest_exponent(fmt, self.subnormals), fmt.max_exp_field
         finite = round_pack(m, fmt, rounding=self.rounding, subnormals=self.subnormals, sign=Const(0, 1),
                             exp=exp, sig=norm, exp_range=((lo - fmt.bias) // 2 + fmt.bias, (hi - fmt.bias) // 2 + fmt.bias),
                             may_be_tiny=False)

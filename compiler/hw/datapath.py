@@ -329,8 +329,11 @@ class Datapath:
         return Mux(self.local(v.gate, env, stage), data, self.local(v.alt, env, stage))
 
     def op(self, v: ir.Op, env: Env, stage: int | None, latency: int) -> Value:
-        srcs = [self.emit(s, env, None) if stage is None else self.local(s, env, stage) for s in v.srcs]
+        narrow = floatops.wide_product_sources(v)          # fp8 x fp8 in fp32: the casts' sources
+        srcs = [self.emit(s, env, None) if stage is None else self.local(s, env, stage) for s in narrow or v.srcs]
         stages = 1 if stage is None else self.sched.unit_stages.get(id(v), 1)
+        if narrow is not None:
+            return self.floats.wide_mul(v, narrow[0].dtype, srcs, stages)
         if floatops.is_float_op(v):
             return self.floats.emit(v, srcs, stages)
         if stages == 2:                     # an integer product with operand registers of its own

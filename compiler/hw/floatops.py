@@ -14,6 +14,7 @@ from .. import fp, ir
 from ..config import HardwareConfig
 from ..dtypes import DType
 from ..errors import UnsupportedError
+from ..fp.widemul import FWideMul, exact_in
 
 K = ir.OpKind
 
@@ -25,7 +26,7 @@ UNITS = {K.ADD, K.SUB, K.MUL, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ, K.CAST, K.FDIV, 
 
 
 def fmt_of(d: DType) -> fp.FloatFormat:
-    return {"fp32": fp.FP32, "fp16": fp.FP16, "bf16": fp.BF16}[d.name]
+    return fp.FORMATS[d.name]
 
 
 def _float_dtype(v: ir.Op) -> DType:
@@ -67,10 +68,32 @@ def unit_of(v: ir.Op):
     return None
 
 
+def wide_product_sources(v: ir.Op) -> list[ir.Value] | None:
+    """For a float MUL of two values cast from one narrower float format in which every
+    product is exact in the MUL's format (fp8 -> fp32: an FP8 layer summed in float32), the
+    casts' sources: the datapath multiplies them in an FWideMul, a small unit that equals the
+    casts and the multiplier bit for bit. None for any other op."""
+    if v.op is not K.MUL or not v.dtype.is_float:
+        return None
+    if not all(isinstance(s, ir.Op) and s.op is K.CAST for s in v.srcs):
+        return None
+    narrow = {s.srcs[0].dtype for s in v.srcs}
+    if len(narrow) != 1 or not (d := narrow.pop()).is_float:
+        return None
+    # 8-bit sources only: the unit is tested exhaustively there (fp16 -> fp32 would be exact too)
+    return [s.srcs[0] for s in v.srcs] if d.bits <= 8 and exact_in(fmt_of(d), fmt_of(v.dtype)) else None
+
+
 def max_stages(v: ir.Op) -> int:
     """Pipeline stages the unit of float op `v` can be cut into (1: not pipelined)."""
     unit = unit_of(v)
-    return 1 if unit is None else len(unit.CUTS) + 1
+    if unit is None:
+        return 1
+    top = len(unit.CUTS) + 1
+    if unit in (fp.FDiv, fp.FSqrt):      # a recurrence has no more boundaries than segments (fp8: 6 to 8)
+        p = fmt_of(_float_dtype(v)).precision
+        top = min(top, (p + 2 if unit is fp.FDiv else p + 1) + 2)
+    return top
 
 
 def check(kernel: str, v: ir.Op, config: HardwareConfig) -> None:
@@ -125,6 +148,12 @@ class FloatOps:
         if op is K.CAST:
             return self.cast(v.srcs[0].dtype, d, s[0], n)
         raise UnsupportedError(self.kernel, op.name, _float_dtype(v).name, "no float unit for it yet")
+
+    def wide_mul(self, v: ir.Op, src: DType, s: list[Value], stages: int = 1) -> Value:
+        """`v` (see wide_product_sources) from the casts' sources `s`, of dtype `src`."""
+        n = {"stages": stages} if stages > 1 else {}
+        unit = FWideMul(fmt_of(src), fmt_of(v.dtype), self.config.fp_subnormals, **n)
+        return self.unit(unit, "wmul", a=s[0], b=s[1]).y
 
     def cast(self, src: DType, dst: DType, a: Value, n: dict) -> Value:
         rnd, sub = self.config.fp_rounding, self.config.fp_subnormals

@@ -37,11 +37,12 @@ from compiler import HardwareConfig, compile_model, simulate_many
 from compiler.cache import REFERENCES
 from compiler.tools import package_version
 from dse.models import zoo
-from dse.models.data import Dataset
-from dse.models.zoo import input_tensors
 from dse.models.convnet import LayerNet
-from dse.models.quantize import QMAX, SCHEME, DenseNet
+from dse.models.data import Dataset
+from dse.models.fp8net import Fp8Net
 from dse.models.model import ModelSpec
+from dse.models.quantize import FP8_SCHEME, QMAX, SCHEME, DenseNet, is_fp8
+from dse.models.zoo import input_tensors
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,10 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
         built, arrays, xs = q.built(), q.arrays(), q.quantize_input(x)
         reference, to_float = q.reference(xs), q.dequantize
     elif zoo.DTYPES[dtype].is_float:
-        built, arrays, xs = net.built(dtype), net.arrays(dtype), zoo.round_float(x, dtype)
+        if is_fp8(dtype) and isinstance(net, LayerNet):
+            net = Fp8Net(net)                      # a CNN chain in fp8 (dse/models/fp8net.py)
+        xs = zoo.round_float(x, dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
+        built, arrays = net.built(dtype), net.arrays(dtype)
         reference, to_float = net.reference(dtype, x), lambda v: np.asarray(v, np.float64)
     else:
         raise ValueError(f"dtype {dtype!r}: a float model runs in {', '.join(QMAX)} (quantised) or a float dtype")
@@ -95,7 +99,8 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
         raise SampleCheckError(f"sample {diff[0]}: hardware {logits[diff[0]].tolist()} != reference "
                                f"{reference[diff[0]].tolist()} ({len(diff)} of {len(xs)} samples differ)")
     return _scored(dtype=dtype, logits=logits, float_logits=float_logits, labels=data.y_test, to_float=to_float,
-                   cycles=model_cycles, quantization=SCHEME if dtype in QMAX else None, design=design)
+                   cycles=model_cycles, design=design,
+                   quantization=SCHEME if dtype in QMAX else FP8_SCHEME if is_fp8(dtype) else None)
 
 
 def _scored(*, dtype: str, logits: np.ndarray, float_logits: np.ndarray, labels: np.ndarray | None,

@@ -37,6 +37,12 @@ QMAX = {"int8": 127, "int16": 32767}           # weights
 ACT_QMAX = {"int8": 127, "int16": 4095}        # inputs and activations: int16 ones use 13 bits, so
                                                # int16 x int16 products summed over a layer stay in int32
 MULTIPLIER_BITS = 14
+FP8_SCHEME = ("fp8 weights, biases and activations (rounded to nearest even, saturating); products exact "
+              "and summed in float32 with the bias; each layer's output (after its ReLU) rounded to fp8")
+
+
+def is_fp8(dtype: str) -> bool:
+    return dtype in ("fp8e4m3", "fp8e5m2")
 
 
 @dataclass(frozen=True)
@@ -81,11 +87,15 @@ class DenseNet:
 
     def reference(self, dtype: str, x: np.ndarray) -> np.ndarray:
         """The float model in `dtype` as the lowered kernels compute it, on samples (n, in):
+        fp8: `FP8_SCHEME` (in float32 the fp8 products are exact: only the sums round).
+        The other float dtypes:
         each product rounded to the dtype and summed in float32 in order k = 0..K-1, the sum
         rounded to the dtype, the bias added in the dtype, then the ReLU (the numpy golden
         model of `built(dtype)`, bit-exact with the hardware in IEEE round-to-nearest-even)."""
         arrays = self.arrays(dtype)
         h = zoo.round_float(x, dtype).astype(np.float32)
+        if is_fp8(dtype):
+            return self._fp8_reference(dtype, arrays, h)
         for i, layer in enumerate(self.layers, 1):
             W, b = arrays[f"W{i}"].astype(np.float32), arrays[f"b{i}"].astype(np.float32)
             acc = np.zeros((len(h), W.shape[0]), np.float32)
@@ -97,20 +107,41 @@ class DenseNet:
                 h = np.where(h > 0, h, np.float32(0))     # tinygrad's relu: relu(-0.0) = +0.0
         return h
 
+    def _fp8_reference(self, dtype: str, arrays: Mapping[str, np.ndarray], h: np.ndarray) -> np.ndarray:
+        for i, layer in enumerate(self.layers, 1):
+            W, b = arrays[f"W{i}"].astype(np.float32), arrays[f"b{i}"].astype(np.float32)
+            acc = np.zeros((len(h), W.shape[0]), np.float32)
+            for k in range(W.shape[1]):
+                acc = acc + W[None, :, k] * h[:, k, None]        # an fp8 x fp8 product is exact in float32
+            acc = acc + b
+            if layer.relu:
+                acc = np.where(acc > 0, acc, np.float32(0))
+            h = zoo.round_float(acc, dtype).astype(np.float32)
+        return h
+
     def built(self, dtype: str) -> zoo.Built:
-        """The float model for a float dtype, as a zoo.Built (inputs x, W1, b1, ...)."""
+        """The float model for a float dtype, as a zoo.Built (inputs x, W1, b1, ...). fp8:
+        `FP8_SCHEME`: tinygrad would round each fp8 product to fp8, so the operands are cast
+        to float32 first, and each layer's result is cast back to fp8."""
         inputs = {"x": ((self.inputs,), dtype)}
         for i, layer in enumerate(self.layers, 1):
             inputs[f"W{i}"] = (layer.W.shape, dtype)
             inputs[f"b{i}"] = (layer.b.shape, dtype)
         relus = [layer.relu for layer in self.layers]
+        fp8 = is_fp8(dtype)
 
         def forward(x, *params):
             h = x
             for j, relu in enumerate(relus):
-                h = params[2 * j] @ h + params[2 * j + 1]
+                W, b = params[2 * j], params[2 * j + 1]
+                if fp8:
+                    f32 = zoo.import_tinygrad().dtypes.float32
+                    W, b, h = W.cast(f32), b.cast(f32), h.cast(f32)
+                h = W @ h + b
                 if relu:
                     h = h.relu()
+                if fp8:
+                    h = h.cast(params[2 * j].dtype)
             return h
         return zoo.Built(inputs, forward)
 

@@ -15,9 +15,13 @@ Data types (the names a spec's ``dtypes:`` list accepts):
                                 so results are int32 (wrapping modulo 2**32, like the hardware)
     fp16, bf16, fp32            IEEE half, bfloat16, single; fp16/bf16 products are summed in
                                 float32 and the sum is cast back (tinygrad's own rule)
+    fp8e4m3, fp8e5m2            OCP 8-bit floats (E4M3: no inf, max 448; E5M2: IEEE-like), as
+                                tinygrad computes them: round to nearest even, overflow
+                                saturating at the largest finite value; products rounded to
+                                fp8, summed in float32, the sum cast back (docs/fp8.md)
 
-numpy has no bfloat16: bf16 arrays travel as float32 arrays holding bf16-exact values; `bits`
-gives the raw 16-bit patterns.
+numpy has no bfloat16 or fp8: bf16 and fp8 arrays travel as float32 arrays holding exact
+values; `bits` gives the raw 16- or 8-bit patterns.
 
 `reference` is each zoo model's numpy golden model, in the lowered kernel's order (reductions
 k = 0..K-1). How floats round is an `Arith`: `KERNEL` (every op rounds to its dtype, as the
@@ -43,13 +47,14 @@ from compiler.dtypes import DType
 
 # The spec's dtypes are the compiler's (compiler.dtypes: bits, float format, finite range).
 DTYPES: dict[str, DType] = {name: hw_dtypes.BY_NAME[name]
-                            for name in ("int8", "int16", "int32", "uint8", "fp16", "bf16", "fp32")}
+                            for name in ("int8", "int16", "int32", "uint8", "fp16", "bf16", "fp32",
+                                         *hw_dtypes.FP8_NAMES)}
 BF16_MAX = hw_dtypes.BF16.highest
 
 
 def storage(dtype: str) -> np.dtype:
-    """The numpy dtype of arrays holding `dtype` values: bf16 values travel in float32."""
-    return np.dtype(np.float32) if dtype == "bf16" else DTYPES[dtype].numpy
+    """The numpy dtype of arrays holding `dtype` values: bf16 and fp8 values travel in float32."""
+    return np.dtype(np.float32) if DTYPES[dtype].held_as_bits else DTYPES[dtype].numpy
 
 
 @dataclass(frozen=True)
@@ -145,12 +150,22 @@ def input_tensors(built: Built, arrays: Mapping[str, np.ndarray]) -> list:
             # for the 100k weights of a GEMV 128x784); a buffer made from the bytes is instant.
             hi = (a.view(np.uint32) >> 16).astype(np.uint16)
             t = tg.Tensor(hi.tobytes(), dtype=tg.dtypes.bfloat16).reshape(a.shape)
+        elif dt in hw_dtypes.FP8_NAMES:
+            t = _fp8_tensor(a, dt)
         else:
             t = tg.Tensor(a)
             if dt == "bf16":
                 t = t.cast(tg.dtypes.bfloat16)
         out.append(t.realize())
     return out
+
+
+def _fp8_tensor(a: np.ndarray, dtype: str):
+    """An fp8 Tensor from the bit patterns of `a` (float32 holders of fp8 values, or values to
+    round): built from bytes, as tinygrad's elementwise cast takes seconds on its PYTHON device."""
+    tg = import_tinygrad()
+    raw = hw_dtypes.to_words(np.asarray(a, np.float32), DTYPES[dtype]).astype(np.uint8)
+    return tg.Tensor(raw.tobytes(), dtype=hw_dtypes.to_tinygrad(DTYPES[dtype])).reshape(np.shape(a))
 
 
 def _widen(t, dtype: str):
@@ -350,6 +365,8 @@ def bits(array: np.ndarray, dtype: str) -> np.ndarray:
     d = DTYPES[dtype]
     if dtype == "bf16":
         return (np.asarray(array, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    if dtype in hw_dtypes.FP8_NAMES:
+        return hw_dtypes.to_words(np.asarray(array, np.float32), d).astype(np.uint8).reshape(np.shape(array))
     return np.asarray(array, storage(dtype)).view(f"uint{d.bits}")
 
 
@@ -361,7 +378,12 @@ def tinygrad_result(built: Built | tuple, arrays: Mapping[str, np.ndarray]) -> n
 
     Kernels are built with NOOPT=1, so every reduction runs sequentially k = 0..K-1 as in the
     lowered kernel the hardware is compiled from (where tinygrad cannot build a kernel that way,
-    with its default schedule). bf16 outputs come back as float32 holders.
+    with its default schedule). bf16 outputs come back as float32 holders. A model with an
+    fp8e4m3 input runs with the default schedule: tinygrad 0.14 starts a max-reduction at -inf
+    cast to E4M3, which is NaN, and its unoptimised kernels then return NaN for every max
+    (softmax, max-pool); its default schedule and the hardware (compiler/max_identity.py)
+    return the maximum. Float sums may then run in another order, which the tolerance of the
+    models checked against tinygrad allows for (docs/fp8.md).
     """
     built = check_built(built)
     tg = import_tinygrad()
@@ -371,10 +393,15 @@ def tinygrad_result(built: Built | tuple, arrays: Mapping[str, np.ndarray]) -> n
         a = np.asarray(arrays[name])
         if a.shape != shape or a.dtype != storage(dt):
             raise ValueError(f"input {name!r}: expected {storage(dt)} {shape}, got {a.dtype} {a.shape}")
-        t = tg.Tensor(a)
+        if dt in hw_dtypes.FP8_NAMES:
+            t = _fp8_tensor(a, dt)
+        else:
+            t = tg.Tensor(a)
         if dt == "bf16":
             t = t.cast(tg.dtypes.bfloat16)
         tensors.append(t.realize())
+    if any(dt == "fp8e4m3" for _, dt in built.inputs.values()):
+        return built.forward(*tensors).numpy()
     try:
         with Context(NOOPT=1):
             return built.forward(*tensors).numpy()
@@ -431,10 +458,13 @@ def python_device_arith(dtype: str) -> Arith:
 
 
 def round_float(x: np.ndarray, dtype: str, emulated: bool = False) -> np.ndarray:
-    """Round float values to `dtype` (round to nearest even), returned in its storage dtype."""
+    """Round float values to `dtype` (round to nearest even), returned in its storage dtype.
+    fp8: as the fp8 units round (saturating; compiler.fp.reference), exact from float64."""
     x = np.asarray(x)
     if dtype == "fp32":
         return x.astype(np.float32)
+    if dtype in hw_dtypes.FP8_NAMES:
+        return hw_dtypes.from_words(hw_dtypes.to_words(x.astype(np.float64), DTYPES[dtype]), DTYPES[dtype]).reshape(x.shape)
     fmax, tiny = (65504.0, 2.0 ** -14) if dtype == "fp16" else (BF16_MAX, float(np.finfo(np.float32).tiny))
     if dtype == "fp16":
         with np.errstate(over="ignore"):
@@ -452,6 +482,8 @@ def round_float(x: np.ndarray, dtype: str, emulated: bool = False) -> np.ndarray
 
 def _flush_subnormals(x: np.ndarray, dtype: str) -> np.ndarray:
     tiny = 2.0 ** -14 if dtype == "fp16" else float(np.finfo(np.float32).tiny)
+    if dtype in hw_dtypes.FP8_NAMES:
+        tiny = hw_dtypes.FLOAT_FORMATS[dtype].min_normal
     return np.where(np.abs(x) < tiny, np.zeros_like(x), x).astype(x.dtype)
 
 

@@ -1,0 +1,82 @@
+"""The exact product of two narrow floats in a wider format: y = float(a) * float(b).
+
+tinygrad multiplies fp8 values in float32 when the model casts them first (an FP8 layer whose
+products are summed in float32, dse/models/quantize.py): the kernel is CAST, CAST, MUL in float32.
+Two fp8 significands have 4 bits each, so every such product is exact in float32, and a full
+float32 multiplier (24 x 24 bits, 4 DSP blocks, ~850 LUTs) behind two conversions computes
+what a 4 x 4 multiplier and an exponent add give: `FWideMul` is that unit. It equals
+FMul(dst)(FloatToFloat(src, dst)(a), FloatToFloat(src, dst)(b)) bit for bit, in every rounding
+mode (nothing rounds), for every input (tests/test_fp8_units.py checks all 65,536 pairs).
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .common import Pipe, bits_for, leading_zeros, shift_left, special_mux, unpack
+from .formats import FloatFormat, check_format, check_subnormals
+
+# Register boundaries: the unit is short, so a pipelined one only delays its result; the
+# names match the number of FMul's, so the unit takes any `stages` a multiplier takes.
+_CUTS = tuple(f"out{i}" for i in range(7))
+
+
+def exact_in(src: FloatFormat, dst: FloatFormat) -> bool:
+    """Whether every product of two finite `src` values is a normal (or zero) `dst` value:
+    the significand product fits, and the exponents stay inside dst's normal range."""
+    smallest = 2 * (src.emin - src.man_bits)                  # two smallest subnormals
+    largest = 2 * (src.emax + 1)                              # below 2**largest
+    return (2 * src.precision <= dst.precision and smallest >= dst.emin and largest <= dst.emax
+            and dst.has_inf and src.width < dst.width)
+
+
+class FWideMul(wiring.Component):
+    """y = a * b with a, b bit patterns of `src_fmt` and y one of `dst_fmt`, exact (see the
+    module). `subnormals="flush"` reads subnormal operands as zeros (the products are never
+    tiny in dst). NaN and inf follow FMul: 0 * inf is NaN; E4M3 has no inf. `stages` > 1
+    registers the result stages - 1 times (latency stages - 1, like FMul)."""
+
+    CUTS = _CUTS
+
+    def __init__(self, src_fmt: FloatFormat, dst_fmt: FloatFormat, subnormals: str = "keep", stages: int = 1):
+        self.src_fmt = check_format(src_fmt, "src_fmt")
+        self.dst_fmt = check_format(dst_fmt, "dst_fmt")
+        if not exact_in(self.src_fmt, self.dst_fmt):
+            raise ValueError(f"FWideMul: products of {src_fmt.name} values are not all exact in {dst_fmt.name}")
+        self.subnormals = check_subnormals(subnormals)
+        if not (isinstance(stages, int) and not isinstance(stages, bool) and 1 <= stages <= len(_CUTS) + 1):
+            raise ValueError(f"stages: expected an int from 1 to {len(_CUTS) + 1}, got {stages!r}")
+        self.stages, self.latency = stages, stages - 1
+        super().__init__({"a": In(src_fmt.width), "b": In(src_fmt.width), "y": Out(dst_fmt.width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        src, dst = self.src_fmt, self.dst_fmt
+        a = unpack(m, src, self.a, self.subnormals, "a")
+        b = unpack(m, src, self.b, self.subnormals, "b")
+        p = src.precision
+        product = Signal(2 * p, name="product")
+        if p <= 4:
+            # a few partial products in LUTs: Yosys would give a $mul of any size a DSP block
+            m.d.comb += product.eq(sum(Mux(b.sig[i], a.sig << i, 0) for i in range(p)))
+        else:
+            m.d.comb += product.eq(a.sig * b.sig)
+        # value = product * 2**(ea + eb - 2 bias - 2 man); its top bit (2p - 1) has weight 2**1
+        lz = leading_zeros(m, product, "norm")
+        norm = shift_left(m, product, lz, "norm")
+        exp = Signal(signed(bits_for(2 * src.exp_max_field + dst.bias) + 2), name="exp")
+        m.d.comb += exp.eq(a.exp + b.exp - 2 * src.bias + dst.bias + 1 - lz)
+        man = norm[:2 * p - 1]                          # below the leading one
+        finite = Signal(dst.width, name="finite")
+        m.d.comb += finite.eq(Cat(Const(0, dst.man_bits - len(man)), man, exp[:dst.exp_bits], a.sign ^ b.sign))
+        sign = a.sign ^ b.sign
+        y = special_mux(m, dst, finite=finite,
+                        is_nan=a.is_nan | b.is_nan | (a.is_inf & b.is_zero) | (b.is_inf & a.is_zero),
+                        is_inf=a.is_inf | b.is_inf, inf_sign=sign, is_zero=a.is_zero | b.is_zero,
+                        zero_sign=sign, name="wmul")
+        pipe = Pipe(m, _CUTS, self.stages)
+        for name in _CUTS:
+            y = pipe.cut(name, y)
+        m.d.comb += self.y.eq(y)
+        return m
