@@ -244,7 +244,7 @@ class HardwareConfig:
                 own[knob] = value
         return replace(self, layers=tuple((i, tuple(sorted(s.items()))) for i, s in sorted(out.items())))
 
-    def inapplicable(self, *, float_sums: bool) -> str:
+    def not_applicable(self, *, float_sums: bool) -> str:
         """Why these knobs cannot apply to a model whose reductions are float sums (or not),
         "" when they can. The explorer prunes such points before compiling (dse/spec.py)."""
         unrolls = {self.reduce_unroll} | {v for _, s in self.layers for k, v in s if k == "reduce_unroll"}

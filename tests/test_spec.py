@@ -401,7 +401,7 @@ def test_points_a_knob_cannot_apply_to_are_left_out_once_with_why(tmp_path, caps
                                         sort_keys=False))
     s = load_spec(spec_file)
     points = list(s.points())
-    assert len(points) == s.space_size == 24 and len(s.not_applicable()) == 24
+    assert len(points) == s.space_size == 24 and len(s.not_applicable_points()) == 24
     for p in points:
         float_sum = p.dtype != "int8"
         assert (p.knobs["fp_sum"] == "tree") == (float_sum and p.knobs["reduce_unroll"] > 1)
@@ -416,7 +416,7 @@ def test_points_a_knob_cannot_apply_to_are_left_out_once_with_why(tmp_path, caps
     # without fp_sum=sequential among the values, tree is the only setting: kept everywhere
     only_tree = parse_spec({**yaml.safe_load((ROOT / "configs" / "gemv.yaml").read_text()),
                             "knobs": {"reduce_unroll": [1, 8], "fp_sum": ["tree"]}})
-    assert only_tree.space_size == 8 and not only_tree.not_applicable()
+    assert only_tree.space_size == 8 and not only_tree.not_applicable_points()
 
 
 # --- the CLI
