@@ -861,8 +861,8 @@ class _Parser:
             if at and not re.fullmatch(r"[A-Za-z0-9_.-]+", layer):
                 raise SpecError(kpath, f"expected <knob>@<layer index or name>, got {name!r}")
             if not at and name not in known:
-                raise SpecError(kpath, "unknown hardware knob" + _suggest(name, known, "known knobs")
-                                + f" (per layer: {', '.join(k + '@<layer>' for k in LAYER_KNOBS)})")
+                raise SpecError(kpath, "unknown hardware knob" + _suggest(
+                    name, [*known, *(f"{k}@<layer>" for k in LAYER_KNOBS)], "known knobs"))
             if not isinstance(values, list):
                 raise SpecError(kpath, f"expected a list of candidate values, got {_got(values)}"
                                        + (f" (write [{values}] for a single value)" if isinstance(values, (str, int, float)) else ""))

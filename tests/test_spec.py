@@ -123,7 +123,7 @@ ERRORS = [
     # knobs: names checked against HardwareConfig, each value by constructing it
     (with_("knobs", {"mem_reed": ["sync"]}), "knobs.mem_reed: unknown hardware knob; did you mean 'mem_read'?"),
     (with_("knobs", {"zzz": ["a"]}), "knobs.zzz: unknown hardware knob (known knobs: "
-                                     + ", ".join(HardwareConfig.knob_names()) + ")"),
+                                     + ", ".join(HardwareConfig.knob_names()) + ", lanes@<layer>, reduce_unroll@<layer>)"),
     (with_("knobs.mem_read", "sync"), "knobs.mem_read: expected a list of candidate values, got 'sync' "
                                       "(write [sync] for a single value)"),
     (with_("knobs.mem_read", []), "knobs.mem_read: must not be empty"),
