@@ -98,12 +98,15 @@ METRICS: dict[str, Direction] = {
     "cycles": Direction.MINIMIZE, "luts": Direction.MINIMIZE, "ffs": Direction.MINIMIZE,
     "bram": Direction.MINIMIZE, "dsp": Direction.MINIMIZE, "lutram": Direction.MINIMIZE,
     "latency_us": Direction.MINIMIZE, "fmax_mhz": Direction.MAXIMIZE, "accuracy": Direction.MAXIMIZE,
+    # cycles between successive samples in steady state (schedule=dataflow: the beat; else = cycles)
+    # and, with timing, samples per second at the measured Fmax
+    "interval_cycles": Direction.MINIMIZE, "samples_per_s": Direction.MAXIMIZE,
 }
 """Metrics a spec may optimise or bound, with the direction that is better."""
-NEEDS_TIMING = frozenset({"latency_us", "fmax_mhz"})
+NEEDS_TIMING = frozenset({"latency_us", "fmax_mhz", "samples_per_s"})
 NEEDS_SIMULATION = frozenset({"accuracy"})
 """Metrics only a simulation gives (cycles are the cycle model's, exact before any simulation)."""
-INTEGER_METRICS = frozenset({"cycles", "luts", "ffs", "bram", "dsp", "lutram"})
+INTEGER_METRICS = frozenset({"cycles", "luts", "ffs", "bram", "dsp", "lutram", "interval_cycles"})
 DEFAULT_STAGE_TIMEOUT_S = 600.0
 MAX_STAGE_TIMEOUT_S = 7 * 24 * 3600.0
 MAX_TRIALS = 1_000_000
@@ -869,8 +872,8 @@ class _Parser:
             for j, v in enumerate(_list(values, kpath)):
                 if not isinstance(v, (str, int, float, bool)):
                     raise SpecError(_join(kpath, j), f"expected a number, string or boolean, got {_got(v)}")
-                try:
-                    HardwareConfig.from_dict({name: v})
+                try:        # a target interval is only legal with fold=auto, which it is checked with
+                    HardwareConfig.from_dict({name: v, **({"fold": "auto"} if name == "target_interval" else {})})
                 except (ValueError, TypeError) as e:
                     raise SpecError(_join(kpath, j), str(e)) from None
             out.append(Knob(name, tuple(values)))

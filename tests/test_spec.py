@@ -171,7 +171,8 @@ ERRORS = [
      "gate[0].model: unknown model 'gemv'; did you mean 'gemv_4x8'?"),
     (with_("gate", [{"dtype": "fp16", "cycles_max": 100}]), "gate[0].dtype: unknown dtype 'fp16' (known: int8, fp32)"),
     (with_("gate", [{"dtype": "int8"}]), "gate[0]: needs at least one bound (e.g.: cycles_max, luts_max, ffs_max, "
-                                         "bram_max, dsp_max, lutram_max, latency_us_max, fmax_mhz_min, accuracy_min)"),
+                                         "bram_max, dsp_max, lutram_max, latency_us_max, interval_cycles_max, fmax_mhz_min, "
+                                         "accuracy_min, samples_per_s_min)"),
     (with_("gate", []), "gate: must not be empty"),
     # scalars
     (with_("timing", 1), "timing: expected true, false or a mapping {router, placer, seed, freq_mhz}, got 1"),

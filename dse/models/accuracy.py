@@ -84,11 +84,16 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
     else:
         raise ValueError(f"dtype {dtype!r}: a float model runs in {', '.join(QMAX)} (quantised) or a float dtype")
     tensors = input_tensors(built, {**arrays, "x": xs[0]})
-    design = compile_model(built.forward(*tensors), config=config)
-    runs = simulate_many(design, [{tensors[0]: s} for s in xs], backend=backend)
+    design = compile_model(built.forward(*tensors), config=config, stream=tensors[0])
+    runs = simulate_many(design, [{tensors[0]: s} for s in xs], backend=backend)   # a dataflow design streams them
     logits = np.stack([np.asarray(r.outputs[0]).reshape(-1) for r in runs])
     model_cycles = design.cycle_model().total
     bad = [i for i, r in enumerate(runs) if r.cycles != model_cycles]
+    interval = design.cycle_model().interval   # streamed (dataflow): every sample after the first comes one beat on
+    late = [i for i, r in enumerate(runs) if i and r.interval is not None and r.interval != interval]
+    if late:
+        raise SampleCheckError(f"sample {late[0]}: came {runs[late[0]].interval} cycles after the one before, "
+                               f"the model says {interval}")
     if bad:
         raise SampleCheckError(f"sample {bad[0]}: {runs[bad[0]].cycles} cycles simulated, the model says {model_cycles}")
     # bit-exact: equal values with equal signs (-0.0 != +0.0); any NaN equals any NaN
@@ -139,6 +144,11 @@ def run_model_samples(*, model: ModelSpec, dtype: str, design, tensors: list, ch
     runs = simulate_many(design, [{x_tensor: s} for s in real.samples], backend=backend)
     model_cycles = design.cycle_model().total
     bad = [i for i, r in enumerate(runs) if r.cycles != model_cycles]
+    interval = design.cycle_model().interval   # streamed (dataflow): every sample after the first comes one beat on
+    late = [i for i, r in enumerate(runs) if i and r.interval is not None and r.interval != interval]
+    if late:
+        raise SampleCheckError(f"sample {late[0]}: came {runs[late[0]].interval} cycles after the one before, "
+                               f"the model says {interval}")
     if bad:
         raise SampleCheckError(f"sample {bad[0]}: {runs[bad[0]].cycles} cycles simulated, the model says {model_cycles}")
     outputs = np.stack([np.asarray(r.outputs[0]).reshape(-1) for r in runs])
