@@ -43,8 +43,8 @@ def candidates(kernel: ir.KernelIR) -> list[tuple[int, int]]:
 
 
 def _inside(inner: ir.Loop, outer: ir.Loop, kernel: ir.KernelIR) -> bool:
-    from .passes.parallelize import _inner_loops
-    return any(l.id == inner.id for l in _inner_loops(outer))
+    from .passes.rewrite import inner_loops
+    return any(l.id == inner.id for l in inner_loops(outer))
 
 
 def stage_cycles(kernel: ir.KernelIR, config: HardwareConfig, lanes: int, unroll: int) -> int | None:

@@ -48,7 +48,7 @@ from amaranth.hdl import Const, Module, Mux, Signal, Value
 
 from ..errors import CompileError
 from .layout import Banking
-from .top import Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, toposort_kernels
+from .top import Copy, HostBuffer, Place, Run, Share, TopHW, toposort_kernels
 
 
 @dataclass(frozen=True)
