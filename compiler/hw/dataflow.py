@@ -46,9 +46,8 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Const, Module, Mux, Signal, Value
 
-from ..errors import CompileError
 from .layout import Banking
-from .top import Copy, HostBuffer, Place, Run, Share, TopHW, toposort_kernels
+from .top import Copy, HostBuffer, Place, Run, Share, TopHW, buffer_users, toposort_kernels
 
 
 @dataclass(frozen=True)
@@ -100,18 +99,8 @@ def plan_dataflow(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, si
                   widths: dict[int, int], names: list[str], banking: list[dict[int, Banking]],
                   read_ports: list[dict[int, int]], outputs: set[int], streamed: set[int]) -> DataflowPlan | str:
     """As hw/top.plan for schedule=dataflow; a str says why the graph cannot be pipelined."""
-    writers: dict[int, list[tuple[int, int]]] = {}
-    readers: dict[int, list[tuple[int, int]]] = {}
-    for k, slots in enumerate(kernel_buffers):
-        for slot, buf, loaded, stored in slots:
-            if stored:
-                writers.setdefault(buf, []).append((k, slot))
-            elif loaded:
-                readers.setdefault(buf, []).append((k, slot))
-    for buf, ws in writers.items():
-        if len(ws) > 1:
-            raise CompileError(f"buffer {buf} is written by several kernels "
-                               f"({', '.join(names[k] for k, _ in ws)}): not supported")
+    writers, readers = buffer_users(kernel_buffers, names)
+    for buf in writers:
         if buf in outputs and readers.get(buf):
             return (f"buffer {buf} is a model output that later kernels also read "
                     f"({', '.join(names[k] for k, _ in readers[buf])}): its memory's outside port "
