@@ -293,6 +293,17 @@ class HardwareConfig:
         return tuple(f.name for f in fields(cls) if f.name != "layers")
 
     @classmethod
+    def is_knob(cls, name: str) -> bool:
+        """A model-wide knob, or `<knob>@<layer>` of a per-layer one."""
+        m = _LAYER_KEY.match(name)
+        return name in cls.knob_names() or bool(m and m.group(1) in LAYER_KNOBS)
+
+    @classmethod
+    def known_knobs_text(cls) -> str:
+        return (f"{', '.join(cls.knob_names())} (and per layer: "
+                f"{', '.join(k + '@<layer>' for k in LAYER_KNOBS)})")
+
+    @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "HardwareConfig":
         """Build from a flat mapping of knobs and `<knob>@<layer index>` settings, rejecting
         unknown knob names with the list of known ones."""
@@ -310,8 +321,7 @@ class HardwareConfig:
         unknown = sorted(set(plain) - set(cls.knob_names()))
         if unknown:
             raise ValueError(f"unknown hardware knob(s) {', '.join(map(repr, unknown))}; "
-                             f"known knobs: {', '.join(cls.knob_names())} (and per layer: "
-                             f"{', '.join(k + '@<layer>' for k in LAYER_KNOBS)})")
+                             f"known knobs: {cls.known_knobs_text()}")
         return cls(**plain, layers=tuple((i, tuple(sorted(s.items())))
                                          for i, s in sorted(layers.items(), key=lambda kv: _layer_order(kv[0]))))
 

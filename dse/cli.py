@@ -189,10 +189,11 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
         name = name.strip()
         if not sep or not name:
             raise CliError(f"--set expects KNOB=VALUE, got {item!r}")
-        if name not in known:
+        if not HardwareConfig.is_knob(name):
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise CliError(f"--set {item}: unknown hardware knob {name!r}{hint}; known knobs: {', '.join(known)}")
+            raise CliError(f"--set {item}: unknown hardware knob {name!r}{hint}; "
+                           f"known knobs: {HardwareConfig.known_knobs_text()}")
         if name in out:
             raise CliError(f"--set {item}: knob {name!r} is set twice")
         try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from compiler.dtypes import FP8_NAMES
 from dse.frozen import FrozenMap
 from dse.models import zoo
 from dse.models.user_model import load_function
@@ -51,8 +52,10 @@ class ModelSpec:
     def runs_trained(self, dtype: str) -> bool:
         """Whether `dtype` runs the trained network's own build (a dense network in every dtype,
         a quantised CNN in integer ones; dse.models.accuracy.run_samples), rather than the model with
-        its `files` (the whole ONNX graph for a CNN in float dtypes; run_model_samples)."""
-        return self.trained is not None and (self.onnx is None or not DTYPES[dtype].is_float)
+        its `files` (the whole ONNX graph for a CNN in fp16/bf16/fp32; run_model_samples). fp8 runs
+        a CNN chain's own build too (dse/models/fp8net.py: products summed in float32)."""
+        return self.trained is not None and (self.onnx is None or not DTYPES[dtype].is_float
+                                             or dtype in FP8_NAMES)
 
     def real_inputs(self, dtype: str):
         """The dse.models.data.RealInputs that fill this model's inputs in `dtype`: trained weights and
@@ -136,9 +139,17 @@ class TrainedModel:
         return _cached(("quant", self.kind, self.path, self.data, dtype), lambda: self.net().quantize(
             dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1)))
 
+    def float_net(self, dtype: str):
+        """The network as a float model in `dtype`: a CNN chain in fp8 through dse.models.fp8net."""
+        net = self.net()
+        if dtype in FP8_NAMES and not hasattr(net, "built"):
+            from dse.models.fp8net import Fp8Net
+            return Fp8Net(net)
+        return net
+
     def built(self, dtype: str) -> zoo.Built:
         if zoo.DTYPES[dtype].is_float:
-            return self.net().built(dtype)
+            return self.float_net(dtype).built(dtype)
         return self.quantized(dtype).built()
 
     def inputs(self, dtype: str):
@@ -148,7 +159,9 @@ class TrainedModel:
         data = self.dataset()
         x = data.x_test.reshape(len(data.x_test), -1)
         if zoo.DTYPES[dtype].is_float:
-            return RealInputs(self.net().arrays(dtype), "x", zoo.round_float(x, dtype), data.y_test)
+            net = self.float_net(dtype)
+            xs = zoo.round_float(x, dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
+            return RealInputs(net.arrays(dtype), "x", xs, data.y_test)
         q = self.quantized(dtype)
         return RealInputs(q.arrays(), "x", q.quantize_input(x), data.y_test)
 
