@@ -20,7 +20,6 @@ requantisation is monotonic, so pooling commutes with it).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +28,6 @@ import numpy as np
 
 from dse.models import zoo
 from dse.models.quantize import ACT_QMAX, QMAX, requantisation, requantise
-
-LAYER_OPS = ("Conv", "Gemm", "MatMul", "Add", "Relu", "MaxPool", "Flatten")
-
 
 @dataclass(frozen=True)
 class Conv:
@@ -285,43 +281,9 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray) -> Qu
 # from ONNX
 
 def load_onnx_layers(path: Path) -> LayerNet:
-    """A chain of Conv, Gemm (or MatMul + Add), Relu, MaxPool and Flatten nodes on one input,
-    read by tinygrad's importer, as a LayerNet; raises dse.models.data.NotDenseChain naming the first
-    node that does not fit (the graph then runs whole, in float dtypes only)."""
-    from dse.models.data import NotDenseChain, dense_weights, onnx_chain, onnx_graph
-    path = Path(path)
-    layers: list[Layer] = []
-    for node in onnx_chain(path, LAYER_OPS, "the quantiser takes"):
-        where, opts = node.where, node.opts
-        if node.op == "Conv":
-            W = node.params[0]
-            b = node.params[1].reshape(-1) if len(node.params) > 1 else np.zeros(len(W))
-            if opts.get("group", 1) != 1 or any(d != 1 for d in opts.get("dilations", (1, 1))) or W.ndim != 4:
-                raise NotDenseChain(f"{where}: only 2-D convolutions without groups or dilation are quantised")
-            if opts.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
-                raise NotDenseChain(f"{where}: auto_pad is not supported; give explicit pads")
-            pads = tuple(int(p) for p in opts.get("pads", (0, 0, 0, 0)))
-            layers.append(Conv(W, b, tuple(int(s) for s in opts.get("strides", (1, 1))), pads))
-        elif node.op in ("Gemm", "MatMul"):
-            layers.append(Linear(*dense_weights(node)))
-        elif node.op == "Add":
-            if not layers or not isinstance(layers[-1], (Conv, Linear)) or layers[-1].relu:
-                raise NotDenseChain(f"{where}: an Add must follow a Conv or MatMul")
-            layers[-1] = dataclasses.replace(layers[-1], b=layers[-1].b + node.params[0].reshape(-1))
-        elif node.op == "Relu":
-            k = next((j for j in range(len(layers) - 1, -1, -1) if isinstance(layers[j], (Conv, Linear))), None)
-            if k is None or layers[k].relu or any(isinstance(m, Flatten) for m in layers[k + 1:]):
-                raise NotDenseChain(f"{where}: a Relu must follow a Conv or dense layer (a max-pool between is fine)")
-            layers[k] = dataclasses.replace(layers[k], relu=True)
-        elif node.op == "MaxPool":
-            kernel = tuple(int(v) for v in opts["kernel_shape"])
-            if any(int(p) for p in opts.get("pads", ())) or opts.get("ceil_mode", 0) or len(kernel) != 2:
-                raise NotDenseChain(f"{where}: only 2-D max-pools without padding or ceil_mode are quantised")
-            layers.append(MaxPool(kernel, tuple(int(v) for v in opts.get("strides", kernel))))
-        else:
-            if opts.get("axis", 1) != 1:
-                raise NotDenseChain(f"{where}: only Flatten(axis=1) is supported")
-            layers.append(Flatten())
-    if not any(isinstance(layer, (Conv, Linear)) for layer in layers):
-        raise NotDenseChain(f"{path}: no Conv or dense layer to quantise")
-    return LayerNet(onnx_graph(path).input_shape, tuple(layers))
+    """A chain of Conv, Gemm (or MatMul + Add), Relu, MaxPool and Flatten nodes on one input
+    (affine maps and batch norms folded in), read by tinygrad's importer, as a LayerNet; raises
+    dse.models.data.NotDenseChain naming the first node that does not fit (the graph then runs
+    whole, in float dtypes only). The reading is dse.models.chain's."""
+    from dse.models.chain import read_chain
+    return read_chain(Path(path))

@@ -1,0 +1,310 @@
+"""An ONNX chain read into the quantiser's layers (dse.models.convnet: Conv, Linear, MaxPool,
+Flatten), with the affine element-wise operations and batch norms of exported graphs folded
+into the adjacent conv or dense layer.
+
+    net = read_chain(Path("net.onnx"))      # a dse.models.convnet.LayerNet, folded
+
+The graph is a chain on its one input: every node reads the previous node's output and
+constants (initialisers, Constant nodes). What folds (the standard folding, exact in real
+arithmetic; the float64 model of the folded layers is the graph's, up to float64 rounding):
+  * `Add`, `Sub`, `Mul` or `Div` by a constant, or a `BatchNormalization` (inference:
+    y = scale (x - mean) / sqrt(var + epsilon) + B per channel), right after a conv or dense
+    layer, before its ReLU: into that layer, W' = a W and b' = a b + c per output channel;
+  * the same anywhere else (the input standardisation `(x - mean) * inv_std` that
+    scikit-learn pipelines and PyTorch exports start with; a batch norm after a ReLU): composed
+    into one map v -> a v + c, carried through `Flatten` (and a `MaxPool` where a >= 0, which
+    commutes with it), and folded into the next layer's input side: W' = W a, b' = b + W c;
+  * `Gemm`'s alpha and beta into its weights and bias; `Identity` and `Dropout` (inference)
+    are nothing.
+What cannot fold is refused naming the node (dse.models.data.NotDenseChain: the graph still
+runs whole in float dtypes): a constant that varies across the image where a conv shares its
+weights, a shift into a conv with zero padding (the padding would need the shift too), an affine
+map followed by a ReLU before any layer, a negative scale through a max-pool, a constant divided
+by the value, and a map with no layer after it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dse.models.convnet import Conv, Flatten, Layer, LayerNet, Linear, MaxPool
+from dse.models.data import NotDenseChain
+from dse.models.onnx_file import Node, OnnxFile, read_onnx
+
+LAYER_OPS = ("Conv", "Gemm", "MatMul", "Relu", "MaxPool", "Flatten")
+FOLDED_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Identity", "Dropout")
+CHAIN_OPS = LAYER_OPS + FOLDED_OPS
+
+
+@dataclass(frozen=True)
+class Affine:
+    """v -> scale * v + shift, both arrays of the value's shape (batch 1); `where`: the first
+    node composed in (what an error names)."""
+    scale: np.ndarray
+    shift: np.ndarray
+    where: str
+
+    def then(self, scale: np.ndarray, shift: np.ndarray) -> "Affine":
+        """This map followed by v -> scale * v + shift."""
+        return Affine(self.scale * scale, self.shift * scale + shift, self.where)
+
+
+def read_chain(path: Path) -> LayerNet:
+    """The chain of `path` as a LayerNet with everything affine folded (module docstring);
+    raises NotDenseChain naming the first node that does not fit."""
+    f = read_onnx(Path(path))
+    reader = ChainReader(f)
+    for node, position, consts in chain_nodes(f):
+        reader.node(node, position, consts)
+    return reader.finish()
+
+
+def chain_nodes(f: OnnxFile):
+    """(node, position of the chain value among its inputs, its constant inputs by position)
+    for every node of `f`, checked to be a chain on the graph's input."""
+    current = f.input
+    for node in f.nodes:
+        if current not in node.inputs:
+            raise NotDenseChain(f"{node.where}: not a chain (it does not read {current!r})")
+        others = {i: name for i, name in enumerate(node.inputs) if name and name != current}
+        missing = [name for name in others.values() if name not in f.consts]
+        if missing:
+            raise NotDenseChain(f"{node.where}: reads {', '.join(missing)}, which is not an initialiser")
+        yield node, node.inputs.index(current), {i: np.asarray(f.consts[n]) for i, n in others.items()}
+        current = node.outputs[0]
+    if current != f.output:
+        raise NotDenseChain(f"{f.path}: the chain ends at {current!r}, not at the graph's output {f.output!r}")
+
+
+class ChainReader:
+    """Builds the layers node by node. `shape`: the chain value's shape (batch 1); `pending`:
+    an affine map applied to the value since the last layer, to fold into the next one;
+    `open`: the value is the last conv/dense layer's raw output (an affine map folds into it)."""
+
+    def __init__(self, f: OnnxFile):
+        self.file = f
+        self.shape: tuple[int, ...] = tuple(f.input_shape)
+        self.layers: list[Layer] = []
+        self.pending: Affine | None = None
+        self.open = False
+
+    def node(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        handler = getattr(self, f"op_{node.op}", None) if not node.domain else None
+        if handler is None:
+            raise NotDenseChain(f"{node.where}: op {node.op} is not supported here (the quantiser takes: "
+                                f"{', '.join(self.ops())})")
+        handler(node, position, consts)
+
+    def ops(self) -> tuple[str, ...]:
+        return CHAIN_OPS
+
+    def finish(self) -> LayerNet:
+        if self.pending is not None:
+            raise NotDenseChain(f"{self.pending.where}: cannot be folded: no conv or dense layer follows it")
+        if not any(isinstance(layer, (Conv, Linear)) for layer in self.layers):
+            raise NotDenseChain(f"{self.file.path}: no Conv or dense layer to quantise")
+        return LayerNet(tuple(self.file.input_shape), tuple(self.layers))
+
+    # -- layers
+
+    def add_layer(self, node: Node, layer: Conv | Linear) -> None:
+        if self.pending is not None:
+            layer = fold_input(layer, self.pending, node.where)
+            self.pending = None
+        self.layers.append(layer)
+        self.open = True
+
+    def op_Conv(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        where, opts = node.where, node.attrs
+        if position != 0 or 1 not in consts or len(self.shape) != 4:
+            raise NotDenseChain(f"{where}: expected a 2-D convolution of the chain value (N, C, H, W) by constant weights")
+        W = consts[1].astype(np.float64)
+        b = consts[2].astype(np.float64).reshape(-1) if 2 in consts else np.zeros(len(W))
+        if opts.get("group", 1) != 1 or any(d != 1 for d in opts.get("dilations", (1, 1))) or W.ndim != 4:
+            raise NotDenseChain(f"{where}: only 2-D convolutions without groups or dilation are quantised")
+        if opts.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
+            raise NotDenseChain(f"{where}: auto_pad is not supported; give explicit pads")
+        pads = tuple(int(p) for p in opts.get("pads", (0, 0, 0, 0)))
+        stride = tuple(int(s) for s in opts.get("strides", (1, 1)))
+        if W.shape[1] != self.shape[1]:
+            raise NotDenseChain(f"{where}: weights for {W.shape[1]} input channels, the value has {self.shape[1]}")
+        self.add_layer(node, Conv(W, b, stride, pads))
+        (kh, kw), (t, l, bo, r) = W.shape[2:], pads
+        self.shape = (1, len(W), (self.shape[2] + t + bo - kh) // stride[0] + 1,
+                      (self.shape[3] + l + r - kw) // stride[1] + 1)
+
+    def op_Gemm(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        opts = node.attrs
+        if position != 0 or 1 not in consts or opts.get("transA", 0):
+            raise NotDenseChain(f"{node.where}: expected the chain value times constant weights (transA 0)")
+        W = consts[1].astype(np.float64)
+        W = W if opts.get("transB", 0) else W.T
+        W = W * float(opts.get("alpha", 1.0))
+        b = (np.broadcast_to(consts[2].astype(np.float64).reshape(-1), (len(W),)) * float(opts.get("beta", 1.0))
+             if 2 in consts else np.zeros(len(W)))
+        self.dense(node, W, b)
+
+    def op_MatMul(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        if position != 0 or 1 not in consts or consts[1].ndim != 2:
+            raise NotDenseChain(f"{node.where}: expected the chain value times a constant 2-D matrix")
+        self.dense(node, consts[1].astype(np.float64).T, np.zeros(consts[1].shape[1]))
+
+    def dense(self, node: Node, W: np.ndarray, b: np.ndarray) -> None:
+        if len(self.shape) != 2 or W.shape[1] != self.shape[1]:
+            raise NotDenseChain(f"{node.where}: a dense layer of {W.shape[1]} inputs on a value of shape {self.shape}"
+                                + (" (a Flatten before it?)" if len(self.shape) != 2 else ""))
+        self.add_layer(node, Linear(np.ascontiguousarray(W), np.asarray(b, np.float64).copy()))
+        self.shape = (1, len(W))
+
+    def last_compute(self) -> int | None:
+        return next((j for j in range(len(self.layers) - 1, -1, -1) if isinstance(self.layers[j], (Conv, Linear))), None)
+
+    def op_Relu(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        if self.pending is not None:
+            raise NotDenseChain(f"{self.pending.where}: cannot be folded: a Relu ({node.where}) follows it before "
+                                "any conv or dense layer")
+        k = self.last_compute()
+        if k is None or self.layers[k].relu or any(isinstance(m, Flatten) for m in self.layers[k + 1:]):
+            raise NotDenseChain(f"{node.where}: a Relu must follow a Conv or dense layer (a max-pool between is fine)")
+        self.layers[k] = _replace(self.layers[k], relu=True)
+        self.open = False
+
+    def op_MaxPool(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        opts = node.attrs
+        kernel = tuple(int(v) for v in opts["kernel_shape"])
+        if any(int(p) for p in opts.get("pads", ())) or opts.get("ceil_mode", 0) or len(kernel) != 2 \
+                or len(self.shape) != 4 or len(node.outputs) > 1 and node.outputs[1]:
+            raise NotDenseChain(f"{node.where}: only 2-D max-pools without padding or ceil_mode are quantised")
+        stride = tuple(int(v) for v in opts.get("strides", kernel))
+        shape = (*self.shape[:2], (self.shape[2] - kernel[0]) // stride[0] + 1, (self.shape[3] - kernel[1]) // stride[1] + 1)
+        if self.pending is not None:
+            a, c = per_channel(self.pending.scale), per_channel(self.pending.shift)
+            if a is None or c is None or (a < 0).any():
+                raise NotDenseChain(f"{self.pending.where}: cannot be folded through the max-pool {node.where}: it "
+                                    "needs one scale >= 0 and one shift per channel")
+            self.pending = Affine(np.broadcast_to(a.reshape(1, -1, 1, 1), shape),
+                                  np.broadcast_to(c.reshape(1, -1, 1, 1), shape), self.pending.where)
+        self.layers.append(MaxPool(kernel, stride))
+        self.shape, self.open = shape, False
+
+    def op_Flatten(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        if node.attrs.get("axis", 1) != 1:
+            raise NotDenseChain(f"{node.where}: only Flatten(axis=1) is supported")
+        shape = (1, math.prod(self.shape[1:]))
+        if self.pending is not None:
+            self.pending = Affine(self.pending.scale.reshape(shape), self.pending.shift.reshape(shape), self.pending.where)
+        if shape != self.shape:
+            self.layers.append(Flatten())
+            self.shape, self.open = shape, False
+
+    def op_Identity(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        pass
+
+    def op_Dropout(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        if position != 0 or (2 in consts and bool(consts[2])):
+            raise NotDenseChain(f"{node.where}: a Dropout in training mode")
+
+    # -- affine maps
+
+    def op_Add(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        k = self.constant(node, consts)
+        self.affine(node, np.ones(self.shape), k)
+
+    def op_Sub(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        k = self.constant(node, consts)
+        if position == 0:
+            self.affine(node, np.ones(self.shape), -k)
+        else:
+            self.affine(node, -np.ones(self.shape), k)
+
+    def op_Mul(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        self.affine(node, self.constant(node, consts), np.zeros(self.shape))
+
+    def op_Div(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        k = self.constant(node, consts)
+        if position != 0:
+            raise NotDenseChain(f"{node.where}: divides a constant by the value, which is not affine")
+        if (k == 0).any():
+            raise NotDenseChain(f"{node.where}: divides by zero")
+        self.affine(node, 1.0 / k, np.zeros(self.shape))
+
+    def op_BatchNormalization(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        if position != 0 or sorted(consts) != [1, 2, 3, 4] or node.attrs.get("training_mode", 0):
+            raise NotDenseChain(f"{node.where}: expected an inference batch norm of the chain value with constant "
+                                "scale, B, mean and var")
+        if len(self.shape) < 2:
+            raise NotDenseChain(f"{node.where}: a batch norm needs a channel axis")
+        scale, B, mean, var = (consts[i].astype(np.float64).reshape(-1) for i in (1, 2, 3, 4))
+        eps = float(node.attrs.get("epsilon", 1e-5))
+        if not all(len(v) == self.shape[1] for v in (scale, B, mean, var)) or (var + eps <= 0).any():
+            raise NotDenseChain(f"{node.where}: its parameters need one value per channel ({self.shape[1]}) and "
+                                "var + epsilon > 0")
+        a = scale / np.sqrt(var + eps)
+        channel = (1, -1) + (1,) * (len(self.shape) - 2)
+        self.affine(node, np.broadcast_to(a.reshape(channel), self.shape),
+                    np.broadcast_to((B - mean * a).reshape(channel), self.shape))
+
+    def constant(self, node: Node, consts: dict[int, np.ndarray]) -> np.ndarray:
+        """The one constant operand of an element-wise node, broadcast to the value's shape."""
+        if len(consts) != 1:
+            raise NotDenseChain(f"{node.where}: expected the chain value and one constant")
+        k = next(iter(consts.values())).astype(np.float64)
+        try:
+            full = np.broadcast_shapes(self.shape, k.shape)
+        except ValueError:
+            full = None
+        if full != self.shape:
+            raise NotDenseChain(f"{node.where}: its constant of shape {k.shape} does not broadcast to the value's "
+                                f"shape {self.shape}")
+        return np.broadcast_to(k, self.shape)
+
+    def affine(self, node: Node, a: np.ndarray, c: np.ndarray) -> None:
+        """v -> a v + c: into the open layer's output, else into the pending map."""
+        if self.open and self.pending is None:
+            self.layers[-1] = fold_output(self.layers[-1], a, c, node.where)
+        elif self.pending is None:
+            self.pending = Affine(np.asarray(a, np.float64), np.asarray(c, np.float64), node.where)
+        else:
+            self.pending = self.pending.then(a, c)
+
+
+def per_channel(v: np.ndarray) -> np.ndarray | None:
+    """The vector of a (1, C, ...) array that is constant along every axis after the channel
+    one (None if it is not); a (1, F) array is its own vector."""
+    flat = v.reshape(v.shape[1], -1) if v.ndim > 2 else v.reshape(-1, 1)
+    return flat[:, 0].copy() if (flat == flat[:, :1]).all() else None
+
+
+def fold_output(layer: Conv | Linear, a: np.ndarray, c: np.ndarray, where: str) -> Conv | Linear:
+    """`layer` followed by v -> a v + c, per output channel: W' = a W, b' = a b + c."""
+    av, cv = per_channel(a), per_channel(c)
+    if av is None or cv is None:
+        raise NotDenseChain(f"{where}: cannot be folded into the conv before it: its constant varies across the "
+                            "image, and a conv's weights are shared across it")
+    W = layer.W * av.reshape((-1,) + (1,) * (layer.W.ndim - 1))
+    return _replace(layer, W=W, b=layer.b * av + cv)
+
+
+def fold_input(layer: Conv | Linear, pending: Affine, where: str) -> Conv | Linear:
+    """v -> a v + c followed by `layer`: W' = W a, b' = b + W c."""
+    a, c = pending.scale, pending.shift
+    if isinstance(layer, Linear):
+        a, c = a.reshape(-1), c.reshape(-1)
+        return _replace(layer, W=layer.W * a[None, :], b=layer.b + layer.W @ c)
+    av, cv = per_channel(a), per_channel(c)
+    if av is None or cv is None:
+        raise NotDenseChain(f"{pending.where}: cannot be folded into the conv {where}: its constant varies across "
+                            "the image, and a conv's weights are shared across it")
+    if any(layer.pads) and (cv != 0).any():
+        raise NotDenseChain(f"{pending.where}: cannot be folded into the conv {where}: it shifts the value, and the "
+                            "conv's zero padding would need the shift too (fold it before exporting, or pad without it)")
+    W = layer.W * av.reshape(1, -1, 1, 1)
+    return _replace(layer, W=W, b=layer.b + (layer.W * cv.reshape(1, -1, 1, 1)).sum(axis=(1, 2, 3)))
+
+
+def _replace(layer, **changes):
+    import dataclasses
+    return dataclasses.replace(layer, **changes)
