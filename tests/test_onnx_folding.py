@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from dse.cli import main
-from dse.models.chain import read_chain
+from dse.models.chain import load_onnx, read_chain
 from dse.models.convnet import Conv, LayerNet, Linear
-from dse.models.data import NotDenseChain, load_onnx, read_weights
+from dse.models.data import NotDenseChain, read_weights
 from dse.models.quantize import DenseNet
 from helpers import eval_model, model_spec, onnx_reference, save_onnx
 

@@ -13,7 +13,8 @@ import pytest
 from compiler import HardwareConfig
 from dse.models import zoo
 from dse.models.accuracy import run_samples
-from dse.models.data import DataError, DataSpec, data_input, load_dataset, load_onnx, match_weights, read_weights
+from dse.models.chain import load_onnx
+from dse.models.data import DataError, DataSpec, data_input, load_dataset, match_weights, read_weights
 from dse.models.quantize import DenseNet, quantize
 from helpers import cnn_onnx, eval_model, model_spec
 

@@ -31,8 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from dse.models.convnet import Conv, Flatten, Layer, LayerNet, Linear, MaxPool
-from dse.models.data import NotDenseChain
+from dse.models.data import DataError, NotDenseChain
 from dse.models.onnx_file import Node, OnnxFile, read_onnx
+from dse.models.quantize import Dense, DenseNet
 
 LAYER_OPS = ("Conv", "Gemm", "MatMul", "Relu", "MaxPool", "Flatten")
 FOLDED_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Identity", "Dropout")
@@ -60,6 +61,31 @@ def read_chain(path: Path) -> LayerNet:
     for node, position, consts in chain_nodes(f):
         reader.node(node, position, consts)
     return reader.finish()
+
+
+def load_onnx(path: Path):
+    """An ONNX file of dense layers (Gemm, or MatMul + Add; Relu between them; affine maps and
+    batch norms folded) as a dse.models.quantize.DenseNet, read by tinygrad's own importer (no
+    onnx package needed). Anything else raises NotDenseChain naming the node."""
+    net = read_net(path)
+    if not isinstance(net, DenseNet):
+        other = next(layer for layer in net.layers if not isinstance(layer, (Linear, Flatten)))
+        raise NotDenseChain(f"{path}: not a chain of dense layers (it has a {type(other).__name__})")
+    return net
+
+
+def read_net(path: Path) -> "DenseNet | LayerNet":
+    """The chain of `path`, folded: a DenseNet when it is dense layers with a ReLU between them
+    (the dense quantiser, dse.models.quantize), else the LayerNet."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"file not found: {path}")
+    net = read_chain(path)
+    layers = [layer for layer in net.layers if not isinstance(layer, Flatten)]
+    if all(isinstance(layer, Linear) for layer in layers) and not layers[-1].relu \
+            and all(layer.relu for layer in layers[:-1]):
+        return DenseNet(tuple(Dense(layer.W, layer.b, layer.relu) for layer in layers))
+    return net
 
 
 def chain_nodes(f: OnnxFile):

@@ -1,7 +1,7 @@
 """Chains of convolutions, max-pools and dense layers (a small CNN from ONNX): the float model
 and its post-training quantisation, by the same scheme as dense networks (dse.models.quantize).
 
-    net = load_onnx_layers(Path("cnn.onnx"))             # Conv, Relu, MaxPool, Flatten, Gemm, ...
+    net = read_chain(Path("cnn.onnx"))                   # dse.models.chain: Conv, Relu, MaxPool, Flatten, Gemm, ...
     q = net.quantize(dtype="int8", calibration=x_train)
     built, arrays = q.built(), q.arrays()                # the integer model as a tinygrad model
     logits = q.reference(q.quantize_input(x))            # its numpy golden model, bit-exact
@@ -275,15 +275,3 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray) -> Qu
         h_int = np.clip(requantise(acc, _channel(M, acc.ndim), P, S), 0 if layer.relu else -act_qmax, act_qmax)
         s_in = s_out
     return QuantLayerNet(dtype, net.input_shape, input_scale, tuple(steps))
-
-
-# ---------------------------------------------------------------------------------------------
-# from ONNX
-
-def load_onnx_layers(path: Path) -> LayerNet:
-    """A chain of Conv, Gemm (or MatMul + Add), Relu, MaxPool and Flatten nodes on one input
-    (affine maps and batch norms folded in), read by tinygrad's importer, as a LayerNet; raises
-    dse.models.data.NotDenseChain naming the first node that does not fit (the graph then runs
-    whole, in float dtypes only). The reading is dse.models.chain's."""
-    from dse.models.chain import read_chain
-    return read_chain(Path(path))

@@ -228,27 +228,6 @@ def real_inputs(*, inputs: Mapping[str, tuple[tuple[int, ...], str]], weights_pa
 # ---------------------------------------------------------------------------------------------
 # ONNX
 
-def load_onnx(path: Path):
-    """An ONNX file of dense layers (Gemm, or MatMul + Add; Relu between them; affine maps and
-    batch norms folded: dse.models.chain) as a dse.models.quantize.DenseNet, read by tinygrad's
-    own importer (no onnx package needed). Anything else raises NotDenseChain naming the node
-    (a chain with convolutions is a dse.models.convnet.LayerNet: read_chain)."""
-    from dse.models.chain import read_chain
-    from dse.models.convnet import Flatten, Linear
-    from dse.models.quantize import Dense, DenseNet
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"file not found: {path}")
-    net = read_chain(path)
-    other = next((layer for layer in net.layers if not isinstance(layer, (Linear, Flatten))), None)
-    if other is not None:
-        raise NotDenseChain(f"{path}: not a chain of dense layers (it has a {type(other).__name__})")
-    layers = [layer for layer in net.layers if isinstance(layer, Linear)]
-    if layers[-1].relu or not all(layer.relu for layer in layers[:-1]):
-        raise NotDenseChain(f"{path}: expected dense layers with a Relu between them and none after the last")
-    return DenseNet(tuple(Dense(layer.W, layer.b, layer.relu) for layer in layers))
-
-
 _RUNNERS: dict[tuple[Path, int], object] = {}
 
 

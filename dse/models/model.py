@@ -163,16 +163,13 @@ def _cached(key: Any, make):
 
 
 def _load_net(kind: str, path: Path):
-    from dse.models.data import NotDenseChain, load_onnx, read_weights
+    from dse.models.data import read_weights
     from dse.models.quantize import DenseNet
 
     def make():
-        if kind == "onnx":
-            try:
-                return load_onnx(path)
-            except NotDenseChain:         # a CNN chain quantises too; anything else runs whole
-                from dse.models.convnet import load_onnx_layers
-                return load_onnx_layers(path)
+        if kind == "onnx":     # a dense network, or a CNN chain (NotDenseChain: anything else runs whole)
+            from dse.models.chain import read_net
+            return read_net(path)
         try:
             return DenseNet.from_arrays(read_weights(path))
         except ValueError as e:
