@@ -665,9 +665,12 @@ class _Parser:
         """An ONNX graph that is not a dense chain: the whole graph, run by tinygrad's importer,
         its float initialisers as the weights; float dtypes only (no quantisation applies)."""
         from dse.models.data import DataError
+        from dse.models.onnx_file import declares_quantisation
         files = ModelFiles(file, data)
         m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), files=files, onnx=file)
         for dt in self.dtypes:
+            if not DTYPES[dt].is_float and declares_quantisation(file):   # tinygrad cannot run it in floats either
+                raise SpecError(_join(path, "onnx"), f"dtype {dt}: {not_dense}")
             if not DTYPES[dt].is_float:
                 raise SpecError(_join(path, "onnx"), f"dtype {dt}: the tool's post-training quantisation covers "
                                                      f"chains of convolutions, max-pools and dense layers, and "

@@ -379,8 +379,9 @@ def test_an_onnx_cnn_runs_whole_and_scores_like_numpy(tmp_path, capsys, digits, 
     ("int8", "AveragePool", "models[0].onnx: dtype int8: the tool's post-training quantisation covers chains of "
                             "convolutions, max-pools and dense layers, and {tmp}/cnn.onnx: node #2 AveragePool (output "
                             "'p'): op AveragePool is not supported here (the quantiser takes: Conv, Gemm, MatMul, Relu, "
-                            "MaxPool, Flatten, Add, Sub, Mul, Div, BatchNormalization, Identity, Dropout); run this "
-                            "graph in fp32, fp16 or bf16"),
+                            "MaxPool, Flatten, Add, Sub, Mul, Div, BatchNormalization, Identity, Dropout, Quant, "
+                            "IntQuant, BipolarQuant, QuantizeLinear, DequantizeLinear, Clip); run this graph in fp32, "
+                            "fp16 or bf16"),
     ("fp32", "NoSuchPool", "models[0].onnx: {tmp}/cnn.onnx: node #2 NoSuchPool (output 'p'): tinygrad's ONNX importer "
                            "has no op NoSuchPool"),
 ])

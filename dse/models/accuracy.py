@@ -100,7 +100,8 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
                                f"{reference[diff[0]].tolist()} ({len(diff)} of {len(xs)} samples differ)")
     return _scored(dtype=dtype, logits=logits, float_logits=float_logits, labels=data.y_test, to_float=to_float,
                    cycles=model_cycles, design=design,
-                   quantization=SCHEME if dtype in QMAX else FP8_SCHEME if is_fp8(dtype) else None)
+                   quantization=getattr(q, "scheme", "") or SCHEME if dtype in QMAX
+                   else FP8_SCHEME if is_fp8(dtype) else None)
 
 
 def _scored(*, dtype: str, logits: np.ndarray, float_logits: np.ndarray, labels: np.ndarray | None,
@@ -108,7 +109,9 @@ def _scored(*, dtype: str, logits: np.ndarray, float_logits: np.ndarray, labels:
             design) -> SampleRun:
     """The metrics of checked outputs (samples, classes) against the float model's; without
     `to_float` (an integer model whose scale the tool does not know) no logit error is given."""
-    pred, pred_float = logits.argmax(1), float_logits.argmax(1)
+    # the classes' scores in real units: a declared last layer may have one scale per class
+    pred = (to_float(logits) if to_float is not None else logits).argmax(1)
+    pred_float = float_logits.argmax(1)
     truth = labels if labels is not None else pred_float
     if to_float is None:
         mean_err = max_err = float("nan")

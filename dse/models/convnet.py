@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from dse.models import zoo
-from dse.models.quantize import ACT_QMAX, QMAX, requantisation, requantise
+from dse.models.quantize import ACT_QMAX, QMAX, SCHEME, requantisation
 
 @dataclass(frozen=True)
 class Conv:
@@ -36,6 +36,8 @@ class Conv:
     stride: tuple[int, int]
     pads: tuple[int, int, int, int]     # top, left, bottom, right (ONNX order: begins, then ends)
     relu: bool = False
+    grid: "WeightGrid | None" = None    # integer weights the file declares (W = their values)
+    out_quant: "Quantiser | None" = None    # the file's quantiser of this layer's output (after its ReLU)
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class Linear:
     W: np.ndarray                       # (out, in)
     b: np.ndarray                       # (out,)
     relu: bool = False
+    grid: "WeightGrid | None" = None
+    out_quant: "Quantiser | None" = None
 
 
 @dataclass(frozen=True)
@@ -94,18 +98,42 @@ def _channel(v: np.ndarray, ndim: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class LayerNet:
+    """The layers, and the quantisation a file declares (dse.models.qonnx: QONNX or QCDQ): a
+    quantiser of the input (after `input_map`, the affine preprocessing before it, which the
+    host applies), integer weights and output quantisers on the layers."""
     input_shape: tuple[int, ...]         # one sample, with the batch dimension 1: (1, C, H, W)
     layers: tuple[Layer, ...]
+    input_quant: "Quantiser | None" = None
+    input_map: tuple[np.ndarray, np.ndarray] | None = None     # (scale, shift), input_shape each
 
     @property
     def inputs(self) -> int:
         return math.prod(self.input_shape)
 
-    def float_logits(self, x: np.ndarray) -> np.ndarray:
-        """The float model in float64 on samples (n, ...): (n, outputs)."""
+    @property
+    def declared(self) -> bool:
+        """Whether the file declares quantisation (bits and scales) anywhere."""
+        return self.input_quant is not None or any(
+            getattr(layer, "grid", None) is not None or getattr(layer, "out_quant", None) is not None
+            for layer in self.layers)
+
+    def mapped_input(self, x: np.ndarray) -> np.ndarray:
+        """Samples (n, ...) shaped (n, *input_shape[1:]), the input map applied."""
         h = np.asarray(x, np.float64).reshape((len(x), *self.input_shape[1:]))
+        if self.input_map is not None:
+            h = h * self.input_map[0] + self.input_map[1]
+        return h
+
+    def float_logits(self, x: np.ndarray) -> np.ndarray:
+        """The float model in float64 on samples (n, ...): (n, outputs); with the quantisers
+        the file declares (its weights are their values already), as the file computes."""
+        h = self.mapped_input(x)
+        if self.input_quant is not None:
+            h = self.input_quant(h)
         for layer in self.layers:
             h = _float_layer(layer, h)
+            if getattr(layer, "out_quant", None) is not None:
+                h = layer.out_quant(h)
         return h.reshape(len(h), -1)
 
     def quantize(self, *, dtype: str, calibration: np.ndarray) -> "QuantLayerNet":
@@ -128,14 +156,21 @@ def _float_layer(layer: Layer, h: np.ndarray) -> np.ndarray:
 class QuantStep:
     """One layer of the integer model: a conv or dense layer with its integer weights and
     requantisation (M None: the last one, whose int32 accumulators are the outputs), or a
-    max-pool / flatten."""
+    max-pool / flatten. A requantised output is clipped to [lo, hi] and rounded by `offset`
+    (2**(S-1): to nearest, ties up; 0: down; 2**S - 1: up), or, with `even`, to nearest with
+    ties to even (offset 2**(S-1) - 1 plus the result's lowest bit)."""
     layer: Layer                        # the float layer (shapes, strides, pads, relu)
-    W: np.ndarray | None = None         # int8/int16
+    W: np.ndarray | None = None         # integers in the weights' container
     b: np.ndarray | None = None         # int32, on the accumulator's scale
     acc_scale: np.ndarray | None = None
     M: np.ndarray | None = None
     P: int = 0
     S: int = 0
+    lo: int = 0
+    hi: int = 0
+    offset: int = 0
+    out_scale: float = 0.0              # the real value of one unit of the requantised output
+    even: bool = False
 
 
 @dataclass(frozen=True)
@@ -144,19 +179,25 @@ class QuantLayerNet:
     input_shape: tuple[int, ...]
     input_scale: float
     steps: tuple[QuantStep, ...]
-
-    @property
-    def qmax(self) -> int:
-        return ACT_QMAX[self.dtype]
+    input_lo: int = 0                   # the input integers' range
+    input_hi: int = 0
+    input_map: tuple[np.ndarray, np.ndarray] | None = None
+    input_quant: "Quantiser | None" = None      # the file's input quantiser (its rounding mode)
+    scheme: str = ""                    # how it was quantised, in words (a row's `quantization`)
 
     def quantize_input(self, x: np.ndarray) -> np.ndarray:
         """Samples (n, ...) as integer inputs (n, *input_shape)."""
-        q = np.clip(np.round(np.asarray(x, np.float64) / self.input_scale), -self.qmax, self.qmax)
+        h = np.asarray(x, np.float64).reshape((len(x), *self.input_shape[1:]))
+        if self.input_map is not None:
+            h = h * self.input_map[0] + self.input_map[1]
+        q = (self.input_quant.integers(h) if self.input_quant is not None
+             else np.clip(np.round(h / self.input_scale), self.input_lo, self.input_hi))
         return q.reshape((len(q), *self.input_shape)).astype(zoo.storage(self.dtype))
 
     def dequantize(self, logits: np.ndarray) -> np.ndarray:
         last = next(s for s in reversed(self.steps) if s.W is not None)
-        return np.asarray(logits, np.float64).reshape(len(logits), -1) * last.acc_scale
+        scale = last.acc_scale if last.M is None else last.out_scale
+        return np.asarray(logits, np.float64).reshape(len(logits), -1) * scale
 
     def reference(self, xq: np.ndarray) -> np.ndarray:
         """The integer model in numpy on samples (n, *input_shape): int32 outputs (n, outputs).
@@ -177,9 +218,10 @@ class QuantLayerNet:
             if step.M is None:
                 return acc.reshape(len(acc), -1).astype(np.int32)
             M = _channel(step.M.astype(np.int64), acc.ndim)
-            r = _wrap32(_wrap32((acc >> step.P) * M) + (1 << (step.S - 1))) >> step.S
-            h = np.clip(r, 0 if layer.relu else -self.qmax, self.qmax)
-        raise AssertionError("unreachable: the last conv/dense layer has no multiplier")
+            v = _wrap32((acc >> step.P) * M)
+            r = _wrap32(v + step.offset + ((v >> step.S) & 1 if step.even else 0)) >> step.S
+            h = np.clip(r, step.lo, step.hi)
+        return h.reshape(len(h), -1).astype(np.int32)     # the last layer requantised (its quantiser)
 
     def built(self) -> zoo.Built:
         """The integer model as a zoo.Built: inputs x, then W{i}, b{i}, M{i} per conv/dense layer."""
@@ -191,7 +233,7 @@ class QuantLayerNet:
             inputs[f"b{i}"] = (step.b.shape, "int32")
             if step.M is not None:
                 inputs[f"M{i}"] = (step.M.shape, "int32")
-        steps, qmax = self.steps, self.qmax
+        steps = self.steps
 
         def forward(x, *params):
             h, k = x.cast(i32), 0
@@ -212,10 +254,11 @@ class QuantLayerNet:
                 if step.M is None:
                     return acc
                 M = params[k + 2].reshape((1, -1) + (1,) * (acc.ndim - 2))
-                q = (((acc >> step.P) * M) + (1 << (step.S - 1))) >> step.S
-                h = q.clip(0 if layer.relu else -qmax, qmax).cast(narrow).cast(i32)   # stored narrow
+                v = (acc >> step.P) * M
+                q = (v + step.offset + ((v >> step.S) & 1) if step.even else v + step.offset) >> step.S
+                h = q.clip(step.lo, step.hi).cast(narrow).cast(i32)   # stored narrow
                 k += 3
-            raise AssertionError("unreachable: the last conv/dense layer has no multiplier")
+            return h.reshape(h.shape[0], -1)
         return zoo.Built(inputs, forward)
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -231,16 +274,60 @@ def _wrap32(v: np.ndarray) -> np.ndarray:
     return np.asarray(v, np.int64).astype(np.int32).astype(np.int64)
 
 
+def _container(dtype: str) -> tuple[int, int]:
+    d = zoo.DTYPES[dtype]
+    return int(d.lowest), int(d.highest)
+
+
+def _fits(lo: int, hi: int, dtype: str, what: str) -> None:
+    clo, chi = _container(dtype)
+    if lo < clo or hi > chi:
+        raise ValueError(f"{what} holds integers in [{lo}, {hi}], beyond {dtype} [{clo}, {chi}]; run it in a "
+                         "wider integer format")
+
+
+def _rounding(q, lo: int, S: int, exact: bool) -> tuple[int, bool]:
+    """(offset, even) of the requantisation for a file's quantiser `q` (None: the tool's own,
+    to nearest). FLOOR and CEIL (and DOWN and UP on a range without negatives) as they say. The
+    nearest modes: where M / 2**S is the file's scale ratio exactly (`exact`: power-of-two
+    scales), ties are exact too and are broken as the mode says (to even; HALF_UP and HALF_DOWN
+    as up and down, which they are on a range without negatives); elsewhere the multiplier
+    approximates the ratio, no tie is exact, and ties go up."""
+    mode = q.mode if q is not None else "ROUND"
+    if lo >= 0:
+        mode = {"DOWN": "FLOOR", "UP": "CEIL"}.get(mode, mode)
+    if mode in ("ROUND", "HALF_EVEN") and exact and q is not None:
+        return (1 << (S - 1)) - 1, True
+    if mode == "HALF_DOWN" and exact:
+        return (1 << (S - 1)) - 1, False
+    if mode in ("ROUND", "HALF_EVEN", "HALF_UP", "HALF_DOWN"):
+        return 1 << (S - 1), False
+    if mode == "FLOOR":
+        return 0, False
+    if mode == "CEIL":
+        return (1 << S) - 1, False
+    raise ValueError(f"{q.where}: rounding_mode {mode} on signed values is not built (ROUND, FLOOR and CEIL are)")
+
+
 def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray) -> QuantLayerNet:
-    """Post-training quantisation of `net` to int8/int16, scales calibrated on `calibration`
-    samples (n, ...) (the training split); the module docstring gives the scheme."""
+    """The integer model of `net` in `dtype`, scales calibrated on `calibration` samples (n, ...)
+    (the training split) where the file declares none; the module docstring gives the scheme.
+    What the file declares (dse.models.qonnx: integer weights, quantisers of the input and of
+    layer outputs) is taken as it is: its integers must fit the dtype (else ValueError)."""
     if dtype not in QMAX:
         raise ValueError(f"quantisation to {dtype!r} is not supported; supported: {', '.join(QMAX)}")
     qmax, act_qmax = QMAX[dtype], ACT_QMAX[dtype]
     store = zoo.storage(dtype)
-    x = np.asarray(calibration, np.float64).reshape((len(calibration), *net.input_shape[1:]))
-    s_in = input_scale = max(float(np.abs(x).max()), 1e-12) / act_qmax
-    h_float, h_int = x, np.clip(np.round(x / s_in), -act_qmax, act_qmax).astype(np.int64)
+    x = net.mapped_input(calibration)
+    iq = net.input_quant
+    if iq is not None:
+        _fits(iq.lo, iq.hi, dtype, f"the input quantiser {iq.where}")
+        s_in, in_lo, in_hi = iq.scale, iq.lo, iq.hi
+        h_float, h_int = iq(x), iq.integers(x).astype(np.int64)
+    else:
+        s_in, in_lo, in_hi = max(float(np.abs(x).max()), 1e-12) / act_qmax, -act_qmax, act_qmax
+        h_float, h_int = x, np.clip(np.round(x / s_in), -act_qmax, act_qmax).astype(np.int64)
+    input_scale = s_in
     compute = [i for i, layer in enumerate(net.layers) if isinstance(layer, (Conv, Linear))]
     steps = []
     for i, layer in enumerate(net.layers):
@@ -254,24 +341,56 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray) -> Qu
             steps.append(QuantStep(layer))
             continue
         last = i == compute[-1]
-        rows = layer.W.reshape(len(layer.W), -1)
-        s_w = (np.full(len(rows), max(float(np.abs(rows).max()), 1e-12) / qmax) if last
-               else np.maximum(np.abs(rows).max(axis=1), 1e-12) / qmax)
-        Wq = np.clip(np.round(layer.W / s_w.reshape((-1,) + (1,) * (layer.W.ndim - 1))), -qmax, qmax).astype(store)
+        where = f"{dtype}: layer {compute.index(i) + 1} ({type(layer).__name__.lower()})"
+        if layer.grid is not None:
+            _fits(layer.grid.lo, layer.grid.hi, dtype, f"{where}: the weights of {layer.grid.where}")
+            Wq, s_w = layer.grid.q.astype(store), layer.grid.scale
+        else:
+            rows = layer.W.reshape(len(layer.W), -1)
+            s_w = (np.full(len(rows), max(float(np.abs(rows).max()), 1e-12) / qmax) if last
+                   else np.maximum(np.abs(rows).max(axis=1), 1e-12) / qmax)
+            Wq = np.clip(np.round(layer.W / s_w.reshape((-1,) + (1,) * (layer.W.ndim - 1))), -qmax, qmax).astype(store)
         acc_scale = s_in * s_w
         bq = np.round(layer.b / acc_scale).astype(np.int64)
         W64 = Wq.astype(np.int64)
         acc = (conv(h_int, W64, layer.stride, layer.pads) if isinstance(layer, Conv) else h_int @ W64.T)
         acc = acc + _channel(bq, acc.ndim)
-        where = f"{dtype}: layer {compute.index(i) + 1} ({type(layer).__name__.lower()})"
         if np.abs(acc).max() >= 2 ** 31:
             raise ValueError(f"{where}: an accumulator exceeds int32 on the calibration data")
-        if last:
+        oq = layer.out_quant
+        if oq is not None:
+            h_float = oq(h_float)
+        if last and oq is None:
             steps.append(QuantStep(layer, Wq, bq.astype(np.int32), acc_scale))
             break
-        s_out = max(float(np.abs(h_float).max()), 1e-12) / act_qmax
+        if oq is not None:
+            s_out, lo, hi = oq.scale, max(oq.lo, 0) if layer.relu else oq.lo, oq.hi
+            _fits(lo, hi, dtype, f"{where}: the quantiser {oq.where}")
+        else:
+            s_out, lo, hi = max(float(np.abs(h_float).max()), 1e-12) / act_qmax, 0 if layer.relu else -act_qmax, act_qmax
         M, P, S = requantisation(acc_scale=acc_scale, out_scale=s_out, acc=acc, where=where)
-        steps.append(QuantStep(layer, Wq, bq.astype(np.int32), acc_scale, M, P, S))
-        h_int = np.clip(requantise(acc, _channel(M, acc.ndim), P, S), 0 if layer.relu else -act_qmax, act_qmax)
+        exact = P == 0 and np.array_equal(M.astype(np.float64), np.asarray(acc_scale / s_out) * 2.0 ** S)
+        offset, even = _rounding(oq, lo, S, exact)
+        steps.append(QuantStep(layer, Wq, bq.astype(np.int32), acc_scale, M, P, S, lo, hi, offset, s_out, even))
+        v = (acc >> P) * _channel(M, acc.ndim)
+        h_int = np.clip((v + offset + ((v >> S) & 1 if even else 0)) >> S, lo, hi)
         s_in = s_out
-    return QuantLayerNet(dtype, net.input_shape, input_scale, tuple(steps))
+        if last:
+            break
+    return QuantLayerNet(dtype, net.input_shape, input_scale, tuple(steps), in_lo, in_hi, net.input_map, iq,
+                         _scheme(net, tuple(steps), dtype))
+
+
+def _scheme(net: LayerNet, steps: tuple[QuantStep, ...], dtype: str) -> str:
+    """The row's `quantization`: the tool's scheme, or what the file declares and the tool added."""
+    if not net.declared:
+        return SCHEME
+    parts = [f"input {net.input_quant.describe()}" if net.input_quant is not None else "input calibrated"]
+    for i, step in enumerate((s for s in steps if s.W is not None), 1):
+        layer = step.layer
+        w = layer.grid.describe() if layer.grid is not None else f"{dtype} calibrated"
+        out = (f", output {layer.out_quant.describe()}" if layer.out_quant is not None
+               else ", output calibrated" if step.M is not None else "")
+        parts.append(f"layer {i} weights {w}{out}")
+    return ("declared by the file (QONNX/QCDQ): " + "; ".join(parts) + f"; in {dtype} containers, int32 accumulators, "
+            "multiply-and-shift requantisation")

@@ -243,6 +243,12 @@ def onnx_runner(path: Path):
         from tinygrad.nn.onnx import OnnxRunner
         try:
             _RUNNERS[key] = OnnxRunner(path)
+        except ValueError as e:
+            if "is not a valid Domain" in str(e):   # QONNX's Quant: the graph runs in integer dtypes only
+                raise DataError(f"{path}: has nodes of the custom domain {str(e).split(' is not')[0]}, which "
+                                "tinygrad's ONNX importer cannot run: such a graph runs in the integer formats "
+                                "its quantisers declare") from None
+            raise DataError(f"{path}: cannot read as ONNX ({type(e).__name__}: {e})") from None
         except Exception as e:
             raise DataError(f"{path}: cannot read as ONNX ({type(e).__name__}: {e})") from None
     return _RUNNERS[key]
@@ -301,7 +307,8 @@ def tensor_array(t) -> np.ndarray:
     if t.device is None and not t.uop.src:
         from dse.models.zoo import import_tinygrad
         is_float = import_tinygrad().dtypes.is_float(t.dtype)
-        return np.asarray(float(t.uop.arg) if is_float else int(t.uop.arg))
+        from tinygrad.dtype import _to_np_dtype
+        return np.asarray(float(t.uop.arg) if is_float else int(t.uop.arg), dtype=_to_np_dtype(t.dtype) or np.float32)
     return t.numpy()
 
 

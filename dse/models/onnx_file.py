@@ -60,7 +60,7 @@ def read_onnx(path: Path) -> OnnxFile:
         try:
             runner = onnx_runner(path)
         except DataError as e:
-            if "is not a valid Domain" not in str(e):
+            if "custom domain" not in str(e):
                 raise
             _FILES[key] = _with_onnx_package(path)
         else:
@@ -142,3 +142,12 @@ def _constant(node: Node, consts: dict[str, np.ndarray]) -> bool:
             consts[node.outputs[0]] = np.asarray(a[key])
             return True
     raise DataError(f"{node.where}: a Constant without a numeric value")
+
+
+def declares_quantisation(path: Path) -> bool:
+    """Whether the file has QONNX quantisers (nodes of a custom domain): tinygrad's importer
+    cannot run it, so only the integer formats its quantisers declare can."""
+    try:
+        return any(node.domain for node in read_onnx(path).nodes)
+    except DataError:
+        return False
