@@ -103,7 +103,7 @@ def run_layers(args: argparse.Namespace) -> int:
         raise CliError(f"--dtype: {args.dtype!r} is not a dtype of study {s.study!r}; dtypes: {', '.join(s.dtypes)}")
     for m in models:
         by_names: dict[tuple[str, ...], list[str]] = {}
-        for dtype in (s.dtypes if args.dtype is None else (args.dtype,)):
+        for dtype in (s.model_dtypes(m.name) if args.dtype is None else (args.dtype,)):
             try:
                 names = tuple(model_layers(m, dtype))
             except Exception as e:          # noqa: BLE001 - the model's own error, said per dtype
@@ -239,6 +239,9 @@ def run_eval(args: argparse.Namespace) -> int:
                  if args.dtype in DTYPES else "")
         raise CliError(f"--dtype: unknown dtype {args.dtype!r} for study {spec.study!r}; "
                        f"the spec's dtypes: {', '.join(spec.dtypes)}{extra}")
+    if args.dtype not in spec.model_dtypes(args.model):
+        raise CliError(f"--dtype: model {args.model!r} runs {', '.join(spec.model_dtypes(args.model))} only (its "
+                       f"dtypes: in the spec)")
     base = {k.name: k.values[0] for k in spec.knobs}
     knobs = {**base, **parse_sets(args.sets, base)}
     target = args.target or str(spec.target)

@@ -234,7 +234,7 @@ def pareto_markdown(spec: Spec, df: pd.DataFrame, pareto: pd.DataFrame) -> str:
     cols = ["number"] + knob_cols + obj_cols + extra
     heads = [TABLE_HEADINGS.get(c, c) for c in cols]
     for m in spec.models:
-        for dt in spec.dtypes:
+        for dt in m.dtypes or spec.dtypes:
             lines.append(f"## {m.name} · {dt}")
             lines.append("")
             part = pareto[(pareto["model"] == m.name) & (pareto["dtype"] == dt)] if len(pareto) else pareto

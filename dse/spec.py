@@ -20,6 +20,7 @@ a dtype lives in dse/models/ (model.py, zoo.py, user_model.py, data.py, quantize
         weights: models/mlp.npz         # a trained dense network (or onnx: mlp.onnx), with
         data: {dataset: "sklearn:digits"}   # the samples its accuracy is measured on
     dtypes: [int8, fp16, bf16, fp32]    # int8 int16 int32 uint8 fp16 bf16 fp32 fp8e4m3 fp8e5m2
+                                        # (a model's own `dtypes:` replaces these for it)
     knobs:                              # candidate values per HardwareConfig knob
       mem_read: [sync, comb]
     objectives: [cycles, luts]          # fmax_mhz and accuracy are maximised, every other metric minimised
@@ -229,6 +230,10 @@ class Spec:
                 return m
         raise KeyError(f"no model {name!r} in study {self.study!r}; models: {', '.join(m.name for m in self.models)}")
 
+    def model_dtypes(self, model: str) -> tuple[str, ...]:
+        """The dtypes `model` runs: its own `dtypes:`, else the spec's."""
+        return self.model(model).dtypes or self.dtypes
+
     def input_range_for(self, model: str, dtype: str) -> InputRange | None:
         """The spec's data range for `model` x `dtype` (model's own, else top-level); None: each
         input's dtype default (zoo.default_input_range)."""
@@ -241,15 +246,20 @@ class Spec:
 
     @property
     def space_size(self) -> int:
-        """Number of design points: models x dtypes x knob combinations, less the points a
+        """Number of design points: models x their dtypes x knob combinations, less the points a
         knob cannot apply to (`not_applicable`)."""
-        return len(self.models) * len(self.dtypes) * self.knob_space_size - len(self.not_applicable())
+        runs = sum(len(m.dtypes or self.dtypes) for m in self.models)
+        return runs * self.knob_space_size - len(self.not_applicable())
 
     def left_out(self, point: DesignPoint) -> str:
         """Why `point` is not in the search space ("" when it is): a knob value that cannot
         apply to its dtype (DesignPoint.inapplicable), or fp_sum=tree where it changes
         nothing (an integer dtype, or reduce_unroll=1) while the spec also lists
-        fp_sum=sequential, whose point is the same design."""
+        fp_sum=sequential, whose point is the same design; or a dtype its model does not run
+        (a sampler may propose one: the models' own `dtypes:`)."""
+        own = self.model_dtypes(point.model) if any(m.name == point.model for m in self.models) else self.dtypes
+        if point.dtype not in own:
+            return f"model {point.model} runs {', '.join(own)} only (its dtypes)"
         why = point.inapplicable()
         if why or point.knobs.get("fp_sum") != "tree" or "sequential" not in self.knob_values("fp_sum"):
             return why
@@ -267,7 +277,7 @@ class Spec:
         reports them once (its summary, and `dse validate`) instead of a row each."""
         out = []
         for m in self.models:
-            for dt in self.dtypes:
+            for dt in m.dtypes or self.dtypes:
                 for knobs in self.knob_combinations():
                     p = DesignPoint(m.name, dt, knobs)
                     why = self.left_out(p)
@@ -284,7 +294,7 @@ class Spec:
         """Every design point a knob applies to (not `not_applicable`), models outermost,
         then dtypes, then knobs in spec order."""
         for m in self.models:
-            for dt in self.dtypes:
+            for dt in m.dtypes or self.dtypes:
                 for knobs in self.knob_combinations():
                     p = DesignPoint(m.name, dt, knobs)
                     if not self.left_out(p):
@@ -565,14 +575,19 @@ class _Parser:
         self.base_dir, self.path = base_dir, path
 
     def spec(self, data: Any) -> Spec:
-        top = _mapping(data, "", _TOP_REQUIRED, _TOP_OPTIONAL, what="a mapping with keys " + ", ".join(_TOP_REQUIRED))
+        # `dtypes` may be left out when the models give their own (all_dtypes names one that does not)
+        own = isinstance(data, dict) and isinstance(data.get("models"), list) and any(
+            isinstance(m, dict) and "dtypes" in m for m in data["models"])
+        required = tuple(k for k in _TOP_REQUIRED if k != "dtypes" or not own)
+        top = _mapping(data, "", required, _TOP_OPTIONAL + (("dtypes",) if own else ()),
+                       what="a mapping with keys " + ", ".join(_TOP_REQUIRED))
         study = _str(top["study"], "study")
         if not _NAME.fullmatch(study):
             raise SpecError("study", f"expected a name of letters, digits, '_', '-' and '.' "
                                      f"(it names the results directory), got {study!r}")
         target = Target(_choice(top["target"], "target", [t.value for t in Target], "target"))
-        self.dtypes = tuple(_choice(v, _join("dtypes", i), DTYPES, "dtype")
-                            for i, v in enumerate(_list(top["dtypes"], "dtypes", "a list of dtypes")))
+        self.top_dtypes = self.dtype_list(top["dtypes"], "dtypes") if "dtypes" in top else ()
+        self.dtypes = self.all_dtypes(top["models"])
         self.timing = self.timing_spec(top.get("timing", False), "timing")
         if self.timing and target.value not in PNR_FAMILIES:
             raise SpecError("timing", f"place-and-route needs target {' or '.join(PNR_FAMILIES)}; "
@@ -589,7 +604,7 @@ class _Parser:
         self.check_layers(knobs, models, "knobs")
         objectives = self.objectives(top["objectives"])
         knob_space = math.prod(len(k.values) for k in knobs)
-        search = self.search(top["search"], len(models) * len(self.dtypes) * knob_space)
+        search = self.search(top["search"], sum(len(m.dtypes or self.dtypes) for m in models) * knob_space)
         constraints = self.constraints(top["constraints"], target.value) if "constraints" in top else ()
         gate = self.gate(top["gate"], [m.name for m in models]) if "gate" in top else ()
         timeout = (_number(top["stage_timeout_s"], "stage_timeout_s", positive=True)
@@ -618,8 +633,43 @@ class _Parser:
             out.append(m)
         return tuple(out)
 
+    def dtype_list(self, value: Any, path: str) -> tuple[str, ...]:
+        out = tuple(_choice(v, _join(path, i), DTYPES, "dtype") for i, v in enumerate(_list(value, path, "a list of dtypes")))
+        if not out:
+            raise SpecError(path, "must not be empty")
+        if len(set(out)) != len(out):
+            raise SpecError(path, f"lists a dtype twice: {', '.join(out)}")
+        return out
+
+    def all_dtypes(self, models: Any) -> tuple[str, ...]:
+        """The top-level dtypes, then every model's own ones not among them (each model's checks
+        run over its own: `model`). A model without `dtypes:` needs the top-level list."""
+        out = list(self.top_dtypes)
+        for i, item in enumerate(models if isinstance(models, list) else []):
+            if isinstance(item, dict) and "dtypes" in item:
+                out += [d for d in self.dtype_list(item["dtypes"], _join(_join("models", i), "dtypes")) if d not in out]
+            elif not self.top_dtypes:
+                raise SpecError(_join("models", i), "needs 'dtypes' (here or at the top level): the number formats "
+                                                    "to run it in")
+        return tuple(out)
+
     def model(self, value: Any, path: str, top_ranges: dict[str, InputRange]) -> ModelSpec:
-        d = _mapping(value, path, ["name"], ["builtin", "source", "params", "input_range", "weights", "onnx", "data"])
+        """One model, checked in each of its dtypes (its own `dtypes:`, else the top-level ones)."""
+        union = self.dtypes
+        own = self.dtype_list(value["dtypes"], _join(path, "dtypes")) if isinstance(value, dict) and "dtypes" in value \
+            else self.top_dtypes
+        self.dtypes = own
+        try:
+            m = self.model_entry(value, path, {dt: r for dt, r in top_ranges.items() if dt in own})
+        finally:
+            self.dtypes = union
+        # a model keeps its list where the spec's differs (a model's own, or the top-level list
+        # beside other models' own); else () says "the spec's"
+        return dataclasses.replace(m, dtypes=own if own != union else ())
+
+    def model_entry(self, value: Any, path: str, top_ranges: dict[str, InputRange]) -> ModelSpec:
+        d = _mapping(value, path, ["name"], ["builtin", "source", "params", "input_range", "weights", "onnx", "data",
+                                             "dtypes"])
         name = _str(d["name"], _join(path, "name"))
         if not _NAME.fullmatch(name):
             raise SpecError(_join(path, "name"), f"expected a name of letters, digits, '_', '-' and '.', got {name!r}")
@@ -886,7 +936,7 @@ class _Parser:
         if not wanted:
             return
         for m in models:
-            for dtype in self.dtypes:
+            for dtype in m.dtypes or self.dtypes:
                 try:
                     names = model_layers(m, dtype)
                 except Exception:        # noqa: BLE001 - a model that does not build fails as its points do

@@ -30,6 +30,7 @@ class ModelSpec:
     trained: "TrainedModel | None" = None      # a network the tool quantises (`weights:` or `onnx:`) and its data
     files: "ModelFiles | None" = None          # weights and/or data for a builtin or source model
     onnx: Path | None = None                   # an ONNX graph run whole by tinygrad's importer (float dtypes)
+    dtypes: tuple[str, ...] = ()               # the dtypes it runs (its own `dtypes:`, else the spec's)
 
     def build(self, dtype: str) -> zoo.Built:
         """`(inputs, forward)` for `dtype` (the contract is checked)."""
