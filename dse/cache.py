@@ -102,7 +102,7 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
     does not know. A point that does not compile has no IR: its material is then its definition
     alone, marked `"compiled": False` (only its compile-time failure is stored under it)."""
     try:
-        model = ctx.model(point.model)
+        model = ctx.model(point.model).with_formats(point.formats())
     except KeyError:
         return None
     if model.trained is not None:
@@ -152,6 +152,8 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
         "timing": _timing_material(ctx),
         "synthesis": ctx.synthesis if ctx.synthesize else None,     # flat and per-unit counts differ
         "versions": versions(),
+        # the widths of the tool's quantiser (absent without format knobs: older keys stay)
+        **({"formats": point.formats().as_dict()} if point.formats() else {}),
     }
     from dse.limits import TimeLimitExceeded, time_limit
     from dse.models.user_model import import_reads, recording_reads

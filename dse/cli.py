@@ -92,7 +92,7 @@ def add_layers(p: argparse.ArgumentParser) -> None:
 
 def run_layers(args: argparse.Namespace) -> int:
     """Each model's layers (kernels) per dtype: the indices and names `<knob>@<layer>` takes."""
-    from dse.models.model import model_layers
+    from dse.models.model import model_layers, quantised_layers
     from dse.spec import load_spec
     s = load_spec(args.spec)
     models = [m for m in s.models if args.model in (None, m.name)]
@@ -113,6 +113,12 @@ def run_layers(args: argparse.Namespace) -> int:
         for names, dtypes in by_names.items():
             print(f"{m.name} ({', '.join(dtypes)}): {len(names)} layer{'s' * (len(names) != 1)}")
             for i, name in enumerate(names):
+                print(f"  {i}  {name}")
+        if m.trained is not None:
+            quantised = quantised_layers(m)
+            print(f"{m.name}: {len(quantised)} conv/dense layer{'s' * (len(quantised) != 1)} for weight_bits@ and "
+                  f"act_bits@")
+            for i, name in enumerate(quantised):
                 print(f"  {i}  {name}")
     print("Per-layer knobs in a spec: <knob>@<index or name>, e.g. lanes@0: [1, 4] (docs/knobs.md).")
     return EXIT_OK

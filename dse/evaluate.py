@@ -372,10 +372,10 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
     from compiler import compile_model
 
     with run.stage("config"):
-        model = ctx.model(point.model)
+        model = ctx.model(point.model).with_formats(point.formats())
         run.set(params=model.params)
         config = point.hardware_config()
-        run.set(knobs=FrozenMap(config.as_dict()))
+        run.set(knobs=FrozenMap({**config.as_dict(), **point.formats().as_dict()}))
 
     with run.stage("build"):
         built = model.build(point.dtype)
@@ -485,7 +485,7 @@ def _accuracy(model: ModelSpec, *, point: DesignPoint, config, sim: "Simulator",
     if model.runs_trained(point.dtype):   # its own build: quantised for integers, dense ones in floats too
         trained = model.trained
         r = run_samples(net=trained.net(), dtype=point.dtype, data=trained.dataset(), config=config,
-                        backend=sim.backend)
+                        backend=sim.backend, formats=trained.formats)
     else:
         r = run_model_samples(model=model, dtype=point.dtype, design=design, tensors=tensors, checker=checker,
                               backend=sim.backend)

@@ -61,7 +61,8 @@ from dse.limits import time_limit
 from dse.models.user_model import IMPORT_TIME_LIMIT_S, UserModelError, bind_params, load_function, parse_source
 from dse.models.zoo import DTYPES, InputRange
 from dse.frozen import FrozenMap
-from dse.models.model import ModelFiles, ModelSpec, TrainedModel, model_layers
+from dse.models.formats import CONTAINER_BITS, FORMAT_KNOBS, MIN_BITS, Formats, is_format_knob
+from dse.models.model import ModelFiles, ModelSpec, TrainedModel, model_layers, quantised_layers
 
 
 
@@ -194,8 +195,13 @@ class DesignPoint:
     knobs: FrozenMap[str, Any]
 
     def hardware_config(self) -> HardwareConfig:
-        """Raises ValueError saying why if this combination of knob values is illegal."""
-        return HardwareConfig.from_dict(dict(self.knobs))
+        """Raises ValueError saying why if this combination of knob values is illegal. The
+        format knobs (dse.models.formats) are the model's, not the hardware's."""
+        return HardwareConfig.from_dict({k: v for k, v in self.knobs.items() if not is_format_knob(k)})
+
+    def formats(self) -> Formats:
+        """The format knobs of this point (the widths the tool's quantiser uses)."""
+        return Formats.of(self.knobs)
 
     def inapplicable(self) -> str:
         """Why a knob of this point cannot apply to its dtype ("" when all can): a float dtype
@@ -260,12 +266,29 @@ class Spec:
         own = self.model_dtypes(point.model) if any(m.name == point.model for m in self.models) else self.dtypes
         if point.dtype not in own:
             return f"model {point.model} runs {', '.join(own)} only (its dtypes)"
-        why = point.inapplicable()
+        why = self.format_left_out(point) or point.inapplicable()
         if why or point.knobs.get("fp_sum") != "tree" or "sequential" not in self.knob_values("fp_sum"):
             return why
         if not zoo.DTYPES[point.dtype].is_float or point.knobs.get("reduce_unroll", 1) == 1:
             return ("fp_sum=tree only reorders float sums with reduce_unroll > 1; elsewhere it is the same "
                     "design as fp_sum=sequential, which the space holds")
+        return ""
+
+    def format_left_out(self, point: DesignPoint) -> str:
+        """Why a format knob leaves `point` out ("" when none does): it changes only the integer
+        points of a network the tool quantises, and is elsewhere the same design as the knob's
+        first value; and a width beyond the dtype's bits."""
+        model = next((m for m in self.models if m.name == point.model), None)
+        applies = model is not None and model.trained is not None and point.dtype in CONTAINER_BITS
+        for name, value in point.knobs.items():
+            if not is_format_knob(name):
+                continue
+            first = self.knob_values(name)[0]
+            if not applies and value != first:
+                return (f"{name.partition('@')[0]} sets the widths of a network the tool quantises, in an integer "
+                        f"dtype; elsewhere it is the same design as {name}={first}, which the space holds")
+            if applies and value > CONTAINER_BITS[point.dtype]:
+                return f"{name}={value} does not fit {point.dtype} ({CONTAINER_BITS[point.dtype]} bits)"
         return ""
 
     def knob_values(self, name: str) -> tuple[Any, ...]:
@@ -455,6 +478,7 @@ def _some_combination_is_legal(knobs: list[Knob], path: str, limit: int = 100_00
     """A knob space whose every combination HardwareConfig rejects has no design point: refuse
     it (a space with some illegal combinations is fine: those points fail with the reason).
     Spaces past `limit` combinations are not enumerated here."""
+    knobs = [k for k in knobs if not is_format_knob(k.name)]
     if not knobs or math.prod(len(k.values) for k in knobs) > limit:
         return
     first = None
@@ -637,8 +661,6 @@ class _Parser:
         out = tuple(_choice(v, _join(path, i), DTYPES, "dtype") for i, v in enumerate(_list(value, path, "a list of dtypes")))
         if not out:
             raise SpecError(path, "must not be empty")
-        if len(set(out)) != len(out):
-            raise SpecError(path, f"lists a dtype twice: {', '.join(out)}")
         return out
 
     def all_dtypes(self, models: Any) -> tuple[str, ...]:
@@ -907,6 +929,9 @@ class _Parser:
         for name, values in d.items():
             kpath = _join(path, name)
             base, at, layer = str(name).partition("@")
+            if base in FORMAT_KNOBS:
+                out.append(self.format_knob(name, values, kpath))
+                continue
             if at and base not in LAYER_KNOBS:
                 raise SpecError(kpath, f"{base!r} cannot be set per layer; per-layer knobs: "
                                        + ", ".join(f"{k}@<layer>" for k in LAYER_KNOBS))
@@ -929,10 +954,22 @@ class _Parser:
         _some_combination_is_legal(out, path)
         return tuple(out)
 
+    def format_knob(self, name: str, values: Any, path: str) -> Knob:
+        """`weight_bits`, `act_bits` (and `@<layer>`): bit widths of the tool's quantiser."""
+        _, at, layer = name.partition("@")
+        if at and not re.fullmatch(r"[A-Za-z0-9_.-]+", layer):
+            raise SpecError(path, f"expected <knob>@<layer index or name>, got {name!r}")
+        items = _list(values, path, "a list of bit widths")
+        top = max(CONTAINER_BITS.values())
+        for j, v in enumerate(items):
+            _int(v, _join(path, j), minimum=MIN_BITS, maximum=top, why=" (bits of a quantised weight or activation)")
+        return Knob(name, tuple(items))
+
     def check_layers(self, knobs: tuple[Knob, ...], models: tuple[ModelSpec, ...], path: str) -> None:
         """Every `<knob>@<layer>` names a layer each model has in each dtype (its kernels, traced
         without compiling: a fraction of a second a model), else the error lists its layers."""
-        wanted = [(k.name, k.name.partition("@")[2]) for k in knobs if "@" in k.name]
+        self.check_format_layers(knobs, models, path)
+        wanted = [(k.name, k.name.partition("@")[2]) for k in knobs if "@" in k.name and not is_format_knob(k.name)]
         if not wanted:
             return
         for m in models:
@@ -947,6 +984,27 @@ class _Parser:
                     listing = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
                     raise SpecError(_join(path, name), f"model {m.name!r} ({dtype}) has no layer {layer!r}; its "
                                                        f"{len(names)} layer{'s' * (len(names) != 1)}: {listing}")
+
+    def check_format_layers(self, knobs: tuple[Knob, ...], models: tuple[ModelSpec, ...], path: str) -> None:
+        """Every `<format knob>@<layer>` names a conv/dense layer of each network the tool
+        quantises (by index or by its weights' name); models it does not apply to are skipped."""
+        wanted = [(k.name, k.name.partition("@")[2]) for k in knobs if "@" in k.name and is_format_knob(k.name)]
+        if not any(is_format_knob(k.name) for k in knobs):
+            return
+        trained = [m for m in models if m.trained is not None]
+        if not trained:
+            raise SpecError(path, "weight_bits and act_bits set the widths of a network the tool quantises "
+                                  "(`weights:` or `onnx:`); the spec has none")
+        for m in trained:
+            names = quantised_layers(m)
+            for name, layer in wanted:
+                if name.startswith("act_bits@") and layer in (str(len(names) - 1), names[-1]):
+                    raise SpecError(_join(path, name), "the last layer outputs int32 logits, not activations")
+                if (layer.isdigit() and int(layer) < len(names)) or layer in names:
+                    continue
+                listing = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
+                raise SpecError(_join(path, name), f"model {m.name!r} has no layer {layer!r} to quantise; its "
+                                                   f"conv/dense layers: {listing}")
 
     def objectives(self, value: Any) -> tuple[Objective, ...]:
         out = []

@@ -66,13 +66,14 @@ class SampleCheckError(AssertionError):
 
 
 def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config: HardwareConfig | None = None,
-                backend: str = "cxxrtl") -> SampleRun:
+                backend: str = "cxxrtl", formats=None) -> SampleRun:
+    """`formats`: the widths of the tool's quantiser (dse.models.formats.Formats; None: the dtype's)."""
     x = data.x_test.reshape(len(data.x_test), -1)
     if x.shape[1] != net.inputs:
         raise ValueError(f"{data.name} samples have {x.shape[1]} values, the model takes {net.inputs}")
     float_logits = net.float_logits(x)
     if dtype in QMAX:
-        q = net.quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1))
+        q = net.quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1), formats=formats)
         built, arrays, xs = q.built(), q.arrays(), q.quantize_input(x)
         reference, to_float = q.reference(xs), q.dequantize
     elif zoo.DTYPES[dtype].is_float:

@@ -25,6 +25,7 @@ by the value, and a map with no layer after it.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,7 +87,7 @@ def read_net(path: Path) -> "DenseNet | LayerNet":
     layers = [layer for layer in net.layers if not isinstance(layer, Flatten)]
     if not net.declared and all(isinstance(layer, Linear) for layer in layers) and not layers[-1].relu \
             and all(layer.relu for layer in layers[:-1]):
-        return DenseNet(tuple(Dense(layer.W, layer.b, layer.relu) for layer in layers))
+        return DenseNet(tuple(Dense(layer.W, layer.b, layer.relu, layer.name) for layer in layers))
     return net
 
 
@@ -186,7 +187,7 @@ class ChainReader:
         if W.shape[1] != self.shape[1]:
             raise NotDenseChain(f"{where}: weights for {W.shape[1]} input channels, the value has {self.shape[1]}")
         W, grid = self.weights(node, W, False)
-        self.add_layer(node, Conv(W, b, stride, pads, grid=grid))
+        self.add_layer(node, Conv(W, b, stride, pads, grid=grid, name=_ident(node.inputs[1])))
         (kh, kw), (t, l, bo, r) = W.shape[2:], pads
         self.shape = (1, len(W), (self.shape[2] + t + bo - kh) // stride[0] + 1,
                       (self.shape[3] + l + r - kw) // stride[1] + 1)
@@ -217,7 +218,8 @@ class ChainReader:
         if len(self.shape) != 2 or W.shape[1] != self.shape[1]:
             raise NotDenseChain(f"{node.where}: a dense layer of {W.shape[1]} inputs on a value of shape {self.shape}"
                                 + (" (a Flatten before it?)" if len(self.shape) != 2 else ""))
-        self.add_layer(node, Linear(np.ascontiguousarray(W), np.asarray(b, np.float64).copy(), grid=grid))
+        self.add_layer(node, Linear(np.ascontiguousarray(W), np.asarray(b, np.float64).copy(), grid=grid,
+                                    name=_ident(node.inputs[1])))
         self.shape = (1, len(W))
 
     def last_compute(self) -> int | None:
@@ -388,6 +390,11 @@ class ChainReader:
                                     "any layer (it would quantise the map's output)")
             self.layers[k] = _replace(self.layers[k], out_quant=q)
         self.quantised, self.open = q.where, False
+
+
+def _ident(name: str) -> str:
+    """A layer's name from its weights' name: letters, digits and '_' (`fc.weight` -> `fc_weight`)."""
+    return re.sub(r"\W", "_", name)
 
 
 def _one(scale: np.ndarray, node: Node) -> float:

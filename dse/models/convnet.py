@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from dse.models import zoo
-from dse.models.quantize import ACT_QMAX, QMAX, SCHEME, requantisation
+from dse.models.quantize import SCHEME, requantisation
 
 @dataclass(frozen=True)
 class Conv:
@@ -38,6 +38,7 @@ class Conv:
     relu: bool = False
     grid: "WeightGrid | None" = None    # integer weights the file declares (W = their values)
     out_quant: "Quantiser | None" = None    # the file's quantiser of this layer's output (after its ReLU)
+    name: str = ""                      # its weights' name in the file (format knobs name layers by it)
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Linear:
     relu: bool = False
     grid: "WeightGrid | None" = None
     out_quant: "Quantiser | None" = None
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -136,8 +138,8 @@ class LayerNet:
                 h = layer.out_quant(h)
         return h.reshape(len(h), -1)
 
-    def quantize(self, *, dtype: str, calibration: np.ndarray) -> "QuantLayerNet":
-        return quantize_layers(net=self, dtype=dtype, calibration=calibration)
+    def quantize(self, *, dtype: str, calibration: np.ndarray, formats=None) -> "QuantLayerNet":
+        return quantize_layers(net=self, dtype=dtype, calibration=calibration, formats=formats)
 
 
 def _float_layer(layer: Layer, h: np.ndarray) -> np.ndarray:
@@ -309,14 +311,17 @@ def _rounding(q, lo: int, S: int, exact: bool) -> tuple[int, bool]:
     raise ValueError(f"{q.where}: rounding_mode {mode} on signed values is not built (ROUND, FLOOR and CEIL are)")
 
 
-def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray) -> QuantLayerNet:
+def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, formats=None) -> QuantLayerNet:
     """The integer model of `net` in `dtype`, scales calibrated on `calibration` samples (n, ...)
-    (the training split) where the file declares none; the module docstring gives the scheme.
+    (the training split) where the file declares none, at the widths of `formats` (the format
+    knobs, dse.models.formats; None: the dtype's); the module docstring gives the scheme.
     What the file declares (dse.models.qonnx: integer weights, quantisers of the input and of
     layer outputs) is taken as it is: its integers must fit the dtype (else ValueError)."""
-    if dtype not in QMAX:
-        raise ValueError(f"quantisation to {dtype!r} is not supported; supported: {', '.join(QMAX)}")
-    qmax, act_qmax = QMAX[dtype], ACT_QMAX[dtype]
+    from dse.models.formats import Widths, layer_names, widths
+    computes = [layer for layer in net.layers if isinstance(layer, (Conv, Linear))]
+    bits = widths(dtype, layer_names(computes), formats)
+    _declared_formats(computes, formats, net.input_quant)
+    act_qmax = Widths.qmax(bits.input)
     store = zoo.storage(dtype)
     x = net.mapped_input(calibration)
     iq = net.input_quant
@@ -341,7 +346,9 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray) -> Qu
             steps.append(QuantStep(layer))
             continue
         last = i == compute[-1]
-        where = f"{dtype}: layer {compute.index(i) + 1} ({type(layer).__name__.lower()})"
+        j = compute.index(i)
+        qmax, act_qmax = Widths.qmax(bits.weights[j]), Widths.qmax(bits.outputs[j])
+        where = f"{dtype}: layer {j + 1} ({type(layer).__name__.lower()})"
         if layer.grid is not None:
             _fits(layer.grid.lo, layer.grid.hi, dtype, f"{where}: the weights of {layer.grid.where}")
             Wq, s_w = layer.grid.q.astype(store), layer.grid.scale
@@ -379,6 +386,21 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray) -> Qu
             break
     return QuantLayerNet(dtype, net.input_shape, input_scale, tuple(steps), in_lo, in_hi, net.input_map, iq,
                          _scheme(net, tuple(steps), dtype))
+
+
+def _declared_formats(computes: list, formats, input_quant) -> None:
+    """Format knobs set what the tool quantises: a width the file declares is the file's."""
+    for key in (formats.as_dict() if formats else {}):
+        knob, _, layer = key.partition("@")
+        named = [i for i, c in enumerate(computes) if layer in (str(i), getattr(c, "name", ""))] if layer \
+            else range(len(computes))
+        for i in named:
+            declared = computes[i].grid if knob == "weight_bits" else computes[i].out_quant
+            if declared is not None:
+                raise ValueError(f"{key}: layer {i} has the {'weights' if knob == 'weight_bits' else 'output'} "
+                                 f"quantisation its file declares ({declared.where})")
+        if knob == "act_bits" and not layer and input_quant is not None:
+            raise ValueError(f"{key}: the input has the quantisation its file declares ({input_quant.where})")
 
 
 def _scheme(net: LayerNet, steps: tuple[QuantStep, ...], dtype: str) -> str:

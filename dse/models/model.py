@@ -8,6 +8,7 @@ loaded once per process.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -48,6 +49,13 @@ class ModelSpec:
     def golden(self) -> bool:
         """A zoo model with a numpy golden model (others are checked against tinygrad)."""
         return self.builtin is not None and zoo.ZOO[self.builtin].reference is not None
+
+    def with_formats(self, formats) -> "ModelSpec":
+        """This model with a point's format knobs (dse.models.formats.Formats) for the tool's
+        quantiser; a model it does not quantise stays as it is."""
+        if not formats or self.trained is None:
+            return self
+        return dataclasses.replace(self, trained=dataclasses.replace(self.trained, formats=formats))
 
     def runs_trained(self, dtype: str) -> bool:
         """Whether `dtype` runs the trained network's own build (a dense network in every dtype,
@@ -117,6 +125,7 @@ class TrainedModel:
     kind: str                       # "weights" or "onnx"
     path: Path                      # absolute
     data: Any                       # dse.models.data.DataSpec
+    formats: Any = None             # dse.models.formats.Formats: a point's widths (None: the dtype's)
 
     def net(self):
         """The dse.models.quantize.DenseNet (read once per process)."""
@@ -134,8 +143,8 @@ class TrainedModel:
             raise ValueError(f"a trained float network runs in {', '.join(QMAX)} (quantised) or a float dtype, "
                              f"not {dtype}")
         data = self.dataset()
-        return _cached(("quant", self.kind, self.path, self.data, dtype), lambda: self.net().quantize(
-            dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1)))
+        return _cached(("quant", self.kind, self.path, self.data, dtype, self.formats), lambda: self.net().quantize(
+            dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1), formats=self.formats))
 
     def built(self, dtype: str) -> zoo.Built:
         if zoo.DTYPES[dtype].is_float:
@@ -177,6 +186,14 @@ def _load_net(kind: str, path: Path):
             from dse.models.data import DataError
             raise DataError(f"{path}: {e}") from None
     return _cached(("net", kind, path, path.stat().st_mtime_ns), make)
+
+
+def quantised_layers(model: ModelSpec) -> list[str]:
+    """The conv/dense layers of a network the tool quantises, by name (what format knobs set)."""
+    from dse.models.formats import layer_names
+    net = model.trained.net()
+    layers = getattr(net, "layers", ())
+    return layer_names([layer for layer in layers if hasattr(layer, "W")])
 
 
 def model_layers(model: ModelSpec, dtype: str) -> list[str]:

@@ -50,6 +50,7 @@ class Dense:
     W: np.ndarray            # (out, in), float
     b: np.ndarray            # (out,), float
     relu: bool               # ReLU after this layer (every layer but the last)
+    name: str = ""           # its weights' name in the file (format knobs name layers by it)
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class DenseNet:
             W, b = np.asarray(arrays[f"W{i}"], np.float64), np.asarray(arrays[f"b{i}"], np.float64)
             if W.ndim != 2 or b.shape != (W.shape[0],) or (layers and layers[-1].W.shape[0] != W.shape[1]):
                 raise ValueError(f"layer {i}: W{i} {W.shape} and b{i} {b.shape} do not chain")
-            layers.append(Dense(W, b, relu=i < n))
+            layers.append(Dense(W, b, relu=i < n, name=f"W{i}"))
         return cls(tuple(layers))
 
     @property
@@ -145,8 +146,8 @@ class DenseNet:
             return h
         return zoo.Built(inputs, forward)
 
-    def quantize(self, *, dtype: str, calibration: np.ndarray) -> "QuantNet":
-        return quantize(net=self, dtype=dtype, calibration=calibration)
+    def quantize(self, *, dtype: str, calibration: np.ndarray, formats=None) -> "QuantNet":
+        return quantize(net=self, dtype=dtype, calibration=calibration, formats=formats)
 
     def arrays(self, dtype: str) -> dict[str, np.ndarray]:
         """The weights rounded to `dtype` (in its storage type)."""
@@ -165,6 +166,7 @@ class QuantLayer:
     M: np.ndarray | None     # (out,) int32 multipliers (None: last layer, no requantisation)
     P: int                   # pre-shift
     S: int                   # shift
+    hi: int = 0              # the requantised output's largest value (clipped to [0, hi])
 
 
 @dataclass(frozen=True)
@@ -172,10 +174,12 @@ class QuantNet:
     dtype: str
     input_scale: float
     layers: tuple[QuantLayer, ...]
+    input_qmax: int = 0      # the input integers lie in [-input_qmax, input_qmax]
+    widths: object = None    # dse.models.formats.Widths
 
     @property
     def qmax(self) -> int:
-        return ACT_QMAX[self.dtype]
+        return self.input_qmax
 
     def quantize_input(self, x: np.ndarray) -> np.ndarray:
         q = np.clip(np.round(np.asarray(x, np.float64) / self.input_scale), -self.qmax, self.qmax)
@@ -194,7 +198,7 @@ class QuantNet:
             if layer.M is None:
                 return acc.astype(np.int32)
             r = (((acc >> layer.P) * layer.M) + np.int32(1 << (layer.S - 1))) >> layer.S
-            h = np.clip(r, 0, self.qmax).astype(np.int32)
+            h = np.clip(r, 0, layer.hi).astype(np.int32)
         raise AssertionError("unreachable: the last layer has no multiplier")
 
     def built(self) -> zoo.Built:
@@ -207,17 +211,16 @@ class QuantNet:
             inputs[f"b{i}"] = (layer.b.shape, "int32")
             if layer.M is not None:
                 inputs[f"M{i}"] = (layer.M.shape, "int32")
-        shifts = [(layer.P, layer.S, layer.M is not None) for layer in self.layers]
-        qmax = self.qmax
+        shifts = [(layer.P, layer.S, layer.M is not None, layer.hi) for layer in self.layers]
 
         def forward(x, *params):
             h, k = x.cast(i32), 0
-            for P, S, requant in shifts:
+            for P, S, requant, hi in shifts:
                 acc = params[k].cast(i32) @ h + params[k + 1]
                 if not requant:
                     return acc
                 r = (((acc >> P) * params[k + 2]) + (1 << (S - 1))) >> S
-                h = r.clip(0, qmax).cast(narrow).cast(i32)    # stored narrow between layers
+                h = r.clip(0, hi).cast(narrow).cast(i32)    # stored narrow between layers
                 k += 3
             raise AssertionError("unreachable: the last layer has no multiplier")
         return zoo.Built(inputs, forward)
@@ -231,20 +234,22 @@ class QuantNet:
         return out
 
 
-def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray) -> QuantNet:
+def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None) -> QuantNet:
     """Post-training quantisation of `net` to `dtype` (int8 or int16), scales calibrated on
-    `calibration` samples (n, in) (the training split). See the module docstring."""
-    if dtype not in QMAX:
-        raise ValueError(f"quantisation to {dtype!r} is not supported; supported: {', '.join(QMAX)}")
-    qmax, act_qmax = QMAX[dtype], ACT_QMAX[dtype]
+    `calibration` samples (n, in) (the training split), at the widths of `formats` (the format
+    knobs, dse.models.formats; None: the dtype's). See the module docstring."""
+    from dse.models.formats import Widths, layer_names, widths
+    bits = widths(dtype, layer_names(net.layers), formats)
     store = zoo.storage(dtype)
     x = np.asarray(calibration, np.float64)
+    act_qmax = Widths.qmax(bits.input)
     s_in = input_scale = max(float(np.abs(x).max()), 1e-12) / act_qmax
     qnet_layers: list[QuantLayer] = []
     h_float = x
     h_int = np.clip(np.round(x / s_in), -act_qmax, act_qmax).astype(np.int64)
-    for layer in net.layers:
+    for i, layer in enumerate(net.layers):
         last = not layer.relu
+        qmax, act_qmax = Widths.qmax(bits.weights[i]), Widths.qmax(bits.outputs[i])
         if last:
             s_w = np.full(layer.W.shape[0], max(float(np.abs(layer.W).max()), 1e-12) / qmax)
         else:
@@ -264,11 +269,11 @@ def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray) -> QuantNet:
         s_out = max(float(h_float.max()), 1e-12) / act_qmax
         M, P, S = requantisation(acc_scale=acc_scale, out_scale=s_out, acc=acc,
                                  where=f"{dtype}: layer {len(qnet_layers) + 1}")
-        ql = QuantLayer(Wq, bq.astype(np.int32), acc_scale, M, P, S)
+        ql = QuantLayer(Wq, bq.astype(np.int32), acc_scale, M, P, S, act_qmax)
         qnet_layers.append(ql)
         h_int = np.clip(requantise(acc, M, P, S), 0, act_qmax)
         s_in = s_out
-    return QuantNet(dtype, input_scale, tuple(qnet_layers))
+    return QuantNet(dtype, input_scale, tuple(qnet_layers), Widths.qmax(bits.input), bits)
 
 
 def requantisation(*, acc_scale: np.ndarray, out_scale: float, acc: np.ndarray, where: str) -> tuple[np.ndarray, int, int]:

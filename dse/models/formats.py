@@ -1,0 +1,98 @@
+"""The bit widths the tool's quantiser gives a network, per layer: the format knobs.
+
+    weight_bits: [4, 8]            # every conv/dense layer's weights
+    act_bits: [6, 8]               # the input and every layer's output activations
+    weight_bits@0: [2, 3, 4]       # one layer's own (index of its conv/dense layers, or its name)
+    act_bits@fc1: [4, 8]           # the activations a layer outputs (not the last one: its logits are int32)
+
+They are knobs of a point like the hardware ones (the spec's `<knob>@<layer>` syntax), but they
+change the model, not the hardware configuration: HardwareConfig never sees them. They apply
+to the integer points of a trained network the tool quantises (`weights:` / `onnx:`), for the
+layers whose file declares no quantisation of its own; on any other point they change nothing
+(dse.spec leaves those duplicates out). Each width lies between 2 and the dtype's bits.
+
+A dtype says the widths where no knob does (`DEFAULT_BITS`): int8 8-bit weights and
+activations; int16 16-bit weights and 13-bit activations (int32 sums of int16 x int16 products).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+FORMAT_KNOBS = ("weight_bits", "act_bits")
+MIN_BITS = 2
+DEFAULT_BITS = {"int8": (8, 8), "int16": (16, 13)}       # (weights, activations)
+CONTAINER_BITS = {"int8": 8, "int16": 16}
+
+
+def is_format_knob(name: str) -> bool:
+    return str(name).partition("@")[0] in FORMAT_KNOBS
+
+
+@dataclass(frozen=True)
+class Formats:
+    """The format knobs of a point: name ("weight_bits", "act_bits@2", ...) -> bits, sorted."""
+    settings: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def of(cls, knobs: Mapping[str, Any]) -> "Formats":
+        return cls(tuple(sorted((k, int(v)) for k, v in knobs.items() if is_format_knob(k))))
+
+    def __bool__(self) -> bool:
+        return bool(self.settings)
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.settings)
+
+    def layers(self) -> set[str]:
+        """The layers the settings name (after the `@`)."""
+        return {k.partition("@")[2] for k, _ in self.settings if "@" in k}
+
+
+@dataclass(frozen=True)
+class Widths:
+    """The bits a quantisation uses: the input's, and each conv/dense layer's weights and output."""
+    input: int
+    weights: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+    @staticmethod
+    def qmax(bits: int) -> int:
+        """The largest value of a symmetric signed range of `bits` bits: [-qmax, qmax]."""
+        return 2 ** (bits - 1) - 1
+
+
+def widths(dtype: str, names: list[str], formats: Formats | None) -> Widths:
+    """The widths of a network whose conv/dense layers are `names` (in order) in `dtype` with
+    `formats`; raises ValueError for a layer it does not have or a width the dtype cannot hold."""
+    if dtype not in DEFAULT_BITS:
+        raise ValueError(f"quantisation to {dtype!r} is not supported; supported: {', '.join(DEFAULT_BITS)}")
+    w_default, a_default = DEFAULT_BITS[dtype]
+    given = formats.as_dict() if formats else {}
+    for layer in (formats.layers() if formats else set()):
+        if not (layer.isdigit() and int(layer) < len(names)) and layer not in names:
+            listing = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
+            raise ValueError(f"no layer {layer!r} to quantise; the conv/dense layers: {listing}")
+    last = len(names) - 1
+    for key in given:
+        knob, _, layer = key.partition("@")
+        if knob == "act_bits" and layer and (layer == names[last] or layer == str(last)):
+            raise ValueError(f"{key}: the last layer outputs int32 logits, not activations")
+
+    def bits(knob: str, i: int, default: int) -> int:
+        v = next((given[k] for k in (f"{knob}@{i}", f"{knob}@{names[i]}") if k in given), given.get(knob, default))
+        if not MIN_BITS <= v <= CONTAINER_BITS[dtype]:
+            raise ValueError(f"{knob} {v} for layer {i} ({names[i]}): a {dtype} point holds {MIN_BITS} to "
+                             f"{CONTAINER_BITS[dtype]} bits")
+        return v
+    a_in = given.get("act_bits", a_default)
+    if not MIN_BITS <= a_in <= CONTAINER_BITS[dtype]:
+        raise ValueError(f"act_bits {a_in}: a {dtype} point holds {MIN_BITS} to {CONTAINER_BITS[dtype]} bits")
+    return Widths(a_in, tuple(bits("weight_bits", i, w_default) for i in range(len(names))),
+                  tuple(bits("act_bits", i, a_default) for i in range(len(names))))
+
+
+def layer_names(layers) -> list[str]:
+    """Names of a network's conv/dense layers: each one's own (its weights' name in the file),
+    else `layer<i>`."""
+    return [getattr(layer, "name", "") or f"layer{i}" for i, layer in enumerate(layers)]
