@@ -569,13 +569,18 @@ def run_worker(args: argparse.Namespace) -> int:
 
 def add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", type=Path, help="a sweep's results folder, results/<study>/")
+    p.add_argument("--accuracy-loss", type=float, default=1.0, metavar="POINTS",
+                   help="name the smallest number format whose accuracy is at most this many percentage points "
+                        "below the float model's (default 1)")
 
 
 def run_report(args: argparse.Namespace) -> int:
     from dse.report import ReportError, load_study_results, write_report
+    if not 0 <= args.accuracy_loss <= 100:
+        raise CliError(f"--accuracy-loss: expected percentage points from 0 to 100, got {args.accuracy_loss:g}")
     try:
         results = load_study_results(args.results)
-        files = write_report(results)
+        files = write_report(results, accuracy_loss=args.accuracy_loss / 100)
     except ReportError as e:
         raise CliError(str(e)) from None
     if results.mixed_code:

@@ -201,6 +201,8 @@ class Metrics:
     logit_max_err: float | None = None
     samples: int | None = None              # how many samples ran (each bit-exact vs the golden model)
     quantization: str | None = None         # the int8/int16 scheme (dse.models.quantize.SCHEME)
+    mean_weight_bits: float | None = None   # the quantiser's widths, mean over the conv/dense layers
+    mean_act_bits: float | None = None      # (activations: the input and each requantised output)
     # wall time per stage (seconds)
     compile_s: float | None = None
     simulate_s: float | None = None
@@ -492,6 +494,8 @@ def _accuracy(model: ModelSpec, *, point: DesignPoint, config, sim: "Simulator",
     run.set(accuracy=r.accuracy, accuracy_float=r.accuracy_float, agreement=r.agreement,
             logit_mean_err=r.mean_abs_err, logit_max_err=r.max_abs_err, samples=r.samples,
             quantization=r.quantization)
+    if r.mean_bits is not None:
+        run.set(mean_weight_bits=r.mean_bits[0], mean_act_bits=r.mean_bits[1])
     if model.runs_trained(point.dtype) and point.dtype in ("fp8e4m3", "fp8e5m2"):
         run.notes.append(f"{point.dtype}: {r.quantization}")
 

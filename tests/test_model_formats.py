@@ -208,3 +208,37 @@ def test_the_accuracy_constraint_steers_a_mixed_precision_search(tmp_path, fake_
     assert by[(8, 8)]["accuracy"] == pytest.approx(0.9756, abs=1e-4) and by[(2, 8)]["accuracy"] > 0.9
     assert by[(8, 2)]["accuracy"] < 0.5 and not by[(8, 2)]["feasible"] and not by[(2, 2)]["feasible"]
     assert by[(2, 8)]["feasible"] and by[(8, 8)]["feasible"]
+    assert by[(2, 8)]["mean_weight_bits"] == 5 and by[(2, 8)]["mean_act_bits"] == 8
+    md = (r.results_dir / "pareto.md").read_text()
+    assert ("mlp: Smallest format within 1 point of the float model's accuracy (97.33%): **int8 weight_bits@0=8 "
+            "weight_bits@1=8** (8-bit weights, 8-bit activations): 97.56%") in md
+    assert "## mlp: accuracy against number format" in md
+
+
+# ---------------------------------------------------------------------------------------------
+# reports: accuracy against number format (dse/format_table.py)
+
+def _trials() -> "pd.DataFrame":
+    import pandas as pd
+    rows = [("int8", None, 0.975, 600, 2, True, 0), ("int8", None, 0.975, 1400, 2, True, 1),
+            ("int8", 4, 0.967, 450, 1, True, 2), ("int8", 2, 0.28, 300, 1, True, 3),
+            ("int8", 3, 0.907, 380, 1, True, 4), ("fp32", None, 0.973, 5600, 6, True, 5),
+            ("fp8e4m3", None, 0.973, 3500, 2, False, 6)]
+    return pd.DataFrame([{"model": "mlp", "dtype": d, "weight_bits": w, "accuracy": a, "accuracy_float": 0.9733,
+                          "luts": l, "ffs": 100, "bram": b, "dsp": 1, "cycles": 2444, "feasible": f, "correct": True,
+                          "number": n} for d, w, a, l, b, f, n in rows])
+
+
+def test_the_smallest_format_within_an_accuracy_loss_is_named():
+    from dse.format_table import format_rows, smallest_format
+    rows = format_rows(_trials(), "mlp", ["lanes", "weight_bits"])
+    assert list(rows["format"]) == ["fp32", "int8", "fp8e4m3", "int8 weight_bits=4", "int8 weight_bits=3",
+                                    "int8 weight_bits=2"]
+    assert rows.set_index("format").loc["int8", "trial"] == 0           # the cheapest design of the format
+    assert smallest_format(rows, 0.01) == ("Smallest format within 1 point of the float model's accuracy (97.33%): "
+                                           "**int8 weight_bits=4** (4-bit weights, 8-bit activations): 96.70%, "
+                                           "450 LUTs, 1 block RAM (trial 2).")
+    assert "**int8 weight_bits=3**" in smallest_format(rows, 0.07)
+    assert "**int8**" in smallest_format(rows, 0.0)                      # 97.5% is above float
+    assert smallest_format(rows[rows["format"] == "int8 weight_bits=2"], 0.01).startswith(
+        "No feasible format within 1 point")

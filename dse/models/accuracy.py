@@ -24,6 +24,7 @@ float model being the same model in fp32 with the file's weights as they are (`f
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import tempfile
@@ -59,6 +60,7 @@ class SampleRun:
     quantization: str | None    # the scheme, for integer dtypes
     logits: np.ndarray          # (samples, classes) as the hardware computed them
     design: object              # the compiled Design (for synthesis)
+    mean_bits: tuple[float, float] | None = None    # the quantiser's (weights, activations) widths, mean over layers
 
 
 class SampleCheckError(AssertionError):
@@ -99,10 +101,11 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
     if len(diff):
         raise SampleCheckError(f"sample {diff[0]}: hardware {logits[diff[0]].tolist()} != reference "
                                f"{reference[diff[0]].tolist()} ({len(diff)} of {len(xs)} samples differ)")
-    return _scored(dtype=dtype, logits=logits, float_logits=float_logits, labels=data.y_test, to_float=to_float,
-                   cycles=model_cycles, design=design,
-                   quantization=getattr(q, "scheme", "") or SCHEME if dtype in QMAX
-                   else FP8_SCHEME if is_fp8(dtype) else None)
+    run = _scored(dtype=dtype, logits=logits, float_logits=float_logits, labels=data.y_test, to_float=to_float,
+                  cycles=model_cycles, design=design,
+                  quantization=getattr(q, "scheme", "") or SCHEME if dtype in QMAX
+                  else FP8_SCHEME if is_fp8(dtype) else None)
+    return dataclasses.replace(run, mean_bits=q.mean_bits()) if dtype in QMAX else run
 
 
 def _scored(*, dtype: str, logits: np.ndarray, float_logits: np.ndarray, labels: np.ndarray | None,

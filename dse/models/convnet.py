@@ -173,6 +173,7 @@ class QuantStep:
     offset: int = 0
     out_scale: float = 0.0              # the real value of one unit of the requantised output
     even: bool = False
+    w_range: tuple[int, int] = (0, 0)   # the weights' integer range (the file's, or the tool's symmetric one)
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,15 @@ class QuantLayerNet:
         q = (self.input_quant.integers(h) if self.input_quant is not None
              else np.clip(np.round(h / self.input_scale), self.input_lo, self.input_hi))
         return q.reshape((len(q), *self.input_shape)).astype(zoo.storage(self.dtype))
+
+    def mean_bits(self) -> tuple[float, float]:
+        """(mean weight bits, mean activation bits: the input and each requantised output)."""
+        from dse.models.formats import mean_bits
+        computes = [s for s in self.steps if s.W is not None]
+        # the tool's activations are signed ranges, of which a ReLU output uses the upper half; a
+        # file's quantiser counts as it declares
+        acts = [(s.lo, s.hi) if s.layer.out_quant is not None else (-s.hi, s.hi) for s in computes if s.M is not None]
+        return mean_bits([s.w_range for s in computes], [(self.input_lo, self.input_hi)] + acts)
 
     def dequantize(self, logits: np.ndarray) -> np.ndarray:
         last = next(s for s in reversed(self.steps) if s.W is not None)
@@ -351,12 +361,13 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, forma
         where = f"{dtype}: layer {j + 1} ({type(layer).__name__.lower()})"
         if layer.grid is not None:
             _fits(layer.grid.lo, layer.grid.hi, dtype, f"{where}: the weights of {layer.grid.where}")
-            Wq, s_w = layer.grid.q.astype(store), layer.grid.scale
+            Wq, s_w, w_range = layer.grid.q.astype(store), layer.grid.scale, (layer.grid.lo, layer.grid.hi)
         else:
             rows = layer.W.reshape(len(layer.W), -1)
             s_w = (np.full(len(rows), max(float(np.abs(rows).max()), 1e-12) / qmax) if last
                    else np.maximum(np.abs(rows).max(axis=1), 1e-12) / qmax)
             Wq = np.clip(np.round(layer.W / s_w.reshape((-1,) + (1,) * (layer.W.ndim - 1))), -qmax, qmax).astype(store)
+            w_range = (-qmax, qmax)
         acc_scale = s_in * s_w
         bq = np.round(layer.b / acc_scale).astype(np.int64)
         W64 = Wq.astype(np.int64)
@@ -368,7 +379,7 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, forma
         if oq is not None:
             h_float = oq(h_float)
         if last and oq is None:
-            steps.append(QuantStep(layer, Wq, bq.astype(np.int32), acc_scale))
+            steps.append(QuantStep(layer, Wq, bq.astype(np.int32), acc_scale, w_range=w_range))
             break
         if oq is not None:
             s_out, lo, hi = oq.scale, max(oq.lo, 0) if layer.relu else oq.lo, oq.hi
@@ -378,7 +389,8 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, forma
         M, P, S = requantisation(acc_scale=acc_scale, out_scale=s_out, acc=acc, where=where)
         exact = P == 0 and np.array_equal(M.astype(np.float64), np.asarray(acc_scale / s_out) * 2.0 ** S)
         offset, even = _rounding(oq, lo, S, exact)
-        steps.append(QuantStep(layer, Wq, bq.astype(np.int32), acc_scale, M, P, S, lo, hi, offset, s_out, even))
+        steps.append(QuantStep(layer, Wq, bq.astype(np.int32), acc_scale, M, P, S, lo, hi, offset, s_out, even,
+                               w_range))
         v = (acc >> P) * _channel(M, acc.ndim)
         h_int = np.clip((v + offset + ((v >> S) & 1 if even else 0)) >> S, lo, hi)
         s_in = s_out

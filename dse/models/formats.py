@@ -96,3 +96,15 @@ def layer_names(layers) -> list[str]:
     """Names of a network's conv/dense layers: each one's own (its weights' name in the file),
     else `layer<i>`."""
     return [getattr(layer, "name", "") or f"layer{i}" for i, layer in enumerate(layers)]
+
+
+def range_bits(lo: int, hi: int) -> int:
+    """Bits of an integer range: two's complement where it holds negatives, else unsigned."""
+    if lo < 0:
+        return max(int(hi).bit_length(), int(-lo - 1).bit_length()) + 1
+    return max(int(hi).bit_length(), 1)
+
+
+def mean_bits(weights: list[tuple[int, int]], acts: list[tuple[int, int]]) -> tuple[float, float]:
+    """(mean weight bits, mean activation bits) of ranges: a row's `mean_weight_bits`, `mean_act_bits`."""
+    return (sum(range_bits(*r) for r in weights) / len(weights), sum(range_bits(*r) for r in acts) / len(acts))

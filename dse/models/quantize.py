@@ -185,6 +185,17 @@ class QuantNet:
         q = np.clip(np.round(np.asarray(x, np.float64) / self.input_scale), -self.qmax, self.qmax)
         return q.astype(zoo.storage(self.dtype))
 
+    def mean_bits(self) -> tuple[float, float]:
+        """(mean weight bits, mean activation bits: the input and each requantised output)."""
+        from dse.models.formats import mean_bits
+        w = [(-int(np.abs(layer.W).max()), int(np.abs(layer.W).max())) for layer in self.layers]
+        # the tool's activations are signed ranges, of which a ReLU output uses the upper half
+        qmax = [(-self.input_qmax, self.input_qmax)] + [(-layer.hi, layer.hi) for layer in self.layers
+                                                        if layer.M is not None]
+        if self.widths is not None:
+            w = [(-(2 ** (b - 1) - 1), 2 ** (b - 1) - 1) for b in self.widths.weights]
+        return mean_bits(w, qmax)
+
     def dequantize(self, logits: np.ndarray) -> np.ndarray:
         """The float value of integer logits."""
         return np.asarray(logits, np.float64) * self.layers[-1].acc_scale
