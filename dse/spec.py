@@ -61,7 +61,7 @@ from dse.limits import time_limit
 from dse.models.user_model import IMPORT_TIME_LIMIT_S, UserModelError, bind_params, load_function, parse_source
 from dse.models.zoo import DTYPES, InputRange
 from dse.frozen import FrozenMap
-from dse.models.formats import CONTAINER_BITS, FORMAT_KNOBS, MIN_BITS, Formats, is_format_knob
+from dse.models.widths import CONTAINER_BITS, FORMAT_KNOBS, MIN_BITS, Formats, is_format_knob
 from dse.models.model import ModelFiles, ModelSpec, TrainedModel, model_layers, quantised_layers
 
 
@@ -196,7 +196,7 @@ class DesignPoint:
 
     def hardware_config(self) -> HardwareConfig:
         """Raises ValueError saying why if this combination of knob values is illegal. The
-        format knobs (dse.models.formats) are the model's, not the hardware's."""
+        format knobs (dse.models.widths) are the model's, not the hardware's."""
         return HardwareConfig.from_dict({k: v for k, v in self.knobs.items() if not is_format_knob(k)})
 
     def formats(self) -> Formats:

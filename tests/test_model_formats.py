@@ -15,7 +15,7 @@ from dse.frozen import FrozenMap
 from dse.models import zoo
 from dse.models.chain import read_chain
 from dse.models.data import read_weights
-from dse.models.formats import Formats, Widths
+from dse.models.widths import Formats, Widths
 from dse.models.quantize import DenseNet
 from dse.results import load_results
 from dse.results import pareto_markdown
@@ -111,7 +111,7 @@ def test_eval_of_a_dtype_the_model_does_not_run_is_refused(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------------
-# per-layer widths: the format knobs (dse/models/formats.py)
+# per-layer widths: the format knobs (dse/models/widths.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = ROOT / "models" / "digits_mlp.npz"

@@ -69,7 +69,7 @@ class SampleCheckError(AssertionError):
 
 def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config: HardwareConfig | None = None,
                 backend: str = "cxxrtl", formats=None) -> SampleRun:
-    """`formats`: the widths of the tool's quantiser (dse.models.formats.Formats; None: the dtype's)."""
+    """`formats`: the widths of the tool's quantiser (dse.models.widths.Formats; None: the dtype's)."""
     x = data.x_test.reshape(len(data.x_test), -1)
     if x.shape[1] != net.inputs:
         raise ValueError(f"{data.name} samples have {x.shape[1]} values, the model takes {net.inputs}")

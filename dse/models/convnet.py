@@ -199,7 +199,7 @@ class QuantLayerNet:
 
     def mean_bits(self) -> tuple[float, float]:
         """(mean weight bits, mean activation bits: the input and each requantised output)."""
-        from dse.models.formats import mean_bits
+        from dse.models.widths import mean_bits
         computes = [s for s in self.steps if s.W is not None]
         # the tool's activations are signed ranges, of which a ReLU output uses the upper half; a
         # file's quantiser counts as it declares
@@ -324,10 +324,10 @@ def _rounding(q, lo: int, S: int, exact: bool) -> tuple[int, bool]:
 def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, formats=None) -> QuantLayerNet:
     """The integer model of `net` in `dtype`, scales calibrated on `calibration` samples (n, ...)
     (the training split) where the file declares none, at the widths of `formats` (the format
-    knobs, dse.models.formats; None: the dtype's); the module docstring gives the scheme.
+    knobs, dse.models.widths; None: the dtype's); the module docstring gives the scheme.
     What the file declares (dse.models.qonnx: integer weights, quantisers of the input and of
     layer outputs) is taken as it is: its integers must fit the dtype (else ValueError)."""
-    from dse.models.formats import Widths, layer_names, widths
+    from dse.models.widths import Widths, layer_names, widths
     computes = [layer for layer in net.layers if isinstance(layer, (Conv, Linear))]
     bits = widths(dtype, layer_names(computes), formats)
     _declared_formats(computes, formats, net.input_quant)

@@ -51,7 +51,7 @@ class ModelSpec:
         return self.builtin is not None and zoo.ZOO[self.builtin].reference is not None
 
     def with_formats(self, formats) -> "ModelSpec":
-        """This model with a point's format knobs (dse.models.formats.Formats) for the tool's
+        """This model with a point's format knobs (dse.models.widths.Formats) for the tool's
         quantiser; a model it does not quantise stays as it is."""
         if not formats or self.trained is None:
             return self
@@ -125,7 +125,7 @@ class TrainedModel:
     kind: str                       # "weights" or "onnx"
     path: Path                      # absolute
     data: Any                       # dse.models.data.DataSpec
-    formats: Any = None             # dse.models.formats.Formats: a point's widths (None: the dtype's)
+    formats: Any = None             # dse.models.widths.Formats: a point's widths (None: the dtype's)
 
     def net(self):
         """The dse.models.quantize.DenseNet (read once per process)."""
@@ -190,7 +190,7 @@ def _load_net(kind: str, path: Path):
 
 def quantised_layers(model: ModelSpec) -> list[str]:
     """The conv/dense layers of a network the tool quantises, by name (what format knobs set)."""
-    from dse.models.formats import layer_names
+    from dse.models.widths import layer_names
     net = model.trained.net()
     layers = getattr(net, "layers", ())
     return layer_names([layer for layer in layers if hasattr(layer, "W")])

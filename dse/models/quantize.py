@@ -175,7 +175,7 @@ class QuantNet:
     input_scale: float
     layers: tuple[QuantLayer, ...]
     input_qmax: int = 0      # the input integers lie in [-input_qmax, input_qmax]
-    widths: object = None    # dse.models.formats.Widths
+    widths: object = None    # dse.models.widths.Widths
 
     @property
     def qmax(self) -> int:
@@ -187,7 +187,7 @@ class QuantNet:
 
     def mean_bits(self) -> tuple[float, float]:
         """(mean weight bits, mean activation bits: the input and each requantised output)."""
-        from dse.models.formats import mean_bits
+        from dse.models.widths import mean_bits
         w = [(-int(np.abs(layer.W).max()), int(np.abs(layer.W).max())) for layer in self.layers]
         # the tool's activations are signed ranges, of which a ReLU output uses the upper half
         qmax = [(-self.input_qmax, self.input_qmax)] + [(-layer.hi, layer.hi) for layer in self.layers
@@ -248,8 +248,8 @@ class QuantNet:
 def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None) -> QuantNet:
     """Post-training quantisation of `net` to `dtype` (int8 or int16), scales calibrated on
     `calibration` samples (n, in) (the training split), at the widths of `formats` (the format
-    knobs, dse.models.formats; None: the dtype's). See the module docstring."""
-    from dse.models.formats import Widths, layer_names, widths
+    knobs, dse.models.widths; None: the dtype's). See the module docstring."""
+    from dse.models.widths import Widths, layer_names, widths
     bits = widths(dtype, layer_names(net.layers), formats)
     store = zoo.storage(dtype)
     x = np.asarray(calibration, np.float64)
