@@ -391,7 +391,8 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         output = built.forward(*tensors)
 
     with run.stage("compile", "compile_s"):
-        design = compile_model(output, config=config)
+        design = compile_model(output, config=config,
+                               input_ranges=declared_input_ranges(model, point.dtype, built, tensors, real))
         cm = design.cycle_model()
         run.set(cycles_model=cm.total, cycle_breakdown=json.dumps({"kernels": [list(k) for k in cm.kernels],
                                                                    "copies": cm.copies}))
@@ -475,6 +476,16 @@ def point_arrays(model: ModelSpec, dtype: str, built: zoo.Built, data_seed: int)
         if real.samples is not None:
             arrays[real.data_input] = real.samples[0]
     return arrays, real
+
+
+def declared_input_ranges(model: ModelSpec, dtype: str, built: zoo.Built, tensors: list, real) -> dict:
+    """compile_model's `input_ranges` for a point (zoo.declared_ranges): inputs drawn at random
+    in the spec's `input_range` (else their type's), inputs filled from files (`real`, the
+    dse.models.data.RealInputs of point_arrays) in their type's."""
+    fixed = set()
+    if real is not None:
+        fixed = set(real.weights) | ({real.data_input} if real.samples is not None else set())
+    return zoo.declared_ranges(built, tensors, model.input_range(dtype), frozenset(fixed))
 
 
 def _accuracy(model: ModelSpec, *, point: DesignPoint, config, sim: "Simulator", run: _Run, design, tensors: list,

@@ -58,6 +58,7 @@ from compiler.pnr.timing import DEFAULT_FREQ_MHZ, DEFAULT_PLACER, DEFAULT_ROUTER
 from dse.models import zoo
 from dse.limits import time_limit
 from dse.models.user_model import IMPORT_TIME_LIMIT_S, UserModelError, bind_params, load_function, parse_source
+from dse.models import formats
 from dse.models.zoo import DTYPES, InputRange
 from dse.frozen import FrozenMap
 from dse.models.model import ModelFiles, ModelSpec, TrainedModel, model_layers
@@ -545,6 +546,14 @@ def _choice(value: Any, path: str, choices: Iterable[str], noun: str) -> str:
     return value
 
 
+def _dtype(value: Any, path: str) -> str:
+    """A number format (dse/models/formats.py): a known name, else one line with the closest."""
+    try:
+        return formats.parse(value).name
+    except formats.FormatError as e:
+        raise SpecError(path, str(e)) from None
+
+
 def _int(value: Any, path: str, minimum: int = 1, maximum: int | None = None, why: str = "") -> int:
     if type(value) is not int or value < minimum:
         what = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
@@ -571,7 +580,7 @@ class _Parser:
             raise SpecError("study", f"expected a name of letters, digits, '_', '-' and '.' "
                                      f"(it names the results directory), got {study!r}")
         target = Target(_choice(top["target"], "target", [t.value for t in Target], "target"))
-        self.dtypes = tuple(_choice(v, _join("dtypes", i), DTYPES, "dtype")
+        self.dtypes = tuple(_dtype(v, _join("dtypes", i))
                             for i, v in enumerate(_list(top["dtypes"], "dtypes", "a list of dtypes")))
         self.timing = self.timing_spec(top.get("timing", False), "timing")
         if self.timing and target.value not in PNR_FAMILIES:
