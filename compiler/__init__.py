@@ -47,8 +47,10 @@ __all__ = ["HardwareConfig", "compile_model", "layer_names", "simulate", "simula
            "ExportedDesign", "CompileError", "UnsupportedError"]
 
 
-def compile_model(*outputs, config: HardwareConfig | None = None, input_ranges=None) -> Design:
-    """Compile the computation of `outputs` (tinygrad Tensors) into hardware.
+def compile_model(*outputs, config: HardwareConfig | None = None, stream=None, input_ranges=None) -> Design:
+    """Compile the computation of `outputs` (tinygrad Tensors) into hardware. `stream`: with
+    schedule=dataflow, the input Tensor(s) that change from sample to sample (their memories
+    rotate through banks; the other inputs, weights, are loaded once); None: every input.
 
     `input_ranges`: {input Tensor (or model buffer id): (lo, hi)}, the values an integer input
     may hold, when fewer than its dtype's (4-bit weights in an int8 Tensor: (-8, 7)). The
@@ -61,10 +63,16 @@ def compile_model(*outputs, config: HardwareConfig | None = None, input_ranges=N
     graph = trace(*outputs)
     sources = _dump("lower", [lower(k) for k in graph.kernels])
     sources = _dump("bound", bound_values(graph, sources, declared_bounds(graph, input_ranges)))
+    if config.fold == "auto" and config.layers:
+        given = ", ".join(f"{k}@{i}" for i, st in config.layers for k, _ in st)
+        raise CompileError(f"fold=auto chooses every layer's lanes and reduce_unroll; drop the per-layer settings ({given})")
     try:
         config = config.resolve_layers([k.name for k in sources])
     except ValueError as e:
         raise CompileError(str(e)) from None
+    if config.fold == "auto":
+        from .fold import fold_auto
+        config = fold_auto(sources, config).config
     layer = [config.for_layer(i) for i in range(len(sources))]
     parallel = [parallelize(k, c.lanes, c.reduce_unroll, fp_sum=c.fp_sum) for k, c in zip(sources, layer)]
     kernels = _dump("parallelize", [p.kernel for p in parallel])
@@ -76,7 +84,22 @@ def compile_model(*outputs, config: HardwareConfig | None = None, input_ranges=N
         check_supported(k, config)
         schedule(k, config)                  # raises on a pipeline hazard
     return build_design(graph, sources=sources, kernels=kernels, config=config, output_shapes=shapes,
-                        banking=[b for _, b in split], factors=[p.factors for p in parallel])
+                        banking=[b for _, b in split], factors=[p.factors for p in parallel],
+                        streamed=_streamed(graph, stream))
+
+
+def _streamed(graph, stream) -> frozenset[int] | None:
+    if stream is None:
+        return None
+    tensors = stream if isinstance(stream, (list, tuple)) else [stream]
+    out = set()
+    for t in tensors:
+        uop = getattr(getattr(t, "uop", None), "buf_uop", None)
+        buf = graph.buffer_id(uop) if uop is not None else None
+        if buf is None or buf not in graph.inputs:
+            raise CompileError(f"stream: {t!r} is not an input of this model")
+        out.add(buf)
+    return frozenset(out)
 
 
 def layer_names(*outputs) -> list[str]:
