@@ -137,6 +137,24 @@ class HardwareConfig:
         int8 one from 180 to ~1,300.
         A kernel that reads a buffer it also writes is refused when C > 0 (a later step could
         read a location an earlier step has not stored yet): a CompileError naming the kernel.
+    schedule: "sequential" (default) or "dataflow": how the kernels share time. "sequential" runs
+        one kernel after another on one sample, with copies between them: the next sample starts
+        when the last kernel is done (interval = cycles). "dataflow" makes every kernel a stage
+        running concurrently on its own sample in fixed-length *beats*: stage k works on sample n
+        while stage k-1 works on sample n+1, and buffers between stages rotate through 2 (or, across
+        a skip, more) banks, so a stage writes one bank while its consumer reads another (no copy
+        at all where the consumer reads the producer's memory in place; elsewhere the copy runs
+        inside the beat, beside the stages). Interval = the beat = the slowest stage (or copy);
+        latency = beats from input to output x the beat (compiler/hw/dataflow.py, docs/dataflow.md).
+        A graph that cannot be pipelined (a model output that later kernels also read) stays
+        sequential and says why (Design.schedule_note).
+    fold: "manual" (default) or "auto": with "auto" compile_model chooses each layer's lanes and
+        reduce_unroll itself (compiler/fold.py), the least parallelism (lanes x reduce_unroll) that
+        brings the layer's run to at most `target_interval` cycles, from divisors of its loop
+        bounds (FINN's SetFolding does the same per layer), so the stages balance; a target no
+        folding reaches is a CompileError naming the closest interval. Needs target_interval;
+        per-layer settings given with it are refused (the fold chooses them).
+    target_interval: cycles per sample `fold: auto` aims at (None unless fold is "auto").
     layers: per-layer settings of the LAYER_KNOBS: ((layer, ((knob, value), ...)), ...), a
         layer by its index or its name; written `lanes@1: 4` or `lanes@k1_r_10_32: 4` in
         from_dict/as_dict (a model's layers are its kernels, in the order compile_model runs
@@ -158,6 +176,9 @@ class HardwareConfig:
     mul: str = "auto"
     mem_pack: int | str = "auto"
     mem_tail: str = "block"
+    schedule: str = "sequential"
+    fold: str = "manual"
+    target_interval: int | None = None
     layers: tuple[tuple[int | str, tuple[tuple[str, Any], ...]], ...] = ()
 
     def __post_init__(self) -> None:
@@ -174,6 +195,16 @@ class HardwareConfig:
                              f"(elements per memory word), got {self.mem_pack!r}")
         if self.mem_tail not in ("block", "lut"):
             raise ValueError(f"HardwareConfig.mem_tail: expected 'block' or 'lut', got {self.mem_tail!r}")
+        if self.schedule not in ("sequential", "dataflow"):
+            raise ValueError(f"HardwareConfig.schedule: expected 'sequential' or 'dataflow', got {self.schedule!r}")
+        if self.fold not in ("manual", "auto"):
+            raise ValueError(f"HardwareConfig.fold: expected 'manual' or 'auto', got {self.fold!r}")
+        if self.target_interval is not None and not (_is_int(self.target_interval) and self.target_interval >= 1):
+            raise ValueError(f"HardwareConfig.target_interval: expected a positive integer (cycles per sample), "
+                             f"got {self.target_interval!r}")
+        if (self.fold == "auto") != (self.target_interval is not None):
+            raise ValueError("HardwareConfig: fold='auto' needs target_interval (cycles per sample) and "
+                             "target_interval needs fold='auto'")
         if self.fp_sum not in ("sequential", "tree"):
             raise ValueError(f"HardwareConfig.fp_sum: expected 'sequential' or 'tree', got {self.fp_sum!r}")
         if self.acc_width is not None and not (_is_int(self.acc_width) and 1 <= self.acc_width <= MAX_ACC_WIDTH):
@@ -244,7 +275,7 @@ class HardwareConfig:
                 own[knob] = value
         return replace(self, layers=tuple((i, tuple(sorted(s.items()))) for i, s in sorted(out.items())))
 
-    def inapplicable(self, *, float_sums: bool) -> str:
+    def not_applicable(self, *, float_sums: bool) -> str:
         """Why these knobs cannot apply to a model whose reductions are float sums (or not),
         "" when they can. The explorer prunes such points before compiling (dse/spec.py)."""
         unrolls = {self.reduce_unroll} | {v for _, s in self.layers for k, v in s if k == "reduce_unroll"}

@@ -1,7 +1,7 @@
 """Design: the compiled hardware of a model, with everything needed to drive and check it."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -12,6 +12,7 @@ from .frontend import Graph
 from .hw.kernel import KernelHW, read_ports
 from .hw.pipeline import Schedule, schedule
 from .hw.program import Program, build_program
+from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, plan_dataflow
 from .hw.top import Copy, HostBuffer, HostPort, Run, Share, TopHW, plan
 from .hw.layout import Banking
 from .hw.packing import Pack, plan_packs
@@ -24,6 +25,10 @@ class CycleModel:
     kernels: tuple[tuple[str, int], ...]     # (kernel name, cycles including its done cycle and
                                              # its pipeline's drain, fp_pipeline)
     copies: int                              # cycles spent copying buffers between kernels
+    # cycles between successive samples in steady state: `total` for a sequential design; for a
+    # dataflow one the beat, and `total` the latency (beats x beat: hw/dataflow.py)
+    interval: int = 0
+    schedule: str = "sequential"
 
 
 @dataclass(frozen=True)
@@ -61,17 +66,34 @@ class Design:
     shares: tuple[Share, ...] = ()           # readers that use another kernel's memory
     factors: tuple[dict[int, int], ...] = field(default=())   # per kernel: loop id -> lanes
     packs: tuple[tuple[Pack, ...], ...] = ()  # per kernel: banks sharing one memory (mem_pack)
+    flow: Dataflow | None = None             # schedule=dataflow: beats, levels, rings (hw/dataflow.py)
+    schedule_note: str = ""                  # why a design asked to be dataflow is sequential
 
     @cached_property
     def top(self) -> TopHW:
         copied = {(d[0], b) for p in self.phases if isinstance(p, Copy) for d in p.dsts
                   for b in self.banking_of(*d).banks}
         hw = [KernelHW(k, self.config, self._memory_names(pos), self._external(pos),
-                       frozenset(b for kp, b in copied if kp == pos), self.packs_of(pos), self._read_outside(pos))
+                       frozenset(b for kp, b in copied if kp == pos), self.packs_of(pos), self._read_outside(pos),
+                       self._rings(pos))
               for pos, k in enumerate(self.kernels)]
         placed = {(pos, slot): self.banking_of(pos, slot) for pos, k in enumerate(self.source_kernels or self.kernels)
                   for slot in (b.slot for b in k.buffers)}
+        if self.flow is not None:
+            return DataflowTopHW(hw, list(self.phases), list(self.host), placed, list(self.shares),
+                                 list(self.host_ports), flow=self.flow)
         return TopHW(hw, list(self.phases), list(self.host), placed, list(self.shares), list(self.host_ports))
+
+    @property
+    def schedule(self) -> str:
+        return "dataflow" if self.flow is not None else "sequential"
+
+    def _rings(self, pos: int) -> dict[int, int]:
+        return {} if self.flow is None else {r.place[1]: r.banks for r in self.flow.rings if r.place[0] == pos}
+
+    def ring_bank(self, ref: "MemoryRef", bank: int) -> "MemoryRef":
+        """Bank `bank` of a ring memory (schedule=dataflow): module `<name>_r<bank>` (0: `ref`)."""
+        return ref if bank == 0 else replace(ref, name=f"{ref.name}_r{bank}")
 
     def banking_of(self, pos: int, slot: int) -> Banking:
         if pos < len(self.banking) and slot in self.banking[pos]:
@@ -117,7 +139,8 @@ class Design:
             places = hb.holders if writable else ((hb.home,) if hb.id in outputs else ())
             for place in places:
                 for ref in self.memories_of(place):
-                    ports.append(HostPort(hb.id, ref.kernel, ref.slot, ref.depth, hb.width, writable, not writable))
+                    ports.append(HostPort(hb.id, ref.kernel, ref.slot, ref.depth, hb.width, writable, not writable,
+                                          hb.id in self.narrow_buffers and self.narrow_buffers[hb.id][1]))
         return tuple(ports)
 
     @property
@@ -135,12 +158,18 @@ class Design:
         return tuple(schedule(k, self.config) for k in self.kernels)
 
     def cycle_model(self) -> CycleModel:
+        if self.flow is not None:
+            kernels = tuple((self.kernels[p.kernel].name, self.programs[p.kernel].cycles + 1 + self.schedules[p.kernel].commit)
+                            for p in self.phases if isinstance(p, Run))
+            copies = sum(p.length for p in self.phases if isinstance(p, Copy))
+            return CycleModel(self.flow.latency, kernels, copies, self.flow.beat, "dataflow")
         # steps, + 1 for done, + the stages a step's stores trail it by (0 without fp_pipeline)
         kernels = tuple((self.kernels[p.kernel].name,
                          self.programs[p.kernel].cycles + 1 + self.schedules[p.kernel].commit)
                         for p in self.phases if isinstance(p, Run))
         copies = sum(p.length for p in self.phases if isinstance(p, Copy))
-        return CycleModel(sum(c for _, c in kernels) + copies, kernels, copies)
+        total = sum(c for _, c in kernels) + copies
+        return CycleModel(total, kernels, copies, total)
 
     def buffer_of(self, tensor) -> int:
         """The model buffer id of an input or output Tensor of this design."""
@@ -167,16 +196,49 @@ class Design:
         bk = self.banking_of(*place)
         names = self._memory_names(place[0])
         packed = {s: p for p in self.packs_of(place[0]) for s in p.slots}
-        width = {d.slot: d.dtype.bits for d in self.kernels[place[0]].buffers}
+        width = {d.slot: d.width for d in self.kernels[place[0]].buffers}
         return [MemoryRef(place[0], b, bk.layout.words, names.get(b, f"mem_b{b}"), width[b],
                           packed[b].offset(b) if b in packed else 0) for b in bk.banks]
 
+    @cached_property
+    def narrow_buffers(self) -> dict[int, tuple[int, bool]]:
+        """Model buffer id -> (bits, signed) of its stored elements, for the buffers whose
+        memories hold fewer bits than their dtype (ir.BufferDecl.bounds: an int4 weight in an
+        int8 Tensor is 4 bits, two's complement; a GEMV's int32 sums as many as they need)."""
+        out = {}
+        kernels = self.source_kernels or self.kernels
+        for hb in self.host:
+            for pos, slot in hb.holders:
+                b = next(b for b in kernels[pos].buffers if b.slot == slot)
+                if b.width < b.dtype.bits:
+                    out[hb.id] = (b.width, b.signed)
+        return out
+
+    @cached_property
+    def input_bounds(self) -> dict[int, tuple[int, int]]:
+        """Model buffer id -> (lo, hi) of the inputs declared narrower than their dtype
+        (compile_model's `input_ranges`): the hardware is sized to them, so a value outside is
+        refused when the input is loaded (compiler/sim/memory_io.py `input_words`)."""
+        out = {}
+        kernels = self.source_kernels or self.kernels
+        for hb in self.host:
+            if hb.id in self.graph.inputs:
+                for pos, slot in hb.holders:
+                    b = next(b for b in kernels[pos].buffers if b.slot == slot)
+                    if b.bounds is not None:
+                        out[hb.id] = b.bounds
+        return out
+
     def memory_words(self, buffer: int, words: np.ndarray) -> list[tuple[MemoryRef, np.ndarray]]:
         """A model buffer's element words -> the words of every memory bank that holds it,
-        each in its holder's layout (what a simulator pokes to load the buffer)."""
+        each in its holder's layout (what a simulator pokes to load the buffer). A narrow
+        buffer's words keep their low `bits` (narrow_buffers)."""
         out = []
+        words = np.asarray(words, dtype=np.uint64)
+        if buffer in self.narrow_buffers:
+            words = words & np.uint64((1 << self.narrow_buffers[buffer][0]) - 1)
         for place in self.host_buffers[buffer].holders:
-            banks = self.banking_of(*place).layout.scatter(np.asarray(words, dtype=np.uint64))
+            banks = self.banking_of(*place).layout.scatter(words)
             out += list(zip(self.memories_of(place), banks))
         return out
 
@@ -188,15 +250,28 @@ class Design:
         """The inverse of `memory_words` for the home banks: their words (in the order of
         `home_memories`) -> the buffer's element words."""
         layout = self.banking_of(*self.host_buffers[buffer].home).layout
-        return layout.gather(np.stack([np.asarray(b, dtype=np.uint64) for b in banks]))
+        words = layout.gather(np.stack([np.asarray(b, dtype=np.uint64) for b in banks]))
+        if buffer in self.narrow_buffers:
+            words = widen_words(words, *self.narrow_buffers[buffer], self.graph.buffers[buffer].dtype.bits)
+        return words
 
     def name(self) -> str:
         return "+".join(k.name for k in self.kernels)
 
 
+def widen_words(words: np.ndarray, bits: int, signed: bool, container: int) -> np.ndarray:
+    """Words of `bits` bits (two's complement when `signed`) -> the same values as words of
+    `container` bits (the dtype's bit patterns)."""
+    words = np.asarray(words, dtype=np.uint64) & np.uint64((1 << bits) - 1)
+    if not signed or bits >= container:
+        return words
+    fill = np.uint64(((1 << container) - 1) ^ ((1 << bits) - 1))
+    return np.where(words >> np.uint64(bits - 1) & np.uint64(1), words | fill, words)
+
+
 def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.KernelIR], config: HardwareConfig,
                  output_shapes: tuple[tuple[int, ...], ...], banking: list[dict[int, Banking]] | None = None,
-                 factors: list[dict[int, int]] | None = None) -> Design:
+                 factors: list[dict[int, int]] | None = None, streamed: frozenset[int] | None = None) -> Design:
     """`sources`: the lowered kernels; `kernels`: the same after the hardware transforms, with
     `banking` saying how each stores its parameter buffers (plain when not given)."""
     banking = banking or [{b.slot: Banking.plain(b.slot, b.size) for b in k.buffers} for k in sources]
@@ -204,13 +279,39 @@ def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.K
     kernel_buffers = [[(b.slot, graph.kernels[i].buffers[b.slot], b.loaded, b.stored) for b in k.buffers]
                       for i, k in enumerate(sources)]
     sizes = {b.id: b.size for b in graph.buffers}
+    # a buffer's element width: its bounds' (compiler/bounds.py) where it has them, else its dtype's
     widths = {b.id: b.dtype.bits for b in graph.buffers}
+    for i, k in enumerate(sources):
+        widths.update({graph.kernels[i].buffers[b.slot]: b.width for b in k.buffers})
     ports = [read_ports(k, build_program(k))[1] for k in kernels] if config.share_buffers \
         else [{} for _ in kernels]
-    order, phases, host, shares = plan(kernel_buffers, sizes=sizes, widths=widths, names=[k.name for k in kernels],
-                                       banking=banking, read_ports=ports, share=config.share_buffers)
+    flow, note = None, ""
+    if config.schedule == "dataflow":
+        # dataflow reads in place wherever it can (share_buffers or not): it saves a memory and a beat
+        ports = [read_ports(k, build_program(k))[1] for k in kernels]
+        streamed = frozenset(graph.inputs) if streamed is None else frozenset(streamed)
+        dp = plan_dataflow(kernel_buffers, sizes=sizes, widths=widths, names=[k.name for k in kernels],
+                           banking=banking, read_ports=ports, outputs=set(graph.outputs), streamed=set(streamed))
+        if isinstance(dp, str):
+            note = f"schedule=dataflow not possible, built sequential: {dp}"
+            ports = [read_ports(k, build_program(k))[1] for k in kernels] if config.share_buffers \
+                else [{} for _ in kernels]
+        else:
+            order, phases, host, shares = dp.order, dp.phases, dp.host, dp.shares
+            runs = [build_program(kernels[i]).cycles + 1 + schedule(kernels[i], config).commit for i in order]
+            copies = [p for p in phases if isinstance(p, Copy)]
+            stage_cycles = tuple((kernels[i].name, c) for i, c in zip(order, runs)) + \
+                tuple((f"copy {kernels[order[c.src[0]]].name}->{','.join(kernels[order[d[0]]].name for d in c.dsts)}",
+                       c.length + int(config.mem_read == "sync")) for c in copies)
+            flow = Dataflow(beat_cycles(runs, copies, config.mem_read == "sync"), dp.depth, tuple(dp.levels),
+                            tuple(dp.rings), streamed & frozenset(graph.inputs), stage_cycles)
+    if flow is None:
+        order, phases, host, shares = plan(kernel_buffers, sizes=sizes, widths=widths, names=[k.name for k in kernels],
+                                           banking=banking, read_ports=ports, share=config.share_buffers)
     # banks read in place by another kernel keep a memory each (the reader's addresses differ per bank)
     in_place = {p: frozenset() for p in range(len(order))}
+    for r in (flow.rings if flow is not None else ()):          # ring banks are memories of their own
+        in_place[r.place[0]] |= frozenset({r.place[1]})
     for sh in shares:
         for place in (sh.reader, sh.owner):
             in_place[place[0]] |= frozenset(banking[order[place[0]]][place[1]].banks)
@@ -218,4 +319,4 @@ def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.K
                   for pos, i in enumerate(order))
     return Design(graph, tuple(kernels[i] for i in order), config, tuple(phases), tuple(host), output_shapes,
                   tuple(sources[i] for i in order), tuple(banking[i] for i in order), tuple(shares),
-                  tuple(factors[i] for i in order), packs)
+                  tuple(factors[i] for i in order), packs, flow, note)

@@ -61,7 +61,7 @@ def not_applicable_lines(s) -> list[str]:
     """One line per reason a spec's points were left out of its search space, with a count
     and an example (Spec.not_applicable): said once per sweep, not as a FAIL row each."""
     reasons: dict[str, list] = {}
-    for point, why in s.not_applicable():
+    for point, why in s.not_applicable_points():
         reasons.setdefault(why, []).append(point)
     return [f"not applicable, left out of the search space: {len(points)} point{'s' * (len(points) != 1)} "
             f"(e.g. {points[0].model} {points[0].dtype}): {why}" for why, points in reasons.items()]

@@ -59,6 +59,7 @@ from compiler.pnr.timing import DEFAULT_FREQ_MHZ, DEFAULT_PLACER, DEFAULT_ROUTER
 from dse.models import zoo
 from dse.limits import time_limit
 from dse.models.user_model import IMPORT_TIME_LIMIT_S, UserModelError, bind_params, load_function, parse_source
+from dse.models import formats
 from dse.models.zoo import DTYPES, InputRange
 from dse.frozen import FrozenMap
 from dse.models.widths import CONTAINER_BITS, FORMAT_KNOBS, MIN_BITS, Formats, is_format_knob
@@ -100,12 +101,15 @@ METRICS: dict[str, Direction] = {
     "cycles": Direction.MINIMIZE, "luts": Direction.MINIMIZE, "ffs": Direction.MINIMIZE,
     "bram": Direction.MINIMIZE, "dsp": Direction.MINIMIZE, "lutram": Direction.MINIMIZE,
     "latency_us": Direction.MINIMIZE, "fmax_mhz": Direction.MAXIMIZE, "accuracy": Direction.MAXIMIZE,
+    # cycles between successive samples in steady state (schedule=dataflow: the beat; else = cycles)
+    # and, with timing, samples per second at the measured Fmax
+    "interval_cycles": Direction.MINIMIZE, "samples_per_s": Direction.MAXIMIZE,
 }
 """Metrics a spec may optimise or bound, with the direction that is better."""
-NEEDS_TIMING = frozenset({"latency_us", "fmax_mhz"})
+NEEDS_TIMING = frozenset({"latency_us", "fmax_mhz", "samples_per_s"})
 NEEDS_SIMULATION = frozenset({"accuracy"})
 """Metrics only a simulation gives (cycles are the cycle model's, exact before any simulation)."""
-INTEGER_METRICS = frozenset({"cycles", "luts", "ffs", "bram", "dsp", "lutram"})
+INTEGER_METRICS = frozenset({"cycles", "luts", "ffs", "bram", "dsp", "lutram", "interval_cycles"})
 DEFAULT_STAGE_TIMEOUT_S = 600.0
 MAX_STAGE_TIMEOUT_S = 7 * 24 * 3600.0
 MAX_TRIALS = 1_000_000
@@ -203,15 +207,15 @@ class DesignPoint:
         """The format knobs of this point (the widths the tool's quantiser uses)."""
         return Formats.of(self.knobs)
 
-    def inapplicable(self) -> str:
+    def not_applicable(self) -> str:
         """Why a knob of this point cannot apply to its dtype ("" when all can): a float dtype
-        sums in float (HardwareConfig.inapplicable). Illegal knob values are not this
+        sums in float (HardwareConfig.not_applicable). Illegal knob values are not this
         method's business: they fail at stage "config" with their own message."""
         try:
             config = self.hardware_config()
         except (ValueError, TypeError):
             return ""
-        return config.inapplicable(float_sums=zoo.DTYPES[self.dtype].is_float)
+        return config.not_applicable(float_sums=zoo.DTYPES[self.dtype].is_float)
 
 
 @dataclass(frozen=True)
@@ -255,26 +259,28 @@ class Spec:
         """Number of design points: models x their dtypes x knob combinations, less the points a
         knob cannot apply to (`not_applicable`)."""
         runs = sum(len(m.dtypes or self.dtypes) for m in self.models)
-        return runs * self.knob_space_size - len(self.not_applicable())
+        return runs * self.knob_space_size - len(self.not_applicable_points())
 
-    def left_out(self, point: DesignPoint) -> str:
+    def not_applicable(self, point: DesignPoint) -> str:
         """Why `point` is not in the search space ("" when it is): a knob value that cannot
-        apply to its dtype (DesignPoint.inapplicable), or fp_sum=tree where it changes
+        apply to its dtype (DesignPoint.not_applicable), or fp_sum=tree where it changes
         nothing (an integer dtype, or reduce_unroll=1) while the spec also lists
         fp_sum=sequential, whose point is the same design; or a dtype its model does not run
-        (a sampler may propose one: the models' own `dtypes:`)."""
+        (a sampler may propose one: the models' own `dtypes:`); or a format knob that cannot
+        change it (`format_not_applicable`)."""
         own = self.model_dtypes(point.model) if any(m.name == point.model for m in self.models) else self.dtypes
         if point.dtype not in own:
             return f"model {point.model} runs {', '.join(own)} only (its dtypes)"
-        why = self.format_left_out(point) or point.inapplicable()
+        why = self.format_not_applicable(point) or point.not_applicable()
         if why or point.knobs.get("fp_sum") != "tree" or "sequential" not in self.knob_values("fp_sum"):
             return why
-        if not zoo.DTYPES[point.dtype].is_float or point.knobs.get("reduce_unroll", 1) == 1:
+        unrolls = [v for k, v in point.knobs.items() if k.partition("@")[0] == "reduce_unroll"]
+        if not zoo.DTYPES[point.dtype].is_float or max(unrolls, default=1) == 1:
             return ("fp_sum=tree only reorders float sums with reduce_unroll > 1; elsewhere it is the same "
                     "design as fp_sum=sequential, which the space holds")
         return ""
 
-    def format_left_out(self, point: DesignPoint) -> str:
+    def format_not_applicable(self, point: DesignPoint) -> str:
         """Why a format knob leaves `point` out ("" when none does): it changes only the integer
         points of a network the tool quantises, and is elsewhere the same design as the knob's
         first value; and a width beyond the dtype's bits."""
@@ -294,8 +300,8 @@ class Spec:
     def knob_values(self, name: str) -> tuple[Any, ...]:
         return next((k.values for k in self.knobs if k.name == name), ())
 
-    def not_applicable(self) -> list[tuple[DesignPoint, str]]:
-        """The points left out of the search space (`left_out`), each with why. They would
+    def not_applicable_points(self) -> list[tuple[DesignPoint, str]]:
+        """The points left out of the search space (`not_applicable`), each with why. They would
         fail at compile or repeat another point; pruned here, before compiling, a sweep
         reports them once (its summary, and `dse validate`) instead of a row each."""
         out = []
@@ -303,7 +309,7 @@ class Spec:
             for dt in m.dtypes or self.dtypes:
                 for knobs in self.knob_combinations():
                     p = DesignPoint(m.name, dt, knobs)
-                    why = self.left_out(p)
+                    why = self.not_applicable(p)
                     if why:
                         out.append((p, why))
         return out
@@ -320,7 +326,7 @@ class Spec:
             for dt in m.dtypes or self.dtypes:
                 for knobs in self.knob_combinations():
                     p = DesignPoint(m.name, dt, knobs)
-                    if not self.left_out(p):
+                    if not self.not_applicable(p):
                         yield p
 
     def gate_bounds(self, model: str, dtype: str) -> tuple[Bound, ...]:
@@ -579,6 +585,14 @@ def _choice(value: Any, path: str, choices: Iterable[str], noun: str) -> str:
     return value
 
 
+def _dtype(value: Any, path: str) -> str:
+    """A number format (dse/models/formats.py): a known name, else one line with the closest."""
+    try:
+        return formats.parse(value).name
+    except formats.FormatError as e:
+        raise SpecError(path, str(e)) from None
+
+
 def _int(value: Any, path: str, minimum: int = 1, maximum: int | None = None, why: str = "") -> int:
     if type(value) is not int or value < minimum:
         what = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
@@ -658,7 +672,7 @@ class _Parser:
         return tuple(out)
 
     def dtype_list(self, value: Any, path: str) -> tuple[str, ...]:
-        out = tuple(_choice(v, _join(path, i), DTYPES, "dtype") for i, v in enumerate(_list(value, path, "a list of dtypes")))
+        out = tuple(_dtype(v, _join(path, i)) for i, v in enumerate(_list(value, path, "a list of dtypes")))
         if not out:
             raise SpecError(path, "must not be empty")
         return out
@@ -938,16 +952,16 @@ class _Parser:
             if at and not re.fullmatch(r"[A-Za-z0-9_.-]+", layer):
                 raise SpecError(kpath, f"expected <knob>@<layer index or name>, got {name!r}")
             if not at and name not in known:
-                raise SpecError(kpath, "unknown hardware knob" + _suggest(name, known, "known knobs")
-                                + f" (per layer: {', '.join(k + '@<layer>' for k in LAYER_KNOBS)})")
+                raise SpecError(kpath, "unknown hardware knob" + _suggest(
+                    name, [*known, *(f"{k}@<layer>" for k in LAYER_KNOBS)], "known knobs"))
             if not isinstance(values, list):
                 raise SpecError(kpath, f"expected a list of candidate values, got {_got(values)}"
                                        + (f" (write [{values}] for a single value)" if isinstance(values, (str, int, float)) else ""))
             for j, v in enumerate(_list(values, kpath)):
                 if not isinstance(v, (str, int, float, bool)):
                     raise SpecError(_join(kpath, j), f"expected a number, string or boolean, got {_got(v)}")
-                try:
-                    HardwareConfig.from_dict({name: v})
+                try:        # a target interval is only legal with fold=auto, which it is checked with
+                    HardwareConfig.from_dict({name: v, **({"fold": "auto"} if name == "target_interval" else {})})
                 except (ValueError, TypeError) as e:
                     raise SpecError(_join(kpath, j), str(e)) from None
             out.append(Knob(name, tuple(values)))

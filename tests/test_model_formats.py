@@ -55,9 +55,9 @@ def test_a_float_only_model_beside_a_quantised_onnx_net_is_one_study(tmp_path, c
     s = load_spec(path)
     assert s.dtypes == ("int8", "fp32", "fp16") and s.model_dtypes("soft") == ("fp16",)
     assert [(p.model, p.dtype) for p in s.points()][::2] == [("cnn", "int8"), ("cnn", "fp32"), ("soft", "fp16")]
-    assert s.search.trials == 6 and not s.not_applicable()
+    assert s.search.trials == 6 and not s.not_applicable_points()
     # a sampler may propose a pairing the models do not run: pruned with why, not compiled
-    assert s.left_out(DesignPoint("soft", "int8", FrozenMap({"lanes": 1}))) == "model soft runs fp16 only (its dtypes)"
+    assert s.not_applicable(DesignPoint("soft", "int8", FrozenMap({"lanes": 1}))) == "model soft runs fp16 only (its dtypes)"
     assert "## soft · fp16" in pareto_markdown(s, _empty(), _empty()) and "## soft · int8" not in \
         pareto_markdown(s, _empty(), _empty())
 
@@ -168,7 +168,7 @@ def test_format_knobs_in_a_spec(tmp_path, capsys):
     s = load_spec(path)
     # int8 of the network: 3 x 2; its fp32 and the gemv's two dtypes: one point each (the first values)
     assert s.space_size == 6 + 1 + 2
-    left = {why for _, why in s.not_applicable()}
+    left = {why for _, why in s.not_applicable_points()}
     assert left == {"weight_bits sets the widths of a network the tool quantises, in an integer dtype; elsewhere "
                     "it is the same design as weight_bits@0=2, which the space holds",
                     "weight_bits sets the widths of a network the tool quantises, in an integer dtype; elsewhere "

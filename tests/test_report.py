@@ -245,7 +245,7 @@ def test_models_with_data_get_an_accuracy_plot_and_its_fronts(baseline_copy):
     # and accuracy against number format: one format (int8), its cheapest feasible design
     assert (out / "index.html").read_text().count("data:image/png;base64,") == 6
     formats = pd.read_csv(out / "formats_gemv_8x16.csv")
-    cheapest = feasible[gemv].sort_values("luts").iloc[0]
+    cheapest = feasible.sort_values("luts").iloc[0]
     assert list(formats["format"]) == ["int8"] and formats["trial"][0] == cheapest["number"]
     assert "- gemv_8x16: " in (out / "report.md").read_text()
 

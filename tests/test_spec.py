@@ -91,7 +91,7 @@ ERRORS = [
     (with_("dtypes", []), "dtypes: must not be empty"),
     (with_("dtypes", "int8"), "dtypes: expected a list of dtypes, got 'int8'"),
     (with_("dtypes", ["int8", "fp32", "int8"]), "dtypes[2]: duplicate value 'int8' (also at [0])"),
-    (with_("dtypes", ["int8", "int4"]), "dtypes[1]: unknown dtype 'int4'; did you mean 'int8'?"),
+    (with_("dtypes", ["int8", "int4b"]), "dtypes[1]: unknown dtype 'int4b'; did you mean 'int4'?"),
     (with_("dtypes", ["float16"]), "dtypes[0]: unknown dtype 'float16'; did you mean 'fp16'?"),
     (with_("dtypes", ["fp8e4m3fn"]), "dtypes[0]: unknown dtype 'fp8e4m3fn'; did you mean 'fp8e4m3'?"),
     (with_("dtypes", ["float8_e5m2"]), "dtypes[0]: unknown dtype 'float8_e5m2'; did you mean 'fp8e5m2'?"),
@@ -123,7 +123,7 @@ ERRORS = [
     # knobs: names checked against HardwareConfig, each value by constructing it
     (with_("knobs", {"mem_reed": ["sync"]}), "knobs.mem_reed: unknown hardware knob; did you mean 'mem_read'?"),
     (with_("knobs", {"zzz": ["a"]}), "knobs.zzz: unknown hardware knob (known knobs: "
-                                     + ", ".join(HardwareConfig.knob_names()) + ")"),
+                                     + ", ".join(HardwareConfig.knob_names()) + ", lanes@<layer>, reduce_unroll@<layer>)"),
     (with_("knobs.mem_read", "sync"), "knobs.mem_read: expected a list of candidate values, got 'sync' "
                                       "(write [sync] for a single value)"),
     (with_("knobs.mem_read", []), "knobs.mem_read: must not be empty"),
@@ -171,7 +171,8 @@ ERRORS = [
      "gate[0].model: unknown model 'gemv'; did you mean 'gemv_4x8'?"),
     (with_("gate", [{"dtype": "fp16", "cycles_max": 100}]), "gate[0].dtype: unknown dtype 'fp16' (known: int8, fp32)"),
     (with_("gate", [{"dtype": "int8"}]), "gate[0]: needs at least one bound (e.g.: cycles_max, luts_max, ffs_max, "
-                                         "bram_max, dsp_max, lutram_max, latency_us_max, fmax_mhz_min, accuracy_min)"),
+                                         "bram_max, dsp_max, lutram_max, latency_us_max, interval_cycles_max, fmax_mhz_min, "
+                                         "accuracy_min, samples_per_s_min)"),
     (with_("gate", []), "gate: must not be empty"),
     # scalars
     (with_("timing", 1), "timing: expected true, false or a mapping {router, placer, seed, freq_mhz}, got 1"),
@@ -401,7 +402,7 @@ def test_points_a_knob_cannot_apply_to_are_left_out_once_with_why(tmp_path, caps
                                         sort_keys=False))
     s = load_spec(spec_file)
     points = list(s.points())
-    assert len(points) == s.space_size == 24 and len(s.not_applicable()) == 24
+    assert len(points) == s.space_size == 24 and len(s.not_applicable_points()) == 24
     for p in points:
         float_sum = p.dtype != "int8"
         assert (p.knobs["fp_sum"] == "tree") == (float_sum and p.knobs["reduce_unroll"] > 1)
@@ -416,7 +417,7 @@ def test_points_a_knob_cannot_apply_to_are_left_out_once_with_why(tmp_path, caps
     # without fp_sum=sequential among the values, tree is the only setting: kept everywhere
     only_tree = parse_spec({**yaml.safe_load((ROOT / "configs" / "gemv.yaml").read_text()),
                             "knobs": {"reduce_unroll": [1, 8], "fp_sum": ["tree"]}})
-    assert only_tree.space_size == 8 and not only_tree.not_applicable()
+    assert only_tree.space_size == 8 and not only_tree.not_applicable_points()
 
 
 # --- the CLI

@@ -37,6 +37,7 @@ from ..ranges import Interval, analyze
 from .datapath import Copies, Datapath, Env, from_bits, registered
 from .pipeline import FANOUT_LEVEL, Schedule, is_gather, schedule
 from .program import Program, Step, build_program
+from .subword import read_modify_write
 from .tail import tailed_memory
 
 # A clocked read port that is not transparent to the write port reads the old word when both
@@ -72,18 +73,34 @@ def _addr_shape(depth: int):
 
 
 def acc_width(d: DType, config: HardwareConfig) -> int:
-    """Bits of an accumulator register: `config.acc_width` for integer (non-bool) reductions,
-    else the dtype's width."""
+    """Bits of an accumulator register of dtype `d` without bounds: `config.acc_width` for
+    integer (non-bool) reductions, else the dtype's width."""
     if config.acc_width is None or d.is_float or d.is_bool:
         return d.bits
     return config.acc_width
 
 
+def acc_shape(a: ir.AccDecl, config: HardwareConfig):
+    """The shape of accumulator `a`'s register: `config.acc_width` bits when set (an integer
+    reduction: it wraps there); else, for an integer accumulator with proven bounds
+    (compiler/bounds.py), the narrowest shape holding them (a 784-long int8 dot product: 25
+    bits, not int32's 32); else its dtype's."""
+    if a.bounds is not None and config.acc_width is None and a.dtype.is_int and not a.dtype.is_bool:
+        return Interval(*a.bounds).shape
+    return _acc_shape(a.dtype, acc_width(a.dtype, config))
+
+
 def acc_ranges(kernel: ir.KernelIR, config: HardwareConfig) -> dict[int, Interval]:
-    """The values an accumulator register can hold when it is narrower than its dtype (it
-    wraps there), for the range analysis that sizes the datapath."""
+    """The values an accumulator register can hold when it cannot hold every value of its
+    dtype (it wraps at `acc_width`, or holds its proven bounds), for the range analysis that
+    sizes the datapath."""
     out = {}
     for a in kernel.accs:
+        if a.dtype.is_float or a.dtype.is_bool:
+            continue
+        if a.bounds is not None and config.acc_width is None:
+            out[a.index] = Interval(*a.bounds)
+            continue
         w = acc_width(a.dtype, config)
         if w < a.dtype.bits:
             out[a.index] = Interval(-(1 << (w - 1)), (1 << (w - 1)) - 1) if a.dtype.signed else Interval(0, (1 << w) - 1)
@@ -136,6 +153,15 @@ class _ExternalPort:
         self.data = Signal(width, name=f"x{slot}_data")
 
 
+class _RingWrite:
+    """The kernel's write port of a ring memory: the bank it uses takes these."""
+
+    def __init__(self, slot: int, width: int, depth: int):
+        self.addr = Signal(_addr_shape(depth), name=f"b{slot}_own_waddr")
+        self.data = Signal(width, name=f"b{slot}_own_wdata")
+        self.en = Signal(name=f"b{slot}_own_we")
+
+
 class _BankPort:
     """A bank's read port inside a packed memory (packing.py): the address of the group's
     first bank drives the shared port; every bank sees its own field of the word."""
@@ -153,15 +179,21 @@ class KernelHW(wiring.Component):
     writes right before this kernel starts (copy destinations): with block RAM their read
     ports see that last write (the first step's look-ahead read happens in the same cycle);
     `read_outside`: slots whose port 0 the top module also addresses (host reads, copies from
-    them, another kernel reading them in place; None: any slot may be)."""
+    them, another kernel reading them in place; None: any slot may be); `rings`: slots whose
+    memory is R banks in a ring (schedule=dataflow): the kernel uses bank `b{slot}_kbank`, the
+    outside ports (host bus, copies, a reader in place) bank `b{slot}_obank` (hw/dataflow.py)."""
 
     def __init__(self, kernel: ir.KernelIR, config: HardwareConfig, names: dict[int, str] | None = None,
                  external: frozenset[int] = frozenset(), written_outside: frozenset[int] = frozenset(),
-                 packs: tuple = (), read_outside: frozenset[int] | None = None):
+                 packs: tuple = (), read_outside: frozenset[int] | None = None,
+                 rings: dict[int, int] | None = None):
         self.kernel, self.config = kernel, config
+        # schedule=dataflow: slot -> R, memories that rotate through R banks (hw/dataflow.py)
+        self.rings = dict(rings or {})
         self.program: Program = build_program(kernel)
         self.schedule: Schedule = schedule(kernel, config)
         self.ranges: dict[int, Interval] = analyze(kernel, acc_ranges(kernel, config))
+        self.decls = {b.slot: b for b in kernel.buffers}
         self.names = {b.slot: (names or {}).get(b.slot, f"mem_b{b.slot}") for b in kernel.buffers}
         self.external = frozenset(external)
         self.written_outside = frozenset(written_outside)
@@ -173,6 +205,8 @@ class KernelHW(wiring.Component):
         self.memories: dict[int, memory.MemoryData] = {}
         # mem_tail="lut": the words past the block-RAM rows, in a LUT-RAM memory (hw/tail.py)
         self.tails: dict[int, memory.MemoryData] = {}
+        # ring slots: every bank's MemoryData, bank 0 first (bank 0 is also self.memories[slot])
+        self.ring_memories: dict[int, tuple[memory.MemoryData, ...]] = {}
         sig = {"start": In(1), "done": Out(1), "done_next": Out(1), "busy": Out(1)}
         for b in kernel.buffers:
             n = port_names(b.slot)
@@ -180,11 +214,20 @@ class KernelHW(wiring.Component):
                 if b.stored:
                     raise ValueError(f"{kernel.name}: buffer {b.slot} is written, it cannot live in another kernel")
                 sig[n["xaddr"]] = Out(_addr_shape(b.size))
-                sig[n["xdata"]] = In(b.dtype.bits)
+                sig[n["xdata"]] = In(b.width)
                 continue
             pack = self.packs.get(b.slot)
-            if b.slot not in self.memories:
-                slots, width = (b.slot,), b.dtype.bits
+            if b.slot in self.rings:
+                if pack is not None:
+                    raise ValueError(f"{kernel.name}: buffer {b.slot} rotates through banks, it cannot be packed")
+                banks = tuple(memory.MemoryData(shape=unsigned(b.width), depth=b.size, init=[])
+                              for _ in range(self.rings[b.slot]))
+                self.ring_memories[b.slot] = banks
+                self.memories[b.slot] = banks[0]
+                sig[f"b{b.slot}_kbank"] = In(range(self.rings[b.slot]))
+                sig[f"b{b.slot}_obank"] = In(range(self.rings[b.slot]))
+            elif b.slot not in self.memories:
+                slots, width = (b.slot,), b.width
                 if pack is not None:
                     slots, width = pack.slots, pack.width * len(pack.slots)
                 tail = memory_tail(config, b.size, width, b.stored)
@@ -194,9 +237,9 @@ class KernelHW(wiring.Component):
                     data = memory.MemoryData(shape=unsigned(width), depth=tail, init=[])
                     self.tails.update({s: data for s in slots})
             sig[n["raddr"]] = In(_addr_shape(b.size))
-            sig[n["rdata"]] = Out(b.dtype.bits)
+            sig[n["rdata"]] = Out(b.width)
             sig[n["waddr"]] = In(_addr_shape(b.size))
-            sig[n["wdata"]] = In(b.dtype.bits)
+            sig[n["wdata"]] = In(b.width)
             sig[n["we"]] = In(1)
         self.read_port_of, self.n_read_ports = read_ports(kernel, self.program)
         for slot in self.external:
@@ -220,8 +263,7 @@ class KernelHW(wiring.Component):
         ctr = {l.id: Signal(range(l.bound), name=f"i{l.id}") for l in k.loops.values()}
         nctr = {i: Signal.like(c, name=f"i{i}_next") for i, c in ctr.items()}
         last = Signal()
-        accs = {a.index: Signal(_acc_shape(a.dtype, acc_width(a.dtype, self.config)), name=f"acc{a.index}")
-                for a in k.accs}
+        accs = {a.index: Signal(acc_shape(a, self.config), name=f"acc{a.index}") for a in k.accs}
         # quiet: idle, and no store left in the pipeline. It gates the outside write enable of
         # every memory the kernel stores into (_memories), so it is a register, computed a
         # cycle ahead from what the stages' step ids become (step <= nstep, step_d1 <= step,
@@ -284,9 +326,12 @@ class KernelHW(wiring.Component):
         for b in self.kernel.buffers:
             n = port_names(b.slot)
             if b.slot in self.external:
-                port = _ExternalPort(b.slot, b.dtype.bits, b.size)
+                port = _ExternalPort(b.slot, b.width, b.size)
                 reads[b.slot] = [port]
                 m.d.comb += [getattr(self, n["xaddr"]).eq(port.addr), port.data.eq(getattr(self, n["xdata"]))]
+                continue
+            if b.slot in self.rings:
+                write[b.slot], reads[b.slot] = self._ring_memory(m, b, sync_reads)
                 continue
             if b.slot in self.packs:
                 if b.slot == self.packs[b.slot].slots[0]:
@@ -302,22 +347,73 @@ class KernelHW(wiring.Component):
                          wp.en.eq(we & gate(b, self.names[b.slot]))]
         return write, reads
 
+    def _ring_memory(self, m, b: ir.BufferDecl, sync_reads: bool):
+        """R memories of one buffer slot (`name`, `name_r1`, ...): the kernel's stores and
+        loads go to bank `kbank`, the outside write port and read port 0 to bank `obank` (the
+        top keeps them apart: never equal). Returns (write port, read ports) as the kernel
+        sees them: signals the banks are driven from, the read data taken from bank kbank."""
+        n, slot, name = self.n_read_ports[b.slot], b.slot, self.names[b.slot]
+        ports = port_names(slot)
+        kbank, obank = getattr(self, f"b{slot}_kbank"), getattr(self, f"b{slot}_obank")
+        domain = "sync" if sync_reads else "comb"
+        transparent = b.loaded and b.stored and sync_reads      # a step's load after its own store
+        attrs = NO_RW_CHECK if sync_reads and not transparent else {}
+        own_w = _RingWrite(slot, b.width, b.size)
+        own_r = [_BankPort(slot, p, b.width, b.size) for p in range(n)]
+        m.d.comb += [own_w.addr.eq(0), own_w.data.eq(0), own_w.en.eq(0)]
+        # the read data comes from the bank the address went to: as old as the data
+        kb = registered(m, kbank, f"b{slot}_kbank_q") if sync_reads else kbank
+        ob = registered(m, obank, f"b{slot}_obank_q") if sync_reads else obank
+        datas: list[list[Value]] = [[] for _ in range(n)]
+        outside: list[Value] = []
+        for i, data in enumerate(self.ring_memories[slot]):
+            mem = memory.Memory(data=data, attrs=attrs)
+            m.submodules[name if i == 0 else f"{name}_r{i}"] = mem
+            wp = mem.write_port()
+            rps = [mem.read_port(domain=domain, transparent_for=(wp,) if transparent else ()) for _ in range(n)]
+            mine, theirs = kbank == i, obank == i
+            m.d.comb += [wp.addr.eq(Mux(mine, own_w.addr, getattr(self, ports["waddr"]))),
+                         wp.data.eq(Mux(mine, own_w.data, getattr(self, ports["wdata"]))),
+                         wp.en.eq(Mux(mine, own_w.en, getattr(self, ports["we"]) & theirs))]
+            for p, rp in enumerate(rps):
+                m.d.comb += rp.addr.eq(Mux(mine, own_r[p].addr, getattr(self, ports["raddr"])) if p == 0
+                                       else own_r[p].addr)
+                datas[p].append(Mux(kb == i, rp.data, 0))
+            outside.append(Mux(ob == i, rps[0].data, 0))
+
+        def any_of(values):
+            out = values[0]
+            for v in values[1:]:
+                out = out | v
+            return out
+        m.d.comb += [port.data.eq(any_of(d)) for port, d in zip(own_r, datas)]
+        m.d.comb += getattr(self, ports["rdata"]).eq(any_of(outside))
+        return own_w, own_r
+
     def _packed_memory(self, m, first: ir.BufferDecl, pack, gate: Value, sync_reads: bool, reads) -> None:
         """One memory for the banks of `pack`: the kernel only reads it (at one address for
         every bank, packing.py), so its write port serves the outside, one enable per bank
         (the host bus and copies write one bank, or all at one address)."""
         w = pack.width
         transparent = first.loaded and first.slot in self.written_outside and sync_reads
-        wp, shared = self._memory(m, pack.name, first.slot, w, sync_reads, transparent)
-        m.d.comb += wp.addr.eq(getattr(self, port_names(first.slot)["waddr"]))
+        wp, shared = self._memory(m, pack.name, first.slot, None if pack.word_writes else w, sync_reads, transparent)
+        waddr = getattr(self, port_names(first.slot)["waddr"])
+        fields = []
         for i, slot in enumerate(pack.slots):
             n = port_names(slot)
             reads[slot] = [_BankPort(slot, p, w, pack.depth) for p in range(len(shared))]
-            m.d.comb += [wp.data[i * w:(i + 1) * w].eq(getattr(self, n["wdata"])),
-                         wp.en[i].eq(getattr(self, n["we"]) & gate),
-                         getattr(self, n["rdata"]).eq(reads[slot][0].data)]
+            fields.append((getattr(self, n["wdata"]), getattr(self, n["we"]) & gate))
+            m.d.comb += getattr(self, n["rdata"]).eq(reads[slot][0].data)
             m.d.comb += [bank.data.eq(port.data[i * w:(i + 1) * w]) for bank, port in zip(reads[slot], shared)]
-        m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(reads[pack.slots[0]], shared)]
+        own = reads[pack.slots[0]]
+        if pack.word_writes:          # one enable: a bank's write reads the word first (subword.py)
+            read_modify_write(m, pack.name, wp, shared[0], own[0].addr, waddr=waddr, fields=fields, width=w)
+            m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(own[1:], shared[1:])]
+            return
+        m.d.comb += wp.addr.eq(waddr)
+        for i, (data, en) in enumerate(fields):
+            m.d.comb += [wp.data[i * w:(i + 1) * w].eq(data), wp.en[i].eq(en)]
+        m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(own, shared)]
 
     def _memory(self, m, name: str, slot: int, granularity: int | None, sync_reads: bool, transparent: bool):
         """The memory of buffer slot `slot` (a packed group's first slot) as module `name`:
@@ -354,7 +450,7 @@ class KernelHW(wiring.Component):
         outside address on port 0 otherwise."""
         for b in self.kernel.buffers:
             for p, port in enumerate(reads[b.slot]):
-                outside = p == 0 and b.slot not in self.external
+                outside = p == 0 and b.slot not in self.external and b.slot not in self.rings
                 m.d.comb += port.addr.eq(getattr(self, port_names(b.slot)["raddr"]) if outside else 0)
             with m.Switch(addr_step):
                 for s in self.program.steps:
@@ -449,7 +545,7 @@ class KernelHW(wiring.Component):
                     for step, index in cases:
                         with m.Case(step):
                             m.d.comb += [own_addr.eq(self._in_range(dp, index, addr_env, b.size, None)), own.eq(1)]
-                outside = p == 0 and b.slot not in self.external and \
+                outside = p == 0 and b.slot not in self.external and b.slot not in self.rings and \
                     (self.read_outside is None or b.slot in self.read_outside)
                 levels = self.schedule.address_levels + self.schedule.late.get(b.slot, 0)
                 if levels > 1 and drives:
@@ -497,7 +593,7 @@ class KernelHW(wiring.Component):
             port = reads[load.buf][self.read_port_of[(step.index, load.buf, id(load.index))]]
             sched = self.schedule
             raw = delays.of(port.data, sched.data_stage(load) - sched.port_stage(load), f"b{load.buf}_rdata")
-            return from_bits(raw, load.dtype)
+            return from_bits(raw, load.dtype, self.decls[load.buf])
         return data
 
     def _index_ok(self, dp: Datapath, node: ir.Value, idx: Value, size: int) -> Value:

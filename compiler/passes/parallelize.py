@@ -3,13 +3,13 @@ innermost reductions, banked memory layouts (hw/layout.py). Also returns the ban
 split_deep and the builder read."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import ir
 from ..dtypes import BOOL, INT32
 from ..errors import CompileError
 from ..hw.layout import Affine, Banking, LayoutError, Placed, affine, derive_layout, place_access
-from .rewrite import all_of, const, op, reads_acc
+from .rewrite import all_of, const, inner_loops, op, reads_acc
 
 K = ir.OpKind
 
@@ -51,7 +51,7 @@ def parallelize(kernel: ir.KernelIR, lanes: int = 1, reduce_unroll: int = 1, *, 
     lane_loops: list[ir.Loop] = []
     if lanes > 1:
         for loop in kernel.loops.values():
-            if loop.axis is ir.Axis.OUTPUT and not any(l.axis is ir.Axis.OUTPUT for l in _inner_loops(loop)):
+            if loop.axis is ir.Axis.OUTPUT and not any(l.axis is ir.Axis.OUTPUT for l in inner_loops(loop)):
                 if min(lanes, loop.bound) > 1:
                     factors[loop.id] = min(lanes, loop.bound)
                     lane_loops.append(loop)
@@ -87,13 +87,6 @@ class _Update:
     term: ir.Value           # f(k)
     acc_first: bool          # operand order of the update
     dtype: object
-
-
-def _inner_loops(loop: ir.Loop):
-    for s in loop.body:
-        if isinstance(s, ir.Loop):
-            yield s
-            yield from _inner_loops(s)
 
 
 def _single_update(loop: ir.Loop) -> _Update | None:
@@ -200,7 +193,7 @@ class _Unroller:
         for a in kernel.accs:
             for lane in (range(factors[replicated[a.index]]) if a.index in replicated else (None,)):
                 self.acc_index[a.index, lane] = len(self.accs)
-                self.accs.append(ir.AccDecl(len(self.accs), a.dtype))
+                self.accs.append(replace(a, index=len(self.accs)))
         self.memo: dict[tuple, ir.Value] = {}
         self.nodes: dict[tuple, ir.Value] = {}          # shared new nodes (counters, word addresses)
         self.deps: dict[int, frozenset[int]] = {}
@@ -214,7 +207,7 @@ class _Unroller:
             if bk.layout.is_plain:
                 buffers.append(b)
             else:
-                buffers += [ir.BufferDecl(s, b.dtype, bk.layout.words, b.loaded, b.stored) for s in bk.banks]
+                buffers += [replace(b, slot=s, size=bk.layout.words) for s in bk.banks]
         return ir.make_kernel(self.k.name, sorted(buffers, key=lambda b: b.slot), self.accs, body)
 
     # ---------------------------------------------------------------- statements

@@ -188,8 +188,10 @@ def in_dtype(a: np.ndarray, dtype: str, what: str) -> np.ndarray:
                         f"give integer (quantised) values, or the network alone as 'weights:'/'onnx:' "
                         f"for the tool's post-training quantisation")
     if v.size and (v.min() < d.lowest or v.max() > d.highest):
-        raise DataError(f"{what} holds values in [{v.min():g}, {v.max():g}], outside the {dtype} range "
-                        f"[{int(d.lowest)}, {int(d.highest)}]")
+        first = np.unravel_index(int(np.flatnonzero((v < d.lowest) | (v > d.highest))[0]), v.shape)
+        where = f" at index {tuple(int(i) for i in first)}" if v.ndim else ""
+        raise DataError(f"{what} holds {v[first]:g}{where}, outside the {dtype} range [{int(d.lowest)}, "
+                        f"{int(d.highest)}] (its values span [{v.min():g}, {v.max():g}]; never wrapped)")
     return v.astype(zoo.storage(dtype))
 
 
@@ -221,7 +223,7 @@ def real_inputs(*, inputs: Mapping[str, tuple[tuple[int, ...], str]], weights_pa
         raise DataError(f"data: model input(s) {', '.join(map(repr, unfilled))} are filled by neither the weights "
                         f"nor the samples (which fill {name!r})")
     shape, dtype = inputs[name]
-    xs = in_dtype(data.x_test.reshape((len(data.x_test), *shape)), dtype, f"{data.name} samples")
+    xs = in_dtype(data.x_test.reshape((len(data.x_test), *shape)), dtype, f"{data.name} samples for input {name!r}")
     return RealInputs(given, name, xs, data.y_test)
 
 
