@@ -6,7 +6,7 @@ and format knobs), the cheapest design of each, and the smallest format within a
 
 A format's bits are its weights' and activations' widths: for a point the tool quantised, the
 row's `mean_weight_bits` and `mean_act_bits` (the widths its quantiser used, mean over the
-layers); else an integer dtype's (int8 8/8, int16 16/13: dse.models.widths.DEFAULT_BITS), a
+layers); else an integer format's (int8 8/8, w4a8 4/8, int16 16/13: dse.models.widths), a
 float's (fp32 32, fp16 and bf16 16, fp8 8), or what the format knobs set. The row of a format is its design
 with the fewest LUTs among the feasible ones (else among the correct ones, marked infeasible):
 what that format costs at least here. `dse report` and pareto.md show them (dse/report.py,
@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from dse.models.widths import DEFAULT_BITS, is_format_knob
+from dse.models.widths import default_bits, is_format_knob, quantisable
 from dse.models.zoo import DTYPES
 
 DEFAULT_LOSS = 0.01          # one point of accuracy
@@ -28,8 +28,8 @@ COLUMNS = ["format", "weight_bits", "act_bits", "accuracy", "loss", "luts", "ffs
 
 
 def _bits(dtype: str) -> tuple[float, float]:
-    if dtype in DEFAULT_BITS:
-        return DEFAULT_BITS[dtype]
+    if quantisable(dtype):
+        return default_bits(dtype)
     d = DTYPES.get(dtype)
     return (d.bits, d.bits) if d is not None else (math.nan, math.nan)
 

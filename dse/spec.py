@@ -62,7 +62,7 @@ from dse.models.user_model import IMPORT_TIME_LIMIT_S, UserModelError, bind_para
 from dse.models import formats
 from dse.models.zoo import DTYPES, InputRange
 from dse.frozen import FrozenMap
-from dse.models.widths import CONTAINER_BITS, FORMAT_KNOBS, MIN_BITS, Formats, is_format_knob
+from dse.models.widths import FORMAT_KNOBS, MAX_BITS, MIN_BITS, Formats, dtype_bits, is_format_knob, quantisable
 from dse.models.model import ModelFiles, ModelSpec, TrainedModel, model_layers, quantised_layers
 
 
@@ -285,7 +285,7 @@ class Spec:
         points of a network the tool quantises, and is elsewhere the same design as the knob's
         first value; and a width beyond the dtype's bits."""
         model = next((m for m in self.models if m.name == point.model), None)
-        applies = model is not None and model.trained is not None and point.dtype in CONTAINER_BITS
+        applies = model is not None and model.trained is not None and quantisable(point.dtype)
         for name, value in point.knobs.items():
             if not is_format_knob(name):
                 continue
@@ -293,8 +293,10 @@ class Spec:
             if not applies and value != first:
                 return (f"{name.partition('@')[0]} sets the widths of a network the tool quantises, in an integer "
                         f"dtype; elsewhere it is the same design as {name}={first}, which the space holds")
-            if applies and value > CONTAINER_BITS[point.dtype]:
-                return f"{name}={value} does not fit {point.dtype} ({CONTAINER_BITS[point.dtype]} bits)"
+            top = dtype_bits(point.dtype)[0 if name.startswith("weight_bits") else 1] if applies else 0
+            if applies and value > top:
+                side = "weights" if name.startswith("weight_bits") else "activations"
+                return f"{name}={value} does not fit {point.dtype} ({top}-bit {side})"
         return ""
 
     def knob_values(self, name: str) -> tuple[Any, ...]:
@@ -974,9 +976,8 @@ class _Parser:
         if at and not re.fullmatch(r"[A-Za-z0-9_.-]+", layer):
             raise SpecError(path, f"expected <knob>@<layer index or name>, got {name!r}")
         items = _list(values, path, "a list of bit widths")
-        top = max(CONTAINER_BITS.values())
         for j, v in enumerate(items):
-            _int(v, _join(path, j), minimum=MIN_BITS, maximum=top, why=" (bits of a quantised weight or activation)")
+            _int(v, _join(path, j), minimum=MIN_BITS, maximum=MAX_BITS, why=" (bits of a quantised weight or activation)")
         return Knob(name, tuple(items))
 
     def check_layers(self, knobs: tuple[Knob, ...], models: tuple[ModelSpec, ...], path: str) -> None:

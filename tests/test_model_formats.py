@@ -242,3 +242,64 @@ def test_the_smallest_format_within_an_accuracy_loss_is_named():
     assert "**int8**" in smallest_format(rows, 0.0)                      # 97.5% is above float
     assert smallest_format(rows[rows["format"] == "int8 weight_bits=2"], 0.01).startswith(
         "No feasible format within 1 point")
+
+
+# ---------------------------------------------------------------------------------------------
+# post-training quantisation to N bits: intN and wNaM (dse.models.formats)
+
+@pytest.mark.parametrize("dtype, w, a", [("int2", 2, 2), ("int3", 3, 3), ("int4", 4, 4), ("int6", 6, 6),
+                                         ("w4a8", 4, 8), ("w2a6", 2, 6), ("int16", 16, 13)])
+def test_the_quantiser_takes_every_signed_format(digits, mlp, tmp_path, dtype, w, a):
+    """Weights on a w-bit grid and activations in a bits: each input declared at its width (so the
+    hardware is sized to it), the golden model equal to tinygrad's, for the MLP and the CNN."""
+    cnn, _ = cnn_onnx(tmp_path / "cnn.onnx")
+    for net in (mlp, read_chain(cnn)):
+        q = net.quantize(dtype=dtype, calibration=digits.x_train.reshape(len(digits.x_train), -1))
+        built = q.built()
+        assert {k: t for k, (_, t) in built.inputs.items() if k[0] in "xW"} == \
+            {"x": f"int{a}", **{k: f"int{w}" for k in q.arrays() if k[0] == "W"}}
+        qmax_w, qmax_a = 2 ** (w - 1) - 1, 2 ** (a - 1) - 1
+        assert all(np.abs(v).max() <= qmax_w for k, v in q.arrays().items() if k[0] == "W")
+        xs = q.quantize_input(digits.x_test[:2].reshape(2, -1))
+        assert np.abs(xs).max() <= qmax_a and xs.dtype == zoo.storage(f"int{a}")
+        got = zoo.tinygrad_result(built, {**q.arrays(), "x": xs[0]})
+        assert np.array_equal(np.asarray(got).reshape(-1), q.reference(xs)[0].reshape(-1))
+
+
+def test_accuracy_grows_with_the_bits(digits, mlp):
+    """The digits MLP quantised to each width (numpy integer model, 450 samples; the hardware
+    runs are the slow test and configs/digits_formats.yaml)."""
+    acc = {}
+    for dtype in ("int2", "int3", "int4", "int6", "int8", "w4a8"):
+        q = mlp.quantize(dtype=dtype, calibration=digits.x_train)
+        acc[dtype] = (q.reference(q.quantize_input(digits.x_test)).argmax(1) == digits.y_test).mean()
+    assert acc["int2"] < 0.5 < acc["int3"] < acc["int4"] < acc["int6"] <= acc["int8"]
+    assert acc["int4"] > 0.94 and acc["w4a8"] > acc["int4"] and acc["int8"] == pytest.approx(0.9756, abs=1e-4)
+
+
+def test_formats_the_tool_cannot_quantise_to_are_named(tmp_path, capsys):
+    d = yaml.safe_load(_format_spec(tmp_path, {}, dtypes=("uint8",)).read_text())
+    d["models"] = d["models"][:1]
+    d.pop("knobs")
+    assert main(["validate", str(_write(tmp_path, d))]) == 2
+    assert capsys.readouterr().err == ("error: models[0].weights: dtype uint8: a trained float network runs in a "
+                                       "signed integer format (int8, int4, w4a8, ...: quantised) or a float dtype, "
+                                       "not uint8\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, dtype", [("mlp", "int4"), ("mlp", "w4a8"), ("cnn", "int3")])
+def test_narrow_formats_run_bit_exact_on_every_sample(tmp_path, capsys, model, dtype):
+    """Through `dse eval`: the hardware sized to the format, every test sample bit-exact against
+    the integer model, cycles equal to the cycle model."""
+    from helpers import eval_model, model_spec
+    if model == "mlp":
+        spec = model_spec(tmp_path, [dtype], weights=str(WEIGHTS), data={"dataset": "sklearn:digits"})
+    else:
+        spec = model_spec(tmp_path, [dtype], onnx=str(ROOT / "models" / "digits_cnn.onnx"),
+                          data={"dataset": "sklearn:digits", "samples": 100})
+    row = eval_model(capsys, spec, dtype)
+    assert row["status"] == "OK" and row["correct"] and row["cycles"] == row["cycles_model"], row
+    assert row["samples"] == (450 if model == "mlp" else 100) and row["overflow_safe"] is True
+    w, a = {"int4": (4, 4), "w4a8": (4, 8), "int3": (3, 3)}[dtype]
+    assert (row["mean_weight_bits"], row["mean_act_bits"]) == (w, a)

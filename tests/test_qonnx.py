@@ -252,7 +252,8 @@ def test_a_file_whose_integers_do_not_fit_the_format_is_refused(tmp_path, capsys
     assert main(["validate", str(spec)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: models[0].onnx: dtype int8: int8: layer 1 (linear): the quantiser ") and \
-        err.endswith("holds integers in [0, 255], beyond int8 [-128, 127]; run it in a wider integer format\n")
+        err.endswith("holds integers in [0, 255], beyond int8 [-128, 127] (int8's activations); run it in a wider "
+                     "integer format\n")
 
 
 @pytest.mark.slow

@@ -42,7 +42,8 @@ from dse.models.convnet import LayerNet
 from dse.models.data import Dataset
 from dse.models.fp8net import Fp8Net
 from dse.models.model import ModelSpec
-from dse.models.quantize import FP8_SCHEME, QMAX, SCHEME, DenseNet, is_fp8
+from dse.models.quantize import FP8_SCHEME, SCHEME, DenseNet, is_fp8
+from dse.models.widths import quantisable
 from dse.models.zoo import input_tensors
 
 
@@ -87,7 +88,7 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
     if x.shape[1] != net.inputs:
         raise ValueError(f"{data.name} samples have {x.shape[1]} values, the model takes {net.inputs}")
     float_logits = net.float_logits(x)
-    if dtype in QMAX:
+    if quantisable(dtype):
         q = net.quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1), formats=formats)
         built, arrays, xs = q.built(), q.arrays(), q.quantize_input(x)
         reference, to_float = q.reference(xs), q.dequantize
@@ -98,9 +99,11 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
         built, arrays = net.built(dtype), net.arrays(dtype)
         reference, to_float = net.reference(dtype, x), lambda v: np.asarray(v, np.float64)
     else:
-        raise ValueError(f"dtype {dtype!r}: a float model runs in {', '.join(QMAX)} (quantised) or a float dtype")
+        raise ValueError(f"dtype {dtype!r}: a float model runs in a signed integer format (quantised) or a float dtype")
     tensors = input_tensors(built, {**arrays, "x": xs[0]})
-    design = compile_model(built.forward(*tensors), config=config, stream=tensors[0])
+    # the ranges the evaluation's design is built with (every input comes from the quantiser here)
+    design = compile_model(built.forward(*tensors), config=config, stream=tensors[0],
+                           input_ranges=zoo.declared_ranges(built, tensors, None, frozenset(built.inputs)))
     runs = simulate_many(design, [{tensors[0]: s} for s in xs], backend=backend)   # a dataflow design streams them
     logits = np.stack([np.asarray(r.outputs[0]).reshape(-1) for r in runs])
     model_cycles = check_cycles(runs, design)
@@ -113,9 +116,9 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
                                f"{reference[diff[0]].tolist()} ({len(diff)} of {len(xs)} samples differ)")
     run = _scored(dtype=dtype, logits=logits, float_logits=float_logits, labels=data.y_test, to_float=to_float,
                   cycles=model_cycles, design=design,
-                  quantization=getattr(q, "scheme", "") or SCHEME if dtype in QMAX
+                  quantization=getattr(q, "scheme", "") or SCHEME if quantisable(dtype)
                   else FP8_SCHEME if is_fp8(dtype) else None)
-    return dataclasses.replace(run, mean_bits=q.mean_bits()) if dtype in QMAX else run
+    return dataclasses.replace(run, mean_bits=q.mean_bits()) if quantisable(dtype) else run
 
 
 def _scored(*, dtype: str, logits: np.ndarray, float_logits: np.ndarray, labels: np.ndarray | None,

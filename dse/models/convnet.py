@@ -195,7 +195,13 @@ class QuantLayerNet:
             h = h * self.input_map[0] + self.input_map[1]
         q = (self.input_quant.integers(h) if self.input_quant is not None
              else np.clip(np.round(h / self.input_scale), self.input_lo, self.input_hi))
-        return q.reshape((len(q), *self.input_shape)).astype(zoo.storage(self.dtype))
+        return q.reshape((len(q), *self.input_shape)).astype(zoo.storage(self.input_element))
+
+    @property
+    def input_element(self) -> str:
+        """The input's element type: the narrowest holding its integers (a file's uint5, int8, ...)."""
+        from dse.models.widths import int_element
+        return int_element(self.input_lo, self.input_hi)
 
     def mean_bits(self) -> tuple[float, float]:
         """(mean weight bits, mean activation bits: the input and each requantised output)."""
@@ -237,14 +243,19 @@ class QuantLayerNet:
 
     def built(self) -> zoo.Built:
         """The integer model as a zoo.Built: inputs x, then W{i}, b{i}, M{i} per conv/dense layer."""
+        from compiler.dtypes import to_tinygrad
+        from dse.models.widths import int_element
         tg = zoo.import_tinygrad()
-        i32, narrow = tg.dtypes.int32, tg.dtypes.int8 if self.dtype == "int8" else tg.dtypes.int16
-        inputs = {"x": (self.input_shape, self.dtype)}
+        i32 = tg.dtypes.int32
+        # each input declared at its width (int4 weights in an int8 Tensor), so the hardware is
+        # sized to it; the requantised activations' range comes from their clip
+        inputs = {"x": (self.input_shape, self.input_element)}
+        narrow = {id(s): to_tinygrad(zoo.DTYPES[int_element(s.lo, s.hi)]) for s in self.steps if s.M is not None}
         for i, step in enumerate((s for s in self.steps if s.W is not None), 1):
-            inputs[f"W{i}"] = (step.W.shape, self.dtype)
-            inputs[f"b{i}"] = (step.b.shape, "int32")
+            inputs[f"W{i}"] = (step.W.shape, int_element(*step.w_range))
+            inputs[f"b{i}"] = (step.b.shape, int_element(*_span(step.b)))
             if step.M is not None:
-                inputs[f"M{i}"] = (step.M.shape, "int32")
+                inputs[f"M{i}"] = (step.M.shape, int_element(*_span(step.M)))
         steps = self.steps
 
         def forward(x, *params):
@@ -257,7 +268,7 @@ class QuantLayerNet:
                 if isinstance(layer, Flatten):
                     h = h.reshape(h.shape[0], -1)
                     continue
-                W, b = params[k].cast(i32), params[k + 1]
+                W, b = params[k].cast(i32), params[k + 1].cast(i32)
                 if isinstance(layer, Conv):
                     t, l, bo, r = layer.pads
                     acc = h.conv2d(W, b, stride=layer.stride, padding=(l, r, t, bo))
@@ -265,37 +276,46 @@ class QuantLayerNet:
                     acc = h @ W.T + b
                 if step.M is None:
                     return acc
-                M = params[k + 2].reshape((1, -1) + (1,) * (acc.ndim - 2))
+                M = params[k + 2].cast(i32).reshape((1, -1) + (1,) * (acc.ndim - 2))
                 v = (acc >> step.P) * M
                 q = (v + step.offset + ((v >> step.S) & 1) if step.even else v + step.offset) >> step.S
-                h = q.clip(step.lo, step.hi).cast(narrow).cast(i32)   # stored narrow
+                h = q.clip(step.lo, step.hi).cast(narrow[id(step)]).cast(i32)   # stored narrow
                 k += 3
             return h.reshape(h.shape[0], -1)
         return zoo.Built(inputs, forward)
 
     def arrays(self) -> dict[str, np.ndarray]:
+        from dse.models.widths import int_element
         out = {}
         for i, step in enumerate((s for s in self.steps if s.W is not None), 1):
-            out[f"W{i}"], out[f"b{i}"] = step.W, step.b
+            out[f"W{i}"] = step.W.astype(zoo.storage(int_element(*step.w_range)))
+            out[f"b{i}"] = step.b.astype(zoo.storage(int_element(*_span(step.b))))
             if step.M is not None:
-                out[f"M{i}"] = step.M
+                out[f"M{i}"] = step.M.astype(zoo.storage(int_element(*_span(step.M))))
         return out
+
+
+def _span(a: np.ndarray) -> tuple[int, int]:
+    """The integer range of constant arrays (biases, multipliers): what their inputs are declared
+    as, so the adders and multipliers they reach are sized to it."""
+    return min(int(a.min()), 0), max(int(a.max()), 1)
 
 
 def _wrap32(v: np.ndarray) -> np.ndarray:
     return np.asarray(v, np.int64).astype(np.int32).astype(np.int64)
 
 
-def _container(dtype: str) -> tuple[int, int]:
-    d = zoo.DTYPES[dtype]
-    return int(d.lowest), int(d.highest)
-
-
-def _fits(lo: int, hi: int, dtype: str, what: str) -> None:
-    clo, chi = _container(dtype)
+def _fits(lo: int, hi: int, dtype: str, what: str, side: str) -> None:
+    """A file's integers (`side`: "weights" or "activations") must fit the point's format's type
+    for that side (int8 for both in int8; int4 weights and int8 activations in w4a8)."""
+    from dse.models import formats
+    f = formats.parse(dtype)
+    name = f.weights if side == "weights" else f.activations
+    d = zoo.DTYPES[name]
+    clo, chi = int(d.lowest), int(d.highest)
     if lo < clo or hi > chi:
-        raise ValueError(f"{what} holds integers in [{lo}, {hi}], beyond {dtype} [{clo}, {chi}]; run it in a "
-                         "wider integer format")
+        raise ValueError(f"{what} holds integers in [{lo}, {hi}], beyond {name} [{clo}, {chi}] ({dtype}'s {side}); "
+                         "run it in a wider integer format")
 
 
 def _rounding(q, lo: int, S: int, exact: bool) -> tuple[int, bool]:
@@ -332,11 +352,11 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, forma
     bits = widths(dtype, layer_names(computes), formats)
     _declared_formats(computes, formats, net.input_quant)
     act_qmax = Widths.qmax(bits.input)
-    store = zoo.storage(dtype)
+    store = np.int16          # each layer's weights go to their width's container in arrays()
     x = net.mapped_input(calibration)
     iq = net.input_quant
     if iq is not None:
-        _fits(iq.lo, iq.hi, dtype, f"the input quantiser {iq.where}")
+        _fits(iq.lo, iq.hi, dtype, f"the input quantiser {iq.where}", "activations")
         s_in, in_lo, in_hi = iq.scale, iq.lo, iq.hi
         h_float, h_int = iq(x), iq.integers(x).astype(np.int64)
     else:
@@ -360,7 +380,7 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, forma
         qmax, act_qmax = Widths.qmax(bits.weights[j]), Widths.qmax(bits.outputs[j])
         where = f"{dtype}: layer {j + 1} ({type(layer).__name__.lower()})"
         if layer.grid is not None:
-            _fits(layer.grid.lo, layer.grid.hi, dtype, f"{where}: the weights of {layer.grid.where}")
+            _fits(layer.grid.lo, layer.grid.hi, dtype, f"{where}: the weights of {layer.grid.where}", "weights")
             Wq, s_w, w_range = layer.grid.q.astype(store), layer.grid.scale, (layer.grid.lo, layer.grid.hi)
         else:
             rows = layer.W.reshape(len(layer.W), -1)
@@ -383,7 +403,7 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, forma
             break
         if oq is not None:
             s_out, lo, hi = oq.scale, max(oq.lo, 0) if layer.relu else oq.lo, oq.hi
-            _fits(lo, hi, dtype, f"{where}: the quantiser {oq.where}")
+            _fits(lo, hi, dtype, f"{where}: the quantiser {oq.where}", "activations")
         else:
             s_out, lo, hi = max(float(np.abs(h_float).max()), 1e-12) / act_qmax, 0 if layer.relu else -act_qmax, act_qmax
         M, P, S = requantisation(acc_scale=acc_scale, out_scale=s_out, acc=acc, where=where)

@@ -138,9 +138,10 @@ class TrainedModel:
 
     def quantized(self, dtype: str):
         """The post-training quantisation for an integer `dtype` (once per process)."""
-        from dse.models.quantize import QMAX
-        if dtype not in QMAX:
-            raise ValueError(f"a trained float network runs in {', '.join(QMAX)} (quantised) or a float dtype, "
+        from dse.models.widths import quantisable
+        if not quantisable(dtype):
+            raise ValueError(f"a trained float network runs in a signed integer format (int8, int4, w4a8, ...: "
+                             f"quantised) or a float dtype, "
                              f"not {dtype}")
         data = self.dataset()
         return _cached(("quant", self.kind, self.path, self.data, dtype, self.formats), lambda: self.net().quantize(

@@ -8,9 +8,10 @@
 The scheme (what `quantize` computes; `SCHEME` says it in one line):
   * symmetric everywhere (zero point 0), so a product needs no correction terms;
   * inputs and activations: one scale per tensor, max |value| over the calibration samples
-    (the training split) / qmax, with qmax = 127 (int8) or 4095 (int16: 13 bits, so that
-    int32 accumulators hold a layer's sum of int16 x int16 products);
-  * weights: qmax = 127 (int8) or 32767 (int16);
+    (the training split) / qmax, qmax = 2**(b-1) - 1 for b-bit activations (int8: 127; int4: 7;
+    int16: 13 bits, 4095, so that int32 accumulators hold a layer's sum of int16 x int16
+    products; dse.models.widths: the dtype's widths, or the format knobs' per layer);
+  * weights: qmax = 2**(b-1) - 1 for b-bit weights (int8 127, int16 32767, w4a8 7);
   * weights: one scale per output channel (max |row| / qmax) in hidden layers; one scale for the
     whole last layer, so its integer outputs are logits on one scale and argmax needs no rescaling;
   * biases: int32 on the accumulator's scale (input scale x weight scale);
@@ -33,9 +34,6 @@ from dse.models import zoo
 
 SCHEME = ("symmetric; activations per tensor, weights per output channel (last layer per tensor); "
           "int32 accumulators; multiply-and-shift requantisation with clipping")
-QMAX = {"int8": 127, "int16": 32767}           # weights
-ACT_QMAX = {"int8": 127, "int16": 4095}        # inputs and activations: int16 ones use 13 bits, so
-                                               # int16 x int16 products summed over a layer stay in int32
 MULTIPLIER_BITS = 14
 FP8_SCHEME = ("fp8 weights, biases and activations (rounded to nearest even, saturating); products exact "
               "and summed in float32 with the bias; each layer's output (after its ReLU) rounded to fp8")
@@ -183,7 +181,7 @@ class QuantNet:
 
     def quantize_input(self, x: np.ndarray) -> np.ndarray:
         q = np.clip(np.round(np.asarray(x, np.float64) / self.input_scale), -self.qmax, self.qmax)
-        return q.astype(zoo.storage(self.dtype))
+        return q.astype(zoo.storage(_element(-self.qmax, self.qmax)))
 
     def mean_bits(self) -> tuple[float, float]:
         """(mean weight bits, mean activation bits: the input and each requantised output)."""
@@ -214,35 +212,56 @@ class QuantNet:
 
     def built(self) -> zoo.Built:
         """The integer model as a zoo.Built: inputs x, W1, b1, M1, ..., Wn, bn (tinygrad)."""
+        from compiler.dtypes import to_tinygrad
         tg = zoo.import_tinygrad()
-        i32, narrow = tg.dtypes.int32, tg.dtypes.int8 if self.dtype == "int8" else tg.dtypes.int16
-        inputs = {"x": ((self.layers[0].W.shape[1],), self.dtype)}
+        i32 = tg.dtypes.int32
+        # each input declared at its width (int4 weights in an int8 Tensor), so the hardware is
+        # sized to it; the requantised activations' range comes from their clip
+        inputs = {"x": ((self.layers[0].W.shape[1],), _element(-self.qmax, self.qmax))}
         for i, layer in enumerate(self.layers, 1):
-            inputs[f"W{i}"] = (layer.W.shape, self.dtype)
-            inputs[f"b{i}"] = (layer.b.shape, "int32")
+            inputs[f"W{i}"] = (layer.W.shape, _element(*self.weight_range(i - 1)))
+            inputs[f"b{i}"] = (layer.b.shape, _element(*_span(layer.b)))
             if layer.M is not None:
-                inputs[f"M{i}"] = (layer.M.shape, "int32")
-        shifts = [(layer.P, layer.S, layer.M is not None, layer.hi) for layer in self.layers]
+                inputs[f"M{i}"] = (layer.M.shape, _element(*_span(layer.M)))
+        shifts = [(layer.P, layer.S, layer.M is not None, layer.hi,
+                   to_tinygrad(zoo.DTYPES[_element(-layer.hi, layer.hi)])) for layer in self.layers]
 
         def forward(x, *params):
             h, k = x.cast(i32), 0
-            for P, S, requant, hi in shifts:
-                acc = params[k].cast(i32) @ h + params[k + 1]
+            for P, S, requant, hi, narrow in shifts:
+                acc = params[k].cast(i32) @ h + params[k + 1].cast(i32)
                 if not requant:
                     return acc
-                r = (((acc >> P) * params[k + 2]) + (1 << (S - 1))) >> S
+                r = (((acc >> P) * params[k + 2].cast(i32)) + (1 << (S - 1))) >> S
                 h = r.clip(0, hi).cast(narrow).cast(i32)    # stored narrow between layers
                 k += 3
             raise AssertionError("unreachable: the last layer has no multiplier")
         return zoo.Built(inputs, forward)
 
+    def weight_range(self, i: int) -> tuple[int, int]:
+        """Layer i's weight range: the symmetric one of its width."""
+        qmax = 2 ** (self.widths.weights[i] - 1) - 1 if self.widths is not None else int(np.abs(self.layers[i].W).max())
+        return -qmax, qmax
+
     def arrays(self) -> dict[str, np.ndarray]:
         out = {}
         for i, layer in enumerate(self.layers, 1):
-            out[f"W{i}"], out[f"b{i}"] = layer.W, layer.b
+            out[f"W{i}"] = layer.W.astype(zoo.storage(_element(*self.weight_range(i - 1))))
+            out[f"b{i}"] = layer.b.astype(zoo.storage(_element(*_span(layer.b))))
             if layer.M is not None:
-                out[f"M{i}"] = layer.M
+                out[f"M{i}"] = layer.M.astype(zoo.storage(_element(*_span(layer.M))))
         return out
+
+
+def _element(lo: int, hi: int) -> str:
+    from dse.models.widths import int_element
+    return int_element(lo, hi)
+
+
+def _span(a: np.ndarray) -> tuple[int, int]:
+    """The integer range of constant arrays (biases, multipliers): what their inputs are declared
+    as, so the adders and multipliers they reach are sized to it."""
+    return min(int(a.min()), 0), max(int(a.max()), 1)
 
 
 def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None) -> QuantNet:
@@ -251,7 +270,7 @@ def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None
     knobs, dse.models.widths; None: the dtype's). See the module docstring."""
     from dse.models.widths import Widths, layer_names, widths
     bits = widths(dtype, layer_names(net.layers), formats)
-    store = zoo.storage(dtype)
+    store = np.int16          # each layer's weights go to their width's container in arrays()
     x = np.asarray(calibration, np.float64)
     act_qmax = Widths.qmax(bits.input)
     s_in = input_scale = max(float(np.abs(x).max()), 1e-12) / act_qmax

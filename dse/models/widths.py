@@ -11,18 +11,54 @@ to the integer points of a trained network the tool quantises (`weights:` / `onn
 layers whose file declares no quantisation of its own; on any other point they change nothing
 (dse.spec leaves those duplicates out). Each width lies between 2 and the dtype's bits.
 
-A dtype says the widths where no knob does (`DEFAULT_BITS`): int8 8-bit weights and
-activations; int16 16-bit weights and 13-bit activations (int32 sums of int16 x int16 products).
+A dtype says the widths where no knob does (`dtype_bits`): int8 8-bit weights and activations,
+int4 4-bit, w4a8 4-bit weights and 8-bit activations (dse.models.formats: intN and wNaM, N from
+2 to 16); activations wider than 13 bits take 13 (int16: int32 sums of int16 x 13-bit products,
+as before). The tool quantises to the signed formats (its weights and activations are symmetric
+signed ranges); a file's own quantisers may be unsigned (dse.models.qonnx).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from dse.models import formats as number_formats
+from dse.models.zoo import DTYPES
+
 FORMAT_KNOBS = ("weight_bits", "act_bits")
-MIN_BITS = 2
-DEFAULT_BITS = {"int8": (8, 8), "int16": (16, 13)}       # (weights, activations)
-CONTAINER_BITS = {"int8": 8, "int16": 16}
+MIN_BITS, MAX_BITS = 2, 16
+MAX_ACT_BITS = 13
+
+
+def quantisable(dtype: str) -> bool:
+    """Whether the tool's quantiser runs a trained network in `dtype`: weights and activations
+    both signed integers of 2 to 16 bits (intN, wNaM)."""
+    try:
+        f = number_formats.parse(dtype)
+    except number_formats.FormatError:
+        return False
+    return all(t.startswith("int") and MIN_BITS <= DTYPES[t].bits <= MAX_BITS for t in (f.weights, f.activations))
+
+
+def dtype_bits(dtype: str) -> tuple[int, int]:
+    """(weight bits, activation bits) a quantisable `dtype` holds: the most a format knob may set."""
+    f = number_formats.parse(dtype)
+    return DTYPES[f.weights].bits, DTYPES[f.activations].bits
+
+
+def default_bits(dtype: str) -> tuple[int, int]:
+    """(weight bits, activation bits) of `dtype` where no format knob says otherwise."""
+    w, a = dtype_bits(dtype)
+    return w, min(a, MAX_ACT_BITS)
+
+
+def int_element(lo: int, hi: int) -> str:
+    """The narrowest element type holding [lo, hi] (int2 .. int16, uint2 .. uint16, else int32):
+    what a model input of those integers is declared as, so the hardware is sized to it."""
+    bits = range_bits(lo, hi)
+    if lo < 0:
+        return f"int{max(bits, MIN_BITS)}" if bits <= MAX_BITS else "int32"
+    return f"uint{max(bits, MIN_BITS)}" if bits <= MAX_BITS else "int32"
 
 
 def is_format_knob(name: str) -> bool:
@@ -62,14 +98,17 @@ class Widths:
         return 2 ** (bits - 1) - 1
 
 
-def widths(dtype: str, names: list[str], formats: Formats | None) -> Widths:
+def widths(dtype: str, names: list[str], knobs: Formats | None) -> Widths:
     """The widths of a network whose conv/dense layers are `names` (in order) in `dtype` with
-    `formats`; raises ValueError for a layer it does not have or a width the dtype cannot hold."""
-    if dtype not in DEFAULT_BITS:
-        raise ValueError(f"quantisation to {dtype!r} is not supported; supported: {', '.join(DEFAULT_BITS)}")
-    w_default, a_default = DEFAULT_BITS[dtype]
-    given = formats.as_dict() if formats else {}
-    for layer in (formats.layers() if formats else set()):
+    the format knobs `knobs`; raises ValueError for a layer it does not have or a width the
+    dtype cannot hold."""
+    if not quantisable(dtype):
+        raise ValueError(f"the tool quantises to signed integers of {MIN_BITS} to {MAX_BITS} bits (int8, int4, "
+                         f"w4a8, ...), not {dtype}")
+    w_default, a_default = default_bits(dtype)
+    w_top, a_top = dtype_bits(dtype)
+    given = knobs.as_dict() if knobs else {}
+    for layer in (knobs.layers() if knobs else set()):
         if not (layer.isdigit() and int(layer) < len(names)) and layer not in names:
             listing = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
             raise ValueError(f"no layer {layer!r} to quantise; the conv/dense layers: {listing}")
@@ -79,17 +118,16 @@ def widths(dtype: str, names: list[str], formats: Formats | None) -> Widths:
         if knob == "act_bits" and layer and (layer == names[last] or layer == str(last)):
             raise ValueError(f"{key}: the last layer outputs int32 logits, not activations")
 
-    def bits(knob: str, i: int, default: int) -> int:
+    def bits(knob: str, i: int, default: int, top: int) -> int:
         v = next((given[k] for k in (f"{knob}@{i}", f"{knob}@{names[i]}") if k in given), given.get(knob, default))
-        if not MIN_BITS <= v <= CONTAINER_BITS[dtype]:
-            raise ValueError(f"{knob} {v} for layer {i} ({names[i]}): a {dtype} point holds {MIN_BITS} to "
-                             f"{CONTAINER_BITS[dtype]} bits")
+        if not MIN_BITS <= v <= top:
+            raise ValueError(f"{knob} {v} for layer {i} ({names[i]}): a {dtype} point holds {MIN_BITS} to {top} bits")
         return v
     a_in = given.get("act_bits", a_default)
-    if not MIN_BITS <= a_in <= CONTAINER_BITS[dtype]:
-        raise ValueError(f"act_bits {a_in}: a {dtype} point holds {MIN_BITS} to {CONTAINER_BITS[dtype]} bits")
-    return Widths(a_in, tuple(bits("weight_bits", i, w_default) for i in range(len(names))),
-                  tuple(bits("act_bits", i, a_default) for i in range(len(names))))
+    if not MIN_BITS <= a_in <= a_top:
+        raise ValueError(f"act_bits {a_in}: a {dtype} point holds {MIN_BITS} to {a_top} bits")
+    return Widths(a_in, tuple(bits("weight_bits", i, w_default, w_top) for i in range(len(names))),
+                  tuple(bits("act_bits", i, a_default, a_top) for i in range(len(names))))
 
 
 def layer_names(layers) -> list[str]:
