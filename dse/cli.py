@@ -72,10 +72,11 @@ def _illegal_knob_combinations(s, limit: int = 100_000) -> int:
     if s.knob_space_size > limit:
         return 0
     from compiler.config import HardwareConfig
+    from dse.models.widths import is_format_knob
     bad = 0
     for combo in s.knob_combinations():
-        try:
-            HardwareConfig.from_dict(dict(combo))
+        try:     # format knobs are the model's (dse.models.widths), not the hardware's
+            HardwareConfig.from_dict({k: v for k, v in combo.items() if not is_format_knob(k)})
         except (ValueError, TypeError):
             bad += 1
     return bad

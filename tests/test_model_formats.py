@@ -165,6 +165,7 @@ def test_format_knobs_in_a_spec(tmp_path, capsys):
     path = _format_spec(tmp_path, {"weight_bits@0": [2, 4, 8], "weight_bits@W2": [4, 8]})
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
+    assert "illegal" not in out           # format knobs are not HardwareConfig's
     s = load_spec(path)
     # int8 of the network: 3 x 2; its fp32 and the gemv's two dtypes: one point each (the first values)
     assert s.space_size == 6 + 1 + 2
