@@ -21,6 +21,11 @@ runs whole in float dtypes): a constant that varies across the image where a con
 weights, a shift into a conv with zero padding (the padding would need the shift too), an affine
 map followed by a ReLU before any layer, a negative scale through a max-pool, a constant divided
 by the value, and a map with no layer after it.
+
+Quantisers are read as the file declares them (dse.models.qonnx): a weight's QONNX `Quant` or
+QCDQ pair gives its layer the file's integers (`grid`); a quantiser of the value is the input's
+(`LayerNet.input_quant`, after the preprocessing before it: `input_map`) or the last layer's
+output quantiser (`out_quant`). Nothing affine may follow a quantiser before the next layer.
 """
 from __future__ import annotations
 
