@@ -40,6 +40,7 @@ from compiler.tools import package_version
 from dse.models import zoo
 from dse.models.convnet import LayerNet
 from dse.models.data import Dataset
+from dse.models.floatnet import FloatNet
 from dse.models.fp8net import Fp8Net
 from dse.models.model import ModelSpec
 from dse.models.quantize import FP8_SCHEME, SCHEME, DenseNet, is_fp8
@@ -93,8 +94,8 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
         built, arrays, xs = q.built(), q.arrays(), q.quantize_input(x)
         reference, to_float = q.reference(xs), q.dequantize
     elif zoo.DTYPES[dtype].is_float:
-        if is_fp8(dtype) and isinstance(net, LayerNet):
-            net = Fp8Net(net)                      # a CNN chain in fp8 (dse/models/fp8net.py)
+        if isinstance(net, LayerNet):               # a CNN chain: dse/models/fp8net.py, floatnet.py
+            net = Fp8Net(net) if is_fp8(dtype) else FloatNet(net)
         xs = zoo.round_float(x, dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
         built, arrays = net.built(dtype), net.arrays(dtype)
         reference, to_float = net.reference(dtype, x), lambda v: np.asarray(v, np.float64)

@@ -60,8 +60,11 @@ class ModelSpec:
     def runs_trained(self, dtype: str) -> bool:
         """Whether `dtype` runs the trained network's own build (a dense network in every dtype,
         a quantised CNN in integer ones; dse.models.accuracy.run_samples), rather than the model with
-        its `files` (the whole ONNX graph for a CNN in float dtypes; run_model_samples)."""
-        return self.trained is not None and (self.onnx is None or not DTYPES[dtype].is_float)
+        its `files` (run_model_samples). A network the tool reads as a chain runs its own build in
+        every dtype: quantised in integer ones, TrainedModel.float_net in float ones (a CNN chain
+        in fp8 through dse.models.fp8net, in fp16/bf16/fp32 through dse.models.floatnet), each
+        with a bit-exact golden model; an ONNX graph that is no chain has no `trained`."""
+        return self.trained is not None
 
     def real_inputs(self, dtype: str):
         """The dse.models.data.RealInputs that fill this model's inputs in `dtype`: trained weights and
@@ -147,9 +150,22 @@ class TrainedModel:
         return _cached(("quant", self.kind, self.path, self.data, dtype, self.formats), lambda: self.net().quantize(
             dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1), formats=self.formats))
 
+    def float_net(self, dtype: str):
+        """The network as a float model in `dtype` (built, arrays, reference): a dense one as it
+        is; a CNN chain through dse.models.fp8net in fp8, dse.models.floatnet otherwise."""
+        net = self.net()
+        if hasattr(net, "built"):
+            return net
+        from dse.models.quantize import is_fp8
+        if is_fp8(dtype):
+            from dse.models.fp8net import Fp8Net
+            return Fp8Net(net)
+        from dse.models.floatnet import FloatNet
+        return FloatNet(net)
+
     def built(self, dtype: str) -> zoo.Built:
         if zoo.DTYPES[dtype].is_float:
-            return self.net().built(dtype)
+            return self.float_net(dtype).built(dtype)
         return self.quantized(dtype).built()
 
     def inputs(self, dtype: str):
@@ -159,7 +175,9 @@ class TrainedModel:
         data = self.dataset()
         x = data.x_test.reshape(len(data.x_test), -1)
         if zoo.DTYPES[dtype].is_float:
-            return RealInputs(self.net().arrays(dtype), "x", zoo.round_float(x, dtype), data.y_test)
+            net = self.float_net(dtype)
+            xs = zoo.round_float(x, dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
+            return RealInputs(net.arrays(dtype), "x", xs, data.y_test)
         q = self.quantized(dtype)
         return RealInputs(q.arrays(), "x", q.quantize_input(x), data.y_test)
 
