@@ -304,3 +304,18 @@ def test_narrow_formats_run_bit_exact_on_every_sample(tmp_path, capsys, model, d
     assert row["samples"] == (450 if model == "mlp" else 100) and row["overflow_safe"] is True
     w, a = {"int4": (4, 4), "w4a8": (4, 8), "int3": (3, 3)}[dtype]
     assert (row["mean_weight_bits"], row["mean_act_bits"]) == (w, a)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+def test_a_cnn_chain_in_a_float_format_is_bit_exact(tmp_path, digits, dtype):
+    """A CNN chain's float points run its own build (dse/models/floatnet.py), every sample
+    bit-exact against the golden model (products rounded to the dtype, float32 sums in the
+    kernels' order), where the whole ONNX graph could only be checked within a tolerance."""
+    from dse.models.accuracy import run_samples
+    from dse.models.data import DataSpec, load_dataset
+    from dse.models.floatnet import FloatNet
+    data = load_dataset(DataSpec(dataset="sklearn:digits", samples=12))
+    net = read_chain(ROOT / "models" / "digits_cnn.onnx")
+    r = run_samples(net=net, dtype=dtype, data=data, backend="cxxrtl")
+    assert r.samples == 12 and r.accuracy == (FloatNet(net).reference(dtype, data.x_test).argmax(1) == data.y_test).mean()
