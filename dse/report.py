@@ -468,8 +468,10 @@ def plot_formats(results: StudyResults, model: str, rows: pd.DataFrame) -> tuple
                 ax.axhline(float(ref.max()), color="0.3", ls="--", lw=1, label=f"float model ({ref.max():.2%})")
             ax.yaxis.set_major_formatter(_percent_formatter())
             ax.legend(fontsize="small", loc="best")
-        elif len(y.dropna()) and y.min() > 0 and y.max() / y.min() > 20:
+        elif len(y.dropna()) and y.min() > 0 and y.max() / y.min() > 8:
             ax.set_yscale("log")
+        if len(bits) and bits.min() > 0 and bits.max() / bits.min() > 4:
+            ax.set_xscale("log", base=2)       # 4 .. 64 bits: each doubling one step
         ax.set_xlabel("bits (weights + activations)")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3, which="both")
