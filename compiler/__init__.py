@@ -6,6 +6,9 @@
 The pipeline (compile_model) is a straight list of passes:
     trace       tinygrad output Tensors -> ordered kernels with buffer identities (frontend.py)
     lower       each kernel's flat UOp list -> typed KernelIR                     (lower.py)
+    bound       the declared input ranges carried through the model: every integer buffer and
+                accumulator gets the bounds of what it can hold, which size its memory, the
+                values computed from it and its register                          (bounds.py)
     parallelize lanes / reduce_unroll: unroll-and-jam of the innermost output loops, adder
                 trees for the innermost reductions, memories banked by layout     (transform.py)
     fuse_loops  loop_fusion: initialisation and result stores folded into the first and last
@@ -25,6 +28,7 @@ import os
 import sys
 
 from . import ir
+from .bounds import bound_values, declared_bounds
 from .config import HardwareConfig
 from .design import Design, build_design
 from .errors import CompileError, UnsupportedError
@@ -43,16 +47,22 @@ __all__ = ["HardwareConfig", "compile_model", "layer_names", "simulate", "simula
            "ExportedDesign", "CompileError", "UnsupportedError"]
 
 
-def compile_model(*outputs, config: HardwareConfig | None = None, stream=None) -> Design:
+def compile_model(*outputs, config: HardwareConfig | None = None, stream=None, input_ranges=None) -> Design:
     """Compile the computation of `outputs` (tinygrad Tensors) into hardware. `stream`: with
     schedule=dataflow, the input Tensor(s) that change from sample to sample (their memories
-    rotate through banks; the other inputs, weights, are loaded once); None: every input."""
+    rotate through banks; the other inputs, weights, are loaded once); None: every input.
+
+    `input_ranges`: {input Tensor (or model buffer id): (lo, hi)}, the values an integer input
+    may hold, when fewer than its dtype's (4-bit weights in an int8 Tensor: (-8, 7)). The
+    hardware is sized to them (compiler/bounds.py), and simulating or exporting with an input
+    outside its range is refused."""
     config = config or HardwareConfig()
     if not isinstance(config, HardwareConfig):
         raise TypeError(f"config must be a HardwareConfig, got {type(config).__name__}")
     shapes = tuple(tuple(int(d) for d in t.shape) for t in outputs)
     graph = trace(*outputs)
     sources = _dump("lower", [lower(k) for k in graph.kernels])
+    sources = _dump("bound", bound_values(graph, sources, declared_bounds(graph, input_ranges)))
     if config.fold == "auto" and config.layers:
         given = ", ".join(f"{k}@{i}" for i, st in config.layers for k, _ in st)
         raise CompileError(f"fold=auto chooses every layer's lanes and reduce_unroll; drop the per-layer settings ({given})")

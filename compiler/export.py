@@ -76,6 +76,8 @@ class PortFile:
     width: int                   # bits per word
     file: str                    # path relative to the export folder
     checked_words: int = 0       # output ports: words that hold an element (the rest is padding)
+    sign_extend: bool = False    # elements narrower than their dtype (a buffer's bounds), two's complement:
+                                 # sign-extend `width` bits to the dtype (else zero-extend)
 
 
 @dataclass(frozen=True)
@@ -191,7 +193,8 @@ def _write_memories(design: Design, out: Path, result: SimResult) -> list[PortFi
             hp = design.host_ports[i]
             name = f"mem/in{i}_b{buf}_k{ref.kernel}_{ref.name}.hex"
             atomic_write_text(out / name, _hex_lines(bank, hp.width))
-            ports.append(PortFile(i, "input", buf, ref.kernel, ref.name, hp.depth, hp.width, name))
+            ports.append(PortFile(i, "input", buf, ref.kernel, ref.name, hp.depth, hp.width, name,
+                                  sign_extend=hp.sign_extend))
     for buf in design.graph.outputs:
         dtype = design.graph.buffers[buf].dtype
         layout = design.banking_of(*design.host_buffers[buf].home).layout
@@ -203,7 +206,7 @@ def _write_memories(design: Design, out: Path, result: SimResult) -> list[PortFi
             name = f"mem/expected{i}_b{buf}_k{ref.kernel}_{ref.name}.hex"
             atomic_write_text(out / name, _hex_lines(bank, hp.width, used))
             ports.append(PortFile(i, "output", buf, ref.kernel, ref.name, hp.depth, hp.width, name,
-                                  int(np.count_nonzero(used))))
+                                  int(np.count_nonzero(used)), hp.sign_extend))
     return sorted(ports, key=lambda p: p.sel)
 
 
@@ -308,6 +311,10 @@ PROTOCOL = {
                   "counted from the cycle `start` is high in to the cycle `done` is high in",
     "layout": "a buffer's elements are spread over its banks by the compiler's layout (interface.json "
               "`host_ports`); the .hex files hold each bank's words in that order",
+    "widths": "a bank's words are `width` bits: its buffer's dtype, or fewer where the compiler knows the values "
+              "need fewer (declared input ranges, e.g. 4-bit weights in int8; sums as wide as they can get): "
+              "write the low `width` bits of each value; read back, a `sign_extend` bank's words are two's "
+              "complement (extend bit width-1), the others zero-extend",
     "persistence": "inputs stay in their memories across runs: write only what changes (e.g. the activations) "
                    "before the next start",
 }
@@ -375,7 +382,7 @@ def interface_markdown(info: dict[str, Any]) -> str:
     lines += ["", "Memory banks (`host_sel` = bank) and the files of their words:", "",
               "| host_sel | role | buffer | kernel memory | words | bits | file |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {p['sel']} | {p['role']} | {p['buffer']} | k{p['kernel']}.{p['memory']} | {p['depth']} | "
-              f"{p['width']} | `{p['file']}` |" for p in info["host_ports"]]
+              f"{p['width']}{' (signed)' if p.get('sign_extend') else ''} | `{p['file']}` |" for p in info["host_ports"]]
     lines += ["", "| buffer | role | dtype | elements | shape | host_sel |", "|---|---|---|---|---|---|"]
     lines += [f"| {b['buffer']} | {b['role']} | {b['dtype']} | {b['elements']} | {b['shape'] or '-'} | "
               f"{', '.join(map(str, b['host_sel']))} |" for b in info["buffers"]]

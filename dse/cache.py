@@ -102,7 +102,7 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
     does not know. A point that does not compile has no IR: its material is then its definition
     alone, marked `"compiled": False` (only its compile-time failure is stored under it)."""
     try:
-        model = ctx.model(point.model)
+        model = ctx.model(point.model).with_formats(point.formats())
     except KeyError:
         return None
     if model.trained is not None:
@@ -152,6 +152,8 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
         "timing": _timing_material(ctx),
         "synthesis": ctx.synthesis if ctx.synthesize else None,     # flat and per-unit counts differ
         "versions": versions(),
+        # the widths of the tool's quantiser (absent without format knobs: older keys stay)
+        **({"formats": point.formats().as_dict()} if point.formats() else {}),
     }
     from dse.limits import TimeLimitExceeded, time_limit
     from dse.models.user_model import import_reads, recording_reads
@@ -159,13 +161,15 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
     try:
         from compiler import compile_model
         from compiler.ir import fingerprint
-        from dse.models import zoo
+        from dse.evaluate import declared_input_ranges, point_arrays
         from dse.models.zoo import input_tensors
         with recording_reads() as reads, time_limit(ctx.stage_timeout_s, "building and compiling for the cache key"):
             config = point.hardware_config()
             built = model.build(point.dtype)
-            arrays = zoo.make_inputs(built, ctx.data_seed, rng)
-            design = compile_model(built.forward(*input_tensors(built, arrays)), config=config)
+            arrays, real = point_arrays(model, point.dtype, built, ctx.data_seed)      # as evaluate() compiles it
+            tensors = input_tensors(built, arrays)
+            design = compile_model(built.forward(*tensors), config=config,
+                                   input_ranges=declared_input_ranges(model, point.dtype, built, tensors, real))
         kernels = [fingerprint(k) for k in design.kernels]
     except TimeLimitExceeded:
         return None                     # evaluate() runs it uncached and reports the time-out

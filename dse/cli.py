@@ -72,10 +72,11 @@ def _illegal_knob_combinations(s, limit: int = 100_000) -> int:
     if s.knob_space_size > limit:
         return 0
     from compiler.config import HardwareConfig
+    from dse.models.widths import is_format_knob
     bad = 0
     for combo in s.knob_combinations():
-        try:
-            HardwareConfig.from_dict(dict(combo))
+        try:     # format knobs are the model's (dse.models.widths), not the hardware's
+            HardwareConfig.from_dict({k: v for k, v in combo.items() if not is_format_knob(k)})
         except (ValueError, TypeError):
             bad += 1
     return bad
@@ -92,7 +93,7 @@ def add_layers(p: argparse.ArgumentParser) -> None:
 
 def run_layers(args: argparse.Namespace) -> int:
     """Each model's layers (kernels) per dtype: the indices and names `<knob>@<layer>` takes."""
-    from dse.models.model import model_layers
+    from dse.models.model import model_layers, quantised_layers
     from dse.spec import load_spec
     s = load_spec(args.spec)
     models = [m for m in s.models if args.model in (None, m.name)]
@@ -103,7 +104,7 @@ def run_layers(args: argparse.Namespace) -> int:
         raise CliError(f"--dtype: {args.dtype!r} is not a dtype of study {s.study!r}; dtypes: {', '.join(s.dtypes)}")
     for m in models:
         by_names: dict[tuple[str, ...], list[str]] = {}
-        for dtype in (s.dtypes if args.dtype is None else (args.dtype,)):
+        for dtype in (s.model_dtypes(m.name) if args.dtype is None else (args.dtype,)):
             try:
                 names = tuple(model_layers(m, dtype))
             except Exception as e:          # noqa: BLE001 - the model's own error, said per dtype
@@ -113,6 +114,12 @@ def run_layers(args: argparse.Namespace) -> int:
         for names, dtypes in by_names.items():
             print(f"{m.name} ({', '.join(dtypes)}): {len(names)} layer{'s' * (len(names) != 1)}")
             for i, name in enumerate(names):
+                print(f"  {i}  {name}")
+        if m.trained is not None:
+            quantised = quantised_layers(m)
+            print(f"{m.name}: {len(quantised)} conv/dense layer{'s' * (len(quantised) != 1)} for weight_bits@ and "
+                  f"act_bits@")
+            for i, name in enumerate(quantised):
                 print(f"  {i}  {name}")
     print("Per-layer knobs in a spec: <knob>@<index or name>, e.g. lanes@0: [1, 4] (docs/knobs.md).")
     return EXIT_OK
@@ -240,6 +247,9 @@ def run_eval(args: argparse.Namespace) -> int:
                  if args.dtype in DTYPES else "")
         raise CliError(f"--dtype: unknown dtype {args.dtype!r} for study {spec.study!r}; "
                        f"the spec's dtypes: {', '.join(spec.dtypes)}{extra}")
+    if args.dtype not in spec.model_dtypes(args.model):
+        raise CliError(f"--dtype: model {args.model!r} runs {', '.join(spec.model_dtypes(args.model))} only (its "
+                       f"dtypes: in the spec)")
     base = {k.name: k.values[0] for k in spec.knobs}
     knobs = {**base, **parse_sets(args.sets, base)}
     target = args.target or str(spec.target)
@@ -561,13 +571,18 @@ def run_worker(args: argparse.Namespace) -> int:
 
 def add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", type=Path, help="a sweep's results folder, results/<study>/")
+    p.add_argument("--accuracy-loss", type=float, default=1.0, metavar="POINTS",
+                   help="name the smallest number format whose accuracy is at most this many percentage points "
+                        "below the float model's (default 1)")
 
 
 def run_report(args: argparse.Namespace) -> int:
     from dse.report import ReportError, load_study_results, write_report
+    if not 0 <= args.accuracy_loss <= 100:
+        raise CliError(f"--accuracy-loss: expected percentage points from 0 to 100, got {args.accuracy_loss:g}")
     try:
         results = load_study_results(args.results)
-        files = write_report(results)
+        files = write_report(results, accuracy_loss=args.accuracy_loss / 100)
     except ReportError as e:
         raise CliError(str(e)) from None
     if results.mixed_code:

@@ -24,7 +24,7 @@ from compiler.config import HardwareConfig
 from compiler.pnr.timing import TimingReport
 from compiler.synth.area import AreaReport
 from dse.models import zoo
-from dse.evaluate import Simulator, point_arrays
+from dse.evaluate import Simulator, declared_input_ranges, point_arrays
 from dse.models.zoo import input_tensors
 from dse.paths import JOURNAL
 from dse.spec import DesignPoint, Spec, TimingSpec
@@ -54,8 +54,10 @@ def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, d
     `bus` (compiler.bus.wrapper); `source` (e.g. the study and trial) is added to what the interface
     says the design is."""
     built = model.build(point.dtype)
-    arrays, _ = point_arrays(model, point.dtype, built, data_seed)   # trained weights, as evaluated
-    design = compile_model(built.forward(*input_tensors(built, arrays)), config=point.hardware_config())
+    arrays, real = point_arrays(model, point.dtype, built, data_seed)   # trained weights, as evaluated
+    tensors = input_tensors(built, arrays)
+    design = compile_model(built.forward(*tensors), config=point.hardware_config(),
+                           input_ranges=declared_input_ranges(model, point.dtype, built, tensors, real))
     measured = dict(measured or {})
     want = measured.get("cycles_model")
     if _present(want) and int(want) != design.cycle_model().total:

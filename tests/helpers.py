@@ -344,6 +344,28 @@ def cnn_onnx(path: Path, op: str = "MaxPool", w: dict | None = None) -> tuple[Pa
     return path, w
 
 
+def save_onnx(path: Path, nodes: list, consts: dict, input_shape: list, output_shape: list,
+              domains: tuple[str, ...] = ()) -> Path:
+    """An ONNX file of `nodes` (onnx.helper.make_node) on the input "x", with the initialisers
+    `consts` (name -> numpy array), ending in "y"; `domains`: custom operator sets it uses."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    graph = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, input_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, output_shape)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
+    opsets = [helper.make_opsetid("", 17)] + [helper.make_opsetid(d, 1) for d in domains]
+    onnx.save(helper.make_model(graph, opset_imports=opsets), path)
+    return path
+
+
+def onnx_reference(path: Path, x: np.ndarray) -> np.ndarray:
+    """The onnx package's own reference evaluator on samples x (float32), one run per sample
+    batch: an implementation of the graph independent of the tool's."""
+    pytest.importorskip("onnx")
+    from onnx.reference import ReferenceEvaluator
+    return np.asarray(ReferenceEvaluator(str(path)).run(None, {"x": np.asarray(x, np.float32)})[0], np.float64)
+
+
 # ---------------------------------------------------------------------------------------------
 # exported designs behind a bus, run by cocotb
 

@@ -106,6 +106,12 @@ def bus_testbench_verilog(bmap: BusMap, ports: Sequence[Any], *, bus: str, top: 
                       f"  initial $readmemh(\"{p.file}\", {arr});")
         c = b.container_bits
         where = f"// bank {p.sel}: buffer {p.buffer} ({b.dtype}), kernel {p.kernel} {p.memory}"
+
+        def want(i: str) -> str:
+            """Expected element `i` as the bus returns it: a narrow signed one sign-extended."""
+            if b.sign_extend and p.width < c:
+                return f"{{{{{c - p.width}{{{arr}[{i}][{p.width - 1}]}}}}, {arr}[{i}]}}"
+            return f"{arr}[{i}]"
         if p.role == "input" and c == 64:
             loads.append(f"    {where}\n    for (i = 0; i < {p.depth}; i = i + 1) begin\n"
                          f"      bus_write({b.offset} + 8 * i, {arr}[i][31:0], bad); errors = errors + bad;\n"
@@ -125,10 +131,10 @@ def bus_testbench_verilog(bmap: BusMap, ports: Sequence[Any], *, bus: str, top: 
                           f"      bus_read({b.offset} + 8 * i + 4, data, bad); errors = errors + bad; wide[63:32] = data;\n"
                           f"      if ((^{arr}[i]) !== 1'bx) begin\n"
                           f"        words = words + 1;\n"
-                          f"        if (wide !== {arr}[i]) begin\n"
+                          f"        if (wide !== {want('i')}) begin\n"
                           f"          errors = errors + 1;\n"
                           f"          if (errors <= 10) $display(\"MISMATCH bank %0d element %0d: got %h, expected %h\", "
-                          f"{p.sel}, i, wide, {arr}[i]);\n"
+                          f"{p.sel}, i, wide, {want('i')});\n"
                           f"        end\n      end\n    end")
         else:
             per = 32 // c
@@ -137,10 +143,10 @@ def bus_testbench_verilog(bmap: BusMap, ports: Sequence[Any], *, bus: str, top: 
                           f"      for (k = 0; k < {per}; k = k + 1)\n"
                           f"        if (i * {per} + k < {p.depth} && (^{arr}[i * {per} + k]) !== 1'bx) begin\n"
                           f"          words = words + 1;\n"
-                          f"          if (data[k * {c} +: {c}] !== {arr}[i * {per} + k]) begin\n"
+                          f"          if (data[k * {c} +: {c}] !== {want(f'i * {per} + k')}) begin\n"
                           f"            errors = errors + 1;\n"
                           f"            if (errors <= 10) $display(\"MISMATCH bank %0d element %0d: got %h, expected %h\", "
-                          f"{p.sel}, i * {per} + k, data[k * {c} +: {c}], {arr}[i * {per} + k]);\n"
+                          f"{p.sel}, i * {per} + k, data[k * {c} +: {c}], {want(f'i * {per} + k')});\n"
                           f"          end\n        end\n    end")
     tasks = (_AXI_TASKS if bus == "axi-lite" else _WISHBONE_TASKS).format(top=top)
     nl = "\n"

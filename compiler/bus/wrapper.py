@@ -116,8 +116,10 @@ class BankWindow:
     memory: str
     offset: int                          # byte offset of element 0
     elements: int                        # words of the bank (padding words of a layout included)
-    element_bits: int                    # the element's own width
+    element_bits: int                    # the element's own width (a narrow buffer's: its memory's)
     container_bits: int                  # 8, 16, 32 or 64: the element's place in the map
+    sign_extend: bool = False            # narrower than its dtype, in two's complement: read back
+                                         # sign-extended to the container (the dtype's value)
 
     @property
     def bytes(self) -> int:
@@ -172,7 +174,8 @@ class BusMap:
                               for r in self.registers],
                 "banks": [{"sel": b.sel, "role": b.role, "buffer": b.buffer, "dtype": b.dtype, "kernel": b.kernel,
                            "memory": b.memory, "offset": b.offset, "elements": b.elements,
-                           "element_bits": b.element_bits, "container_bits": b.container_bits, "bytes": b.bytes}
+                           "element_bits": b.element_bits, "container_bits": b.container_bits, "bytes": b.bytes,
+                           "sign_extend": b.sign_extend}
                           for b in self.banks],
                 "holders": [{"buffer": h.buffer, "role": h.role, "dtype": h.dtype, "elements": h.elements,
                              "dims": [[d.stride, d.extent, d.factor] for d in h.dims], "banks": list(h.banks)}
@@ -211,7 +214,7 @@ def bus_map(design: Design) -> BusMap:
                                   tuple(Dim(d.stride, d.extent, d.factor) for d in layout.dims),
                                   tuple(sel[r.kernel, r.slot] for r in refs)))
     banks = tuple(BankWindow(i, "input" if p.write else "output", p.buffer, dtype[p.buffer].name, p.kernel,
-                             names[i], (1 + i) * window, p.depth, p.width, container_bits(p.width))
+                             names[i], (1 + i) * window, p.depth, p.width, container_bits(p.width), p.sign_extend)
                   for i, p in enumerate(ports))
     return BusMap(window, banks, tuple(holders))
 
@@ -307,6 +310,9 @@ def _slave(m: Module, design: Design, bmap: BusMap, req: _Request, irq: Signal, 
     input_of = Array([Const(b.role == "input", 1) for b in bmap.banks] or [Const(0, 1)])
     masked = [b for b in bmap.banks if b.element_bits != b.container_bits]
     mask_of = Array([Const((1 << b.element_bits) - 1, 64) for b in bmap.banks] or [Const(0, 64)])
+    # a narrow signed element (an int32 sum stored in 25 bits) is read back sign-extended
+    extended = [b for b in bmap.banks if b.sign_extend and b.role == "output"]
+    sign_of = Array([Const(1 << (b.element_bits - 1) if b in extended else 0, 64) for b in bmap.banks] or [Const(0, 64)])
     bank = Signal(range(max(2, nbanks)))          # registered from here on
     cls = Signal(2)
     elem = Signal(elem_bits)            # the element the access is at (the word's first, then on)
@@ -347,6 +353,9 @@ def _slave(m: Module, design: Design, bmap: BusMap, req: _Request, irq: Signal, 
                     m.d.comb += [strobed.eq(1), word.eq(Cat(stage, wdat))]
     rword = Signal(64)
     m.d.comb += rword.eq(core.host_rdata & mask_of[bank] if masked else core.host_rdata)
+    if extended:
+        m.d.comb += rword.eq((core.host_rdata & mask_of[bank])
+                             | Mux((core.host_rdata & sign_of[bank]).any(), ~mask_of[bank], 0))
 
     m.d.comb += req.idle.eq(0)
     with m.FSM(name="bus"):

@@ -83,9 +83,11 @@ class HostPort:
     kernel: int
     slot: int                                    # the bank's buffer slot in the kernel hardware
     depth: int
-    width: int
+    width: int                                   # bits of its elements (a narrow buffer's: Design.narrow_buffers)
     write: bool
     read: bool
+    sign_extend: bool = False                    # elements narrower than their dtype in two's complement:
+                                                 # a reader sign-extends them (else zero-extends)
 
 
 def toposort_kernels(n: int, edges: set[tuple[int, int]], names: list[str] | None = None) -> list[int]:

@@ -3,7 +3,7 @@ innermost reductions, banked memory layouts (hw/layout.py). Also returns the ban
 split_deep and the builder read."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import ir
 from ..dtypes import BOOL, INT32
@@ -193,7 +193,7 @@ class _Unroller:
         for a in kernel.accs:
             for lane in (range(factors[replicated[a.index]]) if a.index in replicated else (None,)):
                 self.acc_index[a.index, lane] = len(self.accs)
-                self.accs.append(ir.AccDecl(len(self.accs), a.dtype))
+                self.accs.append(replace(a, index=len(self.accs)))
         self.memo: dict[tuple, ir.Value] = {}
         self.nodes: dict[tuple, ir.Value] = {}          # shared new nodes (counters, word addresses)
         self.deps: dict[int, frozenset[int]] = {}
@@ -207,7 +207,7 @@ class _Unroller:
             if bk.layout.is_plain:
                 buffers.append(b)
             else:
-                buffers += [ir.BufferDecl(s, b.dtype, bk.layout.words, b.loaded, b.stored) for s in bk.banks]
+                buffers += [replace(b, slot=s, size=bk.layout.words) for s in bk.banks]
         return ir.make_kernel(self.k.name, sorted(buffers, key=lambda b: b.slot), self.accs, body)
 
     # ---------------------------------------------------------------- statements
