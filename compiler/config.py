@@ -27,8 +27,9 @@ class HardwareConfig:
     fp_subnormals: "keep" (default, IEEE gradual underflow) or "flush" (subnormal inputs read
         as zero, subnormal results become zero: less logic, less accuracy near zero).
     acc_width: bits of the accumulator registers of integer reductions (None, the default:
-        the accumulator's dtype, e.g. 32). Why: an int8 dot product of length 784 needs 25 bits,
-        not 32; a narrower register saves flip-flops and adder LUTs. Cost: the datapath wraps
+        the bounds the overflow proof derives for the inputs' declared ranges, compiler/bounds.py,
+        else the accumulator's dtype, e.g. 32: an int8 dot product of length 784 gets 25 bits).
+        Set, every integer accumulator takes this width. Cost: the datapath wraps
         at this width, so results differ from the reference when the sum does not fit; the
         overflow proof (compiler.overflow) reports against this width whether it is safe.
         A width above the dtype's only adds flip-flops (the operations still wrap at the

@@ -416,6 +416,8 @@ def worst_case_inputs(design: Design, input_ranges: dict[int, tuple[float, float
 
 
 def _default(design: Design, buf: int) -> tuple[float, float]:
+    if buf in design.input_bounds:               # declared at compile time: the hardware holds no more
+        return design.input_bounds[buf]
     d = design.graph.buffers[buf].dtype
     if d.is_float:
         return (d.lowest, d.highest)

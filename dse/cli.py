@@ -130,14 +130,15 @@ def add_models(p: argparse.ArgumentParser) -> None:
 
 
 def run_models(args: argparse.Namespace) -> int:
-    from dse.models.zoo import DTYPES, MAX_ELEMENTS, ZOO
+    from dse.models.formats import DESCRIPTION
+    from dse.models.zoo import MAX_ELEMENTS, ZOO
     width = max(len(n) for n in ZOO)
     for m in ZOO.values():
         params = " ".join(f"{p.name}={p.default}" + ("" if (p.minimum, p.maximum) == (1, MAX_ELEMENTS)
                                                          else f" [{p.minimum}..{p.maximum:,}]") for p in m.params)
         print(f"{m.name:<{width}}  {params}")
         print(f"{'':<{width}}  {m.doc}")
-    print(f"\ndtypes: {', '.join(DTYPES)}. Use in a spec as `builtin: NAME` with `params: {{...}}`.\n"
+    print(f"\ndtypes: {DESCRIPTION}. Use in a spec as `builtin: NAME` with `params: {{...}}`.\n"
           f"Parameters range over 1..{MAX_ELEMENTS:,} unless [min..max] says otherwise, and no input may "
           f"exceed {MAX_ELEMENTS:,} elements (more than any FPGA target here holds).")
     return EXIT_OK

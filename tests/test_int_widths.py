@@ -12,7 +12,7 @@ import designs
 from compiler import CompileError, HardwareConfig, compile_model, simulate
 from compiler import dtypes as cdt
 from compiler.hw.bram import block_rams
-from compiler.overflow import analyze_overflow
+from compiler.overflow import analyze_overflow, worst_case_inputs
 from compiler.sim.memory_io import input_words
 from compiler.sim.pysim import Harness
 from compiler.synth.area import design_rtlil
@@ -43,6 +43,9 @@ def test_a_4_bit_weight_is_stored_multiplied_and_summed_at_its_width():
     assert design.narrow_buffers[design.graph.outputs[0]] == (17, True)
     report = analyze_overflow(design)
     assert report.safe and report.acc_bits_required == 17 and report.accumulators[0].width == 17
+    worst = worst_case_inputs(design, {})              # the declared range, not int8's
+    assert {int(v) for v in worst[design.buffer_of(W)]} <= {-8, 7}
+    assert np.array_equal(simulate(design, worst).outputs[0], Wn_x(worst, design, W, x))
     for backend in ("pysim", "cxxrtl"):
         result = simulate(design, backend=backend)
         assert np.array_equal(result.outputs[0], want) and result.cycles == design.cycle_model().total
@@ -126,6 +129,12 @@ def test_whole_word_writes_through_the_host_bus_are_bit_exact(order):
     assert any(p.word_writes for p in design.packs[0])
     got = cdt.from_words(_run_on_host_bus(design, word_major=order == "word"), cdt.INT32)
     assert np.array_equal(got, want)
+
+
+def Wn_x(arrays: dict, design, W, x) -> np.ndarray:
+    """W @ x in int64 for the arrays of `arrays` (buffer id -> flat data)."""
+    w = np.asarray(arrays[design.buffer_of(W)], np.int64).reshape(W.shape)
+    return w @ np.asarray(arrays[design.buffer_of(x)], np.int64)
 
 
 def _run_on_host_bus(design, *, word_major: bool) -> np.ndarray:
