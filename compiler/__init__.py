@@ -62,7 +62,9 @@ def compile_model(*outputs, config: HardwareConfig | None = None, stream=None) -
         raise CompileError(str(e)) from None
     if config.fold == "auto":
         from .fold import fold_auto
-        config = fold_auto(sources, config).config
+        buffers = [[(b.slot, graph.kernels[i].buffers[b.slot], b.loaded, b.stored) for b in k.buffers]
+                   for i, k in enumerate(sources)]
+        config = fold_auto(sources, config, buffers, frozenset(graph.outputs)).config
     layer = [config.for_layer(i) for i in range(len(sources))]
     parallel = [parallelize(k, c.lanes, c.reduce_unroll, fp_sum=c.fp_sum) for k, c in zip(sources, layer)]
     kernels = _dump("parallelize", [p.kernel for p in parallel])
