@@ -131,6 +131,8 @@ def simulate_many(design: Design, samples, inputs: dict | None = None, backend: 
         from .sim.cxxrtl import run_cxxrtl_many
         return run_cxxrtl_many(design, samples, inputs)
     if backend == "pysim":
-        from .sim.pysim import run_pysim
+        from .sim.pysim import run_pysim, run_pysim_stream
+        if design.flow is not None:           # streamed back to back, as with CXXRTL
+            return run_pysim_stream(design, samples, inputs)
         return [run_pysim(design, {**(inputs or {}), **s}) for s in samples]
     raise ValueError(f"unknown simulation backend {backend!r}; available: 'pysim', 'cxxrtl'")

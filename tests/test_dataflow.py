@@ -95,15 +95,27 @@ def test_fold_auto_refuses_per_layer_settings_and_unknown_layers_are_named():
         compile_model(y, config=HardwareConfig.from_dict({"schedule": "dataflow", "lanes@5": 2}))
 
 
-def test_dataflow_designs_refuse_pysim_and_export(tmp_path):
-    x, y = _mlp([16, 8, 4])
-    d = compile_model(y, config=HardwareConfig(schedule="dataflow"), stream=x)
-    with pytest.raises(CompileError, match="CXXRTL"):
-        simulate(d, backend="pysim")
-    from compiler import export_design
-    with pytest.raises(CompileError, match="schedule=sequential"):
-        export_design(design=d, out_dir=tmp_path / "x")
-    assert not (tmp_path / "x").exists()
+def test_pysim_streams_a_dataflow_design_as_the_sequential_design_computes_each_sample():
+    """pysim (compiler/sim/pysim.py run_pysim_stream) feeds samples back to back as CXXRTL does:
+    every sample's outputs equal the sequential design's run of it alone, its latency is the
+    model's and every interval the beat; simulate() of one sample is a stream of one."""
+    rng = np.random.default_rng(5)
+    x, y = _mlp([24, 16, 8, 4])
+    flow = compile_model(y, config=HardwareConfig.from_dict({"lanes@0": 4, "reduce_unroll@0": 2, "lanes@1": 2,
+                                                             "schedule": "dataflow"}), stream=x)
+    x2, y2 = _mlp([24, 16, 8, 4])
+    seq = compile_model(y2, config=HardwareConfig.from_dict({"lanes@0": 4, "reduce_unroll@0": 2, "lanes@1": 2}))
+    xs = [rng.integers(-128, 128, 24).astype(np.int8) for _ in range(5)]
+    got = simulate_many(flow, [{x: v} for v in xs], backend="pysim")
+    want = simulate_many(seq, [{x2: v} for v in xs], backend="pysim")
+    cm = flow.cycle_model()
+    assert flow.flow.depth == 5 and any(type(p).__name__ == "Copy" for p in flow.phases)
+    for n, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_array_equal(g.outputs[0], w.outputs[0])
+        assert g.cycles == cm.total and g.interval == cm.interval
+    one = simulate(flow, {x: xs[3]}, backend="pysim")
+    np.testing.assert_array_equal(one.outputs[0], want[3].outputs[0])
+    assert one.cycles == cm.total
 
 
 @pytest.mark.slow

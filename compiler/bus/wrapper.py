@@ -31,8 +31,9 @@ wrapper registers everything it drives into the design, so no path runs from the
 into a block RAM. One access is served at a time (registers in 3 cycles, a memory word in a
 few more: Wishbone pipelined masters see STALL until then).
 
-AXI-Stream (dataflow designs streaming samples back to back) needs a dataflow design, which the
-compiler does not build yet: `--bus axi-stream` is refused with that reason.
+AXI-Stream (a dataflow design streaming samples back to back): compiler/bus/stream.py, the
+same register file and windows with AXI-Stream ports beside them; refused for a sequential
+design, as axi-lite and wishbone are for a dataflow one (each with the reason).
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ from ..design import Design
 BUSES = ("native", "axi-lite", "wishbone")
 """`--bus` values: the design's own host bus, or a wrapper."""
 STREAM_BUSES = ("axi-stream",)
-"""Known, but only for dataflow designs (none yet): asked for, the reason is given."""
+"""For dataflow designs only (compiler/bus/stream.py): asked for with another, the reason is given."""
 
 DATA_BITS = 32
 ID_VALUE = 0x74687731                    # "thw1": the register map's identity and version
@@ -74,9 +75,12 @@ def check_bus(name: str) -> str:
 def check_wrappable(design: Design, bus: str) -> None:
     """BusError when `bus` cannot wrap `design`, saying why."""
     check_bus(bus)
-    if bus in STREAM_BUSES:
+    if bus in STREAM_BUSES and design.flow is None:
         raise BusError(f"bus {bus!r} streams samples into a dataflow design; {design.name()} is a "
                        "sequential design (memories loaded over a bus, then run): use axi-lite or wishbone")
+    if bus in WRAPPERS and design.flow is not None:
+        raise BusError(f"bus {bus!r} runs a design once per start; {design.name()} is a schedule=dataflow design "
+                       "that streams samples: use axi-stream (AXI4-Lite control beside AXI-Stream samples) or native")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -535,5 +539,8 @@ def wrap(design: Design, bus: str, bmap: BusMap | None = None) -> wiring.Compone
     that cannot wrap it)."""
     check_wrappable(design, bus)
     if bus not in WRAPPERS:
+        if bus in STREAM_BUSES:
+            from .stream import StreamWrapper
+            return StreamWrapper(design, bmap)
         raise BusError(f"bus {bus!r} is the design's own host bus: nothing to wrap")
     return WRAPPERS[bus](design, bmap)

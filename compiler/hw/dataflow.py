@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amaranth.hdl import Const, Module, Mux, Signal, Value
+from amaranth.lib.wiring import In
 
 from ..errors import CompileError
 from .layout import Banking
@@ -184,9 +185,17 @@ class DataflowTopHW(TopHW):
         super().__init__(kernels, phases, buffers, banking, shares, host_ports)
         self.flow = flow
 
+    @staticmethod
+    def members(host_ports) -> dict:
+        """As TopHW's, and a read address of its own (`host_rsel`, `host_raddr`): a sample's
+        inputs go in through host_sel/host_addr while an earlier sample's outputs come out."""
+        sig = TopHW.members(host_ports)
+        return {**sig, "host_rsel": In(sig["host_sel"].shape), "host_raddr": In(sig["host_addr"].shape)}
+
     @property
     def host_read_latency(self) -> int:
-        return 1 if self.kernels[0].config.mem_read == "sync" else 0
+        """1, as TopHW's below FANOUT_LEVEL: also with mem_read="comb" (measured: Icarus, tb.v)."""
+        return 1
 
     def elaborate(self, platform):
         m = Module()
@@ -224,15 +233,19 @@ class DataflowTopHW(TopHW):
         for r in flow.rings:
             k = self.kernels[r.place[0]]
             idx, n = index[r.banks], r.banks
-            m.d.comb += getattr(k, f"b{r.place[1]}_kbank").eq(idx)
+            kb = idx
             if r.outside == "out":
                 ob = mod(idx + 1, n)
             elif self._host_written(r.place):       # the bank of the next beat's sample: + its level
                 nxt = Mux(busy, mod(idx + 1, n), idx)
                 ob = mod(nxt + r.shift, n)
+                if r.shift % n == 0:
+                    # while no beat runs the host writes the next beat's bank, which is the
+                    # kernel's: the kernel (idle) points elsewhere, or it would keep the port
+                    kb = Mux(busy, idx, mod(idx + 1, n))
             else:
                 ob = mod(idx + n - 1, n)
-            m.d.comb += getattr(k, f"b{r.place[1]}_obank").eq(ob)
+            m.d.comb += [getattr(k, f"b{r.place[1]}_kbank").eq(kb), getattr(k, f"b{r.place[1]}_obank").eq(ob)]
 
         # ---- host bus: streamed inputs and outputs any time, other memories while no beat runs
         ring_places = {r.place for r in flow.rings}
@@ -246,11 +259,12 @@ class DataflowTopHW(TopHW):
                              self.port(hp.kernel, hp.slot, "wdata").eq(self.host_wdata),
                              self.port(hp.kernel, hp.slot, "we").eq(self.host_we & selected & in_range & free)]
             if hp.read:
-                m.d.comb += self.port(hp.kernel, hp.slot, "raddr").eq(Mux(selected & in_range, self.host_addr, 0))
+                rd = (self.host_rsel == i) & (self.host_raddr < hp.depth)
+                m.d.comb += self.port(hp.kernel, hp.slot, "raddr").eq(Mux(rd, self.host_raddr, 0))
                 read_ports.append((i, hp))
-        rsel = Signal.like(self.host_sel, name="rsel")
-        m.d.sync += rsel.eq(self.host_sel)
-        with m.Switch(rsel if sync_reads else self.host_sel):
+        rsel = Signal.like(self.host_rsel, name="rsel")
+        m.d.sync += rsel.eq(self.host_rsel)
+        with m.Switch(rsel if sync_reads else self.host_rsel):
             for i, hp in read_ports:
                 with m.Case(i):
                     m.d.comb += self.host_rdata.eq(self.port(hp.kernel, hp.slot, "rdata"))
