@@ -191,7 +191,8 @@ def _export_stream(*, design: Design, out_dir: str | Path, backend: str, area, t
     cm = design.cycle_model()
     out = Path(out_dir)
     (out / "mem").mkdir(parents=True, exist_ok=True)
-    for stale in [*(out / "mem").glob("in*.hex"), *(out / "mem").glob("expected*.hex")]:
+    for stale in [*(out / "mem").glob("in*.hex"), *(out / "mem").glob("expected*.hex"),
+                  *(out / "mem").glob("stream_*.hex")]:
         stale.unlink()
     verilog = write_verilog(design, out, top=top, timeout=timeout, module=wrapper)
     ports = stream_memories(design, out, given, results, PortFile)
@@ -202,11 +203,14 @@ def _export_stream(*, design: Design, out_dir: str | Path, backend: str, area, t
         for stale in (out / "tinyhw.h", out / "tinyhw.c", out / f"{top}.h"):
             stale.unlink(missing_ok=True)
     else:
-        c_files = _stream_bus_files(design, wrapper, ports, out, top=top, samples=len(given))
+        c_files = _stream_bus_files(design, wrapper, ports, out, top=top, samples=given, results=results)
     info = interface(design, ports, top=top, cycles=cm.total, area=area, timing=timing, source=source,
                      module=wrapper, bus=bus, bmap=None if wrapper is None else wrapper.bmap)
     if wrapper is None:
         info["protocol"] = STREAM_PROTOCOL
+    else:
+        from .bus.stream import STREAM_BUS_PROTOCOL
+        info["protocol"] = STREAM_BUS_PROTOCOL
     info["stream"] = stream_info(design, wrapper, samples=len(given))
     atomic_write_text(out / "interface.json", json.dumps(info, indent=2) + "\n")
     atomic_write_text(out / "interface.md", interface_markdown(info))
@@ -214,11 +218,15 @@ def _export_stream(*, design: Design, out_dir: str | Path, backend: str, area, t
                           cm.total, design, bus, tuple(c_files), cm.interval, len(given))
 
 
-def _stream_bus_files(design, wrapper, ports, out, *, top, samples) -> list[Path]:
-    from .bus.stream import stream_c_files, stream_testbench
-    atomic_write_text(out / "tb.v", stream_testbench(wrapper, ports, top=top, samples=samples))
+def _stream_bus_files(design, wrapper, ports, out, *, top, samples, results) -> list[Path]:
+    """An axi-stream export's tb.v, the streams' words (mem/stream_*.hex) and C files."""
+    from .bus.stream import stream_c_files, stream_testbench, stream_words
+    ins, outs = stream_words(design, wrapper.plan, samples, results)
+    atomic_write_text(out / "mem" / "stream_in.hex", ins)
+    atomic_write_text(out / "mem" / "stream_out.hex", outs)
+    atomic_write_text(out / "tb.v", stream_testbench(wrapper, ports, top=top, samples=len(samples)))
     files = []
-    for name, text in stream_c_files(wrapper, top=top):
+    for name, text in stream_c_files(wrapper, top=top, cycles=wrapper.plan.beat):
         atomic_write_text(out / name, text)
         files.append(out / name)
     return files
@@ -421,7 +429,7 @@ def interface(design: Design, ports: list[PortFile], *, top: str, cycles: int,
         "ports": port_list,
         "host_ports": [asdict(p) for p in ports],
         "buffers": buffers,
-        "protocol": PROTOCOL if module is None else BUS_PROTOCOL[bus],
+        "protocol": PROTOCOL if module is None else BUS_PROTOCOL.get(bus),     # axi-stream: _export_stream's
         "bus": {"kind": bus, **({} if bmap is None else {"map": bmap.as_dict(), "c": ["tinyhw.h", "tinyhw.c", f"{top}.h"]})},
         "host_read_latency": design.top.host_read_latency,
         "cycles": {"total": cycles, "kernels": [list(k) for k in cm.kernels], "copies": cm.copies,

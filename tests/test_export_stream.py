@@ -14,35 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tinygrad import Tensor, dtypes
-
 from compiler import CompileError, HardwareConfig, compile_model, export_design
 from compiler.bus.wrapper import BusError
+from helpers import int8_mlp
 
 TOOL_FIXTURES = ()
 
 needs_iverilog = pytest.mark.skipif(shutil.which("iverilog") is None,
                                     reason="Icarus Verilog not installed (apt-get install iverilog; .ci/run does)")
-
-
-def mlp(sizes, seed=0, shift=7):
-    """An int8 MLP (relu, shift, clamp between layers): x, the output Tensor, and numpy's model."""
-    rng = np.random.default_rng(seed)
-    ws = [rng.integers(-128, 128, (b, a)).astype(np.int8) for a, b in zip(sizes, sizes[1:])]
-    x = Tensor(rng.integers(-128, 128, sizes[0]).astype(np.int8))
-    h = x
-    for i, w in enumerate(ws):
-        acc = Tensor(w).cast(dtypes.int32) @ h.cast(dtypes.int32)
-        h = acc if i == len(ws) - 1 else (acc.relu() >> shift).minimum(127).cast(dtypes.int8)
-
-    def ref(v):
-        v = v.astype(np.int32)
-        for i, w in enumerate(ws):
-            v = w.astype(np.int32) @ v
-            if i < len(ws) - 1:
-                v = np.minimum(np.maximum(v, 0) >> shift, 127).astype(np.int32)
-        return v
-    return x, h, ref
 
 
 def run_testbench(out: Path) -> subprocess.CompletedProcess:
@@ -87,7 +66,7 @@ def break_one_word(out: Path) -> None:
     ([64, 8, 4], {"lanes@0": 8, "reduce_unroll@0": 8, "lanes@1": 4}, False)],
     ids=["copy-depth5", "p3-in-place", "between-beats"])
 def test_a_streamed_export_passes_its_testbench_and_fails_on_a_wrong_word(tmp_path, sizes, knobs, back_to_back):
-    x, y, ref = mlp(sizes)
+    x, y, ref = int8_mlp(sizes)
     design = compile_model(y, config=HardwareConfig.from_dict({**knobs, "schedule": "dataflow"}), stream=x)
     exp = export_design(design=design, out_dir=tmp_path, backend="pysim")
     cm = design.cycle_model()
@@ -115,14 +94,14 @@ def test_a_streamed_export_passes_its_testbench_and_fails_on_a_wrong_word(tmp_pa
 
 
 def test_streamed_exports_refuse_what_they_cannot_take(tmp_path):
-    x, y, _ = mlp([16, 8, 4])
+    x, y, _ = int8_mlp([16, 8, 4])
     design = compile_model(y, config=HardwareConfig(schedule="dataflow"), stream=x)
     with pytest.raises(BusError, match="is a schedule=dataflow design that streams samples: use axi-stream"):
         export_design(design=design, out_dir=tmp_path / "a", bus="axi-lite")
     weights = next(b for b in design.graph.inputs if b not in design.flow.streamed)
     with pytest.raises(CompileError, match=rf"samples\[0\]: input buffer\(s\) \[{weights}\] are not streamed"):
         export_design(design=design, out_dir=tmp_path / "b", samples=[{weights: np.zeros(32, np.int8)}])
-    x, y, _ = mlp([16, 8, 4])
+    x, y, _ = int8_mlp([16, 8, 4])
     seq = compile_model(y)
     with pytest.raises(CompileError, match="sequential design: it takes no stream of samples"):
         export_design(design=seq, out_dir=tmp_path / "c", samples=[{x: np.zeros(16, np.int8)}])
