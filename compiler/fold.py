@@ -70,7 +70,8 @@ class _Built:
 
 
 def _plain(config: HardwareConfig, lanes: int, unroll: int) -> HardwareConfig:
-    return replace(config, lanes=lanes, reduce_unroll=unroll, layers=(), fold="manual", target_interval=None)
+    return replace(config, lanes=lanes, reduce_unroll=unroll, layers=(), fold="manual", target_interval=None,
+                   fold_budget=None)
 
 
 @lru_cache(maxsize=4096)
@@ -98,7 +99,10 @@ def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig,
     """Every layer's folding for `config.target_interval` (module docstring); a CompileError
     naming the closest interval when no folding reaches it. `buffers`: per kernel, its
     (slot, model buffer, loaded, stored), and `outputs` the model's output buffers: with them a
-    dataflow fold prefers in-place hand-overs (module docstring)."""
+    dataflow fold prefers in-place hand-overs (module docstring). With `config.fold_budget`
+    instead of a target: the fold of the least interval whose multipliers fit the budget."""
+    if config.fold_budget is not None:
+        return _within_budget(kernels, config, buffers, outputs)
     target = config.target_interval
     assert target is not None
     lists = [candidates(k) for k in kernels]
@@ -219,3 +223,35 @@ def _in_place(kernels, config, lists, picks, buffers, outputs):
         if not moved:
             break
     return choice
+
+
+def _within_budget(kernels, config, buffers, outputs) -> Fold:
+    """The least target interval whose fold spends at most `config.fold_budget` multipliers
+    (lanes x reduce_unroll summed over the layers), found by bisection: a fold's parallelism
+    never rises with the target (each layer takes the least that meets it)."""
+    budget = config.fold_budget
+    if budget < len(kernels):
+        raise CompileError(f"fold=auto: fold_budget={budget} multipliers is fewer than the model's {len(kernels)} "
+                           f"layers, each of which needs one; the least budget is {len(kernels)}")
+    base = [stage_cycles(k, config, 1, 1) for k in kernels]
+    if any(b is None for b in base):
+        raise CompileError("fold=auto: a layer does not compile with lanes=1, reduce_unroll=1")
+
+    def fold_at(target: int) -> Fold | None:
+        try:
+            fold = fold_auto(kernels, replace(config, fold_budget=None, target_interval=target), buffers, outputs)
+        except CompileError:
+            return None
+        return fold if sum(lanes * unroll for _, lanes, unroll, _ in fold.stages) <= budget else None
+
+    lo, hi = 1, max(base) if config.schedule == "dataflow" else sum(base)   # at hi every layer is 1 x 1
+    best = fold_at(hi)
+    assert best is not None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        fold = fold_at(mid)
+        if fold is None:
+            lo = mid + 1
+        else:
+            hi, best = mid, fold
+    return Fold(replace(best.config, fold_budget=budget, target_interval=None), best.stages)

@@ -179,3 +179,23 @@ def test_fold_auto_prefers_foldings_that_hand_over_in_place():
     x, y = _mlp([64, 72, 72, 8, 72, 72, 64])
     m = compile_model(y, config=HardwareConfig.from_dict({**manual, "schedule": "dataflow", "fp_pipeline": 3}), stream=x)
     assert m.cycle_model().interval == 92 and m.flow.depth == 9
+
+
+def test_fold_budget_takes_the_least_interval_within_its_multipliers():
+    x, y = _mlp([64, 72, 8, 72])
+    d = compile_model(y, config=HardwareConfig(schedule="dataflow", fold="auto", fold_budget=40), stream=x)
+    par = [dict(st)["lanes"] * dict(st)["reduce_unroll"] for _, st in d.config.layers]
+    interval = d.cycle_model().interval
+    assert sum(par) <= 40 and d.config.fold_budget == 40 and d.config.target_interval is None
+    # one cycle less needs more multipliers than the budget
+    x, y = _mlp([64, 72, 8, 72])
+    tighter = compile_model(y, config=HardwareConfig(schedule="dataflow", fold="auto", target_interval=interval - 1),
+                            stream=x)
+    assert sum(dict(st)["lanes"] * dict(st)["reduce_unroll"] for _, st in tighter.config.layers) > 40
+    x, y = _mlp([64, 72, 8, 72])
+    with pytest.raises(CompileError, match="fold_budget=2 multipliers is fewer than the model's 3 layers"):
+        compile_model(y, config=HardwareConfig(schedule="dataflow", fold="auto", fold_budget=2), stream=x)
+    with pytest.raises(ValueError, match="not both"):
+        HardwareConfig(fold="auto", fold_budget=10, target_interval=100)
+    with pytest.raises(ValueError, match="fold_budget: expected a positive integer"):
+        HardwareConfig(fold="auto", fold_budget=0)
