@@ -232,31 +232,66 @@ def test_the_plain_verilog_bus_testbench_passes_and_fails_on_a_wrong_word(export
 # ---------------------------------------------------------------------------------------------
 # AXI-Stream: a dataflow design streaming samples (compiler/bus/stream.py)
 
-@pytest.fixture(scope="module")
-def streamed(tmp_path_factory):
-    """An int8 MLP 24-16-8-4 as a dataflow design (per-layer folding, a copy: depth 5, beat 65)
-    exported behind axi-stream with four samples; mem/stream_out.hex checked against numpy."""
+def two_heads() -> tuple:
+    """x read by two kernels (written into both kernels' banks from one s_axis element), an
+    int32 and an int16 output (one m_axis frame), depth 1."""
+    rng = np.random.default_rng(3)
+    xa = rng.integers(-128, 128, 12).astype(np.int8)
+    w1, w2 = rng.integers(-128, 128, (5, 12)).astype(np.int8), rng.integers(-128, 128, (3, 12)).astype(np.int8)
+    x = Tensor(xa)
+    y1 = Tensor(w1).cast(dtypes.int32) @ x.cast(dtypes.int32)
+    y2 = (Tensor(w2).cast(dtypes.int32) @ x.cast(dtypes.int32)).cast(dtypes.int16)
+    design = compile_model(y1, y2, config=HardwareConfig.from_dict({"schedule": "dataflow", "lanes@1": 3,
+                                                                    "reduce_unroll@0": 2}), stream=x)
+
+    def ref(v):
+        v = v.astype(np.int32)
+        return np.concatenate([(w1.astype(np.int32) @ v).view(np.uint32),
+                               (w2.astype(np.int32) @ v).astype(np.int16).view(np.uint16).astype(np.uint32)])
+    return design, x, ref
+
+
+def mlp_stream() -> tuple:
+    """An int8 MLP 24-16-8-4 (per-layer folding, a copy: depth 5, beat 65)."""
     x, y, ref = int8_mlp([24, 16, 8, 4])
     design = compile_model(y, config=HardwareConfig.from_dict(
         {"lanes@0": 4, "reduce_unroll@0": 2, "lanes@1": 2, "schedule": "dataflow"}), stream=x)
-    out = tmp_path_factory.mktemp("stream")
-    exp = export_design(design=design, out_dir=out, bus="axi-stream", backend="pysim")
-    data = np.asarray(design.graph.buffers[design.buffer_of(x)].data).reshape(-1)
-    words = [int(w, 16) for w in (out / "mem" / "stream_out.hex").read_text().split()]
-    got = np.array(words, dtype=np.uint32).view(np.int32).reshape(4, 4)
-    for n in range(4):                      # the samples: the design's data rolled by 0..3
-        np.testing.assert_array_equal(got[n], ref(np.roll(data, n)))
-    return design, exp, out
+    return design, x, lambda v: ref(v).view(np.uint32)
+
+
+STREAM_POINTS = {"mlp": mlp_stream, "two_heads": two_heads}
+
+
+@pytest.fixture(scope="module")
+def streamed(tmp_path_factory):
+    """name -> (design, export, folder): exported behind axi-stream once for the module, with
+    four samples; mem/stream_out.hex checked against numpy sample by sample."""
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            design, x, ref = STREAM_POINTS[name]()
+            out = tmp_path_factory.mktemp(f"stream-{name}")
+            exp = export_design(design=design, out_dir=out, bus="axi-stream", backend="pysim")
+            data = np.asarray(design.graph.buffers[design.buffer_of(x)].data).reshape(-1)
+            got = np.array([int(w, 16) for w in (out / "mem" / "stream_out.hex").read_text().split()], dtype=np.uint32)
+            got = got.reshape(4, -1)
+            for n in range(4):              # the samples: the design's data rolled by 0..3
+                np.testing.assert_array_equal(got[n], ref(np.roll(data, n)))
+            cache[name] = (design, exp, out)
+        return cache[name]
+    return get
 
 
 @pytest.mark.slow
 @needs_iverilog
-@pytest.mark.parametrize("mode", ["", "backpressure"])
-def test_cocotb_streams_samples_through_axi_stream(streamed, monkeypatch, mode):
-    design, _, out = streamed
+@pytest.mark.parametrize("name,mode", [("mlp", ""), ("mlp", "backpressure"), ("two_heads", "")])
+def test_cocotb_streams_samples_through_axi_stream(streamed, monkeypatch, name, mode):
+    design, _, out = streamed(name)
     log = run_cocotb(out, testcase="run_stream", env={"TINYHW_STREAM_MODE": mode}, monkeypatch=monkeypatch)
     line = pass_line(log)
-    assert line.startswith(f"PASS: 4 samples over axi-stream ({mode or 'back to back'}), 16 output elements match")
+    words = 4 * sum(design.graph.buffers[b].size for b in design.graph.outputs)
+    assert line.startswith(f"PASS: 4 samples over axi-stream ({mode or 'back to back'}), {words} output elements match")
     beat = design.cycle_model().interval
     if not mode:                            # back to back, never stalled: every frame one beat after the last
         assert f"frames [{beat}] cycles apart (beat {beat})" in line
@@ -265,7 +300,7 @@ def test_cocotb_streams_samples_through_axi_stream(streamed, monkeypatch, mode):
 @pytest.mark.slow
 @needs_iverilog
 def test_the_plain_verilog_stream_testbench_passes_and_fails_on_a_wrong_element(streamed, tmp_path):
-    design, exp, out = streamed
+    design, exp, out = streamed("mlp")
     copy = tmp_path / "hw"
     shutil.copytree(out, copy, ignore=shutil.ignore_patterns("sim_build", "*.so"))
     run = run_plain(copy)
@@ -285,7 +320,7 @@ def test_the_plain_verilog_stream_testbench_passes_and_fails_on_a_wrong_element(
 @pytest.mark.slow
 @needs_cc
 def test_the_stream_interface_and_c_header_state_the_streams(streamed, tmp_path):
-    design, exp, out = streamed
+    design, exp, out = streamed("mlp")
     info = json.loads(exp.interface_json.read_text())
     axis = info["stream"]["axis"]
     assert (axis["in_bits"], axis["out_bits"], axis["in_elements"], axis["out_elements"]) == (8, 32, 24, 4)

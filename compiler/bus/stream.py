@@ -453,7 +453,7 @@ module tb;
 
   integer cyc = 0;
   always @(negedge clk) cyc <= cyc + 1;
-  integer i, k, n, e, errors, words;
+  integer i, k, n, e, sn, si, errors, words;     // sn, si: the source's own (it runs beside the sink)
   integer in_last [0:SAMPLES - 1];
   integer out_first [0:SAMPLES - 1];
   integer out_last [0:SAMPLES - 1];
@@ -473,11 +473,11 @@ module tb;
     fork
       begin   // the source: one element a cycle while s_tready allows
         @(negedge clk);
-        for (n = 0; n < SAMPLES; n = n + 1)
-          for (i = 0; i < IN_ELEMENTS; i = i + 1) begin
-            s_tdata = sin[n * IN_ELEMENTS + i]; s_tvalid = 1; s_tlast = i == IN_ELEMENTS - 1;
+        for (sn = 0; sn < SAMPLES; sn = sn + 1)
+          for (si = 0; si < IN_ELEMENTS; si = si + 1) begin
+            s_tdata = sin[sn * IN_ELEMENTS + si]; s_tvalid = 1; s_tlast = si == IN_ELEMENTS - 1;
             while (s_tready !== 1'b1) @(negedge clk);
-            if (i == IN_ELEMENTS - 1) in_last[n] = cyc;   // taken at the next rising edge
+            if (si == IN_ELEMENTS - 1) in_last[sn] = cyc;   // taken at the next rising edge
             @(negedge clk);
           end
         s_tvalid = 0; s_tlast = 0;
