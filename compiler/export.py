@@ -124,6 +124,9 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
     check_bus(bus)
     if design.flow is not None:
         check_wrappable(design, bus)
+        if result is not None:
+            raise CompileError(f"{design.name()} is a schedule=dataflow design: its export simulates its samples "
+                               "streamed back to back; pass `samples`, not `result`")
         return _export_stream(design=design, out_dir=out_dir, backend=backend, area=area, timing=timing, top=top,
                               source=source, timeout=timeout, bus=bus, samples=samples)
     if samples is not None:
@@ -486,6 +489,8 @@ def interface_markdown(info: dict[str, Any]) -> str:
                   + ("that fits inside a beat, so beats run back to back."
                      if st["back_to_back"] else "that takes longer than a beat over the native host bus: the "
                      "testbench moves them between beats."),
+                  f"Streamed inputs (a new one each sample): buffer(s) {', '.join(map(str, st['streamed_inputs']))}; "
+                  "the other inputs (weights) are loaded once. "
                   f"The testbench streams {st['samples']} samples (mem/*.hex hold each streamed bank's words "
                   "sample after sample).", ""]
         if "axis" in st:

@@ -358,9 +358,9 @@ endmodule
 STREAM_PROTOCOL = {
     "clock": "one clock `clk`, all logic on its rising edge; `rst` is a synchronous reset (active high)",
     "handshake": "start/done per beat: with `start` high while no beat runs a beat starts; held high, beats run "
-                 "back to back, each exactly `cycles.interval` cycles; `done` is high in the cycle after a beat's "
+                 "back to back, each exactly `stream.beat` cycles; `done` is high in the cycle after a beat's "
                  "last (the next beat's first); `busy` while a beat runs",
-    "stream": "beat t takes sample t in and completes the outputs of sample t - depth + 1 (`cycles.depth`); "
+    "stream": "beat t takes sample t in and completes the outputs of sample t - depth + 1 (`stream.depth`); "
               "sample t's streamed inputs are written before beat t starts (during beat t-1 or while no beat "
               "runs) and its outputs read after beat t + depth - 1 is done and before beat t + depth + 1 starts "
               "(during beat t + depth, or while no beat runs); the first depth - 1 beats complete no sample",

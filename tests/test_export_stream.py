@@ -101,11 +101,13 @@ def test_streamed_exports_refuse_what_they_cannot_take(tmp_path):
     weights = next(b for b in design.graph.inputs if b not in design.flow.streamed)
     with pytest.raises(CompileError, match=rf"samples\[0\]: input buffer\(s\) \[{weights}\] are not streamed"):
         export_design(design=design, out_dir=tmp_path / "b", samples=[{weights: np.zeros(32, np.int8)}])
+    with pytest.raises(CompileError, match="pass `samples`, not `result`"):
+        export_design(design=design, out_dir=tmp_path / "d", result=object())
     x, y, _ = int8_mlp([16, 8, 4])
     seq = compile_model(y)
     with pytest.raises(CompileError, match="sequential design: it takes no stream of samples"):
         export_design(design=seq, out_dir=tmp_path / "c", samples=[{x: np.zeros(16, np.int8)}])
-    assert not any((tmp_path / d).exists() for d in "abc")
+    assert not any((tmp_path / d).exists() for d in "abcd")
 
 
 SPEC = """\
