@@ -259,7 +259,15 @@ def mlp_stream() -> tuple:
     return design, x, lambda v: ref(v).view(np.uint32)
 
 
-STREAM_POINTS = {"mlp": mlp_stream, "two_heads": two_heads}
+def mlp_stream_p3() -> tuple:
+    """An int8 MLP 16-8-4 at fp_pipeline 3: the design's host bus registered (a write lands a
+    cycle late, a read's word comes 4 cycles after its address)."""
+    x, y, ref = int8_mlp([16, 8, 4])
+    design = compile_model(y, config=HardwareConfig(schedule="dataflow", lanes=2, fp_pipeline=3), stream=x)
+    return design, x, lambda v: ref(v).view(np.uint32)
+
+
+STREAM_POINTS = {"mlp": mlp_stream, "two_heads": two_heads, "mlp_p3": mlp_stream_p3}
 
 
 @pytest.fixture(scope="module")
@@ -285,7 +293,7 @@ def streamed(tmp_path_factory):
 
 @pytest.mark.slow
 @needs_iverilog
-@pytest.mark.parametrize("name,mode", [("mlp", ""), ("mlp", "backpressure"), ("two_heads", "")])
+@pytest.mark.parametrize("name,mode", [("mlp", ""), ("mlp", "backpressure"), ("two_heads", ""), ("mlp_p3", "")])
 def test_cocotb_streams_samples_through_axi_stream(streamed, monkeypatch, name, mode):
     design, _, out = streamed(name)
     log = run_cocotb(out, testcase="run_stream", env={"TINYHW_STREAM_MODE": mode}, monkeypatch=monkeypatch)

@@ -26,12 +26,14 @@ sets STATUS.DONE and the interrupt. Weights are written through the memory windo
 stream is stopped and drained (STATUS.BUSY low).
 
 **Cycles.** The beat is the design's (`interval` in interface.json); with `s_axis` never
-empty and `m_axis` never stalled, samples come out every max(beat, writes + 1, reads + 2)
-cycles (writes: a sample's element writes, one a cycle; reads: its output elements), the beat
+empty and `m_axis` never stalled, samples come out every max(beat, writes + 1, reads + 2 +
+delay) cycles (writes: a sample's element writes, one a cycle; reads: its output elements;
+delay: the design's host_delay, 1 from fp_pipeline 3 where its bus is registered), the beat
 whenever a sample's words fit in it (`keeps_up`). The first output element of a sample entering
-an idle pipeline comes depth x beat + FIRST_OUTPUT_EXTRA cycles after its last input element is
-taken (the beat starts 2 cycles after that element; 4 after the beat that completes it the
-element is in the FIFO's output).
+an idle pipeline comes depth x beat + 5 + host_read_latency cycles after its last input element
+is taken (the beat starts 2 cycles after that element; the completed sample's first read is
+issued the cycle after the beat's done, its address registered here, its word on host_rdata
+host_read_latency cycles later, in the FIFO the next).
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ from .wrapper import (BusError, BusMap, Register, _Request, _slave, axi_lite_fro
                       container_bits)
 
 STREAM_ID = 0x74687732                   # "thw2": the streaming register map
-FIRST_OUTPUT_EXTRA = 6                   # cycles: see the module docstring
+FIRST_OUTPUT_EXTRA = 5                   # cycles, + the design's host_read_latency: the module docstring
 FIFO_DEPTH = 8                           # output elements between the design and m_axis
 
 STREAM_REGISTERS = (
@@ -103,6 +105,8 @@ class StreamPlan:
     outputs: tuple[tuple[int, str, int], ...]
     beat: int
     depth: int
+    read_latency: int                    # the design's host_read_latency
+    delay: int                           # its host_delay: pins to a memory's port
 
     @property
     def in_elements(self) -> int:
@@ -115,7 +119,7 @@ class StreamPlan:
     @property
     def interval(self) -> int:
         """Cycles between samples on the streams with s_axis never empty and m_axis never stalled."""
-        return max(self.beat, len(self.writes) + 1, len(self.reads) + 2)
+        return max(self.beat, len(self.writes) + 1, len(self.reads) + 2 + self.delay)
 
     @property
     def keeps_up(self) -> bool:
@@ -125,7 +129,7 @@ class StreamPlan:
     def first_output(self) -> int:
         """Cycles from a sample's last input element taken (into an idle pipeline) to its first
         output element valid on m_axis."""
-        return self.depth * self.beat + FIRST_OUTPUT_EXTRA
+        return self.depth * self.beat + FIRST_OUTPUT_EXTRA + self.read_latency
 
 
 def _positions(design: Design, place, size: int) -> dict[int, tuple[int, int]]:
@@ -174,8 +178,9 @@ def stream_plan(design: Design) -> StreamPlan:
         outputs.append((buf, graph.buffers[buf].dtype.name, hb.size))
     in_bits = max(container_bits(graph.buffers[b].dtype.bits) for b, _, _ in inputs)
     out_bits = max(container_bits(graph.buffers[b].dtype.bits) for b, _, _ in outputs)
+    top = design.top
     return StreamPlan(tuple(writes), tuple(reads), in_bits, out_bits, tuple(inputs), tuple(outputs),
-                      flow.beat, flow.depth)
+                      flow.beat, flow.depth, top.host_read_latency, top.host_delay)
 
 
 def stream_bus_map(design: Design) -> BusMap:
@@ -274,7 +279,10 @@ class StreamControl:
         reading = Signal(name="out_reading")
         pending = hist[:D - 1].any() if D > 1 else Const(0)
         free = (left <= 1) & ~start
-        go = free & ~reading & (in_full | (~mid & pending))
+        # a read's address reaches the block RAM 1 + delay cycles after it is issued: the last one
+        # of a sample must do so inside the beat its bank belongs to
+        recent = Signal(max(1, plan.delay), name="out_recent")
+        go = free & ~reading & (in_full | (~mid & pending)) & (~recent.any() if plan.delay else 1)
         m.d.comb += core.start.eq(start)
         m.d.sync += start.eq(go)
         with m.If(go):
@@ -303,6 +311,8 @@ class StreamControl:
         r_sel, r_addr, _, r_last = _rom(m, "out_ops", plan.reads, sel_bits, addr_bits, Mux(issue, r_next, ri))
         with m.If(core.done & hist[D - 1]):
             m.d.sync += reading.eq(1)
+        if plan.delay:
+            m.d.sync += recent.eq(Cat(issue, recent[:-1]))
         with m.If(issue):
             m.d.sync += [e["rsel"].eq(r_sel), e["raddr"].eq(r_addr), ri.eq(r_next)]
             with m.If(r_last):
