@@ -241,6 +241,7 @@ def stream_info(design: Design, wrapper, *, samples: int) -> dict[str, Any]:
     io = stream_io(design)
     flow = design.flow
     info = {"samples": samples, "beat": flow.beat, "depth": flow.depth, "interval": flow.beat,
+            "host_delay": design.top.host_delay,
             "latency": flow.latency, "streamed_inputs": sorted(flow.streamed),
             "writes": io.writes, "reads": io.reads, "back_to_back": io.overlapped,
             "stage_cycles": [list(s) for s in flow.stage_cycles]}

@@ -368,7 +368,10 @@ STREAM_PROTOCOL = {
                   "edge; a streamed input's bank takes it any time (it lands in the next sample's bank), a "
                   "weight's only while no beat runs",
     "host_read": "host_rsel and host_raddr (a read address of its own: a sample goes in while another comes "
-                 "out); host_rdata holds the word `host_read_latency` cycles later",
+                 "out); host_rdata holds the word `host_read_latency` cycles later. From fp_pipeline 3 the bus is "
+                 "registered (`host_delay` 1): a write lands a cycle after the pins, into the bank chosen then, and a "
+                 "read's address reaches the memory a cycle late, so a sample's last read goes on the pins by the "
+                 "last cycle but one of the beat its bank belongs to",
     "back_to_back": "to keep beats back to back the host moves a sample's words inside a beat (`stream.writes` "
                     "words in, `stream.reads` out, one a cycle each, in parallel); a host that needs longer lowers "
                     "`start` and moves them between beats",
