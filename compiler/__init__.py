@@ -72,7 +72,9 @@ def compile_model(*outputs, config: HardwareConfig | None = None, stream=None, i
         raise CompileError(str(e)) from None
     if config.fold == "auto":
         from .fold import fold_auto
-        config = fold_auto(sources, config).config
+        buffers = [[(b.slot, graph.kernels[i].buffers[b.slot], b.loaded, b.stored) for b in k.buffers]
+                   for i, k in enumerate(sources)]
+        config = fold_auto(sources, config, buffers, frozenset(graph.outputs)).config
     layer = [config.for_layer(i) for i in range(len(sources))]
     parallel = [parallelize(k, c.lanes, c.reduce_unroll, fp_sum=c.fp_sum) for k, c in zip(sources, layer)]
     kernels = _dump("parallelize", [p.kernel for p in parallel])
@@ -139,6 +141,8 @@ def simulate_many(design: Design, samples, inputs: dict | None = None, backend: 
         from .sim.cxxrtl import run_cxxrtl_many
         return run_cxxrtl_many(design, samples, inputs)
     if backend == "pysim":
-        from .sim.pysim import run_pysim
+        from .sim.pysim import run_pysim, run_pysim_stream
+        if design.flow is not None:           # streamed back to back, as with CXXRTL
+            return run_pysim_stream(design, samples, inputs)
         return [run_pysim(design, {**(inputs or {}), **s}) for s in samples]
     raise ValueError(f"unknown simulation backend {backend!r}; available: 'pysim', 'cxxrtl'")

@@ -156,6 +156,9 @@ class HardwareConfig:
         folding reaches is a CompileError naming the closest interval. Needs target_interval;
         per-layer settings given with it are refused (the fold chooses them).
     target_interval: cycles per sample `fold: auto` aims at (None unless fold is "auto").
+    fold_budget: instead of target_interval, the multipliers `fold: auto` may spend (lanes x
+        reduce_unroll summed over the layers: the multiply-accumulates per cycle, the area's
+        first-order term): the fold of the least interval within it (compiler/fold.py).
     layers: per-layer settings of the LAYER_KNOBS: ((layer, ((knob, value), ...)), ...), a
         layer by its index or its name; written `lanes@1: 4` or `lanes@k1_r_10_32: 4` in
         from_dict/as_dict (a model's layers are its kernels, in the order compile_model runs
@@ -180,6 +183,7 @@ class HardwareConfig:
     schedule: str = "sequential"
     fold: str = "manual"
     target_interval: int | None = None
+    fold_budget: int | None = None
     layers: tuple[tuple[int | str, tuple[tuple[str, Any], ...]], ...] = ()
 
     def __post_init__(self) -> None:
@@ -203,9 +207,16 @@ class HardwareConfig:
         if self.target_interval is not None and not (_is_int(self.target_interval) and self.target_interval >= 1):
             raise ValueError(f"HardwareConfig.target_interval: expected a positive integer (cycles per sample), "
                              f"got {self.target_interval!r}")
-        if (self.fold == "auto") != (self.target_interval is not None):
-            raise ValueError("HardwareConfig: fold='auto' needs target_interval (cycles per sample) and "
-                             "target_interval needs fold='auto'")
+        if self.fold_budget is not None and not (_is_int(self.fold_budget) and self.fold_budget >= 1):
+            raise ValueError(f"HardwareConfig.fold_budget: expected a positive integer (multipliers: lanes x "
+                             f"reduce_unroll summed over the layers), got {self.fold_budget!r}")
+        aims = (self.target_interval is not None) + (self.fold_budget is not None)
+        if (self.fold == "auto") != (aims > 0):
+            raise ValueError("HardwareConfig: fold='auto' needs target_interval (cycles per sample) or fold_budget "
+                             "(multipliers), and each of them needs fold='auto'")
+        if aims > 1:
+            raise ValueError("HardwareConfig: fold='auto' aims at target_interval or at fold_budget, not both; "
+                             "drop one")
         if self.fp_sum not in ("sequential", "tree"):
             raise ValueError(f"HardwareConfig.fp_sum: expected 'sequential' or 'tree', got {self.fp_sum!r}")
         if self.acc_width is not None and not (_is_int(self.acc_width) and 1 <= self.acc_width <= MAX_ACC_WIDTH):

@@ -401,10 +401,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         output = built.forward(*tensors)
 
     with run.stage("compile", "compile_s"):
-        # the data input streams through a dataflow design; weights are loaded once
-        stream = [t for name, t in zip(built.inputs, tensors) if name == (real.data_input if real is not None
-                                                                           and real.samples is not None else "x")]
-        design = compile_model(output, config=config, stream=stream or None,
+        design = compile_model(output, config=config, stream=streamed_inputs(built, tensors, real),
                                input_ranges=declared_input_ranges(model, point.dtype, built, tensors, real))
         cm = design.cycle_model()
         run.set(cycles_model=cm.total, cycle_breakdown=json.dumps({"kernels": [list(k) for k in cm.kernels],
@@ -437,7 +434,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         run.set(cycles=result.cycles, sim_backend=sim.backend, interval_cycles=result.cycles)
         if design.flow is not None:       # the interval as measured: three samples back to back
             from compiler import simulate_many
-            stream = simulate_many(design, [{}] * 3, backend="cxxrtl")
+            stream = simulate_many(design, [{}] * 3, backend=sim.backend)
             run.set(interval_cycles=stream[-1].interval)
             if any(not all(np.array_equal(a, b) for a, b in zip(r.outputs, result.outputs)) for r in stream):
                 run.fail("simulate", "compiler bug: a sample streamed behind others gave other outputs than alone")
@@ -489,6 +486,13 @@ def _synthesis(ctx: EvalContext, run: _Run, design) -> None:
             _timing(ctx, run, area.netlist_path)
     elif ctx.timing:
         run.notes.append("timing skipped: it needs synthesis, which is off")
+
+
+def streamed_inputs(built: zoo.Built, tensors: list, real) -> list | None:
+    """The inputs a dataflow design streams: the data input (`x`, or the data set's input of a
+    trained model); weights are loaded once. None: every input (a model with no such input)."""
+    data = real.data_input if real is not None and real.samples is not None else "x"
+    return [t for name, t in zip(built.inputs, tensors) if name == data] or None
 
 
 def point_arrays(model: ModelSpec, dtype: str, built: zoo.Built, data_seed: int):

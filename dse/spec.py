@@ -963,7 +963,8 @@ class _Parser:
                 if not isinstance(v, (str, int, float, bool)):
                     raise SpecError(_join(kpath, j), f"expected a number, string or boolean, got {_got(v)}")
                 try:        # a target interval is only legal with fold=auto, which it is checked with
-                    HardwareConfig.from_dict({name: v, **({"fold": "auto"} if name == "target_interval" else {})})
+                    HardwareConfig.from_dict({name: v, **({"fold": "auto"} if name in ("target_interval", "fold_budget")
+                                                          else {})})
                 except (ValueError, TypeError) as e:
                     raise SpecError(_join(kpath, j), str(e)) from None
             out.append(Knob(name, tuple(values)))

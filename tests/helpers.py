@@ -54,6 +54,27 @@ def same_float_bits(a: np.ndarray, b: np.ndarray, dtype: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 # zoo models end to end
 
+def int8_mlp(sizes, seed=0, shift=7):
+    """An int8 MLP with random weights (relu, shift, clamp between layers, int32 out): x, the
+    output Tensor, and numpy's model of it (a function of x)."""
+    rng = np.random.default_rng(seed)
+    ws = [rng.integers(-128, 128, (b, a)).astype(np.int8) for a, b in zip(sizes, sizes[1:])]
+    x = Tensor(rng.integers(-128, 128, sizes[0]).astype(np.int8))
+    h = x
+    for i, w in enumerate(ws):
+        acc = Tensor(w).cast(dtypes.int32) @ h.cast(dtypes.int32)
+        h = acc if i == len(ws) - 1 else (acc.relu() >> shift).minimum(127).cast(dtypes.int8)
+
+    def ref(v):
+        v = np.asarray(v).astype(np.int32)
+        for i, w in enumerate(ws):
+            v = w.astype(np.int32) @ v
+            if i < len(ws) - 1:
+                v = np.minimum(np.maximum(v, 0) >> shift, 127).astype(np.int32)
+        return v
+    return x, h, ref
+
+
 def run_zoo(model: str, dtype: str, params: dict, config: HardwareConfig | None = None, seed: int = 0):
     built = zoo.check_built(zoo.ZOO[model].build(dtype, **params))
     arrays = zoo.make_inputs(built, seed)

@@ -93,6 +93,26 @@ _WISHBONE_TASKS = """\
 """
 
 
+def load_lines(bmap: BusMap, p: Any, arr: str) -> str:
+    """Verilog writing input bank `p` (an export.PortFile) from array `arr` through the bus
+    (the `bus_write` task; `i`, `k`, `data`, `bad`, `errors` declared)."""
+    b = bmap.bank(p.sel)
+    c = b.container_bits
+    where = f"// bank {p.sel}: buffer {p.buffer} ({b.dtype}), kernel {p.kernel} {p.memory}"
+    if c == 64:
+        return (f"    {where}\n    for (i = 0; i < {p.depth}; i = i + 1) begin\n"
+                f"      bus_write({b.offset} + 8 * i, {arr}[i][31:0], bad); errors = errors + bad;\n"
+                f"      bus_write({b.offset} + 8 * i + 4, {arr}[i][63:32], bad); errors = errors + bad;\n"
+                f"    end")
+    per = 32 // c
+    return (f"    {where}\n    for (i = 0; i < {-(-p.depth // per)}; i = i + 1) begin\n"
+            f"      data = 0;\n"
+            f"      for (k = 0; k < {per}; k = k + 1)\n"
+            f"        if (i * {per} + k < {p.depth}) data[k * {c} +: {c}] = {arr}[i * {per} + k];\n"
+            f"      bus_write({b.offset} + 4 * i, data, bad); errors = errors + bad;\n"
+            f"    end")
+
+
 def bus_testbench_verilog(bmap: BusMap, ports: Sequence[Any], *, bus: str, top: str, cycles: int,
                           name: str) -> str:
     """tb.v for `<top>.v` wrapped by `bus`; run from the export folder. `ports`: the
@@ -112,19 +132,8 @@ def bus_testbench_verilog(bmap: BusMap, ports: Sequence[Any], *, bus: str, top: 
             if b.sign_extend and p.width < c:
                 return f"{{{{{c - p.width}{{{arr}[{i}][{p.width - 1}]}}}}, {arr}[{i}]}}"
             return f"{arr}[{i}]"
-        if p.role == "input" and c == 64:
-            loads.append(f"    {where}\n    for (i = 0; i < {p.depth}; i = i + 1) begin\n"
-                         f"      bus_write({b.offset} + 8 * i, {arr}[i][31:0], bad); errors = errors + bad;\n"
-                         f"      bus_write({b.offset} + 8 * i + 4, {arr}[i][63:32], bad); errors = errors + bad;\n"
-                         f"    end")
-        elif p.role == "input":
-            per = 32 // c
-            loads.append(f"    {where}\n    for (i = 0; i < {-(-p.depth // per)}; i = i + 1) begin\n"
-                         f"      data = 0;\n"
-                         f"      for (k = 0; k < {per}; k = k + 1)\n"
-                         f"        if (i * {per} + k < {p.depth}) data[k * {c} +: {c}] = {arr}[i * {per} + k];\n"
-                         f"      bus_write({b.offset} + 4 * i, data, bad); errors = errors + bad;\n"
-                         f"    end")
+        if p.role == "input":
+            loads.append(load_lines(bmap, p, arr))
         elif c == 64:
             checks.append(f"    {where}\n    for (i = 0; i < {p.depth}; i = i + 1) begin\n"
                           f"      bus_read({b.offset} + 8 * i, data, bad); errors = errors + bad; wide[31:0] = data;\n"

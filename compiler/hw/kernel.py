@@ -372,9 +372,14 @@ class KernelHW(wiring.Component):
             wp = mem.write_port()
             rps = [mem.read_port(domain=domain, transparent_for=(wp,) if transparent else ()) for _ in range(n)]
             mine, theirs = kbank == i, obank == i
-            m.d.comb += [wp.addr.eq(Mux(mine, own_w.addr, getattr(self, ports["waddr"]))),
-                         wp.data.eq(Mux(mine, own_w.data, getattr(self, ports["wdata"]))),
-                         wp.en.eq(Mux(mine, own_w.en, getattr(self, ports["we"]) & theirs))]
+            if b.stored:
+                m.d.comb += [wp.addr.eq(Mux(mine, own_w.addr, getattr(self, ports["waddr"]))),
+                             wp.data.eq(Mux(mine, own_w.data, getattr(self, ports["wdata"]))),
+                             wp.en.eq(Mux(mine, own_w.en, getattr(self, ports["we"]) & theirs))]
+            else:       # only read here: its one writer is outside (a registered host write may
+                        # land in the cycle the kernel takes the bank, before it reads it)
+                m.d.comb += [wp.addr.eq(getattr(self, ports["waddr"])), wp.data.eq(getattr(self, ports["wdata"])),
+                             wp.en.eq(getattr(self, ports["we"]) & theirs)]
             for p, rp in enumerate(rps):
                 m.d.comb += rp.addr.eq(Mux(mine, own_r[p].addr, getattr(self, ports["raddr"])) if p == 0
                                        else own_r[p].addr)
