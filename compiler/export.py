@@ -120,7 +120,8 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
     input Tensor or buffer id -> array; default: export_stream.stream_samples, four) back to back:
     `result` is not taken, the samples are simulated streamed with `backend` and each one's
     latency and interval must equal the cycle model; a streamed bank's files hold every sample."""
-    from .bus.wrapper import check_bus, check_wrappable, wrap
+    from .bus import wrap
+    from .bus.wrapper import check_bus, check_wrappable
     if not _IDENT.match(top):
         raise ValueError(f"top: expected a Verilog identifier, got {top!r}")
     check_bus(bus)
@@ -189,7 +190,7 @@ def _export_stream(*, design: Design, out_dir: str | Path, backend: str, area, t
         extra = sorted(set(input_words(design, s, only_given=True)) - flow.streamed)
         if extra:
             raise CompileError(f"samples[{n}]: input buffer(s) {extra} are not streamed (compile_model(stream=...))")
-    from .bus.wrapper import wrap
+    from .bus import wrap
     wrapper = None if bus == "native" else wrap(design, bus)
     results = simulate_many(design, given, backend=backend)
     check_stream(design, results)
@@ -225,7 +226,8 @@ def _export_stream(*, design: Design, out_dir: str | Path, backend: str, area, t
 
 def _stream_bus_files(design, wrapper, ports, out, *, top, samples, results) -> list[Path]:
     """An axi-stream export's tb.v, the streams' words (mem/stream_*.hex) and C files."""
-    from .bus.stream import stream_c_files, stream_testbench, stream_words
+    from .bus.c_driver import stream_c_files
+    from .bus.stream import stream_testbench, stream_words
     ins, outs = stream_words(design, wrapper.plan, samples, results)
     atomic_write_text(out / "mem" / "stream_in.hex", ins)
     atomic_write_text(out / "mem" / "stream_out.hex", outs)

@@ -21,7 +21,8 @@ from tinygrad import Tensor, dtypes
 
 from compiler import HardwareConfig, compile_model, export_design
 from compiler import dtypes as dt
-from compiler.bus.wrapper import BusError, bus_map, check_bus, wrap
+from compiler.bus import wrap
+from compiler.bus.wrapper import BusError, bus_map, check_bus
 from compiler.sim.memory_io import input_words
 import designs
 from dse.models import zoo

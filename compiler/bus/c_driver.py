@@ -23,7 +23,7 @@ Usage, for an accelerator at BASE:
 from __future__ import annotations
 
 from .wrapper import CTRL_START, ID_VALUE, IRQ_DONE, REGISTERS, STATUS_BUSY, STATUS_DONE, BusMap
-from .stream import RUN, STATUS_TLAST_ERR, STREAM_ID, STREAM_REGISTERS
+from .stream import RUN, STATUS_TLAST_ERR, STREAM_ID, STREAM_REGISTERS, StreamWrapper
 
 STREAM_REG = {r.name: r.offset for r in STREAM_REGISTERS}
 
@@ -306,3 +306,26 @@ def design_header(bmap: BusMap, *, top: str, bus: str, name: str, cycles: int,
         lines += [f"#define {up}_NUM_{role.upper()}S {len(names)}u", ""]
     lines += [f"#endif /* {up}_H */", ""]
     return "\n".join(lines)
+
+
+def stream_c_files(wrapper: StreamWrapper, *, top: str, cycles: int) -> list[tuple[str, str]]:
+    """tinyhw.h, tinyhw.c and `<top>.h` of an axi-stream export (the driver is the shared one;
+    the header adds the streams' figures)."""
+    d = wrapper.design
+    plan = wrapper.plan
+    header = design_header(wrapper.bmap, top=top, bus="axi-stream", name=d.name(), cycles=cycles,
+                           inputs=list(d.graph.inputs), outputs=list(d.graph.outputs),
+                           shapes=dict(zip(d.graph.outputs, d.output_shapes)))
+    up = top.upper()
+    extra = [f"/* AXI-Stream: a sample is {plan.in_elements} elements on s_axis ({plan.in_bits}-bit tdata), its outputs",
+             f" * {plan.out_elements} elements on m_axis ({plan.out_bits}-bit tdata), each in element order, tlast on the last */",
+             f"#define {up}_STREAM_IN_ELEMENTS   {plan.in_elements}u",
+             f"#define {up}_STREAM_IN_BYTES      {plan.in_bits // 8}u",
+             f"#define {up}_STREAM_OUT_ELEMENTS  {plan.out_elements}u",
+             f"#define {up}_STREAM_OUT_BYTES     {plan.out_bits // 8}u",
+             f"#define {up}_INTERVAL_MODEL       {plan.beat}u   /* cycles per beat: CYCLES while streaming */",
+             f"#define {up}_STREAM_INTERVAL      {plan.interval}u   /* cycles between samples on the streams */",
+             f"#define {up}_LATENCY_MODEL        {plan.depth * plan.beat}u", ""]
+    end = f"#endif /* {up}_H */"
+    header = header.replace(end, "\n".join(extra) + end)
+    return [("tinyhw.h", DRIVER_H), ("tinyhw.c", DRIVER_C), (f"{top}.h", header)]

@@ -47,7 +47,7 @@ from amaranth.lib.wiring import In, Out
 import numpy as np
 
 from ..design import Design
-from .wrapper import (BusError, BusMap, Register, _Request, _slave, axi_lite_front, axi_lite_members, bus_map,
+from .wrapper import (BusError, BusMap, Register, BusRequest, register_slave, axi_lite_front, axi_lite_members, bus_map,
                       container_bits)
 
 STREAM_ID = 0x74687732                   # "thw2": the streaming register map
@@ -352,8 +352,8 @@ class StreamWrapper(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        req = _Request(max(1, self.bmap.addr_bits - 2))
-        _slave(m, self.design, self.bmap, req, self.irq, held=True, control=StreamControl(self.design, self.plan, self))
+        req = BusRequest(max(1, self.bmap.addr_bits - 2))
+        register_slave(m, self.design, self.bmap, req, self.irq, held=True, control=StreamControl(self.design, self.plan, self))
         axi_lite_front(m, self, req)
         return m
 
@@ -412,7 +412,7 @@ def stream_testbench(wrapper: "StreamWrapper", ports, *, top: str, samples: int)
     between samples on m_axis (every one when the stream keeps up) and the first sample's
     latency checked against the model; then RUN cleared, the drain's interrupt awaited, STATUS,
     CYCLES and the sample counters checked."""
-    from .testbench import _AXI_TASKS, load_lines
+    from .testbench import AXI_TASKS, load_lines
     plan, bmap = wrapper.plan, wrapper.bmap
     streamed = {b for b, _, _ in plan.inputs}
     reg = {r.name: r.offset for r in STREAM_REGISTERS}
@@ -422,7 +422,7 @@ def stream_testbench(wrapper: "StreamWrapper", ports, *, top: str, samples: int)
         arrays.append(f"  reg [{p.width - 1}:0] in{p.sel} [0:{p.depth - 1}];\n"
                       f"  initial $readmemh(\"{p.file}\", in{p.sel});")
         loads.append(load_lines(bmap, p, f"in{p.sel}"))
-    tasks = _AXI_TASKS.format(top=top).replace(
+    tasks = AXI_TASKS.format(top=top).replace(
         ".s_axi_rready(rready));",
         ".s_axi_rready(rready),\n    .s_axis_tdata(s_tdata), .s_axis_tvalid(s_tvalid), .s_axis_tready(s_tready), "
         ".s_axis_tlast(s_tlast),\n    .m_axis_tdata(m_tdata), .m_axis_tvalid(m_tvalid), .m_axis_tready(m_tready), "
@@ -552,26 +552,3 @@ module tb;
 endmodule
 """
 
-
-def stream_c_files(wrapper: "StreamWrapper", *, top: str, cycles: int) -> list[tuple[str, str]]:
-    """tinyhw.h, tinyhw.c and `<top>.h` of an axi-stream export (the driver is the shared one;
-    the header adds the streams' figures)."""
-    from .c_driver import DRIVER_C, DRIVER_H, design_header
-    d = wrapper.design
-    plan = wrapper.plan
-    header = design_header(wrapper.bmap, top=top, bus="axi-stream", name=d.name(), cycles=cycles,
-                           inputs=list(d.graph.inputs), outputs=list(d.graph.outputs),
-                           shapes=dict(zip(d.graph.outputs, d.output_shapes)))
-    up = top.upper()
-    extra = [f"/* AXI-Stream: a sample is {plan.in_elements} elements on s_axis ({plan.in_bits}-bit tdata), its outputs",
-             f" * {plan.out_elements} elements on m_axis ({plan.out_bits}-bit tdata), each in element order, tlast on the last */",
-             f"#define {up}_STREAM_IN_ELEMENTS   {plan.in_elements}u",
-             f"#define {up}_STREAM_IN_BYTES      {plan.in_bits // 8}u",
-             f"#define {up}_STREAM_OUT_ELEMENTS  {plan.out_elements}u",
-             f"#define {up}_STREAM_OUT_BYTES     {plan.out_bits // 8}u",
-             f"#define {up}_INTERVAL_MODEL       {plan.beat}u   /* cycles per beat: CYCLES while streaming */",
-             f"#define {up}_STREAM_INTERVAL      {plan.interval}u   /* cycles between samples on the streams */",
-             f"#define {up}_LATENCY_MODEL        {plan.depth * plan.beat}u", ""]
-    end = f"#endif /* {up}_H */"
-    header = header.replace(end, "\n".join(extra) + end)
-    return [("tinyhw.h", DRIVER_H), ("tinyhw.c", DRIVER_C), (f"{top}.h", header)]

@@ -3,7 +3,7 @@ design's own host bus, with a register map (control, status, cycle counter, an i
 done) and every host memory bank mapped at its element width.
 
     bus_map(design)            -> BusMap: the registers and the bank windows (byte offsets)
-    wrap(design, "axi-lite")   -> an Amaranth component (the top of the exported Verilog)
+    AxiLiteWrapper(design)     -> an Amaranth component (compiler.bus.wrap picks the bus's)
 
 The address map (byte addresses, 32-bit data) is cut into windows of equal size, a power of
 two: window 0 holds the registers, window 1 + s holds host port s (`host_sel` s, one memory
@@ -249,7 +249,7 @@ def map_markdown(info: dict, *, top: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # the wrapper
 
-class _Request:
+class BusRequest:
     """One access as the shared state machine takes it (Wishbone classic semantics: held
     until `ack` or `err`)."""
 
@@ -299,7 +299,7 @@ class RunOnce:
         m.d.comb += [core.host_sel.eq(sel), core.host_addr.eq(addr), core.host_wdata.eq(wdata), core.host_we.eq(we)]
 
 
-def _slave(m: Module, design: Design, bmap: BusMap, req: _Request, irq: Signal, *, held: bool,
+def register_slave(m: Module, design: Design, bmap: BusMap, req: BusRequest, irq: Signal, *, held: bool,
            control=None) -> None:
     """The register file and the memory windows behind `req`, driving `design.top` (added to
     `m` as submodule `core`). `held`: the front end holds the request's fields until it is
@@ -494,8 +494,8 @@ class WishboneWrapper(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        req = _Request(len(self.wb_adr))
-        _slave(m, self.design, self.bmap, req, self.irq, held=False)
+        req = BusRequest(len(self.wb_adr))
+        register_slave(m, self.design, self.bmap, req, self.irq, held=False)
         m.d.comb += [req.stb.eq(self.wb_cyc & self.wb_stb), req.we.eq(self.wb_we), req.adr.eq(self.wb_adr),
                      req.dat_w.eq(self.wb_dat_w), req.sel.eq(self.wb_sel), self.wb_dat_r.eq(req.dat_r),
                      self.wb_ack.eq(req.ack & self.wb_cyc), self.wb_err.eq(req.err & self.wb_cyc),
@@ -518,8 +518,8 @@ class AxiLiteWrapper(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        req = _Request(max(1, self.bmap.addr_bits - 2))
-        _slave(m, self.design, self.bmap, req, self.irq, held=True)
+        req = BusRequest(max(1, self.bmap.addr_bits - 2))
+        register_slave(m, self.design, self.bmap, req, self.irq, held=True)
         axi_lite_front(m, self, req)
         return m
 
@@ -536,7 +536,7 @@ def axi_lite_members(bmap: BusMap) -> dict:
         "irq": Out(1)}
 
 
-def axi_lite_front(m: Module, c, req: _Request) -> None:
+def axi_lite_front(m: Module, c, req: BusRequest) -> None:
     """The AXI4-Lite channels of component `c` (its `s_axi_*` ports) as requests to the shared
     state machine. Each channel's address and data wait in a register until the access is
     answered, so they are the request the state machine reads."""
@@ -587,14 +587,3 @@ def axi_lite_front(m: Module, c, req: _Request) -> None:
 
 WRAPPERS = {"axi-lite": AxiLiteWrapper, "wishbone": WishboneWrapper}
 
-
-def wrap(design: Design, bus: str, bmap: BusMap | None = None) -> wiring.Component:
-    """The wrapper component of `bus` around `design` (BusError for an unknown bus or one
-    that cannot wrap it)."""
-    check_wrappable(design, bus)
-    if bus not in WRAPPERS:
-        if bus in STREAM_BUSES:
-            from .stream import StreamWrapper
-            return StreamWrapper(design, bmap)
-        raise BusError(f"bus {bus!r} is the design's own host bus: nothing to wrap")
-    return WRAPPERS[bus](design, bmap)
