@@ -256,6 +256,7 @@ async def run_stream(dut):
     interval apart. Then RUN cleared: the drain's interrupt, STATUS, CYCLES, the counters."""
     import random
     from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+    from cocotb.triggers import with_timeout
     from cocotb.utils import get_sim_time
     out = Path(os.environ["TINYHW_EXPORT"])
     info = json.loads((out / "interface.json").read_text())
@@ -297,7 +298,8 @@ async def run_stream(dut):
         await source.send(AxiStreamFrame(b"".join(v.to_bytes(ib, "little") for v in ins[s * nin:(s + 1) * nin])))
     ends, errors = [], 0
     for s in range(n):
-        frame = await sink.recv()
+        # a frame that never comes (a missing tlast) fails the test instead of hanging the suite
+        frame = await with_timeout(sink.recv(), 10 * (100 * st["latency"] + 10000), "ns")
         ends.append(int(get_sim_time("ns")) // 10)
         got = [int.from_bytes(frame.tdata[i * ob:(i + 1) * ob], "little") for i in range(len(frame.tdata) // ob)]
         assert len(got) == nout, f"sample {s}: a frame of {len(got)} elements, {nout} expected"
