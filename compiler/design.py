@@ -61,6 +61,9 @@ class Design:
     shares: tuple[Share, ...] = ()           # readers that use another kernel's memory
     factors: tuple[dict[int, int], ...] = field(default=())   # per kernel: loop id -> lanes
     packs: tuple[tuple[Pack, ...], ...] = ()  # per kernel: banks sharing one memory (mem_pack)
+    # model buffers built into the hardware (weights="constant"): no memory the host writes
+    # holds them, so a simulation cannot set them
+    constants: frozenset[int] = frozenset()
 
     @cached_property
     def top(self) -> TopHW:
@@ -201,8 +204,9 @@ def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.K
     `banking` saying how each stores its parameter buffers (plain when not given)."""
     banking = banking or [{b.slot: Banking.plain(b.slot, b.size) for b in k.buffers} for k in sources]
     factors = factors or [{} for _ in sources]
-    kernel_buffers = [[(b.slot, graph.kernels[i].buffers[b.slot], b.loaded, b.stored) for b in k.buffers]
-                      for i, k in enumerate(sources)]
+    # a ROM (weights="constant") is part of its kernel: not on the host bus, never copied
+    kernel_buffers = [[(b.slot, graph.kernels[i].buffers[b.slot], b.loaded, b.stored) for b in k.buffers
+                       if b.rom is None] for i, k in enumerate(sources)]
     sizes = {b.id: b.size for b in graph.buffers}
     widths = {b.id: b.dtype.bits for b in graph.buffers}
     ports = [read_ports(k, build_program(k))[1] for k in kernels] if config.share_buffers \
@@ -216,6 +220,8 @@ def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.K
             in_place[place[0]] |= frozenset(banking[order[place[0]]][place[1]].banks)
     packs = tuple(plan_packs(kernels[i], build_program(kernels[i]), banking[i], config, in_place[pos])
                   for pos, i in enumerate(order))
+    constants = frozenset(graph.kernels[i].buffers[b.slot] for i, k in enumerate(sources) for b in k.buffers
+                          if b.rom is not None)
     return Design(graph, tuple(kernels[i] for i in order), config, tuple(phases), tuple(host), output_shapes,
                   tuple(sources[i] for i in order), tuple(banking[i] for i in order), tuple(shares),
-                  tuple(factors[i] for i in order), packs)
+                  tuple(factors[i] for i in order), packs, constants)

@@ -26,8 +26,8 @@ import numpy as np
 from . import ir
 from .design import Design
 from .hw.kernel import acc_width
-from .dtypes import DType
-from .ranges import Interval, dtype_range, exact_interval
+from .dtypes import DType, from_words
+from .ranges import Interval, dtype_range, exact_interval, rom_ranges
 
 K = ir.OpKind
 
@@ -311,6 +311,7 @@ def analyze_overflow(design: Design, input_ranges: dict[int, tuple[float, float]
     bounds: list[AccBound] = []
     for pos, k in enumerate(design.source_kernels or design.kernels):
         loads = {slot: ranges[buf] for slot, buf in slot_to_buffer[pos].items() if buf in ranges}
+        loads.update(_rom_loads(k))
         widths = {a.index: acc_width(a.dtype, design.config) for a in k.accs}
         an = _KernelAnalysis(k, loads, {a: w for a, w in widths.items() if w < k.accs[a].dtype.bits})
         an.run(k.body, {}, True)
@@ -330,6 +331,16 @@ def analyze_overflow(design: Design, input_ranges: dict[int, tuple[float, float]
     floats = [max(abs(b.lo), abs(b.hi)) for b in bounds if b.bits_required is None]
     safe = False if any(b.safe is False for b in bounds) else None if any(b.safe is None for b in bounds) else True
     return OverflowReport(tuple(bounds), safe, max(ints) if ints else None, max(floats) if floats else None)
+
+
+def _rom_loads(k: ir.KernelIR) -> dict[int, _R]:
+    """Slot -> the range of the values a ROM of `k` holds (weights="constant": its weights)."""
+    out = {slot: _R(r.lo, r.hi) for slot, r in rom_ranges(k).items()}
+    for b in k.buffers:
+        if b.rom is not None and b.rom and b.dtype.is_float:
+            values = from_words(np.array(b.rom, dtype=np.uint64), b.dtype).astype(np.float64)
+            out[b.slot] = _R(float(np.nanmin(values)), float(np.nanmax(values)))
+    return out
 
 
 def _bound(kernel: str, acc: int | None, target: str, d: DType, r: _R, unproven: bool,

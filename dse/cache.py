@@ -159,13 +159,17 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
     try:
         from compiler import compile_model
         from compiler.ir import fingerprint
-        from dse.models import zoo
+        from dse.evaluate import point_arrays, runtime_tensors
         from dse.models.zoo import input_tensors
         with recording_reads() as reads, time_limit(ctx.stage_timeout_s, "building and compiling for the cache key"):
             config = point.hardware_config()
             built = model.build(point.dtype)
-            arrays = zoo.make_inputs(built, ctx.data_seed, rng)
-            design = compile_model(built.forward(*input_tensors(built, arrays)), config=config)
+            # the arrays the evaluation compiles with: weights="constant" builds them into the
+            # kernels, so their values are in the IR fingerprint
+            arrays, _ = point_arrays(model, point.dtype, built, ctx.data_seed)
+            tensors = input_tensors(built, arrays)
+            design = compile_model(built.forward(*tensors), config=config,
+                                   inputs=runtime_tensors(model, point.dtype, built, tensors))
         kernels = [fingerprint(k) for k in design.kernels]
     except TimeLimitExceeded:
         return None                     # evaluate() runs it uncached and reports the time-out

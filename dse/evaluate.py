@@ -391,7 +391,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         output = built.forward(*tensors)
 
     with run.stage("compile", "compile_s"):
-        design = compile_model(output, config=config)
+        design = compile_model(output, config=config, inputs=runtime_tensors(model, point.dtype, built, tensors))
         cm = design.cycle_model()
         run.set(cycles_model=cm.total, cycle_breakdown=json.dumps({"kernels": [list(k) for k in cm.kernels],
                                                                    "copies": cm.copies}))
@@ -404,7 +404,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         _synthesis(ctx, run, design)
         return
 
-    proof = _Proof(run, design, built, tensors, model.input_range(point.dtype), fixed, sample_ranges)
+    proof = _Proof(run, design, built, tensors, model.input_range(point.dtype), fixed, sample_ranges, arrays)
     proof.analyze()
     if not ctx.simulate:            # and so never synthesised either: no unchecked design gets area
         run.notes.append("not simulated (the cheap fidelity): cycles from the cycle model, outputs not checked")
@@ -475,6 +475,13 @@ def point_arrays(model: ModelSpec, dtype: str, built: zoo.Built, data_seed: int)
         if real.samples is not None:
             arrays[real.data_input] = real.samples[0]
     return arrays, real
+
+
+def runtime_tensors(model: ModelSpec, dtype: str, built: zoo.Built, tensors: list) -> list:
+    """The input Tensors given at run time (ModelSpec.runtime_inputs): compile_model's `inputs`,
+    so that weights="constant" builds every other input in."""
+    names = set(model.runtime_inputs(dtype))
+    return [t for name, t in zip(built.inputs, tensors) if name in names]
 
 
 def _accuracy(model: ModelSpec, *, point: DesignPoint, config, sim: "Simulator", run: _Run, design, tensors: list,
@@ -675,9 +682,10 @@ class _Proof:
     worst case does not show (a loose bound) is noted."""
 
     def __init__(self, run: _Run, design, built: zoo.Built, tensors: list, rng: zoo.InputRange | None,
-                 fixed: Mapping[str, np.ndarray] | None = None, ranges: Mapping[str, zoo.InputRange] | None = None):
+                 fixed: Mapping[str, np.ndarray] | None = None, ranges: Mapping[str, zoo.InputRange] | None = None,
+                 arrays: Mapping[str, np.ndarray] | None = None):
         self.run, self.design, self.built = run, design, built
-        fixed, ranges = fixed or {}, ranges or {}
+        fixed, ranges = dict(fixed or {}), ranges or {}
         self.narrowed_unsafe = ""            # why outputs may differ from the reference ("": they may not)
         self.buffers: dict[str, int] = {}    # input name -> model buffer id
         for name, t in zip(built.inputs, tensors):
@@ -694,6 +702,10 @@ class _Proof:
         self.constants = {b.id: b.data for b in design.graph.buffers
                           if b.id in design.graph.inputs and b.id not in self.buffers.values()
                           and b.data is not None and b.data.size}
+        # inputs built into the hardware (weights="constant") hold their data in every run too
+        for name, buf in self.buffers.items():
+            if buf in design.constants and arrays is not None and name not in fixed:
+                fixed[name] = arrays[name]
         self.fixed = {name: np.asarray(a) for name, a in fixed.items() if name in self.buffers}
         self.constants.update({self.buffers[name]: a.reshape(-1) for name, a in self.fixed.items() if a.size})
         for buf, data in self.constants.items():

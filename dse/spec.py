@@ -60,7 +60,7 @@ from dse.limits import time_limit
 from dse.models.user_model import IMPORT_TIME_LIMIT_S, UserModelError, bind_params, load_function, parse_source
 from dse.models.zoo import DTYPES, InputRange
 from dse.frozen import FrozenMap
-from dse.models.model import ModelFiles, ModelSpec, TrainedModel, model_layers
+from dse.models.model import ModelFiles, ModelSpec, TrainedModel, model_constants, model_layer_limits
 
 
 
@@ -587,6 +587,7 @@ class _Parser:
         models = self.models(top["models"], top_ranges)
         knobs = self.knobs(top.get("knobs", {}), "knobs")
         self.check_layers(knobs, models, "knobs")
+        self.check_constant_weights(knobs, models, "knobs")
         objectives = self.objectives(top["objectives"])
         knob_space = math.prod(len(k.values) for k in knobs)
         search = self.search(top["search"], len(models) * len(self.dtypes) * knob_space)
@@ -879,21 +880,59 @@ class _Parser:
     def check_layers(self, knobs: tuple[Knob, ...], models: tuple[ModelSpec, ...], path: str) -> None:
         """Every `<knob>@<layer>` names a layer each model has in each dtype (its kernels, traced
         without compiling: a fraction of a second a model), else the error lists its layers."""
-        wanted = [(k.name, k.name.partition("@")[2]) for k in knobs if "@" in k.name]
+        wanted = [(k, k.name.partition("@")[2]) for k in knobs if "@" in k.name]
         if not wanted:
             return
         for m in models:
             for dtype in self.dtypes:
                 try:
-                    names = model_layers(m, dtype)
+                    limits = model_layer_limits(m, dtype)
                 except Exception:        # noqa: BLE001 - a model that does not build fails as its points do
                     continue
-                for name, layer in wanted:
+                names = [n for n, _, _ in limits]
+                for knob, layer in wanted:
                     if (layer.isdigit() and int(layer) < len(names)) or layer in names:
+                        self.check_fits(knob, limits[int(layer) if layer.isdigit() else names.index(layer)],
+                                        m, dtype, _join(path, knob.name))
                         continue
                     listing = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
-                    raise SpecError(_join(path, name), f"model {m.name!r} ({dtype}) has no layer {layer!r}; its "
-                                                       f"{len(names)} layer{'s' * (len(names) != 1)}: {listing}")
+                    raise SpecError(_join(path, knob.name), f"model {m.name!r} ({dtype}) has no layer {layer!r}; its "
+                                                            f"{len(names)} layer{'s' * (len(names) != 1)}: {listing}")
+
+    @staticmethod
+    def check_fits(knob: Knob, limit: tuple[str, int, int], m: ModelSpec, dtype: str, path: str) -> None:
+        """A layer's own lanes or reduce_unroll (its reuse factor) no larger than the layer."""
+        base = knob.name.partition("@")[0]
+        if base not in ("lanes", "reduce_unroll"):
+            return
+        name, lanes, unroll = limit
+        most = lanes if base == "lanes" else unroll
+        for j, v in enumerate(knob.values):
+            if isinstance(v, int) and v > most:
+                what = (f"its output loop has {most} iteration{'s' * (most != 1)}" if base == "lanes"
+                        else f"its reduction has {most} term{'s' * (most != 1)}")
+                raise SpecError(_join(path, j), f"{base}={v} does not fit layer {name} of model {m.name!r} ({dtype}): "
+                                                f"{what}; use 1 to {most} ({most}: the whole layer in one step)")
+
+    def check_constant_weights(self, knobs: tuple[Knob, ...], models: tuple[ModelSpec, ...], path: str) -> None:
+        """`weights: constant` (model-wide or for a layer) only for models with weights known at
+        compile time: trained ones, a weights file, a builtin's seeded weights, a model's own
+        constants. A model whose every input is given at run time has nothing to build in."""
+        asked = [k for k in knobs if k.name.partition("@")[0] == "weights" and "constant" in k.values]
+        if not asked:
+            return
+        for m in models:
+            for dtype in self.dtypes:
+                try:
+                    n = model_constants(m, dtype)
+                except Exception:        # noqa: BLE001 - a model that does not build fails as its points do
+                    continue
+                if n == 0:
+                    runtime = ", ".join(m.runtime_inputs(dtype))
+                    raise SpecError(_join(path, asked[0].name), f"constant weights for model {m.name!r} ({dtype}), whose "
+                                    f"inputs are all given at run time ({runtime}): it has no weights known at "
+                                    "compile time to build in; give them with 'weights:' beside the model, or use "
+                                    "weights: [memory]")
 
     def objectives(self, value: Any) -> tuple[Objective, ...]:
         out = []

@@ -299,11 +299,11 @@ def test_per_layer_knobs_round_trip_and_refuse_what_cannot_be_set_per_layer():
     assert (c.for_layer(0).lanes, c.for_layer(0).reduce_unroll, c.for_layer(1).lanes, c.for_layer(5).lanes) == (2, 8, 4, 2)
     assert HardwareConfig.from_dict(c.as_dict()) == c and c.as_dict()["lanes@1"] == 4
     with pytest.raises(ValueError, match=r"^fp_pipeline@1: 'fp_pipeline' cannot be set per layer; per-layer knobs: "
-                                         r"lanes, reduce_unroll$"):
+                                         r"lanes, reduce_unroll, weights$"):
         HardwareConfig.from_dict({"fp_pipeline@1": 2})
     with pytest.raises(ValueError, match=r"^layer 1: HardwareConfig.lanes: expected an integer from 1 to 4096, got 0$"):
         HardwareConfig.from_dict({"lanes@1": 0})
-    with pytest.raises(ValueError, match=r"reduce_unroll@<layer>\)$"):
+    with pytest.raises(ValueError, match=r"weights@<layer>\)$"):
         HardwareConfig.from_dict({"lanez": 1})
 
 

@@ -38,6 +38,7 @@ from .datapath import Copies, Datapath, Env, from_bits, registered
 from .pipeline import FANOUT_LEVEL, Schedule, is_gather, schedule
 from .program import Program, Step, build_program
 from .tail import tailed_memory
+from ..synth.rtlil_text import ROM_ATTRIBUTE
 
 # A clocked read port that is not transparent to the write port reads the old word when both
 # touch one address in one cycle (Amaranth's semantics). A block RAM does not promise that
@@ -187,8 +188,9 @@ class KernelHW(wiring.Component):
                 slots, width = (b.slot,), b.dtype.bits
                 if pack is not None:
                     slots, width = pack.slots, pack.width * len(pack.slots)
-                tail = memory_tail(config, b.size, width, b.stored)
-                data = memory.MemoryData(shape=unsigned(width), depth=b.size - tail, init=[])
+                # a ROM (weights="constant") is initialised with its words and has no tail
+                tail = 0 if b.rom is not None else memory_tail(config, b.size, width, b.stored)
+                data = memory.MemoryData(shape=unsigned(width), depth=b.size - tail, init=list(b.rom or ()))
                 self.memories.update({s: data for s in slots})
                 if tail:
                     data = memory.MemoryData(shape=unsigned(width), depth=tail, init=[])
@@ -292,6 +294,10 @@ class KernelHW(wiring.Component):
                 if b.slot == self.packs[b.slot].slots[0]:
                     self._packed_memory(m, b, self.packs[b.slot], gate(b, self.packs[b.slot].name), sync_reads, reads)
                 continue
+            if b.rom is not None:            # read-only: no write port, nothing writes it
+                _, reads[b.slot] = self._memory(m, self.names[b.slot], b.slot, None, sync_reads, False, writable=False)
+                m.d.comb += getattr(self, n["rdata"]).eq(reads[b.slot][0].data)
+                continue
             own_writes = b.stored or b.slot in self.written_outside
             transparent = b.loaded and own_writes and sync_reads
             wp, reads[b.slot] = self._memory(m, self.names[b.slot], b.slot, None, sync_reads, transparent)
@@ -319,11 +325,17 @@ class KernelHW(wiring.Component):
             m.d.comb += [bank.data.eq(port.data[i * w:(i + 1) * w]) for bank, port in zip(reads[slot], shared)]
         m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(reads[pack.slots[0]], shared)]
 
-    def _memory(self, m, name: str, slot: int, granularity: int | None, sync_reads: bool, transparent: bool):
+    def _memory(self, m, name: str, slot: int, granularity: int | None, sync_reads: bool, transparent: bool,
+                writable: bool = True):
         """The memory of buffer slot `slot` (a packed group's first slot) as module `name`:
         (write port, read ports), its read ports transparent to its write port if asked. With
-        a LUT-RAM tail, two memories behind ports that look like one's (hw/tail.py)."""
+        a LUT-RAM tail, two memories behind ports that look like one's (hw/tail.py). Not
+        `writable`: a ROM, (None, read ports)."""
         domain, n = ("sync" if sync_reads else "comb"), self.n_read_ports[slot]
+        if not writable:
+            mem = memory.Memory(data=self.memories[slot], attrs={ROM_ATTRIBUTE: 1})
+            m.submodules[name] = mem
+            return None, [mem.read_port(domain=domain) for _ in range(n)]
         attrs = NO_RW_CHECK if sync_reads and not transparent else {}
         if slot in self.tails:
             return tailed_memory(m, name, self.memories[slot], self.tails[slot], granularity=granularity,

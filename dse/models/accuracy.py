@@ -84,8 +84,9 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
     else:
         raise ValueError(f"dtype {dtype!r}: a float model runs in {', '.join(QMAX)} (quantised) or a float dtype")
     tensors = input_tensors(built, {**arrays, "x": xs[0]})
-    design = compile_model(built.forward(*tensors), config=config)
-    runs = simulate_many(design, [{tensors[0]: s} for s in xs], backend=backend)
+    x_tensor = tensors[list(built.inputs).index("x")]
+    design = compile_model(built.forward(*tensors), config=config, inputs=[x_tensor])   # the rest: weights
+    runs = simulate_many(design, [{x_tensor: s} for s in xs], backend=backend)
     logits = np.stack([np.asarray(r.outputs[0]).reshape(-1) for r in runs])
     model_cycles = design.cycle_model().total
     bad = [i for i, r in enumerate(runs) if r.cycles != model_cycles]

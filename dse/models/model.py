@@ -63,6 +63,19 @@ class ModelSpec:
             return None
         return self.files.inputs(self.build(dtype).inputs, dtype)
 
+    def runtime_inputs(self, dtype: str) -> tuple[str, ...]:
+        """The inputs given at run time: the one the data's samples fill, the zoo's data inputs
+        of a builtin (its others are weights), every input of a user's function the weights file
+        does not fill. weights="constant" builds every other input in, and a model's own
+        constants (Tensors its forward makes from arrays)."""
+        inputs = self.build(dtype).inputs
+        real = self.real_inputs(dtype)
+        if real is not None and real.data_input is not None:
+            return (real.data_input,)
+        filled = set(real.weights) if real is not None else set()
+        data = zoo.ZOO[self.builtin].data_inputs if self.builtin is not None else tuple(inputs)
+        return tuple(n for n in inputs if n in data and n not in filled)
+
     def input_range(self, dtype: str) -> InputRange | None:
         """The spec's range for `dtype`; None: each input's dtype default (zoo.default_input_range)."""
         return self.input_ranges.get(dtype)
@@ -183,9 +196,32 @@ def _load_net(kind: str, path: Path):
 
 def model_layers(model: ModelSpec, dtype: str) -> list[str]:
     """The layers of `model` in `dtype` (its kernels, compiler.layer_names), once per process."""
+    return [name for name, _, _ in model_layer_limits(model, dtype)]
+
+
+def model_layer_limits(model: ModelSpec, dtype: str) -> list[tuple[str, int, int]]:
+    """(name, most lanes, most reduce_unroll) of each layer of `model` in `dtype`
+    (compiler.layer_limits), once per process."""
     def make():
-        from compiler import layer_names
+        from compiler import layer_limits
         built = model.build(dtype)
         arrays = zoo.make_inputs(built, 0, model.input_range(dtype))
-        return layer_names(built.forward(*zoo.input_tensors(built, arrays)))
+        return tuple(layer_limits(built.forward(*zoo.input_tensors(built, arrays))))
     return list(_cached(("layers", model, dtype), make))
+
+
+def model_constants(model: ModelSpec, dtype: str) -> int:
+    """How many of `model`'s inputs weights="constant" builds in (compiler.constant_inputs):
+    0 for a model whose weights are all given at run time. Once per process."""
+    def make():
+        from compiler import constant_inputs
+        built = model.build(dtype)
+        arrays = zoo.make_inputs(built, 0, model.input_range(dtype))
+        real = model.real_inputs(dtype)
+        if real is not None:
+            arrays.update(real.weights)
+        tensors = zoo.input_tensors(built, arrays)
+        runtime = set(model.runtime_inputs(dtype))
+        return constant_inputs(built.forward(*tensors),
+                               inputs=[t for n, t in zip(built.inputs, tensors) if n in runtime])
+    return _cached(("constants", model, dtype), make)
