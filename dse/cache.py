@@ -112,7 +112,7 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
             definition: dict[str, Any] = {
                 "trained": t.kind, "sha256": _file_digest(t.path), "dataset": t.data.dataset,
                 "data_sha256": _file_digest(t.data.file) if t.data.file is not None else None,
-                "samples": t.data.samples}
+                "samples": t.data.samples, "prune": t.prune}
         except OSError:
             return None
     elif model.builtin is not None:

@@ -620,7 +620,8 @@ class _Parser:
         return tuple(out)
 
     def model(self, value: Any, path: str, top_ranges: dict[str, InputRange]) -> ModelSpec:
-        d = _mapping(value, path, ["name"], ["builtin", "source", "params", "input_range", "weights", "onnx", "data"])
+        d = _mapping(value, path, ["name"], ["builtin", "source", "params", "input_range", "weights", "onnx", "data",
+                                             "prune"])
         name = _str(d["name"], _join(path, "name"))
         if not _NAME.fullmatch(name):
             raise SpecError(_join(path, "name"), f"expected a name of letters, digits, '_', '-' and '.', got {name!r}")
@@ -631,6 +632,9 @@ class _Parser:
                                       "('weights' alone is a trained dense network: arrays W1, b1, W2, b2, ...; "
                                       "beside 'source' or 'builtin' it fills that model's inputs by name)")
             return self.trained_model(d, name, path, kinds[0])
+        if "prune" in d:
+            raise SpecError(_join(path, "prune"), "pruning applies to a trained network the tool quantises ('weights:' "
+                                                  "alone or 'onnx:'); a builtin or source model brings its own weights")
         if ("builtin" in d) == ("source" in d):
             raise SpecError(path, "give either 'builtin' (a zoo model) or 'source' (path/to/file.py:function)"
                                   + (", not both" if "builtin" in d else ""))
@@ -722,7 +726,14 @@ class _Parser:
         data = self.data(d["data"], _join(path, "data")) if "data" in d else self.top_data
         if data is None:
             raise SpecError(path, "a trained network needs 'data' (here or at the top level) to measure its accuracy on")
-        trained = TrainedModel(kind, file, data)
+        sparsity = 0.0
+        if "prune" in d:
+            from dse.models.prune import check_sparsity
+            try:
+                sparsity = check_sparsity(d["prune"])
+            except ValueError as e:
+                raise SpecError(_join(path, "prune"), str(e)) from None
+        trained = TrainedModel(kind, file, data)          # checked unpruned; pruning needs a sound network
         try:
             net = trained.net()
         except NotDenseChain as e:
@@ -740,6 +751,10 @@ class _Parser:
             raise SpecError(_join(path, "data"), f"{dataset.name} samples have shape {dataset.sample_shape} "
                                                  f"({width} values), the network takes {net.inputs}")
         from dse.models.quantize import DenseNet
+        if sparsity and not isinstance(net, DenseNet):
+            raise SpecError(_join(path, "prune"), "pruning covers dense networks (Gemm/MatMul/Relu chains); this "
+                                                  "one has convolutions")
+        trained = dataclasses.replace(trained, prune=sparsity)
         if isinstance(net, DenseNet):
             m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), trained)
         else:   # a CNN chain: quantised for integer dtypes, the whole graph for float ones

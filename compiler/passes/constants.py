@@ -53,6 +53,7 @@ def fold_constants(kernel: ir.KernelIR) -> ir.KernelIR:
     body = _fold_body(body, folder)
     body = _forward(body, {}, stored, folder)
     body = _expand_products(body)
+    body = _rebalance(body)
     body, accs = _drop_dead_accumulators(body, kernel.accs)
     loaded = {v.buf for s, _ in _stores(body) for v in ir.toposort(ir.store_operands(s)) if isinstance(v, ir.Load)}
     buffers = [b for b in kernel.buffers if b.rom is None or b.slot in loaded]
@@ -172,6 +173,18 @@ def _simplify(op: ir.OpKind, d: dt.DType, s: tuple[ir.Value, ...]) -> ir.Value |
                 return a
     if op is K.SUB and _c(s[1], 0) and s[0].dtype == d:
         return s[0]
+    # c < max(x, m) is c < x for c >= m: a clip's two compares then read x side by side
+    if op is K.CMPLT and _c(s[0]) and isinstance(s[1], ir.Op) and s[1].op is K.MAX and s[1].dtype == s[0].dtype:
+        for x, m in ((s[1].srcs[0], s[1].srcs[1]), (s[1].srcs[1], s[1].srcs[0])):
+            if _c(m) and s[0].value >= m.value and x.dtype == s[0].dtype:
+                return ir.Op(K.CMPLT, d, (s[0], x))
+    # (x + c1) * c2 is x * c2 + c1 * c2: the constant joins the next one (a rounding term)
+    if op is K.MUL and not d.is_bool:
+        for a, c2 in ((s[0], s[1]), (s[1], s[0])):
+            if _c(c2) and isinstance(a, ir.Op) and a.op is K.ADD and a.dtype == d and any(_c(x) for x in a.srcs):
+                x, c1 = (a.srcs[1], a.srcs[0]) if _c(a.srcs[0]) else (a.srcs[0], a.srcs[1])
+                if x.dtype == d:
+                    return ir.Op(K.ADD, d, (ir.Op(K.MUL, d, (x, c2)), ir.Const(_wrap(d, c1.value * c2.value), d)))
     # negations move up into the adder tree, where a subtraction costs what an addition does
     neg = [isinstance(x, ir.Op) and x.op is K.NEG and x.dtype == d for x in s]
     if op is K.NEG and neg[0]:
@@ -413,15 +426,19 @@ def _balanced(kind: ir.OpKind, d: dt.DType, terms: list[ir.Value]) -> ir.Value:
 def shift_add(x: ir.Value, c: int, d: dt.DType) -> ir.Value:
     """x * c (c != 0) as a sum of x's shifts minus a sum of them, in dtype `d` (exact modulo
     the dtype's width, as the product)."""
+    digits = csd(c)
+    low = min(s for s, _ in digits)       # the common shift, applied last: the sums start at bit 0
+
     def shifted(s: int) -> ir.Value:
-        return x if s == 0 else ir.Op(K.SHL, d, (x, ir.Const(s, d)))
-    plus = [shifted(s) for s, sign in csd(c) if sign > 0]
-    minus = [shifted(s) for s, sign in csd(c) if sign < 0]
-    if not plus:
-        return ir.Op(K.NEG, d, (_balanced(K.ADD, d, minus),))
-    if not minus:
-        return _balanced(K.ADD, d, plus)
-    return ir.Op(K.SUB, d, (_balanced(K.ADD, d, plus), _balanced(K.ADD, d, minus)))
+        return x if s == low else ir.Op(K.SHL, d, (x, ir.Const(s - low, d)))
+    plus = [shifted(s) for s, sign in digits if sign > 0]
+    minus = [shifted(s) for s, sign in digits if sign < 0]
+    if not plus:                          # -(x << s ...): the negation moves up the adder tree
+        core = _balanced(K.ADD, d, minus)
+        return ir.Op(K.NEG, d, (core if low == 0 else ir.Op(K.SHL, d, (core, ir.Const(low, d))),))
+    core = _balanced(K.ADD, d, plus) if not minus else \
+        ir.Op(K.SUB, d, (_balanced(K.ADD, d, plus), _balanced(K.ADD, d, minus)))
+    return core if low == 0 else ir.Op(K.SHL, d, (core, ir.Const(low, d)))
 
 
 def _expand_products(body: tuple) -> tuple:
@@ -462,3 +479,94 @@ def _expand_products(body: tuple) -> tuple:
                 out.append(substitute_store(s, rewrite, memo))
         return tuple(out)
     return walk(body)
+
+
+# ---------------------------------------------------------------------------------------------
+# adder trees by depth
+
+def carry_levels(v: ir.Value) -> int:
+    """Adders (carry chains) a value adds on its path: one for an integer sum or compare, two
+    for a product by a constant (hw/pipeline.py CARRY_OPS and CONST_PRODUCT_LEVELS), else 0."""
+    if not isinstance(v, ir.Op) or v.dtype.is_float or any(x.dtype.is_float for x in v.srcs):
+        return 0
+    if v.op is K.MUL:
+        return 2
+    return 1 if v.op in (K.ADD, K.SUB, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ) else 0
+
+
+def _rebalance(body: tuple) -> tuple:
+    """Every integer sum of data (a tree of adds, subtracts and negations whose inner nodes have
+    one user, no accumulator among its terms) rebuilt from its terms, the two with the fewest
+    adder levels added first (Huffman's order on depth): a layer's product terms, bias and
+    rounding constant then form one tree of the least depth, and its constants one constant.
+    Exact: two's complement addition is associative and commutative."""
+    uses: dict[int, int] = {}
+    for s, _ in _stores(body):
+        for v in ir.toposort(ir.store_operands(s)):
+            for o in ir.operands(v):
+                uses[id(o)] = uses.get(id(o), 0) + 1
+    depth: dict[int, int] = {}
+    memo: dict[int, ir.Value] = {}
+    alive: list[ir.Value] = []
+
+    def depth_of(v: ir.Value) -> int:
+        for x in ir.toposort([v], lambda x: [o for o in ir.operands(x) if id(o) not in depth]):
+            if id(x) not in depth:
+                depth[id(x)] = carry_levels(x) + max((depth[id(o)] for o in ir.operands(x)), default=0)
+                alive.append(x)
+        return depth[id(v)]
+
+    def is_sum(v: ir.Value, d) -> bool:
+        return isinstance(v, ir.Op) and v.op in (K.ADD, K.SUB, K.NEG) and v.dtype == d and not d.is_bool \
+            and not d.is_float and all(x.dtype == d for x in v.srcs)
+
+    def terms(v: ir.Value, sign: int, d, out: list, root: bool) -> None:
+        if is_sum(v, d) and (root or uses.get(id(v), 0) == 1):
+            if v.op is K.NEG:
+                terms(v.srcs[0], -sign, d, out, False)
+            else:
+                terms(v.srcs[0], sign, d, out, False)
+                terms(v.srcs[1], sign if v.op is K.ADD else -sign, d, out, False)
+        else:
+            out.append((sign, v))
+
+    def rewrite(v: ir.Value) -> ir.Value | None:
+        if not isinstance(v, ir.Op) or not is_sum(v, v.dtype):
+            return None
+        alive.append(v)
+        d = v.dtype
+        flat: list[tuple[int, ir.Value]] = []
+        terms(v, 1, d, flat, True)
+        if any(isinstance(x, ir.AccLoad) for _, t in flat for x in ir.toposort([t])):
+            return None                       # an accumulator's loop stays as it is
+        constant = sum(sign * int(t.value) for sign, t in flat if _c(t))
+        leaves = [(sign, substitute(t, rewrite, memo)) for sign, t in flat if not _c(t)]
+        if _wrap(d, constant):
+            leaves.append((1, ir.Const(_wrap(d, constant), d)))
+        if not leaves:
+            return ir.Const(0, d)
+        import heapq
+        heap = [(depth_of(t), i, sign, t) for i, (sign, t) in enumerate(leaves)]
+        heapq.heapify(heap)
+        n = len(heap)
+        while len(heap) > 1:
+            da, _, sa, a = heapq.heappop(heap)
+            db, _, sb, b = heapq.heappop(heap)
+            if sa == sb:
+                node, sign = ir.Op(K.ADD, d, (a, b)), sa
+            else:
+                node, sign = (ir.Op(K.SUB, d, (a, b)) if sa > 0 else ir.Op(K.SUB, d, (b, a))), 1
+            depth[id(node)] = max(da, db) + 1
+            alive.append(node)
+            heapq.heappush(heap, (depth[id(node)], n, sign, node))
+            n += 1
+        _, _, sign, out = heap[0]
+        return out if sign > 0 else ir.Op(K.NEG, d, (out,))
+
+    out = []
+    for s in body:
+        if isinstance(s, ir.Loop):
+            out.append(ir.Loop(s.id, s.axis, s.bound, _rebalance(s.body)))
+        else:
+            out.append(substitute_store(s, rewrite, memo))
+    return tuple(out)

@@ -82,7 +82,8 @@ class ModelSpec:
 
     def describe(self) -> str:
         if self.trained is not None:
-            return f"{self.trained.kind}: {self.trained.path.name}"
+            pruned = f", {self.trained.prune:.0%} pruned" if self.trained.prune else ""
+            return f"{self.trained.kind}: {self.trained.path.name}{pruned}"
         if self.onnx is not None:
             return f"onnx: {self.onnx.name} (the whole graph)"
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
@@ -125,14 +126,25 @@ class TrainedModel:
     MaxPool too, dse.models.convnet.LayerNet), read by tinygrad's importer. int8/int16 run its
     post-training quantisation, calibrated on the data's training split; float dtypes run a
     dense network with its weights rounded to the dtype (a CNN's float dtypes run the whole
-    ONNX graph instead: ModelSpec.onnx)."""
+    ONNX graph instead: ModelSpec.onnx). `prune` > 0: the network magnitude-pruned to that
+    sparsity and retrained on the data's training split first (dse.models.prune), so every
+    dtype builds the pruned network."""
     kind: str                       # "weights" or "onnx"
     path: Path                      # absolute
     data: Any                       # dse.models.data.DataSpec
+    prune: float = 0.0              # the fraction of each layer's weights pruned to zero
 
     def net(self):
-        """The dse.models.quantize.DenseNet (read once per process)."""
-        return _load_net(self.kind, self.path)
+        """The dse.models.quantize.DenseNet, pruned if asked (read and pruned once per process)."""
+        net = _load_net(self.kind, self.path)
+        if not self.prune:
+            return net
+
+        def make():
+            from dse.models.prune import prune
+            data = self.dataset()
+            return prune(net, sparsity=self.prune, x=data.x_train.reshape(len(data.x_train), -1), y=data.y_train)
+        return _cached(("pruned", self.kind, self.path, self.path.stat().st_mtime_ns, self.data, self.prune), make)
 
     def dataset(self):
         """The dse.models.data.Dataset (loaded once per process)."""
@@ -146,7 +158,7 @@ class TrainedModel:
             raise ValueError(f"a trained float network runs in {', '.join(QMAX)} (quantised) or a float dtype, "
                              f"not {dtype}")
         data = self.dataset()
-        return _cached(("quant", self.kind, self.path, self.data, dtype), lambda: self.net().quantize(
+        return _cached(("quant", self.kind, self.path, self.data, self.prune, dtype), lambda: self.net().quantize(
             dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1)))
 
     def built(self, dtype: str) -> zoo.Built:
