@@ -171,7 +171,15 @@ def _clipped(v: ir.Op, known: dict[int, Interval]) -> Interval | None:
         return None
     x = other.srcs[0] if isinstance(other, ir.Op) and other.op is K.CAST else other
     a, b = cond.srcs
-    if x is b and isinstance(a, ir.Const) and id(x) in known:        # c < x false: x <= c
+    floor = None           # x = max(b, m) compared as b (constants.py rewrites c < max(b, m) so)
+    if isinstance(x, ir.Op) and x.op is K.MAX and x is not b and isinstance(a, ir.Const):
+        for y, m in ((x.srcs[0], x.srcs[1]), (x.srcs[1], x.srcs[0])):
+            if y is b and isinstance(m, ir.Const) and int(m.value) <= int(a.value):
+                floor = int(m.value)
+    if floor is not None and id(b) in known:                          # b <= c, x = max(b, m)
+        r = known[id(b)]
+        taken = Interval(max(r.lo, floor), max(min(r.hi, int(a.value)), floor))
+    elif x is b and isinstance(a, ir.Const) and id(x) in known:      # c < x false: x <= c
         r = known[id(x)]
         taken = Interval(r.lo, min(r.hi, int(a.value)))
     elif x is a and isinstance(b, ir.Const) and id(x) in known:      # x < c false: x >= c
