@@ -95,7 +95,7 @@ import numpy as np
 from compiler.cache import EVALS
 from compiler.tools import package_version
 from dse.models import zoo
-from dse.estimate import design_features
+from dse.estimate import design_features, too_large
 from dse.limits import time_limit
 from dse.spec import SYNTH_FIDELITY, DesignPoint, Spec, TimingSpec
 from dse.frozen import FrozenMap
@@ -445,6 +445,10 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
 
 def _synthesis(ctx: EvalContext, run: _Run, design) -> None:
     """The synthesize stage, then timing (if asked)."""
+    if ctx.synthesize and (why := too_large(json.loads(run.fields.get("features") or "{}"), ctx.target)):
+        run.set(fits=False, stage="synthesize", error=why)      # an infeasible point, not hours of Yosys
+        run.log(f"synthesize: {why}")
+        return
     if ctx.synthesize:
         from compiler.synth.area import synthesize
         with run.stage("synthesize", "synth_s"):
