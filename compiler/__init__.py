@@ -52,23 +52,32 @@ __all__ = ["HardwareConfig", "compile_model", "layer_names", "layer_limits", "co
            "ExportedDesign", "CompileError", "UnsupportedError"]
 
 
-def compile_model(*outputs, config: HardwareConfig | None = None, inputs=None) -> Design:
-    """Compile the computation of `outputs` (tinygrad Tensors) into hardware. `inputs`: the
-    input Tensors given at run time (default: those without data at compile time); with
-    config.weights="constant" every other input holding data is built in (compiler/weights.py)."""
+def compile_model(*outputs, config: HardwareConfig | None = None, stream=None) -> Design:
+    """Compile the computation of `outputs` (tinygrad Tensors) into hardware. `stream`: the input
+    Tensor(s) that change from sample to sample, the data; the other inputs are weights. With
+    schedule=dataflow the data's memories rotate through banks and the weights are loaded once
+    (None: every input streams); with weights="constant" the weights holding data at compile
+    time are built into the logic (compiler/weights.py; None: the inputs without data stream)."""
     config = config or HardwareConfig()
     if not isinstance(config, HardwareConfig):
         raise TypeError(f"config must be a HardwareConfig, got {type(config).__name__}")
     shapes = tuple(tuple(int(d) for d in t.shape) for t in outputs)
     graph = trace(*outputs)
     sources = _dump("lower", [lower(k) for k in graph.kernels])
+    if config.fold == "auto" and config.layers:
+        given = ", ".join(f"{k}@{i}" for i, st in config.layers for k, _ in st)
+        raise CompileError(f"fold=auto chooses every layer's lanes and reduce_unroll; drop the per-layer settings ({given})")
     try:
         config = config.resolve_layers([k.name for k in sources])
     except ValueError as e:
         raise CompileError(str(e)) from None
     check_layer_factors(config, sources)
+    if config.fold == "auto":
+        from .fold import fold_auto
+        config = fold_auto(sources, config).config
     layer = [config.for_layer(i) for i in range(len(sources))]
-    sources = bind_weights(graph, sources, config, inputs)
+    streamed = _streamed(graph, stream)
+    sources = bind_weights(graph, sources, config, streamed)
     parallel = [parallelize(k, c.lanes, c.reduce_unroll, fp_sum=c.fp_sum) for k, c in zip(sources, layer)]
     kernels = _dump("parallelize", [p.kernel for p in parallel])
     kernels = _dump("fold_constants", [fold_constants(k) if rom_slots(k) else k for k in kernels])
@@ -84,7 +93,8 @@ def compile_model(*outputs, config: HardwareConfig | None = None, inputs=None) -
         check_supported(k, config)
         schedule(k, config)                  # raises on a pipeline hazard
     return build_design(graph, sources=[s.source for s in stages], kernels=kernels, config=config,
-                        output_shapes=shapes, banking=[s.banking for s in stages], factors=[s.factors for s in stages])
+                        output_shapes=shapes, banking=[s.banking for s in stages], factors=[s.factors for s in stages],
+                        streamed=streamed)
 
 
 def check_layer_factors(config: HardwareConfig, kernels: list) -> None:
@@ -106,13 +116,27 @@ def layer_limits(*outputs) -> list[tuple[str, int, int]]:
     return [(k.name, *most_factors(lower(k))) for k in trace(*outputs).kernels]
 
 
-def constant_inputs(*outputs, inputs=None) -> int:
-    """How many inputs of the model weights="constant" would build in for `outputs` with run-time
-    `inputs` (compile_model's): those holding data at compile time, not given at run time, and
-    read by a kernel. Traces the model (see layer_names)."""
+def constant_inputs(*outputs, stream=None) -> int:
+    """How many inputs of the model weights="constant" would build in for `outputs` with
+    `stream` (compile_model's): those holding data at compile time, not streamed, and read by a
+    kernel. Traces the model (see layer_names)."""
     graph = trace(*outputs)
     read = {b for k in graph.kernels for b in k.buffers}
-    return len(set(constant_words(graph, runtime_buffers(graph, inputs))) & read)
+    return len(set(constant_words(graph, runtime_buffers(graph, _streamed(graph, stream)))) & read)
+
+
+def _streamed(graph, stream) -> frozenset[int] | None:
+    if stream is None:
+        return None
+    tensors = stream if isinstance(stream, (list, tuple)) else [stream]
+    out = set()
+    for t in tensors:
+        uop = getattr(getattr(t, "uop", None), "buf_uop", None)
+        buf = graph.buffer_id(uop) if uop is not None else None
+        if buf is None or buf not in graph.inputs:
+            raise CompileError(f"stream: {t!r} is not an input of this model")
+        out.add(buf)
+    return frozenset(out)
 
 
 def layer_names(*outputs) -> list[str]:

@@ -38,14 +38,9 @@ import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
-from .tools import atomic_copy, atomic_write_text, cache_root, link_or_copy
-
-try:
-    import fcntl
-except ImportError:                 # no flock (Windows): concurrent misses compute twice, harmlessly
-    fcntl = None  # type: ignore[assignment]
+from .tools import FileLock, atomic_copy, atomic_write_text, cache_root, link_or_copy
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 """The folder that holds the `compiler` and `dse` packages."""
@@ -171,33 +166,11 @@ class ContentCache:
         os.replace(tmp, dst)
         return dst
 
-    @contextlib.contextmanager
-    def lock(self, key: str, *, wait: bool = True) -> Iterator[bool]:
-        """Exclusive across processes for one key. Yields True when held; with `wait=False`,
-        False at once if another process holds it. Without flock (or a folder that cannot be
-        written) it always yields True: then two processes may compute one entry, harmlessly."""
-        if fcntl is None:
-            yield True
-            return
-        path = self.folder / key[:2] / f"{key}.lock"
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError:
-            yield True
-            return
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-            except BlockingIOError:
-                yield False
-                return
-            try:
-                yield True
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+    def lock(self, key: str, *, wait: bool = True):
+        """Exclusive across processes for one key: `with cache.lock(key) as held:` (held is
+        False only with `wait=False` when another process holds it). Without flock, or a folder
+        that cannot be written, always held: two processes may then compute one entry, harmlessly."""
+        return FileLock(self.folder / key[:2] / f"{key}.lock").held(wait=wait)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -149,7 +149,7 @@ class HardwareConfig:
         fp_pipeline >= 3; below, it changes nothing.
     weights: "memory" (default) or "constant": where a trained model's weights live. "memory":
         in memories the host writes before a run, like any input. "constant": every input that
-        holds data at compile time and is not given at run time (compile_model's `inputs`) is
+        holds data at compile time and is not given at run time (compile_model's `stream`) is
         built into the datapath (compiler/passes/constants.py): a load at an address the unrolled
         loops fix becomes a constant, a product by a constant a shift-and-add network (canonical
         signed digits; a DSP where that is cheaper), by zero nothing, by a power of two a wire; a
@@ -159,6 +159,24 @@ class HardwareConfig:
         nothing. Cost: the design is compiled for the weights it carries; new weights are new
         hardware (the caches key on them: they are constants of the IR). A model none of whose
         inputs holds data at compile time has nothing to build in: a CompileError.
+    schedule: "sequential" (default) or "dataflow": how the kernels share time. "sequential" runs
+        one kernel after another on one sample, with copies between them: the next sample starts
+        when the last kernel is done (interval = cycles). "dataflow" makes every kernel a stage
+        running concurrently on its own sample in fixed-length *beats*: stage k works on sample n
+        while stage k-1 works on sample n+1, and buffers between stages rotate through 2 (or, across
+        a skip, more) banks, so a stage writes one bank while its consumer reads another (no copy
+        at all where the consumer reads the producer's memory in place; elsewhere the copy runs
+        inside the beat, beside the stages). Interval = the beat = the slowest stage (or copy);
+        latency = beats from input to output x the beat (compiler/hw/dataflow.py, docs/dataflow.md).
+        A graph that cannot be pipelined (a model output that later kernels also read) stays
+        sequential and says why (Design.schedule_note).
+    fold: "manual" (default) or "auto": with "auto" compile_model chooses each layer's lanes and
+        reduce_unroll itself (compiler/fold.py), the least parallelism (lanes x reduce_unroll) that
+        brings the layer's run to at most `target_interval` cycles, from divisors of its loop
+        bounds (FINN's SetFolding does the same per layer), so the stages balance; a target no
+        folding reaches is a CompileError naming the closest interval. Needs target_interval;
+        per-layer settings given with it are refused (the fold chooses them).
+    target_interval: cycles per sample `fold: auto` aims at (None unless fold is "auto").
     layers: per-layer settings of the LAYER_KNOBS: ((layer, ((knob, value), ...)), ...), a
         layer by its index or its name; written `lanes@1: 4` or `lanes@k1_r_10_32: 4` in
         from_dict/as_dict (a model's layers are its kernels, in the order compile_model runs
@@ -182,6 +200,9 @@ class HardwareConfig:
     mem_tail: str = "block"
     adder_levels: int = 1
     weights: str = "memory"
+    schedule: str = "sequential"
+    fold: str = "manual"
+    target_interval: int | None = None
     layers: tuple[tuple[int | str, tuple[tuple[str, Any], ...]], ...] = ()
 
     def __post_init__(self) -> None:
@@ -203,6 +224,16 @@ class HardwareConfig:
                              f"levels between pipeline registers), got {self.adder_levels!r}")
         if self.weights not in WEIGHTS:
             raise ValueError(f"HardwareConfig.weights: expected 'memory' or 'constant', got {self.weights!r}")
+        if self.schedule not in ("sequential", "dataflow"):
+            raise ValueError(f"HardwareConfig.schedule: expected 'sequential' or 'dataflow', got {self.schedule!r}")
+        if self.fold not in ("manual", "auto"):
+            raise ValueError(f"HardwareConfig.fold: expected 'manual' or 'auto', got {self.fold!r}")
+        if self.target_interval is not None and not (_is_int(self.target_interval) and self.target_interval >= 1):
+            raise ValueError(f"HardwareConfig.target_interval: expected a positive integer (cycles per sample), "
+                             f"got {self.target_interval!r}")
+        if (self.fold == "auto") != (self.target_interval is not None):
+            raise ValueError("HardwareConfig: fold='auto' needs target_interval (cycles per sample) and "
+                             "target_interval needs fold='auto'")
         if self.fp_sum not in ("sequential", "tree"):
             raise ValueError(f"HardwareConfig.fp_sum: expected 'sequential' or 'tree', got {self.fp_sum!r}")
         if self.acc_width is not None and not (_is_int(self.acc_width) and 1 <= self.acc_width <= MAX_ACC_WIDTH):
@@ -273,7 +304,7 @@ class HardwareConfig:
                 own[knob] = value
         return replace(self, layers=tuple((i, tuple(sorted(s.items()))) for i, s in sorted(out.items())))
 
-    def inapplicable(self, *, float_sums: bool) -> str:
+    def not_applicable(self, *, float_sums: bool) -> str:
         """Why these knobs cannot apply to a model whose reductions are float sums (or not),
         "" when they can. The explorer prunes such points before compiling (dse/spec.py)."""
         unrolls = {self.reduce_unroll} | {v for _, s in self.layers for k, v in s if k == "reduce_unroll"}

@@ -1,7 +1,7 @@
 """Design: the compiled hardware of a model, with everything needed to drive and check it."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -12,6 +12,7 @@ from .frontend import Graph
 from .hw.kernel import KernelHW, read_ports
 from .hw.pipeline import Schedule, schedule
 from .hw.program import Program, build_program
+from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, plan_dataflow
 from .hw.top import Copy, HostBuffer, HostPort, Run, Share, TopHW, plan
 from .hw.layout import Banking
 from .hw.packing import Pack, plan_packs
@@ -24,6 +25,10 @@ class CycleModel:
     kernels: tuple[tuple[str, int], ...]     # (kernel name, cycles including its done cycle and
                                              # its pipeline's drain, fp_pipeline)
     copies: int                              # cycles spent copying buffers between kernels
+    # cycles between successive samples in steady state: `total` for a sequential design; for a
+    # dataflow one the beat, and `total` the latency (beats x beat: hw/dataflow.py)
+    interval: int = 0
+    schedule: str = "sequential"
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,8 @@ class Design:
     shares: tuple[Share, ...] = ()           # readers that use another kernel's memory
     factors: tuple[dict[int, int], ...] = field(default=())   # per kernel: loop id -> lanes
     packs: tuple[tuple[Pack, ...], ...] = ()  # per kernel: banks sharing one memory (mem_pack)
+    flow: Dataflow | None = None             # schedule=dataflow: beats, levels, rings (hw/dataflow.py)
+    schedule_note: str = ""                  # why a design asked to be dataflow is sequential
     # model buffers built into the hardware (weights="constant"): no memory the host writes
     # holds them, so a simulation cannot set them
     constants: frozenset[int] = frozenset()
@@ -70,11 +77,26 @@ class Design:
         copied = {(d[0], b) for p in self.phases if isinstance(p, Copy) for d in p.dsts
                   for b in self.banking_of(*d).banks}
         hw = [KernelHW(k, self.config, self._memory_names(pos), self._external(pos),
-                       frozenset(b for kp, b in copied if kp == pos), self.packs_of(pos), self._read_outside(pos))
+                       frozenset(b for kp, b in copied if kp == pos), self.packs_of(pos), self._read_outside(pos),
+                       self._rings(pos))
               for pos, k in enumerate(self.kernels)]
         placed = {(pos, slot): self.banking_of(pos, slot) for pos, k in enumerate(self.source_kernels or self.kernels)
                   for slot in (b.slot for b in k.buffers)}
+        if self.flow is not None:
+            return DataflowTopHW(hw, list(self.phases), list(self.host), placed, list(self.shares),
+                                 list(self.host_ports), flow=self.flow)
         return TopHW(hw, list(self.phases), list(self.host), placed, list(self.shares), list(self.host_ports))
+
+    @property
+    def schedule(self) -> str:
+        return "dataflow" if self.flow is not None else "sequential"
+
+    def _rings(self, pos: int) -> dict[int, int]:
+        return {} if self.flow is None else {r.place[1]: r.banks for r in self.flow.rings if r.place[0] == pos}
+
+    def ring_bank(self, ref: "MemoryRef", bank: int) -> "MemoryRef":
+        """Bank `bank` of a ring memory (schedule=dataflow): module `<name>_r<bank>` (0: `ref`)."""
+        return ref if bank == 0 else replace(ref, name=f"{ref.name}_r{bank}")
 
     def banking_of(self, pos: int, slot: int) -> Banking:
         if pos < len(self.banking) and slot in self.banking[pos]:
@@ -138,12 +160,18 @@ class Design:
         return tuple(schedule(k, self.config) for k in self.kernels)
 
     def cycle_model(self) -> CycleModel:
+        if self.flow is not None:
+            kernels = tuple((self.kernels[p.kernel].name, self.programs[p.kernel].cycles + 1 + self.schedules[p.kernel].commit)
+                            for p in self.phases if isinstance(p, Run))
+            copies = sum(p.length for p in self.phases if isinstance(p, Copy))
+            return CycleModel(self.flow.latency, kernels, copies, self.flow.beat, "dataflow")
         # steps, + 1 for done, + the stages a step's stores trail it by (0 without fp_pipeline)
         kernels = tuple((self.kernels[p.kernel].name,
                          self.programs[p.kernel].cycles + 1 + self.schedules[p.kernel].commit)
                         for p in self.phases if isinstance(p, Run))
         copies = sum(p.length for p in self.phases if isinstance(p, Copy))
-        return CycleModel(sum(c for _, c in kernels) + copies, kernels, copies)
+        total = sum(c for _, c in kernels) + copies
+        return CycleModel(total, kernels, copies, total)
 
     def buffer_of(self, tensor) -> int:
         """The model buffer id of an input or output Tensor of this design."""
@@ -199,7 +227,7 @@ class Design:
 
 def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.KernelIR], config: HardwareConfig,
                  output_shapes: tuple[tuple[int, ...], ...], banking: list[dict[int, Banking]] | None = None,
-                 factors: list[dict[int, int]] | None = None) -> Design:
+                 factors: list[dict[int, int]] | None = None, streamed: frozenset[int] | None = None) -> Design:
     """`sources`: the lowered kernels; `kernels`: the same after the hardware transforms, with
     `banking` saying how each stores its parameter buffers (plain when not given)."""
     banking = banking or [{b.slot: Banking.plain(b.slot, b.size) for b in k.buffers} for k in sources]
@@ -211,10 +239,33 @@ def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.K
     widths = {b.id: b.dtype.bits for b in graph.buffers}
     ports = [read_ports(k, build_program(k))[1] for k in kernels] if config.share_buffers \
         else [{} for _ in kernels]
-    order, phases, host, shares = plan(kernel_buffers, sizes=sizes, widths=widths, names=[k.name for k in kernels],
-                                       banking=banking, read_ports=ports, share=config.share_buffers)
+    flow, note = None, ""
+    if config.schedule == "dataflow":
+        # dataflow reads in place wherever it can (share_buffers or not): it saves a memory and a beat
+        ports = [read_ports(k, build_program(k))[1] for k in kernels]
+        streamed = frozenset(graph.inputs) if streamed is None else frozenset(streamed)
+        dp = plan_dataflow(kernel_buffers, sizes=sizes, widths=widths, names=[k.name for k in kernels],
+                           banking=banking, read_ports=ports, outputs=set(graph.outputs), streamed=set(streamed))
+        if isinstance(dp, str):
+            note = f"schedule=dataflow not possible, built sequential: {dp}"
+            ports = [read_ports(k, build_program(k))[1] for k in kernels] if config.share_buffers \
+                else [{} for _ in kernels]
+        else:
+            order, phases, host, shares = dp.order, dp.phases, dp.host, dp.shares
+            runs = [build_program(kernels[i]).cycles + 1 + schedule(kernels[i], config).commit for i in order]
+            copies = [p for p in phases if isinstance(p, Copy)]
+            stage_cycles = tuple((kernels[i].name, c) for i, c in zip(order, runs)) + \
+                tuple((f"copy {kernels[order[c.src[0]]].name}->{','.join(kernels[order[d[0]]].name for d in c.dsts)}",
+                       c.length + int(config.mem_read == "sync")) for c in copies)
+            flow = Dataflow(beat_cycles(runs, copies, config.mem_read == "sync"), dp.depth, tuple(dp.levels),
+                            tuple(dp.rings), streamed & frozenset(graph.inputs), stage_cycles)
+    if flow is None:
+        order, phases, host, shares = plan(kernel_buffers, sizes=sizes, widths=widths, names=[k.name for k in kernels],
+                                           banking=banking, read_ports=ports, share=config.share_buffers)
     # banks read in place by another kernel keep a memory each (the reader's addresses differ per bank)
     in_place = {p: frozenset() for p in range(len(order))}
+    for r in (flow.rings if flow is not None else ()):          # ring banks are memories of their own
+        in_place[r.place[0]] |= frozenset({r.place[1]})
     for sh in shares:
         for place in (sh.reader, sh.owner):
             in_place[place[0]] |= frozenset(banking[order[place[0]]][place[1]].banks)
@@ -224,4 +275,4 @@ def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.K
                           if b.rom is not None)
     return Design(graph, tuple(kernels[i] for i in order), config, tuple(phases), tuple(host), output_shapes,
                   tuple(sources[i] for i in order), tuple(banking[i] for i in order), tuple(shares),
-                  tuple(factors[i] for i in order), packs, constants)
+                  tuple(factors[i] for i in order), packs, flow, note, constants)

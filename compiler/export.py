@@ -112,6 +112,9 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
     if not _IDENT.match(top):
         raise ValueError(f"top: expected a Verilog identifier, got {top!r}")
     check_bus(bus)
+    if design.flow is not None:             # its testbench would run one beat and read a stale bank
+        raise CompileError(f"{design.name()} is a schedule=dataflow design: its export (a streaming testbench "
+                           "and bus) is not built yet; export it with schedule=sequential")
     wrapper = None if bus == "native" else wrap(design, bus)
     cycles = design.cycle_model().total
     if result is None:

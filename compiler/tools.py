@@ -92,6 +92,60 @@ def link_or_copy(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
+try:
+    import fcntl
+except ImportError:                 # no flock (Windows): every lock below is a no-op
+    fcntl = None  # type: ignore[assignment]
+
+
+class FileLock:
+    """The one file lock of the project: an flock on `path`, which the kernel drops when its
+    holder dies (even by SIGKILL), so a crash never leaves a stale lock. `shared`: a reader's
+    lock, taken only on a file that exists (a reader creates nothing in a folder it reads).
+    Without flock every acquire succeeds (concurrent writers then race, harmlessly where it is
+    used: caches compute twice)."""
+
+    def __init__(self, path: str | Path, *, shared: bool = False) -> None:
+        self.path, self.shared = Path(path), shared
+        self._file = None
+
+    def acquire(self, *, wait: bool = True) -> bool:
+        """Take the lock; with `wait=False`, False at once if another process holds it. True
+        also when there is nothing to lock (no flock; a shared lock on a missing file)."""
+        if fcntl is None:
+            return True
+        try:
+            if self.shared:
+                f = open(self.path, "rb")
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                f = open(self.path, "a+b")
+        except OSError:               # a reader's missing file, or a folder that cannot be written
+            return True
+        try:
+            fcntl.flock(f, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            f.close()
+            return False
+        self._file = f
+        return True
+
+    def release(self) -> None:
+        if self._file is not None:
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
+
+    @contextlib.contextmanager
+    def held(self, *, wait: bool = True):
+        """`with FileLock(p).held() as got:` got is whether the lock is held (always with wait)."""
+        got = self.acquire(wait=wait)
+        try:
+            yield got
+        finally:
+            self.release()
+
+
 def cache_root() -> Path:
     """Where compiled simulators and evaluations are cached: $TINYHW_CACHE, else
     ~/.cache/tinyhw. Deleting it is always safe."""

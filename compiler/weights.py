@@ -2,13 +2,13 @@
 
 An input is a *constant* when it holds data at compile time (a Tensor made from numpy: trained
 weights, a model's own constants, seeded data) and is not one of the inputs given at run time
-(compile_model's `inputs`; by default the inputs without data). A kernel built with
+(compile_model's `stream`; by default the inputs without data). A kernel built with
 weights="constant" has its constant inputs bound as ROMs (compiler/passes/constants.py); the
 host bus never sees them, and a simulation cannot set them: the design is compiled for them.
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -20,20 +20,12 @@ from .frontend import Graph
 from .passes.constants import bind_constants
 
 
-def runtime_buffers(graph: Graph, inputs: Iterable | None) -> frozenset[int]:
-    """The graph buffer ids of the run-time inputs: the Tensors `inputs` (None: every input
-    without data at compile time; a Tensor the model does not read is no input of its)."""
-    if inputs is None:
+def runtime_buffers(graph: Graph, streamed: frozenset[int] | None) -> frozenset[int]:
+    """The graph buffer ids of the run-time inputs: the streamed ones (compile_model's `stream`),
+    or with none given every input without data at compile time."""
+    if streamed is None:
         return frozenset(b for b in graph.inputs if graph.buffers[b].data is None)
-    out = set()
-    for i, t in enumerate(inputs):
-        uop = getattr(getattr(t, "uop", None), "buf_uop", None)
-        if uop is None:
-            raise CompileError(f"inputs[{i}]: expected an input Tensor of the model, got {type(t).__name__}")
-        buf = graph.buffer_id(uop)
-        if buf is not None and buf in graph.inputs:
-            out.add(buf)
-    return frozenset(out)
+    return frozenset(streamed)
 
 
 def constant_words(graph: Graph, runtime: frozenset[int]) -> dict[int, np.ndarray]:
@@ -43,14 +35,14 @@ def constant_words(graph: Graph, runtime: frozenset[int]) -> dict[int, np.ndarra
 
 
 def bind_weights(graph: Graph, sources: Sequence[ir.KernelIR], config: HardwareConfig,
-                 inputs: Iterable | None) -> list[ir.KernelIR]:
+                 streamed: frozenset[int] | None) -> list[ir.KernelIR]:
     """`sources` (the lowered kernels, in graph order) with the constant inputs of every kernel
     built with weights="constant" bound as ROMs. A CompileError when constants are asked for
     and the model (or a layer that asks for them by name) has none."""
     layers = [config.for_layer(i) for i in range(len(sources))]
     if all(c.weights == "memory" for c in layers):
         return list(sources)
-    runtime = runtime_buffers(graph, inputs)
+    runtime = runtime_buffers(graph, streamed)
     words = constant_words(graph, runtime)
     explicit = {i for i, settings in config.layers for knob, _ in settings if knob == "weights"}
     out, bound = [], False

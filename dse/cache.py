@@ -169,7 +169,7 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
             arrays, _ = point_arrays(model, point.dtype, built, ctx.data_seed)
             tensors = input_tensors(built, arrays)
             design = compile_model(built.forward(*tensors), config=config,
-                                   inputs=runtime_tensors(model, point.dtype, built, tensors))
+                                   stream=runtime_tensors(model, point.dtype, built, tensors))
         kernels = [fingerprint(k) for k in design.kernels]
     except TimeLimitExceeded:
         return None                     # evaluate() runs it uncached and reports the time-out

@@ -61,7 +61,7 @@ def not_applicable_lines(s) -> list[str]:
     """One line per reason a spec's points were left out of its search space, with a count
     and an example (Spec.not_applicable): said once per sweep, not as a FAIL row each."""
     reasons: dict[str, list] = {}
-    for point, why in s.not_applicable():
+    for point, why in s.not_applicable_points():
         reasons.setdefault(why, []).append(point)
     return [f"not applicable, left out of the search space: {len(points)} point{'s' * (len(points) != 1)} "
             f"(e.g. {points[0].model} {points[0].dtype}): {why}" for why, points in reasons.items()]
@@ -180,7 +180,7 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
     like a spec's knob values; raises CliError."""
     import difflib
 
-    from compiler.config import HardwareConfig
+    from compiler.config import LAYER_KNOBS, HardwareConfig
     from dse.spec import SpecError, load_yaml
     known = HardwareConfig.knob_names()
     out: dict[str, Any] = {}
@@ -189,10 +189,12 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
         name = name.strip()
         if not sep or not name:
             raise CliError(f"--set expects KNOB=VALUE, got {item!r}")
-        if name not in known:
+        base, at, _ = name.partition("@")
+        if name not in known and not (at and base in LAYER_KNOBS):
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise CliError(f"--set {item}: unknown hardware knob {name!r}{hint}; known knobs: {', '.join(known)}")
+            raise CliError(f"--set {item}: unknown hardware knob {name!r}{hint}; known knobs: {', '.join(known)} "
+                           f"(and per layer: {', '.join(k + '@<layer>' for k in LAYER_KNOBS)})")
         if name in out:
             raise CliError(f"--set {item}: knob {name!r} is set twice")
         try:

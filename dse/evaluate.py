@@ -168,6 +168,13 @@ class Metrics:
     cycles: int | None = None
     cycles_model: int | None = None
     cycle_breakdown: str | None = None      # JSON of the cycle model: {"kernels": [[name, cycles], ...], "copies": n}
+    schedule: str | None = None             # "sequential" or "dataflow" (as built: a graph that cannot be
+                                            # pipelined is sequential, and a note says why)
+    interval_cycles: int | None = None      # cycles between samples in steady state, measured (dataflow: a stream
+                                            # of samples back to back; sequential: = cycles)
+    interval_model: int | None = None       # the same from the cycle model
+    stage_cycles: str | None = None         # dataflow: JSON [[stage, cycles], ...]: every kernel's run and copy,
+                                            # the slowest is the interval (with fold=auto: what the fold chose for)
     correct: bool | None = None
     max_abs_err: float | None = None
     ulp_vs_sequential: int | None = None    # fp_sum=tree: max ULP from tinygrad's sequential sum
@@ -181,6 +188,7 @@ class Metrics:
     # timing (place-and-route; only with EvalContext.timing)
     fmax_mhz: float | None = None
     latency_us: float | None = None         # cycles / fmax_mhz
+    samples_per_s: float | None = None      # fmax_mhz * 1e6 / interval_cycles
     fits: bool | None = None                # False: no device holds the design (error says why)
     pnr_device: str | None = None
     pnr_package: str | None = None
@@ -391,10 +399,15 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         output = built.forward(*tensors)
 
     with run.stage("compile", "compile_s"):
-        design = compile_model(output, config=config, inputs=runtime_tensors(model, point.dtype, built, tensors))
+        # the data streams (through a dataflow design); the weights are loaded once, or built in
+        design = compile_model(output, config=config, stream=runtime_tensors(model, point.dtype, built, tensors))
         cm = design.cycle_model()
         run.set(cycles_model=cm.total, cycle_breakdown=json.dumps({"kernels": [list(k) for k in cm.kernels],
-                                                                   "copies": cm.copies}))
+                                                                   "copies": cm.copies}),
+                schedule=design.schedule, interval_model=cm.interval,
+                stage_cycles=json.dumps([list(s) for s in design.flow.stage_cycles]) if design.flow else None)
+        if design.schedule_note:
+            run.notes.append(design.schedule_note)
         run.set(features=json.dumps(design_features(design, target=ctx.target)))
 
     if checked is not None:         # checked at the cheap fidelity: synthesis only
@@ -416,7 +429,13 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
     sim = Simulator(ctx.sim_backend, fell_back)
     with run.stage("simulate", "simulate_s"):
         result = sim.run(design, None)
-        run.set(cycles=result.cycles, sim_backend=sim.backend)
+        run.set(cycles=result.cycles, sim_backend=sim.backend, interval_cycles=result.cycles)
+        if design.flow is not None:       # the interval as measured: three samples back to back
+            from compiler import simulate_many
+            stream = simulate_many(design, [{}] * 3, backend="cxxrtl")
+            run.set(interval_cycles=stream[-1].interval)
+            if any(not all(np.array_equal(a, b) for a, b in zip(r.outputs, result.outputs)) for r in stream):
+                run.fail("simulate", "compiler bug: a sample streamed behind others gave other outputs than alone")
 
     with run.stage("check"):
         checker = _Checker(model, built, point.dtype, design, config)
@@ -432,6 +451,9 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
     if result.cycles != run.fields["cycles_model"]:
         run.fail("check", f"compiler bug: simulated {result.cycles} cycles but the cycle model says "
                           f"{run.fields['cycles_model']}")
+    if run.fields.get("interval_cycles") != run.fields["interval_model"]:
+        run.fail("check", f"compiler bug: a stream of samples came {run.fields.get('interval_cycles')} cycles "
+                          f"apart but the cycle model says {run.fields['interval_model']}")
 
     proof.confirm(sim, checker)
 
@@ -481,11 +503,11 @@ def point_arrays(model: ModelSpec, dtype: str, built: zoo.Built, data_seed: int)
     return arrays, real
 
 
-def runtime_tensors(model: ModelSpec, dtype: str, built: zoo.Built, tensors: list) -> list:
-    """The input Tensors given at run time (ModelSpec.runtime_inputs): compile_model's `inputs`,
-    so that weights="constant" builds every other input in."""
+def runtime_tensors(model: ModelSpec, dtype: str, built: zoo.Built, tensors: list) -> list | None:
+    """The input Tensors given at run time (ModelSpec.runtime_inputs): compile_model's `stream`
+    (None: every input)."""
     names = set(model.runtime_inputs(dtype))
-    return [t for name, t in zip(built.inputs, tensors) if name in names]
+    return [t for name, t in zip(built.inputs, tensors) if name in names] or None
 
 
 def _accuracy(model: ModelSpec, *, point: DesignPoint, config, sim: "Simulator", run: _Run, design, tensors: list,
@@ -514,6 +536,8 @@ def _timing(ctx: EvalContext, run: _Run, netlist_path: str) -> None:
         rep = place_and_route(netlist_path, ctx.target, run.workdir / "pnr", timeout=ctx.stage_timeout_s,
                               **ctx.timing.options())
         cycles = run.fields.get("cycles") or run.fields.get("cycles_model")
+        interval = run.fields.get("interval_cycles") or run.fields.get("interval_model")
+        run.set(samples_per_s=rep.fmax_mhz * 1e6 / interval if rep.fmax_mhz and interval else None)
         run.set(fits=rep.fits, fmax_mhz=rep.fmax_mhz, latency_us=rep.latency_us(cycles) if cycles else None,
                 pnr_device=rep.device, pnr_package=rep.package or None, nextpnr_version=rep.nextpnr_version,
                 **ctx.timing.row_fields())

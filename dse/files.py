@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 
-from compiler.tools import atomic_write_bytes, atomic_write_text
+from compiler.tools import FileLock, atomic_write_bytes, atomic_write_text
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "csv_text", "md_cell", "outputs_lock"]
 
@@ -37,24 +37,5 @@ def outputs_lock(folder: str | Path, *, shared: bool = False) -> Iterator[None]:
     """An flock on a results folder's outputs: writers of a set of files hold it exclusively
     (each one's set is whole before the next starts), readers of several of them shared (a
     no-op without flock)."""
-    try:
-        import fcntl
-    except ImportError:
+    with FileLock(Path(folder) / OUTPUTS_LOCK, shared=shared).held():
         yield
-        return
-    path = Path(folder) / OUTPUTS_LOCK
-    if shared:                      # a reader leaves a folder as it is (it may be read-only)
-        try:
-            f = open(path, "rb")
-        except OSError:             # no writer has locked this folder: nothing to wait for
-            yield
-            return
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(path, "a+b")
-    with f:
-        fcntl.flock(f, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)

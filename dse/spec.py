@@ -98,12 +98,15 @@ METRICS: dict[str, Direction] = {
     "cycles": Direction.MINIMIZE, "luts": Direction.MINIMIZE, "ffs": Direction.MINIMIZE,
     "bram": Direction.MINIMIZE, "dsp": Direction.MINIMIZE, "lutram": Direction.MINIMIZE,
     "latency_us": Direction.MINIMIZE, "fmax_mhz": Direction.MAXIMIZE, "accuracy": Direction.MAXIMIZE,
+    # cycles between successive samples in steady state (schedule=dataflow: the beat; else = cycles)
+    # and, with timing, samples per second at the measured Fmax
+    "interval_cycles": Direction.MINIMIZE, "samples_per_s": Direction.MAXIMIZE,
 }
 """Metrics a spec may optimise or bound, with the direction that is better."""
-NEEDS_TIMING = frozenset({"latency_us", "fmax_mhz"})
+NEEDS_TIMING = frozenset({"latency_us", "fmax_mhz", "samples_per_s"})
 NEEDS_SIMULATION = frozenset({"accuracy"})
 """Metrics only a simulation gives (cycles are the cycle model's, exact before any simulation)."""
-INTEGER_METRICS = frozenset({"cycles", "luts", "ffs", "bram", "dsp", "lutram"})
+INTEGER_METRICS = frozenset({"cycles", "luts", "ffs", "bram", "dsp", "lutram", "interval_cycles"})
 DEFAULT_STAGE_TIMEOUT_S = 600.0
 MAX_STAGE_TIMEOUT_S = 7 * 24 * 3600.0
 MAX_TRIALS = 1_000_000
@@ -196,15 +199,15 @@ class DesignPoint:
         """Raises ValueError saying why if this combination of knob values is illegal."""
         return HardwareConfig.from_dict(dict(self.knobs))
 
-    def inapplicable(self) -> str:
+    def not_applicable(self) -> str:
         """Why a knob of this point cannot apply to its dtype ("" when all can): a float dtype
-        sums in float (HardwareConfig.inapplicable). Illegal knob values are not this
+        sums in float (HardwareConfig.not_applicable). Illegal knob values are not this
         method's business: they fail at stage "config" with their own message."""
         try:
             config = self.hardware_config()
         except (ValueError, TypeError):
             return ""
-        return config.inapplicable(float_sums=zoo.DTYPES[self.dtype].is_float)
+        return config.not_applicable(float_sums=zoo.DTYPES[self.dtype].is_float)
 
 
 @dataclass(frozen=True)
@@ -243,17 +246,18 @@ class Spec:
     def space_size(self) -> int:
         """Number of design points: models x dtypes x knob combinations, less the points a
         knob cannot apply to (`not_applicable`)."""
-        return len(self.models) * len(self.dtypes) * self.knob_space_size - len(self.not_applicable())
+        return len(self.models) * len(self.dtypes) * self.knob_space_size - len(self.not_applicable_points())
 
-    def left_out(self, point: DesignPoint) -> str:
+    def not_applicable(self, point: DesignPoint) -> str:
         """Why `point` is not in the search space ("" when it is): a knob value that cannot
-        apply to its dtype (DesignPoint.inapplicable), or fp_sum=tree where it changes
+        apply to its dtype (DesignPoint.not_applicable), or fp_sum=tree where it changes
         nothing (an integer dtype, or reduce_unroll=1) while the spec also lists
         fp_sum=sequential, whose point is the same design."""
-        why = point.inapplicable()
+        why = point.not_applicable()
         if why or point.knobs.get("fp_sum") != "tree" or "sequential" not in self.knob_values("fp_sum"):
             return why
-        if not zoo.DTYPES[point.dtype].is_float or point.knobs.get("reduce_unroll", 1) == 1:
+        unrolls = [v for k, v in point.knobs.items() if k.partition("@")[0] == "reduce_unroll"]
+        if not zoo.DTYPES[point.dtype].is_float or max(unrolls, default=1) == 1:
             return ("fp_sum=tree only reorders float sums with reduce_unroll > 1; elsewhere it is the same "
                     "design as fp_sum=sequential, which the space holds")
         return ""
@@ -261,8 +265,8 @@ class Spec:
     def knob_values(self, name: str) -> tuple[Any, ...]:
         return next((k.values for k in self.knobs if k.name == name), ())
 
-    def not_applicable(self) -> list[tuple[DesignPoint, str]]:
-        """The points left out of the search space (`left_out`), each with why. They would
+    def not_applicable_points(self) -> list[tuple[DesignPoint, str]]:
+        """The points left out of the search space (`not_applicable`), each with why. They would
         fail at compile or repeat another point; pruned here, before compiling, a sweep
         reports them once (its summary, and `dse validate`) instead of a row each."""
         out = []
@@ -270,7 +274,7 @@ class Spec:
             for dt in self.dtypes:
                 for knobs in self.knob_combinations():
                     p = DesignPoint(m.name, dt, knobs)
-                    why = self.left_out(p)
+                    why = self.not_applicable(p)
                     if why:
                         out.append((p, why))
         return out
@@ -287,7 +291,7 @@ class Spec:
             for dt in self.dtypes:
                 for knobs in self.knob_combinations():
                     p = DesignPoint(m.name, dt, knobs)
-                    if not self.left_out(p):
+                    if not self.not_applicable(p):
                         yield p
 
     def gate_bounds(self, model: str, dtype: str) -> tuple[Bound, ...]:
@@ -876,16 +880,16 @@ class _Parser:
             if at and not re.fullmatch(r"[A-Za-z0-9_.-]+", layer):
                 raise SpecError(kpath, f"expected <knob>@<layer index or name>, got {name!r}")
             if not at and name not in known:
-                raise SpecError(kpath, "unknown hardware knob" + _suggest(name, known, "known knobs")
-                                + f" (per layer: {', '.join(k + '@<layer>' for k in LAYER_KNOBS)})")
+                raise SpecError(kpath, "unknown hardware knob" + _suggest(
+                    name, [*known, *(f"{k}@<layer>" for k in LAYER_KNOBS)], "known knobs"))
             if not isinstance(values, list):
                 raise SpecError(kpath, f"expected a list of candidate values, got {_got(values)}"
                                        + (f" (write [{values}] for a single value)" if isinstance(values, (str, int, float)) else ""))
             for j, v in enumerate(_list(values, kpath)):
                 if not isinstance(v, (str, int, float, bool)):
                     raise SpecError(_join(kpath, j), f"expected a number, string or boolean, got {_got(v)}")
-                try:
-                    HardwareConfig.from_dict({name: v})
+                try:        # a target interval is only legal with fold=auto, which it is checked with
+                    HardwareConfig.from_dict({name: v, **({"fold": "auto"} if name == "target_interval" else {})})
                 except (ValueError, TypeError) as e:
                     raise SpecError(_join(kpath, j), str(e)) from None
             out.append(Knob(name, tuple(values)))

@@ -107,7 +107,7 @@ from dse.study.options import SweepError, SweepOptions
 from dse.study.order import synthesis_order
 from dse.study.storage import heartbeat, open_storage, optuna, storage_location, study_lock
 from dse.study.take import POLL_S, take_trial
-from dse.study.trial import MAX_INAPPLICABLE_ASKS, STOP_SIGNALS, Interrupt, prune_inapplicable, run_asked_trial
+from dse.study.trial import MAX_NOT_APPLICABLE_ASKS, STOP_SIGNALS, Interrupt, prune_not_applicable, run_asked_trial
 
 __all__ = ["SweepError", "SweepOptions", "SweepResult", "sweep"]
 
@@ -162,7 +162,7 @@ def work(job: _Job, worker: int, emit: Callable[[dict[str, Any]], None], stop: I
     ctx = EvalContext.from_spec(spec, data_seed=options.data_seed, sim_backend=options.sim_backend)
     cache = EvalCache(options.cache_dir) if options.use_cache else None
     parent = os.getppid()
-    inapplicable, waiting = 0, False
+    not_applicable, waiting = 0, False
     while not stop.requested:
         if evaluating is not None and os.getppid() != parent:
             return                          # the sweep is gone: its trials are nobody's now
@@ -177,10 +177,10 @@ def work(job: _Job, worker: int, emit: Callable[[dict[str, Any]], None], stop: I
             continue
         waiting = False
         trial = taken.trial
-        if inapplicable < MAX_INAPPLICABLE_ASKS and prune_inapplicable(study, trial, spec):
-            inapplicable += 1
+        if not_applicable < MAX_NOT_APPLICABLE_ASKS and prune_not_applicable(study, trial, spec):
+            not_applicable += 1
             continue
-        inapplicable = 0
+        not_applicable = 0
         if evaluating is not None:
             evaluating[worker] = trial.number   # a parent that sees this process die charges it
         with heartbeat(study, trial), contextlib.redirect_stdout(sys.stderr):   # tools' chatter

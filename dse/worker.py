@@ -59,7 +59,7 @@ from dse.study.locks import run_lock
 from dse.study.options import SweepError, SweepOptions
 from dse.study.storage import GRACE_ENV, HEARTBEAT_ENV, heartbeat, optuna, storage_location, study_lock
 from dse.study.take import take_trial
-from dse.study.trial import STOP_SIGNALS, Interrupt, prune_inapplicable, run_asked_trial
+from dse.study.trial import STOP_SIGNALS, Interrupt, prune_not_applicable, run_asked_trial
 
 __all__ = ["GRACE_ENV", "HEARTBEAT_ENV", "WorkerOptions", "WorkerResult", "run_worker"]
 
@@ -119,7 +119,7 @@ def run_worker(spec: Spec, options: WorkerOptions, emit: Callable[[dict[str, Any
                     time.sleep(options.poll_s)
                     continue
                 trial = taken.trial
-                if prune_inapplicable(study, trial, spec):
+                if prune_not_applicable(study, trial, spec):
                     continue
                 with heartbeat(study, trial), contextlib.redirect_stdout(sys.stderr):
                     event = run_asked_trial(study, trial, spec, sopt, ctx, cache, stop)

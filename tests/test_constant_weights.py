@@ -54,7 +54,7 @@ FULL = {"weights": "constant", "lanes": 64, "reduce_unroll": 64}
 def test_fully_unrolled_constant_layers_become_one_step_bit_exact():
     rng = np.random.default_rng(0)
     x, y, ref = _mlp(rng)
-    d = compile_model(y, config=HardwareConfig.from_dict(FULL), inputs=[x])
+    d = compile_model(y, config=HardwareConfig.from_dict(FULL), stream=[x])
     # both layers merged into one kernel of one step: start, the step, done
     assert len(d.kernels) == 1 and d.cycle_model().total == 2 and d.cycle_model().copies == 0
     assert not d.kernels[0].accs and len(d.constants) == 3          # W1, b1, W2
@@ -68,14 +68,14 @@ def test_fully_unrolled_constant_layers_become_one_step_bit_exact():
 def test_products_by_zero_vanish_and_by_constants_are_shifts_and_adds():
     rng = np.random.default_rng(1)
     x, y, ref = _mlp(rng, zeros=0.75)
-    d = compile_model(y, config=HardwareConfig.from_dict(FULL), inputs=[x])
+    d = compile_model(y, config=HardwareConfig.from_dict(FULL), stream=[x])
     k = d.kernels[0]
     ops = [v for v in ir.toposort([o for s, _ in k.stores() for o in ir.store_operands(s)]) if isinstance(v, ir.Op)]
     # no int8 weight needs a multiplier: every product is shifts and adds (the requantisation has none)
     assert not [v for v in ops if v.op is ir.OpKind.MUL]
     assert any(v.op is ir.OpKind.SHL for v in ops)
     dense_x, dense_y, _ = _mlp(np.random.default_rng(1))
-    dense = compile_model(dense_y, config=HardwareConfig.from_dict(FULL), inputs=[dense_x])
+    dense = compile_model(dense_y, config=HardwareConfig.from_dict(FULL), stream=[dense_x])
     adds = lambda kk: sum(isinstance(v, ir.Op) and v.op in (ir.OpKind.ADD, ir.OpKind.SUB)  # noqa: E731
                           for v in ir.toposort([o for s, _ in kk.stores() for o in ir.store_operands(s)]))
     assert adds(k) < 0.6 * adds(dense.kernels[0])          # 75% of the first layer's weights are zero
@@ -91,7 +91,7 @@ def test_folded_layers_read_their_weights_from_roms(knobs):
     rng = np.random.default_rng(2)
     x, y, ref = _mlp(rng)
     config = HardwareConfig.from_dict(knobs)
-    d = compile_model(y, config=config, inputs=[x])
+    d = compile_model(y, config=config, stream=[x])
     memory = compile_model(*_mlp(np.random.default_rng(2))[1:2],
                            config=HardwareConfig.from_dict({**knobs, "weights": "memory"}))
     assert d.cycle_model() == memory.cycle_model()
@@ -116,7 +116,7 @@ def test_folded_integer_arithmetic_equals_the_hardware():
         s = (W >> 5) + (W << 3) + W // 7 + W % -5 + (W < 0).cast(dtypes.int32) + W.cast(dtypes.int8).cast(dtypes.int32)
         return x, (s * x + W.maximum(3)).contiguous()
     x, y = model(w)
-    const = compile_model(y, config=HardwareConfig.from_dict(FULL), inputs=[x])
+    const = compile_model(y, config=HardwareConfig.from_dict(FULL), stream=[x])
     mem = compile_model(model(w)[1], config=HardwareConfig(lanes=16))
     assert not any(isinstance(v, ir.Load) and v.buf in {b.slot for b in const.kernels[0].buffers if b.rom is not None}
                    for v in ir.toposort([o for s, _ in const.kernels[0].stores() for o in ir.store_operands(s)]))
@@ -126,15 +126,15 @@ def test_folded_integer_arithmetic_equals_the_hardware():
 def test_a_change_of_weights_is_a_change_of_hardware():
     def fingerprints(seed, weights="constant"):
         x, y, _ = _mlp(np.random.default_rng(seed))
-        d = compile_model(y, config=HardwareConfig.from_dict({**FULL, "weights": weights}), inputs=[x])
+        d = compile_model(y, config=HardwareConfig.from_dict({**FULL, "weights": weights}), stream=[x])
         return [ir.fingerprint(k) for k in d.kernels]
     assert fingerprints(0) == fingerprints(0)
     assert fingerprints(0) != fingerprints(1)
     rom = {**FULL, "lanes": 1, "reduce_unroll": 1}
     x, y, _ = _mlp(np.random.default_rng(0))
-    a = [ir.fingerprint(k) for k in compile_model(y, config=HardwareConfig.from_dict(rom), inputs=[x]).kernels]
+    a = [ir.fingerprint(k) for k in compile_model(y, config=HardwareConfig.from_dict(rom), stream=[x]).kernels]
     x, y, _ = _mlp(np.random.default_rng(1))
-    b = [ir.fingerprint(k) for k in compile_model(y, config=HardwareConfig.from_dict(rom), inputs=[x]).kernels]
+    b = [ir.fingerprint(k) for k in compile_model(y, config=HardwareConfig.from_dict(rom), stream=[x]).kernels]
     assert a != b                                       # ROM contents are in the fingerprint too
     assert fingerprints(0, "memory") == fingerprints(1, "memory")     # memories: the data is not hardware
 
@@ -142,7 +142,7 @@ def test_a_change_of_weights_is_a_change_of_hardware():
 def test_a_constant_input_cannot_be_set_at_run_time():
     rng = np.random.default_rng(4)
     x, y, _ = _mlp(rng)
-    d = compile_model(y, config=HardwareConfig.from_dict(FULL), inputs=[x])
+    d = compile_model(y, config=HardwareConfig.from_dict(FULL), stream=[x])
     const = sorted(d.constants)[0]
     with pytest.raises(CompileError, match=rf"^input buffer {const} \(.*\) is built into the design \(weights='constant'\)"):
         simulate(d, {const: np.zeros(d.graph.buffers[const].size, np.int8)})
@@ -157,7 +157,7 @@ def test_constant_weights_for_run_time_inputs_only_is_one_clear_error():
     x, y, _ = _mlp(np.random.default_rng(5))
     with pytest.raises(CompileError, match=r"^lanes@0=7 does not fit layer 0 \(k0_r_6_12\): its output loop has 6 "
                                            r"iterations; use lanes@0 from 1 to 6"):
-        compile_model(y, config=HardwareConfig.from_dict({"lanes@0": 7}), inputs=[x])
+        compile_model(y, config=HardwareConfig.from_dict({"lanes@0": 7}), stream=[x])
 
 
 def test_adder_levels_trade_stages_for_logic_depth_and_stay_exact():
@@ -167,7 +167,7 @@ def test_adder_levels_trade_stages_for_logic_depth_and_stay_exact():
     for levels in (1, 2, 4):
         xs, ys, _ = _mlp(np.random.default_rng(6), IN=16, HIDDEN=8)
         d = compile_model(ys, config=HardwareConfig.from_dict({**FULL, "fp_pipeline": 3, "adder_levels": levels}),
-                          inputs=[xs])
+                          stream=[xs])
         cycles.append(d.cycle_model().total)
         if levels == 2:
             s = _i8(rng, 16)
@@ -182,7 +182,7 @@ def test_a_clip_after_a_relu_is_seven_bits_wide():
     x = Tensor(_i8(rng, 12)).realize()
     h = ((Tensor(W1).cast(dtypes.int32) @ x.cast(dtypes.int32)) >> 7).clip(0, 127).cast(dtypes.int8)   # as quantize.py
     y = Tensor(W2).cast(dtypes.int32) @ h.cast(dtypes.int32)
-    d = compile_model(y, config=HardwareConfig.from_dict(FULL), inputs=[x])
+    d = compile_model(y, config=HardwareConfig.from_dict(FULL), stream=[x])
     k = d.kernels[0]
     iv = analyze(k)
     clips = [v for v in ir.toposort([o for s, _ in k.stores() for o in ir.store_operands(s)])

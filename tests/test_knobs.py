@@ -339,6 +339,6 @@ def test_a_layer_the_model_does_not_have_is_refused_listing_its_layers(knobs, me
 
 def test_per_layer_float_tree_sums_of_different_widths_do_not_apply():
     c = HardwareConfig.from_dict({"fp_sum": "tree", "reduce_unroll@0": 4})
-    assert "golden model sums every layer in trees of one width" in c.inapplicable(float_sums=True)
-    assert c.inapplicable(float_sums=False) == ""
-    assert "fp_sum=sequential" in HardwareConfig.from_dict({"reduce_unroll@1": 2}).inapplicable(float_sums=True)
+    assert "golden model sums every layer in trees of one width" in c.not_applicable(float_sums=True)
+    assert c.not_applicable(float_sums=False) == ""
+    assert "fp_sum=sequential" in HardwareConfig.from_dict({"reduce_unroll@1": 2}).not_applicable(float_sums=True)

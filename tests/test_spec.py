@@ -121,11 +121,10 @@ ERRORS = [
     (with_("models.0.params", [4, 8]), "models[0].params: expected a mapping, got a list ([4, 8])"),
     (with_("models.1.params.K", 9), "models[1].params: kernel size K=9 is larger than the padded input (6x6)"),
     # knobs: names checked against HardwareConfig, each value by constructing it
-    (with_("knobs", {"mem_reed": ["sync"]}), "knobs.mem_reed: unknown hardware knob; did you mean 'mem_read'? "
-                                             "(per layer: lanes@<layer>, reduce_unroll@<layer>, weights@<layer>)"),
+    (with_("knobs", {"mem_reed": ["sync"]}), "knobs.mem_reed: unknown hardware knob; did you mean 'mem_read'?"),
     (with_("knobs", {"zzz": ["a"]}), "knobs.zzz: unknown hardware knob (known knobs: "
-                                     + ", ".join(HardwareConfig.knob_names()) + ") (per layer: lanes@<layer>, "
-                                     "reduce_unroll@<layer>, weights@<layer>)"),
+                                     + ", ".join(HardwareConfig.knob_names()) + ", lanes@<layer>, reduce_unroll@<layer>, "
+                                     "weights@<layer>)"),
     (with_("knobs.mem_read", "sync"), "knobs.mem_read: expected a list of candidate values, got 'sync' "
                                       "(write [sync] for a single value)"),
     (with_("knobs.mem_read", []), "knobs.mem_read: must not be empty"),
@@ -173,7 +172,8 @@ ERRORS = [
      "gate[0].model: unknown model 'gemv'; did you mean 'gemv_4x8'?"),
     (with_("gate", [{"dtype": "fp16", "cycles_max": 100}]), "gate[0].dtype: unknown dtype 'fp16' (known: int8, fp32)"),
     (with_("gate", [{"dtype": "int8"}]), "gate[0]: needs at least one bound (e.g.: cycles_max, luts_max, ffs_max, "
-                                         "bram_max, dsp_max, lutram_max, latency_us_max, fmax_mhz_min, accuracy_min)"),
+                                         "bram_max, dsp_max, lutram_max, latency_us_max, interval_cycles_max, fmax_mhz_min, "
+                                         "accuracy_min, samples_per_s_min)"),
     (with_("gate", []), "gate: must not be empty"),
     # scalars
     (with_("timing", 1), "timing: expected true, false or a mapping {router, placer, seed, freq_mhz}, got 1"),
@@ -403,7 +403,7 @@ def test_points_a_knob_cannot_apply_to_are_left_out_once_with_why(tmp_path, caps
                                         sort_keys=False))
     s = load_spec(spec_file)
     points = list(s.points())
-    assert len(points) == s.space_size == 24 and len(s.not_applicable()) == 24
+    assert len(points) == s.space_size == 24 and len(s.not_applicable_points()) == 24
     for p in points:
         float_sum = p.dtype != "int8"
         assert (p.knobs["fp_sum"] == "tree") == (float_sum and p.knobs["reduce_unroll"] > 1)
@@ -418,7 +418,7 @@ def test_points_a_knob_cannot_apply_to_are_left_out_once_with_why(tmp_path, caps
     # without fp_sum=sequential among the values, tree is the only setting: kept everywhere
     only_tree = parse_spec({**yaml.safe_load((ROOT / "configs" / "gemv.yaml").read_text()),
                             "knobs": {"reduce_unroll": [1, 8], "fp_sum": ["tree"]}})
-    assert only_tree.space_size == 8 and not only_tree.not_applicable()
+    assert only_tree.space_size == 8 and not only_tree.not_applicable_points()
 
 
 # --- the CLI

@@ -137,6 +137,15 @@ class _ExternalPort:
         self.data = Signal(width, name=f"x{slot}_data")
 
 
+class _RingWrite:
+    """The kernel's write port of a ring memory: the bank it uses takes these."""
+
+    def __init__(self, slot: int, width: int, depth: int):
+        self.addr = Signal(_addr_shape(depth), name=f"b{slot}_own_waddr")
+        self.data = Signal(width, name=f"b{slot}_own_wdata")
+        self.en = Signal(name=f"b{slot}_own_we")
+
+
 class _BankPort:
     """A bank's read port inside a packed memory (packing.py): the address of the group's
     first bank drives the shared port; every bank sees its own field of the word."""
@@ -154,12 +163,17 @@ class KernelHW(wiring.Component):
     writes right before this kernel starts (copy destinations): with block RAM their read
     ports see that last write (the first step's look-ahead read happens in the same cycle);
     `read_outside`: slots whose port 0 the top module also addresses (host reads, copies from
-    them, another kernel reading them in place; None: any slot may be)."""
+    them, another kernel reading them in place; None: any slot may be); `rings`: slots whose
+    memory is R banks in a ring (schedule=dataflow): the kernel uses bank `b{slot}_kbank`, the
+    outside ports (host bus, copies, a reader in place) bank `b{slot}_obank` (hw/dataflow.py)."""
 
     def __init__(self, kernel: ir.KernelIR, config: HardwareConfig, names: dict[int, str] | None = None,
                  external: frozenset[int] = frozenset(), written_outside: frozenset[int] = frozenset(),
-                 packs: tuple = (), read_outside: frozenset[int] | None = None):
+                 packs: tuple = (), read_outside: frozenset[int] | None = None,
+                 rings: dict[int, int] | None = None):
         self.kernel, self.config = kernel, config
+        # schedule=dataflow: slot -> R, memories that rotate through R banks (hw/dataflow.py)
+        self.rings = dict(rings or {})
         self.program: Program = build_program(kernel)
         self.schedule: Schedule = schedule(kernel, config)
         self.ranges: dict[int, Interval] = analyze(kernel, acc_ranges(kernel, config))
@@ -174,6 +188,8 @@ class KernelHW(wiring.Component):
         self.memories: dict[int, memory.MemoryData] = {}
         # mem_tail="lut": the words past the block-RAM rows, in a LUT-RAM memory (hw/tail.py)
         self.tails: dict[int, memory.MemoryData] = {}
+        # ring slots: every bank's MemoryData, bank 0 first (bank 0 is also self.memories[slot])
+        self.ring_memories: dict[int, tuple[memory.MemoryData, ...]] = {}
         sig = {"start": In(1), "done": Out(1), "done_next": Out(1), "busy": Out(1)}
         for b in kernel.buffers:
             n = port_names(b.slot)
@@ -184,7 +200,16 @@ class KernelHW(wiring.Component):
                 sig[n["xdata"]] = In(b.dtype.bits)
                 continue
             pack = self.packs.get(b.slot)
-            if b.slot not in self.memories:
+            if b.slot in self.rings:
+                if pack is not None:
+                    raise ValueError(f"{kernel.name}: buffer {b.slot} rotates through banks, it cannot be packed")
+                banks = tuple(memory.MemoryData(shape=unsigned(b.dtype.bits), depth=b.size, init=[])
+                              for _ in range(self.rings[b.slot]))
+                self.ring_memories[b.slot] = banks
+                self.memories[b.slot] = banks[0]
+                sig[f"b{b.slot}_kbank"] = In(range(self.rings[b.slot]))
+                sig[f"b{b.slot}_obank"] = In(range(self.rings[b.slot]))
+            elif b.slot not in self.memories:
                 slots, width = (b.slot,), b.dtype.bits
                 if pack is not None:
                     slots, width = pack.slots, pack.width * len(pack.slots)
@@ -290,6 +315,9 @@ class KernelHW(wiring.Component):
                 reads[b.slot] = [port]
                 m.d.comb += [getattr(self, n["xaddr"]).eq(port.addr), port.data.eq(getattr(self, n["xdata"]))]
                 continue
+            if b.slot in self.rings:
+                write[b.slot], reads[b.slot] = self._ring_memory(m, b, sync_reads)
+                continue
             if b.slot in self.packs:
                 if b.slot == self.packs[b.slot].slots[0]:
                     self._packed_memory(m, b, self.packs[b.slot], gate(b, self.packs[b.slot].name), sync_reads, reads)
@@ -307,6 +335,49 @@ class KernelHW(wiring.Component):
                          wp.addr.eq(getattr(self, n["waddr"])), wp.data.eq(getattr(self, n["wdata"])),
                          wp.en.eq(we & gate(b, self.names[b.slot]))]
         return write, reads
+
+    def _ring_memory(self, m, b: ir.BufferDecl, sync_reads: bool):
+        """R memories of one buffer slot (`name`, `name_r1`, ...): the kernel's stores and
+        loads go to bank `kbank`, the outside write port and read port 0 to bank `obank` (the
+        top keeps them apart: never equal). Returns (write port, read ports) as the kernel
+        sees them: signals the banks are driven from, the read data taken from bank kbank."""
+        n, slot, name = self.n_read_ports[b.slot], b.slot, self.names[b.slot]
+        ports = port_names(slot)
+        kbank, obank = getattr(self, f"b{slot}_kbank"), getattr(self, f"b{slot}_obank")
+        domain = "sync" if sync_reads else "comb"
+        transparent = b.loaded and b.stored and sync_reads      # a step's load after its own store
+        attrs = NO_RW_CHECK if sync_reads and not transparent else {}
+        own_w = _RingWrite(slot, b.dtype.bits, b.size)
+        own_r = [_BankPort(slot, p, b.dtype.bits, b.size) for p in range(n)]
+        m.d.comb += [own_w.addr.eq(0), own_w.data.eq(0), own_w.en.eq(0)]
+        # the read data comes from the bank the address went to: as old as the data
+        kb = registered(m, kbank, f"b{slot}_kbank_q") if sync_reads else kbank
+        ob = registered(m, obank, f"b{slot}_obank_q") if sync_reads else obank
+        datas: list[list[Value]] = [[] for _ in range(n)]
+        outside: list[Value] = []
+        for i, data in enumerate(self.ring_memories[slot]):
+            mem = memory.Memory(data=data, attrs=attrs)
+            m.submodules[name if i == 0 else f"{name}_r{i}"] = mem
+            wp = mem.write_port()
+            rps = [mem.read_port(domain=domain, transparent_for=(wp,) if transparent else ()) for _ in range(n)]
+            mine, theirs = kbank == i, obank == i
+            m.d.comb += [wp.addr.eq(Mux(mine, own_w.addr, getattr(self, ports["waddr"]))),
+                         wp.data.eq(Mux(mine, own_w.data, getattr(self, ports["wdata"]))),
+                         wp.en.eq(Mux(mine, own_w.en, getattr(self, ports["we"]) & theirs))]
+            for p, rp in enumerate(rps):
+                m.d.comb += rp.addr.eq(Mux(mine, own_r[p].addr, getattr(self, ports["raddr"])) if p == 0
+                                       else own_r[p].addr)
+                datas[p].append(Mux(kb == i, rp.data, 0))
+            outside.append(Mux(ob == i, rps[0].data, 0))
+
+        def any_of(values):
+            out = values[0]
+            for v in values[1:]:
+                out = out | v
+            return out
+        m.d.comb += [port.data.eq(any_of(d)) for port, d in zip(own_r, datas)]
+        m.d.comb += getattr(self, ports["rdata"]).eq(any_of(outside))
+        return own_w, own_r
 
     def _packed_memory(self, m, first: ir.BufferDecl, pack, gate: Value, sync_reads: bool, reads) -> None:
         """One memory for the banks of `pack`: the kernel only reads it (at one address for
@@ -366,7 +437,7 @@ class KernelHW(wiring.Component):
         outside address on port 0 otherwise."""
         for b in self.kernel.buffers:
             for p, port in enumerate(reads[b.slot]):
-                outside = p == 0 and b.slot not in self.external
+                outside = p == 0 and b.slot not in self.external and b.slot not in self.rings
                 m.d.comb += port.addr.eq(getattr(self, port_names(b.slot)["raddr"]) if outside else 0)
             with m.Switch(addr_step):
                 for s in self.program.steps:
@@ -461,7 +532,7 @@ class KernelHW(wiring.Component):
                     for step, index in cases:
                         with m.Case(step):
                             m.d.comb += [own_addr.eq(self._in_range(dp, index, addr_env, b.size, None)), own.eq(1)]
-                outside = p == 0 and b.slot not in self.external and \
+                outside = p == 0 and b.slot not in self.external and b.slot not in self.rings and \
                     (self.read_outside is None or b.slot in self.read_outside)
                 levels = self.schedule.address_levels + self.schedule.late.get(b.slot, 0)
                 if levels > 1 and drives:

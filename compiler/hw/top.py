@@ -404,12 +404,10 @@ class TopHW(wiring.Component):
                                  self.port(d[0], db, "we").eq(dst_lane == i if len(bk.banks) > 1 else 1)]
 
 
-def plan(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, sizes: dict[int, int],
-         widths: dict[int, int], names: list[str], banking: list[dict[int, Banking]],
-         read_ports: list[dict[int, int]], share: bool = False):
-    """From each kernel's (slot, buffer id, loaded, stored) list, how each kernel stores its
-    slots and how many read ports each bank needs: the run order (positions in the input),
-    the phases, where each buffer lives and which readers share another kernel's memory."""
+def buffer_users(kernel_buffers: list[list[tuple[int, int, bool, bool]]], names: list[str]
+                 ) -> tuple[dict[int, list[tuple[int, int]]], dict[int, list[tuple[int, int]]]]:
+    """Each buffer's writer and readers as (kernel, slot) lists, from each kernel's (slot, buffer
+    id, loaded, stored) list; a buffer written by two kernels is refused."""
     writers: dict[int, list[tuple[int, int]]] = {}
     readers: dict[int, list[tuple[int, int]]] = {}
     for k, slots in enumerate(kernel_buffers):
@@ -422,6 +420,16 @@ def plan(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, sizes: dict
         if len(ws) > 1:
             raise CompileError(f"buffer {buf} is written by several kernels "
                                f"({', '.join(names[k] for k, _ in ws)}): not supported")
+    return writers, readers
+
+
+def plan(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, sizes: dict[int, int],
+         widths: dict[int, int], names: list[str], banking: list[dict[int, Banking]],
+         read_ports: list[dict[int, int]], share: bool = False):
+    """From each kernel's (slot, buffer id, loaded, stored) list, how each kernel stores its
+    slots and how many read ports each bank needs: the run order (positions in the input),
+    the phases, where each buffer lives and which readers share another kernel's memory."""
+    writers, readers = buffer_users(kernel_buffers, names)
     edges = {(writers[b][0][0], r[0]) for b in readers if b in writers for r in readers[b]}
     order = toposort_kernels(len(kernel_buffers), edges, names)
     pos = {k: i for i, k in enumerate(order)}

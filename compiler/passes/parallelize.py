@@ -11,7 +11,7 @@ from .. import ir
 from ..dtypes import BOOL, INT32
 from ..errors import CompileError
 from ..hw.layout import Affine, Banking, LayoutError, Placed, affine, derive_layout, place_access
-from .rewrite import all_of, const, op, reads_acc
+from .rewrite import all_of, const, inner_loops, op, reads_acc
 
 K = ir.OpKind
 
@@ -53,7 +53,7 @@ def parallelize(kernel: ir.KernelIR, lanes: int = 1, reduce_unroll: int = 1, *, 
     lane_loops: list[ir.Loop] = []
     if lanes > 1:
         for loop in kernel.loops.values():
-            if loop.axis is ir.Axis.OUTPUT and not any(l.axis is ir.Axis.OUTPUT for l in _inner_loops(loop)):
+            if loop.axis is ir.Axis.OUTPUT and not any(l.axis is ir.Axis.OUTPUT for l in inner_loops(loop)):
                 if min(lanes, loop.bound) > 1:
                     factors[loop.id] = min(lanes, loop.bound)
                     lane_loops.append(loop)
@@ -87,7 +87,7 @@ def most_factors(kernel: ir.KernelIR) -> tuple[int, int]:
     iterations of an output loop `lanes` unrolls, and of a reduction `reduce_unroll` unrolls
     (1 where it has none). More would only add gated-off lanes and identity terms."""
     lanes = [loop.bound for loop in kernel.loops.values() if loop.axis is ir.Axis.OUTPUT
-             and not any(l.axis is ir.Axis.OUTPUT for l in _inner_loops(loop))]
+             and not any(l.axis is ir.Axis.OUTPUT for l in inner_loops(loop))]
     reduce = [loop.bound for loop in kernel.loops.values()
               if loop.axis is ir.Axis.REDUCE and _single_update(loop) is not None]
     return max(lanes, default=1), max(reduce, default=1)
@@ -100,13 +100,6 @@ class _Update:
     term: ir.Value           # f(k)
     acc_first: bool          # operand order of the update
     dtype: object
-
-
-def _inner_loops(loop: ir.Loop):
-    for s in loop.body:
-        if isinstance(s, ir.Loop):
-            yield s
-            yield from _inner_loops(s)
 
 
 def _single_update(loop: ir.Loop) -> _Update | None:

@@ -73,3 +73,10 @@ def rebuild_chain(chain: list[ir.Loop], body: tuple) -> ir.Loop:
 
 def reads_acc(v: ir.Value, acc: int) -> bool:
     return any(isinstance(x, ir.AccLoad) and x.acc == acc for x in ir.toposort([v]))
+
+
+def inner_loops(loop: ir.Loop):
+    for s in loop.body:
+        if isinstance(s, ir.Loop):
+            yield s
+            yield from inner_loops(s)

@@ -262,7 +262,8 @@ def _compile(bundle: list[_Pending], cxx: str) -> None:
         (work / f"d{j}.il").write_text(p.text)
         script += ["design -reset", *cxxrtl_script(f"d{j}.il", f"d{j}.cc", namespace=f"tinyhw_d{j}")]
     includes = "".join(f'#include "d{j}.cc"\n' for j in range(len(bundle)))
-    table = "".join(f'  {{"{p.key}", run<tinyhw_d{j}::p_top>}},\n' for j, p in enumerate(bundle))
+    table = "".join(f'  {{"{p.key}", run<tinyhw_d{j}::p_top>, stream<tinyhw_d{j}::p_top>}},\n'
+                    for j, p in enumerate(bundle))
     (work / "sim.cc").write_text(DRIVER.replace("//@INCLUDES@\n", includes).replace("//@DESIGNS@\n", table))
     try:
         compile_cxxrtl(work, script, "sim.cc", cxx=cxx, flags=CXX_FLAGS)
@@ -286,6 +287,8 @@ def run_cxxrtl(design: Design, inputs: dict | None = None, max_cycles: int | Non
     that never raises `done` fails with a clear error instead of hanging. `step_always` makes the
     driver settle the design with `step()` on both clock edges even when one evaluation per
     cycle is exact (the plain CXXRTL loop: 1.1x (int8) to 1.7x (fp32) slower; for testing)."""
+    if design.flow is not None:
+        return run_cxxrtl_stream(design, [{}], inputs, max_cycles, step_always)[0]
     return _run(design, inputs, [{}], max_cycles, step_always, outputs_only=False)[0]
 
 
@@ -296,7 +299,108 @@ def run_cxxrtl_many(design: Design, samples: Sequence[dict], inputs: dict | None
     buffer id -> array) over them. Each run starts from a freshly constructed design, so its
     result equals a `run_cxxrtl` of the same inputs. Results hold the outputs only (`buffers`
     has the output buffers, not the intermediates), one SimResult per sample."""
+    if design.flow is not None:
+        return run_cxxrtl_stream(design, list(samples), inputs, max_cycles)
     return _run(design, inputs, list(samples), max_cycles, False, outputs_only=True)
+
+
+def run_cxxrtl_stream(design: Design, samples: Sequence[dict], inputs: dict | None = None,
+                      max_cycles: int | None = None, step_always: bool = False) -> list[SimResult]:
+    """A dataflow design (hw/dataflow.py) fed `samples` back to back in one run: each
+    sample's streamed inputs are poked into their ring banks before its first beat, beats run
+    with `start` held high, and its outputs are read from their banks after its last beat.
+    Each result's `cycles` is the sample's latency (the done of its outputs' beat minus its own
+    first beat's start) and `interval` the cycles from the previous sample's outputs to its
+    own (the first sample's: the beat), as measured. Outputs only."""
+    flow = design.flow
+    assert flow is not None
+    words = input_words(design, inputs)
+    own = [input_words(design, s, only_given=True) for s in samples]
+    for o in own:
+        extra = sorted(set(o) - flow.streamed)
+        if extra:
+            raise ValueError(f"input buffer(s) {extra} are not streamed (compile_model(stream=...)): "
+                             "they cannot change from sample to sample")
+    binary = build(design)
+    if max_cycles is None:
+        max_cycles = 100 * flow.latency * (len(samples) + 1) + 10_000_000
+    base = _pokes(design, {b: w for b, w in words.items() if b not in flow.streamed})
+    outputs = [hb for hb in design.host_buffers.values() if hb.id in set(design.graph.outputs)]
+    beats = len(samples) + flow.depth - 1 if samples else 0
+
+    def poke_sample(n: int):
+        items = []
+        for buf in flow.streamed:
+            if buf not in design.host_buffers:
+                continue
+            data = own[n].get(buf, words.get(buf))
+            for ref, bank in design.memory_words(buf, data):
+                ring = design.ring_bank(ref, flow.bank_for_sample((ref.kernel, ref.slot), n, output=False))
+                items += [(memory_name(ring, name), ring.offset, ring.width, bank[start:start + mem.depth])
+                          for name, start, mem in design.memory_parts(ring)]
+        return items
+
+    def reads_of(n: int):
+        refs = [design.ring_bank(ref, flow.bank_for_sample((ref.kernel, ref.slot), n, output=True))
+                for hb in outputs for ref in design.home_memories(hb.id)]
+        return [(memory_name(r, name), r.offset, r.width, mem.depth) for r in refs for name, _, mem in design.memory_parts(r)]
+    per_beat = []
+    for t in range(beats):
+        n = t - flow.depth + 1
+        per_beat.append((poke_sample(t) if t < len(samples) else [], reads_of(n) if n >= 0 else []))
+    with tempfile.TemporaryDirectory(prefix="tinyhw-cxxrtl-") as tmp:
+        work = Path(tmp)
+        with open(work / "in.bin", "wb") as f:
+            f.write(b"TNHWSTR1" + struct.pack("<I", len(binary.key)) + binary.key.encode())
+            f.write(struct.pack("<QI", max_cycles, int(step_always)))
+            _write_pokes(f, base)
+            f.write(struct.pack("<I", beats))
+            for pokes, reads in per_beat:
+                _write_pokes(f, pokes)
+                _write_reads(f, reads)
+        t0 = time.perf_counter()
+        try:
+            run_tool([str(binary.path), "in.bin", "out.bin"], cwd=work, log_name="sim.log")
+        except ToolError as exc:
+            raise ToolError("cxxrtl simulation", f"{design.name()} ({binary.path}): {exc.reason}",
+                            exc.log_tail) from exc
+        seconds = time.perf_counter() - t0
+        raw = (work / "out.bin").read_bytes()
+    if raw[:8] != b"TNHWSTRO" or struct.unpack_from("<Q", raw, 8)[0] != beats:
+        raise ToolError("cxxrtl simulation", f"{binary.path} wrote a malformed output file")
+    pos, done_at, results = 16, [], []
+    for t in range(beats):
+        done_at.append(struct.unpack_from("<Q", raw, pos)[0])
+        pos += 8
+        n = t - flow.depth + 1
+        if n < 0:
+            continue
+        by_id = {}
+        for hb in outputs:
+            banks = []
+            for ref in design.home_memories(hb.id):
+                banks.append(np.frombuffer(raw, dtype="<u8", count=ref.depth, offset=pos))
+                pos += 8 * ref.depth
+            by_id[hb.id] = design.buffer_words(hb.id, banks)
+        outs, buffers = outputs_from(design, lambda hb: by_id[hb.id], [hb.id for hb in outputs])
+        start = done_at[n - 1] if n > 0 else 0      # sample n's first beat starts as beat n-1 is done
+        interval = done_at[t] - (done_at[t - 1] if t > 0 else 0)
+        results.append(SimResult(outs, int(done_at[t] - start), "cxxrtl", seconds / max(1, len(samples)),
+                                 binary.build_seconds, buffers, interval=int(interval)))
+    return results
+
+
+def _write_pokes(f, items) -> None:
+    f.write(struct.pack("<I", len(items)))
+    for name, offset, width, w in items:
+        f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<IIQ", offset, width, len(w)))
+        f.write(np.ascontiguousarray(w, dtype="<u8").tobytes())
+
+
+def _write_reads(f, reads) -> None:
+    f.write(struct.pack("<I", len(reads)))
+    for name, offset, width, n in reads:
+        f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<IIQ", offset, width, n))
 
 
 def _run(design: Design, inputs: dict | None, samples: list[dict], max_cycles: int | None,

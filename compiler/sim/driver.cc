@@ -199,7 +199,78 @@ template <class Top> static void run(Reader &r, const char *out_path) {
   if (std::fclose(out) != 0) fail(2, "cannot write output file");
 }
 
-static const struct { const char *key; void (*run)(Reader &, const char *); } designs[] = {
+// schedule=dataflow (compiler/hw/dataflow.py): one fresh design, the base pokes, then beats back to
+// back with `start` held high. Before beat t starts (in the cycle whose state shows the previous
+// beat's done, which is also beat t's first) its pokes land; after its done its reads are taken.
+// Writes per beat: the cycle of its done (counted from the first start cycle as 0), then the reads.
+template <class Top> static void stream(Reader &r, const char *out_path) {
+  uint64_t max_cycles = r.get<uint64_t>();
+  uint32_t flags = r.get<uint32_t>();
+  std::vector<Poke> base = read_pokes(r);
+  uint32_t nbeats = r.get<uint32_t>();
+  std::vector<std::vector<Poke>> pokes(nbeats);
+  std::vector<std::vector<std::pair<Field, uint64_t>>> reads(nbeats);
+  for (uint32_t t = 0; t < nbeats; t++) {
+    pokes[t] = read_pokes(r);
+    reads[t].resize(r.get<uint32_t>());
+    for (auto &rd : reads[t]) {
+      rd.first = read_field(r);
+      rd.second = r.get<uint64_t>();
+    }
+  }
+  FILE *out = std::fopen(out_path, "wb");
+  if (!out) fail(2, std::string("cannot open ") + out_path);
+  std::fwrite("TNHWSTRO", 1, 8, out);
+  uint64_t n = nbeats;
+  std::fwrite(&n, 8, 1, out);
+  std::unique_ptr<Top> holder(new Top);
+  Top &top = *holder;
+  debug_items items;
+  top.debug_info(&items, nullptr, "");
+  for (auto &p : base) poke(items, p);
+  if (nbeats) for (auto &p : pokes[0]) poke(items, p);
+  top.p_clk.template set<bool>(false);
+  top.p_start.template set<bool>(nbeats > 0);
+  bool one_pass = top.eval() && !(flags & 1);
+  top.commit();
+  uint64_t cycles = 0;
+  std::vector<uint64_t> words;
+  for (uint32_t t = 0; t < nbeats;) {
+    top.p_clk.template set<bool>(true);
+    if (one_pass) {
+      top.eval();
+      top.commit();
+    } else {
+      top.step();
+    }
+    cycles++;
+    bool done = top.p_done.template get<bool>();
+    if (done) {
+      std::fwrite(&cycles, 8, 1, out);
+      for (auto &rd : reads[t]) {
+        const debug_item &item = field_item(items, rd.first);
+        if (rd.second > item.depth) fail(2, "reading past the end of memory '" + rd.first.name + "'");
+        size_t stride = (item.width + 31) / 32;
+        words.resize(rd.second);
+        for (uint64_t i = 0; i < rd.second; i++) words[i] = get_field(&item.curr[i * stride], rd.first.offset, rd.first.width);
+        std::fwrite(words.data(), 8, words.size(), out);
+      }
+      t++;
+      if (t < nbeats) for (auto &p : pokes[t]) poke(items, p);
+      else top.p_start.template set<bool>(false);
+    }
+    top.p_clk.template set<bool>(false);
+    if (one_pass) top.commit(); else top.step();
+    if (cycles > max_cycles) fail(3, "beat " + std::to_string(t) + " not done after " + std::to_string(max_cycles) + " cycles");
+  }
+  if (std::fclose(out) != 0) fail(2, "cannot write output file");
+}
+
+static const struct {
+  const char *key;
+  void (*run)(Reader &, const char *);
+  void (*stream)(Reader &, const char *);
+} designs[] = {
 //@DESIGNS@
 };
 
@@ -209,11 +280,13 @@ int main(int argc, char **argv) {
   if (!in) fail(2, std::string("cannot open ") + argv[1]);
   Reader r{in};
   char magic[8];
-  if (std::fread(magic, 1, 8, in) != 8 || std::memcmp(magic, "TNHWIN05", 8) != 0) fail(2, "bad input file");
+  if (std::fread(magic, 1, 8, in) != 8) fail(2, "bad input file");
+  bool streaming = std::memcmp(magic, "TNHWSTR1", 8) == 0;
+  if (!streaming && std::memcmp(magic, "TNHWIN05", 8) != 0) fail(2, "bad input file");
   std::string key = r.str();
   for (auto &d : designs)
     if (key == d.key) {
-      d.run(r, argv[2]);
+      (streaming ? d.stream : d.run)(r, argv[2]);
       return 0;
     }
   fail(2, "design " + key + " is not in this binary");

@@ -24,6 +24,9 @@ class SimResult:
     seconds: float = 0.0                  # wall time of the run itself (no build)
     build_seconds: float = 0.0
     buffers: dict[int, np.ndarray] = field(default_factory=dict)   # every model buffer, flat
+    # schedule=dataflow, streamed: cycles from the previous sample's outputs to this one's (the
+    # steady-state interval from the second sample on); None for a run of its own
+    interval: int | None = None
 
 
 def input_words(design: Design, inputs: dict | None, only_given: bool = False) -> dict[int, np.ndarray]:

@@ -76,6 +76,11 @@ class Harness:
 
 def run_pysim(design: Design, inputs: dict | None = None) -> SimResult:
     import time
+    if design.flow is not None:
+        from ..errors import CompileError
+        raise CompileError(f"{design.name()} is a schedule=dataflow design: it streams samples through "
+                           "beats, which the CXXRTL back end drives (backend='cxxrtl'); pysim runs "
+                           "sequential designs only")
     words = input_words(design, inputs)
     harness = Harness.of(design)
     result: dict = {}

@@ -65,6 +65,19 @@ class SampleCheckError(AssertionError):
     """The hardware disagreed with its reference or its cycle model on some sample."""
 
 
+def check_cycles(runs, design) -> int:
+    """Every sample's cycles equal the cycle model's latency, and every sample after the first
+    came one interval after the one before (streamed, dataflow); the latency."""
+    model = design.cycle_model()
+    late = [i for i, r in enumerate(runs) if i and r.interval is not None and r.interval != model.interval]
+    if late:
+        raise SampleCheckError(f"sample {late[0]}: came {runs[late[0]].interval} cycles after the one before, "
+                               f"the model says {model.interval}")
+    bad = [i for i, r in enumerate(runs) if r.cycles != model.total]
+    if bad:
+        raise SampleCheckError(f"sample {bad[0]}: {runs[bad[0]].cycles} cycles simulated, the model says {model.total}")
+    return model.total
+
 def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config: HardwareConfig | None = None,
                 backend: str = "cxxrtl") -> SampleRun:
     x = data.x_test.reshape(len(data.x_test), -1)
@@ -85,13 +98,11 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
         raise ValueError(f"dtype {dtype!r}: a float model runs in {', '.join(QMAX)} (quantised) or a float dtype")
     tensors = input_tensors(built, {**arrays, "x": xs[0]})
     x_tensor = tensors[list(built.inputs).index("x")]
-    design = compile_model(built.forward(*tensors), config=config, inputs=[x_tensor])   # the rest: weights
+    # x streams (through a dataflow design); the rest are weights (loaded once, or built in)
+    design = compile_model(built.forward(*tensors), config=config, stream=x_tensor)
     runs = simulate_many(design, [{x_tensor: s} for s in xs], backend=backend)
     logits = np.stack([np.asarray(r.outputs[0]).reshape(-1) for r in runs])
-    model_cycles = design.cycle_model().total
-    bad = [i for i, r in enumerate(runs) if r.cycles != model_cycles]
-    if bad:
-        raise SampleCheckError(f"sample {bad[0]}: {runs[bad[0]].cycles} cycles simulated, the model says {model_cycles}")
+    model_cycles = check_cycles(runs, design)
     # bit-exact: equal values with equal signs (-0.0 != +0.0); any NaN equals any NaN
     same = (logits == reference) & (np.signbit(logits) == np.signbit(reference)) | (np.isnan(logits) & np.isnan(reference)) \
         if zoo.DTYPES[dtype].is_float else logits == reference
@@ -138,10 +149,7 @@ def run_model_samples(*, model: ModelSpec, dtype: str, design, tensors: list, ch
     real = model.files.inputs(built.inputs, dtype)
     x_tensor = tensors[list(built.inputs).index(real.data_input)]
     runs = simulate_many(design, [{x_tensor: s} for s in real.samples], backend=backend)
-    model_cycles = design.cycle_model().total
-    bad = [i for i, r in enumerate(runs) if r.cycles != model_cycles]
-    if bad:
-        raise SampleCheckError(f"sample {bad[0]}: {runs[bad[0]].cycles} cycles simulated, the model says {model_cycles}")
+    model_cycles = check_cycles(runs, design)
     outputs = np.stack([np.asarray(r.outputs[0]).reshape(-1) for r in runs])
     raw = tinygrad_outputs(model, dtype) if not model.golden else None
     for i, sample in enumerate(real.samples):

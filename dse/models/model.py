@@ -64,17 +64,20 @@ class ModelSpec:
         return self.files.inputs(self.build(dtype).inputs, dtype)
 
     def runtime_inputs(self, dtype: str) -> tuple[str, ...]:
-        """The inputs given at run time: the one the data's samples fill, the zoo's data inputs
-        of a builtin (its others are weights), every input of a user's function the weights file
-        does not fill. weights="constant" builds every other input in, and a model's own
+        """The inputs given at run time, the data: the one the data's samples fill, the zoo's data
+        inputs of a builtin (its others are weights), a user's function's input `x` (else every
+        input the weights file does not fill). They stream through a dataflow design; the other
+        inputs are weights, and weights="constant" builds them in with the model's own
         constants (Tensors its forward makes from arrays)."""
         inputs = self.build(dtype).inputs
         real = self.real_inputs(dtype)
         if real is not None and real.data_input is not None:
             return (real.data_input,)
         filled = set(real.weights) if real is not None else set()
-        data = zoo.ZOO[self.builtin].data_inputs if self.builtin is not None else tuple(inputs)
-        return tuple(n for n in inputs if n in data and n not in filled)
+        free = [n for n in inputs if n not in filled]
+        if self.builtin is not None:
+            return tuple(n for n in free if n in zoo.ZOO[self.builtin].data_inputs)
+        return ("x",) if "x" in free else tuple(free)      # a user's function: its `x`, as the zoo's
 
     def input_range(self, dtype: str) -> InputRange | None:
         """The spec's range for `dtype`; None: each input's dtype default (zoo.default_input_range)."""
@@ -235,5 +238,5 @@ def model_constants(model: ModelSpec, dtype: str) -> int:
         tensors = zoo.input_tensors(built, arrays)
         runtime = set(model.runtime_inputs(dtype))
         return constant_inputs(built.forward(*tensors),
-                               inputs=[t for n, t in zip(built.inputs, tensors) if n in runtime])
+                               stream=[t for n, t in zip(built.inputs, tensors) if n in runtime] or None)
     return _cached(("constants", model, dtype), make)

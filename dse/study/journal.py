@@ -34,13 +34,14 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 # imported only by dse.study.storage.open_storage and dse.report.read_space, after
 # dse.study.storage.optuna() has made Optuna quiet
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock, JournalStorage
 
-from dse.study.locks import fcntl, locks_dir
+from compiler.tools import FileLock, fcntl
+from dse.study.locks import locks_dir
 
 from dse.study.options import SweepError
 
@@ -230,27 +231,19 @@ class FlockJournalLock:
     loop retries it without end). Without flock (Windows): Optuna's lock, on the absolute path."""
 
     def __init__(self, journal: Path) -> None:
-        self._path = locks_dir(Path(journal)) / "journal.lock"
-        self._file: IO[bytes] | None = None
+        self._lock = FileLock(locks_dir(Path(journal)) / "journal.lock")
         self._fallback = JournalFileSymlinkLock(os.path.abspath(journal)) if fcntl is None else None
 
     def acquire(self) -> bool:
         if self._fallback is not None:
             return self._fallback.acquire()
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(self._path, "a+b")
-        fcntl.flock(f, fcntl.LOCK_EX)
-        self._file = f
-        return True
+        return self._lock.acquire()
 
     def release(self) -> None:
         if self._fallback is not None:
             self._fallback.release()
             return
-        if self._file is not None:
-            fcntl.flock(self._file, fcntl.LOCK_UN)
-            self._file.close()
-            self._file = None
+        self._lock.release()
 
 
 class _Locked:

@@ -21,12 +21,9 @@ import os
 import socket
 import uuid
 from pathlib import Path
-from typing import IO, Iterator
+from typing import Iterator
 
-try:
-    import fcntl
-except ImportError:                 # no flock (Windows)
-    fcntl = None  # type: ignore[assignment]
+from compiler.tools import FileLock, fcntl
 
 LOCKS_SUFFIX = ".locks"
 
@@ -50,18 +47,9 @@ def locks_dir(file: Path) -> Path:
 @contextlib.contextmanager
 def file_study_lock(file: Path, study_name: str) -> Iterator[None]:
     """Exclusive across processes for one study of the storage in `file`."""
-    if fcntl is None:
-        yield
-        return
-    d = locks_dir(file)
-    d.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256(study_name.encode()).hexdigest()[:16]
-    with open(d / f"study-{key}.lock", "a+b") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with FileLock(locks_dir(file) / f"study-{key}.lock").held():
+        yield
 
 
 class RunLock:
@@ -70,25 +58,24 @@ class RunLock:
     def __init__(self, file: Path) -> None:
         self.dir = locks_dir(file)
         self.name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        self._file: IO[bytes] | None = None
+        self._lock: FileLock | None = None
         if fcntl is None:
             return
-        self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.dir / f".{self.name}.tmp"
-        f = open(tmp, "w+b")
-        fcntl.flock(f, fcntl.LOCK_EX)
-        os.replace(tmp, self._path(self.name))
-        self._file = f
+        lock = FileLock(tmp)
+        lock.acquire()
+        os.replace(tmp, self._path(self.name))      # the lock goes with the file
+        self._lock = lock
 
     def _path(self, name: str) -> Path:
         return self.dir / f"run-{name}.lock"
 
     def release(self) -> None:
-        if self._file is not None:
+        if self._lock is not None:
             with contextlib.suppress(OSError):
                 self._path(self.name).unlink()
-            self._file.close()
-            self._file = None
+            self._lock.release()
+            self._lock = None
 
     def __enter__(self) -> "RunLock":
         return self
@@ -100,7 +87,7 @@ class RunLock:
         """Whether the run `name` still holds its lock (this run: True while not released). A
         dead run's lock file is removed."""
         if name == self.name:
-            return self._file is not None
+            return self._lock is not None
         return run_alive(self.dir, name)
 
 
@@ -108,14 +95,10 @@ def run_alive(directory: Path, name: str) -> bool:
     if fcntl is None:
         return False
     path = directory / f"run-{name}.lock"
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
+    if not path.exists():
         return False
-    with f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+    with FileLock(path).held(wait=False) as free:
+        if not free:
             return True
         with contextlib.suppress(OSError):
             path.unlink()           # still locked by us: no other look can take it for alive

@@ -66,15 +66,15 @@ def trial_workdir(spec: Spec, options: SweepOptions, point: DesignPoint, number:
     return d if options.use_cache else d.with_name(f"{d.name}-t{number}")
 
 
-MAX_INAPPLICABLE_ASKS = 1000      # then the last point is evaluated (and fails at compile)
+MAX_NOT_APPLICABLE_ASKS = 1000      # then the last point is evaluated (and fails at compile)
 
 
-def prune_inapplicable(study, trial, spec: Spec) -> bool:
-    """A sampler may propose a point that is not in the search space (Spec.left_out: a knob
+def prune_not_applicable(study, trial, spec: Spec) -> bool:
+    """A sampler may propose a point that is not in the search space (Spec.not_applicable: a knob
     cannot apply to it); the grid never queues one. Such a trial is told PRUNED, with why,
     without compiling (it counts against no budget and is no row): True if it was."""
     from optuna.trial import TrialState
-    why = spec.left_out(suggest_point(trial, spec))
+    why = spec.not_applicable(suggest_point(trial, spec))
     if why:
         trial.set_user_attr("not_applicable", why)
         study.tell(trial, state=TrialState.PRUNED)

@@ -1,0 +1,167 @@
+"""Sequential vs dataflow (issue 43): interval, latency, LUTs, block RAM and Fmax.
+
+Models: an autoencoder of MLPerf Tiny's AD08 shape (64-72-72-8-72-72-64) and an MLP of the
+keyword-spotting shape (490-256-256-256-12), int8 with random weights (relu, shift 7, clamp
+between layers), and the digits MLP (models/digits_mlp.npz) and CNN (models/digits_cnn.onnx),
+int8 quantised, every digits test sample streamed through the hardware and checked bit-exact
+(dse.models.accuracy.run_samples). For each model: the dataflow design with fold=auto at the
+target interval (each layer's lanes x reduce_unroll the least that makes its stage fit, FINN's
+SetFolding), and the sequential design with the *same* per-layer folding (so the same
+multipliers: equal LUT budgets, within the control and buffer logic), each simulated in CXXRTL
+(samples back to back for dataflow: measured interval and latency must equal the cycle model,
+outputs equal to the sequential design's / the reference), synthesised (synth_ecp5) and, with
+--pnr, placed and routed on the LFE5U-85F (router2, static placer: bench_bandwidth.py).
+
+Usage: python bench/bench_dataflow.py [--models ad08 kws digits_mlp digits_cnn] [--target ad08=100 ...]
+                                      [--fp-pipeline 3] [--pnr] [--freq 100] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+from tinygrad import Tensor, dtypes  # noqa: E402
+
+from compiler import HardwareConfig, compile_model, simulate_many  # noqa: E402
+from compiler.pnr.timing import place_and_route  # noqa: E402
+from compiler.synth.area import synthesize  # noqa: E402
+from compiler.tools import ToolError  # noqa: E402
+
+SHAPES = {"ad08": [64, 72, 72, 8, 72, 72, 64], "kws": [490, 256, 256, 256, 12]}
+TARGETS = {"ad08": 100, "kws": 1024, "digits_mlp": 64, "digits_cnn": 512}
+SHIFT = 7
+
+
+def mlp(sizes, seed=0):
+    """x, the output Tensor, and a numpy reference function of x."""
+    rng = np.random.default_rng(seed)
+    ws = [rng.integers(-128, 128, (b, a)).astype(np.int8) for a, b in zip(sizes, sizes[1:])]
+    x = Tensor(rng.integers(-128, 128, sizes[0]).astype(np.int8))
+    h = x
+    for i, w in enumerate(ws):
+        acc = Tensor(w).cast(dtypes.int32) @ h.cast(dtypes.int32)
+        h = acc if i == len(ws) - 1 else (acc.relu() >> SHIFT).minimum(127).cast(dtypes.int8)
+
+    def ref(v):
+        v = v.astype(np.int32)
+        for i, w in enumerate(ws):
+            v = w.astype(np.int32) @ v
+            if i < len(ws) - 1:
+                v = np.minimum(np.maximum(v, 0) >> SHIFT, 127).astype(np.int32)
+        return v
+    return x, h, ref
+
+
+def synth_pnr(design, name: str, args, root: Path) -> dict:
+    row: dict = {}
+    t = time.perf_counter()
+    area = synthesize(design, "ecp5", root / name / "synth", timeout=args.timeout, netlist=True)
+    row.update(luts=area.luts, ffs=area.ffs, bram=area.bram, dsp=area.dsp, synth_s=round(time.perf_counter() - t, 1))
+    if args.pnr:
+        t = time.perf_counter()
+        try:
+            rep = place_and_route(area.netlist_path, "ecp5", root / name / "pnr", timeout=args.timeout,
+                                  device="LFE5U-85F", seed=1, router="router2", placer="static", freq_mhz=args.freq)
+            row.update(fmax_mhz=rep.fmax_mhz, fits=rep.fits, reason=rep.reason, pnr_s=round(time.perf_counter() - t, 1))
+        except ToolError as exc:
+            row.update(fmax_mhz=None, reason=f"place-and-route did not finish: {exc.reason}")
+    return row
+
+
+def bench_random(model: str, args, root: Path) -> list[dict]:
+    sizes, target = SHAPES[model], args.targets[model]
+    rng = np.random.default_rng(1)
+    xs = [rng.integers(-128, 128, sizes[0]).astype(np.int8) for _ in range(args.samples)]
+    rows = []
+    x, y, ref = mlp(sizes)
+    flow = compile_model(y, config=HardwareConfig(schedule="dataflow", fold="auto", target_interval=target,
+                                                  fp_pipeline=args.fp_pipeline), stream=x)
+    folding = {f"{k}@{i}": v for i, st in flow.config.layers for k, v in st}
+    x2, y2, _ = mlp(sizes)
+    seq = compile_model(y2, config=HardwareConfig.from_dict({**folding, "fp_pipeline": args.fp_pipeline}))
+    for sched, design, xt in (("dataflow", flow, x), ("sequential", seq, x2)):
+        cm = design.cycle_model()
+        runs = simulate_many(design, [{xt: s} for s in xs], backend="cxxrtl")
+        for s, r in zip(xs, runs):
+            np.testing.assert_array_equal(np.asarray(r.outputs[0]).reshape(-1), ref(s))
+            assert r.cycles == cm.total, (r.cycles, cm.total)
+        intervals = [r.interval for r in runs[1:]] if sched == "dataflow" else [r.cycles for r in runs]
+        assert all(i == cm.interval for i in intervals), (intervals, cm.interval)
+        row = dict(model=model, schedule=sched, target=target, interval=cm.interval, latency=cm.total,
+                   folding=" ".join(f"{dict(st)['lanes']}x{dict(st)['reduce_unroll']}" for _, st in design.config.layers),
+                   stages=[c for _, c in design.flow.stage_cycles] if design.flow else [c for _, c in cm.kernels],
+                   exact=True)
+        row.update(synth_pnr(design, f"{model}-{sched}", args, root))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def bench_digits(model: str, args, root: Path) -> list[dict]:
+    from dse.models.accuracy import run_samples
+    from dse.spec import load_spec
+    spec_path = Path(__file__).resolve().parent.parent / "configs" / ("digits.yaml" if model == "digits_mlp" else "digits_cnn.yaml")
+    trained = load_spec(spec_path).model(model).trained
+    target = args.targets[model]
+    rows = []
+    flow_run = run_samples(net=trained.net(), dtype="int8", data=trained.dataset(), config=HardwareConfig(
+        schedule="dataflow", fold="auto", target_interval=target, fp_pipeline=args.fp_pipeline))
+    folding = {f"{k}@{i}": v for i, st in flow_run.design.config.layers for k, v in st}
+    seq_run = run_samples(net=trained.net(), dtype="int8", data=trained.dataset(),
+                          config=HardwareConfig.from_dict({**folding, "fp_pipeline": args.fp_pipeline}))
+    assert np.array_equal(flow_run.logits, seq_run.logits)      # sample for sample
+    for sched, r in (("dataflow", flow_run), ("sequential", seq_run)):
+        design, cm = r.design, r.design.cycle_model()
+        row = dict(model=model, schedule=sched, target=target, interval=cm.interval, latency=cm.total,
+                   folding=" ".join(f"{dict(st)['lanes']}x{dict(st)['reduce_unroll']}" for _, st in design.config.layers),
+                   stages=[c for _, c in design.flow.stage_cycles] if design.flow else [c for _, c in cm.kernels],
+                   exact=True, samples=r.samples, accuracy=r.accuracy, note=design.schedule_note or None)
+        row.update(synth_pnr(design, f"{model}-{sched}", args, root))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["ad08", "digits_mlp", "digits_cnn", "kws"])
+    ap.add_argument("--target", nargs="*", default=[], help="MODEL=CYCLES target intervals")
+    ap.add_argument("--fp-pipeline", type=int, default=3)
+    ap.add_argument("--samples", type=int, default=4)
+    ap.add_argument("--pnr", action="store_true")
+    ap.add_argument("--freq", type=float, default=100.0)
+    ap.add_argument("--timeout", type=float, default=7200)
+    ap.add_argument("--workdir", type=Path)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    args.targets = dict(TARGETS)
+    for t in args.target:
+        k, _, v = t.partition("=")
+        args.targets[k] = int(v)
+    root = args.workdir or Path(tempfile.mkdtemp(prefix="bench-dataflow-"))
+    rows = []
+    for model in args.models:
+        rows += bench_random(model, args, root) if model in SHAPES else bench_digits(model, args, root)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    print("\n| model | schedule | lanes x reduce_unroll per layer | stages (cycles) | interval | latency | LUTs | FFs | "
+          "block RAM | DSP | Fmax (MHz) | samples/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        f = r.get("fmax_mhz")
+        sps = f"{f * 1e6 / r['interval']:,.0f}" if f else "-"
+        print(f"| {r['model']} | {r['schedule']} | {r['folding']} | {' / '.join(map(str, r['stages']))} | "
+              f"{r['interval']:,} | {r['latency']:,} | {r['luts']:,} | {r['ffs']:,} | {r['bram']} | {r['dsp']} | "
+              f"{f if f else '-'} | {sps} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,276 @@
+"""schedule=dataflow: every kernel is a stage, all stages run at once on successive samples.
+
+Time is cut into *beats* of B cycles. In every beat every kernel runs once (all start in the
+beat's first cycle), kernel k on the sample that entered `level(k)` beats earlier. A buffer
+handed from one stage to another rotates through R memory banks (a *ring*, KernelHW.rings): in
+beat t a kernel uses bank t mod R of each of its rings, and the outside ports (the host bus, a
+copy, a consumer reading in place) reach another bank, so a producer writes sample n+1 while
+its consumer reads sample n. Two ways to hand a buffer on, measured on the digits MLP and the
+AD08 autoencoder (docs/dataflow.md):
+
+  in place  the one consumer reads the producer's ring through the outside port (same banked
+            layout, one read port per bank, as share_buffers): no copy, no second memory, the
+            consumer one beat behind.
+  copy      otherwise (several consumers, another layout, several read ports): in the beat after
+            the producer's, a copy moves its words from the producer's outside bank into every
+            consumer's outside bank (one word of every bank a cycle when layouts agree, else
+            an element a cycle, as hw/top.py), beside the running stages; consumers two or more
+            beats behind.
+
+A FIFO in place of a ring would let a consumer start on the first words before the producer
+is done, but only where both walk the buffer in one order; a GEMV producer writes its rows in
+the order its lanes fill them and the next layer reads the whole vector once per output row,
+so every hand-over here would need the whole buffer anyway (docs/dataflow.md).
+
+Ring sizes follow from the levels (a stage's level: the most of its producers' level + 1 in
+place, + 2 by copy; a skip connection just makes the later consumer's ring longer):
+  written from outside, read by the kernel in beat t + d (copy destination: d = its level - the
+        copy's beat; a streamed input of a level-l kernel: d = l + 1): R = d + 1, the outside
+        bank is (t - 1) mod R
+  written by the kernel, read from outside e beats later (by copy: e = 1; in place: e = the
+        reader's level - the writer's; a model output: e = D - level, D = the outputs' level
+        + 1): R = e + 1, the outside bank is (t + 1) mod R
+The host writes sample n's streamed inputs before beat n starts (while beat n-1 runs, or while
+idle), into the bank ((t + 1 if a beat runs else t) + l) mod R, and reads sample n's outputs
+after beat n + D - 1 is done and before beat n + D + 1 starts. Inputs that are not streamed
+(weights) are plain memories, written while no beat runs.
+
+Top signals: as hw/top.py. `start` while no beat runs starts one (held high, beats follow back
+to back); `done` is high in the cycle after a beat's last; `busy` while a beat runs.
+Cycles: interval = B = max(each kernel's run, each copy's length + 1 with block RAM);
+latency (start of a sample's beat to the done of the beat its outputs are complete in) = D x B.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Const, Module, Mux, Signal, Value
+
+from .layout import Banking
+from .top import Copy, HostBuffer, Place, Run, Share, TopHW, buffer_users, toposort_kernels
+
+
+@dataclass(frozen=True)
+class Ring:
+    """A memory bank that rotates through `banks` memories."""
+    place: Place                 # (kernel position, bank slot)
+    banks: int
+    outside: str                 # "in": written from outside (copies, host), "out": read from outside
+    shift: int = 0               # a streamed input's kernel level (the host writes ahead by it)
+
+
+@dataclass(frozen=True)
+class Dataflow:
+    beat: int                    # cycles per beat (the interval)
+    depth: int                   # beats from a sample's first beat to the done of its outputs' beat
+    levels: tuple[int, ...]      # per kernel position: the beat offset it works on a sample in
+    rings: tuple[Ring, ...]
+    streamed: frozenset[int]     # model input buffers that change per sample
+    stage_cycles: tuple[tuple[str, int], ...]   # per kernel: its run; then per copy: its cycles
+
+    @property
+    def latency(self) -> int:
+        return self.depth * self.beat
+
+    def ring(self, place: Place) -> Ring | None:
+        return next((r for r in self.rings if r.place == place), None)
+
+    def bank_for_sample(self, place: Place, sample: int, *, output: bool) -> int:
+        """The ring bank of `place` that holds sample `sample` (a streamed input's, or an
+        output's home), 0 for a plain memory: what a simulator pokes and peeks."""
+        r = self.ring(place)
+        if r is None:
+            return 0
+        return (sample + self.levels[place[0]]) % r.banks
+
+
+@dataclass(frozen=True)
+class DataflowPlan:
+    order: list[int]
+    phases: list[Run | Copy]
+    host: list[HostBuffer]
+    shares: list[Share]
+    levels: list[int]                        # by position
+    rings: list[Ring]
+    depth: int
+
+
+def plan_dataflow(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, sizes: dict[int, int],
+                  widths: dict[int, int], names: list[str], banking: list[dict[int, Banking]],
+                  read_ports: list[dict[int, int]], outputs: set[int], streamed: set[int]) -> DataflowPlan | str:
+    """As hw/top.plan for schedule=dataflow; a str says why the graph cannot be pipelined."""
+    writers, readers = buffer_users(kernel_buffers, names)
+    for buf in writers:
+        if buf in outputs and readers.get(buf):
+            return (f"buffer {buf} is a model output that later kernels also read "
+                    f"({', '.join(names[k] for k, _ in readers[buf])}): its memory's outside port "
+                    "cannot serve the host and them at once")
+    edges = {(writers[b][0][0], r[0]) for b in readers if b in writers for r in readers[b]}
+    order = toposort_kernels(len(kernel_buffers), edges, names)
+    pos = {k: i for i, k in enumerate(order)}
+    layout = lambda place: banking[place[0]][place[1]].layout  # noqa: E731
+
+    in_place: dict[int, tuple[int, int]] = {}            # buffer -> its one reader, reading in place
+    for buf, ws in writers.items():
+        rs = readers.get(buf, [])
+        if len(rs) == 1 and layout(rs[0]) == layout(ws[0]) and \
+                all(read_ports[rs[0][0]].get(b, 1) <= 1 for b in banking[rs[0][0]][rs[0][1]].banks):
+            in_place[buf] = rs[0]
+    level = {k: 0 for k in order}
+    for k in order:
+        for slot, buf, loaded, stored in kernel_buffers[k]:
+            if loaded and not stored and buf in writers:
+                w = writers[buf][0][0]
+                level[k] = max(level[k], level[w] + (1 if buf in in_place else 2))
+    out_level = max((level[writers[b][0][0]] for b in outputs if b in writers), default=0)
+    depth = out_level + 1
+
+    rings: list[Ring] = []
+
+    def ring(place, n: int, outside: str, shift: int = 0):
+        k, slot = place
+        for b in banking[k][slot].banks:
+            rings.append(Ring((pos[k], b), n, outside, shift))
+
+    phases: list[Run | Copy] = [Run(pos[k]) for k in order]
+    for k in order:
+        for slot, buf, loaded, stored in kernel_buffers[k]:
+            if stored and buf in in_place:
+                r = in_place[buf]
+                ring((k, slot), level[r[0]] - level[k] + 1, "out")
+            elif stored and readers.get(buf):
+                ring((k, slot), 2, "out")
+                dsts = readers[buf]
+                by_words = all(layout(d) == layout((k, slot)) for d in dsts)
+                length = layout((k, slot)).words if by_words else sizes[buf]
+                phases.append(Copy((pos[k], slot), tuple((pos[r], s) for r, s in dsts), length, by_words))
+                for d in dsts:
+                    ring(d, level[d[0]] - level[k], "in")
+            elif stored and buf in outputs:
+                ring((k, slot), depth - level[k] + 1, "out")
+            elif loaded and not stored and buf in streamed:
+                ring((k, slot), level[k] + 2, "in", shift=level[k])
+    host: list[HostBuffer] = []
+    shared = set(in_place.values())
+    for buf in sorted(set(writers) | set(readers)):
+        holders = [(pos[k], s) for k, s in writers.get(buf, []) + readers.get(buf, []) if (k, s) not in shared]
+        host.append(HostBuffer(buf, tuple(holders), holders[0], widths[buf], sizes[buf]))
+    shares = [Share((pos[r[0]], r[1]), (pos[writers[b][0][0]], writers[b][0][1])) for b, r in in_place.items()]
+    return DataflowPlan(order, phases, host, shares, [level[k] for k in order], rings, depth)
+
+
+def beat_cycles(kernel_cycles: list[int], copies: list[Copy], sync_reads: bool) -> int:
+    """The beat: the longest kernel run, or copy (its writes trail its reads by a cycle with block RAM)."""
+    return max(kernel_cycles + [c.length + int(sync_reads) for c in copies])
+
+
+class DataflowTopHW(TopHW):
+    """The top of a dataflow design (module docstring); the host bus as below FANOUT_LEVEL in
+    hw/top.py (combinational, a read's data a cycle later with block RAM), usable while beats
+    run for the streamed inputs' and the outputs' banks."""
+
+    def __init__(self, kernels, phases, buffers, banking, shares, host_ports, *, flow: Dataflow):
+        super().__init__(kernels, phases, buffers, banking, shares, host_ports)
+        self.flow = flow
+
+    @property
+    def host_read_latency(self) -> int:
+        return 1 if self.kernels[0].config.mem_read == "sync" else 0
+
+    def elaborate(self, platform):
+        m = Module()
+        for i, k in enumerate(self.kernels):
+            m.submodules[f"k{i}"] = k
+        flow, B = self.flow, self.flow.beat
+        sync_reads = self.kernels[0].config.mem_read == "sync"
+        running = Signal()
+        bctr = Signal(range(B + 1))
+        begin = self.start & ~running
+        last = running & (bctr == B - 1)
+        with m.If(begin):
+            m.d.sync += [running.eq(1), bctr.eq(1)]
+        with m.Elif(last):
+            m.d.sync += [running.eq(0), bctr.eq(0)]
+        with m.Elif(running):
+            m.d.sync += bctr.eq(bctr + 1)
+        m.d.sync += self.done.eq(last)
+        busy = begin | running
+        m.d.comb += self.busy.eq(running)
+        for k in self.kernels:
+            m.d.comb += k.start.eq(begin)
+        cycle = Mux(running, bctr, 0)              # the cycle of the beat (0 in its first)
+
+        # ---- rings: one beat counter mod R per ring length, advanced as a beat ends
+        index: dict[int, Signal] = {}
+        for n in sorted({r.banks for r in flow.rings}):
+            idx = Signal(range(n), name=f"ring{n}_beat")
+            with m.If(last):
+                m.d.sync += idx.eq(Mux(idx == n - 1, 0, idx + 1))
+            index[n] = idx
+
+        def mod(v: Value, n: int) -> Value:        # v in [0, 2n)
+            return Mux(v >= n, v - n, v)
+        for r in flow.rings:
+            k = self.kernels[r.place[0]]
+            idx, n = index[r.banks], r.banks
+            m.d.comb += getattr(k, f"b{r.place[1]}_kbank").eq(idx)
+            if r.outside == "out":
+                ob = mod(idx + 1, n)
+            elif self._host_written(r.place):       # the bank of the next beat's sample: + its level
+                nxt = Mux(busy, mod(idx + 1, n), idx)
+                ob = mod(nxt + r.shift, n)
+            else:
+                ob = mod(idx + n - 1, n)
+            m.d.comb += getattr(k, f"b{r.place[1]}_obank").eq(ob)
+
+        # ---- host bus: streamed inputs and outputs any time, other memories while no beat runs
+        ring_places = {r.place for r in flow.rings}
+        read_ports = []
+        for i, hp in enumerate(self.host_ports):
+            selected = self.host_sel == i
+            in_range = self.host_addr < hp.depth
+            if hp.write:
+                free = Const(1, 1) if (hp.kernel, hp.slot) in ring_places else ~busy
+                m.d.comb += [self.port(hp.kernel, hp.slot, "waddr").eq(Mux(in_range, self.host_addr, 0)),
+                             self.port(hp.kernel, hp.slot, "wdata").eq(self.host_wdata),
+                             self.port(hp.kernel, hp.slot, "we").eq(self.host_we & selected & in_range & free)]
+            if hp.read:
+                m.d.comb += self.port(hp.kernel, hp.slot, "raddr").eq(Mux(selected & in_range, self.host_addr, 0))
+                read_ports.append((i, hp))
+        rsel = Signal.like(self.host_sel, name="rsel")
+        m.d.sync += rsel.eq(self.host_sel)
+        with m.Switch(rsel if sync_reads else self.host_sel):
+            for i, hp in read_ports:
+                with m.Case(i):
+                    m.d.comb += self.host_rdata.eq(self.port(hp.kernel, hp.slot, "rdata"))
+
+        # ---- readers in place: their own outside port, for them alone
+        for sh in self.shares:
+            rk, ok = sh.reader[0], sh.owner[0]
+            for rb, ob in zip(self.banking[sh.reader].banks, self.banking[sh.owner].banks):
+                m.d.comb += [self.port(rk, rb, "xdata").eq(self.port(ok, ob, "rdata")),
+                             self.port(ok, ob, "raddr").eq(self.port(rk, rb, "xaddr"))]
+
+        # ---- copies, all at once from the beat's first cycle: reads in cycles 0..L-1 (block RAM:
+        # its data a cycle later, written in cycles 1..L), as hw/top.py's copy phases
+        copies = [ph for ph in self.phases if isinstance(ph, Copy)]
+        none = len(copies)
+        in_beat = busy
+        for c, ph in enumerate(copies):
+            L = ph.length
+            if sync_reads:
+                reading = Mux(in_beat & (cycle < L), c, none)
+                active = Signal(name=f"copy{c}_active")
+                m.d.sync += active.eq(in_beat & (cycle < L))
+                phase = Mux(active, c, none)
+                ctr = Signal(range(max(L, 2)), name=f"copy{c}_ctr")
+                m.d.sync += ctr.eq(Mux(in_beat & (cycle < L), cycle, 0))
+                nctr = Mux(in_beat & (cycle < L), cycle, 0)
+            else:
+                phase = reading = Mux(in_beat & (cycle < L), c, none)
+                ctr = nctr = cycle
+            self._copy(m, c, ph, phase, reading, ctr, nctr, sync_reads)
+        return m
+
+    def _host_written(self, place: Place) -> bool:
+        return any(hp.write and (hp.kernel, hp.slot) == place for hp in self.host_ports)

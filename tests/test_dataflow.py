@@ -1,0 +1,150 @@
+"""schedule=dataflow (compiler/hw/dataflow.py) and fold=auto (compiler/fold.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tinygrad import Tensor, dtypes
+
+from compiler import CompileError, HardwareConfig, compile_model, simulate, simulate_many
+from compiler.sim.cxxrtl import build_many
+
+import designs
+
+TOOL_FIXTURES = ()
+
+
+def _mlp(sizes, seed=0, shift=7):
+    """An int8 MLP (relu, shift, clamp between layers): x and the tinygrad output."""
+    rng = np.random.default_rng(seed)
+    x = Tensor(rng.integers(-128, 128, sizes[0]).astype(np.int8))
+    h, ws = x, []
+    for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+        w = rng.integers(-128, 128, (b, a)).astype(np.int8)
+        ws.append(w)
+        acc = Tensor(w).cast(dtypes.int32) @ h.cast(dtypes.int32)
+        h = acc if i == len(sizes) - 2 else ((acc.relu() >> shift).minimum(127).cast(dtypes.int8))
+    return x, h
+
+
+def test_levels_and_rings_of_a_skip_and_a_fan_out():
+    # residual: k1 reads h (k0's output) for the product and the skip through one slot: in place
+    d = compile_model(*designs.residual_mlp().outputs, config=HardwareConfig(schedule="dataflow"))
+    assert d.schedule == "dataflow" and d.flow.levels == (0, 1) and d.flow.depth == 2
+    cm = d.cycle_model()
+    assert cm.interval == d.flow.beat == max(c for _, c in d.flow.stage_cycles)
+    assert cm.total == 2 * cm.interval
+    # fan-out: two readers of h cannot share one outside port, so a copy feeds both a beat later
+    d = compile_model(*designs.fan_out().outputs, config=HardwareConfig(schedule="dataflow"))
+    assert d.flow.levels == (0, 2, 2) and d.flow.depth == 3
+    assert sum(1 for p in d.phases if type(p).__name__ == "Copy") == 1
+
+
+def test_a_chain_reads_in_place_one_beat_behind():
+    x, y = _mlp([16, 8, 4])
+    d = compile_model(y, config=HardwareConfig(schedule="dataflow"), stream=x)
+    assert d.flow.levels == (0, 1) and len(d.shares) == 1
+    runs = [c for _, c in d.flow.stage_cycles]
+    assert d.cycle_model().interval == max(runs) and d.cycle_model().total == 2 * max(runs)
+    # weights are plain memories; x, h (read in place) and y rotate through two banks each
+    assert sorted((r.place[0], r.outside, r.banks) for r in d.flow.rings) == [(0, "in", 2), (0, "out", 2), (1, "out", 2)]
+
+
+def test_an_output_read_by_a_later_kernel_stays_sequential_and_says_why():
+    d = compile_model(*designs.mixed_int16().outputs, config=HardwareConfig(schedule="dataflow"))
+    assert d.schedule == "sequential" and "model output that later kernels also read" in d.schedule_note
+    assert d.cycle_model().interval == d.cycle_model().total
+
+
+def test_config_refuses_bad_schedule_and_fold():
+    with pytest.raises(ValueError, match="schedule"):
+        HardwareConfig(schedule="pipelined")
+    with pytest.raises(ValueError, match="fold='auto' needs target_interval"):
+        HardwareConfig(fold="auto")
+    with pytest.raises(ValueError, match="fold='auto' needs target_interval"):
+        HardwareConfig(target_interval=100)
+
+
+def test_fold_auto_balances_the_stages():
+    x, y = _mlp([64, 72, 8, 72])
+    d = compile_model(y, config=HardwareConfig(schedule="dataflow", fold="auto", target_interval=100), stream=x)
+    stages = dict(d.flow.stage_cycles)
+    assert max(stages.values()) == d.cycle_model().interval <= 100
+    layers = dict(d.config.layers)
+    par = [dict(layers[i])["lanes"] * dict(layers[i])["reduce_unroll"] for i in range(3)]
+    assert par[0] > 4 * par[1] and par[0] > 4 * par[2]      # 8x72 and 72x8 are 1/8 of 72x64's work
+    # the least parallelism: one step down (the previous candidate) would miss the target
+    from compiler.fold import candidates, stage_cycles
+    for i, k in enumerate(d.source_kernels):
+        pairs = candidates(k)
+        at = pairs.index((dict(layers[i])["lanes"], dict(layers[i])["reduce_unroll"]))
+        assert all((stage_cycles(k, d.config, *p) or 10**9) > 100 for p in pairs[:at])
+
+
+def test_fold_auto_says_the_closest_interval_when_the_target_is_out_of_reach():
+    x, y = _mlp([16, 8, 4])
+    with pytest.raises(CompileError, match=r"no folding reaches target_interval=1 cycles.*closest interval is \d+"):
+        compile_model(y, config=HardwareConfig(schedule="dataflow", fold="auto", target_interval=1), stream=x)
+
+
+def test_fold_auto_refuses_per_layer_settings_and_unknown_layers_are_named():
+    x, y = _mlp([16, 8, 4])
+    cfg = HardwareConfig.from_dict({"schedule": "dataflow", "fold": "auto", "target_interval": 50, "lanes@0": 2})
+    with pytest.raises(CompileError, match="drop the per-layer settings"):
+        compile_model(y, config=cfg)
+    x, y = _mlp([16, 8, 4])
+    with pytest.raises(CompileError, match=r"no layer 5.*0 \(k0_"):
+        compile_model(y, config=HardwareConfig.from_dict({"schedule": "dataflow", "lanes@5": 2}))
+
+
+def test_dataflow_designs_refuse_pysim_and_export(tmp_path):
+    x, y = _mlp([16, 8, 4])
+    d = compile_model(y, config=HardwareConfig(schedule="dataflow"), stream=x)
+    with pytest.raises(CompileError, match="CXXRTL"):
+        simulate(d, backend="pysim")
+    from compiler import export_design
+    with pytest.raises(CompileError, match="schedule=sequential"):
+        export_design(design=d, out_dir=tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_a_stream_through_a_dataflow_design_equals_the_sequential_design_sample_for_sample():
+    """Five samples back to back through each dataflow design (a chain with in-place reads and
+    per-layer folding, a copy to another layout, a skip, a fan-out) give the sequential design's
+    outputs for each sample, and come exactly the modelled interval and latency apart."""
+    rng = np.random.default_rng(7)
+    cases = []
+    for sizes, cfg in [([24, 16, 8, 4], {"lanes@0": 4, "reduce_unroll@0": 2, "lanes@1": 2}),
+                       ([24, 16, 4], {"lanes": 2})]:
+        x, y = _mlp(sizes)
+        xs = [rng.integers(-128, 128, sizes[0]).astype(np.int8) for _ in range(5)]
+        seq = compile_model(y, config=HardwareConfig.from_dict(cfg))
+        x2, y2 = _mlp(sizes)
+        flow = compile_model(y2, config=HardwareConfig.from_dict({**cfg, "schedule": "dataflow"}), stream=x2)
+        cases.append((seq, flow, [{x: s} for s in xs], [{x2: s} for s in xs]))
+    for build in (designs.residual_mlp, designs.fan_out):
+        a, b = build(seed=3), build(seed=3)   # every input streams (the default), given by buffer id
+        seq = compile_model(*a.outputs, config=HardwareConfig(lanes=2))
+        flow = compile_model(*b.outputs, config=HardwareConfig(lanes=2, schedule="dataflow"))
+        inputs = [buf for buf in flow.graph.inputs]
+        samples = []
+        for _ in range(4):
+            s = {}
+            for buf in inputs:
+                gb = flow.graph.buffers[buf]
+                s[buf] = rng.integers(-128, 128, gb.size).astype(np.int8)
+            samples.append(s)
+        cases.append((seq, flow, samples, samples))
+    build_many([d for c in cases for d in c[:2]], jobs=2)
+    for seq, flow, seq_samples, flow_samples in cases:
+        want = simulate_many(seq, seq_samples, backend="cxxrtl")
+        got = simulate_many(flow, flow_samples, backend="cxxrtl")
+        cm = flow.cycle_model()
+        assert flow.schedule == "dataflow"
+        for w, g in zip(want, got):
+            assert len(w.outputs) == len(g.outputs)
+            for a, b in zip(w.outputs, g.outputs):
+                np.testing.assert_array_equal(a, b)
+            assert g.cycles == cm.total == flow.flow.depth * cm.interval
+            assert g.interval == cm.interval
+        assert cm.interval < seq.cycle_model().total
