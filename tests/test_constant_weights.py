@@ -281,3 +281,23 @@ def test_a_trained_network_with_constant_weights_through_dse_eval(tmp_path, caps
     assert row["status"] == "OK" and row["correct"] and row["cycles"] == row["cycles_model"] == 2
     assert row["samples"] == 38 and row["accuracy"] > 0.8 and row["accuracy_float"] > 0.8
     assert row["knobs"]["weights"] == "constant"
+
+
+@pytest.mark.slow
+def test_a_merged_constant_model_streams_a_sample_every_cycle():
+    """schedule: dataflow on a model merged into one pipelined kernel: a beat of one cycle, so an
+    initiation interval of one sample per cycle, and every sample's latency the pipeline's
+    depth + 2, as measured in CXXRTL (samples back to back), outputs bit-exact."""
+    from compiler import simulate_many
+    rng = np.random.default_rng(10)
+    x, y, ref = _mlp(rng)
+    d = compile_model(y, config=HardwareConfig.from_dict({**FULL, "schedule": "dataflow", "fp_pipeline": 3,
+                                                          "adder_levels": 2}), stream=x)
+    cm = d.cycle_model()
+    assert (cm.interval, d.flow.beat, len(d.kernels)) == (1, 1, 1)
+    assert cm.total == d.schedules[0].commit + 2 > 2
+    samples = [_i8(rng, 12) for _ in range(5)]
+    runs = simulate_many(d, [{x: s} for s in samples], backend="cxxrtl")
+    assert [r.interval for r in runs] == [1] * 5 and [r.cycles for r in runs] == [cm.total] * 5
+    for r, s in zip(runs, samples):
+        assert np.array_equal(np.asarray(r.outputs[0]).reshape(-1), ref(s))

@@ -124,6 +124,11 @@ def read_ports(kernel: ir.KernelIR, program: Program) -> tuple[dict[tuple[int, i
     return out, count
 
 
+def is_pipelined(kernel: ir.KernelIR, program: Program) -> bool:
+    """Whether `kernel` can take a new sample every cycle (KernelHW.pipelined)."""
+    return len(program.steps) == 1 and not program.steps[0].loops and not kernel.accs
+
+
 def loads_of(step: Step) -> list[ir.Load]:
     roots = [v for s in step.stores for v in ir.store_operands(s)]
     return [v for v in ir.toposort(roots) if isinstance(v, ir.Load)]
@@ -430,7 +435,18 @@ class KernelHW(wiring.Component):
             for s, tr in zip(prog.steps, prog.transitions):
                 with m.Case(s.index):
                     self._transition(m, tr.advances, tr.fallthrough, ctr, nctr, nstep, last, idle)
+                    if self.pipelined:          # start again at once: a new sample every cycle
+                        with m.If(self.start):
+                            m.d.comb += nstep.eq(prog.first)
         m.d.sync += [step.eq(nstep)] + [ctr[i].eq(n) for i, n in nctr.items()]
+
+    @property
+    def pipelined(self) -> bool:
+        """One step, no loop, no accumulator (a merged constant-weight model: passes/chain.py):
+        `start` in the step's cycle issues the step again in the next, so the kernel takes a
+        sample every cycle while `start` stays high, its pipeline (fp_pipeline) carrying each
+        one to its stores. The sequential top raises `start` only while the kernel is idle."""
+        return is_pipelined(self.kernel, self.program)
 
     def _addresses(self, m, dp: Datapath, reads, addr_env: Env, addr_step, addr_stage) -> None:
         """For each read port, the address of the load it serves in the (next) step; the
