@@ -47,6 +47,10 @@ from compiler.pnr.timing import PLACERS, ROUTERS  # noqa: E402
 
 M, K = 128, 784
 WORDS_PER_CYCLE = 800          # 208 DP16KD x 2 ports x 18 bits / 9 bits per int8 weight, rounded
+# 4-bit weights (w4a8): a weight's memory is written a word at a time (compiler/hw/subword.py), so
+# nine share a 36-bit word instead of taking a 9-bit byte each: 208 x 36 / 4 weights a cycle
+W4_WORDS_PER_CYCLE = 208 * 36 // 4
+BOUNDS = {"int8": M * K / WORDS_PER_CYCLE, "w4a8": M * K / W4_WORDS_PER_CYCLE}
 
 
 def parse_shape(text: str) -> tuple[int, int]:
@@ -60,6 +64,9 @@ def parse_shape(text: str) -> tuple[int, int]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--int8", nargs="*", type=parse_shape, default=[(8, 56), (16, 16)])
+    ap.add_argument("--w4a8", nargs="*", type=parse_shape, default=[],
+                    help="shapes of the GEMV with 4-bit weights (int4 values in int8, declared to the compiler) "
+                         "and int8 x, at the --pipelines levels")
     ap.add_argument("--fp32", nargs="*", type=parse_shape, default=[(4, 8)])
     ap.add_argument("--device", default="85k")
     ap.add_argument("--freq", type=float, default=100.0, help="nextpnr target clock (MHz)")
@@ -90,14 +97,16 @@ def main() -> int:
     args.M, args.K = M, K
     device = find_device("ecp5", args.device)
     root = args.workdir or Path(tempfile.mkdtemp(prefix="tinyhw-bench-bandwidth-"))
-    bound = M * K / WORDS_PER_CYCLE
+    bound = BOUNDS["int8"]
     cap = device.capacity
     print(f"GEMV {M}x{K} on {device.name} (LUT4 {cap['TRELLIS_COMB']:,}, DP16KD {cap['DP16KD']}, "
           f"MULT18X18D {cap['MULT18X18D']}); "
-          f"int8 bandwidth bound M*K/{WORDS_PER_CYCLE} = {bound:.0f} cycles; work in {root}", flush=True)
+          f"int8 bandwidth bound M*K/{WORDS_PER_CYCLE} = {bound:.0f} cycles, with 4-bit weights "
+          f"M*K/{W4_WORDS_PER_CYCLE} = {BOUNDS['w4a8']:.0f}; work in {root}", flush=True)
 
     rows = []
     for dtype, shapes, levels, extra in (("int8", args.int8, args.pipelines, {}),
+                                         ("w4a8", args.w4a8, args.pipelines, {}),
                                          ("fp32", args.fp32, [args.fp32_pipeline],
                                           {"fp_sum": "tree", "mem_tail": args.fp32_mem_tail})):
         for (lanes, unroll), level in itertools.product(shapes, levels):
@@ -106,21 +115,21 @@ def main() -> int:
             row = measure(dtype, config, args, root, pnr=args.pnr)
             row["kind"] = dtype
             rows.append(row)
-            _print(row, bound, args.freq)
+            _print(row, BOUNDS.get(dtype, bound), args.freq)
     seq = measure("int8", HardwareConfig(), argparse.Namespace(**{**vars(args), "sim": False}), root, pnr=False)
     seq["kind"] = "int8 sequential"
     rows.append(seq)
     _print(seq, bound, args.freq)
 
     print()
-    for dtype in ("int8", "fp32"):
+    for dtype in ("int8", "w4a8", "fp32"):
         fitting = [r for r in rows if r["kind"] == dtype and r.get("fits") and r.get("fmax_mhz")]
         if fitting:
             best = min(fitting, key=lambda r: r["latency_us"])
             print(f"{dtype}: fastest that fits: {best['lanes']}x{best['reduce_unroll']} at fp_pipeline "
                   f"{best['fp_pipeline']}, {best['cycles']} cycles "
                   f"at {best['fmax_mhz']:.1f} MHz = {best['latency_us']:.2f} us"
-                  + (f", {best['cycles'] / bound:.2f}x the bandwidth bound" if dtype == "int8" else ""))
+                  + (f", {best['cycles'] / BOUNDS[dtype]:.2f}x the bandwidth bound" if dtype in BOUNDS else ""))
     print(f"int8 sequential: {seq['bram']} block RAMs (goal <= 51)")
     if args.sim:
         print("every parallel design simulated in CXXRTL: outputs bit-exact against the numpy golden model, "

@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 from tinygrad import Tensor  # noqa: E402
 
 from compiler import HardwareConfig, compile_model, simulate  # noqa: E402
-from compiler.bus.wrapper import wrap  # noqa: E402
+from compiler.bus import wrap  # noqa: E402
 from compiler.pnr.timing import place_and_route  # noqa: E402
 from compiler.synth import rtlil_text  # noqa: E402
 from compiler.synth.area import synthesize_rtlil  # noqa: E402

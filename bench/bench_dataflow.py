@@ -13,7 +13,8 @@ outputs equal to the sequential design's / the reference), synthesised (synth_ec
 --pnr, placed and routed on the LFE5U-85F (router2, static placer: bench_bandwidth.py).
 
 Usage: python bench/bench_dataflow.py [--models ad08 kws digits_mlp digits_cnn] [--target ad08=100 ...]
-                                      [--fp-pipeline 3] [--pnr] [--freq 100] [--json out.json]
+                                      [--schedules dataflow sequential] [--fp-pipeline 3] [--pnr]
+                                      [--freq 100] [--json out.json]
 """
 from __future__ import annotations
 
@@ -87,6 +88,8 @@ def bench_random(model: str, args, root: Path) -> list[dict]:
     x2, y2, _ = mlp(sizes)
     seq = compile_model(y2, config=HardwareConfig.from_dict({**folding, "fp_pipeline": args.fp_pipeline}))
     for sched, design, xt in (("dataflow", flow, x), ("sequential", seq, x2)):
+        if sched not in args.schedules:
+            continue
         cm = design.cycle_model()
         runs = simulate_many(design, [{xt: s} for s in xs], backend="cxxrtl")
         for s, r in zip(xs, runs):
@@ -118,6 +121,8 @@ def bench_digits(model: str, args, root: Path) -> list[dict]:
                           config=HardwareConfig.from_dict({**folding, "fp_pipeline": args.fp_pipeline}))
     assert np.array_equal(flow_run.logits, seq_run.logits)      # sample for sample
     for sched, r in (("dataflow", flow_run), ("sequential", seq_run)):
+        if sched not in args.schedules:
+            continue
         design, cm = r.design, r.design.cycle_model()
         row = dict(model=model, schedule=sched, target=target, interval=cm.interval, latency=cm.total,
                    folding=" ".join(f"{dict(st)['lanes']}x{dict(st)['reduce_unroll']}" for _, st in design.config.layers),
@@ -135,6 +140,8 @@ def main() -> int:
     ap.add_argument("--target", nargs="*", default=[], help="MODEL=CYCLES target intervals")
     ap.add_argument("--fp-pipeline", type=int, default=3)
     ap.add_argument("--samples", type=int, default=4)
+    ap.add_argument("--schedules", nargs="+", default=["dataflow", "sequential"], choices=["dataflow", "sequential"],
+                    help="the rows to measure (the digits models simulate both, to compare them sample for sample)")
     ap.add_argument("--pnr", action="store_true")
     ap.add_argument("--freq", type=float, default=100.0)
     ap.add_argument("--timeout", type=float, default=7200)

@@ -44,13 +44,14 @@ from dse.evaluate import compare, tree_terms  # noqa: E402
 
 def build_design(dtype: str, M: int, K: int, config: HardwareConfig):
     """The GEMV compiled for `config`, and its numpy golden output for the seeded inputs (float
-    sums in the hardware's tree order with fp_sum=tree)."""
+    sums in the hardware's tree order with fp_sum=tree). A narrow or mixed `dtype` (w4a8: 4-bit
+    weights, 8-bit x) declares its inputs' ranges to the compiler (zoo.declared_ranges)."""
     tg = zoo.import_tinygrad()
     built = zoo.gemv(dtype, M, K)
     arrays = zoo.make_inputs(built, 0)
     tensors = [tg.Tensor(np.asarray(arrays[name])).realize() for name in built.inputs]
     arith = dataclasses.replace(zoo.KERNEL, sum_tree=tree_terms(config))
-    return (compile_model(built.forward(*tensors), config=config),
+    return (compile_model(built.forward(*tensors), config=config, input_ranges=zoo.declared_ranges(built, tensors)),
             zoo.reference("gemv", dtype, {"M": M, "K": K}, arrays, arith))
 
 

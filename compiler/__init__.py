@@ -6,6 +6,9 @@
 The pipeline (compile_model) is a straight list of passes:
     trace       tinygrad output Tensors -> ordered kernels with buffer identities (frontend.py)
     lower       each kernel's flat UOp list -> typed KernelIR                     (lower.py)
+    bound       the declared input ranges carried through the model: every integer buffer and
+                accumulator gets the bounds of what it can hold, which size its memory, the
+                values computed from it and its register                          (bounds.py)
     bind        weights="constant": inputs with data at compile time become ROMs (weights.py)
     parallelize lanes / reduce_unroll: unroll-and-jam of the innermost output loops, adder
                 trees for the innermost reductions, memories banked by layout     (transform.py)
@@ -31,6 +34,7 @@ import os
 import sys
 
 from . import ir
+from .bounds import bound_values, declared_bounds
 from .config import HardwareConfig
 from .design import Design, build_design
 from .errors import CompileError, UnsupportedError
@@ -52,18 +56,24 @@ __all__ = ["HardwareConfig", "compile_model", "layer_names", "layer_limits", "co
            "ExportedDesign", "CompileError", "UnsupportedError"]
 
 
-def compile_model(*outputs, config: HardwareConfig | None = None, stream=None) -> Design:
+def compile_model(*outputs, config: HardwareConfig | None = None, stream=None, input_ranges=None) -> Design:
     """Compile the computation of `outputs` (tinygrad Tensors) into hardware. `stream`: the input
     Tensor(s) that change from sample to sample, the data; the other inputs are weights. With
     schedule=dataflow the data's memories rotate through banks and the weights are loaded once
     (None: every input streams); with weights="constant" the weights holding data at compile
-    time are built into the logic (compiler/weights.py; None: the inputs without data stream)."""
+    time are built into the logic (compiler/weights.py; None: the inputs without data stream).
+
+    `input_ranges`: {input Tensor (or model buffer id): (lo, hi)}, the values an integer input
+    may hold, when fewer than its dtype's (4-bit weights in an int8 Tensor: (-8, 7)). The
+    hardware is sized to them (compiler/bounds.py), and simulating or exporting with an input
+    outside its range is refused (a weight built in with weights="constant": when compiled)."""
     config = config or HardwareConfig()
     if not isinstance(config, HardwareConfig):
         raise TypeError(f"config must be a HardwareConfig, got {type(config).__name__}")
     shapes = tuple(tuple(int(d) for d in t.shape) for t in outputs)
     graph = trace(*outputs)
     sources = _dump("lower", [lower(k) for k in graph.kernels])
+    sources = _dump("bound", bound_values(graph, sources, declared_bounds(graph, input_ranges)))
     if config.fold == "auto" and config.layers:
         given = ", ".join(f"{k}@{i}" for i, st in config.layers for k, _ in st)
         raise CompileError(f"fold=auto chooses every layer's lanes and reduce_unroll; drop the per-layer settings ({given})")
@@ -74,7 +84,9 @@ def compile_model(*outputs, config: HardwareConfig | None = None, stream=None) -
     check_layer_factors(config, sources)
     if config.fold == "auto":
         from .fold import fold_auto
-        config = fold_auto(sources, config).config
+        buffers = [[(b.slot, graph.kernels[i].buffers[b.slot], b.loaded, b.stored) for b in k.buffers]
+                   for i, k in enumerate(sources)]
+        config = fold_auto(sources, config, buffers, frozenset(graph.outputs)).config
     layer = [config.for_layer(i) for i in range(len(sources))]
     streamed = _streamed(graph, stream)
     sources = bind_weights(graph, sources, config, streamed)
@@ -176,6 +188,8 @@ def simulate_many(design: Design, samples, inputs: dict | None = None, backend: 
         from .sim.cxxrtl import run_cxxrtl_many
         return run_cxxrtl_many(design, samples, inputs)
     if backend == "pysim":
-        from .sim.pysim import run_pysim
+        from .sim.pysim import run_pysim, run_pysim_stream
+        if design.flow is not None:           # streamed back to back, as with CXXRTL
+            return run_pysim_stream(design, samples, inputs)
         return [run_pysim(design, {**(inputs or {}), **s}) for s in samples]
     raise ValueError(f"unknown simulation backend {backend!r}; available: 'pysim', 'cxxrtl'")

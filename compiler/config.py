@@ -29,8 +29,9 @@ class HardwareConfig:
     fp_subnormals: "keep" (default, IEEE gradual underflow) or "flush" (subnormal inputs read
         as zero, subnormal results become zero: less logic, less accuracy near zero).
     acc_width: bits of the accumulator registers of integer reductions (None, the default:
-        the accumulator's dtype, e.g. 32). Why: an int8 dot product of length 784 needs 25 bits,
-        not 32; a narrower register saves flip-flops and adder LUTs. Cost: the datapath wraps
+        the bounds the overflow proof derives for the inputs' declared ranges, compiler/bounds.py,
+        else the accumulator's dtype, e.g. 32: an int8 dot product of length 784 gets 25 bits).
+        Set, every integer accumulator takes this width. Cost: the datapath wraps
         at this width, so results differ from the reference when the sum does not fit; the
         overflow proof (compiler.overflow) reports against this width whether it is safe.
         A width above the dtype's only adds flip-flops (the operations still wrap at the
@@ -177,6 +178,9 @@ class HardwareConfig:
         folding reaches is a CompileError naming the closest interval. Needs target_interval;
         per-layer settings given with it are refused (the fold chooses them).
     target_interval: cycles per sample `fold: auto` aims at (None unless fold is "auto").
+    fold_budget: instead of target_interval, the multipliers `fold: auto` may spend (lanes x
+        reduce_unroll summed over the layers: the multiply-accumulates per cycle, the area's
+        first-order term): the fold of the least interval within it (compiler/fold.py).
     layers: per-layer settings of the LAYER_KNOBS: ((layer, ((knob, value), ...)), ...), a
         layer by its index or its name; written `lanes@1: 4` or `lanes@k1_r_10_32: 4` in
         from_dict/as_dict (a model's layers are its kernels, in the order compile_model runs
@@ -203,6 +207,7 @@ class HardwareConfig:
     schedule: str = "sequential"
     fold: str = "manual"
     target_interval: int | None = None
+    fold_budget: int | None = None
     layers: tuple[tuple[int | str, tuple[tuple[str, Any], ...]], ...] = ()
 
     def __post_init__(self) -> None:
@@ -231,9 +236,16 @@ class HardwareConfig:
         if self.target_interval is not None and not (_is_int(self.target_interval) and self.target_interval >= 1):
             raise ValueError(f"HardwareConfig.target_interval: expected a positive integer (cycles per sample), "
                              f"got {self.target_interval!r}")
-        if (self.fold == "auto") != (self.target_interval is not None):
-            raise ValueError("HardwareConfig: fold='auto' needs target_interval (cycles per sample) and "
-                             "target_interval needs fold='auto'")
+        if self.fold_budget is not None and not (_is_int(self.fold_budget) and self.fold_budget >= 1):
+            raise ValueError(f"HardwareConfig.fold_budget: expected a positive integer (multipliers: lanes x "
+                             f"reduce_unroll summed over the layers), got {self.fold_budget!r}")
+        aims = (self.target_interval is not None) + (self.fold_budget is not None)
+        if (self.fold == "auto") != (aims > 0):
+            raise ValueError("HardwareConfig: fold='auto' needs target_interval (cycles per sample) or fold_budget "
+                             "(multipliers), and each of them needs fold='auto'")
+        if aims > 1:
+            raise ValueError("HardwareConfig: fold='auto' aims at target_interval or at fold_budget, not both; "
+                             "drop one")
         if self.fp_sum not in ("sequential", "tree"):
             raise ValueError(f"HardwareConfig.fp_sum: expected 'sequential' or 'tree', got {self.fp_sum!r}")
         if self.acc_width is not None and not (_is_int(self.acc_width) and 1 <= self.acc_width <= MAX_ACC_WIDTH):
@@ -322,6 +334,17 @@ class HardwareConfig:
         return tuple(f.name for f in fields(cls) if f.name != "layers")
 
     @classmethod
+    def is_knob(cls, name: str) -> bool:
+        """A model-wide knob, or `<knob>@<layer>` of a per-layer one."""
+        m = _LAYER_KEY.match(name)
+        return name in cls.knob_names() or bool(m and m.group(1) in LAYER_KNOBS)
+
+    @classmethod
+    def known_knobs_text(cls) -> str:
+        return (f"{', '.join(cls.knob_names())} (and per layer: "
+                f"{', '.join(k + '@<layer>' for k in LAYER_KNOBS)})")
+
+    @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "HardwareConfig":
         """Build from a flat mapping of knobs and `<knob>@<layer index>` settings, rejecting
         unknown knob names with the list of known ones."""
@@ -339,8 +362,7 @@ class HardwareConfig:
         unknown = sorted(set(plain) - set(cls.knob_names()))
         if unknown:
             raise ValueError(f"unknown hardware knob(s) {', '.join(map(repr, unknown))}; "
-                             f"known knobs: {', '.join(cls.knob_names())} (and per layer: "
-                             f"{', '.join(k + '@<layer>' for k in LAYER_KNOBS)})")
+                             f"known knobs: {cls.known_knobs_text()}")
         return cls(**plain, layers=tuple((i, tuple(sorted(s.items())))
                                          for i, s in sorted(layers.items(), key=lambda kv: _layer_order(kv[0]))))
 

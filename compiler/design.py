@@ -142,7 +142,8 @@ class Design:
             places = hb.holders if writable else ((hb.home,) if hb.id in outputs else ())
             for place in places:
                 for ref in self.memories_of(place):
-                    ports.append(HostPort(hb.id, ref.kernel, ref.slot, ref.depth, hb.width, writable, not writable))
+                    ports.append(HostPort(hb.id, ref.kernel, ref.slot, ref.depth, hb.width, writable, not writable,
+                                          hb.id in self.narrow_buffers and self.narrow_buffers[hb.id][1]))
         return tuple(ports)
 
     @property
@@ -198,16 +199,49 @@ class Design:
         bk = self.banking_of(*place)
         names = self._memory_names(place[0])
         packed = {s: p for p in self.packs_of(place[0]) for s in p.slots}
-        width = {d.slot: d.dtype.bits for d in self.kernels[place[0]].buffers}
+        width = {d.slot: d.width for d in self.kernels[place[0]].buffers}
         return [MemoryRef(place[0], b, bk.layout.words, names.get(b, f"mem_b{b}"), width[b],
                           packed[b].offset(b) if b in packed else 0) for b in bk.banks]
 
+    @cached_property
+    def narrow_buffers(self) -> dict[int, tuple[int, bool]]:
+        """Model buffer id -> (bits, signed) of its stored elements, for the buffers whose
+        memories hold fewer bits than their dtype (ir.BufferDecl.bounds: an int4 weight in an
+        int8 Tensor is 4 bits, two's complement; a GEMV's int32 sums as many as they need)."""
+        out = {}
+        kernels = self.source_kernels or self.kernels
+        for hb in self.host:
+            for pos, slot in hb.holders:
+                b = next(b for b in kernels[pos].buffers if b.slot == slot)
+                if b.width < b.dtype.bits:
+                    out[hb.id] = (b.width, b.signed)
+        return out
+
+    @cached_property
+    def input_bounds(self) -> dict[int, tuple[int, int]]:
+        """Model buffer id -> (lo, hi) of the inputs declared narrower than their dtype
+        (compile_model's `input_ranges`): the hardware is sized to them, so a value outside is
+        refused when the input is loaded (compiler/sim/memory_io.py `input_words`)."""
+        out = {}
+        kernels = self.source_kernels or self.kernels
+        for hb in self.host:
+            if hb.id in self.graph.inputs:
+                for pos, slot in hb.holders:
+                    b = next(b for b in kernels[pos].buffers if b.slot == slot)
+                    if b.bounds is not None:
+                        out[hb.id] = b.bounds
+        return out
+
     def memory_words(self, buffer: int, words: np.ndarray) -> list[tuple[MemoryRef, np.ndarray]]:
         """A model buffer's element words -> the words of every memory bank that holds it,
-        each in its holder's layout (what a simulator pokes to load the buffer)."""
+        each in its holder's layout (what a simulator pokes to load the buffer). A narrow
+        buffer's words keep their low `bits` (narrow_buffers)."""
         out = []
+        words = np.asarray(words, dtype=np.uint64)
+        if buffer in self.narrow_buffers:
+            words = words & np.uint64((1 << self.narrow_buffers[buffer][0]) - 1)
         for place in self.host_buffers[buffer].holders:
-            banks = self.banking_of(*place).layout.scatter(np.asarray(words, dtype=np.uint64))
+            banks = self.banking_of(*place).layout.scatter(words)
             out += list(zip(self.memories_of(place), banks))
         return out
 
@@ -219,10 +253,23 @@ class Design:
         """The inverse of `memory_words` for the home banks: their words (in the order of
         `home_memories`) -> the buffer's element words."""
         layout = self.banking_of(*self.host_buffers[buffer].home).layout
-        return layout.gather(np.stack([np.asarray(b, dtype=np.uint64) for b in banks]))
+        words = layout.gather(np.stack([np.asarray(b, dtype=np.uint64) for b in banks]))
+        if buffer in self.narrow_buffers:
+            words = widen_words(words, *self.narrow_buffers[buffer], self.graph.buffers[buffer].dtype.bits)
+        return words
 
     def name(self) -> str:
         return "+".join(k.name for k in self.kernels)
+
+
+def widen_words(words: np.ndarray, bits: int, signed: bool, container: int) -> np.ndarray:
+    """Words of `bits` bits (two's complement when `signed`) -> the same values as words of
+    `container` bits (the dtype's bit patterns)."""
+    words = np.asarray(words, dtype=np.uint64) & np.uint64((1 << bits) - 1)
+    if not signed or bits >= container:
+        return words
+    fill = np.uint64(((1 << container) - 1) ^ ((1 << bits) - 1))
+    return np.where(words >> np.uint64(bits - 1) & np.uint64(1), words | fill, words)
 
 
 def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.KernelIR], config: HardwareConfig,
@@ -236,7 +283,10 @@ def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.K
     kernel_buffers = [[(b.slot, graph.kernels[i].buffers[b.slot], b.loaded, b.stored) for b in k.buffers
                        if b.rom is None] for i, k in enumerate(sources)]
     sizes = {b.id: b.size for b in graph.buffers}
+    # a buffer's element width: its bounds' (compiler/bounds.py) where it has them, else its dtype's
     widths = {b.id: b.dtype.bits for b in graph.buffers}
+    for i, k in enumerate(sources):
+        widths.update({graph.kernels[i].buffers[b.slot]: b.width for b in k.buffers})
     ports = [read_ports(k, build_program(k))[1] for k in kernels] if config.share_buffers \
         else [{} for _ in kernels]
     flow, note = None, ""

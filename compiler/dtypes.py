@@ -77,10 +77,19 @@ class DType:
         return int(value) & ((1 << self.bits) - 1)
 
     @property
+    def container(self) -> "DType":
+        """The type tinygrad and numpy hold this one's values in: itself, except for an integer
+        narrower than theirs (`int_type`: int4 in int8, uint12 in uint16)."""
+        if self.is_float or self.name in _NUMPY:
+            return self
+        bits = next(b for b in (8, 16, 32, 64) if self.bits <= b)
+        return BY_NAME[f"{'' if self.signed else 'u'}int{bits}"]
+
+    @property
     def numpy(self) -> np.dtype:
         """The numpy dtype that holds elements; bf16 and fp8 are held as their bit patterns
-        (uint16, uint8)."""
-        return np.dtype(_NUMPY[self.name])
+        (uint16, uint8), a narrow integer in its container."""
+        return np.dtype(_NUMPY[self.container.name])
 
     @property
     def held_as_bits(self) -> bool:
@@ -117,6 +126,18 @@ FP8_NAMES = ("fp8e4m3", "fp8e5m2")
 ALL = (BOOL, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64, FP16, BF16, FP32, FP8E4M3, FP8E5M2)
 BY_NAME = {d.name: d for d in ALL}
 
+
+def int_type(bits: int, signed: bool = True) -> DType:
+    """The integer type of `bits` bits (int4: [-8, 7]; uint4: [0, 15]), a standard one where it
+    is one. tinygrad has no int4: a narrow type's values travel in its `container` (int8), and
+    the compiler is told their range (compile_model's `input_ranges`), not their type."""
+    name = f"{'' if signed else 'u'}int{bits}"
+    if name in BY_NAME:
+        return BY_NAME[name]
+    if not 1 <= bits <= 64:
+        raise ValueError(f"an integer type of {bits} bits: expected 1 to 64")
+    return DType(name, bits, signed)
+
 _NUMPY = {"bool": "bool", "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
           "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
           "fp16": "float16", "bf16": "uint16", "fp32": "float32", "fp8e4m3": "uint8", "fp8e5m2": "uint8"}
@@ -139,7 +160,7 @@ def to_tinygrad(dt: DType):
     return {"bool": dtypes.bool, "int8": dtypes.int8, "int16": dtypes.int16, "int32": dtypes.int32,
             "int64": dtypes.int64, "uint8": dtypes.uint8, "uint16": dtypes.uint16, "uint32": dtypes.uint32,
             "uint64": dtypes.uint64, "fp16": dtypes.float16, "bf16": dtypes.bfloat16,
-            "fp32": dtypes.float32, "fp8e4m3": dtypes.fp8e4m3, "fp8e5m2": dtypes.fp8e5m2}[dt.name]
+            "fp32": dtypes.float32, "fp8e4m3": dtypes.fp8e4m3, "fp8e5m2": dtypes.fp8e5m2}[dt.container.name]
 
 
 def to_words(array: np.ndarray, dt: DType) -> np.ndarray:
@@ -169,5 +190,5 @@ def from_words(words: np.ndarray, dt: DType) -> np.ndarray:
         return (w.astype(np.uint32) << 16).view(np.float32)
     if dt.name in FP8_NAMES:
         return fp_reference.decode(w, FLOAT_FORMATS[dt.name]).astype(np.float32)
-    view = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[dt.bits]
+    view = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[dt.container.bits]
     return w.astype(view).view(dt.numpy)

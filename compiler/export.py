@@ -76,6 +76,9 @@ class PortFile:
     width: int                   # bits per word
     file: str                    # path relative to the export folder
     checked_words: int = 0       # output ports: words that hold an element (the rest is padding)
+    sign_extend: bool = False    # elements narrower than their dtype (a buffer's bounds), two's complement:
+                                 # sign-extend `width` bits to the dtype (else zero-extend)
+    samples: int = 1             # a dataflow design's streamed bank: the file holds this many samples' words
 
 
 @dataclass(frozen=True)
@@ -92,12 +95,15 @@ class ExportedDesign:
     design: Design               # what was exported (e.g. for compiler.pnr.bitstream)
     bus: str = "native"          # the bus the top presents (compiler.bus.wrapper)
     c_files: tuple[Path, ...] = ()   # the C header and driver, with a bus
+    interval: int = 0            # cycles between samples (the cycle model): `cycles` for a sequential design
+    samples: int = 1             # samples the testbench runs (streamed back to back: dataflow)
 
 
 def export_design(*, design: Design, out_dir: str | Path, result: SimResult | None = None,
                   backend: str = "pysim", area: AreaReport | None = None, timing: TimingReport | None = None,
                   top: str = "tinyhw_top", source: dict[str, Any] | None = None,
-                  timeout: float | None = 600, bus: str = "native") -> ExportedDesign:
+                  timeout: float | None = 600, bus: str = "native",
+                  samples: list[dict] | None = None) -> ExportedDesign:
     """Write the Verilog, memory files, testbench and interface description of `design` to
     `out_dir` (created; files there of the same names are replaced, and earlier mem/*.hex removed).
 
@@ -106,15 +112,29 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
     cycle model. `area` (compiler.synth.area.AreaReport) and `timing` (compiler.pnr.timing.TimingReport)
     go into the interface description when given; they are never estimated. `source`: where
     the design came from (e.g. the explorer's study, trial, model and dtype), recorded as is.
-    `bus`: "native" (the host bus on the pins), "axi-lite" or "wishbone" (compiler.bus.wrapper); an
-    unknown bus, or one that cannot wrap the design, is a BusError before anything is written."""
-    from .bus.wrapper import check_bus, wrap
+    `bus`: "native" (the host bus on the pins), "axi-lite" or "wishbone" (compiler.bus.wrapper), or
+    for a dataflow design "axi-stream"; an unknown bus, or one that cannot wrap the design, is a
+    BusError before anything is written.
+
+    A schedule=dataflow design (compiler/export_stream.py) streams `samples` (dicts of streamed
+    input Tensor or buffer id -> array; default: export_stream.stream_samples, four) back to back:
+    `result` is not taken, the samples are simulated streamed with `backend` and each one's
+    latency and interval must equal the cycle model; a streamed bank's files hold every sample."""
+    from .bus import wrap
+    from .bus.wrapper import check_bus, check_wrappable
     if not _IDENT.match(top):
         raise ValueError(f"top: expected a Verilog identifier, got {top!r}")
     check_bus(bus)
-    if design.flow is not None:             # its testbench would run one beat and read a stale bank
-        raise CompileError(f"{design.name()} is a schedule=dataflow design: its export (a streaming testbench "
-                           "and bus) is not built yet; export it with schedule=sequential")
+    if design.flow is not None:
+        check_wrappable(design, bus)
+        if result is not None:
+            raise CompileError(f"{design.name()} is a schedule=dataflow design: its export simulates its samples "
+                               "streamed back to back; pass `samples`, not `result`")
+        return _export_stream(design=design, out_dir=out_dir, backend=backend, area=area, timing=timing, top=top,
+                              source=source, timeout=timeout, bus=bus, samples=samples)
+    if samples is not None:
+        raise CompileError(f"{design.name()} is a sequential design: it takes no stream of samples; export it "
+                           "with `result` (its one run)")
     wrapper = None if bus == "native" else wrap(design, bus)
     cycles = design.cycle_model().total
     if result is None:
@@ -156,6 +176,84 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
                           tuple(ports), top, cycles, design, bus, tuple(c_files))
 
 
+def _export_stream(*, design: Design, out_dir: str | Path, backend: str, area, timing, top: str, source,
+                   timeout: float | None, bus: str, samples: list[dict] | None) -> ExportedDesign:
+    """export_design of a schedule=dataflow design (compiler/export_stream.py)."""
+    from . import simulate_many
+    from .export_stream import STREAM_PROTOCOL, check_stream, stream_memories, stream_samples, stream_testbench_verilog
+    from .sim.memory_io import input_words
+    given = stream_samples(design) if samples is None else list(samples)
+    if not given:
+        raise CompileError("samples: give at least one sample to stream")
+    flow = design.flow
+    for n, s in enumerate(given):
+        extra = sorted(set(input_words(design, s, only_given=True)) - flow.streamed)
+        if extra:
+            raise CompileError(f"samples[{n}]: input buffer(s) {extra} are not streamed (compile_model(stream=...))")
+    from .bus import wrap
+    wrapper = None if bus == "native" else wrap(design, bus)
+    results = simulate_many(design, given, backend=backend)
+    check_stream(design, results)
+    cm = design.cycle_model()
+    out = Path(out_dir)
+    (out / "mem").mkdir(parents=True, exist_ok=True)
+    for stale in [*(out / "mem").glob("in*.hex"), *(out / "mem").glob("expected*.hex"),
+                  *(out / "mem").glob("stream_*.hex")]:
+        stale.unlink()
+    verilog = write_verilog(design, out, top=top, timeout=timeout, module=wrapper)
+    ports = stream_memories(design, out, given, results, PortFile)
+    testbench = out / "tb.v"
+    c_files: list[Path] = []
+    if wrapper is None:
+        atomic_write_text(testbench, stream_testbench_verilog(design, ports, top=top, samples=len(given)))
+        for stale in (out / "tinyhw.h", out / "tinyhw.c", out / f"{top}.h"):
+            stale.unlink(missing_ok=True)
+    else:
+        c_files = _stream_bus_files(design, wrapper, ports, out, top=top, samples=given, results=results)
+    info = interface(design, ports, top=top, cycles=cm.total, area=area, timing=timing, source=source,
+                     module=wrapper, bus=bus, bmap=None if wrapper is None else wrapper.bmap)
+    if wrapper is None:
+        info["protocol"] = STREAM_PROTOCOL
+    else:
+        from .bus.stream import STREAM_BUS_PROTOCOL
+        info["protocol"] = STREAM_BUS_PROTOCOL
+    info["stream"] = stream_info(design, wrapper, samples=len(given))
+    atomic_write_text(out / "interface.json", json.dumps(info, indent=2) + "\n")
+    atomic_write_text(out / "interface.md", interface_markdown(info))
+    return ExportedDesign(out, verilog, testbench, out / "interface.json", out / "interface.md", tuple(ports), top,
+                          cm.total, design, bus, tuple(c_files), cm.interval, len(given))
+
+
+def _stream_bus_files(design, wrapper, ports, out, *, top, samples, results) -> list[Path]:
+    """An axi-stream export's tb.v, the streams' words (mem/stream_*.hex) and C files."""
+    from .bus.c_driver import stream_c_files
+    from .bus.stream import stream_testbench, stream_words
+    ins, outs = stream_words(design, wrapper.plan, samples, results)
+    atomic_write_text(out / "mem" / "stream_in.hex", ins)
+    atomic_write_text(out / "mem" / "stream_out.hex", outs)
+    atomic_write_text(out / "tb.v", stream_testbench(wrapper, ports, top=top, samples=len(samples)))
+    files = []
+    for name, text in stream_c_files(wrapper, top=top, cycles=wrapper.plan.beat):
+        atomic_write_text(out / name, text)
+        files.append(out / name)
+    return files
+
+
+def stream_info(design: Design, wrapper, *, samples: int) -> dict[str, Any]:
+    """interface.json's "stream": the beat, the depth, what the host moves per sample."""
+    from .export_stream import stream_io
+    io = stream_io(design)
+    flow = design.flow
+    info = {"samples": samples, "beat": flow.beat, "depth": flow.depth, "interval": flow.beat,
+            "host_delay": design.top.host_delay,
+            "latency": flow.latency, "streamed_inputs": sorted(flow.streamed),
+            "writes": io.writes, "reads": io.reads, "back_to_back": io.overlapped,
+            "stage_cycles": [list(s) for s in flow.stage_cycles]}
+    if wrapper is not None:
+        info.update(wrapper.stream_info())
+    return info
+
+
 def write_verilog(design: Design, out_dir: Path, *, top: str, timeout: float | None = 600,
                   module: Any = None) -> Path:
     """`<top>.v` in `out_dir`, converted by Yosys in `out_dir/.yosys/` (its log stays there);
@@ -191,7 +289,8 @@ def _write_memories(design: Design, out: Path, result: SimResult) -> list[PortFi
             hp = design.host_ports[i]
             name = f"mem/in{i}_b{buf}_k{ref.kernel}_{ref.name}.hex"
             atomic_write_text(out / name, _hex_lines(bank, hp.width))
-            ports.append(PortFile(i, "input", buf, ref.kernel, ref.name, hp.depth, hp.width, name))
+            ports.append(PortFile(i, "input", buf, ref.kernel, ref.name, hp.depth, hp.width, name,
+                                  sign_extend=hp.sign_extend))
     for buf in design.graph.outputs:
         dtype = design.graph.buffers[buf].dtype
         layout = design.banking_of(*design.host_buffers[buf].home).layout
@@ -203,7 +302,7 @@ def _write_memories(design: Design, out: Path, result: SimResult) -> list[PortFi
             name = f"mem/expected{i}_b{buf}_k{ref.kernel}_{ref.name}.hex"
             atomic_write_text(out / name, _hex_lines(bank, hp.width, used))
             ports.append(PortFile(i, "output", buf, ref.kernel, ref.name, hp.depth, hp.width, name,
-                                  int(np.count_nonzero(used))))
+                                  int(np.count_nonzero(used)), hp.sign_extend))
     return sorted(ports, key=lambda p: p.sel)
 
 
@@ -308,6 +407,10 @@ PROTOCOL = {
                   "counted from the cycle `start` is high in to the cycle `done` is high in",
     "layout": "a buffer's elements are spread over its banks by the compiler's layout (interface.json "
               "`host_ports`); the .hex files hold each bank's words in that order",
+    "widths": "a bank's words are `width` bits: its buffer's dtype, or fewer where the compiler knows the values "
+              "need fewer (declared input ranges, e.g. 4-bit weights in int8; sums as wide as they can get): "
+              "write the low `width` bits of each value; read back, a `sign_extend` bank's words are two's "
+              "complement (extend bit width-1), the others zero-extend",
     "persistence": "inputs stay in their memories across runs: write only what changes (e.g. the activations) "
                    "before the next start",
 }
@@ -339,10 +442,11 @@ def interface(design: Design, ports: list[PortFile], *, top: str, cycles: int,
         "ports": port_list,
         "host_ports": [asdict(p) for p in ports],
         "buffers": buffers,
-        "protocol": PROTOCOL if module is None else BUS_PROTOCOL[bus],
+        "protocol": PROTOCOL if module is None else BUS_PROTOCOL.get(bus),     # axi-stream: _export_stream's
         "bus": {"kind": bus, **({} if bmap is None else {"map": bmap.as_dict(), "c": ["tinyhw.h", "tinyhw.c", f"{top}.h"]})},
         "host_read_latency": design.top.host_read_latency,
-        "cycles": {"total": cycles, "kernels": [list(k) for k in cm.kernels], "copies": cm.copies},
+        "cycles": {"total": cycles, "kernels": [list(k) for k in cm.kernels], "copies": cm.copies,
+                   "interval": cm.interval, "schedule": cm.schedule},
         "knobs": design.config.as_dict(),
         "resources": None if area is None else {
             "target": area.target, "luts": area.luts, "ffs": area.ffs, "bram": area.bram,
@@ -375,14 +479,33 @@ def interface_markdown(info: dict[str, Any]) -> str:
     lines += ["", "Memory banks (`host_sel` = bank) and the files of their words:", "",
               "| host_sel | role | buffer | kernel memory | words | bits | file |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {p['sel']} | {p['role']} | {p['buffer']} | k{p['kernel']}.{p['memory']} | {p['depth']} | "
-              f"{p['width']} | `{p['file']}` |" for p in info["host_ports"]]
+              f"{p['width']}{' (signed)' if p.get('sign_extend') else ''} | `{p['file']}` |" for p in info["host_ports"]]
     lines += ["", "| buffer | role | dtype | elements | shape | host_sel |", "|---|---|---|---|---|---|"]
     lines += [f"| {b['buffer']} | {b['role']} | {b['dtype']} | {b['elements']} | {b['shape'] or '-'} | "
               f"{', '.join(map(str, b['host_sel']))} |" for b in info["buffers"]]
     c = info["cycles"]
-    lines += ["", "## Cycles", "", f"{c['total']} cycles from `start` to `done` (the cycle model; the "
-              f"testbench checks it): " + ", ".join(f"{n} {k}" for n, k in c["kernels"])
-              + f", {c['copies']} in copies.", ""]
+    st = info.get("stream")
+    if st is None:
+        lines += ["", "## Cycles", "", f"{c['total']} cycles from `start` to `done` (the cycle model; the "
+                  f"testbench checks it): " + ", ".join(f"{n} {k}" for n, k in c["kernels"])
+                  + f", {c['copies']} in copies.", ""]
+    else:
+        lines += ["", "## Cycles (schedule=dataflow)", "",
+                  f"A beat takes {st['beat']} cycles: the interval between samples. A sample's outputs are complete "
+                  f"{st['depth']} beats after its first beat starts: a latency of {st['latency']} cycles (the cycle "
+                  "model; the testbench checks both). Stages (cycles): "
+                  + ", ".join(f"{n} {k}" for n, k in st["stage_cycles"]) + ".", "",
+                  f"Per sample the host moves {st['writes']} words in and {st['reads']} out; "
+                  + ("that fits inside a beat, so beats run back to back."
+                     if st["back_to_back"] else "that takes longer than a beat over the native host bus: the "
+                     "testbench moves them between beats."),
+                  f"Streamed inputs (a new one each sample): buffer(s) {', '.join(map(str, st['streamed_inputs']))}; "
+                  "the other inputs (weights) are loaded once. "
+                  f"The testbench streams {st['samples']} samples (mem/*.hex hold each streamed bank's words "
+                  "sample after sample).", ""]
+        if "axis" in st:
+            from .bus.stream import stream_markdown
+            lines += stream_markdown(st)
     r, clk = info["resources"], info["clock"]
     lines += ["## Resources and clock", ""]
     lines.append("not measured (no synthesis given)" if r is None else

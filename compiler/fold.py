@@ -9,6 +9,14 @@ off; at equal parallelism a wider reduction goes first (as SetFolding raises SIM
 keeps the output banks few). A stage's cycles are counted exactly, from the kernel built with
 the candidate (the same passes compile_model runs). With schedule=sequential the target bounds
 the sum of the kernels' runs: the slowest layer is raised step by step until the sum fits.
+
+With schedule=dataflow a hand-over is in place (no copy, one beat of latency instead of two:
+hw/dataflow.py) only when the producer stores the buffer in the layout its one consumer reads it
+in: a 1-lane layer (one output bank) feeding an 8-way reduction (eight input banks) is a copy.
+So among the foldings of a layer with the same parallelism as its pick and no more cycles than
+the slowest pick (the same multipliers, the interval not raised), the fold then takes those that
+make hand-overs in place, where that lowers the latency (depth x beat): a coordinate ascent
+over the layers, each step keeping a layer's choice unless another is strictly better.
 """
 from __future__ import annotations
 
@@ -50,12 +58,25 @@ def _inside(inner: ir.Loop, outer: ir.Loop, kernel: ir.KernelIR) -> bool:
 def stage_cycles(kernel: ir.KernelIR, config: HardwareConfig, lanes: int, unroll: int) -> int | None:
     """Cycles of one run of `kernel` (lowered) built with `lanes` x `unroll` under `config`
     (None: that folding does not compile for it)."""
-    return _stage_cycles(kernel, replace(config, lanes=lanes, reduce_unroll=unroll, layers=(), fold="manual",
-                                         target_interval=None))
+    built = _built(kernel, _plain(config, lanes, unroll))
+    return None if built is None else built.cycles
+
+
+@dataclass(frozen=True)
+class _Built:
+    cycles: int
+    banking: dict                        # parameter slot -> Banking (hw/layout.py)
+    ports: dict                          # bank slot -> read ports it needs
+
+
+def _plain(config: HardwareConfig, lanes: int, unroll: int) -> HardwareConfig:
+    return replace(config, lanes=lanes, reduce_unroll=unroll, layers=(), fold="manual", target_interval=None,
+                   fold_budget=None)
 
 
 @lru_cache(maxsize=4096)
-def _stage_cycles(kernel: ir.KernelIR, config: HardwareConfig) -> int | None:
+def _built(kernel: ir.KernelIR, config: HardwareConfig) -> _Built | None:
+    from .hw.kernel import read_ports
     from .hw.pipeline import schedule
     from .hw.program import build_program
     from .passes.fuse import fuse_loops
@@ -66,15 +87,22 @@ def _stage_cycles(kernel: ir.KernelIR, config: HardwareConfig) -> int | None:
         p = parallelize(kernel, config.lanes, config.reduce_unroll, fp_sum=config.fp_sum)
         k = fuse_loops(p.kernel) if config.loop_fusion else p.kernel
         k = interleave(k, config.fp_pipeline)
-        k, _ = split_deep(k, p.banking, config.fp_pipeline)
-        return build_program(k).cycles + 1 + schedule(k, config).commit
+        k, banking = split_deep(k, p.banking, config.fp_pipeline)
+        program = build_program(k)
+        return _Built(program.cycles + 1 + schedule(k, config).commit, banking, read_ports(k, program)[1])
     except CompileError:
         return None
 
 
-def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig) -> Fold:
+def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig,
+              buffers: list[list[tuple[int, int, bool, bool]]] | None = None, outputs: frozenset[int] = frozenset()) -> Fold:
     """Every layer's folding for `config.target_interval` (module docstring); a CompileError
-    naming the closest interval when no folding reaches it."""
+    naming the closest interval when no folding reaches it. `buffers`: per kernel, its
+    (slot, model buffer, loaded, stored), and `outputs` the model's output buffers: with them a
+    dataflow fold prefers in-place hand-overs (module docstring). With `config.fold_budget`
+    instead of a target: the fold of the least interval whose multipliers fit the budget."""
+    if config.fold_budget is not None:
+        return _within_budget(kernels, config, buffers, outputs)
     target = config.target_interval
     assert target is not None
     lists = [candidates(k) for k in kernels]
@@ -99,6 +127,8 @@ def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig) -> Fold:
                 raise CompileError(f"fold=auto: no folding reaches target_interval={target} cycles: layer "
                                    f"{i} ({k.name}) takes at least {best} cycles; the closest interval is {worst}")
             picks.append(pick)
+        if buffers is not None:
+            picks = _in_place(kernels, config, lists, picks, buffers, outputs)
     else:
         at = [0] * len(kernels)
         cycles = list(base)
@@ -131,3 +161,97 @@ def _fastest(kernel: ir.KernelIR, config: HardwareConfig, pairs: list[tuple[int,
             best = c
     assert best is not None
     return best
+
+
+def _in_place(kernels, config, lists, picks, buffers, outputs):
+    """`picks` with foldings of equal parallelism and no more cycles than the slowest pick
+    swapped in where that lowers the latency by handing buffers on in place (module docstring)."""
+    writers: dict[int, tuple[int, int]] = {}
+    readers: dict[int, list[tuple[int, int]]] = {}
+    for k, slots in enumerate(buffers):
+        for slot, buf, loaded, stored in slots:
+            if stored:
+                writers[buf] = (k, slot)
+            elif loaded:
+                readers.setdefault(buf, []).append((k, slot))
+    edges = [(writers[b], rs) for b, rs in readers.items() if b in writers]
+    handovers = [(w, rs[0]) for w, rs in edges if len(rs) == 1]
+    if not handovers:
+        return picks
+    beat = max(c for _, _, c in picks)
+    options = []
+    for i, k in enumerate(kernels):
+        par = picks[i][0] * picks[i][1]
+        tied = [picks[i]]
+        for lanes, unroll in lists[i]:
+            if lanes * unroll == par and (lanes, unroll) != picks[i][:2]:
+                c = stage_cycles(k, config, lanes, unroll)
+                if c is not None and c <= beat:
+                    tied.append((lanes, unroll, c))
+        options.append(tied)
+
+    def in_place(choice, w, r) -> bool:
+        bw = _built(kernels[w[0]], _plain(config, *choice[w[0]][:2]))
+        br = _built(kernels[r[0]], _plain(config, *choice[r[0]][:2]))
+        rb = br.banking.get(r[1])
+        return bw.banking.get(w[1]) is not None and rb is not None and \
+            rb.layout == bw.banking[w[1]].layout and all(br.ports.get(b, 1) <= 1 for b in rb.banks)
+
+    def cost(choice) -> tuple[int, int]:
+        fast = {(w, r) for w, r in handovers if in_place(choice, w, r)}
+        level = [0] * len(kernels)
+        for k in range(len(kernels)):        # kernels come in an order their producers come first in
+            for w, rs in edges:
+                for r in rs:
+                    if r[0] == k:
+                        level[k] = max(level[k], level[w[0]] + (1 if (w, r) in fast else 2))
+        ends = [writers[b][0] for b in outputs if b in writers] or list(range(len(kernels)))
+        depth = 1 + max(level[k] for k in ends)
+        return depth * max(c for _, _, c in choice), -len(fast)
+
+    choice, best = list(picks), cost(picks)
+    for _ in range(4 * len(kernels)):
+        moved = False
+        for i, tied in enumerate(options):
+            for option in tied:
+                if option == choice[i]:
+                    continue
+                trial = choice[:i] + [option] + choice[i + 1:]
+                c = cost(trial)
+                if c < best:
+                    choice, best, moved = trial, c, True
+        if not moved:
+            break
+    return choice
+
+
+def _within_budget(kernels, config, buffers, outputs) -> Fold:
+    """The least target interval whose fold spends at most `config.fold_budget` multipliers
+    (lanes x reduce_unroll summed over the layers), found by bisection: a fold's parallelism
+    never rises with the target (each layer takes the least that meets it)."""
+    budget = config.fold_budget
+    if budget < len(kernels):
+        raise CompileError(f"fold=auto: fold_budget={budget} multipliers is fewer than the model's {len(kernels)} "
+                           f"layers, each of which needs one; the least budget is {len(kernels)}")
+    base = [stage_cycles(k, config, 1, 1) for k in kernels]
+    if any(b is None for b in base):
+        raise CompileError("fold=auto: a layer does not compile with lanes=1, reduce_unroll=1")
+
+    def fold_at(target: int) -> Fold | None:
+        try:
+            fold = fold_auto(kernels, replace(config, fold_budget=None, target_interval=target), buffers, outputs)
+        except CompileError:
+            return None
+        return fold if sum(lanes * unroll for _, lanes, unroll, _ in fold.stages) <= budget else None
+
+    lo, hi = 1, max(base) if config.schedule == "dataflow" else sum(base)   # at hi every layer is 1 x 1
+    best = fold_at(hi)
+    assert best is not None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        fold = fold_at(mid)
+        if fold is None:
+            lo = mid + 1
+        else:
+            hi, best = mid, fold
+    return Fold(replace(best.config, fold_budget=budget, target_interval=None), best.stages)

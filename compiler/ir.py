@@ -121,16 +121,44 @@ class BufferDecl:
     # weights="constant": the contents (unsigned bit patterns, one per element), fixed when the
     # design is compiled: a read-only memory initialised with them, never on the host bus
     rom: tuple[int, ...] | None = None
+    # Integer buffers: every value the buffer holds lies in [lo, hi] (declared for an input,
+    # derived for a buffer a kernel writes: compiler/bounds.py), so its memory stores `width`
+    # bits, not the dtype's (an int4 weight in tinygrad's int8 holds 4). None: the dtype's range.
+    bounds: tuple[int, int] | None = None
+
+    @property
+    def signed(self) -> bool:
+        """Whether an element is stored in two's complement (else unsigned)."""
+        if self.bounds is not None:
+            return self.bounds[0] < 0
+        return self.dtype.signed and self.dtype.is_int and not self.dtype.is_bool
+
+    @property
+    def width(self) -> int:
+        """Bits of one stored element: the narrowest that holds `bounds`, else the dtype's."""
+        if self.bounds is None:
+            return self.dtype.bits
+        return bits_of(*self.bounds)
 
 
 @dataclass(frozen=True)
 class AccDecl:
     """An accumulator register. `ways` > 1: it holds that many independent values, one per
     output row interleaved through its loop nest (transform.interleave): a step reads the
-    value written `ways` steps earlier (the steps of that nest run back to back)."""
+    value written `ways` steps earlier (the steps of that nest run back to back). `bounds`
+    (integers): every value the register ever holds, as the overflow analysis proves it for
+    the bounds of the kernel's buffers (compiler/bounds.py); the register is sized to it."""
     index: int
     dtype: DType
     ways: int = 1
+    bounds: tuple[int, int] | None = None
+
+
+def bits_of(lo: int, hi: int) -> int:
+    """Bits of the narrowest two's complement (lo < 0) or unsigned number holding [lo, hi]."""
+    if lo >= 0:
+        return max(1, hi.bit_length())
+    return max((-lo - 1).bit_length(), hi.bit_length()) + 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -274,11 +302,13 @@ def fingerprint(k: KernelIR) -> str:
                 g = val(s.gate) if s.gate is not None else -1
                 h.update(f"buf{s.buf}[{val(s.index)}]<-{val(s.value)} if {g};".encode())
 
-    h.update(repr([(b.slot, b.dtype.name, b.size, b.loaded, b.stored) for b in k.buffers]).encode())
+    h.update(repr([(b.slot, b.dtype.name, b.size, b.loaded, b.stored) + ((b.bounds,) if b.bounds else ())
+                   for b in k.buffers]).encode())
     for b in k.buffers:                  # a ROM's contents are part of the hardware
         if b.rom is not None:
             h.update(f"rom{b.slot}:{hashlib.sha256(repr(b.rom).encode()).hexdigest()};".encode())
-    h.update(repr([(a.index, a.dtype.name) + ((a.ways,) if a.ways > 1 else ()) for a in k.accs]).encode())
+    h.update(repr([(a.index, a.dtype.name) + ((a.ways,) if a.ways > 1 else ()) + ((a.bounds,) if a.bounds else ())
+                   for a in k.accs]).encode())
     stmts(k.body, 0)
     return h.hexdigest()
 
@@ -289,9 +319,11 @@ def pretty(k: KernelIR) -> str:
     lines = [f"kernel {k.name}"]
     for b in k.buffers:
         role = ("in" if b.loaded else "") + ("out" if b.stored else "") + (" rom" if b.rom is not None else "")
-        lines.append(f"  buf{b.slot}: {b.dtype}[{b.size}] {role}")
+        held = f" in [{b.bounds[0]}, {b.bounds[1]}]: {b.width} bits" if b.bounds else ""
+        lines.append(f"  buf{b.slot}: {b.dtype}[{b.size}] {role}{held}")
     for a in k.accs:
-        lines.append(f"  acc{a.index}: {a.dtype}" + (f" x{a.ways} (interleaved)" if a.ways > 1 else ""))
+        lines.append(f"  acc{a.index}: {a.dtype}" + (f" x{a.ways} (interleaved)" if a.ways > 1 else "")
+                     + (f" in [{a.bounds[0]}, {a.bounds[1]}]" if a.bounds else ""))
 
     def name(v: Value, out: list[str], ind: str) -> str:
         if id(v) in names:

@@ -25,9 +25,11 @@ import numpy as np
 
 from . import ir
 from .design import Design
-from .hw.kernel import acc_width
+from amaranth.hdl import Shape
+
+from .hw.kernel import acc_shape
 from .dtypes import DType, from_words
-from .ranges import Interval, dtype_range, exact_interval, rom_ranges
+from .ranges import Interval, dtype_range, exact_interval, load_range, rom_ranges
 
 K = ir.OpKind
 
@@ -88,9 +90,10 @@ def _float_op(op: ir.OpKind, s: list[_R]) -> _R:
 
 
 class _KernelAnalysis:
-    def __init__(self, kernel: ir.KernelIR, load_ranges: dict[int, _R], widths: dict[int, int] | None = None):
+    def __init__(self, kernel: ir.KernelIR, load_ranges: dict[int, _R],
+                 registers: dict[int, tuple[int, int]] | None = None):
         self.k, self.loads = kernel, load_ranges
-        self.widths = widths or {}                   # acc -> register bits, where narrower than the dtype
+        self.registers = registers or {}             # acc -> what its register holds, where narrower than the dtype
         self.hull: dict[int, _R] = {}                # acc -> every value it ever holds
         self.stored: dict[int, _R] = {}              # slot -> every value stored to it
         self.unproven: set[int] = set()
@@ -106,7 +109,7 @@ class _KernelAnalysis:
         elif isinstance(v, ir.AccLoad):
             r = acc.get(v.acc, _full(v.dtype))
         elif isinstance(v, ir.Load):
-            r = self.loads.get(v.buf, _full(v.dtype))
+            r = self.loads.get(v.buf) or (_full(v.dtype) if v.dtype.is_float else _R(*_pair(load_range(self.k, v))))
             if v.gate is not None and v.alt is not None:
                 r = r | self.value(v.alt, acc, memo)
         else:
@@ -127,9 +130,9 @@ class _KernelAnalysis:
         p, q = (self._uncast(x, acc, memo) for x in cond.srcs)
         t, f = (self._uncast(x, acc, memo) for x in v.srcs[1:])
         lo_hi = (s[1], s[2])
-        if t is q and f is p:       # max
+        if _same(t, q) and _same(f, p):       # max
             return _R(max(r.lo for r in lo_hi), max(r.hi for r in lo_hi))
-        if t is p and f is q:       # min
+        if _same(t, p) and _same(f, q):       # min
             return _R(min(r.lo for r in lo_hi), min(r.hi for r in lo_hi))
         return None
 
@@ -165,11 +168,10 @@ class _KernelAnalysis:
     def wrap(self, a: int, r: _R) -> _R:
         """What register `a` holds after being assigned a value in `r`: `r` if it fits the
         register, else anything the register can hold."""
-        w = self.widths.get(a)
-        if w is None:
+        reg = self.registers.get(a)
+        if reg is None:
             return r
-        d = self.k.accs[a].dtype
-        return r if _width_ok(r, d, w) else _R(*_width_range(d, w))
+        return r if reg[0] <= r.lo and r.hi <= reg[1] else _R(*reg)
 
     # ---------------------------------------------------------------- statements
     def run(self, body, acc: dict[int, _R], record: bool, wrap: bool = True) -> dict[int, _R]:
@@ -229,6 +231,13 @@ class _KernelAnalysis:
             for a in carried:
                 self.hull[a] = before[a] | hull[a] if before[a] is not None else hull[a]
         return after
+
+
+def _same(a: ir.Value, b: ir.Value) -> bool:
+    """The same value: one node, or integer constants of one value (clip's bound appears as an
+    int32 constant in the compare and an int8 one in the select)."""
+    return a is b or (isinstance(a, ir.Const) and isinstance(b, ir.Const) and not a.dtype.is_float
+                      and not b.dtype.is_float and a.value == b.value)
 
 
 def _stores(body):
@@ -293,16 +302,6 @@ def _accesses(body, a: int):
             yield ("write", s)
 
 
-def _width_range(d: DType, width: int) -> tuple[int, int]:
-    return (-(1 << (width - 1)), (1 << (width - 1)) - 1) if d.signed else (0, (1 << width) - 1)
-
-
-def _width_ok(r: _R, d: DType, width: int) -> bool:
-    if d.signed:
-        return -(1 << (width - 1)) <= r.lo and r.hi <= (1 << (width - 1)) - 1
-    return 0 <= r.lo and r.hi <= (1 << width) - 1
-
-
 def analyze_overflow(design: Design, input_ranges: dict[int, tuple[float, float]] | None = None) -> OverflowReport:
     """Bound every accumulator (and every float value stored) of `design` for inputs in
     `input_ranges` (model buffer id -> (lo, hi); inputs not listed span their dtype)."""
@@ -311,16 +310,16 @@ def analyze_overflow(design: Design, input_ranges: dict[int, tuple[float, float]
     bounds: list[AccBound] = []
     for pos, k in enumerate(design.source_kernels or design.kernels):
         loads = {slot: ranges[buf] for slot, buf in slot_to_buffer[pos].items() if buf in ranges}
-        loads.update(_rom_loads(k))
-        widths = {a.index: acc_width(a.dtype, design.config) for a in k.accs}
-        an = _KernelAnalysis(k, loads, {a: w for a, w in widths.items() if w < k.accs[a].dtype.bits})
+        loads.update(_rom_loads(k))              # a ROM's words: within any declared bound
+        shapes = {a.index: acc_shape(a, design.config) for a in k.accs}
+        an = _KernelAnalysis(k, loads, _narrow_registers(k, shapes))
         an.run(k.body, {}, True)
         for a in k.accs:
             r = an.hull.get(a.index)
             if r is None:
                 continue
             bounds.append(_bound(k.name, a.index, f"acc{a.index}", a.dtype, r, a.index in an.unproven,
-                                 widths[a.index]))
+                                 shapes[a.index]))
         for slot, r in an.stored.items():
             buf = slot_to_buffer[pos][slot]
             ranges[buf] = ranges[buf] | r if buf in ranges else r
@@ -344,7 +343,7 @@ def _rom_loads(k: ir.KernelIR) -> dict[int, _R]:
 
 
 def _bound(kernel: str, acc: int | None, target: str, d: DType, r: _R, unproven: bool,
-           width: int | None = None) -> AccBound:
+           register: Shape | None = None) -> AccBound:
     if d.is_float:
         mag = max(abs(r.lo), abs(r.hi))
         # finite inputs reach an infinite bound only through what intervals cannot follow (the
@@ -352,10 +351,50 @@ def _bound(kernel: str, acc: int | None, target: str, d: DType, r: _R, unproven:
         safe = None if math.isinf(mag) or math.isnan(mag) else mag <= d.highest and not unproven
         return AccBound(kernel, acc, target, d.name, r.lo, r.hi, None, d.bits, safe)
     bits = Interval(int(r.lo), int(r.hi)).shape.width
-    width = width or d.bits
+    register = register or d.shape
     # the operations still wrap at the dtype when the register is wider
-    return AccBound(kernel, acc, target, d.name, r.lo, r.hi, bits, width,
-                    _width_ok(r, d, min(width, d.bits)) and not unproven)
+    fits = _shape_range(register)[0] <= r.lo and r.hi <= _shape_range(register)[1] and d.min <= r.lo and r.hi <= d.max
+    return AccBound(kernel, acc, target, d.name, r.lo, r.hi, bits, register.width, fits and not unproven)
+
+
+def _shape_range(shape: Shape) -> tuple[int, int]:
+    w = shape.width
+    return (-(1 << (w - 1)), (1 << (w - 1)) - 1) if shape.signed else (0, (1 << w) - 1)
+
+
+def _pair(i: Interval) -> tuple[int, int]:
+    return i.lo, i.hi
+
+
+def _narrow_registers(k: ir.KernelIR, shapes: dict[int, Shape]) -> dict[int, tuple[int, int]]:
+    """acc -> the values its register can hold, for the integer registers that cannot hold every
+    value of their dtype (acc_width, or sized to their bounds): a value past them wraps there."""
+    out = {}
+    for a in k.accs:
+        if a.dtype.is_float or a.dtype.is_bool:
+            continue
+        lo, hi = _shape_range(shapes[a.index])
+        if lo > a.dtype.min or hi < a.dtype.max:
+            out[a.index] = (lo, hi)
+    return out
+
+
+@dataclass(frozen=True)
+class KernelBounds:
+    """What one kernel's values can be, for the bounds of what it loads (compiler/bounds.py):
+    every accumulator the analysis bounds in closed form (`accs`; the others are left out) and
+    every buffer slot it stores to (`stored`), as (lo, hi) of reals; integers exact."""
+    accs: dict[int, tuple[float, float]]
+    stored: dict[int, tuple[float, float]]
+
+
+def kernel_bounds(kernel: ir.KernelIR, load_ranges: dict[int, tuple[float, float]]) -> KernelBounds:
+    """Interpret one kernel over intervals (the analysis of analyze_overflow) with its loads of
+    slot s in `load_ranges[s]` (slots not listed: their buffer's bounds, else their dtype)."""
+    an = _KernelAnalysis(kernel, {s: _R(lo, hi) for s, (lo, hi) in load_ranges.items()})
+    an.run(kernel.body, {}, True)
+    return KernelBounds({a: (r.lo, r.hi) for a, r in an.hull.items() if a not in an.unproven},
+                        {s: (r.lo, r.hi) for s, r in an.stored.items()})
 
 
 def _slot_buffers(design: Design) -> list[dict[int, int]]:
@@ -388,6 +427,8 @@ def worst_case_inputs(design: Design, input_ranges: dict[int, tuple[float, float
 
 
 def _default(design: Design, buf: int) -> tuple[float, float]:
+    if buf in design.input_bounds:               # declared at compile time: the hardware holds no more
+        return design.input_bounds[buf]
     d = design.graph.buffers[buf].dtype
     if d.is_float:
         return (d.lowest, d.highest)

@@ -6,7 +6,9 @@ its dtype's range is known to possibly wrap. When the interval fits, computing i
 width is exact, so it equals tinygrad's wrapped 32-bit result bit-for-bit.
 
 `acc_ranges` lets a caller bound accumulator registers tighter than their dtype (the overflow
-proof); without it an accumulator may hold any value of its dtype.
+proof); without it an accumulator may hold any value of its dtype. A load reads its buffer's
+`bounds` (ir.BufferDecl: an int4 weight in an int8 container, a declared input range), so
+every value computed from it is sized to what it can really be.
 """
 from __future__ import annotations
 
@@ -104,6 +106,15 @@ def exact_interval(op: ir.OpKind, srcs: list[Interval], consts: list[int | None]
     return None
 
 
+def load_range(kernel: ir.KernelIR, load: ir.Load) -> Interval:
+    """What a load can read: its buffer's bounds (declared or derived: compiler/bounds.py) when
+    it has them, else anything its dtype holds."""
+    decl = next((b for b in kernel.buffers if b.slot == load.buf), None)
+    if decl is not None and decl.bounds is not None and not load.dtype.is_float:
+        return Interval(*decl.bounds)
+    return dtype_range(load.dtype)
+
+
 def analyze(kernel: ir.KernelIR, acc_ranges: dict[int, Interval] | None = None) -> dict[int, Interval]:
     """id(value) -> interval, for every integer/bool value reachable from the kernel's stores."""
     acc_ranges = acc_ranges or {}
@@ -137,8 +148,8 @@ def value_interval(v: ir.Value, kernel: ir.KernelIR, known: dict[int, Interval],
     if isinstance(v, ir.AccLoad):
         return acc_ranges.get(v.acc, full)
     if isinstance(v, ir.Load):
-        if roms and v.buf in roms:
-            full = roms[v.buf]
+        # a ROM's words are known (the tightest: within any declared bound); else its bounds
+        full = roms[v.buf] if roms and v.buf in roms else load_range(kernel, v)
         if v.gate is not None and v.alt is not None and id(v.alt) in known:
             alt = known[id(v.alt)]
             return Interval(min(full.lo, alt.lo), max(full.hi, alt.hi))

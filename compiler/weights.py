@@ -18,6 +18,7 @@ from .config import HardwareConfig
 from .errors import CompileError
 from .frontend import Graph
 from .passes.constants import bind_constants
+from .sim.memory_io import check_bounds
 
 
 def runtime_buffers(graph: Graph, streamed: frozenset[int] | None) -> frozenset[int]:
@@ -52,6 +53,10 @@ def bind_weights(graph: Graph, sources: Sequence[ir.KernelIR], config: HardwareC
             continue
         slots = {b.slot: words[graph.kernels[i].buffers[b.slot]] for b in k.buffers
                  if graph.kernels[i].buffers[b.slot] in words and b.loaded and not b.stored}
+        for b in k.buffers:                  # a ROM stores its declared range's bits: its words must fit
+            if b.slot in slots and b.bounds is not None:
+                buf = graph.kernels[i].buffers[b.slot]
+                check_bounds(graph.buffers[buf].data, buf, b.bounds, graph.buffers[buf].dtype)
         if not slots and i in explicit:
             raise CompileError(f"weights@{i}: constant weights for layer {i} ({k.name}), but it reads no input known "
                                f"at compile time (its inputs are given at run time); use weights@{i}: memory")

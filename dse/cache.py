@@ -102,7 +102,7 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
     does not know. A point that does not compile has no IR: its material is then its definition
     alone, marked `"compiled": False` (only its compile-time failure is stored under it)."""
     try:
-        model = ctx.model(point.model)
+        model = ctx.model(point.model).with_formats(point.formats())
     except KeyError:
         return None
     if model.trained is not None:
@@ -152,6 +152,8 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
         "timing": _timing_material(ctx),
         "synthesis": ctx.synthesis if ctx.synthesize else None,     # flat and per-unit counts differ
         "versions": versions(),
+        # the widths of the tool's quantiser (absent without format knobs: older keys stay)
+        **({"formats": point.formats().as_dict()} if point.formats() else {}),
     }
     from dse.limits import TimeLimitExceeded, time_limit
     from dse.models.user_model import import_reads, recording_reads
@@ -159,17 +161,18 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
     try:
         from compiler import compile_model
         from compiler.ir import fingerprint
-        from dse.evaluate import point_arrays, runtime_tensors
+        from dse.evaluate import declared_input_ranges, point_arrays, streamed_inputs
         from dse.models.zoo import input_tensors
         with recording_reads() as reads, time_limit(ctx.stage_timeout_s, "building and compiling for the cache key"):
             config = point.hardware_config()
             built = model.build(point.dtype)
-            # the arrays the evaluation compiles with: weights="constant" builds them into the
-            # kernels, so their values are in the IR fingerprint
-            arrays, _ = point_arrays(model, point.dtype, built, ctx.data_seed)
+            # as evaluate() compiles it: weights="constant" builds the arrays into the kernels,
+            # so their values are in the IR fingerprint
+            arrays, real = point_arrays(model, point.dtype, built, ctx.data_seed)
             tensors = input_tensors(built, arrays)
             design = compile_model(built.forward(*tensors), config=config,
-                                   stream=runtime_tensors(model, point.dtype, built, tensors))
+                                   stream=streamed_inputs(model, point.dtype, built, tensors),
+                                   input_ranges=declared_input_ranges(model, point.dtype, built, tensors, real))
         kernels = [fingerprint(k) for k in design.kernels]
     except TimeLimitExceeded:
         return None                     # evaluate() runs it uncached and reports the time-out

@@ -72,10 +72,11 @@ def _illegal_knob_combinations(s, limit: int = 100_000) -> int:
     if s.knob_space_size > limit:
         return 0
     from compiler.config import HardwareConfig
+    from dse.models.widths import is_format_knob
     bad = 0
     for combo in s.knob_combinations():
-        try:
-            HardwareConfig.from_dict(dict(combo))
+        try:     # format knobs are the model's (dse.models.widths), not the hardware's
+            HardwareConfig.from_dict({k: v for k, v in combo.items() if not is_format_knob(k)})
         except (ValueError, TypeError):
             bad += 1
     return bad
@@ -92,7 +93,7 @@ def add_layers(p: argparse.ArgumentParser) -> None:
 
 def run_layers(args: argparse.Namespace) -> int:
     """Each model's layers (kernels) per dtype: the indices and names `<knob>@<layer>` takes."""
-    from dse.models.model import model_layer_limits
+    from dse.models.model import model_layer_limits, quantised_layers
     from dse.spec import load_spec
     s = load_spec(args.spec)
     models = [m for m in s.models if args.model in (None, m.name)]
@@ -103,7 +104,7 @@ def run_layers(args: argparse.Namespace) -> int:
         raise CliError(f"--dtype: {args.dtype!r} is not a dtype of study {s.study!r}; dtypes: {', '.join(s.dtypes)}")
     for m in models:
         by_names: dict[tuple, list[str]] = {}
-        for dtype in (s.dtypes if args.dtype is None else (args.dtype,)):
+        for dtype in (s.model_dtypes(m.name) if args.dtype is None else (args.dtype,)):
             try:
                 layers = tuple(model_layer_limits(m, dtype))
             except Exception as e:          # noqa: BLE001 - the model's own error, said per dtype
@@ -114,6 +115,12 @@ def run_layers(args: argparse.Namespace) -> int:
             print(f"{m.name} ({', '.join(dtypes)}): {len(layers)} layer{'s' * (len(layers) != 1)}")
             for i, (name, lanes, unroll) in enumerate(layers):
                 print(f"  {i}  {name}  (lanes up to {lanes}, reduce_unroll up to {unroll})")
+        if m.trained is not None:
+            quantised = quantised_layers(m)
+            print(f"{m.name}: {len(quantised)} conv/dense layer{'s' * (len(quantised) != 1)} for weight_bits@ and "
+                  f"act_bits@")
+            for i, name in enumerate(quantised):
+                print(f"  {i}  {name}")
     print("Per-layer knobs in a spec: <knob>@<index or name>, e.g. lanes@0: [1, 4] (docs/knobs.md).")
     return EXIT_OK
 
@@ -123,14 +130,15 @@ def add_models(p: argparse.ArgumentParser) -> None:
 
 
 def run_models(args: argparse.Namespace) -> int:
-    from dse.models.zoo import DTYPES, MAX_ELEMENTS, ZOO
+    from dse.models.formats import DESCRIPTION
+    from dse.models.zoo import MAX_ELEMENTS, ZOO
     width = max(len(n) for n in ZOO)
     for m in ZOO.values():
         params = " ".join(f"{p.name}={p.default}" + ("" if (p.minimum, p.maximum) == (1, MAX_ELEMENTS)
                                                          else f" [{p.minimum}..{p.maximum:,}]") for p in m.params)
         print(f"{m.name:<{width}}  {params}")
         print(f"{'':<{width}}  {m.doc}")
-    print(f"\ndtypes: {', '.join(DTYPES)}. Use in a spec as `builtin: NAME` with `params: {{...}}`.\n"
+    print(f"\ndtypes: {DESCRIPTION}. Use in a spec as `builtin: NAME` with `params: {{...}}`.\n"
           f"Parameters range over 1..{MAX_ELEMENTS:,} unless [min..max] says otherwise, and no input may "
           f"exceed {MAX_ELEMENTS:,} elements (more than any FPGA target here holds).")
     return EXIT_OK
@@ -180,7 +188,7 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
     like a spec's knob values; raises CliError."""
     import difflib
 
-    from compiler.config import LAYER_KNOBS, HardwareConfig
+    from compiler.config import HardwareConfig
     from dse.spec import SpecError, load_yaml
     known = HardwareConfig.knob_names()
     out: dict[str, Any] = {}
@@ -189,12 +197,11 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
         name = name.strip()
         if not sep or not name:
             raise CliError(f"--set expects KNOB=VALUE, got {item!r}")
-        base, at, _ = name.partition("@")
-        if name not in known and not (at and base in LAYER_KNOBS):
+        if not HardwareConfig.is_knob(name):
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise CliError(f"--set {item}: unknown hardware knob {name!r}{hint}; known knobs: {', '.join(known)} "
-                           f"(and per layer: {', '.join(k + '@<layer>' for k in LAYER_KNOBS)})")
+            raise CliError(f"--set {item}: unknown hardware knob {name!r}{hint}; "
+                           f"known knobs: {HardwareConfig.known_knobs_text()}")
         if name in out:
             raise CliError(f"--set {item}: knob {name!r} is set twice")
         try:
@@ -241,6 +248,9 @@ def run_eval(args: argparse.Namespace) -> int:
                  if args.dtype in DTYPES else "")
         raise CliError(f"--dtype: unknown dtype {args.dtype!r} for study {spec.study!r}; "
                        f"the spec's dtypes: {', '.join(spec.dtypes)}{extra}")
+    if args.dtype not in spec.model_dtypes(args.model):
+        raise CliError(f"--dtype: model {args.model!r} runs {', '.join(spec.model_dtypes(args.model))} only (its "
+                       f"dtypes: in the spec)")
     base = {k.name: k.values[0] for k in spec.knobs}
     knobs = {**base, **parse_sets(args.sets, base)}
     target = args.target or str(spec.target)
@@ -562,13 +572,18 @@ def run_worker(args: argparse.Namespace) -> int:
 
 def add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", type=Path, help="a sweep's results folder, results/<study>/")
+    p.add_argument("--accuracy-loss", type=float, default=1.0, metavar="POINTS",
+                   help="name the smallest number format whose accuracy is at most this many percentage points "
+                        "below the float model's (default 1)")
 
 
 def run_report(args: argparse.Namespace) -> int:
     from dse.report import ReportError, load_study_results, write_report
+    if not 0 <= args.accuracy_loss <= 100:
+        raise CliError(f"--accuracy-loss: expected percentage points from 0 to 100, got {args.accuracy_loss:g}")
     try:
         results = load_study_results(args.results)
-        files = write_report(results)
+        files = write_report(results, accuracy_loss=args.accuracy_loss / 100)
     except ReportError as e:
         raise CliError(str(e)) from None
     if results.mixed_code:

@@ -69,6 +69,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
     from compiler import ir, ranges
     from compiler.hw import floatops
     from compiler.hw.bram import memory_tail
+    from compiler.hw.kernel import acc_ranges, acc_shape
     from compiler.synth import multipliers
     K = ir.OpKind
     f: dict[str, float] = {"version": FEATURES_VERSION}
@@ -79,7 +80,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
     products: list[tuple[str, int, int]] = []     # (feature, operand width a, b) of every multiplier
     for k in design.kernels:
         roots = [v for s, _ in k.stores() for v in ir.store_operands(s)]
-        intervals = ranges.analyze(k)
+        intervals = ranges.analyze(k, acc_ranges(k, design.config))
 
         def bits(v) -> int:
             """The width the datapath gives an integer value: its interval's (an int8 load cast
@@ -88,7 +89,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
         for v in ir.toposort(roots):        # each node once: one node, one unit of hardware
             if isinstance(v, ir.Load):
                 add("read_ports", 1)
-                add("read_bits", v.dtype.bits)
+                add("read_bits", bits(v))          # a narrow buffer's loads: its stored bits
             if not isinstance(v, ir.Op):
                 continue
             w = v.dtype.bits
@@ -118,9 +119,8 @@ def design_features(design, *, target: str) -> dict[str, float]:
                 add("fconv_bits", max(w, src_w))
             else:
                 add("logic_bits", w)
-        for a in k.accs:
-            add("acc_bits", (design.config.acc_width or a.dtype.bits) * a.ways if a.dtype.is_int
-                else a.dtype.bits * a.ways)
+        for a in k.accs:                    # the register as built: sized to its bounds (hw/kernel.py)
+            add("acc_bits", acc_shape(a, design.config).width * a.ways)
         add("steps_log2", math.log2(1 + sum(lp.bound for lp in k.loops.values())))
 
     # the products the `mul` knob builds in LUTs (compiler.synth.multipliers' rule) are their own
@@ -142,7 +142,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
             for bank in bk.banks:
                 if (pos, bank) in external or (bank in packed and packed[bank].slots[0] != bank):
                     continue
-                depth, width = bk.layout.words, b.dtype.bits * (len(packed[bank].slots) if bank in packed else 1)
+                depth, width = bk.layout.words, b.width * (len(packed[bank].slots) if bank in packed else 1)
                 addr = max(1, math.ceil(math.log2(max(depth, 2))))
                 add("banks", 1)
                 tail = memory_tail(design.config, depth, width, b.stored)

@@ -209,6 +209,8 @@ class Metrics:
     logit_max_err: float | None = None
     samples: int | None = None              # how many samples ran (each bit-exact vs the golden model)
     quantization: str | None = None         # the int8/int16 scheme (dse.models.quantize.SCHEME)
+    mean_weight_bits: float | None = None   # the quantiser's widths, mean over the conv/dense layers
+    mean_act_bits: float | None = None      # (activations: the input and each requantised output)
     # wall time per stage (seconds)
     compile_s: float | None = None
     simulate_s: float | None = None
@@ -380,10 +382,10 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
     from compiler import compile_model
 
     with run.stage("config"):
-        model = ctx.model(point.model)
+        model = ctx.model(point.model).with_formats(point.formats())
         run.set(params=model.params)
         config = point.hardware_config()
-        run.set(knobs=FrozenMap(config.as_dict()))
+        run.set(knobs=FrozenMap({**config.as_dict(), **point.formats().as_dict()}))
 
     with run.stage("build"):
         built = model.build(point.dtype)
@@ -400,7 +402,8 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
 
     with run.stage("compile", "compile_s"):
         # the data streams (through a dataflow design); the weights are loaded once, or built in
-        design = compile_model(output, config=config, stream=runtime_tensors(model, point.dtype, built, tensors))
+        design = compile_model(output, config=config, stream=streamed_inputs(model, point.dtype, built, tensors),
+                               input_ranges=declared_input_ranges(model, point.dtype, built, tensors, real))
         cm = design.cycle_model()
         run.set(cycles_model=cm.total, cycle_breakdown=json.dumps({"kernels": [list(k) for k in cm.kernels],
                                                                    "copies": cm.copies}),
@@ -432,7 +435,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         run.set(cycles=result.cycles, sim_backend=sim.backend, interval_cycles=result.cycles)
         if design.flow is not None:       # the interval as measured: three samples back to back
             from compiler import simulate_many
-            stream = simulate_many(design, [{}] * 3, backend="cxxrtl")
+            stream = simulate_many(design, [{}] * 3, backend=sim.backend)
             run.set(interval_cycles=stream[-1].interval)
             if any(not all(np.array_equal(a, b) for a, b in zip(r.outputs, result.outputs)) for r in stream):
                 run.fail("simulate", "compiler bug: a sample streamed behind others gave other outputs than alone")
@@ -490,6 +493,16 @@ def _synthesis(ctx: EvalContext, run: _Run, design) -> None:
         run.notes.append("timing skipped: it needs synthesis, which is off")
 
 
+def streamed_inputs(model: ModelSpec, dtype: str, built: zoo.Built, tensors: list) -> list | None:
+    """compile_model's `stream` for a point: the input Tensors that change from sample to sample,
+    the data (ModelSpec.runtime_inputs: the data set's input of a trained model, a builtin's data
+    inputs, a user's function's `x`). A dataflow design streams them and loads the other inputs,
+    the weights, once; weights="constant" builds in those of the others that hold data. None:
+    every input (a model with no data input)."""
+    names = set(model.runtime_inputs(dtype))
+    return [t for name, t in zip(built.inputs, tensors) if name in names] or None
+
+
 def point_arrays(model: ModelSpec, dtype: str, built: zoo.Built, data_seed: int):
     """The data a point's design is compiled and checked with: seeded random data in the inputs'
     range, with the model's trained weights and its first test sample where it has them (so an
@@ -503,11 +516,14 @@ def point_arrays(model: ModelSpec, dtype: str, built: zoo.Built, data_seed: int)
     return arrays, real
 
 
-def runtime_tensors(model: ModelSpec, dtype: str, built: zoo.Built, tensors: list) -> list | None:
-    """The input Tensors given at run time (ModelSpec.runtime_inputs): compile_model's `stream`
-    (None: every input)."""
-    names = set(model.runtime_inputs(dtype))
-    return [t for name, t in zip(built.inputs, tensors) if name in names] or None
+def declared_input_ranges(model: ModelSpec, dtype: str, built: zoo.Built, tensors: list, real) -> dict:
+    """compile_model's `input_ranges` for a point (zoo.declared_ranges): inputs drawn at random
+    in the spec's `input_range` (else their type's), inputs filled from files (`real`, the
+    dse.models.data.RealInputs of point_arrays) in their type's."""
+    fixed = set()
+    if real is not None:
+        fixed = set(real.weights) | ({real.data_input} if real.samples is not None else set())
+    return zoo.declared_ranges(built, tensors, model.input_range(dtype), frozenset(fixed))
 
 
 def _accuracy(model: ModelSpec, *, point: DesignPoint, config, sim: "Simulator", run: _Run, design, tensors: list,
@@ -518,13 +534,15 @@ def _accuracy(model: ModelSpec, *, point: DesignPoint, config, sim: "Simulator",
     if model.runs_trained(point.dtype):   # its own build: quantised for integers, dense ones in floats too
         trained = model.trained
         r = run_samples(net=trained.net(), dtype=point.dtype, data=trained.dataset(), config=config,
-                        backend=sim.backend)
+                        backend=sim.backend, formats=trained.formats)
     else:
         r = run_model_samples(model=model, dtype=point.dtype, design=design, tensors=tensors, checker=checker,
                               backend=sim.backend)
     run.set(accuracy=r.accuracy, accuracy_float=r.accuracy_float, agreement=r.agreement,
             logit_mean_err=r.mean_abs_err, logit_max_err=r.max_abs_err, samples=r.samples,
             quantization=r.quantization)
+    if r.mean_bits is not None:
+        run.set(mean_weight_bits=r.mean_bits[0], mean_act_bits=r.mean_bits[1])
     if model.runs_trained(point.dtype) and point.dtype in ("fp8e4m3", "fp8e5m2"):
         run.notes.append(f"{point.dtype}: {r.quantization}")
 

@@ -24,7 +24,7 @@ from compiler.config import HardwareConfig
 from compiler.pnr.timing import TimingReport
 from compiler.synth.area import AreaReport
 from dse.models import zoo
-from dse.evaluate import Simulator, point_arrays
+from dse.evaluate import Simulator, declared_input_ranges, point_arrays, streamed_inputs
 from dse.models.zoo import input_tensors
 from dse.paths import JOURNAL
 from dse.spec import DesignPoint, Spec, TimingSpec
@@ -54,15 +54,26 @@ def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, d
     `bus` (compiler.bus.wrapper); `source` (e.g. the study and trial) is added to what the interface
     says the design is."""
     built = model.build(point.dtype)
-    arrays, _ = point_arrays(model, point.dtype, built, data_seed)   # trained weights, as evaluated
-    design = compile_model(built.forward(*input_tensors(built, arrays)), config=point.hardware_config())
+    arrays, real = point_arrays(model, point.dtype, built, data_seed)   # trained weights, as evaluated
+    tensors = input_tensors(built, arrays)
+    design = compile_model(built.forward(*tensors), config=point.hardware_config(),
+                           stream=streamed_inputs(model, point.dtype, built, tensors),
+                           input_ranges=declared_input_ranges(model, point.dtype, built, tensors, real))
     measured = dict(measured or {})
     want = measured.get("cycles_model")
     if _present(want) and int(want) != design.cycle_model().total:
         raise ExportError(f"the rebuilt design's cycle model says {design.cycle_model().total} cycles, the "
                           f"evaluation measured {int(want)}: the compiler changed since; re-run the point")
-    result = Simulator(sim_backend).run(design, None)
     origin = {"model": model.describe(), "dtype": point.dtype, "data_seed": data_seed, **(source or {})}
+    if design.flow is not None:      # streamed: the data set's first test samples, else the data rolled
+        sim = Simulator(sim_backend)
+        samples = None
+        if real is not None and real.samples is not None and len(real.samples) > 1:
+            buf = design.buffer_of(tensors[built.inputs.index(real.data_input)])
+            samples = [{buf: s} for s in real.samples[:4]]
+        return export_design(design=design, out_dir=out_dir, backend=sim.backend, area=_area(measured),
+                             timing=_timing(measured), top=top, source=origin, bus=bus, samples=samples)
+    result = Simulator(sim_backend).run(design, None)
     return export_design(design=design, out_dir=out_dir, result=result, area=_area(measured),
                          timing=_timing(measured), top=top, source=origin, bus=bus)
 

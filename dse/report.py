@@ -25,6 +25,11 @@ Files in results/<study>/report/, each written to a temporary file and moved int
                                 every feasible point, dtypes by colour, the float model's accuracy
                                 dashed, and the best accuracy for an area / latency budget over
                                 all dtypes as a staircase (front_luts / front_latency columns)
+    formats_<model>.png/.svg    models with data only: accuracy and LUTs against the bits of each
+    formats_<model>.csv         number format (its cheapest design; dse.format_table), the float
+                                model's accuracy dashed; the smallest format within an accuracy
+                                loss (`dse report --accuracy-loss`, default 1 point) named in the
+                                summary of report.md and index.html
     breakdown_<model>.png/.svg  cycles per kernel run and in copies for each Pareto point
     breakdown_<model>.csv       (from the `cycle_breakdown` column: the compiler's cycle model,
                                 which the evaluation checks equals the simulated cycles)
@@ -59,6 +64,7 @@ import pandas as pd
 
 from compiler.tools import package_version
 from dse.files import atomic_write_bytes, csv_text, md_cell, outputs_lock
+from dse.format_table import DEFAULT_LOSS, format_rows, markdown_rows, smallest_format
 from dse.paths import JOURNAL
 from dse.results import TABLE_HEADINGS, pareto_front, why_no_feasible_point
 from dse.spec import Direction, Objective, objectives_label
@@ -440,6 +446,40 @@ def accuracy_points(results: StudyResults, model: str) -> pd.DataFrame | None:
     return out
 
 
+def plot_formats(results: StudyResults, model: str, rows: pd.DataFrame) -> tuple[bytes, bytes]:
+    """Accuracy and LUTs against each number format's bits (weights + activations), one point
+    per format (its cheapest design), labelled; the float model's accuracy dashed."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(PLOT_SIZE_IN[0] * 1.4, PLOT_SIZE_IN[1]), dpi=PLOT_DPI, layout="constrained")
+    bits = (rows["weight_bits"] + rows["act_bits"]).astype(float)
+    for k, (col, label) in enumerate((("accuracy", "accuracy"), ("luts", "LUTs"))):
+        ax = fig.add_subplot(1, 2, k + 1)
+        y = pd.to_numeric(rows[col], errors="coerce")
+        ok = rows["feasible"].astype(bool)
+        ax.scatter(bits[ok], y[ok], color="C0", edgecolors="black", linewidths=0.5, zorder=3, label="feasible")
+        if (~ok).any():
+            ax.scatter(bits[~ok], y[~ok], color="C3", marker="x", zorder=3, label="infeasible (a constraint)")
+        for b, v, name in zip(bits, y, rows["format"]):
+            if pd.notna(v):
+                ax.annotate(name, (b, v), textcoords="offset points", xytext=(3, 3), fontsize="x-small")
+        if col == "accuracy":
+            ref = rows["accuracy_float"].dropna()
+            if len(ref):
+                ax.axhline(float(ref.max()), color="0.3", ls="--", lw=1, label=f"float model ({ref.max():.2%})")
+            ax.yaxis.set_major_formatter(_percent_formatter())
+            ax.legend(fontsize="small", loc="best")
+        elif len(y.dropna()) and y.min() > 0 and y.max() / y.min() > 8:
+            ax.set_yscale("log")
+        if len(bits) and bits.min() > 0 and bits.max() / bits.min() > 4:
+            ax.set_xscale("log", base=2)       # 4 .. 64 bits: each doubling one step
+        ax.set_xlabel("bits (weights + activations)")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3, which="both")
+        ax.set_title(f"{label} vs bits", fontsize="medium")
+    fig.suptitle(f"{results.study}: {model}, one point per number format")
+    return _save(fig)
+
+
 def plot_accuracy(results: StudyResults, model: str, points: pd.DataFrame) -> tuple[bytes, bytes]:
     """Accuracy against LUTs and against latency, dtypes by colour and marker, the float model's
     accuracy as a dashed line, the front over all dtypes as a grey staircase; PNG and SVG bytes."""
@@ -516,12 +556,16 @@ class _Section:
     breakdown: pd.DataFrame | None
     unplotted: pd.DataFrame                         # failed trials (no cycles or LUTs)
     accuracy: str | None = None                     # file stem of the accuracy plot (models with data)
+    formats: pd.DataFrame | None = None             # accuracy against number format (dse.format_table)
+    formats_plot: str | None = None
+    smallest: str = ""                              # the sentence naming the smallest format within the loss
 
 
 def write_report(results: StudyResults, out_dir: str | Path | None = None,
-                 now: datetime.datetime | None = None) -> list[Path]:
+                 now: datetime.datetime | None = None, accuracy_loss: float = DEFAULT_LOSS) -> list[Path]:
     """Write every report file (module docstring) into `out_dir` (default results/<study>/report/);
-    returns their paths. Files of an earlier report that this one no longer has are removed."""
+    returns their paths. Files of an earlier report that this one no longer has are removed.
+    `accuracy_loss`: how far below the float model's accuracy the named smallest format may be."""
     out = Path(out_dir) if out_dir is not None else results.path / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
     now = now or datetime.datetime.now(datetime.timezone.utc)
@@ -573,16 +617,27 @@ def write_report(results: StudyResults, out_dir: str | Path | None = None,
             put(f"{astem}.svg", svg)
             put(f"{astem}.csv", csv_text(acc))
             images[astem] = png
+        formats = format_rows(results.trials, model, results.knobs)
+        fstem = None
+        if formats is not None:
+            fstem = f"formats_{safe_name(model)}"
+            png, svg = plot_formats(results, model, formats)
+            put(f"{fstem}.png", png)
+            put(f"{fstem}.svg", svg)
+            put(f"{fstem}.csv", csv_text(formats))
+            images[fstem] = png
         t = results.trials
         unplotted = t[(t["model"] == model) & (t["cycles"].isna() | t["luts"].isna())]
-        sections.append(_Section(model, stem, points, tables, bd, unplotted, astem))
+        sections.append(_Section(model, stem, points, tables, bd, unplotted, astem, formats, fstem,
+                                 smallest_format(formats, accuracy_loss)))
 
     prov = provenance(results, now)
     put("report.md", _markdown(results, sections, prov))
     put("index.html", _html(results, sections, prov, images))
     keep = {p.name for p in written}
     for old in out.iterdir():                   # files of models no longer in the results
-        if old.is_file() and old.name not in keep and re.match(r"(plot|pareto|breakdown|accuracy)_.*\.(png|svg|csv|md)$", old.name):
+        if old.is_file() and old.name not in keep and re.match(r"(plot|pareto|breakdown|accuracy|formats)_.*\.(png|svg|csv|md)$",
+                                                               old.name):
             old.unlink()
     return written
 
@@ -613,12 +668,18 @@ def _issues_table(results: StudyResults, s: _Section) -> pd.DataFrame:
 def _markdown(results: StudyResults, sections: list[_Section], prov: list[tuple[str, str]]) -> str:
     time = TIME_LABELS[time_metric(results)]
     lines = [f"# Study `{results.study}`: {time} vs area", "", _summary(results), ""]
+    lines += [f"- {s.model}: {s.smallest}" for s in sections if s.smallest]
+    lines += [""] if any(s.smallest for s in sections) else []
     for s in sections:
         lines += [f"## {s.model}", "", f"![{time} vs LUTs]({s.plot}.png) ([SVG]({s.plot}.svg), "
                   f"[points]({s.plot}.csv))", ""]
         if s.accuracy:
             lines += [f"![accuracy vs LUTs and latency]({s.accuracy}.png) ([SVG]({s.accuracy}.svg), "
                       f"[points]({s.accuracy}.csv))", ""]
+        if s.formats is not None:
+            lines += [f"### {s.model}: accuracy against number format ([CSV]({s.formats_plot}.csv))", "",
+                      f"![accuracy and LUTs vs bits]({s.formats_plot}.png) ([SVG]({s.formats_plot}.svg))", "",
+                      *markdown_rows(s.formats), ""]
         for dt, table, tstem in s.tables:
             lines += [f"### {s.model} · {dt}: Pareto front ([CSV]({tstem}.csv))", ""]
             lines += [markdown_table(table) if len(table) else _why_empty(results, s.model, dt), ""]
@@ -652,6 +713,9 @@ def _html(results: StudyResults, sections: list[_Section], prov: list[tuple[str,
     e = html.escape
     time = TIME_LABELS[time_metric(results)]
     body = [f"<h1>Study <code>{e(results.study)}</code>: {e(time)} vs area</h1>", f"<p>{e(_summary(results))}</p>"]
+    if any(s.smallest for s in sections):
+        body.append("<ul>" + "".join(f"<li>{e(s.model)}: {e(s.smallest.replace('**', ''))}</li>"
+                                     for s in sections if s.smallest) + "</ul>")
     body.append("<ul>" + "".join(f'<li><a href="#{e(safe_name(s.model))}">{e(s.model)}</a></li>' for s in sections)
                 + '<li><a href="#provenance">provenance</a></li></ul>')
     for s in sections:
@@ -659,6 +723,10 @@ def _html(results: StudyResults, sections: list[_Section], prov: list[tuple[str,
         body.append(_img(images, s.plot, f"{s.model}: {time} vs LUTs"))
         if s.accuracy:
             body.append(_img(images, s.accuracy, f"{s.model}: accuracy vs LUTs and latency"))
+        if s.formats is not None:
+            body.append(f"<h3>{e(s.model)}: accuracy against number format</h3>")
+            body.append(_img(images, s.formats_plot, f"{s.model}: accuracy and LUTs vs bits"))
+            body.append(_html_table(s.formats.drop(columns="accuracy_float")))
         for dt, table, tstem in s.tables:
             body.append(f'<h3>{e(s.model)} · {e(dt)}: Pareto front (<a href="{tstem}.csv">CSV</a>)</h3>')
             body.append(_html_table(table) if len(table) else f"<p>{e(_why_empty(results, s.model, dt))}</p>")

@@ -50,6 +50,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 
 from dse.files import atomic_write_text, csv_text, md_cell, outputs_lock
+from dse.format_table import format_rows, markdown_rows, smallest_format
 from dse.spec import Direction, Objective, Spec, objectives_label
 
 TRIALS_CSV, PARETO_CSV, PARETO_MD = "trials.csv", "pareto.csv", "pareto.md"
@@ -229,12 +230,16 @@ def pareto_markdown(spec: Spec, df: pd.DataFrame, pareto: pd.DataFrame) -> str:
                 "counted per instance; docs/synthesis.md)." if spec.synthesis == "units" else ""),
              ""]
     knob_cols = [k.name for k in spec.knobs]
+    formats = {m.name: format_rows(df, m.name, knob_cols) for m in spec.models}
+    lines += [f"{m}: {sentence}" for m, rows in formats.items() if (sentence := smallest_format(rows))]
+    if any(rows is not None for rows in formats.values()):
+        lines.append("")
     obj_cols = [o.metric for o in spec.objectives]
     extra = [c for c in ("cycles", "luts", "ffs", "bram", "lutram", "dsp", "acc_bits_required") if c not in obj_cols]
     cols = ["number"] + knob_cols + obj_cols + extra
     heads = [TABLE_HEADINGS.get(c, c) for c in cols]
     for m in spec.models:
-        for dt in spec.dtypes:
+        for dt in m.dtypes or spec.dtypes:
             lines.append(f"## {m.name} · {dt}")
             lines.append("")
             part = pareto[(pareto["model"] == m.name) & (pareto["dtype"] == dt)] if len(pareto) else pareto
@@ -246,6 +251,10 @@ def pareto_markdown(spec: Spec, df: pd.DataFrame, pareto: pd.DataFrame) -> str:
             else:
                 lines.append(why_no_feasible_point(df[(df["model"] == m.name) & (df["dtype"] == dt)] if len(df) else df))
             lines.append("")
+        if formats[m.name] is not None:
+            lines += [f"## {m.name}: accuracy against number format", "",
+                      "Each format's design with the fewest LUTs (feasible first); loss: points below the float "
+                      "model.", "", *markdown_rows(formats[m.name]), ""]
     return "\n".join(lines)
 
 

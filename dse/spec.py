@@ -20,6 +20,7 @@ a dtype lives in dse/models/ (model.py, zoo.py, user_model.py, data.py, quantize
         weights: models/mlp.npz         # a trained dense network (or onnx: mlp.onnx), with
         data: {dataset: "sklearn:digits"}   # the samples its accuracy is measured on
     dtypes: [int8, fp16, bf16, fp32]    # int8 int16 int32 uint8 fp16 bf16 fp32 fp8e4m3 fp8e5m2
+                                        # (a model's own `dtypes:` replaces these for it)
     knobs:                              # candidate values per HardwareConfig knob
       mem_read: [sync, comb]
     objectives: [cycles, luts]          # fmax_mhz and accuracy are maximised, every other metric minimised
@@ -58,9 +59,11 @@ from compiler.pnr.timing import DEFAULT_FREQ_MHZ, DEFAULT_PLACER, DEFAULT_ROUTER
 from dse.models import zoo
 from dse.limits import time_limit
 from dse.models.user_model import IMPORT_TIME_LIMIT_S, UserModelError, bind_params, load_function, parse_source
+from dse.models import formats
 from dse.models.zoo import DTYPES, InputRange
 from dse.frozen import FrozenMap
-from dse.models.model import ModelFiles, ModelSpec, TrainedModel, model_constants, model_layer_limits
+from dse.models.widths import FORMAT_KNOBS, MAX_BITS, MIN_BITS, Formats, dtype_bits, is_format_knob, quantisable
+from dse.models.model import ModelFiles, ModelSpec, TrainedModel, model_constants, model_layer_limits, quantised_layers
 
 
 
@@ -196,8 +199,13 @@ class DesignPoint:
     knobs: FrozenMap[str, Any]
 
     def hardware_config(self) -> HardwareConfig:
-        """Raises ValueError saying why if this combination of knob values is illegal."""
-        return HardwareConfig.from_dict(dict(self.knobs))
+        """Raises ValueError saying why if this combination of knob values is illegal. The
+        format knobs (dse.models.widths) are the model's, not the hardware's."""
+        return HardwareConfig.from_dict({k: v for k, v in self.knobs.items() if not is_format_knob(k)})
+
+    def formats(self) -> Formats:
+        """The format knobs of this point (the widths the tool's quantiser uses)."""
+        return Formats.of(self.knobs)
 
     def not_applicable(self) -> str:
         """Why a knob of this point cannot apply to its dtype ("" when all can): a float dtype
@@ -232,6 +240,10 @@ class Spec:
                 return m
         raise KeyError(f"no model {name!r} in study {self.study!r}; models: {', '.join(m.name for m in self.models)}")
 
+    def model_dtypes(self, model: str) -> tuple[str, ...]:
+        """The dtypes `model` runs: its own `dtypes:`, else the spec's."""
+        return self.model(model).dtypes or self.dtypes
+
     def input_range_for(self, model: str, dtype: str) -> InputRange | None:
         """The spec's data range for `model` x `dtype` (model's own, else top-level); None: each
         input's dtype default (zoo.default_input_range)."""
@@ -244,22 +256,47 @@ class Spec:
 
     @property
     def space_size(self) -> int:
-        """Number of design points: models x dtypes x knob combinations, less the points a
+        """Number of design points: models x their dtypes x knob combinations, less the points a
         knob cannot apply to (`not_applicable`)."""
-        return len(self.models) * len(self.dtypes) * self.knob_space_size - len(self.not_applicable_points())
+        runs = sum(len(m.dtypes or self.dtypes) for m in self.models)
+        return runs * self.knob_space_size - len(self.not_applicable_points())
 
     def not_applicable(self, point: DesignPoint) -> str:
         """Why `point` is not in the search space ("" when it is): a knob value that cannot
         apply to its dtype (DesignPoint.not_applicable), or fp_sum=tree where it changes
         nothing (an integer dtype, or reduce_unroll=1) while the spec also lists
-        fp_sum=sequential, whose point is the same design."""
-        why = point.not_applicable()
+        fp_sum=sequential, whose point is the same design; or a dtype its model does not run
+        (a sampler may propose one: the models' own `dtypes:`); or a format knob that cannot
+        change it (`format_not_applicable`)."""
+        own = self.model_dtypes(point.model) if any(m.name == point.model for m in self.models) else self.dtypes
+        if point.dtype not in own:
+            return f"model {point.model} runs {', '.join(own)} only (its dtypes)"
+        why = self.format_not_applicable(point) or point.not_applicable()
         if why or point.knobs.get("fp_sum") != "tree" or "sequential" not in self.knob_values("fp_sum"):
             return why
         unrolls = [v for k, v in point.knobs.items() if k.partition("@")[0] == "reduce_unroll"]
         if not zoo.DTYPES[point.dtype].is_float or max(unrolls, default=1) == 1:
             return ("fp_sum=tree only reorders float sums with reduce_unroll > 1; elsewhere it is the same "
                     "design as fp_sum=sequential, which the space holds")
+        return ""
+
+    def format_not_applicable(self, point: DesignPoint) -> str:
+        """Why a format knob leaves `point` out ("" when none does): it changes only the integer
+        points of a network the tool quantises, and is elsewhere the same design as the knob's
+        first value; and a width beyond the dtype's bits."""
+        model = next((m for m in self.models if m.name == point.model), None)
+        applies = model is not None and model.trained is not None and quantisable(point.dtype)
+        for name, value in point.knobs.items():
+            if not is_format_knob(name):
+                continue
+            first = self.knob_values(name)[0]
+            if not applies and value != first:
+                return (f"{name.partition('@')[0]} sets the widths of a network the tool quantises, in an integer "
+                        f"dtype; elsewhere it is the same design as {name}={first}, which the space holds")
+            top = dtype_bits(point.dtype)[0 if name.startswith("weight_bits") else 1] if applies else 0
+            if applies and value > top:
+                side = "weights" if name.startswith("weight_bits") else "activations"
+                return f"{name}={value} does not fit {point.dtype} ({top}-bit {side})"
         return ""
 
     def knob_values(self, name: str) -> tuple[Any, ...]:
@@ -271,7 +308,7 @@ class Spec:
         reports them once (its summary, and `dse validate`) instead of a row each."""
         out = []
         for m in self.models:
-            for dt in self.dtypes:
+            for dt in m.dtypes or self.dtypes:
                 for knobs in self.knob_combinations():
                     p = DesignPoint(m.name, dt, knobs)
                     why = self.not_applicable(p)
@@ -288,7 +325,7 @@ class Spec:
         """Every design point a knob applies to (not `not_applicable`), models outermost,
         then dtypes, then knobs in spec order."""
         for m in self.models:
-            for dt in self.dtypes:
+            for dt in m.dtypes or self.dtypes:
                 for knobs in self.knob_combinations():
                     p = DesignPoint(m.name, dt, knobs)
                     if not self.not_applicable(p):
@@ -449,6 +486,7 @@ def _some_combination_is_legal(knobs: list[Knob], path: str, limit: int = 100_00
     """A knob space whose every combination HardwareConfig rejects has no design point: refuse
     it (a space with some illegal combinations is fine: those points fail with the reason).
     Spaces past `limit` combinations are not enumerated here."""
+    knobs = [k for k in knobs if not is_format_knob(k.name)]
     if not knobs or math.prod(len(k.values) for k in knobs) > limit:
         return
     first = None
@@ -549,6 +587,14 @@ def _choice(value: Any, path: str, choices: Iterable[str], noun: str) -> str:
     return value
 
 
+def _dtype(value: Any, path: str) -> str:
+    """A number format (dse/models/formats.py): a known name, else one line with the closest."""
+    try:
+        return formats.parse(value).name
+    except formats.FormatError as e:
+        raise SpecError(path, str(e)) from None
+
+
 def _int(value: Any, path: str, minimum: int = 1, maximum: int | None = None, why: str = "") -> int:
     if type(value) is not int or value < minimum:
         what = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
@@ -569,14 +615,19 @@ class _Parser:
         self.base_dir, self.path = base_dir, path
 
     def spec(self, data: Any) -> Spec:
-        top = _mapping(data, "", _TOP_REQUIRED, _TOP_OPTIONAL, what="a mapping with keys " + ", ".join(_TOP_REQUIRED))
+        # `dtypes` may be left out when the models give their own (all_dtypes names one that does not)
+        own = isinstance(data, dict) and isinstance(data.get("models"), list) and any(
+            isinstance(m, dict) and "dtypes" in m for m in data["models"])
+        required = tuple(k for k in _TOP_REQUIRED if k != "dtypes" or not own)
+        top = _mapping(data, "", required, _TOP_OPTIONAL + (("dtypes",) if own else ()),
+                       what="a mapping with keys " + ", ".join(_TOP_REQUIRED))
         study = _str(top["study"], "study")
         if not _NAME.fullmatch(study):
             raise SpecError("study", f"expected a name of letters, digits, '_', '-' and '.' "
                                      f"(it names the results directory), got {study!r}")
         target = Target(_choice(top["target"], "target", [t.value for t in Target], "target"))
-        self.dtypes = tuple(_choice(v, _join("dtypes", i), DTYPES, "dtype")
-                            for i, v in enumerate(_list(top["dtypes"], "dtypes", "a list of dtypes")))
+        self.top_dtypes = self.dtype_list(top["dtypes"], "dtypes") if "dtypes" in top else ()
+        self.dtypes = self.all_dtypes(top["models"])
         self.timing = self.timing_spec(top.get("timing", False), "timing")
         if self.timing and target.value not in PNR_FAMILIES:
             raise SpecError("timing", f"place-and-route needs target {' or '.join(PNR_FAMILIES)}; "
@@ -594,7 +645,7 @@ class _Parser:
         self.check_constant_weights(knobs, models, "knobs")
         objectives = self.objectives(top["objectives"])
         knob_space = math.prod(len(k.values) for k in knobs)
-        search = self.search(top["search"], len(models) * len(self.dtypes) * knob_space)
+        search = self.search(top["search"], sum(len(m.dtypes or self.dtypes) for m in models) * knob_space)
         constraints = self.constraints(top["constraints"], target.value) if "constraints" in top else ()
         gate = self.gate(top["gate"], [m.name for m in models]) if "gate" in top else ()
         timeout = (_number(top["stage_timeout_s"], "stage_timeout_s", positive=True)
@@ -623,9 +674,41 @@ class _Parser:
             out.append(m)
         return tuple(out)
 
+    def dtype_list(self, value: Any, path: str) -> tuple[str, ...]:
+        out = tuple(_dtype(v, _join(path, i)) for i, v in enumerate(_list(value, path, "a list of dtypes")))
+        if not out:
+            raise SpecError(path, "must not be empty")
+        return out
+
+    def all_dtypes(self, models: Any) -> tuple[str, ...]:
+        """The top-level dtypes, then every model's own ones not among them (each model's checks
+        run over its own: `model`). A model without `dtypes:` needs the top-level list."""
+        out = list(self.top_dtypes)
+        for i, item in enumerate(models if isinstance(models, list) else []):
+            if isinstance(item, dict) and "dtypes" in item:
+                out += [d for d in self.dtype_list(item["dtypes"], _join(_join("models", i), "dtypes")) if d not in out]
+            elif not self.top_dtypes:
+                raise SpecError(_join("models", i), "needs 'dtypes' (here or at the top level): the number formats "
+                                                    "to run it in")
+        return tuple(out)
+
     def model(self, value: Any, path: str, top_ranges: dict[str, InputRange]) -> ModelSpec:
+        """One model, checked in each of its dtypes (its own `dtypes:`, else the top-level ones)."""
+        union = self.dtypes
+        own = self.dtype_list(value["dtypes"], _join(path, "dtypes")) if isinstance(value, dict) and "dtypes" in value \
+            else self.top_dtypes
+        self.dtypes = own
+        try:
+            m = self.model_entry(value, path, {dt: r for dt, r in top_ranges.items() if dt in own})
+        finally:
+            self.dtypes = union
+        # a model keeps its list where the spec's differs (a model's own, or the top-level list
+        # beside other models' own); else () says "the spec's"
+        return dataclasses.replace(m, dtypes=own if own != union else ())
+
+    def model_entry(self, value: Any, path: str, top_ranges: dict[str, InputRange]) -> ModelSpec:
         d = _mapping(value, path, ["name"], ["builtin", "source", "params", "input_range", "weights", "onnx", "data",
-                                             "prune"])
+                                             "prune", "dtypes"])
         name = _str(d["name"], _join(path, "name"))
         if not _NAME.fullmatch(name):
             raise SpecError(_join(path, "name"), f"expected a name of letters, digits, '_', '-' and '.', got {name!r}")
@@ -674,9 +757,12 @@ class _Parser:
         """An ONNX graph that is not a dense chain: the whole graph, run by tinygrad's importer,
         its float initialisers as the weights; float dtypes only (no quantisation applies)."""
         from dse.models.data import DataError
+        from dse.models.onnx_file import declares_quantisation
         files = ModelFiles(file, data)
         m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), files=files, onnx=file)
         for dt in self.dtypes:
+            if not DTYPES[dt].is_float and declares_quantisation(file):   # tinygrad cannot run it in floats either
+                raise SpecError(_join(path, "onnx"), f"dtype {dt}: {not_dense}")
             if not DTYPES[dt].is_float:
                 raise SpecError(_join(path, "onnx"), f"dtype {dt}: the tool's post-training quantisation covers "
                                                      f"chains of convolutions, max-pools and dense layers, and "
@@ -874,6 +960,9 @@ class _Parser:
         for name, values in d.items():
             kpath = _join(path, name)
             base, at, layer = str(name).partition("@")
+            if base in FORMAT_KNOBS:
+                out.append(self.format_knob(name, values, kpath))
+                continue
             if at and base not in LAYER_KNOBS:
                 raise SpecError(kpath, f"{base!r} cannot be set per layer; per-layer knobs: "
                                        + ", ".join(f"{k}@<layer>" for k in LAYER_KNOBS))
@@ -889,21 +978,33 @@ class _Parser:
                 if not isinstance(v, (str, int, float, bool)):
                     raise SpecError(_join(kpath, j), f"expected a number, string or boolean, got {_got(v)}")
                 try:        # a target interval is only legal with fold=auto, which it is checked with
-                    HardwareConfig.from_dict({name: v, **({"fold": "auto"} if name == "target_interval" else {})})
+                    HardwareConfig.from_dict({name: v, **({"fold": "auto"} if name in ("target_interval", "fold_budget")
+                                                          else {})})
                 except (ValueError, TypeError) as e:
                     raise SpecError(_join(kpath, j), str(e)) from None
             out.append(Knob(name, tuple(values)))
         _some_combination_is_legal(out, path)
         return tuple(out)
 
+    def format_knob(self, name: str, values: Any, path: str) -> Knob:
+        """`weight_bits`, `act_bits` (and `@<layer>`): bit widths of the tool's quantiser."""
+        _, at, layer = name.partition("@")
+        if at and not re.fullmatch(r"[A-Za-z0-9_.-]+", layer):
+            raise SpecError(path, f"expected <knob>@<layer index or name>, got {name!r}")
+        items = _list(values, path, "a list of bit widths")
+        for j, v in enumerate(items):
+            _int(v, _join(path, j), minimum=MIN_BITS, maximum=MAX_BITS, why=" (bits of a quantised weight or activation)")
+        return Knob(name, tuple(items))
+
     def check_layers(self, knobs: tuple[Knob, ...], models: tuple[ModelSpec, ...], path: str) -> None:
         """Every `<knob>@<layer>` names a layer each model has in each dtype (its kernels, traced
         without compiling: a fraction of a second a model), else the error lists its layers."""
-        wanted = [(k, k.name.partition("@")[2]) for k in knobs if "@" in k.name]
+        self.check_format_layers(knobs, models, path)
+        wanted = [(k, k.name.partition("@")[2]) for k in knobs if "@" in k.name and not is_format_knob(k.name)]
         if not wanted:
             return
         for m in models:
-            for dtype in self.dtypes:
+            for dtype in m.dtypes or self.dtypes:
                 try:
                     limits = model_layer_limits(m, dtype)
                 except Exception:        # noqa: BLE001 - a model that does not build fails as its points do
@@ -941,7 +1042,7 @@ class _Parser:
         if not asked:
             return
         for m in models:
-            for dtype in self.dtypes:
+            for dtype in m.dtypes or self.dtypes:
                 try:
                     n = model_constants(m, dtype)
                 except Exception:        # noqa: BLE001 - a model that does not build fails as its points do
@@ -952,6 +1053,27 @@ class _Parser:
                                     f"inputs are all given at run time ({runtime}): it has no weights known at "
                                     "compile time to build in; give them with 'weights:' beside the model, or use "
                                     "weights: [memory]")
+
+    def check_format_layers(self, knobs: tuple[Knob, ...], models: tuple[ModelSpec, ...], path: str) -> None:
+        """Every `<format knob>@<layer>` names a conv/dense layer of each network the tool
+        quantises (by index or by its weights' name); models it does not apply to are skipped."""
+        wanted = [(k.name, k.name.partition("@")[2]) for k in knobs if "@" in k.name and is_format_knob(k.name)]
+        if not any(is_format_knob(k.name) for k in knobs):
+            return
+        trained = [m for m in models if m.trained is not None]
+        if not trained:
+            raise SpecError(path, "weight_bits and act_bits set the widths of a network the tool quantises "
+                                  "(`weights:` or `onnx:`); the spec has none")
+        for m in trained:
+            names = quantised_layers(m)
+            for name, layer in wanted:
+                if name.startswith("act_bits@") and layer in (str(len(names) - 1), names[-1]):
+                    raise SpecError(_join(path, name), "the last layer outputs int32 logits, not activations")
+                if (layer.isdigit() and int(layer) < len(names)) or layer in names:
+                    continue
+                listing = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
+                raise SpecError(_join(path, name), f"model {m.name!r} has no layer {layer!r} to quantise; its "
+                                                   f"conv/dense layers: {listing}")
 
     def objectives(self, value: Any) -> tuple[Objective, ...]:
         out = []

@@ -54,6 +54,27 @@ def same_float_bits(a: np.ndarray, b: np.ndarray, dtype: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 # zoo models end to end
 
+def int8_mlp(sizes, seed=0, shift=7):
+    """An int8 MLP with random weights (relu, shift, clamp between layers, int32 out): x, the
+    output Tensor, and numpy's model of it (a function of x)."""
+    rng = np.random.default_rng(seed)
+    ws = [rng.integers(-128, 128, (b, a)).astype(np.int8) for a, b in zip(sizes, sizes[1:])]
+    x = Tensor(rng.integers(-128, 128, sizes[0]).astype(np.int8))
+    h = x
+    for i, w in enumerate(ws):
+        acc = Tensor(w).cast(dtypes.int32) @ h.cast(dtypes.int32)
+        h = acc if i == len(ws) - 1 else (acc.relu() >> shift).minimum(127).cast(dtypes.int8)
+
+    def ref(v):
+        v = np.asarray(v).astype(np.int32)
+        for i, w in enumerate(ws):
+            v = w.astype(np.int32) @ v
+            if i < len(ws) - 1:
+                v = np.minimum(np.maximum(v, 0) >> shift, 127).astype(np.int32)
+        return v
+    return x, h, ref
+
+
 def run_zoo(model: str, dtype: str, params: dict, config: HardwareConfig | None = None, seed: int = 0):
     built = zoo.check_built(zoo.ZOO[model].build(dtype, **params))
     arrays = zoo.make_inputs(built, seed)
@@ -342,6 +363,28 @@ def cnn_onnx(path: Path, op: str = "MaxPool", w: dict | None = None) -> tuple[Pa
                               [numpy_helper.from_array(v, k) for k, v in w.items()])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path, w
+
+
+def save_onnx(path: Path, nodes: list, consts: dict, input_shape: list, output_shape: list,
+              domains: tuple[str, ...] = ()) -> Path:
+    """An ONNX file of `nodes` (onnx.helper.make_node) on the input "x", with the initialisers
+    `consts` (name -> numpy array), ending in "y"; `domains`: custom operator sets it uses."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    graph = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, input_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, output_shape)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
+    opsets = [helper.make_opsetid("", 17)] + [helper.make_opsetid(d, 1) for d in domains]
+    onnx.save(helper.make_model(graph, opset_imports=opsets), path)
+    return path
+
+
+def onnx_reference(path: Path, x: np.ndarray) -> np.ndarray:
+    """The onnx package's own reference evaluator on samples x (float32), one run per sample
+    batch: an implementation of the graph independent of the tool's."""
+    pytest.importorskip("onnx")
+    from onnx.reference import ReferenceEvaluator
+    return np.asarray(ReferenceEvaluator(str(path)).run(None, {"x": np.asarray(x, np.float32)})[0], np.float64)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,11 +21,12 @@ from tinygrad import Tensor, dtypes
 
 from compiler import HardwareConfig, compile_model, export_design
 from compiler import dtypes as dt
-from compiler.bus.wrapper import BusError, bus_map, check_bus, wrap
+from compiler.bus import wrap
+from compiler.bus.wrapper import BusError, bus_map, check_bus
 from compiler.sim.memory_io import input_words
 import designs
 from dse.models import zoo
-from helpers import Point, bus_gemv_int8, check_expected_files, pass_line, run_cocotb
+from helpers import Point, bus_gemv_int8, check_expected_files, int8_mlp, pass_line, run_cocotb
 
 HERE = Path(__file__).resolve().parent
 
@@ -227,6 +228,140 @@ def test_the_plain_verilog_bus_testbench_passes_and_fails_on_a_wrong_word(export
     break_one_word(copy)
     run = run_plain(copy)
     assert run.returncode != 0 and "MISMATCH" in run.stdout and "PASS" not in run.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# AXI-Stream: a dataflow design streaming samples (compiler/bus/stream.py)
+
+def two_heads() -> tuple:
+    """x read by two kernels (written into both kernels' banks from one s_axis element), an
+    int32 and an int16 output (one m_axis frame), depth 1."""
+    rng = np.random.default_rng(3)
+    xa = rng.integers(-128, 128, 12).astype(np.int8)
+    w1, w2 = rng.integers(-128, 128, (5, 12)).astype(np.int8), rng.integers(-128, 128, (3, 12)).astype(np.int8)
+    x = Tensor(xa)
+    y1 = Tensor(w1).cast(dtypes.int32) @ x.cast(dtypes.int32)
+    y2 = (Tensor(w2).cast(dtypes.int32) @ x.cast(dtypes.int32)).cast(dtypes.int16)
+    design = compile_model(y1, y2, config=HardwareConfig.from_dict({"schedule": "dataflow", "lanes@1": 3,
+                                                                    "reduce_unroll@0": 2}), stream=x)
+
+    def ref(v):
+        v = v.astype(np.int32)
+        return np.concatenate([(w1.astype(np.int32) @ v).view(np.uint32),
+                               (w2.astype(np.int32) @ v).astype(np.int16).view(np.uint16).astype(np.uint32)])
+    return design, x, ref
+
+
+def mlp_stream() -> tuple:
+    """An int8 MLP 24-16-8-4 (per-layer folding, a copy: depth 5, beat 65)."""
+    x, y, ref = int8_mlp([24, 16, 8, 4])
+    design = compile_model(y, config=HardwareConfig.from_dict(
+        {"lanes@0": 4, "reduce_unroll@0": 2, "lanes@1": 2, "schedule": "dataflow"}), stream=x)
+    return design, x, lambda v: ref(v).view(np.uint32)
+
+
+def mlp_stream_p3() -> tuple:
+    """An int8 MLP 16-8-4 at fp_pipeline 3: the design's host bus registered (a write lands a
+    cycle late, a read's word comes 4 cycles after its address)."""
+    x, y, ref = int8_mlp([16, 8, 4])
+    design = compile_model(y, config=HardwareConfig(schedule="dataflow", lanes=2, fp_pipeline=3), stream=x)
+    return design, x, lambda v: ref(v).view(np.uint32)
+
+
+STREAM_POINTS = {"mlp": mlp_stream, "two_heads": two_heads, "mlp_p3": mlp_stream_p3}
+
+
+@pytest.fixture(scope="module")
+def streamed(tmp_path_factory):
+    """name -> (design, export, folder): exported behind axi-stream once for the module, with
+    four samples; mem/stream_out.hex checked against numpy sample by sample."""
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            design, x, ref = STREAM_POINTS[name]()
+            out = tmp_path_factory.mktemp(f"stream-{name}")
+            exp = export_design(design=design, out_dir=out, bus="axi-stream", backend="pysim")
+            data = np.asarray(design.graph.buffers[design.buffer_of(x)].data).reshape(-1)
+            got = np.array([int(w, 16) for w in (out / "mem" / "stream_out.hex").read_text().split()], dtype=np.uint32)
+            got = got.reshape(4, -1)
+            for n in range(4):              # the samples: the design's data rolled by 0..3
+                np.testing.assert_array_equal(got[n], ref(np.roll(data, n)))
+            cache[name] = (design, exp, out)
+        return cache[name]
+    return get
+
+
+@pytest.mark.slow
+@needs_iverilog
+@pytest.mark.parametrize("name,mode", [("mlp", ""), ("mlp", "backpressure"), ("two_heads", ""), ("mlp_p3", "")])
+def test_cocotb_streams_samples_through_axi_stream(streamed, monkeypatch, name, mode):
+    design, _, out = streamed(name)
+    log = run_cocotb(out, testcase="run_stream", env={"TINYHW_STREAM_MODE": mode}, monkeypatch=monkeypatch)
+    line = pass_line(log)
+    words = 4 * sum(design.graph.buffers[b].size for b in design.graph.outputs)
+    assert line.startswith(f"PASS: 4 samples over axi-stream ({mode or 'back to back'}), {words} output elements match")
+    beat = design.cycle_model().interval
+    if not mode:                            # back to back, never stalled: every frame one beat after the last
+        assert f"frames [{beat}] cycles apart (beat {beat})" in line
+
+
+@pytest.mark.slow
+@needs_iverilog
+def test_the_plain_verilog_stream_testbench_passes_and_fails_on_a_wrong_element(streamed, tmp_path):
+    design, exp, out = streamed("mlp")
+    copy = tmp_path / "hw"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("sim_build", "*.so"))
+    run = run_plain(copy)
+    assert run.returncode == 0, run.stdout + run.stderr
+    cm = design.cycle_model()
+    assert (f"PASS: 4 samples streamed back to back over axi-stream, 16 output elements match; interval "
+            f"{cm.interval} cycles (the beat: {cm.interval}), first output {cm.total + 6} cycles after the last input "
+            "(= the model)") in run.stdout
+    path = copy / "mem" / "stream_out.hex"
+    lines = path.read_text().split("\n")
+    lines[9] = format(int(lines[9], 16) ^ 1, f"0{len(lines[9])}x")       # sample 2, element 1
+    path.write_text("\n".join(lines))
+    run = run_plain(copy)
+    assert run.returncode != 0 and "MISMATCH sample 2 element 1" in run.stdout and "PASS" not in run.stdout
+
+
+@pytest.mark.slow
+@needs_cc
+def test_the_stream_interface_and_c_header_state_the_streams(streamed, tmp_path):
+    design, exp, out = streamed("mlp")
+    info = json.loads(exp.interface_json.read_text())
+    axis = info["stream"]["axis"]
+    assert (axis["in_bits"], axis["out_bits"], axis["in_elements"], axis["out_elements"]) == (8, 32, 24, 4)
+    assert axis["keeps_up"] and axis["stream_interval"] == design.cycle_model().interval
+    ports = {p["name"] for p in info["ports"]}
+    assert {"s_axis_tdata", "s_axis_tready", "m_axis_tlast", "s_axi_awaddr", "irq"} <= ports and "host_sel" not in ports
+    regs = {r["name"]: r["offset"] for r in info["bus"]["map"]["registers"]}
+    assert regs["SAMPLES_IN"] == 0x18 and regs["SAMPLES_OUT"] == 0x1C and info["bus"]["map"]["id"] == 0x74687732
+    header = (out / "tinyhw_top.h").read_text()
+    assert "#define TINYHW_TOP_STREAM_IN_ELEMENTS   24u" in header and "#define TINYHW_TOP_STREAM_OUT_BYTES     4u" in header
+    assert "## AXI-Stream" in exp.interface_md.read_text()
+    (tmp_path / "use.c").write_text("""\
+#include <stdint.h>
+static uint32_t regs[64];
+#define TINYHW_WRITE32(addr, value) (regs[(addr) / 4] = (value))
+#define TINYHW_READ32(addr) (regs[(addr) / 4])
+#include "tinyhw.c"
+#include "tinyhw_top.h"
+int main(void)
+{
+    regs[0] = TINYHW_ID_STREAM;
+    if (tinyhw_check_id(0)) return 1;
+    tinyhw_stream_run(0);
+    if (regs[TINYHW_REG_CTRL / 4] != TINYHW_CTRL_RUN) return 2;
+    tinyhw_stream_stop(0);
+    return (int)(regs[TINYHW_REG_CTRL / 4] + tinyhw_samples_in(0) + tinyhw_samples_out(0));
+}
+""")
+    exe = tmp_path / "use"
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-I", str(out), "-o", str(exe),
+                    str(tmp_path / "use.c")], check=True, capture_output=True, text=True)
+    assert subprocess.run([str(exe)]).returncode == 0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -301,3 +301,31 @@ def test_a_merged_constant_model_streams_a_sample_every_cycle():
     assert [r.interval for r in runs] == [1] * 5 and [r.cycles for r in runs] == [cm.total] * 5
     for r, s in zip(runs, samples):
         assert np.array_equal(np.asarray(r.outputs[0]).reshape(-1), ref(s))
+
+
+@pytest.mark.parametrize("knobs", [{"lanes": 2, "reduce_unroll": 4}, {"lanes": 3, "fp_pipeline": 3}, FULL])
+def test_constant_weights_in_a_declared_range_are_roms_at_its_width(knobs):
+    """int4 weights in an int8 Tensor (input_ranges) built in: the ROM banks keep their bounds
+    (4 bits, negative words masked to them), the products are 4 x 8 bits, bit-exact."""
+    rng = np.random.default_rng(11)
+    Wn, xn = rng.integers(-8, 8, (6, 24)).astype(np.int8), _i8(rng, 24)
+    W, x = Tensor(Wn).realize(), Tensor(xn).realize()
+    y = W.cast(dtypes.int32) @ x.cast(dtypes.int32)
+    d = compile_model(y, config=HardwareConfig.from_dict({**knobs, "weights": "constant"}), stream=[x],
+                      input_ranges={W: (-8, 7)})
+    roms = [b for k in d.kernels for b in k.buffers if b.rom is not None]
+    assert all(b.bounds == (-8, 7) and b.width == 4 for b in roms)
+    assert roms or knobs is FULL
+    s = _i8(rng, 24)
+    got = _run(d, x, [s])[0]
+    assert np.array_equal(got, Wn.astype(np.int64) @ s.astype(np.int64))
+    assert np.array_equal(simulate(d, {x: s}, backend="cxxrtl").outputs[0].reshape(-1), got)
+
+
+def test_a_constant_weight_outside_its_declared_range_is_refused_when_compiled():
+    Wn = np.full((4, 8), 3, np.int8)
+    Wn[2, 5] = 9
+    W, x = Tensor(Wn).realize(), Tensor(np.ones(8, np.int8)).realize()
+    y = W.cast(dtypes.int32) @ x.cast(dtypes.int32)
+    with pytest.raises(CompileError, match=r"^input buffer \d+ \(int8\): element 21 is 9, outside its declared range \[-8, 7\]"):
+        compile_model(y, config=HardwareConfig(weights="constant"), stream=[x], input_ranges={W: (-8, 7)})

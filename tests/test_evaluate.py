@@ -362,7 +362,8 @@ def test_eval_failed_point_exits_1_and_still_prints_the_row(tmp_path, capsys, mo
     (["--set", "mem_read=[sync]"], "error: --set mem_read=[sync]: expected a number, string or boolean, got ['sync']"),
     (["--set", "mem_read=sync", "--set", "mem_read=comb"], "error: --set mem_read=comb: knob 'mem_read' is set twice"),
     (["--model", "nope"], "error: --model: no model 'nope' in study 'small'; models: gemv, matmul, elementwise, mlp, conv2d"),
-    (["--dtype", "int4"], "error: --dtype: unknown dtype 'int4' for study 'small'; the spec's dtypes: int8, fp32"),
+    (["--dtype", "int4"], "error: --dtype: unknown dtype 'int4' for study 'small'; the spec's dtypes: int8, fp32; "
+                          "int4 is a known dtype: add it to the spec's `dtypes:` to evaluate it"),
     (["--dtype", "bf16"], "error: --dtype: unknown dtype 'bf16' for study 'small'; the spec's dtypes: int8, fp32; "
                           "bf16 is a known dtype: add it to the spec's `dtypes:` to evaluate it"),
 ])

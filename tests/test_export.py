@@ -128,8 +128,9 @@ def test_interface_describes_ports_buffers_and_cycles(tmp_path):
     assert {p["name"] for p in info["ports"]} == {"clk", "rst", "start", "done", "busy", "host_sel",
                                                    "host_addr", "host_wdata", "host_we", "host_rdata"}
     assert info["cycles"]["total"] == design.cycle_model().total == 4 * (8 + 0) + 1
-    assert [(p["role"], p["depth"], p["width"]) for p in info["host_ports"]] == \
-        [("input", 32, 8), ("input", 8, 8), ("output", 4, 32)]
+    # the int32 sums of 8 int8 products need 19 bits: the output memory stores those, signed
+    assert [(p["role"], p["depth"], p["width"], p["sign_extend"]) for p in info["host_ports"]] == \
+        [("input", 32, 8, False), ("input", 8, 8, False), ("output", 4, 19, True)]
     assert info["resources"] is None and info["clock"] is None      # not measured: not invented
     assert "module tinyhw_top" in exp.verilog.read_text()
     text = exp.interface_md.read_text()

@@ -90,17 +90,18 @@ def test_features_count_the_replicated_datapath_and_the_memory_banks():
     one, wide = design_features(compiled(1, 1), target="ecp5"), design_features(compiled(4, 2), target="ecp5")
     assert one["version"] == wide["version"] == FEATURES_VERSION
     assert (one["banks"], wide["banks"]) == (3, 4 * 2 + 2 + 4)       # W: 8 banks, x: 2, y: 4
-    # W (16x32 int8, 4 kbit) is block RAM in one bank, x and y (256, 512 bits) are small; in 8
+    # W (16x32 int8, 4 kbit) is block RAM in one bank, x and y (256, 336 bits: y's int32 sums of 32
+    # int8 products are stored in the 21 bits they need, compiler/bounds.py) are small; in 8
     # banks W is small too
-    assert (one["bram_banks"], one["small_banks"], one["small_mem_bits"]) == (1, 2, 32 * 8 + 16 * 32)
-    assert "bram_banks" not in wide and wide["small_mem_bits"] == 16 * 32 * 8 + 32 * 8 + 16 * 32
+    assert (one["bram_banks"], one["small_banks"], one["small_mem_bits"]) == (1, 2, 32 * 8 + 16 * 21)
+    assert "bram_banks" not in wide and wide["small_mem_bits"] == 16 * 32 * 8 + 32 * 8 + 16 * 21
     assert "np2_addr_bits" not in wide and design_features(compiled(3, 1), target="ecp5")["np2_addr_bits"] > 0
     # mem_pack=auto: W's 8 banks of 64 words four to a word, x's two in one: one memory per group
     packed = design_features(compiled(4, 2, mem_pack="auto"), target="ecp5")
     # (each W group of 64 x 32 bits is block RAM now; x and y stay small)
     assert packed["banks"] == 2 + 1 + 4 and packed["bram_banks"] == 2
-    assert packed["small_mem_bits"] == 16 * 32 + 32 * 8
-    assert wide["acc_bits"] == 4 * one["acc_bits"] == 4 * 32       # one accumulator per lane
+    assert packed["small_mem_bits"] == 16 * 21 + 32 * 8
+    assert wide["acc_bits"] == 4 * one["acc_bits"] == 4 * 21       # one accumulator per lane, 21 bits
     assert wide["mul"] > 4 * 2 - 1 and wide["read_ports"] > one["read_ports"]
     assert one["bram_blocks"] == 1                  # 512 x 8 bits: one DP16KD
 

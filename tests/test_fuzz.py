@@ -43,7 +43,7 @@ HUGE = 10**30
 BAD_VALUES: dict[str, list] = {
     "study": [123, [], None, {}, "bad name!", "", True],
     "target": ["gowin", 5, [], None, "ECP5 "],
-    "dtypes": [[], "int8", ["int7"], [None], ["int8", "int8"], [{"int8": 1}], ["float64"]],
+    "dtypes": [[], "int8", ["int17"], [None], ["int8", "int8"], [{"int8": 1}], ["float64"]],
     "objectives": [[], ["lutz"], "cycles", [1], ["cycles", "cycles"], ["fmax_mhz"], None],
     "search": [{"sampler": "sa"}, {"sampler": "grid", "trials": 0}, {"sampler": "tpe", "trials": -1},
                {"sampler": "nsga2", "seed": "x"}, {"sampler": "random", "trials": 2.5}, [], "grid",

@@ -55,10 +55,14 @@ def test_a_wrapping_accumulator_spans_its_register_for_the_next_kernel():
 def test_acc_width_at_the_need_saves_flip_flops_and_luts(tmp_path):
     from compiler.synth.area import synthesize
     case = designs.gemv_int8(16, 784)
-    wide = synthesize(compile_model(*case.outputs), "ecp5", workdir=tmp_path / "w32")
+    wide = synthesize(compile_model(*case.outputs, config=HardwareConfig(acc_width=32)), "ecp5",
+                      workdir=tmp_path / "w32")
     narrow = synthesize(compile_model(*case.outputs, config=HardwareConfig(acc_width=25)), "ecp5",
                         workdir=tmp_path / "w25")
     assert narrow.ffs < wide.ffs and narrow.luts < wide.luts
+    # without acc_width the register is sized to the proven bounds (compiler/bounds.py): the need
+    auto = synthesize(compile_model(*case.outputs), "ecp5", workdir=tmp_path / "auto")
+    assert (auto.ffs, auto.luts) == (narrow.ffs, narrow.luts)
 
 
 # ------------------------------------------------------------------ lanes and reduce_unroll

@@ -13,7 +13,8 @@ import pytest
 from compiler import HardwareConfig
 from dse.models import zoo
 from dse.models.accuracy import run_samples
-from dse.models.data import DataError, DataSpec, data_input, load_dataset, load_onnx, match_weights, read_weights
+from dse.models.chain import load_onnx
+from dse.models.data import DataError, DataSpec, data_input, load_dataset, match_weights, read_weights
 from dse.models.quantize import DenseNet, quantize
 from helpers import cnn_onnx, eval_model, model_spec
 
@@ -377,8 +378,10 @@ def test_an_onnx_cnn_runs_whole_and_scores_like_numpy(tmp_path, capsys, digits, 
 @pytest.mark.parametrize("dtype, op, message", [
     ("int8", "AveragePool", "models[0].onnx: dtype int8: the tool's post-training quantisation covers chains of "
                             "convolutions, max-pools and dense layers, and {tmp}/cnn.onnx: node #2 AveragePool (output "
-                            "'p'): op AveragePool is not supported here (the quantiser takes: Conv, Gemm, MatMul, Add, "
-                            "Relu, MaxPool, Flatten); run this graph in fp32, fp16 or bf16"),
+                            "'p'): op AveragePool is not supported here (the quantiser takes: Conv, Gemm, MatMul, Relu, "
+                            "MaxPool, Flatten, Add, Sub, Mul, Div, BatchNormalization, Identity, Dropout, Quant, "
+                            "IntQuant, BipolarQuant, QuantizeLinear, DequantizeLinear, Clip); run this graph in fp32, "
+                            "fp16 or bf16"),
     ("fp32", "NoSuchPool", "models[0].onnx: {tmp}/cnn.onnx: node #2 NoSuchPool (output 'p'): tinygrad's ONNX importer "
                            "has no op NoSuchPool"),
 ])

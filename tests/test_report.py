@@ -242,7 +242,12 @@ def test_models_with_data_get_an_accuracy_plot_and_its_fronts(baseline_copy):
     assert png.shape[1] > PLOT_PIXELS[0] and png.std() > 0.05      # two panels side by side
     assert ET.parse(out / "accuracy_gemv_8x16.svg").getroot().tag.endswith("svg")
     assert "accuracy_gemv_8x16.png" in (out / "report.md").read_text()
-    assert (out / "index.html").read_text().count("data:image/png;base64,") == 5
+    # and accuracy against number format: one format (int8), its cheapest feasible design
+    assert (out / "index.html").read_text().count("data:image/png;base64,") == 6
+    formats = pd.read_csv(out / "formats_gemv_8x16.csv")
+    cheapest = feasible.sort_values("luts").iloc[0]
+    assert list(formats["format"]) == ["int8"] and formats["trial"][0] == cheapest["number"]
+    assert "- gemv_8x16: " in (out / "report.md").read_text()
 
 
 def test_a_latency_objective_puts_latency_on_the_plot(baseline_copy):

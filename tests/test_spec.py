@@ -91,7 +91,7 @@ ERRORS = [
     (with_("dtypes", []), "dtypes: must not be empty"),
     (with_("dtypes", "int8"), "dtypes: expected a list of dtypes, got 'int8'"),
     (with_("dtypes", ["int8", "fp32", "int8"]), "dtypes[2]: duplicate value 'int8' (also at [0])"),
-    (with_("dtypes", ["int8", "int4"]), "dtypes[1]: unknown dtype 'int4'; did you mean 'int8'?"),
+    (with_("dtypes", ["int8", "int4b"]), "dtypes[1]: unknown dtype 'int4b'; did you mean 'int4'?"),
     (with_("dtypes", ["float16"]), "dtypes[0]: unknown dtype 'float16'; did you mean 'fp16'?"),
     (with_("dtypes", ["fp8e4m3fn"]), "dtypes[0]: unknown dtype 'fp8e4m3fn'; did you mean 'fp8e4m3'?"),
     (with_("dtypes", ["float8_e5m2"]), "dtypes[0]: unknown dtype 'float8_e5m2'; did you mean 'fp8e5m2'?"),

@@ -146,10 +146,10 @@ def test_points_that_do_not_compile_are_cached_as_failures(tmp_path, fake_synth,
     import compiler
     real = compiler.compile_model
 
-    def compile_model(*outputs, config=None):
+    def compile_model(*outputs, config=None, **kw):
         if config is not None and config.mem_read == "comb":
             raise UnsupportedError("k0", "LOAD", "int8", "no comb read ports today")
-        return real(*outputs, config=config)
+        return real(*outputs, config=config, **kw)
     monkeypatch.setattr(compiler, "compile_model", compile_model)
     spec = load_spec(write_spec(tmp_path, spec_dict(models=SMALL_MODELS[:1])))
     r = sweep(spec, options(tmp_path))

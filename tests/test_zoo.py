@@ -196,7 +196,11 @@ def test_zoo_params_come_from_signatures():
 @pytest.mark.parametrize("result,message", [
     ((1, 2, 3), "build() must return (inputs, forward), got tuple"),
     (({}, print), "build() must return a non-empty dict of inputs first, got {}"),
-    (({"x": ((4,), "int4")}, print), "input 'x': unknown dtype 'int4'; known: int8, int16, int32, uint8, fp16, bf16, fp32, fp8e4m3, fp8e5m2"),
+    (({"x": ((4,), "int17")}, print), "input 'x': unknown dtype 'int17'; int17: integers take 2 to 16 bits "
+                                       "(int2 .. int16), or int32"),
+    (({"x": ((4,), "w4a8")}, print), "input 'x': 'w4a8' names two element types, not one: give weights "
+                                      "weights_dtype(dtype) ('int4') and activations activations_dtype(dtype) ('int8') "
+                                      "(from dse.models.zoo import weights_dtype, activations_dtype)"),
     (({"x": [(4,), "int8"]}, print), "input 'x': expected (shape, dtype_name), got [(4,), 'int8']"),
     (({"x": ((4,), "int8")}, None), "build() must return a callable forward second, got None"),
 ])

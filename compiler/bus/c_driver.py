@@ -23,6 +23,9 @@ Usage, for an accelerator at BASE:
 from __future__ import annotations
 
 from .wrapper import CTRL_START, ID_VALUE, IRQ_DONE, REGISTERS, STATUS_BUSY, STATUS_DONE, BusMap
+from .stream import RUN, STATUS_TLAST_ERR, STREAM_ID, STREAM_REGISTERS, StreamWrapper
+
+STREAM_REG = {r.name: r.offset for r in STREAM_REGISTERS}
 
 DRIVER_H = f"""\
 /* tinyhw bus driver: the register map of a tinyhw design behind AXI4-Lite or Wishbone, and a
@@ -48,6 +51,12 @@ DRIVER_H = f"""\
 #define TINYHW_STATUS_BUSY   {STATUS_BUSY}u
 #define TINYHW_STATUS_DONE   {STATUS_DONE}u
 #define TINYHW_IRQ_DONE      {IRQ_DONE}u
+/* the streaming map (`--bus axi-stream`, a dataflow design): the same registers, CTRL.RUN, and */
+#define TINYHW_ID_STREAM     0x{STREAM_ID:08x}u
+#define TINYHW_REG_SAMPLES_IN  0x{STREAM_REG["SAMPLES_IN"]:02x}u   /* RO: samples taken from s_axis since RUN */
+#define TINYHW_REG_SAMPLES_OUT 0x{STREAM_REG["SAMPLES_OUT"]:02x}u   /* RO: samples sent on m_axis since RUN */
+#define TINYHW_CTRL_RUN      {RUN}u
+#define TINYHW_STATUS_TLAST_ERR {STATUS_TLAST_ERR}u
 
 /* A digit of a layout: element index = sum(digit * stride); a digit split into `factor`
  * lanes puts digit / factor in the word address and digit % factor in the lane (bank). */
@@ -83,6 +92,11 @@ int tinyhw_wait(uintptr_t base, uint32_t max_polls);          /* 0: done; -1: ma
 uint32_t tinyhw_cycles(uintptr_t base);                       /* cycles of the last run */
 void tinyhw_irq_enable(uintptr_t base, int on);
 void tinyhw_irq_clear(uintptr_t base);
+/* the streaming map: samples go over AXI-Stream, the driver only starts and stops */
+void tinyhw_stream_run(uintptr_t base);                       /* CTRL.RUN = 1: stream; clears DONE */
+void tinyhw_stream_stop(uintptr_t base);                      /* RUN = 0: drain; tinyhw_wait says when drained */
+uint32_t tinyhw_samples_in(uintptr_t base);
+uint32_t tinyhw_samples_out(uintptr_t base);
 
 #endif
 """
@@ -132,7 +146,8 @@ static void put(void *p, uint32_t bytes, int64_t e, uint64_t v)
 
 int tinyhw_check_id(uintptr_t base)
 {
-    return TINYHW_READ32(base + TINYHW_REG_ID) == TINYHW_ID_VALUE ? 0 : -1;
+    uint32_t id = TINYHW_READ32(base + TINYHW_REG_ID);
+    return id == TINYHW_ID_VALUE || id == TINYHW_ID_STREAM ? 0 : -1;
 }
 
 void tinyhw_write_buffer(uintptr_t base, const tinyhw_buffer *b, const void *elements)
@@ -222,6 +237,26 @@ void tinyhw_irq_clear(uintptr_t base)
 {
     TINYHW_WRITE32(base + TINYHW_REG_IRQ_STATUS, TINYHW_IRQ_DONE);
 }
+
+void tinyhw_stream_run(uintptr_t base)
+{
+    TINYHW_WRITE32(base + TINYHW_REG_CTRL, TINYHW_CTRL_RUN);
+}
+
+void tinyhw_stream_stop(uintptr_t base)
+{
+    TINYHW_WRITE32(base + TINYHW_REG_CTRL, 0u);
+}
+
+uint32_t tinyhw_samples_in(uintptr_t base)
+{
+    return TINYHW_READ32(base + TINYHW_REG_SAMPLES_IN);
+}
+
+uint32_t tinyhw_samples_out(uintptr_t base)
+{
+    return TINYHW_READ32(base + TINYHW_REG_SAMPLES_OUT);
+}
 """
 
 
@@ -271,3 +306,26 @@ def design_header(bmap: BusMap, *, top: str, bus: str, name: str, cycles: int,
         lines += [f"#define {up}_NUM_{role.upper()}S {len(names)}u", ""]
     lines += [f"#endif /* {up}_H */", ""]
     return "\n".join(lines)
+
+
+def stream_c_files(wrapper: StreamWrapper, *, top: str, cycles: int) -> list[tuple[str, str]]:
+    """tinyhw.h, tinyhw.c and `<top>.h` of an axi-stream export (the driver is the shared one;
+    the header adds the streams' figures)."""
+    d = wrapper.design
+    plan = wrapper.plan
+    header = design_header(wrapper.bmap, top=top, bus="axi-stream", name=d.name(), cycles=cycles,
+                           inputs=list(d.graph.inputs), outputs=list(d.graph.outputs),
+                           shapes=dict(zip(d.graph.outputs, d.output_shapes)))
+    up = top.upper()
+    extra = [f"/* AXI-Stream: a sample is {plan.in_elements} elements on s_axis ({plan.in_bits}-bit tdata), its outputs",
+             f" * {plan.out_elements} elements on m_axis ({plan.out_bits}-bit tdata), each in element order, tlast on the last */",
+             f"#define {up}_STREAM_IN_ELEMENTS   {plan.in_elements}u",
+             f"#define {up}_STREAM_IN_BYTES      {plan.in_bits // 8}u",
+             f"#define {up}_STREAM_OUT_ELEMENTS  {plan.out_elements}u",
+             f"#define {up}_STREAM_OUT_BYTES     {plan.out_bits // 8}u",
+             f"#define {up}_INTERVAL_MODEL       {plan.beat}u   /* cycles per beat: CYCLES while streaming */",
+             f"#define {up}_STREAM_INTERVAL      {plan.interval}u   /* cycles between samples on the streams */",
+             f"#define {up}_LATENCY_MODEL        {plan.depth * plan.beat}u", ""]
+    end = f"#endif /* {up}_H */"
+    header = header.replace(end, "\n".join(extra) + end)
+    return [("tinyhw.h", DRIVER_H), ("tinyhw.c", DRIVER_C), (f"{top}.h", header)]

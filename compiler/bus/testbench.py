@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from .wrapper import ID_VALUE, IRQ_DONE, REG, BusMap
 
-_AXI_TASKS = """\
+AXI_TASKS = """\
   reg [ADDR_BITS-1:0] awaddr = 0, araddr = 0;
   reg awvalid = 0, wvalid = 0, bready = 0, arvalid = 0, rready = 0;
   reg [31:0] wdata = 0;
@@ -63,7 +63,7 @@ _AXI_TASKS = """\
   endtask
 """
 
-_WISHBONE_TASKS = """\
+WISHBONE_TASKS = """\
   reg cyc = 0, stb = 0, we = 0;
   reg [ADDR_BITS-3:0] adr = 0;
   reg [31:0] dat_w = 0;
@@ -93,6 +93,26 @@ _WISHBONE_TASKS = """\
 """
 
 
+def load_lines(bmap: BusMap, p: Any, arr: str) -> str:
+    """Verilog writing input bank `p` (an export.PortFile) from array `arr` through the bus
+    (the `bus_write` task; `i`, `k`, `data`, `bad`, `errors` declared)."""
+    b = bmap.bank(p.sel)
+    c = b.container_bits
+    where = f"// bank {p.sel}: buffer {p.buffer} ({b.dtype}), kernel {p.kernel} {p.memory}"
+    if c == 64:
+        return (f"    {where}\n    for (i = 0; i < {p.depth}; i = i + 1) begin\n"
+                f"      bus_write({b.offset} + 8 * i, {arr}[i][31:0], bad); errors = errors + bad;\n"
+                f"      bus_write({b.offset} + 8 * i + 4, {arr}[i][63:32], bad); errors = errors + bad;\n"
+                f"    end")
+    per = 32 // c
+    return (f"    {where}\n    for (i = 0; i < {-(-p.depth // per)}; i = i + 1) begin\n"
+            f"      data = 0;\n"
+            f"      for (k = 0; k < {per}; k = k + 1)\n"
+            f"        if (i * {per} + k < {p.depth}) data[k * {c} +: {c}] = {arr}[i * {per} + k];\n"
+            f"      bus_write({b.offset} + 4 * i, data, bad); errors = errors + bad;\n"
+            f"    end")
+
+
 def bus_testbench_verilog(bmap: BusMap, ports: Sequence[Any], *, bus: str, top: str, cycles: int,
                           name: str) -> str:
     """tb.v for `<top>.v` wrapped by `bus`; run from the export folder. `ports`: the
@@ -106,29 +126,24 @@ def bus_testbench_verilog(bmap: BusMap, ports: Sequence[Any], *, bus: str, top: 
                       f"  initial $readmemh(\"{p.file}\", {arr});")
         c = b.container_bits
         where = f"// bank {p.sel}: buffer {p.buffer} ({b.dtype}), kernel {p.kernel} {p.memory}"
-        if p.role == "input" and c == 64:
-            loads.append(f"    {where}\n    for (i = 0; i < {p.depth}; i = i + 1) begin\n"
-                         f"      bus_write({b.offset} + 8 * i, {arr}[i][31:0], bad); errors = errors + bad;\n"
-                         f"      bus_write({b.offset} + 8 * i + 4, {arr}[i][63:32], bad); errors = errors + bad;\n"
-                         f"    end")
-        elif p.role == "input":
-            per = 32 // c
-            loads.append(f"    {where}\n    for (i = 0; i < {-(-p.depth // per)}; i = i + 1) begin\n"
-                         f"      data = 0;\n"
-                         f"      for (k = 0; k < {per}; k = k + 1)\n"
-                         f"        if (i * {per} + k < {p.depth}) data[k * {c} +: {c}] = {arr}[i * {per} + k];\n"
-                         f"      bus_write({b.offset} + 4 * i, data, bad); errors = errors + bad;\n"
-                         f"    end")
+
+        def want(i: str) -> str:
+            """Expected element `i` as the bus returns it: a narrow signed one sign-extended."""
+            if b.sign_extend and p.width < c:
+                return f"{{{{{c - p.width}{{{arr}[{i}][{p.width - 1}]}}}}, {arr}[{i}]}}"
+            return f"{arr}[{i}]"
+        if p.role == "input":
+            loads.append(load_lines(bmap, p, arr))
         elif c == 64:
             checks.append(f"    {where}\n    for (i = 0; i < {p.depth}; i = i + 1) begin\n"
                           f"      bus_read({b.offset} + 8 * i, data, bad); errors = errors + bad; wide[31:0] = data;\n"
                           f"      bus_read({b.offset} + 8 * i + 4, data, bad); errors = errors + bad; wide[63:32] = data;\n"
                           f"      if ((^{arr}[i]) !== 1'bx) begin\n"
                           f"        words = words + 1;\n"
-                          f"        if (wide !== {arr}[i]) begin\n"
+                          f"        if (wide !== {want('i')}) begin\n"
                           f"          errors = errors + 1;\n"
                           f"          if (errors <= 10) $display(\"MISMATCH bank %0d element %0d: got %h, expected %h\", "
-                          f"{p.sel}, i, wide, {arr}[i]);\n"
+                          f"{p.sel}, i, wide, {want('i')});\n"
                           f"        end\n      end\n    end")
         else:
             per = 32 // c
@@ -137,12 +152,12 @@ def bus_testbench_verilog(bmap: BusMap, ports: Sequence[Any], *, bus: str, top: 
                           f"      for (k = 0; k < {per}; k = k + 1)\n"
                           f"        if (i * {per} + k < {p.depth} && (^{arr}[i * {per} + k]) !== 1'bx) begin\n"
                           f"          words = words + 1;\n"
-                          f"          if (data[k * {c} +: {c}] !== {arr}[i * {per} + k]) begin\n"
+                          f"          if (data[k * {c} +: {c}] !== {want(f'i * {per} + k')}) begin\n"
                           f"            errors = errors + 1;\n"
                           f"            if (errors <= 10) $display(\"MISMATCH bank %0d element %0d: got %h, expected %h\", "
-                          f"{p.sel}, i * {per} + k, data[k * {c} +: {c}], {arr}[i * {per} + k]);\n"
+                          f"{p.sel}, i * {per} + k, data[k * {c} +: {c}], {want(f'i * {per} + k')});\n"
                           f"          end\n        end\n    end")
-    tasks = (_AXI_TASKS if bus == "axi-lite" else _WISHBONE_TASKS).format(top=top)
+    tasks = (AXI_TASKS if bus == "axi-lite" else WISHBONE_TASKS).format(top=top)
     nl = "\n"
     return f"""// Self-checking testbench for {top}, {name} behind {bus} (generated by tinyhw).
 // Run from this folder:  iverilog -g2012 -o tb.vvp {top}.v tb.v && vvp tb.vvp

@@ -3,7 +3,7 @@ design's own host bus, with a register map (control, status, cycle counter, an i
 done) and every host memory bank mapped at its element width.
 
     bus_map(design)            -> BusMap: the registers and the bank windows (byte offsets)
-    wrap(design, "axi-lite")   -> an Amaranth component (the top of the exported Verilog)
+    AxiLiteWrapper(design)     -> an Amaranth component (compiler.bus.wrap picks the bus's)
 
 The address map (byte addresses, 32-bit data) is cut into windows of equal size, a power of
 two: window 0 holds the registers, window 1 + s holds host port s (`host_sel` s, one memory
@@ -31,15 +31,16 @@ wrapper registers everything it drives into the design, so no path runs from the
 into a block RAM. One access is served at a time (registers in 3 cycles, a memory word in a
 few more: Wishbone pipelined masters see STALL until then).
 
-AXI-Stream (dataflow designs streaming samples back to back) needs a dataflow design, which the
-compiler does not build yet: `--bus axi-stream` is refused with that reason.
+AXI-Stream (a dataflow design streaming samples back to back): compiler/bus/stream.py, the
+same register file and windows with AXI-Stream ports beside them; refused for a sequential
+design, as axi-lite and wishbone are for a dataflow one (each with the reason).
 """
 from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -48,7 +49,7 @@ from ..design import Design
 BUSES = ("native", "axi-lite", "wishbone")
 """`--bus` values: the design's own host bus, or a wrapper."""
 STREAM_BUSES = ("axi-stream",)
-"""Known, but only for dataflow designs (none yet): asked for, the reason is given."""
+"""For dataflow designs only (compiler/bus/stream.py): asked for with another, the reason is given."""
 
 DATA_BITS = 32
 ID_VALUE = 0x74687731                    # "thw1": the register map's identity and version
@@ -74,9 +75,12 @@ def check_bus(name: str) -> str:
 def check_wrappable(design: Design, bus: str) -> None:
     """BusError when `bus` cannot wrap `design`, saying why."""
     check_bus(bus)
-    if bus in STREAM_BUSES:
+    if bus in STREAM_BUSES and design.flow is None:
         raise BusError(f"bus {bus!r} streams samples into a dataflow design; {design.name()} is a "
                        "sequential design (memories loaded over a bus, then run): use axi-lite or wishbone")
+    if bus in WRAPPERS and design.flow is not None:
+        raise BusError(f"bus {bus!r} runs a design once per start; {design.name()} is a schedule=dataflow design "
+                       "that streams samples: use axi-stream (AXI4-Lite control beside AXI-Stream samples) or native")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,8 +120,10 @@ class BankWindow:
     memory: str
     offset: int                          # byte offset of element 0
     elements: int                        # words of the bank (padding words of a layout included)
-    element_bits: int                    # the element's own width
+    element_bits: int                    # the element's own width (a narrow buffer's: its memory's)
     container_bits: int                  # 8, 16, 32 or 64: the element's place in the map
+    sign_extend: bool = False            # narrower than its dtype, in two's complement: read back
+                                         # sign-extended to the container (the dtype's value)
 
     @property
     def bytes(self) -> int:
@@ -151,6 +157,7 @@ class BusMap:
     holders: tuple[Holder, ...]
     registers: tuple[Register, ...] = REGISTERS
     data_bits: int = DATA_BITS
+    ident: int = ID_VALUE                # the ID register: which map (compiler/bus/stream.py has another)
 
     @property
     def size(self) -> int:
@@ -167,12 +174,13 @@ class BusMap:
 
     def as_dict(self) -> dict:
         return {"data_bits": self.data_bits, "addr_bits": self.addr_bits, "window": self.window,
-                "size": self.size, "id": ID_VALUE,
+                "size": self.size, "id": self.ident,
                 "registers": [{"name": r.name, "offset": r.offset, "access": r.access, "doc": r.doc}
                               for r in self.registers],
                 "banks": [{"sel": b.sel, "role": b.role, "buffer": b.buffer, "dtype": b.dtype, "kernel": b.kernel,
                            "memory": b.memory, "offset": b.offset, "elements": b.elements,
-                           "element_bits": b.element_bits, "container_bits": b.container_bits, "bytes": b.bytes}
+                           "element_bits": b.element_bits, "container_bits": b.container_bits, "bytes": b.bytes,
+                           "sign_extend": b.sign_extend}
                           for b in self.banks],
                 "holders": [{"buffer": h.buffer, "role": h.role, "dtype": h.dtype, "elements": h.elements,
                              "dims": [[d.stride, d.extent, d.factor] for d in h.dims], "banks": list(h.banks)}
@@ -211,7 +219,7 @@ def bus_map(design: Design) -> BusMap:
                                   tuple(Dim(d.stride, d.extent, d.factor) for d in layout.dims),
                                   tuple(sel[r.kernel, r.slot] for r in refs)))
     banks = tuple(BankWindow(i, "input" if p.write else "output", p.buffer, dtype[p.buffer].name, p.kernel,
-                             names[i], (1 + i) * window, p.depth, p.width, container_bits(p.width))
+                             names[i], (1 + i) * window, p.depth, p.width, container_bits(p.width), p.sign_extend)
                   for i, p in enumerate(ports))
     return BusMap(window, banks, tuple(holders))
 
@@ -241,7 +249,7 @@ def map_markdown(info: dict, *, top: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # the wrapper
 
-class _Request:
+class BusRequest:
     """One access as the shared state machine takes it (Wishbone classic semantics: held
     until `ack` or `err`)."""
 
@@ -257,34 +265,66 @@ class _Request:
         self.idle = Signal(name="req_idle")                   # ready to take a request (not STALL)
 
 
-def _slave(m: Module, design: Design, bmap: BusMap, req: _Request, irq: Signal, *, held: bool) -> None:
+class RunOnce:
+    """How the register file runs a sequential design: CTRL.START (bit 0) runs it once; CYCLES
+    counts the run; STATUS.DONE and the interrupt are set when it ends. compiler/bus/stream.py
+    has the streaming counterpart (the same attributes and methods)."""
+
+    def __init__(self, design: Design):
+        self.design = design
+        self.busy = Signal(name="run_busy")        # memories refused while high
+        self.done = Signal(name="run_done")        # a pulse: sets STATUS.DONE and IRQ_STATUS.DONE
+        self.ctrl = Const(0, 1)                    # what CTRL reads
+        self.status = Const(0, 1)                  # STATUS bits above BUSY and DONE
+        # a run takes the cycle model's count exactly (a static schedule): CYCLES needs no more bits
+        self.cycles = Signal(min(32, design.cycle_model().total.bit_length() + 1))
+        self.extra: dict[str, Signal] = {}         # further read-only registers by name
+        self.start = Signal(name="run_start")
+
+    def elaborate(self, m: Module, core) -> None:
+        start, cycles = self.start, self.cycles
+        m.d.comb += [self.busy.eq(core.busy | start), core.start.eq(start), self.done.eq(core.done)]
+        m.d.sync += start.eq(0)
+        with m.If(start):
+            m.d.sync += cycles.eq(1)    # the START cycle is cycle 0, as the cycle model counts
+        with m.Elif(core.busy & ~core.done):
+            m.d.sync += cycles.eq(cycles + 1)
+
+    def write_ctrl(self, m: Module, wdat: Value, status_done: Signal) -> None:
+        with m.If(wdat[0] & ~self.busy):
+            m.d.sync += [self.start.eq(1), status_done.eq(0)]
+
+    def drive_host(self, m: Module, core, sel: Value, addr: Value, wdata: Value, we: Value) -> None:
+        """The design's host bus from the register file's registers (only while idle)."""
+        m.d.comb += [core.host_sel.eq(sel), core.host_addr.eq(addr), core.host_wdata.eq(wdata), core.host_we.eq(we)]
+
+
+def register_slave(m: Module, design: Design, bmap: BusMap, req: BusRequest, irq: Signal, *, held: bool,
+           control=None) -> None:
     """The register file and the memory windows behind `req`, driving `design.top` (added to
     `m` as submodule `core`). `held`: the front end holds the request's fields until it is
     answered (AXI: its channel registers), so they need no copy here; a pipelined Wishbone
-    master changes them once the request is taken."""
+    master changes them once the request is taken. `control`: how the design runs (RunOnce,
+    or compiler/bus/stream.py's streaming control)."""
     core = design.top
     m.submodules.core = core
+    control = control or RunOnce(design)
     latency = core.host_read_latency
     nbanks = len(bmap.banks)
     win_word_bits = (bmap.window // 4 - 1).bit_length()          # word offset inside a window
     elem_bits = win_word_bits + 3       # an element index in a window (+1: one past its end)
     data_bits = len(core.host_wdata)
     classes = sorted({{8: 0, 16: 1, 32: 2, 64: 3}[b.container_bits] for b in bmap.banks})
+    reg = {r.name: r.offset for r in bmap.registers}
 
     # ---- registers
-    busy = Signal()                     # the design runs, or is being started
+    busy = control.busy                 # the design runs, or is being started
     status_done = Signal()
     irq_enable = Signal()
     irq_pending = Signal()
-    # a run takes the cycle model's count exactly (a static schedule): CYCLES needs no more bits
-    cycles = Signal(min(32, design.cycle_model().total.bit_length() + 1))
-    start = Signal()
-    m.d.comb += [busy.eq(core.busy | start), irq.eq(irq_enable & irq_pending), core.start.eq(start)]
-    m.d.sync += start.eq(0)
-    with m.If(start):
-        m.d.sync += cycles.eq(1)        # the START cycle is cycle 0, as the cycle model counts
-    with m.Elif(core.busy & ~core.done):
-        m.d.sync += cycles.eq(cycles + 1)
+    m.d.comb += irq.eq(irq_enable & irq_pending)
+    control.elaborate(m, core)
+    cycles = control.cycles
     # ---- the request (a copy of it, unless the front end holds it)
     if held:
         we, adr, wdat, wsel = req.we, req.adr, req.dat_w, req.sel
@@ -307,6 +347,9 @@ def _slave(m: Module, design: Design, bmap: BusMap, req: _Request, irq: Signal, 
     input_of = Array([Const(b.role == "input", 1) for b in bmap.banks] or [Const(0, 1)])
     masked = [b for b in bmap.banks if b.element_bits != b.container_bits]
     mask_of = Array([Const((1 << b.element_bits) - 1, 64) for b in bmap.banks] or [Const(0, 64)])
+    # a narrow signed element (an int32 sum stored in 25 bits) is read back sign-extended
+    extended = [b for b in bmap.banks if b.sign_extend and b.role == "output"]
+    sign_of = Array([Const(1 << (b.element_bits - 1) if b in extended else 0, 64) for b in bmap.banks] or [Const(0, 64)])
     bank = Signal(range(max(2, nbanks)))          # registered from here on
     cls = Signal(2)
     elem = Signal(elem_bits)            # the element the access is at (the word's first, then on)
@@ -327,8 +370,7 @@ def _slave(m: Module, design: Design, bmap: BusMap, req: _Request, irq: Signal, 
     # the host bus of the design, driven from registers
     h_sel, h_addr = Signal.like(core.host_sel), Signal.like(core.host_addr)
     h_wdata, h_we = Signal.like(core.host_wdata), Signal()
-    m.d.comb += [core.host_sel.eq(h_sel), core.host_addr.eq(h_addr), core.host_wdata.eq(h_wdata),
-                 core.host_we.eq(h_we)]
+    control.drive_host(m, core, h_sel, h_addr, h_wdata, h_we)
     m.d.sync += h_we.eq(0)
     k = Signal(2)                       # element of the bus word
     wait = Signal(range(latency + 1))
@@ -347,6 +389,9 @@ def _slave(m: Module, design: Design, bmap: BusMap, req: _Request, irq: Signal, 
                     m.d.comb += [strobed.eq(1), word.eq(Cat(stage, wdat))]
     rword = Signal(64)
     m.d.comb += rword.eq(core.host_rdata & mask_of[bank] if masked else core.host_rdata)
+    if extended:
+        m.d.comb += rword.eq((core.host_rdata & mask_of[bank])
+                             | Mux((core.host_rdata & sign_of[bank]).any(), ~mask_of[bank], 0))
 
     m.d.comb += req.idle.eq(0)
     with m.FSM(name="bus"):
@@ -364,23 +409,27 @@ def _slave(m: Module, design: Design, bmap: BusMap, req: _Request, irq: Signal, 
             with m.If(win == 0):
                 m.next = "RESPOND"
                 with m.Switch(off):
-                    with m.Case(REG["ID"] // 4):
-                        m.d.sync += [rdat.eq(ID_VALUE), err.eq(we)]
-                    with m.Case(REG["CTRL"] // 4):
-                        with m.If(we & wsel[0] & wdat[0] & ~busy):
-                            m.d.sync += [start.eq(1), status_done.eq(0)]
-                    with m.Case(REG["STATUS"] // 4):
-                        m.d.sync += [rdat.eq(Cat(busy, status_done)), err.eq(we)]
-                    with m.Case(REG["CYCLES"] // 4):
+                    with m.Case(reg["ID"] // 4):
+                        m.d.sync += [rdat.eq(bmap.ident), err.eq(we)]
+                    with m.Case(reg["CTRL"] // 4):
+                        m.d.sync += rdat.eq(control.ctrl)
+                        with m.If(we & wsel[0]):
+                            control.write_ctrl(m, wdat, status_done)
+                    with m.Case(reg["STATUS"] // 4):
+                        m.d.sync += [rdat.eq(Cat(busy, status_done, control.status)), err.eq(we)]
+                    with m.Case(reg["CYCLES"] // 4):
                         m.d.sync += [rdat.eq(cycles), err.eq(we)]
-                    with m.Case(REG["IRQ_ENABLE"] // 4):
+                    with m.Case(reg["IRQ_ENABLE"] // 4):
                         m.d.sync += rdat.eq(irq_enable)
                         with m.If(we & wsel[0]):
                             m.d.sync += irq_enable.eq(wdat[0])
-                    with m.Case(REG["IRQ_STATUS"] // 4):
+                    with m.Case(reg["IRQ_STATUS"] // 4):
                         m.d.sync += rdat.eq(irq_pending)
                         with m.If(we & wsel[0] & wdat[0]):
                             m.d.sync += irq_pending.eq(0)
+                    for name, value in control.extra.items():
+                        with m.Case(reg[name] // 4):
+                            m.d.sync += [rdat.eq(value), err.eq(we)]
                     with m.Default():
                         m.d.sync += err.eq(1)
         with m.State("CHECK"):
@@ -425,7 +474,7 @@ def _slave(m: Module, design: Design, bmap: BusMap, req: _Request, irq: Signal, 
         with m.State("RESPOND"):
             m.d.comb += [req.ack.eq(~err), req.err.eq(err)]
             m.next = "IDLE"
-    with m.If(core.done):               # after the FSM: a run's end wins over a clear in the same cycle
+    with m.If(control.done):            # after the FSM: a run's end wins over a clear in the same cycle
         m.d.sync += [status_done.eq(1), irq_pending.eq(1)]
 
 
@@ -445,8 +494,8 @@ class WishboneWrapper(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        req = _Request(len(self.wb_adr))
-        _slave(m, self.design, self.bmap, req, self.irq, held=False)
+        req = BusRequest(len(self.wb_adr))
+        register_slave(m, self.design, self.bmap, req, self.irq, held=False)
         m.d.comb += [req.stb.eq(self.wb_cyc & self.wb_stb), req.we.eq(self.wb_we), req.adr.eq(self.wb_adr),
                      req.dat_w.eq(self.wb_dat_w), req.sel.eq(self.wb_sel), self.wb_dat_r.eq(req.dat_r),
                      self.wb_ack.eq(req.ack & self.wb_cyc), self.wb_err.eq(req.err & self.wb_cyc),
@@ -465,75 +514,76 @@ class AxiLiteWrapper(wiring.Component):
     def __init__(self, design: Design, bmap: BusMap | None = None):
         self.design = design
         self.bmap = bmap or bus_map(design)
-        a = self.bmap.addr_bits
-        super().__init__({
-            "s_axi_awaddr": In(a), "s_axi_awprot": In(3), "s_axi_awvalid": In(1), "s_axi_awready": Out(1),
-            "s_axi_wdata": In(DATA_BITS), "s_axi_wstrb": In(4), "s_axi_wvalid": In(1), "s_axi_wready": Out(1),
-            "s_axi_bresp": Out(2), "s_axi_bvalid": Out(1), "s_axi_bready": In(1),
-            "s_axi_araddr": In(a), "s_axi_arprot": In(3), "s_axi_arvalid": In(1), "s_axi_arready": Out(1),
-            "s_axi_rdata": Out(DATA_BITS), "s_axi_rresp": Out(2), "s_axi_rvalid": Out(1), "s_axi_rready": In(1),
-            "irq": Out(1)})
+        super().__init__(axi_lite_members(self.bmap))
 
     def elaborate(self, platform):
         m = Module()
-        req = _Request(max(1, self.bmap.addr_bits - 2))
-        _slave(m, self.design, self.bmap, req, self.irq, held=True)
-        # each channel's address and data wait in a register until the access is answered,
-        # so they are the request the shared state machine reads
-        aw_full, w_full, ar_full = Signal(), Signal(), Signal()
-        aw_addr, ar_addr = Signal.like(self.s_axi_awaddr), Signal.like(self.s_axi_araddr)
-        w_data, w_strb = Signal(DATA_BITS), Signal(4)
-        m.d.comb += [self.s_axi_awready.eq(~aw_full), self.s_axi_wready.eq(~w_full),
-                     self.s_axi_arready.eq(~ar_full)]
-        with m.If(self.s_axi_awvalid & ~aw_full):
-            m.d.sync += [aw_addr.eq(self.s_axi_awaddr), aw_full.eq(1)]
-        with m.If(self.s_axi_wvalid & ~w_full):
-            m.d.sync += [w_data.eq(self.s_axi_wdata), w_strb.eq(self.s_axi_wstrb), w_full.eq(1)]
-        with m.If(self.s_axi_arvalid & ~ar_full):
-            m.d.sync += [ar_addr.eq(self.s_axi_araddr), ar_full.eq(1)]
-
-        writing = Signal()
-        m.d.comb += [req.we.eq(writing), req.adr.eq(Mux(writing, aw_addr[2:], ar_addr[2:])), req.dat_w.eq(w_data),
-                     req.sel.eq(Mux(writing, w_strb, 0xF))]
-        resp = Signal(2)
-        rdata = Signal(DATA_BITS)
-        m.d.comb += [self.s_axi_bresp.eq(resp), self.s_axi_rresp.eq(resp), self.s_axi_rdata.eq(rdata)]
-        with m.FSM(name="axi"):
-            with m.State("IDLE"):
-                with m.If(aw_full & w_full):
-                    m.d.sync += writing.eq(1)
-                    m.next = "ACCESS"
-                with m.Elif(ar_full):
-                    m.d.sync += writing.eq(0)
-                    m.next = "ACCESS"
-            with m.State("ACCESS"):
-                m.d.comb += req.stb.eq(1)
-                with m.If(req.ack | req.err):
-                    m.d.sync += [resp.eq(Mux(req.err, AXI_SLVERR, AXI_OKAY)), rdata.eq(req.dat_r)]
-                    with m.If(writing):
-                        m.d.sync += [aw_full.eq(0), w_full.eq(0)]
-                        m.next = "B"
-                    with m.Else():
-                        m.d.sync += ar_full.eq(0)
-                        m.next = "R"
-            with m.State("B"):
-                m.d.comb += self.s_axi_bvalid.eq(1)
-                with m.If(self.s_axi_bready):
-                    m.next = "IDLE"
-            with m.State("R"):
-                m.d.comb += self.s_axi_rvalid.eq(1)
-                with m.If(self.s_axi_rready):
-                    m.next = "IDLE"
+        req = BusRequest(max(1, self.bmap.addr_bits - 2))
+        register_slave(m, self.design, self.bmap, req, self.irq, held=True)
+        axi_lite_front(m, self, req)
         return m
+
+
+def axi_lite_members(bmap: BusMap) -> dict:
+    """The AXI4-Lite slave's ports (`s_axi_*`) of a wrapper, and `irq`."""
+    a = bmap.addr_bits
+    return {
+        "s_axi_awaddr": In(a), "s_axi_awprot": In(3), "s_axi_awvalid": In(1), "s_axi_awready": Out(1),
+        "s_axi_wdata": In(DATA_BITS), "s_axi_wstrb": In(4), "s_axi_wvalid": In(1), "s_axi_wready": Out(1),
+        "s_axi_bresp": Out(2), "s_axi_bvalid": Out(1), "s_axi_bready": In(1),
+        "s_axi_araddr": In(a), "s_axi_arprot": In(3), "s_axi_arvalid": In(1), "s_axi_arready": Out(1),
+        "s_axi_rdata": Out(DATA_BITS), "s_axi_rresp": Out(2), "s_axi_rvalid": Out(1), "s_axi_rready": In(1),
+        "irq": Out(1)}
+
+
+def axi_lite_front(m: Module, c, req: BusRequest) -> None:
+    """The AXI4-Lite channels of component `c` (its `s_axi_*` ports) as requests to the shared
+    state machine. Each channel's address and data wait in a register until the access is
+    answered, so they are the request the state machine reads."""
+    aw_full, w_full, ar_full = Signal(), Signal(), Signal()
+    aw_addr, ar_addr = Signal.like(c.s_axi_awaddr), Signal.like(c.s_axi_araddr)
+    w_data, w_strb = Signal(DATA_BITS), Signal(4)
+    m.d.comb += [c.s_axi_awready.eq(~aw_full), c.s_axi_wready.eq(~w_full), c.s_axi_arready.eq(~ar_full)]
+    with m.If(c.s_axi_awvalid & ~aw_full):
+        m.d.sync += [aw_addr.eq(c.s_axi_awaddr), aw_full.eq(1)]
+    with m.If(c.s_axi_wvalid & ~w_full):
+        m.d.sync += [w_data.eq(c.s_axi_wdata), w_strb.eq(c.s_axi_wstrb), w_full.eq(1)]
+    with m.If(c.s_axi_arvalid & ~ar_full):
+        m.d.sync += [ar_addr.eq(c.s_axi_araddr), ar_full.eq(1)]
+
+    writing = Signal()
+    m.d.comb += [req.we.eq(writing), req.adr.eq(Mux(writing, aw_addr[2:], ar_addr[2:])), req.dat_w.eq(w_data),
+                 req.sel.eq(Mux(writing, w_strb, 0xF))]
+    resp = Signal(2)
+    rdata = Signal(DATA_BITS)
+    m.d.comb += [c.s_axi_bresp.eq(resp), c.s_axi_rresp.eq(resp), c.s_axi_rdata.eq(rdata)]
+    with m.FSM(name="axi"):
+        with m.State("IDLE"):
+            with m.If(aw_full & w_full):
+                m.d.sync += writing.eq(1)
+                m.next = "ACCESS"
+            with m.Elif(ar_full):
+                m.d.sync += writing.eq(0)
+                m.next = "ACCESS"
+        with m.State("ACCESS"):
+            m.d.comb += req.stb.eq(1)
+            with m.If(req.ack | req.err):
+                m.d.sync += [resp.eq(Mux(req.err, AXI_SLVERR, AXI_OKAY)), rdata.eq(req.dat_r)]
+                with m.If(writing):
+                    m.d.sync += [aw_full.eq(0), w_full.eq(0)]
+                    m.next = "B"
+                with m.Else():
+                    m.d.sync += ar_full.eq(0)
+                    m.next = "R"
+        with m.State("B"):
+            m.d.comb += c.s_axi_bvalid.eq(1)
+            with m.If(c.s_axi_bready):
+                m.next = "IDLE"
+        with m.State("R"):
+            m.d.comb += c.s_axi_rvalid.eq(1)
+            with m.If(c.s_axi_rready):
+                m.next = "IDLE"
 
 
 WRAPPERS = {"axi-lite": AxiLiteWrapper, "wishbone": WishboneWrapper}
 
-
-def wrap(design: Design, bus: str, bmap: BusMap | None = None) -> wiring.Component:
-    """The wrapper component of `bus` around `design` (BusError for an unknown bus or one
-    that cannot wrap it)."""
-    check_wrappable(design, bus)
-    if bus not in WRAPPERS:
-        raise BusError(f"bus {bus!r} is the design's own host bus: nothing to wrap")
-    return WRAPPERS[bus](design, bmap)

@@ -12,22 +12,36 @@ from math import ceil
 BRAM_MODES: tuple[tuple[int, int], ...] = ((1, 16384), (2, 8192), (4, 4096), (9, 2048), (18, 1024), (36, 512))
 
 
-def block_rams(depth: int, elements: int, width: int, max_rows: int | None = None) -> tuple[int, int]:
+def block_rams(depth: int, elements: int, width: int, max_rows: int | None = None, *,
+               word_writes: bool = False) -> tuple[int, int]:
     """(block RAMs, rows) of one memory of `depth` words, each `elements` elements of `width`
     bits, in its best 18 Kbit mode: rows of blocks stacked in depth (read through a
     multiplexer), each row as many blocks side by side as the word needs; only modes of at most
-    `max_rows` rows when given. An element never straddles two blocks: each element has its
-    own write enable, and a block's enables cover whole 9-bit bytes (Yosys then leaves 4 bits
-    of a 36-bit block unused for four int8 elements; measured: 256 int8 banks of 392 words
-    packed 4 or 256 to a word both take 64 blocks)."""
+    `max_rows` rows when given. Several elements of a word each have their own write enable,
+    and a block's enables cover whole 9-bit bytes: an element then takes whole bytes (Yosys
+    leaves 4 bits of a 36-bit block unused for four int8 elements; measured: 256 int8 banks of
+    392 words packed 4 or 256 to a word both take 64 blocks; eight int4 elements with their
+    own enables took two blocks, not one) and never straddles two blocks. `word_writes`: the
+    word is written whole (packing.py's read-modify-write), so its elements sit side by side
+    (nine int4 elements in a 36-bit word)."""
     options = []
+    # an element sharing a block's word with others takes whole bytes (its own enable)
+    shared = enable_width(width) if elements > 1 and not word_writes else width
     for bits, words in BRAM_MODES:
         rows = ceil(depth / words)
         if max_rows is not None and rows > max_rows:
             continue
-        across = ceil(elements / (bits // width)) if width <= bits else elements * ceil(width / bits)
+        if word_writes:
+            across = ceil(elements * width / bits)
+        else:
+            across = ceil(elements / (bits // shared)) if shared <= bits else elements * ceil(width / bits)
         options.append((rows * across, rows))
     return min(options)
+
+
+def enable_width(width: int) -> int:
+    """Bits an element with its own write enable takes in a block RAM word: whole 9-bit bytes."""
+    return 9 * ceil(width / 9)
 
 
 def column_depth(bits: int) -> int:

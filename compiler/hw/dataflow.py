@@ -45,9 +45,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amaranth.hdl import Const, Module, Mux, Signal, Value
+from amaranth.lib.wiring import In
 
 from .layout import Banking
-from .top import Copy, HostBuffer, Place, Run, Share, TopHW, buffer_users, toposort_kernels
+from .datapath import Copies, registered
+from .pipeline import FANOUT_LEVEL
+from .top import HOST_GROUP, Copy, HostBuffer, Place, Run, Share, TopHW, buffer_users, toposort_kernels
 
 
 @dataclass(frozen=True)
@@ -181,9 +184,22 @@ class DataflowTopHW(TopHW):
         super().__init__(kernels, phases, buffers, banking, shares, host_ports)
         self.flow = flow
 
+    @staticmethod
+    def members(host_ports) -> dict:
+        """As TopHW's, and a read address of its own (`host_rsel`, `host_raddr`): a sample's
+        inputs go in through host_sel/host_addr while an earlier sample's outputs come out."""
+        sig = TopHW.members(host_ports)
+        return {**sig, "host_rsel": In(sig["host_sel"].shape), "host_raddr": In(sig["host_addr"].shape)}
+
     @property
-    def host_read_latency(self) -> int:
-        return 1 if self.kernels[0].config.mem_read == "sync" else 0
+    def fanout(self) -> bool:
+        return self.kernels[0].config.fp_pipeline >= FANOUT_LEVEL
+
+    @property
+    def host_delay(self) -> int:
+        """Cycles from the pins to a memory's port: a write lands, a read address reaches the
+        block RAM this many cycles after it is on the pins (1 from FANOUT_LEVEL: registered)."""
+        return int(self.fanout)
 
     def elaborate(self, platform):
         m = Module()
@@ -224,36 +240,28 @@ class DataflowTopHW(TopHW):
         for r in flow.rings:
             k = self.kernels[r.place[0]]
             idx, n = index[r.banks], r.banks
-            m.d.comb += getattr(k, f"b{r.place[1]}_kbank").eq(idx)
+            kb = idx
             if r.outside == "out":
                 ob = mod(idx + 1, n)
             elif self._host_written(r.place):       # the bank of the next beat's sample: + its level
                 nxt = Mux(busy, mod(idx + 1, n), idx)
                 ob = mod(nxt + r.shift, n)
+                if r.shift % n == 0:
+                    # while no beat runs the host writes the next beat's bank, which is the
+                    # kernel's: the kernel (idle) points elsewhere, or it would keep the port
+                    kb = Mux(busy, idx, mod(idx + 1, n))
+                if self.fanout:     # the bank as the write's address and data: a cycle late
+                    ob = registered(m, ob, f"k{r.place[0]}_b{r.place[1]}_hbank")
             else:
                 ob = mod(idx + n - 1, n)
-            m.d.comb += getattr(k, f"b{r.place[1]}_obank").eq(ob)
+            m.d.comb += [getattr(k, f"b{r.place[1]}_kbank").eq(kb), getattr(k, f"b{r.place[1]}_obank").eq(ob)]
 
         # ---- host bus: streamed inputs and outputs any time, other memories while no beat runs
         ring_places = {r.place for r in flow.rings}
-        read_ports = []
-        for i, hp in enumerate(self.host_ports):
-            selected = self.host_sel == i
-            in_range = self.host_addr < hp.depth
-            if hp.write:
-                free = Const(1, 1) if (hp.kernel, hp.slot) in ring_places else ~busy
-                m.d.comb += [self.port(hp.kernel, hp.slot, "waddr").eq(Mux(in_range, self.host_addr, 0)),
-                             self.port(hp.kernel, hp.slot, "wdata").eq(self.host_wdata),
-                             self.port(hp.kernel, hp.slot, "we").eq(self.host_we & selected & in_range & free)]
-            if hp.read:
-                m.d.comb += self.port(hp.kernel, hp.slot, "raddr").eq(Mux(selected & in_range, self.host_addr, 0))
-                read_ports.append((i, hp))
-        rsel = Signal.like(self.host_sel, name="rsel")
-        m.d.sync += rsel.eq(self.host_sel)
-        with m.Switch(rsel if sync_reads else self.host_sel):
-            for i, hp in read_ports:
-                with m.Case(i):
-                    m.d.comb += self.host_rdata.eq(self.port(hp.kernel, hp.slot, "rdata"))
+        if self.fanout:
+            self._registered_bus(m, ring_places, (running & ~last) | begin, sync_reads)
+        else:
+            self._bus(m, ring_places, busy, sync_reads)
 
         # ---- readers in place: their own outside port, for them alone
         for sh in self.shares:
@@ -282,6 +290,66 @@ class DataflowTopHW(TopHW):
                 ctr = nctr = cycle
             self._copy(m, c, ph, phase, reading, ctr, nctr, sync_reads)
         return m
+
+    def _bus(self, m: Module, ring_places, busy: Value, sync_reads: bool) -> None:
+        """The host bus below FANOUT_LEVEL: combinational, a read's data a cycle later."""
+        read_ports = []
+        for i, hp in enumerate(self.host_ports):
+            selected = self.host_sel == i
+            in_range = self.host_addr < hp.depth
+            if hp.write:
+                free = Const(1, 1) if (hp.kernel, hp.slot) in ring_places else ~busy
+                m.d.comb += [self.port(hp.kernel, hp.slot, "waddr").eq(Mux(in_range, self.host_addr, 0)),
+                             self.port(hp.kernel, hp.slot, "wdata").eq(self.host_wdata),
+                             self.port(hp.kernel, hp.slot, "we").eq(self.host_we & selected & in_range & free)]
+            if hp.read:
+                rd = (self.host_rsel == i) & (self.host_raddr < hp.depth)
+                m.d.comb += self.port(hp.kernel, hp.slot, "raddr").eq(Mux(rd, self.host_raddr, 0))
+                read_ports.append((i, hp))
+        rsel = Signal.like(self.host_rsel, name="rsel")
+        m.d.sync += rsel.eq(self.host_rsel)
+        with m.Switch(rsel if sync_reads else self.host_rsel):
+            for i, hp in read_ports:
+                with m.Case(i):
+                    m.d.comb += self.host_rdata.eq(self.port(hp.kernel, hp.slot, "rdata"))
+
+    def _registered_bus(self, m: Module, ring_places, running_next: Value, sync_reads: bool) -> None:
+        """The host bus from FANOUT_LEVEL, registered at both ends as hw/top.py's (its reasons:
+        no path from the pins to a block RAM or back; HOST_GROUP ports share copies of the
+        address and data): a write lands a cycle after it is on the pins, into the bank chosen
+        then (the ring's registered host bank); a weight's only if no beat runs in that cycle
+        (one may start in it: a kernel at this level reads its memories three cycles after its
+        start at the earliest). A read's address reaches the block RAM a cycle late, its word
+        is on host_rdata host_read_latency (4) cycles after the pins."""
+        data_copies = Copies(m, HOST_GROUP, reset_less=True)
+        flag_copies = Copies(m, HOST_GROUP, reset_less=False)
+        read_ports = []
+        for i, hp in enumerate(self.host_ports):
+            if hp.write:
+                waddr, wdata = self.port(hp.kernel, hp.slot, "waddr"), self.port(hp.kernel, hp.slot, "wdata")
+                we: Value = registered(m, self.host_we & (self.host_sel == i) & (self.host_addr < hp.depth),
+                                       f"host{i}_we", duplicate=True)
+                if (hp.kernel, hp.slot) not in ring_places:       # a weight: not while a beat runs
+                    we = we & flag_copies("free", ~running_next, "host_free_", init=1)
+                m.d.comb += [
+                    waddr.eq(data_copies(("addr", len(waddr)), self.host_addr[:len(waddr)], f"host_addr{len(waddr)}_")),
+                    wdata.eq(data_copies(("wdata", len(wdata)), self.host_wdata[:len(wdata)], f"host_wdata{len(wdata)}_")),
+                    self.port(hp.kernel, hp.slot, "we").eq(we)]
+            if hp.read:
+                raddr = Mux((self.host_rsel == i) & (self.host_raddr < hp.depth), self.host_raddr, 0)
+                m.d.comb += self.port(hp.kernel, hp.slot, "raddr").eq(
+                    registered(m, raddr, f"host{i}_raddr", duplicate=True, reset_less=True))
+                read_ports.append((i, hp))
+        rdata = Const(0, len(self.host_rdata))
+        for g in range(0, len(read_ports), HOST_GROUP):
+            part = Const(0, len(self.host_rdata))
+            for i, hp in read_ports[g:g + HOST_GROUP]:
+                flag: Value = (self.host_rsel == i)
+                for d in range(1 + int(sync_reads)):
+                    flag = registered(m, flag, f"host{i}_rsel{d}", duplicate=True, reset_less=True)
+                part = part | Mux(flag, self.port(hp.kernel, hp.slot, "rdata"), 0)
+            rdata = rdata | registered(m, part, f"host_rdata_part{g // HOST_GROUP}", reset_less=True)
+        m.d.sync += self.host_rdata.eq(rdata)
 
     def _host_written(self, place: Place) -> bool:
         return any(hp.write and (hp.kernel, hp.slot) == place for hp in self.host_ports)

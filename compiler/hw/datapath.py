@@ -78,8 +78,11 @@ def check_address(kernel: str, load: ir.Load) -> None:
                                "are supported")
 
 
-def from_bits(bits: Value, d: DType) -> Value:
-    """Memory word -> the element value (signed ints reinterpreted)."""
+def from_bits(bits: Value, d: DType, decl: ir.BufferDecl | None = None) -> Value:
+    """Memory word -> the element value: signed ints reinterpreted, and a buffer stored in fewer
+    bits than its dtype (ir.BufferDecl.bounds) as its storage says (two's complement or not)."""
+    if decl is not None and decl.bounds is not None and d.is_int:
+        return bits.as_signed() if decl.signed else bits
     return bits.as_signed() if d.is_int and d.signed and not d.is_bool else bits
 
 

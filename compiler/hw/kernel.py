@@ -37,6 +37,7 @@ from ..ranges import Interval, analyze
 from .datapath import Copies, Datapath, Env, from_bits, registered
 from .pipeline import FANOUT_LEVEL, Schedule, is_gather, schedule
 from .program import Program, Step, build_program
+from .subword import read_modify_write
 from .tail import tailed_memory
 from ..synth.rtlil_text import ROM_ATTRIBUTE
 
@@ -73,18 +74,34 @@ def _addr_shape(depth: int):
 
 
 def acc_width(d: DType, config: HardwareConfig) -> int:
-    """Bits of an accumulator register: `config.acc_width` for integer (non-bool) reductions,
-    else the dtype's width."""
+    """Bits of an accumulator register of dtype `d` without bounds: `config.acc_width` for
+    integer (non-bool) reductions, else the dtype's width."""
     if config.acc_width is None or d.is_float or d.is_bool:
         return d.bits
     return config.acc_width
 
 
+def acc_shape(a: ir.AccDecl, config: HardwareConfig):
+    """The shape of accumulator `a`'s register: `config.acc_width` bits when set (an integer
+    reduction: it wraps there); else, for an integer accumulator with proven bounds
+    (compiler/bounds.py), the narrowest shape holding them (a 784-long int8 dot product: 25
+    bits, not int32's 32); else its dtype's."""
+    if a.bounds is not None and config.acc_width is None and a.dtype.is_int and not a.dtype.is_bool:
+        return Interval(*a.bounds).shape
+    return _acc_shape(a.dtype, acc_width(a.dtype, config))
+
+
 def acc_ranges(kernel: ir.KernelIR, config: HardwareConfig) -> dict[int, Interval]:
-    """The values an accumulator register can hold when it is narrower than its dtype (it
-    wraps there), for the range analysis that sizes the datapath."""
+    """The values an accumulator register can hold when it cannot hold every value of its
+    dtype (it wraps at `acc_width`, or holds its proven bounds), for the range analysis that
+    sizes the datapath."""
     out = {}
     for a in kernel.accs:
+        if a.dtype.is_float or a.dtype.is_bool:
+            continue
+        if a.bounds is not None and config.acc_width is None:
+            out[a.index] = Interval(*a.bounds)
+            continue
         w = acc_width(a.dtype, config)
         if w < a.dtype.bits:
             out[a.index] = Interval(-(1 << (w - 1)), (1 << (w - 1)) - 1) if a.dtype.signed else Interval(0, (1 << w) - 1)
@@ -182,6 +199,7 @@ class KernelHW(wiring.Component):
         self.program: Program = build_program(kernel)
         self.schedule: Schedule = schedule(kernel, config)
         self.ranges: dict[int, Interval] = analyze(kernel, acc_ranges(kernel, config))
+        self.decls = {b.slot: b for b in kernel.buffers}
         self.names = {b.slot: (names or {}).get(b.slot, f"mem_b{b.slot}") for b in kernel.buffers}
         self.external = frozenset(external)
         self.written_outside = frozenset(written_outside)
@@ -202,33 +220,34 @@ class KernelHW(wiring.Component):
                 if b.stored:
                     raise ValueError(f"{kernel.name}: buffer {b.slot} is written, it cannot live in another kernel")
                 sig[n["xaddr"]] = Out(_addr_shape(b.size))
-                sig[n["xdata"]] = In(b.dtype.bits)
+                sig[n["xdata"]] = In(b.width)
                 continue
             pack = self.packs.get(b.slot)
             if b.slot in self.rings:
                 if pack is not None:
                     raise ValueError(f"{kernel.name}: buffer {b.slot} rotates through banks, it cannot be packed")
-                banks = tuple(memory.MemoryData(shape=unsigned(b.dtype.bits), depth=b.size, init=[])
+                banks = tuple(memory.MemoryData(shape=unsigned(b.width), depth=b.size, init=[])
                               for _ in range(self.rings[b.slot]))
                 self.ring_memories[b.slot] = banks
                 self.memories[b.slot] = banks[0]
                 sig[f"b{b.slot}_kbank"] = In(range(self.rings[b.slot]))
                 sig[f"b{b.slot}_obank"] = In(range(self.rings[b.slot]))
             elif b.slot not in self.memories:
-                slots, width = (b.slot,), b.dtype.bits
+                slots, width = (b.slot,), b.width
                 if pack is not None:
                     slots, width = pack.slots, pack.width * len(pack.slots)
-                # a ROM (weights="constant") is initialised with its words and has no tail
+                # a ROM (weights="constant") is initialised with its words (at the width of its
+                # bounds: compiler/bounds.py; the words fit, compiler/weights.py) and has no tail
                 tail = 0 if b.rom is not None else memory_tail(config, b.size, width, b.stored)
-                data = memory.MemoryData(shape=unsigned(width), depth=b.size - tail, init=list(b.rom or ()))
+                data = memory.MemoryData(shape=unsigned(width), depth=b.size - tail, init=[w & ((1 << width) - 1) for w in b.rom or ()])
                 self.memories.update({s: data for s in slots})
                 if tail:
                     data = memory.MemoryData(shape=unsigned(width), depth=tail, init=[])
                     self.tails.update({s: data for s in slots})
             sig[n["raddr"]] = In(_addr_shape(b.size))
-            sig[n["rdata"]] = Out(b.dtype.bits)
+            sig[n["rdata"]] = Out(b.width)
             sig[n["waddr"]] = In(_addr_shape(b.size))
-            sig[n["wdata"]] = In(b.dtype.bits)
+            sig[n["wdata"]] = In(b.width)
             sig[n["we"]] = In(1)
         self.read_port_of, self.n_read_ports = read_ports(kernel, self.program)
         for slot in self.external:
@@ -252,8 +271,7 @@ class KernelHW(wiring.Component):
         ctr = {l.id: Signal(range(l.bound), name=f"i{l.id}") for l in k.loops.values()}
         nctr = {i: Signal.like(c, name=f"i{i}_next") for i, c in ctr.items()}
         last = Signal()
-        accs = {a.index: Signal(_acc_shape(a.dtype, acc_width(a.dtype, self.config)), name=f"acc{a.index}")
-                for a in k.accs}
+        accs = {a.index: Signal(acc_shape(a, self.config), name=f"acc{a.index}") for a in k.accs}
         # quiet: idle, and no store left in the pipeline. It gates the outside write enable of
         # every memory the kernel stores into (_memories), so it is a register, computed a
         # cycle ahead from what the stages' step ids become (step <= nstep, step_d1 <= step,
@@ -316,7 +334,7 @@ class KernelHW(wiring.Component):
         for b in self.kernel.buffers:
             n = port_names(b.slot)
             if b.slot in self.external:
-                port = _ExternalPort(b.slot, b.dtype.bits, b.size)
+                port = _ExternalPort(b.slot, b.width, b.size)
                 reads[b.slot] = [port]
                 m.d.comb += [getattr(self, n["xaddr"]).eq(port.addr), port.data.eq(getattr(self, n["xdata"]))]
                 continue
@@ -352,8 +370,8 @@ class KernelHW(wiring.Component):
         domain = "sync" if sync_reads else "comb"
         transparent = b.loaded and b.stored and sync_reads      # a step's load after its own store
         attrs = NO_RW_CHECK if sync_reads and not transparent else {}
-        own_w = _RingWrite(slot, b.dtype.bits, b.size)
-        own_r = [_BankPort(slot, p, b.dtype.bits, b.size) for p in range(n)]
+        own_w = _RingWrite(slot, b.width, b.size)
+        own_r = [_BankPort(slot, p, b.width, b.size) for p in range(n)]
         m.d.comb += [own_w.addr.eq(0), own_w.data.eq(0), own_w.en.eq(0)]
         # the read data comes from the bank the address went to: as old as the data
         kb = registered(m, kbank, f"b{slot}_kbank_q") if sync_reads else kbank
@@ -366,9 +384,14 @@ class KernelHW(wiring.Component):
             wp = mem.write_port()
             rps = [mem.read_port(domain=domain, transparent_for=(wp,) if transparent else ()) for _ in range(n)]
             mine, theirs = kbank == i, obank == i
-            m.d.comb += [wp.addr.eq(Mux(mine, own_w.addr, getattr(self, ports["waddr"]))),
-                         wp.data.eq(Mux(mine, own_w.data, getattr(self, ports["wdata"]))),
-                         wp.en.eq(Mux(mine, own_w.en, getattr(self, ports["we"]) & theirs))]
+            if b.stored:
+                m.d.comb += [wp.addr.eq(Mux(mine, own_w.addr, getattr(self, ports["waddr"]))),
+                             wp.data.eq(Mux(mine, own_w.data, getattr(self, ports["wdata"]))),
+                             wp.en.eq(Mux(mine, own_w.en, getattr(self, ports["we"]) & theirs))]
+            else:       # only read here: its one writer is outside (a registered host write may
+                        # land in the cycle the kernel takes the bank, before it reads it)
+                m.d.comb += [wp.addr.eq(getattr(self, ports["waddr"])), wp.data.eq(getattr(self, ports["wdata"])),
+                             wp.en.eq(getattr(self, ports["we"]) & theirs)]
             for p, rp in enumerate(rps):
                 m.d.comb += rp.addr.eq(Mux(mine, own_r[p].addr, getattr(self, ports["raddr"])) if p == 0
                                        else own_r[p].addr)
@@ -390,16 +413,24 @@ class KernelHW(wiring.Component):
         (the host bus and copies write one bank, or all at one address)."""
         w = pack.width
         transparent = first.loaded and first.slot in self.written_outside and sync_reads
-        wp, shared = self._memory(m, pack.name, first.slot, w, sync_reads, transparent)
-        m.d.comb += wp.addr.eq(getattr(self, port_names(first.slot)["waddr"]))
+        wp, shared = self._memory(m, pack.name, first.slot, None if pack.word_writes else w, sync_reads, transparent)
+        waddr = getattr(self, port_names(first.slot)["waddr"])
+        fields = []
         for i, slot in enumerate(pack.slots):
             n = port_names(slot)
             reads[slot] = [_BankPort(slot, p, w, pack.depth) for p in range(len(shared))]
-            m.d.comb += [wp.data[i * w:(i + 1) * w].eq(getattr(self, n["wdata"])),
-                         wp.en[i].eq(getattr(self, n["we"]) & gate),
-                         getattr(self, n["rdata"]).eq(reads[slot][0].data)]
+            fields.append((getattr(self, n["wdata"]), getattr(self, n["we"]) & gate))
+            m.d.comb += getattr(self, n["rdata"]).eq(reads[slot][0].data)
             m.d.comb += [bank.data.eq(port.data[i * w:(i + 1) * w]) for bank, port in zip(reads[slot], shared)]
-        m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(reads[pack.slots[0]], shared)]
+        own = reads[pack.slots[0]]
+        if pack.word_writes:          # one enable: a bank's write reads the word first (subword.py)
+            read_modify_write(m, pack.name, wp, shared[0], own[0].addr, waddr=waddr, fields=fields, width=w)
+            m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(own[1:], shared[1:])]
+            return
+        m.d.comb += wp.addr.eq(waddr)
+        for i, (data, en) in enumerate(fields):
+            m.d.comb += [wp.data[i * w:(i + 1) * w].eq(data), wp.en[i].eq(en)]
+        m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(own, shared)]
 
     def _memory(self, m, name: str, slot: int, granularity: int | None, sync_reads: bool, transparent: bool,
                 writable: bool = True):
@@ -596,7 +627,7 @@ class KernelHW(wiring.Component):
             port = reads[load.buf][self.read_port_of[(step.index, load.buf, id(load.index))]]
             sched = self.schedule
             raw = delays.of(port.data, sched.data_stage(load) - sched.port_stage(load), f"b{load.buf}_rdata")
-            return from_bits(raw, load.dtype)
+            return from_bits(raw, load.dtype, self.decls[load.buf])
         return data
 
     def _index_ok(self, dp: Datapath, node: ir.Value, idx: Value, size: int) -> Value:

@@ -30,24 +30,28 @@ from .. import ir
 from .bram import block_rams
 from ..config import HardwareConfig
 from .kernel import read_ports
-from .pipeline import schedule
+from .pipeline import FANOUT_LEVEL, schedule
 from .program import Program
 from .layout import Banking
 
 @dataclass(frozen=True)
 class Pack:
     """Banks of one buffer held by one memory: `slots[i]` (a bank's KernelIR slot) lives at
-    bits [i * width, (i + 1) * width) of every word."""
+    bits [i * width, (i + 1) * width) of every word. `word_writes`: the memory is written a
+    whole word at a time (subword.py: a write of one bank reads the word and writes it back
+    with that bank's field replaced), so elements narrower than a block RAM's 9-bit byte share
+    bytes (nine int4 weights in a 36-bit word, not four)."""
     slots: tuple[int, ...]
     width: int                   # bits per element
     depth: int                   # words (every bank's)
     name: str                    # the memory's module name
+    word_writes: bool = False
 
     def offset(self, slot: int) -> int:
         return self.slots.index(slot) * self.width
 
 
-def auto_pack(banks: int, depth: int, width: int) -> int:
+def auto_pack(banks: int, depth: int, width: int, *, word_writes: bool = False) -> int:
     """The group size that needs the fewest block RAMs for `banks` banks (the smallest such),
     never stacking a group deeper than one bank alone: a deeper stack reads through a wider
     multiplexer (the int8 GEMV 128x784 at 4 x 4 packed 4 to a word in 512-word rows: 15 fewer
@@ -55,7 +59,7 @@ def auto_pack(banks: int, depth: int, width: int) -> int:
     alone, rows = block_rams(depth, 1, width)
     best, best_cost = 1, banks * alone
     for g in range(2, banks + 1):
-        cost = ceil(banks / g) * block_rams(depth, g, width, rows)[0]
+        cost = ceil(banks / g) * block_rams(depth, g, width, rows, word_writes=word_writes)[0]
         if cost < best_cost:
             best, best_cost = g, cost
     return best
@@ -81,13 +85,43 @@ def plan_packs(kernel: ir.KernelIR, program: Program, banking: dict[int, Banking
             continue
         if len({s in late for s in slots}) > 1:
             continue
-        width, depth = decls[slots[0]].dtype.bits, decls[slots[0]].size
-        g = auto_pack(len(slots), depth, width) if config.mem_pack == "auto" else min(config.mem_pack, len(slots))
+        width, depth = decls[slots[0]].width, decls[slots[0]].size
+        narrow = decls[slots[0]].width < decls[slots[0]].dtype.bits
+        g, words = _grouping(len(slots), depth, width, config, narrow)
         for j in range(0, len(slots), g):
             group = tuple(slots[j:j + g])
             if len(group) > 1:
-                packs.append(Pack(group, width, depth, f"mem_b{param}_w{j // g}"))
+                packs.append(Pack(group, width, depth, f"mem_b{param}_w{j // g}", words))
     return tuple(packs)
+
+
+def group_blocks(banks: int, g: int, depth: int, width: int, max_rows: int | None = None, *,
+                 word_writes: bool = False) -> int:
+    """Block RAMs of `banks` banks packed `g` to a memory (the last memory may hold fewer)."""
+    full, rest = divmod(banks, g)
+    blocks = full * block_rams(depth, g, width, max_rows, word_writes=word_writes)[0]
+    return blocks + (block_rams(depth, rest, width, max_rows, word_writes=word_writes)[0] if rest else 0)
+
+
+def _grouping(banks: int, depth: int, width: int, config: HardwareConfig, narrow: bool) -> tuple[int, bool]:
+    """(banks per memory, whole-word writes) for a buffer's `banks` banks. Whole-word writes
+    (Pack.word_writes) for a `narrow` buffer (stored in fewer bits than its dtype: an int4
+    weight; a dtype's own 8, 16 or 32 bits keep a byte-aligned element per enable), where they
+    save block RAMs, with block-RAM reads, from FANOUT_LEVEL: a write of one bank lands a cycle
+    later there, when the host bus is registered and a kernel started right after the last
+    write reads its memories later still (hw/top.py); below, a kernel may read in the cycle the
+    write would land."""
+    words_ok = narrow and config.mem_read == "sync" and config.fp_pipeline >= FANOUT_LEVEL
+    if config.mem_pack == "auto":
+        g = auto_pack(banks, depth, width)
+        if not words_ok:
+            return g, False
+        gw = auto_pack(banks, depth, width, word_writes=True)
+        if group_blocks(banks, gw, depth, width, word_writes=True) < group_blocks(banks, g, depth, width):
+            return gw, True
+        return g, False
+    g = min(config.mem_pack, banks)
+    return g, words_ok and group_blocks(banks, g, depth, width, word_writes=True) < group_blocks(banks, g, depth, width)
 
 
 def _read_addresses(kernel: ir.KernelIR, program: Program) -> dict[int, dict[int, list[int]]]:

@@ -83,9 +83,11 @@ class HostPort:
     kernel: int
     slot: int                                    # the bank's buffer slot in the kernel hardware
     depth: int
-    width: int
+    width: int                                   # bits of its elements (a narrow buffer's: Design.narrow_buffers)
     write: bool
     read: bool
+    sign_extend: bool = False                    # elements narrower than their dtype in two's complement:
+                                                 # a reader sign-extends them (else zero-extends)
 
 
 def toposort_kernels(n: int, edges: set[tuple[int, int]], names: list[str] | None = None) -> list[int]:
@@ -174,14 +176,19 @@ class TopHW(wiring.Component):
                  banking: dict[Place, Banking], shares: list[Share], host_ports: list[HostPort]):
         self.kernels, self.phases, self.buffers = kernels, phases, buffers
         self.banking, self.shares, self.host_ports = banking, shares, host_ports
+        super().__init__(self.members(host_ports))
+
+    @staticmethod
+    def members(host_ports: list[HostPort]) -> dict:
+        """The top's ports (its signature's members)."""
         ports = host_ports or [HostPort(-1, 0, 0, 1, 1, False, False)]
         addr_bits = max(1, max((p.depth - 1).bit_length() for p in ports))
         data_bits = max(p.width for p in ports)
-        super().__init__({
+        return {
             "start": In(1), "done": Out(1), "busy": Out(1),
             "host_sel": In(range(max(2, len(ports)))), "host_addr": In(addr_bits),
             "host_wdata": In(data_bits), "host_we": In(1), "host_rdata": Out(data_bits),
-        })
+        }
 
     @property
     def host_read_latency(self) -> int:

@@ -21,6 +21,7 @@ NaN for some x); their weight operands become constants, which synthesis propaga
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping
 
 import numpy as np
@@ -35,7 +36,7 @@ K = ir.OpKind
 def bind_constants(kernel: ir.KernelIR, words: Mapping[int, np.ndarray]) -> ir.KernelIR:
     """`kernel` with every slot in `words` (slot -> the buffer's unsigned element words) that it
     loads and never stores marked a ROM holding them."""
-    buffers = [ir.BufferDecl(b.slot, b.dtype, b.size, b.loaded, b.stored, tuple(int(w) for w in words[b.slot]))
+    buffers = [replace(b, rom=tuple(int(w) for w in words[b.slot]))
                if b.slot in words and b.loaded and not b.stored else b for b in kernel.buffers]
     return ir.make_kernel(kernel.name, buffers, kernel.accs, kernel.body)
 

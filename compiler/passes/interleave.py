@@ -2,6 +2,8 @@
 adder's accumulators form a ring."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import ir
 from ..dtypes import BOOL, INT32
 from ..hw.program import split_into_steps
@@ -49,7 +51,7 @@ def interleave(kernel: ir.KernelIR, level: int) -> ir.KernelIR:
     body = _interleave_body(kernel, kernel.body, level, state)
     if not state["accs"]:
         return kernel
-    accs = [ir.AccDecl(a.index, a.dtype, state["accs"].get(a.index, a.ways)) for a in kernel.accs]
+    accs = [replace(a, ways=state["accs"].get(a.index, a.ways)) for a in kernel.accs]
     return ir.make_kernel(kernel.name, kernel.buffers, accs, body)
 
 

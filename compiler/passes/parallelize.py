@@ -3,7 +3,7 @@ innermost reductions, banked memory layouts (hw/layout.py). Also returns the ban
 split_deep and the builder read."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -206,7 +206,7 @@ class _Unroller:
         for a in kernel.accs:
             for lane in (range(factors[replicated[a.index]]) if a.index in replicated else (None,)):
                 self.acc_index[a.index, lane] = len(self.accs)
-                self.accs.append(ir.AccDecl(len(self.accs), a.dtype))
+                self.accs.append(replace(a, index=len(self.accs)))
         self.memo: dict[tuple, ir.Value] = {}
         self.nodes: dict[tuple, ir.Value] = {}          # shared new nodes (counters, word addresses)
         self.deps: dict[int, frozenset[int]] = {}
@@ -221,8 +221,8 @@ class _Unroller:
                 buffers.append(b)
             else:
                 words = bk.layout.scatter(np.asarray(b.rom, dtype=np.uint64)) if b.rom is not None else None
-                buffers += [ir.BufferDecl(s, b.dtype, bk.layout.words, b.loaded, b.stored,
-                                          None if words is None else tuple(int(w) for w in words[lane]))
+                buffers += [replace(b, slot=s, size=bk.layout.words,
+                                    rom=None if words is None else tuple(int(w) for w in words[lane]))
                             for lane, s in enumerate(bk.banks)]
         return ir.make_kernel(self.k.name, sorted(buffers, key=lambda b: b.slot), self.accs, body)
 

@@ -2,6 +2,8 @@
 multiplexer tree."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .. import ir
@@ -30,7 +32,7 @@ def split_deep(kernel: ir.KernelIR, banking: dict[int, Banking], level: int,
     """
     deep = {b.slot: b for b in kernel.buffers
             if level >= min_level and b.slot in banking and banking[b.slot].layout.is_plain
-            and b.size > column_depth(b.dtype.bits)}
+            and b.size > column_depth(b.width)}
     if not deep:
         return kernel, banking
     next_slot = max(b.slot for b in kernel.buffers) + 1
@@ -38,7 +40,7 @@ def split_deep(kernel: ir.KernelIR, banking: dict[int, Banking], level: int,
     parts: dict[int, tuple[int, list[int]]] = {}        # slot -> (shift, part slots)
     buffers = [b for b in kernel.buffers if b.slot not in deep]
     for slot, b in sorted(deep.items()):
-        depth = column_depth(b.dtype.bits)
+        depth = column_depth(b.width)
         n = -(-b.size // depth)
         slots = list(range(next_slot, next_slot + n))
         next_slot += n
@@ -46,8 +48,8 @@ def split_deep(kernel: ir.KernelIR, banking: dict[int, Banking], level: int,
         layout = Layout(b.size, (Dim(depth, n, n), Dim(1, depth, 1)))
         banking[slot] = Banking(slot, layout, tuple(slots), f"split into {n} parts of one block RAM's depth", parts=True)
         words = layout.scatter(np.asarray(b.rom, dtype=np.uint64)) if b.rom is not None else None
-        buffers += [ir.BufferDecl(s, b.dtype, depth, b.loaded, b.stored,
-                                  None if words is None else tuple(int(w) for w in words[part]))
+        buffers += [dataclasses.replace(b, slot=s, size=depth,
+                                        rom=None if words is None else tuple(int(w) for w in words[part]))
                     for part, s in enumerate(slots)]
 
     memo: dict[int, ir.Value] = {}

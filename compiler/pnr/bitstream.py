@@ -64,7 +64,7 @@ def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package
         area = synthesize(design, "ecp5", work / "synth", timeout=timeout, netlist=True, exact_init=True)
     else:
         from amaranth.back import rtlil
-        from ..bus.wrapper import wrap
+        from ..bus import wrap
         from ..synth.area import synthesize_rtlil
         area = synthesize_rtlil(rtlil.convert(wrap(design, bus), name="top"), "ecp5", work / "synth", timeout=timeout,
                                 netlist=True, mul=design.config.mul)

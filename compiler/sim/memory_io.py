@@ -54,8 +54,28 @@ def input_words(design: Design, inputs: dict | None, only_given: bool = False) -
         data = given.get(buf, b.data)
         if data is None:
             raise CompileError(f"input buffer {buf} ({b.dtype}[{b.size}]) has no data: pass it in `inputs`")
+        if buf in design.input_bounds:
+            check_bounds(data, buf, design.input_bounds[buf], b.dtype)
         words[buf] = dt.to_words(data, b.dtype)
     return words
+
+
+def check_bounds(data, buf: int, bounds: tuple[int, int], dtype: dt.DType) -> None:
+    """CompileError naming the first element of `data` outside the declared range of input
+    buffer `buf`: the hardware stores and computes with that range's bits, so such a value
+    would not be what the model computes (it is never wrapped)."""
+    a = np.asarray(data).reshape(-1)
+    if dtype.is_int and not np.issubdtype(a.dtype, np.integer):
+        ints = a.astype(np.int64)
+        if not np.array_equal(ints, a):
+            raise CompileError(f"input buffer {buf} ({dtype.name}): element {int(np.argmax(ints != a))} is "
+                               f"{a[int(np.argmax(ints != a))]!r}, not an integer")
+        a = ints
+    lo, hi = bounds
+    bad = np.flatnonzero((a < lo) | (a > hi))
+    if bad.size:
+        raise CompileError(f"input buffer {buf} ({dtype.name}): element {int(bad[0])} is {int(a[bad[0]])}, outside "
+                           f"its declared range [{lo}, {hi}] ({bad.size} element{'s' * (bad.size != 1)} outside)")
 
 
 def _buffer_of(design: Design, key) -> int:

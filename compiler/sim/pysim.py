@@ -77,10 +77,7 @@ class Harness:
 def run_pysim(design: Design, inputs: dict | None = None) -> SimResult:
     import time
     if design.flow is not None:
-        from ..errors import CompileError
-        raise CompileError(f"{design.name()} is a schedule=dataflow design: it streams samples through "
-                           "beats, which the CXXRTL back end drives (backend='cxxrtl'); pysim runs "
-                           "sequential designs only")
+        return run_pysim_stream(design, [{}], inputs)[0]
     words = input_words(design, inputs)
     harness = Harness.of(design)
     result: dict = {}
@@ -94,3 +91,85 @@ def run_pysim(design: Design, inputs: dict | None = None) -> SimResult:
 
     harness.simulate(bench)
     return SimResult(result["outputs"], result["cycles"], "pysim", result["seconds"], 0.0, result["buffers"])
+
+
+def _bank_memories(design: Design, ref, bank: int):
+    """(MemoryData, first word) of the memories holding ring bank `bank` of `ref` (a plain
+    memory's own parts when `ref` is no ring)."""
+    hw = design.top.kernels[ref.kernel]
+    if ref.slot in hw.ring_memories:
+        return [(hw.ring_memories[ref.slot][bank], 0)]
+    return [(mem, start) for _, start, mem in design.memory_parts(ref)]
+
+
+def run_pysim_stream(design: Design, samples: list[dict], inputs: dict | None = None) -> list[SimResult]:
+    """A dataflow design (hw/dataflow.py) fed `samples` back to back, as the CXXRTL back end's
+    run_cxxrtl_stream (same results): the weights poked once, each sample's streamed inputs into
+    its ring banks a beat before its first beat, beats run with `start` held high, each sample's
+    outputs read from their banks as the beat that completes them is done."""
+    import time
+    flow = design.flow
+    assert flow is not None
+    words = input_words(design, inputs)
+    own = [input_words(design, s, only_given=True) for s in samples]
+    for o in own:
+        extra = sorted(set(o) - flow.streamed)
+        if extra:
+            raise ValueError(f"input buffer(s) {extra} are not streamed (compile_model(stream=...)): "
+                             "they cannot change from sample to sample")
+    outputs = [hb for hb in design.host_buffers.values() if hb.id in set(design.graph.outputs)]
+    beats = len(samples) + flow.depth - 1
+    harness = Harness.of(design)
+    top = design.top
+    got: list[tuple[list, dict, int]] = []
+    done_at: list[int] = []
+
+    def poke_sample(ctx, n: int) -> None:
+        for buf in flow.streamed:
+            if buf not in design.host_buffers:
+                continue
+            for ref, bank in design.memory_words(buf, own[n].get(buf, words.get(buf))):
+                for mem, start in _bank_memories(design, ref, flow.bank_for_sample((ref.kernel, ref.slot), n, output=False)):
+                    for i, v in enumerate(bank[start:start + mem.depth].tolist()):
+                        ctx.set(mem[i], v)
+
+    def read_sample(ctx, n: int):
+        def read(hb):
+            banks = []
+            for ref in design.home_memories(hb.id):
+                b = flow.bank_for_sample((ref.kernel, ref.slot), n, output=True)
+                banks.append([ctx.get(mem[i]) for mem, _ in _bank_memories(design, ref, b) for i in range(mem.depth)])
+            return design.buffer_words(hb.id, banks)
+        return outputs_from(design, read, [hb.id for hb in outputs])
+
+    async def bench(ctx):
+        poke_inputs(ctx, design, {b: w for b, w in words.items() if b not in flow.streamed})
+        # a sample goes into its banks a beat ahead: poked in the cycle a beat starts in, a word
+        # the kernel reads in that cycle would be read as it was (pysim settles the read first)
+        for n in range(min(2, len(samples))):
+            poke_sample(ctx, n)
+        ctx.set(top.start, 1)
+        first = ctx.get(harness.count)
+        t0 = time.perf_counter()
+        for t in range(beats):
+            (now,) = await ctx.tick().sample(harness.count).until(top.done)
+            done_at.append(now - first)
+            n = t - flow.depth + 1
+            if n >= 0:
+                got.append((*read_sample(ctx, n), n))
+            if t + 2 < len(samples):
+                poke_sample(ctx, t + 2)
+            if t + 1 == beats:
+                ctx.set(top.start, 0)
+        got.append(time.perf_counter() - t0)
+
+    harness.simulate(bench)
+    seconds = got.pop()
+    results = []
+    for outs, buffers, n in got:
+        t = n + flow.depth - 1
+        start = done_at[n - 1] if n > 0 else 0
+        interval = done_at[t] - (done_at[t - 1] if t > 0 else 0)
+        results.append(SimResult(outs, int(done_at[t] - start), "pysim", seconds / max(1, len(samples)), 0.0,
+                                 buffers, interval=int(interval)))
+    return results

@@ -24,6 +24,7 @@ float model being the same model in fp32 with the file's weights as they are (`f
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import tempfile
@@ -39,9 +40,11 @@ from compiler.tools import package_version
 from dse.models import zoo
 from dse.models.convnet import LayerNet
 from dse.models.data import Dataset
+from dse.models.floatnet import FloatNet
 from dse.models.fp8net import Fp8Net
 from dse.models.model import ModelSpec
-from dse.models.quantize import FP8_SCHEME, QMAX, SCHEME, DenseNet, is_fp8
+from dse.models.quantize import FP8_SCHEME, SCHEME, DenseNet, is_fp8
+from dse.models.widths import quantisable
 from dse.models.zoo import input_tensors
 
 
@@ -59,6 +62,7 @@ class SampleRun:
     quantization: str | None    # the scheme, for integer dtypes
     logits: np.ndarray          # (samples, classes) as the hardware computed them
     design: object              # the compiled Design (for synthesis)
+    mean_bits: tuple[float, float] | None = None    # the quantiser's (weights, activations) widths, mean over layers
 
 
 class SampleCheckError(AssertionError):
@@ -79,28 +83,31 @@ def check_cycles(runs, design) -> int:
     return model.total
 
 def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config: HardwareConfig | None = None,
-                backend: str = "cxxrtl") -> SampleRun:
+                backend: str = "cxxrtl", formats=None) -> SampleRun:
+    """`formats`: the widths of the tool's quantiser (dse.models.widths.Formats; None: the dtype's)."""
     x = data.x_test.reshape(len(data.x_test), -1)
     if x.shape[1] != net.inputs:
         raise ValueError(f"{data.name} samples have {x.shape[1]} values, the model takes {net.inputs}")
     float_logits = net.float_logits(x)
-    if dtype in QMAX:
-        q = net.quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1))
+    if quantisable(dtype):
+        q = net.quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1), formats=formats)
         built, arrays, xs = q.built(), q.arrays(), q.quantize_input(x)
         reference, to_float = q.reference(xs), q.dequantize
     elif zoo.DTYPES[dtype].is_float:
-        if is_fp8(dtype) and isinstance(net, LayerNet):
-            net = Fp8Net(net)                      # a CNN chain in fp8 (dse/models/fp8net.py)
+        if isinstance(net, LayerNet):               # a CNN chain: dse/models/fp8net.py, floatnet.py
+            net = Fp8Net(net) if is_fp8(dtype) else FloatNet(net)
         xs = zoo.round_float(x, dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
         built, arrays = net.built(dtype), net.arrays(dtype)
         reference, to_float = net.reference(dtype, x), lambda v: np.asarray(v, np.float64)
     else:
-        raise ValueError(f"dtype {dtype!r}: a float model runs in {', '.join(QMAX)} (quantised) or a float dtype")
+        raise ValueError(f"dtype {dtype!r}: a float model runs in a signed integer format (quantised) or a float dtype")
     tensors = input_tensors(built, {**arrays, "x": xs[0]})
     x_tensor = tensors[list(built.inputs).index("x")]
-    # x streams (through a dataflow design); the rest are weights (loaded once, or built in)
-    design = compile_model(built.forward(*tensors), config=config, stream=x_tensor)
-    runs = simulate_many(design, [{x_tensor: s} for s in xs], backend=backend)
+    # x streams (through a dataflow design); the rest are weights (loaded once, or built in);
+    # the ranges the evaluation's design is built with (every input comes from the quantiser here)
+    design = compile_model(built.forward(*tensors), config=config, stream=x_tensor,
+                           input_ranges=zoo.declared_ranges(built, tensors, None, frozenset(built.inputs)))
+    runs = simulate_many(design, [{x_tensor: s} for s in xs], backend=backend)   # a dataflow design streams them
     logits = np.stack([np.asarray(r.outputs[0]).reshape(-1) for r in runs])
     model_cycles = check_cycles(runs, design)
     # bit-exact: equal values with equal signs (-0.0 != +0.0); any NaN equals any NaN
@@ -110,9 +117,11 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
     if len(diff):
         raise SampleCheckError(f"sample {diff[0]}: hardware {logits[diff[0]].tolist()} != reference "
                                f"{reference[diff[0]].tolist()} ({len(diff)} of {len(xs)} samples differ)")
-    return _scored(dtype=dtype, logits=logits, float_logits=float_logits, labels=data.y_test, to_float=to_float,
-                   cycles=model_cycles, design=design,
-                   quantization=SCHEME if dtype in QMAX else FP8_SCHEME if is_fp8(dtype) else None)
+    run = _scored(dtype=dtype, logits=logits, float_logits=float_logits, labels=data.y_test, to_float=to_float,
+                  cycles=model_cycles, design=design,
+                  quantization=getattr(q, "scheme", "") or SCHEME if quantisable(dtype)
+                  else FP8_SCHEME if is_fp8(dtype) else None)
+    return dataclasses.replace(run, mean_bits=q.mean_bits()) if quantisable(dtype) else run
 
 
 def _scored(*, dtype: str, logits: np.ndarray, float_logits: np.ndarray, labels: np.ndarray | None,
@@ -120,7 +129,9 @@ def _scored(*, dtype: str, logits: np.ndarray, float_logits: np.ndarray, labels:
             design) -> SampleRun:
     """The metrics of checked outputs (samples, classes) against the float model's; without
     `to_float` (an integer model whose scale the tool does not know) no logit error is given."""
-    pred, pred_float = logits.argmax(1), float_logits.argmax(1)
+    # the classes' scores in real units: a declared last layer may have one scale per class
+    pred = (to_float(logits) if to_float is not None else logits).argmax(1)
+    pred_float = float_logits.argmax(1)
     truth = labels if labels is not None else pred_float
     if to_float is None:
         mean_err = max_err = float("nan")

@@ -1,7 +1,7 @@
 """Chains of convolutions, max-pools and dense layers (a small CNN from ONNX): the float model
 and its post-training quantisation, by the same scheme as dense networks (dse.models.quantize).
 
-    net = load_onnx_layers(Path("cnn.onnx"))             # Conv, Relu, MaxPool, Flatten, Gemm, ...
+    net = read_chain(Path("cnn.onnx"))                   # dse.models.chain: Conv, Relu, MaxPool, Flatten, Gemm, ...
     q = net.quantize(dtype="int8", calibration=x_train)
     built, arrays = q.built(), q.arrays()                # the integer model as a tinygrad model
     logits = q.reference(q.quantize_input(x))            # its numpy golden model, bit-exact
@@ -20,18 +20,17 @@ requantisation is monotonic, so pooling commutes with it).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dse.models import zoo
-from dse.models.quantize import ACT_QMAX, QMAX, requantisation, requantise
+from dse.models.quantize import SCHEME, requantisation
 
-LAYER_OPS = ("Conv", "Gemm", "MatMul", "Add", "Relu", "MaxPool", "Flatten")
-
+if TYPE_CHECKING:   # dse.models.qonnx reads files into these layers; imported for the names only
+    from dse.models.qonnx import Quantiser, WeightGrid
 
 @dataclass(frozen=True)
 class Conv:
@@ -40,6 +39,9 @@ class Conv:
     stride: tuple[int, int]
     pads: tuple[int, int, int, int]     # top, left, bottom, right (ONNX order: begins, then ends)
     relu: bool = False
+    grid: "WeightGrid | None" = None    # integer weights the file declares (W = their values)
+    out_quant: "Quantiser | None" = None    # the file's quantiser of this layer's output (after its ReLU)
+    name: str = ""                      # its weights' name in the file (format knobs name layers by it)
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,9 @@ class Linear:
     W: np.ndarray                       # (out, in)
     b: np.ndarray                       # (out,)
     relu: bool = False
+    grid: "WeightGrid | None" = None
+    out_quant: "Quantiser | None" = None
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -98,22 +103,46 @@ def _channel(v: np.ndarray, ndim: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class LayerNet:
+    """The layers, and the quantisation a file declares (dse.models.qonnx: QONNX or QCDQ): a
+    quantiser of the input (after `input_map`, the affine preprocessing before it, which the
+    host applies), integer weights and output quantisers on the layers."""
     input_shape: tuple[int, ...]         # one sample, with the batch dimension 1: (1, C, H, W)
     layers: tuple[Layer, ...]
+    input_quant: "Quantiser | None" = None
+    input_map: tuple[np.ndarray, np.ndarray] | None = None     # (scale, shift), input_shape each
 
     @property
     def inputs(self) -> int:
         return math.prod(self.input_shape)
 
-    def float_logits(self, x: np.ndarray) -> np.ndarray:
-        """The float model in float64 on samples (n, ...): (n, outputs)."""
+    @property
+    def declared(self) -> bool:
+        """Whether the file declares quantisation (bits and scales) anywhere."""
+        return self.input_quant is not None or any(
+            getattr(layer, "grid", None) is not None or getattr(layer, "out_quant", None) is not None
+            for layer in self.layers)
+
+    def mapped_input(self, x: np.ndarray) -> np.ndarray:
+        """Samples (n, ...) shaped (n, *input_shape[1:]), the input map applied."""
         h = np.asarray(x, np.float64).reshape((len(x), *self.input_shape[1:]))
+        if self.input_map is not None:
+            h = h * self.input_map[0] + self.input_map[1]
+        return h
+
+    def float_logits(self, x: np.ndarray) -> np.ndarray:
+        """The float model in float64 on samples (n, ...): (n, outputs); with the quantisers
+        the file declares (its weights are their values already), as the file computes."""
+        h = self.mapped_input(x)
+        if self.input_quant is not None:
+            h = self.input_quant(h)
         for layer in self.layers:
             h = _float_layer(layer, h)
+            if getattr(layer, "out_quant", None) is not None:
+                h = layer.out_quant(h)
         return h.reshape(len(h), -1)
 
-    def quantize(self, *, dtype: str, calibration: np.ndarray) -> "QuantLayerNet":
-        return quantize_layers(net=self, dtype=dtype, calibration=calibration)
+    def quantize(self, *, dtype: str, calibration: np.ndarray, formats=None) -> "QuantLayerNet":
+        return quantize_layers(net=self, dtype=dtype, calibration=calibration, formats=formats)
 
 
 def _float_layer(layer: Layer, h: np.ndarray) -> np.ndarray:
@@ -132,14 +161,22 @@ def _float_layer(layer: Layer, h: np.ndarray) -> np.ndarray:
 class QuantStep:
     """One layer of the integer model: a conv or dense layer with its integer weights and
     requantisation (M None: the last one, whose int32 accumulators are the outputs), or a
-    max-pool / flatten."""
+    max-pool / flatten. A requantised output is clipped to [lo, hi] and rounded by `offset`
+    (2**(S-1): to nearest, ties up; 0: down; 2**S - 1: up), or, with `even`, to nearest with
+    ties to even (offset 2**(S-1) - 1 plus the result's lowest bit)."""
     layer: Layer                        # the float layer (shapes, strides, pads, relu)
-    W: np.ndarray | None = None         # int8/int16
+    W: np.ndarray | None = None         # integers in the weights' container
     b: np.ndarray | None = None         # int32, on the accumulator's scale
     acc_scale: np.ndarray | None = None
     M: np.ndarray | None = None
     P: int = 0
     S: int = 0
+    lo: int = 0
+    hi: int = 0
+    offset: int = 0
+    out_scale: float = 0.0              # the real value of one unit of the requantised output
+    even: bool = False
+    w_range: tuple[int, int] = (0, 0)   # the weights' integer range (the file's, or the tool's symmetric one)
 
 
 @dataclass(frozen=True)
@@ -148,19 +185,40 @@ class QuantLayerNet:
     input_shape: tuple[int, ...]
     input_scale: float
     steps: tuple[QuantStep, ...]
-
-    @property
-    def qmax(self) -> int:
-        return ACT_QMAX[self.dtype]
+    input_lo: int = 0                   # the input integers' range
+    input_hi: int = 0
+    input_map: tuple[np.ndarray, np.ndarray] | None = None
+    input_quant: "Quantiser | None" = None      # the file's input quantiser (its rounding mode)
+    scheme: str = ""                    # how it was quantised, in words (a row's `quantization`)
 
     def quantize_input(self, x: np.ndarray) -> np.ndarray:
         """Samples (n, ...) as integer inputs (n, *input_shape)."""
-        q = np.clip(np.round(np.asarray(x, np.float64) / self.input_scale), -self.qmax, self.qmax)
-        return q.reshape((len(q), *self.input_shape)).astype(zoo.storage(self.dtype))
+        h = np.asarray(x, np.float64).reshape((len(x), *self.input_shape[1:]))
+        if self.input_map is not None:
+            h = h * self.input_map[0] + self.input_map[1]
+        q = (self.input_quant.integers(h) if self.input_quant is not None
+             else np.clip(np.round(h / self.input_scale), self.input_lo, self.input_hi))
+        return q.reshape((len(q), *self.input_shape)).astype(zoo.storage(self.input_element))
+
+    @property
+    def input_element(self) -> str:
+        """The input's element type: the narrowest holding its integers (a file's uint5, int8, ...)."""
+        from dse.models.widths import int_element
+        return int_element(self.input_lo, self.input_hi)
+
+    def mean_bits(self) -> tuple[float, float]:
+        """(mean weight bits, mean activation bits: the input and each requantised output)."""
+        from dse.models.widths import mean_bits
+        computes = [s for s in self.steps if s.W is not None]
+        # the tool's activations are signed ranges, of which a ReLU output uses the upper half; a
+        # file's quantiser counts as it declares
+        acts = [(s.lo, s.hi) if s.layer.out_quant is not None else (-s.hi, s.hi) for s in computes if s.M is not None]
+        return mean_bits([s.w_range for s in computes], [(self.input_lo, self.input_hi)] + acts)
 
     def dequantize(self, logits: np.ndarray) -> np.ndarray:
         last = next(s for s in reversed(self.steps) if s.W is not None)
-        return np.asarray(logits, np.float64).reshape(len(logits), -1) * last.acc_scale
+        scale = last.acc_scale if last.M is None else last.out_scale
+        return np.asarray(logits, np.float64).reshape(len(logits), -1) * scale
 
     def reference(self, xq: np.ndarray) -> np.ndarray:
         """The integer model in numpy on samples (n, *input_shape): int32 outputs (n, outputs).
@@ -181,21 +239,27 @@ class QuantLayerNet:
             if step.M is None:
                 return acc.reshape(len(acc), -1).astype(np.int32)
             M = _channel(step.M.astype(np.int64), acc.ndim)
-            r = _wrap32(_wrap32((acc >> step.P) * M) + (1 << (step.S - 1))) >> step.S
-            h = np.clip(r, 0 if layer.relu else -self.qmax, self.qmax)
-        raise AssertionError("unreachable: the last conv/dense layer has no multiplier")
+            v = _wrap32((acc >> step.P) * M)
+            r = _wrap32(v + step.offset + ((v >> step.S) & 1 if step.even else 0)) >> step.S
+            h = np.clip(r, step.lo, step.hi)
+        return h.reshape(len(h), -1).astype(np.int32)     # the last layer requantised (its quantiser)
 
     def built(self) -> zoo.Built:
         """The integer model as a zoo.Built: inputs x, then W{i}, b{i}, M{i} per conv/dense layer."""
+        from compiler.dtypes import to_tinygrad
+        from dse.models.widths import int_element
         tg = zoo.import_tinygrad()
-        i32, narrow = tg.dtypes.int32, tg.dtypes.int8 if self.dtype == "int8" else tg.dtypes.int16
-        inputs = {"x": (self.input_shape, self.dtype)}
+        i32 = tg.dtypes.int32
+        # each input declared at its width (int4 weights in an int8 Tensor), so the hardware is
+        # sized to it; the requantised activations' range comes from their clip
+        inputs = {"x": (self.input_shape, self.input_element)}
+        narrow = {id(s): to_tinygrad(zoo.DTYPES[int_element(s.lo, s.hi)]) for s in self.steps if s.M is not None}
         for i, step in enumerate((s for s in self.steps if s.W is not None), 1):
-            inputs[f"W{i}"] = (step.W.shape, self.dtype)
-            inputs[f"b{i}"] = (step.b.shape, "int32")
+            inputs[f"W{i}"] = (step.W.shape, int_element(*step.w_range))
+            inputs[f"b{i}"] = (step.b.shape, int_element(*_span(step.b)))
             if step.M is not None:
-                inputs[f"M{i}"] = (step.M.shape, "int32")
-        steps, qmax = self.steps, self.qmax
+                inputs[f"M{i}"] = (step.M.shape, int_element(*_span(step.M)))
+        steps = self.steps
 
         def forward(x, *params):
             h, k = x.cast(i32), 0
@@ -207,7 +271,7 @@ class QuantLayerNet:
                 if isinstance(layer, Flatten):
                     h = h.reshape(h.shape[0], -1)
                     continue
-                W, b = params[k].cast(i32), params[k + 1]
+                W, b = params[k].cast(i32), params[k + 1].cast(i32)
                 if isinstance(layer, Conv):
                     t, l, bo, r = layer.pads
                     acc = h.conv2d(W, b, stride=layer.stride, padding=(l, r, t, bo))
@@ -215,36 +279,93 @@ class QuantLayerNet:
                     acc = h @ W.T + b
                 if step.M is None:
                     return acc
-                M = params[k + 2].reshape((1, -1) + (1,) * (acc.ndim - 2))
-                q = (((acc >> step.P) * M) + (1 << (step.S - 1))) >> step.S
-                h = q.clip(0 if layer.relu else -qmax, qmax).cast(narrow).cast(i32)   # stored narrow
+                M = params[k + 2].cast(i32).reshape((1, -1) + (1,) * (acc.ndim - 2))
+                v = (acc >> step.P) * M
+                q = (v + step.offset + ((v >> step.S) & 1) if step.even else v + step.offset) >> step.S
+                h = q.clip(step.lo, step.hi).cast(narrow[id(step)]).cast(i32)   # stored narrow
                 k += 3
-            raise AssertionError("unreachable: the last conv/dense layer has no multiplier")
+            return h.reshape(h.shape[0], -1)
         return zoo.Built(inputs, forward)
 
     def arrays(self) -> dict[str, np.ndarray]:
+        from dse.models.widths import int_element
         out = {}
         for i, step in enumerate((s for s in self.steps if s.W is not None), 1):
-            out[f"W{i}"], out[f"b{i}"] = step.W, step.b
+            out[f"W{i}"] = step.W.astype(zoo.storage(int_element(*step.w_range)))
+            out[f"b{i}"] = step.b.astype(zoo.storage(int_element(*_span(step.b))))
             if step.M is not None:
-                out[f"M{i}"] = step.M
+                out[f"M{i}"] = step.M.astype(zoo.storage(int_element(*_span(step.M))))
         return out
+
+
+def _span(a: np.ndarray) -> tuple[int, int]:
+    """The integer range of constant arrays (biases, multipliers): what their inputs are declared
+    as, so the adders and multipliers they reach are sized to it."""
+    return min(int(a.min()), 0), max(int(a.max()), 1)
 
 
 def _wrap32(v: np.ndarray) -> np.ndarray:
     return np.asarray(v, np.int64).astype(np.int32).astype(np.int64)
 
 
-def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray) -> QuantLayerNet:
-    """Post-training quantisation of `net` to int8/int16, scales calibrated on `calibration`
-    samples (n, ...) (the training split); the module docstring gives the scheme."""
-    if dtype not in QMAX:
-        raise ValueError(f"quantisation to {dtype!r} is not supported; supported: {', '.join(QMAX)}")
-    qmax, act_qmax = QMAX[dtype], ACT_QMAX[dtype]
-    store = zoo.storage(dtype)
-    x = np.asarray(calibration, np.float64).reshape((len(calibration), *net.input_shape[1:]))
-    s_in = input_scale = max(float(np.abs(x).max()), 1e-12) / act_qmax
-    h_float, h_int = x, np.clip(np.round(x / s_in), -act_qmax, act_qmax).astype(np.int64)
+def _fits(lo: int, hi: int, dtype: str, what: str, side: str) -> None:
+    """A file's integers (`side`: "weights" or "activations") must fit the point's format's type
+    for that side (int8 for both in int8; int4 weights and int8 activations in w4a8)."""
+    from dse.models import formats
+    f = formats.parse(dtype)
+    name = f.weights if side == "weights" else f.activations
+    d = zoo.DTYPES[name]
+    clo, chi = int(d.lowest), int(d.highest)
+    if lo < clo or hi > chi:
+        raise ValueError(f"{what} holds integers in [{lo}, {hi}], beyond {name} [{clo}, {chi}] ({dtype}'s {side}); "
+                         "run it in a wider integer format")
+
+
+def _rounding(q, lo: int, S: int, exact: bool) -> tuple[int, bool]:
+    """(offset, even) of the requantisation for a file's quantiser `q` (None: the tool's own,
+    to nearest). FLOOR and CEIL (and DOWN and UP on a range without negatives) as they say. The
+    nearest modes: where M / 2**S is the file's scale ratio exactly (`exact`: power-of-two
+    scales), ties are exact too and are broken as the mode says (to even; HALF_UP and HALF_DOWN
+    as up and down, which they are on a range without negatives); elsewhere the multiplier
+    approximates the ratio, no tie is exact, and ties go up."""
+    mode = q.mode if q is not None else "ROUND"
+    if lo >= 0:
+        mode = {"DOWN": "FLOOR", "UP": "CEIL"}.get(mode, mode)
+    if mode in ("ROUND", "HALF_EVEN") and exact and q is not None:
+        return (1 << (S - 1)) - 1, True
+    if mode == "HALF_DOWN" and exact:
+        return (1 << (S - 1)) - 1, False
+    if mode in ("ROUND", "HALF_EVEN", "HALF_UP", "HALF_DOWN"):
+        return 1 << (S - 1), False
+    if mode == "FLOOR":
+        return 0, False
+    if mode == "CEIL":
+        return (1 << S) - 1, False
+    raise ValueError(f"{q.where}: rounding_mode {mode} on signed values is not built (ROUND, FLOOR and CEIL are)")
+
+
+def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, formats=None) -> QuantLayerNet:
+    """The integer model of `net` in `dtype`, scales calibrated on `calibration` samples (n, ...)
+    (the training split) where the file declares none, at the widths of `formats` (the format
+    knobs, dse.models.widths; None: the dtype's); the module docstring gives the scheme.
+    What the file declares (dse.models.qonnx: integer weights, quantisers of the input and of
+    layer outputs) is taken as it is: its integers must fit the dtype (else ValueError)."""
+    from dse.models.widths import Widths, layer_names, widths
+    computes = [layer for layer in net.layers if isinstance(layer, (Conv, Linear))]
+    bits = widths(dtype, layer_names(computes), formats)
+    _declared_formats(computes, formats, net.input_quant)
+    act_qmax = Widths.qmax(bits.input)
+    store = np.int16          # each layer's weights go to their width's container in arrays()
+    x = net.mapped_input(calibration)
+    iq = net.input_quant
+    if iq is not None:
+        _fits(iq.lo, iq.hi, dtype, f"the input quantiser {iq.where}", "activations")
+        s_in, in_lo, in_hi = iq.scale, iq.lo, iq.hi
+        h_float, h_int = iq(x), iq.integers(x).astype(np.int64)
+    else:
+        s_in, in_lo, in_hi = max(float(np.abs(x).max()), 1e-12) / act_qmax, -act_qmax, act_qmax
+        h_float, h_int = x, np.clip(np.round(x / s_in), -act_qmax, act_qmax).astype(np.int64)
+    input_scale = s_in
     compute = [i for i, layer in enumerate(net.layers) if isinstance(layer, (Conv, Linear))]
     steps = []
     for i, layer in enumerate(net.layers):
@@ -258,70 +379,75 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray) -> Qu
             steps.append(QuantStep(layer))
             continue
         last = i == compute[-1]
-        rows = layer.W.reshape(len(layer.W), -1)
-        s_w = (np.full(len(rows), max(float(np.abs(rows).max()), 1e-12) / qmax) if last
-               else np.maximum(np.abs(rows).max(axis=1), 1e-12) / qmax)
-        Wq = np.clip(np.round(layer.W / s_w.reshape((-1,) + (1,) * (layer.W.ndim - 1))), -qmax, qmax).astype(store)
+        j = compute.index(i)
+        qmax, act_qmax = Widths.qmax(bits.weights[j]), Widths.qmax(bits.outputs[j])
+        where = f"{dtype}: layer {j + 1} ({type(layer).__name__.lower()})"
+        if layer.grid is not None:
+            _fits(layer.grid.lo, layer.grid.hi, dtype, f"{where}: the weights of {layer.grid.where}", "weights")
+            Wq, s_w, w_range = layer.grid.q.astype(store), layer.grid.scale, (layer.grid.lo, layer.grid.hi)
+        else:
+            rows = layer.W.reshape(len(layer.W), -1)
+            s_w = (np.full(len(rows), max(float(np.abs(rows).max()), 1e-12) / qmax) if last
+                   else np.maximum(np.abs(rows).max(axis=1), 1e-12) / qmax)
+            Wq = np.clip(np.round(layer.W / s_w.reshape((-1,) + (1,) * (layer.W.ndim - 1))), -qmax, qmax).astype(store)
+            w_range = (-qmax, qmax)
         acc_scale = s_in * s_w
         bq = np.round(layer.b / acc_scale).astype(np.int64)
         W64 = Wq.astype(np.int64)
         acc = (conv(h_int, W64, layer.stride, layer.pads) if isinstance(layer, Conv) else h_int @ W64.T)
         acc = acc + _channel(bq, acc.ndim)
-        where = f"{dtype}: layer {compute.index(i) + 1} ({type(layer).__name__.lower()})"
         if np.abs(acc).max() >= 2 ** 31:
             raise ValueError(f"{where}: an accumulator exceeds int32 on the calibration data")
-        if last:
-            steps.append(QuantStep(layer, Wq, bq.astype(np.int32), acc_scale))
+        oq = layer.out_quant
+        if oq is not None:
+            h_float = oq(h_float)
+        if last and oq is None:
+            steps.append(QuantStep(layer, Wq, bq.astype(np.int32), acc_scale, w_range=w_range))
             break
-        s_out = max(float(np.abs(h_float).max()), 1e-12) / act_qmax
-        M, P, S = requantisation(acc_scale=acc_scale, out_scale=s_out, acc=acc, where=where)
-        steps.append(QuantStep(layer, Wq, bq.astype(np.int32), acc_scale, M, P, S))
-        h_int = np.clip(requantise(acc, _channel(M, acc.ndim), P, S), 0 if layer.relu else -act_qmax, act_qmax)
-        s_in = s_out
-    return QuantLayerNet(dtype, net.input_shape, input_scale, tuple(steps))
-
-
-# ---------------------------------------------------------------------------------------------
-# from ONNX
-
-def load_onnx_layers(path: Path) -> LayerNet:
-    """A chain of Conv, Gemm (or MatMul + Add), Relu, MaxPool and Flatten nodes on one input,
-    read by tinygrad's importer, as a LayerNet; raises dse.models.data.NotDenseChain naming the first
-    node that does not fit (the graph then runs whole, in float dtypes only)."""
-    from dse.models.data import NotDenseChain, dense_weights, onnx_chain, onnx_graph
-    path = Path(path)
-    layers: list[Layer] = []
-    for node in onnx_chain(path, LAYER_OPS, "the quantiser takes"):
-        where, opts = node.where, node.opts
-        if node.op == "Conv":
-            W = node.params[0]
-            b = node.params[1].reshape(-1) if len(node.params) > 1 else np.zeros(len(W))
-            if opts.get("group", 1) != 1 or any(d != 1 for d in opts.get("dilations", (1, 1))) or W.ndim != 4:
-                raise NotDenseChain(f"{where}: only 2-D convolutions without groups or dilation are quantised")
-            if opts.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
-                raise NotDenseChain(f"{where}: auto_pad is not supported; give explicit pads")
-            pads = tuple(int(p) for p in opts.get("pads", (0, 0, 0, 0)))
-            layers.append(Conv(W, b, tuple(int(s) for s in opts.get("strides", (1, 1))), pads))
-        elif node.op in ("Gemm", "MatMul"):
-            layers.append(Linear(*dense_weights(node)))
-        elif node.op == "Add":
-            if not layers or not isinstance(layers[-1], (Conv, Linear)) or layers[-1].relu:
-                raise NotDenseChain(f"{where}: an Add must follow a Conv or MatMul")
-            layers[-1] = dataclasses.replace(layers[-1], b=layers[-1].b + node.params[0].reshape(-1))
-        elif node.op == "Relu":
-            k = next((j for j in range(len(layers) - 1, -1, -1) if isinstance(layers[j], (Conv, Linear))), None)
-            if k is None or layers[k].relu or any(isinstance(m, Flatten) for m in layers[k + 1:]):
-                raise NotDenseChain(f"{where}: a Relu must follow a Conv or dense layer (a max-pool between is fine)")
-            layers[k] = dataclasses.replace(layers[k], relu=True)
-        elif node.op == "MaxPool":
-            kernel = tuple(int(v) for v in opts["kernel_shape"])
-            if any(int(p) for p in opts.get("pads", ())) or opts.get("ceil_mode", 0) or len(kernel) != 2:
-                raise NotDenseChain(f"{where}: only 2-D max-pools without padding or ceil_mode are quantised")
-            layers.append(MaxPool(kernel, tuple(int(v) for v in opts.get("strides", kernel))))
+        if oq is not None:
+            s_out, lo, hi = oq.scale, max(oq.lo, 0) if layer.relu else oq.lo, oq.hi
+            _fits(lo, hi, dtype, f"{where}: the quantiser {oq.where}", "activations")
         else:
-            if opts.get("axis", 1) != 1:
-                raise NotDenseChain(f"{where}: only Flatten(axis=1) is supported")
-            layers.append(Flatten())
-    if not any(isinstance(layer, (Conv, Linear)) for layer in layers):
-        raise NotDenseChain(f"{path}: no Conv or dense layer to quantise")
-    return LayerNet(onnx_graph(path).input_shape, tuple(layers))
+            s_out, lo, hi = max(float(np.abs(h_float).max()), 1e-12) / act_qmax, 0 if layer.relu else -act_qmax, act_qmax
+        M, P, S = requantisation(acc_scale=acc_scale, out_scale=s_out, acc=acc, where=where)
+        exact = P == 0 and np.array_equal(M.astype(np.float64), np.asarray(acc_scale / s_out) * 2.0 ** S)
+        offset, even = _rounding(oq, lo, S, exact)
+        steps.append(QuantStep(layer, Wq, bq.astype(np.int32), acc_scale, M, P, S, lo, hi, offset, s_out, even,
+                               w_range))
+        v = (acc >> P) * _channel(M, acc.ndim)
+        h_int = np.clip((v + offset + ((v >> S) & 1 if even else 0)) >> S, lo, hi)
+        s_in = s_out
+        if last:
+            break
+    return QuantLayerNet(dtype, net.input_shape, input_scale, tuple(steps), in_lo, in_hi, net.input_map, iq,
+                         _scheme(net, tuple(steps), dtype))
+
+
+def _declared_formats(computes: list, formats, input_quant) -> None:
+    """Format knobs set what the tool quantises: a width the file declares is the file's."""
+    for key in (formats.as_dict() if formats else {}):
+        knob, _, layer = key.partition("@")
+        named = [i for i, c in enumerate(computes) if layer in (str(i), getattr(c, "name", ""))] if layer \
+            else range(len(computes))
+        for i in named:
+            declared = computes[i].grid if knob == "weight_bits" else computes[i].out_quant
+            if declared is not None:
+                raise ValueError(f"{key}: layer {i} has the {'weights' if knob == 'weight_bits' else 'output'} "
+                                 f"quantisation its file declares ({declared.where})")
+        if knob == "act_bits" and not layer and input_quant is not None:
+            raise ValueError(f"{key}: the input has the quantisation its file declares ({input_quant.where})")
+
+
+def _scheme(net: LayerNet, steps: tuple[QuantStep, ...], dtype: str) -> str:
+    """The row's `quantization`: the tool's scheme, or what the file declares and the tool added."""
+    if not net.declared:
+        return SCHEME
+    parts = [f"input {net.input_quant.describe()}" if net.input_quant is not None else "input calibrated"]
+    for i, step in enumerate((s for s in steps if s.W is not None), 1):
+        layer = step.layer
+        w = layer.grid.describe() if layer.grid is not None else f"{dtype} calibrated"
+        out = (f", output {layer.out_quant.describe()}" if layer.out_quant is not None
+               else ", output calibrated" if step.M is not None else "")
+        parts.append(f"layer {i} weights {w}{out}")
+    return ("declared by the file (QONNX/QCDQ): " + "; ".join(parts) + f"; in {dtype} containers, int32 accumulators, "
+            "multiply-and-shift requantisation")

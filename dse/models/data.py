@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Mapping
 
 import numpy as np
 
@@ -202,8 +202,10 @@ def in_dtype(a: np.ndarray, dtype: str, what: str) -> np.ndarray:
                         f"give integer (quantised) values, or the network alone as 'weights:'/'onnx:' "
                         f"for the tool's post-training quantisation")
     if v.size and (v.min() < d.lowest or v.max() > d.highest):
-        raise DataError(f"{what} holds values in [{v.min():g}, {v.max():g}], outside the {dtype} range "
-                        f"[{int(d.lowest)}, {int(d.highest)}]")
+        first = np.unravel_index(int(np.flatnonzero((v < d.lowest) | (v > d.highest))[0]), v.shape)
+        where = f" at index {tuple(int(i) for i in first)}" if v.ndim else ""
+        raise DataError(f"{what} holds {v[first]:g}{where}, outside the {dtype} range [{int(d.lowest)}, "
+                        f"{int(d.highest)}] (its values span [{v.min():g}, {v.max():g}]; never wrapped)")
     return v.astype(zoo.storage(dtype))
 
 
@@ -235,86 +237,12 @@ def real_inputs(*, inputs: Mapping[str, tuple[tuple[int, ...], str]], weights_pa
         raise DataError(f"data: model input(s) {', '.join(map(repr, unfilled))} are filled by neither the weights "
                         f"nor the samples (which fill {name!r})")
     shape, dtype = inputs[name]
-    xs = in_dtype(data.x_test.reshape((len(data.x_test), *shape)), dtype, f"{data.name} samples")
+    xs = in_dtype(data.x_test.reshape((len(data.x_test), *shape)), dtype, f"{data.name} samples for input {name!r}")
     return RealInputs(given, name, xs, data.y_test)
 
 
 # ---------------------------------------------------------------------------------------------
 # ONNX
-
-ONNX_DENSE_OPS = ("Gemm", "MatMul", "Add", "Relu", "Flatten")
-
-
-@dataclass(frozen=True)
-class ChainNode:
-    """One node of an ONNX graph read as a chain: the value it reads from the previous node,
-    and initialisers (`params`, in input order) besides."""
-    where: str                      # "<file>: node #i Op (output 'name')" for messages
-    op: str
-    opts: dict
-    params: tuple[np.ndarray, ...]
-
-
-def onnx_chain(path: Path, ops: tuple[str, ...], what: str) -> Iterator[ChainNode]:
-    """The nodes of an ONNX file that is a chain on its one input, each reading the previous
-    node's output and initialisers only, with an op in `ops`; anything else raises
-    NotDenseChain naming the node (`what`: the reader's name for the ops it takes)."""
-    path = Path(path)
-    runner = onnx_runner(path)
-    if len(runner.graph_inputs) != 1 or len(runner.graph_outputs) != 1:
-        raise NotDenseChain(f"{path}: expected one input and one output, got inputs {list(runner.graph_inputs)} "
-                            f"and outputs {list(runner.graph_outputs)}")
-    consts = {k: v.numpy() for k, v in runner.graph_values.items() if k}
-    current = next(iter(runner.graph_inputs))
-    for index, node in enumerate(runner.graph_nodes):
-        where = f"{path}: node #{index} {node.op} (output {node.outputs[0]!r})"   # tinygrad keeps no node names
-        if node.op not in ops:
-            raise NotDenseChain(f"{where}: op {node.op} is not supported here ({what}: {', '.join(ops)})")
-        if current not in node.inputs:
-            raise NotDenseChain(f"{where}: not a chain (it does not read {current!r})")
-        others = [i for i in node.inputs if i and i != current]
-        if any(i not in consts for i in others):
-            raise NotDenseChain(f"{where}: reads {', '.join(i for i in others if i not in consts)}, which is not an initialiser")
-        yield ChainNode(where, node.op, dict(node.opts), tuple(np.asarray(consts[i], np.float64) for i in others))
-        current = node.outputs[0]
-
-
-def dense_weights(node: ChainNode) -> tuple[np.ndarray, np.ndarray]:
-    """(W (out, in), b) of a Gemm or MatMul node (b zero when it has none)."""
-    W, opts = node.params[0], node.opts
-    if node.op == "MatMul" or not opts.get("transB", 0):
-        W = W.T
-    if opts.get("transA", 0) or opts.get("alpha", 1.0) != 1.0 or opts.get("beta", 1.0) != 1.0:
-        raise NotDenseChain(f"{node.where}: transA, alpha and beta other than the defaults are not supported")
-    b = node.params[1].reshape(-1) if len(node.params) > 1 else np.zeros(W.shape[0])
-    return np.ascontiguousarray(W), b
-
-
-def load_onnx(path: Path):
-    """An ONNX file read by tinygrad's own importer (no onnx package needed): its dense layers
-    as a dse.models.quantize.DenseNet, the initialisers as weights. The graph must be a chain of
-    Gemm (or MatMul + Add) and Relu nodes on one input; anything else raises NotDenseChain
-    naming the node and its op."""
-    from dse.models.quantize import Dense, DenseNet
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"file not found: {path}")
-    layers: list[list] = []                   # [W (out, in), b, relu]
-    for node in onnx_chain(path, ONNX_DENSE_OPS, "dense models"):
-        if node.op in ("Gemm", "MatMul"):
-            layers.append([*dense_weights(node), False])
-        elif node.op == "Add":
-            if not layers or layers[-1][2]:
-                raise NotDenseChain(f"{node.where}: an Add must follow a MatMul")
-            layers[-1][1] = layers[-1][1] + node.params[0].reshape(-1)
-        elif node.op == "Relu":
-            if not layers:
-                raise NotDenseChain(f"{node.where}: a Relu before any dense layer")
-            layers[-1][2] = True
-    if not layers or layers[-1][2] or not all(l[2] for l in layers[:-1]):
-        raise NotDenseChain(f"{path}: expected dense layers with a Relu between them and none after the last")
-    return DenseNet(tuple(Dense(W, b, relu) for W, b, relu in layers))
-
 
 _RUNNERS: dict[tuple[Path, int], object] = {}
 
@@ -331,6 +259,12 @@ def onnx_runner(path: Path):
         from tinygrad.nn.onnx import OnnxRunner
         try:
             _RUNNERS[key] = OnnxRunner(path)
+        except ValueError as e:
+            if "is not a valid Domain" in str(e):   # QONNX's Quant: the graph runs in integer dtypes only
+                raise DataError(f"{path}: has nodes of the custom domain {str(e).split(' is not')[0]}, which "
+                                "tinygrad's ONNX importer cannot run: such a graph runs in the integer formats "
+                                "its quantisers declare") from None
+            raise DataError(f"{path}: cannot read as ONNX ({type(e).__name__}: {e})") from None
         except Exception as e:
             raise DataError(f"{path}: cannot read as ONNX ({type(e).__name__}: {e})") from None
     return _RUNNERS[key]
@@ -379,7 +313,19 @@ def onnx_graph(path: Path) -> OnnxGraph:
 def onnx_initialisers(path: Path) -> dict[str, np.ndarray]:
     """The float initialisers of an ONNX file, by their model input names (float32)."""
     runner, graph = onnx_runner(path), onnx_graph(path)
-    return {k: runner.graph_values[graph.names[k]].numpy().astype(np.float32) for k in graph.weights}
+    return {k: tensor_array(runner.graph_values[graph.names[k]]).astype(np.float32) for k in graph.weights}
+
+
+def tensor_array(t) -> np.ndarray:
+    """A tinygrad Tensor read by the ONNX parser as numpy. The parser makes a scalar initialiser
+    a constant on no device, which tinygrad would realise on its CPU device (a C compiler): its
+    value is taken from the constant instead."""
+    if t.device is None and not t.uop.src:
+        from dse.models.zoo import import_tinygrad
+        is_float = import_tinygrad().dtypes.is_float(t.dtype)
+        from tinygrad.dtype import _to_np_dtype
+        return np.asarray(float(t.uop.arg) if is_float else int(t.uop.arg), dtype=_to_np_dtype(t.dtype) or np.float32)
+    return t.numpy()
 
 
 def onnx_built(path: Path, dtype: str):

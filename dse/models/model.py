@@ -8,6 +8,7 @@ loaded once per process.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -15,7 +16,7 @@ from typing import Any, Mapping
 from dse.frozen import FrozenMap
 from dse.models import zoo
 from dse.models.user_model import load_function
-from dse.models.zoo import DTYPES, InputRange
+from dse.models.zoo import InputRange
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class ModelSpec:
     trained: "TrainedModel | None" = None      # a network the tool quantises (`weights:` or `onnx:`) and its data
     files: "ModelFiles | None" = None          # weights and/or data for a builtin or source model
     onnx: Path | None = None                   # an ONNX graph run whole by tinygrad's importer (float dtypes)
+    dtypes: tuple[str, ...] = ()               # the dtypes it runs (its own `dtypes:`, else the spec's)
 
     def build(self, dtype: str) -> zoo.Built:
         """`(inputs, forward)` for `dtype` (the contract is checked)."""
@@ -48,11 +50,21 @@ class ModelSpec:
         """A zoo model with a numpy golden model (others are checked against tinygrad)."""
         return self.builtin is not None and zoo.ZOO[self.builtin].reference is not None
 
+    def with_formats(self, formats) -> "ModelSpec":
+        """This model with a point's format knobs (dse.models.widths.Formats) for the tool's
+        quantiser; a model it does not quantise stays as it is."""
+        if not formats or self.trained is None:
+            return self
+        return dataclasses.replace(self, trained=dataclasses.replace(self.trained, formats=formats))
+
     def runs_trained(self, dtype: str) -> bool:
         """Whether `dtype` runs the trained network's own build (a dense network in every dtype,
         a quantised CNN in integer ones; dse.models.accuracy.run_samples), rather than the model with
-        its `files` (the whole ONNX graph for a CNN in float dtypes; run_model_samples)."""
-        return self.trained is not None and (self.onnx is None or not DTYPES[dtype].is_float)
+        its `files` (run_model_samples). A network the tool reads as a chain runs its own build in
+        every dtype: quantised in integer ones, TrainedModel.float_net in float ones (a CNN chain
+        in fp8 through dse.models.fp8net, in fp16/bf16/fp32 through dse.models.floatnet), each
+        with a bit-exact golden model; an ONNX graph that is no chain has no `trained`."""
+        return self.trained is not None
 
     def real_inputs(self, dtype: str):
         """The dse.models.data.RealInputs that fill this model's inputs in `dtype`: trained weights and
@@ -136,6 +148,7 @@ class TrainedModel:
     path: Path                      # absolute
     data: Any                       # dse.models.data.DataSpec
     prune: float = 0.0              # the fraction of each layer's weights pruned to zero
+    formats: Any = None             # dse.models.widths.Formats: a point's widths (None: the dtype's)
 
     def net(self):
         """The dse.models.quantize.DenseNet, pruned if asked (read and pruned once per process)."""
@@ -156,17 +169,32 @@ class TrainedModel:
 
     def quantized(self, dtype: str):
         """The post-training quantisation for an integer `dtype` (once per process)."""
-        from dse.models.quantize import QMAX
-        if dtype not in QMAX:
-            raise ValueError(f"a trained float network runs in {', '.join(QMAX)} (quantised) or a float dtype, "
+        from dse.models.widths import quantisable
+        if not quantisable(dtype):
+            raise ValueError(f"a trained float network runs in a signed integer format (int8, int4, w4a8, ...: "
+                             f"quantised) or a float dtype, "
                              f"not {dtype}")
         data = self.dataset()
-        return _cached(("quant", self.kind, self.path, self.data, self.prune, dtype), lambda: self.net().quantize(
-            dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1)))
+        return _cached(("quant", self.kind, self.path, self.data, self.prune, dtype, self.formats),
+                       lambda: self.net().quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1),
+                                                   formats=self.formats))
+
+    def float_net(self, dtype: str):
+        """The network as a float model in `dtype` (built, arrays, reference): a dense one as it
+        is; a CNN chain through dse.models.fp8net in fp8, dse.models.floatnet otherwise."""
+        net = self.net()
+        if hasattr(net, "built"):
+            return net
+        from dse.models.quantize import is_fp8
+        if is_fp8(dtype):
+            from dse.models.fp8net import Fp8Net
+            return Fp8Net(net)
+        from dse.models.floatnet import FloatNet
+        return FloatNet(net)
 
     def built(self, dtype: str) -> zoo.Built:
         if zoo.DTYPES[dtype].is_float:
-            return self.net().built(dtype)
+            return self.float_net(dtype).built(dtype)
         return self.quantized(dtype).built()
 
     def inputs(self, dtype: str):
@@ -176,7 +204,9 @@ class TrainedModel:
         data = self.dataset()
         x = data.x_test.reshape(len(data.x_test), -1)
         if zoo.DTYPES[dtype].is_float:
-            return RealInputs(self.net().arrays(dtype), "x", zoo.round_float(x, dtype), data.y_test)
+            net = self.float_net(dtype)
+            xs = zoo.round_float(x, dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
+            return RealInputs(net.arrays(dtype), "x", xs, data.y_test)
         q = self.quantized(dtype)
         return RealInputs(q.arrays(), "x", q.quantize_input(x), data.y_test)
 
@@ -191,22 +221,27 @@ def _cached(key: Any, make):
 
 
 def _load_net(kind: str, path: Path):
-    from dse.models.data import NotDenseChain, load_onnx, read_weights
+    from dse.models.data import read_weights
     from dse.models.quantize import DenseNet
 
     def make():
-        if kind == "onnx":
-            try:
-                return load_onnx(path)
-            except NotDenseChain:         # a CNN chain quantises too; anything else runs whole
-                from dse.models.convnet import load_onnx_layers
-                return load_onnx_layers(path)
+        if kind == "onnx":     # a dense network, or a CNN chain (NotDenseChain: anything else runs whole)
+            from dse.models.chain import read_net
+            return read_net(path)
         try:
             return DenseNet.from_arrays(read_weights(path))
         except ValueError as e:
             from dse.models.data import DataError
             raise DataError(f"{path}: {e}") from None
     return _cached(("net", kind, path, path.stat().st_mtime_ns), make)
+
+
+def quantised_layers(model: ModelSpec) -> list[str]:
+    """The conv/dense layers of a network the tool quantises, by name (what format knobs set)."""
+    from dse.models.widths import layer_names
+    net = model.trained.net()
+    layers = getattr(net, "layers", ())
+    return layer_names([layer for layer in layers if hasattr(layer, "W")])
 
 
 def model_layers(model: ModelSpec, dtype: str) -> list[str]:

@@ -8,9 +8,10 @@
 The scheme (what `quantize` computes; `SCHEME` says it in one line):
   * symmetric everywhere (zero point 0), so a product needs no correction terms;
   * inputs and activations: one scale per tensor, max |value| over the calibration samples
-    (the training split) / qmax, with qmax = 127 (int8) or 4095 (int16: 13 bits, so that
-    int32 accumulators hold a layer's sum of int16 x int16 products);
-  * weights: qmax = 127 (int8) or 32767 (int16);
+    (the training split) / qmax, qmax = 2**(b-1) - 1 for b-bit activations (int8: 127; int4: 7;
+    int16: 13 bits, 4095, so that int32 accumulators hold a layer's sum of int16 x int16
+    products; dse.models.widths: the dtype's widths, or the format knobs' per layer);
+  * weights: qmax = 2**(b-1) - 1 for b-bit weights (int8 127, int16 32767, w4a8 7);
   * weights: one scale per output channel (max |row| / qmax) in hidden layers; one scale for the
     whole last layer, so its integer outputs are logits on one scale and argmax needs no rescaling;
   * biases: int32 on the accumulator's scale (input scale x weight scale);
@@ -33,9 +34,6 @@ from dse.models import zoo
 
 SCHEME = ("symmetric; activations per tensor, weights per output channel (last layer per tensor); "
           "int32 accumulators; multiply-and-shift requantisation with clipping")
-QMAX = {"int8": 127, "int16": 32767}           # weights
-ACT_QMAX = {"int8": 127, "int16": 4095}        # inputs and activations: int16 ones use 13 bits, so
-                                               # int16 x int16 products summed over a layer stay in int32
 MULTIPLIER_BITS = 14
 FP8_SCHEME = ("fp8 weights, biases and activations (rounded to nearest even, saturating); products exact "
               "and summed in float32 with the bias; each layer's output (after its ReLU) rounded to fp8")
@@ -50,6 +48,7 @@ class Dense:
     W: np.ndarray            # (out, in), float
     b: np.ndarray            # (out,), float
     relu: bool               # ReLU after this layer (every layer but the last)
+    name: str = ""           # its weights' name in the file (format knobs name layers by it)
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ class DenseNet:
             W, b = np.asarray(arrays[f"W{i}"], np.float64), np.asarray(arrays[f"b{i}"], np.float64)
             if W.ndim != 2 or b.shape != (W.shape[0],) or (layers and layers[-1].W.shape[0] != W.shape[1]):
                 raise ValueError(f"layer {i}: W{i} {W.shape} and b{i} {b.shape} do not chain")
-            layers.append(Dense(W, b, relu=i < n))
+            layers.append(Dense(W, b, relu=i < n, name=f"W{i}"))
         return cls(tuple(layers))
 
     @property
@@ -145,8 +144,8 @@ class DenseNet:
             return h
         return zoo.Built(inputs, forward)
 
-    def quantize(self, *, dtype: str, calibration: np.ndarray) -> "QuantNet":
-        return quantize(net=self, dtype=dtype, calibration=calibration)
+    def quantize(self, *, dtype: str, calibration: np.ndarray, formats=None) -> "QuantNet":
+        return quantize(net=self, dtype=dtype, calibration=calibration, formats=formats)
 
     def arrays(self, dtype: str) -> dict[str, np.ndarray]:
         """The weights rounded to `dtype` (in its storage type)."""
@@ -165,6 +164,7 @@ class QuantLayer:
     M: np.ndarray | None     # (out,) int32 multipliers (None: last layer, no requantisation)
     P: int                   # pre-shift
     S: int                   # shift
+    hi: int = 0              # the requantised output's largest value (clipped to [0, hi])
 
 
 @dataclass(frozen=True)
@@ -172,14 +172,27 @@ class QuantNet:
     dtype: str
     input_scale: float
     layers: tuple[QuantLayer, ...]
+    input_qmax: int = 0      # the input integers lie in [-input_qmax, input_qmax]
+    widths: object = None    # dse.models.widths.Widths
 
     @property
     def qmax(self) -> int:
-        return ACT_QMAX[self.dtype]
+        return self.input_qmax
 
     def quantize_input(self, x: np.ndarray) -> np.ndarray:
         q = np.clip(np.round(np.asarray(x, np.float64) / self.input_scale), -self.qmax, self.qmax)
-        return q.astype(zoo.storage(self.dtype))
+        return q.astype(zoo.storage(_element(-self.qmax, self.qmax)))
+
+    def mean_bits(self) -> tuple[float, float]:
+        """(mean weight bits, mean activation bits: the input and each requantised output)."""
+        from dse.models.widths import mean_bits
+        w = [(-int(np.abs(layer.W).max()), int(np.abs(layer.W).max())) for layer in self.layers]
+        # the tool's activations are signed ranges, of which a ReLU output uses the upper half
+        qmax = [(-self.input_qmax, self.input_qmax)] + [(-layer.hi, layer.hi) for layer in self.layers
+                                                        if layer.M is not None]
+        if self.widths is not None:
+            w = [(-(2 ** (b - 1) - 1), 2 ** (b - 1) - 1) for b in self.widths.weights]
+        return mean_bits(w, qmax)
 
     def dequantize(self, logits: np.ndarray) -> np.ndarray:
         """The float value of integer logits."""
@@ -194,57 +207,79 @@ class QuantNet:
             if layer.M is None:
                 return acc.astype(np.int32)
             r = (((acc >> layer.P) * layer.M) + np.int32(1 << (layer.S - 1))) >> layer.S
-            h = np.clip(r, 0, self.qmax).astype(np.int32)
+            h = np.clip(r, 0, layer.hi).astype(np.int32)
         raise AssertionError("unreachable: the last layer has no multiplier")
 
     def built(self) -> zoo.Built:
         """The integer model as a zoo.Built: inputs x, W1, b1, M1, ..., Wn, bn (tinygrad)."""
+        from compiler.dtypes import to_tinygrad
         tg = zoo.import_tinygrad()
-        i32, narrow = tg.dtypes.int32, tg.dtypes.int8 if self.dtype == "int8" else tg.dtypes.int16
-        inputs = {"x": ((self.layers[0].W.shape[1],), self.dtype)}
+        i32 = tg.dtypes.int32
+        # each input declared at its width (int4 weights in an int8 Tensor), so the hardware is
+        # sized to it; the requantised activations' range comes from their clip
+        inputs = {"x": ((self.layers[0].W.shape[1],), _element(-self.qmax, self.qmax))}
         for i, layer in enumerate(self.layers, 1):
-            inputs[f"W{i}"] = (layer.W.shape, self.dtype)
-            inputs[f"b{i}"] = (layer.b.shape, "int32")
+            inputs[f"W{i}"] = (layer.W.shape, _element(*self.weight_range(i - 1)))
+            inputs[f"b{i}"] = (layer.b.shape, _element(*_span(layer.b)))
             if layer.M is not None:
-                inputs[f"M{i}"] = (layer.M.shape, "int32")
-        shifts = [(layer.P, layer.S, layer.M is not None) for layer in self.layers]
-        qmax = self.qmax
+                inputs[f"M{i}"] = (layer.M.shape, _element(*_span(layer.M)))
+        shifts = [(layer.P, layer.S, layer.M is not None, layer.hi,
+                   to_tinygrad(zoo.DTYPES[_element(-layer.hi, layer.hi)])) for layer in self.layers]
 
         def forward(x, *params):
             h, k = x.cast(i32), 0
-            for P, S, requant in shifts:
-                acc = params[k].cast(i32) @ h + params[k + 1]
+            for P, S, requant, hi, narrow in shifts:
+                acc = params[k].cast(i32) @ h + params[k + 1].cast(i32)
                 if not requant:
                     return acc
-                r = (((acc >> P) * params[k + 2]) + (1 << (S - 1))) >> S
-                h = r.clip(0, qmax).cast(narrow).cast(i32)    # stored narrow between layers
+                r = (((acc >> P) * params[k + 2].cast(i32)) + (1 << (S - 1))) >> S
+                h = r.clip(0, hi).cast(narrow).cast(i32)    # stored narrow between layers
                 k += 3
             raise AssertionError("unreachable: the last layer has no multiplier")
         return zoo.Built(inputs, forward)
 
+    def weight_range(self, i: int) -> tuple[int, int]:
+        """Layer i's weight range: the symmetric one of its width."""
+        qmax = 2 ** (self.widths.weights[i] - 1) - 1 if self.widths is not None else int(np.abs(self.layers[i].W).max())
+        return -qmax, qmax
+
     def arrays(self) -> dict[str, np.ndarray]:
         out = {}
         for i, layer in enumerate(self.layers, 1):
-            out[f"W{i}"], out[f"b{i}"] = layer.W, layer.b
+            out[f"W{i}"] = layer.W.astype(zoo.storage(_element(*self.weight_range(i - 1))))
+            out[f"b{i}"] = layer.b.astype(zoo.storage(_element(*_span(layer.b))))
             if layer.M is not None:
-                out[f"M{i}"] = layer.M
+                out[f"M{i}"] = layer.M.astype(zoo.storage(_element(*_span(layer.M))))
         return out
 
 
-def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray) -> QuantNet:
+def _element(lo: int, hi: int) -> str:
+    from dse.models.widths import int_element
+    return int_element(lo, hi)
+
+
+def _span(a: np.ndarray) -> tuple[int, int]:
+    """The integer range of constant arrays (biases, multipliers): what their inputs are declared
+    as, so the adders and multipliers they reach are sized to it."""
+    return min(int(a.min()), 0), max(int(a.max()), 1)
+
+
+def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None) -> QuantNet:
     """Post-training quantisation of `net` to `dtype` (int8 or int16), scales calibrated on
-    `calibration` samples (n, in) (the training split). See the module docstring."""
-    if dtype not in QMAX:
-        raise ValueError(f"quantisation to {dtype!r} is not supported; supported: {', '.join(QMAX)}")
-    qmax, act_qmax = QMAX[dtype], ACT_QMAX[dtype]
-    store = zoo.storage(dtype)
+    `calibration` samples (n, in) (the training split), at the widths of `formats` (the format
+    knobs, dse.models.widths; None: the dtype's). See the module docstring."""
+    from dse.models.widths import Widths, layer_names, widths
+    bits = widths(dtype, layer_names(net.layers), formats)
+    store = np.int16          # each layer's weights go to their width's container in arrays()
     x = np.asarray(calibration, np.float64)
+    act_qmax = Widths.qmax(bits.input)
     s_in = input_scale = max(float(np.abs(x).max()), 1e-12) / act_qmax
     qnet_layers: list[QuantLayer] = []
     h_float = x
     h_int = np.clip(np.round(x / s_in), -act_qmax, act_qmax).astype(np.int64)
-    for layer in net.layers:
+    for i, layer in enumerate(net.layers):
         last = not layer.relu
+        qmax, act_qmax = Widths.qmax(bits.weights[i]), Widths.qmax(bits.outputs[i])
         widest = max(float(np.abs(layer.W).max()), 1e-12)
         if last:
             s_w = np.full(layer.W.shape[0], widest / qmax)
@@ -268,11 +303,11 @@ def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray) -> QuantNet:
         s_out = max(float(h_float.max()), 1e-12) / act_qmax
         M, P, S = requantisation(acc_scale=acc_scale, out_scale=s_out, acc=acc,
                                  where=f"{dtype}: layer {len(qnet_layers) + 1}")
-        ql = QuantLayer(Wq, bq.astype(np.int32), acc_scale, M, P, S)
+        ql = QuantLayer(Wq, bq.astype(np.int32), acc_scale, M, P, S, act_qmax)
         qnet_layers.append(ql)
         h_int = np.clip(requantise(acc, M, P, S), 0, act_qmax)
         s_in = s_out
-    return QuantNet(dtype, input_scale, tuple(qnet_layers))
+    return QuantNet(dtype, input_scale, tuple(qnet_layers), Widths.qmax(bits.input), bits)
 
 
 def requantisation(*, acc_scale: np.ndarray, out_scale: float, acc: np.ndarray, where: str) -> tuple[np.ndarray, int, int]:

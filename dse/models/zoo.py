@@ -9,10 +9,15 @@ inputs too; ``dtype_name`` is one of ``DTYPES``) and ``forward(*tensors)`` takes
 in that order and returns the output Tensor. ``build`` only describes the model: it must not
 touch tinygrad devices, so a spec can be validated without running anything.
 
-Data types (the names a spec's ``dtypes:`` list accepts):
+Data types (the names a spec's ``dtypes:`` list accepts; dse/models/formats.py):
 
     int8, int16, int32, uint8   integers; the zoo casts them to int32 before any arithmetic,
                                 so results are int32 (wrapping modulo 2**32, like the hardware)
+    int2 .. int16, uint2 .. uint16  narrow integers: N-bit values in tinygrad's int8/int16
+                                (uint8/uint16); inputs are drawn in the N-bit range, and the
+                                compiler is told it (`declared_ranges`), so it builds N-bit hardware
+    wNaM                        mixed: N-bit weights, M-bit activations (w4a8); a model gives each
+                                input `weights_dtype(dtype)` or `activations_dtype(dtype)`
     fp16, bf16, fp32            IEEE half, bfloat16, single; fp16/bf16 products are summed in
                                 float32 and the sum is cast back (tinygrad's own rule)
     fp8e4m3, fp8e5m2            OCP 8-bit floats (E4M3: no inf, max 448; E5M2: IEEE-like), as
@@ -40,15 +45,29 @@ import numpy as np
 
 from compiler import dtypes as hw_dtypes
 from compiler.dtypes import DType
+from dse.models import formats
+from dse.models.formats import activations_dtype, weights_dtype  # noqa: F401 - part of the model contract
 
 
 # ---------------------------------------------------------------------------------------------
 # data types
 
+class _Dtypes(dict):
+    """Element type name -> DType (iterating gives these); a mixed format's name (w4a8) also
+    looks up, as the DType of its activations under the format's name (formats.mixed_type)."""
+
+    def __missing__(self, name):
+        d = formats.mixed_type(name)
+        if d is None:
+            raise KeyError(name)
+        return d
+
+    def __contains__(self, name) -> bool:
+        return dict.__contains__(self, name) or formats.mixed_type(name) is not None
+
+
 # The spec's dtypes are the compiler's (compiler.dtypes: bits, float format, finite range).
-DTYPES: dict[str, DType] = {name: hw_dtypes.BY_NAME[name]
-                            for name in ("int8", "int16", "int32", "uint8", "fp16", "bf16", "fp32",
-                                         *hw_dtypes.FP8_NAMES)}
+DTYPES: dict[str, DType] = _Dtypes(formats.ELEMENTS)
 BF16_MAX = hw_dtypes.BF16.highest
 
 
@@ -117,8 +136,13 @@ def check_built(result: Any) -> Built:
         shape, dt = entry
         if not (isinstance(shape, tuple) and shape and all(type(s) is int and s > 0 for s in shape)):
             raise ValueError(f"input {name!r}: shape must be a non-empty tuple of positive ints, got {shape!r}")
+        if formats.mixed_type(dt) is not None:
+            raise ValueError(f"input {name!r}: {dt!r} names two element types, not one: give weights "
+                             f"weights_dtype(dtype) ({formats.weights_dtype(dt)!r}) and activations "
+                             f"activations_dtype(dtype) ({formats.activations_dtype(dt)!r}) "
+                             f"(from dse.models.zoo import weights_dtype, activations_dtype)")
         if dt not in DTYPES:
-            raise ValueError(f"input {name!r}: unknown dtype {dt!r}; known: {', '.join(DTYPES)}")
+            raise ValueError(f"input {name!r}: {formats.FormatError(f'unknown dtype {dt!r}{formats.suggest(dt)}')}")
         if (n := int(np.prod(shape, dtype=object))) > MAX_ELEMENTS:
             raise ValueError(f"input {name!r}: shape {shape} has {n:,} elements, more than the {MAX_ELEMENTS:,} "
                              f"this tool builds: no FPGA target here could hold it")
@@ -160,6 +184,26 @@ def input_tensors(built: Built, arrays: Mapping[str, np.ndarray]) -> list:
     return out
 
 
+def declared_ranges(built: Built, tensors: list, input_range: InputRange | None = None,
+                    fixed: frozenset[str] | set[str] = frozenset()) -> dict:
+    """compile_model's `input_ranges` for the input Tensors of `built` (in input order): what each
+    integer input may hold, where that is less than its Tensor's type holds. An input of a narrow
+    type holds its type's values (int4 in an int8 Tensor: [-8, 7]); an input drawn at random holds
+    the spec's `input_range` when there is one; an input filled from a file (`fixed`: weights,
+    data samples, checked against their type when loaded) its type's. The hardware is sized to
+    these ranges (compiler/bounds.py)."""
+    out = {}
+    for (name, (_, dt)), t in zip(built.inputs.items(), tensors):
+        d = DTYPES[dt]
+        if d.is_float:
+            continue
+        r = default_input_range(dt) if name in fixed or input_range is None else input_range
+        lo, hi = int(r.min), int(r.max)
+        if (lo, hi) != (d.container.min, d.container.max):
+            out[t] = (lo, hi)
+    return out
+
+
 def _fp8_tensor(a: np.ndarray, dtype: str):
     """An fp8 Tensor from the bit patterns of `a` (float32 holders of fp8 values, or values to
     round): built from bytes, as tinygrad's elementwise cast takes seconds on its PYTHON device."""
@@ -181,39 +225,43 @@ def gemv(dtype: str, M: int = 128, K: int = 784) -> Built:
     """y = W @ x: matrix-vector product, W is (M, K), x is (K,)."""
     def forward(W, x):
         return _widen(W, dtype) @ _widen(x, dtype)
-    return Built({"W": ((M, K), dtype), "x": ((K,), dtype)}, forward)
+    return Built({"W": ((M, K), weights_dtype(dtype)), "x": ((K,), activations_dtype(dtype))}, forward)
 
 
 def matmul(dtype: str, M: int = 16, K: int = 16, N: int = 16) -> Built:
-    """C = A @ B: matrix product, A is (M, K), B is (K, N)."""
+    """C = A @ B: matrix product, A is (M, K) (activations), B is (K, N) (weights)."""
     def forward(A, B):
         return _widen(A, dtype) @ _widen(B, dtype)
-    return Built({"A": ((M, K), dtype), "B": ((K, N), dtype)}, forward)
+    return Built({"A": ((M, K), activations_dtype(dtype)), "B": ((K, N), weights_dtype(dtype))}, forward)
 
 
 def elementwise(dtype: str, N: int = 256) -> Built:
     """y = relu(a + b) over vectors of N elements (integers add in int32, no wrap)."""
     def forward(a, b):
         return (_widen(a, dtype) + _widen(b, dtype)).relu()
-    return Built({"a": ((N,), dtype), "b": ((N,), dtype)}, forward)
+    act = activations_dtype(dtype)
+    return Built({"a": ((N,), act), "b": ((N,), act)}, forward)
 
 
 def mlp(dtype: str, IN: int = 784, HIDDEN: int = 128, OUT: int = 10, SHIFT: int = 11) -> Built:
     """y = W2 @ relu(W1 @ x), a two-layer perceptron IN-HIDDEN-OUT.
 
     Integer dtypes requantise between layers, integer-exact: h = W1 @ x in int32, then
-    clip(h >> SHIFT, 0, 127) as int8 (the clip is the relu), then W2 @ h in int32. Choose SHIFT
-    for the input range: with full-range int8 inputs the default 11 suits IN around 784.
+    clip(h >> SHIFT, 0, top) in the activations' type (the clip is the relu; top = 127 for int8
+    activations, 7 for int4), then W2 @ h in int32. Choose SHIFT for the input range: with
+    full-range int8 inputs the default 11 suits IN around 784.
     """
+    act, w = activations_dtype(dtype), weights_dtype(dtype)
     def forward(x, W1, W2):
         h = _widen(W1, dtype) @ _widen(x, dtype)
         if DTYPES[dtype].is_float:
             h = h.relu()
         else:   # lowers to SHR, CMPLT and WHERE
-            dt = import_tinygrad().dtypes
-            h = (h >> SHIFT).clip(0, 127).cast(dt.int8).cast(dt.int32)
+            tg = import_tinygrad()
+            h = (h >> SHIFT).clip(0, int(DTYPES[act].highest)).cast(hw_dtypes.to_tinygrad(DTYPES[act]))
+            h = h.cast(tg.dtypes.int32)
         return _widen(W2, dtype) @ h
-    return Built({"x": ((IN,), dtype), "W1": ((HIDDEN, IN), dtype), "W2": ((OUT, HIDDEN), dtype)}, forward)
+    return Built({"x": ((IN,), act), "W1": ((HIDDEN, IN), w), "W2": ((OUT, HIDDEN), w)}, forward)
 
 
 def conv2d(dtype: str, C_IN: int = 1, C_OUT: int = 2, H: int = 8, W: int = 8, K: int = 3, PAD: int = 1) -> Built:
@@ -224,7 +272,8 @@ def conv2d(dtype: str, C_IN: int = 1, C_OUT: int = 2, H: int = 8, W: int = 8, K:
     def forward(x, w):
         y = _widen(x, dtype).reshape(1, C_IN, H, W).conv2d(_widen(w, dtype), padding=PAD)
         return y.reshape(C_OUT, H + 2 * PAD - K + 1, W + 2 * PAD - K + 1)
-    return Built({"x": ((C_IN, H, W), dtype), "w": ((C_OUT, C_IN, K, K), dtype)}, forward)
+    return Built({"x": ((C_IN, H, W), activations_dtype(dtype)), "w": ((C_OUT, C_IN, K, K), weights_dtype(dtype))},
+                 forward)
 
 
 def _float_only(model: str, dtype: str) -> None:
@@ -370,7 +419,7 @@ def bits(array: np.ndarray, dtype: str) -> np.ndarray:
         return (np.asarray(array, np.float32).view(np.uint32) >> 16).astype(np.uint16)
     if dtype in hw_dtypes.FP8_NAMES:
         return hw_dtypes.to_words(np.asarray(array, np.float32), d).astype(np.uint8).reshape(np.shape(array))
-    return np.asarray(array, storage(dtype)).view(f"uint{d.bits}")
+    return np.asarray(array, storage(dtype)).view(f"uint{d.container.bits}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -579,7 +628,7 @@ def _mlp_ref(dtype: str, p: Mapping[str, int], a: Mapping[str, np.ndarray], arit
     if num.is_float:
         h = num.load(_relu(num.store(h)))
     else:
-        h = np.clip(h >> p["SHIFT"], 0, 127)
+        h = np.clip(h >> p["SHIFT"], 0, int(DTYPES[activations_dtype(dtype)].highest))
     return num.store(_matvec(num, num.load(a["W2"]), h))
 
 

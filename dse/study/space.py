@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dse.spec import NEEDS_TIMING, DesignPoint, Direction, Spec
+from dse.spec import DesignPoint, Direction, Spec
 
 from dse.frozen import FrozenMap
 
@@ -46,7 +46,9 @@ def space_fingerprint(spec: Spec, data_seed: int = 0) -> dict[str, Any]:
     """What a study's trials mean: resuming under a different one is refused."""
     return {
         "models": [[m.name, m.describe(), str(m.source or ""),
-                    {dt: [r.min, r.max] for dt, r in m.input_ranges.items()}] for m in spec.models],
+                    {dt: [r.min, r.max] for dt, r in m.input_ranges.items()},
+                    # a model's own dtypes (left out where they are the spec's: older studies keep their print)
+                    *([list(m.dtypes)] if m.dtypes and m.dtypes != spec.dtypes else [])] for m in spec.models],
         "data_seed": data_seed,
         "dtypes": list(spec.dtypes),
         "knobs": {k.name: list(k.values) for k in spec.knobs},

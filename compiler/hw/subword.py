@@ -1,0 +1,59 @@
+"""Whole-word writes of a packed memory (packing.Pack.word_writes): elements narrower than a
+block RAM's byte share bytes, so a write of one element reads the word and writes it back.
+
+A block RAM's write enables cover 9-bit bytes (ECP5 DP16KD: four in its 36-bit mode). A packed
+memory gives every bank its own enable, so each element takes a whole byte: eight int4 weights
+with their own enables took two DP16KD, where their 32 bits fit one (measured, Yosys 0.70). So
+such a memory is written a word at a time: its write port has one enable, and
+
+  * a write of every bank at once (a copy moving whole words) writes the word as it comes;
+  * a write of some banks (the host bus writes one bank a cycle, a copy one element) reads the
+    word through read port 0 in the cycle it arrives (the kernel is not running then: the top
+    never writes a running kernel's memories) and, a cycle later, writes it back with those
+    banks' fields replaced. When the word read is the one written in that same cycle (two writes
+    to one word back to back), the word just written is taken instead of the read data.
+
+Every write therefore lands one cycle later than on a memory with per-bank enables; packing.py
+asks for whole-word writes only from FANOUT_LEVEL, where the host bus is registered and a
+kernel started right after the last write reads its memories later than that (hw/top.py), and
+a copy's last write, a cycle before its reader starts, meets a read port that is transparent
+to the write port (kernel.py `written_outside`). Cost per memory: the pending write and the
+last word written (about two words of flip-flops) and a multiplexer per bit.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal, Value
+
+from .datapath import DUPLICATE_ATTRIBUTE
+
+_KEEP = {DUPLICATE_ATTRIBUTE: 1}
+
+
+def read_modify_write(m: Module, name: str, wp, port0, own_addr: Value, *, waddr: Value,
+                      fields: list[tuple[Value, Value]], width: int) -> None:
+    """Drive write port `wp` (one enable) of memory `name` from per-bank writes `fields` ((data,
+    enable) of bank i, at bits [i * width, (i + 1) * width)) at address `waddr`, borrowing read
+    port `port0` (whose address is `own_addr` otherwise) for the word a partial write reads."""
+    n = len(fields)
+    enables = Cat(*(en for _, en in fields))
+    partial = enables.any() & ~enables.all()
+    # Every memory's pending write is its own (DUPLICATE_ATTRIBUTE): the host bus gives each group
+    # of memories the same address and data, and opt_merge would make one register drive the
+    # write address of every block RAM across the die (the w4a8 GEMV 8 x 56: 9.1 ns of routing
+    # from the merged address register, 89.4 MHz)
+    valid = Signal(name=f"{name}_wr_valid", attrs=_KEEP)        # a write lands this cycle
+    addr = Signal.like(waddr, name=f"{name}_wr_addr", reset_less=True, attrs=_KEEP)
+    mask = Signal(n, name=f"{name}_wr_mask", reset_less=True, attrs=_KEEP)
+    data = Signal(n * width, name=f"{name}_wr_data", reset_less=True, attrs=_KEEP)
+    m.d.sync += [valid.eq(enables.any()), addr.eq(waddr), mask.eq(enables), data.eq(Cat(*(d for d, _ in fields)))]
+    m.d.comb += port0.addr.eq(Mux(partial, waddr, own_addr))
+    # the word written last cycle, for a read of that word in the same cycle (undefined data)
+    last = Signal(name=f"{name}_wr_last", attrs=_KEEP)
+    last_addr = Signal.like(waddr, name=f"{name}_wr_last_addr", reset_less=True, attrs=_KEEP)
+    last_word = Signal(n * width, name=f"{name}_wr_last_word", reset_less=True)
+    base = Mux(last & (last_addr == addr), last_word, port0.data)
+    merged = Signal(n * width, name=f"{name}_wr_word")
+    m.d.comb += merged.eq(Cat(*(Mux(mask[i], data[i * width:(i + 1) * width], base[i * width:(i + 1) * width])
+                                for i in range(n))))
+    m.d.comb += [wp.en.eq(valid), wp.addr.eq(addr), wp.data.eq(merged)]
+    m.d.sync += [last.eq(valid), last_addr.eq(addr), last_word.eq(merged)]

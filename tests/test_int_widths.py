@@ -1,0 +1,263 @@
+"""Integers narrower than their container: declared input ranges (compile_model's
+`input_ranges`) carried through the model (compiler/bounds.py) size memories, products,
+accumulators and stored results; sub-byte banks packed with whole-word writes
+(compiler/hw/subword.py); values outside a declared range refused when loaded."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tinygrad import Tensor, dtypes
+
+import designs
+from compiler import CompileError, HardwareConfig, compile_model, simulate
+from compiler import dtypes as cdt
+from compiler.hw.bram import block_rams
+from compiler.overflow import analyze_overflow, worst_case_inputs
+from compiler.sim.memory_io import input_words
+from compiler.sim.pysim import Harness
+from compiler.synth.area import design_rtlil
+from compiler.synth.multipliers import mul_cells
+
+
+def _gemv(bits: int, M: int = 8, K: int = 32, seed: int = 0):
+    """W (M, K) of `bits`-bit values in an int8 Tensor, x int8: (W, x, y, numpy y)."""
+    rng = np.random.default_rng(seed)
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    Wn = rng.integers(lo, hi + 1, (M, K)).astype(np.int8)
+    xn = rng.integers(-128, 128, (K,)).astype(np.int8)
+    W, x = Tensor(Wn), Tensor(xn)
+    return W, x, W.cast(dtypes.int32) @ x.cast(dtypes.int32), Wn.astype(np.int64) @ xn.astype(np.int64), (lo, hi)
+
+
+def test_a_4_bit_weight_is_stored_multiplied_and_summed_at_its_width():
+    W, x, y, want, rng = _gemv(4)
+    design = compile_model(y, config=HardwareConfig(lanes=2, reduce_unroll=4), input_ranges={W: rng})
+    (k,) = design.kernels
+    w_banks = [b for b in k.buffers if b.dtype.name == "int8" and b.bounds == (-8, 7)]
+    assert len(w_banks) == 8 and all(b.width == 4 for b in w_banks)
+    x_banks = [b for b in k.buffers if b.dtype.name == "int8" and b.bounds is None]
+    assert x_banks and all(b.width == 8 for b in x_banks)
+    # 32 products of [-8, 7] x [-128, 127]: 32 * 1024 = 32,768 at most, 17 bits, not int32's 32
+    assert {a.bounds for a in k.accs} == {(-32 * 8 * 127, 32 * 1024)}
+    assert {(c.a_width, c.b_width) for c in mul_cells(design_rtlil(design))} == {(4, 8)}
+    assert design.narrow_buffers[design.graph.outputs[0]] == (17, True)
+    report = analyze_overflow(design)
+    assert report.safe and report.acc_bits_required == 17 and report.accumulators[0].width == 17
+    worst = worst_case_inputs(design, {})              # the declared range, not int8's
+    assert {int(v) for v in worst[design.buffer_of(W)]} <= {-8, 7}
+    assert np.array_equal(simulate(design, worst).outputs[0], Wn_x(worst, design, W, x))
+    for backend in ("pysim", "cxxrtl"):
+        result = simulate(design, backend=backend)
+        assert np.array_equal(result.outputs[0], want) and result.cycles == design.cycle_model().total
+
+
+def test_declared_ranges_flow_through_kernels_into_the_next_layer():
+    """relu(W1 @ x) requantised to [0, 7] is stored in 3 unsigned bits; the second layer's
+    products and sums are sized by that, bit-exact."""
+    rng = np.random.default_rng(1)
+    xn, w1, w2 = (rng.integers(-8, 8, s).astype(np.int8) for s in ((16,), (8, 16), (4, 8)))
+    x, W1, W2 = Tensor(xn), Tensor(w1), Tensor(w2)
+    h = (W1.cast(dtypes.int32) @ x.cast(dtypes.int32) >> 4).clip(0, 7).cast(dtypes.int8)
+    y = W2.cast(dtypes.int32) @ h.cast(dtypes.int32)
+    design = compile_model(y, input_ranges={x: (-8, 7), W1: (-8, 7), W2: (-8, 7)})
+    hidden = [b for b in design.graph.buffers if b.id not in design.graph.inputs and b.id not in design.graph.outputs]
+    assert [design.narrow_buffers[b.id] for b in hidden] == [(3, False)]
+    ref = w2.astype(np.int64) @ np.clip((w1.astype(np.int64) @ xn) >> 4, 0, 7)
+    assert np.array_equal(simulate(design, backend="cxxrtl").outputs[0], ref)
+
+
+def test_an_input_outside_its_declared_range_is_refused_when_loaded():
+    W, x, y, _, rng = _gemv(4)
+    design = compile_model(y, input_ranges={W: rng})
+    bad = np.asarray(W.numpy()).copy()
+    bad[1, 2] = 9
+    with pytest.raises(CompileError, match=r"input buffer \d+ \(int8\): element 34 is 9, outside its declared "
+                                           r"range \[-8, 7\] \(1 element outside\)"):
+        simulate(design, {W: bad})
+    assert input_words(design, {x: np.full(32, 127, np.int8)})      # x keeps int8's range
+
+
+@pytest.mark.parametrize("ranges, message", [
+    (lambda W, x, y: {W: (-8, 200)}, r"\[-8, 200\] is not a range within \[-128, 127\]"),
+    (lambda W, x, y: {W: (7, -8)}, r"\[7, -8\] is not a range"),
+    (lambda W, x, y: {W: (-8.5, 7)}, r"expected integer bounds"),
+    (lambda W, x, y: {W: 4}, r"expected \(lo, hi\), got 4"),
+])
+def test_bad_declared_ranges_are_refused_naming_the_input(ranges, message):
+    W, x, y, _, _ = _gemv(4)
+    with pytest.raises(CompileError, match=message):
+        compile_model(y, input_ranges=ranges(W, x, y))
+
+
+def test_a_float_input_cannot_be_declared_narrower():
+    a = Tensor(np.ones(4, np.float32))
+    with pytest.raises(CompileError, match="holds fp32: declared ranges size integer inputs only"):
+        compile_model(a + 1, input_ranges={a: (0, 1)})
+
+
+def test_the_accumulator_register_is_sized_to_the_proof_without_declared_ranges():
+    """Full-range int8: the 784-long dot product needs 25 bits, its register has 25, and the
+    stored int32 results 25 too; an explicit acc_width still wins (and may wrap)."""
+    design = compile_model(*designs.gemv_int8(4, 784).outputs)
+    assert design.kernels[0].accs[0].bounds == (784 * -128 * 127, 784 * 128 * 128)
+    assert design.top.kernels[0].elaborate(None) is not None
+    narrow = compile_model(*designs.gemv_int8(4, 784).outputs, config=HardwareConfig(acc_width=20))
+    assert analyze_overflow(narrow).accumulators[0].width == 20
+
+
+def test_sub_byte_banks_pack_nine_to_a_block_ram_word_from_fp_pipeline_3():
+    """Per-element write enables cover whole 9-bit bytes: four int4 elements per 36-bit word.
+    Written whole words at a time (read-modify-write), nine."""
+    assert block_rams(512, 9, 4) == (3, 1) and block_rams(512, 9, 4, word_writes=True) == (1, 1)
+    W, x, y, want, rng = _gemv(4, M=4, K=36)
+    packs = compile_model(y, config=HardwareConfig(lanes=2, reduce_unroll=9, fp_pipeline=3),
+                          input_ranges={W: rng}).packs[0]
+    assert [(len(p.slots), p.width, p.word_writes) for p in packs if p.width == 4] == [(9, 4, True)] * 2
+    assert all(not p.word_writes for p in packs if p.width == 8)        # int8 x keeps its enables
+    W, x, y, want, rng = _gemv(4, M=4, K=36)
+    low = compile_model(y, config=HardwareConfig(lanes=2, reduce_unroll=9, fp_pipeline=2), input_ranges={W: rng})
+    assert not any(p.word_writes for p in low.packs[0])
+
+
+@pytest.mark.parametrize("order", ["bank", "word"])
+def test_whole_word_writes_through_the_host_bus_are_bit_exact(order):
+    """The host writes one bank a cycle: bank by bank, or word by word (each write reading the
+    word the previous cycle wrote), then starts at once; outputs (17-bit signed memories) read
+    back through the host bus and sign-extended."""
+    W, x, y, want, rng = _gemv(4, M=4, K=36)
+    design = compile_model(y, config=HardwareConfig(lanes=2, reduce_unroll=9, fp_pipeline=3), input_ranges={W: rng})
+    assert any(p.word_writes for p in design.packs[0])
+    got = cdt.from_words(_run_on_host_bus(design, word_major=order == "word"), cdt.INT32)
+    assert np.array_equal(got, want)
+
+
+def Wn_x(arrays: dict, design, W, x) -> np.ndarray:
+    """W @ x in int64 for the arrays of `arrays` (buffer id -> flat data)."""
+    w = np.asarray(arrays[design.buffer_of(W)], np.int64).reshape(W.shape)
+    return w @ np.asarray(arrays[design.buffer_of(x)], np.int64)
+
+
+def _run_on_host_bus(design, *, word_major: bool) -> np.ndarray:
+    top = design.top
+    sel = {(p.kernel, p.slot): i for i, p in enumerate(design.host_ports)}
+    out = design.graph.outputs[0]
+    got = {}
+
+    async def bench(ctx):
+        writes = [(a, sel[ref.kernel, ref.slot], v) for buf, words in input_words(design, None).items()
+                  for ref, bank in design.memory_words(buf, words) for a, v in enumerate(bank.tolist())]
+        for a, s, v in sorted(writes) if word_major else writes:
+            ctx.set(top.host_sel, s)
+            ctx.set(top.host_addr, a)
+            ctx.set(top.host_wdata, v)
+            ctx.set(top.host_we, 1)
+            await ctx.tick()
+        ctx.set(top.host_we, 0)
+        ctx.set(top.start, 1)
+        await ctx.tick()
+        ctx.set(top.start, 0)
+        await ctx.tick().until(top.done)
+        await ctx.tick()
+        banks = []
+        for ref in design.home_memories(out):
+            ctx.set(top.host_sel, sel[ref.kernel, ref.slot])
+            words = []
+            for a in range(ref.depth):
+                ctx.set(top.host_addr, a)
+                await ctx.tick().repeat(top.host_read_latency)
+                words.append(ctx.get(top.host_rdata))
+            banks.append(words)
+        got["y"] = design.buffer_words(out, banks)
+
+    Harness.of(design).simulate(bench)
+    return got["y"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the explorer: int2 .. int16, uint2 .. uint16 and wNaM as spec dtypes
+
+from dse.cli import main  # noqa: E402
+from dse.models import formats, zoo  # noqa: E402
+from helpers import model_spec, spec_dict, write_spec  # noqa: E402
+
+
+@pytest.mark.parametrize("name, weights, activations", [
+    ("int4", "int4", "int4"), ("uint3", "uint3", "uint3"), ("int16", "int16", "int16"), ("w4a8", "int4", "int8"),
+    ("w2a16", "int2", "int16"), ("fp8e4m3", "fp8e4m3", "fp8e4m3")])
+def test_formats_name_the_element_types_of_weights_and_activations(name, weights, activations):
+    f = formats.parse(name)
+    assert (f.weights, f.activations, f.mixed) == (weights, activations, weights != activations)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("int4b", "unknown dtype 'int4b'; did you mean 'int4'?"),
+    ("i4", "unknown dtype 'i4'; did you mean 'int4'?"),
+    ("s4", "unknown dtype 's4'; did you mean 'int4'?"),
+    ("INT4", "unknown dtype 'INT4'; did you mean 'int4'?"),
+    ("int4_t", "unknown dtype 'int4_t'; did you mean 'int4'?"),
+    ("4bit", "unknown dtype '4bit'; did you mean 'int4'?"),
+    ("u4", "unknown dtype 'u4'; did you mean 'uint4'?"),
+    ("w4-a8", "unknown dtype 'w4-a8'; did you mean 'w4a8'?"),
+    ("W4A8", "unknown dtype 'W4A8'; did you mean 'w4a8'?"),
+    ("a8w4", "unknown dtype 'a8w4'; did you mean 'w4a8'?"),
+    ("w4_a8", "unknown dtype 'w4_a8'; did you mean 'w4a8'?"),
+    ("int1", "unknown dtype 'int1'; int1: integers take 2 to 16 bits (int2 .. int16), or int32"),
+    ("int24", "unknown dtype 'int24'; int24: integers take 2 to 16 bits (int2 .. int16), or int32"),
+    ("w4a32", "unknown dtype 'w4a32'; a mixed format's weights and activations take 2 to 16 bits each"),
+    ("fp8", "unknown dtype 'fp8'; did you mean 'fp8e4m3' or 'fp8e5m2'?"),
+    ("posit8", "unknown dtype 'posit8'; known: int8, int16, int32, uint8, fp16, bf16, fp32, fp8e4m3, fp8e5m2; "
+               "narrow integers int2 .. int16 and uint2 .. uint16; mixed wNaM (N-bit weights, M-bit "
+               "activations, e.g. w4a8)"),
+])
+def test_an_unknown_format_is_one_line_with_the_closest_name(tmp_path, capsys, name, message):
+    with pytest.raises(formats.FormatError) as e:
+        formats.parse(name)
+    assert str(e.value) == message
+    spec = write_spec(tmp_path, spec_dict(dtypes=["int8", name]))
+    assert main(["validate", str(spec)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"error: dtypes[1]: {message}\n" and captured.out == ""
+
+
+def test_narrow_inputs_are_drawn_in_their_range_and_declared_to_the_compiler():
+    built = zoo.ZOO["gemv"].build("w4a8", M=64, K=64)
+    assert built.inputs == {"W": ((64, 64), "int4"), "x": ((64,), "int8")}
+    arrays = zoo.make_inputs(built, 0)
+    assert (arrays["W"].dtype, arrays["W"].min(), arrays["W"].max()) == (np.int8, -8, 7)
+    assert arrays["x"].dtype == np.int8 and arrays["x"].min() < -8 and arrays["x"].max() > 7
+    tensors = zoo.input_tensors(built, arrays)
+    assert list(zoo.declared_ranges(built, tensors).values()) == [(-8, 7)]           # x: all of int8
+    assert list(zoo.declared_ranges(built, tensors, zoo.InputRange(-4, 3)).values()) == [(-4, 3), (-4, 3)]
+    assert list(zoo.declared_ranges(built, tensors, zoo.InputRange(-4, 3), {"W", "x"}).values()) == [(-8, 7)]
+    u = zoo.make_inputs(zoo.ZOO["elementwise"].build("uint12", N=4096), 0)["a"]
+    assert (u.dtype, u.min(), u.max()) == (np.uint16, 0, 4095)
+    mlp = zoo.ZOO["mlp"].build("int4", IN=8, HIDDEN=4, OUT=2, SHIFT=2)
+    assert {dt for _, dt in mlp.inputs.values()} == {"int4"}
+
+
+@pytest.mark.parametrize("dtype", ["int4", "w4a8", "uint3", "int12"])
+def test_zoo_points_in_narrow_formats_are_bit_exact_with_narrow_hardware(tmp_path, dtype):
+    """gemv and mlp (requantised to the activations' range between layers) through evaluate:
+    bit-exact against the numpy golden model, overflow proven and confirmed, the weights' memories
+    at their width."""
+    from dse.evaluate import EvalContext, evaluate
+    from dse.frozen import FrozenMap
+    from dse.spec import DesignPoint, load_spec
+    models = [{"name": "g", "builtin": "gemv", "params": {"M": 4, "K": 24}},
+              {"name": "m", "builtin": "mlp", "params": {"IN": 16, "HIDDEN": 8, "OUT": 4, "SHIFT": 3}}]
+    spec = load_spec(write_spec(tmp_path, spec_dict(models=models, dtypes=[dtype])))
+    ctx = EvalContext.from_spec(spec, sim_backend="pysim", synthesize=False)
+    for model in ("g", "m"):
+        row = evaluate(ctx, DesignPoint(model, dtype, FrozenMap({"mem_read": "sync"})), tmp_path / model)
+        assert row.ok and row.correct and row.overflow_safe and row.overflow_confirmed, row.error
+        assert row.cycles == row.cycles_model
+
+
+def test_weights_out_of_their_narrow_range_are_one_line_naming_the_input(tmp_path, capsys):
+    np.savez(tmp_path / "w.npz", W1=np.full((4, 8), 3, np.int8), W2=np.array([[1, 2, 9, -8]], np.int8))
+    spec = model_spec(tmp_path, ["int4"], builtin="mlp", params={"IN": 8, "HIDDEN": 4, "OUT": 1, "SHIFT": 2},
+                      weights="w.npz")
+    assert main(["validate", str(spec)]) == 2
+    assert capsys.readouterr().err == (f"error: models[0].weights: dtype int4: {tmp_path}/w.npz: array 'W2' holds 9 "
+                                       f"at index (0, 2), outside the int4 range [-8, 7] (its values span [-8, 9]; "
+                                       f"never wrapped)\n")
