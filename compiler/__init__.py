@@ -9,14 +9,20 @@ The pipeline (compile_model) is a straight list of passes:
     bound       the declared input ranges carried through the model: every integer buffer and
                 accumulator gets the bounds of what it can hold, which size its memory, the
                 values computed from it and its register                          (bounds.py)
+    bind        weights="constant": inputs with data at compile time become ROMs (weights.py)
     parallelize lanes / reduce_unroll: unroll-and-jam of the innermost output loops, adder
                 trees for the innermost reductions, memories banked by layout     (transform.py)
+    fold        weights="constant": ROM loads at constant addresses become constants, integer
+                arithmetic on them is evaluated, bound-1 loops and accumulators dissolve
+                                                                                  (passes/constants.py)
     fuse_loops  loop_fusion: initialisation and result stores folded into the first and last
                 iterations of the loop nest next to them                         (transform.py)
     interleave  fp_pipeline: a fused float sum visits several output rows in turn, so its
                 pipelined adder's accumulators form a ring                       (transform.py)
     split_deep  fp_pipeline: memories deeper than a block RAM split into parts, read through
                 a registered multiplexer tree                                    (transform.py)
+    merge       weights="constant": straight-line layers merged into one kernel, their
+                intermediate activations wires                                   (passes/chain.py)
     legalize    every op and dtype checked against what the hardware can build, and the
                 pipeline schedule (fp_pipeline) checked for hazards      (hw/datapath.py, hw/pipeline.py)
     build       KernelIR -> memories + datapath + controller per kernel, and a top
@@ -40,22 +46,27 @@ from .lower import lower
 from .sim.memory_io import SimResult
 from .passes.fuse import fuse_loops
 from .passes.interleave import interleave
-from .passes.parallelize import parallelize
+from .passes.parallelize import most_factors, parallelize
 from .passes.split_deep import split_deep
+from .passes.constants import fold_constants, rom_slots
+from .passes.chain import Stage, merge_chains
+from .weights import bind_weights, constant_words, runtime_buffers
 
-__all__ = ["HardwareConfig", "compile_model", "layer_names", "simulate", "simulate_many", "export_design", "Design", "SimResult",
+__all__ = ["HardwareConfig", "compile_model", "layer_names", "layer_limits", "constant_inputs", "simulate", "simulate_many", "export_design", "Design", "SimResult",
            "ExportedDesign", "CompileError", "UnsupportedError"]
 
 
 def compile_model(*outputs, config: HardwareConfig | None = None, stream=None, input_ranges=None) -> Design:
-    """Compile the computation of `outputs` (tinygrad Tensors) into hardware. `stream`: with
-    schedule=dataflow, the input Tensor(s) that change from sample to sample (their memories
-    rotate through banks; the other inputs, weights, are loaded once); None: every input.
+    """Compile the computation of `outputs` (tinygrad Tensors) into hardware. `stream`: the input
+    Tensor(s) that change from sample to sample, the data; the other inputs are weights. With
+    schedule=dataflow the data's memories rotate through banks and the weights are loaded once
+    (None: every input streams); with weights="constant" the weights holding data at compile
+    time are built into the logic (compiler/weights.py; None: the inputs without data stream).
 
     `input_ranges`: {input Tensor (or model buffer id): (lo, hi)}, the values an integer input
     may hold, when fewer than its dtype's (4-bit weights in an int8 Tensor: (-8, 7)). The
     hardware is sized to them (compiler/bounds.py), and simulating or exporting with an input
-    outside its range is refused."""
+    outside its range is refused (a weight built in with weights="constant": when compiled)."""
     config = config or HardwareConfig()
     if not isinstance(config, HardwareConfig):
         raise TypeError(f"config must be a HardwareConfig, got {type(config).__name__}")
@@ -70,24 +81,60 @@ def compile_model(*outputs, config: HardwareConfig | None = None, stream=None, i
         config = config.resolve_layers([k.name for k in sources])
     except ValueError as e:
         raise CompileError(str(e)) from None
+    check_layer_factors(config, sources)
     if config.fold == "auto":
         from .fold import fold_auto
         buffers = [[(b.slot, graph.kernels[i].buffers[b.slot], b.loaded, b.stored) for b in k.buffers]
                    for i, k in enumerate(sources)]
         config = fold_auto(sources, config, buffers, frozenset(graph.outputs)).config
     layer = [config.for_layer(i) for i in range(len(sources))]
+    streamed = _streamed(graph, stream)
+    sources = bind_weights(graph, sources, config, streamed)
     parallel = [parallelize(k, c.lanes, c.reduce_unroll, fp_sum=c.fp_sum) for k, c in zip(sources, layer)]
     kernels = _dump("parallelize", [p.kernel for p in parallel])
+    kernels = _dump("fold_constants", [fold_constants(k) if rom_slots(k) else k for k in kernels])
     kernels = _dump("fuse_loops", [fuse_loops(k) for k in kernels] if config.loop_fusion else kernels)
     kernels = _dump("interleave", [interleave(k, config.fp_pipeline) for k in kernels])
     split = [split_deep(k, p.banking, config.fp_pipeline) for k, p in zip(kernels, parallel)]
     kernels = _dump("split_deep", [k for k, _ in split])
+    stages = [Stage(c, s, k, b, p.factors) for c, s, k, (_, b), p in zip(graph.kernels, sources, kernels, split, parallel)]
+    graph, stages = merge_chains(graph, stages, [c.weights == "constant" and bool(rom_slots(s))
+                                                 for c, s in zip(layer, sources)])
+    kernels = _dump("merge_chains", [s.kernel for s in stages])
     for k in kernels:
         check_supported(k, config)
         schedule(k, config)                  # raises on a pipeline hazard
-    return build_design(graph, sources=sources, kernels=kernels, config=config, output_shapes=shapes,
-                        banking=[b for _, b in split], factors=[p.factors for p in parallel],
-                        streamed=_streamed(graph, stream))
+    return build_design(graph, sources=[s.source for s in stages], kernels=kernels, config=config,
+                        output_shapes=shapes, banking=[s.banking for s in stages], factors=[s.factors for s in stages],
+                        streamed=streamed)
+
+
+def check_layer_factors(config: HardwareConfig, kernels: list) -> None:
+    """A layer's own lanes or reduce_unroll (`lanes@1: 64`) larger than the layer: a CompileError
+    saying how much it takes (a model-wide value is clamped to each layer instead)."""
+    for index, settings in config.layers:
+        most = dict(zip(("lanes", "reduce_unroll"), most_factors(kernels[index])))
+        for knob, value in settings:
+            if knob in most and value > most[knob]:
+                what = (f"its output loop has {most[knob]} iteration{'s' * (most[knob] != 1)}" if knob == "lanes" else
+                        f"its reduction has {most[knob]} term{'s' * (most[knob] != 1)}")
+                raise CompileError(f"{knob}@{index}={value} does not fit layer {index} ({kernels[index].name}): {what}; "
+                                   f"use {knob}@{index} from 1 to {most[knob]} ({most[knob]}: the whole layer in one step)")
+
+
+def layer_limits(*outputs) -> list[tuple[str, int, int]]:
+    """(name, most lanes, most reduce_unroll) of each layer compile_model would build for
+    `outputs` (parallelize.most_factors). Traces the model (see layer_names)."""
+    return [(k.name, *most_factors(lower(k))) for k in trace(*outputs).kernels]
+
+
+def constant_inputs(*outputs, stream=None) -> int:
+    """How many inputs of the model weights="constant" would build in for `outputs` with
+    `stream` (compile_model's): those holding data at compile time, not streamed, and read by a
+    kernel. Traces the model (see layer_names)."""
+    graph = trace(*outputs)
+    read = {b for k in graph.kernels for b in k.buffers}
+    return len(set(constant_words(graph, runtime_buffers(graph, _streamed(graph, stream)))) & read)
 
 
 def _streamed(graph, stream) -> frozenset[int] | None:

@@ -7,9 +7,11 @@ from typing import Any, Mapping
 
 MAX_ACC_WIDTH = 64
 MAX_PARALLEL = 4096          # lanes * reduce_unroll: more multipliers than any FPGA here holds
-LAYER_KNOBS = ("lanes", "reduce_unroll")
+LAYER_KNOBS = ("lanes", "reduce_unroll", "weights")
 """Knobs a layer (one kernel of the model) may set for itself, written `<knob>@<layer>`: a 64-32-10
 MLP can give its 64-input layer more lanes than its 10-output one."""
+WEIGHTS = ("memory", "constant")
+MAX_ADDER_LEVELS = 64
 _LAYER_KEY = re.compile(r"^([a-z_]+)@([A-Za-z0-9_.-]+)$")
 MAX_FP_PIPELINE = 4          # at 3 every float unit has its most stages (FAdd 6 <= 2**3, FMul, FDiv, FSqrt 8 = 2**3);
                              # 4 adds a second register to integer products
@@ -138,6 +140,26 @@ class HardwareConfig:
         int8 one from 180 to ~1,300.
         A kernel that reads a buffer it also writes is refused when C > 0 (a later step could
         read a location an earlier step has not stored yet): a CompileError naming the kernel.
+    adder_levels: from fp_pipeline 3, the levels of integer adders and compares a pipeline stage
+        holds before a register (default 1: every level of an adder tree registered, as
+        fp_pipeline 3 describes). Why: a fully unrolled constant-weight layer is a tree of
+        shift-and-add products and sums 8 to 12 adders deep; registering every level makes a
+        model of four layers ~50 cycles long, where 2 or 3 levels a stage (an ECP5 carry chain
+        of 16 to 20 bits takes ~2.5 ns with its routing) keep the clock near 100 MHz in a third
+        of the cycles. A product by a constant left to a DSP counts two levels. Applies where
+        fp_pipeline >= 3; below, it changes nothing.
+    weights: "memory" (default) or "constant": where a trained model's weights live. "memory":
+        in memories the host writes before a run, like any input. "constant": every input that
+        holds data at compile time and is not given at run time (compile_model's `stream`) is
+        built into the datapath (compiler/passes/constants.py): a load at an address the unrolled
+        loops fix becomes a constant, a product by a constant a shift-and-add network (canonical
+        signed digits; a DSP where that is cheaper), by zero nothing, by a power of two a wire; a
+        load whose address still varies reads a ROM (a memory initialised with the data, off the
+        host bus). Why: with lanes and reduce_unroll at a layer's sizes each layer is one step of
+        constant-coefficient adder trees, no memory reads, and pruned (zero) weights cost
+        nothing. Cost: the design is compiled for the weights it carries; new weights are new
+        hardware (the caches key on them: they are constants of the IR). A model none of whose
+        inputs holds data at compile time has nothing to build in: a CompileError.
     schedule: "sequential" (default) or "dataflow": how the kernels share time. "sequential" runs
         one kernel after another on one sample, with copies between them: the next sample starts
         when the last kernel is done (interval = cycles). "dataflow" makes every kernel a stage
@@ -180,6 +202,8 @@ class HardwareConfig:
     mul: str = "auto"
     mem_pack: int | str = "auto"
     mem_tail: str = "block"
+    adder_levels: int = 1
+    weights: str = "memory"
     schedule: str = "sequential"
     fold: str = "manual"
     target_interval: int | None = None
@@ -200,6 +224,11 @@ class HardwareConfig:
                              f"(elements per memory word), got {self.mem_pack!r}")
         if self.mem_tail not in ("block", "lut"):
             raise ValueError(f"HardwareConfig.mem_tail: expected 'block' or 'lut', got {self.mem_tail!r}")
+        if not (_is_int(self.adder_levels) and 1 <= self.adder_levels <= MAX_ADDER_LEVELS):
+            raise ValueError(f"HardwareConfig.adder_levels: expected an integer from 1 to {MAX_ADDER_LEVELS} (adder "
+                             f"levels between pipeline registers), got {self.adder_levels!r}")
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"HardwareConfig.weights: expected 'memory' or 'constant', got {self.weights!r}")
         if self.schedule not in ("sequential", "dataflow"):
             raise ValueError(f"HardwareConfig.schedule: expected 'sequential' or 'dataflow', got {self.schedule!r}")
         if self.fold not in ("manual", "auto"):

@@ -9,7 +9,7 @@ import numpy as np
 from . import ir
 from .config import HardwareConfig
 from .frontend import Graph
-from .hw.kernel import KernelHW, read_ports
+from .hw.kernel import KernelHW, is_pipelined, read_ports
 from .hw.pipeline import Schedule, schedule
 from .hw.program import Program, build_program
 from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, plan_dataflow
@@ -68,6 +68,9 @@ class Design:
     packs: tuple[tuple[Pack, ...], ...] = ()  # per kernel: banks sharing one memory (mem_pack)
     flow: Dataflow | None = None             # schedule=dataflow: beats, levels, rings (hw/dataflow.py)
     schedule_note: str = ""                  # why a design asked to be dataflow is sequential
+    # model buffers built into the hardware (weights="constant"): no memory the host writes
+    # holds them, so a simulation cannot set them
+    constants: frozenset[int] = frozenset()
 
     @cached_property
     def top(self) -> TopHW:
@@ -276,8 +279,9 @@ def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.K
     `banking` saying how each stores its parameter buffers (plain when not given)."""
     banking = banking or [{b.slot: Banking.plain(b.slot, b.size) for b in k.buffers} for k in sources]
     factors = factors or [{} for _ in sources]
-    kernel_buffers = [[(b.slot, graph.kernels[i].buffers[b.slot], b.loaded, b.stored) for b in k.buffers]
-                      for i, k in enumerate(sources)]
+    # a ROM (weights="constant") is part of its kernel: not on the host bus, never copied
+    kernel_buffers = [[(b.slot, graph.kernels[i].buffers[b.slot], b.loaded, b.stored) for b in k.buffers
+                       if b.rom is None] for i, k in enumerate(sources)]
     sizes = {b.id: b.size for b in graph.buffers}
     # a buffer's element width: its bounds' (compiler/bounds.py) where it has them, else its dtype's
     widths = {b.id: b.dtype.bits for b in graph.buffers}
@@ -290,21 +294,31 @@ def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.K
         # dataflow reads in place wherever it can (share_buffers or not): it saves a memory and a beat
         ports = [read_ports(k, build_program(k))[1] for k in kernels]
         streamed = frozenset(graph.inputs) if streamed is None else frozenset(streamed)
-        dp = plan_dataflow(kernel_buffers, sizes=sizes, widths=widths, names=[k.name for k in kernels],
-                           banking=banking, read_ports=ports, outputs=set(graph.outputs), streamed=set(streamed))
+        args = dict(sizes=sizes, widths=widths, names=[k.name for k in kernels], banking=banking, read_ports=ports,
+                    outputs=set(graph.outputs), streamed=set(streamed))
+        # every kernel pipelined (one step, no loop, no accumulator: a merged constant-weight
+        # model, passes/chain.py): a beat of one cycle, each kernel's stores landing 1 + its
+        # pipeline's depth beats after it starts; unless a hand-over needs a copy
+        pipelined = all(is_pipelined(k, build_program(k)) for k in kernels)
+        dp = plan_dataflow(kernel_buffers, **args, lags=[1 + schedule(k, config).commit for k in kernels]) \
+            if pipelined else None
+        if dp is None or isinstance(dp, str) or any(isinstance(p, Copy) for p in dp.phases):
+            pipelined, dp = False, plan_dataflow(kernel_buffers, **args)
         if isinstance(dp, str):
             note = f"schedule=dataflow not possible, built sequential: {dp}"
             ports = [read_ports(k, build_program(k))[1] for k in kernels] if config.share_buffers \
                 else [{} for _ in kernels]
         else:
             order, phases, host, shares = dp.order, dp.phases, dp.host, dp.shares
-            runs = [build_program(kernels[i]).cycles + 1 + schedule(kernels[i], config).commit for i in order]
+            runs = [1 if pipelined else build_program(kernels[i]).cycles + 1 + schedule(kernels[i], config).commit
+                    for i in order]
             copies = [p for p in phases if isinstance(p, Copy)]
             stage_cycles = tuple((kernels[i].name, c) for i, c in zip(order, runs)) + \
                 tuple((f"copy {kernels[order[c.src[0]]].name}->{','.join(kernels[order[d[0]]].name for d in c.dsts)}",
                        c.length + int(config.mem_read == "sync")) for c in copies)
+            lags = tuple(1 + schedule(kernels[i], config).commit if pipelined else 0 for i in order)
             flow = Dataflow(beat_cycles(runs, copies, config.mem_read == "sync"), dp.depth, tuple(dp.levels),
-                            tuple(dp.rings), streamed & frozenset(graph.inputs), stage_cycles)
+                            tuple(dp.rings), streamed & frozenset(graph.inputs), stage_cycles, lags)
     if flow is None:
         order, phases, host, shares = plan(kernel_buffers, sizes=sizes, widths=widths, names=[k.name for k in kernels],
                                            banking=banking, read_ports=ports, share=config.share_buffers)
@@ -317,6 +331,8 @@ def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.K
             in_place[place[0]] |= frozenset(banking[order[place[0]]][place[1]].banks)
     packs = tuple(plan_packs(kernels[i], build_program(kernels[i]), banking[i], config, in_place[pos])
                   for pos, i in enumerate(order))
+    constants = frozenset(graph.kernels[i].buffers[b.slot] for i, k in enumerate(sources) for b in k.buffers
+                          if b.rom is not None)
     return Design(graph, tuple(kernels[i] for i in order), config, tuple(phases), tuple(host), output_shapes,
                   tuple(sources[i] for i in order), tuple(banking[i] for i in order), tuple(shares),
-                  tuple(factors[i] for i in order), packs, flow, note)
+                  tuple(factors[i] for i in order), packs, flow, note, constants)

@@ -118,6 +118,9 @@ class BufferDecl:
     size: int             # elements
     loaded: bool
     stored: bool
+    # weights="constant": the contents (unsigned bit patterns, one per element), fixed when the
+    # design is compiled: a read-only memory initialised with them, never on the host bus
+    rom: tuple[int, ...] | None = None
     # Integer buffers: every value the buffer holds lies in [lo, hi] (declared for an input,
     # derived for a buffer a kernel writes: compiler/bounds.py), so its memory stores `width`
     # bits, not the dtype's (an int4 weight in tinygrad's int8 holds 4). None: the dtype's range.
@@ -235,17 +238,24 @@ class IRError(AssertionError):
 def verify(k: KernelIR) -> None:
     """Cheap structural invariants, checked after lowering so a broken IR fails here."""
     slots = {b.slot for b in k.buffers}
+    for b in k.buffers:
+        if b.rom is not None and (b.stored or len(b.rom) != b.size):
+            raise IRError(f"{k.name}: ROM buffer {b.slot} is stored or holds {len(b.rom)} of {b.size} words")
     accs = {a.index for a in k.accs}
     loop_ids = [s.id for s in k.loops.values()]
     if len(set(loop_ids)) != len(loop_ids):
         raise IRError(f"{k.name}: duplicate loop ids")
+    # stores under the same loops are checked together: one walk of their shared values
+    groups: dict[tuple[int, ...], list] = {}
     for store, enclosing in k.stores():
-        open_loops = {l.id for l in enclosing}
         if isinstance(store, AccStore) and store.acc not in accs:
             raise IRError(f"{k.name}: store to undeclared accumulator {store.acc}")
         if isinstance(store, BufStore) and store.buf not in slots:
             raise IRError(f"{k.name}: store to undeclared buffer {store.buf}")
-        for v in toposort(store_operands(store)):
+        groups.setdefault(tuple(l.id for l in enclosing), []).extend(store_operands(store))
+    for enclosing, roots in groups.items():
+        open_loops = set(enclosing)
+        for v in toposort(roots):
             if isinstance(v, Counter) and v.loop not in open_loops:
                 raise IRError(f"{k.name}: counter of loop {v.loop} used outside that loop")
             if isinstance(v, Load) and v.buf not in slots:
@@ -294,6 +304,9 @@ def fingerprint(k: KernelIR) -> str:
 
     h.update(repr([(b.slot, b.dtype.name, b.size, b.loaded, b.stored) + ((b.bounds,) if b.bounds else ())
                    for b in k.buffers]).encode())
+    for b in k.buffers:                  # a ROM's contents are part of the hardware
+        if b.rom is not None:
+            h.update(f"rom{b.slot}:{hashlib.sha256(repr(b.rom).encode()).hexdigest()};".encode())
     h.update(repr([(a.index, a.dtype.name) + ((a.ways,) if a.ways > 1 else ()) + ((a.bounds,) if a.bounds else ())
                    for a in k.accs]).encode())
     stmts(k.body, 0)
@@ -305,7 +318,7 @@ def pretty(k: KernelIR) -> str:
     names: dict[int, str] = {}
     lines = [f"kernel {k.name}"]
     for b in k.buffers:
-        role = ("in" if b.loaded else "") + ("out" if b.stored else "")
+        role = ("in" if b.loaded else "") + ("out" if b.stored else "") + (" rom" if b.rom is not None else "")
         held = f" in [{b.bounds[0]}, {b.bounds[1]}]: {b.width} bits" if b.bounds else ""
         lines.append(f"  buf{b.slot}: {b.dtype}[{b.size}] {role}{held}")
     for a in k.accs:

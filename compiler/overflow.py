@@ -28,8 +28,8 @@ from .design import Design
 from amaranth.hdl import Shape
 
 from .hw.kernel import acc_shape
-from .dtypes import DType
-from .ranges import Interval, dtype_range, exact_interval, load_range
+from .dtypes import DType, from_words
+from .ranges import Interval, dtype_range, exact_interval, load_range, rom_ranges
 
 K = ir.OpKind
 
@@ -310,6 +310,7 @@ def analyze_overflow(design: Design, input_ranges: dict[int, tuple[float, float]
     bounds: list[AccBound] = []
     for pos, k in enumerate(design.source_kernels or design.kernels):
         loads = {slot: ranges[buf] for slot, buf in slot_to_buffer[pos].items() if buf in ranges}
+        loads.update(_rom_loads(k))              # a ROM's words: within any declared bound
         shapes = {a.index: acc_shape(a, design.config) for a in k.accs}
         an = _KernelAnalysis(k, loads, _narrow_registers(k, shapes))
         an.run(k.body, {}, True)
@@ -329,6 +330,16 @@ def analyze_overflow(design: Design, input_ranges: dict[int, tuple[float, float]
     floats = [max(abs(b.lo), abs(b.hi)) for b in bounds if b.bits_required is None]
     safe = False if any(b.safe is False for b in bounds) else None if any(b.safe is None for b in bounds) else True
     return OverflowReport(tuple(bounds), safe, max(ints) if ints else None, max(floats) if floats else None)
+
+
+def _rom_loads(k: ir.KernelIR) -> dict[int, _R]:
+    """Slot -> the range of the values a ROM of `k` holds (weights="constant": its weights)."""
+    out = {slot: _R(r.lo, r.hi) for slot, r in rom_ranges(k).items()}
+    for b in k.buffers:
+        if b.rom is not None and b.rom and b.dtype.is_float:
+            values = from_words(np.array(b.rom, dtype=np.uint64), b.dtype).astype(np.float64)
+            out[b.slot] = _R(float(np.nanmin(values)), float(np.nanmax(values)))
+    return out
 
 
 def _bound(kernel: str, acc: int | None, target: str, d: DType, r: _R, unproven: bool,

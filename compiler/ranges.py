@@ -120,15 +120,26 @@ def analyze(kernel: ir.KernelIR, acc_ranges: dict[int, Interval] | None = None) 
     acc_ranges = acc_ranges or {}
     out: dict[int, Interval] = {}
     roots = [v for s, _ in kernel.stores() for v in ir.store_operands(s)]
+    roms = rom_ranges(kernel)
     for v in ir.toposort(roots):
         if v.dtype.is_float:
             continue
-        out[id(v)] = value_interval(v, kernel, out, acc_ranges)
+        out[id(v)] = value_interval(v, kernel, out, acc_ranges, roms)
+    return out
+
+
+def rom_ranges(kernel: ir.KernelIR) -> dict[int, Interval]:
+    """Slot -> the hull of the values an integer ROM (weights="constant") holds."""
+    out = {}
+    for b in kernel.buffers:
+        if b.rom is not None and b.rom and not b.dtype.is_float:
+            values = [b.dtype.wrap(w) if not b.dtype.is_bool else w & 1 for w in b.rom]
+            out[b.slot] = Interval(min(values), max(values))
     return out
 
 
 def value_interval(v: ir.Value, kernel: ir.KernelIR, known: dict[int, Interval],
-                   acc_ranges: dict[int, Interval]) -> Interval:
+                   acc_ranges: dict[int, Interval], roms: dict[int, Interval] | None = None) -> Interval:
     full = dtype_range(v.dtype)
     if isinstance(v, ir.Const):
         return Interval(int(v.value), int(v.value))
@@ -137,7 +148,8 @@ def value_interval(v: ir.Value, kernel: ir.KernelIR, known: dict[int, Interval],
     if isinstance(v, ir.AccLoad):
         return acc_ranges.get(v.acc, full)
     if isinstance(v, ir.Load):
-        full = load_range(kernel, v)
+        # a ROM's words are known (the tightest: within any declared bound); else its bounds
+        full = roms[v.buf] if roms and v.buf in roms else load_range(kernel, v)
         if v.gate is not None and v.alt is not None and id(v.alt) in known:
             alt = known[id(v.alt)]
             return Interval(min(full.lo, alt.lo), max(full.hi, alt.hi))
@@ -149,6 +161,8 @@ def value_interval(v: ir.Value, kernel: ir.KernelIR, known: dict[int, Interval],
         return full
     if v.op is K.CAST and v.dtype.is_bool:
         return Interval(0, 1)
+    if v.op is K.WHERE and (clip := _clipped(v, known)) is not None:
+        return clip
     if v.op is K.BITCAST:
         return srcs[0] if srcs[0].within(full) else full
     consts = [s.value if isinstance(s, ir.Const) and not s.dtype.is_float else None for s in v.srcs]
@@ -156,3 +170,36 @@ def value_interval(v: ir.Value, kernel: ir.KernelIR, known: dict[int, Interval],
     if exact is None or not exact.within(full):
         return full           # may wrap: the datapath computes at the dtype's full width
     return exact
+
+
+def _clipped(v: ir.Op, known: dict[int, Interval]) -> Interval | None:
+    """The interval of a clip `where(c < x, c', cast(x))` (or `where(x < c, c', cast(x))`): its
+    last operand is taken only where the compare is false, so where x <= c (x >= c), and then
+    x fits the cast unwrapped when that range lies in the dtype (a requantised activation
+    clipped to 127 is 0..127, not the int8 it is cast to). None: not this shape."""
+    cond, then, other = v.srcs
+    if not (isinstance(cond, ir.Op) and cond.op is K.CMPLT and id(then) in known):
+        return None
+    x = other.srcs[0] if isinstance(other, ir.Op) and other.op is K.CAST else other
+    a, b = cond.srcs
+    floor = None           # x = max(b, m) compared as b (constants.py rewrites c < max(b, m) so)
+    if isinstance(x, ir.Op) and x.op is K.MAX and x is not b and isinstance(a, ir.Const):
+        for y, m in ((x.srcs[0], x.srcs[1]), (x.srcs[1], x.srcs[0])):
+            if y is b and isinstance(m, ir.Const) and int(m.value) <= int(a.value):
+                floor = int(m.value)
+    if floor is not None and id(b) in known:                          # b <= c, x = max(b, m)
+        r = known[id(b)]
+        taken = Interval(max(r.lo, floor), max(min(r.hi, int(a.value)), floor))
+    elif x is b and isinstance(a, ir.Const) and id(x) in known:      # c < x false: x <= c
+        r = known[id(x)]
+        taken = Interval(r.lo, min(r.hi, int(a.value)))
+    elif x is a and isinstance(b, ir.Const) and id(x) in known:      # x < c false: x >= c
+        r = known[id(x)]
+        taken = Interval(max(r.lo, int(b.value)), r.hi)
+    else:
+        return None
+    if taken.lo > taken.hi or not taken.within(dtype_range(v.dtype)) or \
+            (x is not other and not taken.within(dtype_range(other.dtype))):
+        return None
+    t = known[id(then)]
+    return Interval(min(t.lo, taken.lo), max(t.hi, taken.hi))

@@ -112,7 +112,7 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
             definition: dict[str, Any] = {
                 "trained": t.kind, "sha256": _file_digest(t.path), "dataset": t.data.dataset,
                 "data_sha256": _file_digest(t.data.file) if t.data.file is not None else None,
-                "samples": t.data.samples}
+                "samples": t.data.samples, "prune": t.prune}
         except OSError:
             return None
     elif model.builtin is not None:
@@ -161,14 +161,17 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
     try:
         from compiler import compile_model
         from compiler.ir import fingerprint
-        from dse.evaluate import declared_input_ranges, point_arrays
+        from dse.evaluate import declared_input_ranges, point_arrays, streamed_inputs
         from dse.models.zoo import input_tensors
         with recording_reads() as reads, time_limit(ctx.stage_timeout_s, "building and compiling for the cache key"):
             config = point.hardware_config()
             built = model.build(point.dtype)
-            arrays, real = point_arrays(model, point.dtype, built, ctx.data_seed)      # as evaluate() compiles it
+            # as evaluate() compiles it: weights="constant" builds the arrays into the kernels,
+            # so their values are in the IR fingerprint
+            arrays, real = point_arrays(model, point.dtype, built, ctx.data_seed)
             tensors = input_tensors(built, arrays)
             design = compile_model(built.forward(*tensors), config=config,
+                                   stream=streamed_inputs(model, point.dtype, built, tensors),
                                    input_ranges=declared_input_ranges(model, point.dtype, built, tensors, real))
         kernels = [fingerprint(k) for k in design.kernels]
     except TimeLimitExceeded:

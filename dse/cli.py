@@ -93,7 +93,7 @@ def add_layers(p: argparse.ArgumentParser) -> None:
 
 def run_layers(args: argparse.Namespace) -> int:
     """Each model's layers (kernels) per dtype: the indices and names `<knob>@<layer>` takes."""
-    from dse.models.model import model_layers, quantised_layers
+    from dse.models.model import model_layer_limits, quantised_layers
     from dse.spec import load_spec
     s = load_spec(args.spec)
     models = [m for m in s.models if args.model in (None, m.name)]
@@ -103,18 +103,18 @@ def run_layers(args: argparse.Namespace) -> int:
     if args.dtype is not None and args.dtype not in s.dtypes:
         raise CliError(f"--dtype: {args.dtype!r} is not a dtype of study {s.study!r}; dtypes: {', '.join(s.dtypes)}")
     for m in models:
-        by_names: dict[tuple[str, ...], list[str]] = {}
+        by_names: dict[tuple, list[str]] = {}
         for dtype in (s.model_dtypes(m.name) if args.dtype is None else (args.dtype,)):
             try:
-                names = tuple(model_layers(m, dtype))
+                layers = tuple(model_layer_limits(m, dtype))
             except Exception as e:          # noqa: BLE001 - the model's own error, said per dtype
                 print(f"{m.name} {dtype}: does not build: {type(e).__name__}: {e}")
                 continue
-            by_names.setdefault(names, []).append(dtype)
-        for names, dtypes in by_names.items():
-            print(f"{m.name} ({', '.join(dtypes)}): {len(names)} layer{'s' * (len(names) != 1)}")
-            for i, name in enumerate(names):
-                print(f"  {i}  {name}")
+            by_names.setdefault(layers, []).append(dtype)
+        for layers, dtypes in by_names.items():
+            print(f"{m.name} ({', '.join(dtypes)}): {len(layers)} layer{'s' * (len(layers) != 1)}")
+            for i, (name, lanes, unroll) in enumerate(layers):
+                print(f"  {i}  {name}  (lanes up to {lanes}, reduce_unroll up to {unroll})")
         if m.trained is not None:
             quantised = quantised_layers(m)
             print(f"{m.name}: {len(quantised)} conv/dense layer{'s' * (len(quantised) != 1)} for weight_bits@ and "

@@ -109,7 +109,11 @@ def design_features(design, *, target: str) -> dict[str, float]:
                     add("fadd", 1)
                     add("fadd_bits", src_w)
                 else:
-                    add("add_bits", src_w)
+                    # at the widths the datapath gives them: a constant-weight layer's thousands
+                    # of shift-and-add adders are 10 to 20 bits wide, not their int32's 32
+                    add("add_bits", max(bits(s) for s in v.srcs))
+            elif v.op in (K.SHL, K.SHR) and isinstance(v.srcs[1], ir.Const):
+                pass                         # a shift by a constant is wiring
             elif v.op is K.CAST and (v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)):
                 add("fconv", 1)
                 add("fconv_bits", max(w, src_w))
@@ -163,6 +167,34 @@ def design_features(design, *, target: str) -> dict[str, float]:
                               + f.get("mul_bits", 0.0) ** 0.5 + f.get("read_bits", 0.0)))
     add("fp_pipeline", p)
     return f
+
+
+# ---------------------------------------------------------------------------------------------
+# too large for every device
+
+LUT_FLOOR_PER_ADD_BIT = 0.5
+"""The fewest LUT4s an adder bit of the design (`add_bits`) has cost in synthesis, with margin:
+constant-weight MLPs fully unrolled measured 0.66 (the jet-shaped MLP 90% pruned: 12,248 LUTs
+for 16,815 bits of adders; Yosys drops the constant low bits of shifted terms), so half is a
+floor no design here went under."""
+
+LOGIC_SITES = {"ecp5": "TRELLIS_COMB", "ice40": "ICESTORM_LC"}
+
+
+def too_large(features: Mapping[str, float], target: str) -> str:
+    """Why no device of `target` can hold a design with these features ("" when one might):
+    its adders alone need more LUTs than the family's largest part has (LUT_FLOOR_PER_ADD_BIT),
+    so synthesis and place-and-route, hours for such a design, are not run."""
+    from compiler.devices import DEVICES
+    if target not in LOGIC_SITES or target not in DEVICES:
+        return ""
+    floor = LUT_FLOOR_PER_ADD_BIT * features.get("add_bits", 0.0)
+    largest = max(DEVICES[target], key=lambda d: d.capacity[LOGIC_SITES[target]])
+    have = largest.capacity[LOGIC_SITES[target]]
+    if floor <= have:
+        return ""
+    return (f"too large for every {target} device: its {features['add_bits']:,.0f} bits of adders need at least "
+            f"{floor:,.0f} LUTs, the largest part ({largest.name}) has {have:,}; not synthesised")
 
 
 # ---------------------------------------------------------------------------------------------

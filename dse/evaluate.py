@@ -95,7 +95,7 @@ import numpy as np
 from compiler.cache import EVALS
 from compiler.tools import package_version
 from dse.models import zoo
-from dse.estimate import design_features
+from dse.estimate import design_features, too_large
 from dse.limits import time_limit
 from dse.spec import SYNTH_FIDELITY, DesignPoint, Spec, TimingSpec
 from dse.frozen import FrozenMap
@@ -401,7 +401,8 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         output = built.forward(*tensors)
 
     with run.stage("compile", "compile_s"):
-        design = compile_model(output, config=config, stream=streamed_inputs(built, tensors, real),
+        # the data streams (through a dataflow design); the weights are loaded once, or built in
+        design = compile_model(output, config=config, stream=streamed_inputs(model, point.dtype, built, tensors),
                                input_ranges=declared_input_ranges(model, point.dtype, built, tensors, real))
         cm = design.cycle_model()
         run.set(cycles_model=cm.total, cycle_breakdown=json.dumps({"kernels": [list(k) for k in cm.kernels],
@@ -419,7 +420,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         _synthesis(ctx, run, design)
         return
 
-    proof = _Proof(run, design, built, tensors, model.input_range(point.dtype), fixed, sample_ranges)
+    proof = _Proof(run, design, built, tensors, model.input_range(point.dtype), fixed, sample_ranges, arrays)
     proof.analyze()
     if not ctx.simulate:            # and so never synthesised either: no unchecked design gets area
         run.notes.append("not simulated (the cheap fidelity): cycles from the cycle model, outputs not checked")
@@ -469,6 +470,10 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
 
 def _synthesis(ctx: EvalContext, run: _Run, design) -> None:
     """The synthesize stage, then timing (if asked)."""
+    if ctx.synthesize and (why := too_large(json.loads(run.fields.get("features") or "{}"), ctx.target)):
+        run.set(fits=False, stage="synthesize", error=why)      # an infeasible point, not hours of Yosys
+        run.log(f"synthesize: {why}")
+        return
     if ctx.synthesize:
         from compiler.synth.area import synthesize
         with run.stage("synthesize", "synth_s"):
@@ -488,11 +493,14 @@ def _synthesis(ctx: EvalContext, run: _Run, design) -> None:
         run.notes.append("timing skipped: it needs synthesis, which is off")
 
 
-def streamed_inputs(built: zoo.Built, tensors: list, real) -> list | None:
-    """The inputs a dataflow design streams: the data input (`x`, or the data set's input of a
-    trained model); weights are loaded once. None: every input (a model with no such input)."""
-    data = real.data_input if real is not None and real.samples is not None else "x"
-    return [t for name, t in zip(built.inputs, tensors) if name == data] or None
+def streamed_inputs(model: ModelSpec, dtype: str, built: zoo.Built, tensors: list) -> list | None:
+    """compile_model's `stream` for a point: the input Tensors that change from sample to sample,
+    the data (ModelSpec.runtime_inputs: the data set's input of a trained model, a builtin's data
+    inputs, a user's function's `x`). A dataflow design streams them and loads the other inputs,
+    the weights, once; weights="constant" builds in those of the others that hold data. None:
+    every input (a model with no data input)."""
+    names = set(model.runtime_inputs(dtype))
+    return [t for name, t in zip(built.inputs, tensors) if name in names] or None
 
 
 def point_arrays(model: ModelSpec, dtype: str, built: zoo.Built, data_seed: int):
@@ -720,9 +728,10 @@ class _Proof:
     worst case does not show (a loose bound) is noted."""
 
     def __init__(self, run: _Run, design, built: zoo.Built, tensors: list, rng: zoo.InputRange | None,
-                 fixed: Mapping[str, np.ndarray] | None = None, ranges: Mapping[str, zoo.InputRange] | None = None):
+                 fixed: Mapping[str, np.ndarray] | None = None, ranges: Mapping[str, zoo.InputRange] | None = None,
+                 arrays: Mapping[str, np.ndarray] | None = None):
         self.run, self.design, self.built = run, design, built
-        fixed, ranges = fixed or {}, ranges or {}
+        fixed, ranges = dict(fixed or {}), ranges or {}
         self.narrowed_unsafe = ""            # why outputs may differ from the reference ("": they may not)
         self.buffers: dict[str, int] = {}    # input name -> model buffer id
         for name, t in zip(built.inputs, tensors):
@@ -739,6 +748,10 @@ class _Proof:
         self.constants = {b.id: b.data for b in design.graph.buffers
                           if b.id in design.graph.inputs and b.id not in self.buffers.values()
                           and b.data is not None and b.data.size}
+        # inputs built into the hardware (weights="constant") hold their data in every run too
+        for name, buf in self.buffers.items():
+            if buf in design.constants and arrays is not None and name not in fixed:
+                fixed[name] = arrays[name]
         self.fixed = {name: np.asarray(a) for name, a in fixed.items() if name in self.buffers}
         self.constants.update({self.buffers[name]: a.reshape(-1) for name, a in self.fixed.items() if a.size})
         for buf, data in self.constants.items():

@@ -57,7 +57,7 @@ def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, d
     arrays, real = point_arrays(model, point.dtype, built, data_seed)   # trained weights, as evaluated
     tensors = input_tensors(built, arrays)
     design = compile_model(built.forward(*tensors), config=point.hardware_config(),
-                           stream=streamed_inputs(built, tensors, real),
+                           stream=streamed_inputs(model, point.dtype, built, tensors),
                            input_ranges=declared_input_ranges(model, point.dtype, built, tensors, real))
     measured = dict(measured or {})
     want = measured.get("cycles_model")

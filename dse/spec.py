@@ -63,7 +63,7 @@ from dse.models import formats
 from dse.models.zoo import DTYPES, InputRange
 from dse.frozen import FrozenMap
 from dse.models.widths import FORMAT_KNOBS, MAX_BITS, MIN_BITS, Formats, dtype_bits, is_format_knob, quantisable
-from dse.models.model import ModelFiles, ModelSpec, TrainedModel, model_layers, quantised_layers
+from dse.models.model import ModelFiles, ModelSpec, TrainedModel, model_constants, model_layer_limits, quantised_layers
 
 
 
@@ -642,6 +642,7 @@ class _Parser:
         models = self.models(top["models"], top_ranges)
         knobs = self.knobs(top.get("knobs", {}), "knobs")
         self.check_layers(knobs, models, "knobs")
+        self.check_constant_weights(knobs, models, "knobs")
         objectives = self.objectives(top["objectives"])
         knob_space = math.prod(len(k.values) for k in knobs)
         search = self.search(top["search"], sum(len(m.dtypes or self.dtypes) for m in models) * knob_space)
@@ -707,7 +708,7 @@ class _Parser:
 
     def model_entry(self, value: Any, path: str, top_ranges: dict[str, InputRange]) -> ModelSpec:
         d = _mapping(value, path, ["name"], ["builtin", "source", "params", "input_range", "weights", "onnx", "data",
-                                             "dtypes"])
+                                             "prune", "dtypes"])
         name = _str(d["name"], _join(path, "name"))
         if not _NAME.fullmatch(name):
             raise SpecError(_join(path, "name"), f"expected a name of letters, digits, '_', '-' and '.', got {name!r}")
@@ -718,6 +719,9 @@ class _Parser:
                                       "('weights' alone is a trained dense network: arrays W1, b1, W2, b2, ...; "
                                       "beside 'source' or 'builtin' it fills that model's inputs by name)")
             return self.trained_model(d, name, path, kinds[0])
+        if "prune" in d:
+            raise SpecError(_join(path, "prune"), "pruning applies to a trained network the tool quantises ('weights:' "
+                                                  "alone or 'onnx:'); a builtin or source model brings its own weights")
         if ("builtin" in d) == ("source" in d):
             raise SpecError(path, "give either 'builtin' (a zoo model) or 'source' (path/to/file.py:function)"
                                   + (", not both" if "builtin" in d else ""))
@@ -812,7 +816,14 @@ class _Parser:
         data = self.data(d["data"], _join(path, "data")) if "data" in d else self.top_data
         if data is None:
             raise SpecError(path, "a trained network needs 'data' (here or at the top level) to measure its accuracy on")
-        trained = TrainedModel(kind, file, data)
+        sparsity = 0.0
+        if "prune" in d:
+            from dse.models.prune import check_sparsity
+            try:
+                sparsity = check_sparsity(d["prune"])
+            except ValueError as e:
+                raise SpecError(_join(path, "prune"), str(e)) from None
+        trained = TrainedModel(kind, file, data)          # checked unpruned; pruning needs a sound network
         try:
             net = trained.net()
         except NotDenseChain as e:
@@ -830,6 +841,10 @@ class _Parser:
             raise SpecError(_join(path, "data"), f"{dataset.name} samples have shape {dataset.sample_shape} "
                                                  f"({width} values), the network takes {net.inputs}")
         from dse.models.quantize import DenseNet
+        if sparsity and not isinstance(net, DenseNet):
+            raise SpecError(_join(path, "prune"), "pruning covers dense networks (Gemm/MatMul/Relu chains); this "
+                                                  "one has convolutions")
+        trained = dataclasses.replace(trained, prune=sparsity)
         if isinstance(net, DenseNet):
             m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), trained)
         else:   # a CNN chain: quantised for integer dtypes, the whole graph for float ones
@@ -985,21 +1000,59 @@ class _Parser:
         """Every `<knob>@<layer>` names a layer each model has in each dtype (its kernels, traced
         without compiling: a fraction of a second a model), else the error lists its layers."""
         self.check_format_layers(knobs, models, path)
-        wanted = [(k.name, k.name.partition("@")[2]) for k in knobs if "@" in k.name and not is_format_knob(k.name)]
+        wanted = [(k, k.name.partition("@")[2]) for k in knobs if "@" in k.name and not is_format_knob(k.name)]
         if not wanted:
             return
         for m in models:
             for dtype in m.dtypes or self.dtypes:
                 try:
-                    names = model_layers(m, dtype)
+                    limits = model_layer_limits(m, dtype)
                 except Exception:        # noqa: BLE001 - a model that does not build fails as its points do
                     continue
-                for name, layer in wanted:
+                names = [n for n, _, _ in limits]
+                for knob, layer in wanted:
                     if (layer.isdigit() and int(layer) < len(names)) or layer in names:
+                        self.check_fits(knob, limits[int(layer) if layer.isdigit() else names.index(layer)],
+                                        m, dtype, _join(path, knob.name))
                         continue
                     listing = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
-                    raise SpecError(_join(path, name), f"model {m.name!r} ({dtype}) has no layer {layer!r}; its "
-                                                       f"{len(names)} layer{'s' * (len(names) != 1)}: {listing}")
+                    raise SpecError(_join(path, knob.name), f"model {m.name!r} ({dtype}) has no layer {layer!r}; its "
+                                                            f"{len(names)} layer{'s' * (len(names) != 1)}: {listing}")
+
+    @staticmethod
+    def check_fits(knob: Knob, limit: tuple[str, int, int], m: ModelSpec, dtype: str, path: str) -> None:
+        """A layer's own lanes or reduce_unroll (its reuse factor) no larger than the layer."""
+        base = knob.name.partition("@")[0]
+        if base not in ("lanes", "reduce_unroll"):
+            return
+        name, lanes, unroll = limit
+        most = lanes if base == "lanes" else unroll
+        for j, v in enumerate(knob.values):
+            if isinstance(v, int) and v > most:
+                what = (f"its output loop has {most} iteration{'s' * (most != 1)}" if base == "lanes"
+                        else f"its reduction has {most} term{'s' * (most != 1)}")
+                raise SpecError(_join(path, j), f"{base}={v} does not fit layer {name} of model {m.name!r} ({dtype}): "
+                                                f"{what}; use 1 to {most} ({most}: the whole layer in one step)")
+
+    def check_constant_weights(self, knobs: tuple[Knob, ...], models: tuple[ModelSpec, ...], path: str) -> None:
+        """`weights: constant` (model-wide or for a layer) only for models with weights known at
+        compile time: trained ones, a weights file, a builtin's seeded weights, a model's own
+        constants. A model whose every input is given at run time has nothing to build in."""
+        asked = [k for k in knobs if k.name.partition("@")[0] == "weights" and "constant" in k.values]
+        if not asked:
+            return
+        for m in models:
+            for dtype in m.dtypes or self.dtypes:
+                try:
+                    n = model_constants(m, dtype)
+                except Exception:        # noqa: BLE001 - a model that does not build fails as its points do
+                    continue
+                if n == 0:
+                    runtime = ", ".join(m.runtime_inputs(dtype))
+                    raise SpecError(_join(path, asked[0].name), f"constant weights for model {m.name!r} ({dtype}), whose "
+                                    f"inputs are all given at run time ({runtime}): it has no weights known at "
+                                    "compile time to build in; give them with 'weights:' beside the model, or use "
+                                    "weights: [memory]")
 
     def check_format_layers(self, knobs: tuple[Knob, ...], models: tuple[ModelSpec, ...], path: str) -> None:
         """Every `<format knob>@<layer>` names a conv/dense layer of each network the tool

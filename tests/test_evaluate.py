@@ -20,7 +20,7 @@ from dse.spec import DesignPoint, parse_spec
 from dse.frozen import FrozenMap
 
 ROOT = Path(__file__).resolve().parent.parent
-KNOWN_KNOBS = ", ".join(HardwareConfig.knob_names()) + " (and per layer: lanes@<layer>, reduce_unroll@<layer>)"
+KNOWN_KNOBS = ", ".join(HardwareConfig.knob_names()) + " (and per layer: lanes@<layer>, reduce_unroll@<layer>, weights@<layer>)"
 DATA = Path(__file__).resolve().parent / "data"
 
 # small sizes: the Python simulator runs each in well under a second

@@ -55,10 +55,14 @@ def test_a_wrapping_accumulator_spans_its_register_for_the_next_kernel():
 def test_acc_width_at_the_need_saves_flip_flops_and_luts(tmp_path):
     from compiler.synth.area import synthesize
     case = designs.gemv_int8(16, 784)
-    wide = synthesize(compile_model(*case.outputs), "ecp5", workdir=tmp_path / "w32")
+    wide = synthesize(compile_model(*case.outputs, config=HardwareConfig(acc_width=32)), "ecp5",
+                      workdir=tmp_path / "w32")
     narrow = synthesize(compile_model(*case.outputs, config=HardwareConfig(acc_width=25)), "ecp5",
                         workdir=tmp_path / "w25")
     assert narrow.ffs < wide.ffs and narrow.luts < wide.luts
+    # without acc_width the register is sized to the proven bounds (compiler/bounds.py): the need
+    auto = synthesize(compile_model(*case.outputs), "ecp5", workdir=tmp_path / "auto")
+    assert (auto.ffs, auto.luts) == (narrow.ffs, narrow.luts)
 
 
 # ------------------------------------------------------------------ lanes and reduce_unroll
@@ -299,11 +303,11 @@ def test_per_layer_knobs_round_trip_and_refuse_what_cannot_be_set_per_layer():
     assert (c.for_layer(0).lanes, c.for_layer(0).reduce_unroll, c.for_layer(1).lanes, c.for_layer(5).lanes) == (2, 8, 4, 2)
     assert HardwareConfig.from_dict(c.as_dict()) == c and c.as_dict()["lanes@1"] == 4
     with pytest.raises(ValueError, match=r"^fp_pipeline@1: 'fp_pipeline' cannot be set per layer; per-layer knobs: "
-                                         r"lanes, reduce_unroll$"):
+                                         r"lanes, reduce_unroll, weights$"):
         HardwareConfig.from_dict({"fp_pipeline@1": 2})
     with pytest.raises(ValueError, match=r"^layer 1: HardwareConfig.lanes: expected an integer from 1 to 4096, got 0$"):
         HardwareConfig.from_dict({"lanes@1": 0})
-    with pytest.raises(ValueError, match=r"reduce_unroll@<layer>\)$"):
+    with pytest.raises(ValueError, match=r"weights@<layer>\)$"):
         HardwareConfig.from_dict({"lanez": 1})
 
 

@@ -123,7 +123,8 @@ ERRORS = [
     # knobs: names checked against HardwareConfig, each value by constructing it
     (with_("knobs", {"mem_reed": ["sync"]}), "knobs.mem_reed: unknown hardware knob; did you mean 'mem_read'?"),
     (with_("knobs", {"zzz": ["a"]}), "knobs.zzz: unknown hardware knob (known knobs: "
-                                     + ", ".join(HardwareConfig.knob_names()) + ", lanes@<layer>, reduce_unroll@<layer>)"),
+                                     + ", ".join(HardwareConfig.knob_names()) + ", lanes@<layer>, reduce_unroll@<layer>, "
+                                     "weights@<layer>)"),
     (with_("knobs.mem_read", "sync"), "knobs.mem_read: expected a list of candidate values, got 'sync' "
                                       "(write [sync] for a single value)"),
     (with_("knobs.mem_read", []), "knobs.mem_read: must not be empty"),
@@ -522,7 +523,8 @@ def test_per_layer_knobs_by_index_or_name_validate_and_list_the_layers(tmp_path,
     path = tmp_path / "spec.yaml"
     assert main(["layers", str(path)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("mlp (int8): 2 layers\n  0  k0_r_8_16\n  1  k1_r_4_8\n")
+    assert out.startswith("mlp (int8): 2 layers\n  0  k0_r_8_16  (lanes up to 8, reduce_unroll up to 16)\n"
+                          "  1  k1_r_4_8  (lanes up to 4, reduce_unroll up to 8)\n")
 
 
 @pytest.mark.parametrize("knobs, message", [
@@ -531,7 +533,7 @@ def test_per_layer_knobs_by_index_or_name_validate_and_list_the_layers(tmp_path,
     ({"lanes@2": [1, 2]}, "error: knobs.lanes@2: model 'mlp' (int8) has no layer '2'; its 2 layers: "
                           "0 (k0_r_8_16), 1 (k1_r_4_8)"),
     ({"mem_read@0": ["sync"]}, "error: knobs.mem_read@0: 'mem_read' cannot be set per layer; per-layer knobs: "
-                               "lanes@<layer>, reduce_unroll@<layer>"),
+                               "lanes@<layer>, reduce_unroll@<layer>, weights@<layer>"),
     ({"lanes@0": [0]}, "error: knobs.lanes@0[0]: layer 0: HardwareConfig.lanes: expected an integer from 1 to 4096, got 0"),
 ])
 def test_a_per_layer_knob_the_model_cannot_take_is_one_line_exit_2(tmp_path, capsys, knobs, message):

@@ -70,6 +70,8 @@ class Dataflow:
     rings: tuple[Ring, ...]
     streamed: frozenset[int]     # model input buffers that change per sample
     stage_cycles: tuple[tuple[str, int], ...]   # per kernel: its run; then per copy: its cycles
+    lags: tuple[int, ...] = ()   # per kernel position: beats its stores trail its start (pipelined
+                                 # kernels with a beat of one cycle: 1 + its pipeline's depth)
 
     @property
     def latency(self) -> int:
@@ -84,7 +86,8 @@ class Dataflow:
         r = self.ring(place)
         if r is None:
             return 0
-        return (sample + self.levels[place[0]]) % r.banks
+        lag = self.lags[place[0]] if output and self.lags else 0
+        return (sample + self.levels[place[0]] + lag) % r.banks
 
 
 @dataclass(frozen=True)
@@ -100,8 +103,13 @@ class DataflowPlan:
 
 def plan_dataflow(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, sizes: dict[int, int],
                   widths: dict[int, int], names: list[str], banking: list[dict[int, Banking]],
-                  read_ports: list[dict[int, int]], outputs: set[int], streamed: set[int]) -> DataflowPlan | str:
-    """As hw/top.plan for schedule=dataflow; a str says why the graph cannot be pipelined."""
+                  read_ports: list[dict[int, int]], outputs: set[int], streamed: set[int],
+                  lags: list[int] | None = None) -> DataflowPlan | str:
+    """As hw/top.plan for schedule=dataflow; a str says why the graph cannot be pipelined.
+    `lags` (by kernel, in the input's order): beats a kernel's stores trail its start, 0 for
+    kernels whose run fits the beat (with a beat of one cycle, a pipelined kernel's stores land
+    1 + its pipeline's depth beats later: its outputs count from that level)."""
+    lags = lags or [0] * len(kernel_buffers)
     writers, readers = buffer_users(kernel_buffers, names)
     for buf in writers:
         if buf in outputs and readers.get(buf):
@@ -124,8 +132,8 @@ def plan_dataflow(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, si
         for slot, buf, loaded, stored in kernel_buffers[k]:
             if loaded and not stored and buf in writers:
                 w = writers[buf][0][0]
-                level[k] = max(level[k], level[w] + (1 if buf in in_place else 2))
-    out_level = max((level[writers[b][0][0]] for b in outputs if b in writers), default=0)
+                level[k] = max(level[k], level[w] + lags[w] + (1 if buf in in_place else 2))
+    out_level = max((level[writers[b][0][0]] + lags[writers[b][0][0]] for b in outputs if b in writers), default=0)
     depth = out_level + 1
 
     rings: list[Ring] = []
@@ -140,7 +148,7 @@ def plan_dataflow(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, si
         for slot, buf, loaded, stored in kernel_buffers[k]:
             if stored and buf in in_place:
                 r = in_place[buf]
-                ring((k, slot), level[r[0]] - level[k] + 1, "out")
+                ring((k, slot), level[r[0]] - level[k] - lags[k] + 1, "out")
             elif stored and readers.get(buf):
                 ring((k, slot), 2, "out")
                 dsts = readers[buf]
@@ -150,7 +158,7 @@ def plan_dataflow(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, si
                 for d in dsts:
                     ring(d, level[d[0]] - level[k], "in")
             elif stored and buf in outputs:
-                ring((k, slot), depth - level[k] + 1, "out")
+                ring((k, slot), depth - level[k] - lags[k] + 1, "out")
             elif loaded and not stored and buf in streamed:
                 ring((k, slot), level[k] + 2, "in", shift=level[k])
     host: list[HostBuffer] = []
@@ -201,17 +209,20 @@ class DataflowTopHW(TopHW):
         sync_reads = self.kernels[0].config.mem_read == "sync"
         running = Signal()
         bctr = Signal(range(B + 1))
-        begin = self.start & ~running
-        last = running & (bctr == B - 1)
-        with m.If(begin):
-            m.d.sync += [running.eq(1), bctr.eq(1)]
-        with m.Elif(last):
-            m.d.sync += [running.eq(0), bctr.eq(0)]
-        with m.Elif(running):
-            m.d.sync += bctr.eq(bctr + 1)
+        if B == 1:                  # pipelined kernels: every cycle with `start` is a beat of its own
+            begin = last = self.start
+        else:
+            begin = self.start & ~running
+            last = running & (bctr == B - 1)
+            with m.If(begin):
+                m.d.sync += [running.eq(1), bctr.eq(1)]
+            with m.Elif(last):
+                m.d.sync += [running.eq(0), bctr.eq(0)]
+            with m.Elif(running):
+                m.d.sync += bctr.eq(bctr + 1)
         m.d.sync += self.done.eq(last)
         busy = begin | running
-        m.d.comb += self.busy.eq(running)
+        m.d.comb += self.busy.eq(begin if B == 1 else running)
         for k in self.kernels:
             m.d.comb += k.start.eq(begin)
         cycle = Mux(running, bctr, 0)              # the cycle of the beat (0 in its first)

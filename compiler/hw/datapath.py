@@ -306,7 +306,7 @@ class Datapath:
             # Integer products and sums stay wires of their own: otherwise Yosys' alumacc merges
             # an adder tree of products into one $macc, which it builds from LUT full adders
             # instead of carry chains (2.3x the LUTs of the 8x8-unrolled GEMV's trees).
-            keep = {"keep": 1} if isinstance(v, ir.Op) and v.op in (K.MUL, K.ADD) and not v.dtype.is_float else {}
+            keep = {"keep": 1} if isinstance(v, ir.Op) and v.op in (K.MUL, K.ADD, K.SUB) and not v.dtype.is_float else {}
             out = Signal(self.shape(v), name=f"v{self.count}_{getattr(v, 'op', None) and v.op.value or 'load'}",
                          attrs=keep, reset_less=bool(output_register))    # data (Datapath.register)
             self.count += 1

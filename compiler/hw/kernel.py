@@ -39,6 +39,7 @@ from .pipeline import FANOUT_LEVEL, Schedule, is_gather, schedule
 from .program import Program, Step, build_program
 from .subword import read_modify_write
 from .tail import tailed_memory
+from ..synth.rtlil_text import ROM_ATTRIBUTE
 
 # A clocked read port that is not transparent to the write port reads the old word when both
 # touch one address in one cycle (Amaranth's semantics). A block RAM does not promise that
@@ -140,6 +141,11 @@ def read_ports(kernel: ir.KernelIR, program: Program) -> tuple[dict[tuple[int, i
     return out, count
 
 
+def is_pipelined(kernel: ir.KernelIR, program: Program) -> bool:
+    """Whether `kernel` can take a new sample every cycle (KernelHW.pipelined)."""
+    return len(program.steps) == 1 and not program.steps[0].loops and not kernel.accs
+
+
 def loads_of(step: Step) -> list[ir.Load]:
     roots = [v for s in step.stores for v in ir.store_operands(s)]
     return [v for v in ir.toposort(roots) if isinstance(v, ir.Load)]
@@ -230,8 +236,10 @@ class KernelHW(wiring.Component):
                 slots, width = (b.slot,), b.width
                 if pack is not None:
                     slots, width = pack.slots, pack.width * len(pack.slots)
-                tail = memory_tail(config, b.size, width, b.stored)
-                data = memory.MemoryData(shape=unsigned(width), depth=b.size - tail, init=[])
+                # a ROM (weights="constant") is initialised with its words (at the width of its
+                # bounds: compiler/bounds.py; the words fit, compiler/weights.py) and has no tail
+                tail = 0 if b.rom is not None else memory_tail(config, b.size, width, b.stored)
+                data = memory.MemoryData(shape=unsigned(width), depth=b.size - tail, init=[w & ((1 << width) - 1) for w in b.rom or ()])
                 self.memories.update({s: data for s in slots})
                 if tail:
                     data = memory.MemoryData(shape=unsigned(width), depth=tail, init=[])
@@ -337,6 +345,10 @@ class KernelHW(wiring.Component):
                 if b.slot == self.packs[b.slot].slots[0]:
                     self._packed_memory(m, b, self.packs[b.slot], gate(b, self.packs[b.slot].name), sync_reads, reads)
                 continue
+            if b.rom is not None:            # read-only: no write port, nothing writes it
+                _, reads[b.slot] = self._memory(m, self.names[b.slot], b.slot, None, sync_reads, False, writable=False)
+                m.d.comb += getattr(self, n["rdata"]).eq(reads[b.slot][0].data)
+                continue
             own_writes = b.stored or b.slot in self.written_outside
             transparent = b.loaded and own_writes and sync_reads
             wp, reads[b.slot] = self._memory(m, self.names[b.slot], b.slot, None, sync_reads, transparent)
@@ -420,11 +432,17 @@ class KernelHW(wiring.Component):
             m.d.comb += [wp.data[i * w:(i + 1) * w].eq(data), wp.en[i].eq(en)]
         m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(own, shared)]
 
-    def _memory(self, m, name: str, slot: int, granularity: int | None, sync_reads: bool, transparent: bool):
+    def _memory(self, m, name: str, slot: int, granularity: int | None, sync_reads: bool, transparent: bool,
+                writable: bool = True):
         """The memory of buffer slot `slot` (a packed group's first slot) as module `name`:
         (write port, read ports), its read ports transparent to its write port if asked. With
-        a LUT-RAM tail, two memories behind ports that look like one's (hw/tail.py)."""
+        a LUT-RAM tail, two memories behind ports that look like one's (hw/tail.py). Not
+        `writable`: a ROM, (None, read ports)."""
         domain, n = ("sync" if sync_reads else "comb"), self.n_read_ports[slot]
+        if not writable:
+            mem = memory.Memory(data=self.memories[slot], attrs={ROM_ATTRIBUTE: 1})
+            m.submodules[name] = mem
+            return None, [mem.read_port(domain=domain) for _ in range(n)]
         attrs = NO_RW_CHECK if sync_reads and not transparent else {}
         if slot in self.tails:
             return tailed_memory(m, name, self.memories[slot], self.tails[slot], granularity=granularity,
@@ -448,7 +466,18 @@ class KernelHW(wiring.Component):
             for s, tr in zip(prog.steps, prog.transitions):
                 with m.Case(s.index):
                     self._transition(m, tr.advances, tr.fallthrough, ctr, nctr, nstep, last, idle)
+                    if self.pipelined:          # start again at once: a new sample every cycle
+                        with m.If(self.start):
+                            m.d.comb += nstep.eq(prog.first)
         m.d.sync += [step.eq(nstep)] + [ctr[i].eq(n) for i, n in nctr.items()]
+
+    @property
+    def pipelined(self) -> bool:
+        """One step, no loop, no accumulator (a merged constant-weight model: passes/chain.py):
+        `start` in the step's cycle issues the step again in the next, so the kernel takes a
+        sample every cycle while `start` stays high, its pipeline (fp_pipeline) carrying each
+        one to its stores. The sequential top raises `start` only while the kernel is idle."""
+        return is_pipelined(self.kernel, self.program)
 
     def _addresses(self, m, dp: Datapath, reads, addr_env: Env, addr_step, addr_stage) -> None:
         """For each read port, the address of the load it serves in the (next) step; the

@@ -79,7 +79,7 @@ def plan_packs(kernel: ir.KernelIR, program: Program, banking: dict[int, Banking
         slots = [s for s in bk.banks if s in decls]
         if len(slots) < 2 or bk.parts or len(slots) != len(bk.banks):
             continue
-        if any(decls[s].stored or s in not_packable for s in slots):
+        if any(decls[s].stored or decls[s].rom is not None or s in not_packable for s in slots):
             continue
         if any(len({tuple(addresses[step].get(s, ())) for s in slots}) > 1 for step in addresses):
             continue

@@ -274,6 +274,37 @@ def _op_timing(v: ir.Op, level: int, muxes: set[int], broadcast: dict[int, int])
     return 1, 0
 
 
+CARRY_OPS = frozenset({K.ADD, K.SUB, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ})
+"""Integer ops built on a carry chain: one adder level each (HardwareConfig.adder_levels)."""
+CONST_PRODUCT_LEVELS = 2
+"""Adder levels a product by a constant counts (a DSP block's multiply, ~2 carry chains' delay)."""
+
+
+def _budget(v: ir.Op, r: int, budget: int, ready: dict, operands, carried: dict[int, int],
+            latency: dict[int, int]) -> None:
+    """adder_levels > 1: whether integer op `v`, whose operands are ready in stage `r`, ends its
+    stage with a register. Levels count along the operands ready in that stage (one ready
+    earlier comes through a register); a carry op adds one, a product by a constant
+    CONST_PRODUCT_LEVELS, other logic (shifts, multiplexers, casts) none, a registered unit (a
+    float unit, a product of two data values) ends its own stage. The op whose levels reach
+    the budget is registered and its users start again from 0."""
+    floats = v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)
+    const_product = v.op is K.MUL and any(isinstance(x, ir.Const) for x in v.srcs[:2])
+    own = 0 if floats else CONST_PRODUCT_LEVELS if const_product else 1 if v.op in CARRY_OPS else 0
+    if not own:
+        registered = latency.get(id(v), 0) > 0
+        carried[id(v)] = 0 if registered or floats else \
+            max((carried.get(id(o), 0) for o in operands(v) if ready.get(id(o)) == r), default=0)
+        return
+    levels = own + max((carried.get(id(o), 0) for o in operands(v) if ready.get(id(o)) == r), default=0)
+    if levels >= budget:
+        latency[id(v)] = 1
+        carried[id(v)] = 0
+    else:
+        latency.pop(id(v), None)
+        carried[id(v)] = levels
+
+
 def ring_adders(kernel: ir.KernelIR) -> dict[int, int]:
     """id(op) -> ways, for the op that directly updates each interleaved accumulator."""
     ways = {a.index: a.ways for a in kernel.accs if a.ways > 1}
@@ -339,12 +370,17 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
             unit_stages[id(v)] = stages
 
     register_loads = level >= LOAD_LEVEL
-    address_levels = 0 if level < MEMORY_LEVEL or config.mem_read != "sync" else 2 if level >= FANOUT_LEVEL else 1
+    # every address a constant (a fully unrolled layer): nothing to register on the way
+    const_addresses = all(isinstance(v.index, ir.Const) for v in order if isinstance(v, ir.Load))
+    address_levels = 0 if level < MEMORY_LEVEL or config.mem_read != "sync" or const_addresses \
+        else 2 if level >= FANOUT_LEVEL else 1
     lookahead = not (level >= FANOUT_LEVEL and address_levels)
     load_ready = load_stage(address_levels, lookahead, config.mem_read == "sync") + (1 if register_loads else 0)
     late = late_buffers(order, broadcast, gathers) if address_levels else {}
     ready: dict[int, int | None] = {}
     gather_issue: dict[int, int] = {}
+    budget = config.adder_levels if level >= FANOUT_LEVEL and config.adder_levels > 1 else 0
+    carried: dict[int, int] = {}               # adder levels since the last register (_budget)
 
     def combine(v, base):
         stages = [ready[id(o)] for o in operands(v) if ready[id(o)] is not None]
@@ -372,6 +408,8 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
             ready[id(v)] = None if r is None else max(r, 0) + latency[id(v)]
         else:
             r = combine(v, None)
+            if budget and r is not None and isinstance(v, ir.Op) and id(v) not in post:
+                _budget(v, r, budget, ready, operands, carried, latency)
             ready[id(v)] = None if r is None else r + latency.get(id(v), 0)
     depth = max((r for r in ready.values() if r is not None), default=0)
     for v in order:                            # the post cone, from stage D

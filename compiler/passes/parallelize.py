@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from .. import ir
 from ..dtypes import BOOL, INT32
 from ..errors import CompileError
@@ -78,6 +80,17 @@ def parallelize(kernel: ir.KernelIR, lanes: int = 1, reduce_unroll: int = 1, *, 
     replicated = _check_lane_loops(kernel, lane_loops, lanes)
     banking = _choose_banking(kernel, factors, lanes, reduce_unroll)
     return Parallel(_Unroller(kernel, factors, lane_loops, updates, replicated, banking).run(), banking, factors)
+
+
+def most_factors(kernel: ir.KernelIR) -> tuple[int, int]:
+    """(lanes, reduce_unroll) that compute all of `kernel` a layer at a time: the most
+    iterations of an output loop `lanes` unrolls, and of a reduction `reduce_unroll` unrolls
+    (1 where it has none). More would only add gated-off lanes and identity terms."""
+    lanes = [loop.bound for loop in kernel.loops.values() if loop.axis is ir.Axis.OUTPUT
+             and not any(l.axis is ir.Axis.OUTPUT for l in inner_loops(loop))]
+    reduce = [loop.bound for loop in kernel.loops.values()
+              if loop.axis is ir.Axis.REDUCE and _single_update(loop) is not None]
+    return max(lanes, default=1), max(reduce, default=1)
 
 
 @dataclass(frozen=True)
@@ -207,7 +220,10 @@ class _Unroller:
             if bk.layout.is_plain:
                 buffers.append(b)
             else:
-                buffers += [replace(b, slot=s, size=bk.layout.words) for s in bk.banks]
+                words = bk.layout.scatter(np.asarray(b.rom, dtype=np.uint64)) if b.rom is not None else None
+                buffers += [replace(b, slot=s, size=bk.layout.words,
+                                    rom=None if words is None else tuple(int(w) for w in words[lane]))
+                            for lane, s in enumerate(bk.banks)]
         return ir.make_kernel(self.k.name, sorted(buffers, key=lambda b: b.slot), self.accs, body)
 
     # ---------------------------------------------------------------- statements

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from .. import ir
 from ..dtypes import BOOL, INT32
 from ..hw.bram import column_depth
@@ -45,7 +47,10 @@ def split_deep(kernel: ir.KernelIR, banking: dict[int, Banking], level: int,
         parts[slot] = (depth.bit_length() - 1, slots)
         layout = Layout(b.size, (Dim(depth, n, n), Dim(1, depth, 1)))
         banking[slot] = Banking(slot, layout, tuple(slots), f"split into {n} parts of one block RAM's depth", parts=True)
-        buffers += [dataclasses.replace(b, slot=s, size=depth) for s in slots]
+        words = layout.scatter(np.asarray(b.rom, dtype=np.uint64)) if b.rom is not None else None
+        buffers += [dataclasses.replace(b, slot=s, size=depth,
+                                        rom=None if words is None else tuple(int(w) for w in words[part]))
+                    for part, s in enumerate(slots)]
 
     memo: dict[int, ir.Value] = {}
     split: dict[tuple[int, int], tuple[ir.Value, ir.Value]] = {}

@@ -37,6 +37,9 @@ def input_words(design: Design, inputs: dict | None, only_given: bool = False) -
     for key, array in (inputs or {}).items():
         buf = _buffer_of(design, key)
         b = graph.buffers[buf]
+        if buf in design.constants:
+            raise CompileError(f"input buffer {buf} ({b.dtype}[{b.size}]) is built into the design (weights='constant'): "
+                               "compile the model again with the new data to change it")
         a = np.asarray(array)
         if a.size != b.size:
             raise CompileError(f"input for buffer {buf} has {a.size} elements, the model needs {b.size}")

@@ -18,7 +18,7 @@ One word and not none, because abc9's LUT mapping depends on the order of the ne
 dropping the init cell moved the fp32 GEMV from 3,512 to 3,719 LUT4s.
 tests/test_rtlil_text.py compares the two forms through synthesis.
 
-A memory with any non-zero word keeps its full contents. Amaranth's own conversion is used
+A memory with any non-zero word keeps its full contents, and so does a ROM (ROM_ATTRIBUTE) of zeros. Amaranth's own conversion is used
 for everything; only the memory being written is replaced by a one-word stand-in while its
 init cell is emitted (amaranth.back.rtlil, pinned to 0.5.x in pyproject.toml).
 """
@@ -32,6 +32,8 @@ import weakref
 from amaranth.back import rtlil
 
 _SHORT_ZERO_INIT = contextvars.ContextVar("tinyhw_short_zero_init", default=False)
+ROM_ATTRIBUTE = "tinyhw_rom"
+"""A read-only memory (weights="constant", hw/kernel.py): its zeros are its contents, kept."""
 
 
 def convert(top, name: str = "top") -> str:
@@ -62,7 +64,7 @@ def _install() -> None:
     full = emitter.emit_memory
 
     def emit_memory(self, cell_idx, cell):
-        if _SHORT_ZERO_INIT.get() and not any(cell.init):
+        if _SHORT_ZERO_INIT.get() and not any(cell.init) and ROM_ATTRIBUTE not in cell.attributes:
             cell = types.SimpleNamespace(init=(0,), width=cell.width, depth=1, src_loc=cell.src_loc)
         return full(self, cell_idx, cell)
 

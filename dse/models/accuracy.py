@@ -102,10 +102,12 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
     else:
         raise ValueError(f"dtype {dtype!r}: a float model runs in a signed integer format (quantised) or a float dtype")
     tensors = input_tensors(built, {**arrays, "x": xs[0]})
+    x_tensor = tensors[list(built.inputs).index("x")]
+    # x streams (through a dataflow design); the rest are weights (loaded once, or built in);
     # the ranges the evaluation's design is built with (every input comes from the quantiser here)
-    design = compile_model(built.forward(*tensors), config=config, stream=tensors[0],
+    design = compile_model(built.forward(*tensors), config=config, stream=x_tensor,
                            input_ranges=zoo.declared_ranges(built, tensors, None, frozenset(built.inputs)))
-    runs = simulate_many(design, [{tensors[0]: s} for s in xs], backend=backend)   # a dataflow design streams them
+    runs = simulate_many(design, [{x_tensor: s} for s in xs], backend=backend)   # a dataflow design streams them
     logits = np.stack([np.asarray(r.outputs[0]).reshape(-1) for r in runs])
     model_cycles = check_cycles(runs, design)
     # bit-exact: equal values with equal signs (-0.0 != +0.0); any NaN equals any NaN

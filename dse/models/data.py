@@ -5,8 +5,9 @@
 
 Datasets are those scikit-learn ships offline (`sklearn:digits`, `iris`, `wine`,
 `breast_cancer`), split into train and test with a fixed seed (stratified, TEST_FRACTION), or an
-`.npz` file with `x` (samples, first axis) and optionally `y` (labels), which is all test data
-(a file has no training split; calibration then uses the same samples). Weights come from an
+`.npz` file with `x` (samples, first axis) and optionally `y` (labels), the test data, and
+optionally `x_train` (and `y_train`), the training split (calibration, pruning); without it
+calibration uses the test samples. Weights come from an
 `.npz` or `.safetensors` file, matched to a model's inputs by name with shapes checked.
 Every problem raises DataError with one line naming the file, key or dataset.
 """
@@ -90,16 +91,29 @@ def _npz_dataset(path: Path) -> Dataset:
     arrays = _read_npz(path)
     if "x" not in arrays:
         raise DataError(f"{path}: no array 'x' (the samples); arrays there: {', '.join(arrays) or 'none'}")
-    unknown = set(arrays) - {"x", "y"}
+    unknown = set(arrays) - {"x", "y", "x_train", "y_train"}
     if unknown:
-        raise DataError(f"{path}: unknown array(s) {', '.join(sorted(unknown))}; expected 'x' and optionally 'y'")
-    x = np.asarray(arrays["x"], np.float64)
-    y = arrays.get("y")
+        raise DataError(f"{path}: unknown array(s) {', '.join(sorted(unknown))}; expected 'x' and optionally 'y', "
+                        "'x_train', 'y_train'")
+    x, y = _samples(path, arrays, "x", "y")
+    if "x_train" not in arrays:
+        if "y_train" in arrays:
+            raise DataError(f"{path}: 'y_train' without 'x_train'")
+        return Dataset(str(path), x, y, x, y)
+    xtr, ytr = _samples(path, arrays, "x_train", "y_train")
+    if xtr.shape[1:] != x.shape[1:]:
+        raise DataError(f"{path}: 'x_train' samples have shape {xtr.shape[1:]}, 'x' samples {x.shape[1:]}")
+    return Dataset(str(path), xtr, ytr, x, y)
+
+
+def _samples(path: Path, arrays: Mapping[str, np.ndarray], xk: str, yk: str) -> tuple[np.ndarray, np.ndarray | None]:
+    x = np.asarray(arrays[xk], np.float64)
+    y = arrays.get(yk)
     if x.ndim < 2:
-        raise DataError(f"{path}: 'x' must have one sample per row, got shape {x.shape}")
+        raise DataError(f"{path}: '{xk}' must have one sample per row, got shape {x.shape}")
     if y is not None and (y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer)):
-        raise DataError(f"{path}: 'y' must hold one integer label per sample ({len(x)}), got {y.dtype} {y.shape}")
-    return Dataset(str(path), x, y, x, y)
+        raise DataError(f"{path}: '{yk}' must hold one integer label per sample ({len(x)}), got {y.dtype} {y.shape}")
+    return x, y
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:

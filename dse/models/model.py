@@ -75,13 +75,30 @@ class ModelSpec:
             return None
         return self.files.inputs(self.build(dtype).inputs, dtype)
 
+    def runtime_inputs(self, dtype: str) -> tuple[str, ...]:
+        """The inputs given at run time, the data: the one the data's samples fill, the zoo's data
+        inputs of a builtin (its others are weights), a user's function's input `x` (else every
+        input the weights file does not fill). They stream through a dataflow design; the other
+        inputs are weights, and weights="constant" builds them in with the model's own
+        constants (Tensors its forward makes from arrays)."""
+        inputs = self.build(dtype).inputs
+        real = self.real_inputs(dtype)
+        if real is not None and real.data_input is not None:
+            return (real.data_input,)
+        filled = set(real.weights) if real is not None else set()
+        free = [n for n in inputs if n not in filled]
+        if self.builtin is not None:
+            return tuple(n for n in free if n in zoo.ZOO[self.builtin].data_inputs)
+        return ("x",) if "x" in free else tuple(free)      # a user's function: its `x`, as the zoo's
+
     def input_range(self, dtype: str) -> InputRange | None:
         """The spec's range for `dtype`; None: each input's dtype default (zoo.default_input_range)."""
         return self.input_ranges.get(dtype)
 
     def describe(self) -> str:
         if self.trained is not None:
-            return f"{self.trained.kind}: {self.trained.path.name}"
+            pruned = f", {self.trained.prune:.0%} pruned" if self.trained.prune else ""
+            return f"{self.trained.kind}: {self.trained.path.name}{pruned}"
         if self.onnx is not None:
             return f"onnx: {self.onnx.name} (the whole graph)"
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
@@ -124,15 +141,26 @@ class TrainedModel:
     MaxPool too, dse.models.convnet.LayerNet), read by tinygrad's importer. int8/int16 run its
     post-training quantisation, calibrated on the data's training split; float dtypes run a
     dense network with its weights rounded to the dtype (a CNN's float dtypes run the whole
-    ONNX graph instead: ModelSpec.onnx)."""
+    ONNX graph instead: ModelSpec.onnx). `prune` > 0: the network magnitude-pruned to that
+    sparsity and retrained on the data's training split first (dse.models.prune), so every
+    dtype builds the pruned network."""
     kind: str                       # "weights" or "onnx"
     path: Path                      # absolute
     data: Any                       # dse.models.data.DataSpec
+    prune: float = 0.0              # the fraction of each layer's weights pruned to zero
     formats: Any = None             # dse.models.widths.Formats: a point's widths (None: the dtype's)
 
     def net(self):
-        """The dse.models.quantize.DenseNet (read once per process)."""
-        return _load_net(self.kind, self.path)
+        """The dse.models.quantize.DenseNet, pruned if asked (read and pruned once per process)."""
+        net = _load_net(self.kind, self.path)
+        if not self.prune:
+            return net
+
+        def make():
+            from dse.models.prune import prune
+            data = self.dataset()
+            return prune(net, sparsity=self.prune, x=data.x_train.reshape(len(data.x_train), -1), y=data.y_train)
+        return _cached(("pruned", self.kind, self.path, self.path.stat().st_mtime_ns, self.data, self.prune), make)
 
     def dataset(self):
         """The dse.models.data.Dataset (loaded once per process)."""
@@ -147,8 +175,9 @@ class TrainedModel:
                              f"quantised) or a float dtype, "
                              f"not {dtype}")
         data = self.dataset()
-        return _cached(("quant", self.kind, self.path, self.data, dtype, self.formats), lambda: self.net().quantize(
-            dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1), formats=self.formats))
+        return _cached(("quant", self.kind, self.path, self.data, self.prune, dtype, self.formats),
+                       lambda: self.net().quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1),
+                                                   formats=self.formats))
 
     def float_net(self, dtype: str):
         """The network as a float model in `dtype` (built, arrays, reference): a dense one as it
@@ -217,9 +246,32 @@ def quantised_layers(model: ModelSpec) -> list[str]:
 
 def model_layers(model: ModelSpec, dtype: str) -> list[str]:
     """The layers of `model` in `dtype` (its kernels, compiler.layer_names), once per process."""
+    return [name for name, _, _ in model_layer_limits(model, dtype)]
+
+
+def model_layer_limits(model: ModelSpec, dtype: str) -> list[tuple[str, int, int]]:
+    """(name, most lanes, most reduce_unroll) of each layer of `model` in `dtype`
+    (compiler.layer_limits), once per process."""
     def make():
-        from compiler import layer_names
+        from compiler import layer_limits
         built = model.build(dtype)
         arrays = zoo.make_inputs(built, 0, model.input_range(dtype))
-        return layer_names(built.forward(*zoo.input_tensors(built, arrays)))
+        return tuple(layer_limits(built.forward(*zoo.input_tensors(built, arrays))))
     return list(_cached(("layers", model, dtype), make))
+
+
+def model_constants(model: ModelSpec, dtype: str) -> int:
+    """How many of `model`'s inputs weights="constant" builds in (compiler.constant_inputs):
+    0 for a model whose weights are all given at run time. Once per process."""
+    def make():
+        from compiler import constant_inputs
+        built = model.build(dtype)
+        arrays = zoo.make_inputs(built, 0, model.input_range(dtype))
+        real = model.real_inputs(dtype)
+        if real is not None:
+            arrays.update(real.weights)
+        tensors = zoo.input_tensors(built, arrays)
+        runtime = set(model.runtime_inputs(dtype))
+        return constant_inputs(built.forward(*tensors),
+                               stream=[t for n, t in zip(built.inputs, tensors) if n in runtime] or None)
+    return _cached(("constants", model, dtype), make)

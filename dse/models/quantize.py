@@ -280,10 +280,14 @@ def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None
     for i, layer in enumerate(net.layers):
         last = not layer.relu
         qmax, act_qmax = Widths.qmax(bits.weights[i]), Widths.qmax(bits.outputs[i])
+        widest = max(float(np.abs(layer.W).max()), 1e-12)
         if last:
-            s_w = np.full(layer.W.shape[0], max(float(np.abs(layer.W).max()), 1e-12) / qmax)
+            s_w = np.full(layer.W.shape[0], widest / qmax)
         else:
-            s_w = np.maximum(np.abs(layer.W).max(axis=1), 1e-12) / qmax
+            # a row of zeros (pruned away: its output is its bias) takes the layer's scale, not
+            # one so small that its bias would leave int32 on the accumulator's scale
+            rows = np.abs(layer.W).max(axis=1)
+            s_w = np.where(rows > 0, rows, widest) / qmax
         Wq = np.clip(np.round(layer.W / s_w[:, None]), -qmax, qmax).astype(store)
         acc_scale = s_in * s_w
         bq = np.round(layer.b / acc_scale).astype(np.int64)

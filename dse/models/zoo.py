@@ -348,14 +348,17 @@ class ZooModel:
     reference: Callable[..., np.ndarray] | None
     params: tuple[Param, ...]
     floats_only: bool = False
+    data_inputs: tuple[str, ...] = ("x",)   # given at run time; the other inputs are its weights
+                                            # (weights: constant builds their seeded data in)
 
     @classmethod
     def of(cls, build: Callable[..., Built], reference: Callable[..., np.ndarray] | None,
-           minimums: Mapping[str, int] = {}, maximums: Mapping[str, int] = {}, floats_only: bool = False) -> "ZooModel":
+           minimums: Mapping[str, int] = {}, maximums: Mapping[str, int] = {}, floats_only: bool = False,
+           data_inputs: tuple[str, ...] = ("x",)) -> "ZooModel":
         sig = list(inspect.signature(build).parameters.values())[1:]
         return cls(build.__name__, build, reference,
                    tuple(Param(p.name, p.default, minimums.get(p.name, 1), maximums.get(p.name, MAX_ELEMENTS))
-                         for p in sig), floats_only)
+                         for p in sig), floats_only, data_inputs)
 
     @property
     def doc(self) -> str:
@@ -644,8 +647,8 @@ def _conv2d_ref(dtype: str, p: Mapping[str, int], a: Mapping[str, np.ndarray], a
 
 ZOO: dict[str, ZooModel] = {m.name: m for m in (
     ZooModel.of(gemv, _gemv_ref),
-    ZooModel.of(matmul, _matmul_ref),
-    ZooModel.of(elementwise, _elementwise_ref),
+    ZooModel.of(matmul, _matmul_ref, data_inputs=("B",)),
+    ZooModel.of(elementwise, _elementwise_ref, data_inputs=("a", "b")),      # no weights
     ZooModel.of(mlp, _mlp_ref, minimums={"SHIFT": 0}, maximums={"SHIFT": 31}),   # an int32 shift
     ZooModel.of(conv2d, _conv2d_ref, minimums={"PAD": 0}),
     ZooModel.of(mlp_softmax, None, floats_only=True),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dse.spec import NEEDS_TIMING, DesignPoint, Direction, Spec
+from dse.spec import DesignPoint, Direction, Spec
 
 from dse.frozen import FrozenMap
 
@@ -69,8 +69,8 @@ def constraint_values(spec: Spec, row: dict[str, Any]) -> dict[str, float]:
     # overflow_safe None: a float value the proof cannot bound (exp, division): not excluded
     out = {"correct": flag(row.get("correct")), "overflow_safe": flag(row.get("overflow_safe") is not False),
            "checks": flag(row.get("status") == "OK")}
-    if spec.timing:                         # place-and-route found a device that holds it
-        out["fits"] = flag(row.get("fits"))
+    if spec.timing or row.get("fits") is False:   # a device holds it (place-and-route, or the
+        out["fits"] = flag(row.get("fits"))        # estimate of one too large for all: dse.estimate)
     for b in spec.constraints:
         v = row.get(b.metric)
         out[b.key] = 1.0 if v is None else float(v - b.limit if b.kind == "max" else b.limit - v)
@@ -86,7 +86,7 @@ def objective_values(spec: Spec, row: dict[str, Any]) -> tuple[list[float] | Non
     leaves out. Its row keeps them empty (nothing was measured)."""
     def value(o) -> float | None:
         v = row.get(o.metric)
-        if v is None and o.metric in NEEDS_TIMING and row.get("fits") is False:
+        if v is None and row.get("fits") is False:       # timing, or area never synthesised
             return -math.inf if o.direction == Direction.MAXIMIZE else math.inf
         return None if v is None else float(v)
     values = [value(o) for o in spec.objectives]

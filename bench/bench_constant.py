@@ -1,0 +1,101 @@
+"""Trained weights built into the logic (weights: constant): latency, interval, area and accuracy
+of whole MLPs, fully parallel, placed and routed on an LFE5U-85F (issue 44).
+
+Each row: the trained network (pruned and retrained first with --prune, dse/models/prune.py),
+quantised (int8 or int16, dse/models/quantize.py), compiled with the given knobs, every test
+sample run through CXXRTL (dse.models.accuracy.run_samples: bit-exact against the numpy golden
+model on every sample, cycles equal to the cycle model), synthesised (synth_ecp5) and, with
+--pnr, placed and routed by nextpnr-ecp5 on the LFE5U-85F (CABGA381, speed 6; router2, static
+placer, seed 1, --freq 100). latency_ns = cycles x 1000 / fmax_mhz, start to done.
+
+    python bench/bench_constant.py --model jet --prune 0.75 --set weights=constant --set lanes=64 \\
+        --set reduce_unroll=64 --set fp_pipeline=3 --set adder_levels=3 --pnr
+    python bench/bench_constant.py --model digits --set weights=memory --set lanes=4
+
+Models: jet (models/jet_mlp.npz on models/jet_data.npz, 16-64-32-32-5), digits
+(models/digits_mlp.npz on scikit-learn's digits, 64-32-10). Prints one Markdown row per run
+(header with --header) and, with --json FILE, appends the row as JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+from compiler import HardwareConfig  # noqa: E402
+from compiler.pnr.timing import place_and_route  # noqa: E402
+from compiler.synth.area import synthesize  # noqa: E402
+from dse.models.accuracy import run_samples  # noqa: E402
+from dse.models.data import DataSpec, load_dataset, read_weights  # noqa: E402
+from dse.models.prune import prune  # noqa: E402
+from dse.models.quantize import DenseNet  # noqa: E402
+
+MODELS = {
+    "jet": (ROOT / "models" / "jet_mlp.npz", DataSpec(file=ROOT / "models" / "jet_data.npz")),
+    "digits": (ROOT / "models" / "digits_mlp.npz", DataSpec(dataset="sklearn:digits")),
+}
+HEADER = ("| model | dtype | pruned | knobs | accuracy | cycles | Fmax MHz | latency ns | LUTs | FFs | BRAM | DSP "
+          "| synth s | pnr s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=sorted(MODELS), default="jet")
+    ap.add_argument("--dtype", default="int8")
+    ap.add_argument("--prune", type=float, default=0.0)
+    ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE")
+    ap.add_argument("--pnr", action="store_true", help="place and route on the LFE5U-85F")
+    ap.add_argument("--timeout", type=float, default=4 * 3600)
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/tinyhw-bench-constant"))
+    ap.add_argument("--header", action="store_true")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    knobs = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
+    config = HardwareConfig.from_dict(knobs)
+    weights, spec = MODELS[args.model]
+    data = load_dataset(spec)
+    net = DenseNet.from_arrays(read_weights(weights))
+    if args.prune:
+        net = prune(net, sparsity=args.prune, x=data.x_train.reshape(len(data.x_train), -1), y=data.y_train)
+    row = {"model": args.model, "dtype": args.dtype, "prune": args.prune, "knobs": knobs}
+    t0 = time.perf_counter()
+    r = run_samples(net=net, dtype=args.dtype, data=data, config=config)
+    row.update(accuracy=r.accuracy, accuracy_float=r.accuracy_float, samples=r.samples, cycles=r.cycles,
+               sim_s=time.perf_counter() - t0)
+    name = f"{args.model}-{args.dtype}-p{args.prune}-" + "-".join(f"{k}{v}" for k, v in sorted(knobs.items()))
+    work = args.workdir / name
+    t0 = time.perf_counter()
+    area = synthesize(r.design, "ecp5", work / "synth", timeout=args.timeout, netlist=args.pnr)
+    row.update(luts=area.luts, ffs=area.ffs, bram=area.bram, lutram=area.lutram, dsp=area.dsp,
+               synth_s=time.perf_counter() - t0)
+    if args.pnr:
+        t0 = time.perf_counter()
+        rep = place_and_route(area.netlist_path, "ecp5", work / "pnr", timeout=args.timeout, device="85k",
+                              router="router2", placer="static", seed=1)
+        row.update(fits=rep.fits, fmax_mhz=rep.fmax_mhz, device=rep.device, pnr_s=time.perf_counter() - t0,
+                   reason=None if rep.fits else rep.reason)
+        if rep.fits and rep.fmax_mhz:
+            row["latency_ns"] = r.cycles * 1000.0 / rep.fmax_mhz
+    if args.header:
+        print(HEADER)
+    fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+    knob_text = ", ".join(f"{k}={v}" for k, v in knobs.items())
+    print(f"| {args.model} | {args.dtype} | {args.prune:.0%} | {knob_text} | {100 * r.accuracy:.1f}% | {r.cycles} "
+          f"| {fmt(row.get('fmax_mhz'), '.1f')} | {fmt(row.get('latency_ns'), '.0f')} | {area.luts:,} | {area.ffs:,} "
+          f"| {area.bram} | {area.dsp} | {row['synth_s']:.0f} | {fmt(row.get('pnr_s'), '.0f')} |", flush=True)
+    if row.get("fits") is False:
+        print(f"  does not fit: {row['reason']}")
+    if args.json:
+        with args.json.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
