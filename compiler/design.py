@@ -203,6 +203,16 @@ class Design:
         return [MemoryRef(place[0], b, bk.layout.words, names.get(b, f"mem_b{b}"), width[b],
                           packed[b].offset(b) if b in packed else 0) for b in bk.banks]
 
+    def is_read(self, ref: MemoryRef) -> bool:
+        """Whether the design reads bank `ref` (weights="constant" can leave an input's bank
+        unread: a lane whose products are all by zero). Synthesis removes such a memory, so a
+        simulator of the netlist must not poke it; the host's writes to it are dropped."""
+        return ref.slot in self._loaded_slots[ref.kernel]
+
+    @cached_property
+    def _loaded_slots(self) -> list[frozenset[int]]:
+        return [ir.loaded_slots(k) for k in self.kernels]
+
     @cached_property
     def narrow_buffers(self) -> dict[int, tuple[int, bool]]:
         """Model buffer id -> (bits, signed) of its stored elements, for the buffers whose

@@ -180,6 +180,12 @@ class KernelIR:
         yield from walk(self.body, ())
 
 
+def loaded_slots(k: KernelIR) -> frozenset[int]:
+    """The buffer slots some Load of `k` reads (a slot no store's operands load has a memory
+    nothing reads: synthesis removes it)."""
+    return frozenset(v.buf for s, _ in k.stores() for v in toposort(store_operands(s)) if isinstance(v, Load))
+
+
 def make_kernel(name, buffers, accs, body) -> KernelIR:
     loops: dict[int, Loop] = {}
 

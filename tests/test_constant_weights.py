@@ -329,3 +329,20 @@ def test_a_constant_weight_outside_its_declared_range_is_refused_when_compiled()
     y = W.cast(dtypes.int32) @ x.cast(dtypes.int32)
     with pytest.raises(CompileError, match=r"^input buffer \d+ \(int8\): element 21 is 9, outside its declared range \[-8, 7\]"):
         compile_model(y, config=HardwareConfig(weights="constant"), stream=[x], input_ranges={W: (-8, 7)})
+
+
+@pytest.mark.slow
+def test_an_input_bank_that_only_meets_zero_weights_is_left_unread_and_the_netlist_runs():
+    """A lane whose weight is zero reads nothing: synthesis removes that bank of x, and the
+    CXXRTL run (which pokes memories of the netlist by name) must neither poke nor read it."""
+    xv = np.arange(-4, 4, dtype=np.int8)
+    w = np.array([0, 1, -1, 64, 3, 5, 7, 9], dtype=np.int8)
+    x = Tensor(xv).realize()
+    y = (x.cast(dtypes.int32) * Tensor(w).cast(dtypes.int32)).contiguous()
+    design = compile_model(y, config=HardwareConfig(weights="constant", lanes=8), stream=x)
+    unread = [ref for ref in design.memories_of(design.host_buffers[design.buffer_of(x)].home)
+              if not design.is_read(ref)]
+    assert [ref.name for ref in unread] == ["mem_b1_l0"]
+    r = simulate(design, backend="cxxrtl")
+    np.testing.assert_array_equal(np.asarray(r.outputs[0]).reshape(-1), xv.astype(np.int32) * w)
+    assert r.cycles == design.cycle_model().total

@@ -335,6 +335,8 @@ def run_cxxrtl_stream(design: Design, samples: Sequence[dict], inputs: dict | No
                 continue
             data = own[n].get(buf, words.get(buf))
             for ref, bank in design.memory_words(buf, data):
+                if not design.is_read(ref):
+                    continue
                 ring = design.ring_bank(ref, flow.bank_for_sample((ref.kernel, ref.slot), n, output=False))
                 items += [(memory_name(ring, name), ring.offset, ring.width, bank[start:start + mem.depth])
                           for name, start, mem in design.memory_parts(ring)]
@@ -415,7 +417,10 @@ def _run(design: Design, inputs: dict | None, samples: list[dict], max_cycles: i
     # every bank of every memory that holds an input, in its layout (Design.memory_words)
     base = _pokes(design, {b: w for b, w in words.items() if not all(b in o for o in own)})
     runs = [_pokes(design, o) for o in own]
-    homes = [(hb, design.home_memories(hb.id)) for hb in hosts]
+    # an input with a bank nothing reads (synthesis removed it) reads back as it was written
+    unread = {hb.id for hb in hosts if hb.id not in outputs
+              and not all(design.is_read(r) for r in design.home_memories(hb.id))}
+    homes = [(hb, design.home_memories(hb.id)) for hb in hosts if hb.id not in unread]
     # a bank's parts in order, so its words come back contiguous (ref.depth in all)
     reads = [(memory_name(ref, name), ref.offset, ref.width, mem.depth)
              for _, refs in homes for ref in refs for name, _, mem in design.memory_parts(ref)]
@@ -433,7 +438,7 @@ def _run(design: Design, inputs: dict | None, samples: list[dict], max_cycles: i
         raise ToolError("cxxrtl simulation", f"{binary.path} wrote a malformed output file")
     total = sum(ref.depth for _, refs in homes for ref in refs)
     results, pos = [], 16
-    for _ in runs:
+    for given in own:
         cycles, seconds = struct.unpack_from("<Qd", raw, pos)
         data = np.frombuffer(raw, dtype="<u8", count=total, offset=pos + 16)
         pos += 16 + 8 * total
@@ -444,30 +449,27 @@ def _run(design: Design, inputs: dict | None, samples: list[dict], max_cycles: i
                 banks.append(data[at:at + ref.depth])
                 at += ref.depth
             by_id[hb.id] = design.buffer_words(hb.id, banks)
-        outs, buffers = outputs_from(design, lambda hb: by_id[hb.id], [hb.id for hb, _ in homes])
+        for b in unread:
+            by_id[b] = np.asarray(given.get(b, words.get(b)), dtype=np.uint64)
+        outs, buffers = outputs_from(design, lambda hb: by_id[hb.id], [hb.id for hb in hosts])
         results.append(SimResult(outs, int(cycles), "cxxrtl", seconds, binary.build_seconds, buffers))
     return results
 
 
 def _pokes(design: Design, words: dict[int, np.ndarray]) -> list[tuple[str, int, int, np.ndarray]]:
     return [(memory_name(ref, name), ref.offset, ref.width, bank[start:start + mem.depth])
-            for buf, w in words.items() for ref, bank in design.memory_words(buf, w)
+            for buf, w in words.items() for ref, bank in design.memory_words(buf, w) if design.is_read(ref)
             for name, start, mem in design.memory_parts(ref)]
 
 
 def _write_input(path: Path, *, key: str, max_cycles: int, flags: int, base, runs, reads) -> None:
-    def pokes(f, items):
-        f.write(struct.pack("<I", len(items)))
-        for name, offset, width, w in items:
-            f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<IIQ", offset, width, len(w)))
-            f.write(np.ascontiguousarray(w, dtype="<u8").tobytes())
     with open(path, "wb") as f:
         f.write(b"TNHWIN05" + struct.pack("<I", len(key)) + key.encode())
         f.write(struct.pack("<QI", max_cycles, flags))
-        pokes(f, base)
+        _write_pokes(f, base)
         f.write(struct.pack("<I", len(runs)))
         for items in runs:
-            pokes(f, items)
+            _write_pokes(f, items)
         f.write(struct.pack("<I", len(reads)))
         for name, offset, width, n in reads:
             f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<IIQ", offset, width, n))
