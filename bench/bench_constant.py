@@ -41,8 +41,8 @@ MODELS = {
     "jet": (ROOT / "models" / "jet_mlp.npz", DataSpec(file=ROOT / "models" / "jet_data.npz")),
     "digits": (ROOT / "models" / "digits_mlp.npz", DataSpec(dataset="sklearn:digits")),
 }
-HEADER = ("| model | dtype | pruned | knobs | accuracy | cycles | Fmax MHz | latency ns | LUTs | FFs | BRAM | DSP "
-          "| synth s | pnr s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = ("| model | dtype | pruned | knobs | accuracy | cycles | interval | Fmax MHz | latency ns | LUTs | FFs | BRAM | DSP "
+          "| synth s | pnr s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main() -> None:
@@ -67,8 +67,9 @@ def main() -> None:
     row = {"model": args.model, "dtype": args.dtype, "prune": args.prune, "knobs": knobs}
     t0 = time.perf_counter()
     r = run_samples(net=net, dtype=args.dtype, data=data, config=config)
+    interval = r.design.cycle_model().interval
     row.update(accuracy=r.accuracy, accuracy_float=r.accuracy_float, samples=r.samples, cycles=r.cycles,
-               sim_s=time.perf_counter() - t0)
+               interval=interval, sim_s=time.perf_counter() - t0)
     name = f"{args.model}-{args.dtype}-p{args.prune}-" + "-".join(f"{k}{v}" for k, v in sorted(knobs.items()))
     work = args.workdir / name
     t0 = time.perf_counter()
@@ -87,7 +88,7 @@ def main() -> None:
         print(HEADER)
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
     knob_text = ", ".join(f"{k}={v}" for k, v in knobs.items())
-    print(f"| {args.model} | {args.dtype} | {args.prune:.0%} | {knob_text} | {100 * r.accuracy:.1f}% | {r.cycles} "
+    print(f"| {args.model} | {args.dtype} | {args.prune:.0%} | {knob_text} | {100 * r.accuracy:.1f}% | {r.cycles} | {interval} "
           f"| {fmt(row.get('fmax_mhz'), '.1f')} | {fmt(row.get('latency_ns'), '.0f')} | {area.luts:,} | {area.ffs:,} "
           f"| {area.bram} | {area.dsp} | {row['synth_s']:.0f} | {fmt(row.get('pnr_s'), '.0f')} |", flush=True)
     if row.get("fits") is False:
