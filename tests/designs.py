@@ -168,9 +168,10 @@ LARGE: dict[str, Callable[[], Case]] = {
 }
 
 
-def run_on_host_bus(design) -> np.ndarray:
-    """Drive the top's host bus in pysim as a CPU would: write every input memory word by word,
-    start, wait for done, then read every memory of the first output. Returns its words."""
+def run_on_host_bus(design, *, word_major: bool = False) -> np.ndarray:
+    """Drive the top's host bus in pysim as a CPU would: write every input memory word by word
+    (bank after bank, or with `word_major` address after address across the banks), start, wait
+    for done, then read every memory of the first output. Returns its words."""
     from compiler.sim.memory_io import input_words
     from compiler.sim.pysim import Harness
     top = design.top
@@ -179,14 +180,14 @@ def run_on_host_bus(design) -> np.ndarray:
     got = {}
 
     async def bench(ctx):
-        for buf, words in input_words(design, None).items():
-            for ref, bank in design.memory_words(buf, words):
-                ctx.set(top.host_sel, sel[ref.kernel, ref.slot])
-                for a, v in enumerate(bank.tolist()):
-                    ctx.set(top.host_addr, a)
-                    ctx.set(top.host_wdata, v)
-                    ctx.set(top.host_we, 1)
-                    await ctx.tick()
+        writes = [(a, sel[ref.kernel, ref.slot], v) for buf, words in input_words(design, None).items()
+                  for ref, bank in design.memory_words(buf, words) for a, v in enumerate(bank.tolist())]
+        for a, s, v in sorted(writes) if word_major else writes:
+            ctx.set(top.host_sel, s)
+            ctx.set(top.host_addr, a)
+            ctx.set(top.host_wdata, v)
+            ctx.set(top.host_we, 1)
+            await ctx.tick()
         ctx.set(top.host_we, 0)
         ctx.set(top.start, 1)
         await ctx.tick()

@@ -14,7 +14,6 @@ from compiler import dtypes as cdt
 from compiler.hw.bram import block_rams
 from compiler.overflow import analyze_overflow, worst_case_inputs
 from compiler.sim.memory_io import input_words
-from compiler.sim.pysim import Harness
 from compiler.synth.area import design_rtlil
 from compiler.synth.multipliers import mul_cells
 
@@ -127,7 +126,7 @@ def test_whole_word_writes_through_the_host_bus_are_bit_exact(order):
     W, x, y, want, rng = _gemv(4, M=4, K=36)
     design = compile_model(y, config=HardwareConfig(lanes=2, reduce_unroll=9, fp_pipeline=3), input_ranges={W: rng})
     assert any(p.word_writes for p in design.packs[0])
-    got = cdt.from_words(_run_on_host_bus(design, word_major=order == "word"), cdt.INT32)
+    got = cdt.from_words(designs.run_on_host_bus(design, word_major=order == "word"), cdt.INT32)
     assert np.array_equal(got, want)
 
 
@@ -135,42 +134,6 @@ def Wn_x(arrays: dict, design, W, x) -> np.ndarray:
     """W @ x in int64 for the arrays of `arrays` (buffer id -> flat data)."""
     w = np.asarray(arrays[design.buffer_of(W)], np.int64).reshape(W.shape)
     return w @ np.asarray(arrays[design.buffer_of(x)], np.int64)
-
-
-def _run_on_host_bus(design, *, word_major: bool) -> np.ndarray:
-    top = design.top
-    sel = {(p.kernel, p.slot): i for i, p in enumerate(design.host_ports)}
-    out = design.graph.outputs[0]
-    got = {}
-
-    async def bench(ctx):
-        writes = [(a, sel[ref.kernel, ref.slot], v) for buf, words in input_words(design, None).items()
-                  for ref, bank in design.memory_words(buf, words) for a, v in enumerate(bank.tolist())]
-        for a, s, v in sorted(writes) if word_major else writes:
-            ctx.set(top.host_sel, s)
-            ctx.set(top.host_addr, a)
-            ctx.set(top.host_wdata, v)
-            ctx.set(top.host_we, 1)
-            await ctx.tick()
-        ctx.set(top.host_we, 0)
-        ctx.set(top.start, 1)
-        await ctx.tick()
-        ctx.set(top.start, 0)
-        await ctx.tick().until(top.done)
-        await ctx.tick()
-        banks = []
-        for ref in design.home_memories(out):
-            ctx.set(top.host_sel, sel[ref.kernel, ref.slot])
-            words = []
-            for a in range(ref.depth):
-                ctx.set(top.host_addr, a)
-                await ctx.tick().repeat(top.host_read_latency)
-                words.append(ctx.get(top.host_rdata))
-            banks.append(words)
-        got["y"] = design.buffer_words(out, banks)
-
-    Harness.of(design).simulate(bench)
-    return got["y"]
 
 
 # ---------------------------------------------------------------------------------------------
