@@ -418,7 +418,7 @@ def _run(design: Design, inputs: dict | None, samples: list[dict], max_cycles: i
     base = _pokes(design, {b: w for b, w in words.items() if not all(b in o for o in own)})
     runs = [_pokes(design, o) for o in own]
     # an input with a bank nothing reads (synthesis removed it) reads back as it was written
-    unread = {hb.id for hb in hosts if hb.id not in outputs
+    unread = {hb.id for hb in hosts if hb.id in design.graph.inputs and hb.id not in outputs
               and not all(design.is_read(r) for r in design.home_memories(hb.id))}
     homes = [(hb, design.home_memories(hb.id)) for hb in hosts if hb.id not in unread]
     # a bank's parts in order, so its words come back contiguous (ref.depth in all)

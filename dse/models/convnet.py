@@ -451,3 +451,26 @@ def _scheme(net: LayerNet, steps: tuple[QuantStep, ...], dtype: str) -> str:
         parts.append(f"layer {i} weights {w}{out}")
     return ("declared by the file (QONNX/QCDQ): " + "; ".join(parts) + f"; in {dtype} containers, int32 accumulators, "
             "multiply-and-shift requantisation")
+
+
+def float_sums(h: np.ndarray, W: np.ndarray, layer, product) -> np.ndarray:
+    """A conv or dense layer's sums over samples `h` in float32, added one product at a time in
+    tinygrad's reduce order (channel, kernel row, column), each product `product(w, x)` (a
+    float32 array: rounded to the dtype, or exact): the golden models of the float chains
+    (dse.models.floatnet, dse.models.fp8net)."""
+    if not isinstance(layer, Conv):
+        acc = np.zeros((len(h), W.shape[0]), np.float32)
+        for k in range(W.shape[1]):
+            acc = acc + product(W[None, :, k], h[:, k, None])
+        return acc
+    t, l, b, r = layer.pads
+    x = np.pad(h, ((0, 0), (0, 0), (t, b), (l, r)))
+    (sy, sx), (kh, kw) = layer.stride, W.shape[2:]
+    oh, ow = (x.shape[2] - kh) // sy + 1, (x.shape[3] - kw) // sx + 1
+    acc = np.zeros((len(h), W.shape[0], oh, ow), np.float32)
+    for ci in range(W.shape[1]):
+        for ky in range(kh):
+            for kx in range(kw):
+                patch = x[:, None, ci, ky:ky + sy * (oh - 1) + 1:sy, kx:kx + sx * (ow - 1) + 1:sx]
+                acc = acc + product(W[None, :, ci, ky, kx, None, None], patch)
+    return acc

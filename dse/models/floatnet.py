@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from dse.models import zoo
-from dse.models.convnet import Conv, Flatten, LayerNet, Linear, MaxPool, max_pool
+from dse.models.convnet import Conv, Flatten, LayerNet, Linear, MaxPool, float_sums, max_pool
 
 
 def _compute(net: LayerNet) -> list[Conv | Linear]:
@@ -88,7 +88,7 @@ class FloatNet:
                 continue
             k += 1
             W, b = params[f"W{k}"].astype(np.float32), params[f"b{k}"].astype(np.float32)
-            acc = _conv(h, W, layer, dtype) if isinstance(layer, Conv) else _dense(h, W, dtype)
+            acc = float_sums(h, W, layer, lambda w, v: _product(w, v, dtype))
             acc = zoo.round_float(acc, dtype).astype(np.float32)
             h = zoo.round_float(acc + b.reshape((1, -1) + (1,) * (acc.ndim - 2)), dtype).astype(np.float32)
             if layer.relu:
@@ -99,24 +99,3 @@ class FloatNet:
 def _product(w: np.ndarray, x: np.ndarray, dtype: str) -> np.ndarray:
     """w * x rounded once to `dtype` (exact in float64, then one rounding), as float32."""
     return zoo.round_float(w.astype(np.float64) * x.astype(np.float64), dtype).astype(np.float32)
-
-
-def _dense(h: np.ndarray, W: np.ndarray, dtype: str) -> np.ndarray:
-    acc = np.zeros((len(h), W.shape[0]), np.float32)
-    for k in range(W.shape[1]):
-        acc = acc + _product(W[None, :, k], h[:, k, None], dtype)
-    return acc
-
-
-def _conv(h: np.ndarray, W: np.ndarray, layer: Conv, dtype: str) -> np.ndarray:
-    t, l, b, r = layer.pads
-    x = np.pad(h, ((0, 0), (0, 0), (t, b), (l, r)))
-    (sy, sx), (kh, kw) = layer.stride, W.shape[2:]
-    oh, ow = (x.shape[2] - kh) // sy + 1, (x.shape[3] - kw) // sx + 1
-    acc = np.zeros((len(h), W.shape[0], oh, ow), np.float32)
-    for ci in range(W.shape[1]):               # tinygrad's reduce order: channel, kernel row, column
-        for ky in range(kh):
-            for kx in range(kw):
-                patch = x[:, None, ci, ky:ky + sy * (oh - 1) + 1:sy, kx:kx + sx * (ow - 1) + 1:sx]
-                acc = acc + _product(W[None, :, ci, ky, kx, None, None], patch, dtype)
-    return acc

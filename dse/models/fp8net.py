@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from dse.models import zoo
-from dse.models.convnet import Conv, Flatten, LayerNet, Linear, MaxPool, max_pool
+from dse.models.convnet import Conv, Flatten, LayerNet, Linear, MaxPool, float_sums, max_pool
 
 
 def _compute(net: LayerNet) -> list[Conv | Linear]:
@@ -85,33 +85,12 @@ def reference(net: LayerNet, dtype: str, x: np.ndarray) -> np.ndarray:
             continue
         k += 1
         W, b = params[f"W{k}"].astype(np.float32), params[f"b{k}"].astype(np.float32)
-        acc = _conv(h, W, layer) if isinstance(layer, Conv) else _dense(h, W)
+        acc = float_sums(h, W, layer, np.multiply)          # an fp8 x fp8 product is exact in float32
         acc = acc + b.reshape((1, -1) + (1,) * (acc.ndim - 2))
         if layer.relu:
             acc = np.where(acc > 0, acc, np.float32(0))
         h = zoo.round_float(acc, dtype).astype(np.float32)
     return h.reshape(len(h), -1)
-
-
-def _dense(h: np.ndarray, W: np.ndarray) -> np.ndarray:
-    acc = np.zeros((len(h), W.shape[0]), np.float32)
-    for k in range(W.shape[1]):
-        acc = acc + W[None, :, k] * h[:, k, None]          # an fp8 x fp8 product is exact in float32
-    return acc
-
-
-def _conv(h: np.ndarray, W: np.ndarray, layer: Conv) -> np.ndarray:
-    t, l, b, r = layer.pads
-    x = np.pad(h, ((0, 0), (0, 0), (t, b), (l, r)))
-    (sy, sx), (kh, kw) = layer.stride, W.shape[2:]
-    oh, ow = (x.shape[2] - kh) // sy + 1, (x.shape[3] - kw) // sx + 1
-    acc = np.zeros((len(h), W.shape[0], oh, ow), np.float32)
-    for ci in range(W.shape[1]):               # tinygrad's reduce order: channel, kernel row, column
-        for ky in range(kh):
-            for kx in range(kw):
-                patch = x[:, None, ci, ky:ky + sy * (oh - 1) + 1:sy, kx:kx + sx * (ow - 1) + 1:sx]
-                acc = acc + W[None, :, ci, ky, kx, None, None] * patch
-    return acc
 
 
 class Fp8Net:
