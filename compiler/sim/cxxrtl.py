@@ -37,7 +37,7 @@ from typing import Sequence
 import numpy as np
 
 from ..design import Design
-from .memory_io import SimResult, input_words, outputs_from
+from .memory_io import SimResult, input_words, outputs_from, streamed_words
 from ..cache import CXXRTL
 from ..tools import ToolError, cxxrtl_include_dir, find_tool, package_version, run_tool, yosys
 
@@ -314,13 +314,7 @@ def run_cxxrtl_stream(design: Design, samples: Sequence[dict], inputs: dict | No
     own (the first sample's: the beat), as measured. Outputs only."""
     flow = design.flow
     assert flow is not None
-    words = input_words(design, inputs)
-    own = [input_words(design, s, only_given=True) for s in samples]
-    for o in own:
-        extra = sorted(set(o) - flow.streamed)
-        if extra:
-            raise ValueError(f"input buffer(s) {extra} are not streamed (compile_model(stream=...)): "
-                             "they cannot change from sample to sample")
+    words, own = streamed_words(design, inputs, samples)
     binary = build(design)
     if max_cycles is None:
         max_cycles = 100 * flow.latency * (len(samples) + 1) + 10_000_000

@@ -60,6 +60,19 @@ def input_words(design: Design, inputs: dict | None, only_given: bool = False) -
     return words
 
 
+def streamed_words(design: Design, inputs: dict | None, samples: list[dict]) -> tuple[dict, list[dict]]:
+    """A dataflow run's words: every input's (input_words) and each sample's own, which may set
+    only the streamed inputs (compile_model's `stream`): the others are loaded once."""
+    words = input_words(design, inputs)
+    own = [input_words(design, s, only_given=True) for s in samples]
+    for o in own:
+        extra = sorted(set(o) - design.flow.streamed)
+        if extra:
+            raise ValueError(f"input buffer(s) {extra} are not streamed (compile_model(stream=...)): "
+                             "they cannot change from sample to sample")
+    return words, own
+
+
 def check_bounds(data, buf: int, bounds: tuple[int, int], dtype: dt.DType) -> None:
     """CompileError naming the first element of `data` outside the declared range of input
     buffer `buf`: the hardware stores and computes with that range's bits, so such a value

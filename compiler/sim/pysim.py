@@ -9,7 +9,7 @@ from amaranth.hdl import ClockDomain, Module, Signal
 from amaranth.sim import Simulator
 
 from ..design import Design
-from .memory_io import SimResult, input_words, outputs_from
+from .memory_io import SimResult, input_words, outputs_from, streamed_words
 
 
 def poke_inputs(ctx, design: Design, words: dict[int, np.ndarray]) -> None:
@@ -110,13 +110,7 @@ def run_pysim_stream(design: Design, samples: list[dict], inputs: dict | None = 
     import time
     flow = design.flow
     assert flow is not None
-    words = input_words(design, inputs)
-    own = [input_words(design, s, only_given=True) for s in samples]
-    for o in own:
-        extra = sorted(set(o) - flow.streamed)
-        if extra:
-            raise ValueError(f"input buffer(s) {extra} are not streamed (compile_model(stream=...)): "
-                             "they cannot change from sample to sample")
+    words, own = streamed_words(design, inputs, samples)
     outputs = [hb for hb in design.host_buffers.values() if hb.id in set(design.graph.outputs)]
     beats = len(samples) + flow.depth - 1
     harness = Harness.of(design)
