@@ -340,16 +340,7 @@ class DataflowTopHW(TopHW):
                 m.d.comb += self.port(hp.kernel, hp.slot, "raddr").eq(
                     registered(m, raddr, f"host{i}_raddr", duplicate=True, reset_less=True))
                 read_ports.append((i, hp))
-        rdata = Const(0, len(self.host_rdata))
-        for g in range(0, len(read_ports), HOST_GROUP):
-            part = Const(0, len(self.host_rdata))
-            for i, hp in read_ports[g:g + HOST_GROUP]:
-                flag: Value = (self.host_rsel == i)
-                for d in range(1 + int(sync_reads)):
-                    flag = registered(m, flag, f"host{i}_rsel{d}", duplicate=True, reset_less=True)
-                part = part | Mux(flag, self.port(hp.kernel, hp.slot, "rdata"), 0)
-            rdata = rdata | registered(m, part, f"host_rdata_part{g // HOST_GROUP}", reset_less=True)
-        m.d.sync += self.host_rdata.eq(rdata)
+        self._registered_read(m, read_ports, self.host_rsel, sync_reads)
 
     def _host_written(self, place: Place) -> bool:
         return any(hp.write and (hp.kernel, hp.slot) == place for hp in self.host_ports)

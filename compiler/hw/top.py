@@ -334,16 +334,7 @@ class TopHW(wiring.Component):
             # path: 9.3 ns of routing). The OR is registered per HOST_GROUP ports, then again
             # in host_rdata: one OR over the 26x17 GEMV's 26 output banks, all over the die,
             # was its critical path (10.4 ns of routing)
-            rdata = Const(0, len(self.host_rdata))
-            for g in range(0, len(read_ports), HOST_GROUP):
-                part = Const(0, len(self.host_rdata))
-                for i, hp in read_ports[g:g + HOST_GROUP]:
-                    flag: Value = (self.host_sel == i)
-                    for d in range(1 + int(sync_reads)):
-                        flag = registered(m, flag, f"host{i}_rsel{d}", duplicate=True, reset_less=True)
-                    part = part | Mux(flag, self.port(hp.kernel, hp.slot, "rdata"), 0)
-                rdata = rdata | registered(m, part, f"host_rdata_part{g // HOST_GROUP}", reset_less=True)
-            m.d.sync += self.host_rdata.eq(rdata)
+            self._registered_read(m, read_ports, self.host_sel, sync_reads)
         else:
             # the selection as old as the read data: block RAM data arrives a cycle after its address
             rsel: Value = registered(m, self.host_sel, "rsel") if sync_reads else self.host_sel
@@ -366,6 +357,21 @@ class TopHW(wiring.Component):
             if isinstance(ph, Copy):
                 self._copy(m, p, ph, phase, reading, cctr, ncctr, sync_reads)
         return m
+
+    def _registered_read(self, m: Module, read_ports: list, sel: Value, sync_reads: bool) -> None:
+        """host_rdata from `read_ports` ((host_sel value, HostPort)), selected by `sel`: each
+        port's data gated by its own registered flag, OR-ed per HOST_GROUP ports into a
+        register, then into host_rdata (fanout: the comment where it is chosen)."""
+        rdata = Const(0, len(self.host_rdata))
+        for g in range(0, len(read_ports), HOST_GROUP):
+            part = Const(0, len(self.host_rdata))
+            for i, hp in read_ports[g:g + HOST_GROUP]:
+                flag: Value = (sel == i)
+                for d in range(1 + int(sync_reads)):
+                    flag = registered(m, flag, f"host{i}_rsel{d}", duplicate=True, reset_less=True)
+                part = part | Mux(flag, self.port(hp.kernel, hp.slot, "rdata"), 0)
+            rdata = rdata | registered(m, part, f"host_rdata_part{g // HOST_GROUP}", reset_less=True)
+        m.d.sync += self.host_rdata.eq(rdata)
 
     def _copy(self, m, p: int, ph: Copy, phase, reading, cctr, ncctr, sync_reads: bool) -> None:
         src = self.banking[ph.src]
