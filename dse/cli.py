@@ -6,6 +6,9 @@ on stderr, no traceback).
 
 To add a subcommand, write `add_<name>(parser)` and `run_<name>(args) -> int` and append a
 `Command` to COMMANDS.
+
+One module (~670 lines): every subcommand's parser and runner, each short, sharing one error
+path and the exit codes above; a module per subcommand would scatter that contract.
 """
 from __future__ import annotations
 

@@ -76,6 +76,9 @@ feed the overflow analysis.
 Files under `workdir`: synth/ (design.il, Yosys script, yosys.log, stat.json, netlist.json
 with timing), pnr/<device>/ (nextpnr.log, report.json), error.log
 (the full traceback or tool log tail of a failure) and metrics.json (the row).
+
+One module (~830 lines): the stages of one evaluation in the order they run, sharing the
+point's context and its row; the stage bodies call into compiler/ and dse/models/ for the work.
 """
 from __future__ import annotations
 

@@ -43,6 +43,9 @@ study.journal (models with their parameters, dtypes, knobs, objectives, constrai
 what a trial means); tool versions, synthesis scripts, simulator and data seed are the distinct
 values of the trials' own columns (several values are flagged: such points are not comparable);
 dates are the first trial's start, the last trial's end and the report's own time.
+
+One module (~750 lines): the report's sections (summary, provenance, tables, plots) read one
+loaded study and write one folder; the pandas and plotting code is the bulk.
 """
 from __future__ import annotations
 

@@ -22,6 +22,9 @@ delayed C cycles; accumulators are read and written in stage D = Schedule.depth.
 C cycles later, so a run takes `Program.cycles + 1 + C` cycles. The memories the kernel
 stores into take outside writes only once the pipeline has drained (`busy` stays high until
 then); the top never writes a running kernel's memories.
+
+One module (~660 lines) because the controller, the datapath's wiring and the pipeline's
+delayed control share one set of signals per kernel; split, each part would re-derive them.
 """
 from __future__ import annotations
 

@@ -32,6 +32,9 @@ values; `bits` gives the raw 16- or 8-bit patterns.
 k = 0..K-1). How floats round is an `Arith`: `KERNEL` (every op rounds to its dtype, as the
 kernel is written) or `python_device_arith(dtype)` (what tinygrad's PYTHON device computes,
 bit for bit; `tinygrad_result` runs it).
+
+One module (~670 lines): each builtin model beside its numpy golden model, which change
+together (a model's kernel order is its reference's order).
 """
 from __future__ import annotations
 
