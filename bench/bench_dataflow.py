@@ -2,7 +2,8 @@
 
 Models: an autoencoder of MLPerf Tiny's AD08 shape (64-72-72-8-72-72-64) and an MLP of the
 keyword-spotting shape (490-256-256-256-12), int8 with random weights (relu, shift 7, clamp
-between layers), and the digits MLP (models/digits_mlp.npz) and CNN (models/digits_cnn.onnx),
+between layers); `kws3`, the keyword-spotting shape at FINN's 3-bit weights and activations
+(declared to the compiler as 3-bit ranges, products in LUTs: mul lut); and the digits MLP (models/digits_mlp.npz) and CNN (models/digits_cnn.onnx),
 int8 quantised, every digits test sample streamed through the hardware and checked bit-exact
 (dse.models.accuracy.run_samples). For each model: the dataflow design with fold=auto at the
 target interval (each layer's lanes x reduce_unroll the least that makes its stage fit, FINN's
@@ -12,7 +13,7 @@ multipliers: equal LUT budgets, within the control and buffer logic), each simul
 outputs equal to the sequential design's / the reference), synthesised (synth_ecp5) and, with
 --pnr, placed and routed on the LFE5U-85F (router2, static placer: bench_bandwidth.py).
 
-Usage: python bench/bench_dataflow.py [--models ad08 kws digits_mlp digits_cnn] [--target ad08=100 ...]
+Usage: python bench/bench_dataflow.py [--models ad08 kws kws3 digits_mlp digits_cnn] [--target ad08=100 ...]
                                       [--schedules dataflow sequential] [--fp-pipeline 3] [--pnr]
                                       [--freq 100] [--json out.json]
 """
@@ -35,29 +36,39 @@ from compiler.pnr.timing import place_and_route  # noqa: E402
 from compiler.synth.area import synthesize  # noqa: E402
 from compiler.tools import ToolError  # noqa: E402
 
-SHAPES = {"ad08": [64, 72, 72, 8, 72, 72, 64], "kws": [490, 256, 256, 256, 12]}
-TARGETS = {"ad08": 100, "kws": 1024, "digits_mlp": 64, "digits_cnn": 512}
+SHAPES = {"ad08": [64, 72, 72, 8, 72, 72, 64], "kws": [490, 256, 256, 256, 12], "kws3": [490, 256, 256, 256, 12]}
+TARGETS = {"ad08": 100, "kws": 1024, "kws3": 400, "digits_mlp": 64, "digits_cnn": 512}
+# narrow formats: (weight bits, activation bits, shift between layers, extra knobs); else int8
+FORMATS = {"kws3": (3, 3, 4, {"mul": "lut"})}
 SHIFT = 7
 
 
-def mlp(sizes, seed=0):
-    """x, the output Tensor, and a numpy reference function of x."""
+def mlp(sizes, seed=0, wbits=8, abits=8, shift=SHIFT):
+    """x, the output Tensor, a numpy reference function of x, and the declared input ranges:
+    `wbits`-bit signed weights, `abits`-bit activations (unsigned after the first layer's
+    input: relu, shift, clamp to 2**abits - 1 between layers; int8 tensors carry them)."""
     rng = np.random.default_rng(seed)
-    ws = [rng.integers(-128, 128, (b, a)).astype(np.int8) for a, b in zip(sizes, sizes[1:])]
-    x = Tensor(rng.integers(-128, 128, sizes[0]).astype(np.int8))
-    h = x
+    wlo, whi = -(1 << (wbits - 1)), (1 << (wbits - 1)) - 1
+    amax = 127 if abits == 8 else (1 << abits) - 1
+    xlo = -128 if abits == 8 else 0
+    ws = [rng.integers(wlo, whi + 1, (b, a)).astype(np.int8) for a, b in zip(sizes, sizes[1:])]
+    x = Tensor(rng.integers(xlo, amax + 1, sizes[0]).astype(np.int8))
+    h, Ws = x, []
     for i, w in enumerate(ws):
-        acc = Tensor(w).cast(dtypes.int32) @ h.cast(dtypes.int32)
-        h = acc if i == len(ws) - 1 else (acc.relu() >> SHIFT).minimum(127).cast(dtypes.int8)
+        W = Tensor(w)
+        Ws.append(W)
+        acc = W.cast(dtypes.int32) @ h.cast(dtypes.int32)
+        h = acc if i == len(ws) - 1 else (acc.relu() >> shift).minimum(amax).cast(dtypes.int8)
 
     def ref(v):
         v = v.astype(np.int32)
         for i, w in enumerate(ws):
             v = w.astype(np.int32) @ v
             if i < len(ws) - 1:
-                v = np.minimum(np.maximum(v, 0) >> SHIFT, 127).astype(np.int32)
+                v = np.minimum(np.maximum(v, 0) >> shift, amax).astype(np.int32)
         return v
-    return x, h, ref
+    ranges = {} if (wbits, abits) == (8, 8) else {x: (xlo, amax), **{W: (wlo, whi) for W in Ws}}
+    return x, h, ref, ranges
 
 
 def synth_pnr(design, name: str, args, root: Path) -> dict:
@@ -78,15 +89,18 @@ def synth_pnr(design, name: str, args, root: Path) -> dict:
 
 def bench_random(model: str, args, root: Path) -> list[dict]:
     sizes, target = SHAPES[model], args.targets[model]
+    wbits, abits, shift, knobs = FORMATS.get(model, (8, 8, SHIFT, {}))
     rng = np.random.default_rng(1)
-    xs = [rng.integers(-128, 128, sizes[0]).astype(np.int8) for _ in range(args.samples)]
+    lo, hi = (-128, 127) if abits == 8 else (0, (1 << abits) - 1)
+    xs = [rng.integers(lo, hi + 1, sizes[0]).astype(np.int8) for _ in range(args.samples)]
     rows = []
-    x, y, ref = mlp(sizes)
+    x, y, ref, ranges = mlp(sizes, wbits=wbits, abits=abits, shift=shift)
     flow = compile_model(y, config=HardwareConfig(schedule="dataflow", fold="auto", target_interval=target,
-                                                  fp_pipeline=args.fp_pipeline), stream=x)
+                                                  fp_pipeline=args.fp_pipeline, **knobs), stream=x, input_ranges=ranges)
     folding = {f"{k}@{i}": v for i, st in flow.config.layers for k, v in st}
-    x2, y2, _ = mlp(sizes)
-    seq = compile_model(y2, config=HardwareConfig.from_dict({**folding, "fp_pipeline": args.fp_pipeline}))
+    x2, y2, _, ranges2 = mlp(sizes, wbits=wbits, abits=abits, shift=shift)
+    seq = compile_model(y2, config=HardwareConfig.from_dict({**folding, **knobs, "fp_pipeline": args.fp_pipeline}),
+                        input_ranges=ranges2)
     for sched, design, xt in (("dataflow", flow, x), ("sequential", seq, x2)):
         if sched not in args.schedules:
             continue
