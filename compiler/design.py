@@ -211,7 +211,14 @@ class Design:
 
     @cached_property
     def _loaded_slots(self) -> list[frozenset[int]]:
-        return [ir.loaded_slots(k) for k in self.kernels]
+        """Per kernel: the bank slots some Load reads, its own or, through a Share, another
+        kernel's reading this kernel's memory in place."""
+        read = [set(ir.loaded_slots(k)) for k in self.kernels]
+        for sh in self.shares:
+            for rb, ob in zip(self.banking_of(*sh.reader).banks, self.banking_of(*sh.owner).banks):
+                if rb in read[sh.reader[0]]:
+                    read[sh.owner[0]].add(ob)
+        return [frozenset(r) for r in read]
 
     @cached_property
     def narrow_buffers(self) -> dict[int, tuple[int, bool]]:

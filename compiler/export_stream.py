@@ -110,7 +110,7 @@ def stream_memories(design: Design, out: Path, samples: list[dict[int, np.ndarra
             name = f"mem/in{i}_b{buf}_k{ref.kernel}_{ref.name}.hex"
             atomic_write_text(out / name, _hex_lines(np.concatenate([b[j][1] for b in banks_per_run]), hp.width))
             ports.append(port_file(i, "input", buf, ref.kernel, ref.name, hp.depth, hp.width, name,
-                                   samples=len(runs) if streamed else 1))
+                                   samples=len(runs) if streamed else 1, sign_extend=hp.sign_extend))
     for k, buf in enumerate(design.graph.outputs):
         dtype = design.graph.buffers[buf].dtype
         layout = design.banking_of(*design.host_buffers[buf].home).layout
@@ -123,7 +123,8 @@ def stream_memories(design: Design, out: Path, samples: list[dict[int, np.ndarra
             atomic_write_text(out / name, _hex_lines(np.concatenate([p[j] for p in per]), hp.width,
                                                      np.concatenate([present[j]] * len(per))))
             ports.append(port_file(i, "output", buf, ref.kernel, ref.name, hp.depth, hp.width, name,
-                                   int(np.count_nonzero(present[j])) * len(per), samples=len(per)))
+                                   int(np.count_nonzero(present[j])) * len(per), samples=len(per),
+                                   sign_extend=hp.sign_extend))
     return sorted(ports, key=lambda p: p.sel)
 
 

@@ -192,19 +192,21 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
     import difflib
 
     from compiler.config import HardwareConfig
+    from dse.models.widths import FORMAT_KNOBS, MAX_BITS, MIN_BITS, is_format_knob
     from dse.spec import SpecError, load_yaml
-    known = HardwareConfig.knob_names()
+    known = HardwareConfig.knob_names() + FORMAT_KNOBS
     out: dict[str, Any] = {}
     for item in sets:
         name, sep, raw = item.partition("=")
         name = name.strip()
         if not sep or not name:
             raise CliError(f"--set expects KNOB=VALUE, got {item!r}")
-        if not HardwareConfig.is_knob(name):
+        if not HardwareConfig.is_knob(name) and not is_format_knob(name):
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise CliError(f"--set {item}: unknown hardware knob {name!r}{hint}; "
-                           f"known knobs: {HardwareConfig.known_knobs_text()}")
+            raise CliError(f"--set {item}: unknown knob {name!r}{hint}; hardware knobs: "
+                           f"{HardwareConfig.known_knobs_text()}; format knobs: {', '.join(FORMAT_KNOBS)} "
+                           f"(and per layer: <knob>@<layer>)")
         if name in out:
             raise CliError(f"--set {item}: knob {name!r} is set twice")
         try:
@@ -215,12 +217,17 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
             value = raw
         if not isinstance(value, (str, int, float, bool)):
             raise CliError(f"--set {item}: expected a number, string or boolean, got {value!r}")
+        if is_format_knob(name):            # the quantiser's widths (dse.models.widths), not the hardware's
+            if isinstance(value, bool) or not isinstance(value, int) or not MIN_BITS <= value <= MAX_BITS:
+                raise CliError(f"--set {item}: expected bits from {MIN_BITS} to {MAX_BITS}, got {value!r}")
+            out[name] = value
+            continue
         try:
             HardwareConfig.from_dict({name: value})
         except (ValueError, TypeError) as e:
             raise CliError(f"--set {item}: {e}") from None
         out[name] = value
-    combined = {**(base or {}), **out}
+    combined = {k: v for k, v in {**(base or {}), **out}.items() if not is_format_knob(k)}
     try:
         HardwareConfig.from_dict(combined)
     except (ValueError, TypeError) as e:

@@ -233,17 +233,23 @@ def test_the_plain_verilog_bus_testbench_passes_and_fails_on_a_wrong_word(export
 # ---------------------------------------------------------------------------------------------
 # AXI-Stream: a dataflow design streaming samples (compiler/bus/stream.py)
 
-def two_heads() -> tuple:
+def two_heads(narrow: bool = False) -> tuple:
     """x read by two kernels (written into both kernels' banks from one s_axis element), an
-    int32 and an int16 output (one m_axis frame), depth 1."""
+    int32 and an int16 output (one m_axis frame), depth 1. `narrow`: the int16 head's weights
+    declared in [-2, 1], so its sums are stored in 12 bits, read back sign-extended to 16 and
+    zero-extended to the 32-bit tdata."""
     rng = np.random.default_rng(3)
     xa = rng.integers(-128, 128, 12).astype(np.int8)
-    w1, w2 = rng.integers(-128, 128, (5, 12)).astype(np.int8), rng.integers(-128, 128, (3, 12)).astype(np.int8)
-    x = Tensor(xa)
+    w1 = rng.integers(-128, 128, (5, 12)).astype(np.int8)
+    w2 = rng.integers(-2, 2, (3, 12)).astype(np.int8) if narrow else rng.integers(-128, 128, (3, 12)).astype(np.int8)
+    x, W2 = Tensor(xa), Tensor(w2)
     y1 = Tensor(w1).cast(dtypes.int32) @ x.cast(dtypes.int32)
-    y2 = (Tensor(w2).cast(dtypes.int32) @ x.cast(dtypes.int32)).cast(dtypes.int16)
+    y2 = (W2.cast(dtypes.int32) @ x.cast(dtypes.int32)).cast(dtypes.int16)
     design = compile_model(y1, y2, config=HardwareConfig.from_dict({"schedule": "dataflow", "lanes@1": 3,
-                                                                    "reduce_unroll@0": 2}), stream=x)
+                                                                    "reduce_unroll@0": 2}), stream=x,
+                           input_ranges={W2: (-2, 1)} if narrow else None)
+    if narrow:
+        assert any(p.sign_extend and p.width < 16 for p in design.host_ports)
 
     def ref(v):
         v = v.astype(np.int32)
@@ -268,7 +274,8 @@ def mlp_stream_p3() -> tuple:
     return design, x, lambda v: ref(v).view(np.uint32)
 
 
-STREAM_POINTS = {"mlp": mlp_stream, "two_heads": two_heads, "mlp_p3": mlp_stream_p3}
+STREAM_POINTS = {"mlp": mlp_stream, "two_heads": two_heads, "two_heads_narrow": lambda: two_heads(narrow=True),
+                 "mlp_p3": mlp_stream_p3}
 
 
 @pytest.fixture(scope="module")
@@ -294,7 +301,8 @@ def streamed(tmp_path_factory):
 
 @pytest.mark.slow
 @needs_iverilog
-@pytest.mark.parametrize("name,mode", [("mlp", ""), ("mlp", "backpressure"), ("two_heads", ""), ("mlp_p3", "")])
+@pytest.mark.parametrize("name,mode", [("mlp", ""), ("mlp", "backpressure"), ("two_heads", ""),
+                                       ("two_heads_narrow", ""), ("mlp_p3", "")])
 def test_cocotb_streams_samples_through_axi_stream(streamed, monkeypatch, name, mode):
     design, _, out = streamed(name)
     log = run_cocotb(out, testcase="run_stream", env={"TINYHW_STREAM_MODE": mode}, monkeypatch=monkeypatch)

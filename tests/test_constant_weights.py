@@ -346,3 +346,21 @@ def test_an_input_bank_that_only_meets_zero_weights_is_left_unread_and_the_netli
     r = simulate(design, backend="cxxrtl")
     np.testing.assert_array_equal(np.asarray(r.outputs[0]).reshape(-1), xv.astype(np.int32) * w)
     assert r.cycles == design.cycle_model().total
+
+
+@pytest.mark.slow
+def test_a_bank_only_another_kernel_reads_in_place_is_still_loaded():
+    """share_buffers: kernel 1 reads kernel 0's banks of x in place, so a bank kernel 0 leaves
+    unread (its weight is zero) is still read, poked and bit-exact."""
+    xv = np.arange(-4, 4, dtype=np.int8)
+    w1 = np.array([0, 1, -1, 64, 3, 5, 7, 9], dtype=np.int8)
+    w2 = np.array([2, 1, -1, 64, 3, 5, 7, 9], dtype=np.int8)
+    x = Tensor(xv).realize()
+    y1 = (x.cast(dtypes.int32) * Tensor(w1).cast(dtypes.int32)).contiguous()
+    y2 = (x.cast(dtypes.int32) * Tensor(w2).cast(dtypes.int32)).contiguous()
+    design = compile_model(y1, y2, config=HardwareConfig(weights="constant", lanes=8, share_buffers=True), stream=x)
+    assert design.shares
+    assert all(design.is_read(ref) for ref in design.memories_of(design.host_buffers[design.buffer_of(x)].home))
+    r = simulate(design, backend="cxxrtl")
+    for out, w in zip(r.outputs, (w1, w2)):
+        np.testing.assert_array_equal(np.asarray(out).reshape(-1), xv.astype(np.int32) * w)

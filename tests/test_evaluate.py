@@ -21,6 +21,7 @@ from dse.frozen import FrozenMap
 
 ROOT = Path(__file__).resolve().parent.parent
 KNOWN_KNOBS = ", ".join(HardwareConfig.knob_names()) + " (and per layer: lanes@<layer>, reduce_unroll@<layer>, weights@<layer>)"
+FORMAT_KNOBS = "format knobs: weight_bits, act_bits (and per layer: <knob>@<layer>)"
 DATA = Path(__file__).resolve().parent / "data"
 
 # small sizes: the Python simulator runs each in well under a second
@@ -352,10 +353,12 @@ def test_eval_failed_point_exits_1_and_still_prints_the_row(tmp_path, capsys, mo
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--set", "lanez=4"], f"error: --set lanez=4: unknown hardware knob 'lanez' (did you mean 'lanes'?); "
-                           f"known knobs: {KNOWN_KNOBS}"),
+    (["--set", "lanez=4"], f"error: --set lanez=4: unknown knob 'lanez' (did you mean 'lanes'?); "
+                           f"hardware knobs: {KNOWN_KNOBS}; {FORMAT_KNOBS}"),
     (["--set", "mem_reed=comb"],
-     f"error: --set mem_reed=comb: unknown hardware knob 'mem_reed' (did you mean 'mem_read'?); known knobs: {KNOWN_KNOBS}"),
+     f"error: --set mem_reed=comb: unknown knob 'mem_reed' (did you mean 'mem_read'?); hardware knobs: {KNOWN_KNOBS}; "
+     f"{FORMAT_KNOBS}"),
+    (["--set", "weight_bits=1"], "error: --set weight_bits=1: expected bits from 2 to 16, got 1"),
     (["--set", "mem_read=fast"], "error: --set mem_read=fast: HardwareConfig.mem_read: expected 'sync' or 'comb', got 'fast'"),
     (["--set", "mem_read=1"], "error: --set mem_read=1: HardwareConfig.mem_read: expected 'sync' or 'comb', got 1"),
     (["--set", "mem_read"], "error: --set expects KNOB=VALUE, got 'mem_read'"),

@@ -318,3 +318,20 @@ def test_a_cnn_chain_in_a_float_format_is_bit_exact(tmp_path, digits, dtype):
     net = read_chain(ROOT / "models" / "digits_cnn.onnx")
     r = run_samples(net=net, dtype=dtype, data=data, backend="cxxrtl")
     assert r.samples == 12 and r.accuracy == (FloatNet(net).reference(dtype, data.x_test).argmax(1) == data.y_test).mean()
+
+
+@pytest.mark.slow
+def test_dse_eval_exports_the_point_with_its_format_knobs(tmp_path, capsys):
+    """`dse eval --set weight_bits=2 --export`: the exported weights are the 2-bit ones the point
+    was evaluated with (export_point applies the point's format knobs as evaluate does)."""
+    import json
+    path = _format_spec(tmp_path, {"weight_bits": [2, 8]})
+    out = tmp_path / "hw"
+    assert main(["eval", str(path), "--model", "mlp", "--dtype", "int8", "--set", "weight_bits=2", "--no-synth",
+                 "--workdir", str(tmp_path / "work"), "--json", "--export", str(out)]) == 0
+    capsys.readouterr()
+    ports = json.loads((out / "interface.json").read_text())["host_ports"]
+    weights = [p for p in ports if p["role"] == "input" and p["width"] <= 2]
+    assert weights, [(p["name"] if "name" in p else p["file"], p["width"]) for p in ports]
+    for p in weights:                   # two's complement 2-bit words: 0..3
+        assert all(int(w, 16) <= 3 for w in (out / p["file"]).read_text().split() if "x" not in w)

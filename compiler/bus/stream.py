@@ -320,9 +320,10 @@ class StreamControl:
         m.d.sync += [valid.eq(Cat(issue, valid[:-1])), lasts.eq(Cat(issue & r_last, lasts[:-1]))]
         arrive = valid[-1]
         m.d.sync += flight.eq(flight + issue - arrive)
-        # each word widened to tdata as its bank says: a narrow signed element (an int32 sum
-        # stored in 19 bits) sign-extended, any other zero-extended; the bank of the word
-        # arriving is the one read lat + 1 cycles ago
+        # each word widened as its bank says: a narrow signed element (an int32 sum stored in
+        # 19 bits) sign-extended to its dtype's container (the value's own word, as
+        # mem/stream_out.hex holds it), then zero-extended to tdata like any narrower element;
+        # the bank of the word arriving is the one read lat + 1 cycles ago
         sels = [Signal.like(core.host_rsel, name=f"out_sel{i}") for i in range(lat + 1)]
         m.d.sync += [sels[0].eq(r_sel)] + [b.eq(a) for a, b in zip(sels, sels[1:])]
         word = Signal(plan.out_bits, name="out_word")
@@ -330,10 +331,15 @@ class StreamControl:
         with m.Switch(sels[-1]):
             for s in sorted({op.sel for op in plan.reads}):
                 port = self.design.host_ports[s]
+                c = min(plan.out_bits, container_bits(self.design.graph.buffers[port.buffer].dtype.bits))
                 if port.width < plan.out_bits:
                     data = core.host_rdata[:port.width]
                     with m.Case(s):
-                        m.d.comb += word.eq(data.as_signed() if port.sign_extend else data)
+                        if port.sign_extend and port.width < c:
+                            ext = Signal(c, name=f"out_ext{s}")
+                            m.d.comb += [ext.eq(data.as_signed()), word.eq(ext)]
+                        else:
+                            m.d.comb += word.eq(data)
         m.d.comb += [fifo.w_en.eq(arrive), fifo.w_data.eq(Cat(word, lasts[-1])),
                      p.m_axis_tvalid.eq(fifo.r_rdy), p.m_axis_tdata.eq(fifo.r_data[:plan.out_bits]),
                      p.m_axis_tlast.eq(fifo.r_data[plan.out_bits]), fifo.r_en.eq(p.m_axis_tready)]
