@@ -145,15 +145,24 @@ class LayerNet:
         return quantize_layers(net=self, dtype=dtype, calibration=calibration, formats=formats)
 
 
+def weightless(layer: Layer, h: np.ndarray) -> np.ndarray | None:
+    """Samples `h` (n, ...) through a MaxPool or a Flatten; None for a layer with weights (every
+    numpy model of a chain walks its layers this way)."""
+    if isinstance(layer, MaxPool):
+        return max_pool(h, layer.kernel, layer.stride)
+    if isinstance(layer, Flatten):
+        return h.reshape(len(h), -1)
+    return None
+
+
 def _float_layer(layer: Layer, h: np.ndarray) -> np.ndarray:
+    moved = weightless(layer, h)
+    if moved is not None:
+        return moved
     if isinstance(layer, Conv):
         h = conv(h, layer.W, layer.stride, layer.pads) + _channel(layer.b, 4)
-    elif isinstance(layer, Linear):
-        h = h @ layer.W.T + layer.b
-    elif isinstance(layer, MaxPool):
-        return max_pool(h, layer.kernel, layer.stride)
     else:
-        return h.reshape(len(h), -1)
+        h = h @ layer.W.T + layer.b
     return np.maximum(h, 0.0) if layer.relu else h
 
 
@@ -227,11 +236,9 @@ class QuantLayerNet:
         h = np.asarray(xq).astype(np.int64).reshape((len(xq), *self.input_shape[1:]))
         for step in self.steps:
             layer = step.layer
-            if isinstance(layer, MaxPool):
-                h = max_pool(h, layer.kernel, layer.stride)
-                continue
-            if isinstance(layer, Flatten):
-                h = h.reshape(len(h), -1)
+            moved = weightless(layer, h)
+            if moved is not None:
+                h = moved
                 continue
             W = step.W.astype(np.int64)
             acc = (conv(h, W, layer.stride, layer.pads) if isinstance(layer, Conv) else h @ W.T)

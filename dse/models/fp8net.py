@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from dse.models import zoo
-from dse.models.convnet import Conv, Flatten, LayerNet, Linear, MaxPool, float_sums, max_pool
+from dse.models.convnet import Conv, Flatten, LayerNet, Linear, MaxPool, float_sums, weightless
 
 
 def _compute(net: LayerNet) -> list[Conv | Linear]:
@@ -77,11 +77,9 @@ def reference(net: LayerNet, dtype: str, x: np.ndarray) -> np.ndarray:
     h = samples(net, x, dtype).astype(np.float32).reshape((len(x), *net.input_shape[1:]))
     k = 0
     for layer in net.layers:
-        if isinstance(layer, MaxPool):
-            h = max_pool(h, layer.kernel, layer.stride)
-            continue
-        if isinstance(layer, Flatten):
-            h = h.reshape(len(h), -1)
+        moved = weightless(layer, h)
+        if moved is not None:
+            h = moved
             continue
         k += 1
         W, b = params[f"W{k}"].astype(np.float32), params[f"b{k}"].astype(np.float32)
