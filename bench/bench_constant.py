@@ -12,6 +12,8 @@ placer, seed 1, --freq 100). latency_ns = cycles x 1000 / fmax_mhz, start to don
         --set reduce_unroll=64 --set fp_pipeline=3 --set adder_levels=3 --pnr
     python bench/bench_constant.py --model digits --set weights=memory --set lanes=4
 
+--set takes hardware knobs and the quantiser's format knobs (weight_bits, act_bits, scale_digits).
+
 Models: jet (models/jet_mlp.npz on models/jet_data.npz, 16-64-32-32-5), digits
 (models/digits_mlp.npz on scikit-learn's digits, 64-32-10). Prints one Markdown row per run
 (header with --header) and, with --json FILE, appends the row as JSON.
@@ -36,6 +38,7 @@ from dse.models.accuracy import run_samples  # noqa: E402
 from dse.models.data import DataSpec, load_dataset, read_weights  # noqa: E402
 from dse.models.prune import prune  # noqa: E402
 from dse.models.quantize import DenseNet  # noqa: E402
+from dse.models.widths import Formats, is_format_knob  # noqa: E402
 
 MODELS = {
     "jet": (ROOT / "models" / "jet_mlp.npz", DataSpec(file=ROOT / "models" / "jet_data.npz")),
@@ -58,7 +61,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     knobs = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
-    config = HardwareConfig.from_dict(knobs)
+    formats = Formats.of(knobs)          # the quantiser's (weight_bits, act_bits, scale_digits)
+    config = HardwareConfig.from_dict({k: v for k, v in knobs.items() if not is_format_knob(k)})
     weights, spec = MODELS[args.model]
     data = load_dataset(spec)
     net = DenseNet.from_arrays(read_weights(weights))
@@ -66,7 +70,7 @@ def main() -> None:
         net = prune(net, sparsity=args.prune, x=data.x_train.reshape(len(data.x_train), -1), y=data.y_train)
     row = {"model": args.model, "dtype": args.dtype, "prune": args.prune, "knobs": knobs}
     t0 = time.perf_counter()
-    r = run_samples(net=net, dtype=args.dtype, data=data, config=config)
+    r = run_samples(net=net, dtype=args.dtype, data=data, config=config, formats=formats or None)
     interval = r.design.cycle_model().interval
     row.update(accuracy=r.accuracy, accuracy_float=r.accuracy_float, samples=r.samples, cycles=r.cycles,
                interval=interval, sim_s=time.perf_counter() - t0)

@@ -11,11 +11,11 @@ SetFolding), and the sequential design with the *same* per-layer folding (so the
 multipliers: equal LUT budgets, within the control and buffer logic), each simulated in CXXRTL
 (samples back to back for dataflow: measured interval and latency must equal the cycle model,
 outputs equal to the sequential design's / the reference), synthesised (synth_ecp5) and, with
---pnr, placed and routed on the LFE5U-85F (router2, static placer: bench_bandwidth.py).
+--pnr, placed and routed on the LFE5U-85F (router2; static placer and seed 1 unless --placer/--seed).
 
 Usage: python bench/bench_dataflow.py [--models ad08 kws kws3 digits_mlp digits_cnn] [--target ad08=100 ...]
                                       [--schedules dataflow sequential] [--fp-pipeline 3] [--pnr]
-                                      [--freq 100] [--json out.json]
+                                      [--freq 100] [--placer static] [--seed 1] [--json out.json]
 """
 from __future__ import annotations
 
@@ -80,7 +80,8 @@ def synth_pnr(design, name: str, args, root: Path) -> dict:
         t = time.perf_counter()
         try:
             rep = place_and_route(area.netlist_path, "ecp5", root / name / "pnr", timeout=args.timeout,
-                                  device="LFE5U-85F", seed=1, router="router2", placer="static", freq_mhz=args.freq)
+                                  device="LFE5U-85F", seed=args.seed, router="router2", placer=args.placer,
+                                  freq_mhz=args.freq)
             row.update(fmax_mhz=rep.fmax_mhz, fits=rep.fits, reason=rep.reason, pnr_s=round(time.perf_counter() - t, 1))
         except ToolError as exc:
             row.update(fmax_mhz=None, reason=f"place-and-route did not finish: {exc.reason}")
@@ -158,6 +159,8 @@ def main() -> int:
                     help="the rows to measure (the digits models simulate both, to compare them sample for sample)")
     ap.add_argument("--pnr", action="store_true")
     ap.add_argument("--freq", type=float, default=100.0)
+    ap.add_argument("--placer", default="static", help="nextpnr's placer (static, heap, sa)")
+    ap.add_argument("--seed", type=int, default=1, help="nextpnr's seed")
     ap.add_argument("--timeout", type=float, default=7200)
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", type=Path)

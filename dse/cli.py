@@ -192,7 +192,7 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
     import difflib
 
     from compiler.config import HardwareConfig
-    from dse.models.widths import FORMAT_KNOBS, MAX_BITS, MIN_BITS, is_format_knob
+    from dse.models.widths import FORMAT_KNOBS, format_range, is_format_knob
     from dse.spec import SpecError, load_yaml
     known = HardwareConfig.knob_names() + FORMAT_KNOBS
     out: dict[str, Any] = {}
@@ -218,8 +218,9 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
         if not isinstance(value, (str, int, float, bool)):
             raise CliError(f"--set {item}: expected a number, string or boolean, got {value!r}")
         if is_format_knob(name):            # the quantiser's widths (dse.models.widths), not the hardware's
-            if isinstance(value, bool) or not isinstance(value, int) or not MIN_BITS <= value <= MAX_BITS:
-                raise CliError(f"--set {item}: expected bits from {MIN_BITS} to {MAX_BITS}, got {value!r}")
+            lo, hi, what = format_range(name)
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise CliError(f"--set {item}: expected {what} from {lo} to {hi}, got {value!r}")
             out[name] = value
             continue
         try:

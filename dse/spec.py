@@ -65,7 +65,7 @@ from dse.models.user_model import IMPORT_TIME_LIMIT_S, UserModelError, bind_para
 from dse.models import formats
 from dse.models.zoo import DTYPES, InputRange
 from dse.frozen import FrozenMap
-from dse.models.widths import FORMAT_KNOBS, MAX_BITS, MIN_BITS, Formats, dtype_bits, is_format_knob, quantisable
+from dse.models.widths import FORMAT_KNOBS, Formats, dtype_bits, format_range, is_format_knob, quantisable
 from dse.models.model import ModelFiles, ModelSpec, TrainedModel, model_constants, model_layer_limits, quantised_layers
 
 
@@ -296,6 +296,8 @@ class Spec:
             if not applies and value != first:
                 return (f"{name.partition('@')[0]} sets the widths of a network the tool quantises, in an integer "
                         f"dtype; elsewhere it is the same design as {name}={first}, which the space holds")
+            if name.startswith("scale_digits"):
+                continue
             top = dtype_bits(point.dtype)[0 if name.startswith("weight_bits") else 1] if applies else 0
             if applies and value > top:
                 side = "weights" if name.startswith("weight_bits") else "activations"
@@ -990,13 +992,15 @@ class _Parser:
         return tuple(out)
 
     def format_knob(self, name: str, values: Any, path: str) -> Knob:
-        """`weight_bits`, `act_bits` (and `@<layer>`): bit widths of the tool's quantiser."""
+        """`weight_bits`, `act_bits`, `scale_digits` (and `@<layer>`): widths and multiplier digits of
+        the tool's quantiser."""
         _, at, layer = name.partition("@")
         if at and not re.fullmatch(r"[A-Za-z0-9_.-]+", layer):
             raise SpecError(path, f"expected <knob>@<layer index or name>, got {name!r}")
-        items = _list(values, path, "a list of bit widths")
+        lo, hi, what = format_range(name)
+        items = _list(values, path, "a list of " + ("digit counts" if name.startswith("scale_digits") else "bit widths"))
         for j, v in enumerate(items):
-            _int(v, _join(path, j), minimum=MIN_BITS, maximum=MAX_BITS, why=" (bits of a quantised weight or activation)")
+            _int(v, _join(path, j), minimum=lo, maximum=hi, why=f" ({what})")
         return Knob(name, tuple(items))
 
     def check_layers(self, knobs: tuple[Knob, ...], models: tuple[ModelSpec, ...], path: str) -> None:
@@ -1065,12 +1069,12 @@ class _Parser:
             return
         trained = [m for m in models if m.trained is not None]
         if not trained:
-            raise SpecError(path, "weight_bits and act_bits set the widths of a network the tool quantises "
+            raise SpecError(path, "weight_bits, act_bits and scale_digits set how the tool quantises a network "
                                   "(`weights:` or `onnx:`); the spec has none")
         for m in trained:
             names = quantised_layers(m)
             for name, layer in wanted:
-                if name.startswith("act_bits@") and layer in (str(len(names) - 1), names[-1]):
+                if name.startswith(("act_bits@", "scale_digits@")) and layer in (str(len(names) - 1), names[-1]):
                     raise SpecError(_join(path, name), "the last layer outputs int32 logits, not activations")
                 if (layer.isdigit() and int(layer) < len(names)) or layer in names:
                     continue

@@ -5,6 +5,7 @@ compiled with its weights in memories) bit for bit, cycles against the cycle mod
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -173,6 +174,69 @@ def test_adder_levels_trade_stages_for_logic_depth_and_stay_exact():
             s = _i8(rng, 16)
             assert np.array_equal(_run(d, xs, [s])[0], ref(s))
     assert cycles[0] > cycles[1] > cycles[2] > 2
+
+
+def test_a_value_many_adders_read_reaches_them_through_copies_and_stays_exact():
+    """adder_levels > 1: an activation read by more than FANOUT_USES shifted terms of the next
+    layer ends its stage with a register, and its readers take copies of it a stage later."""
+    from compiler.hw.pipeline import FANOUT_USES, schedule
+    rng = np.random.default_rng(9)
+    xs, ys, ref = _mlp(rng, IN=12, HIDDEN=10, OUT=12)
+    config = HardwareConfig.from_dict({**FULL, "fp_pipeline": 3, "adder_levels": 2})
+    d = compile_model(ys, config=config, stream=[xs])
+    k = d.kernels[0]
+    sched = schedule(k, config)
+    order = ir.toposort([o for s, _ in k.stores() for o in ir.store_operands(s)])
+    readers = {id(v): sum(any(o is v for o in u.srcs) for u in order if isinstance(u, ir.Op)) for v in order}
+    fanned = [v for v in order if id(v) in sched.fanout]
+    assert fanned and all(readers[id(v)] > FANOUT_USES for v in fanned)
+    for v in fanned:       # its readers start a stage after it is ready (they read copies)
+        assert all(sched.ready[id(u)] - sched.latency.get(id(u), 0) >= sched.ready[id(v)] + 1
+                   for u in order if isinstance(u, ir.Op) and any(o is v for o in u.srcs))
+    for s in [_i8(rng, 12) for _ in range(3)]:
+        assert np.array_equal(_run(d, xs, [s])[0], ref(s))
+    one_level = HardwareConfig.from_dict({**FULL, "fp_pipeline": 3})      # a register per adder: no copies
+    x1, y1, _ = _mlp(np.random.default_rng(9), IN=12, HIDDEN=10, OUT=12)
+    assert not schedule(compile_model(y1, config=one_level, stream=[x1]).kernels[0], one_level).fanout
+
+
+def test_scale_digits_make_every_requantisation_multiplier_cheap_and_exact(digits):
+    """scale_digits: D: each hidden layer's multipliers have at most D canonical signed digits
+    (1: powers of two), the weight scales stretched to match: the integer model is still the
+    golden model of the hardware, and accuracy moves by little."""
+    from compiler.passes.constants import csd
+    from dse.models.data import read_weights
+    from dse.models.widths import Formats
+    net = DenseNet.from_arrays(read_weights(Path(__file__).parent.parent / "models" / "digits_mlp.npz"))
+    cal = digits.x_train.reshape(len(digits.x_train), -1)
+    x = digits.x_test.reshape(len(digits.x_test), -1)
+    exact = net.quantize(dtype="int8", calibration=cal)
+    assert max(len(csd(int(m))) for m in exact.layers[0].M) > 3
+    for d in (1, 2):
+        q = net.quantize(dtype="int8", calibration=cal, formats=Formats.of({"scale_digits": d}))
+        assert all(len(csd(int(m))) <= d for layer in q.layers if layer.M is not None for m in layer.M)
+        assert all(np.abs(layer.W).max() <= 127 for layer in q.layers)
+        acc = (q.reference(q.quantize_input(x)).argmax(1) == digits.y_test).mean()
+        assert acc >= (exact.reference(exact.quantize_input(x)).argmax(1) == digits.y_test).mean() - 0.01
+    with pytest.raises(ValueError, match=r"^scale_digits@1: the last layer outputs int32 logits, not activations, "
+                                         r"with no requantisation$"):
+        net.quantize(dtype="int8", calibration=cal, formats=Formats.of({"scale_digits@1": 1}))
+    with pytest.raises(ValueError, match=r"^scale_digits 9 for layer 0 \(W1\): 1 to 8 digits$"):
+        net.quantize(dtype="int8", calibration=cal, formats=Formats.of({"scale_digits": 9}))
+
+
+@pytest.mark.slow
+def test_with_power_of_two_scales_a_constant_model_has_no_multiplier_and_is_bit_exact(digits):
+    from dse.models.accuracy import run_samples
+    from dse.models.data import read_weights
+    from dse.models.widths import Formats
+    net = DenseNet.from_arrays(read_weights(Path(__file__).parent.parent / "models" / "digits_mlp.npz"))
+    config = HardwareConfig.from_dict({**FULL, "fp_pipeline": 3, "adder_levels": 3, "schedule": "dataflow"})
+    r = run_samples(net=net, dtype="int8", data=digits, config=config, formats=Formats.of({"scale_digits": 1}))
+    k = r.design.kernels[0]
+    assert not [v for v in ir.toposort([o for s, _ in k.stores() for o in ir.store_operands(s)])
+                if isinstance(v, ir.Op) and v.op is ir.OpKind.MUL]
+    assert r.samples == len(digits.x_test) and r.accuracy > 0.96 and r.design.cycle_model().interval == 1
 
 
 def test_a_clip_after_a_relu_is_seven_bits_wide():

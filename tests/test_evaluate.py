@@ -21,7 +21,7 @@ from dse.frozen import FrozenMap
 
 ROOT = Path(__file__).resolve().parent.parent
 KNOWN_KNOBS = ", ".join(HardwareConfig.knob_names()) + " (and per layer: lanes@<layer>, reduce_unroll@<layer>, weights@<layer>)"
-FORMAT_KNOBS = "format knobs: weight_bits, act_bits (and per layer: <knob>@<layer>)"
+FORMAT_KNOBS = "format knobs: weight_bits, act_bits, scale_digits (and per layer: <knob>@<layer>)"
 DATA = Path(__file__).resolve().parent / "data"
 
 # small sizes: the Python simulator runs each in well under a second

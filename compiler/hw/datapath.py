@@ -27,6 +27,7 @@ from ..config import HardwareConfig
 from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..ranges import Interval
+from ..passes.constants import csd
 from . import floatops
 from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, operand_offsets, product_registers, schedule
 
@@ -90,23 +91,10 @@ def _name(v: Value) -> str:
     return v.name if isinstance(v, Signal) else "c"
 
 
-def _csd(c: int) -> list[tuple[int, int]]:
-    """Canonical signed digits of c > 0: [(shift, +1 | -1)], fewest non-zero digits."""
-    digits, shift = [], 0
-    while c:
-        if c & 1:
-            d = 2 - (c & 3)          # +1 if c = ...01, -1 if c = ...11
-            digits.append((shift, d))
-            c -= d
-        c >>= 1
-        shift += 1
-    return digits
-
-
 def mul_const(x: Value, c: int) -> Value:
     """x * c. Index math multiplies loop counters by strides (784, 25, ...); as a few shifts
     and adds that costs a handful of LUTs, where Yosys would spend a DSP block on it."""
-    digits = _csd(abs(c))
+    digits = csd(abs(c)) if c else []
     if c == 0 or len(digits) > 3:
         return x * c
     out = None
@@ -198,6 +186,7 @@ class Datapath:
         # (pipeline.fan_levels), then one per product
         self.fanout_copies: dict[int, Copies] = {}
         self.own_copies = Copies(m, 1, reset_less=True)
+        self.fan_groups: dict[int, Copies] = {}      # id(fan-out value) -> its readers' copies (fanned)
         self.local_groups = Copies(m, LOCAL_GROUP, reset_less=True)
         self.mul_uses: collections.Counter = collections.Counter()    # id(value) -> products using it
         self.count = 0
@@ -257,6 +246,19 @@ class Datapath:
             prev = self.emit(v, env, stage - 1)
         self.count += 1
         return self.register(prev, f"{_name(prev)}_c{self.count}", duplicate=True)
+
+    def fanned(self, v: ir.Value, env: Env, stage: int) -> Value:
+        """Fan-out value `v` (pipeline.fanout_values) in `stage` for one reader: a registered copy
+        of it as it was a stage before, one per Schedule.fanout[v] readers in the order they ask
+        (output by output, so a copy serves neighbouring adders). The value's own register then
+        drives the copies, not every reader."""
+        ready = self.sched.ready.get(id(v))
+        if ready is None or stage <= ready:
+            return self.local(v, env, stage)
+        prev = self.emit(v, env, stage - 1)
+        key = (id(v), env.counters, env.step if id(v) in self.load_dependent else None, stage)
+        group = self.fan_groups.setdefault(id(v), Copies(self.m, self.sched.fanout[id(v)], reset_less=True))
+        return group(key, prev, f"{_name(prev)}_f")
 
     def operand_copy(self, x: Value) -> Signal:
         """A registered copy of product operand `x` (pipeline.FANOUT_LEVEL): a loaded value
@@ -333,7 +335,8 @@ class Datapath:
 
     def op(self, v: ir.Op, env: Env, stage: int | None, latency: int) -> Value:
         narrow = floatops.wide_product_sources(v)          # fp8 x fp8 in fp32: the casts' sources
-        srcs = [self.emit(s, env, None) if stage is None else self.local(s, env, stage) for s in narrow or v.srcs]
+        srcs = [self.emit(s, env, None) if stage is None else self.fanned(s, env, stage)
+                if id(s) in self.sched.fanout else self.local(s, env, stage) for s in narrow or v.srcs]
         stages = 1 if stage is None else self.sched.unit_stages.get(id(v), 1)
         if narrow is not None:
             return self.floats.wide_mul(v, narrow[0].dtype, srcs, stages)

@@ -130,6 +130,8 @@ class Schedule:
                                              # fan out through levels of copies first
     late: dict[int, int] = field(default_factory=dict)  # buffer slot -> stages it is read later:
                                              # more registers on its read addresses (late_buffers)
+    fanout: dict[int, int] = field(default_factory=dict)  # id(value) -> readers per copy of it
+                                             # (fanout_values; adder_levels > 1)
 
     @property
     def load_stage(self) -> int:
@@ -281,28 +283,51 @@ CONST_PRODUCT_LEVELS = 2
 
 
 def _budget(v: ir.Op, r: int, budget: int, ready: dict, operands, carried: dict[int, int],
-            latency: dict[int, int]) -> None:
+            latency: dict[int, int], fanout: dict[int, int]) -> None:
     """adder_levels > 1: whether integer op `v`, whose operands are ready in stage `r`, ends its
     stage with a register. Levels count along the operands ready in that stage (one ready
     earlier comes through a register); a carry op adds one, a product by a constant
     CONST_PRODUCT_LEVELS, other logic (shifts, multiplexers, casts) none, a registered unit (a
     float unit, a product of two data values) ends its own stage. The op whose levels reach
-    the budget is registered and its users start again from 0."""
+    the budget is registered and its users start again from 0; so is a fan-out value."""
     floats = v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)
     const_product = v.op is K.MUL and any(isinstance(x, ir.Const) for x in v.srcs[:2])
     own = 0 if floats else CONST_PRODUCT_LEVELS if const_product else 1 if v.op in CARRY_OPS else 0
-    if not own:
-        registered = latency.get(id(v), 0) > 0
-        carried[id(v)] = 0 if registered or floats else \
-            max((carried.get(id(o), 0) for o in operands(v) if ready.get(id(o)) == r), default=0)
+    before = max((carried.get(id(o), 0) for o in operands(v) if ready.get(id(o)) == r), default=0)
+    if floats or (not own and latency.get(id(v), 0) > 0):    # float logic, a registered unit
+        carried[id(v)] = 0
         return
-    levels = own + max((carried.get(id(o), 0) for o in operands(v) if ready.get(id(o)) == r), default=0)
-    if levels >= budget:
+    levels = own + before
+    # a fan-out value's copies are its readers' registers: levels before them stay in its stage
+    # only when they are wires (casts, shifts) of registers
+    if levels >= budget or (id(v) in fanout and levels > 0):
         latency[id(v)] = 1
         carried[id(v)] = 0
     else:
         latency.pop(id(v), None)
         carried[id(v)] = levels
+
+
+FANOUT_USES = 8
+"""adder_levels > 1: a data value more ops than this read is a *fan-out* value (`fanout_values`)."""
+
+
+def fanout_values(order: list[ir.Value], operands, unit_stages: dict[int, int], skip: set[int]) -> dict[int, int]:
+    """id(value) -> readers per copy, of the data values (not in `skip`: counters, constants, the post cone)
+    that more than FANOUT_USES single-stage integer ops read: a layer's activation in a model
+    with its weights built in, read by a shifted term of every product of the next layer's. Such
+    a value ends its stage with a register, and its readers take registered copies of it a stage
+    later, each copy serving its share of them (Datapath.op): one register driving every reader
+    across the die was the critical path of the jet-shaped MLP (8.5 ns of routing from one
+    activation's clip into the next layer's adders). ~sqrt(readers) readers per copy, so the
+    register and each copy drive about as many loads."""
+    uses: dict[int, int] = {}
+    for v in order:
+        if isinstance(v, ir.Op) and id(v) not in skip and unit_stages.get(id(v), 1) == 1 \
+                and not v.dtype.is_float and not any(s.dtype.is_float for s in v.srcs):
+            for o in operands(v):
+                uses[id(o)] = uses.get(id(o), 0) + 1
+    return {i: max(2, round(n ** 0.5)) for i, n in uses.items() if n > FANOUT_USES and i not in skip}
 
 
 def ring_adders(kernel: ir.KernelIR) -> dict[int, int]:
@@ -381,9 +406,11 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
     gather_issue: dict[int, int] = {}
     budget = config.adder_levels if level >= FANOUT_LEVEL and config.adder_levels > 1 else 0
     carried: dict[int, int] = {}               # adder levels since the last register (_budget)
+    fanout = fanout_values(order, operands, unit_stages, post | floating | set(muxes)) if budget else {}
 
     def combine(v, base):
-        stages = [ready[id(o)] for o in operands(v) if ready[id(o)] is not None]
+        # a fan-out value reaches its readers through copies, a stage after it is ready
+        stages = [ready[id(o)] + (id(o) in fanout) for o in operands(v) if ready[id(o)] is not None]
         if base is not None:
             stages.append(base)
         return max(stages) if stages else None
@@ -409,7 +436,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
         else:
             r = combine(v, None)
             if budget and r is not None and isinstance(v, ir.Op) and id(v) not in post:
-                _budget(v, r, budget, ready, operands, carried, latency)
+                _budget(v, r, budget, ready, operands, carried, latency, fanout)
             ready[id(v)] = None if r is None else r + latency.get(id(v), 0)
     depth = max((r for r in ready.values() if r is not None), default=0)
     for v in order:                            # the post cone, from stage D
@@ -439,7 +466,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
         else:
             commit = max([commit] + [at(x) for x in (s.index, s.value, s.gate) if x is not None])
     sched = Schedule(level, depth, commit, ready, latency, unit_stages, acc_write, register_loads,
-                     address_levels, gather_issue, config.mem_read == "sync", lookahead, broadcast, late)
+                     address_levels, gather_issue, config.mem_read == "sync", lookahead, broadcast, late, fanout)
     check_hazards(kernel, sched)
     return sched
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dse.models import zoo
-from dse.models.quantize import SCHEME, requantisation
+from dse.models.quantize import SCHEME, cheap_multipliers, requantisation
 
 if TYPE_CHECKING:   # dse.models.qonnx reads files into these layers; imported for the names only
     from dse.models.qonnx import Quantiser, WeightGrid
@@ -389,6 +389,14 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, forma
         j = compute.index(i)
         qmax, act_qmax = Widths.qmax(bits.weights[j]), Widths.qmax(bits.outputs[j])
         where = f"{dtype}: layer {j + 1} ({type(layer).__name__.lower()})"
+        oq = layer.out_quant
+        if oq is not None:
+            h_float = oq(h_float)
+        if oq is not None:
+            s_out, lo, hi = oq.scale, max(oq.lo, 0) if layer.relu else oq.lo, oq.hi
+        else:
+            s_out, lo, hi = max(float(np.abs(h_float).max()), 1e-12) / act_qmax, 0 if layer.relu else -act_qmax, act_qmax
+        total = None
         if layer.grid is not None:
             _fits(layer.grid.lo, layer.grid.hi, dtype, f"{where}: the weights of {layer.grid.where}", "weights")
             Wq, s_w, w_range = layer.grid.q.astype(store), layer.grid.scale, (layer.grid.lo, layer.grid.hi)
@@ -396,6 +404,9 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, forma
             rows = layer.W.reshape(len(layer.W), -1)
             s_w = (np.full(len(rows), max(float(np.abs(rows).max()), 1e-12) / qmax) if last
                    else np.maximum(np.abs(rows).max(axis=1), 1e-12) / qmax)
+            if bits.scales[j] is not None and not (last and oq is None):
+                total, stretch = cheap_multipliers(s_in * s_w / s_out, bits.scales[j])
+                s_w = s_w * stretch
             Wq = np.clip(np.round(layer.W / s_w.reshape((-1,) + (1,) * (layer.W.ndim - 1))), -qmax, qmax).astype(store)
             w_range = (-qmax, qmax)
         acc_scale = s_in * s_w
@@ -405,18 +416,12 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, forma
         acc = acc + _channel(bq, acc.ndim)
         if np.abs(acc).max() >= 2 ** 31:
             raise ValueError(f"{where}: an accumulator exceeds int32 on the calibration data")
-        oq = layer.out_quant
-        if oq is not None:
-            h_float = oq(h_float)
         if last and oq is None:
             steps.append(QuantStep(layer, Wq, bq.astype(np.int32), acc_scale, w_range=w_range))
             break
         if oq is not None:
-            s_out, lo, hi = oq.scale, max(oq.lo, 0) if layer.relu else oq.lo, oq.hi
             _fits(lo, hi, dtype, f"{where}: the quantiser {oq.where}", "activations")
-        else:
-            s_out, lo, hi = max(float(np.abs(h_float).max()), 1e-12) / act_qmax, 0 if layer.relu else -act_qmax, act_qmax
-        M, P, S = requantisation(acc_scale=acc_scale, out_scale=s_out, acc=acc, where=where)
+        M, P, S = requantisation(acc_scale=acc_scale, out_scale=s_out, acc=acc, where=where, total=total)
         exact = P == 0 and np.array_equal(M.astype(np.float64), np.asarray(acc_scale / s_out) * 2.0 ** S)
         offset, even = _rounding(oq, lo, S, exact)
         steps.append(QuantStep(layer, Wq, bq.astype(np.int32), acc_scale, M, P, S, lo, hi, offset, s_out, even,
@@ -437,9 +442,9 @@ def _declared_formats(computes: list, formats, input_quant) -> None:
         named = [i for i, c in enumerate(computes) if layer in (str(i), getattr(c, "name", ""))] if layer \
             else range(len(computes))
         for i in named:
-            declared = computes[i].grid if knob == "weight_bits" else computes[i].out_quant
+            declared = computes[i].grid if knob in ("weight_bits", "scale_digits") else computes[i].out_quant
             if declared is not None:
-                raise ValueError(f"{key}: layer {i} has the {'weights' if knob == 'weight_bits' else 'output'} "
+                raise ValueError(f"{key}: layer {i} has the {'output' if knob == 'act_bits' else 'weights'} "
                                  f"quantisation its file declares ({declared.where})")
         if knob == "act_bits" and not layer and input_quant is not None:
             raise ValueError(f"{key}: the input has the quantisation its file declares ({input_quant.where})")

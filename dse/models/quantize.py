@@ -20,6 +20,11 @@ The scheme (what `quantize` computes; `SCHEME` says it in one line):
     h = clip(((acc >> P) * M[c] + 2**(S-1)) >> S, 0, qmax), the clip being the ReLU; M[c] has
     at most MULTIPLIER_BITS bits, and the pre-shift P keeps (acc >> P) * M within int32 for
     twice the largest accumulator seen in calibration;
+  * with the format knob `scale_digits: D` (dse.models.widths) a hidden layer's M[c] has at most
+    D non-zero canonical signed digits (1: a power of two, so requantisation is shifts alone, as
+    hls4ml's fixed-point casts are), and the layer's weight scales are stretched per channel to
+    match it exactly (`cheap_multipliers`): a product by such an M is D - 1 adders in the
+    hardware instead of a multiplier, and the weights lose at most a fraction of a bit;
   * the last layer's int32 accumulators are the outputs (logits).
 """
 from __future__ import annotations
@@ -281,6 +286,8 @@ def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None
         last = not layer.relu
         qmax, act_qmax = Widths.qmax(bits.weights[i]), Widths.qmax(bits.outputs[i])
         widest = max(float(np.abs(layer.W).max()), 1e-12)
+        h_next = h_float @ layer.W.T + layer.b
+        total = None
         if last:
             s_w = np.full(layer.W.shape[0], widest / qmax)
         else:
@@ -288,6 +295,10 @@ def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None
             # one so small that its bias would leave int32 on the accumulator's scale
             rows = np.abs(layer.W).max(axis=1)
             s_w = np.where(rows > 0, rows, widest) / qmax
+            if bits.scales[i] is not None:
+                s_out = max(float(np.maximum(h_next, 0.0).max()), 1e-12) / act_qmax
+                total, stretch = cheap_multipliers(s_in * s_w / s_out, bits.scales[i])
+                s_w = s_w * stretch
         Wq = np.clip(np.round(layer.W / s_w[:, None]), -qmax, qmax).astype(store)
         acc_scale = s_in * s_w
         bq = np.round(layer.b / acc_scale).astype(np.int64)
@@ -295,13 +306,13 @@ def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None
         if np.abs(acc).max() >= 2 ** 31:
             raise ValueError(f"{dtype}: an accumulator of layer {len(qnet_layers) + 1} exceeds int32 on the "
                              "calibration data")
-        h_float = h_float @ layer.W.T + layer.b
+        h_float = h_next
         if last:
             qnet_layers.append(QuantLayer(Wq, bq.astype(np.int32), acc_scale, None, 0, 0))
             break
         h_float = np.maximum(h_float, 0.0)
         s_out = max(float(h_float.max()), 1e-12) / act_qmax
-        M, P, S = requantisation(acc_scale=acc_scale, out_scale=s_out, acc=acc,
+        M, P, S = requantisation(acc_scale=acc_scale, out_scale=s_out, acc=acc, total=total,
                                  where=f"{dtype}: layer {len(qnet_layers) + 1}")
         ql = QuantLayer(Wq, bq.astype(np.int32), acc_scale, M, P, S, act_qmax)
         qnet_layers.append(ql)
@@ -310,17 +321,41 @@ def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None
     return QuantNet(dtype, input_scale, tuple(qnet_layers), Widths.qmax(bits.input), bits)
 
 
-def requantisation(*, acc_scale: np.ndarray, out_scale: float, acc: np.ndarray, where: str) -> tuple[np.ndarray, int, int]:
+def requantisation(*, acc_scale: np.ndarray, out_scale: float, acc: np.ndarray, where: str,
+                   total: int | None = None) -> tuple[np.ndarray, int, int]:
     """(M, P, S) with (acc >> P) * M >> S ~ acc * acc_scale / out_scale per channel: M below
     2**MULTIPLIER_BITS, the pre-shift P keeping (acc >> P) * M inside int32 for twice the
-    largest |acc| seen in calibration. Raises ValueError (naming `where`) if no shift fits."""
+    largest |acc| seen in calibration. `total` (P + S): cheap_multipliers' (None: the most that
+    keeps M below 2**MULTIPLIER_BITS). Raises ValueError (naming `where`) if no shift fits."""
     m = np.asarray(acc_scale, np.float64) / out_scale          # real multiplier per channel
     acc_bits = int(2 * np.abs(acc).max()).bit_length()
     P = max(0, acc_bits - (31 - MULTIPLIER_BITS))
-    total = int(math.floor(math.log2((2 ** MULTIPLIER_BITS - 1) / m.max())))
+    if total is None:
+        total = int(math.floor(math.log2((2 ** MULTIPLIER_BITS - 1) / m.max())))
     if not 1 <= total - P <= 30:
         raise ValueError(f"{where} needs a requantisation shift of {total - P}")
     return np.round(m * 2.0 ** total).astype(np.int32), P, total - P
+
+
+def cheap_multipliers(m: np.ndarray, digits: int) -> tuple[int, np.ndarray]:
+    """(total, stretch) for real per-channel multipliers `m` (accumulator unit / output unit):
+    with the weight scales multiplied by `stretch` (>= 1, per channel), round(m' * 2**total) is
+    an integer of at most `digits` non-zero canonical signed digits, the least such integer at
+    or above m * 2**total, so no weight grows past its range. `total` leaves M one bit of room
+    below 2**MULTIPLIER_BITS for the rounding up."""
+    m = np.asarray(m, np.float64)
+    total = int(math.floor(math.log2(2 ** (MULTIPLIER_BITS - 1) / m.max())))
+    ideal = m * 2.0 ** total
+    table = _cheap_integers(digits)
+    chosen = table[np.searchsorted(table, np.ceil(ideal - 1e-9))]
+    return total, chosen / ideal
+
+
+def _cheap_integers(digits: int) -> np.ndarray:
+    """The positive integers below 2**MULTIPLIER_BITS + 1 with at most `digits` non-zero canonical
+    signed digits, ascending."""
+    from compiler.passes.constants import csd
+    return np.array([c for c in range(1, 2 ** MULTIPLIER_BITS + 1) if len(csd(c)) <= digits], np.float64)
 
 
 def requantise(acc: np.ndarray, M: np.ndarray, P: int, S: int) -> np.ndarray:

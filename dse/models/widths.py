@@ -4,6 +4,7 @@
     act_bits: [6, 8]               # the input and every layer's output activations
     weight_bits@0: [2, 3, 4]       # one layer's own (index of its conv/dense layers, or its name)
     act_bits@fc1: [4, 8]           # the activations a layer outputs (not the last one: its logits are int32)
+    scale_digits: [1, 2]           # non-zero signed digits of each requantisation multiplier (below)
 
 They are knobs of a point like the hardware ones (the spec's `<knob>@<layer>` syntax), but they
 change the model, not the hardware configuration: HardwareConfig never sees them. They apply
@@ -16,6 +17,13 @@ int4 4-bit, w4a8 4-bit weights and 8-bit activations (dse.models.formats: intN a
 2 to 16); activations wider than 13 bits take 13 (int16: int32 sums of int16 x 13-bit products,
 as before). The tool quantises to the signed formats (its weights and activations are symmetric
 signed ranges); a file's own quantisers may be unsigned (dse.models.qonnx).
+
+`scale_digits: D` (1 to MAX_SCALE_DIGITS; also per layer) bounds the canonical signed digits of
+each hidden layer's requantisation multipliers (dse.models.quantize.cheap_multipliers): 1 makes
+every scale between layers a power of two, so requantisation is shifts alone (hls4ml's
+fixed-point casts), 2 or 3 a shift-and-add of as many terms; without it the multipliers are
+exact to MULTIPLIER_BITS bits (up to 8 digits: a DSP block or a LUT multiplier each). It
+matters most with `weights: constant`, where those multipliers are the only products left.
 """
 from __future__ import annotations
 
@@ -25,8 +33,9 @@ from typing import Any, Mapping
 from dse.models import formats as number_formats
 from dse.models.zoo import DTYPES
 
-FORMAT_KNOBS = ("weight_bits", "act_bits")
+FORMAT_KNOBS = ("weight_bits", "act_bits", "scale_digits")
 MIN_BITS, MAX_BITS = 2, 16
+MAX_SCALE_DIGITS = 8      # a 14-bit multiplier has at most 8 canonical signed digits: exact
 MAX_ACT_BITS = 13
 
 
@@ -65,6 +74,13 @@ def is_format_knob(name: str) -> bool:
     return str(name).partition("@")[0] in FORMAT_KNOBS
 
 
+def format_range(name: str) -> tuple[int, int, str]:
+    """(least, most, what a value counts) of format knob `name` (with or without its @layer)."""
+    if str(name).partition("@")[0] == "scale_digits":
+        return 1, MAX_SCALE_DIGITS, "non-zero signed digits of a requantisation multiplier"
+    return MIN_BITS, MAX_BITS, "bits of a quantised weight or activation"
+
+
 @dataclass(frozen=True)
 class Formats:
     """The format knobs of a point: name ("weight_bits", "act_bits@2", ...) -> bits, sorted."""
@@ -91,6 +107,7 @@ class Widths:
     input: int
     weights: tuple[int, ...]
     outputs: tuple[int, ...]
+    scales: tuple[int | None, ...] = ()     # per layer: digits of its requantisation multipliers
 
     @staticmethod
     def qmax(bits: int) -> int:
@@ -115,19 +132,24 @@ def widths(dtype: str, names: list[str], knobs: Formats | None) -> Widths:
     last = len(names) - 1
     for key in given:
         knob, _, layer = key.partition("@")
-        if knob == "act_bits" and layer and (layer == names[last] or layer == str(last)):
-            raise ValueError(f"{key}: the last layer outputs int32 logits, not activations")
+        if knob in ("act_bits", "scale_digits") and layer and (layer == names[last] or layer == str(last)):
+            raise ValueError(f"{key}: the last layer outputs int32 logits, not activations"
+                             + (", with no requantisation" if knob == "scale_digits" else ""))
 
-    def bits(knob: str, i: int, default: int, top: int) -> int:
+    def bits(knob: str, i: int, default: int | None, top: int) -> int | None:
         v = next((given[k] for k in (f"{knob}@{i}", f"{knob}@{names[i]}") if k in given), given.get(knob, default))
-        if not MIN_BITS <= v <= top:
+        if knob == "scale_digits":
+            if v is not None and not 1 <= v <= MAX_SCALE_DIGITS:
+                raise ValueError(f"scale_digits {v} for layer {i} ({names[i]}): 1 to {MAX_SCALE_DIGITS} digits")
+        elif not MIN_BITS <= v <= top:
             raise ValueError(f"{knob} {v} for layer {i} ({names[i]}): a {dtype} point holds {MIN_BITS} to {top} bits")
         return v
     a_in = given.get("act_bits", a_default)
     if not MIN_BITS <= a_in <= a_top:
         raise ValueError(f"act_bits {a_in}: a {dtype} point holds {MIN_BITS} to {a_top} bits")
     return Widths(a_in, tuple(bits("weight_bits", i, w_default, w_top) for i in range(len(names))),
-                  tuple(bits("act_bits", i, a_default, a_top) for i in range(len(names))))
+                  tuple(bits("act_bits", i, a_default, a_top) for i in range(len(names))),
+                  tuple(bits("scale_digits", i, None, MAX_SCALE_DIGITS) for i in range(len(names))))
 
 
 def layer_names(layers) -> list[str]:
