@@ -239,6 +239,29 @@ def test_with_power_of_two_scales_a_constant_model_has_no_multiplier_and_is_bit_
     assert r.samples == len(digits.x_test) and r.accuracy > 0.96 and r.design.cycle_model().interval == 1
 
 
+def test_a_rounding_term_after_a_power_of_two_multiplier_joins_the_bias():
+    """((W @ x + b) * 2**k + 2**(S-1)) >> S, as quantize.py requantises with scale_digits: 1: the
+    rounding constant moves inside the shift and joins the bias, so nothing is added after the
+    layer's adder tree; bit-exact against numpy."""
+    rng = np.random.default_rng(10)
+    W1, W2 = _i8(rng, 6, 12), _i8(rng, 3, 6)
+    b1 = rng.integers(-500, 500, 6).astype(np.int32)
+    x = Tensor(_i8(rng, 12)).realize()
+    acc = Tensor(W1).cast(dtypes.int32) @ x.cast(dtypes.int32) + Tensor(b1)
+    h = ((acc * 8 + (1 << 11)) >> 12).clip(0, 127).cast(dtypes.int8)
+    y = Tensor(W2).cast(dtypes.int32) @ h.cast(dtypes.int32)
+    d = compile_model(y, config=HardwareConfig.from_dict(FULL), stream=[x])
+    k = d.kernels[0]
+    order = ir.toposort([o for s, _ in k.stores() for o in ir.store_operands(s)])
+    shifted_sums = [v for v in order if isinstance(v, ir.Op) and v.op is ir.OpKind.ADD
+                    and any(isinstance(o, ir.Op) and o.op is ir.OpKind.SHL and isinstance(o.srcs[1], ir.Const)
+                            and o.srcs[1].value == 3 for o in v.srcs) and any(isinstance(o, ir.Const) for o in v.srcs)]
+    assert not shifted_sums
+    for s in [_i8(rng, 12) for _ in range(4)]:
+        hv = np.clip((((W1.astype(np.int32) @ s.astype(np.int32) + b1) * 8 + (1 << 11)) >> 12), 0, 127)
+        assert np.array_equal(_run(d, x, [s])[0], W2.astype(np.int32) @ hv)
+
+
 def test_a_clip_after_a_relu_is_seven_bits_wide():
     """where(127 < v, 127, cast(v)) with v = max(., 0): the value is 0..127, not the int8 range."""
     rng = np.random.default_rng(7)

@@ -358,7 +358,7 @@ def test_eval_failed_point_exits_1_and_still_prints_the_row(tmp_path, capsys, mo
     (["--set", "mem_reed=comb"],
      f"error: --set mem_reed=comb: unknown knob 'mem_reed' (did you mean 'mem_read'?); hardware knobs: {KNOWN_KNOBS}; "
      f"{FORMAT_KNOBS}"),
-    (["--set", "weight_bits=1"], "error: --set weight_bits=1: expected bits from 2 to 16, got 1"),
+    (["--set", "weight_bits=1"], "error: --set weight_bits=1: expected bits of a quantised weight or activation from 2 to 16, got 1"),
     (["--set", "mem_read=fast"], "error: --set mem_read=fast: HardwareConfig.mem_read: expected 'sync' or 'comb', got 'fast'"),
     (["--set", "mem_read=1"], "error: --set mem_read=1: HardwareConfig.mem_read: expected 'sync' or 'comb', got 1"),
     (["--set", "mem_read"], "error: --set expects KNOB=VALUE, got 'mem_read'"),

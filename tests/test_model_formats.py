@@ -124,7 +124,7 @@ def mlp():
 def test_format_knobs_set_each_layers_widths(digits, mlp):
     q = mlp.quantize(dtype="int8", calibration=digits.x_train,
                      formats=Formats.of({"weight_bits@0": 3, "act_bits": 6, "weight_bits@W2": 5}))
-    assert q.widths == Widths(6, (3, 5), (6, 6))
+    assert q.widths == Widths(6, (3, 5), (6, 6), (None, None))
     assert np.abs(q.layers[0].W).max() == 3 and np.abs(q.layers[1].W).max() == 15
     assert q.input_qmax == 31 and q.layers[0].hi == 31
     xs = q.quantize_input(digits.x_test)
@@ -176,6 +176,9 @@ def test_format_knobs_in_a_spec(tmp_path, capsys):
     assert "not applicable" in out
     p = next(p for p in s.points() if p.dtype == "int8")
     assert p.hardware_config() == HardwareConfig() and p.formats().as_dict() == {"weight_bits@0": 2, "weight_bits@W2": 4}
+    (tmp_path / "d").mkdir()
+    digits = load_spec(_format_spec(tmp_path / "d", {"scale_digits": [1, 2]}))
+    assert {p.formats().as_dict()["scale_digits"] for p in digits.points() if p.dtype == "int8"} == {1, 2}
     assert main(["layers", str(path), "--model", "mlp"]) == 0
     assert "mlp: 2 conv/dense layers for weight_bits@ and act_bits@\n  0  W1\n  1  W2\n" in capsys.readouterr().out
 
@@ -186,6 +189,9 @@ def test_format_knobs_in_a_spec(tmp_path, capsys):
     ({"weight_bits": [1, 4]}, "knobs.weight_bits[0]: expected an integer >= 2"),
     ({"act_bits@1": [4]}, "knobs.act_bits@1: the last layer outputs int32 logits, not activations"),
     ({"weight_bits": [4, 4]}, "knobs.weight_bits[1]: duplicate value 4 (also at [0])"),
+    ({"scale_digits": [1, 9]}, "knobs.scale_digits[1]: expected at most 8 (non-zero signed digits of a requantisation "
+                                            "multiplier), got 9"),
+    ({"scale_digits@W2": [1]}, "knobs.scale_digits@W2: the last layer outputs int32 logits, not activations"),
 ])
 def test_bad_format_knobs_are_one_line_exit_2(tmp_path, capsys, knobs, message):
     assert main(["validate", str(_format_spec(tmp_path, knobs))]) == 2

@@ -495,6 +495,26 @@ def carry_levels(v: ir.Value) -> int:
     return 1 if v.op in (K.ADD, K.SUB, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ) else 0
 
 
+def _shifted_sum(flat: list[tuple[int, ir.Value]], constant: int, d: dt.DType,
+                 uses: dict[int, int]) -> tuple[ir.Value, ir.Const] | None:
+    """(y + (c >> k), k) when the sum of terms `flat` is (y << k) + c, y a sum used only here and
+    c's low k bits zero: a requantisation's rounding term (2**(S-1)) after a multiplier that is
+    a power of two (scale_digits: 1). Pulled inside the shift it joins y's own constant (the
+    bias) and the layer's adder tree loses its last level. Exact modulo 2**bits: (y + c') * 2**k
+    = y * 2**k + c when c = c' * 2**k."""
+    rest = [(sign, t) for sign, t in flat if not _c(t)]
+    if len(rest) != 1 or rest[0][0] < 0 or not constant:
+        return None
+    t = rest[0][1]
+    if not (isinstance(t, ir.Op) and t.op is K.SHL and _c(t.srcs[1]) and t.srcs[0].dtype == d):
+        return None
+    y, k = t.srcs[0], int(t.srcs[1].value)
+    if not (0 < k < d.bits) or constant & ((1 << k) - 1) or uses.get(id(y), 0) != 1 \
+            or not (isinstance(y, ir.Op) and y.op in (K.ADD, K.SUB)):
+        return None
+    return ir.Op(K.ADD, d, (y, ir.Const(_wrap(d, constant >> k), d))), t.srcs[1]
+
+
 def _rebalance(body: tuple) -> tuple:
     """Every integer sum of data (a tree of adds, subtracts and negations whose inner nodes have
     one user, no accumulator among its terms) rebuilt from its terms, the two with the fewest
@@ -541,6 +561,9 @@ def _rebalance(body: tuple) -> tuple:
         if any(isinstance(x, ir.AccLoad) for _, t in flat for x in ir.toposort([t])):
             return None                       # an accumulator's loop stays as it is
         constant = sum(sign * int(t.value) for sign, t in flat if _c(t))
+        inner = _shifted_sum(flat, _wrap(d, constant), d, uses)
+        if inner is not None:                 # (y << k) + c is (y + (c >> k)) << k
+            return ir.Op(K.SHL, d, (rewrite(inner[0]) or inner[0], inner[1]))
         leaves = [(sign, substitute(t, rewrite, memo)) for sign, t in flat if not _c(t)]
         if _wrap(d, constant):
             leaves.append((1, ir.Const(_wrap(d, constant), d)))
