@@ -24,8 +24,8 @@ WEIGHTS = HERE / "kws_mlp.npz"
 def data() -> dict[str, np.ndarray]:
     from sklearn.datasets import make_classification
     from sklearn.model_selection import train_test_split
-    x, y = make_classification(n_samples=4000, n_features=490, n_informative=40, n_redundant=20, n_classes=12,
-                               n_clusters_per_class=2, class_sep=1.5, random_state=0)
+    x, y = make_classification(n_samples=4000, n_features=490, n_informative=60, n_redundant=20, n_classes=12,
+                               n_clusters_per_class=1, class_sep=2.0, random_state=0)
     xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.25, random_state=0, stratify=y)
     return {"x_train": xtr.astype(np.float32), "y_train": ytr.astype(np.int64),
             "x": xte.astype(np.float32), "y": yte.astype(np.int64)}
