@@ -57,6 +57,7 @@ def main() -> None:
     ap.add_argument("--pnr", action="store_true", help="place and route on the LFE5U-85F")
     ap.add_argument("--placer", default="static", help="nextpnr's placer (static, heap, sa)")
     ap.add_argument("--seed", type=int, default=1, help="nextpnr's seed")
+    ap.add_argument("--freq", type=float, default=100.0, help="the clock nextpnr's timing-driven placement aims at (MHz)")
     ap.add_argument("--timeout", type=float, default=4 * 3600)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/tinyhw-bench-constant"))
     ap.add_argument("--header", action="store_true")
@@ -85,7 +86,7 @@ def main() -> None:
     if args.pnr:
         t0 = time.perf_counter()
         rep = place_and_route(area.netlist_path, "ecp5", work / "pnr", timeout=args.timeout, device="85k",
-                              router="router2", placer=args.placer, seed=args.seed)
+                              router="router2", placer=args.placer, seed=args.seed, freq_mhz=args.freq)
         row.update(fits=rep.fits, fmax_mhz=rep.fmax_mhz, device=rep.device, pnr_s=time.perf_counter() - t0,
                    reason=None if rep.fits else rep.reason)
         if rep.fits and rep.fmax_mhz:
