@@ -18,32 +18,23 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from synthetic import classification, train_mlp  # noqa: E402
+
 WEIGHTS = HERE / "jet_mlp.npz"
 DATA = HERE / "jet_data.npz"
 
 
 def data() -> dict[str, np.ndarray]:
-    from sklearn.datasets import make_classification
-    from sklearn.model_selection import train_test_split
-    x, y = make_classification(n_samples=4000, n_features=16, n_informative=12, n_redundant=2, n_classes=5,
-                               n_clusters_per_class=2, class_sep=1.0, random_state=0)
-    xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.25, random_state=0, stratify=y)
-    return {"x_train": xtr.astype(np.float32), "y_train": ytr.astype(np.int64),
-            "x": xte.astype(np.float32), "y": yte.astype(np.int64)}
+    return classification(n_features=16, n_informative=12, n_redundant=2, n_classes=5, n_clusters_per_class=2,
+                          class_sep=1.0)
 
 
 def train(d: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    from sklearn.neural_network import MLPClassifier
-    clf = MLPClassifier(hidden_layer_sizes=(64, 32, 32), activation="relu", max_iter=300, random_state=0)
-    clf.fit(d["x_train"].astype(np.float64), d["y_train"])
-    out = {}
-    for i, (W, b) in enumerate(zip(clf.coefs_, clf.intercepts_), 1):
-        out[f"W{i}"], out[f"b{i}"] = W.T.astype(np.float32), b.astype(np.float32)
-    return out
+    return train_mlp(d, (64, 32, 32), max_iter=300)
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(HERE.parent))
     d = data()
     np.savez(DATA, **d)
     np.savez(WEIGHTS, **train(d))

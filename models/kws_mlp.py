@@ -18,28 +18,19 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from synthetic import classification, train_mlp  # noqa: E402
+
 WEIGHTS = HERE / "kws_mlp.npz"
 
 
 def data() -> dict[str, np.ndarray]:
-    from sklearn.datasets import make_classification
-    from sklearn.model_selection import train_test_split
-    x, y = make_classification(n_samples=4000, n_features=490, n_informative=60, n_redundant=20, n_classes=12,
-                               n_clusters_per_class=1, class_sep=2.0, random_state=0)
-    xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.25, random_state=0, stratify=y)
-    return {"x_train": xtr.astype(np.float32), "y_train": ytr.astype(np.int64),
-            "x": xte.astype(np.float32), "y": yte.astype(np.int64)}
+    return classification(n_features=490, n_informative=60, n_redundant=20, n_classes=12, n_clusters_per_class=1,
+                          class_sep=2.0)
 
 
 def train(d: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    from sklearn.neural_network import MLPClassifier
-    clf = MLPClassifier(hidden_layer_sizes=(256, 256, 256), activation="relu", alpha=1e-3, max_iter=200,
-                        random_state=0)
-    clf.fit(d["x_train"].astype(np.float64), d["y_train"])
-    out = {}
-    for i, (W, b) in enumerate(zip(clf.coefs_, clf.intercepts_), 1):
-        out[f"W{i}"], out[f"b{i}"] = W.T.astype(np.float32), b.astype(np.float32)
-    return out
+    return train_mlp(d, (256, 256, 256), alpha=1e-3, max_iter=200)
 
 
 if __name__ == "__main__":
