@@ -497,8 +497,8 @@ def carry_levels(v: ir.Value) -> int:
 
 def _shifted_sum(flat: list[tuple[int, ir.Value]], constant: int, d: dt.DType,
                  uses: dict[int, int]) -> tuple[ir.Value, ir.Const] | None:
-    """(y + (c >> k), k) when the sum of terms `flat` is (y << k) + c, y a sum used only here and
-    c's low k bits zero: a requantisation's rounding term (2**(S-1)) after a multiplier that is
+    """(y + (c >> k), k) when the sum of terms `flat` is (y << k) + c, y and its shift used only
+    here and c's low k bits zero: a requantisation's rounding term (2**(S-1)) after a multiplier that is
     a power of two (scale_digits: 1). Pulled inside the shift it joins y's own constant (the
     bias) and the layer's adder tree loses its last level. Exact modulo 2**bits: (y + c') * 2**k
     = y * 2**k + c when c = c' * 2**k."""
@@ -509,7 +509,7 @@ def _shifted_sum(flat: list[tuple[int, ir.Value]], constant: int, d: dt.DType,
     if not (isinstance(t, ir.Op) and t.op is K.SHL and _c(t.srcs[1]) and t.srcs[0].dtype == d):
         return None
     y, k = t.srcs[0], int(t.srcs[1].value)
-    if not (0 < k < d.bits) or constant & ((1 << k) - 1) or uses.get(id(y), 0) != 1 \
+    if not (0 < k < d.bits) or constant & ((1 << k) - 1) or uses.get(id(y), 0) != 1 or uses.get(id(t), 0) != 1 \
             or not (isinstance(y, ir.Op) and y.op in (K.ADD, K.SUB)):
         return None
     return ir.Op(K.ADD, d, (y, ir.Const(_wrap(d, constant >> k), d))), t.srcs[1]
