@@ -6,7 +6,7 @@ quantised (int8 or int16, dse/models/quantize.py), compiled with the given knobs
 sample run through CXXRTL (dse.models.accuracy.run_samples: bit-exact against the numpy golden
 model on every sample, cycles equal to the cycle model), synthesised (synth_ecp5) and, with
 --pnr, placed and routed by nextpnr-ecp5 on the LFE5U-85F (CABGA381, speed 6; router2, static
-placer, seed 1, --freq 100; --placer, --seed to change them). latency_ns = cycles x 1000 / fmax_mhz, start to done.
+placer, seed 1, --freq 100; --device, --placer, --seed, --freq to change them). latency_ns = cycles x 1000 / fmax_mhz, start to done.
 
     python bench/bench_constant.py --model jet --prune 0.75 --set weights=constant --set lanes=64 \\
         --set reduce_unroll=64 --set fp_pipeline=3 --set adder_levels=3 --pnr
@@ -55,6 +55,7 @@ def main() -> None:
     ap.add_argument("--prune", type=float, default=0.0)
     ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE")
     ap.add_argument("--pnr", action="store_true", help="place and route on the LFE5U-85F")
+    ap.add_argument("--device", default="LFE5U-85F", help="the part placed and routed on (LFE5U-85F-8: speed grade 8)")
     ap.add_argument("--placer", default="static", help="nextpnr's placer (static, heap, sa)")
     ap.add_argument("--seed", type=int, default=1, help="nextpnr's seed")
     ap.add_argument("--freq", type=float, default=100.0, help="the clock nextpnr's timing-driven placement aims at (MHz)")
@@ -85,7 +86,7 @@ def main() -> None:
                synth_s=time.perf_counter() - t0)
     if args.pnr:
         t0 = time.perf_counter()
-        rep = place_and_route(area.netlist_path, "ecp5", work / "pnr", timeout=args.timeout, device="85k",
+        rep = place_and_route(area.netlist_path, "ecp5", work / "pnr", timeout=args.timeout, device=args.device,
                               router="router2", placer=args.placer, seed=args.seed, freq_mhz=args.freq)
         row.update(fits=rep.fits, fmax_mhz=rep.fmax_mhz, device=rep.device, pnr_s=time.perf_counter() - t0,
                    reason=None if rep.fits else rep.reason)
@@ -94,7 +95,7 @@ def main() -> None:
     if args.header:
         print(HEADER)
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
-    knob_text = ", ".join(f"{k}={v}" for k, v in knobs.items())
+    knob_text = ", ".join([f"{k}={v}" for k, v in knobs.items()] + ([args.device] if args.device != "LFE5U-85F" else []))
     print(f"| {args.model} | {args.dtype} | {args.prune:.0%} | {knob_text} | {100 * r.accuracy:.1f}% | {r.cycles} | {interval} "
           f"| {fmt(row.get('fmax_mhz'), '.1f')} | {fmt(row.get('latency_ns'), '.0f')} | {area.luts:,} | {area.ffs:,} "
           f"| {area.bram} | {area.dsp} | {row['synth_s']:.0f} | {fmt(row.get('pnr_s'), '.0f')} |", flush=True)
