@@ -52,6 +52,8 @@ class Env:
     counter: Callable[[int, int], Value]            # (loop id, stage) -> that stage's counter
     step: int | None                                # whose read-port assignment feeds loads
     load: Callable[[ir.Load], Value] | None         # data in stage Schedule.data_stage; None: no loads here
+    raw: Callable[[ir.Load], Value] | None = None   # the data a stage earlier, before the read-data
+                                                    # register (Schedule.early)
 
 
 def check_supported(kernel: ir.KernelIR, config: HardwareConfig) -> None:
@@ -251,12 +253,25 @@ class Datapath:
         """Fan-out value `v` (pipeline.fanout_values) in `stage` for one reader: a registered copy
         of it as it was a stage before, one per Schedule.fanout[v] readers in the order they ask
         (output by output, so a copy serves neighbouring adders). The value's own register then
-        drives the copies, not every reader."""
+        drives the copies, not every reader. An early value (Schedule.early: a load or its cast)
+        is copied in the stage it is ready, from the read data before its register."""
         ready = self.sched.ready.get(id(v))
-        if ready is None or stage <= ready:
-            return self.local(v, env, stage)
-        prev = self.emit(v, env, stage - 1)
         key = (id(v), env.counters, env.step if id(v) in self.load_dependent else None, stage)
+        if ready is not None and stage == ready and id(v) in self.sched.early and env.raw is not None:
+            prev = self.memo.get(("raw",) + key)
+            if prev is None:                 # the load (or its cast) from the unregistered read data
+                load = v if isinstance(v, ir.Load) else v.srcs[0]
+                raw = env.raw(load)
+                if v is not load:
+                    cast = Signal(self.shape(v), name=f"v{self.count}_raw")
+                    self.count += 1
+                    self.m.d.comb += cast.eq(self.int_op(v, [raw]))
+                    raw = cast
+                prev = self.memo[("raw",) + key] = raw
+        elif ready is None or stage <= ready:
+            return self.local(v, env, stage)
+        else:
+            prev = self.emit(v, env, stage - 1)
         group = self.fan_groups.setdefault(id(v), Copies(self.m, self.sched.fanout[id(v)], reset_less=True))
         return group(key, prev, f"{_name(prev)}_f")
 

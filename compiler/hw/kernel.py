@@ -316,7 +316,8 @@ class KernelHW(wiring.Component):
         else:
             self._addresses(m, dp, reads, addr_env, addr_step, None if sync_reads else 0)
 
-        envs = {s.index: Env("cur", counter_at, s.index, self._load_data(s, reads, delays)) for s in prog.steps}
+        envs = {s.index: Env("cur", counter_at, s.index, self._load_data(s, reads, delays),
+                             self._load_data(s, reads, delays, before=1)) for s in prog.steps}
         self._gather_addresses(m, dp, reads, envs, delays, step)
         self._accumulators(m, dp, envs, accs, delays.of(step, sched.depth, "step", control=True))
         self._stores(m, dp, envs, write, delays.of(step, sched.commit, "step", control=True))
@@ -623,13 +624,14 @@ class KernelHW(wiring.Component):
             m.d.comb += nctr[adv.loop.id].eq(0)
             self._transition(m, rest, fallthrough, ctr, nctr, nstep, last, idle)
 
-    def _load_data(self, step: Step, reads, delays: "_Delays"):
+    def _load_data(self, step: Step, reads, delays: "_Delays", before: int = 0):
         """The read data of a step's loads in stage Schedule.data_stage (registered when the
-        schedule says so: one register per read port, shared by every step)."""
+        schedule says so: one register per read port, shared by every step), or `before` stages
+        earlier (the copies of Schedule.early take it before the register)."""
         def data(load: ir.Load) -> Value:
             port = reads[load.buf][self.read_port_of[(step.index, load.buf, id(load.index))]]
             sched = self.schedule
-            raw = delays.of(port.data, sched.data_stage(load) - sched.port_stage(load), f"b{load.buf}_rdata")
+            raw = delays.of(port.data, sched.data_stage(load) - sched.port_stage(load) - before, f"b{load.buf}_rdata")
             return from_bits(raw, load.dtype, self.decls[load.buf])
         return data
 

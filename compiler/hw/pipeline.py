@@ -132,6 +132,8 @@ class Schedule:
                                              # more registers on its read addresses (late_buffers)
     fanout: dict[int, int] = field(default_factory=dict)  # id(value) -> readers per copy of it
                                              # (fanout_values; adder_levels > 1)
+    early: frozenset[int] = frozenset()      # fan-out loads (and their casts) copied from the read
+                                             # data before its register (early_copies)
 
     @property
     def load_stage(self) -> int:
@@ -330,6 +332,23 @@ def fanout_values(order: list[ir.Value], operands, unit_stages: dict[int, int], 
     return {i: max(2, round(n ** 0.5)) for i, n in uses.items() if n > FANOUT_USES and i not in skip}
 
 
+def early_copies(order: list[ir.Value], fanout: dict[int, int], register_loads: bool,
+                 gathers: frozenset[int]) -> frozenset[int]:
+    """The fan-out values whose copies take the read data before its register instead of after:
+    a load (ungated, not a gather) or a cast of one, the input of a model with its weights built
+    in, read by the first layer's every product. Their copies replace the read-data register, so
+    their readers take them in the stage the load is ready, not a stage later (Datapath.fanned)."""
+    if not register_loads:
+        return frozenset()
+
+    def plain(v: ir.Value) -> bool:
+        return isinstance(v, ir.Load) and v.gate is None and id(v) not in gathers
+
+    return frozenset(id(v) for v in order if id(v) in fanout and (
+        plain(v) or (isinstance(v, ir.Op) and v.op in (K.CAST, K.BITCAST) and not v.dtype.is_float
+                     and not v.srcs[0].dtype.is_float and plain(v.srcs[0]))))
+
+
 def ring_adders(kernel: ir.KernelIR) -> dict[int, int]:
     """id(op) -> ways, for the op that directly updates each interleaved accumulator."""
     ways = {a.index: a.ways for a in kernel.accs if a.ways > 1}
@@ -407,10 +426,13 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
     budget = config.adder_levels if level >= FANOUT_LEVEL and config.adder_levels > 1 else 0
     carried: dict[int, int] = {}               # adder levels since the last register (_budget)
     fanout = fanout_values(order, operands, unit_stages, post | floating | set(muxes)) if budget else {}
+    early = early_copies(order, fanout, register_loads, gathers)
 
     def combine(v, base):
-        # a fan-out value reaches its readers through copies, a stage after it is ready
-        stages = [ready[id(o)] + (id(o) in fanout) for o in operands(v) if ready[id(o)] is not None]
+        # a fan-out value reaches its readers through copies, a stage after it is ready (in
+        # that stage when they copy the read data: early_copies)
+        stages = [ready[id(o)] + (id(o) in fanout and id(o) not in early) for o in operands(v)
+                  if ready[id(o)] is not None]
         if base is not None:
             stages.append(base)
         return max(stages) if stages else None
@@ -466,7 +488,8 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
         else:
             commit = max([commit] + [at(x) for x in (s.index, s.value, s.gate) if x is not None])
     sched = Schedule(level, depth, commit, ready, latency, unit_stages, acc_write, register_loads,
-                     address_levels, gather_issue, config.mem_read == "sync", lookahead, broadcast, late, fanout)
+                     address_levels, gather_issue, config.mem_read == "sync", lookahead, broadcast, late, fanout,
+                     early)
     check_hazards(kernel, sched)
     return sched
 
