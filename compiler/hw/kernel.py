@@ -317,7 +317,8 @@ class KernelHW(wiring.Component):
             self._addresses(m, dp, reads, addr_env, addr_step, None if sync_reads else 0)
 
         envs = {s.index: Env("cur", counter_at, s.index, self._load_data(s, reads, delays),
-                             self._load_data(s, reads, delays, before=1)) for s in prog.steps}
+                             self._load_data(s, reads, delays, before=1) if sched.early else None)
+                for s in prog.steps}
         self._gather_addresses(m, dp, reads, envs, delays, step)
         self._accumulators(m, dp, envs, accs, delays.of(step, sched.depth, "step", control=True))
         self._stores(m, dp, envs, write, delays.of(step, sched.commit, "step", control=True))
