@@ -6,7 +6,7 @@ between layers); `kws3`, the keyword-spotting shape at FINN's 3-bit weights and 
 (declared to the compiler as 3-bit ranges, products in LUTs: mul lut); the digits MLP
 (models/digits_mlp.npz) and CNN (models/digits_cnn.onnx), int8 quantised; and `kws_trained`, the
 keyword-spotting shape trained on a synthetic stand-in (models/kws_mlp.py) at w4a6, its narrowest
-format within a point of float, products in LUTs. Every test sample of a trained model is
+format within a point of float. Every test sample of a trained model is
 streamed through the hardware and checked bit-exact (dse.models.accuracy.run_samples). For each model: the dataflow design with fold=auto at the
 target interval (each layer's lanes x reduce_unroll the least that makes its stage fit, FINN's
 SetFolding), and the sequential design with the *same* per-layer folding (so the same
@@ -40,7 +40,7 @@ from compiler.synth.area import synthesize  # noqa: E402
 from compiler.tools import ToolError  # noqa: E402
 
 SHAPES = {"ad08": [64, 72, 72, 8, 72, 72, 64], "kws": [490, 256, 256, 256, 12], "kws3": [490, 256, 256, 256, 12]}
-TARGETS = {"ad08": 100, "kws": 1024, "kws3": 400, "digits_mlp": 64, "digits_cnn": 512, "kws_trained": 300}
+TARGETS = {"ad08": 100, "kws": 1024, "kws3": 400, "digits_mlp": 64, "digits_cnn": 512, "kws_trained": 550}
 # narrow formats: (weight bits, activation bits, shift between layers, extra knobs); else int8
 FORMATS = {"kws3": (3, 3, 4, {"mul": "lut"})}
 SHIFT = 7
@@ -129,7 +129,8 @@ def trained_model(model: str, root: Path):
     """(network, dataset, dtype, extra knobs) of a trained model: the digits MLP and CNN of
     configs/digits*.yaml in int8; kws_trained, the keyword-spotting shape trained on a synthetic
     stand-in (models/kws_mlp.py) at w4a6, its narrowest format within a point of float (4-bit
-    weights, 6-bit activations: 88.8% against 89.3%), products in LUTs."""
+    weights, 6-bit activations: 88.8% against 89.3%), products in DSP blocks up to the 85F's 156
+    and the rest in LUTs (mul auto: all in LUTs at target 300 took 144,436 LUTs, beyond the 85F)."""
     if model == "kws_trained":
         sys.path.insert(0, str(ROOT / "models"))
         import kws_mlp
@@ -138,7 +139,7 @@ def trained_model(model: str, root: Path):
         root.mkdir(parents=True, exist_ok=True)
         np.savez(root / "kws_data.npz", **kws_mlp.data())
         return (DenseNet.from_arrays(read_weights(kws_mlp.WEIGHTS)), load_dataset(DataSpec(file=root / "kws_data.npz")),
-                "w4a6", {"mul": "lut"})
+                "w4a6", {})
     from dse.spec import load_spec
     spec_path = ROOT / "configs" / ("digits.yaml" if model == "digits_mlp" else "digits_cnn.yaml")
     trained = load_spec(spec_path).model(model).trained
