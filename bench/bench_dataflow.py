@@ -130,7 +130,8 @@ def trained_model(model: str, root: Path):
     configs/digits*.yaml in int8; kws_trained, the keyword-spotting shape trained on a synthetic
     stand-in (models/kws_mlp.py) at w4a6, its narrowest format within a point of float (4-bit
     weights, 6-bit activations: 88.8% against 89.3%), products in DSP blocks up to the 85F's 156
-    and the rest in LUTs (mul auto: all in LUTs at target 300 took 144,436 LUTs, beyond the 85F)."""
+    and the rest in LUTs (mul: auto; with every product in LUTs, mul: lut, target 300 took
+    144,436 LUTs, beyond the 85F)."""
     if model == "kws_trained":
         sys.path.insert(0, str(ROOT / "models"))
         import kws_mlp
