@@ -26,7 +26,11 @@ values from one stage to the next:
     operands (the GEMV's weights) is read that many stages late (`Schedule.late`: more
     registers on each of its memories' read addresses), anything else passes plain registers;
   * integer adds and subtracts of data values: registered with P >= 3 (+1 stage each), so an
-    unrolled reduction's adder tree has a register level per tree level;
+    unrolled reduction's adder tree has a register level per tree level; with `adder_levels`
+    N > 1 a register every N levels instead (`_budget`), and a value more than FANOUT_USES ops
+    read (a layer's activation, with its weights built in) reaches them through registered
+    copies a stage after it is ready (`fanout_values`; +1 stage), or, for an input load, copies
+    of the read data before its register (`early_copies`; no stage);
   * float units: cut into min(2**P, the unit's maximum) stages (compiler/fp: FAdd up to 6,
     FMul, FDiv and FSqrt up to 8, conversions up to 2) and their result registered: + stages;
   * read addresses: with P >= 2 (and block RAM reads) the look-ahead address is registered
