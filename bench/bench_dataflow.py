@@ -22,6 +22,7 @@ Usage: python bench/bench_dataflow.py [--models ad08 kws kws3 kws_trained digits
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -125,7 +126,7 @@ def bench_random(model: str, args, root: Path) -> list[dict]:
     return rows
 
 
-def trained_model(model: str, root: Path):
+def trained_model(model: str, root: Path, samples: int | None = None):
     """(network, dataset, dtype, extra knobs) of a trained model: the digits MLP and CNN of
     configs/digits*.yaml in int8; kws_trained, the keyword-spotting shape trained on a synthetic
     stand-in (models/kws_mlp.py) at w4a6, its narrowest format within a point of float (4-bit
@@ -139,17 +140,21 @@ def trained_model(model: str, root: Path):
         from dse.models.quantize import DenseNet
         root.mkdir(parents=True, exist_ok=True)
         np.savez(root / "kws_data.npz", **kws_mlp.data())
-        return (DenseNet.from_arrays(read_weights(kws_mlp.WEIGHTS)), load_dataset(DataSpec(file=root / "kws_data.npz")),
-                "w4a6", {})
+        return (DenseNet.from_arrays(read_weights(kws_mlp.WEIGHTS)),
+                load_dataset(DataSpec(file=root / "kws_data.npz", samples=samples)), "w4a6", {})
     from dse.spec import load_spec
     spec_path = ROOT / "configs" / ("digits.yaml" if model == "digits_mlp" else "digits_cnn.yaml")
     trained = load_spec(spec_path).model(model).trained
-    return trained.net(), trained.dataset(), "int8", {}
+    data = trained.dataset()
+    if samples is not None:
+        data = dataclasses.replace(data, x_test=data.x_test[:samples],
+                                   y_test=None if data.y_test is None else data.y_test[:samples])
+    return trained.net(), data, "int8", {}
 
 
 def bench_trained(model: str, args, root: Path) -> list[dict]:
     from dse.models.accuracy import run_samples
-    net, data, dtype, knobs = trained_model(model, root)
+    net, data, dtype, knobs = trained_model(model, root, args.trained_samples)
     target = args.targets[model]
     rows = []
     flow_run = run_samples(net=net, dtype=dtype, data=data, config=HardwareConfig(
@@ -177,7 +182,8 @@ def main() -> int:
     ap.add_argument("--models", nargs="+", default=["ad08", "digits_mlp", "digits_cnn", "kws"])
     ap.add_argument("--target", nargs="*", default=[], help="MODEL=CYCLES target intervals")
     ap.add_argument("--fp-pipeline", type=int, default=3)
-    ap.add_argument("--samples", type=int, default=4)
+    ap.add_argument("--samples", type=int, default=4, help="samples streamed through a model with random weights")
+    ap.add_argument("--trained-samples", type=int, help="test samples of a trained model (default: all)")
     ap.add_argument("--schedules", nargs="+", default=["dataflow", "sequential"], choices=["dataflow", "sequential"],
                     help="the rows to measure (the digits models simulate both, to compare them sample for sample)")
     ap.add_argument("--pnr", action="store_true")
