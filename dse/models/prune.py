@@ -6,7 +6,7 @@
 Zeros are free in hardware built with weights="constant" (compiler/passes/constants.py drops
 their products and adder inputs), so a pruned network costs about (1 - S) of the dense one's
 multipliers and adders. Pruning alone ruins a network (measured on the 16-64-32-32-5 jet-shaped
-MLP of models/jet_mlp.py: 86.4% on its test split dense, 31.3% with 75% of each layer's smallest
+MLP of models/jet_mlp.py: 82.5% on its test split dense, 34.4% with 75% of each layer's smallest
 weights zeroed), so, as in Zhu & Gupta's gradual pruning (arXiv 1710.01878), the sparsity grows
 in STEPS steps to S and the surviving weights are trained between steps (and after the last)
 with the zeros held: Adam on the softmax cross-entropy of the training split's labels (without
