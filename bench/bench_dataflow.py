@@ -133,10 +133,10 @@ def trained_model(model: str, root: Path, samples: int | None = None):
     weights, 6-bit activations: 88.8% against 89.3%), products in DSP blocks up to the 85F's 156
     and the rest in LUTs (mul: auto; with every product in LUTs, mul: lut, target 300 took
     144,436 LUTs, beyond the 85F)."""
+    from dse.models.data import DataSpec, load_dataset, read_weights
     if model == "kws_trained":
         sys.path.insert(0, str(ROOT / "models"))
         import kws_mlp
-        from dse.models.data import DataSpec, load_dataset, read_weights
         from dse.models.quantize import DenseNet
         root.mkdir(parents=True, exist_ok=True)
         np.savez(root / "kws_data.npz", **kws_mlp.data())
@@ -145,10 +145,8 @@ def trained_model(model: str, root: Path, samples: int | None = None):
     from dse.spec import load_spec
     spec_path = ROOT / "configs" / ("digits.yaml" if model == "digits_mlp" else "digits_cnn.yaml")
     trained = load_spec(spec_path).model(model).trained
-    data = trained.dataset()
-    if samples is not None:
-        data = dataclasses.replace(data, x_test=data.x_test[:samples],
-                                   y_test=None if data.y_test is None else data.y_test[:samples])
+    data = trained.dataset() if samples is None else \
+        load_dataset(dataclasses.replace(trained.data, samples=samples))
     return trained.net(), data, "int8", {}
 
 

@@ -192,7 +192,7 @@ def test_a_value_many_adders_read_reaches_them_through_copies_and_stays_exact():
     assert fanned and all(readers[id(v)] > FANOUT_USES for v in fanned)
     # its readers start a stage after it is ready (they read copies), or in that stage when the
     # copies take the read data before its register (the input's loads and their casts)
-    assert sched.early and all(isinstance(v, ir.Load) or v.srcs[0].__class__ is ir.Load
+    assert sched.early and all(isinstance(v, ir.Load) or isinstance(v.srcs[0], ir.Load)
                                for v in fanned if id(v) in sched.early)
     assert any(id(v) not in sched.early for v in fanned)
     for v in fanned:

@@ -96,7 +96,7 @@ def _name(v: Value) -> str:
 def mul_const(x: Value, c: int) -> Value:
     """x * c. Index math multiplies loop counters by strides (784, 25, ...); as a few shifts
     and adds that costs a handful of LUTs, where Yosys would spend a DSP block on it."""
-    digits = csd(abs(c)) if c else []
+    digits = csd(abs(c))
     if c == 0 or len(digits) > 3:
         return x * c
     out = None

@@ -392,7 +392,6 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, forma
         oq = layer.out_quant
         if oq is not None:
             h_float = oq(h_float)
-        if oq is not None:
             s_out, lo, hi = oq.scale, max(oq.lo, 0) if layer.relu else oq.lo, oq.hi
         else:
             s_out, lo, hi = max(float(np.abs(h_float).max()), 1e-12) / act_qmax, 0 if layer.relu else -act_qmax, act_qmax

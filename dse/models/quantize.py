@@ -286,7 +286,10 @@ def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None
         last = not layer.relu
         qmax, act_qmax = Widths.qmax(bits.weights[i]), Widths.qmax(bits.outputs[i])
         widest = max(float(np.abs(layer.W).max()), 1e-12)
-        h_next = h_float @ layer.W.T + layer.b
+        h_float = h_float @ layer.W.T + layer.b
+        if not last:
+            h_float = np.maximum(h_float, 0.0)
+            s_out = max(float(h_float.max()), 1e-12) / act_qmax
         total = None
         if last:
             s_w = np.full(layer.W.shape[0], widest / qmax)
@@ -296,7 +299,6 @@ def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None
             rows = np.abs(layer.W).max(axis=1)
             s_w = np.where(rows > 0, rows, widest) / qmax
             if bits.scales[i] is not None:
-                s_out = max(float(np.maximum(h_next, 0.0).max()), 1e-12) / act_qmax
                 total, stretch = cheap_multipliers(s_in * s_w / s_out, bits.scales[i])
                 s_w = s_w * stretch
         Wq = np.clip(np.round(layer.W / s_w[:, None]), -qmax, qmax).astype(store)
@@ -306,12 +308,9 @@ def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None
         if np.abs(acc).max() >= 2 ** 31:
             raise ValueError(f"{dtype}: an accumulator of layer {len(qnet_layers) + 1} exceeds int32 on the "
                              "calibration data")
-        h_float = h_next
         if last:
             qnet_layers.append(QuantLayer(Wq, bq.astype(np.int32), acc_scale, None, 0, 0))
             break
-        h_float = np.maximum(h_float, 0.0)
-        s_out = max(float(h_float.max()), 1e-12) / act_qmax
         M, P, S = requantisation(acc_scale=acc_scale, out_scale=s_out, acc=acc, total=total,
                                  where=f"{dtype}: layer {len(qnet_layers) + 1}")
         ql = QuantLayer(Wq, bq.astype(np.int32), acc_scale, M, P, S, act_qmax)
