@@ -31,7 +31,8 @@ values; `bits` gives the raw 16- or 8-bit patterns.
 `reference` is each zoo model's numpy golden model, in the lowered kernel's order (reductions
 k = 0..K-1). How floats round is an `Arith`: `KERNEL` (every op rounds to its dtype, as the
 kernel is written) or `python_device_arith(dtype)` (what tinygrad's PYTHON device computes,
-bit for bit; `tinygrad_result` runs it).
+bit for bit; `tinygrad_result` runs it); `arith_for(dtype, fp_semantics)` is the one the
+hardware computes under that knob.
 
 One module (~670 lines): each builtin model beside its numpy golden model, which change
 together (a model's kernel order is its reference's order).
@@ -510,6 +511,15 @@ def python_device_arith(dtype: str) -> Arith:
     if dtype == "fp16" and sys.version_info < (3, 12):
         return Arith(round_products=False, fused_mac=True, emulated_casts=True)
     return KERNEL
+
+
+def arith_for(dtype: str, fp_semantics: str) -> Arith:
+    """How the hardware rounds `dtype` under the fp_semantics knob: "op", every op (KERNEL);
+    "tinygrad", as tinygrad's PYTHON device does (python_device_arith), except fp32, whose
+    multiply-adds the hardware does not fuse (compiler/passes/float_semantics.py)."""
+    if fp_semantics == "op" or dtype == "fp32":
+        return KERNEL
+    return python_device_arith(dtype)
 
 
 def round_float(x: np.ndarray, dtype: str, emulated: bool = False) -> np.ndarray:
