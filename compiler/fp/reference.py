@@ -57,7 +57,8 @@ def decode(bits, fmt: FloatFormat) -> np.ndarray:
         with np.errstate(invalid="ignore"):       # signalling NaN patterns are fine here
             return bits.astype(utype).view(ftype).astype(np.float64)
     if _is_bf16(fmt):
-        return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+        with np.errstate(invalid="ignore"):       # signalling NaN patterns are fine here
+            return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
     return _decode_fields(bits, fmt)
 
 
@@ -118,7 +119,7 @@ def encode(values, fmt: FloatFormat) -> np.ndarray:
         return np.where(nan, fmt.qnan_bits, bits).astype(bits_dtype(fmt))
     if native is not None:
         ftype, utype = native
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):
             narrow = values.astype(ftype)
         bits = narrow.view(utype).astype(bits_dtype(fmt))
     else:
@@ -176,7 +177,8 @@ def round_to_format(x, fmt: FloatFormat, rounding: str = "rne", subnormals: str 
     # way as the exact value (no boundary lies between them).
     on_boundary = _boundary(np.where(finite, x, 1.0), fmt, subnormals)
     nudge = finite & (err != 0) & on_boundary
-    x = np.where(nudge, np.nextafter(x, np.where(err > 0, np.inf, -np.inf)), x)
+    with np.errstate(invalid="ignore"):           # NaN lanes are not nudged (np.where computes them)
+        x = np.where(nudge, np.nextafter(x, np.where(err > 0, np.inf, -np.inf)), x)
 
     mag = np.abs(np.where(finite, x, 1.0))
     scaled, quantum_exp = _scale(mag, fmt, subnormals)

@@ -98,7 +98,9 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
             net = Fp8Net(net) if is_fp8(dtype) else FloatNet(net)
         xs = zoo.round_float(x, dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
         built, arrays = net.built(dtype), net.arrays(dtype)
-        reference, to_float = net.reference(dtype, x), lambda v: np.asarray(v, np.float64)
+        semantics = (config or HardwareConfig()).fp_semantics
+        reference = net.reference(dtype, x) if is_fp8(dtype) else net.reference(dtype, x, semantics)
+        to_float = lambda v: np.asarray(v, np.float64)     # noqa: E731
     else:
         raise ValueError(f"dtype {dtype!r}: a float model runs in a signed integer format (quantised) or a float dtype")
     tensors = input_tensors(built, {**arrays, "x": xs[0]})

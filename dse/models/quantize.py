@@ -89,10 +89,11 @@ class DenseNet:
                 h = np.maximum(h, 0.0)
         return h
 
-    def reference(self, dtype: str, x: np.ndarray) -> np.ndarray:
-        """The float model in `dtype` as the lowered kernels compute it, on samples (n, in):
-        fp8: `FP8_SCHEME` (in float32 the fp8 products are exact: only the sums round).
-        The other float dtypes:
+    def reference(self, dtype: str, x: np.ndarray, fp_semantics: str = "tinygrad") -> np.ndarray:
+        """The float model in `dtype` as the hardware computes it under `fp_semantics`, on
+        samples (n, in): fp8: `FP8_SCHEME` (in float32 the fp8 products are exact: only the sums
+        round). fp16 with fp_semantics="tinygrad" (tinygrad emulates half in float32): products
+        exact, summed in float32, then `zoo.half_layer`. The other float dtypes:
         each product rounded to the dtype and summed in float32 in order k = 0..K-1, the sum
         rounded to the dtype, the bias added in the dtype, then the ReLU (the numpy golden
         model of `built(dtype)`, bit-exact with the hardware in IEEE round-to-nearest-even)."""
@@ -100,6 +101,8 @@ class DenseNet:
         h = zoo.round_float(x, dtype).astype(np.float32)
         if is_fp8(dtype):
             return self._fp8_reference(dtype, arrays, h)
+        if zoo.arith_for(dtype, fp_semantics).emulated_casts:
+            return self._half_reference(arrays, h)
         for i, layer in enumerate(self.layers, 1):
             W, b = arrays[f"W{i}"].astype(np.float32), arrays[f"b{i}"].astype(np.float32)
             acc = np.zeros((len(h), W.shape[0]), np.float32)
@@ -109,6 +112,16 @@ class DenseNet:
             h = zoo.round_float(zoo.round_float(acc, dtype).astype(np.float32) + b, dtype).astype(np.float32)
             if layer.relu:
                 h = np.where(h > 0, h, np.float32(0))     # tinygrad's relu: relu(-0.0) = +0.0
+        return h
+
+    def _half_reference(self, arrays: Mapping[str, np.ndarray], h: np.ndarray) -> np.ndarray:
+        h = zoo.half_load(h)
+        for i, layer in enumerate(self.layers, 1):
+            W = zoo.half_load(arrays[f"W{i}"])
+            acc = np.zeros((len(h), W.shape[0]), np.float32)
+            for k in range(W.shape[1]):
+                acc = acc + W[None, :, k] * h[:, k, None]        # a product of halves is exact in float32
+            h = zoo.half_layer(acc, arrays[f"b{i}"], layer.relu)
         return h
 
     def _fp8_reference(self, dtype: str, arrays: Mapping[str, np.ndarray], h: np.ndarray) -> np.ndarray:

@@ -545,6 +545,27 @@ def round_float(x: np.ndarray, dtype: str, emulated: bool = False) -> np.ndarray
     return out
 
 
+def half_load(x: np.ndarray) -> np.ndarray:
+    """fp16 values as tinygrad's emulated half loads them (python_device_arith("fp16")):
+    float32, subnormals read as zeros of their sign."""
+    x = np.asarray(x, np.float32)
+    return np.where(np.abs(x) < 2.0 ** -14, np.copysign(np.float32(0), x), x).astype(np.float32)
+
+
+def half_layer(acc: np.ndarray, b: np.ndarray, relu: bool) -> np.ndarray:
+    """What tinygrad's emulated fp16 stores for a layer `relu(acc.cast(half) + b)` with a float32
+    accumulator: the cast inside the kernel only clamps (beyond 65504: inf), the bias is added
+    in float32, the ReLU is Python's max(0, y), and the store rounds once (round_float emulated).
+    Returned as the next layer loads it (float32 holders of halves)."""
+    acc = np.asarray(acc, np.float32)
+    with np.errstate(invalid="ignore"):
+        y = np.where(np.abs(acc) > 65504, np.copysign(np.float32(np.inf), acc), acc).astype(np.float32)
+        y = (y + half_load(b)).astype(np.float32)
+        if relu:
+            y = np.where(0 < y, y, np.float32(0))
+    return round_float(y, "fp16", emulated=True).astype(np.float32)
+
+
 def _flush_subnormals(x: np.ndarray, dtype: str) -> np.ndarray:
     tiny = 2.0 ** -14 if dtype == "fp16" else float(np.finfo(np.float32).tiny)
     if dtype in hw_dtypes.FP8_NAMES:
