@@ -88,11 +88,27 @@ def _float_op(op: ir.OpKind, s: list[_R]) -> _R:
     if op is K.NEG: return _R(-s[0].hi, -s[0].lo)
     if op is K.MAX: return _R(max(s[0].lo, s[1].lo), max(s[0].hi, s[1].hi))
     if op is K.WHERE: return s[1] | s[2]
-    if op is K.CAST: return s[0]
+    if op in (K.CAST, K.EMU_CAST): return s[0]
     if op is K.MULACC:
         p = prods(s[0], s[1])
         return _R(p.lo + s[2].lo, p.hi + s[2].hi)
     return _R(-math.inf, math.inf)
+
+
+def _inf_clamp(v: ir.Op, s: list[_R]) -> _R | None:
+    """where(x < c, -inf, y) or where(c < x, inf, y), c a finite constant: tinygrad's emulated
+    cast to half inside a kernel (compiler/passes/float_semantics.py), which makes a value past
+    65504 infinite. Bounded as its other branch: a value past the format's largest finite one is
+    the overflow the analysis reports, not an unbounded value."""
+    cond = v.srcs[0]
+    if not (isinstance(cond, ir.Op) and cond.op is K.CMPLT
+            and any(isinstance(x, ir.Const) and math.isfinite(float(x.value)) for x in cond.srcs)):
+        return None
+    for i in (1, 2):
+        c = v.srcs[i]
+        if isinstance(c, ir.Const) and math.isinf(float(c.value)):
+            return s[3 - i]
+    return None
 
 
 class _KernelAnalysis:
@@ -123,6 +139,8 @@ class _KernelAnalysis:
             r = self.op(v, s)
             if v.op is K.WHERE and not v.dtype.is_float:
                 r = self.clamp(v, s, acc, memo) or r
+            elif v.op is K.WHERE:
+                r = _inf_clamp(v, s) or r
         memo[id(v)] = r
         return r
 
