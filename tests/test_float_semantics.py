@@ -494,3 +494,17 @@ def test_relu_of_negative_zero_and_nan_is_tinygrads(dtype):
             design = compile_model(forward(_tg(x, dtype)), config=HardwareConfig(fp_semantics=semantics))
             got = simulate(design).outputs[0].astype(np.float32)
             assert same(got, want).all(), (semantics, got, want)
+
+
+@pytest.mark.slow                  # 3 designs through CXXRTL
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8e5m2"])
+def test_fused_units_pipelined_and_in_lanes_equal_tinygrad(dtype):
+    """fp_pipeline cuts the FMulAdd units and the emulated conversions into stages, and lanes
+    copies them: the same bits as tinygrad, in the cycles the cycle model says."""
+    forward = CHAINS["relu((a*b+c)*d-a)*b+d"]
+    arrays = inputs(dtype, 300, 4, seed=3)
+    want = run_tinygrad(forward, arrays, dtype)
+    design = compile_model(forward(*[_tg(a, dtype) for a in arrays]), config=HardwareConfig(fp_pipeline=2, lanes=2))
+    result = simulate(design, backend="cxxrtl")
+    assert result.cycles == design.cycle_model().total
+    assert same(result.outputs[0].astype(np.float32), want).all()
