@@ -315,8 +315,10 @@ def test_narrow_formats_run_bit_exact_on_every_sample(tmp_path, capsys, model, d
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
 def test_a_cnn_chain_in_a_float_format_is_bit_exact(tmp_path, digits, dtype):
     """A CNN chain's float points run its own build (dse/models/floatnet.py), every sample
-    bit-exact against the golden model (products rounded to the dtype, float32 sums in the
-    kernels' order), where the whole ONNX graph could only be checked within a tolerance."""
+    bit-exact against the golden model in the default fp_semantics (fp16: tinygrad's emulation,
+    exact products and one rounding per layer; bf16, fp32: products rounded to the dtype;
+    float32 sums in the kernels' order), where the whole ONNX graph could only be checked
+    within a tolerance."""
     from dse.models.accuracy import run_samples
     from dse.models.data import DataSpec, load_dataset
     from dse.models.floatnet import FloatNet
