@@ -42,6 +42,7 @@ from dse.models.onnx_file import Node, OnnxFile, read_onnx
 from dse.models.qonnx import (QONNX_DOMAINS, QUANT_OPS, Quantiser, fold_constants, linear_params, quant_params,
                                weight_grid)
 from dse.models.quantize import Dense, DenseNet
+from dse.models.standardise import InputMap
 
 LAYER_OPS = ("Conv", "Gemm", "MatMul", "Relu", "MaxPool", "Flatten")
 FOLDED_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Identity", "Dropout")
@@ -156,8 +157,8 @@ class ChainReader:
             raise NotDenseChain(f"{self.pending.where}: cannot be folded: no conv or dense layer follows it")
         if not any(isinstance(layer, (Conv, Linear)) for layer in self.layers):
             raise NotDenseChain(f"{self.file.path}: no Conv or dense layer to quantise")
-        imap = None if self.input_map is None else (self.input_map.scale.reshape(self.file.input_shape),
-                                                    self.input_map.shift.reshape(self.file.input_shape))
+        imap = None if self.input_map is None else InputMap(self.input_map.scale.reshape(self.file.input_shape),
+                                                            self.input_map.shift.reshape(self.file.input_shape))
         return LayerNet(tuple(self.file.input_shape), tuple(self.layers), self.input_quant, imap)
 
     # -- layers

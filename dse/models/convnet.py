@@ -28,6 +28,7 @@ import numpy as np
 
 from dse.models import zoo
 from dse.models.quantize import SCHEME, cheap_multipliers, requantisation
+from dse.models.standardise import InputMap, calibrate, choose, fold_conv, fold_dense, per_tensor, relative_error
 
 if TYPE_CHECKING:   # dse.models.qonnx reads files into these layers; imported for the names only
     from dse.models.qonnx import Quantiser, WeightGrid
@@ -105,11 +106,12 @@ def _channel(v: np.ndarray, ndim: int) -> np.ndarray:
 class LayerNet:
     """The layers, and the quantisation a file declares (dse.models.qonnx: QONNX or QCDQ): a
     quantiser of the input (after `input_map`, the affine preprocessing before it, which the
-    host applies), integer weights and output quantisers on the layers."""
+    host applies), integer weights and output quantisers on the layers. Without a quantiser of
+    the input, `input_map` is the tool's (dse.models.standardise, `standardised`)."""
     input_shape: tuple[int, ...]         # one sample, with the batch dimension 1: (1, C, H, W)
     layers: tuple[Layer, ...]
     input_quant: "Quantiser | None" = None
-    input_map: tuple[np.ndarray, np.ndarray] | None = None     # (scale, shift), input_shape each
+    input_map: InputMap | None = None    # the host's map of the input; the layers (or input_quant) read its output
 
     @property
     def inputs(self) -> int:
@@ -125,9 +127,31 @@ class LayerNet:
     def mapped_input(self, x: np.ndarray) -> np.ndarray:
         """Samples (n, ...) shaped (n, *input_shape[1:]), the input map applied."""
         h = np.asarray(x, np.float64).reshape((len(x), *self.input_shape[1:]))
-        if self.input_map is not None:
-            h = h * self.input_map[0] + self.input_map[1]
-        return h
+        return h if self.input_map is None else self.input_map(h)
+
+    host_input = mapped_input
+
+    def standardised(self, x: np.ndarray, per_feature: bool = True) -> "LayerNet":
+        """This network behind the host's input map calibrated on samples `x`
+        (dse.models.standardise): per feature into a dense first layer, per channel into a conv
+        (scaled only, where the conv pads with zeros); per_feature=False: the input by one scale.
+        Itself where it has a map already, where its file declares the input's quantisation or
+        the first layer's integer weights, or where something other than a Flatten comes before
+        the first layer."""
+        import dataclasses
+        first = next(i for i, layer in enumerate(self.layers) if isinstance(layer, (Conv, Linear)))
+        layer = self.layers[first]
+        if self.input_map is not None or self.input_quant is not None or layer.grid is not None \
+                or not all(isinstance(m, Flatten) for m in self.layers[:first]):
+            return self
+        h = self.mapped_input(x)
+        conv_first = isinstance(layer, Conv)
+        m = (per_tensor(h) if not per_feature else calibrate(h, channels=True, shift=not any(layer.pads))
+             if conv_first else calibrate(h, channels=False))
+        W, b = (fold_conv if conv_first else fold_dense)(layer.W, layer.b, m)
+        layers = list(self.layers)
+        layers[first] = dataclasses.replace(layer, W=W, b=b)
+        return dataclasses.replace(self, layers=tuple(layers), input_map=m)
 
     def float_logits(self, x: np.ndarray) -> np.ndarray:
         """The float model in float64 on samples (n, ...): (n, outputs); with the quantisers
@@ -196,7 +220,7 @@ class QuantLayerNet:
     steps: tuple[QuantStep, ...]
     input_lo: int = 0                   # the input integers' range
     input_hi: int = 0
-    input_map: tuple[np.ndarray, np.ndarray] | None = None
+    input_map: InputMap | None = None
     input_quant: "Quantiser | None" = None      # the file's input quantiser (its rounding mode)
     scheme: str = ""                    # how it was quantised, in words (a row's `quantization`)
 
@@ -204,7 +228,7 @@ class QuantLayerNet:
         """Samples (n, ...) as integer inputs (n, *input_shape)."""
         h = np.asarray(x, np.float64).reshape((len(x), *self.input_shape[1:]))
         if self.input_map is not None:
-            h = h * self.input_map[0] + self.input_map[1]
+            h = self.input_map(h)
         q = (self.input_quant.integers(h) if self.input_quant is not None
              else np.clip(np.round(h / self.input_scale), self.input_lo, self.input_hi))
         return q.reshape((len(q), *self.input_shape)).astype(zoo.storage(self.input_element))
@@ -356,7 +380,24 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, forma
     (the training split) where the file declares none, at the widths of `formats` (the format
     knobs, dse.models.widths; None: the dtype's); the module docstring gives the scheme.
     What the file declares (dse.models.qonnx: integer weights, quantisers of the input and of
-    layer outputs) is taken as it is: its integers must fit the dtype (else ValueError)."""
+    layer outputs) is taken as it is: its integers must fit the dtype (else ValueError). A
+    network the host's input map applies to is quantised behind each of the two maps of
+    dse.models.standardise, and the one nearer the float model on the calibration samples kept."""
+    per_feature = net.standardised(calibration)
+    if per_feature is net:
+        return _quantize_layers(net=net, dtype=dtype, calibration=calibration, formats=formats)
+    want = net.float_logits(calibration)
+
+    def attempt(mapped: LayerNet):
+        try:
+            return _quantize_layers(net=mapped, dtype=dtype, calibration=calibration, formats=formats)
+        except ValueError as e:
+            return e
+    return choose([attempt(per_feature), attempt(net.standardised(calibration, per_feature=False))],
+                  lambda q: relative_error(q.dequantize(q.reference(q.quantize_input(calibration))), want))
+
+
+def _quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, formats=None) -> QuantLayerNet:
     from dse.models.widths import Widths, layer_names, widths
     computes = [layer for layer in net.layers if isinstance(layer, (Conv, Linear))]
     bits = widths(dtype, layer_names(computes), formats)
@@ -452,7 +493,7 @@ def _declared_formats(computes: list, formats, input_quant) -> None:
 def _scheme(net: LayerNet, steps: tuple[QuantStep, ...], dtype: str) -> str:
     """The row's `quantization`: the tool's scheme, or what the file declares and the tool added."""
     if not net.declared:
-        return SCHEME
+        return (f"input {net.input_map.describe()} by the host; " if net.input_map is not None else "") + SCHEME
     parts = [f"input {net.input_quant.describe()}" if net.input_quant is not None else "input calibrated"]
     for i, step in enumerate((s for s in steps if s.W is not None), 1):
         layer = step.layer

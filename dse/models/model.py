@@ -182,7 +182,8 @@ class TrainedModel:
     def float_net(self, dtype: str):
         """The network as a float model in `dtype` (built, arrays, reference): a dense one as it
         is; a CNN chain through dse.models.fp8net in fp8, dse.models.floatnet otherwise."""
-        net = self.net()
+        data = self.dataset()
+        net = self.net().standardised(data.x_train.reshape(len(data.x_train), -1))   # the host's input map
         if hasattr(net, "built"):
             return net
         from dse.models.quantize import is_fp8
@@ -205,7 +206,7 @@ class TrainedModel:
         x = data.x_test.reshape(len(data.x_test), -1)
         if zoo.DTYPES[dtype].is_float:
             net = self.float_net(dtype)
-            xs = zoo.round_float(x, dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
+            xs = zoo.round_float(net.host_input(x), dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
             return RealInputs(net.arrays(dtype), "x", xs, data.y_test)
         q = self.quantized(dtype)
         return RealInputs(q.arrays(), "x", q.quantize_input(x), data.y_test)

@@ -61,6 +61,7 @@ def prune(net: DenseNet, *, sparsity: float, x: np.ndarray, y: np.ndarray | None
     x = np.asarray(x, np.float64).reshape(len(x), -1)
     if y is None:                                   # no labels: the dense network's own answers
         y = net.float_logits(x).argmax(1)
+    x = net.host_input(x)                           # what the layers read (a standardised network's map)
     y = np.asarray(y, np.int64)
     classes = net.layers[-1].W.shape[0]
     if y.min() < 0 or y.max() >= classes:
@@ -83,7 +84,7 @@ def prune(net: DenseNet, *, sparsity: float, x: np.ndarray, y: np.ndarray | None
                 for W, m in zip(Ws, keep):
                     W *= m
     return DenseNet(tuple(Dense(W.astype(np.float32).astype(np.float64), b.astype(np.float32).astype(np.float64),
-                                layer.relu) for W, b, layer in zip(Ws, bs, net.layers)))
+                                layer.relu, layer.name) for W, b, layer in zip(Ws, bs, net.layers)), net.input_map)
 
 
 def _gradients(Ws, bs, relus, x, y):
