@@ -88,13 +88,13 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
     x = data.x_test.reshape(len(data.x_test), -1)
     if x.shape[1] != net.inputs:
         raise ValueError(f"{data.name} samples have {x.shape[1]} values, the model takes {net.inputs}")
-    net = net.standardised(data.x_train.reshape(len(data.x_train), -1))     # the host's input map
     float_logits = net.float_logits(x)
     if quantisable(dtype):
         q = net.quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1), formats=formats)
         built, arrays, xs = q.built(), q.arrays(), q.quantize_input(x)
         reference, to_float = q.reference(xs), q.dequantize
     elif zoo.DTYPES[dtype].is_float:
+        net = net.standardised(data.x_train.reshape(len(data.x_train), -1))     # the host's input map
         if isinstance(net, LayerNet):               # a CNN chain: dse/models/fp8net.py, floatnet.py
             net = Fp8Net(net) if is_fp8(dtype) else FloatNet(net)
         xs = zoo.round_float(net.host_input(x), dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
