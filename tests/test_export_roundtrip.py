@@ -9,6 +9,7 @@ sweep resuming; a study made before models were recorded needs --spec.
 One sweep per kind of model (fake synthesis: the exports are the subject), shared by its cases."""
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -214,3 +215,171 @@ def test_a_trial_exports_as_evaluated_without_the_spec(swept, files, tmp_path, c
         assert np.array_equal(got, want_out), (got, want_out)
     stdout = _run_testbench(out)
     assert bus == "native" or f"over {bus}" in stdout, stdout
+
+
+@pytest.mark.slow
+@needs_iverilog
+def test_dse_eval_exports_a_trained_dataflow_point_behind_axi_stream(files, tmp_path, capsys):
+    """`dse eval --export` of a trained network in dataflow: the data's samples streamed, the
+    network's logits expected, PASS."""
+    spec = _spec(files, "weights")
+    out = tmp_path / "hw"
+    assert main(["eval", str(spec), "--model", "m", "--dtype", "int8", "--set", "schedule=dataflow", "--no-synth",
+                 "--sim", "pysim", "--workdir", str(tmp_path / "work"), "--json", "--export", str(out),
+                 "--bus", "axi-stream"]) == 0
+    got = _expected_outputs(out, json.loads((out / "interface.json").read_text()))
+    assert len(got) == 4 and np.array_equal(got, _reference_outputs("weights", files, spec, 4))
+    assert "over axi-stream" in _run_testbench(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# the record: every kind of model, back as it was
+
+def _onnx_graphs(root: Path) -> None:
+    """A dense ONNX chain (the tool quantises it), and a graph that is no chain (a softmax at its
+    end: run whole, in floats)."""
+    w = np.load(root / "net.npz")
+    save_onnx(root / "dense.onnx", [helper.make_node("Gemm", ["x", "W1", "b1"], ["h"], transB=1),
+                                    helper.make_node("Relu", ["h"], ["r"]),
+                                    helper.make_node("Gemm", ["r", "W2", "b2"], ["y"], transB=1)],
+              dict(w), ["N", 6], ["N", 3])
+    save_onnx(root / "whole.onnx", [helper.make_node("Gemm", ["x", "W1", "b1"], ["h"], transB=1),
+                                    helper.make_node("Softmax", ["h"], ["y"])],
+              {"W1": w["W1"], "b1": w["b1"]}, ["N", 6], ["N", 4])
+
+
+RECORDED = {**KINDS,
+            "builtin_weights": {"builtin": "gemv", "params": {"M": 4, "K": 6}, "weights": "w.npz", "data": DATA,
+                                "input_range": {"min": -3, "max": 5}},
+            "source_default": {"source": "dense.py:dense", "params": {"N": 6}, "dtypes": ["int8", "int16"]},
+            "pruned": {"weights": "net.npz", "data": {**DATA, "samples": 3}, "prune": 0.5},
+            "dense_onnx": {"onnx": "dense.onnx", "data": DATA},
+            "whole_graph": {"onnx": "whole.onnx", "data": DATA, "dtypes": ["fp32"]}}
+
+
+@pytest.mark.parametrize("kind", RECORDED)
+def test_a_recorded_model_is_the_spec_model(files, kind):
+    """model_from_record(model_record(m)) == m through JSON, for every kind of model: what
+    `dse export` rebuilds is what the sweep ran (a source's default JSON cannot hold, `shape`,
+    comes back from its source)."""
+    _onnx_graphs(files)
+    entry = RECORDED[kind]
+    spec = load_spec(write_spec(files, {"study": "r", "target": "ecp5", "models": [{"name": "m", **entry}],
+                                        **({} if "dtypes" in entry else {"dtypes": ["int8"]}),
+                                        "objectives": ["cycles"], "search": {"sampler": "grid"}}, name="r.yaml"))
+    model = spec.model("m")
+    record = json.loads(json.dumps(model_record(model, spec.model_dtypes("m"))))
+    assert model_from_record(record) == model
+    assert file_problem(record) is None and record_change(record, record) is None
+    if kind == "whole_graph":
+        assert model.trained is None and model.onnx is not None      # the kind it is meant to be
+    if kind == "source_default":
+        assert record["params"] == {"N": 6, "M": 4} and model.params["shape"] == (4, 6)
+
+
+# ---------------------------------------------------------------------------------------------
+# a file changed after the sweep; a study made before models were recorded
+
+def _study(root: Path, files: Path, models: list[dict], name: str = "spec.yaml") -> Path:
+    for f in ("data.npz", "w.npz", "dense.py"):
+        if not (root / f).exists():
+            shutil.copy(files / f, root / f)
+    return write_spec(root, {"study": "t", "target": "ecp5", "models": models, "dtypes": ["int8"],
+                             "objectives": ["cycles"], "search": {"sampler": "grid"}}, name=name)
+
+
+def _export(results: Path, out: Path, capsys, *extra: str) -> tuple[int, str]:
+    capsys.readouterr()
+    rc = main(["export", str(results), "--trial", "0", "--out", str(out), "--sim", "pysim", *extra])
+    return rc, capsys.readouterr().err
+
+
+def _exported_w(out: Path) -> np.ndarray:
+    info = json.loads((out / "interface.json").read_text())
+    (bank,) = _bank_values(out, info, info["source"]["inputs"]["W"])
+    return bank.reshape(4, 6)
+
+
+def test_a_weights_file_changed_after_the_sweep_is_refused_by_name(files, tmp_path, capsys):
+    """The sweep resuming and the export both name the file; a copy of the file the sweep read
+    exports through --spec; --fresh sweeps the new file; a file moved with its content is the
+    same model."""
+    model = {"name": "m", **KINDS["source_weights"]}
+    spec = _study(tmp_path, files, [model])
+    results, w = tmp_path / "results" / "t", tmp_path / "w.npz"
+    assert _sweep(spec, tmp_path / "results") == 0
+    old = np.load(w)["W"]
+    (tmp_path / "kept").mkdir()
+    shutil.copy(w, tmp_path / "kept" / "w.npz")
+    then = hashlib.sha256(w.read_bytes()).hexdigest()[:12]
+    np.savez(w, W=-old)                                     # the same name and place, other weights
+    now = hashlib.sha256(w.read_bytes()).hexdigest()[:12]
+
+    capsys.readouterr()
+    assert _sweep(spec, tmp_path / "results") == 2
+    assert capsys.readouterr().err == (
+        f"error: study 't' in {results}/study.journal: model 'm': the weights file {w} is not the one its trials "
+        f"were evaluated with (sha256 {then}... then, sha256 {now}... now): run with --fresh to evaluate them "
+        "again (the evaluation cache keeps the points of unchanged models), or rename the study\n")
+    rc, err = _export(results, tmp_path / "a", capsys)
+    assert (rc, err) == (2, f"error: {results}: trial 0: model 'm' was swept with the weights file {w}, which has "
+                            f"changed since: restore the file the sweep read, or pass --spec SPEC whose model 'm' "
+                            f"reads a copy of it (sha256 {then}...)\n")
+    rc, err = _export(results, tmp_path / "b", capsys, "--spec", str(spec))
+    assert (rc, err) == (2, f"error: --spec: model 'm': the weights file {w} is not the one the sweep in {results} "
+                            f"evaluated (sha256 {now}... there, sha256 {then}... in the sweep)\n")
+    kept = _study(tmp_path, files, [{**model, "weights": "kept/w.npz"}], name="kept.yaml")
+    assert _export(results, tmp_path / "c", capsys, "--spec", str(kept))[0] == 0
+    assert np.array_equal(_exported_w(tmp_path / "c"), old)
+    w.rename(tmp_path / "w.new")
+    rc, err = _export(results, tmp_path / "d", capsys)
+    assert rc == 2 and err.startswith(f"error: {results}: trial 0: model 'm' was swept with the weights file {w}, "
+                                      "which is missing: restore it, or pass --spec SPEC")
+    assert not any((tmp_path / d).exists() for d in "abd")
+
+    (tmp_path / "w.new").rename(w)
+    assert _sweep(spec, tmp_path / "results", "--fresh") == 0
+    assert _export(results, tmp_path / "e", capsys)[0] == 0
+    assert np.array_equal(_exported_w(tmp_path / "e"), -old)
+
+    capsys.readouterr()
+    samples = _study(tmp_path, files, [{**model, "data": {**DATA, "samples": 3}}], name="samples.yaml")
+    assert _sweep(samples, tmp_path / "results") == 2
+    assert "model 'm': data.samples is not the one its trials were evaluated with (not set then, 3 now)" \
+        in capsys.readouterr().err
+
+    (tmp_path / "moved").mkdir()
+    w.rename(tmp_path / "moved" / "w.npz")                  # the same content elsewhere: the same model
+    moved = _study(tmp_path, files, [{**model, "weights": "moved/w.npz"}], name="moved.yaml")
+    capsys.readouterr()
+    assert _sweep(moved, tmp_path / "results") == 0
+    assert "this run 0 in" in capsys.readouterr().out
+    assert _export(results, tmp_path / "f", capsys)[0] == 0     # from where the file is now
+    assert np.array_equal(_exported_w(tmp_path / "f"), -old)
+
+
+def test_a_study_made_before_models_were_recorded_needs_the_spec(files, tmp_path, capsys, monkeypatch):
+    """Its journal describes a model in a line: enough for a builtin without files, not for a
+    model with files (refused, naming --spec); resuming it says what it cannot notice."""
+    spec = _study(tmp_path, files, [{"name": "g", **KINDS["builtin"]}, {"name": "m", **KINDS["source_weights"]}])
+    results = tmp_path / "results" / "t"
+    with monkeypatch.context() as mp:
+        mp.setattr("dse.study.grid.MODELS_ATTR", "not-read")      # the study as an older tinyhw made it
+        assert _sweep(spec, tmp_path / "results") == 0
+    trials = load_results(results)
+    number = {m: str(int(trials[trials["model"] == m]["number"].iloc[0])) for m in ("g", "m")}
+    capsys.readouterr()
+    assert main(["export", str(results), "--trial", number["m"], "--out", str(tmp_path / "a")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {results}: its study.journal describes model 'm' only as 'dense.py:dense(N=6, M=4, shape=(4, 6)), "
+        "weights: w.npz, data: data.npz' (a sweep made before studies recorded their models' files): pass --spec "
+        "SPEC (the spec the sweep ran)\n")
+    assert main(["export", str(results), "--trial", number["g"], "--out", str(tmp_path / "b"), "--sim", "pysim"]) == 0
+    assert main(["export", str(results), "--trial", number["m"], "--out", str(tmp_path / "c"), "--sim", "pysim",
+                 "--spec", str(spec)]) == 0
+    assert np.array_equal(_exported_w(tmp_path / "c"), np.load(tmp_path / "w.npz")["W"])
+    capsys.readouterr()
+    assert _sweep(spec, tmp_path / "results") == 0
+    assert (f"note: study 't' in {results}/study.journal was made before studies recorded their models' files: a "
+            "weights or data file changed since is not noticed, and `dse export` needs --spec; --fresh starts it "
+            "over with them recorded\n") in capsys.readouterr().err
