@@ -341,7 +341,7 @@ def test_export_point_refuses_a_design_whose_cycle_model_changed(tmp_path):
                        measured={"cycles_model": 7}, source={"trial": 3})
     assert sorted(p.name for p in (tmp_path / "o" / "mem").iterdir()) == sorted(Path(p.file).name for p in exp.ports)
     assert json.loads(exp.interface_json.read_text())["source"] == \
-        {"model": "gemv(M=2, K=3)", "dtype": "int8", "data_seed": 0, "trial": 3}
+        {"model": "gemv(M=2, K=3)", "dtype": "int8", "data_seed": 0, "inputs": {"W": 1, "x": 2}, "trial": 3}
 
 
 @pytest.mark.slow
