@@ -29,6 +29,7 @@ from dse.models.zoo import input_tensors
 from dse.spec import DesignPoint, Spec, TimingSpec
 from dse.frozen import FrozenMap
 from dse.models.model import ModelSpec
+from dse.models.widths import is_format_knob
 
 
 class ExportError(ValueError):
@@ -64,8 +65,9 @@ def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, d
     if _present(want) and int(want) != design.cycle_model().total:
         raise ExportError(f"the rebuilt design's cycle model says {design.cycle_model().total} cycles, the "
                           f"evaluation measured {int(want)}: the compiler changed since; re-run the point")
-    origin = {"model": model.describe(), "dtype": point.dtype, "data_seed": data_seed,
-              "inputs": _input_buffers(design, built, tensors), **(source or {})}
+    formats = point.formats().as_dict()        # the quantiser's widths (interface.json `knobs` are the hardware's)
+    origin = {"model": model.describe(), "dtype": point.dtype, **({"formats": formats} if formats else {}),
+              "data_seed": data_seed, "inputs": _input_buffers(design, built, tensors), **(source or {})}
     if design.flow is not None:      # streamed: the data set's first test samples, else the data rolled
         sim = Simulator(sim_backend)
         samples = None
@@ -169,19 +171,20 @@ def _ranges(numbers: list[int]) -> str:
 
 
 def _knobs(row: Mapping[str, Any], number: int) -> FrozenMap[str, Any]:
-    """The trial's knob columns as Python values (CSV gives floats for integer columns with blanks)."""
+    """The trial's knob columns as Python values (CSV gives floats for integer columns with
+    blanks): the hardware's, per layer too (`lanes@0`), and the quantiser's formats
+    (`weight_bits`, ...); a blank cell is a knob the trial left at its default."""
     values: dict[str, Any] = {}
-    for k in HardwareConfig.knob_names():
-        if k not in row:
+    for k, v in row.items():
+        if not (HardwareConfig.is_knob(k) or is_format_knob(k)) or v is None:
             continue
-        v = row[k]
         if hasattr(v, "item"):
             v = v.item()
         if isinstance(v, float) and v.is_integer():
             v = int(v)
         values[k] = v
     try:
-        HardwareConfig.from_dict(values)
+        DesignPoint(str(row["model"]), str(row["dtype"]), FrozenMap(values)).hardware_config()
     except (ValueError, TypeError) as e:
         raise ExportError(f"trial {number}: its knobs {values} are not a hardware configuration: {e}") from None
     return FrozenMap(values)

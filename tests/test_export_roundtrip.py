@@ -21,6 +21,7 @@ import pytest
 from dse.cli import main
 from dse.evaluate import point_arrays
 from dse.frozen import FrozenMap
+from dse.models.widths import Formats
 from dse.models.record import file_problem, model_from_record, model_record, record_change
 from dse.results import load_results
 from dse.spec import load_spec
@@ -53,6 +54,10 @@ KINDS = {
     "qonnx": {"onnx": "q.onnx", "data": DATA},
 }
 CONSTANT = ("source_weights", "weights")          # swept with weights: [memory, constant] too
+OWN_KNOBS = {"weights": {"weight_bits": [4], "weights@1": ["constant"]}}
+"""Knobs a trial's row holds beside the hardware's model-wide ones: a format and a per-layer knob
+(layer 1's weights, W2 and b2, built in)."""
+BUILT_IN = {"weights": {"W2", "b2"}}
 SCHEDULE_BUSES = {"sequential": ("native", "axi-lite"), "dataflow": ("native", "axi-stream")}
 CASES = [(kind, schedule, "memory", bus) for kind in KINDS for schedule, buses in SCHEDULE_BUSES.items()
          for bus in buses] + [("source_weights", "sequential", "constant", "native"),
@@ -99,7 +104,8 @@ def files(tmp_path_factory) -> Path:
 
 
 def _spec(root: Path, kind: str) -> Path:
-    knobs = {"schedule": ["sequential", "dataflow"], **({"weights": ["memory", "constant"]} if kind in CONSTANT else {})}
+    knobs = {"schedule": ["sequential", "dataflow"], **({"weights": ["memory", "constant"]} if kind in CONSTANT else {}),
+             **OWN_KNOBS.get(kind, {})}
     return write_spec(root, {"study": kind, "target": "ecp5", "models": [{"name": "m", **KINDS[kind]}],
                              "dtypes": ["int8"], "knobs": knobs, "objectives": ["cycles"],
                              "search": {"sampler": "grid"}}, name=f"{kind}.yaml")
@@ -162,9 +168,15 @@ def _reference_outputs(kind: str, root: Path, spec: Path, samples: int) -> np.nd
         x = np.load(root / "data.npz")["x"][:samples].astype(np.int64)
         return x @ np.load(root / "w.npz")["W"].astype(np.int64).T
     if kind == "weights":
-        model = load_spec(spec).model("m")
+        model = _evaluated_model(spec)
         return model.trained.quantized("int8").reference(model.real_inputs("int8").samples[:samples])
     return None
+
+
+def _evaluated_model(spec_path: Path):
+    """The spec's model with the widths its trials were evaluated with (single-valued format knobs)."""
+    spec = load_spec(spec_path)
+    return spec.model("m").with_formats(Formats.of({k.name: k.values[0] for k in spec.knobs}))
 
 
 def _evaluated_weights(kind: str, root: Path, spec: Path) -> dict[str, np.ndarray]:
@@ -172,7 +184,7 @@ def _evaluated_weights(kind: str, root: Path, spec: Path) -> dict[str, np.ndarra
     record): a file of integers as it is; a trained network quantised; otherwise seeded data."""
     if kind == "source_weights":
         return {"W": np.load(root / "w.npz")["W"]}
-    model = load_spec(spec).model("m")
+    model = _evaluated_model(spec)
     arrays, real = point_arrays(model, "int8", model.build("int8"), 0)
     data = set(model.runtime_inputs("int8"))
     return {k: v for k, v in (real.weights if real is not None else arrays).items() if k not in data}
@@ -200,7 +212,7 @@ def test_a_trial_exports_as_evaluated_without_the_spec(swept, files, tmp_path, c
     want = _evaluated_weights(kind, files, files / f"{kind}.yaml")
     assert want, "the model has weights to check"
     for name, array in want.items():
-        if weights == "constant":
+        if weights == "constant" or name in BUILT_IN.get(kind, ()):
             assert inputs[name] is None, f"{name} is built in, no memory holds it"
             continue
         for bank in _bank_values(out, info, inputs[name]):
