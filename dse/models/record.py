@@ -112,12 +112,6 @@ class FileProblem:
     file: RecordedFile
     now: str | None             # its SHA-256 now; None: the file is missing
 
-    def __str__(self) -> str:
-        f = self.file
-        if self.now is None:
-            return f"{f.what} {f.path} is missing"
-        return f"{f.what} {f.path} changed (sha256 {f.sha256[:12]}... then, {self.now[:12]}... now)"
-
 
 def recorded_files(record: Mapping[str, Any]) -> Iterator[RecordedFile]:
     """Every file of `record` with what it is to the model, in record order."""
@@ -158,14 +152,18 @@ def record_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, 
 _ABSENT = object()
 
 _WHAT = {"source": "the source file", "onnx": "the ONNX file", "files.weights": "the weights file",
-         "trained.file": "the network file", "files.data.file": "the data file", "trained.data.file": "the data file"}
+         "files.data.file": "the data file", "trained.data.file": "the data file"}
 
 
 def _entries(record: Mapping[str, Any]) -> Iterator[tuple[str, str, Mapping[str, str]]]:
     """(flat key, what it is, {"path", "sha256"}) of every file of `record`."""
     for key, value in _walk(record, ""):
         if _is_file(value):
-            yield key, _WHAT.get(key, "a file its source read"), value
+            if key == "trained.file":       # `weights:` or `onnx:`
+                what = "the ONNX file" if record["trained"]["kind"] == "onnx" else "the weights file"
+            else:
+                what = _WHAT.get(key, "a file its source read")
+            yield key, what, value
 
 
 def _flat(record: Mapping[str, Any]) -> dict[str, Any]:
