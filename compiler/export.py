@@ -466,7 +466,9 @@ def interface_markdown(info: dict[str, Any]) -> str:
              f"Verilog: `{info['verilog']}`. Testbench: `{info['testbench']}` "
              f"(`iverilog -g2012 -o tb.vvp {info['verilog']} tb.v && vvp tb.vvp`, run in this folder).", ""]
     if info["source"]:
-        lines += ["From: " + ", ".join(f"{k} {v}" for k, v in info["source"].items()) + ".", ""]
+        def text(v: Any) -> str:          # a mapping (the explorer's model inputs -> buffers) as `k: v, ...`
+            return "(" + ", ".join(f"{k}: {x}" for k, x in v.items()) + ")" if isinstance(v, dict) else str(v)
+        lines += ["From: " + ", ".join(f"{k} {text(v)}" for k, v in info["source"].items()) + ".", ""]
     lines += [
              "## Ports", "", "| port | direction | bits |", "|---|---|---|"]
     lines += [f"| `{p['name']}` | {p['direction']} | {p['width']} |" for p in info["ports"]]

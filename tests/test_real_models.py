@@ -269,7 +269,7 @@ def test_a_users_function_with_weights_and_data_scores_every_sample(tmp_path, ca
     assert row["logit_max_err"] < 1e-3
     # tinygrad's per-sample results are kept: a second point (other knobs) does not recompute them
     from dse.models import accuracy
-    accuracy.tinygrad_outputs.cache_clear()
+    accuracy.tinygrad_outputs_for.cache_clear()
     calls = []
     real = zoo.tinygrad_result
     monkeypatch.setattr(zoo, "tinygrad_result", lambda *a: calls.append(1) or real(*a))

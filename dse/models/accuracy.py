@@ -188,15 +188,20 @@ def float_outputs(model: ModelSpec) -> np.ndarray:
                      for s in real.samples])
 
 
-@functools.lru_cache(maxsize=16)
 def tinygrad_outputs(model: ModelSpec, dtype: str) -> np.ndarray:
     """(samples, outputs): tinygrad's own result for each test sample of a user's model in
     `dtype`. tinygrad's PYTHON device takes 0.1-0.6 s a sample (the only device without a C
     compiler), and the result depends on the model and its files only, not on the knobs: so it
-    is computed once per model and dtype, kept in memory and in $TINYHW_CACHE/references."""
+    is computed once per model, dtype and content of its files, kept in memory and in
+    $TINYHW_CACHE/references (a file changed in place is a new key, also within one process)."""
+    return tinygrad_outputs_for(REFERENCES.key(_reference_material(model, dtype)), model, dtype)
+
+
+@functools.lru_cache(maxsize=16)
+def tinygrad_outputs_for(key: str, model: ModelSpec, dtype: str) -> np.ndarray:
+    """tinygrad_outputs under its cache key (the content of the model's files)."""
     built = model.build(dtype)
     real = model.files.inputs(built.inputs, dtype)
-    key = REFERENCES.key(_reference_material(model, dtype))
     with contextlib.suppress(OSError, ValueError):
         cached = np.load(REFERENCES.path(key, "outputs.npy"), allow_pickle=False)
         if len(cached) == len(real.samples):
