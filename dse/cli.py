@@ -75,11 +75,11 @@ def _illegal_knob_combinations(s, limit: int = 100_000) -> int:
     if s.knob_space_size > limit:
         return 0
     from compiler.config import HardwareConfig
-    from dse.models.widths import is_format_knob
+    from dse.spec import hardware_knobs
     bad = 0
     for combo in s.knob_combinations():
         try:     # format knobs are the model's (dse.models.widths), not the hardware's
-            HardwareConfig.from_dict({k: v for k, v in combo.items() if not is_format_knob(k)})
+            HardwareConfig.from_dict(hardware_knobs(combo))
         except (ValueError, TypeError):
             bad += 1
     return bad
@@ -193,7 +193,7 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
 
     from compiler.config import HardwareConfig
     from dse.models.widths import FORMAT_KNOBS, format_range, is_format_knob
-    from dse.spec import SpecError, load_yaml
+    from dse.spec import SpecError, check_knob_value, hardware_knobs, load_yaml
     known = HardwareConfig.knob_names() + FORMAT_KNOBS
     out: dict[str, Any] = {}
     for item in sets:
@@ -224,16 +224,35 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
             out[name] = value
             continue
         try:
-            HardwareConfig.from_dict({name: value})
+            check_knob_value(name, value)
         except (ValueError, TypeError) as e:
             raise CliError(f"--set {item}: {e}") from None
         out[name] = value
-    combined = {k: v for k, v in {**(base or {}), **out}.items() if not is_format_knob(k)}
+    combined = _combined_knobs(base or {}, out, sets)
     try:
-        HardwareConfig.from_dict(combined)
+        HardwareConfig.from_dict(hardware_knobs(combined))
     except (ValueError, TypeError) as e:
-        raise CliError(f"illegal knob combination {combined}: {e}") from None
+        raise CliError(f"illegal knob combination {hardware_knobs(combined)}: {e}") from None
     return out
+
+
+def _combined_knobs(base: dict[str, Any], given: dict[str, Any], sets: Sequence[str]) -> dict[str, Any]:
+    """The spec's first values with the --set ones over them, the fold knobs checked together
+    (dse.spec.fold_conflict), in either order of --set: a knob given with --set that the fold
+    setting would leave unused is an error naming both; one of the spec's is dropped."""
+    from dse.spec import FOLD_AIMS, fold_conflict, unused_knobs
+    combined = {**base, **given}
+    if any(a in given for a in FOLD_AIMS):     # a target given replaces the spec's other one
+        combined = {k: v for k, v in combined.items() if k in given or k not in FOLD_AIMS}
+    unused = set(unused_knobs(combined)) - set(given)
+    at, why = fold_conflict([k for k in combined if k not in unused], [combined.get("fold", "manual")])
+    if why:
+        item = next((s for s in sets if s.partition("=")[0].strip() == at), None) or next(
+            (s for s in sets if s.partition("=")[0].strip() == "fold"), None)
+        hint = (" (--set target_interval=N or --set fold_budget=N)" if at == "fold"
+                else " (--set fold=auto)" if why.endswith("set fold to auto with it") else "")
+        raise CliError(f"--set {item}: {why}{hint}" if item else f"the spec's knobs with --set: {why}")
+    return combined
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -262,6 +281,8 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.dtype not in spec.model_dtypes(args.model):
         raise CliError(f"--dtype: model {args.model!r} runs {', '.join(spec.model_dtypes(args.model))} only (its "
                        f"dtypes: in the spec)")
+    if spec.refused_dtype(args.model, args.dtype):
+        raise CliError(f"--dtype: {spec.refused_dtype(args.model, args.dtype)}")
     base = {k.name: k.values[0] for k in spec.knobs}
     knobs = {**base, **parse_sets(args.sets, base)}
     target = args.target or str(spec.target)

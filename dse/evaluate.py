@@ -171,8 +171,8 @@ class Metrics:
     cycles: int | None = None
     cycles_model: int | None = None
     cycle_breakdown: str | None = None      # JSON of the cycle model: {"kernels": [[name, cycles], ...], "copies": n}
-    schedule: str | None = None             # "sequential" or "dataflow" (as built: a graph that cannot be
-                                            # pipelined is sequential, and a note says why)
+    schedule_built: str | None = None       # "sequential" or "dataflow" as built (the knob `schedule` asks; a graph
+                                            # that cannot be pipelined is sequential, and a note says why)
     interval_cycles: int | None = None      # cycles between samples in steady state, measured (dataflow: a stream
                                             # of samples back to back; sequential: = cycles)
     interval_model: int | None = None       # the same from the cycle model
@@ -410,7 +410,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         cm = design.cycle_model()
         run.set(cycles_model=cm.total, cycle_breakdown=json.dumps({"kernels": [list(k) for k in cm.kernels],
                                                                    "copies": cm.copies}),
-                schedule=design.schedule, interval_model=cm.interval,
+                schedule_built=design.schedule, interval_model=cm.interval,
                 stage_cycles=json.dumps([list(s) for s in design.flow.stage_cycles]) if design.flow else None)
         if design.schedule_note:
             run.notes.append(design.schedule_note)

@@ -228,8 +228,9 @@ def _load_net(kind: str, path: Path):
         if kind == "onnx":     # a dense network, or a CNN chain (NotDenseChain: anything else runs whole)
             from dse.models.chain import read_net
             return read_net(path)
+        arrays = read_weights(path)       # a DataError names the file already
         try:
-            return DenseNet.from_arrays(read_weights(path))
+            return DenseNet.from_arrays(arrays)
         except ValueError as e:
             from dse.models.data import DataError
             raise DataError(f"{path}: {e}") from None
