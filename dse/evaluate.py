@@ -102,7 +102,8 @@ from dse.estimate import design_features, too_large
 from dse.limits import time_limit
 from dse.spec import SYNTH_FIDELITY, DesignPoint, Spec, TimingSpec
 from dse.frozen import FrozenMap
-from dse.models.model import ModelSpec
+from dse.models.model import ModelSpec, kernel_config
+from dse.models.widths import quantisable
 
 SIM_BACKENDS = ("auto", "cxxrtl", "pysim")
 
@@ -388,7 +389,11 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         model = ctx.model(point.model).with_formats(point.formats())
         run.set(params=model.params)
         config = point.hardware_config()
-        run.set(knobs=FrozenMap({**config.as_dict(), **point.formats().as_dict()}))
+        formats = point.formats().as_dict()
+        if model.trained is None or not quantisable(point.dtype):     # the point runs without them: no value
+            formats = dict.fromkeys(formats)
+        run.set(knobs=FrozenMap({**config.as_dict(), **formats}))
+        config = kernel_config(model, point.dtype, config)     # lanes@W1: the kernel computing W1
 
     with run.stage("build"):
         built = model.build(point.dtype)
@@ -537,7 +542,7 @@ def _accuracy(model: ModelSpec, *, point: DesignPoint, config, sim: "Simulator",
     if model.runs_trained(point.dtype):   # its own build: quantised for integers, dense ones in floats too
         trained = model.trained
         r = run_samples(net=trained.net(), dtype=point.dtype, data=trained.dataset(), config=config,
-                        backend=sim.backend, formats=trained.formats)
+                        backend=sim.backend, formats=trained.kernel_formats(point.dtype))
     else:
         r = run_model_samples(model=model, dtype=point.dtype, design=design, tensors=tensors, checker=checker,
                               backend=sim.backend)

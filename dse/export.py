@@ -29,7 +29,7 @@ from dse.models.zoo import input_tensors
 from dse.paths import JOURNAL
 from dse.spec import DesignPoint, Spec, TimingSpec
 from dse.frozen import FrozenMap
-from dse.models.model import ModelSpec
+from dse.models.model import ModelSpec, kernel_config
 
 
 class ExportError(ValueError):
@@ -57,7 +57,8 @@ def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, d
     built = model.build(point.dtype)
     arrays, real = point_arrays(model, point.dtype, built, data_seed)   # trained weights, as evaluated
     tensors = input_tensors(built, arrays)
-    design = compile_model(built.forward(*tensors), config=point.hardware_config(),
+    config = kernel_config(model, point.dtype, point.hardware_config())     # lanes@W1: the kernel computing W1
+    design = compile_model(built.forward(*tensors), config=config,
                            stream=streamed_inputs(model, point.dtype, built, tensors),
                            input_ranges=declared_input_ranges(model, point.dtype, built, tensors, real))
     measured = dict(measured or {})

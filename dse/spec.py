@@ -65,8 +65,9 @@ from dse.models.user_model import IMPORT_TIME_LIMIT_S, UserModelError, bind_para
 from dse.models import formats
 from dse.models.zoo import DTYPES, InputRange
 from dse.frozen import FrozenMap
-from dse.models.widths import FORMAT_KNOBS, Formats, dtype_bits, format_range, is_format_knob, quantisable
-from dse.models.model import ModelFiles, ModelSpec, TrainedModel, model_constants, model_layer_limits, quantised_layers
+from dse.models.widths import FORMAT_KNOBS, MIN_BITS, Formats, dtype_bits, format_range, is_format_knob, quantisable
+from dse.models.model import (ModelFiles, ModelSpec, TrainedModel, layer_kernels, model_constants, model_layer_limits,
+                              quantised_layers)
 
 
 
@@ -246,6 +247,22 @@ def fold_conflict(names: Iterable[str], folds: Iterable[str]) -> tuple[str, str]
     return "", ""
 
 
+FORMATS_APPLY = "sets the widths of a network the tool quantises, in an integer dtype"
+"""Where the format knobs (dse.models.widths) change a point."""
+
+
+def format_misfit(name: str, value: Any, dtype: str) -> str:
+    """Why format knob `name` at `value` cannot apply to an integer point of `dtype` ("" when it
+    can): a width beyond the bits the dtype holds ("does not fit int4: ...", to follow the knob)."""
+    if str(name).startswith("scale_digits"):
+        return ""
+    side = 0 if str(name).startswith("weight_bits") else 1
+    top = dtype_bits(dtype)[side]
+    if value > top:
+        return f"does not fit {dtype}: its {'weights' if side == 0 else 'activations'} hold {MIN_BITS} to {top} bits"
+    return ""
+
+
 @dataclass(frozen=True)
 class DesignPoint:
     """One model x dtype x knob setting: the unit the explorer evaluates."""
@@ -362,23 +379,36 @@ class Spec:
     def format_not_applicable(self, point: DesignPoint) -> str:
         """Why a format knob leaves `point` out ("" when none does): it changes only the integer
         points of a network the tool quantises, and is elsewhere the same design as the knob's
-        first value; and a width beyond the dtype's bits."""
-        model = next((m for m in self.models if m.name == point.model), None)
-        applies = model is not None and model.trained is not None and quantisable(point.dtype)
+        first value; and a width beyond the dtype's bits (`format_misfit`)."""
+        applies = self.formats_apply(point.model, point.dtype)
         for name, value in point.knobs.items():
             if not is_format_knob(name):
                 continue
-            first = self.knob_values(name)[0]
+            first = self.knob_values(name)[0] if self.knob_values(name) else value
             if not applies and value != first:
-                return (f"{name.partition('@')[0]} sets the widths of a network the tool quantises, in an integer "
-                        f"dtype; elsewhere it is the same design as {name}={first}, which the space holds")
-            if name.startswith("scale_digits"):
-                continue
-            top = dtype_bits(point.dtype)[0 if name.startswith("weight_bits") else 1] if applies else 0
-            if applies and value > top:
-                side = "weights" if name.startswith("weight_bits") else "activations"
-                return f"{name}={value} does not fit {point.dtype} ({top}-bit {side})"
+                return (f"{name.partition('@')[0]} {FORMATS_APPLY}; elsewhere it is the same design as "
+                        f"{name}={first}, which the space holds")
+            if applies and format_misfit(name, value, point.dtype):
+                return f"{name}={value} {format_misfit(name, value, point.dtype)}"
         return ""
+
+    def formats_apply(self, model: str, dtype: str) -> bool:
+        """Whether the format knobs change `model`'s points in `dtype` (FORMATS_APPLY)."""
+        m = next((m for m in self.models if m.name == model), None)
+        return m is not None and m.trained is not None and quantisable(dtype) and not self.refused_dtype(model, dtype)
+
+    def format_notes(self) -> list[str]:
+        """One line per format knob the space holds beside points it cannot change (float dtypes,
+        models the tool does not quantise): those points run without it, said once."""
+        out = []
+        for k in self.knobs:
+            if not is_format_knob(k.name):
+                continue
+            runs = [f"{m.name} {dt}" for m in self.models for dt in (m.dtypes or self.dtypes)
+                    if not self.formats_apply(m.name, dt) and not self.refused_dtype(m.name, dt)]
+            if runs:
+                out.append(f"{k.name} {FORMATS_APPLY}: the points of {', '.join(runs)} run without it")
+        return out
 
     def knob_values(self, name: str) -> tuple[Any, ...]:
         return next((k.values for k in self.knobs if k.name == name), ())
@@ -736,6 +766,10 @@ class _Parser:
             raise SpecError("stage_timeout_s", f"expected at most {MAX_STAGE_TIMEOUT_S:,.0f} (a week), got {timeout!r}")
         spec = Spec(study, target, models, self.dtypes, knobs, objectives, search, constraints, gate,
                     self.timing, float(timeout), self.path, synthesis, tuple(self.refused))
+        if not spec.space_size:
+            (point, why), *_ = spec.not_applicable_points()
+            raise SpecError("knobs" if spec.knobs else "dtypes", f"every point is left out of the search space, e.g. "
+                                                                 f"{point.model} {point.dtype}: {why}")
         if search.sampler is Sampler.GRID and "trials" not in top["search"]:
             # the whole grid: its points, not counting the ones a knob cannot apply to
             spec = dataclasses.replace(spec, search=dataclasses.replace(search, trials=spec.space_size))
@@ -1139,12 +1173,15 @@ class _Parser:
                 except Exception:        # noqa: BLE001 - a model that does not build fails as its points do
                     continue
                 names = [n for n, _, _ in limits]
+                aliases = layer_kernels(m, dtype)       # a conv/dense layer by its name (W1), as format knobs
                 for knob, layer in wanted:
-                    if (layer.isdigit() and int(layer) < len(names)) or layer in names:
-                        self.check_fits(knob, limits[int(layer) if layer.isdigit() else names.index(layer)],
-                                        m, dtype, _join(path, knob.name))
+                    index = (int(layer) if layer.isdigit() and int(layer) < len(names) else names.index(layer)
+                             if layer in names else aliases.get(layer))
+                    if index is not None:
+                        self.check_fits(knob, limits[index], m, dtype, _join(path, knob.name))
                         continue
-                    listing = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
+                    listing = ", ".join(f"{i} ({n}{''.join(f' or {a}' for a, k in aliases.items() if k == i)})"
+                                        for i, n in enumerate(names))
                     raise SpecError(_join(path, knob.name), f"model {m.name!r} ({dtype}) has no layer {layer!r}; its "
                                                             f"{len(names)} layer{'s' * (len(names) != 1)}: {listing}")
 
@@ -1193,16 +1230,58 @@ class _Parser:
         if not trained:
             raise SpecError(path, "weight_bits, act_bits and scale_digits set how the tool quantises a network "
                                   "(`weights:` or `onnx:`); the spec has none")
+        self.check_format_fits(knobs, trained, path)
         for m in trained:
             names = quantised_layers(m)
+            kernels = self.layer_kernel_names(m)        # a layer by its kernel's name, as lanes@ takes it
             for name, layer in wanted:
+                layer = kernels.get(layer, layer)
                 if name.startswith(("act_bits@", "scale_digits@")) and layer in (str(len(names) - 1), names[-1]):
                     raise SpecError(_join(path, name), "the last layer outputs int32 logits, not activations")
                 if (layer.isdigit() and int(layer) < len(names)) or layer in names:
                     continue
-                listing = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
+                listing = ", ".join(f"{i} ({n}{''.join(f' or {k}' for k, v in kernels.items() if v == n)})"
+                                    for i, n in enumerate(names))
                 raise SpecError(_join(path, name), f"model {m.name!r} has no layer {layer!r} to quantise; its "
                                                    f"conv/dense layers: {listing}")
+
+    def check_format_fits(self, knobs: tuple[Knob, ...], trained: list[ModelSpec], path: str) -> None:
+        """Each format knob applies to some point (an integer dtype of a network the tool
+        quantises), and each of its values fits some such point: a value that fits none would
+        only leave out every point it is in. (A value some dtypes hold and others not is left out
+        of the others: Spec.format_not_applicable.)"""
+        refused = {(m, d) for m, d, _ in self.refused}
+        dtypes = list(dict.fromkeys(dt for m in trained for dt in (m.dtypes or self.dtypes)
+                                    if quantisable(dt) and (m.name, dt) not in refused))
+        for k in knobs:
+            if not is_format_knob(k.name):
+                continue
+            if not dtypes:
+                raise SpecError(_join(path, k.name), f"{k.name.partition('@')[0]} {FORMATS_APPLY}; no point of the "
+                                                     f"spec is one (dtypes: {', '.join(self.dtypes)})")
+            for j, v in enumerate(k.values):
+                if not all(format_misfit(k.name, v, dt) for dt in dtypes):
+                    continue
+                if len(dtypes) == 1:
+                    raise SpecError(_join(_join(path, k.name), j), f"{k.name}={v} {format_misfit(k.name, v, dtypes[0])}")
+                side = 0 if k.name.startswith("weight_bits") else 1
+                ranges = ", ".join(f"{dt} {MIN_BITS} to {dtype_bits(dt)[side]}" for dt in dtypes)
+                raise SpecError(_join(_join(path, k.name), j), f"{k.name}={v} fits none of the spec's integer dtypes "
+                                f"(bits of {'weights' if side == 0 else 'activations'}: {ranges})")
+
+    def layer_kernel_names(self, m: ModelSpec) -> dict[str, str]:
+        """The kernel name of each conv/dense layer of `m` in its integer dtypes -> the layer's
+        name (what format knobs take either way)."""
+        out: dict[str, str] = {}
+        for dtype in m.dtypes or self.dtypes:
+            if not quantisable(dtype):
+                continue
+            try:
+                kernels = [name for name, _, _ in model_layer_limits(m, dtype)]
+                out.update({kernels[k]: layer for layer, k in layer_kernels(m, dtype).items()})
+            except Exception:        # noqa: BLE001 - a model that does not build fails as its points do
+                continue
+        return out
 
     def objectives(self, value: Any) -> tuple[Objective, ...]:
         out = []

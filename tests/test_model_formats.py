@@ -180,12 +180,15 @@ def test_format_knobs_in_a_spec(tmp_path, capsys):
     digits = load_spec(_format_spec(tmp_path / "d", {"scale_digits": [1, 2]}))
     assert {p.formats().as_dict()["scale_digits"] for p in digits.points() if p.dtype == "int8"} == {1, 2}
     assert main(["layers", str(path), "--model", "mlp"]) == 0
-    assert "mlp: 2 conv/dense layers for weight_bits@ and act_bits@\n  0  W1\n  1  W2\n" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "  0  k0_r_32_64 = W1  (lanes up to 32, reduce_unroll up to 64)\n" in out
+    assert ("mlp: 2 conv/dense layers for weight_bits@, act_bits@ and scale_digits@\n  0  W1 = k0_r_32_64\n"
+            "  1  W2 = k1_r_10_32\n") in out
 
 
 @pytest.mark.parametrize("knobs, message", [
     ({"weight_bits@fc": [4]}, "knobs.weight_bits@fc: model 'mlp' has no layer 'fc' to quantise; its conv/dense "
-                              "layers: 0 (W1), 1 (W2)"),
+                              "layers: 0 (W1 or k0_r_32_64), 1 (W2 or k1_r_10_32)"),
     ({"weight_bits": [1, 4]}, "knobs.weight_bits[0]: expected an integer >= 2"),
     ({"act_bits@1": [4]}, "knobs.act_bits@1: the last layer outputs int32 logits, not activations"),
     ({"weight_bits": [4, 4]}, "knobs.weight_bits[1]: duplicate value 4 (also at [0])"),
