@@ -65,7 +65,8 @@ from dse.models.user_model import IMPORT_TIME_LIMIT_S, UserModelError, bind_para
 from dse.models import formats
 from dse.models.zoo import DTYPES, InputRange
 from dse.frozen import FrozenMap
-from dse.models.widths import FORMAT_KNOBS, MIN_BITS, Formats, dtype_bits, format_range, is_format_knob, quantisable
+from dse.models.widths import (FORMAT_KNOBS, MIN_BITS, Formats, dtype_bits, format_range, is_format_knob, layer_names,
+                               quantisable)
 from dse.models.model import (ModelFiles, ModelSpec, TrainedModel, layer_kernels, model_constants, model_layer_limits,
                               quantised_layers)
 
@@ -976,11 +977,17 @@ class _Parser:
             except ValueError as e:
                 raise SpecError(_join(path, "prune"), str(e)) from None
         trained = dataclasses.replace(trained, prune=sparsity)
+        computes = [layer for layer in net.layers if hasattr(layer, "W")]     # the conv/dense layers
         if isinstance(net, DenseNet):
             m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), trained)
         else:   # a CNN chain: quantised for integer dtypes, the whole graph for float ones
             m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), trained, ModelFiles(file, data), file)
         def builds(dt: str) -> None:
+            zero = next((i for i, layer in enumerate(computes) if not np.abs(layer.W).any()), None)
+            if zero is not None and quantisable(dt):     # else its bias, on a scale set by no weight, leaves int32
+                raise SpecError(_join(path, kind), f"dtype {dt}: every weight of layer {zero + 1} "
+                                                   f"({layer_names(computes)[zero]}) is zero, so its outputs are its "
+                                                   "biases whatever the input: no weight scale to quantise it by")
             try:
                 built = m.build(dt)
                 if m.files is not None and DTYPES[dt].is_float and not m.runs_trained(dt):
@@ -1233,7 +1240,8 @@ class _Parser:
         self.check_format_fits(knobs, trained, path)
         for m in trained:
             names = quantised_layers(m)
-            kernels = self.layer_kernel_names(m)        # a layer by its kernel's name, as lanes@ takes it
+            named = any(not (layer.isdigit() or layer in names) for _, layer in wanted)
+            kernels = self.layer_kernel_names(m) if named else {}    # a layer by its kernel's name, as lanes@
             for name, layer in wanted:
                 layer = kernels.get(layer, layer)
                 if name.startswith(("act_bits@", "scale_digits@")) and layer in (str(len(names) - 1), names[-1]):

@@ -584,3 +584,17 @@ def test_a_non_finite_onnx_initialiser_is_named_by_node(tmp_path, capsys):
     assert main(["validate", str(spec)]) == 2
     assert capsys.readouterr().err == (f"error: models[0].onnx: {path}: node #1 Gemm (output 'h'): its constant 'b1' "
                                        "holds nan at index (31,): weights must be finite numbers\n")
+
+
+def test_a_cnn_layer_of_zero_weights_is_named_and_its_float_dtypes_run(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    w = {"conv.weight": rng.normal(0, 0.3, (4, 1, 3, 3)).astype(np.float32),
+         "conv.bias": rng.normal(0, 0.1, (4,)).astype(np.float32),
+         "fc.weight": np.zeros((10, 36), np.float32), "fc.bias": rng.normal(0, 0.1, (10,)).astype(np.float32)}
+    cnn_onnx(tmp_path / "cnn.onnx", w=w)
+    spec = model_spec(tmp_path, ["int8", "fp32"], onnx="cnn.onnx", data={"dataset": "sklearn:digits", "samples": 8})
+    assert main(["validate", str(spec)]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "not applicable, left out of the search space: 1 point (e.g. m int8): model m cannot run in int8: every "
+        "weight of layer 2 (fc_weight) is zero, so its outputs are its biases whatever the input: no weight scale to "
+        "quantise it by"]

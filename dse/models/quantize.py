@@ -285,10 +285,7 @@ def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None
     for i, layer in enumerate(net.layers):
         last = not layer.relu
         qmax, act_qmax = Widths.qmax(bits.weights[i]), Widths.qmax(bits.outputs[i])
-        if not np.abs(layer.W).any():       # no weight to set its scale by: its bias would leave int32
-            raise ValueError(f"every weight of layer {i + 1} ({layer.name or f'layer{i}'}) is zero, so its outputs "
-                             "are its biases whatever the input: no weight scale to quantise it by")
-        widest = float(np.abs(layer.W).max())
+        widest = max(float(np.abs(layer.W).max()), 1e-12)
         h_float = h_float @ layer.W.T + layer.b
         if not last:
             h_float = np.maximum(h_float, 0.0)
