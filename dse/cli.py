@@ -276,7 +276,8 @@ def _check_formats(spec, model: str, dtype: str, knobs: Mapping[str, Any], given
         if not is_format_knob(name):
             continue
         if not applies and name in given:
-            raise CliError(f"--set {name}={value}: {name.partition('@')[0]} {FORMATS_APPLY}; {model} {dtype} is not one")
+            raise CliError(f"--set {name}={value}: {name.partition('@')[0]} {FORMATS_APPLY}; {model} {dtype} is "
+                           "not one")
         why = format_misfit(name, value, dtype) if applies else ""
         if why and name in given:
             raise CliError(f"--set {name}={value}: {why}")

@@ -1271,7 +1271,8 @@ class _Parser:
                 if not all(format_misfit(k.name, v, dt) for dt in dtypes):
                     continue
                 if len(dtypes) == 1:
-                    raise SpecError(_join(_join(path, k.name), j), f"{k.name}={v} {format_misfit(k.name, v, dtypes[0])}")
+                    raise SpecError(_join(_join(path, k.name), j),
+                                    f"{k.name}={v} {format_misfit(k.name, v, dtypes[0])}")
                 side = 0 if k.name.startswith("weight_bits") else 1
                 ranges = ", ".join(f"{dt} {MIN_BITS} to {dtype_bits(dt)[side]}" for dt in dtypes)
                 raise SpecError(_join(_join(path, k.name), j), f"{k.name}={v} fits none of the spec's integer dtypes "

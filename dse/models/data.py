@@ -114,7 +114,8 @@ def _samples(path: Path, arrays: Mapping[str, np.ndarray], xk: str, yk: str) -> 
     if x.ndim < 2:
         raise DataError(f"{path}: '{xk}' must have one sample per row, got shape {x.shape}")
     if not len(x) or not x[0].size:
-        raise DataError(f"{path}: '{xk}' has shape {x.shape}: no " + ("samples" if not len(x) else "values in a sample"))
+        what = "samples" if not len(x) else "values in a sample"
+        raise DataError(f"{path}: '{xk}' has shape {x.shape}: no {what}")
     bad = first_non_finite(x)
     if bad is not None:
         sample, feature = bad[0], int(np.ravel_multi_index(bad[1:], x.shape[1:]))
