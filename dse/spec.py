@@ -982,6 +982,7 @@ class _Parser:
             m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), trained)
         else:   # a CNN chain: quantised for integer dtypes, the whole graph for float ones
             m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), trained, ModelFiles(file, data), file)
+
         def builds(dt: str) -> None:
             zero = next((i for i, layer in enumerate(computes) if not np.abs(layer.W).any()), None)
             if zero is not None and quantisable(dt):     # else its bias, on a scale set by no weight, leaves int32
