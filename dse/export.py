@@ -28,7 +28,7 @@ from dse.evaluate import Simulator, declared_input_ranges, point_arrays, streame
 from dse.models.zoo import input_tensors
 from dse.spec import DesignPoint, Spec, TimingSpec
 from dse.frozen import FrozenMap
-from dse.models.model import ModelSpec
+from dse.models.model import ModelSpec, kernel_config
 from dse.models.widths import is_format_knob
 
 
@@ -57,7 +57,8 @@ def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, d
     built = model.build(point.dtype)
     arrays, real = point_arrays(model, point.dtype, built, data_seed)   # trained weights, as evaluated
     tensors = input_tensors(built, arrays)
-    design = compile_model(built.forward(*tensors), config=point.hardware_config(),
+    config = kernel_config(model, point.dtype, point.hardware_config())     # lanes@W1: the kernel computing W1
+    design = compile_model(built.forward(*tensors), config=config,
                            stream=streamed_inputs(model, point.dtype, built, tensors),
                            input_ranges=declared_input_ranges(model, point.dtype, built, tensors, real))
     measured = dict(measured or {})

@@ -39,6 +39,18 @@ def check_sparsity(sparsity) -> float:
     return float(sparsity)
 
 
+def check_keeps_weights(net: DenseNet, sparsity: float) -> None:
+    """ValueError naming the first layer pruning to `sparsity` leaves without a weight (each
+    keeps round((1 - S) * its weights)): its outputs would be its biases whatever the input."""
+    for i, layer in enumerate(net.layers):
+        n = layer.W.size
+        if int(round((1 - sparsity) * n)) == 0:
+            name = layer.name or f"layer{i}"
+            raise ValueError(f"{sparsity:g} leaves layer {i + 1} ({name}, {n} weights) no weight (it keeps "
+                             f"round({1 - sparsity:.4g} x {n}) = 0), so its outputs would be its biases whatever the "
+                             f"input; a sparsity below {1 - 0.5 / n:.4g} keeps one")
+
+
 def masks(net: DenseNet, sparsity: float) -> list[np.ndarray]:
     """Per layer: True where a weight survives magnitude pruning to `sparsity`."""
     out = []
