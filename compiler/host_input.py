@@ -72,11 +72,13 @@ class HostInput:
         return np.clip(round_mode(v, self.rounding), self.lo, self.hi)
 
     def formula(self) -> str:
+        """The step in one line: `word[i]` is element i of input `input`, `x[i]` of the raw sample."""
         if not self.rounding:
-            return f"{self.input}[i] = A[i] * x[i] + C[i], rounded to {self.element} (nearest, ties to even)"
-        mode = "nearest, ties to even" if self.rounding in ("ROUND", "HALF_EVEN") else self.rounding.lower()
-        return f"{self.input}[i] = clip(round_{mode.replace(', ', '_').replace(' ', '_')}(A[i] * x[i] + C[i]), " \
-               f"{self.lo}, {self.hi})"
+            return f"word[i] = A[i] * x[i] + C[i], rounded to {self.element} (to nearest, ties to even)"
+        mode = {"ROUND": "to nearest, ties to even", "HALF_EVEN": "to nearest, ties to even", "CEIL": "up",
+                "FLOOR": "down", "UP": "away from zero", "DOWN": "toward zero",
+                "HALF_UP": "to nearest, ties away from zero", "HALF_DOWN": "to nearest, ties toward zero"}[self.rounding]
+        return f"word[i] = clip(round(A[i] * x[i] + C[i]), {self.lo}, {self.hi}), rounding {mode}"
 
     def as_dict(self) -> dict:
         return {"input": self.input, "buffer": self.buffer, "elements": int(self.scale.size), "element": self.element,

@@ -69,6 +69,7 @@ def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, d
     formats = point.formats().as_dict()        # the quantiser's widths (interface.json `knobs` are the hardware's)
     origin = {"model": model.describe(), "dtype": point.dtype, **({"formats": formats} if formats else {}),
               "data_seed": data_seed, "inputs": _input_buffers(design, built, tensors), **(source or {})}
+    host = _host_input(model, point.dtype, design, built, tensors)
     if design.flow is not None:      # streamed: the data set's first test samples, else the data rolled
         sim = Simulator(sim_backend)
         samples = None
@@ -76,10 +77,21 @@ def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, d
             buf = design.buffer_of(tensors[list(built.inputs).index(real.data_input)])
             samples = [{buf: s} for s in real.samples[:4]]
         return export_design(design=design, out_dir=out_dir, backend=sim.backend, area=_area(measured),
-                             timing=_timing(measured), top=top, source=origin, bus=bus, samples=samples)
+                             timing=_timing(measured), top=top, source=origin, bus=bus, samples=samples,
+                             host_input=host)
     result = Simulator(sim_backend).run(design, None)
     return export_design(design=design, out_dir=out_dir, result=result, area=_area(measured),
-                         timing=_timing(measured), top=top, source=origin, bus=bus)
+                         timing=_timing(measured), top=top, source=origin, bus=bus, host_input=host)
+
+
+def _host_input(model: ModelSpec, dtype: str, design, built, tensors: list):
+    """What the host does to a raw sample before the design takes it, for a network the tool
+    builds (its input map and quantisation: compiler.host_input.HostInput), else None."""
+    if not model.runs_trained(dtype):
+        return None
+    import dataclasses
+    buffer = _input_buffers(design, built, tensors).get("x")
+    return dataclasses.replace(model.trained.host_input(dtype), buffer=buffer)
 
 
 def _input_buffers(design, built, tensors: list) -> dict[str, int | None]:

@@ -118,3 +118,49 @@ def test_every_form_keeps_its_accuracy_on_the_hardware(tmp_path, capsys, forms, 
                                         data={"dataset": "sklearn:wine"}), dtype)
     assert row["status"] == "OK" and row["correct"] and row["samples"] == 45
     assert row["accuracy"] >= 0.95 and row["accuracy_float"] >= 0.97
+
+
+def _words(path: Path, width: int) -> list[int]:
+    """A memory file's words as signed integers."""
+    out = []
+    for line in path.read_text().split():
+        v = int(line, 16)
+        out.append(v - (1 << width) if v >> (width - 1) else v)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form, dtype", [("subdiv.onnx", "int4"), ("qcdq.onnx", "int8")])
+def test_the_export_says_the_host_step_and_its_c_header_computes_it(tmp_path, capsys, wine, forms, form, dtype):
+    """The exported interface carries the host's step (the input map and quantisation); its C
+    header gives the integers the evaluation gave on every test sample; the testbench's input
+    words are that step applied to the first test sample."""
+    import json
+    import shutil
+    import subprocess
+    from dse.cli import main
+    from dse.spec import load_spec
+    spec = model_spec(tmp_path, [dtype], onnx=str(forms[form]), data={"dataset": "sklearn:wine"})
+    out = tmp_path / "exp"
+    assert main(["eval", str(spec), "--model", "m", "--dtype", dtype, "--no-synth", "--sim", "cxxrtl",
+                 "--workdir", str(tmp_path / "w"), "--export", str(out)]) == 0
+    capsys.readouterr()
+    info = json.loads((out / "interface.json").read_text())
+    host = info["host_input"]
+    assert host["input"] == "x" and host["elements"] == 13 and "## Host input" in (out / "interface.md").read_text()
+    assert (out / "tb.v").read_text().startswith("// Input x: the words below are the host's step")
+    want = load_spec(spec).model("m").trained.quantized(dtype).quantize_input(wine.x_test).reshape(len(wine.x_test), -1).astype(np.int64)
+    port = next(p for p in info["host_ports"] if p["role"] == "input" and p["buffer"] == host["buffer"])
+    assert _words(out / port["file"], port["width"]) == want[0].tolist()
+    if shutil.which("g++") is None:
+        pytest.skip("no C++ compiler")
+    samples = "\n".join(" ".join(repr(float(v)) for v in row) for row in wine.x_test)
+    (tmp_path / "main.c").write_text(
+        f'#include <stdio.h>\n#include "tinyhw_top_host_input.h"\n'
+        "int main(void) { double x[13]; int32_t q[13];\n"
+        "  while (1) { for (int i = 0; i < 13; i++) if (scanf(\"%lf\", &x[i]) != 1) return 0;\n"
+        "    tinyhw_top_prepare_x(x, q); for (int i = 0; i < 13; i++) printf(\"%d \", q[i]); printf(\"\\n\"); } }\n")
+    subprocess.run(["g++", "-x", "c", "-O2", "-ffp-contract=off", "-I", str(out), str(tmp_path / "main.c"), "-o",
+                    str(tmp_path / "prep"), "-lm"], check=True)
+    got = subprocess.run([str(tmp_path / "prep")], input=samples, capture_output=True, text=True, check=True).stdout
+    assert np.array_equal(np.array([line.split() for line in got.splitlines()], np.int64), want)

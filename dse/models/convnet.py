@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from compiler.host_input import HostInput
 from dse.models import zoo
 from dse.models.quantize import SCHEME, cheap_multipliers, requantisation
 from dse.models.standardise import InputMap, calibrate, choose, fold_conv, fold_dense, per_tensor, relative_error
@@ -224,13 +225,21 @@ class QuantLayerNet:
     input_quant: "Quantiser | None" = None      # the file's input quantiser (its rounding mode)
     scheme: str = ""                    # how it was quantised, in words (a row's `quantization`)
 
+    def host_input(self) -> HostInput:
+        """The host's step from a raw sample to the input integers: the input map and the input's
+        quantiser (the file's, with its rounding mode; else the tool's grid, to nearest) in one
+        affine per value, rounded and clipped."""
+        n = math.prod(self.input_shape)
+        a, c = self.input_map.per_feature() if self.input_map is not None else (np.ones(n), np.zeros(n))
+        iq = self.input_quant
+        scale, mode = (iq.scale, iq.mode) if iq is not None else (self.input_scale, "HALF_EVEN")
+        how = (self.input_map.describe() if self.input_map is not None else "the raw input") + \
+            (f", then the file's quantiser {iq.where}" if iq is not None else f", then {self.input_hi} steps to 1")
+        return HostInput("x", a / scale, c / scale, mode, self.input_element, self.input_lo, self.input_hi, how)
+
     def quantize_input(self, x: np.ndarray) -> np.ndarray:
-        """Samples (n, ...) as integer inputs (n, *input_shape)."""
-        h = np.asarray(x, np.float64).reshape((len(x), *self.input_shape[1:]))
-        if self.input_map is not None:
-            h = self.input_map(h)
-        q = (self.input_quant.integers(h) if self.input_quant is not None
-             else np.clip(np.round(h / self.input_scale), self.input_lo, self.input_hi))
+        """Samples (n, ...) as integer inputs (n, *input_shape) (`host_input`)."""
+        q = self.host_input()(x)
         return q.reshape((len(q), *self.input_shape)).astype(zoo.storage(self.input_element))
 
     @property

@@ -9,6 +9,7 @@ loaded once per process.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -220,6 +221,20 @@ class TrainedModel:
         if zoo.DTYPES[dtype].is_float:
             return self.float_net(dtype).built(dtype)
         return self.quantized(dtype).built()
+
+    def host_input(self, dtype: str):
+        """The host's step from a raw sample to the hardware's input `x` in `dtype`
+        (compiler.host_input.HostInput): the quantiser's, or for a float dtype the input map
+        before the rounding to the dtype."""
+        if not zoo.DTYPES[dtype].is_float:
+            return self.quantized(dtype).host_input()
+        from compiler.host_input import HostInput
+        net = self.float_net(dtype)
+        m = getattr(net, "input_map", None) or getattr(getattr(net, "net", None), "input_map", None)
+        n = math.prod(getattr(net, "input_shape", (net.inputs,)))
+        import numpy as np
+        a, c = m.per_feature() if m is not None else (np.ones(n), np.zeros(n))
+        return HostInput("x", a, c, "", dtype, how=m.describe() if m is not None else "the raw input")
 
     def inputs(self, dtype: str):
         """The dse.models.data.RealInputs of `dtype`: the network's weights (rounded to a float dtype,

@@ -35,6 +35,7 @@ from typing import Mapping
 
 import numpy as np
 
+from compiler.host_input import HostInput
 from dse.models import zoo
 from dse.models.standardise import InputMap, calibrate, choose, fold_dense, per_tensor, relative_error
 
@@ -211,12 +212,19 @@ class QuantNet:
     def qmax(self) -> int:
         return self.input_qmax
 
+    def host_input(self) -> HostInput:
+        """The host's step from a raw sample to the input integers: the input map and the input's
+        grid in one affine per feature, rounded to nearest (ties to even) and clipped."""
+        n = self.layers[0].W.shape[1]
+        a, c = self.input_map.per_feature() if self.input_map is not None else (np.ones(n), np.zeros(n))
+        how = (self.input_map.describe() if self.input_map is not None else "one scale") + \
+            f", then {self.qmax} steps to 1"
+        return HostInput("x", a / self.input_scale, c / self.input_scale, "HALF_EVEN",
+                         _element(-self.qmax, self.qmax), -self.qmax, self.qmax, how)
+
     def quantize_input(self, x: np.ndarray) -> np.ndarray:
-        """Raw samples (n, in) as the hardware's integer inputs: mapped, then on the input's grid."""
-        x = np.asarray(x, np.float64).reshape(len(x), -1)
-        v = x if self.input_map is None else self.input_map(x)
-        q = np.clip(np.round(v / self.input_scale), -self.qmax, self.qmax)
-        return q.astype(zoo.storage(_element(-self.qmax, self.qmax)))
+        """Raw samples (n, in) as the hardware's integer inputs (`host_input`)."""
+        return self.host_input()(x).astype(zoo.storage(_element(-self.qmax, self.qmax)))
 
     def mean_bits(self) -> tuple[float, float]:
         """(mean weight bits, mean activation bits: the input and each requantised output)."""
