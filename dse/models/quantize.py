@@ -37,7 +37,7 @@ import numpy as np
 
 from compiler.host_input import HostInput
 from dse.models import zoo
-from dse.models.standardise import InputMap, calibrate, choose, fold_dense, per_tensor, relative_error
+from dse.models.standardise import KINDS, InputMap, choose, fold_dense, make, relative_error
 
 SCHEME = ("symmetric; activations per tensor, weights per output channel (last layer per tensor); "
           "int32 accumulators; multiply-and-shift requantisation with clipping")
@@ -83,15 +83,14 @@ class DenseNet:
     def inputs(self) -> int:
         return self.layers[0].W.shape[1]
 
-    def standardised(self, x: np.ndarray, per_feature: bool = True) -> "DenseNet":
-        """This network behind the host's input map calibrated on samples `x` (n, in)
-        (dse.models.standardise): each feature onto [-1, 1] (per_feature=False: the input by one
-        scale), the inverse folded into the first layer. The same function of the raw input;
-        itself if it has its map already."""
+    def standardised(self, x: np.ndarray, kind: str = "centred") -> "DenseNet":
+        """This network behind the host's input map of `kind` (dse.models.standardise.KINDS)
+        calibrated on samples `x` (n, in), the inverse folded into the first layer: the same
+        function of the raw input. Itself if it has its map already."""
         if self.input_map is not None:
             return self
         x = np.asarray(x, np.float64).reshape(len(x), -1)
-        m = calibrate(x, channels=False) if per_feature else per_tensor(x)
+        m = make(x, kind, channels=False)
         first = self.layers[0]
         W, b = fold_dense(first.W, first.b, m)
         return DenseNet((Dense(W, b, first.relu, first.name), *self.layers[1:]), m)
@@ -311,19 +310,19 @@ def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None
     """Post-training quantisation of `net` to `dtype` (int8 or int16), scales calibrated on
     `calibration` samples (n, in) (the training split), at the widths of `formats` (the format
     knobs, dse.models.widths; None: the dtype's). See the module docstring. A network without
-    an input map is quantised behind each of the two maps of dse.models.standardise, and the
-    one nearer the float model on the calibration samples is kept."""
+    an input map is quantised behind each map of dse.models.standardise, and `choose` keeps
+    one by the error of its outputs on the calibration samples."""
     if net.input_map is not None:
         return _quantize(net=net, dtype=dtype, calibration=calibration, formats=formats)
     x = np.asarray(calibration, np.float64).reshape(len(calibration), -1)
     want = net.float_logits(x)
 
-    def attempt(per_feature: bool):
+    def attempt(kind: str):
         try:
-            return _quantize(net=net.standardised(x, per_feature), dtype=dtype, calibration=x, formats=formats)
+            return _quantize(net=net.standardised(x, kind), dtype=dtype, calibration=x, formats=formats)
         except ValueError as e:
             return e
-    return choose([attempt(True), attempt(False)],
+    return choose([attempt(kind) for kind in KINDS],
                   lambda q: relative_error(q.dequantize(q.reference(q.quantize_input(x))), want))
 
 
