@@ -56,7 +56,7 @@ from .passes.constants import fold_constants, rom_slots
 from .passes.chain import Stage, merge_chains
 from .weights import bind_weights, constant_words, runtime_buffers
 
-__all__ = ["HardwareConfig", "compile_model", "layer_names", "layer_limits", "constant_inputs", "simulate", "simulate_many", "export_design", "Design", "SimResult",
+__all__ = ["HardwareConfig", "compile_model", "layer_names", "layer_limits", "layer_inputs", "constant_inputs", "simulate", "simulate_many", "export_design", "Design", "SimResult",
            "ExportedDesign", "CompileError", "UnsupportedError"]
 
 
@@ -155,6 +155,15 @@ def _streamed(graph, stream) -> frozenset[int] | None:
             raise CompileError(f"stream: {t!r} is not an input of this model")
         out.add(buf)
     return frozenset(out)
+
+
+def layer_inputs(*outputs, inputs) -> list[tuple[int, ...]]:
+    """For each layer (kernel) compile_model would build for `outputs`, the positions in
+    `inputs` (the model's input Tensors) of those it reads: which layer holds which weights.
+    Traces the model (see layer_names)."""
+    graph = trace(*outputs)
+    ids = [graph.buffer_id(getattr(getattr(t, "uop", None), "buf_uop", None)) for t in inputs]
+    return [tuple(i for i, b in enumerate(ids) if b is not None and b in k.buffers) for k in graph.kernels]
 
 
 def layer_names(*outputs) -> list[str]:

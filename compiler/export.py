@@ -44,6 +44,7 @@ from amaranth.hdl import Shape
 from . import dtypes as dt
 from .design import Design
 from .errors import CompileError
+from .host_input import HostInput
 from .sim.memory_io import SimResult, input_words
 from .synth.area import AreaReport
 from .tools import atomic_write_text, yosys
@@ -103,7 +104,7 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
                   backend: str = "pysim", area: AreaReport | None = None, timing: TimingReport | None = None,
                   top: str = "tinyhw_top", source: dict[str, Any] | None = None,
                   timeout: float | None = 600, bus: str = "native",
-                  samples: list[dict] | None = None) -> ExportedDesign:
+                  samples: list[dict] | None = None, host_input: HostInput | None = None) -> ExportedDesign:
     """Write the Verilog, memory files, testbench and interface description of `design` to
     `out_dir` (created; files there of the same names are replaced, and earlier mem/*.hex removed).
 
@@ -119,7 +120,11 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
     A schedule=dataflow design (compiler/export_stream.py) streams `samples` (dicts of streamed
     input Tensor or buffer id -> array; default: export_stream.stream_samples, four) back to back:
     `result` is not taken, the samples are simulated streamed with `backend` and each one's
-    latency and interval must equal the cycle model; a streamed bank's files hold every sample."""
+    latency and interval must equal the cycle model; a streamed bank's files hold every sample.
+
+    `host_input` (compiler.host_input.HostInput): what the host does to a raw sample before the
+    design takes it (a network's input map and quantisation); written into the interface, as
+    host_input.csv and as a C header, and named in the testbench."""
     from .bus import wrap
     from .bus.wrapper import check_bus, check_wrappable
     if not _IDENT.match(top):
@@ -131,7 +136,7 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
             raise CompileError(f"{design.name()} is a schedule=dataflow design: its export simulates its samples "
                                "streamed back to back; pass `samples`, not `result`")
         return _export_stream(design=design, out_dir=out_dir, backend=backend, area=area, timing=timing, top=top,
-                              source=source, timeout=timeout, bus=bus, samples=samples)
+                              source=source, timeout=timeout, bus=bus, samples=samples, host_input=host_input)
     if samples is not None:
         raise CompileError(f"{design.name()} is a sequential design: it takes no stream of samples; export it "
                            "with `result` (its one run)")
@@ -170,14 +175,32 @@ def export_design(*, design: Design, out_dir: str | Path, result: SimResult | No
             c_files.append(out / name)
     info = interface(design, ports, top=top, cycles=cycles, area=area, timing=timing, source=source,
                      module=wrapper, bus=bus, bmap=None if wrapper is None else wrapper.bmap)
+    c_files += _host_input_files(host_input, info, out, top, testbench)
     atomic_write_text(out / "interface.json", json.dumps(info, indent=2) + "\n")
     atomic_write_text(out / "interface.md", interface_markdown(info))
     return ExportedDesign(out, verilog, testbench, out / "interface.json", out / "interface.md",
                           tuple(ports), top, cycles, design, bus, tuple(c_files))
 
 
+def _host_input_files(host_input: HostInput | None, info: dict[str, Any], out: Path, top: str,
+                      testbench: Path) -> list[Path]:
+    """The host's step before the design (compiler.host_input): its files, its entry in the
+    interface, and a line in the testbench saying its input words are that step's output. An
+    earlier export's files go when there is none."""
+    if host_input is None:
+        for stale in (out / "host_input.csv", out / f"{top}_host_input.h"):
+            stale.unlink(missing_ok=True)
+        return []
+    info["host_input"] = host_input.as_dict()
+    note = (f"// Input {host_input.input}: the words below are the host's step of interface.md (Host input) "
+            f"applied to the data's samples: {host_input.formula()}.\n")
+    atomic_write_text(testbench, note + testbench.read_text())
+    return host_input.write(out, top)
+
+
 def _export_stream(*, design: Design, out_dir: str | Path, backend: str, area, timing, top: str, source,
-                   timeout: float | None, bus: str, samples: list[dict] | None) -> ExportedDesign:
+                   timeout: float | None, bus: str, samples: list[dict] | None,
+                   host_input: HostInput | None = None) -> ExportedDesign:
     """export_design of a schedule=dataflow design (compiler/export_stream.py)."""
     from . import simulate_many
     from .export_stream import STREAM_PROTOCOL, check_stream, stream_memories, stream_samples, stream_testbench_verilog
@@ -218,6 +241,7 @@ def _export_stream(*, design: Design, out_dir: str | Path, backend: str, area, t
         from .bus.stream import STREAM_BUS_PROTOCOL
         info["protocol"] = STREAM_BUS_PROTOCOL
     info["stream"] = stream_info(design, wrapper, samples=len(given))
+    c_files += _host_input_files(host_input, info, out, top, testbench)
     atomic_write_text(out / "interface.json", json.dumps(info, indent=2) + "\n")
     atomic_write_text(out / "interface.md", interface_markdown(info))
     return ExportedDesign(out, verilog, testbench, out / "interface.json", out / "interface.md", tuple(ports), top,
@@ -466,7 +490,9 @@ def interface_markdown(info: dict[str, Any]) -> str:
              f"Verilog: `{info['verilog']}`. Testbench: `{info['testbench']}` "
              f"(`iverilog -g2012 -o tb.vvp {info['verilog']} tb.v && vvp tb.vvp`, run in this folder).", ""]
     if info["source"]:
-        lines += ["From: " + ", ".join(f"{k} {v}" for k, v in info["source"].items()) + ".", ""]
+        def text(v: Any) -> str:          # a mapping (the explorer's model inputs -> buffers) as `k: v, ...`
+            return "(" + ", ".join(f"{k}: {x}" for k, x in v.items()) + ")" if isinstance(v, dict) else str(v)
+        lines += ["From: " + ", ".join(f"{k} {text(v)}" for k, v in info["source"].items()) + ".", ""]
     lines += [
              "## Ports", "", "| port | direction | bits |", "|---|---|---|"]
     lines += [f"| `{p['name']}` | {p['direction']} | {p['width']} |" for p in info["ports"]]
@@ -506,6 +532,15 @@ def interface_markdown(info: dict[str, Any]) -> str:
         if "axis" in st:
             from .bus.stream import stream_markdown
             lines += stream_markdown(st)
+    if info.get("host_input"):
+        h = info["host_input"]
+        where = "" if h["buffer"] is None else f" (buffer {h['buffer']})"
+        lines += ["## Host input", "",
+                  f"The host turns each raw sample `x` ({h['elements']} values, row-major) into the words of input "
+                  f"`{h['input']}`{where} before it writes them:", "", f"    {h['formula']}", "",
+                  f"A and C, one pair per element, are in `{h['constants']}`; `{info['top']}_host_input.h` computes "
+                  f"the same words in C (`{info['top']}_prepare_{h['input']}`). A and C: {h['how']}. The "
+                  "testbench's input words are this step's output.", ""]
     r, clk = info["resources"], info["clock"]
     lines += ["## Resources and clock", ""]
     lines.append("not measured (no synthesis given)" if r is None else

@@ -156,6 +156,7 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
         **({"formats": point.formats().as_dict()} if point.formats() else {}),
     }
     from dse.limits import TimeLimitExceeded, time_limit
+    from dse.models.model import kernel_config
     from dse.models.user_model import import_reads, recording_reads
     compiled, reads = True, set()
     try:
@@ -164,7 +165,7 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
         from dse.evaluate import declared_input_ranges, point_arrays, streamed_inputs
         from dse.models.zoo import input_tensors
         with recording_reads() as reads, time_limit(ctx.stage_timeout_s, "building and compiling for the cache key"):
-            config = point.hardware_config()
+            config = kernel_config(model, point.dtype, point.hardware_config())
             built = model.build(point.dtype)
             # as evaluate() compiles it: weights="constant" builds the arrays into the kernels,
             # so their values are in the IR fingerprint

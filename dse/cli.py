@@ -62,12 +62,14 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def not_applicable_lines(s) -> list[str]:
     """One line per reason a spec's points were left out of its search space, with a count
-    and an example (Spec.not_applicable): said once per sweep, not as a FAIL row each."""
+    and an example (Spec.not_applicable), and per format knob some points run without
+    (Spec.format_notes): said once per sweep, not as a FAIL row each."""
     reasons: dict[str, list] = {}
     for point, why in s.not_applicable_points():
         reasons.setdefault(why, []).append(point)
     return [f"not applicable, left out of the search space: {len(points)} point{'s' * (len(points) != 1)} "
-            f"(e.g. {points[0].model} {points[0].dtype}): {why}" for why, points in reasons.items()]
+            f"(e.g. {points[0].model} {points[0].dtype}): {why}" for why, points in reasons.items()] + [
+        f"not applied: {line}" for line in s.format_notes()]
 
 
 def _illegal_knob_combinations(s, limit: int = 100_000) -> int:
@@ -75,11 +77,11 @@ def _illegal_knob_combinations(s, limit: int = 100_000) -> int:
     if s.knob_space_size > limit:
         return 0
     from compiler.config import HardwareConfig
-    from dse.models.widths import is_format_knob
+    from dse.spec import hardware_knobs
     bad = 0
     for combo in s.knob_combinations():
         try:     # format knobs are the model's (dse.models.widths), not the hardware's
-            HardwareConfig.from_dict({k: v for k, v in combo.items() if not is_format_knob(k)})
+            HardwareConfig.from_dict(hardware_knobs(combo))
         except (ValueError, TypeError):
             bad += 1
     return bad
@@ -95,8 +97,10 @@ def add_layers(p: argparse.ArgumentParser) -> None:
 
 
 def run_layers(args: argparse.Namespace) -> int:
-    """Each model's layers (kernels) per dtype: the indices and names `<knob>@<layer>` takes."""
-    from dse.models.model import model_layer_limits, quantised_layers
+    """Each model's layers (kernels) per dtype: the indices and names `<knob>@<layer>` takes; a
+    conv/dense layer of a network the tool quantises has two names, its kernel's and its
+    weights', each good for either kind of per-layer knob."""
+    from dse.models.model import layer_kernels, model_layer_limits, quantised_layers
     from dse.spec import load_spec
     s = load_spec(args.spec)
     models = [m for m in s.models if args.model in (None, m.name)]
@@ -110,21 +114,27 @@ def run_layers(args: argparse.Namespace) -> int:
         for dtype in (s.model_dtypes(m.name) if args.dtype is None else (args.dtype,)):
             try:
                 layers = tuple(model_layer_limits(m, dtype))
+                weights = {k: name for name, k in layer_kernels(m, dtype).items()}
             except Exception as e:          # noqa: BLE001 - the model's own error, said per dtype
                 print(f"{m.name} {dtype}: does not build: {type(e).__name__}: {e}")
                 continue
-            by_names.setdefault(layers, []).append(dtype)
-        for layers, dtypes in by_names.items():
+            by_names.setdefault((layers, tuple(sorted(weights.items()))), []).append(dtype)
+        for (layers, weights), dtypes in by_names.items():
+            named = dict(weights)
             print(f"{m.name} ({', '.join(dtypes)}): {len(layers)} layer{'s' * (len(layers) != 1)}")
             for i, (name, lanes, unroll) in enumerate(layers):
-                print(f"  {i}  {name}  (lanes up to {lanes}, reduce_unroll up to {unroll})")
+                print(f"  {i}  {name}{f' = {named[i]}' if i in named else ''}  (lanes up to {lanes}, "
+                      f"reduce_unroll up to {unroll})")
         if m.trained is not None:
             quantised = quantised_layers(m)
-            print(f"{m.name}: {len(quantised)} conv/dense layer{'s' * (len(quantised) != 1)} for weight_bits@ and "
-                  f"act_bits@")
+            kernels = {name: layers[k][0] for (layers, weights), _ in by_names.items() for k, name in weights}
+            print(f"{m.name}: {len(quantised)} conv/dense layer{'s' * (len(quantised) != 1)} for weight_bits@, "
+                  f"act_bits@ and scale_digits@")
             for i, name in enumerate(quantised):
-                print(f"  {i}  {name}")
-    print("Per-layer knobs in a spec: <knob>@<index or name>, e.g. lanes@0: [1, 4] (docs/knobs.md).")
+                print(f"  {i}  {name}{f' = {kernels[name]}' if name in kernels else ''}")
+    print("Per-layer knobs in a spec: <knob>@<index or name>, e.g. lanes@0: [1, 4] (docs/knobs.md). A conv/dense "
+          "layer's two names (its kernel's = its weights') name it for either kind of knob; an index counts the "
+          "layers (kernels) for lanes@, reduce_unroll@ and weights@, the conv/dense layers for the format knobs.")
     return EXIT_OK
 
 
@@ -193,7 +203,7 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
 
     from compiler.config import HardwareConfig
     from dse.models.widths import FORMAT_KNOBS, format_range, is_format_knob
-    from dse.spec import SpecError, load_yaml
+    from dse.spec import SpecError, check_knob_value, hardware_knobs, load_yaml
     known = HardwareConfig.knob_names() + FORMAT_KNOBS
     out: dict[str, Any] = {}
     for item in sets:
@@ -224,16 +234,55 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
             out[name] = value
             continue
         try:
-            HardwareConfig.from_dict({name: value})
+            check_knob_value(name, value)
         except (ValueError, TypeError) as e:
             raise CliError(f"--set {item}: {e}") from None
         out[name] = value
-    combined = {k: v for k, v in {**(base or {}), **out}.items() if not is_format_knob(k)}
+    combined = _combined_knobs(base or {}, out, sets)
     try:
-        HardwareConfig.from_dict(combined)
+        HardwareConfig.from_dict(hardware_knobs(combined))
     except (ValueError, TypeError) as e:
-        raise CliError(f"illegal knob combination {combined}: {e}") from None
+        raise CliError(f"illegal knob combination {hardware_knobs(combined)}: {e}") from None
     return out
+
+
+def _combined_knobs(base: dict[str, Any], given: dict[str, Any], sets: Sequence[str]) -> dict[str, Any]:
+    """The spec's first values with the --set ones over them, the fold knobs checked together
+    (dse.spec.fold_conflict), in either order of --set: a knob given with --set that the fold
+    setting would leave unused is an error naming both; one of the spec's is dropped."""
+    from dse.spec import FOLD_AIMS, fold_conflict, unused_knobs
+    combined = {**base, **given}
+    if any(a in given for a in FOLD_AIMS):     # a target given replaces the spec's other one
+        combined = {k: v for k, v in combined.items() if k in given or k not in FOLD_AIMS}
+    unused = set(unused_knobs(combined)) - set(given)
+    at, why = fold_conflict([k for k in combined if k not in unused], [combined.get("fold", "manual")])
+    if why:
+        item = next((s for s in sets if s.partition("=")[0].strip() == at), None) or next(
+            (s for s in sets if s.partition("=")[0].strip() == "fold"), None)
+        hint = (" (--set target_interval=N or --set fold_budget=N)" if at == "fold"
+                else " (--set fold=auto)" if why.endswith("set fold to auto with it") else "")
+        raise CliError(f"--set {item}: {why}{hint}" if item else f"the spec's knobs with --set: {why}")
+    return combined
+
+
+def _check_formats(spec, model: str, dtype: str, knobs: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """A format knob given with --set applies to the point (an integer dtype of a network the tool
+    quantises), and every format knob's width fits the dtype; raises CliError naming the knob,
+    its value and the range."""
+    from dse.models.widths import is_format_knob
+    from dse.spec import FORMATS_APPLY, format_misfit
+    applies = spec.formats_apply(model, dtype)
+    for name, value in knobs.items():
+        if not is_format_knob(name):
+            continue
+        if not applies and name in given:
+            raise CliError(f"--set {name}={value}: {name.partition('@')[0]} {FORMATS_APPLY}; {model} {dtype} is "
+                           "not one")
+        why = format_misfit(name, value, dtype) if applies else ""
+        if why and name in given:
+            raise CliError(f"--set {name}={value}: {why}")
+        if why:
+            raise CliError(f"{name}={value}, the spec's first value, {why}; give one with --set {name}=N")
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -262,8 +311,12 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.dtype not in spec.model_dtypes(args.model):
         raise CliError(f"--dtype: model {args.model!r} runs {', '.join(spec.model_dtypes(args.model))} only (its "
                        f"dtypes: in the spec)")
+    if spec.refused_dtype(args.model, args.dtype):
+        raise CliError(f"--dtype: {spec.refused_dtype(args.model, args.dtype)}")
     base = {k.name: k.values[0] for k in spec.knobs}
-    knobs = {**base, **parse_sets(args.sets, base)}
+    given = parse_sets(args.sets, base)
+    knobs = {**base, **given}
+    _check_formats(spec, args.model, args.dtype, knobs, given)
     target = args.target or str(spec.target)
     point = DesignPoint(args.model, args.dtype, FrozenMap(knobs))
     workdir = args.workdir or point_dir(spec=spec, point=point, target=target, seed=args.seed)

@@ -102,7 +102,8 @@ from dse.estimate import design_features, too_large
 from dse.limits import time_limit
 from dse.spec import SYNTH_FIDELITY, DesignPoint, Spec, TimingSpec
 from dse.frozen import FrozenMap
-from dse.models.model import ModelSpec
+from dse.models.model import ModelSpec, kernel_config
+from dse.models.widths import quantisable
 
 SIM_BACKENDS = ("auto", "cxxrtl", "pysim")
 
@@ -171,8 +172,8 @@ class Metrics:
     cycles: int | None = None
     cycles_model: int | None = None
     cycle_breakdown: str | None = None      # JSON of the cycle model: {"kernels": [[name, cycles], ...], "copies": n}
-    schedule: str | None = None             # "sequential" or "dataflow" (as built: a graph that cannot be
-                                            # pipelined is sequential, and a note says why)
+    schedule_built: str | None = None       # "sequential" or "dataflow" as built (the knob `schedule` asks; a graph
+                                            # that cannot be pipelined is sequential, and a note says why)
     interval_cycles: int | None = None      # cycles between samples in steady state, measured (dataflow: a stream
                                             # of samples back to back; sequential: = cycles)
     interval_model: int | None = None       # the same from the cycle model
@@ -390,7 +391,11 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         model = ctx.model(point.model).with_formats(point.formats())
         run.set(params=model.params)
         config = point.hardware_config()
-        run.set(knobs=FrozenMap({**config.as_dict(), **point.formats().as_dict()}))
+        formats = point.formats().as_dict()
+        if model.trained is None or not quantisable(point.dtype):     # the point runs without them: no value
+            formats = dict.fromkeys(formats)
+        run.set(knobs=FrozenMap({**config.as_dict(), **formats}))
+        config = kernel_config(model, point.dtype, config)     # lanes@W1: the kernel computing W1
 
     with run.stage("build"):
         built = model.build(point.dtype)
@@ -412,7 +417,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         cm = design.cycle_model()
         run.set(cycles_model=cm.total, cycle_breakdown=json.dumps({"kernels": [list(k) for k in cm.kernels],
                                                                    "copies": cm.copies}),
-                schedule=design.schedule, interval_model=cm.interval,
+                schedule_built=design.schedule, interval_model=cm.interval,
                 stage_cycles=json.dumps([list(s) for s in design.flow.stage_cycles]) if design.flow else None)
         if design.schedule_note:
             run.notes.append(design.schedule_note)
@@ -539,7 +544,7 @@ def _accuracy(model: ModelSpec, *, point: DesignPoint, config, sim: "Simulator",
     if model.runs_trained(point.dtype):   # its own build: quantised for integers, dense ones in floats too
         trained = model.trained
         r = run_samples(net=trained.net(), dtype=point.dtype, data=trained.dataset(), config=config,
-                        backend=sim.backend, formats=trained.formats)
+                        backend=sim.backend, formats=trained.kernel_formats(point.dtype))
     else:
         r = run_model_samples(model=model, dtype=point.dtype, design=design, tensors=tensors, checker=checker,
                               backend=sim.backend)

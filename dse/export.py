@@ -26,10 +26,10 @@ from compiler.synth.area import AreaReport
 from dse.models import zoo
 from dse.evaluate import Simulator, declared_input_ranges, point_arrays, streamed_inputs
 from dse.models.zoo import input_tensors
-from dse.paths import JOURNAL
 from dse.spec import DesignPoint, Spec, TimingSpec
 from dse.frozen import FrozenMap
-from dse.models.model import ModelSpec
+from dse.models.model import ModelSpec, kernel_config
+from dse.models.widths import is_format_knob
 
 
 class ExportError(ValueError):
@@ -57,7 +57,8 @@ def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, d
     built = model.build(point.dtype)
     arrays, real = point_arrays(model, point.dtype, built, data_seed)   # trained weights, as evaluated
     tensors = input_tensors(built, arrays)
-    design = compile_model(built.forward(*tensors), config=point.hardware_config(),
+    config = kernel_config(model, point.dtype, point.hardware_config())     # lanes@W1: the kernel computing W1
+    design = compile_model(built.forward(*tensors), config=config,
                            stream=streamed_inputs(model, point.dtype, built, tensors),
                            input_ranges=declared_input_ranges(model, point.dtype, built, tensors, real))
     measured = dict(measured or {})
@@ -65,18 +66,45 @@ def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, d
     if _present(want) and int(want) != design.cycle_model().total:
         raise ExportError(f"the rebuilt design's cycle model says {design.cycle_model().total} cycles, the "
                           f"evaluation measured {int(want)}: the compiler changed since; re-run the point")
-    origin = {"model": model.describe(), "dtype": point.dtype, "data_seed": data_seed, **(source or {})}
+    formats = point.formats().as_dict()        # the quantiser's widths (interface.json `knobs` are the hardware's)
+    origin = {"model": model.describe(), "dtype": point.dtype, **({"formats": formats} if formats else {}),
+              "data_seed": data_seed, "inputs": _input_buffers(design, built, tensors), **(source or {})}
+    host = _host_input(model, point.dtype, design, built, tensors)
     if design.flow is not None:      # streamed: the data set's first test samples, else the data rolled
         sim = Simulator(sim_backend)
         samples = None
         if real is not None and real.samples is not None and len(real.samples) > 1:
-            buf = design.buffer_of(tensors[built.inputs.index(real.data_input)])
+            buf = design.buffer_of(tensors[list(built.inputs).index(real.data_input)])
             samples = [{buf: s} for s in real.samples[:4]]
         return export_design(design=design, out_dir=out_dir, backend=sim.backend, area=_area(measured),
-                             timing=_timing(measured), top=top, source=origin, bus=bus, samples=samples)
+                             timing=_timing(measured), top=top, source=origin, bus=bus, samples=samples,
+                             host_input=host)
     result = Simulator(sim_backend).run(design, None)
     return export_design(design=design, out_dir=out_dir, result=result, area=_area(measured),
-                         timing=_timing(measured), top=top, source=origin, bus=bus)
+                         timing=_timing(measured), top=top, source=origin, bus=bus, host_input=host)
+
+
+def _host_input(model: ModelSpec, dtype: str, design, built, tensors: list):
+    """What the host does to a raw sample before the design takes it, for a network the tool
+    builds (its input map and quantisation: compiler.host_input.HostInput), else None."""
+    if not model.runs_trained(dtype):
+        return None
+    import dataclasses
+    buffer = _input_buffers(design, built, tensors).get("x")
+    return dataclasses.replace(model.trained.host_input(dtype), buffer=buffer)
+
+
+def _input_buffers(design, built, tensors: list) -> dict[str, int | None]:
+    """Each model input by name -> the buffer that holds it (interface.json `buffers`), None for
+    one built into the hardware (weights="constant")."""
+    out: dict[str, int | None] = {}
+    for name, tensor in zip(built.inputs, tensors):
+        try:
+            buf = design.buffer_of(tensor)
+        except KeyError:
+            buf = None
+        out[name] = buf if buf in design.host_buffers else None
+    return out
 
 
 def _present(v: Any) -> bool:
@@ -116,10 +144,12 @@ def recorded_pnr_settings(row: Mapping[str, Any]) -> dict[str, Any]:
 # a trial of a results folder
 
 def find_trial(results: str | Path, *, number: int, spec: Spec | None = None) -> TrialPoint:
-    """Trial `number` of a sweep's results folder. Its model comes from `spec` when given (it
-    must be the one the sweep recorded, when the folder has a study.journal), else from the
-    search space the sweep recorded in study.journal."""
-    from dse.report import ReportError, load_study_results, read_space
+    """Trial `number` of a sweep's results folder. Its model is the one the sweep recorded in
+    study.journal (dse.models.record: the whole definition, every file by content), refused when
+    a file it reads is missing or changed since; or `spec`'s when given, which must be the one
+    the sweep recorded (files compared by content: they may lie elsewhere), or is taken as it is
+    for a study without a journal (kept in a database)."""
+    from dse.report import ReportError, load_study_results
     try:
         res = load_study_results(results)
     except ReportError as e:
@@ -132,8 +162,15 @@ def find_trial(results: str | Path, *, number: int, spec: Spec | None = None) ->
     if row.get("status") != "OK":
         raise ExportError(f"{results}: trial {number} did not evaluate OK (status {row.get('status')}, stage "
                           f"{row.get('stage')}: {row.get('error')}); nothing to export")
-    space = res.space or read_space(Path(results) / JOURNAL)
-    model = _model(str(row["model"]), row, spec, space, results)
+    name = str(row["model"])
+    described = next((m for m in (res.space or {}).get("models", []) if m[0] == name), None)
+    record = (res.model_records or {}).get(name)
+    if spec is not None:
+        model = _spec_model(name, spec, described, record, results)
+    elif record is not None:
+        model = _recorded_model(record, results, number)
+    else:
+        model = _described_model(name, described, row, results)
     knobs = _knobs(row, number)
     return TrialPoint(number, model, DesignPoint(model.name, str(row["dtype"]), knobs),
                       int(row.get("data_seed") or 0), row)
@@ -147,44 +184,81 @@ def _ranges(numbers: list[int]) -> str:
 
 
 def _knobs(row: Mapping[str, Any], number: int) -> FrozenMap[str, Any]:
-    """The trial's knob columns as Python values (CSV gives floats for integer columns with blanks)."""
+    """The trial's knob columns as Python values (CSV gives floats for integer columns with
+    blanks): the hardware's, per layer too (`lanes@0`), and the quantiser's formats
+    (`weight_bits`, ...); a blank cell is a knob the trial left at its default."""
     values: dict[str, Any] = {}
-    for k in HardwareConfig.knob_names():
-        if k not in row:
+    for k, v in row.items():
+        if not (HardwareConfig.is_knob(k) or is_format_knob(k)) or v is None:
             continue
-        v = row[k]
         if hasattr(v, "item"):
             v = v.item()
         if isinstance(v, float) and v.is_integer():
             v = int(v)
         values[k] = v
     try:
-        HardwareConfig.from_dict(values)
+        DesignPoint(str(row["model"]), str(row["dtype"]), FrozenMap(values)).hardware_config()
     except (ValueError, TypeError) as e:
         raise ExportError(f"trial {number}: its knobs {values} are not a hardware configuration: {e}") from None
     return FrozenMap(values)
 
 
-def _model(name: str, row: Mapping[str, Any], spec: Spec | None, space: Mapping[str, Any] | None,
-           results: str | Path) -> ModelSpec:
-    recorded = next((m for m in (space or {}).get("models", []) if m[0] == name), None)
-    if spec is not None:
+def _spec_model(name: str, spec: Spec, described: list | None, record: Mapping[str, Any] | None,
+                results: str | Path) -> ModelSpec:
+    """`spec`'s model `name`, which must be the one the sweep recorded."""
+    from dse.models.record import model_record, record_change
+    try:
+        model = spec.model(name)
+    except KeyError as e:
+        raise ExportError(f"--spec: {e.args[0]}") from None
+    if described is not None and (described[1], described[2]) != (model.describe(), str(model.source or "")):
+        raise ExportError(f"--spec: model {name!r} is {model.describe()} there, but the sweep in {results} "
+                          f"ran {described[1]}")
+    if record is not None:
         try:
-            model = spec.model(name)
-        except KeyError as e:
-            raise ExportError(f"--spec: {e.args[0]}") from None
-        if recorded is not None and (recorded[1], recorded[2]) != (model.describe(), str(model.source or "")):
-            raise ExportError(f"--spec: model {name!r} is {model.describe()} there, but the sweep in {results} "
-                              f"ran {recorded[1]}")
-        return model
-    if recorded is None:
-        raise ExportError(f"{results}: no study.journal recording model {name!r}: pass --spec SPEC (the spec "
-                          "the sweep ran)")
-    # the sweep recorded [name, "builtin(params)" or "file.py:function(params)", source, ranges]
-    _, described, source, ranges = recorded
-    what = described.split("(", 1)[0]
-    params = json.loads(row["params"]) if row.get("params") else {}
-    input_ranges = FrozenMap((dt, zoo.InputRange(lo, hi)) for dt, (lo, hi) in ranges.items())
-    if source:
-        return ModelSpec(name, None, Path(source), what.split(":", 1)[1], FrozenMap(params), input_ranges)
-    return ModelSpec(name, what, None, None, FrozenMap(params), input_ranges)
+            change = record_change(record, model_record(model, spec.model_dtypes(name)))
+        except OSError as e:
+            raise ExportError(f"--spec: model {name!r}: {e}") from None
+        if change is not None:
+            what, then, now = change
+            raise ExportError(f"--spec: model {name!r}: {what} is not the one the sweep in {results} evaluated "
+                              f"({now} there, {then} in the sweep)")
+    return model
+
+
+def _recorded_model(record: Mapping[str, Any], results: str | Path, number: int) -> ModelSpec:
+    """The model the sweep recorded, its files checked against their recorded content."""
+    from dse.models.record import file_problem, model_from_record
+    from dse.models.user_model import UserModelError
+    name = record["name"]
+    problem = file_problem(record)
+    if problem is not None:
+        f = problem.file
+        fix = ("restore it" if problem.now is None else "restore the file the sweep read") + \
+            f", or pass --spec SPEC whose model {name!r} reads a copy of it (sha256 {f.sha256[:12]}...)"
+        raise ExportError(f"{results}: trial {number}: model {name!r} was swept with {f.what} {f.path}, which "
+                          f"{'is missing' if problem.now is None else 'has changed since'}: {fix}")
+    try:
+        return model_from_record(record)
+    except UserModelError as e:
+        raise ExportError(f"{results}: trial {number}: model {name!r}: {e}") from None
+
+
+def _described_model(name: str, described: list | None, row: Mapping[str, Any], results: str | Path) -> ModelSpec:
+    """A study made before models were recorded whole: its search space describes each model
+    in a line ([name, "builtin(params)" or "file.py:function(params)", source, ranges]), which
+    with the trial's params is the whole definition of a builtin model without files, and of
+    nothing else."""
+    if described is None:
+        raise ExportError(f"{results}: no study.journal recording model {name!r}: pass --spec SPEC (the spec the "
+                          "sweep ran)")
+    _, text, source, ranges = described[:4]
+    builtin = text.split("(", 1)[0]
+    if not source and builtin in zoo.ZOO:
+        params = json.loads(row["params"]) if row.get("params") else {}
+        model = ModelSpec(name, builtin, None, None, FrozenMap(params), FrozenMap(
+            (dt, zoo.InputRange(lo, hi)) for dt, (lo, hi) in ranges.items()))
+        if model.describe() == text:
+            return model
+    raise ExportError(f"{results}: its study.journal describes model {name!r} only as {text!r} (a sweep made "
+                      f"before studies recorded their models' files): pass --spec SPEC (the spec the sweep ran)")

@@ -98,6 +98,8 @@ class StudyResults:
     objectives: tuple[Objective, ...]
     knobs: tuple[str, ...]              # the knobs the study varies (columns of trials.csv)
     space: dict[str, Any] | None        # the search space recorded in study.journal (None: no journal)
+    model_records: dict[str, Any] | None = None   # each model's definition recorded there (dse.models.record;
+                                                  # None: no journal, or a study made before they were)
 
     @property
     def groups(self) -> list[tuple[str, str]]:
@@ -150,6 +152,14 @@ def space_hash(space: dict[str, Any]) -> str:
 
 def read_space(journal: Path) -> dict[str, Any] | None:
     """The search space the sweep recorded in its Optuna journal (None when there is none)."""
+    from dse.study.space import SPACE_ATTR
+    attrs = read_study_attrs(journal)
+    return None if attrs is None else attrs[SPACE_ATTR]
+
+
+def read_study_attrs(journal: Path) -> dict[str, Any] | None:
+    """The user attributes of the study the sweep recorded in its Optuna journal (its search
+    space, dse.study.space.SPACE_ATTR, and more); None when there is none."""
     if not journal.is_file():
         return None
     from optuna.storages.journal import JournalFileBackend, JournalStorage
@@ -174,7 +184,7 @@ def read_space(journal: Path) -> dict[str, Any] | None:
               "repairs the file)", file=sys.stderr, flush=True)
     for s in studies:
         if SPACE_ATTR in s.user_attrs:
-            return s.user_attrs[SPACE_ATTR]
+            return dict(s.user_attrs)
     return None
 
 
@@ -202,7 +212,9 @@ def load_study_results(path: str | Path) -> StudyResults:
     if missing:
         raise ReportError(f"{csv}: not a results CSV of dse sweep (no column {', '.join(missing)})")
     df["model"], df["dtype"] = df["model"].astype(str), df["dtype"].astype(str)
-    space = read_space(path / JOURNAL)
+    from dse.study.space import MODELS_ATTR, SPACE_ATTR
+    attrs = read_study_attrs(path / JOURNAL) or {}
+    space = attrs.get(SPACE_ATTR)
     if space:
         objectives = tuple(Objective(m, Direction(d)) for m, d in space.get("objectives", []))
         knobs = tuple(k for k in space.get("knobs", {}) if k in df)
@@ -214,7 +226,7 @@ def load_study_results(path: str | Path) -> StudyResults:
     if absent:
         raise ReportError(f"{csv}: the objective{'s' * (len(absent) > 1)} {', '.join(absent)} "
                           f"{'are' if len(absent) > 1 else 'is'} not a column")
-    return StudyResults(path, path.name, df, objectives, knobs, space)
+    return StudyResults(path, path.name, df, objectives, knobs, space, attrs.get(MODELS_ATTR))
 
 
 def _varied_knobs(df: pd.DataFrame) -> tuple[str, ...]:

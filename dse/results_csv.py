@@ -88,4 +88,11 @@ def read_results_csv(path: Path) -> pd.DataFrame:
     if dropped:
         print(f"note: {path}: its last row was cut short ({dropped} bytes without a line end): read without it; "
               f"{WAY_OUT}", file=sys.stderr, flush=True)
-    return pd.read_csv(io.StringIO(text))
+    df = pd.read_csv(io.StringIO(text))
+    return df.rename(columns={old: new for old, new in RENAMED.items() if old in df and new not in df})
+
+
+RENAMED = {"schedule.1": "schedule_built"}
+"""Columns of files written before a rename, as pandas reads them -> their name now: trials.csv
+and pareto.csv held the knob `schedule` and the metric (the schedule as built) under one name,
+the metric second (pandas reads it as `schedule.1`)."""

@@ -65,8 +65,10 @@ from dse.models.user_model import IMPORT_TIME_LIMIT_S, UserModelError, bind_para
 from dse.models import formats
 from dse.models.zoo import DTYPES, InputRange
 from dse.frozen import FrozenMap
-from dse.models.widths import FORMAT_KNOBS, Formats, dtype_bits, format_range, is_format_knob, quantisable
-from dse.models.model import ModelFiles, ModelSpec, TrainedModel, model_constants, model_layer_limits, quantised_layers
+from dse.models.widths import (FORMAT_KNOBS, MIN_BITS, Formats, dtype_bits, format_range, is_format_knob, layer_names,
+                               quantisable)
+from dse.models.model import (ModelFiles, ModelSpec, TrainedModel, layer_kernels, model_constants, model_layer_limits,
+                              quantised_layers)
 
 
 
@@ -194,6 +196,74 @@ class SearchSpec:
     hv_tolerance: float = 0.0   # multi on a grid: hypervolume share of the front the gate may give up
 
 
+FOLD_AIMS = ("target_interval", "fold_budget")
+"""What fold=auto aims at: one of them with fold=auto, neither without (compiler.config)."""
+FOLDED = ("lanes", "reduce_unroll")
+"""The per-layer knobs fold=auto chooses itself."""
+
+
+def unused_knobs(knobs: Mapping[str, Any]) -> tuple[str, ...]:
+    """The knobs of a setting its `fold` leaves unused: target_interval and fold_budget without
+    fold=auto, a layer's own lanes and reduce_unroll with it. A space of fold: [manual, auto] x
+    target_interval: [32, 64] reads as "manual, and auto at each target": a point is built
+    without them (`hardware_knobs`), and Spec.not_applicable leaves out the repeats."""
+    auto = knobs.get("fold") == "auto"
+    return tuple(k for k in knobs if (k in FOLD_AIMS and not auto)
+                 or (auto and "@" in k and k.partition("@")[0] in FOLDED))
+
+
+def hardware_knobs(knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """The knobs HardwareConfig.from_dict reads: not the format knobs (dse.models.widths: the
+    model's, not the hardware's), nor those the fold setting leaves unused (`unused_knobs`)."""
+    unused = unused_knobs(knobs)
+    return {k: v for k, v in knobs.items() if not is_format_knob(k) and k not in unused}
+
+
+def check_knob_value(name: str, value: Any) -> None:
+    """One value of one hardware knob on its own (HardwareConfig's checks); raises ValueError.
+    The fold knobs only mean something together, so each is checked beside a stand-in for its
+    partner (target_interval and fold_budget beside fold=auto, fold=auto beside a target), and
+    the combination by `fold_conflict`."""
+    partner = ({"fold": "auto"} if name in FOLD_AIMS
+               else {"target_interval": 1} if name == "fold" and value == "auto" else {})
+    HardwareConfig.from_dict({name: value, **partner})
+
+
+def fold_conflict(names: Iterable[str], folds: Iterable[str]) -> tuple[str, str]:
+    """(the knob at fault, why) when knobs `names`, with the `fold` values `folds` (none given:
+    manual), cannot be set together; ("", "") when they can."""
+    names, folds = list(names), set(folds) or {"manual"}
+    aims = [n for n in FOLD_AIMS if n in names]
+    layers = [n for n in names if "@" in n and n.partition("@")[0] in FOLDED]
+    if len(aims) == 2:
+        return "fold_budget", ("fold=auto aims at target_interval (cycles per sample) or at fold_budget "
+                               "(multipliers), not both: give one of them")
+    if aims and "auto" not in folds:
+        return aims[0], f"{aims[0]} is what fold=auto aims at, and fold is manual: set fold to auto with it"
+    if "auto" in folds and not aims:
+        return "fold", ("fold=auto needs a target: target_interval (cycles per sample, e.g. 64) or fold_budget "
+                        "(multipliers: lanes x reduce_unroll summed over the layers)")
+    if layers and folds == {"auto"}:
+        return layers[0], f"fold=auto chooses every layer's lanes and reduce_unroll itself: drop {layers[0]}"
+    return "", ""
+
+
+FORMATS_APPLY = "sets the widths of a network the tool quantises, in an integer dtype"
+"""Where the format knobs (dse.models.widths) change a point."""
+
+
+def format_misfit(name: str, value: Any, dtype: str) -> str:
+    """Why format knob `name` at `value` cannot apply to an integer point of `dtype` ("" when it
+    can): a width beyond the bits the dtype holds ("does not fit int4: ...", to follow the knob)."""
+    if str(name).startswith("scale_digits"):
+        return ""
+    side = 0 if str(name).startswith("weight_bits") else 1
+    top = dtype_bits(dtype)[side]
+    if value > top:
+        return f"does not fit {dtype}: its {'weights' if side == 0 else 'activations'} hold {MIN_BITS} to {top} bits"
+    return ""
+
+
 @dataclass(frozen=True)
 class DesignPoint:
     """One model x dtype x knob setting: the unit the explorer evaluates."""
@@ -203,8 +273,9 @@ class DesignPoint:
 
     def hardware_config(self) -> HardwareConfig:
         """Raises ValueError saying why if this combination of knob values is illegal. The
-        format knobs (dse.models.widths) are the model's, not the hardware's."""
-        return HardwareConfig.from_dict({k: v for k, v in self.knobs.items() if not is_format_knob(k)})
+        format knobs (dse.models.widths) are the model's, not the hardware's, and knobs the fold
+        setting leaves unused are left out (`hardware_knobs`)."""
+        return HardwareConfig.from_dict(hardware_knobs(self.knobs))
 
     def formats(self) -> Formats:
         """The format knobs of this point (the widths the tool's quantiser uses)."""
@@ -236,6 +307,8 @@ class Spec:
     stage_timeout_s: float
     path: Path | None               # the spec file, if it came from one
     synthesis: str = "flat"         # "units": float units synthesised once each (compiler.synth.units)
+    refused: tuple[tuple[str, str, str], ...] = ()  # (model, dtype, why): a dtype its network cannot run in
+                                                    # (quantised), left out while its other dtypes run
 
     def model(self, name: str) -> ModelSpec:
         for m in self.models:
@@ -271,11 +344,16 @@ class Spec:
         fp_sum=sequential, whose point is the same design (fp_semantics=op likewise:
         `semantics_not_applicable`); or a dtype its model does not run
         (a sampler may propose one: the models' own `dtypes:`); or a format knob that cannot
-        change it (`format_not_applicable`)."""
+        change it (`format_not_applicable`); or a knob the fold setting leaves unused
+        (`unused_knobs`) at another value than its first, the same design as that one."""
         own = self.model_dtypes(point.model) if any(m.name == point.model for m in self.models) else self.dtypes
         if point.dtype not in own:
             return f"model {point.model} runs {', '.join(own)} only (its dtypes)"
-        why = self.format_not_applicable(point) or point.not_applicable() or self.semantics_not_applicable(point)
+        refused = self.refused_dtype(point.model, point.dtype)
+        if refused:
+            return refused
+        why = (self.format_not_applicable(point) or self.unused_not_applicable(point) or point.not_applicable()
+               or self.semantics_not_applicable(point))
         if why or point.knobs.get("fp_sum") != "tree" or "sequential" not in self.knob_values("fp_sum"):
             return why
         unrolls = [v for k, v in point.knobs.items() if k.partition("@")[0] == "reduce_unroll"]
@@ -294,26 +372,56 @@ class Spec:
         return ("fp_semantics=op only changes fp16, bf16 and fp8 arithmetic; elsewhere it is the same design as "
                 "fp_semantics=tinygrad, which the space holds")
 
+    def refused_dtype(self, model: str, dtype: str) -> str:
+        """Why `model` cannot run in `dtype` ("" when it can): its network does not quantise to
+        it (the spec's other dtypes of the model still run)."""
+        return next((f"model {m} cannot run in {d}: {why}" for m, d, why in self.refused if (m, d) == (model, dtype)),
+                    "")
+
+    def unused_not_applicable(self, point: DesignPoint) -> str:
+        """Why a knob the point's fold setting leaves unused leaves it out ("" when none does)."""
+        for name in unused_knobs(point.knobs):
+            first = self.knob_values(name)[0] if self.knob_values(name) else point.knobs[name]
+            if point.knobs[name] != first:
+                what = ("is what fold=auto aims at" if name in FOLD_AIMS
+                        else "is chosen by fold=auto itself")
+                return (f"{name.partition('@')[0]} {what}; at fold={point.knobs.get('fold', 'manual')} it is the "
+                        f"same design as {name}={first}, which the space holds")
+        return ""
+
     def format_not_applicable(self, point: DesignPoint) -> str:
         """Why a format knob leaves `point` out ("" when none does): it changes only the integer
         points of a network the tool quantises, and is elsewhere the same design as the knob's
-        first value; and a width beyond the dtype's bits."""
-        model = next((m for m in self.models if m.name == point.model), None)
-        applies = model is not None and model.trained is not None and quantisable(point.dtype)
+        first value; and a width beyond the dtype's bits (`format_misfit`)."""
+        applies = self.formats_apply(point.model, point.dtype)
         for name, value in point.knobs.items():
             if not is_format_knob(name):
                 continue
-            first = self.knob_values(name)[0]
+            first = self.knob_values(name)[0] if self.knob_values(name) else value
             if not applies and value != first:
-                return (f"{name.partition('@')[0]} sets the widths of a network the tool quantises, in an integer "
-                        f"dtype; elsewhere it is the same design as {name}={first}, which the space holds")
-            if name.startswith("scale_digits"):
-                continue
-            top = dtype_bits(point.dtype)[0 if name.startswith("weight_bits") else 1] if applies else 0
-            if applies and value > top:
-                side = "weights" if name.startswith("weight_bits") else "activations"
-                return f"{name}={value} does not fit {point.dtype} ({top}-bit {side})"
+                return (f"{name.partition('@')[0]} {FORMATS_APPLY}; elsewhere it is the same design as "
+                        f"{name}={first}, which the space holds")
+            if applies and format_misfit(name, value, point.dtype):
+                return f"{name}={value} {format_misfit(name, value, point.dtype)}"
         return ""
+
+    def formats_apply(self, model: str, dtype: str) -> bool:
+        """Whether the format knobs change `model`'s points in `dtype` (FORMATS_APPLY)."""
+        m = next((m for m in self.models if m.name == model), None)
+        return m is not None and m.trained is not None and quantisable(dtype) and not self.refused_dtype(model, dtype)
+
+    def format_notes(self) -> list[str]:
+        """One line per format knob the space holds beside points it cannot change (float dtypes,
+        models the tool does not quantise): those points run without it, said once."""
+        out = []
+        for k in self.knobs:
+            if not is_format_knob(k.name):
+                continue
+            runs = [f"{m.name} {dt}" for m in self.models for dt in (m.dtypes or self.dtypes)
+                    if not self.formats_apply(m.name, dt) and not self.refused_dtype(m.name, dt)]
+            if runs:
+                out.append(f"{k.name} {FORMATS_APPLY}: the points of {', '.join(runs)} run without it")
+        return out
 
     def knob_values(self, name: str) -> tuple[Any, ...]:
         return next((k.values for k in self.knobs if k.name == name), ())
@@ -508,7 +616,7 @@ def _some_combination_is_legal(knobs: list[Knob], path: str, limit: int = 100_00
     first = None
     for values in itertools.product(*(k.values for k in knobs)):
         try:
-            HardwareConfig.from_dict(dict(zip((k.name for k in knobs), values)))
+            HardwareConfig.from_dict(hardware_knobs(dict(zip((k.name for k in knobs), values))))
             return
         except (ValueError, TypeError) as e:
             first = first or e
@@ -629,6 +737,7 @@ def _number(value: Any, path: str, positive: bool = False) -> float:
 class _Parser:
     def __init__(self, base_dir: Path, path: Path | None):
         self.base_dir, self.path = base_dir, path
+        self.refused: list[tuple[str, str, str]] = []      # (model, dtype, why): Spec.refused
 
     def spec(self, data: Any) -> Spec:
         # `dtypes` may be left out when the models give their own (all_dtypes names one that does not)
@@ -669,7 +778,11 @@ class _Parser:
         if timeout > MAX_STAGE_TIMEOUT_S:
             raise SpecError("stage_timeout_s", f"expected at most {MAX_STAGE_TIMEOUT_S:,.0f} (a week), got {timeout!r}")
         spec = Spec(study, target, models, self.dtypes, knobs, objectives, search, constraints, gate,
-                    self.timing, float(timeout), self.path, synthesis)
+                    self.timing, float(timeout), self.path, synthesis, tuple(self.refused))
+        if not spec.space_size:
+            (point, why), *_ = spec.not_applicable_points()
+            raise SpecError("knobs" if spec.knobs else "dtypes", f"every point is left out of the search space, e.g. "
+                                                                 f"{point.model} {point.dtype}: {why}")
         if search.sampler is Sampler.GRID and "trials" not in top["search"]:
             # the whole grid: its points, not counting the ones a knob cannot apply to
             spec = dataclasses.replace(spec, search=dataclasses.replace(search, trials=spec.space_size))
@@ -772,13 +885,20 @@ class _Parser:
     def onnx_model(self, name: str, file: Path, data, path: str, not_dense: str) -> ModelSpec:
         """An ONNX graph that is not a dense chain: the whole graph, run by tinygrad's importer,
         its float initialisers as the weights; float dtypes only (no quantisation applies)."""
-        from dse.models.data import DataError
+        from dse.models.data import DataError, check_graph_runs
         from dse.models.onnx_file import declares_quantisation
         files = ModelFiles(file, data)
         m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), files=files, onnx=file)
         for dt in self.dtypes:
             if not DTYPES[dt].is_float and declares_quantisation(file):   # tinygrad cannot run it in floats either
                 raise SpecError(_join(path, "onnx"), f"dtype {dt}: {not_dense}")
+        if any(DTYPES[dt].is_float for dt in self.dtypes):
+            try:            # shapes that do not fit, named by node before any point runs the graph
+                check_graph_runs(file)
+            except DataError as e:
+                raise SpecError(_join(path, "onnx"), str(e)) from None
+
+        def builds(dt: str) -> None:
             if not DTYPES[dt].is_float:
                 raise SpecError(_join(path, "onnx"), f"dtype {dt}: the tool's post-training quantisation covers "
                                                      f"chains of convolutions, max-pools and dense layers, and "
@@ -791,6 +911,7 @@ class _Parser:
                 files.inputs(inputs, dt)
             except DataError as e:
                 raise SpecError(_join(path, "data"), f"dtype {dt}: {e}") from None
+        self.per_dtype(name, builds)
         return m
 
     def model_files(self, d: dict, m: ModelSpec, path: str) -> "ModelFiles":
@@ -856,23 +977,65 @@ class _Parser:
         if width != net.inputs:
             raise SpecError(_join(path, "data"), f"{dataset.name} samples have shape {dataset.sample_shape} "
                                                  f"({width} values), the network takes {net.inputs}")
+        self.check_labels(dataset, net, _join(path, "data"))
         from dse.models.quantize import DenseNet
         if sparsity and not isinstance(net, DenseNet):
             raise SpecError(_join(path, "prune"), "pruning covers dense networks (Gemm/MatMul/Relu chains); this "
                                                   "one has convolutions")
+        if sparsity:
+            from dse.models.prune import check_keeps_weights
+            try:
+                check_keeps_weights(net, sparsity)
+            except ValueError as e:
+                raise SpecError(_join(path, "prune"), str(e)) from None
         trained = dataclasses.replace(trained, prune=sparsity)
+        computes = [layer for layer in net.layers if hasattr(layer, "W")]     # the conv/dense layers
         if isinstance(net, DenseNet):
             m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), trained)
         else:   # a CNN chain: quantised for integer dtypes, the whole graph for float ones
             m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), trained, ModelFiles(file, data), file)
-        for dt in self.dtypes:
+
+        def builds(dt: str) -> None:
+            zero = next((i for i, layer in enumerate(computes) if not np.abs(layer.W).any()), None)
+            if zero is not None and quantisable(dt):     # else its bias, on a scale set by no weight, leaves int32
+                raise SpecError(_join(path, kind), f"dtype {dt}: every weight of layer {zero + 1} "
+                                                   f"({layer_names(computes)[zero]}) is zero, so its outputs are its "
+                                                   "biases whatever the input: no weight scale to quantise it by")
             try:
                 built = m.build(dt)
                 if m.files is not None and DTYPES[dt].is_float and not m.runs_trained(dt):
                     m.files.inputs(built.inputs, dt)
             except (ValueError, DataError) as e:
-                raise SpecError(_join(path, kind), f"dtype {dt}: {e}") from None
+                raise SpecError(_join(path, kind), f"dtype {dt}: {str(e).removeprefix(f'{dt}: ')}") from None
+        self.per_dtype(name, builds)
         return m
+
+    def per_dtype(self, name: str, check) -> None:
+        """`check(dtype)` (raising SpecError) for each dtype of model `name`: a dtype that fails is
+        left out of the search space (Spec.refused; said once, as other points left out are)
+        while the model's other dtypes run; when every dtype fails, the first failure is the
+        spec's error."""
+        failed: dict[str, SpecError] = {}
+        for dt in self.dtypes:
+            try:
+                check(dt)
+            except SpecError as e:
+                failed[dt] = e
+        if failed and len(failed) == len(self.dtypes):
+            raise next(iter(failed.values()))
+        self.refused += [(name, dt, e.message.removeprefix(f"dtype {dt}: ")) for dt, e in failed.items()]
+
+    @staticmethod
+    def check_labels(dataset, net, path: str) -> None:
+        """Every label of the data one of the network's classes (its outputs): a label beyond
+        them is never predicted, and would only read as a wrong answer."""
+        classes = int(np.asarray(net.float_logits(dataset.x_test[:1].reshape(1, -1))).shape[-1])
+        for split, y in (("test", dataset.y_test), ("training", dataset.y_train)):
+            if y is None or not len(y) or y.max() < classes:
+                continue
+            i = int(np.argmax(y >= classes))
+            raise SpecError(path, f"{dataset.name}: the label {int(y[i])} ({split} sample {i}) is not one of the "
+                                  f"network's {classes} classes (its outputs: labels 0 to {classes - 1})")
 
     def data(self, value: Any, path: str, dense: bool = True):
         from dse.models.data import DataError, DataSpec, SKLEARN_DATASETS
@@ -993,12 +1156,14 @@ class _Parser:
             for j, v in enumerate(_list(values, kpath)):
                 if not isinstance(v, (str, int, float, bool)):
                     raise SpecError(_join(kpath, j), f"expected a number, string or boolean, got {_got(v)}")
-                try:        # a target interval is only legal with fold=auto, which it is checked with
-                    HardwareConfig.from_dict({name: v, **({"fold": "auto"} if name in ("target_interval", "fold_budget")
-                                                          else {})})
+                try:
+                    check_knob_value(name, v)
                 except (ValueError, TypeError) as e:
                     raise SpecError(_join(kpath, j), str(e)) from None
             out.append(Knob(name, tuple(values)))
+        at, why = fold_conflict((k.name for k in out), next((k.values for k in out if k.name == "fold"), ()))
+        if why:
+            raise SpecError(_join(path, at), why)
         _some_combination_is_legal(out, path)
         return tuple(out)
 
@@ -1028,12 +1193,15 @@ class _Parser:
                 except Exception:        # noqa: BLE001 - a model that does not build fails as its points do
                     continue
                 names = [n for n, _, _ in limits]
+                aliases = layer_kernels(m, dtype)       # a conv/dense layer by its name (W1), as format knobs
                 for knob, layer in wanted:
-                    if (layer.isdigit() and int(layer) < len(names)) or layer in names:
-                        self.check_fits(knob, limits[int(layer) if layer.isdigit() else names.index(layer)],
-                                        m, dtype, _join(path, knob.name))
+                    index = (int(layer) if layer.isdigit() and int(layer) < len(names) else names.index(layer)
+                             if layer in names else aliases.get(layer))
+                    if index is not None:
+                        self.check_fits(knob, limits[index], m, dtype, _join(path, knob.name))
                         continue
-                    listing = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
+                    listing = ", ".join(f"{i} ({n}{''.join(f' or {a}' for a, k in aliases.items() if k == i)})"
+                                        for i, n in enumerate(names))
                     raise SpecError(_join(path, knob.name), f"model {m.name!r} ({dtype}) has no layer {layer!r}; its "
                                                             f"{len(names)} layer{'s' * (len(names) != 1)}: {listing}")
 
@@ -1082,16 +1250,60 @@ class _Parser:
         if not trained:
             raise SpecError(path, "weight_bits, act_bits and scale_digits set how the tool quantises a network "
                                   "(`weights:` or `onnx:`); the spec has none")
+        self.check_format_fits(knobs, trained, path)
         for m in trained:
             names = quantised_layers(m)
+            named = any(not (layer.isdigit() or layer in names) for _, layer in wanted)
+            kernels = self.layer_kernel_names(m) if named else {}    # a layer by its kernel's name, as lanes@
             for name, layer in wanted:
+                layer = kernels.get(layer, layer)
                 if name.startswith(("act_bits@", "scale_digits@")) and layer in (str(len(names) - 1), names[-1]):
                     raise SpecError(_join(path, name), "the last layer outputs int32 logits, not activations")
                 if (layer.isdigit() and int(layer) < len(names)) or layer in names:
                     continue
-                listing = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
+                listing = ", ".join(f"{i} ({n}{''.join(f' or {k}' for k, v in kernels.items() if v == n)})"
+                                    for i, n in enumerate(names))
                 raise SpecError(_join(path, name), f"model {m.name!r} has no layer {layer!r} to quantise; its "
                                                    f"conv/dense layers: {listing}")
+
+    def check_format_fits(self, knobs: tuple[Knob, ...], trained: list[ModelSpec], path: str) -> None:
+        """Each format knob applies to some point (an integer dtype of a network the tool
+        quantises), and each of its values fits some such point: a value that fits none would
+        only leave out every point it is in. (A value some dtypes hold and others not is left out
+        of the others: Spec.format_not_applicable.)"""
+        refused = {(m, d) for m, d, _ in self.refused}
+        dtypes = list(dict.fromkeys(dt for m in trained for dt in (m.dtypes or self.dtypes)
+                                    if quantisable(dt) and (m.name, dt) not in refused))
+        for k in knobs:
+            if not is_format_knob(k.name):
+                continue
+            if not dtypes:
+                raise SpecError(_join(path, k.name), f"{k.name.partition('@')[0]} {FORMATS_APPLY}; no point of the "
+                                                     f"spec is one (dtypes: {', '.join(self.dtypes)})")
+            for j, v in enumerate(k.values):
+                if not all(format_misfit(k.name, v, dt) for dt in dtypes):
+                    continue
+                if len(dtypes) == 1:
+                    raise SpecError(_join(_join(path, k.name), j),
+                                    f"{k.name}={v} {format_misfit(k.name, v, dtypes[0])}")
+                side = 0 if k.name.startswith("weight_bits") else 1
+                ranges = ", ".join(f"{dt} {MIN_BITS} to {dtype_bits(dt)[side]}" for dt in dtypes)
+                raise SpecError(_join(_join(path, k.name), j), f"{k.name}={v} fits none of the spec's integer dtypes "
+                                f"(bits of {'weights' if side == 0 else 'activations'}: {ranges})")
+
+    def layer_kernel_names(self, m: ModelSpec) -> dict[str, str]:
+        """The kernel name of each conv/dense layer of `m` in its integer dtypes -> the layer's
+        name (what format knobs take either way)."""
+        out: dict[str, str] = {}
+        for dtype in m.dtypes or self.dtypes:
+            if not quantisable(dtype):
+                continue
+            try:
+                kernels = [name for name, _, _ in model_layer_limits(m, dtype)]
+                out.update({kernels[k]: layer for layer, k in layer_kernels(m, dtype).items()})
+            except Exception:        # noqa: BLE001 - a model that does not build fails as its points do
+                continue
+        return out
 
     def objectives(self, value: Any) -> tuple[Objective, ...]:
         out = []

@@ -346,10 +346,10 @@ def test_dse_layers_lists_each_layers_largest_factors(tmp_path, capsys):
             "objectives": ["cycles", "luts"], "search": {"sampler": "grid", "seed": 0}}
     assert main(["layers", str(write_spec(tmp_path, spec))]) == 0
     assert capsys.readouterr().out.startswith(
-        "jet (int8): 4 layers\n  0  k0_r_64_16  (lanes up to 64, reduce_unroll up to 16)\n"
-        "  1  k1_r_32_64  (lanes up to 32, reduce_unroll up to 64)\n"
-        "  2  k2_r_32_32  (lanes up to 32, reduce_unroll up to 32)\n"
-        "  3  k3_r_5_32  (lanes up to 5, reduce_unroll up to 32)\n")
+        "jet (int8): 4 layers\n  0  k0_r_64_16 = W1  (lanes up to 64, reduce_unroll up to 16)\n"
+        "  1  k1_r_32_64 = W2  (lanes up to 32, reduce_unroll up to 64)\n"
+        "  2  k2_r_32_32 = W3  (lanes up to 32, reduce_unroll up to 32)\n"
+        "  3  k3_r_5_32 = W4  (lanes up to 5, reduce_unroll up to 32)\n")
 
 
 @pytest.mark.slow

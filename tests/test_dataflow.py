@@ -199,3 +199,51 @@ def test_fold_budget_takes_the_least_interval_within_its_multipliers():
         HardwareConfig(fold="auto", fold_budget=10, target_interval=100)
     with pytest.raises(ValueError, match="fold_budget: expected a positive integer"):
         HardwareConfig(fold="auto", fold_budget=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# through dse: a spec's knobs and `dse eval --set`
+
+DSE_SPEC = {"study": "fold", "target": "ecp5",
+            "models": [{"name": "mlp", "builtin": "mlp", "params": {"IN": 16, "HIDDEN": 8, "OUT": 4}}],
+            "dtypes": ["int8"], "objectives": ["interval_cycles", "luts"], "search": {"sampler": "grid"},
+            "knobs": {"schedule": ["dataflow"], "fold": ["manual", "auto"], "target_interval": [48]}}
+
+
+def _eval_row(capsys, spec, *sets: str) -> dict:
+    import json
+    from dse.cli import main
+    args = ["eval", str(spec), "--model", "mlp", "--dtype", "int8", "--no-synth", "--sim", "pysim", "--json",
+            "--workdir", str(spec.parent / f"w{'_'.join(sets)}")]
+    assert main([*args, *(a for s in sets for a in ("--set", s))]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_fold_auto_runs_through_dse_eval_in_either_order(tmp_path, capsys):
+    """`--set fold=auto --set target_interval=N` in either order, or the target from the spec:
+    the fold meets the target, bit-exact, the interval measured equal to the cycle model's."""
+    import json
+    import yaml
+    from dse.cli import main
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(DSE_SPEC, sort_keys=False))
+    manual = _eval_row(capsys, spec)                      # the spec's first values: fold=manual, no target
+    rows = [_eval_row(capsys, spec, "fold=auto", "target_interval=40"),
+            _eval_row(capsys, spec, "target_interval=40", "fold=auto")]
+    assert rows[0]["interval_cycles"] == rows[1]["interval_cycles"] == rows[0]["interval_model"] <= 40
+    assert all(r["status"] == "OK" and r["correct"] and r["schedule_built"] == "dataflow" for r in rows)
+    assert manual["knobs"]["target_interval"] is None and manual["interval_cycles"] > 40
+    stages = json.loads(rows[0]["stage_cycles"])
+    assert max(c for _, c in stages) == rows[0]["interval_cycles"]
+    assert _eval_row(capsys, spec, "fold=auto")["interval_cycles"] <= 48      # the spec's target
+    # one knob of the pair alone is a usage error naming both
+    assert main(["eval", str(spec), "--model", "mlp", "--dtype", "int8", "--set", "target_interval=40",
+                 "--set", "fold=manual"]) == 2
+    assert capsys.readouterr().err == ("error: --set target_interval=40: target_interval is what fold=auto aims at, "
+                                       "and fold is manual: set fold to auto with it (--set fold=auto)\n")
+    spec.write_text(yaml.safe_dump({**DSE_SPEC, "knobs": {"schedule": ["dataflow"]}}, sort_keys=False))
+    assert main(["eval", str(spec), "--model", "mlp", "--dtype", "int8", "--set", "fold=auto"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --set fold=auto: fold=auto needs a target: target_interval (cycles per sample, e.g. 64) or "
+        "fold_budget (multipliers: lanes x reduce_unroll summed over the layers) (--set target_interval=N or "
+        "--set fold_budget=N)\n")

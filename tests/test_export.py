@@ -184,8 +184,9 @@ def test_dse_export_of_a_trial_passes_its_testbench(swept, tmp_path, capsys):
     row = load_results(swept / "results" / "exp").iloc[0]
     info = json.loads((out / "interface.json").read_text())
     assert info["knobs"]["lanes"] == 2
-    assert info["source"] == {"model": "gemv(M=4, K=6)", "dtype": "int8", "data_seed": 0,
+    assert info["source"] == {"model": "gemv(M=4, K=6)", "dtype": "int8", "data_seed": 0, "inputs": {"W": 1, "x": 2},
                               "results": str(swept / "results" / "exp"), "trial": 0}
+    assert {b["buffer"]: b["elements"] for b in info["buffers"] if b["role"] == "input"} == {1: 24, 2: 6}   # W, x
     assert info["cycles"]["total"] == row["cycles"] == row["cycles_model"]
     assert (info["resources"]["luts"], info["resources"]["ffs"]) == (row["luts"], row["ffs"])   # the sweep's figures
     assert_passes(out, int(row["cycles"]))
@@ -340,7 +341,7 @@ def test_export_point_refuses_a_design_whose_cycle_model_changed(tmp_path):
                        measured={"cycles_model": 7}, source={"trial": 3})
     assert sorted(p.name for p in (tmp_path / "o" / "mem").iterdir()) == sorted(Path(p.file).name for p in exp.ports)
     assert json.loads(exp.interface_json.read_text())["source"] == \
-        {"model": "gemv(M=2, K=3)", "dtype": "int8", "data_seed": 0, "trial": 3}
+        {"model": "gemv(M=2, K=3)", "dtype": "int8", "data_seed": 0, "inputs": {"W": 1, "x": 2}, "trial": 3}
 
 
 @pytest.mark.slow

@@ -139,7 +139,7 @@ def test_dse_eval_exports_a_dataflow_point_that_streams(tmp_path, capsys, bus):
                  "--workdir", str(tmp_path / "work"), "--json", "--export", str(out), "--bus", bus]) == 0
     row = json.loads(capsys.readouterr().out)
     info = json.loads((out / "interface.json").read_text())
-    assert row["schedule"] == "dataflow" and info["stream"]["interval"] == row["interval_cycles"] == row["interval_model"]
+    assert row["schedule_built"] == "dataflow" and info["stream"]["interval"] == row["interval_cycles"] == row["interval_model"]
     assert info["stream"]["streamed_inputs"] == [b["buffer"] for b in info["buffers"] if b["role"] == "input"
                                                  and len(b["host_sel"]) and b["elements"] == 16]
     run = run_testbench(out)

@@ -152,10 +152,10 @@ def test_format_knobs_on_a_cnn_leave_declared_layers_alone(tmp_path, digits):
     assert np.abs(q.arrays()["W1"]).max() == 3 and np.abs(q.arrays()["W2"]).max() == 127
 
 
-def _format_spec(tmp_path, knobs: dict, dtypes=("int8", "fp32")) -> Path:
+def _format_spec(tmp_path, knobs: dict, dtypes=("int8", "fp32"), gemv: bool = True) -> Path:
     return _write(tmp_path, {"study": "bits", "target": "ecp5",
                              "models": [{"name": "mlp", "weights": str(WEIGHTS), "data": {"dataset": "sklearn:digits"}},
-                                        {"name": "gemv", "builtin": "gemv", "params": {"M": 4, "K": 8}}],
+                                        {"name": "gemv", "builtin": "gemv", "params": {"M": 4, "K": 8}}][:1 + gemv],
                              "dtypes": list(dtypes), "knobs": knobs, "objectives": ["luts", "accuracy"],
                              "constraints": {"accuracy_min": 0.9}, "search": {"sampler": "grid"}})
 
@@ -180,23 +180,103 @@ def test_format_knobs_in_a_spec(tmp_path, capsys):
     digits = load_spec(_format_spec(tmp_path / "d", {"scale_digits": [1, 2]}))
     assert {p.formats().as_dict()["scale_digits"] for p in digits.points() if p.dtype == "int8"} == {1, 2}
     assert main(["layers", str(path), "--model", "mlp"]) == 0
-    assert "mlp: 2 conv/dense layers for weight_bits@ and act_bits@\n  0  W1\n  1  W2\n" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "  0  k0_r_32_64 = W1  (lanes up to 32, reduce_unroll up to 64)\n" in out
+    assert ("mlp: 2 conv/dense layers for weight_bits@, act_bits@ and scale_digits@\n  0  W1 = k0_r_32_64\n"
+            "  1  W2 = k1_r_10_32\n") in out
 
 
 @pytest.mark.parametrize("knobs, message", [
     ({"weight_bits@fc": [4]}, "knobs.weight_bits@fc: model 'mlp' has no layer 'fc' to quantise; its conv/dense "
-                              "layers: 0 (W1), 1 (W2)"),
+                              "layers: 0 (W1 or k0_r_32_64), 1 (W2 or k1_r_10_32)"),
     ({"weight_bits": [1, 4]}, "knobs.weight_bits[0]: expected an integer >= 2"),
     ({"act_bits@1": [4]}, "knobs.act_bits@1: the last layer outputs int32 logits, not activations"),
     ({"weight_bits": [4, 4]}, "knobs.weight_bits[1]: duplicate value 4 (also at [0])"),
     ({"scale_digits": [1, 9]}, "knobs.scale_digits[1]: expected at most 8 (non-zero signed digits of a requantisation "
                                             "multiplier), got 9"),
     ({"scale_digits@W2": [1]}, "knobs.scale_digits@W2: the last layer outputs int32 logits, not activations"),
+    ({"act_bits@k1_r_10_32": [4]}, "knobs.act_bits@k1_r_10_32: the last layer outputs int32 logits, not activations"),
+    ({"weight_bits@W1": [2, 9]}, "knobs.weight_bits@W1[1]: weight_bits@W1=9 does not fit int8: its weights hold 2 to "
+                                 "8 bits"),
 ])
 def test_bad_format_knobs_are_one_line_exit_2(tmp_path, capsys, knobs, message):
     assert main(["validate", str(_format_spec(tmp_path, knobs))]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("dtypes, knobs, message", [
+    (("int4", "int5"), {"act_bits": [4, 6]}, "knobs.act_bits[1]: act_bits=6 fits none of the spec's integer dtypes "
+                                             "(bits of activations: int4 2 to 4, int5 2 to 5)"),
+    (("fp32", "fp16"), {"weight_bits": [4]}, "knobs.weight_bits: weight_bits sets the widths of a network the tool "
+                                             "quantises, in an integer dtype; no point of the spec is one (dtypes: "
+                                             "fp32, fp16)"),
+])
+def test_a_format_knob_no_point_can_take_is_a_usage_error(tmp_path, capsys, dtypes, knobs, message):
+    assert main(["validate", str(_format_spec(tmp_path, knobs, dtypes))]) == 2
+    assert capsys.readouterr() == ("", f"error: {message}\n")
+
+
+def test_where_a_format_knob_does_not_apply_it_is_said_once(tmp_path, capsys):
+    """A width one dtype holds and another not leaves out the other's points; a float dtype's
+    points run without the knob: both said once, and --set refuses either for one point."""
+    path = _format_spec(tmp_path, {"weight_bits": [8, 4]}, ("int4", "int8", "fp32"))
+    assert main(["validate", str(path)]) == 0
+    why = "sets the widths of a network the tool quantises, in an integer dtype"
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "not applicable, left out of the search space: 1 point (e.g. mlp int4): weight_bits=8 does not fit int4: its "
+        "weights hold 2 to 4 bits",
+        f"not applicable, left out of the search space: 4 points (e.g. mlp fp32): weight_bits {why}; elsewhere it is "
+        "the same design as weight_bits=8, which the space holds",
+        f"not applied: weight_bits {why}: the points of mlp fp32, gemv int4, gemv int8, gemv fp32 run without it"]
+    for dtype, sets, message in [
+            ("int4", ["weight_bits=6"], "--set weight_bits=6: does not fit int4: its weights hold 2 to 4 bits"),
+            ("int4", [], "weight_bits=8, the spec's first value, does not fit int4: its weights hold 2 to 4 bits; give "
+                         "one with --set weight_bits=N"),
+            ("fp32", ["weight_bits@W1=4"], f"--set weight_bits@W1=4: weight_bits {why}; mlp fp32 is not one")]:
+        assert main(["eval", str(path), "--model", "mlp", "--dtype", dtype,
+                     *(a for s in sets for a in ("--set", s))]) == 2
+        assert capsys.readouterr().err == f"error: {message}\n"
+
+
+def test_a_layer_has_one_pair_of_names_for_both_kinds_of_knob(tmp_path, capsys):
+    """lanes@W1 is the kernel that computes W1; weight_bits@k1_r_10_32 the conv/dense layer that
+    kernel computes: each name good for either kind of knob."""
+    from dse.models.model import kernel_config, layer_kernels
+    path = _format_spec(tmp_path, {"lanes@W1": [1, 4], "weight_bits@k1_r_10_32": [4]}, ("int8",), gemv=False)
+    assert main(["validate", str(path)]) == 0
+    m = load_spec(path).model("mlp")
+    assert layer_kernels(m, "int8") == {"W1": 0, "W2": 1}
+    config = kernel_config(m, "int8", HardwareConfig.from_dict({"lanes@W1": 4, "reduce_unroll@0": 2}))
+    assert config.resolve_layers(["k0_r_32_64", "k1_r_10_32"]).layers == ((0, (("lanes", 4), ("reduce_unroll", 2))),)
+    trained = m.with_formats(Formats.of({"weight_bits@k1_r_10_32": 4, "act_bits@0": 6})).trained
+    assert trained.kernel_formats("int8") == Formats.of({"weight_bits@W2": 4, "act_bits@0": 6})
+    with pytest.raises(ValueError, match=r"weight_bits@k1_r_10_32: layer k1_r_10_32 computes W2, given weight_bits "
+                                         r"twice \(by two names\)"):
+        m.with_formats(Formats.of({"weight_bits@k1_r_10_32": 4, "weight_bits@W2": 6})).trained.kernel_formats("int8")
+    for knob in ("lanes@W9", "weight_bits@k9"):
+        assert main(["validate", str(_format_spec(tmp_path, {knob: [4]}, ("int8",), gemv=False))]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: knobs.lanes@W9: model 'mlp' (int8) has no layer 'W9'; its 2 layers: 0 (k0_r_32_64 or W1), 1 "
+        "(k1_r_10_32 or W2)",
+        "error: knobs.weight_bits@k9: model 'mlp' has no layer 'k9' to quantise; its conv/dense layers: 0 (W1 or "
+        "k0_r_32_64), 1 (W2 or k1_r_10_32)"]
+
+
+@pytest.mark.slow
+def test_both_names_of_a_layer_evaluate_the_same_design(tmp_path, capsys):
+    import json
+    rows = []
+    for i, knobs in enumerate([{"lanes@W1": [4], "weight_bits@k1_r_10_32": [4], "act_bits@k0_r_32_64": [6]},
+                               {"lanes@0": [4], "weight_bits@W2": [4], "act_bits@0": [6]}]):
+        (tmp_path / str(i)).mkdir()
+        path = _format_spec(tmp_path / str(i), knobs, ("int8",), gemv=False)
+        assert main(["eval", str(path), "--model", "mlp", "--dtype", "int8", "--no-synth", "--json",
+                     "--workdir", str(tmp_path / f"w{i}")]) == 0
+        rows.append(json.loads(capsys.readouterr().out))
+    keys = ("status", "cycles", "cycle_breakdown", "mean_weight_bits", "mean_act_bits", "accuracy", "correct")
+    assert [rows[0][k] for k in keys] == [rows[1][k] for k in keys]
+    assert (rows[0]["cycles"], rows[0]["mean_weight_bits"], rows[0]["mean_act_bits"]) == (884, 6.0, 7.0)
 
 
 @pytest.mark.slow

@@ -273,7 +273,7 @@ def test_a_file_whose_integers_do_not_fit_the_format_is_refused(tmp_path, capsys
     spec = model_spec(tmp_path, ["int8"], onnx="qat.onnx", data={"dataset": "sklearn:digits"})
     assert main(["validate", str(spec)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: models[0].onnx: dtype int8: int8: layer 1 (linear): the quantiser ") and \
+    assert err.startswith("error: models[0].onnx: dtype int8: layer 1 (linear): the quantiser ") and \
         err.endswith("holds integers in [0, 255], beyond int8 [-128, 127] (int8's activations); run it in a wider "
                      "integer format\n")
 

@@ -198,7 +198,7 @@ def test_digits_spec_rows_carry_accuracy_and_onnx_gives_the_same_rows(tmp_path, 
         assert r["samples"] == 450                      # the whole test split, each sample bit-exact
     assert rows["fp32"]["accuracy"] == rows["fp32"]["accuracy_float"] and rows["fp32"]["agreement"] == 1.0
     assert abs(rows["int8"]["accuracy"] - rows["int8"]["accuracy_float"]) <= 0.02
-    assert rows["int8"]["quantization"].startswith("symmetric")
+    assert rows["int8"]["quantization"].startswith("input per ") and "symmetric" in rows["int8"]["quantization"]
 
     onnx_file = _onnx_file(tmp_path / "digits.onnx", read_weights(WEIGHTS))
     spec = tmp_path / "spec.yaml"
@@ -269,7 +269,7 @@ def test_a_users_function_with_weights_and_data_scores_every_sample(tmp_path, ca
     assert row["logit_max_err"] < 1e-3
     # tinygrad's per-sample results are kept: a second point (other knobs) does not recompute them
     from dse.models import accuracy
-    accuracy.tinygrad_outputs.cache_clear()
+    accuracy.tinygrad_outputs_for.cache_clear()
     calls = []
     real = zoo.tinygrad_result
     monkeypatch.setattr(zoo, "tinygrad_result", lambda *a: calls.append(1) or real(*a))
@@ -421,7 +421,7 @@ def test_a_trained_onnx_cnn_quantises_to_int8_within_two_points(tmp_path, capsys
     assert int8["samples"] == 450 and int8["overflow_safe"] is True
     assert int8["accuracy_float"] == float(right.mean()) > 0.95
     assert abs(int8["accuracy"] - int8["accuracy_float"]) <= 0.02
-    assert int8["quantization"].startswith("symmetric")
+    assert int8["quantization"].startswith("input per tensor scaled into [-1, 1] by the host; symmetric")
     fp32 = eval_model(capsys, model_spec(tmp_path, ["fp32"], onnx="cnn.onnx",
                                        data={"dataset": "sklearn:digits", "samples": 40}), "fp32")
     assert fp32["status"] == "OK" and fp32["correct"] and fp32["samples"] == 40, fp32
@@ -454,3 +454,147 @@ def test_running_an_onnx_graph_leaves_its_initialisers_as_read(tmp_path):
     arrays = zoo.make_inputs(built, 0)
     built.forward(*zoo.input_tensors(built, arrays)).realize()
     assert np.array_equal(onnx_initialisers(path)["conv_weight"], w["conv.weight"])
+
+
+# ---------------------------------------------------------------------------------------------
+# files that cannot make a network or its data: refused at `dse validate`, naming the file, the
+# array and the place, before any number goes through quantisation or a reference
+
+def _bad_files(tmp_path: Path, digits) -> None:
+    w = read_weights(WEIGHTS)
+    x, y = digits.x_test[:40], digits.y_test[:40]
+
+    def poked(a, index, value):
+        a = np.array(a)
+        a[index] = value
+        return a
+    np.savez(tmp_path / "w_nan.npz", **{**w, "W1": poked(w["W1"], (3, 5), np.nan)})
+    np.savez(tmp_path / "w_inf.npz", **{**w, "b2": poked(w["b2"], 4, -np.inf)})
+    np.savez(tmp_path / "w_zero.npz", **{**w, "W2": np.zeros_like(w["W2"])})
+    np.savez(tmp_path / "ok.npz", x=x, y=y)
+    np.savez(tmp_path / "x_nan.npz", x=poked(x, (7, 12), np.nan), y=y)
+    np.savez(tmp_path / "x_inf.npz", x=x, y=y, x_train=poked(x, (2, 63), np.inf))
+    np.savez(tmp_path / "empty.npz", x=np.zeros((0, 64)), y=np.zeros(0, np.int64))
+    np.savez(tmp_path / "y_neg.npz", x=x, y=poked(y, 5, -1))
+    np.savez(tmp_path / "y_big.npz", x=x, y=poked(y, 5, 12))
+
+
+@pytest.mark.parametrize("dtypes, model, message", [
+    (["int8"], {"weights": "w_nan.npz", "data": {"file": "ok.npz"}},
+     "models[0].weights: {tmp}/w_nan.npz: array 'W1' holds nan at index (3, 5): weights must be finite numbers"),
+    (["fp32"], {"weights": "w_inf.npz", "data": {"file": "ok.npz"}},
+     "models[0].weights: {tmp}/w_inf.npz: array 'b2' holds -inf at index (4,): weights must be finite numbers"),
+    (["fp32"], {"weights": str(WEIGHTS), "data": {"file": "x_nan.npz"}},
+     "models[0].data: {tmp}/x_nan.npz: 'x' sample 7, feature 12 is nan: every value must be a finite number"),
+    (["int8"], {"weights": str(WEIGHTS), "data": {"file": "x_inf.npz"}},
+     "models[0].data: {tmp}/x_inf.npz: 'x_train' sample 2, feature 63 is inf: every value must be a finite number"),
+    (["int8"], {"weights": str(WEIGHTS), "data": {"file": "empty.npz"}},
+     "models[0].data: {tmp}/empty.npz: 'x' has shape (0, 64): no samples"),
+    (["int8"], {"weights": str(WEIGHTS), "data": {"file": "y_neg.npz"}},
+     "models[0].data: {tmp}/y_neg.npz: 'y' holds the label -1 (sample 5); a label is a class index, from 0"),
+    (["fp32"], {"weights": str(WEIGHTS), "data": {"file": "y_big.npz"}},
+     "models[0].data: {tmp}/y_big.npz: the label 12 (test sample 5) is not one of the network's 10 classes (its "
+     "outputs: labels 0 to 9)"),
+    (["int8"], {"weights": "w_zero.npz", "data": {"file": "ok.npz"}},
+     "models[0].weights: dtype int8: every weight of layer 2 (W2) is zero, so its outputs are its biases whatever "
+     "the input: no weight scale to quantise it by"),
+    (["int8"], {"weights": str(WEIGHTS), "data": {"file": "ok.npz"}, "prune": 0.999},
+     "models[0].prune: 0.999 leaves layer 2 (W2, 320 weights) no weight (it keeps round(0.001 x 320) = 0), so its "
+     "outputs would be its biases whatever the input; a sparsity below 0.9984 keeps one"),
+    # weights beside a zoo model: the same check
+    (["fp32"], {"builtin": "mlp", "params": {"IN": 64, "HIDDEN": 32, "OUT": 10}, "weights": "w_nan.npz",
+                "data": {"file": "ok.npz"}},
+     "models[0].weights: dtype fp32: {tmp}/w_nan.npz: array 'W1' holds nan at index (3, 5): weights must be finite numbers"),
+])
+def test_files_that_cannot_make_a_network_are_named_at_validate(tmp_path, capsys, digits, dtypes, model, message):
+    _bad_files(tmp_path, digits)
+    spec = model_spec(tmp_path, dtypes, **model)
+    assert main(["validate", str(spec)]) == 2
+    assert capsys.readouterr() == ("", f"error: {message.format(tmp=tmp_path)}\n")
+
+
+def test_a_dtype_the_network_cannot_be_quantised_to_leaves_out_only_its_points(tmp_path, capsys):
+    """A layer of 64 inputs at their largest times weights at theirs: int16's 13-bit activations x
+    16-bit weights overflow its int32 accumulator, int8's do not; int16 is left out, said once
+    with the model, the dtype and why, and `dse eval` of it is a usage error."""
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "big.npz", W1=rng.normal(1, 0.01, (8, 64)), b1=np.zeros(8), W2=rng.normal(0, 1, (3, 8)),
+             b2=np.zeros(3))
+    x = rng.uniform(0, 16, (30, 64))
+    x[0] = 16
+    np.savez(tmp_path / "data.npz", x=x, y=rng.integers(0, 3, 30))
+    spec = model_spec(tmp_path, ["int8", "int16", "fp32"], weights="big.npz", data={"file": "data.npz"})
+    assert main(["validate", str(spec)]) == 0
+    why = "model m cannot run in int16: an accumulator of layer 1 exceeds int32 on the calibration data"
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        f"not applicable, left out of the search space: 1 point (e.g. m int16): {why}"]
+    from dse.spec import load_spec
+    assert [p.dtype for p in load_spec(spec).points()] == ["int8", "fp32"]
+    assert main(["eval", str(spec), "--model", "m", "--dtype", "int16"]) == 2
+    assert capsys.readouterr().err == f"error: --dtype: {why}\n"
+    # the only dtype: the spec's error, as before
+    spec = model_spec(tmp_path, ["int16"], weights="big.npz", data={"file": "data.npz"})
+    assert main(["validate", str(spec)]) == 2
+    assert capsys.readouterr().err == ("error: models[0].weights: dtype int16: an accumulator of layer 1 exceeds "
+                                       "int32 on the calibration data\n")
+
+
+def _mlp_onnx(path: Path, nodes, w2_inputs: int) -> Path:
+    from onnx import helper
+    from helpers import save_onnx
+    rng = np.random.default_rng(0)
+    consts = {"W1": rng.normal(0, 0.1, (32, 64)).astype(np.float32), "b1": np.zeros(32, np.float32),
+              "W2": rng.normal(0, 0.1, (10, w2_inputs)).astype(np.float32), "b2": np.zeros(10, np.float32)}
+    return save_onnx(path, [helper.make_node(*n[:3], **n[3]) for n in nodes], consts, ["N", 64], ["N", 10])
+
+
+@pytest.mark.parametrize("skip, dtype, message", [
+    (False, "fp32", "{tmp}/m.onnx: node #3 Gemm (output 'y'): a dense layer of 30 inputs on a value of shape (1, 32): "
+                    "the graph's shapes do not fit (no dtype can run it: fix the file)"),
+    (False, "int8", "{tmp}/m.onnx: node #3 Gemm (output 'y'): a dense layer of 30 inputs on a value of shape (1, 32): "
+                    "the graph's shapes do not fit (no dtype can run it: fix the file)"),
+    # not a chain (a skip connection): the graph runs whole in floats, its shapes checked by tinygrad
+    (True, "fp32", "{tmp}/m.onnx: node #4 Gemm (output 'y'): tinygrad cannot run it (RuntimeError: cannot dot "
+                   "(1, 32) and (30, 10))"),
+])
+def test_an_onnx_graph_whose_layers_do_not_chain_is_named_by_node(tmp_path, capsys, skip, dtype, message):
+    pytest.importorskip("onnx")
+    head = [("Flatten", ["x"], ["f"], {}), ("Gemm", ["f", "W1", "b1"], ["h"], {"transB": 1}),
+            ("Relu", ["h"], ["r"], {})]
+    tail = [("Add", ["r", "h"], ["s"], {}), ("Gemm", ["s", "W2", "b2"], ["y"], {"transB": 1})] if skip else \
+        [("Gemm", ["r", "W2", "b2"], ["y"], {"transB": 1})]
+    _mlp_onnx(tmp_path / "m.onnx", head + tail, 30)
+    spec = model_spec(tmp_path, [dtype], onnx="m.onnx", data={"dataset": "sklearn:digits", "samples": 8})
+    assert main(["validate", str(spec)]) == 2
+    assert capsys.readouterr().err == f"error: models[0].onnx: {message.format(tmp=tmp_path)}\n"
+
+
+def test_a_non_finite_onnx_initialiser_is_named_by_node(tmp_path, capsys):
+    pytest.importorskip("onnx")
+    import onnx
+    nodes = [("Flatten", ["x"], ["f"], {}), ("Gemm", ["f", "W1", "b1"], ["h"], {"transB": 1}),
+             ("Relu", ["h"], ["r"], {}), ("Gemm", ["r", "W2", "b2"], ["y"], {"transB": 1})]
+    path = _mlp_onnx(tmp_path / "m.onnx", nodes, 32)
+    model = onnx.load(str(path))
+    for t in model.graph.initializer:
+        if t.name == "b1":
+            t.CopyFrom(onnx.numpy_helper.from_array(np.array([0] * 31 + [np.nan], np.float32), "b1"))
+    onnx.save(model, str(path))
+    spec = model_spec(tmp_path, ["int8", "fp32"], onnx="m.onnx", data={"dataset": "sklearn:digits", "samples": 8})
+    assert main(["validate", str(spec)]) == 2
+    assert capsys.readouterr().err == (f"error: models[0].onnx: {path}: node #1 Gemm (output 'h'): its constant 'b1' "
+                                       "holds nan at index (31,): weights must be finite numbers\n")
+
+
+def test_a_cnn_layer_of_zero_weights_is_named_and_its_float_dtypes_run(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    w = {"conv.weight": rng.normal(0, 0.3, (4, 1, 3, 3)).astype(np.float32),
+         "conv.bias": rng.normal(0, 0.1, (4,)).astype(np.float32),
+         "fc.weight": np.zeros((10, 36), np.float32), "fc.bias": rng.normal(0, 0.1, (10,)).astype(np.float32)}
+    cnn_onnx(tmp_path / "cnn.onnx", w=w)
+    spec = model_spec(tmp_path, ["int8", "fp32"], onnx="cnn.onnx", data={"dataset": "sklearn:digits", "samples": 8})
+    assert main(["validate", str(spec)]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "not applicable, left out of the search space: 1 point (e.g. m int8): model m cannot run in int8: every "
+        "weight of layer 2 (fc_weight) is zero, so its outputs are its biases whatever the input: no weight scale to "
+        "quantise it by"]

@@ -132,6 +132,21 @@ ERRORS = [
     (with_("knobs.mem_read", ["sync", "fast"]), "knobs.mem_read[1]: " + _knob_error("fast")),
     (with_("knobs.mem_read", ["sync", ["comb"]]), "knobs.mem_read[1]: expected a number, string or boolean, "
                                                   "got a list (['comb'])"),
+    # the fold knobs only mean something together: checked as a combination, naming the knob at fault
+    (with_("knobs", {"target_interval": [64]}), "knobs.target_interval: target_interval is what fold=auto aims at, "
+                                                "and fold is manual: set fold to auto with it"),
+    (with_("knobs", {"fold": ["manual"], "fold_budget": [64]}),
+     "knobs.fold_budget: fold_budget is what fold=auto aims at, and fold is manual: set fold to auto with it"),
+    (with_("knobs", {"fold": ["auto"]}), "knobs.fold: fold=auto needs a target: target_interval (cycles per sample, "
+                                         "e.g. 64) or fold_budget (multipliers: lanes x reduce_unroll summed over "
+                                         "the layers)"),
+    (with_("knobs", {"fold": ["auto"], "target_interval": [64], "fold_budget": [8]}),
+     "knobs.fold_budget: fold=auto aims at target_interval (cycles per sample) or at fold_budget (multipliers), not "
+     "both: give one of them"),
+    (with_("knobs", {"fold": ["auto"], "target_interval": [64], "lanes@0": [2]}),
+     "knobs.lanes@0: fold=auto chooses every layer's lanes and reduce_unroll itself: drop lanes@0"),
+    (with_("knobs", {"fold": ["auto"], "target_interval": [0]}),
+     "knobs.target_interval[0]: HardwareConfig.target_interval: expected a positive integer (cycles per sample), got 0"),
     # objectives
     (with_("objectives", ["cycles", "lut"]), "objectives[1]: unknown objective 'lut'; did you mean 'luts'?"),
     (with_("objectives", ["cycles", "cycles"]), "objectives[1]: duplicate value 'cycles' (also at [0])"),
@@ -539,3 +554,22 @@ def test_per_layer_knobs_by_index_or_name_validate_and_list_the_layers(tmp_path,
 def test_a_per_layer_knob_the_model_cannot_take_is_one_line_exit_2(tmp_path, capsys, knobs, message):
     rc, out, err = run_validate(tmp_path, capsys, {**MLP_SPEC, "knobs": knobs})
     assert (rc, out) == (2, "") and err.strip() == message
+
+
+def test_fold_auto_and_its_target_are_one_space(tmp_path, capsys):
+    """fold: [manual, auto] x target_interval: [32, 64] is "manual, and auto at each target": the
+    manual point is built without a target (HardwareConfig refuses one there), its repeat at the
+    other target is left out once with why."""
+    spec = {**MLP_SPEC, "knobs": {"schedule": ["dataflow"], "fold": ["manual", "auto"], "target_interval": [32, 64]}}
+    rc, out, err = run_validate(tmp_path, capsys, spec)
+    assert (rc, err) == (0, "")
+    assert out.splitlines()[1:] == [
+        "not applicable, left out of the search space: 1 point (e.g. mlp int8): target_interval is what fold=auto "
+        "aims at; at fold=manual it is the same design as target_interval=32, which the space holds"]
+    s = parse_spec(spec)
+    configs = {(p.knobs["fold"], p.knobs["target_interval"]): p.hardware_config() for p in s.points()}
+    assert sorted(configs) == [("auto", 32), ("auto", 64), ("manual", 32)]
+    assert configs["manual", 32].target_interval is None and configs["auto", 64].target_interval == 64
+    # the order of the keys does not matter, nor does a budget instead of a target
+    rc, out, err = run_validate(tmp_path, capsys, {**MLP_SPEC, "knobs": {"fold_budget": [4], "fold": ["auto"]}})
+    assert (rc, err) == (0, "") and "-> 1 design points" in out

@@ -7,6 +7,7 @@ Yosys (`fake_synth`: deterministic area from the design), since what they test i
 real synthesis is covered by test_synth/test_evaluate, and by the tests marked slow here."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -73,6 +74,38 @@ def test_grid_sweep_writes_trials_pareto_csv_and_md(tmp_path, fake_synth):
     md = (r.results_dir / "pareto.md").read_text()
     assert "## gemv_4x8 · int8" in md and "## add_8 · int8" in md
     assert "| trial | mem_read | cycles | luts |" in md
+
+
+def test_a_knob_and_a_metric_never_share_a_column(tmp_path, fake_synth):
+    """The knob `schedule` (asked) and the metric `schedule_built` (as built) are two columns;
+    fold=auto with its target runs through a sweep."""
+    from compiler.config import HardwareConfig
+    from dse.evaluate import Metrics
+    from dse.models.widths import FORMAT_KNOBS
+    knobs = set(HardwareConfig.knob_names()) | set(FORMAT_KNOBS)
+    assert not knobs & {f.name for f in dataclasses.fields(Metrics)}
+    models = [{"name": "mlp", "builtin": "mlp", "params": {"IN": 16, "HIDDEN": 8, "OUT": 4}}]
+    spec = load_spec(write_spec(tmp_path, {**spec_dict(models=models), "knobs": {
+        "schedule": ["sequential", "dataflow"], "fold": ["manual", "auto"], "target_interval": [48]}}))
+    r = sweep(spec, options(tmp_path))
+    df = load_results(r.results_dir)
+    assert (r.ran, len(df)) == (4, 4) and df.columns.is_unique and (df["status"] == "OK").all()
+    assert list(df["schedule"]) == list(df["schedule_built"])
+    auto = df[df["fold"] == "auto"]
+    assert (auto["target_interval"] == 48).all() and df[df["fold"] == "manual"]["target_interval"].isna().all()
+    assert (auto[auto["schedule"] == "dataflow"]["interval_cycles"] <= 48).all()
+    md = (r.results_dir / "pareto.md").read_text()
+    assert "| trial | schedule | fold | target_interval |" in md and "Name:" not in md and "dtype:" not in md
+
+
+def test_results_of_a_sweep_before_the_rename_still_load(tmp_path):
+    """trials.csv written when the knob and the metric were both `schedule`: the second is the
+    metric, read as schedule_built."""
+    (tmp_path / "trials.csv").write_text("number,model,dtype,schedule,status,schedule,cycles\n"
+                                         "0,m,int8,dataflow,OK,sequential,12\n")
+    df = load_results(tmp_path)
+    assert list(df.columns) == ["number", "model", "dtype", "schedule", "status", "schedule_built", "cycles"]
+    assert (df["schedule"][0], df["schedule_built"][0]) == ("dataflow", "sequential")
 
 
 def test_load_results_says_what_to_do_without_results(tmp_path):

@@ -30,7 +30,7 @@ import hashlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -38,14 +38,14 @@ from compiler import HardwareConfig, compile_model, simulate_many
 from compiler.cache import REFERENCES
 from compiler.tools import package_version
 from dse.models import zoo
-from dse.models.convnet import LayerNet
 from dse.models.data import Dataset
-from dse.models.floatnet import FloatNet
-from dse.models.fp8net import Fp8Net
-from dse.models.model import ModelSpec
+from dse.models.model import ModelSpec, float_model
 from dse.models.quantize import FP8_SCHEME, SCHEME, DenseNet, is_fp8
 from dse.models.widths import quantisable
 from dse.models.zoo import input_tensors
+
+if TYPE_CHECKING:
+    from dse.models.convnet import LayerNet
 
 
 @dataclass(frozen=True)
@@ -94,9 +94,9 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
         built, arrays, xs = q.built(), q.arrays(), q.quantize_input(x)
         reference, to_float = q.reference(xs), q.dequantize
     elif zoo.DTYPES[dtype].is_float:
-        if isinstance(net, LayerNet):               # a CNN chain: dse/models/fp8net.py, floatnet.py
-            net = Fp8Net(net) if is_fp8(dtype) else FloatNet(net)
-        xs = zoo.round_float(x, dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
+        # the host's input map chosen, and a CNN chain through dse/models/fp8net.py, floatnet.py
+        net = float_model(net, dtype, data.x_train.reshape(len(data.x_train), -1))
+        xs = zoo.round_float(net.host_input(x), dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
         built, arrays = net.built(dtype), net.arrays(dtype)
         semantics = (config or HardwareConfig()).fp_semantics
         reference = net.reference(dtype, x) if is_fp8(dtype) else net.reference(dtype, x, semantics)
@@ -189,15 +189,20 @@ def float_outputs(model: ModelSpec) -> np.ndarray:
                      for s in real.samples])
 
 
-@functools.lru_cache(maxsize=16)
 def tinygrad_outputs(model: ModelSpec, dtype: str) -> np.ndarray:
     """(samples, outputs): tinygrad's own result for each test sample of a user's model in
     `dtype`. tinygrad's PYTHON device takes 0.1-0.6 s a sample (the only device without a C
     compiler), and the result depends on the model and its files only, not on the knobs: so it
-    is computed once per model and dtype, kept in memory and in $TINYHW_CACHE/references."""
+    is computed once per model, dtype and content of its files, kept in memory and in
+    $TINYHW_CACHE/references (a file changed in place is a new key, also within one process)."""
+    return tinygrad_outputs_for(REFERENCES.key(_reference_material(model, dtype)), model, dtype)
+
+
+@functools.lru_cache(maxsize=16)
+def tinygrad_outputs_for(key: str, model: ModelSpec, dtype: str) -> np.ndarray:
+    """tinygrad_outputs under its cache key (the content of the model's files)."""
     built = model.build(dtype)
     real = model.files.inputs(built.inputs, dtype)
-    key = REFERENCES.key(_reference_material(model, dtype))
     with contextlib.suppress(OSError, ValueError):
         cached = np.load(REFERENCES.path(key, "outputs.npy"), allow_pickle=False)
         if len(cached) == len(real.samples):

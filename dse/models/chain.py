@@ -37,11 +37,12 @@ from pathlib import Path
 import numpy as np
 
 from dse.models.convnet import Conv, Flatten, Layer, LayerNet, Linear, MaxPool
-from dse.models.data import DataError, NotDenseChain
+from dse.models.data import DataError, NotDenseChain, first_non_finite
 from dse.models.onnx_file import Node, OnnxFile, read_onnx
 from dse.models.qonnx import (QONNX_DOMAINS, QUANT_OPS, Quantiser, fold_constants, linear_params, quant_params,
                                weight_grid)
 from dse.models.quantize import Dense, DenseNet
+from dse.models.standardise import InputMap
 
 LAYER_OPS = ("Conv", "Gemm", "MatMul", "Relu", "MaxPool", "Flatten")
 FOLDED_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Identity", "Dropout")
@@ -59,6 +60,9 @@ class Affine:
     def then(self, scale: np.ndarray, shift: np.ndarray) -> "Affine":
         """This map followed by v -> scale * v + shift."""
         return Affine(self.scale * scale, self.shift * scale + shift, self.where)
+
+
+BROKEN = "the graph's shapes do not fit (no dtype can run it: fix the file)"
 
 
 def read_chain(path: Path) -> LayerNet:
@@ -108,6 +112,12 @@ def chain_nodes(f: OnnxFile, nodes: tuple[Node, ...], consts: dict[str, np.ndarr
         missing = [name for name in others.values() if name not in consts]
         if missing:
             raise NotDenseChain(f"{node.where}: reads {', '.join(missing)}, which is not an initialiser")
+        for name in others.values():
+            a = np.asarray(consts[name])
+            bad = first_non_finite(a) if np.issubdtype(a.dtype, np.floating) else None
+            if bad is not None:
+                raise DataError(f"{node.where}: its constant {name!r} holds {a[bad]}"
+                                f"{f' at index {bad}' if bad else ''}: weights must be finite numbers")
         yield node, node.inputs.index(current), {i: np.asarray(consts[n]) for i, n in others.items()}
         current = node.outputs[0]
     if current != f.output:
@@ -156,8 +166,8 @@ class ChainReader:
             raise NotDenseChain(f"{self.pending.where}: cannot be folded: no conv or dense layer follows it")
         if not any(isinstance(layer, (Conv, Linear)) for layer in self.layers):
             raise NotDenseChain(f"{self.file.path}: no Conv or dense layer to quantise")
-        imap = None if self.input_map is None else (self.input_map.scale.reshape(self.file.input_shape),
-                                                    self.input_map.shift.reshape(self.file.input_shape))
+        imap = None if self.input_map is None else InputMap(self.input_map.scale.reshape(self.file.input_shape),
+                                                            self.input_map.shift.reshape(self.file.input_shape))
         return LayerNet(tuple(self.file.input_shape), tuple(self.layers), self.input_quant, imap)
 
     # -- layers
@@ -189,8 +199,9 @@ class ChainReader:
             raise NotDenseChain(f"{where}: auto_pad is not supported; give explicit pads")
         pads = tuple(int(p) for p in opts.get("pads", (0, 0, 0, 0)))
         stride = tuple(int(s) for s in opts.get("strides", (1, 1)))
-        if W.shape[1] != self.shape[1]:
-            raise NotDenseChain(f"{where}: weights for {W.shape[1]} input channels, the value has {self.shape[1]}")
+        if W.shape[1] != self.shape[1]:     # the graph itself is wrong: no dtype runs it
+            raise DataError(f"{where}: weights for {W.shape[1]} input channels, the value has {self.shape[1]}: "
+                            f"{BROKEN}")
         W, grid = self.weights(node, W, False)
         self.add_layer(node, Conv(W, b, stride, pads, grid=grid, name=_ident(node.inputs[1])))
         (kh, kw), (t, l, bo, r) = W.shape[2:], pads
@@ -220,9 +231,12 @@ class ChainReader:
         self.dense(node, W, np.zeros(consts[1].shape[1]), grid)
 
     def dense(self, node: Node, W: np.ndarray, b: np.ndarray, grid=None) -> None:
-        if len(self.shape) != 2 or W.shape[1] != self.shape[1]:
-            raise NotDenseChain(f"{node.where}: a dense layer of {W.shape[1]} inputs on a value of shape {self.shape}"
-                                + (" (a Flatten before it?)" if len(self.shape) != 2 else ""))
+        if len(self.shape) == 2 and W.shape[1] != self.shape[1]:   # the graph itself is wrong: no dtype runs it
+            raise DataError(f"{node.where}: a dense layer of {W.shape[1]} inputs on a value of shape {self.shape}: "
+                            f"{BROKEN}")
+        if len(self.shape) != 2:
+            raise NotDenseChain(f"{node.where}: a dense layer of {W.shape[1]} inputs on a value of shape {self.shape} "
+                                "(a Flatten before it?)")
         self.add_layer(node, Linear(np.ascontiguousarray(W), np.asarray(b, np.float64).copy(), grid=grid,
                                     name=_ident(node.inputs[1])))
         self.shape = (1, len(W))

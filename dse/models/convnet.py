@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from compiler.host_input import HostInput
 from dse.models import zoo
 from dse.models.quantize import SCHEME, cheap_multipliers, requantisation
+from dse.models.standardise import KINDS, InputMap, choose, fold_conv, fold_dense, make, relative_error
 
 if TYPE_CHECKING:   # dse.models.qonnx reads files into these layers; imported for the names only
     from dse.models.qonnx import Quantiser, WeightGrid
@@ -105,11 +107,12 @@ def _channel(v: np.ndarray, ndim: int) -> np.ndarray:
 class LayerNet:
     """The layers, and the quantisation a file declares (dse.models.qonnx: QONNX or QCDQ): a
     quantiser of the input (after `input_map`, the affine preprocessing before it, which the
-    host applies), integer weights and output quantisers on the layers."""
+    host applies), integer weights and output quantisers on the layers. Without a quantiser of
+    the input, `input_map` is the tool's (dse.models.standardise, `standardised`)."""
     input_shape: tuple[int, ...]         # one sample, with the batch dimension 1: (1, C, H, W)
     layers: tuple[Layer, ...]
     input_quant: "Quantiser | None" = None
-    input_map: tuple[np.ndarray, np.ndarray] | None = None     # (scale, shift), input_shape each
+    input_map: InputMap | None = None    # the host's map of the input; the layers (or input_quant) read its output
 
     @property
     def inputs(self) -> int:
@@ -125,9 +128,29 @@ class LayerNet:
     def mapped_input(self, x: np.ndarray) -> np.ndarray:
         """Samples (n, ...) shaped (n, *input_shape[1:]), the input map applied."""
         h = np.asarray(x, np.float64).reshape((len(x), *self.input_shape[1:]))
-        if self.input_map is not None:
-            h = h * self.input_map[0] + self.input_map[1]
-        return h
+        return h if self.input_map is None else self.input_map(h)
+
+    host_input = mapped_input
+
+    def standardised(self, x: np.ndarray, kind: str = "centred") -> "LayerNet":
+        """This network behind the host's input map of `kind` (dse.models.standardise.KINDS)
+        calibrated on samples `x`: per feature into a dense first layer, per channel into a conv
+        (scaled only, where the conv pads with zeros). Itself where it has a map already, where
+        its file declares the input's quantisation or the first layer's integer weights, or where
+        something other than a Flatten comes before the first layer."""
+        import dataclasses
+        first = next(i for i, layer in enumerate(self.layers) if isinstance(layer, (Conv, Linear)))
+        layer = self.layers[first]
+        if self.input_map is not None or self.input_quant is not None or layer.grid is not None \
+                or not all(isinstance(m, Flatten) for m in self.layers[:first]):
+            return self
+        h = self.mapped_input(x)
+        conv_first = isinstance(layer, Conv)
+        m = make(h, kind, channels=conv_first, shift_ok=not (conv_first and any(layer.pads)))
+        W, b = (fold_conv if conv_first else fold_dense)(layer.W, layer.b, m)
+        layers = list(self.layers)
+        layers[first] = dataclasses.replace(layer, W=W, b=b)
+        return dataclasses.replace(self, layers=tuple(layers), input_map=m)
 
     def float_logits(self, x: np.ndarray) -> np.ndarray:
         """The float model in float64 on samples (n, ...): (n, outputs); with the quantisers
@@ -196,17 +219,25 @@ class QuantLayerNet:
     steps: tuple[QuantStep, ...]
     input_lo: int = 0                   # the input integers' range
     input_hi: int = 0
-    input_map: tuple[np.ndarray, np.ndarray] | None = None
+    input_map: InputMap | None = None
     input_quant: "Quantiser | None" = None      # the file's input quantiser (its rounding mode)
     scheme: str = ""                    # how it was quantised, in words (a row's `quantization`)
 
+    def host_input(self) -> HostInput:
+        """The host's step from a raw sample to the input integers: the input map and the input's
+        quantiser (the file's, with its rounding mode; else the tool's grid, to nearest) in one
+        affine per value, rounded and clipped."""
+        n = math.prod(self.input_shape)
+        a, c = self.input_map.per_feature() if self.input_map is not None else (np.ones(n), np.zeros(n))
+        iq = self.input_quant
+        scale, mode = (iq.scale, iq.mode) if iq is not None else (self.input_scale, "HALF_EVEN")
+        how = (self.input_map.describe() if self.input_map is not None else "the raw input") + \
+            (f", then the file's quantiser {iq.where}" if iq is not None else f", then {self.input_hi} steps to 1")
+        return HostInput("x", a / scale, c / scale, mode, self.input_element, self.input_lo, self.input_hi, how)
+
     def quantize_input(self, x: np.ndarray) -> np.ndarray:
-        """Samples (n, ...) as integer inputs (n, *input_shape)."""
-        h = np.asarray(x, np.float64).reshape((len(x), *self.input_shape[1:]))
-        if self.input_map is not None:
-            h = h * self.input_map[0] + self.input_map[1]
-        q = (self.input_quant.integers(h) if self.input_quant is not None
-             else np.clip(np.round(h / self.input_scale), self.input_lo, self.input_hi))
+        """Samples (n, ...) as integer inputs (n, *input_shape) (`host_input`)."""
+        q = self.host_input()(x)
         return q.reshape((len(q), *self.input_shape)).astype(zoo.storage(self.input_element))
 
     @property
@@ -356,7 +387,25 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, forma
     (the training split) where the file declares none, at the widths of `formats` (the format
     knobs, dse.models.widths; None: the dtype's); the module docstring gives the scheme.
     What the file declares (dse.models.qonnx: integer weights, quantisers of the input and of
-    layer outputs) is taken as it is: its integers must fit the dtype (else ValueError)."""
+    layer outputs) is taken as it is: its integers must fit the dtype (else ValueError). A
+    network the host's input map applies to is quantised behind each map of
+    dse.models.standardise, and `choose` keeps one by the error of its outputs on the
+    calibration samples."""
+    if net.standardised(calibration) is net:
+        return _quantize_layers(net=net, dtype=dtype, calibration=calibration, formats=formats)
+    want = net.float_logits(calibration)
+
+    def attempt(kind: str):
+        try:
+            return _quantize_layers(net=net.standardised(calibration, kind), dtype=dtype, calibration=calibration,
+                                    formats=formats)
+        except ValueError as e:
+            return e
+    return choose([attempt(kind) for kind in KINDS],
+                  lambda q: relative_error(q.dequantize(q.reference(q.quantize_input(calibration))), want))
+
+
+def _quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, formats=None) -> QuantLayerNet:
     from dse.models.widths import Widths, layer_names, widths
     computes = [layer for layer in net.layers if isinstance(layer, (Conv, Linear))]
     bits = widths(dtype, layer_names(computes), formats)
@@ -452,7 +501,7 @@ def _declared_formats(computes: list, formats, input_quant) -> None:
 def _scheme(net: LayerNet, steps: tuple[QuantStep, ...], dtype: str) -> str:
     """The row's `quantization`: the tool's scheme, or what the file declares and the tool added."""
     if not net.declared:
-        return SCHEME
+        return (f"input {net.input_map.describe()} by the host; " if net.input_map is not None else "") + SCHEME
     parts = [f"input {net.input_quant.describe()}" if net.input_quant is not None else "input calibrated"]
     for i, step in enumerate((s for s in steps if s.W is not None), 1):
         layer = step.layer

@@ -107,13 +107,44 @@ def _npz_dataset(path: Path) -> Dataset:
 
 
 def _samples(path: Path, arrays: Mapping[str, np.ndarray], xk: str, yk: str) -> tuple[np.ndarray, np.ndarray | None]:
-    x = np.asarray(arrays[xk], np.float64)
-    y = arrays.get(yk)
+    a, y = arrays[xk], arrays.get(yk)
+    if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+        raise DataError(f"{path}: '{xk}' holds {a.dtype}, not numbers")
+    x = np.asarray(a, np.float64)
     if x.ndim < 2:
         raise DataError(f"{path}: '{xk}' must have one sample per row, got shape {x.shape}")
+    if not len(x) or not x[0].size:
+        what = "samples" if not len(x) else "values in a sample"
+        raise DataError(f"{path}: '{xk}' has shape {x.shape}: no {what}")
+    bad = first_non_finite(x)
+    if bad is not None:
+        sample, feature = bad[0], int(np.ravel_multi_index(bad[1:], x.shape[1:]))
+        where = f" (position {bad[1:]} of shape {x.shape[1:]})" if x.ndim > 2 else ""
+        raise DataError(f"{path}: '{xk}' sample {sample}, feature {feature}{where} is {x[bad]}: every value must be "
+                        "a finite number")
     if y is not None and (y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer)):
         raise DataError(f"{path}: '{yk}' must hold one integer label per sample ({len(x)}), got {y.dtype} {y.shape}")
+    if y is not None and y.min() < 0:
+        i = int(np.argmax(y < 0))
+        raise DataError(f"{path}: '{yk}' holds the label {int(y[i])} (sample {i}); a label is a class index, from 0")
     return x, y
+
+
+def first_non_finite(a: np.ndarray) -> tuple[int, ...] | None:
+    """The index of the first NaN or infinity of `a` (None: every value is finite)."""
+    bad = ~np.isfinite(a)
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), a.shape)) if bad.any() else None
+
+
+def check_finite(path: Path, name: str, a: np.ndarray) -> None:
+    """Raise DataError naming the file, the array and the index of its first NaN or infinity:
+    arithmetic on them (quantisation, the float reference) fails far from their cause."""
+    if not np.issubdtype(np.asarray(a).dtype, np.floating):
+        return
+    bad = first_non_finite(np.asarray(a))
+    if bad is not None:
+        at = f" at index {bad}" if bad else ""
+        raise DataError(f"{path}: array {name!r} holds {np.asarray(a)[bad]}{at}: weights must be finite numbers")
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
@@ -146,6 +177,9 @@ def read_weights(path: Path) -> dict[str, np.ndarray]:
         arrays = onnx_initialisers(path)
     else:
         raise DataError(f"{path}: weights must be a .npz or .safetensors file")
+    if path.suffix != ".onnx":      # a graph run whole may hold infinities on purpose (a mask, a pad value)
+        for name, a in arrays.items():
+            check_finite(path, name, a)
     return arrays
 
 
@@ -326,6 +360,27 @@ def tensor_array(t) -> np.ndarray:
         from tinygrad.dtype import _to_np_dtype
         return np.asarray(float(t.uop.arg) if is_float else int(t.uop.arg), dtype=_to_np_dtype(t.dtype) or np.float32)
     return t.numpy()
+
+
+def check_graph_runs(path: Path) -> None:
+    """Build the whole graph's computation once on a zero input, lazily (tinygrad checks shapes
+    as it builds; nothing is computed, and shapes do not depend on the dtype): a graph whose
+    shapes do not fit raises DataError naming the node where they stop fitting, before any
+    point is built."""
+    runner, graph = onnx_runner(path), onnx_graph(path)
+    from dse.models.zoo import import_tinygrad
+    tg = import_tinygrad()
+    pristine = dict(runner.graph_values)       # the runner is shared: leave it as read
+    try:
+        runner({graph.names[graph.input]: tg.Tensor.zeros(*graph.input_shape)})
+    except Exception as e:                      # noqa: BLE001 - any failure is the graph's; said with its node
+        done = runner.graph_values
+        index, node = next(((i, n) for i, n in enumerate(runner.graph_nodes)
+                            if not all(o in done for o in n.outputs if o)), (None, None))
+        where = f"node #{index} {node.op} (output {node.outputs[0]!r})" if node is not None else "the graph"
+        raise DataError(f"{path}: {where}: tinygrad cannot run it ({type(e).__name__}: {e})") from None
+    finally:
+        runner.graph_values = pristine
 
 
 def onnx_built(path: Path, dtype: str):

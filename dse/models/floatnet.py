@@ -36,6 +36,11 @@ class FloatNet:
     def float_logits(self, x: np.ndarray) -> np.ndarray:
         return self.net.float_logits(x)
 
+    def host_input(self, x: np.ndarray) -> np.ndarray:
+        """Samples (n, ...) as the hardware's input takes them, before rounding: the input map
+        (the file's preprocessing, or dse.models.standardise's) applied by the host."""
+        return self.net.mapped_input(x)
+
     def arrays(self, dtype: str) -> dict[str, np.ndarray]:
         """W1, b1, W2, b2, ... (conv and dense layers in order) rounded to `dtype`."""
         out = {}
@@ -78,8 +83,7 @@ class FloatNet:
         "tinygrad" (emulated by tinygrad in float32): products exact, sums in float32, then
         `zoo.half_layer` (dse.models.quantize.DenseNet.reference says the same)."""
         params = self.arrays(dtype)
-        h = zoo.round_float(np.asarray(x, np.float64), dtype).astype(np.float32)
-        h = h.reshape((len(x), *self.input_shape[1:]))
+        h = zoo.round_float(self.host_input(x), dtype).astype(np.float32)
         emulated = zoo.arith_for(dtype, fp_semantics).emulated_casts
         if emulated:
             h = zoo.half_load(h)

@@ -30,8 +30,9 @@ def arrays(net: LayerNet, dtype: str) -> dict[str, np.ndarray]:
 
 
 def samples(net: LayerNet, x: np.ndarray, dtype: str) -> np.ndarray:
-    """Samples (n, ...) as the model's input x: rounded to `dtype`, shaped (n, *input_shape)."""
-    return zoo.round_float(np.asarray(x, np.float64), dtype).reshape((len(x), *net.input_shape))
+    """Samples (n, ...) as the model's input x: the input map applied (by the host), rounded to
+    `dtype`, shaped (n, *input_shape)."""
+    return zoo.round_float(net.mapped_input(x), dtype).reshape((len(x), *net.input_shape))
 
 
 def built(net: LayerNet, dtype: str) -> zoo.Built:
@@ -102,6 +103,9 @@ class Fp8Net:
 
     def float_logits(self, x: np.ndarray) -> np.ndarray:
         return self.net.float_logits(x)
+
+    def host_input(self, x: np.ndarray) -> np.ndarray:
+        return self.net.mapped_input(x)
 
     def built(self, dtype: str) -> zoo.Built:
         return built(self.net, dtype)

@@ -9,6 +9,7 @@ loaded once per process.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -175,27 +176,58 @@ class TrainedModel:
                              f"quantised) or a float dtype, "
                              f"not {dtype}")
         data = self.dataset()
-        return _cached(("quant", self.kind, self.path, self.data, self.prune, dtype, self.formats),
+        formats = self.kernel_formats(dtype)
+        return _cached(("quant", self.kind, self.path, self.data, self.prune, dtype, formats),
                        lambda: self.net().quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1),
-                                                   formats=self.formats))
+                                                   formats=formats))
+
+    def kernel_formats(self, dtype: str):
+        """The point's format knobs with a layer named by its kernel (`weight_bits@k0_r_32_64`, as
+        lanes@ names it) named as the conv/dense layer that kernel computes (`weight_bits@W1`)."""
+        from dse.models.widths import Formats, layer_names, quantisable
+        if not self.formats or not quantisable(dtype):
+            return self.formats
+        names = layer_names([layer for layer in getattr(self.net(), "layers", ()) if hasattr(layer, "W")])
+        if all(layer.isdigit() or layer in names for layer in self.formats.layers()):
+            return self.formats
+        plain = ModelSpec("", None, None, None, FrozenMap(), FrozenMap(), dataclasses.replace(self, formats=None))
+        kernels = [name for name, _, _ in model_layer_limits(plain, dtype)]
+        by_kernel = {kernels[k]: layer for layer, k in layer_kernels(plain, dtype).items()}
+        out: dict[str, int] = {}
+        for key, value in self.formats.settings:
+            knob, at, layer = key.partition("@")
+            key = f"{knob}@{by_kernel[layer]}" if at and layer in by_kernel else key
+            if key in out:
+                raise ValueError(f"{knob}@{layer}: layer {layer} computes {by_kernel[layer]}, given {knob} twice "
+                                 "(by two names)")
+            out[key] = value
+        return Formats.of(out)
 
     def float_net(self, dtype: str):
         """The network as a float model in `dtype` (built, arrays, reference): a dense one as it
         is; a CNN chain through dse.models.fp8net in fp8, dse.models.floatnet otherwise."""
-        net = self.net()
-        if hasattr(net, "built"):
-            return net
-        from dse.models.quantize import is_fp8
-        if is_fp8(dtype):
-            from dse.models.fp8net import Fp8Net
-            return Fp8Net(net)
-        from dse.models.floatnet import FloatNet
-        return FloatNet(net)
+        data = self.dataset()
+        return _cached(("float", self.kind, self.path, self.path.stat().st_mtime_ns, self.data, self.prune, dtype),
+                       lambda: float_model(self.net(), dtype, data.x_train.reshape(len(data.x_train), -1)))
 
     def built(self, dtype: str) -> zoo.Built:
         if zoo.DTYPES[dtype].is_float:
             return self.float_net(dtype).built(dtype)
         return self.quantized(dtype).built()
+
+    def host_input(self, dtype: str):
+        """The host's step from a raw sample to the hardware's input `x` in `dtype`
+        (compiler.host_input.HostInput): the quantiser's, or for a float dtype the input map
+        before the rounding to the dtype."""
+        if not zoo.DTYPES[dtype].is_float:
+            return self.quantized(dtype).host_input()
+        from compiler.host_input import HostInput
+        net = self.float_net(dtype)
+        m = getattr(net, "input_map", None) or getattr(getattr(net, "net", None), "input_map", None)
+        n = math.prod(getattr(net, "input_shape", (net.inputs,)))
+        import numpy as np
+        a, c = m.per_feature() if m is not None else (np.ones(n), np.zeros(n))
+        return HostInput("x", a, c, "", dtype, how=m.describe() if m is not None else "the raw input")
 
     def inputs(self, dtype: str):
         """The dse.models.data.RealInputs of `dtype`: the network's weights (rounded to a float dtype,
@@ -205,10 +237,39 @@ class TrainedModel:
         x = data.x_test.reshape(len(data.x_test), -1)
         if zoo.DTYPES[dtype].is_float:
             net = self.float_net(dtype)
-            xs = zoo.round_float(x, dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
+            xs = zoo.round_float(net.host_input(x), dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
             return RealInputs(net.arrays(dtype), "x", xs, data.y_test)
         q = self.quantized(dtype)
         return RealInputs(q.arrays(), "x", q.quantize_input(x), data.y_test)
+
+
+def float_model(net, dtype: str, calibration):
+    """`net` (a DenseNet or LayerNet) as a float model in `dtype` (built, arrays, reference: a
+    dense network as it is, a chain through dse.models.fp8net in fp8 or dse.models.floatnet),
+    behind the host's input map chosen as the quantiser chooses (dse.models.standardise.choose:
+    no map, "scaled" or "centred", by its golden model's error on at most 1,000 calibration
+    samples)."""
+    from dse.models.quantize import is_fp8
+    from dse.models.standardise import choose, relative_error
+
+    def wrap(n):
+        if hasattr(n, "built"):
+            return n
+        if is_fp8(dtype):
+            from dse.models.fp8net import Fp8Net
+            return Fp8Net(n)
+        from dse.models.floatnet import FloatNet
+        return FloatNet(n)
+    x = calibration[:1000]
+    candidates = [net]
+    for kind in ("scaled", "centred"):
+        mapped = net.standardised(x, kind)
+        if all(mapped is not c for c in candidates):
+            candidates.append(mapped)
+    if len(candidates) == 1:
+        return wrap(net)
+    want = net.float_logits(x)
+    return wrap(choose(candidates, lambda n: relative_error(wrap(n).reference(dtype, x), want)))
 
 
 _CACHE: dict[Any, Any] = {}
@@ -228,8 +289,9 @@ def _load_net(kind: str, path: Path):
         if kind == "onnx":     # a dense network, or a CNN chain (NotDenseChain: anything else runs whole)
             from dse.models.chain import read_net
             return read_net(path)
+        arrays = read_weights(path)       # a DataError names the file already
         try:
-            return DenseNet.from_arrays(read_weights(path))
+            return DenseNet.from_arrays(arrays)
         except ValueError as e:
             from dse.models.data import DataError
             raise DataError(f"{path}: {e}") from None
@@ -252,12 +314,59 @@ def model_layers(model: ModelSpec, dtype: str) -> list[str]:
 def model_layer_limits(model: ModelSpec, dtype: str) -> list[tuple[str, int, int]]:
     """(name, most lanes, most reduce_unroll) of each layer of `model` in `dtype`
     (compiler.layer_limits), once per process."""
+    return list(_layer_trace(model, dtype)[0])
+
+
+def layer_kernels(model: ModelSpec, dtype: str) -> dict[str, int]:
+    """Each conv/dense layer of a network the tool quantises by its name (what the format knobs
+    take: `weight_bits@W1`) -> the index of the layer (kernel) that computes it in `dtype` (what
+    lanes@ takes): the kernel reading its weights. {} for a model the tool does not quantise.
+    One naming for a layer across both kinds of knob (`lanes@W1` is the kernel of W1)."""
+    return dict(_layer_trace(model, dtype)[1])
+
+
+def _layer_trace(model: ModelSpec, dtype: str):
+    """(layer limits, ((conv/dense layer name, kernel index), ...)) of `model` in `dtype`, from
+    one trace, once per process."""
     def make():
-        from compiler import layer_limits
+        from compiler import layer_inputs, layer_limits
         built = model.build(dtype)
-        arrays = zoo.make_inputs(built, 0, model.input_range(dtype))
-        return tuple(layer_limits(built.forward(*zoo.input_tensors(built, arrays))))
-    return list(_cached(("layers", model, dtype), make))
+        tensors = zoo.input_tensors(built, zoo.make_inputs(built, 0, model.input_range(dtype)))
+        output = built.forward(*tensors)
+        limits = tuple(layer_limits(output))
+        if model.trained is None:
+            return limits, ()
+        names = list(built.inputs)
+        reads = [{names[i] for i in r} for r in layer_inputs(output, inputs=tensors)]
+        kernels = []
+        for j, layer in enumerate(quantised_layers(model)):
+            # every build of a network the tool reads names layer j's weights W<j + 1> (quantize,
+            # convnet, floatnet, fp8net)
+            k = next((k for k, r in enumerate(reads) if f"W{j + 1}" in r), None)
+            if k is not None:
+                kernels.append((layer, k))
+        return limits, tuple(kernels)
+    return _cached(("layers", model, dtype), make)
+
+
+def kernel_config(model: ModelSpec, dtype: str, config):
+    """`config` (a compiler HardwareConfig) with every per-layer setting that names a conv/dense
+    layer (`lanes@W1`, as the format knobs name it) given by the name of the kernel computing it,
+    which compile_model resolves (and refuses a layer given twice, by index and by name)."""
+    named = [layer for layer, _ in config.layers if isinstance(layer, str)]
+    aliases = layer_kernels(model, dtype) if named and model.trained is not None else {}
+    if not any(layer in aliases for layer in named):
+        return config
+    kernels = [name for name, _, _ in model_layer_limits(model, dtype)]
+    out: dict[str, Any] = {}
+    for key, value in config.as_dict().items():
+        knob, at, layer = key.partition("@")
+        key = f"{knob}@{kernels[aliases[layer]]}" if at and layer in aliases else key
+        if key in out:
+            raise ValueError(f"{knob}@{layer}: layer {layer} is layer {aliases[layer]} ({kernels[aliases[layer]]}), "
+                             f"given {knob} twice (by two names)")
+        out[key] = value
+    return type(config).from_dict(out)
 
 
 def model_constants(model: ModelSpec, dtype: str) -> int:

@@ -39,6 +39,18 @@ def check_sparsity(sparsity) -> float:
     return float(sparsity)
 
 
+def check_keeps_weights(net: DenseNet, sparsity: float) -> None:
+    """ValueError naming the first layer pruning to `sparsity` leaves without a weight (each
+    keeps round((1 - S) * its weights)): its outputs would be its biases whatever the input."""
+    for i, layer in enumerate(net.layers):
+        n = layer.W.size
+        if int(round((1 - sparsity) * n)) == 0:
+            name = layer.name or f"layer{i}"
+            raise ValueError(f"{sparsity:g} leaves layer {i + 1} ({name}, {n} weights) no weight (it keeps "
+                             f"round({1 - sparsity:.4g} x {n}) = 0), so its outputs would be its biases whatever the "
+                             f"input; a sparsity below {1 - 0.5 / n:.4g} keeps one")
+
+
 def masks(net: DenseNet, sparsity: float) -> list[np.ndarray]:
     """Per layer: True where a weight survives magnitude pruning to `sparsity`."""
     out = []
@@ -61,6 +73,7 @@ def prune(net: DenseNet, *, sparsity: float, x: np.ndarray, y: np.ndarray | None
     x = np.asarray(x, np.float64).reshape(len(x), -1)
     if y is None:                                   # no labels: the dense network's own answers
         y = net.float_logits(x).argmax(1)
+    x = net.host_input(x)                           # what the layers read (a standardised network's map)
     y = np.asarray(y, np.int64)
     classes = net.layers[-1].W.shape[0]
     if y.min() < 0 or y.max() >= classes:
@@ -83,7 +96,7 @@ def prune(net: DenseNet, *, sparsity: float, x: np.ndarray, y: np.ndarray | None
                 for W, m in zip(Ws, keep):
                     W *= m
     return DenseNet(tuple(Dense(W.astype(np.float32).astype(np.float64), b.astype(np.float32).astype(np.float64),
-                                layer.relu) for W, b, layer in zip(Ws, bs, net.layers)))
+                                layer.relu, layer.name) for W, b, layer in zip(Ws, bs, net.layers)), net.input_map)
 
 
 def _gradients(Ws, bs, relus, x, y):

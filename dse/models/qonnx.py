@@ -32,12 +32,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.host_input import ROUNDING_MODES, round_mode
 from dse.models.data import NotDenseChain
 from dse.models.onnx_file import Node, OnnxFile
 
 QONNX_DOMAINS = ("qonnx.custom_op.general", "finn.custom_op.general", "onnx.brevitas")
 QUANT_OPS = ("Quant", "IntQuant", "BipolarQuant", "QuantizeLinear", "DequantizeLinear", "Clip")
-ROUNDING_MODES = ("ROUND", "HALF_EVEN", "CEIL", "FLOOR", "UP", "DOWN", "HALF_UP", "HALF_DOWN")
 # the integer range of a QuantizeLinear's output type (its zero point's, uint8 by default)
 LINEAR_TYPES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255),
                 np.dtype(np.int16): (-32768, 32767), np.dtype(np.uint16): (0, 65535)}
@@ -48,26 +48,6 @@ def int_range(bits: int, signed: bool, narrow: bool) -> tuple[int, int]:
     if signed:
         return -(2 ** (bits - 1)) + int(narrow), 2 ** (bits - 1) - 1
     return 0, 2 ** bits - 1 - int(narrow)
-
-
-def round_mode(v: np.ndarray, mode: str) -> np.ndarray:
-    """`v` rounded to integers by a QONNX rounding mode."""
-    v = np.asarray(v, np.float64)
-    if mode in ("ROUND", "HALF_EVEN"):
-        return np.round(v)
-    if mode == "CEIL":
-        return np.ceil(v)
-    if mode == "FLOOR":
-        return np.floor(v)
-    if mode == "UP":
-        return np.sign(v) * np.ceil(np.abs(v))
-    if mode == "DOWN":
-        return np.trunc(v)
-    if mode == "HALF_UP":
-        return np.sign(v) * np.floor(np.abs(v) + 0.5)
-    if mode == "HALF_DOWN":
-        return np.sign(v) * np.ceil(np.abs(v) - 0.5)
-    raise ValueError(f"unknown rounding mode {mode!r}")
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,9 @@ from typing import Mapping
 
 import numpy as np
 
+from compiler.host_input import HostInput
 from dse.models import zoo
+from dse.models.standardise import KINDS, InputMap, choose, fold_dense, make, relative_error
 
 SCHEME = ("symmetric; activations per tensor, weights per output channel (last layer per tensor); "
           "int32 accumulators; multiply-and-shift requantisation with clipping")
@@ -59,6 +61,7 @@ class Dense:
 @dataclass(frozen=True)
 class DenseNet:
     layers: tuple[Dense, ...]
+    input_map: InputMap | None = None    # the host's map of the input (dse.models.standardise); the layers read its output
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> "DenseNet":
@@ -80,9 +83,27 @@ class DenseNet:
     def inputs(self) -> int:
         return self.layers[0].W.shape[1]
 
+    def standardised(self, x: np.ndarray, kind: str = "centred") -> "DenseNet":
+        """This network behind the host's input map of `kind` (dse.models.standardise.KINDS)
+        calibrated on samples `x` (n, in), the inverse folded into the first layer: the same
+        function of the raw input. Itself if it has its map already."""
+        if self.input_map is not None:
+            return self
+        x = np.asarray(x, np.float64).reshape(len(x), -1)
+        m = make(x, kind, channels=False)
+        first = self.layers[0]
+        W, b = fold_dense(first.W, first.b, m)
+        return DenseNet((Dense(W, b, first.relu, first.name), *self.layers[1:]), m)
+
+    def host_input(self, x: np.ndarray) -> np.ndarray:
+        """Samples (n, in) as the hardware's input takes them (before rounding or quantising):
+        the input map applied."""
+        x = np.asarray(x, np.float64).reshape(len(x), -1)
+        return x if self.input_map is None else self.input_map(x)
+
     def float_logits(self, x: np.ndarray) -> np.ndarray:
-        """The float model in float64 on samples (n, in): the accuracy baseline."""
-        h = np.asarray(x, np.float64)
+        """The float model in float64 on raw samples (n, in): the accuracy baseline."""
+        h = self.host_input(x)
         for layer in self.layers:
             h = h @ layer.W.T + layer.b
             if layer.relu:
@@ -98,7 +119,7 @@ class DenseNet:
         rounded to the dtype, the bias added in the dtype, then the ReLU (the numpy golden
         model of `built(dtype)`, bit-exact with the hardware in IEEE round-to-nearest-even)."""
         arrays = self.arrays(dtype)
-        h = zoo.round_float(x, dtype).astype(np.float32)
+        h = zoo.round_float(self.host_input(x), dtype).astype(np.float32)
         if is_fp8(dtype):
             return self._fp8_reference(dtype, arrays, h)
         if zoo.arith_for(dtype, fp_semantics).emulated_casts:
@@ -188,18 +209,34 @@ class QuantLayer:
 @dataclass(frozen=True)
 class QuantNet:
     dtype: str
-    input_scale: float
+    input_scale: float       # of the mapped input: one input unit is this much of input_map(x)
     layers: tuple[QuantLayer, ...]
     input_qmax: int = 0      # the input integers lie in [-input_qmax, input_qmax]
     widths: object = None    # dse.models.widths.Widths
+    input_map: InputMap | None = None
+
+    @property
+    def scheme(self) -> str:
+        """How it was quantised, in words (a row's `quantization`)."""
+        return (f"input {self.input_map.describe()} by the host; " if self.input_map is not None else "") + SCHEME
 
     @property
     def qmax(self) -> int:
         return self.input_qmax
 
+    def host_input(self) -> HostInput:
+        """The host's step from a raw sample to the input integers: the input map and the input's
+        grid in one affine per feature, rounded to nearest (ties to even) and clipped."""
+        n = self.layers[0].W.shape[1]
+        a, c = self.input_map.per_feature() if self.input_map is not None else (np.ones(n), np.zeros(n))
+        how = (self.input_map.describe() if self.input_map is not None else "one scale") + \
+            f", then {self.qmax} steps to 1"
+        return HostInput("x", a / self.input_scale, c / self.input_scale, "HALF_EVEN",
+                         _element(-self.qmax, self.qmax), -self.qmax, self.qmax, how)
+
     def quantize_input(self, x: np.ndarray) -> np.ndarray:
-        q = np.clip(np.round(np.asarray(x, np.float64) / self.input_scale), -self.qmax, self.qmax)
-        return q.astype(zoo.storage(_element(-self.qmax, self.qmax)))
+        """Raw samples (n, in) as the hardware's integer inputs (`host_input`)."""
+        return self.host_input()(x).astype(zoo.storage(_element(-self.qmax, self.qmax)))
 
     def mean_bits(self) -> tuple[float, float]:
         """(mean weight bits, mean activation bits: the input and each requantised output)."""
@@ -285,11 +322,28 @@ def _span(a: np.ndarray) -> tuple[int, int]:
 def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None) -> QuantNet:
     """Post-training quantisation of `net` to `dtype` (int8 or int16), scales calibrated on
     `calibration` samples (n, in) (the training split), at the widths of `formats` (the format
-    knobs, dse.models.widths; None: the dtype's). See the module docstring."""
+    knobs, dse.models.widths; None: the dtype's). See the module docstring. A network without
+    an input map is quantised behind each map of dse.models.standardise, and `choose` keeps
+    one by the error of its outputs on the calibration samples."""
+    if net.input_map is not None:
+        return _quantize(net=net, dtype=dtype, calibration=calibration, formats=formats)
+    x = np.asarray(calibration, np.float64).reshape(len(calibration), -1)
+    want = net.float_logits(x)
+
+    def attempt(kind: str):
+        try:
+            return _quantize(net=net.standardised(x, kind), dtype=dtype, calibration=x, formats=formats)
+        except ValueError as e:
+            return e
+    return choose([attempt(kind) for kind in KINDS],
+                  lambda q: relative_error(q.dequantize(q.reference(q.quantize_input(x))), want))
+
+
+def _quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None) -> QuantNet:
     from dse.models.widths import Widths, layer_names, widths
     bits = widths(dtype, layer_names(net.layers), formats)
     store = np.int16          # each layer's weights go to their width's container in arrays()
-    x = np.asarray(calibration, np.float64)
+    x = net.host_input(calibration)
     act_qmax = Widths.qmax(bits.input)
     s_in = input_scale = max(float(np.abs(x).max()), 1e-12) / act_qmax
     qnet_layers: list[QuantLayer] = []
@@ -330,7 +384,7 @@ def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None
         qnet_layers.append(ql)
         h_int = np.clip(requantise(acc, M, P, S), 0, act_qmax)
         s_in = s_out
-    return QuantNet(dtype, input_scale, tuple(qnet_layers), Widths.qmax(bits.input), bits)
+    return QuantNet(dtype, input_scale, tuple(qnet_layers), Widths.qmax(bits.input), bits, net.input_map)
 
 
 def requantisation(*, acc_scale: np.ndarray, out_scale: float, acc: np.ndarray, where: str,

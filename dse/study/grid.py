@@ -16,8 +16,9 @@ import numpy as np
 
 from dse.spec import DesignPoint, Sampler, Spec
 from dse.study.options import SweepError, SweepOptions
-from dse.study.space import (SPACE_ATTR, PointKey, point_key, point_params, search_space,
-                             space_fingerprint)
+from dse.models.record import record_change
+from dse.study.space import (MODELS_ATTR, SPACE_ATTR, PointKey, models_record, point_key, point_params,
+                             search_space, space_fingerprint)
 from dse.study.storage import MAX_RETRY, open_storage, optuna, release_dead_trials
 
 DIED_ATTR = "died"
@@ -200,6 +201,34 @@ def _open_or_set_aside(location: str, fresh: bool):
         return open_storage(location)
 
 
+def _check_models(study, spec: Spec, location: str, *, new: bool) -> None:
+    """Record a new study's models (dse.models.record: definitions, files by content); resuming
+    one, refuse a model whose definition or file content is not the recorded one. Its trials
+    were evaluated from the recorded files: keeping their rows beside the new file's, or calling
+    the study complete, would mix two models under one name (a file's name and place are the
+    same, so the search space's fingerprint cannot tell). A file moved with its content kept is
+    the same model: the record then says where it is now."""
+    models = json.loads(json.dumps(models_record(spec)))
+    known = study.user_attrs.get(MODELS_ATTR)
+    if known is None:
+        if new:
+            study.set_user_attr(MODELS_ATTR, models)
+        else:
+            print(f"note: study {spec.study!r} in {location} was made before studies recorded their models' files: "
+                  "a weights or data file changed since is not noticed, and `dse export` needs --spec; --fresh "
+                  "starts it over with them recorded", file=sys.stderr, flush=True)
+        return
+    for name, record in models.items():
+        change = record_change(known[name], record) if name in known else None
+        if change is not None:
+            what, then, now = change
+            raise SweepError(f"study {spec.study!r} in {location}: model {name!r}: {what} is not the one its trials "
+                             f"were evaluated with ({then} then, {now} now): run with --fresh to evaluate them again "
+                             "(the evaluation cache keeps the points of unchanged models), or rename the study")
+    if known != models:
+        study.set_user_attr(MODELS_ATTR, models)
+
+
 def prepare_study(spec: Spec, options: SweepOptions, location: str,
                   order: Callable[[Any, list[DesignPoint]], list[DesignPoint]] | None = None) -> PreparedStudy:
     """Create or resume the study (the caller holds the study lock). Fails the trials left
@@ -224,6 +253,7 @@ def prepare_study(spec: Spec, options: SweepOptions, location: str,
         changed = ", ".join(k for k in {**known, **space} if space.get(k) != known.get(k)) or "the layout"
         raise SweepError(f"study {spec.study!r} in {location} was made for another search space "
                          f"(changed: {changed}); run with --fresh to start it over, or rename the study")
+    _check_models(study, spec, location, new=known is None)
     if [str(d.name).lower() for d in study.directions] != directions:
         raise SweepError(f"study {spec.study!r} in {location} optimises other directions; use --fresh")
 

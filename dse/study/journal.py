@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-# imported only by dse.study.storage.open_storage and dse.report.read_space, after
+# imported only by dse.study.storage.open_storage and dse.report.read_study_attrs, after
 # dse.study.storage.optuna() has made Optuna quiet
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock, JournalStorage
 

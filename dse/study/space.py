@@ -5,12 +5,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from dse.models.record import model_record
 from dse.spec import DesignPoint, Direction, Spec
 
 from dse.frozen import FrozenMap
 
 SPACE_ATTR = "tinyhw:space"
 """Study user attribute holding the search space the study was created for."""
+MODELS_ATTR = "tinyhw:models"
+"""Study user attribute holding each model's whole definition and its files' SHA-256 by name
+(dse.models.record), as the study's trials were evaluated: what `dse export` rebuilds a trial
+from, and what a resumed sweep compares its spec's models with. Studies made before it lack it."""
 CONSTRAINTS_ATTR = "constraints"
 """Trial user attribute: the constraint values by name (the same values as Optuna's)."""
 
@@ -60,6 +65,11 @@ def space_fingerprint(spec: Spec, data_seed: int = 0) -> dict[str, Any]:
         **({"hv_tolerance": spec.search.hv_tolerance} if spec.search.hv_tolerance else {}),
         **({"synthesis": spec.synthesis} if spec.synthesis != "flat" else {}),
     }
+
+
+def models_record(spec: Spec) -> dict[str, Any]:
+    """Each model of `spec` by name as dse.models.record.model_record gives it (its files hashed)."""
+    return {m.name: model_record(m, spec.model_dtypes(m.name)) for m in spec.models}
 
 
 def constraint_values(spec: Spec, row: dict[str, Any]) -> dict[str, float]:
