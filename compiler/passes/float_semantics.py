@@ -56,6 +56,7 @@ class _Rewriter:
         self.halves: set[int] = set()      # float32 values that are halves, not subnormal (exact products)
         self.emulated_muls: set[int] = set()     # float32 MULs of half ops: tinygrad fuses their adds
         self.clamps: dict[int, ir.Value] = {}    # an in-kernel cast to half -> the value it clamps
+        self.narrowed: dict[int, ir.Value] = {}  # float32 value -> its half (one conversion per value)
 
     # ------------------------------------------------------------ statements
     def stmts(self, body: tuple) -> tuple:
@@ -164,6 +165,11 @@ class _Rewriter:
     def narrow(self, x: ir.Value) -> ir.Value:
         """float32 `x` stored as half, as tinygrad's emulation stores it (EMU_CAST). Values that
         are halves already stay in half: a MAX, WHERE or NEG of them is one of them."""
+        if id(x) not in self.narrowed:
+            self.narrowed[id(x)] = self._narrow(x)
+        return self.narrowed[id(x)]
+
+    def _narrow(self, x: ir.Value) -> ir.Value:
         if id(x) in self.clamps:                      # the store clamps the same way
             x = self.clamps[id(x)]
         if id(x) in self.halves:
