@@ -52,6 +52,7 @@ from .passes.fuse import fuse_loops
 from .passes.interleave import interleave
 from .passes.parallelize import most_factors, parallelize
 from .passes.split_deep import split_deep
+from .passes.adder_graph import Options as GraphOptions
 from .passes.constants import fold_constants, rom_slots
 from .passes.chain import Stage, merge_chains
 from .weights import bind_weights, constant_words, runtime_buffers
@@ -98,7 +99,8 @@ def compile_model(*outputs, config: HardwareConfig | None = None, stream=None, i
     sources = bind_weights(graph, sources, config, streamed)
     parallel = [parallelize(k, c.lanes, c.reduce_unroll, fp_sum=c.fp_sum) for k, c in zip(sources, layer)]
     kernels = _dump("parallelize", [p.kernel for p in parallel])
-    kernels = _dump("fold_constants", [fold_constants(k) if rom_slots(k) else k for k in kernels])
+    adders = GraphOptions(config.adder_graph, config.adder_depth)
+    kernels = _dump("fold_constants", [fold_constants(k, adders) if rom_slots(k) else k for k in kernels])
     kernels = _dump("fuse_loops", [fuse_loops(k) for k in kernels] if config.loop_fusion else kernels)
     kernels = _dump("interleave", [interleave(k, config.fp_pipeline) for k in kernels])
     split = [split_deep(k, p.banking, config.fp_pipeline) for k, p in zip(kernels, parallel)]

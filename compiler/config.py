@@ -11,6 +11,8 @@ LAYER_KNOBS = ("lanes", "reduce_unroll", "weights")
 """Knobs a layer (one kernel of the model) may set for itself, written `<knob>@<layer>`: a 64-32-10
 MLP can give its 64-input layer more lanes than its 10-output one."""
 WEIGHTS = ("memory", "constant")
+ADDER_GRAPHS = ("auto", "shared", "per_product")
+MAX_ADDER_DEPTH = 64
 MAX_ADDER_LEVELS = 64
 FP_SEMANTICS = ("tinygrad", "op")
 _LAYER_KEY = re.compile(r"^([a-z_]+)@([A-Za-z0-9_.-]+)$")
@@ -156,6 +158,19 @@ class HardwareConfig:
         of 16 to 20 bits takes ~2.5 ns with its routing) keep the clock near 100 MHz in a third
         of the cycles. A product by a constant left to a DSP counts two levels. Applies where
         fp_pipeline >= 3; below, it changes nothing.
+    adder_graph: "auto" (default), "shared" or "per_product": how weights="constant" builds a
+        layer's products by its weights. "shared": the layer's weights as one constant matrix,
+        whose matrix-vector product becomes one adder graph in which partial sums that several
+        outputs need are computed once (da4ml's CMVM solver, compiler/passes/adder_graph.py;
+        the pruned jet-shaped MLP's layers take 25 to 40% fewer adders); needs the da4ml
+        package. "per_product": every product its own shift-and-add of the weight's signed
+        digits, then an adder tree per output. "auto": shared when da4ml is installed, else
+        per_product. No effect on results or cycles of a design without constant weights; with
+        them, the results are the same bit for bit and the cycles follow the graph's depth.
+    adder_depth: None (default) or D >= 0: with adder_graph shared, a layer's graph takes at
+        most D adder levels more than the least its matrix needs (da4ml's hard delay
+        constraint). Why: a deeper graph shares more partial sums (fewer adders) but is more
+        pipeline stages long (docs/area.md measures the trade). None: no bound.
     weights: "memory" (default) or "constant": where a trained model's weights live. "memory":
         in memories the host writes before a run, like any input. "constant": every input that
         holds data at compile time and is not given at run time (compile_model's `stream`) is
@@ -212,6 +227,8 @@ class HardwareConfig:
     mem_pack: int | str = "auto"
     mem_tail: str = "block"
     adder_levels: int = 1
+    adder_graph: str = "auto"
+    adder_depth: int | None = None
     weights: str = "memory"
     schedule: str = "sequential"
     fold: str = "manual"
@@ -238,6 +255,13 @@ class HardwareConfig:
         if not (_is_int(self.adder_levels) and 1 <= self.adder_levels <= MAX_ADDER_LEVELS):
             raise ValueError(f"HardwareConfig.adder_levels: expected an integer from 1 to {MAX_ADDER_LEVELS} (adder "
                              f"levels between pipeline registers), got {self.adder_levels!r}")
+        if self.adder_graph not in ADDER_GRAPHS:
+            raise ValueError(f"HardwareConfig.adder_graph: expected one of {', '.join(map(repr, ADDER_GRAPHS))}, "
+                             f"got {self.adder_graph!r}")
+        if self.adder_depth is not None and not (_is_int(self.adder_depth) and 0 <= self.adder_depth <= MAX_ADDER_DEPTH):
+            raise ValueError(f"HardwareConfig.adder_depth: expected None (no bound) or an integer from 0 to "
+                             f"{MAX_ADDER_DEPTH} (adder levels beyond the least a layer's graph needs), "
+                             f"got {self.adder_depth!r}")
         if self.weights not in WEIGHTS:
             raise ValueError(f"HardwareConfig.weights: expected 'memory' or 'constant', got {self.weights!r}")
         if self.schedule not in ("sequential", "dataflow"):

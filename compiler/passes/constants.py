@@ -28,6 +28,8 @@ import numpy as np
 
 from .. import dtypes as dt
 from .. import ir
+from ..ranges import analyze
+from . import adder_graph
 from .rewrite import substitute, substitute_store
 
 K = ir.OpKind
@@ -45,16 +47,20 @@ def rom_slots(kernel: ir.KernelIR) -> frozenset[int]:
     return frozenset(b.slot for b in kernel.buffers if b.rom is not None)
 
 
-def fold_constants(kernel: ir.KernelIR) -> ir.KernelIR:
-    """See the module docstring."""
+def fold_constants(kernel: ir.KernelIR, graph: adder_graph.Options | None = None) -> ir.KernelIR:
+    """See the module docstring. `graph`: how products by constants are built (adder_graph:
+    shared adder graphs across a layer's weights, or product by product; None: the latter)."""
     roms = {b.slot: b for b in kernel.buffers if b.rom is not None}
     stored = {b.slot for b in kernel.buffers if b.stored}
     body = _flatten(kernel.body, {})
     folder = _Folder(roms)
     body = _fold_body(body, folder)
     body = _forward(body, {}, stored, folder)
+    shared: list[ir.Value] = []            # the graphs' nodes, kept as the solver built them
+    if graph is not None:
+        body, shared = _share(kernel, body, graph)
     body = _expand_products(body)
-    body = _rebalance(body)
+    body = _rebalance(body, frozenset(id(v) for v in shared))
     body, accs = _drop_dead_accumulators(body, kernel.accs)
     loaded = {v.buf for s, _ in _stores(body) for v in ir.toposort(ir.store_operands(s)) if isinstance(v, ir.Load)}
     buffers = [b for b in kernel.buffers if b.rom is None or b.slot in loaded]
@@ -394,6 +400,31 @@ def _remove_acc_stores(stmts, dead: set[int]) -> tuple:
 # ---------------------------------------------------------------------------------------------
 # products by constants
 
+def _share(kernel: ir.KernelIR, body: tuple, graph: adder_graph.Options) -> tuple[tuple, list[ir.Value]]:
+    """adder_graph.share_products on the body, with each leaf's interval (compiler.ranges on
+    the body as it stands) and depth in adder levels."""
+    ranges: dict[int, object] = {}
+    if graph.style != "per_product":
+        ranges = analyze(ir.make_kernel(kernel.name, kernel.buffers, kernel.accs, body))
+    levels: dict[int, int] = {}
+
+    def interval(v: ir.Value) -> tuple[int, int]:
+        r = ranges.get(id(v))
+        return (r.lo, r.hi) if r is not None else (v.dtype.min, v.dtype.max)
+
+    def depth(v: ir.Value) -> int:
+        return _depth(v, levels)
+    return adder_graph.share_products(body, graph, interval, depth)
+
+
+def _depth(v: ir.Value, depth: dict[int, int]) -> int:
+    """Adder levels (carry_levels) on the longest path to `v`, remembered in `depth`."""
+    for x in ir.toposort([v], lambda x: [o for o in ir.operands(x) if id(o) not in depth]):
+        if id(x) not in depth:
+            depth[id(x)] = carry_levels(x) + max((depth[id(o)] for o in ir.operands(x)), default=0)
+    return depth[id(v)]
+
+
 SHIFT_ADD_MAX_ADDERS = 3
 """A product by a constant whose canonical signed digits need at most this many adders is built
 as shifted copies of the other operand added and subtracted (x * 10 = (x << 3) + (x << 1));
@@ -515,12 +546,13 @@ def _shifted_sum(flat: list[tuple[int, ir.Value]], constant: int, d: dt.DType,
     return ir.Op(K.ADD, d, (y, ir.Const(_wrap(d, constant >> k), d))), t.srcs[1]
 
 
-def _rebalance(body: tuple) -> tuple:
+def _rebalance(body: tuple, keep: frozenset[int] = frozenset()) -> tuple:
     """Every integer sum of data (a tree of adds, subtracts and negations whose inner nodes have
     one user, no accumulator among its terms) rebuilt from its terms, the two with the fewest
     adder levels added first (Huffman's order on depth): a layer's product terms, bias and
     rounding constant then form one tree of the least depth, and its constants one constant.
-    Exact: two's complement addition is associative and commutative."""
+    The nodes of a shared adder graph (`keep`, by id) are terms as they are: the solver chose
+    their pairs. Exact: two's complement addition is associative and commutative."""
     uses: dict[int, int] = {}
     for s, _ in _stores(body):
         for v in ir.toposort(ir.store_operands(s)):
@@ -542,7 +574,7 @@ def _rebalance(body: tuple) -> tuple:
             and not d.is_float and all(x.dtype == d for x in v.srcs)
 
     def terms(v: ir.Value, sign: int, d, out: list, root: bool) -> None:
-        if is_sum(v, d) and (root or uses.get(id(v), 0) == 1):
+        if is_sum(v, d) and (root or uses.get(id(v), 0) == 1) and id(v) not in keep:
             if v.op is K.NEG:
                 terms(v.srcs[0], -sign, d, out, False)
             else:
@@ -552,7 +584,7 @@ def _rebalance(body: tuple) -> tuple:
             out.append((sign, v))
 
     def rewrite(v: ir.Value) -> ir.Value | None:
-        if not isinstance(v, ir.Op) or not is_sum(v, v.dtype):
+        if not isinstance(v, ir.Op) or not is_sum(v, v.dtype) or id(v) in keep:
             return None
         alive.append(v)
         d = v.dtype
@@ -590,7 +622,7 @@ def _rebalance(body: tuple) -> tuple:
     out = []
     for s in body:
         if isinstance(s, ir.Loop):
-            out.append(ir.Loop(s.id, s.axis, s.bound, _rebalance(s.body)))
+            out.append(ir.Loop(s.id, s.axis, s.bound, _rebalance(s.body, keep)))
         else:
             out.append(substitute_store(s, rewrite, memo))
     return tuple(out)

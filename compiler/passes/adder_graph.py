@@ -1,0 +1,435 @@
+"""Constant matrix-vector products as shared adder graphs (weights="constant", fold_constants).
+
+A fully unrolled constant layer computes, for every output k, a sum of its inputs times
+constant weights: y_k = sum_j W[j, k] * x_j + b_k. Built product by product (each weight its
+canonical signed digits, then an adder tree per output) the partial sums that outputs share are
+computed once per output. Here the linear parts of a straight sequence of stores are found,
+grouped by the inputs they share into matrices, and each matrix handed to a solver of the
+constant matrix-vector multiplication problem (CMVM), which returns an adder graph: every
+node the sum or difference of two earlier nodes, each shifted, common subexpressions computed
+once. The graph is checked against the matrix entry by entry and written back as integer IR
+(ADD, SUB, SHL of the inputs), so the datapath sizes every adder to its value's interval as
+it does any sum.
+
+    share_products(body, ...)    the body with each matrix's outputs built from its graph, and
+                                 the ids of the graph's nodes (constants.py keeps them as they
+                                 are when it rebuilds adder trees by depth)
+
+The solver is da4ml's (`da4ml.cmvm.solve`, LGPLv3, from the hls4ml team: a greedy
+pair-frequency search over the weights' signed digits after a matrix decomposition, with a
+bound on the adder depth), called as a library. `HardwareConfig.adder_graph` chooses: "auto"
+(da4ml's graph when the package is installed, else products one by one), "shared" (da4ml's,
+a CompileError without it) or "per_product" (every product its own shift-and-add, as before).
+`adder_depth` bounds the graph's depth: at most that many adder levels more than the least
+any graph of the matrix needs (da4ml's `hard_dc`; None: no bound). A deeper graph shares more
+partial sums (fewer adders) and takes more pipeline stages; see docs/area.md.
+
+Exact: every node is an integer combination of the inputs with integer coefficients, built
+with additions, subtractions and left shifts, which are the ring operations of two's
+complement arithmetic at the dtype's width; so the value of each output equals the sum of
+products it replaces modulo 2**bits, as the datapath computes it (hw/datapath.py). A graph
+whose outputs would need a right shift (an exact division, which wrapping does not preserve)
+or that disagrees with its matrix in any entry is not used (the products stay as they were).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .. import dtypes as dt
+from .. import ir
+from ..errors import CompileError
+from .rewrite import substitute, substitute_store
+
+K = ir.OpKind
+
+STYLES = ("auto", "shared", "per_product")
+
+MAX_COEFFICIENT = 1 << 24
+"""da4ml takes the matrix as float32: larger weights (never a quantised layer's) stay products."""
+
+
+# ---------------------------------------------------------------------------------------------
+# the graph, in our own terms
+
+@dataclass(frozen=True)
+class Add:
+    """Node = (node a << shift_a) + or - (node b << shift_b); nodes below the plan's input count
+    are its inputs."""
+    a: int
+    b: int
+    shift_a: int
+    shift_b: int
+    sub: bool
+
+
+@dataclass(frozen=True)
+class Output:
+    """An output = (-1 if negate) * (node << shift); node None: the output is zero."""
+    node: int | None
+    shift: int
+    negate: bool
+
+
+@dataclass(frozen=True)
+class Plan:
+    """An adder graph for a matrix of `inputs` rows: `adds` in order, then the `outputs`."""
+    inputs: int
+    adds: tuple[Add, ...]
+    outputs: tuple[Output, ...]
+
+    def coefficients(self) -> np.ndarray:
+        """The matrix (inputs x outputs) the graph computes, as exact Python integers."""
+        nodes = [[int(i == j) for i in range(self.inputs)] for j in range(self.inputs)]
+        for add in self.adds:
+            sign = -1 if add.sub else 1
+            nodes.append([(x << add.shift_a) + sign * (y << add.shift_b)
+                          for x, y in zip(nodes[add.a], nodes[add.b])])
+        cols = []
+        for out in self.outputs:
+            col = [0] * self.inputs if out.node is None else [c << out.shift for c in nodes[out.node]]
+            cols.append([-c for c in col] if out.negate else col)
+        return np.array(cols, dtype=object).T.reshape(self.inputs, len(self.outputs))
+
+    def depth(self) -> int:
+        """Adder levels on the longest path from an input to an output."""
+        level = [0] * self.inputs
+        for add in self.adds:
+            level.append(1 + max(level[add.a], level[add.b]))
+        return max((level[o.node] for o in self.outputs if o.node is not None), default=0)
+
+
+def per_product_adders(W: np.ndarray) -> int:
+    """Adders of the same matrix built product by product: each weight's signed digits less
+    one, and one adder fewer per output than it has terms."""
+    digits = [sum(_digits(int(c)) for c in W[:, k]) for k in range(W.shape[1])]
+    return sum(max(d - 1, 0) for d in digits)
+
+
+def _digits(c: int) -> int:
+    n, c = 0, abs(c)
+    while c:
+        if c & 1:
+            n += 1
+            c -= 2 - (c & 3)
+        c >>= 1
+    return n
+
+
+# ---------------------------------------------------------------------------------------------
+# da4ml
+
+def da4ml_available() -> bool:
+    try:
+        import da4ml.cmvm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def solve_da4ml(W: np.ndarray, intervals: list[tuple[int, int]], latencies: list[float],
+                extra_depth: int | None) -> Plan | None:
+    """da4ml's adder graph for the integer matrix W (inputs x outputs) whose inputs lie in
+    `intervals` and arrive after `latencies` adder levels; None when its answer cannot be
+    written with left shifts only (module docstring)."""
+    from da4ml.cmvm import solve
+    pipeline = solve(np.asarray(W, dtype=np.float32),
+                     qintervals=[(float(lo), float(hi), 1.0) for lo, hi in intervals],
+                     latencies=[float(t) for t in latencies],
+                     hard_dc=-1 if extra_depth is None else int(extra_depth))
+    return plan_of(pipeline, W.shape[0])
+
+
+def plan_of(pipeline, inputs: int) -> Plan | None:
+    """A da4ml Pipeline (stages of CombLogic) as a Plan. da4ml's buffers carry a power-of-two
+    scale (fractional steps included) and a sign; each becomes a node of integer value times
+    (sign, 2**e), e the least exponent of its two operands, so every node is built with left
+    shifts. None: an opcode other than input, add and subtract, or an output whose exponent
+    is negative."""
+    adds: list[Add] = []
+    # (node, sign, e): the value is sign * 2**e * node
+    current = [(j, 1, 0) for j in range(inputs)]
+    for stage in pipeline.solutions:
+        buf: list[tuple[int, int, int]] = []
+        for op in stage.ops:
+            if op.opcode == -1:
+                node, sign, e = current[op.id0]
+                buf.append((node, sign, e + int(stage.inp_shifts[op.id0])))
+            elif op.opcode in (0, 1):
+                na, sa, ea = buf[op.id0]
+                nb, sb, eb = buf[op.id1]
+                eb += int(op.data)
+                e = min(ea, eb)
+                sub = (sa * sb * (-1 if op.opcode == 1 else 1)) < 0
+                adds.append(Add(na, nb, ea - e, eb - e, sub))
+                buf.append((inputs + len(adds) - 1, sa, e))
+            else:
+                return None
+        nxt = []
+        for idx, shift, neg in zip(stage.out_idxs, stage.out_shifts, stage.out_negs):
+            if idx < 0:
+                nxt.append((None, 1, 0))
+                continue
+            node, sign, e = buf[idx]
+            nxt.append((node, -sign if neg else sign, e + int(shift)))
+        current = nxt
+    outputs = []
+    for node, sign, e in current:
+        if node is not None and e < 0:
+            return None
+        outputs.append(Output(node, max(e, 0), sign < 0))
+    return Plan(inputs, tuple(adds), tuple(outputs))
+
+
+# ---------------------------------------------------------------------------------------------
+# finding the matrices
+
+@dataclass
+class _Root:
+    """A linear expression: the sum of coefficient * leaf, plus a constant, wrapped at dtype."""
+    node: ir.Value
+    level: int                                               # roots below its leaves, plus one
+    terms: dict[int, int] = field(default_factory=dict)      # id(leaf) -> coefficient
+    constant: int = 0
+
+
+def _const(v: ir.Value) -> bool:
+    return isinstance(v, ir.Const)
+
+
+def _power_of_two(c: int) -> bool:
+    return c != 0 and (abs(c) & (abs(c) - 1)) == 0
+
+
+def _wrap_coefficient(c: int, d: dt.DType) -> int:
+    """A coefficient modulo 2**bits, as the signed value nearest zero (exact in the ring)."""
+    m = 1 << d.bits
+    c %= m
+    return c - m if c >= m // 2 else c
+
+
+class _Linear:
+    """The linear nodes of a DAG (sums, products by constants, shifts by constants, all of one
+    integer dtype), its roots, and each root's expansion into leaves."""
+
+    def __init__(self, values: list[ir.Value]):
+        self.order = ir.toposort(values)
+        self.nodes = {id(v): v for v in self.order}
+        users: dict[int, list[ir.Value]] = {}
+        for v in self.order:
+            for o in v.srcs if isinstance(v, ir.Op) else ir.operands(v):
+                users.setdefault(id(o), []).append(v)
+        stored = {id(v) for v in values}
+        self.roots: list[ir.Value] = []
+        self.is_root: set[int] = set()
+        level: dict[int, int] = {}
+        for v in self.order:
+            below = max((level[id(o)] for o in ir.operands(v)), default=0)
+            if self.kind(v) and (id(v) in stored or self._exposed(v, users.get(id(v), []))):
+                self.roots.append(v)
+                self.is_root.add(id(v))
+                below += 1
+            level[id(v)] = below
+        self.level = level
+
+    @staticmethod
+    def kind(v: ir.Value) -> str:
+        """'sum' (ADD, SUB, NEG), 'scale' (a product by a constant, a shift by a constant) or ''."""
+        if not isinstance(v, ir.Op) or v.dtype.is_float or v.dtype.is_bool or any(s.dtype != v.dtype for s in v.srcs):
+            return ""
+        if v.op in (K.ADD, K.SUB, K.NEG):
+            return "sum"
+        if v.op is K.MUL and _const(v.srcs[0]) != _const(v.srcs[1]):
+            return "scale"
+        if v.op is K.SHL and _const(v.srcs[1]) and not _const(v.srcs[0]) and 0 <= int(v.srcs[1].value) < v.dtype.bits:
+            return "scale"
+        return ""
+
+    @staticmethod
+    def scale_of(v: ir.Op) -> tuple[ir.Value, int]:
+        """(x, c) of a 'scale' node: it is x * c."""
+        if v.op is K.SHL:
+            return v.srcs[0], 1 << int(v.srcs[1].value)
+        x, c = (v.srcs[1], v.srcs[0]) if _const(v.srcs[0]) else (v.srcs[0], v.srcs[1])
+        return x, int(c.value)
+
+    def _absorbs(self, user: ir.Value, v: ir.Value) -> bool:
+        """Whether `user` takes linear node `v`'s expansion into its own. A sum times a
+        constant of several digits stays a product of that sum (the sum a root of its own):
+        its digits times every term's would make a wider matrix, not a cheaper one."""
+        k = self.kind(user)
+        if k == "sum":
+            return True
+        if k == "scale":
+            return self.kind(v) != "sum" or _power_of_two(self.scale_of(user)[1])
+        return False
+
+    def _exposed(self, v: ir.Value, users: list[ir.Value]) -> bool:
+        """A linear node is a root when some user does not absorb it, or when it is a sum that
+        several nodes use (built once, not copied into each)."""
+        if any(not self._absorbs(u, v) for u in users):
+            return True
+        return self.kind(v) == "sum" and len(users) > 1
+
+    def expand(self, root: ir.Value) -> _Root:
+        d = root.dtype
+        out = _Root(root, self.level[id(root)])
+        stack = [(root, 1)]
+        while stack:
+            v, c = stack.pop()
+            if _const(v):
+                out.constant += c * int(v.value)
+            elif v is root or (self.kind(v) and id(v) not in self.is_root):
+                if self.kind(v) == "scale":
+                    x, m = self.scale_of(v)
+                    stack.append((x, c * m))
+                elif v.op is K.NEG:
+                    stack.append((v.srcs[0], -c))
+                else:
+                    stack.append((v.srcs[0], c))
+                    stack.append((v.srcs[1], c if v.op is K.ADD else -c))
+            else:
+                out.terms[id(v)] = out.terms.get(id(v), 0) + c
+        out.constant = d.wrap(out.constant)
+        out.terms = {leaf: w for leaf, c in out.terms.items() if (w := _wrap_coefficient(c, d))}
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the pass
+
+@dataclass(frozen=True)
+class Options:
+    style: str = "auto"              # HardwareConfig.adder_graph
+    extra_depth: int | None = None   # HardwareConfig.adder_depth
+
+
+def resolve_style(style: str) -> str:
+    """'shared' or 'per_product' for a configured style; CompileError for 'shared' without da4ml."""
+    if style == "per_product":
+        return style
+    if da4ml_available():
+        return "shared"
+    if style == "shared":
+        raise CompileError("adder_graph: shared needs the da4ml package (pip install 'tinyhw[cmvm]' or "
+                           "pip install da4ml); adder_graph: per_product builds every product on its own without it")
+    return "per_product"
+
+
+@dataclass
+class _Group:
+    roots: list[_Root]
+    leaves: list[ir.Value]
+    plan: Plan
+    built: dict[int, ir.Value] | None = None       # id(root) -> replacement, once emitted
+
+
+def share_products(body: tuple, options: Options, interval: Callable[[ir.Value], tuple[int, int]],
+                   depth: Callable[[ir.Value], int]) -> tuple[tuple, list[ir.Value]]:
+    """`body` with the linear parts of its straight sequence of stores (loops are left as they
+    are) built from shared adder graphs, and the graphs' nodes. `interval`: a leaf's value
+    range; `depth`: the adder levels before it (what da4ml balances the graph's depth by)."""
+    if resolve_style(options.style) != "shared":
+        return body, []
+    values = [v for s in body if not isinstance(s, ir.Loop) for v in ir.store_operands(s)]
+    if not values:
+        return body, []
+    lin = _Linear(values)
+    roots = [r for r in (lin.expand(v) for v in lin.roots) if r.terms]
+    groups: dict[int, _Group] = {}                 # id(root) -> its group
+    for members in _components(roots):
+        group = _solve(members, lin, options, interval, depth)
+        if group is not None:
+            groups.update((id(r.node), group) for r in members)
+    if not groups:
+        return body, []
+    memo: dict[int, ir.Value] = {}
+    kept: list[ir.Value] = []
+
+    def replace(v: ir.Value) -> ir.Value | None:
+        group = groups.get(id(v))
+        if group is None:
+            return None
+        if group.built is None:                    # its leaves first (they may hold roots below)
+            leaves = [substitute(leaf, replace, memo) for leaf in group.leaves]
+            group.built = _emit(group, leaves, v.dtype, kept)
+        return group.built[id(v)]
+    return tuple(s if isinstance(s, ir.Loop) else substitute_store(s, replace, memo) for s in body), kept
+
+
+def _components(roots: list[_Root]) -> list[list[_Root]]:
+    """Roots of one level grouped by the leaves they share (union-find), in their order."""
+    parent = list(range(len(roots)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    owner: dict[tuple[int, int], int] = {}
+    for i, r in enumerate(roots):
+        for leaf in r.terms:
+            key = (r.level, leaf)
+            if key in owner:
+                parent[find(i)] = find(owner[key])
+            else:
+                owner[key] = i
+    groups: dict[int, list[_Root]] = {}
+    for i, r in enumerate(roots):
+        groups.setdefault(find(i), []).append(r)
+    return list(groups.values())
+
+
+def _solve(members: list[_Root], lin: _Linear, options: Options, interval, depth) -> _Group | None:
+    """The group of these roots with da4ml's graph, or None when the graph would not save an
+    adder over the products one by one, or cannot be used (module docstring)."""
+    d = members[0].node.dtype
+    if any(r.node.dtype != d for r in members):
+        return None
+    order: dict[int, int] = {}
+    for r in members:
+        for leaf in r.terms:
+            order.setdefault(leaf, len(order))
+    W = np.zeros((len(order), len(members)), dtype=np.int64)
+    for k, r in enumerate(members):
+        for leaf, c in r.terms.items():
+            W[order[leaf], k] = c
+    if np.abs(W).max() >= MAX_COEFFICIENT or per_product_adders(W) == 0:
+        return None                        # shifts and wires only: nothing to share
+    leaves = [lin.nodes[leaf] for leaf in order]
+    plan = solve_da4ml(W, [interval(v) for v in leaves], [depth(v) for v in leaves], options.extra_depth)
+    if plan is None or len(plan.adds) >= per_product_adders(W):
+        return None
+    if not np.array_equal(plan.coefficients(), W.astype(object)):
+        return None                        # never used unchecked
+    return _Group(members, leaves, plan)
+
+
+def _emit(group: _Group, leaves: list[ir.Value], d: dt.DType, kept: list[ir.Value]) -> dict[int, ir.Value]:
+    """The group's graph on its (substituted) leaves: {id(root): its replacement}; its nodes
+    appended to `kept`."""
+    nodes = list(leaves)
+
+    def new(op: ir.OpKind, *srcs: ir.Value) -> ir.Value:
+        v = ir.Op(op, d, srcs)
+        kept.append(v)
+        return v
+
+    def shl(v: ir.Value, k: int) -> ir.Value:
+        return new(K.SHL, v, ir.Const(k, d)) if k else v
+    for add in group.plan.adds:
+        nodes.append(new(K.SUB if add.sub else K.ADD, shl(nodes[add.a], add.shift_a), shl(nodes[add.b], add.shift_b)))
+    out = {}
+    for root, o in zip(group.roots, group.plan.outputs):
+        c = ir.Const(d.wrap(root.constant), d)
+        if o.node is None:
+            out[id(root.node)] = c
+            continue
+        value = shl(nodes[o.node], o.shift)
+        if o.negate:
+            out[id(root.node)] = ir.Op(K.SUB, d, (c, value)) if root.constant else ir.Op(K.NEG, d, (value,))
+        else:
+            out[id(root.node)] = ir.Op(K.ADD, d, (value, c)) if root.constant else value
+    return out
