@@ -135,10 +135,12 @@ def solve_da4ml(W: np.ndarray, intervals: list[tuple[int, int]], latencies: list
     `intervals` and arrive after `latencies` adder levels; None when its answer cannot be
     written with left shifts only (module docstring)."""
     from da4ml.cmvm import solve
+    # adder_size 1: da4ml's cost of an adder is its width in bits (what its own tracing flow
+    # uses, and what a LUT4 carry chain costs), not 1 per adder
     pipeline = solve(np.asarray(W, dtype=np.float32),
                      qintervals=[(float(lo), float(hi), 1.0) for lo, hi in intervals],
                      latencies=[float(t) for t in latencies],
-                     hard_dc=-1 if extra_depth is None else int(extra_depth))
+                     hard_dc=-1 if extra_depth is None else int(extra_depth), adder_size=1, carry_size=-1)
     return plan_of(pipeline, W.shape[0])
 
 

@@ -196,7 +196,7 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
     if f"attribute \\{DUPLICATE_ATTRIBUTE} " in text:
         before = DUPLICATES_SCRIPT + before
     (workdir / "design.il").write_text(text)
-    files = multipliers.map_files(text) if before else {}
+    files = multipliers.map_files(text, target) if before else {}
     for name, content in files.items():
         (workdir / name).write_text(content)
     script = f"read_rtlil design.il\n{before}{TARGETS[target]}\ntee -q -o stat.json stat -json\n"
@@ -340,3 +340,41 @@ def _cache_write(key: str, workdir: Path, report: AreaReport) -> None:
     fields.pop("cached")
     fields["files"] = list(files)
     SYNTH.write(key, {"report": fields}, files=files)
+
+
+# ---------------------------------------------------------------------------------------------
+# where the area goes: the same flow with the hierarchy kept
+
+def module_breakdown(design: Design, target: str = "ecp5", workdir: Path | None = None,
+                     timeout: float | None = 3600) -> dict[str, dict[str, int]]:
+    """{module: its own resources (AreaReport's metrics, from its own cells times the instances
+    of it)} of the design synthesised with the family flow and `-noflatten`: every Amaranth
+    submodule (top, each kernel, its datapath, its products) keeps its cells. Not cached, and not
+    the flat synthesis's counts (nothing is optimised across a module boundary): a map of where
+    the area goes, to compare shares, not totals."""
+    workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-breakdown-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    text, before, _ = multipliers.plan(design_rtlil(design), target, design.config.mul)
+    text = undefined_collisions(text)
+    if f"attribute \\{DUPLICATE_ATTRIBUTE} " in text:
+        before = DUPLICATES_SCRIPT + before
+    (workdir / "design.il").write_text(text)
+    for name, content in (multipliers.map_files(text, target) if before else {}).items():
+        (workdir / name).write_text(content)
+    script = f"read_rtlil design.il\n{before}{TARGETS[target]} -noflatten\ntee -q -o stat.json stat -json\n"
+    yosys(script, cwd=workdir, log_name="yosys.log", timeout=timeout)
+    modules = json.loads((workdir / "stat.json").read_text())["modules"]
+    instances: dict[str, int] = {"\\top": 1}
+    order = [m for m in modules if m == "\\top"] + [m for m in modules if m != "\\top"]
+
+    def count(name: str, times: int) -> None:
+        for cell, n in modules[name]["num_cells_by_type"].items():
+            if cell in modules:
+                instances[cell] = instances.get(cell, 0) + times * int(n)
+                count(cell, times * int(n))
+    count(order[0], 1)
+    out = {}
+    for name, m in modules.items():
+        own = {c: int(n) * instances.get(name, 0) for c, n in m["num_cells_by_type"].items() if c not in modules}
+        out[name.lstrip("\\")] = {**_classify(target, own), "instances": instances.get(name, 0)}
+    return out

@@ -250,13 +250,14 @@ def uses_luts(rtlil_text: str) -> bool:
     return f"attribute \\{LUT_ATTRIBUTE} " in rtlil_text or bool(lut_multiplier.REGISTERED.search(rtlil_text))
 
 
-def map_files(rtlil_text: str) -> dict[str, str]:
-    """The files lut_script reads, for the products marked in this RTLIL text ({} if none)."""
+def map_files(rtlil_text: str, target: str = "") -> dict[str, str]:
+    """The files lut_script reads, for the products marked in this RTLIL text ({} if none), built
+    for `target` (lut_multiplier.module: ECP5's carry chains take partial products)."""
     shapes = {c.shape for c in mul_cells(rtlil_text) if c.lut}
     registered = {lut_multiplier.registered_of(m) for m in lut_multiplier.REGISTERED.finditer(rtlil_text)}
     if not shapes and not registered:
         return {}
-    files = {lut_multiplier.MAP_FILE: lut_multiplier.map_file(shapes)}
+    files = {lut_multiplier.MAP_FILE: lut_multiplier.map_file(shapes, target)}
     if registered:
-        files[lut_multiplier.REGISTERED_FILE] = lut_multiplier.registered_file(registered)
+        files[lut_multiplier.REGISTERED_FILE] = lut_multiplier.registered_file(registered, target)
     return files
