@@ -49,6 +49,10 @@ from tinygrad import Tensor, dtypes  # noqa: E402
 
 from compiler import HardwareConfig, compile_model, simulate_many  # noqa: E402
 from compiler.synth.area import synthesize  # noqa: E402
+try:
+    from compiler.synth.area import module_breakdown  # noqa: E402
+except ImportError:                        # the compiler before issue 53
+    module_breakdown = None
 from compiler.tools import yosys  # noqa: E402
 
 DEFAULT_FORMATS = ["w2a2", "w3a3", "w4a4", "w4a6", "w6a6", "w8a8"]
@@ -158,7 +162,7 @@ def graph_theory(W: np.ndarray, alo: int, ahi: int) -> tuple[int, int] | None:
 # ---------------------------------------------------------------------------------------------
 # ours
 
-def ours(W, wbits, abits, config: HardwareConfig, xs, name: str, args) -> dict:
+def ours(W, wbits, abits, config: HardwareConfig, xs, name: str, args, breakdown: bool = False) -> dict:
     x, y, ranges = layer(W, wbits, abits)
     t = time.perf_counter()
     design = compile_model(y, config=config, stream=x, input_ranges=ranges)
@@ -174,10 +178,22 @@ def ours(W, wbits, abits, config: HardwareConfig, xs, name: str, args) -> dict:
     sim_s = time.perf_counter() - t
     t = time.perf_counter()
     area = synthesize(design, "ecp5", args.workdir / name, timeout=args.timeout)
+    if breakdown:
+        print_breakdown(name, module_breakdown(design, "ecp5", args.workdir / name / "breakdown", timeout=args.timeout))
     return dict(adders=adders(design), luts=area.luts, lut4=area.cells.get("LUT4", 0), ccu2c=area.cells.get("CCU2C", 0),
                 pfumx=area.cells.get("PFUMX", 0), ffs=area.ffs, dsp=area.dsp, bram=area.bram, lutram=area.lutram,
                 cycles=model.total, exact=True, sim_s=round(sim_s, 1), synth_s=round(time.perf_counter() - t, 1),
                 cached=area.cached)
+
+
+def print_breakdown(name: str, modules: dict) -> None:
+    """Each module's LUTs and FFs (its own cells, times its instances), largest first."""
+    total = sum(m["luts"] for m in modules.values()) or 1
+    print(f"  where {name}'s area goes (synth_ecp5 -noflatten; a module's own cells x its instances):")
+    for mod, m in sorted(modules.items(), key=lambda kv: -kv[1]["luts"]):
+        if m["luts"] or m["ffs"]:
+            print(f"    {mod}: x{m['instances']} {m['luts']:,} LUTs ({100 * m['luts'] / total:.0f}%), {m['ffs']:,} FFs, "
+                  f"{m['bram']} BRAM, {m['dsp']} DSP")
 
 
 def adders(design) -> int:
@@ -292,6 +308,8 @@ def main() -> int:
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--label", default="", help="a name for this run's rows (before, after)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="memory rows: also synthesise with the hierarchy kept and print each module's share")
     args = ap.parse_args()
     args.workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-area-"))
     extra = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
@@ -333,7 +351,8 @@ def main() -> int:
                 for mul in args.muls:
                     cfg = HardwareConfig.from_dict({"lanes": args.lanes, "reduce_unroll": args.reduce_unroll,
                                                     "fp_pipeline": 3, "mul": mul, **extra})
-                    r = ours(W, wbits, abits, cfg, xs, f"mem-{mul}-{fmt}-{density}-{args.shape}", args)
+                    r = ours(W, wbits, abits, cfg, xs, f"mem-{mul}-{fmt}-{density}-{args.shape}", args,
+                             breakdown=args.breakdown)
                     r["per_product"] = r["luts"] / (args.lanes * args.reduce_unroll)
                     rows.append((f"memory, mul {mul}, {args.lanes}x{args.reduce_unroll}", r))
             for mode, r in rows:

@@ -173,3 +173,99 @@ def test_the_registered_proof_can_fail(tmp_path):
     from amaranth.hdl import signed
     assert not _registered_equal(tmp_path, _product_rtlil(signed(5), signed(4), signed(9)),
                                  lambda text: re.sub(r"_q <= (\w+);", r"_q <= ~\1;", text, count=1))
+
+
+# ---------------------------------------------------------------------------------------------
+# ECP5: partial products on carry chains (lut_multiplier.chain_module)
+
+_CCU2C_MODEL = "tests/data/ecp5_ccu2c.v"     # the carry cell's function, as the proofs need it
+
+
+def _chain_sources(tmp_path, shape: Shape) -> None:
+    import shutil
+    from pathlib import Path
+    _sources(tmp_path, shape)
+    (tmp_path / "map.v").write_text(map_file({shape}, "ecp5"))
+    shutil.copy(Path(__file__).resolve().parent.parent / _CCU2C_MODEL, tmp_path / "ccu2c.v")
+
+
+_CHAIN_MITER = ("read_verilog ccu2c.v gold.v gate.v\nproc\ntechmap -map map.v gate\n"
+                "select -assert-none gate/t:$mul\nhierarchy\nflatten\n"
+                "miter -equiv -flatten -make_assert gold gate miter\nhierarchy -top miter\nflatten\nopt -fast\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", [
+    Shape(6, 4, 10, True), Shape(4, 6, 10, True), Shape(5, 3, 8, False), Shape(3, 3, 6, True),
+    Shape(2, 2, 4, True), Shape(2, 3, 5, False), Shape(7, 5, 12, True), Shape(6, 6, 8, True),
+    Shape(8, 8, 16, True), Shape(8, 8, 16, False), Shape(8, 8, 10, True), Shape(5, 5, 7, False)],
+    ids=lambda s: s.name)
+def test_ecp5_chain_products_are_proved_equal(tmp_path, shape):
+    _chain_sources(tmp_path, shape)
+    yosys(_CHAIN_MITER + "sat -verify -prove-asserts miter\n", cwd=tmp_path, timeout=300)
+
+
+@pytest.mark.slow
+def test_the_chain_proof_can_fail(tmp_path):
+    """The same proof with one carry cell's function wrong (an AND row added, not subtracted) is refused."""
+    shape = Shape(6, 4, 10, True)
+    _chain_sources(tmp_path, shape)
+    text = (tmp_path / "map.v").read_text()
+    assert "16'h8777" in text
+    (tmp_path / "map.v").write_text(text.replace("16'h8777", "16'h7888", 1))
+    with pytest.raises(ToolError):
+        yosys(_CHAIN_MITER + "sat -verify -prove-asserts miter\n", cwd=tmp_path, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape, chain, radix4", [(Shape(8, 8, 16, True), 72, 122), (Shape(6, 4, 10, True), 24, 52),
+                                                   (Shape(4, 4, 8, True), 18, 36)], ids=lambda s: getattr(s, "name", s))
+def test_chain_products_cost_fewer_luts_on_ecp5(tmp_path, shape, chain, radix4):
+    """LUT4 + 2 x CCU2C of one product alone (Yosys 0.70): the chains against the radix-4 rows."""
+    sign = "signed " if shape.signed else ""
+    (tmp_path / "t.v").write_text(
+        f"module top(input {sign}[{shape.a_width - 1}:0] a, input {sign}[{shape.b_width - 1}:0] b, "
+        f"output [{shape.y_width - 1}:0] y); assign y = a * b; endmodule\n")
+    luts = {}
+    for how, target in (("chain", "ecp5"), ("radix4", "")):
+        (tmp_path / f"{how}.v").write_text(map_file({shape}, target))
+        yosys(f"read_verilog t.v\nproc\ntechmap -map {how}.v t:$mul\n{TARGETS['ecp5']}\n"
+              f"tee -q -o {how}.json stat -json\n", cwd=tmp_path, log_name=f"{how}.log", timeout=300)
+        cells = json.loads((tmp_path / f"{how}.json").read_text())["design"]["num_cells_by_type"]
+        luts[how] = cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0)
+    assert luts == {"chain": chain, "radix4": radix4}
+
+
+def _registered_chain_equal(tmp_path, gold: str, mutate=lambda text: text) -> bool:
+    """_registered_equal for the ECP5 map (carry cells read from their model)."""
+    import shutil
+    from pathlib import Path
+    from compiler.synth.multipliers import mark_lut_cells, map_files, mul_cells, pipeline_products
+    marked = {(c.module, c.name) for c in mul_cells(gold)}
+    gate = pipeline_products(mark_lut_cells(gold, marked), marked)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    for name, content in map_files(gate, "ecp5").items():
+        (tmp_path / name).write_text(mutate(content))
+    shutil.copy(Path(__file__).resolve().parent.parent / _CCU2C_MODEL, tmp_path / "ccu2c.v")
+    (tmp_path / "gold.il").write_text(gold.replace("\\top", "\\gold"))
+    (tmp_path / "gate.il").write_text(gate.replace("\\top", "\\gate"))
+    yosys("read_verilog ccu2c.v\nread_rtlil gold.il\nread_rtlil gate.il\nread_verilog tinyhw_lut_mulreg.v\nhierarchy\n"
+          "proc\nflatten\nmiter -equiv -flatten -make_assert gold gate miter\nhierarchy -top miter\nopt_clean\n"
+          "tee -o proof.txt sat -tempinduct -prove-asserts -set-init-zero -seq 2 -maxsteps 8 miter\n",
+          cwd=tmp_path, timeout=600)
+    return "Induction step proven: SUCCESS!" in (tmp_path / "proof.txt").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shapes, registers", [
+    (("signed(5)", "signed(4)", "signed(9)"), 1), (("unsigned(6)", "unsigned(3)", "unsigned(9)"), 1),
+    (("signed(6)", "signed(6)", "signed(8)"), 1), (("unsigned(3)", "unsigned(2)", "unsigned(5)"), 1),
+    (("signed(5)", "signed(4)", "signed(9)"), 2), (("signed(4)", "signed(4)", "signed(12)"), 2)],
+    ids=lambda s: "_".join(s) if isinstance(s, tuple) else str(s))
+def test_registered_chain_products_are_the_product_registers(tmp_path, shapes, registers):
+    from amaranth.hdl import signed, unsigned
+    a, b, y = (eval(s, {"signed": signed, "unsigned": unsigned}) for s in shapes)
+    gold = _product_rtlil(a, b, y, registers)
+    assert _registered_chain_equal(tmp_path, gold)
+    assert not _registered_chain_equal(tmp_path / "bad", gold,
+                                       lambda text: re.sub(r"_q <= (\w+);", r"_q <= ~\1;", text, count=1))

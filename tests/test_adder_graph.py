@@ -1,0 +1,176 @@
+"""Constant layers as shared adder graphs (compiler/passes/adder_graph.py, `adder_graph`,
+`adder_depth`): the graph is da4ml's, checked against the matrix and emitted as integer IR; every
+design is simulated bit-exact against numpy with cycles equal to the cycle model."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tinygrad import Tensor, dtypes
+
+from compiler import CompileError, HardwareConfig, compile_model, ir, simulate
+from compiler.passes import adder_graph
+from compiler.passes.adder_graph import Add, Output, Plan, per_product_adders, plan_of
+
+pytestmark = pytest.mark.skipif(not adder_graph.da4ml_available(), reason="da4ml is not installed")
+
+K = ir.OpKind
+
+
+def _layer(W: np.ndarray, bias: np.ndarray | None = None, shift: int | None = None):
+    """x (int8 Tensor), y = W x (+ bias, then relu >> shift clipped to 127 when shift is given)."""
+    x = Tensor(np.zeros(W.shape[1], np.int8)).realize()
+    y = Tensor(W.astype(np.int8)).cast(dtypes.int32) @ x.cast(dtypes.int32)
+    if bias is not None:
+        y = y + Tensor(bias.astype(np.int32))
+    if shift is not None:
+        y = (y.relu() >> shift).minimum(127).cast(dtypes.int8).cast(dtypes.int32)
+    return x, y
+
+
+def _reference(W, x, bias=None, shift=None):
+    y = W.astype(np.int64) @ x.astype(np.int64)
+    if bias is not None:
+        y = y + bias
+    if shift is not None:
+        y = np.minimum(np.maximum(y, 0) >> shift, 127)
+    return y
+
+
+def _adders(design) -> int:
+    return sum(isinstance(v, ir.Op) and v.op in (K.ADD, K.SUB, K.NEG) and not v.dtype.is_float
+               for k in design.kernels for v in ir.toposort([o for s, _ in k.stores() for o in ir.store_operands(s)]))
+
+
+def _depth(design) -> int:
+    """Adder levels on the longest path of the design's kernels."""
+    depth: dict[int, int] = {}
+    for k in design.kernels:
+        for v in ir.toposort([o for s, _ in k.stores() for o in ir.store_operands(s)]):
+            here = 1 if isinstance(v, ir.Op) and v.op in (K.ADD, K.SUB, K.NEG) else 0
+            depth[id(v)] = here + max((depth[id(o)] for o in ir.operands(v)), default=0)
+    return max(depth.values())
+
+
+def _compile(W, style, bias=None, shift=None, **knobs):
+    x, y = _layer(W, bias, shift)
+    config = HardwareConfig.from_dict({"weights": "constant", "lanes": W.shape[0], "reduce_unroll": W.shape[1],
+                                       "adder_graph": style, **knobs})
+    return x, compile_model(y, config=config, stream=x, input_ranges={x: (-128, 127)})
+
+
+def _check(design, x, W, samples, bias=None, shift=None):
+    for s in samples:
+        r = simulate(design, {x: s})
+        assert np.array_equal(np.asarray(r.outputs[0]).reshape(-1), _reference(W, s, bias, shift))
+        assert r.cycles == design.cycle_model().total
+
+
+def test_a_dense_layer_shares_partial_sums_and_stays_exact():
+    rng = np.random.default_rng(0)
+    W = rng.integers(-128, 128, (8, 12))
+    samples = [np.full(12, -128, np.int8), np.full(12, 127, np.int8)] + [rng.integers(-128, 128, 12).astype(np.int8)
+                                                                        for _ in range(3)]
+    xs, shared = _compile(W, "shared")
+    xp, alone = _compile(W, "per_product")
+    assert _adders(alone) == per_product_adders(W.T)            # each weight's digits, a tree per output
+    assert _adders(shared) < 0.8 * _adders(alone)                # partial sums computed once
+    _check(shared, xs, W, samples)
+    _check(alone, xp, W, samples)
+
+
+def test_a_pruned_layer_with_bias_and_requantisation_stays_exact():
+    rng = np.random.default_rng(1)
+    W = rng.integers(-32, 32, (10, 16))
+    W[rng.random(W.shape) < 0.75] = 0
+    bias = rng.integers(-3000, 3000, 10)
+    x, design = _compile(W, "shared", bias=bias, shift=6, fp_pipeline=3, adder_levels=2)
+    _, alone = _compile(W, "per_product", bias=bias, shift=6, fp_pipeline=3, adder_levels=2)
+    assert _adders(design) < _adders(alone)
+    _check(design, x, W, [rng.integers(-128, 128, 16).astype(np.int8) for _ in range(4)], bias, 6)
+
+
+def test_adder_depth_bounds_the_graph_and_trades_adders():
+    rng = np.random.default_rng(2)
+    W = rng.integers(-8, 8, (16, 16))
+    _, free = _compile(W, "shared")
+    x, tight = _compile(W, "shared", adder_depth=0)
+    # the least depth of any graph: each output's digits summed in a balanced tree
+    least = max(int(np.ceil(np.log2(max(sum(bin(abs(int(c))).count("1") for c in row), 1)))) for row in W)
+    assert _depth(tight) <= least + 1 < _depth(free)
+    assert _adders(free) <= _adders(tight)
+    _check(tight, x, W, [rng.integers(-128, 128, 16).astype(np.int8) for _ in range(2)])
+
+
+def test_shared_without_da4ml_is_one_clear_error_and_auto_builds_per_product(monkeypatch):
+    monkeypatch.setattr(adder_graph, "da4ml_available", lambda: False)
+    W = np.array([[3, 5], [7, 3]])
+    with pytest.raises(CompileError, match="adder_graph: shared needs the da4ml package"):
+        _compile(W, "shared")
+    _, auto = _compile(W, "auto")
+    _, alone = _compile(W, "per_product")
+    assert _adders(auto) == _adders(alone)
+
+
+def test_a_graph_that_disagrees_with_its_matrix_is_not_used(monkeypatch):
+    real = adder_graph.solve_da4ml
+
+    def wrong(W, *args):
+        plan = real(W, *args)
+        out = plan.outputs[0]
+        outputs = (Output(out.node, out.shift + 1, out.negate),) + plan.outputs[1:]     # twice the first output
+        return Plan(plan.inputs, plan.adds, outputs)
+    monkeypatch.setattr(adder_graph, "solve_da4ml", wrong)
+    rng = np.random.default_rng(3)
+    W = rng.integers(-128, 128, (6, 8))
+    x, design = _compile(W, "shared")
+    _, alone = _compile(W, "per_product")
+    assert _adders(design) == _adders(alone)                     # the products stay as they were
+    _check(design, x, W, [rng.integers(-128, 128, 8).astype(np.int8)])
+
+
+def test_plan_coefficients_and_depth():
+    # x0, x1 -> n2 = x0 + (x1 << 1); n3 = (n2 << 2) - x0; outputs: n3, -(n2), zero
+    plan = Plan(2, (Add(0, 1, 0, 1, False), Add(2, 0, 2, 0, True)),
+                (Output(3, 0, False), Output(2, 1, True), Output(None, 0, False)))
+    assert plan.coefficients().tolist() == [[3, -2, 0], [8, -4, 0]]
+    assert plan.depth() == 2
+
+
+class _Op:
+    def __init__(self, id0, id1, opcode, data):
+        self.id0, self.id1, self.opcode, self.data = id0, id1, opcode, data
+
+
+class _Stage:
+    def __init__(self, ops, inp_shifts, out_idxs, out_shifts, out_negs):
+        self.ops, self.inp_shifts, self.out_idxs, self.out_shifts, self.out_negs = \
+            ops, inp_shifts, out_idxs, out_shifts, out_negs
+
+
+class _Pipeline:
+    def __init__(self, *stages):
+        self.solutions = stages
+
+
+def test_da4ml_fractional_steps_become_left_shifts():
+    """buf2 = x0 + x1 / 2 (a half step), out = buf2 << 1 = 2 x0 + x1: every node is built with
+    left shifts, the output's exponent is 0."""
+    stage = _Stage([_Op(0, -1, -1, 0), _Op(1, -1, -1, 0), _Op(0, 1, 0, -1)], [0, 0], [2], [1], [False])
+    plan = plan_of(_Pipeline(stage), 2)
+    assert plan.adds == (Add(0, 1, 1, 0, False),)
+    assert plan.coefficients().tolist() == [[2], [1]]
+    # an output that would need a right shift (an exact division, not one of two's complement) is refused
+    stage = _Stage([_Op(0, -1, -1, 0), _Op(1, -1, -1, 0), _Op(0, 1, 0, -1)], [0, 0], [2], [0], [False])
+    assert plan_of(_Pipeline(stage), 2) is None
+    # an op that is not an addition (a relu, opcode 2) is refused
+    stage = _Stage([_Op(0, -1, -1, 0), _Op(0, -1, 2, 0)], [0], [1], [0], [False])
+    assert plan_of(_Pipeline(stage), 1) is None
+
+
+@pytest.mark.parametrize("knobs, message", [
+    ({"adder_graph": "cse"}, "HardwareConfig.adder_graph: expected one of 'auto', 'shared', 'per_product'"),
+    ({"adder_depth": -1}, "HardwareConfig.adder_depth: expected None"),
+])
+def test_bad_knob_values_are_refused(knobs, message):
+    with pytest.raises(ValueError, match=message):
+        HardwareConfig.from_dict(knobs)
