@@ -18,7 +18,7 @@ evaluation actually consumes (`key_material` returns it, and each entry stores i
                 the overflow analysis assumes), simulator choice, whether simulation,
                 synthesis and place-and-route ran (with timing: nextpnr's version), and the spec's
                 `synthesis` mode when it is not flat
-    versions    Yosys (its banner), tinygrad, amaranth, numpy and the tinyhw package
+    versions    Yosys (its banner), tinygrad, amaranth, numpy, the tinyhw package and da4ml
     code        (added by compiler.cache.EVALS) a SHA-256 of every file of compiler/ and dse/.
                 Every module of both packages, not a hand-kept list: the quantiser, the data
                 split, model building, the accuracy stage decide a row's numbers as much as the
@@ -62,8 +62,10 @@ from compiler.cache import EVALS
 from compiler.tools import package_version
 from dse.spec import DesignPoint
 
-VERSIONED = ("tinygrad", "amaranth", "numpy", "tinyhw")
-"""Packages whose versions join the key (with Yosys's; the project's own code by content)."""
+VERSIONED = ("tinygrad", "amaranth", "numpy", "tinyhw", "da4ml")
+"""Packages whose versions join the key (with Yosys's; the project's own code by content). da4ml
+(optional) builds constant layers' adder graphs (adder_graph: auto uses it when installed): its
+graphs are in the IR, but a point refused for want of it is keyed on its definition alone."""
 
 CACHEABLE_FAIL_STAGES = ("check", "confirm")
 PRE_IR_STAGES = ("config", "build", "compile")
