@@ -327,7 +327,7 @@ def main() -> int:
             W = matrix((n_out, n_in), wbits, sparsity, args.seed)
             nnz = int((W != 0).sum())
             naive = per_product_theory(W, alo, ahi)
-            graph = graph_theory(W, alo, ahi)
+            graph = graph_theory(W, alo, ahi) if {"constant", "da4ml"} & set(args.modes) else None
             base = dict(run=args.label, format=fmt, density=density, shape=args.shape, nonzero=nnz,
                         theory_per_product=naive, theory_graph=graph)
             rows = []

@@ -33,11 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+import yaml  # noqa: E402
 from tinygrad import Tensor, dtypes  # noqa: E402
 
 from compiler import HardwareConfig, compile_model, simulate_many  # noqa: E402
 from compiler.pnr.timing import place_and_route  # noqa: E402
-from compiler.synth.area import synthesize  # noqa: E402
+from compiler.synth.area import module_breakdown, synthesize  # noqa: E402
 from compiler.tools import ToolError  # noqa: E402
 
 SHAPES = {"ad08": [64, 72, 72, 8, 72, 72, 64], "kws": [490, 256, 256, 256, 12], "kws3": [490, 256, 256, 256, 12]}
@@ -79,7 +80,12 @@ def synth_pnr(design, name: str, args, root: Path) -> dict:
     row: dict = {}
     t = time.perf_counter()
     area = synthesize(design, "ecp5", root / name / "synth", timeout=args.timeout, netlist=True)
-    row.update(luts=area.luts, ffs=area.ffs, bram=area.bram, dsp=area.dsp, synth_s=round(time.perf_counter() - t, 1))
+    row.update(luts=area.luts, ffs=area.ffs, bram=area.bram, dsp=area.dsp, synth_s=round(time.perf_counter() - t, 1),
+               cells={k: v for k, v in area.cells.items() if not k.startswith("$")})
+    if args.breakdown:                     # where the area goes, module by module (issue 53)
+        parts = module_breakdown(design, "ecp5", root / name / "breakdown", timeout=args.timeout)
+        row["breakdown"] = {m: {k: v for k, v in c.items() if v} for m, c in parts.items() if c["luts"] or c["ffs"]}
+        print(json.dumps({"breakdown": row["breakdown"]}), flush=True)
     if args.pnr:
         t = time.perf_counter()
         try:
@@ -95,6 +101,7 @@ def synth_pnr(design, name: str, args, root: Path) -> dict:
 def bench_random(model: str, args, root: Path) -> list[dict]:
     sizes, target = SHAPES[model], args.targets[model]
     wbits, abits, shift, knobs = FORMATS.get(model, (8, 8, SHIFT, {}))
+    knobs = {**knobs, **args.extra}
     rng = np.random.default_rng(1)
     lo, hi = (-128, 127) if abits == 8 else (0, (1 << abits) - 1)
     xs = [rng.integers(lo, hi + 1, sizes[0]).astype(np.int8) for _ in range(args.samples)]
@@ -152,15 +159,20 @@ def trained_model(model: str, root: Path, samples: int | None = None):
 
 def bench_trained(model: str, args, root: Path) -> list[dict]:
     from dse.models.accuracy import run_samples
+    from dse.models.widths import Formats, is_format_knob
     net, data, dtype, knobs = trained_model(model, root, args.trained_samples)
+    knobs = {**knobs, **{k: v for k, v in args.extra.items() if not is_format_knob(k)}}
+    formats = Formats.of({k: v for k, v in args.extra.items() if is_format_knob(k)}) or None
     target = args.targets[model]
     rows = []
-    flow_run = run_samples(net=net, dtype=dtype, data=data, config=HardwareConfig(
+    flow_run = run_samples(net=net, dtype=dtype, data=data, formats=formats, config=HardwareConfig(
         schedule="dataflow", fold="auto", target_interval=target, fp_pipeline=args.fp_pipeline, **knobs))
     folding = {f"{k}@{i}": v for i, st in flow_run.design.config.layers for k, v in st}
-    seq_run = run_samples(net=net, dtype=dtype, data=data,
-                          config=HardwareConfig.from_dict({**folding, **knobs, "fp_pipeline": args.fp_pipeline}))
-    assert np.array_equal(flow_run.logits, seq_run.logits)      # sample for sample
+    seq_run = None
+    if "sequential" in args.schedules:
+        seq_run = run_samples(net=net, dtype=dtype, data=data, formats=formats,
+                              config=HardwareConfig.from_dict({**folding, **knobs, "fp_pipeline": args.fp_pipeline}))
+        assert np.array_equal(flow_run.logits, seq_run.logits)      # sample for sample
     for sched, r in (("dataflow", flow_run), ("sequential", seq_run)):
         if sched not in args.schedules:
             continue
@@ -191,7 +203,12 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=7200)
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also synthesise with the hierarchy kept and report each module's LUTs and FFs")
+    ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
+                    help="a hardware knob for every design (mul=lut, adder_levels=2, ...)")
     args = ap.parse_args()
+    args.extra = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.set)}
     args.targets = dict(TARGETS)
     for t in args.target:
         k, _, v = t.partition("=")

@@ -363,18 +363,19 @@ def module_breakdown(design: Design, target: str = "ecp5", workdir: Path | None 
         (workdir / name).write_text(content)
     script = f"read_rtlil design.il\n{before}{TARGETS[target]} -noflatten\ntee -q -o stat.json stat -json\n"
     yosys(script, cwd=workdir, log_name="yosys.log", timeout=timeout)
-    modules = json.loads((workdir / "stat.json").read_text())["modules"]
-    instances: dict[str, int] = {"\\top": 1}
-    order = [m for m in modules if m == "\\top"] + [m for m in modules if m != "\\top"]
+    # stat names a module "\\name" and a cell of its type "name": both without the backslash here
+    modules = {name.lstrip("\\"): m["num_cells_by_type"]
+               for name, m in json.loads((workdir / "stat.json").read_text())["modules"].items()}
+    instances: dict[str, int] = {}
 
     def count(name: str, times: int) -> None:
-        for cell, n in modules[name]["num_cells_by_type"].items():
-            if cell in modules:
-                instances[cell] = instances.get(cell, 0) + times * int(n)
-                count(cell, times * int(n))
-    count(order[0], 1)
+        instances[name] = instances.get(name, 0) + times
+        for cell, n in modules[name].items():
+            if cell.lstrip("\\") in modules:
+                count(cell.lstrip("\\"), times * int(n))
+    count("top", 1)
     out = {}
-    for name, m in modules.items():
-        own = {c: int(n) * instances.get(name, 0) for c, n in m["num_cells_by_type"].items() if c not in modules}
-        out[name.lstrip("\\")] = {**_classify(target, own), "instances": instances.get(name, 0)}
+    for name, cells in modules.items():
+        own = {c: int(n) * instances.get(name, 0) for c, n in cells.items() if c.lstrip("\\") not in modules}
+        out[name] = {**_classify(target, own), "instances": instances.get(name, 0)}
     return out
