@@ -18,7 +18,7 @@ asks for whole-word writes only from FANOUT_LEVEL, where the host bus is registe
 kernel started right after the last write reads its memories later than that (hw/top.py), and
 a copy's last write, a cycle before its reader starts, meets a read port that is transparent
 to the write port (kernel.py `written_outside`). Cost per memory: the pending write and the
-last word written (about two words of flip-flops) and a multiplexer per bit.
+last word written (about two words of flip-flops), an address compare and a multiplexer per bit.
 """
 from __future__ import annotations
 
@@ -47,13 +47,17 @@ def read_modify_write(m: Module, name: str, wp, port0, own_addr: Value, *, waddr
     data = Signal(n * width, name=f"{name}_wr_data", reset_less=True, attrs=_KEEP)
     m.d.sync += [valid.eq(enables.any()), addr.eq(waddr), mask.eq(enables), data.eq(Cat(*(d for d, _ in fields)))]
     m.d.comb += port0.addr.eq(Mux(partial, waddr, own_addr))
-    # the word written last cycle, for a read of that word in the same cycle (undefined data)
-    last = Signal(name=f"{name}_wr_last", attrs=_KEEP)
-    last_addr = Signal.like(waddr, name=f"{name}_wr_last_addr", reset_less=True, attrs=_KEEP)
+    # the word written last cycle, for a read of that word in the same cycle (undefined data).
+    # Whether the word landing now is the one that landed last cycle is known a cycle ahead
+    # (the pending write's address against the one arriving), so it is a register of its own:
+    # computed once, where a compare of the two addresses inside `base` was copied by ABC into
+    # every bit's multiplexer (the w4a6 GEMV 256x256 at 4 x 64: ~340 LUTs a memory, 29
+    # memories; one LUT a bit with it registered)
+    hit = Signal(name=f"{name}_wr_hit", attrs=_KEEP)
     last_word = Signal(n * width, name=f"{name}_wr_last_word", reset_less=True)
-    base = Mux(last & (last_addr == addr), last_word, port0.data)
+    base = Mux(hit, last_word, port0.data)
     merged = Signal(n * width, name=f"{name}_wr_word")
     m.d.comb += merged.eq(Cat(*(Mux(mask[i], data[i * width:(i + 1) * width], base[i * width:(i + 1) * width])
                                 for i in range(n))))
     m.d.comb += [wp.en.eq(valid), wp.addr.eq(addr), wp.data.eq(merged)]
-    m.d.sync += [last.eq(valid), last_addr.eq(addr), last_word.eq(merged)]
+    m.d.sync += [hit.eq(valid & enables.any() & (addr == waddr)), last_word.eq(merged)]
