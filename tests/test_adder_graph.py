@@ -180,3 +180,12 @@ def test_da4ml_fractional_steps_become_left_shifts():
 def test_bad_knob_values_are_refused(knobs, message):
     with pytest.raises(ValueError, match=message):
         HardwareConfig.from_dict(knobs)
+
+
+@needs_da4ml
+def test_a_transposed_view_is_solved_as_the_matrix_it_shows():
+    """da4ml reads its matrix's buffer row-major: a transposed view (W.T of an out x in layer)
+    must give the graph of W.T, not of W."""
+    W = np.random.default_rng(4).integers(-8, 8, (6, 6))
+    plan = adder_graph.solve_da4ml(W.T, [(-128, 127)] * 6, [0.0] * 6, None)
+    assert np.array_equal(plan.coefficients(), W.T.astype(object))

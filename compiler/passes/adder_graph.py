@@ -137,7 +137,9 @@ def solve_da4ml(W: np.ndarray, intervals: list[tuple[int, int]], latencies: list
     from da4ml.cmvm import solve
     # adder_size 1: da4ml's cost of an adder is its width in bits (what its own tracing flow
     # uses, and what a LUT4 carry chain costs), not 1 per adder
-    pipeline = solve(np.asarray(W, dtype=np.float32),
+    # C order: da4ml reads the buffer row-major whatever its strides (a transposed view would be
+    # taken as its transpose)
+    pipeline = solve(np.ascontiguousarray(W, dtype=np.float32),
                      qintervals=[(float(lo), float(hi), 1.0) for lo, hi in intervals],
                      latencies=[float(t) for t in latencies],
                      hard_dc=-1 if extra_depth is None else int(extra_depth), adder_size=1, carry_size=-1)
