@@ -26,6 +26,7 @@ holds two); for a general product, the A x W partial-product bits.
 
     python bench/bench_area.py [--formats w2a2 w4a4 w4a6 w8a8] [--shape 32x32] [--sparsity 0.75]
         [--modes constant da4ml memory] [--lanes 8 --reduce-unroll 4] [--set adder_graph=per_product]
+        [--adder-depths 0 1 2 none]
         [--json out.jsonl] [--workdir DIR]
 
 Prints one Markdown row per (format, density, mode). Synthesis is cached under $TINYHW_CACHE.
@@ -157,6 +158,19 @@ def graph_theory(W: np.ndarray, alo: int, ahi: int) -> tuple[int, int] | None:
         hi = int(np.where(v > 0, v * ahi, v * alo).sum())
         bits += max(bits_of(lo, hi) - abs(add.shift_a - add.shift_b), 1)
     return len(plan.adds), bits
+
+
+def depth_trade(W: np.ndarray, alo: int, ahi: int, depths: list[str]) -> None:
+    """da4ml's graph for W at each adder_depth bound (the solver alone, no synthesis): its
+    adders and its longest path in adders, the graph checked against the matrix."""
+    from compiler.passes.adder_graph import solve_da4ml
+    K = W.T
+    for d in depths:
+        bound = None if d == "none" else int(d)
+        plan = solve_da4ml(K, [(alo, ahi)] * K.shape[0], [0.0] * K.shape[0], bound)
+        if not np.array_equal(plan.coefficients(), K.astype(object)):
+            raise AssertionError(f"adder_depth {d}: da4ml's graph differs from the matrix")
+        print(f"  adder_depth {d}: {len(plan.adds)} adders, {plan.depth()} levels", flush=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,7 +310,7 @@ def main() -> int:
     ap.add_argument("--shape", default="32x32", help="OUTxIN")
     ap.add_argument("--sparsity", type=float, default=0.75, help="the pruned rows' fraction of zero weights")
     ap.add_argument("--densities", nargs="+", default=["dense", "pruned"], choices=["dense", "pruned"])
-    ap.add_argument("--modes", nargs="+", default=["constant", "da4ml", "memory"],
+    ap.add_argument("--modes", nargs="*", default=["constant", "da4ml", "memory"],
                     choices=["constant", "da4ml", "memory"])
     ap.add_argument("--lanes", type=int, default=8)
     ap.add_argument("--reduce-unroll", type=int, default=4)
@@ -308,6 +322,8 @@ def main() -> int:
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--label", default="", help="a name for this run's rows (before, after)")
+    ap.add_argument("--adder-depths", nargs="+", metavar="D",
+                    help="also print da4ml's graph (adders, levels) at each adder_depth bound (an integer or none)")
     ap.add_argument("--breakdown", action="store_true",
                     help="memory rows: also synthesise with the hierarchy kept and print each module's share")
     args = ap.parse_args()
@@ -328,6 +344,9 @@ def main() -> int:
             nnz = int((W != 0).sum())
             naive = per_product_theory(W, alo, ahi)
             graph = graph_theory(W, alo, ahi) if {"constant", "da4ml"} & set(args.modes) else None
+            if args.adder_depths:
+                print(f"  {fmt} {density} {args.shape}: {naive[0]} adders product by product")
+                depth_trade(W, alo, ahi, args.adder_depths)
             base = dict(run=args.label, format=fmt, density=density, shape=args.shape, nonzero=nnz,
                         theory_per_product=naive, theory_graph=graph)
             rows = []
