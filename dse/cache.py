@@ -112,7 +112,10 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
             definition: dict[str, Any] = {
                 "trained": t.kind, "sha256": _file_digest(t.path), "dataset": t.data.dataset,
                 "data_sha256": _file_digest(t.data.file) if t.data.file is not None else None,
-                "samples": t.data.samples, "prune": t.prune}
+                "samples": t.data.samples, "prune": t.prune,
+                # absent where not set: older keys stay
+                **({"split": t.data.split} if t.data.split is not None else {}),
+                **({"qat": t.qat.as_dict()} if t.qat is not None else {})}
         except OSError:
             return None
     elif model.builtin is not None:
@@ -136,6 +139,7 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
                 "weights_sha256": _file_digest(f.weights) if f.weights is not None else None,
                 "data": None if f.data is None else {
                     "dataset": f.data.dataset, "samples": f.data.samples, "input": f.data.input,
+                    **({"split": f.data.split} if f.data.split is not None else {}),
                     "sha256": _file_digest(f.data.file) if f.data.file is not None else None}}
         except OSError:
             return None

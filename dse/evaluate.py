@@ -215,6 +215,10 @@ class Metrics:
     quantization: str | None = None         # the int8/int16 scheme (dse.models.quantize.SCHEME)
     mean_weight_bits: float | None = None   # the quantiser's widths, mean over the conv/dense layers
     mean_act_bits: float | None = None      # (activations: the input and each requantised output)
+    qat: bool | None = None                 # a trained network's point fine-tuned at its format (the model's `qat:`)
+    qat_s: float | None = None              # how long the fine-tuning took (when it trained, also for a cached one)
+    qat_epochs: int | None = None
+    accuracy_ptq: float | None = None       # the point's accuracy before fine-tuning (post-training quantisation)
     # wall time per stage (seconds)
     compile_s: float | None = None
     simulate_s: float | None = None
@@ -396,7 +400,9 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         config = kernel_config(model, point.dtype, config)     # lanes@W1: the kernel computing W1
 
     with run.stage("build"):
-        built = model.build(point.dtype)
+        built = model.build(point.dtype)        # a network with `qat` is fine-tuned here (or read from its cache)
+        if model.trained is not None:
+            _fine_tuning(model, point.dtype, run)
         arrays, real = point_arrays(model, point.dtype, built, ctx.data_seed)
         fixed: dict[str, np.ndarray] = {}
         sample_ranges: dict[str, zoo.InputRange] = {}
@@ -541,8 +547,11 @@ def _accuracy(model: ModelSpec, *, point: DesignPoint, config, sim: "Simulator",
     from dse.models.accuracy import run_model_samples, run_samples
     if model.runs_trained(point.dtype):   # its own build: quantised for integers, dense ones in floats too
         trained = model.trained
+        quantized = trained.quantized(point.dtype) if quantisable(point.dtype) else None
         r = run_samples(net=trained.net(), dtype=point.dtype, data=trained.dataset(), config=config,
-                        backend=sim.backend, formats=trained.kernel_formats(point.dtype))
+                        backend=sim.backend, formats=trained.kernel_formats(point.dtype), quantized=quantized)
+        if trained.fine_tuned(point.dtype) is not None:
+            run.set(accuracy_ptq=ptq_accuracy(trained, point.dtype))
     else:
         r = run_model_samples(model=model, dtype=point.dtype, design=design, tensors=tensors, checker=checker,
                               backend=sim.backend)
@@ -553,6 +562,29 @@ def _accuracy(model: ModelSpec, *, point: DesignPoint, config, sim: "Simulator",
         run.set(mean_weight_bits=r.mean_bits[0], mean_act_bits=r.mean_bits[1])
     if model.runs_trained(point.dtype) and point.dtype in ("fp8e4m3", "fp8e5m2"):
         run.notes.append(f"{point.dtype}: {r.quantization}")
+
+
+def _fine_tuning(model: ModelSpec, dtype: str, run: _Run) -> None:
+    """The row's `qat` (whether a trained network's point was fine-tuned at its format), `qat_s`
+    and `qat_epochs` (how long)."""
+    tuned = model.trained.fine_tuned(dtype)
+    run.set(qat=tuned is not None)
+    if tuned is not None:
+        run.set(qat_s=tuned.seconds, qat_epochs=tuned.epochs)
+        if tuned.cached:
+            run.notes.append(f"fine-tuned network from the qat cache (it trained in {tuned.seconds:.1f} s)")
+
+
+def ptq_accuracy(trained, dtype: str) -> float:
+    """The accuracy of `dtype`'s point before fine-tuning (post-training quantisation of the same
+    network at the same format), by its numpy integer model (which the hardware equals bit for
+    bit) on the test samples."""
+    data = trained.dataset()
+    q = trained.untuned().quantized(dtype)
+    x = data.x_test.reshape(len(data.x_test), -1)
+    pred = q.dequantize(q.reference(q.quantize_input(x))).argmax(1)
+    truth = data.y_test if data.y_test is not None else trained.net().float_logits(x).argmax(1)
+    return float((pred == truth).mean())
 
 
 def _timing(ctx: EvalContext, run: _Run, netlist_path: str) -> None:

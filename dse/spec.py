@@ -825,7 +825,7 @@ class _Parser:
 
     def model_entry(self, value: Any, path: str, top_ranges: dict[str, InputRange]) -> ModelSpec:
         d = _mapping(value, path, ["name"], ["builtin", "source", "params", "input_range", "weights", "onnx", "data",
-                                             "prune", "dtypes"])
+                                             "prune", "qat", "dtypes"])
         name = _str(d["name"], _join(path, "name"))
         if not _NAME.fullmatch(name):
             raise SpecError(_join(path, "name"), f"expected a name of letters, digits, '_', '-' and '.', got {name!r}")
@@ -836,9 +836,11 @@ class _Parser:
                                       "('weights' alone is a trained dense network: arrays W1, b1, W2, b2, ...; "
                                       "beside 'source' or 'builtin' it fills that model's inputs by name)")
             return self.trained_model(d, name, path, kinds[0])
-        if "prune" in d:
-            raise SpecError(_join(path, "prune"), "pruning applies to a trained network the tool quantises ('weights:' "
-                                                  "alone or 'onnx:'); a builtin or source model brings its own weights")
+        for key, what in (("prune", "pruning"), ("qat", "quantisation-aware fine-tuning")):
+            if key in d:
+                raise SpecError(_join(path, key), f"{what} applies to a trained network the tool quantises "
+                                                  "('weights:' alone or 'onnx:'); a builtin or source model brings "
+                                                  "its own weights")
         if ("builtin" in d) == ("source" in d):
             raise SpecError(path, "give either 'builtin' (a zoo model) or 'source' (path/to/file.py:function)"
                                   + (", not both" if "builtin" in d else ""))
@@ -977,6 +979,7 @@ class _Parser:
             except ValueError as e:
                 raise SpecError(_join(path, "prune"), str(e)) from None
         trained = dataclasses.replace(trained, prune=sparsity)
+        qat = self.qat(d["qat"], _join(path, "qat"), net, dataset, _join(path, "data")) if "qat" in d else None
         computes = [layer for layer in net.layers if hasattr(layer, "W")]     # the conv/dense layers
         if isinstance(net, DenseNet):
             m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), trained)
@@ -995,8 +998,31 @@ class _Parser:
                     m.files.inputs(built.inputs, dt)
             except (ValueError, DataError) as e:
                 raise SpecError(_join(path, kind), f"dtype {dt}: {str(e).removeprefix(f'{dt}: ')}") from None
-        self.per_dtype(name, builds)
-        return m
+        self.per_dtype(name, builds)      # checked without fine-tuning: it changes the values, not the layers
+        return m if qat is None else dataclasses.replace(m, trained=dataclasses.replace(trained, qat=qat))
+
+    @staticmethod
+    def qat(value: Any, path: str, net, dataset, data_path: str):
+        """`qat:` of a trained network: true, false or a mapping of dse.models.qat.OPTION_KEYS;
+        the network must be one the tool trains, and the data must hold a training split apart
+        from the test samples."""
+        from dse.models.qat import QatOptionError, check_trainable, parse_options
+        try:
+            options = parse_options(value)
+        except QatOptionError as e:
+            raise SpecError(_join(path, e.key) if e.key is not None else path, e.message) from None
+        if options is None:
+            return None
+        try:
+            check_trainable(net)
+        except ValueError as e:
+            raise SpecError(path, str(e)) from None
+        if dataset.train_is_test:
+            raise SpecError(data_path, f"{dataset.name} has no training split (x_train), and fine-tuning (qat) on "
+                                       "the test samples would score the network on what it trained on: give "
+                                       "'split: F' (the fraction of the samples to train on) or x_train and y_train "
+                                       "in the file")
+        return options
 
     def per_dtype(self, name: str, check) -> None:
         """`check(dtype)` (raising SpecError) for each dtype of model `name`: a dtype that fails is
@@ -1027,7 +1053,7 @@ class _Parser:
 
     def data(self, value: Any, path: str, dense: bool = True):
         from dse.models.data import DataError, DataSpec, SKLEARN_DATASETS
-        d = _mapping(value, path, [], ["dataset", "file", "samples", "input"],
+        d = _mapping(value, path, [], ["dataset", "file", "samples", "input", "split"],
                      what="{dataset: sklearn:NAME} or {file: PATH.npz}, with optional samples: N")
         if ("dataset" in d) == ("file" in d):
             raise SpecError(path, "give exactly one of 'dataset: sklearn:NAME' or 'file: PATH.npz'")
@@ -1044,8 +1070,16 @@ class _Parser:
         if "input" in d and dense:
             raise SpecError(_join(path, "input"), "a trained dense network has one input, 'x': leave 'input' out")
         named = _str(d["input"], _join(path, "input")) if "input" in d else None
+        split = d.get("split")
+        if split is not None and "file" not in d:
+            raise SpecError(_join(path, "split"), "the scikit-learn datasets come split (75% to train on); "
+                                                  "'split' takes a training split from a data file without one")
+        if split is not None and (isinstance(split, bool) or not isinstance(split, (int, float)) or not 0 < split < 1):
+            raise SpecError(_join(path, "split"), f"expected the fraction of the samples to train on, between 0 "
+                                                  f"and 1 (exclusive), got {_got(split)}")
         try:
-            return DataSpec(dataset=d.get("dataset"), file=file, samples=samples, input=named)
+            return DataSpec(dataset=d.get("dataset"), file=file, samples=samples, input=named,
+                            split=float(split) if split is not None else None)
         except DataError as e:
             raise SpecError(path, str(e)) from None
 

@@ -83,14 +83,18 @@ def check_cycles(runs, design) -> int:
     return model.total
 
 def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config: HardwareConfig | None = None,
-                backend: str = "cxxrtl", formats=None) -> SampleRun:
-    """`formats`: the widths of the tool's quantiser (dse.models.widths.Formats; None: the dtype's)."""
+                backend: str = "cxxrtl", formats=None, quantized=None) -> SampleRun:
+    """`formats`: the widths of the tool's quantiser (dse.models.widths.Formats; None: the dtype's).
+    `quantized`: the integer model to run in an integer dtype (a network fine-tuned at the format,
+    quantised: TrainedModel.quantized), in place of `net`'s post-training quantisation; `net` is
+    then the float model it is compared with."""
     x = data.x_test.reshape(len(data.x_test), -1)
     if x.shape[1] != net.inputs:
         raise ValueError(f"{data.name} samples have {x.shape[1]} values, the model takes {net.inputs}")
     float_logits = net.float_logits(x)
     if quantisable(dtype):
-        q = net.quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1), formats=formats)
+        q = quantized if quantized is not None else \
+            net.quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1), formats=formats)
         built, arrays, xs = q.built(), q.arrays(), q.quantize_input(x)
         reference, to_float = q.reference(xs), q.dequantize
     elif zoo.DTYPES[dtype].is_float:
