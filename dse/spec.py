@@ -979,7 +979,8 @@ class _Parser:
             except ValueError as e:
                 raise SpecError(_join(path, "prune"), str(e)) from None
         trained = dataclasses.replace(trained, prune=sparsity)
-        qat = self.qat(d["qat"], _join(path, "qat"), net, dataset, _join(path, "data")) if "qat" in d else None
+        qat = (self.qat(d["qat"], _join(path, "qat"), net, dataset, _join(path, "data") if "data" in d else "data")
+               if "qat" in d else None)
         computes = [layer for layer in net.layers if hasattr(layer, "W")]     # the conv/dense layers
         if isinstance(net, DenseNet):
             m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), trained)

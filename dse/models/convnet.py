@@ -128,6 +128,12 @@ class LayerNet:
             getattr(layer, "grid", None) is not None or getattr(layer, "out_quant", None) is not None
             for layer in self.layers)
 
+    @property
+    def clipped(self) -> bool:
+        """Whether a layer's output is bounded (a network fine-tuned for an integer format, which
+        the float builds do not run: dse.models.floatnet, fp8net)."""
+        return any(getattr(layer, "clip", None) is not None for layer in self.layers)
+
     def mapped_input(self, x: np.ndarray) -> np.ndarray:
         """Samples (n, ...) shaped (n, *input_shape[1:]), the input map applied."""
         h = np.asarray(x, np.float64).reshape((len(x), *self.input_shape[1:]))
