@@ -101,6 +101,20 @@ def test_mixed_widths_and_power_of_two_scales_are_what_it_trains_for(mlp, digits
     assert (trained == _integer_argmax(q, d.x_test)).mean() >= 0.99
 
 
+def test_held_out_samples_choose_the_epoch_kept(mlp, digits_data):
+    """With `validation`, a fifth of the training split is held out and the epoch whose network
+    scores best there is kept (the calibrated start, epoch 0, among them)."""
+    d = digits_data
+    options = QatOptions(epochs=4, validation=0.2)
+    tuned = fine_tune(mlp, dtype="int2", formats=None, x=d.x_train, y=d.y_train, options=options)
+    assert 0 <= tuned.kept_epoch <= 4 and 0.5 < tuned.held_out_accuracy <= 1
+    again = fine_tune(mlp, dtype="int2", formats=None, x=d.x_train, y=d.y_train, options=options)
+    assert (again.kept_epoch, again.held_out_accuracy) == (tuned.kept_epoch, tuned.held_out_accuracy)
+    np.testing.assert_array_equal(again.net.layers[0].W, tuned.net.layers[0].W)
+    last = fine_tune(mlp, dtype="int2", formats=None, x=d.x_train, y=d.y_train, options=QatOptions(epochs=4))
+    assert last.kept_epoch == 4 and np.isnan(last.held_out_accuracy)
+
+
 def test_a_pruned_network_keeps_its_zeros():
     data = load_dataset(DataSpec(file=MODELS / "jet_data.npz"))
     net = DenseNet.from_arrays(read_weights(MODELS / "jet_mlp.npz"))
@@ -165,11 +179,12 @@ def _spec(**model) -> dict:
 
 @pytest.mark.parametrize("spec, message", [
     (_spec(qat={"epoch": 3}),
-     "models[0].qat.epoch: unknown key; expected epochs, batch, learning_rate, scale_learning_rate, seed, time_limit"),
+     "models[0].qat.epoch: unknown key; expected epochs, batch, learning_rate, scale_learning_rate, seed, "
+     "validation, time_limit"),
     (_spec(qat={"epochs": 0}), "models[0].qat.epochs: expected an integer from 1 to 100000, got 0"),
     (_spec(qat={"learning_rate": "fast"}), "models[0].qat.learning_rate: expected a number from 1e-09 to 1, got 'fast'"),
     (_spec(qat="yes"), "models[0].qat: expected true, false or a mapping of epochs, batch, learning_rate, "
-                       "scale_learning_rate, seed, time_limit, got str 'yes'"),
+                       "scale_learning_rate, seed, validation, time_limit, got str 'yes'"),
     ({**_spec(), "models": [{"name": "g", "builtin": "gemv", "params": {"M": 4, "K": 8}, "qat": True}]},
      "models[0].qat: quantisation-aware fine-tuning applies to a trained network the tool quantises ('weights:' "
      "alone or 'onnx:'); a builtin or source model brings its own weights"),
@@ -200,7 +215,7 @@ def test_fine_tuning_needs_a_training_split_apart_from_the_test_samples(tmp_path
     assert main(["validate", str(path)]) == 0
     m = load_spec(path).model("m")
     assert m.trained.qat == QatOptions() and m.trained.dataset().x_train.shape == (225, 64)
-    assert m.describe() == ("weights: digits_mlp.npz, fine-tuned at each integer format (50 epochs, batch 64, "
+    assert m.describe() == ("weights: digits_mlp.npz, fine-tuned at each integer format (30 epochs, batch 64, "
                             "Adam 0.01 (scales 0.01), seed 0)")
 
 

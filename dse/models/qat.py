@@ -45,16 +45,19 @@ from dse.models.convnet import Conv, LayerNet, MaxPool, conv, max_pool
 from dse.models.quantize import DenseNet, cheap_multipliers
 
 CANDIDATES = np.linspace(0.2, 1.0, 17)      # a range's calibration: fractions of the largest value
+WIDE = 64                                   # inputs of a layer beyond which its learning rate is scaled down
 
 
 @dataclass(frozen=True)
 class QatOptions:
     """The settings of `qat:` (the spec's mapping; `qat: true` is these defaults)."""
-    epochs: int = 50
+    epochs: int = 30
     batch: int = 64
-    learning_rate: float = 1e-2         # weights and biases (Adam), decayed to 0 along a cosine
+    learning_rate: float = 1e-2         # weights and biases (Adam; a layer of more than WIDE inputs: scaled
+                                        # by WIDE / inputs), decayed to 0 along a cosine
     scale_learning_rate: float = 1e-2   # the log of each learned scale
     seed: int = 0
+    validation: float = 0.0             # of the training split held out to keep the best epoch by (0: the last)
     time_limit: float = 1800.0          # seconds; a run that would take longer is an error
 
     def as_dict(self) -> dict[str, Any]:
@@ -62,7 +65,8 @@ class QatOptions:
 
     def describe(self) -> str:
         return (f"{self.epochs} epochs, batch {self.batch}, Adam {self.learning_rate:g} "
-                f"(scales {self.scale_learning_rate:g}), seed {self.seed}")
+                f"(scales {self.scale_learning_rate:g}), seed {self.seed}"
+                + (f", best of the epochs on {self.validation:.0%} held out" if self.validation else ""))
 
 
 OPTION_KEYS = tuple(f.name for f in dataclasses.fields(QatOptions))
@@ -81,6 +85,7 @@ def parse_options(value: Any) -> QatOptions | None:
         raise QatOptionError(str(unknown[0]), f"unknown key; expected {', '.join(OPTION_KEYS)}")
     checks = {"epochs": (int, 1, 100_000), "batch": (int, 1, 1_000_000), "seed": (int, 0, 2 ** 32 - 1),
               "learning_rate": (float, 1e-9, 1.0), "scale_learning_rate": (float, 0.0, 1.0),
+              "validation": (float, 0.0, 0.9),
               "time_limit": (float, 1e-3, 7 * 86400.0)}
     out: dict[str, Any] = {}
     for key, v in value.items():
@@ -110,6 +115,8 @@ class FineTuned:
     epochs: int
     loss: float                     # the last epoch's mean training loss
     train_accuracy: float           # the fake-quantised network on the training split, after the last epoch
+    kept_epoch: int = 0             # the epoch whose network was kept (0: the calibrated start)
+    held_out_accuracy: float = float("nan")     # its accuracy on the held-out training samples
     cached: bool = False            # served from $TINYHW_CACHE/qat (`seconds`: the time it took then)
 
 
@@ -300,7 +307,7 @@ def _backward(layers: list[_Layer], tape: list, g: np.ndarray) -> dict[int, tupl
     """Gradients per conv/dense layer index: (dW, db, d log_alpha, d log_clip or None)."""
     grads: dict[int, tuple] = {}
     first = next(i for i, L in enumerate(layers) if L.computes)
-    for i in range(len(layers) - 1, -1, -1):
+    for i in range(len(layers) - 1, first - 1, -1):     # nothing before the first layer learns
         L, t = layers[i], tape[i]
         if not L.computes:
             if isinstance(L.layer, MaxPool):
@@ -455,19 +462,26 @@ def fine_tune(net: "DenseNet | LayerNet", *, dtype: str, formats, x: np.ndarray,
     xs = _mapped(mapped, x)
     inp = _Input(2 ** (bits.input - 1) - 1)
     _calibrated(layers, xs)
+    train, held = _held_out(y, options.validation, options.seed)
     computing = [L for L in layers if L.computes]
     params = [p for L in computing for p in (L.W, L.b)]
     scales = [L.log_alpha for L in computing] + [L.log_clip for L in computing if not L.last]
     adam = _Adam(params + scales)
-    rates = [options.learning_rate] * len(params) + [options.scale_learning_rate] * len(scales)
+    # Adam moves every weight about the same step, so a unit's sum moves with its number of
+    # inputs: a layer of more than WIDE inputs takes a step WIDE / inputs as large (as muP scales
+    # Adam's rate for hidden layers, Yang et al. 2022, arXiv 2203.03466)
+    fan_in = [L.rows().shape[1] for L in computing]
+    rates = [options.learning_rate * min(1.0, WIDE / n) for n in fan_in for _ in range(2)] + \
+        [options.scale_learning_rate] * len(scales)
     rng = np.random.default_rng(options.seed)
-    total, step, said = options.epochs * math.ceil(len(x) / options.batch), 0, time.perf_counter()
+    total, step, said = options.epochs * math.ceil(len(train) / options.batch), 0, time.perf_counter()
     loss = acc = float("nan")
+    _float_maxima(layers, inp, xs)
+    best = (_score(layers, inp, xs[held], y[held]), 0, [p.copy() for p in params + scales]) if len(held) else None
     for epoch in range(options.epochs):
-        _float_maxima(layers, inp, xs)
-        order = rng.permutation(len(x))
+        order = train[rng.permutation(len(train))]
         losses = right = 0.0
-        for start in range(0, len(x), options.batch):
+        for start in range(0, len(order), options.batch):
             batch = order[start:start + options.batch]
             tape: list = []
             batch_loss, g, batch_acc = _loss(_forward(layers, xs[batch], inp, tape), y[batch])
@@ -484,7 +498,12 @@ def fine_tune(net: "DenseNet | LayerNet", *, dtype: str, formats, x: np.ndarray,
                 if L.mask is not None:
                     L.W *= L.mask
                 np.minimum(L.log_alpha, np.log(L.row_max()), out=L.log_alpha)
-        loss, acc = losses / len(x), right / len(x)
+        loss, acc = losses / len(train), right / len(train)
+        _float_maxima(layers, inp, xs)
+        if best is not None:
+            score = _score(layers, inp, xs[held], y[held])
+            if score >= best[0]:            # the later of equals: more trained
+                best = (score, epoch + 1, [p.copy() for p in params + scales])
         elapsed = time.perf_counter() - t0
         projected = elapsed / (epoch + 1) * options.epochs
         if elapsed > options.time_limit or projected > options.time_limit * 1.05:
@@ -492,11 +511,36 @@ def fine_tune(net: "DenseNet | LayerNet", *, dtype: str, formats, x: np.ndarray,
                                f"({elapsed / (epoch + 1):.1f} s each), beyond qat.time_limit "
                                f"{options.time_limit:g} s: lower qat.epochs or raise qat.time_limit")
         if progress is not None and time.perf_counter() - said >= 10:
-            progress(f"epoch {epoch + 1}/{options.epochs}, loss {loss:.4f}, training accuracy {acc:.2%}, "
-                     f"{elapsed:.0f} s")
+            progress(f"epoch {epoch + 1}/{options.epochs}, loss {loss:.4f}, training accuracy {acc:.2%}"
+                     + (f", held-out accuracy {score[0]:.2%}" if best is not None else "") + f", {elapsed:.0f} s")
             said = time.perf_counter()
-    _float_maxima(layers, inp, xs)
-    return FineTuned(_finished(mapped, layers), time.perf_counter() - t0, options.epochs, loss, acc)
+    kept, held_acc = options.epochs, float("nan")
+    if best is not None:
+        (held_acc, _), kept, values = best
+        for p, v in zip(params + scales, values):
+            p[...] = v
+        _float_maxima(layers, inp, xs)
+    return FineTuned(_finished(mapped, layers), time.perf_counter() - t0, options.epochs, loss, acc, kept, held_acc)
+
+
+def _held_out(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(training indices, held-out indices): `fraction` of the samples held out to choose the
+    epoch by, stratified by label where every label has two samples or more, seeded."""
+    n = len(y)
+    held = int(round(fraction * n))
+    if held < 1 or held >= n:
+        return np.arange(n), np.arange(0)
+    from sklearn.model_selection import train_test_split
+    counts = np.unique(y, return_counts=True)[1]
+    stratify = y if counts.min() >= 2 and min(held, n - held) >= len(counts) else None
+    train, out = train_test_split(np.arange(n), test_size=held, random_state=seed, stratify=stratify)
+    return np.sort(train), np.sort(out)
+
+
+def _score(layers: list[_Layer], inp: _Input, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(accuracy, -loss) of the network as it trains on held-out samples: the larger the better."""
+    loss, _, acc = _loss(_forward(layers, x, inp, None), y)
+    return acc, -loss
 
 
 def _mapped(net, x: np.ndarray) -> np.ndarray:
@@ -571,7 +615,8 @@ def cached_fine_tune(net: "DenseNet | LayerNet", *, dtype: str, formats, x: np.n
             path = Path(tmp) / "net.npz"
             np.savez(path, **_arrays(tuned.net))
             QAT.write(key, {"seconds": tuned.seconds, "epochs": tuned.epochs, "loss": tuned.loss,
-                            "train_accuracy": tuned.train_accuracy}, files={"net.npz": path}, material=material)
+                            "train_accuracy": tuned.train_accuracy, "kept_epoch": tuned.kept_epoch,
+                            "held_out_accuracy": tuned.held_out_accuracy}, files={"net.npz": path}, material=material)
     return tuned
 
 
@@ -632,4 +677,5 @@ def _read_entry(cache, key: str, net, x: np.ndarray) -> FineTuned | None:
         layers.append(layer)
     m = dataclasses.replace(mapped.input_map, scale=arrays["map_scale"], shift=arrays["map_shift"])
     return FineTuned(dataclasses.replace(mapped, layers=tuple(layers), input_map=m), float(entry["seconds"]),
-                     int(entry["epochs"]), float(entry["loss"]), float(entry["train_accuracy"]), cached=True)
+                     int(entry["epochs"]), float(entry["loss"]), float(entry["train_accuracy"]),
+                     int(entry["kept_epoch"]), float(entry["held_out_accuracy"]), cached=True)
