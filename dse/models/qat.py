@@ -273,9 +273,10 @@ def _forward(layers: list[_Layer], x: np.ndarray, inp: _Input, tape: list | None
             continue
         s_out = None if L.last else float(np.exp(L.log_clip[0])) / L.aq
         s_w = _weight_grid(L, s_in, s_out)
-        v = L.W / _shape(s_w, L.W.ndim)
-        r = np.clip(np.round(v), -L.wq, L.wq)
-        inside = np.abs(v) <= L.wq
+        alpha = _shape(np.broadcast_to(np.exp(L.log_alpha), (len(L.W),)), L.W.ndim)
+        inside = np.abs(L.W) <= alpha              # a weight beyond its range is clipped to it, as _finished does
+        v = np.clip(L.W, -alpha, alpha) / _shape(s_w, L.W.ndim)
+        r = np.round(v)                             # within the grid: alpha <= qmax x its (widened) scale
         Wq = r * _shape(s_w, L.W.ndim)
         acc = s_in * s_w
         bq = np.round(L.b / acc) * acc
@@ -341,7 +342,11 @@ def _backward(layers: list[_Layer], tape: list, g: np.ndarray) -> dict[int, tupl
         dW = dWq * inside
         if L.mask is not None:
             dW = dW * L.mask
-        d_s = (dWq * (r - v * inside)).reshape(len(dWq), -1).sum(1) * s_w      # d/d log(alpha), per channel
+        # d Wq / d log(alpha): a clipped weight moves with its range (sign x alpha); the grid with its
+        # scale, LSQ's (round(v) - v) x scale (the widened scale moves with alpha between its steps)
+        alpha = _shape(np.broadcast_to(np.exp(L.log_alpha), (len(L.W),)), L.W.ndim)
+        d_alpha = np.where(inside, (r - v) * _shape(s_w, L.W.ndim), np.sign(L.W) * alpha)
+        d_s = (dWq * d_alpha).reshape(len(dWq), -1).sum(1)
         grads[i] = (dW, db, d_s.sum(keepdims=True) if L.last else d_s, d_clip)
     return grads
 
