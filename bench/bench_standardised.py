@@ -6,11 +6,11 @@ sample of sklearn's wine (45) through the CXXRTL simulation of each point
 (dse.models.accuracy.run_samples: bit-exact against the point's golden model on every sample,
 cycles equal to the cycle model). Columns: the float model; the integer formats behind the
 per-tensor input map (one scale for the whole input: the tool's quantisation before the host's
-per-feature map, dse/models/standardise.py) and behind the map the quantiser keeps.
+input maps, dse/models/standardise.py) and behind the map the quantiser keeps.
 
 Part 2 (`--others`, numpy integer models, which tests/test_model_formats.py and the hardware
-runs keep bit-exact): the digits, jet- and KWS-shaped MLPs, per-tensor against per-feature
-against the kept map, on their test splits.
+runs keep bit-exact): the digits, jet- and KWS-shaped MLPs behind each map (tensor, scaled,
+centred) and the one the quantiser keeps, on their test splits.
 
 Usage: python bench/bench_standardised.py [--dtypes fp32 int8 int6 int4] [--others]
 """
@@ -32,6 +32,7 @@ from dse.models.accuracy import run_samples  # noqa: E402
 from dse.models.chain import read_net  # noqa: E402
 from dse.models.data import DataSpec, Dataset, load_dataset, read_weights  # noqa: E402
 from dse.models.quantize import DenseNet  # noqa: E402
+from dse.models.standardise import KINDS  # noqa: E402
 from dse.models.widths import Formats  # noqa: E402
 
 
@@ -62,7 +63,7 @@ def wine(dtypes: list[str]) -> None:
                 seconds = time.perf_counter() - t0
                 tensor = "-"
                 if dtype.startswith("int") and not declared:
-                    r_t = run_samples(net=net.standardised(x_train, per_feature=False), dtype=dtype, data=data)
+                    r_t = run_samples(net=net.standardised(x_train, "tensor"), dtype=dtype, data=data)
                     tensor = _pct(r_t.accuracy)
                 kept = "-" if not dtype.startswith("int") else (r.quantization or "").split(";")[0]
                 print(f"| {form} | {dtype} | {_pct(r.accuracy_float)} | {tensor} | {kept} | {_pct(r.accuracy)} | "
@@ -83,8 +84,8 @@ def others() -> None:
              ("KWS-shaped MLP", models / "kws_mlp.npz", _kws)]
     formats = [("int8", {}), ("int6", {}), ("int4", {}), ("int3", {}), ("w4a8", {}), ("int8", {"weight_bits@0": 2}),
                ("int8", {"act_bits": 3})]
-    print("\n| model | format | float | per tensor | per feature | kept |")
-    print("|---|---|---|---|---|---|")
+    print("\n| model | format | float | tensor | scaled | centred | kept |")
+    print("|---|---|---|---|---|---|---|")
     for name, path, load in cases:
         net, data = DenseNet.from_arrays(read_weights(path)), load()
 
@@ -94,7 +95,7 @@ def others() -> None:
         fl = (net.float_logits(data.x_test).argmax(1) == data.y_test).mean()
         for dtype, f in formats:
             label = dtype + "".join(f" {k}={v}" for k, v in f.items())
-            row = [acc(net.standardised(data.x_train, p), dtype, f) for p in (False, True)] + [acc(net, dtype, f)]
+            row = [acc(net.standardised(data.x_train, kind), dtype, f) for kind in KINDS] + [acc(net, dtype, f)]
             print(f"| {name} | {label} | {_pct(fl)} | " + " | ".join(_pct(v) for v in row) + " |", flush=True)
 
 

@@ -6,6 +6,9 @@
 The pipeline (compile_model) is a straight list of passes:
     trace       tinygrad output Tensors -> ordered kernels with buffer identities (frontend.py)
     lower       each kernel's flat UOp list -> typed KernelIR                     (lower.py)
+    semantics   fp_semantics="tinygrad": floats round where tinygrad's PYTHON device rounds
+                (fused multiply-adds; fp16 in float32, rounded at its stores)
+                                                                  (passes/float_semantics.py)
     bound       the declared input ranges carried through the model: every integer buffer and
                 accumulator gets the bounds of what it can hold, which size its memory, the
                 values computed from it and its register                          (bounds.py)
@@ -44,6 +47,7 @@ from .hw.datapath import check_supported
 from .hw.pipeline import schedule
 from .lower import lower
 from .sim.memory_io import SimResult
+from .passes.float_semantics import as_tinygrad_computes
 from .passes.fuse import fuse_loops
 from .passes.interleave import interleave
 from .passes.parallelize import most_factors, parallelize
@@ -73,6 +77,8 @@ def compile_model(*outputs, config: HardwareConfig | None = None, stream=None, i
     shapes = tuple(tuple(int(d) for d in t.shape) for t in outputs)
     graph = trace(*outputs)
     sources = _dump("lower", [lower(k) for k in graph.kernels])
+    if config.fp_semantics == "tinygrad":
+        sources = _dump("float_semantics", [as_tinygrad_computes(k) for k in sources])
     sources = _dump("bound", bound_values(graph, sources, declared_bounds(graph, input_ranges)))
     if config.fold == "auto" and config.layers:
         given = ", ".join(f"{k}@{i}" for i, st in config.layers for k, _ in st)

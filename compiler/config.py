@@ -12,6 +12,7 @@ LAYER_KNOBS = ("lanes", "reduce_unroll", "weights")
 MLP can give its 64-input layer more lanes than its 10-output one."""
 WEIGHTS = ("memory", "constant")
 MAX_ADDER_LEVELS = 64
+FP_SEMANTICS = ("tinygrad", "op")
 _LAYER_KEY = re.compile(r"^([a-z_]+)@([A-Za-z0-9_.-]+)$")
 MAX_FP_PIPELINE = 4          # at 3 every float unit has its most stages (FAdd 6 <= 2**3, FMul, FDiv, FSqrt 8 = 2**3);
                              # 4 adds a second register to integer products
@@ -28,6 +29,13 @@ class HardwareConfig:
         a little less logic; overflow gives the largest finite value, not inf).
     fp_subnormals: "keep" (default, IEEE gradual underflow) or "flush" (subnormal inputs read
         as zero, subnormal results become zero: less logic, less accuracy near zero).
+    fp_semantics: where fp16, bf16 and fp8 arithmetic rounds. "tinygrad" (default): where
+        tinygrad's PYTHON device rounds, the reference every design is checked against
+        (compiler/passes/float_semantics.py): `a * b + c` rounds once (a fused multiply-add
+        unit), and fp16 (emulated by tinygrad in float32 below Python 3.12) computes in float32
+        units, rounding to half at its stores only. "op": every op rounds to its dtype, as the
+        lowered kernel is written (IEEE units of the dtype: cheaper, and checked against a
+        per-op model). fp32 rounds every op in both (see docs/float-units.md).
     acc_width: bits of the accumulator registers of integer reductions (None, the default:
         the bounds the overflow proof derives for the inputs' declared ranges, compiler/bounds.py,
         else the accumulator's dtype, e.g. 32: an int8 dot product of length 784 gets 25 bits).
@@ -192,6 +200,7 @@ class HardwareConfig:
     mem_read: str = "sync"
     fp_rounding: str = "rne"
     fp_subnormals: str = "keep"
+    fp_semantics: str = "tinygrad"
     acc_width: int | None = None
     loop_fusion: bool = True
     lanes: int = 1
@@ -217,6 +226,8 @@ class HardwareConfig:
             raise ValueError(f"HardwareConfig.fp_rounding: expected 'rne' or 'rtz', got {self.fp_rounding!r}")
         if self.fp_subnormals not in ("keep", "flush"):
             raise ValueError(f"HardwareConfig.fp_subnormals: expected 'keep' or 'flush', got {self.fp_subnormals!r}")
+        if self.fp_semantics not in FP_SEMANTICS:
+            raise ValueError(f"HardwareConfig.fp_semantics: expected 'tinygrad' or 'op', got {self.fp_semantics!r}")
         if self.mul not in ("auto", "dsp", "lut"):
             raise ValueError(f"HardwareConfig.mul: expected 'auto', 'dsp' or 'lut', got {self.mul!r}")
         if self.mem_pack != "auto" and not (_is_int(self.mem_pack) and 1 <= self.mem_pack <= MAX_PARALLEL):

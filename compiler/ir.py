@@ -27,6 +27,9 @@ class OpKind(enum.Enum):
     # float-only operations tinygrad may emit; the hardware may not implement all of them
     RECIPROCAL = "reciprocal"; EXP2 = "exp2"; LOG2 = "log2"; SQRT = "sqrt"; SIN = "sin"
     TRUNC = "trunc"; FDIV = "fdiv"; POW = "pow"
+    # tinygrad's software float conversion (how its PYTHON device loads and stores half below
+    # Python 3.12: compiler/passes/float_semantics.py), never in a lowered kernel
+    EMU_CAST = "emu_cast"
 
     def __repr__(self) -> str:
         return self.name

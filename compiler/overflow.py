@@ -12,7 +12,9 @@ product reaches 784 * (-128)^2 = 12,845,056: 25 bits, not the 24 that the usual 
 suggests). A register narrower than its need wraps: values read from it then span its whole
 range, which is what later statements and kernels are analysed with. For floats it gives the largest reachable magnitude against
 the format's largest finite value, for accumulators and for values stored in a narrower
-format (an fp16 GEMV accumulates in fp32 and overflows when it stores the fp16 result).
+format (an fp16 GEMV accumulates in fp32 and overflows when it stores the fp16 result). In a
+saturating format (fp8, as tinygrad computes it) a value beyond it saturates: the bound says
+so (`saturates`), and it is not an overflow.
 Bounds use exact real arithmetic on the operations (rounding is not modelled).
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ from amaranth.hdl import Shape
 
 from .hw.kernel import acc_shape
 from .dtypes import DType, from_words
+from .fp.formats import FORMATS
 from .ranges import Interval, dtype_range, exact_interval, load_range, rom_ranges
 
 K = ir.OpKind
@@ -46,6 +49,8 @@ class AccBound:
     width: int                   # bits of the register (int) / of the format (float)
     safe: bool | None            # None: a float value the analysis cannot bound (exp, division by a
                                  # range holding 0, bit manipulation): not proven either way
+    saturates: bool = False      # a saturating float format (fp8) whose bound passes its largest
+                                 # finite value: those values saturate, as tinygrad's do (safe)
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class OverflowReport:
     safe: bool | None                  # False if any bound is unsafe, else None if any is unbounded
     acc_bits_required: int | None      # the widest integer accumulator's need
     max_magnitude: float | None        # the largest float accumulator or stored magnitude
+    may_saturate: bool = False         # some fp8 value may pass its format's largest finite value
 
 
 @dataclass(frozen=True)
@@ -82,11 +88,27 @@ def _float_op(op: ir.OpKind, s: list[_R]) -> _R:
     if op is K.NEG: return _R(-s[0].hi, -s[0].lo)
     if op is K.MAX: return _R(max(s[0].lo, s[1].lo), max(s[0].hi, s[1].hi))
     if op is K.WHERE: return s[1] | s[2]
-    if op is K.CAST: return s[0]
+    if op in (K.CAST, K.EMU_CAST): return s[0]
     if op is K.MULACC:
         p = prods(s[0], s[1])
         return _R(p.lo + s[2].lo, p.hi + s[2].hi)
     return _R(-math.inf, math.inf)
+
+
+def _inf_clamp(v: ir.Op, s: list[_R]) -> _R | None:
+    """where(x < c, -inf, y) or where(c < x, inf, y), c a finite constant: tinygrad's emulated
+    cast to half inside a kernel (compiler/passes/float_semantics.py), which makes a value past
+    65504 infinite. Bounded as its other branch: a value past the format's largest finite one is
+    the overflow the analysis reports, not an unbounded value."""
+    cond = v.srcs[0]
+    if not (isinstance(cond, ir.Op) and cond.op is K.CMPLT
+            and any(isinstance(x, ir.Const) and math.isfinite(float(x.value)) for x in cond.srcs)):
+        return None
+    for i in (1, 2):
+        c = v.srcs[i]
+        if isinstance(c, ir.Const) and math.isinf(float(c.value)):
+            return s[3 - i]
+    return None
 
 
 class _KernelAnalysis:
@@ -117,6 +139,8 @@ class _KernelAnalysis:
             r = self.op(v, s)
             if v.op is K.WHERE and not v.dtype.is_float:
                 r = self.clamp(v, s, acc, memo) or r
+            elif v.op is K.WHERE:
+                r = _inf_clamp(v, s) or r
         memo[id(v)] = r
         return r
 
@@ -329,7 +353,8 @@ def analyze_overflow(design: Design, input_ranges: dict[int, tuple[float, float]
     ints = [b.bits_required for b in bounds if b.bits_required is not None and b.acc is not None]
     floats = [max(abs(b.lo), abs(b.hi)) for b in bounds if b.bits_required is None]
     safe = False if any(b.safe is False for b in bounds) else None if any(b.safe is None for b in bounds) else True
-    return OverflowReport(tuple(bounds), safe, max(ints) if ints else None, max(floats) if floats else None)
+    return OverflowReport(tuple(bounds), safe, max(ints) if ints else None, max(floats) if floats else None,
+                          any(b.saturates for b in bounds))
 
 
 def _rom_loads(k: ir.KernelIR) -> dict[int, _R]:
@@ -349,7 +374,10 @@ def _bound(kernel: str, acc: int | None, target: str, d: DType, r: _R, unproven:
         # finite inputs reach an infinite bound only through what intervals cannot follow (the
         # exp2 polynomial's exponent bits, a division by a range holding 0): no proof either way
         safe = None if math.isinf(mag) or math.isnan(mag) else mag <= d.highest and not unproven
-        return AccBound(kernel, acc, target, d.name, r.lo, r.hi, None, d.bits, safe)
+        # fp8 saturates beyond its largest finite value (tinygrad's defined behaviour, which the
+        # hardware computes too): a value that passes it is not an overflow
+        saturates = bool(safe is False and not unproven and FORMATS[d.name].saturate)
+        return AccBound(kernel, acc, target, d.name, r.lo, r.hi, None, d.bits, True if saturates else safe, saturates)
     bits = Interval(int(r.lo), int(r.hi)).shape.width
     register = register or d.shape
     # the operations still wrap at the dtype when the register is wider

@@ -362,7 +362,7 @@ def format_metrics(row: dict[str, Any]) -> str:
         ("point", ["model", "dtype", "params", "knobs", "target", "status", "stage", "error", "log_path"]),
         ("cycles", ["cycles", "cycles_model", "correct", "max_abs_err", "check_rule"]),
         ("area", ["luts", "ffs", "bram", "lutram", "dsp"]),
-        ("overflow", ["acc_bits_required", "overflow_safe", "max_magnitude", "overflow_confirmed"]),
+        ("overflow", ["acc_bits_required", "overflow_safe", "max_magnitude", "overflow_confirmed", "saturated"]),
         ("accuracy", ["accuracy", "accuracy_float", "agreement", "logit_mean_err", "logit_max_err", "samples",
                       "quantization"]),
         ("seconds", ["compile_s", "simulate_s", "overflow_s", "accuracy_s", "synth_s", "total_s"]),

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-FEATURES_VERSION = 7
+FEATURES_VERSION = 8
 """Bumped when `design_features` changes meaning: samples of another version are not used."""
 
 AREA_METRICS = ("luts", "ffs", "bram", "lutram", "dsp")
@@ -101,6 +101,9 @@ def design_features(design, *, target: str) -> dict[str, float]:
                     narrow = floatops.wide_product_sources(v)
                     p = (narrow[0].dtype if narrow else v.dtype).man_bits + 1
                     products.append(("fmul_bits", p, p))
+                    if v.op is K.MULACC:     # a fused multiply-add: its adder spans ~3 significands
+                        add("fadd", 1)
+                        add("fadd_bits", 3 * p)
                 else:
                     add("mul", 1)
                     products.append(("mul_bits", bits(v.srcs[0]), bits(v.srcs[-1])))
@@ -114,7 +117,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
                     add("add_bits", max(bits(s) for s in v.srcs))
             elif v.op in (K.SHL, K.SHR) and isinstance(v.srcs[1], ir.Const):
                 pass                         # a shift by a constant is wiring
-            elif v.op is K.CAST and (v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)):
+            elif v.op in (K.CAST, K.EMU_CAST) and (v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)):
                 add("fconv", 1)
                 add("fconv_bits", max(w, src_w))
             else:

@@ -205,6 +205,8 @@ class Metrics:
     overflow_safe: bool | None = None
     max_magnitude: float | None = None
     overflow_confirmed: bool | None = None
+    saturated: int | None = None            # fp8 outputs at the format's largest magnitude (+-448 E4M3, +-57,344
+                                            # E5M2), where every saturated value lands (and values rounding to it)
     # accuracy on real samples (trained networks with `data:` only; dse.models.accuracy)
     accuracy: float | None = None           # top-1 against the labels (no labels: argmax agreement with the float model)
     accuracy_float: float | None = None     # the float64 network on the same samples
@@ -458,7 +460,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         checker = _Checker(model, built, point.dtype, design, config)
         run.set(check_rule=checker.rule)
         correct, err = checker.compare(result.outputs[0], checker.reference(arrays))
-        run.set(correct=correct, max_abs_err=err)
+        run.set(correct=correct, max_abs_err=err, saturated=saturated_outputs(result.outputs[0], point.dtype))
         if checker.tree > 1:        # fp_sum=tree: how far the tree order lands from tinygrad's
             run.set(ulp_vs_sequential=ulp_distance(result.outputs[0], checker.sequential(arrays), point.dtype))
     if not correct and proof.narrowed_unsafe:
@@ -642,9 +644,13 @@ class _Checker:
         ieee = rounding == "rne" and subnormals == "keep"
         self.exact = not self.is_float or (model.golden and ieee)
         self.tree = tree_terms(config) if self.is_float else 1
-        self.arith = dataclasses.replace(zoo.KERNEL, sum_tree=self.tree)
-        source = ("tinygrad's result" if not model.golden else "numpy golden model (KERNEL arithmetic)"
-                  if self.tree == 1 else f"numpy golden model (KERNEL arithmetic, sums in trees of {self.tree})")
+        semantics = getattr(config, "fp_semantics", "op")
+        self.arith = dataclasses.replace(zoo.arith_for(dtype, semantics) if self.is_float else zoo.KERNEL,
+                                         sum_tree=self.tree)
+        # fp_semantics=tinygrad: the golden model rounds as tinygrad's PYTHON device (fp32 per op)
+        kind = "PYTHON-device" if self.is_float and semantics == "tinygrad" and dtype != "fp32" else "KERNEL"
+        trees = f", sums in trees of {self.tree}" if self.tree > 1 else ""
+        source = "tinygrad's result" if not model.golden else f"numpy golden model ({kind} arithmetic{trees})"
         if self.exact:
             self.rule = f"bit-exact vs {source}"
             self.clamp = None
@@ -703,6 +709,17 @@ def ulp_distance(got: np.ndarray, want: np.ndarray, dtype: str) -> int:
     d = np.abs(ordered(got) - ordered(want))
     d = np.where(nan_g & nan_w, 0, np.where(nan_g | nan_w, 1 << width, d))
     return int(d.max()) if d.size else 0
+
+
+def saturated_outputs(out: np.ndarray, dtype: str) -> int | None:
+    """How many outputs sit at a saturating format's largest finite magnitude (fp8, as
+    tinygrad computes it: every finite value beyond it lands there; one that rounds to it from
+    below counts too); None for a dtype that does not saturate."""
+    from compiler.fp import FORMATS
+    fmt = FORMATS.get(dtype)
+    if fmt is None or not fmt.saturate:
+        return None
+    return int(np.count_nonzero(np.abs(np.asarray(out, np.float64)) == fmt.max_finite))
 
 
 def reduction_length(design) -> int:
@@ -816,6 +833,9 @@ class _Proof:
                 self.run.set(acc_bits_required=report.acc_bits_required, overflow_safe=report.safe,
                              max_magnitude=report.max_magnitude)
                 self.proven = report.safe is not None
+                if report.may_saturate:
+                    self.run.notes.append("values may pass the fp8 format's largest finite value and saturate, as "
+                                          "tinygrad's fp8 does (not an overflow; `saturated` counts outputs at it)")
                 if not self.proven:
                     self.run.notes.append("overflow not proven either way: the analysis cannot bound a float "
                                           "value (exp, division by a range holding 0, bit manipulation); "

@@ -17,7 +17,8 @@ trials.csv, one row per trial that ran (queued trials not yet run are left out):
     <metrics>...                every field of dse.evaluate.Metrics: cycles, cycles_model,
                                 correct, max_abs_err, ulp_vs_sequential, check_rule, luts, ffs, bram, lutram, dsp,
                                 acc_bits_required, overflow_safe, max_magnitude,
-                                overflow_confirmed, the stage times compile_s, simulate_s,
+                                overflow_confirmed, saturated (fp8 outputs at the format's
+                                largest magnitude), the stage times compile_s, simulate_s,
                                 overflow_s, synth_s, total_s (of the evaluation that produced
                                 the row) and provenance (target, params as JSON, sim_backend,
                                 yosys_version, synth_script, tinygrad_version, data_seed,
@@ -56,7 +57,7 @@ from dse.spec import Direction, Objective, Spec, objectives_label
 TRIALS_CSV, PARETO_CSV, PARETO_MD = "trials.csv", "pareto.csv", "pareto.md"
 BOOL_COLUMNS = ("feasible", "cached", "correct", "overflow_safe", "overflow_confirmed")
 INT_COLUMNS = ("number", "cycles", "cycles_model", "luts", "ffs", "bram", "lutram", "dsp",
-               "acc_bits_required", "data_seed")
+               "acc_bits_required", "data_seed", "saturated")
 _HEAD = ["number", "model", "dtype"]
 _STATUS = ["status", "trial_state", "feasible", "violations", "stage", "error", "error_type", "cached"]
 TABLE_HEADINGS = {"number": "trial", "acc_bits_required": "acc bits"}

@@ -341,7 +341,8 @@ class Spec:
         """Why `point` is not in the search space ("" when it is): a knob value that cannot
         apply to its dtype (DesignPoint.not_applicable), or fp_sum=tree where it changes
         nothing (an integer dtype, or reduce_unroll=1) while the spec also lists
-        fp_sum=sequential, whose point is the same design; or a dtype its model does not run
+        fp_sum=sequential, whose point is the same design (fp_semantics=op likewise:
+        `semantics_not_applicable`); or a dtype its model does not run
         (a sampler may propose one: the models' own `dtypes:`); or a format knob that cannot
         change it (`format_not_applicable`); or a knob the fold setting leaves unused
         (`unused_knobs`) at another value than its first, the same design as that one."""
@@ -351,7 +352,8 @@ class Spec:
         refused = self.refused_dtype(point.model, point.dtype)
         if refused:
             return refused
-        why = self.format_not_applicable(point) or self.unused_not_applicable(point) or point.not_applicable()
+        why = (self.format_not_applicable(point) or self.unused_not_applicable(point) or point.not_applicable()
+               or self.semantics_not_applicable(point))
         if why or point.knobs.get("fp_sum") != "tree" or "sequential" not in self.knob_values("fp_sum"):
             return why
         unrolls = [v for k, v in point.knobs.items() if k.partition("@")[0] == "reduce_unroll"]
@@ -359,6 +361,16 @@ class Spec:
             return ("fp_sum=tree only reorders float sums with reduce_unroll > 1; elsewhere it is the same "
                     "design as fp_sum=sequential, which the space holds")
         return ""
+
+    def semantics_not_applicable(self, point: DesignPoint) -> str:
+        """fp_semantics=op where it changes nothing (an integer or fp32 dtype: both values round
+        every op there) while the spec also lists fp_semantics=tinygrad, the same design."""
+        if point.knobs.get("fp_semantics") != "op" or "tinygrad" not in self.knob_values("fp_semantics"):
+            return ""
+        if zoo.DTYPES[point.dtype].is_float and point.dtype != "fp32":
+            return ""
+        return ("fp_semantics=op only changes fp16, bf16 and fp8 arithmetic; elsewhere it is the same design as "
+                "fp_semantics=tinygrad, which the space holds")
 
     def refused_dtype(self, model: str, dtype: str) -> str:
         """Why `model` cannot run in `dtype` ("" when it can): its network does not quantise to

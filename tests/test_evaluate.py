@@ -122,6 +122,32 @@ def test_fp16_overflow_is_a_metric_confirmed_in_simulation(tmp_path):
     assert m.acc_bits_required is None and m.correct is True
 
 
+@pytest.mark.parametrize("semantics", ["tinygrad", "op"])
+def test_fp8_saturation_is_not_an_overflow_and_is_counted(semantics, tmp_path):
+    """8 products of up to 64*64 sum to 32,768, far past E4M3's 448: the stores saturate, as
+    tinygrad's fp8 does and the golden model says; bit-exact, overflow_safe, every saturated
+    output counted (the golden model's outputs at +-448 are the hardware's)."""
+    from dse.models import zoo
+    spec = parse_spec(small_spec(["fp8e4m3"], input_range={"min": -64, "max": 64}))
+    m = evaluate(EvalContext.from_spec(spec, sim_backend="pysim", synthesize=False),
+                 point("gemv", "fp8e4m3", fp_semantics=semantics), tmp_path)
+    assert m.status is Status.OK, m.error
+    assert m.correct is True and m.max_abs_err == 0.0
+    assert m.overflow_safe is True and m.max_magnitude == 8 * 64.0 ** 2 and m.overflow_confirmed is True
+    assert any("saturate" in n for n in m.notes)
+    arrays = zoo.make_inputs(zoo.ZOO["gemv"].build("fp8e4m3", **SMALL["gemv"]), 0, zoo.InputRange(-64, 64))
+    want = zoo.reference("gemv", "fp8e4m3", SMALL["gemv"], arrays)
+    assert m.saturated == int(np.count_nonzero(np.abs(want) == 448)) > 0
+    kind = "PYTHON-device" if semantics == "tinygrad" else "KERNEL"
+    assert m.check_rule == f"bit-exact vs numpy golden model ({kind} arithmetic)"
+
+
+def test_only_fp8_rows_count_saturated_outputs(tmp_path):
+    m = evaluate(ctx(), point("gemv", "fp16"), tmp_path)
+    assert m.status is Status.OK and m.saturated is None
+    assert m.check_rule == "bit-exact vs numpy golden model (PYTHON-device arithmetic)"
+
+
 @pytest.mark.parametrize("knobs", [{"fp_rounding": "rtz"}, {"fp_subnormals": "flush"}])
 def test_non_ieee_float_units_are_checked_within_a_tolerance(knobs, tmp_path):
     m = evaluate(ctx(), point("conv2d", "bf16", **knobs), tmp_path)

@@ -137,7 +137,7 @@ def test_format_knobs_set_each_layers_widths(digits, mlp):
 
 def test_one_layer_matters_more_than_the_other(digits, mlp):
     """Mixed precision: 2-bit weights in the first layer keep 93% of the digits; in the last
-    they lose two thirds (measured: 93.33% and 33.56%; 8 bits 97.78%)."""
+    they lose two thirds (measured: 93.33% and 33.56%; 8 bits 97.56%)."""
     def acc(**k):
         q = mlp.quantize(dtype="int8", calibration=digits.x_train, formats=Formats.of(k))
         return (q.reference(q.quantize_input(digits.x_test)).argmax(1) == digits.y_test).mean()
@@ -291,13 +291,13 @@ def test_the_accuracy_constraint_steers_a_mixed_precision_search(tmp_path, fake_
     df = load_results(r.results_dir)
     assert len(df) == 4 and (df["status"] == "OK").all() and df["correct"].all()
     by = {(row["weight_bits@0"], row["weight_bits@1"]): row for _, row in df.iterrows()}
-    assert by[(8, 8)]["accuracy"] == pytest.approx(0.9778, abs=1e-4) and by[(2, 8)]["accuracy"] > 0.9
+    assert by[(8, 8)]["accuracy"] == pytest.approx(0.9756, abs=1e-4) and by[(2, 8)]["accuracy"] > 0.9
     assert by[(8, 2)]["accuracy"] < 0.5 and not by[(8, 2)]["feasible"] and not by[(2, 2)]["feasible"]
     assert by[(2, 8)]["feasible"] and by[(8, 8)]["feasible"]
     assert by[(2, 8)]["mean_weight_bits"] == 5 and by[(2, 8)]["mean_act_bits"] == 8
     md = (r.results_dir / "pareto.md").read_text()
     assert ("mlp: Smallest format within 1 point of the float model's accuracy (97.33%): **int8 weight_bits@0=8 "
-            "weight_bits@1=8** (8-bit weights, 8-bit activations): 97.78%") in md
+            "weight_bits@1=8** (8-bit weights, 8-bit activations): 97.56%") in md
     assert "## mlp: accuracy against number format" in md
 
 
@@ -360,7 +360,7 @@ def test_accuracy_grows_with_the_bits(digits, mlp):
         q = mlp.quantize(dtype=dtype, calibration=digits.x_train)
         acc[dtype] = (q.reference(q.quantize_input(digits.x_test)).argmax(1) == digits.y_test).mean()
     assert acc["int2"] < 0.5 < acc["int3"] < acc["int4"] < acc["int6"] <= acc["int8"]
-    assert acc["int4"] > 0.94 and acc["w4a8"] > acc["int4"] and acc["int8"] == pytest.approx(0.9778, abs=1e-4)
+    assert acc["int4"] > 0.94 and acc["w4a8"] > acc["int4"] and acc["int8"] == pytest.approx(0.9756, abs=1e-4)
 
 
 def test_formats_the_tool_cannot_quantise_to_are_named(tmp_path, capsys):
@@ -395,8 +395,10 @@ def test_narrow_formats_run_bit_exact_on_every_sample(tmp_path, capsys, model, d
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
 def test_a_cnn_chain_in_a_float_format_is_bit_exact(tmp_path, digits, dtype):
     """A CNN chain's float points run its own build (dse/models/floatnet.py), every sample
-    bit-exact against the golden model (products rounded to the dtype, float32 sums in the
-    kernels' order), where the whole ONNX graph could only be checked within a tolerance."""
+    bit-exact against the golden model in the default fp_semantics (fp16: tinygrad's emulation,
+    exact products and one rounding per layer; bf16, fp32: products rounded to the dtype;
+    float32 sums in the kernels' order), where the whole ONNX graph could only be checked
+    within a tolerance."""
     from dse.models.accuracy import run_samples
     from dse.models.data import DataSpec, load_dataset
     from dse.models.floatnet import FloatNet

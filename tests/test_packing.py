@@ -77,7 +77,7 @@ def test_packed_fp16_tree_sum_is_bit_exact_against_its_golden_model():
     design = compile_model(built.forward(*tensors),
                            config=HardwareConfig(lanes=2, reduce_unroll=4, fp_sum="tree", fp_pipeline=1))
     assert [len(p.slots) for p in design.packs[0]] == [2] * 6     # two 16-bit elements per 36-bit word
-    want = zoo.reference("gemv", "fp16", {"M": 12, "K": 40}, arrays, dataclasses.replace(zoo.KERNEL, sum_tree=4))
+    want = zoo.reference("gemv", "fp16", {"M": 12, "K": 40}, arrays, dataclasses.replace(zoo.arith_for("fp16", "tinygrad"), sum_tree=4))
     for backend in ("pysim", "cxxrtl"):
         result = simulate(design, backend=backend)
         np.testing.assert_array_equal(result.outputs[0], want)

@@ -57,7 +57,7 @@ def test_fine_tuning_keeps_int3_accurate_and_the_integer_model_computes_what_it_
     trained = fake_quant_logits(tuned, "int3", None, d.x_test, d.x_train).argmax(1)
     assert (trained == _integer_argmax(q, d.x_test)).mean() >= 0.99
     # the quantiser keeps the network's map and finds its learned ranges
-    assert q.input_map is tuned.net.input_map and q.input_map.kind == "feature"
+    assert q.input_map is tuned.net.input_map and q.input_map.kind == "centred"
     assert tuned.net.layers[0].clip is not None and tuned.net.layers[1].clip is None
 
 
@@ -74,14 +74,17 @@ def test_the_same_inputs_give_the_same_network(mlp, digits_data):
 
 
 def test_a_cnn_is_fine_tuned_through_its_convolution_and_max_pool(digits_data):
-    """The digits CNN (conv 3x3, ReLU, 2x2 max-pool, dense) at int3: 71.3% quantised after
-    training, above 90% fine-tuned for 3 epochs; integer model and training agree."""
+    """The digits CNN (conv 3x3, ReLU, 2x2 max-pool, dense) at int3: 65.3% quantised after
+    training (behind the map the quantiser chooses), above 90% fine-tuned for 3 epochs behind the
+    centred per-channel map (the conv does not pad), which the quantiser keeps; integer model and
+    training agree."""
     d = digits_data
     net = read_net(MODELS / "digits_cnn.onnx")
     ptq = _accuracy(net.quantize(dtype="int3", calibration=d.x_train), d)
     tuned = fine_tune(net, dtype="int3", formats=None, x=d.x_train, y=d.y_train, options=QatOptions(epochs=3))
     q = tuned.net.quantize(dtype="int3", calibration=d.x_train)
-    assert round(ptq, 3) == 0.713 and _accuracy(q, d) > 0.9
+    assert round(ptq, 3) == 0.653 and _accuracy(q, d) > 0.9
+    assert q.input_map is tuned.net.input_map and q.input_map.kind == "centred"
     trained = fake_quant_logits(tuned, "int3", None, d.x_test, d.x_train).argmax(1)
     assert (trained == _integer_argmax(q, d.x_test)).mean() >= 0.99
 

@@ -56,7 +56,7 @@ def test_a_sample_that_differs_from_its_reference_fails_naming_it(digits, net, m
     with pytest.raises(SampleCheckError, match=r"sample 5: hardware .* != reference .* \(1 of 8 samples differ\)"):
         run_samples(net=net, dtype="int8", data=small)
     monkeypatch.undo()
-    monkeypatch.setattr(qmod.DenseNet, "reference", lambda self, dtype, x: np.zeros((len(x), 10), np.float32))
+    monkeypatch.setattr(qmod.DenseNet, "reference", lambda self, dtype, x, *semantics: np.zeros((len(x), 10), np.float32))
     with pytest.raises(SampleCheckError, match=r"sample 0: .* \(8 of 8 samples differ\)"):
         run_samples(net=net, dtype="fp16", data=small)
 
@@ -421,7 +421,7 @@ def test_a_trained_onnx_cnn_quantises_to_int8_within_two_points(tmp_path, capsys
     assert int8["samples"] == 450 and int8["overflow_safe"] is True
     assert int8["accuracy_float"] == float(right.mean()) > 0.95
     assert abs(int8["accuracy"] - int8["accuracy_float"]) <= 0.02
-    assert int8["quantization"].startswith("input per channel onto [-1, 1] by the host; symmetric")
+    assert int8["quantization"].startswith("input per tensor scaled into [-1, 1] by the host; symmetric")
     fp32 = eval_model(capsys, model_spec(tmp_path, ["fp32"], onnx="cnn.onnx",
                                        data={"dataset": "sklearn:digits", "samples": 40}), "fp32")
     assert fp32["status"] == "OK" and fp32["correct"] and fp32["samples"] == 40, fp32

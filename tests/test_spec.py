@@ -436,6 +436,23 @@ def test_points_a_knob_cannot_apply_to_are_left_out_once_with_why(tmp_path, caps
     assert only_tree.space_size == 8 and not only_tree.not_applicable_points()
 
 
+def test_fp_semantics_op_is_left_out_where_it_changes_nothing():
+    """fp_semantics=op builds the same design as tinygrad for integer and fp32 dtypes (both round
+    every op there): with both values listed, those points are left out, the narrow floats kept;
+    an illegal value is refused with the knob's own message."""
+    main_job = yaml.safe_load((ROOT / "configs" / "gemv.yaml").read_text())
+    s = parse_spec({**main_job, "knobs": {"fp_semantics": ["tinygrad", "op"]}})
+    kept = sorted((p.dtype, p.knobs["fp_semantics"]) for p in s.points())
+    assert kept == [("bf16", "op"), ("bf16", "tinygrad"), ("fp16", "op"), ("fp16", "tinygrad"),
+                    ("fp32", "tinygrad"), ("int8", "tinygrad")]
+    why = {p.dtype: reason for p, reason in s.not_applicable_points()}
+    assert set(why) == {"int8", "fp32"} and why["fp32"].startswith("fp_semantics=op only changes fp16, bf16 and fp8")
+    only_op = parse_spec({**main_job, "knobs": {"fp_semantics": ["op"]}})
+    assert only_op.space_size == 4 and not only_op.not_applicable_points()
+    with pytest.raises(ValueError, match="HardwareConfig.fp_semantics: expected 'tinygrad' or 'op', got 'store'"):
+        HardwareConfig(fp_semantics="store")
+
+
 # --- the CLI
 
 def test_validate_summary(tmp_path, capsys):

@@ -46,7 +46,9 @@ def _accuracy(net, data, dtype: str, formats=None) -> float:
 def test_the_map_takes_each_feature_onto_minus_one_one(wine):
     m = calibrate(wine.x_train, channels=False)
     v = m(wine.x_train)
-    assert np.allclose(v.min(0), -1) and np.allclose(v.max(0), 1) and m.kind == "feature"
+    assert np.allclose(v.min(0), -1) and np.allclose(v.max(0), 1) and m.kind == "centred"
+    s = calibrate(wine.x_train, channels=False, shift=False)
+    assert np.allclose(np.abs(s(wine.x_train)).max(0), 1) and (s.shift == 0).all() and s.kind == "scaled"
     t = per_tensor(wine.x_train)
     assert np.isclose(np.abs(t(wine.x_train)).max(), 1) and (t.shift == 0).all() and np.ptp(t.scale) == 0
 
@@ -74,30 +76,32 @@ def test_a_tabular_network_keeps_its_accuracy_down_to_int4(wine, forms, form):
     assert acc_float > 0.95
     for dtype in ("int8", "int6", "int4"):
         assert _accuracy(net, wine, dtype) >= acc_float - 0.03, dtype
-        assert _accuracy(net.standardised(wine.x_train, per_feature=False), wine, dtype) < 0.7, dtype
+        assert _accuracy(net.standardised(wine.x_train, "tensor"), wine, dtype) < 0.7, dtype
 
 
-def test_the_quantiser_keeps_the_map_nearer_the_float_model(digits):
-    """2-bit first-layer weights on the digits: per tensor keeps 93.33%, per feature 85.56%
-    (scaling the columns by their features' ranges changes which weights survive); the
-    quantiser keeps per tensor. At int8 it keeps per feature."""
+def test_the_quantiser_keeps_the_cheapest_map_that_is_not_clearly_worse(digits, wine, forms):
+    """2-bit first-layer weights on the digits: per tensor keeps 93.33%, centred per feature
+    85.56% (scaling the columns by their features' ranges changes which weights survive): kept,
+    per tensor. int8 on the digits: every map is as good, the cheapest kept. Wine in int4:
+    centred (100%; scaled 93.3%, per tensor 33.3%)."""
     mlp = DenseNet.from_arrays(read_weights(ROOT / "models" / "digits_mlp.npz"))
     two = Formats.of({"weight_bits@0": 2})
-    tensor, feature = (_accuracy(mlp.standardised(digits.x_train, p), digits, "int8", two) for p in (False, True))
-    assert tensor > 0.92 > 0.87 > feature
-    assert _accuracy(mlp, digits, "int8", two) == tensor
+    tensor, centred = (_accuracy(mlp.standardised(digits.x_train, k), digits, "int8", two) for k in ("tensor", "centred"))
+    assert tensor > 0.92 > 0.87 > centred
     q = mlp.quantize(dtype="int8", calibration=digits.x_train, formats=two)
-    assert q.input_map.kind == "tensor" and q.scheme.startswith("input per tensor onto [-1, 1] by the host")
-    assert mlp.quantize(dtype="int8", calibration=digits.x_train).input_map.kind == "feature"
+    assert q.input_map.kind == "tensor" and q.scheme.startswith("input per tensor scaled into [-1, 1] by the host")
+    assert mlp.quantize(dtype="int8", calibration=digits.x_train).input_map.kind == "tensor"
+    q = _net(forms["raw.npz"]).quantize(dtype="int4", calibration=wine.x_train)
+    assert q.input_map.kind == "centred" and (q.reference(q.quantize_input(wine.x_test)).argmax(1) == wine.y_test).mean() == 1
 
 
 def test_a_padded_conv_is_scaled_per_channel_not_moved():
     rng = np.random.default_rng(0)
     x = rng.uniform(2, 6, (20, 1, 2, 5, 5))[:, 0]              # (n, C=2, 5, 5), all positive
-    for pads, moved in (((1, 1, 1, 1), False), ((0, 0, 0, 0), True)):
+    for pads, moved in (((1, 1, 1, 1), False), ((0, 0, 0, 0), True)):     # "centred" asked for
         net = LayerNet((1, 2, 5, 5), (Conv(rng.normal(size=(3, 2, 3, 3)), rng.normal(size=3), (1, 1), pads, relu=True),))
         mapped = net.standardised(x)
-        assert mapped.input_map.kind == "channel" and ((mapped.input_map.shift != 0).any() == moved)
+        assert mapped.input_map.kind == ("centred" if moved else "scaled") and ((mapped.input_map.shift != 0).any() == moved)
         assert np.allclose(mapped.float_logits(x), net.float_logits(x))
 
 
@@ -156,7 +160,7 @@ def test_the_export_says_the_host_step_and_its_c_header_computes_it(tmp_path, ca
         pytest.skip("no C++ compiler")
     samples = "\n".join(" ".join(repr(float(v)) for v in row) for row in wine.x_test)
     (tmp_path / "main.c").write_text(
-        f'#include <stdio.h>\n#include "tinyhw_top_host_input.h"\n'
+        '#include <stdio.h>\n#include "tinyhw_top_host_input.h"\n'
         "int main(void) { double x[13]; int32_t q[13];\n"
         "  while (1) { for (int i = 0; i < 13; i++) if (scanf(\"%lf\", &x[i]) != 1) return 0;\n"
         "    tinyhw_top_prepare_x(x, q); for (int i = 0; i < 13; i++) printf(\"%d \", q[i]); printf(\"\\n\"); } }\n")

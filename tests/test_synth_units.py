@@ -34,7 +34,7 @@ def test_split_modules_keeps_every_line():
     text = convert(gemv().top)
     head, modules = split_modules(text)
     assert head + "".join(line for m in modules for line in m.lines) == text.rstrip("\n") + "\n"
-    assert modules[0].name == "\\top" and any(m.name.endswith(".fp0_mul") for m in modules)
+    assert modules[0].name == "\\top" and any(m.name.endswith(".fp0_wmul") for m in modules)   # fp16: exact products
 
 
 def test_identical_units_are_cut_out_once_each():
@@ -48,7 +48,7 @@ def test_identical_units_are_cut_out_once_each():
         assert u.text.count("module \\top\n") == 1 and "attribute \\top 1\n" in u.text
     # the cut-out text is the unit's own: same cells as the instance module it came from
     _, modules = split_modules(text)
-    mul = next(m for m in modules if m.name.endswith(".fp0_mul"))
+    mul = next(m for m in modules if m.name.endswith(".fp0_wmul"))
     def body(lines):
         return sorted(line for line in lines if line.lstrip().startswith(("cell ", "connect ")))
     assert body(mul.lines) in [body(u.text.splitlines(keepends=True)) for u in split.units]

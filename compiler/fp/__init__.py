@@ -35,6 +35,12 @@ Semantics, for the numerics reader:
     inf (E5M2) or NaN (E4M3). The sign of a NaN result is not specified (compare NaN as NaN).
   * FWideMul(src, dst): the exact product of two `src` values in `dst` (fp8 x fp8 in fp32),
     what FloatToFloat on both operands and an FMul(dst) give, without rounding anything.
+  * FMulAdd(src, dst, via): a * b + c rounded once to dst, or first to `via` bits (53: Python's
+    float64, how tinygrad's PYTHON device computes its MULACC op): muladd.py.
+  * FMax(python=True): Python's max(a, b) = b if b > a else a (a NaN or a zero tie gives a), what
+    tinygrad's PYTHON device computes for MAX. FloatToFloat(emulated=True): tinygrad's software
+    half conversion (subnormal inputs read as zero; beyond the largest finite value inf and below
+    the smallest normal zero, decided before rounding).
 """
 from .add import FAdd
 from .compare import FCompare, FMax
@@ -42,9 +48,10 @@ from .convert import FloatToFloat, FloatToInt, IntToFloat
 from .formats import BF16, FORMATS, FP8E4M3, FP8E5M2, FP16, FP32, FloatFormat, nonsaturating
 from .divide import FDiv
 from .mul import FMul
+from .muladd import FMulAdd
 from .sqrt import FSqrt
 from .trunc import FTrunc
 from .widemul import FWideMul
 
 __all__ = ["FloatFormat", "FP32", "FP16", "BF16", "FP8E4M3", "FP8E5M2", "FORMATS", "nonsaturating", "FAdd", "FMul", "FDiv", "FSqrt", "FTrunc", "FCompare", "FMax",
-           "IntToFloat", "FloatToInt", "FloatToFloat", "FWideMul"]
+           "IntToFloat", "FloatToInt", "FloatToFloat", "FWideMul", "FMulAdd"]

@@ -63,20 +63,29 @@ class FMax(wiring.Component):
 
     NaN in either input gives the canonical quiet NaN. For max(+0, -0) and max(-0, +0)
     numpy's choice depends on the dtype (see `numpy_zero_tie`); `zero_tie` ("first" or
-    "second": which operand to return when a == b) overrides it. With subnormals="flush"
-    subnormal inputs are read as signed zeros, and the result is that zero. Not pipelined
-    (`stages` 1 only).
+    "second": which operand to return when a == b) overrides it. python=True is Python's
+    max(a, b) instead, what tinygrad's PYTHON device computes for MAX: `a < b ? b : a` with
+    IEEE's less-than, so a NaN operand gives a (max(nan, 1) is nan, max(1, nan) is 1) and a
+    zero tie gives a (relu(-0.0) = max(0.0, -0.0) = +0.0). With subnormals="flush" subnormal
+    inputs are read as signed zeros, and the result is that zero. Not pipelined (`stages` 1 only).
     """
 
     CUTS = ()
 
-    def __init__(self, fmt: FloatFormat, subnormals: str = "keep", zero_tie: str | None = None, stages: int = 1):
+    def __init__(self, fmt: FloatFormat, subnormals: str = "keep", zero_tie: str | None = None, stages: int = 1,
+                 python: bool = False):
         self.fmt = check_format(fmt)
         self.subnormals = check_subnormals(subnormals)
         self.stages = check_stages(stages, self.CUTS)
         self.latency = 0
+        if not isinstance(python, bool):
+            raise ValueError(f"python: expected True or False, got {python!r}")
+        if python and zero_tie is not None:
+            raise ValueError("zero_tie: Python's max always returns the first of two equal operands; give one of "
+                             "zero_tie and python=True")
+        self.python = python
         if zero_tie is None:
-            zero_tie = numpy_zero_tie(fmt)
+            zero_tie = "first" if python else numpy_zero_tie(fmt)
         if zero_tie not in ZERO_TIES:
             raise ValueError(f"zero_tie: expected None, 'first' or 'second', got {zero_tie!r}")
         self.zero_tie = zero_tie
@@ -92,6 +101,9 @@ class FMax(wiring.Component):
             take_b = less_than(m, a, b, "max")
         else:
             take_b = ~less_than(m, b, a, "max")
+        if self.python:                 # IEEE a < b is false when either is NaN: a
+            m.d.comb += self.y.eq(Mux(take_b & ~(a.is_nan | b.is_nan), Cat(b.mag, b.sign), Cat(a.mag, a.sign)))
+            return m
         with m.If(a.is_nan | b.is_nan):
             m.d.comb += self.y.eq(fmt.qnan_bits)
         with m.Else():

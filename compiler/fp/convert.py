@@ -9,6 +9,21 @@ from .common import Pipe, bits_for, check_stages, leading_zeros, round_pack, shi
 from .formats import FloatFormat, check_format, check_rounding, check_subnormals
 
 
+def to_src_mag(value: float, fmt: FloatFormat) -> int | None:
+    """The magnitude bits (exponent and mantissa fields) of `value` in `fmt` when it is exactly
+    a finite `fmt` value above its smallest subnormal, else None (nothing in fmt lies beyond it)."""
+    import math
+    mant, exp = math.frexp(value)                      # value = mant * 2**exp, 0.5 <= mant < 1
+    e = exp - 1                                        # unbiased exponent of the leading one
+    if e > fmt.emax or e < fmt.emin:
+        return None
+    frac = mant * 2 - 1                                # in [0, 1)
+    man = frac * (1 << fmt.man_bits)
+    if man != int(man):
+        return None
+    return ((e + fmt.bias) << fmt.man_bits) | int(man)
+
+
 def _check_int(int_width, int_signed) -> None:
     if not (isinstance(int_width, int) and not isinstance(int_width, bool) and 1 <= int_width <= 64):
         raise ValueError(f"int_width: expected an int in 1..64, got {int_width!r}")
@@ -122,26 +137,40 @@ class FloatToFloat(wiring.Component):
     subnormals="flush": subnormal inputs read as signed zeros and results below the smallest
     normal (after rounding, see `round_pack`) become signed zeros. `stages` = 2 puts a
     register boundary before the rounding ("norm"): the result appears one cycle after the operand.
+
+    emulated=True is tinygrad's software conversion (tinygrad/codegen/decomp/dtype.py `f2f`,
+    how its PYTHON device stores and loads half below Python 3.12): subnormal inputs read as
+    signed zeros ("denormals are zero"), and a finite input beyond dst's largest finite value
+    becomes inf and one below dst's smallest normal a signed zero, both decided before any
+    rounding (65504 < |x| < 65520 is inf, 2**-14 * (1 - 2**-12) is 0 in fp16, where IEEE
+    rounding gives 65504 and 2**-14); the rest rounds to nearest even.
     """
 
     CUTS = ("norm",)
 
     def __init__(self, src_fmt: FloatFormat, dst_fmt: FloatFormat, rounding: str = "rne",
-                 subnormals: str = "keep", stages: int = 1):
+                 subnormals: str = "keep", stages: int = 1, emulated: bool = False):
         self.src_fmt = check_format(src_fmt, "src_fmt")
         self.dst_fmt = check_format(dst_fmt, "dst_fmt")
         self.rounding = check_rounding(rounding)
         self.subnormals = check_subnormals(subnormals)
         self.stages = check_stages(stages, self.CUTS)
         self.latency = self.stages - 1
+        if not isinstance(emulated, bool):
+            raise ValueError(f"emulated: expected True or False, got {emulated!r}")
+        if emulated and not (self.dst_fmt.has_inf and self.src_fmt.has_inf):
+            raise ValueError("emulated: tinygrad's software conversion is defined between formats with inf")
+        self.emulated = emulated
         super().__init__({"a": In(src_fmt.width), "y": Out(dst_fmt.width)})
 
     def elaborate(self, platform):
         m = Module()
         src, dst = self.src_fmt, self.dst_fmt
         pipe = Pipe(m, self.CUTS, self.stages)
-        x = unpack(m, src, self.a, self.subnormals, "a")
+        x = unpack(m, src, self.a, "flush" if self.emulated else self.subnormals, "a")
         specials = (x.is_nan, x.is_inf, x.is_zero, x.sign)
+        if self.emulated:
+            specials = self._emulated_range(x)
         if src == dst:          # only the subnormal policy and NaN canonicalisation apply
             finite, *specials = pipe.cut("norm", Cat(x.mag, x.sign), *specials)
         else:
@@ -151,6 +180,17 @@ class FloatToFloat(wiring.Component):
             m, dst, finite=finite, is_nan=is_nan, is_inf=is_inf, inf_sign=sign,
             is_zero=is_zero, zero_sign=sign, name="f2f"))
         return m
+
+    def _emulated_range(self, x):
+        """(is_nan, is_inf, is_zero, sign) with tinygrad's range checks before rounding: the
+        magnitude bits compare as the magnitudes do, so two constant compares decide them."""
+        src, dst = self.src_fmt, self.dst_fmt
+        finite = ~(x.is_nan | x.is_inf)
+        big = to_src_mag(dst.max_finite, src)
+        tiny = to_src_mag(dst.min_normal, src)
+        over = finite & (x.mag > big) if big is not None else Const(0, 1)
+        under = (x.mag < tiny) if tiny is not None else Const(0, 1)
+        return x.is_nan, x.is_inf | over, x.is_zero | under, x.sign
 
     def _convert(self, m, pipe, x, specials):
         src, dst = self.src_fmt, self.dst_fmt

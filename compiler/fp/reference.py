@@ -57,7 +57,8 @@ def decode(bits, fmt: FloatFormat) -> np.ndarray:
         with np.errstate(invalid="ignore"):       # signalling NaN patterns are fine here
             return bits.astype(utype).view(ftype).astype(np.float64)
     if _is_bf16(fmt):
-        return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+        with np.errstate(invalid="ignore"):       # signalling NaN patterns are fine here
+            return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
     return _decode_fields(bits, fmt)
 
 
@@ -118,7 +119,7 @@ def encode(values, fmt: FloatFormat) -> np.ndarray:
         return np.where(nan, fmt.qnan_bits, bits).astype(bits_dtype(fmt))
     if native is not None:
         ftype, utype = native
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):
             narrow = values.astype(ftype)
         bits = narrow.view(utype).astype(bits_dtype(fmt))
     else:
@@ -176,7 +177,8 @@ def round_to_format(x, fmt: FloatFormat, rounding: str = "rne", subnormals: str 
     # way as the exact value (no boundary lies between them).
     on_boundary = _boundary(np.where(finite, x, 1.0), fmt, subnormals)
     nudge = finite & (err != 0) & on_boundary
-    x = np.where(nudge, np.nextafter(x, np.where(err > 0, np.inf, -np.inf)), x)
+    with np.errstate(invalid="ignore"):           # NaN lanes are not nudged (np.where computes them)
+        x = np.where(nudge, np.nextafter(x, np.where(err > 0, np.inf, -np.inf)), x)
 
     mag = np.abs(np.where(finite, x, 1.0))
     scaled, quantum_exp = _scale(mag, fmt, subnormals)
@@ -334,11 +336,17 @@ def compare(a_bits, b_bits, fmt: FloatFormat, subnormals: str = "keep") -> tuple
     return (a < b).astype(np.uint8), (a == b).astype(np.uint8)
 
 
-def fmax(a_bits, b_bits, fmt: FloatFormat, subnormals: str = "keep", zero_tie: str | None = None) -> np.ndarray:
+def fmax(a_bits, b_bits, fmt: FloatFormat, subnormals: str = "keep", zero_tie: str | None = None,
+         python: bool = False) -> np.ndarray:
     """numpy.maximum on the format's own dtype (float32 for bf16), or with an explicit rule
-    for equal operands: zero_tie="first" returns a, "second" returns b."""
+    for equal operands: zero_tie="first" returns a, "second" returns b. python=True: Python's
+    max(a, b), which is b if b > a else a (so a NaN or a zero tie gives a)."""
     a_bits = flush_inputs(a_bits, fmt, subnormals)
     b_bits = flush_inputs(b_bits, fmt, subnormals)
+    if python:
+        a, b = decode(a_bits, fmt), decode(b_bits, fmt)
+        with np.errstate(invalid="ignore"):
+            return np.where(a < b, b_bits, a_bits).astype(bits_dtype(fmt))
     native = _native(fmt)
     ftype = native[0] if native is not None else np.float32
     a, b = decode(a_bits, fmt).astype(ftype), decode(b_bits, fmt).astype(ftype)
@@ -348,6 +356,20 @@ def fmax(a_bits, b_bits, fmt: FloatFormat, subnormals: str = "keep", zero_tie: s
         take_a = (a > b) if zero_tie == "second" else (a >= b)
         result = np.where(np.isnan(a) | np.isnan(b), np.nan, np.where(take_a, a, b).astype(np.float64))
     return encode(result, fmt)
+
+
+def fma(a_bits, b_bits, c_bits, src_fmt: FloatFormat, dst_fmt: FloatFormat | None = None, via: int | None = None,
+        rounding: str = "rne", subnormals: str = "keep") -> np.ndarray:
+    """a * b + c in dst_fmt (default src_fmt), the FMulAdd unit: the exact value rounded once,
+    or with via=53 first to float64 (Python's `x * y + z`), then to dst_fmt. The product is
+    exact in float64 (p <= 24) and TwoSum gives the sum's exact residual."""
+    dst_fmt = dst_fmt or src_fmt
+    if via not in (None, 53):
+        raise ValueError(f"fma: the reference model rounds via float64 (53) or not at all, got via={via!r}")
+    a, b, c = (read(x, src_fmt, subnormals) for x in (a_bits, b_bits, c_bits))
+    with np.errstate(invalid="ignore", over="ignore"):
+        s, err = two_sum(a * b, c)
+    return round_to_format(s, dst_fmt, rounding, subnormals, None if via else err)
 
 
 def int_to_float(values, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep") -> np.ndarray:

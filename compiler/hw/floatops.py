@@ -5,6 +5,10 @@ comparisons and conversions instantiate the float units of compiler/fp, configur
 design's `fp_rounding` and `fp_subnormals` knobs. Division (FDIV, RECIPROCAL), SQRT and TRUNC
 have their own units; anything else (EXP2, LOG2, SIN: tinygrad decomposes them into
 polynomials unless the renderer claims them) is rejected at compile time.
+
+MAX is Python's max (FMax(python=True)), what tinygrad's PYTHON device computes: relu(-0.0) is
++0.0 and relu(NaN) is 0. MULACC (a fused multiply-add) and EMU_CAST (tinygrad's software half
+conversion) come from compiler/passes/float_semantics.py, never from a lowered kernel.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from .. import fp, ir
 from ..config import HardwareConfig
 from ..dtypes import DType
 from ..errors import UnsupportedError
+from ..fp.muladd import FMulAdd
 from ..fp.widemul import FWideMul, exact_in
 
 K = ir.OpKind
@@ -22,7 +27,12 @@ UNIT_PREFIX = "fp"
 """Float unit submodules are named `fp<N>_<op>` (compiler.synth.units finds them by it)."""
 
 WIRING = {K.NEG, K.WHERE, K.BITCAST}
-UNITS = {K.ADD, K.SUB, K.MUL, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ, K.CAST, K.FDIV, K.RECIPROCAL, K.SQRT, K.TRUNC}
+UNITS = {K.ADD, K.SUB, K.MUL, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ, K.CAST, K.FDIV, K.RECIPROCAL, K.SQRT, K.TRUNC,
+         K.MULACC, K.EMU_CAST}
+
+VIA_FLOAT64 = 53
+"""tinygrad's PYTHON device computes a MULACC in Python floats: rounded to float64's 53 bits,
+then to the dtype (fp8 sums are exact in float64, so theirs round once: `via` None)."""
 
 
 def fmt_of(d: DType) -> fp.FloatFormat:
@@ -58,6 +68,10 @@ def unit_of(v: ir.Op):
         return fp.FSqrt
     if op is K.TRUNC:
         return fp.FTrunc
+    if op is K.MULACC:
+        return FMulAdd
+    if op is K.EMU_CAST:
+        return fp.FloatToFloat
     if op is K.CAST:
         src, dst = v.srcs[0].dtype, v.dtype
         if src.is_float and dst.is_float:
@@ -72,16 +86,20 @@ def wide_product_sources(v: ir.Op) -> list[ir.Value] | None:
     """For a float MUL of two values cast from one narrower float format in which every
     product is exact in the MUL's format (fp8 -> fp32: an FP8 layer summed in float32), the
     casts' sources: the datapath multiplies them in an FWideMul, a small unit that equals the
-    casts and the multiplier bit for bit. None for any other op."""
+    casts and the multiplier bit for bit. Also for two halves loaded as tinygrad emulates
+    them (EMU_CAST fp16 -> fp32, subnormals read as zero: an FWideMul that flushes them). None
+    for any other op."""
     if v.op is not K.MUL or not v.dtype.is_float:
         return None
-    if not all(isinstance(s, ir.Op) and s.op is K.CAST for s in v.srcs):
+    kinds = {s.op for s in v.srcs if isinstance(s, ir.Op)}
+    if len(kinds) != 1 or len([s for s in v.srcs if isinstance(s, ir.Op)]) != 2 or not kinds <= {K.CAST, K.EMU_CAST}:
         return None
     narrow = {s.srcs[0].dtype for s in v.srcs}
     if len(narrow) != 1 or not (d := narrow.pop()).is_float:
         return None
-    # 8-bit sources only: the unit is tested exhaustively there (fp16 -> fp32 would be exact too)
-    return [s.srcs[0] for s in v.srcs] if d.bits <= 8 and exact_in(fmt_of(d), fmt_of(v.dtype)) else None
+    # 8-bit sources: tested exhaustively; fp16 only for the emulated loads (tests/test_float_semantics.py)
+    tested = d.bits <= 8 or (kinds == {K.EMU_CAST} and d.name == "fp16")
+    return [s.srcs[0] for s in v.srcs] if tested and exact_in(fmt_of(d), fmt_of(v.dtype)) else None
 
 
 def max_stages(v: ir.Op) -> int:
@@ -133,7 +151,12 @@ class FloatOps:
         if op is K.MUL:
             return self.unit(fp.FMul(fmt_of(d), rnd, sub, **n), "mul", a=s[0], b=s[1]).y
         if op is K.MAX:
-            return self.unit(fp.FMax(fmt_of(d), sub), "max", a=s[0], b=s[1]).y
+            return self.unit(fp.FMax(fmt_of(d), sub, python=True), "max", a=s[0], b=s[1]).y
+        if op is K.MULACC:
+            return self.mulacc(d, s, n)
+        if op is K.EMU_CAST:
+            unit = fp.FloatToFloat(fmt_of(v.srcs[0].dtype), fmt_of(d), rnd, sub, emulated=True, **n)
+            return self.unit(unit, "emu", a=s[0]).y
         if op in (K.CMPLT, K.CMPNE, K.CMPEQ):
             c = self.unit(fp.FCompare(fmt_of(v.srcs[0].dtype), sub), "cmp", a=s[0], b=s[1])
             return c.lt if op is K.CMPLT else (c.eq if op is K.CMPEQ else ~c.eq)
@@ -152,8 +175,20 @@ class FloatOps:
     def wide_mul(self, v: ir.Op, src: DType, s: list[Value], stages: int = 1) -> Value:
         """`v` (see wide_product_sources) from the casts' sources `s`, of dtype `src`."""
         n = {"stages": stages} if stages > 1 else {}
-        unit = FWideMul(fmt_of(src), fmt_of(v.dtype), self.config.fp_subnormals, **n)
+        emulated = v.srcs[0].op is K.EMU_CAST          # tinygrad's half loads read subnormals as zero
+        unit = FWideMul(fmt_of(src), fmt_of(v.dtype), "flush" if emulated else self.config.fp_subnormals, **n)
         return self.unit(unit, "wmul", a=s[0], b=s[1]).y
+
+    def mulacc(self, d: DType, s: list[Value], n: dict) -> Value:
+        """a * b + c as tinygrad's PYTHON device rounds its MULACC in dtype `d`: in float64,
+        then to d (bf16 through float32: tinygrad's bf16 rounding goes through ctypes' float)."""
+        rnd, sub = self.config.fp_rounding, self.config.fp_subnormals
+        fmt = fmt_of(d)
+        if d.name == "bf16":
+            y = self.unit(FMulAdd(fmt, fp.FP32, VIA_FLOAT64, rnd, sub, **n), "fma", a=s[0], b=s[1], c=s[2]).y
+            return self.unit(fp.FloatToFloat(fp.FP32, fmt, rnd, sub), "f2f", a=y).y
+        via = None if fmt.width <= 8 else VIA_FLOAT64
+        return self.unit(FMulAdd(fmt, fmt, via, rnd, sub, **n), "fma", a=s[0], b=s[1], c=s[2]).y
 
     def cast(self, src: DType, dst: DType, a: Value, n: dict) -> Value:
         rnd, sub = self.config.fp_rounding, self.config.fp_subnormals

@@ -30,7 +30,7 @@ import hashlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -38,14 +38,14 @@ from compiler import HardwareConfig, compile_model, simulate_many
 from compiler.cache import REFERENCES
 from compiler.tools import package_version
 from dse.models import zoo
-from dse.models.convnet import LayerNet
 from dse.models.data import Dataset
-from dse.models.floatnet import FloatNet
-from dse.models.fp8net import Fp8Net
-from dse.models.model import ModelSpec
+from dse.models.model import ModelSpec, float_model
 from dse.models.quantize import FP8_SCHEME, SCHEME, DenseNet, is_fp8
 from dse.models.widths import quantisable
 from dse.models.zoo import input_tensors
+
+if TYPE_CHECKING:
+    from dse.models.convnet import LayerNet
 
 
 @dataclass(frozen=True)
@@ -98,12 +98,13 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
         built, arrays, xs = q.built(), q.arrays(), q.quantize_input(x)
         reference, to_float = q.reference(xs), q.dequantize
     elif zoo.DTYPES[dtype].is_float:
-        net = net.standardised(data.x_train.reshape(len(data.x_train), -1))     # the host's input map
-        if isinstance(net, LayerNet):               # a CNN chain: dse/models/fp8net.py, floatnet.py
-            net = Fp8Net(net) if is_fp8(dtype) else FloatNet(net)
+        # the host's input map chosen, and a CNN chain through dse/models/fp8net.py, floatnet.py
+        net = float_model(net, dtype, data.x_train.reshape(len(data.x_train), -1))
         xs = zoo.round_float(net.host_input(x), dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
         built, arrays = net.built(dtype), net.arrays(dtype)
-        reference, to_float = net.reference(dtype, x), lambda v: np.asarray(v, np.float64)
+        semantics = (config or HardwareConfig()).fp_semantics
+        reference = net.reference(dtype, x) if is_fp8(dtype) else net.reference(dtype, x, semantics)
+        to_float = lambda v: np.asarray(v, np.float64)     # noqa: E731
     else:
         raise ValueError(f"dtype {dtype!r}: a float model runs in a signed integer format (quantised) or a float dtype")
     tensors = input_tensors(built, {**arrays, "x": xs[0]})

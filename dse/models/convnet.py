@@ -29,7 +29,7 @@ import numpy as np
 from compiler.host_input import HostInput
 from dse.models import zoo
 from dse.models.quantize import SCHEME, cheap_multipliers, requantisation
-from dse.models.standardise import InputMap, calibrate, choose, fold_conv, fold_dense, per_tensor, relative_error
+from dse.models.standardise import KINDS, InputMap, choose, fold_conv, fold_dense, make, relative_error
 
 if TYPE_CHECKING:   # dse.models.qonnx reads files into these layers; imported for the names only
     from dse.models.qonnx import Quantiser, WeightGrid
@@ -141,13 +141,12 @@ class LayerNet:
 
     host_input = mapped_input
 
-    def standardised(self, x: np.ndarray, per_feature: bool = True) -> "LayerNet":
-        """This network behind the host's input map calibrated on samples `x`
-        (dse.models.standardise): per feature into a dense first layer, per channel into a conv
-        (scaled only, where the conv pads with zeros); per_feature=False: the input by one scale.
-        Itself where it has a map already, where its file declares the input's quantisation or
-        the first layer's integer weights, or where something other than a Flatten comes before
-        the first layer."""
+    def standardised(self, x: np.ndarray, kind: str = "centred") -> "LayerNet":
+        """This network behind the host's input map of `kind` (dse.models.standardise.KINDS)
+        calibrated on samples `x`: per feature into a dense first layer, per channel into a conv
+        (scaled only, where the conv pads with zeros). Itself where it has a map already, where
+        its file declares the input's quantisation or the first layer's integer weights, or where
+        something other than a Flatten comes before the first layer."""
         import dataclasses
         first = next(i for i, layer in enumerate(self.layers) if isinstance(layer, (Conv, Linear)))
         layer = self.layers[first]
@@ -156,8 +155,7 @@ class LayerNet:
             return self
         h = self.mapped_input(x)
         conv_first = isinstance(layer, Conv)
-        m = (per_tensor(h) if not per_feature else calibrate(h, channels=True, shift=not any(layer.pads))
-             if conv_first else calibrate(h, channels=False))
+        m = make(h, kind, channels=conv_first, shift_ok=not (conv_first and any(layer.pads)))
         W, b = (fold_conv if conv_first else fold_dense)(layer.W, layer.b, m)
         layers = list(self.layers)
         layers[first] = dataclasses.replace(layer, W=W, b=b)
@@ -401,19 +399,20 @@ def quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, forma
     knobs, dse.models.widths; None: the dtype's); the module docstring gives the scheme.
     What the file declares (dse.models.qonnx: integer weights, quantisers of the input and of
     layer outputs) is taken as it is: its integers must fit the dtype (else ValueError). A
-    network the host's input map applies to is quantised behind each of the two maps of
-    dse.models.standardise, and the one nearer the float model on the calibration samples kept."""
-    per_feature = net.standardised(calibration)
-    if per_feature is net:
+    network the host's input map applies to is quantised behind each map of
+    dse.models.standardise, and `choose` keeps one by the error of its outputs on the
+    calibration samples."""
+    if net.standardised(calibration) is net:
         return _quantize_layers(net=net, dtype=dtype, calibration=calibration, formats=formats)
     want = net.float_logits(calibration)
 
-    def attempt(mapped: LayerNet):
+    def attempt(kind: str):
         try:
-            return _quantize_layers(net=mapped, dtype=dtype, calibration=calibration, formats=formats)
+            return _quantize_layers(net=net.standardised(calibration, kind), dtype=dtype, calibration=calibration,
+                                    formats=formats)
         except ValueError as e:
             return e
-    return choose([attempt(per_feature), attempt(net.standardised(calibration, per_feature=False))],
+    return choose([attempt(kind) for kind in KINDS],
                   lambda q: relative_error(q.dequantize(q.reference(q.quantize_input(calibration))), want))
 
 

@@ -80,11 +80,16 @@ class FloatNet:
             return h
         return zoo.Built(inputs, forward)
 
-    def reference(self, dtype: str, x: np.ndarray) -> np.ndarray:
-        """The golden model of `built(dtype)` on samples (n, ...): (n, outputs) in float32
-        holders of `dtype` values."""
+    def reference(self, dtype: str, x: np.ndarray, fp_semantics: str = "tinygrad") -> np.ndarray:
+        """The golden model of `built(dtype)` on samples (n, ...) as the hardware computes it
+        under `fp_semantics`: (n, outputs) in float32 holders of `dtype` values. fp16 with
+        "tinygrad" (emulated by tinygrad in float32): products exact, sums in float32, then
+        `zoo.half_layer` (dse.models.quantize.DenseNet.reference says the same)."""
         params = self.arrays(dtype)
         h = zoo.round_float(self.host_input(x), dtype).astype(np.float32)
+        emulated = zoo.arith_for(dtype, fp_semantics).emulated_casts
+        if emulated:
+            h = zoo.half_load(h)
         k = 0
         for layer in self.net.layers:
             moved = weightless(layer, h)
@@ -93,6 +98,10 @@ class FloatNet:
                 continue
             k += 1
             W, b = params[f"W{k}"].astype(np.float32), params[f"b{k}"].astype(np.float32)
+            if emulated:
+                acc = float_sums(h, zoo.half_load(W), layer, lambda w, v: (w * v).astype(np.float32))
+                h = zoo.half_layer(acc, b.reshape((1, -1) + (1,) * (acc.ndim - 2)), layer.relu)
+                continue
             acc = float_sums(h, W, layer, lambda w, v: _product(w, v, dtype))
             acc = zoo.round_float(acc, dtype).astype(np.float32)
             h = zoo.round_float(acc + b.reshape((1, -1) + (1,) * (acc.ndim - 2)), dtype).astype(np.float32)

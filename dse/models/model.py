@@ -238,15 +238,8 @@ class TrainedModel:
         """The network as a float model in `dtype` (built, arrays, reference): a dense one as it
         is; a CNN chain through dse.models.fp8net in fp8, dse.models.floatnet otherwise."""
         data = self.dataset()
-        net = self.net().standardised(data.x_train.reshape(len(data.x_train), -1))   # the host's input map
-        if hasattr(net, "built"):
-            return net
-        from dse.models.quantize import is_fp8
-        if is_fp8(dtype):
-            from dse.models.fp8net import Fp8Net
-            return Fp8Net(net)
-        from dse.models.floatnet import FloatNet
-        return FloatNet(net)
+        return _cached(("float", self.kind, self.path, self.path.stat().st_mtime_ns, self.data, self.prune, dtype),
+                       lambda: float_model(self.net(), dtype, data.x_train.reshape(len(data.x_train), -1)))
 
     def built(self, dtype: str) -> zoo.Built:
         if zoo.DTYPES[dtype].is_float:
@@ -279,6 +272,35 @@ class TrainedModel:
             return RealInputs(net.arrays(dtype), "x", xs, data.y_test)
         q = self.quantized(dtype)
         return RealInputs(q.arrays(), "x", q.quantize_input(x), data.y_test)
+
+
+def float_model(net, dtype: str, calibration):
+    """`net` (a DenseNet or LayerNet) as a float model in `dtype` (built, arrays, reference: a
+    dense network as it is, a chain through dse.models.fp8net in fp8 or dse.models.floatnet),
+    behind the host's input map chosen as the quantiser chooses (dse.models.standardise.choose:
+    no map, "scaled" or "centred", by its golden model's error on at most 1,000 calibration
+    samples)."""
+    from dse.models.quantize import is_fp8
+    from dse.models.standardise import choose, relative_error
+
+    def wrap(n):
+        if hasattr(n, "built"):
+            return n
+        if is_fp8(dtype):
+            from dse.models.fp8net import Fp8Net
+            return Fp8Net(n)
+        from dse.models.floatnet import FloatNet
+        return FloatNet(n)
+    x = calibration[:1000]
+    candidates = [net]
+    for kind in ("scaled", "centred"):
+        mapped = net.standardised(x, kind)
+        if all(mapped is not c for c in candidates):
+            candidates.append(mapped)
+    if len(candidates) == 1:
+        return wrap(net)
+    want = net.float_logits(x)
+    return wrap(choose(candidates, lambda n: relative_error(wrap(n).reference(dtype, x), want)))
 
 
 _CACHE: dict[Any, Any] = {}

@@ -6,16 +6,17 @@ network that keeps its accuracy at 2 to 4 bits (a model's `qat:` in the spec).
     q = tuned.net.quantize(dtype="int3", calibration=x_train)      # quantised exactly as any network
 
 What it trains: the network as the integer model will compute it. The forward pass is the
-quantiser's scheme in floating point (`_forward`): the input behind the host's per-feature map
-(dse.models.standardise), on its grid; each conv/dense layer's weights on their grid (one scale
-per output channel, the last layer one per tensor; widened per channel as `scale_digits` asks,
-dse.models.quantize.cheap_multipliers), its bias on the accumulator's grid, its output through
-the ReLU onto the activations' grid (rounded half up, clipped to [0, qmax]); a pruned network
-keeps its zeros. Gradients pass the rounding straight through (the straight-through estimator)
-inside a grid's range and stop outside it. The scales are learned too, LSQ's way (Esser et al.
-2019, arXiv 1902.08153): each weight scale per output channel (the last layer's one) and each
-activation range, started where they least distort the float network (the mean squared
-rounding error over candidates from 20% to 100% of the largest value; `_calibrated`).
+quantiser's scheme in floating point (`_forward`): the input behind the host's per-feature
+centred map (`MAP`, dse.models.standardise; the quantiser keeps it), on its grid; each
+conv/dense layer's weights on their grid (one scale per output channel, the last layer one per
+tensor; widened per channel as `scale_digits` asks, dse.models.quantize.cheap_multipliers), its
+bias on the accumulator's grid, its output through the ReLU onto the activations' grid (rounded
+half up, clipped to [0, qmax]); a pruned network keeps its zeros. Gradients pass the rounding
+straight through (the straight-through estimator) inside a grid's range and stop outside it. The
+scales are learned too, LSQ's way (Esser et al. 2019, arXiv 1902.08153): each weight scale per
+output channel (the last layer's one) and each activation range, started where they least
+distort the float network (the mean squared rounding error over candidates from 20% to 100% of
+the largest value; `_calibrated`).
 
 What it gives back (`FineTuned.net`): a float network the quantiser takes as it is. Each weight
 is clipped to its learned range (so the quantiser's scale, max |row| / qmax, is the learned one),
@@ -46,6 +47,11 @@ from dse.models.quantize import DenseNet, cheap_multipliers
 
 CANDIDATES = np.linspace(0.2, 1.0, 17)      # a range's calibration: fractions of the largest value
 WIDE = 64                                   # inputs of a layer beyond which its learning rate is scaled down
+# the host's input map the network trains behind (dse.models.standardise): per feature (a conv's
+# per channel, scaled only where it pads), centred. The fine-tuned network keeps it (`input_map`
+# set), so the quantiser quantises it behind this map, never trying another: its weights and
+# ranges were learned for this map's input grid
+MAP = "centred"
 
 
 @dataclass(frozen=True)
@@ -457,7 +463,7 @@ def fine_tune(net: "DenseNet | LayerNet", *, dtype: str, formats, x: np.ndarray,
     t0 = time.perf_counter()
     x = np.asarray(x, np.float64).reshape(len(x), -1)
     y = net.float_logits(x).argmax(1) if y is None else np.asarray(y, np.int64)
-    mapped = net.standardised(x)                 # the host's input map (per feature), kept
+    mapped = net.standardised(x, MAP)            # the host's input map, kept (MAP)
     computes = [layer for layer in mapped.layers if hasattr(layer, "W")]
     bits = widths(dtype, layer_names(computes), formats)
     layers = _layers(mapped, bits)
@@ -671,7 +677,7 @@ def _read_entry(cache, key: str, net, x: np.ndarray) -> FineTuned | None:
             arrays = {k: f[k] for k in f.files}
     except (OSError, ValueError):
         return None
-    mapped = net.standardised(x)
+    mapped = net.standardised(x, MAP)
     layers, i = [], 0
     for layer in mapped.layers:
         if hasattr(layer, "W"):

@@ -39,7 +39,7 @@ import numpy as np
 
 from compiler.host_input import HostInput
 from dse.models import zoo
-from dse.models.standardise import InputMap, calibrate, choose, fold_dense, per_tensor, relative_error
+from dse.models.standardise import KINDS, InputMap, choose, fold_dense, make, relative_error
 
 SCHEME = ("symmetric; activations per tensor, weights per output channel (last layer per tensor); "
           "int32 accumulators; multiply-and-shift requantisation with clipping")
@@ -87,15 +87,14 @@ class DenseNet:
     def inputs(self) -> int:
         return self.layers[0].W.shape[1]
 
-    def standardised(self, x: np.ndarray, per_feature: bool = True) -> "DenseNet":
-        """This network behind the host's input map calibrated on samples `x` (n, in)
-        (dse.models.standardise): each feature onto [-1, 1] (per_feature=False: the input by one
-        scale), the inverse folded into the first layer. The same function of the raw input;
-        itself if it has its map already."""
+    def standardised(self, x: np.ndarray, kind: str = "centred") -> "DenseNet":
+        """This network behind the host's input map of `kind` (dse.models.standardise.KINDS)
+        calibrated on samples `x` (n, in), the inverse folded into the first layer: the same
+        function of the raw input. Itself if it has its map already."""
         if self.input_map is not None:
             return self
         x = np.asarray(x, np.float64).reshape(len(x), -1)
-        m = calibrate(x, channels=False) if per_feature else per_tensor(x)
+        m = make(x, kind, channels=False)
         first = self.layers[0]
         W, b = fold_dense(first.W, first.b, m)
         return DenseNet((dataclasses.replace(first, W=W, b=b), *self.layers[1:]), m)
@@ -125,10 +124,11 @@ class DenseNet:
             raise ValueError("a network fine-tuned quantisation-aware (bounded ReLUs) runs in the integer format "
                              "it was fine-tuned for; float dtypes run the trained network")
 
-    def reference(self, dtype: str, x: np.ndarray) -> np.ndarray:
-        """The float model in `dtype` as the lowered kernels compute it, on samples (n, in):
-        fp8: `FP8_SCHEME` (in float32 the fp8 products are exact: only the sums round).
-        The other float dtypes:
+    def reference(self, dtype: str, x: np.ndarray, fp_semantics: str = "tinygrad") -> np.ndarray:
+        """The float model in `dtype` as the hardware computes it under `fp_semantics`, on
+        samples (n, in): fp8: `FP8_SCHEME` (in float32 the fp8 products are exact: only the sums
+        round). fp16 with fp_semantics="tinygrad" (tinygrad emulates half in float32): products
+        exact, summed in float32, then `zoo.half_layer`. The other float dtypes:
         each product rounded to the dtype and summed in float32 in order k = 0..K-1, the sum
         rounded to the dtype, the bias added in the dtype, then the ReLU (the numpy golden
         model of `built(dtype)`, bit-exact with the hardware in IEEE round-to-nearest-even)."""
@@ -137,6 +137,8 @@ class DenseNet:
         h = zoo.round_float(self.host_input(x), dtype).astype(np.float32)
         if is_fp8(dtype):
             return self._fp8_reference(dtype, arrays, h)
+        if zoo.arith_for(dtype, fp_semantics).emulated_casts:
+            return self._half_reference(arrays, h)
         for i, layer in enumerate(self.layers, 1):
             W, b = arrays[f"W{i}"].astype(np.float32), arrays[f"b{i}"].astype(np.float32)
             acc = np.zeros((len(h), W.shape[0]), np.float32)
@@ -146,6 +148,16 @@ class DenseNet:
             h = zoo.round_float(zoo.round_float(acc, dtype).astype(np.float32) + b, dtype).astype(np.float32)
             if layer.relu:
                 h = np.where(h > 0, h, np.float32(0))     # tinygrad's relu: relu(-0.0) = +0.0
+        return h
+
+    def _half_reference(self, arrays: Mapping[str, np.ndarray], h: np.ndarray) -> np.ndarray:
+        h = zoo.half_load(h)
+        for i, layer in enumerate(self.layers, 1):
+            W = zoo.half_load(arrays[f"W{i}"])
+            acc = np.zeros((len(h), W.shape[0]), np.float32)
+            for k in range(W.shape[1]):
+                acc = acc + W[None, :, k] * h[:, k, None]        # a product of halves is exact in float32
+            h = zoo.half_layer(acc, arrays[f"b{i}"], layer.relu)
         return h
 
     def _fp8_reference(self, dtype: str, arrays: Mapping[str, np.ndarray], h: np.ndarray) -> np.ndarray:
@@ -327,19 +339,19 @@ def quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=None
     """Post-training quantisation of `net` to `dtype` (int8 or int16), scales calibrated on
     `calibration` samples (n, in) (the training split), at the widths of `formats` (the format
     knobs, dse.models.widths; None: the dtype's). See the module docstring. A network without
-    an input map is quantised behind each of the two maps of dse.models.standardise, and the
-    one nearer the float model on the calibration samples is kept."""
+    an input map is quantised behind each map of dse.models.standardise, and `choose` keeps
+    one by the error of its outputs on the calibration samples."""
     if net.input_map is not None:
         return _quantize(net=net, dtype=dtype, calibration=calibration, formats=formats)
     x = np.asarray(calibration, np.float64).reshape(len(calibration), -1)
     want = net.float_logits(x)
 
-    def attempt(per_feature: bool):
+    def attempt(kind: str):
         try:
-            return _quantize(net=net.standardised(x, per_feature), dtype=dtype, calibration=x, formats=formats)
+            return _quantize(net=net.standardised(x, kind), dtype=dtype, calibration=x, formats=formats)
         except ValueError as e:
             return e
-    return choose([attempt(True), attempt(False)],
+    return choose([attempt(kind) for kind in KINDS],
                   lambda q: relative_error(q.dequantize(q.reference(q.quantize_input(x))), want))
 
 

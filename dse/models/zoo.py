@@ -31,7 +31,8 @@ values; `bits` gives the raw 16- or 8-bit patterns.
 `reference` is each zoo model's numpy golden model, in the lowered kernel's order (reductions
 k = 0..K-1). How floats round is an `Arith`: `KERNEL` (every op rounds to its dtype, as the
 kernel is written) or `python_device_arith(dtype)` (what tinygrad's PYTHON device computes,
-bit for bit; `tinygrad_result` runs it).
+bit for bit; `tinygrad_result` runs it); `arith_for(dtype, fp_semantics)` is the one the
+hardware computes under that knob.
 
 One module (~670 lines): each builtin model beside its numpy golden model, which change
 together (a model's kernel order is its reference's order).
@@ -512,6 +513,15 @@ def python_device_arith(dtype: str) -> Arith:
     return KERNEL
 
 
+def arith_for(dtype: str, fp_semantics: str) -> Arith:
+    """How the hardware rounds `dtype` under the fp_semantics knob: "op", every op (KERNEL);
+    "tinygrad", as tinygrad's PYTHON device does (python_device_arith), except fp32, whose
+    multiply-adds the hardware does not fuse (compiler/passes/float_semantics.py)."""
+    if fp_semantics == "op" or dtype == "fp32":
+        return KERNEL
+    return python_device_arith(dtype)
+
+
 def round_float(x: np.ndarray, dtype: str, emulated: bool = False) -> np.ndarray:
     """Round float values to `dtype` (round to nearest even), returned in its storage dtype.
     fp8: as the fp8 units round (saturating; compiler.fp.reference), exact from float64."""
@@ -533,6 +543,27 @@ def round_float(x: np.ndarray, dtype: str, emulated: bool = False) -> np.ndarray
         out = np.where(a > fmax, np.copysign(np.inf, x), out).astype(out.dtype)
         out = np.where(a < tiny, np.copysign(0.0, x), out).astype(out.dtype)
     return out
+
+
+def half_load(x: np.ndarray) -> np.ndarray:
+    """fp16 values as tinygrad's emulated half loads them (python_device_arith("fp16")):
+    float32, subnormals read as zeros of their sign."""
+    x = np.asarray(x, np.float32)
+    return np.where(np.abs(x) < 2.0 ** -14, np.copysign(np.float32(0), x), x).astype(np.float32)
+
+
+def half_layer(acc: np.ndarray, b: np.ndarray, relu: bool) -> np.ndarray:
+    """What tinygrad's emulated fp16 stores for a layer `relu(acc.cast(half) + b)` with a float32
+    accumulator: the cast inside the kernel only clamps (beyond 65504: inf), the bias is added
+    in float32, the ReLU is Python's max(0, y), and the store rounds once (round_float emulated).
+    Returned as the next layer loads it (float32 holders of halves)."""
+    acc = np.asarray(acc, np.float32)
+    with np.errstate(invalid="ignore"):
+        y = np.where(np.abs(acc) > 65504, np.copysign(np.float32(np.inf), acc), acc).astype(np.float32)
+        y = (y + half_load(b)).astype(np.float32)
+        if relu:
+            y = np.where(0 < y, y, np.float32(0))
+    return round_float(y, "fp16", emulated=True).astype(np.float32)
 
 
 def _flush_subnormals(x: np.ndarray, dtype: str) -> np.ndarray:

@@ -1,0 +1,201 @@
+"""Fused multiply-add: y = a * b + c, rounded once (or, with `via`, first to `via` bits).
+
+tinygrad's PYTHON device fuses `a * b + c` into one MULACC op (its renderer claims it,
+tinygrad/codegen/decomp/op.py), which it runs in Python floats and rounds to the dtype once:
+`(x * y) + z` in float64, then float64 -> the dtype. For operands of at most 24 significand
+bits the product is exact in float64, so the float64 result is the exact sum rounded to 53
+bits, and then rounded again to the dtype. `FMulAdd(src, dst, via=53)` computes exactly that;
+`via=None` rounds the exact sum once (what float64 gives whenever the exact sum fits in 53
+bits, as every fp8 sum does).
+
+The datapath is the classic one: the 2p-bit product P stays put in a window, c's significand
+(normalised) is placed above it and shifted right by the exponent difference with a sticky
+bit, the two are added (or subtracted: the result may be negative, then negated), and one
+leading-zero count normalises the sum. The window is wide enough that nothing is lost:
+  * below P: L = max(R - 2p, 0) + 3 bits, R the first rounding precision (via, else dst's),
+    so a c that falls out of the window only changes the sticky bit, at least two bits under
+    the rounding position (P is normalised, so the sum's leading one is within a bit of P's);
+  * above P: c's lowest bit at most K = p + py + 2 above P's (py: dst's precision). A c
+    further up is placed there, and the sum's exponent taken from c's: P then lies at least
+    two bits under dst's guard bit either way, so the rounded result is c in both places (and
+    a 53-bit first rounding cannot move it onto dst's midpoint). This needs every src value
+    exact in dst (checked).
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .common import Pipe, bits_for, check_stages, leading_zeros, round_pack, shift_left, shift_right_sticky, \
+    special_mux, unpack
+from .formats import FloatFormat, check_format, check_rounding, check_subnormals
+
+
+def holds(src: FloatFormat, dst: FloatFormat) -> bool:
+    """Whether every finite `src` value is a `dst` value (dst at least as precise, its range
+    reaching as high and, with its subnormals, as low)."""
+    return (dst.precision >= src.precision and dst.emax >= src.emax
+            and dst.emin - dst.man_bits <= src.emin - src.man_bits)
+
+
+class FMulAdd(wiring.Component):
+    """y = a * b + c with a, b, c bit patterns of `src_fmt` and y one of `dst_fmt` (default
+    src_fmt), combinational (see the module).
+
+    `via` None: the exact value rounded once to dst_fmt with `rounding`. `via` = n: first
+    rounded to n significand bits (to nearest even, unbounded exponent: Python's float64 for
+    n = 53), then to dst_fmt. Special cases follow IEEE: NaN in, 0 * inf, inf - inf give NaN;
+    an exact zero sum is +0 unless both a * b and c are -0 (then -0). dst_fmt saturates if
+    it does (tinygrad's fp8). `stages` > 1 pipelines it (see common.Pipe): register
+    boundaries after the product ("product"), the add ("sum"), the normalising shift
+    ("norm"), then round_pack's "round", c's alignment ("align"), round_pack's "pack" and
+    "denorm", enabled in that order.
+    """
+
+    CUTS = ("product", "sum", "norm", "round", "align", "pack", "denorm")
+
+    def __init__(self, src_fmt: FloatFormat, dst_fmt: FloatFormat | None = None, via: int | None = None,
+                 rounding: str = "rne", subnormals: str = "keep", stages: int = 1):
+        self.src_fmt = check_format(src_fmt, "src_fmt")
+        self.dst_fmt = check_format(dst_fmt if dst_fmt is not None else src_fmt, "dst_fmt")
+        if not holds(self.src_fmt, self.dst_fmt):
+            raise ValueError(f"FMulAdd: {self.dst_fmt.name} cannot hold every {self.src_fmt.name} value")
+        if via is not None and not (isinstance(via, int) and not isinstance(via, bool)
+                                    and self.dst_fmt.precision < via <= 64):
+            raise ValueError(f"via: expected None or an int from {self.dst_fmt.precision + 1} to 64 "
+                             f"(bits of the first rounding), got {via!r}")
+        self.via = via
+        self.rounding = check_rounding(rounding)
+        self.subnormals = check_subnormals(subnormals)
+        self.stages = check_stages(stages, self.CUTS)
+        self.latency = self.stages - 1
+        w = src_fmt.width
+        super().__init__({"a": In(w), "b": In(w), "c": In(w), "y": Out(self.dst_fmt.width)})
+
+    # the window (module docstring): P's lowest bit at L, c's lowest bit at most L + K
+    @property
+    def below(self) -> int:
+        p, r = self.src_fmt.precision, self.via or self.dst_fmt.precision
+        return max(r - 2 * p, 0) + 3
+
+    @property
+    def reach(self) -> int:
+        return self.src_fmt.precision + self.dst_fmt.precision + 2
+
+    @property
+    def window(self) -> int:
+        return self.below + self.reach + self.src_fmt.precision + 1     # + 1: the carry
+
+    def elaborate(self, platform):
+        m = Module()
+        src, dst = self.src_fmt, self.dst_fmt
+        p, L, K, W = src.precision, self.below, self.reach, self.window
+        pipe = Pipe(m, self.CUTS, self.stages)
+        a = unpack(m, src, self.a, self.subnormals, "a")
+        b = unpack(m, src, self.b, self.subnormals, "b")
+        c = unpack(m, src, self.c, self.subnormals, "c")
+
+        sign_p = a.sign ^ b.sign
+        p_zero = a.is_zero | b.is_zero
+        p_inf = a.is_inf | b.is_inf
+        is_nan = (a.is_nan | b.is_nan | c.is_nan | (a.is_inf & b.is_zero) | (b.is_inf & a.is_zero)
+                  | (p_inf & c.is_inf & (sign_p != c.sign)))
+        is_inf = p_inf | c.is_inf
+        inf_sign = Mux(p_inf, sign_p, c.sign)
+        both_zero = p_zero & c.is_zero
+        zero_sign = both_zero & sign_p & c.sign          # an exact cancellation is +0
+        specials = (is_nan, is_inf, inf_sign, both_zero, zero_sign)
+
+        # the product, one subnormal operand normalised (as FMul: two subnormal operands make a
+        # product far below any nonzero c, which then decides the result)
+        ew = bits_for(2 * src.exp_max_field + K + W + 2 * p + dst.bias) + 2
+        a_sub = ~a.sig[-1]
+        pick, other = Mux(a_sub, a.sig, b.sig), Mux(a_sub, b.sig, a.sig)
+        lz_ab = leading_zeros(m, pick, "sub")
+        x_sig = shift_left(m, pick, lz_ab, "sub")
+        pexp = Signal(signed(ew), name="pexp")          # ea + eb: P = sig product * 2**(pexp - 2 bias - 2(p-1))
+        m.d.comb += pexp.eq(a.exp + b.exp - lz_ab)
+        # c normalised (a subnormal c has leading zeros); a zero c stays zero
+        lz_c = leading_zeros(m, c.sig, "csub")
+        c_sig = shift_left(m, c.sig, lz_c, "csub")
+        cexp = Signal(signed(ew), name="cexp")
+        m.d.comb += cexp.eq(c.exp - lz_c)
+        # c's lowest bit sits k above P's. A c more than K above (or a zero product) is placed K
+        # above, and the window takes its exponent from c's: P then only acts as a sticky bit.
+        k = Signal(signed(ew), name="c_offset")
+        m.d.comb += k.eq(cexp - pexp + src.bias + (p - 1))
+        base = Signal(signed(ew), name="base")
+        m.d.comb += base.eq(Mux(p_zero | (~c.is_zero & (k > K)), cexp + src.bias + (p - 1) - K, pexp))
+        product = Signal(2 * p, name="product")
+        if p <= 4:                  # fp8: partial products in LUTs (Yosys would use a DSP block)
+            m.d.comb += product.eq(sum(Mux(other[i], x_sig << i, 0) for i in range(p)))
+        else:
+            m.d.comb += product.eq(x_sig * other)
+        product, base, cexp, c_sig, sign_p, c_sign, *specials = pipe.cut(
+            "product", product, base, cexp, c_sig, sign_p, c.sign, *specials)
+
+        # c's lowest bit sits k = cexp - base + bias + (p-1) above P's: shift it down from K
+        shift = Signal(signed(ew), name="align_shift")
+        m.d.comb += shift.eq(K - (cexp - base + src.bias + (p - 1)))
+        amount = Signal(bits_for(W), name="align_amount")
+        m.d.comb += amount.eq(Mux(shift < 0, 0, Mux(shift > W, W, shift)))
+        aligned, sticky = shift_right_sticky(m, Cat(Const(0, L + K), c_sig, Const(0, 1)), amount, "align")
+        aligned, sticky, product, base, sign_p, c_sign, *specials = pipe.cut(
+            "align", aligned, sticky, product, base, sign_p, c_sign, *specials)
+
+        eff_sub = sign_p ^ c_sign
+        addend = Cat(aligned[0] | sticky, aligned[1:])
+        total = Signal(signed(W + 1), name="total")
+        m.d.comb += total.eq(Cat(Const(0, L), product) + Mux(eff_sub, -addend, addend))
+        negative = total < 0
+        mag = Signal(W, name="sum")
+        m.d.comb += mag.eq(Mux(negative, -total, total))
+        sign = Mux(negative, c_sign, sign_p)
+        mag, base, sign, *specials = pipe.cut("sum", mag, base, sign, *specials)
+
+        lz = leading_zeros(m, mag, "norm")
+        norm = shift_left(m, mag, lz, "norm")
+        exp = Signal(signed(ew), name="exp")            # dst-biased exponent of norm's top bit
+        m.d.comb += exp.eq(base - 2 * src.bias - 2 * (p - 1) + (W - 1) - L - lz + dst.bias)
+        is_zero = mag == 0
+        norm, exp, sign, is_zero, *specials = pipe.cut("norm", norm, exp, sign, is_zero, *specials)
+
+        sig = norm
+        if self.via is not None:           # the window is always wider than via + 1 bits
+            sig, exp = self._round_via(m, norm, exp)
+        lo, hi = self._exp_range()
+        is_nan, is_inf, inf_sign, both_zero, zero_sign = specials
+        finite, (sign, is_zero, is_nan, is_inf, inf_sign, zero_sign) = round_pack(
+            m, dst, rounding=self.rounding, subnormals=self.subnormals, sign=sign, exp=exp, sig=sig,
+            exp_range=(lo, hi), may_be_tiny=True, pipe=pipe,
+            carry=(sign, is_zero, is_nan, is_inf, inf_sign, zero_sign))
+        m.d.comb += self.y.eq(special_mux(
+            m, dst, finite=finite, is_nan=is_nan, is_inf=is_inf, inf_sign=inf_sign,
+            is_zero=is_zero, zero_sign=zero_sign, name="fma"))
+        return m
+
+    def _round_via(self, m, norm, exp):
+        """norm (leading one on top) rounded to `via` bits, to nearest even: Python's float."""
+        n, W = self.via, len(norm)
+        kept = norm[W - n:]
+        guard = norm[W - n - 1]
+        sticky = norm[:W - n - 1].any()
+        rounded = Signal(n + 1, name="via_rounded")
+        m.d.comb += rounded.eq(kept + (guard & (sticky | kept[0])))
+        carry = rounded[n]
+        sig = Signal(n, name="via_sig")
+        m.d.comb += sig.eq(Mux(carry, Const(1 << (n - 1), n), rounded[:n]))
+        out = Signal(exp.shape(), name="via_exp")
+        m.d.comb += out.eq(exp + carry)
+        return sig, out
+
+    def _exp_range(self) -> tuple[int, int]:
+        """Bounds of the dst-biased exponent of a nonzero finite sum (round_pack's exp_range)."""
+        src, dst = self.src_fmt, self.dst_fmt
+        p, L, K, W = src.precision, self.below, self.reach, self.window
+        lo_e, hi_e = 1 - (p - 1), src.max_exp_field          # an operand's (normalised) exponent
+        base_lo = min(2 * lo_e, lo_e + src.bias + (p - 1) - K)
+        base_hi = max(2 * hi_e, hi_e + src.bias + (p - 1) - K)
+        offset = -2 * src.bias - 2 * (p - 1) + (W - 1) - L + dst.bias
+        return base_lo + offset - (W - 1), base_hi + offset + 1
