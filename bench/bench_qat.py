@@ -99,14 +99,14 @@ def engines(steps: int) -> None:
             print("tinygrad CPU: not run (no clang binary on this machine)")
             continue
         os.environ["DEV"] = device
-        from tinygrad import Tensor, nn
+        from tinygrad import Context, Tensor, nn
         from tinygrad.nn.optim import Adam
         Tensor.manual_seed(0)
         l1, l2 = nn.Linear(64, 32), nn.Linear(32, 10)
         opt = Adam([l1.weight, l1.bias, l2.weight, l2.bias], lr=1e-3)
         xt, yt = Tensor(x.astype(np.float32), device=device), Tensor(y.astype(np.int32), device=device)
         t0 = time.perf_counter()
-        with Tensor.train():
+        with Context(TRAINING=1):     # tinygrad 0.14's optimiser steps only in training mode
             for _ in range(steps):
                 opt.zero_grad()
                 loss = l2(l1(xt).relu()).sparse_categorical_crossentropy(yt)
