@@ -26,7 +26,7 @@ again wherever the training samples reach it; each epoch starts by lowering a ra
 sample reaches to the largest value they do, so training and quantiser agree).
 
 Adam (the trainer of dse.models.prune: numpy, so it runs wherever the tool runs; tinygrad's
-autograd needs a C compiler for its CPU device, and its PYTHON device took 114 s for two Adam
+autograd needs a C compiler for its CPU device, and its PYTHON device took 64 s for two Adam
 steps of a 64-32-10 MLP: docs/qat.md), mini-batches in a seeded order, a cosine-decayed rate,
 softmax cross-entropy on the training split's labels (without labels, the float network's own
 answers): the same network, data, format and options give the same network. `epochs` bounds the
