@@ -683,6 +683,32 @@ def run_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------------------------
+# dse dashboard RESULTS [--host H] [--port P]
+
+def add_dashboard(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", help="a sweep's results folder (results/<study>/), its study.journal, or a storage "
+                                   "URL (postgresql://...)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+
+
+def run_dashboard(args: argparse.Namespace) -> int:
+    from dse.dashboard import DashboardError, serve, storage_location
+    from dse.study.options import SweepError
+    if not 0 < args.port < 65536:
+        raise CliError(f"--port: expected 1 to 65535, got {args.port}")
+    try:
+        location = storage_location(args.results)
+        print(f"optuna-dashboard on http://{args.host}:{args.port}/ (Ctrl-C stops it)", file=sys.stderr)
+        serve(location, host=args.host, port=args.port)
+    except (DashboardError, SweepError) as e:
+        raise CliError(str(e)) from None
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
+
+
 COMMANDS: list[Command] = [
     Command("validate", "check a spec and print a one-line summary", add_validate, run_validate),
     Command("models", "list the model zoo with its parameters and defaults", add_models, run_models),
@@ -698,6 +724,8 @@ COMMANDS: list[Command] = [
                       "into results/<study>/report/", add_report, run_report),
     Command("check", "gate a sweep's results on thresholds and a baseline (exit 1 on a regression) "
                      "and print a Markdown table of the regressions", add_check, run_check),
+    Command("dashboard", "serve optuna-dashboard on a study's storage (the journal opened with the sweep's "
+                         "lock, so it may stay open while the study runs)", add_dashboard, run_dashboard),
 ]
 
 
