@@ -54,7 +54,8 @@ def run_validate(args: argparse.Namespace) -> int:
           f"target {s.target}; {objectives}; {s.search.sampler} sampler, {s.search.trials} trials, seed {s.search.seed}"
           + ("; multi-fidelity" if s.search.fidelity == "multi" else "")
           + (f", hv_tolerance {s.search.hv_tolerance:g}" if s.search.hv_tolerance else "")
-          + ("; per-unit synthesis (float units synthesised once each)" if s.synthesis == "units" else ""))
+          + ("; per-unit synthesis (float units synthesised once each)" if s.synthesis == "units" else "")
+          + ("; per-kernel synthesis (each kernel on its own, in parallel)" if s.synthesis == "kernels" else ""))
     for line in not_applicable_lines(s):
         print(line)
     return EXIT_OK
@@ -175,6 +176,9 @@ def add_eval(p: argparse.ArgumentParser) -> None:
                    help="simulator (default auto: CXXRTL, or pysim when CXXRTL cannot run)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input data (default 0)")
     p.add_argument("--no-synth", action="store_true", help="skip Yosys synthesis (area fields stay null)")
+    p.add_argument("--estimate", action="store_true",
+                   help="compile only and print the area estimate of the shipped calibration with its measured "
+                        "error (no simulation, no Yosys; docs/estimator.md)")
     p.add_argument("--export", type=Path, metavar="DIR",
                    help="also write the point's Verilog, memory files, testbench and interface to DIR "
                         "(docs/export.md); only when the point evaluates OK")
@@ -323,6 +327,9 @@ def run_eval(args: argparse.Namespace) -> int:
     ctx = EvalContext.from_spec(spec, target=target, data_seed=args.seed, sim_backend=args.sim,
                                 synthesize=not args.no_synth)
 
+    if args.estimate:
+        return _print_estimate(ctx, point, args)
+
     def log(line: str) -> None:
         if not args.json:
             print(f"[{args.model} {args.dtype}] {line}", file=sys.stderr, flush=True)
@@ -345,6 +352,29 @@ def run_eval(args: argparse.Namespace) -> int:
         if exp is None:
             return EXIT_GATE_FAILED
         print(_exported(exp), file=sys.stderr if args.json else sys.stdout)   # stdout: only the JSON row
+    return EXIT_OK
+
+
+def _print_estimate(ctx, point, args: argparse.Namespace) -> int:
+    """`dse eval --estimate`: the point compiled and its area estimated (dse.fidelity.estimate_point)."""
+    import contextlib
+    import json
+    from dse.fidelity import estimate_point
+    if args.export:
+        raise CliError("--export needs the evaluated point: leave out --estimate")
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            est = estimate_point(ctx, point)
+    except ValueError as e:
+        raise CliError(f"--estimate: {e}") from None
+    except Exception as e:                       # noqa: BLE001 - the point does not compile: say why
+        print(f"error: {point.model} {point.dtype}: does not compile: {type(e).__name__}: {e}".splitlines()[0],
+              file=sys.stderr)
+        return EXIT_GATE_FAILED
+    if args.json:
+        print(json.dumps(est.as_row()))
+    else:
+        print("\n".join(est.lines()))
     return EXIT_OK
 
 
@@ -558,6 +588,10 @@ def run_sweep(args: argparse.Namespace) -> int:
     if spec.synthesis == "units":
         print("area by per-unit synthesis (synthesis: units): each distinct float unit synthesised once and "
               "counted per instance; LUTs are those of a synthesis keeping the units as modules, not a flat one "
+              "(docs/synthesis.md)")
+    if spec.synthesis == "kernels":
+        print("area by per-kernel synthesis (synthesis: kernels): each kernel synthesised on its own and the "
+              "counts summed; LUTs are those of a synthesis keeping the kernels as modules, not a flat one "
               "(docs/synthesis.md)")
     for f in r.files:
         print(f"  {f}")

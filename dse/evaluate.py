@@ -28,7 +28,8 @@ metric computed before the failure (cycles survive a synthesis timeout). The sta
     synthesize  Yosys for the target (`stat -json`) -> luts, ffs, bram, lutram, dsp (`fidelity`
                 "synth", or "synth_units" with the spec's `synthesis: units`, which synthesises
                 each distinct float unit once and counts it per instance: `synth_units` says how
-                many instances; dse.fidelity fills "estimate" rows of points it does not
+                many instances; "synth_kernels" with `synthesis: kernels`, each kernel on its own,
+                in parallel; dse.fidelity fills "estimate" rows of points it does not
                 synthesise); limited to `stage_timeout_s` (a timeout is a ToolError, so a FAIL
                 with the log tail)
 
@@ -240,8 +241,8 @@ class Metrics:
     # multi-fidelity search (dse.fidelity, dse.estimate)
     features: str | None = None             # JSON of dse.estimate.design_features: what the area estimate reads
     fidelity: str | None = None             # where luts/ffs/bram/lutram/dsp (and fmax) came from:
-                                            # synth | synth_units | estimate
-    synth_units: int | None = None          # float unit instances counted from their own synthesis (0: flat)
+                                            # synth | synth_units | synth_kernels | estimate
+    synth_units: int | None = None          # float unit (or kernel) instances counted from their own synthesis (0: flat)
     estimate_error: str | None = None       # fidelity "estimate": JSON metric -> measured relative error bound
     hv_share: float | None = None           # skipped under search.hv_tolerance: the most it could add to the front's hypervolume, relative
 
@@ -487,11 +488,11 @@ def _synthesis(ctx: EvalContext, run: _Run, design) -> None:
     if ctx.synthesize:
         from compiler.synth.area import synthesize
         with run.stage("synthesize", "synth_s"):
-            units = ctx.synthesis == "units" and not ctx.timing      # place-and-route needs a flat netlist
+            mode = "flat" if ctx.timing else ctx.synthesis           # place-and-route needs a flat netlist
             area = synthesize(design, ctx.target, run.workdir / "synth", timeout=ctx.stage_timeout_s,
-                              netlist=ctx.timing is not None, units=units)
+                              netlist=ctx.timing is not None, units=mode == "units", kernels=mode == "kernels")
             run.set(luts=area.luts, ffs=area.ffs, bram=area.bram, lutram=area.lutram, dsp=area.dsp,
-                    fidelity=SYNTH_FIDELITY[ctx.synthesis if units else "flat"], synth_units=area.units,
+                    fidelity=SYNTH_FIDELITY[mode], synth_units=area.units,
                     yosys_version=area.yosys_version, synth_script=area.script.strip().replace("\n", "; "))
         if area.cached:
             run.notes.append("synthesis from the synthesis cache (this netlist was synthesised before)")
@@ -501,6 +502,21 @@ def _synthesis(ctx: EvalContext, run: _Run, design) -> None:
             _timing(ctx, run, area.netlist_path)
     elif ctx.timing:
         run.notes.append("timing skipped: it needs synthesis, which is off")
+
+
+def compile_point(ctx: EvalContext, point: DesignPoint):
+    """The point's compiled Design, as the config, build and compile stages make it (no stage
+    wrappers, no checks: `dse eval --estimate` and the estimator's calibration, which need the
+    design's features only). Raises what those stages would report."""
+    from compiler import compile_model
+    model = ctx.model(point.model).with_formats(point.formats())
+    config = kernel_config(model, point.dtype, point.hardware_config())
+    built = model.build(point.dtype)
+    arrays, real = point_arrays(model, point.dtype, built, ctx.data_seed)
+    tensors = zoo.input_tensors(built, arrays)
+    return compile_model(built.forward(*tensors), config=config,
+                         stream=streamed_inputs(model, point.dtype, built, tensors),
+                         input_ranges=declared_input_ranges(model, point.dtype, built, tensors, real))
 
 
 def streamed_inputs(model: ModelSpec, dtype: str, built: zoo.Built, tensors: list) -> list | None:

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from dse.estimate import AREA_METRICS, ESTIMATED_METRICS, Estimate, Estimator, fit_estimator
+from dse.estimate import AREA_METRICS, ESTIMATED_METRICS, Estimate, Estimator, fit_estimator, load_prior
 from dse.spec import NEEDS_SIMULATION, SYNTH_FIDELITY, DesignPoint, Spec
 
 ESTIMATE_ATTR = "estimate"
@@ -140,9 +140,11 @@ def training_samples(study, target: str, cache=None,
 
 
 def fit(study, spec: Spec, cache=None) -> Estimator | None:
+    """The study's estimator: the shipped calibration of the target corrected by the points
+    synthesised so far (and, from dse.estimate.MIN_SAMPLES of them, fits on those alone)."""
     metrics = AREA_METRICS + (("fmax_mhz",) if spec.timing else ())
     return fit_estimator(training_samples(study, str(spec.target), cache, SYNTH_FIDELITY[spec.synthesis]),
-                         metrics=metrics)
+                         metrics=metrics, prior=load_prior(str(spec.target)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,6 +312,63 @@ def estimated_row(row: Mapping[str, Any], decision: Decision, estimator: Estimat
     notes = [n for n in (row.get("notes") or "").split("; ") if n]
     out["notes"] = "; ".join(notes + [decision.reason])
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# `dse eval --estimate`
+
+@dataclass(frozen=True)
+class PointEstimate:
+    features: Mapping[str, float]
+    estimates: Mapping[str, Estimate]       # metric -> estimate with its held-out error bounds
+    prior: Any                              # dse.estimate.Prior: what the errors were measured on
+    cycles: int
+    compile_s: float                        # compiling the point (the compiler's work)
+    estimate_s: float                       # counting its features and applying the table
+
+    def lines(self) -> list[str]:
+        """What `dse eval --estimate` prints: one line per metric with its measured error."""
+        out = []
+        for m, e in self.estimates.items():
+            mp = self.prior.metrics[m]
+            out.append(f"{m:<7} {e.value:>10,.0f}   (held-out error {_rel(mp.median)} median; the true value "
+                       f"within {e.low:,.0f} .. {e.high:,.0f}: at most {_rel(mp.over)} too high, {_rel(mp.under)} "
+                       f"too low)")
+        out.append(f"cycles  {self.cycles:>10,}   (the cycle model: exact)")
+        out.append(f"estimated in {self.estimate_s * 1000:.0f} ms after a {self.compile_s:.2f} s compile, from the "
+                   f"shipped calibration ({self.prior.describe()}; errors measured on designs held out one "
+                   f"family at a time: docs/estimator.md)")
+        return out
+
+    def as_row(self) -> dict[str, Any]:
+        return {"estimate": {m: {"value": e.value, "low": e.low, "high": e.high} for m, e in self.estimates.items()},
+                "held_out_error": {m: {"median": math.expm1(mp.median), "over": math.expm1(mp.over),
+                                       "under": math.expm1(mp.under)} for m, mp in self.prior.metrics.items()},
+                "cycles_model": self.cycles, "features": dict(self.features), "compile_s": self.compile_s,
+                "estimate_s": self.estimate_s, "calibration": self.prior.describe()}
+
+
+def _rel(log_err: float) -> str:
+    return f"{math.expm1(log_err):.0%}"
+
+
+def estimate_point(ctx, point: DesignPoint) -> PointEstimate:
+    """Compile `point` and estimate its area from the shipped calibration (no simulation, no
+    Yosys); raises ValueError when the target has no calibration."""
+    import time
+    from dse.estimate import design_features, load_prior
+    from dse.evaluate import compile_point
+    prior = load_prior(ctx.target)
+    if prior is None:
+        raise ValueError(f"no shipped area calibration for target {ctx.target} (dse/estimator.json; "
+                         f"bench/calibrate_estimator.py makes one)")
+    t0 = time.perf_counter()
+    design = compile_point(ctx, point)
+    t1 = time.perf_counter()
+    features = design_features(design, target=ctx.target)
+    estimates = prior.predict(features)
+    t2 = time.perf_counter()
+    return PointEstimate(features, estimates, prior, design.cycle_model().total, t1 - t0, t2 - t1)
 
 
 # ---------------------------------------------------------------------------------------------

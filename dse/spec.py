@@ -30,8 +30,9 @@ Optional keys: `input_range` ({min, max} for every dtype, or {dtype: {min, max}}
 ({luts_max: 5000, ...}: resource budgets a feasible point must meet), `gate` (the same bounds,
 for `dse check`: one mapping for every model x dtype, or a list of rules each optionally
 restricted by `model:` and `dtype:`), `timing` (default false; true or a mapping of nextpnr's
-settings, {router, placer, seed, freq_mhz}: run place-and-route for fmax_mhz/latency_us), `synthesis` (flat | units, default flat: `units` synthesises each
-distinct float unit once and counts it per instance, compiler.synth.units), `stage_timeout_s` (per-stage time limit, default 600) and `data` (the
+settings, {router, placer, seed, freq_mhz}: run place-and-route for fmax_mhz/latency_us), `synthesis` (flat | units | kernels, default flat: `units` synthesises each
+distinct float unit once and counts it per instance, compiler.synth.units; `kernels` each kernel
+on its own, in parallel, compiler.synth.kernels), `stage_timeout_s` (per-stage time limit, default 600) and `data` (the
 samples of the models with weights that name none of their own).
 
 Every mistake raises one `SpecError` naming the YAML path of the offending value, e.g.
@@ -306,7 +307,8 @@ class Spec:
     timing: TimingSpec | None       # None: no place-and-route
     stage_timeout_s: float
     path: Path | None               # the spec file, if it came from one
-    synthesis: str = "flat"         # "units": float units synthesised once each (compiler.synth.units)
+    synthesis: str = "flat"         # "units": float units synthesised once each (compiler.synth.units);
+                                    # "kernels": each kernel on its own, in parallel (compiler.synth.kernels)
     refused: tuple[tuple[str, str, str], ...] = ()  # (model, dtype, why): a dtype its network cannot run in
                                                     # (quantised), left out while its other dtypes run
 
@@ -599,7 +601,7 @@ def parse_gate(value: Any, models: Iterable[str], dtypes: Iterable[str], timing:
 
 _TOP_REQUIRED = ("study", "target", "models", "dtypes", "objectives", "search")
 _TOP_OPTIONAL = ("knobs", "input_range", "constraints", "gate", "timing", "synthesis", "stage_timeout_s", "data")
-SYNTH_FIDELITY = {"flat": "synth", "units": "synth_units"}
+SYNTH_FIDELITY = {"flat": "synth", "units": "synth_units", "kernels": "synth_kernels"}
 """The `synthesis` modes, and the `fidelity` of a row each one synthesised."""
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _BOUND_KEYS = {**{f"{m}_max": m for m, d in METRICS.items() if d is Direction.MINIMIZE},
@@ -759,9 +761,9 @@ class _Parser:
                                       f"{target.value} has no open-source place-and-route here "
                                       "(set timing: false, or change the target)")
         synthesis = _choice(top.get("synthesis", "flat"), "synthesis", list(SYNTH_FIDELITY), "synthesis")
-        if synthesis == "units" and self.timing:
-            raise SpecError("synthesis", "'units' writes no netlist, and place-and-route (timing: true) needs a flat "
-                                         "one: use synthesis: flat with timing")
+        if synthesis in ("units", "kernels") and self.timing:
+            raise SpecError("synthesis", f"'{synthesis}' writes no netlist, and place-and-route (timing: true) needs a "
+                                         "flat one: use synthesis: flat with timing")
         top_ranges = self.input_ranges(top["input_range"], "input_range") if "input_range" in top else {}
         self.top_data = self.data(top["data"], "data") if "data" in top else None
         models = self.models(top["models"], top_ranges)
