@@ -132,6 +132,8 @@ def corpus() -> list[Entry]:
           Entry("zoo", "elementwise64-l8", "int8", {"lanes": 8}, zoo("elementwise", N=64)),
           Entry("zoo", "mlp64", "int8", {}, zoo("mlp", IN=64, HIDDEN=32, OUT=10)),
           Entry("zoo", "mlp64-l4", "int8", {"lanes": 4, "reduce_unroll": 2}, zoo("mlp", IN=64, HIDDEN=32, OUT=10)),
+          Entry("zoo", "matmul8-comb-l2", "int8", {"lanes": 2, "mem_read": "comb"}, zoo("matmul", M=8, K=8, N=8)),
+          Entry("zoo", "conv2d-int16-fp3", "int16", {"lanes": 2, "fp_pipeline": 3}, zoo("conv2d", C_IN=2, C_OUT=4)),
           Entry("zoo", "matmul8-fp16", "fp16", {}, zoo("matmul", M=8, K=8, N=8)),
           Entry("zoo", "layernorm-bf16", "bf16", {}, zoo("layernorm"))]
     # trained MLP and CNN, weights in memories
@@ -140,6 +142,7 @@ def corpus() -> list[Entry]:
         e.append(Entry("trained", "-".join(["digits", dt, *(f"{k}{v}" for k, v in knobs.items())]), dt, knobs, DIGITS))
     e += [Entry("trained", "digits-int8-dataflow64", "int8", {"schedule": "dataflow", "fold": "auto",
                                                                 "target_interval": 64}, DIGITS),
+          Entry("trained", "digits-int8-comb-l2", "int8", {"lanes": 2, "mem_read": "comb"}, DIGITS),
           Entry("trained", "cnn-int8", "int8", {}, CNN),
           Entry("trained", "cnn-int8-l4", "int8", {"lanes": 4}, CNN)]
     # constant weights, fully unrolled
@@ -153,7 +156,9 @@ def corpus() -> list[Entry]:
           Entry("random_mlp", "mlp16-18-18-4-seq32", build=_random_mlp([16, 18, 18, 4], 32, schedule="sequential")),
           Entry("random_mlp", "mlp32-36-8-36-32-dataflow64", build=_random_mlp([32, 36, 8, 36, 32], 64)),
           Entry("random_mlp", "mlp64-32-32-6-w3a3-lut", build=_random_mlp([64, 32, 32, 6], 64, wbits=3, abits=3, shift=4,
-                                                                           knobs={"mul": "lut"}))]
+                                                                           knobs={"mul": "lut"})),
+          Entry("random_mlp", "mlp128-64-10-seq256", build=_random_mlp([128, 64, 10], 256, schedule="sequential")),
+          Entry("random_mlp", "mlp64-72-8-dataflow-fp3", build=_random_mlp([64, 72, 8], 128, knobs={"fp_pipeline": 3}))]
     # the bench designs
     e += [Entry("bench_jet", "jet-int6-p75", "int6", {**CONST, **PIPE, "scale_digits": 1}, {**JET, "prune": 0.75}, bench=True),
           Entry("bench_ad08", "ad08-dataflow100", build=_random_mlp(AD08, 100), bench=True),

@@ -37,7 +37,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-FEATURES_VERSION = 9
+FEATURES_VERSION = 12
 """Bumped when `design_features` changes meaning: samples of another version are not used."""
 
 AREA_METRICS = ("luts", "ffs", "bram", "lutram", "dsp")
@@ -66,6 +66,57 @@ def _blocks(depth: int, width: int, target: str) -> int:
     return min(math.ceil(depth / d) * math.ceil(width / w) for d, w in shapes)
 
 
+def _rows(depth: int, width: int, target: str) -> int:
+    """Blocks stacked in depth (their read data multiplexed) in _blocks' cheapest shape."""
+    shapes = _BRAM_SHAPES.get(target, _BRAM_SHAPES["ecp5"])
+    d, w = min(shapes, key=lambda s: (math.ceil(depth / s[0]) * math.ceil(width / s[1]), math.ceil(depth / s[0])))
+    return math.ceil(depth / d)
+
+
+def _low_zeros(v, zeros: Mapping[int, int]) -> int:
+    """Low bits of an integer value known to be 0: a constant's trailing zeros, a shift by a
+    constant adds its amount, a product adds its operands', a sum keeps the fewest."""
+    from compiler import ir
+    K = ir.OpKind
+    if isinstance(v, ir.Const):
+        n = int(v.value) if not v.dtype.is_float else 1
+        return 0 if n == 0 else (n & -n).bit_length() - 1
+    if not isinstance(v, ir.Op) or v.dtype.is_float:
+        return 0
+    z = [zeros.get(id(s), 0) for s in v.srcs]
+    if v.op is K.SHL and isinstance(v.srcs[1], ir.Const):
+        return z[0] + int(v.srcs[1].value)
+    if v.op is K.MUL:
+        return sum(z)
+    if v.op in (K.ADD, K.SUB, K.NEG, K.CAST):
+        return min(z[:2]) if v.op in (K.ADD, K.SUB) else z[0]
+    return 0
+
+
+def _stage_registers(order, sched, bits) -> int:
+    """Pipeline register bits of a kernel (fp_pipeline, hw/pipeline.py's schedule): each value
+    held from the stage it is ready in to the last stage an operation reads it in, and each
+    operation's own output registers."""
+    from compiler import ir
+    held: dict[int, int] = {}
+    total = 0
+    for v in order:
+        if not isinstance(v, ir.Op):
+            continue
+        lat = sched.latency.get(id(v), 0)
+        ready = sched.ready.get(id(v))
+        width = v.dtype.bits if v.dtype.is_float else bits(v)
+        total += lat * width
+        if ready is None:
+            continue
+        start = ready - lat
+        for s in v.srcs:
+            r = sched.ready.get(id(s))
+            if r is not None and start > r:
+                held[id(s)] = max(held.get(id(s), 0), (start - r) * (s.dtype.bits if s.dtype.is_float else bits(s)))
+    return total + sum(held.values())
+
+
 def design_features(design, *, target: str) -> dict[str, float]:
     """Counts of what the compiled `design` (compiler.design.Design) will build, by kind and
     width. Cheap: it walks the KernelIR and the banking, and builds no hardware."""
@@ -81,15 +132,18 @@ def design_features(design, *, target: str) -> dict[str, float]:
         f[name] = f.get(name, 0.0) + v
 
     products: list[tuple[str, int, int]] = []     # (feature, operand width a, b) of every multiplier
-    for k in design.kernels:
+    for k, sched in zip(design.kernels, design.schedules):
         roots = [v for s, _ in k.stores() for v in ir.store_operands(s)]
         intervals = ranges.analyze(k, acc_ranges(k, design.config))
+        zeros: dict[int, int] = {}          # id(value) -> its low bits known to be 0
 
         def bits(v) -> int:
             """The width the datapath gives an integer value: its interval's (an int8 load cast
             to int32 stays 8 bits wide in the RTL), so int8 and int16 products differ."""
             return intervals[id(v)].shape.width if id(v) in intervals else v.dtype.bits
-        for v in ir.toposort(roots):        # each node once: one node, one unit of hardware
+        order = ir.toposort(roots)
+        for v in order:                     # each node once: one node, one unit of hardware
+            zeros[id(v)] = _low_zeros(v, zeros)
             if isinstance(v, ir.Load):
                 add("read_ports", 1)
                 add("read_bits", bits(v))          # a narrow buffer's loads: its stored bits
@@ -116,18 +170,28 @@ def design_features(design, *, target: str) -> dict[str, float]:
                     add("fadd_bits", src_w)
                 else:
                     # at the widths the datapath gives them: a constant-weight layer's thousands
-                    # of shift-and-add adders are 10 to 20 bits wide, not their int32's 32
-                    add("add_bits", max(bits(s) for s in v.srcs))
+                    # of shift-and-add adders are 10 to 20 bits wide, not their int32's 32; and
+                    # without the low bits every operand has at 0 (a shifted term's), which
+                    # Yosys passes through without carry logic
+                    width = max(bits(s) for s in v.srcs)
+                    add("add_bits", max(1, width - min(zeros.get(id(s), 0) for s in v.srcs)))
             elif v.op in (K.SHL, K.SHR) and isinstance(v.srcs[1], ir.Const):
                 pass                         # a shift by a constant is wiring
             elif v.op in (K.CAST, K.EMU_CAST) and (v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)):
                 add("fconv", 1)
                 add("fconv_bits", max(w, src_w))
+            elif v.op is K.CAST:
+                pass                         # an integer cast is wiring (a sign extension)
+            elif v.dtype.is_float:           # division, square root, exp2 ...: a unit of its own
+                add("fother_bits", w)
             else:
-                add("logic_bits", w)
+                add("logic_bits", bits(v))
+        add("stage_reg_bits", _stage_registers(order, sched, bits))
         for a in k.accs:                    # the register as built: sized to its bounds (hw/kernel.py)
             add("acc_bits", acc_shape(a, design.config).width * a.ways)
         add("steps_log2", math.log2(1 + sum(lp.bound for lp in k.loops.values())))
+        add("counter_bits", sum(int(lp.bound).bit_length() for lp in k.loops.values()))   # loop counters
+        add("kernels", 1)
 
     # the products the `mul` knob builds in LUTs (compiler.synth.multipliers' rule) are their own
     # feature, at the operand widths the datapath gives them (their value intervals), so the
@@ -144,9 +208,16 @@ def design_features(design, *, target: str) -> dict[str, float]:
 
     external = {(sh.reader[0], b) for sh in design.shares for b in design.banking_of(*sh.reader).banks}
     comb = design.config.mem_read == "comb"
+    # weights="constant": a ROM read at addresses the unrolled loops fix is folded into the
+    # datapath (its products are the adders counted above); one that survives is a table in logic
+    roms = {pos for pos, k in enumerate(design.kernels) if any(b.rom is not None for b in k.buffers)}
     for pos, k in enumerate(design.source_kernels or design.kernels):
         packed = {s: p for p in design.packs_of(pos) for s in p.slots}     # mem_pack: one memory per group
         for b in k.buffers:
+            if b.rom is not None:
+                if pos in roms:
+                    add("rom_bits", b.size * b.width)
+                continue
             bk = design.banking_of(pos, b.slot)
             for bank in bk.banks:
                 if (pos, bank) in external or (bank in packed and packed[bank].slots[0] != bank):
@@ -154,6 +225,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
                 depth, width = bk.layout.words, b.width * (len(packed[bank].slots) if bank in packed else 1)
                 addr = max(1, math.ceil(math.log2(max(depth, 2))))
                 add("banks", 1)
+                add("bank_bits", width)              # the host's write data and read-back multiplexer
                 tail = memory_tail(design.config, depth, width, b.stored)
                 if tail:                                 # mem_tail: the last words in LUT RAM
                     add("tail_bits", tail * width)
@@ -164,6 +236,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
                 elif depth * width >= _BRAM_MIN_BITS:
                     add("bram_blocks", _blocks(depth, width, target))
                     add("bram_banks", 1)
+                    add("bram_mux_bits", (_rows(depth, width, target) - 1) * width)   # cascaded blocks' read mux
                 else:
                     add("small_mem_bits", depth * width)
                     add("small_banks", 1)

@@ -383,8 +383,12 @@ def needs_simulation(spec: Spec) -> bool:
 
 def cheap_context(ctx, spec: Spec):
     """The cheap fidelity of an evaluation context (dse.evaluate.EvalContext): no synthesis, no
-    place-and-route, and no simulation unless the spec's objectives need one (`needs_simulation`)."""
-    return dataclasses.replace(ctx, synthesize=False, timing=False, simulate=needs_simulation(spec))
+    place-and-route, and no simulation unless the spec's objectives need one (`needs_simulation`);
+    a trained network the tool quantises takes its accuracy from its golden model instead
+    (dse.models.accuracy.golden_samples: what simulating every sample would report, as the
+    hardware must equal it on every sample), and is simulated only if it is synthesised."""
+    return dataclasses.replace(ctx, synthesize=False, timing=False, simulate=needs_simulation(spec),
+                               golden_accuracy=needs_simulation(spec))
 
 
 def evaluate_multi(study, spec: Spec, ctx, point: DesignPoint, workdir: str | Path, cache,
@@ -407,7 +411,7 @@ def evaluate_multi(study, spec: Spec, ctx, point: DesignPoint, workdir: str | Pa
     # synthesis (and place-and-route) now; the checks too unless the cheap fidelity ran them
     # (then its row is kept, not checked again; else the compile and overflow proof run again:
     # milliseconds), so every synthesised point is simulated and checked
-    checked = row if cheap_ctx.simulate else None
+    checked = row if row.get("cycles") is not None else None        # simulated (not golden-only)
     full, full_cached, _ = cached_evaluate(ctx, point, workdir, cache, log, checked=checked)
     return Outcome(full, cached and full_cached, True, decision)
 
