@@ -102,7 +102,7 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
     does not know. A point that does not compile has no IR: its material is then its definition
     alone, marked `"compiled": False` (only its compile-time failure is stored under it)."""
     try:
-        model = ctx.model(point.model).with_formats(point.formats())
+        model = point.model_of(ctx.model(point.model))
     except KeyError:
         return None
     try:
@@ -120,7 +120,7 @@ def point_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
     multi-fidelity sweep's cheap pass, then its trial) is found without compiling it again. None
     for a user's own model (the files its code reads are found while building it)."""
     try:
-        model = ctx.model(point.model).with_formats(point.formats())
+        model = point.model_of(ctx.model(point.model))
         if model.source is not None:
             return None
         definition = _model_definition(model)

@@ -207,7 +207,7 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
 
     from compiler.config import HardwareConfig
     from dse.models.widths import FORMAT_KNOBS, format_range, is_format_knob
-    from dse.spec import SpecError, check_knob_value, hardware_knobs, load_yaml
+    from dse.spec import PRUNE_KNOB, SpecError, check_knob_value, hardware_knobs, load_yaml
     known = HardwareConfig.knob_names() + FORMAT_KNOBS
     out: dict[str, Any] = {}
     for item in sets:
@@ -215,7 +215,7 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
         name = name.strip()
         if not sep or not name:
             raise CliError(f"--set expects KNOB=VALUE, got {item!r}")
-        if not HardwareConfig.is_knob(name) and not is_format_knob(name):
+        if not HardwareConfig.is_knob(name) and not is_format_knob(name) and name != PRUNE_KNOB:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise CliError(f"--set {item}: unknown knob {name!r}{hint}; hardware knobs: "
@@ -231,6 +231,13 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
             value = raw
         if not isinstance(value, (str, int, float, bool)):
             raise CliError(f"--set {item}: expected a number, string or boolean, got {value!r}")
+        if name == PRUNE_KNOB:              # the model's sparsity (dse.models.prune), not the hardware's
+            from dse.models.prune import check_sparsity
+            try:
+                out[name] = check_sparsity(value)
+            except ValueError as e:
+                raise CliError(f"--set {item}: {e}") from None
+            continue
         if is_format_knob(name):            # the quantiser's widths (dse.models.widths), not the hardware's
             lo, hi, what = format_range(name)
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:

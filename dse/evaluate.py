@@ -389,7 +389,7 @@ _OWN_FIELDS = frozenset({"knobs", "params", "notes", "total_s", "workdir", "mode
 
 def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[str, Any] | None = None) -> None:
     with run.stage("config"):
-        model = ctx.model(point.model).with_formats(point.formats())
+        model = point.model_of(ctx.model(point.model))
         run.set(params=model.params)
         config = point.hardware_config()
         formats = point.formats().as_dict()
@@ -556,7 +556,7 @@ _BUILT_KEEP = 4
 def built_point(ctx: EvalContext, point: DesignPoint) -> BuiltPoint:
     """The point's BuiltPoint, shared with the other points of the same model, dtype, formats
     and data seed in this process (the last _BUILT_KEEP)."""
-    model = ctx.model(point.model).with_formats(point.formats())
+    model = point.model_of(ctx.model(point.model))
     key = (point.model, point.dtype, ctx.data_seed, model)
     try:
         hash(key)

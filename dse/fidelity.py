@@ -79,6 +79,13 @@ class Decision:
     estimates: Mapping[str, Estimate] = dataclasses.field(default_factory=dict)
     hv_share: float | None = None   # skipped under hv_tolerance: the most it could add, relative
     vector: tuple[float, ...] = ()  # ... and its optimistic objective vector (minimised)
+    kind: str = ""                  # why, in one word (the progress line's counts): SKIP_KINDS, or "" when synthesised
+
+
+SKIP_KINDS = ("dominated", "tolerance", "infeasible", "failed")
+"""Why a point was not synthesised: a synthesised point dominates its optimistic estimate; within
+hv_tolerance; it cannot be feasible (wrong result, not overflow-safe, a budget broken even at its
+optimistic estimate); it failed before synthesis."""
 
 
 @dataclass(frozen=True)
@@ -255,11 +262,11 @@ def decide(spec: Spec, row: Mapping[str, Any], estimator: Estimator | None,
     """Synthesise `row`'s point (the cheap evaluation's row) or not, and why (module docstring);
     `tolerance` for search.hv_tolerance."""
     if row.get("status") != "OK":
-        return Decision(False, f"not synthesised: it failed in {row.get('stage')}")
+        return Decision(False, f"not synthesised: it failed in {row.get('stage')}", kind="failed")
     if row.get("correct") is False or row.get("overflow_safe") is False:     # None: not simulated yet
         why = "it computes a wrong result" if row.get("correct") is False else "it is not proven overflow-safe"
         est = {} if estimator is None or not row.get("features") else estimator.predict(json.loads(row["features"]))
-        return Decision(False, f"not synthesised: {why}, so it is infeasible whatever its area", est)
+        return Decision(False, f"not synthesised: {why}, so it is infeasible whatever its area", est, kind="infeasible")
     if estimator is None:
         return Decision(True, "synthesised: too few synthesised points to estimate from yet")
     est = estimator.predict(json.loads(row["features"]))
@@ -267,7 +274,7 @@ def decide(spec: Spec, row: Mapping[str, Any], estimator: Estimator | None,
         v = optimistic(b.metric, row, est, maximize=b.kind == "min")
         if v is not None and (v > b.limit if b.kind == "max" else v < b.limit):
             return Decision(False, f"not synthesised: even its optimistic {b.metric} estimate {v:.0f} breaks "
-                                   f"{b.key}: {b.limit:g}", est)
+                                   f"{b.key}: {b.limit:g}", est, kind="infeasible")
     vector = []
     for o in spec.objectives:
         v = optimistic(o.metric, row, est, maximize=str(o.direction) == "maximize")
@@ -279,7 +286,7 @@ def decide(spec: Spec, row: Mapping[str, Any], estimator: Estimator | None,
         if all(a <= b for a, b in zip(f, vector)):
             shown = ", ".join(f"{o.metric} {abs(v):.4g}" for o, v in zip(spec.objectives, vector))
             return Decision(False, f"not synthesised: even at its optimistic bound ({shown}) a synthesised "
-                                   f"point dominates it", est)
+                                   f"point dominates it", est, kind="dominated")
     t = spec.search.hv_tolerance
     # a point outside the reference (estimated: too tight for it) would add nothing by the
     # measure, which says nothing about it: never skipped for the tolerance
@@ -291,7 +298,8 @@ def decide(spec: Spec, row: Mapping[str, Any], estimator: Estimator | None,
             return Decision(False, f"not synthesised: even at its optimistic bound it would add at most "
                                    f"{share:.4%} to the synthesised front's hypervolume, within its allowance "
                                    f"{t * cost:.4%} (hv_tolerance {t:g} x its {cost:.2%} of the estimated LUTs "
-                                   f"of this model x dtype)", est, hv_share=share, vector=tuple(vector))
+                                   f"of this model x dtype)", est, hv_share=share, vector=tuple(vector),
+                            kind="tolerance")
     return Decision(True, "synthesised: its optimistic estimate could reach the front", est)
 
 
@@ -399,7 +407,8 @@ def evaluate_multi(study, spec: Spec, ctx, point: DesignPoint, workdir: str | Pa
     row, cached, _ = cached_evaluate(cheap_ctx, point, workdir, cache, log)
     if row.get("status") != "OK" or not row.get("features"):
         # a failure is the point's result, as in a full evaluation (minus synthesis)
-        return Outcome(row, cached, False, Decision(False, f"not synthesised: it failed in {row.get('stage')}"))
+        return Outcome(row, cached, False, Decision(False, f"not synthesised: it failed in {row.get('stage')}",
+                                                    kind="failed"))
     estimator = fit(study, spec, cache)
     front_points = front(study, spec, point.model, point.dtype)
     tolerance = None
