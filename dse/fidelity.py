@@ -337,8 +337,9 @@ class PointEstimate:
     def lines(self) -> list[str]:
         """What `dse eval --estimate` prints: one line per metric with its measured error."""
         out = []
-        for m, e in self.estimates.items():
-            mp = self.prior.metrics[m]
+        order = sorted(self.estimates, key=lambda m: ESTIMATED_METRICS.index(m) if m in ESTIMATED_METRICS else 99)
+        for m in order:                     # LUTs first, as the tool's tables
+            e, mp = self.estimates[m], self.prior.metrics[m]
             out.append(f"{m:<7} {e.value:>10,.0f}   (held-out error {_rel(mp.median)} median; the true value "
                        f"within {e.low:,.0f} .. {e.high:,.0f}: at most {_rel(mp.over)} too high, {_rel(mp.under)} "
                        f"too low)")
