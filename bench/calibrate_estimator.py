@@ -25,7 +25,6 @@ them out, they take minutes each).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import tempfile
