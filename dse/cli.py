@@ -281,11 +281,15 @@ def _check_formats(spec, model: str, dtype: str, knobs: Mapping[str, Any], given
     quantises), and every format knob's width fits the dtype; raises CliError naming the knob,
     its value and the range."""
     from dse.models.widths import is_format_knob
-    from dse.spec import FORMATS_APPLY, format_misfit
+    from dse.spec import FORMATS_APPLY, format_misfit, missing_format_layer
     applies = spec.formats_apply(model, dtype)
     for name, value in knobs.items():
         if not is_format_knob(name):
             continue
+        layer = name.partition("@")[2]
+        missing = missing_format_layer(spec.model(model), dtype, layer) if applies and layer and name in given else ""
+        if missing:
+            raise CliError(f"--set {name}={value}: {missing}")
         if not applies and name in given:
             raise CliError(f"--set {name}={value}: {name.partition('@')[0]} {FORMATS_APPLY}; {model} {dtype} is "
                            "not one")

@@ -266,6 +266,22 @@ FORMATS_APPLY = "sets the widths of a network the tool quantises, in an integer 
 """Where the format knobs (dse.models.widths) change a point."""
 
 
+def missing_format_layer(m: ModelSpec, dtype: str, layer: str) -> str:
+    """Why `<format knob>@<layer>` names no conv/dense layer of `m` ("" when it does): a layer is
+    named by its index, its weights' name or (in `dtype`) its kernel's name."""
+    names = quantised_layers(m)
+    if (layer.isdigit() and int(layer) < len(names)) or layer in names:
+        return ""
+    try:
+        kernels = [n for n, _, _ in model_layer_limits(m, dtype)]
+        if layer in {kernels[k] for k in layer_kernels(m, dtype).values()}:
+            return ""
+    except Exception:        # noqa: BLE001 - a model that does not build fails as its points do
+        return ""
+    listing = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
+    return f"model {m.name!r} has no layer {layer!r} to quantise; its conv/dense layers: {listing}"
+
+
 def format_misfit(name: str, value: Any, dtype: str) -> str:
     """Why format knob `name` at `value` cannot apply to an integer point of `dtype` ("" when it
     can): a width beyond the bits the dtype holds ("does not fit int4: ...", to follow the knob)."""
