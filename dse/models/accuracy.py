@@ -130,6 +130,31 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
     return dataclasses.replace(run, mean_bits=q.mean_bits()) if quantisable(dtype) else run
 
 
+_FLOAT_LOGITS: dict[tuple, np.ndarray] = {}
+
+
+def golden_samples(*, trained, dtype: str) -> SampleRun:
+    """The accuracy metrics of a trained network the tool builds (`trained`: the ModelSpec's
+    TrainedModel) from its golden model alone, with no hardware: the integer model of the
+    quantiser (dse.models.quantize.QuantNet.reference) for an integer dtype. What run_samples
+    reports for the same point is these numbers, since it fails the point unless the hardware
+    equals this golden model on every sample; so the cheap fidelity of a multi-fidelity search
+    (dse.fidelity) takes accuracy from here, and every point it synthesises is then simulated
+    on every sample and checked. `cycles` 0 and `design` None: nothing was compiled."""
+    if not quantisable(dtype):
+        raise ValueError(f"golden accuracy without hardware: integer dtypes only, not {dtype}")
+    data = trained.dataset()
+    x = data.x_test.reshape(len(data.x_test), -1)
+    q = trained.quantized(dtype)
+    logits = q.reference(q.quantize_input(x))
+    key = (trained.kind, trained.path, trained.data, trained.prune)      # the float model: every format's
+    if key not in _FLOAT_LOGITS:
+        _FLOAT_LOGITS[key] = trained.net().float_logits(x)
+    run = _scored(dtype=dtype, logits=logits, float_logits=_FLOAT_LOGITS[key], labels=data.y_test,
+                  to_float=q.dequantize, cycles=0, design=None, quantization=getattr(q, "scheme", "") or SCHEME)
+    return dataclasses.replace(run, mean_bits=q.mean_bits())
+
+
 def _scored(*, dtype: str, logits: np.ndarray, float_logits: np.ndarray, labels: np.ndarray | None,
             to_float: Callable[[np.ndarray], np.ndarray] | None, cycles: int, quantization: str | None,
             design) -> SampleRun:
