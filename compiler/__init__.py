@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 
 from . import ir
 from .bounds import bound_values, declared_bounds
@@ -57,7 +58,7 @@ from .passes.constants import fold_constants, rom_slots
 from .passes.chain import Stage, merge_chains
 from .weights import bind_weights, constant_words, runtime_buffers
 
-__all__ = ["HardwareConfig", "compile_model", "layer_names", "layer_limits", "layer_inputs", "constant_inputs", "simulate", "simulate_many", "export_design", "Design", "SimResult",
+__all__ = ["HardwareConfig", "compile_model", "trace_model", "compile_traced", "Traced", "layer_names", "layer_limits", "layer_inputs", "constant_inputs", "simulate", "simulate_many", "export_design", "Design", "SimResult",
            "ExportedDesign", "CompileError", "UnsupportedError"]
 
 
@@ -71,16 +72,43 @@ def compile_model(*outputs, config: HardwareConfig | None = None, stream=None, i
     `input_ranges`: {input Tensor (or model buffer id): (lo, hi)}, the values an integer input
     may hold, when fewer than its dtype's (4-bit weights in an int8 Tensor: (-8, 7)). The
     hardware is sized to them (compiler/bounds.py), and simulating or exporting with an input
-    outside its range is refused (a weight built in with weights="constant": when compiled)."""
+    outside its range is refused (a weight built in with weights="constant": when compiled).
+
+    The same as compile_traced(trace_model(*outputs, stream=..., input_ranges=...), config)."""
+    return compile_traced(trace_model(*outputs, stream=stream, input_ranges=input_ranges), config)
+
+
+@dataclass(frozen=True)
+class Traced:
+    """A model traced and lowered (tinygrad's schedule -> KernelIR), before any hardware knob
+    applies: what every `compile_traced` of it, one per HardwareConfig, starts from. Tracing
+    is most of compiling a model whose hardware the knobs only fold (a 16-64-32-32-5 MLP: 1.2 s
+    of 1.3 s); a sweep compiles one trace for all its knob settings (dse.evaluate)."""
+    graph: object                            # compiler.frontend.Graph
+    lowered: tuple                           # the kernels as lowered, in the graph's order
+    shapes: tuple[tuple[int, ...], ...]      # the outputs'
+    bounds: object                           # declared_bounds of the input ranges
+    streamed: frozenset[int] | None
+
+
+def trace_model(*outputs, stream=None, input_ranges=None) -> Traced:
+    """Trace and lower `outputs` (compile_model's arguments) once, for compile_traced."""
+    shapes = tuple(tuple(int(d) for d in t.shape) for t in outputs)
+    graph = trace(*outputs)
+    lowered = tuple(_dump("lower", [lower(k) for k in graph.kernels]))
+    return Traced(graph, lowered, shapes, declared_bounds(graph, input_ranges), _streamed(graph, stream))
+
+
+def compile_traced(traced: Traced, config: HardwareConfig | None = None) -> Design:
+    """The hardware of a traced model for `config` (compile_model's passes after tracing)."""
     config = config or HardwareConfig()
     if not isinstance(config, HardwareConfig):
         raise TypeError(f"config must be a HardwareConfig, got {type(config).__name__}")
-    shapes = tuple(tuple(int(d) for d in t.shape) for t in outputs)
-    graph = trace(*outputs)
-    sources = _dump("lower", [lower(k) for k in graph.kernels])
+    graph, shapes = traced.graph, traced.shapes
+    sources = list(traced.lowered)
     if config.fp_semantics == "tinygrad":
         sources = _dump("float_semantics", [as_tinygrad_computes(k) for k in sources])
-    sources = _dump("bound", bound_values(graph, sources, declared_bounds(graph, input_ranges)))
+    sources = _dump("bound", bound_values(graph, sources, traced.bounds))
     if config.fold == "auto" and config.layers:
         given = ", ".join(f"{k}@{i}" for i, st in config.layers for k, _ in st)
         raise CompileError(f"fold=auto chooses every layer's lanes and reduce_unroll; drop the per-layer settings ({given})")
@@ -95,7 +123,7 @@ def compile_model(*outputs, config: HardwareConfig | None = None, stream=None, i
                    for i, k in enumerate(sources)]
         config = fold_auto(sources, config, buffers, frozenset(graph.outputs)).config
     layer = [config.for_layer(i) for i in range(len(sources))]
-    streamed = _streamed(graph, stream)
+    streamed = traced.streamed
     sources = bind_weights(graph, sources, config, streamed)
     parallel = [parallelize(k, c.lanes, c.reduce_unroll, fp_sum=c.fp_sum) for k, c in zip(sources, layer)]
     kernels = _dump("parallelize", [p.kernel for p in parallel])

@@ -207,4 +207,10 @@ FP_HARNESS = ContentCache(
     "a float-unit bank's RTLIL (or a fingerprint of the sources and parameters it is built from), "
     "its generated C++ driver, the Yosys script, the C++ flags and the tool versions")
 
-CACHES = (EVALS, REFERENCES, SYNTH, PNR, CXXRTL, FP_HARNESS)
+QAT = ContentCache(
+    "qat", 1, ("dse.models.qat", "dse.models.quantize", "dse.models.convnet", "dse.models.standardise"),
+    "the float network by content (its layers and arrays, pruned if asked), the training samples and "
+    "labels, the widths of the point's format (input, weights and outputs per layer, scale digits), "
+    "the dtype and the qat options")
+
+CACHES = (EVALS, REFERENCES, SYNTH, PNR, CXXRTL, FP_HARNESS, QAT)

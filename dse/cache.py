@@ -104,43 +104,66 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
     does not know. A point that does not compile has no IR: its material is then its definition
     alone, marked `"compiled": False` (only its compile-time failure is stored under it)."""
     try:
-        model = ctx.model(point.model).with_formats(point.formats())
+        model = point.model_of(ctx.model(point.model))
     except KeyError:
         return None
+    try:
+        definition = _model_definition(model)
+    except OSError:
+        return None
+    return _compiled_material(ctx, point, model, _common_material(ctx, point, model, definition))
+
+
+def point_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
+    """What determines `point`'s row without compiling it: its definition, its knobs and the
+    context. The code digest in every key (compiler.cache) makes the compile deterministic given
+    these, so this material names the same evaluation as key_material's IR fingerprint does:
+    `cached_evaluate` keeps it as an alias of that key, and a point evaluated before (a
+    multi-fidelity sweep's cheap pass, then its trial) is found without compiling it again. None
+    for a user's own model (the files its code reads are found while building it)."""
+    try:
+        model = point.model_of(ctx.model(point.model))
+        if model.source is not None:
+            return None
+        definition = _model_definition(model)
+    except (KeyError, OSError):
+        return None
+    return {"alias": True, "knobs": {k: repr(v) for k, v in sorted(point.knobs.items())},
+            **_common_material(ctx, point, model, definition)}
+
+
+def _model_definition(model) -> dict[str, Any]:
+    """The model's definition by content (raises OSError when a file it names cannot be read)."""
     if model.trained is not None:
         # a trained network's result is its weights' and its data's content, not their names
         t = model.trained
-        try:
-            definition: dict[str, Any] = {
-                "trained": t.kind, "sha256": _file_digest(t.path), "dataset": t.data.dataset,
-                "data_sha256": _file_digest(t.data.file) if t.data.file is not None else None,
-                "samples": t.data.samples, "prune": t.prune}
-        except OSError:
-            return None
+        definition: dict[str, Any] = {
+            "trained": t.kind, "sha256": _file_digest(t.path), "dataset": t.data.dataset,
+            "data_sha256": _file_digest(t.data.file) if t.data.file is not None else None,
+            "samples": t.data.samples, "prune": t.prune,
+            # absent where not set: older keys stay
+            **({"split": t.data.split} if t.data.split is not None else {}),
+            **({"qat": t.qat.as_dict()} if t.qat is not None else {})}
     elif model.builtin is not None:
         definition = {"builtin": model.builtin, "params": dict(model.params)}
     elif model.onnx is not None:
-        try:
-            definition = {"onnx_sha256": _file_digest(model.onnx)}
-        except OSError:
-            return None
+        definition = {"onnx_sha256": _file_digest(model.onnx)}
     else:
-        try:
-            digest = _file_digest(model.source)
-        except OSError:
-            return None
-        definition = {"source_sha256": digest, "function": model.function,
+        definition = {"source_sha256": _file_digest(model.source), "function": model.function,
                       "params": {k: repr(v) for k, v in model.params.items()}}
     if model.files is not None:
         f = model.files
-        try:
-            definition["files"] = {
-                "weights_sha256": _file_digest(f.weights) if f.weights is not None else None,
-                "data": None if f.data is None else {
-                    "dataset": f.data.dataset, "samples": f.data.samples, "input": f.data.input,
-                    "sha256": _file_digest(f.data.file) if f.data.file is not None else None}}
-        except OSError:
-            return None
+        definition["files"] = {
+            "weights_sha256": _file_digest(f.weights) if f.weights is not None else None,
+            "data": None if f.data is None else {
+                "dataset": f.data.dataset, "samples": f.data.samples, "input": f.data.input,
+                **({"split": f.data.split} if f.data.split is not None else {}),
+                "sha256": _file_digest(f.data.file) if f.data.file is not None else None}}
+    return definition
+
+
+def _common_material(ctx, point: DesignPoint, model, definition) -> dict[str, Any]:
+    """The context, dtype and formats of a point with its model's definition."""
     rng = model.input_range(point.dtype)
     common = {
         "model": definition,
@@ -153,29 +176,27 @@ def key_material(ctx, point: DesignPoint) -> dict[str, Any] | None:
         "simulate": ctx.simulate,
         "timing": _timing_material(ctx),
         "synthesis": ctx.synthesis if ctx.synthesize else None,     # flat and per-unit counts differ
+        **({"golden_accuracy": True} if getattr(ctx, "golden_accuracy", False) else {}),
         "versions": versions(),
         # the widths of the tool's quantiser (absent without format knobs: older keys stay)
         **({"formats": point.formats().as_dict()} if point.formats() else {}),
     }
+    return common
+
+
+def _compiled_material(ctx, point: DesignPoint, model, common: dict[str, Any]) -> dict[str, Any] | None:
+    """`common` with the compiled design's IR fingerprint (or marked not compiled)."""
     from dse.limits import TimeLimitExceeded, time_limit
-    from dse.models.model import kernel_config
     from dse.models.user_model import import_reads, recording_reads
     compiled, reads = True, set()
     try:
-        from compiler import compile_model
         from compiler.ir import fingerprint
-        from dse.evaluate import declared_input_ranges, point_arrays, streamed_inputs
-        from dse.models.zoo import input_tensors
+        from dse.evaluate import compile_point
         with recording_reads() as reads, time_limit(ctx.stage_timeout_s, "building and compiling for the cache key"):
-            config = kernel_config(model, point.dtype, point.hardware_config())
-            built = model.build(point.dtype)
-            # as evaluate() compiles it: weights="constant" builds the arrays into the kernels,
-            # so their values are in the IR fingerprint
-            arrays, real = point_arrays(model, point.dtype, built, ctx.data_seed)
-            tensors = input_tensors(built, arrays)
-            design = compile_model(built.forward(*tensors), config=config,
-                                   stream=streamed_inputs(model, point.dtype, built, tensors),
-                                   input_ranges=declared_input_ranges(model, point.dtype, built, tensors, real))
+            # as evaluate() compiles it, and the same Design it then evaluates (compile_point keeps
+            # it): weights="constant" builds the arrays into the kernels, so their values are in
+            # the IR fingerprint
+            design = compile_point(ctx, point)
         kernels = [fingerprint(k) for k in design.kernels]
     except TimeLimitExceeded:
         return None                     # evaluate() runs it uncached and reports the time-out
@@ -247,6 +268,16 @@ class EvalCache:
         from dse.evaluate import json_safe
         self.store.write(key, {"row": json_safe(row)}, material=material)
 
+    def alias(self, alias_key: str) -> str | None:
+        """The key a point's alias (point_material) names, if it was evaluated before."""
+        entry = self.store.read(alias_key)
+        key = entry.get("alias_of") if entry is not None else None
+        return key if isinstance(key, str) else None
+
+    def put_alias(self, alias_key: str | None, key: str, material: dict[str, Any] | None) -> None:
+        if alias_key is not None:
+            self.store.write(alias_key, {"alias_of": key}, material=material)
+
     def lock(self, key: str):
         """Exclusive across processes for one key (a no-op without flock)."""
         return self.store.lock(key)
@@ -259,12 +290,17 @@ def cached_evaluate(ctx, point: DesignPoint, workdir: str | Path, cache: EvalCac
     `evaluate(ctx, point, workdir, checked=checked).as_row()` (`checked`: see evaluate)."""
     from dse.evaluate import evaluate
     extra = {"checked": checked} if checked is not None else {}   # the plain call otherwise
+    alias = point_material(ctx, point) if cache is not None and checked is None else None
+    alias_key = make_key(alias) if alias is not None else None
+    if alias_key is not None and (key := cache.alias(alias_key)) is not None and (row := cache.get(key)) is not None:
+        return {**row, "cached": True}, True, key          # evaluated before: not even compiled
     material = key_material(ctx, point) if cache is not None else None
     if cache is None or material is None:
         return evaluate(ctx, point, workdir, log=log, **extra).as_row(), False, None
     key = make_key(material)
     row = cache.get(key)
     if row is not None:
+        cache.put_alias(alias_key, key, alias)
         return {**row, "cached": True}, True, key
     with cache.lock(key):
         row = cache.get(key)                # another process may have just finished it
@@ -274,4 +310,5 @@ def cached_evaluate(ctx, point: DesignPoint, workdir: str | Path, cache: EvalCac
         row = evaluate(ctx, point, workdir, log=log, **extra).as_row()
         if cacheable(row, material["compiled"]):
             cache.put(key, row, {**material, "evaluated_in_s": round(time.perf_counter() - t0, 3)})
+            cache.put_alias(alias_key, key, alias)
     return row, False, key

@@ -54,7 +54,8 @@ def run_validate(args: argparse.Namespace) -> int:
           f"target {s.target}; {objectives}; {s.search.sampler} sampler, {s.search.trials} trials, seed {s.search.seed}"
           + ("; multi-fidelity" if s.search.fidelity == "multi" else "")
           + (f", hv_tolerance {s.search.hv_tolerance:g}" if s.search.hv_tolerance else "")
-          + ("; per-unit synthesis (float units synthesised once each)" if s.synthesis == "units" else ""))
+          + ("; per-unit synthesis (float units synthesised once each)" if s.synthesis == "units" else "")
+          + ("; per-kernel synthesis (each kernel on its own, in parallel)" if s.synthesis == "kernels" else ""))
     for line in not_applicable_lines(s):
         print(line)
     return EXIT_OK
@@ -175,6 +176,9 @@ def add_eval(p: argparse.ArgumentParser) -> None:
                    help="simulator (default auto: CXXRTL, or pysim when CXXRTL cannot run)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input data (default 0)")
     p.add_argument("--no-synth", action="store_true", help="skip Yosys synthesis (area fields stay null)")
+    p.add_argument("--estimate", action="store_true",
+                   help="compile only and print the area estimate of the shipped calibration with its measured "
+                        "error (no simulation, no Yosys; docs/estimator.md)")
     p.add_argument("--export", type=Path, metavar="DIR",
                    help="also write the point's Verilog, memory files, testbench and interface to DIR "
                         "(docs/export.md); only when the point evaluates OK")
@@ -203,7 +207,7 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
 
     from compiler.config import HardwareConfig
     from dse.models.widths import FORMAT_KNOBS, format_range, is_format_knob
-    from dse.spec import SpecError, check_knob_value, hardware_knobs, load_yaml
+    from dse.spec import PRUNE_KNOB, SpecError, check_knob_value, hardware_knobs, load_yaml
     known = HardwareConfig.knob_names() + FORMAT_KNOBS
     out: dict[str, Any] = {}
     for item in sets:
@@ -211,7 +215,7 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
         name = name.strip()
         if not sep or not name:
             raise CliError(f"--set expects KNOB=VALUE, got {item!r}")
-        if not HardwareConfig.is_knob(name) and not is_format_knob(name):
+        if not HardwareConfig.is_knob(name) and not is_format_knob(name) and name != PRUNE_KNOB:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise CliError(f"--set {item}: unknown knob {name!r}{hint}; hardware knobs: "
@@ -227,6 +231,13 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
             value = raw
         if not isinstance(value, (str, int, float, bool)):
             raise CliError(f"--set {item}: expected a number, string or boolean, got {value!r}")
+        if name == PRUNE_KNOB:              # the model's sparsity (dse.models.prune), not the hardware's
+            from dse.models.prune import check_sparsity
+            try:
+                out[name] = check_sparsity(value)
+            except ValueError as e:
+                raise CliError(f"--set {item}: {e}") from None
+            continue
         if is_format_knob(name):            # the quantiser's widths (dse.models.widths), not the hardware's
             lo, hi, what = format_range(name)
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
@@ -270,11 +281,15 @@ def _check_formats(spec, model: str, dtype: str, knobs: Mapping[str, Any], given
     quantises), and every format knob's width fits the dtype; raises CliError naming the knob,
     its value and the range."""
     from dse.models.widths import is_format_knob
-    from dse.spec import FORMATS_APPLY, format_misfit
+    from dse.spec import FORMATS_APPLY, format_misfit, missing_format_layer
     applies = spec.formats_apply(model, dtype)
     for name, value in knobs.items():
         if not is_format_knob(name):
             continue
+        layer = name.partition("@")[2]
+        missing = missing_format_layer(spec.model(model), dtype, layer) if applies and layer and name in given else ""
+        if missing:
+            raise CliError(f"--set {name}={value}: {missing}")
         if not applies and name in given:
             raise CliError(f"--set {name}={value}: {name.partition('@')[0]} {FORMATS_APPLY}; {model} {dtype} is "
                            "not one")
@@ -323,6 +338,9 @@ def run_eval(args: argparse.Namespace) -> int:
     ctx = EvalContext.from_spec(spec, target=target, data_seed=args.seed, sim_backend=args.sim,
                                 synthesize=not args.no_synth)
 
+    if args.estimate:
+        return _print_estimate(ctx, point, args)
+
     def log(line: str) -> None:
         if not args.json:
             print(f"[{args.model} {args.dtype}] {line}", file=sys.stderr, flush=True)
@@ -345,6 +363,29 @@ def run_eval(args: argparse.Namespace) -> int:
         if exp is None:
             return EXIT_GATE_FAILED
         print(_exported(exp), file=sys.stderr if args.json else sys.stdout)   # stdout: only the JSON row
+    return EXIT_OK
+
+
+def _print_estimate(ctx, point, args: argparse.Namespace) -> int:
+    """`dse eval --estimate`: the point compiled and its area estimated (dse.fidelity.estimate_point)."""
+    import contextlib
+    import json
+    from dse.fidelity import estimate_point
+    if args.export:
+        raise CliError("--export needs the evaluated point: leave out --estimate")
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            est = estimate_point(ctx, point)
+    except ValueError as e:
+        raise CliError(f"--estimate: {e}") from None
+    except Exception as e:                       # noqa: BLE001 - the point does not compile: say why
+        print(f"error: {point.model} {point.dtype}: does not compile: {type(e).__name__}: {e}".splitlines()[0],
+              file=sys.stderr)
+        return EXIT_GATE_FAILED
+    if args.json:
+        print(json.dumps(est.as_row()))
+    else:
+        print("\n".join(est.lines()))
     return EXIT_OK
 
 
@@ -559,6 +600,10 @@ def run_sweep(args: argparse.Namespace) -> int:
         print("area by per-unit synthesis (synthesis: units): each distinct float unit synthesised once and "
               "counted per instance; LUTs are those of a synthesis keeping the units as modules, not a flat one "
               "(docs/synthesis.md)")
+    if spec.synthesis == "kernels":
+        print("area by per-kernel synthesis (synthesis: kernels): each kernel synthesised on its own and the "
+              "counts summed; LUTs are those of a synthesis keeping the kernels as modules, not a flat one "
+              "(docs/synthesis.md)")
     for f in r.files:
         print(f"  {f}")
     for line in not_applicable_lines(spec):
@@ -683,6 +728,32 @@ def run_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------------------------
+# dse dashboard RESULTS [--host H] [--port P]
+
+def add_dashboard(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", help="a sweep's results folder (results/<study>/), its study.journal, or a storage "
+                                   "URL (postgresql://...)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+
+
+def run_dashboard(args: argparse.Namespace) -> int:
+    from dse.dashboard import DashboardError, serve, storage_location
+    from dse.study.options import SweepError
+    if not 0 < args.port < 65536:
+        raise CliError(f"--port: expected 1 to 65535, got {args.port}")
+    try:
+        location = storage_location(args.results)
+        print(f"optuna-dashboard on http://{args.host}:{args.port}/ (Ctrl-C stops it)", file=sys.stderr)
+        serve(location, host=args.host, port=args.port)
+    except (DashboardError, SweepError) as e:
+        raise CliError(str(e)) from None
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
+
+
 COMMANDS: list[Command] = [
     Command("validate", "check a spec and print a one-line summary", add_validate, run_validate),
     Command("models", "list the model zoo with its parameters and defaults", add_models, run_models),
@@ -698,6 +769,8 @@ COMMANDS: list[Command] = [
                       "into results/<study>/report/", add_report, run_report),
     Command("check", "gate a sweep's results on thresholds and a baseline (exit 1 on a regression) "
                      "and print a Markdown table of the regressions", add_check, run_check),
+    Command("dashboard", "serve optuna-dashboard on a study's storage (the journal opened with the sweep's "
+                         "lock, so it may stay open while the study runs)", add_dashboard, run_dashboard),
 ]
 
 

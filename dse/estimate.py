@@ -28,13 +28,16 @@ larger of the two.
 """
 from __future__ import annotations
 
+import functools
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-FEATURES_VERSION = 8
+FEATURES_VERSION = 12
 """Bumped when `design_features` changes meaning: samples of another version are not used."""
 
 AREA_METRICS = ("luts", "ffs", "bram", "lutram", "dsp")
@@ -63,6 +66,57 @@ def _blocks(depth: int, width: int, target: str) -> int:
     return min(math.ceil(depth / d) * math.ceil(width / w) for d, w in shapes)
 
 
+def _rows(depth: int, width: int, target: str) -> int:
+    """Blocks stacked in depth (their read data multiplexed) in _blocks' cheapest shape."""
+    shapes = _BRAM_SHAPES.get(target, _BRAM_SHAPES["ecp5"])
+    d, w = min(shapes, key=lambda s: (math.ceil(depth / s[0]) * math.ceil(width / s[1]), math.ceil(depth / s[0])))
+    return math.ceil(depth / d)
+
+
+def _low_zeros(v, zeros: Mapping[int, int]) -> int:
+    """Low bits of an integer value known to be 0: a constant's trailing zeros, a shift by a
+    constant adds its amount, a product adds its operands', a sum keeps the fewest."""
+    from compiler import ir
+    K = ir.OpKind
+    if isinstance(v, ir.Const):
+        n = int(v.value) if not v.dtype.is_float else 1
+        return 0 if n == 0 else (n & -n).bit_length() - 1
+    if not isinstance(v, ir.Op) or v.dtype.is_float:
+        return 0
+    z = [zeros.get(id(s), 0) for s in v.srcs]
+    if v.op is K.SHL and isinstance(v.srcs[1], ir.Const):
+        return z[0] + int(v.srcs[1].value)
+    if v.op is K.MUL:
+        return sum(z)
+    if v.op in (K.ADD, K.SUB, K.NEG, K.CAST):
+        return min(z[:2]) if v.op in (K.ADD, K.SUB) else z[0]
+    return 0
+
+
+def _stage_registers(order, sched, bits) -> int:
+    """Pipeline register bits of a kernel (fp_pipeline, hw/pipeline.py's schedule): each value
+    held from the stage it is ready in to the last stage an operation reads it in, and each
+    operation's own output registers."""
+    from compiler import ir
+    held: dict[int, int] = {}
+    total = 0
+    for v in order:
+        if not isinstance(v, ir.Op):
+            continue
+        lat = sched.latency.get(id(v), 0)
+        ready = sched.ready.get(id(v))
+        width = v.dtype.bits if v.dtype.is_float else bits(v)
+        total += lat * width
+        if ready is None:
+            continue
+        start = ready - lat
+        for s in v.srcs:
+            r = sched.ready.get(id(s))
+            if r is not None and start > r:
+                held[id(s)] = max(held.get(id(s), 0), (start - r) * (s.dtype.bits if s.dtype.is_float else bits(s)))
+    return total + sum(held.values())
+
+
 def design_features(design, *, target: str) -> dict[str, float]:
     """Counts of what the compiled `design` (compiler.design.Design) will build, by kind and
     width. Cheap: it walks the KernelIR and the banking, and builds no hardware."""
@@ -78,15 +132,18 @@ def design_features(design, *, target: str) -> dict[str, float]:
         f[name] = f.get(name, 0.0) + v
 
     products: list[tuple[str, int, int]] = []     # (feature, operand width a, b) of every multiplier
-    for k in design.kernels:
+    for k, sched in zip(design.kernels, design.schedules):
         roots = [v for s, _ in k.stores() for v in ir.store_operands(s)]
         intervals = ranges.analyze(k, acc_ranges(k, design.config))
+        zeros: dict[int, int] = {}          # id(value) -> its low bits known to be 0
 
         def bits(v) -> int:
             """The width the datapath gives an integer value: its interval's (an int8 load cast
             to int32 stays 8 bits wide in the RTL), so int8 and int16 products differ."""
             return intervals[id(v)].shape.width if id(v) in intervals else v.dtype.bits
-        for v in ir.toposort(roots):        # each node once: one node, one unit of hardware
+        order = ir.toposort(roots)
+        for v in order:                     # each node once: one node, one unit of hardware
+            zeros[id(v)] = _low_zeros(v, zeros)
             if isinstance(v, ir.Load):
                 add("read_ports", 1)
                 add("read_bits", bits(v))          # a narrow buffer's loads: its stored bits
@@ -113,18 +170,28 @@ def design_features(design, *, target: str) -> dict[str, float]:
                     add("fadd_bits", src_w)
                 else:
                     # at the widths the datapath gives them: a constant-weight layer's thousands
-                    # of shift-and-add adders are 10 to 20 bits wide, not their int32's 32
-                    add("add_bits", max(bits(s) for s in v.srcs))
+                    # of shift-and-add adders are 10 to 20 bits wide, not their int32's 32; and
+                    # without the low bits every operand has at 0 (a shifted term's), which
+                    # Yosys passes through without carry logic
+                    width = max(bits(s) for s in v.srcs)
+                    add("add_bits", max(1, width - min(zeros.get(id(s), 0) for s in v.srcs)))
             elif v.op in (K.SHL, K.SHR) and isinstance(v.srcs[1], ir.Const):
                 pass                         # a shift by a constant is wiring
             elif v.op in (K.CAST, K.EMU_CAST) and (v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)):
                 add("fconv", 1)
                 add("fconv_bits", max(w, src_w))
+            elif v.op is K.CAST:
+                pass                         # an integer cast is wiring (a sign extension)
+            elif v.dtype.is_float:           # division, square root, exp2 ...: a unit of its own
+                add("fother_bits", w)
             else:
-                add("logic_bits", w)
+                add("logic_bits", bits(v))
+        add("stage_reg_bits", _stage_registers(order, sched, bits))
         for a in k.accs:                    # the register as built: sized to its bounds (hw/kernel.py)
             add("acc_bits", acc_shape(a, design.config).width * a.ways)
         add("steps_log2", math.log2(1 + sum(lp.bound for lp in k.loops.values())))
+        add("counter_bits", sum(int(lp.bound).bit_length() for lp in k.loops.values()))   # loop counters
+        add("kernels", 1)
 
     # the products the `mul` knob builds in LUTs (compiler.synth.multipliers' rule) are their own
     # feature, at the operand widths the datapath gives them (their value intervals), so the
@@ -134,13 +201,23 @@ def design_features(design, *, target: str) -> dict[str, float]:
     cells = [multipliers.MulCell("ir", str(i), a, b, a + b) for i, (_, a, b) in enumerate(products)]
     in_luts = multipliers.lut_cells(cells, target, design.config.mul)
     for (name, a, b), cell in zip(products, cells):
-        add(("lut_" + name) if (cell.module, cell.name) in in_luts else name, a * b)
+        lut = (cell.module, cell.name) in in_luts
+        add(("lut_" + name) if lut else name, a * b)
+        if not lut and target in multipliers.DSP_SHAPES:     # mul2dsp's pieces: the DSP count, as planned
+            add("dsp_blocks", multipliers.dsp_cost(cell, target))
 
     external = {(sh.reader[0], b) for sh in design.shares for b in design.banking_of(*sh.reader).banks}
     comb = design.config.mem_read == "comb"
+    # weights="constant": a ROM read at addresses the unrolled loops fix is folded into the
+    # datapath (its products are the adders counted above); one that survives is a table in logic
+    roms = {pos for pos, k in enumerate(design.kernels) if any(b.rom is not None for b in k.buffers)}
     for pos, k in enumerate(design.source_kernels or design.kernels):
         packed = {s: p for p in design.packs_of(pos) for s in p.slots}     # mem_pack: one memory per group
         for b in k.buffers:
+            if b.rom is not None:
+                if pos in roms:
+                    add("rom_bits", b.size * b.width)
+                continue
             bk = design.banking_of(pos, b.slot)
             for bank in bk.banks:
                 if (pos, bank) in external or (bank in packed and packed[bank].slots[0] != bank):
@@ -148,6 +225,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
                 depth, width = bk.layout.words, b.width * (len(packed[bank].slots) if bank in packed else 1)
                 addr = max(1, math.ceil(math.log2(max(depth, 2))))
                 add("banks", 1)
+                add("bank_bits", width)              # the host's write data and read-back multiplexer
                 tail = memory_tail(design.config, depth, width, b.stored)
                 if tail:                                 # mem_tail: the last words in LUT RAM
                     add("tail_bits", tail * width)
@@ -158,6 +236,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
                 elif depth * width >= _BRAM_MIN_BITS:
                     add("bram_blocks", _blocks(depth, width, target))
                     add("bram_banks", 1)
+                    add("bram_mux_bits", (_rows(depth, width, target) - 1) * width)   # cascaded blocks' read mux
                 else:
                     add("small_mem_bits", depth * width)
                     add("small_banks", 1)
@@ -212,11 +291,12 @@ class Estimate:
 
 @dataclass(frozen=True)
 class _Fit:
-    form: str                       # "additive" or "loglog"
+    form: str                       # "additive" or "loglog" (fitted on the samples), "prior" (the shipped table)
     names: tuple[str, ...]
     coef: np.ndarray
     over: float                     # cross-validated max of log((1 + est) / (1 + y)), at least 0: how far too high
     under: float                    # ... of log((1 + y) / (1 + est)): how far too low
+    shift: float = 0.0              # "prior": log(1 + estimate) moved by this (the study's own correction)
 
 
 @dataclass(frozen=True)
@@ -228,10 +308,13 @@ class Estimator:
     errors: Mapping[str, float] = field(default_factory=dict)
     median_errors: Mapping[str, float] = field(default_factory=dict)
 
+    prior: "Prior | None" = None    # the shipped calibration the "prior" fits start from
+    corrected_by: int = 0           # synthesised points of the study that corrected it
+
     def predict(self, features: Mapping[str, float]) -> dict[str, Estimate]:
         out = {}
         for metric, fit in self.fits.items():
-            v = max(0.0, float(_predict(fit.form, fit.names, fit.coef, [features])[0]))
+            v = max(0.0, float(_predict(fit.form, fit.names, fit.coef, [features], fit.shift)[0]))
             out[metric] = Estimate(v, max(0.0, (1 + v) * math.exp(-fit.over) - 1), (1 + v) * math.exp(fit.under) - 1)
         return out
 
@@ -244,8 +327,12 @@ class Estimator:
         """One line: the measured error of every metric (what `dse sweep` prints)."""
         parts = [f"{m} {_pct(self.median_errors[m])} median, at most {_pct(self.fits[m].over)} too high / "
                  f"{_pct(self.fits[m].under)} too low ({self.fits[m].form})" for m in self.errors]
-        return (f"area estimate from {self.samples} synthesised points, {self.cv_folds}-fold cross-validated "
-                f"error: " + ", ".join(parts))
+        if all(f.form != "prior" for f in self.fits.values()):
+            return (f"area estimate from {self.samples} synthesised points, {self.cv_folds}-fold cross-validated "
+                    f"error: " + ", ".join(parts))
+        return (f"area estimate from the shipped calibration ({self.prior.describe()}), corrected by "
+                f"{self.corrected_by} synthesised point{'s' * (self.corrected_by != 1)} of this study; error "
+                f"(held out, or this study's own once it has {MIN_SAMPLES} points): " + ", ".join(parts))
 
 
 def _pct(log_err: float) -> str:
@@ -264,8 +351,10 @@ def _matrix(form: str, names: Sequence[str], feats: Iterable[Mapping[str, float]
     return np.hstack([np.ones((X.shape[0], 1)), X])
 
 
-def _predict(form: str, names, coef: np.ndarray, feats) -> np.ndarray:
+def _predict(form: str, names, coef: np.ndarray, feats, shift: float = 0.0) -> np.ndarray:
     y = _matrix(form, names, feats) @ coef
+    if form == "prior":
+        return np.expm1(np.log1p(np.maximum(y, 0.0)) + shift)
     return np.expm1(np.clip(y, -50, 50)) if form == "loglog" else y
 
 
@@ -287,36 +376,245 @@ def _folds(n: int) -> list[np.ndarray]:
     return [np.arange(n)[i::k] for i in range(k)]
 
 
+PRIOR_WEIGHT = 2.0
+"""A study's correction of the shipped table (the mean of its points' log(1 + measured) -
+log(1 + table)) is shrunk toward 0 as if this many points had agreed with the table exactly: its
+first point moves the estimate a third of the way to what it measured."""
+
+
+def _local_fits(pts: Sequence[tuple[Mapping[str, float], float]]) -> list[tuple[float, _Fit, float]]:
+    """(mean held-out error, fit on every point, median held-out error) of each model form fitted
+    on the study's own points (k-fold cross-validation)."""
+    feats = [f for f, _ in pts]
+    y = np.array([v for _, v in pts])
+    names = _names(feats)
+    out = []
+    for form in ("additive", "loglog"):
+        signed = np.zeros(len(y))            # log((1 + est) / (1 + y)) of each held-out point
+        for held in _folds(len(y)):
+            train = np.setdiff1d(np.arange(len(y)), held)
+            coef = _solve(form, names, [feats[i] for i in train], y[train])
+            est = np.maximum(_predict(form, names, coef, [feats[i] for i in held]), 0.0)
+            signed[held] = np.log1p(est) - np.log1p(y[held])
+        fit = _Fit(form, names, _solve(form, names, feats, y), max(0.0, float(signed.max())),
+                   max(0.0, float(-signed.min())))
+        out.append((float(np.abs(signed).mean()), fit, float(np.median(np.abs(signed)))))
+    return out
+
+
+def _prior_fit(mp: "MetricPrior", pts: Sequence[tuple[Mapping[str, float], float]]) -> tuple[float, _Fit, float]:
+    """The shipped table's fit for one metric, corrected by the study's points (PRIOR_WEIGHT), with
+    its error: the table's held-out error until the study has MIN_SAMPLES points (or the study's
+    own leave-one-out error of the corrected table, where that is larger), then the study's own."""
+    coef = np.asarray(mp.coef, dtype=float)
+    base = np.maximum(_predict("additive", mp.names, coef, [f for f, _ in pts]), 0.0) if pts else np.zeros(0)
+    r = np.log1p(np.array([v for _, v in pts], dtype=float)) - np.log1p(base)   # how far the table was low
+    n = len(r)
+    shift = float(r.sum() / (n + PRIOR_WEIGHT)) if n else 0.0
+    signed = (r.sum() - r) / (n - 1 + PRIOR_WEIGHT) - r if n else np.zeros(0)    # leave-one-out
+    if n >= MIN_SAMPLES:
+        over, under = max(0.0, float(signed.max())), max(0.0, float(-signed.min()))
+        median = float(np.median(np.abs(signed)))
+    else:
+        over = max([mp.over, *signed.tolist()])
+        under = max([mp.under, *(-signed).tolist()])
+        median = mp.median
+    mean = float(np.abs(signed).mean()) if n else math.inf
+    return mean, _Fit("prior", tuple(mp.names), coef, over, under, shift), median
+
+
 def fit_estimator(samples: Sequence[tuple[Mapping[str, float], Mapping[str, Any]]], *,
-                  metrics: Sequence[str] = AREA_METRICS) -> Estimator | None:
+                  metrics: Sequence[str] = AREA_METRICS, prior: "Prior | None" = None) -> Estimator | None:
     """Fit every metric of `metrics` on `samples` ((features, measured row) pairs of synthesised
-    points); None when fewer than MIN_SAMPLES have the features of this version."""
+    points). With the shipped calibration of the target (`prior`, load_prior) a metric it covers
+    is estimated from the first point (the table, corrected by the samples); once MIN_SAMPLES
+    points are synthesised, fits on the samples alone compete with it and the one with the
+    smaller cross-validated error is kept. None when nothing can be estimated yet."""
     samples = [(f, r) for f, r in samples if f.get("version") == FEATURES_VERSION]
+    if prior is not None and prior.features_version != FEATURES_VERSION:
+        prior = None
     fits, errors, medians = {}, {}, {}
     folds = 0
     for metric in metrics:
         pts = [(f, float(r[metric])) for f, r in samples if r.get(metric) is not None]
-        if len(pts) < MIN_SAMPLES:
+        candidates = []
+        if prior is not None and metric in prior.metrics:
+            candidates.append(_prior_fit(prior.metrics[metric], pts))
+        if len(pts) >= MIN_SAMPLES:
+            candidates += _local_fits(pts)
+            folds = len(_folds(len(pts)))
+        if not candidates:
             continue
-        feats = [f for f, _ in pts]
-        y = np.array([v for _, v in pts])
-        names = _names(feats)
-        best: tuple[float, _Fit, float] | None = None
-        for form in ("additive", "loglog"):
-            signed = np.zeros(len(y))            # log((1 + est) / (1 + y)) of each held-out point
-            for held in _folds(len(y)):
-                train = np.setdiff1d(np.arange(len(y)), held)
-                coef = _solve(form, names, [feats[i] for i in train], y[train])
-                est = np.maximum(_predict(form, names, coef, [feats[i] for i in held]), 0.0)
-                signed[held] = np.log1p(est) - np.log1p(y[held])
-            mean = float(np.abs(signed).mean())   # the form that is closer on average is kept
-            if best is None or mean < best[0]:
-                fit = _Fit(form, names, _solve(form, names, feats, y), max(0.0, float(signed.max())),
-                           max(0.0, float(-signed.min())))
-                best = (mean, fit, float(np.median(np.abs(signed))))
-        _, fits[metric], medians[metric] = best
+        _, fits[metric], medians[metric] = min(candidates, key=lambda c: c[0])
         errors[metric] = max(fits[metric].over, fits[metric].under)
-        folds = len(_folds(len(y)))
     if not fits:
         return None
-    return Estimator(fits, len(samples), folds, errors, medians)
+    used = prior if any(f.form == "prior" for f in fits.values()) else None
+    return Estimator(fits, len(samples), folds, errors, medians, prior=used, corrected_by=len(samples))
+
+
+# ---------------------------------------------------------------------------------------------
+# the shipped calibration (bench/calibrate_estimator.py writes it)
+
+PRIOR_FILE = Path(__file__).with_name("estimator.json")
+"""Package data: per target family, each metric's coefficients and their held-out error."""
+
+METRIC_FEATURES: Mapping[str, tuple[str, ...] | None] = {
+    "luts": None,                                       # every feature
+    "ffs": None,
+    "bram": ("bram_blocks", "bram_banks"),
+    "lutram": ("small_mem_bits", "small_banks", "tail_bits", "tail_banks", "comb_mem_bits"),
+    "dsp": ("dsp_blocks", "fmul_bits"),
+}
+"""The features each metric's table may use: a block RAM count is not made of adder bits."""
+
+
+@dataclass(frozen=True)
+class MetricPrior:
+    names: tuple[str, ...]
+    coef: tuple[float, ...]         # the intercept, then one per name: estimate = coef . (1, features)
+    over: float                     # held out (every family in turn): largest log((1 + est) / (1 + y))
+    under: float                    # ... largest log((1 + y) / (1 + est))
+    median: float                   # ... median |log((1 + est) / (1 + y))|
+
+    def predict(self, features: Mapping[str, float]) -> float:
+        return max(0.0, float(_predict("additive", self.names, np.asarray(self.coef), [features])[0]))
+
+
+@dataclass(frozen=True)
+class Prior:
+    """The shipped calibration of one target family: fitted on `designs` designs of `families`."""
+    target: str
+    features_version: int
+    designs: int
+    families: tuple[str, ...]
+    metrics: Mapping[str, MetricPrior]
+    yosys_version: str = ""
+
+    def describe(self) -> str:
+        return f"{self.target}, {self.designs} designs of {len(self.families)} families, Yosys {self.yosys_version}"
+
+    def predict(self, features: Mapping[str, float]) -> dict[str, Estimate]:
+        """metric -> the table's estimate with its held-out error bounds (no study correction)."""
+        out = {}
+        for m, mp in self.metrics.items():
+            v = mp.predict(features)
+            out[m] = Estimate(v, max(0.0, (1 + v) * math.exp(-mp.over) - 1), (1 + v) * math.exp(mp.under) - 1)
+        return out
+
+
+def load_prior(target: str, path: Path = PRIOR_FILE) -> Prior | None:
+    """The shipped calibration of `target` (None: none for it, or of another features version)."""
+    return _load_prior(target, str(path))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_prior(target: str, path: str) -> Prior | None:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    t = (data.get("targets") or {}).get(target)
+    if not t or t.get("features_version") != FEATURES_VERSION:
+        return None
+    metrics = {m: MetricPrior(tuple(d["names"]), tuple(d["coef"]), d["over"], d["under"], d["median"])
+               for m, d in t["metrics"].items()}
+    return Prior(target, t["features_version"], t["designs"], tuple(t["families"]), metrics, t.get("yosys_version", ""))
+
+
+def _fit_table(samples: Sequence[Mapping[str, Any]], metric: str) -> tuple[tuple[str, ...], np.ndarray]:
+    """Non-negative least squares of `metric` on the features METRIC_FEATURES allows, each design
+    weighted by 1 / max(y, 10) so every design counts by its relative error (a 500-LUT design as
+    much as a 50,000-LUT one; below 10 by its absolute error, so a zero is not infinitely tight)."""
+    from scipy.optimize import nnls
+    feats = [s["features"] for s in samples]
+    allowed = METRIC_FEATURES.get(metric)
+    names = tuple(n for n in _names(feats) if allowed is None or n in allowed)
+    y = np.array([float(s[metric]) for s in samples])
+    X = _matrix("additive", names, feats)
+    w = 1.0 / np.maximum(y, 10.0)
+    scale = np.maximum(np.abs(X * w[:, None]).max(axis=0), 1e-12)
+    coef, _ = nnls((X * w[:, None]) / scale, y * w)
+    return names, coef / scale
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Every design predicted by the table fitted without its family: (family, name, metric,
+    estimate, measured) rows, and their summary per metric."""
+    rows: tuple[tuple[str, str, str, float, float], ...]
+
+    def stats(self, metric: str, family: str | None = None) -> dict[str, float]:
+        """median and largest relative error |est - y| / y (designs with y > 0), Spearman's rank
+        correlation, and the log bounds the gate uses (over, under, median)."""
+        from scipy.stats import spearmanr
+        rows = [r for r in self.rows if r[2] == metric and (family is None or r[0] == family)]
+        est = np.array([r[3] for r in rows])
+        y = np.array([r[4] for r in rows])
+        signed = np.log1p(est) - np.log1p(y)
+        pos = y > 0
+        rel = np.abs(est[pos] - y[pos]) / y[pos]
+        rho = float(spearmanr(est, y).statistic) if len(y) > 2 and np.ptp(y) > 0 and np.ptp(est) > 0 else float("nan")
+        return {"n": len(rows), "median_rel": float(np.median(rel)) if rel.size else float("nan"),
+                "max_rel": float(rel.max()) if rel.size else float("nan"), "spearman": rho,
+                "over": max(0.0, float(signed.max())) if rows else 0.0,
+                "under": max(0.0, float(-signed.min())) if rows else 0.0,
+                "median": float(np.median(np.abs(signed))) if rows else 0.0}
+
+    def markdown(self) -> str:
+        metrics = sorted({r[2] for r in self.rows}, key=AREA_METRICS.index)
+        lines = ["| metric | designs | median error | largest error | Spearman |", "|---|---|---|---|---|"]
+        for m in metrics:
+            st = self.stats(m)
+            lines.append(f"| {m} | {st['n']} | {st['median_rel']:.1%} | {st['max_rel']:.1%} | {st['spearman']:.3f} |")
+        families = sorted({r[0] for r in self.rows})
+        lines += ["", "| family held out | designs | LUTs median error | LUTs largest error | FFs median | FFs largest |",
+                  "|---|---|---|---|---|---|"]
+        for fam in families:
+            a, b = self.stats("luts", fam), self.stats("ffs", fam)
+            lines.append(f"| {fam} | {a['n']} | {a['median_rel']:.1%} | {a['max_rel']:.1%} | {b['median_rel']:.1%} "
+                         f"| {b['max_rel']:.1%} |")
+        return "\n".join(lines)
+
+
+def held_out(samples: Sequence[Mapping[str, Any]], *, metrics: Sequence[str] = AREA_METRICS) -> HeldOut:
+    """Leave one family out: each family's designs predicted by the table fitted on the others."""
+    rows = []
+    families = sorted({s["family"] for s in samples})
+    for fam in families:
+        train = [s for s in samples if s["family"] != fam]
+        test = [s for s in samples if s["family"] == fam]
+        for metric in metrics:
+            names, coef = _fit_table(train, metric)
+            est = np.maximum(_predict("additive", names, coef, [s["features"] for s in test]), 0.0)
+            rows += [(fam, s["name"], metric, float(e), float(s[metric])) for s, e in zip(test, est)]
+    return HeldOut(tuple(rows))
+
+
+def fit_prior(samples: Sequence[Mapping[str, Any]], *, metrics: Sequence[str] = AREA_METRICS, target: str,
+              held: HeldOut) -> dict[str, Any]:
+    """The table of `target` (fitted on every design) with each metric's held-out error."""
+    out = {}
+    for metric in metrics:
+        names, coef = _fit_table(samples, metric)
+        st = held.stats(metric)
+        out[metric] = {"names": list(names), "coef": [float(c) for c in coef], "over": st["over"],
+                       "under": st["under"], "median": st["median"], "median_rel": st["median_rel"],
+                       "max_rel": st["max_rel"], "spearman": st["spearman"]}
+    versions = sorted({s.get("yosys_version", "") for s in samples})
+    return {"target": target, "features_version": FEATURES_VERSION, "designs": len(samples),
+            "families": sorted({s["family"] for s in samples}), "yosys_version": ", ".join(versions),
+            "metrics": out}
+
+
+def write_prior(table: Mapping[str, Any], path: Path = PRIOR_FILE) -> Path:
+    """Put `table` (fit_prior) into the shipped file under its target, keeping the others."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    data.setdefault("targets", {})[table["target"]] = table
+    data["written_by"] = "bench/calibrate_estimator.py fit"
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    _load_prior.cache_clear()
+    return path

@@ -28,7 +28,8 @@ metric computed before the failure (cycles survive a synthesis timeout). The sta
     synthesize  Yosys for the target (`stat -json`) -> luts, ffs, bram, lutram, dsp (`fidelity`
                 "synth", or "synth_units" with the spec's `synthesis: units`, which synthesises
                 each distinct float unit once and counts it per instance: `synth_units` says how
-                many instances; dse.fidelity fills "estimate" rows of points it does not
+                many instances; "synth_kernels" with `synthesis: kernels`, each kernel on its own,
+                in parallel; dse.fidelity fills "estimate" rows of points it does not
                 synthesise); limited to `stage_timeout_s` (a timeout is a ToolError, so a FAIL
                 with the log tail)
 
@@ -135,6 +136,8 @@ class EvalContext:
     # TimingSpec()'s defaults, False or None none
     timing: TimingSpec | bool | None = None
     synthesis: str = "flat"         # "units": float units synthesised once each (spec key `synthesis`)
+    golden_accuracy: bool = False   # without simulation, a trained integer network's accuracy from its
+                                    # golden model (multi-fidelity's cheap tier; dse.models.accuracy)
 
     def __post_init__(self) -> None:
         if not isinstance(self.timing, (TimingSpec, type(None))):
@@ -217,6 +220,10 @@ class Metrics:
     quantization: str | None = None         # the int8/int16 scheme (dse.models.quantize.SCHEME)
     mean_weight_bits: float | None = None   # the quantiser's widths, mean over the conv/dense layers
     mean_act_bits: float | None = None      # (activations: the input and each requantised output)
+    qat: bool | None = None                 # a trained network's point fine-tuned at its format (the model's `qat:`)
+    qat_s: float | None = None              # how long the fine-tuning took (when it trained, also for a cached one)
+    qat_epochs: int | None = None
+    accuracy_ptq: float | None = None       # the point's accuracy before fine-tuning (post-training quantisation)
     # wall time per stage (seconds)
     compile_s: float | None = None
     simulate_s: float | None = None
@@ -240,8 +247,8 @@ class Metrics:
     # multi-fidelity search (dse.fidelity, dse.estimate)
     features: str | None = None             # JSON of dse.estimate.design_features: what the area estimate reads
     fidelity: str | None = None             # where luts/ffs/bram/lutram/dsp (and fmax) came from:
-                                            # synth | synth_units | estimate
-    synth_units: int | None = None          # float unit instances counted from their own synthesis (0: flat)
+                                            # synth | synth_units | synth_kernels | estimate
+    synth_units: int | None = None          # float unit (or kernel) instances counted from their own synthesis (0: flat)
     estimate_error: str | None = None       # fidelity "estimate": JSON metric -> measured relative error bound
     hv_share: float | None = None           # skipped under search.hv_tolerance: the most it could add to the front's hypervolume, relative
 
@@ -385,10 +392,8 @@ _OWN_FIELDS = frozenset({"knobs", "params", "notes", "total_s", "workdir", "mode
 
 
 def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[str, Any] | None = None) -> None:
-    from compiler import compile_model
-
     with run.stage("config"):
-        model = ctx.model(point.model).with_formats(point.formats())
+        model = point.model_of(ctx.model(point.model))
         run.set(params=model.params)
         config = point.hardware_config()
         formats = point.formats().as_dict()
@@ -398,8 +403,10 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         config = kernel_config(model, point.dtype, config)     # lanes@W1: the kernel computing W1
 
     with run.stage("build"):
-        built = model.build(point.dtype)
-        arrays, real = point_arrays(model, point.dtype, built, ctx.data_seed)
+        bp = built_point(ctx, point)        # a network with `qat` is fine-tuned here (or read from its cache)
+        built, arrays, real, tensors = bp.built, bp.arrays, bp.real, bp.tensors
+        if model.trained is not None:
+            _fine_tuning(model, point.dtype, run)
         fixed: dict[str, np.ndarray] = {}
         sample_ranges: dict[str, zoo.InputRange] = {}
         if real is not None:          # trained weights are constants; the proof covers the data as it is
@@ -407,13 +414,10 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
             if real.samples is not None:
                 values = real.samples.astype(np.float64)
                 sample_ranges[real.data_input] = zoo.InputRange(float(values.min()), float(values.max()))
-        tensors = zoo.input_tensors(built, arrays)
-        output = built.forward(*tensors)
 
     with run.stage("compile", "compile_s"):
         # the data streams (through a dataflow design); the weights are loaded once, or built in
-        design = compile_model(output, config=config, stream=streamed_inputs(model, point.dtype, built, tensors),
-                               input_ranges=declared_input_ranges(model, point.dtype, built, tensors, real))
+        design = bp.design(config)
         cm = design.cycle_model()
         run.set(cycles_model=cm.total, cycle_breakdown=json.dumps({"kernels": [list(k) for k in cm.kernels],
                                                                    "copies": cm.copies}),
@@ -432,6 +436,19 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
 
     proof = _Proof(run, design, built, tensors, model.input_range(point.dtype), fixed, sample_ranges, arrays)
     proof.analyze()
+    if ctx.golden_accuracy and model.trained is not None and quantisable(point.dtype):
+        # the accuracy run_samples would report, since it fails the point unless the hardware
+        # equals the golden model on every sample; the point is simulated and checked if it is
+        # ever synthesised (dse.fidelity)
+        with run.stage("accuracy", "accuracy_s"):
+            from dse.models.accuracy import golden_samples
+            r = golden_samples(trained=model.trained, dtype=point.dtype)
+            run.set(accuracy=r.accuracy, accuracy_float=r.accuracy_float, agreement=r.agreement,
+                    logit_mean_err=r.mean_abs_err, logit_max_err=r.max_abs_err, samples=r.samples,
+                    quantization=r.quantization, mean_weight_bits=r.mean_bits[0], mean_act_bits=r.mean_bits[1])
+        run.notes.append("not simulated (the cheap fidelity): cycles from the cycle model, accuracy from the golden "
+                         "model (the hardware is checked against it on every sample when synthesised)")
+        return
     if not ctx.simulate:            # and so never synthesised either: no unchecked design gets area
         run.notes.append("not simulated (the cheap fidelity): cycles from the cycle model, outputs not checked")
         return
@@ -487,11 +504,11 @@ def _synthesis(ctx: EvalContext, run: _Run, design) -> None:
     if ctx.synthesize:
         from compiler.synth.area import synthesize
         with run.stage("synthesize", "synth_s"):
-            units = ctx.synthesis == "units" and not ctx.timing      # place-and-route needs a flat netlist
+            mode = "flat" if ctx.timing else ctx.synthesis           # place-and-route needs a flat netlist
             area = synthesize(design, ctx.target, run.workdir / "synth", timeout=ctx.stage_timeout_s,
-                              netlist=ctx.timing is not None, units=units)
+                              netlist=ctx.timing is not None, units=mode == "units", kernels=mode == "kernels")
             run.set(luts=area.luts, ffs=area.ffs, bram=area.bram, lutram=area.lutram, dsp=area.dsp,
-                    fidelity=SYNTH_FIDELITY[ctx.synthesis if units else "flat"], synth_units=area.units,
+                    fidelity=SYNTH_FIDELITY[mode], synth_units=area.units,
                     yosys_version=area.yosys_version, synth_script=area.script.strip().replace("\n", "; "))
         if area.cached:
             run.notes.append("synthesis from the synthesis cache (this netlist was synthesised before)")
@@ -501,6 +518,79 @@ def _synthesis(ctx: EvalContext, run: _Run, design) -> None:
             _timing(ctx, run, area.netlist_path)
     elif ctx.timing:
         run.notes.append("timing skipped: it needs synthesis, which is off")
+
+
+class BuiltPoint:
+    """A point's model built for its dtype and formats, its seeded inputs and its trace: what
+    every hardware-knob setting of it shares (the build stage's work and compiler.trace_model),
+    kept per process by `built_point` so a sweep traces a model once for all its lanes,
+    reduce_unroll, pipelining ... settings, and a point's cache key and its evaluation share
+    one compile (`design`)."""
+
+    def __init__(self, model: ModelSpec, dtype: str, data_seed: int):
+        self.model, self.dtype = model, dtype
+        self.built = model.build(dtype)
+        self.arrays, self.real = point_arrays(model, dtype, self.built, data_seed)
+        self.tensors = zoo.input_tensors(self.built, self.arrays)
+        self._traced = None
+        self._designs: dict[str, Any] = {}
+
+    def traced(self):
+        from compiler import trace_model
+        if self._traced is None:
+            b = self.built
+            self._traced = trace_model(b.forward(*self.tensors),
+                                       stream=streamed_inputs(self.model, self.dtype, b, self.tensors),
+                                       input_ranges=declared_input_ranges(self.model, self.dtype, b, self.tensors,
+                                                                          self.real))
+        return self._traced
+
+    def design(self, config):
+        """The Design for `config` (the last two kept: a point's key, then its evaluation)."""
+        from compiler import compile_traced
+        key = repr(sorted(config.as_dict().items())) + repr(config.layers)
+        if key not in self._designs:
+            design = compile_traced(self.traced(), config)
+            self._designs = {**dict(list(self._designs.items())[-1:]), key: design}
+        return self._designs[key]
+
+
+_BUILT: dict[tuple, BuiltPoint] = {}
+_BUILT_KEEP = 4
+
+
+def built_point(ctx: EvalContext, point: DesignPoint) -> BuiltPoint:
+    """The point's BuiltPoint, shared with the other points of the same model, dtype, formats
+    and data seed in this process (the last _BUILT_KEEP)."""
+    model = point.model_of(ctx.model(point.model))
+    key = (point.model, point.dtype, ctx.data_seed, model)
+    try:
+        hash(key)
+    except TypeError:
+        key = None
+    # a user's own code is built afresh each time: the files it reads while building are what
+    # the evaluation cache keys it on (dse.models.user_model.recording_reads)
+    if key is None or model.source is not None:
+        return BuiltPoint(model, point.dtype, ctx.data_seed)
+    if key not in _BUILT:
+        bp = BuiltPoint(model, point.dtype, ctx.data_seed)
+        while len(_BUILT) >= _BUILT_KEEP:
+            _BUILT.pop(next(iter(_BUILT)))
+        _BUILT[key] = bp
+    return _BUILT[key]
+
+
+def forget_built() -> None:
+    """Drop every kept BuiltPoint (tests that replace compiler functions start from nothing)."""
+    _BUILT.clear()
+
+
+def compile_point(ctx: EvalContext, point: DesignPoint):
+    """The point's compiled Design, as the config, build and compile stages make it (no stage
+    wrappers, no checks: the cache key, `dse eval --estimate` and the estimator's calibration).
+    Raises what those stages would report."""
+    bp = built_point(ctx, point)
+    return bp.design(kernel_config(bp.model, point.dtype, point.hardware_config()))
 
 
 def streamed_inputs(model: ModelSpec, dtype: str, built: zoo.Built, tensors: list) -> list | None:
@@ -543,8 +633,11 @@ def _accuracy(model: ModelSpec, *, point: DesignPoint, config, sim: "Simulator",
     from dse.models.accuracy import run_model_samples, run_samples
     if model.runs_trained(point.dtype):   # its own build: quantised for integers, dense ones in floats too
         trained = model.trained
+        quantized = trained.quantized(point.dtype) if quantisable(point.dtype) else None
         r = run_samples(net=trained.net(), dtype=point.dtype, data=trained.dataset(), config=config,
-                        backend=sim.backend, formats=trained.kernel_formats(point.dtype))
+                        backend=sim.backend, formats=trained.kernel_formats(point.dtype), quantized=quantized)
+        if trained.fine_tuned(point.dtype) is not None:
+            run.set(accuracy_ptq=ptq_accuracy(trained, point.dtype))
     else:
         r = run_model_samples(model=model, dtype=point.dtype, design=design, tensors=tensors, checker=checker,
                               backend=sim.backend)
@@ -555,6 +648,29 @@ def _accuracy(model: ModelSpec, *, point: DesignPoint, config, sim: "Simulator",
         run.set(mean_weight_bits=r.mean_bits[0], mean_act_bits=r.mean_bits[1])
     if model.runs_trained(point.dtype) and point.dtype in ("fp8e4m3", "fp8e5m2"):
         run.notes.append(f"{point.dtype}: {r.quantization}")
+
+
+def _fine_tuning(model: ModelSpec, dtype: str, run: _Run) -> None:
+    """The row's `qat` (whether a trained network's point was fine-tuned at its format), `qat_s`
+    and `qat_epochs` (how long)."""
+    tuned = model.trained.fine_tuned(dtype)
+    run.set(qat=tuned is not None)
+    if tuned is not None:
+        run.set(qat_s=tuned.seconds, qat_epochs=tuned.epochs)
+        if tuned.cached:
+            run.notes.append(f"fine-tuned network from the qat cache (it trained in {tuned.seconds:.1f} s)")
+
+
+def ptq_accuracy(trained, dtype: str) -> float:
+    """The accuracy of `dtype`'s point before fine-tuning (post-training quantisation of the same
+    network at the same format), by its numpy integer model (which the hardware equals bit for
+    bit) on the test samples."""
+    data = trained.dataset()
+    q = trained.untuned().quantized(dtype)
+    x = data.x_test.reshape(len(data.x_test), -1)
+    pred = q.dequantize(q.reference(q.quantize_input(x))).argmax(1)
+    truth = data.y_test if data.y_test is not None else trained.net().float_logits(x).argmax(1)
+    return float((pred == truth).mean())
 
 
 def _timing(ctx: EvalContext, run: _Run, netlist_path: str) -> None:

@@ -53,7 +53,7 @@ def export_point(*, model: ModelSpec, point: DesignPoint, out_dir: str | Path, d
     """Rebuild `point`, simulate it and export it (compiler.export_design) to `out_dir`, behind
     `bus` (compiler.bus.wrapper); `source` (e.g. the study and trial) is added to what the interface
     says the design is."""
-    model = model.with_formats(point.formats())      # the point's weight_bits/act_bits, as evaluated
+    model = point.model_of(model)      # the point's weight_bits/act_bits (and prune), as evaluated
     built = model.build(point.dtype)
     arrays, real = point_arrays(model, point.dtype, built, data_seed)   # trained weights, as evaluated
     tensors = input_tensors(built, arrays)

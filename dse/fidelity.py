@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from dse.estimate import AREA_METRICS, ESTIMATED_METRICS, Estimate, Estimator, fit_estimator
+from dse.estimate import AREA_METRICS, ESTIMATED_METRICS, Estimate, Estimator, fit_estimator, load_prior
 from dse.spec import NEEDS_SIMULATION, SYNTH_FIDELITY, DesignPoint, Spec
 
 ESTIMATE_ATTR = "estimate"
@@ -79,6 +79,13 @@ class Decision:
     estimates: Mapping[str, Estimate] = dataclasses.field(default_factory=dict)
     hv_share: float | None = None   # skipped under hv_tolerance: the most it could add, relative
     vector: tuple[float, ...] = ()  # ... and its optimistic objective vector (minimised)
+    kind: str = ""                  # why, in one word (the progress line's counts): SKIP_KINDS, or "" when synthesised
+
+
+SKIP_KINDS = ("dominated", "tolerance", "infeasible", "failed")
+"""Why a point was not synthesised: a synthesised point dominates its optimistic estimate; within
+hv_tolerance; it cannot be feasible (wrong result, not overflow-safe, a budget broken even at its
+optimistic estimate); it failed before synthesis."""
 
 
 @dataclass(frozen=True)
@@ -140,9 +147,11 @@ def training_samples(study, target: str, cache=None,
 
 
 def fit(study, spec: Spec, cache=None) -> Estimator | None:
+    """The study's estimator: the shipped calibration of the target corrected by the points
+    synthesised so far (and, from dse.estimate.MIN_SAMPLES of them, fits on those alone)."""
     metrics = AREA_METRICS + (("fmax_mhz",) if spec.timing else ())
     return fit_estimator(training_samples(study, str(spec.target), cache, SYNTH_FIDELITY[spec.synthesis]),
-                         metrics=metrics)
+                         metrics=metrics, prior=load_prior(str(spec.target)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,11 +262,11 @@ def decide(spec: Spec, row: Mapping[str, Any], estimator: Estimator | None,
     """Synthesise `row`'s point (the cheap evaluation's row) or not, and why (module docstring);
     `tolerance` for search.hv_tolerance."""
     if row.get("status") != "OK":
-        return Decision(False, f"not synthesised: it failed in {row.get('stage')}")
+        return Decision(False, f"not synthesised: it failed in {row.get('stage')}", kind="failed")
     if row.get("correct") is False or row.get("overflow_safe") is False:     # None: not simulated yet
         why = "it computes a wrong result" if row.get("correct") is False else "it is not proven overflow-safe"
         est = {} if estimator is None or not row.get("features") else estimator.predict(json.loads(row["features"]))
-        return Decision(False, f"not synthesised: {why}, so it is infeasible whatever its area", est)
+        return Decision(False, f"not synthesised: {why}, so it is infeasible whatever its area", est, kind="infeasible")
     if estimator is None:
         return Decision(True, "synthesised: too few synthesised points to estimate from yet")
     est = estimator.predict(json.loads(row["features"]))
@@ -265,7 +274,7 @@ def decide(spec: Spec, row: Mapping[str, Any], estimator: Estimator | None,
         v = optimistic(b.metric, row, est, maximize=b.kind == "min")
         if v is not None and (v > b.limit if b.kind == "max" else v < b.limit):
             return Decision(False, f"not synthesised: even its optimistic {b.metric} estimate {v:.0f} breaks "
-                                   f"{b.key}: {b.limit:g}", est)
+                                   f"{b.key}: {b.limit:g}", est, kind="infeasible")
     vector = []
     for o in spec.objectives:
         v = optimistic(o.metric, row, est, maximize=str(o.direction) == "maximize")
@@ -277,7 +286,7 @@ def decide(spec: Spec, row: Mapping[str, Any], estimator: Estimator | None,
         if all(a <= b for a, b in zip(f, vector)):
             shown = ", ".join(f"{o.metric} {abs(v):.4g}" for o, v in zip(spec.objectives, vector))
             return Decision(False, f"not synthesised: even at its optimistic bound ({shown}) a synthesised "
-                                   f"point dominates it", est)
+                                   f"point dominates it", est, kind="dominated")
     t = spec.search.hv_tolerance
     # a point outside the reference (estimated: too tight for it) would add nothing by the
     # measure, which says nothing about it: never skipped for the tolerance
@@ -289,7 +298,8 @@ def decide(spec: Spec, row: Mapping[str, Any], estimator: Estimator | None,
             return Decision(False, f"not synthesised: even at its optimistic bound it would add at most "
                                    f"{share:.4%} to the synthesised front's hypervolume, within its allowance "
                                    f"{t * cost:.4%} (hv_tolerance {t:g} x its {cost:.2%} of the estimated LUTs "
-                                   f"of this model x dtype)", est, hv_share=share, vector=tuple(vector))
+                                   f"of this model x dtype)", est, hv_share=share, vector=tuple(vector),
+                            kind="tolerance")
     return Decision(True, "synthesised: its optimistic estimate could reach the front", est)
 
 
@@ -313,6 +323,64 @@ def estimated_row(row: Mapping[str, Any], decision: Decision, estimator: Estimat
 
 
 # ---------------------------------------------------------------------------------------------
+# `dse eval --estimate`
+
+@dataclass(frozen=True)
+class PointEstimate:
+    features: Mapping[str, float]
+    estimates: Mapping[str, Estimate]       # metric -> estimate with its held-out error bounds
+    prior: Any                              # dse.estimate.Prior: what the errors were measured on
+    cycles: int
+    compile_s: float                        # compiling the point (the compiler's work)
+    estimate_s: float                       # counting its features and applying the table
+
+    def lines(self) -> list[str]:
+        """What `dse eval --estimate` prints: one line per metric with its measured error."""
+        out = []
+        order = sorted(self.estimates, key=lambda m: ESTIMATED_METRICS.index(m) if m in ESTIMATED_METRICS else 99)
+        for m in order:                     # LUTs first, as the tool's tables
+            e, mp = self.estimates[m], self.prior.metrics[m]
+            out.append(f"{m:<7} {e.value:>10,.0f}   (held-out error {_rel(mp.median)} median; the true value "
+                       f"within {e.low:,.0f} .. {e.high:,.0f}: at most {_rel(mp.over)} too high, {_rel(mp.under)} "
+                       f"too low)")
+        out.append(f"cycles  {self.cycles:>10,}   (the cycle model: exact)")
+        out.append(f"estimated in {self.estimate_s * 1000:.0f} ms after a {self.compile_s:.2f} s compile, from the "
+                   f"shipped calibration ({self.prior.describe()}; errors measured on designs held out one "
+                   f"family at a time: docs/estimator.md)")
+        return out
+
+    def as_row(self) -> dict[str, Any]:
+        return {"estimate": {m: {"value": e.value, "low": e.low, "high": e.high} for m, e in self.estimates.items()},
+                "held_out_error": {m: {"median": math.expm1(mp.median), "over": math.expm1(mp.over),
+                                       "under": math.expm1(mp.under)} for m, mp in self.prior.metrics.items()},
+                "cycles_model": self.cycles, "features": dict(self.features), "compile_s": self.compile_s,
+                "estimate_s": self.estimate_s, "calibration": self.prior.describe()}
+
+
+def _rel(log_err: float) -> str:
+    return f"{math.expm1(log_err):.0%}"
+
+
+def estimate_point(ctx, point: DesignPoint) -> PointEstimate:
+    """Compile `point` and estimate its area from the shipped calibration (no simulation, no
+    Yosys); raises ValueError when the target has no calibration."""
+    import time
+    from dse.estimate import design_features, load_prior
+    from dse.evaluate import compile_point
+    prior = load_prior(ctx.target)
+    if prior is None:
+        raise ValueError(f"no shipped area calibration for target {ctx.target} (dse/estimator.json; "
+                         f"bench/calibrate_estimator.py makes one)")
+    t0 = time.perf_counter()
+    design = compile_point(ctx, point)
+    t1 = time.perf_counter()
+    features = design_features(design, target=ctx.target)
+    estimates = prior.predict(features)
+    t2 = time.perf_counter()
+    return PointEstimate(features, estimates, prior, design.cycle_model().total, t1 - t0, t2 - t1)
+
+
+# ---------------------------------------------------------------------------------------------
 # one point
 
 def needs_simulation(spec: Spec) -> bool:
@@ -324,8 +392,12 @@ def needs_simulation(spec: Spec) -> bool:
 
 def cheap_context(ctx, spec: Spec):
     """The cheap fidelity of an evaluation context (dse.evaluate.EvalContext): no synthesis, no
-    place-and-route, and no simulation unless the spec's objectives need one (`needs_simulation`)."""
-    return dataclasses.replace(ctx, synthesize=False, timing=False, simulate=needs_simulation(spec))
+    place-and-route, and no simulation unless the spec's objectives need one (`needs_simulation`);
+    a trained network the tool quantises takes its accuracy from its golden model instead
+    (dse.models.accuracy.golden_samples: what simulating every sample would report, as the
+    hardware must equal it on every sample), and is simulated only if it is synthesised."""
+    return dataclasses.replace(ctx, synthesize=False, timing=False, simulate=needs_simulation(spec),
+                               golden_accuracy=needs_simulation(spec))
 
 
 def evaluate_multi(study, spec: Spec, ctx, point: DesignPoint, workdir: str | Path, cache,
@@ -336,7 +408,8 @@ def evaluate_multi(study, spec: Spec, ctx, point: DesignPoint, workdir: str | Pa
     row, cached, _ = cached_evaluate(cheap_ctx, point, workdir, cache, log)
     if row.get("status") != "OK" or not row.get("features"):
         # a failure is the point's result, as in a full evaluation (minus synthesis)
-        return Outcome(row, cached, False, Decision(False, f"not synthesised: it failed in {row.get('stage')}"))
+        return Outcome(row, cached, False, Decision(False, f"not synthesised: it failed in {row.get('stage')}",
+                                                    kind="failed"))
     estimator = fit(study, spec, cache)
     front_points = front(study, spec, point.model, point.dtype)
     tolerance = None
@@ -348,7 +421,7 @@ def evaluate_multi(study, spec: Spec, ctx, point: DesignPoint, workdir: str | Pa
     # synthesis (and place-and-route) now; the checks too unless the cheap fidelity ran them
     # (then its row is kept, not checked again; else the compile and overflow proof run again:
     # milliseconds), so every synthesised point is simulated and checked
-    checked = row if cheap_ctx.simulate else None
+    checked = row if row.get("cycles") is not None else None        # simulated (not golden-only)
     full, full_cached, _ = cached_evaluate(ctx, point, workdir, cache, log, checked=checked)
     return Outcome(full, cached and full_cached, True, decision)
 

@@ -8,6 +8,12 @@ On a terminal it is a tqdm bar (on stderr):
 elsewhere (CI logs, pipes) one line per trial, so a log shows what happened:
 
     [25/40] #24 gemv_128x784 int8 mem_read=sync: OK cycles=100609 luts=806 (8.1 s) | fail 4, cached 9, ETA 0:00:42
+
+A multi-fidelity sweep (dse.fidelity) also counts the points estimated, synthesised and skipped,
+and why each skipped one was (dse.fidelity.SKIP_KINDS):
+
+    [412/11664] #411 jet int8 ...: OK ... (estimated: not synthesised) (0.1 s) | estimated 412, synthesised 23,
+        skipped 389 (dominated 350, tolerance 30, infeasible 9), fail 0, cached 0, ETA 0:21:10
 """
 from __future__ import annotations
 
@@ -38,6 +44,8 @@ class Progress:
         self.objectives = list(objectives)
         self.n_jobs = n_jobs
         self.failed = self.cached = 0
+        self.synthesized = 0                 # multi-fidelity: points synthesised, and skipped by why
+        self.skipped: dict[str, int] = {}
         self.best: list[tuple[float, dict[str, Any]] | None] = [None] * len(self.objectives)
         self.t0 = time.monotonic()
         self.bar = None
@@ -52,6 +60,10 @@ class Progress:
         self.done = max(self.done + 1, event.get("study_done") or 0)
         self.failed += event["status"] != "OK"
         self.cached += bool(event.get("cached"))
+        if "synthesized" in event:
+            self.synthesized += bool(event["synthesized"])
+            if event.get("skipped"):
+                self.skipped[event["skipped"]] = self.skipped.get(event["skipped"], 0) + 1
         if event.get("feasible") and event.get("values"):
             for i, (o, v) in enumerate(zip(self.objectives, event["values"])):
                 cur = self.best[i]
@@ -64,10 +76,22 @@ class Progress:
         elif self.mode == "lines":
             self._print(self.line(event))
 
+    def fidelity(self) -> str:
+        """Multi-fidelity counts: `estimated 412, synthesised 23, skipped 389 (dominated 350, tolerance 30,
+        infeasible 9)` ("" in a full sweep)."""
+        ran = self.synthesized + sum(self.skipped.values())
+        if not ran:
+            return ""
+        why = ", ".join(f"{k} {n}" for k, n in sorted(self.skipped.items(), key=lambda kv: -kv[1]))
+        return (f"estimated {ran}, synthesised {self.synthesized}, skipped {sum(self.skipped.values())}"
+                + (f" ({why})" if why else ""))
+
     def postfix(self) -> str:
         best = ", ".join(f"{o.metric} {_fmt(b[0])} ({b[1]['dtype']} {_knobs(b[1]['knobs'])})".replace(" )", ")")
                          for o, b in zip(self.objectives, self.best) if b is not None)
-        return f"fail {self.failed} cached {self.cached}" + (f" | {best}" if best else "")
+        counts = self.fidelity()
+        return (f"fail {self.failed} cached {self.cached}" + (f" {counts}" if counts else "")
+                + (f" | {best}" if best else ""))
 
     def eta(self) -> str:
         ran = self.done - self.start_done
@@ -88,8 +112,9 @@ class Progress:
         if event.get("error"):
             status += f" [{event.get('stage') or '?'}] {event['error']}"
         cached = " cached" if event.get("cached") else ""
+        counts = self.fidelity()
         return (f"[{self.done}/{self.total}] {what}: {status} ({event.get('seconds', 0):.1f} s{cached}) "
-                f"| fail {self.failed}, cached {self.cached}, ETA {self.eta()}")
+                f"| {counts + ', ' if counts else ''}fail {self.failed}, cached {self.cached}, ETA {self.eta()}")
 
     def message(self, text: str) -> None:
         if self.mode == "off":

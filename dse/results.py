@@ -228,7 +228,9 @@ def pareto_markdown(spec: Spec, df: pd.DataFrame, pareto: pd.DataFrame) -> str:
              f"checks passed{fits}{bounds}. {len(df)} trials: {n_ok} OK, {len(df) - n_ok - n_running} failed or interrupted, "
              f"{running}{n_feasible} feasible. Pareto-optimal feasible points per model x dtype, one row per design point."
              + (" Area by per-unit synthesis (`synthesis: units`: each float unit synthesised on its own, "
-                "counted per instance; docs/synthesis.md)." if spec.synthesis == "units" else ""),
+                "counted per instance; docs/synthesis.md)." if spec.synthesis == "units" else "")
+             + (" Area by per-kernel synthesis (`synthesis: kernels`: each kernel synthesised on its own and "
+                "the counts summed; docs/synthesis.md)." if spec.synthesis == "kernels" else ""),
              ""]
     knob_cols = [k.name for k in spec.knobs]
     formats = {m.name: format_rows(df, m.name, knob_cols) for m in spec.models}

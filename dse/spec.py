@@ -30,8 +30,9 @@ Optional keys: `input_range` ({min, max} for every dtype, or {dtype: {min, max}}
 ({luts_max: 5000, ...}: resource budgets a feasible point must meet), `gate` (the same bounds,
 for `dse check`: one mapping for every model x dtype, or a list of rules each optionally
 restricted by `model:` and `dtype:`), `timing` (default false; true or a mapping of nextpnr's
-settings, {router, placer, seed, freq_mhz}: run place-and-route for fmax_mhz/latency_us), `synthesis` (flat | units, default flat: `units` synthesises each
-distinct float unit once and counts it per instance, compiler.synth.units), `stage_timeout_s` (per-stage time limit, default 600) and `data` (the
+settings, {router, placer, seed, freq_mhz}: run place-and-route for fmax_mhz/latency_us), `synthesis` (flat | units | kernels, default flat: `units` synthesises each
+distinct float unit once and counts it per instance, compiler.synth.units; `kernels` each kernel
+on its own, in parallel, compiler.synth.kernels), `stage_timeout_s` (per-stage time limit, default 600) and `data` (the
 samples of the models with weights that name none of their own).
 
 Every mistake raises one `SpecError` naming the YAML path of the offending value, e.g.
@@ -50,7 +51,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import yaml
@@ -187,6 +188,11 @@ class Knob:
     values: tuple[Any, ...]  # candidate values, each legal on its own
 
 
+LARGE_GRID = 1000
+"""Grids this large default to `fidelity: multi` (synthesising every point of one takes hours: a
+thousand points at 10 to 60 s of Yosys each); `fidelity: full` in the spec keeps them all."""
+
+
 @dataclass(frozen=True)
 class SearchSpec:
     sampler: Sampler
@@ -212,11 +218,19 @@ def unused_knobs(knobs: Mapping[str, Any]) -> tuple[str, ...]:
                  or (auto and "@" in k and k.partition("@")[0] in FOLDED))
 
 
+PRUNE_KNOB = "prune"
+"""A knob of the model, like the format knobs: the sparsity a trained dense network is pruned to
+(and retrained at) before it is quantised (dse.models.prune; a model's own `prune:` is the same
+for every point). The hardware of a network with its weights in memories is the same at every
+sparsity, so pruning trades its accuracy for nothing there; with `weights: constant` a zero
+weight costs no logic."""
+
+
 def hardware_knobs(knobs: Mapping[str, Any]) -> dict[str, Any]:
     """The knobs HardwareConfig.from_dict reads: not the format knobs (dse.models.widths: the
     model's, not the hardware's), nor those the fold setting leaves unused (`unused_knobs`)."""
     unused = unused_knobs(knobs)
-    return {k: v for k, v in knobs.items() if not is_format_knob(k) and k not in unused}
+    return {k: v for k, v in knobs.items() if not is_format_knob(k) and k != PRUNE_KNOB and k not in unused}
 
 
 def check_knob_value(name: str, value: Any) -> None:
@@ -252,6 +266,22 @@ FORMATS_APPLY = "sets the widths of a network the tool quantises, in an integer 
 """Where the format knobs (dse.models.widths) change a point."""
 
 
+def missing_format_layer(m: ModelSpec, dtype: str, layer: str) -> str:
+    """Why `<format knob>@<layer>` names no conv/dense layer of `m` ("" when it does): a layer is
+    named by its index, its weights' name or (in `dtype`) its kernel's name."""
+    names = quantised_layers(m)
+    if (layer.isdigit() and int(layer) < len(names)) or layer in names:
+        return ""
+    try:
+        kernels = [n for n, _, _ in model_layer_limits(m, dtype)]
+        if layer in {kernels[k] for k in layer_kernels(m, dtype).values()}:
+            return ""
+    except Exception:        # noqa: BLE001 - a model that does not build fails as its points do
+        return ""
+    listing = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
+    return f"model {m.name!r} has no layer {layer!r} to quantise; its conv/dense layers: {listing}"
+
+
 def format_misfit(name: str, value: Any, dtype: str) -> str:
     """Why format knob `name` at `value` cannot apply to an integer point of `dtype` ("" when it
     can): a width beyond the bits the dtype holds ("does not fit int4: ...", to follow the knob)."""
@@ -281,6 +311,14 @@ class DesignPoint:
         """The format knobs of this point (the widths the tool's quantiser uses)."""
         return Formats.of(self.knobs)
 
+    def model_of(self, model: ModelSpec) -> ModelSpec:
+        """`model` as this point builds it: with its format knobs and its `prune` knob."""
+        model = model.with_formats(self.formats())
+        if PRUNE_KNOB in self.knobs and model.trained is not None:
+            model = dataclasses.replace(model, trained=dataclasses.replace(model.trained,
+                                                                           prune=float(self.knobs[PRUNE_KNOB])))
+        return model
+
     def not_applicable(self) -> str:
         """Why a knob of this point cannot apply to its dtype ("" when all can): a float dtype
         sums in float (HardwareConfig.not_applicable). Illegal knob values are not this
@@ -306,7 +344,8 @@ class Spec:
     timing: TimingSpec | None       # None: no place-and-route
     stage_timeout_s: float
     path: Path | None               # the spec file, if it came from one
-    synthesis: str = "flat"         # "units": float units synthesised once each (compiler.synth.units)
+    synthesis: str = "flat"         # "units": float units synthesised once each (compiler.synth.units);
+                                    # "kernels": each kernel on its own, in parallel (compiler.synth.kernels)
     refused: tuple[tuple[str, str, str], ...] = ()  # (model, dtype, why): a dtype its network cannot run in
                                                     # (quantised), left out while its other dtypes run
 
@@ -599,7 +638,7 @@ def parse_gate(value: Any, models: Iterable[str], dtypes: Iterable[str], timing:
 
 _TOP_REQUIRED = ("study", "target", "models", "dtypes", "objectives", "search")
 _TOP_OPTIONAL = ("knobs", "input_range", "constraints", "gate", "timing", "synthesis", "stage_timeout_s", "data")
-SYNTH_FIDELITY = {"flat": "synth", "units": "synth_units"}
+SYNTH_FIDELITY = {"flat": "synth", "units": "synth_units", "kernels": "synth_kernels"}
 """The `synthesis` modes, and the `fidelity` of a row each one synthesised."""
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _BOUND_KEYS = {**{f"{m}_max": m for m, d in METRICS.items() if d is Direction.MINIMIZE},
@@ -759,14 +798,15 @@ class _Parser:
                                       f"{target.value} has no open-source place-and-route here "
                                       "(set timing: false, or change the target)")
         synthesis = _choice(top.get("synthesis", "flat"), "synthesis", list(SYNTH_FIDELITY), "synthesis")
-        if synthesis == "units" and self.timing:
-            raise SpecError("synthesis", "'units' writes no netlist, and place-and-route (timing: true) needs a flat "
-                                         "one: use synthesis: flat with timing")
+        if synthesis in ("units", "kernels") and self.timing:
+            raise SpecError("synthesis", f"'{synthesis}' writes no netlist, and place-and-route (timing: true) needs a "
+                                         "flat one: use synthesis: flat with timing")
         top_ranges = self.input_ranges(top["input_range"], "input_range") if "input_range" in top else {}
         self.top_data = self.data(top["data"], "data") if "data" in top else None
         models = self.models(top["models"], top_ranges)
         knobs = self.knobs(top.get("knobs", {}), "knobs")
         self.check_layers(knobs, models, "knobs")
+        self.check_prune(knobs, models, "knobs")
         self.check_constant_weights(knobs, models, "knobs")
         objectives = self.objectives(top["objectives"])
         knob_space = math.prod(len(k.values) for k in knobs)
@@ -837,7 +877,7 @@ class _Parser:
 
     def model_entry(self, value: Any, path: str, top_ranges: dict[str, InputRange]) -> ModelSpec:
         d = _mapping(value, path, ["name"], ["builtin", "source", "params", "input_range", "weights", "onnx", "data",
-                                             "prune", "dtypes"])
+                                             "prune", "qat", "dtypes"])
         name = _str(d["name"], _join(path, "name"))
         if not _NAME.fullmatch(name):
             raise SpecError(_join(path, "name"), f"expected a name of letters, digits, '_', '-' and '.', got {name!r}")
@@ -848,9 +888,11 @@ class _Parser:
                                       "('weights' alone is a trained dense network: arrays W1, b1, W2, b2, ...; "
                                       "beside 'source' or 'builtin' it fills that model's inputs by name)")
             return self.trained_model(d, name, path, kinds[0])
-        if "prune" in d:
-            raise SpecError(_join(path, "prune"), "pruning applies to a trained network the tool quantises ('weights:' "
-                                                  "alone or 'onnx:'); a builtin or source model brings its own weights")
+        for key, what in (("prune", "pruning"), ("qat", "quantisation-aware fine-tuning")):
+            if key in d:
+                raise SpecError(_join(path, key), f"{what} applies to a trained network the tool quantises "
+                                                  "('weights:' alone or 'onnx:'); a builtin or source model brings "
+                                                  "its own weights")
         if ("builtin" in d) == ("source" in d):
             raise SpecError(path, "give either 'builtin' (a zoo model) or 'source' (path/to/file.py:function)"
                                   + (", not both" if "builtin" in d else ""))
@@ -989,6 +1031,8 @@ class _Parser:
             except ValueError as e:
                 raise SpecError(_join(path, "prune"), str(e)) from None
         trained = dataclasses.replace(trained, prune=sparsity)
+        qat = (self.qat(d["qat"], _join(path, "qat"), net, dataset, _join(path, "data") if "data" in d else "data")
+               if "qat" in d else None)
         computes = [layer for layer in net.layers if hasattr(layer, "W")]     # the conv/dense layers
         if isinstance(net, DenseNet):
             m = ModelSpec(name, None, None, None, FrozenMap(), FrozenMap(), trained)
@@ -1007,8 +1051,31 @@ class _Parser:
                     m.files.inputs(built.inputs, dt)
             except (ValueError, DataError) as e:
                 raise SpecError(_join(path, kind), f"dtype {dt}: {str(e).removeprefix(f'{dt}: ')}") from None
-        self.per_dtype(name, builds)
-        return m
+        self.per_dtype(name, builds)      # checked without fine-tuning: it changes the values, not the layers
+        return m if qat is None else dataclasses.replace(m, trained=dataclasses.replace(trained, qat=qat))
+
+    @staticmethod
+    def qat(value: Any, path: str, net, dataset, data_path: str):
+        """`qat:` of a trained network: true, false or a mapping of dse.models.qat.OPTION_KEYS;
+        the network must be one the tool trains, and the data must hold a training split apart
+        from the test samples."""
+        from dse.models.qat import QatOptionError, check_trainable, parse_options
+        try:
+            options = parse_options(value)
+        except QatOptionError as e:
+            raise SpecError(_join(path, e.key) if e.key is not None else path, e.message) from None
+        if options is None:
+            return None
+        try:
+            check_trainable(net)
+        except ValueError as e:
+            raise SpecError(path, str(e)) from None
+        if dataset.train_is_test:
+            raise SpecError(data_path, f"{dataset.name} has no training split (x_train), and fine-tuning (qat) on "
+                                       "the test samples would score the network on what it trained on: give "
+                                       "'split: F' (the fraction of the samples to train on) or x_train and y_train "
+                                       "in the file")
+        return options
 
     def per_dtype(self, name: str, check) -> None:
         """`check(dtype)` (raising SpecError) for each dtype of model `name`: a dtype that fails is
@@ -1039,7 +1106,7 @@ class _Parser:
 
     def data(self, value: Any, path: str, dense: bool = True):
         from dse.models.data import DataError, DataSpec, SKLEARN_DATASETS
-        d = _mapping(value, path, [], ["dataset", "file", "samples", "input"],
+        d = _mapping(value, path, [], ["dataset", "file", "samples", "input", "split"],
                      what="{dataset: sklearn:NAME} or {file: PATH.npz}, with optional samples: N")
         if ("dataset" in d) == ("file" in d):
             raise SpecError(path, "give exactly one of 'dataset: sklearn:NAME' or 'file: PATH.npz'")
@@ -1056,8 +1123,16 @@ class _Parser:
         if "input" in d and dense:
             raise SpecError(_join(path, "input"), "a trained dense network has one input, 'x': leave 'input' out")
         named = _str(d["input"], _join(path, "input")) if "input" in d else None
+        split = d.get("split")
+        if split is not None and "file" not in d:
+            raise SpecError(_join(path, "split"), "the scikit-learn datasets come split (75% to train on); "
+                                                  "'split' takes a training split from a data file without one")
+        if split is not None and (isinstance(split, bool) or not isinstance(split, (int, float)) or not 0 < split < 1):
+            raise SpecError(_join(path, "split"), f"expected the fraction of the samples to train on, between 0 "
+                                                  f"and 1 (exclusive), got {_got(split)}")
         try:
-            return DataSpec(dataset=d.get("dataset"), file=file, samples=samples, input=named)
+            return DataSpec(dataset=d.get("dataset"), file=file, samples=samples, input=named,
+                            split=float(split) if split is not None else None)
         except DataError as e:
             raise SpecError(path, str(e)) from None
 
@@ -1142,6 +1217,9 @@ class _Parser:
             if base in FORMAT_KNOBS:
                 out.append(self.format_knob(name, values, kpath))
                 continue
+            if name == PRUNE_KNOB:
+                out.append(self.prune_knob(values, kpath))
+                continue
             if at and base not in LAYER_KNOBS:
                 raise SpecError(kpath, f"{base!r} cannot be set per layer; per-layer knobs: "
                                        + ", ".join(f"{k}@<layer>" for k in LAYER_KNOBS))
@@ -1166,6 +1244,40 @@ class _Parser:
             raise SpecError(_join(path, at), why)
         _some_combination_is_legal(out, path)
         return tuple(out)
+
+    def prune_knob(self, values: Any, path: str) -> Knob:
+        """`prune: [0, 0.5, 0.75]`: sparsities of the trained dense networks (checked against each
+        model in check_prune)."""
+        from dse.models.prune import check_sparsity
+        items = _list(values, path, "a list of sparsities")
+        for j, v in enumerate(items):
+            try:
+                check_sparsity(v)
+            except ValueError as e:
+                raise SpecError(_join(path, j), str(e)) from None
+        return Knob(PRUNE_KNOB, tuple(float(v) for v in items))
+
+    def check_prune(self, knobs: Sequence[Knob], models: Sequence[ModelSpec], path: str) -> None:
+        """The `prune` knob needs every model to be a trained dense network without a `prune:` of
+        its own, and no sparsity may leave a layer without a weight."""
+        knob = next((k for k in knobs if k.name == PRUNE_KNOB), None)
+        if knob is None:
+            return
+        from dse.models.prune import check_keeps_weights
+        from dse.models.quantize import DenseNet
+        for i, m in enumerate(models):
+            if m.trained is None or not isinstance(m.trained.net(), DenseNet):
+                raise SpecError(_join(path, PRUNE_KNOB), f"pruning applies to a trained dense network the tool "
+                                                        f"quantises ('weights:' or a dense 'onnx:' chain); model "
+                                                        f"{m.name} is not one")
+            if m.trained.prune:
+                raise SpecError(_join(path, PRUNE_KNOB), f"model {m.name} has a prune: of its own "
+                                                        f"({m.trained.prune:g}); give the sparsities in one place")
+            for j, v in enumerate(knob.values):
+                try:
+                    check_keeps_weights(m.trained.net(), v)
+                except ValueError as e:
+                    raise SpecError(_join(_join(path, PRUNE_KNOB), j), f"model {m.name}: {e}") from None
 
     def format_knob(self, name: str, values: Any, path: str) -> Knob:
         """`weight_bits`, `act_bits`, `scale_digits` (and `@<layer>`): widths and multiplier digits of
@@ -1337,7 +1449,9 @@ class _Parser:
         d = _mapping(value, "search", ["sampler"], ["trials", "seed", "fidelity", "hv_tolerance"])
         sampler = Sampler(_choice(d["sampler"], "search.sampler", [s.value for s in Sampler], "sampler"))
         seed = _int(d.get("seed", 0), "search.seed", minimum=0, maximum=MAX_SEED, why=" (the samplers' seed range)")
-        fidelity = _choice(d.get("fidelity", "full"), "search.fidelity", ["full", "multi"], "fidelity")
+        # a grid of LARGE_GRID points or more is searched multi-fidelity unless the spec says full
+        default = "multi" if sampler is Sampler.GRID and space >= LARGE_GRID and "trials" not in d else "full"
+        fidelity = _choice(d.get("fidelity", default), "search.fidelity", ["full", "multi"], "fidelity")
         tolerance = 0.0
         if "hv_tolerance" in d:
             tolerance = float(_number(d["hv_tolerance"], "search.hv_tolerance"))

@@ -52,3 +52,12 @@ def fake_synth(monkeypatch):
 @pytest.fixture(scope="session")
 def digits():
     return load_dataset(DataSpec(dataset="sklearn:digits"))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_builds():
+    """Each test compiles its own points: dse.evaluate keeps built models and their designs per
+    process, and a test may replace a compiler function another test's kept design never calls."""
+    from dse.evaluate import forget_built
+    forget_built()
+    yield

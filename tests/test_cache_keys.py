@@ -34,8 +34,8 @@ def tree(tmp_path_factory) -> Path:
 
 def test_every_cache_is_listed_once_with_what_it_is_keyed_on():
     names = [c.name for c in CACHES]
-    assert len(names) == len(set(names)) == 6
-    assert {"evals", "references", "synth", "pnr", "cxxrtl", "fp-harness"} == set(names)
+    assert len(names) == len(set(names)) == 7
+    assert {"evals", "references", "synth", "pnr", "cxxrtl", "fp-harness", "qat"} == set(names)
     for cache in CACHES:
         assert cache.keyed_on and covered_files(cache.code), cache.name
 

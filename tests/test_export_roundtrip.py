@@ -20,7 +20,6 @@ import pytest
 
 from dse.cli import main
 from dse.evaluate import point_arrays
-from dse.frozen import FrozenMap
 from dse.models.widths import Formats
 from dse.models.record import file_problem, model_from_record, model_record, record_change
 from dse.results import load_results

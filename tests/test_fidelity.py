@@ -355,11 +355,13 @@ def test_the_cheap_points_of_a_resumed_study_are_replaced_not_counted_twice():
 
 @pytest.mark.slow
 def test_a_multi_fidelity_grid_evaluates_every_point_cheaply_first_then_synthesises_front_first(tmp_path, synth_calls):
-    from dse.study.order import prior_area
+    from dse.estimate import load_prior
     result = sweep(load(tmp_path, spec_dict()), options(tmp_path))
     df = load_results(result.results_dir).sort_values("number")
-    # the queue: the prior's front of (cycles, size) first, in one block (numbers 0..k-1)
-    vec = [(c, prior_area(json.loads(f))) for c, f in zip(df["cycles_model"], df["features"])]
+    # the queue: the front of (cycles, LUTs estimated by the shipped calibration, before any
+    # point is synthesised) first, in one block (numbers 0..k-1)
+    table = load_prior("ecp5")
+    vec = [(c, table.predict(json.loads(f))["luts"].value) for c, f in zip(df["cycles_model"], df["features"])]
     on_front = [not any(o[0] <= v[0] and o[1] <= v[1] and o != v for o in vec) for v in vec]
     assert any(on_front) and not all(on_front)
     assert on_front == sorted(on_front, reverse=True)

@@ -423,3 +423,15 @@ def test_dse_eval_exports_the_point_with_its_format_knobs(tmp_path, capsys):
     assert weights, [(p["name"] if "name" in p else p["file"], p["width"]) for p in ports]
     for p in weights:                   # two's complement 2-bit words: 0..3
         assert all(int(w, 16) <= 3 for w in (out / p["file"]).read_text().split() if "x" not in w)
+
+
+def test_dse_eval_set_on_a_layer_the_network_lacks_is_a_usage_error(tmp_path, capsys):
+    """`--set weight_bits@W9=4` on a 2-layer network: exit 2 and one line listing its layers, before
+    anything is built (it was a FAILed build, exit 1)."""
+    path = _format_spec(tmp_path, {"weight_bits": [8]})
+    rc = main(["eval", str(path), "--model", "mlp", "--dtype", "int8", "--set", "weight_bits@W9=4", "--no-synth",
+               "--workdir", str(tmp_path / "work")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: --set weight_bits@W9=4: model 'mlp' has no layer 'W9' to quantise; "
+                                      "its conv/dense layers: 0 (W1), 1 (W2)") and len(err.splitlines()) == 1
+    assert not (tmp_path / "work").exists()

@@ -200,7 +200,7 @@ ERRORS = [
     (with_("target", "xilinx", with_("timing", True)),
      "timing: place-and-route needs target ecp5 or ice40; xilinx has no open-source place-and-route here "
      "(set timing: false, or change the target)"),
-    (with_("synthesis", "hierarchical"), "synthesis: unknown synthesis 'hierarchical' (known: flat, units)"),
+    (with_("synthesis", "hierarchical"), "synthesis: unknown synthesis 'hierarchical' (known: flat, units, kernels)"),
     (with_("synthesis", "units", with_("timing", True)),
      "synthesis: 'units' writes no netlist, and place-and-route (timing: true) needs a flat one: use "
      "synthesis: flat with timing"),

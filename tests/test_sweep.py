@@ -177,13 +177,13 @@ def test_points_a_knob_cannot_apply_to_are_never_compiled_nor_rows(tmp_path, fak
 def test_points_that_do_not_compile_are_cached_as_failures(tmp_path, fake_synth, monkeypatch):
     from compiler import UnsupportedError
     import compiler
-    real = compiler.compile_model
+    real = compiler.compile_traced
 
-    def compile_model(*outputs, config=None, **kw):
+    def compile_traced(traced, config=None):      # what dse compiles a traced model with
         if config is not None and config.mem_read == "comb":
             raise UnsupportedError("k0", "LOAD", "int8", "no comb read ports today")
-        return real(*outputs, config=config, **kw)
-    monkeypatch.setattr(compiler, "compile_model", compile_model)
+        return real(traced, config)
+    monkeypatch.setattr(compiler, "compile_traced", compile_traced)
     spec = load_spec(write_spec(tmp_path, spec_dict(models=SMALL_MODELS[:1])))
     r = sweep(spec, options(tmp_path))
     assert (r.ran, r.failed, r.cached) == (2, 1, 0)

@@ -89,6 +89,20 @@ def test_abc9_out_of_call_stack_falls_back_to_classic_lut_mapping(tmp_path, monk
         synthesize(design, target, workdir=tmp_path / "b", use_cache=False)
 
 
+def test_a_large_combinational_adder_network_is_mapped_classically_from_the_start():
+    """abc9 does not finish on thousands of carry chains in one combinational cone (constant
+    weights, no pipeline: compiler/synth/area.py adder_network); a pipelined design of as many
+    adders keeps abc9, and so does a small network."""
+    from compiler.synth.area import ADDER_NETWORK_CELLS, ADDERS_PER_REGISTER, adder_network
+    adders = "".join(f"  cell $add $a{i}\n  end\n" for i in range(ADDER_NETWORK_CELLS))
+    regs = lambda n: "".join(f"  cell $dff $r{i}\n  end\n" for i in range(n))    # noqa: E731
+    why = adder_network(adders + regs(5))
+    assert why.startswith(f"a combinational adder network ({ADDER_NETWORK_CELLS} adders, 5 register cells)")
+    assert adder_network(adders + regs(ADDER_NETWORK_CELLS // ADDERS_PER_REGISTER)) == ""    # pipelined
+    assert adder_network(adders.replace("$add $a0\n", "$mul $a0\n") + regs(1)) == ""        # too few adders
+    assert adder_network("module \\top\n" + adders.replace("cell $add", "cell $sub") + "end\n") != ""
+
+
 def test_fanout_copies_survive_synthesis(tmp_path):
     """fp_pipeline 3 gives integer products operand registers of their own: the x element,
     which eight lanes' products multiply, passes a copy per OPERAND_GROUP (4) products, then

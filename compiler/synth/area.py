@@ -27,7 +27,10 @@ LUT mapping, `abc -lut 4` for abc9, then the rest; iCE40: `synth_ice40 -noabc`);
 `script` and `fallback` say so. Its LUT counts are not abc9's (mlp_softmax fp32 at fp_pipeline
 0: 17,880 LUTs; the same model at fp_pipeline 1 with abc9: 17,019), so they are comparable with
 each other, not exactly with the other points'. The cache keeps the outcome under the
-first script's key: the same netlist always takes the same path.
+first script's key: the same netlist always takes the same path. The same classic mapping runs
+from the start on a large combinational adder network (`adder_network`: a design with constant
+weights and no pipeline), where abc9 does not finish in any time a sweep can spend; the report's
+`fallback` says so.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ from pathlib import Path
 from amaranth.back import rtlil
 
 from . import multipliers, rtlil_text
+from . import kernels as synth_kernels
 from . import units as synth_units
 from ..design import Design
 from ..hw.datapath import DUPLICATE_ATTRIBUTE
@@ -156,16 +160,22 @@ def design_rtlil(design: Design, *, exact_init: bool = False) -> str:
 
 def synthesize(design: Design, target: str = "ecp5", workdir: Path | None = None,
                timeout: float | None = 600, *, netlist: bool = False, use_cache: bool = True,
-               exact_init: bool = False, units: bool = False) -> AreaReport:
+               exact_init: bool = False, units: bool = False, kernels: bool = False) -> AreaReport:
     """Synthesise the design for `target` and count its resources. With `netlist`, the same
     Yosys run also writes the mapped netlist as JSON (`AreaReport.netlist_path`), the input of
     place-and-route (compiler.pnr.timing). `use_cache=False` always runs Yosys (module docstring).
     `exact_init` keeps every memory's initial contents (a bitstream's RAMs start at zero).
     The design's `mul` knob says which multipliers become DSPs (compiler.synth.multipliers).
     `units`: each distinct float unit synthesised on its own and counted once per instance
-    (compiler.synth.units: faster, not optimised across the units' boundaries; no netlist)."""
+    (compiler.synth.units: faster, not optimised across the units' boundaries; no netlist).
+    `kernels`: each kernel synthesised on its own, in parallel (compiler.synth.kernels; no netlist)."""
     if target not in TARGETS:
         raise ValueError(f"unknown synthesis target {target!r}; known: {', '.join(TARGETS)}")
+    if kernels:
+        if netlist:
+            raise ValueError("per-kernel synthesis writes no netlist: place-and-route needs a flat one")
+        return synthesize_kernels(design_rtlil(design, exact_init=exact_init), target, workdir, timeout=timeout,
+                                  use_cache=use_cache, mul=design.config.mul)
     if units:
         if netlist:
             raise ValueError("per-unit synthesis writes no netlist: place-and-route needs a flat one")
@@ -199,7 +209,9 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
     files = multipliers.map_files(text, target) if before else {}
     for name, content in files.items():
         (workdir / name).write_text(content)
-    script = f"read_rtlil design.il\n{before}{TARGETS[target]}\ntee -q -o stat.json stat -json\n"
+    adders = adder_network(text) if target in _FALLBACK else ""
+    flow = _FALLBACK[target] if adders else TARGETS[target] + "\n"
+    script = f"read_rtlil design.il\n{before}{flow}tee -q -o stat.json stat -json\n"
     if netlist:
         script += "write_json netlist.json\n"
     for stale in _OUTPUTS:
@@ -209,8 +221,10 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
         return hit
     try:
         report = _run_yosys(script, target=target, workdir=workdir, timeout=timeout, netlist=netlist)
+        if adders:
+            report = dataclasses.replace(report, fallback=adders)
     except ToolError as exc:
-        if target not in _FALLBACK or "call stack exhausted" not in f"{exc.reason}\n{exc.log_tail}":
+        if adders or target not in _FALLBACK or "call stack exhausted" not in f"{exc.reason}\n{exc.log_tail}":
             raise
         flow = _FALLBACK[target]
         report = dataclasses.replace(
@@ -228,10 +242,37 @@ def synthesize_units(text: str, target: str, workdir: Path | None = None, *, tim
     """Per-unit synthesis of the RTLIL `text` (compiler.synth.units): the design with its float
     units as black boxes, then each distinct unit, all through the cache. The multiplier plan is
     made on the whole design first, so `mul: auto` spends the device's DSPs as a flat run does."""
+    return _synthesize_split(text, target, workdir, split=synth_units.split_units, what="float unit",
+                             timeout=timeout, use_cache=use_cache, mul=mul, jobs=1)
+
+
+def synthesize_kernels(text: str, target: str, workdir: Path | None = None, *, timeout: float | None = 600,
+                       use_cache: bool = True, mul: str = "auto", jobs: int | None = None) -> AreaReport:
+    """Per-kernel synthesis of the RTLIL `text` (compiler.synth.kernels): each distinct kernel on
+    its own, `jobs` Yosys runs at a time (default: synth_jobs()), and the rest of the design with
+    the kernels as black boxes, all through the cache; the multiplier plan is the whole design's."""
+    return _synthesize_split(text, target, workdir, split=synth_kernels.split_kernels, what="kernel",
+                             timeout=timeout, use_cache=use_cache, mul=mul, jobs=jobs or synth_jobs())
+
+
+def synth_jobs() -> int:
+    """Yosys runs at a time for per-kernel synthesis: $TINYHW_SYNTH_JOBS, else the CPU count."""
+    import os
+    raw = os.environ.get("TINYHW_SYNTH_JOBS", "")
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    return os.cpu_count() or 1
+
+
+def _synthesize_split(text: str, target: str, workdir: Path | None, *, split, what: str,
+                      timeout: float | None, use_cache: bool, mul: str, jobs: int) -> AreaReport:
+    """The design's parts cut out by `split` (a Split: the top with black boxes, the distinct
+    parts) synthesised each on its own and their cells summed, each part times its instances."""
+    from concurrent.futures import ThreadPoolExecutor
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-synth-"))
     text, before, _ = multipliers.plan(text, target, mul)
-    split = synth_units.split_units(text)
-    if not split.units:                       # nothing to cut out: the flat synthesis itself
+    parts = split(text)
+    if not parts.units:                       # nothing to cut out: the flat synthesis itself
         return _synthesize_planned(text, before, target=target, workdir=workdir, timeout=timeout, netlist=False,
                                    use_cache=use_cache)
 
@@ -240,30 +281,37 @@ def synthesize_units(text: str, target: str, workdir: Path | None = None, *, tim
         return _synthesize_planned(part_text, script, target=target, workdir=where, timeout=timeout,
                                    netlist=False, use_cache=use_cache)
 
-    # A unit another worker is synthesising now (fp32 at 2 and 4 lanes in one sweep) is left for
-    # after the top: by then its cache entry is usually there, and this worker was not idle.
     reports, busy = {}, []
-    for unit in split.units:
-        with _unit_lock(unit.name, use_cache, wait=False) as free:
-            if free:
+    if jobs > 1:                              # Yosys runs are processes: threads wait on them
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            top_future = pool.submit(part, parts.top, workdir)
+            futures = {u.name: pool.submit(part, u.text, workdir / "parts" / u.name) for u in parts.units}
+            reports = {name: f.result() for name, f in futures.items()}
+            top = top_future.result()
+    else:
+        # A unit another worker is synthesising now (fp32 at 2 and 4 lanes in one sweep) is left for
+        # after the top: by then its cache entry is usually there, and this worker was not idle.
+        for unit in parts.units:
+            with _unit_lock(unit.name, use_cache, wait=False) as free:
+                if free:
+                    reports[unit.name] = part(unit.text, workdir / "units" / unit.name)
+                else:
+                    busy.append(unit)
+        top = part(parts.top, workdir)
+        for unit in busy:
+            with _unit_lock(unit.name, use_cache, wait=True):
                 reports[unit.name] = part(unit.text, workdir / "units" / unit.name)
-            else:
-                busy.append(unit)
-    top = part(split.top, workdir)
-    for unit in busy:
-        with _unit_lock(unit.name, use_cache, wait=True):
-            reports[unit.name] = part(unit.text, workdir / "units" / unit.name)
     cells = {k: v for k, v in top.cells.items() if k not in reports}     # the black boxes' cells
     seconds, cached, fallbacks = top.seconds, top.cached, [top.fallback]
-    for unit in split.units:
+    for unit in parts.units:
         report = reports[unit.name]
         for cell, n in report.cells.items():
             cells[cell] = cells.get(cell, 0) + n * unit.instances
         seconds, cached = seconds + report.seconds, cached and report.cached
         fallbacks.append(report.fallback)
-    instances = sum(u.instances for u in split.units)
-    script = (f"# per-unit synthesis: {instances} float unit instances as black boxes, {len(split.units)} "
-              f"distinct units synthesised on their own with the same flow\n{top.script}")
+    instances = sum(u.instances for u in parts.units)
+    script = (f"# per-{what} synthesis: {instances} {what} instances as black boxes, {len(parts.units)} "
+              f"distinct {what}s synthesised on their own with the same flow\n{top.script}")
     return dataclasses.replace(top, cells=cells, seconds=seconds, cached=cached, script=script,
                                fallback=next((f for f in fallbacks if f), ""), units=instances,
                                **_classify(target, cells))
@@ -276,6 +324,36 @@ def _unit_lock(name: str, use_cache: bool, wait: bool):
     if not use_cache:
         return contextlib.nullcontext(True)
     return SYNTH.lock(f"unit-{name}", wait=wait)
+
+
+_ADDER = re.compile(r"^[ \t]*cell \$(?:add|sub) ", re.M)
+_REGISTER = re.compile(r"^[ \t]*cell \$(?:dff|dffe|sdff|sdffe|sdffce|adff|adffe|aldff|aldffe) ", re.M)
+ADDER_NETWORK_CELLS = 256
+ADDERS_PER_REGISTER = 16
+
+
+def adder_network(text: str) -> str:
+    """Why the classic LUT mapping runs instead of abc9 ("" when abc9 does): a network of at least
+    ADDER_NETWORK_CELLS adders and subtractors with more than ADDERS_PER_REGISTER of them per
+    register cell, i.e. a large combinational adder network (a network with constant weights
+    and no pipeline: every product a shift-and-add). abc9 sees each carry chain as a box, and
+    its `&sweep`/`&scorr` passes on thousands of boxes in one combinational cone do not finish:
+    the iris MLP 4-16-8-3 with constant weights, int8 (456 adders, 5 register cells; 2,413 CCU2C
+    carry cells against 962 other gates) was still in abc9 after 8.5 CPU minutes (20 min of wall
+    on a loaded machine; the issue that asked for this measured 678 s) at `scale_digits: 1`, and
+    after 6 CPU minutes at 2 (490 adders), where `abc -lut 4` maps it in 1.5 s (9 s of Yosys in
+    all). abc9 without `&sweep` (`&st; &if`) takes seconds too, but maps 2x the LUT4s of abc.
+    Where abc9 finishes the two differ by about 3% of LUTs: the iris MLP 4-6-3 (74 adders, 5
+    registers: under the rule) 1,024 LUTs with abc9, 1,057 with abc; the jet-shaped MLP pipelined
+    (2,466 adders, 1,597 registers: under the rule, abc9 in 41 s of CPU) 19,934 against 20,533
+    (docs/synthesis.md)."""
+    adders = len(_ADDER.findall(text))
+    registers = len(_REGISTER.findall(text))
+    if adders < ADDER_NETWORK_CELLS or adders <= ADDERS_PER_REGISTER * max(registers, 1):
+        return ""
+    return (f"a combinational adder network ({adders} adders, {registers} register cells): LUTs mapped with the "
+            f"classic flow (ECP5: abc -lut 4; iCE40: -noabc), not abc9, whose passes do not finish on such a "
+            f"network (compiler.synth.area.adder_network)")
 
 
 _FALLBACK = {   # the family flow with classic LUT mapping in place of abc9 (module docstring)

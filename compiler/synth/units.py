@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from ..hw.floatops import UNIT_PREFIX
 
@@ -120,14 +121,22 @@ def _rename(lines: list[str], old: str, new: str) -> list[str]:
 
 def split_units(text: str) -> Split:
     """Cut each float unit instance out of the RTLIL `text`."""
+    return cut_out(text, lambda name: bool(_UNIT.search(name)), "unit")
+
+
+def cut_out(text: str, wanted: Callable[[str], bool], prefix: str) -> Split:
+    """Cut every instantiated module whose name is `wanted` (and is not inside another one) out
+    of the RTLIL `text`, with its submodules: each distinct one (by its text, ports in name
+    order) becomes a design of its own named `<prefix>_<hash>` and a black box in the rest.
+    Float units (`split_units`) and kernels (compiler.synth.kernels) are cut this way."""
     head, modules = split_modules(text)
     by_name = {m.name: m for m in modules}
     instantiated = {c.group(2) for m in modules for line in m.lines if (c := _CELL.match(line.rstrip("\n")))}
     cut: dict[str, str] = {}             # instance module -> unit name
     units: dict[str, list] = {}          # unit name -> [text, instances, black box]
     for m in modules:
-        # a float unit, not inside another one, and instantiated (else there is nothing to count)
-        if (not _UNIT.search(m.name) or any(_UNIT.search(p) for p in _ancestors(m.name, by_name))
+        # wanted, not inside another one, and instantiated (else there is nothing to count)
+        if (not wanted(m.name) or any(wanted(p) for p in _ancestors(m.name, by_name))
                 or m.name not in instantiated):
             continue
         subtree = [line for s in modules if s.name == m.name or s.name.startswith(m.name + ".")
@@ -137,7 +146,7 @@ def split_units(text: str) -> Split:
                                                 for line in subtree[:len(m.lines)]])
         body = "".join(_rename(subtree, m.name, "\\top"))
         body = body.replace("module \\top\n", "attribute \\top 1\nmodule \\top\n", 1)
-        name = "unit_" + hashlib.sha256(body.encode()).hexdigest()[:16]
+        name = f"{prefix}_" + hashlib.sha256(body.encode()).hexdigest()[:16]
         if name not in units:
             box = "".join(_port_line(decl, ports) + "\n" for decl in m.ports.values())
             units[name] = [body, 0, f"attribute \\blackbox 1\nmodule \\{name}\n{box}end\n"]

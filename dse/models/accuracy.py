@@ -83,14 +83,18 @@ def check_cycles(runs, design) -> int:
     return model.total
 
 def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config: HardwareConfig | None = None,
-                backend: str = "cxxrtl", formats=None) -> SampleRun:
-    """`formats`: the widths of the tool's quantiser (dse.models.widths.Formats; None: the dtype's)."""
+                backend: str = "cxxrtl", formats=None, quantized=None) -> SampleRun:
+    """`formats`: the widths of the tool's quantiser (dse.models.widths.Formats; None: the dtype's).
+    `quantized`: the integer model to run in an integer dtype (a network fine-tuned at the format,
+    quantised: TrainedModel.quantized), in place of `net`'s post-training quantisation; `net` is
+    then the float model it is compared with."""
     x = data.x_test.reshape(len(data.x_test), -1)
     if x.shape[1] != net.inputs:
         raise ValueError(f"{data.name} samples have {x.shape[1]} values, the model takes {net.inputs}")
     float_logits = net.float_logits(x)
     if quantisable(dtype):
-        q = net.quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1), formats=formats)
+        q = quantized if quantized is not None else \
+            net.quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1), formats=formats)
         built, arrays, xs = q.built(), q.arrays(), q.quantize_input(x)
         reference, to_float = q.reference(xs), q.dequantize
     elif zoo.DTYPES[dtype].is_float:
@@ -124,6 +128,31 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
                   quantization=getattr(q, "scheme", "") or SCHEME if quantisable(dtype)
                   else FP8_SCHEME if is_fp8(dtype) else None)
     return dataclasses.replace(run, mean_bits=q.mean_bits()) if quantisable(dtype) else run
+
+
+_FLOAT_LOGITS: dict[tuple, np.ndarray] = {}
+
+
+def golden_samples(*, trained, dtype: str) -> SampleRun:
+    """The accuracy metrics of a trained network the tool builds (`trained`: the ModelSpec's
+    TrainedModel) from its golden model alone, with no hardware: the integer model of the
+    quantiser (dse.models.quantize.QuantNet.reference) for an integer dtype. What run_samples
+    reports for the same point is these numbers, since it fails the point unless the hardware
+    equals this golden model on every sample; so the cheap fidelity of a multi-fidelity search
+    (dse.fidelity) takes accuracy from here, and every point it synthesises is then simulated
+    on every sample and checked. `cycles` 0 and `design` None: nothing was compiled."""
+    if not quantisable(dtype):
+        raise ValueError(f"golden accuracy without hardware: integer dtypes only, not {dtype}")
+    data = trained.dataset()
+    x = data.x_test.reshape(len(data.x_test), -1)
+    q = trained.quantized(dtype)
+    logits = q.reference(q.quantize_input(x))
+    key = (trained.kind, trained.path, trained.data, trained.prune)      # the float model: every format's
+    if key not in _FLOAT_LOGITS:
+        _FLOAT_LOGITS[key] = trained.net().float_logits(x)
+    run = _scored(dtype=dtype, logits=logits, float_logits=_FLOAT_LOGITS[key], labels=data.y_test,
+                  to_float=q.dequantize, cycles=0, design=None, quantization=getattr(q, "scheme", "") or SCHEME)
+    return dataclasses.replace(run, mean_bits=q.mean_bits())
 
 
 def _scored(*, dtype: str, logits: np.ndarray, float_logits: np.ndarray, labels: np.ndarray | None,

@@ -44,6 +44,8 @@ class Conv:
     grid: "WeightGrid | None" = None    # integer weights the file declares (W = their values)
     out_quant: "Quantiser | None" = None    # the file's quantiser of this layer's output (after its ReLU)
     name: str = ""                      # its weights' name in the file (format knobs name layers by it)
+    clip: float | None = None           # its output bounded to [0, clip] ([-clip, clip] without a ReLU):
+                                        # quantisation-aware fine-tuning's learned range (dse.models.qat)
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class Linear:
     grid: "WeightGrid | None" = None
     out_quant: "Quantiser | None" = None
     name: str = ""
+    clip: float | None = None           # as Conv.clip
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,12 @@ class LayerNet:
             getattr(layer, "grid", None) is not None or getattr(layer, "out_quant", None) is not None
             for layer in self.layers)
 
+    @property
+    def clipped(self) -> bool:
+        """Whether a layer's output is bounded (a network fine-tuned for an integer format, which
+        the float builds do not run: dse.models.floatnet, fp8net)."""
+        return any(getattr(layer, "clip", None) is not None for layer in self.layers)
+
     def mapped_input(self, x: np.ndarray) -> np.ndarray:
         """Samples (n, ...) shaped (n, *input_shape[1:]), the input map applied."""
         h = np.asarray(x, np.float64).reshape((len(x), *self.input_shape[1:]))
@@ -186,6 +195,8 @@ def _float_layer(layer: Layer, h: np.ndarray) -> np.ndarray:
         h = conv(h, layer.W, layer.stride, layer.pads) + _channel(layer.b, 4)
     else:
         h = h @ layer.W.T + layer.b
+    if layer.clip is not None:
+        return np.clip(h, 0.0 if layer.relu else -layer.clip, layer.clip)
     return np.maximum(h, 0.0) if layer.relu else h
 
 

@@ -6,13 +6,15 @@
 Datasets are those scikit-learn ships offline (`sklearn:digits`, `iris`, `wine`,
 `breast_cancer`), split into train and test with a fixed seed (stratified, TEST_FRACTION), or an
 `.npz` file with `x` (samples, first axis) and optionally `y` (labels), the test data, and
-optionally `x_train` (and `y_train`), the training split (calibration, pruning); without it
-calibration uses the test samples. Weights come from an
+optionally `x_train` (and `y_train`), the training split (calibration, pruning, fine-tuning);
+without it calibration uses the test samples, or `split: F` takes the fraction F of them as the
+training split (stratified, seeded) and leaves the rest to test on. Weights come from an
 `.npz` or `.safetensors` file, matched to a model's inputs by name with shapes checked.
 Every problem raises DataError with one line naming the file, key or dataset.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,12 +43,17 @@ class DataSpec:
     file: Path | None = None
     samples: int | None = None       # the first N test samples (default: all)
     input: str | None = None         # the model input the samples fill (default: the one not in the weights)
+    split: float | None = None       # a file without x_train: this fraction of its samples is the training split
 
     def __post_init__(self) -> None:
         if (self.dataset is None) == (self.file is None):
             raise DataError("data: give exactly one of 'dataset: sklearn:NAME' or 'file: PATH.npz'")
         if self.samples is not None and (type(self.samples) is not int or self.samples < 1):
             raise DataError(f"data.samples: expected a positive integer, got {self.samples!r}")
+        if self.split is not None and (isinstance(self.split, bool) or not isinstance(self.split, (int, float))
+                                       or not 0 < self.split < 1):
+            raise DataError(f"data.split: expected the fraction of the samples to train on, between 0 and 1 "
+                            f"(exclusive), got {self.split!r}")
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,7 @@ class Dataset:
     y_train: np.ndarray | None
     x_test: np.ndarray
     y_test: np.ndarray | None        # None: no labels (accuracy is agreement with the float model)
+    train_is_test: bool = False      # a file without a training split: calibration runs on the test samples
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -67,12 +75,34 @@ def load_dataset(spec: DataSpec) -> Dataset:
         data = _sklearn(spec.dataset)
     else:
         data = _npz_dataset(Path(spec.file))
+    if spec.split is not None:
+        data = _split(data, spec.split)
     if spec.samples is not None:
         if spec.samples > len(data.x_test):
             raise DataError(f"data.samples: {spec.samples} asked, {data.name} has {len(data.x_test)} test samples")
-        data = Dataset(data.name, data.x_train, data.y_train, data.x_test[:spec.samples],
-                       None if data.y_test is None else data.y_test[:spec.samples])
+        data = dataclasses.replace(data, x_test=data.x_test[:spec.samples],
+                                   y_test=None if data.y_test is None else data.y_test[:spec.samples])
     return data
+
+
+def _split(data: Dataset, fraction: float) -> Dataset:
+    """A file's samples split into a training split of `fraction` and the test samples (stratified
+    by the labels where there are labels, seed SPLIT_SEED, as the scikit-learn datasets are)."""
+    if not data.train_is_test:
+        raise DataError(f"data.split: {data.name} has its own training split (x_train); leave 'split' out")
+    from sklearn.model_selection import train_test_split
+    n = len(data.x_test)
+    train = int(round(fraction * n))
+    if not 1 <= train < n:
+        raise DataError(f"data.split: {fraction:g} of {data.name}'s {n} samples leaves "
+                        f"{'no training' if train < 1 else 'no test'} sample")
+    idx = np.arange(n)
+    y = data.y_test
+    counts = np.unique(y, return_counts=True)[1] if y is not None else None
+    stratify = y if counts is not None and counts.min() >= 2 and min(train, n - train) >= len(counts) else None
+    tr, te = train_test_split(idx, train_size=train, random_state=SPLIT_SEED, stratify=stratify)
+    return Dataset(data.name, data.x_test[tr], None if y is None else y[tr], data.x_test[te],
+                   None if y is None else y[te])
 
 
 def _sklearn(name: str) -> Dataset:
@@ -99,7 +129,7 @@ def _npz_dataset(path: Path) -> Dataset:
     if "x_train" not in arrays:
         if "y_train" in arrays:
             raise DataError(f"{path}: 'y_train' without 'x_train'")
-        return Dataset(str(path), x, y, x, y)
+        return Dataset(str(path), x, y, x, y, train_is_test=True)
     xtr, ytr = _samples(path, arrays, "x_train", "y_train")
     if xtr.shape[1:] != x.shape[1:]:
         raise DataError(f"{path}: 'x_train' samples have shape {xtr.shape[1:]}, 'x' samples {x.shape[1:]}")

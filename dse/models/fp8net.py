@@ -97,6 +97,9 @@ class Fp8Net:
     dse.models.quantize.DenseNet that dse.models.accuracy.run_samples and dse.spec.TrainedModel use)."""
 
     def __init__(self, net: LayerNet):
+        if net.clipped:
+            raise ValueError("a network fine-tuned quantisation-aware (bounded outputs) runs in the integer format "
+                             "it was fine-tuned for; float dtypes run the trained network")
         self.net = net
         self.input_shape = net.input_shape
         self.inputs = net.inputs

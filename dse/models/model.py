@@ -99,7 +99,8 @@ class ModelSpec:
     def describe(self) -> str:
         if self.trained is not None:
             pruned = f", {self.trained.prune:.0%} pruned" if self.trained.prune else ""
-            return f"{self.trained.kind}: {self.trained.path.name}{pruned}"
+            qat = f", fine-tuned at each integer format ({self.trained.qat.describe()})" if self.trained.qat else ""
+            return f"{self.trained.kind}: {self.trained.path.name}{pruned}{qat}"
         if self.onnx is not None:
             return f"onnx: {self.onnx.name} (the whole graph)"
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
@@ -144,12 +145,14 @@ class TrainedModel:
     dense network with its weights rounded to the dtype (a CNN's float dtypes run the whole
     ONNX graph instead: ModelSpec.onnx). `prune` > 0: the network magnitude-pruned to that
     sparsity and retrained on the data's training split first (dse.models.prune), so every
-    dtype builds the pruned network."""
+    dtype builds the pruned network. `qat`: each integer point fine-tunes that network at its
+    own format before quantising it (dse.models.qat; `fine_tuned`), float points run it as it is."""
     kind: str                       # "weights" or "onnx"
     path: Path                      # absolute
     data: Any                       # dse.models.data.DataSpec
     prune: float = 0.0              # the fraction of each layer's weights pruned to zero
     formats: Any = None             # dse.models.widths.Formats: a point's widths (None: the dtype's)
+    qat: Any = None                 # dse.models.qat.QatOptions: fine-tuned at each integer point's format
 
     def net(self):
         """The dse.models.quantize.DenseNet, pruned if asked (read and pruned once per process)."""
@@ -169,7 +172,8 @@ class TrainedModel:
         return _cached(("data", self.data), lambda: load_dataset(self.data))
 
     def quantized(self, dtype: str):
-        """The post-training quantisation for an integer `dtype` (once per process)."""
+        """The integer model for an integer `dtype` (once per process): the network (fine-tuned at
+        the point's format with `qat`) quantised, calibrated on the training split."""
         from dse.models.widths import quantisable
         if not quantisable(dtype):
             raise ValueError(f"a trained float network runs in a signed integer format (int8, int4, w4a8, ...: "
@@ -177,9 +181,36 @@ class TrainedModel:
                              f"not {dtype}")
         data = self.dataset()
         formats = self.kernel_formats(dtype)
-        return _cached(("quant", self.kind, self.path, self.data, self.prune, dtype, formats),
-                       lambda: self.net().quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1),
-                                                   formats=formats))
+        tuned = self.fine_tuned(dtype)
+        net = self.net() if tuned is None else tuned.net
+        return _cached(("quant", self.kind, self.path, self.data, self.prune, self.qat, dtype, formats),
+                       lambda: net.quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1),
+                                            formats=formats))
+
+    def fine_tuned(self, dtype: str):
+        """The dse.models.qat.FineTuned network of an integer `dtype` at the point's format knobs
+        (None: no `qat`, or a float dtype): trained once per content ($TINYHW_CACHE/qat) and kept
+        in memory; a line on stderr every 10 s while it trains."""
+        from dse.models.widths import quantisable
+        if self.qat is None or not quantisable(dtype):
+            return None
+        formats = self.kernel_formats(dtype)
+
+        def make():
+            import sys
+            from dse.models.qat import cached_fine_tune
+            data = self.dataset()
+            what = f"{self.path.name} {dtype}" + "".join(f" {k}={v}" for k, v in (formats.settings if formats else ()))
+            return cached_fine_tune(self.net(), dtype=dtype, formats=formats, x=data.x_train, y=data.y_train,
+                                    options=self.qat, pruned=self.prune > 0,
+                                    progress=lambda line: print(f"qat {what}: {line}", file=sys.stderr, flush=True))
+        return _cached(("qat", self.kind, self.path, self.path.stat().st_mtime_ns, self.data, self.prune, self.qat,
+                        dtype, formats), make)
+
+    def untuned(self) -> "TrainedModel":
+        """This model without fine-tuning: the same layers, kernels and inputs (what the spec's
+        checks and layer listings read), without training a network for each dtype."""
+        return dataclasses.replace(self, qat=None) if self.qat is not None else self
 
     def kernel_formats(self, dtype: str):
         """The point's format knobs with a layer named by its kernel (`weight_bits@k0_r_32_64`, as
@@ -325,9 +356,18 @@ def layer_kernels(model: ModelSpec, dtype: str) -> dict[str, int]:
     return dict(_layer_trace(model, dtype)[1])
 
 
+def untuned(model: ModelSpec) -> ModelSpec:
+    """`model` as its layers and inputs go (TrainedModel.untuned): fine-tuning changes values only."""
+    if model.trained is None or model.trained.qat is None:
+        return model
+    return dataclasses.replace(model, trained=model.trained.untuned())
+
+
 def _layer_trace(model: ModelSpec, dtype: str):
     """(layer limits, ((conv/dense layer name, kernel index), ...)) of `model` in `dtype`, from
-    one trace, once per process."""
+    one trace, once per process (without fine-tuning: its layers are the same)."""
+    model = untuned(model)
+
     def make():
         from compiler import layer_inputs, layer_limits
         built = model.build(dtype)
@@ -371,7 +411,10 @@ def kernel_config(model: ModelSpec, dtype: str, config):
 
 def model_constants(model: ModelSpec, dtype: str) -> int:
     """How many of `model`'s inputs weights="constant" builds in (compiler.constant_inputs):
-    0 for a model whose weights are all given at run time. Once per process."""
+    0 for a model whose weights are all given at run time. Once per process (without
+    fine-tuning: which inputs hold data does not depend on their values)."""
+    model = untuned(model)
+
     def make():
         from compiler import constant_inputs
         built = model.build(dtype)

@@ -29,6 +29,8 @@ The scheme (what `quantize` computes; `SCHEME` says it in one line):
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Mapping
@@ -56,6 +58,8 @@ class Dense:
     b: np.ndarray            # (out,), float
     relu: bool               # ReLU after this layer (every layer but the last)
     name: str = ""           # its weights' name in the file (format knobs name layers by it)
+    clip: float | None = None    # the ReLU bounded at this value (quantisation-aware fine-tuning's
+                                 # learned range, dse.models.qat): the quantiser's calibration sees it
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ class DenseNet:
         m = make(x, kind, channels=False)
         first = self.layers[0]
         W, b = fold_dense(first.W, first.b, m)
-        return DenseNet((Dense(W, b, first.relu, first.name), *self.layers[1:]), m)
+        return DenseNet((dataclasses.replace(first, W=W, b=b), *self.layers[1:]), m)
 
     def host_input(self, x: np.ndarray) -> np.ndarray:
         """Samples (n, in) as the hardware's input takes them (before rounding or quantising):
@@ -107,8 +111,18 @@ class DenseNet:
         for layer in self.layers:
             h = h @ layer.W.T + layer.b
             if layer.relu:
-                h = np.maximum(h, 0.0)
+                h = np.maximum(h, 0.0) if layer.clip is None else np.clip(h, 0.0, layer.clip)
         return h
+
+    @property
+    def clipped(self) -> bool:
+        """Whether a layer's ReLU is bounded (a network fine-tuned for an integer format)."""
+        return any(layer.clip is not None for layer in self.layers)
+
+    def _float_only(self) -> None:
+        if self.clipped:
+            raise ValueError("a network fine-tuned quantisation-aware (bounded ReLUs) runs in the integer format "
+                             "it was fine-tuned for; float dtypes run the trained network")
 
     def reference(self, dtype: str, x: np.ndarray, fp_semantics: str = "tinygrad") -> np.ndarray:
         """The float model in `dtype` as the hardware computes it under `fp_semantics`, on
@@ -118,6 +132,7 @@ class DenseNet:
         each product rounded to the dtype and summed in float32 in order k = 0..K-1, the sum
         rounded to the dtype, the bias added in the dtype, then the ReLU (the numpy golden
         model of `built(dtype)`, bit-exact with the hardware in IEEE round-to-nearest-even)."""
+        self._float_only()
         arrays = self.arrays(dtype)
         h = zoo.round_float(self.host_input(x), dtype).astype(np.float32)
         if is_fp8(dtype):
@@ -161,6 +176,7 @@ class DenseNet:
         """The float model for a float dtype, as a zoo.Built (inputs x, W1, b1, ...). fp8:
         `FP8_SCHEME`: tinygrad would round each fp8 product to fp8, so the operands are cast
         to float32 first, and each layer's result is cast back to fp8."""
+        self._float_only()
         inputs = {"x": ((self.inputs,), dtype)}
         for i, layer in enumerate(self.layers, 1):
             inputs[f"W{i}"] = (layer.W.shape, dtype)
@@ -355,7 +371,7 @@ def _quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=Non
         widest = max(float(np.abs(layer.W).max()), 1e-12)
         h_float = h_float @ layer.W.T + layer.b
         if not last:
-            h_float = np.maximum(h_float, 0.0)
+            h_float = np.maximum(h_float, 0.0) if layer.clip is None else np.clip(h_float, 0.0, layer.clip)
             s_out = max(float(h_float.max()), 1e-12) / act_qmax
         total = None
         if last:
@@ -417,11 +433,14 @@ def cheap_multipliers(m: np.ndarray, digits: int) -> tuple[int, np.ndarray]:
     return total, chosen / ideal
 
 
+@functools.lru_cache(maxsize=None)
 def _cheap_integers(digits: int) -> np.ndarray:
     """The positive integers below 2**MULTIPLIER_BITS + 1 with at most `digits` non-zero canonical
-    signed digits, ascending."""
+    signed digits, ascending (read-only; once per process: 16,384 digit expansions take 0.5 s)."""
     from compiler.passes.constants import csd
-    return np.array([c for c in range(1, 2 ** MULTIPLIER_BITS + 1) if len(csd(c)) <= digits], np.float64)
+    table = np.array([c for c in range(1, 2 ** MULTIPLIER_BITS + 1) if len(csd(c)) <= digits], np.float64)
+    table.setflags(write=False)
+    return table
 
 
 def requantise(acc: np.ndarray, M: np.ndarray, P: int, S: int) -> np.ndarray:

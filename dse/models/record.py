@@ -20,6 +20,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from dse.frozen import FrozenMap
 from dse.models.model import ModelFiles, ModelSpec, TrainedModel
+from dse.models.qat import QatOptions
 from dse.models.user_model import bind_params, import_reads, load_function, recording_reads
 from dse.models.zoo import InputRange
 
@@ -45,8 +46,9 @@ def model_record(model: ModelSpec, dtypes: Iterable[str]) -> dict[str, Any]:
         return {"path": str(path), "sha256": digests[path]}
 
     def data(d) -> dict[str, Any] | None:
+        # `split` only where given: a record made before it existed stays the same model
         return None if d is None else {"dataset": d.dataset, "file": entry(d.file), "samples": d.samples,
-                                       "input": d.input}
+                                       "input": d.input, **({"split": d.split} if d.split is not None else {})}
     t, f = model.trained, model.files
     return {
         "name": model.name, "builtin": model.builtin, "source": entry(model.source), "function": model.function,
@@ -54,7 +56,7 @@ def model_record(model: ModelSpec, dtypes: Iterable[str]) -> dict[str, Any]:
         "input_ranges": {dt: [r.min, r.max] for dt, r in model.input_ranges.items()},
         "dtypes": list(model.dtypes),
         "trained": None if t is None else {"kind": t.kind, "file": entry(t.path), "data": data(t.data),
-                                           "prune": t.prune},
+                                           "prune": t.prune, **({"qat": t.qat.as_dict()} if t.qat else {})},
         "files": None if f is None else {"weights": entry(f.weights), "data": data(f.data)},
         "onnx": entry(model.onnx),
         # after the others: a file recorded above is not recorded again
@@ -79,7 +81,7 @@ def model_from_record(record: Mapping[str, Any]) -> ModelSpec:
     def data(d):
         from dse.models.data import DataSpec
         return None if d is None else DataSpec(dataset=d["dataset"], file=_path(d["file"]), samples=d["samples"],
-                                               input=d["input"])
+                                               input=d["input"], split=d.get("split"))
     t, f = record["trained"], record["files"]
     source, params = _path(record["source"]), dict(record["params"])
     if source is not None:
@@ -88,7 +90,8 @@ def model_from_record(record: Mapping[str, Any]) -> ModelSpec:
     return ModelSpec(
         record["name"], record["builtin"], source, record["function"], FrozenMap(params),
         FrozenMap((dt, InputRange(lo, hi)) for dt, (lo, hi) in record["input_ranges"].items()),
-        None if t is None else TrainedModel(t["kind"], Path(t["file"]["path"]), data(t["data"]), t["prune"]),
+        None if t is None else TrainedModel(t["kind"], Path(t["file"]["path"]), data(t["data"]), t["prune"],
+                                            qat=QatOptions(**t["qat"]) if t.get("qat") else None),
         None if f is None else ModelFiles(_path(f["weights"]), data(f["data"])),
         _path(record["onnx"]), tuple(record["dtypes"]))
 

@@ -79,13 +79,46 @@ def cheap_row(spec: Spec, options: SweepOptions, point: DesignPoint) -> dict[str
         return {"status": "FAIL", "stage": "sweep", "error": f"{type(exc).__name__}: {exc}"}
 
 
-def cheap_rows(spec: Spec, options: SweepOptions, points: Sequence[DesignPoint]) -> list[dict[str, Any]]:
-    """`cheap_row` of every point, in `options.n_jobs` processes (spawned, as the sweep's)."""
+def _build_group(point: DesignPoint) -> tuple:
+    """Points that build the same model (model, dtype, formats, pruning) and differ in hardware
+    knobs only: one trace serves them all in a process (dse.evaluate.built_point)."""
+    from dse.spec import PRUNE_KNOB
+    return (point.model, point.dtype, point.formats().settings, str(point.knobs.get(PRUNE_KNOB)))
+
+
+CHUNK = 32
+"""Points a cheap-pass process takes at a time, in build groups (its trace is reused)."""
+PROGRESS_EVERY = 500
+
+
+def cheap_rows(spec: Spec, options: SweepOptions, points: Sequence[DesignPoint],
+               log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """`cheap_row` of every point, in `options.n_jobs` processes (spawned, as the sweep's), each
+    taking CHUNK points of one build group at a time; the rows in `points`' order. `log` hears
+    how far it is every PROGRESS_EVERY points."""
+    import time
     jobs = min(options.n_jobs, len(points))
+    order = sorted(range(len(points)), key=lambda i: (_build_group(points[i]), i))
+    grouped = [points[i] for i in order]
+    t0, rows = time.monotonic(), []
+
+    def collect(results) -> None:
+        for row in results:
+            rows.append(row)
+            n = len(rows)
+            if log is not None and (n % PROGRESS_EVERY == 0) and n < len(grouped):
+                left = (time.monotonic() - t0) / n * (len(grouped) - n)
+                log(f"multi-fidelity: cheap evaluation {n}/{len(grouped)} points, {time.monotonic() - t0:.0f} s, "
+                    f"ETA {left:.0f} s")
     if jobs <= 1:
-        return [cheap_row(spec, options, p) for p in points]
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        return list(pool.map(cheap_row, [spec] * len(points), [options] * len(points), points))
+        collect(cheap_row(spec, options, p) for p in grouped)
+    else:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+            collect(pool.map(cheap_row, [spec] * len(grouped), [options] * len(grouped), grouped, chunksize=CHUNK))
+    out: list[dict[str, Any]] = [{}] * len(points)
+    for i, row in zip(order, rows):
+        out[i] = row
+    return out
 
 
 def _vector(spec: Spec, row: Mapping[str, Any], predicted: Mapping[str, float] | None) -> list[float]:
@@ -108,20 +141,39 @@ def _vector(spec: Spec, row: Mapping[str, Any], predicted: Mapping[str, float] |
     return out
 
 
-def pareto_ranks(vectors: Sequence[Sequence[float]]) -> list[int]:
-    """Non-dominated sorting (all minimised): 0 for the front, 1 for the front of the rest, ..."""
-    ranks = [-1] * len(vectors)
-    left = set(range(len(vectors)))
-    rank = 0
-    while left:
-        front = {i for i in left
-                 if not any(all(a <= b for a, b in zip(vectors[j], vectors[i])) and vectors[j] != vectors[i]
-                            for j in left)}
-        for i in front:
-            ranks[i] = rank
-        left -= front
-        rank += 1
-    return ranks
+MAX_RANKS = 50
+"""Fronts peeled off a model x dtype's points before the rest are queued as one last rank: on a
+grid of ten thousand points the likely front and the next few fronts are what the order is for
+(the gate skips the points far behind them whatever their order)."""
+
+
+def pareto_ranks(vectors: Sequence[Sequence[float]], max_ranks: int = MAX_RANKS) -> list[int]:
+    """Non-dominated sorting (all minimised): 0 for the front, 1 for the front of the rest, ...;
+    points behind `max_ranks` fronts all get rank `max_ranks`. Each front is found in one pass in
+    lexicographic order, where a point can only be dominated by one before it, so only against
+    the front found so far (ten thousand points of three objectives: about a second a front)."""
+    import numpy as np
+    if not len(vectors):
+        return []
+    v = np.asarray(vectors, dtype=float).reshape(len(vectors), -1)
+    ranks = np.full(len(v), max_ranks, dtype=int)
+    left = np.lexsort(v.T[::-1])                        # by the first objective, then the next, ...
+    for rank in range(max_ranks):
+        if not len(left):
+            break
+        front = np.empty((len(left), v.shape[1]))
+        n, behind = 0, []
+        for i in left:
+            p = v[i]
+            f = front[:n]
+            if n and ((f <= p).all(axis=1) & (f < p).any(axis=1)).any():
+                behind.append(i)
+            else:
+                front[n] = p
+                n += 1
+                ranks[i] = rank
+        left = np.asarray(behind, dtype=int)
+    return ranks.tolist()
 
 
 def _never(row: Mapping[str, Any]) -> bool:
@@ -179,7 +231,7 @@ def synthesis_order(study, points: Sequence[DesignPoint], *, spec: Spec, options
         what = "simulation, checks" if needs_simulation(spec) else "overflow proof; no simulation"
         log(f"multi-fidelity: cheap evaluation of {len(points)} points (compile, cycle model, {what}) "
             f"before any synthesis, to synthesise the likely front first")
-    rows = cheap_rows(spec, options, points)
+    rows = cheap_rows(spec, options, points, log)
     if spec.search.hv_tolerance > 0:
         record_cheap_points(study, spec, points, rows)
     from dse.cache import EvalCache

@@ -91,7 +91,7 @@ def run_asked_trial(study, trial, spec: Spec, options: SweepOptions, ctx, cache,
                              "cached": False, "error": None}
     t0 = time.perf_counter()
     row: dict[str, Any] | None = None
-    estimated, estimate, vector = False, {}, ()
+    estimated, estimate, vector, fidelity = False, {}, (), {}
     try:
         stop.armed = True
         try:
@@ -104,6 +104,7 @@ def run_asked_trial(study, trial, spec: Spec, options: SweepOptions, ctx, cache,
                 estimated = not outcome.synthesized and row.get("status") == "OK"
                 estimate = {m: e.value for m, e in outcome.decision.estimates.items()} if outcome.synthesized else {}
                 vector = outcome.decision.vector
+                fidelity = {"synthesized": outcome.synthesized, "skipped": outcome.decision.kind or None}
             else:
                 row, cached, _ = cached_evaluate(ctx, point, workdir, cache, log)
         finally:
@@ -116,6 +117,7 @@ def run_asked_trial(study, trial, spec: Spec, options: SweepOptions, ctx, cache,
                "notes": traceback.format_exc(limit=5)}
         cached = False
     seconds = time.perf_counter() - t0
+    event.update(fidelity)                  # multi-fidelity: synthesised, or why not (the progress counts)
     if row is None or (stop.requested and row.get("status") != "OK"):
         # cut short (a tool killed by the same Ctrl-C fails too: that is not the point's fault)
         trial.set_user_attr("interrupted", True)

@@ -1,0 +1,146 @@
+"""Large design spaces (issue 54): the `prune` knob, the multi-fidelity default of large grids,
+the progress line's counts, the cheap pass's grouping and the fast non-dominated sorting."""
+from __future__ import annotations
+
+import io
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dse.cli import CliError, main, parse_sets
+from dse.progress import Progress
+from dse.spec import LARGE_GRID, PRUNE_KNOB, DesignPoint, hardware_knobs, parse_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+JET = {"name": "jet", "weights": str(ROOT / "models" / "jet_mlp.npz"), "data": {"file": str(ROOT / "models" / "jet_data.npz")}}
+
+
+def spec_dict(knobs: dict, models=(JET,), search=None) -> dict:
+    return {"study": "s", "target": "ecp5", "models": [dict(m) for m in models], "dtypes": ["int8"],
+            "knobs": knobs, "objectives": ["cycles", "luts"],
+            "search": search or {"sampler": "grid", "seed": 0}}
+
+
+# ---------------------------------------------------------------------------------------------
+# prune: a knob of the model
+
+def test_prune_is_a_knob_of_the_model_not_of_the_hardware():
+    spec = parse_spec(spec_dict({PRUNE_KNOB: [0, 0.5], "lanes": [1, 4]}))
+    assert [k.name for k in spec.knobs] == [PRUNE_KNOB, "lanes"]
+    assert dict(zip([k.name for k in spec.knobs], [k.values for k in spec.knobs]))[PRUNE_KNOB] == (0.0, 0.5)
+    assert hardware_knobs({PRUNE_KNOB: 0.5, "lanes": 4}) == {"lanes": 4}
+    model = spec.models[0]
+    pruned = DesignPoint(model.name, "int8", {PRUNE_KNOB: 0.5, "lanes": 4}).model_of(model)
+    dense = DesignPoint(model.name, "int8", {PRUNE_KNOB: 0.0, "lanes": 4}).model_of(model)
+    zeros = [float(np.mean(layer.W == 0)) for layer in pruned.trained.net().layers]
+    assert all(abs(z - 0.5) < 0.02 for z in zeros), zeros          # each layer keeps round(0.5 x n)
+    original = model.trained.net().layers
+    assert all(np.array_equal(a.W, b.W) for a, b in zip(dense.trained.net().layers, original))     # 0: not pruned
+
+
+@pytest.mark.parametrize("knobs, models, message", [
+    ({PRUNE_KNOB: [0, 1.0]}, (JET,),
+     "knobs.prune[1]: expected a sparsity from 0 (no pruning) up to, not including, 1"),
+    ({PRUNE_KNOB: [0.5]}, ({**JET, "prune": 0.25},),
+     "knobs.prune: model jet has a prune: of its own (0.25); give the sparsities in one place"),
+    ({PRUNE_KNOB: [0.5]}, ({"name": "g", "builtin": "gemv", "params": {"M": 4, "K": 8}},),
+     "knobs.prune: pruning applies to a trained dense network the tool quantises"),
+    ({PRUNE_KNOB: [0.9999]}, (JET,), "knobs.prune[0]: model jet: 0.9999 leaves layer 1 (W1, 1024 weights) no weight"),
+])
+def test_bad_prune_knobs_are_one_line_exit_2(tmp_path, capsys, knobs, models, message):
+    import yaml
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec_dict(knobs, models), sort_keys=False))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_set_prune_on_the_command_line():
+    assert parse_sets(["prune=0.5", "lanes=4"]) == {"prune": 0.5, "lanes": 4}
+    with pytest.raises(CliError, match=r"--set prune=1\.5: expected a sparsity from 0"):
+        parse_sets(["prune=1.5"])
+
+
+# ---------------------------------------------------------------------------------------------
+# a large grid is searched multi-fidelity unless the spec says otherwise
+
+def test_a_grid_of_a_thousand_points_or_more_defaults_to_multi_fidelity():
+    big = {"weight_bits@0": [4, 5, 6, 7, 8], "weight_bits@1": [4, 5, 6, 7, 8], "lanes@0": [1, 2, 4, 8, 16],
+           "lanes@1": [1, 2, 4, 8, 16], "scale_digits": [1, 2]}           # 1,250 points
+    assert np.prod([len(v) for v in big.values()]) >= LARGE_GRID
+    assert parse_spec(spec_dict(big)).search.fidelity == "multi"
+    assert parse_spec(spec_dict(big, search={"sampler": "grid", "seed": 0, "fidelity": "full"})).search.fidelity == "full"
+    small = {"weight_bits@0": [4, 8], "lanes@0": [1, 4]}
+    assert parse_spec(spec_dict(small)).search.fidelity == "full"
+    assert parse_spec(spec_dict(big, search={"sampler": "nsga2", "trials": 50, "seed": 0})).search.fidelity == "full"
+
+
+# ---------------------------------------------------------------------------------------------
+# the progress line counts what the multi-fidelity pass did
+
+def test_the_progress_line_counts_points_estimated_synthesised_and_skipped_by_why():
+    out = io.StringIO()
+    spec = parse_spec(spec_dict({"lanes": [1, 4]}))
+    p = Progress(total=5, initial=0, objectives=spec.objectives, mode="lines", stream=out)
+    base = {"model": "jet", "dtype": "int8", "knobs": {"lanes": 1}, "status": "OK", "values": [10.0, 100.0],
+            "feasible": True, "cached": False, "seconds": 0.1}
+    for n, (synth, why) in enumerate([(True, None), (False, "dominated"), (False, "dominated"),
+                                      (False, "infeasible"), (True, None)]):
+        p.update({**base, "number": n, "synthesized": synth, "skipped": why, "estimated": not synth})
+    assert p.fidelity() == "estimated 5, synthesised 2, skipped 3 (dominated 2, infeasible 1)"
+    last = out.getvalue().splitlines()[-1]
+    assert "| estimated 5, synthesised 2, skipped 3 (dominated 2, infeasible 1), fail 0, cached 0, ETA " in last
+    full = Progress(total=1, initial=0, objectives=spec.objectives, mode="lines", stream=io.StringIO())
+    full.update({**base, "number": 0})
+    assert full.fidelity() == ""                       # a full sweep says nothing of it
+
+
+# ---------------------------------------------------------------------------------------------
+# the cheap pass: grouped by build, rows in the points' order
+
+def test_cheap_rows_group_points_by_build_and_return_them_in_order(monkeypatch):
+    from dse.study import order
+    spec = parse_spec(spec_dict({"weight_bits@0": [4, 8], "lanes": [1, 4, 16]}))
+    points = [DesignPoint("jet", "int8", {"weight_bits@0": w, "lanes": n})
+              for n, w in itertools.product([1, 4, 16], [4, 8])]      # builds interleaved
+    seen = []
+
+    def fake(spec_, options_, point):
+        seen.append(point)
+        return {"point": point}
+    monkeypatch.setattr(order, "cheap_row", fake)
+
+    class Options:
+        n_jobs = 1
+    rows = order.cheap_rows(spec, Options(), points)
+    assert [r["point"] for r in rows] == points
+    widths = [p.knobs["weight_bits@0"] for p in seen]
+    assert widths == sorted(widths)                    # each build's points run together
+
+
+# ---------------------------------------------------------------------------------------------
+# non-dominated sorting
+
+def _naive_ranks(vectors):
+    ranks, left, rank = [-1] * len(vectors), set(range(len(vectors))), 0
+    while left:
+        front = {i for i in left if not any(all(a <= b for a, b in zip(vectors[j], vectors[i]))
+                                            and vectors[j] != vectors[i] for j in left)}
+        for i in front:
+            ranks[i] = rank
+        left -= front
+        rank += 1
+    return ranks
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_pareto_ranks_equal_the_definition_on_random_vectors_with_ties(seed):
+    from dse.study.order import pareto_ranks
+    rng = np.random.default_rng(seed)
+    vectors = rng.integers(0, 6, size=(120, 3)).astype(float).tolist()     # many equal values and points
+    assert pareto_ranks(vectors, max_ranks=1000) == _naive_ranks(vectors)
+    capped = pareto_ranks(vectors, max_ranks=2)
+    assert capped == [min(r, 2) for r in _naive_ranks(vectors)]
