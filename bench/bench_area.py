@@ -15,6 +15,8 @@ weights zero), one seeded random layer y = W x of --shape OUTxIN:
              in Icarus Verilog on the same samples, synthesised with the same synth_ecp5 with
              -noflatten (each adder stays the carry chain it is, as in ours, whose sums are kept
              wires), counted the same way: LUT4 + 2 x CCU2C (+ PFUMX, none here).
+  product    one A x W product alone (no layer): LUT4 + 2 x CCU2C of the ECP5 carry-chain map, of
+             the radix-4 rows, of Yosys's own (synth_ecp5 -nodsp) and with DSPs.
   memory     weights in memories, the layer folded to --lanes x --reduce-unroll products a cycle,
              with mul lut (every product in LUTs) and mul auto (DSPs up to the 85F's 156), simulated
              and synthesised likewise; per product = luts / (lanes x reduce_unroll).
@@ -25,7 +27,7 @@ need at the widths their values' intervals take (an ECP5 adder costs about one L
 holds two); for a general product, the A x W partial-product bits.
 
     python bench/bench_area.py [--formats w2a2 w4a4 w4a6 w8a8] [--shape 32x32] [--sparsity 0.75]
-        [--modes constant da4ml memory] [--lanes 8 --reduce-unroll 4] [--set adder_graph=per_product]
+        [--modes constant da4ml memory product] [--lanes 8 --reduce-unroll 4] [--set adder_graph=per_product]
         [--adder-depths 0 1 2 none]
         [--json out.jsonl] [--workdir DIR]
 
@@ -231,6 +233,35 @@ def identity(shape: tuple[int, int]) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
+# one product alone
+
+def product_row(wbits: int, abits: int, args) -> str:
+    """One signed A x W product alone through synth_ecp5, LUT4 + 2 x CCU2C: the ECP5 carry-chain
+    map (compiler/synth/lut_multiplier.py), the radix-4 rows (its map for other families), Yosys's
+    own (-nodsp) and with DSPs."""
+    from compiler.synth.area import TARGETS
+    from compiler.synth.lut_multiplier import Shape, map_file
+    shape = Shape(abits, wbits, abits + wbits, True)
+    work = args.workdir / f"product-w{wbits}a{abits}"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "t.v").write_text(f"module top(input signed [{abits - 1}:0] a, input signed [{wbits - 1}:0] b, "
+                              f"output [{abits + wbits - 1}:0] y); assign y = a * b; endmodule\n")
+    cells = []
+    for how, target in (("chain", "ecp5"), ("radix4", ""), ("nodsp", None), ("dsp", None)):
+        if target is not None:
+            (work / f"{how}.v").write_text(map_file({shape}, target))
+            flow = f"proc\ntechmap -map {how}.v t:$mul\n{TARGETS['ecp5']}\n"
+        else:
+            flow = "synth_ecp5 -top top" + (" -nodsp" if how == "nodsp" else "") + "\n"
+        yosys(f"read_verilog t.v\n{flow}tee -q -o {how}.json stat -json\n", cwd=work, log_name=f"{how}.log",
+              timeout=args.timeout)
+        c = json.loads((work / f"{how}.json").read_text())["design"]["num_cells_by_type"]
+        dsp = int(c.get("MULT18X18D", 0))
+        cells.append(f"{int(c.get('LUT4', 0)) + 2 * int(c.get('CCU2C', 0))}" + (f" + {dsp} DSP" if dsp else ""))
+    return f"| w{wbits}a{abits} ({abits}x{wbits} signed) | " + " | ".join(cells) + " |"
+
+
+# ---------------------------------------------------------------------------------------------
 # da4ml
 
 def da4ml_row(W, wbits, abits, xs, name: str, args) -> dict:
@@ -311,7 +342,7 @@ def main() -> int:
     ap.add_argument("--sparsity", type=float, default=0.75, help="the pruned rows' fraction of zero weights")
     ap.add_argument("--densities", nargs="+", default=["dense", "pruned"], choices=["dense", "pruned"])
     ap.add_argument("--modes", nargs="*", default=["constant", "da4ml", "memory"],
-                    choices=["constant", "da4ml", "memory"])
+                    choices=["constant", "da4ml", "memory", "product"])
     ap.add_argument("--lanes", type=int, default=8)
     ap.add_argument("--reduce-unroll", type=int, default=4)
     ap.add_argument("--muls", nargs="+", default=["lut", "auto"], help="memory rows: the mul knob")
@@ -330,6 +361,13 @@ def main() -> int:
     args.workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-area-"))
     extra = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
     n_out, n_in = (int(v) for v in args.shape.split("x"))
+    if "product" in args.modes:
+        print("| product | carry chains (ECP5) | radix-4 rows | synth_ecp5 -nodsp | synth_ecp5 |\n|---|---|---|---|---|")
+        for fmt in args.formats:
+            print(product_row(*parse_format(fmt), args), flush=True)
+        args.modes = [m for m in args.modes if m != "product"]
+        if not args.modes:
+            return 0
     print("| run | format | weights | mode | luts | LUT4 | CCU2C | FFs | DSP | per product | interface | "
           "arith | adders (ours / per product / da4ml) | carry bits (per product / da4ml graph) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
