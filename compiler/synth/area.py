@@ -310,7 +310,8 @@ def _synthesize_split(text: str, target: str, workdir: Path | None, *, split, wh
         seconds, cached = seconds + report.seconds, cached and report.cached
         fallbacks.append(report.fallback)
     instances = sum(u.instances for u in parts.units)
-    script = (f"# per-{what} synthesis: {instances} {what} instances as black boxes, {len(parts.units)} "
+    kind = what.split()[-1]                   # "# per-unit synthesis: 6 float unit instances ..."
+    script = (f"# per-{kind} synthesis: {instances} {what} instances as black boxes, {len(parts.units)} "
               f"distinct {what}s synthesised on their own with the same flow\n{top.script}")
     return dataclasses.replace(top, cells=cells, seconds=seconds, cached=cached, script=script,
                                fallback=next((f for f in fallbacks if f), ""), units=instances,
