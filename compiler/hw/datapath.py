@@ -29,7 +29,7 @@ from ..errors import UnsupportedError
 from ..ranges import Interval
 from ..passes.constants import csd
 from . import floatops
-from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, operand_offsets, product_registers, schedule
+from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, operand_offsets, schedule
 
 K = ir.OpKind
 
@@ -395,7 +395,7 @@ class Datapath:
                 x = self.fanout_copies[level](id(x), x, f"{_name(x)}_fan" + (f"{level}_" if level > 1 else ""))
             srcs.append(self.own_copies(id(x), x, f"{_name(x)}_dup"))
         a, b = sorted(zip(v.srcs, srcs), key=lambda p: (self.mul_uses[id(p[0])], len(p[1])), reverse=True)
-        unit = Product(a[1].shape(), b[1].shape(), self.shape(v), product_registers(self.config.fp_pipeline))
+        unit = Product(a[1].shape(), b[1].shape(), self.shape(v), self.sched.product_regs)
         self.m.submodules[f"{PRODUCT_PREFIX}{self.count}"] = unit
         self.count += 1
         self.m.d.comb += [unit.a.eq(a[1]), unit.b.eq(b[1])]

@@ -36,7 +36,7 @@ from .. import ir
 from .bram import memory_tail
 from ..config import HardwareConfig
 from ..dtypes import DType
-from ..ranges import Interval, analyze
+from ..ranges import Interval, acc_ranges, acc_width, analyze
 from .datapath import Copies, Datapath, Env, from_bits, registered
 from .pipeline import FANOUT_LEVEL, Schedule, is_gather, schedule
 from .program import Program, Step, build_program
@@ -76,14 +76,6 @@ def _addr_shape(depth: int):
     return unsigned(max(1, (depth - 1).bit_length()))
 
 
-def acc_width(d: DType, config: HardwareConfig) -> int:
-    """Bits of an accumulator register of dtype `d` without bounds: `config.acc_width` for
-    integer (non-bool) reductions, else the dtype's width."""
-    if config.acc_width is None or d.is_float or d.is_bool:
-        return d.bits
-    return config.acc_width
-
-
 def acc_shape(a: ir.AccDecl, config: HardwareConfig):
     """The shape of accumulator `a`'s register: `config.acc_width` bits when set (an integer
     reduction: it wraps there); else, for an integer accumulator with proven bounds
@@ -92,23 +84,6 @@ def acc_shape(a: ir.AccDecl, config: HardwareConfig):
     if a.bounds is not None and config.acc_width is None and a.dtype.is_int and not a.dtype.is_bool:
         return Interval(*a.bounds).shape
     return _acc_shape(a.dtype, acc_width(a.dtype, config))
-
-
-def acc_ranges(kernel: ir.KernelIR, config: HardwareConfig) -> dict[int, Interval]:
-    """The values an accumulator register can hold when it cannot hold every value of its
-    dtype (it wraps at `acc_width`, or holds its proven bounds), for the range analysis that
-    sizes the datapath."""
-    out = {}
-    for a in kernel.accs:
-        if a.dtype.is_float or a.dtype.is_bool:
-            continue
-        if a.bounds is not None and config.acc_width is None:
-            out[a.index] = Interval(*a.bounds)
-            continue
-        w = acc_width(a.dtype, config)
-        if w < a.dtype.bits:
-            out[a.index] = Interval(-(1 << (w - 1)), (1 << (w - 1)) - 1) if a.dtype.signed else Interval(0, (1 << w) - 1)
-    return out
 
 
 def port_names(slot: int) -> dict[str, str]:
