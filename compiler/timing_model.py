@@ -195,18 +195,21 @@ class Paths:
             return self.ahead[id(u)]            # the same net, on to u's users
         return self.d.route_ns(self.fanout(v)) + (self.own(u) if id(u) not in self.skip else 0.0)
 
-    def start(self, o: ir.Value, r: int | None, ready, fanout) -> float:
-        """When operand `o` of an op whose inputs are in stage `r` is there (ns)."""
+    def start(self, o: ir.Value, r: int | None, ready, fanout, *, routed: bool = True) -> float:
+        """When operand `o` of an op whose inputs are in stage `r` is there (ns): at its driver's
+        output, plus its route unless not `routed` (a wire: casts and shifts are the same net)."""
         if isinstance(o, ir.Const):
             return 0.0
         if r is not None and ready.get(id(o)) == r and id(o) in self.arrival and id(o) not in fanout:
-            return self.arrival[id(o)] + self.d.route_ns(self.fanout(o))
-        loads = fanout.get(id(o), self.fanout(o))      # a fan-out value's copy drives its share
-        clk_q = self.load_clk_q if isinstance(o, ir.Load) else self.d.clk_q
-        return clk_q + self.d.route_ns(loads)
+            out, loads = self.arrival[id(o)], self.fanout(o)
+        else:                                          # from a register: a fan-out value's copy drives its share
+            out = self.load_clk_q if isinstance(o, ir.Load) else self.d.clk_q
+            loads = fanout.get(id(o), self.fanout(o))
+        return out + (self.d.route_ns(loads) if routed else 0.0)
 
     def _arrive(self, v: ir.Op, r: int | None, ready, operands, fanout) -> float:
-        starts = [(self.start(o, r, ready, fanout), o) for o in operands(v)]
+        wire = self.is_wire(v)
+        starts = [(self.start(o, r, ready, fanout, routed=not wire), o) for o in operands(v)]
         if not starts:
             return self.own(v)
         t, o = max(starts, key=lambda p: p[0])
