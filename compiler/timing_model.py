@@ -242,7 +242,10 @@ class Paths:
         arrive = self._arrive(v, r, ready, operands, fanout)
         has_logic = self.own(v) > 0 or any(id(o) in self.arrival and self.arrival[id(o)] > self.d.clk_q
                                            for o in operands(v) if ready.get(id(o)) == r)
-        if free and (arrive + self.ahead[id(v)] > self.limit or (id(v) in fanout and has_logic)):
+        # a wire (a cast, a constant shift) is its operand's net: a register on it is one on that
+        # operand, which decided for itself; a fan-out wire's copies are a register anyway
+        late = arrive + self.ahead[id(v)] > self.limit and not self.is_wire(v)
+        if free and (late or (id(v) in fanout and has_logic)):
             latency[id(v)] = 1
             self.arrival[id(v)] = self.d.clk_q
         else:

@@ -253,11 +253,14 @@ class Datapath:
         """Fan-out value `v` (pipeline.fanout_values) in `stage` for one reader: a registered copy
         of it as it was a stage before, one per Schedule.fanout[v] readers in the order they ask
         (output by output, so a copy serves neighbouring adders). The value's own register then
-        drives the copies, not every reader. An early value (Schedule.early: a load or its cast)
-        is copied in the stage it is ready, from the read data before its register."""
+        drives the copies, not every reader. An early value (Schedule.early) is copied in the stage
+        it is ready: a load or its cast from the read data before its register, an op from its
+        value before its output register (the copies are that register, duplicated)."""
         ready = self.sched.ready.get(id(v))
         key = (id(v), env.counters, env.step if id(v) in self.load_dependent else None, stage)
-        if ready is not None and stage == ready and id(v) in self.sched.early and env.raw is not None:
+        if ready is not None and stage == ready and id(v) in self.sched.early and not self._is_load(v):
+            prev = self._before_register(v, env, stage)
+        elif ready is not None and stage == ready and id(v) in self.sched.early and env.raw is not None:
             prev = self.memo.get(("raw",) + key)
             if prev is None:                 # the load (or its cast) from the unregistered read data
                 load = v if isinstance(v, ir.Load) else v.srcs[0]
@@ -274,6 +277,23 @@ class Datapath:
             prev = self.emit(v, env, stage - 1)
         group = self.fan_groups.setdefault(id(v), Copies(self.m, self.sched.fanout[id(v)], reset_less=True))
         return group(key, prev, f"{_name(prev)}_f")
+
+    @staticmethod
+    def _is_load(v: ir.Value) -> bool:
+        return isinstance(v, ir.Load) or (isinstance(v, ir.Op) and v.op in (K.CAST, K.BITCAST)
+                                          and isinstance(v.srcs[0], ir.Load))
+
+    def _before_register(self, v: ir.Value, env: Env, stage: int) -> Value:
+        """An early op's value (pipeline.early_ops) in the stage before its output register: the op's
+        expression (_at keeps it), or a cast of one, so that its copies are that register."""
+        if self.sched.latency.get(id(v)):
+            self.emit(v, env, stage)
+            return self.memo[("pre", id(v), env.counters, env.step if id(v) in self.load_dependent else None, stage)]
+        inner = self._before_register(v.srcs[0], env, stage)
+        out = Signal(self.shape(v), name=f"v{self.count}_pre")
+        self.count += 1
+        self.m.d.comb += out.eq(self.int_op(v, [inner]))
+        return out
 
     def operand_copy(self, x: Value) -> Signal:
         """A registered copy of product operand `x` (pipeline.FANOUT_LEVEL): a loaded value
@@ -329,6 +349,7 @@ class Datapath:
             self.count += 1
             if output_register:
                 self.m.d.sync += out.eq(expr)          # an output register (pipeline._op_timing)
+                self.memo[("pre",) + key] = expr       # what copies of it may take instead (fanned)
             else:
                 self.m.d.comb += out.eq(expr)
         self.memo[key] = out

@@ -138,7 +138,9 @@ class Schedule:
     fanout: dict[int, int] = field(default_factory=dict)  # id(value) -> readers per copy of it
                                              # (fanout_values; adder_levels > 1)
     early: frozenset[int] = frozenset()      # fan-out loads (and their casts) copied from the read
-                                             # data before its register (early_copies)
+                                             # data before its register (early_copies); with
+                                             # target_mhz, fan-out ops copied from their value
+                                             # before their output register
     product_regs: int = 1                    # registers of each integer product after its operand
                                              # copies (product_registers; with target_mhz the delay
                                              # model's: timing_model.product_registers)
@@ -357,6 +359,17 @@ def early_copies(order: list[ir.Value], fanout: dict[int, int], register_loads: 
                      and not v.srcs[0].dtype.is_float and plain(v.srcs[0]))))
 
 
+def early_op(v: ir.Value, ready: dict, latency: dict[int, int], unit_stages: dict[int, int]) -> bool:
+    """With target_mhz: whether fan-out value `v` is an op registered in its stage (or a cast of
+    one ready in the same stage) whose copies can take its value before that register and be it,
+    duplicated (Datapath.fanned), so its readers start in the stage it is ready, not a stage later."""
+    while isinstance(v, ir.Op) and not latency.get(id(v)) and v.op in (K.CAST, K.BITCAST) \
+            and not v.dtype.is_float and ready.get(id(v.srcs[0])) == ready.get(id(v)):
+        v = v.srcs[0]
+    return isinstance(v, ir.Op) and latency.get(id(v)) == 1 and unit_stages.get(id(v), 1) == 1 \
+        and not v.dtype.is_float and not any(s.dtype.is_float for s in v.srcs)
+
+
 def ring_adders(kernel: ir.KernelIR) -> dict[int, int]:
     """id(op) -> ways, for the op that directly updates each interleaved accumulator."""
     ways = {a.index: a.ways for a in kernel.accs if a.ways > 1}
@@ -444,7 +457,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
     budget = config.adder_levels if level >= FANOUT_LEVEL and config.adder_levels > 1 else 0
     carried: dict[int, int] = {}               # adder levels since the last register (_budget)
     fanout = fanout_values(order, operands, unit_stages, post | floating | set(muxes)) if budget or clock else {}
-    early = early_copies(order, fanout, register_loads, gathers)
+    early = set(early_copies(order, fanout, register_loads, gathers))
 
     def combine(v, base):
         # a fan-out value reaches its readers through copies, a stage after it is ready (in
@@ -480,6 +493,8 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
             elif clock and r is not None and isinstance(v, ir.Op) and id(v) not in post:
                 clock.decide(v, r, ready, operands, latency, fanout)
             ready[id(v)] = None if r is None else r + latency.get(id(v), 0)
+            if clock and id(v) in fanout and early_op(v, ready, latency, unit_stages):
+                early.add(id(v))               # its copies are its register (Datapath.fanned)
     depth = max((r for r in ready.values() if r is not None), default=0)
     for v in order:                            # the post cone, from stage D
         if id(v) not in post:
@@ -512,7 +527,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
             commit = max([commit] + [at(x) for x in (s.index, s.value, s.gate) if x is not None])
     sched = Schedule(level, depth, commit, ready, latency, unit_stages, acc_write, register_loads,
                      address_levels, gather_issue, config.mem_read == "sync", lookahead, broadcast, late, fanout,
-                     early, product_regs)
+                     frozenset(early), product_regs)
     check_hazards(kernel, sched)
     return sched
 
