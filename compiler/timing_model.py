@@ -173,7 +173,12 @@ class Paths:
         return self.widths.get(id(v), v.dtype.bits)
 
     def fanout(self, v: ir.Value) -> int:
-        return max(1, len(self.users.get(id(v), ())))
+        """The loads of `v`'s net: one per user, the width of a multiplexer it selects."""
+        return max(1, sum(self.width(u) if self._selects(v, u) else 1 for u in self.users.get(id(v), ())))
+
+    @staticmethod
+    def _selects(v: ir.Value, u: ir.Value) -> bool:
+        return isinstance(u, ir.Op) and u.op is K.WHERE and u.srcs[0] is v
 
     def own(self, v: ir.Value) -> float:
         """The logic of op `v` alone (0 for float ops, counted by their units)."""
@@ -202,6 +207,11 @@ class Paths:
             return 0.0
         if r is not None and ready.get(id(o)) == r and id(o) in self.arrival and id(o) not in fanout:
             out, loads = self.arrival[id(o)], self.fanout(o)
+        elif ready.get(id(o), 0) is None and not isinstance(o, ir.Load):
+            # counters and constants only: each user has its own copy (Datapath.local), whose
+            # loads are the user's (a select's: its multiplexer's bits)
+            out, loads = self.d.clk_q, max((self.width(u) for u in self.users.get(id(o), ()) if self._selects(o, u)),
+                                           default=1)
         else:                                          # from a register: a fan-out value's copy drives its share
             out = self.load_clk_q if isinstance(o, ir.Load) else self.d.clk_q
             loads = fanout.get(id(o), self.fanout(o))
