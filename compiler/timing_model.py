@@ -295,10 +295,15 @@ def product_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays) -
     register in the tree's middle, from two one after the multiples, with three one on Y."""
     width = a_bits + b_bits
     adder = d.route_ns(1) + d.carry_ns(width)                       # the adder the product feeds
-    if not lut:                    # wider than 18 bits: pieces of 18x18 and their sum (Yosys's mul2dsp)
-        pieces = d.route_ns(1) + d.carry_ns(width) if max(a_bits, b_bits) > 18 else 0.0
+    if not lut:
+        inside = d.overhead + d.dsp                                 # input registers to output register
+        if max(a_bits, b_bits) > 18:   # pieces of a DSP block each: their sum in the fabric
+            if registers >= 2:         # each piece registered in its block, summed the next cycle (Product.split)
+                return max(inside, d.dsp_clk_q + d.route_ns(1) + d.carry_ns(width) + d.setup), \
+                    f"a {a_bits}x{b_bits} DSP product in pieces"
+            return inside + d.route_ns(1) + d.carry_ns(width), f"a {a_bits}x{b_bits} DSP product summed unregistered"
         out = d.dsp_clk_q + (d.route_ns(1) + d.setup if registers >= 2 else adder + d.setup)
-        return max(d.overhead + d.route_ns(1), d.overhead + d.dsp + pieces, out), f"a {a_bits}x{b_bits} DSP product"
+        return max(inside, out), f"a {a_bits}x{b_bits} DSP product"
     rows = (b_bits + 1) // 2
     levels = max(0, (rows - 1).bit_length())
     multiples = d.route_ns(10) + d.carry_ns(a_bits + 2)            # the operand copy into 3A

@@ -86,6 +86,16 @@ def test_integer_designs_at_a_target_clock_are_bit_exact_and_cycle_exact(name, t
     _check(designs.SMALL[name](), fp_pipeline=3, lanes=3, reduce_unroll=4, target_mhz=target)
 
 
+def test_a_product_wider_than_a_dsp_block_is_summed_from_registered_pieces():
+    """int32 x int32 products (matmul_int32): with target_mhz each operand wider than 18 bits is
+    cut into pieces a MULT18X18D takes, each piece's product registered (Product.split)."""
+    from amaranth.back import rtlil
+    design = _check(designs.SMALL["matmul_int32"](), fp_pipeline=3, lanes=2, reduce_unroll=2, target_mhz=150)
+    assert design.schedules[0].product_regs >= 2
+    text = rtlil.convert(design.top, name="top")
+    assert "piece1" in text and "piece0" in text
+
+
 def test_an_int8_gemv_with_lut_products_at_target_clocks():
     """mul: lut, so a product takes the registers its LUT multiplier needs at the clock
     (Schedule.product_regs), more for a faster one."""

@@ -144,6 +144,9 @@ class Copies:
         return copy
 
 
+DSP_WIDTH = 18
+"""The widest operand an ECP5 MULT18X18D (and an iCE40 SB_MAC16's 16) takes whole: Product.split."""
+
 PRODUCT_PREFIX = "product"
 """Product submodules are named `product<N>` (compiler.synth.multipliers finds them by it)."""
 
@@ -158,18 +161,39 @@ class Product(Elaboratable):
     *landing* register: the first moves into the MULT18X18D (compiler/pnr/dsp_registers.py), the
     second stays in the fabric, where the placer puts it between the DSP row and the lane's adder."""
 
-    def __init__(self, a_shape, b_shape, y_shape, registers: int = 1):
+    def __init__(self, a_shape, b_shape, y_shape, registers: int = 1, split: bool = False):
         self.a, self.b = Signal(a_shape, name="a"), Signal(b_shape, name="b")
         self.y = Signal(y_shape, name="y", reset_less=True)       # data (Datapath.register)
         self.registers = registers
+        self.split = split and registers >= 2 and max(len(self.a), len(self.b)) > DSP_WIDTH
 
     def elaborate(self, platform) -> Module:
         m = Module()
-        value = self.a * self.b
-        for i in range(self.registers - 1):
+        value = self._pieces(m) if self.split else self.a * self.b
+        for i in range(self.registers - 1 - self.split):
             value = registered(m, value, f"p{i}", reset_less=True)
         m.d.sync += self.y.eq(value)
         return m
+
+    def _pieces(self, m: Module) -> Value:
+        """`split` (target_mhz): an operand wider than a DSP block's DSP_WIDTH bits cut into
+        pieces that are, each piece's product registered (the register a MULT18X18D takes as its
+        output register, compiler/pnr/dsp_registers.py), their sum shifted into place the next
+        cycle: without it Yosys's mul2dsp sums the pieces' outputs in the fabric before any
+        register (the digits MLP's 14x21-bit requantisation: a DSP's output routed 52 columns to
+        that sum, 11.3 ns). Exact: a = sum of its pieces << their offsets."""
+        wide, other = (self.a, self.b) if len(self.a) >= len(self.b) else (self.b, self.a)
+        step = DSP_WIDTH - 1 if other.shape().signed else DSP_WIDTH   # a low piece is unsigned
+        total, lo, i = None, 0, 0
+        while lo < len(wide):
+            hi = min(len(wide), lo + step)
+            piece = wide[lo:hi]
+            if hi == len(wide) and wide.shape().signed:
+                piece = piece.as_signed()
+            term = registered(m, piece * other, f"piece{i}", reset_less=True) << lo
+            total = term if total is None else total + term
+            lo, i = hi, i + 1
+        return total
 
 
 class Datapath:
@@ -416,7 +440,8 @@ class Datapath:
                 x = self.fanout_copies[level](id(x), x, f"{_name(x)}_fan" + (f"{level}_" if level > 1 else ""))
             srcs.append(self.own_copies(id(x), x, f"{_name(x)}_dup"))
         a, b = sorted(zip(v.srcs, srcs), key=lambda p: (self.mul_uses[id(p[0])], len(p[1])), reverse=True)
-        unit = Product(a[1].shape(), b[1].shape(), self.shape(v), self.sched.product_regs)
+        unit = Product(a[1].shape(), b[1].shape(), self.shape(v), self.sched.product_regs,
+                       split=self.config.target_mhz is not None)
         self.m.submodules[f"{PRODUCT_PREFIX}{self.count}"] = unit
         self.count += 1
         self.m.d.comb += [unit.a.eq(a[1]), unit.b.eq(b[1])]
