@@ -86,6 +86,16 @@ def test_integer_designs_at_a_target_clock_are_bit_exact_and_cycle_exact(name, t
     _check(designs.SMALL[name](), fp_pipeline=3, lanes=3, reduce_unroll=4, target_mhz=target)
 
 
+@pytest.mark.parametrize("name", ["mlp_int8_small", "residual_mlp", "fan_out"])
+def test_a_copy_between_kernels_reads_from_registered_addresses(name):
+    """With target_mhz a copy's read address and its `reading` flag are registers computed a cycle
+    ahead (TopHW._copy_read_ahead), not `done` through the phase logic; same cycles, same words."""
+    from amaranth.back import rtlil
+    design = _check(designs.SMALL[name](), fp_pipeline=3, target_mhz=150)
+    text = rtlil.convert(design.top, name="top")
+    assert "copy" in text and "_raddr" in text and "_reading" in text
+
+
 def test_a_product_wider_than_a_dsp_block_is_summed_from_registered_pieces():
     """int32 x int32 products (matmul_int32): with target_mhz each operand wider than 18 bits is
     cut into pieces a MULT18X18D takes, each piece's product registered (Product.split)."""
