@@ -51,6 +51,7 @@ class Delays:
     route_fanout: float      # more per doubling of the net's loads
     dsp: float               # MULT18X18D, inputs to product, no registers
     dsp_clk_q: float         # its output register's clock to out
+    dsp_route: float         # a route between a DSP block's column and the fabric logic around it
     bram_clk_q: float        # DP16KD clock to data out without its output register
     bram_clk_q_reg: float    # with it
 
@@ -75,7 +76,8 @@ def _ecp5(speed: int, scale: float) -> Delays:
     # and the routing alike (the database's grade 8 LUT4 is 0.18).
     return Delays("ecp5", speed, clk_q=0.525 * scale, setup=0.1 * scale, lut=0.236 * scale,
                   carry_in=0.447 * scale, carry2=0.071 * scale, carry_out=0.44 * scale,
-                  route=1.3 * scale, route_fanout=0.35 * scale, dsp=3.9 * scale, dsp_clk_q=0.9 * scale,
+                  route=1.3 * scale, route_fanout=0.35 * scale, dsp=3.9 * scale, dsp_clk_q=0.74 * scale,
+                  dsp_route=4.0 * scale,
                   bram_clk_q=5.6 * scale, bram_clk_q_reg=1.0 * scale)
 
 
@@ -85,7 +87,7 @@ DELAYS: Mapping[tuple[str, int | None], Delays] = {
     ("ecp5", 8): _ecp5(8, 0.76),
     # iCE40 HX (icestorm timing): LUT4 ~0.45, carry ~0.13 per bit; routing as slow or slower
     ("ice40", None): Delays("ice40", None, clk_q=0.54, setup=0.2, lut=0.45, carry_in=0.4, carry2=0.26,
-                            carry_out=0.4, route=1.5, route_fanout=0.4, dsp=6.0, dsp_clk_q=1.0,
+                            carry_out=0.4, route=1.5, route_fanout=0.4, dsp=6.0, dsp_clk_q=1.0, dsp_route=3.0,
                             bram_clk_q=2.2, bram_clk_q_reg=2.2),
 }
 
@@ -296,13 +298,19 @@ def product_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays) -
     width = a_bits + b_bits
     adder = d.route_ns(1) + d.carry_ns(width)                       # the adder the product feeds
     if not lut:
-        inside = d.overhead + d.dsp                                 # input registers to output register
+        # the register before the operand copies into the block's input registers; the block
+        inside = max(d.overhead + d.dsp_route, d.overhead + d.dsp)
+        land = d.dsp_clk_q + d.dsp_route + d.setup                  # its output to a landing register
         if max(a_bits, b_bits) > 18:   # pieces of a DSP block each: their sum in the fabric
-            if registers >= 2:         # each piece registered in its block, summed the next cycle (Product.split)
-                return max(inside, d.dsp_clk_q + d.route_ns(1) + d.carry_ns(width) + d.setup), \
+            sum_ns = d.route_ns(1) + d.carry_ns(width) + d.setup
+            if registers >= 3:         # each piece registered in its block and landed, then summed (Product.split)
+                return max(inside, land, d.clk_q + sum_ns), f"a {a_bits}x{b_bits} DSP product in pieces"
+            if registers == 2:         # each piece registered in its block, summed the next cycle
+                return max(inside, d.dsp_clk_q + d.dsp_route + sum_ns - d.route_ns(1)), \
                     f"a {a_bits}x{b_bits} DSP product in pieces"
-            return inside + d.route_ns(1) + d.carry_ns(width), f"a {a_bits}x{b_bits} DSP product summed unregistered"
-        out = d.dsp_clk_q + (d.route_ns(1) + d.setup if registers >= 2 else adder + d.setup)
+            return d.overhead + d.dsp + d.dsp_route + sum_ns - d.route_ns(1), \
+                f"a {a_bits}x{b_bits} DSP product summed unregistered"
+        out = land if registers >= 2 else d.dsp_clk_q + d.dsp_route + d.carry_ns(width) + d.setup
         return max(inside, out), f"a {a_bits}x{b_bits} DSP product"
     rows = (b_bits + 1) // 2
     levels = max(0, (rows - 1).bit_length())
