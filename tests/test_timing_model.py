@@ -218,3 +218,43 @@ def test_the_estimate_is_faster_on_a_faster_grade_and_for_more_registers():
     p1, p3, p3_8 = (e.fmax_mhz for e in est.values())
     assert p1 < p3 < p3_8
     assert all(e.where for e in est.values())
+
+
+# ------------------------------------------------------------------ the same in CXXRTL
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["constant", "memories", "gemv_lut", "split"])
+def test_target_clock_designs_are_bit_exact_and_cycle_exact_in_cxxrtl(case):
+    """The compiled C++ simulator (Yosys write_cxxrtl), not pysim, on the target_mhz designs of each
+    kind above at 200 MHz: outputs equal to the reference, cycles to the cycle model."""
+    rng = np.random.default_rng(6)
+    if case in ("constant", "memories"):
+        if case == "constant":
+            x, y, ref = _constant_mlp()
+            knobs = {**CONSTANT, "target_mhz": 200}
+        else:
+            W1, W2 = _i8(rng, 12, 16), _i8(rng, 6, 12)
+            x = Tensor(_i8(rng, 16)).realize()
+            h = ((Tensor(W1).cast(dtypes.int32) @ x.cast(dtypes.int32)).relu() >> 7).minimum(127).cast(dtypes.int8)
+            y = Tensor(W2).cast(dtypes.int32) @ h.cast(dtypes.int32)
+
+            def ref(xv):
+                hv = np.minimum(np.maximum(W1.astype(np.int32) @ xv.astype(np.int32), 0) >> 7, 127)
+                return W2.astype(np.int32) @ hv
+            knobs = {"schedule": "dataflow", "fp_pipeline": 3, "lanes": 2, "reduce_unroll": 4, "target_mhz": 200}
+        design = compile_model(y, config=HardwareConfig.from_dict(knobs), stream=x)
+        cm = design.cycle_model()
+        samples = [_i8(rng, 16) for _ in range(4)]
+        runs = simulate_many(design, [{x: s} for s in samples], backend="cxxrtl")
+        for s, r in zip(samples, runs):
+            assert np.array_equal(np.asarray(r.outputs[0]).reshape(-1), ref(s))
+            assert r.cycles == cm.total
+        assert all(r.interval == cm.interval for r in runs[1:])
+        return
+    name, knobs = {"gemv_lut": ("gemv_int8_16x8", dict(lanes=4, reduce_unroll=4, mul="lut")),
+                   "split": ("matmul_int32", dict(lanes=2, reduce_unroll=2))}[case]
+    c = designs.SMALL[name]()
+    design = compile_model(*c.outputs, config=HardwareConfig(fp_pipeline=3, target_mhz=200, **knobs))
+    result = simulate(design, backend="cxxrtl")
+    assert_exact(result.outputs, c.reference)
+    assert result.cycles == design.cycles_formula
