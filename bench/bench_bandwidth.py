@@ -77,10 +77,15 @@ def main() -> int:
                     help="fp_pipeline of the fp32 rows (the 4x8 at 3 did not route in 2 hours)")
     ap.add_argument("--fp32-mem-tail", choices=("block", "lut"), default="lut",
                     help="mem_tail of the fp32 rows (lut: each bank's last, nearly empty block-RAM row in LUT RAM)")
+    ap.add_argument("--target-mhz", type=float,
+                    help="target_mhz of the int8 and w4a8 rows: registers placed for this clock on --device "
+                         "(compiler/timing_model.py); nextpnr then aims at it (--freq is raised to it)")
     ap.add_argument("--timeout", type=float, default=7200,
                     help="seconds for each design's place-and-route (the 8x56 routes in 9-20 minutes; the 26x17 "
                          "took ~40 on a free core, over an hour beside another route)")
     ap.add_argument("--no-sim", dest="sim", action="store_false")
+    ap.add_argument("--no-sequential", dest="sequential", action="store_false",
+                    help="leave out the sequential int8 GEMV's synthesis (its block RAMs)")
     ap.add_argument("--no-pnr", dest="pnr", action="store_false")
     ap.add_argument("--no-cache", dest="cache", action="store_false")
     ap.add_argument("--router", choices=ROUTERS, default="router2",
@@ -96,6 +101,8 @@ def main() -> int:
     args = ap.parse_args()
     args.M, args.K = M, K
     device = find_device("ecp5", args.device)
+    if args.target_mhz:
+        args.freq = max(args.freq, args.target_mhz)
     root = args.workdir or Path(tempfile.mkdtemp(prefix="tinyhw-bench-bandwidth-"))
     bound = BOUNDS["int8"]
     cap = device.capacity
@@ -105,8 +112,9 @@ def main() -> int:
           f"M*K/{W4_WORDS_PER_CYCLE} = {BOUNDS['w4a8']:.0f}; work in {root}", flush=True)
 
     rows = []
-    for dtype, shapes, levels, extra in (("int8", args.int8, args.pipelines, {}),
-                                         ("w4a8", args.w4a8, args.pipelines, {}),
+    timed = {"target_mhz": args.target_mhz, "device": device.name} if args.target_mhz else {}
+    for dtype, shapes, levels, extra in (("int8", args.int8, args.pipelines, timed),
+                                         ("w4a8", args.w4a8, args.pipelines, timed),
                                          ("fp32", args.fp32, [args.fp32_pipeline],
                                           {"fp_sum": "tree", "mem_tail": args.fp32_mem_tail})):
         for (lanes, unroll), level in itertools.product(shapes, levels):
@@ -116,10 +124,12 @@ def main() -> int:
             row["kind"] = dtype
             rows.append(row)
             _print(row, BOUNDS.get(dtype, bound), args.freq)
-    seq = measure("int8", HardwareConfig(), argparse.Namespace(**{**vars(args), "sim": False}), root, pnr=False)
-    seq["kind"] = "int8 sequential"
-    rows.append(seq)
-    _print(seq, bound, args.freq)
+    seq = None
+    if args.sequential:
+        seq = measure("int8", HardwareConfig(), argparse.Namespace(**{**vars(args), "sim": False}), root, pnr=False)
+        seq["kind"] = "int8 sequential"
+        rows.append(seq)
+        _print(seq, bound, args.freq)
 
     print()
     for dtype in ("int8", "w4a8", "fp32"):
@@ -130,7 +140,8 @@ def main() -> int:
                   f"{best['fp_pipeline']}, {best['cycles']} cycles "
                   f"at {best['fmax_mhz']:.1f} MHz = {best['latency_us']:.2f} us"
                   + (f", {best['cycles'] / BOUNDS[dtype]:.2f}x the bandwidth bound" if dtype in BOUNDS else ""))
-    print(f"int8 sequential: {seq['bram']} block RAMs (goal <= 51)")
+    if seq:
+        print(f"int8 sequential: {seq['bram']} block RAMs (goal <= 51)")
     if args.sim:
         print("every parallel design simulated in CXXRTL: outputs bit-exact against the numpy golden model, "
               "cycles equal to the cycle model")
@@ -148,6 +159,8 @@ def _print(r: dict, bound: float, freq: float) -> None:
           f"  synth {r['synth_s']:.0f} s" + (f"  P&R {r['pnr_wall_s']:.0f} s" if 'pnr_wall_s' in r else "")
           + (f"\n    median of seeds {r['seeds']}: {', '.join(fmt(f, '.1f') for f in r['fmax_seeds'])} MHz"
              if len(r.get("seeds", ())) > 1 else "")
+          + f"\n    estimate {r['fmax_estimate_mhz']} MHz ({r['estimate_path']})"
+          + (f"\n    critical path {r['critical_path']}" if r.get("critical_path") else "")
           + ("" if fits else f"\n    {r['reason']}" if r.get("reason") else ""), flush=True)
 
 

@@ -77,7 +77,8 @@ def mlp(sizes, seed=0, wbits=8, abits=8, shift=SHIFT):
 
 
 def synth_pnr(design, name: str, args, root: Path) -> dict:
-    row: dict = {}
+    est = design.timing_estimate()
+    row: dict = {"fmax_estimate_mhz": round(est.fmax_mhz, 1), "estimate_path": est.where}
     t = time.perf_counter()
     area = synthesize(design, "ecp5", root / name / "synth", timeout=args.timeout, netlist=True)
     row.update(luts=area.luts, ffs=area.ffs, bram=area.bram, dsp=area.dsp, synth_s=round(time.perf_counter() - t, 1),
@@ -88,13 +89,22 @@ def synth_pnr(design, name: str, args, root: Path) -> dict:
         print(json.dumps({"breakdown": row["breakdown"]}), flush=True)
     if args.pnr:
         t = time.perf_counter()
+        reports = []
         try:
-            rep = place_and_route(area.netlist_path, "ecp5", root / name / "pnr", timeout=args.timeout,
-                                  device="LFE5U-85F", seed=args.seed, router="router2", placer=args.placer,
-                                  freq_mhz=args.freq)
-            row.update(fmax_mhz=rep.fmax_mhz, fits=rep.fits, reason=rep.reason, pnr_s=round(time.perf_counter() - t, 1))
+            for seed in args.seeds:
+                reports.append(place_and_route(
+                    area.netlist_path, "ecp5", root / name / "pnr" / (f"seed{seed}" if len(args.seeds) > 1 else ""),
+                    timeout=args.timeout, device=args.device, seed=seed, router="router2", placer=args.placer,
+                    freq_mhz=args.freq))
         except ToolError as exc:
             row.update(fmax_mhz=None, reason=f"place-and-route did not finish: {exc.reason}")
+            return row
+        # the median seed's row (the lower middle one of an even count), every seed's Fmax beside it
+        ranked = sorted(reports, key=lambda r: r.fmax_mhz or 0.0)
+        rep = ranked[(len(ranked) - 1) // 2]
+        row.update(fmax_mhz=rep.fmax_mhz, fits=rep.fits, reason=rep.reason, device=rep.device,
+                   critical_path=rep.critical_path, fmax_seeds=[r.fmax_mhz for r in reports], seeds=args.seeds,
+                   pnr_s=round(time.perf_counter() - t, 1))
     return row
 
 
@@ -199,14 +209,16 @@ def main() -> int:
     ap.add_argument("--pnr", action="store_true")
     ap.add_argument("--freq", type=float, default=100.0)
     ap.add_argument("--placer", default="static", help="nextpnr's placer (static, heap, sa)")
-    ap.add_argument("--seed", type=int, default=1, help="nextpnr's seed")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1],
+                    help="nextpnr's seeds: each design placed and routed once per seed, the median seed's row")
+    ap.add_argument("--device", default="LFE5U-85F", help="the part placed and routed on (LFE5U-85F-8: speed grade 8)")
+    ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
+                    help="a knob of every design, e.g. target_mhz=150, mul=lut, weight_bits=4 (YAML values)")
     ap.add_argument("--timeout", type=float, default=7200)
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--breakdown", action="store_true",
                     help="also synthesise with the hierarchy kept and report each module's LUTs and FFs")
-    ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
-                    help="a hardware knob for every design (mul=lut, adder_levels=2, ...)")
     args = ap.parse_args()
     args.extra = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.set)}
     args.targets = dict(TARGETS)
@@ -220,14 +232,18 @@ def main() -> int:
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1) + "\n")
     print("\n| model | schedule | lanes x reduce_unroll per layer | stages (cycles) | interval | latency | LUTs | FFs | "
-          "block RAM | DSP | Fmax (MHz) | samples/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "block RAM | DSP | Fmax (MHz) | estimate (MHz) | samples/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         f = r.get("fmax_mhz")
         sps = f"{f * 1e6 / r['interval']:,.0f}" if f else "-"
+        seeds = f" (seeds {', '.join(f'{x:.1f}' for x in r['fmax_seeds'])})" if len(r.get("fmax_seeds") or ()) > 1 else ""
         print(f"| {r['model']} | {r['schedule']} | {r['folding']} | {' / '.join(map(str, r['stages']))} | "
               f"{r['interval']:,} | {r['latency']:,} | {r['luts']:,} | {r['ffs']:,} | {r['bram']} | {r['dsp']} | "
-              f"{f if f else '-'} | {sps} |")
+              f"{f'{f:.1f}' if f else '-'}{seeds} | {r['fmax_estimate_mhz']} | {sps} |")
+    for r in rows:
+        if r.get("critical_path"):
+            print(f"{r['model']} {r['schedule']}: critical path {r['critical_path']}")
     return 0
 
 

@@ -60,13 +60,15 @@ def measure(dtype: str, config: HardwareConfig, args, root: Path, *, pnr: bool =
     also used by bench_bandwidth.py. `args` holds M, K, sim, timeout, device and cache, and
     may hold router, placer and seeds (place and route once per seed: the median's row)."""
     name = f"{dtype}-p{config.fp_pipeline}-{config.lanes}x{config.reduce_unroll}" + \
-        ("-lut-tail" if config.mem_tail == "lut" else "")
+        ("-lut-tail" if config.mem_tail == "lut" else "") + (f"-t{config.target_mhz:g}" if config.target_mhz else "")
     workdir = root / name
     row: dict = {"dtype": dtype, "fp_pipeline": config.fp_pipeline, "lanes": config.lanes,
                  "reduce_unroll": config.reduce_unroll, "mem_tail": config.mem_tail}
     t0 = time.perf_counter()
     design, want = build_design(dtype, args.M, args.K, config)
     row["cycles"] = design.cycle_model().total
+    est = design.timing_estimate()
+    row.update(fmax_estimate_mhz=round(est.fmax_mhz, 1), estimate_path=est.where, target_mhz=config.target_mhz)
     scheds = design.schedules
     # the pipeline's drain (cycles a store trails its step), interleaved rows, split memories
     row["commit"] = max((sc.commit for sc in scheds), default=0)
@@ -96,7 +98,8 @@ def measure(dtype: str, config: HardwareConfig, args, root: Path, *, pnr: bool =
             reports.append(place_and_route(
                 area.netlist_path, "ecp5", workdir / "pnr" / (f"seed{seed}" if len(seeds) > 1 else ""),
                 timeout=args.timeout, device=args.device, use_cache=args.cache, seed=seed,
-                router=getattr(args, "router", "router1"), placer=getattr(args, "placer", "heap")))
+                router=getattr(args, "router", "router1"), placer=getattr(args, "placer", "heap"),
+                freq_mhz=getattr(args, "freq", 100.0)))
     except ToolError as exc:                 # a time-out or crash: keep the row, say why
         row.update(pnr_wall_s=time.perf_counter() - t, fits=None, fmax_mhz=None, latency_us=None,
                    reason=f"place-and-route did not finish: {exc.reason}", device=args.device, cached=False,

@@ -5,6 +5,8 @@ import re
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
+from .devices import DEVICES, FAMILIES, SPEED_GRADES, find_device
+
 MAX_ACC_WIDTH = 64
 MAX_PARALLEL = 4096          # lanes * reduce_unroll: more multipliers than any FPGA here holds
 LAYER_KNOBS = ("lanes", "reduce_unroll", "weights")
@@ -16,6 +18,8 @@ MAX_ADDER_DEPTH = 64
 MAX_ADDER_LEVELS = 64
 FP_SEMANTICS = ("tinygrad", "op")
 _LAYER_KEY = re.compile(r"^([a-z_]+)@([A-Za-z0-9_.-]+)$")
+MAX_TARGET_MHZ = 1000       # target_mhz: above any clock an ECP5 or iCE40 fabric path closes at
+TARGET_LEVEL = 3            # the least fp_pipeline target_mhz places its registers on top of
 MAX_FP_PIPELINE = 4          # at 3 every float unit has its most stages (FAdd 6 <= 2**3, FMul, FDiv, FSqrt 8 = 2**3);
                              # 4 adds a second register to integer products
 
@@ -171,6 +175,24 @@ class HardwareConfig:
         most D adder levels more than the least its matrix needs (da4ml's hard delay
         constraint). Why: a deeper graph shares more partial sums (fewer adders) but is more
         pipeline stages long (docs/area.md measures the trade). None: no bound.
+    target_mhz: the clock the datapath is pipelined for (None, the default: off). From fp_pipeline 3
+        (TARGET_LEVEL; below it a ValueError), instead of a register every `adder_levels` levels,
+        the compiler registers a value where the next op would make the path longer than the
+        period on `device` (its family and speed grade), by the delay model of
+        compiler/timing_model.py: cell delays from the part's timing database, routing
+        calibrated on nextpnr runs of this project's designs. Integer adders, compares, max and
+        clips, multiplexers and shifts are counted; a value the next ops read more than
+        pipeline.FANOUT_USES times reaches them through registered copies (as with
+        adder_levels > 1). Why: every latency and throughput figure is cycles / Fmax, and a
+        stage holding a multiplier, an adder tree and a route across the die halves the clock.
+        Cost: cycles (a stage per register level, once per kernel run) and flip-flops. The
+        cycle model stays exact and results bit-exact (only where registers go changes).
+        `Design.timing_estimate()` gives the model's Fmax for the built design (a row's
+        `fmax_estimate_mhz`, beside nextpnr's `fmax_mhz`). adder_levels must stay 1 with it.
+    device: the FPGA part the design is for, with its speed grade: "LFE5U-85F-8" (None, the
+        default: LFE5U-85F at speed grade 6, the slowest). target_mhz's delay model uses its
+        family and grade; with `timing: true` (dse) place-and-route places on this part instead
+        of choosing one by the design's size (compiler.devices.find_device reads the name).
     weights: "memory" (default) or "constant": where a trained model's weights live. "memory":
         in memories the host writes before a run, like any input. "constant": every input that
         holds data at compile time and is not given at run time (compile_model's `stream`) is
@@ -229,6 +251,8 @@ class HardwareConfig:
     adder_levels: int = 1
     adder_graph: str = "auto"
     adder_depth: int | None = None
+    target_mhz: float | None = None
+    device: str | None = None
     weights: str = "memory"
     schedule: str = "sequential"
     fold: str = "manual"
@@ -301,7 +325,32 @@ class HardwareConfig:
             raise ValueError(f"HardwareConfig: lanes={self.lanes} with reduce_unroll={self.reduce_unroll} is an "
                              f"illegal combination: {self.lanes * self.reduce_unroll} operations per cycle is more "
                              f"than the {MAX_PARALLEL} any supported FPGA can build; lower one of them")
+        self._check_target()
         self._check_layers()
+
+    def _check_target(self) -> None:
+        if self.device is not None:
+            if not isinstance(self.device, str):
+                raise ValueError(f"HardwareConfig.device: expected a part name such as 'LFE5U-85F-8', got {self.device!r}")
+            part(self.device)                       # ValueError naming the known parts
+        if self.target_mhz is None:
+            return
+        if isinstance(self.target_mhz, bool) or not isinstance(self.target_mhz, (int, float)) \
+                or not 0 < self.target_mhz <= MAX_TARGET_MHZ:
+            raise ValueError(f"HardwareConfig.target_mhz: expected a clock in MHz above 0 and at most "
+                             f"{MAX_TARGET_MHZ}, or None (off), got {self.target_mhz!r}")
+        if self.fp_pipeline < TARGET_LEVEL:
+            raise ValueError(f"HardwareConfig: target_mhz={self.target_mhz:g} places registers on top of "
+                             f"fp_pipeline {TARGET_LEVEL}'s; set fp_pipeline to {TARGET_LEVEL} or "
+                             f"{MAX_FP_PIPELINE} (got {self.fp_pipeline})")
+        if self.adder_levels != 1:
+            raise ValueError(f"HardwareConfig: target_mhz={self.target_mhz:g} decides how many adder levels a "
+                             f"stage holds; drop adder_levels (got {self.adder_levels})")
+
+    def timing_part(self):
+        """The device target_mhz's delay model times the design at (`device`, else the default:
+        LFE5U-85F, speed grade 6)."""
+        return part(self.device or DEFAULT_PART)
 
     def _check_layers(self) -> None:
         if not isinstance(self.layers, tuple):
@@ -407,6 +456,24 @@ class HardwareConfig:
         for index, settings in self.layers:
             out.update({f"{knob}@{index}": value for knob, value in settings})
         return out
+
+
+DEFAULT_PART = "LFE5U-85F"
+"""The part a design is timed for without `device` (speed grade 6, the slowest: find_device)."""
+
+
+def part(name: str):
+    """compiler.devices.Device of a part name of any family ("LFE5U-85F-8", "iCE40HX8K");
+    ValueError naming the known parts otherwise."""
+    for family in FAMILIES:
+        try:
+            return find_device(family, name)
+        except ValueError as e:
+            if "unknown speed grade" in str(e):  # the part is known, its grade is not
+                raise ValueError(f"HardwareConfig.device: {e}") from None
+    known = ", ".join(d.name for f in FAMILIES for d in DEVICES[f])
+    raise ValueError(f"HardwareConfig.device: unknown part {name!r}; known: {known} (an ECP5 part may end in "
+                     f"its speed grade, {SPEED_GRADES['ecp5'][0]} by default: LFE5U-85F-8)")
 
 
 def _layer_order(layer: int | str) -> tuple[int, int | str]:

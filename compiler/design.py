@@ -10,7 +10,8 @@ from . import ir
 from .config import HardwareConfig
 from .frontend import Graph
 from .hw.kernel import KernelHW, is_pipelined, read_ports
-from .hw.pipeline import Schedule, schedule
+from .hw.pipeline import Schedule, kernel_paths, schedule
+from .timing_model import Estimate, delays, dsp_blocks, product_ns
 from .hw.program import Program, build_program
 from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, plan_dataflow
 from .hw.top import Copy, HostBuffer, HostPort, Run, Share, TopHW, plan
@@ -159,6 +160,28 @@ class Design:
     def schedules(self) -> tuple[Schedule, ...]:
         """Per kernel: the pipeline stage of every value (fp_pipeline; hw/pipeline.py)."""
         return tuple(schedule(k, self.config) for k in self.kernels)
+
+    def timing_estimate(self) -> Estimate:
+        """The delay model's slowest path (compiler/timing_model.py) on the part the config
+        names (`device`, else LFE5U-85F grade 6): each kernel's integer datapath as scheduled and
+        its products' stages (in LUTs where `mul` puts them there: lut, or auto past the DSPs of
+        the family's largest part). An estimate of what place-and-route will sign off, available
+        before synthesis: a row's `fmax_estimate_mhz`."""
+        d = delays(self.config.timing_part())
+        worst = Estimate(d.overhead, "no integer path")
+        products = []
+        for pos, (k, sched) in enumerate(zip(self.kernels, self.schedules)):
+            ns, what, prods = kernel_paths(k, sched, self.config, d)
+            products += [(a, b, sched.product_regs) for a, b in prods]
+            if ns > worst.period_ns:
+                worst = Estimate(ns, f"{k.name}: {what}")
+        lut_products = self.config.mul == "lut" or (self.config.mul == "auto" and
+                                                    len(products) > dsp_blocks(self.config.timing_part().family))
+        for a, b, registers in set(products):
+            ns, what = product_ns(min(a, b), max(a, b), registers, lut_products, d)
+            if ns > worst.period_ns:
+                worst = Estimate(ns, what)
+        return worst
 
     def cycle_model(self) -> CycleModel:
         if self.flow is not None:

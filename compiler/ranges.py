@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from amaranth.hdl import Shape, signed, unsigned
 
 from . import ir
+from .config import HardwareConfig
 from .dtypes import DType
 
 K = ir.OpKind
@@ -203,3 +204,28 @@ def _clipped(v: ir.Op, known: dict[int, Interval]) -> Interval | None:
         return None
     t = known[id(then)]
     return Interval(min(t.lo, taken.lo), max(t.hi, taken.hi))
+
+
+def acc_width(d: DType, config: HardwareConfig) -> int:
+    """Bits of an accumulator register of dtype `d` without bounds: `config.acc_width` for
+    integer (non-bool) reductions, else the dtype's width."""
+    if config.acc_width is None or d.is_float or d.is_bool:
+        return d.bits
+    return config.acc_width
+
+
+def acc_ranges(kernel: ir.KernelIR, config: HardwareConfig) -> dict[int, Interval]:
+    """The values an accumulator register can hold when it cannot hold every value of its
+    dtype (it wraps at `acc_width`, or holds its proven bounds), for the range analysis that
+    sizes the datapath."""
+    out = {}
+    for a in kernel.accs:
+        if a.dtype.is_float or a.dtype.is_bool:
+            continue
+        if a.bounds is not None and config.acc_width is None:
+            out[a.index] = Interval(*a.bounds)
+            continue
+        w = acc_width(a.dtype, config)
+        if w < a.dtype.bits:
+            out[a.index] = Interval(-(1 << (w - 1)), (1 << (w - 1)) - 1) if a.dtype.signed else Interval(0, (1 << w) - 1)
+    return out

@@ -203,6 +203,10 @@ class Metrics:
     pnr_placer: str | None = None           # (spec `timing:`; `dse export --bitstream` reuses them)
     pnr_seed: int | None = None
     pnr_freq_mhz: float | None = None       # the target clock given to nextpnr
+    pnr_speed_grade: int | None = None      # the part's speed grade it was timed at (ECP5: 6, 7, 8)
+    pnr_critical_path: str | None = None    # nextpnr's slowest path: ends, ns (clk-to-q, logic, routing)
+    fmax_estimate_mhz: float | None = None  # the delay model's Fmax (compiler/timing_model.py), before synthesis
+    fmax_estimate_path: str | None = None   # and its slowest path
     # overflow
     acc_bits_required: int | None = None
     overflow_safe: bool | None = None
@@ -426,6 +430,8 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         if design.schedule_note:
             run.notes.append(design.schedule_note)
         run.set(features=json.dumps(design_features(design, target=ctx.target)))
+        estimate = design.timing_estimate()
+        run.set(fmax_estimate_mhz=round(estimate.fmax_mhz, 1), fmax_estimate_path=estimate.where)
 
     if checked is not None:         # checked at the cheap fidelity: synthesis only
         names = {f.name for f in dataclasses.fields(Metrics)} - _OWN_FIELDS
@@ -515,7 +521,7 @@ def _synthesis(ctx: EvalContext, run: _Run, design) -> None:
         if area.fallback:
             run.notes.append(area.fallback)
         if ctx.timing:
-            _timing(ctx, run, area.netlist_path)
+            _timing(ctx, run, area.netlist_path, design.config)
     elif ctx.timing:
         run.notes.append("timing skipped: it needs synthesis, which is off")
 
@@ -673,18 +679,24 @@ def ptq_accuracy(trained, dtype: str) -> float:
     return float((pred == truth).mean())
 
 
-def _timing(ctx: EvalContext, run: _Run, netlist_path: str) -> None:
-    """Place and route (compiler.pnr.timing); a design no device holds gives fits=False, not a FAIL."""
+def _timing(ctx: EvalContext, run: _Run, netlist_path: str, config) -> None:
+    """Place and route (compiler.pnr.timing); a design no device holds gives fits=False, not a FAIL.
+    A point with `device` is placed on that part; one with `target_mhz` has nextpnr's
+    timing-driven placement aim at that clock when it is above the spec's freq_mhz."""
     from compiler.pnr.timing import place_and_route
+    options = ctx.timing.options()
+    if config.target_mhz is not None:
+        options["freq_mhz"] = max(options["freq_mhz"], float(config.target_mhz))
     with run.stage("timing", "pnr_s"):
         rep = place_and_route(netlist_path, ctx.target, run.workdir / "pnr", timeout=ctx.stage_timeout_s,
-                              **ctx.timing.options())
+                              device=config.device, **options)
         cycles = run.fields.get("cycles") or run.fields.get("cycles_model")
         interval = run.fields.get("interval_cycles") or run.fields.get("interval_model")
         run.set(samples_per_s=rep.fmax_mhz * 1e6 / interval if rep.fmax_mhz and interval else None)
         run.set(fits=rep.fits, fmax_mhz=rep.fmax_mhz, latency_us=rep.latency_us(cycles) if cycles else None,
                 pnr_device=rep.device, pnr_package=rep.package or None, nextpnr_version=rep.nextpnr_version,
-                **ctx.timing.row_fields())
+                pnr_speed_grade=rep.speed_grade, pnr_critical_path=rep.critical_path or None,
+                **{**ctx.timing.row_fields(), "pnr_freq_mhz": options["freq_mhz"]})
     if not rep.fits:
         if run.fields.get("error"):
             run.notes.append(rep.reason)

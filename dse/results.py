@@ -16,7 +16,10 @@ trials.csv, one row per trial that ran (queued trials not yet run are left out):
     cached                      served from the evaluation cache (no tool ran for this trial)
     <metrics>...                every field of dse.evaluate.Metrics: cycles, cycles_model,
                                 correct, max_abs_err, ulp_vs_sequential, check_rule, luts, ffs, bram, lutram, dsp,
-                                acc_bits_required, overflow_safe, max_magnitude,
+                                fmax_estimate_mhz and fmax_estimate_path (the delay model's, before
+                                synthesis), with timing fmax_mhz, latency_us, samples_per_s, pnr_device,
+                                pnr_speed_grade, pnr_critical_path (nextpnr's slowest path) and the
+                                nextpnr settings, acc_bits_required, overflow_safe, max_magnitude,
                                 overflow_confirmed, saturated (fp8 outputs at the format's
                                 largest magnitude), the stage times compile_s, simulate_s,
                                 overflow_s, synth_s, total_s (of the evaluation that produced

@@ -56,7 +56,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import yaml
 
-from compiler.config import LAYER_KNOBS, HardwareConfig
+from compiler.config import LAYER_KNOBS, TARGET_LEVEL, HardwareConfig
 from compiler.devices import FAMILIES as PNR_FAMILIES
 from compiler.devices import METRIC_RESOURCES
 from compiler.pnr.timing import DEFAULT_FREQ_MHZ, DEFAULT_PLACER, DEFAULT_ROUTER, DEFAULT_SEED, PLACERS, ROUTERS
@@ -237,9 +237,11 @@ def check_knob_value(name: str, value: Any) -> None:
     """One value of one hardware knob on its own (HardwareConfig's checks); raises ValueError.
     The fold knobs only mean something together, so each is checked beside a stand-in for its
     partner (target_interval and fold_budget beside fold=auto, fold=auto beside a target), and
-    the combination by `fold_conflict`."""
+    the combination by `fold_conflict`; target_mhz beside the fp_pipeline it needs (TARGET_LEVEL),
+    the combination by HardwareConfig when a point is built."""
     partner = ({"fold": "auto"} if name in FOLD_AIMS
-               else {"target_interval": 1} if name == "fold" and value == "auto" else {})
+               else {"target_interval": 1} if name == "fold" and value == "auto"
+               else {"fp_pipeline": TARGET_LEVEL} if name == "target_mhz" and value is not None else {})
     HardwareConfig.from_dict({name: value, **partner})
 
 

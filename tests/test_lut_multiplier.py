@@ -168,6 +168,21 @@ def test_lut_products_with_two_registers_are_the_product_registers(tmp_path, sha
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("shapes", [
+    ("signed(5)", "signed(4)", "signed(9)"), ("unsigned(3)", "unsigned(2)", "unsigned(5)")],
+    ids=lambda s: "_".join(s))
+def test_lut_products_with_three_registers_are_the_product_registers(tmp_path, shapes):
+    """target_mhz's Product (pipeline.Schedule.product_registers): the multiples, the middle of the
+    tree and Y registered; the product with Y combinational (a register short) is refused."""
+    from amaranth.hdl import signed, unsigned
+    a, b, y = (eval(s, {"signed": signed, "unsigned": unsigned}) for s in shapes)
+    gold = _product_rtlil(a, b, y, registers=3)
+    assert _registered_equal(tmp_path, gold)
+    assert not _registered_equal(tmp_path / "short", gold, lambda text: re.sub(
+        r"  always @\(posedge CLK\) y_q <= (.*);\n  assign Y = y_q;", r"  assign Y = \1;", text))
+
+
+@pytest.mark.slow
 def test_the_registered_proof_can_fail(tmp_path):
     """A rebuilt product one of whose registered terms is inverted is refused."""
     from amaranth.hdl import signed

@@ -29,7 +29,7 @@ from ..errors import UnsupportedError
 from ..ranges import Interval
 from ..passes.constants import csd
 from . import floatops
-from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, operand_offsets, product_registers, schedule
+from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, operand_offsets, schedule
 
 K = ir.OpKind
 
@@ -144,6 +144,9 @@ class Copies:
         return copy
 
 
+DSP_WIDTH = 18
+"""The widest operand an ECP5 MULT18X18D (and an iCE40 SB_MAC16's 16) takes whole: Product.split."""
+
 PRODUCT_PREFIX = "product"
 """Product submodules are named `product<N>` (compiler.synth.multipliers finds them by it)."""
 
@@ -158,18 +161,43 @@ class Product(Elaboratable):
     *landing* register: the first moves into the MULT18X18D (compiler/pnr/dsp_registers.py), the
     second stays in the fabric, where the placer puts it between the DSP row and the lane's adder."""
 
-    def __init__(self, a_shape, b_shape, y_shape, registers: int = 1):
+    def __init__(self, a_shape, b_shape, y_shape, registers: int = 1, split: bool = False):
         self.a, self.b = Signal(a_shape, name="a"), Signal(b_shape, name="b")
         self.y = Signal(y_shape, name="y", reset_less=True)       # data (Datapath.register)
         self.registers = registers
+        self.split = split and registers >= 2 and max(len(self.a), len(self.b)) > DSP_WIDTH
 
     def elaborate(self, platform) -> Module:
         m = Module()
-        value = self.a * self.b
-        for i in range(self.registers - 1):
+        value = self._pieces(m) if self.split else self.a * self.b
+        for i in range(self.registers - 1 - (self.split and 1 + (self.registers >= 3))):
             value = registered(m, value, f"p{i}", reset_less=True)
         m.d.sync += self.y.eq(value)
         return m
+
+    def _pieces(self, m: Module) -> Value:
+        """`split` (target_mhz): an operand wider than a DSP block's DSP_WIDTH bits cut into
+        pieces that are, each piece's product registered (the register a MULT18X18D takes as its
+        output register, compiler/pnr/dsp_registers.py) and, with three registers, again in the
+        fabric (a DSP's output routed to the fabric took 6.4 ns on the digits MLP), their sum
+        shifted into place the next cycle: without it Yosys's mul2dsp sums the pieces' outputs in the fabric before any
+        register (the digits MLP's 14x21-bit requantisation: a DSP's output routed 52 columns to
+        that sum, 11.3 ns). Exact: a = sum of its pieces << their offsets."""
+        wide, other = (self.a, self.b) if len(self.a) >= len(self.b) else (self.b, self.a)
+        step = DSP_WIDTH - 1 if other.shape().signed else DSP_WIDTH   # a low piece is unsigned
+        total, lo, i = None, 0, 0
+        while lo < len(wide):
+            hi = min(len(wide), lo + step)
+            piece = wide[lo:hi]
+            if hi == len(wide) and wide.shape().signed:
+                piece = piece.as_signed()
+            term = registered(m, piece * other, f"piece{i}", reset_less=True)
+            if self.registers >= 3:          # a landing register in the fabric, by the DSP block
+                term = registered(m, term, f"piece{i}_land", reset_less=True)
+            term = term << lo
+            total = term if total is None else total + term
+            lo, i = hi, i + 1
+        return total
 
 
 class Datapath:
@@ -253,11 +281,14 @@ class Datapath:
         """Fan-out value `v` (pipeline.fanout_values) in `stage` for one reader: a registered copy
         of it as it was a stage before, one per Schedule.fanout[v] readers in the order they ask
         (output by output, so a copy serves neighbouring adders). The value's own register then
-        drives the copies, not every reader. An early value (Schedule.early: a load or its cast)
-        is copied in the stage it is ready, from the read data before its register."""
+        drives the copies, not every reader. An early value (Schedule.early) is copied in the stage
+        it is ready: a load or its cast from the read data before its register, an op from its
+        value before its output register (the copies are that register, duplicated)."""
         ready = self.sched.ready.get(id(v))
         key = (id(v), env.counters, env.step if id(v) in self.load_dependent else None, stage)
-        if ready is not None and stage == ready and id(v) in self.sched.early and env.raw is not None:
+        if ready is not None and stage == ready and id(v) in self.sched.early and not self._is_load(v):
+            prev = self._before_register(v, env, stage)
+        elif ready is not None and stage == ready and id(v) in self.sched.early and env.raw is not None:
             prev = self.memo.get(("raw",) + key)
             if prev is None:                 # the load (or its cast) from the unregistered read data
                 load = v if isinstance(v, ir.Load) else v.srcs[0]
@@ -274,6 +305,23 @@ class Datapath:
             prev = self.emit(v, env, stage - 1)
         group = self.fan_groups.setdefault(id(v), Copies(self.m, self.sched.fanout[id(v)], reset_less=True))
         return group(key, prev, f"{_name(prev)}_f")
+
+    @staticmethod
+    def _is_load(v: ir.Value) -> bool:
+        return isinstance(v, ir.Load) or (isinstance(v, ir.Op) and v.op in (K.CAST, K.BITCAST)
+                                          and isinstance(v.srcs[0], ir.Load))
+
+    def _before_register(self, v: ir.Value, env: Env, stage: int) -> Value:
+        """An early op's value (pipeline.early_ops) in the stage before its output register: the op's
+        expression (_at keeps it), or a cast of one, so that its copies are that register."""
+        if self.sched.latency.get(id(v)):
+            self.emit(v, env, stage)
+            return self.memo[("pre", id(v), env.counters, env.step if id(v) in self.load_dependent else None, stage)]
+        inner = self._before_register(v.srcs[0], env, stage)
+        out = Signal(self.shape(v), name=f"v{self.count}_pre")
+        self.count += 1
+        self.m.d.comb += out.eq(self.int_op(v, [inner]))
+        return out
 
     def operand_copy(self, x: Value) -> Signal:
         """A registered copy of product operand `x` (pipeline.FANOUT_LEVEL): a loaded value
@@ -329,6 +377,7 @@ class Datapath:
             self.count += 1
             if output_register:
                 self.m.d.sync += out.eq(expr)          # an output register (pipeline._op_timing)
+                self.memo[("pre",) + key] = expr       # what copies of it may take instead (fanned)
             else:
                 self.m.d.comb += out.eq(expr)
         self.memo[key] = out
@@ -395,7 +444,8 @@ class Datapath:
                 x = self.fanout_copies[level](id(x), x, f"{_name(x)}_fan" + (f"{level}_" if level > 1 else ""))
             srcs.append(self.own_copies(id(x), x, f"{_name(x)}_dup"))
         a, b = sorted(zip(v.srcs, srcs), key=lambda p: (self.mul_uses[id(p[0])], len(p[1])), reverse=True)
-        unit = Product(a[1].shape(), b[1].shape(), self.shape(v), product_registers(self.config.fp_pipeline))
+        unit = Product(a[1].shape(), b[1].shape(), self.shape(v), self.sched.product_regs,
+                       split=self.config.target_mhz is not None)
         self.m.submodules[f"{PRODUCT_PREFIX}{self.count}"] = unit
         self.count += 1
         self.m.d.comb += [unit.a.eq(a[1]), unit.b.eq(b[1])]

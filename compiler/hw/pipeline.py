@@ -80,7 +80,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import ir
+from .. import ir, timing_model
 from ..config import HardwareConfig
 from ..errors import CompileError
 from . import floatops
@@ -137,7 +137,12 @@ class Schedule:
     fanout: dict[int, int] = field(default_factory=dict)  # id(value) -> readers per copy of it
                                              # (fanout_values; adder_levels > 1)
     early: frozenset[int] = frozenset()      # fan-out loads (and their casts) copied from the read
-                                             # data before its register (early_copies)
+                                             # data before its register (early_copies); with
+                                             # target_mhz, fan-out ops copied from their value
+                                             # before their output register
+    product_regs: int = 1                    # registers of each integer product after its operand
+                                             # copies (product_registers; with target_mhz the delay
+                                             # model's: timing_model.product_registers)
 
     @property
     def load_stage(self) -> int:
@@ -260,7 +265,7 @@ def late_buffers(order: list[ir.Value], broadcast: dict[int, int], gathers: froz
     return {b: n for b, n in late.items() if n > 0}
 
 
-def _op_timing(v: ir.Op, level: int, muxes: set[int], broadcast: dict[int, int]) -> tuple[int, int]:
+def _op_timing(v: ir.Op, level: int, muxes: set[int], broadcast: dict[int, int], registers: int) -> tuple[int, int]:
     """(unit stages, latency) of an op of data values outside the accumulator loops."""
     if id(v) in muxes:
         return 1, 1
@@ -275,7 +280,7 @@ def _op_timing(v: ir.Op, level: int, muxes: set[int], broadcast: dict[int, int])
             return 1, 1
         if v.op is K.MULACC:
             return 2, 2
-        stages = 1 + product_registers(level) + max(broadcast.get(id(s), 0) for s in v.srcs[:2])
+        stages = 1 + registers + max(broadcast.get(id(s), 0) for s in v.srcs[:2])
         return stages, stages
     if v.op in (K.ADD, K.SUB) and level >= FANOUT_LEVEL and not v.dtype.is_float:
         return 1, 1                            # each level of an unrolled reduction's adder tree
@@ -353,6 +358,17 @@ def early_copies(order: list[ir.Value], fanout: dict[int, int], register_loads: 
                      and not v.srcs[0].dtype.is_float and plain(v.srcs[0]))))
 
 
+def early_op(v: ir.Value, ready: dict, latency: dict[int, int], unit_stages: dict[int, int]) -> bool:
+    """With target_mhz: whether fan-out value `v` is an op registered in its stage (or a cast of
+    one ready in the same stage) whose copies can take its value before that register and be it,
+    duplicated (Datapath.fanned), so its readers start in the stage it is ready, not a stage later."""
+    while isinstance(v, ir.Op) and not latency.get(id(v)) and v.op in (K.CAST, K.BITCAST) \
+            and not v.dtype.is_float and ready.get(id(v.srcs[0])) == ready.get(id(v)):
+        v = v.srcs[0]
+    return isinstance(v, ir.Op) and latency.get(id(v)) == 1 and unit_stages.get(id(v), 1) == 1 \
+        and not v.dtype.is_float and not any(s.dtype.is_float for s in v.srcs)
+
+
 def ring_adders(kernel: ir.KernelIR) -> dict[int, int]:
     """id(op) -> ways, for the op that directly updates each interleaved accumulator."""
     ways = {a.index: a.ways for a in kernel.accs if a.ways > 1}
@@ -395,6 +411,19 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
                 and all(isinstance(x, ir.Load) or id(x) in muxes for x in v.srcs[1:]):
             muxes.add(id(v))
 
+    d = timing_model.delays(config.timing_part())
+    # read data leaves its memory (or its output register) as kernel_paths times it, so the
+    # registers placed here give the estimate's path, not a faster one
+    clock = timing_model.Paths(kernel, d, order, operands, config, set(muxes), limit_mhz=config.target_mhz,
+                               load_clk_q=load_clk_q(d, level >= LOAD_LEVEL, config.mem_read == "sync")) \
+        if level >= FANOUT_LEVEL and config.target_mhz is not None else None
+    product_regs = product_registers(level)
+    if clock:                                  # as many as the products' stages need (LUT products
+        shapes = [(clock.width(v.srcs[0]), clock.width(v.srcs[1])) for v in order  # unless mul: dsp)
+                  if isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float
+                  and not any(isinstance(s, ir.Const) for s in v.srcs[:2])]
+        product_regs = timing_model.product_registers(shapes, 1000.0 / config.target_mhz, config.mul != "dsp",
+                                                      clock.d, least=product_regs)
     latency: dict[int, int] = {}
     unit_stages: dict[int, int] = {}
     for v in order:
@@ -411,7 +440,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
         elif id(v) in floating:
             lat = 0                            # counters and constants only: computed in stage 0
         else:
-            stages, lat = _op_timing(v, level, muxes, broadcast)
+            stages, lat = _op_timing(v, level, muxes, broadcast, product_regs)
         if lat:
             latency[id(v)] = lat
         if stages > 1:
@@ -429,8 +458,8 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
     gather_issue: dict[int, int] = {}
     budget = config.adder_levels if level >= FANOUT_LEVEL and config.adder_levels > 1 else 0
     carried: dict[int, int] = {}               # adder levels since the last register (_budget)
-    fanout = fanout_values(order, operands, unit_stages, post | floating | set(muxes)) if budget else {}
-    early = early_copies(order, fanout, register_loads, gathers)
+    fanout = fanout_values(order, operands, unit_stages, post | floating | set(muxes)) if budget or clock else {}
+    early = set(early_copies(order, fanout, register_loads, gathers))
 
     def combine(v, base):
         # a fan-out value reaches its readers through copies, a stage after it is ready (in
@@ -463,7 +492,11 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
             r = combine(v, None)
             if budget and r is not None and isinstance(v, ir.Op) and id(v) not in post:
                 _budget(v, r, budget, ready, operands, carried, latency, fanout)
+            elif clock and r is not None and isinstance(v, ir.Op) and id(v) not in post:
+                clock.decide(v, r, ready, operands, latency, fanout)
             ready[id(v)] = None if r is None else r + latency.get(id(v), 0)
+            if clock and id(v) in fanout and early_op(v, ready, latency, unit_stages):
+                early.add(id(v))               # its copies are its register (Datapath.fanned)
     depth = max((r for r in ready.values() if r is not None), default=0)
     for v in order:                            # the post cone, from stage D
         if id(v) not in post:
@@ -471,7 +504,10 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
         if isinstance(v, ir.AccLoad):
             ready[id(v)] = depth
         else:
-            ready[id(v)] = combine(v, None) + latency.get(id(v), 0)
+            r = combine(v, None)
+            if clock and isinstance(v, ir.Op):     # after the accumulator: requantisation, clips
+                clock.decide(v, r, ready, operands, latency, fanout, free=id(v) not in feeds_acc)
+            ready[id(v)] = r + latency.get(id(v), 0)
 
     def at(v):
         r = ready[id(v)]
@@ -493,7 +529,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
             commit = max([commit] + [at(x) for x in (s.index, s.value, s.gate) if x is not None])
     sched = Schedule(level, depth, commit, ready, latency, unit_stages, acc_write, register_loads,
                      address_levels, gather_issue, config.mem_read == "sync", lookahead, broadcast, late, fanout,
-                     early)
+                     frozenset(early), product_regs)
     check_hazards(kernel, sched)
     return sched
 
@@ -509,3 +545,29 @@ def check_hazards(kernel: ir.KernelIR, sched: Schedule) -> None:
             f"fp_pipeline={sched.level} is illegal for kernel {kernel.name!r}: it reads buffer {stored[0]}, which it "
             f"also writes, and its stores commit {sched.commit} cycles after their step issues, so a later step "
             f"could read a location before an earlier store reaches it; use fp_pipeline=0 for this model")
+
+
+def load_clk_q(d: timing_model.Delays, register_loads: bool, sync_reads: bool) -> float:
+    """When read data is out after the clock edge: from a block RAM's output register, from the
+    block RAM itself (a synchronous read), or from a flip-flop."""
+    return d.bram_clk_q_reg if register_loads else d.bram_clk_q if sync_reads else d.clk_q
+
+
+def kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
+                 d: timing_model.Delays) -> tuple[float, str, list[tuple[int, int]]]:
+    """(ns, what, products) of a scheduled kernel for the delay model (Design.timing_estimate):
+    its slowest path through integer ops (timing_model.Paths.measure: read data from a block
+    RAM's output register, or its clock-to-out below LOAD_LEVEL), and the operand widths of
+    each product with registers of its own (is_product), whose stages timing_model.product_ns
+    times."""
+    gathers = gathers_of(kernel)
+    operands = lambda v: data_operands(v, gathers)  # noqa: E731
+    order = _data_order(kernel, gathers)
+    floating = {id(v) for v in order if sched.ready.get(id(v)) is None}
+    paths = timing_model.Paths(kernel, d, order, operands, config,
+                               load_clk_q=load_clk_q(d, sched.register_loads, sched.sync_reads))
+    ns, what = paths.measure(order, sched.ready, sched.latency, sched.fanout, operands, floating)
+    products = [(paths.width(v.srcs[0]), paths.width(v.srcs[1])) for v in order
+                if isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float
+                and sched.unit_stages.get(id(v), 1) >= 2]
+    return ns, what, products

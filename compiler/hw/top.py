@@ -373,12 +373,48 @@ class TopHW(wiring.Component):
             rdata = rdata | registered(m, part, f"host_rdata_part{g // HOST_GROUP}", reset_less=True)
         m.d.sync += self.host_rdata.eq(rdata)
 
+    def _copy_read_ahead(self, m, p: int, ph: Copy, phase, cctr):
+        """With target_mhz: (whether copy phase p reads next cycle, the word it reads), both
+        registers, computed a cycle ahead from the phase and counter (not from `nphase`, which a
+        kernel's `done` drives): the copy's read address then comes from a register, not from
+        `done` through the phase logic and a multiplexer to every source memory (the sequential
+        digits MLP's critical path: 10.0 ns, 8.5 of it routing). The same cycles: at t this
+        computes what `nphase == p` and `ncctr` say at t + 1. None where it cannot look ahead
+        (the first phase: the start pin; a phase before that ends in the cycle it begins)."""
+        if not self.kernels[0].config.target_mhz or p == 0:
+            return None
+        prev = self.phases[p - 1]
+        if isinstance(prev, Copy) and prev.length == 1:
+            return None
+
+        def ends(q: int, ahead: int) -> Value:      # phase q, in it now, ends in `ahead` cycles
+            ph_q = self.phases[q]
+            if isinstance(ph_q, Run):
+                k = self.kernels[ph_q.kernel]
+                return k.done if ahead == 0 else k.done_next
+            at = ph_q.length - 1 - ahead
+            return cctr == at if at >= 0 else Const(0)
+        length = ph.length
+        enter_next = (phase == p - 1) & ends(p - 1, 1)          # phase p begins the cycle after next
+        enter_now = (phase == p - 1) & ends(p - 1, 0)           # phase p begins next cycle
+        stay = (phase == p) & (cctr < length - 2) if length > 2 else Const(0)
+        reads = registered(m, enter_next | (enter_now & (length > 1)) | stay, f"copy{p}_reading")
+        nxt = Mux((phase == p) & (cctr < length - 2), cctr + 2, 0) if length > 2 else Const(0)
+        address = registered(m, Mux(enter_now, 1 if length > 1 else 0, nxt)[:len(cctr)], f"copy{p}_raddr",
+                             reset_less=True)
+        return reads, address
+
     def _copy(self, m, p: int, ph: Copy, phase, reading, cctr, ncctr, sync_reads: bool) -> None:
         src = self.banking[ph.src]
+        plain = ph.by_words or self.banking[ph.src].layout.is_plain
+        if plain and sync_reads and (ahead := self._copy_read_ahead(m, p, ph, phase, cctr)) is not None:
+            reading_p, address = ahead                # registers: reading == p, ncctr (_copy_read_ahead)
+        else:
+            reading_p, address = reading == p, ncctr if sync_reads else cctr
         if ph.by_words:
-            with m.If(reading == p):
+            with m.If(reading_p):
                 for b in src.banks:
-                    m.d.comb += self.port(ph.src[0], b, "raddr").eq(ncctr if sync_reads else cctr)
+                    m.d.comb += self.port(ph.src[0], b, "raddr").eq(address)
             with m.If(phase == p):
                 for d in ph.dsts:
                     for sb, db in zip(src.banks, self.banking[d].banks):
@@ -402,9 +438,9 @@ class TopHW(wiring.Component):
         def lane(layout):
             od = odometers[layout]
             return Const(0, 1) if od is None else od.lane()
-        with m.If(reading == p):
+        with m.If(reading_p if plain else reading == p):
             for b in src.banks:
-                m.d.comb += self.port(ph.src[0], b, "raddr").eq(word(src.layout, sync_reads))
+                m.d.comb += self.port(ph.src[0], b, "raddr").eq(address if plain else word(src.layout, sync_reads))
         datas = [self.port(ph.src[0], b, "rdata") for b in src.banks]
         data = datas[0] if len(datas) == 1 else Array(datas)[lane(src.layout)]
         with m.If(phase == p):

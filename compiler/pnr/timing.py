@@ -104,6 +104,12 @@ class TimingReport:
     critical_path: str = ""                 # the slowest register-to-register path, from report.json
     cached: bool = False
 
+    @property
+    def speed_grade(self) -> int | None:
+        """The speed grade the part was timed at (ECP5: `--speed` of the command line), None
+        for a family without grades."""
+        return int(self.argv[self.argv.index("--speed") + 1]) if "--speed" in self.argv else None
+
     def latency_us(self, cycles: int) -> float | None:
         """Wall time of `cycles` at Fmax, in microseconds (cycles / MHz)."""
         return cycles / self.fmax_mhz if self.fmax_mhz else None

@@ -88,11 +88,13 @@ def _radix4_module(shape: Shape, registers: int = 0) -> str:
     multiples' adder, the row multiplexers and two carry chains between two registers (12.9 ns
     on ECP5); a second after the multiples (A, 3A, -A and B), which takes the 3A adder out of
     the row multiplexers' path (an operand copy, its 3A adder and 5.2 ns of routing to a row
-    multiplexer was the 16x16 GEMV's critical path on one seed). No reset, as the product
-    registers they replace have none (hw.datapath.Product); every registered value starts at
-    0, so Y does too, as the Product's registers do."""
-    if registers not in (0, 1, 2):
-        raise ValueError(f"a LUT product takes 0, 1 or 2 registers, not {registers}")
+    multiplexer was the 16x16 GEMV's critical path on one seed); a third on Y (target_mhz,
+    compiler/timing_model.py: with two, the tree's last levels and the adder the product feeds
+    share a stage). No reset, as the product registers they replace have none
+    (hw.datapath.Product); every registered value starts at 0, so Y does too, as the Product's
+    registers do."""
+    if registers not in (0, 1, 2, 3):
+        raise ValueError(f"a LUT product takes 0 to 3 registers, not {registers}")
     s = shape
     # Rows of multiples of A, one per two bits of B (compiler.synth.multipliers orients each product:
     # a broadcast operand on A, so its multiples are shared, else the narrower operand on B).
@@ -128,7 +130,7 @@ def _radix4_module(shape: Shape, registers: int = 0) -> str:
     if s.signed:
         lines.append(f"  (* keep *) wire signed [{rw - 1}:0] n1 = -a;")
     multiples = [("a", n, "m1"), ("b", 2 * digits, "bq"), ("m3", rw, "m3q")] + ([("n1", rw, "n1q")] if s.signed else [])
-    if registers == 2:          # the multiples' register (docstring)
+    if registers >= 2:          # the multiples' register (docstring)
         for name, width, q in multiples:
             lines.append(f"  reg {sgn if name != 'b' else ''}[{width - 1}:0] {q} = 0;")
             lines.append(f"  always @(posedge CLK) {q} <= {name};")
@@ -179,7 +181,12 @@ def _radix4_module(shape: Shape, registers: int = 0) -> str:
             nxt.append(terms[-1])
         terms = nxt
     root = terms[0]
-    lines.append(f"  assign Y = {_extend(root, s.y_width, s.signed)};")
+    if registers == 3:          # Y's register (docstring)
+        lines.append(f"  reg [{s.y_width - 1}:0] y_q = 0;")
+        lines.append(f"  always @(posedge CLK) y_q <= {_extend(root, s.y_width, s.signed)};")
+        lines.append("  assign Y = y_q;")
+    else:
+        lines.append(f"  assign Y = {_extend(root, s.y_width, s.signed)};")
     lines.append("endmodule")
     return "\n".join(lines) + "\n"
 

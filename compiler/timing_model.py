@@ -1,0 +1,333 @@
+"""The delay model: how long a register-to-register path takes on a part, before synthesis.
+
+Two users: pipeline.schedule, which with `target_mhz` (HardwareConfig) registers a value where
+the next op would make its path longer than the period, and `estimate`, which gives a built
+design's expected Fmax (Design.timing_estimate(), a row's `fmax_estimate_mhz` beside nextpnr's
+`fmax_mhz`).
+
+A path is a register's clock-to-out, then per op its input route and its own logic, then the
+setup of the register it ends at. Cell delays are the part's (`DELAYS`, per family and speed
+grade: the timing database nextpnr-ecp5 signs off with, as its reports show them):
+
+  * an integer add, subtract, negation or compare of width w is a carry chain: an operand into
+    the first CCU2C (`carry_in`), the carry through one CCU2C per two bits (`carry2`), the last
+    sum out (`carry_out`); a max is a compare and a multiplexer LUT; an equality a LUT tree;
+  * a multiplexer (where, a variable shift per level), and, or, xor: a LUT4 (`lut`);
+  * casts, bitcasts, shifts by a constant: wires.
+
+Routing is what the database does not say: it depends on where the placer puts the cells. It is
+modelled per net as `route` plus `route_fanout` per doubling of the net's loads, calibrated on
+nextpnr's reports of this project's designs (docs/timing.md "The delay model"); the figures
+are those of a net inside a design of tens of thousands of LUTs, where a stage's routes, not
+its cells, are most of the period. Float units are not modelled here (their stages are fixed by
+fp_pipeline), nor are the controller's counters.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+from . import ir
+from .config import HardwareConfig
+from .devices import DEVICES, Device
+from .ranges import acc_ranges, analyze
+
+K = ir.OpKind
+
+
+@dataclass(frozen=True)
+class Delays:
+    """Delays in ns of one family at one speed grade."""
+    family: str
+    speed: int | None
+    clk_q: float             # a fabric flip-flop's clock to Q
+    setup: float             # its setup (and the clock skew nextpnr books against it)
+    lut: float               # a LUT4, input to output
+    carry_in: float          # an operand into a carry chain (CCU2C A/B -> FCO)
+    carry2: float            # the carry through one CCU2C (two bits)
+    carry_out: float         # the carry into the last sum out (CCU2C FCI -> F)
+    route: float             # a net to a load in a design of tens of thousands of LUTs
+    route_fanout: float      # more per doubling of the net's loads
+    dsp: float               # MULT18X18D, inputs to product, no registers
+    dsp_clk_q: float         # its output register's clock to out
+    dsp_route: float         # a route between a DSP block's column and the fabric logic around it
+    bram_clk_q: float        # DP16KD clock to data out without its output register
+    bram_clk_q_reg: float    # with it
+
+    def route_ns(self, fanout: int) -> float:
+        """A net's routing to its farthest load, with `fanout` loads."""
+        return self.route + self.route_fanout * math.log2(max(1, fanout))
+
+    def carry_ns(self, width: int) -> float:
+        """A carry chain `width` bits wide, operand in to the top sum out."""
+        return self.carry_in + self.carry2 * max(0, (width + 1) // 2 - 1) + self.carry_out
+
+    @property
+    def overhead(self) -> float:
+        """What every register-to-register path pays besides its logic and routes."""
+        return self.clk_q + self.setup
+
+
+def _ecp5(speed: int, scale: float) -> Delays:
+    # Grade 6 from nextpnr-ecp5 0.11's critical-path reports (prjtrellis timing database): FF
+    # clock-to-Q 0.525, LUT4 0.236, CCU2C B->FCO 0.447, FCI->FCO 0.071 per cell, FCI->F 0.44;
+    # MULT18X18D 3.9 and DP16KD 5.6 / 1.0 (docs: anchors). The faster grades scale the cells
+    # and the routing alike (the database's grade 8 LUT4 is 0.18).
+    return Delays("ecp5", speed, clk_q=0.525 * scale, setup=0.1 * scale, lut=0.236 * scale,
+                  carry_in=0.447 * scale, carry2=0.071 * scale, carry_out=0.44 * scale,
+                  route=1.3 * scale, route_fanout=0.35 * scale, dsp=3.9 * scale, dsp_clk_q=0.74 * scale,
+                  dsp_route=4.0 * scale,
+                  bram_clk_q=5.6 * scale, bram_clk_q_reg=1.0 * scale)
+
+
+DELAYS: Mapping[tuple[str, int | None], Delays] = {
+    ("ecp5", 6): _ecp5(6, 1.0),
+    ("ecp5", 7): _ecp5(7, 0.87),
+    ("ecp5", 8): _ecp5(8, 0.76),
+    # iCE40 HX (icestorm timing): LUT4 ~0.45, carry ~0.13 per bit; routing as slow or slower
+    ("ice40", None): Delays("ice40", None, clk_q=0.54, setup=0.2, lut=0.45, carry_in=0.4, carry2=0.26,
+                            carry_out=0.4, route=1.5, route_fanout=0.4, dsp=6.0, dsp_clk_q=1.0, dsp_route=3.0,
+                            bram_clk_q=2.2, bram_clk_q_reg=2.2),
+}
+
+
+def dsp_blocks(family: str) -> int:
+    """The DSP blocks of the family's largest part: as many products as `mul: auto` puts in them
+    (compiler/synth/multipliers.py DSP_BUDGET)."""
+    return max(max(d.capacity.get("MULT18X18D", 0), d.capacity.get("ICESTORM_DSP", 0)) for d in DEVICES[family])
+
+
+def delays(device: Device) -> Delays:
+    """The delays of `device`'s family at its speed grade (ECP5 grade 6 when it has none)."""
+    if device.family == "ecp5":
+        return DELAYS[("ecp5", device.speed or 6)]
+    return DELAYS[(device.family, None)]
+
+
+WIRE_OPS = frozenset({K.CAST, K.BITCAST})
+CARRY_OPS = frozenset({K.ADD, K.SUB, K.NEG, K.CMPLT})
+
+
+def logic_ns(v: ir.Op, width: int, d: Delays) -> float:
+    """The logic of integer op `v` whose result (or, for a compare, whose operands) is `width`
+    bits wide: 0 for wires (casts, constant shifts), else its cells (module docstring)."""
+    consts = [isinstance(s, ir.Const) for s in v.srcs]
+    if v.op in WIRE_OPS or (v.op in (K.SHL, K.SHR) and consts[1]):
+        return 0.0
+    if v.op in CARRY_OPS:
+        return d.carry_ns(width)
+    if v.op is K.MAX:
+        return d.carry_ns(width) + d.lut       # compare, then the select's multiplexer
+    if v.op in (K.CMPEQ, K.CMPNE):
+        return d.lut * max(1, math.ceil(math.log(max(2, width), 4)))
+    if v.op in (K.SHL, K.SHR):                 # a barrel shifter: a multiplexer level per bit of amount
+        return d.lut * max(1, (width - 1).bit_length())
+    if v.op is K.MUL:                          # by a constant (mul_const's few adds, or a DSP)
+        return 2 * d.carry_ns(width)
+    if v.op in (K.CDIV, K.CMOD):
+        return 4 * d.carry_ns(width)
+    return d.lut                               # where, and, or, xor
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The model's slowest register-to-register path of a design."""
+    period_ns: float
+    where: str               # what the path is, e.g. "k0: 3 adds (16 bits), 5.9 ns"
+
+    @property
+    def fmax_mhz(self) -> float:
+        return 1000.0 / self.period_ns if self.period_ns > 0 else float("inf")
+
+
+class Paths:
+    """The paths through one kernel's integer ops, by stage. `arrival` holds, for each op of a
+    stage, when its value is ready after the clock edge (ns, from the launching register's
+    clock-to-out); a value from a register (a load, a unit's result, an earlier stage's value, a
+    counter) starts at the register's clock-to-out plus its route.
+
+    Scheduling (`decide`, pipeline.schedule with target_mhz): an op is registered where one of
+    its users would end later than the period allows, looking through wires (casts, constant
+    shifts) to the user that has logic. Estimating (`measure`): the slowest path of a built
+    schedule."""
+
+    def __init__(self, kernel: ir.KernelIR, d: Delays, order: list[ir.Value], operands, config: HardwareConfig,
+                 skip: set[int] = frozenset(), *, limit_mhz: float | None = None, load_clk_q: float | None = None):
+        self.d = d
+        self.limit = 1000.0 / limit_mhz - d.setup if limit_mhz else float("inf")
+        self.widths = {i: r.shape.width for i, r in analyze(kernel, acc_ranges(kernel, config)).items()}
+        self.users: dict[int, list[ir.Value]] = {}
+        for v in order:
+            for o in operands(v):
+                self.users.setdefault(id(o), []).append(v)
+        self.skip = skip
+        self.load_clk_q = d.clk_q if load_clk_q is None else load_clk_q
+        self.arrival: dict[int, float] = {}
+        self.via: dict[int, ir.Value] = {}         # id(op) -> its operand the path comes through
+        self.logic: dict[int, float] = {}
+        self.ahead: dict[int, float] = {}        # id(value) -> the slowest user's route and logic after it
+        for v in reversed(order):
+            # no user in the kernel's ops: a register (a chain's, an accumulator) packed beside it
+            self.ahead[id(v)] = max((self._after(v, u) for u in self.users.get(id(v), ())), default=0.0)
+
+    def width(self, v: ir.Value) -> int:
+        return self.widths.get(id(v), v.dtype.bits)
+
+    def fanout(self, v: ir.Value) -> int:
+        """The loads of `v`'s net: one per user, the width of a multiplexer it selects."""
+        return max(1, sum(self.width(u) if self._selects(v, u) else 1 for u in self.users.get(id(v), ())))
+
+    @staticmethod
+    def _selects(v: ir.Value, u: ir.Value) -> bool:
+        return isinstance(u, ir.Op) and u.op is K.WHERE and u.srcs[0] is v
+
+    def own(self, v: ir.Value) -> float:
+        """The logic of op `v` alone (0 for float ops, counted by their units)."""
+        if id(v) not in self.logic:
+            plain = isinstance(v, ir.Op) and not v.dtype.is_float and not any(s.dtype.is_float for s in v.srcs)
+            if plain:
+                wide = v.op in CARRY_OPS or v.op is K.MAX
+                width = max([self.width(v)] + ([self.width(s) for s in v.srcs] if wide else []))
+                self.logic[id(v)] = logic_ns(v, width, self.d)
+            else:
+                self.logic[id(v)] = 0.0
+        return self.logic[id(v)]
+
+    def is_wire(self, u: ir.Value) -> bool:
+        return isinstance(u, ir.Op) and self.own(u) == 0 and u.op in WIRE_OPS | {K.SHL, K.SHR}
+
+    def _after(self, v: ir.Value, u: ir.Value) -> float:
+        if self.is_wire(u):
+            return self.ahead[id(u)]            # the same net, on to u's users
+        return self.d.route_ns(self.fanout(v)) + (self.own(u) if id(u) not in self.skip else 0.0)
+
+    def start(self, o: ir.Value, r: int | None, ready, fanout, *, routed: bool = True) -> float:
+        """When operand `o` of an op whose inputs are in stage `r` is there (ns): at its driver's
+        output, plus its route unless not `routed` (a wire: casts and shifts are the same net)."""
+        if isinstance(o, ir.Const):
+            return 0.0
+        if r is not None and ready.get(id(o)) == r and id(o) in self.arrival and id(o) not in fanout:
+            out, loads = self.arrival[id(o)], self.fanout(o)
+        elif ready.get(id(o), 0) is None and not isinstance(o, ir.Load):
+            # counters and constants only: each user has its own copy (Datapath.local), whose
+            # loads are the user's (a select's: its multiplexer's bits)
+            out, loads = self.d.clk_q, max((self.width(u) for u in self.users.get(id(o), ()) if self._selects(o, u)),
+                                           default=1)
+        else:                                          # from a register: a fan-out value's copy drives its share
+            out = self.load_clk_q if isinstance(o, ir.Load) else self.d.clk_q
+            loads = fanout.get(id(o), self.fanout(o))
+        return out + (self.d.route_ns(loads) if routed else 0.0)
+
+    def _arrive(self, v: ir.Op, r: int | None, ready, operands, fanout) -> float:
+        wire = self.is_wire(v)
+        starts = [(self.start(o, r, ready, fanout, routed=not wire), o) for o in operands(v)]
+        if not starts:
+            return self.own(v)
+        t, o = max(starts, key=lambda p: p[0])
+        self.via[id(v)] = o
+        return t + self.own(v)
+
+    def describe(self, v: ir.Value) -> str:
+        """The ops of the path that ends at `v`, first to last: "load -> add 12b -> max 12b"."""
+        chain = []
+        while v is not None and len(chain) < 64:
+            chain.append(v)
+            v = self.via.get(id(v)) if id(v) in self.arrival and self.arrival[id(v)] > self.d.clk_q or \
+                chain[-1] is v and len(chain) == 1 else None
+        names = [f"{x.op.value} {self.width(x)}b" if isinstance(x, ir.Op) else type(x).__name__.lower()
+                 for x in reversed(chain)]
+        return " -> ".join(names)
+
+    def decide(self, v: ir.Op, r: int, ready, operands, latency: dict[int, int], fanout, *,
+               free: bool = True) -> None:
+        """Whether integer op `v`, whose operands are ready in stage `r`, ends its stage with a
+        register: when its value and the slowest route and logic after it pass the period, or
+        when it is a fan-out value with logic in its stage (its copies are a register more).
+        A register the schedule placed for another reason (a unit's, a read multiplexer's) stays;
+        an adder-tree level's (fp_pipeline 3) is this decision's. Not `free`: the op is on an
+        accumulator's one-cycle loop, its value only followed."""
+        structural = latency.get(id(v), 0) > 0 and v.op not in (K.ADD, K.SUB)
+        if v.dtype.is_float or any(s.dtype.is_float for s in v.srcs) or structural:
+            self.arrival[id(v)] = self.d.clk_q          # float logic, a registered unit
+            return
+        arrive = self._arrive(v, r, ready, operands, fanout)
+        has_logic = self.own(v) > 0 or any(id(o) in self.arrival and self.arrival[id(o)] > self.d.clk_q
+                                           for o in operands(v) if ready.get(id(o)) == r)
+        # a wire (a cast, a constant shift) is its operand's net: a register on it is one on that
+        # operand, which decided for itself; a fan-out wire's copies are a register anyway
+        late = arrive + self.ahead[id(v)] > self.limit and not self.is_wire(v)
+        if free and (late or (id(v) in fanout and has_logic)):
+            latency[id(v)] = 1
+            self.arrival[id(v)] = self.d.clk_q
+        else:
+            latency.pop(id(v), None)
+            self.arrival[id(v)] = arrive
+
+    def measure(self, order: list[ir.Value], ready, latency, fanout, operands, skip: set[int]) -> tuple[float, str]:
+        """(ns, what) of the slowest register-to-register path through the kernel's integer ops
+        as scheduled (`ready`, `latency`: pipeline.Schedule's), each ending at the register beside
+        its last op (the path through a user in the same stage is the user's). Float ops,
+        counters and constants (`skip`) are left out."""
+        worst, what = 0.0, ""
+        for v in order:
+            if not isinstance(v, ir.Op) or id(v) in skip:
+                continue
+            lat = latency.get(id(v), 0)
+            if v.dtype.is_float or any(s.dtype.is_float for s in v.srcs) or (lat and v.op not in (K.ADD, K.SUB)):
+                self.arrival[id(v)] = self.d.clk_q      # a unit's register (its stages: product_ns)
+                continue
+            r = None if ready.get(id(v)) is None else ready[id(v)] - lat
+            arrive = self._arrive(v, r, ready, operands, fanout)
+            end = arrive + self.d.setup      # into a register beside it (its own, a chain's, an accumulator)
+            self.arrival[id(v)] = self.d.clk_q if lat else arrive
+            if end > worst:
+                worst, what = end, self.describe(v)
+        return worst, what
+
+
+def product_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays) -> tuple[float, str]:
+    """(ns, what) of the slowest stage of an integer product `registers` cycles long, from its
+    registered operand copies (hw/datapath.Product), up to and including the adder it feeds when
+    its last levels are not registered. In a MULT18X18D: the copies move into its input
+    registers and its first register into its output register (compiler/pnr/dsp_registers.py), so
+    its stages are the multiplier itself and its output routed to the adder (or, from two
+    registers, to a landing register in the fabric). In LUTs (compiler/synth/lut_multiplier.py):
+    the multiples A and 3A, a 4:1 multiplexer row per two bits of B, a tree of adders; one
+    register in the tree's middle, from two one after the multiples, with three one on Y."""
+    width = a_bits + b_bits
+    adder = d.route_ns(1) + d.carry_ns(width)                       # the adder the product feeds
+    if not lut:
+        # the register before the operand copies into the block's input registers; the block
+        inside = max(d.overhead + d.dsp_route, d.overhead + d.dsp)
+        land = d.dsp_clk_q + d.dsp_route + d.setup                  # its output to a landing register
+        if max(a_bits, b_bits) > 18:   # pieces of a DSP block each: their sum in the fabric
+            sum_ns = d.route_ns(1) + d.carry_ns(width) + d.setup
+            if registers >= 3:         # each piece registered in its block and landed, then summed (Product.split)
+                return max(inside, land, d.clk_q + sum_ns), f"a {a_bits}x{b_bits} DSP product in pieces"
+            if registers == 2:         # each piece registered in its block, summed the next cycle
+                return max(inside, d.dsp_clk_q + d.dsp_route + sum_ns - d.route_ns(1)), \
+                    f"a {a_bits}x{b_bits} DSP product in pieces"
+            return d.overhead + d.dsp + d.dsp_route + sum_ns - d.route_ns(1), \
+                f"a {a_bits}x{b_bits} DSP product summed unregistered"
+        out = land if registers >= 2 else d.dsp_clk_q + d.dsp_route + d.carry_ns(width) + d.setup
+        return max(inside, out), f"a {a_bits}x{b_bits} DSP product"
+    rows = (b_bits + 1) // 2
+    levels = max(0, (rows - 1).bit_length())
+    multiples = d.route_ns(10) + d.carry_ns(a_bits + 2)            # the operand copy into 3A
+    rows_ns = d.route_ns(rows) + 2 * d.lut                          # a row's 4:1 multiplexer (LUT, PFUMX)
+    level_ns = d.route_ns(1) + d.carry_ns(width)
+    first = (levels + 1) // 2 if registers else levels
+    stages = [multiples + rows_ns + first * level_ns] if registers < 2 else [multiples, rows_ns + first * level_ns]
+    tail = (levels - first) * level_ns
+    stages.append(tail + d.route_ns(1) if registers >= 3 else tail + adder)
+    return d.overhead + max(stages), f"a {a_bits}x{b_bits} LUT product"
+
+
+def product_registers(shapes, period_ns: float, lut: bool, d: Delays, least: int = 1) -> int:
+    """The fewest registers (from `least`, at most 3) that fit every product of operand widths
+    `shapes` into `period_ns` (product_ns); 3 when none does."""
+    for registers in range(least, 4):
+        if all(product_ns(min(a, b), max(a, b), registers, lut, d)[0] <= period_ns for a, b in shapes):
+            return registers
+    return 3

@@ -1,0 +1,264 @@
+"""target_mhz and the delay model (compiler/timing_model.py): registers placed for a clock on a
+part, every design still bit-exact with its cycles equal to the cycle model, and the model's Fmax
+estimate (Design.timing_estimate)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tinygrad import Tensor, dtypes
+
+import designs
+from compiler import HardwareConfig, compile_model, ir, simulate, simulate_many
+from compiler.devices import find_device
+from compiler.timing_model import DELAYS, delays, logic_ns, product_ns, product_registers
+from dse.models import zoo
+from helpers import assert_exact, run_zoo, same_bits
+
+TARGETS = [100, 150, 250]
+
+
+# ------------------------------------------------------------------ the knobs
+
+@pytest.mark.parametrize("knobs, message", [
+    (dict(target_mhz=150), r"^HardwareConfig: target_mhz=150 places registers on top of fp_pipeline 3's; set "
+                           r"fp_pipeline to 3 or 4 \(got 0\)$"),
+    (dict(fp_pipeline=3, target_mhz=0), r"^HardwareConfig.target_mhz: expected a clock in MHz above 0 and at most "
+                                        r"1000, or None \(off\), got 0$"),
+    (dict(fp_pipeline=3, target_mhz="150"), r"got '150'$"),
+    (dict(fp_pipeline=3, target_mhz=True), r"got True$"),
+    (dict(fp_pipeline=3, target_mhz=150, adder_levels=2), r"^HardwareConfig: target_mhz=150 decides how many adder "
+                                                          r"levels a stage holds; drop adder_levels \(got 2\)$"),
+    (dict(device="LFE5U-99F"), r"^HardwareConfig.device: unknown part 'LFE5U-99F'; known: LFE5U-25F, LFE5U-45F, "
+                               r"LFE5U-85F, iCE40HX1K, iCE40HX8K, iCE40UP5K \(an ECP5 part may end in its speed "
+                               r"grade, 6 by default: LFE5U-85F-8\)$"),
+    (dict(device="LFE5U-85F-9"), r"^HardwareConfig.device: unknown speed grade -9 for LFE5U-85F in 'LFE5U-85F-9'; "
+                                 r"known: -6, -7, -8$"),
+    (dict(device=8), r"^HardwareConfig.device: expected a part name such as 'LFE5U-85F-8', got 8$")])
+def test_target_mhz_and_device_are_checked(knobs, message):
+    with pytest.raises(ValueError, match=message):
+        HardwareConfig(**knobs)
+
+
+def test_target_mhz_and_device_are_knobs_off_by_default():
+    assert {"target_mhz", "device"} <= set(HardwareConfig.knob_names())
+    config = HardwareConfig()
+    assert config.target_mhz is None and config.device is None
+    assert config.timing_part().name == "LFE5U-85F" and config.timing_part().speed == 6
+    assert HardwareConfig(device="LFE5U-85F-8").timing_part().speed == 8
+    assert HardwareConfig.from_dict({"fp_pipeline": 3, "target_mhz": 150.5}).as_dict()["target_mhz"] == 150.5
+
+
+# ------------------------------------------------------------------ the delays
+
+def test_the_faster_grades_are_faster_and_a_carry_chain_grows_with_its_width():
+    d6, d8 = (delays(find_device("ecp5", name)) for name in ("LFE5U-85F", "LFE5U-85F-8"))
+    assert d6 is DELAYS[("ecp5", 6)] and d8 is DELAYS[("ecp5", 8)]
+    assert d8.lut < d6.lut and d8.route < d6.route and d8.carry_ns(16) < d6.carry_ns(16)
+    assert d6.carry_ns(8) < d6.carry_ns(16) < d6.carry_ns(32)
+    add = ir.Op(ir.OpKind.ADD, zoo.DTYPES["int32"], (ir.Const(1, zoo.DTYPES["int32"]), ir.Const(2, zoo.DTYPES["int32"])))
+    cast = ir.Op(ir.OpKind.CAST, zoo.DTYPES["int8"], (add,))
+    assert logic_ns(add, 16, d6) == d6.carry_ns(16) and logic_ns(cast, 8, d6) == 0.0
+
+
+def test_a_lut_product_takes_more_registers_for_a_faster_clock():
+    d = DELAYS[("ecp5", 6)]
+    slow = [product_ns(8, 8, r, True, d)[0] for r in (1, 2, 3)]
+    assert slow[0] > slow[1] > slow[2]
+    regs = [product_registers([(8, 8)], 1000 / mhz, True, d) for mhz in (60, 120, 150, 200, 300)]
+    assert regs == sorted(regs) and regs[0] == 1 and regs[-1] == 3
+    # a DSP product's stages are shorter than a LUT product's
+    assert product_registers([(8, 8)], 1000 / 150, False, d) <= product_registers([(8, 8)], 1000 / 150, True, d)
+
+
+# ------------------------------------------------------------------ bit-exact at a target clock
+
+def _check(case, **knobs):
+    design = compile_model(*case.outputs, config=HardwareConfig(**knobs))
+    result = simulate(design)
+    assert_exact(result.outputs, case.reference)
+    assert result.cycles == design.cycles_formula
+    return design
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", ["gemv_int8_16x8", "mlp_int8_small", "conv2d_padded", "residual_mlp"])
+def test_integer_designs_at_a_target_clock_are_bit_exact_and_cycle_exact(name, target):
+    _check(designs.SMALL[name](), fp_pipeline=3, lanes=3, reduce_unroll=4, target_mhz=target)
+
+
+@pytest.mark.parametrize("name", ["mlp_int8_small", "residual_mlp", "fan_out"])
+def test_a_copy_between_kernels_reads_from_registered_addresses(name):
+    """With target_mhz a copy's read address and its `reading` flag are registers computed a cycle
+    ahead (TopHW._copy_read_ahead), not `done` through the phase logic; same cycles, same words."""
+    from amaranth.back import rtlil
+    design = _check(designs.SMALL[name](), fp_pipeline=3, target_mhz=150)
+    text = rtlil.convert(design.top, name="top")
+    assert "copy" in text and "_raddr" in text and "_reading" in text
+
+
+def test_a_product_wider_than_a_dsp_block_is_summed_from_registered_pieces():
+    """int32 x int32 products (matmul_int32): with target_mhz each operand wider than 18 bits is
+    cut into pieces a MULT18X18D takes, each piece's product registered (Product.split)."""
+    from amaranth.back import rtlil
+    design = _check(designs.SMALL["matmul_int32"](), fp_pipeline=3, lanes=2, reduce_unroll=2, target_mhz=150)
+    assert design.schedules[0].product_regs >= 2
+    text = rtlil.convert(design.top, name="top")
+    assert "piece1" in text and "piece0" in text
+
+
+def test_an_int8_gemv_with_lut_products_at_target_clocks():
+    """mul: lut, so a product takes the registers its LUT multiplier needs at the clock
+    (Schedule.product_regs), more for a faster one."""
+    regs = []
+    for target in TARGETS:
+        design = _check(designs.SMALL["gemv_int8_16x8"](), fp_pipeline=3, lanes=4, reduce_unroll=4, mul="lut",
+                        target_mhz=target)
+        regs.append(max(s.product_regs for s in design.schedules))
+    assert regs == sorted(regs) and regs[-1] == 3
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_fp16_gemv_at_a_target_clock_is_bit_exact(target):
+    params = {"M": 6, "K": 20}
+    config = HardwareConfig(fp_pipeline=3, lanes=2, target_mhz=target)
+    design, result, arrays = run_zoo("gemv", "fp16", params, config)
+    assert same_bits(result.outputs[0], zoo.reference("gemv", "fp16", params, arrays, zoo.arith_for("fp16", "tinygrad")))
+    assert result.cycles == design.cycles_formula
+
+
+def _i8(rng, *shape):
+    return rng.integers(-128, 128, shape).astype(np.int8)
+
+
+def _constant_mlp(seed=3, IN=16, HIDDEN=12, OUT=4, SHIFT=7):
+    """An int8 MLP with its weights built in, one sample a cycle: (x, y, numpy reference)."""
+    rng = np.random.default_rng(seed)
+    W1, W2 = _i8(rng, HIDDEN, IN), _i8(rng, OUT, HIDDEN)
+    W1[rng.random(W1.shape) < 0.5] = 0
+    b1 = rng.integers(-500, 500, HIDDEN).astype(np.int32)
+    x = Tensor(_i8(rng, IN)).realize()
+    h = ((Tensor(W1).cast(dtypes.int32) @ x.cast(dtypes.int32) + Tensor(b1)).relu() >> SHIFT).minimum(127)
+    y = Tensor(W2).cast(dtypes.int32) @ h.cast(dtypes.int8).cast(dtypes.int32)
+
+    def reference(xv):
+        hv = np.minimum(np.maximum(W1.astype(np.int32) @ xv.astype(np.int32) + b1, 0) >> SHIFT, 127)
+        return W2.astype(np.int32) @ hv.astype(np.int32)
+    return x, y, reference
+
+
+CONSTANT = {"weights": "constant", "lanes": 64, "reduce_unroll": 64, "fp_pipeline": 3, "schedule": "dataflow"}
+
+
+@pytest.mark.parametrize("graph", ["per_product", "shared"])
+def test_a_constant_weight_mlp_at_target_clocks_is_bit_exact_and_takes_more_stages_for_a_faster_clock(graph):
+    if graph == "shared":
+        pytest.importorskip("da4ml.cmvm", reason="shared adder graphs need da4ml (pip install -e '.[cmvm]')")
+    rng = np.random.default_rng(4)
+    samples = [_i8(rng, 16) for _ in range(5)]
+    cycles = []
+    for target in (60, *TARGETS):
+        x, y, ref = _constant_mlp()
+        config = HardwareConfig.from_dict({**CONSTANT, "target_mhz": target, "adder_graph": graph})
+        design = compile_model(y, config=config, stream=x)
+        cm = design.cycle_model()
+        assert cm.interval == 1                   # one sample a cycle still
+        runs = simulate_many(design, [{x: s} for s in samples], backend="pysim")
+        for s, r in zip(samples, runs):
+            assert np.array_equal(np.asarray(r.outputs[0]).reshape(-1), ref(s))
+            assert r.cycles == cm.total
+        cycles.append(cm.total)
+        # the model's own estimate of the design it scheduled reaches the target, where one op and
+        # its route fit the period (at 250 MHz a 16-bit subtract from a register does not)
+        assert design.timing_estimate().fmax_mhz >= target * 0.999 or target == 250
+    assert cycles == sorted(cycles) and cycles[0] < cycles[-1]
+
+
+def test_a_fan_out_value_is_copied_from_before_its_register():
+    """With target_mhz a layer's activation, read by more than FANOUT_USES terms of the next layer,
+    reaches them through copies that are its register, duplicated (Schedule.early holds the op,
+    or a cast of it: pipeline.early_op): its readers start in the stage it is ready, not a stage
+    later."""
+    x, y, _ = _constant_mlp(IN=12, HIDDEN=10, OUT=12)
+    design = compile_model(y, config=HardwareConfig.from_dict({**CONSTANT, "target_mhz": 150}), stream=x)
+    sched, k = design.schedules[0], design.kernels[0]
+    order = ir.toposort([o for s, _ in k.stores() for o in ir.store_operands(s)])
+    ops = [v for v in order if id(v) in sched.early and not isinstance(v, ir.Load)
+           and not isinstance(v.srcs[0], ir.Load)]
+    assert ops
+    for v in ops:
+        starts = [sched.ready[id(u)] - sched.latency.get(id(u), 0)
+                  for u in order if isinstance(u, ir.Op) and any(o is v for o in u.srcs)]
+        assert min(starts) == sched.ready[id(v)]
+
+
+@pytest.mark.parametrize("target", [100, 200])
+def test_a_dataflow_design_with_memories_at_a_target_clock_streams_bit_exact(target):
+    rng = np.random.default_rng(5)
+    W1, W2 = _i8(rng, 12, 16), _i8(rng, 6, 12)
+    x = Tensor(_i8(rng, 16)).realize()
+    h = ((Tensor(W1).cast(dtypes.int32) @ x.cast(dtypes.int32)).relu() >> 7).minimum(127).cast(dtypes.int8)
+    y = Tensor(W2).cast(dtypes.int32) @ h.cast(dtypes.int32)
+    config = HardwareConfig.from_dict({"schedule": "dataflow", "fp_pipeline": 3, "lanes": 2, "reduce_unroll": 4,
+                                       "target_mhz": target})
+    design = compile_model(y, config=config, stream=x)
+    cm = design.cycle_model()
+    samples = [_i8(rng, 16) for _ in range(3)]
+    runs = simulate_many(design, [{x: s} for s in samples], backend="pysim")
+    for s, r in zip(samples, runs):
+        hv = np.minimum(np.maximum(W1.astype(np.int32) @ s.astype(np.int32), 0) >> 7, 127)
+        assert np.array_equal(np.asarray(r.outputs[0]).reshape(-1), W2.astype(np.int32) @ hv)
+        assert r.cycles == cm.total
+    assert all(r.interval == cm.interval for r in runs[1:])
+
+
+# ------------------------------------------------------------------ the estimate
+
+def test_the_estimate_is_faster_on_a_faster_grade_and_for_more_registers():
+    case = designs.SMALL["mlp_int8_small"]
+    est = {}
+    for knobs in (dict(fp_pipeline=1), dict(fp_pipeline=3), dict(fp_pipeline=3, device="LFE5U-85F-8")):
+        design = compile_model(*case().outputs, config=HardwareConfig(lanes=2, reduce_unroll=4, **knobs))
+        est[tuple(knobs.items())] = design.timing_estimate()
+    p1, p3, p3_8 = (e.fmax_mhz for e in est.values())
+    assert p1 < p3 < p3_8
+    assert all(e.where for e in est.values())
+
+
+# ------------------------------------------------------------------ the same in CXXRTL
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["constant", "memories", "gemv_lut", "split"])
+def test_target_clock_designs_are_bit_exact_and_cycle_exact_in_cxxrtl(case):
+    """The compiled C++ simulator (Yosys write_cxxrtl), not pysim, on the target_mhz designs of each
+    kind above at 200 MHz: outputs equal to the reference, cycles to the cycle model."""
+    rng = np.random.default_rng(6)
+    if case in ("constant", "memories"):
+        if case == "constant":
+            x, y, ref = _constant_mlp()
+            knobs = {**CONSTANT, "target_mhz": 200}
+        else:
+            W1, W2 = _i8(rng, 12, 16), _i8(rng, 6, 12)
+            x = Tensor(_i8(rng, 16)).realize()
+            h = ((Tensor(W1).cast(dtypes.int32) @ x.cast(dtypes.int32)).relu() >> 7).minimum(127).cast(dtypes.int8)
+            y = Tensor(W2).cast(dtypes.int32) @ h.cast(dtypes.int32)
+
+            def ref(xv):
+                hv = np.minimum(np.maximum(W1.astype(np.int32) @ xv.astype(np.int32), 0) >> 7, 127)
+                return W2.astype(np.int32) @ hv
+            knobs = {"schedule": "dataflow", "fp_pipeline": 3, "lanes": 2, "reduce_unroll": 4, "target_mhz": 200}
+        design = compile_model(y, config=HardwareConfig.from_dict(knobs), stream=x)
+        cm = design.cycle_model()
+        samples = [_i8(rng, 16) for _ in range(4)]
+        runs = simulate_many(design, [{x: s} for s in samples], backend="cxxrtl")
+        for s, r in zip(samples, runs):
+            assert np.array_equal(np.asarray(r.outputs[0]).reshape(-1), ref(s))
+            assert r.cycles == cm.total
+        assert all(r.interval == cm.interval for r in runs[1:])
+        return
+    name, knobs = {"gemv_lut": ("gemv_int8_16x8", dict(lanes=4, reduce_unroll=4, mul="lut")),
+                   "split": ("matmul_int32", dict(lanes=2, reduce_unroll=2))}[case]
+    c = designs.SMALL[name]()
+    design = compile_model(*c.outputs, config=HardwareConfig(fp_pipeline=3, target_mhz=200, **knobs))
+    result = simulate(design, backend="cxxrtl")
+    assert_exact(result.outputs, c.reference)
+    assert result.cycles == design.cycles_formula
