@@ -429,6 +429,10 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
                 stage_cycles=json.dumps([list(s) for s in design.flow.stage_cycles]) if design.flow else None)
         if design.schedule_note:
             run.notes.append(design.schedule_note)
+        if design.constants and design.config.adder_graph == "auto":
+            # what `auto` built depends on whether da4ml is installed: the row says which
+            from compiler.passes.adder_graph import resolve_style
+            run.notes.append(f"adder_graph auto: {resolve_style('auto')} (constant layers)")
         run.set(features=json.dumps(design_features(design, target=ctx.target)))
         estimate = design.timing_estimate()
         run.set(fmax_estimate_mhz=round(estimate.fmax_mhz, 1), fmax_estimate_path=estimate.where)

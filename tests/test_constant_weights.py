@@ -373,6 +373,9 @@ def test_a_trained_network_with_constant_weights_through_dse_eval(tmp_path, caps
     assert row["status"] == "OK" and row["correct"] and row["cycles"] == row["cycles_model"] == 2
     assert row["samples"] == 38 and row["accuracy"] > 0.8 and row["accuracy_float"] > 0.8
     assert row["knobs"]["weights"] == "constant"
+    from compiler.passes.adder_graph import da4ml_available       # what adder_graph: auto built, said
+    built = "shared" if da4ml_available() else "per_product"
+    assert f"adder_graph auto: {built} (constant layers)" in row["notes"]
 
 
 @pytest.mark.slow
