@@ -152,8 +152,8 @@ def test_lut_products_are_oriented_for_the_map():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("level, module, more_ffs", [(3, "tinyhw_lut_mulreg_8x8_16s", 8 * 9),
-                                                     (4, "tinyhw_lut_mulreg2_8x8_16s", 116)])
+@pytest.mark.parametrize("level, module, more_ffs", [(3, "tinyhw_lut_mulreg_8x8_16s", 8 * 8),
+                                                     (4, "tinyhw_lut_mulreg2_8x8_16s", 8 * 8)])
 def test_lut_products_from_fanout_level_get_their_register_inside(tmp_path, level, module, more_ffs):
     """From fp_pipeline 3 each product is a Product module (with two registers from 4); `lut`
     rebuilds every one with the LUT multiplier around its registers (no `$mul` left), `dsp` and
@@ -171,8 +171,8 @@ def test_lut_products_from_fanout_level_get_their_register_inside(tmp_path, leve
     assert set(map_files(rebuilt)) == {"tinyhw_lut_mul.v", "tinyhw_lut_mulreg.v"}
     lut, dsp = (synthesize(gemv(mul), "ecp5", workdir=tmp_path / mul) for mul in ("lut", "dsp"))
     assert lut.dsp == 0 and dsp.dsp == 8
-    # level 3: a LUT product's register in the middle of its tree holds two half sums (12 and
-    # 13 bits) for a DSP product's 16; level 4: also its B and the multiples of its A (shared
-    # by the two lanes' products of one x copy: opt_merge), against a DSP product's two 16-bit
-    # registers
+    # ECP5's chain products (lut_multiplier.chain_module): level 3, a LUT product's register
+    # after two of its tree's three levels holds two half sums of four rows (12 bits each) for a
+    # DSP product's 16; level 4, those and its 16-bit result against a DSP product's two 16-bit
+    # registers: 8 flip-flops more a product either way
     assert lut.cells["TRELLIS_FF"] == dsp.cells["TRELLIS_FF"] + more_ffs

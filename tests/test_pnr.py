@@ -321,7 +321,7 @@ def test_the_specs_timing_settings_reach_nextpnr(tmp_path, cache, monkeypatch):
                        "models": [{"name": "g", "builtin": "gemv", "params": {"M": 4, "K": 8}}],
                        "dtypes": ["int8"], "objectives": ["latency_us", "luts"], "search": {"sampler": "grid"}})
     m = evaluate(spec, gemv_point(), tmp_path)
-    assert calls == [{"router": "router2", "placer": "static", "seed": 7, "freq_mhz": 80.0}]
+    assert calls == [{"device": None, "router": "router2", "placer": "static", "seed": 7, "freq_mhz": 80.0}]
     assert m.status is Status.OK and m.fmax_mhz == 123.0 and m.latency_us == pytest.approx(m.cycles / 123.0)
     # and the row records them, for `dse export --bitstream` to build with
     assert (m.pnr_router, m.pnr_placer, m.pnr_seed, m.pnr_freq_mhz) == ("router2", "static", 7, 80.0)
