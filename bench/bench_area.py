@@ -51,6 +51,7 @@ import yaml  # noqa: E402
 from tinygrad import Tensor, dtypes  # noqa: E402
 
 from compiler import HardwareConfig, compile_model, simulate_many  # noqa: E402
+from compiler.passes.constants import csd  # noqa: E402
 from compiler.synth.area import synthesize  # noqa: E402
 try:
     from compiler.synth.area import module_breakdown  # noqa: E402
@@ -98,16 +99,6 @@ def layer(W: np.ndarray, wbits: int, abits: int):
 # ---------------------------------------------------------------------------------------------
 # theory
 
-def csd_digits(c: int) -> int:
-    n, c = 0, abs(int(c))
-    while c:
-        if c & 1:
-            n += 1
-            c -= 2 - (c & 3)
-        c >>= 1
-    return n
-
-
 def bits_of(lo: int, hi: int) -> int:
     if lo >= 0:
         return max(1, int(hi).bit_length())
@@ -124,7 +115,7 @@ def per_product_theory(W: np.ndarray, alo: int, ahi: int) -> tuple[int, int]:
         for c in row:
             if not c:
                 continue
-            digits, low = csd_digits(c), (int(c) & -int(c)).bit_length() - 1
+            digits, low = len(csd(int(c))), (int(c) & -int(c)).bit_length() - 1
             lo, hi = sorted((int(c) * alo, int(c) * ahi))
             adders += digits - 1
             bits += (digits - 1) * (bits_of(lo, hi) - low)

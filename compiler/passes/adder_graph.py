@@ -42,6 +42,7 @@ from .. import dtypes as dt
 from .. import ir
 from ..errors import CompileError
 from .rewrite import substitute, substitute_store
+from .signed_digits import csd
 
 K = ir.OpKind
 
@@ -104,18 +105,8 @@ class Plan:
 def per_product_adders(W: np.ndarray) -> int:
     """Adders of the same matrix built product by product: each weight's signed digits less
     one, and one adder fewer per output than it has terms."""
-    digits = [sum(_digits(int(c)) for c in W[:, k]) for k in range(W.shape[1])]
+    digits = [sum(len(csd(int(c))) for c in W[:, k]) for k in range(W.shape[1])]
     return sum(max(d - 1, 0) for d in digits)
-
-
-def _digits(c: int) -> int:
-    n, c = 0, abs(c)
-    while c:
-        if c & 1:
-            n += 1
-            c -= 2 - (c & 3)
-        c >>= 1
-    return n
 
 
 # ---------------------------------------------------------------------------------------------

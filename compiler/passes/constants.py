@@ -30,6 +30,7 @@ from .. import dtypes as dt
 from .. import ir
 from ..ranges import analyze
 from . import adder_graph
+from .signed_digits import csd
 from .rewrite import substitute, substitute_store
 
 K = ir.OpKind
@@ -432,20 +433,6 @@ a constant of more digits stays a product, which synthesis puts in a DSP block (
 widest first, up to the device's count) or a LUT multiplier. Every int8 weight has at most 4
 digits (3 adders: ~3 x 12 LUTs on ECP5, against 122 for a LUT multiplier of two 8-bit
 operands); a 14-bit requantisation multiplier may need 7 (docs/constant-weights.md measures both)."""
-
-
-def csd(c: int) -> list[tuple[int, int]]:
-    """Canonical signed digits of c != 0: [(shift, +1 | -1)], the fewest non-zero digits."""
-    digits, shift, sign = [], 0, -1 if c < 0 else 1
-    c = abs(c)
-    while c:
-        if c & 1:
-            d = 2 - (c & 3)          # +1 if c = ...01, -1 if c = ...11
-            digits.append((shift, d * sign))
-            c -= d
-        c >>= 1
-        shift += 1
-    return digits
 
 
 def _balanced(kind: ir.OpKind, d: dt.DType, terms: list[ir.Value]) -> ir.Value:
