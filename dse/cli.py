@@ -281,13 +281,18 @@ def _check_formats(spec, model: str, dtype: str, knobs: Mapping[str, Any], given
     quantises), and every format knob's width fits the dtype; raises CliError naming the knob,
     its value and the range."""
     from dse.models.widths import is_format_knob
-    from dse.spec import FORMATS_APPLY, format_misfit, missing_format_layer
+    from dse.models.model import quantised_layers
+    from dse.spec import FORMATS_APPLY, format_misfit, kernel_layer_names, missing_format_layer
     applies = spec.formats_apply(model, dtype)
     for name, value in knobs.items():
         if not is_format_knob(name):
             continue
         layer = name.partition("@")[2]
-        missing = missing_format_layer(spec.model(model), dtype, layer) if applies and layer and name in given else ""
+        missing = ""
+        if applies and layer and name in given:
+            m = spec.model(model)
+            named = not (layer.isdigit() or layer in quantised_layers(m))    # a kernel's name: trace it
+            missing = missing_format_layer(m, layer, kernel_layer_names(m, [dtype]) if named else {})
         if missing:
             raise CliError(f"--set {name}={value}: {missing}")
         if not applies and name in given:

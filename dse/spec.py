@@ -268,19 +268,30 @@ FORMATS_APPLY = "sets the widths of a network the tool quantises, in an integer 
 """Where the format knobs (dse.models.widths) change a point."""
 
 
-def missing_format_layer(m: ModelSpec, dtype: str, layer: str) -> str:
+def kernel_layer_names(m: ModelSpec, dtypes: Iterable[str]) -> dict[str, str]:
+    """The kernel name of each conv/dense layer of `m` in its integer `dtypes` -> the layer's name
+    (what format knobs take either way); a dtype the model does not build in adds nothing."""
+    out: dict[str, str] = {}
+    for dtype in dtypes:
+        if not quantisable(dtype):
+            continue
+        try:
+            kernels = [name for name, _, _ in model_layer_limits(m, dtype)]
+            out.update({kernels[k]: layer for layer, k in layer_kernels(m, dtype).items()})
+        except Exception:        # noqa: BLE001 - a model that does not build fails as its points do
+            continue
+    return out
+
+
+def missing_format_layer(m: ModelSpec, layer: str, kernels: Mapping[str, str]) -> str:
     """Why `<format knob>@<layer>` names no conv/dense layer of `m` ("" when it does): a layer is
-    named by its index, its weights' name or (in `dtype`) its kernel's name."""
+    named by its index, its weights' name or its kernel's name (`kernels`: kernel_layer_names)."""
     names = quantised_layers(m)
+    layer = kernels.get(layer, layer)
     if (layer.isdigit() and int(layer) < len(names)) or layer in names:
         return ""
-    try:
-        kernels = [n for n, _, _ in model_layer_limits(m, dtype)]
-        if layer in {kernels[k] for k in layer_kernels(m, dtype).values()}:
-            return ""
-    except Exception:        # noqa: BLE001 - a model that does not build fails as its points do
-        return ""
-    listing = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
+    listing = ", ".join(f"{i} ({n}{''.join(f' or {k}' for k, v in kernels.items() if v == n)})"
+                        for i, n in enumerate(names))
     return f"model {m.name!r} has no layer {layer!r} to quantise; its conv/dense layers: {listing}"
 
 
@@ -1368,17 +1379,15 @@ class _Parser:
         for m in trained:
             names = quantised_layers(m)
             named = any(not (layer.isdigit() or layer in names) for _, layer in wanted)
-            kernels = self.layer_kernel_names(m) if named else {}    # a layer by its kernel's name, as lanes@
+            # a layer by its kernel's name, as lanes@
+            kernels = kernel_layer_names(m, m.dtypes or self.dtypes) if named else {}
             for name, layer in wanted:
-                layer = kernels.get(layer, layer)
-                if name.startswith(("act_bits@", "scale_digits@")) and layer in (str(len(names) - 1), names[-1]):
+                resolved = kernels.get(layer, layer)
+                if name.startswith(("act_bits@", "scale_digits@")) and resolved in (str(len(names) - 1), names[-1]):
                     raise SpecError(_join(path, name), "the last layer outputs int32 logits, not activations")
-                if (layer.isdigit() and int(layer) < len(names)) or layer in names:
-                    continue
-                listing = ", ".join(f"{i} ({n}{''.join(f' or {k}' for k, v in kernels.items() if v == n)})"
-                                    for i, n in enumerate(names))
-                raise SpecError(_join(path, name), f"model {m.name!r} has no layer {layer!r} to quantise; its "
-                                                   f"conv/dense layers: {listing}")
+                missing = missing_format_layer(m, layer, kernels)
+                if missing:
+                    raise SpecError(_join(path, name), missing)
 
     def check_format_fits(self, knobs: tuple[Knob, ...], trained: list[ModelSpec], path: str) -> None:
         """Each format knob applies to some point (an integer dtype of a network the tool
@@ -1404,20 +1413,6 @@ class _Parser:
                 ranges = ", ".join(f"{dt} {MIN_BITS} to {dtype_bits(dt)[side]}" for dt in dtypes)
                 raise SpecError(_join(_join(path, k.name), j), f"{k.name}={v} fits none of the spec's integer dtypes "
                                 f"(bits of {'weights' if side == 0 else 'activations'}: {ranges})")
-
-    def layer_kernel_names(self, m: ModelSpec) -> dict[str, str]:
-        """The kernel name of each conv/dense layer of `m` in its integer dtypes -> the layer's
-        name (what format knobs take either way)."""
-        out: dict[str, str] = {}
-        for dtype in m.dtypes or self.dtypes:
-            if not quantisable(dtype):
-                continue
-            try:
-                kernels = [name for name, _, _ in model_layer_limits(m, dtype)]
-                out.update({kernels[k]: layer for layer, k in layer_kernels(m, dtype).items()})
-            except Exception:        # noqa: BLE001 - a model that does not build fails as its points do
-                continue
-        return out
 
     def objectives(self, value: Any) -> tuple[Objective, ...]:
         out = []
