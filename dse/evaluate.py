@@ -566,12 +566,23 @@ class BuiltPoint:
 
 
 _BUILT: dict[tuple, BuiltPoint] = {}
-_BUILT_KEEP = 4
+_BUILT_BUDGET = 512 << 20
+"""Bytes of BuiltPoints a process keeps (`_footprint` each, least recently used dropped first).
+A grid of per-layer formats has hundreds of quantised variants of one model, each shared by
+every fold of it (configs/jet_space.yaml: 324 variants x 36 folds), visited in random order: a
+trace costs about a second, so the sweep's cheap pass is the traces unless they are all kept
+(a jet variant is about 1 MB; a GEMV 128x784's arrays are some 0.3 MB)."""
+
+
+def _footprint(bp: BuiltPoint) -> int:
+    """A BuiltPoint's bytes, roughly: its arrays (held twice: numpy and the tinygrad tensors) and
+    1 MB for its trace and designs (measured with tracemalloc on the jet MLP's variants)."""
+    return 2 * sum(int(getattr(a, "nbytes", 0)) for a in bp.arrays.values()) + (1 << 20)
 
 
 def built_point(ctx: EvalContext, point: DesignPoint) -> BuiltPoint:
     """The point's BuiltPoint, shared with the other points of the same model, dtype, formats
-    and data seed in this process (the last _BUILT_KEEP)."""
+    and data seed in this process (while they fit _BUILT_BUDGET)."""
     model = point.model_of(ctx.model(point.model))
     key = (point.model, point.dtype, ctx.data_seed, model)
     try:
@@ -582,12 +593,12 @@ def built_point(ctx: EvalContext, point: DesignPoint) -> BuiltPoint:
     # the evaluation cache keys it on (dse.models.user_model.recording_reads)
     if key is None or model.source is not None:
         return BuiltPoint(model, point.dtype, ctx.data_seed)
-    if key not in _BUILT:
-        bp = BuiltPoint(model, point.dtype, ctx.data_seed)
-        while len(_BUILT) >= _BUILT_KEEP:
-            _BUILT.pop(next(iter(_BUILT)))
-        _BUILT[key] = bp
-    return _BUILT[key]
+    bp = _BUILT.pop(key, None) or BuiltPoint(model, point.dtype, ctx.data_seed)
+    _BUILT[key] = bp                  # the most recently used last
+    total = sum(_footprint(b) for b in _BUILT.values())
+    while len(_BUILT) > 1 and total > _BUILT_BUDGET:
+        total -= _footprint(_BUILT.pop(next(iter(_BUILT))))
+    return bp
 
 
 def forget_built() -> None:

@@ -475,3 +475,28 @@ def test_hv_tolerance_gives_up_at_most_its_share_of_the_front_and_synthesises_le
     assert (1 - tol) * full_hv <= kept < full_hv
     exact_front = load_results(exact.results_dir / "pareto.csv")[["cycles", "luts"]].values.tolist()
     assert hypervolume(exact_front, ref) == pytest.approx(full_hv)        # the exact search keeps it all
+
+
+def test_cheap_pass_keeps_every_variant_it_can_hold(monkeypatch):
+    """A grid of per-layer formats visits hundreds of quantised variants of one model in random
+    order; the process keeps each one's build and trace while they fit its byte budget (a trace
+    is most of a cheap evaluation), least recently used dropped first."""
+    import dse.evaluate as ev
+    from dse.evaluate import EvalContext, built_point
+    from dse.frozen import FrozenMap
+    from dse.spec import DesignPoint
+    gemvs = [{"name": f"g{k}", "builtin": "gemv", "params": {"M": 4, "K": k}} for k in (8, 12, 16, 20, 24, 28)]
+    spec = parse_spec({**spec_dict(), "models": gemvs})
+    ctx = EvalContext.from_spec(spec)
+    ev.forget_built()
+    first = [built_point(ctx, DesignPoint(m["name"], "int8", FrozenMap())) for m in gemvs]
+    # six builds, more than the old fixed four: all kept, and served again as they are
+    assert [built_point(ctx, DesignPoint(m["name"], "int8", FrozenMap())) for m in gemvs] == first
+    one = ev._footprint(first[0])
+    assert one >= 1 << 20
+    # a budget of three of them: the three least recently used are dropped, the last three kept
+    monkeypatch.setattr(ev, "_BUILT_BUDGET", 3 * one + (1 << 19))
+    built_point(ctx, DesignPoint("g28", "int8", FrozenMap()))
+    assert [bp.model.name for bp in ev._BUILT.values()] == ["g20", "g24", "g28"]
+    assert built_point(ctx, DesignPoint("g8", "int8", FrozenMap())) is not first[0]
+    ev.forget_built()
