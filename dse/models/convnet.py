@@ -363,10 +363,13 @@ def _wrap32(v: np.ndarray) -> np.ndarray:
 
 def _fits(lo: int, hi: int, dtype: str, what: str, side: str) -> None:
     """A file's integers (`side`: "weights" or "activations") must fit the point's format's type
-    for that side (int8 for both in int8; int4 weights and int8 activations in w4a8)."""
+    for that side (int8 for both in int8; int4 weights and int8 activations in w4a8). Activations
+    with no negative value fit its bits unsigned (uint8 in int8), as the tool's own after a ReLU."""
     from dse.models import formats
     f = formats.parse(dtype)
     name = f.weights if side == "weights" else f.activations
+    if side == "activations" and lo >= 0:
+        name = "u" + name
     d = zoo.DTYPES[name]
     clo, chi = int(d.lowest), int(d.highest)
     if lo < clo or hi > chi:
