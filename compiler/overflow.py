@@ -147,17 +147,22 @@ class _KernelAnalysis:
     def clamp(self, v: ir.Op, s: list[_R], acc: dict[int, _R], memo: dict[int, _R]) -> _R | None:
         """where(p < q, q, p) is max(p, q) and where(p < q, p, q) is min(p, q) (how tinygrad
         writes clip): their interval is far tighter than the union of both branches. A branch
-        may be its compared value through casts that do not change it."""
+        may be its compared value through casts that keep the values it is taken for: tinygrad
+        moves a clip's cast into the select, where(c < x, c', cast(x)), and x is cast only where
+        x <= c (a requantised activation clipped to [0, 3] is 0..3 in its uint8, though x before
+        the clip may be 256)."""
         cond = v.srcs[0]
         if not (isinstance(cond, ir.Op) and cond.op is K.CMPLT):
             return None
         p, q = (self._uncast(x, acc, memo) for x in cond.srcs)
-        t, f = (self._uncast(x, acc, memo) for x in v.srcs[1:])
-        lo_hi = (s[1], s[2])
-        if _same(t, q) and _same(f, p):       # max
-            return _R(max(r.lo for r in lo_hi), max(r.hi for r in lo_hi))
-        if _same(t, p) and _same(f, q):       # min
-            return _R(min(r.lo for r in lo_hi), min(r.hi for r in lo_hi))
+        rp, rq = self.value(p, acc, memo), self.value(q, acc, memo)
+        t, f = v.srcs[1:]
+        # (true branch, its values where p < q), (false branch, its values where q <= p)
+        shapes = (((q, _R(max(rq.lo, rp.lo), rq.hi)), (p, _R(max(rp.lo, rq.lo), rp.hi))),     # max
+                  ((p, _R(rp.lo, min(rp.hi, rq.hi))), (q, _R(rq.lo, min(rq.hi, rp.hi)))))     # min
+        for (tv, tr), (fv, fr) in shapes:
+            if _is_on(t, tv, tr) and _is_on(f, fv, fr):
+                return tr | fr
         return None
 
     def _uncast(self, v: ir.Value, acc: dict[int, _R], memo: dict[int, _R]) -> ir.Value:
@@ -255,6 +260,16 @@ class _KernelAnalysis:
             for a in carried:
                 self.hull[a] = before[a] | hull[a] if before[a] is not None else hull[a]
         return after
+
+
+def _is_on(branch: ir.Value, target: ir.Value, taken: _R) -> bool:
+    """Whether `branch` is `target` wherever target lies in `taken`: the same value (`_same`),
+    or it through integer casts each of which holds every value of `taken` (so none wraps)."""
+    while not _same(branch, target) and isinstance(branch, ir.Op) and branch.op is K.CAST \
+            and not branch.dtype.is_float and not branch.dtype.is_bool and not branch.srcs[0].dtype.is_float \
+            and branch.dtype.min <= taken.lo and taken.hi <= branch.dtype.max:
+        branch = branch.srcs[0]
+    return _same(branch, target)
 
 
 def _same(a: ir.Value, b: ir.Value) -> bool:

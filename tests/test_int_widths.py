@@ -65,6 +65,29 @@ def test_declared_ranges_flow_through_kernels_into_the_next_layer():
     assert np.array_equal(simulate(design, backend="cxxrtl").outputs[0], ref)
 
 
+@pytest.mark.parametrize("narrow, hi, bits", [(dtypes.uint8, 3, 2), (dtypes.uint8, 255, 8), (dtypes.int8, 7, 3)])
+def test_a_clip_is_stored_at_its_width_when_the_value_before_it_overflows_the_container(narrow, hi, bits):
+    """tinygrad moves the cast of clip(v, 0, hi).cast(narrow) into the select, where(hi < v,
+    hi, cast(v)): v (here up to 20,000) is cast only where v <= hi, so the stored activation is
+    [0, hi] (a uint2 for hi 3: the quantiser's unsigned 2-bit activations), and the next
+    layer's products are sized by that: signed weights times the unsigned activations."""
+    rng = np.random.default_rng(1)
+    xn, w1, w2 = (rng.integers(-8, 8, s).astype(np.int8) for s in ((16,), (8, 16), (4, 8)))
+    x, W1, W2 = Tensor(xn), Tensor(w1), Tensor(w2)
+    h = ((W1.cast(dtypes.int32) @ x.cast(dtypes.int32) * 5000 + 8192) >> 4).clip(0, hi).cast(narrow)
+    y = W2.cast(dtypes.int32) @ h.cast(dtypes.int32)
+    design = compile_model(y, input_ranges={x: (-8, 7), W1: (-8, 7), W2: (-8, 7)})
+    hidden = [b for b in design.graph.buffers if b.id not in design.graph.inputs and b.id not in design.graph.outputs]
+    # stored in `bits` unsigned bits (uint8's whole 8 are no narrower than its container)
+    assert [design.narrow_buffers.get(b.id) for b in hidden] == [(bits, False) if bits < 8 else None]
+    # the second layer's products: a 4-bit signed weight by the activation, unsigned, one bit wider signed
+    assert {(c.a_width, c.b_width) for c in mul_cells(design_rtlil(design))} >= {(4, bits + 1)}
+    pre = (w1.astype(np.int64) @ xn * 5000 + 8192) >> 4
+    assert pre.max() > hi and pre.max() > 255          # the case: the value before the clip overflows narrow
+    ref = w2.astype(np.int64) @ np.clip(pre, 0, hi)
+    assert np.array_equal(simulate(design, backend="cxxrtl").outputs[0], ref)
+
+
 def test_an_input_outside_its_declared_range_is_refused_when_loaded():
     W, x, y, _, rng = _gemv(4)
     design = compile_model(y, input_ranges={W: rng})

@@ -126,7 +126,7 @@ def test_format_knobs_set_each_layers_widths(digits, mlp):
                      formats=Formats.of({"weight_bits@0": 3, "act_bits": 6, "weight_bits@W2": 5}))
     assert q.widths == Widths(6, (3, 5), (6, 6), (None, None))
     assert np.abs(q.layers[0].W).max() == 3 and np.abs(q.layers[1].W).max() == 15
-    assert q.input_qmax == 31 and q.layers[0].hi == 31
+    assert q.input_qmax == 31 and q.layers[0].hi == 63        # the input signed, the ReLU's output unsigned: 6 bits each
     xs = q.quantize_input(digits.x_test)
     assert np.abs(xs).max() <= 31
     built = q.built()                                   # the golden model is what tinygrad computes
@@ -348,8 +348,33 @@ def test_the_quantiser_takes_every_signed_format(digits, mlp, tmp_path, dtype, w
         assert all(np.abs(v).max() <= qmax_w for k, v in q.arrays().items() if k[0] == "W")
         xs = q.quantize_input(digits.x_test[:2].reshape(2, -1))
         assert np.abs(xs).max() <= qmax_a and xs.dtype == zoo.storage(f"int{a}")
+        # the hidden activations follow a ReLU: unsigned, all a bits ([0, 3] at int2, not {0, 1})
+        hidden = ([(0, layer.hi) for layer in q.layers if layer.M is not None] if isinstance(net, DenseNet)
+                  else [(s.lo, s.hi) for s in q.steps if s.M is not None])
+        assert hidden == [(0, 2 ** a - 1)] and q.mean_bits() == (w, a)
         got = zoo.tinygrad_result(built, {**q.arrays(), "x": xs[0]})
         assert np.array_equal(np.asarray(got).reshape(-1), q.reference(xs)[0].reshape(-1))
+
+
+def test_an_activation_without_a_relu_stays_signed(digits):
+    """A conv with no ReLU after it outputs signed activations ([-qmax, qmax], qmax = 2**(b-1) - 1),
+    the next one's ReLU unsigned ones ([0, 2**b - 1]), each stored at b bits; the golden model
+    equals tinygrad's."""
+    from dse.models.convnet import Conv, Flatten, LayerNet, Linear
+    rng = np.random.default_rng(3)
+    net = LayerNet((1, 1, 8, 8), (Conv(rng.normal(0, 0.3, (3, 1, 3, 3)), rng.normal(0, 0.1, 3), (1, 1), (1, 1, 1, 1)),
+                                  Conv(rng.normal(0, 0.3, (4, 3, 3, 3)), rng.normal(0, 0.1, 4), (2, 2), (0, 0, 0, 0),
+                                       relu=True),
+                                  Flatten(), Linear(rng.normal(0, 0.3, (10, 36)), rng.normal(0, 0.1, 10))))
+    x = digits.x_train.reshape(-1, 1, 8, 8)
+    for dtype, b in (("int3", 3), ("int4", 4), ("w8a6", 6)):
+        q = net.quantize(dtype=dtype, calibration=x)
+        assert [(s.lo, s.hi) for s in q.steps if s.M is not None] == [(-(2 ** (b - 1) - 1), 2 ** (b - 1) - 1),
+                                                                       (0, 2 ** b - 1)]
+        assert q.mean_bits()[1] == b
+        xs = q.quantize_input(digits.x_test[:3])
+        got = zoo.tinygrad_result(q.built(), {**q.arrays(), "x": xs[0]})
+        assert np.array_equal(np.asarray(got).reshape(-1), q.reference(xs[:1])[0])
 
 
 def test_accuracy_grows_with_the_bits(digits, mlp):

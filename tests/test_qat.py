@@ -38,27 +38,34 @@ def _accuracy(q, data) -> float:
     return float((q.reference(q.quantize_input(x)).argmax(1) == data.y_test).mean())
 
 
-def _integer_argmax(q, x) -> np.ndarray:
-    x = x.reshape(len(x), -1)
-    return q.dequantize(q.reference(q.quantize_input(x))).argmax(1)
-
-
 def test_fine_tuning_keeps_int3_accurate_and_the_integer_model_computes_what_it_trained(mlp, digits_data):
-    """The digits MLP at int3: post-training quantisation 88.2%, fine-tuned (10 epochs) within a
-    point and a half of float (97.3%); the quantiser's integer model of the fine-tuned network
-    gives the argmax the training's forward pass gives on nearly every test sample."""
+    """The digits MLP at int3: post-training quantisation 93.6% (88.2% while the hidden
+    activations were signed, 2 of their 3 bits used), fine-tuned (10 epochs) 97.3%, float's; the
+    quantiser's integer model of the fine-tuned network computes what the training's forward pass
+    computes (the same activation grids, unsigned after the ReLU): its logits within 0.05% on
+    average (a grid of 0..3 in training against the quantiser's 0..7 would be 12% off), the same
+    argmax on every test sample."""
     d = digits_data
     ptq = _accuracy(mlp.quantize(dtype="int3", calibration=d.x_train), d)
     tuned = fine_tune(mlp, dtype="int3", formats=None, x=d.x_train, y=d.y_train, options=QatOptions(epochs=10))
     q = tuned.net.quantize(dtype="int3", calibration=d.x_train)
-    assert round(ptq, 3) == 0.882
-    assert _accuracy(q, d) >= 0.96 > ptq + 0.07
+    assert round(ptq, 3) == 0.936
+    assert _accuracy(q, d) >= 0.97 > ptq + 0.03
     assert tuned.epochs == 10 and tuned.seconds > 0 and tuned.train_accuracy > 0.95
-    trained = fake_quant_logits(tuned, "int3", None, d.x_test, d.x_train).argmax(1)
-    assert (trained == _integer_argmax(q, d.x_test)).mean() >= 0.99
+    assert q.layers[0].hi == 7
+    _computes_what_it_trained(tuned, q, "int3", d, 0.005)
     # the quantiser keeps the network's map and finds its learned ranges
     assert q.input_map is tuned.net.input_map and q.input_map.kind == "centred"
     assert tuned.net.layers[0].clip is not None and tuned.net.layers[1].clip is None
+
+
+def _computes_what_it_trained(tuned, q, dtype: str, d, within: float, formats=None) -> None:
+    """The integer model's logits (dequantised) equal the training forward pass's within
+    `within` of their mean magnitude, and their argmax on every test sample."""
+    trained = fake_quant_logits(tuned, dtype, formats, d.x_test, d.x_train)
+    integer = q.dequantize(q.reference(q.quantize_input(d.x_test.reshape(len(d.x_test), -1))))
+    assert np.abs(trained - integer).mean() < within * np.abs(integer).mean()
+    assert (trained.argmax(1) == integer.argmax(1)).all()
 
 
 def test_the_same_inputs_give_the_same_network(mlp, digits_data):
@@ -74,19 +81,20 @@ def test_the_same_inputs_give_the_same_network(mlp, digits_data):
 
 
 def test_a_cnn_is_fine_tuned_through_its_convolution_and_max_pool(digits_data):
-    """The digits CNN (conv 3x3, ReLU, 2x2 max-pool, dense) at int3: 65.3% quantised after
-    training (behind the map the quantiser chooses), above 90% fine-tuned for 3 epochs behind the
-    centred per-channel map (the conv does not pad), which the quantiser keeps; integer model and
-    training agree."""
+    """The digits CNN (conv 3x3, ReLU, 2x2 max-pool, dense) at int3: 80.2% quantised after
+    training (behind the map the quantiser chooses; 65.3% while its pooled activations were
+    signed), 95.3% fine-tuned for 3 epochs behind the centred per-channel map (the conv does not
+    pad), which the quantiser keeps; integer model and training agree (logits within 0.14% on
+    average; 26% off with training's grid 0..3 against the quantiser's 0..7)."""
     d = digits_data
     net = read_net(MODELS / "digits_cnn.onnx")
     ptq = _accuracy(net.quantize(dtype="int3", calibration=d.x_train), d)
     tuned = fine_tune(net, dtype="int3", formats=None, x=d.x_train, y=d.y_train, options=QatOptions(epochs=3))
     q = tuned.net.quantize(dtype="int3", calibration=d.x_train)
-    assert round(ptq, 3) == 0.653 and _accuracy(q, d) > 0.9
+    assert round(ptq, 3) == 0.802 and _accuracy(q, d) > 0.94
     assert q.input_map is tuned.net.input_map and q.input_map.kind == "centred"
-    trained = fake_quant_logits(tuned, "int3", None, d.x_test, d.x_train).argmax(1)
-    assert (trained == _integer_argmax(q, d.x_test)).mean() >= 0.99
+    assert [(s.lo, s.hi) for s in q.steps if s.M is not None] == [(0, 7)]
+    _computes_what_it_trained(tuned, q, "int3", d, 0.01)
 
 
 def test_mixed_widths_and_power_of_two_scales_are_what_it_trains_for(mlp, digits_data):
@@ -100,8 +108,10 @@ def test_mixed_widths_and_power_of_two_scales_are_what_it_trains_for(mlp, digits
     M = q.layers[0].M.astype(np.int64)
     assert ((M & (M - 1)) == 0).all()
     assert _accuracy(q, d) > 0.95
-    trained = fake_quant_logits(tuned, "int8", f, d.x_test, d.x_train).argmax(1)
-    assert (trained == _integer_argmax(q, d.x_test)).mean() >= 0.99
+    assert q.layers[0].hi == 15
+    # power-of-two multipliers are the scale ratios exactly: the logits are training's to float
+    # precision, ties included (rounded up in both; 1.5% apart when training's float ties fell below)
+    _computes_what_it_trained(tuned, q, "int8", d, 1e-12, f)
 
 
 def test_held_out_samples_choose_the_epoch_kept(mlp, digits_data):
@@ -226,7 +236,7 @@ def test_fine_tuning_needs_a_training_split_apart_from_the_test_samples(tmp_path
 def test_a_fine_tuned_point_through_dse_eval(tmp_path, capsys, isolated_cache, monkeypatch):
     """The digits MLP at int3 with qat (5 epochs) through `dse eval`: every one of the 450 test
     samples bit-exact through CXXRTL; the row says it was fine-tuned, for how long, and its
-    accuracy before (post-training quantisation: 88.2%); fp32 runs the trained network."""
+    accuracy before (post-training quantisation: 93.6%); fp32 runs the trained network."""
     spec = {**_spec(qat={"epochs": 5}), "dtypes": ["int3", "fp32"]}
     path = write_spec(tmp_path, spec)
     args = ["eval", str(path), "--model", "m", "--no-synth", "--json", "--sim", "cxxrtl"]
@@ -234,7 +244,7 @@ def test_a_fine_tuned_point_through_dse_eval(tmp_path, capsys, isolated_cache, m
     row = json.loads(capsys.readouterr().out)
     assert row["status"] == "OK" and row["correct"] and row["samples"] == 450
     assert row["qat"] is True and row["qat_epochs"] == 5 and row["qat_s"] > 0
-    assert round(row["accuracy_ptq"], 3) == 0.882 and row["accuracy"] >= 0.95
+    assert round(row["accuracy_ptq"], 3) == 0.936 and row["accuracy"] >= 0.95
     assert round(row["accuracy_float"], 3) == 0.973          # the trained network, not the fine-tuned one
     import dse.models.model
     monkeypatch.setattr(dse.models.model, "_CACHE", {})      # as a new process: the network from the qat cache

@@ -146,7 +146,8 @@ def test_the_integer_model_keeps_the_accuracy_of_quantisation_aware_training(tmp
 def test_quantisation_aware_training_keeps_its_accuracy_at_2_to_6_bits(tmp_path, digits, bits):
     """The integer model of a QAT file scores what the file's arithmetic scores, within a point,
     at every width; at 3 bits that is 96%, where the tool's own post-training quantisation of the
-    float network to int3 keeps 83% (measured: QAT 71.6%, 96.2%, 97.1% at 2, 3, 6 bits)."""
+    float network to int3 keeps 93.6% (measured: QAT 71.6%, 96.2%, 97.1% at 2, 3, 6 bits; PTQ
+    88.2% when its hidden activations were signed, 2 of their 3 bits used)."""
     p = _make_qat(digits, bits)
     net = read_net(_qonnx_mlp(tmp_path / "qat.onnx", p))
     q = net.quantize(dtype="int8", calibration=digits.x_train)
@@ -156,7 +157,8 @@ def test_quantisation_aware_training_keeps_its_accuracy_at_2_to_6_bits(tmp_path,
     if bits == 3:
         from dse.models.quantize import DenseNet
         ptq = DenseNet.from_arrays(read_weights(WEIGHTS)).quantize(dtype="int3", calibration=digits.x_train)
-        assert (ptq.reference(ptq.quantize_input(digits.x_test)).argmax(1) == digits.y_test).mean() < 0.9
+        ptq_accuracy = (ptq.reference(ptq.quantize_input(digits.x_test)).argmax(1) == digits.y_test).mean()
+        assert ptq_accuracy == pytest.approx(0.9356, abs=1e-4) and ptq_accuracy < want - 0.02
 
 
 def test_qonnx_and_qcdq_of_one_network_give_one_integer_model(tmp_path, digits, qat):
@@ -263,18 +265,25 @@ def test_a_quantiser_the_tool_cannot_build_is_one_line_and_exit_2(tmp_path, caps
 
 
 def test_a_file_whose_integers_do_not_fit_the_format_is_refused(tmp_path, capsys, digits, qat):
+    """Activations without negatives fit the format's bits unsigned: uint8 [0, 255] in int8 (as the
+    tool's own after a ReLU), the 5-bit unsigned input [0, 31] not in 4 bits."""
     p = dict(qat)
-    path = _qcdq_mlp(tmp_path / "qat.onnx", p)       # uint8 activations clipped to 0..15 fit int8; widen the clip
+    path = _qcdq_mlp(tmp_path / "qat.onnx", p)       # uint8 activations clipped to 0..15; widen the clip to 255
     model = onnx.load(str(path))
     for t in model.graph.initializer:
         if t.name == "hi15":
             t.CopyFrom(onnx.numpy_helper.from_array(np.array(255, np.uint8), "hi15"))
     onnx.save(model, str(path))
-    spec = model_spec(tmp_path, ["int8"], onnx="qat.onnx", data={"dataset": "sklearn:digits"})
+    q = read_net(path).quantize(dtype="int8", calibration=digits.x_train)
+    assert [(s.lo, s.hi) for s in q.steps if s.M is not None] == [(0, 255)]
+    xs = q.quantize_input(digits.x_test[:1])
+    assert np.array_equal(np.asarray(zoo.tinygrad_result(q.built(), {**q.arrays(), "x": xs[0]})).reshape(-1),
+                          q.reference(xs)[0])
+    spec = model_spec(tmp_path, ["w8a4"], onnx="qat.onnx", data={"dataset": "sklearn:digits"})
     assert main(["validate", str(spec)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: models[0].onnx: dtype int8: layer 1 (linear): the quantiser ") and \
-        err.endswith("holds integers in [0, 255], beyond int8 [-128, 127] (int8's activations); run it in a wider "
+    assert err.startswith("error: models[0].onnx: dtype w8a4: the input quantiser ") and \
+        err.endswith("holds integers in [0, 31], beyond uint4 [0, 15] (w8a4's activations); run it in a wider "
                      "integer format\n")
 
 

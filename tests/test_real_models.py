@@ -421,7 +421,8 @@ def test_a_trained_onnx_cnn_quantises_to_int8_within_two_points(tmp_path, capsys
     assert int8["samples"] == 450 and int8["overflow_safe"] is True
     assert int8["accuracy_float"] == float(right.mean()) > 0.95
     assert abs(int8["accuracy"] - int8["accuracy_float"]) <= 0.02
-    assert int8["quantization"].startswith("input per tensor scaled into [-1, 1] by the host; symmetric")
+    assert int8["quantization"].startswith("input per tensor scaled into [-1, 1] by the host; zero points 0; input "
+                                           "signed symmetric, activations after a ReLU unsigned (b bits: 0 to 2**b - 1)")
     fp32 = eval_model(capsys, model_spec(tmp_path, ["fp32"], onnx="cnn.onnx",
                                        data={"dataset": "sklearn:digits", "samples": 40}), "fp32")
     assert fp32["status"] == "OK" and fp32["correct"] and fp32["samples"] == 40, fp32

@@ -11,12 +11,15 @@ tinygrad's importer (dse.models.data.onnx_built). Here: the float64 model in num
 baseline, and the calibration), and the integer model, whose numpy reference is exact whatever
 order the hardware sums in (integer sums wrap the same way in any order).
 
-The scheme (dse.models.quantize.SCHEME): symmetric; inputs and activations per tensor; weights per
-output channel in hidden layers (conv and dense), per tensor in the last one; int32 biases and
-accumulators; multiply-and-shift requantisation after every layer but the last, clipped to
-[0, qmax] where a ReLU follows (a ReLU after a max-pool commutes with it and is folded the same
-way) and to [-qmax, qmax] where none does. Max-pools run on the requantised activations (the
-requantisation is monotonic, so pooling commutes with it).
+The scheme (dse.models.quantize.SCHEME): zero points 0; inputs and activations per tensor;
+weights signed symmetric, per output channel in hidden layers (conv and dense), per tensor in
+the last one; int32 biases and accumulators; multiply-and-shift requantisation after every layer
+but the last. A b-bit activation where a ReLU follows (a ReLU after a max-pool commutes with it
+and is folded the same way) is unsigned, clipped to [0, 2**b - 1] and stored as uintb; the input,
+and an activation where none does, is signed symmetric, [-qmax, qmax] with qmax = 2**(b-1) - 1
+(dse.models.widths.Widths.act_range). Max-pools run on the requantised activations (the
+requantisation is monotonic, so pooling commutes with it), so a max-pool after a ReLU keeps
+the unsigned range.
 """
 from __future__ import annotations
 
@@ -261,9 +264,9 @@ class QuantLayerNet:
         """(mean weight bits, mean activation bits: the input and each requantised output)."""
         from dse.models.widths import mean_bits
         computes = [s for s in self.steps if s.W is not None]
-        # the tool's activations are signed ranges, of which a ReLU output uses the upper half; a
-        # file's quantiser counts as it declares
-        acts = [(s.lo, s.hi) if s.layer.out_quant is not None else (-s.hi, s.hi) for s in computes if s.M is not None]
+        # each requantised output counts at its range: the tool's unsigned after a ReLU, signed
+        # symmetric without one; a file's quantiser as it declares
+        acts = [(s.lo, s.hi) for s in computes if s.M is not None]
         return mean_bits([s.w_range for s in computes], [(self.input_lo, self.input_hi)] + acts)
 
     def dequantize(self, logits: np.ndarray) -> np.ndarray:
@@ -300,7 +303,8 @@ class QuantLayerNet:
         tg = zoo.import_tinygrad()
         i32 = tg.dtypes.int32
         # each input declared at its width (int4 weights in an int8 Tensor), so the hardware is
-        # sized to it; the requantised activations' range comes from their clip
+        # sized to it; the requantised activations' range comes from their clip (after a ReLU
+        # [0, 2**b - 1]: uintb)
         inputs = {"x": (self.input_shape, self.input_element)}
         narrow = {id(s): to_tinygrad(zoo.DTYPES[int_element(s.lo, s.hi)]) for s in self.steps if s.M is not None}
         for i, step in enumerate((s for s in self.steps if s.W is not None), 1):
@@ -359,10 +363,13 @@ def _wrap32(v: np.ndarray) -> np.ndarray:
 
 def _fits(lo: int, hi: int, dtype: str, what: str, side: str) -> None:
     """A file's integers (`side`: "weights" or "activations") must fit the point's format's type
-    for that side (int8 for both in int8; int4 weights and int8 activations in w4a8)."""
+    for that side (int8 for both in int8; int4 weights and int8 activations in w4a8). Activations
+    with no negative value fit its bits unsigned (uint8 in int8), as the tool's own after a ReLU."""
     from dse.models import formats
     f = formats.parse(dtype)
     name = f.weights if side == "weights" else f.activations
+    if side == "activations" and lo >= 0:
+        name = "u" + name
     d = zoo.DTYPES[name]
     clo, chi = int(d.lowest), int(d.highest)
     if lo < clo or hi > chi:
@@ -421,7 +428,7 @@ def _quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, form
     computes = [layer for layer in net.layers if isinstance(layer, (Conv, Linear))]
     bits = widths(dtype, layer_names(computes), formats)
     _declared_formats(computes, formats, net.input_quant)
-    act_qmax = Widths.qmax(bits.input)
+    in_qmax = Widths.qmax(bits.input)
     store = np.int16          # each layer's weights go to their width's container in arrays()
     x = net.mapped_input(calibration)
     iq = net.input_quant
@@ -430,8 +437,8 @@ def _quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, form
         s_in, in_lo, in_hi = iq.scale, iq.lo, iq.hi
         h_float, h_int = iq(x), iq.integers(x).astype(np.int64)
     else:
-        s_in, in_lo, in_hi = max(float(np.abs(x).max()), 1e-12) / act_qmax, -act_qmax, act_qmax
-        h_float, h_int = x, np.clip(np.round(x / s_in), -act_qmax, act_qmax).astype(np.int64)
+        s_in, in_lo, in_hi = max(float(np.abs(x).max()), 1e-12) / in_qmax, -in_qmax, in_qmax
+        h_float, h_int = x, np.clip(np.round(x / s_in), -in_qmax, in_qmax).astype(np.int64)
     input_scale = s_in
     compute = [i for i, layer in enumerate(net.layers) if isinstance(layer, (Conv, Linear))]
     steps = []
@@ -447,14 +454,14 @@ def _quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, form
             continue
         last = i == compute[-1]
         j = compute.index(i)
-        qmax, act_qmax = Widths.qmax(bits.weights[j]), Widths.qmax(bits.outputs[j])
+        qmax, (act_lo, act_hi) = Widths.qmax(bits.weights[j]), Widths.act_range(bits.outputs[j], layer.relu)
         where = f"{dtype}: layer {j + 1} ({type(layer).__name__.lower()})"
         oq = layer.out_quant
         if oq is not None:
             h_float = oq(h_float)
             s_out, lo, hi = oq.scale, max(oq.lo, 0) if layer.relu else oq.lo, oq.hi
         else:
-            s_out, lo, hi = max(float(np.abs(h_float).max()), 1e-12) / act_qmax, 0 if layer.relu else -act_qmax, act_qmax
+            s_out, lo, hi = max(float(np.abs(h_float).max()), 1e-12) / act_hi, act_lo, act_hi
         total = None
         if layer.grid is not None:
             _fits(layer.grid.lo, layer.grid.hi, dtype, f"{where}: the weights of {layer.grid.where}", "weights")

@@ -11,12 +11,13 @@ centred map (`MAP`, dse.models.standardise; the quantiser keeps it), on its grid
 conv/dense layer's weights on their grid (one scale per output channel, the last layer one per
 tensor; widened per channel as `scale_digits` asks, dse.models.quantize.cheap_multipliers), its
 bias on the accumulator's grid, its output through the ReLU onto the activations' grid (rounded
-half up, clipped to [0, qmax]); a pruned network keeps its zeros. Gradients pass the rounding
-straight through (the straight-through estimator) inside a grid's range and stop outside it. The
-scales are learned too, LSQ's way (Esser et al. 2019, arXiv 1902.08153): each weight scale per
-output channel (the last layer's one) and each activation range, started where they least
-distort the float network (the mean squared rounding error over candidates from 20% to 100% of
-the largest value; `_calibrated`).
+half up, clipped to [0, 2**b - 1]: b-bit activations after a ReLU are unsigned, as the
+quantiser's are; a conv without a ReLU, like the input, signed [-qmax, qmax]); a pruned network
+keeps its zeros. Gradients pass the rounding straight through (the straight-through estimator)
+inside a grid's range and stop outside it. The scales are learned too, LSQ's way (Esser et al.
+2019, arXiv 1902.08153): each weight scale per output channel (the last layer's one) and each
+activation range, started where they least distort the float network (the mean squared rounding
+error over candidates from 20% to 100% of the largest value; `_calibrated`).
 
 What it gives back (`FineTuned.net`): a float network the quantiser takes as it is. Each weight
 is clipped to its learned range (so the quantiser's scale, max |row| / qmax, is the learned one),
@@ -47,6 +48,12 @@ from dse.models.quantize import DenseNet, cheap_multipliers
 
 CANDIDATES = np.linspace(0.2, 1.0, 17)      # a range's calibration: fractions of the largest value
 WIDE = 64                                   # inputs of a layer beyond which its learning rate is scaled down
+# an activation's rounding half up, as the integer requantisation rounds (acc * M + 2**(S-1)) >> S:
+# a tie computed in float can land a hair below its half, so it is lifted by TIE first. The
+# integer model's values that are not ties lie at least 2**-S >= 2**-30 from one; with
+# scale_digits 1 (power-of-two multipliers) ties are common: 2% of the hidden values of the digits
+# MLP at 4 bits, rounded down without it
+TIE = 2.0 ** -34
 # the host's input map the network trains behind (dse.models.standardise): per feature (a conv's
 # per channel, scaled only where it pads), centred. The fine-tuned network keeps it (`input_map`
 # set), so the quantiser quantises it behind this map, never trying another: its weights and
@@ -146,7 +153,8 @@ class _Layer:
     relu: bool = False
     last: bool = False
     wq: int = 0                     # the weights' qmax
-    aq: int = 0                     # the output activations' qmax (0: the last layer, logits)
+    aq: int = 0                     # the output activations' largest integer (0: the last layer, logits):
+                                    # 2**b - 1 after a ReLU (unsigned), else 2**(b-1) - 1 (signed, [-aq, aq])
     digits: int | None = None       # scale_digits
     mask: np.ndarray | None = None  # pruned: True where a weight may be non-zero
     log_alpha: np.ndarray | None = None   # log of the weight range per output channel ((1,): the last layer)
@@ -174,6 +182,7 @@ class _Layer:
 
 
 def _layers(net, widths) -> list[_Layer]:
+    from dse.models.widths import Widths
     computes = [layer for layer in net.layers if hasattr(layer, "W")]
     out, j = [], 0
     for layer in net.layers:
@@ -181,9 +190,10 @@ def _layers(net, widths) -> list[_Layer]:
             out.append(_Layer(layer))
             continue
         last = j == len(computes) - 1
+        # the activations' grid is the quantiser's (Widths.act_range): unsigned after a ReLU
+        aq = 0 if last else Widths.act_range(widths.outputs[j], layer.relu)[1]
         out.append(_Layer(layer, np.array(layer.W, np.float64), np.array(layer.b, np.float64), layer.relu, last,
-                          2 ** (widths.weights[j] - 1) - 1, 0 if last else 2 ** (widths.outputs[j] - 1) - 1,
-                          None if last else widths.scales[j]))
+                          Widths.qmax(widths.weights[j]), aq, None if last else widths.scales[j]))
         j += 1
     return out
 
@@ -300,7 +310,7 @@ def _forward(layers: list[_Layer], x: np.ndarray, inp: _Input, tape: list | None
         else:
             u = z / s_out
             lo = 0 if L.relu else -L.aq
-            ra = np.clip(np.floor(u + 0.5), lo, L.aq)
+            ra = np.clip(np.floor(u + 0.5 + TIE), lo, L.aq)
             out = ra * s_out
             act = (u, ra, (u >= lo) & (u <= L.aq), s_out)
         if tape is not None:
@@ -458,7 +468,7 @@ def fine_tune(net: "DenseNet | LayerNet", *, dtype: str, formats, x: np.ndarray,
     each layer named as the quantiser names it) on the training samples `x` (n, ...) and labels
     `y` (None: the float network's answers); `pruned`: keep its zero weights zero. `progress`
     receives a line now and then (at most every 10 s). Raises QatTimeLimit (module docstring)."""
-    from dse.models.widths import layer_names, widths
+    from dse.models.widths import Widths, layer_names, widths
     check_trainable(net)
     t0 = time.perf_counter()
     x = np.asarray(x, np.float64).reshape(len(x), -1)
@@ -471,7 +481,7 @@ def fine_tune(net: "DenseNet | LayerNet", *, dtype: str, formats, x: np.ndarray,
         if pruned and L.computes:
             L.mask = L.W != 0
     xs = _mapped(mapped, x)
-    inp = _Input(2 ** (bits.input - 1) - 1)
+    inp = _Input(Widths.qmax(bits.input))
     _calibrated(layers, xs)
     train, held = _held_out(y, options.validation, options.seed)
     computing = [L for L in layers if L.computes]
@@ -581,7 +591,7 @@ def fake_quant_logits(tuned: FineTuned, dtype: str, formats, x: np.ndarray, cali
     """The fine-tuned network's logits as training computes them, on raw samples `x` (the
     input's grid from the `calibration` samples, as the quantiser's): what the integer model's
     agree with (tests)."""
-    from dse.models.widths import layer_names, widths
+    from dse.models.widths import Widths, layer_names, widths
     net = tuned.net
     bits = widths(dtype, layer_names([layer for layer in net.layers if hasattr(layer, "W")]), formats)
     layers = _layers(net, bits)
@@ -590,7 +600,7 @@ def fake_quant_logits(tuned: FineTuned, dtype: str, formats, x: np.ndarray, cali
             L.log_alpha = np.log(L.row_max())
             if not L.last:
                 L.log_clip = np.array([math.log(L.layer.clip)])
-    inp = _Input(2 ** (bits.input - 1) - 1)
+    inp = _Input(Widths.qmax(bits.input))
     _float_maxima(layers, inp, _mapped(net, calibration))
     return _forward(layers, _mapped(net, x), inp, None)
 

@@ -6,18 +6,22 @@
     logits = q.reference(q.quantize_input(x))            # its numpy golden model, bit-exact
 
 The scheme (what `quantize` computes; `SCHEME` says it in one line):
-  * symmetric everywhere (zero point 0), so a product needs no correction terms;
-  * inputs and activations: one scale per tensor, max |value| over the calibration samples
-    (the training split) / qmax, qmax = 2**(b-1) - 1 for b-bit activations (int8: 127; int4: 7;
-    int16: 13 bits, 4095, so that int32 accumulators hold a layer's sum of int16 x int16
-    products; dse.models.widths: the dtype's widths, or the format knobs' per layer);
+  * zero point 0 everywhere, so a product needs no correction terms;
+  * the input: one scale, max |value| over the calibration samples (the training split) / qmax,
+    symmetric signed, qmax = 2**(b-1) - 1 for b bits (int8: 127; int4: 7; int16: 13 bits,
+    4095, so that int32 accumulators hold a layer's sum of int16 x int16 products;
+    dse.models.widths: the dtype's widths, or the format knobs' per layer);
+  * hidden activations (after a ReLU): unsigned, one scale per tensor, max value / hi with
+    hi = 2**b - 1 for b bits (int8: 255; int4: 15; int2: 3; int16: 13 bits, 8191), stored as
+    uintb between layers: a ReLU output has no sign, so all b bits hold its levels (Brevitas's
+    QuantReLU, QKeras's quantized_relu and FINN's networks quantise it so);
   * weights: qmax = 2**(b-1) - 1 for b-bit weights (int8 127, int16 32767, w4a8 7);
   * weights: one scale per output channel (max |row| / qmax) in hidden layers; one scale for the
     whole last layer, so its integer outputs are logits on one scale and argmax needs no rescaling;
   * biases: int32 on the accumulator's scale (input scale x weight scale);
   * accumulators: int32 (wrapping, as the hardware and numpy int32 do);
   * requantisation between layers by multiply-and-shift, rounding half up:
-    h = clip(((acc >> P) * M[c] + 2**(S-1)) >> S, 0, qmax), the clip being the ReLU; M[c] has
+    h = clip(((acc >> P) * M[c] + 2**(S-1)) >> S, 0, hi), the clip being the ReLU; M[c] has
     at most MULTIPLIER_BITS bits, and the pre-shift P keeps (acc >> P) * M within int32 for
     twice the largest accumulator seen in calibration;
   * with the format knob `scale_digits: D` (dse.models.widths) a hidden layer's M[c] has at most
@@ -41,7 +45,8 @@ from compiler.host_input import HostInput
 from dse.models import zoo
 from dse.models.standardise import KINDS, InputMap, choose, fold_dense, make, relative_error
 
-SCHEME = ("symmetric; activations per tensor, weights per output channel (last layer per tensor); "
+SCHEME = ("zero points 0; input signed symmetric, activations after a ReLU unsigned (b bits: 0 to 2**b - 1), "
+          "per tensor; weights signed symmetric per output channel (last layer per tensor); "
           "int32 accumulators; multiply-and-shift requantisation with clipping")
 MULTIPLIER_BITS = 14
 FP8_SCHEME = ("fp8 weights, biases and activations (rounded to nearest even, saturating); products exact "
@@ -219,7 +224,7 @@ class QuantLayer:
     M: np.ndarray | None     # (out,) int32 multipliers (None: last layer, no requantisation)
     P: int                   # pre-shift
     S: int                   # shift
-    hi: int = 0              # the requantised output's largest value (clipped to [0, hi])
+    hi: int = 0              # the requantised output's largest value (clipped to [0, hi], hi = 2**b - 1)
 
 
 @dataclass(frozen=True)
@@ -258,12 +263,11 @@ class QuantNet:
         """(mean weight bits, mean activation bits: the input and each requantised output)."""
         from dse.models.widths import mean_bits
         w = [(-int(np.abs(layer.W).max()), int(np.abs(layer.W).max())) for layer in self.layers]
-        # the tool's activations are signed ranges, of which a ReLU output uses the upper half
-        qmax = [(-self.input_qmax, self.input_qmax)] + [(-layer.hi, layer.hi) for layer in self.layers
-                                                        if layer.M is not None]
+        # the input is signed; each hidden activation, after its ReLU, unsigned [0, hi]: b bits
+        acts = [(-self.input_qmax, self.input_qmax)] + [(0, layer.hi) for layer in self.layers if layer.M is not None]
         if self.widths is not None:
             w = [(-(2 ** (b - 1) - 1), 2 ** (b - 1) - 1) for b in self.widths.weights]
-        return mean_bits(w, qmax)
+        return mean_bits(w, acts)
 
     def dequantize(self, logits: np.ndarray) -> np.ndarray:
         """The float value of integer logits."""
@@ -287,7 +291,7 @@ class QuantNet:
         tg = zoo.import_tinygrad()
         i32 = tg.dtypes.int32
         # each input declared at its width (int4 weights in an int8 Tensor), so the hardware is
-        # sized to it; the requantised activations' range comes from their clip
+        # sized to it; the requantised activations' range comes from their clip ([0, hi]: uintb)
         inputs = {"x": ((self.layers[0].W.shape[1],), _element(-self.qmax, self.qmax))}
         for i, layer in enumerate(self.layers, 1):
             inputs[f"W{i}"] = (layer.W.shape, _element(*self.weight_range(i - 1)))
@@ -295,7 +299,7 @@ class QuantNet:
             if layer.M is not None:
                 inputs[f"M{i}"] = (layer.M.shape, _element(*_span(layer.M)))
         shifts = [(layer.P, layer.S, layer.M is not None, layer.hi,
-                   to_tinygrad(zoo.DTYPES[_element(-layer.hi, layer.hi)])) for layer in self.layers]
+                   to_tinygrad(zoo.DTYPES[_element(0, layer.hi)])) for layer in self.layers]
 
         def forward(x, *params):
             h, k = x.cast(i32), 0
@@ -360,19 +364,19 @@ def _quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=Non
     bits = widths(dtype, layer_names(net.layers), formats)
     store = np.int16          # each layer's weights go to their width's container in arrays()
     x = net.host_input(calibration)
-    act_qmax = Widths.qmax(bits.input)
-    s_in = input_scale = max(float(np.abs(x).max()), 1e-12) / act_qmax
+    in_qmax = Widths.qmax(bits.input)
+    s_in = input_scale = max(float(np.abs(x).max()), 1e-12) / in_qmax
     qnet_layers: list[QuantLayer] = []
     h_float = x
-    h_int = np.clip(np.round(x / s_in), -act_qmax, act_qmax).astype(np.int64)
+    h_int = np.clip(np.round(x / s_in), -in_qmax, in_qmax).astype(np.int64)
     for i, layer in enumerate(net.layers):
         last = not layer.relu
-        qmax, act_qmax = Widths.qmax(bits.weights[i]), Widths.qmax(bits.outputs[i])
+        qmax, (_, act_hi) = Widths.qmax(bits.weights[i]), Widths.act_range(bits.outputs[i], relu=True)
         widest = max(float(np.abs(layer.W).max()), 1e-12)
         h_float = h_float @ layer.W.T + layer.b
         if not last:
             h_float = np.maximum(h_float, 0.0) if layer.clip is None else np.clip(h_float, 0.0, layer.clip)
-            s_out = max(float(h_float.max()), 1e-12) / act_qmax
+            s_out = max(float(h_float.max()), 1e-12) / act_hi
         total = None
         if last:
             s_w = np.full(layer.W.shape[0], widest / qmax)
@@ -396,9 +400,9 @@ def _quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=Non
             break
         M, P, S = requantisation(acc_scale=acc_scale, out_scale=s_out, acc=acc, total=total,
                                  where=f"{dtype}: layer {len(qnet_layers) + 1}")
-        ql = QuantLayer(Wq, bq.astype(np.int32), acc_scale, M, P, S, act_qmax)
+        ql = QuantLayer(Wq, bq.astype(np.int32), acc_scale, M, P, S, act_hi)
         qnet_layers.append(ql)
-        h_int = np.clip(requantise(acc, M, P, S), 0, act_qmax)
+        h_int = np.clip(requantise(acc, M, P, S), 0, act_hi)
         s_in = s_out
     return QuantNet(dtype, input_scale, tuple(qnet_layers), Widths.qmax(bits.input), bits, net.input_map)
 

@@ -15,8 +15,11 @@ layers whose file declares no quantisation of its own; on any other point they c
 A dtype says the widths where no knob does (`dtype_bits`): int8 8-bit weights and activations,
 int4 4-bit, w4a8 4-bit weights and 8-bit activations (dse.models.formats: intN and wNaM, N from
 2 to 16); activations wider than 13 bits take 13 (int16: int32 sums of int16 x 13-bit products,
-as before). The tool quantises to the signed formats (its weights and activations are symmetric
-signed ranges); a file's own quantisers may be unsigned (dse.models.qonnx).
+as before). The tool quantises to the signed formats: its weights, the network's input and an
+activation with no ReLU before it are symmetric signed ranges ([-qmax, qmax], qmax = 2**(b-1) - 1);
+an activation after a ReLU is unsigned, [0, 2**b - 1] (all b bits hold its levels, stored as
+uintb between layers; Brevitas's QuantReLU, QKeras's quantized_relu, FINN's networks: `act_range`).
+A file's own quantisers may be unsigned or signed as it declares (dse.models.qonnx).
 
 `scale_digits: D` (1 to MAX_SCALE_DIGITS; also per layer) bounds the canonical signed digits of
 each hidden layer's requantisation multipliers (dse.models.quantize.cheap_multipliers): 1 makes
@@ -113,6 +116,12 @@ class Widths:
     def qmax(bits: int) -> int:
         """The largest value of a symmetric signed range of `bits` bits: [-qmax, qmax]."""
         return 2 ** (bits - 1) - 1
+
+    @staticmethod
+    def act_range(bits: int, relu: bool) -> tuple[int, int]:
+        """The integer range of a `bits`-bit activation: unsigned [0, 2**bits - 1] after a ReLU
+        (its values have no sign, so every bit holds levels), else symmetric signed."""
+        return (0, 2 ** bits - 1) if relu else (-Widths.qmax(bits), Widths.qmax(bits))
 
 
 def widths(dtype: str, names: list[str], knobs: Formats | None) -> Widths:
