@@ -568,10 +568,12 @@ class BuiltPoint:
 _BUILT: dict[tuple, BuiltPoint] = {}
 _BUILT_BUDGET = 512 << 20
 """Bytes of BuiltPoints a process keeps (`_footprint` each, least recently used dropped first).
-A grid of per-layer formats has hundreds of quantised variants of one model, each shared by
-every fold of it (configs/jet_space.yaml: 324 variants x 36 folds), visited in random order: a
-trace costs about a second, so the sweep's cheap pass is the traces unless they are all kept
-(a jet variant is about 1 MB; a GEMV 128x784's arrays are some 0.3 MB)."""
+A space of per-layer formats has hundreds of quantised variants of one model, each shared by
+every fold of it (configs/jet_space.yaml: 324 variants x 36 folds). A grid's cheap pass takes
+them a build at a time (dse.study.order), but a sampler's trials and the synthesis of the
+points the gate lets through visit them in any order, and a build and trace cost a second or
+more (jet_space under load: 2.2 s a point uncached, 0.46 s with its build kept). A jet variant
+is about 1 MB; a GEMV 128x784's arrays some 0.3 MB."""
 
 
 def _footprint(bp: BuiltPoint) -> int:
