@@ -44,7 +44,7 @@ from dse.models.data import DataSpec, load_dataset, read_weights  # noqa: E402
 from dse.models.prune import prune  # noqa: E402
 from dse.models.qat import QatOptions, cached_fine_tune  # noqa: E402
 from dse.models.quantize import DenseNet  # noqa: E402
-from dse.models.widths import Formats, is_format_knob  # noqa: E402
+from dse.models.widths import Formats, is_format_knob, quantisable  # noqa: E402
 
 MODELS = {
     "jet": (ROOT / "models" / "jet_mlp.npz", DataSpec(file=ROOT / "models" / "jet_data.npz")),
@@ -74,6 +74,10 @@ def main() -> None:
     ap.add_argument("--header", action="store_true")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if args.qat and not quantisable(args.dtype):
+        ap.error(f"--qat: fine-tuning needs an integer dtype (int4, w3a4, ...), not {args.dtype}")
+    if args.qat_epochs < 1:
+        ap.error(f"--qat-epochs: expected an integer from 1, got {args.qat_epochs}")
     knobs = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
     formats = Formats.of(knobs)          # the quantiser's (weight_bits, act_bits, scale_digits)
     config = HardwareConfig.from_dict({k: v for k, v in knobs.items() if not is_format_knob(k)})
