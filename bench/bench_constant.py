@@ -13,6 +13,11 @@ placer, seed 1, --freq 100; --device, --placer, --seed, --freq to change them). 
     python bench/bench_constant.py --model digits --set weights=memory --set lanes=4
 
 --set takes hardware knobs and the quantiser's format knobs (weight_bits, act_bits, scale_digits).
+--qat fine-tunes the (pruned) network at the row's format first (dse/models/qat.py, the spec's
+`qat:` with its defaults but --qat-epochs and --qat-seed; served from $TINYHW_CACHE/qat when
+trained before), and the row's accuracy is the fine-tuned network's, through the hardware:
+
+    python bench/bench_constant.py --model jet --dtype int4 --prune 0.75 --qat --set weights=constant ...
 
 Models: jet (models/jet_mlp.npz on models/jet_data.npz, 16-64-32-32-5), digits
 (models/digits_mlp.npz on scikit-learn's digits, 64-32-10). Prints one Markdown row per run
@@ -37,8 +42,9 @@ from compiler.synth.area import synthesize  # noqa: E402
 from dse.models.accuracy import run_samples  # noqa: E402
 from dse.models.data import DataSpec, load_dataset, read_weights  # noqa: E402
 from dse.models.prune import prune  # noqa: E402
+from dse.models.qat import QatOptions, cached_fine_tune  # noqa: E402
 from dse.models.quantize import DenseNet  # noqa: E402
-from dse.models.widths import Formats, is_format_knob  # noqa: E402
+from dse.models.widths import Formats, is_format_knob, quantisable  # noqa: E402
 
 MODELS = {
     "jet": (ROOT / "models" / "jet_mlp.npz", DataSpec(file=ROOT / "models" / "jet_data.npz")),
@@ -53,6 +59,9 @@ def main() -> None:
     ap.add_argument("--model", choices=sorted(MODELS), default="jet")
     ap.add_argument("--dtype", default="int8")
     ap.add_argument("--prune", type=float, default=0.0)
+    ap.add_argument("--qat", action="store_true", help="fine-tune at the row's format first (docs/qat.md)")
+    ap.add_argument("--qat-epochs", type=int, default=QatOptions.epochs)
+    ap.add_argument("--qat-seed", type=int, default=QatOptions.seed)
     ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE")
     ap.add_argument("--pnr", action="store_true", help="place and route on the LFE5U-85F")
     ap.add_argument("--device", default="LFE5U-85F", help="the part placed and routed on (LFE5U-85F-8: speed grade 8)")
@@ -65,6 +74,10 @@ def main() -> None:
     ap.add_argument("--header", action="store_true")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if args.qat and not quantisable(args.dtype):
+        ap.error(f"--qat: fine-tuning needs an integer dtype (int4, w3a4, ...), not {args.dtype}")
+    if args.qat_epochs < 1:
+        ap.error(f"--qat-epochs: expected an integer from 1, got {args.qat_epochs}")
     knobs = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
     formats = Formats.of(knobs)          # the quantiser's (weight_bits, act_bits, scale_digits)
     config = HardwareConfig.from_dict({k: v for k, v in knobs.items() if not is_format_knob(k)})
@@ -74,12 +87,21 @@ def main() -> None:
     if args.prune:
         net = prune(net, sparsity=args.prune, x=data.x_train.reshape(len(data.x_train), -1), y=data.y_train)
     row = {"model": args.model, "dtype": args.dtype, "prune": args.prune, "knobs": knobs}
+    quantized = None
+    if args.qat:
+        options = QatOptions(epochs=args.qat_epochs, seed=args.qat_seed)
+        tuned = cached_fine_tune(net, dtype=args.dtype, formats=formats or None, x=data.x_train, y=data.y_train,
+                                 options=options, pruned=args.prune > 0)
+        quantized = tuned.net.quantize(dtype=args.dtype, calibration=data.x_train.reshape(len(data.x_train), -1),
+                                       formats=formats or None)
+        row.update(qat=options.as_dict())
     t0 = time.perf_counter()
-    r = run_samples(net=net, dtype=args.dtype, data=data, config=config, formats=formats or None)
+    r = run_samples(net=net, dtype=args.dtype, data=data, config=config, formats=formats or None, quantized=quantized)
     interval = r.design.cycle_model().interval
     row.update(accuracy=r.accuracy, accuracy_float=r.accuracy_float, samples=r.samples, cycles=r.cycles,
                interval=interval, sim_s=time.perf_counter() - t0)
-    name = f"{args.model}-{args.dtype}-p{args.prune}-" + "-".join(f"{k}{v}" for k, v in sorted(knobs.items()))
+    name = f"{args.model}-{args.dtype}-p{args.prune}-" + "-".join(f"{k}{v}" for k, v in sorted(knobs.items())) \
+        + (f"-qat{args.qat_epochs}s{args.qat_seed}" if args.qat else "")
     work = args.workdir / name
     t0 = time.perf_counter()
     area = synthesize(r.design, "ecp5", work / "synth", timeout=args.timeout, netlist=args.pnr)
@@ -95,13 +117,14 @@ def main() -> None:
         rep = sorted(reports, key=lambda x: x.fmax_mhz or 0.0)[(len(reports) - 1) // 2]     # the median seed's
         row.update(fits=rep.fits, fmax_mhz=rep.fmax_mhz, device=rep.device, pnr_s=time.perf_counter() - t0,
                    reason=None if rep.fits else rep.reason, critical_path=rep.critical_path,
-                   fmax_seeds=[x.fmax_mhz for x in reports], seeds=args.seeds)
+                   fmax_seeds=[x.fmax_mhz for x in reports], seeds=args.seeds, utilisation=dict(rep.utilisation))
         if rep.fits and rep.fmax_mhz:
             row["latency_ns"] = r.cycles * 1000.0 / rep.fmax_mhz
     if args.header:
         print(HEADER)
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
-    knob_text = ", ".join([f"{k}={v}" for k, v in knobs.items()] + ([args.device] if args.device != "LFE5U-85F" else []))
+    knob_text = ", ".join([f"{k}={v}" for k, v in knobs.items()] + ([args.device] if args.device != "LFE5U-85F" else [])
+                          + ([f"qat {args.qat_epochs} epochs, seed {args.qat_seed}"] if args.qat else []))
     print(f"| {args.model} | {args.dtype} | {args.prune:.0%} | {knob_text} | {100 * r.accuracy:.1f}% | {r.cycles} | {interval} "
           f"| {fmt(row.get('fmax_mhz'), '.1f')} | {fmt(row.get('latency_ns'), '.0f')} | {area.luts:,} | {area.ffs:,} "
           f"| {area.bram} | {area.dsp} | {row['synth_s']:.0f} | {fmt(row.get('pnr_s'), '.0f')} |", flush=True)
@@ -110,6 +133,9 @@ def main() -> None:
     if len(row.get("fmax_seeds") or ()) > 1:
         print(f"  seeds {args.seeds}: {', '.join(f'{f:.1f}' for f in row['fmax_seeds'])} MHz")
     print(f"  estimate {row['fmax_estimate_mhz']} MHz ({row['estimate_path']})")
+    if row.get("utilisation"):        # nextpnr's own count: TRELLIS_COMB is LUT4s and carry halves
+        print("  nextpnr: " + ", ".join(f"{k} {u:,}/{n:,}" for k, (u, n) in row["utilisation"].items()
+                                        if k in ("TRELLIS_COMB", "TRELLIS_FF", "MULT18X18D", "DP16KD")))
     if row.get("critical_path"):
         print(f"  critical path {row['critical_path']}")
     if args.json:

@@ -34,8 +34,10 @@ ECP5 netlists are prepared as a packer would before nextpnr sees them: free-runn
 flip-flops on a multiplier's operands and product move into the MULT18X18D's own registers,
 a flip-flop that then drives more than four multipliers gets twins that share them out
 (compiler/pnr/dsp_registers.py), the read-data register after a block RAM port moves into the
-DP16KD's output register (compiler/pnr/bram_registers.py), and a top with a `clk` port has it on
-the package's clock pin (`CLOCK_PINS`). The cache key is the prepared netlist's.
+DP16KD's output register (compiler/pnr/bram_registers.py), a carry chain's carry-out that
+nothing reads is disconnected (compiler/pnr/carry_chains.py: nextpnr would add a feed-out
+cell, two LUT sites, for it), and a top with a `clk` port has it on the package's clock pin
+(`CLOCK_PINS`). The cache key is the prepared netlist's.
 
 Router. nextpnr's default `router1` unless `router="router2"`. Measured (ECP5-85k, seed 1):
 router1 gives 4-10% more MHz on small designs (int8 GEMV 16x64 54.2 vs 52.2 MHz, int8 GEMV
@@ -67,7 +69,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import bram_registers, dsp_registers
+from . import bram_registers, carry_chains, dsp_registers
 from ..cache import PNR
 from ..devices import (DEVICES, FAMILIES, RESOURCE_NAMES, SPEED_GRADES, Device, choose_devices, find_device,
                        resource_needs)
@@ -282,7 +284,8 @@ def prepare(netlist: dict, target: str) -> tuple[str, bool, bool]:
     netlist, changed in place into what nextpnr gets: on ECP5 the plain flip-flops around each
     MULT18X18D move into its own registers, then those driving several get twins
     (dsp_registers), then the read-data registers move into the block RAMs (bram_registers:
-    after the twins, so a broadcast value's twins keep their register in the fabric).
+    after the twins, so a broadcast value's twins keep their register in the fabric), and the
+    carry chains' unread carry-outs are disconnected (carry_chains: no feed-out cells).
     place_and_route and bitstream.write_bitstream both start here."""
     top, _cells, _pins = netlist_summary(netlist)
     changed = False
@@ -291,6 +294,7 @@ def prepare(netlist: dict, target: str) -> tuple[str, bool, bool]:
         changed = dsp_registers.absorb(module).dsps > 0
         changed = dsp_registers.split_fanout(module) > 0 or changed
         changed = bram_registers.absorb_outputs(module) > 0 or changed
+        changed = carry_chains.disconnect_unread(module) > 0 or changed
     return top, "clk" in (netlist["modules"][top].get("ports") or {}), changed
 
 
