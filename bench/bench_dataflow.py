@@ -4,9 +4,10 @@ Models: an autoencoder of MLPerf Tiny's AD08 shape (64-72-72-8-72-72-64) and an 
 keyword-spotting shape (490-256-256-256-12), int8 with random weights (relu, shift 7, clamp
 between layers); `kws3`, the keyword-spotting shape at FINN's 3-bit weights and activations
 (declared to the compiler as 3-bit ranges, products in LUTs: mul lut); the digits MLP
-(models/digits_mlp.npz) and CNN (models/digits_cnn.onnx), int8 quantised; and `kws_trained`, the
+(models/digits_mlp.npz) and CNN (models/digits_cnn.onnx), int8 quantised; `kws_trained`, the
 keyword-spotting shape trained on a synthetic stand-in (models/kws_mlp.py) at w4a6, its narrowest
-format within a point of float. Every test sample of a trained model is
+format within a point of float; and `kws_qat`, that network fine-tuned at w3a3 (docs/qat.md),
+products in LUTs, target interval 300. Every test sample of a trained model is
 streamed through the hardware and checked bit-exact (dse.models.accuracy.run_samples). For each model: the dataflow design with fold=auto at the
 target interval (each layer's lanes x reduce_unroll the least that makes its stage fit, FINN's
 SetFolding), and the sequential design with the *same* per-layer folding (so the same
@@ -15,8 +16,9 @@ multipliers: equal LUT budgets, within the control and buffer logic), each simul
 outputs equal to the sequential design's / the reference), synthesised (synth_ecp5) and, with
 --pnr, placed and routed on the LFE5U-85F (router2; static placer and seed 1 unless --placer/--seed).
 
-Usage: python bench/bench_dataflow.py [--models ad08 kws kws3 kws_trained digits_mlp digits_cnn] [--target ad08=100 ...]
-                                      [--schedules dataflow sequential] [--fp-pipeline 3] [--pnr]
+Usage: python bench/bench_dataflow.py [--models ad08 kws kws3 kws_trained kws_qat digits_mlp digits_cnn]
+                                      [--target ad08=100 ...] [--schedules dataflow sequential] [--fp-pipeline 3]
+                                      [--pnr | --no-synth]
                                       [--freq 100] [--placer static] [--seed 1] [--json out.json]
 """
 from __future__ import annotations
@@ -42,7 +44,8 @@ from compiler.synth.area import module_breakdown, synthesize  # noqa: E402
 from compiler.tools import ToolError  # noqa: E402
 
 SHAPES = {"ad08": [64, 72, 72, 8, 72, 72, 64], "kws": [490, 256, 256, 256, 12], "kws3": [490, 256, 256, 256, 12]}
-TARGETS = {"ad08": 100, "kws": 1024, "kws3": 400, "digits_mlp": 64, "digits_cnn": 512, "kws_trained": 550}
+TARGETS = {"ad08": 100, "kws": 1024, "kws3": 400, "digits_mlp": 64, "digits_cnn": 512, "kws_trained": 550,
+           "kws_qat": 300}
 # narrow formats: (weight bits, activation bits, shift between layers, extra knobs); else int8
 FORMATS = {"kws3": (3, 3, 4, {"mul": "lut"})}
 SHIFT = 7
@@ -79,6 +82,8 @@ def mlp(sizes, seed=0, wbits=8, abits=8, shift=SHIFT):
 def synth_pnr(design, name: str, args, root: Path) -> dict:
     est = design.timing_estimate()
     row: dict = {"fmax_estimate_mhz": round(est.fmax_mhz, 1), "estimate_path": est.where}
+    if args.no_synth:                      # simulation only (accuracy, bit-exactness), e.g. beside a run that builds it
+        return row
     t = time.perf_counter()
     area = synthesize(design, "ecp5", root / name / "synth", timeout=args.timeout, netlist=True)
     row.update(luts=area.luts, ffs=area.ffs, bram=area.bram, dsp=area.dsp, synth_s=round(time.perf_counter() - t, 1),
@@ -143,44 +148,56 @@ def bench_random(model: str, args, root: Path) -> list[dict]:
     return rows
 
 
-def trained_model(model: str, root: Path, samples: int | None = None):
-    """(network, dataset, dtype, extra knobs) of a trained model: the digits MLP and CNN of
+def trained_model(model: str, root: Path, samples: int | None = None, formats=None):
+    """(network, dataset, dtype, extra knobs, the integer model or None) of a trained model: the digits MLP and CNN of
     configs/digits*.yaml in int8; kws_trained, the keyword-spotting shape trained on a synthetic
     stand-in (models/kws_mlp.py) at w4a6, its narrowest format within a point of float (4-bit
     weights, 6-bit activations: 88.8% against 89.3%), products in DSP blocks up to the 85F's 156
     and the rest in LUTs (mul: auto; with every product in LUTs, mul: lut, target 300 took
-    144,436 LUTs, beyond the 85F)."""
+    144,436 LUTs, beyond the 85F); kws_qat, the same network fine-tuned at w3a3 (`qat: true`'s
+    defaults, seed 0: dse.models.qat, cached) and quantised at `formats` (--set scale_digits=1 ...),
+    products in LUTs as kws3's, on the first 1,000 test samples unless --trained-samples (bench_qat's
+    test split)."""
     from dse.models.data import DataSpec, load_dataset, read_weights
-    if model == "kws_trained":
+    if model in ("kws_trained", "kws_qat"):
         sys.path.insert(0, str(ROOT / "models"))
         import kws_mlp
         from dse.models.quantize import DenseNet
         root.mkdir(parents=True, exist_ok=True)
         np.savez(root / "kws_data.npz", **kws_mlp.data())
-        return (DenseNet.from_arrays(read_weights(kws_mlp.WEIGHTS)),
-                load_dataset(DataSpec(file=root / "kws_data.npz", samples=samples)), "w4a6", {})
+        net = DenseNet.from_arrays(read_weights(kws_mlp.WEIGHTS))
+        if model == "kws_trained":
+            return net, load_dataset(DataSpec(file=root / "kws_data.npz", samples=samples)), "w4a6", {}, None
+        from dse.models.qat import QatOptions, cached_fine_tune
+        data = load_dataset(DataSpec(file=root / "kws_data.npz", samples=samples or 1000))
+        t = time.perf_counter()
+        tuned = cached_fine_tune(net, dtype="w3a3", formats=formats, x=data.x_train, y=data.y_train, options=QatOptions(),
+                                 progress=lambda line: print(f"qat: {line}", file=sys.stderr, flush=True))
+        print(json.dumps({"qat_s": round(time.perf_counter() - t, 1), "trained_s": tuned.seconds}), flush=True)
+        q = tuned.net.quantize(dtype="w3a3", calibration=data.x_train.reshape(len(data.x_train), -1), formats=formats)
+        return net, data, "w3a3", {"mul": "lut"}, q
     from dse.spec import load_spec
     spec_path = ROOT / "configs" / ("digits.yaml" if model == "digits_mlp" else "digits_cnn.yaml")
     trained = load_spec(spec_path).model(model).trained
     data = trained.dataset() if samples is None else \
         load_dataset(dataclasses.replace(trained.data, samples=samples))
-    return trained.net(), data, "int8", {}
+    return trained.net(), data, "int8", {}, None
 
 
 def bench_trained(model: str, args, root: Path) -> list[dict]:
     from dse.models.accuracy import run_samples
     from dse.models.widths import Formats, is_format_knob
-    net, data, dtype, knobs = trained_model(model, root, args.trained_samples)
-    knobs = {**knobs, **{k: v for k, v in args.extra.items() if not is_format_knob(k)}}
     formats = Formats.of({k: v for k, v in args.extra.items() if is_format_knob(k)}) or None
+    net, data, dtype, knobs, quantized = trained_model(model, root, args.trained_samples, formats)
+    knobs = {**knobs, **{k: v for k, v in args.extra.items() if not is_format_knob(k)}}
     target = args.targets[model]
     rows = []
-    flow_run = run_samples(net=net, dtype=dtype, data=data, formats=formats, config=HardwareConfig(
+    flow_run = run_samples(net=net, dtype=dtype, data=data, formats=formats, quantized=quantized, config=HardwareConfig(
         schedule="dataflow", fold="auto", target_interval=target, fp_pipeline=args.fp_pipeline, **knobs))
     folding = {f"{k}@{i}": v for i, st in flow_run.design.config.layers for k, v in st}
     seq_run = None
     if "sequential" in args.schedules:
-        seq_run = run_samples(net=net, dtype=dtype, data=data, formats=formats,
+        seq_run = run_samples(net=net, dtype=dtype, data=data, formats=formats, quantized=quantized,
                               config=HardwareConfig.from_dict({**folding, **knobs, "fp_pipeline": args.fp_pipeline}))
         assert np.array_equal(flow_run.logits, seq_run.logits)      # sample for sample
     for sched, r in (("dataflow", flow_run), ("sequential", seq_run)):
@@ -197,6 +214,11 @@ def bench_trained(model: str, args, root: Path) -> list[dict]:
     return rows
 
 
+def _n(v) -> str:
+    """A count with thousands separators, "-" where it was not measured (--no-synth)."""
+    return "-" if v is None else f"{v:,}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["ad08", "digits_mlp", "digits_cnn", "kws"])
@@ -207,6 +229,7 @@ def main() -> int:
     ap.add_argument("--schedules", nargs="+", default=["dataflow", "sequential"], choices=["dataflow", "sequential"],
                     help="the rows to measure (the digits models simulate both, to compare them sample for sample)")
     ap.add_argument("--pnr", action="store_true")
+    ap.add_argument("--no-synth", action="store_true", help="simulate only: no synthesis, no place-and-route")
     ap.add_argument("--freq", type=float, default=100.0)
     ap.add_argument("--placer", default="static", help="nextpnr's placer (static, heap, sa)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1],
@@ -239,7 +262,8 @@ def main() -> int:
         sps = f"{f * 1e6 / r['interval']:,.0f}" if f else "-"
         seeds = f" (seeds {', '.join(f'{x:.1f}' for x in r['fmax_seeds'])})" if len(r.get("fmax_seeds") or ()) > 1 else ""
         print(f"| {r['model']} | {r['schedule']} | {r['folding']} | {' / '.join(map(str, r['stages']))} | "
-              f"{r['interval']:,} | {r['latency']:,} | {r['luts']:,} | {r['ffs']:,} | {r['bram']} | {r['dsp']} | "
+              f"{r['interval']:,} | {r['latency']:,} | {_n(r.get('luts'))} | {_n(r.get('ffs'))} | {r.get('bram', '-')} | "
+              f"{r.get('dsp', '-')} | "
               f"{f'{f:.1f}' if f else '-'}{seeds} | {r['fmax_estimate_mhz']} | {sps} |")
     for r in rows:
         if r.get("critical_path"):
