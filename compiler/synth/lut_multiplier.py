@@ -150,37 +150,31 @@ def _radix4_module(shape: Shape, registers: int = 0) -> str:
                      f"({b0} ? {choices[1]} : {choices[0]});")
         terms.append(_Term(f"r{i}", rw, 2 * i))
     levels = (len(terms) - 1).bit_length()            # of the pairwise tree below
-    cut = (levels + 1) // 2 if registers else None     # tree levels before the register
-    count = level = 0
-    while True:
-        if level == cut:
-            for t in terms:
-                lines.append(f"  reg [{t.width - 1}:0] {t.name}_q = 0;")
-                lines.append(f"  always @(posedge CLK) {t.name}_q <= {t.name};")
-                t.name = f"{t.name}_q"
-        if len(terms) == 1:
-            break
-        level += 1
-        nxt = []
-        for j in range(0, len(terms) - 1, 2):
-            lo, hi = terms[j], terms[j + 1]
-            d = hi.shift - lo.shift
-            width = min(max(lo.width, hi.width + d) + 1, s.y_width - lo.shift)
-            name = f"s{count}"
-            count += 1
-            lo_full = f"{name}_lo"
-            lines.append(f"  wire [{width - 1}:0] {lo_full} = {_extend(lo, width, s.signed)};")
-            if width > d:
-                lines.append(f"  (* keep *) wire [{width - d - 1}:0] {name}_hi = {lo_full}[{width - 1}:{d}] + "
-                             f"{_extend(hi, width - d, s.signed)};")
-                lines.append(f"  wire [{width - 1}:0] {name} = {{{name}_hi, {lo_full}[{d - 1}:0]}};")
-            else:
-                lines.append(f"  wire [{width - 1}:0] {name} = {lo_full};")
-            nxt.append(_Term(name, width, lo.shift))
-        if len(terms) % 2:
-            nxt.append(terms[-1])
-        terms = nxt
-    root = terms[0]
+    count = 0
+
+    def register(t: _Term) -> _Term:
+        lines.append(f"  reg [{t.width - 1}:0] {t.name}_q = 0;")
+        lines.append(f"  always @(posedge CLK) {t.name}_q <= {t.name};")
+        return _Term(f"{t.name}_q", t.width, t.shift)
+
+    def add(lo: _Term, hi: _Term) -> _Term:
+        nonlocal count
+        d = hi.shift - lo.shift
+        width = min(max(lo.width, hi.width + d) + 1, s.y_width - lo.shift)
+        name = f"s{count}"
+        count += 1
+        lo_full = f"{name}_lo"
+        lines.append(f"  wire [{width - 1}:0] {lo_full} = {_extend(lo, width, s.signed)};")
+        if width > d:
+            lines.append(f"  (* keep *) wire [{width - d - 1}:0] {name}_hi = {lo_full}[{width - 1}:{d}] + "
+                         f"{_extend(hi, width - d, s.signed)};")
+            lines.append(f"  wire [{width - 1}:0] {name} = {{{name}_hi, {lo_full}[{d - 1}:0]}};")
+        else:
+            lines.append(f"  wire [{width - 1}:0] {name} = {lo_full};")
+        return _Term(name, width, lo.shift)
+
+    # the register (if any) after half the tree's levels
+    root, _ = _pairwise_tree(terms, [(levels + 1) // 2] if registers else [], register, add)
     if registers == 3:          # Y's register (docstring)
         lines.append(f"  reg [{s.y_width - 1}:0] y_q = 0;")
         lines.append(f"  always @(posedge CLK) y_q <= {_extend(root, s.y_width, s.signed)};")
@@ -189,6 +183,22 @@ def _radix4_module(shape: Shape, registers: int = 0) -> str:
         lines.append(f"  assign Y = {_extend(root, s.y_width, s.signed)};")
     lines.append("endmodule")
     return "\n".join(lines) + "\n"
+
+
+def _pairwise_tree(terms: list, cuts: list[int], register, combine) -> tuple:
+    """The sum of `terms` (least shift first) as a balanced tree of `combine(x, y)` pairs, an odd
+    last term carried up a level unchanged; before level L's pairs (0: the terms themselves)
+    every term goes through `register` once per L in `cuts`. Returns (root, the tree's levels):
+    a cut beyond them is the caller's. Both product generators below build their trees so."""
+    level = 0
+    while True:
+        for _ in range(cuts.count(level)):
+            terms = [register(t) for t in terms]
+        if len(terms) == 1:
+            return terms[0], level
+        level += 1
+        pairs = [combine(terms[j], terms[j + 1]) for j in range(0, len(terms) - 1, 2)]
+        terms = pairs + terms[2 * len(pairs):]
 
 
 def _extend(t: _Term, width: int, signed: bool) -> str:
@@ -367,30 +377,19 @@ def chain_module(shape: Shape, registers: int = 0) -> str:
         lines.append(f"  wire [{width - 1}:0] {name} = {'-' if t.neg else ''}({ext} & {{{width}{{b[{t.row}]}}}});")
         return _Part(t.shift, t.lo, t.hi, name=name, width=width)
 
-    terms = rows
-    levels = max(1, (len(terms) - 1).bit_length())
+    def combine(x: _Part, y: _Part) -> _Part:
+        if x.neg:                       # the subtracted term second
+            x, y = y, x
+        d = y.shift - x.shift
+        if d < 0:                       # x a wire below a row: shifts only increase
+            raise AssertionError("terms out of order")
+        lo, hi = x.lo + (y.lo << d), x.hi + (y.hi << d)
+        return chain(x, y, lo, hi) if x.row is not None or y.row is not None else add(x, y, lo, hi)
+
+    levels = max(1, (len(rows) - 1).bit_length())
     cuts = [] if not registers else [(levels + 1) // 2] + ([levels] if registers == 2 else [])
-    level = 0
-    while True:
-        for _ in range(cuts.count(level)):
-            terms = [register(t if t.row is None else wire_of(t)) for t in terms]
-        if len(terms) == 1:
-            break
-        level += 1
-        nxt = []
-        for j in range(0, len(terms) - 1, 2):
-            x, y = terms[j], terms[j + 1]
-            if x.neg:                       # the subtracted term second
-                x, y = y, x
-            d = y.shift - x.shift
-            if d < 0:                       # x a wire below a row: shifts only increase
-                raise AssertionError("terms out of order")
-            lo, hi = x.lo + (y.lo << d), x.hi + (y.hi << d)
-            nxt.append(chain(x, y, lo, hi) if x.row is not None or y.row is not None else add(x, y, lo, hi))
-        if len(terms) % 2:
-            nxt.append(terms[-1])
-        terms = nxt
-    root = terms[0] if terms[0].row is None else wire_of(terms[0])
+    root, level = _pairwise_tree(rows, cuts, lambda t: register(t if t.row is None else wire_of(t)), combine)
+    root = root if root.row is None else wire_of(root)
     for _ in range(len([c for c in cuts if c > level])):
         root = register(root)
     full = f"{{{root.name}, {root.shift}'b0}}" if root.shift else root.name
