@@ -40,10 +40,9 @@ from compiler import HardwareConfig  # noqa: E402
 from compiler.pnr.timing import place_and_route  # noqa: E402
 from compiler.synth.area import synthesize  # noqa: E402
 from dse.models.accuracy import run_samples  # noqa: E402
-from dse.models.data import DataSpec, load_dataset, read_weights  # noqa: E402
-from dse.models.prune import prune  # noqa: E402
-from dse.models.qat import QatOptions, cached_fine_tune  # noqa: E402
-from dse.models.quantize import DenseNet  # noqa: E402
+from dse.models.data import DataSpec  # noqa: E402
+from dse.models.model import TrainedModel  # noqa: E402
+from dse.models.qat import QatOptions  # noqa: E402
 from dse.models.widths import Formats, is_format_knob, quantisable  # noqa: E402
 
 MODELS = {
@@ -82,18 +81,13 @@ def main() -> None:
     formats = Formats.of(knobs)          # the quantiser's (weight_bits, act_bits, scale_digits)
     config = HardwareConfig.from_dict({k: v for k, v in knobs.items() if not is_format_knob(k)})
     weights, spec = MODELS[args.model]
-    data = load_dataset(spec)
-    net = DenseNet.from_arrays(read_weights(weights))
-    if args.prune:
-        net = prune(net, sparsity=args.prune, x=data.x_train.reshape(len(data.x_train), -1), y=data.y_train)
+    # the spec's trained model: pruned and retrained, fine-tuned at the format with --qat (cached)
+    options = QatOptions(epochs=args.qat_epochs, seed=args.qat_seed) if args.qat else None
+    trained = TrainedModel("weights", weights, spec, prune=args.prune, formats=formats or None, qat=options)
+    net, data = trained.net(), trained.dataset()
+    quantized = trained.quantized(args.dtype) if args.qat else None
     row = {"model": args.model, "dtype": args.dtype, "prune": args.prune, "knobs": knobs}
-    quantized = None
     if args.qat:
-        options = QatOptions(epochs=args.qat_epochs, seed=args.qat_seed)
-        tuned = cached_fine_tune(net, dtype=args.dtype, formats=formats or None, x=data.x_train, y=data.y_train,
-                                 options=options, pruned=args.prune > 0)
-        quantized = tuned.net.quantize(dtype=args.dtype, calibration=data.x_train.reshape(len(data.x_train), -1),
-                                       formats=formats or None)
         row.update(qat=options.as_dict())
     t0 = time.perf_counter()
     r = run_samples(net=net, dtype=args.dtype, data=data, config=config, formats=formats or None, quantized=quantized)

@@ -168,14 +168,15 @@ def trained_model(model: str, root: Path, samples: int | None = None, formats=No
         net = DenseNet.from_arrays(read_weights(kws_mlp.WEIGHTS))
         if model == "kws_trained":
             return net, load_dataset(DataSpec(file=root / "kws_data.npz", samples=samples)), "w4a6", {}, None
-        from dse.models.qat import QatOptions, cached_fine_tune
-        data = load_dataset(DataSpec(file=root / "kws_data.npz", samples=samples or 1000))
+        from dse.models.model import TrainedModel
+        from dse.models.qat import QatOptions
+        trained = TrainedModel("weights", kws_mlp.WEIGHTS, DataSpec(file=root / "kws_data.npz",
+                               samples=samples or 1000), formats=formats, qat=QatOptions())
         t = time.perf_counter()
-        tuned = cached_fine_tune(net, dtype="w3a3", formats=formats, x=data.x_train, y=data.y_train, options=QatOptions(),
-                                 progress=lambda line: print(f"qat: {line}", file=sys.stderr, flush=True))
-        print(json.dumps({"qat_s": round(time.perf_counter() - t, 1), "trained_s": tuned.seconds}), flush=True)
-        q = tuned.net.quantize(dtype="w3a3", calibration=data.x_train.reshape(len(data.x_train), -1), formats=formats)
-        return net, data, "w3a3", {"mul": "lut"}, q
+        q = trained.quantized("w3a3")        # fine-tuned (progress on stderr), then quantised
+        print(json.dumps({"qat_s": round(time.perf_counter() - t, 1), "trained_s": trained.fine_tuned("w3a3").seconds}),
+              flush=True)
+        return net, trained.dataset(), "w3a3", {"mul": "lut"}, q
     from dse.spec import load_spec
     spec_path = ROOT / "configs" / ("digits.yaml" if model == "digits_mlp" else "digits_cnn.yaml")
     trained = load_spec(spec_path).model(model).trained
