@@ -365,7 +365,7 @@ def estimate_point(ctx, point: DesignPoint) -> PointEstimate:
     """Compile `point` and estimate its area from the shipped calibration (no simulation, no
     Yosys); raises ValueError when the target has no calibration."""
     import time
-    from dse.estimate import design_features, load_prior
+    from dse.estimate import design_features
     from dse.evaluate import compile_point
     prior = load_prior(ctx.target)
     if prior is None:
