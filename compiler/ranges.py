@@ -95,6 +95,11 @@ def exact_interval(op: ir.OpKind, srcs: list[Interval], consts: list[int | None]
         return Interval(a.lo << consts[1], a.hi << consts[1])
     if op is K.SHR and consts[1] is not None and consts[1] >= 0:
         return Interval(a.lo >> consts[1], a.hi >> consts[1])
+    if op in (K.SHL, K.SHR) and consts[1] is None and 0 <= b.lo and b.hi < 64:
+        # by an amount in a known range (a requantisation's stored exponent): the extremes are
+        # at the range's ends
+        shift = (lambda x, k: x << k) if op is K.SHL else (lambda x, k: x >> k)
+        return _hull(shift(x, k) for x in (a.lo, a.hi) for k in (b.lo, b.hi))
     if op is K.CDIV and consts[1] is not None and consts[1] != 0:
         return _hull((_cdiv(a.lo, consts[1]), _cdiv(a.hi, consts[1])))
     if op is K.CMOD and consts[1] is not None and consts[1] != 0:

@@ -31,7 +31,7 @@ import numpy as np
 
 from compiler.host_input import HostInput
 from dse.models import zoo
-from dse.models.quantize import SCHEME, cheap_multipliers, requantisation
+from dse.models.quantize import SCHEME, cheap_multipliers, exponents, requantisation, requantisation_input
 from dse.models.standardise import KINDS, InputMap, choose, fold_conv, fold_dense, make, relative_error
 
 if TYPE_CHECKING:   # dse.models.qonnx reads files into these layers; imported for the names only
@@ -297,7 +297,8 @@ class QuantLayerNet:
         return h.reshape(len(h), -1).astype(np.int32)     # the last layer requantised (its quantiser)
 
     def built(self) -> zoo.Built:
-        """The integer model as a zoo.Built: inputs x, then W{i}, b{i}, M{i} per conv/dense layer."""
+        """The integer model as a zoo.Built: inputs x, then W{i}, b{i}, M{i} (or E{i}:
+        dse.models.quantize.requantisation_input) per conv/dense layer."""
         from compiler.dtypes import to_tinygrad
         from dse.models.widths import int_element
         tg = zoo.import_tinygrad()
@@ -311,8 +312,10 @@ class QuantLayerNet:
             inputs[f"W{i}"] = (step.W.shape, int_element(*step.w_range))
             inputs[f"b{i}"] = (step.b.shape, int_element(*_span(step.b)))
             if step.M is not None:
-                inputs[f"M{i}"] = (step.M.shape, int_element(*_span(step.M)))
+                name, scale = requantisation_input(i, step.M)
+                inputs[name] = (scale.shape, int_element(*_span(scale)))
         steps = self.steps
+        shifted = {id(s) for s in steps if s.M is not None and exponents(s.M) is not None}
 
         def forward(x, *params):
             h, k = x.cast(i32), 0
@@ -332,8 +335,8 @@ class QuantLayerNet:
                     acc = h @ W.T + b
                 if step.M is None:
                     return acc
-                M = params[k + 2].cast(i32).reshape((1, -1) + (1,) * (acc.ndim - 2))
-                v = (acc >> step.P) * M
+                scale = params[k + 2].cast(i32).reshape((1, -1) + (1,) * (acc.ndim - 2))
+                v = (acc >> step.P) << scale if id(step) in shifted else (acc >> step.P) * scale
                 q = (v + step.offset + ((v >> step.S) & 1) if step.even else v + step.offset) >> step.S
                 h = q.clip(step.lo, step.hi).cast(narrow[id(step)]).cast(i32)   # stored narrow
                 k += 3
@@ -347,7 +350,8 @@ class QuantLayerNet:
             out[f"W{i}"] = step.W.astype(zoo.storage(int_element(*step.w_range)))
             out[f"b{i}"] = step.b.astype(zoo.storage(int_element(*_span(step.b))))
             if step.M is not None:
-                out[f"M{i}"] = step.M.astype(zoo.storage(int_element(*_span(step.M))))
+                name, scale = requantisation_input(i, step.M)
+                out[name] = scale.astype(zoo.storage(int_element(*_span(scale))))
         return out
 
 

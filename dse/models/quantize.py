@@ -286,7 +286,8 @@ class QuantNet:
         raise AssertionError("unreachable: the last layer has no multiplier")
 
     def built(self) -> zoo.Built:
-        """The integer model as a zoo.Built: inputs x, W1, b1, M1, ..., Wn, bn (tinygrad)."""
+        """The integer model as a zoo.Built: inputs x, W1, b1, M1 (or E1: `requantisation_input`), ..., Wn, bn
+        (tinygrad)."""
         from compiler.dtypes import to_tinygrad
         tg = zoo.import_tinygrad()
         i32 = tg.dtypes.int32
@@ -297,17 +298,19 @@ class QuantNet:
             inputs[f"W{i}"] = (layer.W.shape, _element(*self.weight_range(i - 1)))
             inputs[f"b{i}"] = (layer.b.shape, _element(*_span(layer.b)))
             if layer.M is not None:
-                inputs[f"M{i}"] = (layer.M.shape, _element(*_span(layer.M)))
-        shifts = [(layer.P, layer.S, layer.M is not None, layer.hi,
-                   to_tinygrad(zoo.DTYPES[_element(0, layer.hi)])) for layer in self.layers]
+                name, scale = requantisation_input(i, layer.M)
+                inputs[name] = (scale.shape, _element(*_span(scale)))
+        shifts = [(layer.P, layer.S, layer.M is not None, layer.hi, to_tinygrad(zoo.DTYPES[_element(0, layer.hi)]),
+                   layer.M is not None and exponents(layer.M) is not None) for layer in self.layers]
 
         def forward(x, *params):
             h, k = x.cast(i32), 0
-            for P, S, requant, hi, narrow in shifts:
+            for P, S, requant, hi, narrow, shifted in shifts:
                 acc = params[k].cast(i32) @ h + params[k + 1].cast(i32)
                 if not requant:
                     return acc
-                r = (((acc >> P) * params[k + 2].cast(i32)) + (1 << (S - 1))) >> S
+                scale = params[k + 2].cast(i32)
+                r = (((acc >> P) << scale if shifted else (acc >> P) * scale) + (1 << (S - 1))) >> S
                 h = r.clip(0, hi).cast(narrow).cast(i32)    # stored narrow between layers
                 k += 3
             raise AssertionError("unreachable: the last layer has no multiplier")
@@ -324,8 +327,28 @@ class QuantNet:
             out[f"W{i}"] = layer.W.astype(zoo.storage(_element(*self.weight_range(i - 1))))
             out[f"b{i}"] = layer.b.astype(zoo.storage(_element(*_span(layer.b))))
             if layer.M is not None:
-                out[f"M{i}"] = layer.M.astype(zoo.storage(_element(*_span(layer.M))))
+                name, scale = requantisation_input(i, layer.M)
+                out[name] = scale.astype(zoo.storage(_element(*_span(scale))))
         return out
+
+
+def exponents(M: np.ndarray) -> np.ndarray | None:
+    """log2 of every multiplier of a layer when each is a power of two (scale_digits: 1), else
+    None. Such a layer requantises by a left shift by its stored exponent instead of a product by
+    its stored multiplier: the same int32 values (x * 2**e is x << e, both wrapping), but where a
+    folded layer reads its channels' scales from a memory the hardware is a barrel shifter of a
+    few multiplexer levels, not a 14-bit multiplier (with constant weights both become wires)."""
+    M = np.asarray(M, np.int64)
+    if (M <= 0).any() or (M & (M - 1)).any():
+        return None
+    return np.array([int(m).bit_length() - 1 for m in M.ravel()], np.int64).reshape(M.shape)
+
+
+def requantisation_input(i: int, M: np.ndarray) -> tuple[str, np.ndarray]:
+    """The integer model's input that scales layer i's accumulators: E{i}, the exponents, when
+    every multiplier is a power of two (`exponents`), else M{i}, the multipliers."""
+    e = exponents(M)
+    return (f"M{i}", M) if e is None else (f"E{i}", e)
 
 
 def _element(lo: int, hi: int) -> str:
