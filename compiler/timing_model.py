@@ -122,7 +122,7 @@ def logic_ns(v: ir.Op, width: int, d: Delays) -> float:
     if v.op in (K.CMPEQ, K.CMPNE):
         return d.lut * max(1, math.ceil(math.log(max(2, width), 4)))
     if v.op in (K.SHL, K.SHR):                 # a barrel shifter: a multiplexer level per bit of amount
-        return d.lut * max(1, (width - 1).bit_length())
+        return d.lut * max(1, (width - 1).bit_length())     # (width: 2**amount bits)
     if v.op is K.MUL:                          # by a constant (mul_const's few adds, or a DSP)
         return 2 * d.carry_ns(width)
     if v.op in (K.CDIV, K.CMOD):
@@ -189,6 +189,8 @@ class Paths:
             if plain:
                 wide = v.op in CARRY_OPS or v.op is K.MAX
                 width = max([self.width(v)] + ([self.width(s) for s in v.srcs] if wide else []))
+                if v.op in (K.SHL, K.SHR) and not isinstance(v.srcs[1], ir.Const):
+                    width = 1 << self.width(v.srcs[1])     # a level per bit of the amount (logic_ns)
                 self.logic[id(v)] = logic_ns(v, width, self.d)
             else:
                 self.logic[id(v)] = 0.0

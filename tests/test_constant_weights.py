@@ -4,6 +4,7 @@ errors around them. Every design is simulated and compared with numpy (or with t
 compiled with its weights in memories) bit for bit, cycles against the cycle model."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -242,6 +243,28 @@ def test_with_power_of_two_scales_a_constant_model_has_no_multiplier_and_is_bit_
     assert not [v for v in ir.toposort([o for s, _ in k.stores() for o in ir.store_operands(s)])
                 if isinstance(v, ir.Op) and v.op is ir.OpKind.MUL]
     assert r.samples == len(digits.x_test) and r.accuracy > 0.96 and r.design.cycle_model().interval == 1
+
+
+def test_with_power_of_two_scales_a_folded_layer_shifts_by_its_stored_exponents(digits):
+    """scale_digits: 1 with the weights in memories: each hidden layer's channel scales are stored
+    as exponents (E{i} = log2 M{i}) and requantisation is a barrel shifter of a few levels instead
+    of a multiplier by a 14-bit operand; the hardware bit-exact to the integer model."""
+    from dse.models.accuracy import run_samples
+    from dse.models.data import read_weights
+    from dse.models.widths import Formats
+    net = DenseNet.from_arrays(read_weights(Path(__file__).parent.parent / "models" / "digits_mlp.npz"))
+    formats = Formats.of({"scale_digits": 1, "weight_bits": 4, "act_bits": 4})
+    cal = digits.x_train.reshape(len(digits.x_train), -1)
+    q = net.quantize(dtype="int8", calibration=cal, formats=formats)
+    arrays = q.arrays()
+    assert "M1" not in arrays and np.array_equal(1 << arrays["E1"].astype(np.int64), q.layers[0].M)
+    assert "M1" in net.quantize(dtype="int8", calibration=cal).arrays()          # other multipliers stay products
+    data = dataclasses.replace(digits, x_test=digits.x_test[:100], y_test=digits.y_test[:100])
+    r = run_samples(net=net, dtype="int8", data=data, formats=formats, quantized=q, config=HardwareConfig(
+        schedule="dataflow", fold="auto", target_interval=64, mul="lut"))
+    shifts = [v for k in r.design.kernels for v in ir.toposort([o for s, _ in k.stores() for o in ir.store_operands(s)])
+              if isinstance(v, ir.Op) and v.op is ir.OpKind.SHL and not isinstance(v.srcs[1], ir.Const)]
+    assert shifts and r.samples == 100
 
 
 def test_a_rounding_term_after_a_power_of_two_multiplier_joins_the_bias():

@@ -60,3 +60,18 @@ def test_nested_reduce_loops_count_each_product_once():
     y = Tensor(x).cast(dtypes.int32).conv2d(Tensor(w).cast(dtypes.int32), padding=1)
     (acc,) = analyze_overflow(compile_model(y)).accumulators
     assert (acc.lo, acc.hi, acc.bits_required) == (9 * -128 * 127, 9 * 128 * 128, 19)
+
+
+def test_a_shift_by_an_amount_in_a_known_range_is_bounded_by_its_ends():
+    """x << e and x >> e with e read from [lo, hi] (a requantisation's stored exponent): the
+    extremes lie at the range's ends, for either sign of x; an amount that may be negative or
+    past 63 is not bounded here."""
+    from compiler import ir
+    from compiler.ranges import Interval, exact_interval
+    K = ir.OpKind
+    x, e = Interval(-300, 200), Interval(2, 5)
+    assert exact_interval(K.SHL, [x, e], [None, None]) == Interval(-300 << 5, 200 << 5)
+    assert exact_interval(K.SHR, [x, e], [None, None]) == Interval(-300 >> 2, 200 >> 2)
+    assert exact_interval(K.SHR, [Interval(5, 200), e], [None, None]) == Interval(0, 50)
+    assert exact_interval(K.SHL, [x, Interval(-1, 3)], [None, None]) is None
+    assert exact_interval(K.SHL, [x, Interval(0, 64)], [None, None]) is None
