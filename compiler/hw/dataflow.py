@@ -213,7 +213,12 @@ class DataflowTopHW(TopHW):
             begin = last = self.start
         else:
             begin = self.start & ~running
-            last = running & (bctr == B - 1)
+            # the beat's last cycle from a register set a cycle ahead (the counter runs a fixed
+            # course once begun): the counter's compare is off the paths `last` starts, to the
+            # rings' beat indices, `done` and the host's write enables (issue 52: AD08's slowest)
+            last = Signal(name="beat_last")
+            ahead = (bctr == B - 2) if B > 2 else Const(0, 1)
+            m.d.sync += last.eq(Mux(begin, int(B == 2), running & ~last & ahead))
             with m.If(begin):
                 m.d.sync += [running.eq(1), bctr.eq(1)]
             with m.Elif(last):
