@@ -13,7 +13,7 @@ from .hw.kernel import KernelHW, is_pipelined, read_ports
 from .hw.pipeline import Schedule, kernel_paths, schedule
 from .timing_model import Estimate, delays, dsp_blocks, product_ns
 from .hw.program import Program, build_program
-from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, plan_dataflow
+from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow
 from .hw.top import Copy, HostBuffer, HostPort, Run, Share, TopHW, plan
 from .hw.layout import Banking
 from .hw.packing import Pack, plan_packs
@@ -353,11 +353,12 @@ def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.K
             runs = [1 if pipelined else build_program(kernels[i]).cycles + 1 + schedule(kernels[i], config).commit
                     for i in order]
             copies = [p for p in phases if isinstance(p, Copy)]
+            lag = copy_lag(config.mem_read == "sync", config.fp_pipeline)
             stage_cycles = tuple((kernels[i].name, c) for i, c in zip(order, runs)) + \
                 tuple((f"copy {kernels[order[c.src[0]]].name}->{','.join(kernels[order[d[0]]].name for d in c.dsts)}",
-                       c.length + int(config.mem_read == "sync")) for c in copies)
+                       c.length + lag) for c in copies)
             lags = tuple(1 + schedule(kernels[i], config).commit if pipelined else 0 for i in order)
-            flow = Dataflow(beat_cycles(runs, copies, config.mem_read == "sync"), dp.depth, tuple(dp.levels),
+            flow = Dataflow(beat_cycles(runs, copies, lag), dp.depth, tuple(dp.levels),
                             tuple(dp.rings), streamed & frozenset(graph.inputs), stage_cycles, lags)
     if flow is None:
         order, phases, host, shares = plan(kernel_buffers, sizes=sizes, widths=widths, names=[k.name for k in kernels],

@@ -37,7 +37,8 @@ after beat n + D - 1 is done and before beat n + D + 1 starts. Inputs that are n
 
 Top signals: as hw/top.py. `start` while no beat runs starts one (held high, beats follow back
 to back); `done` is high in the cycle after a beat's last; `busy` while a beat runs.
-Cycles: interval = B = max(each kernel's run, each copy's length + 1 with block RAM);
+Cycles: interval = B = max(each kernel's run, each copy's length + 1 with block RAM, + 2 from
+FANOUT_LEVEL: copy_lag);
 latency (start of a sample's beat to the done of the beat its outputs are complete in) = D x B.
 """
 from __future__ import annotations
@@ -48,7 +49,7 @@ from amaranth.hdl import Const, Module, Mux, Signal, Value
 from amaranth.lib.wiring import In
 
 from .layout import Banking
-from .datapath import Copies, registered
+from .datapath import DUPLICATE_ATTRIBUTE, Copies, registered
 from .pipeline import FANOUT_LEVEL
 from .top import HOST_GROUP, Copy, HostBuffer, Place, Run, Share, TopHW, buffer_users, toposort_kernels
 
@@ -170,9 +171,15 @@ def plan_dataflow(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, si
     return DataflowPlan(order, phases, host, shares, [level[k] for k in order], rings, depth)
 
 
-def beat_cycles(kernel_cycles: list[int], copies: list[Copy], sync_reads: bool) -> int:
-    """The beat: the longest kernel run, or copy (its writes trail its reads by a cycle with block RAM)."""
-    return max(kernel_cycles + [c.length + int(sync_reads) for c in copies])
+def copy_lag(sync_reads: bool, fp_pipeline: int) -> int:
+    """Cycles a copy's writes trail its reads: one with block RAM (the read data a cycle later),
+    and from FANOUT_LEVEL one more, the writes landing from registers (DataflowTopHW.copy_port)."""
+    return int(sync_reads) + int(sync_reads and fp_pipeline >= FANOUT_LEVEL)
+
+
+def beat_cycles(kernel_cycles: list[int], copies: list[Copy], lag: int) -> int:
+    """The beat: the longest kernel run, or copy (its writes trailing its reads by `lag`: copy_lag)."""
+    return max(kernel_cycles + [c.length + lag for c in copies])
 
 
 class DataflowTopHW(TopHW):
@@ -183,6 +190,16 @@ class DataflowTopHW(TopHW):
     def __init__(self, kernels, phases, buffers, banking, shares, host_ports, *, flow: Dataflow):
         super().__init__(kernels, phases, buffers, banking, shares, host_ports)
         self.flow = flow
+        self.landing: dict[tuple[int, int, str], Signal] = {}
+
+    def copy_port(self, kernel: int, slot: int, name: str):
+        """From FANOUT_LEVEL with block RAM a copy's write lands a cycle late, from registers
+        (`landing`, made in elaborate): the read data of the source's banks, chosen and routed
+        to another kernel's memories, was one path with the write; on the fine-tuned KWS network
+        (LUT-RAM reads through a 16-way multiplexer, then 6.7 ns of routing to the next kernel)
+        its critical one. copy_lag counts the cycle."""
+        land = self.landing.get((kernel, slot, name))
+        return self.port(kernel, slot, name) if land is None else land
 
     @staticmethod
     def members(host_ports) -> dict:
@@ -232,19 +249,26 @@ class DataflowTopHW(TopHW):
             m.d.comb += k.start.eq(begin)
         cycle = Mux(running, bctr, 0)              # the cycle of the beat (0 in its first)
 
-        # ---- rings: one beat counter mod R per ring length, advanced as a beat ends
-        index: dict[int, Signal] = {}
-        for n in sorted({r.banks for r in flow.rings}):
-            idx = Signal(range(n), name=f"ring{n}_beat")
-            with m.If(last):
-                m.d.sync += idx.eq(Mux(idx == n - 1, 0, idx + 1))
-            index[n] = idx
+        # ---- rings: a beat counter mod R, advanced as a beat ends; one per ring length, or from
+        # FANOUT_LEVEL one per ring: it chooses every port of the ring's banks, and one counter
+        # for all rings was a net across the die (AD08 at target_mhz 200: 11.6 ns of routing)
+        index: dict[object, Signal] = {}
+
+        def counter(key: object, n: int) -> Signal:
+            if key not in index:
+                idx = Signal(range(n), name=f"ring{n}_beat" if isinstance(key, int) else
+                             f"k{key[0]}_b{key[1]}_ring_beat", attrs={DUPLICATE_ATTRIBUTE: 1})
+                with m.If(last):
+                    m.d.sync += idx.eq(Mux(idx == n - 1, 0, idx + 1))
+                index[key] = idx
+            return index[key]
 
         def mod(v: Value, n: int) -> Value:        # v in [0, 2n)
             return Mux(v >= n, v - n, v)
         for r in flow.rings:
             k = self.kernels[r.place[0]]
-            idx, n = index[r.banks], r.banks
+            n = r.banks
+            idx = counter(r.place if self.fanout else n, n)
             kb = idx
             if r.outside == "out":
                 ob = mod(idx + 1, n)
@@ -279,6 +303,16 @@ class DataflowTopHW(TopHW):
         # its data a cycle later, written in cycles 1..L), as hw/top.py's copy phases
         copies = [ph for ph in self.phases if isinstance(ph, Copy)]
         none = len(copies)
+        if copy_lag(sync_reads, self.kernels[0].config.fp_pipeline) > int(sync_reads):
+            for ph in copies:
+                for d in ph.dsts:
+                    for b in self.banking[d].banks:
+                        for name in ("waddr", "wdata", "we"):
+                            port = self.port(d[0], b, name)
+                            land = Signal.like(port, name=f"k{d[0]}_b{b}_copy_{name}")
+                            m.d.comb += port.eq(registered(m, land, f"k{d[0]}_b{b}_land_{name}",
+                                                           reset_less=name != "we"))
+                            self.landing[(d[0], b, name)] = land
         in_beat = busy
         for c, ph in enumerate(copies):
             L = ph.length

@@ -201,6 +201,11 @@ class TopHW(wiring.Component):
     def port(self, kernel: int, slot: int, name: str):
         return getattr(self.kernels[kernel], port_names(slot)[name])
 
+    def copy_port(self, kernel: int, slot: int, name: str):
+        """What a copy's write drives for port `name` (waddr, wdata, we) of a destination bank:
+        the port itself here; the dataflow top lands them a cycle later (DataflowTopHW)."""
+        return self.port(kernel, slot, name)
+
     def _idle_in_two(self, phase: Signal, cctr: Signal, idle: int) -> Value:
         """Whether the phase is idle two cycles from now, if `start` is low next cycle: what
         `nphase == idle` will say next cycle. A phase ends this cycle (a kernel's `done`, a
@@ -418,9 +423,9 @@ class TopHW(wiring.Component):
             with m.If(phase == p):
                 for d in ph.dsts:
                     for sb, db in zip(src.banks, self.banking[d].banks):
-                        m.d.comb += [self.port(d[0], db, "waddr").eq(cctr),
-                                     self.port(d[0], db, "wdata").eq(self.port(ph.src[0], sb, "rdata")),
-                                     self.port(d[0], db, "we").eq(1)]
+                        m.d.comb += [self.copy_port(d[0], db, "waddr").eq(cctr),
+                                     self.copy_port(d[0], db, "wdata").eq(self.port(ph.src[0], sb, "rdata")),
+                                     self.copy_port(d[0], db, "we").eq(1)]
             return
         # element by element: one odometer per distinct layout (a plain one is the counter)
         odometers: dict[Layout, _Odometer | None] = {}
@@ -448,9 +453,9 @@ class TopHW(wiring.Component):
                 bk = self.banking[d]
                 dst_lane = lane(bk.layout)
                 for i, db in enumerate(bk.banks):
-                    m.d.comb += [self.port(d[0], db, "waddr").eq(word(bk.layout, False)),
-                                 self.port(d[0], db, "wdata").eq(data),
-                                 self.port(d[0], db, "we").eq(dst_lane == i if len(bk.banks) > 1 else 1)]
+                    m.d.comb += [self.copy_port(d[0], db, "waddr").eq(word(bk.layout, False)),
+                                 self.copy_port(d[0], db, "wdata").eq(data),
+                                 self.copy_port(d[0], db, "we").eq(dst_lane == i if len(bk.banks) > 1 else 1)]
 
 
 def buffer_users(kernel_buffers: list[list[tuple[int, int, bool, bool]]], names: list[str]
