@@ -37,8 +37,8 @@ after beat n + D - 1 is done and before beat n + D + 1 starts. Inputs that are n
 
 Top signals: as hw/top.py. `start` while no beat runs starts one (held high, beats follow back
 to back); `done` is high in the cycle after a beat's last; `busy` while a beat runs.
-Cycles: interval = B = max(each kernel's run, each copy's length + 1 with block RAM, + 2 from
-FANOUT_LEVEL: copy_lag);
+Cycles: interval = B = max(each kernel's run, each copy's length + copy_lag: 1 with block RAM,
+2 from FANOUT_LEVEL);
 latency (start of a sample's beat to the done of the beat its outputs are complete in) = D x B.
 """
 from __future__ import annotations
@@ -300,7 +300,8 @@ class DataflowTopHW(TopHW):
                              self.port(ok, ob, "raddr").eq(self.port(rk, rb, "xaddr"))]
 
         # ---- copies, all at once from the beat's first cycle: reads in cycles 0..L-1 (block RAM:
-        # its data a cycle later, written in cycles 1..L), as hw/top.py's copy phases
+        # its data a cycle later, written in cycles 1..L, or from landing registers in 2..L+1),
+        # as hw/top.py's copy phases
         copies = [ph for ph in self.phases if isinstance(ph, Copy)]
         none = len(copies)
         if copy_lag(sync_reads, self.kernels[0].config.fp_pipeline) > int(sync_reads):
