@@ -95,16 +95,22 @@ def test_fold_auto_refuses_per_layer_settings_and_unknown_layers_are_named():
         compile_model(y, config=HardwareConfig.from_dict({"schedule": "dataflow", "lanes@5": 2}))
 
 
-def test_pysim_streams_a_dataflow_design_as_the_sequential_design_computes_each_sample():
+@pytest.mark.parametrize("fp_pipeline", [0, 3])
+def test_pysim_streams_a_dataflow_design_as_the_sequential_design_computes_each_sample(fp_pipeline):
     """pysim (compiler/sim/pysim.py run_pysim_stream) feeds samples back to back as CXXRTL does:
     every sample's outputs equal the sequential design's run of it alone, its latency is the
-    model's and every interval the beat; simulate() of one sample is a stream of one."""
+    model's and every interval the beat; simulate() of one sample is a stream of one. From
+    fp_pipeline 3 (FANOUT_LEVEL) the copy's writes land from registers, a cycle later (copy_lag),
+    its banks' choices and the ring counters copied per ring."""
     rng = np.random.default_rng(5)
+    folding = {"lanes@0": 4, "reduce_unroll@0": 2, "lanes@1": 2, "fp_pipeline": fp_pipeline}
     x, y = _mlp([24, 16, 8, 4])
-    flow = compile_model(y, config=HardwareConfig.from_dict({"lanes@0": 4, "reduce_unroll@0": 2, "lanes@1": 2,
-                                                             "schedule": "dataflow"}), stream=x)
+    flow = compile_model(y, config=HardwareConfig.from_dict({**folding, "schedule": "dataflow"}), stream=x)
     x2, y2 = _mlp([24, 16, 8, 4])
-    seq = compile_model(y2, config=HardwareConfig.from_dict({"lanes@0": 4, "reduce_unroll@0": 2, "lanes@1": 2}))
+    seq = compile_model(y2, config=HardwareConfig.from_dict(folding))
+    copies = [p for p in flow.phases if type(p).__name__ == "Copy"]
+    copy_stages = [c for name, c in flow.flow.stage_cycles if name.startswith("copy")]
+    assert copy_stages == [c.length + 1 + (fp_pipeline >= 3) for c in copies]
     xs = [rng.integers(-128, 128, 24).astype(np.int8) for _ in range(5)]
     got = simulate_many(flow, [{x: v} for v in xs], backend="pysim")
     want = simulate_many(seq, [{x2: v} for v in xs], backend="pysim")
