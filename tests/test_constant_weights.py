@@ -267,6 +267,22 @@ def test_with_power_of_two_scales_a_folded_layer_shifts_by_its_stored_exponents(
     assert shifts and r.samples == 100
 
 
+def test_with_power_of_two_scales_a_folded_cnn_shifts_by_its_stored_exponents():
+    """The same for the digits CNN (dse/models/convnet.py): its conv and dense layers' scales as
+    exponents, streamed through a dataflow design at fp_pipeline 3, bit-exact on 40 samples."""
+    from dse.models.accuracy import run_samples
+    from dse.models.data import load_dataset
+    from dse.models.widths import Formats
+    from dse.spec import load_spec
+    trained = load_spec(Path(__file__).parent.parent / "configs" / "digits_cnn.yaml").model("digits_cnn").trained
+    data = load_dataset(dataclasses.replace(trained.data, samples=40))
+    r = run_samples(net=trained.net(), dtype="int8", data=data, formats=Formats.of({"scale_digits": 1}),
+                    config=HardwareConfig(schedule="dataflow", fold="auto", target_interval=512, fp_pipeline=3))
+    shifts = [v for k in r.design.kernels for v in ir.toposort([o for s, _ in k.stores() for o in ir.store_operands(s)])
+              if isinstance(v, ir.Op) and v.op is ir.OpKind.SHL and not isinstance(v.srcs[1], ir.Const)]
+    assert shifts and r.samples == 40 and r.accuracy > 0.8
+
+
 def test_a_rounding_term_after_a_power_of_two_multiplier_joins_the_bias():
     """((W @ x + b) * 2**k + 2**(S-1)) >> S, as quantize.py requantises with scale_digits: 1: the
     rounding constant moves inside the shift and joins the bias, so nothing is added after the
