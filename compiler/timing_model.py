@@ -110,8 +110,9 @@ CARRY_OPS = frozenset({K.ADD, K.SUB, K.NEG, K.CMPLT})
 
 
 def logic_ns(v: ir.Op, width: int, d: Delays) -> float:
-    """The logic of integer op `v` whose result (or, for a compare, whose operands) is `width`
-    bits wide: 0 for wires (casts, constant shifts), else its cells (module docstring)."""
+    """The logic of integer op `v` whose result (for a compare its operands, for a shift by a
+    variable amount that amount) is `width` bits wide: 0 for wires (casts, constant shifts), else
+    its cells (module docstring)."""
     consts = [isinstance(s, ir.Const) for s in v.srcs]
     if v.op in WIRE_OPS or (v.op in (K.SHL, K.SHR) and consts[1]):
         return 0.0
@@ -122,7 +123,7 @@ def logic_ns(v: ir.Op, width: int, d: Delays) -> float:
     if v.op in (K.CMPEQ, K.CMPNE):
         return d.lut * max(1, math.ceil(math.log(max(2, width), 4)))
     if v.op in (K.SHL, K.SHR):                 # a barrel shifter: a multiplexer level per bit of amount
-        return d.lut * max(1, (width - 1).bit_length())     # (width: 2**amount bits)
+        return d.lut * max(1, width)
     if v.op is K.MUL:                          # by a constant (mul_const's few adds, or a DSP)
         return 2 * d.carry_ns(width)
     if v.op in (K.CDIV, K.CMOD):
@@ -190,7 +191,7 @@ class Paths:
                 wide = v.op in CARRY_OPS or v.op is K.MAX
                 width = max([self.width(v)] + ([self.width(s) for s in v.srcs] if wide else []))
                 if v.op in (K.SHL, K.SHR) and not isinstance(v.srcs[1], ir.Const):
-                    width = 1 << self.width(v.srcs[1])     # a level per bit of the amount (logic_ns)
+                    width = self.width(v.srcs[1])
                 self.logic[id(v)] = logic_ns(v, width, self.d)
             else:
                 self.logic[id(v)] = 0.0
