@@ -31,7 +31,7 @@ import numpy as np
 
 from compiler.host_input import HostInput
 from dse.models import zoo
-from dse.models.quantize import SCHEME, cheap_multipliers, exponents, requantisation, requantisation_input
+from dse.models.quantize import SCHEME, cheap_multipliers, requantisation, requantisation_input
 from dse.models.standardise import KINDS, InputMap, choose, fold_conv, fold_dense, make, relative_error
 
 if TYPE_CHECKING:   # dse.models.qonnx reads files into these layers; imported for the names only
@@ -308,14 +308,16 @@ class QuantLayerNet:
         # [0, 2**b - 1]: uintb)
         inputs = {"x": (self.input_shape, self.input_element)}
         narrow = {id(s): to_tinygrad(zoo.DTYPES[int_element(s.lo, s.hi)]) for s in self.steps if s.M is not None}
+        shifted = set()             # id of each step whose scales are exponents
         for i, step in enumerate((s for s in self.steps if s.W is not None), 1):
             inputs[f"W{i}"] = (step.W.shape, int_element(*step.w_range))
             inputs[f"b{i}"] = (step.b.shape, int_element(*_span(step.b)))
             if step.M is not None:
-                name, scale = requantisation_input(i, step.M)
+                name, scale, shift = requantisation_input(i, step.M)
                 inputs[name] = (scale.shape, int_element(*_span(scale)))
+                if shift:
+                    shifted.add(id(step))
         steps = self.steps
-        shifted = {id(s) for s in steps if s.M is not None and exponents(s.M) is not None}
 
         def forward(x, *params):
             h, k = x.cast(i32), 0
@@ -350,7 +352,7 @@ class QuantLayerNet:
             out[f"W{i}"] = step.W.astype(zoo.storage(int_element(*step.w_range)))
             out[f"b{i}"] = step.b.astype(zoo.storage(int_element(*_span(step.b))))
             if step.M is not None:
-                name, scale = requantisation_input(i, step.M)
+                name, scale, _ = requantisation_input(i, step.M)
                 out[name] = scale.astype(zoo.storage(int_element(*_span(scale))))
         return out
 

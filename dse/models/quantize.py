@@ -294,14 +294,16 @@ class QuantNet:
         # each input declared at its width (int4 weights in an int8 Tensor), so the hardware is
         # sized to it; the requantised activations' range comes from their clip ([0, hi]: uintb)
         inputs = {"x": ((self.layers[0].W.shape[1],), _element(-self.qmax, self.qmax))}
+        shifts = []
         for i, layer in enumerate(self.layers, 1):
             inputs[f"W{i}"] = (layer.W.shape, _element(*self.weight_range(i - 1)))
             inputs[f"b{i}"] = (layer.b.shape, _element(*_span(layer.b)))
+            shifted = False
             if layer.M is not None:
-                name, scale = requantisation_input(i, layer.M)
+                name, scale, shifted = requantisation_input(i, layer.M)
                 inputs[name] = (scale.shape, _element(*_span(scale)))
-        shifts = [(layer.P, layer.S, layer.M is not None, layer.hi, to_tinygrad(zoo.DTYPES[_element(0, layer.hi)]),
-                   layer.M is not None and exponents(layer.M) is not None) for layer in self.layers]
+            shifts.append((layer.P, layer.S, layer.M is not None, layer.hi,
+                           to_tinygrad(zoo.DTYPES[_element(0, layer.hi)]), shifted))
 
         def forward(x, *params):
             h, k = x.cast(i32), 0
@@ -327,7 +329,7 @@ class QuantNet:
             out[f"W{i}"] = layer.W.astype(zoo.storage(_element(*self.weight_range(i - 1))))
             out[f"b{i}"] = layer.b.astype(zoo.storage(_element(*_span(layer.b))))
             if layer.M is not None:
-                name, scale = requantisation_input(i, layer.M)
+                name, scale, _ = requantisation_input(i, layer.M)
                 out[name] = scale.astype(zoo.storage(_element(*_span(scale))))
         return out
 
@@ -344,11 +346,12 @@ def exponents(M: np.ndarray) -> np.ndarray | None:
     return np.array([int(m).bit_length() - 1 for m in M.ravel()], np.int64).reshape(M.shape)
 
 
-def requantisation_input(i: int, M: np.ndarray) -> tuple[str, np.ndarray]:
-    """The integer model's input that scales layer i's accumulators: E{i}, the exponents, when
-    every multiplier is a power of two (`exponents`), else M{i}, the multipliers."""
+def requantisation_input(i: int, M: np.ndarray) -> tuple[str, np.ndarray, bool]:
+    """(name, values, shifted) of the integer model's input that scales layer i's accumulators:
+    E{i}, the exponents, shifted by, when every multiplier is a power of two (`exponents`), else
+    M{i}, the multipliers, multiplied by."""
     e = exponents(M)
-    return (f"M{i}", M) if e is None else (f"E{i}", e)
+    return (f"M{i}", M, False) if e is None else (f"E{i}", e, True)
 
 
 def _element(lo: int, hi: int) -> str:
