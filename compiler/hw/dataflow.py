@@ -254,21 +254,18 @@ class DataflowTopHW(TopHW):
         # for all rings was a net across the die (AD08 at target_mhz 200: 11.6 ns of routing)
         index: dict[object, Signal] = {}
 
-        def counter(key: object, n: int) -> Signal:
-            if key not in index:
-                idx = Signal(range(n), name=f"ring{n}_beat" if isinstance(key, int) else
-                             f"k{key[0]}_b{key[1]}_ring_beat", attrs={DUPLICATE_ATTRIBUTE: 1})
-                with m.If(last):
-                    m.d.sync += idx.eq(Mux(idx == n - 1, 0, idx + 1))
-                index[key] = idx
-            return index[key]
-
         def mod(v: Value, n: int) -> Value:        # v in [0, 2n)
             return Mux(v >= n, v - n, v)
         for r in flow.rings:
             k = self.kernels[r.place[0]]
             n = r.banks
-            idx = counter(r.place if self.fanout else n, n)
+            key = r.place if self.fanout else n
+            if key not in index:
+                index[key] = Signal(range(n), name=f"k{r.place[0]}_b{r.place[1]}_ring_beat" if self.fanout
+                                    else f"ring{n}_beat", attrs={DUPLICATE_ATTRIBUTE: 1} if self.fanout else {})
+                with m.If(last):
+                    m.d.sync += index[key].eq(Mux(index[key] == n - 1, 0, index[key] + 1))
+            idx = index[key]
             kb = idx
             if r.outside == "out":
                 ob = mod(idx + 1, n)
