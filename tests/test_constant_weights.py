@@ -245,6 +245,12 @@ def test_with_power_of_two_scales_a_constant_model_has_no_multiplier_and_is_bit_
     assert r.samples == len(digits.x_test) and r.accuracy > 0.96 and r.design.cycle_model().interval == 1
 
 
+def _variable_shifts(design) -> list[ir.Op]:
+    """The left shifts of `design`'s kernels by an amount not known at compile time."""
+    return [v for k in design.kernels for v in ir.toposort([o for s, _ in k.stores() for o in ir.store_operands(s)])
+            if isinstance(v, ir.Op) and v.op is ir.OpKind.SHL and not isinstance(v.srcs[1], ir.Const)]
+
+
 def test_with_power_of_two_scales_a_folded_layer_shifts_by_its_stored_exponents(digits):
     """scale_digits: 1 with the weights in memories: each hidden layer's channel scales are stored
     as exponents (E{i} = log2 M{i}) and requantisation is a barrel shifter of a few levels instead
@@ -262,8 +268,7 @@ def test_with_power_of_two_scales_a_folded_layer_shifts_by_its_stored_exponents(
     data = dataclasses.replace(digits, x_test=digits.x_test[:100], y_test=digits.y_test[:100])
     r = run_samples(net=net, dtype="int8", data=data, formats=formats, quantized=q, config=HardwareConfig(
         schedule="dataflow", fold="auto", target_interval=64, mul="lut"))
-    shifts = [v for k in r.design.kernels for v in ir.toposort([o for s, _ in k.stores() for o in ir.store_operands(s)])
-              if isinstance(v, ir.Op) and v.op is ir.OpKind.SHL and not isinstance(v.srcs[1], ir.Const)]
+    shifts = _variable_shifts(r.design)
     assert shifts and r.samples == 100
 
 
@@ -278,8 +283,7 @@ def test_with_power_of_two_scales_a_folded_cnn_shifts_by_its_stored_exponents():
     data = load_dataset(dataclasses.replace(trained.data, samples=40))
     r = run_samples(net=trained.net(), dtype="int8", data=data, formats=Formats.of({"scale_digits": 1}),
                     config=HardwareConfig(schedule="dataflow", fold="auto", target_interval=512, fp_pipeline=3))
-    shifts = [v for k in r.design.kernels for v in ir.toposort([o for s, _ in k.stores() for o in ir.store_operands(s)])
-              if isinstance(v, ir.Op) and v.op is ir.OpKind.SHL and not isinstance(v.srcs[1], ir.Const)]
+    shifts = _variable_shifts(r.design)
     assert shifts and r.samples == 40 and r.accuracy > 0.8
 
 
