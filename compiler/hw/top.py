@@ -114,7 +114,7 @@ def toposort_kernels(n: int, edges: set[tuple[int, int]], names: list[str] | Non
     return order
 
 
-class _Odometer:
+class Odometer:
     """The digits of one layout for an element index that counts up by one per cycle: each
     digit as (word part, lane part), so word and lane need no division."""
 
@@ -360,7 +360,9 @@ class TopHW(wiring.Component):
         # ---- copies: the source is addressed one cycle ahead with block RAM
         for p, ph in enumerate(self.phases):
             if isinstance(ph, Copy):
-                self._copy(m, p, ph, phase, reading, cctr, ncctr, sync_reads)
+                plain = ph.by_words or self.banking[ph.src].layout.is_plain
+                ahead = self._copy_read_ahead(m, p, ph, phase, cctr) if plain and sync_reads else None
+                self._copy(m, p, ph, phase, reading, cctr, ncctr, sync_reads, ahead)
         return m
 
     def _registered_read(self, m: Module, read_ports: list, sel: Value, sync_reads: bool) -> None:
@@ -409,17 +411,25 @@ class TopHW(wiring.Component):
                              reset_less=True)
         return reads, address
 
-    def _copy(self, m, p: int, ph: Copy, phase, reading, cctr, ncctr, sync_reads: bool) -> None:
+    def _copy(self, m, p: int, ph: Copy, phase, reading, cctr, ncctr, sync_reads: bool,
+              ahead: tuple[Value | None, Value] | None = None) -> None:
+        """Copy phase p: the source read while `reading` is p at counter `ncctr` (block RAM: the
+        next cycle's) or `cctr`, the destinations written while `phase` is p. `ahead`, where given,
+        is (the read's enable, its source word), registers (_copy_read_ahead); an enable of None:
+        nothing else drives the source's read address, which is the word alone."""
         src = self.banking[ph.src]
-        plain = ph.by_words or self.banking[ph.src].layout.is_plain
-        if plain and sync_reads and (ahead := self._copy_read_ahead(m, p, ph, phase, cctr)) is not None:
-            reading_p, address = ahead                # registers: reading == p, ncctr (_copy_read_ahead)
-        else:
-            reading_p, address = reading == p, ncctr if sync_reads else cctr
+        reading_p, address = ahead if ahead is not None else (reading == p, None)
+
+        def read(word: Value | list[Value]) -> None:       # one word, or one per source bank
+            words = word if isinstance(word, list) else [word] * len(src.banks)
+            drive = [self.port(ph.src[0], b, "raddr").eq(w) for b, w in zip(src.banks, words)]
+            if reading_p is None:
+                m.d.comb += drive
+            else:
+                with m.If(reading_p):
+                    m.d.comb += drive
         if ph.by_words:
-            with m.If(reading_p):
-                for b in src.banks:
-                    m.d.comb += self.port(ph.src[0], b, "raddr").eq(address)
+            read(address if address is not None else ncctr if sync_reads else cctr)
             with m.If(phase == p):
                 for d in ph.dsts:
                     for sb, db in zip(src.banks, self.banking[d].banks):
@@ -428,11 +438,11 @@ class TopHW(wiring.Component):
                                      self.copy_port(d[0], db, "we").eq(1)]
             return
         # element by element: one odometer per distinct layout (a plain one is the counter)
-        odometers: dict[Layout, _Odometer | None] = {}
+        odometers: dict[Layout, Odometer | None] = {}
         for place in (ph.src,) + ph.dsts:
             layout = self.banking[place].layout
             if layout not in odometers:
-                odometers[layout] = None if layout.is_plain else _Odometer(
+                odometers[layout] = None if layout.is_plain else Odometer(
                     m, layout, f"copy{p}_{len(odometers)}", advance=phase == p,
                     restart=(phase == p) & (cctr == ph.length - 1))
 
@@ -443,9 +453,7 @@ class TopHW(wiring.Component):
         def lane(layout):
             od = odometers[layout]
             return Const(0, 1) if od is None else od.lane()
-        with m.If(reading_p if plain else reading == p):
-            for b in src.banks:
-                m.d.comb += self.port(ph.src[0], b, "raddr").eq(address if plain else word(src.layout, sync_reads))
+        read(address if address is not None else word(src.layout, sync_reads))
         datas = [self.port(ph.src[0], b, "rdata") for b in src.banks]
         data = datas[0] if len(datas) == 1 else Array(datas)[lane(src.layout)]
         with m.If(phase == p):
