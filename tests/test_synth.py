@@ -240,3 +240,23 @@ def test_no_rw_check_marks_the_memories_that_promise_old_data_nowhere():
     flagged = memories(text, r"attribute \\no_rw_check 1\n(?:\s*attribute .*\n)*\s*memory .* (\\\S+)$")
     transparent = memories(text, r'MEMID "\\(\\\S+)"\n(?:.*\n){0,3}?\s*parameter \\TRANSPARENCY_MASK \d+\'\d*1')
     assert len(names) == 6 and len(transparent) == 1 and flagged == names - transparent
+
+
+def test_constant_bits_of_data_registers_are_no_flip_flops(tmp_path):
+    """A reset-less register (data: rtlil_text.DATA_ATTRIBUTE) goes to synthesis without an
+    initial value, so a bit whose input is a constant becomes that constant instead of a
+    flip-flop (which opt_merge made one with every other kernel's, with loads across the die);
+    a register with a reset keeps it: its first value, 0, is not the constant 1."""
+    from amaranth.back import rtlil
+    from amaranth.hdl import Cat, Const, Module, Signal
+    from compiler.hw.datapath import registered
+    from compiler.synth.area import synthesize_rtlil
+    ffs = {}
+    for data in (True, False):
+        m = Module()
+        x, y = Signal(4, name="x"), Signal(5, name="y")
+        m.d.comb += y.eq(registered(m, Cat(x, Const(1, 1)), "r", reset_less=data))
+        area = synthesize_rtlil(rtlil.convert(m, name="top", ports=[x, y]), "ecp5", tmp_path / str(data),
+                                use_cache=False)
+        ffs[data] = area.ffs
+    assert ffs == {True: 4, False: 5}

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 
+from ..synth.rtlil_text import DATA_ATTRIBUTE
 from .formats import FloatFormat
 
 
@@ -258,7 +259,8 @@ class Pipe:
         out = []
         for i, v in enumerate(values):
             v = Value.cast(v)
-            reg = Signal(v.shape(), name=f"{name}_q{i}", reset_less=True)     # data: hw.datapath.Datapath.register
+            reg = Signal(v.shape(), name=f"{name}_q{i}", reset_less=True,
+                         attrs={DATA_ATTRIBUTE: 1})   # data: hw.datapath.Datapath.register
             self.m.d.sync += reg.eq(v)
             out.append(reg)
         return tuple(out) if len(out) != 1 else out[0]

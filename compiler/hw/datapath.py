@@ -28,6 +28,7 @@ from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..ranges import Interval
 from ..passes.constants import csd
+from ..synth.rtlil_text import DATA_ATTRIBUTE
 from . import floatops
 from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, operand_offsets, schedule
 
@@ -36,6 +37,9 @@ K = ir.OpKind
 DUPLICATE_ATTRIBUTE = "tinyhw_dup"
 """Wire attribute of registers duplicated on purpose; compiler/synth/area.py marks the flip-flops
 that drive them `keep`, which Yosys's opt_merge respects (it merges identical flip-flops)."""
+
+DATA = {DATA_ATTRIBUTE: 1}
+"""The attributes of a reset-less register's signal (synth.rtlil_text.DATA_ATTRIBUTE)."""
 
 LOCAL_GROUP = 16
 """Consumers sharing one first-level copy of a counter-only value from FANOUT_LEVEL
@@ -118,7 +122,7 @@ def registered(m: Module, value: Value, name: str, *, init: int = 0, duplicate: 
     being merged with its twins (DUPLICATE_ATTRIBUTE). A `reset_less` register is data: see
     Datapath.register."""
     reg = Signal(Value.cast(value).shape(), name=name, init=init, reset_less=reset_less,
-                 attrs={DUPLICATE_ATTRIBUTE: 1} if duplicate else {})
+                 attrs=({DUPLICATE_ATTRIBUTE: 1} if duplicate else {}) | (DATA if reset_less else {}))
     m.d.sync += reg.eq(value)
     return reg
 
@@ -163,7 +167,7 @@ class Product(Elaboratable):
 
     def __init__(self, a_shape, b_shape, y_shape, registers: int = 1, split: bool = False):
         self.a, self.b = Signal(a_shape, name="a"), Signal(b_shape, name="b")
-        self.y = Signal(y_shape, name="y", reset_less=True)       # data (Datapath.register)
+        self.y = Signal(y_shape, name="y", reset_less=True, attrs=DATA)       # data (Datapath.register)
         self.registers = registers
         self.split = split and registers >= 2 and max(len(self.a), len(self.b)) > DSP_WIDTH
 
@@ -373,7 +377,7 @@ class Datapath:
             # instead of carry chains (2.3x the LUTs of the 8x8-unrolled GEMV's trees).
             keep = {"keep": 1} if isinstance(v, ir.Op) and v.op in (K.MUL, K.ADD, K.SUB) and not v.dtype.is_float else {}
             out = Signal(self.shape(v), name=f"v{self.count}_{getattr(v, 'op', None) and v.op.value or 'load'}",
-                         attrs=keep, reset_less=bool(output_register))    # data (Datapath.register)
+                         attrs=keep | (DATA if output_register else {}), reset_less=bool(output_register))  # data
             self.count += 1
             if output_register:
                 self.m.d.sync += out.eq(expr)          # an output register (pipeline._op_timing)

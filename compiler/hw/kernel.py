@@ -37,7 +37,7 @@ from .bram import memory_tail
 from ..config import HardwareConfig
 from ..dtypes import DType
 from ..ranges import Interval, acc_ranges, acc_width, analyze
-from .datapath import Copies, Datapath, Env, from_bits, registered
+from .datapath import DATA, Copies, Datapath, Env, from_bits, registered
 from .pipeline import FANOUT_LEVEL, Schedule, is_gather, schedule
 from .program import Program, Step, build_program
 from .subword import read_modify_write
@@ -673,7 +673,8 @@ class _Delays:
     def of(self, sig: Signal, n: int, name: str, *, control: bool = False) -> Signal:
         chain = self.chains.setdefault(id(sig), [sig])
         while len(chain) <= n:
-            reg = Signal.like(chain[-1], name=f"{name}_d{len(chain)}", reset_less=not control)
+            reg = Signal.like(chain[-1], name=f"{name}_d{len(chain)}", reset_less=not control,
+                              attrs={} if control else DATA)
             self.m.d.sync += reg.eq(chain[-1])
             chain.append(reg)
         return chain[n]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal, Value
 
-from .datapath import DUPLICATE_ATTRIBUTE, registered
+from .datapath import DATA, DUPLICATE_ATTRIBUTE, registered
 
 _KEEP = {DUPLICATE_ATTRIBUTE: 1}
 
@@ -46,9 +46,9 @@ def read_modify_write(m: Module, name: str, wp, port0, own_addr: Value, *, waddr
     # write address of every block RAM across the die (the w4a8 GEMV 8 x 56: 9.1 ns of routing
     # from the merged address register, 89.4 MHz)
     valid = Signal(name=f"{name}_wr_valid", attrs=_KEEP)        # a write lands this cycle
-    addr = Signal.like(waddr, name=f"{name}_wr_addr", reset_less=True, attrs=_KEEP)
-    mask = Signal(n, name=f"{name}_wr_mask", reset_less=True, attrs=_KEEP)
-    data = Signal(n * width, name=f"{name}_wr_data", reset_less=True, attrs=_KEEP)
+    addr = Signal.like(waddr, name=f"{name}_wr_addr", reset_less=True, attrs=_KEEP | DATA)
+    mask = Signal(n, name=f"{name}_wr_mask", reset_less=True, attrs=_KEEP | DATA)
+    data = Signal(n * width, name=f"{name}_wr_data", reset_less=True, attrs=_KEEP | DATA)
     m.d.sync += [valid.eq(enables.any()), addr.eq(waddr), mask.eq(enables), data.eq(Cat(*(d for d, _ in fields)))]
     m.d.comb += port0.addr.eq(Mux(partial, waddr, own_addr))
     # the word written last cycle, for a read of that word in the same cycle (undefined data).
@@ -61,7 +61,7 @@ def read_modify_write(m: Module, name: str, wp, port0, own_addr: Value, *, waddr
     # LUT RAM spreads over the die (the fine-tuned KWS network's 320-bit, 4-word weight memory:
     # 17.3 ns of routing from the one flag, the critical path of one placement in three)
     hit_next = valid & enables.any() & (addr == waddr)
-    last_word = Signal(n * width, name=f"{name}_wr_last_word", reset_less=True)
+    last_word = Signal(n * width, name=f"{name}_wr_last_word", reset_less=True, attrs=DATA)
     merged = Signal(n * width, name=f"{name}_wr_word")
     hits = [registered(m, hit_next, f"{name}_wr_hit{g // HIT_GROUP}", duplicate=True)
             for g in range(0, n * width, HIT_GROUP)]

@@ -17,6 +17,8 @@ from __future__ import annotations
 from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import memory
 
+from .datapath import DATA
+
 TAIL_ATTRS = {"ram_style": "distributed"}
 
 
@@ -61,7 +63,7 @@ def tailed_memory(m: Module, name: str, main: memory.MemoryData, tail: memory.Me
         if domain == "comb":
             m.d.comb += rp.data.eq(Mux(in_tail, hi_r.data, lo_r.data))
         else:
-            from_tail = Signal(name=f"{name}_r{p}_tail", reset_less=True)      # selects data
+            from_tail = Signal(name=f"{name}_r{p}_tail", reset_less=True, attrs=DATA)      # selects data
             m.d.sync += from_tail.eq(in_tail)
             m.d.comb += rp.data.eq(Mux(from_tail, hi_r.data, lo_r.data))
         ports.append(rp)

@@ -50,6 +50,7 @@ from . import kernels as synth_kernels
 from . import units as synth_units
 from ..design import Design
 from ..hw.datapath import DUPLICATE_ATTRIBUTE
+from .rtlil_text import DATA_ATTRIBUTE
 from ..cache import SYNTH
 from ..tools import ToolError, yosys, yosys_version
 
@@ -78,6 +79,17 @@ leaves a kept flip-flop alone, so each copy's reset is folded into it (a sync re
 LSR pin) first: left as logic, the copies' reset multiplexers, all alike, were merged into one
 LUT in front of every copy (the 26x17 GEMV: one LUT per address bit driving 111 copies across
 the die), the very fanout the copies are there to cut."""
+
+DATA_SCRIPT = f"setattr -unset init a:{DATA_ATTRIBUTE}\n"
+"""What runs first when the design has reset-less registers (rtlil_text.DATA_ATTRIBUTE, which
+says why): their flip-flops without an initial value, so opt_dff folds those with a constant input."""
+
+
+def attribute_script(text: str) -> str:
+    """The commands that run before the multiplier plan's and the family script for the register
+    attributes RTLIL `text` carries (DATA_SCRIPT, DUPLICATES_SCRIPT)."""
+    script = DATA_SCRIPT if f"attribute \\{DATA_ATTRIBUTE} " in text else ""
+    return script + (DUPLICATES_SCRIPT if f"attribute \\{DUPLICATE_ATTRIBUTE} " in text else "")
 
 
 def undefined_collisions(text: str) -> str:
@@ -203,10 +215,9 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
         # tail (mem_tail="lut") goes where Yosys puts any small memory there, a block RAM
         text = _TAIL_STYLE.sub("", text)
     text = undefined_collisions(text)
-    if f"attribute \\{DUPLICATE_ATTRIBUTE} " in text:
-        before = DUPLICATES_SCRIPT + before
-    (workdir / "design.il").write_text(text)
     files = multipliers.map_files(text, target) if before else {}
+    before = attribute_script(text) + before
+    (workdir / "design.il").write_text(text)
     for name, content in files.items():
         (workdir / name).write_text(content)
     adders = adder_network(text) if target in _FALLBACK else ""
@@ -435,11 +446,10 @@ def module_breakdown(design: Design, target: str = "ecp5", workdir: Path | None 
     workdir.mkdir(parents=True, exist_ok=True)
     text, before, _ = multipliers.plan(design_rtlil(design), target, design.config.mul)
     text = undefined_collisions(text)
-    if f"attribute \\{DUPLICATE_ATTRIBUTE} " in text:
-        before = DUPLICATES_SCRIPT + before
-    (workdir / "design.il").write_text(text)
     for name, content in (multipliers.map_files(text, target) if before else {}).items():
         (workdir / name).write_text(content)
+    before = attribute_script(text) + before
+    (workdir / "design.il").write_text(text)
     script = f"read_rtlil design.il\n{before}{TARGETS[target]} -noflatten\ntee -q -o stat.json stat -json\n"
     yosys(script, cwd=workdir, log_name="yosys.log", timeout=timeout)
     # stat names a module "\\name" and a cell of its type "name": both without the backslash here

@@ -35,6 +35,14 @@ _SHORT_ZERO_INIT = contextvars.ContextVar("tinyhw_short_zero_init", default=Fals
 ROM_ATTRIBUTE = "tinyhw_rom"
 """A read-only memory (weights="constant", hw/kernel.py): its zeros are its contents, kept."""
 
+DATA_ATTRIBUTE = "tinyhw_data"
+"""Wire attribute of reset-less registers (data, hw.datapath.Datapath.register): nothing reads
+what one holds before it is first written, so synth/area.py drops their initial value
+(DATA_SCRIPT) and Yosys folds a bit whose input is constant into that constant. With the initial
+value (Amaranth's 0) it kept a flip-flop per such bit, and opt_merge made them one across kernels
+(AD08 at target_mhz 200: a constant-1 bit of three kernels' requantisation registers, one
+flip-flop with 50 loads, the critical path at 9.2 ns of routing)."""
+
 
 def convert(top, name: str = "top") -> str:
     """`amaranth.back.rtlil.convert(top, name=name)`, all-zero memory contents as one word.
