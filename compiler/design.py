@@ -11,7 +11,7 @@ from .config import HardwareConfig
 from .frontend import Graph
 from .hw.kernel import KernelHW, is_pipelined, read_ports
 from .hw.pipeline import Schedule, kernel_paths, schedule
-from .timing_model import Estimate, delays, dsp_blocks, product_ns
+from .timing_model import Estimate, delays, dsp_blocks, memory_to_dsp_ns, product_ns
 from .hw.program import Program, build_program
 from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow
 from .hw.top import Copy, HostBuffer, HostPort, Run, Share, TopHW, plan
@@ -172,13 +172,15 @@ class Design:
         products = []
         for pos, (k, sched) in enumerate(zip(self.kernels, self.schedules)):
             ns, what, prods = kernel_paths(k, sched, self.config, d)
-            products += [(a, b, sched.product_regs) for a, b in prods]
+            products += [(a, b, sched.product_regs, direct) for a, b, direct in prods]
             if ns > worst.period_ns:
                 worst = Estimate(ns, f"{k.name}: {what}")
         lut_products = self.config.mul == "lut" or (self.config.mul == "auto" and
                                                     len(products) > dsp_blocks(self.config.timing_part().family))
-        for a, b, registers in set(products):
+        for a, b, registers, direct in set(products):
             ns, what = product_ns(min(a, b), max(a, b), registers, lut_products, d)
+            if direct and not lut_products and memory_to_dsp_ns(d) > ns:
+                ns, what = memory_to_dsp_ns(d), f"read data into a {a}x{b} DSP product's input register"
             if ns > worst.period_ns:
                 worst = Estimate(ns, what)
         return worst

@@ -327,6 +327,14 @@ def product_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays) -
     return d.overhead + max(stages), f"a {a_bits}x{b_bits} LUT product"
 
 
+def memory_to_dsp_ns(d: Delays) -> float:
+    """A block RAM's output register straight to a DSP block's input register: read data that
+    is a product's operand with no copy between (Datapath.product), both registers in hard
+    blocks, so nothing but the route between their columns, a DSP's route to the fabric twice
+    (AD08 at target_mhz 200, grade 6: 1.0 + 8.0 of routing + 0.1 ns, the critical path)."""
+    return d.bram_clk_q_reg + 2 * d.dsp_route + d.setup
+
+
 def product_registers(shapes, period_ns: float, lut: bool, d: Delays, least: int = 1) -> int:
     """The fewest registers (from `least`, at most 3) that fit every product of operand widths
     `shapes` into `period_ns` (product_ns); 3 when none does."""

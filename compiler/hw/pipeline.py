@@ -213,6 +213,19 @@ def fan_levels(uses: int) -> int:
     return levels
 
 
+def is_product_of_data(v: ir.Value) -> bool:
+    """An integer product of two non-constant values (a Product from FANOUT_LEVEL)."""
+    return isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float \
+        and not any(isinstance(s, ir.Const) for s in v.srcs[:2])
+
+
+def is_read_data(v: ir.Value) -> bool:
+    """A load, or a cast of one (the same net)."""
+    while isinstance(v, ir.Op) and v.op in (K.CAST, K.BITCAST):
+        v = v.srcs[0]
+    return isinstance(v, ir.Load)
+
+
 def broadcast_operands(order: list[ir.Value], level: int) -> dict[int, int]:
     """id() -> fan_levels of the values that more than OPERAND_GROUP integer products of two
     non-constant values use as an operand (from FANOUT_LEVEL; module docstring)."""
@@ -220,8 +233,7 @@ def broadcast_operands(order: list[ir.Value], level: int) -> dict[int, int]:
         return {}
     uses: dict[int, int] = {}
     for v in order:
-        if isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float \
-                and not any(isinstance(s, ir.Const) for s in v.srcs[:2]):
+        if is_product_of_data(v):
             for s in v.srcs[:2]:
                 uses[id(s)] = uses.get(id(s), 0) + 1
     return {i: fan_levels(n) for i, n in uses.items() if n > OPERAND_GROUP}
@@ -424,6 +436,15 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
                   and not any(isinstance(s, ir.Const) for s in v.srcs[:2])]
         product_regs = timing_model.product_registers(shapes, 1000.0 / config.target_mhz, config.mul != "dsp",
                                                       clock.d, least=product_regs)
+        if config.mul != "lut" and level >= LOAD_LEVEL and \
+                timing_model.memory_to_dsp_ns(clock.d) > 1000.0 / config.target_mhz:
+            # read data a DSP product takes passes a level of copies in the fabric first, as a
+            # broadcast operand does: a register between the block RAM's and the DSP block's
+            for v in order:
+                if is_product_of_data(v):
+                    for s in v.srcs[:2]:
+                        if is_read_data(s):
+                            broadcast[id(s)] = max(broadcast.get(id(s), 0), 1)
     latency: dict[int, int] = {}
     unit_stages: dict[int, int] = {}
     for v in order:
@@ -554,12 +575,13 @@ def load_clk_q(d: timing_model.Delays, register_loads: bool, sync_reads: bool) -
 
 
 def kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
-                 d: timing_model.Delays) -> tuple[float, str, list[tuple[int, int]]]:
+                 d: timing_model.Delays) -> tuple[float, str, list[tuple[int, int, bool]]]:
     """(ns, what, products) of a scheduled kernel for the delay model (Design.timing_estimate):
     its slowest path through integer ops (timing_model.Paths.measure: read data from a block
     RAM's output register, or its clock-to-out below LOAD_LEVEL), and the operand widths of
     each product with registers of its own (is_product), whose stages timing_model.product_ns
-    times."""
+    times, with whether an operand is registered read data with no copy level before the
+    product's own (timing_model.memory_to_dsp_ns in a DSP block)."""
     gathers = gathers_of(kernel)
     operands = lambda v: data_operands(v, gathers)  # noqa: E731
     order = _data_order(kernel, gathers)
@@ -567,7 +589,8 @@ def kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
     paths = timing_model.Paths(kernel, d, order, operands, config,
                                load_clk_q=load_clk_q(d, sched.register_loads, sched.sync_reads))
     ns, what = paths.measure(order, sched.ready, sched.latency, sched.fanout, operands, floating)
-    products = [(paths.width(v.srcs[0]), paths.width(v.srcs[1])) for v in order
-                if isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float
+    products = [(paths.width(v.srcs[0]), paths.width(v.srcs[1]),
+                 sched.register_loads and any(is_read_data(s) and not sched.broadcast.get(id(s)) for s in v.srcs[:2]))
+                for v in order if isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float
                 and sched.unit_stages.get(id(v), 1) >= 2]
     return ns, what, products
