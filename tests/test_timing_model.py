@@ -117,6 +117,28 @@ def test_an_int8_gemv_with_lut_products_at_target_clocks():
     assert regs == sorted(regs) and regs[-1] == 3
 
 
+def test_read_data_passes_a_fabric_copy_before_a_dsp_block_when_the_route_does_not_fit():
+    """A block RAM's output register straight into a DSP block's input register is only the
+    route between their columns (timing_model.memory_to_dsp_ns, 9.1 ns on grade 6): above
+    ~110 MHz the weights a GEMV's DSP products take pass a copy level in the fabric (as the
+    broadcast x does), so no buffer is read late; below it, and with LUT products, they do not.
+    The estimate names that path where it is left and slowest."""
+    from compiler.timing_model import memory_to_dsp_ns
+    d = delays(find_device("ecp5", "LFE5U-85F"))
+    assert 100 < 1000 / memory_to_dsp_ns(d) < 150
+    case = designs.SMALL["gemv_int8_16x8"]
+    copied = {}
+    for target, mul in ((100, "auto"), (150, "auto"), (150, "lut")):
+        design = _check(case(), fp_pipeline=3, lanes=4, reduce_unroll=4, target_mhz=target, mul=mul)
+        sched = design.schedules[0]
+        copied[(target, mul)] = (len(sched.broadcast), bool(sched.late))
+    # 4 lanes x 4 unrolled: 16 weights and 4 x elements, each shared by 4 products (OPERAND_GROUP,
+    # no broadcast level of their own)
+    assert copied == {(100, "auto"): (0, False), (150, "auto"): (20, False), (150, "lut"): (0, False)}
+    direct = compile_model(*case().outputs, config=HardwareConfig(fp_pipeline=3, lanes=4, reduce_unroll=4))
+    assert direct.timing_estimate().period_ns >= memory_to_dsp_ns(d)
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_an_fp16_gemv_at_a_target_clock_is_bit_exact(target):
     params = {"M": 6, "K": 20}
