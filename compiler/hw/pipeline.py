@@ -432,8 +432,7 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
     product_regs = product_registers(level)
     if clock:                                  # as many as the products' stages need (LUT products
         shapes = [(clock.width(v.srcs[0]), clock.width(v.srcs[1])) for v in order  # unless mul: dsp)
-                  if isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float
-                  and not any(isinstance(s, ir.Const) for s in v.srcs[:2])]
+                  if is_product_of_data(v)]
         product_regs = timing_model.product_registers(shapes, 1000.0 / config.target_mhz, config.mul != "dsp",
                                                       clock.d, least=product_regs)
         if config.mul != "lut" and level >= LOAD_LEVEL and \

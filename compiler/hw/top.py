@@ -412,11 +412,12 @@ class TopHW(wiring.Component):
         return reads, address
 
     def _copy(self, m, p: int, ph: Copy, phase, reading, cctr, ncctr, sync_reads: bool,
-              ahead: tuple[Value | None, Value] | None = None) -> None:
+              ahead: tuple[Value | None, Value | list[Value]] | None = None) -> None:
         """Copy phase p: the source read while `reading` is p at counter `ncctr` (block RAM: the
         next cycle's) or `cctr`, the destinations written while `phase` is p. `ahead`, where given,
-        is (the read's enable, its source word), registers (_copy_read_ahead); an enable of None:
-        nothing else drives the source's read address, which is the word alone."""
+        is (the read's enable, its source word or one per source bank), registers
+        (_copy_read_ahead, DataflowTopHW._read_ahead); an enable of None: nothing else drives the
+        source's read address, which is the word alone."""
         src = self.banking[ph.src]
         reading_p, address = ahead if ahead is not None else (reading == p, None)
 
