@@ -312,21 +312,21 @@ class DataflowTopHW(TopHW):
                             m.d.comb += port.eq(registered(m, land, f"k{d[0]}_b{b}_land_{name}",
                                                            reset_less=name != "we"))
                             self.landing[(d[0], b, name)] = land
-        in_beat = busy
         for c, ph in enumerate(copies):
             L = ph.length
+            reads = busy & (cycle < L)             # copy c reads in this cycle of the beat
+            reading = Mux(reads, c, none)
             if sync_reads:
-                reading = Mux(in_beat & (cycle < L), c, none)
                 active = Signal(name=f"copy{c}_active")
-                m.d.sync += active.eq(in_beat & (cycle < L))
+                m.d.sync += active.eq(reads)
                 phase = Mux(active, c, none)
+                nctr = Mux(reads, cycle, 0)
                 ctr = Signal(range(max(L, 2)), name=f"copy{c}_ctr")
-                m.d.sync += ctr.eq(Mux(in_beat & (cycle < L), cycle, 0))
-                nctr = Mux(in_beat & (cycle < L), cycle, 0)
+                m.d.sync += ctr.eq(nctr)
             else:
-                phase = reading = Mux(in_beat & (cycle < L), c, none)
+                phase = reading
                 ctr = nctr = cycle
-            ahead = self._read_ahead(m, c, ph, in_beat & (cycle < L), nctr) if sync_reads and self.fanout else None
+            ahead = self._read_ahead(m, c, ph, reads, nctr) if sync_reads and self.fanout else None
             self._copy(m, c, ph, phase, reading, ctr, nctr, sync_reads, ahead)
         return m
 
