@@ -1,22 +1,44 @@
-"""Carry chains' unread carry-outs disconnected before nextpnr-ecp5.
+"""Carry chains rewritten before nextpnr-ecp5 so its packer adds no cells of its own to them.
 
-Yosys's synth_ecp5 maps an adder onto a chain of CCU2C cells and connects the last cell's
-COUT to a wire whether anything reads it or not. nextpnr-ecp5's packer ends a chain whose last
-COUT is connected with a CCU2C of its own that brings the carry out into the fabric (a feed-out,
-`split_carry_chain` in its ecp5/pack.cc): two LUT sites (TRELLIS_COMB) that compute nothing
-when no cell reads that carry. A design of many short adders pays it on every one: the jet-shaped
-MLP at w3a4 with constant weights (docs/area.md) has 848 chains, none of whose carry-outs is
-read, 1,696 of its 10,485 sites.
+Yosys's synth_ecp5 maps an adder onto a chain of CCU2C cells, two bits a cell. nextpnr-ecp5's
+packer (`split_carry_chain`, its ecp5/pack.cc) adds a CCU2C of its own, two LUT sites
+(TRELLIS_COMB) that compute nothing of the sum, at either end of a chain:
+
+* a feed-out after a chain whose last COUT is connected, to bring that carry into the fabric.
+  Yosys connects every chain's last COUT to a wire whether anything reads it or not;
+  `disconnect_unread` sets the unread ones to "x".
+* a feed-in before a chain whose first CIN is connected, even to a constant (nextpnr makes a
+  net of it), to generate that carry. Yosys ties every chain's carry-in to a constant (0 for a
+  sum, 1 for a difference). `absorb_carry_ins` generates it in the chain itself: a half-cell
+  whose LUT4 is 0 passes its LUT2 (a function of A and B) as its carry-out whatever its CIN,
+  so a first half holding the constant (or, for a chain of an even number of bits, the carry
+  out of the lowest bit, which is then summed by a LUT4 of its own) starts the chain, and its
+  CIN is left unconnected. Every later bit moves up by half a cell.
+
+A design of many short adders pays both on every chain: the jet-shaped MLP at w3a4 with
+constant weights (docs/area.md) has 848 chains, 1,696 of its 10,485 sites in feed-outs and as
+many in feed-ins. On the fine-tuned KWS network 1,298 of 2,247 chains hold an odd number of
+bits, so the constant fills the unused top half and the chain is a whole cell shorter.
 
 This runs on the JSON netlist before nextpnr (compiler/pnr/timing.py), as dsp_registers and
-bram_registers do: a CCU2C's COUT that no cell and no module output reads becomes unconnected
-("x"). Nothing it drove is lost (nothing read it), so the design, its simulation and its
-synthesis counts are unchanged. A carry-out read by the next cell of its chain (CIN) or by
-the fabric stays as it is.
+bram_registers do. Both rewrites keep every net the fabric reads driven by the same function of
+the same inputs (proved equivalent with Yosys's SAT on small designs,
+tests/test_carry_chains.py), so the design, its simulation and its synthesis counts are
+unchanged. A chain is left as it is when a carry inside it is read by the fabric, a half-cell
+injects (INJECT1 "YES"), or the rewrite would not take fewer sites.
+
+A half-cell: its LUT4 (INIT over A, B, C, D) is the propagate P, the LUT2 of INIT's low four
+bits (over A, B) the generate G; S = P ^ CIN and COUT = CIN if P else G.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from .dsp_registers import Netlist
+
+_HALF_PINS = ("A", "B", "C", "D")
+_ONES = ("1", "1", "1", "1")
 
 
 def disconnect_unread(module: dict) -> int:
@@ -32,3 +54,147 @@ def disconnect_unread(module: dict) -> int:
             cell["connections"]["COUT"] = ["x"]
             done += 1
     return done
+
+
+@dataclass(frozen=True)
+class _Half:
+    inputs: tuple           # A, B, C, D: net ids or constants "0" / "1"
+    init: int               # the LUT4's truth table, index A + 2B + 4C + 8D
+    s: Any                  # the sum bit's net, "x" when nothing reads it
+
+    def propagate(self, a: int, b: int) -> int | None:
+        """P at inputs A = a, B = b, or None when C or D is not a constant."""
+        c, d = self.inputs[2:]
+        if c not in ("0", "1") or d not in ("0", "1"):
+            return None
+        return self.init >> (a + 2 * b + 4 * int(c) + 8 * int(d)) & 1
+
+
+def _generating(carry: Any) -> _Half:
+    """A half whose carry-out is `carry` (a constant or a net) whatever its carry-in: P = 0 at
+    C = D = 1, G = A (a net) or the constant."""
+    if carry in ("0", "1"):
+        return _Half(_ONES, int(carry) << 3, "x")      # G at A = B = 1: INIT bit 3
+    return _Half((carry, "1", "1", "1"), 0b1010, "x")   # G = A
+
+
+_PASS = _Half(_ONES, 1 << 15, "x")
+"""A half whose carry-out is its carry-in (P = 1 at A = B = C = D = 1): pads a chain to whole
+cells, and ends one whose last carry the fabric reads at a cell's COUT."""
+
+
+def _halves(cell: dict) -> list[_Half] | None:
+    p, conn = cell["parameters"], cell["connections"]
+    if p.get("INJECT1_0", "NO").strip() != "NO" or p.get("INJECT1_1", "NO").strip() != "NO":
+        return None
+    return [_Half(tuple(conn.get(f"{pin}{i}", ["1"])[0] for pin in _HALF_PINS), int(p[f"INIT{i}"], 2),
+                  conn.get(f"S{i}", ["x"])[0]) for i in (0, 1)]
+
+
+def _chains(module: dict, net: Netlist) -> list[list[str]]:
+    """The carry chains whose first CIN is not a CCU2C's COUT and whose carries between cells
+    only the next cell reads, each its cells in carry order."""
+    cells = module["cells"]
+    reads = {}
+    for name, cell in cells.items():
+        if cell["type"] == "CCU2C":
+            cin = cell["connections"].get("CIN", ["x"])[0]
+            if not isinstance(cin, str):
+                reads[cin] = name
+    chains = []
+    for name, cell in cells.items():
+        if cell["type"] != "CCU2C":
+            continue
+        cin = cell["connections"].get("CIN", ["x"])[0]
+        driver = None if isinstance(cin, str) else net.driver.get(cin)
+        if cin == "x" or (driver and driver[1] == "COUT" and cells[driver[0]]["type"] == "CCU2C"):
+            continue                    # generates its own carry-in already, or not a chain's first
+        chain = [name]
+        while True:
+            cout = cells[chain[-1]]["connections"].get("COUT", ["x"])[0]
+            if isinstance(cout, str) or cout not in reads:
+                break
+            if len(net.loads[cout]) > 1:        # a carry the fabric reads too
+                chain = []
+                break
+            chain.append(reads[cout])
+        if chain:
+            chains.append(chain)
+    return chains
+
+
+def _absorbed(halves: list[_Half], carry_in: Any, cout_read: bool, read) -> tuple[list[_Half], _Half | None]:
+    """The chain's halves with its carry-in generated inside it, and the LUT4 half (its S the
+    lowest bit's sum) that goes beside it, if one does."""
+    needed = len(halves) if cout_read else max((i + 1 for i, h in enumerate(halves) if read(h.s)), default=0)
+    used = halves[:needed]
+    first = used[0] if used else None
+    if carry_in in ("0", "1") and first and len(used) % 2 == 0:
+        p = {(a, b): first.propagate(a, b) for a in (0, 1) for b in (0, 1)}
+        if None not in p.values():
+            # the lowest bit's carry-out, a function of A and B: its CIN is the constant
+            g = {(a, b): int(carry_in) if p[a, b] else first.init >> (a + 2 * b) & 1 for a, b in p}
+            gen = _Half((*first.inputs[:2], "1", "1"), sum(g[k] << (k[0] + 2 * k[1]) for k in g), "x")
+            s0 = None
+            if read(first.s):
+                s0 = _Half((*first.inputs[:2], "0", "0"),
+                           sum((p[k] ^ int(carry_in)) << (k[0] + 2 * k[1]) for k in p), first.s)
+            return [gen, *used[1:]], s0
+    new = [_generating(carry_in), *used]
+    if len(new) % 2:
+        new.append(_PASS)
+    return new, None
+
+
+def absorb_carry_ins(module: dict) -> int:
+    """Generate each carry chain's carry-in inside it (module, a Yosys JSON module, changed in
+    place), so nextpnr adds no feed-in cell. Returns how many chains were rewritten."""
+    net = Netlist(module)
+    cells = module["cells"]
+    read = lambda bit: not isinstance(bit, str) and bool(net.loads.get(bit))  # noqa: E731
+    done = 0
+    for chain in _chains(module, net):
+        halves = []
+        for name in chain:
+            pair = _halves(cells[name])
+            if pair is None:
+                break
+            halves += pair
+        else:
+            first = cells[chain[0]]["connections"]
+            last_cout = cells[chain[-1]]["connections"].get("COUT", ["x"])[0]
+            new, s0 = _absorbed(halves, first["CIN"][0], read(last_cout), read)
+            if len(new) + (s0 is not None) >= len(halves) + 2:      # a feed-in is two sites
+                continue
+            _rewrite(cells, chain, new, last_cout if read(last_cout) else "x")
+            if s0 is not None:
+                cells[f"{chain[0]}$carry_in_sum"] = _lut4(s0)
+            done += 1
+    return done
+
+
+def _rewrite(cells: dict, chain: list[str], halves: list[_Half], last_cout: Any) -> None:
+    """`chain`'s cells hold `halves` two a cell, in order; cells left over are removed. Cell k's
+    COUT still drives the net cell k + 1's CIN reads."""
+    keep = len(halves) // 2
+    for k, name in enumerate(chain[:keep]):
+        cell = cells[name]
+        conn, params = cell["connections"], cell["parameters"]
+        for i, half in enumerate(halves[2 * k:2 * k + 2]):
+            for pin, bit in zip(_HALF_PINS, half.inputs):
+                conn[f"{pin}{i}"] = [bit]
+            conn[f"S{i}"] = [half.s]
+            params[f"INIT{i}"] = format(half.init, "016b")
+        if k == 0:
+            conn["CIN"] = ["x"]
+        if k == keep - 1:
+            conn["COUT"] = [last_cout]
+    for name in chain[keep:]:
+        del cells[name]
+
+
+def _lut4(half: _Half) -> dict:
+    return {"hide_name": 1, "type": "LUT4", "parameters": {"INIT": format(half.init, "016b")},
+            "attributes": {},
+            "port_directions": {"A": "input", "B": "input", "C": "input", "D": "input", "Z": "output"},
+            "connections": {**{pin: [bit] for pin, bit in zip(_HALF_PINS, half.inputs)}, "Z": [half.s]}}
