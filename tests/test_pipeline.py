@@ -171,6 +171,22 @@ def test_gemv_cycles_add_the_pipeline_depth_once_per_run():
     assert [c for _, c in design.cycle_model().kernels] == [16 * 32 + 2, 4 * 16 + 2]
 
 
+@pytest.mark.parametrize("fp_pipeline", [2, 3])
+def test_accumulator_updates_are_selected_by_registered_flags_from_fanout_level(fp_pipeline):
+    """From FANOUT_LEVEL a step's accumulator updates are selected by a registered flag per step
+    (from the step id two stages ahead) and a copy of it per ACC_GROUP accumulators, not by the
+    step id decoded at every accumulator; below it, no such registers. Bit-exact either way."""
+    from amaranth.back import rtlil
+    from compiler.hw.kernel import ACC_GROUP
+    lanes = 10
+    design, _ = check(designs.gemv_int8(32, 20), fp_pipeline=fp_pipeline, lanes=lanes, reduce_unroll=2)
+    wires = {line.split()[-1] for line in rtlil.convert(design.top).splitlines() if line.lstrip().startswith("wire")}
+    firsts = {w for w in wires if re.search(r"\\acc_s\d+$", w)}
+    copies = {w for w in wires if re.search(r"\\acc_s\d+_\d+$", w)}
+    steps = len(firsts)
+    assert (steps > 0, len(copies)) == ((True, steps * -(-lanes // ACC_GROUP)) if fp_pipeline >= 3 else (False, 0))
+
+
 @pytest.mark.parametrize("lanes, reduce_unroll", [(4, 2), (5, 3), (8, 2), (16, 4), (17, 2), (26, 1)])
 def test_a_broadcast_operand_fans_out_through_levels_of_copies_for_a_cycle_each_per_run(lanes, reduce_unroll):
     """At fp_pipeline 3 an x element multiplied by more than OPERAND_GROUP lanes passes a copy

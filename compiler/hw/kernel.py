@@ -64,6 +64,9 @@ NO_RW_CHECK = {"no_rw_check": 1}
 STORE_GROUP = 4
 """Memories one registered store flag selects (KernelHW._stores with target_mhz)."""
 
+ACC_GROUP = 4
+"""Accumulators one registered update flag selects (KernelHW._accumulators, from FANOUT_LEVEL)."""
+
 SELECT_GROUP = 8
 """Read-data bits of a ring's bank that one registered bank choice selects (from FANOUT_LEVEL,
 KernelHW._ring_memory)."""
@@ -302,7 +305,9 @@ class KernelHW(wiring.Component):
                              self._load_data(s, reads, delays, before=1) if sched.early else None)
                 for s in prog.steps}
         self._gather_addresses(m, dp, reads, envs, delays, step)
-        self._accumulators(m, dp, envs, accs, delays.of(step, sched.depth, "step", control=True))
+        acc_before = [delays.of(step, sched.depth - n, "step", control=True) for n in (1, 2) if n <= sched.depth] \
+            if sched.level >= FANOUT_LEVEL and sched.depth >= 1 else None
+        self._accumulators(m, dp, envs, accs, delays.of(step, sched.depth, "step", control=True), acc_before)
         before = delays.of(step, sched.commit - 1, "step", control=True) \
             if self.config.target_mhz and sched.commit >= 1 else None
         self._stores(m, dp, envs, write, delays.of(step, sched.commit, "step", control=True), before)
@@ -508,10 +513,18 @@ class KernelHW(wiring.Component):
                 with m.If(delays.of(step, issue, "step", control=True) == s.index):
                     m.d.comb += port.addr.eq(self._in_range(dp, load.index, envs[s.index], sizes[load.buf], issue))
 
-    def _accumulators(self, m, dp: Datapath, envs, accs, step_d) -> None:
+    def _accumulators(self, m, dp: Datapath, envs, accs, step_d, before: list | None = None) -> None:
         """Accumulators are read and written in stage D (`step_d`: the step id there). An
         interleaved one (ways > 1) is a ring: its new value, computed by its one step, goes
-        through registers back to the register read in stage D, `ways` cycles in all."""
+        through registers back to the register read in stage D, `ways` cycles in all.
+
+        With `before` (the step ids one and two stages before D; from FANOUT_LEVEL) each step's
+        updates are selected by registered flags instead of by `step_d` decoded in stage D: a
+        flag per step from the step id two stages before, and copies of it a stage later, one
+        per ACC_GROUP accumulators, so every net on the way is a register's driving a handful
+        of loads. One step id decoded for every accumulator was the critical path of AD08 at
+        target interval 76 (14.4 ns of routing from k4's step_d12) and of the fine-tuned KWS
+        network (12.9 ns)."""
         sched = self.schedule
         rings = {a.index: a.ways for a in self.kernel.accs if a.ways > 1}
         for s in self.program.steps:
@@ -522,6 +535,18 @@ class KernelHW(wiring.Component):
                     for j in range(rings[st.acc] + sched.depth - w - 1):
                         value = dp.register(value, f"acc{st.acc}_ring{j}")
                     m.d.sync += accs[st.acc].eq(value)
+        if before is not None:
+            firsts: dict[int, Value] = {}
+            copies = Copies(dp.m, ACC_GROUP, reset_less=False)
+            for s in self.program.steps:
+                for st in s.stores:
+                    if isinstance(st, ir.AccStore) and st.acc not in rings:
+                        if s.index not in firsts:
+                            first = before[-1] == s.index
+                            firsts[s.index] = registered(dp.m, first, f"acc_s{s.index}") if len(before) > 1 else first
+                        with m.If(copies(s.index, firsts[s.index], f"acc_s{s.index}_")):
+                            m.d.sync += accs[st.acc].eq(dp.emit(st.value, envs[s.index], sched.depth))
+            return
         with m.Switch(step_d):
             for s in self.program.steps:
                 with m.Case(s.index):
