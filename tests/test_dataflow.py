@@ -1,6 +1,8 @@
 """schedule=dataflow (compiler/hw/dataflow.py) and fold=auto (compiler/fold.py)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from tinygrad import Tensor, dtypes
@@ -101,7 +103,8 @@ def test_pysim_streams_a_dataflow_design_as_the_sequential_design_computes_each_
     every sample's outputs equal the sequential design's run of it alone, its latency is the
     model's and every interval the beat; simulate() of one sample is a stream of one. From
     fp_pipeline 3 (FANOUT_LEVEL) the copy's writes land from registers, a cycle later (copy_lag),
-    its banks' choices and the ring counters copied per ring."""
+    its banks' choices and the ring counters copied per ring, each advanced by a copy of the
+    beat's `last` of its own."""
     rng = np.random.default_rng(5)
     folding = {"lanes@0": 4, "reduce_unroll@0": 2, "lanes@1": 2, "fp_pipeline": fp_pipeline}
     x, y = _mlp([24, 16, 8, 4])
@@ -122,6 +125,11 @@ def test_pysim_streams_a_dataflow_design_as_the_sequential_design_computes_each_
     one = simulate(flow, {x: xs[3]}, backend="pysim")
     np.testing.assert_array_equal(one.outputs[0], want[3].outputs[0])
     assert one.cycles == cm.total
+    from amaranth.back import rtlil
+    wires = {line.split()[-1] for line in rtlil.convert(flow.top).splitlines() if line.lstrip().startswith("wire")}
+    lasts = {w for w in wires if re.search(r"k\d+_b\d+_beat_last$", w)}
+    assert flow.flow.beat >= 4 and len(flow.flow.rings) >= 2
+    assert len(lasts) == (len(flow.flow.rings) if fp_pipeline >= 3 else 0)
 
 
 @pytest.mark.slow

@@ -244,6 +244,15 @@ class DataflowTopHW(TopHW):
             with m.Elif(running):
                 m.d.sync += bctr.eq(bctr + 1)
         m.d.sync += self.done.eq(last)
+        # From FANOUT_LEVEL each ring's beat counter advances on a copy of `last` of its own,
+        # registered from `last` a cycle ahead: with B >= 4 no beat starts in the two cycles
+        # before one ends, so that is the counter's compare a cycle earlier, and every net on
+        # the way is a register's driving a handful of loads. One `last` for every ring was the
+        # critical path of AD08 (8.3 to 11.1 ns of routing to a far ring's counter).
+        last_ahead = None
+        if self.fanout and B >= 4:
+            last_ahead = Signal(name="beat_last_ahead")
+            m.d.sync += last_ahead.eq(running & ~last & (bctr == B - 3))
         busy = begin | running
         m.d.comb += self.busy.eq(begin if B == 1 else running)
         for k in self.kernels:
@@ -264,7 +273,9 @@ class DataflowTopHW(TopHW):
             if key not in index:
                 index[key] = Signal(range(n), name=f"k{r.place[0]}_b{r.place[1]}_ring_beat" if self.fanout
                                     else f"ring{n}_beat", attrs={DUPLICATE_ATTRIBUTE: 1} if self.fanout else {})
-                with m.If(last):
+                advance = last if last_ahead is None else \
+                    registered(m, last_ahead, f"k{r.place[0]}_b{r.place[1]}_beat_last", duplicate=True)
+                with m.If(advance):
                     m.d.sync += index[key].eq(Mux(index[key] == n - 1, 0, index[key] + 1))
             idx = index[key]
             kb = idx
