@@ -107,8 +107,9 @@ def _chains(module: dict, net: Netlist) -> list[list[str]]:
             continue
         cin = cell["connections"].get("CIN", ["x"])[0]
         driver = None if isinstance(cin, str) else net.driver.get(cin)
-        if cin == "x" or (driver and driver[1] == "COUT" and cells[driver[0]]["type"] == "CCU2C"):
-            continue                    # generates its own carry-in already, or not a chain's first
+        if (isinstance(cin, str) and cin not in ("0", "1")) or \
+                (driver and driver[1] == "COUT" and cells[driver[0]]["type"] == "CCU2C"):
+            continue                    # generates its own carry-in already ("x"), or not a chain's first
         chain = [name]
         while True:
             cout = cells[chain[-1]]["connections"].get("COUT", ["x"])[0]
