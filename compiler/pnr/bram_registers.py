@@ -51,7 +51,7 @@ def absorb_outputs(module: dict) -> int:
             moves = []
             for pin in (f"{p}{i}" for p in prefixes for i in range(18)):
                 bit = conn.get(pin, ["x"])[0]
-                loads = set() if isinstance(bit, str) else net.loads.get(bit, set())
+                loads = net.loads_of(bit)
                 if not loads:
                     continue
                 (ff, port), = loads if len(loads) == 1 else ((None, None),)

@@ -50,7 +50,7 @@ def disconnect_unread(module: dict) -> int:
         if cell["type"] != "CCU2C":
             continue
         bit = cell["connections"].get("COUT", ["x"])[0]
-        if not isinstance(bit, str) and not net.loads.get(bit):
+        if not isinstance(bit, str) and not net.loads_of(bit):
             cell["connections"]["COUT"] = ["x"]
             done += 1
     return done
@@ -95,12 +95,6 @@ def _chains(module: dict, net: Netlist) -> list[list[str]]:
     """The carry chains whose first CIN is not a CCU2C's COUT and whose carries between cells
     only the next cell reads, each its cells in carry order."""
     cells = module["cells"]
-    reads = {}
-    for name, cell in cells.items():
-        if cell["type"] == "CCU2C":
-            cin = cell["connections"].get("CIN", ["x"])[0]
-            if not isinstance(cin, str):
-                reads[cin] = name
     chains = []
     for name, cell in cells.items():
         if cell["type"] != "CCU2C":
@@ -112,13 +106,14 @@ def _chains(module: dict, net: Netlist) -> list[list[str]]:
             continue                    # generates its own carry-in already ("x"), or not a chain's first
         chain = [name]
         while True:
-            cout = cells[chain[-1]]["connections"].get("COUT", ["x"])[0]
-            if isinstance(cout, str) or cout not in reads:
+            loads = net.loads_of(cells[chain[-1]]["connections"].get("COUT", ["x"])[0])
+            following = [c for c, pin in loads if pin == "CIN" and cells[c]["type"] == "CCU2C"]
+            if not following:
                 break
-            if len(net.loads[cout]) > 1:        # a carry the fabric reads too
+            if len(loads) > 1:                  # a carry the fabric reads too
                 chain = []
                 break
-            chain.append(reads[cout])
+            chain.append(following[0])
         if chain:
             chains.append(chain)
     return chains
@@ -152,7 +147,7 @@ def absorb_carry_ins(module: dict) -> int:
     place), so nextpnr adds no feed-in cell. Returns how many chains were rewritten."""
     net = Netlist(module)
     cells = module["cells"]
-    read = lambda bit: not isinstance(bit, str) and bool(net.loads.get(bit))  # noqa: E731
+    read = lambda bit: bool(net.loads_of(bit))  # noqa: E731
     done = 0
     for chain in _chains(module, net):
         halves = []

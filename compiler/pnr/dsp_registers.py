@@ -84,6 +84,10 @@ class Netlist:
                     else:
                         self.loads.setdefault(b, set()).add((name, pin))
 
+    def loads_of(self, bit: Any) -> set[tuple[str, str]]:
+        """(cell, pin) of everything that reads `bit`; none for a constant."""
+        return set() if isinstance(bit, str) else self.loads.get(bit, set())
+
     def plain_ff(self, bit: Any) -> str | None:
         """The plain flip-flop whose Q drives `bit`, if one does."""
         src = None if isinstance(bit, str) else self.driver.get(bit)
@@ -116,7 +120,7 @@ def _outputs(net: Netlist, dsp: str) -> list[tuple[str, str]] | None:
     conn, out = net.cells[dsp]["connections"], []
     for i in range(36):
         bit = conn.get(f"P{i}", ["0"])[0]
-        there = set() if isinstance(bit, str) else net.loads.get(bit, set())
+        there = net.loads_of(bit)
         if not there:
             continue
         (ff, pin), = there if len(there) == 1 else ((None, None),)

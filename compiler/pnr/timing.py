@@ -37,7 +37,8 @@ a flip-flop that then drives more than four multipliers gets twins that share th
 DP16KD's output register (compiler/pnr/bram_registers.py), a carry chain's carry-out that
 nothing reads is disconnected and its carry-in is generated inside it
 (compiler/pnr/carry_chains.py: nextpnr would add a feed-out and a feed-in cell, two LUT sites
-each, for them), and a top with a `clk` port has it on the package's clock pin (`CLOCK_PINS`). The cache key is the prepared netlist's.
+each, for them), and a top with a `clk` port has it on the package's clock pin (`CLOCK_PINS`).
+The cache key is the prepared netlist's.
 
 Router. nextpnr's default `router1` unless `router="router2"`. Measured (ECP5-85k, seed 1):
 router1 gives 4-10% more MHz on small designs (int8 GEMV 16x64 54.2 vs 52.2 MHz, int8 GEMV
