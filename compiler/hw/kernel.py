@@ -536,15 +536,11 @@ class KernelHW(wiring.Component):
                         value = dp.register(value, f"acc{st.acc}_ring{j}")
                     m.d.sync += accs[st.acc].eq(value)
         if before is not None:
-            firsts: dict[int, Value] = {}
-            copies = Copies(dp.m, ACC_GROUP, reset_less=False)
+            flags = _StepFlags(dp.m, ACC_GROUP, before, "acc")
             for s in self.program.steps:
                 for st in s.stores:
                     if isinstance(st, ir.AccStore) and st.acc not in rings:
-                        if s.index not in firsts:
-                            first = before[-1] == s.index
-                            firsts[s.index] = registered(dp.m, first, f"acc_s{s.index}") if len(before) > 1 else first
-                        with m.If(copies(s.index, firsts[s.index], f"acc_s{s.index}_")):
+                        with m.If(flags(s.index)):
                             m.d.sync += accs[st.acc].eq(dp.emit(st.value, envs[s.index], sched.depth))
             return
         with m.Switch(step_d):
@@ -570,11 +566,11 @@ class KernelHW(wiring.Component):
             gate = dp.local(st.gate, env, c) if st.gate is not None else Const(1, 1)
             m.d.comb += [wp.addr.eq(Mux(ok, idx, 0)), wp.data.eq(dp.local(st.value, env, c)), wp.en.eq(gate & ok)]
         if step_before is not None:
-            flags = Copies(dp.m, STORE_GROUP, reset_less=False)
+            flags = _StepFlags(dp.m, STORE_GROUP, [step_before], "store")
             for s in self.program.steps:
                 for st in s.stores:
                     if not isinstance(st, ir.AccStore):
-                        with m.If(flags(s.index, step_before == s.index, f"store_s{s.index}_")):
+                        with m.If(flags(s.index)):
                             store(st, envs[s.index])
             return
         with m.Switch(step_c):
@@ -682,6 +678,23 @@ class KernelHW(wiring.Component):
         idx = dp.emit(node, env, stage)
         ok = self._index_ok(dp, node, idx, size)
         return idx if isinstance(ok, Const) else Mux(ok, idx, 0)
+
+
+class _StepFlags:
+    """Registered flags "the step id is s" as a later stage sees it, a copy per `group` uses
+    (Copies), from `before`, the step ids one stage before it (the copies compare it) or one
+    and two stages before (a flag per step registered from the earlier, and copies of that)."""
+
+    def __init__(self, m: Module, group: int, before: list, name: str):
+        self.m, self.before, self.name = m, before, name
+        self.copies = Copies(m, group, reset_less=False)
+        self.firsts: dict[int, Value] = {}
+
+    def __call__(self, s: int) -> Signal:
+        if s not in self.firsts:
+            first = self.before[-1] == s
+            self.firsts[s] = registered(self.m, first, f"{self.name}_s{s}") if len(self.before) > 1 else first
+        return self.copies(s, self.firsts[s], f"{self.name}_s{s}_")
 
 
 class _Delays:
