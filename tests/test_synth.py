@@ -5,6 +5,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import designs
@@ -101,6 +102,27 @@ def test_a_large_combinational_adder_network_is_mapped_classically_from_the_star
     assert adder_network(adders + regs(ADDER_NETWORK_CELLS // ADDERS_PER_REGISTER)) == ""    # pipelined
     assert adder_network(adders.replace("$add $a0\n", "$mul $a0\n") + regs(1)) == ""        # too few adders
     assert adder_network("module \\top\n" + adders.replace("cell $add", "cell $sub") + "end\n") != ""
+
+
+def test_a_small_combinational_adder_network_keeps_the_smaller_of_both_mappings(tmp_path, monkeypatch):
+    """Under ADDER_NETWORK_CELLS abc9 finishes, but the classic mapping can be smaller (narrow
+    constant layers): both run and the smaller is kept, with its netlist (area.both_mappings)."""
+    from tinygrad import Tensor, dtypes
+    from compiler.synth import area
+    W = np.random.default_rng(0).integers(-2, 2, (12, 12)).astype(np.int8)     # 2-bit weights, 101 adders
+    x = Tensor(np.zeros(12, np.int8)).realize()
+    config = HardwareConfig.from_dict({"weights": "constant", "lanes": 12, "reduce_unroll": 12,
+                                       "adder_graph": "per_product"})
+    design = compile_model(Tensor(W).cast(dtypes.int32) @ x.cast(dtypes.int32), config=config, stream=x,
+                           input_ranges={x: (-2, 1)})
+    assert area.both_mappings(area.design_rtlil(design))
+    kept = synthesize(design, "ecp5", workdir=tmp_path / "both", use_cache=False, netlist=True)
+    monkeypatch.setattr(area, "ADDER_NETWORK_CELLS", 1)                       # the classic mapping alone
+    classic = synthesize(design, "ecp5", workdir=tmp_path / "classic", use_cache=False)
+    abc9 = int(re.search(r"against abc9's (\d+)", kept.fallback).group(1))
+    assert kept.luts == classic.luts < abc9                                    # 459 against 523 LUTs
+    assert kept.netlist_path == str(tmp_path / "both" / "netlist.json")
+    assert json.loads(Path(kept.netlist_path).read_text())["modules"]
 
 
 def test_fanout_copies_survive_synthesis(tmp_path):

@@ -30,7 +30,8 @@ each other, not exactly with the other points'. The cache keeps the outcome unde
 first script's key: the same netlist always takes the same path. The same classic mapping runs
 from the start on a large combinational adder network (`adder_network`: a design with constant
 weights and no pipeline), where abc9 does not finish in any time a sweep can spend; the report's
-`fallback` says so.
+`fallback` says so. A smaller combinational adder network is mapped both ways and the one with
+fewer LUTs kept (`both_mappings`; `fallback` says when it is the classic one).
 """
 from __future__ import annotations
 
@@ -234,6 +235,9 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
         report = _run_yosys(script, target=target, workdir=workdir, timeout=timeout, netlist=netlist)
         if adders:
             report = dataclasses.replace(report, fallback=adders)
+        elif target in _FALLBACK and both_mappings(text):
+            report = _smaller_mapping(report, script.replace(TARGETS[target] + "\n", _FALLBACK[target]), files,
+                                      target=target, workdir=workdir, timeout=timeout, netlist=netlist)
     except ToolError as exc:
         if adders or target not in _FALLBACK or "call stack exhausted" not in f"{exc.reason}\n{exc.log_tail}":
             raise
@@ -246,6 +250,28 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
     if use_cache:
         _cache_write(key, workdir, report)
     return report
+
+
+def _smaller_mapping(abc9: AreaReport, classic_script: str, files: dict[str, str], *, target: str, workdir: Path,
+                     timeout: float | None, netlist: bool) -> AreaReport:
+    """`both_mappings`: the same netlist mapped classically in a folder of its own; the report with
+    fewer LUTs is kept, its outputs in `workdir`, and its `seconds` are both runs'."""
+    other = workdir / "classic"
+    other.mkdir(exist_ok=True)
+    for name, content in {"design.il": (workdir / "design.il").read_text(), **files}.items():
+        (other / name).write_text(content)
+    classic = _run_yosys(classic_script, target=target, workdir=other, timeout=timeout, netlist=netlist)
+    seconds = abc9.seconds + classic.seconds
+    if classic.luts >= abc9.luts:
+        return dataclasses.replace(abc9, seconds=seconds)
+    for name in _OUTPUTS:
+        if (other / name).exists():
+            (other / name).replace(workdir / name)
+    return dataclasses.replace(
+        classic, seconds=seconds, log_path=str(workdir / "yosys.log"),
+        netlist_path=str(workdir / "netlist.json") if netlist else "",
+        fallback=f"a small combinational adder network mapped both ways: the classic flow's {classic.luts} LUTs "
+                 f"kept against abc9's {abc9.luts} (compiler.synth.area.both_mappings)")
 
 
 def synthesize_units(text: str, target: str, workdir: Path | None = None, *, timeout: float | None = 600,
@@ -344,11 +370,20 @@ ADDER_NETWORK_CELLS = 256
 ADDERS_PER_REGISTER = 16
 
 
+def _adders_and_registers(text: str) -> tuple[int, int]:
+    return len(_ADDER.findall(text)), len(_REGISTER.findall(text))
+
+
+def _combinational(adders: int, registers: int) -> bool:
+    """More than ADDERS_PER_REGISTER adders and subtractors per register cell: a combinational
+    adder network (constant weights and no pipeline: every product a shift-and-add)."""
+    return adders > ADDERS_PER_REGISTER * max(registers, 1)
+
+
 def adder_network(text: str) -> str:
-    """Why the classic LUT mapping runs instead of abc9 ("" when abc9 does): a network of at least
-    ADDER_NETWORK_CELLS adders and subtractors with more than ADDERS_PER_REGISTER of them per
-    register cell, i.e. a large combinational adder network (a network with constant weights
-    and no pipeline: every product a shift-and-add). abc9 sees each carry chain as a box, and
+    """Why the classic LUT mapping runs instead of abc9 ("" when abc9 does): a combinational
+    adder network (`_combinational`) of at least ADDER_NETWORK_CELLS adders and subtractors.
+    abc9 sees each carry chain as a box, and
     its `&sweep`/`&scorr` passes on thousands of boxes in one combinational cone do not finish:
     the iris MLP 4-16-8-3 with constant weights, int8 (456 adders, 5 register cells; 2,413 CCU2C
     carry cells against 962 other gates) was still in abc9 after 8.5 CPU minutes (20 min of wall
@@ -358,14 +393,23 @@ def adder_network(text: str) -> str:
     Where abc9 finishes the two differ by about 3% of LUTs: the iris MLP 4-6-3 (74 adders, 5
     registers: under the rule) 1,024 LUTs with abc9, 1,057 with abc; the jet-shaped MLP pipelined
     (2,466 adders, 1,597 registers: under the rule, abc9 in 41 s of CPU) 19,934 against 20,533
-    (docs/synthesis.md)."""
-    adders = len(_ADDER.findall(text))
-    registers = len(_REGISTER.findall(text))
-    if adders < ADDER_NETWORK_CELLS or adders <= ADDERS_PER_REGISTER * max(registers, 1):
+    (docs/synthesis.md). A smaller combinational network is mapped both ways (`both_mappings`)."""
+    adders, registers = _adders_and_registers(text)
+    if adders < ADDER_NETWORK_CELLS or not _combinational(adders, registers):
         return ""
     return (f"a combinational adder network ({adders} adders, {registers} register cells): LUTs mapped with the "
             f"classic flow (ECP5: abc -lut 4; iCE40: -noabc), not abc9, whose passes do not finish on such a "
             f"network (compiler.synth.area.adder_network)")
+
+
+def both_mappings(text: str) -> bool:
+    """A combinational adder network under ADDER_NETWORK_CELLS: abc9 finishes on it in seconds,
+    and so does the classic mapping, but neither is always the smaller, so both run and the one
+    with fewer LUTs is kept. A 32x32 constant layer, 75% pruned, shared adder graph (bench_area.py):
+    w2a2 (145 adders of 3-4 bits) 1,096 LUTs with abc9, 864 with abc; w3a3 (204) 1,478 against
+    1,506; w4a4 (254) 2,122 against 2,221."""
+    adders, registers = _adders_and_registers(text)
+    return 0 < adders < ADDER_NETWORK_CELLS and _combinational(adders, registers)
 
 
 _FALLBACK = {   # the family flow with classic LUT mapping in place of abc9 (module docstring)
