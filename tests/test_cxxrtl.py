@@ -206,6 +206,28 @@ def test_build_failure_raises_with_compiler_output(tmp_path, monkeypatch, isolat
     assert not list((tmp_path / "cache" / "cxxrtl").glob("*/*/sim"))  # nothing half-built in the cache
 
 
+@pytest.mark.slow
+def test_a_large_design_is_compiled_at_O0_in_a_bundle_of_its_own(monkeypatch, isolated_cache):
+    """Above LARGE_RTLIL characters of RTLIL g++ runs at -O0 (cxxrtl.CXX_FLAGS_LARGE): the
+    designs of each level share a bundle, never one of the other, and both simulate exactly."""
+    small_case, large_case = designs.add_relu(N=20), designs.SMALL["gemv_int8_16x8"]()
+    small, large = (compile_model(*c.outputs) for c in (small_case, large_case))
+    sizes = [len(cxxrtl.design_rtlil(d)) for d in (small, large)]
+    assert sizes[0] < sizes[1]
+    monkeypatch.setattr(cxxrtl, "LARGE_RTLIL", sizes[0])
+    runs = []
+    compile_cxxrtl = cxxrtl.compile_cxxrtl
+    monkeypatch.setattr(cxxrtl, "compile_cxxrtl", lambda work, script, source, *, cxx, flags: (
+        runs.append((flags, sum(line.startswith("read_rtlil") for line in script))),
+        compile_cxxrtl(work, script, source, cxx=cxx, flags=flags))[1])
+    cxxrtl.build_many([small, large], jobs=1)
+    assert sorted(runs) == [(cxxrtl.CXX_FLAGS_LARGE, 1), (cxxrtl.CXX_FLAGS, 1)]
+    for design, case in ((small, small_case), (large, large_case)):
+        result = simulate(design, backend="cxxrtl")
+        assert_exact(result.outputs, case.reference)
+        assert result.cycles == design.cycles_formula
+
+
 def test_missing_compiler_is_a_tool_error(tmp_path, monkeypatch):
     monkeypatch.setenv("TINYHW_CXX", "no-such-cxx-compiler")
     monkeypatch.setenv("TINYHW_CACHE", str(tmp_path))
