@@ -383,8 +383,8 @@ def _combinational(adders: int, registers: int) -> bool:
 def adder_network(text: str) -> str:
     """Why the classic LUT mapping runs instead of abc9 ("" when abc9 does): a combinational
     adder network (`_combinational`) of at least ADDER_NETWORK_CELLS adders and subtractors.
-    abc9 sees each carry chain as a box, and
-    its `&sweep`/`&scorr` passes on thousands of boxes in one combinational cone do not finish:
+    abc9 sees each carry chain as a box, and its `&sweep`/`&scorr` passes on thousands of boxes
+    in one combinational cone do not finish:
     the iris MLP 4-16-8-3 with constant weights, int8 (456 adders, 5 register cells; 2,413 CCU2C
     carry cells against 962 other gates) was still in abc9 after 8.5 CPU minutes (20 min of wall
     on a loaded machine; the issue that asked for this measured 678 s) at `scale_digits: 1`, and
