@@ -11,7 +11,7 @@ from .config import HardwareConfig
 from .frontend import Graph
 from .hw.kernel import KernelHW, is_pipelined, read_ports
 from .hw.pipeline import Schedule, kernel_paths, schedule
-from .timing_model import Estimate, delays, dsp_blocks, memory_to_dsp_ns, product_ns
+from .timing_model import Estimate, delays, dsp_blocks, memory_to_dsp_ns, product_ns, word_write_ns
 from .hw.program import Program, build_program
 from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow
 from .hw.top import Copy, HostBuffer, HostPort, Run, Share, TopHW, plan
@@ -183,6 +183,10 @@ class Design:
                 ns, what = memory_to_dsp_ns(d), f"read data into a {a}x{b} DSP product's input register"
             if ns > worst.period_ns:
                 worst = Estimate(ns, what)
+        for k, packs in zip(self.kernels, self.packs):
+            for p in packs:
+                if p.word_writes and (ns_what := word_write_ns(len(p.slots), p.width, p.depth, d))[0] > worst.period_ns:
+                    worst = Estimate(ns_what[0], f"{k.name}: {ns_what[1]}")
         return worst
 
     def cycle_model(self) -> CycleModel:

@@ -335,6 +335,31 @@ def memory_to_dsp_ns(d: Delays) -> float:
     return d.bram_clk_q_reg + 2 * d.dsp_route + d.setup
 
 
+# A memory of fewer bits goes to LUT RAM (or flip-flops), a larger one to block RAM: what Yosys's
+# memory mapping chose for the GEMV banks of configs/gemv_space.yaml on ECP5 (1,376 and 1,024
+# bits: LUT RAM; 1,824 and 2,048: block RAM). dse/estimate.py counts memories by the same split.
+BRAM_MIN_BITS = 1536
+
+
+def word_write_ns(banks: int, width: int, depth: int, d: Delays) -> tuple[float, str]:
+    """The read-modify-write of a packed memory written a word at a time (Pack.word_writes,
+    hw/subword.py), which no register placement shortens: in block RAM the word read (no output
+    register: `bram_clk_q`) goes through the merge multiplexers into the same block's write data
+    (the w4a8 GEMV at 12 x 56, target_mhz 200: 11.4 ns, 5.0 of routing); in LUT RAM the read
+    address is chosen by whether the write is partial, an OR and AND of the ports' write enables
+    (each a registered write and a copy of the host's free flag), and goes to every LUT-RAM cell
+    of the word (the fine-tuned KWS network's 320-bit word, 80 cells: 13.4 ns, 11.5 of routing)."""
+    bits = banks * width
+    if depth * bits >= BRAM_MIN_BITS:
+        ns = d.bram_clk_q + d.route_ns(2) + 2 * d.lut + d.route_ns(1) + d.setup
+        return ns, f"a packed block RAM's read-modify-write ({banks} x {width} bits): read data -> merge -> write data"
+    enables = 1 + max(1, math.ceil(math.log(max(banks, 2), 4)))     # the AND, then the any/all tree
+    ns = d.clk_q + enables * (d.route_ns(1) + d.lut) + d.route_ns(1) + d.lut \
+        + d.route_ns(math.ceil(bits / 4)) + d.lut + d.route_ns(1) + d.setup
+    return ns, (f"a packed LUT RAM's read-modify-write ({banks} x {width} bits): write enables -> partial -> "
+                f"read address -> read data")
+
+
 def product_registers(shapes, period_ns: float, lut: bool, d: Delays, least: int = 1) -> int:
     """The fewest registers (from `least`, at most 3) that fit every product of operand widths
     `shapes` into `period_ns` (product_ns); 3 when none does."""

@@ -51,11 +51,6 @@ _BRAM_SHAPES = {
     "xilinx": ((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36)),   # RAMB18
     "ice40": ((2048, 2), (1024, 4), (512, 8), (256, 16)),                              # SB_RAM40_4K
 }
-# Banks smaller than this many bits go to LUT RAM or flip-flops, larger ones to block RAM: what
-# Yosys' memory mapping chose for the GEMV banks of configs/gemv_space.yaml on ECP5 (1,376 and
-# 1,024 bits: LUT RAM; 1,824 and 2,048: block RAM). Other targets use the same split; the fit
-# calibrates the rest.
-_BRAM_MIN_BITS = 1536
 MIN_SAMPLES = 8
 """Synthesised points needed before the estimator is trusted at all."""
 _RIDGE = 1e-6
@@ -125,6 +120,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
     from compiler.hw.bram import memory_tail
     from compiler.hw.kernel import acc_ranges, acc_shape
     from compiler.synth import multipliers
+    from compiler.timing_model import BRAM_MIN_BITS
     K = ir.OpKind
     f: dict[str, float] = {"version": FEATURES_VERSION}
 
@@ -233,7 +229,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
                     depth -= tail
                 if comb:
                     add("comb_mem_bits", depth * width)
-                elif depth * width >= _BRAM_MIN_BITS:
+                elif depth * width >= BRAM_MIN_BITS:     # LUT RAM below (timing_model; every target alike)
                     add("bram_blocks", _blocks(depth, width, target))
                     add("bram_banks", 1)
                     add("bram_mux_bits", (_rows(depth, width, target) - 1) * width)   # cascaded blocks' read mux

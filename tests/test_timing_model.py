@@ -10,7 +10,7 @@ from tinygrad import Tensor, dtypes
 import designs
 from compiler import HardwareConfig, compile_model, ir, simulate, simulate_many
 from compiler.devices import find_device
-from compiler.timing_model import DELAYS, delays, logic_ns, product_ns, product_registers
+from compiler.timing_model import DELAYS, delays, logic_ns, product_ns, product_registers, word_write_ns
 from dse.models import zoo
 from helpers import assert_exact, run_zoo, same_bits
 
@@ -244,6 +244,23 @@ def test_the_estimate_is_faster_on_a_faster_grade_and_for_more_registers():
     p1, p3, p3_8 = (e.fmax_mhz for e in est.values())
     assert p1 < p3 < p3_8
     assert all(e.where for e in est.values())
+
+
+@pytest.mark.parametrize("M, K, memory", [(16, 64, "LUT RAM"), (32, 128, "block RAM")])
+def test_the_estimate_times_the_read_modify_write_of_packed_4_bit_weights(M, K, memory):
+    """4-bit weights packed a word to a memory are written a word at a time (hw/subword.py):
+    the read-modify-write is a path no register placement shortens, so the estimate at
+    target_mhz 200 is that path's (timing_model.word_write_ns), on LUT RAM and on block RAM."""
+    built = zoo.ZOO["gemv"].build("w4a8", M=M, K=K)
+    tensors = zoo.input_tensors(built, zoo.make_inputs(built, 0))
+    design = compile_model(built.forward(*tensors), input_ranges=zoo.declared_ranges(built, tensors),
+                           config=HardwareConfig(lanes=4, reduce_unroll=8, fp_pipeline=3, target_mhz=200))
+    words = [p for packs in design.packs for p in packs if p.word_writes]      # the weights' (x: int8 bytes)
+    assert words
+    est = design.timing_estimate()
+    d = delays(design.config.timing_part())
+    assert est.period_ns == max(word_write_ns(len(p.slots), p.width, p.depth, d)[0] for p in words)
+    assert f"a packed {memory}'s read-modify-write" in est.where and est.fmax_mhz < 120
 
 
 # ------------------------------------------------------------------ the same in CXXRTL
