@@ -184,9 +184,10 @@ class Design:
             if ns > worst.period_ns:
                 worst = Estimate(ns, what)
         for k, packs in zip(self.kernels, self.packs):
-            for p in packs:
-                if p.word_writes and (ns_what := word_write_ns(len(p.slots), p.width, p.depth, d))[0] > worst.period_ns:
-                    worst = Estimate(ns_what[0], f"{k.name}: {ns_what[1]}")
+            for p in (p for p in packs if p.word_writes):
+                ns, what = word_write_ns(len(p.slots), p.width, p.depth, d)
+                if ns > worst.period_ns:
+                    worst = Estimate(ns, f"{k.name}: {what}")
         return worst
 
     def cycle_model(self) -> CycleModel:

@@ -218,9 +218,7 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
     text = undefined_collisions(text)
     files = multipliers.map_files(text, target) if before else {}
     before = attribute_script(text) + before
-    (workdir / "design.il").write_text(text)
-    for name, content in files.items():
-        (workdir / name).write_text(content)
+    _write_inputs(workdir, text, files)
     adders = adder_network(text) if target in _FALLBACK else ""
     flow = _FALLBACK[target] if adders else TARGETS[target] + "\n"
     script = f"read_rtlil design.il\n{before}{flow}tee -q -o stat.json stat -json\n"
@@ -236,8 +234,8 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
         if adders:
             report = dataclasses.replace(report, fallback=adders)
         elif target in _FALLBACK and both_mappings(text):
-            report = _smaller_mapping(report, script.replace(TARGETS[target] + "\n", _FALLBACK[target]), files,
-                                      target=target, workdir=workdir, timeout=timeout, netlist=netlist)
+            report = _smaller_mapping(report, script.replace(TARGETS[target] + "\n", _FALLBACK[target]), text,
+                                      files, target=target, workdir=workdir, timeout=timeout, netlist=netlist)
     except ToolError as exc:
         if adders or target not in _FALLBACK or "call stack exhausted" not in f"{exc.reason}\n{exc.log_tail}":
             raise
@@ -252,14 +250,20 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
     return report
 
 
-def _smaller_mapping(abc9: AreaReport, classic_script: str, files: dict[str, str], *, target: str, workdir: Path,
-                     timeout: float | None, netlist: bool) -> AreaReport:
+def _write_inputs(folder: Path, text: str, files: dict[str, str]) -> None:
+    """What a Yosys run in `folder` reads besides its script: the RTLIL and the map files."""
+    (folder / "design.il").write_text(text)
+    for name, content in files.items():
+        (folder / name).write_text(content)
+
+
+def _smaller_mapping(abc9: AreaReport, classic_script: str, text: str, files: dict[str, str], *, target: str,
+                     workdir: Path, timeout: float | None, netlist: bool) -> AreaReport:
     """`both_mappings`: the same netlist mapped classically in a folder of its own; the report with
     fewer LUTs is kept, its outputs in `workdir`, and its `seconds` are both runs'."""
     other = workdir / "classic"
     other.mkdir(exist_ok=True)
-    for name, content in {"design.il": (workdir / "design.il").read_text(), **files}.items():
-        (other / name).write_text(content)
+    _write_inputs(other, text, files)
     classic = _run_yosys(classic_script, target=target, workdir=other, timeout=timeout, netlist=netlist)
     seconds = abc9.seconds + classic.seconds
     if classic.luts >= abc9.luts:
@@ -490,10 +494,8 @@ def module_breakdown(design: Design, target: str = "ecp5", workdir: Path | None 
     workdir.mkdir(parents=True, exist_ok=True)
     text, before, _ = multipliers.plan(design_rtlil(design), target, design.config.mul)
     text = undefined_collisions(text)
-    for name, content in (multipliers.map_files(text, target) if before else {}).items():
-        (workdir / name).write_text(content)
+    _write_inputs(workdir, text, multipliers.map_files(text, target) if before else {})
     before = attribute_script(text) + before
-    (workdir / "design.il").write_text(text)
     script = f"read_rtlil design.il\n{before}{TARGETS[target]} -noflatten\ntee -q -o stat.json stat -json\n"
     yosys(script, cwd=workdir, log_name="yosys.log", timeout=timeout)
     # stat names a module "\\name" and a cell of its type "name": both without the backslash here
