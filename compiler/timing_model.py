@@ -346,18 +346,17 @@ def word_write_ns(banks: int, width: int, depth: int, d: Delays) -> tuple[float,
     hw/subword.py), which no register placement shortens: in block RAM the word read (no output
     register: `bram_clk_q`) goes through the merge multiplexers into the same block's write data
     (the w4a8 GEMV at 12 x 56, target_mhz 200: 11.4 ns, 5.0 of routing); in LUT RAM the read
-    address is chosen by whether the write is partial, an OR and AND of the ports' write enables
-    (each a registered write and a copy of the host's free flag), and goes to every LUT-RAM cell
-    of the word (the fine-tuned KWS network's 320-bit word, 80 cells: 13.4 ns, 11.5 of routing)."""
+    address, chosen by the kernel's registered `reading` flag (KernelHW._reading_flag: a memory
+    only the kernel reads, with registered addresses, as every such pack from FANOUT_LEVEL), goes
+    to every LUT-RAM cell of the word. (Chosen by whether the write was partial, the address had
+    come through the ports' write enables and their any/all tree: the fine-tuned KWS network's
+    320-bit word, 80 cells, 13.4 ns, 11.5 of routing.)"""
     bits = banks * width
     if depth * bits >= BRAM_MIN_BITS:
         ns = d.bram_clk_q + d.route_ns(2) + 2 * d.lut + d.route_ns(1) + d.setup
         return ns, f"a packed block RAM's read-modify-write ({banks} x {width} bits): read data -> merge -> write data"
-    enables = 1 + max(1, math.ceil(math.log(max(banks, 2), 4)))     # the AND, then the any/all tree
-    ns = d.clk_q + enables * (d.route_ns(1) + d.lut) + d.route_ns(1) + d.lut \
-        + d.route_ns(math.ceil(bits / 4)) + d.lut + d.route_ns(1) + d.setup
-    return ns, (f"a packed LUT RAM's read-modify-write ({banks} x {width} bits): write enables -> partial -> "
-                f"read address -> read data")
+    ns = d.clk_q + d.route_ns(1) + d.lut + d.route_ns(math.ceil(bits / 4)) + d.lut + d.route_ns(1) + d.setup
+    return ns, f"a packed LUT RAM's read-modify-write ({banks} x {width} bits): read address -> read data"
 
 
 def product_registers(shapes, period_ns: float, lut: bool, d: Delays, least: int = 1) -> int:

@@ -249,8 +249,9 @@ def test_the_estimate_is_faster_on_a_faster_grade_and_for_more_registers():
 @pytest.mark.parametrize("M, K, memory", [(16, 64, "LUT RAM"), (32, 128, "block RAM")])
 def test_the_estimate_times_the_read_modify_write_of_packed_4_bit_weights(M, K, memory):
     """4-bit weights packed a word to a memory are written a word at a time (hw/subword.py):
-    the read-modify-write is a path no register placement shortens, so the estimate at
-    target_mhz 200 is that path's (timing_model.word_write_ns), on LUT RAM and on block RAM."""
+    the read-modify-write is a path no register placement shortens, timed on its own
+    (timing_model.word_write_ns). In block RAM it bounds the estimate at target_mhz 200; in LUT
+    RAM, its read address selected by a register (the kernel's `reading` flag), it fits 150 MHz."""
     built = zoo.ZOO["gemv"].build("w4a8", M=M, K=K)
     tensors = zoo.input_tensors(built, zoo.make_inputs(built, 0))
     design = compile_model(built.forward(*tensors), input_ranges=zoo.declared_ranges(built, tensors),
@@ -259,8 +260,12 @@ def test_the_estimate_times_the_read_modify_write_of_packed_4_bit_weights(M, K, 
     assert words
     est = design.timing_estimate()
     d = delays(design.config.timing_part())
-    assert est.period_ns == max(word_write_ns(len(p.slots), p.width, p.depth, d)[0] for p in words)
-    assert f"a packed {memory}'s read-modify-write" in est.where and est.fmax_mhz < 120
+    ns, what = max(word_write_ns(len(p.slots), p.width, p.depth, d) for p in words)
+    assert f"a packed {memory}'s read-modify-write" in what
+    if memory == "block RAM":
+        assert est.period_ns == ns and what in est.where and est.fmax_mhz < 120
+    else:
+        assert ns < 1000 / 150 and ns <= est.period_ns
 
 
 # ------------------------------------------------------------------ the same in CXXRTL

@@ -163,6 +163,9 @@ class _BankPort:
     def __init__(self, slot: int, p: int, width: int, depth: int):
         self.addr = Signal(_addr_shape(depth), name=f"b{slot}_p{p}_addr")
         self.data = Signal(width, name=f"b{slot}_p{p}_data")
+        # high while the kernel's own (registered) address is on the port: driven for port 0
+        # of a memory written a word at a time, whose read-modify-write takes the port otherwise
+        self.reading = Signal(name=f"b{slot}_p{p}_reading")
 
 
 class KernelHW(wiring.Component):
@@ -430,7 +433,8 @@ class KernelHW(wiring.Component):
             m.d.comb += [bank.data.eq(port.data[i * w:(i + 1) * w]) for bank, port in zip(reads[slot], shared)]
         own = reads[pack.slots[0]]
         if pack.word_writes:          # one enable: a bank's write reads the word first (subword.py)
-            read_modify_write(m, pack.name, wp, shared[0], own[0].addr, waddr=waddr, fields=fields, width=w)
+            read_modify_write(m, pack.name, wp, shared[0], own[0].addr, waddr=waddr, fields=fields, width=w,
+                              kernel_reads=own[0].reading if self._reading_flag(first.slot) else None)
             m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(own[1:], shared[1:])]
             return
         m.d.comb += wp.addr.eq(waddr)
@@ -614,8 +618,8 @@ class KernelHW(wiring.Component):
                     for step, index in cases:
                         with m.Case(step):
                             m.d.comb += [own_addr.eq(self._in_range(dp, index, addr_env, b.size, None)), own.eq(1)]
-                outside = p == 0 and b.slot not in self.external and b.slot not in self.rings and \
-                    (self.read_outside is None or b.slot in self.read_outside)
+                outside = p == 0 and self._outside_reads(b.slot)
+                flagged = outside or (p == 0 and drives and self._reading_flag(b.slot))
                 levels = self.schedule.address_levels + self.schedule.late.get(b.slot, 0)
                 if levels > 1 and drives:
                     # A tree: banks read in lockstep have equal addresses; each ADDRESS_GROUP of
@@ -625,20 +629,35 @@ class KernelHW(wiring.Component):
                     # across the die: 18.5 ns). Kept apart in synthesis (DUPLICATE_ATTRIBUTE).
                     key = (tuple(cases), b.size, len(port.addr), outside)
                     own_addr = first_addr(key, own_addr, f"b{b.slot}_p{p}_addr_t")
-                    own = first_own(key, own, f"b{b.slot}_p{p}_own_t") if outside else own
+                    own = first_own(key, own, f"b{b.slot}_p{p}_own_t") if flagged else own
                     levels -= 1
                 elif levels:                   # one level: the banks' registers are one after opt_merge
                     own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q")
-                    own = registered(dp.m, own, f"b{b.slot}_p{p}_own_q") if outside else own
+                    own = registered(dp.m, own, f"b{b.slot}_p{p}_own_q") if flagged else own
                     levels -= 1
                 for level in range(1, levels + 1):
                     own_addr = dp.register(own_addr, f"b{b.slot}_p{p}_addr_q{level}", duplicate=drives)
-                    if outside:
+                    if flagged:
                         own = registered(dp.m, own, f"b{b.slot}_p{p}_own_q{level}", duplicate=drives)
                 if outside:
                     m.d.comb += port.addr.eq(Mux(own, own_addr, getattr(self, port_names(b.slot)["raddr"])))
                 else:
                     m.d.comb += port.addr.eq(own_addr)
+                if flagged and not outside:
+                    m.d.comb += port.reading.eq(own)
+
+    def _outside_reads(self, slot: int) -> bool:
+        """Whether the top module also addresses port 0 of slot `slot` (read_outside)."""
+        return slot not in self.external and slot not in self.rings and \
+            (self.read_outside is None or slot in self.read_outside)
+
+    def _reading_flag(self, slot: int) -> bool:
+        """Whether port 0 of slot `slot` (a packed group's first) tells its read-modify-write
+        when the kernel reads it (_BankPort.reading): a memory written a word at a time that
+        only the kernel reads, with registered addresses (their flag is a register)."""
+        pack = self.packs.get(slot)
+        return pack is not None and pack.word_writes and bool(self.schedule.address_levels) \
+            and not self._outside_reads(slot)
 
     def _transition(self, m, advances, fallthrough, ctr, nctr, nstep, last, idle):
         if not advances:
