@@ -343,18 +343,19 @@ BRAM_MIN_BITS = 1536
 
 def word_write_ns(banks: int, width: int, depth: int, d: Delays) -> tuple[float, str]:
     """The read-modify-write of a packed memory written a word at a time (Pack.word_writes,
-    hw/subword.py), which no register placement shortens: in block RAM the word read (no output
-    register: `bram_clk_q`) goes through the merge multiplexers into the same block's write data
-    (the w4a8 GEMV at 12 x 56, target_mhz 200: 11.4 ns, 5.0 of routing); in LUT RAM the read
-    address, chosen by the kernel's registered `reading` flag (KernelHW._reading_flag: a memory
-    only the kernel reads, with registered addresses, as every such pack from FANOUT_LEVEL), goes
-    to every LUT-RAM cell of the word. (Chosen by whether the write was partial, the address had
-    come through the ports' write enables and their any/all tree: the fine-tuned KWS network's
-    320-bit word, 80 cells, 13.4 ns, 11.5 of routing.)"""
+    hw/subword.py), as built from FANOUT_LEVEL (the kernel's registered `reading` flag selects
+    the read address: KernelHW._reading_flag). In block RAM the word read is registered in the
+    block's output register (`bram_clk_q_reg`) and goes through the forwarding and merge
+    multiplexers into the same block's write data; in LUT RAM the read address goes from that
+    flag to every LUT-RAM cell of the word, the data into its register. (Before, the block RAM's
+    unregistered data went into the merge: the w4a8 GEMV at 12 x 56, target_mhz 200, 11.4 ns;
+    and the LUT RAM's address came through the ports' write enables and their any/all tree: the
+    fine-tuned KWS network's 320-bit word, 80 cells, 13.4 ns.)"""
     bits = banks * width
     if depth * bits >= BRAM_MIN_BITS:
-        ns = d.bram_clk_q + d.route_ns(2) + 2 * d.lut + d.route_ns(1) + d.setup
-        return ns, f"a packed block RAM's read-modify-write ({banks} x {width} bits): read data -> merge -> write data"
+        ns = d.bram_clk_q_reg + d.route_ns(2) + 2 * d.lut + d.route_ns(1) + d.setup
+        return ns, (f"a packed block RAM's read-modify-write ({banks} x {width} bits): registered read data -> "
+                    f"merge -> write data")
     ns = d.clk_q + d.route_ns(1) + d.lut + d.route_ns(math.ceil(bits / 4)) + d.lut + d.route_ns(1) + d.setup
     return ns, f"a packed LUT RAM's read-modify-write ({banks} x {width} bits): read address -> read data"
 

@@ -168,10 +168,12 @@ LARGE: dict[str, Callable[[], Case]] = {
 }
 
 
-def run_on_host_bus(design, *, word_major: bool = False) -> np.ndarray:
+def run_on_host_bus(design, *, order: str = "bank") -> np.ndarray:
     """Drive the top's host bus in pysim as a CPU would: write every input memory word by word
-    (bank after bank, or with `word_major` address after address across the banks), start, wait
-    for done, then read every memory of the first output. Returns its words."""
+    (`order`: "bank", bank after bank; "word", address after address across the banks, so a
+    word of a packed memory is written in back-to-back cycles; "pairs", two addresses of a bank,
+    then of the next, so the same word comes back every other cycle), start, wait for done, then
+    read every memory of the first output. Returns its words."""
     from compiler.sim.memory_io import input_words
     from compiler.sim.pysim import Harness
     top = design.top
@@ -182,7 +184,9 @@ def run_on_host_bus(design, *, word_major: bool = False) -> np.ndarray:
     async def bench(ctx):
         writes = [(a, sel[ref.kernel, ref.slot], v) for buf, words in input_words(design, None).items()
                   for ref, bank in design.memory_words(buf, words) for a, v in enumerate(bank.tolist())]
-        for a, s, v in sorted(writes) if word_major else writes:
+        arranged = {"bank": writes, "word": sorted(writes),
+                    "pairs": sorted(writes, key=lambda w: (w[0] // 2, w[1], w[0]))}[order]
+        for a, s, v in arranged:
             ctx.set(top.host_sel, s)
             ctx.set(top.host_addr, a)
             ctx.set(top.host_wdata, v)

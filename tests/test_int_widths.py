@@ -16,6 +16,7 @@ from compiler.overflow import analyze_overflow, worst_case_inputs
 from compiler.sim.memory_io import input_words
 from compiler.synth.area import design_rtlil
 from compiler.synth.multipliers import mul_cells
+from compiler.timing_model import BRAM_MIN_BITS
 
 
 def _gemv(bits: int, M: int = 8, K: int = 32, seed: int = 0):
@@ -141,15 +142,21 @@ def test_sub_byte_banks_pack_nine_to_a_block_ram_word_from_fp_pipeline_3():
     assert not any(p.word_writes for p in low.packs[0])
 
 
-@pytest.mark.parametrize("order", ["bank", "word"])
-def test_whole_word_writes_through_the_host_bus_are_bit_exact(order):
-    """The host writes one bank a cycle: bank by bank, or word by word (each write reading the
-    word the previous cycle wrote), then starts at once; outputs (17-bit signed memories) read
-    back through the host bus and sign-extended."""
-    W, x, y, want, rng = _gemv(4, M=4, K=36)
+@pytest.mark.parametrize("order", ["bank", "word", "pairs"])
+@pytest.mark.parametrize("M, K, memory", [(4, 36, "LUT RAM"), (16, 144, "block RAM")])
+def test_whole_word_writes_through_the_host_bus_are_bit_exact(M, K, memory, order):
+    """The host writes one bank a cycle: bank by bank, word by word (each write reading the word
+    the previous cycle wrote) or in pairs of addresses (the word written two cycles before), then
+    starts at once; outputs (17-bit signed memories) read back through the host bus and
+    sign-extended. In block RAM the word read is registered and a write lands two cycles after
+    it arrives (hw/subword.py), so both earlier writes are forwarded."""
+    W, x, y, want, rng = _gemv(4, M=M, K=K)
     design = compile_model(y, config=HardwareConfig(lanes=2, reduce_unroll=9, fp_pipeline=3), input_ranges={W: rng})
-    assert any(p.word_writes for p in design.packs[0])
-    got = cdt.from_words(designs.run_on_host_bus(design, word_major=order == "word"), cdt.INT32)
+    words = [p for p in design.packs[0] if p.word_writes]
+    assert words and all((p.depth * len(p.slots) * p.width >= BRAM_MIN_BITS) == (memory == "block RAM") for p in words)
+    rtlil = design_rtlil(design)
+    assert (f"{words[0].name}_wr_read" in rtlil) == (memory == "block RAM")
+    got = cdt.from_words(designs.run_on_host_bus(design, order=order), cdt.INT32)
     assert np.array_equal(got, want)
 
 

@@ -250,8 +250,9 @@ def test_the_estimate_is_faster_on_a_faster_grade_and_for_more_registers():
 def test_the_estimate_times_the_read_modify_write_of_packed_4_bit_weights(M, K, memory):
     """4-bit weights packed a word to a memory are written a word at a time (hw/subword.py):
     the read-modify-write is a path no register placement shortens, timed on its own
-    (timing_model.word_write_ns). In block RAM it bounds the estimate at target_mhz 200; in LUT
-    RAM, its read address selected by a register (the kernel's `reading` flag), it fits 150 MHz."""
+    (timing_model.word_write_ns). Built from registers (the kernel's `reading` flag selecting the
+    read address; in block RAM the word read registered) it fits 150 MHz and is within the
+    estimate at target_mhz 200 on LUT RAM and on block RAM."""
     built = zoo.ZOO["gemv"].build("w4a8", M=M, K=K)
     tensors = zoo.input_tensors(built, zoo.make_inputs(built, 0))
     design = compile_model(built.forward(*tensors), input_ranges=zoo.declared_ranges(built, tensors),
@@ -262,10 +263,7 @@ def test_the_estimate_times_the_read_modify_write_of_packed_4_bit_weights(M, K, 
     d = delays(design.config.timing_part())
     ns, what = max(word_write_ns(len(p.slots), p.width, p.depth, d) for p in words)
     assert f"a packed {memory}'s read-modify-write" in what
-    if memory == "block RAM":
-        assert est.period_ns == ns and what in est.where and est.fmax_mhz < 120
-    else:
-        assert ns < 1000 / 150 and ns <= est.period_ns
+    assert ns < 1000 / 150 and ns <= est.period_ns
 
 
 # ------------------------------------------------------------------ the same in CXXRTL

@@ -39,6 +39,7 @@ from ..dtypes import DType
 from ..ranges import Interval, acc_ranges, acc_width, analyze
 from .datapath import DATA, Copies, Datapath, Env, from_bits, registered
 from .pipeline import FANOUT_LEVEL, Schedule, is_gather, schedule
+from ..timing_model import BRAM_MIN_BITS
 from .program import Program, Step, build_program
 from .subword import read_modify_write
 from .tail import tailed_memory
@@ -433,8 +434,10 @@ class KernelHW(wiring.Component):
             m.d.comb += [bank.data.eq(port.data[i * w:(i + 1) * w]) for bank, port in zip(reads[slot], shared)]
         own = reads[pack.slots[0]]
         if pack.word_writes:          # one enable: a bank's write reads the word first (subword.py)
+            flagged = self._reading_flag(first.slot)
             read_modify_write(m, pack.name, wp, shared[0], own[0].addr, waddr=waddr, fields=fields, width=w,
-                              kernel_reads=own[0].reading if self._reading_flag(first.slot) else None)
+                              kernel_reads=own[0].reading if flagged else None,
+                              registered_read=flagged and pack.depth * len(pack.slots) * w >= BRAM_MIN_BITS)
             m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(own[1:], shared[1:])]
             return
         m.d.comb += wp.addr.eq(waddr)
