@@ -254,6 +254,7 @@ class DataflowTopHW(TopHW):
             last_ahead = Signal(name="beat_last_ahead")
             m.d.sync += last_ahead.eq(running & ~last & (bctr == B - 3))
         busy = begin | running
+        running_next = Mux(begin, 1, Mux(last, 0, running))
         m.d.comb += self.busy.eq(begin if B == 1 else running)
         for k in self.kernels:
             m.d.comb += k.start.eq(begin)
@@ -275,8 +276,10 @@ class DataflowTopHW(TopHW):
                                     else f"ring{n}_beat", attrs={DUPLICATE_ATTRIBUTE: 1} if self.fanout else {})
                 advance = last if last_ahead is None else \
                     registered(m, last_ahead, f"k{r.place[0]}_b{r.place[1]}_beat_last", duplicate=True)
+                stepped = Mux(index[key] == n - 1, 0, index[key] + 1)
                 with m.If(advance):
-                    m.d.sync += index[key].eq(Mux(index[key] == n - 1, 0, index[key] + 1))
+                    m.d.sync += index[key].eq(stepped)
+                index_next = Mux(advance, stepped, index[key])
             idx = index[key]
             kb = idx
             if r.outside == "out":
@@ -284,9 +287,17 @@ class DataflowTopHW(TopHW):
             elif self._host_written(r.place):       # the bank of the next beat's sample: + its level
                 nxt = Mux(busy, mod(idx + 1, n), idx)
                 ob = mod(nxt + r.shift, n)
-                if r.shift % n == 0:
+                if r.shift % n == 0 and last_ahead is not None:
                     # while no beat runs the host writes the next beat's bank, which is the
-                    # kernel's: the kernel (idle) points elsewhere, or it would keep the port
+                    # kernel's: the kernel (idle) points elsewhere, or it would keep the port.
+                    # A register, from the next cycle's `running` and beat index: a kernel here
+                    # reads three cycles after its start at the earliest, so in a beat's first
+                    # cycle it may point elsewhere still. From `busy` it was a net of `running`
+                    # to every bank choice of the kernel's (the digits MLP and CNN at
+                    # target_mhz 200: 7.1 and 7.4 ns of routing, their critical paths).
+                    kb = registered(m, Mux(running_next, index_next, mod(index_next + 1, n))[:len(idx)],
+                                    f"k{r.place[0]}_b{r.place[1]}_kbank", duplicate=True)
+                elif r.shift % n == 0:
                     kb = Mux(busy, idx, mod(idx + 1, n))
                 if self.fanout:     # the bank as the write's address and data: a cycle late
                     ob = registered(m, ob, f"k{r.place[0]}_b{r.place[1]}_hbank")
@@ -297,7 +308,7 @@ class DataflowTopHW(TopHW):
         # ---- host bus: streamed inputs and outputs any time, other memories while no beat runs
         ring_places = {r.place for r in flow.rings}
         if self.fanout:
-            self._registered_bus(m, ring_places, (running & ~last) | begin, sync_reads)
+            self._registered_bus(m, ring_places, running_next, sync_reads)
         else:
             self._bus(m, ring_places, busy, sync_reads)
 
