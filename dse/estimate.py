@@ -239,7 +239,12 @@ def design_features(design, *, target: str) -> dict[str, float]:
                     add("tail_bits", tail * width)
                     add("tail_banks", 1)
                     depth -= tail
-                if comb:
+                if depth == 1:
+                    # a memory of one word is a register: Yosys maps it to flip-flops, not LUT
+                    # RAM (the constant-weight designs at 64 lanes: every bank one word, no LUT
+                    # RAM, and the 8x16 GEMV's 288 such bits among its 566 flip-flops)
+                    add("reg_mem_bits", width)
+                elif comb:
                     add("comb_mem_bits", depth * width)
                     add("lutram_mux_bits", _lutram_mux_bits(depth, width))
                 elif depth * width >= BRAM_MIN_BITS:     # LUT RAM below (timing_model; every target alike)

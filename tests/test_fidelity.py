@@ -106,6 +106,21 @@ def test_features_count_the_replicated_datapath_and_the_memory_banks():
     assert one["bram_blocks"] == 1                  # 512 x 8 bits: one DP16KD
 
 
+def test_features_count_the_read_multiplexers_and_the_one_word_memories():
+    """The host's read-back multiplexer (over every output bank beyond the widest), LUT RAM's
+    read multiplexer (a 16-word primitive per 16 words beyond the first) and one-word memories,
+    which Yosys builds as flip-flops: on the 16x32 GEMV (y: 16 int32 sums stored in 21 bits)."""
+    one, wide, lanes16 = (design_features(compiled(*a), target="ecp5") for a in ((1, 1), (4, 2), (16, 1)))
+    assert one["host_mux_bits"] == 0                        # y in one bank: its word is a wire
+    assert wide["host_mux_bits"] == 3 * 21                  # y in 4 banks
+    assert lanes16["host_mux_bits"] == 15 * 21
+    assert one["lutram_mux_bits"] == 8                      # x: 32 x 8 bits, two primitives deep
+    assert wide["lutram_mux_bits"] == 8 * 3 * 8             # W: 8 banks of 64 words; x, y 16 deep or less
+    assert lanes16["lutram_mux_bits"] == 16 * 8 + 8         # W: 16 banks of 32 words; x: 32 words
+    assert "reg_mem_bits" not in one and "reg_mem_bits" not in wide
+    assert lanes16["reg_mem_bits"] == 16 * 21               # y: 16 banks of one word, registers
+
+
 def test_features_put_the_products_built_in_luts_apart():
     """mul=lut (or auto past the device's DSPs, compiler.synth.multipliers) builds products in LUTs:
     their bits are a feature of their own, since they cost LUTs where DSP products cost none."""
