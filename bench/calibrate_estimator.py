@@ -142,6 +142,7 @@ def corpus() -> list[Entry]:
           # blocks (bram_mux_bits), which only the 128x784 GEMV had (held out, it had no cost)
           Entry("zoo", "mlp784-l1", "int8", {}, zoo("mlp", IN=784, HIDDEN=32, OUT=10)),
           Entry("zoo", "mlp784-l2", "int8", {"lanes": 2}, zoo("mlp", IN=784, HIDDEN=32, OUT=10)),
+          Entry("zoo", "mlp1568-l1", "int8", {}, zoo("mlp", IN=1568, HIDDEN=32, OUT=10)),   # 25 blocks deep
           Entry("zoo", "mlp16-const", "int8", CONST, zoo("mlp", IN=16, HIDDEN=8, OUT=4))]
     # trained MLP and CNN, weights in memories
     for dt, knobs in [("int8", {}), ("int8", {"lanes": 4}), ("int4", {"lanes": 4}), ("w4a8", {"lanes": 2}),
@@ -169,7 +170,8 @@ def corpus() -> list[Entry]:
           # folded to 1 lane: a 784 x 32 weight memory of 13 stacked block RAMs (bram_mux_bits)
           Entry("random_mlp", "mlp784-32-10-seq", build=_random_mlp([784, 32, 10], 32768, schedule="sequential")),
           Entry("random_mlp", "mlp784-32-10-dataflow", build=_random_mlp([784, 32, 10], 32768)),
-          Entry("random_mlp", "mlp1024-64-10-seq", build=_random_mlp([1024, 64, 10], 65536, schedule="sequential"))]
+          Entry("random_mlp", "mlp1024-64-10-seq", build=_random_mlp([1024, 64, 10], 65536, schedule="sequential")),
+          Entry("random_mlp", "mlp1568-32-10-seq", build=_random_mlp([1568, 32, 10], 65536, schedule="sequential"))]
     # the bench designs
     e += [Entry("bench_jet", "jet-int6-p75", "int6", {**CONST, **PIPE, "scale_digits": 1}, {**JET, "prune": 0.75}, bench=True),
           Entry("bench_ad08", "ad08-dataflow100", build=_random_mlp(AD08, 100), bench=True),
