@@ -128,6 +128,29 @@ def test_features_count_the_read_multiplexers_and_the_one_word_memories():
     assert lanes16["lutram_mux_bits"] == 16 * 8 + 8         # W: 16 banks of 32 words; x: 32 words
     assert "reg_mem_bits" not in one and "reg_mem_bits" not in wide
     assert lanes16["reg_mem_bits"] == 16 * 21               # y: 16 banks of one word, registers
+    # LUT RAM primitives (16 words x 4 bits): x 2 x 2, y 1 x 6 (21 bits); at 16 lanes W's 16 banks
+    # of 32 words 2 x 2 each, x 2 x 2, y none (registers)
+    assert one["lutram_prims"] == 4 + 6 and lanes16["lutram_prims"] == 16 * 4 + 4
+
+
+def test_a_memory_read_at_several_ports_is_built_once_a_port_in_lut_ram():
+    """The conv2d (2 input channels, 4 output) at 2 lanes and reduce_unroll 3: its input image
+    (128 words of 8 bits) is read at 6 ports, so in LUT RAM (one read port a primitive) it is 6
+    copies of 8 x 2 primitives; its 3 weight banks (24 words) 2 x 2 each at one port."""
+    from compiler import compile_model
+    from compiler.config import HardwareConfig
+    from compiler.hw.kernel import read_ports
+    from dse.models import zoo
+    from dse.models.zoo import input_tensors
+    model = parse_spec({**spec_dict(), "models": [{"name": "c", "builtin": "conv2d", "params": {"C_IN": 2, "C_OUT": 4}}],
+                        "knobs": {}}).models[0]
+    built = model.build("int8")
+    tensors = input_tensors(built, zoo.make_inputs(built, 0, model.input_range("int8")))
+    design = compile_model(built.forward(*tensors), config=HardwareConfig(lanes=2, reduce_unroll=3))
+    assert read_ports(design.kernels[0], design.programs[0])[1][1] == 6
+    f = design_features(design, target="ecp5")
+    assert f["lutram_prims"] == 6 * 8 * 2 + 3 * 2 * 2
+    assert f["lutram_mux_bits"] == 7 * 8 + 3 * 1 * 8         # the multiplexers: counted once a memory
 
 
 def test_features_put_the_products_built_in_luts_apart():
