@@ -37,7 +37,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-FEATURES_VERSION = 12
+FEATURES_VERSION = 13
 """Bumped when `design_features` changes meaning: samples of another version are not used."""
 
 AREA_METRICS = ("luts", "ffs", "bram", "lutram", "dsp")
@@ -66,6 +66,32 @@ def _rows(depth: int, width: int, target: str) -> int:
     shapes = _BRAM_SHAPES.get(target, _BRAM_SHAPES["ecp5"])
     d, w = min(shapes, key=lambda s: (math.ceil(depth / s[0]) * math.ceil(width / s[1]), math.ceil(depth / s[0])))
     return math.ceil(depth / d)
+
+
+LUTRAM_WORDS, LUTRAM_BITS = 16, 4
+"""Words and bits of ECP5's LUT RAM primitive (TRELLIS_DPR16X4: one write port, one read port);
+the table is fitted per target family, so another family's primitive is a matter of its
+coefficients."""
+
+
+def _lutram_prims(depth: int, width: int, ports: int) -> int:
+    """LUT RAM primitives of a memory read at `ports` ports, as Yosys builds it: a primitive
+    has one read port, so the memory is built once per read port, each copy cut into 16-word,
+    4-bit pieces. By their bits alone (64 a primitive) the 32x128 GEMV at 16 lanes, whose 16
+    output banks are 2 words of 23 bits (6 primitives each), had 27.5 primitives; it was built
+    with 112, this count's figure. The conv2d at 2 lanes and reduce_unroll 3, one of whose
+    memories is read at 6 ports: 25 by bits, 108 by this count, 92 built."""
+    return math.ceil(depth / LUTRAM_WORDS) * math.ceil(width / LUTRAM_BITS) * ports
+
+
+def _lutram_mux_bits(depth: int, width: int) -> int:
+    """The read multiplexer of a memory in LUT RAM: each of its `width` bits selects among the
+    ceil(depth / 16) primitives it is cut into, so its LUTs grow with the primitives beyond the
+    first (a 16-deep memory has none; a comb-read 2048-deep one 127 a bit). Its bits alone
+    (small_mem_bits, comb_mem_bits) cost as much a bit in a 32-deep memory as in a 2048-deep one.
+    Counted once, not once per read port as the primitives are: per port, the LUTs' held-out
+    error measured worse (6.6% median against 5.3%; few corpus memories have several ports)."""
+    return (math.ceil(depth / LUTRAM_WORDS) - 1) * width
 
 
 def _low_zeros(v, zeros: Mapping[int, int]) -> int:
@@ -118,7 +144,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
     from compiler import ir, ranges
     from compiler.hw import floatops
     from compiler.hw.bram import memory_tail
-    from compiler.hw.kernel import acc_ranges, acc_shape
+    from compiler.hw.kernel import acc_ranges, acc_shape, read_ports
     from compiler.synth import multipliers
     from compiler.timing_model import BRAM_MIN_BITS
     K = ir.OpKind
@@ -209,6 +235,9 @@ def design_features(design, *, target: str) -> dict[str, float]:
     roms = {pos for pos, k in enumerate(design.kernels) if any(b.rom is not None for b in k.buffers)}
     for pos, k in enumerate(design.source_kernels or design.kernels):
         packed = {s: p for p in design.packs_of(pos) for s in p.slots}     # mem_pack: one memory per group
+        # read ports of each bank (hw/kernel.py's read_ports: loads of a step at distinct
+        # addresses); a packed memory is read at its slots' ports
+        n_ports = read_ports(design.kernels[pos], design.programs[pos])[1] if pos < len(design.kernels) else {}
         for b in k.buffers:
             if b.rom is not None:
                 if pos in roms:
@@ -221,14 +250,21 @@ def design_features(design, *, target: str) -> dict[str, float]:
                 depth, width = bk.layout.words, b.width * (len(packed[bank].slots) if bank in packed else 1)
                 addr = max(1, math.ceil(math.log2(max(depth, 2))))
                 add("banks", 1)
-                add("bank_bits", width)              # the host's write data and read-back multiplexer
+                ports = max(n_ports.get(s, 1) for s in (packed[bank].slots if bank in packed else (bank,)))
                 tail = memory_tail(design.config, depth, width, b.stored)
                 if tail:                                 # mem_tail: the last words in LUT RAM
                     add("tail_bits", tail * width)
                     add("tail_banks", 1)
                     depth -= tail
-                if comb:
+                if depth == 1:
+                    # a memory of one word is a register: Yosys maps it to flip-flops, not LUT
+                    # RAM (the constant-weight designs at 64 lanes: every bank one word, no LUT
+                    # RAM, and the 8x16 GEMV's 288 such bits among its 566 flip-flops)
+                    add("reg_mem_bits", width)
+                elif comb:
                     add("comb_mem_bits", depth * width)
+                    add("lutram_mux_bits", _lutram_mux_bits(depth, width))
+                    add("lutram_prims", _lutram_prims(depth, width, ports))
                 elif depth * width >= BRAM_MIN_BITS:     # LUT RAM below (timing_model; every target alike)
                     add("bram_blocks", _blocks(depth, width, target))
                     add("bram_banks", 1)
@@ -236,10 +272,22 @@ def design_features(design, *, target: str) -> dict[str, float]:
                 else:
                     add("small_mem_bits", depth * width)
                     add("small_banks", 1)
+                    add("lutram_mux_bits", _lutram_mux_bits(depth, width))
+                    add("lutram_prims", _lutram_prims(depth, width, ports))
                 add("addr_bits", addr)
                 # a lane count that is not a power of two: bank and address by division, tails gated
                 if any(d.factor & (d.factor - 1) for d in bk.layout.dims):
                     add("np2_addr_bits", addr)
+    # the host bus's read-back (hw/top.py): host_rdata is a multiplexer (from FANOUT_LEVEL an OR
+    # of gated words) over every bank the host reads, so its LUTs grow with those banks' bits
+    # beyond the widest one (a single output bank's word is a wire). The banks' own bits were the
+    # feature before (bank_bits) and were fitted no cost at all: the host's write data is one
+    # shared wire, so a bank the host writes costs nothing there. On the 32x128 GEMV the top
+    # module (module_breakdown) is 261 LUTs at 4 lanes (4 output banks of 23 bits) and 531 at 8,
+    # with the same 16 weight banks.
+    read_widths = [hp.width for hp in design.host_ports if hp.read]
+    if read_widths:
+        add("host_mux_bits", sum(read_widths) - max(read_widths))
     p = design.config.fp_pipeline
     add("pipeline_bits", p * (f.get("fmul_bits", 0.0) ** 0.5 + f.get("fadd_bits", 0.0)
                               + f.get("mul_bits", 0.0) ** 0.5 + f.get("read_bits", 0.0)))
@@ -459,10 +507,19 @@ METRIC_FEATURES: Mapping[str, tuple[str, ...] | None] = {
     "luts": None,                                       # every feature
     "ffs": None,
     "bram": ("bram_blocks", "bram_banks"),
-    "lutram": ("small_mem_bits", "small_banks", "tail_bits", "tail_banks", "comb_mem_bits"),
+    "lutram": ("small_mem_bits", "small_banks", "tail_bits", "tail_banks", "comb_mem_bits", "lutram_prims"),
     "dsp": ("dsp_blocks", "fmul_bits"),
 }
 """The features each metric's table may use: a block RAM count is not made of adder bits."""
+
+METRIC_EXCLUDED: Mapping[str, tuple[str, ...]] = {
+    "luts": ("lutram_prims",),
+    "ffs": ("bram_mux_bits", "lutram_mux_bits", "host_mux_bits", "lutram_prims"),
+}
+"""Features a metric's table may not use: a read multiplexer is logic, it holds no register a
+bit (held out, the 128x784 GEMV's flip-flops were estimated 3x too high when the mux bits of
+the 784-input MLPs, whose flip-flops are elsewhere, were allowed a flip-flop cost); a LUT RAM
+primitive is neither a LUT4 (Yosys counts TRELLIS_DPR16X4 apart) nor a flip-flop."""
 
 
 @dataclass(frozen=True)
@@ -524,8 +581,8 @@ def _fit_table(samples: Sequence[Mapping[str, Any]], metric: str) -> tuple[tuple
     much as a 50,000-LUT one; below 10 by its absolute error, so a zero is not infinitely tight)."""
     from scipy.optimize import nnls
     feats = [s["features"] for s in samples]
-    allowed = METRIC_FEATURES.get(metric)
-    names = tuple(n for n in _names(feats) if allowed is None or n in allowed)
+    allowed, excluded = METRIC_FEATURES.get(metric), METRIC_EXCLUDED.get(metric, ())
+    names = tuple(n for n in _names(feats) if (allowed is None or n in allowed) and n not in excluded)
     y = np.array([float(s[metric]) for s in samples])
     X = _matrix("additive", names, feats)
     w = 1.0 / np.maximum(y, 10.0)

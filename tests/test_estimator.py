@@ -118,3 +118,17 @@ def test_dse_eval_estimate_prints_the_estimate_with_its_error_in_well_under_a_se
     out = capsys.readouterr().out
     assert out.startswith("luts ") and "held-out error" in out and "cycles " in out and "estimated in" in out
     assert main(["eval", str(spec), "--model", "g", "--dtype", "int8", "--estimate", "--target", "xilinx"]) in (0, 2)
+
+
+def test_the_flip_flops_table_prices_no_read_multiplexer():
+    """A read multiplexer is logic: the FFs' table may not give its bits a cost, however the
+    samples correlate (here the FFs follow the mux bits exactly), while the LUTs' table may."""
+    samples = [{"family": fam, "name": f"{fam}{i}",
+                "features": {"version": FEATURES_VERSION, "acc_bits": 10.0 * i + 5, "bram_mux_bits": 8.0 * i,
+                             "host_mux_bits": 3.0 * i, "lutram_mux_bits": 2.0 * i},
+                "luts": 100 + 8 * i, "ffs": 20 + 8 * i, "bram": 1, "lutram": 0, "dsp": 0}
+               for fam in ("a", "b") for i in range(1, 6)]
+    held = held_out(samples, metrics=("luts", "ffs"))
+    table = fit_prior(samples, metrics=("luts", "ffs"), target="ecp5", held=held)["metrics"]
+    assert table["ffs"]["names"] == ["acc_bits"]
+    assert set(table["luts"]["names"]) == {"acc_bits", "bram_mux_bits", "host_mux_bits", "lutram_mux_bits"}
