@@ -41,6 +41,7 @@ TG = {"fp32": dtypes.float32, "fp16": dtypes.half, "bf16": dtypes.bfloat16,
 FMT = {"fp32": FP32, "fp16": FP16, "bf16": BF16, "fp8e4m3": FP8E4M3, "fp8e5m2": FP8E5M2}
 
 pytestmark = pytest.mark.skipif(not HALF_EMULATED, reason="fp16 expectations are those of Python < 3.12")
+TOOL_FIXTURES = {"units", "hardware"}     # they run a C++ build: their users are slow (conftest.py)
 
 
 def decode(bits, fmt: FloatFormat) -> np.ndarray:
