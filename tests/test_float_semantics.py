@@ -32,6 +32,7 @@ from compiler.fp.harness import Bank, NativeEvaluator, build_all, source_fingerp
 from compiler.fp.muladd import FMulAdd
 from compiler.fp.widemul import FWideMul
 from compiler.passes.float_semantics import HALF_EMULATED
+from compiler.sim import cxxrtl
 
 FP_SOURCES = Path(compiler.fp.__file__).parent
 SEED = 20261130
@@ -40,6 +41,7 @@ TG = {"fp32": dtypes.float32, "fp16": dtypes.half, "bf16": dtypes.bfloat16,
 FMT = {"fp32": FP32, "fp16": FP16, "bf16": BF16, "fp8e4m3": FP8E4M3, "fp8e5m2": FP8E5M2}
 
 pytestmark = pytest.mark.skipif(not HALF_EMULATED, reason="fp16 expectations are those of Python < 3.12")
+TOOL_FIXTURES = {"units", "hardware"}     # they run a C++ build: their users are slow (conftest.py)
 
 
 def decode(bits, fmt: FloatFormat) -> np.ndarray:
@@ -342,8 +344,11 @@ def inputs(dtype: str, n: int, count: int, seed: int) -> list[np.ndarray]:
     return out
 
 
-def run_hardware(forward, arrays, dtype: str, semantics: str) -> np.ndarray:
-    design = compile_model(forward(*[_tg(a, dtype) for a in arrays]), config=HardwareConfig(fp_semantics=semantics))
+def compile_hardware(forward, arrays, dtype: str, semantics: str):
+    return compile_model(forward(*[_tg(a, dtype) for a in arrays]), config=HardwareConfig(fp_semantics=semantics))
+
+
+def run_hardware(design) -> np.ndarray:
     return simulate(design, backend="cxxrtl").outputs[0].astype(np.float32)
 
 
@@ -406,20 +411,73 @@ CHAINS = {
 DTYPES = ["fp16", "bf16", "fp8e4m3", "fp8e5m2"]
 
 
+def chain_inputs(dtype: str, chain: str) -> list[np.ndarray]:
+    return inputs(dtype, 400, 4, seed=len(chain))
+
+
+def reduction_rows(dtype: str) -> np.ndarray:
+    """24 x 24 values with special ones among them; the last row saturates an fp8 sum. The
+    fp16 and E4M3 maxima run on data without NaN (test_reductions_... says why)."""
+    rows = inputs(dtype, 24 * 24, 1, seed=7)[0].reshape(24, 24)
+    rows[-1] = FMT[dtype].max_finite / 2
+    return rows
+
+
+def max_on_default_schedule(dtype: str, reduce: str) -> bool:
+    return reduce == "max" and dtype in ("fp16", "fp8e4m3")
+
+
+REDUCTIONS = {"sum": lambda t: t.sum(axis=1), "max": lambda t: t.max(axis=1)}
+PIPELINED_DTYPES = ["fp16", "bf16", "fp8e5m2"]
+
+
+def pipelined_design(dtype: str):
+    arrays = inputs(dtype, 300, 4, seed=3)
+    forward = CHAINS["relu((a*b+c)*d-a)*b+d"]
+    design = compile_model(forward(*[_tg(a, dtype) for a in arrays]), config=HardwareConfig(fp_pipeline=2, lanes=2))
+    return design, forward, arrays
+
+
+@pytest.fixture(scope="module")
+def hardware() -> dict[tuple, object]:
+    """Every design of the chain, reduction and pipelined tests below, compiled here and built in
+    CXXRTL bundles (cxxrtl.build_many: a few g++ runs for all 43 designs, each parsing the CXXRTL
+    runtime once, instead of one run per design), keyed by what the test names. All at g++ -O0,
+    as cxxrtl builds designs past LARGE_RTLIL: these are 0.25-2.4 M characters of RTLIL and run
+    a few hundred cycles, so the optimiser's time would never be paid back."""
+    built: dict[tuple, object] = {}
+    for dtype in DTYPES:
+        for chain, forward in CHAINS.items():
+            for semantics in ("tinygrad", "op"):
+                built["chain", dtype, chain, semantics] = compile_hardware(forward, chain_inputs(dtype, chain), dtype,
+                                                                           semantics)
+        for reduce, forward in REDUCTIONS.items():
+            rows = reduction_rows(dtype)
+            x = np.where(np.isnan(rows), np.float32(1.0), rows) if max_on_default_schedule(dtype, reduce) else rows
+            for semantics in ("tinygrad", "op"):
+                built["reduce", dtype, reduce, semantics] = compile_hardware(forward, [x], dtype, semantics)
+    for dtype in PIPELINED_DTYPES:
+        built["pipelined", dtype] = pipelined_design(dtype)[0]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cxxrtl, "LARGE_RTLIL", 0)
+        cxxrtl.build_many(built.values())
+    return built
+
+
 @pytest.mark.slow                  # 24 designs through CXXRTL
 @pytest.mark.parametrize("chain", sorted(CHAINS))
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_chains_bit_exact_against_tinygrad_and_the_per_op_model(dtype, chain):
+def test_chains_bit_exact_against_tinygrad_and_the_per_op_model(hardware, dtype, chain):
     """Every pair of special values and random ones (saturating in fp8): the default design
     equals tinygrad's PYTHON device bit for bit, the fp_semantics=op design the per-op model."""
     forward = CHAINS[chain]
-    arrays = inputs(dtype, 400, 4, seed=len(chain))
-    got = run_hardware(forward, arrays, dtype, "tinygrad")
+    arrays = chain_inputs(dtype, chain)
+    got = run_hardware(hardware["chain", dtype, chain, "tinygrad"])
     want = run_tinygrad(forward, arrays, dtype)
     bad = ~same(got, want)
     assert not bad.any(), (f"{int(bad.sum())} differ from tinygrad, e.g. inputs "
                            f"{[float(a[np.argmax(bad)]) for a in arrays]}: {got[bad][:4]} vs {want[bad][:4]}")
-    got_op = run_hardware(forward, arrays, dtype, "op")
+    got_op = run_hardware(hardware["chain", dtype, chain, "op"])
     model = forward(*[PerOp(a, dtype) for a in arrays]).v.astype(np.float32)
     bad = ~same(got_op, model)
     assert not bad.any(), (f"{int(bad.sum())} differ from the per-op model, e.g. inputs "
@@ -447,21 +505,20 @@ def _max_model(x: np.ndarray, dtype: str) -> np.ndarray:
 @pytest.mark.slow                  # 16 designs through CXXRTL
 @pytest.mark.parametrize("reduce", ["sum", "max"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_reductions_bit_exact_against_tinygrad_and_the_per_op_model(dtype, reduce):
+def test_reductions_bit_exact_against_tinygrad_and_the_per_op_model(hardware, dtype, reduce):
     """Row sums (a float32 accumulator, one rounding at the store) and row maxima of 24 x 24
     values with special ones among them; in fp8 the last row's sum saturates. The fp16 and E4M3
     maxima are compared with tinygrad's default schedule, on data without NaN (whether Python's
     max keeps a NaN depends on the operand order, which that schedule changes): under NOOPT=1
     tinygrad fails to verify its own fp16 max kernel, and E4M3's starts at NaN (docs/fp8.md)."""
-    rows = inputs(dtype, 24 * 24, 1, seed=7)[0].reshape(24, 24)
-    rows[-1] = FMT[dtype].max_finite / 2
-    default_schedule = reduce == "max" and dtype in ("fp16", "fp8e4m3")
+    rows = reduction_rows(dtype)
+    default_schedule = max_on_default_schedule(dtype, reduce)
     x = np.where(np.isnan(rows), np.float32(1.0), rows) if default_schedule else rows
-    forward = (lambda t: t.sum(axis=1)) if reduce == "sum" else (lambda t: t.max(axis=1))
-    got = run_hardware(forward, [x], dtype, "tinygrad")
+    forward = REDUCTIONS[reduce]
+    got = run_hardware(hardware["reduce", dtype, reduce, "tinygrad"])
     want = run_tinygrad(forward, [x], dtype, noopt=not default_schedule)
     assert same(got, want).all(), (got, want)
-    got_op = run_hardware(forward, [x], dtype, "op")
+    got_op = run_hardware(hardware["reduce", dtype, reduce, "op"])
     model = (_sum_model if reduce == "sum" else _max_model)(x.astype(np.float64), dtype)
     assert same(got_op, model).all(), (got_op, model)
     if dtype.startswith("fp8") and reduce == "sum":
@@ -497,14 +554,13 @@ def test_relu_of_negative_zero_and_nan_is_tinygrads(dtype):
 
 
 @pytest.mark.slow                  # 3 designs through CXXRTL
-@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8e5m2"])
-def test_fused_units_pipelined_and_in_lanes_equal_tinygrad(dtype):
+@pytest.mark.parametrize("dtype", PIPELINED_DTYPES)
+def test_fused_units_pipelined_and_in_lanes_equal_tinygrad(hardware, dtype):
     """fp_pipeline cuts the FMulAdd units and the emulated conversions into stages, and lanes
     copies them: the same bits as tinygrad, in the cycles the cycle model says."""
-    forward = CHAINS["relu((a*b+c)*d-a)*b+d"]
-    arrays = inputs(dtype, 300, 4, seed=3)
+    _, forward, arrays = pipelined_design(dtype)
     want = run_tinygrad(forward, arrays, dtype)
-    design = compile_model(forward(*[_tg(a, dtype) for a in arrays]), config=HardwareConfig(fp_pipeline=2, lanes=2))
+    design = hardware["pipelined", dtype]
     result = simulate(design, backend="cxxrtl")
     assert result.cycles == design.cycle_model().total
     assert same(result.outputs[0].astype(np.float32), want).all()

@@ -4,9 +4,13 @@ where the catalog says "exact", within the case's test_ops tolerance where it sa
 (tests/ops_catalog.py says why for each). docs/ops.md's table is generated from the same catalog."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from compiler import compile_model, ir  # first: it picks tinygrad's device
 from ops_catalog import CASES, run_case
+from tinygrad import Tensor
+from tinygrad_ref import make_inputs, tinygrad_outputs
 
 # cases measured at 3 s or more in pysim (float transcendental chains: exp2/log2/sin polynomials
 # and the losses built on them): end-to-end, still run in CI
@@ -19,9 +23,17 @@ SLOW = {
     "scaled_dot_product_attention_causal", "scaled_dot_product_attention/mask",
 }
 assert SLOW <= set(CASES), SLOW - set(CASES)
+# cases that are another case under a second name in tinygrad (Tensor.silu is swish;
+# sparse_categorical_crossentropy with its defaults is what cross_entropy computes on class
+# indices), on the same shapes and seed: the same kernels, inputs and reference, so simulating
+# both checks nothing the first does not (12 s of pysim for the two). The twin is still compiled
+# and compared with its first below (test_twin_cases_compile_to_their_firsts_kernels).
+TWINS = {"swish": "silu", "sparse_categorical_crossentropy": "cross_entropy_class_indices"}
+assert set(TWINS) | set(TWINS.values()) <= set(CASES)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in CASES])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
+                                  for n in CASES if n not in TWINS])
 def test_op_against_tinygrad(name):
     case = CASES[name]
     outcome = run_case(case)
@@ -35,3 +47,23 @@ def test_op_against_tinygrad(name):
 def test_the_catalog_covers_60_test_ops_cases():
     assert len(CASES) >= 60
     assert sum(case.expect in ("exact", "close") for case in CASES.values()) >= 60
+
+
+def _compiled(name: str):
+    """(inputs, tinygrad's outputs, the compiled design's kernel fingerprints and plan) of a case."""
+    case = CASES[name]
+    arrays = make_inputs(case.args)
+    out = case.forward(*[Tensor(a) for a in arrays])
+    design = compile_model(*(out if isinstance(out, (tuple, list)) else (out,)))
+    return arrays, tinygrad_outputs(case.forward, arrays), ([ir.fingerprint(k) for k in design.kernels],
+                                                            repr((design.phases, design.host)))
+
+
+@pytest.mark.parametrize("twin", sorted(TWINS))
+def test_twin_cases_compile_to_their_firsts_kernels(twin):
+    first = TWINS[twin]
+    assert CASES[twin].expect == CASES[first].expect and CASES[first].reference is CASES[twin].reference is None
+    (ins_a, want_a, hw_a), (ins_b, want_b, hw_b) = _compiled(twin), _compiled(first)
+    assert all(np.array_equal(a, b) for a, b in zip(ins_a, ins_b, strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(want_a, want_b, strict=True))
+    assert hw_a == hw_b
