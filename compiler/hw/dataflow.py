@@ -334,9 +334,17 @@ class DataflowTopHW(TopHW):
                             m.d.comb += port.eq(registered(m, land, f"k{d[0]}_b{b}_land_{name}",
                                                            reset_less=name != "we"))
                             self.landing[(d[0], b, name)] = land
+        if last_ahead is not None:
+            bctr_next = Mux(begin, 1, Mux(last, 0, Mux(running, bctr + 1, bctr)))
         for c, ph in enumerate(copies):
             L = ph.length
             reads = busy & (cycle < L)             # copy c reads in this cycle of the beat
+            if last_ahead is not None:
+                # the same, from a register set a cycle ahead (and the `begin` of a beat's first
+                # cycle): the compare of the beat counter was on the way to every source bank's
+                # read address (the digits CNN at target_mhz 200: `bctr` -> a copy's address,
+                # 9.0 ns, 3.1 of it logic)
+                reads = begin | registered(m, running_next & (bctr_next < L), f"copy{c}_on")
             reading = Mux(reads, c, none)
             if sync_reads:
                 active = Signal(name=f"copy{c}_active")
@@ -348,14 +356,16 @@ class DataflowTopHW(TopHW):
             else:
                 phase = reading
                 ctr = nctr = cycle
-            ahead = self._read_ahead(m, c, ph, reads, nctr) if sync_reads and self.fanout else None
+            ahead = self._read_ahead(m, c, ph, reads) if sync_reads and self.fanout else None
             self._copy(m, c, ph, phase, reading, ctr, nctr, sync_reads, ahead)
         return m
 
-    def _read_ahead(self, m: Module, c: int, ph: Copy, reads: Value, count: Value):
+    def _read_ahead(self, m: Module, c: int, ph: Copy, reads: Value):
         """From FANOUT_LEVEL with block RAM: copy c's source word from registers, computed a cycle
-        ahead (TopHW._copy's `ahead`). It reads element t in cycle t of the beat (`reads`,
-        `count` = t): its own odometer over the source's layout (a counter for a plain one),
+        ahead (TopHW._copy's `ahead`). It reads element t in cycle t of the beat (`reads`): its
+        own count of the elements read (the word it reads now: 0 at a beat's first cycle, as
+        it is whenever the copy did not read the cycle before, since it never reads in a beat's
+        last cycle) and its own odometer over the source's layout (a counter for a plain one),
         at 0 while idle and advanced as it reads, and the word of its next digits registered, one
         copy per ADDRESS_GROUP source banks. The word had come through the copy's flag, the
         odometer's carries and strides and the read enable's multiplexer to every source bank's
@@ -364,6 +374,8 @@ class DataflowTopHW(TopHW):
         word is 0 when no copy reads, and nothing else addresses that port."""
         src = self.banking[ph.src]
         L = ph.length
+        count = Signal(range(max(L, 2)), name=f"copy{c}_count")
+        m.d.sync += count.eq(Mux(reads & (count != L - 1), count + 1, 0))
         if ph.by_words or src.layout.is_plain:
             nxt = Mux(reads & (count != L - 1), count + 1, 0)[:max(1, (L - 1).bit_length())]
         else:
