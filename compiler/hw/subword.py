@@ -31,6 +31,8 @@ last written. Cost: a second pending write, a second word and a third input per 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from amaranth.hdl import Cat, Module, Mux, Signal, Value
 
 from .datapath import DATA, DUPLICATE_ATTRIBUTE, registered
@@ -59,14 +61,14 @@ def read_modify_write(m: Module, name: str, wp, port0, own_addr: Value, *, waddr
     # write address of every block RAM across the die (the w4a8 GEMV 8 x 56: 9.1 ns of routing
     # from the merged address register, 89.4 MHz)
     stages = 2 if registered_read else 1
-    pending = [_pending(m, f"{name}_wr" if s == 0 else f"{name}_wr{s + 1}", n, width, waddr) for s in range(stages)]
+    pending = [_pending(f"{name}_wr" if s == 0 else f"{name}_wr{s + 1}", n, width, waddr) for s in range(stages)]
     first, last = pending[0], pending[-1]
     m.d.sync += [first.valid.eq(enables.any()), first.addr.eq(waddr), first.mask.eq(enables),
                  first.data.eq(Cat(*(d for d, _ in fields)))]
     for a, b in zip(pending, pending[1:]):
         m.d.sync += [b.valid.eq(a.valid), b.addr.eq(a.addr), b.mask.eq(a.mask), b.data.eq(a.data)]
     if kernel_reads is not None:
-        # A partial write never arrives while the kernel reads (above), so the port can wait at
+        # A partial write never arrives while the kernel reads (module docstring), so the port can wait at
         # the write address whenever the kernel leaves it, the multiplexer selected by a
         # register. Selected by `partial`, the address came through the host ports' write
         # enables and their any/all tree (the fine-tuned KWS network: a `host_free` copy -> the
@@ -125,14 +127,16 @@ def read_modify_write(m: Module, name: str, wp, port0, own_addr: Value, *, waddr
     m.d.comb += [wp.en.eq(last.valid), wp.addr.eq(last.addr), wp.data.eq(merged)]
 
 
+@dataclass(frozen=True)
 class _Pending:
     """A write on its way to the memory: whether there is one, its address, banks and fields."""
+    valid: Signal
+    addr: Signal
+    mask: Signal
+    data: Signal
 
-    def __init__(self, valid: Signal, addr: Signal, mask: Signal, data: Signal):
-        self.valid, self.addr, self.mask, self.data = valid, addr, mask, data
 
-
-def _pending(m: Module, prefix: str, n: int, width: int, waddr: Value) -> _Pending:
+def _pending(prefix: str, n: int, width: int, waddr: Value) -> _Pending:
     return _Pending(Signal(name=f"{prefix}_valid", attrs=_KEEP),
                     Signal.like(waddr, name=f"{prefix}_addr", reset_less=True, attrs=_KEEP | DATA),
                     Signal(n, name=f"{prefix}_mask", reset_less=True, attrs=_KEEP | DATA),
