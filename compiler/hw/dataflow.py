@@ -264,6 +264,7 @@ class DataflowTopHW(TopHW):
         # FANOUT_LEVEL one per ring: it chooses every port of the ring's banks, and one counter
         # for all rings was a net across the die (AD08 at target_mhz 200: 11.6 ns of routing)
         index: dict[object, Signal] = {}
+        index_next: dict[object, Value] = {}       # its value in the next cycle
 
         def mod(v: Value, n: int) -> Value:        # v in [0, 2n)
             return Mux(v >= n, v - n, v)
@@ -279,7 +280,7 @@ class DataflowTopHW(TopHW):
                 stepped = Mux(index[key] == n - 1, 0, index[key] + 1)
                 with m.If(advance):
                     m.d.sync += index[key].eq(stepped)
-                index_next = Mux(advance, stepped, index[key])
+                index_next[key] = Mux(advance, stepped, index[key])
             idx = index[key]
             kb = idx
             if r.outside == "out":
@@ -295,7 +296,7 @@ class DataflowTopHW(TopHW):
                     # cycle it may point elsewhere still. From `busy` it was a net of `running`
                     # to every bank choice of the kernel's (the digits MLP and CNN at
                     # target_mhz 200: 7.1 and 7.4 ns of routing, their critical paths).
-                    kb = registered(m, Mux(running_next, index_next, mod(index_next + 1, n))[:len(idx)],
+                    kb = registered(m, Mux(running_next, index_next[key], mod(index_next[key] + 1, n))[:len(idx)],
                                     f"k{r.place[0]}_b{r.place[1]}_kbank", duplicate=True)
                 elif r.shift % n == 0:
                     kb = Mux(busy, idx, mod(idx + 1, n))
