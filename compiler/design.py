@@ -11,7 +11,8 @@ from .config import HardwareConfig
 from .frontend import Graph
 from .hw.kernel import KernelHW, is_pipelined, read_ports
 from .hw.pipeline import Schedule, kernel_paths, schedule
-from .timing_model import Estimate, delays, dsp_blocks, memory_to_dsp_ns, product_ns, word_write_ns
+from .timing_model import (Estimate, delays, dsp_blocks, memory_to_dsp_ns, product_ns, word_read_registered,
+                           word_write_ns)
 from .hw.program import Program, build_program
 from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow
 from .hw.top import Copy, HostBuffer, HostPort, Run, Share, TopHW, plan
@@ -185,7 +186,8 @@ class Design:
                 worst = Estimate(ns, what)
         for k, packs in zip(self.kernels, self.packs):
             for p in (p for p in packs if p.word_writes):
-                ns, what = word_write_ns(len(p.slots), p.width, p.depth, d)
+                ns, what = word_write_ns(len(p.slots), p.width, p.depth, d, registered=word_read_registered(
+                    len(p.slots), p.width, p.depth, self.config))
                 if ns > worst.period_ns:
                     worst = Estimate(ns, f"{k.name}: {what}")
         return worst

@@ -341,23 +341,36 @@ def memory_to_dsp_ns(d: Delays) -> float:
 BRAM_MIN_BITS = 1536
 
 
-def word_write_ns(banks: int, width: int, depth: int, d: Delays) -> tuple[float, str]:
+def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: bool = False) -> tuple[float, str]:
     """The read-modify-write of a packed memory written a word at a time (Pack.word_writes,
     hw/subword.py), as built from FANOUT_LEVEL (the kernel's registered `reading` flag selects
-    the read address: KernelHW._reading_flag). In block RAM the word read is registered in the
-    block's output register (`bram_clk_q_reg`) and goes through the forwarding and merge
-    multiplexers into the same block's write data; in LUT RAM the read address goes from that
-    flag to every LUT-RAM cell of the word, the data into its register. (Before, the block RAM's
-    unregistered data went into the merge: the w4a8 GEMV at 12 x 56, target_mhz 200, 11.4 ns;
-    and the LUT RAM's address came through the ports' write enables and their any/all tree: the
-    fine-tuned KWS network's 320-bit word, 80 cells, 13.4 ns.)"""
+    the read address: KernelHW._reading_flag). In block RAM the word read goes through the
+    merge multiplexers into the same block's write data: unregistered (5.6 ns from the clock,
+    `bram_clk_q`: the w4a8 GEMV at 12 x 56, target_mhz 200, 11.4 ns), or `registered` in the
+    block's output register (`bram_clk_q_reg`: word_read_registered). In LUT RAM the read
+    address goes from that flag to every LUT-RAM cell of the word, the data into its register.
+    (Before the flag, the LUT RAM's address came through the ports' write enables and their
+    any/all tree: the fine-tuned KWS network's 320-bit word, 80 cells, 13.4 ns.)"""
     bits = banks * width
     if depth * bits >= BRAM_MIN_BITS:
-        ns = d.bram_clk_q_reg + d.route_ns(2) + 2 * d.lut + d.route_ns(1) + d.setup
-        return ns, (f"a packed block RAM's read-modify-write ({banks} x {width} bits): registered read data -> "
-                    f"merge -> write data")
+        clk_q = d.bram_clk_q_reg if registered else d.bram_clk_q
+        ns = clk_q + d.route_ns(2) + 2 * d.lut + d.route_ns(1) + d.setup
+        return ns, (f"a packed block RAM's read-modify-write ({banks} x {width} bits): "
+                    f"{'registered ' if registered else ''}read data -> merge -> write data")
     ns = d.clk_q + d.route_ns(1) + d.lut + d.route_ns(math.ceil(bits / 4)) + d.lut + d.route_ns(1) + d.setup
     return ns, f"a packed LUT RAM's read-modify-write ({banks} x {width} bits): read address -> read data"
+
+
+def word_read_registered(banks: int, width: int, depth: int, config: HardwareConfig) -> bool:
+    """Whether a packed block RAM written a word at a time registers the word it reads before
+    the merge (hw/subword.py `registered_read`): with a `target_mhz` whose period the
+    unregistered path exceeds. It costs a second pending write and word of flip-flops and a
+    third input per bit's multiplexer (the fine-tuned KWS network, 63 such memories, no
+    target_mhz: +4,300 LUTs, +8,300 FFs, and its placement closed at 69.5 MHz against 86.7
+    without), so not where nothing asks for the clock."""
+    if not config.target_mhz or depth * banks * width < BRAM_MIN_BITS:
+        return False
+    return word_write_ns(banks, width, depth, delays(config.timing_part()))[0] > 1000.0 / config.target_mhz
 
 
 def product_registers(shapes, period_ns: float, lut: bool, d: Delays, least: int = 1) -> int:

@@ -3,6 +3,8 @@ part, every design still bit-exact with its cycles equal to the cycle model, and
 estimate (Design.timing_estimate)."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from tinygrad import Tensor, dtypes
@@ -10,7 +12,8 @@ from tinygrad import Tensor, dtypes
 import designs
 from compiler import HardwareConfig, compile_model, ir, simulate, simulate_many
 from compiler.devices import find_device
-from compiler.timing_model import DELAYS, delays, logic_ns, product_ns, product_registers, word_write_ns
+from compiler.timing_model import (DELAYS, delays, logic_ns, product_ns, product_registers, word_read_registered,
+                                   word_write_ns)
 from dse.models import zoo
 from helpers import assert_exact, run_zoo, same_bits
 
@@ -251,8 +254,8 @@ def test_the_estimate_times_the_read_modify_write_of_packed_4_bit_weights(M, K, 
     """4-bit weights packed a word to a memory are written a word at a time (hw/subword.py):
     the read-modify-write is a path no register placement shortens, timed on its own
     (timing_model.word_write_ns). Built from registers (the kernel's `reading` flag selecting the
-    read address; in block RAM the word read registered) it fits 150 MHz and is within the
-    estimate at target_mhz 200 on LUT RAM and on block RAM."""
+    read address; in block RAM at this target the word read registered: word_read_registered)
+    it fits 150 MHz and is within the estimate at target_mhz 200 on LUT RAM and on block RAM."""
     built = zoo.ZOO["gemv"].build("w4a8", M=M, K=K)
     tensors = zoo.input_tensors(built, zoo.make_inputs(built, 0))
     design = compile_model(built.forward(*tensors), input_ranges=zoo.declared_ranges(built, tensors),
@@ -261,9 +264,15 @@ def test_the_estimate_times_the_read_modify_write_of_packed_4_bit_weights(M, K, 
     assert words
     est = design.timing_estimate()
     d = delays(design.config.timing_part())
-    ns, what = max(word_write_ns(len(p.slots), p.width, p.depth, d) for p in words)
+    registered = [word_read_registered(len(p.slots), p.width, p.depth, design.config) for p in words]
+    assert all(registered) == (memory == "block RAM")           # at 200 MHz the block RAM's word read is
+    ns, what = max(word_write_ns(len(p.slots), p.width, p.depth, d, registered=r) for p, r in zip(words, registered))
     assert f"a packed {memory}'s read-modify-write" in what
     assert ns < 1000 / 150 and ns <= est.period_ns
+    if memory == "block RAM":      # unregistered (no target_mhz: nothing asks for the clock) it is ~100 MHz
+        assert word_write_ns(len(words[0].slots), words[0].width, words[0].depth, d)[0] > 1000 / 120
+        assert not word_read_registered(len(words[0].slots), words[0].width, words[0].depth,
+                                        dataclasses.replace(design.config, target_mhz=None))
 
 
 # ------------------------------------------------------------------ the same in CXXRTL

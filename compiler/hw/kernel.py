@@ -39,7 +39,7 @@ from ..dtypes import DType
 from ..ranges import Interval, acc_ranges, acc_width, analyze
 from .datapath import DATA, Copies, Datapath, Env, from_bits, registered
 from .pipeline import FANOUT_LEVEL, Schedule, is_gather, schedule
-from ..timing_model import BRAM_MIN_BITS
+from ..timing_model import word_read_registered
 from .program import Program, Step, build_program
 from .subword import read_modify_write
 from .tail import tailed_memory
@@ -437,7 +437,8 @@ class KernelHW(wiring.Component):
             flagged = self._reading_flag(first.slot)
             read_modify_write(m, pack.name, wp, shared[0], own[0].addr, waddr=waddr, fields=fields, width=w,
                               kernel_reads=own[0].reading if flagged else None,
-                              registered_read=flagged and pack.depth * len(pack.slots) * w >= BRAM_MIN_BITS)
+                              registered_read=flagged and word_read_registered(len(pack.slots), w, pack.depth,
+                                                                               self.config))
             m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(own[1:], shared[1:])]
             return
         m.d.comb += wp.addr.eq(waddr)

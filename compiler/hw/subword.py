@@ -22,9 +22,10 @@ last word written (about two words of flip-flops), an address compare and a mult
 
 From FANOUT_LEVEL the kernel's addresses are registered, and so is a flag that says when the
 kernel reads (KernelHW._reading_flag): the read port waits at the write address whenever the
-kernel is not reading, so no write enable lies on the way to its address. In block RAM the word
-read is also registered (the block's own output register, compiler/pnr/bram_registers.py) and
-merged a cycle later: the write lands two cycles after it arrives, still before a kernel
+kernel is not reading, so no write enable lies on the way to its address. In block RAM, with a
+`target_mhz` the unregistered path misses (timing_model.word_read_registered), the word read is
+also registered (the block's own output register, compiler/pnr/bram_registers.py) and merged a
+cycle later: the write lands two cycles after it arrives, still before a kernel
 started in the cycle it arrived reads (its first address reaches the memory three cycles after
 its start), and a word written in either of the two cycles before is forwarded from the words
 last written. Cost: a second pending write, a second word and a third input per multiplexer.
