@@ -227,8 +227,11 @@ class DataflowTopHW(TopHW):
         sync_reads = self.kernels[0].config.mem_read == "sync"
         running = Signal()
         bctr = Signal(range(B + 1))
+        # the next cycle's `running` and `bctr`: their registers' inputs, which the flags set a
+        # cycle ahead below (the kernels' ring banks, the copies' reads) are computed from
         if B == 1:                  # pipelined kernels: every cycle with `start` is a beat of its own
             begin = last = self.start
+            running_next, bctr_next = begin, bctr        # a beat runs next cycle iff one begins now
         else:
             begin = self.start & ~running
             # the beat's last cycle from a register set a cycle ahead (the counter runs a fixed
@@ -237,12 +240,9 @@ class DataflowTopHW(TopHW):
             last = Signal(name="beat_last")
             ahead = (bctr == B - 2) if B > 2 else Const(0, 1)
             m.d.sync += last.eq(Mux(begin, int(B == 2), running & ~last & ahead))
-            with m.If(begin):
-                m.d.sync += [running.eq(1), bctr.eq(1)]
-            with m.Elif(last):
-                m.d.sync += [running.eq(0), bctr.eq(0)]
-            with m.Elif(running):
-                m.d.sync += bctr.eq(bctr + 1)
+            running_next = Mux(begin, 1, Mux(last, 0, running))
+            bctr_next = Mux(begin, 1, Mux(last, 0, Mux(running, bctr + 1, bctr)))
+            m.d.sync += [running.eq(running_next), bctr.eq(bctr_next)]
         m.d.sync += self.done.eq(last)
         # From FANOUT_LEVEL each ring's beat counter advances on a copy of `last` of its own,
         # registered from `last` a cycle ahead: with B >= 4 no beat starts in the two cycles
@@ -254,7 +254,6 @@ class DataflowTopHW(TopHW):
             last_ahead = Signal(name="beat_last_ahead")
             m.d.sync += last_ahead.eq(running & ~last & (bctr == B - 3))
         busy = begin | running
-        running_next = Mux(begin, 1, Mux(last, 0, running))
         m.d.comb += self.busy.eq(begin if B == 1 else running)
         for k in self.kernels:
             m.d.comb += k.start.eq(begin)
@@ -335,8 +334,6 @@ class DataflowTopHW(TopHW):
                             m.d.comb += port.eq(registered(m, land, f"k{d[0]}_b{b}_land_{name}",
                                                            reset_less=name != "we"))
                             self.landing[(d[0], b, name)] = land
-        if last_ahead is not None:
-            bctr_next = Mux(begin, 1, Mux(last, 0, Mux(running, bctr + 1, bctr)))
         for c, ph in enumerate(copies):
             L = ph.length
             reads = busy & (cycle < L)             # copy c reads in this cycle of the beat
