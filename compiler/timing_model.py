@@ -347,14 +347,16 @@ def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: 
     the read address: KernelHW._reading_flag). In block RAM the word read goes through the
     merge multiplexers into the same block's write data: unregistered (5.6 ns from the clock,
     `bram_clk_q`: the w4a8 GEMV at 12 x 56, target_mhz 200, 11.4 ns), or `registered` in the
-    block's output register (`bram_clk_q_reg`: word_read_registered). In LUT RAM the read
+    block's output register (`bram_clk_q_reg`: word_read_registered); one multiplexer a bit, the
+    other input a register (the override: before it, the merge forwarded earlier writes' words
+    there, two LUT levels). In LUT RAM the read
     address goes from that flag to every LUT-RAM cell of the word, the data into its register.
     (Before the flag, the LUT RAM's address came through the ports' write enables and their
     any/all tree: the fine-tuned KWS network's 320-bit word, 80 cells, 13.4 ns.)"""
     bits = banks * width
     if depth * bits >= BRAM_MIN_BITS:
         clk_q = d.bram_clk_q_reg if registered else d.bram_clk_q
-        ns = clk_q + d.route_ns(2) + 2 * d.lut + d.route_ns(1) + d.setup
+        ns = clk_q + d.route_ns(2) + d.lut + d.route_ns(1) + d.setup
         return ns, (f"a packed block RAM's read-modify-write ({banks} x {width} bits): "
                     f"{'registered ' if registered else ''}read data -> merge -> write data")
     ns = d.clk_q + d.route_ns(1) + d.lut + d.route_ns(math.ceil(bits / 4)) + d.lut + d.route_ns(1) + d.setup

@@ -173,7 +173,9 @@ def run_on_host_bus(design, *, order: str = "bank") -> np.ndarray:
     (`order`: "bank", bank after bank; "word", address after address across the banks, so a
     word of a packed memory is written in back-to-back cycles; "pairs", two addresses of a bank
     (the higher first), then of the next, so the same word comes back every other cycle, from
-    the last pair down: address 0 of the last bank, which a kernel reads first, is written last),
+    the last pair down: address 0 of the last bank, which a kernel reads first, is written last;
+    "again", bank after bank, then the even banks once more address after address, so a packed
+    word is partly rewritten in back-to-back cycles and its odd banks must keep what they hold),
     start at once, wait for done, then
     read every memory of the first output. Returns its words."""
     from compiler.sim.memory_io import input_words
@@ -187,7 +189,8 @@ def run_on_host_bus(design, *, order: str = "bank") -> np.ndarray:
         writes = [(a, sel[ref.kernel, ref.slot], v) for buf, words in input_words(design, None).items()
                   for ref, bank in design.memory_words(buf, words) for a, v in enumerate(bank.tolist())]
         arranged = {"bank": writes, "word": sorted(writes),
-                    "pairs": sorted(writes, key=lambda w: (-(w[0] // 2), w[1], -w[0]))}[order]
+                    "pairs": sorted(writes, key=lambda w: (-(w[0] // 2), w[1], -w[0])),
+                    "again": writes + [w for w in sorted(writes) if w[1] % 2 == 0]}[order]
         for a, s, v in arranged:
             ctx.set(top.host_sel, s)
             ctx.set(top.host_addr, a)

@@ -11,14 +11,20 @@ such a memory is written a word at a time: its write port has one enable, and
     word through read port 0 in the cycle it arrives (the kernel is not running then: the top
     never writes a running kernel's memories) and, a cycle later, writes it back with those
     banks' fields replaced. When the word read is the one written in that same cycle (two writes
-    to one word back to back), the word just written is taken instead of the read data.
+    to one word back to back), the fields the earlier write set are taken from it instead of
+    the read data.
+
+The fields that replace the word read are an override, registered the cycle before the merge:
+the write's own fields, then those of the earlier writes its read came too early to see (each
+with the fields it took itself, newest first). So the merge is one multiplexer a bit between
+the word read and a register, into the write data.
 
 Every write therefore lands one cycle later than on a memory with per-bank enables; packing.py
 asks for whole-word writes only from FANOUT_LEVEL, where the host bus is registered and a
 kernel started right after the last write reads its memories later than that (hw/top.py), and
 a copy's last write, a cycle before its reader starts, meets a read port that is transparent
 to the write port (kernel.py `written_outside`). Cost per memory: the pending write and the
-last word written (about two words of flip-flops), an address compare and a multiplexer per bit.
+override (about two words of flip-flops), an address compare and two multiplexers per bit.
 
 From FANOUT_LEVEL the kernel's addresses are registered, and so is a flag that says when the
 kernel reads (KernelHW._reading_flag): the read port waits at the write address whenever the
@@ -27,8 +33,9 @@ kernel is not reading, so no write enable lies on the way to its address. In blo
 also registered (the block's own output register, compiler/pnr/bram_registers.py) and merged a
 cycle later: the write lands two cycles after it arrives, still before a kernel
 started in the cycle it arrived reads (its first address reaches the memory three cycles after
-its start), and a word written in either of the two cycles before is forwarded from the words
-last written. Cost: a second pending write, a second word and a third input per multiplexer.
+its start), and the fields set by a write merged in either of the two cycles before are
+forwarded from those writes' overrides. Cost: a second pending write, the earlier override and
+a third input per bit of the override's multiplexer.
 """
 from __future__ import annotations
 
@@ -78,52 +85,54 @@ def read_modify_write(m: Module, name: str, wp, port0, own_addr: Value, *, waddr
     else:
         partial = enables.any() & ~enables.all()
         m.d.comb += port0.addr.eq(Mux(partial, waddr, own_addr))
-    # the words written in the last `stages` cycles, for a read of one of them made before it
-    # landed (undefined data, or the word before). Whether the word landing now is one of those
-    # is known a cycle ahead (the pending writes' addresses), so each such flag is a register of
-    # its own: computed once, where a compare of the two addresses inside `base` was copied by
-    # ABC into every bit's multiplexer (the w4a6 GEMV 256x256 at 4 x 64: ~340 LUTs a memory, 29
-    # memories; one LUT a bit with it registered)
-    # One copy of each per HIT_GROUP bits: it selects every bit of the word, and a wide memory in
-    # LUT RAM spreads over the die (the fine-tuned KWS network's 320-bit, 4-word weight memory:
-    # 17.3 ns of routing from the one flag, the critical path of one placement in three)
-    merged = Signal(n * width, name=f"{name}_wr_word")
+    # The merge takes each field from the word read or from an override, a register: the
+    # write's own fields and those of the writes its read came too early to see (the words
+    # merged in the last `stages` cycles, at its address), newest first. So the write data is
+    # one multiplexer from registers and the word read; computed in the merge, from those
+    # writes' merged words, it went through three (the w4a8 GEMV at 12 x 56, target_mhz 200:
+    # a hit flag -> the merge -> a block RAM's write data, 10.0 ns, 8.6 of it routing).
+    use = Signal(n, name=f"{name}_wr_use")
+    over = Signal(n * width, name=f"{name}_wr_over", reset_less=True, attrs=DATA)
     if registered_read:
         # a word read, registered: the block RAM's own output register (compiler/pnr/
-        # bram_registers.py) where nothing else reads the port; without it the read data (5.8
+        # bram_registers.py) where nothing else reads the port; without it the read data (5.6
         # ns from the clock) went through the merge into the same block's write data (the w4a8
         # GEMV at 12 x 56, target_mhz 200: 11.4 ns, its critical path)
         word = registered(m, port0.data, f"{name}_wr_read", reset_less=True)
-        before = Signal.like(waddr, name=f"{name}_wr3_addr", reset_less=True, attrs=_KEEP | DATA)
-        before_valid = Signal(name=f"{name}_wr3_valid", attrs=_KEEP)
-        m.d.sync += [before.eq(last.addr), before_valid.eq(last.valid)]
-        # in the cycle before the merge: the write landing next (`first`) against the one
-        # landing now (`last`) and the one that landed a cycle ago (`before`)
-        newer = first.valid & last.valid & (first.addr == last.addr)
-        older = first.valid & before_valid & (first.addr == before)
-        candidates = [(newer, "hit"), (older, "hit_old")]
+        # the override is made the cycle before the merge, when `first` is the write merged
+        # next; the writes it came too early to see are merged now (`last`) and were a cycle ago
+        coming_mask, coming_data = first.mask, first.data
+        earlier = [(first, "hit", use, over),
+                   (last, "hit_old", registered(m, use, f"{name}_wr_use_old"),
+                    registered(m, over, f"{name}_wr_over_old", reset_less=True))]
     else:
         word = port0.data
-        candidates = [(first.valid & enables.any() & (first.addr == waddr), "hit")]
-    lasts = []
-    previous: Value = merged
-    for k, (hit_next, what) in enumerate(candidates):
-        written = Signal(n * width, name=f"{name}_wr_last_word" + (f"{k + 1}" if k else ""),
-                         reset_less=True, attrs=DATA)
-        m.d.sync += written.eq(previous)
-        previous = written
-        hits = [registered(m, hit_next, f"{name}_wr_{what}{g // HIT_GROUP}", duplicate=True)
-                for g in range(0, n * width, HIT_GROUP)]
-        lasts.append((hits, written))
-    groups = []
-    for g in range(0, n * width, HIT_GROUP):
-        bits = slice(g, g + HIT_GROUP)
-        chosen = word[bits]
-        for hits, written in reversed(lasts):             # the newest last: it wins
-            chosen = Mux(hits[g // HIT_GROUP], written[bits], chosen)
-        groups.append(chosen)
-    base = Cat(*groups)
-    m.d.comb += merged.eq(Cat(*(Mux(last.mask[i], last.data[i * width:(i + 1) * width], base[i * width:(i + 1) * width])
+        # made as the write arrives; the write it came too early to see is merged now (`first`)
+        coming_mask, coming_data = enables, Cat(*(d for d, _ in fields))
+        earlier = [(first, "hit", use, over)]
+    # whether the write merged next is at a given earlier write's address, one flag per
+    # HIT_GROUP bits: it selects every field of the word, and a wide memory in LUT RAM spreads
+    # over the die (the fine-tuned KWS network's 320-bit, 4-word weight memory: 17.3 ns of
+    # routing from one flag, the critical path of one placement in three). With a registered
+    # read it is known a cycle ahead (as the write arrives), so each flag is a register.
+    hits = []
+    for pend, what, _, _ in earlier:
+        same = pend.valid & enables.any() & (pend.addr == waddr)
+        hits.append([registered(m, same, f"{name}_wr_{what}{g // HIT_GROUP}", duplicate=True)
+                     for g in range(0, n * width, HIT_GROUP)] if registered_read else
+                    [same] * len(range(0, n * width, HIT_GROUP)))
+    use_next, over_next = [], []
+    for i in range(n):
+        bits = slice(i * width, (i + 1) * width)
+        taken, value = coming_mask[i], coming_data[bits]
+        for hit, (_, _, e_use, e_over) in reversed(list(zip(hits, earlier))):      # the newest last: it wins
+            h = hit[i * width // HIT_GROUP] & e_use[i]
+            taken, value = taken | h, Mux(h, e_over[bits], value)
+        use_next.append(taken)
+        over_next.append(Mux(coming_mask[i], coming_data[bits], value))
+    m.d.sync += [use.eq(Cat(*use_next)), over.eq(Cat(*over_next))]
+    merged = Signal(n * width, name=f"{name}_wr_word")
+    m.d.comb += merged.eq(Cat(*(Mux(use[i], over[i * width:(i + 1) * width], word[i * width:(i + 1) * width])
                                 for i in range(n))))
     m.d.comb += [wp.en.eq(last.valid), wp.addr.eq(last.addr), wp.data.eq(merged)]
 
