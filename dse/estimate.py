@@ -37,7 +37,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-FEATURES_VERSION = 13
+FEATURES_VERSION = 14
 """Bumped when `design_features` changes meaning: samples of another version are not used."""
 
 AREA_METRICS = ("luts", "ffs", "bram", "lutram", "dsp")
@@ -114,20 +114,28 @@ def _low_zeros(v, zeros: Mapping[int, int]) -> int:
     return 0
 
 
-def _stage_registers(order, sched, bits) -> int:
-    """Pipeline register bits of a kernel (fp_pipeline, hw/pipeline.py's schedule): each value
+def _stage_registers(order, sched, bits) -> tuple[int, int]:
+    """Pipeline register bits of a kernel (fp_pipeline, hw/pipeline.py's schedule): (each value
     held from the stage it is ready in to the last stage an operation reads it in, and each
-    operation's own output registers."""
+    integer operation's own output registers; the registers inside the float units). Apart
+    because a float unit's stages hold its unpacked operands, not its output's width: counted as
+    latency x format width they fit 0.7-0.9 flip-flops a bit, integer ones 1.0. In one count,
+    the pipelined fp16 matmul joining the corpus (for fp_path_bits) took the constant-weight
+    MLPs' (integer, fp_pipeline 3) held-out flip-flops from 5.5% to 21% median error; apart, 16%."""
     from compiler import ir
+    from compiler.hw import floatops
     held: dict[int, int] = {}
-    total = 0
+    plain = in_units = 0
     for v in order:
         if not isinstance(v, ir.Op):
             continue
         lat = sched.latency.get(id(v), 0)
         ready = sched.ready.get(id(v))
         width = v.dtype.bits if v.dtype.is_float else bits(v)
-        total += lat * width
+        if lat and (v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)) and floatops.unit_of(v) is not None:
+            in_units += lat * width
+        else:
+            plain += lat * width
         if ready is None:
             continue
         start = ready - lat
@@ -135,7 +143,7 @@ def _stage_registers(order, sched, bits) -> int:
             r = sched.ready.get(id(s))
             if r is not None and start > r:
                 held[id(s)] = max(held.get(id(s), 0), (start - r) * (s.dtype.bits if s.dtype.is_float else bits(s)))
-    return total + sum(held.values())
+    return plain + sum(held.values()), in_units
 
 
 def design_features(design, *, target: str) -> dict[str, float]:
@@ -145,6 +153,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
     from compiler.hw import floatops
     from compiler.hw.bram import memory_tail
     from compiler.hw.kernel import acc_ranges, acc_shape, read_ports
+    from compiler.hw.pipeline import float_stages
     from compiler.synth import multipliers
     from compiler.timing_model import BRAM_MIN_BITS
     K = ir.OpKind
@@ -173,6 +182,15 @@ def design_features(design, *, target: str) -> dict[str, float]:
                 continue
             w = v.dtype.bits
             src_w = max((s.dtype.bits for s in v.srcs), default=w)
+            if (v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)) and floatops.unit_of(v) is not None:
+                # a float unit's logic between two registers: the whole unit (and the units
+                # chained after it) at fp_pipeline 0, 1 / float_stages of it when pipelined.
+                # abc9 maps a long combinational path for delay, duplicating logic to cut its
+                # depth, so the same units cost more LUTs unpipelined (fp32 GEMV 16x64: 2,383
+                # at fp_pipeline 0, 1,992 at 2; fp16 matmul 8x8: 1,686, 1,632 at 1, 1,453 at 2):
+                # the float features alone count them alike, and a cost cannot be negative
+                add("fp_path_bits", max(w, src_w) * (2 if v.op is K.MULACC else 1)
+                    / float_stages(v, design.config.fp_pipeline))
             if v.op in (K.MUL, K.MULACC):
                 if v.dtype.is_float:
                     add("fmul", 1)
@@ -208,7 +226,9 @@ def design_features(design, *, target: str) -> dict[str, float]:
                 add("fother_bits", w)
             else:
                 add("logic_bits", bits(v))
-        add("stage_reg_bits", _stage_registers(order, sched, bits))
+        plain, in_units = _stage_registers(order, sched, bits)
+        add("stage_reg_bits", plain)
+        add("fstage_reg_bits", in_units)
         for a in k.accs:                    # the register as built: sized to its bounds (hw/kernel.py)
             add("acc_bits", acc_shape(a, design.config).width * a.ways)
         add("steps_log2", math.log2(1 + sum(lp.bound for lp in k.loops.values())))
@@ -274,6 +294,11 @@ def design_features(design, *, target: str) -> dict[str, float]:
                     add("small_banks", 1)
                     add("lutram_mux_bits", _lutram_mux_bits(depth, width))
                     add("lutram_prims", _lutram_prims(depth, width, ports))
+                    # a LUT RAM reads combinationally: a clocked read port is its word in
+                    # flip-flops after the multiplexer, one register a port (a block RAM holds its
+                    # own). Without it the FFs' held-out error was 6.8% median, 64.9% largest (the
+                    # elementwise model, 35 FFs of which 16 these registers, 65% too high)
+                    add("lutram_read_bits", width * ports)
                 add("addr_bits", addr)
                 # a lane count that is not a power of two: bank and address by division, tails gated
                 if any(d.factor & (d.factor - 1) for d in bk.layout.dims):
@@ -513,13 +538,20 @@ METRIC_FEATURES: Mapping[str, tuple[str, ...] | None] = {
 """The features each metric's table may use: a block RAM count is not made of adder bits."""
 
 METRIC_EXCLUDED: Mapping[str, tuple[str, ...]] = {
-    "luts": ("lutram_prims",),
-    "ffs": ("bram_mux_bits", "lutram_mux_bits", "host_mux_bits", "lutram_prims"),
+    "luts": ("lutram_prims", "lutram_read_bits", "small_mem_bits", "comb_mem_bits", "tail_bits"),
+    "ffs": ("bram_mux_bits", "lutram_mux_bits", "host_mux_bits", "lutram_prims", "fp_path_bits"),
 }
 """Features a metric's table may not use: a read multiplexer is logic, it holds no register a
 bit (held out, the 128x784 GEMV's flip-flops were estimated 3x too high when the mux bits of
 the 784-input MLPs, whose flip-flops are elsewhere, were allowed a flip-flop cost); a LUT RAM
-primitive is neither a LUT4 (Yosys counts TRELLIS_DPR16X4 apart) nor a flip-flop."""
+primitive is neither a LUT4 (Yosys counts TRELLIS_DPR16X4 apart) nor a flip-flop. The bits of a
+memory in LUT RAM (`small_mem_bits`, `comb_mem_bits`, `tail_bits`) are such primitives too: the
+LUTs around the memory are its read multiplexer (`lutram_mux_bits`). Allowed a LUT cost, the
+comb-read memories' bits took their multiplexers' (held out, LUTs 5.9% median and 29.5% largest,
+against 5.6% and 27.6%). The float logic between two registers (`fp_path_bits`) is the LUTs'
+delay-driven mapping, no register; a LUT RAM's read register (`lutram_read_bits`) is flip-flops
+after the multiplexer `lutram_mux_bits` already prices (allowed a LUT cost, the LUTs' held-out
+median was 6.4% against 5.9%)."""
 
 
 @dataclass(frozen=True)

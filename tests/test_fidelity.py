@@ -153,6 +153,49 @@ def test_a_memory_read_at_several_ports_is_built_once_a_port_in_lut_ram():
     assert f["lutram_mux_bits"] == 7 * 8 + 3 * 1 * 8         # the multiplexers: counted once a memory
 
 
+def test_features_count_lut_ram_read_registers_only_for_clocked_reads():
+    """A LUT RAM reads combinationally, so a clocked read port is its word in flip-flops (one
+    register a port); a block RAM holds its own, and mem_read=comb has none. On the 16x32 GEMV:
+    x (8 bits) and y (21 bits) at one port each; at 4 x 2 W's 8 banks of 8 bits, x's 2 and y's 4
+    (21 bits) banks; at 16 lanes y is registers already (one-word banks), W 16 banks, x one."""
+    one, wide, lanes16 = (design_features(compiled(*a), target="ecp5") for a in ((1, 1), (4, 2), (16, 1)))
+    assert one["lutram_read_bits"] == 8 + 21
+    assert wide["lutram_read_bits"] == 8 * 8 + 2 * 8 + 4 * 21
+    assert lanes16["lutram_read_bits"] == 16 * 8 + 8
+    from compiler import compile_model
+    from compiler.config import HardwareConfig
+    from dse.models import zoo
+    from dse.models.zoo import input_tensors
+    model = parse_spec(spec_dict()).models[0]
+    built = model.build("int8")
+    tensors = input_tensors(built, zoo.make_inputs(built, 0, model.input_range("int8")))
+    comb = design_features(compile_model(built.forward(*tensors), config=HardwareConfig(mem_read="comb", mem_pack=1)),
+                           target="ecp5")
+    assert "lutram_read_bits" not in comb and comb["comb_mem_bits"] > 0
+
+
+def test_features_shorten_the_float_path_with_the_pipeline_and_count_unit_registers_apart():
+    """fp_path_bits: each float unit's bits over the stages it is cut into (fp_pipeline P: 2**P,
+    FMul at most 8, FAdd 6), the logic between two registers that abc9 maps for delay; the
+    registers inside the float units are fstage_reg_bits, apart from the integer and held-value
+    stage registers. The 16x32 fp32 GEMV: one FMul and one FAdd of 32 bits."""
+    from compiler import compile_model
+    from compiler.config import HardwareConfig
+    from dse.models import zoo
+    from dse.models.zoo import input_tensors
+    model = parse_spec(spec_dict()).models[0]
+    built = model.build("fp32")
+    tensors = input_tensors(built, zoo.make_inputs(built, 0, model.input_range("fp32")))
+    f = {p: design_features(compile_model(built.forward(*tensors), config=HardwareConfig(fp_pipeline=p)),
+                            target="ecp5") for p in (0, 1, 2, 3)}
+    assert [f[p]["fp_path_bits"] for p in (0, 1, 2)] == [64, 32, 16]
+    assert f[3]["fp_path_bits"] == pytest.approx(32 / 8 + 32 / 6)
+    assert f[0]["fstage_reg_bits"] == 0 and 0 < f[1]["fstage_reg_bits"] < f[2]["fstage_reg_bits"] < f[3]["fstage_reg_bits"]
+    assert all(f[p]["stage_reg_bits"] == 0 for p in f)        # no integer op, no value held apart
+    integer = design_features(compiled(1, 1), target="ecp5")
+    assert "fp_path_bits" not in integer and integer["fstage_reg_bits"] == 0
+
+
 def test_features_put_the_products_built_in_luts_apart():
     """mul=lut (or auto past the device's DSPs, compiler.synth.multipliers) builds products in LUTs:
     their bits are a feature of their own, since they cost LUTs where DSP products cost none."""
