@@ -37,7 +37,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-FEATURES_VERSION = 14
+FEATURES_VERSION = 15
 """Bumped when `design_features` changes meaning: samples of another version are not used."""
 
 AREA_METRICS = ("luts", "ffs", "bram", "lutram", "dsp")
@@ -163,7 +163,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
         f[name] = f.get(name, 0.0) + v
 
     products: list[tuple[str, int, int]] = []     # (feature, operand width a, b) of every multiplier
-    for k, sched in zip(design.kernels, design.schedules):
+    for k, sched, prog in zip(design.kernels, design.schedules, design.programs):
         roots = [v for s, _ in k.stores() for v in ir.store_operands(s)]
         intervals = ranges.analyze(k, acc_ranges(k, design.config))
         zeros: dict[int, int] = {}          # id(value) -> its low bits known to be 0
@@ -234,6 +234,16 @@ def design_features(design, *, target: str) -> dict[str, float]:
         add("steps_log2", math.log2(1 + sum(lp.bound for lp in k.loops.values())))
         add("counter_bits", sum(int(lp.bound).bit_length() for lp in k.loops.values()))   # loop counters
         add("kernels", 1)
+        # the controller (hw/kernel.py _controller): a case of the step register per step, and in
+        # it each advance of a loop a compare of its counter with its last value, an increment and
+        # the next-counter multiplexer, built once per step that advances the loop (a loop's
+        # counter once, counter_bits, is its flip-flops: the LUTs' table no longer uses it). The
+        # fitted cost a bit is more than the counters' own LUTs (2 to 2.5 a counter flip-flop in
+        # the flat netlists): the memories' address logic grows with the same widths
+        # (docs/estimator.md, "The LUTs' control terms")
+        add("steps", len(prog.steps))
+        add("advance_bits", sum(max(1, int(a.loop.bound - 1).bit_length()) for tr in prog.transitions
+                                for a in tr.advances))
 
     # the products the `mul` knob builds in LUTs (compiler.synth.multipliers' rule) are their own
     # feature, at the operand widths the datapath gives them (their value intervals), so the
@@ -255,6 +265,10 @@ def design_features(design, *, target: str) -> dict[str, float]:
     roms = {pos for pos, k in enumerate(design.kernels) if any(b.rom is not None for b in k.buffers)}
     for pos, k in enumerate(design.source_kernels or design.kernels):
         packed = {s: p for p in design.packs_of(pos) for s in p.slots}     # mem_pack: one memory per group
+        # schedule=dataflow: a ring bank is R memories of its own (KernelHW._ring_memory), each
+        # built as a bank alone is; counted once, the dataflow MLPs' LUT RAMs were 29% to 48% low
+        # (the 64-72-8 MLP at fp_pipeline 3: 34 primitives counted, 68 built)
+        rings = {r.place[1]: r.banks for r in design.flow.rings if r.place[0] == pos} if design.flow else {}
         # read ports of each bank (hw/kernel.py's read_ports: loads of a step at distinct
         # addresses); a packed memory is read at its slots' ports
         n_ports = read_ports(design.kernels[pos], design.programs[pos])[1] if pos < len(design.kernels) else {}
@@ -269,40 +283,52 @@ def design_features(design, *, target: str) -> dict[str, float]:
                     continue
                 depth, width = bk.layout.words, b.width * (len(packed[bank].slots) if bank in packed else 1)
                 addr = max(1, math.ceil(math.log2(max(depth, 2))))
-                add("banks", 1)
+                copies = rings.get(bank, 1)
+
+                def mem(name: str, v: float, copies=copies) -> None:     # once per memory built
+                    add(name, v * copies)
+                mem("banks", 1)
                 ports = max(n_ports.get(s, 1) for s in (packed[bank].slots if bank in packed else (bank,)))
+                if copies > 1:
+                    # the ring's selects: each read port's data (and the outside's, port 0) is an
+                    # AND-OR over the R memories' words, chosen by the bank flags; the kernel's
+                    # and the outside's addresses (and write data, if the kernel stores into it)
+                    # are multiplexed into each memory's ports
+                    mem("ring_sel_bits", (ports + 1) * width)
+                    mem("ring_port_bits", addr + ((addr + width) if b.stored else 0))
                 tail = memory_tail(design.config, depth, width, b.stored)
                 if tail:                                 # mem_tail: the last words in LUT RAM
-                    add("tail_bits", tail * width)
-                    add("tail_banks", 1)
+                    mem("tail_bits", tail * width)
+                    mem("tail_banks", 1)
                     depth -= tail
                 if depth == 1:
                     # a memory of one word is a register: Yosys maps it to flip-flops, not LUT
                     # RAM (the constant-weight designs at 64 lanes: every bank one word, no LUT
                     # RAM, and the 8x16 GEMV's 288 such bits among its 566 flip-flops)
-                    add("reg_mem_bits", width)
+                    mem("reg_mem_bits", width)
                 elif comb:
-                    add("comb_mem_bits", depth * width)
-                    add("lutram_mux_bits", _lutram_mux_bits(depth, width))
-                    add("lutram_prims", _lutram_prims(depth, width, ports))
+                    mem("comb_mem_bits", depth * width)
+                    mem("lutram_mux_bits", _lutram_mux_bits(depth, width))
+                    mem("lutram_prims", _lutram_prims(depth, width, ports))
                 elif depth * width >= BRAM_MIN_BITS:     # LUT RAM below (timing_model; every target alike)
-                    add("bram_blocks", _blocks(depth, width, target))
-                    add("bram_banks", 1)
-                    add("bram_mux_bits", (_rows(depth, width, target) - 1) * width)   # cascaded blocks' read mux
+                    mem("bram_blocks", _blocks(depth, width, target))
+                    mem("bram_banks", 1)
+                    mem("bram_mux_bits", (_rows(depth, width, target) - 1) * width)   # cascaded blocks' read mux
                 else:
-                    add("small_mem_bits", depth * width)
-                    add("small_banks", 1)
-                    add("lutram_mux_bits", _lutram_mux_bits(depth, width))
-                    add("lutram_prims", _lutram_prims(depth, width, ports))
+                    mem("small_mem_bits", depth * width)
+                    mem("small_banks", 1)
+                    mem("lutram_mux_bits", _lutram_mux_bits(depth, width))
+                    mem("lutram_prims", _lutram_prims(depth, width, ports))
                     # a LUT RAM reads combinationally: a clocked read port is its word in
                     # flip-flops after the multiplexer, one register a port (a block RAM holds its
                     # own). Without it the FFs' held-out error was 6.8% median, 64.9% largest (the
                     # elementwise model, 35 FFs of which 16 these registers, 65% too high)
-                    add("lutram_read_bits", width * ports)
-                add("addr_bits", addr)
+                    mem("lutram_read_bits", width * ports)
+                mem("addr_bits", addr)
                 # a lane count that is not a power of two: bank and address by division, tails gated
                 if any(d.factor & (d.factor - 1) for d in bk.layout.dims):
-                    add("np2_addr_bits", addr)
+                    mem("np2_addr_bits", addr)
+
     # the host bus's read-back (hw/top.py): host_rdata is a multiplexer (from FANOUT_LEVEL an OR
     # of gated words) over every bank the host reads, so its LUTs grow with those banks' bits
     # beyond the widest one (a single output bank's word is a wire). The banks' own bits were the
@@ -538,8 +564,11 @@ METRIC_FEATURES: Mapping[str, tuple[str, ...] | None] = {
 """The features each metric's table may use: a block RAM count is not made of adder bits."""
 
 METRIC_EXCLUDED: Mapping[str, tuple[str, ...]] = {
-    "luts": ("lutram_prims", "lutram_read_bits", "small_mem_bits", "comb_mem_bits", "tail_bits"),
-    "ffs": ("bram_mux_bits", "lutram_mux_bits", "host_mux_bits", "lutram_prims", "fp_path_bits"),
+    "luts": ("lutram_prims", "lutram_read_bits", "small_mem_bits", "comb_mem_bits", "tail_bits",
+             "counter_bits", "bram_banks", "small_banks"),
+    "ffs": ("bram_mux_bits", "lutram_mux_bits", "host_mux_bits", "lutram_prims", "fp_path_bits",
+            "advance_bits", "steps", "ring_sel_bits", "ring_port_bits", "bram_banks", "small_banks",
+            "small_mem_bits", "comb_mem_bits", "tail_bits"),
 }
 """Features a metric's table may not use: a read multiplexer is logic, it holds no register a
 bit (held out, the 128x784 GEMV's flip-flops were estimated 3x too high when the mux bits of
@@ -551,7 +580,16 @@ comb-read memories' bits took their multiplexers' (held out, LUTs 5.9% median an
 against 5.6% and 27.6%). The float logic between two registers (`fp_path_bits`) is the LUTs'
 delay-driven mapping, no register; a LUT RAM's read register (`lutram_read_bits`) is flip-flops
 after the multiplexer `lutram_mux_bits` already prices (allowed a LUT cost, the LUTs' held-out
-median was 6.4% against 5.9%)."""
+median was 6.4% against 5.9%).
+
+A memory bank's count (`bram_banks`, `small_banks`) is no LUTs of its own: the 32x128 GEMV at 4
+lanes measures 704 LUTs with its weights in 16 block-RAM banks and 700 packed in 4; the LUTs
+around a memory are its multiplexers and addresses (`*_mux_bits`, `addr_bits`), its flip-flops
+its read and address registers (`lutram_read_bits`, `addr_bits`). Allowed a cost, the bank
+counts took one with gemv_int held out (that GEMV 24% too high in LUTs; in flip-flops the comb-read
+GEMV 31% too high, 20% without them). The bits of a memory in LUT RAM are no flip-flops either.
+The counters' widths (`counter_bits`) are flip-flops; the controller's LUTs are `advance_bits`
+and `steps`, logic, as are the ring selects (`ring_sel_bits`, `ring_port_bits`)."""
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,27 @@ def test_features_count_the_replicated_datapath_and_the_memory_banks():
     assert one["bram_blocks"] == 1                  # 512 x 8 bits: one DP16KD
 
 
+def test_features_count_every_ring_memory_and_the_controller():
+    """schedule=dataflow: a ring bank is R memories (KernelHW._ring_memory), so the features'
+    memories are the RTL's, and their selects are counted; the controller's advances are counted
+    at their counters' widths, once per step that advances them (hw/kernel.py _transition)."""
+    import re
+    import designs
+    from compiler import HardwareConfig, compile_model
+    from compiler.synth.area import design_rtlil
+    d = compile_model(*designs.residual_mlp().outputs, config=HardwareConfig(schedule="dataflow"))
+    seq = compile_model(*designs.residual_mlp().outputs, config=HardwareConfig())
+    rings = sum(r.banks - 1 for r in d.flow.rings)
+    assert rings > 0
+    f, g = design_features(d, target="ecp5"), design_features(seq, target="ecp5")
+    memories = lambda design: len(re.findall(r"^\s*memory ", design_rtlil(design), re.M))    # noqa: E731
+    assert f["banks"] == memories(d) and g["banks"] == memories(seq)
+    assert f["ring_sel_bits"] > 0 and f["ring_port_bits"] > 0 and "ring_sel_bits" not in g
+    # the 16x32 GEMV: one step advancing a 32-deep loop (5 bits) and a 16-deep one (4)
+    one = design_features(compiled(1, 1), target="ecp5")
+    assert (one["steps"], one["advance_bits"]) == (1, 5 + 4)
+
+
 def test_features_count_the_read_multiplexers_and_the_one_word_memories():
     """The host's read-back multiplexer (over every output bank beyond the widest), LUT RAM's
     read multiplexer (a 16-word primitive per 16 words beyond the first) and one-word memories,
