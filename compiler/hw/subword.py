@@ -114,10 +114,13 @@ def read_modify_write(m: Module, name: str, wp, port0, own_addr: Value, *, waddr
     # HIT_GROUP bits: it selects every field of the word, and a wide memory in LUT RAM spreads
     # over the die (the fine-tuned KWS network's 320-bit, 4-word weight memory: 17.3 ns of
     # routing from one flag, the critical path of one placement in three). With a registered
-    # read it is known a cycle ahead (as the write arrives), so each flag is a register.
+    # read it is known a cycle ahead (as the write arrives), so each flag is a register. Whether
+    # a write arrives is left out (the any of every bank's enable, a tree of LUTs on the way): a
+    # flag without one makes an override that no write uses (its merge is not written, and a
+    # later write takes it only from a valid pending write).
     hits = []
     for pend, what, _, _ in earlier:
-        same = pend.valid & enables.any() & (pend.addr == waddr)
+        same = pend.valid & (pend.addr == waddr)
         hits.append([registered(m, same, f"{name}_wr_{what}{g // HIT_GROUP}", duplicate=True)
                      for g in range(0, n * width, HIT_GROUP)] if registered_read else
                     [same] * len(range(0, n * width, HIT_GROUP)))
