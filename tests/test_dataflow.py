@@ -132,35 +132,6 @@ def test_pysim_streams_a_dataflow_design_as_the_sequential_design_computes_each_
     assert len(lasts) == (len(flow.flow.rings) if fp_pipeline >= 3 else 0)
 
 
-def test_a_rings_one_hot_bank_flags_equal_its_bank_choices_in_every_cycle():
-    """From FANOUT_LEVEL each bank of a ring takes its ports by a flag of its own, a register set
-    a cycle ahead (DataflowTopHW._one_hot): in every cycle of a stream, from the reset on, bit i
-    of a kernel's `kbank_is` / `obank_is` is whether its `kbank` / `obank` is i."""
-    from amaranth.sim import Simulator
-    x, y = _mlp([24, 16, 8, 4])
-    flow = compile_model(y, config=HardwareConfig.from_dict(
-        {"lanes@0": 4, "reduce_unroll@0": 2, "lanes@1": 2, "fp_pipeline": 3, "schedule": "dataflow"}), stream=x)
-    top = flow.top
-    pairs = [(getattr(k, f"b{slot}_{side}bank"), getattr(k, f"b{slot}_{side}bank_is"), n)
-             for k in top.kernels for slot, n in k.rings.items() for side in "ko"]
-    assert len(pairs) >= 4
-    seen = set()
-
-    async def bench(ctx):
-        ctx.set(top.start, 1)                   # a beat begins whenever none runs
-        for _ in range(4 * flow.flow.beat):
-            for bank, flags, n in pairs:
-                b = ctx.get(bank)
-                assert ctx.get(flags) == 1 << b, (bank.name, b, ctx.get(flags))
-                seen.add((bank.name, b))
-            await ctx.tick()
-    sim = Simulator(top)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    assert len(seen) > len(pairs)               # the banks did turn
-
-
 @pytest.mark.slow
 def test_a_stream_through_a_dataflow_design_equals_the_sequential_design_sample_for_sample():
     """Five samples back to back through each dataflow design (a chain with in-place reads and

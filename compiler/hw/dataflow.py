@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Const, Module, Mux, Signal, Value
 from amaranth.lib.wiring import In
 
 from .layout import Banking
@@ -280,13 +280,13 @@ class DataflowTopHW(TopHW):
                 with m.If(advance):
                     m.d.sync += index[key].eq(stepped)
                 index_next[key] = Mux(advance, stepped, index[key])
-            idx, idx_next = index[key], index_next[key]
-            kb, kb_next = idx, idx_next            # the banks, and their next values where known
+            idx = index[key]
+            kb = idx
             if r.outside == "out":
-                ob, ob_next, ob_reset = mod(idx + 1, n), mod(idx_next + 1, n), 1 % n
+                ob = mod(idx + 1, n)
             elif self._host_written(r.place):       # the bank of the next beat's sample: + its level
                 nxt = Mux(busy, mod(idx + 1, n), idx)
-                ob, ob_next, ob_reset = mod(nxt + r.shift, n), None, 0
+                ob = mod(nxt + r.shift, n)
                 if r.shift % n == 0 and last_ahead is not None:
                     # while no beat runs the host writes the next beat's bank, which is the
                     # kernel's: the kernel (idle) points elsewhere, or it would keep the port.
@@ -295,18 +295,15 @@ class DataflowTopHW(TopHW):
                     # cycle it may point elsewhere still. From `busy` it was a net of `running`
                     # to every bank choice of the kernel's (the digits MLP and CNN at
                     # target_mhz 200: 7.1 and 7.4 ns of routing, their critical paths).
-                    kb_next = Mux(running_next, idx_next, mod(idx_next + 1, n))[:len(idx)]
-                    kb = registered(m, kb_next, f"k{r.place[0]}_b{r.place[1]}_kbank", duplicate=True)
+                    kb = registered(m, Mux(running_next, index_next[key], mod(index_next[key] + 1, n))[:len(idx)],
+                                    f"k{r.place[0]}_b{r.place[1]}_kbank", duplicate=True)
                 elif r.shift % n == 0:
-                    kb, kb_next = Mux(busy, idx, mod(idx + 1, n)), None
+                    kb = Mux(busy, idx, mod(idx + 1, n))
                 if self.fanout:     # the bank as the write's address and data: a cycle late
-                    ob, ob_next = registered(m, ob, f"k{r.place[0]}_b{r.place[1]}_hbank"), ob
+                    ob = registered(m, ob, f"k{r.place[0]}_b{r.place[1]}_hbank")
             else:
-                ob, ob_next, ob_reset = mod(idx + n - 1, n), mod(idx_next + n - 1, n), n - 1
-            slot = f"b{r.place[1]}"
-            m.d.comb += [getattr(k, f"{slot}_kbank").eq(kb), getattr(k, f"{slot}_obank").eq(ob),
-                         getattr(k, f"{slot}_kbank_is").eq(self._one_hot(m, kb, kb_next, n, f"k{r.place[0]}_{slot}_kis", 0)),
-                         getattr(k, f"{slot}_obank_is").eq(self._one_hot(m, ob, ob_next, n, f"k{r.place[0]}_{slot}_ois", ob_reset))]
+                ob = mod(idx + n - 1, n)
+            m.d.comb += [getattr(k, f"b{r.place[1]}_kbank").eq(kb), getattr(k, f"b{r.place[1]}_obank").eq(ob)]
 
         # ---- host bus: streamed inputs and outputs any time, other memories while no beat runs
         ring_places = {r.place for r in flow.rings}
@@ -437,17 +434,6 @@ class DataflowTopHW(TopHW):
                     registered(m, raddr, f"host{i}_raddr", duplicate=True, reset_less=True))
                 read_ports.append((i, hp))
         self._registered_read(m, read_ports, self.host_rsel, sync_reads)
-
-    def _one_hot(self, m: Module, bank: Value, bank_next: Value | None, n: int, name: str, reset: int) -> Value:
-        """Bit i: `bank` (`reset` after a reset) is i. From FANOUT_LEVEL, where the next cycle's
-        bank is known, a register per bit set a cycle ahead: each chooses one bank's ports in
-        the kernel, where the compares of one bank register chose every bank's (the digits CNN
-        at target_mhz 200: a ring's beat index -> a LUT RAM's read address -> its read data,
-        8.2 ns, 6.5 of it routing)."""
-        if self.fanout and bank_next is not None:
-            return Cat(*(registered(m, bank_next == i, f"{name}{i}", init=int(i == reset), duplicate=True)
-                         for i in range(n)))
-        return Cat(*(bank == i for i in range(n)))
 
     def _host_written(self, place: Place) -> bool:
         return any(hp.write and (hp.kernel, hp.slot) == place for hp in self.host_ports)

@@ -224,10 +224,6 @@ class KernelHW(wiring.Component):
                 self.memories[b.slot] = banks[0]
                 sig[f"b{b.slot}_kbank"] = In(range(self.rings[b.slot]))
                 sig[f"b{b.slot}_obank"] = In(range(self.rings[b.slot]))
-                # the same one-hot (bit i: the bank is i), registers where the top can set
-                # them a cycle ahead (DataflowTopHW): they choose each bank's ports
-                sig[f"b{b.slot}_kbank_is"] = In(self.rings[b.slot])
-                sig[f"b{b.slot}_obank_is"] = In(self.rings[b.slot])
             elif b.slot not in self.memories:
                 slots, width = (b.slot,), b.width
                 if pack is not None:
@@ -397,7 +393,7 @@ class KernelHW(wiring.Component):
             m.submodules[name if i == 0 else f"{name}_r{i}"] = mem
             wp = mem.write_port()
             rps = [mem.read_port(domain=domain, transparent_for=(wp,) if transparent else ()) for _ in range(n)]
-            mine, theirs = getattr(self, f"b{slot}_kbank_is")[i], getattr(self, f"b{slot}_obank_is")[i]
+            mine, theirs = kbank == i, obank == i
             if b.stored:
                 m.d.comb += [wp.addr.eq(Mux(mine, own_w.addr, getattr(self, ports["waddr"]))),
                              wp.data.eq(Mux(mine, own_w.data, getattr(self, ports["wdata"]))),
