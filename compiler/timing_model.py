@@ -349,8 +349,8 @@ def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: 
     `bram_clk_q`: the w4a8 GEMV at 12 x 56, target_mhz 200, 11.4 ns), or `registered` in the
     block's output register (`bram_clk_q_reg`: word_read_registered); one multiplexer a bit, the
     other input a register (the override: before it, the merge forwarded earlier writes' words
-    there, two LUT levels). In LUT RAM the read
-    address goes from that flag to every LUT-RAM cell of the word, the data into its register.
+    there, two LUT levels). In LUT RAM the read address goes from that flag to every LUT-RAM
+    cell of the word, the data into its register.
     (Before the flag, the LUT RAM's address came through the ports' write enables and their
     any/all tree: the fine-tuned KWS network's 320-bit word, 80 cells, 13.4 ns.)"""
     bits = banks * width
