@@ -23,8 +23,8 @@ Every write therefore lands one cycle later than on a memory with per-bank enabl
 asks for whole-word writes only from FANOUT_LEVEL, where the host bus is registered and a
 kernel started right after the last write reads its memories later than that (hw/top.py), and
 a copy's last write, a cycle before its reader starts, meets a read port that is transparent
-to the write port (kernel.py `written_outside`). Cost per memory: the pending write and the
-override (about two words of flip-flops), an address compare and two multiplexers per bit.
+to the write port (kernel.py `written_outside`). Cost per memory: the pending write's address
+and the override (about a word of flip-flops), an address compare and two multiplexers per bit.
 
 From FANOUT_LEVEL the kernel's addresses are registered, and so is a flag that says when the
 kernel reads (KernelHW._reading_flag): the read port waits at the write address whenever the
@@ -34,8 +34,8 @@ also registered (the block's own output register, compiler/pnr/bram_registers.py
 cycle later: the write lands two cycles after it arrives, still before a kernel
 started in the cycle it arrived reads (its first address reaches the memory three cycles after
 its start), and the fields set by a write merged in either of the two cycles before are
-forwarded from those writes' overrides. Cost: a second pending write, the earlier override and
-a third input per bit of the override's multiplexer.
+forwarded from those writes' overrides. Cost: a second pending address, the write's fields
+held a cycle, the earlier override and a third input per bit of the override's multiplexer.
 """
 from __future__ import annotations
 
@@ -68,13 +68,18 @@ def read_modify_write(m: Module, name: str, wp, port0, own_addr: Value, *, waddr
     # of memories the same address and data, and opt_merge would make one register drive the
     # write address of every block RAM across the die (the w4a8 GEMV 8 x 56: 9.1 ns of routing
     # from the merged address register, 89.4 MHz)
+    # The fields travel only as far as the override is made from them (the cycle it arrives, or
+    # with a registered read the cycle after): kept flip-flops (DUPLICATE_ATTRIBUTE) that nothing
+    # reads would stay in the netlist.
     stages = 2 if registered_read else 1
-    pending = [_pending(f"{name}_wr" if s == 0 else f"{name}_wr{s + 1}", n, width, waddr) for s in range(stages)]
+    pending = [_pending(f"{name}_wr" if s == 0 else f"{name}_wr{s + 1}", n, width, waddr,
+                        fields=registered_read and s == 0) for s in range(stages)]
     first, last = pending[0], pending[-1]
-    m.d.sync += [first.valid.eq(enables.any()), first.addr.eq(waddr), first.mask.eq(enables),
-                 first.data.eq(Cat(*(d for d, _ in fields)))]
+    m.d.sync += [first.valid.eq(enables.any()), first.addr.eq(waddr)]
+    if registered_read:
+        m.d.sync += [first.mask.eq(enables), first.data.eq(Cat(*(d for d, _ in fields)))]
     for a, b in zip(pending, pending[1:]):
-        m.d.sync += [b.valid.eq(a.valid), b.addr.eq(a.addr), b.mask.eq(a.mask), b.data.eq(a.data)]
+        m.d.sync += [b.valid.eq(a.valid), b.addr.eq(a.addr)]
     if kernel_reads is not None:
         # A partial write never arrives while the kernel reads (module docstring), so the port can wait at
         # the write address whenever the kernel leaves it, the multiplexer selected by a
@@ -142,15 +147,16 @@ def read_modify_write(m: Module, name: str, wp, port0, own_addr: Value, *, waddr
 
 @dataclass(frozen=True)
 class _Pending:
-    """A write on its way to the memory: whether there is one, its address, banks and fields."""
+    """A write on its way to the memory: whether there is one, its address, and (where they are
+    still needed) its banks and fields."""
     valid: Signal
     addr: Signal
-    mask: Signal
-    data: Signal
+    mask: Signal | None
+    data: Signal | None
 
 
-def _pending(prefix: str, n: int, width: int, waddr: Value) -> _Pending:
+def _pending(prefix: str, n: int, width: int, waddr: Value, *, fields: bool) -> _Pending:
     return _Pending(Signal(name=f"{prefix}_valid", attrs=_KEEP),
                     Signal.like(waddr, name=f"{prefix}_addr", reset_less=True, attrs=_KEEP | DATA),
-                    Signal(n, name=f"{prefix}_mask", reset_less=True, attrs=_KEEP | DATA),
-                    Signal(n * width, name=f"{prefix}_data", reset_less=True, attrs=_KEEP | DATA))
+                    Signal(n, name=f"{prefix}_mask", reset_less=True, attrs=_KEEP | DATA) if fields else None,
+                    Signal(n * width, name=f"{prefix}_data", reset_less=True, attrs=_KEEP | DATA) if fields else None)
