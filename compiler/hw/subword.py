@@ -68,16 +68,10 @@ def read_modify_write(m: Module, name: str, wp, port0, own_addr: Value, *, waddr
     # of memories the same address and data, and opt_merge would make one register drive the
     # write address of every block RAM across the die (the w4a8 GEMV 8 x 56: 9.1 ns of routing
     # from the merged address register, 89.4 MHz)
-    # The fields travel only as far as the override is made from them (the cycle it arrives, or
-    # with a registered read the cycle after): kept flip-flops (DUPLICATE_ATTRIBUTE) that nothing
-    # reads would stay in the netlist.
     stages = 2 if registered_read else 1
-    pending = [_pending(f"{name}_wr" if s == 0 else f"{name}_wr{s + 1}", n, width, waddr,
-                        fields=registered_read and s == 0) for s in range(stages)]
+    pending = [_pending(f"{name}_wr" if s == 0 else f"{name}_wr{s + 1}", waddr) for s in range(stages)]
     first, last = pending[0], pending[-1]
     m.d.sync += [first.valid.eq(enables.any()), first.addr.eq(waddr)]
-    if registered_read:
-        m.d.sync += [first.mask.eq(enables), first.data.eq(Cat(*(d for d, _ in fields)))]
     for a, b in zip(pending, pending[1:]):
         m.d.sync += [b.valid.eq(a.valid), b.addr.eq(a.addr)]
     if kernel_reads is not None:
@@ -105,8 +99,11 @@ def read_modify_write(m: Module, name: str, wp, port0, own_addr: Value, *, waddr
         # GEMV at 12 x 56, target_mhz 200: 11.4 ns, its critical path)
         word = registered(m, port0.data, f"{name}_wr_read", reset_less=True)
         # the override is made the cycle before the merge, when `first` is the write merged
-        # next; the writes it came too early to see are merged now (`last`) and were a cycle ago
-        coming_mask, coming_data = first.mask, first.data
+        # next (its banks and fields held that cycle); the writes it came too early to see are
+        # merged now (`last`) and were a cycle ago
+        coming_mask = Signal(n, name=f"{name}_wr_mask", reset_less=True, attrs=_KEEP | DATA)
+        coming_data = Signal(n * width, name=f"{name}_wr_data", reset_less=True, attrs=_KEEP | DATA)
+        m.d.sync += [coming_mask.eq(enables), coming_data.eq(Cat(*(d for d, _ in fields)))]
         earlier = [(first, "hit", use, over),
                    (last, "hit_old", registered(m, use, f"{name}_wr_use_old"),
                     registered(m, over, f"{name}_wr_over_old", reset_less=True))]
@@ -123,12 +120,12 @@ def read_modify_write(m: Module, name: str, wp, port0, own_addr: Value, *, waddr
     # a write arrives is left out (the any of every bank's enable, a tree of LUTs on the way): a
     # flag without one makes an override that no write uses (its merge is not written, and a
     # later write takes it only from a valid pending write).
+    groups = range(0, n * width, HIT_GROUP)
     hits = []
     for pend, what, _, _ in earlier:
         same = pend.valid & (pend.addr == waddr)
-        hits.append([registered(m, same, f"{name}_wr_{what}{g // HIT_GROUP}", duplicate=True)
-                     for g in range(0, n * width, HIT_GROUP)] if registered_read else
-                    [same] * len(range(0, n * width, HIT_GROUP)))
+        hits.append([registered(m, same, f"{name}_wr_{what}{g // HIT_GROUP}", duplicate=True) for g in groups]
+                    if registered_read else [same] * len(groups))
     use_next, over_next = [], []
     for i in range(n):
         bits = slice(i * width, (i + 1) * width)
@@ -147,16 +144,12 @@ def read_modify_write(m: Module, name: str, wp, port0, own_addr: Value, *, waddr
 
 @dataclass(frozen=True)
 class _Pending:
-    """A write on its way to the memory: whether there is one, its address, and (where they are
-    still needed) its banks and fields."""
+    """A write on its way to the memory: whether there is one, and its address (its banks and
+    fields are in the override by then)."""
     valid: Signal
     addr: Signal
-    mask: Signal | None
-    data: Signal | None
 
 
-def _pending(prefix: str, n: int, width: int, waddr: Value, *, fields: bool) -> _Pending:
+def _pending(prefix: str, waddr: Value) -> _Pending:
     return _Pending(Signal(name=f"{prefix}_valid", attrs=_KEEP),
-                    Signal.like(waddr, name=f"{prefix}_addr", reset_less=True, attrs=_KEEP | DATA),
-                    Signal(n, name=f"{prefix}_mask", reset_less=True, attrs=_KEEP | DATA) if fields else None,
-                    Signal(n * width, name=f"{prefix}_data", reset_less=True, attrs=_KEEP | DATA) if fields else None)
+                    Signal.like(waddr, name=f"{prefix}_addr", reset_less=True, attrs=_KEEP | DATA))
