@@ -17,12 +17,13 @@ import json
 import re
 import sys
 import tempfile
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+
+from compiler.pnr.dsp_registers import Netlist  # noqa: E402
 
 LOGIC = {"LUT4", "CCU2C", "PFUMX", "L6MUX21"}      # cells a cone passes through
 LUTS = {"LUT4": 1, "CCU2C": 2}                      # as compiler.synth.area counts them
@@ -41,13 +42,7 @@ def cones(netlist: dict) -> tuple[dict[str, set], dict[str, dict], dict[int, str
             if isinstance(b, int) and (b not in names or (names[b].startswith("$") and not name.startswith("$"))):
                 names[b] = name
     cells = mod["cells"]
-    readers: dict[int, list[tuple[str, str]]] = defaultdict(list)
-    for cn, c in cells.items():
-        for pin, bits in c["connections"].items():
-            if c.get("port_directions", {}).get(pin) != "output":
-                for b in bits:
-                    if isinstance(b, int):
-                        readers[b].append((cn, pin))
+    net = Netlist(mod)
     reached: dict[str, set] = {}
 
     def visit(cn: str) -> set:
@@ -59,7 +54,9 @@ def cones(netlist: dict) -> tuple[dict[str, set], dict[str, dict], dict[int, str
             if c.get("port_directions", {}).get(pin) != "output":
                 continue
             for b in bits:
-                for rc, rpin in readers.get(b, []):
+                for rc, rpin in net.loads_of(b):
+                    if not rc:                  # a pin of the top module
+                        continue
                     kind = cells[rc]["type"]
                     if kind in LOGIC:
                         out |= visit(rc)

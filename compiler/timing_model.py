@@ -366,8 +366,9 @@ def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: 
 def word_read_registered(banks: int, width: int, depth: int, config: HardwareConfig) -> bool:
     """Whether a packed block RAM written a word at a time registers the word it reads before
     the merge (hw/subword.py `registered_read`): with a `target_mhz` whose period the
-    unregistered path exceeds. It costs a second pending write and word of flip-flops and a
-    third input per bit's multiplexer (the fine-tuned KWS network, 63 such memories, no
+    unregistered path exceeds. It costs a second pending address, the write's fields held a
+    cycle, a second override and a third input per bit of the override's multiplexer (measured
+    while it cost a second pending write and word: the fine-tuned KWS network, 63 such memories, no
     target_mhz: +4,300 LUTs, +8,300 FFs, and its placement closed at 69.5 MHz against 86.7
     without), so not where nothing asks for the clock."""
     if not config.target_mhz or depth * banks * width < BRAM_MIN_BITS:
