@@ -160,7 +160,8 @@ class Design:
     @cached_property
     def schedules(self) -> tuple[Schedule, ...]:
         """Per kernel: the pipeline stage of every value (fp_pipeline; hw/pipeline.py)."""
-        return tuple(schedule(k, self.config) for k in self.kernels)
+        return tuple(schedule(k, self.config, keep=frozenset(self._rings(pos)) | self._external(pos))
+                     for pos, k in enumerate(self.kernels))          # as KernelHW schedules them
 
     def timing_estimate(self) -> Estimate:
         """The delay model's slowest path (compiler/timing_model.py) on the part the config

@@ -492,71 +492,76 @@ def test_a_reset_mid_run_stops_everything_and_a_new_run_is_exact(name, knobs, le
         assert cycles == design.cycles_formula
 
 
-def _write_around_a_run(design) -> tuple[list, dict, dict, int]:
-    """Start a run and, through the host bus, write word 0 of the first and last writable
-    banks in the start cycle and the cycle after it (busy: the writes must be dropped), then
-    word 1 of both in the two cycles after `done` (idle again: they must land). Returns the
-    run's outputs, {port: (word 0, word 1)} as loaded and as the memories hold them after,
-    and the port count."""
+def _write_in_every_cycle_around_a_run(design, before: int = 4, after: int = 3) -> tuple[dict, list, int]:
+    """Start a run and, through the host bus, write a word of its own (never the word held) in
+    each of the first `before` cycles from the start cycle and in each cycle from `before`
+    cycles before `done` to `after` cycles after it. Returns the run's outputs, one (cycle,
+    whether the top was idle then: `busy` and `start` low, whether the write landed) per
+    write, and the number of writable ports. Writes go to the first and last writable banks
+    first (apart in the idle flag's copy tree), then the others."""
     from compiler.sim.memory_io import input_words
     from compiler.sim.pysim import Harness, peek_buffers, poke_inputs
     harness, top = Harness.of(design), design.top
     words = input_words(design, None)
     refs = {(ref.kernel, ref.slot): ref for buf, w in words.items() for ref, _ in design.memory_words(buf, w)}
-    writable = [i for i, hp in enumerate(design.host_ports) if hp.write and hp.depth >= 2]
-    ports = [writable[0], writable[-1]]
-    got: dict = {}
+    writable = [i for i, hp in enumerate(design.host_ports) if hp.write]
+    ports = [writable[0], writable[-1]] + writable[1:-1]
+    done_at = design.cycles_formula
+    cycles = [c for c in range(done_at + after + 1) if c < before or c >= done_at - before]
+    targets = [(i, a) for a in range(max(design.host_ports[i].depth for i in ports)) for i in ports
+               if a < design.host_ports[i].depth][:len(cycles)]
+    assert len(targets) == len(cycles), "too few words to write one a cycle"
+    got: dict = {"writes": []}
 
-    def peek(ctx, i: int) -> tuple[int, int]:
+    def peek(ctx, i: int, addr: int) -> int:
         hp = design.host_ports[i]
         ref = refs[hp.kernel, hp.slot]
         mem = design.memory_parts(ref)[0][2]
-        return tuple((ctx.get(mem[a]) >> ref.offset) & ((1 << ref.width) - 1) for a in (0, 1))
-
-    async def write(ctx, i: int, addr: int) -> None:
-        value = ~peek(ctx, i)[addr] & ((1 << design.host_ports[i].width) - 1)     # differs from the word
-        ctx.set(top.host_sel, i)
-        ctx.set(top.host_addr, addr)
-        ctx.set(top.host_wdata, value)
-        ctx.set(top.host_we, 1)
-        await ctx.tick()
-        ctx.set(top.host_we, 0)
+        return (ctx.get(mem[addr]) >> ref.offset) & ((1 << ref.width) - 1)
 
     async def bench(ctx):
         poke_inputs(ctx, design, words)
-        got["loaded"] = {i: peek(ctx, i) for i in ports}
+        loaded = {t: peek(ctx, *t) for t in targets}
         ctx.set(top.start, 1)
-        await write(ctx, ports[0], 0)            # the start cycle
-        ctx.set(top.start, 0)
-        await write(ctx, ports[1], 0)            # busy
-        await ctx.tick().until(top.done)         # sampled at the edge: now the cycle after done
-        assert not ctx.get(top.busy)
-        await write(ctx, ports[0], 1)
-        await write(ctx, ports[1], 1)
+        pending = list(zip(cycles, targets))
+        for c in range(done_at + after + 1):
+            if pending and pending[0][0] == c:
+                (i, addr) = pending.pop(0)[1]
+                ctx.set(top.host_sel, i)
+                ctx.set(top.host_addr, addr)
+                ctx.set(top.host_wdata, ~loaded[i, addr] & ((1 << design.host_ports[i].width) - 1))
+                ctx.set(top.host_we, 1)
+                got["writes"].append([c, not (ctx.get(top.busy) or ctx.get(top.start)), (i, addr)])
+            assert ctx.get(top.done) == (c == done_at), f"done {'high' if c != done_at else 'low'} in cycle {c}"
+            await ctx.tick()
+            ctx.set(top.start, 0)
+            ctx.set(top.host_we, 0)
         await ctx.tick().repeat(4)               # the bus's registers
-        got["after"] = {i: peek(ctx, i) for i in ports}
+        for w in got["writes"]:
+            w[2] = peek(ctx, *w[2]) != loaded[w[2]]
         got["outputs"] = peek_buffers(ctx, design)[0]
 
     harness.simulate(bench)
-    return got["outputs"], got["loaded"], got["after"], len(writable)
+    return got["outputs"], [tuple(w) for w in got["writes"]], len(writable)
 
 
 @pytest.mark.parametrize("level", [2, 3])
 @pytest.mark.parametrize("name, knobs", [
     ("gemv_int8_16x8", dict(lanes=4, reduce_unroll=4)),
     ("mlp_int8_small", dict(lanes=2, reduce_unroll=2)),          # runs and copies: the last phase a run
+    ("mixed_int16", dict(lanes=2)),                              # a short last run after a copy
     ("gemv_int8_16x64", dict(lanes=16, reduce_unroll=8))])       # > HOST_GROUP**2 write ports
 def test_host_writes_land_whenever_the_top_is_not_busy_and_never_while_it_runs(name, knobs, level):
     """The bus writes only while idle: from FANOUT_LEVEL its idle flag reaches the banks through
-    two levels of copies, computed two cycles ahead (TopHW._idle_in_two); a write in the cycle
-    right after `done` must still land, and one in the start cycle or while busy must not."""
+    a tree of copies, computed as many cycles ahead (TopHW._idle_in); a write in any cycle after
+    `done` must land, and one in the start cycle or while busy must not."""
     case = designs.gemv_int8(16, 64) if name == "gemv_int8_16x64" else designs.SMALL[name]()
     design = compile_model(*case.outputs, config=HardwareConfig(fp_pipeline=level, **knobs))
-    outputs, loaded, after, n = _write_around_a_run(design)
+    outputs, writes, n = _write_in_every_cycle_around_a_run(design)
     assert_exact(outputs, case.reference)
-    for port, (word0, word1) in after.items():
-        assert word0 == loaded[port][0], f"host port {port}: a write while busy landed"
-        assert word1 != loaded[port][1], f"host port {port}: a write right after done was dropped"
+    assert [idle for _, idle, _ in writes].count(True) == 3          # the cycles after done
+    for cycle, idle, landed in writes:
+        assert landed == idle, f"cycle {cycle} of the run: a write {'dropped' if idle else 'landed while busy'}"
     if knobs["lanes"] == 16:
         from compiler.hw.top import HOST_GROUP
         assert n > HOST_GROUP * HOST_GROUP
@@ -573,3 +578,26 @@ def test_host_reads_of_many_output_banks_pass_an_or_registered_per_group(lanes):
     assert len(readable) == lanes > HOST_GROUP and design.top.host_read_latency == 4
     y = designs.run_on_host_bus(design).astype(np.uint32).view(np.int32)
     np.testing.assert_array_equal(y, case.reference[0])
+
+
+@pytest.mark.parametrize("flow", ["sequential", "dataflow"])
+def test_a_layers_bias_and_scale_are_read_late_instead_of_delayed_bit_by_bit(flow):
+    """pipeline.later_reads: the digits MLP's per-output bias and requantisation scale are read
+    when a step issues and used after the accumulator, stages later: their memories are read
+    that many stages later (registers on a 1-3 bit address, not on 14-32 data bits). Bit-exact
+    on 20 samples; a dataflow ring, which rotates banks by the beat, is read on time."""
+    from pathlib import Path
+    from dse.models.accuracy import run_samples
+    from dse.models.data import DataSpec, load_dataset, read_weights
+    from dse.models.quantize import DenseNet
+    net = DenseNet.from_arrays(read_weights(Path(__file__).resolve().parent.parent / "models" / "digits_mlp.npz"))
+    data = load_dataset(DataSpec(dataset="sklearn:digits", samples=20))
+    knobs = dict(schedule="dataflow", fold="auto", target_interval=64) if flow == "dataflow" else dict(lanes=4)
+    run = run_samples(net=net, dtype="int8", data=data, config=HardwareConfig(fp_pipeline=3, **knobs))
+    design = run.design                                  # run_samples raised unless every sample is exact
+    rings = {r.place for r in design.flow.rings} if design.flow else set()
+    for pos, k in enumerate(design.top.kernels):
+        decls = {b.slot: b for b in k.kernel.buffers}
+        # a layer's biases and scales: a word per output of the lane, read two or more stages late
+        assert any(decls[s].size <= 16 and n >= 2 for s, n in k.schedule.late.items()), f"kernel {pos}"
+        assert not any((pos, s) in rings for s in k.schedule.late)

@@ -13,7 +13,8 @@ the read ports transparent to the kernel's own write port. With mem_read="comb" 
 come from the current step and counters.
 
 Timing: `start` is sampled while idle; steps execute in the following cycles, one per cycle;
-`done` is high for one cycle right after the last step (`done_next` in the cycle before it). A
+`done` is high for one cycle right after the last step (`done_next` in the cycle before it, and
+`done_next2` in the one before that where the pipeline holds `last` that long: commit >= 1). A
 kernel run therefore takes `Program.cycles + 1` cycles from the start cycle to the done cycle.
 
 Pipelined (fp_pipeline > 0, see pipeline.py): steps still issue one per cycle, but a step's
@@ -189,11 +190,12 @@ class KernelHW(wiring.Component):
         # schedule=dataflow: slot -> R, memories that rotate through R banks (hw/dataflow.py)
         self.rings = dict(rings or {})
         self.program: Program = build_program(kernel)
-        self.schedule: Schedule = schedule(kernel, config)
+        self.external = frozenset(external)
+        # a ring's bank and another kernel's memory are read when the step issues (later_reads)
+        self.schedule: Schedule = schedule(kernel, config, keep=frozenset(self.rings) | self.external)
         self.ranges: dict[int, Interval] = analyze(kernel, acc_ranges(kernel, config))
         self.decls = {b.slot: b for b in kernel.buffers}
         self.names = {b.slot: (names or {}).get(b.slot, f"mem_b{b.slot}") for b in kernel.buffers}
-        self.external = frozenset(external)
         self.written_outside = frozenset(written_outside)
         self.read_outside = None if read_outside is None else frozenset(read_outside)
         self.packs = {s: p for p in packs for s in p.slots}
@@ -206,6 +208,8 @@ class KernelHW(wiring.Component):
         # ring slots: every bank's MemoryData, bank 0 first (bank 0 is also self.memories[slot])
         self.ring_memories: dict[int, tuple[memory.MemoryData, ...]] = {}
         sig = {"start": In(1), "done": Out(1), "done_next": Out(1), "busy": Out(1)}
+        if self.schedule.commit >= 1:
+            sig["done_next2"] = Out(1)
         for b in kernel.buffers:
             n = port_names(b.slot)
             if b.slot in self.external:
@@ -288,6 +292,8 @@ class KernelHW(wiring.Component):
         delays = _Delays(dp)
         # done_next is high in the cycle before done (the top looks ahead with it: TopHW)
         m.d.comb += self.done_next.eq(delays.of(last, sched.commit, "last", control=True))
+        if sched.commit >= 1:
+            m.d.comb += self.done_next2.eq(delays.of(last, sched.commit - 1, "last", control=True))
         m.d.sync += self.done.eq(self.done_next)
         m.d.comb += quiet_next.eq(nstep == idle)
         for d in range(0, sched.commit):

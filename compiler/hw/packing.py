@@ -83,7 +83,7 @@ def plan_packs(kernel: ir.KernelIR, program: Program, banking: dict[int, Banking
             continue
         if any(len({tuple(addresses[step].get(s, ())) for s in slots}) > 1 for step in addresses):
             continue
-        if len({s in late for s in slots}) > 1:
+        if len({late.get(s, 0) for s in slots}) > 1:          # one port reads them all
             continue
         width, depth = decls[slots[0]].width, decls[slots[0]].size
         narrow = decls[slots[0]].width < decls[slots[0]].dtype.bits

@@ -277,6 +277,77 @@ def late_buffers(order: list[ir.Value], broadcast: dict[int, int], gathers: froz
     return {b: n for b, n in late.items() if n > 0}
 
 
+def later_reads(kernel: ir.KernelIR, order: list[ir.Value], operands, ready: dict, latency: dict[int, int],
+                unit_stages: dict[int, int], broadcast: dict[int, int], fanout: dict[int, int], early: set[int],
+                muxes: set[int], gathers: frozenset[int], commit: int, acc_write: dict[int, int],
+                late: dict[int, int], keep: frozenset[int]) -> dict[int, int]:
+    """Slot -> stages, for the buffers read ahead of every use of their data (a layer's bias and
+    requantisation scale, loaded when a step issues and added after its adder tree and
+    accumulator, 7-8 stages on): each such memory is read that many stages later, through
+    registers on its read address (as `late`), instead of registers on every data bit. Moves
+    `ready` of those loads (and of casts of them, which add no register) in place; no use
+    takes its operand in another stage, so depth and commit stay. Only where the address (and
+    the port's `own` flag) is narrower than the data: on the KWS shape at w4a6 the 14-bit
+    scales' delay chains were 8,400 of its 82,462 flip-flops. Not for gathers, loads read
+    through copies or multiplexers, buffers already late or in `keep`."""
+    uses: dict[int, list[tuple[int, ir.Value | None]]] = {}       # id(value) -> (stage taken, user)
+    for u in order:
+        if not isinstance(u, (ir.Op, ir.Load)):
+            continue
+        if isinstance(u, ir.Op) and unit_stages.get(id(u), 1) > 2 and u.op is K.MUL:
+            for o, off in zip(u.srcs, operand_offsets(u, broadcast)):     # Datapath.product
+                uses.setdefault(id(o), []).append((ready[id(u)] - latency[id(u)] + off, u))
+            continue
+        for o in operands(u):
+            taken = None if isinstance(u, ir.Load) or id(u) in muxes or ready[id(u)] is None \
+                else ready[id(u)] - latency.get(id(u), 0)
+            uses.setdefault(id(o), []).append((taken, u))
+    for s, _ in kernel.stores():
+        stage = acc_write[s.acc] if isinstance(s, ir.AccStore) else commit
+        for o in ir.store_operands(s):
+            uses.setdefault(id(o), []).append((stage, None))
+
+    def movable(v: ir.Value) -> bool:
+        return id(v) not in fanout and id(v) not in early and id(v) not in broadcast
+
+    def slack(v: ir.Value) -> int:                 # the fewest stages after ready any use takes v
+        out = 1 << 30
+        for taken, u in uses.get(id(v), []):
+            if taken is None or not movable(v):
+                return 0
+            if isinstance(u, ir.Op) and u.op in (K.CAST, K.BITCAST) and not latency.get(id(u)) \
+                    and ready[id(u)] == ready[id(v)]:
+                out = min(out, slack(u))           # a cast adds no register: its uses count
+            else:
+                out = min(out, taken - ready[id(v)])
+        return 0 if out == 1 << 30 else out
+
+    decls = {b.slot: b for b in kernel.buffers}
+    loads: dict[int, list[ir.Load]] = {}
+    for v in order:
+        if isinstance(v, ir.Load):
+            loads.setdefault(v.buf, []).append(v)
+    later: dict[int, int] = {}
+    for buf, ls in loads.items():
+        if buf in late or buf in keep or any(id(v) in gathers for v in ls):
+            continue
+        n = min(slack(v) for v in ls)
+        address = max(1, (decls[buf].size - 1).bit_length())
+        if n > 0 and address + 1 < decls[buf].width:
+            later[buf] = n
+
+    def shift(v: ir.Value, n: int) -> None:        # v and the casts of it that moved with it
+        for _, u in uses.get(id(v), []):
+            if isinstance(u, ir.Op) and u.op in (K.CAST, K.BITCAST) and ready[id(u)] == ready[id(v)] \
+                    and not latency.get(id(u)):
+                shift(u, n)
+        ready[id(v)] += n
+    for buf, n in later.items():
+        for v in loads[buf]:
+            shift(v, n)
+    return later
+
+
 def _op_timing(v: ir.Op, level: int, muxes: set[int], broadcast: dict[int, int], registers: int) -> tuple[int, int]:
     """(unit stages, latency) of an op of data values outside the accumulator loops."""
     if id(v) in muxes:
@@ -388,7 +459,10 @@ def ring_adders(kernel: ir.KernelIR) -> dict[int, int]:
             if isinstance(s, ir.AccStore) and s.acc in ways and isinstance(s.value, ir.Op)}
 
 
-def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
+def schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int] = frozenset()) -> Schedule:
+    """The pipeline stage of every value of `kernel` (module docstring). `keep`: buffer slots
+    read in the stage their loads issue in, never later (later_reads): those that rotate
+    through banks or live in another kernel (KernelHW)."""
     level = config.fp_pipeline
     gathers = gathers_of(kernel)
     operands = lambda v: data_operands(v, gathers)  # noqa: E731
@@ -547,6 +621,10 @@ def schedule(kernel: ir.KernelIR, config: HardwareConfig) -> Schedule:
             commit = max(commit, w)
         else:
             commit = max([commit] + [at(x) for x in (s.index, s.value, s.gate) if x is not None])
+    if address_levels:
+        for buf, n in later_reads(kernel, order, operands, ready, latency, unit_stages, broadcast, fanout, early,
+                                  muxes, gathers, commit, acc_write, late, keep).items():
+            late[buf] = n
     sched = Schedule(level, depth, commit, ready, latency, unit_stages, acc_write, register_loads,
                      address_levels, gather_issue, config.mem_read == "sync", lookahead, broadcast, late, fanout,
                      frozenset(early), product_regs)

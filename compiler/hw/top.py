@@ -27,7 +27,9 @@ Timing (start cycle to done cycle):
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+from functools import reduce
 
 from amaranth.hdl import Array, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
@@ -206,34 +208,37 @@ class TopHW(wiring.Component):
         the port itself here; the dataflow top lands them a cycle later (DataflowTopHW)."""
         return self.port(kernel, slot, name)
 
-    def _idle_in_two(self, phase: Signal, cctr: Signal, idle: int) -> Value:
-        """Whether the phase is idle two cycles from now, if `start` is low next cycle: what
-        `nphase == idle` will say next cycle. A phase ends this cycle (a kernel's `done`, a
-        copy's last cycle) or the next (`done_next`, the copy's last but one); a kernel run
-        never ends in its first cycle, a copy of length 1 does."""
+    def _ends(self, p: int, ahead: int, cctr: Signal) -> Value | None:
+        """Whether phase p, the phase now, has its last cycle `ahead` cycles from now: a kernel
+        run's `done`, `done_next` or `done_next2` (None where the kernel has no such signal), a
+        copy's counter."""
+        ph = self.phases[p]
+        if isinstance(ph, Run):
+            names = ("done", "done_next", "done_next2")
+            k = self.kernels[ph.kernel]
+            return getattr(k, names[ahead]) if ahead < len(names) and hasattr(k, names[ahead]) else None
+        at = ph.length - 1 - ahead                # its counter now, if it ends `ahead` cycles on
+        return cctr == at if at >= 0 else Const(0)
+
+    def _idle_in(self, phase: Signal, cctr: Signal, idle: int, ahead: int) -> Value | None:
+        """Whether the phase is idle `ahead` (>= 2) cycles from now, if `start` stays low from
+        next cycle on (with 2: what `nphase == idle` will say next cycle); None where a kernel
+        cannot tell its end that far ahead. Phase p, the phase now, must end within
+        `ahead - 1` cycles less the lengths of the phases after it (a run lasts its kernel's
+        cycles, from the cycle after its start to its done; the sequence is fixed)."""
         n = len(self.phases)
-
-        def ends(p: int, ahead: int) -> Value:      # phase p, in it now, ends in `ahead` cycles
-            ph = self.phases[p]
-            if isinstance(ph, Run):
-                k = self.kernels[ph.kernel]
-                return k.done if ahead == 0 else k.done_next
-            at = ph.length - 1 - ahead                # its counter now, if it ends `ahead` cycles on
-            return cctr == at if at >= 0 else Const(0)
-
-        def ends_at_once(p: int) -> bool:           # phase p ends in the cycle it is entered
-            ph = self.phases[p]
-            if isinstance(ph, Run):
-                assert self.kernels[ph.kernel].cycles >= 2, "a kernel run ends in its first cycle"
-                return False
-            return ph.length == 1
-
-        last = n - 1
-        soon = ((phase == idle) & ~self.start) | ((phase == last) & (ends(last, 0) | ends(last, 1)))
-        if n == 1 and ends_at_once(0):
+        lengths = [self.kernels[ph.kernel].cycles if isinstance(ph, Run) else ph.length for ph in self.phases]
+        soon: Value = (phase == idle) & ~self.start
+        if sum(lengths) <= ahead - 1:                # started now, over by then
             soon = soon | ((phase == idle) & self.start)
-        if n >= 2 and ends_at_once(last):
-            soon = soon | ((phase == last - 1) & ends(last - 1, 0))
+        for p in range(n):
+            within = ahead - 1 - sum(lengths[p + 1:])
+            if within < 0:
+                continue
+            ends = [self._ends(p, j, cctr) for j in range(within + 1)]
+            if any(e is None for e in ends):
+                return None
+            soon = soon | ((phase == p) & reduce(operator.or_, ends))
         return soon
 
     def elaborate(self, platform):
@@ -298,11 +303,16 @@ class TopHW(wiring.Component):
         flag_copies = Copies(m, HOST_GROUP, reset_less=False)
         # The idle flag's copies sit beside the block RAMs, all over the die: one hop from the
         # middle (the kernel's `done` through `nphase == idle`) was the 26x17 GEMV's critical
-        # path (11.5 ns of routing). So the flag passes two levels of copies, a copy per
-        # HOST_GROUP of the leaf copies first, and is computed a cycle earlier to make up for
-        # it (_idle_in_two); the start pin, which that look-ahead cannot know, gates the leaves.
-        soon_copies = Copies(m, HOST_GROUP * HOST_GROUP, reset_less=False)
-        idle_soon = self._idle_in_two(phase, cctr, idle) if fanout else None
+        # path (11.5 ns of routing). So the flag passes a tree of copies, HOST_GROUP wide at
+        # each level, and is computed as many cycles earlier to make up for it (_idle_in); the
+        # start pin, which that look-ahead cannot know, gates every level but the first. Three
+        # levels where the kernels tell their end three cycles ahead: with two, the look-ahead's
+        # logic drove the middle level's copies across the die (the w4a8 GEMV 12x56's critical
+        # path, 9.4 ns: 7.8 of it one route).
+        root_copies = Copies(m, HOST_GROUP ** 3, reset_less=False)
+        soon_copies = Copies(m, HOST_GROUP ** 2, reset_less=False)
+        idle_in_three = self._idle_in(phase, cctr, idle, 3) if fanout else None
+        idle_in_two = self._idle_in(phase, cctr, idle, 2) if fanout and idle_in_three is None else None
 
         def shared(kind: str, value: Value, width: int, init: int = 0, data: bool = True) -> Value:
             copies = data_copies if data else flag_copies
@@ -315,7 +325,11 @@ class TopHW(wiring.Component):
             if hp.write:
                 waddr, wdata = self.port(hp.kernel, hp.slot, "waddr"), self.port(hp.kernel, hp.slot, "wdata")
                 if fanout:          # out of range, the write enable is low: the address needs no 0
-                    soon = soon_copies("soon", idle_soon, "host_idle_soon", init=1)
+                    if idle_in_three is not None:
+                        root = root_copies("root", idle_in_three, "host_idle_root", init=1)
+                        soon = soon_copies("soon", root & ~self.start, "host_idle_soon", init=1)
+                    else:
+                        soon = soon_copies("soon", idle_in_two, "host_idle_soon", init=1)
                     stopped = shared("stopped", soon & ~self.start, 1, init=1, data=False)
                     m.d.comb += [
                         waddr.eq(shared("addr", self.host_addr[:len(waddr)], len(waddr))),
@@ -394,16 +408,9 @@ class TopHW(wiring.Component):
         if isinstance(prev, Copy) and prev.length == 1:
             return None
 
-        def ends(q: int, ahead: int) -> Value:      # phase q, in it now, ends in `ahead` cycles
-            ph_q = self.phases[q]
-            if isinstance(ph_q, Run):
-                k = self.kernels[ph_q.kernel]
-                return k.done if ahead == 0 else k.done_next
-            at = ph_q.length - 1 - ahead
-            return cctr == at if at >= 0 else Const(0)
         length = ph.length
-        enter_next = (phase == p - 1) & ends(p - 1, 1)          # phase p begins the cycle after next
-        enter_now = (phase == p - 1) & ends(p - 1, 0)           # phase p begins next cycle
+        enter_next = (phase == p - 1) & self._ends(p - 1, 1, cctr)      # phase p begins the cycle after next
+        enter_now = (phase == p - 1) & self._ends(p - 1, 0, cctr)       # phase p begins next cycle
         stay = (phase == p) & (cctr < length - 2) if length > 2 else Const(0)
         reads = registered(m, enter_next | (enter_now & (length > 1)) | stay, f"copy{p}_reading")
         nxt = Mux((phase == p) & (cctr < length - 2), cctr + 2, 0) if length > 2 else Const(0)
