@@ -307,19 +307,18 @@ def later_reads(kernel: ir.KernelIR, order: list[ir.Value], operands, ready: dic
         for o in ir.store_operands(s):
             uses.setdefault(id(o), []).append((stage, None))
 
-    def movable(v: ir.Value) -> bool:
-        return id(v) not in fanout and id(v) not in early and id(v) not in broadcast
+    def moves_with(u: ir.Value | None, v: ir.Value) -> bool:     # a cast of v adding no register
+        return isinstance(u, ir.Op) and u.op in (K.CAST, K.BITCAST) and not latency.get(id(u)) \
+            and ready[id(u)] == ready[id(v)]
 
     def slack(v: ir.Value) -> int:                 # the fewest stages after ready any use takes v
+        if id(v) in fanout or id(v) in early or id(v) in broadcast:
+            return 0
         out = 1 << 30
         for taken, u in uses.get(id(v), []):
-            if taken is None or not movable(v):
+            if taken is None:
                 return 0
-            if isinstance(u, ir.Op) and u.op in (K.CAST, K.BITCAST) and not latency.get(id(u)) \
-                    and ready[id(u)] == ready[id(v)]:
-                out = min(out, slack(u))           # a cast adds no register: its uses count
-            else:
-                out = min(out, taken - ready[id(v)])
+            out = min(out, slack(u) if moves_with(u, v) else taken - ready[id(v)])   # a cast's uses count
         return 0 if out == 1 << 30 else out
 
     decls = {b.slot: b for b in kernel.buffers}
@@ -336,10 +335,9 @@ def later_reads(kernel: ir.KernelIR, order: list[ir.Value], operands, ready: dic
         if n > 0 and address + 1 < decls[buf].width:
             later[buf] = n
 
-    def shift(v: ir.Value, n: int) -> None:        # v and the casts of it that moved with it
+    def shift(v: ir.Value, n: int) -> None:        # v and the casts of it that move with it
         for _, u in uses.get(id(v), []):
-            if isinstance(u, ir.Op) and u.op in (K.CAST, K.BITCAST) and ready[id(u)] == ready[id(v)] \
-                    and not latency.get(id(u)):
+            if moves_with(u, v):
                 shift(u, n)
         ready[id(v)] += n
     for buf, n in later.items():
