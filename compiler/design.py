@@ -80,7 +80,7 @@ class Design:
                   for b in self.banking_of(*d).banks}
         hw = [KernelHW(k, self.config, self._memory_names(pos), self._external(pos),
                        frozenset(b for kp, b in copied if kp == pos), self.packs_of(pos), self._read_outside(pos),
-                       self._rings(pos))
+                       self._rings(pos), schedule=self.schedules[pos])
               for pos, k in enumerate(self.kernels)]
         placed = {(pos, slot): self.banking_of(pos, slot) for pos, k in enumerate(self.source_kernels or self.kernels)
                   for slot in (b.slot for b in k.buffers)}
@@ -159,9 +159,11 @@ class Design:
 
     @cached_property
     def schedules(self) -> tuple[Schedule, ...]:
-        """Per kernel: the pipeline stage of every value (fp_pipeline; hw/pipeline.py)."""
+        """Per kernel: the pipeline stage of every value (fp_pipeline; hw/pipeline.py), as the
+        hardware (KernelHW), the cycle model and the delay model all take it. A ring's banks and
+        another kernel's memory are read when the step issues (`keep`: not moved by later_reads)."""
         return tuple(schedule(k, self.config, keep=frozenset(self._rings(pos)) | self._external(pos))
-                     for pos, k in enumerate(self.kernels))          # as KernelHW schedules them
+                     for pos, k in enumerate(self.kernels))
 
     def timing_estimate(self) -> Estimate:
         """The delay model's slowest path (compiler/timing_model.py) on the part the config

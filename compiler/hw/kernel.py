@@ -39,7 +39,7 @@ from ..config import HardwareConfig
 from ..dtypes import DType
 from ..ranges import Interval, acc_ranges, acc_width, analyze
 from .datapath import DATA, Copies, Datapath, Env, from_bits, registered
-from .pipeline import FANOUT_LEVEL, Schedule, is_gather, schedule
+from .pipeline import FANOUT_LEVEL, Schedule, is_gather
 from ..timing_model import word_read_registered
 from .program import Program, Step, build_program
 from .subword import read_modify_write
@@ -180,19 +180,20 @@ class KernelHW(wiring.Component):
     `read_outside`: slots whose port 0 the top module also addresses (host reads, copies from
     them, another kernel reading them in place; None: any slot may be); `rings`: slots whose
     memory is R banks in a ring (schedule=dataflow): the kernel uses bank `b{slot}_kbank`, the
-    outside ports (host bus, copies, a reader in place) bank `b{slot}_obank` (hw/dataflow.py)."""
+    outside ports (host bus, copies, a reader in place) bank `b{slot}_obank` (hw/dataflow.py);
+    `schedule`: the kernel's pipeline schedule, made by Design.schedules (which the cycle model
+    and the delay model read too), with the rings and the external memories read on time."""
 
     def __init__(self, kernel: ir.KernelIR, config: HardwareConfig, names: dict[int, str] | None = None,
                  external: frozenset[int] = frozenset(), written_outside: frozenset[int] = frozenset(),
                  packs: tuple = (), read_outside: frozenset[int] | None = None,
-                 rings: dict[int, int] | None = None):
+                 rings: dict[int, int] | None = None, *, schedule: Schedule):
         self.kernel, self.config = kernel, config
         # schedule=dataflow: slot -> R, memories that rotate through R banks (hw/dataflow.py)
         self.rings = dict(rings or {})
         self.program: Program = build_program(kernel)
         self.external = frozenset(external)
-        # a ring's bank and another kernel's memory are read when the step issues (later_reads)
-        self.schedule: Schedule = schedule(kernel, config, keep=frozenset(self.rings) | self.external)
+        self.schedule = schedule
         self.ranges: dict[int, Interval] = analyze(kernel, acc_ranges(kernel, config))
         self.decls = {b.slot: b for b in kernel.buffers}
         self.names = {b.slot: (names or {}).get(b.slot, f"mem_b{b.slot}") for b in kernel.buffers}
