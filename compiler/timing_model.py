@@ -31,6 +31,7 @@ from typing import Mapping
 from . import ir
 from .config import HardwareConfig
 from .devices import DEVICES, Device
+from .hw.bram import ecp5_memory
 from .ranges import acc_ranges, analyze
 
 K = ir.OpKind
@@ -335,10 +336,20 @@ def memory_to_dsp_ns(d: Delays) -> float:
     return d.bram_clk_q_reg + 2 * d.dsp_route + d.setup
 
 
-# A memory of fewer bits goes to LUT RAM (or flip-flops), a larger one to block RAM: what Yosys's
-# memory mapping chose for the GEMV banks of configs/gemv_space.yaml on ECP5 (1,376 and 1,024
-# bits: LUT RAM; 1,824 and 2,048: block RAM). dse/estimate.py counts memories by the same split.
+# Families other than ECP5: a memory of fewer bits goes to LUT RAM (or flip-flops), a larger one
+# to block RAM, as Yosys's memory mapping chose for the GEMV banks of configs/gemv_space.yaml on
+# ECP5 once (1,376 and 1,024 bits: LUT RAM; 1,824 and 2,048: block RAM). ECP5 follows Yosys's own
+# prices (hw/bram.ecp5_memory): bits alone put a 36 x 32 memory in LUT RAM, Yosys in a block RAM.
 BRAM_MIN_BITS = 1536
+
+
+def in_block_ram(depth: int, width: int, family: str, ports: int = 1, enables: int = 1) -> bool:
+    """Whether synthesis builds a writable memory of `depth` x `width` bits, read at `ports`
+    clocked ports and written with `enables` write-enable fields, as block RAM on `family`
+    (what the delay model times and dse/estimate.py counts)."""
+    if family == "ecp5":
+        return ecp5_memory(depth, width, ports, enables).kind == "bram"
+    return depth * width >= BRAM_MIN_BITS
 
 
 def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: bool = False) -> tuple[float, str]:
@@ -354,7 +365,7 @@ def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: 
     (Before the flag, the LUT RAM's address came through the ports' write enables and their
     any/all tree: the fine-tuned KWS network's 320-bit word, 80 cells, 13.4 ns.)"""
     bits = banks * width
-    if depth * bits >= BRAM_MIN_BITS:
+    if in_block_ram(depth, bits, d.family):
         clk_q = d.bram_clk_q_reg if registered else d.bram_clk_q
         ns = clk_q + d.route_ns(2) + d.lut + d.route_ns(1) + d.setup
         return ns, (f"a packed block RAM's read-modify-write ({banks} x {width} bits): "
@@ -371,9 +382,10 @@ def word_read_registered(banks: int, width: int, depth: int, config: HardwareCon
     while it cost a second pending write and word: the fine-tuned KWS network, 63 such memories, no
     target_mhz: +4,300 LUTs, +8,300 FFs, and its placement closed at 69.5 MHz against 86.7
     without), so not where nothing asks for the clock."""
-    if not config.target_mhz or depth * banks * width < BRAM_MIN_BITS:
+    if not config.target_mhz:
         return False
-    return word_write_ns(banks, width, depth, delays(config.timing_part()))[0] > 1000.0 / config.target_mhz
+    d = delays(config.timing_part())
+    return in_block_ram(depth, banks * width, d.family) and word_write_ns(banks, width, depth, d)[0] > 1000.0 / config.target_mhz
 
 
 def product_registers(shapes, period_ns: float, lut: bool, d: Delays, least: int = 1) -> int:

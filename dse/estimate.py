@@ -37,7 +37,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-FEATURES_VERSION = 15
+from compiler.hw.bram import LUTRAM_BITS, LUTRAM_WORDS, MemoryPlace, ecp5_memory
+
+FEATURES_VERSION = 16
 """Bumped when `design_features` changes meaning: samples of another version are not used."""
 
 AREA_METRICS = ("luts", "ffs", "bram", "lutram", "dsp")
@@ -68,12 +70,6 @@ def _rows(depth: int, width: int, target: str) -> int:
     return math.ceil(depth / d)
 
 
-LUTRAM_WORDS, LUTRAM_BITS = 16, 4
-"""Words and bits of ECP5's LUT RAM primitive (TRELLIS_DPR16X4: one write port, one read port);
-the table is fitted per target family, so another family's primitive is a matter of its
-coefficients."""
-
-
 def _lutram_prims(depth: int, width: int, ports: int) -> int:
     """LUT RAM primitives of a memory read at `ports` ports, as Yosys builds it: a primitive
     has one read port, so the memory is built once per read port, each copy cut into 16-word,
@@ -82,6 +78,18 @@ def _lutram_prims(depth: int, width: int, ports: int) -> int:
     with 112, this count's figure. The conv2d at 2 lanes and reduce_unroll 3, one of whose
     memories is read at 6 ports: 25 by bits, 108 by this count, 92 built."""
     return math.ceil(depth / LUTRAM_WORDS) * math.ceil(width / LUTRAM_BITS) * ports
+
+
+def _memory_place(depth: int, width: int, ports: int, enables: int, target: str) -> MemoryPlace:
+    """Block RAM or LUT RAM, and how many, for a writable memory with clocked reads: on ECP5
+    Yosys's own prices (compiler/hw/bram.ecp5_memory); elsewhere a threshold of bits
+    (timing_model.BRAM_MIN_BITS) and the analytic counts above."""
+    from compiler.timing_model import BRAM_MIN_BITS
+    if target == "ecp5":
+        return ecp5_memory(depth, width, ports, enables)
+    if depth * width >= BRAM_MIN_BITS:
+        return MemoryPlace("bram", _blocks(depth, width, target), _rows(depth, width, target))
+    return MemoryPlace("lutram", _lutram_prims(depth, width, ports), math.ceil(depth / LUTRAM_WORDS))
 
 
 def _lutram_mux_bits(depth: int, width: int) -> int:
@@ -155,7 +163,6 @@ def design_features(design, *, target: str) -> dict[str, float]:
     from compiler.hw.kernel import acc_ranges, acc_shape, read_ports
     from compiler.hw.pipeline import float_stages
     from compiler.synth import multipliers
-    from compiler.timing_model import BRAM_MIN_BITS
     K = ir.OpKind
     f: dict[str, float] = {"version": FEATURES_VERSION}
 
@@ -289,6 +296,8 @@ def design_features(design, *, target: str) -> dict[str, float]:
                     add(name, v * copies)
                 mem("banks", 1)
                 ports = max(n_ports.get(s, 1) for s in (packed[bank].slots if bank in packed else (bank,)))
+                # a packed memory's banks are written each with its enable, unless word by word
+                enables = len(packed[bank].slots) if bank in packed and not packed[bank].word_writes else 1
                 if copies > 1:
                     # the ring's selects: each read port's data (and the outside's, port 0) is an
                     # AND-OR over the R memories' words, chosen by the bank flags; the kernel's
@@ -310,15 +319,15 @@ def design_features(design, *, target: str) -> dict[str, float]:
                     mem("comb_mem_bits", depth * width)
                     mem("lutram_mux_bits", _lutram_mux_bits(depth, width))
                     mem("lutram_prims", _lutram_prims(depth, width, ports))
-                elif depth * width >= BRAM_MIN_BITS:     # LUT RAM below (timing_model; every target alike)
-                    mem("bram_blocks", _blocks(depth, width, target))
+                elif (place := _memory_place(depth, width, ports, enables, target)).kind == "bram":
+                    mem("bram_blocks", place.cells)
                     mem("bram_banks", 1)
-                    mem("bram_mux_bits", (_rows(depth, width, target) - 1) * width)   # cascaded blocks' read mux
+                    mem("bram_mux_bits", (place.rows - 1) * width)   # cascaded blocks' read mux
                 else:
                     mem("small_mem_bits", depth * width)
                     mem("small_banks", 1)
                     mem("lutram_mux_bits", _lutram_mux_bits(depth, width))
-                    mem("lutram_prims", _lutram_prims(depth, width, ports))
+                    mem("lutram_prims", place.cells)
                     # a LUT RAM reads combinationally: a clocked read port is its word in
                     # flip-flops after the multiplexer, one register a port (a block RAM holds its
                     # own). Without it the FFs' held-out error was 6.8% median, 64.9% largest (the

@@ -3,6 +3,7 @@ are worth moving to LUT RAM (mem_tail). Pure arithmetic, imported by packing.py 
 the kernel hardware (hw/kernel.py) and the area estimator (dse/estimate.py)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from math import ceil
 
 # Block-RAM geometry mem_pack="auto" sizes groups for: an 18 Kbit block (ECP5 DP16KD, Xilinx
@@ -82,3 +83,62 @@ def memory_tail(config, depth: int, width: int, written: bool) -> int:
     if config.mem_tail != "lut" or config.mem_read != "sync" or written:
         return 0
     return lut_tail(depth, width)
+
+
+# Where Yosys puts a memory on ECP5. synth_ecp5's memory_libmap prices every way to build a
+# memory and takes the cheapest: a block RAM costs 128, a LUT-RAM primitive (TRELLIS_DPR16X4, 16
+# words x 4 bits, one read and one write port) 4, each bit of a read multiplexer over stacked
+# rows 0.5, each write enable decoded over rows 0.5 (Yosys 0.70, techlibs/lattice brams_16kd.txt
+# and lutrams.txt, passes/memory/memory_libmap.cc). Emulation is priced too (2 a unit), but the
+# memories this compiler builds score the same on both sides: a `no_rw_check` port (collisions
+# undefined) 1 a read port for either, a port transparent to the write port 4 for either.
+# Bits alone do not decide it: a 36 x 32 memory (1,152 bits) is a block RAM (128 against 24
+# primitives and a 3-row multiplexer, 136); 32 x 32 is LUT RAM (64 + 16). The rule replaces a
+# threshold of 1,536 bits that put AD08's 140 memories of 36 x 32 in LUT RAM where Yosys built
+# 140 block RAMs. Checked against Yosys's own choice on a grid of shapes (tests/test_bram.py).
+LIBMAP_BLOCK, LIBMAP_LUTRAM, LIBMAP_MUX, LIBMAP_DEMUX = 128, 4, 0.5, 0.5
+LUTRAM_WORDS, LUTRAM_BITS = 16, 4
+PDP_WIDTH = 36                # PDPW16KD: one 36-bit write port, one read port, 512 words
+
+
+@dataclass(frozen=True)
+class MemoryPlace:
+    """How Yosys builds a memory: `kind` "bram" or "lutram", `cells` its block RAMs or LUT-RAM
+    primitives (every read port's copy counted: either primitive reads at one port), `rows`
+    the cells stacked in depth (each bit of a read port multiplexes that many)."""
+    kind: str
+    cells: int
+    rows: int
+
+
+def _padded(width: int, enables: int, byte: int) -> int:
+    """Bits of a word whose `enables` equal fields each start at a multiple of `byte`."""
+    field, bits = width // enables, 0
+    for _ in range(enables):
+        bits = ceil((bits + field) / byte) * byte
+    return bits
+
+
+def _libmap_option(depth: int, width: int, ports: int, enables: int, words: int, unit: int,
+                   byte: int, cost: float) -> tuple[float, int, int]:
+    rows = ceil(depth / words)
+    cells = ceil(rows * _padded(width, enables, min(byte, unit)) / unit)
+    price = cost * cells * ports + LIBMAP_MUX * ports * (rows - 1) * width
+    price += LIBMAP_DEMUX * rows * enables if rows > 1 else 0
+    return price, cells * ports, rows
+
+
+def ecp5_memory(depth: int, width: int, ports: int = 1, enables: int = 1) -> MemoryPlace:
+    """Where synth_ecp5 puts a writable memory of `depth` words of `width` bits read at `ports`
+    clocked ports, written at one port with `enables` equal write-enable fields (a packed
+    memory's banks): the cheapest by memory_libmap's prices (above). Flip-flops (1 a bit) never
+    win for the depths built here (a one-word memory is a register before this choice)."""
+    lutram = _libmap_option(depth, width, ports, enables, LUTRAM_WORDS, LUTRAM_BITS, LUTRAM_BITS, LIBMAP_LUTRAM)
+    # DP16KD at 1 to 18 bits (14 address bits less one per mode), PDPW16KD at 9 to 36: the
+    # 36-bit write port writes narrower fields through its 9-bit byte enables
+    blocks = [_libmap_option(depth, width, ports, enables, words, unit, 9, LIBMAP_BLOCK)
+              for unit, words in BRAM_MODES]
+    block = min(blocks)
+    if block[0] < lutram[0]:
+        return MemoryPlace("bram", block[1], block[2])
+    return MemoryPlace("lutram", lutram[1], lutram[2])
