@@ -9,9 +9,11 @@ a journal or SQLite file), one process at a time:
        (their process died between taking them and recording its name, both done under this
        lock). They are FAIL without a metrics row (not charged to their points) and count for
        nothing, so step 2 queues their grid points again;
-    2. looks at the study (dse.study.grid.study_state): a grid queues its missing points and takes
-       one only while the queue holds one; another sampler asks only while evaluated + running
-       trials are fewer than the budget;
+    2. a grid takes the next point of its queue while the queue holds one; when it is empty, it
+       looks at the study (dse.study.grid.study_state: every trial and every grid point, seconds
+       at 10^4 points, so not before each trial) and queues the missing points (never queued, or
+       their trial released in step 1) and takes one of them; another sampler asks only while
+       evaluated + running trials are fewer than the budget;
     3. records which run took the trial (system attribute `tinyhw:run`) and, with heartbeats, a
        first beat.
 A trial of a grid that did not come from the queue (a process that takes no lock popped the last
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dse.spec import Sampler, Spec
-from dse.study.grid import StudyState, queue_points, study_state
+from dse.study.grid import queue_points, study_state
 from dse.study.storage import RUN_ATTR, heartbeat_enabled, release_dead_trials, study_lock
 
 POLL_S = 1.0                # between looks while the last trials run elsewhere
@@ -36,7 +38,6 @@ POLL_S = 1.0                # between looks while the last trials run elsewhere
 @dataclass(frozen=True, kw_only=True)
 class Take:
     trial: Any | None               # an optuna Trial, RUNNING and recorded as this run's; None: none left
-    state: StudyState               # the study when it was taken
     elsewhere: int                  # trials other live runs are evaluating
 
 
@@ -44,6 +45,12 @@ def running_elsewhere(study, run: str | None) -> int:
     from optuna.trial import TrialState
     return sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
                if run is None or t.system_attrs.get(RUN_ATTR) != run)
+
+
+def queued(study) -> bool:
+    """Whether the study's trial queue holds a point (a WAITING trial)."""
+    from optuna.trial import TrialState
+    return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
 
 def from_queue(study, trial) -> bool:
@@ -58,13 +65,17 @@ def take_trial(study, spec: Spec, *, location: str, trials: int | None, run: str
         trial = None
         with study_lock(location, spec.study):
             release_dead_trials(study, location, run)
-            state = study_state(study, spec, trials)
-            if grid:
-                queue_points(study, spec, state.missing, state.abandoned)
-                if state.waiting + len(state.missing) > 0:
-                    trial = study.ask()
-            elif state.evaluated + state.running < state.budget:    # a queued retry is popped first
+            if grid and queued(study):
                 trial = study.ask()
+            elif grid:
+                state = study_state(study, spec, trials)
+                queue_points(study, spec, state.missing, state.abandoned)
+                if state.missing:
+                    trial = study.ask()
+            else:
+                state = study_state(study, spec, trials)
+                if state.evaluated + state.running < state.budget:    # a queued retry is popped first
+                    trial = study.ask()
             if trial is not None:
                 if run is not None:
                     study._storage.set_trial_system_attr(trial._trial_id, RUN_ATTR, run)
@@ -77,4 +88,4 @@ def take_trial(study, spec: Spec, *, location: str, trials: int | None, run: str
             trial.set_user_attr("surplus", True)
             study.tell(trial, state=TrialState.FAIL)
             continue
-        return Take(trial=trial, state=state, elsewhere=elsewhere)
+        return Take(trial=trial, elsewhere=elsewhere)
