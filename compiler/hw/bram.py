@@ -93,9 +93,9 @@ def memory_tail(config, depth: int, width: int, written: bool) -> int:
 # memories this compiler builds score the same on both sides: a `no_rw_check` port (collisions
 # undefined) 1 a read port for either, a port transparent to the write port 4 for either.
 # Bits alone do not decide it: a 36 x 32 memory (1,152 bits) is a block RAM (128 against 24
-# primitives and a 3-row multiplexer, 136); 32 x 32 is LUT RAM (64 + 16). The rule replaces a
+# primitives, a 3-row multiplexer and 3 rows' enables, 129.5); 32 x 32 is LUT RAM (64 + 16 + 1). The rule replaces a
 # threshold of 1,536 bits that put AD08's 140 memories of 36 x 32 in LUT RAM where Yosys built
-# 140 block RAMs. Checked against Yosys's own choice on a grid of shapes (tests/test_bram.py).
+# 140 block RAMs. Checked against Yosys on 819 shapes (docs/estimator.md) and in tests/test_bram.py.
 LIBMAP_BLOCK, LIBMAP_LUTRAM, LIBMAP_MUX, LIBMAP_DEMUX = 128, 4, 0.5, 0.5
 LUTRAM_WORDS, LUTRAM_BITS = 16, 4
 PDP_WIDTH = 36                # PDPW16KD: one 36-bit write port, one read port, 512 words
@@ -131,8 +131,10 @@ def _libmap_option(depth: int, width: int, ports: int, enables: int, words: int,
 def ecp5_memory(depth: int, width: int, ports: int = 1, enables: int = 1) -> MemoryPlace:
     """Where synth_ecp5 puts a writable memory of `depth` words of `width` bits read at `ports`
     clocked ports, written at one port with `enables` equal write-enable fields (a packed
-    memory's banks): the cheapest by memory_libmap's prices (above). Flip-flops (1 a bit) never
-    win for the depths built here (a one-word memory is a register before this choice)."""
+    memory's banks): the cheapest by memory_libmap's prices (above). Not modelled: its third
+    option, flip-flops and multiplexers at 1 a bit, which by the same prices wins only for the
+    shallowest memories read at several ports (2 words of 23 bits read at 2 ports: 46 against
+    48 + 4); they are counted as LUT RAM here."""
     lutram = _libmap_option(depth, width, ports, enables, LUTRAM_WORDS, LUTRAM_BITS, LUTRAM_BITS, LIBMAP_LUTRAM)
     # DP16KD at 1 to 18 bits (14 address bits less one per mode), PDPW16KD at 9 to 36: the
     # 36-bit write port writes narrower fields through its 9-bit byte enables
