@@ -93,12 +93,11 @@ def memory_tail(config, depth: int, width: int, written: bool) -> int:
 # memories this compiler builds score the same on both sides: a `no_rw_check` port (collisions
 # undefined) 1 a read port for either, a port transparent to the write port 4 for either.
 # Bits alone do not decide it: a 36 x 32 memory (1,152 bits) is a block RAM (128 against 24
-# primitives, a 3-row multiplexer and 3 rows' enables, 129.5); 32 x 32 is LUT RAM (64 + 16 + 1). The rule replaces a
-# threshold of 1,536 bits that put AD08's 140 memories of 36 x 32 in LUT RAM where Yosys built
-# 140 block RAMs. Checked against Yosys on 819 shapes (docs/estimator.md) and in tests/test_bram.py.
+# primitives, a 3-row multiplexer and 3 rows' enables, 129.5); 32 x 32 is LUT RAM (64 + 16 + 1).
+# The rule replaces a threshold of 1,536 bits that put AD08's 140 memories of 36 x 32 in LUT RAM
+# where Yosys built 140 block RAMs. Checked against Yosys on 819 shapes (docs/estimator.md) and in tests/test_bram.py.
 LIBMAP_BLOCK, LIBMAP_LUTRAM, LIBMAP_MUX, LIBMAP_DEMUX = 128, 4, 0.5, 0.5
 LUTRAM_WORDS, LUTRAM_BITS = 16, 4
-PDP_WIDTH = 36                # PDPW16KD: one 36-bit write port, one read port, 512 words
 
 
 @dataclass(frozen=True)
