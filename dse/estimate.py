@@ -82,12 +82,12 @@ def _lutram_prims(depth: int, width: int, ports: int) -> int:
 
 def _memory_place(depth: int, width: int, ports: int, enables: int, target: str) -> MemoryPlace:
     """Block RAM or LUT RAM, and how many, for a writable memory with clocked reads: on ECP5
-    Yosys's own prices (compiler/hw/bram.ecp5_memory); elsewhere a threshold of bits
-    (timing_model.BRAM_MIN_BITS) and the analytic counts above."""
-    from compiler.timing_model import BRAM_MIN_BITS
+    Yosys's own prices with their counts (compiler/hw/bram.ecp5_memory); elsewhere the delay
+    model's split (timing_model.in_block_ram) and the analytic counts above."""
+    from compiler.timing_model import in_block_ram
     if target == "ecp5":
         return ecp5_memory(depth, width, ports, enables)
-    if depth * width >= BRAM_MIN_BITS:
+    if in_block_ram(depth, width, target, ports, enables):
         return MemoryPlace("bram", _blocks(depth, width, target), _rows(depth, width, target))
     return MemoryPlace("lutram", _lutram_prims(depth, width, ports), math.ceil(depth / LUTRAM_WORDS))
 

@@ -95,7 +95,8 @@ def memory_tail(config, depth: int, width: int, written: bool) -> int:
 # Bits alone do not decide it: a 36 x 32 memory (1,152 bits) is a block RAM (128 against 24
 # primitives, a 3-row multiplexer and 3 rows' enables, 129.5); 32 x 32 is LUT RAM (64 + 16 + 1).
 # The rule replaces a threshold of 1,536 bits that put AD08's 140 memories of 36 x 32 in LUT RAM
-# where Yosys built 140 block RAMs. Checked against Yosys on 819 shapes (docs/estimator.md) and in tests/test_bram.py.
+# where Yosys built 140 block RAMs. Checked against Yosys on 819 shapes (docs/estimator.md) and
+# in tests/test_bram.py.
 LIBMAP_BLOCK, LIBMAP_LUTRAM, LIBMAP_MUX, LIBMAP_DEMUX = 128, 4, 0.5, 0.5
 LUTRAM_WORDS, LUTRAM_BITS = 16, 4
 
