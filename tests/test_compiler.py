@@ -114,6 +114,38 @@ def test_skip_connection_is_copied_to_the_consumer():
     assert len(design.kernels) == 2 and len(copies) == 1
 
 
+def test_value_toposort_is_the_post_order_of_a_depth_first_walk_taking_operands_last_first():
+    """ir.toposort's order is what passes and generated names follow: on random DAGs (shared
+    operands, repeated operands, overlapping roots) it must equal the recursive definition."""
+    import random
+    from compiler import ir
+
+    def reference(roots, operands_of):
+        seen, order = set(), []
+
+        def visit(v):
+            seen.add(id(v))
+            for o in reversed(tuple(operands_of(v))):
+                if id(o) not in seen:
+                    visit(o)
+            order.append(v)
+        for r in roots:
+            if id(r) not in seen:
+                visit(r)
+        return order
+
+    rng = random.Random(3)
+    for _ in range(200):
+        nodes: list[list] = []
+        for i in range(rng.randint(1, 40)):
+            nodes.append([nodes[rng.randrange(i)] for _ in range(rng.randint(0, 3))] if i else [])
+        roots = [rng.choice(nodes) for _ in range(rng.randint(1, 4))]
+        got = ir.toposort(roots, lambda v: v)
+        assert [id(v) for v in got] == [id(v) for v in reference(roots, lambda v: v)]
+        position = {id(v): n for n, v in enumerate(got)}
+        assert all(position[id(o)] < position[id(v)] for v in got for o in v)
+
+
 def test_toposort_orders_producers_first_and_rejects_cycles():
     assert toposort_kernels(3, {(2, 0), (0, 1)}) == [2, 0, 1]
     with pytest.raises(CompileError, match="cycle through: a, b, c"):

@@ -185,6 +185,7 @@ def is_gather(load: ir.Load) -> bool:
     return any(isinstance(a, (ir.Load, ir.AccLoad)) for a in ir.toposort([load.index]))
 
 
+@ir.per_kernel
 def gathers_of(kernel: ir.KernelIR) -> frozenset[int]:
     """id() of every gather load of the kernel."""
     roots = [x for s, _ in kernel.stores() for x in ir.store_operands(s)]
@@ -457,6 +458,7 @@ def ring_adders(kernel: ir.KernelIR) -> dict[int, int]:
             if isinstance(s, ir.AccStore) and s.acc in ways and isinstance(s.value, ir.Op)}
 
 
+@ir.per_kernel
 def schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int] = frozenset()) -> Schedule:
     """The pipeline stage of every value of `kernel` (module docstring). `keep`: buffer slots
     read in the stage their loads issue in, never later (later_reads): those that rotate

@@ -86,6 +86,7 @@ def split_into_steps(stores: list[ir.Store]) -> list[list[ir.Store]]:
     return groups
 
 
+@ir.per_kernel
 def build_program(kernel: ir.KernelIR) -> Program:
     steps: list[Step] = []
 
