@@ -275,7 +275,9 @@ def per_kernel(fn):
     return wrapper
 
 
-MEMO_SIZE = 256
+MEMO_SIZE = 64
+"""Kernels per_kernel remembers, per function: a compile touches a design's few kernels again and
+again within itself, and a kernel of a large constant-weight design holds megabytes of IR."""
 
 
 class IRError(AssertionError):
