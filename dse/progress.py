@@ -17,10 +17,15 @@ and why each skipped one was (dse.fidelity.SKIP_KINDS):
 """
 from __future__ import annotations
 
+import collections
 import datetime
 import sys
 import time
 from typing import Any, Sequence, TextIO
+
+
+RECENT = 200
+"""Trials the ETA takes its pace from (dse.progress.Progress.eta)."""
 
 
 def _fmt(v: float) -> str:
@@ -48,6 +53,7 @@ class Progress:
         self.skipped: dict[str, int] = {}
         self.best: list[tuple[float, dict[str, Any]] | None] = [None] * len(self.objectives)
         self.t0 = time.monotonic()
+        self.finished: collections.deque[float] = collections.deque(maxlen=RECENT + 1)   # when each ended
         self.bar = None
         if mode == "bar":
             from tqdm.auto import tqdm
@@ -57,6 +63,7 @@ class Progress:
     def update(self, event: dict[str, Any]) -> None:
         """`event["study_done"]`, when given, is the study's count (other runs' trials included)."""
         before = self.done
+        self.finished.append(time.monotonic())
         self.done = max(self.done + 1, event.get("study_done") or 0)
         self.failed += event["status"] != "OK"
         self.cached += bool(event.get("cached"))
@@ -94,11 +101,18 @@ class Progress:
                 + (f" | {best}" if best else ""))
 
     def eta(self) -> str:
-        ran = self.done - self.start_done
-        if ran == 0 or self.done >= self.total:
+        """The trials left at the pace of this run's last RECENT trials (all of them at first). A
+        multi-fidelity grid queues its likely front first, so its early trials are syntheses and
+        its late ones mostly skips: the pace of the whole run so far overstated the time left
+        (on configs/jet_space.yaml the pace of trials grew about threefold within the first hour)."""
+        left = self.total - self.done
+        if left <= 0 or not self.finished:
             return "0:00:00"
-        left = (time.monotonic() - self.t0) / ran * (self.total - self.done)
-        return str(datetime.timedelta(seconds=round(left)))
+        if len(self.finished) > RECENT:
+            since, trials = self.finished[0], RECENT
+        else:
+            since, trials = self.t0, len(self.finished)
+        return str(datetime.timedelta(seconds=round((time.monotonic() - since) / trials * left)))
 
     def line(self, event: dict[str, Any]) -> str:
         what = f"#{event['number']} {event['model']} {event['dtype']} {_knobs(event['knobs'])}".rstrip()

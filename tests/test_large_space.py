@@ -2,6 +2,7 @@
 the progress line's counts, the cheap pass's grouping and the fast non-dominated sorting."""
 from __future__ import annotations
 
+import datetime
 import io
 import itertools
 from pathlib import Path
@@ -96,6 +97,29 @@ def test_the_progress_line_counts_points_estimated_synthesised_and_skipped_by_wh
     full = Progress(total=1, initial=0, objectives=spec.objectives, mode="lines", stream=io.StringIO())
     full.update({**base, "number": 0})
     assert full.fidelity() == ""                       # a full sweep says nothing of it
+
+
+def test_the_eta_follows_the_pace_of_the_recent_trials(monkeypatch):
+    """A grid queued front first synthesises early and skips late: the ETA must take the recent
+    pace, not the whole run's (slow syntheses, then a RECENT-long stretch of fast skips)."""
+    from dse import progress as progress_module
+    clock = [0.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
+    spec = parse_spec(spec_dict({"lanes": [1, 4]}))
+    total = 10 + 2 * progress_module.RECENT
+    p = Progress(total=total, initial=0, objectives=spec.objectives, mode="off")
+    event = {"model": "jet", "dtype": "int8", "knobs": {}, "status": "OK", "number": 0}
+    for _ in range(10):                             # ten syntheses of 60 s
+        clock[0] += 60.0
+        p.update(event)
+    assert p.eta() == str(datetime.timedelta(seconds=60 * (total - 10)))
+    for _ in range(progress_module.RECENT):         # then skips of 0.5 s
+        clock[0] += 0.5
+        p.update(event)
+    assert p.eta() == str(datetime.timedelta(seconds=round(0.5 * progress_module.RECENT)))
+    for _ in range(progress_module.RECENT):
+        p.update(event)
+    assert p.eta() == "0:00:00"
 
 
 # ---------------------------------------------------------------------------------------------
