@@ -168,3 +168,41 @@ def test_pareto_ranks_equal_the_definition_on_random_vectors_with_ties(seed):
     assert pareto_ranks(vectors, max_ranks=1000) == _naive_ranks(vectors)
     capped = pareto_ranks(vectors, max_ranks=2)
     assert capped == [min(r, 2) for r in _naive_ranks(vectors)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the gate's estimator is fitted once per set of synthesised points
+
+def test_the_gates_estimator_is_fitted_again_only_when_the_synthesised_points_change(monkeypatch):
+    """On a grid of 10^4 points nearly every trial is a skip whose cost was refitting the
+    estimator: the fit is kept while the study's synthesised points are the same, and is the fit
+    of exactly those points when they change."""
+    import json
+    import optuna
+    from dse import fidelity
+    from dse.estimate import FEATURES_VERSION, fit_estimator, load_prior
+    spec = parse_spec(spec_dict({"lanes": [1, 4]}))
+    study = optuna.create_study(directions=["minimize", "minimize"])
+
+    def synthesised(n: int) -> None:
+        features = {"version": FEATURES_VERSION, "mul_bits": 64.0 * n, "add_bits": 100.0 * n, "acc_bits": 20.0}
+        row = {"fidelity": "synth", "target": "ecp5", "model": "jet", "dtype": "int8", "luts": 300.0 + 90 * n,
+               "ffs": 200.0 + 10 * n, "bram": 0.0, "lutram": 0.0, "dsp": 0.0, "features": json.dumps(features)}
+        study.add_trial(optuna.trial.create_trial(values=[100.0 * n, row["luts"]], user_attrs={"metrics": row}))
+
+    calls = []
+    real = fidelity.fit_estimator
+    monkeypatch.setattr(fidelity, "fit_estimator", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for n in range(1, 10):
+        synthesised(n)
+    first = fidelity.fit(study, spec)
+    assert fidelity.fit(study, spec) is first and len(calls) == 1          # the same points: kept
+    synthesised(10)
+    second = fidelity.fit(study, spec)
+    assert second is not first and len(calls) == 2
+    samples = fidelity.training_samples(study, "ecp5")
+    again = fit_estimator(samples, metrics=fidelity.AREA_METRICS, prior=load_prior("ecp5"))
+    probe = {"version": FEATURES_VERSION, "mul_bits": 320.0, "add_bits": 500.0, "acc_bits": 20.0}
+    assert second.samples == 10 and second.predict(probe) == again.predict(probe)
+    monkeypatch.setattr(fidelity, "load_prior", lambda target: None)     # another prior: fitted again
+    assert fidelity.fit(study, spec).prior is None and len(calls) == 3
