@@ -226,7 +226,7 @@ def toposort(roots, operands_of: Callable[[Value], Iterable[Value]] | None = Non
     follow). `operands_of` (default: `operands`) chooses which edges to follow.
 
     The hottest loop of compilation (a sweep's cheap pass compiles ten thousand points): one
-    iterator per open value, and each value's id() taken once per edge."""
+    iterator per open value, each value pushed once."""
     operands_of = operands_of or operands
     seen: set[int] = set()
     mark = seen.add
@@ -271,7 +271,6 @@ def per_kernel(fn):
             del memo[next(iter(memo))]
         memo[key] = (kernel, value)
         return value
-    wrapper.cache_clear = memo.clear
     return wrapper
 
 

@@ -151,8 +151,8 @@ def fit(study, spec: Spec, cache=None) -> Estimator | None:
     synthesised so far (and, from dse.estimate.MIN_SAMPLES of them, fits on those alone).
 
     Fitted again only when those points change (_FITTED): every trial's gate asks, and on a
-    grid of 10^4 points nearly every trial is a skip whose whole cost was this fit (0.55 s with
-    150 points synthesised: jet_space's trials after its first hour)."""
+    grid of 10^4 points nearly every trial is a skip whose cost was mostly this fit (0.3-0.5 s
+    with 146 points synthesised: configs/jet_space.yaml's study after two hours)."""
     metrics = AREA_METRICS + (("fmax_mhz",) if spec.timing else ())
     samples = training_samples(study, str(spec.target), cache, SYNTH_FIDELITY[spec.synthesis])
     prior = load_prior(str(spec.target))
