@@ -39,7 +39,7 @@ import numpy as np
 
 from compiler.hw.bram import LUTRAM_BITS, LUTRAM_WORDS, MemoryPlace, ecp5_memory
 
-FEATURES_VERSION = 16
+FEATURES_VERSION = 17
 """Bumped when `design_features` changes meaning: samples of another version are not used."""
 
 AREA_METRICS = ("luts", "ffs", "bram", "lutram", "dsp")
@@ -224,6 +224,15 @@ def design_features(design, *, target: str) -> dict[str, float]:
                     add("add_bits", max(1, width - min(zeros.get(id(s), 0) for s in v.srcs)))
             elif v.op in (K.SHL, K.SHR) and isinstance(v.srcs[1], ir.Const):
                 pass                         # a shift by a constant is wiring
+            elif v.op in (K.SHL, K.SHR) and not v.dtype.is_float:
+                # a shift by a value (scale_digits 1's requantisation: each output channel's
+                # power-of-two multiplier is a shift amount loaded from memory) is a barrel
+                # shifter, a 2:1 multiplexer per output bit and amount bit (one 18-bit value by
+                # a 4-bit amount to 32 bits, synthesised alone: 121 LUT4s). In logic_bits (its
+                # output bits at 0.008 LUTs a bit) the jet MLP's points at scale_digits 1 were 17%
+                # to 40% too low (4, 4, 1 lanes: 9 such shifts, 1,908 LUTs estimated, 2,901
+                # built); at scale_digits 2 the requantisation is a product, in a DSP
+                add("shift_bits", bits(v) * max(1, bits(v.srcs[1])))
             elif v.op in (K.CAST, K.EMU_CAST) and (v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)):
                 add("fconv", 1)
                 add("fconv_bits", max(w, src_w))
@@ -577,7 +586,7 @@ METRIC_EXCLUDED: Mapping[str, tuple[str, ...]] = {
              "counter_bits", "bram_banks", "small_banks"),
     "ffs": ("bram_mux_bits", "lutram_mux_bits", "host_mux_bits", "lutram_prims", "fp_path_bits",
             "advance_bits", "steps", "ring_sel_bits", "ring_port_bits", "bram_banks", "small_banks",
-            "small_mem_bits", "comb_mem_bits", "tail_bits"),
+            "small_mem_bits", "comb_mem_bits", "tail_bits", "shift_bits"),
 }
 """Features a metric's table may not use: a read multiplexer is logic, it holds no register a
 bit (held out, the 128x784 GEMV's flip-flops were estimated 3x too high when the mux bits of
@@ -598,7 +607,8 @@ its read and address registers (`lutram_read_bits`, `addr_bits`). Allowed a cost
 counts took one with gemv_int held out (that GEMV 24% too high in LUTs; in flip-flops the comb-read
 GEMV 31% too high, 20% without them). The bits of a memory in LUT RAM are no flip-flops either.
 The counters' widths (`counter_bits`) are flip-flops; the controller's LUTs are `advance_bits`
-and `steps`, logic, as are the ring selects (`ring_sel_bits`, `ring_port_bits`)."""
+and `steps`, logic, as are the ring selects (`ring_sel_bits`, `ring_port_bits`) and a barrel
+shifter's multiplexers (`shift_bits`)."""
 
 
 @dataclass(frozen=True)
