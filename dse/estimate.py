@@ -39,7 +39,7 @@ import numpy as np
 
 from compiler.hw.bram import LUTRAM_BITS, LUTRAM_WORDS, MemoryPlace, ecp5_memory
 
-FEATURES_VERSION = 17
+FEATURES_VERSION = 18
 """Bumped when `design_features` changes meaning: samples of another version are not used."""
 
 AREA_METRICS = ("luts", "ffs", "bram", "lutram", "dsp")
@@ -100,6 +100,19 @@ def _lutram_mux_bits(depth: int, width: int) -> int:
     Counted once, not once per read port as the primitives are: per port, the LUTs' held-out
     error measured worse (6.6% median against 5.3%; few corpus memories have several ports)."""
     return (math.ceil(depth / LUTRAM_WORDS) - 1) * width
+
+
+def _shift_add_digits(v) -> int:
+    """Nonzero signed digits of the constant of a product the datapath builds as shifts and adds
+    (compiler/hw/datapath.py mul_const: a constant of at most MUL_CONST_DIGITS digits), else 0."""
+    from compiler import ir
+    from compiler.hw.datapath import MUL_CONST_DIGITS
+    from compiler.passes.constants import csd
+    for s in v.srcs:
+        if isinstance(s, ir.Const) and not s.dtype.is_float and int(s.value) != 0:
+            n = len(csd(abs(int(s.value))))
+            return n if n <= MUL_CONST_DIGITS else 0
+    return 0
 
 
 def _low_zeros(v, zeros: Mapping[int, int]) -> int:
@@ -208,6 +221,14 @@ def design_features(design, *, target: str) -> dict[str, float]:
                     if v.op is K.MULACC:     # a fused multiply-add: its adder spans ~3 significands
                         add("fadd", 1)
                         add("fadd_bits", 3 * p)
+                elif v.op is K.MUL and (n := _shift_add_digits(v)):
+                    # a product by a constant of few digits (index arithmetic: a counter times a
+                    # stride) is shifts and adds in the datapath (mul_const), no DSP: an adder a
+                    # digit beyond the first. As DSP products the GEMVs and MLPs of the corpus
+                    # planned one DSP more than they were built with, the jet MLP four, the CNN
+                    # 10 for 3; a product by 43 (a bank of 3 lanes) or 6,186 (a constant
+                    # requantisation) is a DSP, as planned
+                    add("add_bits", (n - 1) * bits(v))
                 else:
                     add("mul", 1)
                     products.append(("mul_bits", bits(v.srcs[0]), bits(v.srcs[-1])))
@@ -228,7 +249,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
                 # a shift by a value (scale_digits 1's requantisation: each output channel's
                 # power-of-two multiplier is a shift amount loaded from memory) is a barrel
                 # shifter, a 2:1 multiplexer per output bit and amount bit (one 18-bit value by
-                # a 4-bit amount to 32 bits, synthesised alone: 121 LUT4s). In logic_bits (its
+                # a 4-bit amount to 32 bits and rounded, synthesised alone: 121 LUT4s). In logic_bits (its
                 # output bits at 0.008 LUTs a bit) the jet MLP's points at scale_digits 1 were 17%
                 # to 40% too low (4, 4, 1 lanes: 9 such shifts, 1,908 LUTs estimated, 2,901
                 # built); at scale_digits 2 the requantisation is a product, in a DSP
