@@ -151,6 +151,9 @@ def corpus() -> list[Entry]:
     for dt, knobs in [("int8", {}), ("int8", {"lanes": 4}), ("int4", {"lanes": 4}), ("w4a8", {"lanes": 2}),
                       ("int8", {"lanes": 4, "mul": "lut"}), ("int6", {"lanes": 8, "reduce_unroll": 4})]:
         e.append(Entry("trained", "-".join(["digits", dt, *(f"{k}{v}" for k, v in knobs.items())]), dt, knobs, DIGITS))
+    # scale_digits 1: each output channel's multiplier a power of two, a shift by an amount
+    # loaded from memory (a barrel shifter, `shift_bits`), here and in the jet family
+    e.append(Entry("trained", "digits-int8-sd1-lanes4", "int8", {"scale_digits": 1, "lanes": 4}, DIGITS))
     e += [Entry("trained", "digits-int8-dataflow64", "int8", {"schedule": "dataflow", "fold": "auto",
                                                                 "target_interval": 64}, DIGITS),
           Entry("trained", "digits-int8-comb-l2", "int8", {"lanes": 2, "mem_read": "comb"}, DIGITS),
@@ -162,6 +165,15 @@ def corpus() -> list[Entry]:
           Entry("constant", "iris16_8-int6-pipe", "int6", {**CONST, **PIPE, "scale_digits": 1}, _iris((16, 8))),
           Entry("constant", "jet-int4-p90-pipe", "int4", {**CONST, **PIPE, "scale_digits": 1}, {**JET, "prune": 0.9}),
           Entry("constant", "jet-int6-p90-pipe", "int6", {**CONST, **PIPE, "scale_digits": 1}, {**JET, "prune": 0.9})]
+    # the jet tagger's MLP with its weights in memories, as configs/jet_space.yaml sweeps it
+    # (per-layer weight widths, scale digits, folding): points that study synthesised
+    for name, wb, sd, prune, lanes, ru in [("jet-sd1-l1", (6, 6, 6, 4), 1, 0, (1, 1, 1), 1),
+                                           ("jet-sd1-l4", (6, 4, 6, 8), 1, 0, (4, 4, 1), 4),
+                                           ("jet-sd2-l16", (4, 6, 6, 8), 2, 0, (16, 4, 4), 4),
+                                           ("jet-sd2-l16x16-p50", (8, 8, 8, 6), 2, 0.5, (16, 16, 4), 4)]:
+        knobs = {**{f"weight_bits@{i}": b for i, b in enumerate(wb)}, "scale_digits": sd, "prune": prune,
+                 **{f"lanes@{i}": n for i, n in enumerate(lanes)}, "reduce_unroll": ru}
+        e.append(Entry("jet", name, "int8", knobs, JET))
     # random-weight MLPs, dataflow and sequential (AD08 and keyword-spotting shapes, smaller)
     e += [Entry("random_mlp", "mlp16-18-18-4-dataflow32", build=_random_mlp([16, 18, 18, 4], 32)),
           Entry("random_mlp", "mlp16-18-18-4-seq32", build=_random_mlp([16, 18, 18, 4], 32, schedule="sequential")),

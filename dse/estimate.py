@@ -39,7 +39,7 @@ import numpy as np
 
 from compiler.hw.bram import LUTRAM_BITS, LUTRAM_WORDS, MemoryPlace, ecp5_memory
 
-FEATURES_VERSION = 16
+FEATURES_VERSION = 18
 """Bumped when `design_features` changes meaning: samples of another version are not used."""
 
 AREA_METRICS = ("luts", "ffs", "bram", "lutram", "dsp")
@@ -100,6 +100,19 @@ def _lutram_mux_bits(depth: int, width: int) -> int:
     Counted once, not once per read port as the primitives are: per port, the LUTs' held-out
     error measured worse (6.6% median against 5.3%; few corpus memories have several ports)."""
     return (math.ceil(depth / LUTRAM_WORDS) - 1) * width
+
+
+def _shift_add_digits(v) -> int:
+    """Nonzero signed digits of the constant of a product the datapath builds as shifts and adds
+    (compiler/hw/datapath.py mul_const: a constant of at most MUL_CONST_DIGITS digits), else 0."""
+    from compiler import ir
+    from compiler.hw.datapath import MUL_CONST_DIGITS
+    from compiler.passes.constants import csd
+    for s in v.srcs:
+        if isinstance(s, ir.Const) and not s.dtype.is_float and int(s.value) != 0:
+            n = len(csd(abs(int(s.value))))
+            return n if n <= MUL_CONST_DIGITS else 0
+    return 0
 
 
 def _low_zeros(v, zeros: Mapping[int, int]) -> int:
@@ -208,6 +221,14 @@ def design_features(design, *, target: str) -> dict[str, float]:
                     if v.op is K.MULACC:     # a fused multiply-add: its adder spans ~3 significands
                         add("fadd", 1)
                         add("fadd_bits", 3 * p)
+                elif v.op is K.MUL and (n := _shift_add_digits(v)):
+                    # a product by a constant of few digits (index arithmetic: a counter times a
+                    # stride) is shifts and adds in the datapath (mul_const), no DSP: an adder a
+                    # digit beyond the first. As DSP products the GEMVs and MLPs of the corpus
+                    # planned one DSP more than they were built with, the jet MLP four, the CNN
+                    # 10 for 3; a product by 43 (a bank of 3 lanes) or 6,186 (a constant
+                    # requantisation) is a DSP, as planned
+                    add("add_bits", (n - 1) * bits(v))
                 else:
                     add("mul", 1)
                     products.append(("mul_bits", bits(v.srcs[0]), bits(v.srcs[-1])))
@@ -224,6 +245,15 @@ def design_features(design, *, target: str) -> dict[str, float]:
                     add("add_bits", max(1, width - min(zeros.get(id(s), 0) for s in v.srcs)))
             elif v.op in (K.SHL, K.SHR) and isinstance(v.srcs[1], ir.Const):
                 pass                         # a shift by a constant is wiring
+            elif v.op in (K.SHL, K.SHR) and not v.dtype.is_float:
+                # a shift by a value (scale_digits 1's requantisation: each output channel's
+                # power-of-two multiplier is a shift amount loaded from memory) is a barrel
+                # shifter, a 2:1 multiplexer per output bit and amount bit (one 18-bit value by
+                # a 4-bit amount to 32 bits and rounded, synthesised alone: 121 LUT4s). In logic_bits (its
+                # output bits at 0.008 LUTs a bit) the jet MLP's points at scale_digits 1 were 17%
+                # to 40% too low (4, 4, 1 lanes: 9 such shifts, 1,908 LUTs estimated, 2,901
+                # built); at scale_digits 2 the requantisation is a product, in a DSP
+                add("shift_bits", bits(v) * max(1, bits(v.srcs[1])))
             elif v.op in (K.CAST, K.EMU_CAST) and (v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)):
                 add("fconv", 1)
                 add("fconv_bits", max(w, src_w))
@@ -577,7 +607,7 @@ METRIC_EXCLUDED: Mapping[str, tuple[str, ...]] = {
              "counter_bits", "bram_banks", "small_banks"),
     "ffs": ("bram_mux_bits", "lutram_mux_bits", "host_mux_bits", "lutram_prims", "fp_path_bits",
             "advance_bits", "steps", "ring_sel_bits", "ring_port_bits", "bram_banks", "small_banks",
-            "small_mem_bits", "comb_mem_bits", "tail_bits"),
+            "small_mem_bits", "comb_mem_bits", "tail_bits", "shift_bits"),
 }
 """Features a metric's table may not use: a read multiplexer is logic, it holds no register a
 bit (held out, the 128x784 GEMV's flip-flops were estimated 3x too high when the mux bits of
@@ -598,7 +628,8 @@ its read and address registers (`lutram_read_bits`, `addr_bits`). Allowed a cost
 counts took one with gemv_int held out (that GEMV 24% too high in LUTs; in flip-flops the comb-read
 GEMV 31% too high, 20% without them). The bits of a memory in LUT RAM are no flip-flops either.
 The counters' widths (`counter_bits`) are flip-flops; the controller's LUTs are `advance_bits`
-and `steps`, logic, as are the ring selects (`ring_sel_bits`, `ring_port_bits`)."""
+and `steps`, logic, as are the ring selects (`ring_sel_bits`, `ring_port_bits`) and a barrel
+shifter's multiplexers (`shift_bits`)."""
 
 
 @dataclass(frozen=True)

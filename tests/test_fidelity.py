@@ -611,3 +611,44 @@ def test_cheap_pass_keeps_every_variant_it_can_hold(monkeypatch):
     assert [bp.model.name for bp in ev._BUILT.values()] == ["g20", "g24", "g28"]
     assert built_point(ctx, DesignPoint("g8", "int8", FrozenMap())) is not first[0]
     ev.forget_built()
+
+
+def test_a_shift_by_a_loaded_amount_is_priced_as_a_barrel_shifter():
+    """scale_digits 1: each output channel's requantisation multiplier is a power of two, a shift
+    by an amount loaded from memory, which Yosys builds as a barrel shifter (a 2:1 multiplexer a
+    bit and amount bit: the jet MLP at 4, 4, 1 lanes has 9, a third of its 2,901 LUTs, which
+    logic_bits priced at nearly nothing). Counted as `shift_bits`, out width x amount width; at
+    scale_digits 2 the same
+    requantisation is a product (`mul`), and a shift by a constant stays wiring."""
+    from compiler import ir
+    from dse.evaluate import EvalContext, compile_point
+    from dse.frozen import FrozenMap
+    from dse.spec import DesignPoint
+    root = Path(__file__).resolve().parent.parent
+    jet = {"name": "jet", "weights": str(root / "models" / "jet_mlp.npz"),
+           "data": {"file": str(root / "models" / "jet_data.npz")}}
+    spec = parse_spec({"study": "t", "target": "ecp5", "models": [jet], "dtypes": ["int8"],
+                       "objectives": ["cycles", "luts"], "search": {"sampler": "grid"}})
+    ctx = EvalContext.from_spec(spec)
+    designs = {sd: compile_point(ctx, DesignPoint("jet", "int8", FrozenMap({"scale_digits": sd})))
+               for sd in (1, 2)}
+    one, two = (design_features(designs[sd], target="ecp5") for sd in (1, 2))
+    shifts = [v for k in designs[1].kernels for s, _ in k.stores() for v in ir.toposort(list(ir.store_operands(s)))
+              if isinstance(v, ir.Op) and v.op in (ir.OpKind.SHL, ir.OpKind.SHR) and not isinstance(v.srcs[1], ir.Const)]
+    assert shifts, "scale_digits 1 requantises a hidden layer by a loaded shift"
+    # each shift at least a few amount bits deep, at most its 32-bit output
+    assert 2 * len(shifts) * 8 <= one["shift_bits"] <= len(shifts) * 32 * 8
+    assert "shift_bits" not in two and two["mul"] == one["mul"] + len(shifts)
+
+
+def test_the_features_products_are_the_rtls_multipliers():
+    """A product by a constant of few digits (index arithmetic: a counter times a stride) is
+    shifts and adds in the datapath (compiler/hw/datapath.py mul_const), not a `$mul`: counted as
+    one, every GEMV and MLP of the estimator's corpus planned a DSP more than it was built with
+    (the CNN 10 for 3). The products the features count are the RTL's `$mul` cells."""
+    from compiler.synth.area import design_rtlil
+    from compiler.synth.multipliers import mul_cells
+    for lanes, unroll in [(1, 1), (4, 2), (3, 1)]:
+        d = compiled(lanes, unroll)
+        f = design_features(d, target="ecp5")
+        assert f["mul"] == len(mul_cells(design_rtlil(d))), (lanes, unroll)

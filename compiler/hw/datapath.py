@@ -97,11 +97,16 @@ def _name(v: Value) -> str:
     return v.name if isinstance(v, Signal) else "c"
 
 
+MUL_CONST_DIGITS = 3
+"""A product by a constant of at most this many nonzero signed digits is built as shifts and
+adds (mul_const); dse.estimate prices it so."""
+
+
 def mul_const(x: Value, c: int) -> Value:
     """x * c. Index math multiplies loop counters by strides (784, 25, ...); as a few shifts
     and adds that costs a handful of LUTs, where Yosys would spend a DSP block on it."""
     digits = csd(abs(c))
-    if c == 0 or len(digits) > 3:
+    if c == 0 or len(digits) > MUL_CONST_DIGITS:
         return x * c
     out = None
     for shift, d in digits:

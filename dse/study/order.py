@@ -53,7 +53,7 @@ from dse.study.options import SweepOptions
 # sixteenth of a LUT).
 _PRIOR = {"mul_bits": 1.0, "fmul_bits": 1.0, "fadd_bits": 16.0, "fconv_bits": 8.0, "add_bits": 1.0,
           "logic_bits": 1.0, "acc_bits": 1.0, "read_bits": 1.0, "small_mem_bits": 1 / 16,
-          "np2_addr_bits": 16.0, "addr_bits": 1.0, "pipeline_bits": 1.0}
+          "np2_addr_bits": 16.0, "addr_bits": 1.0, "pipeline_bits": 1.0, "shift_bits": 1.0}
 
 
 def prior_area(features: Mapping[str, float]) -> float:
