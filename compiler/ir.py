@@ -263,7 +263,10 @@ def per_kernel(fn):
     @functools.wraps(fn)
     def wrapper(kernel, *args, **kwargs):
         key = (id(kernel), args, tuple(sorted(kwargs.items())))
-        hit = memo.get(key)
+        try:
+            hit = memo.get(key)
+        except TypeError:               # an argument that cannot be hashed: not remembered
+            return fn(kernel, *args, **kwargs)
         if hit is not None and hit[0] is kernel:
             return hit[1]
         value = fn(kernel, *args, **kwargs)

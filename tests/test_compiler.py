@@ -146,6 +146,22 @@ def test_value_toposort_is_the_post_order_of_a_depth_first_walk_taking_operands_
         assert all(position[id(o)] < position[id(v)] for v in got for o in v)
 
 
+def test_per_kernel_remembers_by_the_kernels_identity_and_the_other_arguments():
+    from compiler import ir
+    calls = []
+
+    @ir.per_kernel
+    def derived(kernel, config, keep=frozenset()):
+        calls.append((kernel, config, keep))
+        return (id(kernel), config, keep)
+
+    a, b = object(), object()
+    assert derived(a, 1) is derived(a, 1) and len(calls) == 1
+    assert derived(b, 1) != derived(a, 1) and derived(a, 2)[1] == 2 and len(calls) == 3
+    assert derived(a, 1, keep=frozenset({3}))[2] == {3} and len(calls) == 4
+    assert derived(a, [1]) == (id(a), [1], frozenset()) and derived(a, [1]) and len(calls) == 6  # unhashable: not kept
+
+
 def test_toposort_orders_producers_first_and_rejects_cycles():
     assert toposort_kernels(3, {(2, 0), (0, 1)}) == [2, 0, 1]
     with pytest.raises(CompileError, match="cycle through: a, b, c"):
