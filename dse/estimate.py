@@ -104,14 +104,12 @@ def _lutram_mux_bits(depth: int, width: int) -> int:
 
 def _shift_add_digits(v) -> int:
     """Nonzero signed digits of the constant of a product the datapath builds as shifts and adds
-    (compiler/hw/datapath.py mul_const: a constant of at most MUL_CONST_DIGITS digits), else 0."""
+    (compiler/hw/datapath.py shift_add_digits, as mul_const decides), else 0."""
     from compiler import ir
-    from compiler.hw.datapath import MUL_CONST_DIGITS
-    from compiler.passes.constants import csd
+    from compiler.hw.datapath import shift_add_digits
     for s in v.srcs:
         if isinstance(s, ir.Const) and not s.dtype.is_float and int(s.value) != 0:
-            n = len(csd(abs(int(s.value))))
-            return n if n <= MUL_CONST_DIGITS else 0
+            return len(shift_add_digits(int(s.value)))
     return 0
 
 

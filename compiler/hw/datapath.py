@@ -99,14 +99,22 @@ def _name(v: Value) -> str:
 
 MUL_CONST_DIGITS = 3
 """A product by a constant of at most this many nonzero signed digits is built as shifts and
-adds (mul_const); dse.estimate prices it so."""
+adds (mul_const)."""
+
+
+def shift_add_digits(c: int) -> list[tuple[int, int]]:
+    """The signed digits (shift, +-1) of |c| that mul_const builds x * c from, or [] where it
+    builds a product (c is 0 or has more than MUL_CONST_DIGITS digits): also what dse.estimate
+    prices, so the two cannot disagree."""
+    digits = csd(abs(c))
+    return digits if c != 0 and len(digits) <= MUL_CONST_DIGITS else []
 
 
 def mul_const(x: Value, c: int) -> Value:
     """x * c. Index math multiplies loop counters by strides (784, 25, ...); as a few shifts
     and adds that costs a handful of LUTs, where Yosys would spend a DSP block on it."""
-    digits = csd(abs(c))
-    if c == 0 or len(digits) > MUL_CONST_DIGITS:
+    digits = shift_add_digits(c)
+    if not digits:
         return x * c
     out = None
     for shift, d in digits:
