@@ -105,10 +105,7 @@ def compile_traced(traced: Traced, config: HardwareConfig | None = None) -> Desi
     if not isinstance(config, HardwareConfig):
         raise TypeError(f"config must be a HardwareConfig, got {type(config).__name__}")
     graph, shapes = traced.graph, traced.shapes
-    sources = list(traced.lowered)
-    if config.fp_semantics == "tinygrad":
-        sources = _dump("float_semantics", [as_tinygrad_computes(k) for k in sources])
-    sources = _dump("bound", bound_values(graph, sources, traced.bounds))
+    sources = _bounded(traced, config.fp_semantics)
     if config.fold == "auto" and config.layers:
         given = ", ".join(f"{k}@{i}" for i, st in config.layers for k, _ in st)
         raise CompileError(f"fold=auto chooses every layer's lanes and reduce_unroll; drop the per-layer settings ({given})")
@@ -124,16 +121,12 @@ def compile_traced(traced: Traced, config: HardwareConfig | None = None) -> Desi
         config = fold_auto(sources, config, buffers, frozenset(graph.outputs)).config
     layer = [config.for_layer(i) for i in range(len(sources))]
     streamed = traced.streamed
-    sources = bind_weights(graph, sources, config, streamed)
-    parallel = [parallelize(k, c.lanes, c.reduce_unroll, fp_sum=c.fp_sum) for k, c in zip(sources, layer)]
-    kernels = _dump("parallelize", [p.kernel for p in parallel])
+    sources = _bound_weights(traced, sources, config, layer)
     adders = GraphOptions(config.adder_graph, config.adder_depth)
-    kernels = _dump("fold_constants", [fold_constants(k, adders) if rom_slots(k) else k for k in kernels])
-    kernels = _dump("fuse_loops", [fuse_loops(k) for k in kernels] if config.loop_fusion else kernels)
-    kernels = _dump("interleave", [interleave(k, config.fp_pipeline) for k in kernels])
-    split = [split_deep(k, p.banking, config.fp_pipeline) for k, p in zip(kernels, parallel)]
-    kernels = _dump("split_deep", [k for k, _ in split])
-    stages = [Stage(c, s, k, b, p.factors) for c, s, k, (_, b), p in zip(graph.kernels, sources, kernels, split, parallel)]
+    passes = [(_layer_passes.__wrapped__ if _dumping() else _layer_passes)(
+        k, c.lanes, c.reduce_unroll, c.fp_sum, adders, config.loop_fusion, config.fp_pipeline)
+        for k, c in zip(sources, layer)]
+    stages = [Stage(c, s, p.kernel, p.banking, p.parallel.factors) for c, s, p in zip(graph.kernels, sources, passes)]
     graph, stages = merge_chains(graph, stages, [c.weights == "constant" and bool(rom_slots(s))
                                                  for c, s in zip(layer, sources)])
     kernels = _dump("merge_chains", [s.kernel for s in stages])
@@ -143,6 +136,68 @@ def compile_traced(traced: Traced, config: HardwareConfig | None = None) -> Desi
     return build_design(graph, sources=[s.source for s in stages], kernels=kernels, config=config,
                         output_shapes=shapes, banking=[s.banking for s in stages], factors=[s.factors for s in stages],
                         streamed=streamed)
+
+
+@dataclass(frozen=True)
+class _LayerPasses:
+    parallel: object                 # passes.parallelize.Parallel
+    kernel: ir.KernelIR              # after split_deep
+    banking: dict
+
+
+@ir.per_kernel
+def _layer_passes(kernel: ir.KernelIR, lanes: int, reduce_unroll: int, fp_sum: str, adders: GraphOptions,
+                  loop_fusion: bool, fp_pipeline: int) -> _LayerPasses:
+    """One layer's passes from parallelize to split_deep: a function of its kernel and these
+    knobs alone, remembered (ir.per_kernel), so a sweep builds a layer once for all the points
+    that build it alike (a 16-64-32-32-5 MLP's 72 knob settings of one format hold 6 variants
+    of its first layer)."""
+    p = parallelize(kernel, lanes, reduce_unroll, fp_sum=fp_sum)
+    k = _dump1("parallelize", p.kernel)
+    k = _dump1("fold_constants", fold_constants(k, adders) if rom_slots(k) else k)
+    k = _dump1("fuse_loops", fuse_loops(k) if loop_fusion else k)
+    k = _dump1("interleave", interleave(k, fp_pipeline))
+    k, banking = split_deep(k, p.banking, fp_pipeline)
+    return _LayerPasses(p, _dump1("split_deep", k), banking)
+
+
+_TRACE_MEMO: dict[tuple, tuple] = {}
+
+
+def _per_trace(kind: str, traced: Traced, key: tuple, make):
+    """`make()` remembered for `traced` (held, so its id() stays its own) and `key`: the kernels
+    every compile of a trace starts from, the same objects each time, so that what is derived
+    from them is remembered (ir.per_kernel). A few traces at a time: a sweep takes its points
+    one model build at a time (dse.study.order)."""
+    if _dumping():
+        return make()
+    full = (kind, id(traced), key)
+    hit = _TRACE_MEMO.get(full)
+    if hit is not None and hit[0] is traced:
+        return hit[1]
+    value = make()
+    if len(_TRACE_MEMO) >= 16:
+        del _TRACE_MEMO[next(iter(_TRACE_MEMO))]
+    _TRACE_MEMO[full] = (traced, value)
+    return value
+
+
+def _bounded(traced: Traced, fp_semantics: str) -> list[ir.KernelIR]:
+    """The traced kernels with tinygrad's float semantics (if asked) and their bounds."""
+    def make():
+        sources = list(traced.lowered)
+        if fp_semantics == "tinygrad":
+            sources = _dump("float_semantics", [as_tinygrad_computes(k) for k in sources])
+        return tuple(_dump("bound", bound_values(traced.graph, sources, traced.bounds)))
+    return list(_per_trace("bound", traced, (fp_semantics,), make))
+
+
+def _bound_weights(traced: Traced, sources: list[ir.KernelIR], config: HardwareConfig,
+                   layer: list[HardwareConfig]) -> list[ir.KernelIR]:
+    """`sources` with each constant-weight layer's weights bound as ROMs (weights.py)."""
+    explicit = tuple(i for i, settings in config.layers for knob, _ in settings if knob == "weights")
+    return list(_per_trace("weights", traced, (config.fp_semantics, tuple(c.weights for c in layer), explicit),
+                           lambda: tuple(bind_weights(traced.graph, sources, config, traced.streamed))))
 
 
 def check_layer_factors(config: HardwareConfig, kernels: list) -> None:
@@ -201,6 +256,15 @@ def layer_names(*outputs) -> list[str]:
     names per-layer knobs accept (`lanes@k1_r_10_32`). Traces the model without compiling it
     (tinygrad's schedule mutates the Tensors it is given: compile fresh ones afterwards)."""
     return [k.name for k in trace(*outputs).kernels]
+
+
+def _dumping() -> bool:
+    return bool(os.environ.get("TINYHW_DUMP_IR"))
+
+
+def _dump1(after: str, kernel: ir.KernelIR) -> ir.KernelIR:
+    _dump(after, [kernel])
+    return kernel
 
 
 def _dump(after: str, kernels: list):

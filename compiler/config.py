@@ -1,6 +1,7 @@
 """`HardwareConfig`: the frozen record of hardware knobs a design is compiled with."""
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
@@ -378,6 +379,15 @@ class HardwareConfig:
         with: the model-wide ones and its own settings."""
         own = dict(dict(self.layers).get(layer, ()))
         return replace(self, layers=(), **own) if own or self.layers else self
+
+    @functools.cached_property
+    def model_wide(self) -> "HardwareConfig":
+        """These knobs without the per-layer settings. Once compile_traced has built each
+        layer's own lanes, reduce_unroll and weights into its kernel, the model-wide knobs are
+        all a kernel's derivations read (its schedule, step checks, delay paths, features), so
+        they are remembered on these (ir.per_kernel): a layer built alike in designs that differ
+        only in another layer's settings is derived once."""
+        return replace(self, layers=()) if self.layers else self
 
     def resolve_layers(self, names: list[str]) -> "HardwareConfig":
         """The same settings with every layer given by its index, for a model whose layers are

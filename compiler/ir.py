@@ -251,13 +251,16 @@ def toposort(roots, operands_of: Callable[[Value], Iterable[Value]] | None = Non
 
 
 def per_kernel(fn):
-    """Memoise `fn(kernel, ...)` on the kernel's identity and the (hashable) other arguments.
-    A KernelIR is immutable, so what is derived from one object stays right for it; compiling a
-    design derives a kernel's step program and schedule in several places (the hazard check,
-    the dataflow plan, memory packing, the hardware, the cycle and delay models), and a sweep
-    compiles thousands of designs. The entry holds the kernel, so its id() is not reused while
-    remembered; the oldest of MEMO_SIZE entries goes first. What `fn` returns is shared, so it
-    must never be changed by a caller (the records it is used for are frozen)."""
+    """Memoise `fn(kernel, ...)` on the kernel's identity and the other arguments: by value when
+    they can be hashed, else by identity (a Schedule of dicts: the entry holds it, so its id()
+    is not reused while remembered). A KernelIR is immutable, so what is derived from one object
+    stays right for it; compiling a design derives a kernel's step program and schedule in
+    several places (the hazard check, the dataflow plan, memory packing, the hardware, the cycle
+    and delay models), and a sweep compiles thousands of designs whose layers repeat
+    (compile_traced hands a layer built the same way the same kernel object). The entry holds
+    the kernel, so its id() is not reused while remembered either; the oldest of MEMO_SIZE
+    entries goes first. What `fn` returns is shared, so it must never be changed by a caller
+    (the records it is used for are frozen)."""
     memo: dict[tuple, tuple] = {}
 
     @functools.wraps(fn)
@@ -265,16 +268,26 @@ def per_kernel(fn):
         key = (id(kernel), args, tuple(sorted(kwargs.items())))
         try:
             hit = memo.get(key)
-        except TypeError:               # an argument that cannot be hashed: not remembered
-            return fn(kernel, *args, **kwargs)
+        except TypeError:               # an argument that cannot be hashed: by its identity
+            key = (id(kernel), tuple(map(_identity_key, args)),
+                   tuple((k, _identity_key(v)) for k, v in sorted(kwargs.items())))
+            hit = memo.get(key)
         if hit is not None and hit[0] is kernel:
-            return hit[1]
+            return hit[2]
         value = fn(kernel, *args, **kwargs)
         if len(memo) >= MEMO_SIZE:
             del memo[next(iter(memo))]
-        memo[key] = (kernel, value)
+        memo[key] = (kernel, (args, kwargs), value)      # the arguments held: their ids stay theirs
         return value
     return wrapper
+
+
+def _identity_key(value) -> object:
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return ("id", id(value))
 
 
 MEMO_SIZE = 64

@@ -349,10 +349,7 @@ def analyze_overflow(design: Design, input_ranges: dict[int, tuple[float, float]
     bounds: list[AccBound] = []
     for pos, k in enumerate(design.source_kernels or design.kernels):
         loads = {slot: ranges[buf] for slot, buf in slot_to_buffer[pos].items() if buf in ranges}
-        loads.update(_rom_loads(k))              # a ROM's words: within any declared bound
-        shapes = {a.index: acc_shape(a, design.config) for a in k.accs}
-        an = _KernelAnalysis(k, loads, _narrow_registers(k, shapes))
-        an.run(k.body, {}, True)
+        an, shapes = _analysed(k, tuple(sorted(loads.items())), design.config.model_wide)
         for a in k.accs:
             r = an.hull.get(a.index)
             if r is None:
@@ -370,6 +367,17 @@ def analyze_overflow(design: Design, input_ranges: dict[int, tuple[float, float]
     safe = False if any(b.safe is False for b in bounds) else None if any(b.safe is None for b in bounds) else True
     return OverflowReport(tuple(bounds), safe, max(ints) if ints else None, max(floats) if floats else None,
                           any(b.saturates for b in bounds))
+
+
+@ir.per_kernel
+def _analysed(k: ir.KernelIR, loads: tuple[tuple[int, _R], ...], config) -> tuple["_KernelAnalysis", dict[int, Shape]]:
+    """The interval analysis of kernel `k` whose slots load within `loads` (and its ROMs within
+    their words), with its accumulators' registers: remembered per kernel, loads and model-wide
+    knobs, as a sweep's points share their layers. Read, never change, what it returns."""
+    shapes = {a.index: acc_shape(a, config) for a in k.accs}
+    an = _KernelAnalysis(k, {**dict(loads), **_rom_loads(k)}, _narrow_registers(k, shapes))   # a ROM's words: within any bound
+    an.run(k.body, {}, True)
+    return an, shapes
 
 
 def _rom_loads(k: ir.KernelIR) -> dict[int, _R]:

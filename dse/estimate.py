@@ -37,6 +37,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from compiler import ir
 from compiler.hw.bram import LUTRAM_BITS, LUTRAM_WORDS, MemoryPlace, ecp5_memory
 
 FEATURES_VERSION = 18
@@ -165,16 +166,129 @@ def _stage_registers(order, sched, bits) -> tuple[int, int]:
     return plain + sum(held.values()), in_units
 
 
+@ir.per_kernel
+def _kernel_features(k, sched, prog, config) -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, int, int], ...]]:
+    """One kernel's part of design_features: its counts as (name, value) in the order counted,
+    and its products (feature, operand width a, b). A function of the kernel, its schedule and
+    step program and the model-wide knobs alone, so remembered per kernel (ir.per_kernel): a
+    sweep's points share most of their layers."""
+    from compiler import ranges
+    from compiler.hw import floatops
+    from compiler.hw.kernel import acc_ranges, acc_shape
+    from compiler.hw.pipeline import float_stages
+    K = ir.OpKind
+    counts: list[tuple[str, float]] = []
+    products: list[tuple[str, int, int]] = []
+
+    def add(name: str, v: float) -> None:
+        counts.append((name, v))
+
+    roots = [v for s, _ in k.stores() for v in ir.store_operands(s)]
+    intervals = ranges.analyze(k, acc_ranges(k, config))
+    zeros: dict[int, int] = {}          # id(value) -> its low bits known to be 0
+
+    def bits(v) -> int:
+        """The width the datapath gives an integer value: its interval's (an int8 load cast
+        to int32 stays 8 bits wide in the RTL), so int8 and int16 products differ."""
+        return intervals[id(v)].shape.width if id(v) in intervals else v.dtype.bits
+    order = ir.toposort(roots)
+    for v in order:                     # each node once: one node, one unit of hardware
+        zeros[id(v)] = _low_zeros(v, zeros)
+        if isinstance(v, ir.Load):
+            add("read_ports", 1)
+            add("read_bits", bits(v))          # a narrow buffer's loads: its stored bits
+        if not isinstance(v, ir.Op):
+            continue
+        w = v.dtype.bits
+        src_w = max((s.dtype.bits for s in v.srcs), default=w)
+        if (v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)) and floatops.unit_of(v) is not None:
+            # a float unit's logic between two registers: the whole unit (and the units
+            # chained after it) at fp_pipeline 0, 1 / float_stages of it when pipelined.
+            # abc9 maps a long combinational path for delay, duplicating logic to cut its
+            # depth, so the same units cost more LUTs unpipelined (fp32 GEMV 16x64: 2,383
+            # at fp_pipeline 0, 1,992 at 2; fp16 matmul 8x8: 1,686, 1,632 at 1, 1,453 at 2):
+            # the float features alone count them alike, and a cost cannot be negative
+            add("fp_path_bits", max(w, src_w) * (2 if v.op is K.MULACC else 1)
+                / float_stages(v, config.fp_pipeline))
+        if v.op in (K.MUL, K.MULACC):
+            if v.dtype.is_float:
+                add("fmul", 1)
+                # fp8 operands cast to fp32 multiply in an FWideMul: its significands' width
+                narrow = floatops.wide_product_sources(v)
+                p = (narrow[0].dtype if narrow else v.dtype).man_bits + 1
+                products.append(("fmul_bits", p, p))
+                if v.op is K.MULACC:     # a fused multiply-add: its adder spans ~3 significands
+                    add("fadd", 1)
+                    add("fadd_bits", 3 * p)
+            elif v.op is K.MUL and (n := _shift_add_digits(v)):
+                # a product by a constant of few digits (index arithmetic: a counter times a
+                # stride) is shifts and adds in the datapath (mul_const), no DSP: an adder a
+                # digit beyond the first. As DSP products the GEMVs and MLPs of the corpus
+                # planned one DSP more than they were built with, the jet MLP four, the CNN
+                # 10 for 3; a product by 43 (a bank of 3 lanes) or 6,186 (a constant
+                # requantisation) is a DSP, as planned
+                add("add_bits", (n - 1) * bits(v))
+            else:
+                add("mul", 1)
+                products.append(("mul_bits", bits(v.srcs[0]), bits(v.srcs[-1])))
+        elif v.op in (K.ADD, K.SUB, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ):
+            if any(s.dtype.is_float for s in v.srcs) or v.dtype.is_float:
+                add("fadd", 1)
+                add("fadd_bits", src_w)
+            else:
+                # at the widths the datapath gives them: a constant-weight layer's thousands
+                # of shift-and-add adders are 10 to 20 bits wide, not their int32's 32; and
+                # without the low bits every operand has at 0 (a shifted term's), which
+                # Yosys passes through without carry logic
+                width = max(bits(s) for s in v.srcs)
+                add("add_bits", max(1, width - min(zeros.get(id(s), 0) for s in v.srcs)))
+        elif v.op in (K.SHL, K.SHR) and isinstance(v.srcs[1], ir.Const):
+            pass                         # a shift by a constant is wiring
+        elif v.op in (K.SHL, K.SHR) and not v.dtype.is_float:
+            # a shift by a value (scale_digits 1's requantisation: each output channel's
+            # power-of-two multiplier is a shift amount loaded from memory) is a barrel
+            # shifter, a 2:1 multiplexer per output bit and amount bit (one 18-bit value by
+            # a 4-bit amount to 32 bits and rounded, synthesised alone: 121 LUT4s). In logic_bits (its
+            # output bits at 0.008 LUTs a bit) the jet MLP's points at scale_digits 1 were 17%
+            # to 40% too low (4, 4, 1 lanes: 9 such shifts, 1,908 LUTs estimated, 2,901
+            # built); at scale_digits 2 the requantisation is a product, in a DSP
+            add("shift_bits", bits(v) * max(1, bits(v.srcs[1])))
+        elif v.op in (K.CAST, K.EMU_CAST) and (v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)):
+            add("fconv", 1)
+            add("fconv_bits", max(w, src_w))
+        elif v.op is K.CAST:
+            pass                         # an integer cast is wiring (a sign extension)
+        elif v.dtype.is_float:           # division, square root, exp2 ...: a unit of its own
+            add("fother_bits", w)
+        else:
+            add("logic_bits", bits(v))
+    plain, in_units = _stage_registers(order, sched, bits)
+    add("stage_reg_bits", plain)
+    add("fstage_reg_bits", in_units)
+    for a in k.accs:                    # the register as built: sized to its bounds (hw/kernel.py)
+        add("acc_bits", acc_shape(a, config).width * a.ways)
+    add("steps_log2", math.log2(1 + sum(lp.bound for lp in k.loops.values())))
+    add("counter_bits", sum(int(lp.bound).bit_length() for lp in k.loops.values()))   # loop counters
+    add("kernels", 1)
+    # the controller (hw/kernel.py _controller): a case of the step register per step, and in
+    # it each advance of a loop a compare of its counter with its last value, an increment and
+    # the next-counter multiplexer, built once per step that advances the loop (a loop's
+    # counter once, counter_bits, is its flip-flops: the LUTs' table no longer uses it). The
+    # fitted cost a bit is more than the counters' own LUTs (2 to 2.5 a counter flip-flop in
+    # the flat netlists): the memories' address logic grows with the same widths
+    # (docs/estimator.md, "The LUTs' control terms")
+    add("steps", len(prog.steps))
+    add("advance_bits", sum(max(1, int(a.loop.bound - 1).bit_length()) for tr in prog.transitions
+                            for a in tr.advances))
+    return tuple(counts), tuple(products)
+
+
 def design_features(design, *, target: str) -> dict[str, float]:
     """Counts of what the compiled `design` (compiler.design.Design) will build, by kind and
     width. Cheap: it walks the KernelIR and the banking, and builds no hardware."""
-    from compiler import ir, ranges
-    from compiler.hw import floatops
     from compiler.hw.bram import memory_tail
-    from compiler.hw.kernel import acc_ranges, acc_shape, read_ports
-    from compiler.hw.pipeline import float_stages
+    from compiler.hw.kernel import read_ports
     from compiler.synth import multipliers
-    K = ir.OpKind
     f: dict[str, float] = {"version": FEATURES_VERSION}
 
     def add(name: str, v: float) -> None:
@@ -182,103 +296,10 @@ def design_features(design, *, target: str) -> dict[str, float]:
 
     products: list[tuple[str, int, int]] = []     # (feature, operand width a, b) of every multiplier
     for k, sched, prog in zip(design.kernels, design.schedules, design.programs):
-        roots = [v for s, _ in k.stores() for v in ir.store_operands(s)]
-        intervals = ranges.analyze(k, acc_ranges(k, design.config))
-        zeros: dict[int, int] = {}          # id(value) -> its low bits known to be 0
-
-        def bits(v) -> int:
-            """The width the datapath gives an integer value: its interval's (an int8 load cast
-            to int32 stays 8 bits wide in the RTL), so int8 and int16 products differ."""
-            return intervals[id(v)].shape.width if id(v) in intervals else v.dtype.bits
-        order = ir.toposort(roots)
-        for v in order:                     # each node once: one node, one unit of hardware
-            zeros[id(v)] = _low_zeros(v, zeros)
-            if isinstance(v, ir.Load):
-                add("read_ports", 1)
-                add("read_bits", bits(v))          # a narrow buffer's loads: its stored bits
-            if not isinstance(v, ir.Op):
-                continue
-            w = v.dtype.bits
-            src_w = max((s.dtype.bits for s in v.srcs), default=w)
-            if (v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)) and floatops.unit_of(v) is not None:
-                # a float unit's logic between two registers: the whole unit (and the units
-                # chained after it) at fp_pipeline 0, 1 / float_stages of it when pipelined.
-                # abc9 maps a long combinational path for delay, duplicating logic to cut its
-                # depth, so the same units cost more LUTs unpipelined (fp32 GEMV 16x64: 2,383
-                # at fp_pipeline 0, 1,992 at 2; fp16 matmul 8x8: 1,686, 1,632 at 1, 1,453 at 2):
-                # the float features alone count them alike, and a cost cannot be negative
-                add("fp_path_bits", max(w, src_w) * (2 if v.op is K.MULACC else 1)
-                    / float_stages(v, design.config.fp_pipeline))
-            if v.op in (K.MUL, K.MULACC):
-                if v.dtype.is_float:
-                    add("fmul", 1)
-                    # fp8 operands cast to fp32 multiply in an FWideMul: its significands' width
-                    narrow = floatops.wide_product_sources(v)
-                    p = (narrow[0].dtype if narrow else v.dtype).man_bits + 1
-                    products.append(("fmul_bits", p, p))
-                    if v.op is K.MULACC:     # a fused multiply-add: its adder spans ~3 significands
-                        add("fadd", 1)
-                        add("fadd_bits", 3 * p)
-                elif v.op is K.MUL and (n := _shift_add_digits(v)):
-                    # a product by a constant of few digits (index arithmetic: a counter times a
-                    # stride) is shifts and adds in the datapath (mul_const), no DSP: an adder a
-                    # digit beyond the first. As DSP products the GEMVs and MLPs of the corpus
-                    # planned one DSP more than they were built with, the jet MLP four, the CNN
-                    # 10 for 3; a product by 43 (a bank of 3 lanes) or 6,186 (a constant
-                    # requantisation) is a DSP, as planned
-                    add("add_bits", (n - 1) * bits(v))
-                else:
-                    add("mul", 1)
-                    products.append(("mul_bits", bits(v.srcs[0]), bits(v.srcs[-1])))
-            elif v.op in (K.ADD, K.SUB, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ):
-                if any(s.dtype.is_float for s in v.srcs) or v.dtype.is_float:
-                    add("fadd", 1)
-                    add("fadd_bits", src_w)
-                else:
-                    # at the widths the datapath gives them: a constant-weight layer's thousands
-                    # of shift-and-add adders are 10 to 20 bits wide, not their int32's 32; and
-                    # without the low bits every operand has at 0 (a shifted term's), which
-                    # Yosys passes through without carry logic
-                    width = max(bits(s) for s in v.srcs)
-                    add("add_bits", max(1, width - min(zeros.get(id(s), 0) for s in v.srcs)))
-            elif v.op in (K.SHL, K.SHR) and isinstance(v.srcs[1], ir.Const):
-                pass                         # a shift by a constant is wiring
-            elif v.op in (K.SHL, K.SHR) and not v.dtype.is_float:
-                # a shift by a value (scale_digits 1's requantisation: each output channel's
-                # power-of-two multiplier is a shift amount loaded from memory) is a barrel
-                # shifter, a 2:1 multiplexer per output bit and amount bit (one 18-bit value by
-                # a 4-bit amount to 32 bits and rounded, synthesised alone: 121 LUT4s). In logic_bits (its
-                # output bits at 0.008 LUTs a bit) the jet MLP's points at scale_digits 1 were 17%
-                # to 40% too low (4, 4, 1 lanes: 9 such shifts, 1,908 LUTs estimated, 2,901
-                # built); at scale_digits 2 the requantisation is a product, in a DSP
-                add("shift_bits", bits(v) * max(1, bits(v.srcs[1])))
-            elif v.op in (K.CAST, K.EMU_CAST) and (v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)):
-                add("fconv", 1)
-                add("fconv_bits", max(w, src_w))
-            elif v.op is K.CAST:
-                pass                         # an integer cast is wiring (a sign extension)
-            elif v.dtype.is_float:           # division, square root, exp2 ...: a unit of its own
-                add("fother_bits", w)
-            else:
-                add("logic_bits", bits(v))
-        plain, in_units = _stage_registers(order, sched, bits)
-        add("stage_reg_bits", plain)
-        add("fstage_reg_bits", in_units)
-        for a in k.accs:                    # the register as built: sized to its bounds (hw/kernel.py)
-            add("acc_bits", acc_shape(a, design.config).width * a.ways)
-        add("steps_log2", math.log2(1 + sum(lp.bound for lp in k.loops.values())))
-        add("counter_bits", sum(int(lp.bound).bit_length() for lp in k.loops.values()))   # loop counters
-        add("kernels", 1)
-        # the controller (hw/kernel.py _controller): a case of the step register per step, and in
-        # it each advance of a loop a compare of its counter with its last value, an increment and
-        # the next-counter multiplexer, built once per step that advances the loop (a loop's
-        # counter once, counter_bits, is its flip-flops: the LUTs' table no longer uses it). The
-        # fitted cost a bit is more than the counters' own LUTs (2 to 2.5 a counter flip-flop in
-        # the flat netlists): the memories' address logic grows with the same widths
-        # (docs/estimator.md, "The LUTs' control terms")
-        add("steps", len(prog.steps))
-        add("advance_bits", sum(max(1, int(a.loop.bound - 1).bit_length()) for tr in prog.transitions
-                                for a in tr.advances))
+        counts, found = _kernel_features(k, sched, prog, design.config.model_wide)
+        for name, v in counts:          # in the order counted: the same float sums as counted in place
+            add(name, v)
+        products += found
 
     # the products the `mul` knob builds in LUTs (compiler.synth.multipliers' rule) are their own
     # feature, at the operand widths the datapath gives them (their value intervals), so the

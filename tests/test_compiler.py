@@ -159,7 +159,28 @@ def test_per_kernel_remembers_by_the_kernels_identity_and_the_other_arguments():
     assert derived(a, 1) is derived(a, 1) and len(calls) == 1
     assert derived(b, 1) != derived(a, 1) and derived(a, 2)[1] == 2 and len(calls) == 3
     assert derived(a, 1, keep=frozenset({3}))[2] == {3} and len(calls) == 4
-    assert derived(a, [1]) == (id(a), [1], frozenset()) and derived(a, [1]) and len(calls) == 6  # unhashable: not kept
+    assert derived(a, [1]) == (id(a), [1], frozenset()) and derived(a, [1]) and len(calls) == 6  # two lists, two keys
+    held = [2]                              # an argument that cannot be hashed: remembered by its identity
+    assert derived(a, held) is derived(a, held) and len(calls) == 7
+
+
+def test_a_layer_built_alike_in_two_designs_is_derived_once():
+    """compile_traced hands a layer built with the same knobs the same kernel object, so its
+    schedule, step checks and delay paths are derived once for every design of a sweep that
+    differs only in another layer's knobs; and the designs are the same as compiled alone."""
+    from compiler import compile_traced, ir, trace_model
+    from compiler.hw import pipeline
+    m = designs.mlp_int8(IN=32, HIDDEN=16, OUT=4)
+    traced = trace_model(*m.outputs)
+    a = compile_traced(traced, HardwareConfig(layers=((0, (("lanes", 4),)), (1, (("lanes", 1),)))))
+    b = compile_traced(traced, HardwareConfig(layers=((0, (("lanes", 4),)), (1, (("lanes", 2),)))))
+    assert a.kernels[0] is b.kernels[0] and a.kernels[1] is not b.kernels[1]
+    assert a.schedules[0] is b.schedules[0]
+    assert pipeline.schedule(a.kernels[0], a.config) is pipeline.schedule(b.kernels[0], b.config)
+    alone = compile_model(*designs.mlp_int8(IN=32, HIDDEN=16, OUT=4).outputs,
+                          config=HardwareConfig(layers=((0, (("lanes", 4),)), (1, (("lanes", 2),)))))
+    assert ir.pretty(alone.kernels[0]) == ir.pretty(b.kernels[0]) and ir.pretty(alone.kernels[1]) == ir.pretty(b.kernels[1])
+    assert alone.cycle_model() == b.cycle_model() and alone.timing_estimate() == b.timing_estimate()
 
 
 def test_toposort_orders_producers_first_and_rejects_cycles():

@@ -61,7 +61,13 @@ class Env:
 
 
 def check_supported(kernel: ir.KernelIR, config: HardwareConfig) -> None:
-    """Raise UnsupportedError for the first op/dtype the datapath cannot build."""
+    """Raise UnsupportedError for the first op/dtype the datapath cannot build (a kernel that
+    passed is remembered with the model-wide knobs, HardwareConfig.model_wide)."""
+    _check_supported(kernel, config.model_wide)
+
+
+@ir.per_kernel
+def _check_supported(kernel: ir.KernelIR, config: HardwareConfig) -> None:
     roots = [v for s, _ in kernel.stores() for v in ir.store_operands(s)]
     for v in ir.toposort(roots):
         if isinstance(v, ir.Load):

@@ -102,12 +102,14 @@ def port_names(slot: int) -> dict[str, str]:
     return {k: f"b{slot}_{k}" for k in ("raddr", "rdata", "waddr", "wdata", "we", "xaddr", "xdata")}
 
 
+@ir.per_kernel
 def read_ports(kernel: ir.KernelIR, program: Program) -> tuple[dict[tuple[int, int, int], int], dict[int, int]]:
     """Read ports each memory needs: ((step, buffer slot, id(index expression)) -> port number
     of that load's buffer, buffer slot -> number of ports). Loads of one buffer at the same
     index in a step share a port (index expressions may be shared between buffers too).
     Gathers (pipeline.is_gather) get ports of their own after every step's look-ahead ports:
-    they are addressed in a later stage, while the next step's look-ahead reads go on."""
+    they are addressed in a later stage, while the next step's look-ahead reads go on.
+    Remembered per kernel and program (ir.per_kernel): read, never change, what it returns."""
     out: dict[tuple[int, int, int], int] = {}
     ahead: dict[int, int] = {}                       # buffer -> look-ahead ports (any step)
     gathered: list[tuple[int, int, list[int]]] = []  # (step, buffer, gather index ids)

@@ -68,7 +68,14 @@ def auto_pack(banks: int, depth: int, width: int, *, word_writes: bool = False) 
 def plan_packs(kernel: ir.KernelIR, program: Program, banking: dict[int, Banking], config: HardwareConfig,
                not_packable: frozenset[int] = frozenset()) -> tuple[Pack, ...]:
     """The packed groups of one kernel's memories (groups of one bank are left out).
-    `not_packable`: bank slots read in place by another kernel, or living in another kernel."""
+    `not_packable`: bank slots read in place by another kernel, or living in another kernel.
+    Remembered per kernel, program, banking and model-wide knobs (ir.per_kernel)."""
+    return _plan_packs(kernel, program, banking, config.model_wide, not_packable)
+
+
+@ir.per_kernel
+def _plan_packs(kernel: ir.KernelIR, program: Program, banking: dict[int, Banking], config: HardwareConfig,
+                not_packable: frozenset[int]) -> tuple[Pack, ...]:
     if config.mem_pack == 1 or (config.mem_pack == "auto" and config.mem_read != "sync"):
         return ()
     decls = {b.slot: b for b in kernel.buffers}

@@ -458,11 +458,16 @@ def ring_adders(kernel: ir.KernelIR) -> dict[int, int]:
             if isinstance(s, ir.AccStore) and s.acc in ways and isinstance(s.value, ir.Op)}
 
 
-@ir.per_kernel
 def schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int] = frozenset()) -> Schedule:
     """The pipeline stage of every value of `kernel` (module docstring). `keep`: buffer slots
     read in the stage their loads issue in, never later (later_reads): those that rotate
-    through banks or live in another kernel (KernelHW)."""
+    through banks or live in another kernel (KernelHW). Remembered per kernel and model-wide
+    knobs (HardwareConfig.model_wide)."""
+    return _schedule(kernel, config.model_wide, keep)
+
+
+@ir.per_kernel
+def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int]) -> Schedule:
     level = config.fp_pipeline
     gathers = gathers_of(kernel)
     operands = lambda v: data_operands(v, gathers)  # noqa: E731
@@ -652,13 +657,20 @@ def load_clk_q(d: timing_model.Delays, register_loads: bool, sync_reads: bool) -
 
 
 def kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
-                 d: timing_model.Delays) -> tuple[float, str, list[tuple[int, int, bool]]]:
+                 d: timing_model.Delays) -> tuple[float, str, tuple[tuple[int, int, bool], ...]]:
     """(ns, what, products) of a scheduled kernel for the delay model (Design.timing_estimate):
     its slowest path through integer ops (timing_model.Paths.measure: read data from a block
     RAM's output register, or its clock-to-out below LOAD_LEVEL), and the operand widths of
     each product with registers of its own (is_product), whose stages timing_model.product_ns
     times, with whether an operand is registered read data with no copy level before the
-    product's own (timing_model.memory_to_dsp_ns in a DSP block)."""
+    product's own (timing_model.memory_to_dsp_ns in a DSP block). Remembered per
+    kernel, schedule and model-wide knobs."""
+    return _kernel_paths(kernel, sched, config.model_wide, d)
+
+
+@ir.per_kernel
+def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
+                  d: timing_model.Delays) -> tuple[float, str, tuple[tuple[int, int, bool], ...]]:
     gathers = gathers_of(kernel)
     operands = lambda v: data_operands(v, gathers)  # noqa: E731
     order = _data_order(kernel, gathers)
@@ -666,8 +678,8 @@ def kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
     paths = timing_model.Paths(kernel, d, order, operands, config,
                                load_clk_q=load_clk_q(d, sched.register_loads, sched.sync_reads))
     ns, what = paths.measure(order, sched.ready, sched.latency, sched.fanout, operands, floating)
-    products = [(paths.width(v.srcs[0]), paths.width(v.srcs[1]),
-                 sched.register_loads and any(is_read_data(s) and not sched.broadcast.get(id(s)) for s in v.srcs[:2]))
-                for v in order if isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float
-                and sched.unit_stages.get(id(v), 1) >= 2]
+    products = tuple((paths.width(v.srcs[0]), paths.width(v.srcs[1]),
+                      sched.register_loads and any(is_read_data(s) and not sched.broadcast.get(id(s)) for s in v.srcs[:2]))
+                     for v in order if isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float
+                     and sched.unit_stages.get(id(v), 1) >= 2)
     return ns, what, products
