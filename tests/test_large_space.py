@@ -206,3 +206,43 @@ def test_the_gates_estimator_is_fitted_again_only_when_the_synthesised_points_ch
     assert second.samples == 10 and second.predict(probe) == again.predict(probe)
     monkeypatch.setattr(fidelity, "load_prior", lambda target: None)     # another prior: fitted again
     assert fidelity.fit(study, spec).prior is None and len(calls) == 3
+
+
+def test_the_hv_tolerance_reference_estimates_the_grid_once_per_fit(monkeypatch):
+    """The reference point and the allowances of hv_tolerance estimate every point of the grid:
+    once per fitted estimator, not once per trial (on the 11,664-point jet space it was 82% of a
+    skipped trial's 2 s, half of it copying the study's attributes), and the same values as
+    estimated afresh. The synthesised front's points still move the reference at every call."""
+    import json
+    import optuna
+    from dse import fidelity
+    from dse.estimate import FEATURES_VERSION, fit_estimator, load_prior
+    spec = parse_spec(spec_dict({"lanes": [1, 4]}))
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    features = lambda n: {"version": FEATURES_VERSION, "mul_bits": 64.0 * n, "add_bits": 100.0 * n,  # noqa: E731
+                          "acc_bits": 20.0}
+    for n in range(1, 10):
+        row = {"fidelity": "synth", "target": "ecp5", "luts": 300.0 + 90 * n, "ffs": 200.0 + 10 * n, "bram": 0.0,
+               "lutram": 0.0, "dsp": 0.0, "features": json.dumps(features(n))}
+        study.add_trial(optuna.trial.create_trial(values=[100.0 * n, row["luts"]], user_attrs={"metrics": row}))
+    model, dtype = spec.models[0].name, spec.dtypes[0]
+    grid = {f"p{n}": {"features": features(n), "row": {"cycles": 1000 - 10 * n, "status": "OK"}} for n in range(1, 40)}
+    study.set_user_attr(fidelity.CHEAP_ATTR, {fidelity.group_key(model, dtype): grid})
+    estimator = fit_estimator(fidelity.training_samples(study, "ecp5"), metrics=fidelity.AREA_METRICS,
+                              prior=load_prior("ecp5"))
+    calls = []
+    real = type(estimator).predict
+    monkeypatch.setattr(type(estimator), "predict", lambda self, f: calls.append(1) or real(self, f))
+    first = fidelity.tolerance_context(study, spec, model, dtype, estimator)
+    assert len(calls) == len(grid)
+    luts = [real(estimator, p["features"])["luts"].value for p in grid.values()]
+    assert first.total_luts == pytest.approx(sum(max(v, 0.0) for v in luts), rel=1e-12)
+    assert first.reference == pytest.approx((1.1 * max(luts), 1.1 * 990)) or \
+        first.reference == pytest.approx((1.1 * 990, 1.1 * max(luts)))
+    far = [[10.0 * r for r in first.reference]]
+    again = fidelity.tolerance_context(study, spec, model, dtype, estimator, far)
+    assert len(calls) == len(grid)                                          # the grid not estimated again
+    assert again.total_luts == first.total_luts and again.reference == pytest.approx(tuple(1.1 * v for v in far[0]))
+    other = fit_estimator(fidelity.training_samples(study, "ecp5"), metrics=fidelity.AREA_METRICS, prior=None)
+    fidelity.tolerance_context(study, spec, model, dtype, other)
+    assert len(calls) == 2 * len(grid)                                      # refitted: estimated again
