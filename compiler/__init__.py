@@ -126,7 +126,7 @@ def compile_traced(traced: Traced, config: HardwareConfig | None = None) -> Desi
     passes = [(_layer_passes.__wrapped__ if _dumping() else _layer_passes)(
         k, c.lanes, c.reduce_unroll, c.fp_sum, adders, config.loop_fusion, config.fp_pipeline)
         for k, c in zip(sources, layer)]
-    stages = [Stage(c, s, p.kernel, p.banking, p.parallel.factors) for c, s, p in zip(graph.kernels, sources, passes)]
+    stages = [Stage(c, s, p.kernel, p.banking, p.factors) for c, s, p in zip(graph.kernels, sources, passes)]
     graph, stages = merge_chains(graph, stages, [c.weights == "constant" and bool(rom_slots(s))
                                                  for c, s in zip(layer, sources)])
     kernels = _dump("merge_chains", [s.kernel for s in stages])
@@ -140,9 +140,9 @@ def compile_traced(traced: Traced, config: HardwareConfig | None = None) -> Desi
 
 @dataclass(frozen=True)
 class _LayerPasses:
-    parallel: object                 # passes.parallelize.Parallel
     kernel: ir.KernelIR              # after split_deep
-    banking: dict
+    banking: dict                    # slot -> Banking (parallelize's, split_deep's parts)
+    factors: dict                    # loop id -> lanes it was unrolled into (parallelize's)
 
 
 @ir.per_kernel
@@ -158,7 +158,7 @@ def _layer_passes(kernel: ir.KernelIR, lanes: int, reduce_unroll: int, fp_sum: s
     k = _dump1("fuse_loops", fuse_loops(k) if loop_fusion else k)
     k = _dump1("interleave", interleave(k, fp_pipeline))
     k, banking = split_deep(k, p.banking, fp_pipeline)
-    return _LayerPasses(p, _dump1("split_deep", k), banking)
+    return _LayerPasses(_dump1("split_deep", k), banking, p.factors)     # not p.kernel: megabytes when constant
 
 
 _TRACE_MEMO: dict[tuple, tuple] = {}
