@@ -257,3 +257,88 @@ def test_weights_out_of_their_narrow_range_are_one_line_naming_the_input(tmp_pat
     assert capsys.readouterr().err == (f"error: models[0].weights: dtype int4: {tmp_path}/w.npz: array 'W2' holds 9 "
                                        f"at index (0, 2), outside the int4 range [-8, 7] (its values span [-8, 9]; "
                                        f"never wrapped)\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# linear forms: a sum's range where its terms cancel
+
+def _linear_kernel(seed: int):
+    """A random straight-line kernel of sums, differences, negations and shifts by constants of
+    three int8 loads with small declared bounds, every value stored: (kernel, leaves' bounds)."""
+    import random
+    from compiler import ir
+    rng = random.Random(seed)
+    K = ir.OpKind
+    bounds = [(rng.randint(-6, 0), rng.randint(0, 6)) for _ in range(3)]
+    bufs = tuple(ir.BufferDecl(slot=i, dtype=cdt.INT8, size=1, loaded=True, stored=False, bounds=b)
+                 for i, b in enumerate(bounds)) + (ir.BufferDecl(slot=3, dtype=cdt.INT8, size=64, loaded=False, stored=True),)
+    values = [ir.Load(i, ir.Const(0, cdt.INT32), cdt.INT8) for i in range(3)]
+    for _ in range(12):
+        a, b = rng.choice(values), rng.choice(values)
+        kind = rng.choice(["add", "sub", "neg", "shl", "mulc"])
+        if kind == "neg":
+            v = ir.Op(K.NEG, cdt.INT8, (a,))
+        elif kind == "shl":
+            v = ir.Op(K.SHL, cdt.INT8, (a, ir.Const(rng.randint(0, 3), cdt.INT8)))
+        elif kind == "mulc":
+            v = ir.Op(K.MUL, cdt.INT8, (ir.Const(rng.randint(-3, 3), cdt.INT8), a))
+        else:
+            v = ir.Op(K.ADD if kind == "add" else K.SUB, cdt.INT8, (a, b))
+        values.append(v)
+    body = tuple(ir.BufStore(3, ir.Const(i, cdt.INT32), v) for i, v in enumerate(values))
+    return ir.make_kernel("lin", bufs, (), body), bounds, values
+
+
+def _evaluate(v, x, memo):
+    """The value as the datapath computes it: exact, wrapped to int8 at every op."""
+    from compiler import ir
+    K = ir.OpKind
+    if id(v) in memo:
+        return memo[id(v)]
+    if isinstance(v, ir.Const):
+        r = int(v.value)
+    elif isinstance(v, ir.Load):
+        r = x[v.buf]
+    else:
+        s = [_evaluate(o, x, memo) for o in v.srcs]
+        r = {K.ADD: lambda: s[0] + s[1], K.SUB: lambda: s[0] - s[1], K.NEG: lambda: -s[0],
+             K.SHL: lambda: s[0] << s[1], K.MUL: lambda: s[0] * s[1]}[v.op]()
+        r = cdt.INT8.wrap(r)
+    memo[id(v)] = r
+    return r
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_sums_interval_is_its_linear_forms_range_and_holds_every_value(seed):
+    """Every value's interval holds what it computes for every input in the bounds (sound), and
+    a sum that never wraps gets exactly the hull of what it computes when its loads are
+    independent: what interval arithmetic, counting a cancelling input twice, did not."""
+    import itertools
+    from compiler import ranges
+    kernel, bounds, values = _linear_kernel(seed)
+    got = ranges.analyze(kernel)
+    seen: dict[int, set[int]] = {id(v): set() for v in values}
+    for x in itertools.product(*(range(lo, hi + 1) for lo, hi in bounds)):
+        memo: dict[int, int] = {}
+        for v in values:
+            seen[id(v)].add(_evaluate(v, x, memo))
+    for v in values:
+        r = got[id(v)]
+        assert r.lo <= min(seen[id(v)]) and max(seen[id(v)]) <= r.hi, (v, r)       # sound
+        if r != ranges.dtype_range(cdt.INT8):                                       # no wrap on the way:
+            assert (r.lo, r.hi) == (min(seen[id(v)]), max(seen[id(v)]))            # the exact hull
+
+
+def test_a_difference_of_sums_sharing_an_input_is_as_wide_as_what_it_can_hold():
+    from compiler import ir, ranges
+    K = ir.OpKind
+    bufs = (ir.BufferDecl(0, cdt.INT8, 1, True, False, bounds=(-128, 127)),
+            ir.BufferDecl(1, cdt.INT8, 1, True, False, bounds=(-128, 127)),
+            ir.BufferDecl(2, cdt.INT32, 1, False, True))
+    x1, x2 = (ir.Load(i, ir.Const(0, cdt.INT32), cdt.INT8) for i in (0, 1))
+    w = lambda v: ir.Op(K.CAST, cdt.INT32, (v,))  # noqa: E731
+    s = ir.Op(K.ADD, cdt.INT32, (w(x1), w(x2)))
+    d = ir.Op(K.SUB, cdt.INT32, (s, ir.Op(K.SHL, cdt.INT32, (w(x2), ir.Const(1, cdt.INT32)))))    # x1 - x2
+    k = ir.make_kernel("diff", bufs, (), (ir.BufStore(2, ir.Const(0, cdt.INT32), d),))
+    r = ranges.analyze(k)[id(d)]
+    assert (r.lo, r.hi) == (-255, 255) and r.shape.width == 9       # interval arithmetic: -510..510, 10 bits
