@@ -9,7 +9,11 @@ weights zero), one seeded random layer y = W x of --shape OUTxIN:
              combinational step, as da4ml's combinational logic), every sample simulated in CXXRTL
              bit-exact against numpy, cycles equal to the cycle model; synthesised (synth_ecp5).
              `interface`: the same design with an identity-like matrix (each output one input:
-             no adder), its ports, banks and control; `arith` = luts - interface.
+             no adder), its ports, banks and control; `arith` = luts - interface (an 8-bit
+             identity's interface: the real layer's outputs are wider, so arith holds some of its
+             interface). With --adders-apart, `adders apart`: the design's datapath module
+             synthesised with -noflatten (compiler.synth.area.module_breakdown), which holds the
+             adders alone, every one a carry chain, as da4ml's -noflatten netlist does.
   da4ml      the same matrix through da4ml's own flow (quantize, matmul, comb_trace, RTLModel:
              combinational Verilog whose every adder is a `shift_adder` module), checked bit-exact
              in Icarus Verilog on the same samples, synthesised with the same synth_ecp5 with
@@ -193,6 +197,16 @@ def ours(W, wbits, abits, config: HardwareConfig, xs, name: str, args, breakdown
                 cached=area.cached)
 
 
+def datapath_luts(W, wbits: int, abits: int, config: HardwareConfig, name: str, args) -> int:
+    """LUT4 + 2 x CCU2C of the design's datapath modules synthesised with -noflatten: a constant
+    layer's adders alone (the host interface is the top module, the registers and controller
+    the kernel's), each a carry chain, counted as da4ml's -noflatten netlist is."""
+    x, y, ranges = layer(W, wbits, abits)
+    design = compile_model(y, config=config, stream=x, input_ranges=ranges)
+    modules = module_breakdown(design, "ecp5", args.workdir / name / "apart", timeout=args.timeout)
+    return sum(m["luts"] for mod, m in modules.items() if mod.endswith(".datapath"))
+
+
 def print_breakdown(name: str, modules: dict) -> None:
     """Each module's LUTs and FFs (its own cells, times its instances), largest first."""
     total = sum(m["luts"] for m in modules.values()) or 1
@@ -348,6 +362,9 @@ def main() -> int:
                     help="also print da4ml's graph (adders, levels) at each adder_depth bound (an integer or none)")
     ap.add_argument("--breakdown", action="store_true",
                     help="memory rows: also synthesise with the hierarchy kept and print each module's share")
+    ap.add_argument("--adders-apart", action="store_true",
+                    help="constant rows: also synthesise with the hierarchy kept and report the datapath "
+                         "module's LUTs (the adders alone) beside da4ml's")
     args = ap.parse_args()
     args.workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-area-"))
     extra = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
@@ -360,8 +377,8 @@ def main() -> int:
         if not args.modes:
             return 0
     print("| run | format | weights | mode | luts | LUT4 | CCU2C | FFs | DSP | per product | interface | "
-          "arith | adders (ours / per product / da4ml) | carry bits (per product / da4ml graph) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "arith | adders apart | adders (ours / per product / da4ml) | carry bits (per product / da4ml graph) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     interfaces: dict[tuple[int, int], dict] = {}
     for fmt in args.formats:
         wbits, abits = parse_format(fmt)
@@ -386,13 +403,15 @@ def main() -> int:
                     interfaces[key] = ours(identity((n_out, n_in)), wbits, abits, full, xs,
                                            f"identity-{fmt}-{args.shape}", args)
                 r = ours(W, wbits, abits, full, xs, f"const-{fmt}-{density}-{args.shape}", args)
+                if args.adders_apart:
+                    r["adders_apart"] = datapath_luts(W, wbits, abits, full, f"const-{fmt}-{density}-{args.shape}", args)
                 r["interface"] = interfaces[key]["luts"]
                 r["arith"] = r["luts"] - r["interface"]
                 r["per_product"] = r["arith"] / max(nnz, 1)
                 rows.append(("constant", r))
             if "da4ml" in args.modes:
                 r = da4ml_row(W, wbits, abits, xs, f"da4ml-{fmt}-{density}-{args.shape}", args)
-                r["arith"] = r["luts"]
+                r["arith"] = r["adders_apart"] = r["luts"]
                 r["per_product"] = r["luts"] / max(nnz, 1)
                 rows.append(("da4ml", r))
             if "memory" in args.modes:
@@ -408,7 +427,7 @@ def main() -> int:
                 g = graph or ("-", "-")
                 print(f"| {args.label} | {fmt} | {density} ({nnz} non-zero) | {mode} | {r['luts']:,} | {r['lut4']:,} | "
                       f"{r['ccu2c']:,} | {r['ffs']:,} | {r['dsp']} | {r['per_product']:.1f} | "
-                      f"{r.get('interface', '-')} | {r.get('arith', '-')} | "
+                      f"{r.get('interface', '-')} | {r.get('arith', '-')} | {r.get('adders_apart', '-')} | "
                       f"{r.get('adders', '-')} / {naive[0]} / {g[0]} | {naive[1]} / {g[1]} |", flush=True)
                 if args.json:
                     with args.json.open("a") as f:
