@@ -173,7 +173,13 @@ def depth_trade(W: np.ndarray, alo: int, ahi: int, depths: list[str]) -> None:
 # ---------------------------------------------------------------------------------------------
 # ours
 
-def ours(W, wbits, abits, config: HardwareConfig, xs, name: str, args, breakdown: bool = False) -> dict:
+def ours(W, wbits, abits, config: HardwareConfig, xs, name: str, args, breakdown: bool = False,
+         apart: bool = False) -> dict:
+    """The design of y = W x for `config`, simulated bit-exact and synthesised. `breakdown`: print
+    each module's share of a -noflatten synthesis; `apart`: its datapath modules' LUT4 + 2 x CCU2C
+    in the row (`adders_apart`: a constant layer's adders alone, the host interface being the top
+    module and the registers and controller the kernel's, each adder a carry chain, counted as
+    da4ml's -noflatten netlist is)."""
     x, y, ranges = layer(W, wbits, abits)
     t = time.perf_counter()
     design = compile_model(y, config=config, stream=x, input_ranges=ranges)
@@ -189,22 +195,15 @@ def ours(W, wbits, abits, config: HardwareConfig, xs, name: str, args, breakdown
     sim_s = time.perf_counter() - t
     t = time.perf_counter()
     area = synthesize(design, "ecp5", args.workdir / name, timeout=args.timeout)
+    modules = module_breakdown(design, "ecp5", args.workdir / name / "breakdown", timeout=args.timeout) \
+        if breakdown or apart else {}
     if breakdown:
-        print_breakdown(name, module_breakdown(design, "ecp5", args.workdir / name / "breakdown", timeout=args.timeout))
-    return dict(adders=adders(design), luts=area.luts, lut4=area.cells.get("LUT4", 0), ccu2c=area.cells.get("CCU2C", 0),
+        print_breakdown(name, modules)
+    extra = {"adders_apart": sum(m["luts"] for mod, m in modules.items() if mod.endswith(".datapath"))} if apart else {}
+    return dict(**extra, adders=adders(design), luts=area.luts, lut4=area.cells.get("LUT4", 0), ccu2c=area.cells.get("CCU2C", 0),
                 pfumx=area.cells.get("PFUMX", 0), ffs=area.ffs, dsp=area.dsp, bram=area.bram, lutram=area.lutram,
                 cycles=model.total, exact=True, sim_s=round(sim_s, 1), synth_s=round(time.perf_counter() - t, 1),
                 cached=area.cached)
-
-
-def datapath_luts(W, wbits: int, abits: int, config: HardwareConfig, name: str, args) -> int:
-    """LUT4 + 2 x CCU2C of the design's datapath modules synthesised with -noflatten: a constant
-    layer's adders alone (the host interface is the top module, the registers and controller
-    the kernel's), each a carry chain, counted as da4ml's -noflatten netlist is."""
-    x, y, ranges = layer(W, wbits, abits)
-    design = compile_model(y, config=config, stream=x, input_ranges=ranges)
-    modules = module_breakdown(design, "ecp5", args.workdir / name / "apart", timeout=args.timeout)
-    return sum(m["luts"] for mod, m in modules.items() if mod.endswith(".datapath"))
 
 
 def print_breakdown(name: str, modules: dict) -> None:
@@ -402,9 +401,8 @@ def main() -> int:
                 if key not in interfaces:
                     interfaces[key] = ours(identity((n_out, n_in)), wbits, abits, full, xs,
                                            f"identity-{fmt}-{args.shape}", args)
-                r = ours(W, wbits, abits, full, xs, f"const-{fmt}-{density}-{args.shape}", args)
-                if args.adders_apart:
-                    r["adders_apart"] = datapath_luts(W, wbits, abits, full, f"const-{fmt}-{density}-{args.shape}", args)
+                r = ours(W, wbits, abits, full, xs, f"const-{fmt}-{density}-{args.shape}", args,
+                         apart=args.adders_apart)
                 r["interface"] = interfaces[key]["luts"]
                 r["arith"] = r["luts"] - r["interface"]
                 r["per_product"] = r["arith"] / max(nnz, 1)
