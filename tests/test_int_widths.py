@@ -264,7 +264,8 @@ def test_weights_out_of_their_narrow_range_are_one_line_naming_the_input(tmp_pat
 
 def _linear_kernel(seed: int):
     """A random straight-line kernel of sums, differences, negations and shifts by constants of
-    three int8 loads with small declared bounds, every value stored: (kernel, leaves' bounds)."""
+    three int8 loads with small declared bounds, every value stored: (kernel, the loads' bounds,
+    the values in order, loads first)."""
     import random
     from compiler import ir
     rng = random.Random(seed)
