@@ -39,7 +39,7 @@ from compiler.cache import REFERENCES
 from compiler.tools import package_version
 from dse.models import zoo
 from dse.models.data import Dataset
-from dse.models.model import ModelSpec, _cached, float_model
+from dse.models.model import ModelSpec, float_model, remembered
 from dse.models.quantize import FP8_SCHEME, SCHEME, DenseNet, is_fp8
 from dse.models.widths import quantisable
 from dse.models.zoo import input_tensors
@@ -145,7 +145,7 @@ def golden_samples(*, trained, dtype: str) -> SampleRun:
         raise ValueError(f"golden accuracy without hardware: integer dtypes only, not {dtype}")
     # the same for every hardware knob (a sweep's cheap pass asks per point): kept with the
     # network's quantised model, in the process cache of what is derived from a trained network
-    return _cached(("golden", trained, dtype), lambda: _golden(trained, dtype))
+    return remembered(("golden", trained, dtype), lambda: _golden(trained, dtype))
 
 
 def _golden(trained, dtype: str) -> SampleRun:

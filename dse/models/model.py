@@ -123,14 +123,14 @@ class ModelFiles:
 
     def dataset(self):
         from dse.models.data import load_dataset
-        return None if self.data is None else _cached(("data", self.data), lambda: load_dataset(self.data))
+        return None if self.data is None else remembered(("data", self.data), lambda: load_dataset(self.data))
 
     def inputs(self, inputs: Mapping[str, tuple[tuple[int, ...], str]], dtype: str, with_data: bool = True):
         """The dse.models.data.RealInputs for a model with these `inputs` in `dtype` (once per process)."""
         from dse.models.data import real_inputs
         stamp = self.weights.stat().st_mtime_ns if self.weights is not None else None
         key = ("inputs", self, stamp, tuple(inputs.items()), dtype, with_data)
-        return _cached(key, lambda: real_inputs(inputs=inputs, weights_path=self.weights,
+        return remembered(key, lambda: real_inputs(inputs=inputs, weights_path=self.weights,
                                                 data=self.dataset() if with_data else None,
                                                 named=self.data.input if self.data is not None else None))
 
@@ -164,12 +164,12 @@ class TrainedModel:
             from dse.models.prune import prune
             data = self.dataset()
             return prune(net, sparsity=self.prune, x=data.x_train.reshape(len(data.x_train), -1), y=data.y_train)
-        return _cached(("pruned", self.kind, self.path, self.path.stat().st_mtime_ns, self.data, self.prune), make)
+        return remembered(("pruned", self.kind, self.path, self.path.stat().st_mtime_ns, self.data, self.prune), make)
 
     def dataset(self):
         """The dse.models.data.Dataset (loaded once per process)."""
         from dse.models.data import load_dataset
-        return _cached(("data", self.data), lambda: load_dataset(self.data))
+        return remembered(("data", self.data), lambda: load_dataset(self.data))
 
     def quantized(self, dtype: str):
         """The integer model for an integer `dtype` (once per process): the network (fine-tuned at
@@ -183,7 +183,7 @@ class TrainedModel:
         formats = self.kernel_formats(dtype)
         tuned = self.fine_tuned(dtype)
         net = self.net() if tuned is None else tuned.net
-        return _cached(("quant", self.kind, self.path, self.data, self.prune, self.qat, dtype, formats),
+        return remembered(("quant", self.kind, self.path, self.data, self.prune, self.qat, dtype, formats),
                        lambda: net.quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1),
                                             formats=formats))
 
@@ -204,7 +204,7 @@ class TrainedModel:
             return cached_fine_tune(self.net(), dtype=dtype, formats=formats, x=data.x_train, y=data.y_train,
                                     options=self.qat, pruned=self.prune > 0,
                                     progress=lambda line: print(f"qat {what}: {line}", file=sys.stderr, flush=True))
-        return _cached(("qat", self.kind, self.path, self.path.stat().st_mtime_ns, self.data, self.prune, self.qat,
+        return remembered(("qat", self.kind, self.path, self.path.stat().st_mtime_ns, self.data, self.prune, self.qat,
                         dtype, formats), make)
 
     def untuned(self) -> "TrainedModel":
@@ -238,7 +238,7 @@ class TrainedModel:
         """The network as a float model in `dtype` (built, arrays, reference): a dense one as it
         is; a CNN chain through dse.models.fp8net in fp8, dse.models.floatnet otherwise."""
         data = self.dataset()
-        return _cached(("float", self.kind, self.path, self.path.stat().st_mtime_ns, self.data, self.prune, dtype),
+        return remembered(("float", self.kind, self.path, self.path.stat().st_mtime_ns, self.data, self.prune, dtype),
                        lambda: float_model(self.net(), dtype, data.x_train.reshape(len(data.x_train), -1)))
 
     def built(self, dtype: str) -> zoo.Built:
@@ -306,7 +306,10 @@ def float_model(net, dtype: str, calibration):
 _CACHE: dict[Any, Any] = {}
 
 
-def _cached(key: Any, make):
+def remembered(key: Any, make):
+    """make(), once per key in this process: networks, data and the values derived from them are
+    read or computed once however many sweep points use them (the key names everything they
+    depend on, file modification times included)."""
     if key not in _CACHE:
         _CACHE[key] = make()
     return _CACHE[key]
@@ -326,7 +329,7 @@ def _load_net(kind: str, path: Path):
         except ValueError as e:
             from dse.models.data import DataError
             raise DataError(f"{path}: {e}") from None
-    return _cached(("net", kind, path, path.stat().st_mtime_ns), make)
+    return remembered(("net", kind, path, path.stat().st_mtime_ns), make)
 
 
 def quantised_layers(model: ModelSpec) -> list[str]:
@@ -386,7 +389,7 @@ def _layer_trace(model: ModelSpec, dtype: str):
             if k is not None:
                 kernels.append((layer, k))
         return limits, tuple(kernels)
-    return _cached(("layers", model, dtype), make)
+    return remembered(("layers", model, dtype), make)
 
 
 def kernel_config(model: ModelSpec, dtype: str, config):
@@ -426,4 +429,4 @@ def model_constants(model: ModelSpec, dtype: str) -> int:
         runtime = set(model.runtime_inputs(dtype))
         return constant_inputs(built.forward(*tensors),
                                stream=[t for n, t in zip(built.inputs, tensors) if n in runtime] or None)
-    return _cached(("constants", model, dtype), make)
+    return remembered(("constants", model, dtype), make)
