@@ -15,6 +15,11 @@ After the runs, the n-jobs 2 study again with --fresh and the evaluation cache e
 synthesis cache ($TINYHW_CACHE/synth) kept: every design is compiled and simulated again and
 Yosys is not run at all, which is what the synthesis cache buys when the hardware is unchanged.
 
+A fixed reference workload is timed before and after the sweeps (Yosys mapping an 8-term 8-bit
+dot product to LUTs, written here in Verilog, so it does not change with the compiler): it says
+how fast this machine was during the run, so figures of two machines or days can be compared by
+their ratio to it, not by their seconds.
+
     python bench/bench_sweep.py --compare            # full grid vs multi-fidelity (docs/multi-fidelity.md)
 
 --compare runs each spec (default configs/gemv.yaml and configs/gemv_space.yaml) twice from a
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,6 +63,29 @@ def run(spec: Path, jobs: int, cache: Path, results: Path, extra: list[str]) -> 
     return seconds, load_results(results / load_spec(spec).study), proc.stdout.strip().splitlines()
 
 
+REFERENCE_VERILOG = """
+module ref(input clk, input [63:0] a, input [63:0] b, output reg [20:0] y);
+  integer i;
+  reg [20:0] s;
+  always @(posedge clk) begin
+    s = 0;
+    for (i = 0; i < 8; i = i + 1) s = s + $signed(a[i*8 +: 8]) * $signed(b[i*8 +: 8]);
+    y <= s;
+  end
+endmodule
+"""
+
+
+def reference_seconds() -> float:
+    """Wall time of the fixed reference workload (module docstring), one Yosys process."""
+    from compiler.tools import yosys
+    with tempfile.TemporaryDirectory(prefix="bench-reference-") as tmp:
+        (Path(tmp) / "ref.v").write_text(REFERENCE_VERILOG)
+        t0 = time.perf_counter()
+        yosys("read_verilog ref.v; synth_ecp5 -nodsp -top ref; stat", cwd=Path(tmp))
+        return time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spec", type=Path, default=ROOT / "configs" / "gemv.yaml")
@@ -81,6 +110,8 @@ def main() -> None:
     jobs = [int(j) for j in args.jobs.split(",")]
     print(f"spec {args.spec.relative_to(ROOT) if args.spec.is_relative_to(ROOT) else args.spec}, "
           f"{os.cpu_count()} CPUs, cold cache per run")
+    reference = [reference_seconds()]
+    print(f"reference workload (Yosys, 8-term 8-bit dot product in LUTs): {reference[0]:.1f} s")
     rates: dict[int, float] = {}
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
         tmp = Path(tmp)
@@ -111,6 +142,8 @@ def main() -> None:
               f"({int(df['notes'].fillna('').str.contains('synthesis cache').sum())} synthesised from its cache)")
     if 1 in rates and 2 in rates:
         print(f"n-jobs 2 / n-jobs 1 throughput: {rates[2] / rates[1]:.2f}x")
+    reference.append(reference_seconds())
+    print(f"reference workload again: {reference[1]:.1f} s (median of the two {statistics.median(reference):.1f} s)")
 
 
 def _minimised(df, objectives) -> list[tuple[float, ...]]:
