@@ -9,8 +9,8 @@ coefficients fitted on them (dse/estimator.json, shipped with the package; dse.e
 (dse.estimate.design_features) and synthesises it (compiler.synth.area.synthesize: Yosys's family
 flow, flat, through the synthesis cache, so a second collect costs only the compiles), one design
 at a time, smallest families first, and appends (family, name, features, measured resources,
-Yosys seconds) to bench/data/estimator_<target>.jsonl (a design already there is not run again
-unless its features changed). `fit` reads that file, fits each metric's coefficients on all
+Yosys seconds, the synthesis command) to bench/data/estimator_<target>.jsonl (a design already
+there is not run again unless its features or the family's synthesis command changed). `fit` reads that file, fits each metric's coefficients on all
 designs (dse.estimate.fit_prior: non-negative least squares on relative error) and measures the
 error on designs the fit has not seen: every family held out in turn (the fit on the other
 families predicts it). The held-out errors go into the table with the coefficients: they are
@@ -222,7 +222,7 @@ def read_samples(target: str) -> list[dict]:
 
 
 def collect(args) -> None:
-    from compiler.synth.area import synthesize
+    from compiler.synth.area import TARGETS, synthesize
     from dse.estimate import design_features
     have = {s["name"]: s for s in read_samples(args.target)}
     entries = [x for x in corpus() if (not args.only or x.family in args.only or x.name in args.only)
@@ -240,7 +240,7 @@ def collect(args) -> None:
         features = design_features(design, target=args.target)
         features_s = time.perf_counter() - t0
         old = have.get(entry.name)
-        if old is not None and old["features"] == features:
+        if old is not None and old["features"] == features and old.get("flow") == TARGETS[args.target]:
             print(f"{entry.name}: unchanged", flush=True)
             continue
         with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
@@ -255,7 +255,7 @@ def collect(args) -> None:
                "luts": area.luts, "ffs": area.ffs, "bram": area.bram, "lutram": area.lutram, "dsp": area.dsp,
                "yosys_s": round(area.seconds, 1), "cached": area.cached, "wall_s": round(wall, 1),
                "compile_s": round(compile_s, 2), "features_s": round(features_s, 4),
-               "yosys_version": area.yosys_version, "fallback": bool(area.fallback)}
+               "yosys_version": area.yosys_version, "flow": TARGETS[args.target], "fallback": bool(area.fallback)}
         have[entry.name] = row
         samples_path(args.target).write_text("".join(json.dumps(r) + "\n" for r in have.values()))
         print(json.dumps({k: v for k, v in row.items() if k != "features"}), flush=True)
