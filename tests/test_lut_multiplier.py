@@ -149,8 +149,9 @@ def test_shapes_the_map_leaves_to_booth():
 
 @pytest.mark.slow
 def test_fewer_luts_than_booth_on_ecp5(tmp_path):
-    """ECP5, 8x8 signed (the int8 GEMV's product): 72 LUT4s + 25 carry cells, Booth 170 + 8
-    (Yosys 0.70; LUTs as synth.py counts them, a CCU2C as two)."""
+    """ECP5, 8x8 signed (the int8 GEMV's product), the compiler's flow (-nowidelut): 124 LUTs
+    against Booth's 132 (Yosys 0.70; LUTs as synth.py counts them, a CCU2C as two). With wide
+    LUTs Booth took 186 and the map 122: the margin was wider when Booth's LUT5s counted double."""
     shape = Shape(8, 8, 16, True)
     (tmp_path / "t.v").write_text(
         "module top(input clk, input signed [7:0] a, input signed [7:0] b, output reg [15:0] y);\n"
@@ -163,7 +164,7 @@ def test_fewer_luts_than_booth_on_ecp5(tmp_path):
         cells = json.loads((tmp_path / f"{how}.json").read_text())["design"]["num_cells_by_type"]
         assert "MULT18X18D" not in cells
         luts[how] = cells["LUT4"] + 2 * cells.get("CCU2C", 0)
-    assert luts["map"] < 0.75 * luts["booth"], luts
+    assert luts["map"] < 0.97 * luts["booth"], luts
 
 
 def _product_rtlil(a_shape, b_shape, y_shape, registers=1) -> str:
@@ -323,10 +324,11 @@ def test_the_chain_proof_can_fail(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shape, chain, radix4", [(Shape(8, 8, 16, True), 72, 122), (Shape(6, 4, 10, True), 24, 52),
-                                                   (Shape(4, 4, 8, True), 18, 36)], ids=lambda s: getattr(s, "name", s))
+@pytest.mark.parametrize("shape, chain, radix4", [(Shape(8, 8, 16, True), 72, 124), (Shape(6, 4, 10, True), 24, 54),
+                                                   (Shape(4, 4, 8, True), 18, 38)], ids=lambda s: getattr(s, "name", s))
 def test_chain_products_cost_fewer_luts_on_ecp5(tmp_path, shape, chain, radix4):
-    """LUT4 + 2 x CCU2C of one product alone (Yosys 0.70): the chains against the radix-4 rows."""
+    """LUT4 + 2 x CCU2C of one product alone (Yosys 0.70, the compiler's flow: -nowidelut): the
+    chains against the radix-4 rows."""
     sign = "signed " if shape.signed else ""
     (tmp_path / "t.v").write_text(
         f"module top(input {sign}[{shape.a_width - 1}:0] a, input {sign}[{shape.b_width - 1}:0] b, "
