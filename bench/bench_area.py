@@ -16,9 +16,10 @@ weights zero), one seeded random layer y = W x of --shape OUTxIN:
              adders alone, every one a carry chain, as da4ml's -noflatten netlist does.
   da4ml      the same matrix through da4ml's own flow (quantize, matmul, comb_trace, RTLModel:
              combinational Verilog whose every adder is a `shift_adder` module), checked bit-exact
-             in Icarus Verilog on the same samples, synthesised with the same synth_ecp5 with
-             -noflatten (each adder stays the carry chain it is, as in ours, whose sums are kept
-             wires), counted the same way: LUT4 + 2 x CCU2C (+ PFUMX, none here).
+             in Icarus Verilog on the same samples, synthesised with the same synth_ecp5 (the
+             compiler's flags, compiler.synth.area.TARGETS) with -noflatten (each adder stays
+             the carry chain it is, as in ours, whose sums are kept wires), counted the same
+             way: LUT4 + 2 x CCU2C.
   product    one A x W product alone (no layer): LUT4 + 2 x CCU2C of the ECP5 carry-chain map, of
              the radix-4 rows, of Yosys's own (synth_ecp5 -nodsp) and with DSPs.
   memory     weights in memories, the layer folded to --lanes x --reduce-unroll products a cycle,
@@ -56,7 +57,7 @@ from tinygrad import Tensor, dtypes  # noqa: E402
 
 from compiler import HardwareConfig, compile_model, simulate_many  # noqa: E402
 from compiler.passes.constants import csd  # noqa: E402
-from compiler.synth.area import synthesize  # noqa: E402
+from compiler.synth.area import TARGETS, synthesize  # noqa: E402
 try:
     from compiler.synth.area import module_breakdown  # noqa: E402
 except ImportError:                        # the compiler before issue 53
@@ -243,7 +244,6 @@ def product_row(wbits: int, abits: int, args) -> str:
     """One signed A x W product alone through synth_ecp5, LUT4 + 2 x CCU2C: the ECP5 carry-chain
     map (compiler/synth/lut_multiplier.py), the radix-4 rows (its map for other families), Yosys's
     own (-nodsp) and with DSPs."""
-    from compiler.synth.area import TARGETS
     from compiler.synth.lut_multiplier import Shape, map_file
     shape = Shape(abits, wbits, abits + wbits, True)
     work = args.workdir / f"product-w{wbits}a{abits}"
@@ -256,7 +256,7 @@ def product_row(wbits: int, abits: int, args) -> str:
             (work / f"{how}.v").write_text(map_file({shape}, target))
             flow = f"proc\ntechmap -map {how}.v t:$mul\n{TARGETS['ecp5']}\n"
         else:
-            flow = "synth_ecp5 -top top" + (" -nodsp" if how == "nodsp" else "") + "\n"
+            flow = TARGETS["ecp5"] + (" -nodsp" if how == "nodsp" else "") + "\n"
         yosys(f"read_verilog t.v\n{flow}tee -q -o {how}.json stat -json\n", cwd=work, log_name=f"{how}.log",
               timeout=args.timeout)
         c = json.loads((work / f"{how}.json").read_text())["design"]["num_cells_by_type"]
@@ -283,7 +283,7 @@ def da4ml_row(W, wbits, abits, xs, name: str, args) -> dict:
     statics = sorted(p.name for p in (src / "static").glob("*.v") if f"{p.stem} #" in used or f"{p.stem} " in used)
     check_icarus(comb, W, abits, xs, src, statics)
     script = ("".join(f"read_verilog static/{s}\n" for s in statics) + "read_verilog cmvm.v\n"
-              "synth_ecp5 -top cmvm -noflatten\ntee -q -o stat.json stat -json\n")
+              f"{TARGETS['ecp5'].replace('-top top', '-top cmvm')} -noflatten\ntee -q -o stat.json stat -json\n")
     t = time.perf_counter()
     yosys(script, cwd=src, log_name="yosys.log", timeout=args.timeout)
     cells = json.loads((src / "stat.json").read_text())["design"]["num_cells_by_type"]
