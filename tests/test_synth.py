@@ -282,3 +282,17 @@ def test_constant_bits_of_data_registers_are_no_flip_flops(tmp_path):
                                 use_cache=False)
         ffs[data] = area.ffs
     assert ffs == {True: 4, False: 5}
+
+
+def test_ecp5_luts_are_mapped_as_lut4s_only(tmp_path, monkeypatch):
+    """The ECP5 flow maps no LUT5-LUT7 (PFUMX / L6MUX21 over two to eight LUT4s): each costs LUT4
+    sites for logic levels. A comb-read GEMV's LUT-RAM read multiplexers, mapped both ways."""
+    from compiler.synth import area as synth
+    design = compile_model(*designs.gemv_int8(8, 32).outputs, config=HardwareConfig(mem_read="comb", lanes=2))
+    lut4s = synthesize(design, "ecp5", workdir=tmp_path / "lut4", use_cache=False)
+    assert "-nowidelut" in lut4s.script
+    assert "PFUMX" not in lut4s.cells and "L6MUX21" not in lut4s.cells
+    monkeypatch.setitem(synth.TARGETS, "ecp5", "synth_ecp5 -top top")
+    wide = synthesize(design, "ecp5", workdir=tmp_path / "wide", use_cache=False)
+    assert wide.cells.get("PFUMX", 0) > 0
+    assert lut4s.luts < wide.luts and (lut4s.ffs, lut4s.lutram, lut4s.bram) == (wide.ffs, wide.lutram, wide.bram)
