@@ -209,7 +209,7 @@ def test_area_from_yosys_with_provenance(tmp_path):
     assert m.status is Status.OK, m.error
     assert m.luts > 0 and m.ffs > 0 and m.dsp == 1      # 4x8: memories too small for block RAM
     assert m.yosys_version.startswith("Yosys ")
-    assert m.synth_script == "read_rtlil design.il; synth_ecp5 -top top; tee -q -o stat.json stat -json"
+    assert m.synth_script == "read_rtlil design.il; synth_ecp5 -top top -nowidelut; tee -q -o stat.json stat -json"
     assert m.synth_s > 0 and m.compile_s > 0 and m.simulate_s > 0
     assert (tmp_path / "synth" / "stat.json").exists() and (tmp_path / "synth" / "yosys.log").exists()
     assert json.loads((tmp_path / "metrics.json").read_text())["luts"] == m.luts
