@@ -60,7 +60,7 @@ TARGETS = {
     # the slice's PFUMX / L6MUX21. Wide LUTs cut logic levels and cost LUT4 sites: the estimator
     # corpus (issue 53, docs/synthesis.md "LUT4s only") came out 0% to 39% smaller, never more
     # than 1% larger (float units unpipelined -24% to -39%, a comb-read GEMV -18%, small GEMVs
-    # -12%), in 13% less Yosys time, at the same Fmax within nextpnr's seed noise on the designs
+    # -12%), in 3% less Yosys time, at the same Fmax within nextpnr's seed noise on the designs
     # placed and routed (-8% on the one-lane fp32 GEMV, whose float path is unregistered).
     "ecp5": "synth_ecp5 -top top -nowidelut",
     "ice40": "synth_ice40 -dsp -top top",

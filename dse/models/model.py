@@ -131,8 +131,8 @@ class ModelFiles:
         stamp = self.weights.stat().st_mtime_ns if self.weights is not None else None
         key = ("inputs", self, stamp, tuple(inputs.items()), dtype, with_data)
         return remembered(key, lambda: real_inputs(inputs=inputs, weights_path=self.weights,
-                                                data=self.dataset() if with_data else None,
-                                                named=self.data.input if self.data is not None else None))
+                                                   data=self.dataset() if with_data else None,
+                                                   named=self.data.input if self.data is not None else None))
 
 
 @dataclass(frozen=True)
@@ -184,8 +184,8 @@ class TrainedModel:
         tuned = self.fine_tuned(dtype)
         net = self.net() if tuned is None else tuned.net
         return remembered(("quant", self.kind, self.path, self.data, self.prune, self.qat, dtype, formats),
-                       lambda: net.quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1),
-                                            formats=formats))
+                          lambda: net.quantize(dtype=dtype, calibration=data.x_train.reshape(len(data.x_train), -1),
+                                               formats=formats))
 
     def fine_tuned(self, dtype: str):
         """The dse.models.qat.FineTuned network of an integer `dtype` at the point's format knobs
@@ -205,7 +205,7 @@ class TrainedModel:
                                     options=self.qat, pruned=self.prune > 0,
                                     progress=lambda line: print(f"qat {what}: {line}", file=sys.stderr, flush=True))
         return remembered(("qat", self.kind, self.path, self.path.stat().st_mtime_ns, self.data, self.prune, self.qat,
-                        dtype, formats), make)
+                           dtype, formats), make)
 
     def untuned(self) -> "TrainedModel":
         """This model without fine-tuning: the same layers, kernels and inputs (what the spec's
@@ -239,7 +239,7 @@ class TrainedModel:
         is; a CNN chain through dse.models.fp8net in fp8, dse.models.floatnet otherwise."""
         data = self.dataset()
         return remembered(("float", self.kind, self.path, self.path.stat().st_mtime_ns, self.data, self.prune, dtype),
-                       lambda: float_model(self.net(), dtype, data.x_train.reshape(len(data.x_train), -1)))
+                          lambda: float_model(self.net(), dtype, data.x_train.reshape(len(data.x_train), -1)))
 
     def built(self, dtype: str) -> zoo.Built:
         if zoo.DTYPES[dtype].is_float:
