@@ -10,10 +10,10 @@ coefficients fitted on them (dse/estimator.json, shipped with the package; dse.e
 flow, flat, through the synthesis cache, so a second collect costs only the compiles), one design
 at a time, smallest families first, and appends (family, name, features, measured resources,
 Yosys seconds, the synthesis command) to bench/data/estimator_<target>.jsonl (a design already
-there is not run again unless its features or the family's synthesis command changed). `fit` reads that file, fits each metric's coefficients on all
-designs (dse.estimate.fit_prior: non-negative least squares on relative error) and measures the
-error on designs the fit has not seen: every family held out in turn (the fit on the other
-families predicts it). The held-out errors go into the table with the coefficients: they are
+there is not run again unless its features or the family's synthesis command changed). `fit`
+reads that file, fits each metric's coefficients on all designs (dse.estimate.fit_prior:
+non-negative least squares on relative error) and measures the error on designs the fit has
+not seen: every family held out in turn (the fit on the other families predicts it). The held-out errors go into the table with the coefficients: they are
 the error a study's estimate starts with (dse.fidelity's gate widens every estimate by them).
 
 The corpus: families of the designs this project builds (zoo GEMVs and the other zoo models in
