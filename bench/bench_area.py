@@ -282,8 +282,9 @@ def da4ml_row(W, wbits, abits, xs, name: str, args) -> dict:
     used = (src / "cmvm.v").read_text()     # only the modules it instantiates (Icarus cannot read them all)
     statics = sorted(p.name for p in (src / "static").glob("*.v") if f"{p.stem} #" in used or f"{p.stem} " in used)
     check_icarus(comb, W, abits, xs, src, statics)
-    script = ("".join(f"read_verilog static/{s}\n" for s in statics) + "read_verilog cmvm.v\n"
-              f"{TARGETS['ecp5'].replace('-top top', '-top cmvm')} -noflatten\ntee -q -o stat.json stat -json\n")
+    # da4ml's top is `cmvm`: renamed `top`, so the compiler's own synthesis command runs unchanged
+    script = ("".join(f"read_verilog static/{s}\n" for s in statics) + "read_verilog cmvm.v\nrename cmvm top\n"
+              f"{TARGETS['ecp5']} -noflatten\ntee -q -o stat.json stat -json\n")
     t = time.perf_counter()
     yosys(script, cwd=src, log_name="yosys.log", timeout=args.timeout)
     cells = json.loads((src / "stat.json").read_text())["design"]["num_cells_by_type"]
