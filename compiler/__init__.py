@@ -47,6 +47,7 @@ from .frontend import trace
 from .hw.datapath import check_supported
 from .hw.pipeline import schedule
 from .lower import lower
+from .memo import HeldMemo
 from .sim.memory_io import SimResult
 from .passes.float_semantics import as_tinygrad_computes
 from .passes.fuse import fuse_loops
@@ -161,25 +162,17 @@ def _layer_passes(kernel: ir.KernelIR, lanes: int, reduce_unroll: int, fp_sum: s
     return _LayerPasses(_dump1("split_deep", k), banking, p.factors)     # not p.kernel: megabytes when constant
 
 
-_TRACE_MEMO: dict[tuple, tuple] = {}
+_TRACE_MEMO = HeldMemo(16)
 
 
 def _per_trace(kind: str, traced: Traced, key: tuple, make):
-    """`make()` remembered for `traced` (held, so its id() stays its own) and `key`: the kernels
-    every compile of a trace starts from, the same objects each time, so that what is derived
-    from them is remembered (ir.per_kernel). A few traces at a time: a sweep takes its points
-    one model build at a time (dse.study.order)."""
+    """`make()` remembered for `traced` (by identity) and `key`: the kernels every compile of a
+    trace starts from, the same objects each time, so that what is derived from them is
+    remembered (ir.per_kernel). A few traces at a time: a sweep takes its points one model build
+    at a time (dse.study.order)."""
     if _dumping():
         return make()
-    full = (kind, id(traced), key)
-    hit = _TRACE_MEMO.get(full)
-    if hit is not None and hit[0] is traced:
-        return hit[1]
-    value = make()
-    if len(_TRACE_MEMO) >= 16:
-        del _TRACE_MEMO[next(iter(_TRACE_MEMO))]
-    _TRACE_MEMO[full] = (traced, value)
-    return value
+    return _TRACE_MEMO.get((traced,), (kind, key), make)
 
 
 def _bounded(traced: Traced, fp_semantics: str) -> list[ir.KernelIR]:

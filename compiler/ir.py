@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Union
 
 from .dtypes import DType, INT32
+from .memo import HeldMemo
 
 
 class OpKind(enum.Enum):
@@ -261,33 +262,30 @@ def per_kernel(fn):
     the kernel, so its id() is not reused while remembered either; the oldest of MEMO_SIZE
     entries goes first. What `fn` returns is shared, so it must never be changed by a caller
     (the records it is used for are frozen)."""
-    memo: dict[tuple, tuple] = {}
+    memo = HeldMemo(MEMO_SIZE)
 
     @functools.wraps(fn)
     def wrapper(kernel, *args, **kwargs):
-        key = (id(kernel), args, tuple(sorted(kwargs.items())))
-        try:
-            hit = memo.get(key)
-        except TypeError:               # an argument that cannot be hashed: by its identity
-            key = (id(kernel), tuple(map(_identity_key, args)),
-                   tuple((k, _identity_key(v)) for k, v in sorted(kwargs.items())))
-            hit = memo.get(key)
-        if hit is not None and hit[0] is kernel:
-            return hit[2]
-        value = fn(kernel, *args, **kwargs)
-        if len(memo) >= MEMO_SIZE:
-            del memo[next(iter(memo))]
-        memo[key] = (kernel, (args, kwargs), value)      # the arguments held: their ids stay theirs
-        return value
+        names = tuple(sorted(kwargs))
+        values = args + tuple(kwargs[k] for k in names)
+        loose: tuple = ()
+        if not _hashable(values):       # an argument that cannot be hashed: by its identity
+            loose = tuple(v for v in values if not _hashable(v))
+            values = tuple(v if _hashable(v) else _HELD for v in values)
+        return memo.get((kernel, *loose), (names, values), lambda: fn(kernel, *args, **kwargs))
     return wrapper
 
 
-def _identity_key(value) -> object:
+_HELD = object()
+"""Stands in a per_kernel key for an argument remembered by identity (it is in the entry's held objects)."""
+
+
+def _hashable(value) -> bool:
     try:
         hash(value)
-        return value
+        return True
     except TypeError:
-        return ("id", id(value))
+        return False
 
 
 MEMO_SIZE = 64

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from compiler.memo import HeldMemo
 from dse.estimate import AREA_METRICS, ESTIMATED_METRICS, Estimate, Estimator, fit_estimator, load_prior
 from dse.spec import NEEDS_SIMULATION, SYNTH_FIDELITY, DesignPoint, Spec
 
@@ -156,20 +157,12 @@ def fit(study, spec: Spec, cache=None) -> Estimator | None:
     metrics = AREA_METRICS + (("fmax_mhz",) if spec.timing else ())
     samples = training_samples(study, str(spec.target), cache, SYNTH_FIDELITY[spec.synthesis])
     prior = load_prior(str(spec.target))
-    key = (id(prior), metrics, tuple((json.dumps(f, sort_keys=True), tuple(r.get(m) for m in metrics))
-                                     for f, r in samples))
-    held = _FITTED.get(key)
-    if held is not None and held[0] is prior:
-        return held[1]
-    estimator = fit_estimator(samples, metrics=metrics, prior=prior)
-    while len(_FITTED) >= 4:
-        del _FITTED[next(iter(_FITTED))]
-    _FITTED[key] = (prior, estimator)
-    return estimator
+    key = (metrics, tuple((json.dumps(f, sort_keys=True), tuple(r.get(m) for m in metrics)) for f, r in samples))
+    return _FITTED.get((prior,), key, lambda: fit_estimator(samples, metrics=metrics, prior=prior))
 
 
-_FITTED: dict[tuple, tuple] = {}
-"""(prior's id, metrics, samples) -> (prior, Estimator) of the last few fits in this process."""
+_FITTED = HeldMemo(4)
+"""(prior, metrics, samples) -> Estimator: the last few fits in this process."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,8 +262,7 @@ def tolerance_context(study, spec: Spec, model: str, dtype: str, estimator: Esti
 def _study_attr(study, name: str) -> Any:
     """A study's user attribute, read only, without Study.user_attrs' deep copy of them all: a
     grid's cheap points (CHEAP_ATTR) are megabytes, and every trial's gate reads them (the
-    11,664-point jet space: 0.8 s a trial copying them). The journal storage hands back the
-    same object until the attribute is set again, which _grid_worst's memo relies on."""
+    11,664-point jet space: 0.8 s a trial copying them)."""
     storage, study_id = getattr(study, "_storage", None), getattr(study, "_study_id", None)
     if storage is None or study_id is None:
         return study.user_attrs.get(name)
@@ -280,18 +272,11 @@ def _study_attr(study, name: str) -> Any:
 def _grid_worst(spec: Spec, points: Mapping[str, Any], estimator: Estimator) -> tuple[list[float], float] | None:
     """(each objective's least favourable value over the grid's `points` at the estimator's
     central estimates, minimised; the estimated LUTs summed), or None when an objective has no
-    value. Remembered per points object and estimator (both held, so their ids stay theirs):
-    `fit` hands back the same Estimator until the synthesised points change, so the grid is
-    estimated once per refit, not once per trial."""
-    key = (id(points), id(estimator), id(spec))
-    held = _GRID_WORST.get(key)
-    if held is not None and held[0] is points and held[1] is estimator and held[2] is spec:
-        return held[3]
-    value = _worst_over(spec, points, estimator)
-    while len(_GRID_WORST) >= 4:
-        del _GRID_WORST[next(iter(_GRID_WORST))]
-    _GRID_WORST[key] = (points, estimator, spec, value)
-    return value
+    value. Remembered per estimator and spec (by identity) and the points' keys (a point's cheap
+    row is the same whenever it is recorded; a database storage hands back a new object each
+    read, the journal the same one): `fit` hands back the same Estimator until the synthesised
+    points change, so the grid is estimated once per refit, not once per trial."""
+    return _GRID_WORST.get((estimator, spec), tuple(points), lambda: _worst_over(spec, points, estimator))
 
 
 def _worst_over(spec: Spec, points: Mapping[str, Any], estimator: Estimator) -> tuple[list[float], float] | None:
@@ -311,7 +296,7 @@ def _worst_over(spec: Spec, points: Mapping[str, Any], estimator: Estimator) -> 
     return (worst, total) if worst is not None else None
 
 
-_GRID_WORST: dict[tuple, tuple] = {}
+_GRID_WORST = HeldMemo(4)
 
 
 def decide(spec: Spec, row: Mapping[str, Any], estimator: Estimator | None,

@@ -164,6 +164,20 @@ def test_per_kernel_remembers_by_the_kernels_identity_and_the_other_arguments():
     assert derived(a, held) is derived(a, held) and len(calls) == 7
 
 
+def test_held_memo_hits_only_for_the_same_objects_and_forgets_the_oldest():
+    from compiler.memo import HeldMemo
+    memo, calls = HeldMemo(2), []
+
+    def make(v):
+        return lambda: calls.append(v) or v
+    a, b, c = [1], [1], [2]                 # a and b equal, not the same object
+    assert memo.get((a,), "k", make("a")) == "a" and memo.get((a,), "k", make("x")) == "a"
+    assert memo.get((b,), "k", make("b")) == "b" and memo.get((a,), "j", make("j")) == "j"
+    assert calls == ["a", "b", "j"] and len(memo) == 2
+    assert memo.get((c,), "k", make("c")) == "c" and len(memo) == 2     # a's first entry went
+    assert memo.get((a,), "k", make("a2")) == "a2" and calls[-1] == "a2"
+
+
 def test_a_layer_built_alike_in_two_designs_is_derived_once():
     """compile_traced hands a layer built with the same knobs the same kernel object, so its
     schedule, step checks and delay paths are derived once for every design of a sweep that

@@ -328,6 +328,25 @@ def test_hv_tolerance_skips_what_adds_less_than_its_share_of_the_tolerance():
     assert decide(parse_spec(spec_dict()), row, est, front, Tolerance(ref, 300.0)).synthesize   # no tolerance
 
 
+def test_the_grids_reference_is_estimated_once_per_estimator_even_when_the_storage_reads_a_new_copy(monkeypatch):
+    """A database storage hands the grid's cheap points back as a new object on every read: the
+    grid is still estimated once per refit of the estimator, not once per trial."""
+    from dse import fidelity
+    spec = parse_spec(spec_dict(search={"sampler": "grid", "fidelity": "multi", "hv_tolerance": 0.02}))
+    est, _ = _estimator(0.0)
+    points = {json.dumps({"lanes": i}): {"row": {"cycles": 100 - i},
+                                          "features": {"version": FEATURES_VERSION, "x": float(i)}} for i in range(5)}
+    calls = []
+    worst_over = fidelity._worst_over
+    monkeypatch.setattr(fidelity, "_worst_over", lambda *a: calls.append(1) or worst_over(*a))
+    worst, total = fidelity._grid_worst(spec, points, est)
+    assert fidelity._grid_worst(spec, json.loads(json.dumps(points)), est) == (worst, total) and len(calls) == 1
+    assert worst == [100, pytest.approx(140, rel=0.01)] and total == pytest.approx(5 * 120, rel=0.01)
+    refit, _ = _estimator(0.0)
+    fidelity._grid_worst(spec, points, refit)
+    assert len(calls) == 2
+
+
 def test_hv_tolerance_is_a_checked_spec_key():
     grid = {"sampler": "grid", "fidelity": "multi"}
     assert parse_spec(spec_dict()).search.hv_tolerance == 0
