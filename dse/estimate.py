@@ -674,7 +674,8 @@ class Prior:
     yosys_version: str = ""
 
     def describe(self) -> str:
-        return f"{self.target}, {self.designs} designs of {len(self.families)} families, Yosys {self.yosys_version}"
+        version = " ".join(str(self.yosys_version).split()[:2])        # "Yosys 0.70" of Yosys's banner
+        return f"{self.target}, {self.designs} designs of {len(self.families)} families, {version}"
 
     def predict(self, features: Mapping[str, float]) -> dict[str, Estimate]:
         """metric -> the table's estimate with its held-out error bounds (no study correction)."""

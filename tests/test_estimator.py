@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -117,6 +118,7 @@ def test_dse_eval_estimate_prints_the_estimate_with_its_error_in_well_under_a_se
     assert main(["eval", str(spec), "--model", "g", "--dtype", "int8", "--estimate"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("luts ") and "held-out error" in out and "cycles " in out and "estimated in" in out
+    assert re.search(r"\(ecp5, \d+ designs of \d+ families, Yosys \d+\.\d+;", out)      # the version, not the banner
     assert main(["eval", str(spec), "--model", "g", "--dtype", "int8", "--estimate", "--target", "xilinx"]) in (0, 2)
 
 
