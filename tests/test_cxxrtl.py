@@ -41,7 +41,11 @@ def compiled(builders: dict, modes=MODES) -> dict:
 @pytest.fixture(scope="session")
 def small():
     built = compiled(designs.SMALL)
-    cxxrtl.build_many(d for d, _ in built.values())       # one bundle per core instead of 22 builds
+    # one bundle per core instead of 22 builds, at g++ -O0 (as past cxxrtl.LARGE_RTLIL): these
+    # designs run a few dozen cycles, so -O1's optimiser time is never paid back
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cxxrtl, "LARGE_RTLIL", 0)
+        cxxrtl.build_many(d for d, _ in built.values())
     return built
 
 
