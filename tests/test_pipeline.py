@@ -350,8 +350,9 @@ def test_float_sums_that_cannot_interleave_keep_a_single_cycle_adder():
 @pytest.mark.slow
 def test_deep_float_memory_and_interleaving_agree_in_pysim_and_cxxrtl():
     params = {"M": 7, "K": 300}                          # W: 2100 fp32 words, 1024 per part
-    for level in (2, 3):
-        design, result, arrays = run_zoo("gemv", "fp32", params, HardwareConfig(fp_pipeline=level))
+    runs = [run_zoo("gemv", "fp32", params, HardwareConfig(fp_pipeline=level)) for level in (2, 3)]
+    cxxrtl.build_many((design for design, _, _ in runs), jobs=1)     # one g++ run for both
+    for design, result, arrays in runs:
         assert len(design.banking[0][1].banks) == 3
         cxx = simulate(design, backend="cxxrtl")
         assert cxx.cycles == result.cycles == design.cycles_formula
