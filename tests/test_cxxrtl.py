@@ -41,7 +41,11 @@ def compiled(builders: dict, modes=MODES) -> dict:
 @pytest.fixture(scope="session")
 def small():
     built = compiled(designs.SMALL)
-    cxxrtl.build_many(d for d, _ in built.values())       # one bundle per core instead of 22 builds
+    # one bundle per core instead of 22 builds, at g++ -O0 (as past cxxrtl.LARGE_RTLIL): these
+    # designs run a few dozen cycles, so -O1's optimiser time is never paid back
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cxxrtl, "LARGE_RTLIL", 0)
+        cxxrtl.build_many(d for d, _ in built.values())
     return built
 
 
@@ -106,6 +110,9 @@ def test_no_output_depends_on_reading_a_word_in_the_cycle_it_is_written(monkeypa
                HardwareConfig(lanes=2, reduce_unroll=2, fp_pipeline=3)]
     built = [(compile_model(*case.outputs, config=cfg), case) for cfg in configs
              for case in (make() for make in designs.SMALL.values())]
+    # at g++ -O0 (as cxxrtl builds designs past LARGE_RTLIL): these 33 designs run a few dozen
+    # cycles each, so -O1's optimiser time is never paid back (this test: 52 s of CPU, not 69)
+    monkeypatch.setattr(cxxrtl, "LARGE_RTLIL", 0)
     cxxrtl.build_many(d for d, _ in built)
     assert len(changed) == len(built) and all(changed)
     for design, case in built:
@@ -125,7 +132,8 @@ def test_large_designs_match_reference():
 
 
 @pytest.mark.slow
-def test_inputs_override_one_binary_serves_every_dataset(small):
+def test_inputs_override_one_binary_serves_every_dataset(small, monkeypatch):
+    monkeypatch.setattr(cxxrtl, "LARGE_RTLIL", 0)        # as `small` built gemv_int8_16x8: its key
     rng = np.random.default_rng(11)
     W, x = rng.integers(-128, 128, (16, 8)).astype(np.int8), rng.integers(-128, 128, 8).astype(np.int8)
     tx = Tensor(x)

@@ -65,13 +65,24 @@ def divsqrt_vectors(fmt: FloatFormat, rng: np.random.Generator) -> tuple[np.ndar
     return a, b
 
 
+PIPELINED = [FP32, BF16]
+
+
 @pytest.fixture(scope="module")
-def runs() -> dict[str, tuple[dict, dict]]:
+def banks() -> dict[tuple[str, int], NativeEvaluator]:
+    """{(format, stages): evaluator}: every format's bank combinational, and those of PIPELINED
+    at 8 stages, built by one build_all (a few bundled g++ runs instead of one run per bank)."""
+    evaluators = {(fmt.name, 1): bank_evaluator(fmt) for fmt in FORMATS}
+    evaluators |= {(fmt.name, 8): bank_evaluator(fmt, stages=8) for fmt in PIPELINED}
+    build_all(list(evaluators.values()))
+    return evaluators
+
+
+@pytest.fixture(scope="module")
+def runs(banks) -> dict[str, tuple[dict, dict]]:
     rng = np.random.default_rng(SEED)
     inputs = {fmt.name: dict(zip("ab", divsqrt_vectors(fmt, rng))) for fmt in FORMATS}
-    evaluators = {fmt.name: bank_evaluator(fmt) for fmt in FORMATS}
-    build_all(list(evaluators.values()))
-    return {name: (inputs[name], ev.run(inputs[name])) for name, ev in evaluators.items()}
+    return {fmt.name: (inputs[fmt.name], banks[fmt.name, 1].run(inputs[fmt.name])) for fmt in FORMATS}
 
 
 def native(op: str, fmt: FloatFormat, a, b) -> np.ndarray:
@@ -145,13 +156,13 @@ def test_vectors_cover_edge_cases(runs, fmt):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fmt", [FP32, BF16], ids=str)
-def test_pipelined_units_match_combinational(runs, fmt):
+@pytest.mark.parametrize("fmt", PIPELINED, ids=str)
+def test_pipelined_units_match_combinational(banks, runs, fmt):
     """Every unit cut into 8 stages (7 register boundaries) gives the same bits, 7 cycles later."""
     ins, outs = runs[fmt.name]
     k = 30_000
     sub = {name: v[:k] for name, v in ins.items()}
-    piped = bank_evaluator(fmt, stages=8).run(sub)
+    piped = banks[fmt.name, 8].run(sub)
     for name, _, _, _, _ in bank_spec(fmt, stages=8):
         assert np.array_equal(piped[f"{name}_y"], outs[f"{name}_y"][:k]), name
 

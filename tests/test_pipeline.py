@@ -19,6 +19,7 @@ from compiler.hw.pipeline import schedule
 from compiler.overflow import analyze_overflow
 from compiler.hw.bram import column_depth as bram_depth
 from compiler.passes.interleave import interleave_ways
+from compiler.sim import cxxrtl
 from dse.models import zoo
 from helpers import assert_exact, assert_same_floats, float_pairs, int_vectors, run_zoo, same_bits
 
@@ -349,8 +350,9 @@ def test_float_sums_that_cannot_interleave_keep_a_single_cycle_adder():
 @pytest.mark.slow
 def test_deep_float_memory_and_interleaving_agree_in_pysim_and_cxxrtl():
     params = {"M": 7, "K": 300}                          # W: 2100 fp32 words, 1024 per part
-    for level in (2, 3):
-        design, result, arrays = run_zoo("gemv", "fp32", params, HardwareConfig(fp_pipeline=level))
+    runs = [run_zoo("gemv", "fp32", params, HardwareConfig(fp_pipeline=level)) for level in (2, 3)]
+    cxxrtl.build_many((design for design, _, _ in runs), jobs=1)     # one g++ run for both
+    for design, result, arrays in runs:
         assert len(design.banking[0][1].banks) == 3
         cxx = simulate(design, backend="cxxrtl")
         assert cxx.cycles == result.cycles == design.cycles_formula
@@ -358,15 +360,30 @@ def test_deep_float_memory_and_interleaving_agree_in_pysim_and_cxxrtl():
         assert same_bits(result.outputs[0], want) and same_bits(cxx.outputs[0], want)
 
 
+GEMV_128x784 = {"M": 128, "K": 784}
+
+
+@pytest.fixture(scope="module")
+def gemvs_128x784() -> dict[tuple[str, int], tuple]:
+    """{(dtype, level): (design, inputs)}: the six GEMVs compiled, and built by one
+    cxxrtl.build_many (two g++ runs, each parsing the CXXRTL runtime once, instead of six)."""
+    out = {}
+    for dtype in ("int8", "fp32"):
+        built = zoo.check_built(zoo.ZOO["gemv"].build(dtype, **GEMV_128x784))
+        arrays = zoo.make_inputs(built, 0)
+        for level in LEVELS[1:]:
+            out[dtype, level] = (compile_model(built.forward(*[Tensor(arrays[n]) for n in built.inputs]),
+                                               config=HardwareConfig(fp_pipeline=level)), arrays)
+    cxxrtl.build_many(design for design, _ in out.values())
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("level", LEVELS[1:])
 @pytest.mark.parametrize("dtype", ["int8", "fp32"])
-def test_gemv_128x784_bit_exact_in_cxxrtl(dtype, level):
-    params = {"M": 128, "K": 784}
-    built = zoo.check_built(zoo.ZOO["gemv"].build(dtype, **params))
-    arrays = zoo.make_inputs(built, 0)
-    design = compile_model(built.forward(*[Tensor(arrays[n]) for n in built.inputs]),
-                           config=HardwareConfig(fp_pipeline=level))
+def test_gemv_128x784_bit_exact_in_cxxrtl(gemvs_128x784, dtype, level):
+    params = GEMV_128x784
+    design, arrays = gemvs_128x784[dtype, level]
     result = simulate(design, backend="cxxrtl")
     assert result.cycles == design.cycles_formula
     want = zoo.reference("gemv", dtype, params, arrays)
