@@ -38,7 +38,7 @@ from amaranth.lib.wiring import In, Out
 
 from .. import tools
 from ..cache import FP_HARNESS
-from ..sim.cxxrtl import compile_cxxrtl, cxx_compiler, cxxrtl_script
+from ..sim.cxxrtl import compile_cxxrtl, cxx_compiler, cxxrtl_script, deal_bundles
 from ..tools import ToolError, find_tool, run_tool
 
 DEFAULT_CXXFLAGS = ("-O1",)
@@ -346,7 +346,9 @@ def build_all(evaluators: list[NativeEvaluator], jobs: int | None = None) -> lis
         else:
             todo.setdefault((ev.store.folder, ev.cxxflags, ev.cxx), {}).setdefault(ev.key, ev)
     jobs = jobs or os.cpu_count() or 1
-    bundles = [list(b) for group in todo.values() for b in _bundles(list(group.values()), jobs)]
+    bundles = [list(b) for group in todo.values() for b in deal_bundles(
+        list(group.values()), jobs, size=lambda ev: len(ev.rtlil), key=lambda ev: ev.key,
+        max_designs=MAX_BUNDLE_DESIGNS, max_size=MAX_BUNDLE_RTLIL)]
     if bundles:
         with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(bundles)))) as pool:
             built = dict(kv for found in pool.map(_build_bundle, bundles) for kv in found.items())
@@ -354,21 +356,6 @@ def build_all(evaluators: list[NativeEvaluator], jobs: int | None = None) -> lis
             if infos[i] is None:
                 infos[i] = ev.last_build = built[ev.key]
     return infos
-
-
-def _bundles(evaluators: list[NativeEvaluator], jobs: int) -> list[list[NativeEvaluator]]:
-    """At least `jobs` bundles (if there are enough designs), each within the size limits; the
-    largest designs are dealt out first, each to the smallest bundle so far."""
-    sizes = {ev.key: len(ev.rtlil) for ev in evaluators}
-    n = max(jobs, -(-len(evaluators) // MAX_BUNDLE_DESIGNS), -(-sum(sizes.values()) // MAX_BUNDLE_RTLIL))
-    n = min(n, len(evaluators))
-    bundles: list[list[NativeEvaluator]] = [[] for _ in range(n)]
-    total = [0] * n
-    for ev in sorted(evaluators, key=lambda ev: (-sizes[ev.key], ev.key)):
-        j = min(range(n), key=lambda j: (total[j], len(bundles[j])))
-        bundles[j].append(ev)
-        total[j] += sizes[ev.key]
-    return [b for b in bundles if b]
 
 
 def _build_bundle(bundle: list[NativeEvaluator]) -> dict[str, BuildInfo]:

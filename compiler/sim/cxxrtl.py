@@ -32,7 +32,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 
@@ -225,7 +225,9 @@ def build_many(designs, jobs: int | None = None) -> list[Binary]:
         jobs = jobs or os.cpu_count() or 1
         # a bundle is one g++ run, so the designs of one optimisation level go together
         bundles = [b for flags in sorted({cxx_flags(p.text) for p in pending.values()})
-                   for b in _bundles([p for p in pending.values() if cxx_flags(p.text) == flags], jobs)]
+                   for b in deal_bundles([p for p in pending.values() if cxx_flags(p.text) == flags], jobs,
+                                         size=lambda p: len(p.text), key=lambda p: p.key,
+                                         max_designs=MAX_BUNDLE_DESIGNS, max_size=MAX_BUNDLE_RTLIL)]
         if len(bundles) == 1 or jobs == 1:
             for b in bundles:
                 _build_bundle(b, cxx)
@@ -241,18 +243,22 @@ def build_many(designs, jobs: int | None = None) -> list[Binary]:
     return results
 
 
-def _bundles(items: list[_Pending], jobs: int) -> list[list[_Pending]]:
-    """At least `jobs` bundles (if there are enough designs), each within the size limits;
-    the largest designs are dealt out first, each to the smallest bundle so far."""
-    total = sum(len(p.text) for p in items)
-    n = max(jobs, -(-len(items) // MAX_BUNDLE_DESIGNS), -(-total // MAX_BUNDLE_RTLIL))
+T = TypeVar("T")
+
+
+def deal_bundles(items: list[T], jobs: int, *, size: Callable[[T], int], key: Callable[[T], str],
+                 max_designs: int, max_size: int) -> list[list[T]]:
+    """At least `jobs` bundles (if there are enough designs), each within the limits (designs,
+    characters of RTLIL: `size`); the largest designs are dealt out first, each to the smallest
+    bundle so far (ties by `key`, so the same designs always make the same bundles)."""
+    n = max(jobs, -(-len(items) // max_designs), -(-sum(map(size, items)) // max_size))
     n = min(n, len(items))
-    bundles: list[list[_Pending]] = [[] for _ in range(n)]
+    bundles: list[list[T]] = [[] for _ in range(n)]
     sizes = [0] * n
-    for p in sorted(items, key=lambda p: (-len(p.text), p.key)):
+    for item in sorted(items, key=lambda i: (-size(i), key(i))):
         j = min(range(n), key=lambda j: (sizes[j], len(bundles[j])))
-        bundles[j].append(p)
-        sizes[j] += len(p.text)
+        bundles[j].append(item)
+        sizes[j] += size(item)
     return [b for b in bundles if b]
 
 
