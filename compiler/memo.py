@@ -31,8 +31,5 @@ class HeldMemo:
         self._entries[full] = (held, value)
         return value
 
-    def clear(self) -> None:
-        self._entries.clear()
-
     def __len__(self) -> int:
         return len(self._entries)

@@ -38,7 +38,7 @@ from amaranth.lib.wiring import In, Out
 
 from .. import tools
 from ..cache import FP_HARNESS
-from ..sim.cxxrtl import compile_cxxrtl, cxx_compiler, cxxrtl_script, deal_bundles
+from ..sim.cxxrtl import bundle_script, compile_cxxrtl, cxx_compiler, cxxrtl_script, deal_bundles
 from ..tools import ToolError, find_tool, run_tool
 
 DEFAULT_CXXFLAGS = ("-O1",)
@@ -364,10 +364,7 @@ def _build_bundle(bundle: list[NativeEvaluator]) -> dict[str, BuildInfo]:
     first.store.folder.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"build-{first.key[:12]}.", dir=first.store.folder))
     try:
-        script = []
-        for j, ev in enumerate(bundle):
-            (work / f"d{j}.il").write_text(ev.rtlil)
-            script += ["design -reset", *cxxrtl_script(f"d{j}.il", f"d{j}.cc", namespace=f"tinyhw_b{j}")]
+        script = bundle_script(work, [ev.rtlil for ev in bundle], "tinyhw_b")
         (work / "driver.cc").write_text(_driver_source([(ev.key, ev.ports, ev.latency) for ev in bundle]))
         yosys_s, cxx_s = compile_cxxrtl(work, script, "driver.cc", cxx=first.cxx,
                                         flags=(*first.cxxflags, "-std=c++17", "-w"))

@@ -156,6 +156,16 @@ def cxxrtl_script(il: str, cc: str, *, namespace: str | None = None) -> list[str
     return [f"read_rtlil {il}", *YOSYS_PASSES, f"write_cxxrtl {' '.join(options)} {cc}"]
 
 
+def bundle_script(work: Path, texts: Sequence[str], namespace: str) -> list[str]:
+    """Each RTLIL text of a bundle written to `work` as d{j}.il, and the Yosys commands that
+    turn it into d{j}.cc under the C++ namespace `{namespace}{j}` (one binary, several designs)."""
+    script = []
+    for j, text in enumerate(texts):
+        (work / f"d{j}.il").write_text(text)
+        script += ["design -reset", *cxxrtl_script(f"d{j}.il", f"d{j}.cc", namespace=f"{namespace}{j}")]
+    return script
+
+
 def compile_cxxrtl(work: Path, script: list[str], source: str, *, cxx: str, flags: Sequence[str],
                    exe: str = "sim") -> tuple[float, float]:
     """The one CXXRTL build: Yosys runs `script` (cxxrtl_script) in `work`, then the C++
@@ -279,10 +289,7 @@ def _compile(bundle: list[_Pending], cxx: str) -> None:
     folder = cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"build-{bundle[0].key[:12]}-", dir=folder))
-    script = []
-    for j, p in enumerate(bundle):
-        (work / f"d{j}.il").write_text(p.text)
-        script += ["design -reset", *cxxrtl_script(f"d{j}.il", f"d{j}.cc", namespace=f"tinyhw_d{j}")]
+    script = bundle_script(work, [p.text for p in bundle], "tinyhw_d")
     includes = "".join(f'#include "d{j}.cc"\n' for j in range(len(bundle)))
     table = "".join(f'  {{"{p.key}", run<tinyhw_d{j}::p_top>, stream<tinyhw_d{j}::p_top>}},\n'
                     for j, p in enumerate(bundle))
