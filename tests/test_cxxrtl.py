@@ -225,12 +225,37 @@ def test_a_large_design_is_compiled_at_O0_in_a_bundle_of_its_own(monkeypatch, is
     monkeypatch.setattr(cxxrtl, "LARGE_RTLIL", sizes[0])
     runs = []
     compile_cxxrtl = cxxrtl.compile_cxxrtl
-    monkeypatch.setattr(cxxrtl, "compile_cxxrtl", lambda work, script, source, *, cxx, flags: (
+    monkeypatch.setattr(cxxrtl, "compile_cxxrtl", lambda work, script, source, *, cxx, flags, extra: (
         runs.append((flags, sum(line.startswith("read_rtlil") for line in script))),
-        compile_cxxrtl(work, script, source, cxx=cxx, flags=flags))[1])
+        compile_cxxrtl(work, script, source, cxx=cxx, flags=flags, extra=extra))[1])
     cxxrtl.build_many([small, large], jobs=1)
     assert sorted(runs) == [(cxxrtl.CXX_FLAGS_LARGE, 1), (cxxrtl.CXX_FLAGS, 1)]
     for design, case in ((small, small_case), (large, large_case)):
+        result = simulate(design, backend="cxxrtl")
+        assert_exact(result.outputs, case.reference)
+        assert result.cycles == design.cycles_formula
+
+
+def test_the_driver_and_its_prelude_are_compiled_once_per_compiler_and_flags(monkeypatch, isolated_cache):
+    """cxxrtl.runtime: the driver object and the precompiled prelude are built by the first
+    bundle and only linked and included by the next; each bundle's g++ run compiles its designs
+    alone, and every design still simulates exactly."""
+    calls = []
+    run_tool = cxxrtl.run_tool
+    monkeypatch.setattr(cxxrtl, "run_tool", lambda cmd, **kw: (calls.append(cmd), run_tool(cmd, **kw))[1])
+    cases = [designs.add_relu(N=20), designs.add_relu(N=12)]
+    compiled = [compile_model(*c.outputs) for c in cases]
+    for design in compiled:                        # two bundles, one after the other
+        cxxrtl.build(design)
+    assert sum("driver.cc" in c for c in calls) == 1
+    assert sum("-x" in c and "prelude.h" in c for c in calls) == 1
+    bundles = [c for c in calls if "sim.cc" in c]
+    assert len(bundles) == 2
+    folder = cxxrtl.runtime(cxxrtl.cxx_compiler(), cxxrtl.CXX_FLAGS).folder
+    for cmd in bundles:
+        assert str(folder / "driver.o") in cmd and str(folder / "prelude.h") in cmd
+    assert (folder / "prelude.h.gch").is_file()
+    for design, case in zip(compiled, cases):
         result = simulate(design, backend="cxxrtl")
         assert_exact(result.outputs, case.reference)
         assert result.cycles == design.cycles_formula

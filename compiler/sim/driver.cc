@@ -1,15 +1,7 @@
-// tinyhw CXXRTL driver: load memories, run start -> done, dump memories.
-#include <algorithm>
-#include <chrono>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <memory>
-#include <string>
-#include <vector>
-
-//@INCLUDES@
+// tinyhw CXXRTL driver: load memories, run start -> done, dump memories. Compiled once per C++
+// compiler and flags (compiler/sim/cxxrtl.py `runtime`) and linked with each bundle of designs,
+// which defines the table `tinyhw_designs` (prelude.h: a design behind the `tinyhw::Sim` calls).
+#include "prelude.h"
 
 using cxxrtl::debug_item;
 using cxxrtl::debug_items;
@@ -110,13 +102,13 @@ static void poke(const debug_items &items, const Poke &p) {
 
 // One run: a fresh design (every register and memory at its initial value, as in a run of its
 // own), the base pokes, then the run's own, start -> done, and the read memories appended to `out`.
-template <class Top> static void run_once(const std::vector<Poke> &base, const std::vector<Poke> &own,
+static void run_once(const std::vector<Poke> &base, const std::vector<Poke> &own,
                                           const std::vector<std::pair<Field, uint64_t>> &reads,
-                                          uint64_t max_cycles, uint32_t flags, FILE *out) {
-  std::unique_ptr<Top> holder(new Top);
-  Top &top = *holder;
+                                          uint64_t max_cycles, uint32_t flags, FILE *out, tinyhw::Sim *(*make)()) {
+  std::unique_ptr<tinyhw::Sim> holder(make());
+  tinyhw::Sim &top = *holder;
   debug_items items;
-  top.debug_info(&items, nullptr, "");
+  top.debug_info(items);
   for (auto &p : base) poke(items, p);
   for (auto &p : own) poke(items, p);
   std::vector<const debug_item *> read_items;
@@ -129,8 +121,8 @@ template <class Top> static void run_once(const std::vector<Poke> &base, const s
   // Counted as run_pysim counts: start is high in cycle 0, `cycles` is the number of the cycle
   // in which done is high, i.e. the rising edges from the start edge up to that cycle's edge.
   auto t0 = std::chrono::steady_clock::now();
-  top.p_clk.template set<bool>(false);
-  top.p_start.template set<bool>(true);
+  top.set_clk(false);
+  top.set_start(true);
   // A flattened design without feedback wires settles in one eval() (it says so by returning
   // true): then one eval per cycle, at the rising edge, is exact; the falling edge only needs a
   // commit to record the clock level. Otherwise step() settles every half cycle.
@@ -139,27 +131,27 @@ template <class Top> static void run_once(const std::vector<Poke> &base, const s
   uint64_t cycles = 0;
   if (one_pass) {
     for (;;) {
-      top.p_clk.template set<bool>(true);
+      top.set_clk(true);
       top.eval();                             // comb outputs still show the cycle before the edge
       top.commit();
-      bool done = top.p_done.template get<bool>();
-      top.p_clk.template set<bool>(false);
+      bool done = top.done();
+      top.set_clk(false);
       top.commit();
       if (cycles > 0 && done) break;
       cycles++;
-      top.p_start.template set<bool>(false);
+      top.set_start(false);
       if (cycles > max_cycles) fail(3, "done not reached after " + std::to_string(max_cycles) + " cycles");
     }
   } else {
     top.step();
     for (;;) {
-      top.p_clk.template set<bool>(true);
+      top.set_clk(true);
       top.step();
       cycles++;
-      top.p_start.template set<bool>(false);
-      top.p_clk.template set<bool>(false);
+      top.set_start(false);
+      top.set_clk(false);
       top.step();
-      if (top.p_done.template get<bool>()) break;
+      if (top.done()) break;
       if (cycles >= max_cycles) fail(3, "done not reached after " + std::to_string(max_cycles) + " cycles");
     }
   }
@@ -178,7 +170,7 @@ template <class Top> static void run_once(const std::vector<Poke> &base, const s
   }
 }
 
-template <class Top> static void run(Reader &r, const char *out_path) {
+static void run(Reader &r, const char *out_path, tinyhw::Sim *(*make)()) {
   uint64_t max_cycles = r.get<uint64_t>();
   uint32_t flags = r.get<uint32_t>();         // bit 0: settle with step() even if one pass would do
   std::vector<Poke> base = read_pokes(r);
@@ -195,7 +187,7 @@ template <class Top> static void run(Reader &r, const char *out_path) {
   std::fwrite("TNHWOUT2", 1, 8, out);
   uint64_t n = nruns;
   std::fwrite(&n, 8, 1, out);
-  for (auto &own : runs) run_once<Top>(base, own, reads, max_cycles, flags, out);
+  for (auto &own : runs) run_once(base, own, reads, max_cycles, flags, out, make);
   if (std::fclose(out) != 0) fail(2, "cannot write output file");
 }
 
@@ -203,7 +195,7 @@ template <class Top> static void run(Reader &r, const char *out_path) {
 // back with `start` held high. Before beat t starts (in the cycle whose state shows the previous
 // beat's done, which is also beat t's first) its pokes land; after its done its reads are taken.
 // Writes per beat: the cycle of its done (counted from the first start cycle as 0), then the reads.
-template <class Top> static void stream(Reader &r, const char *out_path) {
+static void stream(Reader &r, const char *out_path, tinyhw::Sim *(*make)()) {
   uint64_t max_cycles = r.get<uint64_t>();
   uint32_t flags = r.get<uint32_t>();
   std::vector<Poke> base = read_pokes(r);
@@ -223,20 +215,20 @@ template <class Top> static void stream(Reader &r, const char *out_path) {
   std::fwrite("TNHWSTRO", 1, 8, out);
   uint64_t n = nbeats;
   std::fwrite(&n, 8, 1, out);
-  std::unique_ptr<Top> holder(new Top);
-  Top &top = *holder;
+  std::unique_ptr<tinyhw::Sim> holder(make());
+  tinyhw::Sim &top = *holder;
   debug_items items;
-  top.debug_info(&items, nullptr, "");
+  top.debug_info(items);
   for (auto &p : base) poke(items, p);
   if (nbeats) for (auto &p : pokes[0]) poke(items, p);
-  top.p_clk.template set<bool>(false);
-  top.p_start.template set<bool>(nbeats > 0);
+  top.set_clk(false);
+  top.set_start(nbeats > 0);
   bool one_pass = top.eval() && !(flags & 1);
   top.commit();
   uint64_t cycles = 0;
   std::vector<uint64_t> words;
   for (uint32_t t = 0; t < nbeats;) {
-    top.p_clk.template set<bool>(true);
+    top.set_clk(true);
     if (one_pass) {
       top.eval();
       top.commit();
@@ -244,7 +236,7 @@ template <class Top> static void stream(Reader &r, const char *out_path) {
       top.step();
     }
     cycles++;
-    bool done = top.p_done.template get<bool>();
+    bool done = top.done();
     if (done) {
       std::fwrite(&cycles, 8, 1, out);
       for (auto &rd : reads[t]) {
@@ -257,22 +249,14 @@ template <class Top> static void stream(Reader &r, const char *out_path) {
       }
       t++;
       if (t < nbeats) for (auto &p : pokes[t]) poke(items, p);
-      else top.p_start.template set<bool>(false);
+      else top.set_start(false);
     }
-    top.p_clk.template set<bool>(false);
+    top.set_clk(false);
     if (one_pass) top.commit(); else top.step();
     if (cycles > max_cycles) fail(3, "beat " + std::to_string(t) + " not done after " + std::to_string(max_cycles) + " cycles");
   }
   if (std::fclose(out) != 0) fail(2, "cannot write output file");
 }
-
-static const struct {
-  const char *key;
-  void (*run)(Reader &, const char *);
-  void (*stream)(Reader &, const char *);
-} designs[] = {
-//@DESIGNS@
-};
 
 int main(int argc, char **argv) {
   if (argc != 3) fail(2, "usage: sim INPUT OUTPUT");
@@ -284,9 +268,9 @@ int main(int argc, char **argv) {
   bool streaming = std::memcmp(magic, "TNHWSTR1", 8) == 0;
   if (!streaming && std::memcmp(magic, "TNHWIN05", 8) != 0) fail(2, "bad input file");
   std::string key = r.str();
-  for (auto &d : designs)
-    if (key == d.key) {
-      (streaming ? d.stream : d.run)(r, argv[2]);
+  for (size_t i = 0; i < tinyhw_n_designs; i++)
+    if (key == tinyhw_designs[i].key) {
+      (streaming ? stream : run)(r, argv[2], tinyhw_designs[i].make);
       return 0;
     }
   fail(2, "design " + key + " is not in this binary");
