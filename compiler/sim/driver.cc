@@ -103,8 +103,8 @@ static void poke(const debug_items &items, const Poke &p) {
 // One run: a fresh design (every register and memory at its initial value, as in a run of its
 // own), the base pokes, then the run's own, start -> done, and the read memories appended to `out`.
 static void run_once(const std::vector<Poke> &base, const std::vector<Poke> &own,
-                                          const std::vector<std::pair<Field, uint64_t>> &reads,
-                                          uint64_t max_cycles, uint32_t flags, FILE *out, tinyhw::Sim *(*make)()) {
+                     const std::vector<std::pair<Field, uint64_t>> &reads,
+                     uint64_t max_cycles, uint32_t flags, FILE *out, tinyhw::Sim *(*make)()) {
   std::unique_ptr<tinyhw::Sim> holder(make());
   tinyhw::Sim &top = *holder;
   debug_items items;
