@@ -39,7 +39,7 @@ from amaranth.lib.wiring import In, Out
 from .. import tools
 from ..cache import FP_HARNESS
 from ..sim.cxxrtl import bundle_script, compile_cxxrtl, cxx_compiler, cxxrtl_script, deal_bundles
-from ..tools import ToolError, find_tool, run_tool
+from ..tools import ToolError, run_tool
 
 DEFAULT_CXXFLAGS = ("-O1",)
 # The design simulator's Yosys passes (compiler.sim.cxxrtl.YOSYS_PASSES says why each): `opt -fast`
@@ -216,12 +216,6 @@ def _driver_source(items: list[tuple[str, list[Port], int]]) -> str:
     table = "".join(f'  {{"{key}", run_{j}}},\n' for j, (key, _, _) in enumerate(items))
     return (_DRIVER_HEAD.replace("//@INCLUDES@", includes.rstrip("\n")) + body
             + _DRIVER_MAIN.replace("//@DESIGNS@", table.rstrip("\n")))
-
-
-def _cxx() -> str:
-    """The C++ compiler: `TINYHW_CXX` (a name on PATH or a path), else g++ (as compiler.sim.cxxrtl)."""
-    name = os.environ.get("TINYHW_CXX") or "g++"
-    return name if os.sep in name else find_tool(name)
 
 
 def _tool_versions(cxx: str) -> str:
