@@ -10,12 +10,14 @@ yowasp tools run in a WASM sandbox that only sees the working directory: callers
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from importlib import metadata
@@ -167,6 +169,19 @@ def find_tool(name: str) -> str:
     return found
 
 
+def cores() -> int:
+    """The CPUs this process may run on (its affinity, which a container or `taskset` narrows)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:          # not on Linux
+        return os.cpu_count() or 1
+
+
+# Set in a thread that runs tools for someone else (dse.evaluate's early synthesis): a tool it
+# starts is killed once the event is set, as subprocess.run kills one when its caller is interrupted.
+CANCEL: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar("tinyhw_tool_cancel", default=None)
+
+
 def run_tool(argv: list[str], *, cwd: Path, log_name: str, timeout: float | None = None,
              env: dict[str, str] | None = None) -> ToolRun:
     """Run `argv` in `cwd`, keep its combined output in `cwd/log_name`, raise ToolError on failure.
@@ -178,17 +193,40 @@ def run_tool(argv: list[str], *, cwd: Path, log_name: str, timeout: float | None
     t0 = time.perf_counter()
     try:
         with log_path.open("w") as log:
-            proc = subprocess.run(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, env=full_env)
+            returncode = _wait(subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=full_env),
+                               timeout, CANCEL.get())
     except FileNotFoundError as exc:
         raise ToolError(Path(argv[0]).name, f"cannot run {argv[0]!r}: {exc.strerror}") from exc
     except subprocess.TimeoutExpired as exc:
         raise ToolError(Path(argv[0]).name, f"timed out after {timeout:.0f} s", tail(_read(log_path)),
                         log_path) from exc
     seconds = time.perf_counter() - t0
+    if returncode is None:
+        raise ToolError(Path(argv[0]).name, "cancelled", tail(_read(log_path)), log_path)
     out = _read(log_path)
-    if proc.returncode != 0:
-        raise ToolError(Path(argv[0]).name, f"exited with code {proc.returncode}", tail(out), log_path)
+    if returncode != 0:
+        raise ToolError(Path(argv[0]).name, f"exited with code {returncode}", tail(out), log_path)
     return ToolRun(tuple(argv), seconds, log_path, out)
+
+
+def _wait(proc: subprocess.Popen, timeout: float | None, cancel: threading.Event | None) -> int | None:
+    """`proc`'s exit code, or None if `cancel` was set first. As subprocess.run does, the process
+    is killed if the wait ends any other way (TimeoutExpired past `timeout`, an interrupt)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with proc:
+        try:
+            while cancel is None or not cancel.is_set():
+                left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                try:    # with a cancel event, a look at it every 0.2 s
+                    return proc.wait(timeout=left if cancel is None else min(left or 0.2, 0.2))
+                except subprocess.TimeoutExpired:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise
+            return None
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                proc.wait()
 
 
 def _read(path: Path) -> str:

@@ -310,6 +310,7 @@ def run_eval(args: argparse.Namespace) -> int:
     still printed); 2: bad usage or input (nothing evaluated)."""
     import contextlib
     import json
+    from compiler.tools import cores
     from dse.evaluate import EvalContext, evaluate, json_safe
     from dse.paths import point_dir
     from dse.spec import DesignPoint, load_spec
@@ -341,7 +342,7 @@ def run_eval(args: argparse.Namespace) -> int:
     point = DesignPoint(args.model, args.dtype, FrozenMap(knobs))
     workdir = args.workdir or point_dir(spec=spec, point=point, target=target, seed=args.seed)
     ctx = EvalContext.from_spec(spec, target=target, data_seed=args.seed, sim_backend=args.sim,
-                                synthesize=not args.no_synth)
+                                synthesize=not args.no_synth, overlap=cores() > 1)
 
     if args.estimate:
         return _print_estimate(ctx, point, args)

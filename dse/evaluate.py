@@ -31,7 +31,8 @@ metric computed before the failure (cycles survive a synthesis timeout). The sta
                 many instances; "synth_kernels" with `synthesis: kernels`, each kernel on its own,
                 in parallel; dse.fidelity fills "estimate" rows of points it does not
                 synthesise); limited to `stage_timeout_s` (a timeout is a ToolError, so a FAIL
-                with the log tail)
+                with the log tail). With EvalContext.overlap it starts before `simulate`, in a
+                thread, and this stage reads its result (`_EarlySynthesis`)
 
 Every stage runs under `stage_timeout_s`: the tool stages through the tools' own timeout, the
 others (the user's model code, the compiler, the simulators) through dse.limits.time_limit. A
@@ -87,6 +88,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -138,6 +140,9 @@ class EvalContext:
     synthesis: str = "flat"         # "units": float units synthesised once each (spec key `synthesis`)
     golden_accuracy: bool = False   # without simulation, a trained integer network's accuracy from its
                                     # golden model (multi-fidelity's cheap tier; dse.models.accuracy)
+    # synthesis started beside the simulation (in a thread: Yosys and g++ are both subprocesses) when
+    # this process has a core to spare; the row is the same, its synth_s Yosys' own time
+    overlap: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.timing, (TimingSpec, type(None))):
@@ -463,6 +468,19 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         run.notes.append("not simulated (the cheap fidelity): cycles from the cycle model, outputs not checked")
         return
 
+    early = (_EarlySynthesis(ctx, run, design) if ctx.overlap and ctx.synthesize and not _too_large(ctx, run)
+             else None)
+    try:
+        _check(ctx, model, point, run, design, config, built, arrays, tensors, proof)
+        _synthesis(ctx, run, design, early)
+    finally:
+        if early is not None:       # read by then unless a stage raised
+            early.cancel()
+
+
+def _check(ctx: EvalContext, model: ModelSpec, point: DesignPoint, run: _Run, design, config, built, arrays,
+           tensors, proof: "_Proof") -> None:
+    """The simulate, check, confirm and accuracy stages."""
     def fell_back(why: str) -> None:
         run.notes.append(f"CXXRTL unavailable, simulated with pysim: {why}")
         run.log(f"simulate: CXXRTL unavailable ({why}); using pysim")
@@ -502,24 +520,74 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         with run.stage("accuracy", "accuracy_s"):
             _accuracy(model, point=point, config=config, sim=sim, run=run, design=design, tensors=tensors, checker=checker)
 
-    _synthesis(ctx, run, design)
+
+def _too_large(ctx: EvalContext, run: _Run) -> str:
+    """Why the point is too large to synthesise for the target by its features ('' if it is not)."""
+    return too_large(json.loads(run.fields.get("features") or "{}"), ctx.target) if ctx.synthesize else ""
 
 
-def _synthesis(ctx: EvalContext, run: _Run, design) -> None:
-    """The synthesize stage, then timing (if asked)."""
-    if ctx.synthesize and (why := too_large(json.loads(run.fields.get("features") or "{}"), ctx.target)):
+def _synthesize(ctx: EvalContext, run: _Run, design):
+    from compiler.synth.area import synthesize
+    mode = "flat" if ctx.timing else ctx.synthesis           # place-and-route needs a flat netlist
+    return synthesize(design, ctx.target, run.workdir / "synth", timeout=ctx.stage_timeout_s,
+                      netlist=ctx.timing is not None, units=mode == "units", kernels=mode == "kernels")
+
+
+class _EarlySynthesis:
+    """A point's synthesis in a thread while the main thread simulates and checks it
+    (EvalContext.overlap): Yosys is a subprocess, as the simulator's g++ is, so on a core the
+    sweep leaves idle the two overlap and a point takes about the longer of them, not their sum.
+    The main thread converts the design to RTLIL first: the thread finds the text in
+    compiler.synth.rtlil_text's memo and never elaborates Amaranth itself. Its result is read
+    by the synthesize stage, in order, so the row is the one a sequential run writes."""
+
+    def __init__(self, ctx: EvalContext, run: _Run, design):
+        from compiler.synth import rtlil_text
+        rtlil_text.convert(design.top, name="top")
+        self.area, self.error, self.seconds = None, None, 0.0
+        self._cancel = threading.Event()
+        self._thread = threading.Thread(target=self._work, args=(ctx, run, design), daemon=True,
+                                        name="early-synthesis")
+        self._thread.start()
+        run.log("synthesize: started beside the simulation")
+
+    def _work(self, ctx: EvalContext, run: _Run, design) -> None:
+        from compiler.tools import CANCEL
+        CANCEL.set(self._cancel)        # this thread's own context: cancel() kills its Yosys
+        t0 = time.perf_counter()
+        try:
+            self.area = _synthesize(ctx, run, design)
+        except Exception as exc:     # noqa: BLE001 - re-raised in the synthesize stage
+            self.error = exc
+        self.seconds = time.perf_counter() - t0
+
+    def cancel(self) -> None:
+        """Stop the synthesis if it still runs (a stage before it raised: nothing will read it)."""
+        self._cancel.set()
+        self._thread.join()
+
+    def result(self):
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.area
+
+
+def _synthesis(ctx: EvalContext, run: _Run, design, early: _EarlySynthesis | None = None) -> None:
+    """The synthesize stage (of `early` if it started beside the simulation), then timing (if asked)."""
+    if why := _too_large(ctx, run):
         run.set(fits=False, stage="synthesize", error=why)      # an infeasible point, not hours of Yosys
         run.log(f"synthesize: {why}")
         return
     if ctx.synthesize:
-        from compiler.synth.area import synthesize
+        mode = "flat" if ctx.timing else ctx.synthesis
         with run.stage("synthesize", "synth_s"):
-            mode = "flat" if ctx.timing else ctx.synthesis           # place-and-route needs a flat netlist
-            area = synthesize(design, ctx.target, run.workdir / "synth", timeout=ctx.stage_timeout_s,
-                              netlist=ctx.timing is not None, units=mode == "units", kernels=mode == "kernels")
+            area = early.result() if early is not None else _synthesize(ctx, run, design)
             run.set(luts=area.luts, ffs=area.ffs, bram=area.bram, lutram=area.lutram, dsp=area.dsp,
                     fidelity=SYNTH_FIDELITY[mode], synth_units=area.units,
                     yosys_version=area.yosys_version, synth_script=area.script.strip().replace("\n", "; "))
+        if early is not None:       # Yosys' own time, not the wait at the end of the simulation
+            run.set(synth_s=early.seconds)
         if area.cached:
             run.notes.append("synthesis from the synthesis cache (this netlist was synthesised before)")
         if area.fallback:

@@ -93,6 +93,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from compiler.tools import cores
 from dse.cache import EvalCache
 from dse.evaluate import EvalContext
 from dse.fidelity import FIDELITY_TXT, describe
@@ -171,7 +172,9 @@ def work(job: _Job, worker: int, emit: Callable[[dict[str, Any]], None], stop: I
     storage = open_storage(job.location)
     sampler = make_sampler(spec, worker_seed(spec.search.seed, job.seed_base, worker), options.n_jobs)
     study = optuna().load_study(study_name=spec.study, storage=storage, sampler=sampler)
-    ctx = EvalContext.from_spec(spec, data_seed=options.data_seed, sim_backend=options.sim_backend)
+    # fewer workers than cores: each point's synthesis runs beside its simulation (EvalContext.overlap)
+    ctx = EvalContext.from_spec(spec, data_seed=options.data_seed, sim_backend=options.sim_backend,
+                                overlap=options.n_jobs < cores())
     cache = EvalCache(options.cache_dir) if options.use_cache else None
     parent = os.getppid()
     not_applicable, waiting = 0, False

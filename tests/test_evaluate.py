@@ -256,6 +256,41 @@ def test_a_failing_tool_gives_its_exit_code_and_log(tmp_path, monkeypatch, isola
     assert m.correct is True and m.cycles == m.cycles_model
 
 
+@pytest.mark.parametrize("dtype", ["int8", "fp16"])
+def test_synthesis_beside_the_simulation_gives_the_same_row(dtype, tmp_path):
+    """EvalContext.overlap (a sweep with fewer workers than cores, `dse eval`): Yosys runs in a
+    thread while the point is simulated and checked; the row is the sequential one and synth_s
+    Yosys' own time."""
+    sequential = evaluate(ctx(synthesize=True), point(dtype=dtype), tmp_path / "sequential")
+    beside = evaluate(ctx(synthesize=True, overlap=True), point(dtype=dtype), tmp_path / "beside")
+    assert sequential.status is beside.status is Status.OK, (sequential.error, beside.error)
+    same = ("cycles", "correct", "max_abs_err", "luts", "ffs", "bram", "lutram", "dsp", "synth_script")
+    assert {k: getattr(beside, k) for k in same} == {k: getattr(sequential, k) for k in same}
+    assert beside.luts > 0 and beside.synth_s > 0 and beside.simulate_s > 0
+
+
+def test_a_stage_that_raises_stops_the_synthesis_beside_it(tmp_path, monkeypatch, isolated_cache):
+    import threading
+    import compiler.tools
+    import dse.evaluate
+    started = threading.Event()
+    real = compiler.tools.run_tool
+
+    def slow_yosys(argv, **kw):     # a Yosys run that would take a minute
+        started.set()
+        return real([sys.executable, "-c", "import time; time.sleep(60)"], **kw)
+
+    def broken(self, design, inputs):
+        assert started.wait(30)
+        raise RuntimeError("simulator broke")
+    monkeypatch.setattr(compiler.tools, "run_tool", slow_yosys)
+    monkeypatch.setattr(dse.evaluate.Simulator, "run", broken)
+    m = evaluate(ctx(synthesize=True, overlap=True), point(), tmp_path)
+    assert m.status is Status.FAIL and m.stage == "simulate" and m.error == "simulator broke"
+    assert m.luts is None and m.synth_s is None and m.total_s < 30
+    assert not any(t.name == "early-synthesis" for t in threading.enumerate())
+
+
 def test_cycle_model_mismatch_is_a_compiler_bug(tmp_path, monkeypatch):
     from compiler.design import CycleModel, Design
     real = Design.cycle_model

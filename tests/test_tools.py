@@ -1,5 +1,5 @@
 """compiler.tools.run_tool: an external tool's output reaches its log while it runs, and a tool
-that fails or times out keeps what it printed in the log and in its ToolError."""
+that fails, times out or is cancelled keeps what it printed in the log and in its ToolError."""
 from __future__ import annotations
 
 import sys
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.tools import ToolError, run_tool
+from compiler.tools import CANCEL, ToolError, cores, run_tool
 
 WAITS_FOR_GO = """
 import pathlib, sys, time
@@ -52,6 +52,40 @@ def test_a_failing_tool_names_its_exit_code_and_output(tmp_path: Path):
     assert err.value.reason == "exited with code 3"
     assert "ERROR: no bel for cell x" in err.value.log_tail
     assert err.value.log_path == tmp_path / "tool.log"
+
+
+
+def test_a_tool_started_under_a_cancel_event_is_killed_when_it_is_set(tmp_path: Path):
+    """dse.evaluate's early synthesis: its thread sets CANCEL, and a stage that raises in the main
+    thread stops the Yosys run nothing will read."""
+    script = "import os, time; print(os.getpid(), flush=True); time.sleep(60)"
+    cancel, seen = threading.Event(), {}
+
+    def work():
+        CANCEL.set(cancel)          # this thread's context only
+        t0 = time.monotonic()
+        try:
+            run_tool([sys.executable, "-c", script], cwd=tmp_path, log_name="tool.log", timeout=120)
+        except ToolError as exc:
+            seen["error"], seen["seconds"] = exc, time.monotonic() - t0
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not _text(tmp_path / "tool.log").strip():
+        assert time.monotonic() < deadline, "the tool never started"
+        time.sleep(0.05)
+    pid = int(_text(tmp_path / "tool.log").split()[0])
+    cancel.set()
+    worker.join(30)
+    assert seen["error"].reason == "cancelled" and seen["seconds"] < 30
+    assert not Path(f"/proc/{pid}").exists(), "the cancelled tool still runs"
+    assert CANCEL.get() is None     # the main thread's tools were never cancellable
+
+
+def test_cores_is_what_this_process_may_use():
+    import os
+    assert 1 <= cores() <= (os.cpu_count() or 1)
 
 
 def _text(path: Path) -> str:

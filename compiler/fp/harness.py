@@ -22,7 +22,6 @@ values. A port of width w travels as the smallest of uint8/16/32/64 that holds i
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -339,7 +338,7 @@ def build_all(evaluators: list[NativeEvaluator], jobs: int | None = None) -> lis
             infos[i] = ev.last_build = BuildInfo(ev.exe, cached=True)
         else:
             todo.setdefault((ev.store.folder, ev.cxxflags, ev.cxx), {}).setdefault(ev.key, ev)
-    jobs = jobs or os.cpu_count() or 1
+    jobs = jobs or tools.cores()
     bundles = [list(b) for group in todo.values() for b in deal_bundles(
         list(group.values()), jobs, size=lambda ev: len(ev.rtlil), key=lambda ev: ev.key,
         max_designs=MAX_BUNDLE_DESIGNS, max_size=MAX_BUNDLE_RTLIL)]

@@ -41,7 +41,7 @@ import numpy as np
 from ..design import Design
 from .memory_io import SimResult, input_words, outputs_from, streamed_words
 from ..cache import CXXRTL
-from ..tools import ToolError, cxxrtl_include_dir, find_tool, package_version, run_tool, yosys
+from ..tools import ToolError, cores, cxxrtl_include_dir, find_tool, package_version, run_tool, yosys
 
 # Measured on the int8 128x784 GEMV (bench/bench_sim.py): write_cxxrtl's default -O6 gives the
 # fastest code and the quickest g++ run (-O4: 1.4x more instructions per cycle, -O2: 10x
@@ -285,7 +285,7 @@ def build_many(designs, jobs: int | None = None) -> list[Binary]:
         waiting.setdefault(key, []).append(i)
     if pending:
         folder.mkdir(parents=True, exist_ok=True)
-        jobs = jobs or os.cpu_count() or 1
+        jobs = jobs or cores()
         # a bundle is one g++ run, so the designs of one optimisation level go together
         bundles = [b for flags in sorted({cxx_flags(p.text) for p in pending.values()})
                    for b in deal_bundles([p for p in pending.values() if cxx_flags(p.text) == flags], jobs,

@@ -53,7 +53,7 @@ from ..design import Design
 from ..hw.datapath import DUPLICATE_ATTRIBUTE
 from .rtlil_text import DATA_ATTRIBUTE
 from ..cache import SYNTH
-from ..tools import ToolError, yosys, yosys_version
+from ..tools import ToolError, cores, yosys, yosys_version
 
 TARGETS = {
     # ECP5 -nowidelut: abc9 maps to LUT4s only, not to LUT5-LUT7 made of two to eight LUT4s and
@@ -303,12 +303,12 @@ def synthesize_kernels(text: str, target: str, workdir: Path | None = None, *, t
 
 
 def synth_jobs() -> int:
-    """Yosys runs at a time for per-kernel synthesis: $TINYHW_SYNTH_JOBS, else the CPU count."""
+    """Yosys runs at a time for per-kernel synthesis: $TINYHW_SYNTH_JOBS, else the usable CPUs."""
     import os
     raw = os.environ.get("TINYHW_SYNTH_JOBS", "")
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
-    return os.cpu_count() or 1
+    return cores()
 
 
 def _synthesize_split(text: str, target: str, workdir: Path | None, *, split, what: str,
