@@ -468,8 +468,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         run.notes.append("not simulated (the cheap fidelity): cycles from the cycle model, outputs not checked")
         return
 
-    early = (_EarlySynthesis(ctx, run, design) if ctx.overlap and ctx.synthesize and not _too_large(ctx, run)
-             else None)
+    early = _EarlySynthesis.start(ctx, run, design) if ctx.overlap else None
     try:
         _check(ctx, model, point, run, design, config, built, arrays, tensors, proof)
         _synthesis(ctx, run, design, early)
@@ -526,9 +525,13 @@ def _too_large(ctx: EvalContext, run: _Run) -> str:
     return too_large(json.loads(run.fields.get("features") or "{}"), ctx.target) if ctx.synthesize else ""
 
 
+def _synthesis_mode(ctx: EvalContext) -> str:
+    return "flat" if ctx.timing else ctx.synthesis           # place-and-route needs a flat netlist
+
+
 def _synthesize(ctx: EvalContext, run: _Run, design):
     from compiler.synth.area import synthesize
-    mode = "flat" if ctx.timing else ctx.synthesis           # place-and-route needs a flat netlist
+    mode = _synthesis_mode(ctx)
     return synthesize(design, ctx.target, run.workdir / "synth", timeout=ctx.stage_timeout_s,
                       netlist=ctx.timing is not None, units=mode == "units", kernels=mode == "kernels")
 
@@ -542,14 +545,25 @@ class _EarlySynthesis:
     by the synthesize stage, in order, so the row is the one a sequential run writes."""
 
     def __init__(self, ctx: EvalContext, run: _Run, design):
-        from compiler.synth import rtlil_text
-        rtlil_text.convert(design.top, name="top")
         self.area, self.error, self.seconds = None, None, 0.0
         self._cancel = threading.Event()
         self._thread = threading.Thread(target=self._work, args=(ctx, run, design), daemon=True,
                                         name="early-synthesis")
         self._thread.start()
         run.log("synthesize: started beside the simulation")
+
+    @classmethod
+    def start(cls, ctx: EvalContext, run: _Run, design) -> "_EarlySynthesis | None":
+        """The synthesis started, or None where the point is not synthesised or its design does
+        not convert (the simulate stage then reports that, as it does without overlap)."""
+        from compiler.synth import rtlil_text
+        if not ctx.synthesize or _too_large(ctx, run):
+            return None
+        try:
+            rtlil_text.convert(design.top, name="top")
+        except Exception:       # noqa: BLE001 - reported by the stage that converts it next
+            return None
+        return cls(ctx, run, design)
 
     def _work(self, ctx: EvalContext, run: _Run, design) -> None:
         from compiler.tools import CANCEL
@@ -580,7 +594,7 @@ def _synthesis(ctx: EvalContext, run: _Run, design, early: _EarlySynthesis | Non
         run.log(f"synthesize: {why}")
         return
     if ctx.synthesize:
-        mode = "flat" if ctx.timing else ctx.synthesis
+        mode = _synthesis_mode(ctx)
         with run.stage("synthesize", "synth_s"):
             area = early.result() if early is not None else _synthesize(ctx, run, design)
             run.set(luts=area.luts, ffs=area.ffs, bram=area.bram, lutram=area.lutram, dsp=area.dsp,

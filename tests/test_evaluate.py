@@ -291,6 +291,16 @@ def test_a_stage_that_raises_stops_the_synthesis_beside_it(tmp_path, monkeypatch
     assert not any(t.name == "early-synthesis" for t in threading.enumerate())
 
 
+def test_a_design_that_does_not_convert_fails_where_it_would_without_overlap(tmp_path, monkeypatch):
+    import compiler.synth.rtlil_text
+
+    def broken(top, name="top"):
+        raise ValueError("cannot convert")
+    monkeypatch.setattr(compiler.synth.rtlil_text, "convert", broken)
+    rows = [evaluate(ctx(synthesize=True, overlap=overlap), point(), tmp_path / str(overlap)) for overlap in (False, True)]
+    assert [(m.status, m.stage, m.error, m.correct) for m in rows] == [(Status.FAIL, "synthesize", "cannot convert", True)] * 2
+
+
 def test_cycle_model_mismatch_is_a_compiler_bug(tmp_path, monkeypatch):
     from compiler.design import CycleModel, Design
     real = Design.cycle_model
