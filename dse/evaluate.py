@@ -595,13 +595,15 @@ def _synthesis(ctx: EvalContext, run: _Run, design, early: _EarlySynthesis | Non
         return
     if ctx.synthesize:
         mode = _synthesis_mode(ctx)
-        with run.stage("synthesize", "synth_s"):
-            area = early.result() if early is not None else _synthesize(ctx, run, design)
-            run.set(luts=area.luts, ffs=area.ffs, bram=area.bram, lutram=area.lutram, dsp=area.dsp,
-                    fidelity=SYNTH_FIDELITY[mode], synth_units=area.units,
-                    yosys_version=area.yosys_version, synth_script=area.script.strip().replace("\n", "; "))
-        if early is not None:       # Yosys' own time, not the wait at the end of the simulation
-            run.set(synth_s=early.seconds)
+        try:
+            with run.stage("synthesize", "synth_s"):
+                area = early.result() if early is not None else _synthesize(ctx, run, design)
+                run.set(luts=area.luts, ffs=area.ffs, bram=area.bram, lutram=area.lutram, dsp=area.dsp,
+                        fidelity=SYNTH_FIDELITY[mode], synth_units=area.units,
+                        yosys_version=area.yosys_version, synth_script=area.script.strip().replace("\n", "; "))
+        finally:
+            if early is not None:   # Yosys' own time (failed or not), not the wait after the simulation
+                run.set(synth_s=early.seconds)
         if area.cached:
             run.notes.append("synthesis from the synthesis cache (this netlist was synthesised before)")
         if area.fallback:

@@ -299,6 +299,7 @@ def test_a_design_that_does_not_convert_fails_where_it_would_without_overlap(tmp
     monkeypatch.setattr(compiler.synth.rtlil_text, "convert", broken)
     rows = [evaluate(ctx(synthesize=True, overlap=overlap), point(), tmp_path / str(overlap)) for overlap in (False, True)]
     assert [(m.status, m.stage, m.error, m.correct) for m in rows] == [(Status.FAIL, "synthesize", "cannot convert", True)] * 2
+    assert all(m.synth_s is not None and m.synth_s < 5 for m in rows)
 
 
 def test_cycle_model_mismatch_is_a_compiler_bug(tmp_path, monkeypatch):
