@@ -555,7 +555,7 @@ class _EarlySynthesis:
     @classmethod
     def start(cls, ctx: EvalContext, run: _Run, design) -> "_EarlySynthesis | None":
         """The synthesis started, or None where the point is not synthesised or its design does
-        not convert (the simulate stage then reports that, as it does without overlap)."""
+        not convert (the stage that converts it next reports that, as without overlap)."""
         from compiler.synth import rtlil_text
         if not ctx.synthesize or _too_large(ctx, run):
             return None
