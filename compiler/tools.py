@@ -216,9 +216,11 @@ def _wait(proc: subprocess.Popen, timeout: float | None, cancel: threading.Event
     with proc:
         try:
             while cancel is None or not cancel.is_set():
-                left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-                try:    # with a cancel event, a look at it every 0.2 s
-                    return proc.wait(timeout=left if cancel is None else min(left or 0.2, 0.2))
+                step = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                if cancel is not None:      # a look at the event every 0.2 s
+                    step = 0.2 if step is None else min(step, 0.2)
+                try:
+                    return proc.wait(timeout=step)
                 except subprocess.TimeoutExpired:
                     if deadline is not None and time.monotonic() >= deadline:
                         raise
