@@ -40,6 +40,7 @@ from compiler import HardwareConfig  # noqa: E402
 from compiler.pnr.timing import place_and_route  # noqa: E402
 from compiler.synth.area import synthesize  # noqa: E402
 from dse.models.accuracy import run_samples  # noqa: E402
+from dse.estimate import design_features, fmax_estimate  # noqa: E402
 from dse.models.data import DataSpec  # noqa: E402
 from dse.models.model import TrainedModel  # noqa: E402
 from dse.models.qat import QatOptions  # noqa: E402
@@ -101,7 +102,7 @@ def main() -> None:
     area = synthesize(r.design, "ecp5", work / "synth", timeout=args.timeout, netlist=args.pnr)
     row.update(luts=area.luts, ffs=area.ffs, bram=area.bram, lutram=area.lutram, dsp=area.dsp,
                synth_s=time.perf_counter() - t0)
-    est = r.design.timing_estimate()
+    est = fmax_estimate(r.design, design_features(r.design, target="ecp5"), "ecp5")   # placement-bounded
     row.update(fmax_estimate_mhz=round(est.fmax_mhz, 1), estimate_path=est.where)
     if args.pnr:
         t0 = time.perf_counter()

@@ -42,6 +42,7 @@ from compiler import HardwareConfig, compile_model, simulate_many  # noqa: E402
 from compiler.pnr.timing import place_and_route  # noqa: E402
 from compiler.synth.area import module_breakdown, synthesize  # noqa: E402
 from compiler.tools import ToolError  # noqa: E402
+from dse.estimate import design_features, fmax_estimate  # noqa: E402
 
 SHAPES = {"ad08": [64, 72, 72, 8, 72, 72, 64], "kws": [490, 256, 256, 256, 12], "kws3": [490, 256, 256, 256, 12]}
 TARGETS = {"ad08": 100, "kws": 1024, "kws3": 400, "digits_mlp": 64, "digits_cnn": 512, "kws_trained": 550,
@@ -90,7 +91,7 @@ def area_estimate(design) -> dict:
 
 
 def synth_pnr(design, name: str, args, root: Path) -> dict:
-    est = design.timing_estimate()
+    est = fmax_estimate(design, design_features(design, target="ecp5"), "ecp5")     # placement-bounded
     row: dict = {"fmax_estimate_mhz": round(est.fmax_mhz, 1), "estimate_path": est.where,
                  "area_estimate": area_estimate(design)}
     if args.no_synth:                      # simulation only (accuracy, bit-exactness), e.g. beside a run that builds it

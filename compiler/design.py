@@ -11,7 +11,7 @@ from .config import HardwareConfig
 from .frontend import Graph
 from .hw.kernel import KernelHW, is_pipelined, read_ports
 from .hw.pipeline import Schedule, kernel_paths, schedule
-from .timing_model import (Estimate, delays, dsp_blocks, memory_to_dsp_ns, product_ns, word_read_registered,
+from .timing_model import (Estimate, delays, dsp_blocks, memory_to_dsp_ns, placed, product_ns, word_read_registered,
                            word_write_ns)
 from .hw.program import Program, build_program
 from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow
@@ -165,13 +165,18 @@ class Design:
         return tuple(schedule(k, self.config, keep=frozenset(self._rings(pos)) | self._external(pos))
                      for pos, k in enumerate(self.kernels))
 
-    def timing_estimate(self) -> Estimate:
+    def timing_estimate(self, luts: float | None = None) -> Estimate:
         """The delay model's slowest path (compiler/timing_model.py) on the part the config
         names (`device`, else LFE5U-85F grade 6): each kernel's integer datapath as scheduled and
         its products' stages (in LUTs where `mul` puts them there: lut, or auto past the DSPs of
         the family's largest part). An estimate of what place-and-route will sign off, available
-        before synthesis: a row's `fmax_estimate_mhz`."""
+        before synthesis: a row's `fmax_estimate_mhz`, given the design's LUT4s (`luts`, as
+        estimated: dse.estimate.fmax_estimate), which bound it by placement (timing_model.placed)."""
         d = delays(self.config.timing_part())
+        return placed(self._modelled_path(d), luts, d)
+
+    def _modelled_path(self, d) -> Estimate:
+        """The slowest path of the delay model alone, on the part of delays `d`."""
         worst = Estimate(d.overhead, "no integer path")
         products = []
         for pos, (k, sched) in enumerate(zip(self.kernels, self.schedules)):

@@ -328,6 +328,47 @@ def product_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays) -
     return d.overhead + max(stages), f"a {a_bits}x{b_bits} LUT product"
 
 
+# Placement. The paths above are a design's cells and short routes; on a placed design of
+# thousands of LUTs the slowest path is mostly one long route, however little logic its stage
+# holds (every pipelined bench design: 4-9 ns of routing on one or two nets). How long, by the
+# design's size: PLACED_PERIOD_NS, the period nextpnr (heap placer, router2) closes the
+# project's designs at, by their LUT4s as synthesised, on the LFE5U-85F at speed grade 6
+# (docs/timing.md "Placement in the estimate" lists the designs; the median of 3 seeds where
+# measured). Between the points it is interpolated in log2(LUTs); past the last, flat.
+PLACED_PERIOD_NS: Mapping[str, tuple[tuple[int, float], ...]] = {
+    "ecp5": ((600, 6.8), (2_000, 7.3), (3_400, 7.5), (20_000, 8.0), (32_000, 8.6), (51_000, 13.4)),
+}
+PLACED_GRADE = 6            # the speed grade PLACED_PERIOD_NS was measured at; others scale as the cells
+
+
+def placed_period_ns(luts: float, d: Delays) -> float | None:
+    """The shortest period a placed design of `luts` LUT4s closes at (PLACED_PERIOD_NS), for the
+    family and grade of `d`; None where the family has no calibration."""
+    points = PLACED_PERIOD_NS.get(d.family)
+    if not points:
+        return None
+    scale = d.clk_q / DELAYS[(d.family, PLACED_GRADE)].clk_q
+    x = math.log2(max(luts, 1.0))
+    xs = [math.log2(n) for n, _ in points]
+    if x <= xs[0]:
+        return points[0][1] * scale
+    for (x0, (_, y0)), (x1, (_, y1)) in zip(zip(xs, points), zip(xs[1:], points[1:])):
+        if x <= x1:
+            return (y0 + (y1 - y0) * (x - x0) / (x1 - x0)) * scale
+    return points[-1][1] * scale
+
+
+def placed(estimate: Estimate, luts: float | None, d: Delays) -> Estimate:
+    """`estimate` (the slowest modelled path) or, where it is faster, what placement allows a
+    design of `luts` LUT4s (placed_period_ns): the estimate of a row's `fmax_estimate_mhz`."""
+    floor = placed_period_ns(luts, d) if luts else None
+    if floor is None or floor <= estimate.period_ns:
+        return estimate
+    return Estimate(floor, f"placement: the longest routes of a placed design of ~{luts:,.0f} LUT4s, "
+                           f"{floor:.1f} ns (compiler/timing_model.py PLACED_PERIOD_NS; modelled path "
+                           f"{estimate.period_ns:.1f} ns: {estimate.where})")
+
+
 def memory_to_dsp_ns(d: Delays) -> float:
     """A block RAM's output register straight to a DSP block's input register: read data that
     is a product's operand with no copy between (Datapath.product), both registers in hard

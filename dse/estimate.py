@@ -705,6 +705,18 @@ def _load_prior(target: str, path: str) -> Prior | None:
     return Prior(target, t["features_version"], t["designs"], tuple(t["families"]), metrics, t.get("yosys_version", ""))
 
 
+def fmax_estimate(design, features: Mapping[str, float], target: str):
+    """A row's Fmax estimate (compiler.timing_model.Estimate): the delay model's slowest path,
+    bounded by what placement allows a design of the LUT4s the shipped calibration predicts
+    from `features` (Design.timing_estimate); the modelled path alone where the target has no
+    calibration or is not the family the design is timed for."""
+    prior = load_prior(target)
+    luts = None
+    if prior is not None and "luts" in prior.metrics and design.config.timing_part().family == target:
+        luts = prior.metrics["luts"].predict(features)
+    return design.timing_estimate(luts)
+
+
 def _fit_table(samples: Sequence[Mapping[str, Any]], metric: str) -> tuple[tuple[str, ...], np.ndarray]:
     """Non-negative least squares of `metric` on the features METRIC_FEATURES allows, each design
     weighted by 1 / max(y, 10) so every design counts by its relative error (a 500-LUT design as

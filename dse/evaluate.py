@@ -101,7 +101,7 @@ import numpy as np
 from compiler.cache import EVALS
 from compiler.tools import package_version
 from dse.models import zoo
-from dse.estimate import design_features, too_large
+from dse.estimate import design_features, fmax_estimate, too_large
 from dse.limits import time_limit
 from dse.spec import SYNTH_FIDELITY, DesignPoint, Spec, TimingSpec
 from dse.frozen import FrozenMap
@@ -438,8 +438,9 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
             # what `auto` built depends on whether da4ml is installed: the row says which
             from compiler.passes.adder_graph import resolve_style
             run.notes.append(f"adder_graph auto: {resolve_style('auto')} (constant layers)")
-        run.set(features=json.dumps(design_features(design, target=ctx.target)))
-        estimate = design.timing_estimate()
+        features = design_features(design, target=ctx.target)
+        run.set(features=json.dumps(features))
+        estimate = fmax_estimate(design, features, ctx.target)
         run.set(fmax_estimate_mhz=round(estimate.fmax_mhz, 1), fmax_estimate_path=estimate.where)
 
     if checked is not None:         # checked at the cheap fidelity: synthesis only

@@ -12,8 +12,8 @@ from tinygrad import Tensor, dtypes
 import designs
 from compiler import HardwareConfig, compile_model, ir, simulate, simulate_many
 from compiler.devices import find_device
-from compiler.timing_model import (DELAYS, delays, logic_ns, product_ns, product_registers, word_read_registered,
-                                   word_write_ns)
+from compiler.timing_model import (DELAYS, PLACED_PERIOD_NS, delays, logic_ns, placed_period_ns, product_ns,
+                                   product_registers, word_read_registered, word_write_ns)
 from dse.models import zoo
 from helpers import assert_exact, run_zoo, same_bits
 
@@ -247,6 +247,49 @@ def test_the_estimate_is_faster_on_a_faster_grade_and_for_more_registers():
     p1, p3, p3_8 = (e.fmax_mhz for e in est.values())
     assert p1 < p3 < p3_8
     assert all(e.where for e in est.values())
+
+
+def test_placement_bounds_the_estimate_by_the_designs_size():
+    """A placed design's slowest path is mostly one long route, longer the larger the design
+    (timing_model.PLACED_PERIOD_NS, calibrated on nextpnr runs): the estimate with the design's
+    LUT4s is the slower of that and the modelled path, on every grade scaled as the cells."""
+    g6, g8 = (delays(find_device("ecp5", name)) for name in ("LFE5U-85F", "LFE5U-85F-8"))
+    sizes = [100, 600, 1_000, 3_000, 10_000, 30_000, 60_000, 200_000]
+    periods = [placed_period_ns(n, g6) for n in sizes]
+    assert periods == sorted(periods) and periods[0] == PLACED_PERIOD_NS["ecp5"][0][1]
+    assert periods[-1] == PLACED_PERIOD_NS["ecp5"][-1][1]
+    assert all(placed_period_ns(n, g8) == pytest.approx(p * 0.76) for n, p in zip(sizes, periods))
+    assert placed_period_ns(5_000, DELAYS[("ice40", None)]) is None         # no calibration: no bound
+    for n, period in PLACED_PERIOD_NS["ecp5"]:                                # through its points
+        assert placed_period_ns(n, g6) == pytest.approx(period)
+
+    case = designs.SMALL["mlp_int8_small"]
+    design = compile_model(*case().outputs, config=HardwareConfig(lanes=2, reduce_unroll=4, fp_pipeline=3,
+                                                                  target_mhz=200))
+    alone = design.timing_estimate()
+    assert "placement" not in alone.where
+    small, large = design.timing_estimate(luts=600), design.timing_estimate(luts=51_000)
+    assert small.period_ns == max(alone.period_ns, placed_period_ns(600, g6))
+    assert large.period_ns == placed_period_ns(51_000, g6) > alone.period_ns
+    assert large.where.startswith("placement: the longest routes of a placed design of ~51,000 LUT4s")
+    assert alone.where in large.where                   # the modelled path is named beside it
+    unpipelined = compile_model(*case().outputs, config=HardwareConfig(lanes=2, reduce_unroll=4))
+    slow = unpipelined.timing_estimate()
+    assert slow.period_ns > placed_period_ns(600, g6)   # a long modelled path is the estimate itself
+    assert unpipelined.timing_estimate(luts=600) == slow
+
+
+def test_a_rows_estimate_is_bounded_by_its_estimated_luts():
+    """dse.estimate.fmax_estimate: the LUT4s come from the shipped area calibration, for the
+    family the design is timed for; with no calibration the modelled path alone."""
+    from dse.estimate import design_features, fmax_estimate, load_prior
+    case = designs.SMALL["mlp_int8_small"]
+    design = compile_model(*case().outputs, config=HardwareConfig(lanes=2, reduce_unroll=4, fp_pipeline=3))
+    features = design_features(design, target="ecp5")
+    luts = load_prior("ecp5").metrics["luts"].predict(features)
+    assert luts > 0
+    assert fmax_estimate(design, features, "ecp5") == design.timing_estimate(luts)
+    assert fmax_estimate(design, design_features(design, target="ice40"), "ice40") == design.timing_estimate()
 
 
 @pytest.mark.parametrize("M, K, memory", [(16, 64, "LUT RAM"), (32, 128, "block RAM")])
