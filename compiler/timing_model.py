@@ -339,6 +339,7 @@ PLACED_PERIOD_NS: Mapping[str, tuple[tuple[int, float], ...]] = {
     "ecp5": ((600, 6.8), (2_000, 7.3), (3_400, 7.5), (20_000, 8.0), (32_000, 8.6), (51_000, 13.4)),
 }
 PLACED_GRADE = 6            # the speed grade PLACED_PERIOD_NS was measured at; others scale as the cells
+PLACED_ERROR = "TBD"        # its error against nextpnr, measured (docs/timing.md), as `dse eval --estimate` says it
 
 
 def placed_period_ns(luts: float, d: Delays) -> float | None:

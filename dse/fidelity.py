@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from compiler.memo import HeldMemo
+from compiler.timing_model import PLACED_ERROR as FMAX_ERROR
 from dse.estimate import AREA_METRICS, ESTIMATED_METRICS, Estimate, Estimator, fit_estimator, load_prior
 from dse.spec import NEEDS_SIMULATION, SYNTH_FIDELITY, DesignPoint, Spec
 
@@ -375,6 +376,7 @@ class PointEstimate:
     cycles: int
     compile_s: float                        # compiling the point (the compiler's work)
     estimate_s: float                       # counting its features and applying the table
+    fmax: Any = None                        # compiler.timing_model.Estimate (dse.estimate.fmax_estimate)
 
     def lines(self) -> list[str]:
         """What `dse eval --estimate` prints: one line per metric with its measured error."""
@@ -386,6 +388,9 @@ class PointEstimate:
                        f"within {e.low:,.0f} .. {e.high:,.0f}: at most {_rel(mp.over)} too high, {_rel(mp.under)} "
                        f"too low)")
         out.append(f"cycles  {self.cycles:>10,}   (the cycle model: exact)")
+        if self.fmax is not None:
+            out.append(f"fmax    {self.fmax.fmax_mhz:>10,.1f}   MHz (the delay model bounded by placement, "
+                       f"{FMAX_ERROR}: docs/timing.md); its path: {self.fmax.where}")
         out.append(f"estimated in {self.estimate_s * 1000:.0f} ms after a {self.compile_s:.2f} s compile, from the "
                    f"shipped calibration ({self.prior.describe()}; errors measured on designs held out one "
                    f"family at a time: docs/estimator.md)")
@@ -396,7 +401,9 @@ class PointEstimate:
                 "held_out_error": {m: {"median": math.expm1(mp.median), "over": math.expm1(mp.over),
                                        "under": math.expm1(mp.under)} for m, mp in self.prior.metrics.items()},
                 "cycles_model": self.cycles, "features": dict(self.features), "compile_s": self.compile_s,
-                "estimate_s": self.estimate_s, "calibration": self.prior.describe()}
+                "estimate_s": self.estimate_s, "calibration": self.prior.describe(),
+                **({"fmax_estimate_mhz": self.fmax.fmax_mhz, "fmax_estimate_path": self.fmax.where}
+                   if self.fmax is not None else {})}
 
 
 def _rel(log_err: float) -> str:
@@ -407,7 +414,7 @@ def estimate_point(ctx, point: DesignPoint) -> PointEstimate:
     """Compile `point` and estimate its area from the shipped calibration (no simulation, no
     Yosys); raises ValueError when the target has no calibration."""
     import time
-    from dse.estimate import design_features
+    from dse.estimate import design_features, fmax_estimate
     from dse.evaluate import compile_point
     prior = load_prior(ctx.target)
     if prior is None:
@@ -418,8 +425,9 @@ def estimate_point(ctx, point: DesignPoint) -> PointEstimate:
     t1 = time.perf_counter()
     features = design_features(design, target=ctx.target)
     estimates = prior.predict(features)
+    fmax = fmax_estimate(design, features, ctx.target)
     t2 = time.perf_counter()
-    return PointEstimate(features, estimates, prior, design.cycle_model().total, t1 - t0, t2 - t1)
+    return PointEstimate(features, estimates, prior, design.cycle_model().total, t1 - t0, t2 - t1, fmax)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -111,6 +111,7 @@ def test_dse_eval_estimate_prints_the_estimate_with_its_error_in_well_under_a_se
     assert main(["eval", str(spec), "--model", "g", "--dtype", "int8", "--estimate", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["estimate_s"] < 0.25 and row["cycles_model"] > 0
+    assert 40 < row["fmax_estimate_mhz"] < 400 and row["fmax_estimate_path"]     # the delay model's, with placement
     assert set(row["estimate"]) == set(AREA_METRICS) and row["estimate"]["luts"]["value"] > 100
     assert row["estimate"]["luts"]["low"] <= row["estimate"]["luts"]["value"] <= row["estimate"]["luts"]["high"]
     assert 0 < row["held_out_error"]["luts"]["median"] < row["held_out_error"]["luts"]["over"] + 1e-9 or \
@@ -118,6 +119,7 @@ def test_dse_eval_estimate_prints_the_estimate_with_its_error_in_well_under_a_se
     assert main(["eval", str(spec), "--model", "g", "--dtype", "int8", "--estimate"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("luts ") and "held-out error" in out and "cycles " in out and "estimated in" in out
+    assert re.search(r"^fmax +\d+\.\d +MHz \(the delay model bounded by placement", out, re.M)
     assert re.search(r"\(ecp5, \d+ designs of \d+ families, Yosys \d+\.\d+;", out)      # the version, not the banner
     assert main(["eval", str(spec), "--model", "g", "--dtype", "int8", "--estimate", "--target", "xilinx"]) in (0, 2)
 
