@@ -227,7 +227,10 @@ def _timing_material(ctx) -> Any:
         tool = nextpnr_tool(family)
     except Exception as exc:            # noqa: BLE001 - no nextpnr for the target: the row says why
         tool, version = None, f"unavailable ({type(exc).__name__})"
-    return {"tool": tool, "version": version, "stage_timeout_s": ctx.stage_timeout_s, "options": ctx.timing.options()}
+    options = ctx.timing.options()
+    if ctx.timing.more:                 # more runs, another result (one run keeps the key it had)
+        options["more"] = [list(r) for r in ctx.timing.more]
+    return {"tool": tool, "version": version, "stage_timeout_s": ctx.stage_timeout_s, "options": options}
 
 
 def make_key(material: dict[str, Any]) -> str:

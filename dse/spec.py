@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import yaml
@@ -157,19 +157,22 @@ class Bound:
 class TimingSpec:
     """How `timing:` places and routes each point (compiler.pnr.timing.place_and_route's options).
     `timing: true` is every default; wide designs want `router: router2` (router1 does not
-    converge on congested ones) and often `placer: static` (docs/timing.md)."""
+    converge on congested ones). `placer` and `seed` may be lists: each combination is placed and
+    routed and the fastest kept (`more`: the combinations after the first), since which placer
+    and seed close a design fastest differs by design as much as 30% (docs/timing.md)."""
     router: str = DEFAULT_ROUTER
     placer: str = DEFAULT_PLACER
     seed: int = DEFAULT_SEED
     freq_mhz: float = DEFAULT_FREQ_MHZ      # the clock timing-driven placement aims at
+    more: tuple[tuple[str, int], ...] = ()  # further (placer, seed) runs; the fastest run is the row's
 
     def options(self) -> dict[str, Any]:
-        """Keyword arguments of compiler.pnr.timing.place_and_route."""
-        return dataclasses.asdict(self)
+        """Keyword arguments of compiler.pnr.timing.place_and_route (its first run)."""
+        return {"router": self.router, "placer": self.placer, "seed": self.seed, "freq_mhz": self.freq_mhz}
 
-    def row_fields(self) -> dict[str, Any]:
-        """The metrics row's record of them (dse.evaluate.Metrics pnr_router ... pnr_freq_mhz)."""
-        return {f"pnr_{k}": v for k, v in self.options().items()}
+    def runs(self) -> list[dict[str, Any]]:
+        """The options of every run, the first one first."""
+        return [self.options()] + [{**self.options(), "placer": p, "seed": s} for p, s in self.more]
 
 
 @dataclass(frozen=True)
@@ -1429,19 +1432,33 @@ class _Parser:
         return tuple(out)
 
     def timing_spec(self, value: Any, path: str) -> TimingSpec | None:
-        """`timing: false | true | {router, placer, seed, freq_mhz}`."""
+        """`timing: false | true | {router, placer, seed, freq_mhz}`; `placer` and `seed` a value
+        or a list of values (every combination placed, the fastest kept)."""
         if type(value) is bool:
             return TimingSpec() if value else None
         if not isinstance(value, dict):
             raise SpecError(path, "expected true, false or a mapping {router, placer, seed, freq_mhz}, "
                                   f"got {_got(value)}")
-        d = _mapping(value, path, optional=[f.name for f in dataclasses.fields(TimingSpec)],
+        d = _mapping(value, path, optional=["router", "placer", "seed", "freq_mhz"],
                      what="true, false or a mapping of place-and-route settings")
         t = TimingSpec()
+
+        def one_or_more(key: str, default: Any, check: Callable[[Any, str], Any]) -> list[Any]:
+            raw = d.get(key, default)
+            if not isinstance(raw, list):
+                return [check(raw, _join(path, key))]
+            if not raw:
+                raise SpecError(_join(path, key), f"expected a {key} or a non-empty list of them, got []")
+            values = [check(v, _join(_join(path, key), i)) for i, v in enumerate(raw)]
+            if len(set(values)) < len(values):
+                raise SpecError(_join(path, key), f"a {key} given twice in {raw!r}")
+            return values
+        placers = one_or_more("placer", t.placer, lambda v, where: _choice(v, where, PLACERS, "placer"))
+        seeds = one_or_more("seed", t.seed, lambda v, where: _int(v, where, minimum=0, maximum=2**31 - 1))
+        runs = [(p, s) for p in placers for s in seeds]
         return TimingSpec(
             router=_choice(d.get("router", t.router), _join(path, "router"), ROUTERS, "router"),
-            placer=_choice(d.get("placer", t.placer), _join(path, "placer"), PLACERS, "placer"),
-            seed=_int(d.get("seed", t.seed), _join(path, "seed"), minimum=0, maximum=2**31 - 1),
+            placer=runs[0][0], seed=runs[0][1], more=tuple(runs[1:]),
             freq_mhz=float(_number(d.get("freq_mhz", t.freq_mhz), _join(path, "freq_mhz"), positive=True)))
 
     def need_timing(self, metric: str, path: str) -> None:

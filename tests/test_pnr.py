@@ -325,3 +325,32 @@ def test_the_specs_timing_settings_reach_nextpnr(tmp_path, cache, monkeypatch):
     assert m.status is Status.OK and m.fmax_mhz == 123.0 and m.latency_us == pytest.approx(m.cycles / 123.0)
     # and the row records them, for `dse export --bitstream` to build with
     assert (m.pnr_router, m.pnr_placer, m.pnr_seed, m.pnr_freq_mhz) == ("router2", "static", 7, 80.0)
+
+
+@pytest.mark.slow
+def test_several_placers_and_seeds_keep_the_fastest_run(tmp_path, cache, monkeypatch):
+    # `placer` and `seed` lists: every combination placed and routed in a folder of its own, the
+    # fastest run that fits is the row's, with its placer and seed; a note lists every run
+    from dse.evaluate import Status, evaluate
+    from dse.spec import parse_spec
+    calls = []
+    fmax = {("heap", 1): 120.0, ("heap", 2): 150.0, ("static", 1): 160.0, ("static", 2): 110.0}
+
+    def fake(netlist_path, target, workdir, timeout=None, device=None, **options):
+        calls.append((options["placer"], options["seed"], workdir))
+        fits = (options["placer"], options["seed"]) != ("static", 1)       # the fastest does not fit
+        return TimingReport(fits, fmax[options["placer"], options["seed"]] if fits else None, "LFE5U-85F",
+                            "CABGA381", target, reason="" if fits else "does not fit", **options)
+    monkeypatch.setattr(compiler.pnr.timing, "place_and_route", fake)
+    spec = parse_spec({"study": "timing", "target": "ecp5", "stage_timeout_s": 120,
+                       "timing": {"router": "router2", "placer": ["heap", "static"], "seed": [1, 2]},
+                       "models": [{"name": "g", "builtin": "gemv", "params": {"M": 4, "K": 8}}],
+                       "dtypes": ["int8"], "objectives": ["latency_us", "luts"], "search": {"sampler": "grid"}})
+    assert spec.timing.more == (("heap", 2), ("static", 1), ("static", 2))
+    m = evaluate(spec, gemv_point(), tmp_path)
+    assert [c[:2] for c in calls] == [("heap", 1), ("heap", 2), ("static", 1), ("static", 2)]
+    assert len({c[2] for c in calls}) == 4 and calls[0][2] == tmp_path / "pnr"
+    assert m.status is Status.OK and m.fits is True and m.fmax_mhz == 150.0
+    assert (m.pnr_placer, m.pnr_seed) == ("heap", 2) and m.latency_us == pytest.approx(m.cycles / 150.0)
+    assert ("place-and-route, the fastest of heap seed 1: 120.0 MHz, heap seed 2: 150.0 MHz, static seed 1: "
+            "no Fmax, static seed 2: 110.0 MHz") in m.notes

@@ -196,6 +196,10 @@ ERRORS = [
     (with_("timing", {"placer": "sa"}), "timing.placer: unknown placer 'sa' (known: heap, static)"),
     (with_("timing", {"routre": "router2"}), "timing.routre: unknown key; did you mean 'router'?"),
     (with_("timing", {"seed": -1}), "timing.seed: expected a non-negative integer, got -1"),
+    (with_("timing", {"seed": [1, -1]}), "timing.seed[1]: expected a non-negative integer, got -1"),
+    (with_("timing", {"seed": []}), "timing.seed: expected a seed or a non-empty list of them, got []"),
+    (with_("timing", {"placer": ["heap", "heap"]}), "timing.placer: a placer given twice in ['heap', 'heap']"),
+    (with_("timing", {"placer": ["heap", "sa"]}), "timing.placer[1]: unknown placer 'sa' (known: heap, static)"),
     (with_("timing", {"freq_mhz": 0}), "timing.freq_mhz: expected a positive number, got 0"),
     (with_("target", "xilinx", with_("timing", True)),
      "timing: place-and-route needs target ecp5 or ice40; xilinx has no open-source place-and-route here "
@@ -531,6 +535,13 @@ def test_timing_settings_reach_place_and_route_and_the_cache_key():
     assert wide.timing.options() == {"router": "router2", "placer": "static", "seed": 1, "freq_mhz": 125.0}
     plain = parse_spec(with_("timing", True))
     assert plain.timing == TimingSpec()
+    several = parse_spec(with_("timing", {"placer": ["static", "heap"], "seed": [3, 1]}))
+    assert several.timing.options()["placer"] == "static" and several.timing.options()["seed"] == 3
+    assert [(r["placer"], r["seed"]) for r in several.timing.runs()] == [("static", 3), ("static", 1), ("heap", 3),
+                                                                        ("heap", 1)]
+    assert _timing_material(EvalContext.from_spec(several))["options"]["more"] == [["static", 1], ["heap", 3],
+                                                                                  ["heap", 1]]
+    assert "more" not in _timing_material(EvalContext.from_spec(wide))["options"]     # one run: the key it had
     # other settings are other results
     assert _timing_material(EvalContext.from_spec(plain))["options"]["router"] == "router1"
     assert _timing_material(EvalContext.from_spec(wide))["options"]["router"] == "router2"
