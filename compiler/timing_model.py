@@ -341,7 +341,8 @@ PLACED_PERIOD_NS: Mapping[str, tuple[tuple[int, float], ...]] = {
 }
 PLACED_GRADE = 6            # the speed grade PLACED_PERIOD_NS was measured at; others scale as the cells
 # its error against nextpnr, measured (docs/timing.md), as `dse eval --estimate` says it
-PLACED_ERROR = "3% median and 20% largest error against nextpnr on the 12 designs it was fitted to"
+PLACED_ERROR = ("against nextpnr 3% median and 20% largest error where placement decides (the 12 designs it was "
+                "fitted to), 5-24% where the modelled path does")
 
 
 def placed_period_ns(luts: float, d: Delays) -> float | None:
