@@ -475,3 +475,16 @@ def test_eval_gemv_128x784_int8_ecp5_json(tmp_path):
     assert row["cycles"] == row["cycles_model"] >= 128 * 784          # one MAC per cycle at most
     assert row["acc_bits_required"] == 25 and row["overflow_safe"] is True and row["overflow_confirmed"] is True
     assert row["bram"] >= 49 and 0 < row["luts"] < 2000 and row["dsp"] == 1
+
+
+def test_a_target_clock_above_what_placement_allows_is_said(tmp_path):
+    """A row's Fmax estimate is bounded by placement (dse.estimate.fmax_estimate): a target_mhz
+    well above it gets a note that its registers past it cost cycles without buying clock."""
+    def row(target):
+        point = DesignPoint("gemv", "int8", FrozenMap({"fp_pipeline": 3, "target_mhz": target, "lanes": 2}))
+        return evaluate(ctx(simulate=False), point, tmp_path / str(target))
+    fast, slow = row(400), row(100)
+    assert fast.status is Status.OK and fast.fmax_estimate_path.startswith("placement")
+    assert fast.fmax_estimate_mhz < 0.9 * 400
+    assert any(n.startswith("target_mhz 400 is above what placement allows") for n in fast.notes)
+    assert not any("target_mhz" in n for n in slow.notes) and slow.fmax_estimate_mhz >= 100 * 0.9
