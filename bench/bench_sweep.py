@@ -46,6 +46,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from compiler.tools import cores  # noqa: E402
+
 
 def run(spec: Path, jobs: int, cache: Path, results: Path, extra: list[str]) -> tuple[float, "object", list[str]]:
     from dse.results import load_results
@@ -102,14 +104,14 @@ def main() -> None:
     args = ap.parse_args()
     if args.compare is not None:
         specs = args.compare or [ROOT / "configs" / "gemv.yaml", ROOT / "configs" / "gemv_space.yaml"]
-        print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start; --n-jobs 2, cold cache per run")
+        print(f"{cores()} usable CPUs, load average {os.getloadavg()[0]:.1f} at the start; --n-jobs 2, cold cache per run")
         for spec in specs:
             compare(spec, ["--sim", args.sim or ("pysim" if spec.name == "gemv_space.yaml" else "auto")], args.keep)
         return
     extra = ["--trials", str(args.trials)] if args.trials else []
     jobs = [int(j) for j in args.jobs.split(",")]
     print(f"spec {args.spec.relative_to(ROOT) if args.spec.is_relative_to(ROOT) else args.spec}, "
-          f"{os.cpu_count()} CPUs, cold cache per run")
+          f"{cores()} usable CPUs, cold cache per run")
     reference = [reference_seconds()]
     print(f"reference workload (Yosys, 8-term 8-bit dot product in LUTs): {reference[0]:.1f} s")
     rates: dict[int, float] = {}
