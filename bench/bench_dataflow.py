@@ -80,20 +80,22 @@ def mlp(sizes, seed=0, wbits=8, abits=8, shift=SHIFT):
     return x, h, ref, ranges
 
 
-def area_estimate(design) -> dict:
-    """The shipped estimator's area (dse/estimate.py, no Yosys) beside what synthesis measures,
-    so each bench run shows the estimator's error on designs it was not calibrated on."""
-    from dse.estimate import design_features, load_prior
+def area_estimate(features) -> dict:
+    """The shipped estimator's area (dse/estimate.py, no Yosys) from a design's features beside
+    what synthesis measures, so each bench run shows the estimator's error on designs it was not
+    calibrated on."""
+    from dse.estimate import load_prior
     prior = load_prior("ecp5")
     if prior is None:
         return {}
-    return {m: round(e.value) for m, e in prior.predict(design_features(design, target="ecp5")).items()}
+    return {m: round(e.value) for m, e in prior.predict(features).items()}
 
 
 def synth_pnr(design, name: str, args, root: Path) -> dict:
-    est = fmax_estimate(design, design_features(design, target="ecp5"), "ecp5")     # placement-bounded
+    features = design_features(design, target="ecp5")          # what both estimates read
+    est = fmax_estimate(design, features, "ecp5")               # placement-bounded
     row: dict = {"fmax_estimate_mhz": round(est.fmax_mhz, 1), "estimate_path": est.where,
-                 "area_estimate": area_estimate(design)}
+                 "area_estimate": area_estimate(features)}
     if args.no_synth:                      # simulation only (accuracy, bit-exactness), e.g. beside a run that builds it
         return row
     t = time.perf_counter()

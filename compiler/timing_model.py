@@ -137,6 +137,7 @@ class Estimate:
     """The model's slowest register-to-register path of a design."""
     period_ns: float
     where: str               # what the path is, e.g. "k0: 3 adds (16 bits), 5.9 ns"
+    placement: bool = False  # the period is placement's bound (`placed`), not a modelled path
 
     @property
     def fmax_mhz(self) -> float:
@@ -368,9 +369,9 @@ def placed(estimate: Estimate, luts: float | None, d: Delays) -> Estimate:
     floor = placed_period_ns(luts, d) if luts else None
     if floor is None or floor <= estimate.period_ns:
         return estimate
-    return Estimate(floor, f"placement: the longest routes of a placed design of ~{luts:,.0f} LUT4s, "
-                           f"{floor:.1f} ns (compiler/timing_model.py PLACED_PERIOD_NS; modelled path "
-                           f"{estimate.period_ns:.1f} ns: {estimate.where})")
+    where = (f"placement: the longest routes of a placed design of ~{luts:,.0f} LUT4s, {floor:.1f} ns "
+             f"(compiler/timing_model.py PLACED_PERIOD_NS; modelled path {estimate.period_ns:.1f} ns: {estimate.where})")
+    return Estimate(floor, where, placement=True)
 
 
 def memory_to_dsp_ns(d: Delays) -> float:

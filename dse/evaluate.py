@@ -442,7 +442,7 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         run.set(features=json.dumps(features))
         estimate = fmax_estimate(design, features, ctx.target)
         run.set(fmax_estimate_mhz=round(estimate.fmax_mhz, 1), fmax_estimate_path=estimate.where)
-        if config.target_mhz and estimate.where.startswith("placement") and estimate.fmax_mhz < 0.9 * config.target_mhz:
+        if config.target_mhz and estimate.placement and estimate.fmax_mhz < 0.9 * config.target_mhz:
             run.notes.append(f"target_mhz {config.target_mhz:g} is above what placement allows a design of this size "
                              f"(~{estimate.fmax_mhz:.0f} MHz, docs/timing.md): the registers placed for it past that "
                              f"cost cycles without buying clock; a lower target_mhz may give less latency")

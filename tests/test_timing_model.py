@@ -272,6 +272,8 @@ def test_placement_bounds_the_estimate_by_the_designs_size():
     assert small.period_ns == max(alone.period_ns, placed_period_ns(600, g6))
     assert large.period_ns == placed_period_ns(51_000, g6) > alone.period_ns
     assert large.where.startswith("placement: the longest routes of a placed design of ~51,000 LUT4s")
+    assert large.placement and not alone.placement
+    assert small.placement == (placed_period_ns(600, g6) > alone.period_ns)
     assert alone.where in large.where                   # the modelled path is named beside it
     unpipelined = compile_model(*case().outputs, config=HardwareConfig(lanes=2, reduce_unroll=4))
     slow = unpipelined.timing_estimate()
