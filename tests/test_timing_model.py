@@ -99,6 +99,21 @@ def test_a_copy_between_kernels_reads_from_registered_addresses(name):
     assert "copy" in text and "_raddr" in text and "_reading" in text
 
 
+@pytest.mark.parametrize("knobs", [dict(lanes=1, reduce_unroll=1), dict(lanes=3, reduce_unroll=4),
+                                   dict(lanes=2, reduce_unroll=2, mem_read="comb")])
+def test_a_counter_times_a_constant_in_an_address_is_a_register_of_its_own(knobs):
+    """With target_mhz the row offset `i0 * 20` of a 12x20 GEMV's weight address is a register
+    stepping with its counter (kernel._Scaled), not a product of the counter: same words,
+    same cycles; without the knob the design is as before."""
+    from amaranth.back import rtlil
+    case = designs.gemv_int8(M=12, K=20)
+    design = _check(case, fp_pipeline=3, target_mhz=150, **knobs)
+    text = rtlil.convert(design.top, name="top")
+    assert "i0_x" in text and "i0_inc" in text
+    plain = compile_model(*case.outputs, config=HardwareConfig(fp_pipeline=3, **knobs))
+    assert "i0_x" not in rtlil.convert(plain.top, name="top")
+
+
 def test_a_product_wider_than_a_dsp_block_is_summed_from_registered_pieces():
     """int32 x int32 products (matmul_int32): with target_mhz each operand wider than 18 bits is
     cut into pieces a MULT18X18D takes, each piece's product registered (Product.split)."""

@@ -58,6 +58,23 @@ class Env:
     load: Callable[[ir.Load], Value] | None         # data in stage Schedule.data_stage; None: no loads here
     raw: Callable[[ir.Load], Value] | None = None   # the data a stage earlier, before the read-data
                                                     # register (Schedule.early)
+    scaled: Callable[[int, int, object], Value] | None = None
+    """(loop id, constant c, shape) -> c times this env's counter in stage 0, kept by a register
+    of its own (kernel._Scaled, with target_mhz): no multiplier on the address path."""
+
+
+def counter_times_constant(v: ir.Value) -> tuple[int, int] | None:
+    """(loop, c) when `v` is an integer counter times a constant that is not a power of two (a
+    power of two is wiring, cheaper than a register), else None."""
+    if not (isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float and len(v.srcs) == 2):
+        return None
+    a, b = v.srcs
+    if isinstance(b, ir.Counter):
+        a, b = b, a
+    if not (isinstance(a, ir.Counter) and isinstance(b, ir.Const)):
+        return None
+    c = int(b.value)
+    return None if abs(c) & (abs(c) - 1) == 0 else (a.loop, c)
 
 
 def check_supported(kernel: ir.KernelIR, config: HardwareConfig) -> None:
@@ -381,6 +398,8 @@ class Datapath:
             out = env.counter(v.loop, stage or 0)
         elif isinstance(v, ir.AccLoad):
             out = self.accs[v.acc]
+        elif env.scaled is not None and not stage and (pair := counter_times_constant(v)) is not None:
+            out = env.scaled(*pair, self.shape(v))
         else:
             latency = 0 if stage is None else self.sched.latency.get(id(v), 0)
             inputs = None if stage is None else stage - latency

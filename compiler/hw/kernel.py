@@ -287,7 +287,8 @@ class KernelHW(wiring.Component):
             return registered(m, quiet_next, f"{name}_quiet", init=1, duplicate=True)
 
         write, reads = self._memories(m, quiet_for, sync_reads)
-        self._controller(m, step, nstep, ctr, nctr, last, idle)
+        scaled = _Scaled(m, ctr) if self.config.target_mhz else None
+        self._controller(m, step, nstep, ctr, nctr, last, idle, scaled)
 
         # ---- datapath, and the step ids, counters and `last` as each pipeline stage sees them
         dp = Datapath(k, self.ranges, self.config, accs, sched)
@@ -306,16 +307,17 @@ class KernelHW(wiring.Component):
         counter_at = lambda i, stage: delays.of(ctr[i], stage, f"i{i}")            # noqa: E731
 
         if sync_reads and sched.lookahead:   # look-ahead: the next step's addresses
-            addr_env, addr_step = Env("next", lambda i, stage: nctr[i], None, None), nstep
+            addr_env, addr_step = Env("next", lambda i, stage: nctr[i], None, None, scaled=scaled and scaled.next), nstep
         else:
-            addr_env, addr_step = Env("cur", counter_at, None, None), step
+            addr_env, addr_step = Env("cur", counter_at, None, None, scaled=scaled and scaled.cur), step
         if sched.address_levels:
             self._registered_addresses(m, dp, reads, addr_env, addr_step)
         else:
             self._addresses(m, dp, reads, addr_env, addr_step, None if sync_reads else 0)
 
         envs = {s.index: Env("cur", counter_at, s.index, self._load_data(s, reads, delays),
-                             self._load_data(s, reads, delays, before=1) if sched.early else None)
+                             self._load_data(s, reads, delays, before=1) if sched.early else None,
+                             scaled and scaled.cur)
                 for s in prog.steps}
         self._gather_addresses(m, dp, reads, envs, delays, step)
         acc_before = [delays.of(step, sched.depth - n, "step", control=True) for n in (1, 2) if n <= sched.depth] \
@@ -475,8 +477,9 @@ class KernelHW(wiring.Component):
         wp = mem.write_port(granularity=granularity)
         return wp, [mem.read_port(domain=domain, transparent_for=(wp,) if transparent else ()) for _ in range(n)]
 
-    def _controller(self, m, step, nstep, ctr, nctr, last, idle) -> None:
-        """Next step and counters: an odometer over the loop tree."""
+    def _controller(self, m, step, nstep, ctr, nctr, last, idle, scaled: "_Scaled | None") -> None:
+        """Next step and counters: an odometer over the loop tree (`scaled`: flags of each
+        counter's increment and clear, for the registers that follow it)."""
         prog = self.program
         m.d.comb += [nstep.eq(step)] + [nctr[i].eq(c) for i, c in ctr.items()]
         with m.Switch(step):
@@ -488,7 +491,7 @@ class KernelHW(wiring.Component):
                         m.d.comb += nstep.eq(prog.first)
             for s, tr in zip(prog.steps, prog.transitions):
                 with m.Case(s.index):
-                    self._transition(m, tr.advances, tr.fallthrough, ctr, nctr, nstep, last, idle)
+                    self._transition(m, tr.advances, tr.fallthrough, ctr, nctr, nstep, last, idle, scaled)
                     if self.pipelined:          # start again at once: a new sample every cycle
                         with m.If(self.start):
                             m.d.comb += nstep.eq(prog.first)
@@ -672,7 +675,7 @@ class KernelHW(wiring.Component):
         return pack is not None and pack.word_writes and bool(self.schedule.address_levels) \
             and not self._outside_reads(slot)
 
-    def _transition(self, m, advances, fallthrough, ctr, nctr, nstep, last, idle):
+    def _transition(self, m, advances, fallthrough, ctr, nctr, nstep, last, idle, scaled):
         if not advances:
             if fallthrough is None:
                 m.d.comb += [nstep.eq(idle), last.eq(1)]
@@ -680,12 +683,17 @@ class KernelHW(wiring.Component):
                 m.d.comb += nstep.eq(fallthrough)
             return
         adv, rest = advances[0], advances[1:]
-        c = ctr[adv.loop.id]
+        i = adv.loop.id
+        c = ctr[i]
         with m.If(c != adv.loop.bound - 1):
-            m.d.comb += [nctr[adv.loop.id].eq(c + 1), nstep.eq(adv.target)]
+            m.d.comb += [nctr[i].eq(c + 1), nstep.eq(adv.target)]
+            if scaled:
+                m.d.comb += scaled.inc[i].eq(1)
         with m.Else():
-            m.d.comb += nctr[adv.loop.id].eq(0)
-            self._transition(m, rest, fallthrough, ctr, nctr, nstep, last, idle)
+            m.d.comb += nctr[i].eq(0)
+            if scaled:
+                m.d.comb += scaled.clear[i].eq(1)
+            self._transition(m, rest, fallthrough, ctr, nctr, nstep, last, idle, scaled)
 
     def _load_data(self, step: Step, reads, delays: "_Delays", before: int = 0):
         """The read data of a step's loads in stage Schedule.data_stage (registered when the
@@ -710,6 +718,37 @@ class KernelHW(wiring.Component):
         idx = dp.emit(node, env, stage)
         ok = self._index_ok(dp, node, idx, size)
         return idx if isinstance(ok, Const) else Mux(ok, idx, 0)
+
+
+class _Scaled:
+    """Counters times constants (`i0 * 196` in a row-major address) as registers of their own,
+    which step with their counter: + c where it counts up, 0 where it clears (the flags the
+    controller raises beside its counters). The address is then one addition of registers,
+    where it was a counter's constant product (two or three carry chains on the GEMVs'
+    critical path at target_mhz 200, 2.9 ns of logic) and the addition; with look-ahead the
+    next value is a multiplexer of R + c, 0 and R, its sum computed beside the controller's
+    decision. Built with target_mhz (a register per (loop, constant) pair, a dozen bits)."""
+
+    def __init__(self, m: Module, ctr: dict[int, Signal]):
+        self.m = m
+        self.inc = {i: Signal(name=f"i{i}_inc") for i in ctr}
+        self.clear = {i: Signal(name=f"i{i}_clear") for i in ctr}
+        self.regs: dict[tuple[int, int], tuple[Signal, Signal]] = {}
+
+    def _pair(self, loop: int, c: int, shape) -> tuple[Signal, Signal]:
+        if (loop, c) not in self.regs:
+            name = f"i{loop}_x{c}".replace("-", "m")
+            reg, nxt = Signal(shape, name=name), Signal(shape, name=f"{name}_next")
+            self.m.d.comb += nxt.eq(Mux(self.inc[loop], reg + c, Mux(self.clear[loop], 0, reg)))
+            self.m.d.sync += reg.eq(nxt)
+            self.regs[(loop, c)] = reg, nxt
+        return self.regs[(loop, c)]
+
+    def cur(self, loop: int, c: int, shape) -> Signal:
+        return self._pair(loop, c, shape)[0]
+
+    def next(self, loop: int, c: int, shape) -> Signal:
+        return self._pair(loop, c, shape)[1]
 
 
 class _StepFlags:
