@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from compiler.pnr.carry_chains import absorb_carry_ins, disconnect_unread
+from compiler.pnr.carry_chains import absorb_carry_ins, absorb_operand_luts, disconnect_unread
 from compiler.tools import find_tool, run_tool, yosys
 from helpers import CELL_MODELS, cells_of, equivalent
 
@@ -148,3 +148,51 @@ def test_nextpnr_packs_no_feed_in_cells(tmp_path):
         sum(1 for c in cells_of(gold).values() if c["type"] == "LUT4")
     # a feed-in is a CCU2C (two sites); a chain of an even number of bits sums its lowest in a LUT4
     assert _packed_sites(gold, tmp_path / "gold") - _packed_sites(gate, tmp_path / "gate") == 2 * 6 - luts
+
+
+# an accumulator with a reset select, a masked operand, a difference of a function and an
+# operand selected by a flag: each a LUT4 of one or two nets in front of a carry chain
+GATED = """
+module top(input clk, input first, input m, input [7:0] x, input [5:0] a, input [5:0] b, input [5:0] c,
+           input [5:0] e, input [5:0] f, output reg [11:0] acc, output reg [5:0] s, output reg [5:0] d,
+           output reg [5:0] w);
+    always @(posedge clk) begin
+        acc <= (first ? 12'd0 : acc) + {{4{x[7]}}, x};
+        s <= (a & {6{~m}}) + b;
+        d <= c - (e ^ f);
+        w <= ~a + (m ? b : 6'd0);
+    end
+endmodule
+"""
+
+
+def test_operand_luts_move_into_the_carry_chains(tmp_path):
+    gold = _synthesise(tmp_path, GATED)
+    module = gold["modules"]["top"]
+    disconnect_unread(module)
+    absorb_carry_ins(module)
+    gate = json.loads(json.dumps(gold))
+    luts = lambda n: sum(1 for c in cells_of(n).values() if c["type"] == "LUT4")     # noqa: E731
+    absorbed = absorb_operand_luts(gate["modules"]["top"])
+    # every bit of the four sums but the ones Yosys maps without a LUT in front (the accumulator's
+    # 8 low bits add x to a selected acc bit, the others to x's sign: one LUT each)
+    assert absorbed >= 24 and luts(gold) - luts(gate) == absorbed
+    assert equivalent(_provable(gold), _provable(gate), tmp_path / "proof", models=CARRY_MODELS)
+    assert absorb_operand_luts(gate["modules"]["top"]) == 0
+    # an absorbed half reads its gate on C with D tied to 1, its generate the other operand
+    half = next(c for c in cells_of(gate).values() if c["type"] == "CCU2C"
+                and not isinstance(c["connections"]["C0"][0], str))
+    assert half["connections"]["D0"] == ["1"]
+    # the proof fails when an absorbed function is wrong
+    half["parameters"]["INIT0"] = format(int(half["parameters"]["INIT0"], 2) ^ (1 << 9), "016b")
+    assert not equivalent(_provable(gold), _provable(gate), tmp_path / "wrong", models=CARRY_MODELS)
+
+
+def test_nextpnr_packs_the_absorbed_luts_into_the_chains(tmp_path):
+    gold = _synthesise(tmp_path, GATED)
+    module = gold["modules"]["top"]
+    disconnect_unread(module)
+    absorb_carry_ins(module)
+    gate = json.loads(json.dumps(gold))
+    absorbed = absorb_operand_luts(gate["modules"]["top"])
+    assert _packed_sites(gold, tmp_path / "gold") - _packed_sites(gate, tmp_path / "gate") == absorbed

@@ -20,6 +20,12 @@ constant weights (docs/area.md) has 848 chains, 1,696 of its 10,485 sites in fee
 many in feed-ins. On the fine-tuned KWS network 1,298 of 2,247 chains hold an odd number of
 bits, so the constant fills the unused top half and the chain is a whole cell shorter.
 
+A third rewrite is for timing: Yosys puts the small functions an operand passes through (an
+accumulator's reset select `first ? 0 : acc`, a mask, an inversion) in LUT4s of their own in
+front of the chain, one LUT level and one route more on every such path (on the int8 GEMV
+128x784 at target_mhz 200, 1.2 ns of a 7.5 ns critical path). The chain's own LUT4s have two
+inputs to spare; `absorb_operand_luts` computes a gate of one or two nets in them.
+
 This runs on the JSON netlist before nextpnr (compiler/pnr/timing.py), as dsp_registers and
 bram_registers do. Both rewrites keep every net the fabric reads driven by the same function of
 the same inputs (proved equivalent with Yosys's SAT on small designs,
@@ -194,3 +200,92 @@ def _lut4(half: _Half) -> dict:
             "attributes": {},
             "port_directions": {"A": "input", "B": "input", "C": "input", "D": "input", "Z": "output"},
             "connections": {**{pin: [bit] for pin, bit in zip(_HALF_PINS, half.inputs)}, "Z": [half.s]}}
+
+
+def _lut_function(cell: dict) -> tuple[list, Any] | None:
+    """(its distinct input nets, f(values of those nets) -> 0/1) of a LUT4 cell, or None when a
+    pin is undriven ("x") or the cell is not a LUT4."""
+    if cell["type"] != "LUT4":
+        return None
+    pins = [cell["connections"].get(pin, ["0"])[0] for pin in _HALF_PINS]
+    if "x" in pins or "z" in pins:
+        return None
+    nets = list(dict.fromkeys(b for b in pins if not isinstance(b, str)))
+    init = int(cell["parameters"]["INIT"], 2)
+
+    def f(*values: int) -> int:
+        at = dict(zip(nets, values))
+        return init >> sum((int(b) if isinstance(b, str) else at[b]) << k for k, b in enumerate(pins)) & 1
+    return nets, f
+
+
+def _gated_half(half: _Half, operand: int, nets: list, g) -> _Half | None:
+    """`half` (P and G of its two operand pins, C and D constants) with the operand on pin
+    `operand` (0: A, 1: B) replaced by g(nets) (one or two nets): the first net on that pin, the
+    second on C, D tied to 1, so P = P(g, other) sits in INIT's upper half while G, the LUT2 of
+    its lowest four bits, keeps the carry the operands generate when P = 0 (a function of the
+    other operand alone on an adder's half: None where it is not)."""
+    c, d = half.inputs[2:]
+    if c not in ("0", "1") or d not in ("0", "1") or len(nets) not in (1, 2):
+        return None
+    p = lambda a, b: half.init >> (a + 2 * b + 4 * int(c) + 8 * int(d)) & 1     # noqa: E731
+    gen = lambda a, b: half.init >> (a + 2 * b) & 1                             # noqa: E731
+    op = (lambda x, y: (x, y)) if operand == 0 else (lambda x, y: (y, x))      # noqa: E731
+    init = 0
+    for y in (0, 1):                                                           # the other operand
+        carries = {gen(*op(x, y)) for x in (0, 1) if not p(*op(x, y))}
+        if len(carries) > 1:
+            return None
+        g_y = carries.pop() if carries else 0
+        for x in (0, 1):
+            init |= g_y << sum(v << k for k, v in enumerate(op(x, y)))          # G at C = D = 0
+            for z in (0, 1):
+                value = g(x, z) if len(nets) == 2 else g(x)
+                init |= p(*op(value, y)) << (sum(v << k for k, v in enumerate(op(x, y))) + 4 * z + 8)
+    pins = list(half.inputs)
+    pins[operand], pins[2], pins[3] = nets[0], nets[1] if len(nets) == 2 else "0", "1"
+    return _Half(tuple(pins), init, half.s)
+
+
+def absorb_operand_luts(module: dict) -> int:
+    """Compute in a carry chain's own LUT4s the small functions its operands pass through: a
+    LUT4 of one or two nets (`acc & ~first`, an accumulator's reset select; an inversion)
+    that drives an operand pin of a CCU2C half whose C and D are constants moves into that
+    half (its C pin takes the second net), one LUT level and one route fewer on the path into
+    the chain; the LUT4 goes when nothing else reads it. An ECP5 adder half's P reads A, B, C
+    and D while its generate reads A and B only, so it can: where P = 0 the two operands are
+    equal and the carry is the other operand's bit. Halves whose generate would depend on the
+    replaced operand, INJECT1 cells and LUTs reading the other operand are left as they are.
+    Returns how many operand pins were absorbed."""
+    net = Netlist(module)
+    cells = module["cells"]
+    done = 0
+    for name in list(cells):
+        cell = cells.get(name)
+        if cell is None or cell["type"] != "CCU2C":
+            continue
+        halves = _halves(cell)
+        if halves is None:
+            continue
+        for i, half in enumerate(halves):
+            for operand in (0, 1):
+                bit = half.inputs[operand]
+                src = None if isinstance(bit, str) else net.driver.get(bit)
+                lut = src and _lut_function(cells[src[0]])
+                if not lut or half.inputs[1 - operand] in lut[0]:
+                    continue
+                new = _gated_half(half, operand, *lut)
+                if new is None:
+                    continue
+                for pin, value in zip(_HALF_PINS, new.inputs):
+                    net.rewire_input(name, f"{pin}{i}", value)
+                cell["parameters"][f"INIT{i}"] = format(new.init, "016b")
+                half = new
+                done += 1
+                if not net.loads_of(bit):
+                    for pin in _HALF_PINS:
+                        if pin in cells[src[0]]["connections"]:
+                            net.rewire_input(src[0], pin, "0")
+                    del cells[src[0]]
+                # the other operand too while C is free (a gate of one net leaves it constant)
+    return done

@@ -37,7 +37,8 @@ a flip-flop that then drives more than four multipliers gets twins that share th
 DP16KD's output register (compiler/pnr/bram_registers.py), a carry chain's carry-out that
 nothing reads is disconnected and its carry-in is generated inside it
 (compiler/pnr/carry_chains.py: nextpnr would add a feed-out and a feed-in cell, two LUT sites
-each, for them), and a top with a `clk` port has it on the package's clock pin (`CLOCK_PINS`).
+each, for them) and a LUT4 of one or two nets in front of a chain's operand moves into the
+chain's own LUT4, and a top with a `clk` port has it on the package's clock pin (`CLOCK_PINS`).
 The cache key is the prepared netlist's.
 
 Router. nextpnr's default `router1` unless `router="router2"`. Measured (ECP5-85k, seed 1):
@@ -286,8 +287,10 @@ def prepare(netlist: dict, target: str) -> tuple[str, bool, bool]:
     MULT18X18D move into its own registers, then those driving several get twins
     (dsp_registers), then the read-data registers move into the block RAMs (bram_registers:
     after the twins, so a broadcast value's twins keep their register in the fabric), and the
-    carry chains' unread carry-outs are disconnected and their carry-ins generated inside them
-    (carry_chains: no feed-out or feed-in cells).
+    carry chains' unread carry-outs are disconnected, their carry-ins generated inside them
+    (carry_chains: no feed-out or feed-in cells) and the LUT4s of one or two nets in front of
+    their operands computed in their own LUT4s (an accumulator's reset select: one LUT level
+    and one route fewer).
     place_and_route and bitstream.write_bitstream both start here."""
     top, _cells, _pins = netlist_summary(netlist)
     changed = False
@@ -298,6 +301,7 @@ def prepare(netlist: dict, target: str) -> tuple[str, bool, bool]:
         changed = bram_registers.absorb_outputs(module) > 0 or changed
         changed = carry_chains.disconnect_unread(module) > 0 or changed
         changed = carry_chains.absorb_carry_ins(module) > 0 or changed
+        changed = carry_chains.absorb_operand_luts(module) > 0 or changed
     return top, "clk" in (netlist["modules"][top].get("ports") or {}), changed
 
 
