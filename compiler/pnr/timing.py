@@ -172,7 +172,7 @@ _UTIL = re.compile(r"^\s*(?:Info:)?\s*([A-Za-z0-9_]+):\s+(\d+)\s*/\s*(\d+)\s+\d+
 _NO_BELS = re.compile(r"no BELs remaining to implement cell type '([^']+)'")
 _FIT_ERRORS = re.compile(r"Unable to place cell|Unable to find a placement location|no BELs remaining|"
                          r"Failed to route|failed to route|Routing failed|Router1 failed|"
-                         r"Failed to expand|Unable to legalise|failed to legalise", re.I)
+                         r"Failed to expand|Unable to legalise|failed to legalise|Unable to find legal placement", re.I)
 
 
 def parse_fmax(log: str) -> dict[str, float]:
@@ -330,6 +330,11 @@ _FOREIGN = {"ecp5": {"SB_LUT4", "SB_CARRY", "SB_DFF", "SB_RAM40_4K"},
             "ice40": {"LUT4", "CCU2C", "TRELLIS_FF", "DP16KD"}}
 
 
+HEAP_GAVE_UP = "Unable to find legal placement"
+"""nextpnr's heap placer's message when its legaliser gives up; place_and_route then places
+with the static placer on the same part."""
+
+
 def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | Path | None = None, *,
                     timeout: float | None = 600, device: str | None = None, package: str | None = None,
                     freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = DEFAULT_SEED, use_cache: bool = True,
@@ -383,17 +388,24 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
     failures: list[str] = []
     for dev in devices:
         pkg = package or dev.package_for(pins) or dev.packages[-1][0]
-        argv = nextpnr_argv(dev, pkg, top=top, clock=clock, **settings)
-        key = _cache_key(digest, argv, version)
-        run_dir = workdir / dev.name
-        if use_cache and (hit := _cache_read(key, run_dir)) is not None:
-            report = hit
-        else:
+
+        def placed(settings: dict) -> TimingReport:
+            argv = nextpnr_argv(dev, pkg, top=top, clock=clock, **settings)
+            key = _cache_key(digest, argv, version)
+            run_dir = workdir / dev.name
+            if use_cache and (hit := _cache_read(key, run_dir)) is not None:
+                return hit
             left = None if deadline is None else max(1.0, deadline - time.monotonic())
             report = _run(data, run_dir, argv=argv, dev=dev, pkg=pkg, target=target, needs=needs, settings=settings,
-                              version=version, timeout=left)
+                          version=version, timeout=left)
             if use_cache:
                 _cache_write(key, report, run_dir)
+            return report
+        report = placed(settings)
+        if not report.fits and settings["placer"] == "heap" and HEAP_GAVE_UP in report.reason:
+            # heap's legaliser gives up on some large designs that the annealing placer places
+            # (the KWS shape at w4a6 on the 85F): that is no verdict on the design
+            report = placed(dict(settings, placer="static"))
         if report.fits:
             return report
         failures.append(report.reason)
