@@ -300,8 +300,10 @@ def prepare(netlist: dict, target: str) -> tuple[str, bool, bool]:
         changed = dsp_registers.split_fanout(module) > 0 or changed
         changed = bram_registers.absorb_outputs(module) > 0 or changed
         changed = carry_chains.disconnect_unread(module) > 0 or changed
-        changed = carry_chains.absorb_carry_ins(module) > 0 or changed
+        # operands first: a chain whose lowest half takes a gate then starts with a generating
+        # half of its own, where taken after, that half's carry could not take the gate
         changed = carry_chains.absorb_operand_luts(module) > 0 or changed
+        changed = carry_chains.absorb_carry_ins(module) > 0 or changed
     return top, "clk" in (netlist["modules"][top].get("ports") or {}), changed
 
 
