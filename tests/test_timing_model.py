@@ -4,6 +4,8 @@ estimate (Design.timing_estimate)."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -112,6 +114,22 @@ def test_a_counter_times_a_constant_in_an_address_is_a_register_of_its_own(knobs
     assert "i0_x" in text and "i0_inc" in text
     plain = compile_model(*case.outputs, config=HardwareConfig(fp_pipeline=3, **knobs))
     assert "i0_x" not in rtlil.convert(plain.top, name="top")
+
+
+def test_the_one_store_into_a_memory_writes_its_sum_without_a_gate(tmp_path):
+    """With target_mhz a memory's only store drives the write data whatever the step (only
+    the enable takes the store's flag): a GEMV's output memory (LUT RAM) takes each bit
+    straight from the accumulator's carry chain, where it was ANDed with the flag in a LUT4."""
+    from compiler.synth.area import synthesize
+    design = _check(designs.gemv_int8(16, 64), fp_pipeline=3, lanes=8, reduce_unroll=8, target_mhz=200)
+    area = synthesize(design, "ecp5", tmp_path, netlist=True)
+    module = next(m for m in json.loads(Path(area.netlist_path).read_text())["modules"].values()
+                  if m.get("attributes", {}).get("top"))
+    driver = {b: c["type"] for c in module["cells"].values() for pin, bits in c["connections"].items()
+              if c["port_directions"][pin] == "output" for b in bits}
+    data_in = [driver[c["connections"][pin][0]] for name, c in module["cells"].items()
+               if c["type"] == "TRELLIS_DPR16X4" and "mem_b0" in name for pin in c["connections"] if pin.startswith("DI")]
+    assert len(data_in) == 48 and set(data_in) == {"CCU2C"}
 
 
 def test_a_product_wider_than_a_dsp_block_is_summed_from_registered_pieces():

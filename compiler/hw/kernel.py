@@ -29,6 +29,8 @@ delayed control share one set of signals per kernel; split, each part would re-d
 """
 from __future__ import annotations
 
+import collections
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
@@ -340,6 +342,9 @@ class KernelHW(wiring.Component):
             return quiet_for(name) if b.stored or self.schedule.level < FANOUT_LEVEL else Const(1, 1)
 
         write, reads = {}, {}
+        # a plain memory's outside write (address, data, enable), which _stores may select by
+        # its enable rather than by the kernel's store flag
+        self.outside_writes: dict[int, tuple[Value, Value, Value]] = {}
         for b in self.kernel.buffers:
             n = port_names(b.slot)
             if b.slot in self.external:
@@ -363,9 +368,11 @@ class KernelHW(wiring.Component):
             wp, reads[b.slot] = self._memory(m, self.names[b.slot], b.slot, None, sync_reads, transparent)
             write[b.slot] = wp
             we = getattr(self, n["we"])
+            outside_en = we & gate(b, self.names[b.slot])
             m.d.comb += [getattr(self, n["rdata"]).eq(reads[b.slot][0].data),
                          wp.addr.eq(getattr(self, n["waddr"])), wp.data.eq(getattr(self, n["wdata"])),
-                         wp.en.eq(we & gate(b, self.names[b.slot]))]
+                         wp.en.eq(outside_en)]
+            self.outside_writes[b.slot] = (getattr(self, n["waddr"]), getattr(self, n["wdata"]), outside_en)
         return write, reads
 
     def _ring_memory(self, m, b: ir.BufferDecl, sync_reads: bool):
@@ -587,11 +594,14 @@ class KernelHW(wiring.Component):
             m.d.comb += [wp.addr.eq(Mux(ok, idx, 0)), wp.data.eq(dp.local(st.value, env, c)), wp.en.eq(gate & ok)]
         if step_before is not None:
             flags = _StepFlags(dp.m, STORE_GROUP, [step_before], "store")
-            for s in self.program.steps:
-                for st in s.stores:
-                    if not isinstance(st, ir.AccStore):
-                        with m.If(flags(s.index)):
-                            store(st, envs[s.index])
+            stores = [(s, st) for s in self.program.steps for st in s.stores if not isinstance(st, ir.AccStore)]
+            writers = collections.Counter(id(write[st.buf]) for _, st in stores)
+            for s, st in stores:
+                if writers[id(write[st.buf])] == 1:
+                    self._only_store(m, dp, st, envs[s.index], write[st.buf], flags(s.index), sizes[st.buf])
+                else:
+                    with m.If(flags(s.index)):
+                        store(st, envs[s.index])
             return
         with m.Switch(step_c):
             for s in self.program.steps:
@@ -600,6 +610,25 @@ class KernelHW(wiring.Component):
                     for st in s.stores:
                         if not isinstance(st, ir.AccStore):
                             store(st, env)
+
+    def _only_store(self, m, dp: Datapath, st: ir.BufStore, env: Env, wp, flag: Value, size: int) -> None:
+        """The one store into a write port (target_mhz): its address and data drive the port
+        whatever the step, only the enable takes the store's flag, so the data's path into
+        the memory has no gate (a LUT level and a route on the GEMVs' critical path into
+        their output memories). A plain memory takes the outside's address and data while the
+        outside writes (its enable: constant 0, so no multiplexer at all, where the top never
+        writes it); a ring's kernel port is the kernel's alone."""
+        c = self.schedule.commit
+        idx = dp.local(st.index, env, c)
+        ok = self._index_ok(dp, st.index, idx, size)
+        gate = dp.local(st.gate, env, c) if st.gate is not None else Const(1, 1)
+        addr, data = Mux(ok, idx, 0), dp.local(st.value, env, c)
+        if st.buf in self.outside_writes:
+            waddr, wdata, outside_en = self.outside_writes[st.buf]
+            addr, data = Mux(outside_en, waddr, addr), Mux(outside_en, wdata, data)
+        m.d.comb += [wp.addr.eq(addr), wp.data.eq(data)]
+        with m.If(flag):
+            m.d.comb += wp.en.eq(gate & ok)
 
     def _registered_addresses(self, m, dp: Datapath, reads, addr_env: Env, addr_step) -> None:
         """Read addresses through registers (Schedule.address_levels): the look-ahead address
