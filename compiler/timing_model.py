@@ -108,6 +108,7 @@ def delays(device: Device) -> Delays:
 
 WIRE_OPS = frozenset({K.CAST, K.BITCAST})
 CARRY_OPS = frozenset({K.ADD, K.SUB, K.NEG, K.CMPLT})
+ABSORBED_OPS = frozenset({K.WHERE, K.AND, K.OR, K.XOR})
 
 
 def logic_ns(v: ir.Op, width: int, d: Delays) -> float:
@@ -189,7 +190,9 @@ class Paths:
         """The logic of op `v` alone (0 for float ops, counted by their units)."""
         if id(v) not in self.logic:
             plain = isinstance(v, ir.Op) and not v.dtype.is_float and not any(s.dtype.is_float for s in v.srcs)
-            if plain:
+            if plain and self.absorbed(v):
+                self.logic[id(v)] = 0.0
+            elif plain:
                 wide = v.op in CARRY_OPS or v.op is K.MAX
                 width = max([self.width(v)] + ([self.width(s) for s in v.srcs] if wide else []))
                 if v.op in (K.SHL, K.SHR) and not isinstance(v.srcs[1], ir.Const):
@@ -200,7 +203,19 @@ class Paths:
         return self.logic[id(v)]
 
     def is_wire(self, u: ir.Value) -> bool:
-        return isinstance(u, ir.Op) and self.own(u) == 0 and u.op in WIRE_OPS | {K.SHL, K.SHR}
+        return isinstance(u, ir.Op) and (self.own(u) == 0 and u.op in WIRE_OPS | {K.SHL, K.SHR} or self.absorbed(u))
+
+    def absorbed(self, v: ir.Op) -> bool:
+        """A LUT of at most two nets (an accumulator's reset select `where(first, 0, acc)`, a
+        mask) whose every user is an add or subtract: on ECP5 the chains' own LUT4s compute it
+        (compiler/pnr/carry_chains.absorb_operand_luts), so its operands' nets go straight into
+        the chains."""
+        if self.d.family != "ecp5" or v.op not in ABSORBED_OPS or v.dtype.is_float \
+                or sum(not isinstance(s, ir.Const) for s in v.srcs) > 2:
+            return False
+        users = self.users.get(id(v), ())
+        return bool(users) and all(isinstance(u, ir.Op) and u.op in (K.ADD, K.SUB) and not u.dtype.is_float
+                                   for u in users)
 
     def _after(self, v: ir.Value, u: ir.Value) -> float:
         if self.is_wire(u):
