@@ -597,6 +597,24 @@ def test_host_reads_of_many_output_banks_pass_an_or_registered_per_group(lanes):
     np.testing.assert_array_equal(y, case.reference[0])
 
 
+def test_the_host_buses_address_copies_each_serve_a_few_block_rams():
+    """From FANOUT_LEVEL each registered copy of the host's write address and data serves
+    HOST_GROUP block RAMs, not HOST_GROUP banks: the 128x784 int8 weights in 16 banks of 4
+    block RAMs take 8 copies of the address (2 when a copy served 8 banks); writes land."""
+    from amaranth.back import rtlil
+    from compiler.hw.top import HOST_GROUP
+    case = designs.gemv_int8(128, 784)
+    design = compile_model(*case.outputs, config=HardwareConfig(fp_pipeline=3, lanes=4, reduce_unroll=4))
+    written = [hp for hp in design.top.host_ports if hp.write and hp.depth > 1000]
+    assert len(written) == 16 and {hp.block_rams for hp in written} == {4}
+    text = rtlil.convert(design.top, name="top")
+    copies = set(re.findall(r"wire width \d+ \\host_addr(\d+)_(\d+)\b", text))
+    bits = {w for w, _ in copies if int(w) == max(int(w) for w, _ in copies)}.pop()
+    assert len({i for w, i in copies if w == bits}) == 16 // (HOST_GROUP // 4) == 8
+    y = designs.run_on_host_bus(design).astype(np.uint32).view(np.int32)
+    np.testing.assert_array_equal(y, case.reference[0])
+
+
 @pytest.mark.parametrize("flow", ["sequential", "dataflow"])
 def test_a_layers_bias_and_scale_are_read_late_instead_of_delayed_bit_by_bit(flow):
     """pipeline.later_reads: the digits MLP's per-output bias and requantisation scale are read

@@ -172,15 +172,16 @@ class Copies:
 
     def __init__(self, m: Module, group: int, *, reset_less: bool):
         self.m, self.group, self.reset_less = m, group, reset_less
-        self.uses: dict[object, tuple[int, Signal | None]] = {}
+        self.uses: dict[object, tuple[int, int, Signal | None]] = {}
 
-    def __call__(self, key: object, value: Value, name: str, *, init: int = 0) -> Signal:
-        """A copy of `value` (which `key` names: equal keys, equal values) for one more use."""
-        n, copy = self.uses.get(key, (0, None))
-        if n % self.group == 0:
-            copy = registered(self.m, value, f"{name}{n // self.group}", init=init, duplicate=True,
-                              reset_less=self.reset_less)
-        self.uses[key] = (n + 1, copy)
+    def __call__(self, key: object, value: Value, name: str, *, init: int = 0, weight: int = 1) -> Signal:
+        """A copy of `value` (which `key` names: equal keys, equal values) for one more use,
+        which counts as `weight` uses (a memory as its block RAMs: TopHW's host bus)."""
+        load, copies, copy = self.uses.get(key, (0, 0, None))
+        if copy is None or load + weight > self.group:
+            copy = registered(self.m, value, f"{name}{copies}", init=init, duplicate=True, reset_less=self.reset_less)
+            load, copies = 0, copies + 1
+        self.uses[key] = (load + weight, copies, copy)
         return copy
 
 
