@@ -423,9 +423,7 @@ class DataflowTopHW(TopHW):
                 we: Value = registered(m, self.host_we & (self.host_sel == i) & (self.host_addr < hp.depth),
                                        f"host{i}_we", duplicate=True)
                 if (hp.kernel, hp.slot) not in ring_places:       # a weight: not while a beat runs
-                    # a copy per HOST_GROUP memory cells: one for 8 banks of LUT RAM reached 64 cells
-                    # (the digits MLP's critical path at target_mhz 200: 5.3 ns of routing)
-                    we = we & flag_copies("free", ~running_next, "host_free_", init=1, weight=hp.cells)
+                    we = we & flag_copies("free", ~running_next, "host_free_", init=1)
                 m.d.comb += [
                     waddr.eq(data_copies(("addr", len(waddr)), self.host_addr[:len(waddr)], f"host_addr{len(waddr)}_",
                                          weight=hp.block_rams)),

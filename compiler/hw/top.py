@@ -100,12 +100,6 @@ class HostPort:
         place = ecp5_memory(self.depth, self.width)
         return place.cells if place.kind == "bram" else 1
 
-    @property
-    def cells(self) -> int:
-        """The ECP5 memory cells its bank takes, block RAMs or LUT-RAM primitives: what a
-        copy of a write-enable flag reaches (hw/dataflow.py's `host_free`)."""
-        return ecp5_memory(self.depth, self.width).cells
-
 
 def toposort_kernels(n: int, edges: set[tuple[int, int]], names: list[str] | None = None) -> list[int]:
     """Kahn's algorithm; ties keep tinygrad's order. A cycle is a clear CompileError."""
