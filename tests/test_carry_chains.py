@@ -172,8 +172,8 @@ def test_operand_luts_move_into_the_carry_chains(tmp_path):
     gate = json.loads(json.dumps(gold))
     luts = lambda n: sum(1 for c in cells_of(n).values() if c["type"] == "LUT4")     # noqa: E731
     absorbed = absorb_operand_luts(gate["modules"]["top"])
-    # every bit of the four sums but the ones Yosys maps without a LUT in front (the accumulator's
-    # 8 low bits add x to a selected acc bit, the others to x's sign: one LUT each)
+    # most bits of the four sums have a LUT of one or two nets in front (the 12-bit accumulator's
+    # select, the mask, the xor, the inversion and the select of `w`); each absorbed LUT goes
     assert absorbed >= 24 and luts(gold) - luts(gate) == absorbed
     assert equivalent(_provable(gold), _provable(gate), tmp_path / "proof", models=CARRY_MODELS)
     assert absorb_operand_luts(gate["modules"]["top"]) == 0

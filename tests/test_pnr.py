@@ -359,7 +359,8 @@ def test_several_placers_and_seeds_keep_the_fastest_run(tmp_path, cache, monkeyp
 def test_the_heap_placers_legaliser_giving_up_places_with_the_static_placer(tmp_path, cache, monkeypatch):
     # nextpnr's heap placer sometimes gives up legalising a large design that the annealing
     # placer places: place_and_route then runs the static placer on the same part, and the
-    # report says so (its placer); a design the static placer cannot place either is a verdict
+    # report says so (its placer); a design the static placer cannot place either is a verdict,
+    # and a heap failure of another kind (no room for a cell) is one without the second run
     path = tmp_path / "netlist.json"
     design = netlist({"LUT4": 40_000}, {"clk": 1})
     for cell in design["modules"]["mytop"]["cells"].values():
@@ -369,19 +370,23 @@ def test_the_heap_placers_legaliser_giving_up_places_with_the_static_placer(tmp_
 
     def fake_run(data, run_dir, *, argv, dev, pkg, target, needs, settings, version, timeout):
         runs.append((dev.name, settings["placer"]))
-        log = "ERROR: Unable to find legal placement for all cells, design is probably at utilisation limit.\n"
+        log = fake_run.log
         if settings["placer"] == "heap" or not fake_run.static_fits:
             return TimingReport(False, None, reason=f"does not fit {dev.name} {pkg}: {fit_failure(log)}",
                                 device=dev.name, package=pkg, target=target, **settings)
         return TimingReport(True, 99.0, dev.name, pkg, target, **settings)
     fake_run.static_fits = True
+    fake_run.log = "ERROR: Unable to find legal placement for all cells, design is probably at utilisation limit.\n"
     monkeypatch.setattr(compiler.pnr.timing, "_run", fake_run)
     report = place_and_route(path, "ecp5", tmp_path / "a", device="85k", placer="heap", use_cache=False)
     assert report.fits and report.fmax_mhz == 99.0 and report.placer == "static"
     assert runs == [("LFE5U-85F", "heap"), ("LFE5U-85F", "static")]
-    # another failure of heap is no reason to try the other placer
     runs.clear()
     fake_run.static_fits = False
     report = place_and_route(path, "ecp5", tmp_path / "b", device="85k", placer="heap", use_cache=False)
     assert not report.fits and "Unable to find legal placement" in report.reason
     assert runs == [("LFE5U-85F", "heap"), ("LFE5U-85F", "static")]
+    runs.clear()
+    fake_run.log = "ERROR: Unable to place cell 'x', no BELs remaining to implement cell type 'DP16KD'\n"
+    report = place_and_route(path, "ecp5", tmp_path / "c", device="85k", placer="heap", use_cache=False)
+    assert not report.fits and "no BELs remaining" in report.reason and runs == [("LFE5U-85F", "heap")]
