@@ -15,7 +15,9 @@ split memory (compiler/hw/pipeline.py, compiler/passes/split_deep.py).
 
 Usage: python bench/bench_timing.py [--dtypes int8 fp32] [--M 128 --K 784] [--device 85k]
                                     [--pipelines 0 1 2 3] [--jobs 2] [--no-sim] [--no-cache]
-                                    [--workdir DIR] [--json out.json]
+                                    [--freq MHZ] [--set KNOB=VALUE ...] [--workdir DIR] [--json out.json]
+The GEMVs of docs/timing.md "Rewrites for the clock": --dtypes int8 --pipelines 3 --M 16 --K 64
+--set lanes=4 --set reduce_unroll=4 --set target_mhz=200 --freq 200 --router router2 --placer heap.
 Place-and-route results are cached under $TINYHW_CACHE/pnr (--no-cache runs nextpnr again).
 fp32 place-and-route alone takes about 4 minutes on a 2-core machine.
 """
@@ -33,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
+import yaml  # noqa: E402
 
 from compiler import HardwareConfig, compile_model, simulate  # noqa: E402
 from compiler.pnr.timing import PLACERS, ROUTERS, place_and_route  # noqa: E402
@@ -138,26 +141,32 @@ def main() -> int:
     ap.add_argument("--placer", choices=PLACERS, default="heap", help="nextpnr placer (compiler/pnr/timing.py)")
     ap.add_argument("--seeds", nargs="+", type=int, default=[1],
                     help="nextpnr seeds: place and route each design once per seed, report the median seed")
+    ap.add_argument("--freq", type=float, default=100.0, help="nextpnr's target clock (MHz)")
+    ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
+                    help="a knob of every design, e.g. lanes=4, reduce_unroll=4, target_mhz=200 (YAML values)")
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
     pipelines = list(args.pipelines)
     root = args.workdir or Path(tempfile.mkdtemp(prefix="tinyhw-bench-timing-"))
-    jobs = [(d, HardwareConfig(fp_pipeline=p)) for d in args.dtypes for p in pipelines]
-    print(f"GEMV {args.M}x{args.K}, ECP5 {args.device}, nextpnr --freq 100 --seed {' '.join(map(str, args.seeds))}; "
-          f"work in {root}", flush=True)
+    extra = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.set)}
+    jobs = [(d, HardwareConfig.from_dict({"fp_pipeline": p, **extra})) for d in args.dtypes for p in pipelines]
+    print(f"GEMV {args.M}x{args.K}, ECP5 {args.device}, nextpnr --freq {args.freq:g} --placer {args.placer} "
+          f"--seed {' '.join(map(str, args.seeds))}; knobs {extra or 'default'}; work in {root}", flush=True)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         rows = list(pool.map(lambda job: measure(*job, args, root), jobs))
 
     head = (f"{'dtype':6} {'fp_pipeline':>11} {'cycles':>8} {'C':>3} {'L':>2} {'parts':>5} {'LUT':>6} {'FF':>6} "
-            f"{'BRAM':>4} {'DSP':>3} {'device':>10} {'Fmax MHz':>8} {'latency us':>10} {'synth s':>7} {'P&R s':>7}")
+            f"{'BRAM':>4} {'DSP':>3} {'device':>10} {'Fmax MHz':>8} {'est MHz':>7} {'latency us':>10} {'synth s':>7} "
+            f"{'P&R s':>7}")
     print(head)
     print("-" * len(head))
     for r in rows:
         print(f"{r['dtype']:6} {r['fp_pipeline']:>11} {r['cycles']:>8} {r['commit']:>3} {r['ways']:>2} {r['parts']:>5} "
               f"{r['luts']:>6} {r['ffs']:>6} {r['bram']:>4} "
-              f"{r['dsp']:>3} {r['device']:>10} {fmt(r['fmax_mhz'], '8.1f')} {fmt(r['latency_us'], '10.1f')} "
+              f"{r['dsp']:>3} {r['device']:>10} {fmt(r['fmax_mhz'], '8.1f')} {fmt(r['fmax_estimate_mhz'], '7.1f')} "
+              f"{fmt(r['latency_us'], '10.1f')} "
               f"{r['synth_s']:7.1f} {fmt(r.get('pnr_s'), '7.1f')}{' (cached)' if r.get('cached') else ''}")
         if not r["fits"]:
             print(f"    does not fit: {r['reason']}")
