@@ -128,8 +128,12 @@ def test_pysim_streams_a_dataflow_design_as_the_sequential_design_computes_each_
     from amaranth.back import rtlil
     wires = {line.split()[-1] for line in rtlil.convert(flow.top).splitlines() if line.lstrip().startswith("wire")}
     lasts = {w for w in wires if re.search(r"k\d+_b\d+_beat_last$", w)}
-    assert flow.flow.beat >= 4 and len(flow.flow.rings) >= 2
+    assert flow.flow.beat >= 5 and len(flow.flow.rings) >= 2
     assert len(lasts) == (len(flow.flow.rings) if fp_pipeline >= 3 else 0)
+    # with a beat of 5 cycles or more the rings' copies are a tree from a flag set a cycle earlier
+    groups = {w for w in wires if re.search(r"beat_last_ahead_t\d+$", w)}
+    from compiler.hw.dataflow import RING_GROUP
+    assert len(groups) == (-(-len(flow.flow.rings) // RING_GROUP) if fp_pipeline >= 3 else 0)
 
 
 @pytest.mark.slow

@@ -54,6 +54,9 @@ from .pipeline import FANOUT_LEVEL
 from .kernel import ADDRESS_GROUP
 from .top import HOST_GROUP, Copy, HostBuffer, Odometer, Place, Run, Share, TopHW, buffer_users, toposort_kernels
 
+RING_GROUP = 4
+"""Rings whose beat counters share one first-level copy of the beat's end (DataflowTopHW)."""
+
 
 @dataclass(frozen=True)
 class Ring:
@@ -253,6 +256,16 @@ class DataflowTopHW(TopHW):
         if self.fanout and B >= 4:
             last_ahead = Signal(name="beat_last_ahead")
             m.d.sync += last_ahead.eq(running & ~last & (bctr == B - 3))
+        # With B >= 5 the rings' copies are a tree, their source a cycle earlier still: one
+        # register drove every ring's copy across the die (AD08 at target_mhz 200, seeds 1 and 2:
+        # `beat_last_ahead` -> a far ring's `beat_last`, 10.4-10.9 ns of routing, the critical path).
+        ring_last = None
+        if last_ahead is not None and B >= 5:
+            last_ahead2 = Signal(name="beat_last_ahead2")
+            m.d.sync += last_ahead2.eq(running & ~last & (bctr == B - 4))
+            ring_groups = Copies(m, RING_GROUP, reset_less=False)
+            ring_last = lambda name: registered(m, ring_groups("last", last_ahead2, "beat_last_ahead_t"),  # noqa: E731
+                                                name, duplicate=True)
         busy = begin | running
         m.d.comb += self.busy.eq(begin if B == 1 else running)
         for k in self.kernels:
@@ -274,8 +287,9 @@ class DataflowTopHW(TopHW):
             if key not in index:
                 index[key] = Signal(range(n), name=f"k{r.place[0]}_b{r.place[1]}_ring_beat" if self.fanout
                                     else f"ring{n}_beat", attrs={DUPLICATE_ATTRIBUTE: 1} if self.fanout else {})
+                name = f"k{r.place[0]}_b{r.place[1]}_beat_last"
                 advance = last if last_ahead is None else \
-                    registered(m, last_ahead, f"k{r.place[0]}_b{r.place[1]}_beat_last", duplicate=True)
+                    ring_last(name) if ring_last is not None else registered(m, last_ahead, name, duplicate=True)
                 stepped = Mux(index[key] == n - 1, 0, index[key] + 1)
                 with m.If(advance):
                     m.d.sync += index[key].eq(stepped)
