@@ -438,11 +438,12 @@ class DataflowTopHW(TopHW):
                                        f"host{i}_we", duplicate=True)
                 if (hp.kernel, hp.slot) not in ring_places:       # a weight: not while a beat runs
                     we = we & flag_copies("free", ~running_next, "host_free_", init=1)
+                rams = hp.block_rams
                 m.d.comb += [
                     waddr.eq(data_copies(("addr", len(waddr)), self.host_addr[:len(waddr)], f"host_addr{len(waddr)}_",
-                                         weight=hp.block_rams)),
+                                         weight=rams)),
                     wdata.eq(data_copies(("wdata", len(wdata)), self.host_wdata[:len(wdata)], f"host_wdata{len(wdata)}_",
-                                         weight=hp.block_rams)),
+                                         weight=rams)),
                     self.port(hp.kernel, hp.slot, "we").eq(we)]
             if hp.read:
                 raddr = Mux((self.host_rsel == i) & (self.host_raddr < hp.depth), self.host_raddr, 0)

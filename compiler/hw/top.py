@@ -340,9 +340,10 @@ class TopHW(wiring.Component):
                     else:
                         soon = soon_copies("soon", idle_in_two, "host_idle_soon", init=1)
                     stopped = shared("stopped", soon & ~self.start, 1, init=1, data=False)
+                    rams = hp.block_rams
                     m.d.comb += [
-                        waddr.eq(shared("addr", self.host_addr[:len(waddr)], len(waddr), weight=hp.block_rams)),
-                        wdata.eq(shared("wdata", self.host_wdata[:len(wdata)], len(wdata), weight=hp.block_rams)),
+                        waddr.eq(shared("addr", self.host_addr[:len(waddr)], len(waddr), weight=rams)),
+                        wdata.eq(shared("wdata", self.host_wdata[:len(wdata)], len(wdata), weight=rams)),
                         self.port(hp.kernel, hp.slot, "we").eq(registered(
                             m, self.host_we & selected & in_range & stopped & ~self.start, f"host{i}_we",
                             duplicate=True))]

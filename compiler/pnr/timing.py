@@ -170,9 +170,12 @@ def netlist_summary(netlist: Mapping[str, Any]) -> tuple[str, Counter, int]:
 _FMAX = re.compile(r"Max frequency for clock\s+'([^']*)':\s*([0-9]+(?:\.[0-9]+)?)\s*MHz")
 _UTIL = re.compile(r"^\s*(?:Info:)?\s*([A-Za-z0-9_]+):\s+(\d+)\s*/\s*(\d+)\s+\d+%\s*$", re.M)
 _NO_BELS = re.compile(r"no BELs remaining to implement cell type '([^']+)'")
+HEAP_GAVE_UP = "Unable to find legal placement"
+"""nextpnr's heap placer's message when its legaliser gives up; place_and_route then places
+with the static placer on the same part."""
 _FIT_ERRORS = re.compile(r"Unable to place cell|Unable to find a placement location|no BELs remaining|"
                          r"Failed to route|failed to route|Routing failed|Router1 failed|"
-                         r"Failed to expand|Unable to legalise|failed to legalise|Unable to find legal placement", re.I)
+                         r"Failed to expand|Unable to legalise|failed to legalise|" + re.escape(HEAP_GAVE_UP), re.I)
 
 
 def parse_fmax(log: str) -> dict[str, float]:
@@ -330,11 +333,6 @@ def nextpnr_argv(device: Device, package: str, *, top: str, freq_mhz: float, see
 
 _FOREIGN = {"ecp5": {"SB_LUT4", "SB_CARRY", "SB_DFF", "SB_RAM40_4K"},
             "ice40": {"LUT4", "CCU2C", "TRELLIS_FF", "DP16KD"}}
-
-
-HEAP_GAVE_UP = "Unable to find legal placement"
-"""nextpnr's heap placer's message when its legaliser gives up; place_and_route then places
-with the static placer on the same part."""
 
 
 def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | Path | None = None, *,
