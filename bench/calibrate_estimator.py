@@ -10,7 +10,8 @@ coefficients fitted on them (dse/estimator.json, shipped with the package; dse.e
 flow, flat, through the synthesis cache, so a second collect costs only the compiles), one design
 at a time, smallest families first, and appends (family, name, features, measured resources,
 Yosys seconds, the synthesis command) to bench/data/estimator_<target>.jsonl (a design already
-there is not run again unless its features or the family's synthesis command changed). `fit`
+there is not run again unless its hardware (its RTLIL, source locations aside), its features or
+the family's synthesis command changed). `fit`
 reads that file, fits each metric's coefficients on all designs (dse.estimate.fit_prior:
 non-negative least squares on relative error) and measures the error on designs the fit has
 not seen: every family held out in turn (the fit on the other families predicts it). The held-out errors go into the table with the coefficients: they are
@@ -225,6 +226,16 @@ def read_samples(target: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def hardware_hash(design) -> str:
+    """What the design is, for `collect`: its RTLIL without source locations (a change of the
+    compiler's code elsewhere moves them), so a design whose hardware the compiler now builds
+    otherwise is synthesised again even where its features are the same."""
+    import hashlib
+    from compiler.synth.area import design_rtlil
+    text = "\n".join(line for line in design_rtlil(design).splitlines() if not line.lstrip().startswith("attribute \\src"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def collect(args) -> None:
     from compiler.synth.area import TARGETS, synthesize
     from dse.estimate import design_features
@@ -243,8 +254,10 @@ def collect(args) -> None:
         t0 = time.perf_counter()
         features = design_features(design, target=args.target)
         features_s = time.perf_counter() - t0
+        hardware = hardware_hash(design)
         old = have.get(entry.name)
-        if old is not None and old["features"] == features and old.get("flow") == TARGETS[args.target]:
+        if old is not None and old["features"] == features and old.get("flow") == TARGETS[args.target] \
+                and old.get("hardware") == hardware:
             print(f"{entry.name}: unchanged", flush=True)
             continue
         with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
@@ -259,7 +272,8 @@ def collect(args) -> None:
                "luts": area.luts, "ffs": area.ffs, "bram": area.bram, "lutram": area.lutram, "dsp": area.dsp,
                "yosys_s": round(area.seconds, 1), "cached": area.cached, "wall_s": round(wall, 1),
                "compile_s": round(compile_s, 2), "features_s": round(features_s, 4),
-               "yosys_version": area.yosys_version, "flow": TARGETS[args.target], "fallback": bool(area.fallback)}
+               "yosys_version": area.yosys_version, "flow": TARGETS[args.target], "fallback": bool(area.fallback),
+               "hardware": hardware}
         have[entry.name] = row
         samples_path(args.target).write_text("".join(json.dumps(r) + "\n" for r in have.values()))
         print(json.dumps({k: v for k, v in row.items() if k != "features"}), flush=True)
