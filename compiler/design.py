@@ -80,7 +80,8 @@ class Design:
                   for b in self.banking_of(*d).banks}
         hw = [KernelHW(k, self.config, self._memory_names(pos), self._external(pos),
                        frozenset(b for kp, b in copied if kp == pos), self.packs_of(pos), self._read_outside(pos),
-                       self._rings(pos), schedule=self.schedules[pos])
+                       self._rings(pos), frozenset(hp.slot for hp in self.host_ports if hp.write and hp.kernel == pos),
+                       schedule=self.schedules[pos])
               for pos, k in enumerate(self.kernels)]
         placed = {(pos, slot): self.banking_of(pos, slot) for pos, k in enumerate(self.source_kernels or self.kernels)
                   for slot in (b.slot for b in k.buffers)}

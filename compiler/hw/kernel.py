@@ -185,13 +185,15 @@ class KernelHW(wiring.Component):
     them, another kernel reading them in place; None: any slot may be); `rings`: slots whose
     memory is R banks in a ring (schedule=dataflow): the kernel uses bank `b{slot}_kbank`, the
     outside ports (host bus, copies, a reader in place) bank `b{slot}_obank` (hw/dataflow.py);
+    `host_written`: slots the host bus writes (None: any may be);
     `schedule`: the kernel's pipeline schedule, made by Design.schedules (which the cycle model
     and the delay model read too), with the rings and the external memories read on time."""
 
     def __init__(self, kernel: ir.KernelIR, config: HardwareConfig, names: dict[int, str] | None = None,
                  external: frozenset[int] = frozenset(), written_outside: frozenset[int] = frozenset(),
                  packs: tuple = (), read_outside: frozenset[int] | None = None,
-                 rings: dict[int, int] | None = None, *, schedule: Schedule):
+                 rings: dict[int, int] | None = None, host_written: frozenset[int] | None = None, *,
+                 schedule: Schedule):
         self.kernel, self.config = kernel, config
         # schedule=dataflow: slot -> R, memories that rotate through R banks (hw/dataflow.py)
         self.rings = dict(rings or {})
@@ -203,6 +205,7 @@ class KernelHW(wiring.Component):
         self.names = {b.slot: (names or {}).get(b.slot, f"mem_b{b.slot}") for b in kernel.buffers}
         self.written_outside = frozenset(written_outside)
         self.read_outside = None if read_outside is None else frozenset(read_outside)
+        self.host_written = None if host_written is None else frozenset(host_written)
         self.packs = {s: p for p in packs for s in p.slots}
         # The contents live in MemoryData objects that outlast any one elaboration (simulators
         # poke them); each elaboration wraps them in a fresh Memory with its own ports. The
@@ -391,6 +394,7 @@ class KernelHW(wiring.Component):
         m.d.comb += [own_w.addr.eq(0), own_w.data.eq(0), own_w.en.eq(0)]
         # the read data comes from the bank the address went to: as old as the data
         spread = sync_reads and self.schedule.level >= FANOUT_LEVEL
+        outside_writes = slot in self.written_outside or self.host_written is None or slot in self.host_written
         kb = registered(m, kbank, f"b{slot}_kbank_q") if sync_reads and not spread else kbank
         ob = registered(m, obank, f"b{slot}_obank_q") if sync_reads and not spread else obank
 
@@ -412,7 +416,13 @@ class KernelHW(wiring.Component):
             wp = mem.write_port()
             rps = [mem.read_port(domain=domain, transparent_for=(wp,) if transparent else ()) for _ in range(n)]
             mine, theirs = kbank == i, obank == i
-            if b.stored:
+            if b.stored and not outside_writes:
+                # nothing outside writes it (an output ring its reader takes in place or copies
+                # from): the bank's data and address are the kernel's whatever the bank, only the
+                # enable takes the bank choice, which then drives no data bit (AD08 at target_mhz
+                # 200: a ring's bank register through a LUT to a LUT RAM's data, 8.3 ns of routing)
+                m.d.comb += [wp.addr.eq(own_w.addr), wp.data.eq(own_w.data), wp.en.eq(mine & own_w.en)]
+            elif b.stored:
                 m.d.comb += [wp.addr.eq(Mux(mine, own_w.addr, getattr(self, ports["waddr"]))),
                              wp.data.eq(Mux(mine, own_w.data, getattr(self, ports["wdata"]))),
                              wp.en.eq(Mux(mine, own_w.en, getattr(self, ports["we"]) & theirs))]
