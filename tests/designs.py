@@ -35,6 +35,16 @@ def gemv_int8(M: int = 16, K: int = 8, seed: int = 0) -> Case:
     return Case((y,), (W.astype(np.int32) @ x.astype(np.int32),))
 
 
+def gemv_bias_int8(M: int = 10, K: int = 12, seed: int = 11) -> Case:
+    """y = W @ x + b: the bias is added after the REDUCE loop, a step of its own in the loop
+    over outputs, and the weights' row offset i0 * K is not a power of two."""
+    rng = _rng(seed)
+    W, x = _i8(rng, M, K), _i8(rng, K)
+    b = rng.integers(-1000, 1000, M).astype(np.int32)
+    y = Tensor(W).cast(dtypes.int32) @ Tensor(x).cast(dtypes.int32) + Tensor(b)
+    return Case((y,), (W.astype(np.int32) @ x.astype(np.int32) + b,))
+
+
 def matmul_int32(M: int = 4, K: int = 6, N: int = 5, seed: int = 1) -> Case:
     rng = _rng(seed)
     A = rng.integers(-2**31, 2**31, (M, K), dtype=np.int64).astype(np.int32)

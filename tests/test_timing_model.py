@@ -91,6 +91,17 @@ def test_integer_designs_at_a_target_clock_are_bit_exact_and_cycle_exact(name, t
     _check(designs.SMALL[name](), fp_pipeline=3, lanes=3, reduce_unroll=4, target_mhz=target)
 
 
+@pytest.mark.parametrize("knobs", [dict(), dict(lanes=3, reduce_unroll=4)])
+def test_a_scaled_counter_steps_in_every_step_of_its_loop(knobs):
+    """A GEMV with a bias: the loop over outputs has two steps (the REDUCE loop, then the bias
+    and the store), and the weights' address i0 * 12 is a scaled counter (kernel._Scaled). Its
+    register must step in the bias step, where its counter steps, though the address is built
+    inside the REDUCE step's case: every row but the first read row 0's weights when it did not."""
+    from amaranth.back import rtlil
+    design = _check(designs.gemv_bias_int8(), fp_pipeline=3, target_mhz=150, **knobs)
+    assert "i0_x" in rtlil.convert(design.top, name="top")
+
+
 @pytest.mark.parametrize("name", ["mlp_int8_small", "residual_mlp", "fan_out"])
 def test_a_copy_between_kernels_reads_from_registered_addresses(name):
     """With target_mhz a copy's read address and its `reading` flag are registers computed a cycle

@@ -292,11 +292,13 @@ class KernelHW(wiring.Component):
             return registered(m, quiet_next, f"{name}_quiet", init=1, duplicate=True)
 
         write, reads = self._memories(m, quiet_for, sync_reads)
-        scaled = _Scaled(m, ctr) if self.config.target_mhz else None
+        dp = Datapath(k, self.ranges, self.config, accs, sched)
+        # the scaled counters' registers are made on demand as addresses are built, some inside
+        # a step's `with m.Case`: in the datapath's module, where no such block is open
+        scaled = _Scaled(dp.m, ctr) if self.config.target_mhz else None
         self._controller(m, step, nstep, ctr, nctr, last, idle, scaled)
 
         # ---- datapath, and the step ids, counters and `last` as each pipeline stage sees them
-        dp = Datapath(k, self.ranges, self.config, accs, sched)
         m.submodules.datapath = dp.m
         delays = _Delays(dp)
         # done_next is high in the cycle before done (the top looks ahead with it: TopHW)
@@ -777,7 +779,7 @@ class _Scaled:
     decision. Built with target_mhz (a register per (loop, constant) pair, a dozen bits)."""
 
     def __init__(self, m: Module, ctr: dict[int, Signal]):
-        self.m = m
+        self.m = m          # the datapath's module: _pair runs while the kernel's has blocks open
         self.inc = {i: Signal(name=f"i{i}_inc") for i in ctr}
         self.clear = {i: Signal(name=f"i{i}_clear") for i in ctr}
         self.regs: dict[tuple[int, int], tuple[Signal, Signal]] = {}
