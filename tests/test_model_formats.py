@@ -417,6 +417,23 @@ def test_narrow_formats_run_bit_exact_on_every_sample(tmp_path, capsys, model, d
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("schedule", ["sequential", "dataflow"])
+def test_the_trained_cnn_at_a_target_clock_is_bit_exact(tmp_path, capsys, schedule):
+    """The digits CNN at target_mhz 200: its convolution and dense layers address their weights
+    with scaled counters (i0 * 72) in loops of two steps (the sum, then the bias), which the
+    GEMV-shaped tests did not have; every sample bit-exact, cycles as modelled."""
+    from helpers import eval_model, model_spec
+    spec = model_spec(tmp_path, ["int8"], onnx=str(ROOT / "models" / "digits_cnn.onnx"),
+                      data={"dataset": "sklearn:digits", "samples": 30})
+    knobs = ["--set", "fp_pipeline=3", "--set", "target_mhz=200", "--set", f"schedule={schedule}"]
+    if schedule == "dataflow":
+        knobs += ["--set", "fold=auto", "--set", "target_interval=512"]
+    row = eval_model(capsys, spec, "int8", *knobs)
+    assert row["status"] == "OK" and row["correct"] and row["cycles"] == row["cycles_model"], row
+    assert row["samples"] == 30
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
 def test_a_cnn_chain_in_a_float_format_is_bit_exact(tmp_path, digits, dtype):
     """A CNN chain's float points run its own build (dse/models/floatnet.py), every sample
