@@ -396,7 +396,7 @@ class KernelHW(wiring.Component):
         m.d.comb += [own_w.addr.eq(0), own_w.data.eq(0), own_w.en.eq(0)]
         # the read data comes from the bank the address went to: as old as the data
         spread = sync_reads and self.schedule.level >= FANOUT_LEVEL
-        outside_writes = slot in self.written_outside or self.host_written is None or slot in self.host_written
+        outside_writes_it = slot in self.written_outside or self.host_written is None or slot in self.host_written
         kb = registered(m, kbank, f"b{slot}_kbank_q") if sync_reads and not spread else kbank
         ob = registered(m, obank, f"b{slot}_obank_q") if sync_reads and not spread else obank
 
@@ -418,7 +418,7 @@ class KernelHW(wiring.Component):
             wp = mem.write_port()
             rps = [mem.read_port(domain=domain, transparent_for=(wp,) if transparent else ()) for _ in range(n)]
             mine, theirs = kbank == i, obank == i
-            if b.stored and not outside_writes:
+            if b.stored and not outside_writes_it:
                 # nothing outside writes it (an output ring its reader takes in place or copies
                 # from): the bank's data and address are the kernel's whatever the bank, only the
                 # enable takes the bank choice, which then drives no data bit (AD08 at target_mhz
