@@ -13,7 +13,7 @@ import designs
 from compiler import compile_model
 from compiler.devices import DEVICES, choose_devices, find_device, resource_needs
 from compiler.pnr.timing import (TimingReport, fit_failure, netlist_summary, nextpnr_argv, parse_fmax, parse_utilisation,
-                                 place_and_route, read_report)
+                                 place_and_route, read_report, route_diverging)
 from compiler.synth.area import synthesize
 
 ECP5_NAMES = {d.name for d in DEVICES["ecp5"]}
@@ -390,3 +390,55 @@ def test_the_heap_placers_legaliser_giving_up_places_with_the_static_placer(tmp_
     fake_run.log = "ERROR: Unable to place cell 'x', no BELs remaining to implement cell type 'DP16KD'\n"
     report = place_and_route(path, "ecp5", tmp_path / "c", device="85k", placer="heap", use_cache=False)
     assert not report.fits and "no BELs remaining" in report.reason and runs == [("LFE5U-85F", "heap")]
+
+
+def test_a_route_whose_overused_wires_keep_rising_is_diverging():
+    def log(overused):
+        return "".join(f"Info:     iter={i} wires={9000 + i} overused={o} overuse={o} archfail=NA\n"
+                       for i, o in enumerate(overused, 1))
+    # rises of up to 4 in a row, as every routed run of the project's designs had: routing goes on
+    assert route_diverging(log([50_000, 30_000, 31_000, 32_000, 33_000, 34_000, 20_000, 9_000, 0])) is None
+    assert route_diverging(log([5_000] + [4_000 + 100 * k for k in range(7)])) is None     # 7 rises
+    why = route_diverging(log([9_000, 3_265] + [3_265 + 500 * k for k in range(1, 9)]))
+    assert why == ("router2's overused wires rose in 8 iterations in a row (3,265 -> 7,265 at iteration 10), "
+                   "stopped")
+    assert route_diverging(log([3, 4, 5, 6, 7, 8, 9, 10, 11, 11])) is None                  # a flat step ends it
+
+
+def test_a_diverging_route_is_stopped_and_placed_again_with_the_static_placer(tmp_path, cache, monkeypatch):
+    # a stand-in nextpnr that prints router2's iterations with more overused wires each time, for
+    # minutes: the watch stops it after ROUTE_RISING of them, the run is a verdict ("does not route"),
+    # and place_and_route places the same part with the static placer, which routes here
+    import sys
+    import time
+    tool = tmp_path / "nextpnr-standin"
+    tool.write_text(f"#!{sys.executable}\n"
+                    "import os, sys, time\n"
+                    "static = 'static' in sys.argv and not os.environ.get('STANDIN_STATIC_DIVERGES')\n"
+                    "for i in range(1, 3000):\n"
+                    "    print(f'Info:     iter={i} wires=1000 overused={0 if static else 100 + i} overuse=1 archfail=NA',"
+                    " flush=True)\n"
+                    "    if static and i == 3:\n"
+                    "        print(\"Info: Max frequency for clock '$glbnet$clk': 123.40 MHz (PASS at 100.00 MHz)\")\n"
+                    "        sys.exit(0)\n"
+                    "    time.sleep(0.05)\n")
+    tool.chmod(0o755)
+    monkeypatch.setattr(compiler.pnr.timing, "find_tool", lambda name: str(tool))
+    monkeypatch.setattr(compiler.pnr.timing, "ROUTE_WATCH_S", 0.05)
+    path = tmp_path / "netlist.json"
+    design = netlist({"LUT4": 40_000}, {"clk": 1})
+    for cell in design["modules"]["mytop"]["cells"].values():
+        cell.update(parameters={"INIT": "0" * 16}, connections={}, port_directions={})
+    path.write_text(json.dumps(design))
+    t0 = time.perf_counter()
+    report = place_and_route(path, "ecp5", tmp_path / "a", device="85k", placer="heap", use_cache=False, timeout=120)
+    assert time.perf_counter() - t0 < 60                     # the heap run's 3,000 iterations take 150 s
+    assert report.fits and report.fmax_mhz == 123.4 and report.placer == "static"
+    report = place_and_route(path, "ecp5", tmp_path / "b", device="85k", placer="static", use_cache=False,
+                             timeout=120)
+    assert report.fits                                       # the static stand-in routes
+    monkeypatch.setenv("STANDIN_STATIC_DIVERGES", "1")      # neither routes: a verdict naming why
+    report = place_and_route(path, "ecp5", tmp_path / "c", device="85k", placer="heap", use_cache=False, timeout=120)
+    assert not report.fits and report.reason.startswith("does not route on LFE5U-85F CABGA381: router2's overused "
+                                                        "wires rose in 8 iterations in a row")
+    assert "iter=200 " not in (tmp_path / "c" / "LFE5U-85F" / "nextpnr.log").read_text()    # stopped at ~9

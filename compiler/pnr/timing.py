@@ -50,7 +50,13 @@ does not converge: the int8 GEMV 128x784 16x16 (21,584 LUTs, all 156 DSPs) was s
 Placer. nextpnr's default `heap` unless `placer="static"` (its electrostatic placer). On the
 int8 GEMV 128x784 16x16 at fp_pipeline 3 (LFE5U-85F, router2, seed 1) the static placement
 started router2 at less than half the overused wires of heap's and routed in 246 s against
-857, at the same clock (85.3 against 84.3 MHz).
+857, at the same clock (85.3 against 84.3 MHz). Where heap's legaliser gives up
+(HEAP_GAVE_UP), or its placement's route diverges, the same part is placed again with the
+static placer.
+
+Diverging routes. While nextpnr runs, its log is read every few seconds (_RouteWatch): once
+router2's overused wires have risen in ROUTE_RISING iterations in a row the run is stopped and
+is a verdict, "does not route" (route_diverging), where it would have run to the stage's timeout.
 
 Cache. Each nextpnr run is cached in `compiler.cache.PNR` (`<cache_root>/pnr`), keyed by the
 SHA-256 of the netlist JSON, the device, package, options, the nextpnr package version and
@@ -65,6 +71,7 @@ import hashlib
 import json
 import re
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -75,7 +82,7 @@ from . import bram_registers, carry_chains, dsp_registers
 from ..cache import PNR
 from ..devices import (DEVICES, FAMILIES, RESOURCE_NAMES, SPEED_GRADES, Device, choose_devices, find_device,
                        resource_needs)
-from ..tools import ToolError, find_tool, package_version, run_tool
+from ..tools import CANCEL, ToolError, find_tool, package_version, run_tool
 
 ROUTERS = ("router1", "router2")
 PLACERS = ("heap", "static")
@@ -176,6 +183,67 @@ with the static placer on the same part."""
 _FIT_ERRORS = re.compile(r"Unable to place cell|Unable to find a placement location|no BELs remaining|"
                          r"Failed to route|failed to route|Routing failed|Router1 failed|"
                          r"Failed to expand|Unable to legalise|failed to legalise|" + re.escape(HEAP_GAVE_UP), re.I)
+
+
+ROUTE_RISING = 8
+"""router2 iterations in a row whose overused wires each rose: nextpnr is then stopped and the
+run is a verdict (`route_diverging`). Measured on 44 nextpnr logs of this project's designs
+(2026-11-29 to 12-01): every run that routed rose at most 4 iterations in a row; the int8 GEMV
+128x784 at 8x56 and target 200 with the heap placer rose 9 in a row (5,232 -> 7,826 overused
+wires) and AD08's heap seed 2 14, each after an hour, before they were stopped by hand."""
+ROUTE_DIVERGED = "router2's overused wires rose"
+"""The start of a diverging route's reason; place_and_route then places with the static placer
+on the same part, as for HEAP_GAVE_UP."""
+ROUTE_WATCH_S = 5.0
+"""Seconds between two reads of a running nextpnr's log (_RouteWatch)."""
+_ROUTER2_ITERATION = re.compile(r"iter=(\d+) wires=\d+ overused=(\d+)")
+
+
+def route_diverging(log: str, rising: int = ROUTE_RISING) -> str | None:
+    """Why router2 will not converge, or None: its last `rising` iterations (the log's
+    `iter=N wires=W overused=O` lines) each had more overused wires than the one before."""
+    seq = [(int(i), int(o)) for i, o in _ROUTER2_ITERATION.findall(log)][-(rising + 1):]
+    if len(seq) <= rising or not all(b[1] > a[1] for a, b in zip(seq, seq[1:])):
+        return None
+    return (f"{ROUTE_DIVERGED} in {rising} iterations in a row ({seq[0][1]:,} -> {seq[-1][1]:,} "
+            f"at iteration {seq[-1][0]}), stopped")
+
+
+class _RouteWatch:
+    """Reads a running nextpnr's log every ROUTE_WATCH_S and stops the run (run_tool's cancel
+    event) once its route diverges: a user then waits minutes for the verdict, not the stage's
+    timeout (an hour or more on the large designs). An outer cancel (compiler.tools.CANCEL) still
+    stops the run."""
+
+    def __init__(self, log_path: Path):
+        self.log_path, self.outer = log_path, CANCEL.get()
+        self.event, self.stopped = threading.Event(), threading.Event()
+        self.why: str | None = None
+        self.thread = threading.Thread(target=self._watch, daemon=True, name="route-watch")
+
+    def __enter__(self) -> "_RouteWatch":
+        self.token = CANCEL.set(self.event)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        CANCEL.reset(self.token)
+        self.stopped.set()
+        self.thread.join()
+
+    def _watch(self) -> None:
+        while not self.stopped.wait(ROUTE_WATCH_S if self.outer is None else min(ROUTE_WATCH_S, 0.2)):
+            if self.outer is not None and self.outer.is_set():
+                self.event.set()
+                return
+            try:
+                why = route_diverging(self.log_path.read_text(errors="replace"))
+            except OSError:
+                continue
+            if why:
+                self.why = why
+                self.event.set()
+                return
 
 
 def parse_fmax(log: str) -> dict[str, float]:
@@ -402,9 +470,11 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
                 _cache_write(key, report, run_dir)
             return report
         report = placed(settings)
-        if not report.fits and settings["placer"] == "heap" and HEAP_GAVE_UP in report.reason:
+        if not report.fits and settings["placer"] == "heap" and (HEAP_GAVE_UP in report.reason or
+                                                                  ROUTE_DIVERGED in report.reason):
             # heap's legaliser gives up on some large designs that the annealing placer places
-            # (the KWS shape at w4a6 on the 85F): that is no verdict on the design
+            # (the KWS shape at w4a6 on the 85F), and some of its placements do not route where
+            # the static placer's do (AD08's seed 2, the 8x56 GEMV at 200): no verdict on the design
             report = placed(dict(settings, placer="static"))
         if report.fits:
             return report
@@ -428,14 +498,16 @@ def _run(netlist: bytes, run_dir: Path, *, argv: list[str], dev: Device, pkg: st
                   nextpnr_version=version, **settings)
     t0 = time.perf_counter()
     try:
-        run = run_tool(cmd, cwd=run_dir, log_name="nextpnr.log", timeout=timeout)
+        with _RouteWatch(run_dir / "nextpnr.log") as watch:
+            run = run_tool(cmd, cwd=run_dir, log_name="nextpnr.log", timeout=timeout)
     except ToolError as exc:
         log_path = run_dir / "nextpnr.log"
         log = log_path.read_text(errors="replace") if log_path.exists() else ""
-        why = fit_failure(log) if "timed out" not in exc.reason else None
+        why = watch.why or (fit_failure(log) if "timed out" not in exc.reason else None)
         if why is None:
             raise
-        return TimingReport(False, None, reason=f"does not fit {dev.name} {pkg}: {why}",
+        verdict = "does not route on" if watch.why else "does not fit"
+        return TimingReport(False, None, reason=f"{verdict} {dev.name} {pkg}: {why}",
                             seconds=time.perf_counter() - t0, log_path=str(log_path),
                             utilisation=parse_utilisation(log), **common)
     report = read_report(run_dir / "report.json")
