@@ -28,6 +28,7 @@ larger of the two.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import math
@@ -40,7 +41,7 @@ import numpy as np
 from compiler import ir
 from compiler.hw.bram import LUTRAM_BITS, LUTRAM_WORDS, MemoryPlace, ecp5_memory
 
-FEATURES_VERSION = 18
+FEATURES_VERSION = 19
 """Bumped when `design_features` changes meaning: samples of another version are not used."""
 
 AREA_METRICS = ("luts", "ffs", "bram", "lutram", "dsp")
@@ -277,6 +278,13 @@ def _kernel_features(k, sched, prog, config) -> tuple[tuple[tuple[str, float], .
     # fitted cost a bit is more than the counters' own LUTs (2 to 2.5 a counter flip-flop in
     # the flat netlists): the memories' address logic grows with the same widths
     # (docs/estimator.md, "The LUTs' control terms")
+    # a memory written by more than one store takes each one's address and data through a
+    # multiplexer on the step; a memory's one store drives them ungated (KernelHW._stores)
+    stores = collections.Counter(s.buf for s, _ in k.stores() if isinstance(s, ir.BufStore))
+    sizes = {b.slot: b.size for b in k.buffers}
+    for s, _ in k.stores():
+        if isinstance(s, ir.BufStore) and stores[s.buf] > 1:
+            add("store_mux_bits", bits(s.value) + max(1, math.ceil(math.log2(max(sizes[s.buf], 2)))))
     add("steps", len(prog.steps))
     add("advance_bits", sum(max(1, int(a.loop.bound - 1).bit_length()) for tr in prog.transitions
                             for a in tr.advances))
@@ -288,6 +296,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
     width. Cheap: it walks the KernelIR and the banking, and builds no hardware."""
     from compiler.hw.bram import memory_tail
     from compiler.hw.kernel import read_ports
+    from compiler.hw.top import Copy
     from compiler.synth import multipliers
     f: dict[str, float] = {"version": FEATURES_VERSION}
 
@@ -315,6 +324,10 @@ def design_features(design, *, target: str) -> dict[str, float]:
             add("dsp_blocks", multipliers.dsp_cost(cell, target))
 
     external = {(sh.reader[0], b) for sh in design.shares for b in design.banking_of(*sh.reader).banks}
+    # banks something outside the kernel writes: the host bus, and copies into them
+    written = {(hp.kernel, hp.slot) for hp in design.host_ports if hp.write}
+    written |= {(d[0], b) for ph in design.phases if isinstance(ph, Copy) for d in ph.dsts
+                for b in design.banking_of(*d).banks}
     comb = design.config.mem_read == "comb"
     # weights="constant": a ROM read at addresses the unrolled loops fix is folded into the
     # datapath (its products are the adders counted above); one that survives is a table in logic
@@ -350,10 +363,12 @@ def design_features(design, *, target: str) -> dict[str, float]:
                 if copies > 1:
                     # the ring's selects: each read port's data (and the outside's, port 0) is an
                     # AND-OR over the R memories' words, chosen by the bank flags; the kernel's
-                    # and the outside's addresses (and write data, if the kernel stores into it)
+                    # and the outside's addresses (and write data, if both write it: an output
+                    # ring nothing outside writes takes the kernel's, KernelHW._ring_memory)
                     # are multiplexed into each memory's ports
                     mem("ring_sel_bits", (ports + 1) * width)
-                    mem("ring_port_bits", addr + ((addr + width) if b.stored else 0))
+                    both = b.stored and (pos, bank) in written
+                    mem("ring_port_bits", addr + ((addr + width) if both else 0))
                 tail = memory_tail(design.config, depth, width, b.stored)
                 if tail:                                 # mem_tail: the last words in LUT RAM
                     mem("tail_bits", tail * width)
