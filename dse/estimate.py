@@ -271,13 +271,6 @@ def _kernel_features(k, sched, prog, config) -> tuple[tuple[tuple[str, float], .
     add("steps_log2", math.log2(1 + sum(lp.bound for lp in k.loops.values())))
     add("counter_bits", sum(int(lp.bound).bit_length() for lp in k.loops.values()))   # loop counters
     add("kernels", 1)
-    # the controller (hw/kernel.py _controller): a case of the step register per step, and in
-    # it each advance of a loop a compare of its counter with its last value, an increment and
-    # the next-counter multiplexer, built once per step that advances the loop (a loop's
-    # counter once, counter_bits, is its flip-flops: the LUTs' table no longer uses it). The
-    # fitted cost a bit is more than the counters' own LUTs (2 to 2.5 a counter flip-flop in
-    # the flat netlists): the memories' address logic grows with the same widths
-    # (docs/estimator.md, "The LUTs' control terms")
     # a memory written by more than one store takes each one's address and data through a
     # multiplexer on the step; a memory's one store drives them ungated (KernelHW._stores)
     stores = collections.Counter(s.buf for s, _ in k.stores() if isinstance(s, ir.BufStore))
@@ -285,6 +278,13 @@ def _kernel_features(k, sched, prog, config) -> tuple[tuple[tuple[str, float], .
     for s, _ in k.stores():
         if isinstance(s, ir.BufStore) and stores[s.buf] > 1:
             add("store_mux_bits", bits(s.value) + max(1, math.ceil(math.log2(max(sizes[s.buf], 2)))))
+    # the controller (hw/kernel.py _controller): a case of the step register per step, and in
+    # it each advance of a loop a compare of its counter with its last value, an increment and
+    # the next-counter multiplexer, built once per step that advances the loop (a loop's
+    # counter once, counter_bits, is its flip-flops: the LUTs' table no longer uses it). The
+    # fitted cost a bit is more than the counters' own LUTs (2 to 2.5 a counter flip-flop in
+    # the flat netlists): the memories' address logic grows with the same widths
+    # (docs/estimator.md, "The LUTs' control terms")
     add("steps", len(prog.steps))
     add("advance_bits", sum(max(1, int(a.loop.bound - 1).bit_length()) for tr in prog.transitions
                             for a in tr.advances))
