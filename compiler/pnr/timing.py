@@ -188,9 +188,11 @@ _FIT_ERRORS = re.compile(r"Unable to place cell|Unable to find a placement locat
 ROUTE_RISING = 8
 """router2 iterations in a row whose overused wires each rose: nextpnr is then stopped and the
 run is a verdict (`route_diverging`). Measured on 44 nextpnr logs of this project's designs
-(2026-11-29 to 12-01): every run that routed rose at most 4 iterations in a row; the int8 GEMV
-128x784 at 8x56 and target 200 with the heap placer rose 9 in a row (5,232 -> 7,826 overused
-wires) and AD08's heap seed 2 14, each after an hour, before they were stopped by hand."""
+(2026-11-29 to 12-01): every run that routed rose at most 4 iterations in a row; the two that
+never routed, stopped by hand, rose 9 and 14 in a row (the int8 GEMV 128x784 at 8x56 and target
+200 with the heap placer: the rule stops it at iteration 27, 33 minutes into the run, which
+would otherwise have gone to its 90-minute timeout; AD08's heap seed 2: at iteration 70, of the
+76 it reached in an hour)."""
 ROUTE_DIVERGED = "router2's overused wires rose"
 """The start of a diverging route's reason; place_and_route then places with the static placer
 on the same part, as for HEAP_GAVE_UP."""
