@@ -15,7 +15,7 @@ from .timing_model import (Estimate, delays, dsp_blocks, memory_to_dsp_ns, place
                            word_write_ns)
 from .hw.program import Program, build_program
 from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow
-from .hw.top import Copy, HostBuffer, HostPort, Run, Share, TopHW, plan
+from .hw.top import Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, plan
 from .hw.layout import Banking
 from .hw.packing import Pack, plan_packs
 
@@ -75,13 +75,23 @@ class Design:
     constants: frozenset[int] = frozenset()
 
     @cached_property
+    def copied_banks(self) -> frozenset[Place]:
+        """(kernel position, bank slot) of every bank a copy writes (the top, between kernels)."""
+        return frozenset((d[0], b) for p in self.phases if isinstance(p, Copy) for d in p.dsts
+                         for b in self.banking_of(*d).banks)
+
+    @cached_property
+    def host_written_banks(self) -> frozenset[Place]:
+        """(kernel position, bank slot) of every bank the host bus writes."""
+        return frozenset((hp.kernel, hp.slot) for hp in self.host_ports if hp.write)
+
+    @cached_property
     def top(self) -> TopHW:
-        copied = {(d[0], b) for p in self.phases if isinstance(p, Copy) for d in p.dsts
-                  for b in self.banking_of(*d).banks}
+        def of(banks: frozenset, pos: int) -> frozenset[int]:
+            return frozenset(b for kp, b in banks if kp == pos)
         hw = [KernelHW(k, self.config, self._memory_names(pos), self._external(pos),
-                       frozenset(b for kp, b in copied if kp == pos), self.packs_of(pos), self._read_outside(pos),
-                       self._rings(pos), frozenset(hp.slot for hp in self.host_ports if hp.write and hp.kernel == pos),
-                       schedule=self.schedules[pos])
+                       of(self.copied_banks, pos), self.packs_of(pos), self._read_outside(pos),
+                       self._rings(pos), of(self.host_written_banks, pos), schedule=self.schedules[pos])
               for pos, k in enumerate(self.kernels)]
         placed = {(pos, slot): self.banking_of(pos, slot) for pos, k in enumerate(self.source_kernels or self.kernels)
                   for slot in (b.slot for b in k.buffers)}

@@ -296,7 +296,6 @@ def design_features(design, *, target: str) -> dict[str, float]:
     width. Cheap: it walks the KernelIR and the banking, and builds no hardware."""
     from compiler.hw.bram import memory_tail
     from compiler.hw.kernel import read_ports
-    from compiler.hw.top import Copy
     from compiler.synth import multipliers
     f: dict[str, float] = {"version": FEATURES_VERSION}
 
@@ -324,10 +323,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
             add("dsp_blocks", multipliers.dsp_cost(cell, target))
 
     external = {(sh.reader[0], b) for sh in design.shares for b in design.banking_of(*sh.reader).banks}
-    # banks something outside the kernel writes: the host bus, and copies into them
-    written = {(hp.kernel, hp.slot) for hp in design.host_ports if hp.write}
-    written |= {(d[0], b) for ph in design.phases if isinstance(ph, Copy) for d in ph.dsts
-                for b in design.banking_of(*d).banks}
+    written = design.host_written_banks | design.copied_banks      # banks written from outside a kernel
     comb = design.config.mem_read == "comb"
     # weights="constant": a ROM read at addresses the unrolled loops fix is folded into the
     # datapath (its products are the adders counted above); one that survives is a table in logic
