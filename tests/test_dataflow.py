@@ -136,6 +136,68 @@ def test_pysim_streams_a_dataflow_design_as_the_sequential_design_computes_each_
     assert len(groups) == (-(-len(flow.flow.rings) // RING_GROUP) if fp_pipeline >= 3 else 0)
 
 
+@pytest.mark.parametrize("fp_pipeline", [0, 3])
+def test_a_weight_written_lands_whenever_no_beat_runs_in_its_landing_cycle(fp_pipeline):
+    """The host may write a weight between beats, never into a running one: a write on the pins
+    in cycle t lands in cycle t + host_delay, and only if no beat runs then (`busy`; on the
+    combinational bus, below FANOUT_LEVEL, nor begins: its kernels read in their first cycle). From
+    FANOUT_LEVEL that flag reaches the weight banks through a tree of copies a cycle ahead
+    (DataflowHW._registered_bus), the start pin ANDed in at the last level: checked with a
+    write in every cycle around beats begun alone, back to back (start in a beat's last
+    cycle), and with start held while a beat runs (which begins nothing)."""
+    from compiler.sim.memory_io import input_words
+    from compiler.sim.pysim import Harness, poke_inputs
+    x, y = _mlp([24, 16, 8, 4])
+    design = compile_model(y, config=HardwareConfig.from_dict(
+        {"lanes@0": 4, "reduce_unroll@0": 2, "lanes@1": 2, "fp_pipeline": fp_pipeline, "schedule": "dataflow"}),
+        stream=x)
+    top, B = design.top, design.flow.beat
+    assert B >= 5 and top.host_delay == (fp_pipeline >= 3)
+    words = input_words(design, None)
+    refs = {(ref.kernel, ref.slot): ref for buf, w in words.items() for ref, _ in design.memory_words(buf, w)}
+    rings = {r.place for r in design.flow.rings}
+    weights = [i for i, hp in enumerate(design.host_ports) if hp.write and (hp.kernel, hp.slot) not in rings]
+    port = max(weights, key=lambda i: design.host_ports[i].depth)
+    hp = design.host_ports[port]
+    ref = refs[hp.kernel, hp.slot]
+    mem = design.memory_parts(ref)[0][2]
+    # a beat begun alone, start while it runs, then held over its end (its last cycle begins
+    # nothing, the next does), and one more after a pause
+    starts = {0, 3, *range(B - 2, B + 4), 3 * B}
+    near = {s + d for s in starts for d in (0, B)}  # each start and where a beat begun there ends
+    writes = [c for c in range(4 * B + 8) if any(abs(c - p) <= 1 for p in near)]
+    assert hp.depth >= len(writes)
+    got = []
+
+    def peek(ctx, addr: int) -> int:
+        return (ctx.get(mem[addr]) >> ref.offset) & ((1 << ref.width) - 1)
+
+    async def bench(ctx):
+        poke_inputs(ctx, design, words)
+        loaded = [peek(ctx, a) for a in range(len(writes))]
+        busy = []
+        for c in range(writes[-1] + 2):
+            busy.append(ctx.get(top.busy))
+            ctx.set(top.start, int(c in starts))
+            ctx.set(top.host_we, int(c in writes))
+            if c in writes:
+                a = writes.index(c)
+                ctx.set(top.host_sel, port)
+                ctx.set(top.host_addr, a)
+                ctx.set(top.host_wdata, ~loaded[a] & ((1 << hp.width) - 1))
+            await ctx.tick()
+        await ctx.tick().repeat(4)
+        # busy: a beat runs in the landing cycle (or, on the combinational bus, begins in it)
+        d = top.host_delay
+        got.extend((c, bool(busy[c + d]) or (d == 0 and c in starts), peek(ctx, a) != loaded[a])
+                   for a, c in enumerate(writes))
+
+    Harness.of(design).simulate(bench)
+    assert any(b for _, b, _ in got) and not all(b for _, b, _ in got)
+    for c, busy, landed in got:
+        assert landed == (not busy), f"cycle {c}: a weight write {'landed in a running beat' if busy else 'dropped'}"
+
+
 @pytest.mark.slow
 def test_a_stream_through_a_dataflow_design_equals_the_sequential_design_sample_for_sample():
     """Five samples back to back through each dataflow design (a chain with in-place reads and

@@ -235,6 +235,7 @@ class DataflowTopHW(TopHW):
         if B == 1:                  # pipelined kernels: every cycle with `start` is a beat of its own
             begin = last = self.start
             running_next, bctr_next = begin, bctr        # a beat runs next cycle iff one begins now
+            going_on_next = Const(0, 1)                  # ... and never goes on past it
         else:
             begin = self.start & ~running
             # the beat's last cycle from a register set a cycle ahead (the counter runs a fixed
@@ -242,8 +243,10 @@ class DataflowTopHW(TopHW):
             # rings' beat indices, `done` and the host's write enables (issue 52: AD08's slowest)
             last = Signal(name="beat_last")
             ahead = (bctr == B - 2) if B > 2 else Const(0, 1)
-            m.d.sync += last.eq(Mux(begin, int(B == 2), running & ~last & ahead))
+            last_next = Mux(begin, int(B == 2), running & ~last & ahead)
+            m.d.sync += last.eq(last_next)
             running_next = Mux(begin, 1, Mux(last, 0, running))
+            going_on_next = running_next & ~last_next    # a beat runs next cycle, not its last
             bctr_next = Mux(begin, 1, Mux(last, 0, Mux(running, bctr + 1, bctr)))
             m.d.sync += [running.eq(running_next), bctr.eq(bctr_next)]
         m.d.sync += self.done.eq(last)
@@ -322,7 +325,7 @@ class DataflowTopHW(TopHW):
         # ---- host bus: streamed inputs and outputs any time, other memories while no beat runs
         ring_places = {r.place for r in flow.rings}
         if self.fanout:
-            self._registered_bus(m, ring_places, running_next, sync_reads)
+            self._registered_bus(m, ring_places, running_next, going_on_next, sync_reads)
         else:
             self._bus(m, ring_places, busy, sync_reads)
 
@@ -420,7 +423,8 @@ class DataflowTopHW(TopHW):
                 with m.Case(i):
                     m.d.comb += self.host_rdata.eq(self.port(hp.kernel, hp.slot, "rdata"))
 
-    def _registered_bus(self, m: Module, ring_places, running_next: Value, sync_reads: bool) -> None:
+    def _registered_bus(self, m: Module, ring_places, running_next: Value, going_on_next: Value,
+                        sync_reads: bool) -> None:
         """The host bus from FANOUT_LEVEL, registered at both ends as hw/top.py's (its reasons:
         no path from the pins to a block RAM or back; HOST_GROUP ports share copies of the
         address and data): a write lands a cycle after it is on the pins, into the bank chosen
@@ -430,15 +434,26 @@ class DataflowTopHW(TopHW):
         is on host_rdata host_read_latency (4) cycles after the pins."""
         data_copies = Copies(m, HOST_GROUP, reset_less=True)
         flag_copies = Copies(m, HOST_GROUP, reset_less=False)
+        # "No beat runs next cycle" (~running_next) is the beat's last cycle and the start pin
+        # through two LUTs, and its copies sit by the block RAMs all over the die: from the middle
+        # that was AD08's critical path on two seeds of three (`beat_last` -> a `host_free` copy,
+        # 10.4-11.9 ns, 9.4-10.9 of it routing). So the copies are a tree of two levels: the
+        # first a cycle ahead holds what the beat's state alone says (a beat runs and goes on;
+        # a beat runs), the second ANDs in the start pin, which no look-ahead can know:
+        # free(t+1) = ~going_on(t) & (running(t) | ~start(t)), and start while a beat runs
+        # begins nothing.
+        root_copies = Copies(m, HOST_GROUP ** 2, reset_less=False)
         read_ports = []
         for i, hp in enumerate(self.host_ports):
             if hp.write:
                 waddr, wdata = self.port(hp.kernel, hp.slot, "waddr"), self.port(hp.kernel, hp.slot, "wdata")
                 we: Value = registered(m, self.host_we & (self.host_sel == i) & (self.host_addr < hp.depth),
                                        f"host{i}_we", duplicate=True)
-                if (hp.kernel, hp.slot) not in ring_places:       # a weight: not while a beat runs
-                    we = we & flag_copies("free", ~running_next, "host_free_", init=1)
                 rams = hp.block_rams
+                if (hp.kernel, hp.slot) not in ring_places:       # a weight: not while a beat runs
+                    stops = root_copies("stops", ~going_on_next, "host_stops_", init=1)
+                    runs = root_copies("runs", running_next, "host_runs_")
+                    we = we & flag_copies("free", stops & (runs | ~self.start), "host_free_", init=1)
                 m.d.comb += [
                     waddr.eq(data_copies(("addr", len(waddr)), self.host_addr[:len(waddr)], f"host_addr{len(waddr)}_",
                                          weight=rams)),
