@@ -58,8 +58,8 @@ def test_gate_passes_on_the_committed_baseline(current, capsys):
     code, out, err = run(capsys, current, "--gate", CI_SPEC, "--baseline", BASELINE)
     assert (code, err) == (0, "")
     assert out.startswith("## dse check `ci_gate`: PASS\n")
-    assert "| gemv_8x16 | int8 | 4 | 1/1 hold | 2/2 matched | 0.2596 -> 0.2596 (+0.0%) |" in out
-    assert "| add_relu_32 | int8 | 4 | 1/1 hold | 2/2 matched | 1.1520 -> 1.1520 (+0.0%) |" in out
+    assert "| gemv_8x16 | int8 | 4 | 1/1 hold | 2/2 matched | 0.3211 -> 0.3211 (+0.0%) |" in out
+    assert "| add_relu_32 | int8 | 4 | 1/1 hold | 2/2 matched | 0.9023 -> 0.9023 (+0.0%) |" in out
     assert "Regressions" not in out
     assert (current / "check.md").read_text() + "\n" == out           # printed, and written for a PR comment
 
@@ -77,19 +77,20 @@ def test_inflated_luts_fail_with_exit_1(current, capsys):
     edit(current, luts=1.2)
     code, out, err = run(capsys, current, "--gate", CI_SPEC, "--baseline", BASELINE)
     assert code == 1
-    assert err == f"dse check: 6 regressions (table in {current / 'check.md'})\n"
-    assert out.startswith("## dse check `ci_gate`: FAIL: 6 regressions\n")
+    assert err == f"dse check: 8 regressions (table in {current / 'check.md'})\n"
+    assert out.startswith("## dse check `ci_gate`: FAIL: 8 regressions\n")
     assert "| check | model | dtype | point | metric | baseline | now | change |" in out
-    # the gate rule: 236 LUTs * 1.2 = 283 still <= 300 for gemv; add_relu's 72 * 1.2 = 86 <= 100
-    assert "| threshold |" not in out
+    # the gate's rules, each model's smallest point: gemv's 155 LUTs * 1.2 = 186 > 180, add_relu's 72 * 1.2 = 86 > 85
+    assert "| threshold | gemv_8x16 | int8 | #0 mem_read=comb lanes=1 | luts | <= 180 | 186 | +3.3% |" in out
+    assert "| threshold | add_relu_32 | int8 | #3 mem_read=comb lanes=1 | luts | <= 85 | 86 | +1.2% |" in out
     # each baseline Pareto point, with the closest point now (the same design, 20% more LUTs)
     assert ("| pareto | gemv_8x16 | int8 | mem_read=comb lanes=2 (baseline #2; closest now #2 mem_read=comb lanes=2) "
-            "| luts | 351 | 421 | +19.9% |") in out
+            "| luts | 195 | 234 | +20.0% |") in out
     assert ("| pareto | gemv_8x16 | int8 | mem_read=comb lanes=1 (baseline #0; closest now #0 mem_read=comb lanes=1) "
-            "| luts | 236 | 283 | +19.9% |") in out
+            "| luts | 155 | 186 | +20.0% |") in out
     assert out.count("| pareto |") == 4
     # normalised over baseline and current points together: 20% more LUTs on a narrow front
-    assert "| hypervolume | gemv_8x16 | int8 | - | hypervolume (cycles, luts, normalised) | 0.6110 | 0.2220 | -63.7% |" in out
+    assert "| hypervolume | gemv_8x16 | int8 | - | hypervolume (cycles, luts, normalised) | 0.7394 | 0.2441 | -67.0% |" in out
     assert out.count("| hypervolume |") == 2
     assert (current / "check.md").read_text().startswith("## dse check `ci_gate`: FAIL")
 
@@ -99,10 +100,10 @@ def test_tolerance_applies_to_points_and_hypervolume_alike(current, capsys):
     code, out, _ = run(capsys, current, "--baseline", BASELINE, "--tolerance", "10")
     assert code == 1 and out.count("0/2 matched") == 2
     assert ("| hypervolume | gemv_8x16 | int8 | - | hypervolume (cycles, luts, normalised) "
-            "| 0.6110 (>= 0.3177 within 10%) | 0.2220 | -63.7% |") in out
+            "| 0.7394 (>= 0.3994 within 10%) | 0.2441 | -67.0% |") in out
     code, out, _ = run(capsys, current, "--baseline", BASELINE, "--tolerance", "25")
     assert code == 0 and out.count("2/2 matched") == 2
-    assert "| gemv_8x16 | int8 | 4 | - | 2/2 matched | 0.6110 -> 0.2220 (-63.7%; >= 0.0372 needed) |" in out
+    assert "| gemv_8x16 | int8 | 4 | - | 2/2 matched | 0.7394 -> 0.2441 (-67.0%; >= 0.0473 needed) |" in out
 
 
 def test_a_lost_pareto_point_is_reported_with_the_closest_point_now(current, capsys):
@@ -110,9 +111,9 @@ def test_a_lost_pareto_point_is_reported_with_the_closest_point_now(current, cap
     t[t["number"] != 2].to_csv(current / "trials.csv", index=False)     # the fast GEMV is gone
     code, out, _ = run(capsys, current, "--baseline", BASELINE)
     assert code == 1
-    assert "| gemv_8x16 | int8 | 3 | - | 1/2 matched | 0.2596 -> 0.2100 (-19.1%) |" in out
+    assert "| gemv_8x16 | int8 | 3 | - | 1/2 matched | 0.3211 -> 0.2100 (-34.6%) |" in out
     assert ("| pareto | gemv_8x16 | int8 | mem_read=comb lanes=2 (baseline #2; closest now #6 mem_read=sync lanes=2) "
-            "| luts | 351 | 357 | +1.7% |") in out
+            "| luts | 195 | 200 | +2.6% |") in out
     assert "| hypervolume | gemv_8x16 | int8 |" in out
 
 
@@ -124,15 +125,15 @@ def test_a_model_without_feasible_points_fails(current, capsys):
     assert code == 1
     assert "| pareto | add_relu_32 | int8 | - | feasible points | 4 | 0 | -100.0% |" in out
     assert "| threshold | add_relu_32 | int8 | - | cycles | <= 40 | no feasible point | - |" in out
-    assert "| hypervolume | add_relu_32 | int8 | - | hypervolume (cycles, luts, normalised) | 1.1520 | 0.0000 | -100.0% |" in out
+    assert "| hypervolume | add_relu_32 | int8 | - | hypervolume (cycles, luts, normalised) | 0.9023 | 0.0000 | -100.0% |" in out
 
 
 def test_threshold_rules_need_one_point_meeting_every_bound(current, tmp_path, capsys):
-    # 65 cycles needs 351 LUTs, 236 LUTs needs 129 cycles: each bound alone holds, both at once do not
-    gate = write(tmp_path / "gate.yaml", "- {model: gemv_8x16, cycles_max: 100, luts_max: 300}\n")
+    # 65 cycles needs 195 LUTs, 155 LUTs needs 129 cycles: each bound alone holds, both at once do not
+    gate = write(tmp_path / "gate.yaml", "- {model: gemv_8x16, cycles_max: 100, luts_max: 190}\n")
     code, out, _ = run(capsys, current, "--gate", gate)
     assert code == 1
-    assert "| threshold | gemv_8x16 | int8 | #2 mem_read=comb lanes=2 | luts | <= 300 | 351 | +17.0% |" in out
+    assert "| threshold | gemv_8x16 | int8 | #2 mem_read=comb lanes=2 | luts | <= 190 | 195 | +2.6% |" in out
     assert "| gemv_8x16 | int8 | 4 | 0/1 hold | - | - |" in out
     assert "| add_relu_32 | int8 | 4 | - | - | - |" in out
 
