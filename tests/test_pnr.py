@@ -442,3 +442,32 @@ def test_a_diverging_route_is_stopped_and_placed_again_with_the_static_placer(tm
     assert not report.fits and report.reason.startswith("does not route on LFE5U-85F CABGA381: router2's overused "
                                                         "wires rose in 8 iterations in a row")
     assert "iter=200 " not in (tmp_path / "c" / "LFE5U-85F" / "nextpnr.log").read_text()    # stopped at ~9
+
+
+def test_the_route_watch_reads_a_growing_log_and_relays_an_outer_cancel(tmp_path, monkeypatch):
+    # the log as nextpnr writes it, a line at a time: the watch reads what is new each time and
+    # stops once the rises reach ROUTE_RISING; a cancel from outside (dse's early synthesis) is
+    # passed on to the run within a poll, the log unread
+    import threading
+    import time
+    from compiler.pnr.timing import ROUTE_RISING, _RouteWatch
+    from compiler.tools import CANCEL
+    monkeypatch.setattr(compiler.pnr.timing, "ROUTE_WATCH_S", 0.02)
+    log = tmp_path / "nextpnr.log"
+    log.write_text("Info: placing\n")
+    with _RouteWatch(log) as watch:
+        for i in range(1, ROUTE_RISING + 2):
+            assert not watch.event.is_set(), f"stopped after {i - 1} lines"
+            with log.open("a") as f:
+                f.write(f"Info:     iter={i} wires=1000 overused={100 + i} overuse=1 archfail=NA\n")
+            time.sleep(0.1)
+        assert watch.event.wait(2) and watch.why.startswith(f"router2's overused wires rose in {ROUTE_RISING}")
+    outer = threading.Event()
+    token = CANCEL.set(outer)
+    try:
+        with _RouteWatch(tmp_path / "absent.log") as watch:
+            assert CANCEL.get() is watch.event and not watch.event.wait(0.3)
+            outer.set()
+            assert watch.event.wait(2) and watch.why is None
+    finally:
+        CANCEL.reset(token)
