@@ -116,6 +116,7 @@ def corpus() -> list[Entry]:
           Entry("gemv_int", "gemv128x784-l1", "int8", {}, gemv(128, 784)),
           Entry("gemv_int", "gemv128x784-l4-r4", "int8", {"lanes": 4, "reduce_unroll": 4}, gemv(128, 784)),
           Entry("gemv_int", "gemv32x128-int16-l2-r2", "int16", {"lanes": 2, "reduce_unroll": 2}, gemv(32, 128)),
+          Entry("gemv_int", "gemv32x128-int16-l2-fp3", "int16", {"lanes": 2, "fp_pipeline": 3}, gemv(32, 128)),
           Entry("gemv_int", "gemv32x128-int4-l4-r4", "int4", {"lanes": 4, "reduce_unroll": 4}, gemv(32, 128)),
           Entry("gemv_int", "gemv32x128-comb-l2", "int8", {"lanes": 2, "mem_read": "comb"}, gemv(32, 128)),
           # constant weights outside the constant family: held out, its shift-and-add adders'
