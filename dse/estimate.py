@@ -42,7 +42,7 @@ from compiler import ir
 from compiler.hw.bram import LUTRAM_BITS, LUTRAM_WORDS, MemoryPlace, ecp5_memory
 from compiler.hw.pipeline import FANOUT_LEVEL
 
-FEATURES_VERSION = 20
+FEATURES_VERSION = 21
 """Bumped when `design_features` changes meaning: samples of another version are not used."""
 
 AREA_METRICS = ("luts", "ffs", "bram", "lutram", "dsp")
@@ -360,12 +360,13 @@ def design_features(design, *, target: str) -> dict[str, float]:
                 if copies > 1:
                     # the ring's selects: each read port's data (and the outside's, port 0) is an
                     # AND-OR over the R memories' words, chosen by the bank flags; the kernel's
-                    # and the outside's addresses (and write data, if both write it: an output
-                    # ring nothing outside writes takes the kernel's, KernelHW._ring_memory)
-                    # are multiplexed into each memory's ports
+                    # and the outside's read addresses (if the kernel reads it too: an output
+                    # ring's port 0 is the outside's alone) and write addresses and data (if both
+                    # write it: an output ring nothing outside writes takes the kernel's) are
+                    # multiplexed into each memory's ports (KernelHW._ring_memory)
                     mem("ring_sel_bits", (ports + 1) * width)
                     both = b.stored and (pos, bank) in written
-                    mem("ring_port_bits", addr + ((addr + width) if both else 0))
+                    mem("ring_port_bits", (addr if b.loaded else 0) + ((addr + width) if both else 0))
                 tail = memory_tail(design.config, depth, width, b.stored)
                 if tail:                                 # mem_tail: the last words in LUT RAM
                     mem("tail_bits", tail * width)
