@@ -325,7 +325,10 @@ class DataflowTopHW(TopHW):
         # ---- host bus: streamed inputs and outputs any time, other memories while no beat runs
         ring_places = {r.place for r in flow.rings}
         if self.fanout:
-            self._registered_bus(m, ring_places, running_next, going_on_next, sync_reads)
+            # `running`'s next value as its register holds it (a beat of one cycle keeps none:
+            # there `start` always begins one)
+            running_d = running_next if B > 1 else Const(0, 1)
+            self._registered_bus(m, ring_places, running_d, going_on_next, sync_reads)
         else:
             self._bus(m, ring_places, busy, sync_reads)
 
@@ -423,7 +426,7 @@ class DataflowTopHW(TopHW):
                 with m.Case(i):
                     m.d.comb += self.host_rdata.eq(self.port(hp.kernel, hp.slot, "rdata"))
 
-    def _registered_bus(self, m: Module, ring_places, running_next: Value, going_on_next: Value,
+    def _registered_bus(self, m: Module, ring_places, running_d: Value, going_on_next: Value,
                         sync_reads: bool) -> None:
         """The host bus from FANOUT_LEVEL, registered at both ends as hw/top.py's (its reasons:
         no path from the pins to a block RAM or back; HOST_GROUP ports share copies of the
@@ -452,7 +455,7 @@ class DataflowTopHW(TopHW):
                 rams = hp.block_rams
                 if (hp.kernel, hp.slot) not in ring_places:       # a weight: not while a beat runs
                     stops = root_copies("stops", ~going_on_next, "host_stops_", init=1)
-                    runs = root_copies("runs", running_next, "host_runs_")
+                    runs = root_copies("runs", running_d, "host_runs_")
                     we = we & flag_copies("free", stops & (runs | ~self.start), "host_free_", init=1)
                 m.d.comb += [
                     waddr.eq(data_copies(("addr", len(waddr)), self.host_addr[:len(waddr)], f"host_addr{len(waddr)}_",
