@@ -445,7 +445,7 @@ def test_a_diverging_route_is_stopped_and_placed_again_with_the_static_placer(tm
 
 
 def test_the_route_watch_reads_a_growing_log_and_relays_an_outer_cancel(tmp_path, monkeypatch):
-    # the log as nextpnr writes it, a line at a time: the watch reads what is new each time and
+    # the log as nextpnr writes it, a line at a time: the watch reads it every ROUTE_WATCH_S and
     # stops once the rises reach ROUTE_RISING; a cancel from outside (dse's early synthesis) is
     # passed on to the run within a poll, the log unread
     import threading

@@ -236,6 +236,7 @@ class DataflowTopHW(TopHW):
             begin = last = self.start
             running_next, bctr_next = begin, bctr        # a beat runs next cycle iff one begins now
             going_on_next = Const(0, 1)                  # ... and never goes on past it
+            running_d = Const(0, 1)                      # no `running` register: start always begins one
         else:
             begin = self.start & ~running
             # the beat's last cycle from a register set a cycle ahead (the counter runs a fixed
@@ -247,6 +248,7 @@ class DataflowTopHW(TopHW):
             m.d.sync += last.eq(last_next)
             running_next = Mux(begin, 1, Mux(last, 0, running))
             going_on_next = running_next & ~last_next    # a beat runs next cycle, not its last
+            running_d = running_next                     # the `running` register's next value
             bctr_next = Mux(begin, 1, Mux(last, 0, Mux(running, bctr + 1, bctr)))
             m.d.sync += [running.eq(running_next), bctr.eq(bctr_next)]
         m.d.sync += self.done.eq(last)
@@ -325,9 +327,6 @@ class DataflowTopHW(TopHW):
         # ---- host bus: streamed inputs and outputs any time, other memories while no beat runs
         ring_places = {r.place for r in flow.rings}
         if self.fanout:
-            # `running`'s next value as its register holds it (a beat of one cycle keeps none:
-            # there `start` always begins one)
-            running_d = running_next if B > 1 else Const(0, 1)
             self._registered_bus(m, ring_places, running_d, going_on_next, sync_reads)
         else:
             self._bus(m, ring_places, busy, sync_reads)

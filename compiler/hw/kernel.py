@@ -432,16 +432,18 @@ class KernelHW(wiring.Component):
                         # land in the cycle the kernel takes the bank, before it reads it)
                 m.d.comb += [wp.addr.eq(getattr(self, ports["waddr"])), wp.data.eq(getattr(self, ports["wdata"])),
                              wp.en.eq(getattr(self, ports["we"]) & theirs)]
+            outside_addr = getattr(self, ports["raddr"])
             for p, rp in enumerate(rps):
-                if p == 0 and not b.loaded:
+                if p > 0:
+                    m.d.comb += rp.addr.eq(own_r[p].addr)
+                elif b.loaded:          # port 0: the kernel's in its bank, the outside's in the others
+                    m.d.comb += rp.addr.eq(Mux(mine, own_r[0].addr, outside_addr))
+                else:
                     # the kernel never reads it (an output ring): port 0 is the outside's alone,
                     # its address ungated (in the bank the kernel writes, no one reads the word);
                     # the choice by bank was a LUT between the reader's address register and
                     # the LUT RAM (the digits CNN at target_mhz 200: its critical path, 8.2 ns)
-                    m.d.comb += rp.addr.eq(getattr(self, ports["raddr"]))
-                else:
-                    m.d.comb += rp.addr.eq(Mux(mine, own_r[p].addr, getattr(self, ports["raddr"])) if p == 0
-                                           else own_r[p].addr)
+                    m.d.comb += rp.addr.eq(outside_addr)
                 datas[p].append(from_bank(kbank, kb, i, rp.data, "kbank"))
             outside.append(from_bank(obank, ob, i, rps[0].data, "obank"))
 
