@@ -178,6 +178,19 @@ LARGE: dict[str, Callable[[], Case]] = {
 }
 
 
+def host_port_peek(design, words) -> Callable:
+    """peek(ctx, i, addr): in a pysim run of `design`, the element at `addr` of host port i's
+    memory, as the bus writes it (its field of a packed word); `words`: input_words(design)."""
+    refs = {(ref.kernel, ref.slot): ref for buf, w in words.items() for ref, _ in design.memory_words(buf, w)}
+
+    def peek(ctx, i: int, addr: int) -> int:
+        hp = design.host_ports[i]
+        ref = refs[hp.kernel, hp.slot]
+        mem = design.memory_parts(ref)[0][2]
+        return (ctx.get(mem[addr]) >> ref.offset) & ((1 << ref.width) - 1)
+    return peek
+
+
 def run_on_host_bus(design, *, order: str = "bank") -> np.ndarray:
     """Drive the top's host bus in pysim as a CPU would: write every input memory word by word
     (`order`: "bank", bank after bank; "word", address after address across the banks, so a

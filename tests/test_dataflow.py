@@ -142,7 +142,7 @@ def test_a_weight_written_lands_whenever_no_beat_runs_in_its_landing_cycle(fp_pi
     in cycle t lands in cycle t + host_delay, and only if no beat runs then (`busy`; on the
     combinational bus, below FANOUT_LEVEL, nor begins: its kernels read in their first cycle). From
     FANOUT_LEVEL that flag reaches the weight banks through a tree of copies a cycle ahead
-    (DataflowHW._registered_bus), the start pin ANDed in at the last level: checked with a
+    (DataflowTopHW._registered_bus), the start pin ANDed in at the last level: checked with a
     write in every cycle around beats begun alone, back to back (start in a beat's last
     cycle), and with start held while a beat runs (which begins nothing)."""
     from compiler.sim.memory_io import input_words
@@ -154,13 +154,10 @@ def test_a_weight_written_lands_whenever_no_beat_runs_in_its_landing_cycle(fp_pi
     top, B = design.top, design.flow.beat
     assert B >= 5 and top.host_delay == (fp_pipeline >= 3)
     words = input_words(design, None)
-    refs = {(ref.kernel, ref.slot): ref for buf, w in words.items() for ref, _ in design.memory_words(buf, w)}
     rings = {r.place for r in design.flow.rings}
     weights = [i for i, hp in enumerate(design.host_ports) if hp.write and (hp.kernel, hp.slot) not in rings]
     port = max(weights, key=lambda i: design.host_ports[i].depth)
     hp = design.host_ports[port]
-    ref = refs[hp.kernel, hp.slot]
-    mem = design.memory_parts(ref)[0][2]
     # a beat begun alone, start while it runs, then held over its end (its last cycle begins
     # nothing, the next does), and one more after a pause
     starts = {0, 3, *range(B - 2, B + 4), 3 * B}
@@ -168,13 +165,11 @@ def test_a_weight_written_lands_whenever_no_beat_runs_in_its_landing_cycle(fp_pi
     writes = [c for c in range(4 * B + 8) if any(abs(c - p) <= 1 for p in near)]
     assert hp.depth >= len(writes)
     got = []
-
-    def peek(ctx, addr: int) -> int:
-        return (ctx.get(mem[addr]) >> ref.offset) & ((1 << ref.width) - 1)
+    peek = designs.host_port_peek(design, words)
 
     async def bench(ctx):
         poke_inputs(ctx, design, words)
-        loaded = [peek(ctx, a) for a in range(len(writes))]
+        loaded = [peek(ctx, port, a) for a in range(len(writes))]
         busy = []
         for c in range(writes[-1] + 2):
             busy.append(ctx.get(top.busy))
@@ -189,7 +184,7 @@ def test_a_weight_written_lands_whenever_no_beat_runs_in_its_landing_cycle(fp_pi
         await ctx.tick().repeat(4)
         # busy: a beat runs in the landing cycle (or, on the combinational bus, begins in it)
         d = top.host_delay
-        got.extend((c, bool(busy[c + d]) or (d == 0 and c in starts), peek(ctx, a) != loaded[a])
+        got.extend((c, bool(busy[c + d]) or (d == 0 and c in starts), peek(ctx, port, a) != loaded[a])
                    for a, c in enumerate(writes))
 
     Harness.of(design).simulate(bench)

@@ -520,7 +520,6 @@ def _write_in_every_cycle_around_a_run(design, before: int = 4, after: int = 3) 
     from compiler.sim.pysim import Harness, peek_buffers, poke_inputs
     harness, top = Harness.of(design), design.top
     words = input_words(design, None)
-    refs = {(ref.kernel, ref.slot): ref for buf, w in words.items() for ref, _ in design.memory_words(buf, w)}
     writable = [i for i, hp in enumerate(design.host_ports) if hp.write]
     ports = [writable[0], writable[-1]] + writable[1:-1]
     done_at = design.cycles_formula
@@ -529,12 +528,7 @@ def _write_in_every_cycle_around_a_run(design, before: int = 4, after: int = 3) 
                if a < design.host_ports[i].depth][:len(cycles)]
     assert len(targets) == len(cycles), "too few words to write one a cycle"
     got: dict = {"writes": []}
-
-    def peek(ctx, i: int, addr: int) -> int:
-        hp = design.host_ports[i]
-        ref = refs[hp.kernel, hp.slot]
-        mem = design.memory_parts(ref)[0][2]
-        return (ctx.get(mem[addr]) >> ref.offset) & ((1 << ref.width) - 1)
+    peek = designs.host_port_peek(design, words)
 
     async def bench(ctx):
         poke_inputs(ctx, design, words)
