@@ -152,15 +152,19 @@ def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig,
 
 
 def _fastest(kernel: ir.KernelIR, config: HardwareConfig, pairs: list[tuple[int, int]]) -> int:
-    """The fewest cycles a run of `kernel` takes at any of its candidate foldings (the most
-    parallel ones first: a run's cycles fall with its parallelism)."""
-    best = None
-    for lanes, unroll in sorted(pairs, key=lambda p: -p[0] * p[1])[:8]:
+    """The fewest cycles a run of `kernel` takes at any of its candidate foldings: the 8 most
+    parallel ones that compile (a run's cycles fall with its parallelism). Those that do not
+    compile are passed over, not counted: a float sum unrolls only with fp_sum=tree, so every
+    candidate with reduce_unroll > 1 fails for it, and they are the most parallel ones."""
+    found: list[int] = []
+    for lanes, unroll in sorted(pairs, key=lambda p: -p[0] * p[1]):
         c = stage_cycles(kernel, config, lanes, unroll)
-        if c is not None and (best is None or c < best):
-            best = c
-    assert best is not None
-    return best
+        if c is not None:
+            found.append(c)
+            if len(found) == 8:
+                break
+    assert found, "fold_auto checks that lanes=1, reduce_unroll=1 compiles first"
+    return min(found)
 
 
 def _in_place(kernels, config, lists, picks, buffers, outputs):

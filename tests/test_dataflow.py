@@ -87,6 +87,20 @@ def test_fold_auto_says_the_closest_interval_when_the_target_is_out_of_reach():
         compile_model(y, config=HardwareConfig(schedule="dataflow", fold="auto", target_interval=1), stream=x)
 
 
+@pytest.mark.parametrize("schedule", ["sequential", "dataflow"])
+def test_an_unreachable_target_names_the_closest_interval_for_a_float_model_too(schedule):
+    """A float sum unrolls only with fp_sum=tree: every folding with reduce_unroll > 1 fails to
+    compile, the most parallel ones among them, and the closest interval comes from the
+    foldings that do compile (an internal assertion before: found by a random model)."""
+    rng = np.random.default_rng(1)
+    x = Tensor(rng.standard_normal(12).astype(np.float16))
+    w1 = Tensor(rng.standard_normal((8, 12)).astype(np.float16))
+    w2 = Tensor(rng.standard_normal((3, 8)).astype(np.float16))
+    y = w2 @ (w1 @ x).relu()
+    with pytest.raises(CompileError, match=r"no folding reaches target_interval=4 cycles.*closest interval is \d+"):
+        compile_model(y, config=HardwareConfig(schedule=schedule, fold="auto", target_interval=4), stream=x)
+
+
 def test_fold_auto_refuses_per_layer_settings_and_unknown_layers_are_named():
     x, y = _mlp([16, 8, 4])
     cfg = HardwareConfig.from_dict({"schedule": "dataflow", "fold": "auto", "target_interval": 50, "lanes@0": 2})
