@@ -105,6 +105,7 @@ from dse.estimate import design_features, fmax_estimate, too_large
 from dse.limits import time_limit
 from dse.spec import SYNTH_FIDELITY, DesignPoint, Spec, TimingSpec
 from dse.frozen import FrozenMap
+from dse.models.classes import predicted
 from dse.models.model import ModelSpec, kernel_config
 from dse.models.widths import quantisable
 
@@ -780,8 +781,8 @@ def ptq_accuracy(trained, dtype: str) -> float:
     data = trained.dataset()
     q = trained.untuned().quantized(dtype)
     x = data.x_test.reshape(len(data.x_test), -1)
-    pred = q.dequantize(q.reference(q.quantize_input(x))).argmax(1)
-    truth = data.y_test if data.y_test is not None else trained.net().float_logits(x).argmax(1)
+    pred = predicted(q.dequantize(q.reference(q.quantize_input(x))))
+    truth = data.y_test if data.y_test is not None else predicted(trained.net().float_logits(x))
     return float((pred == truth).mean())
 
 

@@ -1118,7 +1118,8 @@ class _Parser:
     def check_labels(dataset, net, path: str) -> None:
         """Every label of the data one of the network's classes (its outputs): a label beyond
         them is never predicted, and would only read as a wrong answer."""
-        classes = int(np.asarray(net.float_logits(dataset.x_test[:1].reshape(1, -1))).shape[-1])
+        from dse.models.classes import classes as n_classes
+        classes = n_classes(int(np.asarray(net.float_logits(dataset.x_test[:1].reshape(1, -1))).shape[-1]))
         for split, y in (("test", dataset.y_test), ("training", dataset.y_train)):
             if y is None or not len(y) or y.max() < classes:
                 continue

@@ -38,6 +38,7 @@ from compiler import HardwareConfig, compile_model, simulate_many
 from compiler.cache import REFERENCES
 from compiler.tools import package_version
 from dse.models import zoo
+from dse.models.classes import predicted
 from dse.models.data import Dataset
 from dse.models.model import ModelSpec, float_model, remembered
 from dse.models.quantize import FP8_SCHEME, SCHEME, DenseNet, is_fp8
@@ -167,8 +168,8 @@ def _scored(*, dtype: str, logits: np.ndarray, float_logits: np.ndarray, labels:
     """The metrics of checked outputs (samples, classes) against the float model's; without
     `to_float` (an integer model whose scale the tool does not know) no logit error is given."""
     # the classes' scores in real units: a declared last layer may have one scale per class
-    pred = (to_float(logits) if to_float is not None else logits).argmax(1)
-    pred_float = float_logits.argmax(1)
+    pred = predicted(to_float(logits) if to_float is not None else logits)
+    pred_float = predicted(float_logits)
     truth = labels if labels is not None else pred_float
     if to_float is None:
         mean_err = max_err = float("nan")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dse.models.classes import classes as n_classes, cross_entropy, predicted
 from dse.models.quantize import Dense, DenseNet
 
 STEPS = 4                 # sparsity raised in this many steps (S/4, S/2, 3S/4, S)
@@ -72,10 +73,10 @@ def prune(net: DenseNet, *, sparsity: float, x: np.ndarray, y: np.ndarray | None
         return net
     x = np.asarray(x, np.float64).reshape(len(x), -1)
     if y is None:                                   # no labels: the dense network's own answers
-        y = net.float_logits(x).argmax(1)
+        y = predicted(net.float_logits(x))
     x = net.host_input(x)                           # what the layers read (a standardised network's map)
     y = np.asarray(y, np.int64)
-    classes = net.layers[-1].W.shape[0]
+    classes = n_classes(net.layers[-1].W.shape[0])
     if y.min() < 0 or y.max() >= classes:
         raise ValueError(f"labels from {y.min()} to {y.max()}, the network has {classes} outputs")
     Ws = [layer.W.copy() for layer in net.layers]
@@ -100,16 +101,12 @@ def prune(net: DenseNet, *, sparsity: float, x: np.ndarray, y: np.ndarray | None
 
 
 def _gradients(Ws, bs, relus, x, y):
-    """Gradients of the mean softmax cross-entropy over the batch."""
+    """Gradients of the mean cross-entropy over the batch (dse.models.classes.cross_entropy)."""
     hs = [x]
     for W, b, relu in zip(Ws, bs, relus):
         z = hs[-1] @ W.T + b
         hs.append(np.maximum(z, 0) if relu else z)
-    z = hs[-1]
-    p = np.exp(z - z.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    p[np.arange(len(y)), y] -= 1
-    g = p / len(y)
+    g = cross_entropy(hs[-1], y)[1]
     gW, gb = [None] * len(Ws), [None] * len(Ws)
     for i in reversed(range(len(Ws))):
         gW[i] = g.T @ hs[i]

@@ -43,6 +43,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from dse.models.classes import cross_entropy, predicted
 from dse.models.convnet import Conv, LayerNet, MaxPool, conv, max_pool
 from dse.models.quantize import DenseNet, cheap_multipliers
 
@@ -368,14 +369,8 @@ def _backward(layers: list[_Layer], tape: list, g: np.ndarray) -> dict[int, tupl
 
 
 def _loss(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray, float]:
-    """(mean softmax cross-entropy, its gradient, accuracy)."""
-    p = np.exp(logits - logits.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    n = len(y)
-    loss = float(-np.log(np.maximum(p[np.arange(n), y], 1e-300)).mean())
-    acc = float((logits.argmax(1) == y).mean())
-    p[np.arange(n), y] -= 1
-    return loss, p / n, acc
+    """(mean cross-entropy, its gradient, accuracy): dse.models.classes.cross_entropy."""
+    return cross_entropy(logits, y)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -472,7 +467,7 @@ def fine_tune(net: "DenseNet | LayerNet", *, dtype: str, formats, x: np.ndarray,
     check_trainable(net)
     t0 = time.perf_counter()
     x = np.asarray(x, np.float64).reshape(len(x), -1)
-    y = net.float_logits(x).argmax(1) if y is None else np.asarray(y, np.int64)
+    y = predicted(net.float_logits(x)) if y is None else np.asarray(y, np.int64)
     mapped = net.standardised(x, MAP)            # the host's input map, kept (MAP)
     computes = [layer for layer in mapped.layers if hasattr(layer, "W")]
     bits = widths(dtype, layer_names(computes), formats)
