@@ -761,6 +761,11 @@ def _accuracy(model: ModelSpec, *, point: DesignPoint, config, sim: "Simulator",
         run.set(mean_weight_bits=r.mean_bits[0], mean_act_bits=r.mean_bits[1])
     if model.runs_trained(point.dtype) and point.dtype in ("fp8e4m3", "fp8e5m2"):
         run.notes.append(f"{point.dtype}: {r.quantization}")
+    if model.runs_trained(point.dtype) and model.trained.kind == "onnx":
+        from dse.models.chain import output_function
+        if last := output_function(model.trained.path):
+            run.notes.append(f"the graph's last {last} is left to the host: the outputs are the scores before it "
+                             "(the same class)")
 
 
 def _fine_tuning(model: ModelSpec, dtype: str, run: _Run) -> None:

@@ -13,10 +13,10 @@ import pytest
 from compiler import HardwareConfig
 from dse.models import zoo
 from dse.models.accuracy import run_samples
-from dse.models.chain import load_onnx
+from dse.models.chain import load_onnx, output_function
 from dse.models.data import DataError, DataSpec, data_input, load_dataset, match_weights, read_weights
 from dse.models.quantize import DenseNet, quantize
-from helpers import cnn_onnx, eval_model, model_spec
+from helpers import cnn_onnx, eval_model, model_spec, save_onnx
 
 ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = ROOT / "models" / "digits_mlp.npz"
@@ -114,10 +114,36 @@ def test_onnx_export_gives_the_same_rows_as_the_tinygrad_model(tmp_path, digits,
         assert a.max_abs_err == pytest.approx(b.max_abs_err, rel=1e-9)
 
 
+def test_a_classifiers_last_softmax_is_left_to_the_host(tmp_path, net):
+    """A Softmax (or LogSoftmax, Sigmoid) after the last layer does not change the class: the
+    chain ends at the logits before it (chain.OUTPUT_OPS)."""
+    soft = _onnx_file(tmp_path / "soft.onnx", read_weights(WEIGHTS), extra_softmax=True)
+    loaded = load_onnx(soft)
+    for a, b in zip(loaded.layers, net.layers, strict=True):
+        np.testing.assert_array_equal(a.W, b.W.astype(np.float32))
+        assert a.relu == b.relu
+    # what the row's note says (dse.evaluate)
+    assert output_function(soft) == "Softmax"
+    assert output_function(_onnx_file(tmp_path / "plain.onnx", read_weights(WEIGHTS))) is None
+
+
 def test_onnx_op_the_dense_path_cannot_build_is_named(tmp_path):
-    path = _onnx_file(tmp_path / "soft.onnx", read_weights(WEIGHTS), extra_softmax=True)
-    with pytest.raises(DataError, match=r"soft.onnx: node #3 Softmax \(output 'p'\): op Softmax is not supported"):
+    onnx = pytest.importorskip("onnx")
+    from onnx import helper
+    w = read_weights(WEIGHTS)
+    inner = [helper.make_node("Gemm", ["x", "W1", "b1"], ["h"], transB=1), helper.make_node("Softmax", ["h"], ["s"]),
+             helper.make_node("Gemm", ["s", "W2", "b2"], ["y"], transB=1)]
+    path = save_onnx(tmp_path / "inner.onnx", inner, {k: np.asarray(v, np.float32) for k, v in w.items()}, [1, 64],
+                     [1, 10])
+    with pytest.raises(DataError, match=r"inner.onnx: node #2 Gemm \(output 'y'\): follows the output's Softmax; "):
         load_onnx(path)
+    lsm = _onnx_file(tmp_path / "lsm.onnx", w)
+    model = onnx.load(lsm)
+    model.graph.node.append(helper.make_node("Erf", ["y"], ["p"]))
+    model.graph.output[0].name = "p"
+    onnx.save(model, lsm)
+    with pytest.raises(DataError, match=r"lsm.onnx: node #3 Erf \(output 'p'\): op Erf is not supported"):
+        load_onnx(lsm)
 
 
 def test_bad_weights_and_data_are_named(tmp_path, digits, net):
@@ -379,7 +405,8 @@ def test_an_onnx_cnn_runs_whole_and_scores_like_numpy(tmp_path, capsys, digits, 
     ("int8", "AveragePool", "models[0].onnx: dtype int8: the tool's post-training quantisation covers chains of "
                             "convolutions, max-pools and dense layers, and {tmp}/cnn.onnx: node #2 AveragePool (output "
                             "'p'): op AveragePool is not supported here (the quantiser takes: Conv, Gemm, MatMul, Relu, "
-                            "MaxPool, Flatten, Add, Sub, Mul, Div, BatchNormalization, Identity, Dropout, Quant, "
+                            "MaxPool, Flatten, Add, Sub, Mul, Div, BatchNormalization, Identity, Dropout, Softmax, LogSoftmax, "
+                            "Sigmoid, Quant, "
                             "IntQuant, BipolarQuant, QuantizeLinear, DequantizeLinear, Clip); run this graph in fp32, "
                             "fp16 or bf16"),
     ("fp32", "NoSuchPool", "models[0].onnx: {tmp}/cnn.onnx: node #2 NoSuchPool (output 'p'): tinygrad's ONNX importer "

@@ -45,8 +45,13 @@ from dse.models.quantize import Dense, DenseNet
 from dse.models.standardise import InputMap
 
 LAYER_OPS = ("Conv", "Gemm", "MatMul", "Relu", "MaxPool", "Flatten")
+# A classifier's last node may turn its scores into probabilities; neither changes which class
+# is highest (a sigmoid of one output: which side of 0.5, the logit's sign), so the chain ends
+# at the logits before it: the hardware's outputs are those, and the host applies the function
+# if it wants probabilities (docs/real-models.md)
+OUTPUT_OPS = ("Softmax", "LogSoftmax", "Sigmoid")
 FOLDED_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Identity", "Dropout")
-CHAIN_OPS = LAYER_OPS + FOLDED_OPS + QUANT_OPS
+CHAIN_OPS = LAYER_OPS + FOLDED_OPS + OUTPUT_OPS + QUANT_OPS
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,13 @@ def read_chain(path: Path) -> LayerNet:
     for node, position, consts in chain_nodes(f, reader.nodes, reader.consts):
         reader.node(node, position, consts)
     return reader.finish()
+
+
+def output_function(path: Path) -> str | None:
+    """The Softmax, LogSoftmax or Sigmoid the chain of `path` ends at and leaves to the host
+    (OUTPUT_OPS), if it does."""
+    ops = [n.op for n in read_onnx(Path(path)).nodes if n.op not in ("Identity", "Flatten")]
+    return ops[-1] if ops and ops[-1] in OUTPUT_OPS else None
 
 
 def load_onnx(path: Path):
@@ -144,8 +156,12 @@ class ChainReader:
         self.qdq: tuple[float, int, int, str] | None = None
         self.input_quant: Quantiser | None = None
         self.input_map: Affine | None = None
+        self.ended: str | None = None        # the output function (OUTPUT_OPS) the chain ended at
 
     def node(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        if self.ended is not None and node.op not in ("Identity", "Flatten"):
+            raise NotDenseChain(f"{node.where}: follows the output's {self.ended}; a Softmax, LogSoftmax or "
+                                "Sigmoid is taken as the classifier's last node only")
         if self.qdq is not None and node.op not in ("Clip", "DequantizeLinear"):
             raise NotDenseChain(f"{self.qdq[3]}: a QuantizeLinear of the value must be followed by its "
                                 f"DequantizeLinear (an optional Clip between), not by {node.where}")
@@ -284,6 +300,23 @@ class ChainReader:
 
     def op_Identity(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
         pass
+
+    def op_Softmax(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        self.output_function(node)
+
+    op_LogSoftmax = op_Sigmoid = op_Softmax
+
+    def output_function(self, node: Node) -> None:
+        """A classifier's Softmax, LogSoftmax or Sigmoid over its scores: left out (OUTPUT_OPS)."""
+        if not self.layers or not isinstance(self.layers[-1], (Conv, Linear)) or self.layers[-1].relu:
+            raise NotDenseChain(f"{node.where}: a {node.op} only as the classifier's last node, on the scores of "
+                                "its last layer")
+        axis = node.attrs.get("axis", -1)
+        if node.op != "Sigmoid" and axis not in (-1, len(self.shape) - 1) or len(self.shape) != 2:
+            raise NotDenseChain(f"{node.where}: a {node.op} over the classes of a (batch, classes) output only")
+        if self.pending is not None:        # an affine map between: its scale could reorder the scores
+            raise NotDenseChain(f"{self.pending.where}: cannot be folded: the output's {node.op} follows it")
+        self.ended = node.op
 
     def op_Dropout(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
         if position != 0 or (2 in consts and bool(consts[2])):
