@@ -302,11 +302,11 @@ class ChainReader:
         pass
 
     def op_Softmax(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
-        self.output_function(node)
+        self.last_node(node)
 
     op_LogSoftmax = op_Sigmoid = op_Softmax
 
-    def output_function(self, node: Node) -> None:
+    def last_node(self, node: Node) -> None:
         """A classifier's Softmax, LogSoftmax or Sigmoid over its scores: left out (OUTPUT_OPS)."""
         if not self.layers or not isinstance(self.layers[-1], (Conv, Linear)) or self.layers[-1].relu:
             raise NotDenseChain(f"{node.where}: a {node.op} only as the classifier's last node, on the scores of "

@@ -78,7 +78,7 @@ def prune(net: DenseNet, *, sparsity: float, x: np.ndarray, y: np.ndarray | None
     y = np.asarray(y, np.int64)
     classes = n_classes(net.layers[-1].W.shape[0])
     if y.min() < 0 or y.max() >= classes:
-        raise ValueError(f"labels from {y.min()} to {y.max()}, the network has {classes} outputs")
+        raise ValueError(f"labels from {y.min()} to {y.max()}, the network has {classes} classes")
     Ws = [layer.W.copy() for layer in net.layers]
     bs = [layer.b.copy() for layer in net.layers]
     adam = _Adam(Ws + bs)

@@ -368,11 +368,6 @@ def _backward(layers: list[_Layer], tape: list, g: np.ndarray) -> dict[int, tupl
     return grads
 
 
-def _loss(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray, float]:
-    """(mean cross-entropy, its gradient, accuracy): dse.models.classes.cross_entropy."""
-    return cross_entropy(logits, y)
-
-
 # ---------------------------------------------------------------------------------------------
 # calibrated starting ranges
 
@@ -500,7 +495,7 @@ def fine_tune(net: "DenseNet | LayerNet", *, dtype: str, formats, x: np.ndarray,
         for start in range(0, len(order), options.batch):
             batch = order[start:start + options.batch]
             tape: list = []
-            batch_loss, g, batch_acc = _loss(_forward(layers, xs[batch], inp, tape), y[batch])
+            batch_loss, g, batch_acc = cross_entropy(_forward(layers, xs[batch], inp, tape), y[batch])
             losses += batch_loss * len(batch)
             right += batch_acc * len(batch)
             grads = _backward(layers, tape, g)
@@ -555,7 +550,7 @@ def _held_out(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np
 
 def _score(layers: list[_Layer], inp: _Input, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """(accuracy, -loss) of the network as it trains on held-out samples: the larger the better."""
-    loss, _, acc = _loss(_forward(layers, x, inp, None), y)
+    loss, _, acc = cross_entropy(_forward(layers, x, inp, None), y)
     return acc, -loss
 
 
