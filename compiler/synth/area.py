@@ -47,6 +47,7 @@ from pathlib import Path
 from amaranth.back import rtlil
 
 from . import multipliers, rtlil_text
+from .read_ports import split_read_ports
 from . import kernels as synth_kernels
 from . import units as synth_units
 from ..design import Design
@@ -221,7 +222,7 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
         # iCE40 has no LUT RAM, and memory_libmap fails on a style it cannot map: a LUT-RAM
         # tail (mem_tail="lut") goes where Yosys puts any small memory there, a block RAM
         text = _TAIL_STYLE.sub("", text)
-    text = undefined_collisions(text)
+    text = split_read_ports(undefined_collisions(text))
     files = multipliers.map_files(text, target) if before else {}
     before = attribute_script(text) + before
     _write_inputs(workdir, text, files)
@@ -499,7 +500,7 @@ def module_breakdown(design: Design, target: str = "ecp5", workdir: Path | None 
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-breakdown-"))
     workdir.mkdir(parents=True, exist_ok=True)
     text, before, _ = multipliers.plan(design_rtlil(design), target, design.config.mul)
-    text = undefined_collisions(text)
+    text = split_read_ports(undefined_collisions(text))
     _write_inputs(workdir, text, multipliers.map_files(text, target) if before else {})
     before = attribute_script(text) + before
     script = f"read_rtlil design.il\n{before}{TARGETS[target]} -noflatten\ntee -q -o stat.json stat -json\n"
