@@ -72,6 +72,19 @@ def test_quantised_reference_equals_tinygrad_on_the_integer_model(digits, net):
             np.testing.assert_array_equal(got, q.reference(x))
 
 
+def test_a_layer_dead_on_the_calibration_data_quantises(digits, net):
+    """A hidden layer whose every ReLU stays off on the calibration samples (its outputs all 0):
+    the next layer's output is its bias, which the quantised model keeps (it failed before,
+    needing a requantisation shift below 1)."""
+    from dse.models.quantize import Dense
+    dead = DenseNet((Dense(net.layers[0].W, net.layers[0].b - 1e3, True), net.layers[1]))
+    x = digits.x_test.reshape(len(digits.x_test), -1)
+    for dtype in ("int8", "int4"):
+        q = quantize(net=dead, dtype=dtype, calibration=digits.x_train)
+        got = q.dequantize(q.reference(q.quantize_input(x)))
+        np.testing.assert_allclose(got, dead.float_logits(x), atol=0.02 * np.abs(net.layers[1].b).max())
+
+
 def test_int16_quantisation_is_closer_to_float_than_int8(digits, net):
     x = digits.x_test
     f = net.float_logits(x)

@@ -400,17 +400,20 @@ def _quantize(*, net: DenseNet, dtype: str, calibration: np.ndarray, formats=Non
         qmax, (_, act_hi) = Widths.qmax(bits.weights[i]), Widths.act_range(bits.outputs[i], relu=True)
         widest = max(float(np.abs(layer.W).max()), 1e-12)
         h_float = h_float @ layer.W.T + layer.b
-        if not last:
-            h_float = np.maximum(h_float, 0.0) if layer.clip is None else np.clip(h_float, 0.0, layer.clip)
-            s_out = max(float(h_float.max()), 1e-12) / act_hi
         total = None
         if last:
             s_w = np.full(layer.W.shape[0], widest / qmax)
         else:
+            h_float = np.maximum(h_float, 0.0) if layer.clip is None else np.clip(h_float, 0.0, layer.clip)
             # a row of zeros (pruned away: its output is its bias) takes the layer's scale, not
             # one so small that its bias would leave int32 on the accumulator's scale
             rows = np.abs(layer.W).max(axis=1)
             s_w = np.where(rows > 0, rows, widest) / qmax
+            # a layer whose every ReLU stays off on the calibration data (its outputs all 0)
+            # passes its accumulator on unscaled (a multiplier of at most 1); from a scale of
+            # 1e-12 its requantisation needed a shift below 1 and the point failed
+            s_out = (max(float(h_float.max()), 1e-12) / act_hi if h_float.max() > 0 else
+                     float((s_in * s_w).max()))
             if bits.scales[i] is not None:
                 total, stretch = cheap_multipliers(s_in * s_w / s_out, bits.scales[i])
                 s_w = s_w * stretch
