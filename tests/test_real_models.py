@@ -13,7 +13,7 @@ import pytest
 from compiler import HardwareConfig
 from dse.models import zoo
 from dse.models.accuracy import run_samples
-from dse.models.chain import load_onnx, output_function
+from dse.models.chain import load_onnx, output_function, read_net
 from dse.models.data import DataError, DataSpec, data_input, load_dataset, match_weights, read_weights
 from dse.models.quantize import DenseNet, quantize
 from helpers import cnn_onnx, eval_model, model_spec, save_onnx
@@ -83,6 +83,20 @@ def test_a_layer_dead_on_the_calibration_data_quantises(digits, net):
         q = quantize(net=dead, dtype=dtype, calibration=digits.x_train)
         got = q.dequantize(q.reference(q.quantize_input(x)))
         np.testing.assert_allclose(got, dead.float_logits(x), atol=0.02 * np.abs(net.layers[1].b).max())
+
+
+def test_a_conv_layer_dead_on_the_calibration_data_quantises(tmp_path, digits):
+    """The same for the layer-chain quantiser (a CNN): every channel of the conv off."""
+    rng = np.random.default_rng(0)
+    w = {"conv.weight": rng.normal(0, 0.3, (4, 1, 3, 3)).astype(np.float32),
+         "conv.bias": np.full(4, -1e3, np.float32),
+         "fc.weight": rng.normal(0, 0.3, (10, 36)).astype(np.float32),
+         "fc.bias": rng.normal(0, 1.0, (10,)).astype(np.float32)}
+    net = read_net(cnn_onnx(tmp_path / "dead.onnx", w=w)[0])
+    x = digits.x_test[:20]
+    q = net.quantize(dtype="int8", calibration=digits.x_train)
+    got = q.dequantize(q.reference(q.quantize_input(x)))
+    np.testing.assert_allclose(got, net.float_logits(x), atol=0.02)
 
 
 def test_int16_quantisation_is_closer_to_float_than_int8(digits, net):

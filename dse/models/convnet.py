@@ -468,14 +468,20 @@ def _quantize_layers(*, net: LayerNet, dtype: str, calibration: np.ndarray, form
             s_out, lo, hi = oq.scale, max(oq.lo, 0) if layer.relu else oq.lo, oq.hi
         else:
             s_out, lo, hi = max(float(np.abs(h_float).max()), 1e-12) / act_hi, act_lo, act_hi
+        # a layer whose outputs are all 0 on the calibration data (every ReLU off) passes its
+        # accumulator on unscaled, as dse.models.quantize does: from 1e-12 it needed a
+        # requantisation shift below 1 and the point failed
+        dead = oq is None and not last and not np.abs(h_float).max() > 0
         total = None
         if layer.grid is not None:
             _fits(layer.grid.lo, layer.grid.hi, dtype, f"{where}: the weights of {layer.grid.where}", "weights")
             Wq, s_w, w_range = layer.grid.q.astype(store), layer.grid.scale, (layer.grid.lo, layer.grid.hi)
+            s_out = float(np.max(s_in * s_w)) if dead else s_out
         else:
             rows = layer.W.reshape(len(layer.W), -1)
             s_w = (np.full(len(rows), max(float(np.abs(rows).max()), 1e-12) / qmax) if last
                    else np.maximum(np.abs(rows).max(axis=1), 1e-12) / qmax)
+            s_out = float(np.max(s_in * s_w)) if dead else s_out
             if bits.scales[j] is not None and not (last and oq is None):
                 total, stretch = cheap_multipliers(s_in * s_w / s_out, bits.scales[j])
                 s_w = s_w * stretch
