@@ -59,6 +59,18 @@ def _logistic(data) -> DenseNet:
     return DenseNet((Dense(W1 / scale, b1, True), Dense(W2, b2, False)))
 
 
+def test_each_layer_of_a_binary_classifier_is_a_kernel_of_its_own(tmp_path, capsys, cancer):
+    """tinygrad fuses a layer into a next one of a single output; the tool keeps them apart, so
+    per-layer knobs name both (and fp16 rounds the hidden layer where its golden model does)."""
+    from dse.cli import main
+    net = _logistic(cancer)
+    np.savez(tmp_path / "net.npz", W1=net.layers[0].W, b1=net.layers[0].b, W2=net.layers[1].W, b2=net.layers[1].b)
+    spec = model_spec(tmp_path, ["int8", "fp16"], weights="net.npz", data={"dataset": "sklearn:breast_cancer"})
+    assert main(["layers", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert "m (int8, fp16): 2 layers" in out and "k0_r_8_30 = W1" in out and "k1_r_8 = W2" in out
+
+
 def test_a_pruned_binary_classifier_keeps_its_accuracy(cancer):
     net = _logistic(cancer)
     x = cancer.x_test.reshape(len(cancer.x_test), -1)

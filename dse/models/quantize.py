@@ -320,7 +320,10 @@ class QuantNet:
                     return acc
                 scale = params[k + 2].cast(i32)
                 r = (((acc >> P) << scale if shifted else (acc >> P) * scale) + (1 << (S - 1))) >> S
-                h = r.clip(0, hi).cast(narrow).cast(i32)    # stored narrow between layers
+                # stored narrow between layers, each layer its own kernel (DenseNet.built says
+                # why; in integers the values are the same either way, but a fused layer has no
+                # kernel of its own for `lanes@W1` to name, nor a stage of its own in a dataflow)
+                h = r.clip(0, hi).cast(narrow).contiguous().cast(i32)
                 k += 3
             raise AssertionError("unreachable: the last layer has no multiplier")
         return zoo.Built(inputs, forward)
