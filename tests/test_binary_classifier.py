@@ -59,13 +59,18 @@ def _logistic(data) -> DenseNet:
     return DenseNet((Dense(W1 / scale, b1, True), Dense(W2, b2, False)))
 
 
+def _spec(tmp_path, net: DenseNet, dtypes: list[str]):
+    """A spec of `net` (its weights in net.npz) on breast_cancer, in `dtypes`."""
+    np.savez(tmp_path / "net.npz", **{f"{p}{i}": getattr(layer, p).astype(np.float32)
+                                      for i, layer in enumerate(net.layers, 1) for p in "Wb"})
+    return model_spec(tmp_path, dtypes, weights="net.npz", data={"dataset": "sklearn:breast_cancer"})
+
+
 def test_each_layer_of_a_binary_classifier_is_a_kernel_of_its_own(tmp_path, capsys, cancer):
     """tinygrad fuses a layer into a next one of a single output; the tool keeps them apart, so
     per-layer knobs name both (and fp16 rounds the hidden layer where its golden model does)."""
     from dse.cli import main
-    net = _logistic(cancer)
-    np.savez(tmp_path / "net.npz", W1=net.layers[0].W, b1=net.layers[0].b, W2=net.layers[1].W, b2=net.layers[1].b)
-    spec = model_spec(tmp_path, ["int8", "fp16"], weights="net.npz", data={"dataset": "sklearn:breast_cancer"})
+    spec = _spec(tmp_path, _logistic(cancer), ["int8", "fp16"])
     assert main(["layers", str(spec)]) == 0
     out = capsys.readouterr().out
     assert "m (int8, fp16): 2 layers" in out and "k0_r_8_30 = W1" in out and "k1_r_8 = W2" in out
@@ -87,10 +92,7 @@ def test_a_binary_classifier_runs_and_scores_like_its_float_model(tmp_path, caps
     layer rounded at its store; tinygrad fused the one-output layer with the one before, which
     then was never rounded, and 66 of 143 samples were 1 ULP off)."""
     net = _logistic(cancer)
-    np.savez(tmp_path / "net.npz", W1=net.layers[0].W.astype(np.float32), b1=net.layers[0].b.astype(np.float32),
-             W2=net.layers[1].W.astype(np.float32), b2=net.layers[1].b.astype(np.float32))
-    spec = model_spec(tmp_path, [dtype], weights="net.npz", data={"dataset": "sklearn:breast_cancer"})
-    row = eval_model(capsys, spec, dtype)
+    row = eval_model(capsys, _spec(tmp_path, net, [dtype]), dtype)
     assert row["status"] == "OK" and row["correct"] and row["samples"] == len(cancer.x_test)
     x = cancer.x_test.reshape(len(cancer.x_test), -1)
     assert row["accuracy_float"] == pytest.approx(float((predicted(net.float_logits(x)) == cancer.y_test).mean()))
