@@ -233,7 +233,7 @@ def _memrd(memid: str) -> str:
 
 
 def test_collisions_are_undefined_only_on_the_memories_that_say_no_rw_check():
-    from compiler.synth.area import undefined_collisions
+    from compiler.synth.read_ports import undefined_collisions
     promised = "  attribute \\src \"k.py:1\"\n  attribute \\no_rw_check 1\n  memory width 8 size 4 \\mem_b0\n"
     plain = "  memory width 8 size 4 \\mem_b0\n"
     # a memory's name is its module's: the second module's mem_b0 made no promise

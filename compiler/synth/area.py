@@ -47,7 +47,7 @@ from pathlib import Path
 from amaranth.back import rtlil
 
 from . import multipliers, rtlil_text
-from .read_ports import split_read_ports
+from .read_ports import read_ports_for_yosys
 from . import kernels as synth_kernels
 from . import units as synth_units
 from ..design import Design
@@ -71,11 +71,6 @@ TARGETS = {
 LUT_RAM = ("ecp5", "xilinx")   # families with distributed (LUT) RAM
 _TAIL_STYLE = re.compile(r'^[ \t]*attribute \\ram_style "distributed"\n', re.M)
 
-_MODULE = re.compile(r"^module \S+\n.*?^end$", re.M | re.S)
-_NO_RW_CHECK = re.compile(r"^[ \t]*attribute \\no_rw_check 1\n(?:[ \t]*attribute .*\n)*[ \t]*memory .* (\\\S+)$", re.M)
-_MEMRD = re.compile(r"^([ \t]*)cell \$memrd_v2 .*?^\1end$", re.M | re.S)
-_MEMID = re.compile(r'parameter \\MEMID "\\(\\\S+)"')
-_COLLISION = re.compile(r"parameter \\COLLISION_X_MASK (\d+)'[01]+\n")
 
 
 _COPIES = f"a:{DUPLICATE_ATTRIBUTE} %ci1:+[Q]"     # the flip-flops whose output carries the attribute
@@ -100,26 +95,6 @@ def attribute_script(text: str) -> str:
     return script + (DUPLICATES_SCRIPT if f"attribute \\{DUPLICATE_ATTRIBUTE} " in text else "")
 
 
-def undefined_collisions(text: str) -> str:
-    """`text` with the read ports of every memory the kernel declares `no_rw_check`
-    (hw/kernel.py NO_RW_CHECK, which says why) returning undefined data when they read the word
-    their write port writes in that cycle (COLLISION_X_MASK all ones). Yosys applies the
-    attribute itself only where memory_dff turns a read port synchronous, as for a memory read
-    from Verilog (the export); Amaranth's read ports are synchronous already, so on this path the
-    attribute alone changes nothing (the int8 GEMV 128x784 8x8 at fp_pipeline 2: 2,843 LUTs with
-    it, 2,208 with the masks). Memory names are per module (each kernel has its own `mem_b0`)."""
-    def module(m: re.Match) -> str:
-        body = m.group(0)
-        promised = set(_NO_RW_CHECK.findall(body))
-
-        def port(cell: re.Match) -> str:
-            memid = _MEMID.search(cell.group(0))
-            if memid is None or memid.group(1) not in promised:
-                return cell.group(0)
-            return _COLLISION.sub(lambda c: f"parameter \\COLLISION_X_MASK {c.group(1)}'{'1' * int(c.group(1))}\n",
-                                  cell.group(0))
-        return _MEMRD.sub(port, body) if promised else body
-    return _MODULE.sub(module, text)
 
 
 # cell type -> (metric, weight). ECP5 carry cells (CCU2C) hold two LUT4s each.
@@ -222,7 +197,7 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
         # iCE40 has no LUT RAM, and memory_libmap fails on a style it cannot map: a LUT-RAM
         # tail (mem_tail="lut") goes where Yosys puts any small memory there, a block RAM
         text = _TAIL_STYLE.sub("", text)
-    text = split_read_ports(undefined_collisions(text))
+    text = read_ports_for_yosys(text)
     files = multipliers.map_files(text, target) if before else {}
     before = attribute_script(text) + before
     _write_inputs(workdir, text, files)
@@ -500,7 +475,7 @@ def module_breakdown(design: Design, target: str = "ecp5", workdir: Path | None 
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-breakdown-"))
     workdir.mkdir(parents=True, exist_ok=True)
     text, before, _ = multipliers.plan(design_rtlil(design), target, design.config.mul)
-    text = split_read_ports(undefined_collisions(text))
+    text = read_ports_for_yosys(text)
     _write_inputs(workdir, text, multipliers.map_files(text, target) if before else {})
     before = attribute_script(text) + before
     script = f"read_rtlil design.il\n{before}{TARGETS[target]} -noflatten\ntee -q -o stat.json stat -json\n"

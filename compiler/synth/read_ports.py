@@ -1,4 +1,6 @@
-"""Memories with many read ports split into copies of at most READ_PORTS_PER_COPY before Yosys.
+"""Memories' read ports as Yosys is given them (`read_ports_for_yosys`): undefined data on a
+collision where the kernel promised `no_rw_check` (`undefined_collisions`), and memories with
+many read ports split into copies of at most READ_PORTS_PER_COPY (`split_read_ports`).
 
 A kernel reads one buffer at every distinct index a step loads it at (hw/kernel.py
 `read_ports`), so a convolution folded wide reads its input bank at many ports in a cycle: the
@@ -37,6 +39,37 @@ _MEMORY = re.compile(r"^((?:[ \t]*attribute [^\n]*\n)*)([ \t]*memory [^\n]* )(\\
 _CELL = re.compile(r"^((?:[ \t]*attribute [^\n]*\n)*)([ \t]*)cell \$(memrd_v2|memwr_v2|meminit_v2) (\S+)\n(.*?)^\2end\n",
                    re.M | re.S)
 _MEMID = re.compile(r'parameter \\MEMID "\\(\\\S+)"')
+_NO_RW_CHECK = re.compile(r"^[ \t]*attribute \\no_rw_check 1\n(?:[ \t]*attribute .*\n)*[ \t]*memory .* (\\\S+)$", re.M)
+_MEMRD = re.compile(r"^([ \t]*)cell \$memrd_v2 .*?^\1end$", re.M | re.S)
+_COLLISION = re.compile(r"parameter \\COLLISION_X_MASK (\d+)'[01]+\n")
+
+
+def read_ports_for_yosys(text: str) -> str:
+    """The RTLIL `text` with both rewrites of the module docstring, as every synthesis reads it."""
+    return split_read_ports(undefined_collisions(text))
+
+
+def undefined_collisions(text: str) -> str:
+    """`text` with the read ports of every memory the kernel declares `no_rw_check`
+    (hw/kernel.py NO_RW_CHECK, which says why) returning undefined data when they read the word
+    their write port writes in that cycle (COLLISION_X_MASK all ones). Yosys applies the
+    attribute itself only where memory_dff turns a read port synchronous, as for a memory read
+    from Verilog (the export); Amaranth's read ports are synchronous already, so on this path the
+    attribute alone changes nothing (the int8 GEMV 128x784 8x8 at fp_pipeline 2: 2,843 LUTs with
+    it, 2,208 with the masks). Memory names are per module (each kernel has its own `mem_b0`)."""
+    def module(m: re.Match) -> str:
+        body = m.group(0)
+        promised = set(_NO_RW_CHECK.findall(body))
+
+        def port(cell: re.Match) -> str:
+            memid = _MEMID.search(cell.group(0))
+            if memid is None or memid.group(1) not in promised:
+                return cell.group(0)
+            return _COLLISION.sub(lambda c: f"parameter \\COLLISION_X_MASK {c.group(1)}'{'1' * int(c.group(1))}\n",
+                                  cell.group(0))
+        return _MEMRD.sub(port, body) if promised else body
+    return _MODULE.sub(module, text)
+
 
 
 def split_read_ports(text: str, limit: int | None = None) -> str:
