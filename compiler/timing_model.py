@@ -426,29 +426,47 @@ def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: 
     there, two LUT levels). In LUT RAM the read address goes from that flag to every LUT-RAM
     cell of the word, the data into its register.
     (Before the flag, the LUT RAM's address came through the ports' write enables and their
-    any/all tree: the fine-tuned KWS network's 320-bit word, 80 cells, 13.4 ns.)"""
+    any/all tree: the fine-tuned KWS network's 320-bit word, 80 cells, 13.4 ns.)
+    Unregistered, the write-hit flag is a path too (write_hit_ns), whichever is longer."""
     bits = banks * width
     if in_block_ram(depth, bits, d.family):
         clk_q = d.bram_clk_q_reg if registered else d.bram_clk_q
         ns = clk_q + d.route_ns(2) + d.lut + d.route_ns(1) + d.setup
-        return ns, (f"a packed block RAM's read-modify-write ({banks} x {width} bits): "
-                    f"{'registered ' if registered else ''}read data -> merge -> write data")
-    ns = d.clk_q + d.route_ns(1) + d.lut + d.route_ns(math.ceil(bits / 4)) + d.lut + d.route_ns(1) + d.setup
-    return ns, f"a packed LUT RAM's read-modify-write ({banks} x {width} bits): read address -> read data"
+        found = (ns, f"a packed block RAM's read-modify-write ({banks} x {width} bits): "
+                     f"{'registered ' if registered else ''}read data -> merge -> write data")
+    else:
+        ns = d.clk_q + d.route_ns(1) + d.lut + d.route_ns(math.ceil(bits / 4)) + d.lut + d.route_ns(1) + d.setup
+        found = (ns, f"a packed LUT RAM's read-modify-write ({banks} x {width} bits): read address -> read data")
+    return found if registered else max(found, write_hit_ns(banks, width, depth, d))
+
+
+def write_hit_ns(banks: int, width: int, depth: int, d: Delays) -> tuple[float, str]:
+    """Unregistered (hw/subword.py without `registered_read`), whether a write is at the address
+    of the write before it is one compare of the pending write's address with the new one,
+    and that flag selects every field of the word's override: the pending write's flag -> the
+    compare's LUT levels -> the word's `banks * width` override bits (a LUT each) -> their
+    register. The KWS shape at 3 bits, target_mhz 100 (a 72-bit word in block RAM): 12.7 ns,
+    10.8 of it routing, its critical path."""
+    bits, address = banks * width, max(1, math.ceil(math.log2(max(2, depth))))
+    levels = 1 + math.ceil(math.log(math.ceil(address / 2) + 1, 4))     # bit pairs, then their AND with the flag
+    ns = (d.clk_q + d.route_ns(1) + levels * d.lut + (levels - 1) * d.route_ns(1) + d.route_ns(bits)
+          + d.lut + d.route_ns(1) + d.setup)
+    return ns, f"a packed memory's write-hit flag ({banks} x {width} bits): pending write -> address compare -> override"
 
 
 def word_read_registered(banks: int, width: int, depth: int, config: HardwareConfig) -> bool:
-    """Whether a packed block RAM written a word at a time registers the word it reads before
-    the merge (hw/subword.py `registered_read`): with a `target_mhz` whose period the
-    unregistered path exceeds. It costs a second pending address, the write's fields held a
-    cycle, a second override and a third input per bit of the override's multiplexer (measured
-    while it cost a second pending write and word: the fine-tuned KWS network, 63 such memories, no
-    target_mhz: +4,300 LUTs, +8,300 FFs, and its placement closed at 69.5 MHz against 86.7
-    without), so not where nothing asks for the clock."""
+    """Whether a packed memory written a word at a time registers the word it reads before the
+    merge (hw/subword.py `registered_read`): with a `target_mhz` whose period the unregistered
+    paths exceed (word_write_ns: in block RAM the read data, in either the write-hit flag,
+    which registered is a register per 36 bits made a cycle ahead). It costs a second pending
+    address, the write's fields held a cycle, a second override and a third input per bit of
+    the override's multiplexer (measured while it cost a second pending write and word: the
+    fine-tuned KWS network, 63 such memories, no target_mhz: +4,300 LUTs, +8,300 FFs, and its
+    placement closed at 69.5 MHz against 86.7 without), so not where nothing asks for the clock."""
     if not config.target_mhz:
         return False
     d = delays(config.timing_part())
-    return in_block_ram(depth, banks * width, d.family) and word_write_ns(banks, width, depth, d)[0] > 1000.0 / config.target_mhz
+    return word_write_ns(banks, width, depth, d)[0] > 1000.0 / config.target_mhz
 
 
 def product_registers(shapes, period_ns: float, lut: bool, d: Delays, least: int = 1) -> int:
