@@ -47,6 +47,7 @@ from .errors import CompileError
 from .host_input import HostInput
 from .sim.memory_io import SimResult, input_words
 from .synth.area import AreaReport
+from .synth.read_ports import split_read_ports
 from .tools import atomic_write_text, yosys
 
 if TYPE_CHECKING:
@@ -285,8 +286,11 @@ def write_verilog(design: Design, out_dir: Path, *, top: str, timeout: float | N
     from amaranth.back import rtlil
     work = out_dir / ".yosys"
     work.mkdir(parents=True, exist_ok=True)
-    (work / "design.il").write_text(rtlil.convert(design.top if module is None else module, name=top,
-                                                  emit_src=False))
+    # a memory read at many ports as copies of a few (synth/read_ports.py): Yosys 0.70's
+    # synth_ecp5 stops on the Verilog of one read at 12 or more (an 8 x 16 memory at 18 ports:
+    # "thrown Wasm exception"), and the user's flow reads this file
+    text = rtlil.convert(design.top if module is None else module, name=top, emit_src=False)
+    (work / "design.il").write_text(split_read_ports(text))
     yosys(VERILOG_SCRIPT.format(top=top), cwd=work, log_name="verilog.log", timeout=timeout)
     path = out_dir / f"{top}.v"
     (work / f"{top}.v").replace(path)

@@ -2,16 +2,21 @@
 ports each (Yosys 0.70's memory_libmap stops on one of 13 or more)."""
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import subprocess
 
 import pytest
 from amaranth.hdl import Module
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
+from compiler.export import write_verilog
 from compiler.synth import read_ports, rtlil_text
 from compiler.synth.area import synthesize_rtlil
 from compiler.synth.read_ports import READ_PORTS_PER_COPY, split_read_ports
+from compiler.tools import yosys
 
 
 class _ManyReads(wiring.Component):
@@ -64,3 +69,48 @@ def test_yosys_maps_18_read_ports_and_the_copies_cost_what_the_ports_did(tmp_pat
     monkeypatch.setattr(read_ports, "READ_PORTS_PER_COPY", 9)
     whole = synthesize_rtlil(_rtlil(9), "ecp5", tmp_path / "whole", use_cache=False)
     assert (split.lutram, split.luts, split.ffs) == (whole.lutram, whole.luts, whole.ffs) and split.lutram == 9 * 2
+
+
+_BENCH = """`timescale 1ns/1ps
+module bench;
+  reg clk = 0, rst = 0, we = 0;
+  reg [3:0] waddr = 0; reg [7:0] wdata = 0;
+{regs}
+  top dut(.clk(clk), .rst(rst), .waddr(waddr), .wdata(wdata), .we(we), {ports});
+  always #5 clk = ~clk;
+  integer i, bad = 0;
+  initial begin
+    for (i = 0; i < 16; i = i + 1) begin
+      @(negedge clk) we = 1; waddr = i; wdata = 7 * i + 3;
+    end
+    @(negedge clk) we = 0;
+    @(negedge clk); @(negedge clk);
+{checks}
+    if (bad == 0) $display("PASS"); else $display("FAIL %0d", bad);
+    $finish;
+  end
+endmodule
+"""
+
+
+@pytest.mark.slow                   # Yosys, Icarus
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog not installed (.ci/run installs it)")
+def test_the_exported_verilog_of_18_read_ports_synthesises_and_every_copy_is_written(tmp_path):
+    """The export (compiler/export.py write_verilog) writes the copies too: a user's Yosys 0.70
+    stopped in synth_ecp5 on the Verilog of this memory whole ("thrown Wasm exception"); split,
+    it maps (a 16 x 4 LUT-RAM pair per port) and each port, in Icarus, reads what the one write
+    port wrote."""
+    ports = 18
+    verilog = write_verilog(None, tmp_path, top="top", module=_ManyReads(ports))
+    text = verilog.read_text()
+    assert len(re.findall(r"reg \[7:0\] \S+ +\[15:0\];", text)) == 3
+    yosys("read_verilog top.v\nsynth_ecp5 -top top -json top.json\n", cwd=tmp_path, log_name="synth.log")
+    cells = json.loads((tmp_path / "top.json").read_text())["modules"]["top"]["cells"].values()
+    assert sum(c["type"] == "TRELLIS_DPR16X4" for c in cells) == 2 * ports
+    regs = "\n".join(f"  reg [3:0] raddr{j} = {(5 * j) % 16}; wire [7:0] rdata{j};" for j in range(ports))
+    wires = ", ".join(f".raddr{j}(raddr{j}), .rdata{j}(rdata{j})" for j in range(ports))
+    checks = "\n".join(f"    if (rdata{j} !== 8'd{(7 * ((5 * j) % 16) + 3) % 256}) bad = bad + 1;" for j in range(ports))
+    (tmp_path / "bench.v").write_text(_BENCH.format(regs=regs, ports=wires, checks=checks))
+    subprocess.run(["iverilog", "-g2012", "-o", "sim", "bench.v", "top.v"], cwd=tmp_path, check=True)
+    out = subprocess.run(["vvp", "-n", "sim"], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+    assert "PASS" in out, out

@@ -17,9 +17,9 @@ more), so `memory_libmap` builds a copy of the memory per read port (or pair) wh
 ports are grouped in. `split_read_ports` does the grouping in the RTLIL text instead: every
 memory with more than READ_PORTS_PER_COPY read ports becomes copies, each with all the
 original's write ports and initial contents (the same words in every cycle) and a share of its
-read ports. The design Yosys maps is the same logic with the same primitives counted; only
-synthesis sees the copies (simulation, the delay model and the export read the design as
-built).
+read ports. The design Yosys maps is the same logic with the same primitives counted;
+synthesis and the exported Verilog see the copies (a user's Yosys reads that), simulation and
+the delay model the design as built.
 """
 from __future__ import annotations
 
