@@ -291,6 +291,13 @@ def cached_evaluate(ctx, point: DesignPoint, workdir: str | Path, cache: EvalCac
                     checked: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool, str | None]:
     """(metrics row, served from the cache, key). Without a cache this is
     `evaluate(ctx, point, workdir, checked=checked).as_row()` (`checked`: see evaluate)."""
+    from dse.evaluate import one_build
+    with one_build():
+        return _cached_evaluate(ctx, point, workdir, cache, log, checked)
+
+
+def _cached_evaluate(ctx, point: DesignPoint, workdir: str | Path, cache: EvalCache | None,
+                     log: Callable[[str], None] | None, checked: dict[str, Any] | None):
     from dse.evaluate import evaluate
     extra = {"checked": checked} if checked is not None else {}   # the plain call otherwise
     alias = point_material(ctx, point) if cache is not None and checked is None else None

@@ -681,16 +681,37 @@ def built_point(ctx: EvalContext, point: DesignPoint) -> BuiltPoint:
         hash(key)
     except TypeError:
         key = None
-    # a user's own code is built afresh each time: the files it reads while building are what
-    # the evaluation cache keys it on (dse.models.user_model.recording_reads)
+    # a user's own code is built afresh for each point: the files it reads while building are
+    # what the evaluation cache keys it on (dse.models.user_model.recording_reads); the point's
+    # key and its evaluation share that build (one_build)
     if key is None or model.source is not None:
-        return BuiltPoint(model, point.dtype, ctx.data_seed)
+        if _ONE_BUILD is None or key is None:
+            return BuiltPoint(model, point.dtype, ctx.data_seed)
+        if key not in _ONE_BUILD:
+            _ONE_BUILD[key] = BuiltPoint(model, point.dtype, ctx.data_seed)
+        return _ONE_BUILD[key]
     bp = _BUILT.pop(key, None) or BuiltPoint(model, point.dtype, ctx.data_seed)
     _BUILT[key] = bp                  # the most recently used last
     total = sum(_footprint(b) for b in _BUILT.values())
     while len(_BUILT) > 1 and total > _BUILT_BUDGET:
         total -= _footprint(_BUILT.pop(next(iter(_BUILT))))
     return bp
+
+
+_ONE_BUILD: dict[tuple, BuiltPoint] | None = None
+
+
+@contextlib.contextmanager
+def one_build():
+    """Within it, a user's own model (`source:`) is built and compiled once for one point's cache
+    key and its evaluation (dse.cache.cached_evaluate), where each built it again: a user's
+    builder ran four times a point (twice each for the build and its inputs)."""
+    global _ONE_BUILD
+    outer, _ONE_BUILD = _ONE_BUILD, {}
+    try:
+        yield
+    finally:
+        _ONE_BUILD = outer
 
 
 def forget_built() -> None:
@@ -712,7 +733,7 @@ def streamed_inputs(model: ModelSpec, dtype: str, built: zoo.Built, tensors: lis
     inputs, a user's function's `x`). A dataflow design streams them and loads the other inputs,
     the weights, once; weights="constant" builds in those of the others that hold data. None:
     every input (a model with no data input)."""
-    names = set(model.runtime_inputs(dtype))
+    names = set(model.runtime_inputs(dtype, built.inputs))
     return [t for name, t in zip(built.inputs, tensors) if name in names] or None
 
 
@@ -721,7 +742,7 @@ def point_arrays(model: ModelSpec, dtype: str, built: zoo.Built, data_seed: int)
     range, with the model's trained weights and its first test sample where it has them (so an
     exported design holds the real weights). Returns (arrays, dse.models.data.RealInputs or None)."""
     arrays = zoo.make_inputs(built, data_seed, model.input_range(dtype))
-    real = model.real_inputs(dtype)
+    real = model.real_inputs(dtype, built.inputs)
     if real is not None:
         arrays.update(real.weights)
         if real.samples is not None:

@@ -144,3 +144,32 @@ def test_the_cache_key_follows_the_weights_a_user_model_reads(tmp_path, code):
     assert after != before
     second, cached, _ = cached_evaluate(ctx, p, tmp_path / "w2", cache)
     assert second["status"] == "OK" and not cached                     # evaluated again, not served stale
+
+
+COUNTED_BUILD = """
+from pathlib import Path
+from tinygrad import dtypes
+
+def build(dtype, N=4):
+    with open(Path(__file__).with_name("builds.txt"), "a") as f:
+        f.write("x")
+    return {"x": ((N,), dtype)}, lambda x: x.cast(dtypes.int32) + 1
+"""
+
+
+def test_a_user_model_is_built_once_a_point_for_its_key_and_its_evaluation(tmp_path):
+    """A user's builder may load a large model or train one: it runs once for a point's cache key
+    and its evaluation together (dse.evaluate.one_build), where it ran four times, and again for
+    the next point (whose key must see the files it reads then)."""
+    (tmp_path / "model.py").write_text(COUNTED_BUILD)
+    ctx = EvalContext.from_spec(load_spec(_spec(tmp_path, "model.py:build")), sim_backend="pysim",
+                                synthesize=False)
+    cache = EvalCache(tmp_path / "cache")
+    builds = tmp_path / "builds.txt"
+    checked = len(builds.read_text())           # the spec's check that the model builds
+    row, cached, _ = cached_evaluate(ctx, DesignPoint("m", "int8", FrozenMap()), tmp_path / "w1", cache)
+    assert row["status"] == "OK" and row["correct"] and not cached
+    assert len(builds.read_text()) == checked + 1
+    row, cached, _ = cached_evaluate(ctx, DesignPoint("m", "int8", FrozenMap({"lanes": 2})), tmp_path / "w2", cache)
+    assert row["status"] == "OK" and row["correct"] and not cached
+    assert len(builds.read_text()) == checked + 2

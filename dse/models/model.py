@@ -67,23 +67,25 @@ class ModelSpec:
         with a bit-exact golden model; an ONNX graph that is no chain has no `trained`."""
         return self.trained is not None
 
-    def real_inputs(self, dtype: str):
+    def real_inputs(self, dtype: str, inputs: dict | None = None):
         """The dse.models.data.RealInputs that fill this model's inputs in `dtype`: trained weights and
-        test samples (None: the model has neither, its inputs are random data)."""
+        test samples (None: the model has neither, its inputs are random data). `inputs`: the
+        inputs of its build for `dtype` where the caller has built it (a user's code is not
+        run again for them)."""
         if self.runs_trained(dtype):
             return self.trained.inputs(dtype)
         if self.files is None:
             return None
-        return self.files.inputs(self.build(dtype).inputs, dtype)
+        return self.files.inputs(self.build(dtype).inputs if inputs is None else inputs, dtype)
 
-    def runtime_inputs(self, dtype: str) -> tuple[str, ...]:
+    def runtime_inputs(self, dtype: str, inputs: dict | None = None) -> tuple[str, ...]:
         """The inputs given at run time, the data: the one the data's samples fill, the zoo's data
         inputs of a builtin (its others are weights), a user's function's input `x` (else every
         input the weights file does not fill). They stream through a dataflow design; the other
         inputs are weights, and weights="constant" builds them in with the model's own
-        constants (Tensors its forward makes from arrays)."""
-        inputs = self.build(dtype).inputs
-        real = self.real_inputs(dtype)
+        constants (Tensors its forward makes from arrays). `inputs`: as real_inputs'."""
+        inputs = self.build(dtype).inputs if inputs is None else inputs
+        real = self.real_inputs(dtype, inputs)
         if real is not None and real.data_input is not None:
             return (real.data_input,)
         filled = set(real.weights) if real is not None else set()
@@ -422,11 +424,11 @@ def model_constants(model: ModelSpec, dtype: str) -> int:
         from compiler import constant_inputs
         built = model.build(dtype)
         arrays = zoo.make_inputs(built, 0, model.input_range(dtype))
-        real = model.real_inputs(dtype)
+        real = model.real_inputs(dtype, built.inputs)
         if real is not None:
             arrays.update(real.weights)
         tensors = zoo.input_tensors(built, arrays)
-        runtime = set(model.runtime_inputs(dtype))
+        runtime = set(model.runtime_inputs(dtype, built.inputs))
         return constant_inputs(built.forward(*tensors),
                                stream=[t for n, t in zip(built.inputs, tensors) if n in runtime] or None)
     return remembered(("constants", model, dtype), make)
