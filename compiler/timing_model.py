@@ -455,18 +455,23 @@ def write_hit_ns(banks: int, width: int, depth: int, d: Delays) -> tuple[float, 
 
 
 def word_read_registered(banks: int, width: int, depth: int, config: HardwareConfig) -> bool:
-    """Whether a packed memory written a word at a time registers the word it reads before the
-    merge (hw/subword.py `registered_read`): with a `target_mhz` whose period the unregistered
-    paths exceed (word_write_ns: in block RAM the read data, in either the write-hit flag,
-    which registered is a register per 36 bits made a cycle ahead). It costs a second pending
+    """Whether a packed block RAM written a word at a time registers the word it reads before
+    the merge (hw/subword.py `registered_read`): with a `target_mhz` whose period the
+    unregistered paths exceed (word_write_ns: the read data and the write-hit flag, which
+    registered is a register per 36 bits made a cycle ahead). It costs a second pending
     address, the write's fields held a cycle, a second override and a third input per bit of
     the override's multiplexer (measured while it cost a second pending write and word: the
     fine-tuned KWS network, 63 such memories, no target_mhz: +4,300 LUTs, +8,300 FFs, and its
-    placement closed at 69.5 MHz against 86.7 without), so not where nothing asks for the clock."""
+    placement closed at 69.5 MHz against 86.7 without), so not where nothing asks for the clock.
+    Not in LUT RAM, whose read data is in the fabric already: registered there, the w4a8 GEMV
+    16x64 at 4x8 and target_mhz 200 (its write-hit flag the slowest path, 6.8 ns) closed at
+    145.6, 153.5, 132.3 MHz (nextpnr seeds 1-3) against 146.8, 147.2, 133.2 without, for 217
+    LUTs and 352 FFs more."""
     if not config.target_mhz:
         return False
     d = delays(config.timing_part())
-    return word_write_ns(banks, width, depth, d)[0] > 1000.0 / config.target_mhz
+    return (in_block_ram(depth, banks * width, d.family)
+            and word_write_ns(banks, width, depth, d)[0] > 1000.0 / config.target_mhz)
 
 
 def product_registers(shapes, period_ns: float, lut: bool, d: Delays, least: int = 1) -> int:
