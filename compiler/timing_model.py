@@ -423,35 +423,39 @@ def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: 
     `bram_clk_q`: the w4a8 GEMV at 12 x 56, target_mhz 200, 11.4 ns), or `registered` in the
     block's output register (`bram_clk_q_reg`: word_read_registered); one multiplexer a bit, the
     other input a register (the override: before it, the merge forwarded earlier writes' words
-    there, two LUT levels). In LUT RAM the read address goes from that flag to every LUT-RAM
-    cell of the word, the data into its register.
+    there, two LUT levels); unregistered, the write-hit flag is a path too (write_hit_ns),
+    whichever is longer. In LUT RAM the read address goes from that flag to every LUT-RAM cell
+    of the word, the data into its register (its hit flag, in the fabric beside its logic, was
+    no slower than the design's other paths: word_read_registered).
     (Before the flag, the LUT RAM's address came through the ports' write enables and their
-    any/all tree: the fine-tuned KWS network's 320-bit word, 80 cells, 13.4 ns.)
-    Unregistered, the write-hit flag is a path too (write_hit_ns), whichever is longer."""
+    any/all tree: the fine-tuned KWS network's 320-bit word, 80 cells, 13.4 ns.)"""
     bits = banks * width
-    if in_block_ram(depth, bits, d.family):
-        clk_q = d.bram_clk_q_reg if registered else d.bram_clk_q
-        ns = clk_q + d.route_ns(2) + d.lut + d.route_ns(1) + d.setup
-        found = (ns, f"a packed block RAM's read-modify-write ({banks} x {width} bits): "
-                     f"{'registered ' if registered else ''}read data -> merge -> write data")
-    else:
+    if not in_block_ram(depth, bits, d.family):
         ns = d.clk_q + d.route_ns(1) + d.lut + d.route_ns(math.ceil(bits / 4)) + d.lut + d.route_ns(1) + d.setup
-        found = (ns, f"a packed LUT RAM's read-modify-write ({banks} x {width} bits): read address -> read data")
-    return found if registered else max(found, write_hit_ns(banks, width, depth, d))
+        return ns, f"a packed LUT RAM's read-modify-write ({banks} x {width} bits): read address -> read data"
+    clk_q = d.bram_clk_q_reg if registered else d.bram_clk_q
+    ns = clk_q + d.route_ns(2) + d.lut + d.route_ns(1) + d.setup
+    read = (ns, f"a packed block RAM's read-modify-write ({banks} x {width} bits): "
+                f"{'registered ' if registered else ''}read data -> merge -> write data")
+    return read if registered else max(read, write_hit_ns(banks, width, depth, d))
 
 
 def write_hit_ns(banks: int, width: int, depth: int, d: Delays) -> tuple[float, str]:
     """Unregistered (hw/subword.py without `registered_read`), whether a write is at the address
-    of the write before it is one compare of the pending write's address with the new one,
-    and that flag selects every field of the word's override: the pending write's flag -> the
-    compare's LUT levels -> the word's `banks * width` override bits (a LUT each) -> their
-    register. The KWS shape at 3 bits, target_mhz 100 (a 72-bit word in block RAM): 12.7 ns,
-    10.8 of it routing, its critical path."""
+    of the write before it is a compare of the pending write's address with the new one, which
+    comes from the host bus's address copy shared by HOST_GROUP memories (3 loads each: the
+    compare, the pending address, the port), and that flag selects every field of the word's
+    override: the address copy -> the compare's LUT levels -> the word's `banks * width`
+    override bits (a LUT each) -> their register. The KWS shape at 3 bits, target_mhz 100 (12 x
+    3-bit words in 83 block RAMs): 12.7 ns (routing 10.8), its critical path (78.7 MHz), where
+    this said 9.9 with a single load on the first route; registered (word_read_registered),
+    96.5 MHz, its path a LUT product's."""
+    from .hw.top import HOST_GROUP
     bits, address = banks * width, max(1, math.ceil(math.log2(max(2, depth))))
     levels = 1 + math.ceil(math.log(math.ceil(address / 2) + 1, 4))     # bit pairs, then their AND with the flag
-    ns = (d.clk_q + d.route_ns(1) + levels * d.lut + (levels - 1) * d.route_ns(1) + d.route_ns(bits)
+    ns = (d.clk_q + d.route_ns(3 * HOST_GROUP) + levels * d.lut + (levels - 1) * d.route_ns(1) + d.route_ns(bits)
           + d.lut + d.route_ns(1) + d.setup)
-    return ns, f"a packed memory's write-hit flag ({banks} x {width} bits): pending write -> address compare -> override"
+    return ns, f"a packed block RAM's write-hit flag ({banks} x {width} bits): address -> compare -> override"
 
 
 def word_read_registered(banks: int, width: int, depth: int, config: HardwareConfig) -> bool:
@@ -460,9 +464,8 @@ def word_read_registered(banks: int, width: int, depth: int, config: HardwareCon
     unregistered paths exceed (word_write_ns: the read data and the write-hit flag, which
     registered is a register per 36 bits made a cycle ahead). It costs a second pending
     address, the write's fields held a cycle, a second override and a third input per bit of
-    the override's multiplexer (measured while it cost a second pending write and word: the
-    fine-tuned KWS network, 63 such memories, no target_mhz: +4,300 LUTs, +8,300 FFs, and its
-    placement closed at 69.5 MHz against 86.7 without), so not where nothing asks for the clock.
+    the override's multiplexer (the KWS shape at 3 bits, 82 such memories, target_mhz 100:
+    +7,200 LUTs, +9,300 FFs, for 78.7 -> 96.5 MHz), so not where nothing asks for the clock.
     Not in LUT RAM, whose read data is in the fabric already: registered there, the w4a8 GEMV
     16x64 at 4x8 and target_mhz 200 (its write-hit flag the slowest path, 6.8 ns) closed at
     145.6, 153.5, 132.3 MHz (nextpnr seeds 1-3) against 146.8, 147.2, 133.2 without, for 217

@@ -345,8 +345,7 @@ def test_the_estimate_times_the_read_modify_write_of_packed_4_bit_weights(M, K, 
     the read-modify-write is a path no register placement shortens, timed on its own
     (timing_model.word_write_ns). Built from registers (the kernel's `reading` flag selecting the
     read address; in block RAM at this target the word read registered: word_read_registered)
-    it fits 150 MHz in block RAM; in LUT RAM, where registering bought no clock, the write-hit
-    flag is its slowest path (write_hit_ns). Either is within the estimate at target_mhz 200."""
+    it fits 150 MHz and is within the estimate at target_mhz 200 on LUT RAM and on block RAM."""
     built = zoo.ZOO["gemv"].build("w4a8", M=M, K=K)
     tensors = zoo.input_tensors(built, zoo.make_inputs(built, 0))
     design = compile_model(built.forward(*tensors), input_ranges=zoo.declared_ranges(built, tensors),
@@ -358,15 +357,11 @@ def test_the_estimate_times_the_read_modify_write_of_packed_4_bit_weights(M, K, 
     registered = [word_read_registered(len(p.slots), p.width, p.depth, design.config) for p in words]
     assert all(registered) == (memory == "block RAM")           # at 200 MHz the block RAM's word read is
     ns, what = max(word_write_ns(len(p.slots), p.width, p.depth, d, registered=r) for p, r in zip(words, registered))
-    assert ns <= est.period_ns
-    shape = len(words[0].slots), words[0].width, words[0].depth
-    if memory == "block RAM":
-        assert "a packed block RAM's read-modify-write" in what and ns < 1000 / 150
-        # unregistered (no target_mhz: nothing asks for the clock) it misses 150 MHz: the read
-        # data's 5.6 ns from the clock, and the write-hit flag (write_hit_ns)
-        assert word_write_ns(*shape, d)[0] > 1000 / 150 and word_write_ns(*shape, d)[0] >= write_hit_ns(*shape, d)[0]
-    else:                           # the write-hit flag (nextpnr: 6.8 ns, the slowest path at 200)
-        assert ns == write_hit_ns(*shape, d)[0] and "write-hit flag" in what
+    assert f"a packed {memory}'s read-modify-write" in what
+    assert ns < 1000 / 150 and ns <= est.period_ns
+    if memory == "block RAM":      # unregistered (no target_mhz: nothing asks for the clock) it is ~100 MHz:
+        shape = len(words[0].slots), words[0].width, words[0].depth     # the read data and the hit flag
+        assert word_write_ns(*shape, d)[0] == write_hit_ns(*shape, d)[0] > 1000 / 120
     assert not word_read_registered(len(words[0].slots), words[0].width, words[0].depth,
                                     dataclasses.replace(design.config, target_mhz=None))
 
