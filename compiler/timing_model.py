@@ -31,7 +31,7 @@ from typing import Mapping
 from . import ir
 from .config import HardwareConfig
 from .devices import DEVICES, Device
-from .hw.bram import ecp5_memory
+from .hw.bram import HOST_GROUP, ecp5_memory
 from .ranges import acc_ranges, analyze
 
 K = ir.OpKind
@@ -450,7 +450,6 @@ def write_hit_ns(banks: int, width: int, depth: int, d: Delays) -> tuple[float, 
     3-bit words in 83 block RAMs): 12.7 ns (routing 10.8), its critical path (78.7 MHz), where
     this said 9.9 with a single load on the first route; registered (word_read_registered),
     96.5 MHz, its path a LUT product's."""
-    from .hw.top import HOST_GROUP
     bits, address = banks * width, max(1, math.ceil(math.log2(max(2, depth))))
     levels = 1 + math.ceil(math.log(math.ceil(address / 2) + 1, 4))     # bit pairs, then their AND with the flag
     ns = (d.clk_q + d.route_ns(3 * HOST_GROUP) + levels * d.lut + (levels - 1) * d.route_ns(1) + d.route_ns(bits)

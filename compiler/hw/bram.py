@@ -12,6 +12,11 @@ from math import ceil
 # widest: set mem_pack explicitly there.
 BRAM_MODES: tuple[tuple[int, int], ...] = ((1, 16384), (2, 8192), (4, 4096), (9, 2048), (18, 1024), (36, 512))
 
+HOST_GROUP = 8
+"""Host ports (weighted by their block RAMs) sharing one registered copy of the bus's address,
+write data and idle flag, from FANOUT_LEVEL (hw/top.py TopHW.elaborate); here, beside the
+geometry, because the delay model counts that copy's loads too (timing_model.write_hit_ns)."""
+
 
 def block_rams(depth: int, elements: int, width: int, max_rows: int | None = None, *,
                word_writes: bool = False) -> tuple[int, int]:

@@ -37,14 +37,10 @@ from amaranth.lib.wiring import In, Out
 
 from ..errors import CompileError
 from .layout import Banking, Layout
-from .bram import ecp5_memory
+from .bram import HOST_GROUP, ecp5_memory
 from .datapath import Copies, mul_const, registered
 from .kernel import KernelHW, port_names
 from .pipeline import FANOUT_LEVEL
-
-HOST_GROUP = 8
-"""Host ports sharing one registered copy of the bus's address, write data and idle flag (from
-FANOUT_LEVEL: TopHW.elaborate)."""
 
 Place = tuple[int, int]                          # (kernel position, parameter slot)
 
