@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,10 @@ from compiler.tools import yosys
 from dse.cli import main
 from dse.models import zoo
 from dse.sweep import SweepOptions
+
+needs_iverilog = pytest.mark.skipif(shutil.which("iverilog") is None,
+                                    reason="Icarus Verilog not installed (apt-get install iverilog; .ci/run does)")
+"""For tests that simulate exported Verilog in Icarus."""
 
 TESTS = Path(__file__).resolve().parent
 

@@ -26,12 +26,10 @@ from compiler.bus.wrapper import BusError, bus_map, check_bus
 from compiler.sim.memory_io import input_words
 import designs
 from dse.models import zoo
-from helpers import Point, bus_gemv_int8, check_expected_files, int8_mlp, pass_line, run_cocotb
+from helpers import Point, bus_gemv_int8, check_expected_files, int8_mlp, needs_iverilog, pass_line, run_cocotb
 
 HERE = Path(__file__).resolve().parent
 
-needs_iverilog = pytest.mark.skipif(shutil.which("iverilog") is None,
-                                    reason="Icarus Verilog not installed (apt-get install iverilog; .ci/run does)")
 needs_cc = pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler")
 
 

@@ -19,13 +19,11 @@ from tinygrad import Tensor
 from compiler import HardwareConfig, compile_model, export_design
 import designs
 from dse.models import zoo
+from helpers import needs_iverilog
 
 TOOL_FIXTURES = {'swept'}     # they run Yosys or a C++ build: their users are slow (conftest.py)
 
 ROOT = Path(__file__).resolve().parent.parent
-
-needs_iverilog = pytest.mark.skipif(shutil.which("iverilog") is None,
-                                    reason="Icarus Verilog not installed (apt-get install iverilog; .ci/run does)")
 
 
 def run_testbench(out: Path, top: str = "tinyhw_top") -> subprocess.CompletedProcess:

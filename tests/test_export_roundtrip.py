@@ -24,13 +24,11 @@ from dse.models.widths import Formats
 from dse.models.record import file_problem, model_from_record, model_record, record_change
 from dse.results import load_results
 from dse.spec import load_spec
-from helpers import cnn_onnx, fake_area, save_onnx, write_spec
+from helpers import cnn_onnx, fake_area, needs_iverilog, save_onnx, write_spec
 
 onnx = pytest.importorskip("onnx")
 from onnx import helper  # noqa: E402
 
-needs_iverilog = pytest.mark.skipif(shutil.which("iverilog") is None,
-                                    reason="Icarus Verilog not installed (apt-get install iverilog; .ci/run does)")
 
 SOURCE = '''
 from tinygrad import dtypes

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,12 +15,9 @@ import numpy as np
 import pytest
 from compiler import CompileError, HardwareConfig, compile_model, export_design
 from compiler.bus.wrapper import BusError
-from helpers import int8_mlp
+from helpers import int8_mlp, needs_iverilog
 
 TOOL_FIXTURES = ()
-
-needs_iverilog = pytest.mark.skipif(shutil.which("iverilog") is None,
-                                    reason="Icarus Verilog not installed (apt-get install iverilog; .ci/run does)")
 
 
 def run_testbench(out: Path) -> subprocess.CompletedProcess:

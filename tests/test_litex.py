@@ -14,7 +14,7 @@ import pytest
 
 from compiler import export_design
 
-from helpers import bus_gemv_int8 as gemv_int8, check_expected_files, pass_line, run_cocotb
+from helpers import bus_gemv_int8 as gemv_int8, check_expected_files, needs_iverilog, pass_line, run_cocotb
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,7 +29,7 @@ def load_example():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog not installed")
+@needs_iverilog
 def test_the_litex_soc_builds_and_runs_the_design_through_its_bus(tmp_path, monkeypatch):
     example = load_example()
     point = gemv_int8()

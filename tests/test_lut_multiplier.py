@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from compiler.tools import ToolError, yosys
 from compiler.synth.lut_multiplier import Shape, map_file, module, takes
 from compiler.synth.area import TARGETS
+from helpers import needs_iverilog
 
 
 def _sources(tmp_path, shape: Shape) -> None:
@@ -81,10 +81,6 @@ def _differ_exhaustively(tmp_path, shape: Shape, prepare: str = _MAP_GATE) -> in
     checked, differ = map(int, re.search(r"pairs (\d+) differ (\d+)", out).groups())
     assert checked == pairs
     return differ
-
-
-needs_iverilog = pytest.mark.skipif(shutil.which("iverilog") is None,
-                                    reason="Icarus Verilog not installed (apt-get install iverilog; .ci/run does)")
 
 
 @pytest.mark.slow

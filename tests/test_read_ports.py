@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -17,6 +16,7 @@ from compiler.synth import read_ports, rtlil_text
 from compiler.synth.area import synthesize_rtlil
 from compiler.synth.read_ports import READ_PORTS_PER_COPY, split_read_ports
 from compiler.tools import yosys
+from helpers import needs_iverilog
 
 
 class _ManyReads(wiring.Component):
@@ -94,7 +94,7 @@ endmodule
 
 
 @pytest.mark.slow                   # Yosys, Icarus
-@pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog not installed (.ci/run installs it)")
+@needs_iverilog
 def test_the_exported_verilog_of_18_read_ports_synthesises_and_every_copy_is_written(tmp_path):
     """The export (compiler/export.py write_verilog) writes the copies too: a user's Yosys 0.70
     stopped in synth_ecp5 on the Verilog of this memory whole ("thrown Wasm exception"); split,

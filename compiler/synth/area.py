@@ -72,7 +72,6 @@ LUT_RAM = ("ecp5", "xilinx")   # families with distributed (LUT) RAM
 _TAIL_STYLE = re.compile(r'^[ \t]*attribute \\ram_style "distributed"\n', re.M)
 
 
-
 _COPIES = f"a:{DUPLICATE_ATTRIBUTE} %ci1:+[Q]"     # the flip-flops whose output carries the attribute
 DUPLICATES_SCRIPT = (f"proc\nopt_expr\nopt_clean\nopt_dff -nodffe {_COPIES} t:$dff %i\n"
                      f"setattr -set keep 1 {_COPIES} t:$dff t:$sdff %u %i\n")
@@ -93,8 +92,6 @@ def attribute_script(text: str) -> str:
     attributes RTLIL `text` carries (DATA_SCRIPT, DUPLICATES_SCRIPT)."""
     script = DATA_SCRIPT if f"attribute \\{DATA_ATTRIBUTE} " in text else ""
     return script + (DUPLICATES_SCRIPT if f"attribute \\{DUPLICATE_ATTRIBUTE} " in text else "")
-
-
 
 
 # cell type -> (metric, weight). ECP5 carry cells (CCU2C) hold two LUT4s each.

@@ -71,7 +71,6 @@ def undefined_collisions(text: str) -> str:
     return _MODULE.sub(module, text)
 
 
-
 def split_read_ports(text: str, limit: int | None = None) -> str:
     """`text` (RTLIL) with every memory of more than `limit` (default READ_PORTS_PER_COPY) read
     ports ($memrd_v2 cells) split into copies of at most `limit` (module docstring); unchanged
