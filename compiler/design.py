@@ -11,13 +11,15 @@ from .config import HardwareConfig
 from .frontend import Graph
 from .hw.kernel import KernelHW, is_pipelined, read_ports
 from .hw.pipeline import Schedule, kernel_paths, schedule
-from .timing_model import (Estimate, delays, dsp_blocks, memory_to_dsp_ns, placed, product_ns, word_read_registered,
-                           word_write_ns)
+from .timing_model import (Estimate, delays, dsp_blocks, in_block_ram, memory_to_dsp_ns, placed, product_ns,
+                           word_read_registered, word_write_ns)
 from .hw.program import Program, build_program
 from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow
 from .hw.top import Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, plan
 from .hw.layout import Banking
 from .hw.packing import Pack, plan_packs
+from .hw.bram import HOST_GROUP
+from .hw.subword import share_groups
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,8 @@ class Design:
             return frozenset(b for kp, b in banks if kp == pos)
         hw = [KernelHW(k, self.config, self._memory_names(pos), self._external(pos),
                        of(self.copied_banks, pos), self.packs_of(pos), self._read_outside(pos),
-                       self._rings(pos), of(self.host_written_banks, pos), schedule=self.schedules[pos])
+                       self._rings(pos), of(self.host_written_banks, pos), schedule=self.schedules[pos],
+                       write_groups=tuple(tuple(p.name for p in g) for g in self.write_groups[pos]))
               for pos, k in enumerate(self.kernels)]
         placed = {(pos, slot): self.banking_of(pos, slot) for pos, k in enumerate(self.source_kernels or self.kernels)
                   for slot in (b.slot for b in k.buffers)}
@@ -103,6 +106,22 @@ class Design:
     @property
     def schedule(self) -> str:
         return "dataflow" if self.flow is not None else "sequential"
+
+    @cached_property
+    def write_groups(self) -> tuple[tuple[tuple[Pack, ...], ...], ...]:
+        """Per kernel: its packed block RAMs written a word at a time that share one
+        read-modify-write (hw/subword.py share_groups): the host bus alone writes them, and the
+        kernel alone reads them, through registered addresses (KernelHW._reading_flag). Each
+        group's word read is registered (the block's own output register)."""
+        family = self.config.timing_part().family
+        groups = []
+        for pos, sched in enumerate(self.schedules):
+            host, copied, outside = self.host_written_banks, self.copied_banks, self._read_outside(pos)
+            alone = [p for p in self.packs_of(pos) if p.word_writes and sched.address_levels
+                     and p.slots[0] not in outside and in_block_ram(p.depth, len(p.slots) * p.width, family)
+                     and all((pos, s) in host and (pos, s) not in copied for s in p.slots)]
+            groups.append(tuple(share_groups(alone, HOST_GROUP)))
+        return tuple(groups)
 
     def _rings(self, pos: int) -> dict[int, int]:
         return {} if self.flow is None else {r.place[1]: r.banks for r in self.flow.rings if r.place[0] == pos}
@@ -203,10 +222,11 @@ class Design:
                 ns, what = memory_to_dsp_ns(d), f"read data into a {a}x{b} DSP product's input register"
             if ns > worst.period_ns:
                 worst = Estimate(ns, what)
-        for k, packs in zip(self.kernels, self.packs):
+        for k, packs, groups in zip(self.kernels, self.packs, self.write_groups):
+            shared = {p.name for g in groups for p in g}
             for p in (p for p in packs if p.word_writes):
-                ns, what = word_write_ns(len(p.slots), p.width, p.depth, d, registered=word_read_registered(
-                    len(p.slots), p.width, p.depth, self.config))
+                ns, what = word_write_ns(len(p.slots), p.width, p.depth, d, registered=p.name in shared or
+                                         word_read_registered(len(p.slots), p.width, p.depth, self.config))
                 if ns > worst.period_ns:
                     worst = Estimate(ns, f"{k.name}: {what}")
         return worst

@@ -143,22 +143,27 @@ def test_sub_byte_banks_pack_nine_to_a_block_ram_word_from_fp_pipeline_3():
 
 
 @pytest.mark.parametrize("order", ["bank", "word", "pairs", "again"])
-@pytest.mark.parametrize("M, K, memory, target_mhz", [(4, 36, "LUT RAM", None), (16, 144, "block RAM", None),
-                                                      (16, 144, "block RAM", 200)])
-def test_whole_word_writes_through_the_host_bus_are_bit_exact(M, K, memory, target_mhz, order):
+@pytest.mark.parametrize("M, K, lanes, memory, target_mhz, shared", [
+    (4, 36, 2, "LUT RAM", None, False), (16, 144, 1, "block RAM", None, False), (16, 144, 1, "block RAM", 200, False),
+    (16, 144, 2, "block RAM", None, True), (16, 144, 2, "block RAM", 200, True)])
+def test_whole_word_writes_through_the_host_bus_are_bit_exact(M, K, lanes, memory, target_mhz, shared, order):
     """The host writes one bank a cycle: bank by bank, word by word (each write reading the word
     the previous cycle wrote), in pairs of addresses (the word written two cycles before), or
     bank by bank and then the even banks again word by word (a write forwards only the fields the
     earlier writes set), then starts at once; outputs (17-bit signed memories) read back through
     the host bus and sign-extended. In block RAM at target_mhz 200 the word read is registered and a write lands
-    two cycles after it arrives (hw/subword.py), so both earlier writes are forwarded."""
+    two cycles after it arrives (hw/subword.py), so both earlier writes are forwarded. At two
+    lanes the weights are two block RAMs of one geometry, which share one read-modify-write
+    (registered, at any clock): word by word, a write to one follows writes to the other at
+    the same address, which it must not take fields from."""
     W, x, y, want, rng = _gemv(4, M=M, K=K)
-    design = compile_model(y, config=HardwareConfig(lanes=2, reduce_unroll=9, fp_pipeline=3, target_mhz=target_mhz),
+    design = compile_model(y, config=HardwareConfig(lanes=lanes, reduce_unroll=9, fp_pipeline=3, target_mhz=target_mhz),
                            input_ranges={W: rng})
     words = [p for p in design.packs[0] if p.word_writes]
     assert words and all((p.depth * len(p.slots) * p.width >= BRAM_MIN_BITS) == (memory == "block RAM") for p in words)
+    assert [len(g) for g in design.write_groups[0]] == ([2] if shared else [])
     rtlil = design_rtlil(design)
-    assert (f"{words[0].name}_wr_read" in rtlil) == (target_mhz is not None)
+    assert (f"{words[0].name}_wr_read" in rtlil) == (target_mhz is not None or shared)
     got = cdt.from_words(designs.run_on_host_bus(design, order=order), cdt.INT32)
     assert np.array_equal(got, want)
 

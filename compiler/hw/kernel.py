@@ -30,6 +30,7 @@ delayed control share one set of signals per kernel; split, each part would re-d
 from __future__ import annotations
 
 import collections
+from typing import TYPE_CHECKING
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import memory, wiring
@@ -44,9 +45,12 @@ from .datapath import DATA, Copies, Datapath, Env, from_bits, registered
 from .pipeline import FANOUT_LEVEL, Schedule, is_gather
 from ..timing_model import word_read_registered
 from .program import Program, Step, build_program
-from .subword import read_modify_write
+from .subword import WordMemory, read_modify_write
 from .tail import tailed_memory
 from ..synth.rtlil_text import ROM_ATTRIBUTE
+
+if TYPE_CHECKING:
+    from .packing import Pack
 
 # A clocked read port that is not transparent to the write port reads the old word when both
 # touch one address in one cycle (Amaranth's semantics). A block RAM does not promise that
@@ -185,7 +189,10 @@ class KernelHW(wiring.Component):
     them, another kernel reading them in place; None: any slot may be); `rings`: slots whose
     memory is R banks in a ring (schedule=dataflow): the kernel uses bank `b{slot}_kbank`, the
     outside ports (host bus, copies, a reader in place) bank `b{slot}_obank` (hw/dataflow.py);
-    `host_written`: slots the host bus writes (None: any may be);
+    `host_written`: slots the host bus writes (None: any may be); `write_groups`: packed
+    memories (names) written a word at a time that share one read-modify-write (subword.py
+    share_groups: the host bus alone writes them, one bank a cycle, all from the same address
+    and data copies);
     `schedule`: the kernel's pipeline schedule, made by Design.schedules (which the cycle model
     and the delay model read too), with the rings and the external memories read on time."""
 
@@ -193,7 +200,7 @@ class KernelHW(wiring.Component):
                  external: frozenset[int] = frozenset(), written_outside: frozenset[int] = frozenset(),
                  packs: tuple = (), read_outside: frozenset[int] | None = None,
                  rings: dict[int, int] | None = None, host_written: frozenset[int] | None = None, *,
-                 schedule: Schedule):
+                 schedule: Schedule, write_groups: tuple[tuple[str, ...], ...] = ()):
         self.kernel, self.config = kernel, config
         # schedule=dataflow: slot -> R, memories that rotate through R banks (hw/dataflow.py)
         self.rings = dict(rings or {})
@@ -207,6 +214,7 @@ class KernelHW(wiring.Component):
         self.read_outside = None if read_outside is None else frozenset(read_outside)
         self.host_written = None if host_written is None else frozenset(host_written)
         self.packs = {s: p for p in packs for s in p.slots}
+        self.write_group = {name: g for g, names in enumerate(write_groups) for name in names}
         # The contents live in MemoryData objects that outlast any one elaboration (simulators
         # poke them); each elaboration wraps them in a fresh Memory with its own ports. The
         # banks of a packed memory share one MemoryData.
@@ -350,6 +358,7 @@ class KernelHW(wiring.Component):
         # a plain memory's outside write (address, data, enable), which _stores may select by
         # its enable rather than by the kernel's store flag
         self.outside_writes: dict[int, tuple[Value, Value, Value]] = {}
+        grouped: dict[int, list[tuple["Pack", WordMemory]]] = {}     # write group -> its memories so far
         for b in self.kernel.buffers:
             n = port_names(b.slot)
             if b.slot in self.external:
@@ -362,7 +371,8 @@ class KernelHW(wiring.Component):
                 continue
             if b.slot in self.packs:
                 if b.slot == self.packs[b.slot].slots[0]:
-                    self._packed_memory(m, b, self.packs[b.slot], gate(b, self.packs[b.slot].name), sync_reads, reads)
+                    self._packed_memory(m, b, self.packs[b.slot], gate(b, self.packs[b.slot].name), sync_reads, reads,
+                                        grouped)
                 continue
             if b.rom is not None:            # read-only: no write port, nothing writes it
                 _, reads[b.slot] = self._memory(m, self.names[b.slot], b.slot, None, sync_reads, False, writable=False)
@@ -378,6 +388,13 @@ class KernelHW(wiring.Component):
                          wp.addr.eq(getattr(self, n["waddr"])), wp.data.eq(getattr(self, n["wdata"])),
                          wp.en.eq(outside_en)]
             self.outside_writes[b.slot] = (getattr(self, n["waddr"]), getattr(self, n["wdata"]), outside_en)
+        for members in grouped.values():
+            # one read-modify-write for the group, from its first memory's address and data
+            # ports (the others' carry the same: copies of the host bus's registers)
+            head = port_names(members[0][0].slots[0])
+            read_modify_write(m, f"{members[0][0].name}_g", [mem for _, mem in members],
+                              waddr=getattr(self, head["waddr"]), data=getattr(self, head["wdata"]),
+                              width=members[0][0].width, registered_read=True)
         return write, reads
 
     def _ring_memory(self, m, b: ir.BufferDecl, sync_reads: bool):
@@ -456,10 +473,11 @@ class KernelHW(wiring.Component):
         m.d.comb += getattr(self, ports["rdata"]).eq(any_of(outside))
         return own_w, own_r
 
-    def _packed_memory(self, m, first: ir.BufferDecl, pack, gate: Value, sync_reads: bool, reads) -> None:
+    def _packed_memory(self, m, first: ir.BufferDecl, pack, gate: Value, sync_reads: bool, reads, grouped) -> None:
         """One memory for the banks of `pack`: the kernel only reads it (at one address for
         every bank, packing.py), so its write port serves the outside, one enable per bank
-        (the host bus and copies write one bank, or all at one address)."""
+        (the host bus and copies write one bank, or all at one address). A memory of a write
+        group joins `grouped` (its read-modify-write built with the group's, _memories)."""
         w = pack.width
         transparent = first.loaded and first.slot in self.written_outside and sync_reads
         wp, shared = self._memory(m, pack.name, first.slot, None if pack.word_writes else w, sync_reads, transparent)
@@ -474,11 +492,19 @@ class KernelHW(wiring.Component):
         own = reads[pack.slots[0]]
         if pack.word_writes:          # one enable: a bank's write reads the word first (subword.py)
             flagged = self._reading_flag(first.slot)
-            read_modify_write(m, pack.name, wp, shared[0], own[0].addr, waddr=waddr, fields=fields, width=w,
-                              kernel_reads=own[0].reading if flagged else None,
+            mem = WordMemory(pack.name, wp, shared[0], own[0].addr, tuple(en for _, en in fields),
+                             own[0].reading if flagged else None)
+            m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(own[1:], shared[1:])]
+            if pack.name in self.write_group:
+                grouped.setdefault(self.write_group[pack.name], []).append((pack, mem))
+                return
+            # the host bus alone writes it: every bank's data is the bus's (one held copy)
+            host_only = self.host_written is not None and all(
+                s in self.host_written and s not in self.written_outside for s in pack.slots)
+            read_modify_write(m, pack.name, [mem], waddr=waddr,
+                              data=fields[0][0] if host_only else [d for d, _ in fields], width=w,
                               registered_read=flagged and word_read_registered(len(pack.slots), w, pack.depth,
                                                                                self.config))
-            m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(own[1:], shared[1:])]
             return
         m.d.comb += wp.addr.eq(waddr)
         for i, (data, en) in enumerate(fields):

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Cat, Module, Mux, Signal, Value
 
+from .bram import ecp5_memory
 from .datapath import DATA, DUPLICATE_ATTRIBUTE, registered
 
 _KEEP = {DUPLICATE_ATTRIBUTE: 1}
@@ -52,38 +53,66 @@ HIT_GROUP = 36
 on a wide memory of LUT RAM one per 36 bits (the next paragraph)."""
 
 
-def read_modify_write(m: Module, name: str, wp, port0, own_addr: Value, *, waddr: Value,
-                      fields: list[tuple[Value, Value]], width: int, kernel_reads: Value | None = None,
-                      registered_read: bool = False) -> None:
-    """Drive write port `wp` (one enable) of memory `name` from per-bank writes `fields` ((data,
-    enable) of bank i, at bits [i * width, (i + 1) * width)) at address `waddr`, borrowing read
-    port `port0` (whose address is `own_addr` otherwise) for the word a partial write reads.
-    `kernel_reads`, if given, is a register high exactly while `own_addr` is the kernel's
-    (KernelHW._reading_flag): the port is then at `waddr` whenever the kernel leaves it.
-    `registered_read` (a block RAM, with `kernel_reads`): the word read is registered before the
+@dataclass(frozen=True)
+class WordMemory:
+    """One memory written a word at a time: its write port `wp` (one enable), its read port 0
+    `port0` (whose address is `own_addr` when the kernel reads), the per-bank write `enables`
+    (bank i at bits [i * width, (i + 1) * width)) and, if given, `kernel_reads`: a register high
+    exactly while `own_addr` is the kernel's (KernelHW._reading_flag), the port then at the
+    write address whenever the kernel leaves it."""
+    name: str
+    wp: object
+    port0: object
+    own_addr: Value
+    enables: tuple[Value, ...]
+    kernel_reads: Value | None = None
+
+
+def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr: Value, data: list[Value] | Value,
+                      width: int, registered_read: bool = False) -> None:
+    """Drive the write ports of `members` (memories of one geometry) from their per-bank writes
+    at address `waddr`, each borrowing its read port 0 for the word a partial write reads.
+    `data`: bank i's write data, or one value every bank is written (the host bus's). Several
+    members share one read-modify-write (pending addresses, override, held fields): the host
+    bus writes one bank a cycle, so at most one member has a write in any cycle, and every
+    member sees the same `waddr` and `data` (module docstring, "Shared"); their writes are then
+    told apart only by which member each went to. `registered_read` (block RAM, with
+    `kernel_reads`; always with several members): the word read is registered before the
     merge and the write lands two cycles after it arrives (the module docstring)."""
-    n = len(fields)
-    enables = Cat(*(en for _, en in fields))
+    n, shared = len(members[0].enables), len(members) > 1
+    assert not shared or (registered_read and isinstance(data, Value))
+    first_data = data if isinstance(data, Value) else None
+    enables = [Cat(*mem.enables) for mem in members]
+    anys = [en.any() for en in enables]
     # Every memory's pending write is its own (DUPLICATE_ATTRIBUTE): the host bus gives each group
     # of memories the same address and data, and opt_merge would make one register drive the
     # write address of every block RAM across the die (the w4a8 GEMV 8 x 56: 9.1 ns of routing
-    # from the merged address register, 89.4 MHz)
+    # from the merged address register, 89.4 MHz). A shared one drives its group's memories
+    # (at most HOST_GROUP block RAMs: share_groups), as the host bus's address copy does.
     stages = 2 if registered_read else 1
     pending = [_pending(f"{name}_wr" if s == 0 else f"{name}_wr{s + 1}", waddr) for s in range(stages)]
     first, last = pending[0], pending[-1]
-    m.d.sync += [first.valid.eq(enables.any()), first.addr.eq(waddr)]
+    m.d.sync += first.addr.eq(waddr)
     for a, b in zip(pending, pending[1:]):
-        m.d.sync += [b.valid.eq(a.valid), b.addr.eq(a.addr)]
-    if kernel_reads is not None:
-        # A partial write never arrives while the kernel reads (module docstring), so the port can wait at
-        # the write address whenever the kernel leaves it, the multiplexer selected by a
-        # register. Selected by `partial`, the address came through the host ports' write
-        # enables and their any/all tree (the fine-tuned KWS network: a `host_free` copy -> the
-        # enables -> the address of a 320-bit word in LUT RAM, 13.4 ns, its critical path).
-        m.d.comb += port0.addr.eq(Mux(kernel_reads, own_addr, waddr))
-    else:
-        partial = enables.any() & ~enables.all()
-        m.d.comb += port0.addr.eq(Mux(partial, waddr, own_addr))
+        m.d.sync += b.addr.eq(a.addr)
+    # whether each stage's write went to a member: one flag per member and stage (with several
+    # members a third stage, for the write two before the one merged next)
+    valid = [[Signal(name=f"{mem.name}_wr{'' if s == 0 else s + 1}_valid", attrs=_KEEP)
+              for s in range(stages + shared)] for mem in members]
+    for flags, any_ in zip(valid, anys):
+        m.d.sync += flags[0].eq(any_)
+        m.d.sync += [b.eq(a) for a, b in zip(flags, flags[1:])]
+    for mem in members:
+        if mem.kernel_reads is not None:
+            # A partial write never arrives while the kernel reads (module docstring), so the port can wait at
+            # the write address whenever the kernel leaves it, the multiplexer selected by a
+            # register. Selected by `partial`, the address came through the host ports' write
+            # enables and their any/all tree (the fine-tuned KWS network: a `host_free` copy -> the
+            # enables -> the address of a 320-bit word in LUT RAM, 13.4 ns, its critical path).
+            m.d.comb += mem.port0.addr.eq(Mux(mem.kernel_reads, mem.own_addr, waddr))
+        else:
+            en = Cat(*mem.enables)
+            m.d.comb += mem.port0.addr.eq(Mux(en.any() & ~en.all(), waddr, mem.own_addr))
     # The merge takes each field from the word read or from an override, a register: the
     # write's own fields and those of the writes its read came too early to see (the words
     # merged in the last `stages` cycles, at its address), newest first. So the write data is
@@ -92,26 +121,28 @@ def read_modify_write(m: Module, name: str, wp, port0, own_addr: Value, *, waddr
     # a hit flag -> the merge -> a block RAM's write data, 10.0 ns, 8.6 of it routing).
     use = Signal(n, name=f"{name}_wr_use")
     over = Signal(n * width, name=f"{name}_wr_over", reset_less=True, attrs=DATA)
+    mask_now = enables[0]
+    for en in enables[1:]:
+        mask_now = mask_now | en
+    data_now = first_data if first_data is not None else Cat(*data)
     if registered_read:
-        # a word read, registered: the block RAM's own output register (compiler/pnr/
-        # bram_registers.py) where nothing else reads the port; without it the read data (5.6
-        # ns from the clock) went through the merge into the same block's write data (the w4a8
-        # GEMV at 12 x 56, target_mhz 200: 11.4 ns, its critical path)
-        word = registered(m, port0.data, f"{name}_wr_read", reset_less=True)
         # the override is made the cycle before the merge, when `first` is the write merged
         # next (its banks and fields held that cycle); the writes it came too early to see are
-        # merged now (`last`) and were a cycle ago
+        # merged now (`last`) and were a cycle ago. Data one value for every bank is held once
+        # (a host write's banks all carry the bus's data).
         coming_mask = Signal(n, name=f"{name}_wr_mask", reset_less=True, attrs=_KEEP | DATA)
-        coming_data = Signal(n * width, name=f"{name}_wr_data", reset_less=True, attrs=_KEEP | DATA)
-        m.d.sync += [coming_mask.eq(enables), coming_data.eq(Cat(*(d for d, _ in fields)))]
+        coming_data = Signal(len(data_now), name=f"{name}_wr_data", reset_less=True, attrs=_KEEP | DATA)
+        m.d.sync += [coming_mask.eq(mask_now), coming_data.eq(data_now)]
         earlier = [(first, "hit", use, over),
                    (last, "hit_old", registered(m, use, f"{name}_wr_use_old"),
                     registered(m, over, f"{name}_wr_over_old", reset_less=True))]
     else:
-        word = port0.data
         # made as the write arrives; the write it came too early to see is merged now (`first`)
-        coming_mask, coming_data = enables, Cat(*(d for d, _ in fields))
+        coming_mask, coming_data = mask_now, data_now
         earlier = [(first, "hit", use, over)]
+
+    def field(i: int) -> Value:
+        return coming_data if first_data is not None else coming_data[i * width:(i + 1) * width]
     # whether the write merged next is at a given earlier write's address, one flag per
     # HIT_GROUP bits: it selects every field of the word, and a wide memory in LUT RAM spreads
     # over the die (the fine-tuned KWS network's 320-bit, 4-word weight memory: 17.3 ns of
@@ -119,37 +150,65 @@ def read_modify_write(m: Module, name: str, wp, port0, own_addr: Value, *, waddr
     # read it is known a cycle ahead (as the write arrives), so each flag is a register. Whether
     # a write arrives is left out (the any of every bank's enable, a tree of LUTs on the way): a
     # flag without one makes an override that no write uses (its merge is not written, and a
-    # later write takes it only from a valid pending write).
+    # later write takes it only from a valid pending write). Shared, the address compare is
+    # that register and the member is compared a cycle later, from the stages' flags: the
+    # write merged next went to the same member as the earlier one.
     groups = range(0, n * width, HIT_GROUP)
     hits = []
-    for pend, what, _, _ in earlier:
-        same = pend.valid & (pend.addr == waddr)
-        hits.append([registered(m, same, f"{name}_wr_{what}{g // HIT_GROUP}", duplicate=True) for g in groups]
-                    if registered_read else [same] * len(groups))
+    for s, (pend, what, _, _) in enumerate(earlier):
+        if not shared:
+            same = valid[0][s] & (pend.addr == waddr)
+            hits.append([registered(m, same, f"{name}_wr_{what}{g // HIT_GROUP}", duplicate=True) for g in groups]
+                        if registered_read else [same] * len(groups))
+            continue
+        member = Signal(name=f"{name}_wr_{what}_member")
+        m.d.comb += member.eq(Cat(*(flags[0] & flags[s + 1] for flags in valid)).any())
+        hits.append([registered(m, pend.addr == waddr, f"{name}_wr_{what}{g // HIT_GROUP}", duplicate=True) & member
+                     for g in groups])
     use_next, over_next = [], []
     for i in range(n):
         bits = slice(i * width, (i + 1) * width)
-        taken, value = coming_mask[i], coming_data[bits]
+        taken, value = coming_mask[i], field(i)
         for hit, (_, _, e_use, e_over) in reversed(list(zip(hits, earlier))):      # the newest last: it wins
             h = hit[i * width // HIT_GROUP] & e_use[i]
             taken, value = taken | h, Mux(h, e_over[bits], value)
         use_next.append(taken)
-        over_next.append(Mux(coming_mask[i], coming_data[bits], value))
+        over_next.append(Mux(coming_mask[i], field(i), value))
     m.d.sync += [use.eq(Cat(*use_next)), over.eq(Cat(*over_next))]
-    merged = Signal(n * width, name=f"{name}_wr_word")
-    m.d.comb += merged.eq(Cat(*(Mux(use[i], over[i * width:(i + 1) * width], word[i * width:(i + 1) * width])
-                                for i in range(n))))
-    m.d.comb += [wp.en.eq(last.valid), wp.addr.eq(last.addr), wp.data.eq(merged)]
+    for mem, flags in zip(members, valid):
+        # a word read, registered: the block RAM's own output register (compiler/pnr/
+        # bram_registers.py) where nothing else reads the port; without it the read data (5.6
+        # ns from the clock) went through the merge into the same block's write data (the w4a8
+        # GEMV at 12 x 56, target_mhz 200: 11.4 ns, its critical path)
+        word = registered(m, mem.port0.data, f"{mem.name}_wr_read", reset_less=True) if registered_read \
+            else mem.port0.data
+        merged = Signal(n * width, name=f"{mem.name}_wr_word")
+        m.d.comb += merged.eq(Cat(*(Mux(use[i], over[i * width:(i + 1) * width], word[i * width:(i + 1) * width])
+                                    for i in range(n))))
+        m.d.comb += [mem.wp.en.eq(flags[stages - 1]), mem.wp.addr.eq(last.addr), mem.wp.data.eq(merged)]
+
+
+def share_groups(packs: list, cells: int) -> list[tuple]:
+    """Packed memories (packing.Pack, written a word at a time by the host bus alone) in groups
+    that share one read-modify-write: those of one geometry (banks, width, depth), in order, at
+    most `cells` block RAMs a group (HOST_GROUP: as many as share a copy of the bus's address).
+    Groups of one are left out."""
+    by_shape: dict[tuple, list] = {}
+    for p in packs:
+        by_shape.setdefault((len(p.slots), p.width, p.depth), []).append(p)
+    groups = []
+    for (banks, width, depth), same in by_shape.items():
+        per = max(1, cells // ecp5_memory(depth, banks * width).cells)
+        groups += [tuple(same[j:j + per]) for j in range(0, len(same), per) if len(same[j:j + per]) > 1]
+    return groups
 
 
 @dataclass(frozen=True)
 class _Pending:
-    """A write on its way to the memory: whether there is one, and its address (its banks and
-    fields are in the override by then)."""
-    valid: Signal
+    """A write on its way to the memory: its address (its banks and fields are in the override
+    by then; whether there is one, and to which member, the stage's flags)."""
     addr: Signal
 
 
 def _pending(prefix: str, waddr: Value) -> _Pending:
-    return _Pending(Signal(name=f"{prefix}_valid", attrs=_KEEP),
-                    Signal.like(waddr, name=f"{prefix}_addr", reset_less=True, attrs=_KEEP | DATA))
+    return _Pending(Signal.like(waddr, name=f"{prefix}_addr", reset_less=True, attrs=_KEEP | DATA))
