@@ -18,7 +18,7 @@ from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_da
 from .hw.top import Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, plan
 from .hw.layout import Banking
 from .hw.packing import Pack, plan_packs
-from .hw.bram import HOST_GROUP
+from .hw.bram import HOST_GROUP, ecp5_memory
 from .hw.subword import share_groups
 
 
@@ -113,14 +113,22 @@ class Design:
         read-modify-write (hw/subword.py share_groups): the host bus alone writes them, and the
         kernel alone reads them, through registered addresses (KernelHW._reading_flag). Each
         group's word read is registered (the block's own output register)."""
-        family = self.config.timing_part().family
+        d = delays(self.config.timing_part())
+        family = d.family
+
+        def members(banks: int, width: int, depth: int) -> int:
+            most = max(1, HOST_GROUP // ecp5_memory(depth, banks * width).cells)
+            while self.config.target_mhz and most > 1 and word_write_ns(
+                    banks, width, depth, d, registered=True, members=most)[0] > 1000.0 / self.config.target_mhz:
+                most //= 2
+            return most
         groups = []
         for pos, sched in enumerate(self.schedules):
             host, copied, outside = self.host_written_banks, self.copied_banks, self._read_outside(pos)
             alone = [p for p in self.packs_of(pos) if p.word_writes and sched.address_levels
                      and p.slots[0] not in outside and in_block_ram(p.depth, len(p.slots) * p.width, family)
                      and all((pos, s) in host and (pos, s) not in copied for s in p.slots)]
-            groups.append(tuple(share_groups(alone, HOST_GROUP)))
+            groups.append(tuple(share_groups(alone, members)))
         return tuple(groups)
 
     def _rings(self, pos: int) -> dict[int, int]:
@@ -223,10 +231,11 @@ class Design:
             if ns > worst.period_ns:
                 worst = Estimate(ns, what)
         for k, packs, groups in zip(self.kernels, self.packs, self.write_groups):
-            shared = {p.name for g in groups for p in g}
+            shared = {p.name: len(g) for g in groups for p in g}
             for p in (p for p in packs if p.word_writes):
-                ns, what = word_write_ns(len(p.slots), p.width, p.depth, d, registered=p.name in shared or
-                                         word_read_registered(len(p.slots), p.width, p.depth, self.config))
+                ns, what = word_write_ns(len(p.slots), p.width, p.depth, d, members=shared.get(p.name, 1),
+                                         registered=p.name in shared or word_read_registered(
+                                             len(p.slots), p.width, p.depth, self.config))
                 if ns > worst.period_ns:
                     worst = Estimate(ns, f"{k.name}: {what}")
         return worst

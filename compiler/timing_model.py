@@ -415,7 +415,8 @@ def in_block_ram(depth: int, width: int, family: str, ports: int = 1, enables: i
     return depth * width >= BRAM_MIN_BITS
 
 
-def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: bool = False) -> tuple[float, str]:
+def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: bool = False,
+                  members: int = 1) -> tuple[float, str]:
     """The read-modify-write of a packed memory written a word at a time (Pack.word_writes,
     hw/subword.py), as built from FANOUT_LEVEL (the kernel's registered `reading` flag selects
     the read address: KernelHW._reading_flag). In block RAM the word read goes through the
@@ -428,7 +429,10 @@ def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: 
     of the word, the data into its register (its hit flag, in the fabric beside its logic, was
     no slower than the design's other paths: word_read_registered).
     (Before the flag, the LUT RAM's address came through the ports' write enables and their
-    any/all tree: the fine-tuned KWS network's 320-bit word, 80 cells, 13.4 ns.)"""
+    any/all tree: the fine-tuned KWS network's 320-bit word, 80 cells, 13.4 ns.)
+    `members` block RAMs sharing one read-modify-write (hw/subword.py, registered): the
+    override's per-bank `use` register selects `width` bits of every member's merge, so its
+    route has `members * width` loads."""
     bits = banks * width
     if not in_block_ram(depth, bits, d.family):
         ns = d.clk_q + d.route_ns(1) + d.lut + d.route_ns(math.ceil(bits / 4)) + d.lut + d.route_ns(1) + d.setup
@@ -437,6 +441,11 @@ def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: 
     ns = clk_q + d.route_ns(2) + d.lut + d.route_ns(1) + d.setup
     read = (ns, f"a packed block RAM's read-modify-write ({banks} x {width} bits): "
                 f"{'registered ' if registered else ''}read data -> merge -> write data")
+    if members > 1:
+        use = (d.clk_q + d.route_ns(members * width) + d.lut + d.route_ns(1) + d.setup,
+               f"a read-modify-write shared by {members} block RAMs ({banks} x {width} bits): "
+               f"a field's override select -> every member's merge -> write data")
+        read = max(read, use)
     return read if registered else max(read, write_hit_ns(banks, width, depth, d))
 
 
