@@ -168,6 +168,21 @@ def test_whole_word_writes_through_the_host_bus_are_bit_exact(M, K, lanes, memor
     assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("target_mhz, sizes", [(None, [8]), (120, [8]), (200, [4, 4])])
+def test_block_rams_the_host_alone_writes_share_read_modify_writes_as_the_clock_allows(target_mhz, sizes):
+    """Eight packed weight block RAMs of one geometry share one read-modify-write (HOST_GROUP
+    block RAMs a group), in halves at target_mhz 200, where the delay model's shared select
+    (a field's `use` register into 8 x 4 merge multiplexers, 5.2 ns) misses the 5 ns period
+    and 4 x 4 (4.9 ns) does not."""
+    W, x, y, want, rng = _gemv(4, M=32, K=144)
+    design = compile_model(y, config=HardwareConfig(lanes=8, reduce_unroll=9, fp_pipeline=3, target_mhz=target_mhz),
+                           input_ranges={W: rng})
+    words = [p for p in design.packs[0] if p.word_writes]
+    assert len(words) == 8 and {(len(p.slots), p.width, p.depth) for p in words} == {(9, 4, 64)}
+    assert [len(g) for g in design.write_groups[0]] == sizes
+    assert sorted(p.name for g in design.write_groups[0] for p in g) == sorted(p.name for p in words)
+
+
 def Wn_x(arrays: dict, design, W, x) -> np.ndarray:
     """W @ x in int64 for the arrays of `arrays` (buffer id -> flat data)."""
     w = np.asarray(arrays[design.buffer_of(W)], np.int64).reshape(W.shape)
