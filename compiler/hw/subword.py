@@ -103,15 +103,15 @@ def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr:
     # from the merged address register, 89.4 MHz). A shared one drives its group's memories
     # (at most HOST_GROUP block RAMs: share_groups), as the host bus's address copy does.
     stages = 2 if registered_read else 1
-    pending = [_pending(f"{name}_wr" if s == 0 else f"{name}_wr{s + 1}", waddr) for s in range(stages)]
+    pending = [_address(f"{name}_wr" if s == 0 else f"{name}_wr{s + 1}", waddr) for s in range(stages)]
     first, last = pending[0], pending[-1]
-    m.d.sync += first.addr.eq(waddr)
+    m.d.sync += first.eq(waddr)
     for a, b in zip(pending, pending[1:]):
-        m.d.sync += b.addr.eq(a.addr)
+        m.d.sync += b.eq(a)
     # whether each stage's write went to a member: one flag per member and stage (with several
     # members a third stage, for the write two before the one merged next)
     valid = [[Signal(name=f"{mem.name}_wr{'' if s == 0 else s + 1}_valid", attrs=_KEEP)
-              for s in range(stages + shared)] for mem in members]
+              for s in range(stages + (1 if shared else 0))] for mem in members]
     for flags, any_ in zip(valid, anys):
         m.d.sync += flags[0].eq(any_)
         m.d.sync += [b.eq(a) for a, b in zip(flags, flags[1:])]
@@ -170,13 +170,13 @@ def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr:
     hits = []
     for s, (pend, what, _, _) in enumerate(earlier):
         if not shared:
-            same = valid[0][s] & (pend.addr == waddr)
+            same = valid[0][s] & (pend == waddr)
             hits.append([registered(m, same, f"{name}_wr_{what}{g // HIT_GROUP}", duplicate=True) for g in groups]
                         if registered_read else [same] * len(groups))
             continue
         member = Signal(name=f"{name}_wr_{what}_member")
         m.d.comb += member.eq(Cat(*(flags[0] & flags[s + 1] for flags in valid)).any())
-        hits.append([registered(m, pend.addr == waddr, f"{name}_wr_{what}{g // HIT_GROUP}", duplicate=True) & member
+        hits.append([registered(m, pend == waddr, f"{name}_wr_{what}{g // HIT_GROUP}", duplicate=True) & member
                      for g in groups])
     use_next, over_next = [], []
     for i in range(n):
@@ -198,7 +198,7 @@ def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr:
         merged = Signal(n * width, name=f"{mem.name}_wr_word")
         m.d.comb += merged.eq(Cat(*(Mux(use[i], over[i * width:(i + 1) * width], word[i * width:(i + 1) * width])
                                     for i in range(n))))
-        m.d.comb += [mem.wp.en.eq(flags[stages - 1]), mem.wp.addr.eq(last.addr), mem.wp.data.eq(merged)]
+        m.d.comb += [mem.wp.en.eq(flags[stages - 1]), mem.wp.addr.eq(last), mem.wp.data.eq(merged)]
 
 
 def share_groups(packs: list, members: Callable[[int, int, int], int]) -> list[tuple]:
@@ -217,12 +217,7 @@ def share_groups(packs: list, members: Callable[[int, int, int], int]) -> list[t
     return groups
 
 
-@dataclass(frozen=True)
-class _Pending:
-    """A write on its way to the memory: its address (its banks and fields are in the override
-    by then; whether there is one, and to which member, the stage's flags)."""
-    addr: Signal
-
-
-def _pending(prefix: str, waddr: Value) -> _Pending:
-    return _Pending(Signal.like(waddr, name=f"{prefix}_addr", reset_less=True, attrs=_KEEP | DATA))
+def _address(name: str, waddr: Value) -> Signal:
+    """A pending write's address register (its banks and fields are in the override by then;
+    whether there is one, and to which member, the stage's flags)."""
+    return Signal.like(waddr, name=f"{name}_addr", reset_less=True, attrs=_KEEP | DATA)
