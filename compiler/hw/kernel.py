@@ -30,7 +30,6 @@ delayed control share one set of signals per kernel; split, each part would re-d
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import memory, wiring
@@ -48,9 +47,6 @@ from .program import Program, Step, build_program
 from .subword import WordMemory, read_modify_write
 from .tail import tailed_memory
 from ..synth.rtlil_text import ROM_ATTRIBUTE
-
-if TYPE_CHECKING:
-    from .packing import Pack
 
 # A clocked read port that is not transparent to the write port reads the old word when both
 # touch one address in one cycle (Amaranth's semantics). A block RAM does not promise that
@@ -358,7 +354,7 @@ class KernelHW(wiring.Component):
         # a plain memory's outside write (address, data, enable), which _stores may select by
         # its enable rather than by the kernel's store flag
         self.outside_writes: dict[int, tuple[Value, Value, Value]] = {}
-        grouped: dict[int, list[tuple["Pack", WordMemory]]] = {}     # write group -> its memories so far
+        grouped: dict[int, list[tuple[object, WordMemory]]] = {}     # write group -> (Pack, memory) so far
         for b in self.kernel.buffers:
             n = port_names(b.slot)
             if b.slot in self.external:
