@@ -94,7 +94,7 @@ class Design:
         hw = [KernelHW(k, self.config, self._memory_names(pos), self._external(pos),
                        of(self.copied_banks, pos), self.packs_of(pos), self._read_outside(pos),
                        self._rings(pos), of(self.host_written_banks, pos), schedule=self.schedules[pos],
-                       write_groups=tuple(tuple(p.name for p in g) for g in self.write_groups[pos]))
+                       write_groups=self.write_groups[pos])
               for pos, k in enumerate(self.kernels)]
         placed = {(pos, slot): self.banking_of(pos, slot) for pos, k in enumerate(self.source_kernels or self.kernels)
                   for slot in (b.slot for b in k.buffers)}

@@ -186,7 +186,7 @@ class KernelHW(wiring.Component):
     memory is R banks in a ring (schedule=dataflow): the kernel uses bank `b{slot}_kbank`, the
     outside ports (host bus, copies, a reader in place) bank `b{slot}_obank` (hw/dataflow.py);
     `host_written`: slots the host bus writes (None: any may be); `write_groups`: packed
-    memories (names) written a word at a time that share one read-modify-write (subword.py
+    memories (packing.Pack) written a word at a time that share one read-modify-write (subword.py
     share_groups: the host bus alone writes them, one bank a cycle, all from the same address
     and data copies);
     `schedule`: the kernel's pipeline schedule, made by Design.schedules (which the cycle model
@@ -196,7 +196,7 @@ class KernelHW(wiring.Component):
                  external: frozenset[int] = frozenset(), written_outside: frozenset[int] = frozenset(),
                  packs: tuple = (), read_outside: frozenset[int] | None = None,
                  rings: dict[int, int] | None = None, host_written: frozenset[int] | None = None, *,
-                 schedule: Schedule, write_groups: tuple[tuple[str, ...], ...] = ()):
+                 schedule: Schedule, write_groups: tuple[tuple, ...] = ()):
         self.kernel, self.config = kernel, config
         # schedule=dataflow: slot -> R, memories that rotate through R banks (hw/dataflow.py)
         self.rings = dict(rings or {})
@@ -210,7 +210,8 @@ class KernelHW(wiring.Component):
         self.read_outside = None if read_outside is None else frozenset(read_outside)
         self.host_written = None if host_written is None else frozenset(host_written)
         self.packs = {s: p for p in packs for s in p.slots}
-        self.write_group = {name: g for g, names in enumerate(write_groups) for name in names}
+        self.write_groups = tuple(write_groups)
+        self.write_group = {p.name: g for g, group in enumerate(write_groups) for p in group}
         # The contents live in MemoryData objects that outlast any one elaboration (simulators
         # poke them); each elaboration wraps them in a fresh Memory with its own ports. The
         # banks of a packed memory share one MemoryData.
@@ -354,7 +355,7 @@ class KernelHW(wiring.Component):
         # a plain memory's outside write (address, data, enable), which _stores may select by
         # its enable rather than by the kernel's store flag
         self.outside_writes: dict[int, tuple[Value, Value, Value]] = {}
-        grouped: dict[int, list[tuple[object, WordMemory]]] = {}     # write group -> (Pack, memory) so far
+        grouped: dict[int, list[WordMemory]] = {}       # write group -> its memories built so far
         for b in self.kernel.buffers:
             n = port_names(b.slot)
             if b.slot in self.external:
@@ -384,13 +385,13 @@ class KernelHW(wiring.Component):
                          wp.addr.eq(getattr(self, n["waddr"])), wp.data.eq(getattr(self, n["wdata"])),
                          wp.en.eq(outside_en)]
             self.outside_writes[b.slot] = (getattr(self, n["waddr"]), getattr(self, n["wdata"]), outside_en)
-        for members in grouped.values():
+        for g, members in grouped.items():
             # one read-modify-write for the group, from its first memory's address and data
             # ports (the others' carry the same: copies of the host bus's registers)
-            head = port_names(members[0][0].slots[0])
-            read_modify_write(m, f"{members[0][0].name}_g", [mem for _, mem in members],
-                              waddr=getattr(self, head["waddr"]), data=getattr(self, head["wdata"]),
-                              width=members[0][0].width, registered_read=True)
+            head = self.write_groups[g][0]
+            ports = port_names(head.slots[0])
+            read_modify_write(m, f"{head.name}_g", members, waddr=getattr(self, ports["waddr"]),
+                              data=getattr(self, ports["wdata"]), width=head.width, registered_read=True)
         return write, reads
 
     def _ring_memory(self, m, b: ir.BufferDecl, sync_reads: bool):
@@ -492,7 +493,7 @@ class KernelHW(wiring.Component):
                              own[0].reading if flagged else None)
             m.d.comb += [port.addr.eq(bank.addr) for bank, port in zip(own[1:], shared[1:])]
             if pack.name in self.write_group:
-                grouped.setdefault(self.write_group[pack.name], []).append((pack, mem))
+                grouped.setdefault(self.write_group[pack.name], []).append(mem)
                 return
             # the host bus alone writes it: every bank's data is the bus's (one held copy)
             host_only = self.host_written is not None and all(

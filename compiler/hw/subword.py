@@ -115,7 +115,7 @@ def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr:
     for flags, any_ in zip(valid, anys):
         m.d.sync += flags[0].eq(any_)
         m.d.sync += [b.eq(a) for a, b in zip(flags, flags[1:])]
-    for mem in members:
+    for mem, en, any_ in zip(members, enables, anys):
         if mem.kernel_reads is not None:
             # A partial write never arrives while the kernel reads (module docstring), so the port can wait at
             # the write address whenever the kernel leaves it, the multiplexer selected by a
@@ -124,8 +124,7 @@ def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr:
             # enables -> the address of a 320-bit word in LUT RAM, 13.4 ns, its critical path).
             m.d.comb += mem.port0.addr.eq(Mux(mem.kernel_reads, mem.own_addr, waddr))
         else:
-            en = Cat(*mem.enables)
-            m.d.comb += mem.port0.addr.eq(Mux(en.any() & ~en.all(), waddr, mem.own_addr))
+            m.d.comb += mem.port0.addr.eq(Mux(any_ & ~en.all(), waddr, mem.own_addr))
     # The merge takes each field from the word read or from an override, a register: the
     # write's own fields and those of the writes its read came too early to see (the words
     # merged in the last `stages` cycles, at its address), newest first. So the write data is
