@@ -42,9 +42,15 @@ DATA = {DATA_ATTRIBUTE: 1}
 """The attributes of a reset-less register's signal (synth.rtlil_text.DATA_ATTRIBUTE)."""
 
 LOCAL_GROUP = 16
-"""Consumers sharing one first-level copy of a counter-only value from FANOUT_LEVEL
+"""Consumers sharing one last-level copy of a counter-only value from FANOUT_LEVEL
 (Datapath.local): about the square root of the widest design's consumer count (the 26x17 GEMV
 gates 442 loads), so neither level of the tree drives more than a few dozen registers."""
+
+LOCAL_ROOT = 4
+"""Last-level copies (Datapath.local) sharing one copy of the level before, from stage 3: the
+root's net then reaches a copy per LOCAL_ROOT * LOCAL_GROUP consumers, not one per LOCAL_GROUP
+spread over the die (the w4a8 GEMV at 16 x 56: one of a compare's 16 first-level copies 34 tiles
+from it, a 14.2 ns route)."""
 
 INT_OPS = {K.ADD, K.SUB, K.MUL, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ, K.WHERE, K.AND, K.OR,
            K.XOR, K.SHL, K.SHR, K.CDIV, K.CMOD, K.CAST, K.BITCAST, K.MULACC}
@@ -259,6 +265,7 @@ class Datapath:
         self.own_copies = Copies(m, 1, reset_less=True)
         self.fan_groups: dict[int, Copies] = {}      # id(fan-out value) -> its readers' copies (fanned)
         self.local_groups = Copies(m, LOCAL_GROUP, reset_less=True)
+        self.local_roots = Copies(m, LOCAL_ROOT * LOCAL_GROUP, reset_less=True)
         self.mul_uses: collections.Counter = collections.Counter()    # id(value) -> products using it
         self.count = 0
         self.load_dependent: set[int] = set()
@@ -305,14 +312,20 @@ class Datapath:
         the chain's last register: the chain is one, shared by every lane, and its last
         register would otherwise drive every lane's adder or write enable across the die in one
         net. From stage 2 the copies are a tree at no cycle cost: each LOCAL_GROUP consumers
-        share a first-level copy fed from the stage before (on the 26x17 GEMV the last chain
-        register of a load gate drove hundreds of copies: 14.4 ns of routing)."""
+        share a copy fed from the stage before (on the 26x17 GEMV the last chain register of a
+        load gate drove hundreds of copies: 14.4 ns of routing), and from stage 3 each
+        LOCAL_ROOT of those share a copy of the stage before theirs. Consumers take copies in
+        the order they ask, so a group's first consumer asks for its root copy first."""
         if self.sched.level < FANOUT_LEVEL or stage < 1 or isinstance(v, ir.Const) \
                 or self.sched.ready.get(id(v)) is not None:
             return self.emit(v, env, stage)
         if stage >= 2:
+            key = (id(v), env.counters, stage)
             before = self.emit(v, env, stage - 2)
-            prev = self.local_groups((id(v), env.counters, stage), before, f"{_name(before)}_t{stage}_")
+            if stage >= 3:
+                root = self.emit(v, env, stage - 3)
+                before = self.local_roots(key, root, f"{_name(root)}_r{stage}_")
+            prev = self.local_groups(key, before, f"{_name(before)}_t{stage}_")
         else:
             prev = self.emit(v, env, stage - 1)
         self.count += 1
