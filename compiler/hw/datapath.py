@@ -41,16 +41,16 @@ that drive them `keep`, which Yosys's opt_merge respects (it merges identical fl
 DATA = {DATA_ATTRIBUTE: 1}
 """The attributes of a reset-less register's signal (synth.rtlil_text.DATA_ATTRIBUTE)."""
 
-LOCAL_GROUP = 16
-"""Consumers sharing one last-level copy of a counter-only value from FANOUT_LEVEL
-(Datapath.local): about the square root of the widest design's consumer count (the 26x17 GEMV
-gates 442 loads), so neither level of the tree drives more than a few dozen registers."""
+LOCAL_FAN = 4
+"""Copies each register of Datapath.local's tree drives: a chain register's value reaches its
+consumers through up to LOCAL_LEVELS levels of copies, one per LOCAL_FAN**k consumers at level
+k, so no net of the tree has more than a few loads to spread over the die. With 16 at one
+level (the 26x17 GEMV's 442 consumers: 28 copies of 16) one copy still drove 16 consumers'
+copies across the die on the w4a8 GEMV at 16 x 56: 14.2 ns of routing to one of them."""
 
-LOCAL_ROOT = 4
-"""Last-level copies (Datapath.local) sharing one copy of the level before, from stage 3: the
-root's net then reaches a copy per LOCAL_ROOT * LOCAL_GROUP consumers, not one per LOCAL_GROUP
-spread over the die (the w4a8 GEMV at 16 x 56: one of a compare's 16 first-level copies 34 tiles
-from it, a 14.2 ns route)."""
+LOCAL_LEVELS = 3
+"""Levels of Datapath.local's tree as the stages before the consumer allow (64 consumers a
+root copy; the 26x17 GEMV's 442: 7, 28, 111 copies)."""
 
 INT_OPS = {K.ADD, K.SUB, K.MUL, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ, K.WHERE, K.AND, K.OR,
            K.XOR, K.SHL, K.SHR, K.CDIV, K.CMOD, K.CAST, K.BITCAST, K.MULACC}
@@ -264,8 +264,7 @@ class Datapath:
         self.fanout_copies: dict[int, Copies] = {}
         self.own_copies = Copies(m, 1, reset_less=True)
         self.fan_groups: dict[int, Copies] = {}      # id(fan-out value) -> its readers' copies (fanned)
-        self.local_groups = Copies(m, LOCAL_GROUP, reset_less=True)
-        self.local_roots = Copies(m, LOCAL_ROOT * LOCAL_GROUP, reset_less=True)
+        self.local_levels = [Copies(m, LOCAL_FAN ** k, reset_less=True) for k in range(1, LOCAL_LEVELS + 1)]
         self.mul_uses: collections.Counter = collections.Counter()    # id(value) -> products using it
         self.count = 0
         self.load_dependent: set[int] = set()
@@ -309,27 +308,23 @@ class Datapath:
         """`v` in `stage` for one consumer (an op, a load's gate, a store). From FANOUT_LEVEL a
         value of counters and constants carried by registers (an accumulator's reset select, a
         load's gate, a store's gate and index) reaches each consumer through its own copy of
-        the chain's last register: the chain is one, shared by every lane, and its last
-        register would otherwise drive every lane's adder or write enable across the die in one
-        net. From stage 2 the copies are a tree at no cycle cost: each LOCAL_GROUP consumers
-        share a copy fed from the stage before (on the 26x17 GEMV the last chain register of a
-        load gate drove hundreds of copies: 14.4 ns of routing), and from stage 3 each
-        LOCAL_ROOT of those share a copy of the stage before theirs. Consumers take copies in
-        the order they ask, so a group's first consumer asks for its root copy first."""
+        the chain's value: the chain is one, shared by every lane, and its last register would
+        otherwise drive every lane's adder or write enable across the die in one net. Between
+        them, as many levels of copies as the stages before allow (at most LOCAL_LEVELS), at no
+        cycle cost: a copy per LOCAL_FAN**k consumers at level k, fed from the level above
+        (on the 26x17 GEMV the last chain register of a load gate drove hundreds of copies:
+        14.4 ns of routing). Consumers take copies in the order they ask (lane by lane), and
+        the groups nest, so a consumer's copy at each level feeds the next one's."""
         if self.sched.level < FANOUT_LEVEL or stage < 1 or isinstance(v, ir.Const) \
                 or self.sched.ready.get(id(v)) is not None:
             return self.emit(v, env, stage)
-        if stage >= 2:
-            key = (id(v), env.counters, stage)
-            before = self.emit(v, env, stage - 2)
-            if stage >= 3:
-                root = self.emit(v, env, stage - 3)
-                before = self.local_roots(key, root, f"{_name(root)}_r{stage}_")
-            prev = self.local_groups(key, before, f"{_name(before)}_t{stage}_")
-        else:
-            prev = self.emit(v, env, stage - 1)
+        levels = min(stage - 1, LOCAL_LEVELS)
+        prev = self.emit(v, env, stage - 1 - levels)
+        base = _name(prev)
+        for k in range(levels, 0, -1):
+            prev = self.local_levels[k - 1]((id(v), env.counters, stage), prev, f"{base}_t{stage}l{k}_")
         self.count += 1
-        return self.register(prev, f"{_name(prev)}_c{self.count}", duplicate=True)
+        return self.register(prev, f"{base}_t{stage}_c{self.count}", duplicate=True)
 
     def fanned(self, v: ir.Value, env: Env, stage: int) -> Value:
         """Fan-out value `v` (pipeline.fanout_values) in `stage` for one reader: a registered copy
