@@ -351,9 +351,9 @@ class DataflowTopHW(TopHW):
                             port = self.port(d[0], b, name)
                             land = Signal.like(port, name=f"k{d[0]}_b{b}_copy_{name}")
                             # a write address per bank, kept apart (`duplicate`): the banks'
-                            # addresses are one value, and merged into one register it drove
-                            # every LUT-RAM cell of a ring (the KWS 3-bit shape, seed 1: 128
-                            # cells, 11.0 ns of which 10.4 routing)
+                            # addresses are one value, and Yosys merged their registers into one
+                            # that drove every LUT-RAM cell of a ring (the KWS 3-bit shape, seed
+                            # 1: 128 cells, 11.0 ns of which 10.4 routing)
                             m.d.comb += port.eq(registered(m, land, f"k{d[0]}_b{b}_land_{name}",
                                                            reset_less=name != "we",
                                                            duplicate=name == "waddr"))

@@ -320,9 +320,9 @@ class Datapath:
             return self.emit(v, env, stage)
         levels = min(stage - 1, LOCAL_LEVELS)
         prev = self.emit(v, env, stage - 1 - levels)
-        base = _name(prev)
+        base, key = _name(prev), (id(v), env.counters, stage)
         for k in range(levels, 0, -1):
-            prev = self.local_levels[k - 1]((id(v), env.counters, stage), prev, f"{base}_t{stage}l{k}_")
+            prev = self.local_levels[k - 1](key, prev, f"{base}_t{stage}l{k}_")
         self.count += 1
         return self.register(prev, f"{base}_t{stage}_c{self.count}", duplicate=True)
 
