@@ -28,6 +28,17 @@ def _mlp(sizes, seed=0, shift=7):
     return x, h
 
 
+def _mlp_numpy(sizes, x, seed=0, shift=7):
+    """_mlp's output for input `x`, in numpy (its weights drawn again from the same seed)."""
+    rng = np.random.default_rng(seed)
+    rng.integers(-128, 128, sizes[0])
+    h = x.astype(np.int64)
+    for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+        acc = rng.integers(-128, 128, (b, a)).astype(np.int8).astype(np.int64) @ h
+        h = acc if i == len(sizes) - 2 else np.minimum(np.maximum(acc, 0) >> shift, 127)
+    return h.astype(np.int32)
+
+
 def test_levels_and_rings_of_a_skip_and_a_fan_out():
     # residual: k1 reads h (k0's output) for the product and the skip through one slot: in place
     d = compile_model(*designs.residual_mlp().outputs, config=HardwareConfig(schedule="dataflow"))
@@ -148,6 +159,32 @@ def test_pysim_streams_a_dataflow_design_as_the_sequential_design_computes_each_
     groups = {w for w in wires if re.search(r"beat_last_ahead_t\d+$", w)}
     from compiler.hw.dataflow import RING_GROUP
     assert len(groups) == (-(-len(flow.flow.rings) // RING_GROUP) if fp_pipeline >= 3 else 0)
+
+
+@pytest.mark.parametrize("fp_pipeline", [0, 3])
+def test_copies_of_groups_stream_as_the_sequential_design_computes(fp_pipeline):
+    """Copies between layouts move groups of consecutive elements (Copy.width: h1, 16 elements
+    stored in 8 lanes and read in 4, four a cycle; h2, 8 in 2 lanes read in 4, two a cycle), so
+    the beat is the kernels' and not the copies' element count; from fp_pipeline 3 the source's
+    words come from registers a cycle ahead (DataflowTopHW._read_ahead, over the groups)."""
+    rng = np.random.default_rng(6)
+    folding = {"lanes@0": 8, "reduce_unroll@1": 4, "lanes@1": 2, "reduce_unroll@2": 4, "fp_pipeline": fp_pipeline}
+    x, y = _mlp([24, 16, 8, 4], seed=2)
+    flow = compile_model(y, config=HardwareConfig.from_dict({**folding, "schedule": "dataflow"}), stream=x)
+    x2, y2 = _mlp([24, 16, 8, 4], seed=2)
+    seq = compile_model(y2, config=HardwareConfig.from_dict(folding))
+    for design in (flow, seq):
+        copies = [p for p in design.phases if type(p).__name__ == "Copy"]
+        assert [(c.width, c.length) for c in copies] == [(4, 4), (2, 4)]
+    assert flow.flow.beat == max(c for name, c in flow.flow.stage_cycles if not name.startswith("copy"))
+    xs = [rng.integers(-128, 128, 24).astype(np.int8) for _ in range(4)]
+    got = simulate_many(flow, [{x: v} for v in xs], backend="pysim")
+    want = simulate_many(seq, [{x2: v} for v in xs], backend="pysim")
+    cm, cs = flow.cycle_model(), seq.cycle_model()
+    for v, g, w in zip(xs, got, want):
+        np.testing.assert_array_equal(w.outputs[0], _mlp_numpy([24, 16, 8, 4], v, seed=2))
+        np.testing.assert_array_equal(g.outputs[0], w.outputs[0])
+        assert g.cycles == cm.total and g.interval == cm.interval and w.cycles == cs.total
 
 
 @pytest.mark.parametrize("fp_pipeline", [0, 3])

@@ -7,6 +7,7 @@ import pytest
 import designs
 from helpers import assert_exact
 from compiler import CompileError, HardwareConfig, compile_model, simulate
+from compiler.hw.layout import Dim, Layout
 from compiler.overflow import analyze_overflow, worst_case_inputs
 
 
@@ -140,6 +141,43 @@ def test_elementwise_lanes_and_copies_between_layouts():
     same, _ = check_point("mlp_int8_small", 4, 4)
     (copy,) = [p for p in same.phases if type(p).__name__ == "Copy"]
     assert copy.by_words and copy.length == 16 // 4
+
+
+def test_copies_move_as_many_consecutive_elements_a_cycle_as_both_layouts_bank_apart():
+    # h (16 elements) stored in 4 lanes, read in 2: two consecutive elements sit in distinct
+    # banks on both sides, so the copy moves two a cycle (8 cycles, not 16)
+    design, result = check_point("mlp_int8_small", 4, 2)
+    (copy,) = [p for p in design.phases if type(p).__name__ == "Copy"]
+    assert (copy.by_words, copy.width, copy.length) == (False, 2, 8)
+    assert design.cycle_model().copies == 8
+    design, _ = check_point("mlp_int8_small", 8, 4)
+    (copy,) = [p for p in design.phases if type(p).__name__ == "Copy"]
+    assert (copy.width, copy.length) == (4, 4)
+
+
+@pytest.mark.parametrize("layout, widths", [
+    (Layout(72, (Dim(1, 72, 36),)), {36: 36, 24: 12, 3: 3, 5: 1}),
+    (Layout(72, (Dim(1, 72, 12),)), {3: 3, 8: 4, 5: 1}),
+    # a 4 x 12 buffer, rows in 2 lanes and columns in 6: a group stays inside one row
+    (Layout(48, (Dim(12, 4, 2), Dim(1, 12, 6))), {12: 6, 4: 2, 9: 3}),
+    (Layout(40, (Dim(10, 4, 1), Dim(1, 10, 4))), {4: 2, 2: 2}),   # 10 columns in 4 lanes: padded words
+])
+def test_a_group_of_a_copy_sits_where_the_layout_puts_its_elements(layout, widths):
+    """Layout.grouped(W): group c's word is each of its elements' word, and element c*W + j is
+    in lane W * (the group's lane) + j; group_width is the largest W for which that holds on
+    both sides of a copy (here against a plain layout of one digit split into F lanes)."""
+    from compiler.hw.layout import group_width
+    for lanes, width in widths.items():
+        other = Layout(layout.size, (Dim(1, layout.size, lanes),))
+        assert group_width(layout.size, [layout, other]) == width, lanes
+        for w in {width, 1}:
+            grouped = layout.grouped(w)
+            e = np.arange(layout.size)
+            word, lane = layout.place(e)
+            gword, glane = grouped.place(e // w)
+            np.testing.assert_array_equal(word, gword)
+            np.testing.assert_array_equal(lane, w * glane + e % w)
+    assert group_width(72, [Layout(72, (Dim(1, 72, 36),)), Layout.plain(72)]) == 1
 
 
 def test_banked_layout_of_the_gemv_weights():

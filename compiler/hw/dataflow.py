@@ -157,9 +157,8 @@ def plan_dataflow(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, si
             elif stored and readers.get(buf):
                 ring((k, slot), 2, "out")
                 dsts = readers[buf]
-                by_words = all(layout(d) == layout((k, slot)) for d in dsts)
-                length = layout((k, slot)).words if by_words else sizes[buf]
-                phases.append(Copy((pos[k], slot), tuple((pos[r], s) for r, s in dsts), length, by_words))
+                phases.append(Copy.between((pos[k], slot), tuple((pos[r], s) for r, s in dsts),
+                                           [layout(p) for p in [(k, slot)] + dsts], sizes[buf]))
                 for d in dsts:
                     ring(d, level[d[0]] - level[k], "in")
             elif stored and buf in outputs:
@@ -398,10 +397,11 @@ class DataflowTopHW(TopHW):
         L = ph.length
         count = Signal(range(max(L, 2)), name=f"copy{c}_count")
         m.d.sync += count.eq(Mux(reads & (count != L - 1), count + 1, 0))
-        if ph.by_words or src.layout.is_plain:
+        layout = src.layout.grouped(ph.width)
+        if ph.by_words or layout.is_plain:
             nxt = Mux(reads & (count != L - 1), count + 1, 0)[:max(1, (L - 1).bit_length())]
         else:
-            odometer = Odometer(m, src.layout, f"copy{c}_read", advance=reads, restart=reads & (count == L - 1))
+            odometer = Odometer(m, layout, f"copy{c}_read", advance=reads, restart=reads & (count == L - 1))
             nxt = odometer.word(True)
         copies = Copies(m, ADDRESS_GROUP, reset_less=False)
         words = [copies("word", nxt, f"copy{c}_raddr") for _ in src.banks]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from math import ceil, prod
+from math import ceil, gcd, prod
 
 import numpy as np
 
@@ -102,8 +102,35 @@ class Layout:
         word, lane = self.place(np.arange(self.size))
         return banks[lane, word]
 
+    def grouped(self, width: int) -> "Layout":
+        """The layout of groups of `width` consecutive elements (`width` from group_width): group
+        c is elements c*width .. c*width + width - 1, all in one word, the group's word; its
+        elements sit in lanes width * lane(c) .. width * lane(c) + width - 1 (lane(c) in this
+        layout). With width dividing the stride-1 digit's extent and lanes, every other digit is
+        the same across a group and the last one is width * its group's + j."""
+        if width == 1:
+            return self
+        *high, last = self.dims
+        assert self.size % width == 0 and last.stride == 1 and last.extent % width == 0 \
+            and last.factor % width == 0 and all(d.stride % width == 0 for d in high), (self, width)
+        return Layout(self.size // width, tuple(Dim(d.stride // width, d.extent, d.factor) for d in high)
+                      + (Dim(1, last.extent // width, last.factor // width),))
+
     def describe(self) -> str:
         return " + ".join(f"{d.stride}*d[{d.extent}]" + (f"/{d.factor}" if d.factor > 1 else "") for d in self.dims)
+
+
+def group_width(size: int, layouts) -> int:
+    """The most consecutive elements that sit in distinct lanes, in one word, in every one of
+    `layouts` (of one buffer of `size` elements), group by group: what a copy between them moves
+    in a cycle (hw/top.py Copy). The stride-1 digit's lanes hold runs of consecutive elements;
+    a layout that does not split it (a plain one) allows 1."""
+    width = size
+    for layout in layouts:
+        last = layout.dims[-1]
+        width = gcd(width, last.extent, last.factor, *(d.stride for d in layout.dims[:-1])) \
+            if last.stride == 1 else 1
+    return width
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..errors import CompileError
-from .layout import Banking, Layout
+from .layout import Banking, Layout, group_width
 from .bram import HOST_GROUP, ecp5_memory
 from .datapath import Copies, mul_const, registered
 from .kernel import KernelHW, port_names
@@ -56,6 +56,18 @@ class Copy:
     dsts: tuple[Place, ...]
     length: int                                  # cycles
     by_words: bool = True                        # every side has the same layout: all banks at once
+    width: int = 1                               # else: consecutive elements a cycle (group_width)
+
+    @staticmethod
+    def between(src: Place, dsts: tuple[Place, ...], layouts: list[Layout], size: int) -> "Copy":
+        """The copy of a buffer of `size` elements from `src` to `dsts`, `layouts` the source's
+        then each destination's: word by word where they all agree, else a group of consecutive
+        elements a cycle, as many as sit in distinct lanes of every side (layout.group_width;
+        one where a side is plain: a copy from a 12-lane layer into a 3-way reduction moves 3)."""
+        if all(lay == layouts[0] for lay in layouts):
+            return Copy(src, dsts, layouts[0].words)
+        width = group_width(size, layouts)
+        return Copy(src, dsts, size // width, False, width)
 
 
 @dataclass(frozen=True)
@@ -380,7 +392,7 @@ class TopHW(wiring.Component):
         # ---- copies: the source is addressed one cycle ahead with block RAM
         for p, ph in enumerate(self.phases):
             if isinstance(ph, Copy):
-                plain = ph.by_words or self.banking[ph.src].layout.is_plain
+                plain = ph.by_words or self.banking[ph.src].layout.grouped(ph.width).is_plain
                 ahead = self._copy_read_ahead(m, p, ph, phase, cctr) if plain and sync_reads else None
                 self._copy(m, p, ph, phase, reading, cctr, ncctr, sync_reads, ahead)
         return m
@@ -451,10 +463,13 @@ class TopHW(wiring.Component):
                                      self.copy_port(d[0], db, "wdata").eq(self.port(ph.src[0], sb, "rdata")),
                                      self.copy_port(d[0], db, "we").eq(1)]
             return
-        # element by element: one odometer per distinct layout (a plain one is the counter)
+        # a group of W consecutive elements a cycle (W = 1: element by element), counted in
+        # each side's layout of groups (Layout.grouped): one odometer per distinct one (a plain
+        # one is the counter); element j of a group is in lane W * (its group's lane) + j
+        W = ph.width
+        groups = {place: self.banking[place].layout.grouped(W) for place in (ph.src,) + ph.dsts}
         odometers: dict[Layout, Odometer | None] = {}
-        for place in (ph.src,) + ph.dsts:
-            layout = self.banking[place].layout
+        for layout in groups.values():
             if layout not in odometers:
                 odometers[layout] = None if layout.is_plain else Odometer(
                     m, layout, f"copy{p}_{len(odometers)}", advance=phase == p,
@@ -467,17 +482,18 @@ class TopHW(wiring.Component):
         def lane(layout):
             od = odometers[layout]
             return Const(0, 1) if od is None else od.lane()
-        read(address if address is not None else word(src.layout, sync_reads))
+        read(address if address is not None else word(groups[ph.src], sync_reads))
         datas = [self.port(ph.src[0], b, "rdata") for b in src.banks]
-        data = datas[0] if len(datas) == 1 else Array(datas)[lane(src.layout)]
+        src_lane = lane(groups[ph.src])
+        elements = [datas[j] if len(datas) == W else Array(datas[j::W])[src_lane] for j in range(W)]
         with m.If(phase == p):
             for d in ph.dsts:
-                bk = self.banking[d]
-                dst_lane = lane(bk.layout)
+                bk, layout = self.banking[d], groups[d]
+                dst_lane = lane(layout)
                 for i, db in enumerate(bk.banks):
-                    m.d.comb += [self.copy_port(d[0], db, "waddr").eq(word(bk.layout, False)),
-                                 self.copy_port(d[0], db, "wdata").eq(data),
-                                 self.copy_port(d[0], db, "we").eq(dst_lane == i if len(bk.banks) > 1 else 1)]
+                    m.d.comb += [self.copy_port(d[0], db, "waddr").eq(word(layout, False)),
+                                 self.copy_port(d[0], db, "wdata").eq(elements[i % W]),
+                                 self.copy_port(d[0], db, "we").eq(dst_lane == i // W if len(bk.banks) > W else 1)]
 
 
 def buffer_users(kernel_buffers: list[list[tuple[int, int, bool, bool]]], names: list[str]
@@ -528,9 +544,8 @@ def plan(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, sizes: dict
         for slot, buf, _, stored in kernel_buffers[k]:
             dsts = [r for r in readers.get(buf, []) if r not in shared]
             if stored and dsts:
-                by_words = all(layout(d) == layout((k, slot)) for d in dsts)
-                length = layout((k, slot)).words if by_words else sizes[buf]
-                phases.append(Copy((pos[k], slot), tuple((pos[r], s) for r, s in dsts), length, by_words))
+                phases.append(Copy.between((pos[k], slot), tuple((pos[r], s) for r, s in dsts),
+                                           [layout(p) for p in [(k, slot)] + dsts], sizes[buf]))
     host: list[HostBuffer] = []
     for buf in sorted(set(writers) | set(readers)):
         holders = [(pos[k], s) for k, s in writers.get(buf, []) + readers.get(buf, []) if (k, s) not in shared]
