@@ -134,7 +134,8 @@ def test_elementwise_lanes_and_copies_between_layouts():
     design, _ = check_point("add_relu", 3, 1)
     assert design.cycles_formula == ceil(16, 3) + 1
     # the first kernel stores h in 3 banks (lanes), the second reads it in 5 (unroll): the copy
-    # translates element by element; with equal factors it moves whole words
+    # translates element by element (3 and 5 lanes share no group); with equal factors it moves
+    # whole words
     mixed, _ = check_point("mlp_int8_small", 3, 5)
     (copy,) = [p for p in mixed.phases if type(p).__name__ == "Copy"]
     assert not copy.by_words and copy.length == 16

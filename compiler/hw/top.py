@@ -5,8 +5,10 @@ a kernel finishes, each of its output buffers that later kernels read is copied 
 that broadcasts to all consumers at once (fan-out costs no extra cycles). A buffer lives in
 each kernel in that kernel's layout (compiler/hw/layout.py: one memory bank per lane). When the
 producer and every consumer use the same layout, the copy moves one word of every bank per
-cycle; otherwise it moves one element per cycle, walking both layouts' digits with
-odometers (no division in hardware). With share_buffers, a consumer that uses the producer's
+cycle; otherwise it moves a group of W consecutive elements per cycle, as many as sit in
+distinct lanes of one word in every layout (layout.group_width: a 12-lane producer into a
+3-way reduction moves 3; 1 where a side is plain), walking each layout's digits of the groups
+with odometers (no division in hardware). With share_buffers, a consumer that uses the producer's
 layout and needs one read port per bank reads the producer's memory instead (no copy); for
 an external input, later readers may read the first reader's memory the same way.
 
@@ -23,7 +25,7 @@ outputs from the top is what keeps Yosys from optimising the datapath away.
 
 Timing (start cycle to done cycle):
     cycles = sum over kernels of (steps + 1) + sum over copies of their length
-    (the buffer's elements, or its words per bank when every layout agrees)
+    (the buffer's elements / W, or its words per bank when every layout agrees)
 """
 from __future__ import annotations
 
