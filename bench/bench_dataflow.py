@@ -52,6 +52,11 @@ FORMATS = {"kws3": (3, 3, 4, {"mul": "lut"})}
 SHIFT = 7
 
 
+def unfolded(knobs: dict) -> dict:
+    """`knobs` for the sequential design given the dataflow fold's layers: without how the fold chose."""
+    return {k: v for k, v in knobs.items() if k != "fold_factors"}
+
+
 def mlp(sizes, seed=0, wbits=8, abits=8, shift=SHIFT):
     """x, the output Tensor, a numpy reference function of x, and the declared input ranges:
     `wbits`-bit signed weights, `abits`-bit activations (unsigned after the first layer's
@@ -140,7 +145,7 @@ def bench_random(model: str, args, root: Path) -> list[dict]:
                                                   fp_pipeline=args.fp_pipeline, **knobs), stream=x, input_ranges=ranges)
     folding = {f"{k}@{i}": v for i, st in flow.config.layers for k, v in st}
     x2, y2, _, ranges2 = mlp(sizes, wbits=wbits, abits=abits, shift=shift)
-    seq = compile_model(y2, config=HardwareConfig.from_dict({**folding, **knobs, "fp_pipeline": args.fp_pipeline}),
+    seq = compile_model(y2, config=HardwareConfig.from_dict({**folding, **unfolded(knobs), "fp_pipeline": args.fp_pipeline}),
                         input_ranges=ranges2)
     for sched, design, xt in (("dataflow", flow, x), ("sequential", seq, x2)):
         if sched not in args.schedules:
@@ -213,7 +218,7 @@ def bench_trained(model: str, args, root: Path) -> list[dict]:
     seq_run = None
     if "sequential" in args.schedules:
         seq_run = run_samples(net=net, dtype=dtype, data=data, formats=formats, quantized=quantized,
-                              config=HardwareConfig.from_dict({**folding, **knobs, "fp_pipeline": args.fp_pipeline}))
+                              config=HardwareConfig.from_dict({**folding, **unfolded(knobs), "fp_pipeline": args.fp_pipeline}))
         assert np.array_equal(flow_run.logits, seq_run.logits)      # sample for sample
     for sched, r in (("dataflow", flow_run), ("sequential", seq_run)):
         if sched not in args.schedules:

@@ -14,6 +14,7 @@ LAYER_KNOBS = ("lanes", "reduce_unroll", "weights")
 """Knobs a layer (one kernel of the model) may set for itself, written `<knob>@<layer>`: a 64-32-10
 MLP can give its 64-input layer more lanes than its 10-output one."""
 WEIGHTS = ("memory", "constant")
+FOLD_FACTORS = ("divisors", "padded")
 ADDER_GRAPHS = ("auto", "shared", "per_product")
 MAX_ADDER_DEPTH = 64
 MAX_ADDER_LEVELS = 64
@@ -224,6 +225,13 @@ class HardwareConfig:
         folding reaches is a CompileError naming the closest interval. Needs target_interval;
         per-layer settings given with it are refused (the fold chooses them).
     target_interval: cycles per sample `fold: auto` aims at (None unless fold is "auto").
+    fold_factors: the factors `fold: auto` splits a loop by: "divisors" (default) of its bound, as
+        FINN's SetFolding, so no lane idles; "padded" also the least factor for every count of
+        steps, ceil(bound / steps), whose last step leaves a few lanes idle (a 256 x 256 layer in
+        243 cycles: 9 x 32 = 288 multipliers, where divisors need 512). Padded layouts hand
+        over in place only to a reader split the same way, else by a copy of groups of
+        consecutive elements (hw/layout.group_width), often one a cycle: the fold counts the
+        copies in the beat and prefers hand-overs in place at equal parallelism.
     fold_budget: instead of target_interval, the multipliers `fold: auto` may spend (lanes x
         reduce_unroll summed over the layers: the multiply-accumulates per cycle, the area's
         first-order term): the fold of the least interval within it (compiler/fold.py).
@@ -259,6 +267,7 @@ class HardwareConfig:
     fold: str = "manual"
     target_interval: int | None = None
     fold_budget: int | None = None
+    fold_factors: str = "divisors"
     layers: tuple[tuple[int | str, tuple[tuple[str, Any], ...]], ...] = ()
 
     def __post_init__(self) -> None:
@@ -306,6 +315,11 @@ class HardwareConfig:
         if aims > 1:
             raise ValueError("HardwareConfig: fold='auto' aims at target_interval or at fold_budget, not both; "
                              "drop one")
+        if self.fold_factors not in FOLD_FACTORS:
+            raise ValueError(f"HardwareConfig.fold_factors: expected 'divisors' or 'padded', got {self.fold_factors!r}")
+        if self.fold_factors != "divisors" and self.fold != "auto":
+            raise ValueError(f"HardwareConfig.fold_factors={self.fold_factors!r} is how fold='auto' chooses, and fold "
+                             f"is {self.fold!r}: set fold to 'auto' with it")
         if self.fp_sum not in ("sequential", "tree"):
             raise ValueError(f"HardwareConfig.fp_sum: expected 'sequential' or 'tree', got {self.fp_sum!r}")
         if self.acc_width is not None and not (_is_int(self.acc_width) and 1 <= self.acc_width <= MAX_ACC_WIDTH):

@@ -38,16 +38,41 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def candidates(kernel: ir.KernelIR) -> list[tuple[int, int]]:
-    """(lanes, reduce_unroll) pairs in the order fold=auto tries them: least parallelism first,
-    the wider reduction first at equal parallelism."""
+def _factors(n: int) -> list[int]:
+    """What a loop of n is worth unrolling by: for each count of steps s, the least factor that
+    takes s steps, ceil(n / s) (the divisors of n, and between them the factors whose last step
+    leaves a few lanes idle: 256 outputs in 37 lanes take 7 steps, where 32 take 8 and 64 take 4)."""
+    return sorted({-(-n // s) for s in range(1, n + 1)})
+
+
+def _unrolled_bounds(kernel: ir.KernelIR) -> tuple[list[int], list[int]]:
+    """The bounds of the loops lanes split (the innermost output loops) and reduce_unroll (the reductions)."""
     outputs = [l for l in kernel.loops.values() if l.axis is ir.Axis.OUTPUT]
     inner = [l.bound for l in outputs if not any(o is not l and _inside(o, l, kernel) for o in outputs)]
-    reduces = [l.bound for l in kernel.loops.values() if l.axis is ir.Axis.REDUCE]
-    lanes = sorted({d for b in inner for d in _divisors(b)} or {1})
-    unrolls = sorted({d for b in reduces for d in _divisors(b)} or {1})
+    return inner, [l.bound for l in kernel.loops.values() if l.axis is ir.Axis.REDUCE]
+
+
+def candidates(kernel: ir.KernelIR, padded: bool = False) -> list[tuple[int, int]]:
+    """(lanes, reduce_unroll) pairs in the order fold=auto tries them: least parallelism first,
+    the wider reduction first at equal parallelism; factors of the loop bounds, divisors only
+    unless `padded` (fold_factors)."""
+    inner, reduces = _unrolled_bounds(kernel)
+    factors = _factors if padded else _divisors
+    lanes = sorted({f for b in inner for f in factors(b)} or {1})
+    unrolls = sorted({f for b in reduces for f in factors(b)} or {1})
     pairs = [(lane, u) for lane in lanes for u in unrolls if lane * u <= MAX_PARALLEL]
     return sorted(pairs, key=lambda p: (p[0] * p[1], -p[1]))
+
+
+def _work_bound(kernel: ir.KernelIR, base: int, lanes: int, unroll: int) -> float:
+    """About the fewest cycles a run takes at `lanes` x `unroll`, from its run at 1 x 1: its work
+    over its parallelism, each unrolled loop's last step counted whole (a loop of b split f
+    ways takes ceil(b / f) steps). Candidates above the target by it are not built."""
+    inner, reduces = _unrolled_bounds(kernel)
+
+    def pad(bounds: list[int], f: int) -> float:
+        return min((-(-b // f) * f / b for b in bounds), default=1.0)
+    return base / (lanes * unroll) * pad(inner, lanes) * pad(reduces, unroll)
 
 
 def _inside(inner: ir.Loop, outer: ir.Loop, kernel: ir.KernelIR) -> bool:
@@ -71,7 +96,7 @@ class _Built:
 
 def _plain(config: HardwareConfig, lanes: int, unroll: int) -> HardwareConfig:
     return replace(config, lanes=lanes, reduce_unroll=unroll, layers=(), fold="manual", target_interval=None,
-                   fold_budget=None)
+                   fold_budget=None, fold_factors="divisors")
 
 
 @lru_cache(maxsize=4096)
@@ -105,7 +130,7 @@ def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig,
         return _within_budget(kernels, config, buffers, outputs)
     target = config.target_interval
     assert target is not None
-    lists = [candidates(k) for k in kernels]
+    lists = [candidates(k, config.fold_factors == "padded") for k in kernels]
     base = [stage_cycles(k, config, 1, 1) for k in kernels]
     for k, b in zip(kernels, base):
         if b is None:
@@ -115,7 +140,7 @@ def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig,
         for i, k in enumerate(kernels):
             pick = None
             for lanes, unroll in lists[i]:
-                if base[i] / (lanes * unroll) > target:   # a run takes at least its work / its parallelism
+                if _work_bound(k, base[i], lanes, unroll) > target:
                     continue
                 c = stage_cycles(k, config, lanes, unroll)
                 if c is not None and c <= target:
@@ -170,6 +195,9 @@ def _fastest(kernel: ir.KernelIR, config: HardwareConfig, pairs: list[tuple[int,
 def _in_place(kernels, config, lists, picks, buffers, outputs):
     """`picks` with foldings of equal parallelism and no more cycles than the slowest pick
     swapped in where that lowers the latency by handing buffers on in place (module docstring)."""
+    from .hw.dataflow import copy_lag
+    from .hw.layout import Layout
+    from .hw.top import Copy
     writers: dict[int, tuple[int, int]] = {}
     readers: dict[int, list[tuple[int, int]]] = {}
     for k, slots in enumerate(buffers):
@@ -180,7 +208,7 @@ def _in_place(kernels, config, lists, picks, buffers, outputs):
                 readers.setdefault(buf, []).append((k, slot))
     edges = [(writers[b], rs) for b, rs in readers.items() if b in writers]
     handovers = [(w, rs[0]) for w, rs in edges if len(rs) == 1]
-    if not handovers:
+    if not edges:
         return picks
     beat = max(c for _, _, c in picks)
     options = []
@@ -201,8 +229,20 @@ def _in_place(kernels, config, lists, picks, buffers, outputs):
         return bw.banking.get(w[1]) is not None and rb is not None and \
             rb.layout == bw.banking[w[1]].layout and all(br.ports.get(b, 1) <= 1 for b in rb.banks)
 
+    def layout(choice, place) -> Layout:
+        bk = _built(kernels[place[0]], _plain(config, *choice[place[0]][:2])).banking.get(place[1])
+        if bk is not None:
+            return bk.layout
+        return Layout.plain(next(b.size for b in kernels[place[0]].buffers if b.slot == place[1]))
+
+    lag = copy_lag(config.mem_read == "sync", config.fp_pipeline)
+
     def cost(choice) -> tuple[int, int]:
         fast = {(w, r) for w, r in handovers if in_place(choice, w, r)}
+        # a copy's cycles count in the beat too: between layouts that share no group of lanes
+        # (hw/layout.group_width) it moves an element a cycle, and may be the slowest stage
+        copies = [Copy.between(w, tuple(rs), [layout(choice, p) for p in [w] + rs], layout(choice, w).size).length
+                  + lag for w, rs in edges if not (len(rs) == 1 and (w, rs[0]) in fast)]
         level = [0] * len(kernels)
         for k in range(len(kernels)):        # kernels come in an order their producers come first in
             for w, rs in edges:
@@ -211,7 +251,7 @@ def _in_place(kernels, config, lists, picks, buffers, outputs):
                         level[k] = max(level[k], level[w[0]] + (1 if (w, r) in fast else 2))
         ends = [writers[b][0] for b in outputs if b in writers] or list(range(len(kernels)))
         depth = 1 + max(level[k] for k in ends)
-        return depth * max(c for _, _, c in choice), -len(fast)
+        return depth * max([c for _, _, c in choice] + copies), -len(fast)
 
     choice, best = list(picks), cost(picks)
     for _ in range(4 * len(kernels)):

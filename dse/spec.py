@@ -208,17 +208,19 @@ class SearchSpec:
 
 FOLD_AIMS = ("target_interval", "fold_budget")
 """What fold=auto aims at: one of them with fold=auto, neither without (compiler.config)."""
+FOLD_HOW = ("fold_factors",)
+"""How fold=auto chooses: unused without it, like FOLD_AIMS, but not needed with it."""
 FOLDED = ("lanes", "reduce_unroll")
 """The per-layer knobs fold=auto chooses itself."""
 
 
 def unused_knobs(knobs: Mapping[str, Any]) -> tuple[str, ...]:
-    """The knobs of a setting its `fold` leaves unused: target_interval and fold_budget without
-    fold=auto, a layer's own lanes and reduce_unroll with it. A space of fold: [manual, auto] x
+    """The knobs of a setting its `fold` leaves unused: target_interval, fold_budget and
+    fold_factors without fold=auto, a layer's own lanes and reduce_unroll with it. A space of fold: [manual, auto] x
     target_interval: [32, 64] reads as "manual, and auto at each target": a point is built
     without them (`hardware_knobs`), and Spec.not_applicable leaves out the repeats."""
     auto = knobs.get("fold") == "auto"
-    return tuple(k for k in knobs if (k in FOLD_AIMS and not auto)
+    return tuple(k for k in knobs if (k in FOLD_AIMS + FOLD_HOW and not auto)
                  or (auto and "@" in k and k.partition("@")[0] in FOLDED))
 
 
@@ -244,6 +246,7 @@ def check_knob_value(name: str, value: Any) -> None:
     the combination by `fold_conflict`; target_mhz beside the fp_pipeline it needs (TARGET_LEVEL),
     the combination by HardwareConfig when a point is built."""
     partner = ({"fold": "auto"} if name in FOLD_AIMS
+               else {"fold": "auto", "target_interval": 1} if name in FOLD_HOW
                else {"target_interval": 1} if name == "fold" and value == "auto"
                else {"fp_pipeline": TARGET_LEVEL} if name == "target_mhz" and value is not None else {})
     HardwareConfig.from_dict({name: value, **partner})
@@ -260,6 +263,9 @@ def fold_conflict(names: Iterable[str], folds: Iterable[str]) -> tuple[str, str]
                                "(multipliers), not both: give one of them")
     if aims and "auto" not in folds:
         return aims[0], f"{aims[0]} is what fold=auto aims at, and fold is manual: set fold to auto with it"
+    how = [n for n in FOLD_HOW if n in names]
+    if how and "auto" not in folds:
+        return how[0], f"{how[0]} is how fold=auto chooses, and fold is manual: set fold to auto with it"
     if "auto" in folds and not aims:
         return "fold", ("fold=auto needs a target: target_interval (cycles per sample, e.g. 64) or fold_budget "
                         "(multipliers: lanes x reduce_unroll summed over the layers)")

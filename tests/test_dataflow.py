@@ -307,6 +307,33 @@ def test_fold_auto_prefers_foldings_that_hand_over_in_place():
     assert m.cycle_model().interval == 92 and m.flow.depth == 9
 
 
+def test_padded_fold_factors_take_fewer_multipliers_at_the_same_interval():
+    """fold_factors: padded also splits a loop by factors that leave lanes idle in its last step
+    (32 outputs in 11 lanes: 3 steps): 68 multipliers where divisors need 102 for the same 40
+    cycles; each layer still the least parallelism that fits, the copies between its layouts
+    (an element a cycle: 11 and 8 lanes share no group) inside the beat, every sample bit-exact."""
+    from compiler.fold import candidates, stage_cycles
+    sizes, target = [20, 32, 32, 6], 40
+    folds = {}
+    for factors in ("divisors", "padded"):
+        x, y = _mlp(sizes, seed=3)
+        d = compile_model(y, config=HardwareConfig(schedule="dataflow", fold="auto", target_interval=target,
+                                                   fold_factors=factors, fp_pipeline=3), stream=x)
+        par = [dict(st)["lanes"] * dict(st)["reduce_unroll"] for _, st in d.config.layers]
+        folds[factors] = sum(par)
+        assert d.cycle_model().interval == max(c for _, c in d.flow.stage_cycles) <= target
+        for i, k in enumerate(d.source_kernels):
+            less = [p for p in candidates(k, factors == "padded") if p[0] * p[1] < par[i]]
+            assert all((stage_cycles(k, d.config, *p) or 10**9) > target for p in less)
+        xs = [np.random.default_rng(n).integers(-128, 128, sizes[0]).astype(np.int8) for n in range(3)]
+        for v, r in zip(xs, simulate_many(d, [{x: v} for v in xs], backend="pysim")):
+            np.testing.assert_array_equal(r.outputs[0], _mlp_numpy(sizes, v, seed=3))
+    assert folds == {"divisors": 102, "padded": 68}
+    assert any(p.width == 1 for p in d.phases if type(p).__name__ == "Copy")
+    with pytest.raises(ValueError, match="fold_factors='padded' is how fold='auto' chooses"):
+        HardwareConfig(fold_factors="padded")
+
+
 def test_fold_budget_takes_the_least_interval_within_its_multipliers():
     x, y = _mlp([64, 72, 8, 72])
     d = compile_model(y, config=HardwareConfig(schedule="dataflow", fold="auto", fold_budget=40), stream=x)

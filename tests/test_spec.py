@@ -137,6 +137,10 @@ ERRORS = [
                                                 "and fold is manual: set fold to auto with it"),
     (with_("knobs", {"fold": ["manual"], "fold_budget": [64]}),
      "knobs.fold_budget: fold_budget is what fold=auto aims at, and fold is manual: set fold to auto with it"),
+    (with_("knobs", {"fold_factors": ["padded"]}),
+     "knobs.fold_factors: fold_factors is how fold=auto chooses, and fold is manual: set fold to auto with it"),
+    (with_("knobs", {"fold": ["auto"], "target_interval": [64], "fold_factors": ["odd"]}),
+     "knobs.fold_factors[0]: HardwareConfig.fold_factors: expected 'divisors' or 'padded', got 'odd'"),
     (with_("knobs", {"fold": ["auto"]}), "knobs.fold: fold=auto needs a target: target_interval (cycles per sample, "
                                          "e.g. 64) or fold_budget (multipliers: lanes x reduce_unroll summed over "
                                          "the layers)"),
