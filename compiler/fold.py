@@ -5,7 +5,9 @@ until its stage takes at most the target, the least parallelism that does (the l
 the stages balance: with schedule=dataflow the slowest stage sets the interval and no stage is
 faster than it needs to be. Candidates are divisors of the loop bounds the knobs unroll (lanes:
 the innermost output loops', reduce_unroll: the reductions'), so no lane or tree input is gated
-off; at equal parallelism a wider reduction goes first (as SetFolding raises SIMD before PE: it
+off (with fold_factors: padded, also the least factor for each count of steps, ceil(bound /
+steps), whose last step leaves lanes idle: fewer multipliers where a bound has few divisors,
+256 = 2^8); at equal parallelism a wider reduction goes first (as SetFolding raises SIMD before PE: it
 keeps the output banks few). A stage's cycles are counted exactly, from the kernel built with
 the candidate (the same passes compile_model runs). With schedule=sequential the target bounds
 the sum of the kernels' runs: the slowest layer is raised step by step until the sum fits.
@@ -194,7 +196,8 @@ def _fastest(kernel: ir.KernelIR, config: HardwareConfig, pairs: list[tuple[int,
 
 def _in_place(kernels, config, lists, picks, buffers, outputs):
     """`picks` with foldings of equal parallelism and no more cycles than the slowest pick
-    swapped in where that lowers the latency by handing buffers on in place (module docstring)."""
+    swapped in where that lowers the latency (depth x beat, the copies' cycles in the beat) by
+    handing buffers on in place or by shorter copies (module docstring)."""
     from .hw.dataflow import copy_lag
     from .hw.layout import Layout
     from .hw.top import Copy

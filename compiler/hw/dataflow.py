@@ -14,8 +14,8 @@ AD08 autoencoder (docs/dataflow.md):
   copy      otherwise (several consumers, another layout, several read ports): in the beat after
             the producer's, a copy moves its words from the producer's outside bank into every
             consumer's outside bank (one word of every bank a cycle when layouts agree, else
-            a group of consecutive elements a cycle, as hw/top.py), beside the running stages; consumers two or more
-            beats behind.
+            a group of consecutive elements a cycle, as hw/top.py), beside the running stages;
+            consumers two or more beats behind.
 
 A FIFO in place of a ring would let a consumer start on the first words before the producer
 is done, but only where both walk the buffer in one order; a GEMV producer writes its rows in
