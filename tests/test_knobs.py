@@ -147,7 +147,7 @@ def test_elementwise_lanes_and_copies_between_layouts():
 def test_copies_move_as_many_consecutive_elements_a_cycle_as_both_layouts_bank_apart():
     # h (16 elements) stored in 4 lanes, read in 2: two consecutive elements sit in distinct
     # banks on both sides, so the copy moves two a cycle (8 cycles, not 16)
-    design, result = check_point("mlp_int8_small", 4, 2)
+    design, _ = check_point("mlp_int8_small", 4, 2)
     (copy,) = [p for p in design.phases if type(p).__name__ == "Copy"]
     assert (copy.by_words, copy.width, copy.length) == (False, 2, 8)
     assert design.cycle_model().copies == 8
@@ -166,7 +166,7 @@ def test_copies_move_as_many_consecutive_elements_a_cycle_as_both_layouts_bank_a
 def test_a_group_of_a_copy_sits_where_the_layout_puts_its_elements(layout, widths):
     """Layout.grouped(W): group c's word is each of its elements' word, and element c*W + j is
     in lane W * (the group's lane) + j; group_width is the largest W for which that holds on
-    both sides of a copy (here against a plain layout of one digit split into F lanes)."""
+    both sides of a copy (here against a one-digit layout in F lanes)."""
     from compiler.hw.layout import group_width
     for lanes, width in widths.items():
         other = Layout(layout.size, (Dim(1, layout.size, lanes),))
