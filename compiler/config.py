@@ -221,7 +221,7 @@ class HardwareConfig:
     fold: "manual" (default) or "auto": with "auto" compile_model chooses each layer's lanes and
         reduce_unroll itself (compiler/fold.py), the least parallelism (lanes x reduce_unroll) that
         brings the layer's run to at most `target_interval` cycles, from divisors of its loop
-        bounds (FINN's SetFolding does the same per layer), so the stages balance; a target no
+        bounds (FINN's SetFolding does the same per layer; more factors: `fold_factors`), so the stages balance; a target no
         folding reaches is a CompileError naming the closest interval. Needs target_interval;
         per-layer settings given with it are refused (the fold chooses them).
     target_interval: cycles per sample `fold: auto` aims at (None unless fold is "auto").
