@@ -43,6 +43,7 @@ from compiler.pnr.timing import place_and_route  # noqa: E402
 from compiler.synth.area import module_breakdown, synthesize  # noqa: E402
 from compiler.tools import ToolError  # noqa: E402
 from dse.estimate import design_features, fmax_estimate  # noqa: E402
+from dse.spec import hardware_knobs  # noqa: E402
 
 SHAPES = {"ad08": [64, 72, 72, 8, 72, 72, 64], "kws": [490, 256, 256, 256, 12], "kws3": [490, 256, 256, 256, 12]}
 TARGETS = {"ad08": 100, "kws": 1024, "kws3": 400, "digits_mlp": 64, "digits_cnn": 512, "kws_trained": 550,
@@ -50,11 +51,6 @@ TARGETS = {"ad08": 100, "kws": 1024, "kws3": 400, "digits_mlp": 64, "digits_cnn"
 # narrow formats: (weight bits, activation bits, shift between layers, extra knobs); else int8
 FORMATS = {"kws3": (3, 3, 4, {"mul": "lut"})}
 SHIFT = 7
-
-
-def unfolded(knobs: dict) -> dict:
-    """`knobs` for the sequential design given the dataflow fold's layers: without how the fold chose."""
-    return {k: v for k, v in knobs.items() if k != "fold_factors"}
 
 
 def mlp(sizes, seed=0, wbits=8, abits=8, shift=SHIFT):
@@ -145,7 +141,8 @@ def bench_random(model: str, args, root: Path) -> list[dict]:
                                                   fp_pipeline=args.fp_pipeline, **knobs), stream=x, input_ranges=ranges)
     folding = {f"{k}@{i}": v for i, st in flow.config.layers for k, v in st}
     x2, y2, _, ranges2 = mlp(sizes, wbits=wbits, abits=abits, shift=shift)
-    seq = compile_model(y2, config=HardwareConfig.from_dict({**folding, **unfolded(knobs), "fp_pipeline": args.fp_pipeline}),
+    manual = hardware_knobs({**knobs, "fold": "manual"})      # the fold's own knobs dropped
+    seq = compile_model(y2, config=HardwareConfig.from_dict({**folding, **manual, "fp_pipeline": args.fp_pipeline}),
                         input_ranges=ranges2)
     for sched, design, xt in (("dataflow", flow, x), ("sequential", seq, x2)):
         if sched not in args.schedules:
@@ -218,7 +215,8 @@ def bench_trained(model: str, args, root: Path) -> list[dict]:
     seq_run = None
     if "sequential" in args.schedules:
         seq_run = run_samples(net=net, dtype=dtype, data=data, formats=formats, quantized=quantized,
-                              config=HardwareConfig.from_dict({**folding, **unfolded(knobs), "fp_pipeline": args.fp_pipeline}))
+                              config=HardwareConfig.from_dict({**folding, **hardware_knobs({**knobs, "fold": "manual"}),
+                                                               "fp_pipeline": args.fp_pipeline}))
         assert np.array_equal(flow_run.logits, seq_run.logits)      # sample for sample
     for sched, r in (("dataflow", flow_run), ("sequential", seq_run)):
         if sched not in args.schedules:

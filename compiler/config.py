@@ -316,7 +316,8 @@ class HardwareConfig:
             raise ValueError("HardwareConfig: fold='auto' aims at target_interval or at fold_budget, not both; "
                              "drop one")
         if self.fold_factors not in FOLD_FACTORS:
-            raise ValueError(f"HardwareConfig.fold_factors: expected 'divisors' or 'padded', got {self.fold_factors!r}")
+            raise ValueError(f"HardwareConfig.fold_factors: expected {' or '.join(map(repr, FOLD_FACTORS))}, "
+                             f"got {self.fold_factors!r}")
         if self.fold_factors != "divisors" and self.fold != "auto":
             raise ValueError(f"HardwareConfig.fold_factors={self.fold_factors!r} is how fold='auto' chooses, and fold "
                              f"is {self.fold!r}: set fold to 'auto' with it")

@@ -66,11 +66,12 @@ def candidates(kernel: ir.KernelIR, padded: bool = False) -> list[tuple[int, int
     return sorted(pairs, key=lambda p: (p[0] * p[1], -p[1]))
 
 
-def _work_bound(kernel: ir.KernelIR, base: int, lanes: int, unroll: int) -> float:
-    """About the fewest cycles a run takes at `lanes` x `unroll`, from its run at 1 x 1: its work
-    over its parallelism, each unrolled loop's last step counted whole (a loop of b split f
-    ways takes ceil(b / f) steps). Candidates above the target by it are not built."""
-    inner, reduces = _unrolled_bounds(kernel)
+def _work_bound(bounds: tuple[list[int], list[int]], base: int, lanes: int, unroll: int) -> float:
+    """About the fewest cycles a run takes at `lanes` x `unroll`, from its run at 1 x 1 and its
+    `_unrolled_bounds`: its work over its parallelism, each unrolled loop's last step counted
+    whole (a loop of b split f ways takes ceil(b / f) steps). Candidates above the target by it
+    are not built."""
+    inner, reduces = bounds
 
     def pad(bounds: list[int], f: int) -> float:
         return min((-(-b // f) * f / b for b in bounds), default=1.0)
@@ -141,8 +142,9 @@ def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig,
         picks = []
         for i, k in enumerate(kernels):
             pick = None
+            bounds = _unrolled_bounds(k)
             for lanes, unroll in lists[i]:
-                if _work_bound(k, base[i], lanes, unroll) > target:
+                if _work_bound(bounds, base[i], lanes, unroll) > target:
                     continue
                 c = stage_cycles(k, config, lanes, unroll)
                 if c is not None and c <= target:
@@ -225,27 +227,32 @@ def _in_place(kernels, config, lists, picks, buffers, outputs):
                     tied.append((lanes, unroll, c))
         options.append(tied)
 
+    def built(choice, k: int) -> _Built:
+        return _built(kernels[k], _plain(config, *choice[k][:2]))
+
     def in_place(choice, w, r) -> bool:
-        bw = _built(kernels[w[0]], _plain(config, *choice[w[0]][:2]))
-        br = _built(kernels[r[0]], _plain(config, *choice[r[0]][:2]))
+        bw, br = built(choice, w[0]), built(choice, r[0])
         rb = br.banking.get(r[1])
         return bw.banking.get(w[1]) is not None and rb is not None and \
             rb.layout == bw.banking[w[1]].layout and all(br.ports.get(b, 1) <= 1 for b in rb.banks)
 
     def layout(choice, place) -> Layout:
-        bk = _built(kernels[place[0]], _plain(config, *choice[place[0]][:2])).banking.get(place[1])
+        bk = built(choice, place[0]).banking.get(place[1])
         if bk is not None:
             return bk.layout
         return Layout.plain(next(b.size for b in kernels[place[0]].buffers if b.slot == place[1]))
 
     lag = copy_lag(config.mem_read == "sync", config.fp_pipeline)
 
+    def copy_cycles(choice, w, rs) -> int:
+        layouts = [layout(choice, p) for p in [w] + rs]
+        return Copy.between(w, tuple(rs), layouts, layouts[0].size).length + lag
+
     def cost(choice) -> tuple[int, int]:
         fast = {(w, r) for w, r in handovers if in_place(choice, w, r)}
         # a copy's cycles count in the beat too: between layouts that share no group of lanes
         # (hw/layout.group_width) it moves an element a cycle, and may be the slowest stage
-        copies = [Copy.between(w, tuple(rs), [layout(choice, p) for p in [w] + rs], layout(choice, w).size).length
-                  + lag for w, rs in edges if not (len(rs) == 1 and (w, rs[0]) in fast)]
+        copies = [copy_cycles(choice, w, rs) for w, rs in edges if not (len(rs) == 1 and (w, rs[0]) in fast)]
         level = [0] * len(kernels)
         for k in range(len(kernels)):        # kernels come in an order their producers come first in
             for w, rs in edges:

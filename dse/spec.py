@@ -216,9 +216,10 @@ FOLDED = ("lanes", "reduce_unroll")
 
 def unused_knobs(knobs: Mapping[str, Any]) -> tuple[str, ...]:
     """The knobs of a setting its `fold` leaves unused: target_interval, fold_budget and
-    fold_factors without fold=auto, a layer's own lanes and reduce_unroll with it. A space of fold: [manual, auto] x
-    target_interval: [32, 64] reads as "manual, and auto at each target": a point is built
-    without them (`hardware_knobs`), and Spec.not_applicable leaves out the repeats."""
+    fold_factors without fold=auto, a layer's own lanes and reduce_unroll with it. A space of
+    fold: [manual, auto] x target_interval: [32, 64] reads as "manual, and auto at each target":
+    a point is built without them (`hardware_knobs`), and Spec.not_applicable leaves out the
+    repeats."""
     auto = knobs.get("fold") == "auto"
     return tuple(k for k in knobs if (k in FOLD_AIMS + FOLD_HOW and not auto)
                  or (auto and "@" in k and k.partition("@")[0] in FOLDED))
