@@ -594,7 +594,8 @@ def test_host_reads_of_many_output_banks_pass_an_or_registered_per_group(lanes):
 def test_the_host_buses_address_copies_each_serve_a_few_block_rams():
     """From FANOUT_LEVEL each registered copy of the host's write address and data serves
     HOST_GROUP block RAMs, not HOST_GROUP banks: the 128x784 int8 weights in 16 banks of 4
-    block RAMs take 8 copies of the address (2 when a copy served 8 banks); writes land."""
+    block RAMs take 8 copies of the address (2 when a copy served 8 banks); writes land (the
+    first and last words of every block RAM through the bus, the rest loaded directly)."""
     from amaranth.back import rtlil
     from compiler.hw.top import HOST_GROUP
     case = designs.gemv_int8(128, 784)
@@ -605,7 +606,7 @@ def test_the_host_buses_address_copies_each_serve_a_few_block_rams():
     copies = set(re.findall(r"wire width \d+ \\host_addr(\d+)_(\d+)\b", text))
     bits = {w for w, _ in copies if int(w) == max(int(w) for w, _ in copies)}.pop()
     assert len({i for w, i in copies if w == bits}) == 16 // (HOST_GROUP // 4) == 8
-    y = designs.run_on_host_bus(design).astype(np.uint32).view(np.int32)
+    y = designs.run_on_host_bus(design, sample=2).astype(np.uint32).view(np.int32)
     np.testing.assert_array_equal(y, case.reference[0])
 
 

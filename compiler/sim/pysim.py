@@ -17,15 +17,20 @@ def poke_inputs(ctx, design: Design, words: dict[int, np.ndarray]) -> None:
     (an Amaranth simulator testbench's `ctx`)."""
     for buf, w in words.items():
         for ref, bank in design.memory_words(buf, w):
-            for _, start, mem in design.memory_parts(ref):
-                part = bank[start:start + mem.depth].tolist()
-                if mem.shape.width == ref.width:
-                    for i, v in enumerate(part):
-                        ctx.set(mem[i], v)
-                    continue
-                keep = ~(((1 << ref.width) - 1) << ref.offset)     # a bank packed with others
-                for i, v in enumerate(part):
-                    ctx.set(mem[i], (ctx.get(mem[i]) & keep) | (v << ref.offset))
+            poke_bank(ctx, design, ref, bank)
+
+
+def poke_bank(ctx, design: Design, ref, bank: np.ndarray) -> None:
+    """Load one bank's words (a `design.memory_words` pair) into the memories that hold it."""
+    for _, start, mem in design.memory_parts(ref):
+        part = bank[start:start + mem.depth].tolist()
+        if mem.shape.width == ref.width:
+            for i, v in enumerate(part):
+                ctx.set(mem[i], v)
+            continue
+        keep = ~(((1 << ref.width) - 1) << ref.offset)     # a bank packed with others
+        for i, v in enumerate(part):
+            ctx.set(mem[i], (ctx.get(mem[i]) & keep) | (v << ref.offset))
 
 
 def peek_buffers(ctx, design: Design) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
