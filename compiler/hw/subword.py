@@ -43,8 +43,9 @@ cycle. Block RAMs of one geometry (banks, width, depth) therefore share one read
 HOST_GROUP block RAMs a group (share_groups; Design.write_groups picks the memories): the
 pending addresses, the override and the write's held mask and data are the group's, each
 memory keeps a flag per stage saying the write is its own (a third for the write two before),
-its word read (always registered: the block's output register costs no flip-flop) and its merge
-multiplexers. A write takes fields from an earlier one only if both went to the same memory:
+its word read (always registered: the block's output register costs no flip-flop), its merge
+multiplexers and its own copy of which fields the override replaces (a flip-flop a field, so
+no register of the group drives every member's merge). A write takes fields from an earlier one only if both went to the same memory:
 the address compare is registered as the write arrives, the member compare made a cycle
 later from the stages' flags. The w4a8 GEMV 128x784 at 12 x 56, `target_mhz: 120`: 75 packed
 block RAMs, 54,341 -> 43,479 flip-flops, 37,165 -> 31,404 LUTs. A host-only memory alone holds
@@ -188,6 +189,14 @@ def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr:
         over_next.append(Mux(coming_mask[i], field(i), value))
     m.d.sync += [use.eq(Cat(*use_next)), over.eq(Cat(*over_next))]
     for mem, flags in zip(members, valid):
+        # Shared, each member selects its fields with a copy of `use` of its own (a flip-flop a
+        # field): one register drove every member's merge across the die (the KWS shape at
+        # target 243, target_mhz 100, seed 2: a group's `use` -> another member's block RAM,
+        # 11.1 ns, 10.1 of it routing). The override itself is a member's data, held once.
+        own_use = use
+        if shared:
+            own_use = Signal(n, name=f"{mem.name}_wr_use", attrs=_KEEP)
+            m.d.sync += own_use.eq(Cat(*use_next))
         # a word read, registered: the block RAM's own output register (compiler/pnr/
         # bram_registers.py) where nothing else reads the port; without it the read data (5.6
         # ns from the clock) went through the merge into the same block's write data (the w4a8
@@ -195,7 +204,7 @@ def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr:
         word = registered(m, mem.port0.data, f"{mem.name}_wr_read", reset_less=True) if registered_read \
             else mem.port0.data
         merged = Signal(n * width, name=f"{mem.name}_wr_word")
-        m.d.comb += merged.eq(Cat(*(Mux(use[i], over[i * width:(i + 1) * width], word[i * width:(i + 1) * width])
+        m.d.comb += merged.eq(Cat(*(Mux(own_use[i], over[i * width:(i + 1) * width], word[i * width:(i + 1) * width])
                                     for i in range(n))))
         m.d.comb += [mem.wp.en.eq(flags[stages - 1]), mem.wp.addr.eq(last), mem.wp.data.eq(merged)]
 
