@@ -246,7 +246,7 @@ def _in_place(kernels, config, lists, picks, buffers, outputs):
 
     def copy_cycles(choice, w, rs) -> int:
         layouts = [layout(choice, p) for p in [w] + rs]
-        return Copy.between(w, tuple(rs), layouts, layouts[0].size).length + lag
+        return Copy.between(w, tuple(rs), layouts).length + lag
 
     def cost(choice) -> tuple[int, int]:
         fast = {(w, r) for w, r in handovers if in_place(choice, w, r)}

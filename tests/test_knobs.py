@@ -170,7 +170,7 @@ def test_a_group_of_a_copy_sits_where_the_layout_puts_its_elements(layout, width
     from compiler.hw.layout import group_width
     for lanes, width in widths.items():
         other = Layout(layout.size, (Dim(1, layout.size, lanes),))
-        assert group_width(layout.size, [layout, other]) == width, lanes
+        assert group_width([layout, other]) == width, lanes
         for w in {width, 1}:
             grouped = layout.grouped(w)
             e = np.arange(layout.size)
@@ -178,7 +178,7 @@ def test_a_group_of_a_copy_sits_where_the_layout_puts_its_elements(layout, width
             gword, glane = grouped.place(e // w)
             np.testing.assert_array_equal(word, gword)
             np.testing.assert_array_equal(lane, w * glane + e % w)
-    assert group_width(72, [Layout(72, (Dim(1, 72, 36),)), Layout.plain(72)]) == 1
+    assert group_width([Layout(72, (Dim(1, 72, 36),)), Layout.plain(72)]) == 1
 
 
 def test_banked_layout_of_the_gemv_weights():

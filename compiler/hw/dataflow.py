@@ -158,7 +158,7 @@ def plan_dataflow(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, si
                 ring((k, slot), 2, "out")
                 dsts = readers[buf]
                 phases.append(Copy.between((pos[k], slot), tuple((pos[r], s) for r, s in dsts),
-                                           [layout(p) for p in [(k, slot)] + dsts], sizes[buf]))
+                                           [layout(p) for p in [(k, slot)] + dsts]))
                 for d in dsts:
                     ring(d, level[d[0]] - level[k], "in")
             elif stored and buf in outputs:
@@ -397,7 +397,7 @@ class DataflowTopHW(TopHW):
         L = ph.length
         count = Signal(range(max(L, 2)), name=f"copy{c}_count")
         m.d.sync += count.eq(Mux(reads & (count != L - 1), count + 1, 0))
-        layout = src.layout.grouped(ph.width)
+        layout = self._groups(ph, ph.src)
         if ph.by_words or layout.is_plain:
             nxt = Mux(reads & (count != L - 1), count + 1, 0)[:max(1, (L - 1).bit_length())]
         else:

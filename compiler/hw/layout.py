@@ -120,12 +120,13 @@ class Layout:
         return " + ".join(f"{d.stride}*d[{d.extent}]" + (f"/{d.factor}" if d.factor > 1 else "") for d in self.dims)
 
 
-def group_width(size: int, layouts) -> int:
+def group_width(layouts) -> int:
     """The most consecutive elements that sit in distinct lanes, in one word, in every one of
-    `layouts` (of one buffer of `size` elements), group by group: what a copy between them moves
-    in a cycle (hw/top.py Copy). The stride-1 digit's lanes hold runs of consecutive elements;
-    a layout that does not split it (a plain one) allows 1."""
-    width = size
+    `layouts` (of one buffer), group by group: what a copy between them moves in a cycle
+    (hw/top.py Copy). The stride-1 digit's lanes hold runs of consecutive elements; a layout
+    that does not split it (a plain one) allows 1."""
+    width = layouts[0].size
+    assert all(layout.size == width for layout in layouts), [layout.size for layout in layouts]
     for layout in layouts:
         last = layout.dims[-1]
         width = gcd(width, last.extent, last.factor, *(d.stride for d in layout.dims[:-1])) \

@@ -61,15 +61,15 @@ class Copy:
     width: int = 1                               # else: consecutive elements a cycle (group_width)
 
     @staticmethod
-    def between(src: Place, dsts: tuple[Place, ...], layouts: list[Layout], size: int) -> "Copy":
-        """The copy of a buffer of `size` elements from `src` to `dsts`, `layouts` the source's
-        then each destination's: word by word where they all agree, else a group of consecutive
-        elements a cycle, as many as sit in distinct lanes of every side (layout.group_width;
-        one where a side is plain: a copy from a 12-lane layer into a 3-way reduction moves 3)."""
+    def between(src: Place, dsts: tuple[Place, ...], layouts: list[Layout]) -> "Copy":
+        """The copy of a buffer from `src` to `dsts`, `layouts` the source's then each
+        destination's: word by word where they all agree, else a group of consecutive elements
+        a cycle, as many as sit in distinct lanes of every side (layout.group_width; one where a
+        side is plain: a copy from a 12-lane layer into a 3-way reduction moves 3)."""
         if all(lay == layouts[0] for lay in layouts):
             return Copy(src, dsts, layouts[0].words)
-        width = group_width(size, layouts)
-        return Copy(src, dsts, size // width, False, width)
+        width = group_width(layouts)
+        return Copy(src, dsts, layouts[0].size // width, False, width)
 
 
 @dataclass(frozen=True)
@@ -394,7 +394,7 @@ class TopHW(wiring.Component):
         # ---- copies: the source is addressed one cycle ahead with block RAM
         for p, ph in enumerate(self.phases):
             if isinstance(ph, Copy):
-                plain = ph.by_words or self.banking[ph.src].layout.grouped(ph.width).is_plain
+                plain = ph.by_words or self._groups(ph, ph.src).is_plain
                 ahead = self._copy_read_ahead(m, p, ph, phase, cctr) if plain and sync_reads else None
                 self._copy(m, p, ph, phase, reading, cctr, ncctr, sync_reads, ahead)
         return m
@@ -413,6 +413,10 @@ class TopHW(wiring.Component):
                 part = part | Mux(flag, self.port(hp.kernel, hp.slot, "rdata"), 0)
             rdata = rdata | registered(m, part, f"host_rdata_part{g // HOST_GROUP}", reset_less=True)
         m.d.sync += self.host_rdata.eq(rdata)
+
+    def _groups(self, ph: Copy, place: Place) -> Layout:
+        """Copy `ph`'s side at `place` as a layout of its groups of ph.width elements."""
+        return self.banking[place].layout.grouped(ph.width)
 
     def _copy_read_ahead(self, m, p: int, ph: Copy, phase, cctr):
         """With target_mhz: (whether copy phase p reads next cycle, the word it reads), both
@@ -469,7 +473,7 @@ class TopHW(wiring.Component):
         # each side's layout of groups (Layout.grouped): one odometer per distinct one (a plain
         # one is the counter); element j of a group is in lane W * (its group's lane) + j
         W = ph.width
-        groups = {place: self.banking[place].layout.grouped(W) for place in (ph.src,) + ph.dsts}
+        groups = {place: self._groups(ph, place) for place in (ph.src,) + ph.dsts}
         odometers: dict[Layout, Odometer | None] = {}
         for layout in groups.values():
             if layout not in odometers:
@@ -547,7 +551,7 @@ def plan(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, sizes: dict
             dsts = [r for r in readers.get(buf, []) if r not in shared]
             if stored and dsts:
                 phases.append(Copy.between((pos[k], slot), tuple((pos[r], s) for r, s in dsts),
-                                           [layout(p) for p in [(k, slot)] + dsts], sizes[buf]))
+                                           [layout(p) for p in [(k, slot)] + dsts]))
     host: list[HostBuffer] = []
     for buf in sorted(set(writers) | set(readers)):
         holders = [(pos[k], s) for k, s in writers.get(buf, []) + readers.get(buf, []) if (k, s) not in shared]
