@@ -19,7 +19,7 @@ from .hw.top import Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, plan
 from .hw.layout import Banking
 from .hw.packing import Pack, plan_packs
 from .hw.bram import HOST_GROUP, ecp5_memory
-from .hw.subword import share_groups
+from .hw.subword import host_alone, share_groups
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ class Design:
             host, copied, outside = self.host_written_banks, self.copied_banks, self._read_outside(pos)
             alone = [p for p in self.packs_of(pos) if p.word_writes and sched.address_levels
                      and p.slots[0] not in outside and in_block_ram(p.depth, len(p.slots) * p.width, family)
-                     and all((pos, s) in host and (pos, s) not in copied for s in p.slots)]
+                     and host_alone([(pos, s) for s in p.slots], host, copied)]
             groups.append(tuple(share_groups(alone, members)))
         return tuple(groups)
 

@@ -44,7 +44,7 @@ from .datapath import DATA, Copies, Datapath, Env, from_bits, registered
 from .pipeline import FANOUT_LEVEL, Schedule, is_gather
 from ..timing_model import word_read_registered
 from .program import Program, Step, build_program
-from .subword import WordMemory, read_modify_write
+from .subword import WordMemory, host_alone, read_modify_write
 from .tail import tailed_memory
 from ..synth.rtlil_text import ROM_ATTRIBUTE
 
@@ -496,8 +496,8 @@ class KernelHW(wiring.Component):
                 grouped.setdefault(self.write_group[pack.name], []).append(mem)
                 return
             # the host bus alone writes it: every bank's data is the bus's (one held copy)
-            host_only = self.host_written is not None and all(
-                s in self.host_written and s not in self.written_outside for s in pack.slots)
+            host_only = self.host_written is not None and host_alone(pack.slots, self.host_written,
+                                                                     self.written_outside)
             read_modify_write(m, pack.name, [mem], waddr=waddr,
                               data=fields[0][0] if host_only else [d for d, _ in fields], width=w,
                               registered_read=flagged and word_read_registered(len(pack.slots), w, pack.depth,

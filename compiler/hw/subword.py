@@ -209,6 +209,14 @@ def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr:
         m.d.comb += [mem.wp.en.eq(flags[stages - 1]), mem.wp.addr.eq(last), mem.wp.data.eq(merged)]
 
 
+def host_alone(banks, host_written, copied) -> bool:
+    """Whether the host bus alone writes `banks` (slots, or places, of one packed memory): it
+    writes each and no copy does. Such a memory holds the bus's data once, and its block RAMs
+    may share a read-modify-write (module docstring, "Shared"): the kernel and the top module
+    ask the same question of the same sets, each in its own coordinates."""
+    return all(b in host_written and b not in copied for b in banks)
+
+
 def share_groups(packs: list, members: Callable[[int, int, int], int]) -> list[tuple]:
     """Packed memories (packing.Pack, written a word at a time by the host bus alone) in groups
     that share one read-modify-write: those of one geometry, in order, at most
