@@ -45,9 +45,9 @@ pending addresses, the override and the write's held mask and data are the group
 memory keeps a flag per stage saying the write is its own (a third for the write two before),
 its word read (always registered: the block's output register costs no flip-flop), its merge
 multiplexers and its own copy of which fields the override replaces (a flip-flop a field, so
-no register of the group drives every member's merge). A write takes fields from an earlier one only if both went to the same memory:
-the address compare is registered as the write arrives, the member compare made a cycle
-later from the stages' flags. The w4a8 GEMV 128x784 at 12 x 56, `target_mhz: 120`: 75 packed
+no register of the group drives every member's merge). A write takes fields from an earlier
+one only if both went to the same memory: the address compare is registered as the write
+arrives, the member compare made a cycle later from the stages' flags. The w4a8 GEMV 128x784 at 12 x 56, `target_mhz: 120`: 75 packed
 block RAMs, 54,341 -> 43,479 flip-flops, 37,165 -> 31,404 LUTs. A host-only memory alone holds
 the bus's data once, not once per bank.
 """
@@ -192,7 +192,7 @@ def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr:
         # Shared, each member selects its fields with a copy of `use` of its own (a flip-flop a
         # field): one register drove every member's merge across the die (the KWS shape at
         # target 243, target_mhz 100, seed 2: a group's `use` -> another member's block RAM,
-        # 11.1 ns, 10.1 of it routing). The override itself is a member's data, held once.
+        # 11.1 ns, 10.1 of it routing). The override, a word of data, stays the group's.
         own_use = use
         if shared:
             own_use = Signal(n, name=f"{mem.name}_wr_use", attrs=_KEEP)
