@@ -431,10 +431,11 @@ def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: 
     (Before the flag, the LUT RAM's address came through the ports' write enables and their
     any/all tree: the fine-tuned KWS network's 320-bit word, 80 cells, 13.4 ns.)
     `members` block RAMs sharing one read-modify-write (hw/subword.py, registered): each member
-    selects its fields with a copy of the override's `use` of its own (`width` loads), and the
-    group's logic drives the `members` copies (and its own) from one LUT: the route across the
-    members is a register's input, not the merge's select (one `use` for 8 x 4 merge bits was
-    the KWS shape's seed-2 critical path, 11.1 ns, 10.1 of it routing)."""
+    selects its fields with a `use` of its own (`width` loads), made from the group's registers
+    (`members` + 1 loads each) and the member's own flags in two LUT levels: the route across
+    the members is a register's, not the merge's select (one `use` for 8 x 4 merge bits was the
+    KWS shape's seed-2 critical path, 11.1 ns, 10.1 of it routing) nor the group's member
+    compare's (copies of the group's `use`: 11.0 and 12.3 ns at two placements)."""
     bits = banks * width
     if not in_block_ram(depth, bits, d.family):
         ns = d.clk_q + d.route_ns(1) + d.lut + d.route_ns(math.ceil(bits / 4)) + d.lut + d.route_ns(1) + d.setup
@@ -447,9 +448,9 @@ def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: 
         select = (d.clk_q + d.route_ns(width) + d.lut + d.route_ns(1) + d.setup,
                   f"a read-modify-write shared by {members} block RAMs ({banks} x {width} bits): "
                   f"a member's override select -> its merge -> write data")
-        copies = (d.clk_q + d.route_ns(1) + d.lut + d.route_ns(members + 1) + d.setup,
+        copies = (d.clk_q + d.route_ns(members + 1) + 2 * d.lut + d.route_ns(1) + d.setup,
                   f"a read-modify-write shared by {members} block RAMs ({banks} x {width} bits): "
-                  f"the group's override select -> every member's copy of it")
+                  f"the group's registers -> every member's override select")
         read = max(read, select, copies)
     return read if registered else max(read, write_hit_ns(banks, width, depth, d))
 

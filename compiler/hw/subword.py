@@ -167,7 +167,7 @@ def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr:
     # that register and the member is compared a cycle later, from the stages' flags: the
     # write merged next went to the same member as the earlier one.
     groups = range(0, n * width, HIT_GROUP)
-    hits = []
+    hits, same_address = [], []
     for s, (pend, what, _, _) in enumerate(earlier):
         if not shared:
             same = valid[0][s] & (pend == waddr)
@@ -176,8 +176,9 @@ def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr:
             continue
         member = Signal(name=f"{name}_wr_{what}_member")
         m.d.comb += member.eq(Cat(*(flags[0] & flags[s + 1] for flags in valid)).any())
-        hits.append([registered(m, pend == waddr, f"{name}_wr_{what}{g // HIT_GROUP}", duplicate=True) & member
-                     for g in groups])
+        same_address.append([registered(m, pend == waddr, f"{name}_wr_{what}{g // HIT_GROUP}", duplicate=True)
+                             for g in groups])
+        hits.append([hit & member for hit in same_address[-1]])
     use_next, over_next = [], []
     for i in range(n):
         bits = slice(i * width, (i + 1) * width)
@@ -189,14 +190,24 @@ def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr:
         over_next.append(Mux(coming_mask[i], field(i), value))
     m.d.sync += [use.eq(Cat(*use_next)), over.eq(Cat(*over_next))]
     for mem, flags in zip(members, valid):
-        # Shared, each member selects its fields with a copy of `use` of its own (a flip-flop a
-        # field): one register drove every member's merge across the die (the KWS shape at
-        # target 243, target_mhz 100, seed 2: a group's `use` -> another member's block RAM,
-        # 11.1 ns, 10.1 of it routing). The override, a word of data, stays the group's.
+        # Shared, each member selects its fields with a `use` of its own (a flip-flop a field):
+        # the group's drove every member's merge across the die (the KWS shape at target 243,
+        # target_mhz 100, seed 2: a group's `use` -> another member's block RAM, 11.1 ns, 10.1
+        # of it routing). Each is made from the member's own stage flags, not from the group's
+        # member compare (an OR over every member's flags, then the group's `use` logic, then a
+        # route to every member: seed 3, 11.0 ns, routing 9.3; 12.3 ns at another placement):
+        # the member merged next is the one whose write came in, so for it the two agree, and
+        # another member's merge writes nothing. The override, a word of data, stays the group's.
         own_use = use
         if shared:
             own_use = Signal(n, name=f"{mem.name}_wr_use", attrs=_KEEP)
-            m.d.sync += own_use.eq(Cat(*use_next))
+            own_next = []
+            for i in range(n):
+                taken = coming_mask[i]
+                for s, (same, (_, _, e_use, _)) in enumerate(zip(same_address, earlier)):
+                    taken = taken | (same[i * width // HIT_GROUP] & flags[0] & flags[s + 1] & e_use[i])
+                own_next.append(taken)
+            m.d.sync += own_use.eq(Cat(*own_next))
         # a word read, registered: the block RAM's own output register (compiler/pnr/
         # bram_registers.py) where nothing else reads the port; without it the read data (5.6
         # ns from the clock) went through the merge into the same block's write data (the w4a8
