@@ -6,8 +6,9 @@ to what the formats need: shifters truncate at every stage instead of using Amar
 `<<` by a signal (whose result is as wide as the largest possible shift).
 
 A value that the next level reads more than once (a shifter's stage, a leading-zero tree's
-halves) is a named signal, not an expression: Amaranth's simulator and its netlist builder
-walk an expression once per reference, so a value read twice a level cost 2^levels walks.
+halves) is a named signal, not an expression: Amaranth's fragment transforms and its Python
+simulator's compiler walk an expression once per reference (measured with cProfile), so a value
+read twice a level cost 2^levels walks.
 The netlist is the same (bench_fp_area.py: the same LUT4 and CCU2C counts for fp32 and fp16
 adders, multipliers and fused multiply-adds); the float chain of tests/ops_catalog.py's
 binary_crossentropy_logits compiles and simulates in pysim in 13.9 s instead of 23.4, and
