@@ -44,16 +44,18 @@ HOST_GROUP block RAMs a group (share_groups; Design.write_groups picks the memor
 pending addresses, the override and the write's held mask and data are the group's, each
 memory keeps a flag per stage saying the write is its own (a third for the write two before),
 its word read (always registered: the block's output register costs no flip-flop), its merge
-multiplexers and its own copy of which fields the override replaces (a flip-flop a field, so
-no register of the group drives every member's merge). A write takes fields from an earlier
-one only if both went to the same memory: the address compare is registered as the write
-arrives, the member compare made a cycle later from the stages' flags. The w4a8 GEMV 128x784 at 12 x 56, `target_mhz: 120`: 75 packed
-block RAMs, 54,341 -> 43,479 flip-flops, 37,165 -> 31,404 LUTs. A host-only memory alone holds
+multiplexers and its own register of which fields the override replaces, made from its own
+stage flags (so no logic of the group drives every member's merge). A write takes fields from
+an earlier one only if both went to the same memory: the address compare is registered as the
+write arrives, the member compare made a cycle later from the stages' flags. The w4a8 GEMV
+128x784 at 12 x 56, `target_mhz: 120`: 75 packed block RAMs, 54,341 -> 43,479 flip-flops, 37,165 -> 31,404 LUTs. A host-only memory alone holds
 the bus's data once, not once per bank.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+from functools import reduce
 from typing import Callable
 
 from amaranth.hdl import Cat, Module, Mux, Signal, Value
@@ -179,16 +181,25 @@ def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr:
         same_address.append([registered(m, pend == waddr, f"{name}_wr_{what}{g // HIT_GROUP}", duplicate=True)
                              for g in groups])
         hits.append([hit & member for hit in same_address[-1]])
-    use_next, over_next = [], []
-    for i in range(n):
+
+    def takes(stage_hits) -> list[list[Value]]:
+        """Per field, per earlier write (in `earlier`'s order): whether the override takes the
+        field from that write, given `stage_hits` (per earlier write, a flag per HIT_GROUP bits:
+        it went to the word, and the memory, that the write merged next goes to)."""
+        return [[hit[i * width // HIT_GROUP] & e_use[i] for hit, (_, _, e_use, _) in zip(stage_hits, earlier)]
+                for i in range(n)]
+
+    def selects(stage_hits) -> Value:
+        """Which fields the override replaces: the write's own, and those `takes` finds."""
+        return Cat(*(reduce(operator.or_, row, coming_mask[i]) for i, row in enumerate(takes(stage_hits))))
+    over_next = []
+    for i, row in enumerate(takes(hits)):
         bits = slice(i * width, (i + 1) * width)
-        taken, value = coming_mask[i], field(i)
-        for hit, (_, _, e_use, e_over) in reversed(list(zip(hits, earlier))):      # the newest last: it wins
-            h = hit[i * width // HIT_GROUP] & e_use[i]
-            taken, value = taken | h, Mux(h, e_over[bits], value)
-        use_next.append(taken)
+        value = field(i)
+        for h, (_, _, _, e_over) in reversed(list(zip(row, earlier))):      # the newest last: it wins
+            value = Mux(h, e_over[bits], value)
         over_next.append(Mux(coming_mask[i], field(i), value))
-    m.d.sync += [use.eq(Cat(*use_next)), over.eq(Cat(*over_next))]
+    m.d.sync += [use.eq(selects(hits)), over.eq(Cat(*over_next))]
     for mem, flags in zip(members, valid):
         # Shared, each member selects its fields with a `use` of its own (a flip-flop a field):
         # the group's drove every member's merge across the die (the KWS shape at target 243,
@@ -201,13 +212,8 @@ def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr:
         own_use = use
         if shared:
             own_use = Signal(n, name=f"{mem.name}_wr_use", attrs=_KEEP)
-            own_next = []
-            for i in range(n):
-                taken = coming_mask[i]
-                for s, (same, (_, _, e_use, _)) in enumerate(zip(same_address, earlier)):
-                    taken = taken | (same[i * width // HIT_GROUP] & flags[0] & flags[s + 1] & e_use[i])
-                own_next.append(taken)
-            m.d.sync += own_use.eq(Cat(*own_next))
+            m.d.sync += own_use.eq(selects([[same & flags[0] & flags[s + 1] for same in stage]
+                                            for s, stage in enumerate(same_address)]))
         # a word read, registered: the block RAM's own output register (compiler/pnr/
         # bram_registers.py) where nothing else reads the port; without it the read data (5.6
         # ns from the clock) went through the merge into the same block's write data (the w4a8
