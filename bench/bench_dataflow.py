@@ -53,6 +53,12 @@ FORMATS = {"kws3": (3, 3, 4, {"mul": "lut"})}
 SHIFT = 7
 
 
+def unfolded(knobs: dict) -> dict:
+    """`knobs` for the sequential design given the dataflow fold's layers: the fold's own knobs
+    (fold_factors, target_interval) dropped as a manual point drops them."""
+    return hardware_knobs({**knobs, "fold": "manual"})
+
+
 def mlp(sizes, seed=0, wbits=8, abits=8, shift=SHIFT):
     """x, the output Tensor, a numpy reference function of x, and the declared input ranges:
     `wbits`-bit signed weights, `abits`-bit activations (unsigned after the first layer's
@@ -141,8 +147,7 @@ def bench_random(model: str, args, root: Path) -> list[dict]:
                                                   fp_pipeline=args.fp_pipeline, **knobs), stream=x, input_ranges=ranges)
     folding = {f"{k}@{i}": v for i, st in flow.config.layers for k, v in st}
     x2, y2, _, ranges2 = mlp(sizes, wbits=wbits, abits=abits, shift=shift)
-    manual = hardware_knobs({**knobs, "fold": "manual"})      # the fold's own knobs dropped
-    seq = compile_model(y2, config=HardwareConfig.from_dict({**folding, **manual, "fp_pipeline": args.fp_pipeline}),
+    seq = compile_model(y2, config=HardwareConfig.from_dict({**folding, **unfolded(knobs), "fp_pipeline": args.fp_pipeline}),
                         input_ranges=ranges2)
     for sched, design, xt in (("dataflow", flow, x), ("sequential", seq, x2)):
         if sched not in args.schedules:
@@ -215,8 +220,7 @@ def bench_trained(model: str, args, root: Path) -> list[dict]:
     seq_run = None
     if "sequential" in args.schedules:
         seq_run = run_samples(net=net, dtype=dtype, data=data, formats=formats, quantized=quantized,
-                              config=HardwareConfig.from_dict({**folding, **hardware_knobs({**knobs, "fold": "manual"}),
-                                                               "fp_pipeline": args.fp_pipeline}))
+                              config=HardwareConfig.from_dict({**folding, **unfolded(knobs), "fp_pipeline": args.fp_pipeline}))
         assert np.array_equal(flow_run.logits, seq_run.logits)      # sample for sample
     for sched, r in (("dataflow", flow_run), ("sequential", seq_run)):
         if sched not in args.schedules:
