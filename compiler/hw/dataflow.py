@@ -260,6 +260,13 @@ class DataflowTopHW(TopHW):
         if self.fanout and B >= 4:
             last_ahead = Signal(name="beat_last_ahead")
             m.d.sync += last_ahead.eq(running & ~last & (bctr == B - 3))
+            # while a beat runs and it is not its last cycle, `last_ahead` is the counter's
+            # compare `ahead` (bctr == B - 2, reached only from B - 3 a cycle before): so
+            # "a beat goes on next cycle" is one LUT of four registers and the start pin, not
+            # the counter's compare, whose net to the host's stop flags across the die was
+            # the KWS 3-bit shape's critical path at one seed of three (`bctr` -> a
+            # `host_stops` root copy, 12.3 ns)
+            going_on_next = begin | (running & ~last & ~last_ahead)
         # With B >= 5 the rings' copies are a tree, their source a cycle earlier still: one
         # register drove every ring's copy across the die (AD08 at target_mhz 200, seeds 1 and 2:
         # `beat_last_ahead` -> a far ring's `beat_last`, 10.4-10.9 ns of routing, the critical path).
