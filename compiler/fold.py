@@ -139,25 +139,32 @@ def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig,
         if b is None:
             raise CompileError(f"fold=auto: layer {k.name} does not compile with lanes=1, reduce_unroll=1")
     if config.schedule == "dataflow":
+        flow = _Handovers(kernels, config, buffers, outputs) if buffers is not None else None
         picks = []
         for i, k in enumerate(kernels):
-            pick = None
+            pick = fits = None
             bounds = _unrolled_bounds(k)
             for lanes, unroll in lists[i]:
                 if _work_bound(bounds, base[i], lanes, unroll) > target:
                     continue
                 c = stage_cycles(k, config, lanes, unroll)
-                if c is not None and c <= target:
-                    pick = (lanes, unroll, c)
+                if c is None or c > target:
+                    continue
+                pick = pick or (lanes, unroll, c)
+                # the least parallelism whose copies fit too; else the least that meets the
+                # target alone (the copies then set the interval, as the design reports)
+                if flow is None or flow.copies_fit(picks + [(lanes, unroll, c)], i, target):
+                    fits = (lanes, unroll, c)
                     break
+            pick = fits or pick
             if pick is None:
                 best = _fastest(k, config, lists[i])
                 worst = max([best] + [_fastest(kk, config, lists[j]) for j, kk in enumerate(kernels) if j != i])
                 raise CompileError(f"fold=auto: no folding reaches target_interval={target} cycles: layer "
                                    f"{i} ({k.name}) takes at least {best} cycles; the closest interval is {worst}")
             picks.append(pick)
-        if buffers is not None:
-            picks = _in_place(kernels, config, lists, picks, buffers, outputs)
+        if flow is not None:
+            picks = _in_place(flow, lists, picks, target)
     else:
         at = [0] * len(kernels)
         cycles = list(base)
@@ -196,25 +203,77 @@ def _fastest(kernel: ir.KernelIR, config: HardwareConfig, pairs: list[tuple[int,
     return min(found)
 
 
-def _in_place(kernels, config, lists, picks, buffers, outputs):
+class _Handovers:
+    """The model's buffers between the layers (hw/dataflow.py's hand-overs) for a choice of
+    foldings, `choice[k]` = (lanes, unroll, ...) of kernel k: each buffer's writer (kernel,
+    slot) and readers, whether one is handed over in place, and a copy's cycles."""
+
+    def __init__(self, kernels, config: HardwareConfig, buffers, outputs: frozenset[int]):
+        from .hw.dataflow import copy_lag
+        self.kernels, self.config, self.outputs = kernels, config, outputs
+        self.writers: dict[int, tuple[int, int]] = {}
+        readers: dict[int, list[tuple[int, int]]] = {}
+        for k, slots in enumerate(buffers):
+            for slot, buf, loaded, stored in slots:
+                if stored:
+                    self.writers[buf] = (k, slot)
+                elif loaded:
+                    readers.setdefault(buf, []).append((k, slot))
+        self.edges = [(self.writers[b], rs) for b, rs in readers.items() if b in self.writers]
+        self.handovers = [(w, rs[0]) for w, rs in self.edges if len(rs) == 1]
+        self.lag = copy_lag(config.mem_read == "sync", config.fp_pipeline)
+
+    def built(self, choice, k: int) -> _Built:
+        return _built(self.kernels[k], _plain(self.config, *choice[k][:2]))
+
+    def in_place(self, choice, w, r) -> bool:
+        bw, br = self.built(choice, w[0]), self.built(choice, r[0])
+        rb = br.banking.get(r[1])
+        return bw.banking.get(w[1]) is not None and rb is not None and \
+            rb.layout == bw.banking[w[1]].layout and all(br.ports.get(b, 1) <= 1 for b in rb.banks)
+
+    def layout(self, choice, place):
+        from .hw.layout import Layout
+        bk = self.built(choice, place[0]).banking.get(place[1])
+        if bk is not None:
+            return bk.layout
+        return Layout.plain(next(b.size for b in self.kernels[place[0]].buffers if b.slot == place[1]))
+
+    def copy_cycles(self, choice, w, rs) -> int:
+        from .hw.top import Copy
+        layouts = [self.layout(choice, p) for p in [w] + list(rs)]
+        return Copy.between(w, tuple(rs), layouts).length + self.lag
+
+    def copies_fit(self, choice, k: int, target: int) -> bool:
+        """Whether kernel k's hand-overs can take at most `target` cycles each with the kernels
+        up to k chosen (`choice[:k + 1]`; producers come before their consumers): the copy
+        into k from its writer (with the readers chosen so far: more readers only narrow it),
+        and for a buffer k writes, the copy at its fastest (word by word into its own layout,
+        or in the widest groups the layout holds: layout.group_width). A folding whose lanes
+        share no factor with the buffer's length (11 lanes on 72 outputs) copies an element a
+        cycle, which may be slower than every layer (AD08 at 60, fold_factors: padded: 74)."""
+        from .hw.layout import group_width
+        for w, rs in self.edges:
+            if w[0] == k:
+                lay = self.layout(choice, w)
+                if min(lay.words, lay.size // group_width([lay])) + self.lag > target:
+                    return False
+            if w[0] < k and any(r[0] == k for r in rs):
+                if len(rs) == 1 and self.in_place(choice, w, rs[0]):
+                    continue
+                if self.copy_cycles(choice, w, [r for r in rs if r[0] <= k]) > target:
+                    return False
+        return True
+
+
+def _in_place(flow: _Handovers, lists, picks, target: int):
     """`picks` with foldings of equal parallelism and no more cycles than the slowest pick
     swapped in where that lowers the latency (depth x beat, the copies' cycles in the beat) by
-    handing buffers on in place or by shorter copies (module docstring)."""
-    from .hw.dataflow import copy_lag
-    from .hw.layout import Layout
-    from .hw.top import Copy
-    writers: dict[int, tuple[int, int]] = {}
-    readers: dict[int, list[tuple[int, int]]] = {}
-    for k, slots in enumerate(buffers):
-        for slot, buf, loaded, stored in slots:
-            if stored:
-                writers[buf] = (k, slot)
-            elif loaded:
-                readers.setdefault(buf, []).append((k, slot))
-    edges = [(writers[b], rs) for b, rs in readers.items() if b in writers]
-    handovers = [(w, rs[0]) for w, rs in edges if len(rs) == 1]
-    if not edges:
+    handing buffers on in place or by shorter copies (module docstring), never a swap that takes
+    a copy past `target`."""
+    if not flow.edges:
         return picks
+    kernels, config = flow.kernels, flow.config
     beat = max(c for _, _, c in picks)
     options = []
     for i, k in enumerate(kernels):
@@ -227,41 +286,22 @@ def _in_place(kernels, config, lists, picks, buffers, outputs):
                     tied.append((lanes, unroll, c))
         options.append(tied)
 
-    def built(choice, k: int) -> _Built:
-        return _built(kernels[k], _plain(config, *choice[k][:2]))
-
-    def in_place(choice, w, r) -> bool:
-        bw, br = built(choice, w[0]), built(choice, r[0])
-        rb = br.banking.get(r[1])
-        return bw.banking.get(w[1]) is not None and rb is not None and \
-            rb.layout == bw.banking[w[1]].layout and all(br.ports.get(b, 1) <= 1 for b in rb.banks)
-
-    def layout(choice, place) -> Layout:
-        bk = built(choice, place[0]).banking.get(place[1])
-        if bk is not None:
-            return bk.layout
-        return Layout.plain(next(b.size for b in kernels[place[0]].buffers if b.slot == place[1]))
-
-    lag = copy_lag(config.mem_read == "sync", config.fp_pipeline)
-
-    def copy_cycles(choice, w, rs) -> int:
-        layouts = [layout(choice, p) for p in [w] + rs]
-        return Copy.between(w, tuple(rs), layouts).length + lag
-
-    def cost(choice) -> tuple[int, int]:
-        fast = {(w, r) for w, r in handovers if in_place(choice, w, r)}
+    def cost(choice) -> tuple[int, int, int]:
+        fast = {(w, r) for w, r in flow.handovers if flow.in_place(choice, w, r)}
         # a copy's cycles count in the beat too: between layouts that share no group of lanes
         # (hw/layout.group_width) it moves an element a cycle, and may be the slowest stage
-        copies = [copy_cycles(choice, w, rs) for w, rs in edges if not (len(rs) == 1 and (w, rs[0]) in fast)]
+        copies = [flow.copy_cycles(choice, w, rs) for w, rs in flow.edges
+                  if not (len(rs) == 1 and (w, rs[0]) in fast)]
         level = [0] * len(kernels)
         for k in range(len(kernels)):        # kernels come in an order their producers come first in
-            for w, rs in edges:
+            for w, rs in flow.edges:
                 for r in rs:
                     if r[0] == k:
                         level[k] = max(level[k], level[w[0]] + (1 if (w, r) in fast else 2))
-        ends = [writers[b][0] for b in outputs if b in writers] or list(range(len(kernels)))
+        ends = [flow.writers[b][0] for b in flow.outputs if b in flow.writers] or list(range(len(kernels)))
         depth = 1 + max(level[k] for k in ends)
-        return depth * max([c for _, _, c in choice] + copies), -len(fast)
+        interval = max([c for _, _, c in choice] + copies)
+        return max(0, interval - target), depth * interval, -len(fast)
 
     choice, best = list(picks), cost(picks)
     for _ in range(4 * len(kernels)):

@@ -334,6 +334,33 @@ def test_padded_fold_factors_take_fewer_multipliers_at_the_same_interval():
         HardwareConfig(fold_factors="padded")
 
 
+def test_a_padded_fold_keeps_its_copies_within_the_target():
+    """A copy between layouts that share no group of lanes moves an element a cycle: folded by
+    its stages alone, [12, 30, 30, 4] at 24 gives 5 lanes on the 30 hidden outputs and a 2-way
+    reduction reading them (gcd 1: 30 cycles and the lag, interval 32). The fold takes for each
+    layer the least parallelism whose copies fit too (here the last layer 2x5, reading the 5
+    lanes as they are): interval 24, for 2 more multipliers, and bit-exact."""
+    from compiler import fold
+    sizes, target = [12, 30, 30, 4], 24
+    designs = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fold._Handovers, "copies_fit", lambda *_: True)       # the stages alone
+        for copies in (False, True):
+            if copies:
+                patch.undo()
+            x, y = _mlp(sizes, seed=5)
+            designs[copies] = x, compile_model(y, config=HardwareConfig(
+                schedule="dataflow", fold="auto", target_interval=target, fold_factors="padded", fp_pipeline=3),
+                stream=x)
+    par = {c: [dict(st)["lanes"] * dict(st)["reduce_unroll"] for _, st in d.config.layers] for c, (_, d) in designs.items()}
+    assert designs[False][1].cycle_model().interval == 32 and par[False] == [30, 75, 8]
+    x, d = designs[True]
+    assert d.cycle_model().interval == max(c for _, c in d.flow.stage_cycles) == target and par[True] == [30, 75, 10]
+    xs = [np.random.default_rng(n).integers(-128, 128, sizes[0]).astype(np.int8) for n in range(2)]
+    for v, r in zip(xs, simulate_many(d, [{x: v} for v in xs], backend="pysim")):
+        np.testing.assert_array_equal(r.outputs[0], _mlp_numpy(sizes, v, seed=5))
+
+
 def test_fold_budget_takes_the_least_interval_within_its_multipliers():
     x, y = _mlp([64, 72, 8, 72])
     d = compile_model(y, config=HardwareConfig(schedule="dataflow", fold="auto", fold_budget=40), stream=x)
