@@ -261,6 +261,19 @@ _ADD = _lut_init(lambda a, b, c, d: (a & b) ^ (c & d))
 _SUB = _lut_init(lambda a, b, c, d: (c & d) ^ (1 ^ (a & b)))
 
 
+def chain_cuts(levels: int, registers: int) -> list[int]:
+    """The levels of a chain product's tree of `levels` levels after which its `registers`
+    registers go (_pairwise_tree's cuts; one at `levels` registers Y, one past it delays Y): one
+    in the middle; two, the middle and Y; three, a third and two thirds of the way and Y (each
+    level its own stage from 3 levels, an 8 x 8 product's). Every register a Product asks for is
+    one here: three had been built as one, a product two cycles early in the netlist."""
+    if registers not in (0, 1, 2, 3):
+        raise ValueError(f"a LUT product takes 0 to 3 registers, not {registers}")
+    if registers == 3:
+        return [-(-levels // 3), -(-2 * levels // 3), levels]
+    return [(levels + 1) // 2] + [levels] * (registers - 1) if registers else []
+
+
 def chain_module(shape: Shape, registers: int = 0) -> str:
     """`module` for ECP5: Y = A * B as B's rows (A AND one bit of B, the top one subtracted when
     signed) added two at a time on carry chains whose LUTs compute the AND themselves. An ECP5
@@ -273,8 +286,8 @@ def chain_module(shape: Shape, registers: int = 0) -> str:
     narrower operand gives the rows (a product commutes). A lone last row joins the first sum
     in a chain of its own (a wire plus an AND row), the rest of the tree are adders as Yosys
     builds them, each as wide as its value's interval (and never wider than Y), the low bits
-    under the higher term's shift passing through. `registers`: as `module`, cut after the
-    tree's first ceil(levels / 2) levels (and a second at its end)."""
+    under the higher term's shift passing through. `registers`: as `module`, cut where
+    chain_cuts says."""
     s = shape
     a_bits, b_bits, swap = (s.a_width, s.b_width, False) if s.a_width >= s.b_width else (s.b_width, s.a_width, True)
     a_lo, a_hi = (-(1 << (a_bits - 1)), (1 << (a_bits - 1)) - 1) if s.signed else (0, (1 << a_bits) - 1)
@@ -387,7 +400,7 @@ def chain_module(shape: Shape, registers: int = 0) -> str:
         return chain(x, y, lo, hi) if x.row is not None or y.row is not None else add(x, y, lo, hi)
 
     levels = max(1, (len(rows) - 1).bit_length())
-    cuts = [] if not registers else [(levels + 1) // 2] + ([levels] if registers == 2 else [])
+    cuts = chain_cuts(levels, registers)
     root, level = _pairwise_tree(rows, cuts, lambda t: register(t if t.row is None else wire_of(t)), combine)
     root = root if root.row is None else wire_of(root)
     for _ in range(len([c for c in cuts if c > level])):
