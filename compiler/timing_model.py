@@ -168,6 +168,7 @@ class Paths:
         self.skip = skip
         self.load_clk_q = d.clk_q if load_clk_q is None else load_clk_q
         self.arrival: dict[int, float] = {}
+        self.tails: dict[int, float] = {}         # id(product) -> product_tail_ns (product_tails)
         self.via: dict[int, ir.Value] = {}         # id(op) -> its operand the path comes through
         self.logic: dict[int, float] = {}
         self.ahead: dict[int, float] = {}        # id(value) -> the slowest user's route and logic after it
@@ -177,6 +178,16 @@ class Paths:
 
     def width(self, v: ir.Value) -> int:
         return self.widths.get(id(v), v.dtype.bits)
+
+    def product_tails(self, products, registers: int, lut: bool) -> None:
+        """Each of `products` (integer products of data, `registers` cycles long) hands its users
+        its Y product_tail_ns after its last register: an ECP5 LUT product's last levels and the
+        adders after it are one stage (the KWS 3-bit shape at target_mhz 100: a 3x3 product's
+        second carry chain, a LUT and three adders, 10.8 ns, where the stage was modelled from
+        the product's register)."""
+        for v in products:
+            a, b = self.width(v.srcs[0]), self.width(v.srcs[1])
+            self.tails[id(v)] = product_tail_ns(min(a, b), max(a, b), registers, lut, self.d)
 
     def fanout(self, v: ir.Value) -> int:
         """The loads of `v`'s net: one per user, the width of a multiplexer it selects."""
@@ -235,7 +246,7 @@ class Paths:
             out, loads = self.d.clk_q, max((self.width(u) for u in self.users.get(id(o), ()) if self._selects(o, u)),
                                            default=1)
         else:                                          # from a register: a fan-out value's copy drives its share
-            out = self.load_clk_q if isinstance(o, ir.Load) else self.d.clk_q
+            out = self.load_clk_q if isinstance(o, ir.Load) else self.d.clk_q + self.tails.get(id(o), 0.0)
             loads = fanout.get(id(o), self.fanout(o))
         return out + (self.d.route_ns(loads) if routed else 0.0)
 
@@ -269,7 +280,8 @@ class Paths:
         accumulator's one-cycle loop, its value only followed."""
         structural = latency.get(id(v), 0) > 0 and v.op not in (K.ADD, K.SUB)
         if v.dtype.is_float or any(s.dtype.is_float for s in v.srcs) or structural:
-            self.arrival[id(v)] = self.d.clk_q          # float logic, a registered unit
+            # float logic, a registered unit (a product's Y comes its tail later: product_tails)
+            self.arrival[id(v)] = self.d.clk_q + self.tails.get(id(v), 0.0)
             return
         arrive = self._arrive(v, r, ready, operands, fanout)
         has_logic = self.own(v) > 0 or any(id(o) in self.arrival and self.arrival[id(o)] > self.d.clk_q
@@ -295,7 +307,8 @@ class Paths:
                 continue
             lat = latency.get(id(v), 0)
             if v.dtype.is_float or any(s.dtype.is_float for s in v.srcs) or (lat and v.op not in (K.ADD, K.SUB)):
-                self.arrival[id(v)] = self.d.clk_q      # a unit's register (its stages: product_ns)
+                # a unit's register (its stages: product_ns), a product's Y its tail later
+                self.arrival[id(v)] = self.d.clk_q + self.tails.get(id(v), 0.0)
                 continue
             r = None if ready.get(id(v)) is None else ready[id(v)] - lat
             arrive = self._arrive(v, r, ready, operands, fanout)
@@ -312,9 +325,11 @@ def product_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays) -
     its last levels are not registered. In a MULT18X18D: the copies move into its input
     registers and its first register into its output register (compiler/pnr/dsp_registers.py), so
     its stages are the multiplier itself and its output routed to the adder (or, from two
-    registers, to a landing register in the fabric). In LUTs (compiler/synth/lut_multiplier.py):
-    the multiples A and 3A, a 4:1 multiplexer row per two bits of B, a tree of adders; one
-    register in the tree's middle, from two one after the multiples, with three one on Y."""
+    registers, to a landing register in the fabric). In LUTs on ECP5 (lut_multiplier.chain_module):
+    a row per bit of the narrower operand on carry chains, cut where chain_cuts says
+    (_chain_stages); elsewhere (the radix-4 module): the multiples A and 3A, a 4:1 multiplexer
+    row per two bits of B, a tree of adders; one register in the tree's middle, from two one
+    after the multiples, with three one on Y."""
     width = a_bits + b_bits
     adder = d.route_ns(1) + d.carry_ns(width)                       # the adder the product feeds
     if not lut:
@@ -332,6 +347,8 @@ def product_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays) -
                 f"a {a_bits}x{b_bits} DSP product summed unregistered"
         out = land if registers >= 2 else d.dsp_clk_q + d.dsp_route + d.carry_ns(width) + d.setup
         return max(inside, out), f"a {a_bits}x{b_bits} DSP product"
+    if d.family == "ecp5":
+        return d.overhead + max(_chain_stages(a_bits, b_bits, registers, d)), f"a {a_bits}x{b_bits} LUT product"
     rows = (b_bits + 1) // 2
     levels = max(0, (rows - 1).bit_length())
     multiples = d.route_ns(10) + d.carry_ns(a_bits + 2)            # the operand copy into 3A
@@ -342,6 +359,50 @@ def product_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays) -
     tail = (levels - first) * level_ns
     stages.append(tail + d.route_ns(1) if registers >= 3 else tail + adder)
     return d.overhead + max(stages), f"a {a_bits}x{b_bits} LUT product"
+
+
+def _chain_levels(a_bits: int, b_bits: int, d: Delays) -> list[float]:
+    """Each level of an ECP5 LUT product's tree (lut_multiplier.chain_module: a row per bit of
+    the narrower operand, added two at a time on carry chains whose LUTs compute the rows' ANDs):
+    the first from the operand copies, whose bits go to every row."""
+    rows = min(a_bits, b_bits)
+    width = a_bits + b_bits
+    levels = max(1, (rows - 1).bit_length())
+    return [d.route_ns(rows) + d.carry_ns(width)] + [d.route_ns(1) + d.carry_ns(width)] * (levels - 1)
+
+
+def _chain_stages(a_bits: int, b_bits: int, registers: int, d: Delays) -> list[float]:
+    """The logic and routes of each stage of an ECP5 LUT product `registers` cycles long, cut
+    where lut_multiplier.chain_cuts cuts it; the last up to and including the adder it feeds
+    when Y is not a register."""
+    from .synth.lut_multiplier import chain_cuts
+    levels = _chain_levels(a_bits, b_bits, d)
+    cuts = sorted({c for c in chain_cuts(len(levels), registers) if c <= len(levels)})
+    stages, at = [], 0
+    for c in cuts:
+        stages.append(sum(levels[at:c]))
+        at = c
+    if at < len(levels) or not cuts:                                  # Y from logic: into its adder
+        stages.append(sum(levels[at:]) + d.route_ns(1) + d.carry_ns(a_bits + b_bits))
+    return stages
+
+
+def product_tail_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays) -> float:
+    """How much later than a register's output a product's Y is, before its route to its users:
+    an ECP5 LUT product's levels after its last register when Y is not one (a 3x3 product with
+    one register: the second of its two levels, a carry chain), a DSP block's output register
+    and its route to the fabric from one register (the fabric's own route counted by the user);
+    0 where Y is a register in the fabric (paths in the adder tree start there)."""
+    if registers <= 0:
+        return 0.0
+    if not lut:
+        return 0.0 if registers >= 2 else d.dsp_clk_q - d.clk_q + d.dsp_route - d.route_ns(1)
+    if d.family != "ecp5":
+        return 0.0
+    from .synth.lut_multiplier import chain_cuts
+    levels = _chain_levels(a_bits, b_bits, d)
+    last = max(c for c in chain_cuts(len(levels), registers))
+    return sum(levels[last:]) if last < len(levels) else 0.0
 
 
 # Placement. The paths above are a design's cells and short routes; on a placed design of

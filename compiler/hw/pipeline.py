@@ -514,6 +514,7 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
                   if is_product_of_data(v)]
         product_regs = timing_model.product_registers(shapes, 1000.0 / config.target_mhz, config.mul != "dsp",
                                                       clock.d, least=product_regs)
+        clock.product_tails([v for v in order if is_product_of_data(v)], product_regs, config.mul != "dsp")
         if config.mul != "lut" and level >= LOAD_LEVEL and \
                 timing_model.memory_to_dsp_ns(clock.d) > 1000.0 / config.target_mhz:
             # read data a DSP product takes passes a level of copies in the fabric first, as a
@@ -677,6 +678,8 @@ def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
     floating = {id(v) for v in order if sched.ready.get(id(v)) is None}
     paths = timing_model.Paths(kernel, d, order, operands, config,
                                load_clk_q=load_clk_q(d, sched.register_loads, sched.sync_reads))
+    paths.product_tails([v for v in order if is_product_of_data(v) and sched.unit_stages.get(id(v), 1) >= 2],
+                        sched.product_regs, config.mul != "dsp")
     ns, what = paths.measure(order, sched.ready, sched.latency, sched.fanout, operands, floating)
     products = tuple((paths.width(v.srcs[0]), paths.width(v.srcs[1]),
                       sched.register_loads and any(is_read_data(s) and not sched.broadcast.get(id(s)) for s in v.srcs[:2]))
