@@ -371,19 +371,25 @@ def _chain_levels(a_bits: int, b_bits: int, d: Delays) -> list[float]:
     return [d.route_ns(rows) + d.carry_ns(width)] + [d.route_ns(1) + d.carry_ns(width)] * (levels - 1)
 
 
-def _chain_stages(a_bits: int, b_bits: int, registers: int, d: Delays) -> list[float]:
-    """The logic and routes of each stage of an ECP5 LUT product `registers` cycles long, cut
-    where lut_multiplier.chain_cuts cuts it; the last up to and including the adder it feeds
-    when Y is not a register."""
+def _chain_split(a_bits: int, b_bits: int, registers: int, d: Delays) -> tuple[list[float], float]:
+    """(the logic and routes of each stage of an ECP5 LUT product `registers` cycles long that
+    ends at one of its registers, those of its levels after the last register): cut where
+    lut_multiplier.chain_cuts cuts it; the second is 0 when Y is a register."""
     from .synth.lut_multiplier import chain_cuts
     levels = _chain_levels(a_bits, b_bits, d)
-    cuts = sorted({c for c in chain_cuts(len(levels), registers) if c <= len(levels)})
     stages, at = [], 0
-    for c in cuts:
+    for c in sorted({c for c in chain_cuts(len(levels), registers) if c <= len(levels)}):
         stages.append(sum(levels[at:c]))
         at = c
-    if at < len(levels) or not cuts:                                  # Y from logic: into its adder
-        stages.append(sum(levels[at:]) + d.route_ns(1) + d.carry_ns(a_bits + b_bits))
+    return stages, sum(levels[at:])
+
+
+def _chain_stages(a_bits: int, b_bits: int, registers: int, d: Delays) -> list[float]:
+    """The stages of _chain_split, the last up to and including the adder the product feeds
+    when Y is not a register."""
+    stages, tail = _chain_split(a_bits, b_bits, registers, d)
+    if tail:                                                          # Y from logic: into its adder
+        stages.append(tail + d.route_ns(1) + d.carry_ns(a_bits + b_bits))
     return stages
 
 
@@ -399,10 +405,7 @@ def product_tail_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Dela
         return 0.0 if registers >= 2 else d.dsp_clk_q - d.clk_q + d.dsp_route - d.route_ns(1)
     if d.family != "ecp5":
         return 0.0
-    from .synth.lut_multiplier import chain_cuts
-    levels = _chain_levels(a_bits, b_bits, d)
-    last = max(c for c in chain_cuts(len(levels), registers))
-    return sum(levels[last:]) if last < len(levels) else 0.0
+    return _chain_split(a_bits, b_bits, registers, d)[1]
 
 
 # Placement. The paths above are a design's cells and short routes; on a placed design of

@@ -510,11 +510,11 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
         if level >= FANOUT_LEVEL and config.target_mhz is not None else None
     product_regs = product_registers(level)
     if clock:                                  # as many as the products' stages need (LUT products
-        shapes = [(clock.width(v.srcs[0]), clock.width(v.srcs[1])) for v in order  # unless mul: dsp)
-                  if is_product_of_data(v)]
+        products = [v for v in order if is_product_of_data(v)]                  # unless mul: dsp)
+        shapes = [(clock.width(v.srcs[0]), clock.width(v.srcs[1])) for v in products]
         product_regs = timing_model.product_registers(shapes, 1000.0 / config.target_mhz, config.mul != "dsp",
                                                       clock.d, least=product_regs)
-        clock.product_tails([v for v in order if is_product_of_data(v)], product_regs, config.mul != "dsp")
+        clock.product_tails(products, product_regs, config.mul != "dsp")
         if config.mul != "lut" and level >= LOAD_LEVEL and \
                 timing_model.memory_to_dsp_ns(clock.d) > 1000.0 / config.target_mhz:
             # read data a DSP product takes passes a level of copies in the fabric first, as a
