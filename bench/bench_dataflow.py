@@ -14,11 +14,13 @@ SetFolding), and the sequential design with the *same* per-layer folding (so the
 multipliers: equal LUT budgets, within the control and buffer logic), each simulated in CXXRTL
 (samples back to back for dataflow: measured interval and latency must equal the cycle model,
 outputs equal to the sequential design's / the reference), synthesised (synth_ecp5) and, with
---pnr, placed and routed on the LFE5U-85F (router2; static placer and seed 1 unless --placer/--seed).
+--pnr, placed and routed on the LFE5U-85F (router2; static placer and seed 1 unless --placer/--seed);
+with --check-netlist, the synthesised netlist as nextpnr gets it runs the design's exported
+testbench in Icarus Verilog (compiler.pnr.gate_sim), its PASS or FAIL line in the row.
 
 Usage: python bench/bench_dataflow.py [--models ad08 kws kws3 kws_trained kws_qat digits_mlp digits_cnn]
                                       [--target ad08=100 ...] [--schedules dataflow sequential] [--fp-pipeline 3]
-                                      [--pnr | --no-synth]
+                                      [--pnr] [--check-netlist] [--no-synth]
                                       [--freq 100] [--placer static] [--seed 1] [--json out.json]
 """
 from __future__ import annotations
@@ -113,6 +115,11 @@ def synth_pnr(design, name: str, args, root: Path) -> dict:
         parts = module_breakdown(design, "ecp5", root / name / "breakdown", timeout=args.timeout)
         row["breakdown"] = {m: {k: v for k, v in c.items() if v} for m, c in parts.items() if c["luts"] or c["ffs"]}
         print(json.dumps({"breakdown": row["breakdown"]}), flush=True)
+    if args.check_netlist:                 # the netlist nextpnr gets, simulated cell by cell (compiler.pnr.gate_sim)
+        from compiler.pnr.gate_sim import check_netlist
+        check = check_netlist(design, area.netlist_path, root / name / "gate", timeout=args.timeout)
+        row.update(netlist_check=check.message, netlist_check_s=round(check.seconds, 1))
+        print(json.dumps({"netlist_check": check.message, "seconds": round(check.seconds, 1)}), flush=True)
     if args.pnr:
         t = time.perf_counter()
         reports = []
@@ -251,6 +258,8 @@ def main() -> int:
     ap.add_argument("--schedules", nargs="+", default=["dataflow", "sequential"], choices=["dataflow", "sequential"],
                     help="the rows to measure (the digits models simulate both, to compare them sample for sample)")
     ap.add_argument("--pnr", action="store_true")
+    ap.add_argument("--check-netlist", action="store_true",
+                    help="simulate the synthesised netlist with the design's exported testbench (Icarus Verilog)")
     ap.add_argument("--no-synth", action="store_true", help="simulate only: no synthesis, no place-and-route")
     ap.add_argument("--freq", type=float, default=100.0)
     ap.add_argument("--placer", default="static", help="nextpnr's placer (static, heap, sa)")
