@@ -230,6 +230,8 @@ def _timing_material(ctx) -> Any:
     options = ctx.timing.options()
     if ctx.timing.more:                 # more runs, another result (one run keeps the key it had)
         options["more"] = [list(r) for r in ctx.timing.more]
+    if ctx.timing.check_netlist:        # a row with netlist_check (one without keeps the key it had)
+        options["check_netlist"] = True
     return {"tool": tool, "version": version, "stage_timeout_s": ctx.stage_timeout_s, "options": options}
 
 

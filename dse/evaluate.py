@@ -37,6 +37,10 @@ metric computed before the failure (cycles survive a synthesis timeout). The sta
 Every stage runs under `stage_timeout_s`: the tool stages through the tools' own timeout, the
 others (the user's model code, the compiler, the simulators) through dse.limits.time_limit. A
 stage past its limit is a FAIL naming the stage, and is not cached (a later run may allow more).
+    netlist     only with `timing: {check_netlist: true}`: the netlist the timing stage places
+                (after compiler/pnr's packers) runs the design's exported testbench in Icarus
+                Verilog (compiler.pnr.gate_sim) -> netlist_check, its PASS line; a FAIL line
+                fails the point here (its Fmax would be a wrong design's), Icarus missing too
     timing      only with `timing: true` in the spec (EvalContext.timing): nextpnr places and
                 routes the netlist of the same Yosys run (compiler.pnr.timing) on a device chosen for
                 its size -> fmax_mhz, latency_us = cycles / fmax_mhz, pnr_device, pnr_package.
@@ -118,8 +122,8 @@ class Status(StrEnum):
 
 
 STAGES = ("config", "build", "compile", "overflow", "simulate", "check", "confirm", "accuracy", "synthesize",
-          "timing")
-TOOL_STAGES = ("synthesize", "timing")
+          "netlist", "timing")
+TOOL_STAGES = ("synthesize", "netlist", "timing")
 
 
 @dataclass(frozen=True)
@@ -211,6 +215,8 @@ class Metrics:
     pnr_freq_mhz: float | None = None       # the target clock given to nextpnr
     pnr_speed_grade: int | None = None      # the part's speed grade it was timed at (ECP5: 6, 7, 8)
     pnr_critical_path: str | None = None    # nextpnr's slowest path: ends, ns (clk-to-q, logic, routing)
+    netlist_check: str | None = None        # the placed netlist's testbench run (timing: {check_netlist: true}):
+                                            # its PASS or FAIL line (compiler.pnr.gate_sim)
     fmax_estimate_mhz: float | None = None  # the delay model's Fmax (compiler/timing_model.py), before synthesis
     fmax_estimate_path: str | None = None   # and its slowest path
     # overflow
@@ -241,6 +247,7 @@ class Metrics:
     accuracy_s: float | None = None
     synth_s: float | None = None
     pnr_s: float | None = None
+    netlist_check_s: float | None = None    # the netlist's check: the export (its simulation), Yosys, Icarus
     total_s: float | None = None
     # provenance
     params: FrozenMap[str, Any] = field(default_factory=FrozenMap)
@@ -292,6 +299,10 @@ def tinygrad_version() -> str:
 
 # ---------------------------------------------------------------------------------------------
 # the evaluation
+
+class NetlistMismatch(Exception):
+    """The netlist synthesis made (as nextpnr gets it) does not compute what the design does."""
+
 
 class _Failed(Exception):
     """A stage raised: the evaluation stops (the reason is already recorded)."""
@@ -615,7 +626,7 @@ def _synthesis(ctx: EvalContext, run: _Run, design, early: _EarlySynthesis | Non
         if area.fallback:
             run.notes.append(area.fallback)
         if ctx.timing:
-            _timing(ctx, run, area.netlist_path, design.config)
+            _timing(ctx, run, area.netlist_path, design)
     elif ctx.timing:
         run.notes.append("timing skipped: it needs synthesis, which is off")
 
@@ -812,13 +823,26 @@ def ptq_accuracy(trained, dtype: str) -> float:
     return float((pred == truth).mean())
 
 
-def _timing(ctx: EvalContext, run: _Run, netlist_path: str, config) -> None:
+def _timing(ctx: EvalContext, run: _Run, netlist_path: str, design) -> None:
     """Place and route (compiler.pnr.timing); a design no device holds gives fits=False, not a FAIL.
+    With `check_netlist` the netlist it places is first simulated with the design's exported
+    testbench (compiler.pnr.gate_sim): one that fails it is a FAIL in stage `netlist` (its Fmax
+    would be a wrong design's).
     A point with `device` is placed on that part; one with `target_mhz` has nextpnr's
     timing-driven placement aim at that clock when it is above the spec's freq_mhz. With several
     placers or seeds (TimingSpec.more) each run has its own folder and time limit, and the
     fastest run that fits is the row's (its placer and seed with it); a note lists every run."""
     from compiler.pnr.timing import place_and_route
+    config = design.config
+    if ctx.timing.check_netlist:
+        from compiler.pnr.gate_sim import check_netlist
+        with run.stage("netlist", "netlist_check_s"):
+            check = check_netlist(design, netlist_path, run.workdir / "gate", backend=run.fields.get("sim_backend")
+                                  or "cxxrtl", timeout=ctx.stage_timeout_s)
+            run.set(netlist_check=check.message)
+            if not check.passed:
+                raise NetlistMismatch(f"the netlist to be placed fails the design's testbench ({check.folder}): "
+                                      f"{check.message}")
     runs = ctx.timing.runs()
     for options in runs:
         if config.target_mhz is not None:

@@ -30,7 +30,8 @@ Optional keys: `input_range` ({min, max} for every dtype, or {dtype: {min, max}}
 ({luts_max: 5000, ...}: resource budgets a feasible point must meet), `gate` (the same bounds,
 for `dse check`: one mapping for every model x dtype, or a list of rules each optionally
 restricted by `model:` and `dtype:`), `timing` (default false; true or a mapping of nextpnr's
-settings, {router, placer, seed, freq_mhz}: run place-and-route for fmax_mhz/latency_us), `synthesis` (flat | units | kernels, default flat: `units` synthesises each
+settings, {router, placer, seed, freq_mhz, check_netlist}: run place-and-route for fmax_mhz/latency_us;
+`check_netlist: true` first simulates the netlist it places with the design's testbench), `synthesis` (flat | units | kernels, default flat: `units` synthesises each
 distinct float unit once and counts it per instance, compiler.synth.units; `kernels` each kernel
 on its own, in parallel, compiler.synth.kernels), `stage_timeout_s` (per-stage time limit, default 600) and `data` (the
 samples of the models with weights that name none of their own).
@@ -165,6 +166,7 @@ class TimingSpec:
     seed: int = DEFAULT_SEED
     freq_mhz: float = DEFAULT_FREQ_MHZ      # the clock timing-driven placement aims at
     more: tuple[tuple[str, int], ...] = ()  # further (placer, seed) runs; the fastest run is the row's
+    check_netlist: bool = False             # simulate the netlist nextpnr places (compiler.pnr.gate_sim) first
 
     def options(self) -> dict[str, Any]:
         """Keyword arguments of compiler.pnr.timing.place_and_route (its first run)."""
@@ -785,6 +787,12 @@ def _dtype(value: Any, path: str) -> str:
         return formats.parse(value).name
     except formats.FormatError as e:
         raise SpecError(path, str(e)) from None
+
+
+def _bool(value: Any, path: str) -> bool:
+    if type(value) is not bool:
+        raise SpecError(path, f"expected true or false, got {_got(value)}")
+    return value
 
 
 def _int(value: Any, path: str, minimum: int = 1, maximum: int | None = None, why: str = "") -> int:
@@ -1440,14 +1448,14 @@ class _Parser:
         return tuple(out)
 
     def timing_spec(self, value: Any, path: str) -> TimingSpec | None:
-        """`timing: false | true | {router, placer, seed, freq_mhz}`; `placer` and `seed` a value
-        or a list of values (every combination placed, the fastest kept)."""
+        """`timing: false | true | {router, placer, seed, freq_mhz, check_netlist}`; `placer` and
+        `seed` a value or a list of values (every combination placed, the fastest kept)."""
         if type(value) is bool:
             return TimingSpec() if value else None
         if not isinstance(value, dict):
-            raise SpecError(path, "expected true, false or a mapping {router, placer, seed, freq_mhz}, "
+            raise SpecError(path, "expected true, false or a mapping {router, placer, seed, freq_mhz, check_netlist}, "
                                   f"got {_got(value)}")
-        d = _mapping(value, path, optional=["router", "placer", "seed", "freq_mhz"],
+        d = _mapping(value, path, optional=["router", "placer", "seed", "freq_mhz", "check_netlist"],
                      what="true, false or a mapping of place-and-route settings")
         t = TimingSpec()
 
@@ -1467,7 +1475,8 @@ class _Parser:
         return TimingSpec(
             router=_choice(d.get("router", t.router), _join(path, "router"), ROUTERS, "router"),
             placer=runs[0][0], seed=runs[0][1], more=tuple(runs[1:]),
-            freq_mhz=float(_number(d.get("freq_mhz", t.freq_mhz), _join(path, "freq_mhz"), positive=True)))
+            freq_mhz=float(_number(d.get("freq_mhz", t.freq_mhz), _join(path, "freq_mhz"), positive=True)),
+            check_netlist=_bool(d.get("check_netlist", False), _join(path, "check_netlist")))
 
     def need_timing(self, metric: str, path: str) -> None:
         if metric in NEEDS_TIMING and not self.timing:

@@ -178,16 +178,11 @@ def test_the_netlist_of_a_design_passes_its_testbench(tmp_path, name):
     assert check.cycles == design.cycle_model().total
 
 
-def test_a_netlist_without_one_register_group_fails(tmp_path):
-    """A product operand's register bypassed (its loads read its input): the netlist computes
-    one cycle early, as a wrong register count in a rewrite would, and the testbench fails."""
-    case = designs.gemv_int8(M=6, K=10)
-    design = compile_model(*case.outputs, config=HardwareConfig(**CONFIGS["lut-products-200mhz"]))
-    netlist = json.loads(_netlist(design, tmp_path).read_text())
-    module = netlist["modules"]["top"]
-    group = sorted(n for n, c in module["cells"].items() if c["type"] == "TRELLIS_FF" and ".a_TRELLIS_FF" in n)
-    group = [n for n in group if n.split(".a_TRELLIS_FF")[0] == group[0].split(".a_TRELLIS_FF")[0]]
-    assert group
+def bypass_a_register_group(module: dict) -> list[str]:
+    """Take a LUT product's operand register group out of a Yosys JSON module (in place): its
+    loads read its input. Returns the flip-flops removed."""
+    ffs = sorted(n for n, c in module["cells"].items() if c["type"] == "TRELLIS_FF" and ".a_TRELLIS_FF" in n)
+    group = [n for n in ffs if n.split(".a_TRELLIS_FF")[0] == ffs[0].split(".a_TRELLIS_FF")[0]]
     for name in group:
         cell = module["cells"].pop(name)
         q, d = cell["connections"]["Q"][0], cell["connections"]["DI"][0]
@@ -195,10 +190,60 @@ def test_a_netlist_without_one_register_group_fails(tmp_path):
             for pin, bits in other["connections"].items():
                 if other.get("port_directions", {}).get(pin) == "input":
                     other["connections"][pin] = [d if b == q else b for b in bits]
+    return group
+
+
+def test_a_netlist_without_one_register_group_fails(tmp_path):
+    """A product operand's register bypassed: the netlist computes one cycle early, as a wrong
+    register count in a rewrite would, and the testbench fails."""
+    case = designs.gemv_int8(M=6, K=10)
+    design = compile_model(*case.outputs, config=HardwareConfig(**CONFIGS["lut-products-200mhz"]))
+    netlist = json.loads(_netlist(design, tmp_path).read_text())
+    assert bypass_a_register_group(netlist["modules"]["top"])
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps(netlist))
     check = check_netlist(design, broken, tmp_path / "gate")
     assert not check.passed and "FAIL" in check.message, check.message
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["right", "register-bypassed"])
+def test_a_sweep_point_checks_its_netlist_before_placing_it(tmp_path, isolated_cache, monkeypatch, broken):
+    """`timing: {check_netlist: true}`: the row carries the testbench's PASS line and is placed;
+    a netlist that fails is a FAIL in stage `netlist`, never placed."""
+    import compiler.pnr.gate_sim
+    import compiler.pnr.timing
+    from compiler.pnr.timing import TimingReport
+    from dse.evaluate import Status, evaluate
+    from dse.frozen import FrozenMap
+    from dse.spec import DesignPoint, parse_spec
+    placed = []
+
+    def fake_pnr(netlist_path, target, workdir, timeout=None, **options):
+        placed.append(netlist_path)
+        return TimingReport(True, 150.0, "LFE5U-25F", "CABGA381", target, freq_mhz=options["freq_mhz"])
+    monkeypatch.setattr(compiler.pnr.timing, "place_and_route", fake_pnr)
+    if broken:
+        real = compiler.pnr.gate_sim.prepare
+
+        def prepare(netlist, target):
+            out = real(netlist, target)
+            bypass_a_register_group(netlist["modules"][out[0]])
+            return out
+        monkeypatch.setattr(compiler.pnr.gate_sim, "prepare", prepare)
+    spec = parse_spec({"study": "gate", "target": "ecp5", "timing": {"check_netlist": True},
+                       "models": [{"name": "g", "builtin": "gemv", "params": {"M": 6, "K": 10}}],
+                       "knobs": {"mul": ["lut"], "target_mhz": [200], "lanes": [2], "reduce_unroll": [2],
+                                 "fp_pipeline": [3]},
+                       "dtypes": ["int8"], "objectives": ["latency_us", "luts"], "search": {"sampler": "grid"}})
+    point = DesignPoint("g", "int8", FrozenMap({"mul": "lut", "target_mhz": 200, "lanes": 2, "reduce_unroll": 2,
+                                                "fp_pipeline": 3}))
+    m = evaluate(spec, point, tmp_path)
+    if broken:
+        assert m.status is Status.FAIL and m.stage == "netlist" and not placed
+        assert "fails the design's testbench" in m.error and "mismatches" in m.error
+    else:
+        assert m.status is Status.OK and m.fmax_mhz == 150.0 and len(placed) == 1
+        assert m.netlist_check.startswith("PASS") and m.netlist_check_s > 0
 
 
 def test_a_dataflow_netlist_streams_its_samples(tmp_path):

@@ -195,7 +195,9 @@ ERRORS = [
                                          "accuracy_min, samples_per_s_min)"),
     (with_("gate", []), "gate: must not be empty"),
     # scalars
-    (with_("timing", 1), "timing: expected true, false or a mapping {router, placer, seed, freq_mhz}, got 1"),
+    (with_("timing", 1), "timing: expected true, false or a mapping {router, placer, seed, freq_mhz, check_netlist}, "
+                         "got 1"),
+    (with_("timing", {"check_netlist": "yes"}), "timing.check_netlist: expected true or false, got 'yes'"),
     (with_("timing", {"router": "router_2"}), "timing.router: unknown router 'router_2'; did you mean 'router2'?"),
     (with_("timing", {"placer": "sa"}), "timing.placer: unknown placer 'sa' (known: heap, static)"),
     (with_("timing", {"routre": "router2"}), "timing.routre: unknown key; did you mean 'router'?"),
@@ -537,6 +539,8 @@ def test_timing_settings_reach_place_and_route_and_the_cache_key():
     wide = parse_spec(with_("timing", {"router": "router2", "placer": "static", "freq_mhz": 125}))
     assert wide.timing == TimingSpec(router="router2", placer="static", seed=1, freq_mhz=125.0)
     assert wide.timing.options() == {"router": "router2", "placer": "static", "seed": 1, "freq_mhz": 125.0}
+    assert not wide.timing.check_netlist
+    assert parse_spec(with_("timing", {"check_netlist": True})).timing.check_netlist
     plain = parse_spec(with_("timing", True))
     assert plain.timing == TimingSpec()
     several = parse_spec(with_("timing", {"placer": ["static", "heap"], "seed": [3, 1]}))

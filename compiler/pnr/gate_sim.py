@@ -342,7 +342,7 @@ def check_netlist(design: Design, netlist_json: str | Path, folder: str | Path, 
     try:
         run = run_tool(["vvp", "-n", "gate.vvp"], cwd=folder, log_name="vvp.log", timeout=timeout)
         out, ok = run.output, True
-    except ToolError as exc:                       # the testbench's $fatal: a FAIL, not a crash
+    except ToolError:                       # the testbench's $fatal: a FAIL, not a crash
         out, ok = (folder / "vvp.log").read_text(errors="replace"), False
         if "FAIL" not in out and "gate_sim:" not in out:
             raise
