@@ -102,6 +102,15 @@ class Netlist:
         if not isinstance(bit, str):
             self.loads.setdefault(bit, set()).add((cell, pin))
 
+    def replace_bit(self, cell: str, pin: str, old: Any, new: Any) -> None:
+        """Every `old` bit of a (possibly multi-bit) input pin connected to `new` instead."""
+        conn = self.cells[cell]["connections"]
+        conn[pin] = [new if b == old else b for b in conn[pin]]
+        if not isinstance(old, str):
+            self.loads[old].discard((cell, pin))
+        if not isinstance(new, str):
+            self.loads.setdefault(new, set()).add((cell, pin))
+
     def ff(self, name: str, pin: str) -> Any:
         return self.cells[name]["connections"].get(pin, ["0"])[0]
 
@@ -191,23 +200,28 @@ def absorb(module: dict, *, operands: bool = True) -> Packed:
     return Packed(dsps, removed, kept)
 
 
-def split_fanout(module: dict, group: int = DSP_GROUP) -> int:
+def _dsp_input(cell_type: str, pin: str) -> bool:
+    return cell_type == "MULT18X18D" and pin[0] in "AB"
+
+
+def split_fanout(module: dict, group: int = DSP_GROUP, *, load=_dsp_input, tag: str = "fan") -> int:
     """Give every plain flip-flop of `module` (a Yosys JSON module, changed in place) that
-    drives the inputs of more than `group` MULT18X18D a twin per further `group` of them, the
-    multipliers taken in name order; its other loads stay on it. Returns the twins added."""
+    drives more than `group` cells through pins `load(cell type, pin)` accepts (by default
+    the inputs of MULT18X18D) a twin per further `group` of those cells, taken in name order
+    (twin names: `<flip-flop>$<tag><n>`); its other loads stay on it. Returns the twins added."""
     net = Netlist(module)
     cells, names = net.cells, module.setdefault("netnames", {})
     fresh = max([b for b in net.driver] + [b for b in net.loads] + [1]) + 1
     added = 0
     for ff in sorted(n for n, c in cells.items() if is_plain(c)):
         q = net.ff(ff, "Q")
-        dsps: dict[str, list[str]] = {}
+        takers: dict[str, list[str]] = {}
         for cell, pin in net.loads.get(q, ()):
-            if cell and cells[cell]["type"] == "MULT18X18D" and pin[0] in "AB":
-                dsps.setdefault(cell, []).append(pin)
-        order = sorted(dsps)
+            if cell and load(cells[cell]["type"], pin):
+                takers.setdefault(cell, []).append(pin)
+        order = sorted(takers)
         for k in range(group, len(order), group):
-            twin = f"{ff}$fan{k // group}"
+            twin = f"{ff}${tag}{k // group}"
             cells[twin] = copy.deepcopy(cells[ff])
             cells[twin]["connections"]["Q"] = [fresh]
             for pin, bits in cells[twin]["connections"].items():
@@ -215,9 +229,9 @@ def split_fanout(module: dict, group: int = DSP_GROUP) -> int:
                     net.loads.setdefault(bits[0], set()).add((twin, pin))
             net.driver[fresh] = (twin, "Q")
             names[f"{twin}.Q"] = {"hide_name": 0, "bits": [fresh], "attributes": {}}
-            for dsp in order[k:k + group]:
-                for pin in dsps[dsp]:
-                    net.rewire_input(dsp, pin, fresh)
+            for cell in order[k:k + group]:
+                for pin in takers[cell]:
+                    net.replace_bit(cell, pin, q, fresh)
             fresh += 1
             added += 1
     return added

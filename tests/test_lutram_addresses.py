@@ -1,0 +1,75 @@
+"""compiler/pnr/lutram_addresses.py: a LUT RAM read-address register driving many
+TRELLIS_DPR16X4 gets a twin per few of them; the netlist after it computes what it did before,
+cycle by cycle on random stimulus in Icarus with the cell models of compiler/pnr/gate_sim.py."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from compiler.pnr import lutram_addresses
+from compiler.pnr.gate_sim import cell_library, cell_models
+from compiler.tools import yosys
+from helpers import needs_iverilog
+
+pytestmark = [pytest.mark.slow, needs_iverilog]
+
+# a 16 x 64 memory in LUT RAM (16 TRELLIS_DPR16X4), its read address registered
+MEMORY = """
+module top(input clk, input we, input [3:0] wa, input [63:0] wd, input [3:0] ra, output reg [63:0] rd);
+    reg [63:0] mem [0:15];
+    reg [3:0] ra_q;
+    always @(posedge clk) begin
+        if (we) mem[wa] <= wd;
+        ra_q <= ra;
+        rd <= mem[ra_q];
+    end
+endmodule
+"""
+
+
+def test_a_read_address_register_gets_a_twin_per_group_and_the_memory_reads_the_same(tmp_path):
+    (tmp_path / "top.v").write_text(MEMORY)
+    yosys("read_verilog top.v\nsynth_ecp5 -top top\nwrite_json netlist.json\n", cwd=tmp_path)
+    gold = json.loads((tmp_path / "netlist.json").read_text())
+    gate = json.loads(json.dumps(gold))
+    module = gate["modules"]["top"]
+    rams = [n for n, c in module["cells"].items() if c["type"] == "TRELLIS_DPR16X4"]
+    assert len(rams) == 16
+    assert lutram_addresses.split(module, group=4) == 4 * 3          # 4 address bits, 3 twins each
+    assert lutram_addresses.split(module, group=4) == 0              # nothing left to split
+    drives: dict[object, set[str]] = {}
+    for name in rams:
+        for pin, bits in module["cells"][name]["connections"].items():
+            if pin.startswith("RAD"):
+                for b in bits:
+                    drives.setdefault(b, set()).add(name)
+    assert len(drives) == 16 and all(len(r) == 4 for r in drives.values())
+    # the two netlists side by side on the same random writes and reads
+    for name, netlist in (("gold", gold), ("gate", gate)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"modules": {name: netlist["modules"]["top"]}}))
+        yosys(f"read_json {name}.json\nwrite_verilog -noattr {name}.v\n", cwd=tmp_path, log_name=f"{name}.log")
+    (tmp_path / "cells.v").write_text(cell_models())
+    (tmp_path / "tb.v").write_text("""
+module tb;
+  reg clk = 0; always #5 clk = ~clk;
+  reg we; reg [3:0] wa, ra; reg [63:0] wd; wire [63:0] a, b; integer i, errors = 0;
+  gold g(.clk(clk), .we(we), .wa(wa), .wd(wd), .ra(ra), .rd(a));
+  gate h(.clk(clk), .we(we), .wa(wa), .wd(wd), .ra(ra), .rd(b));
+  initial begin
+    for (i = 0; i < 400; i = i + 1) begin
+      // every word written first (a LUT RAM starts undefined), then random writes and reads
+      we = i < 16 || $random % 4 == 0; wa = i < 16 ? i : $random; ra = $random; wd = {$random, $random};
+      @(negedge clk);
+      if (i > 20 && a !== b) errors = errors + 1;
+      if (i > 20 && ^a === 1'bx) errors = errors + 1;
+    end
+    $display("errors %0d", errors); $finish;
+  end
+endmodule
+""")
+    subprocess.run(["iverilog", "-g2012", "-o", "tb.vvp", "-s", "tb", "-I", str(cell_library()), "tb.v", "gold.v",
+                    "gate.v", "cells.v"], cwd=tmp_path, check=True, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(["vvp", "-n", "tb.vvp"], cwd=tmp_path, capture_output=True, text=True, timeout=120).stdout
+    assert "errors 0" in out, out
