@@ -246,9 +246,14 @@ class Paths:
             out, loads = self.d.clk_q, max((self.width(u) for u in self.users.get(id(o), ()) if self._selects(o, u)),
                                            default=1)
         else:                                          # from a register: a fan-out value's copy drives its share
-            out = self.load_clk_q if isinstance(o, ir.Load) else self.d.clk_q + self.tails.get(id(o), 0.0)
+            out = self.load_clk_q if isinstance(o, ir.Load) else self.from_register(o)
             loads = fanout.get(id(o), self.fanout(o))
         return out + (self.d.route_ns(loads) if routed else 0.0)
+
+    def from_register(self, v: ir.Value) -> float:
+        """When `v` leaves its register: clock-to-out, and a LUT product's Y its tail later (the
+        chain's levels after its last register: product_tails)."""
+        return self.d.clk_q + self.tails.get(id(v), 0.0)
 
     def _arrive(self, v: ir.Op, r: int | None, ready, operands, fanout) -> float:
         wire = self.is_wire(v)
@@ -280,8 +285,7 @@ class Paths:
         accumulator's one-cycle loop, its value only followed."""
         structural = latency.get(id(v), 0) > 0 and v.op not in (K.ADD, K.SUB)
         if v.dtype.is_float or any(s.dtype.is_float for s in v.srcs) or structural:
-            # float logic, a registered unit (a product's Y comes its tail later: product_tails)
-            self.arrival[id(v)] = self.d.clk_q + self.tails.get(id(v), 0.0)
+            self.arrival[id(v)] = self.from_register(v)        # float logic, a registered unit
             return
         arrive = self._arrive(v, r, ready, operands, fanout)
         has_logic = self.own(v) > 0 or any(id(o) in self.arrival and self.arrival[id(o)] > self.d.clk_q
@@ -307,8 +311,7 @@ class Paths:
                 continue
             lat = latency.get(id(v), 0)
             if v.dtype.is_float or any(s.dtype.is_float for s in v.srcs) or (lat and v.op not in (K.ADD, K.SUB)):
-                # a unit's register (its stages: product_ns), a product's Y its tail later
-                self.arrival[id(v)] = self.d.clk_q + self.tails.get(id(v), 0.0)
+                self.arrival[id(v)] = self.from_register(v)    # a unit's register (its stages: product_ns)
                 continue
             r = None if ready.get(id(v)) is None else ready[id(v)] - lat
             arrive = self._arrive(v, r, ready, operands, fanout)
