@@ -40,7 +40,8 @@ stage past its limit is a FAIL naming the stage, and is not cached (a later run 
     netlist     only with `timing: {check_netlist: true}`: the netlist the timing stage places
                 (after compiler/pnr's packers) runs the design's exported testbench in Icarus
                 Verilog (compiler.pnr.gate_sim) -> netlist_check, its PASS line; a FAIL line
-                fails the point here (its Fmax would be a wrong design's), Icarus missing too
+                fails the point here (its Fmax would be a wrong design's); so does a netlist the
+                cell models cannot check (named), or Icarus missing
     timing      only with `timing: true` in the spec (EvalContext.timing): nextpnr places and
                 routes the netlist of the same Yosys run (compiler.pnr.timing) on a device chosen for
                 its size -> fmax_mhz, latency_us = cycles / fmax_mhz, pnr_device, pnr_package.

@@ -252,3 +252,18 @@ def test_a_dataflow_netlist_streams_its_samples(tmp_path):
                                                                  target_mhz=150), stream=x)
     check = check_netlist(design, _netlist(design, tmp_path), tmp_path / "gate")
     assert check.passed, check.message
+
+
+def test_a_netlist_with_a_mode_the_models_do_not_hold_is_not_checked(tmp_path):
+    """A block RAM whose ports differ in width (not modelled) stops the check with its name: the
+    netlist is neither passed nor failed."""
+    from compiler.tools import ToolError
+    case = designs.gemv_int8(M=16, K=256)
+    design = compile_model(*case.outputs, config=HardwareConfig(**CONFIGS["block-ram"]))
+    netlist = json.loads(_netlist(design, tmp_path).read_text())
+    ram = next(c for c in netlist["modules"]["top"]["cells"].values() if c["type"] == "DP16KD")
+    ram["parameters"]["DATA_WIDTH_B"] = "00000000000000000000000000000100"
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps(netlist))
+    with pytest.raises(ToolError, match="could not be checked: DP16KD .* is not modelled"):
+        check_netlist(design, odd, tmp_path / "gate")

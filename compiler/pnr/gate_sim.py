@@ -325,8 +325,9 @@ def check_netlist(design: Design, netlist_json: str | Path, folder: str | Path, 
                   backend: str = "cxxrtl", timeout: float | None = 3600) -> GateCheck:
     """Simulate the synthesised netlist of `design` (Yosys JSON, as compiler.synth.area writes
     it with `netlist=True`) with the design's exported testbench in `folder` (created). A
-    testbench that fails, or a primitive mode the models do not hold, gives passed=False and
-    the testbench's words; a missing Icarus Verilog or a tool that crashes raises ToolError."""
+    testbench that fails gives passed=False and its FAIL line; a primitive mode the models do
+    not hold (the netlist could not be checked), a missing Icarus Verilog or a tool that
+    crashes raises ToolError."""
     if target != "ecp5":
         raise ValueError(f"netlist simulation models the ECP5's cells only, not {target!r}")
     for tool in ("iverilog", "vvp"):
@@ -350,7 +351,11 @@ def check_netlist(design: Design, netlist_json: str | Path, folder: str | Path, 
         out, ok = (folder / "vvp.log").read_text(errors="replace"), False
         if "FAIL" not in out and "gate_sim:" not in out:
             raise
-    lines = [line for line in out.splitlines() if line.startswith(("PASS", "FAIL", "gate_sim:"))]
+    unmodelled = [line for line in out.splitlines() if line.startswith("gate_sim:")]
+    if unmodelled:
+        raise ToolError("gate_sim", f"the netlist could not be checked: {unmodelled[0][len('gate_sim: '):]}",
+                        out[-2000:], folder / "vvp.log")
+    lines = [line for line in out.splitlines() if line.startswith(("PASS", "FAIL"))]
     message = lines[-1] if lines else out.strip()[-300:]
     passed = ok and bool(_PASS.search(message))
     cycles = _CYCLES.search(message)
