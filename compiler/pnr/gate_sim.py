@@ -22,8 +22,8 @@ undefined), which reaches an output only if the design depends on it.
 Cost (measured 2026-12-02 on 2 cores beside other jobs): a GEMV of a few hundred cells checks in
 1-3 s, the 16x256 one with block RAMs (~1,000 cycles of run, 4,096 host writes) in ~20 s. Icarus
 does not scale to the largest designs: the KWS shape at 3 bits (67,000 cells, 265,000 host
-writes) took 44 minutes to compile and ran 81 more without finishing (stopped); AD08 (74,000 cells) over an hour to compile.
-So it is a check of a sweep's points and of small to mid-size designs; a C++ simulation of the
+writes) took 44 minutes to compile and ran 81 more without finishing (stopped); AD08
+(74,000 cells) over an hour to compile. So it is a check of a sweep's points and of small to mid-size designs; a C++ simulation of the
 netlist (CXXRTL, driven through the host bus) would be the way to check the largest ones.
 """
 from __future__ import annotations
