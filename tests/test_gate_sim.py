@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ import pytest
 
 import designs
 from compiler import HardwareConfig, compile_model
-from compiler.pnr.gate_sim import cell_library, cell_models, check_netlist
+from compiler.pnr.gate_sim import check_netlist, icarus
 from compiler.synth.area import synthesize
 from helpers import int8_mlp, needs_iverilog
 
@@ -23,12 +22,8 @@ pytestmark = [pytest.mark.slow, needs_iverilog]
 
 def run_models(tmp_path: Path, body: str) -> str:
     """Icarus on a testbench module `t` (body) beside the cell models; its printed lines."""
-    (tmp_path / "cells.v").write_text(cell_models())
     (tmp_path / "t.v").write_text(f"`timescale 1ns/1ps\nmodule t;\n{body}\nendmodule\n")
-    subprocess.run(["iverilog", "-g2012", "-o", "t.vvp", "-s", "t", "-I", str(cell_library()), "t.v", "cells.v"],
-                   cwd=tmp_path, check=True, capture_output=True, text=True, timeout=120)
-    run = subprocess.run(["vvp", "-n", "t.vvp"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    return run.stdout
+    return icarus(tmp_path, ["t.v"], top="t", timeout=300)[1]
 
 
 def _pins(prefix: str, n: int, bus: str) -> str:

@@ -166,7 +166,7 @@ module DP16KD({", ".join(inputs + outputs)});
   end else if (wra) mem[wa] <= merge(mem[wa], dwa, bea);
 
   always @(posedge clkB) begin
-    if (RSTB) begin latchB <= 0; rd = 0; end
+    if (RSTB) latchB <= 0;
     else if (enb) begin
       if (wrb) begin
         if (WRITEMODE_B == "WRITETHROUGH") latchB <= merge(mem[wb], diB, beb);
@@ -266,9 +266,9 @@ class GateCheck:
     """The outcome of one netlist simulation."""
     passed: bool
     cycles: int | None           # start to done, as the testbench counted it (the last sample's, streamed)
-    message: str                 # the testbench's PASS / FAIL line, or why it could not run
+    message: str                 # the testbench's PASS / FAIL line
     seconds: float               # Yosys + Icarus, the export's own simulation excluded
-    folder: Path                 # netlist.v, tb.v, the logs
+    folder: Path                 # netlist.v, tb.v, cells.v, the logs
 
 
 def cell_library() -> Path:
@@ -317,6 +317,21 @@ def cell_models() -> str:
     return f'{common}\n`include "ccu2c_sim.vh"\n\n{PRIMITIVES}'
 
 
+def icarus(folder: Path, sources: list[str], *, top: str = "tb", timeout: float | None = None) -> tuple[bool, str]:
+    """Icarus Verilog on `sources` (files in `folder`) beside every cell model (cells.v, written
+    here), simulation top `top`: (whether vvp exited 0, its output). A compile error, a time-out
+    or a missing tool raises ToolError; a simulation that ends in `$fatal` returns (False, ...)."""
+    (folder / "cells.v").write_text(cell_models())
+    run_tool(["iverilog", "-g2012", "-o", f"{top}.vvp", "-s", top, "-I", str(cell_library()), *sources, "cells.v"],
+             cwd=folder, log_name="iverilog.log", timeout=timeout)
+    try:
+        return True, run_tool(["vvp", "-n", f"{top}.vvp"], cwd=folder, log_name="vvp.log", timeout=timeout).output
+    except ToolError as exc:
+        if not exc.reason.startswith("exited with code"):
+            raise
+        return False, (folder / "vvp.log").read_text(errors="replace")
+
+
 _PASS = re.compile(r"PASS: .*?(\d+) cycles")
 _CYCLES = re.compile(r"(\d+) cycles")
 
@@ -340,17 +355,9 @@ def check_netlist(design: Design, netlist_json: str | Path, folder: str | Path, 
     export_design(design=design, out_dir=folder, backend=backend, top=TOP, timeout=timeout)
     t0 = time.perf_counter()
     netlist_verilog(Path(netlist_json), folder, target=target, timeout=timeout)
-    (folder / "cells.v").write_text(cell_models())
-    run_tool(["iverilog", "-g2012", "-o", "gate.vvp", "-s", "tb", "-I", str(cell_library()), "tb.v", "netlist.v",
-              "cells.v"],
-             cwd=folder, log_name="iverilog.log", timeout=timeout)
-    try:
-        run = run_tool(["vvp", "-n", "gate.vvp"], cwd=folder, log_name="vvp.log", timeout=timeout)
-        out, ok = run.output, True
-    except ToolError:                       # the testbench's $fatal: a FAIL, not a crash
-        out, ok = (folder / "vvp.log").read_text(errors="replace"), False
-        if "FAIL" not in out and "gate_sim:" not in out:
-            raise
+    ok, out = icarus(folder, ["tb.v", "netlist.v"], timeout=timeout)
+    if not ok and "FAIL" not in out and "gate_sim:" not in out:   # not the testbench's $fatal: a crash
+        raise ToolError("vvp", "the netlist's simulation stopped without a verdict", out[-2000:], folder / "vvp.log")
     unmodelled = [line for line in out.splitlines() if line.startswith("gate_sim:")]
     if unmodelled:
         raise ToolError("gate_sim", f"the netlist could not be checked: {unmodelled[0][len('gate_sim: '):]}",
