@@ -36,6 +36,11 @@ class Fold:
     stages: tuple[tuple[str, int, int, int], ...]   # (kernel, lanes, reduce_unroll, cycles)
 
 
+# What a lane costs beside its products, in products: its accumulator, its requantiser and its
+# output bank (the products and the adders that sum them are lanes x reduce_unroll either way).
+LANE_COST = 1
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -63,7 +68,13 @@ def candidates(kernel: ir.KernelIR, padded: bool = False) -> list[tuple[int, int
     lanes = sorted({f for b in inner for f in factors(b)} or {1})
     unrolls = sorted({f for b in reduces for f in factors(b)} or {1})
     pairs = [(lane, u) for lane in lanes for u in unrolls if lane * u <= MAX_PARALLEL]
-    return sorted(pairs, key=lambda p: (p[0] * p[1], -p[1]))
+    return sorted(pairs, key=lambda p: (cost(*p), p[0] * p[1], -p[1]))
+
+
+def cost(lanes: int, unroll: int) -> int:
+    """What a folding costs in products, the order fold=auto tries candidates in: its products
+    and LANE_COST for each lane."""
+    return lanes * unroll + LANE_COST * lanes
 
 
 def _work_bound(bounds: tuple[list[int], list[int]], base: int, lanes: int, unroll: int) -> float:
