@@ -219,8 +219,9 @@ class HardwareConfig:
         A graph that cannot be pipelined (a model output that later kernels also read) stays
         sequential and says why (Design.schedule_note).
     fold: "manual" (default) or "auto": with "auto" compile_model chooses each layer's lanes and
-        reduce_unroll itself (compiler/fold.py), the least parallelism (lanes x reduce_unroll) that
-        brings the layer's run to at most `target_interval` cycles, from divisors of its loop
+        reduce_unroll itself (compiler/fold.py), the cheapest folding (its products lanes x
+        reduce_unroll, and a product more per lane) that brings the layer's run to at most
+        `target_interval` cycles, from divisors of its loop
         bounds (FINN's SetFolding does the same per layer; more factors: `fold_factors`), so the stages balance; a target no
         folding reaches is a CompileError naming the closest interval. Needs target_interval;
         per-layer settings given with it are refused (the fold chooses them).

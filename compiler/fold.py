@@ -1,16 +1,20 @@
 """fold=auto: each layer's lanes and reduce_unroll chosen for a target interval.
 
 As FINN's SetFolding: a layer's parallelism (lanes x reduce_unroll, FINN's PE x SIMD) is raised
-until its stage takes at most the target, the least parallelism that does (the least area), so
-the stages balance: with schedule=dataflow the slowest stage sets the interval and no stage is
-faster than it needs to be. Candidates are divisors of the loop bounds the knobs unroll (lanes:
-the innermost output loops', reduce_unroll: the reductions'), so no lane or tree input is gated
-off (with fold_factors: padded, also the least factor for each count of steps, ceil(bound /
-steps), whose last step leaves lanes idle: fewer multipliers where a bound has few divisors,
-256 = 2^8); at equal parallelism a wider reduction goes first (as SetFolding raises SIMD before PE: it
-keeps the output banks few). A stage's cycles are counted exactly, from the kernel built with
-the candidate (the same passes compile_model runs). With schedule=sequential the target bounds
-the sum of the kernels' runs: the slowest layer is raised step by step until the sum fits.
+until its stage takes at most the target, the cheapest folding that does, so the stages balance:
+with schedule=dataflow the slowest stage sets the interval and no stage is faster than it needs
+to be. A folding costs its products and, for each lane, one product more (`cost`): a lane is an
+accumulator, a requantiser and an output bank, where the products and the adders that sum them
+are lanes x reduce_unroll either way; so at equal parallelism a wider reduction goes first (as
+SetFolding raises SIMD before PE), and a few more products are worth many fewer lanes (the KWS
+shape at w4a6, target 400: 6 x 32 for a 256 x 256 layer where the least parallelism is 86 x 2,
+45,233 LUTs instead of 78,732 synthesised; docs/dataflow.md). Candidates are divisors of the loop
+bounds the knobs unroll (lanes: the innermost output loops', reduce_unroll: the reductions'), so
+no lane or tree input is gated off (with fold_factors: padded, also the least factor for each
+count of steps, ceil(bound / steps), whose last step leaves lanes idle: fewer multipliers where a
+bound has few divisors, 256 = 2^8). A stage's cycles are counted exactly, from the kernel built
+with the candidate (the same passes compile_model runs). With schedule=sequential the target
+bounds the sum of the kernels' runs: the slowest layer is raised step by step until the sum fits.
 
 With schedule=dataflow a hand-over is in place (no copy, one beat of latency instead of two:
 hw/dataflow.py) only when the producer stores the buffer in the layout its one consumer reads it
@@ -38,6 +42,9 @@ class Fold:
 
 # What a lane costs beside its products, in products: its accumulator, its requantiser and its
 # output bank (the products and the adders that sum them are lanes x reduce_unroll either way).
+# One product is a round figure, not a fit: it leaves the fold's picks where lanes are few and
+# stops it buying a few products with many lanes (module docstring); with DSP products it trades
+# a DSP for a lane's LUTs.
 LANE_COST = 1
 
 
@@ -60,9 +67,9 @@ def _unrolled_bounds(kernel: ir.KernelIR) -> tuple[list[int], list[int]]:
 
 
 def candidates(kernel: ir.KernelIR, padded: bool = False) -> list[tuple[int, int]]:
-    """(lanes, reduce_unroll) pairs in the order fold=auto tries them: least parallelism first,
-    the wider reduction first at equal parallelism; factors of the loop bounds, divisors only
-    unless `padded` (fold_factors)."""
+    """(lanes, reduce_unroll) pairs in the order fold=auto tries them: the cheapest first (`cost`),
+    then the least parallelism, then the wider reduction; factors of the loop bounds, divisors
+    only unless `padded` (fold_factors)."""
     inner, reduces = _unrolled_bounds(kernel)
     factors = _factors if padded else _divisors
     lanes = sorted({f for b in inner for f in factors(b)} or {1})
@@ -162,7 +169,7 @@ def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig,
                 if c is None or c > target:
                     continue
                 pick = pick or (lanes, unroll, c)
-                # the least parallelism whose copies fit too; else the least that meets the
+                # the cheapest folding whose copies fit too; else the cheapest that meets the
                 # target alone (the copies then set the interval, as the design reports)
                 if flow is None or flow.copies_fit(picks + [(lanes, unroll, c)], i, target):
                     fits = (lanes, unroll, c)
@@ -332,8 +339,10 @@ def _in_place(flow: _Handovers, lists, picks, target: int):
 
 def _within_budget(kernels, config, buffers, outputs) -> Fold:
     """The least target interval whose fold spends at most `config.fold_budget` multipliers
-    (lanes x reduce_unroll summed over the layers), found by bisection: a fold's parallelism
-    never rises with the target (each layer takes the least that meets it)."""
+    (lanes x reduce_unroll summed over the layers), found by bisection: a fold's cost never rises
+    with the target (each layer takes the cheapest that meets it), and its multipliers with it but
+    for the few a layer may take to save lanes (`cost`), so the interval found is the least or
+    within a step of it, and always within the budget."""
     budget = config.fold_budget
     if budget < len(kernels):
         raise CompileError(f"fold=auto: fold_budget={budget} multipliers is fewer than the model's {len(kernels)} "

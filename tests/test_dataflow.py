@@ -318,9 +318,10 @@ def test_fold_auto_prefers_foldings_that_hand_over_in_place():
 
 def test_padded_fold_factors_take_fewer_multipliers_at_the_same_interval():
     """fold_factors: padded also splits a loop by factors that leave lanes idle in its last step
-    (32 outputs in 11 lanes: 3 steps): 68 multipliers where divisors need 102 for the same 40
-    cycles; each layer still the least parallelism that fits, the copies between its layouts
-    (an element a cycle: 11 and 8 lanes share no group) inside the beat, every sample bit-exact."""
+    (32 outputs in 5 lanes: 7 steps): 71 multipliers where divisors need 102 for the same 40
+    cycles; each layer still the cheapest folding that fits, the copies between its layouts
+    (an element a cycle: 5 lanes and a 7-way reduction share no group) inside the beat, every
+    sample bit-exact."""
     from compiler.fold import candidates, stage_cycles
     sizes, target = [20, 32, 32, 6], 40
     folds = {}
@@ -337,7 +338,7 @@ def test_padded_fold_factors_take_fewer_multipliers_at_the_same_interval():
         xs = [np.random.default_rng(n).integers(-128, 128, sizes[0]).astype(np.int8) for n in range(3)]
         for v, r in zip(xs, simulate_many(d, [{x: v} for v in xs], backend="pysim")):
             np.testing.assert_array_equal(r.outputs[0], _mlp_numpy(sizes, v, seed=3))
-    assert folds == {"divisors": 102, "padded": 68}
+    assert folds == {"divisors": 102, "padded": 71}
     assert any(p.width == 1 for p in d.phases if type(p).__name__ == "Copy")
     with pytest.raises(ValueError, match="fold_factors='padded' is how fold='auto' chooses"):
         HardwareConfig(fold_factors="padded")
@@ -345,12 +346,12 @@ def test_padded_fold_factors_take_fewer_multipliers_at_the_same_interval():
 
 def test_a_padded_fold_keeps_its_copies_within_the_target():
     """A copy between layouts that share no group of lanes moves an element a cycle: folded by
-    its stages alone, [12, 30, 30, 4] at 24 gives 5 lanes on the 30 hidden outputs and a 2-way
-    reduction reading them (gcd 1: 30 cycles and the lag, interval 32). The fold takes for each
-    layer the least parallelism whose copies fit too (here the last layer 2x5, reading the 5
-    lanes as they are): interval 24, for 2 more multipliers, and bit-exact."""
+    its stages alone, [12, 30, 22, 4] at 16 gives 11 lanes on the 22 hidden outputs and an
+    8-way reduction reading them (gcd 1: 22 cycles and the lag, interval 24). The fold takes for
+    each layer the cheapest folding whose copies fit too (here the last layer 2x11, reading the
+    11 lanes as they are): interval 16, for 6 more multipliers, and bit-exact."""
     from compiler import fold
-    sizes, target = [12, 30, 30, 4], 24
+    sizes, target = [12, 30, 22, 4], 16
     designs = {}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(fold._Handovers, "copies_fit", lambda *_: True)       # the stages alone
@@ -362,9 +363,9 @@ def test_a_padded_fold_keeps_its_copies_within_the_target():
                 schedule="dataflow", fold="auto", target_interval=target, fold_factors="padded", fp_pipeline=3),
                 stream=x)
     par = {c: [dict(st)["lanes"] * dict(st)["reduce_unroll"] for _, st in d.config.layers] for c, (_, d) in designs.items()}
-    assert designs[False][1].cycle_model().interval == 32 and par[False] == [30, 75, 8]
+    assert designs[False][1].cycle_model().interval == 24 and par[False] == [60, 165, 16]
     x, d = designs[True]
-    assert d.cycle_model().interval == max(c for _, c in d.flow.stage_cycles) == target and par[True] == [30, 75, 10]
+    assert d.cycle_model().interval == max(c for _, c in d.flow.stage_cycles) == target and par[True] == [60, 165, 22]
     xs = [np.random.default_rng(n).integers(-128, 128, sizes[0]).astype(np.int8) for n in range(2)]
     for v, r in zip(xs, simulate_many(d, [{x: v} for v in xs], backend="pysim")):
         np.testing.assert_array_equal(r.outputs[0], _mlp_numpy(sizes, v, seed=5))
