@@ -340,9 +340,9 @@ def _in_place(flow: _Handovers, lists, picks, target: int):
 def _within_budget(kernels, config, buffers, outputs) -> Fold:
     """The least target interval whose fold spends at most `config.fold_budget` multipliers
     (lanes x reduce_unroll summed over the layers), found by bisection: a fold's cost never rises
-    with the target (each layer takes the cheapest that meets it), and its multipliers with it but
-    for the few a layer may take to save lanes (`cost`), so the interval found is the least or
-    within a step of it, and always within the budget."""
+    with the target (each layer takes the cheapest that meets it), nor its multipliers but for the
+    few a layer may take at a looser target to save lanes (`cost`): there the bisection may stop
+    above the least interval, never past the budget."""
     budget = config.fold_budget
     if budget < len(kernels):
         raise CompileError(f"fold=auto: fold_budget={budget} multipliers is fewer than the model's {len(kernels)} "
