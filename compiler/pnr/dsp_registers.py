@@ -94,13 +94,9 @@ class Netlist:
         return src[0] if src and src[1] == "Q" and is_plain(self.cells[src[0]]) else None
 
     def rewire_input(self, cell: str, pin: str, bit: Any) -> None:
-        conn = self.cells[cell]["connections"]
-        old = conn[pin][0]
-        if not isinstance(old, str):
-            self.loads[old].discard((cell, pin))
-        conn[pin] = [bit]
-        if not isinstance(bit, str):
-            self.loads.setdefault(bit, set()).add((cell, pin))
+        """A one-bit input pin connected to `bit` instead of what drove it."""
+        (old,) = self.cells[cell]["connections"][pin]
+        self.replace_bit(cell, pin, old, bit)
 
     def replace_bit(self, cell: str, pin: str, old: Any, new: Any) -> None:
         """Every `old` bit of a (possibly multi-bit) input pin connected to `new` instead."""
