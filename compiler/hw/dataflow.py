@@ -372,7 +372,14 @@ class DataflowTopHW(TopHW):
                 # cycle): the compare of the beat counter was on the way to every source bank's
                 # read address (the digits CNN at target_mhz 200: `bctr` -> a copy's address,
                 # 9.0 ns, 3.1 of it logic)
-                reads = begin | registered(m, running_next & (bctr_next < L), f"copy{c}_on")
+                # Each copy makes its first cycle's `begin` from a `running` of its own, and keeps
+                # its flag apart (Yosys had merged the flags of copies of one length): one
+                # `begin` and one flag for every copy were a route across the die to a far
+                # copy's count (AD08 at target 76, seed 1: `running` -> copy 0's count, 8.7 ns,
+                # 4.0 of it one route)
+                own = registered(m, running_d, f"copy{c}_running", duplicate=True)
+                reads = (self.start & ~own) | registered(m, running_next & (bctr_next < L), f"copy{c}_on",
+                                                         duplicate=True)
             reading = Mux(reads, c, none)
             if sync_reads:
                 active = Signal(name=f"copy{c}_active")
