@@ -227,7 +227,11 @@ class DataflowTopHW(TopHW):
             m.submodules[f"k{i}"] = k
         flow, B = self.flow, self.flow.beat
         sync_reads = self.kernels[0].config.mem_read == "sync"
-        running = Signal()
+        # `running` kept apart from its copies (the host's `host_runs_`, each copy's own): Yosys
+        # merged it into one of them, and that copy, drawn to its own group's block RAMs, drove the
+        # beat's logic from there (the KWS shape at w4a6: `host_runs_13` -> `host_stops_12`, a net
+        # of 13.2 ns)
+        running = Signal(attrs={DUPLICATE_ATTRIBUTE: 1} if self.fanout else {})
         bctr = Signal(range(B + 1))
         # the next cycle's `running` and `bctr`: their registers' inputs, which the flags set a
         # cycle ahead below (the kernels' ring banks, the copies' reads) are computed from
