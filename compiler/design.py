@@ -11,8 +11,8 @@ from .config import HardwareConfig
 from .frontend import Graph
 from .hw.kernel import KernelHW, is_pipelined, read_ports
 from .hw.pipeline import Schedule, kernel_paths, schedule
-from .timing_model import (Estimate, delays, dsp_blocks, in_block_ram, memory_to_dsp_ns, placed, product_ns,
-                           word_read_registered, word_write_ns)
+from .timing_model import (DSP_SITE, Estimate, delays, in_block_ram, memory_to_dsp_ns, placed, product_ns,
+                           product_sites, word_read_registered, word_write_ns)
 from .hw.program import Program, build_program
 from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow
 from .hw.top import Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, plan
@@ -222,11 +222,10 @@ class Design:
             products += [(a, b, sched.product_regs, direct) for a, b, direct in prods]
             if ns > worst.period_ns:
                 worst = Estimate(ns, f"{k.name}: {what}")
-        lut_products = self.config.mul == "lut" or (self.config.mul == "auto" and
-                                                    len(products) > dsp_blocks(self.config.timing_part().family))
+        sites = product_sites(self.config.mul, len(products), d.family)
         for a, b, registers, direct in set(products):
-            ns, what = product_ns(min(a, b), max(a, b), registers, lut_products, d)
-            if direct and not lut_products and memory_to_dsp_ns(d) > ns:
+            ns, what = max(product_ns(min(a, b), max(a, b), registers, s.lut, d, far=s.far) for s in sites)
+            if direct and DSP_SITE in sites and memory_to_dsp_ns(d) > ns:
                 ns, what = memory_to_dsp_ns(d), f"read data into a {a}x{b} DSP product's input register"
             if ns > worst.period_ns:
                 worst = Estimate(ns, what)

@@ -53,6 +53,7 @@ class Delays:
     dsp: float               # MULT18X18D, inputs to product, no registers
     dsp_clk_q: float         # its output register's clock to out
     dsp_route: float         # a route between a DSP block's column and the fabric logic around it
+    dsp_route_far: float     # a DSP block's output to an adder tree placed with a kernel's LUT products
     bram_clk_q: float        # DP16KD clock to data out without its output register
     bram_clk_q_reg: float    # with it
 
@@ -78,7 +79,7 @@ def _ecp5(speed: int, scale: float) -> Delays:
     return Delays("ecp5", speed, clk_q=0.525 * scale, setup=0.1 * scale, lut=0.236 * scale,
                   carry_in=0.447 * scale, carry2=0.071 * scale, carry_out=0.44 * scale,
                   route=1.3 * scale, route_fanout=0.35 * scale, dsp=3.9 * scale, dsp_clk_q=0.74 * scale,
-                  dsp_route=4.0 * scale,
+                  dsp_route=4.0 * scale, dsp_route_far=7.9 * scale,
                   bram_clk_q=5.6 * scale, bram_clk_q_reg=1.0 * scale)
 
 
@@ -89,8 +90,37 @@ DELAYS: Mapping[tuple[str, int | None], Delays] = {
     # iCE40 HX (icestorm timing): LUT4 ~0.45, carry ~0.13 per bit; routing as slow or slower
     ("ice40", None): Delays("ice40", None, clk_q=0.54, setup=0.2, lut=0.45, carry_in=0.4, carry2=0.26,
                             carry_out=0.4, route=1.5, route_fanout=0.4, dsp=6.0, dsp_clk_q=1.0, dsp_route=3.0,
+                            dsp_route_far=3.0,
                             bram_clk_q=2.2, bram_clk_q_reg=2.2),
 }
+
+
+@dataclass(frozen=True)
+class ProductSite:
+    """Where an integer product is built, for its stages' delays: in LUTs, or in a DSP block
+    whose output is routed to its adder tree beside the block (`far` False) or to one placed with
+    the kernel's LUT products, across the die (True)."""
+    lut: bool
+    far: bool = False
+
+
+LUT_SITE, DSP_SITE, FAR_DSP_SITE = ProductSite(True), ProductSite(False), ProductSite(False, True)
+
+
+def product_sites(mul: str, products: int, family: str, *, kernel: bool = False) -> tuple[ProductSite, ...]:
+    """Where `mul` puts `products` integer products (compiler/synth/multipliers.py), as timed:
+    in DSP blocks (dsp; auto within the family's DSP blocks), in LUTs (lut), or past the DSP
+    blocks (auto) some in each, the DSP blocks' outputs routed far: the adder tree sums LUT
+    products too, so the placer keeps it with them while the DSP blocks spread over the die's DSP
+    rows (the KWS shape at w4a6, fold 32x11 6x32 32x6 2x4, target_mhz 85: a DSP block's output to
+    three adders, 13.9 ns, 7.85 of it one route from x=114 to x=36, where a DSP product beside its
+    tree routes in about 4). The products of one `kernel` (the pipeline's registers): auto within
+    the DSP blocks timed as LUT products, since the design's other kernels may take the blocks."""
+    if mul == "dsp":
+        return (DSP_SITE,)
+    if mul == "auto" and products > dsp_blocks(family):
+        return (LUT_SITE, FAR_DSP_SITE)
+    return (LUT_SITE,) if mul == "lut" or kernel else (DSP_SITE,)
 
 
 def dsp_blocks(family: str) -> int:
@@ -179,15 +209,17 @@ class Paths:
     def width(self, v: ir.Value) -> int:
         return self.widths.get(id(v), v.dtype.bits)
 
-    def product_tails(self, products, registers: int, lut: bool) -> None:
-        """Each of `products` (integer products of data, `registers` cycles long) hands its users
-        its Y product_tail_ns after its last register: an ECP5 LUT product's last levels and the
-        adders after it are one stage (the KWS 3-bit shape at target_mhz 100: a 3x3 product's
-        second carry chain, a LUT and three adders, 10.8 ns, where the stage was modelled from
-        the product's register)."""
+    def product_tails(self, products, registers: int, sites: tuple[ProductSite, ...]) -> None:
+        """Each of `products` (integer products of data, `registers` cycles long, built at any of
+        `sites`) hands its users its Y product_tail_ns after its last register, the latest of its
+        sites': an ECP5 LUT product's last levels and the adders after it are one stage (the KWS
+        3-bit shape at target_mhz 100: a 3x3 product's second carry chain, a LUT and three adders,
+        10.8 ns, where the stage was modelled from the product's register), and so are a DSP
+        block's output route and those adders."""
         for v in products:
             a, b = self.width(v.srcs[0]), self.width(v.srcs[1])
-            self.tails[id(v)] = product_tail_ns(min(a, b), max(a, b), registers, lut, self.d)
+            self.tails[id(v)] = max(product_tail_ns(min(a, b), max(a, b), registers, s.lut, self.d, far=s.far)
+                                    for s in sites)
 
     def fanout(self, v: ir.Value) -> int:
         """The loads of `v`'s net: one per user, the width of a multiplexer it selects."""
@@ -322,13 +354,14 @@ class Paths:
         return worst, what
 
 
-def product_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays) -> tuple[float, str]:
+def product_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays, *,
+               far: bool = False) -> tuple[float, str]:
     """(ns, what) of the slowest stage of an integer product `registers` cycles long, from its
     registered operand copies (hw/datapath.Product), up to and including the adder it feeds when
     its last levels are not registered. In a MULT18X18D: the copies move into its input
     registers and its first register into its output register (compiler/pnr/dsp_registers.py), so
     its stages are the multiplier itself and its output routed to the adder (or, from two
-    registers, to a landing register in the fabric). In LUTs on ECP5 (lut_multiplier.chain_module):
+    registers, to a landing register in the fabric), a far route (ProductSite) when `far`. In LUTs on ECP5 (lut_multiplier.chain_module):
     a row per bit of the narrower operand on carry chains, cut where chain_cuts says
     (_chain_stages); elsewhere (the radix-4 module): the multiples A and 3A, a 4:1 multiplexer
     row per two bits of B, a tree of adders; one register in the tree's middle, from two one
@@ -336,19 +369,20 @@ def product_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays) -
     width = a_bits + b_bits
     adder = d.route_ns(1) + d.carry_ns(width)                       # the adder the product feeds
     if not lut:
+        out_route = d.dsp_route_far if far else d.dsp_route
         # the register before the operand copies into the block's input registers; the block
         inside = max(d.overhead + d.dsp_route, d.overhead + d.dsp)
-        land = d.dsp_clk_q + d.dsp_route + d.setup                  # its output to a landing register
+        land = d.dsp_clk_q + out_route + d.setup                    # its output to a landing register
         if max(a_bits, b_bits) > 18:   # pieces of a DSP block each: their sum in the fabric
             sum_ns = d.route_ns(1) + d.carry_ns(width) + d.setup
             if registers >= 3:         # each piece registered in its block and landed, then summed (Product.split)
                 return max(inside, land, d.clk_q + sum_ns), f"a {a_bits}x{b_bits} DSP product in pieces"
             if registers == 2:         # each piece registered in its block, summed the next cycle
-                return max(inside, d.dsp_clk_q + d.dsp_route + sum_ns - d.route_ns(1)), \
+                return max(inside, d.dsp_clk_q + out_route + sum_ns - d.route_ns(1)), \
                     f"a {a_bits}x{b_bits} DSP product in pieces"
-            return d.overhead + d.dsp + d.dsp_route + sum_ns - d.route_ns(1), \
+            return d.overhead + d.dsp + out_route + sum_ns - d.route_ns(1), \
                 f"a {a_bits}x{b_bits} DSP product summed unregistered"
-        out = land if registers >= 2 else d.dsp_clk_q + d.dsp_route + d.carry_ns(width) + d.setup
+        out = land if registers >= 2 else d.dsp_clk_q + out_route + d.carry_ns(width) + d.setup
         return max(inside, out), f"a {a_bits}x{b_bits} DSP product"
     if d.family == "ecp5":
         return d.overhead + max(_chain_stages(a_bits, b_bits, registers, d)), f"a {a_bits}x{b_bits} LUT product"
@@ -396,7 +430,7 @@ def _chain_stages(a_bits: int, b_bits: int, registers: int, d: Delays) -> list[f
     return stages
 
 
-def product_tail_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays) -> float:
+def product_tail_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays, *, far: bool = False) -> float:
     """How much later than a register's output a product's Y is, before its route to its users:
     an ECP5 LUT product's levels after its last register when Y is not one (a 3x3 product with
     one register: the second of its two levels, a carry chain), a DSP block's output register
@@ -405,7 +439,8 @@ def product_tail_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Dela
     if registers <= 0:
         return 0.0
     if not lut:
-        return 0.0 if registers >= 2 else d.dsp_clk_q - d.clk_q + d.dsp_route - d.route_ns(1)
+        return 0.0 if registers >= 2 else \
+            d.dsp_clk_q - d.clk_q + (d.dsp_route_far if far else d.dsp_route) - d.route_ns(1)
     if d.family != "ecp5":
         return 0.0
     return _chain_split(a_bits, b_bits, registers, d)[1]
@@ -558,10 +593,11 @@ def word_read_registered(banks: int, width: int, depth: int, config: HardwareCon
             and word_write_ns(banks, width, depth, d)[0] > 1000.0 / config.target_mhz)
 
 
-def product_registers(shapes, period_ns: float, lut: bool, d: Delays, least: int = 1) -> int:
+def product_registers(shapes, period_ns: float, sites: tuple[ProductSite, ...], d: Delays, least: int = 1) -> int:
     """The fewest registers (from `least`, at most 3) that fit every product of operand widths
-    `shapes` into `period_ns` (product_ns); 3 when none does."""
+    `shapes`, at each of `sites`, into `period_ns` (product_ns); 3 when none does."""
     for registers in range(least, 4):
-        if all(product_ns(min(a, b), max(a, b), registers, lut, d)[0] <= period_ns for a, b in shapes):
+        if all(product_ns(min(a, b), max(a, b), registers, s.lut, d, far=s.far)[0] <= period_ns
+               for a, b in shapes for s in sites):
             return registers
     return 3

@@ -14,9 +14,9 @@ from tinygrad import Tensor, dtypes
 import designs
 from compiler import HardwareConfig, compile_model, ir, simulate, simulate_many
 from compiler.devices import find_device
-from compiler.timing_model import (DELAYS, PLACED_PERIOD_NS, delays, logic_ns, placed_period_ns, product_ns,
-                                   product_registers, word_read_registered, word_write_ns,
-                                   write_hit_ns)
+from compiler.timing_model import (DELAYS, DSP_SITE, FAR_DSP_SITE, LUT_SITE, PLACED_PERIOD_NS, delays, logic_ns,
+                                   placed_period_ns, product_ns, product_registers, product_sites, product_tail_ns,
+                                   word_read_registered, word_write_ns, write_hit_ns)
 from dse.models import zoo
 from helpers import assert_exact, run_zoo, same_bits
 
@@ -73,10 +73,28 @@ def test_a_lut_product_takes_more_registers_for_a_faster_clock():
     slow = [product_ns(8, 8, r, True, d)[0] for r in (1, 2, 3)]
     assert slow[0] >= slow[1] > slow[2]
     assert product_ns(3, 3, 1, True, d)[0] > product_ns(3, 3, 2, True, d)[0]
-    regs = [product_registers([(8, 8)], 1000 / mhz, True, d) for mhz in (60, 120, 150, 200, 300)]
+    regs = [product_registers([(8, 8)], 1000 / mhz, (LUT_SITE,), d) for mhz in (60, 120, 150, 200, 300)]
     assert regs == sorted(regs) and regs[0] == 1 and regs[-1] == 3
     # a DSP product's stages are shorter than a LUT product's
-    assert product_registers([(8, 8)], 1000 / 150, False, d) <= product_registers([(8, 8)], 1000 / 150, True, d)
+    assert product_registers([(8, 8)], 1000 / 150, (DSP_SITE,), d) <= product_registers([(8, 8)], 1000 / 150, (LUT_SITE,), d)
+
+
+def test_products_past_the_dsp_blocks_are_timed_at_both_sites():
+    """mul: auto past the part's DSP blocks builds some products in each: a kernel's registers and
+    its products' tails are those of the slower site, the DSP blocks' outputs routed across the
+    die to the adder tree the LUT products share (product_sites)."""
+    d = DELAYS[("ecp5", 6)]
+    assert product_sites("auto", 10, "ecp5") == (DSP_SITE,)
+    assert product_sites("auto", 10, "ecp5", kernel=True) == (LUT_SITE,)
+    assert product_sites("auto", 400, "ecp5") == (LUT_SITE, FAR_DSP_SITE)
+    assert product_sites("lut", 400, "ecp5") == (LUT_SITE,) and product_sites("dsp", 400, "ecp5") == (DSP_SITE,)
+    far = product_tail_ns(4, 6, 1, False, d, far=True)
+    assert far - product_tail_ns(4, 6, 1, False, d) == pytest.approx(d.dsp_route_far - d.dsp_route)
+    assert far > product_tail_ns(4, 6, 1, True, d)
+    # a DSP product's output landed in the fabric from two registers: the far route is its stage
+    assert product_ns(8, 8, 2, False, d, far=True)[0] == pytest.approx(d.dsp_clk_q + d.dsp_route_far + d.setup)
+    assert product_registers([(8, 8)], 1000 / 120, (LUT_SITE, FAR_DSP_SITE), d) >= \
+        product_registers([(8, 8)], 1000 / 120, (LUT_SITE,), d)
 
 
 # ------------------------------------------------------------------ bit-exact at a target clock

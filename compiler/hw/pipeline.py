@@ -509,12 +509,13 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
                                load_clk_q=load_clk_q(d, level >= LOAD_LEVEL, config.mem_read == "sync")) \
         if level >= FANOUT_LEVEL and config.target_mhz is not None else None
     product_regs = product_registers(level)
-    if clock:                                  # as many as the products' stages need (LUT products
-        products = [v for v in order if is_product_of_data(v)]                  # unless mul: dsp)
+    if clock:                                  # as many as the products' stages need where they
+        products = [v for v in order if is_product_of_data(v)]           # are built (product_sites)
         shapes = [(clock.width(v.srcs[0]), clock.width(v.srcs[1])) for v in products]
-        product_regs = timing_model.product_registers(shapes, 1000.0 / config.target_mhz, config.mul != "dsp",
+        sites = timing_model.product_sites(config.mul, len(products), d.family, kernel=True)
+        product_regs = timing_model.product_registers(shapes, 1000.0 / config.target_mhz, sites,
                                                       clock.d, least=product_regs)
-        clock.product_tails(products, product_regs, config.mul != "dsp")
+        clock.product_tails(products, product_regs, sites)
         if config.mul != "lut" and level >= LOAD_LEVEL and \
                 timing_model.memory_to_dsp_ns(clock.d) > 1000.0 / config.target_mhz:
             # read data a DSP product takes passes a level of copies in the fabric first, as a
@@ -678,8 +679,9 @@ def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
     floating = {id(v) for v in order if sched.ready.get(id(v)) is None}
     paths = timing_model.Paths(kernel, d, order, operands, config,
                                load_clk_q=load_clk_q(d, sched.register_loads, sched.sync_reads))
-    paths.product_tails([v for v in order if is_product_of_data(v) and sched.unit_stages.get(id(v), 1) >= 2],
-                        sched.product_regs, config.mul != "dsp")
+    products = [v for v in order if is_product_of_data(v)]
+    paths.product_tails([v for v in products if sched.unit_stages.get(id(v), 1) >= 2], sched.product_regs,
+                        timing_model.product_sites(config.mul, len(products), d.family, kernel=True))
     ns, what = paths.measure(order, sched.ready, sched.latency, sched.fanout, operands, floating)
     products = tuple((paths.width(v.srcs[0]), paths.width(v.srcs[1]),
                       sched.register_loads and any(is_read_data(s) and not sched.broadcast.get(id(s)) for s in v.srcs[:2]))
