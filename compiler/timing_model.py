@@ -114,7 +114,7 @@ def product_sites(mul: str, products: int, family: str, *, kernel: bool = False)
     products too, so the placer keeps it with them while the DSP blocks spread over the die's DSP
     rows (the KWS shape at w4a6, fold 32x11 6x32 32x6 2x4, target_mhz 85: a DSP block's output to
     three adders, 13.9 ns, 7.85 of it one route from x=114 to x=36, where a DSP product beside its
-    tree routes in about 4). The products of one `kernel` (the pipeline's registers): auto within
+    tree routes in about 4), and the operand copies the LUT products share with them. The products of one `kernel` (the pipeline's registers): auto within
     the DSP blocks timed as LUT products, since the design's other kernels may take the blocks."""
     if mul == "dsp":
         return (DSP_SITE,)
@@ -361,28 +361,32 @@ def product_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays, *
     its last levels are not registered. In a MULT18X18D: the copies move into its input
     registers and its first register into its output register (compiler/pnr/dsp_registers.py), so
     its stages are the multiplier itself and its output routed to the adder (or, from two
-    registers, to a landing register in the fabric), a far route (ProductSite) when `far`. In LUTs on ECP5 (lut_multiplier.chain_module):
-    a row per bit of the narrower operand on carry chains, cut where chain_cuts says
+    registers, to a landing register in the fabric), the routes far ones (ProductSite) when
+    `far`. In LUTs on ECP5 (lut_multiplier.chain_module): a row per bit of the narrower operand
+    on carry chains, cut where chain_cuts says
     (_chain_stages); elsewhere (the radix-4 module): the multiples A and 3A, a 4:1 multiplexer
     row per two bits of B, a tree of adders; one register in the tree's middle, from two one
     after the multiples, with three one on Y."""
     width = a_bits + b_bits
     adder = d.route_ns(1) + d.carry_ns(width)                       # the adder the product feeds
     if not lut:
-        out_route = d.dsp_route_far if far else d.dsp_route
+        # far: the operand copies, which the LUT products share, are placed with them too (AD08,
+        # fold 76, target_mhz 200, seed 1: a copy into a DSP block's input register, 8.4 ns of
+        # one route, its critical path)
+        route = d.dsp_route_far if far else d.dsp_route
         # the register before the operand copies into the block's input registers; the block
-        inside = max(d.overhead + d.dsp_route, d.overhead + d.dsp)
-        land = d.dsp_clk_q + out_route + d.setup                    # its output to a landing register
+        inside = max(d.overhead + route, d.overhead + d.dsp)
+        land = d.dsp_clk_q + route + d.setup                        # its output to a landing register
         if max(a_bits, b_bits) > 18:   # pieces of a DSP block each: their sum in the fabric
             sum_ns = d.route_ns(1) + d.carry_ns(width) + d.setup
             if registers >= 3:         # each piece registered in its block and landed, then summed (Product.split)
                 return max(inside, land, d.clk_q + sum_ns), f"a {a_bits}x{b_bits} DSP product in pieces"
             if registers == 2:         # each piece registered in its block, summed the next cycle
-                return max(inside, d.dsp_clk_q + out_route + sum_ns - d.route_ns(1)), \
+                return max(inside, d.dsp_clk_q + route + sum_ns - d.route_ns(1)), \
                     f"a {a_bits}x{b_bits} DSP product in pieces"
-            return d.overhead + d.dsp + out_route + sum_ns - d.route_ns(1), \
+            return d.overhead + d.dsp + route + sum_ns - d.route_ns(1), \
                 f"a {a_bits}x{b_bits} DSP product summed unregistered"
-        out = land if registers >= 2 else d.dsp_clk_q + out_route + d.carry_ns(width) + d.setup
+        out = land if registers >= 2 else d.dsp_clk_q + route + d.carry_ns(width) + d.setup
         return max(inside, out), f"a {a_bits}x{b_bits} DSP product"
     if d.family == "ecp5":
         return d.overhead + max(_chain_stages(a_bits, b_bits, registers, d)), f"a {a_bits}x{b_bits} LUT product"
