@@ -114,8 +114,9 @@ def product_sites(mul: str, products: int, family: str, *, kernel: bool = False)
     products too, so the placer keeps it with them while the DSP blocks spread over the die's DSP
     rows (the KWS shape at w4a6, fold 32x11 6x32 32x6 2x4, target_mhz 85: a DSP block's output to
     three adders, 13.9 ns, 7.85 of it one route from x=114 to x=36, where a DSP product beside its
-    tree routes in about 4), and the operand copies the LUT products share with them. The products of one `kernel` (the pipeline's registers): auto within
-    the DSP blocks timed as LUT products, since the design's other kernels may take the blocks."""
+    tree routes in about 4), and the operand copies the LUT products share with them. The
+    products of one `kernel` (the pipeline's registers): auto within the DSP blocks timed as LUT
+    products, since the design's other kernels may take the blocks."""
     if mul == "dsp":
         return (DSP_SITE,)
     if mul == "auto" and products > dsp_blocks(family):
@@ -363,8 +364,7 @@ def product_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays, *
     its stages are the multiplier itself and its output routed to the adder (or, from two
     registers, to a landing register in the fabric), the routes far ones (ProductSite) when
     `far`. In LUTs on ECP5 (lut_multiplier.chain_module): a row per bit of the narrower operand
-    on carry chains, cut where chain_cuts says
-    (_chain_stages); elsewhere (the radix-4 module): the multiples A and 3A, a 4:1 multiplexer
+    on carry chains, cut where chain_cuts says (_chain_stages); elsewhere (the radix-4 module): the multiples A and 3A, a 4:1 multiplexer
     row per two bits of B, a tree of adders; one register in the tree's middle, from two one
     after the multiples, with three one on Y."""
     width = a_bits + b_bits
