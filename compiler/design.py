@@ -224,7 +224,7 @@ class Design:
                 worst = Estimate(ns, f"{k.name}: {what}")
         sites = product_sites(self.config.mul, len(products), d.family)
         for a, b, registers, direct in set(products):
-            ns, what = max(product_ns(min(a, b), max(a, b), registers, s.lut, d, far=s.far) for s in sites)
+            ns, what = max(product_ns(min(a, b), max(a, b), registers, s, d) for s in sites)
             if direct and DSP_SITE in sites and memory_to_dsp_ns(d) > ns:
                 ns, what = memory_to_dsp_ns(d), f"read data into a {a}x{b} DSP product's input register"
             if ns > worst.period_ns:

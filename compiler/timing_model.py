@@ -103,6 +103,10 @@ class ProductSite:
     lut: bool
     far: bool = False
 
+    def dsp_route(self, d: Delays) -> float:
+        """A route between the DSP block and the fabric, at this site."""
+        return d.dsp_route_far if self.far else d.dsp_route
+
 
 LUT_SITE, DSP_SITE, FAR_DSP_SITE = ProductSite(True), ProductSite(False), ProductSite(False, True)
 
@@ -219,8 +223,7 @@ class Paths:
         block's output route and those adders."""
         for v in products:
             a, b = self.width(v.srcs[0]), self.width(v.srcs[1])
-            self.tails[id(v)] = max(product_tail_ns(min(a, b), max(a, b), registers, s.lut, self.d, far=s.far)
-                                    for s in sites)
+            self.tails[id(v)] = max(product_tail_ns(min(a, b), max(a, b), registers, s, self.d) for s in sites)
 
     def fanout(self, v: ir.Value) -> int:
         """The loads of `v`'s net: one per user, the width of a multiplexer it selects."""
@@ -355,25 +358,24 @@ class Paths:
         return worst, what
 
 
-def product_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays, *,
-               far: bool = False) -> tuple[float, str]:
+def product_ns(a_bits: int, b_bits: int, registers: int, site: ProductSite, d: Delays) -> tuple[float, str]:
     """(ns, what) of the slowest stage of an integer product `registers` cycles long, from its
     registered operand copies (hw/datapath.Product), up to and including the adder it feeds when
     its last levels are not registered. In a MULT18X18D: the copies move into its input
     registers and its first register into its output register (compiler/pnr/dsp_registers.py), so
     its stages are the multiplier itself and its output routed to the adder (or, from two
-    registers, to a landing register in the fabric), the routes far ones (ProductSite) when
-    `far`. In LUTs on ECP5 (lut_multiplier.chain_module): a row per bit of the narrower operand
-    on carry chains, cut where chain_cuts says (_chain_stages); elsewhere (the radix-4 module): the multiples A and 3A, a 4:1 multiplexer
-    row per two bits of B, a tree of adders; one register in the tree's middle, from two one
-    after the multiples, with three one on Y."""
+    registers, to a landing register in the fabric), the routes far ones at a far `site`. In
+    LUTs on ECP5 (lut_multiplier.chain_module): a row per bit of the narrower operand on carry
+    chains, cut where chain_cuts says (_chain_stages); elsewhere (the radix-4 module): the
+    multiples A and 3A, a 4:1 multiplexer row per two bits of B, a tree of adders; one register
+    in the tree's middle, from two one after the multiples, with three one on Y."""
     width = a_bits + b_bits
     adder = d.route_ns(1) + d.carry_ns(width)                       # the adder the product feeds
-    if not lut:
+    if not site.lut:
         # far: the operand copies, which the LUT products share, are placed with them too (AD08,
         # fold 76, target_mhz 200, seed 1: a copy into a DSP block's input register, 8.4 ns of
         # one route, its critical path)
-        route = d.dsp_route_far if far else d.dsp_route
+        route = site.dsp_route(d)
         # the register before the operand copies into the block's input registers; the block
         inside = max(d.overhead + route, d.overhead + d.dsp)
         land = d.dsp_clk_q + route + d.setup                        # its output to a landing register
@@ -434,7 +436,7 @@ def _chain_stages(a_bits: int, b_bits: int, registers: int, d: Delays) -> list[f
     return stages
 
 
-def product_tail_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Delays, *, far: bool = False) -> float:
+def product_tail_ns(a_bits: int, b_bits: int, registers: int, site: ProductSite, d: Delays) -> float:
     """How much later than a register's output a product's Y is, before its route to its users:
     an ECP5 LUT product's levels after its last register when Y is not one (a 3x3 product with
     one register: the second of its two levels, a carry chain), a DSP block's output register
@@ -442,9 +444,8 @@ def product_tail_ns(a_bits: int, b_bits: int, registers: int, lut: bool, d: Dela
     0 where Y is a register in the fabric (paths in the adder tree start there)."""
     if registers <= 0:
         return 0.0
-    if not lut:
-        return 0.0 if registers >= 2 else \
-            d.dsp_clk_q - d.clk_q + (d.dsp_route_far if far else d.dsp_route) - d.route_ns(1)
+    if not site.lut:
+        return 0.0 if registers >= 2 else d.dsp_clk_q - d.clk_q + site.dsp_route(d) - d.route_ns(1)
     if d.family != "ecp5":
         return 0.0
     return _chain_split(a_bits, b_bits, registers, d)[1]
@@ -601,7 +602,6 @@ def product_registers(shapes, period_ns: float, sites: tuple[ProductSite, ...], 
     """The fewest registers (from `least`, at most 3) that fit every product of operand widths
     `shapes`, at each of `sites`, into `period_ns` (product_ns); 3 when none does."""
     for registers in range(least, 4):
-        if all(product_ns(min(a, b), max(a, b), registers, s.lut, d, far=s.far)[0] <= period_ns
-               for a, b in shapes for s in sites):
+        if all(product_ns(min(a, b), max(a, b), registers, s, d)[0] <= period_ns for a, b in shapes for s in sites):
             return registers
     return 3

@@ -70,13 +70,14 @@ def test_a_lut_product_takes_more_registers_for_a_faster_clock():
     d = DELAYS[("ecp5", 6)]
     # an 8x8 chain product's tree has 3 levels: one register after 2 of them, two add Y's (its
     # slowest stage, the first two levels, stays), three cut every level
-    slow = [product_ns(8, 8, r, True, d)[0] for r in (1, 2, 3)]
+    slow = [product_ns(8, 8, r, LUT_SITE, d)[0] for r in (1, 2, 3)]
     assert slow[0] >= slow[1] > slow[2]
-    assert product_ns(3, 3, 1, True, d)[0] > product_ns(3, 3, 2, True, d)[0]
+    assert product_ns(3, 3, 1, LUT_SITE, d)[0] > product_ns(3, 3, 2, LUT_SITE, d)[0]
     regs = [product_registers([(8, 8)], 1000 / mhz, (LUT_SITE,), d) for mhz in (60, 120, 150, 200, 300)]
     assert regs == sorted(regs) and regs[0] == 1 and regs[-1] == 3
     # a DSP product's stages are shorter than a LUT product's
-    assert product_registers([(8, 8)], 1000 / 150, (DSP_SITE,), d) <= product_registers([(8, 8)], 1000 / 150, (LUT_SITE,), d)
+    assert product_registers([(8, 8)], 1000 / 150, (DSP_SITE,), d) <= \
+        product_registers([(8, 8)], 1000 / 150, (LUT_SITE,), d)
 
 
 def test_products_past_the_dsp_blocks_are_timed_at_both_sites():
@@ -88,11 +89,11 @@ def test_products_past_the_dsp_blocks_are_timed_at_both_sites():
     assert product_sites("auto", 10, "ecp5", kernel=True) == (LUT_SITE,)
     assert product_sites("auto", 400, "ecp5") == (LUT_SITE, FAR_DSP_SITE)
     assert product_sites("lut", 400, "ecp5") == (LUT_SITE,) and product_sites("dsp", 400, "ecp5") == (DSP_SITE,)
-    far = product_tail_ns(4, 6, 1, False, d, far=True)
-    assert far - product_tail_ns(4, 6, 1, False, d) == pytest.approx(d.dsp_route_far - d.dsp_route)
-    assert far > product_tail_ns(4, 6, 1, True, d)
+    far = product_tail_ns(4, 6, 1, FAR_DSP_SITE, d)
+    assert far - product_tail_ns(4, 6, 1, DSP_SITE, d) == pytest.approx(d.dsp_route_far - d.dsp_route)
+    assert far > product_tail_ns(4, 6, 1, LUT_SITE, d)
     # a DSP product's output landed in the fabric from two registers: the far route is its stage
-    assert product_ns(8, 8, 2, False, d, far=True)[0] == pytest.approx(d.dsp_clk_q + d.dsp_route_far + d.setup)
+    assert product_ns(8, 8, 2, FAR_DSP_SITE, d)[0] == pytest.approx(d.dsp_clk_q + d.dsp_route_far + d.setup)
     assert product_registers([(8, 8)], 1000 / 120, (LUT_SITE, FAR_DSP_SITE), d) >= \
         product_registers([(8, 8)], 1000 / 120, (LUT_SITE,), d)
 

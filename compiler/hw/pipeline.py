@@ -679,9 +679,9 @@ def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
     floating = {id(v) for v in order if sched.ready.get(id(v)) is None}
     paths = timing_model.Paths(kernel, d, order, operands, config,
                                load_clk_q=load_clk_q(d, sched.register_loads, sched.sync_reads))
-    products = [v for v in order if is_product_of_data(v)]
-    paths.product_tails([v for v in products if sched.unit_stages.get(id(v), 1) >= 2], sched.product_regs,
-                        timing_model.product_sites(config.mul, len(products), d.family, kernel=True))
+    of_data = [v for v in order if is_product_of_data(v)]
+    paths.product_tails([v for v in of_data if sched.unit_stages.get(id(v), 1) >= 2], sched.product_regs,
+                        timing_model.product_sites(config.mul, len(of_data), d.family, kernel=True))
     ns, what = paths.measure(order, sched.ready, sched.latency, sched.fanout, operands, floating)
     products = tuple((paths.width(v.srcs[0]), paths.width(v.srcs[1]),
                       sched.register_loads and any(is_read_data(s) and not sched.broadcast.get(id(s)) for s in v.srcs[:2]))
