@@ -167,6 +167,8 @@ def test_whole_word_writes_through_the_host_bus_are_bit_exact(M, K, lanes, memor
     # shared, each member selects its fields with a copy of the group's `use` of its own
     assert all(f"\\{p.name}_wr_use\n" in rtlil for p in words)
     assert all((f"\\{p.name}_g_wr_use\n" in rtlil) == shared for p in words[:1])
+    # shared, the member compare starts from a register per member (its term), not its stage flags
+    assert all((f"\\{p.name}_wr_hit_same\n" in rtlil) == shared for p in words)
     got = cdt.from_words(designs.run_on_host_bus(design, order=order), cdt.INT32)
     assert np.array_equal(got, want)
 

@@ -47,7 +47,8 @@ its word read (always registered: the block's output register costs no flip-flop
 multiplexers and its own register of which fields the override replaces, made from its own
 stage flags (so no logic of the group drives every member's merge). A write takes fields from
 an earlier one only if both went to the same memory: the address compare is registered as the
-write arrives, the member compare made a cycle later from the stages' flags. The w4a8 GEMV
+write arrives, the member compare a cycle later from a register per member (its term: the write
+is its own, and so was the earlier one) made as the write arrives. The w4a8 GEMV
 128x784 at 12 x 56, `target_mhz: 120`: 75 packed block RAMs, 54,341 -> 43,479 flip-flops, 37,165 -> 31,404 LUTs. A host-only memory alone holds
 the bus's data once, not once per bank.
 """
@@ -166,8 +167,8 @@ def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr:
     # a write arrives is left out (the any of every bank's enable, a tree of LUTs on the way): a
     # flag without one makes an override that no write uses (its merge is not written, and a
     # later write takes it only from a valid pending write). Shared, the address compare is
-    # that register and the member is compared a cycle later, from the stages' flags: the
-    # write merged next went to the same member as the earlier one.
+    # that register and the member is compared a cycle later, from a register per member made
+    # as the write arrives: the write merged next went to the same member as the earlier one.
     groups = range(0, n * width, HIT_GROUP)
     hits, same_address = [], []
     for s, (pend, what, _, _) in enumerate(earlier):
@@ -176,8 +177,16 @@ def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr:
             hits.append([registered(m, same, f"{name}_wr_{what}{g // HIT_GROUP}", duplicate=True) for g in groups]
                         if registered_read else [same] * len(groups))
             continue
+        # Each member's term of the compare is a register of its own, made as the write arrives
+        # (its any-enable and stage flag then are its stage flags now), so the OR over the members starts from registers the placer can keep by
+        # the override instead of from the stage flags, which sit by their block RAMs across
+        # the die (the KWS shape at w4a6, target_mhz 92, seeds 1 and 3: a member's write-valid
+        # flag -> four LUTs of the compare -> the override, 11.6 and 13.2 ns, 9.9 and 12.0 of
+        # it routing).
+        terms = [registered(m, any_ & flags[s], f"{mem.name}_wr_{what}_same", duplicate=True)
+                 for mem, flags, any_ in zip(members, valid, anys)]
         member = Signal(name=f"{name}_wr_{what}_member")
-        m.d.comb += member.eq(Cat(*(flags[0] & flags[s + 1] for flags in valid)).any())
+        m.d.comb += member.eq(Cat(*terms).any())
         same_address.append([registered(m, pend == waddr, f"{name}_wr_{what}{g // HIT_GROUP}", duplicate=True)
                              for g in groups])
         hits.append([hit & member for hit in same_address[-1]])
