@@ -128,7 +128,7 @@ def synth_pnr(design, name: str, args, root: Path) -> dict:
                 reports.append(place_and_route(
                     area.netlist_path, "ecp5", root / name / "pnr" / (f"seed{seed}" if len(args.seeds) > 1 else ""),
                     timeout=args.timeout, device=args.device, seed=seed, router="router2", placer=args.placer,
-                    freq_mhz=args.freq))
+                    freq_mhz=args.freq, regroup=args.regroup))
         except ToolError as exc:
             row.update(fmax_mhz=None, reason=f"place-and-route did not finish: {exc.reason}")
             return row
@@ -137,6 +137,7 @@ def synth_pnr(design, name: str, args, root: Path) -> dict:
         rep = ranked[(len(ranked) - 1) // 2]
         row.update(fmax_mhz=rep.fmax_mhz, fits=rep.fits, reason=rep.reason, device=rep.device,
                    critical_path=rep.critical_path, fmax_seeds=[r.fmax_mhz for r in reports], seeds=args.seeds,
+                   regrouped=[r.regrouped for r in reports],
                    pnr_s=round(time.perf_counter() - t, 1))
     return row
 
@@ -263,6 +264,9 @@ def main() -> int:
     ap.add_argument("--no-synth", action="store_true", help="simulate only: no synthesis, no place-and-route")
     ap.add_argument("--freq", type=float, default=100.0)
     ap.add_argument("--placer", default="static", help="nextpnr's placer (static, heap, sa)")
+    ap.add_argument("--regroup", action="store_true",
+                    help="place once, deal each family of copies' loads by position, then place and route "
+                         "(compiler/pnr/replicas.py)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1],
                     help="nextpnr's seeds: each design placed and routed once per seed, the median seed's row")
     ap.add_argument("--device", default="LFE5U-85F", help="the part placed and routed on (LFE5U-85F-8: speed grade 8)")

@@ -258,6 +258,13 @@ endmodule
        ", ".join(f"P{i}" for i in range(36)), ", ".join(f"A{i}" for i in reversed(range(18))),
        ", ".join(f"B{i}" for i in reversed(range(18))), ", ".join(f"P{i}" for i in reversed(range(36))))
 
+LUT4_MODEL = """
+module LUT4(input A, input B, input C, input D, output Z);
+    parameter [15:0] INIT = 0;
+    assign Z = INIT[{D, C, B, A}];
+endmodule
+"""
+
 
 def cells_of(netlist: dict) -> dict:
     return netlist["modules"]["top"]["cells"]

@@ -8,7 +8,7 @@ import re
 
 from compiler.pnr.carry_chains import absorb_carry_ins, absorb_operand_luts, disconnect_unread
 from compiler.tools import find_tool, run_tool, yosys
-from helpers import CELL_MODELS, cells_of, equivalent
+from helpers import CELL_MODELS, LUT4_MODEL, cells_of, equivalent
 
 # a carry half-cell as the ECP5 has it: LUT4 (INIT over A, B, C, D) the propagate, the LUT2 of
 # INIT's low four bits (over A, B) the generate; the rewrite never sets INJECT1
@@ -23,11 +23,7 @@ module CCU2C(input CIN, input A0, input B0, input C0, input D0, input A1, input 
     assign S1 = p1 ^ middle;
     assign COUT = p1 ? middle : INIT1[{B1, A1}];
 endmodule
-module LUT4(input A, input B, input C, input D, output Z);
-    parameter [15:0] INIT = 0;
-    assign Z = INIT[{D, C, B, A}];
-endmodule
-"""
+""" + LUT4_MODEL
 
 # two registered 6-bit adders and a subtractor: three carry chains, no carry-out read
 ADDERS = """

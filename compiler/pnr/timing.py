@@ -74,11 +74,11 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import bram_registers, carry_chains, dsp_registers, lutram_addresses
+from . import bram_registers, carry_chains, dsp_registers, lutram_addresses, replicas
 from ..cache import PNR
 from ..devices import (DEVICES, FAMILIES, RESOURCE_NAMES, SPEED_GRADES, Device, choose_devices, find_device,
                        resource_needs)
@@ -113,6 +113,7 @@ class TimingReport:
     nextpnr_version: str = ""
     fmax_source: str = ""                   # "report.json" or "log"
     critical_path: str = ""                 # the slowest register-to-register path, from report.json
+    regrouped: int = 0                      # loads dealt to another copy by a first placement (replicas)
     cached: bool = False
 
     @property
@@ -417,15 +418,18 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
                     timeout: float | None = 600, device: str | None = None, package: str | None = None,
                     freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = DEFAULT_SEED, use_cache: bool = True,
                     precheck: bool = True, router: str = DEFAULT_ROUTER,
-                    placer: str = DEFAULT_PLACER) -> TimingReport:
+                    placer: str = DEFAULT_PLACER, regroup: bool = False) -> TimingReport:
     """Place and route a Yosys JSON netlist (synthesised for `target`) with nextpnr.
 
     `device` / `package` force a part (e.g. "25k", "hx8k") and package instead of choosing
     them (module docstring). `timeout` bounds the whole call, retries on larger devices
     included. `precheck=False` skips the capacity check from the cell counts and lets
     nextpnr find out (it is how the check is itself tested). `router`, `placer`: see the
-    module docstring. Returns fits=False with a reason when the design cannot be held; raises
-    ToolError when nextpnr fails otherwise."""
+    module docstring. `regroup`: on ECP5, place once without routing, deal the loads of each
+    family of copies by where they landed (compiler/pnr/replicas.py), then place and route that
+    netlist (the report's `seconds` hold both runs, `regrouped` the loads dealt anew). Returns
+    fits=False with a reason when the design cannot be held; raises ToolError when nextpnr
+    fails otherwise."""
     if target not in FAMILIES:
         raise ValueError(f"no place-and-route for target {target!r}; known: {', '.join(FAMILIES)} "
                          "(xilinx has no open-source place-and-route here)")
@@ -469,13 +473,24 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
 
         def placed(settings: dict) -> TimingReport:
             argv = nextpnr_argv(dev, pkg, top=top, clock=clock, **settings)
-            key = _cache_key(digest, argv, version)
             run_dir = workdir / dev.name
+            body, first_s, moved = data, 0.0, 0
+            if regroup and target == "ecp5" and replicas.families(netlist["modules"][top]):
+                left = None if deadline is None else max(1.0, deadline - time.monotonic())
+                where, first_s = _first_placement(data, digest, run_dir / "first", argv=argv, version=version,
+                                                  use_cache=use_cache, timeout=left)
+                if where:
+                    copy = json.loads(data)
+                    moved = replicas.regroup(copy["modules"][top], where)
+                    body = json.dumps(copy).encode() if moved else data
+            key = _cache_key(hashlib.sha256(body).hexdigest(), argv, version)
             if use_cache and (hit := _cache_read(key, run_dir)) is not None:
                 return hit
             left = None if deadline is None else max(1.0, deadline - time.monotonic())
-            report = _run(data, run_dir, argv=argv, dev=dev, pkg=pkg, target=target, needs=needs, settings=settings,
+            report = _run(body, run_dir, argv=argv, dev=dev, pkg=pkg, target=target, needs=needs, settings=settings,
                           version=version, timeout=left)
+            if first_s or moved:
+                report = replace(report, seconds=report.seconds + first_s, regrouped=moved)
             if use_cache:
                 _cache_write(key, report, run_dir)
             return report
@@ -531,6 +546,32 @@ def _run(netlist: bytes, run_dir: Path, *, argv: list[str], dev: Device, pkg: st
     fmax = min(clocks.values()) if clocks else None
     return TimingReport(True, fmax, seconds=run.seconds, log_path=str(run.log_path), clocks=clocks,
                         utilisation=util, fmax_source=source, critical_path=crit, **common)
+
+
+def _first_placement(netlist: bytes, digest: str, run_dir: Path, *, argv: list[str], version: str, use_cache: bool,
+                     timeout: float | None) -> tuple[dict[str, replicas.Point], float]:
+    """(cell -> position, seconds) of the netlist placed without routing, with the final run's
+    options (`argv`) and `--write`; cached by the netlist and options like a run. No positions
+    when nextpnr cannot place it (the full run then says why)."""
+    argv = [a for a in argv if a not in ("--report", "report.json")] + ["--no-route", "--write", "placed.json"]
+    key = PNR.key({"netlist": digest, "argv": argv, "nextpnr": version, "pass": "positions"})
+    if use_cache and (entry := PNR.read(key)) is not None:
+        return {k: tuple(v) for k, v in entry["positions"].items()}, 0.0
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "netlist.json").write_bytes(netlist)
+    write_clock_lpf(run_dir, argv, argv[argv.index("--package") + 1])
+    t0 = time.perf_counter()
+    try:
+        run_tool([find_tool(argv[0]), *argv[1:]], cwd=run_dir, log_name="nextpnr.log", timeout=timeout)
+        placed = json.loads((run_dir / "placed.json").read_text())
+    except (ToolError, OSError, json.JSONDecodeError):
+        return {}, time.perf_counter() - t0
+    where = replicas.positions(placed["modules"][_top_module(placed)])
+    seconds = time.perf_counter() - t0
+    (run_dir / "placed.json").unlink(missing_ok=True)            # tens of MB; the positions are cached
+    if use_cache:
+        PNR.write(key, {"positions": where, "seconds": seconds})
+    return where, seconds
 
 
 # ---------------------------------------------------------------------------------------------

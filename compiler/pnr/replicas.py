@@ -1,0 +1,106 @@
+"""Loads of equivalent flip-flops dealt among them by where a first placement put the loads.
+
+The compiler copies a register that drives consumers across the die (operand copies, one per
+OPERAND_GROUP products; address copies; hw/datapath.Copies), and dsp_registers gives a flip-flop
+a twin per few multipliers. Which consumers share a copy is decided before anything is placed:
+lane by lane, or by cell name. The placer then puts the consumers where the rest of their logic
+pulls them, and a copy's few consumers can land on both sides of the die: AD08 at fold 76,
+`target_mhz: 200` (2026-12-03, seeds 1 and 3): an operand copy into a multiplier's input
+register 8.2-8.4 ns of one route, from x=76 to x=8, its critical path. The copies of one value
+hold the same bit in every cycle, so any of its consumers may read any of them.
+
+`families` finds such flip-flops in a synthesised netlist (same cell type, parameters and every
+connection but Q: the copies Yosys keeps apart, DUPLICATE_ATTRIBUTE); `regroup` deals each
+family's consumers among its flip-flops by position, as many to each as it had, by recursive
+bisection along the wider side of their bounding box, so each copy serves a compact group and
+can sit in its middle. timing.place_and_route runs it between a placement-only nextpnr run and
+the real one (`regroup`), which finds the positions; the design, its simulation and its
+synthesis counts are unchanged (the netlist computes the same function; gate_sim checks it).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from .dsp_registers import Netlist
+
+Point = tuple[int, int]
+
+
+def families(module: dict) -> list[list[str]]:
+    """Groups of at least two TRELLIS_FF cells of `module` (a Yosys JSON module) that hold the
+    same value: the same parameters and the same nets on every pin but Q, each Q read by
+    something. In name order, each group and the groups by their first member."""
+    groups: dict[tuple, list[str]] = {}
+    for name, cell in module["cells"].items():
+        if cell["type"] != "TRELLIS_FF":
+            continue
+        conn = cell["connections"]
+        if "Q" not in conn:
+            continue
+        key = (tuple(sorted((k, str(v)) for k, v in cell.get("parameters", {}).items())),
+               tuple((pin, tuple(map(str, bits))) for pin, bits in sorted(conn.items()) if pin != "Q"))
+        groups.setdefault(key, []).append(name)
+    return sorted(sorted(g) for g in groups.values() if len(g) > 1)
+
+
+def deal(points: list[tuple[Point, Any]], sizes: list[int]) -> list[list[Any]]:
+    """`points` ((x, y), item) split into groups of `sizes` (summing to len(points)) by recursive
+    bisection: the first half of the sizes takes the items lowest along the wider side."""
+    if len(sizes) == 1:
+        return [[item for _, item in points]]
+    half = len(sizes) // 2
+    first = sum(sizes[:half])
+    xs, ys = [p[0] for p, _ in points], [p[1] for p, _ in points]
+    axis = 0 if max(xs) - min(xs) >= max(ys) - min(ys) else 1
+    ordered = sorted(points, key=lambda pi: (pi[0][axis], pi[0][1 - axis]))
+    return deal(ordered[:first], sizes[:half]) + deal(ordered[first:], sizes[half:])
+
+
+def regroup(module: dict, where: Mapping[str, Point]) -> int:
+    """Deal each family's loads among its flip-flops by the loads' positions `where` (cell name ->
+    (x, y)), each flip-flop keeping as many loading cells as it had; every pin of a cell that
+    reads the family goes to the flip-flop its cell was dealt to. A family whose loads are not
+    all placed cells (a module port, a cell `where` lacks) is left as it is. Returns the loading
+    cells that changed flip-flop."""
+    net = Netlist(module)
+    cells = module["cells"]
+    moved = 0
+    for family in families(module):
+        q = {ff: cells[ff]["connections"]["Q"][0] for ff in family}
+        others = set(q.values())
+        users: dict[str, str] = {}                  # loading cell -> the member it reads now
+        for ff in family:
+            for cell, _pin in net.loads_of(q[ff]):
+                users.setdefault(cell, ff)
+        if not users or any(not cell or cell not in where for cell in users) or \
+                len({ff for ff in users.values()}) < 2:
+            continue
+        sizes = [sum(1 for c in users if users[c] == ff) for ff in family]
+        members = [ff for ff, n in zip(family, sizes) if n]
+        groups = deal(sorted((where[c], c) for c in users), [n for n in sizes if n])
+        # each group to the member that already serves most of it (fewest pins rewired)
+        taken: set[str] = set()
+        for group in sorted(groups, key=len, reverse=True):
+            ff = max((m for m in members if m not in taken), key=lambda m: sum(users[c] == m for c in group))
+            taken.add(ff)
+            for cell in group:
+                moved += users[cell] != ff
+                for pin, bits in list(cells[cell]["connections"].items()):
+                    for old in {b for b in bits if b in others and b != q[ff]}:
+                        net.replace_bit(cell, pin, old, q[ff])
+    return moved
+
+
+_BEL = re.compile(r"X(\d+)/Y(\d+)/")
+
+
+def positions(placed: Mapping[str, Any]) -> dict[str, Point]:
+    """Cell name -> (x, y) of a nextpnr `--write` netlist's top module, from each placed cell's
+    NEXTPNR_BEL."""
+    out: dict[str, Point] = {}
+    for name, cell in placed["cells"].items():
+        m = _BEL.match(str(cell.get("attributes", {}).get("NEXTPNR_BEL", "")))
+        if m:
+            out[name] = (int(m.group(1)), int(m.group(2)))
+    return out

@@ -1,0 +1,138 @@
+"""compiler/pnr/replicas.py: the loads of flip-flops that hold one value dealt among them by
+where a first placement put the loads."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from compiler.pnr.replicas import deal, families, positions, regroup
+
+
+def _ff(d: int, q: int, **params) -> dict:
+    return {"type": "TRELLIS_FF", "parameters": {"GSR": "DISABLED", **params},
+            "port_directions": {"CLK": "input", "DI": "input", "Q": "output"},
+            "connections": {"CLK": [2], "DI": [d], "Q": [q]}}
+
+
+def _lut(a: int, z: int, b: int | str = "0") -> dict:
+    return {"type": "LUT4", "parameters": {"INIT": "0110"},
+            "port_directions": {"A": "input", "B": "input", "Z": "output"},
+            "connections": {"A": [a], "B": [b], "Z": [z]}}
+
+
+def _module() -> dict:
+    """Two copies of net 10 (flip-flops c0, c1), each read by two LUTs, c0's at x 0 and 90, c1's
+    at x 5 and 95 (each copy serves both sides of the die); a third flip-flop with another
+    input; a LUT that reads both copies."""
+    cells = {"c0": _ff(10, 20), "c1": _ff(10, 21), "other": _ff(11, 22),
+             "l0": _lut(20, 30), "l90": _lut(20, 31), "l5": _lut(21, 32), "l95": _lut(21, 33),
+             "both": _lut(20, 34, b=21), "o": _lut(22, 35)}
+    return {"ports": {}, "cells": cells}
+
+
+WHERE = {"l0": (0, 10), "l90": (90, 10), "l5": (5, 11), "l95": (95, 11), "both": (50, 40), "o": (1, 1),
+         "c0": (45, 10), "c1": (50, 11)}
+
+
+def test_flip_flops_with_the_same_input_and_parameters_are_a_family():
+    module = _module()
+    assert families(module) == [["c0", "c1"]]
+    module["cells"]["c1"]["parameters"]["REGSET"] = "SET"       # resets to 1: not the same value
+    assert families(module) == []
+
+
+def test_deal_splits_by_the_wider_side_into_the_sizes_asked():
+    points = [((x, 0), f"p{x}") for x in (0, 90, 5, 95, 50)]
+    assert deal(points, [2, 3]) == [["p0", "p5"], ["p50", "p90", "p95"]]
+    tall = [((0, y), y) for y in (7, 1, 3, 9)]
+    assert deal(tall, [1, 1, 2]) == [[1], [3], [7, 9]]
+
+
+def test_regroup_gives_each_copy_the_loads_on_one_side():
+    module = _module()
+    moved = regroup(module, WHERE)
+    cells = module["cells"]
+    reads = lambda lut: {b for pin in ("A", "B") for b in cells[lut]["connections"][pin] if b != "0"}  # noqa: E731
+    # 5 loading cells, c0 had 3 (l0, l90, both) and c1 2: the left and the middle go to one copy
+    left, right = reads("l0") | reads("l5"), reads("l90") | reads("l95")
+    assert len(left) == 1 and len(right) == 1 and left != right
+    assert reads("both") == left or reads("both") == right
+    assert len(reads("both")) == 1                              # both its pins now read one copy
+    assert reads("o") == {22}                                   # not a family's: untouched
+    assert moved == 2
+    assert regroup(module, WHERE) == 0                         # dealt already: nothing moves
+
+
+def test_a_family_with_an_unplaced_load_stays_as_it_is():
+    module = _module()
+    before = json.dumps(module, sort_keys=True)
+    assert regroup(module, {k: v for k, v in WHERE.items() if k != "l95"}) == 0
+    module["ports"] = {"y": {"direction": "output", "bits": [20]}}
+    assert regroup(module, WHERE) == 0
+    module["ports"] = {}
+    assert json.dumps(module, sort_keys=True) == before
+
+
+def test_positions_read_nextpnr_bels():
+    placed = {"cells": {"a": {"attributes": {"NEXTPNR_BEL": "X12/Y34/SLICEA"}},
+                        "m": {"attributes": {"NEXTPNR_BEL": "X3/Y9/MULT18_0"}},
+                        "u": {"attributes": {}}}}
+    assert positions(placed) == {"a": (12, 34), "m": (3, 9)}
+
+
+@pytest.mark.parametrize("bad", ["", "somewhere"])
+def test_positions_skip_cells_without_a_bel(bad):
+    assert positions({"cells": {"a": {"attributes": {"NEXTPNR_BEL": bad}}}}) == {}
+
+
+# a register each of whose bits four LUTs read, then given a twin per bit that takes some of
+# its loads (as dsp_registers.split_fanout would), then regrouped by made-up positions
+COPIED = """
+module top(input clk, input [3:0] a, input [15:0] x, output reg [15:0] y);
+    reg [3:0] c;
+    always @(posedge clk) begin
+        c <= a;
+        y <= {4{c}} ^ x;
+    end
+endmodule
+"""
+
+
+@pytest.mark.slow
+def test_regrouped_copies_compute_what_the_one_register_did(tmp_path):
+    from compiler.pnr.dsp_registers import Netlist
+    from compiler.tools import yosys
+    from helpers import CELL_MODELS, LUT4_MODEL, equivalent
+    (tmp_path / "top.v").write_text(COPIED)
+    yosys("read_verilog top.v\nsynth_ecp5 -top top\nwrite_json netlist.json\n", cwd=tmp_path)
+    gold = json.loads((tmp_path / "netlist.json").read_text())
+    gate = json.loads(json.dumps(gold))
+    module = gate["modules"]["top"]
+    net, cells = Netlist(module), module["cells"]
+    fresh = max(b for c in cells.values() for bits in c["connections"].values() for b in bits
+                if not isinstance(b, str)) + 1
+    twins = 0
+    for name in [n for n, c in cells.items() if c["type"] == "TRELLIS_FF" and n.startswith("c_")]:
+        q = cells[name]["connections"]["Q"][0]
+        loads = sorted(net.loads_of(q))
+        if len(loads) < 2:
+            continue
+        cells[f"{name}$twin"] = json.loads(json.dumps(cells[name]))
+        cells[f"{name}$twin"]["connections"]["Q"] = [fresh]
+        for cell, pin in loads[: len(loads) // 2]:
+            net.replace_bit(cell, pin, q, fresh)
+        fresh, twins = fresh + 1, twins + 1
+    assert twins and len(families(module)) == twins
+    # the cells strewn along a line (not in name order, which the twins took): the deal moves some
+    where = {n: (i * 37 % 101, 0) for i, n in enumerate(sorted(cells))}
+    assert regroup(module, where) > 0
+    assert equivalent(gold, gate, tmp_path / "proof", models=CELL_MODELS + LUT4_MODEL)
+    # and the proof can fail: one load moved to a flip-flop of another bit
+    wrong = json.loads(json.dumps(gate))
+    a, b = (wrong["modules"]["top"]["cells"][f]["connections"]["Q"][0] for f in ("c_TRELLIS_FF_Q", "c_TRELLIS_FF_Q_1"))
+    victim = next(c for c in wrong["modules"]["top"]["cells"].values()
+                  if c["type"] == "LUT4" and any(bits == [a] for bits in c["connections"].values()))
+    pin = next(p for p, bits in victim["connections"].items() if bits == [a])
+    victim["connections"][pin] = [b]
+    assert not equivalent(gold, wrong, tmp_path / "wrong", models=CELL_MODELS + LUT4_MODEL)
