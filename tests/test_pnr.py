@@ -239,6 +239,26 @@ def test_int8_gemv_on_ecp5_has_a_plausible_fmax_and_is_cached(tmp_path, cache):
 
 
 @pytest.mark.slow
+def test_regrouped_copies_are_placed_with_the_hard_blocks_where_they_were(tmp_path, cache):
+    from compiler import HardwareConfig
+    design = compile_model(*designs.gemv_int8(16, 64).outputs,
+                           config=HardwareConfig(lanes=8, reduce_unroll=4, fp_pipeline=3))
+    area = synthesize(design, "ecp5", tmp_path / "synth", netlist=True)
+    report = place_and_route(area.netlist_path, "ecp5", tmp_path / "pnr", regroup=True)
+    assert report.fits and 20 < report.fmax_mhz < 400 and report.regrouped > 0
+    # the first placement's sites: the multipliers and block RAMs keep them in the run that counts
+    placed = json.loads((tmp_path / "pnr" / report.device / "netlist.json").read_text())
+    hard = [c for c in placed["modules"]["top"]["cells"].values() if c["type"] in ("MULT18X18D", "DP16KD")]
+    assert hard and all(c["attributes"].get("BEL") for c in hard)
+    assert (tmp_path / "pnr" / report.device / "first" / "nextpnr.log").exists()
+    # both runs cached: a second call runs nextpnr not at all
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(compiler.pnr.timing, "run_tool", lambda *a, **k: pytest.fail("nextpnr ran on a cache hit"))
+        again = place_and_route(area.netlist_path, "ecp5", tmp_path / "pnr2", regroup=True)
+    assert again.cached and (again.fmax_mhz, again.regrouped) == (report.fmax_mhz, report.regrouped)
+
+
+@pytest.mark.slow
 def test_nextpnr_own_verdict_when_the_device_is_too_small(tmp_path, cache):
     # 128 x 1024 int8 weights need 66 block RAMs; a 25F has 56
     area = synthesize(compile_model(*designs.gemv_int8(128, 1024).outputs), "ecp5", tmp_path / "synth",

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from compiler.pnr.replicas import deal, families, positions, regroup
+from compiler.pnr.replicas import deal, families, pin, positions, regroup
 
 
 def _ff(d: int, q: int, **params) -> dict:
@@ -77,8 +77,11 @@ def test_a_family_with_an_unplaced_load_stays_as_it_is():
 def test_positions_read_nextpnr_bels():
     placed = {"cells": {"a": {"attributes": {"NEXTPNR_BEL": "X12/Y34/SLICEA"}},
                         "m": {"attributes": {"NEXTPNR_BEL": "X3/Y9/MULT18_0"}},
-                        "u": {"attributes": {}}}}
-    assert positions(placed) == {"a": (12, 34), "m": (3, 9)}
+                        "u": {"attributes": {}},
+                        "s$CCU2_COMB1": {"attributes": {"NEXTPNR_BEL": "X5/Y6/SLICEA.K1"}},
+                        "s$CCU2_COMB0": {"attributes": {"NEXTPNR_BEL": "X5/Y6/SLICEA.K0"}}}}
+    # a carry cell nextpnr split in two halves is where its halves are
+    assert positions(placed) == {"a": (12, 34), "m": (3, 9), "s": (5, 6)}
 
 
 @pytest.mark.parametrize("bad", ["", "somewhere"])
@@ -136,3 +139,14 @@ def test_regrouped_copies_compute_what_the_one_register_did(tmp_path):
     pin = next(p for p, bits in victim["connections"].items() if bits == [a])
     victim["connections"][pin] = [b]
     assert not equivalent(gold, wrong, tmp_path / "wrong", models=CELL_MODELS + LUT4_MODEL)
+
+
+def test_pin_keeps_the_hard_blocks_where_the_first_placement_put_them():
+    module = {"cells": {"m": {"type": "MULT18X18D", "connections": {}}, "r": {"type": "DP16KD", "connections": {}},
+                        "l": {"type": "LUT4", "connections": {}}, "gone": {"type": "MULT18X18D", "connections": {}}}}
+    placed = {"cells": {"m": {"attributes": {"NEXTPNR_BEL": "X5/Y10/MULT18_0"}},
+                        "r": {"attributes": {"NEXTPNR_BEL": "X35/Y22/EBR2"}},
+                        "l": {"attributes": {"NEXTPNR_BEL": "X1/Y1/SLICEA"}}}}
+    assert pin(module, placed) == 2
+    assert {n: c.get("attributes", {}).get("BEL") for n, c in module["cells"].items()} == \
+        {"m": "X5/Y10/MULT18_0", "r": "X35/Y22/EBR2", "l": None, "gone": None}

@@ -14,8 +14,10 @@ connection but Q: the copies Yosys keeps apart, DUPLICATE_ATTRIBUTE); `regroup` 
 family's consumers among its flip-flops by position, as many to each as it had, by recursive
 bisection along the wider side of their bounding box, so each copy serves a compact group and
 can sit in its middle. timing.place_and_route runs it between a placement-only nextpnr run and
-the real one (`regroup`), which finds the positions; the design, its simulation and its
-synthesis counts are unchanged (the netlist computes the same function; gate_sim checks it).
+the real one (`regroup`), which finds the positions, and `pin`s the multipliers and block RAMs
+of the real one to the sites they had (else the placer, seeing the new groups, puts them
+elsewhere and the deal no longer fits). The design, its simulation and its synthesis counts
+are unchanged (the netlist computes the same function: the test proves it on a small one).
 """
 from __future__ import annotations
 
@@ -93,14 +95,35 @@ def regroup(module: dict, where: Mapping[str, Point]) -> int:
 
 
 _BEL = re.compile(r"X(\d+)/Y(\d+)/")
+_PACKED = re.compile(r"\$(CCU2_COMB\d|DPRAM_COMB\d)$")
+"""Suffixes of the cells nextpnr-ecp5 packs one of Yosys's into (a CCU2C's two halves, a LUT
+RAM's four): the first such cell placed gives the position of the cell it came from."""
+
+
+HARD = ("MULT18X18D", "DP16KD")
+"""Cells whose sites a regrouped netlist keeps from the first placement (`pin`): the copies
+were dealt by where those are, and the placer would otherwise put them elsewhere."""
+
+
+def pin(module: dict, placed: Mapping[str, Any], types: tuple[str, ...] = HARD) -> int:
+    """Give each cell of `module` of one of `types` the site nextpnr placed it at in `placed` (a
+    `--write` netlist's top module) as its BEL attribute, which nextpnr keeps. Returns the cells
+    pinned."""
+    n = 0
+    for name, cell in module["cells"].items():
+        bel = placed["cells"].get(name, {}).get("attributes", {}).get("NEXTPNR_BEL") if cell["type"] in types else None
+        if bel:
+            cell.setdefault("attributes", {})["BEL"] = bel
+            n += 1
+    return n
 
 
 def positions(placed: Mapping[str, Any]) -> dict[str, Point]:
     """Cell name -> (x, y) of a nextpnr `--write` netlist's top module, from each placed cell's
-    NEXTPNR_BEL."""
+    NEXTPNR_BEL, under the name the cell had in Yosys's netlist (_PACKED)."""
     out: dict[str, Point] = {}
     for name, cell in placed["cells"].items():
         m = _BEL.match(str(cell.get("attributes", {}).get("NEXTPNR_BEL", "")))
         if m:
-            out[name] = (int(m.group(1)), int(m.group(2)))
+            out.setdefault(_PACKED.sub("", name), (int(m.group(1)), int(m.group(2))))
     return out

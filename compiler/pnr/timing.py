@@ -427,7 +427,8 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
     nextpnr find out (it is how the check is itself tested). `router`, `placer`: see the
     module docstring. `regroup`: on ECP5, place once without routing, deal the loads of each
     family of copies by where they landed (compiler/pnr/replicas.py), then place and route that
-    netlist (the report's `seconds` hold both runs, `regrouped` the loads dealt anew). Returns
+    netlist with its multipliers and block RAMs at their first sites (the report's `seconds`
+    hold both runs, `regrouped` the loads dealt anew). Returns
     fits=False with a reason when the design cannot be held; raises ToolError when nextpnr
     fails otherwise."""
     if target not in FAMILIES:
@@ -477,12 +478,14 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
             body, first_s, moved = data, 0.0, 0
             if regroup and target == "ecp5" and replicas.families(netlist["modules"][top]):
                 left = None if deadline is None else max(1.0, deadline - time.monotonic())
-                where, first_s = _first_placement(data, digest, run_dir / "first", argv=argv, version=version,
+                first, first_s = _first_placement(data, digest, run_dir / "first", argv=argv, version=version,
                                                   use_cache=use_cache, timeout=left)
-                if where:
+                if first:
                     copy = json.loads(data)
-                    moved = replicas.regroup(copy["modules"][top], where)
-                    body = json.dumps(copy).encode() if moved else data
+                    moved = replicas.regroup(copy["modules"][top], replicas.positions(first))
+                    if moved:
+                        replicas.pin(copy["modules"][top], first)
+                        body = json.dumps(copy).encode()
             key = _cache_key(hashlib.sha256(body).hexdigest(), argv, version)
             if use_cache and (hit := _cache_read(key, run_dir)) is not None:
                 return hit
@@ -549,29 +552,32 @@ def _run(netlist: bytes, run_dir: Path, *, argv: list[str], dev: Device, pkg: st
 
 
 def _first_placement(netlist: bytes, digest: str, run_dir: Path, *, argv: list[str], version: str, use_cache: bool,
-                     timeout: float | None) -> tuple[dict[str, replicas.Point], float]:
-    """(cell -> position, seconds) of the netlist placed without routing, with the final run's
-    options (`argv`) and `--write`; cached by the netlist and options like a run. No positions
-    when nextpnr cannot place it (the full run then says why)."""
+                     timeout: float | None) -> tuple[dict[str, Any], float]:
+    """(placed cells, seconds) of the netlist placed without routing, with the final run's options
+    (`argv`) and `--write`: each cell's NEXTPNR_BEL, as `{"cells": {name: {"attributes": ...}}}`
+    (what replicas.positions and replicas.pin read); cached by the netlist and options like a
+    run. Nothing when nextpnr cannot place it (the full run then says why)."""
     argv = [a for a in argv if a not in ("--report", "report.json")] + ["--no-route", "--write", "placed.json"]
-    key = PNR.key({"netlist": digest, "argv": argv, "nextpnr": version, "pass": "positions"})
+    key = PNR.key({"netlist": digest, "argv": argv, "nextpnr": version, "pass": "placement"})
     if use_cache and (entry := PNR.read(key)) is not None:
-        return {k: tuple(v) for k, v in entry["positions"].items()}, 0.0
+        return entry["placed"], 0.0
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "netlist.json").write_bytes(netlist)
     write_clock_lpf(run_dir, argv, argv[argv.index("--package") + 1])
     t0 = time.perf_counter()
     try:
         run_tool([find_tool(argv[0]), *argv[1:]], cwd=run_dir, log_name="nextpnr.log", timeout=timeout)
-        placed = json.loads((run_dir / "placed.json").read_text())
+        written = json.loads((run_dir / "placed.json").read_text())
     except (ToolError, OSError, json.JSONDecodeError):
         return {}, time.perf_counter() - t0
-    where = replicas.positions(placed["modules"][_top_module(placed)])
+    cells = written["modules"][_top_module(written)]["cells"]
+    placed = {"cells": {name: {"attributes": {"NEXTPNR_BEL": cell["attributes"]["NEXTPNR_BEL"]}}
+                        for name, cell in cells.items() if cell.get("attributes", {}).get("NEXTPNR_BEL")}}
     seconds = time.perf_counter() - t0
-    (run_dir / "placed.json").unlink(missing_ok=True)            # tens of MB; the positions are cached
+    (run_dir / "placed.json").unlink(missing_ok=True)            # tens of MB; the sites are cached
     if use_cache:
-        PNR.write(key, {"positions": where, "seconds": seconds})
-    return where, seconds
+        PNR.write(key, {"placed": placed, "seconds": seconds})
+    return placed, seconds
 
 
 # ---------------------------------------------------------------------------------------------
