@@ -66,6 +66,9 @@ def main() -> None:
     ap.add_argument("--pnr", action="store_true", help="place and route on the LFE5U-85F")
     ap.add_argument("--device", default="LFE5U-85F", help="the part placed and routed on (LFE5U-85F-8: speed grade 8)")
     ap.add_argument("--placer", default="static", help="nextpnr's placer (static, heap, sa)")
+    ap.add_argument("--regroup", action="store_true",
+                    help="place once, deal each family of copies' loads by position, then place and route "
+                         "(compiler/pnr/replicas.py)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1],
                     help="nextpnr's seeds: placed and routed once per seed, the median seed's row")
     ap.add_argument("--freq", type=float, default=100.0, help="the clock nextpnr's timing-driven placement aims at (MHz)")
@@ -108,11 +111,12 @@ def main() -> None:
         t0 = time.perf_counter()
         reports = [place_and_route(area.netlist_path, "ecp5", work / "pnr" / (f"seed{seed}" if len(args.seeds) > 1 else ""),
                                    timeout=args.timeout, device=args.device, router="router2", placer=args.placer,
-                                   seed=seed, freq_mhz=args.freq) for seed in args.seeds]
+                                   seed=seed, freq_mhz=args.freq, regroup=args.regroup) for seed in args.seeds]
         rep = sorted(reports, key=lambda x: x.fmax_mhz or 0.0)[(len(reports) - 1) // 2]     # the median seed's
         row.update(fits=rep.fits, fmax_mhz=rep.fmax_mhz, device=rep.device, pnr_s=time.perf_counter() - t0,
                    reason=None if rep.fits else rep.reason, critical_path=rep.critical_path,
-                   fmax_seeds=[x.fmax_mhz for x in reports], seeds=args.seeds, utilisation=dict(rep.utilisation))
+                   fmax_seeds=[x.fmax_mhz for x in reports], seeds=args.seeds, utilisation=dict(rep.utilisation),
+                   regrouped=[x.regrouped for x in reports])
         if rep.fits and rep.fmax_mhz:
             row["latency_ns"] = r.cycles * 1000.0 / rep.fmax_mhz
     if args.header:
