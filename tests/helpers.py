@@ -266,6 +266,15 @@ endmodule
 """
 
 
+def synthesised_twice(verilog: str, tmp_path) -> tuple[dict, dict]:
+    """(gold, gate): two copies of `verilog`'s module `top` through synth_ecp5 as JSON netlists,
+    the gate one for a rewrite to change and `equivalent` to prove against the gold."""
+    (tmp_path / "top.v").write_text(verilog)
+    yosys("read_verilog top.v\nsynth_ecp5 -top top\nwrite_json netlist.json\n", cwd=tmp_path)
+    gold = json.loads((tmp_path / "netlist.json").read_text())
+    return gold, json.loads(json.dumps(gold))
+
+
 def cells_of(netlist: dict) -> dict:
     return netlist["modules"]["top"]["cells"]
 

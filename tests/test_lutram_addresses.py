@@ -10,7 +10,7 @@ import pytest
 from compiler.pnr import lutram_addresses
 from compiler.pnr.gate_sim import icarus
 from compiler.tools import yosys
-from helpers import needs_iverilog
+from helpers import needs_iverilog, synthesised_twice
 
 pytestmark = [pytest.mark.slow, needs_iverilog]
 
@@ -29,10 +29,7 @@ endmodule
 
 
 def test_a_read_address_register_gets_a_twin_per_group_and_the_memory_reads_the_same(tmp_path):
-    (tmp_path / "top.v").write_text(MEMORY)
-    yosys("read_verilog top.v\nsynth_ecp5 -top top\nwrite_json netlist.json\n", cwd=tmp_path)
-    gold = json.loads((tmp_path / "netlist.json").read_text())
-    gate = json.loads(json.dumps(gold))
+    gold, gate = synthesised_twice(MEMORY, tmp_path)
     module = gate["modules"]["top"]
     rams = [n for n, c in module["cells"].items() if c["type"] == "TRELLIS_DPR16X4"]
     assert len(rams) == 16

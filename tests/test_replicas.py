@@ -89,8 +89,8 @@ def test_positions_skip_cells_without_a_bel(bad):
     assert positions({"cells": {"a": {"attributes": {"NEXTPNR_BEL": bad}}}}) == {}
 
 
-# a register each of whose bits four LUTs read, then given a twin per bit that takes some of
-# its loads (as dsp_registers.split_fanout would), then regrouped by made-up positions
+# a register each of whose bits four LUTs read, then given a twin per bit that takes half of
+# its loads, then regrouped by made-up positions
 COPIED = """
 module top(input clk, input [3:0] a, input [15:0] x, output reg [15:0] y);
     reg [3:0] c;
@@ -104,29 +104,14 @@ endmodule
 
 @pytest.mark.slow
 def test_regrouped_copies_compute_what_the_one_register_did(tmp_path):
-    from compiler.pnr.dsp_registers import Netlist
-    from compiler.tools import yosys
-    from helpers import CELL_MODELS, LUT4_MODEL, equivalent
-    (tmp_path / "top.v").write_text(COPIED)
-    yosys("read_verilog top.v\nsynth_ecp5 -top top\nwrite_json netlist.json\n", cwd=tmp_path)
-    gold = json.loads((tmp_path / "netlist.json").read_text())
-    gate = json.loads(json.dumps(gold))
+    from compiler.pnr.dsp_registers import split_fanout
+    from helpers import CELL_MODELS, LUT4_MODEL, equivalent, synthesised_twice
+    gold, gate = synthesised_twice(COPIED, tmp_path)
     module = gate["modules"]["top"]
-    net, cells = Netlist(module), module["cells"]
-    fresh = max(b for c in cells.values() for bits in c["connections"].values() for b in bits
-                if not isinstance(b, str)) + 1
-    twins = 0
-    for name in [n for n, c in cells.items() if c["type"] == "TRELLIS_FF" and n.startswith("c_")]:
-        q = cells[name]["connections"]["Q"][0]
-        loads = sorted(net.loads_of(q))
-        if len(loads) < 2:
-            continue
-        cells[f"{name}$twin"] = json.loads(json.dumps(cells[name]))
-        cells[f"{name}$twin"]["connections"]["Q"] = [fresh]
-        for cell, pin in loads[: len(loads) // 2]:
-            net.replace_bit(cell, pin, q, fresh)
-        fresh, twins = fresh + 1, twins + 1
-    assert twins and len(families(module)) == twins
+    cells = module["cells"]
+    # a twin per two LUTs, taken in name order (as dsp_registers gives multipliers theirs)
+    twins = split_fanout(module, group=2, load=lambda kind, pin: kind == "LUT4", tag="twin")
+    assert twins == 4 and len(families(module)) == 4
     # the cells strewn along a line (not in name order, which the twins took): the deal moves some
     where = {n: (i * 37 % 101, 0) for i, n in enumerate(sorted(cells))}
     assert regroup(module, where) > 0
@@ -136,8 +121,8 @@ def test_regrouped_copies_compute_what_the_one_register_did(tmp_path):
     a, b = (wrong["modules"]["top"]["cells"][f]["connections"]["Q"][0] for f in ("c_TRELLIS_FF_Q", "c_TRELLIS_FF_Q_1"))
     victim = next(c for c in wrong["modules"]["top"]["cells"].values()
                   if c["type"] == "LUT4" and any(bits == [a] for bits in c["connections"].values()))
-    pin = next(p for p, bits in victim["connections"].items() if bits == [a])
-    victim["connections"][pin] = [b]
+    port = next(p for p, bits in victim["connections"].items() if bits == [a])
+    victim["connections"][port] = [b]
     assert not equivalent(gold, wrong, tmp_path / "wrong", models=CELL_MODELS + LUT4_MODEL)
 
 
