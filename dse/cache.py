@@ -228,6 +228,8 @@ def _timing_material(ctx) -> Any:
     except Exception as exc:            # noqa: BLE001 - no nextpnr for the target: the row says why
         tool, version = None, f"unavailable ({type(exc).__name__})"
     options = ctx.timing.options()
+    if not options["regroup"]:          # placed as before copies were regrouped: the key it had
+        del options["regroup"]
     if ctx.timing.more:                 # more runs, another result (one run keeps the key it had)
         options["more"] = [list(r) for r in ctx.timing.more]
     if ctx.timing.check_netlist:        # a row with netlist_check (one without keeps the key it had)

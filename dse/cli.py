@@ -525,7 +525,8 @@ def run_export(args: argparse.Namespace) -> int:
             return EXIT_GATE_FAILED
         fmax = f"{bit.fmax_mhz:.1f} MHz" if bit.fmax_mhz else "Fmax not reported"
         pins = "pins from the LPF" if bit.constrained else "pins unconstrained: give --lpf for a board"
-        how = f"nextpnr {pnr['router']}, {pnr['placer']} placer, seed {pnr['seed']}, target {pnr['freq_mhz']:g} MHz"
+        how = (f"nextpnr {pnr['router']}, {pnr['placer']} placer, seed {pnr['seed']}, target {pnr['freq_mhz']:g} MHz"
+               + (", copies regrouped by a first placement" if pnr.get("regroup") else ""))
         print(f"bitstream {bit.path} ({bit.device} {bit.package}, {fmax}; {how}; {pins})")
     return EXIT_OK
 

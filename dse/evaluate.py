@@ -214,6 +214,7 @@ class Metrics:
     pnr_placer: str | None = None           # (spec `timing:`; `dse export --bitstream` reuses them)
     pnr_seed: int | None = None
     pnr_freq_mhz: float | None = None       # the target clock given to nextpnr
+    pnr_regroup: bool | None = None         # copies' loads dealt by a first placement (compiler/pnr/replicas.py)
     pnr_speed_grade: int | None = None      # the part's speed grade it was timed at (ECP5: 6, 7, 8)
     pnr_critical_path: str | None = None    # nextpnr's slowest path: ends, ns (clk-to-q, logic, routing)
     netlist_check: str | None = None        # the placed netlist's testbench run (timing: {check_netlist: true}):

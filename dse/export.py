@@ -134,10 +134,12 @@ def _timing(row: Mapping[str, Any]) -> TimingReport | None:
 
 def recorded_pnr_settings(row: Mapping[str, Any]) -> dict[str, Any]:
     """The nextpnr settings a row's Fmax was measured with (Metrics pnr_router, pnr_placer,
-    pnr_seed, pnr_freq_mhz) as place_and_route's keyword arguments, typed as TimingSpec's fields
-    (trials.csv gives 3.0 for a seed); those the row lacks (blank cells) are left out."""
+    pnr_seed, pnr_freq_mhz, pnr_regroup) as place_and_route's keyword arguments, typed as
+    TimingSpec's fields (trials.csv gives 3.0 for a seed, "False" for a flag); those the row
+    lacks (blank cells) are left out."""
     kinds = {k: type(v) for k, v in TimingSpec().options().items()}
-    return {k: kind(row[f"pnr_{k}"]) for k, kind in kinds.items() if _present(row.get(f"pnr_{k}"))}
+    typed = lambda v, kind: str(v).strip().lower() in ("true", "1", "1.0") if kind is bool else kind(v)  # noqa: E731
+    return {k: typed(row[f"pnr_{k}"], kind) for k, kind in kinds.items() if _present(row.get(f"pnr_{k}"))}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -297,13 +297,15 @@ def test_the_bitstream_reuses_the_nextpnr_settings_the_trials_fmax_was_measured_
     import argparse
     from dse.cli import CliError, bitstream_settings
     flags = dict(router=None, placer=None, pnr_seed=None, freq_mhz=None)
-    row = {"pnr_router": "router2", "pnr_placer": "static", "pnr_seed": 3.0, "pnr_freq_mhz": 125.0}   # as from CSV
+    row = {"pnr_router": "router2", "pnr_placer": "static", "pnr_seed": 3.0, "pnr_freq_mhz": 125.0,
+           "pnr_regroup": "False"}                                                    # as from CSV
     assert bitstream_settings(argparse.Namespace(**flags), row) == \
-        {"router": "router2", "placer": "static", "seed": 3, "freq_mhz": 125.0}
+        {"router": "router2", "placer": "static", "seed": 3, "freq_mhz": 125.0, "regroup": False}
+    assert bitstream_settings(argparse.Namespace(**flags), {**row, "pnr_regroup": True})["regroup"] is True
     # a flag wins; a row without the record (no timing, or an old sweep) gets nextpnr's defaults
     assert bitstream_settings(argparse.Namespace(**{**flags, "pnr_seed": 7}), row)["seed"] == 7
     assert bitstream_settings(argparse.Namespace(**flags), {"pnr_router": float("nan")}) == \
-        {"router": "router1", "placer": "heap", "seed": 1, "freq_mhz": 100.0}
+        {"router": "router1", "placer": "heap", "seed": 1, "freq_mhz": 100.0, "regroup": True}
     with pytest.raises(CliError, match="--bitstream: router: expected one of router1, router2, got 'route3'"):
         bitstream_settings(argparse.Namespace(**{**flags, "router": "route3"}), row)
 

@@ -337,14 +337,15 @@ def test_the_specs_timing_settings_reach_nextpnr(tmp_path, cache, monkeypatch):
         return TimingReport(True, 123.0, "LFE5U-25F", "CABGA381", target, freq_mhz=options["freq_mhz"])
     monkeypatch.setattr(compiler.pnr.timing, "place_and_route", fake)
     spec = parse_spec({"study": "timing", "target": "ecp5", "stage_timeout_s": 120,
-                       "timing": {"router": "router2", "placer": "static", "seed": 7, "freq_mhz": 80},
+                       "timing": {"router": "router2", "placer": "static", "seed": 7, "freq_mhz": 80, "regroup": False},
                        "models": [{"name": "g", "builtin": "gemv", "params": {"M": 4, "K": 8}}],
                        "dtypes": ["int8"], "objectives": ["latency_us", "luts"], "search": {"sampler": "grid"}})
     m = evaluate(spec, gemv_point(), tmp_path)
-    assert calls == [{"device": None, "router": "router2", "placer": "static", "seed": 7, "freq_mhz": 80.0}]
+    assert calls == [{"device": None, "router": "router2", "placer": "static", "seed": 7, "freq_mhz": 80.0,
+                      "regroup": False}]
     assert m.status is Status.OK and m.fmax_mhz == 123.0 and m.latency_us == pytest.approx(m.cycles / 123.0)
     # and the row records them, for `dse export --bitstream` to build with
-    assert (m.pnr_router, m.pnr_placer, m.pnr_seed, m.pnr_freq_mhz) == ("router2", "static", 7, 80.0)
+    assert (m.pnr_router, m.pnr_placer, m.pnr_seed, m.pnr_freq_mhz, m.pnr_regroup) == ("router2", "static", 7, 80.0, False)
 
 
 @pytest.mark.slow
@@ -360,7 +361,8 @@ def test_several_placers_and_seeds_keep_the_fastest_run(tmp_path, cache, monkeyp
         calls.append((options["placer"], options["seed"], workdir))
         fits = (options["placer"], options["seed"]) != ("static", 1)       # the fastest does not fit
         return TimingReport(fits, fmax[options["placer"], options["seed"]] if fits else None, "LFE5U-85F",
-                            "CABGA381", target, reason="" if fits else "does not fit", **options)
+                            "CABGA381", target, reason="" if fits else "does not fit",
+                            **{k: v for k, v in options.items() if k != "regroup"})
     monkeypatch.setattr(compiler.pnr.timing, "place_and_route", fake)
     spec = parse_spec({"study": "timing", "target": "ecp5", "stage_timeout_s": 120,
                        "timing": {"router": "router2", "placer": ["heap", "static"], "seed": [1, 2]},

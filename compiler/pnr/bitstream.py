@@ -25,7 +25,7 @@ from pathlib import Path
 from ..design import Design
 from ..devices import find_device
 from .timing import (DEFAULT_FREQ_MHZ, DEFAULT_PLACER, DEFAULT_ROUTER, DEFAULT_SEED, netlist_summary, nextpnr_argv,
-                     prepare, read_report, write_clock_lpf)
+                     nextpnr_version, prepare, read_report, regrouped, write_clock_lpf)
 from ..synth.area import synthesize
 from ..tools import ToolError, find_tool, run_tool
 
@@ -44,14 +44,15 @@ class Bitstream:
 
 def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package: str | None = None,
                     lpf: str | Path | None = None, freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = DEFAULT_SEED,
-                    router: str = DEFAULT_ROUTER, placer: str = DEFAULT_PLACER,
+                    router: str = DEFAULT_ROUTER, placer: str = DEFAULT_PLACER, regroup: bool = False,
                     name: str = "tinyhw_top", timeout: float | None = 1800, bus: str = "native") -> Bitstream:
     """`out_dir/<name>_<device>_<package>.bit`; the tools' files go to `out_dir/.bitstream/`.
     `package` defaults to the part's first package with enough pins. Raises ValueError for an
     unknown part or package or a missing LPF, ToolError when a tool fails (nextpnr also when
     the design does not fit the part: its log says which resource ran out). `freq_mhz`, `seed`,
-    `router`, `placer`: nextpnr's settings (compiler.pnr.timing.place_and_route's); the Fmax an
-    explorer's sweep measured is reproduced by giving the settings it ran with. `bus`: the
+    `router`, `placer`, `regroup`: nextpnr's settings and the copies dealt by a first placement
+    (compiler.pnr.timing.place_and_route's); the Fmax an explorer's sweep measured is
+    reproduced by giving the settings it ran with. `bus`: the
     design behind that bus wrapper (compiler.bus.wrapper), as `export_design(bus=...)` writes it."""
     dev = find_device("ecp5", device)
     if lpf is not None and not Path(lpf).is_file():
@@ -76,7 +77,6 @@ def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package
                          f"({', '.join(f'{p}: {n}' for p, n in dev.packages)}): instantiate {name}.v in a top "
                          "of your own")
     top, clock, _ = prepare(netlist, "ecp5")               # as place_and_route does
-    (work / "netlist.json").write_text(json.dumps(netlist))
     # the clock on the package's clock pin, as the explorer's timing assumes, unless the user's
     # LPF places the pins
     argv = nextpnr_argv(dev, package, top=top, freq_mhz=freq_mhz, seed=seed, router=router, placer=placer,
@@ -86,6 +86,14 @@ def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package
     if lpf is not None:
         shutil.copyfile(lpf, work / "pins.lpf")
         argv = [a for a in argv if a != "--lpf-allow-unconstrained"] + ["--lpf", "pins.lpf"]
+    body = json.dumps(netlist).encode()
+    if regroup:        # placed first with the same pins (not cached: the pins file is not in its key)
+        (work / "first").mkdir(parents=True, exist_ok=True)
+        if lpf is not None:
+            shutil.copyfile(lpf, work / "first" / "pins.lpf")
+        body, _, _ = regrouped(body, top, work / "first", argv=argv, version=nextpnr_version("ecp5"), use_cache=False,
+                               timeout=timeout)
+    (work / "netlist.json").write_bytes(body)
     (work / "design.config").unlink(missing_ok=True)
     run_tool([find_tool(argv[0]), *argv[1:]], cwd=work, log_name="nextpnr.log", timeout=timeout)
     if not (work / "design.config").is_file():

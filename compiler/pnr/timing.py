@@ -467,7 +467,6 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
     if changed:
         data = json.dumps(netlist).encode()          # what nextpnr places, and the cache key's
     deadline = None if timeout is None else time.monotonic() + timeout
-    digest = hashlib.sha256(data).hexdigest()
     failures: list[str] = []
     for dev in devices:
         pkg = package or dev.package_for(pins) or dev.packages[-1][0]
@@ -476,16 +475,10 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
             argv = nextpnr_argv(dev, pkg, top=top, clock=clock, **settings)
             run_dir = workdir / dev.name
             body, first_s, moved = data, 0.0, 0
-            if regroup and target == "ecp5" and replicas.families(netlist["modules"][top]):
+            if regroup and target == "ecp5":
                 left = None if deadline is None else max(1.0, deadline - time.monotonic())
-                first, first_s = _first_placement(data, digest, run_dir / "first", argv=argv, version=version,
-                                                  use_cache=use_cache, timeout=left)
-                if first:
-                    copy = json.loads(data)
-                    moved = replicas.regroup(copy["modules"][top], replicas.positions(first))
-                    if moved:
-                        replicas.pin(copy["modules"][top], first)
-                        body = json.dumps(copy).encode()
+                body, first_s, moved = regrouped(data, top, run_dir / "first", argv=argv, version=version,
+                                                 use_cache=use_cache, timeout=left)
             key = _cache_key(hashlib.sha256(body).hexdigest(), argv, version)
             if use_cache and (hit := _cache_read(key, run_dir)) is not None:
                 return hit
@@ -551,13 +544,41 @@ def _run(netlist: bytes, run_dir: Path, *, argv: list[str], dev: Device, pkg: st
                         utilisation=util, fmax_source=source, critical_path=crit, **common)
 
 
+def regrouped(netlist: bytes, top: str, run_dir: Path, *, argv: list[str], version: str, use_cache: bool = True,
+              timeout: float | None = None) -> tuple[bytes, float, int]:
+    """(netlist, seconds, loads dealt anew): a prepared ECP5 netlist (JSON bytes) with each
+    family of copies' loads dealt by a first placement with the options `argv` (replicas.regroup)
+    and its multipliers and block RAMs pinned where that placement put them (replicas.pin);
+    the netlist as it was when it has no such family or nextpnr cannot place it. What
+    place_and_route(regroup=True) and bitstream.write_bitstream(regroup=True) place."""
+    module = json.loads(netlist)["modules"][top]
+    if not replicas.families(module):
+        return netlist, 0.0, 0
+    first, seconds = _first_placement(netlist, hashlib.sha256(netlist).hexdigest(), run_dir, argv=argv,
+                                      version=version, use_cache=use_cache, timeout=timeout)
+    copy = json.loads(netlist)
+    moved = replicas.regroup(copy["modules"][top], replicas.positions(first)) if first else 0
+    if not moved:
+        return netlist, seconds, 0
+    replicas.pin(copy["modules"][top], first)
+    return json.dumps(copy).encode(), seconds, moved
+
+
 def _first_placement(netlist: bytes, digest: str, run_dir: Path, *, argv: list[str], version: str, use_cache: bool,
                      timeout: float | None) -> tuple[dict[str, Any], float]:
     """(placed cells, seconds) of the netlist placed without routing, with the final run's options
     (`argv`) and `--write`: each cell's NEXTPNR_BEL, as `{"cells": {name: {"attributes": ...}}}`
     (what replicas.positions and replicas.pin read); cached by the netlist and options like a
     run. Nothing when nextpnr cannot place it (the full run then says why)."""
-    argv = [a for a in argv if a not in ("--report", "report.json")] + ["--no-route", "--write", "placed.json"]
+    drop = {"--report": 2, "--textcfg": 2}                     # the final run's outputs, not this one's
+    kept, i = [], 0
+    while i < len(argv):
+        if argv[i] in drop:
+            i += drop[argv[i]]
+            continue
+        kept.append(argv[i])
+        i += 1
+    argv = kept + ["--no-route", "--write", "placed.json"]
     key = PNR.key({"netlist": digest, "argv": argv, "nextpnr": version, "pass": "placement"})
     if use_cache and (entry := PNR.read(key)) is not None:
         return entry["placed"], 0.0
