@@ -178,11 +178,11 @@ def read_modify_write(m: Module, name: str, members: list[WordMemory], *, waddr:
                         if registered_read else [same] * len(groups))
             continue
         # Each member's term of the compare is a register of its own, made as the write arrives
-        # (its any-enable and stage flag then are its stage flags now), so the OR over the members starts from registers the placer can keep by
-        # the override instead of from the stage flags, which sit by their block RAMs across
-        # the die (the KWS shape at w4a6, target_mhz 92, seeds 1 and 3: a member's write-valid
-        # flag -> four LUTs of the compare -> the override, 11.6 and 13.2 ns, 9.9 and 12.0 of
-        # it routing).
+        # (its any-enable and stage flag then are its stage flags now), so the OR over the
+        # members starts from registers the placer can keep by the override, not from the stage
+        # flags, which sit by their block RAMs across the die (the KWS shape at w4a6,
+        # target_mhz 92, seeds 1 and 3: a member's write-valid flag -> four LUTs of the compare
+        # -> the override, 11.6 and 13.2 ns, 9.9 and 12.0 of it routing).
         terms = [registered(m, any_ & flags[s], f"{mem.name}_wr_{what}_same", duplicate=True)
                  for mem, flags, any_ in zip(members, valid, anys)]
         member = Signal(name=f"{name}_wr_{what}_member")

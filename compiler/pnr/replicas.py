@@ -94,12 +94,6 @@ def regroup(module: dict, where: Mapping[str, Point]) -> int:
     return moved
 
 
-_BEL = re.compile(r"X(\d+)/Y(\d+)/")
-_PACKED = re.compile(r"\$(CCU2_COMB\d|DPRAM_COMB\d)$")
-"""Suffixes of the cells nextpnr-ecp5 packs one of Yosys's into (a CCU2C's two halves, a LUT
-RAM's four): the first such cell placed gives the position of the cell it came from."""
-
-
 HARD = ("MULT18X18D", "DP16KD")
 """Cells whose sites a regrouped netlist keeps from the first placement (`pin`): the copies
 were dealt by where those are, and the placer would otherwise put them elsewhere."""
@@ -116,6 +110,12 @@ def pin(module: dict, placed: Mapping[str, Any], types: tuple[str, ...] = HARD) 
             cell.setdefault("attributes", {})["BEL"] = bel
             n += 1
     return n
+
+
+_BEL = re.compile(r"X(\d+)/Y(\d+)/")
+_PACKED = re.compile(r"\$(CCU2_COMB\d|DPRAM_COMB\d)$")
+"""Suffixes of the cells nextpnr-ecp5 packs one of Yosys's into (a CCU2C's two halves, a LUT
+RAM's four): the first such cell placed gives the position of the cell it came from."""
 
 
 def positions(placed: Mapping[str, Any]) -> dict[str, Point]:
