@@ -28,34 +28,53 @@ endmodule
 """
 
 
-def test_a_read_address_register_gets_a_twin_per_group_and_the_memory_reads_the_same(tmp_path):
-    gold, gate = synthesised_twice(MEMORY, tmp_path)
+# the same memory read at a multiplexed address, as a word-written memory's read port is
+# (hw/subword.py: the kernel's address register or the write's): a LUT4 a bit drives the RAMs
+MUXED = MEMORY.replace("input [3:0] ra,", "input [3:0] ra, input sel,") \
+              .replace("reg [3:0] ra_q;", "reg [3:0] ra_q, wa_q; reg sel_q;") \
+              .replace("ra_q <= ra;", "ra_q <= ra; wa_q <= wa; sel_q <= sel;") \
+              .replace("mem[ra_q]", "mem[sel_q ? ra_q : wa_q]")
+
+
+@pytest.mark.parametrize("verilog, driver", [(MEMORY, "TRELLIS_FF"), (MUXED, "LUT4")], ids=["register", "lut"])
+def test_a_read_address_gets_a_twin_per_group_and_the_memory_reads_the_same(tmp_path, verilog, driver):
+    gold, gate = synthesised_twice(verilog, tmp_path)
     module = gate["modules"]["top"]
     rams = [n for n, c in module["cells"].items() if c["type"] == "TRELLIS_DPR16X4"]
     assert len(rams) == 16
+
+    def drivers() -> dict[object, set[str]]:
+        """Each read-address net -> the RAMs it drives."""
+        drives: dict[object, set[str]] = {}
+        for name in rams:
+            for pin, bits in module["cells"][name]["connections"].items():
+                if pin.startswith("RAD"):
+                    for b in bits:
+                        drives.setdefault(b, set()).add(name)
+        return drives
+    assert len(drivers()) == 4
     assert lutram_addresses.split(module, group=4) == 4 * 3          # 4 address bits, 3 twins each
     assert lutram_addresses.split(module, group=4) == 0              # nothing left to split
-    drives: dict[object, set[str]] = {}
-    for name in rams:
-        for pin, bits in module["cells"][name]["connections"].items():
-            if pin.startswith("RAD"):
-                for b in bits:
-                    drives.setdefault(b, set()).add(name)
+    drives = drivers()
     assert len(drives) == 16 and all(len(r) == 4 for r in drives.values())
+    kinds = {c["type"] for c in module["cells"].values()
+             if any(b in drives for pin, bits in c["connections"].items()
+                    if c["port_directions"].get(pin) == "output" for b in bits)}
+    assert kinds == {driver}
     # the two netlists side by side on the same random writes and reads
     for name, netlist in (("gold", gold), ("gate", gate)):
         (tmp_path / f"{name}.json").write_text(json.dumps({"modules": {name: netlist["modules"]["top"]}}))
         yosys(f"read_json {name}.json\nwrite_verilog -noattr {name}.v\n", cwd=tmp_path, log_name=f"{name}.log")
-    (tmp_path / "tb.v").write_text("""
+    (tmp_path / "tb.v").write_text(("""
 module tb;
   reg clk = 0; always #5 clk = ~clk;
-  reg we; reg [3:0] wa, ra; reg [63:0] wd; wire [63:0] a, b; integer i, errors = 0;
-  gold g(.clk(clk), .we(we), .wa(wa), .wd(wd), .ra(ra), .rd(a));
-  gate h(.clk(clk), .we(we), .wa(wa), .wd(wd), .ra(ra), .rd(b));
+  reg we, sel; reg [3:0] wa, ra; reg [63:0] wd; wire [63:0] a, b; integer i, errors = 0;
+  gold g(.clk(clk), .we(we), .wa(wa), .wd(wd), .ra(ra), .rd(a)SEL);
+  gate h(.clk(clk), .we(we), .wa(wa), .wd(wd), .ra(ra), .rd(b)SEL);
   initial begin
     for (i = 0; i < 400; i = i + 1) begin
       // every word written first (a LUT RAM starts undefined), then random writes and reads
-      we = i < 16 || $random % 4 == 0; wa = i < 16 ? i : $random; ra = $random; wd = {$random, $random};
+      we = i < 16 || $random % 4 == 0; wa = i < 16 ? i : $random; ra = $random; sel = $random; wd = {$random, $random};
       @(negedge clk);
       if (i > 20 && a !== b) errors = errors + 1;
       if (i > 20 && ^a === 1'bx) errors = errors + 1;
@@ -63,6 +82,6 @@ module tb;
     $display("errors %0d", errors); $finish;
   end
 endmodule
-""")
+""").replace("SEL", ", .sel(sel)" if verilog is MUXED else ""))
     _, out = icarus(tmp_path, ["tb.v", "gold.v", "gate.v"], timeout=120)
     assert "errors 0" in out, out

@@ -15,8 +15,10 @@ def _ff(d: int, q: int, **params) -> dict:
             "connections": {"CLK": [2], "DI": [d], "Q": [q]}}
 
 
-def _lut(a: int, z: int, b: int | str = "0") -> dict:
-    return {"type": "LUT4", "parameters": {"INIT": "0110"},
+def _lut(a: int, z: int, b: int | str = "0", init: str = "") -> dict:
+    """A LUT4 reading nets a and b, driving z; its truth table its own unless `init` is given
+    (two LUTs alike would be a family)."""
+    return {"type": "LUT4", "parameters": {"INIT": init or f"{z:016b}"},
             "port_directions": {"A": "input", "B": "input", "Z": "output"},
             "connections": {"A": [a], "B": [b], "Z": [z]}}
 
@@ -40,6 +42,20 @@ def test_flip_flops_with_the_same_input_and_parameters_are_a_family():
     assert families(module) == [["c0", "c1"]]
     module["cells"]["c1"]["parameters"]["REGSET"] = "SET"       # resets to 1: not the same value
     assert families(module) == []
+
+
+def test_luts_with_the_same_inputs_and_truth_table_are_a_family_and_their_loads_are_dealt():
+    # lutram_addresses' twins of a LUT driving read addresses: x0 and x1 read net 20 (c0's)
+    module = _module()
+    module["cells"] |= {"x0": _lut(20, 40, b=22, init="0110"), "x1": _lut(20, 41, b=22, init="0110"),
+                        "y": _lut(20, 42, b=21, init="0110"),
+                        "r0": _lut(40, 50), "r90": _lut(40, 51), "r5": _lut(41, 52), "r95": _lut(41, 53)}
+    assert families(module) == [["c0", "c1"], ["x0", "x1"]]     # y reads another net on B
+    where = WHERE | {"r0": (0, 20), "r90": (90, 20), "r5": (5, 21), "r95": (95, 21)}
+    regroup(module, where)
+    cells = module["cells"]
+    source = {r: cells[r]["connections"]["A"][0] for r in ("r0", "r5", "r90", "r95")}
+    assert source["r0"] == source["r5"] != source["r90"] == source["r95"]
 
 
 def test_deal_splits_by_the_wider_side_into_the_sizes_asked():

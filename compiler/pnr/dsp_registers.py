@@ -200,17 +200,26 @@ def _dsp_input(cell_type: str, pin: str) -> bool:
     return cell_type == "MULT18X18D" and pin[0] in "AB"
 
 
-def split_fanout(module: dict, group: int = DSP_GROUP, *, load=_dsp_input, tag: str = "fan") -> int:
-    """Give every plain flip-flop of `module` (a Yosys JSON module, changed in place) that
-    drives more than `group` cells through pins `load(cell type, pin)` accepts (by default
-    the inputs of MULT18X18D) a twin per further `group` of those cells, taken in name order
-    (twin names: `<flip-flop>$<tag><n>`); its other loads stay on it. Returns the twins added."""
+def plain_output(cell: dict) -> str | None:
+    """The output pin of a plain flip-flop (`Q`), None for any other cell: what split_fanout
+    twins by default."""
+    return "Q" if is_plain(cell) else None
+
+
+def split_fanout(module: dict, group: int = DSP_GROUP, *, load=_dsp_input, tag: str = "fan",
+                 source=plain_output) -> int:
+    """Give every cell of `module` (a Yosys JSON module, changed in place) whose output pin
+    `source(cell)` (by default a plain flip-flop's Q; None: not such a cell) drives more than
+    `group` cells through pins `load(cell type, pin)` accepts (by default the inputs of
+    MULT18X18D) a twin per further `group` of those cells, taken in name order (twin names:
+    `<cell>$<tag><n>`; same inputs and parameters); its other loads stay on it. Returns the
+    twins added."""
     net = Netlist(module)
     cells, names = net.cells, module.setdefault("netnames", {})
     fresh = max([b for b in net.driver] + [b for b in net.loads] + [1]) + 1
     added = 0
-    for ff in sorted(n for n, c in cells.items() if is_plain(c)):
-        q = net.ff(ff, "Q")
+    for ff, out in sorted((n, o) for n, c in cells.items() if (o := source(c))):
+        q = net.ff(ff, out)
         takers: dict[str, list[str]] = {}
         for cell, pin in net.loads.get(q, ()):
             if cell and load(cells[cell]["type"], pin):
@@ -219,12 +228,12 @@ def split_fanout(module: dict, group: int = DSP_GROUP, *, load=_dsp_input, tag: 
         for k in range(group, len(order), group):
             twin = f"{ff}${tag}{k // group}"
             cells[twin] = copy.deepcopy(cells[ff])
-            cells[twin]["connections"]["Q"] = [fresh]
+            cells[twin]["connections"][out] = [fresh]
             for pin, bits in cells[twin]["connections"].items():
-                if pin != "Q" and not isinstance(bits[0], str):
+                if pin != out and not isinstance(bits[0], str):
                     net.loads.setdefault(bits[0], set()).add((twin, pin))
-            net.driver[fresh] = (twin, "Q")
-            names[f"{twin}.Q"] = {"hide_name": 0, "bits": [fresh], "attributes": {}}
+            net.driver[fresh] = (twin, out)
+            names[f"{twin}.{out}"] = {"hide_name": 0, "bits": [fresh], "attributes": {}}
             for cell in order[k:k + group]:
                 for pin in takers[cell]:
                     net.replace_bit(cell, pin, q, fresh)

@@ -10,13 +10,22 @@ it addresses (dsp_registers.split_fanout: same input, clock and reset, a plain f
 a synthesis tool's max-fanout duplication would: each twin can sit by its cells, and the fan-out
 moves to the twins' inputs, one register earlier, whose paths (an address counter) are short.
 
+A read address that is a LUT's output gets the same: a memory written a word at a time reads
+the word a partial write needs through its kernel's read port, whose address is then a
+multiplexer between the kernel's address register and the write's (hw/subword.py), one LUT4 a
+bit driving every cell of the word. The KWS shape at w4a6 (`target_mhz: 92`), a 448-bit word in
+112 cells: the write address -> that LUT -> the farthest cell, 3.7 + 6.2 ns of routing, its
+critical path at all three nextpnr seeds. Each LUT gets a twin per GROUP of its cells (same
+inputs and truth table), so the wide net becomes narrow ones from twins by their cells, and
+replicas.regroup deals the cells among the twins by where they were placed.
+
 It runs on the synthesised netlist before nextpnr, with the other packers (timing.prepare); the
 design, its simulation and its synthesis counts are unchanged, and compiler/pnr/gate_sim.py
 simulates the netlist after it.
 """
 from __future__ import annotations
 
-from .dsp_registers import split_fanout
+from .dsp_registers import plain_output, split_fanout
 
 GROUP = 8
 """LUT RAM cells one read-address flip-flop drives at most (32 data bits of a ring bank)."""
@@ -26,7 +35,11 @@ def _read_address(cell_type: str, pin: str) -> bool:
     return cell_type == "TRELLIS_DPR16X4" and pin.startswith("RAD")
 
 
+def _register_or_lut(cell: dict) -> str | None:
+    return "Z" if cell["type"] == "LUT4" else plain_output(cell)
+
+
 def split(module: dict, group: int = GROUP) -> int:
-    """Twins for the read-address flip-flops of `module` (a Yosys JSON module, changed in place)
-    that drive more than `group` LUT RAM cells. Returns the twins added."""
-    return split_fanout(module, group, load=_read_address, tag="rad")
+    """Twins for the read-address flip-flops and LUTs of `module` (a Yosys JSON module, changed
+    in place) that drive more than `group` LUT RAM cells. Returns the twins added."""
+    return split_fanout(module, group, load=_read_address, tag="rad", source=_register_or_lut)

@@ -10,7 +10,8 @@ register 8.2-8.4 ns of one route, from x=76 to x=8, its critical path. The copie
 hold the same bit in every cycle, so any of its consumers may read any of them.
 
 `families` finds such flip-flops in a synthesised netlist (same cell type, parameters and every
-connection but Q: the copies Yosys keeps apart, DUPLICATE_ATTRIBUTE); `regroup` deals each
+connection but Q: the copies Yosys keeps apart, DUPLICATE_ATTRIBUTE), and LUTs alike (the twins
+lutram_addresses gives a LUT RAM's read-address multiplexer); `regroup` deals each
 family's consumers among its flip-flops by position, as many to each as it had, by recursive
 bisection along the wider side of their bounding box, so each copy serves a compact group and
 can sit in its middle. timing.place_and_route runs it between a placement-only nextpnr run and
@@ -29,19 +30,27 @@ from .dsp_registers import Netlist
 Point = tuple[int, int]
 
 
+OUTPUT = {"TRELLIS_FF": "Q", "LUT4": "Z"}
+"""Cells a family may be made of, and the pin each drives its loads through: flip-flops, and
+LUTs (lutram_addresses gives a LUT driving a LUT RAM's read address twins)."""
+
+
+def output(cell: dict) -> str:
+    return OUTPUT[cell["type"]]
+
+
 def families(module: dict) -> list[list[str]]:
-    """Groups of at least two TRELLIS_FF cells of `module` (a Yosys JSON module) that hold the
-    same value: the same parameters and the same nets on every pin but Q, each Q read by
-    something. In name order, each group and the groups by their first member."""
+    """Groups of at least two TRELLIS_FF (or LUT4) cells of `module` (a Yosys JSON module) that
+    hold the same value: the same type, parameters and nets on every pin but the output, each
+    output read by something. In name order, each group and the groups by their first member."""
     groups: dict[tuple, list[str]] = {}
     for name, cell in module["cells"].items():
-        if cell["type"] != "TRELLIS_FF":
-            continue
+        out = OUTPUT.get(cell["type"])
         conn = cell["connections"]
-        if "Q" not in conn:
+        if out is None or out not in conn:
             continue
-        key = (tuple(sorted((k, str(v)) for k, v in cell.get("parameters", {}).items())),
-               tuple((pin, tuple(map(str, bits))) for pin, bits in sorted(conn.items()) if pin != "Q"))
+        key = (cell["type"], tuple(sorted((k, str(v)) for k, v in cell.get("parameters", {}).items())),
+               tuple((pin, tuple(map(str, bits))) for pin, bits in sorted(conn.items()) if pin != out))
         groups.setdefault(key, []).append(name)
     return sorted(sorted(g) for g in groups.values() if len(g) > 1)
 
@@ -69,7 +78,7 @@ def regroup(module: dict, where: Mapping[str, Point]) -> int:
     cells = module["cells"]
     moved = 0
     for family in families(module):
-        q = {ff: cells[ff]["connections"]["Q"][0] for ff in family}
+        q = {ff: cells[ff]["connections"][output(cells[ff])][0] for ff in family}
         others = set(q.values())
         users: dict[str, str] = {}                  # loading cell -> the member it reads now
         for ff in family:
