@@ -32,6 +32,7 @@ from . import ir
 from .config import HardwareConfig
 from .devices import DEVICES, Device
 from .hw.bram import HOST_GROUP, ecp5_memory
+from .pnr.lutram_addresses import GROUP as LUTRAM_GROUP
 from .ranges import acc_ranges, analyze
 
 K = ir.OpKind
@@ -532,9 +533,10 @@ def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: 
     block's output register (`bram_clk_q_reg`: word_read_registered); one multiplexer a bit, the
     other input a register (the override: before it, the merge forwarded earlier writes' words
     there, two LUT levels); unregistered, the write-hit flag is a path too (write_hit_ns),
-    whichever is longer. In LUT RAM the read address goes from that flag to every LUT-RAM cell
-    of the word, the data into its register (its hit flag, in the fabric beside its logic, was
-    no slower than the design's other paths: word_read_registered).
+    whichever is longer. In LUT RAM the read address goes from that flag through a LUT (a twin
+    per 8 cells: pnr/lutram_addresses) to every LUT-RAM cell of the word, the data into its
+    register (its hit flag, in the fabric beside its logic, was no slower than the design's
+    other paths: word_read_registered).
     (Before the flag, the LUT RAM's address came through the ports' write enables and their
     any/all tree: the fine-tuned KWS network's 320-bit word, 80 cells, 13.4 ns.)
     `members` block RAMs sharing one read-modify-write (hw/subword.py, registered): each member
@@ -545,7 +547,10 @@ def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: 
     compare's (copies of the group's `use`: 11.0 and 12.3 ns at two placements)."""
     bits = banks * width
     if not in_block_ram(depth, bits, d.family):
-        ns = d.clk_q + d.route_ns(1) + d.lut + d.route_ns(math.ceil(bits / 4)) + d.lut + d.route_ns(1) + d.setup
+        # the address multiplexer's LUT has a twin per LUTRAM_GROUP cells (pnr/lutram_addresses)
+        cells = math.ceil(bits / 4)
+        ns = d.clk_q + d.route_ns(math.ceil(cells / LUTRAM_GROUP)) + d.lut + d.route_ns(min(cells, LUTRAM_GROUP)) \
+            + d.lut + d.route_ns(1) + d.setup
         return ns, f"a packed LUT RAM's read-modify-write ({banks} x {width} bits): read address -> read data"
     clk_q = d.bram_clk_q_reg if registered else d.bram_clk_q
     ns = clk_q + d.route_ns(2) + d.lut + d.route_ns(1) + d.setup
