@@ -32,7 +32,7 @@ from . import ir
 from .config import HardwareConfig
 from .devices import DEVICES, Device
 from .hw.bram import HOST_GROUP, ecp5_memory
-from .pnr.lutram_addresses import GROUP as LUTRAM_GROUP
+from .pnr.lutram_fanout import GROUP as LUTRAM_GROUP
 from .ranges import acc_ranges, analyze
 
 K = ir.OpKind
@@ -534,7 +534,7 @@ def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: 
     other input a register (the override: before it, the merge forwarded earlier writes' words
     there, two LUT levels); unregistered, the write-hit flag is a path too (write_hit_ns),
     whichever is longer. In LUT RAM the read address goes from that flag through a LUT (a twin
-    per 8 cells: pnr/lutram_addresses) to every LUT-RAM cell of the word, the data into its
+    per 8 cells: pnr/lutram_fanout) to every LUT-RAM cell of the word, the data into its
     register (its hit flag, in the fabric beside its logic, was no slower than the design's
     other paths: word_read_registered).
     (Before the flag, the LUT RAM's address came through the ports' write enables and their
@@ -547,7 +547,7 @@ def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: 
     compare's (copies of the group's `use`: 11.0 and 12.3 ns at two placements)."""
     bits = banks * width
     if not in_block_ram(depth, bits, d.family):
-        # the address multiplexer's LUT has a twin per LUTRAM_GROUP cells (pnr/lutram_addresses)
+        # the address multiplexer's LUT has a twin per LUTRAM_GROUP cells (pnr/lutram_fanout)
         cells = math.ceil(bits / 4)
         ns = d.clk_q + d.route_ns(math.ceil(cells / LUTRAM_GROUP)) + d.lut + d.route_ns(min(cells, LUTRAM_GROUP)) \
             + d.lut + d.route_ns(1) + d.setup

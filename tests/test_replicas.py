@@ -45,7 +45,7 @@ def test_flip_flops_with_the_same_input_and_parameters_are_a_family():
 
 
 def test_luts_with_the_same_inputs_and_truth_table_are_a_family_and_their_loads_are_dealt():
-    # lutram_addresses' twins of a LUT driving read addresses: x0 and x1 read net 20 (c0's)
+    # lutram_fanout' twins of a LUT driving read addresses: x0 and x1 read net 20 (c0's)
     module = _module()
     module["cells"] |= {"x0": _lut(20, 40, b=22, init="0110"), "x1": _lut(20, 41, b=22, init="0110"),
                         "y": _lut(20, 42, b=21, init="0110"),

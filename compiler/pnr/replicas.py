@@ -11,7 +11,7 @@ hold the same bit in every cycle, so any of its consumers may read any of them.
 
 `families` finds such flip-flops in a synthesised netlist (same cell type, parameters and every
 connection but Q: the copies Yosys keeps apart, DUPLICATE_ATTRIBUTE), and LUTs alike (the twins
-lutram_addresses gives a LUT RAM's read-address multiplexer); `regroup` deals each
+lutram_fanout gives a LUT RAM's read-address multiplexer); `regroup` deals each
 family's consumers among its flip-flops by position, as many to each as it had, by recursive
 bisection along the wider side of their bounding box, so each copy serves a compact group and
 can sit in its middle. timing.place_and_route runs it between a placement-only nextpnr run and
@@ -32,7 +32,7 @@ Point = tuple[int, int]
 
 OUTPUT = {"TRELLIS_FF": "Q", "LUT4": "Z"}
 """Cells a family may be made of, and the pin each drives its loads through: flip-flops, and
-LUTs (lutram_addresses gives a LUT driving a LUT RAM's read address twins)."""
+LUTs (lutram_fanout gives a LUT driving many LUT RAM cells twins)."""
 
 
 def output(cell: dict) -> str:

@@ -78,7 +78,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import bram_registers, carry_chains, dsp_registers, lutram_addresses, replicas
+from . import bram_registers, carry_chains, dsp_registers, lutram_fanout, replicas
 from ..cache import PNR
 from ..devices import (DEVICES, FAMILIES, RESOURCE_NAMES, SPEED_GRADES, Device, choose_devices, find_device,
                        resource_needs)
@@ -365,9 +365,10 @@ def prepare(netlist: dict, target: str) -> tuple[str, bool, bool]:
     """(top module, whether it has a `clk` port, whether anything changed) of a Yosys JSON
     netlist, changed in place into what nextpnr gets: on ECP5 the plain flip-flops around each
     MULT18X18D move into its own registers, then those driving several get twins
-    (dsp_registers), a LUT RAM read-address register gets a twin per few of the RAMs it
-    addresses (lutram_addresses), then the read-data registers move into the block RAMs (bram_registers:
-    after the twins, so a broadcast value's twins keep their register in the fabric), and the
+    (dsp_registers), a register or LUT driving the addresses, write enable or write data of
+    many LUT RAM cells gets a twin per few of them (lutram_fanout), then the read-data
+    registers move into the block RAMs (bram_registers: after the twins, so a broadcast value's
+    twins keep their register in the fabric), and the
     carry chains' unread carry-outs are disconnected, their carry-ins generated inside them
     (carry_chains: no feed-out or feed-in cells) and the LUT4s of one or two nets in front of
     their operands computed in their own LUT4s (an accumulator's reset select: one LUT level
@@ -379,7 +380,7 @@ def prepare(netlist: dict, target: str) -> tuple[str, bool, bool]:
         module = netlist["modules"][top]
         changed = dsp_registers.absorb(module).dsps > 0
         changed = dsp_registers.split_fanout(module) > 0 or changed
-        changed = lutram_addresses.split(module) > 0 or changed
+        changed = lutram_fanout.split(module) > 0 or changed
         changed = bram_registers.absorb_outputs(module) > 0 or changed
         changed = carry_chains.disconnect_unread(module) > 0 or changed
         # operands first: a chain whose lowest half takes a gate then starts with a generating
