@@ -19,7 +19,7 @@ fp32 <= 3,200 cycles.
 
 Usage: python bench/bench_bandwidth.py [--int8 8x56 16x16] [--pipelines 3] [--fp32 4x8] [--fp32-pipeline 2]
                                        [--fp32-mem-tail lut]
-                                       [--freq 100] [--router router2] [--placer static] [--seeds 1 2 3]
+                                       [--freq 100] [--router router2] [--placer static] [--seeds 1 2 3] [--regroup]
                                        [--no-sim] [--no-pnr] [--workdir DIR] [--json out.json]
 Place-and-route and synthesis are cached under $TINYHW_CACHE. Measured on 2026-11-27 (2-core
 machine, two place-and-routes side by side): the 8x56 at fp_pipeline 3 synthesises in ~2 minutes
@@ -96,6 +96,9 @@ def main() -> int:
     ap.add_argument("--seeds", nargs="+", type=int, default=[1],
                     help="nextpnr seeds: each design is placed and routed once per seed and its row is the "
                          "median seed's (single seeds moved Fmax by +-10%% on these designs)")
+    ap.add_argument("--regroup", action="store_true",
+                    help="place once, deal each family of copies' loads by position, then place and route "
+                         "(compiler/pnr/replicas.py)")
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()

@@ -103,7 +103,7 @@ def measure(dtype: str, config: HardwareConfig, args, root: Path, *, pnr: bool =
                 area.netlist_path, "ecp5", workdir / "pnr" / (f"seed{seed}" if len(seeds) > 1 else ""),
                 timeout=args.timeout, device=args.device, use_cache=args.cache, seed=seed,
                 router=getattr(args, "router", "router1"), placer=getattr(args, "placer", "heap"),
-                freq_mhz=getattr(args, "freq", 100.0)))
+                freq_mhz=getattr(args, "freq", 100.0), regroup=getattr(args, "regroup", False)))
     except ToolError as exc:                 # a time-out or crash: keep the row, say why
         row.update(pnr_wall_s=time.perf_counter() - t, fits=None, fmax_mhz=None, latency_us=None,
                    reason=f"place-and-route did not finish: {exc.reason}", device=args.device, cached=False,
@@ -118,7 +118,8 @@ def measure(dtype: str, config: HardwareConfig, args, root: Path, *, pnr: bool =
                device=rep.device, package=rep.package, fmax_mhz=rep.fmax_mhz, reason=rep.reason,
                latency_us=rep.latency_us(row["cycles"]), total_s=time.perf_counter() - t0,
                nextpnr=rep.nextpnr_version, log=rep.log_path, critical_path=rep.critical_path,
-               seeds=seeds, seed=seeds[reports.index(rep)], fmax_seeds=[r.fmax_mhz for r in reports])
+               seeds=seeds, seed=seeds[reports.index(rep)], fmax_seeds=[r.fmax_mhz for r in reports],
+               regrouped=[r.regrouped for r in reports])
     return row
 
 
@@ -142,6 +143,9 @@ def main() -> int:
     ap.add_argument("--seeds", nargs="+", type=int, default=[1],
                     help="nextpnr seeds: place and route each design once per seed, report the median seed")
     ap.add_argument("--freq", type=float, default=100.0, help="nextpnr's target clock (MHz)")
+    ap.add_argument("--regroup", action="store_true",
+                    help="place once, deal each family of copies' loads by position, then place and route "
+                         "(compiler/pnr/replicas.py)")
     ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
                     help="a knob of every design, e.g. lanes=4, reduce_unroll=4, target_mhz=200 (YAML values)")
     ap.add_argument("--workdir", type=Path)
