@@ -194,6 +194,10 @@ class DataflowTopHW(TopHW):
         super().__init__(kernels, phases, buffers, banking, shares, host_ports)
         self.flow = flow
         self.landing: dict[tuple[int, int, str], Signal] = {}
+        # the beat's `running` and `last` registers, each with the registers that copy it for
+        # consumers across the die (made in elaborate; tests/test_dataflow.py checks that every
+        # copy holds its original's value in every cycle)
+        self.beat_copies: dict[str, tuple[Signal, list[Signal]]] = {}
 
     def copy_port(self, kernel: int, slot: int, name: str):
         """From FANOUT_LEVEL with block RAM a copy's write lands a cycle late, from registers
@@ -233,6 +237,10 @@ class DataflowTopHW(TopHW):
         # of 13.2 ns)
         running = Signal(attrs={DUPLICATE_ATTRIBUTE: 1} if self.fanout else {})
         bctr = Signal(range(B + 1))
+
+        def running_after(run: Value, last_: Value) -> Value:
+            """`running` in the next cycle, from `running` and `last` now (or copies of them)."""
+            return Mux(self.start & ~run, 1, Mux(last_, 0, run))
         # the next cycle's `running` and `bctr`: their registers' inputs, which the flags set a
         # cycle ahead below (the kernels' ring banks, the copies' reads) are computed from
         if B == 1:                  # pipelined kernels: every cycle with `start` is a beat of its own
@@ -249,12 +257,13 @@ class DataflowTopHW(TopHW):
             ahead = (bctr == B - 2) if B > 2 else Const(0, 1)
             last_next = Mux(begin, int(B == 2), running & ~last & ahead)
             m.d.sync += last.eq(last_next)
-            running_next = Mux(begin, 1, Mux(last, 0, running))
+            running_next = running_after(running, last)
             going_on_next = running_next & ~last_next    # a beat runs next cycle, not its last
             running_d = running_next                     # the `running` register's next value
             bctr_next = Mux(begin, 1, Mux(last, 0, Mux(running, bctr + 1, bctr)))
             m.d.sync += [running.eq(running_next), bctr.eq(bctr_next)]
         m.d.sync += self.done.eq(last)
+        self.beat_copies = {"running": (running, []), "last": (last, [])}
         # From FANOUT_LEVEL each ring's beat counter advances on a copy of `last` of its own,
         # registered from `last` a cycle ahead: with B >= 4 no beat starts in the two cycles
         # before one ends, so that is the counter's compare a cycle earlier, and every net on
@@ -292,6 +301,7 @@ class DataflowTopHW(TopHW):
         # for all rings was a net across the die (AD08 at target_mhz 200: 11.6 ns of routing)
         index: dict[object, Signal] = {}
         index_next: dict[object, Value] = {}       # its value in the next cycle
+        advances: dict[object, Value] = {}         # the `last` it advances on
 
         def mod(v: Value, n: int) -> Value:        # v in [0, 2n)
             return Mux(v >= n, v - n, v)
@@ -309,12 +319,25 @@ class DataflowTopHW(TopHW):
                 with m.If(advance):
                     m.d.sync += index[key].eq(stepped)
                 index_next[key] = Mux(advance, stepped, index[key])
+                advances[key] = advance
+                if last_ahead is not None:
+                    self.beat_copies["last"][1].append(advance)
             idx = index[key]
             kb = idx
             if r.outside == "out":
                 ob = mod(idx + 1, n)
             elif self._host_written(r.place):       # the bank of the next beat's sample: + its level
-                nxt = Mux(busy, mod(idx + 1, n), idx)
+                ring_busy, ring_running_next = busy, running_next
+                if last_ahead is not None:
+                    # from a `running` of the ring's own (its `last` is its own already): one
+                    # `running` for every ring's bank choices was a net across the die (AD08 at
+                    # target 56, target_mhz 200, regrouped, seed 1: `running` -> a ring's kernel
+                    # bank, 9.5 ns, 8.3 of it routing). busy = begin | running = start | running
+                    own = registered(m, running_d, f"k{r.place[0]}_b{r.place[1]}_running", duplicate=True)
+                    self.beat_copies["running"][1].append(own)
+                    ring_busy = self.start | own
+                    ring_running_next = running_after(own, advances[key])
+                nxt = Mux(ring_busy, mod(idx + 1, n), idx)
                 ob = mod(nxt + r.shift, n)
                 if r.shift % n == 0 and last_ahead is not None:
                     # while no beat runs the host writes the next beat's bank, which is the
@@ -324,7 +347,7 @@ class DataflowTopHW(TopHW):
                     # cycle it may point elsewhere still. From `busy` it was a net of `running`
                     # to every bank choice of the kernel's (the digits MLP and CNN at
                     # target_mhz 200: 7.1 and 7.4 ns of routing, their critical paths).
-                    kb = registered(m, Mux(running_next, index_next[key], mod(index_next[key] + 1, n))[:len(idx)],
+                    kb = registered(m, Mux(ring_running_next, index_next[key], mod(index_next[key] + 1, n))[:len(idx)],
                                     f"k{r.place[0]}_b{r.place[1]}_kbank", duplicate=True)
                 elif r.shift % n == 0:
                     kb = Mux(busy, idx, mod(idx + 1, n))
@@ -382,6 +405,7 @@ class DataflowTopHW(TopHW):
                 # copy's count (AD08 at target 76, seed 1: `running` -> copy 0's count, 8.7 ns,
                 # 4.0 of it one route)
                 own = registered(m, running_d, f"copy{c}_running", duplicate=True)
+                self.beat_copies["running"][1].append(own)
                 reads = (self.start & ~own) | registered(m, running_next & (bctr_next < L), f"copy{c}_on",
                                                          duplicate=True)
             reading = Mux(reads, c, none)
@@ -478,6 +502,7 @@ class DataflowTopHW(TopHW):
                 if (hp.kernel, hp.slot) not in ring_places:       # a weight: not while a beat runs
                     stops = root_copies("stops", ~going_on_next, "host_stops_", init=1)
                     runs = root_copies("runs", running_d, "host_runs_")
+                    self.beat_copies["running"][1].append(runs)
                     we = we & flag_copies("free", stops & (runs | ~self.start), "host_free_", init=1)
                 m.d.comb += [
                     waddr.eq(data_copies(("addr", len(waddr)), self.host_addr[:len(waddr)], f"host_addr{len(waddr)}_",
