@@ -9,6 +9,7 @@ from tinygrad import Tensor, dtypes
 
 from compiler import CompileError, HardwareConfig, compile_model, simulate, simulate_many
 from compiler.sim.cxxrtl import build_many
+from compiler.hw.top import Copy
 from compiler.sim.pysim import Harness
 
 import designs
@@ -177,13 +178,14 @@ def test_every_copy_of_the_beats_running_and_last_holds_its_value_in_every_cycle
     registered from the originals' next values or a flag set a cycle ahead: under a random
     `start` (beats back to back and with idle cycles between), every copy holds its original's
     value in every cycle (DataflowTopHW.beat_copies), so the logic built on the copies is the
-    logic built on the originals."""
+    logic built on the originals; each copy's reading flag from its own count is the flag from
+    the beat counter."""
     x, y = _mlp([64, 8, 4])
     flow = compile_model(y, config=HardwareConfig.from_dict(
         {"lanes@0": 8, "reduce_unroll@0": 8, "lanes@1": 4, "fp_pipeline": 3, "schedule": "dataflow"}), stream=x)
     harness, top = Harness.of(flow), flow.top
     starts = np.random.default_rng(3).random(600) < 0.3
-    high = {"running": 0, "last": 0}
+    high: dict[str, int] = {}
 
     async def bench(ctx):
         for start in starts:
@@ -192,12 +194,14 @@ def test_every_copy_of_the_beats_running_and_last_holds_its_value_in_every_cycle
             for name, (original, copies) in top.beat_copies.items():
                 value = ctx.get(original)
                 assert [ctx.get(c) for c in copies] == [value] * len(copies), name
-                high[name] += value
+                high[name] = high.get(name, 0) + value
     harness.simulate(bench)
     rings = len(flow.flow.rings)
     assert flow.flow.beat >= 5 and len(top.beat_copies["last"][1]) == rings
     assert len(top.beat_copies["running"][1]) > rings // 2
     assert high["last"] >= 10 and high["running"] >= 10 * flow.flow.beat      # many beats ran
+    reads = [name for name in high if name.endswith("_reads")]
+    assert len(reads) == sum(isinstance(ph, Copy) for ph in top.phases) and all(high[name] >= 10 for name in reads)
 
 
 @pytest.mark.parametrize("fp_pipeline", [0, 3])

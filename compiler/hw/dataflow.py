@@ -195,9 +195,10 @@ class DataflowTopHW(TopHW):
         self.flow = flow
         self.landing: dict[tuple[int, int, str], Signal] = {}
         # the beat's `running` and `last` registers, each with the registers that copy it for
-        # consumers across the die (made in elaborate; tests/test_dataflow.py checks that every
-        # copy holds its original's value in every cycle)
-        self.beat_copies: dict[str, tuple[Signal, list[Signal]]] = {}
+        # consumers across the die, and each copy's reading flag from the beat counter with the
+        # same flag from the copy's own count (made in elaborate; tests/test_dataflow.py checks
+        # that every copy holds its original's value in every cycle)
+        self.beat_copies: dict[str, tuple[Value, list[Value]]] = {}
 
     def copy_port(self, kernel: int, slot: int, name: str):
         """From FANOUT_LEVEL with block RAM a copy's write lands a cycle late, from registers
@@ -394,6 +395,7 @@ class DataflowTopHW(TopHW):
         for c, ph in enumerate(copies):
             L = ph.length
             reads = busy & (cycle < L)             # copy c reads in this cycle of the beat
+            count = None
             if last_ahead is not None:
                 # the same, from a register set a cycle ahead (and the `begin` of a beat's first
                 # cycle): the compare of the beat counter was on the way to every source bank's
@@ -406,8 +408,22 @@ class DataflowTopHW(TopHW):
                 # 4.0 of it one route)
                 own = registered(m, running_d, f"copy{c}_running", duplicate=True)
                 self.beat_copies["running"][1].append(own)
-                reads = (self.start & ~own) | registered(m, running_next & (bctr_next < L), f"copy{c}_on",
-                                                         duplicate=True)
+                if L <= B:
+                    # reading on: the copy's own count of the elements it has read, not the beat
+                    # counter (it reads in cycles 0 .. L-1 of a beat, so it reads next cycle iff
+                    # it reads now and this is not its element L-1): the beat counter's next
+                    # value shared a LUT with this flag by the counter, and `beat_last` -> that
+                    # LUT -> a far copy's flag was the KWS shape at w4a6's critical path at
+                    # seed 1 (12.3 ns, 11.0 of it routing)
+                    count = Signal(range(max(L, 2)), name=f"copy{c}_count", attrs={DUPLICATE_ATTRIBUTE: 1})
+                    on = Signal(name=f"copy{c}_on", attrs={DUPLICATE_ATTRIBUTE: 1})
+                    self.beat_copies[f"copy{c}_reads"] = (reads, [(self.start & ~own) | on])
+                    reads = (self.start & ~own) | on
+                    more = reads & (count != L - 1)
+                    m.d.sync += [count.eq(Mux(more, count + 1, 0)), on.eq(more)]
+                else:
+                    reads = (self.start & ~own) | registered(m, running_next & (bctr_next < L), f"copy{c}_on",
+                                                             duplicate=True)
             reading = Mux(reads, c, none)
             if sync_reads:
                 active = Signal(name=f"copy{c}_active")
@@ -419,11 +435,11 @@ class DataflowTopHW(TopHW):
             else:
                 phase = reading
                 ctr = nctr = cycle
-            ahead = self._read_ahead(m, c, ph, reads) if sync_reads and self.fanout else None
+            ahead = self._read_ahead(m, c, ph, reads, count) if sync_reads and self.fanout else None
             self._copy(m, c, ph, phase, reading, ctr, nctr, sync_reads, ahead)
         return m
 
-    def _read_ahead(self, m: Module, c: int, ph: Copy, reads: Value):
+    def _read_ahead(self, m: Module, c: int, ph: Copy, reads: Value, count: Signal | None):
         """From FANOUT_LEVEL with block RAM: copy c's source word from registers, computed a cycle
         ahead (TopHW._copy's `ahead`). It reads element t in cycle t of the beat (`reads`): its
         own count of the elements read (the word it reads now: 0 at a beat's first cycle, as
@@ -437,8 +453,9 @@ class DataflowTopHW(TopHW):
         word is 0 when no copy reads, and nothing else addresses that port."""
         src = self.banking[ph.src]
         L = ph.length
-        count = Signal(range(max(L, 2)), name=f"copy{c}_count")
-        m.d.sync += count.eq(Mux(reads & (count != L - 1), count + 1, 0))
+        if count is None:                  # else the copy's own, made with its `on` flag
+            count = Signal(range(max(L, 2)), name=f"copy{c}_count")
+            m.d.sync += count.eq(Mux(reads & (count != L - 1), count + 1, 0))
         layout = self._groups(ph, ph.src)
         if ph.by_words or layout.is_plain:
             nxt = Mux(reads & (count != L - 1), count + 1, 0)[:max(1, (L - 1).bit_length())]
