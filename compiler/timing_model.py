@@ -459,16 +459,17 @@ def product_tail_ns(a_bits: int, b_bits: int, registers: int, site: ProductSite,
 # static placers and the seeds measured) closes the project's designs at, by their LUT4s as
 # synthesised, on the LFE5U-85F at speed grade 6 (docs/timing.md "Placement in the estimate"
 # lists the designs; refitted after the netlist rewrites of 2026-12-01's third session, which
-# took the small designs from 6.8-7.2 ns to 4.8-6.7). Between the points it is interpolated in
-# log2(LUTs); past the last (the fine-tuned KWS network, 51k LUT4s, the only design above 40k)
-# it stays flat.
+# took the small designs from 6.8-7.2 ns to 4.8-6.7; the two largest points refitted on
+# 2026-12-04 to the pipelined designs of 31k-48k LUTs, AD08 and the KWS shapes at `target_mhz`,
+# 9.0-11.1 ns, where 10.2 and 13.4 had come from earlier netlists). Between the points it is
+# interpolated in log2(LUTs); past the last it stays flat.
 PLACED_PERIOD_NS: Mapping[str, tuple[tuple[int, float], ...]] = {
-    "ecp5": ((600, 4.85), (1_800, 5.8), (3_400, 6.55), (16_600, 9.8), (31_000, 10.2), (51_000, 13.4)),
+    "ecp5": ((600, 4.85), (1_800, 5.8), (3_400, 6.55), (16_600, 9.8), (31_000, 9.8), (51_000, 10.8)),
 }
 PLACED_GRADE = 6            # the speed grade PLACED_PERIOD_NS was measured at; others scale as the cells
 # its error against nextpnr, measured (docs/timing.md), as `dse eval --estimate` says it
-PLACED_ERROR = ("against nextpnr 7% median and 26% largest error where placement decides (the 9 designs it was "
-                "refitted to), 5-24% where the modelled path does")
+PLACED_ERROR = ("against nextpnr 6% median and 26% largest error where placement decides (the 14 designs it was "
+                "fitted to), 5-24% where the modelled path does")
 
 
 def placed_period_ns(luts: float, d: Delays) -> float | None:
