@@ -417,8 +417,8 @@ class DataflowTopHW(TopHW):
                     # seed 1 (12.3 ns, 11.0 of it routing)
                     count = Signal(range(max(L, 2)), name=f"copy{c}_count", attrs={DUPLICATE_ATTRIBUTE: 1})
                     on = Signal(name=f"copy{c}_on", attrs={DUPLICATE_ATTRIBUTE: 1})
-                    self.beat_copies[f"copy{c}_reads"] = (reads, [(self.start & ~own) | on])
-                    reads = (self.start & ~own) | on
+                    from_beat, reads = reads, (self.start & ~own) | on
+                    self.beat_copies[f"copy{c}_reads"] = (from_beat, [reads])
                     more = reads & (count != L - 1)
                     m.d.sync += [count.eq(Mux(more, count + 1, 0)), on.eq(more)]
                 else:
