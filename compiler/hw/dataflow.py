@@ -242,11 +242,11 @@ class DataflowTopHW(TopHW):
         def running_after(run: Value, last_: Value) -> Value:
             """`running` in the next cycle, from `running` and `last` now (or copies of them)."""
             return Mux(self.start & ~run, 1, Mux(last_, 0, run))
-        # the next cycle's `running` and `bctr`: their registers' inputs, which the flags set a
-        # cycle ahead below (the kernels' ring banks, the copies' reads) are computed from
+        # the next cycle's `running`: its register's input, which the flags set a cycle ahead
+        # below (the kernels' ring banks, the host bus's) are computed from
         if B == 1:                  # pipelined kernels: every cycle with `start` is a beat of its own
             begin = last = self.start
-            running_next, bctr_next = begin, bctr        # a beat runs next cycle iff one begins now
+            running_next = begin                         # a beat runs next cycle iff one begins now
             going_on_next = Const(0, 1)                  # ... and never goes on past it
             running_d = Const(0, 1)                      # no `running` register: start always begins one
         else:
@@ -395,7 +395,7 @@ class DataflowTopHW(TopHW):
         for c, ph in enumerate(copies):
             L = ph.length
             reads = busy & (cycle < L)             # copy c reads in this cycle of the beat
-            count = None
+            counted = None
             if last_ahead is not None:
                 # the same, from a register set a cycle ahead (and the `begin` of a beat's first
                 # cycle): the compare of the beat counter was on the way to every source bank's
@@ -408,22 +408,18 @@ class DataflowTopHW(TopHW):
                 # 4.0 of it one route)
                 own = registered(m, running_d, f"copy{c}_running", duplicate=True)
                 self.beat_copies["running"][1].append(own)
-                if L <= B:
-                    # reading on: the copy's own count of the elements it has read, not the beat
-                    # counter (it reads in cycles 0 .. L-1 of a beat, so it reads next cycle iff
-                    # it reads now and this is not its element L-1): the beat counter's next
-                    # value shared a LUT with this flag by the counter, and `beat_last` -> that
-                    # LUT -> a far copy's flag was the KWS shape at w4a6's critical path at
-                    # seed 1 (12.3 ns, 11.0 of it routing)
-                    count = Signal(range(max(L, 2)), name=f"copy{c}_count", attrs={DUPLICATE_ATTRIBUTE: 1})
-                    on = Signal(name=f"copy{c}_on", attrs={DUPLICATE_ATTRIBUTE: 1})
-                    from_beat, reads = reads, (self.start & ~own) | on
-                    self.beat_copies[f"copy{c}_reads"] = (from_beat, [reads])
-                    more = reads & (count != L - 1)
-                    m.d.sync += [count.eq(Mux(more, count + 1, 0)), on.eq(more)]
-                else:
-                    reads = (self.start & ~own) | registered(m, running_next & (bctr_next < L), f"copy{c}_on",
-                                                             duplicate=True)
+                # Reading on from the copy's own count of the elements it has read, not the beat
+                # counter: it reads in cycles 0 .. L-1 of a beat (L <= B: beat_cycles), so it reads
+                # next cycle iff it reads now and this is not its element L-1. The beat counter's
+                # next value shared a LUT with this flag by the counter, and `beat_last` -> that
+                # LUT -> a far copy's flag was the KWS shape at w4a6's critical path at seed 1
+                # (12.3 ns, 11.0 of it routing)
+                on = Signal(name=f"copy{c}_on", attrs={DUPLICATE_ATTRIBUTE: 1})
+                from_beat, reads = reads, (self.start & ~own) | on
+                self.beat_copies[f"copy{c}_reads"] = (from_beat, [reads])
+                count, more = self._element_count(m, c, L, reads, duplicate=True)
+                m.d.sync += on.eq(more)
+                counted = (count, more)
             reading = Mux(reads, c, none)
             if sync_reads:
                 active = Signal(name=f"copy{c}_active")
@@ -435,11 +431,20 @@ class DataflowTopHW(TopHW):
             else:
                 phase = reading
                 ctr = nctr = cycle
-            ahead = self._read_ahead(m, c, ph, reads, count) if sync_reads and self.fanout else None
+            ahead = self._read_ahead(m, c, ph, reads, counted) if sync_reads and self.fanout else None
             self._copy(m, c, ph, phase, reading, ctr, nctr, sync_reads, ahead)
         return m
 
-    def _read_ahead(self, m: Module, c: int, ph: Copy, reads: Value, count: Signal | None):
+    @staticmethod
+    def _element_count(m: Module, c: int, L: int, reads: Value, *, duplicate: bool = False) -> tuple[Signal, Value]:
+        """Copy c's count of the elements it has read in this beat (0 while it does not read) and
+        whether it goes on reading next cycle (it reads now, and not its element L-1)."""
+        count = Signal(range(max(L, 2)), name=f"copy{c}_count", attrs={DUPLICATE_ATTRIBUTE: 1} if duplicate else {})
+        more = reads & (count != L - 1)
+        m.d.sync += count.eq(Mux(more, count + 1, 0))
+        return count, more
+
+    def _read_ahead(self, m: Module, c: int, ph: Copy, reads: Value, counted: tuple[Signal, Value] | None):
         """From FANOUT_LEVEL with block RAM: copy c's source word from registers, computed a cycle
         ahead (TopHW._copy's `ahead`). It reads element t in cycle t of the beat (`reads`): its
         own count of the elements read (the word it reads now: 0 at a beat's first cycle, as
@@ -453,12 +458,10 @@ class DataflowTopHW(TopHW):
         word is 0 when no copy reads, and nothing else addresses that port."""
         src = self.banking[ph.src]
         L = ph.length
-        if count is None:                  # else the copy's own, made with its `on` flag
-            count = Signal(range(max(L, 2)), name=f"copy{c}_count")
-            m.d.sync += count.eq(Mux(reads & (count != L - 1), count + 1, 0))
+        count, more = counted or self._element_count(m, c, L, reads)    # the one its `on` flag counts with, if any
         layout = self._groups(ph, ph.src)
         if ph.by_words or layout.is_plain:
-            nxt = Mux(reads & (count != L - 1), count + 1, 0)[:max(1, (L - 1).bit_length())]
+            nxt = Mux(more, count + 1, 0)[:max(1, (L - 1).bit_length())]
         else:
             odometer = Odometer(m, layout, f"copy{c}_read", advance=reads, restart=reads & (count == L - 1))
             nxt = odometer.word(True)
