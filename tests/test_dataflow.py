@@ -174,7 +174,8 @@ def test_pysim_streams_a_dataflow_design_as_the_sequential_design_computes_each_
 
 def test_every_copy_of_the_beats_running_and_last_holds_its_value_in_every_cycle():
     """From FANOUT_LEVEL the beat's `running` and `last` have register copies by their consumers
-    (each ring's counter and host bank choices, each copy's reads, the host bus's weight writes),
+    (each ring's counter and host bank choices, each copy's reads, the host bus's weight writes
+    and the registers its flags' copies are made from),
     registered from the originals' next values or a flag set a cycle ahead: under a random
     `start` (beats back to back and with idle cycles between), every copy holds its original's
     value in every cycle (DataflowTopHW.beat_copies), so the logic built on the copies is the
@@ -197,7 +198,11 @@ def test_every_copy_of_the_beats_running_and_last_holds_its_value_in_every_cycle
                 high[name] = high.get(name, 0) + value
     harness.simulate(bench)
     rings = len(flow.flow.rings)
-    assert flow.flow.beat >= 5 and len(top.beat_copies["last"][1]) == rings
+    lasts = [c.name for c in top.beat_copies["last"][1]]
+    assert flow.flow.beat >= 5 and sum(name.endswith("_beat_last") for name in lasts) == rings
+    # the host bus's flags for weight writes: each copy from registers of its own (two here)
+    hosts = len(top.beat_copies["last_ahead"][1])
+    assert hosts >= 2 and len(lasts) == rings + hosts and high["last_ahead"] >= 10
     assert len(top.beat_copies["running"][1]) > rings // 2
     assert high["last"] >= 10 and high["running"] >= 10 * flow.flow.beat      # many beats ran
     reads = [name for name in high if name.endswith("_reads")]

@@ -44,8 +44,9 @@ latency (start of a sample's beat to the done of the beat its outputs are comple
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
-from amaranth.hdl import Const, Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib.wiring import In
 
 from .layout import Banking
@@ -273,7 +274,9 @@ class DataflowTopHW(TopHW):
         last_ahead = None
         if self.fanout and B >= 4:
             last_ahead = Signal(name="beat_last_ahead")
-            m.d.sync += last_ahead.eq(running & ~last & (bctr == B - 3))
+            last_ahead_next = running & ~last & (bctr == B - 3)
+            m.d.sync += last_ahead.eq(last_ahead_next)
+            self.beat_copies["last_ahead"] = (last_ahead, [])
             # while a beat runs and it is not its last cycle, `last_ahead` is the counter's
             # compare `ahead` (bctr == B - 2, reached only from B - 3 a cycle before): so
             # "a beat goes on next cycle" is one LUT of four registers and the start pin, not
@@ -361,7 +364,24 @@ class DataflowTopHW(TopHW):
         # ---- host bus: streamed inputs and outputs any time, other memories while no beat runs
         ring_places = {r.place for r in flow.rings}
         if self.fanout:
-            self._registered_bus(m, ring_places, running_d, going_on_next, sync_reads)
+            def host_flags() -> Value:
+                """(no beat goes on next cycle, a beat runs next cycle): the input of a copy of the
+                host bus's flags for weight writes (_registered_bus)."""
+                if last_ahead is None:
+                    return Cat(~going_on_next, running_d)
+                # From the beat's registers' copies of this copy's own, registered from their
+                # originals' next values, the flags' logic beside the copy: from the originals
+                # it was a route across the die to a far copy (AD08 at target 56, target_mhz
+                # 200, regrouped, seed 1: `running` -> a `host_runs` copy, 10.5 ns, 9.5 routing)
+                n = len(self.beat_copies["last_ahead"][1])
+                own = {name: registered(m, nxt, f"host{n}_{name}", duplicate=True)
+                       for name, nxt in (("running", running_d), ("last", last_next), ("last_ahead", last_ahead_next))}
+                for name, copy in own.items():
+                    self.beat_copies[name][1].append(copy)
+                run, lst, ahead_ = own["running"], own["last"], own["last_ahead"]
+                goes_on = (self.start & ~run) | (run & ~lst & ~ahead_)
+                return Cat(~goes_on, running_after(run, lst))
+            self._registered_bus(m, ring_places, host_flags, sync_reads)
         else:
             self._bus(m, ring_places, busy, sync_reads)
 
@@ -492,8 +512,7 @@ class DataflowTopHW(TopHW):
                 with m.Case(i):
                     m.d.comb += self.host_rdata.eq(self.port(hp.kernel, hp.slot, "rdata"))
 
-    def _registered_bus(self, m: Module, ring_places, running_d: Value, going_on_next: Value,
-                        sync_reads: bool) -> None:
+    def _registered_bus(self, m: Module, ring_places, host_flags: Callable[[], Value], sync_reads: bool) -> None:
         """The host bus from FANOUT_LEVEL, registered at both ends as hw/top.py's (its reasons:
         no path from the pins to a block RAM or back; HOST_GROUP ports share copies of the
         address and data): a write lands a cycle after it is on the pins, into the bank chosen
@@ -510,8 +529,10 @@ class DataflowTopHW(TopHW):
         # first a cycle ahead holds what the beat's state alone says (a beat runs and goes on;
         # a beat runs), the second ANDs in the start pin, which no look-ahead can know:
         # free(t+1) = ~going_on(t) & (running(t) | ~start(t)), and start while a beat runs
-        # begins nothing.
+        # begins nothing. The first level's copies hold both bits (`host_flags`: stops, runs),
+        # each made by `host_flags` from registers of its own (a third level, elaborate).
         root_copies = Copies(m, HOST_GROUP ** 2, reset_less=False)
+        roots: dict[str, Signal] = {}
         read_ports = []
         for i, hp in enumerate(self.host_ports):
             if hp.write:
@@ -520,9 +541,9 @@ class DataflowTopHW(TopHW):
                                        f"host{i}_we", duplicate=True)
                 rams = hp.block_rams
                 if (hp.kernel, hp.slot) not in ring_places:       # a weight: not while a beat runs
-                    stops = root_copies("stops", ~going_on_next, "host_stops_", init=1)
-                    runs = root_copies("runs", running_d, "host_runs_")
-                    self.beat_copies["running"][1].append(runs)
+                    flags = root_copies("flags", host_flags, "host_flags_", init=1)
+                    roots[flags.name] = flags
+                    stops, runs = flags[0], flags[1]
                     we = we & flag_copies("free", stops & (runs | ~self.start), "host_free_", init=1)
                 m.d.comb += [
                     waddr.eq(data_copies(("addr", len(waddr)), self.host_addr[:len(waddr)], f"host_addr{len(waddr)}_",
@@ -535,6 +556,7 @@ class DataflowTopHW(TopHW):
                 m.d.comb += self.port(hp.kernel, hp.slot, "raddr").eq(
                     registered(m, raddr, f"host{i}_raddr", duplicate=True, reset_less=True))
                 read_ports.append((i, hp))
+        self.beat_copies["running"][1].extend(flags[1] for flags in roots.values())
         self._registered_read(m, read_ports, self.host_rsel, sync_reads)
 
     def _host_written(self, place: Place) -> bool:

@@ -180,12 +180,15 @@ class Copies:
         self.m, self.group, self.reset_less = m, group, reset_less
         self.uses: dict[object, tuple[int, int, Signal | None]] = {}
 
-    def __call__(self, key: object, value: Value, name: str, *, init: int = 0, weight: int = 1) -> Signal:
+    def __call__(self, key: object, value: Value | Callable[[], Value], name: str, *, init: int = 0,
+                 weight: int = 1) -> Signal:
         """A copy of `value` (which `key` names: equal keys, equal values) for one more use,
-        which counts as `weight` uses (a memory as its block RAMs: TopHW's host bus)."""
+        which counts as `weight` uses (a memory as its block RAMs: TopHW's host bus). A callable
+        `value` is called for each new copy (each copy's input logic of its own)."""
         load, copies, copy = self.uses.get(key, (0, 0, None))
         if copy is None or load + weight > self.group:
-            copy = registered(self.m, value, f"{name}{copies}", init=init, duplicate=True, reset_less=self.reset_less)
+            copy = registered(self.m, value() if callable(value) else value, f"{name}{copies}", init=init,
+                              duplicate=True, reset_less=self.reset_less)
             load, copies = 0, copies + 1
         self.uses[key] = (load + weight, copies, copy)
         return copy
