@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from compiler.pnr.replicas import deal, families, pin, positions, regroup
+from compiler.pnr.replicas import deal, families, pin, positions, regroup, spread, spreadable
 
 
 def _ff(d: int, q: int, **params) -> dict:
@@ -107,6 +107,37 @@ def test_positions_skip_cells_without_a_bel(bad):
 
 # a register each of whose bits four LUTs read, then given a twin per bit that takes half of
 # its loads, then regrouped by made-up positions
+def _spread_module() -> dict:
+    """A register `r` and the copies of it the compiler made (`keep`): `c`, read by LUTs at x 0,
+    2, 90 and 92; `near`, read at x 80 and 92; `logic`, fed by a LUT, read at x 0 and 90; and a
+    register without `keep` read at x 0 and 90."""
+    kept = lambda d, q: {**_ff(d, q), "attributes": {"keep": "1"}}  # noqa: E731
+    cells = {"r": _ff(10, 11), "c": kept(11, 20), "near": kept(11, 21), "f": _lut(11, 12),
+             "logic": kept(12, 22), "plain": _ff(11, 23),
+             "a0": _lut(20, 30), "a2": _lut(20, 31), "a90": _lut(20, 32), "a92": _lut(20, 33, b=21),
+             "n20": _lut(21, 34), "g0": _lut(22, 35), "g90": _lut(22, 36), "p0": _lut(23, 37), "p90": _lut(23, 38)}
+    return {"ports": {}, "cells": cells}
+
+
+def test_spread_twins_a_copy_fed_by_a_register_whose_loads_lie_far_apart():
+    module = _spread_module()
+    cells = module["cells"]
+    assert spreadable(module) == ["c", "near"]
+    where = {"a0": (0, 5), "a2": (2, 5), "a90": (90, 5), "a92": (92, 6), "n20": (80, 0), "g0": (0, 0),
+             "g90": (90, 0), "p0": (0, 1), "p90": (90, 1)}
+    assert spread(module, where, reach=32) == 1
+    twin = cells["c$spread1"]
+    q = twin["connections"]["Q"][0]
+    assert twin["connections"]["DI"] == [11] and twin["attributes"] == {"keep": "1"} and q not in (20, 21)
+    assert [cells[n]["connections"]["A"] for n in ("a0", "a2", "a90", "a92")] == [[20], [20], [q], [q]]
+    # `near` (a92 and n20 within reach) and the others keep their loads
+    assert cells["a92"]["connections"]["B"] == [21] and cells["g90"]["connections"]["A"] == [22]
+    assert cells["p90"]["connections"]["A"] == [23] and len(cells) == len(_spread_module()["cells"]) + 1
+    # a load the placement does not know: left as it is
+    module = _spread_module()
+    assert spread(module, {k: v for k, v in where.items() if k != "a2"}, reach=32) == 0
+
+
 COPIED = """
 module top(input clk, input [3:0] a, input [15:0] x, output reg [15:0] y);
     reg [3:0] c;
@@ -140,6 +171,34 @@ def test_regrouped_copies_compute_what_the_one_register_did(tmp_path):
     port = next(p for p, bits in victim["connections"].items() if bits == [a])
     victim["connections"][port] = [b]
     assert not equivalent(gold, wrong, tmp_path / "wrong", models=CELL_MODELS + LUT4_MODEL)
+
+
+SPREAD = """
+module top(input clk, input [3:0] a, input [15:0] x, output reg [15:0] y);
+    reg [3:0] r, c;
+    always @(posedge clk) begin
+        r <= a;
+        c <= r;
+        y <= {4{c}} ^ x;
+    end
+endmodule
+"""
+
+
+@pytest.mark.slow
+def test_spread_copies_compute_what_the_one_register_did(tmp_path):
+    from helpers import CELL_MODELS, LUT4_MODEL, equivalent, synthesised_twice
+    gold, gate = synthesised_twice(SPREAD, tmp_path)
+    module = gate["modules"]["top"]
+    cells = module["cells"]
+    copies = [n for n in cells if n.startswith("c_TRELLIS_FF")]
+    for n in copies:                      # what the synthesis script marks on the compiler's copies
+        cells[n].setdefault("attributes", {})["keep"] = "1"
+    assert sorted(spreadable(module)) == sorted(copies) and len(copies) == 4
+    # the cells strewn along a line: each copy's four loads far apart, one twin or more each
+    where = {n: (i * 37 % 101, 0) for i, n in enumerate(sorted(cells))}
+    assert spread(module, where, reach=20) >= 4
+    assert equivalent(gold, gate, tmp_path / "proof", models=CELL_MODELS + LUT4_MODEL)
 
 
 def test_pin_keeps_the_hard_blocks_where_the_first_placement_put_them():

@@ -91,8 +91,8 @@ def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package
         (work / "first").mkdir(parents=True, exist_ok=True)
         if lpf is not None:
             shutil.copyfile(lpf, work / "first" / "pins.lpf")
-        body, _, _ = regrouped(body, top, work / "first", argv=argv, version=nextpnr_version("ecp5"), use_cache=False,
-                               timeout=timeout)
+        body, _, _, _ = regrouped(body, top, work / "first", argv=argv, version=nextpnr_version("ecp5"), use_cache=False,
+                                  timeout=timeout)
     (work / "netlist.json").write_bytes(body)
     (work / "design.config").unlink(missing_ok=True)
     run_tool([find_tool(argv[0]), *argv[1:]], cwd=work, log_name="nextpnr.log", timeout=timeout)

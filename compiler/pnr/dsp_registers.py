@@ -67,7 +67,8 @@ class Netlist:
     """Drivers and loads of a JSON module's nets, kept current as pins are rewired."""
 
     def __init__(self, module: dict):
-        self.cells = module["cells"]
+        self.module, self.cells = module, module["cells"]
+        self._fresh: int | None = None              # the next net number `twin` gives
         self.driver: dict[int, tuple[str, str]] = {}
         self.loads: dict[int, set[tuple[str, str]]] = {}
         for name, port in (module.get("ports") or {}).items():      # the module's outputs read nets too
@@ -106,6 +107,22 @@ class Netlist:
             self.loads[old].discard((cell, pin))
         if not isinstance(new, str):
             self.loads.setdefault(new, set()).add((cell, pin))
+
+    def twin(self, cell: str, out: str, name: str) -> int:
+        """A copy of `cell` named `name` (the same inputs and parameters, so the same value in
+        every cycle) whose output pin `out` drives a new net of its own, which it returns (no
+        loads yet)."""
+        if self._fresh is None:
+            self._fresh = max([b for b in self.driver] + [b for b in self.loads] + [1]) + 1
+        bit, self._fresh = self._fresh, self._fresh + 1
+        self.cells[name] = copy.deepcopy(self.cells[cell])
+        self.cells[name]["connections"][out] = [bit]
+        for pin, bits in self.cells[name]["connections"].items():
+            if pin != out and not isinstance(bits[0], str):
+                self.loads.setdefault(bits[0], set()).add((name, pin))
+        self.driver[bit] = (name, out)
+        self.module.setdefault("netnames", {})[f"{name}.{out}"] = {"hide_name": 0, "bits": [bit], "attributes": {}}
+        return bit
 
     def ff(self, name: str, pin: str) -> Any:
         return self.cells[name]["connections"].get(pin, ["0"])[0]
@@ -215,8 +232,7 @@ def split_fanout(module: dict, group: int = DSP_GROUP, *, load=_dsp_input, tag: 
     `<cell>$<tag><n>`; same inputs and parameters); its other loads stay on it. Returns the
     twins added."""
     net = Netlist(module)
-    cells, names = net.cells, module.setdefault("netnames", {})
-    fresh = max([b for b in net.driver] + [b for b in net.loads] + [1]) + 1
+    cells = net.cells
     added = 0
     for ff, out in sorted((n, o) for n, c in cells.items() if (o := source(c))):
         q = net.ff(ff, out)
@@ -226,17 +242,9 @@ def split_fanout(module: dict, group: int = DSP_GROUP, *, load=_dsp_input, tag: 
                 takers.setdefault(cell, []).append(pin)
         order = sorted(takers)
         for k in range(group, len(order), group):
-            twin = f"{ff}${tag}{k // group}"
-            cells[twin] = copy.deepcopy(cells[ff])
-            cells[twin]["connections"][out] = [fresh]
-            for pin, bits in cells[twin]["connections"].items():
-                if pin != out and not isinstance(bits[0], str):
-                    net.loads.setdefault(bits[0], set()).add((twin, pin))
-            net.driver[fresh] = (twin, out)
-            names[f"{twin}.{out}"] = {"hide_name": 0, "bits": [fresh], "attributes": {}}
+            fresh = net.twin(ff, out, f"{ff}${tag}{k // group}")
             for cell in order[k:k + group]:
                 for pin in takers[cell]:
                     net.replace_bit(cell, pin, q, fresh)
-            fresh += 1
             added += 1
     return added

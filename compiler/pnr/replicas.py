@@ -103,6 +103,70 @@ def regroup(module: dict, where: Mapping[str, Point]) -> int:
     return moved
 
 
+REACH = 32
+"""The widest a copy's loads may lie apart (the half-perimeter of their bounding box, in tiles)
+before `spread` twins it: from its middle about 16 tiles, ~2 ns of route at the 0.13 ns a tile
+of AD08's 10.3 ns route from an operand copy to a multiplier ~80 tiles away."""
+
+
+def _split(points: list[tuple[Point, Any]], reach: int) -> list[list[Any]]:
+    """`points` ((x, y), item) in groups each within `reach` (half-perimeter), by bisection along
+    the wider side."""
+    xs, ys = [p[0] for p, _ in points], [p[1] for p, _ in points]
+    wide, high = max(xs) - min(xs), max(ys) - min(ys)
+    if len(points) == 1 or wide + high <= reach:
+        return [[item for _, item in points]]
+    axis = 0 if wide >= high else 1
+    ordered = sorted(points, key=lambda pi: (pi[0][axis], pi[0][1 - axis]))
+    half = len(ordered) // 2
+    return _split(ordered[:half], reach) + _split(ordered[half:], reach)
+
+
+def spreadable(module: dict, net: Netlist | None = None) -> list[str]:
+    """The flip-flops `spread` may twin: the compiler's copies (`keep`, DUPLICATE_ATTRIBUTE) whose
+    D is another flip-flop's Q, in name order."""
+    net = net or Netlist(module)
+    cells, out = module["cells"], []
+    for ff in sorted(cells):
+        cell = cells[ff]
+        if cell["type"] != "TRELLIS_FF" or "keep" not in cell.get("attributes", {}):
+            continue
+        d = cell["connections"].get("DI", ["0"])[0]
+        src = None if isinstance(d, str) else net.driver.get(d)
+        if src is not None and src[1] == "Q" and cells[src[0]]["type"] == "TRELLIS_FF":
+            out.append(ff)
+    return out
+
+
+def spread(module: dict, where: Mapping[str, Point], reach: int = REACH) -> int:
+    """Give each copy the compiler made (a `keep` flip-flop: DUPLICATE_ATTRIBUTE) whose D is a
+    flip-flop's Q and whose loads `where` put more than `reach` tiles apart a twin per further
+    group of loads within `reach` (_split), each group read from its own. The register before
+    it then drives the twins, which the placer puts between it and their groups: one route
+    across the die becomes two of half its length, in the same cycles (the twins hold the
+    value the copy did). AD08 at fold 56: an operand copy shared by four multipliers, one
+    per lane, ~150 tiles apart (the lanes' adder trees pull them to both sides of the die), one
+    route of 10.3 ns, the critical path at seed 2. Only a copy fed by a register: one fed by
+    logic would carry the long route into the logic's path instead. Returns the twins added."""
+    net = Netlist(module)
+    cells = module["cells"]
+    added = 0
+    for ff in spreadable(module, net):
+        q = cells[ff]["connections"]["Q"][0]
+        users = {c for c, _pin in net.loads_of(q)}
+        if len(users) < 2 or any(not c or c not in where for c in users):
+            continue
+        groups = _split(sorted((where[c], c) for c in users), reach)
+        for k, group in enumerate(groups[1:], 1):
+            twin = net.twin(ff, "Q", f"{ff}$spread{k}")
+            for c in group:
+                for pin, bits in list(cells[c]["connections"].items()):
+                    if q in bits:
+                        net.replace_bit(c, pin, q, twin)
+            added += 1
+    return added
+
+
 HARD = ("MULT18X18D", "DP16KD")
 """Cells whose sites a regrouped netlist keeps from the first placement (`pin`): the copies
 were dealt by where those are, and the placer would otherwise put them elsewhere."""

@@ -114,6 +114,7 @@ class TimingReport:
     fmax_source: str = ""                   # "report.json" or "log"
     critical_path: str = ""                 # the slowest register-to-register path, from report.json
     regrouped: int = 0                      # loads dealt to another copy by a first placement (replicas)
+    twins: int = 0                          # flip-flops it added (replicas.spread): not in synthesis's counts
     cached: bool = False
 
     @property
@@ -475,11 +476,11 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
         def placed(settings: dict) -> TimingReport:
             argv = nextpnr_argv(dev, pkg, top=top, clock=clock, **settings)
             run_dir = workdir / dev.name
-            body, first_s, moved = data, 0.0, 0
+            body, first_s, moved, twins = data, 0.0, 0, 0
             if regroup and target == "ecp5":
                 left = None if deadline is None else max(1.0, deadline - time.monotonic())
-                body, first_s, moved = regrouped(data, top, run_dir / "first", argv=argv, version=version,
-                                                 use_cache=use_cache, timeout=left)
+                body, first_s, moved, twins = regrouped(data, top, run_dir / "first", argv=argv, version=version,
+                                                        use_cache=use_cache, timeout=left)
             key = _cache_key(hashlib.sha256(body).hexdigest(), argv, version)
             if use_cache and (hit := _cache_read(key, run_dir)) is not None:
                 return hit
@@ -487,7 +488,7 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
             report = _run(body, run_dir, argv=argv, dev=dev, pkg=pkg, target=target, needs=needs, settings=settings,
                           version=version, timeout=left)
             if first_s or moved:
-                report = replace(report, seconds=report.seconds + first_s, regrouped=moved)
+                report = replace(report, seconds=report.seconds + first_s, regrouped=moved, twins=twins)
             if use_cache:
                 _cache_write(key, report, run_dir)
             return report
@@ -546,23 +547,28 @@ def _run(netlist: bytes, run_dir: Path, *, argv: list[str], dev: Device, pkg: st
 
 
 def regrouped(netlist: bytes, top: str, run_dir: Path, *, argv: list[str], version: str, use_cache: bool = True,
-              timeout: float | None = None) -> tuple[bytes, float, int]:
-    """(netlist, seconds, loads dealt anew): a prepared ECP5 netlist (JSON bytes) with each
-    family of copies' loads dealt by a first placement with the options `argv` (replicas.regroup)
-    and its multipliers and block RAMs pinned where that placement put them (replicas.pin);
-    the netlist as it was when it has no such family or nextpnr cannot place it. What
+              timeout: float | None = None) -> tuple[bytes, float, int, int]:
+    """(netlist, seconds, loads dealt anew, twins added): a prepared ECP5 netlist (JSON bytes)
+    with each family of copies' loads dealt by a first placement with the options `argv`
+    (replicas.regroup), a copy whose loads it put far apart given twins (replicas.spread), and
+    its multipliers and block RAMs pinned where that placement put them (replicas.pin); the
+    netlist as it was when it has no copies or nextpnr cannot place it. What
     place_and_route(regroup=True) and bitstream.write_bitstream(regroup=True) place."""
     module = json.loads(netlist)["modules"][top]
-    if not replicas.families(module):
-        return netlist, 0.0, 0
+    if not replicas.families(module) and not replicas.spreadable(module):
+        return netlist, 0.0, 0, 0
     first, seconds = _first_placement(netlist, hashlib.sha256(netlist).hexdigest(), run_dir, argv=argv,
                                       version=version, use_cache=use_cache, timeout=timeout)
+    if not first:
+        return netlist, seconds, 0, 0
     copy = json.loads(netlist)
-    moved = replicas.regroup(copy["modules"][top], replicas.positions(first)) if first else 0
-    if not moved:
-        return netlist, seconds, 0
-    replicas.pin(copy["modules"][top], first)
-    return json.dumps(copy).encode(), seconds, moved
+    module, where = copy["modules"][top], replicas.positions(first)
+    moved = replicas.regroup(module, where)
+    twins = replicas.spread(module, where)
+    if not moved and not twins:
+        return netlist, seconds, 0, 0
+    replicas.pin(module, first)
+    return json.dumps(copy).encode(), seconds, moved, twins
 
 
 def _first_placement(netlist: bytes, digest: str, run_dir: Path, *, argv: list[str], version: str, use_cache: bool,
