@@ -116,7 +116,7 @@ def main() -> None:
         row.update(fits=rep.fits, fmax_mhz=rep.fmax_mhz, device=rep.device, pnr_s=time.perf_counter() - t0,
                    reason=None if rep.fits else rep.reason, critical_path=rep.critical_path,
                    fmax_seeds=[x.fmax_mhz for x in reports], seeds=args.seeds, utilisation=dict(rep.utilisation),
-                   regrouped=[x.regrouped for x in reports])
+                   regrouped=[x.regrouped for x in reports], twins=[x.twins for x in reports])
         if rep.fits and rep.fmax_mhz:
             row["latency_ns"] = r.cycles * 1000.0 / rep.fmax_mhz
     if args.header:

@@ -137,7 +137,7 @@ def synth_pnr(design, name: str, args, root: Path) -> dict:
         rep = ranked[(len(ranked) - 1) // 2]
         row.update(fmax_mhz=rep.fmax_mhz, fits=rep.fits, reason=rep.reason, device=rep.device,
                    critical_path=rep.critical_path, fmax_seeds=[r.fmax_mhz for r in reports], seeds=args.seeds,
-                   regrouped=[r.regrouped for r in reports],
+                   regrouped=[r.regrouped for r in reports], twins=[r.twins for r in reports],
                    pnr_s=round(time.perf_counter() - t, 1))
     return row
 

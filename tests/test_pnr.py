@@ -255,7 +255,7 @@ def test_regrouped_copies_are_placed_with_the_hard_blocks_where_they_were(tmp_pa
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(compiler.pnr.timing, "run_tool", lambda *a, **k: pytest.fail("nextpnr ran on a cache hit"))
         again = place_and_route(area.netlist_path, "ecp5", tmp_path / "pnr2", regroup=True)
-    assert again.cached and (again.fmax_mhz, again.regrouped) == (report.fmax_mhz, report.regrouped)
+    assert again.cached and (again.fmax_mhz, again.regrouped, again.twins) == (report.fmax_mhz, report.regrouped, report.twins)
 
 
 @pytest.mark.slow

@@ -374,7 +374,7 @@ class DataflowTopHW(TopHW):
                 # it was a route across the die to a far copy (AD08 at target 56, target_mhz
                 # 200, regrouped, seed 1: `running` -> a `host_runs` copy, 10.5 ns, 9.5 routing)
                 n = len(self.beat_copies["last_ahead"][1])
-                own = {name: registered(m, nxt, f"host{n}_{name}", duplicate=True)
+                own = {name: registered(m, nxt, f"host_flags{n}_{name}", duplicate=True)
                        for name, nxt in (("running", running_d), ("last", last_next), ("last_ahead", last_ahead_next))}
                 for name, copy in own.items():
                     self.beat_copies[name][1].append(copy)
