@@ -124,7 +124,10 @@ def test_spread_twins_a_copy_fed_by_a_register_whose_loads_lie_far_apart():
     cells = module["cells"]
     assert spreadable(module) == ["c", "near"]
     where = {"a0": (0, 5), "a2": (2, 5), "a90": (90, 5), "a92": (92, 6), "n20": (80, 0), "g0": (0, 0),
-             "g90": (90, 0), "p0": (0, 1), "p90": (90, 1)}
+             "g90": (90, 0), "p0": (0, 1), "p90": (90, 1), "c": (45, 5), "near": (50, 5), "f": (46, 6),
+             "plain": (47, 4)}
+    # `r`'s own loads far apart: it reaches across the die already, its copies are left as they are
+    assert spread(_spread_module(), {**where, "plain": (90, 4)}, reach=32) == 0
     assert spread(module, where, reach=32) == 1
     twin = cells["c$spread1"]
     q = twin["connections"]["Q"][0]

@@ -109,9 +109,15 @@ before `spread` twins it: from its middle about 16 tiles, ~2 ns of route at the 
 of AD08's 10.3 ns route from an operand copy to a multiplier ~80 tiles away."""
 
 
+def _span(points: list[Point]) -> int:
+    """The half-perimeter of the points' bounding box, in tiles."""
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    return max(xs) - min(xs) + max(ys) - min(ys)
+
+
 def _split(points: list[tuple[Point, Any]], reach: int) -> list[list[Any]]:
-    """`points` ((x, y), item) in groups each within `reach` (half-perimeter), by bisection along
-    the wider side."""
+    """`points` ((x, y), item) in groups each within `reach` (_span), by bisection along the
+    wider side."""
     xs, ys = [p[0] for p, _ in points], [p[1] for p, _ in points]
     wide, high = max(xs) - min(xs), max(ys) - min(ys)
     if len(points) == 1 or wide + high <= reach:
@@ -146,18 +152,30 @@ def spread(module: dict, where: Mapping[str, Point], reach: int = REACH) -> int:
     across the die becomes two of half its length, in the same cycles (the twins hold the
     value the copy did). AD08 at fold 56: an operand copy shared by four multipliers, one
     per lane, ~150 tiles apart (the lanes' adder trees pull them to both sides of the die), one
-    route of 10.3 ns, the critical path at seed 2. Only a copy fed by a register: one fed by
-    logic would carry the long route into the logic's path instead. Returns the twins added."""
+    route of 10.3 ns, the critical path at seed 2 (seed 1 with twins: 91.9 -> 106.4 MHz).
+
+    Only a copy fed by a register (one fed by logic would carry the long route into the logic's
+    path) whose loads all lie within `reach` (else it is already a node of a tree across the die,
+    and its twins' routes from it would be as long as its copy's to the far loads: AD08 seed 2
+    with twins of the ring beats' copies, `beat_last_ahead2` -> a twin, 10.6 ns of routing).
+    Every copy's groups are found on the netlist as it comes (one placement), then the twins
+    made. Returns the twins added."""
     net = Netlist(module)
     cells = module["cells"]
-    added = 0
+    placed = lambda users: all(c and c in where for c in users)  # noqa: E731 - a module port is not
+    plan = []
     for ff in spreadable(module, net):
-        q = cells[ff]["connections"]["Q"][0]
+        q, d = cells[ff]["connections"]["Q"][0], cells[ff]["connections"]["DI"][0]
         users = {c for c, _pin in net.loads_of(q)}
-        if len(users) < 2 or any(not c or c not in where for c in users):
+        feeds = {c for c, _pin in net.loads_of(d)}
+        if len(users) < 2 or not placed(users) or not placed(feeds) or _span([where[c] for c in feeds]) > reach:
             continue
         groups = _split(sorted((where[c], c) for c in users), reach)
-        for k, group in enumerate(groups[1:], 1):
+        if len(groups) > 1:
+            plan.append((ff, q, groups[1:]))
+    added = 0
+    for ff, q, groups in plan:
+        for k, group in enumerate(groups, 1):
             twin = net.twin(ff, "Q", f"{ff}$spread{k}")
             for c in group:
                 for pin, bits in list(cells[c]["connections"].items()):
