@@ -152,7 +152,8 @@ def spread(module: dict, where: Mapping[str, Point], reach: int = REACH) -> int:
     across the die becomes two of half its length, in the same cycles (the twins hold the
     value the copy did). AD08 at fold 56: an operand copy shared by four multipliers, one
     per lane, ~150 tiles apart (the lanes' adder trees pull them to both sides of the die), one
-    route of 10.3 ns, the critical path at seed 2 (seed 1 with twins: 91.9 -> 106.4 MHz).
+    route of 10.3 ns, the critical path at seed 2 (seed 1: 91.9 -> 106.4 MHz with twins, before
+    the rule below).
 
     Only a copy fed by a register (one fed by logic would carry the long route into the logic's
     path) whose loads all lie within `reach` (else it is already a node of a tree across the die,

@@ -487,7 +487,7 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
             left = None if deadline is None else max(1.0, deadline - time.monotonic())
             report = _run(body, run_dir, argv=argv, dev=dev, pkg=pkg, target=target, needs=needs, settings=settings,
                           version=version, timeout=left)
-            if first_s or moved:
+            if first_s or moved or twins:
                 report = replace(report, seconds=report.seconds + first_s, regrouped=moved, twins=twins)
             if use_cache:
                 _cache_write(key, report, run_dir)
