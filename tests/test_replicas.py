@@ -143,13 +143,15 @@ def test_spread_twins_a_copy_fed_by_a_register_whose_loads_lie_far_apart():
 
 COPIED = """
 module top(input clk, input [3:0] a, input [15:0] x, output reg [15:0] y);
-    reg [3:0] c;
+    reg [3:0] r, c;
     always @(posedge clk) begin
-        c <= a;
+        r <= a;
+        c <= r;
         y <= {4{c}} ^ x;
     end
 endmodule
 """
+"""A register `c` (fed by another, `r`) whose every bit four LUTs read."""
 
 
 @pytest.mark.slow
@@ -176,22 +178,10 @@ def test_regrouped_copies_compute_what_the_one_register_did(tmp_path):
     assert not equivalent(gold, wrong, tmp_path / "wrong", models=CELL_MODELS + LUT4_MODEL)
 
 
-SPREAD = """
-module top(input clk, input [3:0] a, input [15:0] x, output reg [15:0] y);
-    reg [3:0] r, c;
-    always @(posedge clk) begin
-        r <= a;
-        c <= r;
-        y <= {4{c}} ^ x;
-    end
-endmodule
-"""
-
-
 @pytest.mark.slow
 def test_spread_copies_compute_what_the_one_register_did(tmp_path):
     from helpers import CELL_MODELS, LUT4_MODEL, equivalent, synthesised_twice
-    gold, gate = synthesised_twice(SPREAD, tmp_path)
+    gold, gate = synthesised_twice(COPIED, tmp_path)
     module = gate["modules"]["top"]
     cells = module["cells"]
     copies = [n for n in cells if n.startswith("c_TRELLIS_FF")]
