@@ -266,6 +266,12 @@ class DataflowTopHW(TopHW):
             m.d.sync += [running.eq(running_next), bctr.eq(bctr_next)]
         m.d.sync += self.done.eq(last)
         self.beat_copies = {"running": (running, []), "last": (last, [])}
+
+        def beat_copy(original: str, next_value: Value, name: str) -> Signal:
+            """A register copy of the beat's `original`, loaded from its next value, recorded."""
+            reg = registered(m, next_value, name, duplicate=True)
+            self.beat_copies[original][1].append(reg)
+            return reg
         # From FANOUT_LEVEL each ring's beat counter advances on a copy of `last` of its own,
         # registered from `last` a cycle ahead: with B >= 4 no beat starts in the two cycles
         # before one ends, so that is the counter's compare a cycle earlier, and every net on
@@ -337,8 +343,7 @@ class DataflowTopHW(TopHW):
                     # `running` for every ring's bank choices was a net across the die (AD08 at
                     # target 56, target_mhz 200, regrouped, seed 1: `running` -> a ring's kernel
                     # bank, 9.5 ns, 8.3 of it routing). busy = begin | running = start | running
-                    own = registered(m, running_d, f"k{r.place[0]}_b{r.place[1]}_running", duplicate=True)
-                    self.beat_copies["running"][1].append(own)
+                    own = beat_copy("running", running_d, f"k{r.place[0]}_b{r.place[1]}_running")
                     ring_busy = self.start | own
                     ring_running_next = running_after(own, advances[key])
                 nxt = Mux(ring_busy, mod(idx + 1, n), idx)
@@ -374,11 +379,8 @@ class DataflowTopHW(TopHW):
                 # it was a route across the die to a far copy (AD08 at target 56, target_mhz
                 # 200, regrouped, seed 1: `running` -> a `host_runs` copy, 10.5 ns, 9.5 routing)
                 n = len(self.beat_copies["last_ahead"][1])
-                own = {name: registered(m, nxt, f"host_flags{n}_{name}", duplicate=True)
-                       for name, nxt in (("running", running_d), ("last", last_next), ("last_ahead", last_ahead_next))}
-                for name, copy in own.items():
-                    self.beat_copies[name][1].append(copy)
-                run, lst, ahead_ = own["running"], own["last"], own["last_ahead"]
+                run, lst, ahead_ = (beat_copy(name, nxt, f"host_flags{n}_{name}") for name, nxt in
+                                    (("running", running_d), ("last", last_next), ("last_ahead", last_ahead_next)))
                 goes_on = (self.start & ~run) | (run & ~lst & ~ahead_)
                 return Cat(~goes_on, running_after(run, lst))
             self._registered_bus(m, ring_places, host_flags, sync_reads)
@@ -426,8 +428,7 @@ class DataflowTopHW(TopHW):
                 # `begin` and one flag for every copy were a route across the die to a far
                 # copy's count (AD08 at target 76, seed 1: `running` -> copy 0's count, 8.7 ns,
                 # 4.0 of it one route)
-                own = registered(m, running_d, f"copy{c}_running", duplicate=True)
-                self.beat_copies["running"][1].append(own)
+                own = beat_copy("running", running_d, f"copy{c}_running")
                 # Reading on from the copy's own count of the elements it has read, not the beat
                 # counter: it reads in cycles 0 .. L-1 of a beat (L <= B: beat_cycles), so it reads
                 # next cycle iff it reads now and this is not its element L-1. The beat counter's

@@ -62,10 +62,15 @@ def deal(points: list[tuple[Point, Any]], sizes: list[int]) -> list[list[Any]]:
         return [[item for _, item in points]]
     half = len(sizes) // 2
     first = sum(sizes[:half])
+    ordered = _along_wider(points)
+    return deal(ordered[:first], sizes[:half]) + deal(ordered[first:], sizes[half:])
+
+
+def _along_wider(points: list[tuple[Point, Any]]) -> list[tuple[Point, Any]]:
+    """`points` ((x, y), item) in order along the wider side of their bounding box (deal, _split)."""
     xs, ys = [p[0] for p, _ in points], [p[1] for p, _ in points]
     axis = 0 if max(xs) - min(xs) >= max(ys) - min(ys) else 1
-    ordered = sorted(points, key=lambda pi: (pi[0][axis], pi[0][1 - axis]))
-    return deal(ordered[:first], sizes[:half]) + deal(ordered[first:], sizes[half:])
+    return sorted(points, key=lambda pi: (pi[0][axis], pi[0][1 - axis]))
 
 
 def regroup(module: dict, where: Mapping[str, Point]) -> int:
@@ -118,12 +123,9 @@ def _span(points: list[Point]) -> int:
 def _split(points: list[tuple[Point, Any]], reach: int) -> list[list[Any]]:
     """`points` ((x, y), item) in groups each within `reach` (_span), by bisection along the
     wider side."""
-    xs, ys = [p[0] for p, _ in points], [p[1] for p, _ in points]
-    wide, high = max(xs) - min(xs), max(ys) - min(ys)
-    if len(points) == 1 or wide + high <= reach:
+    if len(points) == 1 or _span([p for p, _ in points]) <= reach:
         return [[item for _, item in points]]
-    axis = 0 if wide >= high else 1
-    ordered = sorted(points, key=lambda pi: (pi[0][axis], pi[0][1 - axis]))
+    ordered = _along_wider(points)
     half = len(ordered) // 2
     return _split(ordered[:half], reach) + _split(ordered[half:], reach)
 
@@ -156,7 +158,7 @@ def spread(module: dict, where: Mapping[str, Point], reach: int = REACH) -> int:
     the rule below).
 
     Only a copy fed by a register (one fed by logic would carry the long route into the logic's
-    path) whose loads all lie within `reach` (else it is already a node of a tree across the die,
+    path) whose own loads all lie within `reach` (else it is already a node of a tree across the die,
     and its twins' routes from it would be as long as its copy's to the far loads: AD08 seed 2
     with twins of the ring beats' copies, `beat_last_ahead2` -> a twin, 10.6 ns of routing).
     Every copy's groups are found on the netlist as it comes (one placement), then the twins
