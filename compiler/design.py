@@ -18,6 +18,7 @@ from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_da
 from .hw.top import Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, plan
 from .hw.layout import Banking
 from .hw.packing import Pack, plan_packs
+from .hw.dsp_pack import product_packs
 from .hw.bram import HOST_GROUP, ecp5_memory
 from .hw.subword import host_alone, share_groups
 
@@ -200,8 +201,10 @@ class Design:
         """Per kernel: the pipeline stage of every value (fp_pipeline; hw/pipeline.py), as the
         hardware (KernelHW), the cycle model and the delay model all take it. A ring's banks and
         another kernel's memory are read when the step issues (`keep`: not moved by later_reads)."""
-        return tuple(schedule(k, self.config, keep=frozenset(self._rings(pos)) | self._external(pos))
-                     for pos, k in enumerate(self.kernels))
+        scheds = [schedule(k, self.config, keep=frozenset(self._rings(pos)) | self._external(pos))
+                  for pos, k in enumerate(self.kernels)]
+        return tuple(replace(s, product_packs=tuple(p)) if p else s
+                     for s, p in zip(scheds, product_packs(self.kernels, scheds, self.config)))
 
     def timing_estimate(self, luts: float | None = None) -> Estimate:
         """The delay model's slowest path (compiler/timing_model.py) on the part the config

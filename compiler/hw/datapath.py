@@ -29,7 +29,8 @@ from ..errors import UnsupportedError
 from ..ranges import Interval
 from ..passes.constants import csd
 from ..synth.rtlil_text import DATA_ATTRIBUTE
-from . import floatops
+from . import dsp_pack, floatops
+from .dsp_pack import ProductPack
 from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, operand_offsets, schedule
 
 K = ir.OpKind
@@ -268,6 +269,7 @@ class Datapath:
         self.own_copies = Copies(m, 1, reset_less=True)
         self.fan_groups: dict[int, Copies] = {}      # id(fan-out value) -> its readers' copies (fanned)
         self.local_levels = [Copies(m, LOCAL_FAN ** k, reset_less=True) for k in range(1, LOCAL_LEVELS + 1)]
+        self.packs = {id(v): p for p in self.sched.product_packs for v in p.products}     # dsp_pack
         self.mul_uses: collections.Counter = collections.Counter()    # id(value) -> products using it
         self.count = 0
         self.load_dependent: set[int] = set()
@@ -485,18 +487,9 @@ class Datapath:
         (its multiples, the rows) and the paths inside them were the critical ones; with a
         copy each, the int8 GEMV 16x16 went from 84.3 to 107.6 MHz (+1,768 LUTs, the multiples
         built per product, +1,536 FFs; ECP5 85F, router2, seed 1: docs/pipeline.md)."""
-        srcs = []
-        for s, offset in zip(v.srcs, operand_offsets(v, self.sched.broadcast)):
-            x = self.local(s, env, stage + offset)
-            levels = self.sched.broadcast.get(id(s), 0)
-            if not levels:
-                srcs.append(self.operand_copy(x))
-                continue
-            for level in range(levels, 0, -1):       # a copy per OPERAND_GROUP**level products
-                if level not in self.fanout_copies:
-                    self.fanout_copies[level] = Copies(self.m, OPERAND_GROUP ** level, reset_less=True)
-                x = self.fanout_copies[level](id(x), x, f"{_name(x)}_fan" + (f"{level}_" if level > 1 else ""))
-            srcs.append(self.own_copies(id(x), x, f"{_name(x)}_dup"))
+        if id(v) in self.packs:
+            return self.packed_product(self.packs[id(v)], v, env, stage)
+        srcs = [self._operand(s, env, stage + offset) for s, offset in zip(v.srcs, operand_offsets(v, self.sched.broadcast))]
         a, b = sorted(zip(v.srcs, srcs), key=lambda p: (self.mul_uses[id(p[0])], len(p[1])), reverse=True)
         unit = Product(a[1].shape(), b[1].shape(), self.shape(v), self.sched.product_regs,
                        split=self.config.target_mhz is not None)
@@ -504,6 +497,42 @@ class Datapath:
         self.count += 1
         self.m.d.comb += [unit.a.eq(a[1]), unit.b.eq(b[1])]
         return unit.y
+
+    def _operand(self, s: ir.Value, env: Env, stage: int) -> Signal:
+        """Product operand `s` from `stage` through its copies (product): a copy per
+        OPERAND_GROUP products, or, broadcast, its levels of copies and one of its own."""
+        x = self.local(s, env, stage)
+        levels = self.sched.broadcast.get(id(s), 0)
+        if not levels:
+            return self.operand_copy(x)
+        for level in range(levels, 0, -1):       # a copy per OPERAND_GROUP**level products
+            if level not in self.fanout_copies:
+                self.fanout_copies[level] = Copies(self.m, OPERAND_GROUP ** level, reset_less=True)
+            x = self.fanout_copies[level](id(x), x, f"{_name(x)}_fan" + (f"{level}_" if level > 1 else ""))
+        return self.own_copies(id(x), x, f"{_name(x)}_dup")
+
+    def packed_product(self, pack: ProductPack, v: ir.Op, env: Env, stage: int) -> Value:
+        """`v`, one of the products of `pack` (dsp_pack): all of them are built at once, by one
+        PackedProduct, whose shared operand comes through its copies as a product's does and
+        whose packed operand is formed from the others' values where a product would take its
+        copy, in a register of its own (the DSP block's input register)."""
+        key = ("pack", id(pack), env.counters, env.step if id(v) in self.load_dependent else None, stage)
+        ys = self.memo.get(key)
+        if ys is None:
+            offsets = dict(zip(map(id, v.srcs), operand_offsets(v, self.sched.broadcast)))
+            a = self._operand(pack.shared, env, stage + offsets[id(pack.shared)])
+            # the others' copies (a level of them before a DSP block, pipeline.py) become one register
+            later = offsets[id(pack.other(v))] + self.sched.broadcast.get(id(pack.other(v)), 0)
+            others = [self.local(pack.other(p), env, stage + later) for p in pack.products]
+            b = self.register(dsp_pack.packed(others, pack.field, [self.interval(pack.other(p)) for p in pack.products]),
+                              f"pack{self.count}_b")
+            unit = dsp_pack.PackedProduct(a.shape(), b.shape(), [self.shape(p) for p in pack.products], pack.field,
+                                          self.sched.product_regs)
+            self.m.submodules[f"{dsp_pack.PREFIX}{self.count}"] = unit
+            self.count += 1
+            self.m.d.comb += [unit.a.eq(a), unit.b.eq(b)]
+            ys = self.memo[key] = {id(p): y for p, y in zip(pack.products, unit.ys)}
+        return ys[id(v)]
 
     def int_op(self, v: ir.Op, s: list[Value]) -> Value:
         op, d = v.op, v.dtype

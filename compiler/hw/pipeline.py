@@ -143,6 +143,8 @@ class Schedule:
     product_regs: int = 1                    # registers of each integer product after its operand
                                              # copies (product_registers; with target_mhz the delay
                                              # model's: timing_model.product_registers)
+    product_packs: tuple = ()                # dsp_pack.ProductPack: products of one multiplier
+                                             # (planned for the whole design: Design.schedules)
 
     @property
     def load_stage(self) -> int:

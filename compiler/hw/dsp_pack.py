@@ -1,0 +1,252 @@
+"""Narrow products of one operand in one DSP block (the `dsp_pack` knob).
+
+A GEMV at w4a8 has far more products than an ECP5 has multipliers (the 128x784 GEMV at 12 x 56:
+672 a cycle, 156 MULT18X18D), and `mul: auto` builds the rest in LUTs. The products of one x
+element (one per output row) share their 8-bit operand, and a 4-bit weight uses 4 of a block's
+18 input bits. With B = b0 + b1 * 2**k, A * B = A*b0 + A*b1 * 2**k: when every A*b_i fits k
+bits as a two's complement number, each product is a field of the one result, plus the borrow a
+negative field below leaves (y_i = sext_k(P[k*i : k*(i+1)] + P[k*i - 1]), `unpack`; exact when
+every partial sum of the fields below fits their bits too, which `field_bits` checks on the
+operands' intervals). The same trick packs two int8 x int4 products into a Xilinx DSP48 (Xilinx
+WP487) and two int4 products per multiplier in FINN's and Vitis AI's int4 engines; here it is
+planned on the IR, so any widths that fit are packed: w4a8 two per block (fields of 12 bits, B
+of 17), w3a3 three (fields of 6, B of 16).
+
+Where: the products `Datapath.product` builds as Product units (fp_pipeline >= FANOUT_LEVEL),
+of one shared operand, in the same pipeline stage, whose other operands no other product reads
+(a GEMV's weights). The packed B is formed from the other operands' values as they are before
+their last operand copy and *is* that copy's register (so it can become the block's B input
+register, compiler/pnr/dsp_registers.py): one register between the adder and the block where
+the operand had its copies (with `target_mhz` read data passes a level of them before a DSP
+block, pipeline.py; the pack takes its values that much later instead); the fields are taken
+apart before the unit's last register (the landing register in the fabric). Same registers,
+same cycles as the Products it replaces: the cycle model does not change.
+
+How many (`plan`): with `auto`, only when the design's products need more DSP blocks than the
+family's largest part has (the budget `mul: auto` fills, compiler/synth/multipliers.py), and
+only as many packs as bring the need down to it: each pack is one block where its products
+would be one each, and it outranks any of them in `auto`'s order (LUTs saved per block), so the
+packs are the products that get blocks. The products that cannot pack are counted as taking
+their blocks first, so a planned pack never lands in LUTs. `all` packs every group it can
+(fewer blocks for a `mul: dsp` design, or a smaller part); `off` none.
+"""
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+from amaranth.hdl import Elaboratable, Module, Signal, Value, signed
+
+from .. import ir
+from ..ranges import Interval
+from ..synth.rtlil_text import DATA_ATTRIBUTE
+from .pipeline import FANOUT_LEVEL, is_product_of_data, operand_offsets
+
+K = ir.OpKind
+
+PREFIX = "pack"
+"""PackedProduct submodules are named `pack<N>` (PackedProduct)."""
+
+
+@dataclass(frozen=True)
+class ProductPack:
+    """Products of one operand `shared` built by one multiplier: `shared` times the other
+    operands of `products`, packed at `field` bits each (product i at bit field * i)."""
+    shared: ir.Value
+    products: tuple[ir.Op, ...]
+    field: int
+
+    def other(self, v: ir.Op) -> ir.Value:
+        """`v`'s operand that is not the shared one."""
+        return _other(v, self.shared)
+
+
+def _other(v: ir.Op, shared: ir.Value) -> ir.Value:
+    a, b = v.srcs[:2]
+    return b if a is shared else a
+
+
+def product_range(a: Interval, b: Interval) -> Interval:
+    corners = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi]
+    return Interval(min(corners), max(corners))
+
+
+def signed_bits(i: Interval) -> int:
+    """Bits of a two's complement number that holds every value of `i`."""
+    return max((-i.lo - 1).bit_length() if i.lo < 0 else 0, i.hi.bit_length()) + 1
+
+
+def _fits(i: Interval, bits: int) -> bool:
+    return -(1 << (bits - 1)) <= i.lo and i.hi < 1 << (bits - 1)
+
+
+def field_bits(a: Interval, bs: list[Interval], width: int) -> int | None:
+    """The field width k at which the products of `a` with each of `bs` come apart from one
+    product a * sum(b_i << k*i) (module docstring), or None when `a` or the packed operand
+    needs more than `width` bits (the DSP block's signed inputs). Each product fits k bits, and
+    so does every partial sum of the fields below a field (its borrow is then the sign of
+    those bits)."""
+    ys = [product_range(a, b) for b in bs]
+    k = max(signed_bits(y) for y in ys)
+    while True:
+        lo = hi = 0
+        for i, y in enumerate(ys[:-1]):
+            lo, hi = lo + (y.lo << k * i), hi + (y.hi << k * i)
+            if not _fits(Interval(lo, hi), k * (i + 1)):
+                k += 1
+                break
+        else:
+            break
+    return k if signed_bits(a) <= width and signed_bits(packed_range(bs, k)) <= width else None
+
+
+def packed_range(ranges: list[Interval], field: int) -> Interval:
+    """The values of sum(b_i << field * i) for b_i in `ranges`."""
+    return Interval(sum(r.lo << field * i for i, r in enumerate(ranges)), sum(r.hi << field * i for i, r in enumerate(ranges)))
+
+
+def packed(values: list[Value], field: int, ranges: list[Interval]) -> Value:
+    """The packed operand sum(values[i] << field * i), exact (Amaranth's arithmetic grows), at
+    the width its values' `ranges` need (the signals may be wider than their values)."""
+    out = values[0]
+    for i, v in enumerate(values[1:], 1):
+        out = out + (v << field * i)
+    shape = packed_range(ranges, field).shape
+    return out[:shape.width].as_signed() if shape.signed else out[:shape.width]
+
+
+def unpack(p: Value, field: int, i: int) -> Value:
+    """Product i of the packed result `p`, to be taken as a signed number of `field` bits (an
+    assignment to such a signal: its low bits, or `p`'s sign beyond them): its field plus the
+    borrow of the fields below (the bit under it)."""
+    return p if i == 0 else (p >> field * i) + p[field * i - 1]
+
+
+class PackedProduct(Elaboratable):
+    """ys[i] = a * b's i-th product (b packed at `field` bits, `packed`), `registers` cycles
+    later, from one multiplier: the Product (hw/datapath.py) of the packed operand, with the
+    fields taken apart before the last register. Named `pack<N>` in its parent, not
+    `product<N>`: synthesis rebuilds a Product it builds in LUTs with its registers inside
+    (compiler/synth/multipliers.py), and a pack is planned to be a DSP block."""
+
+    def __init__(self, a_shape, b_shape, y_shapes, field: int, registers: int = 1):
+        self.a, self.b = Signal(a_shape, name="a"), Signal(b_shape, name="b")
+        self.ys = [Signal(s, name=f"y{i}", reset_less=True, attrs={DATA_ATTRIBUTE: 1}) for i, s in enumerate(y_shapes)]
+        self.field, self.registers = field, registers
+
+    def elaborate(self, platform) -> Module:
+        from .datapath import registered
+        m = Module()
+        value = Signal((self.a * self.b).shape(), name="p")       # one multiplier, read per field
+        m.d.comb += value.eq(self.a * self.b)
+        for i in range(self.registers - 1):
+            value = registered(m, value, f"p{i}", reset_less=True)
+        for i, y in enumerate(self.ys):
+            field = Signal(signed(self.field), name=f"field{i}")
+            m.d.comb += field.eq(unpack(value, self.field, i))
+            m.d.sync += y.eq(field)
+        return m
+
+
+def groups(kernel: ir.KernelIR, sched, ranges: dict[int, Interval], width: int) -> list[ProductPack]:
+    """The packs `kernel`'s products could form (Schedule `sched`, value intervals `ranges`,
+    the DSP block's signed input `width`): Product units (unit_stages >= 2) of one operand that
+    more than one of them reads, in one stage, whose other operands no other product reads (a
+    GEMV's weights; their packed register takes the place of their copies), in the IR's order,
+    as many to a pack as field_bits allows (a pack of one is none)."""
+    roots = [v for s, _ in kernel.stores() for v in ir.store_operands(s)]
+    products = [v for v in ir.toposort(roots) if is_product_of_data(v) and sched.unit_stages.get(id(v), 1) >= 2]
+    uses = collections.Counter(id(s) for v in products for s in v.srcs[:2])
+    by_key: dict[tuple, list[tuple[ir.Value, ir.Op]]] = {}
+    for v in products:
+        a, b = v.srcs[:2]
+        shared, other = (a, b) if uses[id(a)] >= uses[id(b)] else (b, a)
+        if uses[id(shared)] < 2 or uses[id(other)] > 1:
+            continue
+        offsets = dict(zip((id(s) for s in v.srcs), operand_offsets(v, sched.broadcast)))
+        key = (id(shared), sched.ready.get(id(v)), sched.unit_stages[id(v)], offsets[id(shared)],
+               offsets[id(other)] + sched.broadcast.get(id(other), 0))
+        by_key.setdefault(key, []).append((shared, v))
+    out = []
+    for members in by_key.values():
+        shared = members[0][0]
+        a = ranges[id(shared)]
+        i = 0
+        while i < len(members):
+            n, k = 1, None
+            while i + n < len(members):
+                bs = [ranges[id(_other(v, shared))] for _, v in members[i:i + n + 1]]
+                step = field_bits(a, bs, width)
+                if step is None:
+                    break
+                n, k = n + 1, step
+            if k is not None:
+                out.append(ProductPack(shared, tuple(v for _, v in members[i:i + n]), k))
+            i += n
+    return out
+
+
+def dsp_products(kernel: ir.KernelIR, ranges: dict[int, Interval], family: str) -> int:
+    """The DSP blocks `kernel`'s multipliers take when each is one (mul2dsp's cut of the operand
+    widths, compiler/synth/multipliers.py dsp_cost): integer products of data and by a
+    constant mul_const leaves a product, float products by their significands."""
+    from ..synth.multipliers import DSP_SHAPES, MulCell, dsp_cost
+    from .datapath import shift_add_digits
+    if family not in DSP_SHAPES:
+        return 0
+    roots = [v for s, _ in kernel.stores() for v in ir.store_operands(s)]
+    total = 0
+    for v in ir.toposort(roots):
+        if not (isinstance(v, ir.Op) and v.op in (K.MUL, K.MULACC)):
+            continue
+        if v.dtype.is_float:
+            a = b = v.dtype.man_bits + 1
+        else:
+            consts = [int(s.value) for s in v.srcs[:2] if isinstance(s, ir.Const)]
+            if consts and (consts[0] == 0 or shift_add_digits(consts[0])):
+                continue
+            a, b = (signed_bits(Interval(int(s.value), int(s.value)) if isinstance(s, ir.Const) else ranges[id(s)])
+                    for s in v.srcs[:2])
+        total += dsp_cost(MulCell("", "", a, b, a + b), family)
+    return total
+
+
+def plan(candidates: list[list[ProductPack]], products: int, budget: int, mode: str) -> list[list[ProductPack]]:
+    """Per kernel, the packs to build, of its `candidates` (`groups`), for a design of `products`
+    DSP products (each a block) on a family of `budget` blocks, in `mode` (module docstring):
+    `auto` packs the kernels' groups in order while the design needs more blocks than the budget
+    and the packs have blocks left after the products outside any group."""
+    if mode == "off":
+        return [[] for _ in candidates]
+    if mode == "all":
+        return [list(c) for c in candidates]
+    outside = products - sum(len(p.products) for c in candidates for p in c)
+    need, free = products, budget - outside
+    chosen: list[list[ProductPack]] = []
+    for c in candidates:
+        take = []
+        for p in c:
+            if need <= budget or free <= 0:
+                break
+            take.append(p)
+            need -= len(p.products) - 1
+            free -= 1
+        chosen.append(take)
+    return chosen
+
+
+def product_packs(kernels, schedules, config) -> list[list[ProductPack]]:
+    """Per kernel, the packs its Datapath builds (`plan` on the `groups` of each kernel as
+    scheduled), for HardwareConfig `config` (dsp_pack, mul, the family of its timing part)."""
+    from ..ranges import acc_ranges, analyze
+    from ..synth.multipliers import DSP_BUDGET, DSP_SHAPES
+    family = config.timing_part().family
+    if config.dsp_pack == "off" or config.mul == "lut" or family not in DSP_SHAPES or config.fp_pipeline < FANOUT_LEVEL:
+        return [[] for _ in kernels]
+    ranges = [analyze(k, acc_ranges(k, config)) for k in kernels]
+    width = DSP_SHAPES[family].max_a
+    candidates = [groups(k, s, r, width) for k, s, r in zip(kernels, schedules, ranges)]
+    if not any(candidates):
+        return [[] for _ in kernels]
+    products = sum(dsp_products(k, r, family) for k, r in zip(kernels, ranges))
+    return plan(candidates, products, DSP_BUDGET[family], config.dsp_pack)
