@@ -222,12 +222,13 @@ class Design:
         products = []
         for pos, (k, sched) in enumerate(zip(self.kernels, self.schedules)):
             ns, what, prods = kernel_paths(k, sched, self.config, d)
-            products += [(a, b, sched.product_regs, direct) for a, b, direct in prods]
+            products += [(a, b, sched.product_regs, direct, unpack) for a, b, direct, unpack in prods]
             if ns > worst.period_ns:
                 worst = Estimate(ns, f"{k.name}: {what}")
         sites = product_sites(self.config.mul, len(products), d.family)
-        for a, b, registers, direct in set(products):
-            ns, what = max(product_ns(min(a, b), max(a, b), registers, s, d) for s in sites)
+        dsp_sites = [s for s in sites if not s.lut] or [DSP_SITE]      # a pack is planned to be a DSP block
+        for a, b, registers, direct, unpack in set(products):
+            ns, what = max(product_ns(min(a, b), max(a, b), registers, s, d, unpack) for s in (dsp_sites if unpack else sites))
             if direct and DSP_SITE in sites and memory_to_dsp_ns(d) > ns:
                 ns, what = memory_to_dsp_ns(d), f"read data into a {a}x{b} DSP product's input register"
             if ns > worst.period_ns:

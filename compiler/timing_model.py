@@ -359,7 +359,8 @@ class Paths:
         return worst, what
 
 
-def product_ns(a_bits: int, b_bits: int, registers: int, site: ProductSite, d: Delays) -> tuple[float, str]:
+def product_ns(a_bits: int, b_bits: int, registers: int, site: ProductSite, d: Delays,
+               unpack: int = 0) -> tuple[float, str]:
     """(ns, what) of the slowest stage of an integer product `registers` cycles long, from its
     registered operand copies (hw/datapath.Product), up to and including the adder it feeds when
     its last levels are not registered. In a MULT18X18D: the copies move into its input
@@ -369,7 +370,9 @@ def product_ns(a_bits: int, b_bits: int, registers: int, site: ProductSite, d: D
     LUTs on ECP5 (lut_multiplier.chain_module): a row per bit of the narrower operand on carry
     chains, cut where chain_cuts says (_chain_stages); elsewhere (the radix-4 module): the
     multiples A and 3A, a 4:1 multiplexer row per two bits of B, a tree of adders; one register
-    in the tree's middle, from two one after the multiples, with three one on Y."""
+    in the tree's middle, from two one after the multiples, with three one on Y. `unpack`: a
+    pack's field width (hw/dsp_pack.py), each field's borrow added on a carry chain that wide
+    after the block's output, before its last register."""
     width = a_bits + b_bits
     adder = d.route_ns(1) + d.carry_ns(width)                       # the adder the product feeds
     if not site.lut:
@@ -390,7 +393,9 @@ def product_ns(a_bits: int, b_bits: int, registers: int, site: ProductSite, d: D
             return d.overhead + d.dsp + route + sum_ns - d.route_ns(1), \
                 f"a {a_bits}x{b_bits} DSP product summed unregistered"
         out = land if registers >= 2 else d.dsp_clk_q + route + d.carry_ns(width) + d.setup
-        return max(inside, out), f"a {a_bits}x{b_bits} DSP product"
+        if unpack:
+            out += d.carry_ns(unpack)
+        return max(inside, out), f"a {a_bits}x{b_bits} DSP product" + (f" of {unpack}-bit fields" if unpack else "")
     if d.family == "ecp5":
         return d.overhead + max(_chain_stages(a_bits, b_bits, registers, d)), f"a {a_bits}x{b_bits} LUT product"
     rows = (b_bits + 1) // 2

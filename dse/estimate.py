@@ -175,7 +175,7 @@ def _kernel_features(k, sched, prog, config) -> tuple[tuple[tuple[str, float], .
     step program and the model-wide knobs alone, so remembered per kernel (ir.per_kernel): a
     sweep's points share most of their layers."""
     from compiler import ranges
-    from compiler.hw import floatops
+    from compiler.hw import dsp_pack, floatops
     from compiler.hw.kernel import acc_ranges, acc_shape
     from compiler.hw.pipeline import float_stages
     K = ir.OpKind
@@ -194,6 +194,14 @@ def _kernel_features(k, sched, prog, config) -> tuple[tuple[tuple[str, float], .
         to int32 stays 8 bits wide in the RTL), so int8 and int16 products differ."""
         return intervals[id(v)].shape.width if id(v) in intervals else v.dtype.bits
     order = ir.toposort(roots)
+    # products packed into one DSP block (compiler/hw/dsp_pack.py): one product of the packed
+    # operand, the adder that packs it and one per field above the first (its borrow)
+    packed = {id(v) for p in sched.product_packs for v in p.products}
+    for p in sched.product_packs:
+        width = dsp_pack.packed_range([intervals[id(p.other(v))] for v in p.products], p.field).shape.width
+        add("mul", 1)
+        products.append(("mul_bits", bits(p.shared), width))
+        add("add_bits", width + p.field * (len(p.products) - 1))
     for v in order:                     # each node once: one node, one unit of hardware
         zeros[id(v)] = _low_zeros(v, zeros)
         if isinstance(v, ir.Load):
@@ -230,7 +238,7 @@ def _kernel_features(k, sched, prog, config) -> tuple[tuple[tuple[str, float], .
                 # 10 for 3; a product by 43 (a bank of 3 lanes) or 6,186 (a constant
                 # requantisation) is a DSP, as planned
                 add("add_bits", (n - 1) * bits(v))
-            else:
+            elif id(v) not in packed:
                 add("mul", 1)
                 products.append(("mul_bits", bits(v.srcs[0]), bits(v.srcs[-1])))
         elif v.op in (K.ADD, K.SUB, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ):

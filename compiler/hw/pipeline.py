@@ -83,6 +83,7 @@ from dataclasses import dataclass, field
 from .. import ir, timing_model
 from ..config import HardwareConfig
 from ..errors import CompileError
+from ..ranges import acc_ranges, analyze
 from . import floatops
 
 K = ir.OpKind
@@ -661,20 +662,21 @@ def load_clk_q(d: timing_model.Delays, register_loads: bool, sync_reads: bool) -
 
 
 def kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
-                 d: timing_model.Delays) -> tuple[float, str, tuple[tuple[int, int, bool], ...]]:
+                 d: timing_model.Delays) -> tuple[float, str, tuple[tuple[int, int, bool, int], ...]]:
     """(ns, what, products) of a scheduled kernel for the delay model (Design.timing_estimate):
     its slowest path through integer ops (timing_model.Paths.measure: read data from a block
     RAM's output register, or its clock-to-out below LOAD_LEVEL), and the operand widths of
     each product with registers of its own (is_product), whose stages timing_model.product_ns
     times, with whether an operand is registered read data with no copy level before the
-    product's own (timing_model.memory_to_dsp_ns in a DSP block). Remembered per
-    kernel, schedule and model-wide knobs."""
+    product's own (timing_model.memory_to_dsp_ns in a DSP block), and its fields' width when it
+    is a pack of products (hw/dsp_pack.py; 0 for one). Remembered per kernel, schedule and
+    model-wide knobs."""
     return _kernel_paths(kernel, sched, config.model_wide, d)
 
 
 @ir.per_kernel
 def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
-                  d: timing_model.Delays) -> tuple[float, str, tuple[tuple[int, int, bool], ...]]:
+                  d: timing_model.Delays) -> tuple[float, str, tuple[tuple[int, int, bool, int], ...]]:
     gathers = gathers_of(kernel)
     operands = lambda v: data_operands(v, gathers)  # noqa: E731
     order = _data_order(kernel, gathers)
@@ -685,8 +687,14 @@ def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
     paths.product_tails([v for v in of_data if sched.unit_stages.get(id(v), 1) >= 2], sched.product_regs,
                         timing_model.product_sites(config.mul, len(of_data), d.family, kernel=True))
     ns, what = paths.measure(order, sched.ready, sched.latency, sched.fanout, operands, floating)
+    packed = {id(v) for p in sched.product_packs for v in p.products}
     products = tuple((paths.width(v.srcs[0]), paths.width(v.srcs[1]),
-                      sched.register_loads and any(is_read_data(s) and not sched.broadcast.get(id(s)) for s in v.srcs[:2]))
+                      sched.register_loads and any(is_read_data(s) and not sched.broadcast.get(id(s)) for s in v.srcs[:2]), 0)
                      for v in order if isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float
-                     and sched.unit_stages.get(id(v), 1) >= 2)
+                     and sched.unit_stages.get(id(v), 1) >= 2 and id(v) not in packed)
+    # a pack (hw/dsp_pack.py): one product of its packed operand, a register after its adder
+    from .dsp_pack import packed_range
+    ranges = analyze(kernel, acc_ranges(kernel, config)) if sched.product_packs else {}
+    products += tuple((paths.width(p.shared), packed_range([ranges[id(p.other(v))] for v in p.products], p.field).shape.width,
+                       False, p.field) for p in sched.product_packs)
     return ns, what, products
