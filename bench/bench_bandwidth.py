@@ -36,6 +36,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -99,6 +101,8 @@ def main() -> int:
     ap.add_argument("--regroup", action="store_true",
                     help="place once, deal each family of copies' loads by position, then place and route "
                          "(compiler/pnr/replicas.py)")
+    ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
+                    help="a knob of the int8 and w4a8 rows, e.g. dsp_pack=off (YAML values)")
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -116,6 +120,7 @@ def main() -> int:
 
     rows = []
     timed = {"target_mhz": args.target_mhz, "device": device.name} if args.target_mhz else {}
+    timed |= {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.set)}
     for dtype, shapes, levels, extra in (("int8", args.int8, args.pipelines, timed),
                                          ("w4a8", args.w4a8, args.pipelines, timed),
                                          ("fp32", args.fp32, [args.fp32_pipeline],
