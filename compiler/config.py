@@ -90,7 +90,7 @@ class HardwareConfig:
         iCE40UP5K: 8), the rest in LUTs, so a design with more products than DSPs still fits;
         within the budget it is exactly "dsp". Xilinx: auto is dsp (no device list). No effect
         on the RTL, simulation or cycles: only on the synthesis script (compiler/synth/multipliers.py).
-    dsp_pack: "auto" (default), "all" or "off": narrow products of one shared operand built by
+    dsp_pack: "auto" (default), "all" or "none": narrow products of one shared operand built by
         one DSP block, their other operands packed into its 18-bit input at field offsets and
         the products taken apart from its output (compiler/hw/dsp_pack.py): two w4a8 products a
         block (fields of 12 bits), three w3a3. Only products built as units of their own
@@ -98,7 +98,7 @@ class HardwareConfig:
         weights, the x element shared). "auto": when the design's products need more blocks
         than `mul: auto` has (the family's largest part), as many packs as bring the need down
         to it, so more products are in blocks and fewer in LUTs; "all": every product that
-        can pack (fewer blocks; with `mul: dsp` a design that would not fit); "off": none. Same
+        can pack (fewer blocks; with `mul: dsp` a design that would not fit); "none": none. Same
         cycles and results; no effect with `mul: lut`.
     mem_pack: "auto" (default) or G >= 1: banks of one buffer held side by side in one memory,
         G elements per word (compiler/hw/packing.py). Why: a block RAM is a whole block however
@@ -293,8 +293,8 @@ class HardwareConfig:
             raise ValueError(f"HardwareConfig.fp_semantics: expected 'tinygrad' or 'op', got {self.fp_semantics!r}")
         if self.mul not in ("auto", "dsp", "lut"):
             raise ValueError(f"HardwareConfig.mul: expected 'auto', 'dsp' or 'lut', got {self.mul!r}")
-        if self.dsp_pack not in ("auto", "all", "off"):
-            raise ValueError(f"HardwareConfig.dsp_pack: expected 'auto', 'all' or 'off', got {self.dsp_pack!r}")
+        if self.dsp_pack not in ("auto", "all", "none"):
+            raise ValueError(f"HardwareConfig.dsp_pack: expected 'auto', 'all' or 'none', got {self.dsp_pack!r}")
         if self.mem_pack != "auto" and not (_is_int(self.mem_pack) and 1 <= self.mem_pack <= MAX_PARALLEL):
             raise ValueError(f"HardwareConfig.mem_pack: expected 'auto' or an integer from 1 to {MAX_PARALLEL} "
                              f"(elements per memory word), got {self.mem_pack!r}")

@@ -90,7 +90,7 @@ def test_auto_packs_only_past_the_budget_and_only_as_many_as_bring_the_need_down
     assert plan([packs], 12, 10, "auto") == [packs[:2]]
     # 8 products outside any pair take 8 of 10 blocks first: 2 packs, though 20 need more
     assert plan([packs[:3], packs[3:]], 20, 10, "auto") == [packs[:2], []]
-    assert plan([packs], 12, 10, "all") == [packs] and plan([packs], 12, 10, "off") == [[]]
+    assert plan([packs], 12, 10, "all") == [packs] and plan([packs], 12, 10, "none") == [[]]
 
 
 def _gemv(M=8, K=24, seed=0):
@@ -146,10 +146,10 @@ def test_auto_packs_when_the_products_outnumber_the_blocks(monkeypatch):
     design = compile_model(y, config=config, input_ranges={W: (-8, 7)})
     assert _packs(design) == [(2, 12)] * 4
     assert np.array_equal(simulate(design).outputs[0], want)
-    for knobs in ({"dsp_pack": "off"}, {"mul": "lut"}, {"fp_pipeline": 2}):
+    for knobs in ({"dsp_pack": "none"}, {"mul": "lut"}, {"fp_pipeline": 2}):
         assert _packs(compile_model(y, config=replace(config, **knobs), input_ranges={W: (-8, 7)})) == []
 
 
-def test_the_knob_takes_auto_all_or_off():
-    with pytest.raises(ValueError, match="dsp_pack: expected 'auto', 'all' or 'off', got 'yes'"):
-        HardwareConfig(dsp_pack="yes")
+def test_the_knob_takes_auto_all_or_none():
+    with pytest.raises(ValueError, match="dsp_pack: expected 'auto', 'all' or 'none', got False"):
+        HardwareConfig(dsp_pack=False)          # YAML reads `off` as false

@@ -28,7 +28,8 @@ only as many packs as bring the need down to it: each pack is one block where it
 would be one each, and it outranks any of them in `auto`'s order (LUTs saved per block), so the
 packs are the products that get blocks. The products that cannot pack are counted as taking
 their blocks first, so a planned pack never lands in LUTs. `all` packs every group it can
-(fewer blocks for a `mul: dsp` design, or a smaller part); `off` none.
+(fewer blocks for a `mul: dsp` design, or a smaller part); `none` none (not `off`, which YAML
+reads as false).
 """
 from __future__ import annotations
 
@@ -216,7 +217,7 @@ def plan(candidates: list[list[ProductPack]], products: int, budget: int, mode: 
     DSP products (each a block) on a family of `budget` blocks, in `mode` (module docstring):
     `auto` packs the kernels' groups in order while the design needs more blocks than the budget
     and the packs have blocks left after the products outside any group."""
-    if mode == "off":
+    if mode == "none":
         return [[] for _ in candidates]
     if mode == "all":
         return [list(c) for c in candidates]
@@ -241,7 +242,7 @@ def product_packs(kernels, schedules, config) -> list[list[ProductPack]]:
     from ..ranges import acc_ranges, analyze
     from ..synth.multipliers import DSP_BUDGET, DSP_SHAPES
     family = config.timing_part().family
-    if config.dsp_pack == "off" or config.mul == "lut" or family not in DSP_SHAPES or config.fp_pipeline < FANOUT_LEVEL:
+    if config.dsp_pack == "none" or config.mul == "lut" or family not in DSP_SHAPES or config.fp_pipeline < FANOUT_LEVEL:
         return [[] for _ in kernels]
     ranges = [analyze(k, acc_ranges(k, config)) for k in kernels]
     width = DSP_SHAPES[family].max_a
