@@ -294,7 +294,8 @@ class HardwareConfig:
         if self.mul not in ("auto", "dsp", "lut"):
             raise ValueError(f"HardwareConfig.mul: expected 'auto', 'dsp' or 'lut', got {self.mul!r}")
         if self.dsp_pack not in ("auto", "all", "none"):
-            raise ValueError(f"HardwareConfig.dsp_pack: expected 'auto', 'all' or 'none', got {self.dsp_pack!r}")
+            hint = " (YAML reads off and no as false: write none)" if self.dsp_pack is False else ""
+            raise ValueError(f"HardwareConfig.dsp_pack: expected 'auto', 'all' or 'none', got {self.dsp_pack!r}{hint}")
         if self.mem_pack != "auto" and not (_is_int(self.mem_pack) and 1 <= self.mem_pack <= MAX_PARALLEL):
             raise ValueError(f"HardwareConfig.mem_pack: expected 'auto' or an integer from 1 to {MAX_PARALLEL} "
                              f"(elements per memory word), got {self.mem_pack!r}")

@@ -151,5 +151,5 @@ def test_auto_packs_when_the_products_outnumber_the_blocks(monkeypatch):
 
 
 def test_the_knob_takes_auto_all_or_none():
-    with pytest.raises(ValueError, match="dsp_pack: expected 'auto', 'all' or 'none', got False"):
+    with pytest.raises(ValueError, match=r"dsp_pack: expected 'auto', 'all' or 'none', got False \(YAML reads off and no as false: write none\)"):
         HardwareConfig(dsp_pack=False)          # YAML reads `off` as false
