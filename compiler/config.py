@@ -94,7 +94,7 @@ class HardwareConfig:
         one DSP block, their other operands packed into its 18-bit input at field offsets and
         the products taken apart from its output (compiler/hw/dsp_pack.py): two w4a8 products a
         block (fields of 12 bits), three w3a3. Only products built as units of their own
-        (fp_pipeline >= 3) in one stage whose other operand has no fan-out copies (a GEMV's
+        (fp_pipeline >= 3) in one stage whose other operand no other product reads (a GEMV's
         weights, the x element shared). "auto": when the design's products need more blocks
         than `mul: auto` has (the family's largest part), as many packs as bring the need down
         to it, so more products are in blocks and fewer in LUTs; "all": every product that

@@ -49,7 +49,7 @@ def _hull(values) -> Interval:
     return Interval(min(values), max(values))
 
 
-def _signed_bits(i: Interval) -> int:
+def signed_bits(i: Interval) -> int:
     """Bits of a two's complement number that holds the whole interval."""
     return max((-i.lo - 1).bit_length() if i.lo < 0 else 0, i.hi.bit_length()) + 1
 
@@ -89,7 +89,7 @@ def exact_interval(op: ir.OpKind, srcs: list[Interval], consts: list[int | None]
             return Interval(0, (1 << max(a.hi, b.hi).bit_length()) - 1)
         if op is K.AND and (a.lo >= 0 or b.lo >= 0):             # masking with a non-negative value
             return Interval(0, a.hi if a.lo >= 0 else b.hi)
-        n = max(_signed_bits(a), _signed_bits(b))
+        n = max(signed_bits(a), signed_bits(b))
         return Interval(-(1 << (n - 1)), (1 << (n - 1)) - 1)
     if op is K.SHL and consts[1] is not None and 0 <= consts[1] < 64:
         return Interval(a.lo << consts[1], a.hi << consts[1])

@@ -13,7 +13,7 @@ from tinygrad import Tensor, dtypes
 
 from compiler import HardwareConfig, compile_model, simulate
 from compiler.hw import dsp_pack
-from compiler.hw.dsp_pack import PackedProduct, field_bits, plan
+from compiler.hw.dsp_pack import PackedProduct, field_bits, packed_range, plan, product_range
 from compiler.overflow import worst_case_inputs
 from compiler.ranges import Interval
 from compiler.synth import multipliers
@@ -52,12 +52,8 @@ def simulate_pack(a_range: Interval, b_ranges: list[Interval], registers: int) -
     """Every (a, b_0, .., b_n) of the ranges through a PackedProduct: each y_i == a * b_i,
     `registers` cycles later. Returns the vectors checked."""
     k = field_bits(a_range, b_ranges, 18)
-    shapes = [Interval(min(a_range.lo * b.lo, a_range.lo * b.hi, a_range.hi * b.lo, a_range.hi * b.hi),
-                       max(a_range.lo * b.lo, a_range.lo * b.hi, a_range.hi * b.lo, a_range.hi * b.hi)).shape
-              for b in b_ranges]
-    packed_range = Interval(sum(b.lo << k * i for i, b in enumerate(b_ranges)),
-                            sum(b.hi << k * i for i, b in enumerate(b_ranges)))
-    dut = PackedProduct(a_range.shape, packed_range.shape, shapes, k, registers)
+    shapes = [product_range(a_range, b).shape for b in b_ranges]
+    dut = PackedProduct(a_range.shape, packed_range(b_ranges, k).shape, shapes, k, registers)
     vectors = list(itertools.product(range(a_range.lo, a_range.hi + 1),
                                      *[range(b.lo, b.hi + 1) for b in b_ranges]))
     sim = Simulator(dut)

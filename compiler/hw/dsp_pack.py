@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from amaranth.hdl import Elaboratable, Module, Signal, Value, signed
 
 from .. import ir
-from ..ranges import Interval
+from ..ranges import Interval, exact_interval, signed_bits
 from ..synth.rtlil_text import DATA_ATTRIBUTE
 from .pipeline import FANOUT_LEVEL, is_product_of_data, operand_offsets
 
@@ -68,13 +68,7 @@ def _other(v: ir.Op, shared: ir.Value) -> ir.Value:
 
 
 def product_range(a: Interval, b: Interval) -> Interval:
-    corners = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi]
-    return Interval(min(corners), max(corners))
-
-
-def signed_bits(i: Interval) -> int:
-    """Bits of a two's complement number that holds every value of `i`."""
-    return max((-i.lo - 1).bit_length() if i.lo < 0 else 0, i.hi.bit_length()) + 1
+    return exact_interval(K.MUL, [a, b], [None, None])
 
 
 def _fits(i: Interval, bits: int) -> bool:
