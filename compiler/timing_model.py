@@ -372,7 +372,8 @@ def product_ns(a_bits: int, b_bits: int, registers: int, site: ProductSite, d: D
     multiples A and 3A, a 4:1 multiplexer row per two bits of B, a tree of adders; one register
     in the tree's middle, from two one after the multiples, with three one on Y. `unpack`: a
     pack's field width (hw/dsp_pack.py), each field's borrow added on a carry chain that wide
-    after the block's output, before its last register."""
+    before its last register: on the block's output route with one or two registers, after the
+    landing register with three."""
     width = a_bits + b_bits
     adder = d.route_ns(1) + d.carry_ns(width)                       # the adder the product feeds
     if not site.lut:
@@ -393,7 +394,9 @@ def product_ns(a_bits: int, b_bits: int, registers: int, site: ProductSite, d: D
             return d.overhead + d.dsp + route + sum_ns - d.route_ns(1), \
                 f"a {a_bits}x{b_bits} DSP product summed unregistered"
         out = land if registers >= 2 else d.dsp_clk_q + route + d.carry_ns(width) + d.setup
-        if unpack:
+        if unpack and registers >= 3:      # taken apart between the landing register and the last
+            out = max(out, d.clk_q + d.route_ns(1) + d.carry_ns(unpack) + d.setup)
+        elif unpack:                       # on the block's output route
             out += d.carry_ns(unpack)
         return max(inside, out), f"a {a_bits}x{b_bits} DSP product" + (f" of {unpack}-bit fields" if unpack else "")
     if d.family == "ecp5":
@@ -609,10 +612,15 @@ def word_read_registered(banks: int, width: int, depth: int, config: HardwareCon
             and word_write_ns(banks, width, depth, d)[0] > 1000.0 / config.target_mhz)
 
 
-def product_registers(shapes, period_ns: float, sites: tuple[ProductSite, ...], d: Delays, least: int = 1) -> int:
+def product_registers(shapes, period_ns: float, sites: tuple[ProductSite, ...], d: Delays, least: int = 1,
+                      packs=()) -> int:
     """The fewest registers (from `least`, at most 3) that fit every product of operand widths
-    `shapes`, at each of `sites`, into `period_ns` (product_ns); 3 when none does."""
+    `shapes`, at each of `sites`, and every pack of products (`packs`: operand widths and field
+    width, hw/dsp_pack.py) at each DSP site, into `period_ns` (product_ns); 3 when none does."""
+    dsp_sites = [s for s in sites if not s.lut] or [DSP_SITE]
     for registers in range(least, 4):
-        if all(product_ns(min(a, b), max(a, b), registers, s, d)[0] <= period_ns for a, b in shapes for s in sites):
+        if all(product_ns(min(a, b), max(a, b), registers, s, d)[0] <= period_ns for a, b in shapes for s in sites) \
+                and all(product_ns(min(a, b), max(a, b), registers, s, d, k)[0] <= period_ns
+                        for a, b, k in packs for s in dsp_sites):
             return registers
     return 3

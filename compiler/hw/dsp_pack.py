@@ -181,6 +181,12 @@ def groups(kernel: ir.KernelIR, sched, ranges: dict[int, Interval], width: int) 
     return out
 
 
+def input_width(family: str) -> int | None:
+    """The signed operand width of the family's DSP block (mul2dsp's cut), None without one."""
+    from ..synth.multipliers import DSP_SHAPES
+    return DSP_SHAPES[family].max_a if family in DSP_SHAPES else None
+
+
 def dsp_products(kernel: ir.KernelIR, ranges: dict[int, Interval], family: str) -> int:
     """The DSP blocks `kernel`'s multipliers take when each is one (mul2dsp's cut of the operand
     widths, compiler/synth/multipliers.py dsp_cost): integer products of data and by a
@@ -234,12 +240,12 @@ def product_packs(kernels, schedules, config) -> list[list[ProductPack]]:
     """Per kernel, the packs its Datapath builds (`plan` on the `groups` of each kernel as
     scheduled), for HardwareConfig `config` (dsp_pack, mul, the family of its timing part)."""
     from ..ranges import acc_ranges, analyze
-    from ..synth.multipliers import DSP_BUDGET, DSP_SHAPES
+    from ..synth.multipliers import DSP_BUDGET
     family = config.timing_part().family
-    if config.dsp_pack == "none" or config.mul == "lut" or family not in DSP_SHAPES or config.fp_pipeline < FANOUT_LEVEL:
+    width = input_width(family)
+    if config.dsp_pack == "none" or config.mul == "lut" or width is None or config.fp_pipeline < FANOUT_LEVEL:
         return [[] for _ in kernels]
     ranges = [analyze(k, acc_ranges(k, config)) for k in kernels]
-    width = DSP_SHAPES[family].max_a
     candidates = [groups(k, s, r, width) for k, s, r in zip(kernels, schedules, ranges)]
     if not any(candidates):
         return [[] for _ in kernels]

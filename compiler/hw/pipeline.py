@@ -350,6 +350,28 @@ def later_reads(kernel: ir.KernelIR, order: list[ir.Value], operands, ready: dic
     return later
 
 
+def _pack_shapes(kernel: ir.KernelIR, products: list[ir.Op], config: HardwareConfig) -> list[tuple[int, int, int]]:
+    """(A width, packed B width, field width) of the packs of two the kernel's `products` could
+    form (hw/dsp_pack.py: an operand two or more share, the other read by one alone), for
+    product_registers: whether the design will pack is decided for all its kernels once they are
+    scheduled (Design.schedules), so the registers allow for it wherever it may."""
+    from .dsp_pack import field_bits, input_width, packed_range
+    width = input_width(config.timing_part().family)
+    if config.dsp_pack == "none" or config.mul == "lut" or width is None:
+        return []
+    uses: dict[int, int] = {}
+    for v in products:
+        for s in v.srcs[:2]:
+            uses[id(s)] = uses.get(id(s), 0) + 1
+    ranges = analyze(kernel, acc_ranges(kernel, config))
+    out = set()
+    for v in products:
+        a, b = sorted(v.srcs[:2], key=lambda s: uses[id(s)], reverse=True)
+        if uses[id(a)] >= 2 and uses[id(b)] == 1 and (k := field_bits(ranges[id(a)], [ranges[id(b)]] * 2, width)):
+            out.add((ranges[id(a)].shape.width, packed_range([ranges[id(b)]] * 2, k).shape.width, k))
+    return sorted(out)
+
+
 def _op_timing(v: ir.Op, level: int, muxes: set[int], broadcast: dict[int, int], registers: int) -> tuple[int, int]:
     """(unit stages, latency) of an op of data values outside the accumulator loops."""
     if id(v) in muxes:
@@ -517,7 +539,8 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
         shapes = [(clock.width(v.srcs[0]), clock.width(v.srcs[1])) for v in products]
         sites = timing_model.product_sites(config.mul, len(products), d.family, kernel=True)
         product_regs = timing_model.product_registers(shapes, 1000.0 / config.target_mhz, sites,
-                                                      clock.d, least=product_regs)
+                                                      clock.d, least=product_regs,
+                                                      packs=_pack_shapes(kernel, products, config))
         clock.product_tails(products, product_regs, sites)
         if config.mul != "lut" and level >= LOAD_LEVEL and \
                 timing_model.memory_to_dsp_ns(clock.d) > 1000.0 / config.target_mhz:
