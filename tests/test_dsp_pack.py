@@ -20,7 +20,7 @@ from compiler.synth import multipliers
 from compiler.synth.area import design_rtlil
 from compiler.synth.multipliers import mul_cells
 from compiler.hw.pipeline import kernel_paths
-from compiler.timing_model import DSP_SITE, delays, product_ns
+from compiler.timing_model import DSP_SITE, delays, product_ns, product_registers
 from dse.estimate import design_features
 
 INT8, INT4, INT3, UINT8 = Interval(-128, 127), Interval(-8, 7), Interval(-4, 3), Interval(0, 255)
@@ -128,7 +128,13 @@ def test_a_w4a8_gemv_with_its_products_packed_two_a_block_is_bit_exact(knobs):
     d = delays(packed.config.timing_part())
     assert [p for p in kernel_paths(packed.kernels[0], packed.schedules[0], packed.config, d)[2] if p[3]] == \
         [(8, 17, False, 12)] * 8
+    # on the block's output route with two registers; after the landing register with three
     assert product_ns(8, 17, 2, DSP_SITE, d, 12)[0] == pytest.approx(product_ns(8, 17, 2, DSP_SITE, d)[0] + d.carry_ns(12))
+    assert product_ns(8, 17, 3, DSP_SITE, d, 12)[0] == pytest.approx(product_ns(8, 17, 3, DSP_SITE, d)[0])
+    # so a period the landing route alone fits but not with the borrow's carry takes a third register
+    period = product_ns(8, 17, 2, DSP_SITE, d)[0] + d.carry_ns(12) / 2
+    assert product_registers([(8, 4)], period, (DSP_SITE,), d) == 2
+    assert product_registers([(8, 4)], period, (DSP_SITE,), d, packs=[(8, 17, 12)]) == 3
     # and the area estimate as 8 products of 8 x 17 bits where the plain design has 16 of 8 x 4
     assert (design_features(packed, target="ecp5")["mul"], design_features(plain, target="ecp5")["mul"]) == (8, 16)
 
