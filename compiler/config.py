@@ -99,7 +99,8 @@ class HardwareConfig:
         than `mul: auto` has (the family's largest part), as many packs as bring the need down
         to it, so more products are in blocks and fewer in LUTs; "all": every product that
         can pack (fewer blocks; with `mul: dsp` a design that would not fit); "none": none. Same
-        cycles and results; no effect with `mul: lut`.
+        cycles and results (with target_mhz a product register more where the fields' carry
+        needs it); no effect with `mul: lut`.
     mem_pack: "auto" (default) or G >= 1: banks of one buffer held side by side in one memory,
         G elements per word (compiler/hw/packing.py). Why: a block RAM is a whole block however
         little of it a bank uses; an int8 bank of 392 words fills 4% of an ECP5 DP16KD, and
