@@ -4,7 +4,9 @@ DSP budget calls for, and packed designs simulate bit-exact with the cycles of u
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +19,8 @@ from compiler.hw.dsp_pack import PackedProduct, field_bits, packed_range, plan, 
 from compiler.overflow import worst_case_inputs
 from compiler.ranges import Interval
 from compiler.synth import multipliers
-from compiler.synth.area import design_rtlil
+from compiler.pnr.timing import prepare
+from compiler.synth.area import design_rtlil, synthesize
 from compiler.synth.multipliers import mul_cells
 from compiler.hw.pipeline import kernel_paths
 from compiler.timing_model import DSP_SITE, delays, product_ns, product_registers
@@ -155,3 +158,20 @@ def test_auto_packs_when_the_products_outnumber_the_blocks(monkeypatch):
 def test_the_knob_takes_auto_all_or_none():
     with pytest.raises(ValueError, match=r"dsp_pack: expected 'auto', 'all' or 'none', got False \(YAML reads off and no as false: write none\)"):
         HardwareConfig(dsp_pack=False)          # YAML reads `off` as false
+
+
+@pytest.mark.slow
+def test_a_packs_multiplier_takes_its_operand_and_output_registers_inside(tmp_path):
+    """Synthesised and prepared for nextpnr (compiler/pnr/dsp_registers.py): the packed operand's
+    register is the block's B input register, the shared operand's copy its A, the product's
+    first register its output register, as for a plain DSP product."""
+    W, x, y, _ = _gemv(M=4, K=8)
+    design = compile_model(y, config=HardwareConfig(fp_pipeline=3, lanes=2, reduce_unroll=4, mul="dsp",
+                                                    dsp_pack="all", target_mhz=200), input_ranges={W: (-8, 7)})
+    assert _packs(design) == [(2, 12)] * 4
+    area = synthesize(design, "ecp5", tmp_path / "synth", netlist=True, use_cache=False)
+    netlist = json.loads(Path(area.netlist_path).read_text())
+    top, *_ = prepare(netlist, "ecp5")
+    dsps = [c for c in netlist["modules"][top]["cells"].values() if c["type"] == "MULT18X18D"]
+    assert len(dsps) == 4 and all(
+        {d["parameters"][k] for k in ("REG_INPUTA_CLK", "REG_INPUTB_CLK", "REG_OUTPUT_CLK")} == {"CLK0"} for d in dsps)
