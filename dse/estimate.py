@@ -107,9 +107,9 @@ def _lutram_mux_bits(depth: int, width: int) -> int:
 
 def _shift_add_digits(v) -> int:
     """Nonzero signed digits of the constant of a product the datapath builds as shifts and adds
-    (compiler/hw/datapath.py shift_add_digits, as mul_const decides), else 0."""
+    (compiler/passes/signed_digits.py shift_add_digits, as datapath.mul_const decides), else 0."""
     from compiler import ir
-    from compiler.hw.datapath import shift_add_digits
+    from compiler.passes.signed_digits import shift_add_digits
     for s in v.srcs:
         if isinstance(s, ir.Const) and not s.dtype.is_float and int(s.value) != 0:
             return len(shift_add_digits(int(s.value)))
@@ -175,7 +175,7 @@ def _kernel_features(k, sched, prog, config) -> tuple[tuple[tuple[str, float], .
     step program and the model-wide knobs alone, so remembered per kernel (ir.per_kernel): a
     sweep's points share most of their layers."""
     from compiler import ranges
-    from compiler.hw import dsp_pack, floatops
+    from compiler.hw import dsp_fields, floatops
     from compiler.hw.kernel import acc_ranges, acc_shape
     from compiler.hw.pipeline import float_stages
     K = ir.OpKind
@@ -198,7 +198,7 @@ def _kernel_features(k, sched, prog, config) -> tuple[tuple[tuple[str, float], .
     # operand, the adder that packs it and one per field above the first (its borrow)
     packed = {id(v) for p in sched.product_packs for v in p.products}
     for p in sched.product_packs:
-        width = dsp_pack.packed_range([intervals[id(p.other(v))] for v in p.products], p.field).shape.width
+        width = dsp_fields.packed_range([intervals[id(p.other(v))] for v in p.products], p.field).shape.width
         add("mul", 1)
         products.append(("mul_bits", bits(p.shared), width))
         add("add_bits", width + p.field * (len(p.products) - 1))

@@ -15,7 +15,9 @@ from tinygrad import Tensor, dtypes
 
 from compiler import HardwareConfig, compile_model, simulate
 from compiler.hw import dsp_pack
-from compiler.hw.dsp_pack import PackedProduct, field_bits, packed_range, plan, product_range
+from compiler.hw.datapath import PackedProduct
+from compiler.hw.dsp_fields import field_bits, packed_range, product_range
+from compiler.hw.dsp_pack import plan
 from compiler.overflow import worst_case_inputs
 from compiler.ranges import Interval
 from compiler.synth import multipliers

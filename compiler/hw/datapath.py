@@ -20,16 +20,17 @@ import collections
 from dataclasses import dataclass
 from typing import Callable
 
-from amaranth.hdl import Const, Elaboratable, Module, Mux, Signal, Value, unsigned
+from amaranth.hdl import Const, Elaboratable, Module, Mux, Signal, Value, signed, unsigned
 
 from .. import ir
 from ..config import HardwareConfig
 from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..ranges import Interval
-from ..passes.constants import csd
+from ..passes.signed_digits import shift_add_digits
+from ..synth.multipliers import PRODUCT_PREFIX
 from ..synth.rtlil_text import DATA_ATTRIBUTE
-from . import dsp_pack, floatops
+from . import dsp_fields, dsp_pack, floatops
 from .dsp_pack import ProductPack
 from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, operand_offsets, schedule
 
@@ -127,19 +128,6 @@ def _name(v: Value) -> str:
     return v.name if isinstance(v, Signal) else "c"
 
 
-MUL_CONST_DIGITS = 3
-"""A product by a constant of at most this many nonzero signed digits is built as shifts and
-adds (mul_const)."""
-
-
-def shift_add_digits(c: int) -> list[tuple[int, int]]:
-    """The signed digits (shift, +-1) of |c| that mul_const builds x * c from, or [] where it
-    builds a product (c is 0 or has more than MUL_CONST_DIGITS digits): also what dse.estimate
-    prices, so the two cannot disagree."""
-    digits = csd(abs(c))
-    return digits if c != 0 and len(digits) <= MUL_CONST_DIGITS else []
-
-
 def mul_const(x: Value, c: int) -> Value:
     """x * c. Index math multiplies loop counters by strides (784, 25, ...); as a few shifts
     and adds that costs a handful of LUTs, where Yosys would spend a DSP block on it."""
@@ -198,8 +186,6 @@ class Copies:
 DSP_WIDTH = 18
 """The widest operand an ECP5 MULT18X18D (and an iCE40 SB_MAC16's 16) takes whole: Product.split."""
 
-PRODUCT_PREFIX = "product"
-"""Product submodules are named `product<N>` (compiler.synth.multipliers finds them by it)."""
 
 
 class Product(Elaboratable):
@@ -249,6 +235,31 @@ class Product(Elaboratable):
             total = term if total is None else total + term
             lo, i = hi, i + 1
         return total
+
+
+class PackedProduct(Elaboratable):
+    """ys[i] = a * b's i-th product (b packed at `field` bits, dsp_fields.packed), `registers` cycles
+    later, from one multiplier (hw/dsp_pack.py): the Product of the packed operand, with the
+    fields taken apart before the last register. Named `pack<N>` in its parent, not
+    `product<N>`: synthesis rebuilds a Product it builds in LUTs with its registers inside
+    (compiler/synth/multipliers.py), and a pack is planned to be a DSP block."""
+
+    def __init__(self, a_shape, b_shape, y_shapes, field: int, registers: int = 1):
+        self.a, self.b = Signal(a_shape, name="a"), Signal(b_shape, name="b")
+        self.ys = [Signal(s, name=f"y{i}", reset_less=True, attrs=DATA) for i, s in enumerate(y_shapes)]
+        self.field, self.registers = field, registers
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        value = Signal((self.a * self.b).shape(), name="p")       # one multiplier, read per field
+        m.d.comb += value.eq(self.a * self.b)
+        for i in range(self.registers - 1):
+            value = registered(m, value, f"p{i}", reset_less=True)
+        for i, y in enumerate(self.ys):
+            field = Signal(signed(self.field), name=f"field{i}")
+            m.d.comb += field.eq(dsp_fields.unpack(value, self.field, i))
+            m.d.sync += y.eq(field)
+        return m
 
 
 class Datapath:
@@ -524,9 +535,9 @@ class Datapath:
             # the others' copies (a level of them before a DSP block, pipeline.py) become one register
             later = offsets[id(pack.other(v))] + self.sched.broadcast.get(id(pack.other(v)), 0)
             others = [self.local(pack.other(p), env, stage + later) for p in pack.products]
-            b = self.register(dsp_pack.packed(others, pack.field, [self.interval(pack.other(p)) for p in pack.products]),
+            b = self.register(dsp_fields.packed(others, pack.field, [self.interval(pack.other(p)) for p in pack.products]),
                               f"pack{self.count}_b")
-            unit = dsp_pack.PackedProduct(a.shape(), b.shape(), [self.shape(p) for p in pack.products], pack.field,
+            unit = PackedProduct(a.shape(), b.shape(), [self.shape(p) for p in pack.products], pack.field,
                                           self.sched.product_regs)
             self.m.submodules[f"{dsp_pack.PREFIX}{self.count}"] = unit
             self.count += 1

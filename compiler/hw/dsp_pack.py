@@ -5,12 +5,11 @@ A GEMV at w4a8 has far more products than an ECP5 has multipliers (the 128x784 G
 element (one per output row) share their 8-bit operand, and a 4-bit weight uses 4 of a block's
 18 input bits. With B = b0 + b1 * 2**k, A * B = A*b0 + A*b1 * 2**k: when every A*b_i fits k
 bits as a two's complement number, each product is a field of the one result, plus the borrow a
-negative field below leaves (y_i = sext_k(P[k*i : k*(i+1)] + P[k*i - 1]), `unpack`; exact when
-every partial sum of the fields below fits their bits too, which `field_bits` checks on the
-operands' intervals). The same trick packs two int8 x int4 products into a Xilinx DSP48 (Xilinx
-WP487) and two int4 products per multiplier in FINN's and Vitis AI's int4 engines; here it is
-planned on the IR, so any widths that fit are packed: w4a8 two per block (fields of 12 bits, B
-of 17), w3a3 three (fields of 6, B of 16).
+negative field below leaves (y_i = sext_k(P[k*i : k*(i+1)] + P[k*i - 1]), dsp_fields.unpack;
+exact when every partial sum of the fields below fits their bits too, which
+dsp_fields.field_bits checks on the operands' intervals). Xilinx packs two int8 products of a
+shared operand into one DSP48E2 the same way; here it is planned on the IR, so any widths that
+fit are packed: w4a8 two per block (fields of 12 bits, B of 17), w3a3 three (fields of 6, B of 16).
 
 Where: the products `Datapath.product` builds as Product units (fp_pipeline >= FANOUT_LEVEL),
 of one shared operand, in the same pipeline stage, whose other operands no other product reads
@@ -36,17 +35,16 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass
 
-from amaranth.hdl import Elaboratable, Module, Signal, Value, signed
-
 from .. import ir
-from ..ranges import Interval, exact_interval, signed_bits
-from ..synth.rtlil_text import DATA_ATTRIBUTE
+from ..passes.signed_digits import shift_add_digits
+from ..ranges import Interval, signed_bits
+from .dsp_fields import field_bits, input_width
 from .pipeline import FANOUT_LEVEL, is_product_of_data, operand_offsets
 
 K = ir.OpKind
 
 PREFIX = "pack"
-"""PackedProduct submodules are named `pack<N>` (PackedProduct)."""
+"""A pack's unit (hw/datapath.PackedProduct) is named `pack<N>` in its parent."""
 
 
 @dataclass(frozen=True)
@@ -65,82 +63,6 @@ class ProductPack:
 def _other(v: ir.Op, shared: ir.Value) -> ir.Value:
     a, b = v.srcs[:2]
     return b if a is shared else a
-
-
-def product_range(a: Interval, b: Interval) -> Interval:
-    return exact_interval(K.MUL, [a, b], [None, None])
-
-
-def _fits(i: Interval, bits: int) -> bool:
-    return -(1 << (bits - 1)) <= i.lo and i.hi < 1 << (bits - 1)
-
-
-def field_bits(a: Interval, bs: list[Interval], width: int) -> int | None:
-    """The field width k at which the products of `a` with each of `bs` come apart from one
-    product a * sum(b_i << k*i) (module docstring), or None when `a` or the packed operand
-    needs more than `width` bits (the DSP block's signed inputs). Each product fits k bits, and
-    so does every partial sum of the fields below a field (its borrow is then the sign of
-    those bits)."""
-    ys = [product_range(a, b) for b in bs]
-    k = max(signed_bits(y) for y in ys)
-    while True:
-        lo = hi = 0
-        for i, y in enumerate(ys[:-1]):
-            lo, hi = lo + (y.lo << k * i), hi + (y.hi << k * i)
-            if not _fits(Interval(lo, hi), k * (i + 1)):
-                k += 1
-                break
-        else:
-            break
-    return k if signed_bits(a) <= width and signed_bits(packed_range(bs, k)) <= width else None
-
-
-def packed_range(ranges: list[Interval], field: int) -> Interval:
-    """The values of sum(b_i << field * i) for b_i in `ranges`."""
-    return Interval(sum(r.lo << field * i for i, r in enumerate(ranges)), sum(r.hi << field * i for i, r in enumerate(ranges)))
-
-
-def packed(values: list[Value], field: int, ranges: list[Interval]) -> Value:
-    """The packed operand sum(values[i] << field * i), exact (Amaranth's arithmetic grows), at
-    the width its values' `ranges` need (the signals may be wider than their values)."""
-    out = values[0]
-    for i, v in enumerate(values[1:], 1):
-        out = out + (v << field * i)
-    shape = packed_range(ranges, field).shape
-    return out[:shape.width].as_signed() if shape.signed else out[:shape.width]
-
-
-def unpack(p: Value, field: int, i: int) -> Value:
-    """Product i of the packed result `p`, to be taken as a signed number of `field` bits (an
-    assignment to such a signal: its low bits, or `p`'s sign beyond them): its field plus the
-    borrow of the fields below (the bit under it)."""
-    return p if i == 0 else (p >> field * i) + p[field * i - 1]
-
-
-class PackedProduct(Elaboratable):
-    """ys[i] = a * b's i-th product (b packed at `field` bits, `packed`), `registers` cycles
-    later, from one multiplier: the Product (hw/datapath.py) of the packed operand, with the
-    fields taken apart before the last register. Named `pack<N>` in its parent, not
-    `product<N>`: synthesis rebuilds a Product it builds in LUTs with its registers inside
-    (compiler/synth/multipliers.py), and a pack is planned to be a DSP block."""
-
-    def __init__(self, a_shape, b_shape, y_shapes, field: int, registers: int = 1):
-        self.a, self.b = Signal(a_shape, name="a"), Signal(b_shape, name="b")
-        self.ys = [Signal(s, name=f"y{i}", reset_less=True, attrs={DATA_ATTRIBUTE: 1}) for i, s in enumerate(y_shapes)]
-        self.field, self.registers = field, registers
-
-    def elaborate(self, platform) -> Module:
-        from .datapath import registered
-        m = Module()
-        value = Signal((self.a * self.b).shape(), name="p")       # one multiplier, read per field
-        m.d.comb += value.eq(self.a * self.b)
-        for i in range(self.registers - 1):
-            value = registered(m, value, f"p{i}", reset_less=True)
-        for i, y in enumerate(self.ys):
-            field = Signal(signed(self.field), name=f"field{i}")
-            m.d.comb += field.eq(unpack(value, self.field, i))
-            m.d.sync += y.eq(field)
-        return m
 
 
 def groups(kernel: ir.KernelIR, sched, ranges: dict[int, Interval], width: int) -> list[ProductPack]:
@@ -181,18 +103,11 @@ def groups(kernel: ir.KernelIR, sched, ranges: dict[int, Interval], width: int) 
     return out
 
 
-def input_width(family: str) -> int | None:
-    """The signed operand width of the family's DSP block (mul2dsp's cut), None without one."""
-    from ..synth.multipliers import DSP_SHAPES
-    return DSP_SHAPES[family].max_a if family in DSP_SHAPES else None
-
-
 def dsp_products(kernel: ir.KernelIR, ranges: dict[int, Interval], family: str) -> int:
     """The DSP blocks `kernel`'s multipliers take when each is one (mul2dsp's cut of the operand
     widths, compiler/synth/multipliers.py dsp_cost): integer products of data and by a
     constant mul_const leaves a product, float products by their significands."""
     from ..synth.multipliers import DSP_SHAPES, MulCell, dsp_cost
-    from .datapath import shift_add_digits
     if family not in DSP_SHAPES:
         return 0
     roots = [v for s, _ in kernel.stores() for v in ir.store_operands(s)]

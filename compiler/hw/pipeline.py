@@ -84,6 +84,7 @@ from .. import ir, timing_model
 from ..config import HardwareConfig
 from ..errors import CompileError
 from ..ranges import acc_ranges, analyze
+from .dsp_fields import field_bits, input_width, packed_range
 from . import floatops
 
 K = ir.OpKind
@@ -355,7 +356,6 @@ def _pack_shapes(kernel: ir.KernelIR, products: list[ir.Op], config: HardwareCon
     form (hw/dsp_pack.py: an operand two or more share, the other read by one alone), for
     product_registers: whether the design will pack is decided for all its kernels once they are
     scheduled (Design.schedules), so the registers allow for it wherever it may."""
-    from .dsp_pack import field_bits, input_width, packed_range
     width = input_width(config.timing_part().family)
     if config.dsp_pack == "none" or config.mul == "lut" or width is None:
         return []
@@ -716,7 +716,6 @@ def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
                      for v in order if isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float
                      and sched.unit_stages.get(id(v), 1) >= 2 and id(v) not in packed)
     # a pack (hw/dsp_pack.py): one product of its packed operand, a register after its adder
-    from .dsp_pack import packed_range
     ranges = analyze(kernel, acc_ranges(kernel, config)) if sched.product_packs else {}
     products += tuple((paths.width(p.shared), packed_range([ranges[id(p.other(v))] for v in p.products], p.field).shape.width,
                        False, p.field) for p in sched.product_packs)

@@ -15,3 +15,16 @@ def csd(c: int) -> list[tuple[int, int]]:
         c >>= 1
         shift += 1
     return digits
+
+
+MUL_CONST_DIGITS = 3
+"""A product by a constant of at most this many nonzero signed digits is built as shifts and
+adds (compiler/hw/datapath.py mul_const)."""
+
+
+def shift_add_digits(c: int) -> list[tuple[int, int]]:
+    """The signed digits (shift, +-1) of |c| that datapath.mul_const builds x * c from, or [] where it
+    builds a product (c is 0 or has more than MUL_CONST_DIGITS digits): also what dse.estimate
+    and hw/dsp_pack.py price, so they cannot disagree."""
+    digits = csd(abs(c))
+    return digits if c != 0 and len(digits) <= MUL_CONST_DIGITS else []

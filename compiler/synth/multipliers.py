@@ -34,11 +34,13 @@ import re
 from dataclasses import dataclass
 
 from . import lut_multiplier
-from ..hw.datapath import PRODUCT_PREFIX
 from ..devices import DEVICES
 from .units import split_modules
 
 STYLES = ("auto", "dsp", "lut")
+
+PRODUCT_PREFIX = "product"
+"""hw/datapath.py names its Product submodules `product<N>` (pipeline_products finds them by it)."""
 LUT_ATTRIBUTE = "tinyhw_mul"
 
 
