@@ -19,7 +19,9 @@ register, compiler/pnr/dsp_registers.py): one register between the adder and the
 the operand had its copies (with `target_mhz` read data passes a level of them before a DSP
 block, pipeline.py; the pack takes its values that much later instead); the fields are taken
 apart before the unit's last register (the landing register in the fabric). Same registers,
-same cycles as the Products it replaces: the cycle model does not change.
+same cycles as the Products it replaces; with `target_mhz` the schedule gives a kernel whose
+products may pack the product register the fields' carry needs (pipeline._pack_shapes), and the
+cycle model counts it.
 
 How many (`plan`): with `auto`, only when the design's products need more DSP blocks than the
 family's largest part has (the budget `mul: auto` fills, compiler/synth/multipliers.py), and
@@ -37,7 +39,8 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..passes.signed_digits import shift_add_digits
-from ..ranges import Interval, signed_bits
+from ..ranges import Interval, acc_ranges, analyze, signed_bits
+from ..synth.multipliers import DSP_BUDGET, DSP_SHAPES, MulCell, dsp_cost
 from .dsp_fields import field_bits, input_width
 from .pipeline import FANOUT_LEVEL, is_product_of_data, operand_offsets
 
@@ -107,7 +110,6 @@ def dsp_products(kernel: ir.KernelIR, ranges: dict[int, Interval], family: str) 
     """The DSP blocks `kernel`'s multipliers take when each is one (mul2dsp's cut of the operand
     widths, compiler/synth/multipliers.py dsp_cost): integer products of data and by a
     constant mul_const leaves a product, float products by their significands."""
-    from ..synth.multipliers import DSP_SHAPES, MulCell, dsp_cost
     if family not in DSP_SHAPES:
         return 0
     roots = [v for s, _ in kernel.stores() for v in ir.store_operands(s)]
@@ -154,8 +156,6 @@ def plan(candidates: list[list[ProductPack]], products: int, budget: int, mode: 
 def product_packs(kernels, schedules, config) -> list[list[ProductPack]]:
     """Per kernel, the packs its Datapath builds (`plan` on the `groups` of each kernel as
     scheduled), for HardwareConfig `config` (dsp_pack, mul, the family of its timing part)."""
-    from ..ranges import acc_ranges, analyze
-    from ..synth.multipliers import DSP_BUDGET
     family = config.timing_part().family
     width = input_width(family)
     if config.dsp_pack == "none" or config.mul == "lut" or width is None or config.fp_pipeline < FANOUT_LEVEL:
