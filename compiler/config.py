@@ -90,7 +90,7 @@ class HardwareConfig:
         iCE40UP5K: 8), the rest in LUTs, so a design with more products than DSPs still fits;
         within the budget it is exactly "dsp". Xilinx: auto is dsp (no device list). No effect
         on the RTL, simulation or cycles: only on the synthesis script (compiler/synth/multipliers.py).
-    dsp_pack: "auto" (default), "all" or "none": narrow products of one shared operand built by
+    dsp_pack: "none" (default), "auto" or "all": narrow products of one shared operand built by
         one DSP block, their other operands packed into its 18-bit input at field offsets and
         the products taken apart from its output (compiler/hw/dsp_pack.py): two w4a8 products a
         block (fields of 12 bits), three w3a3. Only products built as units of their own
@@ -267,7 +267,7 @@ class HardwareConfig:
     fp_pipeline: int = 0
     fp_sum: str = "sequential"
     mul: str = "auto"
-    dsp_pack: str = "auto"
+    dsp_pack: str = "none"
     mem_pack: int | str = "auto"
     mem_tail: str = "block"
     adder_levels: int = 1
@@ -296,7 +296,7 @@ class HardwareConfig:
             raise ValueError(f"HardwareConfig.mul: expected 'auto', 'dsp' or 'lut', got {self.mul!r}")
         if self.dsp_pack not in ("auto", "all", "none"):
             hint = " (YAML reads off and no as false: write none)" if self.dsp_pack is False else ""
-            raise ValueError(f"HardwareConfig.dsp_pack: expected 'auto', 'all' or 'none', got {self.dsp_pack!r}{hint}")
+            raise ValueError(f"HardwareConfig.dsp_pack: expected 'none', 'auto' or 'all', got {self.dsp_pack!r}{hint}")
         if self.mem_pack != "auto" and not (_is_int(self.mem_pack) and 1 <= self.mem_pack <= MAX_PARALLEL):
             raise ValueError(f"HardwareConfig.mem_pack: expected 'auto' or an integer from 1 to {MAX_PARALLEL} "
                              f"(elements per memory word), got {self.mem_pack!r}")
