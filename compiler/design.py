@@ -11,7 +11,7 @@ from .config import HardwareConfig
 from .frontend import Graph
 from .hw.kernel import KernelHW, is_pipelined, read_ports
 from .hw.pipeline import Schedule, kernel_paths, schedule
-from .timing_model import (DSP_SITE, Estimate, delays, in_block_ram, memory_to_dsp_ns, placed, product_ns,
+from .timing_model import (DSP_SITE, Estimate, delays, in_block_ram, memory_to_dsp_ns, pack_sites, placed, product_ns,
                            product_sites, word_read_registered, word_write_ns)
 from .hw.program import Program, build_program
 from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow
@@ -226,9 +226,9 @@ class Design:
             if ns > worst.period_ns:
                 worst = Estimate(ns, f"{k.name}: {what}")
         sites = product_sites(self.config.mul, len(products), d.family)
-        dsp_sites = [s for s in sites if not s.lut] or [DSP_SITE]      # a pack is planned to be a DSP block
         for a, b, registers, direct, unpack in set(products):
-            ns, what = max(product_ns(min(a, b), max(a, b), registers, s, d, unpack) for s in (dsp_sites if unpack else sites))
+            ns, what = max(product_ns(min(a, b), max(a, b), registers, s, d, unpack)
+                           for s in (pack_sites(sites) if unpack else sites))
             if direct and DSP_SITE in sites and memory_to_dsp_ns(d) > ns:
                 ns, what = memory_to_dsp_ns(d), f"read data into a {a}x{b} DSP product's input register"
             if ns > worst.period_ns:

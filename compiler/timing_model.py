@@ -612,15 +612,20 @@ def word_read_registered(banks: int, width: int, depth: int, config: HardwareCon
             and word_write_ns(banks, width, depth, d)[0] > 1000.0 / config.target_mhz)
 
 
+def pack_sites(sites: tuple[ProductSite, ...]) -> list[ProductSite]:
+    """Where a pack of products (hw/dsp_pack.py) is timed among `sites`: planned to be a DSP
+    block, at the DSP sites of `sites` (DSP_SITE when all are LUTs')."""
+    return [s for s in sites if not s.lut] or [DSP_SITE]
+
+
 def product_registers(shapes, period_ns: float, sites: tuple[ProductSite, ...], d: Delays, least: int = 1,
                       packs=()) -> int:
     """The fewest registers (from `least`, at most 3) that fit every product of operand widths
     `shapes`, at each of `sites`, and every pack of products (`packs`: operand widths and field
     width, hw/dsp_pack.py) at each DSP site, into `period_ns` (product_ns); 3 when none does."""
-    dsp_sites = [s for s in sites if not s.lut] or [DSP_SITE]
     for registers in range(least, 4):
         if all(product_ns(min(a, b), max(a, b), registers, s, d)[0] <= period_ns for a, b in shapes for s in sites) \
                 and all(product_ns(min(a, b), max(a, b), registers, s, d, k)[0] <= period_ns
-                        for a, b, k in packs for s in dsp_sites):
+                        for a, b, k in packs for s in pack_sites(sites)):
             return registers
     return 3
