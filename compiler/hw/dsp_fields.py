@@ -3,6 +3,8 @@ field width at which they come apart, the packed operand and each product taken 
 result. A module of its own, imported by the pipeline's delay model and the datapath alike."""
 from __future__ import annotations
 
+from typing import Mapping
+
 from amaranth.hdl import Value
 
 from .. import ir
@@ -61,6 +63,15 @@ def unpack(p: Value, field: int, i: int) -> Value:
     assignment to such a signal: its low bits, or `p`'s sign beyond them): its field plus the
     borrow of the fields below (the bit under it)."""
     return p if i == 0 else (p >> field * i) + p[field * i - 1]
+
+
+def shared_operand(v: ir.Op, uses: Mapping[int, int]) -> tuple[ir.Value, ir.Value] | None:
+    """(shared, other) operands of product `v` when it may pack with others: one operand more
+    than one product reads (`uses`: id(operand) -> products reading it), the other read by `v`
+    alone (a GEMV's x element and its weight); None otherwise."""
+    a, b = v.srcs[:2]
+    shared, other = (a, b) if uses[id(a)] >= uses[id(b)] else (b, a)
+    return (shared, other) if uses[id(shared)] >= 2 and uses[id(other)] == 1 else None
 
 
 def input_width(family: str) -> int | None:

@@ -41,7 +41,7 @@ from .. import ir
 from ..passes.signed_digits import shift_add_digits
 from ..ranges import Interval, acc_ranges, analyze, signed_bits
 from ..synth.multipliers import DSP_BUDGET, DSP_SHAPES, MulCell, dsp_cost
-from .dsp_fields import field_bits, input_width
+from .dsp_fields import field_bits, input_width, shared_operand
 from .pipeline import FANOUT_LEVEL, is_product_of_data, operand_offsets
 
 K = ir.OpKind
@@ -79,10 +79,9 @@ def groups(kernel: ir.KernelIR, sched, ranges: dict[int, Interval], width: int) 
     uses = collections.Counter(id(s) for v in products for s in v.srcs[:2])
     by_key: dict[tuple, list[tuple[ir.Value, ir.Op]]] = {}
     for v in products:
-        a, b = v.srcs[:2]
-        shared, other = (a, b) if uses[id(a)] >= uses[id(b)] else (b, a)
-        if uses[id(shared)] < 2 or uses[id(other)] > 1:
+        if (pair := shared_operand(v, uses)) is None:
             continue
+        shared, other = pair
         offsets = dict(zip((id(s) for s in v.srcs), operand_offsets(v, sched.broadcast)))
         key = (id(shared), sched.ready.get(id(v)), sched.unit_stages[id(v)], offsets[id(shared)],
                offsets[id(other)] + sched.broadcast.get(id(other), 0))

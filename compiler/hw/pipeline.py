@@ -78,13 +78,14 @@ kernels does this: tinygrad kernels read their inputs and write their outputs).
 """
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass, field
 
 from .. import ir, timing_model
 from ..config import HardwareConfig
 from ..errors import CompileError
 from ..ranges import acc_ranges, analyze
-from .dsp_fields import field_bits, input_width, packed_range
+from .dsp_fields import field_bits, input_width, packed_range, shared_operand
 from . import floatops
 
 K = ir.OpKind
@@ -359,16 +360,15 @@ def _pack_shapes(kernel: ir.KernelIR, products: list[ir.Op], config: HardwareCon
     width = input_width(config.timing_part().family)
     if config.dsp_pack == "none" or config.mul == "lut" or width is None:
         return []
-    uses: dict[int, int] = {}
-    for v in products:
-        for s in v.srcs[:2]:
-            uses[id(s)] = uses.get(id(s), 0) + 1
+    uses = collections.Counter(id(s) for v in products for s in v.srcs[:2])
     ranges = analyze(kernel, acc_ranges(kernel, config))
     out = set()
     for v in products:
-        a, b = sorted(v.srcs[:2], key=lambda s: uses[id(s)], reverse=True)
-        if uses[id(a)] >= 2 and uses[id(b)] == 1 and (k := field_bits(ranges[id(a)], [ranges[id(b)]] * 2, width)):
-            out.add((ranges[id(a)].shape.width, packed_range([ranges[id(b)]] * 2, k).shape.width, k))
+        if (pair := shared_operand(v, uses)) is None:
+            continue
+        a, b = (ranges[id(s)] for s in pair)
+        if k := field_bits(a, [b] * 2, width):
+            out.add((a.shape.width, packed_range([b] * 2, k).shape.width, k))
     return sorted(out)
 
 
