@@ -80,6 +80,16 @@ def int8_mlp(sizes, seed=0, shift=7):
     return x, h, ref
 
 
+def narrow_gemv(bits: int, M: int = 8, K: int = 32, seed: int = 0):
+    """W (M, K) of `bits`-bit values in an int8 Tensor, x int8: (W, x, y, numpy y, W's range)."""
+    rng = np.random.default_rng(seed)
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    Wn = rng.integers(lo, hi + 1, (M, K)).astype(np.int8)
+    xn = rng.integers(-128, 128, (K,)).astype(np.int8)
+    W, x = Tensor(Wn), Tensor(xn)
+    return W, x, W.cast(dtypes.int32) @ x.cast(dtypes.int32), Wn.astype(np.int64) @ xn.astype(np.int64), (lo, hi)
+
+
 def run_zoo(model: str, dtype: str, params: dict, config: HardwareConfig | None = None, seed: int = 0):
     built = zoo.check_built(zoo.ZOO[model].build(dtype, **params))
     arrays = zoo.make_inputs(built, seed)

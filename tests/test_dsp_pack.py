@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
-from tinygrad import Tensor, dtypes
 
 from compiler import HardwareConfig, compile_model, simulate
 from compiler.hw import dsp_pack
@@ -27,6 +26,7 @@ from compiler.synth.multipliers import mul_cells
 from compiler.hw.pipeline import kernel_paths
 from compiler.timing_model import DSP_SITE, delays, product_ns, product_registers
 from dse.estimate import design_features
+from helpers import narrow_gemv
 
 INT8, INT4, INT3, UINT8 = Interval(-128, 127), Interval(-8, 7), Interval(-4, 3), Interval(0, 255)
 
@@ -94,13 +94,9 @@ def test_auto_packs_only_past_the_budget_and_only_as_many_as_bring_the_need_down
     assert plan([packs], 12, 10, "all") == [packs] and plan([packs], 12, 10, "none") == [[]]
 
 
-def _gemv(M=8, K=24, seed=0):
-    """W (M, K) int4 values in int8, x int8: W, x, W @ x in int32, numpy's W @ x."""
-    rng = np.random.default_rng(seed)
-    Wn = rng.integers(-8, 8, (M, K)).astype(np.int8)
-    xn = rng.integers(-128, 128, (K,)).astype(np.int8)
-    W, x = Tensor(Wn), Tensor(xn)
-    return W, x, W.cast(dtypes.int32) @ x.cast(dtypes.int32), Wn.astype(np.int64) @ xn.astype(np.int64)
+def _gemv(M=8, K=24):
+    """An int4 x int8 GEMV (helpers.narrow_gemv): W, x, W @ x in int32, numpy's W @ x."""
+    return narrow_gemv(4, M, K)[:4]
 
 
 def _packs(design) -> list[tuple[int, int]]:

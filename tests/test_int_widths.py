@@ -9,6 +9,7 @@ import pytest
 from tinygrad import Tensor, dtypes
 
 import designs
+from helpers import narrow_gemv
 from compiler import CompileError, HardwareConfig, compile_model, simulate
 from compiler import dtypes as cdt
 from compiler.hw.bram import block_rams
@@ -19,18 +20,8 @@ from compiler.synth.multipliers import mul_cells
 from compiler.timing_model import BRAM_MIN_BITS
 
 
-def _gemv(bits: int, M: int = 8, K: int = 32, seed: int = 0):
-    """W (M, K) of `bits`-bit values in an int8 Tensor, x int8: (W, x, y, numpy y)."""
-    rng = np.random.default_rng(seed)
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    Wn = rng.integers(lo, hi + 1, (M, K)).astype(np.int8)
-    xn = rng.integers(-128, 128, (K,)).astype(np.int8)
-    W, x = Tensor(Wn), Tensor(xn)
-    return W, x, W.cast(dtypes.int32) @ x.cast(dtypes.int32), Wn.astype(np.int64) @ xn.astype(np.int64), (lo, hi)
-
-
 def test_a_4_bit_weight_is_stored_multiplied_and_summed_at_its_width():
-    W, x, y, want, rng = _gemv(4)
+    W, x, y, want, rng = narrow_gemv(4)
     design = compile_model(y, config=HardwareConfig(lanes=2, reduce_unroll=4), input_ranges={W: rng})
     (k,) = design.kernels
     w_banks = [b for b in k.buffers if b.dtype.name == "int8" and b.bounds == (-8, 7)]
@@ -90,7 +81,7 @@ def test_a_clip_is_stored_at_its_width_when_the_value_before_it_overflows_the_co
 
 
 def test_an_input_outside_its_declared_range_is_refused_when_loaded():
-    W, x, y, _, rng = _gemv(4)
+    W, x, y, _, rng = narrow_gemv(4)
     design = compile_model(y, input_ranges={W: rng})
     bad = np.asarray(W.numpy()).copy()
     bad[1, 2] = 9
@@ -107,7 +98,7 @@ def test_an_input_outside_its_declared_range_is_refused_when_loaded():
     (lambda W, x, y: {W: 4}, r"expected \(lo, hi\), got 4"),
 ])
 def test_bad_declared_ranges_are_refused_naming_the_input(ranges, message):
-    W, x, y, _, _ = _gemv(4)
+    W, x, y, _, _ = narrow_gemv(4)
     with pytest.raises(CompileError, match=message):
         compile_model(y, input_ranges=ranges(W, x, y))
 
@@ -132,12 +123,12 @@ def test_sub_byte_banks_pack_nine_to_a_block_ram_word_from_fp_pipeline_3():
     """Per-element write enables cover whole 9-bit bytes: four int4 elements per 36-bit word.
     Written whole words at a time (read-modify-write), nine."""
     assert block_rams(512, 9, 4) == (3, 1) and block_rams(512, 9, 4, word_writes=True) == (1, 1)
-    W, x, y, want, rng = _gemv(4, M=4, K=36)
+    W, x, y, want, rng = narrow_gemv(4, M=4, K=36)
     packs = compile_model(y, config=HardwareConfig(lanes=2, reduce_unroll=9, fp_pipeline=3),
                           input_ranges={W: rng}).packs[0]
     assert [(len(p.slots), p.width, p.word_writes) for p in packs if p.width == 4] == [(9, 4, True)] * 2
     assert all(not p.word_writes for p in packs if p.width == 8)        # int8 x keeps its enables
-    W, x, y, want, rng = _gemv(4, M=4, K=36)
+    W, x, y, want, rng = narrow_gemv(4, M=4, K=36)
     low = compile_model(y, config=HardwareConfig(lanes=2, reduce_unroll=9, fp_pipeline=2), input_ranges={W: rng})
     assert not any(p.word_writes for p in low.packs[0])
 
@@ -156,7 +147,7 @@ def test_whole_word_writes_through_the_host_bus_are_bit_exact(M, K, lanes, memor
     lanes the weights are two block RAMs of one geometry, which share one read-modify-write
     (registered, at any clock): word by word, a write to one follows writes to the other at
     the same address, which it must not take fields from."""
-    W, x, y, want, rng = _gemv(4, M=M, K=K)
+    W, x, y, want, rng = narrow_gemv(4, M=M, K=K)
     design = compile_model(y, config=HardwareConfig(lanes=lanes, reduce_unroll=9, fp_pipeline=3, target_mhz=target_mhz),
                            input_ranges={W: rng})
     words = [p for p in design.packs[0] if p.word_writes]
@@ -179,7 +170,7 @@ def test_block_rams_the_host_alone_writes_share_read_modify_writes_as_the_clock_
     block RAMs a group), in halves at target_mhz 220, where the delay model's shared select
     (the group's registers into 8 members' `use` logic and its own, 4.81 ns) misses the 4.55 ns
     period and into 4 members' (4.50 ns) does not."""
-    W, x, y, want, rng = _gemv(4, M=32, K=144)
+    W, x, y, want, rng = narrow_gemv(4, M=32, K=144)
     design = compile_model(y, config=HardwareConfig(lanes=8, reduce_unroll=9, fp_pipeline=3, target_mhz=target_mhz),
                            input_ranges={W: rng})
     words = [p for p in design.packs[0] if p.word_writes]
