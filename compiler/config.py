@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
-from .devices import DEVICES, FAMILIES, SPEED_GRADES, find_device
+from .devices import DEVICES, FAMILIES, SPEED_GRADES, dsp_blocks, find_device
 
 MAX_ACC_WIDTH = 64
 MAX_PARALLEL = 4096          # lanes * reduce_unroll: more multipliers than any FPGA here holds
@@ -383,6 +383,16 @@ class HardwareConfig:
         """The device target_mhz's delay model times the design at (`device`, else the default:
         LFE5U-85F, speed grade 6)."""
         return part(self.device or DEFAULT_PART)
+
+    def dsp_blocks(self, family: str) -> int | None:
+        """The DSP blocks `mul: auto` and `dsp_pack: auto` fill on `family`: the named `device`'s
+        when it is of that family (the design must fit that part: products past its blocks go to
+        LUTs), else the family's largest part's (the smallest part that holds the design is chosen
+        after synthesis); None for a family without a device list (there `auto` is `dsp`)."""
+        if family not in DEVICES:
+            return None
+        named = part(self.device) if self.device is not None else None
+        return dsp_blocks(family, named if named is not None and named.family == family else None)
 
     def _check_layers(self) -> None:
         if not isinstance(self.layers, tuple):

@@ -225,7 +225,7 @@ class Design:
             products += [(a, b, sched.product_regs, direct, unpack) for a, b, direct, unpack in prods]
             if ns > worst.period_ns:
                 worst = Estimate(ns, f"{k.name}: {what}")
-        sites = product_sites(self.config.mul, len(products), d.family)
+        sites = product_sites(self.config.mul, len(products), self.config.dsp_blocks(d.family))
         for a, b, registers, direct, unpack in set(products):
             ns, what = max(product_ns(min(a, b), max(a, b), registers, s, d, unpack)
                            for s in (pack_sites(sites) if unpack else sites))

@@ -69,6 +69,16 @@ DEVICES: dict[str, tuple[Device, ...]] = {
     ),
 }
 
+DSP_CELLS = ("MULT18X18D", "ICESTORM_DSP")
+"""The cells of a family's DSP blocks, as nextpnr counts them."""
+
+
+def dsp_blocks(family: str, device: Device | None = None) -> int:
+    """The DSP blocks of `device` (a part of `family`), or of the family's largest part."""
+    parts = (device,) if device is not None else DEVICES[family]
+    return max(d.capacity.get(cell, 0) for d in parts for cell in DSP_CELLS)
+
+
 RESOURCE_NAMES = {
     "TRELLIS_COMB": "LUT4 sites", "TRELLIS_FF": "flip-flops", "TRELLIS_RAMW": "distributed-RAM slices",
     "DP16KD": "block RAMs", "MULT18X18D": "18x18 multipliers", "ALU54B": "54-bit ALUs",

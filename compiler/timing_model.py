@@ -30,7 +30,7 @@ from typing import Mapping
 
 from . import ir
 from .config import HardwareConfig
-from .devices import DEVICES, Device
+from .devices import Device
 from .hw.bram import HOST_GROUP, ecp5_memory
 from .pnr.lutram_fanout import GROUP as LUTRAM_GROUP
 from .ranges import acc_ranges, analyze
@@ -112,9 +112,10 @@ class ProductSite:
 LUT_SITE, DSP_SITE, FAR_DSP_SITE = ProductSite(True), ProductSite(False), ProductSite(False, True)
 
 
-def product_sites(mul: str, products: int, family: str, *, kernel: bool = False) -> tuple[ProductSite, ...]:
+def product_sites(mul: str, products: int, blocks: int | None, *, kernel: bool = False) -> tuple[ProductSite, ...]:
     """Where `mul` puts `products` integer products (compiler/synth/multipliers.py), as timed:
-    in DSP blocks (dsp; auto within the family's DSP blocks), in LUTs (lut), or past the DSP
+    in DSP blocks (dsp; auto within the part's `blocks`, HardwareConfig.dsp_blocks: None for a
+    family without a device list, where auto is dsp), in LUTs (lut), or past the DSP
     blocks (auto) some in each, the DSP blocks' outputs routed far: the adder tree sums LUT
     products too, so the placer keeps it with them while the DSP blocks spread over the die's DSP
     rows (the KWS shape at w4a6, fold 32x11 6x32 32x6 2x4, target_mhz 85: a DSP block's output to
@@ -124,15 +125,9 @@ def product_sites(mul: str, products: int, family: str, *, kernel: bool = False)
     products, since the design's other kernels may take the blocks."""
     if mul == "dsp":
         return (DSP_SITE,)
-    if mul == "auto" and products > dsp_blocks(family):
+    if mul == "auto" and blocks is not None and products > blocks:
         return (LUT_SITE, FAR_DSP_SITE)
     return (LUT_SITE,) if mul == "lut" or kernel else (DSP_SITE,)
-
-
-def dsp_blocks(family: str) -> int:
-    """The DSP blocks of the family's largest part: as many products as `mul: auto` puts in them
-    (compiler/synth/multipliers.py DSP_BUDGET)."""
-    return max(max(d.capacity.get("MULT18X18D", 0), d.capacity.get("ICESTORM_DSP", 0)) for d in DEVICES[family])
 
 
 def delays(device: Device) -> Delays:

@@ -324,7 +324,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
     # widths, an int8 product cast to int32 was 32 x 32 bits: int8 and int16 designs looked
     # alike and the int16 16 x 16 GEMV, 88.8k LUTs, was estimated at 25k.)
     cells = [multipliers.MulCell("ir", str(i), a, b, a + b) for i, (_, a, b) in enumerate(products)]
-    in_luts = multipliers.lut_cells(cells, target, design.config.mul)
+    in_luts = multipliers.lut_cells(cells, target, design.config.mul, design.config.dsp_blocks(target))
     for (name, a, b), cell in zip(products, cells):
         lut = (cell.module, cell.name) in in_luts
         add(("lut_" + name) if lut else name, a * b)

@@ -19,7 +19,6 @@ from compiler.hw.dsp_fields import field_bits, packed_range, product_range
 from compiler.hw.dsp_pack import plan
 from compiler.overflow import worst_case_inputs
 from compiler.ranges import Interval
-from compiler.synth import multipliers
 from compiler.pnr.timing import prepare
 from compiler.synth.area import design_rtlil, synthesize
 from compiler.synth.multipliers import mul_cells
@@ -147,7 +146,7 @@ def test_auto_packs_when_the_products_outnumber_the_blocks(monkeypatch):
     config = HardwareConfig(fp_pipeline=3, lanes=4, reduce_unroll=4, dsp_pack="auto")
     assert _packs(compile_model(y, config=config, input_ranges={W: (-8, 7)})) == []
     assert HardwareConfig().dsp_pack == "none"           # opt-in until its clock is measured
-    monkeypatch.setitem(multipliers.DSP_BUDGET, "ecp5", 4)
+    monkeypatch.setattr(HardwareConfig, "dsp_blocks", lambda self, family: 4)     # a part of 4 blocks
     # 16 products, 4 blocks: four packs (8 products in blocks), the other 8 in LUTs
     design = compile_model(y, config=config, input_ranges={W: (-8, 7)})
     assert _packs(design) == [(2, 12)] * 4

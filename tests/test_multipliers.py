@@ -68,6 +68,21 @@ def test_rtlil_multipliers_are_found_and_marked():
     assert map_files(text) == {}
 
 
+def test_a_named_part_is_the_budget():
+    """`device` names the part the design is for: `mul: auto` fills its DSP blocks, not the
+    family's largest part's (a design for the LFE5U-25F past its 28 blocks would not fit it)."""
+    assert HardwareConfig().dsp_blocks("ecp5") == 156 == HardwareConfig(device="LFE5U-85F-8").dsp_blocks("ecp5")
+    small = HardwareConfig(device="LFE5U-25F", lanes=8, reduce_unroll=8)
+    assert small.dsp_blocks("ecp5") == 28 and HardwareConfig(device="LFE5U-45F").dsp_blocks("ecp5") == 72
+    assert small.dsp_blocks("ice40") == 8             # a part of another family: that family's largest
+    assert HardwareConfig(device="iCE40HX8K").dsp_blocks("ice40") == 0
+    assert small.dsp_blocks("xilinx") is None         # no device list: auto is dsp
+    text = design_rtlil(_gemv(8, 8))
+    assert plan(text, "ecp5", "auto")[2] == 0                            # 64 products within 156
+    assert plan(text, "ecp5", "auto", small.dsp_blocks("ecp5"))[2] == 64 - 28
+    assert plan(text, "ecp5", "auto", 0)[2] == 64
+
+
 def test_auto_spends_the_budget_on_the_widest_products_first():
     cells = [MulCell("m", f"$n{i}", 8, 8, 16) for i in range(6)] + [MulCell("m", "$wide", 16, 16, 32)]
     assert lut_cells(cells, "ice40", "auto") == set()              # 7 DSPs of the budget of 8
@@ -176,3 +191,20 @@ def test_lut_products_from_fanout_level_get_their_register_inside(tmp_path, leve
     # DSP product's 16; level 4, those and its 16-bit result against a DSP product's two 16-bit
     # registers: 8 flip-flops more a product either way
     assert lut.cells["TRELLIS_FF"] == dsp.cells["TRELLIS_FF"] + more_ffs
+
+
+@pytest.mark.slow
+def test_a_design_for_a_named_part_fits_its_dsp_blocks(tmp_path):
+    """64 int8 products for the LFE5U-25F: 28 in its DSP blocks, 36 in LUTs; the estimate
+    counts the same split, and the delay model times the kernel past the blocks."""
+    from dse.estimate import design_features
+    from compiler.timing_model import FAR_DSP_SITE, LUT_SITE, product_sites
+    design = compile_model(*designs.gemv_int8(8, 16).outputs,
+                           config=HardwareConfig(lanes=8, reduce_unroll=8, device="LFE5U-25F"))
+    area = synthesize(design, "ecp5", workdir=tmp_path / "25f")
+    assert area.dsp == 28
+    assert design_features(design, target="ecp5")["dsp_blocks"] == 28
+    assert product_sites("auto", 64, design.config.dsp_blocks("ecp5")) == (LUT_SITE, FAR_DSP_SITE)
+    wide = synthesize(compile_model(*designs.gemv_int8(8, 16).outputs, config=HardwareConfig(lanes=8, reduce_unroll=8)),
+                      "ecp5", workdir=tmp_path / "85f")
+    assert wide.dsp == 64 and wide.luts < area.luts

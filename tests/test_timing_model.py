@@ -85,10 +85,12 @@ def test_products_past_the_dsp_blocks_are_timed_at_both_sites():
     its products' tails are those of the slower site, the DSP blocks' outputs routed across the
     die to the adder tree the LUT products share (product_sites)."""
     d = DELAYS[("ecp5", 6)]
-    assert product_sites("auto", 10, "ecp5") == (DSP_SITE,)
-    assert product_sites("auto", 10, "ecp5", kernel=True) == (LUT_SITE,)
-    assert product_sites("auto", 400, "ecp5") == (LUT_SITE, FAR_DSP_SITE)
-    assert product_sites("lut", 400, "ecp5") == (LUT_SITE,) and product_sites("dsp", 400, "ecp5") == (DSP_SITE,)
+    assert product_sites("auto", 10, 156) == (DSP_SITE,)
+    assert product_sites("auto", 10, 156, kernel=True) == (LUT_SITE,)
+    assert product_sites("auto", 400, 156) == (LUT_SITE, FAR_DSP_SITE)
+    assert product_sites("auto", 40, 28) == (LUT_SITE, FAR_DSP_SITE)           # the LFE5U-25F's blocks
+    assert product_sites("auto", 400, None) == (DSP_SITE,)                     # no device list: auto is dsp
+    assert product_sites("lut", 400, 156) == (LUT_SITE,) and product_sites("dsp", 400, 156) == (DSP_SITE,)
     far = product_tail_ns(4, 6, 1, FAR_DSP_SITE, d)
     assert far - product_tail_ns(4, 6, 1, DSP_SITE, d) == pytest.approx(d.dsp_route_far - d.dsp_route)
     assert far > product_tail_ns(4, 6, 1, LUT_SITE, d)

@@ -24,7 +24,8 @@ products may pack the product register the fields' carry needs (pipeline._pack_s
 cycle model counts it.
 
 How many (`plan`): with `auto`, only when the design's products need more DSP blocks than the
-family's largest part has (the budget `mul: auto` fills, compiler/synth/multipliers.py), and
+part has (the named `device`'s, else the family's largest part's: the budget `mul: auto` fills,
+HardwareConfig.dsp_blocks, compiler/synth/multipliers.py), and
 only as many packs as bring the need down to it: each pack is one block where its products
 would be one each, and it outranks any of them in `auto`'s order (LUTs saved per block), so the
 packs are the products that get blocks. The products that cannot pack are counted as taking
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from .. import ir
 from ..passes.signed_digits import shift_add_digits
 from ..ranges import Interval, acc_ranges, analyze, signed_bits
-from ..synth.multipliers import DSP_BUDGET, DSP_SHAPES, MulCell, dsp_cost
+from ..synth.multipliers import DSP_SHAPES, MulCell, dsp_cost
 from .dsp_fields import field_bits, input_width, shared_operand
 from .pipeline import FANOUT_LEVEL, is_product_of_data, operand_offsets
 
@@ -164,4 +165,4 @@ def product_packs(kernels, schedules, config) -> list[list[ProductPack]]:
     if not any(candidates):
         return [[] for _ in kernels]
     products = sum(dsp_products(k, r, family) for k, r in zip(kernels, ranges))
-    return plan(candidates, products, DSP_BUDGET[family], config.dsp_pack)
+    return plan(candidates, products, config.dsp_blocks(family), config.dsp_pack)

@@ -537,7 +537,7 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
     if clock:                                  # as many as the products' stages need where they
         products = [v for v in order if is_product_of_data(v)]           # are built (product_sites)
         shapes = [(clock.width(v.srcs[0]), clock.width(v.srcs[1])) for v in products]
-        sites = timing_model.product_sites(config.mul, len(products), d.family, kernel=True)
+        sites = timing_model.product_sites(config.mul, len(products), config.dsp_blocks(d.family), kernel=True)
         product_regs = timing_model.product_registers(shapes, 1000.0 / config.target_mhz, sites,
                                                       clock.d, least=product_regs,
                                                       packs=_pack_shapes(kernel, products, config))
@@ -708,7 +708,8 @@ def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
                                load_clk_q=load_clk_q(d, sched.register_loads, sched.sync_reads))
     of_data = [v for v in order if is_product_of_data(v)]
     paths.product_tails([v for v in of_data if sched.unit_stages.get(id(v), 1) >= 2], sched.product_regs,
-                        timing_model.product_sites(config.mul, len(of_data), d.family, kernel=True))
+                        timing_model.product_sites(config.mul, len(of_data), config.dsp_blocks(d.family),
+                                                   kernel=True))
     ns, what = paths.measure(order, sched.ready, sched.latency, sched.fanout, operands, floating)
     packed = {id(v) for p in sched.product_packs for v in p.products}
     products = tuple((paths.width(v.srcs[0]), paths.width(v.srcs[1]),

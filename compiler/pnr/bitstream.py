@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..design import Design
-from ..devices import find_device
+from ..devices import dsp_blocks, find_device
 from .timing import (DEFAULT_FREQ_MHZ, DEFAULT_PLACER, DEFAULT_ROUTER, DEFAULT_SEED, netlist_summary, nextpnr_argv,
                      nextpnr_version, prepare, read_report, regrouped, write_clock_lpf)
 from ..synth.area import synthesize
@@ -61,14 +61,16 @@ def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package
     if package is not None and package.upper() not in known:
         raise ValueError(f"unknown package {package!r} for {dev.name}; known: {', '.join(known)}")
     work = Path(out_dir) / ".bitstream"
+    blocks = dsp_blocks(dev.family, dev)        # `mul: auto` fills this part's DSP blocks, no more
     if bus == "native":
-        area = synthesize(design, "ecp5", work / "synth", timeout=timeout, netlist=True, exact_init=True)
+        area = synthesize(design, "ecp5", work / "synth", timeout=timeout, netlist=True, exact_init=True,
+                          dsp_blocks=blocks)
     else:
         from amaranth.back import rtlil
         from ..bus import wrap
         from ..synth.area import synthesize_rtlil
         area = synthesize_rtlil(rtlil.convert(wrap(design, bus), name="top"), "ecp5", work / "synth", timeout=timeout,
-                                netlist=True, mul=design.config.mul)
+                                netlist=True, mul=design.config.mul, dsp_blocks=blocks)
     netlist = json.loads(Path(area.netlist_path).read_text())
     top, _cells, pins = netlist_summary(netlist)
     package = (package or dev.package_for(pins) or "").upper()

@@ -152,35 +152,41 @@ def design_rtlil(design: Design, *, exact_init: bool = False) -> str:
 
 def synthesize(design: Design, target: str = "ecp5", workdir: Path | None = None,
                timeout: float | None = 600, *, netlist: bool = False, use_cache: bool = True,
-               exact_init: bool = False, units: bool = False, kernels: bool = False) -> AreaReport:
+               exact_init: bool = False, units: bool = False, kernels: bool = False,
+               dsp_blocks: int | None = None) -> AreaReport:
     """Synthesise the design for `target` and count its resources. With `netlist`, the same
     Yosys run also writes the mapped netlist as JSON (`AreaReport.netlist_path`), the input of
     place-and-route (compiler.pnr.timing). `use_cache=False` always runs Yosys (module docstring).
     `exact_init` keeps every memory's initial contents (a bitstream's RAMs start at zero).
-    The design's `mul` knob says which multipliers become DSPs (compiler.synth.multipliers).
+    The design's `mul` knob says which multipliers become DSPs (compiler.synth.multipliers), up
+    to `dsp_blocks` (default: its config's part, HardwareConfig.dsp_blocks).
     `units`: each distinct float unit synthesised on its own and counted once per instance
     (compiler.synth.units: faster, not optimised across the units' boundaries; no netlist).
     `kernels`: each kernel synthesised on its own, in parallel (compiler.synth.kernels; no netlist)."""
     if target not in TARGETS:
         raise ValueError(f"unknown synthesis target {target!r}; known: {', '.join(TARGETS)}")
+    multiply = {"mul": design.config.mul,
+                "dsp_blocks": design.config.dsp_blocks(target) if dsp_blocks is None else dsp_blocks}
     if kernels:
         if netlist:
             raise ValueError("per-kernel synthesis writes no netlist: place-and-route needs a flat one")
         return synthesize_kernels(design_rtlil(design, exact_init=exact_init), target, workdir, timeout=timeout,
-                                  use_cache=use_cache, mul=design.config.mul)
+                                  use_cache=use_cache, **multiply)
     if units:
         if netlist:
             raise ValueError("per-unit synthesis writes no netlist: place-and-route needs a flat one")
         return synthesize_units(design_rtlil(design, exact_init=exact_init), target, workdir, timeout=timeout,
-                                use_cache=use_cache, mul=design.config.mul)
+                                use_cache=use_cache, **multiply)
     return synthesize_rtlil(design_rtlil(design, exact_init=exact_init), target, workdir, timeout=timeout,
-                            netlist=netlist, use_cache=use_cache, mul=design.config.mul)
+                            netlist=netlist, use_cache=use_cache, **multiply)
 
 
 def synthesize_rtlil(text: str, target: str, workdir: Path | None = None, *,
                      timeout: float | None = 600, netlist: bool = False,
-                     use_cache: bool = True, mul: str = "auto") -> AreaReport:
-    text, before, _ = multipliers.plan(text, target, mul)
+                     use_cache: bool = True, mul: str = "auto", dsp_blocks: int | None = None) -> AreaReport:
+    """Synthesise the RTLIL `text` for `target`: multipliers as `mul` plans them within
+    `dsp_blocks` DSP blocks (default: the family's largest part's, multipliers.DSP_BUDGET)."""
+    text, before, _ = multipliers.plan(text, target, mul, dsp_blocks)
     return _synthesize_planned(text, before, target=target, workdir=workdir, timeout=timeout, netlist=netlist,
                                use_cache=use_cache)
 
@@ -258,21 +264,23 @@ def _smaller_mapping(abc9: AreaReport, classic_script: str, text: str, files: di
 
 
 def synthesize_units(text: str, target: str, workdir: Path | None = None, *, timeout: float | None = 600,
-                     use_cache: bool = True, mul: str = "auto") -> AreaReport:
+                     use_cache: bool = True, mul: str = "auto", dsp_blocks: int | None = None) -> AreaReport:
     """Per-unit synthesis of the RTLIL `text` (compiler.synth.units): the design with its float
     units as black boxes, then each distinct unit, all through the cache. The multiplier plan is
     made on the whole design first, so `mul: auto` spends the device's DSPs as a flat run does."""
     return _synthesize_split(text, target, workdir, split=synth_units.split_units, what="float unit",
-                             timeout=timeout, use_cache=use_cache, mul=mul, jobs=1)
+                             timeout=timeout, use_cache=use_cache, mul=mul, dsp_blocks=dsp_blocks, jobs=1)
 
 
 def synthesize_kernels(text: str, target: str, workdir: Path | None = None, *, timeout: float | None = 600,
-                       use_cache: bool = True, mul: str = "auto", jobs: int | None = None) -> AreaReport:
+                       use_cache: bool = True, mul: str = "auto", dsp_blocks: int | None = None,
+                       jobs: int | None = None) -> AreaReport:
     """Per-kernel synthesis of the RTLIL `text` (compiler.synth.kernels): each distinct kernel on
     its own, `jobs` Yosys runs at a time (default: synth_jobs()), and the rest of the design with
     the kernels as black boxes, all through the cache; the multiplier plan is the whole design's."""
     return _synthesize_split(text, target, workdir, split=synth_kernels.split_kernels, what="kernel",
-                             timeout=timeout, use_cache=use_cache, mul=mul, jobs=jobs or synth_jobs())
+                             timeout=timeout, use_cache=use_cache, mul=mul, dsp_blocks=dsp_blocks,
+                             jobs=jobs or synth_jobs())
 
 
 def synth_jobs() -> int:
@@ -285,12 +293,13 @@ def synth_jobs() -> int:
 
 
 def _synthesize_split(text: str, target: str, workdir: Path | None, *, split, what: str,
-                      timeout: float | None, use_cache: bool, mul: str, jobs: int) -> AreaReport:
+                      timeout: float | None, use_cache: bool, mul: str, dsp_blocks: int | None,
+                      jobs: int) -> AreaReport:
     """The design's parts cut out by `split` (a Split: the top with black boxes, the distinct
     parts) synthesised each on its own and their cells summed, each part times its instances."""
     from concurrent.futures import ThreadPoolExecutor
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-synth-"))
-    text, before, _ = multipliers.plan(text, target, mul)
+    text, before, _ = multipliers.plan(text, target, mul, dsp_blocks)
     parts = split(text)
     if not parts.units:                       # nothing to cut out: the flat synthesis itself
         return _synthesize_planned(text, before, target=target, workdir=workdir, timeout=timeout, netlist=False,
@@ -471,7 +480,8 @@ def module_breakdown(design: Design, target: str = "ecp5", workdir: Path | None 
     the area goes, to compare shares, not totals."""
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-breakdown-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    text, before, _ = multipliers.plan(design_rtlil(design), target, design.config.mul)
+    text, before, _ = multipliers.plan(design_rtlil(design), target, design.config.mul,
+                                       design.config.dsp_blocks(target))
     text = read_ports_for_yosys(text)
     _write_inputs(workdir, text, multipliers.map_files(text, target) if before else {})
     before = attribute_script(text) + before

@@ -18,7 +18,8 @@ mantissa): 906 against 1,697.
     mul="dsp"   every product goes to mul2dsp (the family script unchanged).
     mul="lut"   every `$mul` is marked (the family script stays as it is: nothing is left for
                 mul2dsp).
-    mul="auto"  products go to DSPs while the family's largest device has DSPs left for them
+    mul="auto"  products go to DSPs while the part has DSPs left for them: the part the config
+                names (`device`: LFE5U-25F 28 MULT18X18D), else the family's largest
                 (`DSP_BUDGET`, from compiler.devices.DEVICES: LFE5U-85F 156 MULT18X18D, iCE40UP5K 8
                 SB_MAC16), those saving the most LUTs per DSP first; the rest are marked.
                 With no device list (Xilinx), auto is dsp. A design within the budget gets
@@ -34,7 +35,7 @@ import re
 from dataclasses import dataclass
 
 from . import lut_multiplier
-from ..devices import DEVICES
+from ..devices import DEVICES, dsp_blocks
 from .units import split_modules
 
 STYLES = ("auto", "dsp", "lut")
@@ -59,11 +60,9 @@ DSP_SHAPES = {
     "ice40": DspShape(max_a=16, max_b=16, min_a=2, min_b=2, min_y=11),
 }
 
-DSP_BUDGET = {
-    "ecp5": max(d.capacity["MULT18X18D"] for d in DEVICES["ecp5"]),
-    "ice40": max(d.capacity["ICESTORM_DSP"] for d in DEVICES["ice40"]),
-}
-"""DSP blocks on the family's largest device, the most `auto` plans for."""
+DSP_BUDGET = {family: dsp_blocks(family) for family in DEVICES}
+"""DSP blocks on the family's largest device, the most `auto` plans for when no part is named
+(HardwareConfig.dsp_blocks gives a named part's)."""
 
 
 @dataclass(frozen=True)
@@ -129,8 +128,9 @@ def mul_cells(rtlil_text: str) -> list[MulCell]:
     return cells
 
 
-def lut_cells(cells: list[MulCell], target: str, style: str) -> set[tuple[str, str]]:
-    """(module, cell) of the products to build in LUTs for multiplier `style` on `target`."""
+def lut_cells(cells: list[MulCell], target: str, style: str, budget: int | None = None) -> set[tuple[str, str]]:
+    """(module, cell) of the products to build in LUTs for multiplier `style` on `target`, whose
+    `auto` fills `budget` DSP blocks (default: the family's largest part's, DSP_BUDGET)."""
     if style not in STYLES:
         raise ValueError(f"multiplier style: expected one of {', '.join(STYLES)}, got {style!r}")
     if style == "lut":
@@ -141,7 +141,7 @@ def lut_cells(cells: list[MulCell], target: str, style: str) -> set[tuple[str, s
     # save the most LUTs each. sorted() is stable, so ties keep the RTLIL's order.
     costs = [dsp_cost(c, target) for c in cells]
     ranked = sorted(range(len(cells)), key=lambda i: -cells[i].a_width * cells[i].b_width / max(costs[i], 1))
-    left, luts = DSP_BUDGET[target], set()
+    left, luts = DSP_BUDGET[target] if budget is None else budget, set()
     for i in ranked:
         if costs[i] <= left:
             left -= costs[i]
@@ -225,10 +225,10 @@ def _pure_signedness(lines) -> bool:
     return ("A_SIGNED 1" in text) == ("B_SIGNED 1" in text)
 
 
-def plan(rtlil_text: str, target: str, style: str) -> tuple[str, str, int]:
+def plan(rtlil_text: str, target: str, style: str, budget: int | None = None) -> tuple[str, str, int]:
     """(RTLIL text with the LUT products marked, Yosys commands to run before the family
-    script, how many products go to LUTs) for multiplier `style` on `target`."""
-    marked = lut_cells(mul_cells(rtlil_text), target, style)
+    script, how many products go to LUTs) for multiplier `style` on `target` (`budget`: lut_cells')."""
+    marked = lut_cells(mul_cells(rtlil_text), target, style, budget)
     if not marked:
         return rtlil_text, "", 0
     text = pipeline_products(mark_lut_cells(rtlil_text, marked), marked)
