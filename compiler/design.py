@@ -11,15 +11,15 @@ from .config import HardwareConfig
 from .frontend import Graph
 from .hw.kernel import KernelHW, is_pipelined, read_ports
 from .hw.pipeline import Schedule, kernel_paths, schedule
-from .timing_model import (DSP_SITE, Estimate, delays, in_block_ram, memory_to_dsp_ns, pack_sites, placed, product_ns,
-                           product_sites, word_read_registered, word_write_ns)
+from .timing_model import (DSP_SITE, Estimate, delays, in_block_ram, lutram_read_ns, memory_to_dsp_ns, pack_sites, placed,
+                           product_ns, product_sites, word_read_registered, word_write_ns)
 from .hw.program import Program, build_program
 from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow
 from .hw.top import Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, plan
 from .hw.layout import Banking
 from .hw.packing import Pack, plan_packs
 from .hw.dsp_pack import product_packs
-from .hw.bram import HOST_GROUP, ecp5_memory
+from .hw.bram import HOST_GROUP, MemoryPlace, ecp5_memory, memory_tail
 from .hw.subword import host_alone, share_groups
 
 
@@ -51,6 +51,22 @@ class MemoryRef:
     @property
     def path(self) -> tuple[str, str]:
         return (f"k{self.kernel}", self.name)
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    """A memory a kernel builds (Design.memory_places): kernel position and buffer slot (a
+    packed group's first), its words and bits a word (after a LUT-RAM tail), its clocked read
+    ports, how many are built (a ring's banks), whether it is the slot's own (not packed, no
+    ring, no tail: what Design.block_reads may move) and where Yosys puts it."""
+    kernel: int
+    slot: int
+    depth: int
+    width: int
+    ports: int
+    copies: int
+    plain: bool
+    place: MemoryPlace
 
 
 @dataclass(eq=False)
@@ -95,7 +111,7 @@ class Design:
         hw = [KernelHW(k, self.config, self._memory_names(pos), self._external(pos),
                        of(self.copied_banks, pos), self.packs_of(pos), self._read_outside(pos),
                        self._rings(pos), of(self.host_written_banks, pos), schedule=self.schedules[pos],
-                       write_groups=self.write_groups[pos])
+                       write_groups=self.write_groups[pos], block_reads=self.block_reads[pos])
               for pos, k in enumerate(self.kernels)]
         placed = {(pos, slot): self.banking_of(pos, slot) for pos, k in enumerate(self.source_kernels or self.kernels)
                   for slot in (b.slot for b in k.buffers)}
@@ -131,6 +147,58 @@ class Design:
                      and host_alone([(pos, s) for s in p.slots], host, copied)]
             groups.append(tuple(share_groups(alone, members)))
         return tuple(groups)
+
+    @cached_property
+    def memory_places(self) -> tuple[MemoryUse, ...]:
+        """Every memory the kernels build (a packed group once, a ring bank R times; not the
+        memories other kernels read in place, nor constant weights), and where Yosys puts it on
+        ECP5 by its own prices (hw/bram.ecp5_memory): what block_reads budgets and the delay
+        model times."""
+        uses = []
+        for pos, (k, prog) in enumerate(zip(self.kernels, self.programs)):
+            ports, external, rings = read_ports(k, prog)[1], self._external(pos), self._rings(pos)
+            packed = {s: p for p in self.packs_of(pos) for s in p.slots}
+            for b in k.buffers:
+                if b.slot in external or b.rom is not None or (b.slot in packed and packed[b.slot].slots[0] != b.slot):
+                    continue
+                pack = packed.get(b.slot)
+                width = b.width * (len(pack.slots) if pack else 1)
+                enables = len(pack.slots) if pack and not pack.word_writes else 1
+                depth = b.size - memory_tail(self.config, b.size, width, b.stored)
+                n = ports.get(b.slot, 1)
+                plain = pack is None and b.slot not in rings and depth == b.size
+                uses.append(MemoryUse(pos, b.slot, depth, width, n, rings.get(b.slot, 1), plain,
+                                      ecp5_memory(depth, width, n, enables)))
+        return tuple(uses)
+
+    @cached_property
+    def block_reads(self) -> tuple[frozenset[int], ...]:
+        """Per kernel: the slots of memories built in block RAM (hw/bram.BLOCK_STYLE) where Yosys
+        would build LUT RAM, because `target_mhz` asks for a clock the LUT RAM's read does not
+        reach (timing_model.lutram_read_ns: a deep one's multiplexer of LUT levels) and a block
+        RAM's output register does (fp_pipeline's registered read data, LOAD_LEVEL). The slowest
+        first, while the part's block RAMs last (the named `device`'s, else the family's
+        largest). Memories the kernel only builds of its own (not packed, not a ring, no tail):
+        the wine MLP 13-11-7-3 at target_mhz 200 read its 143 x 8 weights through four LUT
+        levels (148.5 MHz). A block RAM costs fewer LUTs than the LUT RAM and its multiplexer it
+        replaces (143 x 8: 15 LUT4s against 68 and 18 LUT-RAM cells)."""
+        none = tuple(frozenset() for _ in self.kernels)
+        part = self.config.timing_part()
+        if not self.config.target_mhz or self.config.mem_read != "sync" or part.family != "ecp5":
+            return none
+        d, period = delays(part), 1000.0 / self.config.target_mhz
+        used = sum(u.place.cells * u.copies for u in self.memory_places if u.place.kind == "bram")
+        slow = sorted(((lutram_read_ns(u.depth, u.width, u.ports, d)[0], u) for u in self.memory_places
+                       if u.plain and u.place.kind == "lutram" and u.depth > 1
+                       and self.schedules[u.kernel].register_loads),
+                      key=lambda t: (-t[0], t[1].kernel, t[1].slot))
+        left, chosen = part.capacity.get("DP16KD", 0) - used, [set() for _ in self.kernels]
+        for ns, u in slow:
+            blocks = ecp5_memory(u.depth, u.width, u.ports, block=True).cells
+            if ns > period and blocks <= left:
+                left -= blocks
+                chosen[u.kernel].add(u.slot)
+        return tuple(frozenset(c) for c in chosen)
 
     def _rings(self, pos: int) -> dict[int, int]:
         return {} if self.flow is None else {r.place[1]: r.banks for r in self.flow.rings if r.place[0] == pos}
@@ -241,6 +309,12 @@ class Design:
                                              len(p.slots), p.width, p.depth, self.config))
                 if ns > worst.period_ns:
                     worst = Estimate(ns, f"{k.name}: {what}")
+        if d.family == "ecp5" and self.config.mem_read == "sync":
+            for u in self.memory_places:            # clocked reads of LUT RAM, where they stay
+                if u.place.kind == "lutram" and u.depth > 1 and u.slot not in self.block_reads[u.kernel]:
+                    ns, what = lutram_read_ns(u.depth, u.width, u.ports, d)
+                    if ns > worst.period_ns:
+                        worst = Estimate(ns, f"{self.kernels[u.kernel].name}: {what}")
         return worst
 
     def cycle_model(self) -> CycleModel:

@@ -51,6 +51,7 @@ class Delays:
     carry_out: float         # the carry into the last sum out (CCU2C FCI -> F)
     route: float             # a net to a load in a design of tens of thousands of LUTs
     route_fanout: float      # more per doubling of the net's loads
+    route_local: float       # a net between LUTs packed side by side (a LUT RAM's read multiplexer)
     dsp: float               # MULT18X18D, inputs to product, no registers
     dsp_clk_q: float         # its output register's clock to out
     dsp_route: float         # a route between a DSP block's column and the fabric logic around it
@@ -79,7 +80,8 @@ def _ecp5(speed: int, scale: float) -> Delays:
     # and the routing alike (the database's grade 8 LUT4 is 0.18).
     return Delays("ecp5", speed, clk_q=0.525 * scale, setup=0.1 * scale, lut=0.236 * scale,
                   carry_in=0.447 * scale, carry2=0.071 * scale, carry_out=0.44 * scale,
-                  route=1.3 * scale, route_fanout=0.35 * scale, dsp=3.9 * scale, dsp_clk_q=0.74 * scale,
+                  route=1.3 * scale, route_fanout=0.35 * scale, route_local=0.7 * scale,
+                  dsp=3.9 * scale, dsp_clk_q=0.74 * scale,
                   dsp_route=4.0 * scale, dsp_route_far=7.9 * scale,
                   bram_clk_q=5.6 * scale, bram_clk_q_reg=1.0 * scale)
 
@@ -90,8 +92,8 @@ DELAYS: Mapping[tuple[str, int | None], Delays] = {
     ("ecp5", 8): _ecp5(8, 0.76),
     # iCE40 HX (icestorm timing): LUT4 ~0.45, carry ~0.13 per bit; routing as slow or slower
     ("ice40", None): Delays("ice40", None, clk_q=0.54, setup=0.2, lut=0.45, carry_in=0.4, carry2=0.26,
-                            carry_out=0.4, route=1.5, route_fanout=0.4, dsp=6.0, dsp_clk_q=1.0, dsp_route=3.0,
-                            dsp_route_far=3.0,
+                            carry_out=0.4, route=1.5, route_fanout=0.4, route_local=0.9, dsp=6.0, dsp_clk_q=1.0,
+                            dsp_route=3.0, dsp_route_far=3.0,
                             bram_clk_q=2.2, bram_clk_q_reg=2.2),
 }
 
@@ -525,6 +527,21 @@ def in_block_ram(depth: int, width: int, family: str, ports: int = 1, enables: i
     if family == "ecp5":
         return ecp5_memory(depth, width, ports, enables).kind == "bram"
     return depth * width >= BRAM_MIN_BITS
+
+
+def lutram_read_ns(depth: int, width: int, ports: int, d: Delays) -> tuple[float, str]:
+    """A clocked read of a memory in LUT RAM (ECP5: TRELLIS_DPR16X4, 16 words x 4 bits): the
+    registered address to every cell of one port's copy, a cell's read, the multiplexer over
+    its rows (a LUT level a halving, beside the cells: `route_local`), into the read data's
+    register. The wine MLP 13-11-7-3 at target_mhz 200, its first weight memory (143 x 8 bits,
+    9 rows, 18 cells a port) in LUT RAM: 7.1 ns from the address register to the read data's
+    (routing 5.4: 2.0 to the cells, 0.2 to 1.2 between the levels), its critical path (148.5
+    MHz), where this says 8.1. Design.block_reads moves such a memory into block RAM."""
+    place = ecp5_memory(depth, width, ports)
+    levels = math.ceil(math.log2(place.rows)) if place.rows > 1 else 0
+    ns = (d.clk_q + d.route_ns(place.cells // max(1, ports)) + d.lut + levels * (d.route_local + d.lut)
+          + d.route_local + d.setup)
+    return ns, f"a LUT RAM's read ({depth} x {width} bits, {place.rows} rows): address -> read data"
 
 
 def word_write_ns(banks: int, width: int, depth: int, d: Delays, *, registered: bool = False,

@@ -83,13 +83,14 @@ def _lutram_prims(depth: int, width: int, ports: int) -> int:
     return math.ceil(depth / LUTRAM_WORDS) * math.ceil(width / LUTRAM_BITS) * ports
 
 
-def _memory_place(depth: int, width: int, ports: int, enables: int, target: str) -> MemoryPlace:
+def _memory_place(depth: int, width: int, ports: int, enables: int, target: str, block: bool = False) -> MemoryPlace:
     """Block RAM or LUT RAM, and how many, for a writable memory with clocked reads: on ECP5
-    Yosys's own prices with their counts (compiler/hw/bram.ecp5_memory); elsewhere the delay
-    model's split (timing_model.in_block_ram) and the analytic counts above."""
+    Yosys's own prices with their counts (compiler/hw/bram.ecp5_memory), or its block RAMs
+    where the design asks for them (`block`: Design.block_reads); elsewhere the delay model's
+    split (timing_model.in_block_ram) and the analytic counts above."""
     from compiler.timing_model import in_block_ram
     if target == "ecp5":
-        return ecp5_memory(depth, width, ports, enables)
+        return ecp5_memory(depth, width, ports, enables, block=block)
     if in_block_ram(depth, width, target, ports, enables):
         return MemoryPlace("bram", _blocks(depth, width, target), _rows(depth, width, target))
     return MemoryPlace("lutram", _lutram_prims(depth, width, ports), math.ceil(depth / LUTRAM_WORDS))
@@ -337,6 +338,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
     # weights="constant": a ROM read at addresses the unrolled loops fix is folded into the
     # datapath (its products are the adders counted above); one that survives is a table in logic
     roms = {pos for pos, k in enumerate(design.kernels) if any(b.rom is not None for b in k.buffers)}
+    blocks = dict(enumerate(design.block_reads))        # memories moved to block RAM for the clock
     for pos, k in enumerate(design.source_kernels or design.kernels):
         packed = {s: p for p in design.packs_of(pos) for s in p.slots}     # mem_pack: one memory per group
         # schedule=dataflow: a ring bank is R memories of its own (KernelHW._ring_memory), each
@@ -389,7 +391,8 @@ def design_features(design, *, target: str) -> dict[str, float]:
                     mem("comb_mem_bits", depth * width)
                     mem("lutram_mux_bits", _lutram_mux_bits(depth, width))
                     mem("lutram_prims", _lutram_prims(depth, width, ports))
-                elif (place := _memory_place(depth, width, ports, enables, target)).kind == "bram":
+                elif (place := _memory_place(depth, width, ports, enables, target,
+                                             block=bank in blocks.get(pos, ()))).kind == "bram":
                     mem("bram_blocks", place.cells)
                     mem("bram_banks", 1)
                     mem("bram_mux_bits", (place.rows - 1) * width)   # cascaded blocks' read mux

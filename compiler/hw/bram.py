@@ -133,19 +133,24 @@ def _libmap_option(depth: int, width: int, ports: int, enables: int, words: int,
     return price, cells * ports, rows
 
 
-def ecp5_memory(depth: int, width: int, ports: int = 1, enables: int = 1) -> MemoryPlace:
+BLOCK_STYLE = {"ram_style": "block"}
+"""A memory's attribute that makes memory_libmap build it in block RAM whatever its price
+(Design.block_reads: a LUT RAM whose read would not fit the target clock)."""
+
+
+def ecp5_memory(depth: int, width: int, ports: int = 1, enables: int = 1, *, block: bool = False) -> MemoryPlace:
     """Where synth_ecp5 puts a writable memory of `depth` words of `width` bits read at `ports`
     clocked ports, written at one port with `enables` equal write-enable fields (a packed
-    memory's banks): the cheapest by memory_libmap's prices (above). Not modelled: its third
-    option, flip-flops and multiplexers at 1 a bit, which by the same prices wins only for the
-    shallowest memories read at several ports (2 words of 23 bits read at 2 ports: 46 against
-    48 + 4); they are counted as LUT RAM here."""
+    memory's banks): the cheapest by memory_libmap's prices (above), or with `block` (BLOCK_STYLE)
+    its block RAMs. Not modelled: its third option, flip-flops and multiplexers at 1 a bit, which
+    by the same prices wins only for the shallowest memories read at several ports (2 words of
+    23 bits read at 2 ports: 46 against 48 + 4); they are counted as LUT RAM here."""
     lutram = _libmap_option(depth, width, ports, enables, LUTRAM_WORDS, LUTRAM_BITS, LUTRAM_BITS, LIBMAP_LUTRAM)
     # DP16KD at 1 to 18 bits (14 address bits less one per mode), PDPW16KD at 9 to 36: the
     # 36-bit write port writes narrower fields through its 9-bit byte enables
     blocks = [_libmap_option(depth, width, ports, enables, words, unit, 9, LIBMAP_BLOCK)
               for unit, words in BRAM_MODES]
-    block = min(blocks)
-    if block[0] < lutram[0]:
-        return MemoryPlace("bram", block[1], block[2])
+    block_option = min(blocks)
+    if block or block_option[0] < lutram[0]:
+        return MemoryPlace("bram", block_option[1], block_option[2])
     return MemoryPlace("lutram", lutram[1], lutram[2])

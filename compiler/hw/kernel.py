@@ -36,7 +36,7 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import ir
-from .bram import memory_tail
+from .bram import BLOCK_STYLE, memory_tail
 from ..config import HardwareConfig
 from ..dtypes import DType
 from ..ranges import Interval, acc_ranges, acc_width, analyze
@@ -196,8 +196,10 @@ class KernelHW(wiring.Component):
                  external: frozenset[int] = frozenset(), written_outside: frozenset[int] = frozenset(),
                  packs: tuple = (), read_outside: frozenset[int] | None = None,
                  rings: dict[int, int] | None = None, host_written: frozenset[int] | None = None, *,
-                 schedule: Schedule, write_groups: tuple[tuple, ...] = ()):
+                 schedule: Schedule, write_groups: tuple[tuple, ...] = (), block_reads: frozenset[int] = frozenset()):
         self.kernel, self.config = kernel, config
+        # slots whose memory goes to block RAM where Yosys would build LUT RAM (Design.block_reads)
+        self.block_reads = frozenset(block_reads)
         # schedule=dataflow: slot -> R, memories that rotate through R banks (hw/dataflow.py)
         self.rings = dict(rings or {})
         self.program: Program = build_program(kernel)
@@ -523,6 +525,8 @@ class KernelHW(wiring.Component):
         if slot in self.tails:
             return tailed_memory(m, name, self.memories[slot], self.tails[slot], granularity=granularity,
                                  reads=n, domain=domain, transparent=transparent, attrs=attrs)
+        if slot in self.block_reads:
+            attrs = {**attrs, **BLOCK_STYLE}
         mem = memory.Memory(data=self.memories[slot], attrs=attrs)
         m.submodules[name] = mem
         wp = mem.write_port(granularity=granularity)
