@@ -277,8 +277,8 @@ class Design:
     def timing_estimate(self, luts: float | None = None) -> Estimate:
         """The delay model's slowest path (compiler/timing_model.py) on the part the config
         names (`device`, else LFE5U-85F grade 6): each kernel's integer datapath as scheduled and
-        its products' stages (in LUTs where `mul` puts them there: lut, or auto past the DSPs of
-        the family's largest part). An estimate of what place-and-route will sign off, available
+        its products' stages (in LUTs where `mul` puts them there: lut, or auto past the part's
+        DSPs), the packed memories' read-modify-writes and the LUT RAMs' reads. An estimate of what place-and-route will sign off, available
         before synthesis: a row's `fmax_estimate_mhz`, given the design's LUT4s (`luts`, as
         estimated: dse.estimate.fmax_estimate), which bound it by placement (timing_model.placed)."""
         d = delays(self.config.timing_part())

@@ -1,0 +1,81 @@
+"""Memories moved to block RAM for the clock (Design.block_reads): a deep LUT RAM's read is a
+multiplexer of LUT levels that a target clock may not leave room for; a block RAM's read data
+comes from its output register."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from compiler import HardwareConfig, compile_model, simulate_many
+from compiler.config import part
+from compiler.hw.bram import ecp5_memory
+from compiler.synth.area import design_rtlil, synthesize
+from compiler.timing_model import DELAYS, lutram_read_ns
+from dse.estimate import design_features
+
+from helpers import int8_mlp
+
+BLOCK = 'attribute \\ram_style "block"'
+
+
+def _flow(target_mhz=None, **knobs):
+    # 16-8-4: the first layer's weights are one memory of 128 x 8 bits (8 rows of LUT RAM,
+    # three multiplexer levels), the second's 32 x 8 (2 rows, one level)
+    x, y, ref = int8_mlp([16, 8, 4])
+    return x, compile_model(y, config=HardwareConfig(schedule="dataflow", fp_pipeline=3, target_mhz=target_mhz, **knobs),
+                            stream=x), ref
+
+
+def _deep(design):
+    return {u.slot for u in design.memory_places if u.kernel == 0 and u.depth == 128 and u.plain}
+
+
+def test_the_lutram_read_is_timed_by_its_rows():
+    d = DELAYS[("ecp5", 6)]
+    deep, shallow = lutram_read_ns(128, 8, 1, d)[0], lutram_read_ns(32, 8, 1, d)[0]
+    assert ecp5_memory(128, 8).rows == 8 and ecp5_memory(32, 8).rows == 2
+    assert deep - shallow == pytest.approx(2 * (d.route_local + d.lut) + d.route_ns(16) - d.route_ns(4))
+    assert shallow < 5.0 < deep < 10.0      # at 200 MHz the deep one misses, at 100 neither
+
+
+def test_a_deep_lutram_read_goes_to_block_ram_at_a_clock_it_misses():
+    x, fast, ref = _flow(200)
+    deep = _deep(fast)
+    assert len(deep) == 1 and fast.block_reads[0] == frozenset(deep) and not any(fast.block_reads[1:])
+    assert design_rtlil(fast).count(BLOCK) == 1
+    for target in (None, 100):              # no clock asked, or one its read makes
+        _, slow, _ = _flow(target)
+        assert not any(slow.block_reads) and BLOCK not in design_rtlil(slow)
+    _, plain, _ = _flow(100)
+    # the estimator counts it a block RAM, the delay model no longer times its read
+    assert design_features(fast, target="ecp5")["bram_blocks"] == design_features(plain, target="ecp5").get("bram_blocks", 0) + 1
+    assert "LUT RAM's read (128 x 8" not in fast.timing_estimate().where
+    rng = np.random.default_rng(3)
+    xs = [rng.integers(-128, 128, 16).astype(np.int8) for _ in range(3)]
+    for s, r in zip(xs, simulate_many(fast, [{x: s} for s in xs])):
+        np.testing.assert_array_equal(np.asarray(r.outputs[0]).reshape(-1), ref(s))
+        assert r.cycles == fast.cycle_model().total
+
+
+def test_only_while_the_parts_block_rams_last(monkeypatch):
+    full = part("LFE5U-85F")
+    _, d, _ = _flow(200)
+    used = sum(u.place.cells * u.copies for u in d.memory_places if u.place.kind == "bram")
+    monkeypatch.setattr(HardwareConfig, "timing_part",
+                        lambda self: dataclasses.replace(full, capacity={**full.capacity, "DP16KD": used}))
+    _, none_left, _ = _flow(200)
+    assert not any(none_left.block_reads)
+    # the estimate then says the read is the design's slowest path
+    assert "LUT RAM's read (128 x 8" in none_left.timing_estimate().where
+
+
+@pytest.mark.slow
+def test_synthesis_builds_the_moved_memory_in_block_ram(tmp_path):
+    _, fast, _ = _flow(200)
+    _, plain, _ = _flow(100)
+    a, b = synthesize(fast, "ecp5", tmp_path / "fast"), synthesize(plain, "ecp5", tmp_path / "plain")
+    assert a.bram == b.bram + 1 and a.lutram < b.lutram
+    for design, area in ((fast, a), (plain, b)):
+        assert design_features(design, target="ecp5").get("bram_blocks", 0) == area.bram
