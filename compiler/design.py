@@ -165,7 +165,7 @@ class Design:
                 width = b.width * (len(pack.slots) if pack else 1)
                 enables = len(pack.slots) if pack and not pack.word_writes else 1
                 depth = b.size - memory_tail(self.config, b.size, width, b.stored)
-                n = ports.get(b.slot, 1)
+                n = max(ports.get(s, 1) for s in (pack.slots if pack else (b.slot,)))
                 plain = pack is None and b.slot not in rings and depth == b.size
                 uses.append(MemoryUse(pos, b.slot, depth, width, n, rings.get(b.slot, 1), plain,
                                       ecp5_memory(depth, width, n, enables)))
@@ -278,9 +278,10 @@ class Design:
         """The delay model's slowest path (compiler/timing_model.py) on the part the config
         names (`device`, else LFE5U-85F grade 6): each kernel's integer datapath as scheduled and
         its products' stages (in LUTs where `mul` puts them there: lut, or auto past the part's
-        DSPs), the packed memories' read-modify-writes and the LUT RAMs' reads. An estimate of what place-and-route will sign off, available
-        before synthesis: a row's `fmax_estimate_mhz`, given the design's LUT4s (`luts`, as
-        estimated: dse.estimate.fmax_estimate), which bound it by placement (timing_model.placed)."""
+        DSPs), the packed memories' read-modify-writes and the LUT RAMs' reads. An estimate of
+        what place-and-route will sign off, available before synthesis: a row's
+        `fmax_estimate_mhz`, given the design's LUT4s (`luts`, as estimated:
+        dse.estimate.fmax_estimate), which bound it by placement (timing_model.placed)."""
         d = delays(self.config.timing_part())
         return placed(self._modelled_path(d), luts, d)
 
