@@ -137,6 +137,18 @@ def test_a_copy_between_kernels_reads_from_registered_addresses(name):
     assert "copy" in text and "_raddr" in text and "_reading" in text
 
 
+@pytest.mark.parametrize("name", ["mlp_int8_small", "residual_mlp", "fan_out"])
+@pytest.mark.parametrize("lanes", [2, 3, 4])
+def test_a_copy_from_banks_over_lanes_reads_an_odometer_a_cycle_ahead(name, lanes):
+    """A copy whose source is in groups over lanes reads at the registered word of an odometer
+    one cycle ahead of the copy's own (TopHW._copy_read_ahead), not the copy's next word through
+    the phase logic; bit-exact, the same cycles (_check)."""
+    from amaranth.back import rtlil
+    design = _check(designs.SMALL[name](), fp_pipeline=3, target_mhz=150, lanes=lanes)
+    text = rtlil.convert(design.top, name="top")
+    assert "_lead_q0" in text and "_raddr" in text
+
+
 @pytest.mark.parametrize("knobs", [dict(lanes=1, reduce_unroll=1), dict(lanes=3, reduce_unroll=4),
                                    dict(lanes=2, reduce_unroll=2, mem_read="comb")])
 def test_a_counter_times_a_constant_in_an_address_is_a_register_of_its_own(knobs):

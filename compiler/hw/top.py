@@ -394,8 +394,7 @@ class TopHW(wiring.Component):
         # ---- copies: the source is addressed one cycle ahead with block RAM
         for p, ph in enumerate(self.phases):
             if isinstance(ph, Copy):
-                plain = ph.by_words or self._groups(ph, ph.src).is_plain
-                ahead = self._copy_read_ahead(m, p, ph, phase, cctr) if plain and sync_reads else None
+                ahead = self._copy_read_ahead(m, p, ph, phase, cctr) if sync_reads else None
                 self._copy(m, p, ph, phase, reading, cctr, ncctr, sync_reads, ahead)
         return m
 
@@ -425,7 +424,11 @@ class TopHW(wiring.Component):
         `done` through the phase logic and a multiplexer to every source memory (the sequential
         digits MLP's critical path: 10.0 ns, 8.5 of it routing). The same cycles: at t this
         computes what `nphase == p` and `ncctr` say at t + 1. None where it cannot look ahead
-        (the first phase: the start pin; a phase before that ends in the cycle it begins)."""
+        (the first phase: the start pin; a phase before that ends in the cycle it begins).
+        A source in groups over lanes (an odometer's word, not the counter) is read at the word of
+        an odometer one cycle ahead of the copy's own, registered (the sequential wine MLP at 4
+        lanes and target_mhz 200: the counter through the phase logic and the odometer's next
+        word to a LUT RAM's read address, 8.5 ns, 6.8 of it routing, its critical path)."""
         if not self.kernels[0].config.target_mhz or p == 0:
             return None
         prev = self.phases[p - 1]
@@ -437,6 +440,14 @@ class TopHW(wiring.Component):
         enter_now = (phase == p - 1) & self._ends(p - 1, 0, cctr)       # phase p begins next cycle
         stay = (phase == p) & (cctr < length - 2) if length > 2 else Const(0)
         reads = registered(m, enter_next | (enter_now & (length > 1)) | stay, f"copy{p}_reading")
+        layout = self._groups(ph, ph.src)
+        if not (ph.by_words or layout.is_plain):
+            # the copy's odometer advances while phase p runs and restarts at its last cycle:
+            # this one does each a cycle earlier, so its next word is the copy's in two cycles
+            runs_next = enter_now | ((phase == p) & (cctr < length - 1)) if length > 1 else enter_now
+            last_next = ((phase == p) & (cctr == length - 2)) if length > 1 else enter_now
+            lead = Odometer(m, layout, f"copy{p}_lead", advance=runs_next, restart=last_next)
+            return reads, registered(m, lead.word(True), f"copy{p}_raddr", reset_less=True)
         nxt = Mux((phase == p) & (cctr < length - 2), cctr + 2, 0) if length > 2 else Const(0)
         address = registered(m, Mux(enter_now, 1 if length > 1 else 0, nxt)[:len(cctr)], f"copy{p}_raddr",
                              reset_less=True)
