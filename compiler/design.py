@@ -11,8 +11,8 @@ from .config import HardwareConfig
 from .frontend import Graph
 from .hw.kernel import KernelHW, is_pipelined, read_ports
 from .hw.pipeline import Schedule, kernel_paths, schedule
-from .timing_model import (DSP_SITE, Estimate, delays, in_block_ram, lutram_read_ns, memory_to_dsp_ns, pack_sites, placed,
-                           product_ns, product_sites, word_read_registered, word_write_ns)
+from .timing_model import (DSP_SITE, Estimate, block_ram_copy_ns, delays, in_block_ram, lutram_read_ns, memory_to_dsp_ns,
+                           pack_sites, placed, product_ns, product_sites, word_read_registered, word_write_ns)
 from .hw.program import Program, build_program
 from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow
 from .hw.top import Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, plan
@@ -67,6 +67,7 @@ class MemoryUse:
     copies: int
     plain: bool
     place: MemoryPlace
+    slots: tuple[int, ...] = ()             # every bank it holds (a packed group's), else (slot,)
 
 
 @dataclass(eq=False)
@@ -168,7 +169,7 @@ class Design:
                 n = max(ports.get(s, 1) for s in (pack.slots if pack else (b.slot,)))
                 plain = pack is None and b.slot not in rings and depth == b.size
                 uses.append(MemoryUse(pos, b.slot, depth, width, n, rings.get(b.slot, 1), plain,
-                                      ecp5_memory(depth, width, n, enables)))
+                                      ecp5_memory(depth, width, n, enables), pack.slots if pack else (b.slot,)))
         return tuple(uses)
 
     @cached_property
@@ -178,8 +179,11 @@ class Design:
         reach (timing_model.lutram_read_ns: a deep one's multiplexer of LUT levels) and a block
         RAM's output register does (fp_pipeline's registered read data, LOAD_LEVEL). The slowest
         first, while the part's block RAMs last (the named `device`'s, else the family's
-        largest). Memories the kernel only builds of its own (not packed, not a ring, no tail):
-        the wine MLP 13-11-7-3 at target_mhz 200 read its 143 x 8 weights through four LUT
+        largest). Memories the kernel only builds of its own (not packed, not a ring, no tail) and
+        reads alone: a read of the top's (a copy to the next kernel, the host's) takes the block's
+        data unregistered (the sequential digits CNN at target_mhz 200, its activations moved:
+        5.8 ns of clock-to-out into the next kernel's memory, 117 and 92 MHz at 1 and 4 lanes).
+        The wine MLP 13-11-7-3 at target_mhz 200 read its 143 x 8 weights through four LUT
         levels (148.5 MHz). A block RAM costs fewer LUTs than the LUT RAM and its multiplexer it
         replaces (143 x 8: 15 LUT4s against 68 and 18 LUT-RAM cells)."""
         none = tuple(frozenset() for _ in self.kernels)
@@ -190,7 +194,7 @@ class Design:
         used = sum(u.place.cells * u.copies for u in self.memory_places if u.place.kind == "bram")
         slow = sorted(((lutram_read_ns(u.depth, u.width, u.ports, d)[0], u) for u in self.memory_places
                        if u.plain and u.place.kind == "lutram" and u.depth > 1
-                       and self.schedules[u.kernel].register_loads),
+                       and self.schedules[u.kernel].register_loads and u.slot not in self._read_outside(u.kernel)),
                       key=lambda t: (-t[0], t[1].kernel, t[1].slot))
         left, chosen = part.capacity.get("DP16KD", 0) - used, [set() for _ in self.kernels]
         for ns, u in slow:
@@ -316,6 +320,15 @@ class Design:
                     ns, what = lutram_read_ns(u.depth, u.width, u.ports, d)
                     if ns > worst.period_ns:
                         worst = Estimate(ns, f"{self.kernels[u.kernel].name}: {what}")
+            held = {(u.kernel, s): u.place.kind for u in self.memory_places for s in u.slots}
+            for ph in self.phases if self.flow is None else ():     # the sequential top's copies
+                if not isinstance(ph, Copy):
+                    continue
+                banks = self.banking_of(*ph.src).banks
+                if all(held.get((ph.src[0], b)) == "bram" or b in self.block_reads[ph.src[0]] for b in banks):
+                    ns, what = block_ram_copy_ns(1 if ph.by_words else len(banks) // ph.width, len(ph.dsts), d)
+                    if ns > worst.period_ns:
+                        worst = Estimate(ns, what)
         return worst
 
     def cycle_model(self) -> CycleModel:

@@ -79,3 +79,24 @@ def test_synthesis_builds_the_moved_memory_in_block_ram(tmp_path):
     assert a.bram == b.bram + 1 and a.lutram < b.lutram
     for design, area in ((fast, a), (plain, b)):
         assert design_features(design, target="ecp5").get("bram_blocks", 0) == area.bram
+
+
+def test_a_memory_the_top_reads_stays_where_yosys_puts_it():
+    """A copy to the next kernel (sequential) reads the source's port 0 outside the kernel's
+    registered loads: moved, its block RAM's data would reach the next memory unregistered
+    (5.8 ns of clock-to-out). The 128-word hidden layer stays in LUT RAM, its read timed."""
+    x, y, _ = int8_mlp([16, 128, 4])
+    design = compile_model(y, config=HardwareConfig(fp_pipeline=3, target_mhz=200))
+    sources = {(ph.src[0], b) for ph in design.phases if hasattr(ph, "dsts") for b in design.banking_of(*ph.src).banks}
+    assert sources and not any((k, b) in sources for k, slots in enumerate(design.block_reads) for b in slots)
+
+
+def test_a_copy_from_block_ram_is_timed_from_its_clock_to_out():
+    """The sequential top's copy from a block RAM (a 512-word hidden layer) reads its data
+    unregistered: the delay model's slowest path at 200 MHz (timing_model.block_ram_copy_ns)."""
+    x, y, _ = int8_mlp([16, 512, 4])
+    design = compile_model(y, config=HardwareConfig(fp_pipeline=3, target_mhz=200))
+    est = design.timing_estimate()
+    assert "a copy's block RAM read data" in est.where
+    assert est.period_ns == pytest.approx(DELAYS[("ecp5", 6)].bram_clk_q + DELAYS[("ecp5", 6)].route_ns(1)
+                                          + DELAYS[("ecp5", 6)].setup)
