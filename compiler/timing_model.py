@@ -532,15 +532,19 @@ def in_block_ram(depth: int, width: int, family: str, ports: int = 1, enables: i
 def lutram_read_ns(depth: int, width: int, ports: int, d: Delays) -> tuple[float, str]:
     """A clocked read of a memory in LUT RAM (ECP5: TRELLIS_DPR16X4, 16 words x 4 bits): the
     registered address to every cell of one port's copy, a cell's read, the multiplexer over
-    its rows (a LUT level a halving, beside the cells: `route_local`), into the read data's
-    register. The wine MLP 13-11-7-3 at target_mhz 200, its first weight memory (143 x 8 bits,
-    9 rows, 18 cells a port) in LUT RAM: 7.1 ns from the address register to the read data's
+    its rows (a LUT level a halving), into the read data's register; the cells, the multiplexer
+    and the register placed together (every route a local one, the address's longer by its
+    loads). The wine MLP 13-11-7-3 at target_mhz 200, its first weight memory (143 x 8 bits, 9
+    rows, 18 cells a port) in LUT RAM: 7.1 ns from the address register to the read data's
     (routing 5.4: 2.0 to the cells, 0.2 to 1.2 between the levels), its critical path (148.5
-    MHz), where this says 8.1. Design.block_reads moves such a memory into block RAM."""
+    MHz), where this says 7.5; the sequential wine MLP at 2 lanes closed at 182.4 MHz (5.5 ns)
+    with a packed 78 x 16 (5 rows, 20 cells) this says 6.6. Design.block_reads moves such a
+    memory into block RAM."""
     place = ecp5_memory(depth, width, ports)
     levels = math.ceil(math.log2(place.rows)) if place.rows > 1 else 0
-    ns = (d.clk_q + d.route_ns(place.cells // max(1, ports)) + d.lut + levels * (d.route_local + d.lut)
-          + d.route_local + d.setup)
+    cells = place.cells // max(1, ports)
+    ns = (d.clk_q + d.route_local + d.route_fanout * math.log2(max(1, cells)) + d.lut
+          + levels * (d.route_local + d.lut) + d.route_local + d.setup)
     return ns, f"a LUT RAM's read ({depth} x {width} bits, {place.rows} rows): address -> read data"
 
 
