@@ -167,6 +167,23 @@ def test_short_copies_from_banks_over_lanes_read_the_words_they_did(sizes, lengt
         assert r.cycles == design.cycle_model().total
 
 
+@pytest.mark.parametrize("lanes", [6, 8, 16])
+def test_a_copy_from_many_banks_takes_a_registered_enable_and_word_per_four(lanes):
+    """Past COPY_BANKS source banks a copy's read enable and word are duplicate registers, one
+    per four banks (TopHW._copy_read_ahead): bit-exact, the same cycles."""
+    from amaranth.back import rtlil
+    x, y, ref = int8_mlp([12, 16, 5])
+    design = compile_model(y, config=HardwareConfig(fp_pipeline=3, target_mhz=150, lanes=lanes))
+    text = rtlil.convert(design.top, name="top")
+    assert "_reading_g1" in text and "_raddr_g1" in text
+    rng = np.random.default_rng(lanes)
+    for _ in range(2):
+        s = rng.integers(-128, 128, 12).astype(np.int8)
+        r = simulate(design, {x: s})
+        np.testing.assert_array_equal(np.asarray(r.outputs[0]).reshape(-1), ref(s))
+        assert r.cycles == design.cycle_model().total
+
+
 @pytest.mark.parametrize("knobs", [dict(lanes=1, reduce_unroll=1), dict(lanes=3, reduce_unroll=4),
                                    dict(lanes=2, reduce_unroll=2, mem_read="comb")])
 def test_a_counter_times_a_constant_in_an_address_is_a_register_of_its_own(knobs):

@@ -44,6 +44,9 @@ from .datapath import Copies, mul_const, registered
 from .kernel import KernelHW, port_names
 from .pipeline import FANOUT_LEVEL
 
+COPY_BANKS = 4
+"""Source banks a sequential copy's registered read enable and word serve (TopHW._copy_read_ahead)."""
+
 Place = tuple[int, int]                          # (kernel position, parameter slot)
 
 
@@ -439,7 +442,8 @@ class TopHW(wiring.Component):
         enter_next = (phase == p - 1) & self._ends(p - 1, 1, cctr)      # phase p begins the cycle after next
         enter_now = (phase == p - 1) & self._ends(p - 1, 0, cctr)       # phase p begins next cycle
         stay = (phase == p) & (cctr < length - 2) if length > 2 else Const(0)
-        reads = registered(m, enter_next | (enter_now & (length > 1)) | stay, f"copy{p}_reading")
+        reads_next = enter_next | (enter_now & (length > 1)) | stay
+        reads = registered(m, reads_next, f"copy{p}_reading")
         layout = self._groups(ph, ph.src)
         if not (ph.by_words or layout.is_plain):
             # the copy's odometer advances while phase p runs and restarts at its last cycle:
@@ -450,17 +454,25 @@ class TopHW(wiring.Component):
             ends = {1: enter_next, 2: enter_now}
             last = registered(m, ends.get(length, (phase == p) & (cctr == length - 3)), f"copy{p}_last")
             lead = Odometer(m, layout, f"copy{p}_lead", advance=reads, restart=last)
-            return reads, registered(m, lead.word(True), f"copy{p}_raddr", reset_less=True)
-        nxt = Mux((phase == p) & (cctr < length - 2), cctr + 2, 0) if length > 2 else Const(0)
-        address = registered(m, Mux(enter_now, 1 if length > 1 else 0, nxt)[:len(cctr)], f"copy{p}_raddr",
-                             reset_less=True)
-        return reads, address
+            word = lead.word(True)
+        else:
+            nxt = Mux((phase == p) & (cctr < length - 2), cctr + 2, 0) if length > 2 else Const(0)
+            word = Mux(enter_now, 1 if length > 1 else 0, nxt)[:len(cctr)]
+        # a copy of the enable and of the word per COPY_BANKS source banks: one register driving
+        # every bank's address multiplexer was the sequential digits CNN's path at 4 lanes and
+        # target_mhz 200 (`copy1_reading` -> a LUT RAM's read, 8.0 ns, 6.5 of it routing)
+        groups = range(-(-len(self.banking[ph.src].banks) // COPY_BANKS))
+        enables = [reads] + [registered(m, reads_next, f"copy{p}_reading_g{g}", duplicate=True) for g in groups[1:]]
+        words = [registered(m, word, f"copy{p}_raddr" + (f"_g{g}" if g else ""), reset_less=True, duplicate=g > 0)
+                 for g in groups]
+        banks = range(len(self.banking[ph.src].banks))
+        return [enables[b // COPY_BANKS] for b in banks], [words[b // COPY_BANKS] for b in banks]
 
     def _copy(self, m, p: int, ph: Copy, phase, reading, cctr, ncctr, sync_reads: bool,
               ahead: tuple[Value | None, Value | list[Value]] | None = None) -> None:
         """Copy phase p: the source read while `reading` is p at counter `ncctr` (block RAM: the
         next cycle's) or `cctr`, the destinations written while `phase` is p. `ahead`, where given,
-        is (the read's enable, its source word or one per source bank), registers
+        is (the read's enable or one per source bank, its source word or one per source bank), registers
         (_copy_read_ahead, DataflowTopHW._read_ahead); an enable of None: nothing else drives the
         source's read address, which is the word alone."""
         src = self.banking[ph.src]
@@ -468,12 +480,14 @@ class TopHW(wiring.Component):
 
         def read(word: Value | list[Value]) -> None:       # one word, or one per source bank
             words = word if isinstance(word, list) else [word] * len(src.banks)
-            drive = [self.port(ph.src[0], b, "raddr").eq(w) for b, w in zip(src.banks, words)]
-            if reading_p is None:
-                m.d.comb += drive
-            else:
-                with m.If(reading_p):
+            enables = reading_p if isinstance(reading_p, list) else [reading_p] * len(src.banks)
+            for b, w, en in zip(src.banks, words, enables):
+                drive = self.port(ph.src[0], b, "raddr").eq(w)
+                if en is None:
                     m.d.comb += drive
+                else:
+                    with m.If(en):
+                        m.d.comb += drive
         if ph.by_words:
             read(address if address is not None else ncctr if sync_reads else cctr)
             with m.If(phase == p):
