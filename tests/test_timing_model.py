@@ -167,10 +167,10 @@ def test_short_copies_from_banks_over_lanes_read_the_words_they_did(sizes, lengt
         assert r.cycles == design.cycle_model().total
 
 
-@pytest.mark.parametrize("lanes", [6, 8, 16])
-def test_a_copy_from_many_banks_takes_a_registered_enable_and_word_per_four(lanes):
-    """Past COPY_BANKS source banks a copy's read enable and word are duplicate registers, one
-    per four banks (TopHW._copy_read_ahead): bit-exact, the same cycles."""
+@pytest.mark.parametrize("lanes", [2, 8, 16])
+def test_a_copy_from_several_banks_takes_a_registered_enable_and_word_per_bank(lanes):
+    """A copy's read enable and word are duplicate registers, one per COPY_BANKS (1) source
+    banks (TopHW._copy_read_ahead): bit-exact, the same cycles."""
     from amaranth.back import rtlil
     x, y, ref = int8_mlp([12, 16, 5])
     design = compile_model(y, config=HardwareConfig(fp_pipeline=3, target_mhz=150, lanes=lanes))

@@ -44,7 +44,7 @@ from .datapath import Copies, mul_const, registered
 from .kernel import KernelHW, port_names
 from .pipeline import FANOUT_LEVEL
 
-COPY_BANKS = 4
+COPY_BANKS = 1
 """Source banks a sequential copy's registered read enable and word serve (TopHW._copy_read_ahead)."""
 
 Place = tuple[int, int]                          # (kernel position, parameter slot)
@@ -458,9 +458,10 @@ class TopHW(wiring.Component):
         else:
             nxt = Mux((phase == p) & (cctr < length - 2), cctr + 2, 0) if length > 2 else Const(0)
             word = Mux(enter_now, 1 if length > 1 else 0, nxt)[:len(cctr)]
-        # a copy of the enable and of the word per COPY_BANKS source banks: one register driving
-        # every bank's address multiplexer was the sequential digits CNN's path at 4 lanes and
-        # target_mhz 200 (`copy1_reading` -> a LUT RAM's read, 8.0 ns, 6.5 of it routing)
+        # a copy of the enable and of the word per COPY_BANKS source banks (each bank's address
+        # multiplexer beside its memory): one register driving every bank's was the sequential
+        # digits CNN's path at 4 lanes and target_mhz 200 (`copy1_reading` -> a LUT RAM's read,
+        # 8.0 ns, 6.5 of it routing)
         groups = range(-(-len(self.banking[ph.src].banks) // COPY_BANKS))
         enables = [reads] + [registered(m, reads_next, f"copy{p}_reading_g{g}", duplicate=True) for g in groups[1:]]
         words = [registered(m, word, f"copy{p}_raddr" + (f"_g{g}" if g else ""), reset_less=True, duplicate=g > 0)
