@@ -422,8 +422,9 @@ class TopHW(wiring.Component):
 
     def _copy_read_ahead(self, m, p: int, ph: Copy, phase, cctr):
         """With target_mhz: (whether copy phase p reads next cycle, the word it reads), registers
-        (a copy of each per COPY_BANKS source banks: one list entry a bank), computed a cycle ahead from the phase and counter (not from `nphase`, which a
-        kernel's `done` drives): the copy's read address then comes from a register, not from
+        (a copy of each per COPY_BANKS source banks: one list entry a bank), computed a cycle
+        ahead from the phase and counter (not from `nphase`, which a kernel's `done` drives):
+        the copy's read address then comes from a register, not from
         `done` through the phase logic and a multiplexer to every source memory (the sequential
         digits MLP's critical path: 10.0 ns, 8.5 of it routing). The same cycles: at t this
         computes what `nphase == p` and `ncctr` say at t + 1. None where it cannot look ahead
