@@ -59,9 +59,10 @@ class Delays:
     bram_clk_q: float        # DP16KD clock to data out without its output register
     bram_clk_q_reg: float    # with it
 
-    def route_ns(self, fanout: int) -> float:
-        """A net's routing to its farthest load, with `fanout` loads."""
-        return self.route + self.route_fanout * math.log2(max(1, fanout))
+    def route_ns(self, fanout: int, *, local: bool = False) -> float:
+        """A net's routing to its farthest load, with `fanout` loads (`local`: loads packed
+        beside its driver, from `route_local`)."""
+        return (self.route_local if local else self.route) + self.route_fanout * math.log2(max(1, fanout))
 
     def carry_ns(self, width: int) -> float:
         """A carry chain `width` bits wide, operand in to the top sum out."""
@@ -541,9 +542,8 @@ def lutram_read_ns(depth: int, width: int, ports: int, d: Delays) -> tuple[float
     with a packed 78 x 16 (5 rows, 20 cells) this says 6.6. Design.block_reads moves such a
     memory into block RAM."""
     place = ecp5_memory(depth, width, ports)
-    levels = math.ceil(math.log2(place.rows)) if place.rows > 1 else 0
-    cells = place.cells // max(1, ports)
-    ns = (d.clk_q + d.route_local + d.route_fanout * math.log2(max(1, cells)) + d.lut
+    levels = (place.rows - 1).bit_length()
+    ns = (d.clk_q + d.route_ns(place.cells // max(1, ports), local=True) + d.lut
           + levels * (d.route_local + d.lut) + d.route_local + d.setup)
     return ns, f"a LUT RAM's read ({depth} x {width} bits, {place.rows} rows): address -> read data"
 
@@ -556,7 +556,7 @@ def block_ram_copy_ns(banks: int, loads: int, d: Delays) -> tuple[float, str]:
     target_mhz 200 (LFE5U-25F, seed 1): at 1 lane 8.5 ns (5.8 clock-to-out, 2.3 routing) where
     this says 7.0, at 4 lanes 10.9 (4.1 routing, three LUTs) where it says 8.9: the critical
     paths, at 117.0 and 92.1 MHz."""
-    levels = math.ceil(math.log2(banks)) if banks > 1 else 0
+    levels = (max(banks, 1) - 1).bit_length()
     ns = d.bram_clk_q + levels * (d.lut + d.route_local) + d.route_ns(loads) + d.setup
     return ns, f"a copy's block RAM read data{f' through {banks} banks' if banks > 1 else ''} -> write data"
 
