@@ -192,9 +192,10 @@ class Design:
             return none
         d, period = delays(part), 1000.0 / self.config.target_mhz
         used = sum(u.place.cells * u.copies for u in self.memory_places if u.place.kind == "bram")
+        outside = [self._read_outside(pos) for pos in range(len(self.kernels))]
         slow = sorted(((lutram_read_ns(u.depth, u.width, u.ports, d)[0], u) for u in self.memory_places
                        if u.plain and u.place.kind == "lutram" and u.depth > 1
-                       and self.schedules[u.kernel].register_loads and u.slot not in self._read_outside(u.kernel)),
+                       and self.schedules[u.kernel].register_loads and u.slot not in outside[u.kernel]),
                       key=lambda t: (-t[0], t[1].kernel, t[1].slot))
         left, chosen = part.capacity.get("DP16KD", 0) - used, [set() for _ in self.kernels]
         for ns, u in slow:
@@ -320,12 +321,14 @@ class Design:
                     ns, what = lutram_read_ns(u.depth, u.width, u.ports, d)
                     if ns > worst.period_ns:
                         worst = Estimate(ns, f"{self.kernels[u.kernel].name}: {what}")
+            # the sequential top's copies (their sources are read outside their kernels, so
+            # block_reads never moves them: where they are is Yosys's choice)
             held = {(u.kernel, s): u.place.kind for u in self.memory_places for s in u.slots}
-            for ph in self.phases if self.flow is None else ():     # the sequential top's copies
+            for ph in self.phases if self.flow is None else ():
                 if not isinstance(ph, Copy):
                     continue
                 banks = self.banking_of(*ph.src).banks
-                if all(held.get((ph.src[0], b)) == "bram" or b in self.block_reads[ph.src[0]] for b in banks):
+                if all(held.get((ph.src[0], b)) == "bram" for b in banks):
                     ns, what = block_ram_copy_ns(1 if ph.by_words else len(banks) // ph.width, len(ph.dsts), d)
                     if ns > worst.period_ns:
                         worst = Estimate(ns, what)

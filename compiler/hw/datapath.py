@@ -538,7 +538,7 @@ class Datapath:
             b = self.register(dsp_fields.packed(others, pack.field, [self.interval(pack.other(p)) for p in pack.products]),
                               f"pack{self.count}_b")
             unit = PackedProduct(a.shape(), b.shape(), [self.shape(p) for p in pack.products], pack.field,
-                                          self.sched.product_regs)
+                                 self.sched.product_regs)
             self.m.submodules[f"{dsp_pack.PREFIX}{self.count}"] = unit
             self.count += 1
             self.m.d.comb += [unit.a.eq(a), unit.b.eq(b)]
