@@ -15,7 +15,7 @@ from .timing_model import (DSP_SITE, Estimate, block_ram_copy_ns, delays, in_blo
                            pack_sites, placed, product_ns, product_sites, word_read_registered, word_write_ns)
 from .hw.program import Program, build_program
 from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow
-from .hw.top import Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, plan
+from .hw.top import Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, copy_cycles, plan
 from .hw.layout import Banking
 from .hw.packing import Pack, plan_packs
 from .hw.dsp_pack import product_packs
@@ -344,7 +344,7 @@ class Design:
         kernels = tuple((self.kernels[p.kernel].name,
                          self.programs[p.kernel].cycles + 1 + self.schedules[p.kernel].commit)
                         for p in self.phases if isinstance(p, Run))
-        copies = sum(p.length for p in self.phases if isinstance(p, Copy))
+        copies = sum(copy_cycles(p, self.config) for p in self.phases if isinstance(p, Copy))
         total = sum(c for _, c in kernels) + copies
         return CycleModel(total, kernels, copies, total)
 

@@ -47,6 +47,19 @@ from .pipeline import FANOUT_LEVEL
 COPY_BANKS = 1
 """Source banks a sequential copy's registered read enable and word serve (TopHW._copy_read_ahead)."""
 
+
+def registers_copy_data(config) -> bool:
+    """Whether a sequential copy registers each source bank's read data before it writes it
+    (TopHW._copy): with target_mhz and clocked reads. Such a copy phase lasts a cycle more than
+    its length (`phase_cycles`)."""
+    return bool(config.target_mhz) and config.mem_read == "sync"
+
+
+def copy_cycles(ph: "Copy", config) -> int:
+    """Cycles a copy phase of the sequential top lasts: its length, and one more where it
+    registers its read data (registers_copy_data)."""
+    return ph.length + int(registers_copy_data(config))
+
 Place = tuple[int, int]                          # (kernel position, parameter slot)
 
 
@@ -239,7 +252,7 @@ class TopHW(wiring.Component):
             names = ("done", "done_next", "done_next2")
             k = self.kernels[ph.kernel]
             return getattr(k, names[ahead]) if ahead < len(names) and hasattr(k, names[ahead]) else None
-        at = ph.length - 1 - ahead                # its counter now, if it ends `ahead` cycles on
+        at = copy_cycles(ph, self.kernels[0].config) - 1 - ahead   # its counter now, if it ends `ahead` cycles on
         return cctr == at if at >= 0 else Const(0)
 
     def _idle_in(self, phase: Signal, cctr: Signal, idle: int, ahead: int) -> Value | None:
@@ -249,7 +262,9 @@ class TopHW(wiring.Component):
         `ahead - 1` cycles less the lengths of the phases after it (a run lasts its kernel's
         cycles, from the cycle after its start to its done; the sequence is fixed)."""
         n = len(self.phases)
-        lengths = [self.kernels[ph.kernel].cycles if isinstance(ph, Run) else ph.length for ph in self.phases]
+        config = self.kernels[0].config
+        lengths = [self.kernels[ph.kernel].cycles if isinstance(ph, Run) else copy_cycles(ph, config)
+                   for ph in self.phases]
         soon: Value = (phase == idle) & ~self.start
         if sum(lengths) <= ahead - 1:                # started now, over by then
             soon = soon | ((phase == idle) & self.start)
@@ -271,7 +286,8 @@ class TopHW(wiring.Component):
         idle = n
         phase = Signal(range(n + 1), init=idle)
         nphase = Signal.like(phase)
-        longest = max([p.length for p in self.phases if isinstance(p, Copy)], default=1)
+        config = self.kernels[0].config
+        longest = max([copy_cycles(p, config) for p in self.phases if isinstance(p, Copy)], default=1)
         cctr = Signal(range(longest))
         ncctr = Signal.like(cctr)
         sync_reads = self.kernels[0].config.mem_read == "sync"
@@ -292,7 +308,7 @@ class TopHW(wiring.Component):
                             if following == idle:
                                 m.d.comb += self.done.eq(1)
                     else:
-                        with m.If(cctr == ph.length - 1):
+                        with m.If(cctr == copy_cycles(ph, config) - 1):
                             m.d.comb += [nphase.eq(following), ncctr.eq(0)]
                         with m.Else():
                             m.d.comb += ncctr.eq(cctr + 1)
@@ -398,7 +414,8 @@ class TopHW(wiring.Component):
         for p, ph in enumerate(self.phases):
             if isinstance(ph, Copy):
                 ahead = self._copy_read_ahead(m, p, ph, phase, cctr) if sync_reads else None
-                self._copy(m, p, ph, phase, reading, cctr, ncctr, sync_reads, ahead)
+                self._copy(m, p, ph, phase, reading, cctr, ncctr, sync_reads, ahead,
+                           registered_data=registers_copy_data(config))
         return m
 
     def _registered_read(self, m: Module, read_ports: list, sel: Value, sync_reads: bool) -> None:
@@ -436,7 +453,7 @@ class TopHW(wiring.Component):
         if not self.kernels[0].config.target_mhz or p == 0:
             return None
         prev = self.phases[p - 1]
-        if isinstance(prev, Copy) and prev.length == 1:
+        if isinstance(prev, Copy) and copy_cycles(prev, self.kernels[0].config) == 1:
             return None
 
         length = ph.length
@@ -471,14 +488,18 @@ class TopHW(wiring.Component):
         return [enables[b // COPY_BANKS] for b in banks], [words[b // COPY_BANKS] for b in banks]
 
     def _copy(self, m, p: int, ph: Copy, phase, reading, cctr, ncctr, sync_reads: bool,
-              ahead: tuple[Value | None, Value | list[Value]] | None = None) -> None:
+              ahead: tuple[Value | None, Value | list[Value]] | None = None, *,
+              registered_data: bool = False) -> None:
         """Copy phase p: the source read while `reading` is p at counter `ncctr` (block RAM: the
         next cycle's) or `cctr`, the destinations written while `phase` is p. `ahead`, where given,
         is (the read's enable or one per source bank, its source word or one per source bank), registers
         (_copy_read_ahead, DataflowTopHW._read_ahead); an enable of None: nothing else drives the
-        source's read address, which is the word alone."""
+        source's read address, which is the word alone. With `registered_data` (registers_copy_data,
+        which needs `ahead`) each source bank's read data passes a register first and every write
+        trails by a cycle: the phase's cycles 1 .. length write its elements 0 .. length - 1."""
         src = self.banking[ph.src]
         reading_p, address = ahead if ahead is not None else (reading == p, None)
+        assert ahead is not None or not registered_data, "registered copy data reads through `ahead`"
 
         def read(word: Value | list[Value]) -> None:       # one word, or one per source bank
             words = word if isinstance(word, list) else [word] * len(src.banks)
@@ -490,39 +511,52 @@ class TopHW(wiring.Component):
                 else:
                     with m.If(en):
                         m.d.comb += drive
+        datas = [self.port(ph.src[0], b, "rdata") for b in src.banks]
+        writing: Value = phase == p
+        wctr: Value = cctr                        # the element written now
+        if registered_data:
+            # A plain register after each source bank (reset-less, no enable): a block RAM's own
+            # output register takes it (compiler/pnr/bram_registers.py), so the copy's write path
+            # starts 1.0 ns after the clock, not 5.8 (the sequential digits CNN at target_mhz 200:
+            # a copy from a block RAM, 8.4 ns, its critical path). The writes, their addresses and
+            # the odometers below follow a cycle later, from a copy of the counter.
+            datas = [registered(m, d, f"copy{p}_data_b{b}", reset_less=True) for b, d in zip(src.banks, datas)]
+            writing = (phase == p) & (cctr != 0)
+            wctr = Signal.like(cctr, name=f"copy{p}_wctr")
+            m.d.sync += wctr.eq(cctr)
         if ph.by_words:
             read(address if address is not None else ncctr if sync_reads else cctr)
-            with m.If(phase == p):
+            with m.If(writing):
                 for d in ph.dsts:
-                    for sb, db in zip(src.banks, self.banking[d].banks):
-                        m.d.comb += [self.copy_port(d[0], db, "waddr").eq(cctr),
-                                     self.copy_port(d[0], db, "wdata").eq(self.port(ph.src[0], sb, "rdata")),
+                    for data, db in zip(datas, self.banking[d].banks):
+                        m.d.comb += [self.copy_port(d[0], db, "waddr").eq(wctr),
+                                     self.copy_port(d[0], db, "wdata").eq(data),
                                      self.copy_port(d[0], db, "we").eq(1)]
             return
         # a group of W consecutive elements a cycle (W = 1: element by element), counted in
         # each side's layout of groups (Layout.grouped): one odometer per distinct one (a plain
         # one is the counter); element j of a group is in lane W * (its group's lane) + j
         W = ph.width
+        last = ph.length - 1 + int(registered_data)     # the phase's last cycle
         groups = {place: self._groups(ph, place) for place in (ph.src,) + ph.dsts}
         odometers: dict[Layout, Odometer | None] = {}
         for layout in groups.values():
             if layout not in odometers:
                 odometers[layout] = None if layout.is_plain else Odometer(
-                    m, layout, f"copy{p}_{len(odometers)}", advance=phase == p,
-                    restart=(phase == p) & (cctr == ph.length - 1))
+                    m, layout, f"copy{p}_{len(odometers)}", advance=writing,
+                    restart=(phase == p) & (cctr == last))
 
         def word(layout, nxt):
             od = odometers[layout]
-            return (ncctr if nxt else cctr) if od is None else od.word(nxt)
+            return (ncctr if nxt else wctr) if od is None else od.word(nxt)
 
         def lane(layout):
             od = odometers[layout]
             return Const(0, 1) if od is None else od.lane()
         read(address if address is not None else word(groups[ph.src], sync_reads))
-        datas = [self.port(ph.src[0], b, "rdata") for b in src.banks]
         src_lane = lane(groups[ph.src])
         elements = [datas[j] if len(datas) == W else Array(datas[j::W])[src_lane] for j in range(W)]
-        with m.If(phase == p):
+        with m.If(writing):
             for d in ph.dsts:
                 bk, layout = self.banking[d], groups[d]
                 dst_lane = lane(layout)
