@@ -15,7 +15,7 @@ from .timing_model import (DSP_SITE, Estimate, block_ram_copy_ns, delays, in_blo
                            pack_sites, placed, product_ns, product_sites, word_read_registered, word_write_ns)
 from .hw.program import Program, build_program
 from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow
-from .hw.top import Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, copy_cycles, plan
+from .hw.top import Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, copy_cycles, plan, registers_copy_data
 from .hw.layout import Banking
 from .hw.packing import Pack, plan_packs
 from .hw.dsp_pack import product_packs
@@ -329,7 +329,8 @@ class Design:
                     continue
                 banks = self.banking_of(*ph.src).banks
                 if all(held.get((ph.src[0], b)) == "bram" for b in banks):
-                    ns, what = block_ram_copy_ns(1 if ph.by_words else len(banks) // ph.width, len(ph.dsts), d)
+                    ns, what = block_ram_copy_ns(1 if ph.by_words else len(banks) // ph.width, len(ph.dsts), d,
+                                                 registered=registers_copy_data(self.config))
                     if ns > worst.period_ns:
                         worst = Estimate(ns, what)
         return worst

@@ -548,16 +548,18 @@ def lutram_read_ns(depth: int, width: int, ports: int, d: Delays) -> tuple[float
     return ns, f"a LUT RAM's read ({depth} x {width} bits, {place.rows} rows): address -> read data"
 
 
-def block_ram_copy_ns(banks: int, loads: int, d: Delays) -> tuple[float, str]:
+def block_ram_copy_ns(banks: int, loads: int, d: Delays, *, registered: bool = False) -> tuple[float, str]:
     """A copy between kernels of the sequential top (hw/top.py TopHW._copy) from a block RAM: its
-    read data, not registered in the block (its clock-to-out, `bram_clk_q`), through the
-    multiplexer over `banks` source banks that hold a group's elements (a LUT level a halving)
-    into the write data of `loads` destination banks. Measured on the digits CNN, sequential,
-    target_mhz 200 (LFE5U-25F, seed 1): at 1 lane 8.5 ns (5.8 clock-to-out, 2.3 routing) where
-    this says 7.0, at 4 lanes 10.9 (4.1 routing, three LUTs) where it says 8.9: the critical
-    paths, at 117.0 and 92.1 MHz."""
+    read data, from the block's output register where the copy registers it (`registered`:
+    hw/top.registers_copy_data, `bram_clk_q_reg`) or else its clock-to-out (`bram_clk_q`),
+    through the multiplexer over `banks` source banks that hold a group's elements (a LUT level
+    a halving) into the write data of `loads` destination banks. Measured unregistered on the
+    digits CNN, sequential, target_mhz 200 (LFE5U-25F, seed 1): at 1 lane 8.5 ns (5.8
+    clock-to-out, 2.3 routing) where this says 7.0, at 4 lanes 10.9 (4.1 routing, three LUTs)
+    where it says 8.9: the critical paths, at 117.0 and 92.1 MHz."""
     levels = (max(banks, 1) - 1).bit_length()
-    ns = d.bram_clk_q + levels * (d.lut + d.route_local) + d.route_ns(loads) + d.setup
+    ns = (d.bram_clk_q_reg if registered else d.bram_clk_q) + levels * (d.lut + d.route_local) \
+        + d.route_ns(loads) + d.setup
     return ns, f"a copy's block RAM read data{f' through {banks} banks' if banks > 1 else ''} -> write data"
 
 

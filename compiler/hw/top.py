@@ -314,9 +314,13 @@ class TopHW(wiring.Component):
                             m.d.comb += ncctr.eq(cctr + 1)
         m.d.sync += [phase.eq(nphase), cctr.eq(ncctr)]
         m.d.comb += self.busy.eq(phase != idle)
+        # a run starts as the phase before it ends (the sequence is fixed), not from `nphase`,
+        # which every phase's end feeds (the sequential digits CNN at 4 lanes and target_mhz 200:
+        # a copy's counter through `nphase` to the first kernel's step, 7.9 ns, 5.9 routing)
         for p, ph in enumerate(self.phases):
             if isinstance(ph, Run):
-                m.d.comb += self.kernels[ph.kernel].start.eq((nphase == p) & (phase != p))
+                begins = (phase == idle) & self.start if p == 0 else (phase == p - 1) & self._ends(p - 1, 0, cctr)
+                m.d.comb += self.kernels[ph.kernel].start.eq(begins)
 
         # ---- host bus (while idle); later assignments (copies, shared reads) take precedence
         # Idle: no phase, and not starting one. From FANOUT_LEVEL `phase == idle` is a register
