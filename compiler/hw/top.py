@@ -25,7 +25,8 @@ outputs from the top is what keeps Yosys from optimising the datapath away.
 
 Timing (start cycle to done cycle):
     cycles = sum over kernels of (steps + 1) + sum over copies of their length
-    (the buffer's elements / W, or its words per bank when every layout agrees)
+    (the buffer's elements / W, or its words per bank when every layout agrees), + 1 a copy
+    with target_mhz (its read data registered: registers_copy_data)
 """
 from __future__ import annotations
 
