@@ -52,6 +52,7 @@ from .sim.memory_io import SimResult
 from .passes.float_semantics import as_tinygrad_computes
 from .passes.fuse import fuse_loops
 from .passes.interleave import interleave
+from .passes.max_reset import move_max_resets
 from .passes.parallelize import most_factors, parallelize
 from .passes.split_deep import split_deep
 from .passes.adder_graph import Options as GraphOptions
@@ -159,7 +160,8 @@ def _layer_passes(kernel: ir.KernelIR, lanes: int, reduce_unroll: int, fp_sum: s
     k = _dump1("fuse_loops", fuse_loops(k) if loop_fusion else k)
     k = _dump1("interleave", interleave(k, fp_pipeline))
     k, banking = split_deep(k, p.banking, fp_pipeline)
-    return _LayerPasses(_dump1("split_deep", k), banking, p.factors)     # not p.kernel: megabytes when constant
+    k = _dump1("move_max_resets", move_max_resets(_dump1("split_deep", k)))
+    return _LayerPasses(k, banking, p.factors)     # not p.kernel: megabytes when constant
 
 
 _TRACE_MEMO = HeldMemo(16)
