@@ -180,9 +180,10 @@ class Design:
         RAM's output register does (fp_pipeline's registered read data, LOAD_LEVEL). The slowest
         first, while the part's block RAMs last (the named `device`'s, else the family's
         largest). Memories the kernel only builds of its own (not packed, not a ring, no tail) and
-        reads alone: a read of the top's (a copy to the next kernel, the host's) takes the block's
-        data unregistered (the sequential digits CNN at target_mhz 200, its activations moved:
-        5.8 ns of clock-to-out into the next kernel's memory, 117 and 92 MHz at 1 and 4 lanes).
+        reads alone or through a sequential copy that registers its data (a read of the top's
+        that does not, the host's, took the block's data unregistered: the sequential digits CNN
+        at target_mhz 200, its activations moved before copies registered their data: 5.8 ns of
+        clock-to-out into the next kernel's memory, 117 and 92 MHz at 1 and 4 lanes).
         The wine MLP 13-11-7-3 at target_mhz 200 read its 143 x 8 weights through four LUT
         levels (148.5 MHz). A block RAM costs fewer LUTs than the LUT RAM and its multiplexer it
         replaces (143 x 8: 15 LUT4s against 68 and 18 LUT-RAM cells)."""
@@ -192,7 +193,7 @@ class Design:
             return none
         d, period = delays(part), 1000.0 / self.config.target_mhz
         used = sum(u.place.cells * u.copies for u in self.memory_places if u.place.kind == "bram")
-        outside = [self._read_outside(pos) for pos in range(len(self.kernels))]
+        outside = [self._read_outside(pos, registered_copies=False) for pos in range(len(self.kernels))]
         slow = sorted(((lutram_read_ns(u.depth, u.width, u.ports, d)[0], u) for u in self.memory_places
                        if u.plain and u.place.kind == "lutram" and u.depth > 1
                        and self.schedules[u.kernel].register_loads and u.slot not in outside[u.kernel]),
@@ -229,13 +230,17 @@ class Design:
         names.update({s: p.name for p in self.packs_of(pos) for s in p.slots})
         return names
 
-    def _read_outside(self, pos: int) -> frozenset[int]:
+    def _read_outside(self, pos: int, *, registered_copies: bool = True) -> frozenset[int]:
         """Bank slots of kernel `pos` whose read port 0 the top module addresses: host reads
-        (outputs), copy sources, memories another kernel reads in place (hw/top.py)."""
+        (outputs), copy sources, memories another kernel reads in place (hw/top.py). Without
+        `registered_copies`, not the sources of sequential copies that register their read data
+        (hw/top.registers_copy_data): a block RAM's output register holds it, as for the kernel's
+        own registered loads."""
         slots = {hp.slot for hp in self.host_ports if hp.read and hp.kernel == pos}
         slots |= {b for sh in self.shares if sh.owner[0] == pos for b in self.banking_of(*sh.owner).banks}
-        slots |= {b for ph in self.phases if isinstance(ph, Copy) and ph.src[0] == pos
-                  for b in self.banking_of(*ph.src).banks}
+        if registered_copies or self.flow is not None or not registers_copy_data(self.config):
+            slots |= {b for ph in self.phases if isinstance(ph, Copy) and ph.src[0] == pos
+                      for b in self.banking_of(*ph.src).banks}
         return frozenset(slots)
 
     def _external(self, pos: int) -> frozenset[int]:
