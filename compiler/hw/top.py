@@ -525,8 +525,12 @@ class TopHW(wiring.Component):
             # starts 1.0 ns after the clock, not 5.8 (the sequential digits CNN at target_mhz 200:
             # a copy from a block RAM, 8.4 ns, its critical path). The writes, their addresses and
             # the odometers below follow a cycle later, from a copy of the counter.
+            # Its write enable is a register too: it writes in cycles 1 .. length of the phase, the
+            # cycles after one with the phase on and its counter short of length (as a compare of
+            # the counter, `(phase == p) & (cctr != 0)`, it was the sequential wine MLP's critical
+            # path at 4 lanes: `cctr` -> a LUT RAM's write, 6.3 ns, 5.0 of it routing)
             datas = [registered(m, d, f"copy{p}_data_b{b}", reset_less=True) for b, d in zip(src.banks, datas)]
-            writing = (phase == p) & (cctr != 0)
+            writing = registered(m, (phase == p) & (cctr != ph.length), f"copy{p}_writing")
             wctr = Signal.like(cctr, name=f"copy{p}_wctr")
             m.d.sync += wctr.eq(cctr)
         if ph.by_words:
