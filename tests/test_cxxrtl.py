@@ -107,10 +107,10 @@ def test_no_output_depends_on_reading_a_word_in_the_cycle_it_is_written(monkeypa
 
     monkeypatch.setattr(cxxrtl, "design_rtlil", write_first)
     configs = [HardwareConfig(), HardwareConfig(lanes=2, fp_pipeline=2, share_buffers=True, mem_pack=1),
-               HardwareConfig(lanes=2, reduce_unroll=2, fp_pipeline=3)]
+               HardwareConfig(lanes=2, reduce_unroll=2, fp_pipeline=3), HardwareConfig(fp_pipeline=3, target_mhz=200)]
     built = [(compile_model(*case.outputs, config=cfg), case) for cfg in configs
              for case in (make() for make in designs.SMALL.values())]
-    # at g++ -O0 (as cxxrtl builds designs past LARGE_RTLIL): these 33 designs run a few dozen
+    # at g++ -O0 (as cxxrtl builds designs past LARGE_RTLIL): these 44 designs run a few dozen
     # cycles each, so -O1's optimiser time is never paid back (this test: 52 s of CPU, not 69)
     monkeypatch.setattr(cxxrtl, "LARGE_RTLIL", 0)
     cxxrtl.build_many(d for d, _ in built)

@@ -58,8 +58,9 @@ from ..synth.rtlil_text import ROM_ATTRIBUTE
 # it: the kernel's own stores go to transparent ports, everything else writes while the kernel
 # is quiet (copies, and the host bus, whose read data after a write cycle is undefined:
 # hw/top.py), and the one overlap (a copy's last write and the kernel's first read) is
-# transparent too (written_outside). So such memories say `no_rw_check` (a collision's read
-# data is undefined): the exported Verilog carries the attribute to Yosys or another tool, and
+# transparent too (written_outside), where there is one (KernelHW._reads_trail_start). So such
+# memories say `no_rw_check` (a collision's read data is undefined): the exported Verilog
+# carries the attribute to Yosys or another tool, and
 # compiler/synth/area.py turns it into the read ports' collision masks for the explorer's synthesis.
 # tests/test_cxxrtl.py simulates designs with every such port made transparent instead (the
 # other answer): the outputs stay bit-exact.
@@ -377,7 +378,7 @@ class KernelHW(wiring.Component):
                 _, reads[b.slot] = self._memory(m, self.names[b.slot], b.slot, None, sync_reads, False, writable=False)
                 m.d.comb += getattr(self, n["rdata"]).eq(reads[b.slot][0].data)
                 continue
-            own_writes = b.stored or b.slot in self.written_outside
+            own_writes = b.stored or (b.slot in self.written_outside and not self._reads_trail_start)
             transparent = b.loaded and own_writes and sync_reads
             wp, reads[b.slot] = self._memory(m, self.names[b.slot], b.slot, None, sync_reads, transparent)
             write[b.slot] = wp
@@ -478,7 +479,7 @@ class KernelHW(wiring.Component):
         (the host bus and copies write one bank, or all at one address). A memory of a write
         group joins `grouped` (its read-modify-write built with the group's, _memories)."""
         w = pack.width
-        transparent = first.loaded and first.slot in self.written_outside and sync_reads
+        transparent = first.loaded and first.slot in self.written_outside and sync_reads and not self._reads_trail_start
         wp, shared = self._memory(m, pack.name, first.slot, None if pack.word_writes else w, sync_reads, transparent)
         waddr = getattr(self, port_names(first.slot)["waddr"])
         fields = []
@@ -551,6 +552,18 @@ class KernelHW(wiring.Component):
                         with m.If(self.start):
                             m.d.comb += nstep.eq(prog.first)
         m.d.sync += [step.eq(nstep)] + [ctr[i].eq(n) for i, n in nctr.items()]
+
+    @property
+    def _reads_trail_start(self) -> bool:
+        """Whether the kernel's first read of a memory comes two cycles or more after the cycle
+        of its `start`: from FANOUT_LEVEL its read addresses come from the step's own counters
+        and pass registers (Schedule.lookahead False), so a copy's last write, which lands at the
+        end of that cycle, is in the memory before any read, and the memories copies write need
+        not be transparent to them (the module's comment on NO_RW_CHECK). Yosys's bypass for a
+        transparent block RAM put a multiplexer between the block and the kernel's read-data
+        register, which then could not be the block's output register (the sequential digits
+        CNN at target_mhz 200: 5.8 ns of clock-to-out, its critical path at 136 MHz)."""
+        return self.schedule.sync_reads and not self.schedule.lookahead
 
     @property
     def pipelined(self) -> bool:
