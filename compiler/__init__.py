@@ -150,7 +150,7 @@ class _LayerPasses:
 @ir.per_kernel
 def _layer_passes(kernel: ir.KernelIR, lanes: int, reduce_unroll: int, fp_sum: str, adders: GraphOptions,
                   loop_fusion: bool, fp_pipeline: int) -> _LayerPasses:
-    """One layer's passes from parallelize to split_deep: a function of its kernel and these
+    """One layer's passes from parallelize to move_max_resets: a function of its kernel and these
     knobs alone, remembered (ir.per_kernel), so a sweep builds a layer once for all the points
     that build it alike (a 16-64-32-32-5 MLP's 72 knob settings of one format hold 6 variants
     of its first layer)."""
