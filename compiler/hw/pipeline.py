@@ -654,6 +654,13 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
             commit = max(commit, w)
         else:
             commit = max([commit] + [at(x) for x in (s.index, s.value, s.gate) if x is not None])
+            if clock and isinstance(s.value, ir.Op) and id(s.value) in post and id(s.value) in feeds_acc:
+                # a value on an accumulator's one-cycle loop (its logic cannot take a register:
+                # `decide`, not free) is stored a stage later, from a register beside it: the
+                # route to the memory is a path of its own (the sequential digits CNN's max pool
+                # at target_mhz 200: read data -> max -> where -> the output block RAM's write
+                # data, 6.9 ns, 4.3 of it routing, its critical path at 145 MHz)
+                commit = max(commit, at(s.value) + 1)
     if address_levels:
         for buf, n in later_reads(kernel, order, operands, ready, latency, unit_stages, broadcast, fanout, early,
                                   muxes, gathers, commit, acc_write, late, keep).items():
