@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 from . import ir
 from .config import HardwareConfig
@@ -165,6 +165,41 @@ def logic_ns(v: ir.Op, width: int, d: Delays) -> float:
     if v.op in (K.CDIV, K.CMOD):
         return 4 * d.carry_ns(width)
     return d.lut                               # where, and, or, xor
+
+
+def index_ns(index: ir.Value, width: Callable[[ir.Value], int], d: Delays,
+             registered: Callable[[ir.Value], bool]) -> float:
+    """The path of a memory index computed from the step's counters (a read address, a store's
+    index) into the register that follows it (from fp_pipeline 2 a read address's first,
+    pipeline.Schedule.address_levels; a store's index its stage register): from a counter's
+    register, or a value `registered` in a register of its own (a counter times a constant with
+    target_mhz: kernel._Scaled), through each op's logic and a route before it, local after the
+    first (0 for a constant
+    index; a gather's, through a load, is not this path). The sequential digits CNN at target_mhz 200 had
+    such a path as its critical one: a scaled counter through three adders into a read address
+    register, 7.0 ns (2.8 logic, 3.7 routing; this says 7.5), where the model timed the datapath
+    alone."""
+    memo: dict[int, float | None] = {}
+
+    def arrive(v: ir.Value) -> float | None:
+        if id(v) in memo:
+            return memo[id(v)]
+        out: float | None = None
+        if isinstance(v, ir.Counter) or registered(v):
+            out = d.clk_q
+        elif isinstance(v, ir.Op) and not v.dtype.is_float:
+            ins = [arrive(x) for x in v.srcs]
+            if any(t is not None for t in ins):
+                consts = [int(x.value) for x in v.srcs if isinstance(x, ir.Const)]
+                shift = v.op is K.MUL and consts and abs(consts[0]) & (abs(consts[0]) - 1) == 0
+                own = 0.0 if shift else logic_ns(v, width(v), d)      # a power of two: wiring
+                t = max(t for t in ins if t is not None)
+                # a route from the registers, then local ones between the index's few cells
+                out = t + ((d.route_ns(1) if t <= d.clk_q else d.route_local) + own if own else 0.0)
+        memo[id(v)] = out
+        return out
+    t = arrive(index)
+    return 0.0 if t is None or t <= d.clk_q else t + d.route_local + d.setup
 
 
 @dataclass(frozen=True)

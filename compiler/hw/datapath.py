@@ -32,7 +32,7 @@ from ..synth.multipliers import PRODUCT_PREFIX
 from ..synth.rtlil_text import DATA_ATTRIBUTE
 from . import dsp_fields, dsp_pack, floatops
 from .dsp_pack import ProductPack
-from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, operand_offsets, schedule
+from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, counter_times_constant, operand_offsets, schedule
 
 K = ir.OpKind
 
@@ -69,20 +69,6 @@ class Env:
     scaled: Callable[[int, int, object], Value] | None = None
     """(loop id, constant c, shape) -> c times this env's counter in stage 0, kept by a register
     of its own (kernel._Scaled, with target_mhz): no multiplier on the address path."""
-
-
-def counter_times_constant(v: ir.Value) -> tuple[int, int] | None:
-    """(loop, c) when `v` is an integer counter times a constant that is not a power of two (a
-    power of two is wiring, cheaper than a register), else None."""
-    if not (isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float and len(v.srcs) == 2):
-        return None
-    a, b = v.srcs
-    if isinstance(b, ir.Counter):
-        a, b = b, a
-    if not (isinstance(a, ir.Counter) and isinstance(b, ir.Const)):
-        return None
-    c = int(b.value)
-    return None if abs(c) & (abs(c) - 1) == 0 else (a.loop, c)
 
 
 def check_supported(kernel: ir.KernelIR, config: HardwareConfig) -> None:

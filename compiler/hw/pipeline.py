@@ -202,6 +202,20 @@ def _data_order(kernel: ir.KernelIR, gathers: frozenset[int]) -> list[ir.Value]:
                        lambda v: data_operands(v, gathers))
 
 
+def counter_times_constant(v: ir.Value) -> tuple[int, int] | None:
+    """(loop, c) when `v` is an integer counter times a constant that is not a power of two (a
+    power of two is wiring, cheaper than a register), else None."""
+    if not (isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float and len(v.srcs) == 2):
+        return None
+    a, b = v.srcs
+    if isinstance(b, ir.Counter):
+        a, b = b, a
+    if not (isinstance(a, ir.Counter) and isinstance(b, ir.Const)):
+        return None
+    c = int(b.value)
+    return None if abs(c) & (abs(c) - 1) == 0 else (a.loop, c)
+
+
 def load_stage(address_levels: int, lookahead: bool, sync_reads: bool) -> int:
     """The stage in which read ports deliver a step's loads: after the address registers, and a
     stage later when the address comes from the step's own counters into a block RAM."""
@@ -718,6 +732,14 @@ def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
                         timing_model.product_sites(config.mul, len(of_data), config.dsp_blocks(d.family),
                                                    kernel=True))
     ns, what = paths.measure(order, sched.ready, sched.latency, sched.fanout, operands, floating)
+    if sched.address_levels:                    # indices into their first registers
+        scaled = (lambda v: counter_times_constant(v) is not None) if config.target_mhz else (lambda v: False)
+        indices = [v.index for v in order if isinstance(v, ir.Load) and id(v) not in gathers] + \
+                  [s.index for s, _ in kernel.stores() if isinstance(s, ir.BufStore)]
+        for index in indices:
+            t = timing_model.index_ns(index, paths.width, d, scaled)
+            if t > ns:
+                ns, what = t, "a memory index from the counters -> its register"
     packed = {id(v) for p in sched.product_packs for v in p.products}
     products = tuple((paths.width(v.srcs[0]), paths.width(v.srcs[1]),
                       sched.register_loads and any(is_read_data(s) and not sched.broadcast.get(id(s)) for s in v.srcs[:2]), 0)
