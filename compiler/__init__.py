@@ -51,6 +51,7 @@ from .memo import HeldMemo
 from .sim.memory_io import SimResult
 from .passes.float_semantics import as_tinygrad_computes
 from .passes.fuse import fuse_loops
+from .passes.indices import balance_indices
 from .passes.interleave import interleave
 from .passes.max_reset import move_max_resets
 from .passes.parallelize import most_factors, parallelize
@@ -150,7 +151,7 @@ class _LayerPasses:
 @ir.per_kernel
 def _layer_passes(kernel: ir.KernelIR, lanes: int, reduce_unroll: int, fp_sum: str, adders: GraphOptions,
                   loop_fusion: bool, fp_pipeline: int) -> _LayerPasses:
-    """One layer's passes from parallelize to move_max_resets: a function of its kernel and these
+    """One layer's passes from parallelize to balance_indices: a function of its kernel and these
     knobs alone, remembered (ir.per_kernel), so a sweep builds a layer once for all the points
     that build it alike (a 16-64-32-32-5 MLP's 72 knob settings of one format hold 6 variants
     of its first layer)."""
@@ -161,6 +162,7 @@ def _layer_passes(kernel: ir.KernelIR, lanes: int, reduce_unroll: int, fp_sum: s
     k = _dump1("interleave", interleave(k, fp_pipeline))
     k, banking = split_deep(k, p.banking, fp_pipeline)
     k = _dump1("move_max_resets", move_max_resets(_dump1("split_deep", k)))
+    k = _dump1("balance_indices", balance_indices(k))
     return _LayerPasses(k, banking, p.factors)     # not p.kernel: megabytes when constant
 
 

@@ -259,5 +259,6 @@ def test_the_ir_after_every_pass_can_be_dumped(monkeypatch, capsys):
     err = capsys.readouterr().err
     passes = [line.split()[-1] for line in err.splitlines() if line.startswith("--- after ")]
     assert list(dict.fromkeys(passes)) == ["lower", "float_semantics", "bound", "parallelize", "fold_constants", "fuse_loops",
-                                           "interleave", "split_deep", "move_max_resets", "merge_chains"]
+                                           "interleave", "split_deep", "move_max_resets",
+                                           "balance_indices", "merge_chains"]
     assert "for i0 in range(4):  # output" in err        # 8 elements in 2 lanes after parallelize
