@@ -316,7 +316,9 @@ class Paths:
             out, loads = self.d.clk_q, max((self.width(u) for u in self.users.get(id(o), ()) if self._selects(o, u)),
                                            default=1)
         else:                                          # from a register: a fan-out value's copy drives its share
-            out = self.load_clk_q if isinstance(o, ir.Load) else self.from_register(o)
+            # read data taken in a later stage than it arrives in comes from a fabric register
+            at_read = isinstance(o, ir.Load) and (r is None or ready.get(id(o)) is None or ready[id(o)] >= r)
+            out = self.load_clk_q if at_read else self.from_register(o)
             loads = fanout.get(id(o), self.fanout(o))
         return out + (self.d.route_ns(loads) if routed else 0.0)
 

@@ -639,16 +639,27 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
             if clock and id(v) in fanout and early_op(v, ready, latency, unit_stages):
                 early.add(id(v))               # its copies are its register (Datapath.fanned)
     depth = max((r for r in ready.values() if r is not None), default=0)
-    for v in order:                            # the post cone, from stage D
-        if id(v) not in post:
-            continue
-        if isinstance(v, ir.AccLoad):
-            ready[id(v)] = depth
-        else:
-            r = combine(v, None)
-            if clock and isinstance(v, ir.Op):     # after the accumulator: requantisation, clips
-                clock.decide(v, r, ready, operands, latency, fanout, free=id(v) not in feeds_acc)
-            ready[id(v)] = r + latency.get(id(v), 0)
+
+    def post_cone(depth: int) -> None:
+        for v in order:                        # the post cone, from stage D
+            if id(v) not in post:
+                continue
+            if isinstance(v, ir.AccLoad):
+                ready[id(v)] = depth
+            else:
+                r = combine(v, None)
+                if clock and isinstance(v, ir.Op):     # after the accumulator: requantisation, clips
+                    clock.decide(v, r, ready, operands, latency, fanout, free=id(v) not in feeds_acc)
+                ready[id(v)] = r + latency.get(id(v), 0)
+    post_cone(depth)
+    if clock and _loop_late_from_read(kernel, clock, ready, depth):
+        # read data an accumulator's loop takes in the stage it arrives (a max pool's window)
+        # came from the memory's output register across the die into the loop's logic, which
+        # cannot take a register (the sequential digits CNN at target_mhz 200: a block RAM's
+        # output register -> max -> the accumulator, 6.1-7.4 ns, 3.6-4.9 of it routing): the
+        # loop runs a stage later, the data carried there by a register in the fabric
+        depth += 1
+        post_cone(depth)
 
     def at(v):
         r = ready[id(v)]
@@ -684,6 +695,19 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
                      frozenset(early), product_regs)
     check_hazards(kernel, sched)
     return sched
+
+
+def _loop_late_from_read(kernel: ir.KernelIR, clock: "timing_model.Paths", ready: dict, depth: int) -> bool:
+    """Whether an accumulator's new value, as `clock` timed it, ends past the period on a path
+    from a load whose data arrives in the loop's own stage `depth`."""
+    for s, _ in kernel.stores():
+        if isinstance(s, ir.AccStore) and clock.arrival.get(id(s.value), 0.0) > clock.limit:
+            v = s.value
+            while id(v) in clock.via:
+                v = clock.via[id(v)]
+            if isinstance(v, ir.Load) and ready.get(id(v)) == depth:
+                return True
+    return False
 
 
 def check_hazards(kernel: ir.KernelIR, sched: Schedule) -> None:
