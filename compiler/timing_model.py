@@ -174,11 +174,11 @@ def index_ns(index: ir.Value, width: Callable[[ir.Value], int], d: Delays,
     pipeline.Schedule.address_levels; a store's index its stage register): from a counter's
     register, or a value `registered` in a register of its own (a counter times a constant with
     target_mhz: kernel._Scaled), through each op's logic and a route before it, local after the
-    first (0 for a constant
-    index; a gather's, through a load, is not this path). The sequential digits CNN at target_mhz 200 had
-    such a path as its critical one: a scaled counter through three adders into a read address
-    register, 7.0 ns (2.8 logic, 3.7 routing; this says 7.5), where the model timed the datapath
-    alone."""
+    first; 0 for a constant index (a gather's, through a load, is not this path). The
+    sequential digits CNN at target_mhz 200 had such a path as its critical one: a scaled
+    counter through three adders into a read address register, 7.0 ns (2.8 logic, 3.7 routing;
+    this says 7.5), where the model timed the datapath alone (compiler/passes/indices.py now
+    sums such an index as a tree)."""
     memo: dict[int, float | None] = {}
 
     def arrive(v: ir.Value) -> float | None:

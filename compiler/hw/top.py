@@ -52,7 +52,7 @@ COPY_BANKS = 1
 def registers_copy_data(config) -> bool:
     """Whether a sequential copy registers each source bank's read data before it writes it
     (TopHW._copy): with target_mhz and clocked reads. Such a copy phase lasts a cycle more than
-    its length (`phase_cycles`)."""
+    its length (`copy_cycles`)."""
     return bool(config.target_mhz) and config.mem_read == "sync"
 
 
@@ -60,6 +60,7 @@ def copy_cycles(ph: "Copy", config) -> int:
     """Cycles a copy phase of the sequential top lasts: its length, and one more where it
     registers its read data (registers_copy_data)."""
     return ph.length + int(registers_copy_data(config))
+
 
 Place = tuple[int, int]                          # (kernel position, parameter slot)
 
