@@ -547,17 +547,14 @@ class TopHW(wiring.Component):
         # each side's layout of groups (Layout.grouped): one odometer per distinct one (a plain
         # one is the counter); element j of a group is in lane W * (its group's lane) + j
         W = ph.width
-        # the odometers restart in the phase's last cycle; with registered data from a register
-        # set a cycle before (the counter's compare into every odometer digit was the sequential
-        # digits CNN's path at 4 lanes, 6.2 ns, 4.3 of it routing)
-        restart = registered(m, (phase == p) & (cctr == ph.length - 1), f"copy{p}_restart") if registered_data \
-            else (phase == p) & (cctr == ph.length - 1)
+        last = ph.length - 1 + int(registered_data)     # the phase's last cycle
         groups = {place: self._groups(ph, place) for place in (ph.src,) + ph.dsts}
         odometers: dict[Layout, Odometer | None] = {}
         for layout in groups.values():
             if layout not in odometers:
                 odometers[layout] = None if layout.is_plain else Odometer(
-                    m, layout, f"copy{p}_{len(odometers)}", advance=writing, restart=restart)
+                    m, layout, f"copy{p}_{len(odometers)}", advance=writing,
+                    restart=(phase == p) & (cctr == last))
 
         def word(layout, nxt):
             od = odometers[layout]
