@@ -326,9 +326,10 @@ class Design:
                     ns, what = lutram_read_ns(u.depth, u.width, u.ports, d)
                     if ns > worst.period_ns:
                         worst = Estimate(ns, f"{self.kernels[u.kernel].name}: {what}")
-            # the sequential top's copies (their sources are read outside their kernels, so
-            # block_reads never moves them: where they are is Yosys's choice)
-            held = {(u.kernel, s): u.place.kind for u in self.memory_places for s in u.slots}
+            # the sequential top's copies from block RAM: Yosys's choice, or block_reads' (which
+            # moves a source only where the copy registers its data)
+            held = {(u.kernel, s): "bram" if u.slot in self.block_reads[u.kernel] else u.place.kind
+                    for u in self.memory_places for s in u.slots}
             for ph in self.phases if self.flow is None else ():
                 if not isinstance(ph, Copy):
                     continue
