@@ -758,9 +758,9 @@ def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
     ns, what = paths.measure(order, sched.ready, sched.latency, sched.fanout, operands, floating)
     if sched.address_levels:                    # indices into their first registers
         scaled = (lambda v: counter_times_constant(v) is not None) if config.target_mhz else (lambda v: False)
-        indices = [v.index for v in order if isinstance(v, ir.Load) and id(v) not in gathers] + \
-                  [s.index for s, _ in kernel.stores() if isinstance(s, ir.BufStore)]
-        for index in indices:
+        indices = {id(i): i for i in [v.index for v in order if isinstance(v, ir.Load) and id(v) not in gathers]
+                   + [s.index for s, _ in kernel.stores() if isinstance(s, ir.BufStore)]}   # shared ones once
+        for index in indices.values():
             t = timing_model.index_ns(index, paths.width, d, scaled)
             if t > ns:
                 ns, what = t, "a memory index from the counters -> its register"

@@ -12,7 +12,7 @@ adder-graph pass's. Run after the passes that read index shapes (parallelize, sp
 from __future__ import annotations
 
 from .. import ir
-from .rewrite import op, substitute
+from .rewrite import map_stores, op, substitute
 
 K = ir.OpKind
 
@@ -27,12 +27,12 @@ def balance_indices(kernel: ir.KernelIR) -> ir.KernelIR:
     """`kernel` with every load's and store's integer index of more than two added terms summed
     as a balanced tree (neighbours first); the kernel itself where there is none. An index shared
     by several loads stays shared (read ports are per index expression: hw/kernel.read_ports)."""
-    balanced: dict[int, ir.Value] = {}
-    keep: list[ir.Value] = []                   # the memo's keys are ids: keep their nodes alive
+    balanced: dict[int, ir.Value] = {}          # id(index) -> its sum as a tree (or itself)
+    indices: list[ir.Value] = []                # those indices, in the same order: kept alive
 
     def balance(index: ir.Value) -> ir.Value:
         if id(index) not in balanced:
-            keep.append(index)
+            indices.append(index)
             out = index
             if isinstance(index, ir.Op) and index.op is K.ADD and not index.dtype.is_float:
                 terms = _terms(index, index.dtype)
@@ -61,11 +61,7 @@ def balance_indices(kernel: ir.KernelIR) -> ir.KernelIR:
         return ir.BufStore(s.buf, balance(s.index), substitute(s.value, replace, memo),
                            None if s.gate is None else substitute(s.gate, replace, memo))
 
-    def rewrite(stmts) -> tuple:
-        return tuple(ir.Loop(s.id, s.axis, s.bound, rewrite(s.body)) if isinstance(s, ir.Loop) else store(s)
-                     for s in stmts)
-
-    body = rewrite(kernel.body)
-    if all(out is v for v, out in ((k, balanced[id(k)]) for k in keep)):
+    body = map_stores(kernel.body, store)
+    if all(out is index for index, out in zip(indices, balanced.values())):
         return kernel
     return ir.make_kernel(kernel.name, kernel.buffers, kernel.accs, body)

@@ -20,7 +20,7 @@ import dataclasses
 
 from .. import ir
 from ..ranges import Interval, analyze
-from .rewrite import op, substitute, substitute_store
+from .rewrite import map_stores, op, substitute, substitute_store
 
 K = ir.OpKind
 
@@ -60,11 +60,7 @@ def move_max_resets(kernel: ir.KernelIR) -> ir.KernelIR:
                 return out
         return None
 
-    def rewrite(stmts) -> tuple:
-        return tuple(ir.Loop(s.id, s.axis, s.bound, rewrite(s.body)) if isinstance(s, ir.Loop)
-                     else substitute_store(s, replace, memo) for s in stmts)
-
-    body = rewrite(kernel.body)
+    body = map_stores(kernel.body, lambda s: substitute_store(s, replace, memo))
     if not changed[0]:
         return kernel
     return _narrow_accumulators(ir.make_kernel(kernel.name, kernel.buffers, kernel.accs, body), updates)

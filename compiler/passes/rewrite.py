@@ -38,6 +38,12 @@ def substitute_store(s: ir.Store, replace, memo) -> ir.Store:
     return ir.BufStore(s.buf, sub(s.index), sub(s.value), sub(s.gate))
 
 
+def map_stores(stmts: tuple, f: Callable[[ir.Store], ir.Store]) -> tuple:
+    """The loop tree `stmts` with every store replaced by f(store), loops kept as they are."""
+    return tuple(ir.Loop(s.id, s.axis, s.bound, map_stores(s.body, f)) if isinstance(s, ir.Loop) else f(s)
+                 for s in stmts)
+
+
 def const(value: int, dtype=INT32) -> ir.Const:
     return ir.Const(value, dtype)
 
