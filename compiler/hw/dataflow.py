@@ -438,9 +438,8 @@ class DataflowTopHW(TopHW):
                 on = Signal(name=f"copy{c}_on", attrs={DUPLICATE_ATTRIBUTE: 1})
                 from_beat, reads = reads, (self.start & ~own) | on
                 self.beat_copies[f"copy{c}_reads"] = (from_beat, [reads])
-                count, more = self._element_count(m, c, L, reads, duplicate=True)
-                m.d.sync += on.eq(more)
-                counted = (count, more)
+                counted = self._element_count(m, c, L, reads, duplicate=True)
+                m.d.sync += on.eq(counted[1])
             reading = Mux(reads, c, none)
             if sync_reads:
                 active = Signal(name=f"copy{c}_active")
@@ -457,15 +456,24 @@ class DataflowTopHW(TopHW):
         return m
 
     @staticmethod
-    def _element_count(m: Module, c: int, L: int, reads: Value, *, duplicate: bool = False) -> tuple[Signal, Value]:
-        """Copy c's count of the elements it has read in this beat (0 while it does not read) and
-        whether it goes on reading next cycle (it reads now, and not its element L-1)."""
-        count = Signal(range(max(L, 2)), name=f"copy{c}_count", attrs={DUPLICATE_ATTRIBUTE: 1} if duplicate else {})
-        more = reads & (count != L - 1)
-        m.d.sync += count.eq(Mux(more, count + 1, 0))
-        return count, more
+    def _element_count(m: Module, c: int, L: int, reads: Value, *, duplicate: bool = False
+                       ) -> tuple[Signal, Value, Value]:
+        """Copy c's count of the elements it has read in this beat (0 while it does not read),
+        whether it goes on reading next cycle (it reads now, and not its element L-1) and whether
+        the count is at L-1. That last is a register set a cycle ahead, not a compare of the
+        count: the compare, the AND with `reads` and the increment were four levels from the count
+        to the read word's registers (the digits CNN in dataflow at target_mhz 200, heap placer,
+        seed 1: `copy0_count` -> a ring's read address, 8.2 ns, 5.5 of it routing)."""
+        attrs = {DUPLICATE_ATTRIBUTE: 1} if duplicate else {}
+        count = Signal(range(max(L, 2)), name=f"copy{c}_count", attrs=attrs)
+        if L == 1:
+            return count, Const(0, 1), Const(1, 1)
+        at_last = Signal(name=f"copy{c}_at_last", attrs=attrs)
+        more = reads & ~at_last
+        m.d.sync += [count.eq(Mux(more, count + 1, 0)), at_last.eq(more & (count == L - 2))]
+        return count, more, at_last
 
-    def _read_ahead(self, m: Module, c: int, ph: Copy, reads: Value, counted: tuple[Signal, Value] | None):
+    def _read_ahead(self, m: Module, c: int, ph: Copy, reads: Value, counted: tuple[Signal, Value, Value] | None):
         """From FANOUT_LEVEL with block RAM: copy c's source word from registers, computed a cycle
         ahead (TopHW._copy's `ahead`). It reads element t in cycle t of the beat (`reads`): its
         own count of the elements read (the word it reads now: 0 at a beat's first cycle, as
@@ -479,12 +487,12 @@ class DataflowTopHW(TopHW):
         word is 0 when no copy reads, and nothing else addresses that port."""
         src = self.banking[ph.src]
         L = ph.length
-        count, more = counted or self._element_count(m, c, L, reads)    # the one its `on` flag counts with, if any
+        count, more, at_last = counted or self._element_count(m, c, L, reads)   # the one its `on` flag counts with, if any
         layout = self._groups(ph, ph.src)
         if ph.by_words or layout.is_plain:
             nxt = Mux(more, count + 1, 0)[:max(1, (L - 1).bit_length())]
         else:
-            odometer = Odometer(m, layout, f"copy{c}_read", advance=reads, restart=reads & (count == L - 1))
+            odometer = Odometer(m, layout, f"copy{c}_read", advance=reads, restart=reads & at_last)
             nxt = odometer.word(True)
         copies = Copies(m, ADDRESS_GROUP, reset_less=False)
         words = [copies("word", nxt, f"copy{c}_raddr") for _ in src.banks]
