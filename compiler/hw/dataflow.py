@@ -417,7 +417,7 @@ class DataflowTopHW(TopHW):
         for c, ph in enumerate(copies):
             L = ph.length
             reads = busy & (cycle < L)             # copy c reads in this cycle of the beat
-            counted = None
+            counted = on = None
             if last_ahead is not None:
                 # the same, from a register set a cycle ahead (and the `begin` of a beat's first
                 # cycle): the compare of the beat counter was on the way to every source bank's
@@ -451,7 +451,7 @@ class DataflowTopHW(TopHW):
             else:
                 phase = reading
                 ctr = nctr = cycle
-            ahead = self._read_ahead(m, c, ph, reads, counted) if sync_reads and self.fanout else None
+            ahead = self._read_ahead(m, c, ph, reads, counted, on) if sync_reads and self.fanout else None
             self._copy(m, c, ph, phase, reading, ctr, nctr, sync_reads, ahead)
         return m
 
@@ -473,7 +473,8 @@ class DataflowTopHW(TopHW):
         m.d.sync += [count.eq(Mux(more, count + 1, 0)), at_last.eq(more & (count == L - 2))]
         return count, more, at_last
 
-    def _read_ahead(self, m: Module, c: int, ph: Copy, reads: Value, counted: tuple[Signal, Value, Value] | None):
+    def _read_ahead(self, m: Module, c: int, ph: Copy, reads: Value, counted: tuple[Signal, Value, Value] | None,
+                    on: Signal | None = None):
         """From FANOUT_LEVEL with block RAM: copy c's source word from registers, computed a cycle
         ahead (TopHW._copy's `ahead`). It reads element t in cycle t of the beat (`reads`): its
         own count of the elements read (the word it reads now: 0 at a beat's first cycle, as
@@ -491,6 +492,20 @@ class DataflowTopHW(TopHW):
         layout = self._groups(ph, ph.src)
         if ph.by_words or layout.is_plain:
             nxt = Mux(more, count + 1, 0)[:max(1, (L - 1).bit_length())]
+        elif on is not None and L > 1:
+            # The word as the sum of an odometer's digits a cycle ahead (`lead`), not of its
+            # next digits: the next digits' carries and the sum were 4-5 levels from the
+            # odometer to the read word's registers (the digits CNN in dataflow at target_mhz
+            # 200, heap placer, seeds 1-2: `copy0_read_*` -> a ring's read address, 7.8-8.2 ns,
+            # 5.5-6.7 of it routing). While the copy reads on (`on`), `lead` holds the digits
+            # of its next element, so the next word is the word of `lead`'s digits; otherwise
+            # the copy is idle (at element 0), and it reads element 1 next cycle if it starts now.
+            # `lead` steps while `on`, is at element 2 the cycle after a copy's first (if it
+            # reads on), and at 0 after the copy's element L-2 (its next is then element 0).
+            lead = Odometer(m, layout, f"copy{c}_lead", advance=on, restart=on & (count == L - 2),
+                            preset=(~on, 2 if L > 2 else 0))
+            first = layout.place(1)[0]
+            nxt = Mux(on, lead.word(False), Mux(reads, first, 0))
         else:
             odometer = Odometer(m, layout, f"copy{c}_read", advance=reads, restart=reads & at_last)
             nxt = odometer.word(True)

@@ -157,7 +157,10 @@ class Odometer:
     """The digits of one layout for an element index that counts up by one per cycle: each
     digit as (word part, lane part), so word and lane need no division."""
 
-    def __init__(self, m: Module, layout: Layout, name: str, advance, restart):
+    def __init__(self, m: Module, layout: Layout, name: str, advance, restart,
+                 preset: tuple[Value, int] | None = None):
+        """Digits at 0 after `restart`, else at element `preset[1]`'s after `preset[0]`, else one
+        element on after `advance`."""
         self.layout = layout
         dims = layout.dims
         self.q = [Signal(range(d.words), name=f"{name}_q{j}") for j, d in enumerate(dims)]
@@ -168,6 +171,13 @@ class Odometer:
         m.d.comb += [n.eq(c) for c, n in regs]
         with m.If(restart):
             m.d.comb += [n.eq(0) for _, n in regs]
+        if preset is not None:
+            digits = layout.digits(preset[1])
+            with m.Elif(preset[0]):
+                for j, d in enumerate(dims):
+                    m.d.comb += self.nq[j].eq(digits[j] // d.factor)
+                    if self.nr[j] is not None:
+                        m.d.comb += self.nr[j].eq(digits[j] % d.factor)
         with m.Elif(advance):
             carry = Const(1, 1)                  # every less significant digit is at its last value
             for j in reversed(range(len(dims))):
