@@ -41,7 +41,7 @@ from amaranth.lib.wiring import In, Out
 from ..errors import CompileError
 from .layout import Banking, Layout, group_width
 from .bram import HOST_GROUP, ecp5_memory
-from .datapath import Copies, mul_const, registered
+from .datapath import DUPLICATE_ATTRIBUTE, Copies, mul_const, registered
 from .kernel import KernelHW, port_names
 from .pipeline import FANOUT_LEVEL
 
@@ -158,26 +158,30 @@ class Odometer:
     digit as (word part, lane part), so word and lane need no division."""
 
     def __init__(self, m: Module, layout: Layout, name: str, advance, restart,
-                 preset: tuple[Value, int] | None = None):
+                 preset: tuple[Value, int] | None = None, init: int = 0):
         """Digits at 0 after `restart`, else at element `preset[1]`'s after `preset[0]`, else one
-        element on after `advance`."""
+        element on after `advance`; at element `init`'s after a reset."""
         self.layout = layout
         dims = layout.dims
-        self.q = [Signal(range(d.words), name=f"{name}_q{j}") for j, d in enumerate(dims)]
-        self.r = [Signal(range(d.factor), name=f"{name}_r{j}") if d.factor > 1 else None for j, d in enumerate(dims)]
+
+        def split(e: int) -> list[tuple[int, int]]:     # element e's digits as (word part, lane part)
+            return [(v // d.factor, v % d.factor) for v, d in zip(layout.digits(e), dims)]
+        start = split(init)
+        self.q = [Signal(range(d.words), name=f"{name}_q{j}", init=start[j][0]) for j, d in enumerate(dims)]
+        self.r = [Signal(range(d.factor), name=f"{name}_r{j}", init=start[j][1]) if d.factor > 1 else None
+                  for j, d in enumerate(dims)]
         self.nq = [Signal.like(s, name=f"{s.name}_next") for s in self.q]
         self.nr = [None if s is None else Signal.like(s, name=f"{s.name}_next") for s in self.r]
         regs = [(a, b) for a, b in zip(self.q + self.r, self.nq + self.nr) if a is not None]
         m.d.comb += [n.eq(c) for c, n in regs]
-        with m.If(restart):
+        with m.If(Const(0, 1) if restart is None else restart):
             m.d.comb += [n.eq(0) for _, n in regs]
         if preset is not None:
-            digits = layout.digits(preset[1])
             with m.Elif(preset[0]):
-                for j, d in enumerate(dims):
-                    m.d.comb += self.nq[j].eq(digits[j] // d.factor)
-                    if self.nr[j] is not None:
-                        m.d.comb += self.nr[j].eq(digits[j] % d.factor)
+                for (q, r), nq, nr in zip(split(preset[1]), self.nq, self.nr):
+                    m.d.comb += nq.eq(q)
+                    if nr is not None:
+                        m.d.comb += nr.eq(r)
         with m.Elif(advance):
             carry = Const(1, 1)                  # every less significant digit is at its last value
             for j in reversed(range(len(dims))):
@@ -478,28 +482,39 @@ class TopHW(wiring.Component):
         stay = (phase == p) & (cctr < length - 2) if length > 2 else Const(0)
         reads_next = enter_next | (enter_now & (length > 1)) | stay
         reads = registered(m, reads_next, f"copy{p}_reading")
-        layout = self._groups(ph, ph.src)
-        if not (ph.by_words or layout.is_plain):
-            # the copy's odometer advances while phase p runs and restarts at its last cycle:
-            # this one does each a cycle earlier (`reads` says phase p runs next cycle; `last`,
-            # a register too, that it is then at its last cycle), so its next word is the copy's
-            # in two cycles. Both from registers: from `phase` itself this odometer's digits
-            # were the sequential wine MLP's critical path at 2 lanes (6.4 ns, 4.9 routing).
-            ends = {1: enter_next, 2: enter_now}
-            last = registered(m, ends.get(length, (phase == p) & (cctr == length - 3)), f"copy{p}_last")
-            lead = Odometer(m, layout, f"copy{p}_lead", advance=reads, restart=last)
-            word = lead.word(True)
-        else:
-            nxt = Mux((phase == p) & (cctr < length - 2), cctr + 2, 0) if length > 2 else Const(0)
-            word = Mux(enter_now, 1 if length > 1 else 0, nxt)[:len(cctr)]
         # a copy of the enable and of the word per COPY_BANKS source banks (each bank's address
         # multiplexer beside its memory): one register driving every bank's was the sequential
         # digits CNN's path at 4 lanes and target_mhz 200 (`copy1_reading` -> a LUT RAM's read,
         # 8.0 ns, 6.5 of it routing)
         groups = range(-(-len(self.banking[ph.src].banks) // COPY_BANKS))
+        regs: list[Signal] = []
+        layout = self._groups(ph, ph.src)
+        if not (ph.by_words or layout.is_plain):
+            # The copy's odometer advances while phase p runs and restarts at its last cycle;
+            # the word read follows an odometer that does each a cycle earlier (`reads` says
+            # phase p runs next cycle; `last`, a register too, that it is then at its last
+            # cycle), so its next word is the copy's in two cycles. Both from registers: from
+            # `phase` itself the odometer's digits were the sequential wine MLP's critical path at
+            # 2 lanes (6.4 ns, 4.9 routing). Nor is that odometer built as such: its next word,
+            # the sum of its next digits, was 4-5 levels from its digits to the word's registers
+            # (the sequential digits CNN at 4 lanes, target_mhz 200, seed 3: `copy1_lead_q2` ->
+            # `copy1_raddr_g1`, 6.7 ns). `succ` holds its successor's digits (element 1 at a
+            # reset and after `last`), so the next word is 0 after `last`, else the word of
+            # `succ`'s own digits (a sum of registers) if it advances, else the same.
+            ends = {1: enter_next, 2: enter_now}
+            last = registered(m, ends.get(length, (phase == p) & (cctr == length - 3)), f"copy{p}_last")
+            succ = Odometer(m, layout, f"copy{p}_lead", advance=reads, restart=None, preset=(last, 1), init=1)
+            word = succ.word(False)
+            regs = [Signal(Value.cast(word).shape(), name=f"copy{p}_raddr" + (f"_g{g}" if g else ""),
+                           attrs={DUPLICATE_ATTRIBUTE: 1} if g else {}) for g in groups]
+            for reg in regs:
+                m.d.sync += reg.eq(Mux(last, 0, Mux(reads, word, reg)))
+        else:
+            nxt = Mux((phase == p) & (cctr < length - 2), cctr + 2, 0) if length > 2 else Const(0)
+            word = Mux(enter_now, 1 if length > 1 else 0, nxt)[:len(cctr)]
         enables = [reads] + [registered(m, reads_next, f"copy{p}_reading_g{g}", duplicate=True) for g in groups[1:]]
-        words = [registered(m, word, f"copy{p}_raddr" + (f"_g{g}" if g else ""), reset_less=True, duplicate=g > 0)
-                 for g in groups]
+        words = regs or [registered(m, word, f"copy{p}_raddr" + (f"_g{g}" if g else ""), reset_less=True,
+                                    duplicate=g > 0) for g in groups]
         banks = range(len(self.banking[ph.src].banks))
         return [enables[b // COPY_BANKS] for b in banks], [words[b // COPY_BANKS] for b in banks]
 
