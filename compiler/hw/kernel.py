@@ -414,6 +414,7 @@ class KernelHW(wiring.Component):
         # the read data comes from the bank the address went to: as old as the data
         spread = sync_reads and self.schedule.level >= FANOUT_LEVEL
         outside_writes_it = slot in self.written_outside or self.host_written is None or slot in self.host_written
+        outside_reads_it = self.read_outside is None or slot in self.read_outside
         kb = registered(m, kbank, f"b{slot}_kbank_q") if sync_reads and not spread else kbank
         ob = registered(m, obank, f"b{slot}_obank_q") if sync_reads and not spread else obank
 
@@ -451,7 +452,11 @@ class KernelHW(wiring.Component):
                              wp.en.eq(getattr(self, ports["we"]) & theirs)]
             outside_addr = getattr(self, ports["raddr"])
             for p, rp in enumerate(rps):
-                if p > 0:
+                if p > 0 or (b.loaded and not outside_reads_it):
+                    # (port 0 where nothing outside reads the ring: the kernel's address in every
+                    # bank, ungated; no one reads the words of the others. Chosen by the bank, the
+                    # input ring of the digits CNN in dataflow at target_mhz 200 took `kbank`
+                    # across the die into every LUT RAM's read address: 8.1 ns, 6.7 of it routing)
                     m.d.comb += rp.addr.eq(own_r[p].addr)
                 elif b.loaded:          # port 0: the kernel's in its bank, the outside's in the others
                     m.d.comb += rp.addr.eq(Mux(mine, own_r[0].addr, outside_addr))
