@@ -47,6 +47,8 @@ class MemoryRef:
     name: str                                # module name inside the kernel: mem_b1, mem_b1_l3, mem_b1_w0...
     width: int = 0                           # bits of the bank's element words
     offset: int = 0                          # where they sit in the memory's word
+    first: int = 0                           # the memory's address of the bank's first word (a
+                                             # ring in one memory: KernelHW.ring_strides)
 
     @property
     def path(self) -> tuple[str, str]:
@@ -210,7 +212,11 @@ class Design:
         return {} if self.flow is None else {r.place[1]: r.banks for r in self.flow.rings if r.place[0] == pos}
 
     def ring_bank(self, ref: "MemoryRef", bank: int) -> "MemoryRef":
-        """Bank `bank` of a ring memory (schedule=dataflow): module `<name>_r<bank>` (0: `ref`)."""
+        """Bank `bank` of a ring memory (schedule=dataflow): module `<name>_r<bank>` (0: `ref`),
+        or in a ring built as one memory, the words from address `bank` * its stride."""
+        stride = self.top.kernels[ref.kernel].ring_strides.get(ref.slot)
+        if stride is not None:
+            return replace(ref, first=bank * stride)
         return ref if bank == 0 else replace(ref, name=f"{ref.name}_r{bank}")
 
     def banking_of(self, pos: int, slot: int) -> Banking:

@@ -221,8 +221,11 @@ class KernelHW(wiring.Component):
         self.memories: dict[int, memory.MemoryData] = {}
         # mem_tail="lut": the words past the block-RAM rows, in a LUT-RAM memory (hw/tail.py)
         self.tails: dict[int, memory.MemoryData] = {}
-        # ring slots: every bank's MemoryData, bank 0 first (bank 0 is also self.memories[slot])
+        # ring slots: every bank's MemoryData, bank 0 first (bank 0 is also self.memories[slot]);
+        # a ring in one memory (_ring_in_one_memory): that one for every bank, bank k's words
+        # from address k * ring_strides[slot]
         self.ring_memories: dict[int, tuple[memory.MemoryData, ...]] = {}
+        self.ring_strides: dict[int, int] = {}
         sig = {"start": In(1), "done": Out(1), "done_next": Out(1), "busy": Out(1)}
         if self.schedule.commit >= 1:
             sig["done_next2"] = Out(1)
@@ -238,8 +241,13 @@ class KernelHW(wiring.Component):
             if b.slot in self.rings:
                 if pack is not None:
                     raise ValueError(f"{kernel.name}: buffer {b.slot} rotates through banks, it cannot be packed")
-                banks = tuple(memory.MemoryData(shape=unsigned(b.width), depth=b.size, init=[])
-                              for _ in range(self.rings[b.slot]))
+                R = self.rings[b.slot]
+                if self._ring_in_one_memory(b):
+                    stride = 1 << _addr_shape(b.size).width
+                    self.ring_strides[b.slot] = stride
+                    banks = (memory.MemoryData(shape=unsigned(b.width), depth=stride * (R - 1) + b.size, init=[]),) * R
+                else:
+                    banks = tuple(memory.MemoryData(shape=unsigned(b.width), depth=b.size, init=[]) for _ in range(R))
                 self.ring_memories[b.slot] = banks
                 self.memories[b.slot] = banks[0]
                 sig[f"b{b.slot}_kbank"] = In(range(self.rings[b.slot]))
@@ -397,6 +405,34 @@ class KernelHW(wiring.Component):
                               data=getattr(self, ports["wdata"]), width=head.width, registered_read=True)
         return write, reads
 
+    def _ring_in_one_memory(self, b: ir.BufferDecl) -> bool:
+        """Whether ring slot `b` is one memory, its bank the high bits of every address: a ring the
+        kernel only reads and nothing outside reads (from FANOUT_LEVEL, clocked reads). Built
+        as a memory per bank, the kernel's read data came through a choice by bank, so no load
+        register could be a block RAM's output register (the digits CNN in dataflow at
+        target_mhz 200: a ring's block RAM -> the bank choice -> a load, 7.3-7.5 ns, 5.8 of it
+        the block's clock-to-out, its critical path at every seed of three)."""
+        return self.config.mem_read == "sync" and self.schedule.level >= FANOUT_LEVEL and b.loaded \
+            and not b.stored and self.read_outside is not None and b.slot not in self.read_outside
+
+    def _one_memory_ring(self, m, b: ir.BufferDecl, domain: str, attrs: dict):
+        """Ring slot `b` as one memory (_ring_in_one_memory): the outside writes bank `obank`, the
+        kernel reads bank `kbank`, each bank's index above the bank's address bits."""
+        slot, ports = b.slot, port_names(b.slot)
+        kbank, obank = getattr(self, f"b{slot}_kbank"), getattr(self, f"b{slot}_obank")
+        mem = memory.Memory(data=self.ring_memories[slot][0], attrs=attrs)
+        m.submodules[self.names[slot]] = mem
+        wp = mem.write_port()
+        m.d.comb += [wp.addr.eq(Cat(getattr(self, ports["waddr"]), obank)), wp.data.eq(getattr(self, ports["wdata"])),
+                     wp.en.eq(getattr(self, ports["we"]))]
+        own_w = _RingWrite(slot, b.width, b.size)
+        m.d.comb += [own_w.addr.eq(0), own_w.data.eq(0), own_w.en.eq(0)]
+        own_r = [_BankPort(slot, p, b.width, b.size) for p in range(self.n_read_ports[slot])]
+        for port in own_r:
+            rp = mem.read_port(domain=domain)
+            m.d.comb += [rp.addr.eq(Cat(port.addr, kbank)), port.data.eq(rp.data)]
+        return own_w, own_r
+
     def _ring_memory(self, m, b: ir.BufferDecl, sync_reads: bool):
         """R memories of one buffer slot (`name`, `name_r1`, ...): the kernel's stores and
         loads go to bank `kbank`, the outside write port and read port 0 to bank `obank` (the
@@ -408,6 +444,8 @@ class KernelHW(wiring.Component):
         domain = "sync" if sync_reads else "comb"
         transparent = b.loaded and b.stored and sync_reads      # a step's load after its own store
         attrs = NO_RW_CHECK if sync_reads and not transparent else {}
+        if slot in self.ring_strides:
+            return self._one_memory_ring(m, b, domain, attrs)
         own_w = _RingWrite(slot, b.width, b.size)
         own_r = [_BankPort(slot, p, b.width, b.size) for p in range(n)]
         m.d.comb += [own_w.addr.eq(0), own_w.data.eq(0), own_w.en.eq(0)]

@@ -412,14 +412,15 @@ def run_cxxrtl_stream(design: Design, samples: Sequence[dict], inputs: dict | No
                 if not design.is_read(ref):
                     continue
                 ring = design.ring_bank(ref, flow.bank_for_sample((ref.kernel, ref.slot), n, output=False))
-                items += [(memory_name(ring, name), ring.offset, ring.width, bank[start:start + mem.depth])
+                items += [(memory_name(ring, name), ring.offset, ring.width, bank[start:start + mem.depth], ring.first)
                           for name, start, mem in design.memory_parts(ring)]
         return items
 
     def reads_of(n: int):
         refs = [design.ring_bank(ref, flow.bank_for_sample((ref.kernel, ref.slot), n, output=True))
                 for hb in outputs for ref in design.home_memories(hb.id)]
-        return [(memory_name(r, name), r.offset, r.width, mem.depth) for r in refs for name, _, mem in design.memory_parts(r)]
+        return [(memory_name(r, name), r.offset, r.width, min(mem.depth - r.first, r.depth), r.first)
+                for r in refs for name, _, mem in design.memory_parts(r)]
     per_beat = []
     for t in range(beats):
         n = t - flow.depth + 1
@@ -467,16 +468,18 @@ def run_cxxrtl_stream(design: Design, samples: Sequence[dict], inputs: dict | No
 
 
 def _write_pokes(f, items) -> None:
+    """Pokes as (memory, bit offset, width, words[, first address (0)])."""
     f.write(struct.pack("<I", len(items)))
-    for name, offset, width, w in items:
-        f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<IIQ", offset, width, len(w)))
+    for name, offset, width, w, *first in items:
+        f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<IIQQ", offset, width, *(first or [0]), len(w)))
         f.write(np.ascontiguousarray(w, dtype="<u8").tobytes())
 
 
 def _write_reads(f, reads) -> None:
+    """Reads as (memory, bit offset, width, words[, first address (0)])."""
     f.write(struct.pack("<I", len(reads)))
-    for name, offset, width, n in reads:
-        f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<IIQ", offset, width, n))
+    for name, offset, width, n, *first in reads:
+        f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<IIQQ", offset, width, *(first or [0]), n))
 
 
 def _run(design: Design, inputs: dict | None, samples: list[dict], max_cycles: int | None,
@@ -544,9 +547,7 @@ def _write_input(path: Path, *, key: str, max_cycles: int, flags: int, base, run
         f.write(struct.pack("<I", len(runs)))
         for items in runs:
             _write_pokes(f, items)
-        f.write(struct.pack("<I", len(reads)))
-        for name, offset, width, n in reads:
-            f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<IIQ", offset, width, n))
+        _write_reads(f, reads)
 
 
 # The driver, generic over designs: memories are found by name in CXXRTL's debug table, and the

@@ -36,9 +36,10 @@ static const debug_item &memory_item(const debug_items &items, const std::string
   return items[name];
 }
 
-struct Field {                                // bits [offset, offset + width) of every word
+struct Field {                                // bits [offset, offset + width) of the words from address `first`
   std::string name;
   uint32_t offset, width;
+  uint64_t first;
 };
 
 static Field read_field(Reader &r) {
@@ -46,6 +47,7 @@ static Field read_field(Reader &r) {
   f.name = r.str();
   f.offset = r.get<uint32_t>();
   f.width = r.get<uint32_t>();
+  f.first = r.get<uint64_t>();
   if (f.width == 0 || f.width > 64) fail(2, "memory field of '" + f.name + "' is not 1 to 64 bits wide");
   return f;
 }
@@ -94,10 +96,10 @@ static std::vector<Poke> read_pokes(Reader &r) {
 
 static void poke(const debug_items &items, const Poke &p) {
   const debug_item &item = field_item(items, p.field);
-  if (p.words.size() > item.depth) fail(2, "too many words for memory '" + p.field.name + "'");
+  if (p.field.first + p.words.size() > item.depth) fail(2, "too many words for memory '" + p.field.name + "'");
   size_t stride = (item.width + 31) / 32;
   for (size_t i = 0; i < p.words.size(); i++)  // set_field masks (value<>::set does not)
-    set_field(&item.curr[i * stride], p.field.offset, p.field.width, p.words[i]);
+    set_field(&item.curr[(p.field.first + i) * stride], p.field.offset, p.field.width, p.words[i]);
 }
 
 // One run: a fresh design (every register and memory at its initial value, as in a run of its
@@ -114,7 +116,7 @@ static void run_once(const std::vector<Poke> &base, const std::vector<Poke> &own
   std::vector<const debug_item *> read_items;
   for (auto &rd : reads) {
     const debug_item &item = field_item(items, rd.first);
-    if (rd.second > item.depth) fail(2, "reading past the end of memory '" + rd.first.name + "'");
+    if (rd.first.first + rd.second > item.depth) fail(2, "reading past the end of memory '" + rd.first.name + "'");
     read_items.push_back(&item);
   }
 
@@ -165,7 +167,7 @@ static void run_once(const std::vector<Poke> &base, const std::vector<Poke> &own
     const Field &f = reads[j].first;
     size_t stride = (item.width + 31) / 32;
     words.resize(reads[j].second);
-    for (uint64_t i = 0; i < reads[j].second; i++) words[i] = get_field(&item.curr[i * stride], f.offset, f.width);
+    for (uint64_t i = 0; i < reads[j].second; i++) words[i] = get_field(&item.curr[(f.first + i) * stride], f.offset, f.width);
     std::fwrite(words.data(), 8, words.size(), out);
   }
 }
@@ -241,10 +243,11 @@ static void stream(Reader &r, const char *out_path, tinyhw::Sim *(*make)()) {
       std::fwrite(&cycles, 8, 1, out);
       for (auto &rd : reads[t]) {
         const debug_item &item = field_item(items, rd.first);
-        if (rd.second > item.depth) fail(2, "reading past the end of memory '" + rd.first.name + "'");
+        if (rd.first.first + rd.second > item.depth) fail(2, "reading past the end of memory '" + rd.first.name + "'");
         size_t stride = (item.width + 31) / 32;
         words.resize(rd.second);
-        for (uint64_t i = 0; i < rd.second; i++) words[i] = get_field(&item.curr[i * stride], rd.first.offset, rd.first.width);
+        for (uint64_t i = 0; i < rd.second; i++)
+          words[i] = get_field(&item.curr[(rd.first.first + i) * stride], rd.first.offset, rd.first.width);
         std::fwrite(words.data(), 8, words.size(), out);
       }
       t++;

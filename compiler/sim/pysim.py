@@ -99,12 +99,13 @@ def run_pysim(design: Design, inputs: dict | None = None) -> SimResult:
 
 
 def _bank_memories(design: Design, ref, bank: int):
-    """(MemoryData, first word) of the memories holding ring bank `bank` of `ref` (a plain
-    memory's own parts when `ref` is no ring)."""
+    """(MemoryData, first word, its address, words) of the memories holding ring bank `bank`
+    of `ref` (a plain memory's own parts when `ref` is no ring)."""
     hw = design.top.kernels[ref.kernel]
     if ref.slot in hw.ring_memories:
-        return [(hw.ring_memories[ref.slot][bank], 0)]
-    return [(mem, start) for _, start, mem in design.memory_parts(ref)]
+        ring = design.ring_bank(ref, bank)
+        return [(hw.ring_memories[ref.slot][bank], 0, ring.first, ref.depth)]
+    return [(mem, start, 0, mem.depth) for _, start, mem in design.memory_parts(ref)]
 
 
 def run_pysim_stream(design: Design, samples: list[dict], inputs: dict | None = None) -> list[SimResult]:
@@ -128,16 +129,17 @@ def run_pysim_stream(design: Design, samples: list[dict], inputs: dict | None = 
             if buf not in design.host_buffers:
                 continue
             for ref, bank in design.memory_words(buf, own[n].get(buf, words.get(buf))):
-                for mem, start in _bank_memories(design, ref, flow.bank_for_sample((ref.kernel, ref.slot), n, output=False)):
-                    for i, v in enumerate(bank[start:start + mem.depth].tolist()):
-                        ctx.set(mem[i], v)
+                for mem, start, first, count in _bank_memories(design, ref, flow.bank_for_sample((ref.kernel, ref.slot), n, output=False)):
+                    for i, v in enumerate(bank[start:start + count].tolist()):
+                        ctx.set(mem[first + i], v)
 
     def read_sample(ctx, n: int):
         def read(hb):
             banks = []
             for ref in design.home_memories(hb.id):
                 b = flow.bank_for_sample((ref.kernel, ref.slot), n, output=True)
-                banks.append([ctx.get(mem[i]) for mem, _ in _bank_memories(design, ref, b) for i in range(mem.depth)])
+                banks.append([ctx.get(mem[first + i]) for mem, _, first, count in _bank_memories(design, ref, b)
+                              for i in range(count)])
             return design.buffer_words(hb.id, banks)
         return outputs_from(design, read, [hb.id for hb in outputs])
 
