@@ -9,7 +9,7 @@ import numpy as np
 from . import ir
 from .config import HardwareConfig
 from .frontend import Graph
-from .hw.kernel import KernelHW, is_pipelined, read_ports
+from .hw.kernel import KernelHW, is_pipelined, read_ports, ring_in_one_memory, ring_stride
 from .hw.pipeline import Schedule, kernel_paths, schedule
 from .timing_model import (DSP_SITE, Estimate, block_ram_copy_ns, delays, in_block_ram, lutram_read_ns, memory_to_dsp_ns,
                            pack_sites, placed, product_ns, product_sites, word_read_registered, word_write_ns)
@@ -60,7 +60,7 @@ class MemoryUse:
     """A memory a kernel builds (Design.memory_places): kernel position and buffer slot (a
     packed group's first), its words and bits a word (after a LUT-RAM tail), its clocked read
     ports, how many are built (a ring's banks), whether it is the slot's own (not packed, no
-    ring, no tail: what Design.block_reads may move) and where Yosys puts it."""
+    tail, not a ring of a memory per bank: what Design.block_reads may move) and where Yosys puts it."""
     kernel: int
     slot: int
     depth: int
@@ -170,7 +170,10 @@ class Design:
                 depth = b.size - memory_tail(self.config, b.size, width, b.stored)
                 n = max(ports.get(s, 1) for s in (pack.slots if pack else (b.slot,)))
                 plain = pack is None and b.slot not in rings and depth == b.size
-                uses.append(MemoryUse(pos, b.slot, depth, width, n, rings.get(b.slot, 1), plain,
+                copies = rings.get(b.slot, 1)
+                if b.slot in rings and ring_in_one_memory(self.config, self.schedules[pos], b, self._read_outside(pos)):
+                    depth, copies, plain = ring_stride(b) * (copies - 1) + b.size, 1, True    # the kernel's own
+                uses.append(MemoryUse(pos, b.slot, depth, width, n, copies, plain,
                                       ecp5_memory(depth, width, n, enables), pack.slots if pack else (b.slot,)))
         return tuple(uses)
 
@@ -181,9 +184,9 @@ class Design:
         reach (timing_model.lutram_read_ns: a deep one's multiplexer of LUT levels) and a block
         RAM's output register does (fp_pipeline's registered read data, LOAD_LEVEL). The slowest
         first, while the part's block RAMs last (the named `device`'s, else the family's
-        largest). Memories the kernel only builds of its own (not packed, not a ring, no tail) and
-        reads alone or through a sequential copy that registers its data (a read of the top's
-        that does not, the host's, took the block's data unregistered: the sequential digits CNN
+        largest). Memories the kernel only builds of its own (not packed, no tail, not a ring of
+        a memory per bank) and reads alone or through a sequential copy that registers its data
+        (a read of the top's that does not, the host's, took the block's data unregistered: the sequential digits CNN
         at target_mhz 200, its activations moved before copies registered their data: 5.8 ns of
         clock-to-out into the next kernel's memory, 117 and 92 MHz at 1 and 4 lanes).
         The wine MLP 13-11-7-3 at target_mhz 200 read its 143 x 8 weights through four LUT

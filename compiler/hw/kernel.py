@@ -175,6 +175,23 @@ class _BankPort:
         self.reading = Signal(name=f"b{slot}_p{p}_reading")
 
 
+def ring_in_one_memory(config: HardwareConfig, schedule: Schedule, b: ir.BufferDecl,
+                       read_outside: frozenset[int] | None) -> bool:
+    """Whether ring slot `b` is one memory, its bank the high bits of every address
+    (KernelHW.ring_strides): a ring the kernel only reads and nothing outside reads, from
+    FANOUT_LEVEL with clocked reads. Built as a memory per bank, the kernel's read data came
+    through a choice by bank, so no load register could be a block RAM's output register (the
+    digits CNN in dataflow at target_mhz 200: a ring's block RAM -> the bank choice -> a load,
+    7.3-7.5 ns, 5.8 of it the block's clock-to-out, its critical path at every seed of three)."""
+    return config.mem_read == "sync" and schedule.level >= FANOUT_LEVEL and b.loaded and not b.stored \
+        and read_outside is not None and b.slot not in read_outside
+
+
+def ring_stride(b: ir.BufferDecl) -> int:
+    """Words between the banks of a ring in one memory: the bank's address bits' span."""
+    return 1 << _addr_shape(b.size).width
+
+
 class KernelHW(wiring.Component):
     """`names`: memory module names by buffer slot (default `mem_b{slot}`); `packs`: banks
     that share one memory, several elements per word (packing.Pack); `external`: slots
@@ -243,8 +260,7 @@ class KernelHW(wiring.Component):
                     raise ValueError(f"{kernel.name}: buffer {b.slot} rotates through banks, it cannot be packed")
                 R = self.rings[b.slot]
                 if self._ring_in_one_memory(b):
-                    stride = 1 << _addr_shape(b.size).width
-                    self.ring_strides[b.slot] = stride
+                    stride = self.ring_strides[b.slot] = ring_stride(b)
                     banks = (memory.MemoryData(shape=unsigned(b.width), depth=stride * (R - 1) + b.size, init=[]),) * R
                 else:
                     banks = tuple(memory.MemoryData(shape=unsigned(b.width), depth=b.size, init=[]) for _ in range(R))
@@ -406,20 +422,15 @@ class KernelHW(wiring.Component):
         return write, reads
 
     def _ring_in_one_memory(self, b: ir.BufferDecl) -> bool:
-        """Whether ring slot `b` is one memory, its bank the high bits of every address: a ring the
-        kernel only reads and nothing outside reads (from FANOUT_LEVEL, clocked reads). Built
-        as a memory per bank, the kernel's read data came through a choice by bank, so no load
-        register could be a block RAM's output register (the digits CNN in dataflow at
-        target_mhz 200: a ring's block RAM -> the bank choice -> a load, 7.3-7.5 ns, 5.8 of it
-        the block's clock-to-out, its critical path at every seed of three)."""
-        return self.config.mem_read == "sync" and self.schedule.level >= FANOUT_LEVEL and b.loaded \
-            and not b.stored and self.read_outside is not None and b.slot not in self.read_outside
+        return ring_in_one_memory(self.config, self.schedule, b, self.read_outside)
 
     def _one_memory_ring(self, m, b: ir.BufferDecl, domain: str, attrs: dict):
         """Ring slot `b` as one memory (_ring_in_one_memory): the outside writes bank `obank`, the
         kernel reads bank `kbank`, each bank's index above the bank's address bits."""
         slot, ports = b.slot, port_names(b.slot)
         kbank, obank = getattr(self, f"b{slot}_kbank"), getattr(self, f"b{slot}_obank")
+        if slot in self.block_reads:
+            attrs = {**attrs, **BLOCK_STYLE}
         mem = memory.Memory(data=self.ring_memories[slot][0], attrs=attrs)
         m.submodules[self.names[slot]] = mem
         wp = mem.write_port()
