@@ -171,8 +171,8 @@ class Design:
                 n = max(ports.get(s, 1) for s in (pack.slots if pack else (b.slot,)))
                 plain = pack is None and b.slot not in rings and depth == b.size
                 copies = rings.get(b.slot, 1)
-                if b.slot in rings and ring_in_one_memory(self.config, self.schedules[pos], b, self._read_outside(pos)):
-                    depth, copies, plain = ring_stride(b) * (copies - 1) + b.size, 1, True    # the kernel's own
+                if b.slot in self.one_memory_rings(pos):
+                    depth, copies, plain = ring_stride(b.size) * (copies - 1) + b.size, 1, True    # the kernel's own
                 uses.append(MemoryUse(pos, b.slot, depth, width, n, copies, plain,
                                       ecp5_memory(depth, width, n, enables), pack.slots if pack else (b.slot,)))
         return tuple(uses)
@@ -210,6 +210,13 @@ class Design:
                 left -= blocks
                 chosen[u.kernel].add(u.slot)
         return tuple(frozenset(c) for c in chosen)
+
+    def one_memory_rings(self, pos: int) -> frozenset[int]:
+        """Kernel `pos`'s ring slots built as one memory (hw/kernel.ring_in_one_memory): bank k
+        from address k * ring_stride, no choice by bank between the memory and the kernel."""
+        rings, outside = self._rings(pos), self._read_outside(pos)
+        return frozenset(b.slot for b in self.kernels[pos].buffers
+                         if b.slot in rings and ring_in_one_memory(self.config, self.schedules[pos], b, outside))
 
     def _rings(self, pos: int) -> dict[int, int]:
         return {} if self.flow is None else {r.place[1]: r.banks for r in self.flow.rings if r.place[0] == pos}

@@ -40,6 +40,7 @@ import numpy as np
 
 from compiler import ir
 from compiler.hw.bram import LUTRAM_BITS, LUTRAM_WORDS, MemoryPlace, ecp5_memory
+from compiler.hw.kernel import ring_stride
 from compiler.hw.pipeline import FANOUT_LEVEL
 
 FEATURES_VERSION = 21
@@ -344,7 +345,10 @@ def design_features(design, *, target: str) -> dict[str, float]:
         # schedule=dataflow: a ring bank is R memories of its own (KernelHW._ring_memory), each
         # built as a bank alone is; counted once, the dataflow MLPs' LUT RAMs were 29% to 48% low
         # (the 64-72-8 MLP at fp_pipeline 3: 34 primitives counted, 68 built)
+        # (a ring the kernel alone reads is one memory of every bank's words, its bank the high
+        # address bits: no selects; design.one_memory_rings)
         rings = {r.place[1]: r.banks for r in design.flow.rings if r.place[0] == pos} if design.flow else {}
+        one_memory = design.one_memory_rings(pos) if rings else frozenset()
         # read ports of each bank (hw/kernel.py's read_ports: loads of a step at distinct
         # addresses); a packed memory is read at its slots' ports
         n_ports = read_ports(design.kernels[pos], design.programs[pos])[1] if pos < len(design.kernels) else {}
@@ -360,6 +364,8 @@ def design_features(design, *, target: str) -> dict[str, float]:
                 depth, width = bk.layout.words, b.width * (len(packed[bank].slots) if bank in packed else 1)
                 addr = max(1, math.ceil(math.log2(max(depth, 2))))
                 copies = rings.get(bank, 1)
+                if bank in one_memory:
+                    depth, copies = ring_stride(depth) * (copies - 1) + depth, 1
 
                 def mem(name: str, v: float, copies=copies) -> None:     # once per memory built
                     add(name, v * copies)

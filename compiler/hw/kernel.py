@@ -187,9 +187,10 @@ def ring_in_one_memory(config: HardwareConfig, schedule: Schedule, b: ir.BufferD
         and read_outside is not None and b.slot not in read_outside
 
 
-def ring_stride(b: ir.BufferDecl) -> int:
-    """Words between the banks of a ring in one memory: the bank's address bits' span."""
-    return 1 << _addr_shape(b.size).width
+def ring_stride(size: int) -> int:
+    """Words between the banks of a ring in one memory: the span of a bank's (`size` words)
+    address bits."""
+    return 1 << _addr_shape(size).width
 
 
 class KernelHW(wiring.Component):
@@ -260,7 +261,7 @@ class KernelHW(wiring.Component):
                     raise ValueError(f"{kernel.name}: buffer {b.slot} rotates through banks, it cannot be packed")
                 R = self.rings[b.slot]
                 if self._ring_in_one_memory(b):
-                    stride = self.ring_strides[b.slot] = ring_stride(b)
+                    stride = self.ring_strides[b.slot] = ring_stride(b.size)
                     banks = (memory.MemoryData(shape=unsigned(b.width), depth=stride * (R - 1) + b.size, init=[]),) * R
                 else:
                     banks = tuple(memory.MemoryData(shape=unsigned(b.width), depth=b.size, init=[]) for _ in range(R))
