@@ -481,7 +481,8 @@ class DataflowTopHW(TopHW):
         it is whenever the copy did not read the cycle before, since it never reads in a beat's
         last cycle) and its own odometer over the source's layout (a counter for a plain one),
         at 0 while idle and advanced as it reads, and the word of its next digits registered, one
-        copy per ADDRESS_GROUP source banks. The word had come through the copy's flag, the
+        copy per ADDRESS_GROUP source banks (from the `on` flag's registers: the word of a lead
+        odometer's own digits, below). The word had come through the copy's flag, the
         odometer's carries and strides and the read enable's multiplexer to every source bank's
         LUT-RAM address: on the fine-tuned KWS network the critical path of two placements in
         three (14.8-15.3 ns of routing). Unless the host reads the source too, no enable: the

@@ -245,7 +245,7 @@ class KernelHW(wiring.Component):
         # mem_tail="lut": the words past the block-RAM rows, in a LUT-RAM memory (hw/tail.py)
         self.tails: dict[int, memory.MemoryData] = {}
         # ring slots: every bank's MemoryData, bank 0 first (bank 0 is also self.memories[slot]);
-        # a ring in one memory (_ring_in_one_memory): that one for every bank, bank k's words
+        # a ring in one memory (ring_in_one_memory): that one for every bank, bank k's words
         # from address k * ring_strides[slot]
         self.ring_memories: dict[int, tuple[memory.MemoryData, ...]] = {}
         self.ring_strides: dict[int, int] = {}

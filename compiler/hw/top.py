@@ -159,8 +159,8 @@ class Odometer:
 
     def __init__(self, m: Module, layout: Layout, name: str, advance, restart,
                  preset: tuple[Value, int] | None = None, init: int = 0):
-        """Digits at 0 after `restart`, else at element `preset[1]`'s after `preset[0]`, else one
-        element on after `advance`; at element `init`'s after a reset."""
+        """Digits at 0 after `restart` (None: never), else at element `preset[1]`'s after
+        `preset[0]`, else one element on after `advance`; at element `init`'s after a reset."""
         self.layout = layout
         dims = layout.dims
 
