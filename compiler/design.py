@@ -215,9 +215,8 @@ class Design:
         """Kernel `pos`'s ring slots built as one memory (hw/kernel.ring_in_one_memory): bank k
         from address k * ring_stride, no choice by bank between the memory and the kernel."""
         rings, outside = self._rings(pos), self._read_outside(pos)
-        written = {slot for kp, slot in self.copied_banks | self.host_written_banks if kp == pos}
-        return frozenset(b.slot for b in self.kernels[pos].buffers if b.slot in rings and
-                         ring_in_one_memory(self.config, self.schedules[pos], b, outside, b.slot in written))
+        return frozenset(b.slot for b in self.kernels[pos].buffers
+                         if b.slot in rings and ring_in_one_memory(self.config, self.schedules[pos], b, outside))
 
     def _rings(self, pos: int) -> dict[int, int]:
         return {} if self.flow is None else {r.place[1]: r.banks for r in self.flow.rings if r.place[0] == pos}

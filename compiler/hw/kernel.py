@@ -176,20 +176,15 @@ class _BankPort:
 
 
 def ring_in_one_memory(config: HardwareConfig, schedule: Schedule, b: ir.BufferDecl,
-                       read_outside: frozenset[int] | None, written_outside: bool) -> bool:
+                       read_outside: frozenset[int] | None) -> bool:
     """Whether ring slot `b` is one memory, its bank the high bits of every address
-    (KernelHW.ring_strides), from FANOUT_LEVEL with clocked reads: a ring the kernel only reads
-    and nothing outside reads (a sample input, a copy's destination), or one the kernel only
-    writes and nothing outside writes (an output ring the host or a copy reads). Built as a
-    memory per bank, the data came through a choice by bank, so no register after it could be a
-    block RAM's output register (the digits CNN in dataflow at target_mhz 200: a ring's block
-    RAM -> the bank choice -> a load, 7.3-7.5 ns, 5.8 of it the block's clock-to-out, its
-    critical path at every seed of three)."""
-    if config.mem_read != "sync" or schedule.level < FANOUT_LEVEL or b.loaded == b.stored:
-        return False
-    if b.loaded:
-        return read_outside is not None and b.slot not in read_outside
-    return not written_outside
+    (KernelHW.ring_strides): a ring the kernel only reads and nothing outside reads, from
+    FANOUT_LEVEL with clocked reads. Built as a memory per bank, the kernel's read data came
+    through a choice by bank, so no load register could be a block RAM's output register (the
+    digits CNN in dataflow at target_mhz 200: a ring's block RAM -> the bank choice -> a load,
+    7.3-7.5 ns, 5.8 of it the block's clock-to-out, its critical path at every seed of three)."""
+    return config.mem_read == "sync" and schedule.level >= FANOUT_LEVEL and b.loaded and not b.stored \
+        and read_outside is not None and b.slot not in read_outside
 
 
 def ring_stride(size: int) -> int:
@@ -428,13 +423,11 @@ class KernelHW(wiring.Component):
         return write, reads
 
     def _ring_in_one_memory(self, b: ir.BufferDecl) -> bool:
-        written = b.slot in self.written_outside or self.host_written is None or b.slot in self.host_written
-        return ring_in_one_memory(self.config, self.schedule, b, self.read_outside, written)
+        return ring_in_one_memory(self.config, self.schedule, b, self.read_outside)
 
     def _one_memory_ring(self, m, b: ir.BufferDecl, domain: str, attrs: dict):
-        """Ring slot `b` as one memory (ring_in_one_memory), each bank's index above the bank's
-        address bits: the kernel uses bank `kbank` (it reads an input ring, writes an output
-        ring), the outside bank `obank` (writes the input ring, reads the output ring at port 0)."""
+        """Ring slot `b` as one memory (_ring_in_one_memory): the outside writes bank `obank`, the
+        kernel reads bank `kbank`, each bank's index above the bank's address bits."""
         slot, ports = b.slot, port_names(b.slot)
         kbank, obank = getattr(self, f"b{slot}_kbank"), getattr(self, f"b{slot}_obank")
         if slot in self.block_reads:
@@ -442,20 +435,14 @@ class KernelHW(wiring.Component):
         mem = memory.Memory(data=self.ring_memories[slot][0], attrs=attrs)
         m.submodules[self.names[slot]] = mem
         wp = mem.write_port()
+        m.d.comb += [wp.addr.eq(Cat(getattr(self, ports["waddr"]), obank)), wp.data.eq(getattr(self, ports["wdata"])),
+                     wp.en.eq(getattr(self, ports["we"]))]
         own_w = _RingWrite(slot, b.width, b.size)
+        m.d.comb += [own_w.addr.eq(0), own_w.data.eq(0), own_w.en.eq(0)]
         own_r = [_BankPort(slot, p, b.width, b.size) for p in range(self.n_read_ports[slot])]
-        rps = [mem.read_port(domain=domain) for _ in own_r]
-        if b.stored:        # the kernel's output: it writes, the outside reads port 0
-            m.d.comb += [wp.addr.eq(Cat(own_w.addr, kbank)), wp.data.eq(own_w.data), wp.en.eq(own_w.en),
-                         rps[0].addr.eq(Cat(getattr(self, ports["raddr"]), obank)),
-                         getattr(self, ports["rdata"]).eq(rps[0].data)]
-            m.d.comb += [rp.addr.eq(Cat(port.addr, kbank)) for port, rp in zip(own_r[1:], rps[1:])]
-        else:               # the kernel's input: the outside writes, the kernel reads
-            m.d.comb += [wp.addr.eq(Cat(getattr(self, ports["waddr"]), obank)),
-                         wp.data.eq(getattr(self, ports["wdata"])), wp.en.eq(getattr(self, ports["we"])),
-                         own_w.addr.eq(0), own_w.data.eq(0), own_w.en.eq(0)]
-            m.d.comb += [rp.addr.eq(Cat(port.addr, kbank)) for port, rp in zip(own_r, rps)]
-        m.d.comb += [port.data.eq(rp.data) for port, rp in zip(own_r, rps)]
+        for port in own_r:
+            rp = mem.read_port(domain=domain)
+            m.d.comb += [rp.addr.eq(Cat(port.addr, kbank)), port.data.eq(rp.data)]
         return own_w, own_r
 
     def _ring_memory(self, m, b: ir.BufferDecl, sync_reads: bool):
