@@ -114,7 +114,8 @@ class Design:
         hw = [KernelHW(k, self.config, self._memory_names(pos), self._external(pos),
                        of(self.copied_banks, pos), self.packs_of(pos), self._read_outside(pos),
                        self._rings(pos), of(self.host_written_banks, pos), schedule=self.schedules[pos],
-                       write_groups=self.write_groups[pos], block_reads=self.block_reads[pos])
+                       write_groups=self.write_groups[pos], block_reads=self.block_reads[pos],
+                       one_memory_rings=self.one_memory_rings[pos])
               for pos, k in enumerate(self.kernels)]
         placed = {(pos, slot): self.banking_of(pos, slot) for pos, k in enumerate(self.source_kernels or self.kernels)
                   for slot in (b.slot for b in k.buffers)}
@@ -171,7 +172,7 @@ class Design:
                 n = max(ports.get(s, 1) for s in (pack.slots if pack else (b.slot,)))
                 plain = pack is None and b.slot not in rings and depth == b.size
                 copies = rings.get(b.slot, 1)
-                if b.slot in self.one_memory_rings(pos):
+                if b.slot in self.one_memory_rings[pos]:
                     depth, copies, plain = ring_stride(b.size) * (copies - 1) + b.size, 1, True    # the kernel's own
                 uses.append(MemoryUse(pos, b.slot, depth, width, n, copies, plain,
                                       ecp5_memory(depth, width, n, enables), pack.slots if pack else (b.slot,)))
@@ -211,12 +212,18 @@ class Design:
                 chosen[u.kernel].add(u.slot)
         return tuple(frozenset(c) for c in chosen)
 
-    def one_memory_rings(self, pos: int) -> frozenset[int]:
-        """Kernel `pos`'s ring slots built as one memory (hw/kernel.ring_in_one_memory): bank k
-        from address k * ring_stride, no choice by bank between the memory and the kernel."""
-        rings, outside = self._rings(pos), self._read_outside(pos)
-        return frozenset(b.slot for b in self.kernels[pos].buffers
-                         if b.slot in rings and ring_in_one_memory(self.config, self.schedules[pos], b, outside))
+    @cached_property
+    def one_memory_rings(self) -> tuple[frozenset[int], ...]:
+        """Per kernel: the ring slots built as one memory (hw/kernel.ring_in_one_memory), bank k
+        from address k * ring_stride, no choice by bank between the memory and the kernel: what
+        KernelHW builds, memory_places places and the estimator counts."""
+        out = []
+        for pos, k in enumerate(self.kernels):
+            rings = self._rings(pos)
+            outside = self._read_outside(pos) if rings else frozenset()
+            out.append(frozenset(b.slot for b in k.buffers if b.slot in rings
+                                 and ring_in_one_memory(self.config, self.schedules[pos], b, outside)))
+        return tuple(out)
 
     def _rings(self, pos: int) -> dict[int, int]:
         return {} if self.flow is None else {r.place[1]: r.banks for r in self.flow.rings if r.place[0] == pos}

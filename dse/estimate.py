@@ -348,7 +348,7 @@ def design_features(design, *, target: str) -> dict[str, float]:
         # (a ring the kernel alone reads is one memory of every bank's words, its bank the high
         # address bits: no selects; design.one_memory_rings)
         rings = {r.place[1]: r.banks for r in design.flow.rings if r.place[0] == pos} if design.flow else {}
-        one_memory = design.one_memory_rings(pos) if rings else frozenset()
+        one_memory = design.one_memory_rings[pos] if pos < len(design.kernels) else frozenset()
         # read ports of each bank (hw/kernel.py's read_ports: loads of a step at distinct
         # addresses); a packed memory is read at its slots' ports
         n_ports = read_ports(design.kernels[pos], design.programs[pos])[1] if pos < len(design.kernels) else {}

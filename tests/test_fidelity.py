@@ -133,7 +133,7 @@ def test_features_count_every_ring_memory_and_the_controller():
     assert f["ring_sel_bits"] > 0 and f["ring_port_bits"] > 0 and "ring_sel_bits" not in g
     # from fp_pipeline 3 a ring the kernel alone reads is one memory of both banks, no selects
     d3 = compile_model(*designs.residual_mlp().outputs, config=HardwareConfig(schedule="dataflow", fp_pipeline=3))
-    merged = sum(len(d3.one_memory_rings(pos)) for pos in range(len(d3.kernels)))
+    merged = sum(len(slots) for slots in d3.one_memory_rings)
     f3 = design_features(d3, target="ecp5")
     assert merged > 0 and f3["banks"] == memories(d3)
     assert f3["ring_sel_bits"] < f["ring_sel_bits"]

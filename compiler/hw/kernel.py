@@ -218,10 +218,14 @@ class KernelHW(wiring.Component):
                  external: frozenset[int] = frozenset(), written_outside: frozenset[int] = frozenset(),
                  packs: tuple = (), read_outside: frozenset[int] | None = None,
                  rings: dict[int, int] | None = None, host_written: frozenset[int] | None = None, *,
-                 schedule: Schedule, write_groups: tuple[tuple, ...] = (), block_reads: frozenset[int] = frozenset()):
+                 schedule: Schedule, write_groups: tuple[tuple, ...] = (), block_reads: frozenset[int] = frozenset(),
+                 one_memory_rings: frozenset[int] = frozenset()):
         self.kernel, self.config = kernel, config
         # slots whose memory goes to block RAM where Yosys would build LUT RAM (Design.block_reads)
         self.block_reads = frozenset(block_reads)
+        # ring slots built as one memory, bank k from address k * ring_strides[slot]
+        # (ring_in_one_memory; Design.one_memory_rings)
+        self.one_memory_rings = frozenset(one_memory_rings)
         # schedule=dataflow: slot -> R, memories that rotate through R banks (hw/dataflow.py)
         self.rings = dict(rings or {})
         self.program: Program = build_program(kernel)
@@ -263,7 +267,7 @@ class KernelHW(wiring.Component):
                 if pack is not None:
                     raise ValueError(f"{kernel.name}: buffer {b.slot} rotates through banks, it cannot be packed")
                 R = self.rings[b.slot]
-                if self._ring_in_one_memory(b):
+                if b.slot in self.one_memory_rings:
                     stride = self.ring_strides[b.slot] = ring_stride(b.size)
                     banks = (memory.MemoryData(shape=unsigned(b.width), depth=stride * (R - 1) + b.size, init=[]),) * R
                 else:
@@ -425,11 +429,8 @@ class KernelHW(wiring.Component):
                               data=getattr(self, ports["wdata"]), width=head.width, registered_read=True)
         return write, reads
 
-    def _ring_in_one_memory(self, b: ir.BufferDecl) -> bool:
-        return ring_in_one_memory(self.config, self.schedule, b, self.read_outside)
-
     def _one_memory_ring(self, m, b: ir.BufferDecl, domain: str, attrs: dict):
-        """Ring slot `b` as one memory (_ring_in_one_memory): the outside writes bank `obank`, the
+        """Ring slot `b` as one memory (ring_in_one_memory): the outside writes bank `obank`, the
         kernel reads bank `kbank`, each bank's index above the bank's address bits."""
         slot, ports = b.slot, port_names(b.slot)
         kbank, obank = getattr(self, f"b{slot}_kbank"), getattr(self, f"b{slot}_obank")

@@ -468,18 +468,18 @@ def run_cxxrtl_stream(design: Design, samples: Sequence[dict], inputs: dict | No
 
 
 def _write_pokes(f, items) -> None:
-    """Pokes as (memory, bit offset, width, words[, first address (0)])."""
+    """Pokes as (memory, bit offset, width, words, first address)."""
     f.write(struct.pack("<I", len(items)))
-    for name, offset, width, w, *first in items:
-        f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<IIQQ", offset, width, *(first or [0]), len(w)))
+    for name, offset, width, w, first in items:
+        f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<IIQQ", offset, width, first, len(w)))
         f.write(np.ascontiguousarray(w, dtype="<u8").tobytes())
 
 
 def _write_reads(f, reads) -> None:
-    """Reads as (memory, bit offset, width, words[, first address (0)])."""
+    """Reads as (memory, bit offset, width, words, first address)."""
     f.write(struct.pack("<I", len(reads)))
-    for name, offset, width, n, *first in reads:
-        f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<IIQQ", offset, width, *(first or [0]), n))
+    for name, offset, width, n, first in reads:
+        f.write(struct.pack("<I", len(name)) + name.encode() + struct.pack("<IIQQ", offset, width, first, n))
 
 
 def _run(design: Design, inputs: dict | None, samples: list[dict], max_cycles: int | None,
@@ -499,7 +499,7 @@ def _run(design: Design, inputs: dict | None, samples: list[dict], max_cycles: i
               and not all(design.is_read(r) for r in design.home_memories(hb.id))}
     homes = [(hb, design.home_memories(hb.id)) for hb in hosts if hb.id not in unread]
     # a bank's parts in order, so its words come back contiguous (ref.depth in all)
-    reads = [(memory_name(ref, name), ref.offset, ref.width, mem.depth)
+    reads = [(memory_name(ref, name), ref.offset, ref.width, mem.depth, ref.first)
              for _, refs in homes for ref in refs for name, _, mem in design.memory_parts(ref)]
     with tempfile.TemporaryDirectory(prefix="tinyhw-cxxrtl-") as tmp:
         work = Path(tmp)
@@ -533,8 +533,8 @@ def _run(design: Design, inputs: dict | None, samples: list[dict], max_cycles: i
     return results
 
 
-def _pokes(design: Design, words: dict[int, np.ndarray]) -> list[tuple[str, int, int, np.ndarray]]:
-    return [(memory_name(ref, name), ref.offset, ref.width, bank[start:start + mem.depth])
+def _pokes(design: Design, words: dict[int, np.ndarray]) -> list[tuple[str, int, int, np.ndarray, int]]:
+    return [(memory_name(ref, name), ref.offset, ref.width, bank[start:start + mem.depth], ref.first)
             for buf, w in words.items() for ref, bank in design.memory_words(buf, w) if design.is_read(ref)
             for name, start, mem in design.memory_parts(ref)]
 
