@@ -175,3 +175,68 @@ def test_a_standardised_onnx_network_runs_int8_through_dse_eval(tmp_path, capsys
     row = eval_model(capsys, spec, "int8")
     assert row["status"] == "OK" and row["correct"] and row["samples"] == 450, row
     assert row["accuracy_float"] > 0.95 and abs(row["accuracy"] - row["accuracy_float"]) <= 0.02
+
+
+def _viewed_cnn(path: Path, head: list[int], flat: list[int]) -> Path:
+    """A CNN as PyTorch exports `x.view(-1, 1, 8, 8)` on flat samples and `h.view(-1, 36)` before
+    its dense layer (Reshape by constant shapes, not Flatten), behind a standardisation of the flat
+    input: x (N, 64) -> Sub -> Mul -> Reshape(head) -> Conv 3x3 (4) -> Relu -> MaxPool ->
+    Reshape(flat) -> Gemm (10)."""
+    rng = np.random.default_rng(2)
+    consts = {"mean": np.full(64, 4.0, np.float32), "k": np.array(1 / 8, np.float32),
+              "head": np.array(head, np.int64), "flat": np.array(flat, np.int64),
+              "conv.w": rng.normal(0, 0.3, (4, 1, 3, 3)).astype(np.float32),
+              "conv.b": rng.normal(0, 0.1, 4).astype(np.float32),
+              "fc.w": rng.normal(0, 0.3, (10, 36)).astype(np.float32), "fc.b": rng.normal(0, 0.1, 10).astype(np.float32)}
+    nodes = [helper.make_node("Sub", ["x", "mean"], ["c"]), helper.make_node("Mul", ["c", "k"], ["s"]),
+             helper.make_node("Reshape", ["s", "head"], ["v"]),
+             helper.make_node("Conv", ["v", "conv.w", "conv.b"], ["h"], kernel_shape=[3, 3]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Reshape", ["p", "flat"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc.w", "fc.b"], ["y"], transB=1)]
+    return save_onnx(path, nodes, consts, ["N", 64], ["N", 10])
+
+
+@pytest.mark.parametrize("head, flat", [([-1, 1, 8, 8], [-1, 36]), ([0, 1, 8, -1], [0, -1])])
+def test_reshapes_of_the_value_are_the_input_s_shape_and_a_flatten(tmp_path, digits, head, flat):
+    """A Reshape before any layer is the shape the first layer reads a sample in; one before a
+    dense layer is a Flatten. The folded network computes the graph (onnx's evaluator)."""
+    path = _viewed_cnn(tmp_path / "cnn.onnx", head, flat)
+    net = read_chain(path)
+    assert net.input_shape == (1, 1, 8, 8)
+    assert [type(layer).__name__ for layer in net.layers] == ["Conv", "MaxPool", "Flatten", "Linear"]
+    x = digits.x_test[:40]
+    want = onnx_reference(path, x)
+    assert np.allclose(net.float_logits(x), want, rtol=1e-4, atol=1e-4)
+    q = net.quantize(dtype="int8", calibration=digits.x_train)
+    assert (q.dequantize(q.reference(q.quantize_input(x))).argmax(1) == want.argmax(1)).mean() >= 0.95
+
+
+def test_a_reshape_that_moves_the_batch_or_unflattens_after_a_layer_is_refused(tmp_path):
+    rng = np.random.default_rng(0)
+    fc = {"fc": rng.normal(0, 0.1, (10, 64)).astype(np.float32)}
+    gemm = helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1)
+    msg = _refused(tmp_path, [helper.make_node("Reshape", ["x", "s"], ["f"]), gemm],
+                   {**fc, "s": np.array([64], np.int64)}, shape=("N", 64))
+    assert msg == ("F: node #0 Reshape (output 'f'): a Reshape to (64,) does not keep the batch axis first (a sample "
+                   "of shape (64,) must stay one sample: (-1, ...) or (N, ...))")
+    msg = _refused(tmp_path, [helper.make_node("Gemm", ["x", "fc"], ["h"], transB=1),
+                              helper.make_node("Reshape", ["h", "s"], ["r"]),
+                              helper.make_node("Conv", ["r", "w"], ["y"], kernel_shape=[1, 1])],
+                   {**fc, "s": np.array([-1, 10, 1, 1], np.int64), "w": np.ones((10, 10, 1, 1), np.float32)},
+                   shape=("N", 64))
+    assert msg == ("F: node #1 Reshape (output 'r'): a Reshape of the value (1, 10) to (1, 10, 1, 1) after a layer; "
+                   "only one to (batch, features), a Flatten, is read there")
+
+
+@pytest.mark.slow
+def test_a_cnn_on_flat_samples_reshaped_runs_int8_through_dse_eval(tmp_path, capsys, digits):
+    """Refused for int8 before Reshape was read ("op Reshape is not supported here"); now every
+    sample simulated is bit-exact against the integer model."""
+    _viewed_cnn(tmp_path / "cnn.onnx", [-1, 1, 8, 8], [-1, 36])
+    spec = model_spec(tmp_path, ["int8"], onnx="cnn.onnx", data={"dataset": "sklearn:digits", "samples": 20})
+    assert main(["validate", str(spec)]) == 0
+    capsys.readouterr()
+    row = eval_model(capsys, spec, "int8")
+    assert row["status"] == "OK" and row["correct"] and row["samples"] == 20, row

@@ -44,7 +44,7 @@ from dse.models.qonnx import (QONNX_DOMAINS, QUANT_OPS, Quantiser, fold_constant
 from dse.models.quantize import Dense, DenseNet
 from dse.models.standardise import InputMap
 
-LAYER_OPS = ("Conv", "Gemm", "MatMul", "Relu", "MaxPool", "Flatten")
+LAYER_OPS = ("Conv", "Gemm", "MatMul", "Relu", "MaxPool", "Flatten", "Reshape")
 # A classifier's last node may turn its scores into probabilities; neither changes which class
 # is highest (a sigmoid of one output: which side of 0.5, the logit's sign), so the chain ends
 # at the logits before it: the hardware's outputs are those, and the host applies the function
@@ -149,6 +149,7 @@ class ChainReader:
         folded = fold_constants(f)
         self.nodes, self.consts, self.grids = folded.nodes, folded.consts, folded.grids
         self.shape: tuple[int, ...] = tuple(f.input_shape)
+        self.input_shape = self.shape        # a sample's shape as the first layer reads it (op_Reshape)
         self.layers: list[Layer] = []
         self.pending: Affine | None = None
         self.open = False
@@ -182,9 +183,9 @@ class ChainReader:
             raise NotDenseChain(f"{self.pending.where}: cannot be folded: no conv or dense layer follows it")
         if not any(isinstance(layer, (Conv, Linear)) for layer in self.layers):
             raise NotDenseChain(f"{self.file.path}: no Conv or dense layer to quantise")
-        imap = None if self.input_map is None else InputMap(self.input_map.scale.reshape(self.file.input_shape),
-                                                            self.input_map.shift.reshape(self.file.input_shape))
-        return LayerNet(tuple(self.file.input_shape), tuple(self.layers), self.input_quant, imap)
+        imap = None if self.input_map is None else InputMap(self.input_map.scale.reshape(self.input_shape),
+                                                            self.input_map.shift.reshape(self.input_shape))
+        return LayerNet(tuple(self.input_shape), tuple(self.layers), self.input_quant, imap)
 
     # -- layers
 
@@ -291,12 +292,35 @@ class ChainReader:
     def op_Flatten(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
         if node.attrs.get("axis", 1) != 1:
             raise NotDenseChain(f"{node.where}: only Flatten(axis=1) is supported")
+        self.flatten()
+
+    def flatten(self) -> None:
         shape = (1, math.prod(self.shape[1:]))
-        if self.pending is not None:
-            self.pending = Affine(self.pending.scale.reshape(shape), self.pending.shift.reshape(shape), self.pending.where)
+        self.reshape_pending(shape)
         if shape != self.shape:
             self.layers.append(Flatten())
             self.shape, self.open = shape, False
+
+    def reshape_pending(self, shape: tuple[int, ...]) -> None:
+        if self.pending is not None:
+            self.pending = Affine(self.pending.scale.reshape(shape), self.pending.shift.reshape(shape), self.pending.where)
+
+    def op_Reshape(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        """A Reshape by a constant shape, the batch axis kept first. Before any layer it is the shape
+        the first layer reads a sample in (a view: the sample's elements keep their order), as
+        `x.view(-1, 1, 8, 8)` at the top of a PyTorch CNN exports; after one it must be a
+        Flatten (`x.view(-1, C * H * W)` before a dense layer)."""
+        if position != 0 or 1 not in consts:
+            raise NotDenseChain(f"{node.where}: expected the chain value reshaped by a constant shape")
+        shape = reshaped(self.shape, consts[1], bool(node.attrs.get("allowzero", 0)), node.where)
+        if not self.layers:
+            self.reshape_pending(shape)
+            self.shape = self.input_shape = shape
+        elif len(shape) == 2:
+            self.flatten()
+        elif shape != self.shape:
+            raise NotDenseChain(f"{node.where}: a Reshape of the value {self.shape} to {shape} after a layer; only one "
+                                "to (batch, features), a Flatten, is read there")
 
     def op_Identity(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
         pass
@@ -442,6 +466,24 @@ class ChainReader:
                                     "any layer (it would quantise the map's output)")
             self.layers[k] = _replace(self.layers[k], out_quant=q)
         self.quantised, self.open = q.where, False
+
+
+def reshaped(shape: tuple[int, ...], target: np.ndarray, allowzero: bool, where: str) -> tuple[int, ...]:
+    """ONNX Reshape's output shape for a value of `shape` (batch 1): a 0 copies the input's
+    dimension (unless `allowzero`), one -1 takes what is left. Refused unless the batch axis
+    stays first (a batch of one sample gives one sample)."""
+    dims = [int(v) for v in np.asarray(target).reshape(-1)]
+    out = [shape[i] if v == 0 and not allowzero and i < len(shape) else v for i, v in enumerate(dims)]
+    size, known = math.prod(shape), math.prod(v for v in out if v != -1)
+    if out.count(-1) > 1 or any(v < -1 for v in out) or (-1 in out and (known == 0 or size % known)) \
+            or (-1 not in out and known != size):
+        raise DataError(f"{where}: a Reshape of a value of shape {shape} to {tuple(dims)}: {BROKEN}")
+    if -1 in out:
+        out[out.index(-1)] = size // known
+    if len(out) < 2 or out[0] != 1:
+        raise NotDenseChain(f"{where}: a Reshape to {tuple(dims)} does not keep the batch axis first (a sample of "
+                            f"shape {shape[1:]} must stay one sample: (-1, ...) or (N, ...))")
+    return tuple(out)
 
 
 def _ident(name: str) -> str:
