@@ -240,3 +240,22 @@ def test_a_cnn_on_flat_samples_reshaped_runs_int8_through_dse_eval(tmp_path, cap
     capsys.readouterr()
     row = eval_model(capsys, spec, "int8")
     assert row["status"] == "OK" and row["correct"] and row["samples"] == 20, row
+
+
+def test_a_reshape_to_the_batch_and_the_rest_computed_from_the_value_s_shape(tmp_path, digits):
+    """`h.view(h.size(0), -1)` exported with a dynamic batch: Shape -> Gather(0) -> Unsqueeze ->
+    Concat with -1 -> Reshape. The shape is evaluated for one sample: a Flatten."""
+    rng = np.random.default_rng(3)
+    consts = {"w": rng.normal(0, 0.3, (4, 1, 3, 3)).astype(np.float32), "fc": rng.normal(0, 0.3, (10, 36)).astype(np.float32),
+              "zero": np.array(0, np.int64), "axes": np.array([0], np.int64), "rest": np.array([-1], np.int64)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Shape", ["p"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+             helper.make_node("Concat", ["n1", "rest"], ["target"], axis=0),
+             helper.make_node("Reshape", ["p", "target"], ["f"]), helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1)]
+    path = save_onnx(tmp_path / "cnn.onnx", nodes, consts, ["N", 1, 8, 8], ["N", 10])
+    net = read_chain(path)
+    assert [type(layer).__name__ for layer in net.layers] == ["Conv", "MaxPool", "Flatten", "Linear"]
+    x = digits.x_test[:20]
+    assert np.allclose(net.float_logits(x), onnx_reference(path, x.reshape(-1, 1, 8, 8)), rtol=1e-4, atol=1e-4)

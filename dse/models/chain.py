@@ -33,6 +33,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -75,7 +76,7 @@ def read_chain(path: Path) -> LayerNet:
     raises NotDenseChain naming the first node that does not fit."""
     f = read_onnx(Path(path))
     reader = ChainReader(f)
-    for node, position, consts in chain_nodes(f, reader.nodes, reader.consts):
+    for node, position, consts in chain_nodes(f, reader.nodes, reader.consts, lambda: reader.shape):
         reader.node(node, position, consts)
     return reader.finish()
 
@@ -112,12 +113,26 @@ def read_net(path: Path) -> "DenseNet | LayerNet":
     return net
 
 
-def chain_nodes(f: OnnxFile, nodes: tuple[Node, ...], consts: dict[str, np.ndarray]):
+def chain_nodes(f: OnnxFile, nodes: tuple[Node, ...], consts: dict[str, np.ndarray],
+                shape: Callable[[], tuple[int, ...]] | None = None):
     """(node, position of the chain value among its inputs, its constant inputs by position)
     for every node of `nodes` (f's, its constants evaluated: `consts`), checked to be a chain
-    on the graph's input."""
+    on the graph's input. With `shape` (the chain value's shape, batch 1, as the reader has it
+    when the node comes), the computation of a Reshape's shape from the value's `Shape`, as
+    PyTorch exports `x.view(x.size(0), -1)` with a dynamic batch, is evaluated into `consts`
+    (SHAPE_OPS) instead of being read as the chain: the batch is one sample."""
     current = f.input
     for node in nodes:
+        if shape is not None and node.op == "Shape" and not node.domain and node.inputs[0] == current:
+            dims = np.array(shape(), np.int64)
+            start, end = node.attrs.get("start", 0), node.attrs.get("end")
+            consts[node.outputs[0]] = dims[start:end]
+            continue
+        if shape is not None and node.op in SHAPE_OPS and not node.domain and current not in node.inputs \
+                and all(i in consts and np.asarray(consts[i]).dtype.kind in "iu" for i in node.inputs if i):
+            consts[node.outputs[0]] = SHAPE_OPS[node.op](node, [np.asarray(consts[i]) if i else None
+                                                                for i in node.inputs])
+            continue
         if current not in node.inputs:
             raise NotDenseChain(f"{node.where}: not a chain (it does not read {current!r})")
         others = {i: name for i, name in enumerate(node.inputs) if name and name != current}
@@ -466,6 +481,46 @@ class ChainReader:
                                     "any layer (it would quantise the map's output)")
             self.layers[k] = _replace(self.layers[k], out_quant=q)
         self.quantised, self.open = q.where, False
+
+
+def _axes(node: Node, args: list) -> list[int]:
+    """A node's `axes`: its second input (opset 13 on) or its attribute."""
+    axes = args[1] if len(args) > 1 and args[1] is not None else node.attrs.get("axes", [])
+    return [int(a) for a in np.asarray(axes).reshape(-1)]
+
+
+def _unsqueeze(node: Node, args: list) -> np.ndarray:
+    out = args[0]
+    ndim = out.ndim + len(_axes(node, args))
+    for a in sorted(a % ndim for a in _axes(node, args)):
+        out = np.expand_dims(out, a)
+    return out
+
+
+def _slice(node: Node, args: list) -> np.ndarray:
+    x = args[0]
+    starts, ends = (np.asarray(a).reshape(-1) for a in args[1:3])
+    axes = np.asarray(args[3]).reshape(-1) if len(args) > 3 and args[3] is not None else np.arange(len(starts))
+    steps = np.asarray(args[4]).reshape(-1) if len(args) > 4 and args[4] is not None else np.ones(len(starts), int)
+    index = [slice(None)] * x.ndim
+    for a, b, e, st in zip(axes, starts, ends, steps):
+        index[int(a)] = slice(*slice(int(b), int(e), int(st)).indices(x.shape[int(a)]))
+    return x[tuple(index)]
+
+
+# What the shape of a Reshape is computed with from the value's Shape (chain_nodes): numpy on
+# small integer vectors (only integer constants: a float one is a weight, folded elsewhere)
+SHAPE_OPS = {
+    "Gather": lambda node, a: np.take(a[0], a[1], axis=int(node.attrs.get("axis", 0))),
+    "Unsqueeze": _unsqueeze,
+    "Squeeze": lambda node, a: np.squeeze(a[0], axis=tuple(_axes(node, a)) or None),
+    "Concat": lambda node, a: np.concatenate([np.atleast_1d(v) for v in a if v is not None],
+                                             axis=int(node.attrs["axis"])),
+    "Slice": _slice,
+    "Cast": lambda node, a: a[0],
+    "Mul": lambda node, a: a[0] * a[1],
+    "Div": lambda node, a: a[0] // a[1] if a[0].dtype.kind in "iu" else a[0] / a[1],
+}
 
 
 def reshaped(shape: tuple[int, ...], target: np.ndarray, allowzero: bool, where: str) -> tuple[int, ...]:
