@@ -868,6 +868,10 @@ def _timing(ctx: EvalContext, run: _Run, netlist_path: str, design) -> None:
                 pnr_device=rep.device, pnr_package=rep.package or None, nextpnr_version=rep.nextpnr_version,
                 pnr_speed_grade=rep.speed_grade, pnr_critical_path=rep.critical_path or None,
                 **{f"pnr_{k}": v for k, v in options.items()})
+        if config.target_mhz and rep.fmax_mhz and rep.fmax_mhz < config.target_mhz:
+            # the knob places registers for the clock; whether placement reaches it is this run's answer
+            run.notes.append(f"placed and routed at {rep.fmax_mhz:.1f} MHz, below target_mhz {config.target_mhz:g}"
+                             + (f" (critical path {rep.critical_path})" if rep.critical_path else ""))
     if not rep.fits:
         if run.fields.get("error"):
             run.notes.append(rep.reason)

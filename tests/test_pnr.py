@@ -349,6 +349,34 @@ def test_the_specs_timing_settings_reach_nextpnr(tmp_path, cache, monkeypatch):
 
 
 @pytest.mark.slow
+def test_a_clock_below_target_mhz_is_said_in_the_row(tmp_path, cache, monkeypatch):
+    # nextpnr aims at target_mhz; a placement that falls short is the row's answer, said in a
+    # note with its critical path (a stand-in for nextpnr gives the figures)
+    from dse.evaluate import Status, evaluate
+    from dse.frozen import FrozenMap
+    from dse.spec import DesignPoint, parse_spec
+    fmax = {}
+
+    def fake(netlist_path, target, workdir, timeout=None, **options):
+        return TimingReport(True, fmax["mhz"], "LFE5U-25F", "CABGA381", target, freq_mhz=options["freq_mhz"],
+                            critical_path="a -> b: 8.0 ns (routing 6.5)")
+    monkeypatch.setattr(compiler.pnr.timing, "place_and_route", fake)
+    spec = parse_spec({"study": "timing", "target": "ecp5", "stage_timeout_s": 120, "timing": True,
+                       "models": [{"name": "g", "builtin": "gemv", "params": {"M": 4, "K": 8}}],
+                       "dtypes": ["int8"], "knobs": {"target_mhz": [150], "fp_pipeline": [3]}, "objectives": ["latency_us", "luts"],
+                       "search": {"sampler": "grid"}})
+    point = DesignPoint("g", "int8", FrozenMap({"target_mhz": 150, "fp_pipeline": 3}))
+    fmax["mhz"] = 125.0
+    m = evaluate(spec, point, tmp_path / "short")
+    assert m.status is Status.OK and m.fmax_mhz == 125.0 and m.pnr_freq_mhz == 150.0
+    assert ("placed and routed at 125.0 MHz, below target_mhz 150 (critical path a -> b: 8.0 ns (routing 6.5))"
+            in m.notes)
+    fmax["mhz"] = 161.0
+    m = evaluate(spec, point, tmp_path / "met")
+    assert m.fmax_mhz == 161.0 and not any("below target_mhz" in n for n in m.notes)
+
+
+@pytest.mark.slow
 def test_several_placers_and_seeds_keep_the_fastest_run(tmp_path, cache, monkeypatch):
     # `placer` and `seed` lists: every combination placed and routed in a folder of its own, the
     # fastest run that fits is the row's, with its placer and seed; a note lists every run
