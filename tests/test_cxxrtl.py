@@ -335,3 +335,30 @@ def test_prepare_rtlil_drops_src_and_zero_meminit_only():
     kept = cxxrtl.prepare_rtlil(text)
     assert "\\src" not in kept
     assert kept.count("$meminit_v2") == 1 and "8'00010010" in kept
+
+
+@pytest.mark.slow
+def test_a_register_of_a_constant_that_drives_a_kernel_port_builds(tmp_path, capsys):
+    """A dataflow CNN with constant weights (conv 3x3, overlapping 3x3/2 max-pool, conv 2x2, dense):
+    a ring bank's landing write address is a register of a constant 0 whose output, and the
+    kernel port it drives, both carry its init attribute; Yosys's opt_dff turned it into the
+    constant and opt_clean stopped on "Conflicting init values" until the passes cleaned first
+    (cxxrtl.YOSYS_PASSES). Every sample bit-exact, cycles as modelled."""
+    from onnx import helper
+    from helpers import eval_model, model_spec, save_onnx
+    rng = np.random.default_rng(5)
+
+    def w(*shape):
+        return rng.normal(0, 0.3, shape).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "c1"], ["h"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], strides=[2, 2]),
+             helper.make_node("Conv", ["p", "c2", "b2"], ["h2"], kernel_shape=[2, 2]), helper.make_node("Relu", ["h2"], ["r2"]),
+             helper.make_node("Flatten", ["r2"], ["f"]), helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1)]
+    save_onnx(tmp_path / "cnn.onnx", nodes, {"c1": w(4, 1, 3, 3), "c2": w(5, 4, 2, 2), "b2": w(5), "fc": w(10, 20)},
+              ["N", 1, 8, 8], ["N", 10])
+    spec = model_spec(tmp_path, ["int8"], onnx="cnn.onnx", data={"dataset": "sklearn:digits", "samples": 12})
+    row = eval_model(capsys, spec, "int8", "--set", "schedule=dataflow", "--set", "weights=constant", "--set", "lanes=64",
+                     "--set", "reduce_unroll=64", "--set", "fp_pipeline=3", "--set", "target_mhz=150")
+    assert row["status"] == "OK" and row["correct"] and row["samples"] == 12, row
+    assert row["cycles"] == row["cycles_model"]

@@ -54,7 +54,11 @@ CXXRTL_OPTIONS = ("-O6", "-g1")
 # behaviour). `opt -fast` halves g++ time on the fp32 GEMV (6 s -> 2 s CPU); `splitnets -driver`
 # last, so no wire has several drivers: then CXXRTL finds no feedback and eval() settles in one
 # pass, which the driver's one-eval-per-cycle loop needs (`wreduce` after it brings feedback back).
-YOSYS_PASSES = ("hierarchy -top top", "proc", "flatten", "opt -fast", "splitnets -driver")
+# `opt_clean` first, as synth_ecp5 does: it unifies the init attributes a register's output and
+# its aliases (a kernel's port it drives) both carry; without it, opt_dff turned a register of a
+# constant into that constant and opt_clean then stopped on "Conflicting init values" (a dataflow
+# CNN with constant weights: a ring bank's 1-bit landing write address, always 0).
+YOSYS_PASSES = ("hierarchy -top top", "proc", "flatten", "opt_clean", "opt -fast", "splitnets -driver")
 CXX_FLAGS = ("-std=c++17", "-O1")
 # A design of more than LARGE_RTLIL characters is compiled at -O0: g++'s optimiser takes time
 # that grows faster than the code, and such a design (a network fully unrolled, a large fold)
