@@ -96,6 +96,22 @@ def _work_bound(bounds: tuple[list[int], list[int]], base: int, lanes: int, unro
     return base / (lanes * unroll) * pad(inner, lanes) * pad(reduces, unroll)
 
 
+def _why_parallel(kernel: ir.KernelIR) -> str:
+    """What bounds a layer's parallelism, for the message of a target it cannot meet: lanes split
+    only its innermost output loops and reduce_unroll only its innermost reductions (a conv's
+    output row and kernel row, not its channels)."""
+    def innermost(axis: ir.Axis) -> list[int]:
+        loops = [l for l in kernel.loops.values() if l.axis is axis]
+        return [l.bound for l in loops if not any(o is not l and _inside(o, l, kernel) for o in loops)]
+    lanes, unroll = innermost(ir.Axis.OUTPUT), innermost(ir.Axis.REDUCE)
+    if not lanes and not unroll:
+        return ""
+    most = max(lanes, default=1) * max(unroll, default=1)
+    return (f" (lanes split only its innermost output loop, of {'/'.join(map(str, lanes)) or 'none'}, and "
+            f"reduce_unroll only its innermost reduction, of {'/'.join(map(str, unroll)) or 'none'}: at most "
+            f"{most} products a cycle)")
+
+
 def _inside(inner: ir.Loop, outer: ir.Loop, kernel: ir.KernelIR) -> bool:
     from .passes.rewrite import inner_loops
     return any(l.id == inner.id for l in inner_loops(outer))
@@ -179,7 +195,8 @@ def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig,
                 best = _fastest(k, config, lists[i])
                 worst = max([best] + [_fastest(kk, config, lists[j]) for j, kk in enumerate(kernels) if j != i])
                 raise CompileError(f"fold=auto: no folding reaches target_interval={target} cycles: layer "
-                                   f"{i} ({k.name}) takes at least {best} cycles; the closest interval is {worst}")
+                                   f"{i} ({k.name}) takes at least {best} cycles{_why_parallel(k)}; the closest "
+                                   f"interval is {worst}")
             picks.append(pick)
         if flow is not None:
             picks = _in_place(flow, lists, picks, target)

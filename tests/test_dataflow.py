@@ -105,8 +105,11 @@ def _cheaper(pairs: list[tuple[int, int]], parallelism: int) -> list[tuple[int, 
 
 def test_fold_auto_says_the_closest_interval_when_the_target_is_out_of_reach():
     x, y = _mlp([16, 8, 4])
-    with pytest.raises(CompileError, match=r"no folding reaches target_interval=1 cycles.*closest interval is \d+"):
+    with pytest.raises(CompileError, match=r"no folding reaches target_interval=1 cycles.*closest interval is \d+") as e:
         compile_model(y, config=HardwareConfig(schedule="dataflow", fold="auto", target_interval=1), stream=x)
+    # and why: what the knobs can unroll of the layer (its 8 outputs, its sum of 16)
+    assert ("(lanes split only its innermost output loop, of 8, and reduce_unroll only its innermost reduction, of "
+            "16: at most 128 products a cycle)") in str(e.value)
 
 
 @pytest.mark.parametrize("schedule", ["sequential", "dataflow"])
