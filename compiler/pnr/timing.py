@@ -474,6 +474,16 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
         pkg = package or dev.package_for(pins) or dev.packages[-1][0]
 
         def placed(settings: dict) -> TimingReport:
+            try:
+                return place(settings)
+            except ToolError as exc:     # a nextpnr run's own limit is what the call had left
+                if timeout is None or not exc.reason.startswith("timed out"):
+                    raise
+                first = " (a first placement, to regroup copies, included)" if regroup and target == "ecp5" else ""
+                raise ToolError(exc.tool, f"timed out: place-and-route's time limit of {timeout:.0f} s ran out{first}",
+                                exc.log_tail, exc.log_path) from exc
+
+        def place(settings: dict) -> TimingReport:
             argv = nextpnr_argv(dev, pkg, top=top, clock=clock, **settings)
             run_dir = workdir / dev.name
             body, first_s, moved, twins = data, 0.0, 0, 0
