@@ -259,3 +259,61 @@ def test_a_reshape_to_the_batch_and_the_rest_computed_from_the_value_s_shape(tmp
     assert [type(layer).__name__ for layer in net.layers] == ["Conv", "MaxPool", "Flatten", "Linear"]
     x = digits.x_test[:20]
     assert np.allclose(net.float_logits(x), onnx_reference(path, x.reshape(-1, 1, 8, 8)), rtol=1e-4, atol=1e-4)
+
+
+def _pooled_cnn(path: Path, pool: str) -> Path:
+    """Conv 3x3 (6) -> Relu -> an average pool (`pool`: GlobalAveragePool, a 2x2 AveragePool, or
+    ReduceMean over H and W) -> [Flatten] -> Mul (a scale after the pool) -> Gemm (10)."""
+    rng = np.random.default_rng(4)
+    consts = {"w": rng.normal(0, 0.3, (6, 1, 3, 3)).astype(np.float32), "b": rng.normal(0, 0.1, 6).astype(np.float32),
+              "k": np.array(0.5, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3]), helper.make_node("Relu", ["c"], ["r"])]
+    if pool == "global":
+        nodes += [helper.make_node("GlobalAveragePool", ["r"], ["p"]), helper.make_node("Flatten", ["p"], ["f"])]
+        features = 6
+    elif pool == "mean":
+        nodes += [helper.make_node("ReduceMean", ["r"], ["f"], axes=[2, 3], keepdims=0)]   # opset 17: an attribute
+        features = 6
+    else:
+        nodes += [helper.make_node("AveragePool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+                  helper.make_node("Flatten", ["p"], ["f"])]
+        features = 6 * 3 * 3
+    consts |= {"fc": rng.normal(0, 0.5, (10, features)).astype(np.float32), "fb": rng.normal(0, 0.1, 10).astype(np.float32)}
+    nodes += [helper.make_node("Mul", ["f", "k"], ["s"]), helper.make_node("Gemm", ["s", "fc", "fb"], ["y"], transB=1)]
+    return save_onnx(path, nodes, consts, ["N", 1, 8, 8], ["N", 10])
+
+
+@pytest.mark.parametrize("pool", ["global", "mean", "window"])
+def test_an_average_pool_folds_into_the_dense_layer_after_it(tmp_path, digits, pool):
+    """Exact in real arithmetic: the dense layer reads the value before the pool, flattened, each
+    weight spread over the elements it averaged (36 or 4 of them a channel)."""
+    path = _pooled_cnn(tmp_path / "cnn.onnx", pool)
+    net = read_chain(path)
+    assert [type(layer).__name__ for layer in net.layers] == ["Conv", "Flatten", "Linear"]
+    assert net.layers[-1].W.shape == (10, 6 * 6 * 6)
+    x = digits.x_test[:40]
+    want = onnx_reference(path, x.reshape(-1, 1, 8, 8))
+    assert np.allclose(net.float_logits(x), want, rtol=1e-4, atol=1e-4)
+    q = net.quantize(dtype="int8", calibration=digits.x_train)
+    assert (q.dequantize(q.reference(q.quantize_input(x))).argmax(1) == want.argmax(1)).mean() >= 0.9
+
+
+def test_an_average_pool_not_followed_by_a_dense_layer_is_refused(tmp_path):
+    rng = np.random.default_rng(0)
+    consts = {"w": rng.normal(0, 0.3, (2, 1, 3, 3)).astype(np.float32), "w2": rng.normal(0, 0.3, (2, 2, 2, 2)).astype(np.float32),
+              "fc": rng.normal(0, 0.1, (10, 2)).astype(np.float32)}
+    msg = _refused(tmp_path, [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3]),
+                              helper.make_node("AveragePool", ["c"], ["p"], kernel_shape=[2, 2]),
+                              helper.make_node("Conv", ["p", "w2"], ["c2"], kernel_shape=[2, 2]),
+                              helper.make_node("Flatten", ["c2"], ["f"]), helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1)],
+                   consts)
+    assert msg == ("F: node #2 Conv (output 'c2'): a Conv after an average pool; the pool is read only where a dense "
+                   "layer follows it (a Flatten, a Reshape or affine maps between), and folds into it")
+
+
+@pytest.mark.slow
+def test_a_cnn_with_a_global_average_pool_runs_int8_through_dse_eval(tmp_path, capsys, digits):
+    _pooled_cnn(tmp_path / "cnn.onnx", "global")
+    spec = model_spec(tmp_path, ["int8"], onnx="cnn.onnx", data={"dataset": "sklearn:digits", "samples": 20})
+    row = eval_model(capsys, spec, "int8")
+    assert row["status"] == "OK" and row["correct"] and row["samples"] == 20, row

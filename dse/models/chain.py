@@ -45,7 +45,8 @@ from dse.models.qonnx import (QONNX_DOMAINS, QUANT_OPS, Quantiser, fold_constant
 from dse.models.quantize import Dense, DenseNet
 from dse.models.standardise import InputMap
 
-LAYER_OPS = ("Conv", "Gemm", "MatMul", "Relu", "MaxPool", "Flatten", "Reshape")
+LAYER_OPS = ("Conv", "Gemm", "MatMul", "Relu", "MaxPool", "Flatten", "Reshape", "AveragePool", "GlobalAveragePool",
+             "ReduceMean")
 # A classifier's last node may turn its scores into probabilities; neither changes which class
 # is highest (a sigmoid of one output: which side of 0.5, the logit's sign), so the chain ends
 # at the logits before it: the hardware's outputs are those, and the host applies the function
@@ -53,6 +54,9 @@ LAYER_OPS = ("Conv", "Gemm", "MatMul", "Relu", "MaxPool", "Flatten", "Reshape")
 OUTPUT_OPS = ("Softmax", "LogSoftmax", "Sigmoid")
 FOLDED_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Identity", "Dropout")
 CHAIN_OPS = LAYER_OPS + FOLDED_OPS + OUTPUT_OPS + QUANT_OPS
+# what may come between an average pool and the dense layer it folds into (ChainReader.average)
+AFTER_AVERAGE = ("Flatten", "Reshape", "Gemm", "MatMul", "Relu", "Identity", "Dropout", "Add", "Sub", "Mul", "Div",
+                 "BatchNormalization")
 
 
 @dataclass(frozen=True)
@@ -173,6 +177,9 @@ class ChainReader:
         self.input_quant: Quantiser | None = None
         self.input_map: Affine | None = None
         self.ended: str | None = None        # the output function (OUTPUT_OPS) the chain ended at
+        # an average pool since the last layer, as the matrix that maps the flattened value before
+        # it to the flattened pooled value: folded into the dense layer that must come next
+        self.averaged: np.ndarray | None = None
 
     def node(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
         if self.ended is not None and node.op not in ("Identity", "Flatten"):
@@ -184,6 +191,9 @@ class ChainReader:
         if node.domain in QONNX_DOMAINS and node.op in ("FloatQuant", "Trunc"):
             raise NotDenseChain(f"{node.where}: the QONNX quantiser {node.op} is not built (Quant/IntQuant and "
                                 "BipolarQuant on weights are)")
+        if self.averaged is not None and node.op not in AFTER_AVERAGE:
+            raise NotDenseChain(f"{node.where}: a {node.op} after an average pool; the pool is read only where a dense "
+                                "layer follows it (a Flatten, a Reshape or affine maps between), and folds into it")
         handler = getattr(self, f"op_{node.op}", None) if node.domain in ("", *QONNX_DOMAINS) else None
         if handler is None or (node.domain and node.op not in QUANT_OPS) or (not node.domain and node.op in
                                                                              ("Quant", "IntQuant", "BipolarQuant")):
@@ -269,14 +279,33 @@ class ChainReader:
         if len(self.shape) != 2:
             raise NotDenseChain(f"{node.where}: a dense layer of {W.shape[1]} inputs on a value of shape {self.shape} "
                                 "(a Flatten before it?)")
-        self.add_layer(node, Linear(np.ascontiguousarray(W), np.asarray(b, np.float64).copy(), grid=grid,
-                                    name=_ident(node.inputs[1])))
+        layer = Linear(np.ascontiguousarray(W), np.asarray(b, np.float64).copy(), grid=grid, name=_ident(node.inputs[1]))
+        if self.averaged is not None:
+            # the average pool before it folds in (exact in real arithmetic): the layer reads the
+            # value before the pool, flattened, each weight spread over the elements it averaged
+            if grid is not None:
+                raise NotDenseChain(f"{node.where}: quantised weights after an average pool (the pool would change "
+                                    "the file's integers)")
+            if self.pending is not None:
+                layer = fold_input(layer, self.pending, node.where)
+                self.pending = None
+            layer = _replace(layer, W=np.ascontiguousarray(layer.W @ self.averaged))
+            if not self.layers or not isinstance(self.layers[-1], Flatten):
+                self.layers.append(Flatten())
+            self.averaged = None
+        self.add_layer(node, layer)
         self.shape = (1, len(W))
 
     def last_compute(self) -> int | None:
         return next((j for j in range(len(self.layers) - 1, -1, -1) if isinstance(self.layers[j], (Conv, Linear))), None)
 
     def op_Relu(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        if self.averaged is not None and self.pending is None:
+            k = self.last_compute()
+            if k is not None and self.layers[k].relu:
+                return           # an average of values a ReLU made non-negative is non-negative
+            raise NotDenseChain(f"{node.where}: a Relu after an average pool of values no ReLU bounded (it would not "
+                                "fold into the dense layer after it)")
         if self.pending is not None:
             raise NotDenseChain(f"{self.pending.where}: cannot be folded: a Relu ({node.where}) follows it before "
                                 "any conv or dense layer")
@@ -313,8 +342,58 @@ class ChainReader:
         shape = (1, math.prod(self.shape[1:]))
         self.reshape_pending(shape)
         if shape != self.shape:
-            self.layers.append(Flatten())
+            if self.averaged is None:       # else the dense layer flattens the value before the pool
+                self.layers.append(Flatten())
             self.shape, self.open = shape, False
+
+    # -- average pools, folded into the dense layer after them
+
+    def op_GlobalAveragePool(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        if len(self.shape) != 4:
+            raise NotDenseChain(f"{node.where}: a global average pool of a (N, C, H, W) value is read, not of {self.shape}")
+        self.average(node, self.shape[2:], (1, 1), (*self.shape[:2], 1, 1))
+
+    def op_AveragePool(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        opts = node.attrs
+        kernel = tuple(int(v) for v in opts["kernel_shape"])
+        if any(int(p) for p in opts.get("pads", ())) or opts.get("ceil_mode", 0) or len(kernel) != 2 \
+                or len(self.shape) != 4 or opts.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET") \
+                or any(d != 1 for d in opts.get("dilations", (1, 1))):
+            raise NotDenseChain(f"{node.where}: only 2-D average pools without padding, dilation or ceil_mode are read")
+        stride = tuple(int(v) for v in opts.get("strides", kernel))
+        self.average(node, kernel, stride, (*self.shape[:2], (self.shape[2] - kernel[0]) // stride[0] + 1,
+                                            (self.shape[3] - kernel[1]) // stride[1] + 1))
+
+    def op_ReduceMean(self, node: Node, position: int, consts: dict[int, np.ndarray]) -> None:
+        """The mean over a (N, C, H, W) value's H and W (`x.mean((2, 3))`): a global average pool,
+        flattened unless `keepdims`."""
+        axes = consts[1] if 1 in consts else node.attrs.get("axes")
+        axes = sorted(int(a) % len(self.shape) for a in np.asarray(axes).reshape(-1)) if axes is not None else None
+        if position != 0 or len(self.shape) != 4 or axes != [2, 3]:
+            raise NotDenseChain(f"{node.where}: a ReduceMean is read over the H and W axes of a (N, C, H, W) value only")
+        self.average(node, self.shape[2:], (1, 1), (*self.shape[:2], 1, 1))
+        if not node.attrs.get("keepdims", 1):
+            self.flatten()
+
+    def average(self, node: Node, kernel: tuple[int, ...], stride: tuple[int, ...], shape: tuple[int, ...]) -> None:
+        """An average pool of `kernel` at `stride` to `shape` (a global one: the whole image):
+        the matrix it is, from the value flattened to the pooled value flattened (self.averaged)."""
+        if self.averaged is not None or self.quantised is not None:
+            raise NotDenseChain(f"{node.where}: an average pool after another, or after a quantiser of the value")
+        _, C, H, W = self.shape
+        _, _, Ho, Wo = shape
+        M = np.zeros((C * Ho * Wo, C * H * W))
+        for c, i, j in np.ndindex(C, Ho, Wo):
+            for u, v in np.ndindex(*kernel):
+                M[(c * Ho + i) * Wo + j, (c * H + i * stride[0] + u) * W + j * stride[1] + v] = 1.0 / math.prod(kernel)
+        if self.pending is not None:         # a per-channel map commutes with the average
+            a, c = per_channel(self.pending.scale), per_channel(self.pending.shift)
+            if a is None or c is None:
+                raise NotDenseChain(f"{self.pending.where}: cannot be folded through the average pool {node.where}: it "
+                                    "needs one scale and one shift per channel")
+            self.pending = Affine(np.broadcast_to(a.reshape(1, -1, 1, 1), shape),
+                                  np.broadcast_to(c.reshape(1, -1, 1, 1), shape), self.pending.where)
+        self.averaged, self.shape, self.open = M, shape, False
 
     def reshape_pending(self, shape: tuple[int, ...]) -> None:
         if self.pending is not None:
@@ -328,7 +407,7 @@ class ChainReader:
         if position != 0 or 1 not in consts:
             raise NotDenseChain(f"{node.where}: expected the chain value reshaped by a constant shape")
         shape = reshaped(self.shape, consts[1], bool(node.attrs.get("allowzero", 0)), node.where)
-        if not self.layers:
+        if not self.layers and self.averaged is None:
             self.reshape_pending(shape)
             self.shape = self.input_shape = shape
         elif len(shape) == 2:
