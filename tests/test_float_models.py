@@ -96,3 +96,22 @@ def test_gemv_128x784_bit_exact_and_close_to_tinygrad(dtype):
     # the figures are printed by bench/bench_float_accuracy.py
     err = np.max(np.abs(got.astype(np.float64) - np.asarray(ref, np.float64)))
     assert err <= 784 * 2.0 ** -23 * np.max(np.abs(ref))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16", "fp8e4m3"])
+def test_a_trained_float_network_with_tree_sums_is_checked_in_tree_order(dtype):
+    """fp_sum=tree with reduce_unroll 4: each sample bit-exact against the network's golden model
+    summing in the hardware's trees (DenseNet.reference `trees`, zoo.tree_sum); it summed in order
+    before, so every sample of such a point failed its check."""
+    from pathlib import Path
+    from dse.models.accuracy import run_samples
+    from dse.models.data import DataSpec, load_dataset, read_weights
+    from dse.models.quantize import DenseNet
+    net = DenseNet.from_arrays(read_weights(Path(__file__).resolve().parent.parent / "models" / "digits_mlp.npz"))
+    data = load_dataset(DataSpec(dataset="sklearn:digits", samples=6))
+    config = HardwareConfig(lanes=2, reduce_unroll=4, fp_sum="tree", fp_pipeline=3)
+    r = run_samples(net=net, dtype=dtype, data=data, config=config)
+    assert r.samples == 6 and r.cycles == r.cycles_model
+    x = data.x_test.reshape(len(data.x_test), -1)
+    assert not np.array_equal(net.reference("fp32", x, trees=[4, 4]), net.reference("fp32", x)) or dtype != "fp32"

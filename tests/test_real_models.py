@@ -429,13 +429,13 @@ def test_an_onnx_cnn_runs_whole_and_scores_like_numpy(tmp_path, capsys, digits, 
 
 
 @pytest.mark.parametrize("dtype, op, message", [
-    ("int8", "AveragePool", "models[0].onnx: dtype int8: the tool's post-training quantisation covers chains of "
-                            "convolutions, max-pools and dense layers, and {tmp}/cnn.onnx: node #2 AveragePool (output "
-                            "'p'): op AveragePool is not supported here (the quantiser takes: Conv, Gemm, MatMul, Relu, "
-                            "MaxPool, Flatten, Add, Sub, Mul, Div, BatchNormalization, Identity, Dropout, Softmax, LogSoftmax, "
-                            "Sigmoid, Quant, "
-                            "IntQuant, BipolarQuant, QuantizeLinear, DequantizeLinear, Clip); run this graph in fp32, "
-                            "fp16 or bf16"),
+    ("int8", "LpPool", "models[0].onnx: dtype int8: the tool's post-training quantisation covers chains of "
+                       "convolutions, max-pools and dense layers, and {tmp}/cnn.onnx: node #2 LpPool (output "
+                       "'p'): op LpPool is not supported here (the quantiser takes: Conv, Gemm, MatMul, Relu, "
+                       "MaxPool, Flatten, Reshape, AveragePool, GlobalAveragePool, ReduceMean, Add, Sub, Mul, Div, "
+                       "BatchNormalization, Identity, Dropout, Softmax, LogSoftmax, Sigmoid, Quant, "
+                       "IntQuant, BipolarQuant, QuantizeLinear, DequantizeLinear, Clip); run this graph in fp32, "
+                       "fp16 or bf16"),
     ("fp32", "NoSuchPool", "models[0].onnx: {tmp}/cnn.onnx: node #2 NoSuchPool (output 'p'): tinygrad's ONNX importer "
                            "has no op NoSuchPool"),
 ])

@@ -104,7 +104,7 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
         xs = zoo.round_float(net.host_input(x), dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
         built, arrays = net.built(dtype), net.arrays(dtype)
         semantics = (config or HardwareConfig()).fp_semantics
-        reference = net.reference(dtype, x) if is_fp8(dtype) else net.reference(dtype, x, semantics)
+        reference = None                # after the compile: the order of its sums is the design's
         to_float = lambda v: np.asarray(v, np.float64)     # noqa: E731
     else:
         raise ValueError(f"dtype {dtype!r}: a float model runs in a signed integer format (quantised) or a float dtype")
@@ -114,6 +114,10 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
     # the ranges the evaluation's design is built with (every input comes from the quantiser here)
     design = compile_model(built.forward(*tensors), config=config, stream=x_tensor,
                            input_ranges=zoo.declared_ranges(built, tensors, None, frozenset(built.inputs)))
+    if reference is None:
+        trees = _sum_trees(design, net)
+        kw = {"trees": trees} if trees else {}
+        reference = net.reference(dtype, x, **kw) if is_fp8(dtype) else net.reference(dtype, x, semantics, **kw)
     runs = simulate_many(design, [{x_tensor: s} for s in xs], backend=backend)   # a dataflow design streams them
     logits = np.stack([np.asarray(r.outputs[0]).reshape(-1) for r in runs])
     model_cycles = check_cycles(runs, design)
@@ -129,6 +133,24 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
                   quantization=getattr(q, "scheme", "") or SCHEME if quantisable(dtype)
                   else FP8_SCHEME if is_fp8(dtype) else None)
     return dataclasses.replace(run, mean_bits=q.mean_bits()) if quantisable(dtype) else run
+
+
+def _sum_trees(design, net) -> list[int] | None:
+    """Per layer of a float network, the products its sum adds as one tree a step: with
+    fp_sum="tree", the layer's reduce_unroll as the design was built (a fold's choice included);
+    None when every sum is sequential. A dense network's layers are the design's kernels, in order;
+    a conv chain's are not one to one, and its golden model sums in order only: refused."""
+    config = design.config
+    if config.fp_sum != "tree":
+        return None
+    trees = [config.for_layer(i).reduce_unroll for i in range(len(design.kernels))]
+    if all(u <= 1 for u in trees):
+        return None
+    layers = getattr(net, "layers", ())
+    if getattr(net, "input_shape", None) is not None or len(trees) != len(layers):
+        raise ValueError(f"fp_sum=tree with reduce_unroll > 1 ({trees}) in a float conv network: its golden model "
+                         "sums in order only, so its outputs could not be checked; use fp_sum: sequential")
+    return trees
 
 
 _FLOAT_LOGITS: dict[tuple, np.ndarray] = {}

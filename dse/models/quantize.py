@@ -37,7 +37,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -129,48 +129,51 @@ class DenseNet:
             raise ValueError("a network fine-tuned quantisation-aware (bounded ReLUs) runs in the integer format "
                              "it was fine-tuned for; float dtypes run the trained network")
 
-    def reference(self, dtype: str, x: np.ndarray, fp_semantics: str = "tinygrad") -> np.ndarray:
+    def reference(self, dtype: str, x: np.ndarray, fp_semantics: str = "tinygrad",
+                  trees: Sequence[int] | None = None) -> np.ndarray:
         """The float model in `dtype` as the hardware computes it under `fp_semantics`, on
         samples (n, in): fp8: `FP8_SCHEME` (in float32 the fp8 products are exact: only the sums
         round). fp16 with fp_semantics="tinygrad" (tinygrad emulates half in float32): products
         exact, summed in float32, then `zoo.half_layer`. The other float dtypes:
         each product rounded to the dtype and summed in float32 in order k = 0..K-1, the sum
         rounded to the dtype, the bias added in the dtype, then the ReLU (the numpy golden
-        model of `built(dtype)`, bit-exact with the hardware in IEEE round-to-nearest-even)."""
+        model of `built(dtype)`, bit-exact with the hardware in IEEE round-to-nearest-even).
+        `trees`: per layer, the products its sum adds as one tree a step (fp_sum="tree" with that
+        layer's reduce_unroll: zoo.tree_sum); None or 1: in order."""
         self._float_only()
         arrays = self.arrays(dtype)
         h = zoo.round_float(self.host_input(x), dtype).astype(np.float32)
+        trees = list(trees or [1] * len(self.layers))
         if is_fp8(dtype):
-            return self._fp8_reference(dtype, arrays, h)
+            return self._fp8_reference(dtype, arrays, h, trees)
         if zoo.arith_for(dtype, fp_semantics).emulated_casts:
-            return self._half_reference(arrays, h)
-        for i, layer in enumerate(self.layers, 1):
+            return self._half_reference(arrays, h, trees)
+        for i, (layer, u) in enumerate(zip(self.layers, trees), 1):
             W, b = arrays[f"W{i}"].astype(np.float32), arrays[f"b{i}"].astype(np.float32)
-            acc = np.zeros((len(h), W.shape[0]), np.float32)
-            for k in range(W.shape[1]):
-                p = (W[None, :, k].astype(np.float64) * h[:, k, None]).astype(np.float32)   # exact, then one rounding
-                acc = acc + zoo.round_float(p, dtype).astype(np.float32)
+            acc = zoo.tree_sum(np.zeros((len(h), W.shape[0]), np.float32), W.shape[1], lambda k: zoo.round_float(
+                (W[None, :, k].astype(np.float64) * h[:, k, None]).astype(np.float32), dtype).astype(np.float32), u)
             h = zoo.round_float(zoo.round_float(acc, dtype).astype(np.float32) + b, dtype).astype(np.float32)
             if layer.relu:
                 h = np.where(h > 0, h, np.float32(0))     # tinygrad's relu: relu(-0.0) = +0.0
         return h
 
-    def _half_reference(self, arrays: Mapping[str, np.ndarray], h: np.ndarray) -> np.ndarray:
+    def _half_reference(self, arrays: Mapping[str, np.ndarray], h: np.ndarray, trees: list[int]) -> np.ndarray:
         h = zoo.half_load(h)
-        for i, layer in enumerate(self.layers, 1):
+        for i, (layer, u) in enumerate(zip(self.layers, trees), 1):
             W = zoo.half_load(arrays[f"W{i}"])
-            acc = np.zeros((len(h), W.shape[0]), np.float32)
-            for k in range(W.shape[1]):
-                acc = acc + W[None, :, k] * h[:, k, None]        # a product of halves is exact in float32
+            # a product of halves is exact in float32
+            acc = zoo.tree_sum(np.zeros((len(h), W.shape[0]), np.float32), W.shape[1],
+                               lambda k: W[None, :, k] * h[:, k, None], u)
             h = zoo.half_layer(acc, arrays[f"b{i}"], layer.relu)
         return h
 
-    def _fp8_reference(self, dtype: str, arrays: Mapping[str, np.ndarray], h: np.ndarray) -> np.ndarray:
-        for i, layer in enumerate(self.layers, 1):
+    def _fp8_reference(self, dtype: str, arrays: Mapping[str, np.ndarray], h: np.ndarray,
+                       trees: list[int]) -> np.ndarray:
+        for i, (layer, u) in enumerate(zip(self.layers, trees), 1):
             W, b = arrays[f"W{i}"].astype(np.float32), arrays[f"b{i}"].astype(np.float32)
-            acc = np.zeros((len(h), W.shape[0]), np.float32)
-            for k in range(W.shape[1]):
-                acc = acc + W[None, :, k] * h[:, k, None]        # an fp8 x fp8 product is exact in float32
+            # an fp8 x fp8 product is exact in float32
+            acc = zoo.tree_sum(np.zeros((len(h), W.shape[0]), np.float32), W.shape[1],
+                               lambda k: W[None, :, k] * h[:, k, None], u)
             acc = acc + b
             if layer.relu:
                 acc = np.where(acc > 0, acc, np.float32(0))

@@ -522,6 +522,24 @@ def arith_for(dtype: str, fp_semantics: str) -> Arith:
     return python_device_arith(dtype)
 
 
+def tree_sum(acc: np.ndarray, n: int, term: Callable[[int], np.ndarray], u: int) -> np.ndarray:
+    """acc + term(0) + ... + term(n - 1) in float32 as the hardware adds a float reduction:
+    one term at a time (u <= 1), or with fp_sum="tree" and reduce_unroll=u (compiler/passes/
+    parallelize.py, u clamped to n) u terms a step as a balanced tree, neighbours first, the
+    terms past n read as -0.0, each tree then added to the accumulator."""
+    u = min(u, n)
+    if u <= 1:
+        for k in range(n):
+            acc = acc + term(k)
+        return acc
+    for k0 in range(0, n, u):
+        terms = [term(k) if k < n else np.float32(-0.0) for k in range(k0, k0 + u)]
+        while len(terms) > 1:                        # the compiler's tree: neighbours first
+            terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+        acc = acc + terms[0]
+    return acc
+
+
 def round_float(x: np.ndarray, dtype: str, emulated: bool = False) -> np.ndarray:
     """Round float values to `dtype` (round to nearest even), returned in its storage dtype.
     fp8: as the fp8 units round (saturating; compiler.fp.reference), exact from float64."""
@@ -605,19 +623,11 @@ class _Numeric:
     def dot(self, acc: np.ndarray, n: int, operands: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         """acc + the sum over k = 0..n-1 of a_k * b_k, (a_k, b_k) = operands(k), in the order
         the hardware sums: sequentially, or in trees of `arith.sum_tree` terms."""
-        u = min(self.arith.sum_tree, n)
-        if not self.is_float or u <= 1:
+        if not self.is_float or min(self.arith.sum_tree, n) <= 1:
             for k in range(n):
                 acc = self.mac(acc, *operands(k))
             return acc
-        for k0 in range(0, n, u):
-            terms = [self._product(*operands(k)).astype(np.float32) if k < n else np.float32(-0.0)
-                     for k in range(k0, k0 + u)]
-            while len(terms) > 1:                        # the compiler's tree: neighbours first
-                terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
-                         for i in range(0, len(terms), 2)]
-            acc = acc + terms[0]
-        return acc
+        return tree_sum(acc, n, lambda k: self._product(*operands(k)).astype(np.float32), self.arith.sum_tree)
 
     def store(self, acc: np.ndarray) -> np.ndarray:
         if not self.is_float:
