@@ -15,7 +15,11 @@ arithmetic; the float64 model of the folded layers is the graph's, up to float64
     into one map v -> a v + c, carried through `Flatten` (and a `MaxPool` where a >= 0, which
     commutes with it), and folded into the next layer's input side: W' = W a, b' = b + W c;
   * `Gemm`'s alpha and beta into its weights and bias; `Identity` and `Dropout` (inference)
-    are nothing.
+    are nothing;
+  * an average pool (`GlobalAveragePool`, `AveragePool`, `ReduceMean` over H and W) into the
+    dense layer after it, which then reads the value before the pool (ChainReader.average);
+  * a `Reshape` by a constant shape (or one computed from the value's `Shape`, evaluated for
+    one sample: chain_nodes) is the input's shape before the first layer, else a `Flatten`.
 What cannot fold is refused naming the node (dse.models.data.NotDenseChain: the graph still
 runs whole in float dtypes): a constant that varies across the image where a conv shares its
 weights, a shift into a conv with zero padding (the padding would need the shift too), an affine
