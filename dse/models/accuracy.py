@@ -148,8 +148,9 @@ def _sum_trees(design, net) -> list[int] | None:
         return None
     layers = getattr(net, "layers", ())
     if getattr(net, "input_shape", None) is not None or len(trees) != len(layers):
-        raise ValueError(f"fp_sum=tree with reduce_unroll > 1 ({trees}) in a float conv network: its golden model "
-                         "sums in order only, so its outputs could not be checked; use fp_sum: sequential")
+        raise ValueError(f"fp_sum=tree with reduce_unroll > 1 (per kernel {trees}) in a float network whose layers are "
+                         "not its kernels one to one (a conv chain): its golden model sums in order only, so its "
+                         "outputs could not be checked; use fp_sum: sequential")
     return trees
 
 
