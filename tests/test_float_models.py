@@ -115,3 +115,18 @@ def test_a_trained_float_network_with_tree_sums_is_checked_in_tree_order(dtype):
     assert r.samples == 6 and r.cycles == r.cycles_model
     x = data.x_test.reshape(len(data.x_test), -1)
     assert not np.array_equal(net.reference("fp32", x, trees=[4, 4]), net.reference("fp32", x)) or dtype != "fp32"
+
+
+def test_a_float_conv_chain_with_tree_sums_is_refused_not_misjudged(tmp_path):
+    """Its golden model sums in order only and its kernels are not its layers one to one: the
+    accuracy stage says so instead of failing every sample."""
+    from dse.models.accuracy import run_samples
+    from dse.models.chain import read_net
+    from dse.models.data import DataSpec, load_dataset
+    from helpers import cnn_onnx
+    path, _ = cnn_onnx(tmp_path / "cnn.onnx")
+    data = load_dataset(DataSpec(dataset="sklearn:digits", samples=2))
+    config = HardwareConfig(fp_sum="tree", fp_pipeline=3, layers=((0, (("reduce_unroll", 3),)),))
+    with pytest.raises(ValueError, match=r"fp_sum=tree with reduce_unroll > 1 \(per kernel \[3, 1, 1\]\) in a float "
+                                         r"network whose layers are not its kernels one to one"):
+        run_samples(net=read_net(path), dtype="fp32", data=data, config=config)
