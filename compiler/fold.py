@@ -26,6 +26,7 @@ over the layers, each step keeping a layer's choice unless another is strictly b
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -96,10 +97,12 @@ def _work_bound(bounds: tuple[list[int], list[int]], base: int, lanes: int, unro
     return base / (lanes * unroll) * pad(inner, lanes) * pad(reduces, unroll)
 
 
-def _why_parallel(kernel: ir.KernelIR) -> str:
-    """What bounds a layer's parallelism, for the message of a target it cannot meet: lanes split
-    only its innermost output loops and reduce_unroll only its innermost reductions (a conv's
-    output row and kernel row, not its channels)."""
+def _why_parallel(kernel: ir.KernelIR, best: int) -> str:
+    """What bounds a layer that takes at least `best` cycles, for the message of a target it
+    cannot meet: lanes split only its innermost output loops and reduce_unroll only its
+    innermost reductions (a conv's output row and kernel row, not its channels); and where its
+    loop steps at that parallelism are fewer than the rest, its pipeline's fill and drain, which
+    every sample pays (a stage runs one sample at a time)."""
     def innermost(axis: ir.Axis) -> list[int]:
         loops = [l for l in kernel.loops.values() if l.axis is axis]
         return [l.bound for l in loops if not any(o is not l and _inside(o, l, kernel) for o in loops)]
@@ -107,9 +110,12 @@ def _why_parallel(kernel: ir.KernelIR) -> str:
     if not lanes and not unroll:
         return ""
     most = max(lanes, default=1) * max(unroll, default=1)
+    steps = max(1, math.prod(l.bound for l in kernel.loops.values()) // most)
+    fill = (f"; {best - steps} of its {best} cycles are its pipeline's fill and drain, which every sample pays "
+            "(a stage runs one sample at a time)") if best - steps > steps else ""
     return (f" (lanes split only its innermost output loop, of {'/'.join(map(str, lanes)) or 'none'}, and "
             f"reduce_unroll only its innermost reduction, of {'/'.join(map(str, unroll)) or 'none'}: at most "
-            f"{most} products a cycle)")
+            f"{most} products a cycle{fill})")
 
 
 def _inside(inner: ir.Loop, outer: ir.Loop, kernel: ir.KernelIR) -> bool:
@@ -195,7 +201,7 @@ def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig,
                 best = _fastest(k, config, lists[i])
                 worst = max([best] + [_fastest(kk, config, lists[j]) for j, kk in enumerate(kernels) if j != i])
                 raise CompileError(f"fold=auto: no folding reaches target_interval={target} cycles: layer "
-                                   f"{i} ({k.name}) takes at least {best} cycles{_why_parallel(k)}; the closest "
+                                   f"{i} ({k.name}) takes at least {best} cycles{_why_parallel(k, best)}; the closest "
                                    f"interval is {worst}")
             picks.append(pick)
         if flow is not None:

@@ -108,8 +108,16 @@ def test_fold_auto_says_the_closest_interval_when_the_target_is_out_of_reach():
     with pytest.raises(CompileError, match=r"no folding reaches target_interval=1 cycles.*closest interval is \d+") as e:
         compile_model(y, config=HardwareConfig(schedule="dataflow", fold="auto", target_interval=1), stream=x)
     # and why: what the knobs can unroll of the layer (its 8 outputs, its sum of 16)
-    assert ("(lanes split only its innermost output loop, of 8, and reduce_unroll only its innermost reduction, of "
-            "16: at most 128 products a cycle)") in str(e.value)
+    assert ("takes at least 2 cycles (lanes split only its innermost output loop, of 8, and reduce_unroll only its "
+            "innermost reduction, of 16: at most 128 products a cycle)") in str(e.value)
+    # pipelined for a clock, the layer's one step a sample is the least of its cycles: the rest is
+    # its pipeline's fill and drain
+    with pytest.raises(CompileError) as e:
+        compile_model(y, config=HardwareConfig(schedule="dataflow", fold="auto", target_interval=1, fp_pipeline=3,
+                                               target_mhz=200), stream=x)
+    found = re.search(r"takes at least (\d+) cycles \(.*: at most 128 products a cycle; (\d+) of its (\d+) cycles "
+                      r"are its pipeline's fill and drain, which every sample pays", str(e.value))
+    assert found and found[1] == found[3] and int(found[2]) == int(found[1]) - 1
 
 
 @pytest.mark.parametrize("schedule", ["sequential", "dataflow"])
