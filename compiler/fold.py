@@ -60,11 +60,16 @@ def _factors(n: int) -> list[int]:
     return sorted({-(-n // s) for s in range(1, n + 1)})
 
 
+def _innermost_bounds(kernel: ir.KernelIR, axis: ir.Axis) -> list[int]:
+    """The bounds of `kernel`'s loops of `axis` with no loop of that axis inside them."""
+    loops = [l for l in kernel.loops.values() if l.axis is axis]
+    return [l.bound for l in loops if not any(o is not l and _inside(o, l, kernel) for o in loops)]
+
+
 def _unrolled_bounds(kernel: ir.KernelIR) -> tuple[list[int], list[int]]:
     """The bounds of the loops lanes split (the innermost output loops) and reduce_unroll (the reductions)."""
-    outputs = [l for l in kernel.loops.values() if l.axis is ir.Axis.OUTPUT]
-    inner = [l.bound for l in outputs if not any(o is not l and _inside(o, l, kernel) for o in outputs)]
-    return inner, [l.bound for l in kernel.loops.values() if l.axis is ir.Axis.REDUCE]
+    return (_innermost_bounds(kernel, ir.Axis.OUTPUT),
+            [l.bound for l in kernel.loops.values() if l.axis is ir.Axis.REDUCE])
 
 
 def candidates(kernel: ir.KernelIR, padded: bool = False) -> list[tuple[int, int]]:
@@ -103,10 +108,7 @@ def _why_parallel(kernel: ir.KernelIR, best: int) -> str:
     innermost reductions (a conv's output row and kernel row, not its channels); and where its
     loop steps at that parallelism are fewer than the rest, its pipeline's fill and drain, which
     every sample pays (a stage runs one sample at a time)."""
-    def innermost(axis: ir.Axis) -> list[int]:
-        loops = [l for l in kernel.loops.values() if l.axis is axis]
-        return [l.bound for l in loops if not any(o is not l and _inside(o, l, kernel) for o in loops)]
-    lanes, unroll = innermost(ir.Axis.OUTPUT), innermost(ir.Axis.REDUCE)
+    lanes, unroll = _innermost_bounds(kernel, ir.Axis.OUTPUT), _innermost_bounds(kernel, ir.Axis.REDUCE)
     if not lanes and not unroll:
         return ""
     most = max(lanes, default=1) * max(unroll, default=1)
