@@ -122,21 +122,21 @@ def read_net(path: Path) -> "DenseNet | LayerNet":
 
 
 def chain_nodes(f: OnnxFile, nodes: tuple[Node, ...], consts: dict[str, np.ndarray],
-                shape: Callable[[], tuple[int, ...]] | None = None):
+                shape: Callable[[], tuple[int, ...]]):
     """(node, position of the chain value among its inputs, its constant inputs by position)
     for every node of `nodes` (f's, its constants evaluated: `consts`), checked to be a chain
-    on the graph's input. With `shape` (the chain value's shape, batch 1, as the reader has it
-    when the node comes), the computation of a Reshape's shape from the value's `Shape`, as
+    on the graph's input. `shape`: the chain value's shape (batch 1) as the reader has it when
+    the node comes; with it the computation of a Reshape's shape from the value's `Shape`, as
     PyTorch exports `x.view(x.size(0), -1)` with a dynamic batch, is evaluated into `consts`
     (SHAPE_OPS) instead of being read as the chain: the batch is one sample."""
     current = f.input
     for node in nodes:
-        if shape is not None and node.op == "Shape" and not node.domain and node.inputs[0] == current:
+        if node.op == "Shape" and not node.domain and node.inputs[0] == current:
             dims = np.array(shape(), np.int64)
             start, end = node.attrs.get("start", 0), node.attrs.get("end")
             consts[node.outputs[0]] = dims[start:end]
             continue
-        if shape is not None and node.op in SHAPE_OPS and not node.domain and current not in node.inputs \
+        if node.op in SHAPE_OPS and not node.domain and current not in node.inputs \
                 and all(i in consts and np.asarray(consts[i]).dtype.kind in "iu" for i in node.inputs if i):
             consts[node.outputs[0]] = SHAPE_OPS[node.op](node, [np.asarray(consts[i]) if i else None
                                                                 for i in node.inputs])
@@ -294,8 +294,7 @@ class ChainReader:
                 layer = fold_input(layer, self.pending, node.where)
                 self.pending = None
             layer = _replace(layer, W=np.ascontiguousarray(layer.W @ self.averaged))
-            if not self.layers or not isinstance(self.layers[-1], Flatten):
-                self.layers.append(Flatten())
+            self.layers.append(Flatten())       # of the value before the pool (flatten() added none)
             self.averaged = None
         self.add_layer(node, layer)
         self.shape = (1, len(W))
@@ -327,13 +326,7 @@ class ChainReader:
             raise NotDenseChain(f"{node.where}: only 2-D max-pools without padding or ceil_mode are quantised")
         stride = tuple(int(v) for v in opts.get("strides", kernel))
         shape = (*self.shape[:2], (self.shape[2] - kernel[0]) // stride[0] + 1, (self.shape[3] - kernel[1]) // stride[1] + 1)
-        if self.pending is not None:
-            a, c = per_channel(self.pending.scale), per_channel(self.pending.shift)
-            if a is None or c is None or (a < 0).any():
-                raise NotDenseChain(f"{self.pending.where}: cannot be folded through the max-pool {node.where}: it "
-                                    "needs one scale >= 0 and one shift per channel")
-            self.pending = Affine(np.broadcast_to(a.reshape(1, -1, 1, 1), shape),
-                                  np.broadcast_to(c.reshape(1, -1, 1, 1), shape), self.pending.where)
+        self.pool_pending(node, shape, "max-pool", nonnegative=True)
         self.layers.append(MaxPool(kernel, stride))
         self.shape, self.open = shape, False
 
@@ -390,14 +383,20 @@ class ChainReader:
         for c, i, j in np.ndindex(C, Ho, Wo):
             for u, v in np.ndindex(*kernel):
                 M[(c * Ho + i) * Wo + j, (c * H + i * stride[0] + u) * W + j * stride[1] + v] = 1.0 / math.prod(kernel)
-        if self.pending is not None:         # a per-channel map commutes with the average
-            a, c = per_channel(self.pending.scale), per_channel(self.pending.shift)
-            if a is None or c is None:
-                raise NotDenseChain(f"{self.pending.where}: cannot be folded through the average pool {node.where}: it "
-                                    "needs one scale and one shift per channel")
-            self.pending = Affine(np.broadcast_to(a.reshape(1, -1, 1, 1), shape),
-                                  np.broadcast_to(c.reshape(1, -1, 1, 1), shape), self.pending.where)
+        self.pool_pending(node, shape, "average pool", nonnegative=False)
         self.averaged, self.shape, self.open = M, shape, False
+
+    def pool_pending(self, node: Node, shape: tuple[int, ...], what: str, nonnegative: bool) -> None:
+        """The pending map carried through a pool to its output `shape`: a per-channel map commutes
+        with an average, and with a max where its scale is >= 0 (`nonnegative`)."""
+        if self.pending is None:
+            return
+        a, c = per_channel(self.pending.scale), per_channel(self.pending.shift)
+        if a is None or c is None or (nonnegative and (a < 0).any()):
+            raise NotDenseChain(f"{self.pending.where}: cannot be folded through the {what} {node.where}: it needs one "
+                                f"scale{' >= 0' if nonnegative else ''} and one shift per channel")
+        self.pending = Affine(np.broadcast_to(a.reshape(1, -1, 1, 1), shape),
+                              np.broadcast_to(c.reshape(1, -1, 1, 1), shape), self.pending.where)
 
     def reshape_pending(self, shape: tuple[int, ...]) -> None:
         if self.pending is not None:
