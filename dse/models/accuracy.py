@@ -103,8 +103,7 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
         net = float_model(net, dtype, data.x_train.reshape(len(data.x_train), -1))
         xs = zoo.round_float(net.host_input(x), dtype).reshape((len(x), *getattr(net, "input_shape", (net.inputs,))))
         built, arrays = net.built(dtype), net.arrays(dtype)
-        semantics = (config or HardwareConfig()).fp_semantics
-        reference = None                # after the compile: the order of its sums is the design's
+        semantics = (config or HardwareConfig()).fp_semantics   # its reference after the compile: below
         to_float = lambda v: np.asarray(v, np.float64)     # noqa: E731
     else:
         raise ValueError(f"dtype {dtype!r}: a float model runs in a signed integer format (quantised) or a float dtype")
@@ -114,7 +113,7 @@ def run_samples(*, net: "DenseNet | LayerNet", dtype: str, data: Dataset, config
     # the ranges the evaluation's design is built with (every input comes from the quantiser here)
     design = compile_model(built.forward(*tensors), config=config, stream=x_tensor,
                            input_ranges=zoo.declared_ranges(built, tensors, None, frozenset(built.inputs)))
-    if reference is None:
+    if not quantisable(dtype):      # a float reference sums in the order the design was built with
         trees = _sum_trees(design, net)
         kw = {"trees": trees} if trees else {}
         reference = net.reference(dtype, x, **kw) if is_fp8(dtype) else net.reference(dtype, x, semantics, **kw)
