@@ -229,6 +229,18 @@ class HardwareConfig:
         latency = beats from input to output x the beat (compiler/hw/dataflow.py, docs/dataflow.md).
         A graph that cannot be pipelined (a model output that later kernels also read) stays
         sequential and says why (Design.schedule_note).
+    stage_overlap: with schedule="dataflow", whether a stage takes its next sample while its
+        pipeline still drains the last one (False, the default: a beat is at least each stage's
+        whole run, its pipeline's fill and drain included). True: a beat is at least the
+        stage's loop, from its start to its last step and that step's reads; its last stores
+        land in the next beat or beats, from the bank of the sample they belong to, and its
+        consumers wait for them (a beat of latency more for each beat a drain spills into).
+        Why: at a small interval the fill and drain are most of a stage's run (the 30-16-8-2
+        MLP at target_mhz 200: 25 of 26 cycles), so without overlap a short interval is bought
+        with parallelism; with it, as an HLS dataflow pipeline at II 1, the interval is the
+        loop's steps. Cost: a bank register per pipeline stage per output ring; latency in
+        beats. A kernel that loads a buffer it stores, or reads a gather, keeps its whole run.
+        Only with schedule="dataflow" (refused with sequential, where it would do nothing).
     fold: "manual" (default) or "auto": with "auto" compile_model chooses each layer's lanes and
         reduce_unroll itself (compiler/fold.py), the cheapest folding (its products lanes x
         reduce_unroll, and a product more per lane) that brings the layer's run to at most
@@ -277,6 +289,7 @@ class HardwareConfig:
     device: str | None = None
     weights: str = "memory"
     schedule: str = "sequential"
+    stage_overlap: bool = False
     fold: str = "manual"
     target_interval: int | None = None
     fold_budget: int | None = None
@@ -316,6 +329,9 @@ class HardwareConfig:
             raise ValueError(f"HardwareConfig.weights: expected 'memory' or 'constant', got {self.weights!r}")
         if self.schedule not in ("sequential", "dataflow"):
             raise ValueError(f"HardwareConfig.schedule: expected 'sequential' or 'dataflow', got {self.schedule!r}")
+        if self.stage_overlap is True and self.schedule != "dataflow":
+            raise ValueError(f"HardwareConfig.stage_overlap=True is how schedule='dataflow' runs its stages, and "
+                             f"schedule is {self.schedule!r}: set schedule to 'dataflow' with it")
         if self.fold not in ("manual", "auto"):
             raise ValueError(f"HardwareConfig.fold: expected 'manual' or 'auto', got {self.fold!r}")
         if self.target_interval is not None and not (_is_int(self.target_interval) and self.target_interval >= 1):
@@ -342,7 +358,7 @@ class HardwareConfig:
         if self.acc_width is not None and not (_is_int(self.acc_width) and 1 <= self.acc_width <= MAX_ACC_WIDTH):
             raise ValueError(f"HardwareConfig.acc_width: expected None (the accumulator's dtype) or an "
                              f"integer from 1 to {MAX_ACC_WIDTH}, got {self.acc_width!r}")
-        for name in ("loop_fusion", "share_buffers"):
+        for name in ("loop_fusion", "share_buffers", "stage_overlap"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"HardwareConfig.{name}: expected True or False, got {getattr(self, name)!r}")
         for name in ("lanes", "reduce_unroll"):

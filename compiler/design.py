@@ -14,7 +14,7 @@ from .hw.pipeline import Schedule, kernel_paths, schedule
 from .timing_model import (DSP_SITE, Estimate, block_ram_copy_ns, delays, in_block_ram, lutram_read_ns, memory_to_dsp_ns,
                            pack_sites, placed, product_ns, product_sites, word_read_registered, word_write_ns)
 from .hw.program import Program, build_program
-from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow
+from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow, spill_beats, stage_hold
 from .hw.top import Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, copy_cycles, plan, registers_copy_data
 from .hw.layout import Banking
 from .hw.packing import Pack, plan_packs
@@ -115,7 +115,8 @@ class Design:
                        of(self.copied_banks, pos), self.packs_of(pos), self._read_outside(pos),
                        self._rings(pos), of(self.host_written_banks, pos), schedule=self.schedules[pos],
                        write_groups=self.write_groups[pos], block_reads=self.block_reads[pos],
-                       one_memory_rings=self.one_memory_rings[pos])
+                       one_memory_rings=self.one_memory_rings[pos],
+                       store_delay=self._store_delay(pos))
               for pos, k in enumerate(self.kernels)]
         placed = {(pos, slot): self.banking_of(pos, slot) for pos, k in enumerate(self.source_kernels or self.kernels)
                   for slot in (b.slot for b in k.buffers)}
@@ -123,6 +124,12 @@ class Design:
             return DataflowTopHW(hw, list(self.phases), list(self.host), placed, list(self.shares),
                                  list(self.host_ports), flow=self.flow)
         return TopHW(hw, list(self.phases), list(self.host), placed, list(self.shares), list(self.host_ports))
+
+    def _store_delay(self, pos: int) -> int:
+        """Cycles kernel `pos`'s ring stores trail the steps they belong to, where its stores
+        spill into later beats (stage_overlap): each store takes the bank of its step's beat."""
+        spills = self.flow.spills if self.flow is not None else ()
+        return self.schedules[pos].commit if spills and spills[pos] else 0
 
     @property
     def schedule(self) -> str:
@@ -530,17 +537,25 @@ def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.K
             ports = [read_ports(k, build_program(k))[1] for k in kernels] if config.share_buffers \
                 else [{} for _ in kernels]
         else:
-            order, phases, host, shares = dp.order, dp.phases, dp.host, dp.shares
-            runs = [1 if pipelined else build_program(kernels[i]).cycles + 1 + schedule(kernels[i], config).commit
-                    for i in order]
-            copies = [p for p in phases if isinstance(p, Copy)]
+            runs = [1 if pipelined else build_program(k).cycles + 1 + schedule(k, config).commit for k in kernels]
+            holds = [1 if pipelined else stage_hold(k, build_program(k), schedule(k, config), config.stage_overlap)
+                     for k in kernels]
+            copies = [p for p in dp.phases if isinstance(p, Copy)]
             lag = copy_lag(config.mem_read == "sync", config.fp_pipeline)
-            stage_cycles = tuple((kernels[i].name, c) for i, c in zip(order, runs)) + \
+            beat = beat_cycles([holds[i] for i in dp.order], copies, lag)
+            # stage_overlap: a stage whose run is longer than the beat drains into the next beats
+            # (the copies and banks are the same; the levels, and so the rings, take the spills)
+            spills = [0 if pipelined else spill_beats(run, beat) for run in runs]
+            if any(spills):
+                dp = plan_dataflow(kernel_buffers, **args, spills=spills)
+            order, phases, host, shares = dp.order, dp.phases, dp.host, dp.shares
+            copies = [p for p in phases if isinstance(p, Copy)]
+            stage_cycles = tuple((kernels[i].name, runs[i]) for i in order) + \
                 tuple((f"copy {kernels[order[c.src[0]]].name}->{','.join(kernels[order[d[0]]].name for d in c.dsts)}",
                        c.length + lag) for c in copies)
             lags = tuple(1 + schedule(kernels[i], config).commit if pipelined else 0 for i in order)
-            flow = Dataflow(beat_cycles(runs, copies, lag), dp.depth, tuple(dp.levels),
-                            tuple(dp.rings), streamed & frozenset(graph.inputs), stage_cycles, lags)
+            flow = Dataflow(beat, dp.depth, tuple(dp.levels), tuple(dp.rings), streamed & frozenset(graph.inputs),
+                            stage_cycles, lags, tuple(spills[i] for i in order) if any(spills) else ())
     if flow is None:
         order, phases, host, shares = plan(kernel_buffers, sizes=sizes, widths=widths, names=[k.name for k in kernels],
                                            banking=banking, read_ports=ports, share=config.share_buffers)

@@ -126,8 +126,9 @@ def _inside(inner: ir.Loop, outer: ir.Loop, kernel: ir.KernelIR) -> bool:
 
 
 def stage_cycles(kernel: ir.KernelIR, config: HardwareConfig, lanes: int, unroll: int) -> int | None:
-    """Cycles of one run of `kernel` (lowered) built with `lanes` x `unroll` under `config`
-    (None: that folding does not compile for it)."""
+    """Cycles of one run of `kernel` (lowered) built with `lanes` x `unroll` under `config`, or
+    with stage_overlap the cycles it holds its stage (hw/dataflow.stage_hold) (None: that
+    folding does not compile for it)."""
     built = _built(kernel, _plain(config, lanes, unroll))
     return None if built is None else built.cycles
 
@@ -146,6 +147,7 @@ def _plain(config: HardwareConfig, lanes: int, unroll: int) -> HardwareConfig:
 
 @lru_cache(maxsize=4096)
 def _built(kernel: ir.KernelIR, config: HardwareConfig) -> _Built | None:
+    from .hw.dataflow import stage_hold
     from .hw.kernel import read_ports
     from .hw.pipeline import schedule
     from .hw.program import build_program
@@ -159,7 +161,8 @@ def _built(kernel: ir.KernelIR, config: HardwareConfig) -> _Built | None:
         k = interleave(k, config.fp_pipeline)
         k, banking = split_deep(k, p.banking, config.fp_pipeline)
         program = build_program(k)
-        return _Built(program.cycles + 1 + schedule(k, config).commit, banking, read_ports(k, program)[1])
+        overlap = config.schedule == "dataflow" and config.stage_overlap
+        return _Built(stage_hold(k, program, schedule(k, config), overlap), banking, read_ports(k, program)[1])
     except CompileError:
         return None
 

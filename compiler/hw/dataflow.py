@@ -49,10 +49,12 @@ from typing import Callable
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib.wiring import In
 
+from .. import ir
 from .layout import Banking
 from .datapath import DUPLICATE_ATTRIBUTE, Copies, registered
-from .pipeline import FANOUT_LEVEL
-from .kernel import ADDRESS_GROUP
+from .pipeline import FANOUT_LEVEL, Schedule
+from .program import Program
+from .kernel import ADDRESS_GROUP, loads_of
 from .top import HOST_GROUP, Copy, HostBuffer, Odometer, Place, Run, Share, TopHW, buffer_users, toposort_kernels
 
 RING_GROUP = 4
@@ -78,6 +80,8 @@ class Dataflow:
     stage_cycles: tuple[tuple[str, int], ...]   # per kernel: its run; then per copy: its cycles
     lags: tuple[int, ...] = ()   # per kernel position: beats its stores trail its start (pipelined
                                  # kernels with a beat of one cycle: 1 + its pipeline's depth)
+    spills: tuple[int, ...] = ()  # per kernel position (stage_overlap): beats past its own its
+                                  # stores go on into, each into its issuing beat's bank
 
     @property
     def latency(self) -> int:
@@ -110,12 +114,18 @@ class DataflowPlan:
 def plan_dataflow(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, sizes: dict[int, int],
                   widths: dict[int, int], names: list[str], banking: list[dict[int, Banking]],
                   read_ports: list[dict[int, int]], outputs: set[int], streamed: set[int],
-                  lags: list[int] | None = None) -> DataflowPlan | str:
+                  lags: list[int] | None = None, spills: list[int] | None = None) -> DataflowPlan | str:
     """As hw/top.plan for schedule=dataflow; a str says why the graph cannot be pipelined.
     `lags` (by kernel, in the input's order): beats a kernel's stores trail its start, 0 for
     kernels whose run fits the beat (with a beat of one cycle, a pipelined kernel's stores land
-    1 + its pipeline's depth beats later: its outputs count from that level)."""
+    1 + its pipeline's depth beats later: its outputs count from that level; the bank a store
+    takes is the beat's it lands in). `spills` (stage_overlap): beats past its own that a
+    kernel's stores go on into, each store into the bank of the beat its step issued in
+    (KernelHW's store_delay), so its readers wait as many beats more, and a copy from it reads
+    a bank that many beats older."""
     lags = lags or [0] * len(kernel_buffers)
+    spills = spills or [0] * len(kernel_buffers)
+    trail = [lag + spill for lag, spill in zip(lags, spills)]
     writers, readers = buffer_users(kernel_buffers, names)
     for buf in writers:
         if buf in outputs and readers.get(buf):
@@ -138,8 +148,8 @@ def plan_dataflow(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, si
         for slot, buf, loaded, stored in kernel_buffers[k]:
             if loaded and not stored and buf in writers:
                 w = writers[buf][0][0]
-                level[k] = max(level[k], level[w] + lags[w] + (1 if buf in in_place else 2))
-    out_level = max((level[writers[b][0][0]] + lags[writers[b][0][0]] for b in outputs if b in writers), default=0)
+                level[k] = max(level[k], level[w] + trail[w] + (1 if buf in in_place else 2))
+    out_level = max((level[writers[b][0][0]] + trail[writers[b][0][0]] for b in outputs if b in writers), default=0)
     depth = out_level + 1
 
     rings: list[Ring] = []
@@ -156,12 +166,14 @@ def plan_dataflow(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, si
                 r = in_place[buf]
                 ring((k, slot), level[r[0]] - level[k] - lags[k] + 1, "out")
             elif stored and readers.get(buf):
-                ring((k, slot), 2, "out")
+                # the copy, in every beat, reads the bank of the sample the kernel issued
+                # 1 + spill beats before (the outside bank of an "out" ring is R - 1 beats old)
+                ring((k, slot), 2 + spills[k], "out")
                 dsts = readers[buf]
                 phases.append(Copy.between((pos[k], slot), tuple((pos[r], s) for r, s in dsts),
                                            [layout(p) for p in [(k, slot)] + dsts]))
                 for d in dsts:
-                    ring(d, level[d[0]] - level[k], "in")
+                    ring(d, level[d[0]] - level[k] - spills[k], "in")
             elif stored and buf in outputs:
                 ring((k, slot), depth - level[k] - lags[k] + 1, "out")
             elif loaded and not stored and buf in streamed:
@@ -173,6 +185,30 @@ def plan_dataflow(kernel_buffers: list[list[tuple[int, int, bool, bool]]], *, si
         host.append(HostBuffer(buf, tuple(holders), holders[0], widths[buf], sizes[buf]))
     shares = [Share((pos[r[0]], r[1]), (pos[writers[b][0][0]], writers[b][0][1])) for b, r in in_place.items()]
     return DataflowPlan(order, phases, host, shares, [level[k] for k in order], rings, depth)
+
+
+def can_overlap(kernel: ir.KernelIR, sched: Schedule) -> bool:
+    """Whether a stage may take its next sample while its pipeline drains (stage_overlap): not
+    where it loads a buffer it stores (its next sample's reads would meet its last one's stores)
+    nor where a gather reads late in the pipeline (from the bank of the beat it reads in)."""
+    return not sched.gather_issue and not any(b.loaded and b.stored for b in kernel.buffers)
+
+
+def stage_hold(kernel: ir.KernelIR, program: Program, sched: Schedule, overlap: bool) -> int:
+    """Cycles a kernel holds its dataflow stage for a sample, the least beat it fits: its run,
+    start to done; with `overlap` (stage_overlap, where can_overlap) until it can start again:
+    its steps, and its last step's reads, which choose a ring's bank by the beat they are in
+    (with block RAM a read's address goes out a cycle before its data: Schedule.port_stage)."""
+    run = program.cycles + 1 + sched.commit
+    if not overlap or not can_overlap(kernel, sched):
+        return run
+    reads = max((sched.port_stage(load) for step in program.steps for load in loads_of(step)), default=0)
+    return min(run, program.cycles + max(1, reads + (0 if sched.sync_reads else 1)))
+
+
+def spill_beats(run: int, beat: int) -> int:
+    """Beats past its own that a run of `run` cycles goes on into, at a beat of `beat` cycles."""
+    return -(-run // beat) - 1
 
 
 def copy_lag(sync_reads: bool, fp_pipeline: int) -> int:

@@ -212,15 +212,19 @@ class KernelHW(wiring.Component):
     share_groups: the host bus alone writes them, one bank a cycle, all from the same address
     and data copies);
     `schedule`: the kernel's pipeline schedule, made by Design.schedules (which the cycle model
-    and the delay model read too), with the rings and the external memories read on time."""
+    and the delay model read too), with the rings and the external memories read on time;
+    `store_delay`: cycles its stores into a ring trail their steps where the stores spill into
+    the next beat (stage_overlap): they take `kbank` that many cycles late, the bank of the
+    beat their step issued in, while the next sample's reads take the new one."""
 
     def __init__(self, kernel: ir.KernelIR, config: HardwareConfig, names: dict[int, str] | None = None,
                  external: frozenset[int] = frozenset(), written_outside: frozenset[int] = frozenset(),
                  packs: tuple = (), read_outside: frozenset[int] | None = None,
                  rings: dict[int, int] | None = None, host_written: frozenset[int] | None = None, *,
                  schedule: Schedule, write_groups: tuple[tuple, ...] = (), block_reads: frozenset[int] = frozenset(),
-                 one_memory_rings: frozenset[int] = frozenset()):
+                 one_memory_rings: frozenset[int] = frozenset(), store_delay: int = 0):
         self.kernel, self.config = kernel, config
+        self.store_delay = store_delay
         # slots whose memory goes to block RAM where Yosys would build LUT RAM (Design.block_reads)
         self.block_reads = frozenset(block_reads)
         # ring slots built as one memory, bank k from address k * ring_strides[slot]
@@ -470,6 +474,9 @@ class KernelHW(wiring.Component):
         outside_writes_it = slot in self.written_outside or self.host_written is None or slot in self.host_written
         outside_reads_it = self.read_outside is None or slot in self.read_outside
         kb = registered(m, kbank, f"b{slot}_kbank_q") if sync_reads and not spread else kbank
+        wbank = kbank                   # the bank the stores take: their step's (store_delay)
+        for d in range(self.store_delay if b.stored else 0):
+            wbank = registered(m, wbank, f"b{slot}_wbank_d{d + 1}")
         ob = registered(m, obank, f"b{slot}_obank_q") if sync_reads and not spread else obank
 
         def from_bank(bank: Value, bank_q: Value, i: int, data: Value, what: str) -> Value:
@@ -490,16 +497,17 @@ class KernelHW(wiring.Component):
             wp = mem.write_port()
             rps = [mem.read_port(domain=domain, transparent_for=(wp,) if transparent else ()) for _ in range(n)]
             mine, theirs = kbank == i, obank == i
+            mine_w = wbank == i
             if b.stored and not outside_writes_it:
                 # nothing outside writes it (an output ring its reader takes in place or copies
                 # from): the bank's data and address are the kernel's whatever the bank, only the
                 # enable takes the bank choice, which then drives no data bit (AD08 at target_mhz
                 # 200: a ring's bank register through a LUT to a LUT RAM's data, 8.3 ns of routing)
-                m.d.comb += [wp.addr.eq(own_w.addr), wp.data.eq(own_w.data), wp.en.eq(mine & own_w.en)]
+                m.d.comb += [wp.addr.eq(own_w.addr), wp.data.eq(own_w.data), wp.en.eq(mine_w & own_w.en)]
             elif b.stored:
-                m.d.comb += [wp.addr.eq(Mux(mine, own_w.addr, getattr(self, ports["waddr"]))),
-                             wp.data.eq(Mux(mine, own_w.data, getattr(self, ports["wdata"]))),
-                             wp.en.eq(Mux(mine, own_w.en, getattr(self, ports["we"]) & theirs))]
+                m.d.comb += [wp.addr.eq(Mux(mine_w, own_w.addr, getattr(self, ports["waddr"]))),
+                             wp.data.eq(Mux(mine_w, own_w.data, getattr(self, ports["wdata"]))),
+                             wp.en.eq(Mux(mine_w, own_w.en, getattr(self, ports["we"]) & theirs))]
             else:       # only read here: its one writer is outside (a registered host write may
                         # land in the cycle the kernel takes the bank, before it reads it)
                 m.d.comb += [wp.addr.eq(getattr(self, ports["waddr"])), wp.data.eq(getattr(self, ports["wdata"])),
