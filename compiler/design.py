@@ -14,7 +14,7 @@ from .hw.pipeline import Schedule, kernel_paths, schedule
 from .timing_model import (DSP_SITE, Estimate, block_ram_copy_ns, delays, in_block_ram, lutram_read_ns, memory_to_dsp_ns,
                            pack_sites, placed, product_ns, product_sites, word_read_registered, word_write_ns)
 from .hw.program import Program, build_program
-from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow, spill_beats, stage_hold
+from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, fixed_banks, plan_dataflow, spill_beats, stage_hold
 from .hw.top import Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, copy_cycles, plan, registers_copy_data
 from .hw.layout import Banking
 from .hw.packing import Pack, plan_packs
@@ -538,8 +538,10 @@ def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.K
                 else [{} for _ in kernels]
         else:
             runs = [1 if pipelined else build_program(k).cycles + 1 + schedule(k, config).commit for k in kernels]
-            holds = [1 if pipelined else stage_hold(k, build_program(k), schedule(k, config), config.stage_overlap)
-                     for k in kernels]
+            weights = frozenset(graph.inputs) - streamed
+            holds = [1 if pipelined else stage_hold(k, build_program(k), schedule(k, config), config.stage_overlap,
+                                                    fixed_banks(kernel_buffers[i], banking[i], weights))
+                     for i, k in enumerate(kernels)]
             copies = [p for p in dp.phases if isinstance(p, Copy)]
             lag = copy_lag(config.mem_read == "sync", config.fp_pipeline)
             beat = beat_cycles([holds[i] for i in dp.order], copies, lag)

@@ -102,19 +102,23 @@ def _work_bound(bounds: tuple[list[int], list[int]], base: int, lanes: int, unro
     return base / (lanes * unroll) * pad(inner, lanes) * pad(reduces, unroll)
 
 
-def _why_parallel(kernel: ir.KernelIR, best: int) -> str:
+def _why_parallel(kernel: ir.KernelIR, best: int, overlap: bool = False) -> str:
     """What bounds a layer that takes at least `best` cycles, for the message of a target it
     cannot meet: lanes split only its innermost output loops and reduce_unroll only its
     innermost reductions (a conv's output row and kernel row, not its channels); and where its
     loop steps at that parallelism are fewer than the rest, its pipeline's fill and drain, which
-    every sample pays (a stage runs one sample at a time)."""
+    every sample pays (a stage runs one sample at a time) unless stage_overlap, and with it its
+    last step's reads of the sample (`overlap`)."""
     lanes, unroll = _innermost_bounds(kernel, ir.Axis.OUTPUT), _innermost_bounds(kernel, ir.Axis.REDUCE)
     if not lanes and not unroll:
         return ""
     most = max(lanes, default=1) * max(unroll, default=1)
     steps = max(1, math.prod(l.bound for l in kernel.loops.values()) // most)
-    fill = (f"; {best - steps} of its {best} cycles are its pipeline's fill and drain, which every sample pays "
-            "(a stage runs one sample at a time)") if best - steps > steps else ""
+    fill = (f"; {best - steps} of its {best} cycles are its last step's reads of the sample, which its stage "
+            "holds until they are done" if overlap else
+            f"; {best - steps} of its {best} cycles are its pipeline's fill and drain, which every sample pays "
+            "(a stage runs one sample at a time; stage_overlap: true starts the next while it drains)"
+            ) if best - steps > steps else ""
     return (f" (lanes split only its innermost output loop, of {'/'.join(map(str, lanes)) or 'none'}, and "
             f"reduce_unroll only its innermost reduction, of {'/'.join(map(str, unroll)) or 'none'}: at most "
             f"{most} products a cycle{fill})")
@@ -125,11 +129,12 @@ def _inside(inner: ir.Loop, outer: ir.Loop, kernel: ir.KernelIR) -> bool:
     return any(l.id == inner.id for l in inner_loops(outer))
 
 
-def stage_cycles(kernel: ir.KernelIR, config: HardwareConfig, lanes: int, unroll: int) -> int | None:
+def stage_cycles(kernel: ir.KernelIR, config: HardwareConfig, lanes: int, unroll: int,
+                 fixed: frozenset[int] = frozenset()) -> int | None:
     """Cycles of one run of `kernel` (lowered) built with `lanes` x `unroll` under `config`, or
-    with stage_overlap the cycles it holds its stage (hw/dataflow.stage_hold) (None: that
-    folding does not compile for it)."""
-    built = _built(kernel, _plain(config, lanes, unroll))
+    with stage_overlap the cycles it holds its stage (hw/dataflow.stage_hold; `fixed`: its
+    parameter slots that hold weights) (None: that folding does not compile for it)."""
+    built = _built(kernel, _plain(config, lanes, unroll), fixed)
     return None if built is None else built.cycles
 
 
@@ -146,7 +151,7 @@ def _plain(config: HardwareConfig, lanes: int, unroll: int) -> HardwareConfig:
 
 
 @lru_cache(maxsize=4096)
-def _built(kernel: ir.KernelIR, config: HardwareConfig) -> _Built | None:
+def _built(kernel: ir.KernelIR, config: HardwareConfig, fixed: frozenset[int] = frozenset()) -> _Built | None:
     from .hw.dataflow import stage_hold
     from .hw.kernel import read_ports
     from .hw.pipeline import schedule
@@ -162,29 +167,33 @@ def _built(kernel: ir.KernelIR, config: HardwareConfig) -> _Built | None:
         k, banking = split_deep(k, p.banking, config.fp_pipeline)
         program = build_program(k)
         overlap = config.schedule == "dataflow" and config.stage_overlap
-        return _Built(stage_hold(k, program, schedule(k, config), overlap), banking, read_ports(k, program)[1])
+        banks = frozenset(bank for slot in fixed for bank in banking[slot].banks)
+        return _Built(stage_hold(k, program, schedule(k, config), overlap, banks), banking, read_ports(k, program)[1])
     except CompileError:
         return None
 
 
 def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig,
-              buffers: list[list[tuple[int, int, bool, bool]]] | None = None, outputs: frozenset[int] = frozenset()) -> Fold:
+              buffers: list[list[tuple[int, int, bool, bool]]] | None = None, outputs: frozenset[int] = frozenset(),
+              fixed: list[frozenset[int]] | None = None) -> Fold:
     """Every layer's folding for `config.target_interval` (module docstring); a CompileError
     naming the closest interval when no folding reaches it. `buffers`: per kernel, its
     (slot, model buffer, loaded, stored), and `outputs` the model's output buffers: with them a
     dataflow fold prefers in-place hand-overs (module docstring). With `config.fold_budget`
-    instead of a target: the fold of the least interval whose multipliers fit the budget."""
+    instead of a target: the fold of the least interval whose multipliers fit the budget.
+    `fixed`: per kernel, its parameter slots that hold weights (stage_cycles)."""
+    fixed = fixed or [frozenset()] * len(kernels)
     if config.fold_budget is not None:
-        return _within_budget(kernels, config, buffers, outputs)
+        return _within_budget(kernels, config, buffers, outputs, fixed)
     target = config.target_interval
     assert target is not None
     lists = [candidates(k, config.fold_factors == "padded") for k in kernels]
-    base = [stage_cycles(k, config, 1, 1) for k in kernels]
+    base = [stage_cycles(k, config, 1, 1, fixed[i]) for i, k in enumerate(kernels)]
     for k, b in zip(kernels, base):
         if b is None:
             raise CompileError(f"fold=auto: layer {k.name} does not compile with lanes=1, reduce_unroll=1")
     if config.schedule == "dataflow":
-        flow = _Handovers(kernels, config, buffers, outputs) if buffers is not None else None
+        flow = _Handovers(kernels, config, buffers, outputs, fixed) if buffers is not None else None
         picks = []
         for i, k in enumerate(kernels):
             pick = fits = None
@@ -192,7 +201,7 @@ def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig,
             for lanes, unroll in lists[i]:
                 if _work_bound(bounds, base[i], lanes, unroll) > target:
                     continue
-                c = stage_cycles(k, config, lanes, unroll)
+                c = stage_cycles(k, config, lanes, unroll, fixed[i])
                 if c is None or c > target:
                     continue
                 pick = pick or (lanes, unroll, c)
@@ -203,10 +212,10 @@ def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig,
                     break
             pick = fits or pick
             if pick is None:
-                best = _fastest(k, config, lists[i])
-                worst = max([best] + [_fastest(kk, config, lists[j]) for j, kk in enumerate(kernels) if j != i])
+                best = _fastest(k, config, lists[i], fixed[i])
+                worst = max([best] + [_fastest(kk, config, lists[j], fixed[j]) for j, kk in enumerate(kernels) if j != i])
                 raise CompileError(f"fold=auto: no folding reaches target_interval={target} cycles: layer "
-                                   f"{i} ({k.name}) takes at least {best} cycles{_why_parallel(k, best)}; the closest "
+                                   f"{i} ({k.name}) takes at least {best} cycles{_why_parallel(k, best, config.stage_overlap)}; the closest "
                                    f"interval is {worst}")
             picks.append(pick)
         if flow is not None:
@@ -218,12 +227,12 @@ def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig,
             slow = max(range(len(kernels)), key=lambda j: cycles[j])
             moved = False
             for n in range(at[slow] + 1, len(lists[slow])):
-                c = stage_cycles(kernels[slow], config, *lists[slow][n])
+                c = stage_cycles(kernels[slow], config, *lists[slow][n], fixed[slow])
                 if c is not None and c < cycles[slow]:
                     at[slow], cycles[slow], moved = n, c, True
                     break
             if not moved:
-                closest = sum(_fastest(k, config, lists[j]) for j, k in enumerate(kernels))
+                closest = sum(_fastest(k, config, lists[j], fixed[j]) for j, k in enumerate(kernels))
                 raise CompileError(f"fold=auto: no folding reaches target_interval={target} cycles with "
                                    f"schedule=sequential (the kernels' runs add up); the closest interval is "
                                    f"{closest} (schedule=dataflow overlaps the layers)")
@@ -233,14 +242,15 @@ def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig,
                 tuple((k.name, lanes, unroll, c) for k, (lanes, unroll, c) in zip(kernels, picks)))
 
 
-def _fastest(kernel: ir.KernelIR, config: HardwareConfig, pairs: list[tuple[int, int]]) -> int:
+def _fastest(kernel: ir.KernelIR, config: HardwareConfig, pairs: list[tuple[int, int]],
+             fixed: frozenset[int] = frozenset()) -> int:
     """The fewest cycles a run of `kernel` takes at any of its candidate foldings: the 8 most
     parallel ones that compile (a run's cycles fall with its parallelism). Those that do not
     compile are passed over, not counted: a float sum unrolls only with fp_sum=tree, so every
     candidate with reduce_unroll > 1 fails for it, and they are the most parallel ones."""
     found: list[int] = []
     for lanes, unroll in sorted(pairs, key=lambda p: -p[0] * p[1]):
-        c = stage_cycles(kernel, config, lanes, unroll)
+        c = stage_cycles(kernel, config, lanes, unroll, fixed)
         if c is not None:
             found.append(c)
             if len(found) == 8:
@@ -254,9 +264,9 @@ class _Handovers:
     foldings, `choice[k]` = (lanes, unroll, ...) of kernel k: each buffer's writer (kernel,
     slot) and readers, whether one is handed over in place, and a copy's cycles."""
 
-    def __init__(self, kernels, config: HardwareConfig, buffers, outputs: frozenset[int]):
+    def __init__(self, kernels, config: HardwareConfig, buffers, outputs: frozenset[int], fixed: list[frozenset[int]]):
         from .hw.dataflow import copy_lag
-        self.kernels, self.config, self.outputs = kernels, config, outputs
+        self.kernels, self.config, self.outputs, self.fixed = kernels, config, outputs, fixed
         self.writers: dict[int, tuple[int, int]] = {}
         readers: dict[int, list[tuple[int, int]]] = {}
         for k, slots in enumerate(buffers):
@@ -270,7 +280,7 @@ class _Handovers:
         self.lag = copy_lag(config.mem_read == "sync", config.fp_pipeline)
 
     def built(self, choice, k: int) -> _Built:
-        return _built(self.kernels[k], _plain(self.config, *choice[k][:2]))
+        return _built(self.kernels[k], _plain(self.config, *choice[k][:2]), self.fixed[k])
 
     def in_place(self, choice, w, r) -> bool:
         bw, br = self.built(choice, w[0]), self.built(choice, r[0])
@@ -327,7 +337,7 @@ def _in_place(flow: _Handovers, lists, picks, target: int):
         tied = [picks[i]]
         for lanes, unroll in lists[i]:
             if lanes * unroll == par and (lanes, unroll) != picks[i][:2]:
-                c = stage_cycles(k, config, lanes, unroll)
+                c = stage_cycles(k, config, lanes, unroll, flow.fixed[i])
                 if c is not None and c <= beat:
                     tied.append((lanes, unroll, c))
         options.append(tied)
@@ -365,7 +375,7 @@ def _in_place(flow: _Handovers, lists, picks, target: int):
     return choice
 
 
-def _within_budget(kernels, config, buffers, outputs) -> Fold:
+def _within_budget(kernels, config, buffers, outputs, fixed) -> Fold:
     """The least target interval whose fold spends at most `config.fold_budget` multipliers
     (lanes x reduce_unroll summed over the layers), found by bisection: a fold's cost never rises
     with the target (each layer takes the cheapest that meets it), nor its multipliers but for the
@@ -375,13 +385,14 @@ def _within_budget(kernels, config, buffers, outputs) -> Fold:
     if budget < len(kernels):
         raise CompileError(f"fold=auto: fold_budget={budget} multipliers is fewer than the model's {len(kernels)} "
                            f"layers, each of which needs one; the least budget is {len(kernels)}")
-    base = [stage_cycles(k, config, 1, 1) for k in kernels]
+    base = [stage_cycles(k, config, 1, 1, fixed[i]) for i, k in enumerate(kernels)]
     if any(b is None for b in base):
         raise CompileError("fold=auto: a layer does not compile with lanes=1, reduce_unroll=1")
 
     def fold_at(target: int) -> Fold | None:
         try:
-            fold = fold_auto(kernels, replace(config, fold_budget=None, target_interval=target), buffers, outputs)
+            fold = fold_auto(kernels, replace(config, fold_budget=None, target_interval=target), buffers, outputs,
+                             fixed)
         except CompileError:
             return None
         return fold if sum(lanes * unroll for _, lanes, unroll, _ in fold.stages) <= budget else None

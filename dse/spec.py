@@ -216,17 +216,21 @@ FOLD_HOW = ("fold_factors",)
 """How fold=auto chooses: unused without it, like FOLD_AIMS, but not needed with it."""
 FOLDED = ("lanes", "reduce_unroll")
 """The per-layer knobs fold=auto chooses itself."""
+DATAFLOW_ONLY = ("stage_overlap",)
+"""Knobs of how schedule=dataflow runs its stages: unused with schedule=sequential."""
 
 
 def unused_knobs(knobs: Mapping[str, Any]) -> tuple[str, ...]:
-    """The knobs of a setting its `fold` leaves unused: target_interval, fold_budget and
-    fold_factors without fold=auto, a layer's own lanes and reduce_unroll with it. A space of
+    """The knobs of a setting its `fold` or `schedule` leaves unused: target_interval, fold_budget
+    and fold_factors without fold=auto, a layer's own lanes and reduce_unroll with it,
+    stage_overlap without schedule=dataflow. A space of
     fold: [manual, auto] x target_interval: [32, 64] reads as "manual, and auto at each target":
     a point is built without them (`hardware_knobs`), and Spec.not_applicable leaves out the
     repeats."""
     auto = knobs.get("fold") == "auto"
+    dataflow = knobs.get("schedule") == "dataflow"
     return tuple(k for k in knobs if (k in FOLD_AIMS + FOLD_HOW and not auto)
-                 or (auto and "@" in k and k.partition("@")[0] in FOLDED))
+                 or (auto and "@" in k and k.partition("@")[0] in FOLDED) or (k in DATAFLOW_ONLY and not dataflow))
 
 
 PRUNE_KNOB = "prune"
@@ -253,7 +257,8 @@ def check_knob_value(name: str, value: Any) -> None:
     partner = ({"fold": "auto"} if name in FOLD_AIMS
                else {"fold": "auto", "target_interval": 1} if name in FOLD_HOW
                else {"target_interval": 1} if name == "fold" and value == "auto"
-               else {"fp_pipeline": TARGET_LEVEL} if name == "target_mhz" and value is not None else {})
+               else {"fp_pipeline": TARGET_LEVEL} if name == "target_mhz" and value is not None
+               else {"schedule": "dataflow"} if name in DATAFLOW_ONLY else {})
     HardwareConfig.from_dict({name: value, **partner})
 
 
@@ -450,6 +455,10 @@ class Spec:
         for name in unused_knobs(point.knobs):
             first = self.knob_values(name)[0] if self.knob_values(name) else point.knobs[name]
             if point.knobs[name] != first:
+                if name in DATAFLOW_ONLY:
+                    return (f"{name} is how schedule=dataflow runs its stages; at schedule="
+                            f"{point.knobs.get('schedule', 'sequential')} it is the same design as {name}={first}, "
+                            "which the space holds")
                 what = ("is what fold=auto aims at" if name in FOLD_AIMS
                         else "is chosen by fold=auto itself")
                 return (f"{name.partition('@')[0]} {what}; at fold={point.knobs.get('fold', 'manual')} it is the "
@@ -1282,6 +1291,11 @@ class _Parser:
         at, why = fold_conflict((k.name for k in out), next((k.values for k in out if k.name == "fold"), ()))
         if why:
             raise SpecError(_join(path, at), why)
+        schedules = next((k.values for k in out if k.name == "schedule"), ("sequential",))
+        for k in out:
+            if k.name in DATAFLOW_ONLY and "dataflow" not in schedules and any(v is not False for v in k.values):
+                raise SpecError(_join(path, k.name), f"{k.name} is how schedule=dataflow runs its stages, and no "
+                                                     "point is dataflow: add dataflow to schedule")
         _some_combination_is_legal(out, path)
         return tuple(out)
 

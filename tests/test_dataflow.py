@@ -520,3 +520,101 @@ def test_fold_auto_runs_through_dse_eval_in_either_order(tmp_path, capsys):
         "error: --set fold=auto: fold=auto needs a target: target_interval (cycles per sample, e.g. 64) or "
         "fold_budget (multipliers: lanes x reduce_unroll summed over the layers) (--set target_interval=N or "
         "--set fold_budget=N)\n")
+
+
+# ---- stage_overlap: a stage takes its next sample while its pipeline drains the last
+
+_OVERLAP_CASES = [
+    # every layer parallel enough that its pipeline's fill and drain are most of its run; every
+    # hand-over in place, each producer's stores spilling a beat
+    {"fp_pipeline": 3, "target_mhz": 200, "lanes@0": 4, "reduce_unroll@0": 8, "lanes@1": 4,
+     "reduce_unroll@1": 4, "lanes@2": 2, "reduce_unroll@2": 4},
+    # a copy from a stage whose stores spill (k0 -> k1: 8 lanes stored, 4-way reduction read)
+    {"fp_pipeline": 3, "lanes@0": 8, "reduce_unroll@1": 4, "lanes@1": 2, "reduce_unroll@2": 4},
+    # reads without a clock (mem_read comb: data in the address's cycle), and a copy into a
+    # stage that spills
+    {"fp_pipeline": 3, "target_mhz": 200, "mem_read": "comb", "lanes@0": 4, "reduce_unroll@0": 4, "lanes@1": 4,
+     "reduce_unroll@1": 4},
+]
+
+
+@pytest.mark.parametrize("case", range(len(_OVERLAP_CASES)))
+def test_overlapped_stages_stream_bit_exact_at_a_shorter_beat(case):
+    """With stage_overlap a stage starts its next sample once its loop has issued (and read) its
+    last step: the beat falls below the stages' runs, the stores that spill past it go to the
+    bank of the beat their step issued in, and their readers wait a beat more for each. Seven
+    samples back to back: every output is numpy's, every latency and interval the model's."""
+    sizes, rng = [24, 16, 8, 4], np.random.default_rng(11 + case)
+    xs = [rng.integers(-128, 128, sizes[0]).astype(np.int8) for _ in range(7)]
+    built = {}
+    for overlap in (False, True):
+        x, y = _mlp(sizes, seed=2)
+        cfg = HardwareConfig.from_dict({**_OVERLAP_CASES[case], "schedule": "dataflow", "stage_overlap": overlap})
+        d = built[overlap] = compile_model(y, config=cfg, stream=x)
+        cm = d.cycle_model()
+        for v, g in zip(xs, simulate_many(d, [{x: v} for v in xs], backend="pysim")):
+            np.testing.assert_array_equal(g.outputs[0], _mlp_numpy(sizes, v, seed=2))
+            assert g.cycles == cm.total and g.interval == cm.interval == d.flow.beat
+    plain, over = built[False], built[True]
+    runs = dict(over.flow.stage_cycles)
+    assert plain.flow.spills == () and any(over.flow.spills)
+    assert over.flow.beat < plain.flow.beat == max(runs.values())
+    for pos, k in enumerate(over.kernels):      # a spill is the beats past its own a run goes on
+        assert over.flow.spills[pos] == -(-runs[k.name] // over.flow.beat) - 1
+    assert over.flow.depth > plain.flow.depth       # the readers of a spilling stage wait for it
+    # an output ring is as many banks more as its writer's stores spill beats
+    spilled = {(r.place, r.outside): r.banks for r in over.flow.rings}
+    assert any(r.banks > 2 for r in over.flow.rings if r.outside == "out")
+    assert all(spilled[(r.place, r.outside)] >= r.banks for r in plain.flow.rings)
+
+
+@pytest.mark.slow
+def test_overlapped_stages_match_the_sequential_design_in_cxxrtl_for_skips_fan_outs_and_a_conv():
+    """stage_overlap through CXXRTL: a residual block (a skip read in place), a fan-out (a copy
+    from a stage that spills into two readers) and a padded conv, five samples back to back, each
+    equal to the sequential design's run of it, latency and interval as modelled."""
+    rng = np.random.default_rng(13)
+    cases = []
+    for build in (designs.residual_mlp, designs.fan_out, designs.conv2d_padded):
+        a, b = build(seed=3), build(seed=3)
+        seq = compile_model(*a.outputs, config=HardwareConfig(lanes=2, fp_pipeline=3))
+        flow = compile_model(*b.outputs, config=HardwareConfig(lanes=2, fp_pipeline=3, target_mhz=200,
+                                                                schedule="dataflow", stage_overlap=True))
+        samples = [{buf: rng.integers(-128, 128, flow.graph.buffers[buf].size).astype(np.int8)
+                    for buf in flow.graph.inputs} for _ in range(5)]
+        cases.append((seq, flow, samples))
+    build_many([d for c in cases for d in c[:2]], jobs=2)
+    for seq, flow, samples in cases:
+        assert flow.schedule == "dataflow" and any(flow.flow.spills), flow.flow
+        want = simulate_many(seq, samples, backend="cxxrtl")
+        got = simulate_many(flow, samples, backend="cxxrtl")
+        cm = flow.cycle_model()
+        for w, g in zip(want, got):
+            for a, b in zip(w.outputs, g.outputs):
+                np.testing.assert_array_equal(a, b)
+            assert g.cycles == cm.total and g.interval == cm.interval
+
+
+def test_fold_auto_with_overlapped_stages_reaches_a_target_the_runs_cannot():
+    """fold=auto counts a stage's hold, not its run, with stage_overlap: a target below the
+    least run (the pipeline's fill and drain at full parallelism) is reached and streams
+    bit-exact; without it the message names the fill and drain and stage_overlap."""
+    sizes = [24, 16, 8, 4]
+    knobs = {"schedule": "dataflow", "fold": "auto", "target_interval": 12, "fp_pipeline": 3, "target_mhz": 200}
+    x, y = _mlp(sizes, seed=4)
+    with pytest.raises(CompileError, match=r"fill and drain, which every sample pays .*stage_overlap: true"):
+        compile_model(y, config=HardwareConfig.from_dict(knobs), stream=x)
+    d = compile_model(y, config=HardwareConfig.from_dict({**knobs, "stage_overlap": True}), stream=x)
+    assert d.flow.beat <= 12 and any(d.flow.spills)
+    xs = [np.random.default_rng(4).integers(-128, 128, sizes[0]).astype(np.int8) for _ in range(3)]
+    for v, g in zip(xs, simulate_many(d, [{x: v} for v in xs], backend="pysim")):
+        np.testing.assert_array_equal(g.outputs[0], _mlp_numpy(sizes, v, seed=4))
+        assert g.interval == d.flow.beat
+
+
+def test_stage_overlap_is_refused_with_a_sequential_schedule():
+    with pytest.raises(ValueError, match="stage_overlap=True is how schedule='dataflow' runs its stages"):
+        HardwareConfig(stage_overlap=True)
+    with pytest.raises(ValueError, match="stage_overlap: expected True or False"):
+        HardwareConfig(schedule="dataflow", stage_overlap="yes")
+    assert HardwareConfig(schedule="dataflow", stage_overlap=True).stage_overlap

@@ -141,6 +141,9 @@ ERRORS = [
      "knobs.fold_factors: fold_factors is how fold=auto chooses, and fold is manual: set fold to auto with it"),
     (with_("knobs", {"fold": ["auto"], "target_interval": [64], "fold_factors": ["odd"]}),
      "knobs.fold_factors[0]: HardwareConfig.fold_factors: expected 'divisors' or 'padded', got 'odd'"),
+    (with_("knobs", {"stage_overlap": [False, True]}),
+     "knobs.stage_overlap: stage_overlap is how schedule=dataflow runs its stages, and no point is dataflow: add "
+     "dataflow to schedule"),
     (with_("knobs", {"fold": ["auto"]}), "knobs.fold: fold=auto needs a target: target_interval (cycles per sample, "
                                          "e.g. 64) or fold_budget (multipliers: lanes x reduce_unroll summed over "
                                          "the layers)"),
@@ -462,6 +465,20 @@ def test_fp_semantics_op_is_left_out_where_it_changes_nothing():
     assert only_op.space_size == 4 and not only_op.not_applicable_points()
     with pytest.raises(ValueError, match="HardwareConfig.fp_semantics: expected 'tinygrad' or 'op', got 'store'"):
         HardwareConfig(fp_semantics="store")
+
+
+def test_stage_overlap_is_left_out_of_sequential_points():
+    """schedule: [sequential, dataflow] x stage_overlap: [false, true] is three designs: the
+    sequential one once (stage_overlap changes nothing there), the dataflow one both ways."""
+    main_job = yaml.safe_load((ROOT / "configs" / "gemv.yaml").read_text())
+    s = parse_spec({**main_job, "dtypes": ["int8"],
+                    "knobs": {"schedule": ["sequential", "dataflow"], "stage_overlap": [False, True]}})
+    kept = sorted((p.knobs["schedule"], p.knobs["stage_overlap"]) for p in s.points())
+    assert kept == [("dataflow", False), ("dataflow", True), ("sequential", False)] and s.space_size == 3
+    [(point, why)] = s.not_applicable_points()
+    assert point.knobs["schedule"] == "sequential" and why == (
+        "stage_overlap is how schedule=dataflow runs its stages; at schedule=sequential it is the same design as "
+        "stage_overlap=False, which the space holds")
 
 
 # --- the CLI

@@ -194,16 +194,28 @@ def can_overlap(kernel: ir.KernelIR, sched: Schedule) -> bool:
     return not sched.gather_issue and not any(b.loaded and b.stored for b in kernel.buffers)
 
 
-def stage_hold(kernel: ir.KernelIR, program: Program, sched: Schedule, overlap: bool) -> int:
+def stage_hold(kernel: ir.KernelIR, program: Program, sched: Schedule, overlap: bool,
+               fixed: frozenset[int] = frozenset()) -> int:
     """Cycles a kernel holds its dataflow stage for a sample, the least beat it fits: its run,
     start to done; with `overlap` (stage_overlap, where can_overlap) until it can start again:
-    its steps, and its last step's reads, which choose a ring's bank by the beat they are in
-    (with block RAM a read's address goes out a cycle before its data: Schedule.port_stage)."""
+    its steps, and its last step's reads of the sample's data, which choose a ring's bank by
+    the beat they are in (with block RAM a read's address goes out a cycle before its data:
+    Schedule.port_stage). Reads of `fixed` slots (weights: the same in every beat) and of ROMs
+    may come later (a GEMV reads its weights stages after the x element it broadcasts)."""
     run = program.cycles + 1 + sched.commit
     if not overlap or not can_overlap(kernel, sched):
         return run
-    reads = max((sched.port_stage(load) for step in program.steps for load in loads_of(step)), default=0)
+    constant = fixed | {b.slot for b in kernel.buffers if b.rom is not None}
+    reads = max((sched.port_stage(load) for step in program.steps for load in loads_of(step)
+                 if load.buf not in constant), default=0)
     return min(run, program.cycles + max(1, reads + (0 if sched.sync_reads else 1)))
+
+
+def fixed_banks(buffers: list[tuple[int, int, bool, bool]], banking: dict[int, Banking],
+                weights: frozenset[int]) -> frozenset[int]:
+    """The bank slots of a kernel (its `buffers`: (slot, model buffer, loaded, stored)) that
+    hold one of the model buffers `weights`: what stage_hold's `fixed` takes."""
+    return frozenset(bank for slot, buf, _, _ in buffers if buf in weights for bank in banking[slot].banks)
 
 
 def spill_beats(run: int, beat: int) -> int:
