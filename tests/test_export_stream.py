@@ -61,8 +61,11 @@ def break_one_word(out: Path) -> None:
     # a 9-cycle beat and 64 input words: the testbench moves them between beats
     ([64, 8, 4], {"lanes@0": 8, "reduce_unroll@0": 8, "lanes@1": 4}, False),
     # the same at fp_pipeline 3: each ring's bank choices from a `running` and `last` of its own
-    ([64, 8, 4], {"lanes@0": 8, "reduce_unroll@0": 8, "lanes@1": 4, "fp_pipeline": 3}, False)],
-    ids=["copy-depth5", "p3-in-place", "between-beats", "p3-between-beats"])
+    ([64, 8, 4], {"lanes@0": 8, "reduce_unroll@0": 8, "lanes@1": 4, "fp_pipeline": 3}, False),
+    # stage_overlap: every stage's stores spill into the next beat, the output ring a bank longer
+    ([24, 16, 8, 4], {"lanes@0": 4, "reduce_unroll@0": 8, "lanes@1": 4, "reduce_unroll@1": 4, "lanes@2": 2,
+                      "reduce_unroll@2": 4, "fp_pipeline": 3, "target_mhz": 200, "stage_overlap": True}, False)],
+    ids=["copy-depth5", "p3-in-place", "between-beats", "p3-between-beats", "overlap"])
 def test_a_streamed_export_passes_its_testbench_and_fails_on_a_wrong_word(tmp_path, sizes, knobs, back_to_back):
     x, y, ref = int8_mlp(sizes)
     design = compile_model(y, config=HardwareConfig.from_dict({**knobs, "schedule": "dataflow"}), stream=x)
