@@ -214,9 +214,9 @@ def fold_auto(kernels: list[ir.KernelIR], config: HardwareConfig,
             if pick is None:
                 best = _fastest(k, config, lists[i], fixed[i])
                 worst = max([best] + [_fastest(kk, config, lists[j], fixed[j]) for j, kk in enumerate(kernels) if j != i])
+                why = _why_parallel(k, best, config.stage_overlap)
                 raise CompileError(f"fold=auto: no folding reaches target_interval={target} cycles: layer "
-                                   f"{i} ({k.name}) takes at least {best} cycles{_why_parallel(k, best, config.stage_overlap)}; the closest "
-                                   f"interval is {worst}")
+                                   f"{i} ({k.name}) takes at least {best} cycles{why}; the closest interval is {worst}")
             picks.append(pick)
         if flow is not None:
             picks = _in_place(flow, lists, picks, target)

@@ -174,6 +174,27 @@ def _product_rtlil(a_shape, b_shape, y_shape, registers=1) -> str:
     return rtlil.convert(m, name="top", ports=[p.a, p.b, p.y])
 
 
+def test_a_product_in_pieces_with_one_piece_in_luts_keeps_its_registers_where_they_are():
+    """A Product split for DSP blocks (target_mhz: a piece per DSP width, each registered and
+    landed) whose pieces `mul: auto` puts one in a DSP block and one in LUTs: the module holds two
+    products and five registers, so it is not rebuilt as one registered LUT product (it was, and
+    synthesis stopped on "a LUT product takes 0 to 3 registers, not 5": the digits MLP folded to
+    interval 32 at target_mhz 200); the marked piece keeps its `$mul` for the map."""
+    from amaranth.back import rtlil
+    from amaranth.hdl import Module, signed
+    from compiler.hw.datapath import PRODUCT_PREFIX, Product
+    from compiler.synth.multipliers import mark_lut_cells, mul_cells, pipeline_products
+    m = Module()
+    m.submodules[f"{PRODUCT_PREFIX}0"] = p = Product(signed(21), signed(15), signed(36), registers=3, split=True)
+    text = rtlil.convert(m, name="top", ports=[p.a, p.b, p.y])
+    cells = mul_cells(text)
+    assert len(cells) == 2 and text.count("cell $dff") == 5
+    marked = {(c.module, c.name) for c in cells if c.a_width < 18 or c.b_width < 15}
+    assert len(marked) == 1
+    gate = pipeline_products(mark_lut_cells(text, marked), marked)
+    assert gate.count("cell $mul") == 2 and gate.count("cell $dff") == 5 and "tinyhw_lut_mulreg" not in gate
+
+
 def _registered_equal(tmp_path, gold: str, mutate=lambda text: text) -> bool:
     """Yosys's proof (temporal induction, every register starting at 0) that the Product with its
     LUT multiplier rebuilt around its register is the Product."""

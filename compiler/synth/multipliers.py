@@ -190,8 +190,12 @@ def pipeline_products(rtlil_text: str, marked: set[tuple[str, str]]) -> str:
     head, modules = split_modules(rtlil_text)
     out = [head]
     for mod in modules:
-        cells = [c for c in mul_cells("".join(mod.lines)) if (mod.name, c.name) in marked]
-        cell = cells[0] if len(cells) == 1 and _PRODUCT.search(mod.name) else None
+        every = mul_cells("".join(mod.lines))
+        cells = [c for c in every if (mod.name, c.name) in marked]
+        # one product alone in its module: a product in pieces (a wide one split for DSP blocks,
+        # hw/datapath.py) has a register per piece and its landings, and only some pieces may be
+        # marked (the digits MLP folded to interval 32 at target_mhz 200: 5 registers counted)
+        cell = cells[0] if len(cells) == 1 and len(every) == 1 and _PRODUCT.search(mod.name) else None
         if cell is None or not lut_multiplier.takes(cell.shape) or not _pure_signedness(mod.lines):
             out += mod.lines
             continue
