@@ -261,8 +261,13 @@ def _combined_knobs(base: dict[str, Any], given: dict[str, Any], sets: Sequence[
     """The spec's first values with the --set ones over them, the fold knobs checked together
     (dse.spec.fold_conflict), in either order of --set: a knob given with --set that the fold
     setting would leave unused is an error naming both; one of the spec's is dropped."""
-    from dse.spec import FOLD_AIMS, fold_conflict, unused_knobs
+    from dse.spec import DATAFLOW_ONLY, FOLD_AIMS, fold_conflict, unused_knobs
     combined = {**base, **given}
+    for name in DATAFLOW_ONLY:
+        if given.get(name, False) is not False and combined.get("schedule") != "dataflow":
+            item = next((s for s in sets if s.partition("=")[0].strip() == name), name)
+            raise CliError(f"--set {item}: {name}=True is how schedule='dataflow' runs its stages, and schedule is "
+                           f"{combined.get('schedule', 'sequential')!r} (--set schedule=dataflow)")
     if any(a in given for a in FOLD_AIMS):     # a target given replaces the spec's other one
         combined = {k: v for k, v in combined.items() if k in given or k not in FOLD_AIMS}
     unused = set(unused_knobs(combined)) - set(given)

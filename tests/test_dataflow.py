@@ -618,3 +618,29 @@ def test_stage_overlap_is_refused_with_a_sequential_schedule():
     with pytest.raises(ValueError, match="stage_overlap: expected True or False"):
         HardwareConfig(schedule="dataflow", stage_overlap="yes")
     assert HardwareConfig(schedule="dataflow", stage_overlap=True).stage_overlap
+
+
+def test_dse_eval_of_an_overlapped_point_says_which_stages_spill(tmp_path, capsys):
+    """`dse eval` with stage_overlap: the point streams bit-exact at a shorter interval than
+    without, its measured interval the model's, and its notes name the stages whose stores
+    spill and the beats a sample takes; --set stage_overlap=true on a sequential point is a
+    usage error naming the knob."""
+    import yaml
+    from dse.cli import main
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({**DSE_SPEC, "knobs": {"schedule": ["dataflow"], "fp_pipeline": [3],
+                                                          "target_mhz": [200], "lanes": [4], "reduce_unroll": [4]}},
+                                   sort_keys=False))
+    plain, over = _eval_row(capsys, spec), _eval_row(capsys, spec, "stage_overlap=true")
+    assert all(r["status"] == "OK" and r["correct"] and r["interval_cycles"] == r["interval_model"]
+               for r in (plain, over))
+    assert over["interval_cycles"] < plain["interval_cycles"]
+    note = next(n for n in over["notes"].split("; ") if n.startswith("stage_overlap"))
+    assert re.search(r"the stores of k0_\S+ 1.* beat\(s\) late, so a sample takes \d+ beats of "
+                     rf"{over['interval_cycles']} cycles", over["notes"]), note
+    assert "stage_overlap" not in plain["notes"]
+    spec.write_text(yaml.safe_dump({**DSE_SPEC, "knobs": {}}, sort_keys=False))
+    assert main(["eval", str(spec), "--model", "mlp", "--dtype", "int8", "--no-synth",
+                 "--set", "stage_overlap=true"]) == 2
+    assert capsys.readouterr().err == ("error: --set stage_overlap=true: stage_overlap=True is how schedule='dataflow' "
+                                       "runs its stages, and schedule is 'sequential' (--set schedule=dataflow)\n")
