@@ -260,7 +260,8 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
 def _combined_knobs(base: dict[str, Any], given: dict[str, Any], sets: Sequence[str]) -> dict[str, Any]:
     """The spec's first values with the --set ones over them, the fold knobs checked together
     (dse.spec.fold_conflict), in either order of --set: a knob given with --set that the fold
-    setting would leave unused is an error naming both; one of the spec's is dropped."""
+    setting would leave unused is an error naming both; one of the spec's is dropped. So is
+    stage_overlap=true given where the schedule is not dataflow (dse.spec.DATAFLOW_ONLY)."""
     from dse.spec import DATAFLOW_ONLY, FOLD_AIMS, fold_conflict, unused_knobs
     combined = {**base, **given}
     for name in DATAFLOW_ONLY:
