@@ -140,9 +140,10 @@ def stage_cycles(kernel: ir.KernelIR, config: HardwareConfig, lanes: int, unroll
 
 @dataclass(frozen=True)
 class _Built:
-    cycles: int
+    cycles: int                          # its run, or with stage_overlap its hold (stage_cycles)
     banking: dict                        # parameter slot -> Banking (hw/layout.py)
     ports: dict                          # bank slot -> read ports it needs
+    run: int = 0                         # start to done, its pipeline's drain included
 
 
 def _plain(config: HardwareConfig, lanes: int, unroll: int) -> HardwareConfig:
@@ -168,7 +169,9 @@ def _built(kernel: ir.KernelIR, config: HardwareConfig, fixed: frozenset[int] = 
         program = build_program(k)
         overlap = config.schedule == "dataflow" and config.stage_overlap
         banks = frozenset(bank for slot in fixed for bank in banking[slot].banks)
-        return _Built(stage_hold(k, program, schedule(k, config), overlap, banks), banking, read_ports(k, program)[1])
+        sched = schedule(k, config)
+        return _Built(stage_hold(k, program, sched, overlap, banks), banking, read_ports(k, program)[1],
+                      program.cycles + 1 + sched.commit)
     except CompileError:
         return None
 
@@ -324,9 +327,11 @@ class _Handovers:
 
 def _in_place(flow: _Handovers, lists, picks, target: int):
     """`picks` with foldings of equal parallelism and no more cycles than the slowest pick
-    swapped in where that lowers the latency (depth x beat, the copies' cycles in the beat) by
+    swapped in where that lowers the latency (depth x beat, the copies' cycles in the beat, and
+    with stage_overlap the beats a stage's stores spill into in the depth) by
     handing buffers on in place or by shorter copies (module docstring), never a swap that takes
     a copy past `target`."""
+    from .hw.dataflow import spill_beats
     if not flow.edges:
         return picks
     kernels, config = flow.kernels, flow.config
@@ -348,15 +353,18 @@ def _in_place(flow: _Handovers, lists, picks, target: int):
         # (hw/layout.group_width) it moves an element a cycle, and may be the slowest stage
         copies = [flow.copy_cycles(choice, w, rs) for w, rs in flow.edges
                   if not (len(rs) == 1 and (w, rs[0]) in fast)]
+        interval = max([c for _, _, c in choice] + copies)
+        # with stage_overlap a stage whose run passes the beat has its readers wait a beat more
+        # for each it spills into (hw/dataflow.spill_beats); without, no run passes the beat
+        spill = [spill_beats(flow.built(choice, k).run, interval) for k in range(len(kernels))]
         level = [0] * len(kernels)
         for k in range(len(kernels)):        # kernels come in an order their producers come first in
             for w, rs in flow.edges:
                 for r in rs:
                     if r[0] == k:
-                        level[k] = max(level[k], level[w[0]] + (1 if (w, r) in fast else 2))
+                        level[k] = max(level[k], level[w[0]] + spill[w[0]] + (1 if (w, r) in fast else 2))
         ends = [flow.writers[b][0] for b in flow.outputs if b in flow.writers] or list(range(len(kernels)))
-        depth = 1 + max(level[k] for k in ends)
-        interval = max([c for _, _, c in choice] + copies)
+        depth = 1 + max(level[k] + spill[k] for k in ends)
         return max(0, interval - target), depth * interval, -len(fast)
 
     choice, best = list(picks), cost(picks)
