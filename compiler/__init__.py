@@ -119,10 +119,11 @@ def compile_traced(traced: Traced, config: HardwareConfig | None = None) -> Desi
     check_layer_factors(config, sources)
     if config.fold == "auto":
         from .fold import fold_auto
+        from .hw.dataflow import weight_slots
         buffers = [[(b.slot, graph.kernels[i].buffers[b.slot], b.loaded, b.stored) for b in k.buffers]
                    for i, k in enumerate(sources)]
         weights = frozenset() if traced.streamed is None else frozenset(graph.inputs) - traced.streamed
-        fixed = [frozenset(slot for slot, buf, _, _ in bs if buf in weights) for bs in buffers]
+        fixed = [weight_slots(bs, weights) for bs in buffers]
         config = fold_auto(sources, config, buffers, frozenset(graph.outputs), fixed).config
     layer = [config.for_layer(i) for i in range(len(sources))]
     streamed = traced.streamed

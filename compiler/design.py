@@ -9,12 +9,13 @@ import numpy as np
 from . import ir
 from .config import HardwareConfig
 from .frontend import Graph
-from .hw.kernel import KernelHW, is_pipelined, read_ports, ring_in_one_memory, ring_stride
+from .hw.kernel import KernelHW, is_pipelined, read_ports, ring_in_one_memory, ring_stride, run_cycles
 from .hw.pipeline import Schedule, kernel_paths, schedule
 from .timing_model import (DSP_SITE, Estimate, block_ram_copy_ns, delays, in_block_ram, lutram_read_ns, memory_to_dsp_ns,
                            pack_sites, placed, product_ns, product_sites, word_read_registered, word_write_ns)
 from .hw.program import Program, build_program
-from .hw.dataflow import Dataflow, DataflowTopHW, beat_cycles, copy_lag, fixed_banks, plan_dataflow, spill_beats, stage_hold
+from .hw.dataflow import (Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow, slot_banks, spill_beats,
+                          stage_hold, weight_slots)
 from .hw.top import Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, copy_cycles, plan, registers_copy_data
 from .hw.layout import Banking
 from .hw.packing import Pack, plan_packs
@@ -373,13 +374,11 @@ class Design:
 
     def cycle_model(self) -> CycleModel:
         if self.flow is not None:
-            kernels = tuple((self.kernels[p.kernel].name, self.programs[p.kernel].cycles + 1 + self.schedules[p.kernel].commit)
+            kernels = tuple((self.kernels[p.kernel].name, run_cycles(self.programs[p.kernel], self.schedules[p.kernel]))
                             for p in self.phases if isinstance(p, Run))
             copies = sum(p.length for p in self.phases if isinstance(p, Copy))
             return CycleModel(self.flow.latency, kernels, copies, self.flow.beat, "dataflow")
-        # steps, + 1 for done, + the stages a step's stores trail it by (0 without fp_pipeline)
-        kernels = tuple((self.kernels[p.kernel].name,
-                         self.programs[p.kernel].cycles + 1 + self.schedules[p.kernel].commit)
+        kernels = tuple((self.kernels[p.kernel].name, run_cycles(self.programs[p.kernel], self.schedules[p.kernel]))
                         for p in self.phases if isinstance(p, Run))
         copies = sum(copy_cycles(p, self.config) for p in self.phases if isinstance(p, Copy))
         total = sum(c for _, c in kernels) + copies
@@ -537,10 +536,10 @@ def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.K
             ports = [read_ports(k, build_program(k))[1] for k in kernels] if config.share_buffers \
                 else [{} for _ in kernels]
         else:
-            runs = [1 if pipelined else build_program(k).cycles + 1 + schedule(k, config).commit for k in kernels]
+            runs = [1 if pipelined else run_cycles(build_program(k), schedule(k, config)) for k in kernels]
             weights = frozenset(graph.inputs) - streamed
             holds = [1 if pipelined else stage_hold(k, build_program(k), schedule(k, config), config.stage_overlap,
-                                                    fixed_banks(kernel_buffers[i], banking[i], weights))
+                                                    slot_banks(weight_slots(kernel_buffers[i], weights), banking[i]))
                      for i, k in enumerate(kernels)]
             copies = [p for p in dp.phases if isinstance(p, Copy)]
             lag = copy_lag(config.mem_read == "sync", config.fp_pipeline)

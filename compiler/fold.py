@@ -153,8 +153,8 @@ def _plain(config: HardwareConfig, lanes: int, unroll: int) -> HardwareConfig:
 
 @lru_cache(maxsize=4096)
 def _built(kernel: ir.KernelIR, config: HardwareConfig, fixed: frozenset[int] = frozenset()) -> _Built | None:
-    from .hw.dataflow import stage_hold
-    from .hw.kernel import read_ports
+    from .hw.dataflow import slot_banks, stage_hold
+    from .hw.kernel import read_ports, run_cycles
     from .hw.pipeline import schedule
     from .hw.program import build_program
     from .passes.fuse import fuse_loops
@@ -168,10 +168,9 @@ def _built(kernel: ir.KernelIR, config: HardwareConfig, fixed: frozenset[int] = 
         k, banking = split_deep(k, p.banking, config.fp_pipeline)
         program = build_program(k)
         overlap = config.schedule == "dataflow" and config.stage_overlap
-        banks = frozenset(bank for slot in fixed for bank in banking[slot].banks)
         sched = schedule(k, config)
-        return _Built(stage_hold(k, program, sched, overlap, banks), banking, read_ports(k, program)[1],
-                      program.cycles + 1 + sched.commit)
+        hold = stage_hold(k, program, sched, overlap, slot_banks(fixed, banking))
+        return _Built(hold, banking, read_ports(k, program)[1], run_cycles(program, sched))
     except CompileError:
         return None
 

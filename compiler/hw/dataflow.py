@@ -54,7 +54,7 @@ from .layout import Banking
 from .datapath import DUPLICATE_ATTRIBUTE, Copies, registered
 from .pipeline import FANOUT_LEVEL, Schedule
 from .program import Program
-from .kernel import ADDRESS_GROUP, loads_of
+from .kernel import ADDRESS_GROUP, loads_of, run_cycles
 from .top import HOST_GROUP, Copy, HostBuffer, Odometer, Place, Run, Share, TopHW, buffer_users, toposort_kernels
 
 RING_GROUP = 4
@@ -202,7 +202,7 @@ def stage_hold(kernel: ir.KernelIR, program: Program, sched: Schedule, overlap: 
     the beat they are in (with block RAM a read's address goes out a cycle before its data:
     Schedule.port_stage). Reads of `fixed` slots (weights: the same in every beat) and of ROMs
     may come later (a GEMV reads its weights stages after the x element it broadcasts)."""
-    run = program.cycles + 1 + sched.commit
+    run = run_cycles(program, sched)
     if not overlap or not can_overlap(kernel, sched):
         return run
     constant = fixed | {b.slot for b in kernel.buffers if b.rom is not None}
@@ -211,11 +211,16 @@ def stage_hold(kernel: ir.KernelIR, program: Program, sched: Schedule, overlap: 
     return min(run, program.cycles + max(1, reads + (0 if sched.sync_reads else 1)))
 
 
-def fixed_banks(buffers: list[tuple[int, int, bool, bool]], banking: dict[int, Banking],
-                weights: frozenset[int]) -> frozenset[int]:
-    """The bank slots of a kernel (its `buffers`: (slot, model buffer, loaded, stored)) that
-    hold one of the model buffers `weights`: what stage_hold's `fixed` takes."""
-    return frozenset(bank for slot, buf, _, _ in buffers if buf in weights for bank in banking[slot].banks)
+def weight_slots(buffers: list[tuple[int, int, bool, bool]], weights: frozenset[int]) -> frozenset[int]:
+    """The parameter slots of a kernel (its `buffers`: (slot, model buffer, loaded, stored))
+    that hold one of the model buffers `weights` (the inputs that do not stream)."""
+    return frozenset(slot for slot, buf, _, _ in buffers if buf in weights)
+
+
+def slot_banks(slots: frozenset[int], banking: dict[int, Banking]) -> frozenset[int]:
+    """The bank slots that parameter `slots` are stored in (`banking`): what stage_hold's
+    `fixed` takes, of weight_slots."""
+    return frozenset(bank for slot in slots for bank in banking[slot].banks)
 
 
 def spill_beats(run: int, beat: int) -> int:

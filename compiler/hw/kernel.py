@@ -136,6 +136,12 @@ def read_ports(kernel: ir.KernelIR, program: Program) -> tuple[dict[tuple[int, i
     return out, count
 
 
+def run_cycles(program: Program, sched: Schedule) -> int:
+    """Cycles of a kernel's run, from its start cycle to its done cycle: its steps, + 1 for
+    done, + the stages a step's stores trail it by (Schedule.commit; 0 without fp_pipeline)."""
+    return program.cycles + 1 + sched.commit
+
+
 def is_pipelined(kernel: ir.KernelIR, program: Program) -> bool:
     """Whether `kernel` can take a new sample every cycle (KernelHW.pipelined)."""
     return len(program.steps) == 1 and not program.steps[0].loops and not kernel.accs
@@ -307,7 +313,7 @@ class KernelHW(wiring.Component):
     @property
     def cycles(self) -> int:
         """Cycles from the start cycle to the done cycle."""
-        return self.program.cycles + 1 + self.schedule.commit
+        return run_cycles(self.program, self.schedule)
 
     def elaborate(self, platform):
         m = Module()
