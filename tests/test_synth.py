@@ -296,3 +296,31 @@ def test_ecp5_luts_are_mapped_as_lut4s_only(tmp_path, monkeypatch):
     wide = synthesize(design, "ecp5", workdir=tmp_path / "wide", use_cache=False)
     assert wide.cells.get("PFUMX", 0) > 0
     assert lut4s.luts < wide.luts and (lut4s.ffs, lut4s.lutram, lut4s.bram) == (wide.ffs, wide.lutram, wide.bram)
+
+
+def test_a_netlist_without_memories_skips_the_block_ram_map_and_keeps_its_cells(tmp_path, monkeypatch):
+    """synth_ecp5's map_ram step parses brams_map_16kd.v even with nothing to map (0.28 s a run):
+    a memory-free netlist (a float unit, a constant-weight layer) runs the flow around it and
+    gets the cells of the whole flow; a netlist with a memory runs the whole flow."""
+    from compiler.synth import area as synth
+    from compiler.tools import yosys
+    (tmp_path / "t.v").write_text(
+        "module top(input clk, input [11:0] a, input [11:0] b, input [3:0] i, output reg [23:0] y,\n"
+        "           output [11:0] q);\n"
+        "  reg [11:0] r [0:15];\n"
+        "  assign q = r[b[3:0]];\n"
+        "  always @(posedge clk) begin y <= a * b + y; r[i] <= a; end\n"
+        "endmodule\n")
+    yosys("read_verilog t.v\nproc\nwrite_rtlil with_memory.il\nmemory_map\nopt_clean\nwrite_rtlil free.il\n",
+          cwd=tmp_path, log_name="rtlil.log")
+    free = (tmp_path / "free.il").read_text()
+    with_memory = (tmp_path / "with_memory.il").read_text()
+    split = synth.synthesize_rtlil(free, "ecp5", workdir=tmp_path / "split", use_cache=False)
+    assert "-run :map_ram\n" in split.script and "-run map_ffram:\n" in split.script
+    monkeypatch.setattr(synth, "family_flow", lambda target, text, flow: flow)
+    whole = synth.synthesize_rtlil(free, "ecp5", workdir=tmp_path / "whole", use_cache=False)
+    assert "map_ram" not in whole.script
+    assert split.cells == whole.cells and split.dsp == 1 and split.ffs >= 24
+    monkeypatch.undo()
+    memory = synth.synthesize_rtlil(with_memory, "ecp5", workdir=tmp_path / "memory", use_cache=False)
+    assert "map_ram" not in memory.script and memory.lutram > 0
