@@ -8,6 +8,7 @@ import numpy as np
 
 from . import ir
 from .config import HardwareConfig
+from .errors import CompileError
 from .frontend import Graph
 from .hw.kernel import KernelHW, is_pipelined, read_ports, ring_in_one_memory, ring_stride, run_cycles
 from .hw.pipeline import Schedule, kernel_paths, schedule
@@ -571,6 +572,26 @@ def build_design(graph: Graph, *, sources: list[ir.KernelIR], kernels: list[ir.K
                   for pos, i in enumerate(order))
     constants = frozenset(graph.kernels[i].buffers[b.slot] for i, k in enumerate(sources) for b in k.buffers
                           if b.rom is not None)
-    return Design(graph, tuple(kernels[i] for i in order), config, tuple(phases), tuple(host), output_shapes,
-                  tuple(sources[i] for i in order), tuple(banking[i] for i in order), tuple(shares),
-                  tuple(factors[i] for i in order), packs, flow, note, constants)
+    design = Design(graph, tuple(kernels[i] for i in order), config, tuple(phases), tuple(host), output_shapes,
+                    tuple(sources[i] for i in order), tuple(banking[i] for i in order), tuple(shares),
+                    tuple(factors[i] for i in order), packs, flow, note, constants)
+    if flow is not None:
+        _check_runs(design)
+    return design
+
+
+def _check_runs(design: Design) -> None:
+    """The dataflow plan took each kernel's run (and so its spills and lags) from its schedule
+    before the rings were known; the hardware takes the schedule that keeps ring and external
+    reads in their issue stage (Design.schedules). Moving a read does not change a pipeline's
+    depth, so the two runs agree; if they ever did not, the beat, the spills and the store delay
+    would disagree with the hardware, and that is said here rather than built."""
+    flow = design.flow
+    for pos, (k, program, sched) in enumerate(zip(design.kernels, design.programs, design.schedules)):
+        planned = flow.lags[pos] - 1 if flow.lags and flow.lags[pos] else None
+        if planned is not None and planned != sched.commit:
+            raise CompileError(f"internal: kernel {k.name}'s pipeline is {sched.commit} stages deep as built, "
+                               f"{planned} as the dataflow plan took it (compiler/design.py _check_runs)")
+        if planned is None and flow.stage_cycles[pos][1] != run_cycles(program, sched):
+            raise CompileError(f"internal: kernel {k.name} runs {run_cycles(program, sched)} cycles as built, "
+                               f"{flow.stage_cycles[pos][1]} as the dataflow plan took it (compiler/design.py _check_runs)")

@@ -568,6 +568,23 @@ def test_overlapped_stages_stream_bit_exact_at_a_shorter_beat(case):
     assert all(spilled[(r.place, r.outside)] >= r.banks for r in plain.flow.rings)
 
 
+def test_a_run_the_hardware_builds_other_than_the_plan_took_is_an_error():
+    """The dataflow plan takes each kernel's run from its schedule before the rings are known;
+    the hardware keeps ring reads in their issue stage. They agree (a moved read does not change
+    a pipeline's depth): if they did not, the beat, the spills and the store delays would be
+    wrong, and compiling says so instead of building it."""
+    from dataclasses import replace
+    from compiler.design import _check_runs
+    x, y = _mlp([24, 16, 8, 4], seed=2)
+    d = compile_model(y, config=HardwareConfig.from_dict({**_OVERLAP_CASES[0], "schedule": "dataflow",
+                                                          "stage_overlap": True}), stream=x)
+    _check_runs(d)
+    d.__dict__["schedules"] = tuple(replace(s, commit=s.commit + 1) if pos == 1 else s
+                                    for pos, s in enumerate(d.schedules))
+    with pytest.raises(CompileError, match=f"internal: kernel {d.kernels[1].name} runs .* cycles as built"):
+        _check_runs(d)
+
+
 @pytest.mark.slow
 def test_overlapped_stages_match_the_sequential_design_in_cxxrtl_for_skips_fan_outs_and_a_conv():
     """stage_overlap through CXXRTL: a residual block (a skip read in place), a fan-out (a copy
