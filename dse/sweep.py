@@ -99,6 +99,7 @@ from dse.evaluate import EvalContext
 from dse.fidelity import FIDELITY_TXT, describe
 from dse.files import atomic_write_text
 from dse.paths import results_dir
+from dse.prebuild import prebuild
 from dse.progress import Progress
 from dse.results import write_outputs
 from dse.spec import Sampler, Spec
@@ -236,6 +237,10 @@ def sweep(spec: Spec, options: SweepOptions = SweepOptions()) -> SweepResult:
     with study_lock(location, spec.study):      # not while another sweep or worker queues points
         prepared = prepare_study(spec, options, location, order)
     with run_lock(location) as run:
+        if prepared.points:
+            # one g++ run a bundle of designs, not one a trial (dse/prebuild.py)
+            prebuild(spec, options, prepared.points,
+                     (lambda m: print(m, file=sys.stderr, flush=True)) if options.progress != "off" else None)
         return _drive(spec, options, location, prepared, run.name if run else None, out, t0)
 
 

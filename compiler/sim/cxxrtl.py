@@ -261,9 +261,10 @@ class _Pending:
     target: Path
 
 
-def build_many(designs, jobs: int | None = None) -> list[Binary]:
+def build_many(designs, jobs: int | None = None, *, max_rtlil: int | None = None) -> list[Binary | None]:
     """The binaries of several designs. Those not cached are built in bundles, `jobs` compiler
-    runs at a time (default: one per CPU; the compilers are subprocesses, threads suffice)."""
+    runs at a time (default: one per CPU; the compilers are subprocesses, threads suffice).
+    With `max_rtlil`, a design of more RTLIL characters that is not cached is left unbuilt (None)."""
     designs = list(designs)
     results: list[Binary | None] = [None] * len(designs)
     t0 = time.perf_counter()
@@ -284,6 +285,8 @@ def build_many(designs, jobs: int | None = None) -> list[Binary]:
         if target.exists():
             stats.hits += 1
             results[i] = _binaries[design] = Binary(target, key, 0.0, True)
+            continue
+        if max_rtlil is not None and len(text) > max_rtlil:
             continue
         pending.setdefault(key, _Pending(key, text, design.name(), target))
         waiting.setdefault(key, []).append(i)

@@ -186,6 +186,7 @@ class PreparedStudy:
     done: int               # evaluated trials (and given-up grid points) it has
     to_run: int             # trials left for this run
     running: int = 0        # trials other live runs are evaluating
+    points: tuple = ()      # a grid's points left for this run (DesignPoints, in the grid's order)
 
 
 def _open_or_set_aside(location: str, fresh: bool):
@@ -272,10 +273,11 @@ def prepare_study(spec: Spec, options: SweepOptions, location: str,
             missing = order(study, missing)
         queue_points(study, spec, missing, abandoned)
         have = taken.evaluated | {point_key(point_params(p), spec) for p, _ in abandoned}
-        to_run = sum(1 for p in wanted if point_key(point_params(p), spec) not in have | taken.running)
+        points = tuple(p for p in wanted if point_key(point_params(p), spec) not in have | taken.running)
+        to_run = len(points)
         done = evaluated + len(abandoned)
     else:
         budget = options.trials or spec.search.trials
         to_run = max(0, budget - evaluated - running)
-        done = evaluated
-    return PreparedStudy(study=study, budget=budget, done=done, to_run=to_run, running=running)
+        done, points = evaluated, ()
+    return PreparedStudy(study=study, budget=budget, done=done, to_run=to_run, running=running, points=points)
