@@ -613,14 +613,17 @@ def test_sigint_to_a_parallel_sweep_stops_cleanly_and_resumes(tmp_path):
 def test_a_grid_builds_its_simulation_binaries_ahead_in_bundles(tmp_path, monkeypatch, isolated_cache, fake_synth):
     """Before the workers start, the grid's points are compiled and their CXXRTL binaries built
     several to a g++ run; each trial then finds its binary in the cache. Left to the trials: the
-    points already evaluated, a multi-fidelity grid and the pysim back end."""
+    points already evaluated, a multi-fidelity grid, the pysim back end, and a sweep with fewer
+    workers than cores (its trials build beside their synthesis)."""
     from compiler.sim import cxxrtl
+    from dse import prebuild as ahead
     from dse.cache import EvalCache, make_key, point_material
     from dse.evaluate import compile_point
     from dse.prebuild import prebuild
+    monkeypatch.setattr(ahead, "cores", lambda: 2)
     spec = load_spec(write_spec(tmp_path, spec_dict()))
     points = list(spec.points())
-    opts = options(tmp_path, sim_backend="cxxrtl", n_jobs=1)
+    opts = options(tmp_path, sim_backend="cxxrtl", n_jobs=2)
     ctx = EvalContext.from_spec(spec, sim_backend="cxxrtl")
     evaluated = point_material(ctx, points[0])
     EvalCache(opts.cache_dir).put_alias(make_key(evaluated), "a-row-key", evaluated)
@@ -628,11 +631,13 @@ def test_a_grid_builds_its_simulation_binaries_ahead_in_bundles(tmp_path, monkey
     real = cxxrtl._compile
     monkeypatch.setattr(cxxrtl, "_compile", lambda bundle, cxx: (runs.append(len(bundle)), real(bundle, cxx)))
     assert prebuild(spec, dataclasses.replace(opts, sim_backend="pysim"), points) == 0
-    assert prebuild(spec, opts, points) == 3 and runs == [3]          # one g++ run, the evaluated point left out
+    assert prebuild(spec, dataclasses.replace(opts, n_jobs=1), points) == 0 and runs == []
+    assert prebuild(spec, opts, points) == 3 and sorted(runs) == [1, 2]   # a g++ run a worker; the evaluated
+    runs.clear()                                                           # point left out
     assert [cxxrtl.build(compile_point(ctx, p)).cached for p in points[1:]] == [True] * 3
     multi = load_spec(write_spec(tmp_path, spec_dict(study="m", search={"sampler": "grid", "seed": 0,
                                                                          "fidelity": "multi"}), "m.yaml"))
-    assert prebuild(multi, opts, list(multi.points())) == 0 and runs == [3]
-    r = sweep(spec, opts)                                            # the trials read the binaries built
-    assert (r.ran, r.failed) == (4, 0) and runs == [3, 1]            # and build the one left out
+    assert prebuild(multi, opts, list(multi.points())) == 0 and runs == []
+    r = sweep(spec, dataclasses.replace(opts, n_jobs=1))             # the trials read the binaries built
+    assert (r.ran, r.failed) == (4, 0) and runs == [1]               # and build the one left out
     assert (load_results(r.results_dir)["status"] == "OK").all()
