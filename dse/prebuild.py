@@ -14,13 +14,15 @@ So a point that fails to compile or build here is left to its trial, and this st
 fails a sweep. Left out, as the trials build them: a multi-fidelity grid (its cheap pass
 simulates nothing, and its trials only the points that can reach the front), the pysim back
 end, points already in the evaluation cache, a user's own model (its builder and the files it
-reads are the trial's to record), designs past compiler.sim.cxxrtl.LARGE_RTLIL (compiled
-alone at -O0, bundling buys them nothing), and every point of a sweep with fewer workers than
-cores: there each trial's synthesis runs beside its simulation (EvalContext.overlap), the g++
-build hides behind Yosys, and building ahead only delays the first trial (configs/gemv.yaml at
-`--n-jobs 1`, alternated beside a place-and-route: 68.5 and 66.0 s without, 70.0 and 70.2 with). The parent compiles points in turn while the cores
-wait, so it stops after PARENT_COMPILE_S seconds of compiling; the points after that build in
-their trials.
+reads are the trial's to record), a network fine-tuned at its format (`qat:`: minutes of
+training, which the trials run side by side), designs past compiler.sim.cxxrtl.LARGE_RTLIL
+(compiled alone at -O0, bundling buys them nothing), and every point of a sweep with fewer
+workers than cores: there each trial's synthesis runs beside its simulation
+(EvalContext.overlap), the g++ build hides behind Yosys, and building ahead only delays the
+first trial (configs/gemv.yaml at `--n-jobs 1`, alternated beside a place-and-route: 68.5 and
+66.0 s without, 70.0 and 70.2 with). The parent compiles points in turn while the cores wait,
+so it stops after PARENT_COMPILE_S seconds of compiling; the points after that build in their
+trials.
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ def prebuild(spec: Spec, options: SweepOptions, points: Sequence, log: Callable[
     if not designs:
         return 0
     try:
-        built = sum(b is not None for b in cxxrtl.build_many(designs, jobs=options.n_jobs,
+        built = sum(b is not None for b in cxxrtl.build_many(designs, jobs=cores(),
                                                              max_rtlil=cxxrtl.LARGE_RTLIL))
     except Exception as exc:                       # noqa: BLE001 - each trial builds its own and reports
         if log:
@@ -74,6 +76,9 @@ def _compiled(ctx, cache, points: Sequence, t0: float) -> list:
             continue
         if cache is not None and cache.alias(make_key(material)) is not None:
             continue                               # evaluated before: its trial reads the row
+        trained = point.model_of(ctx.model(point.model)).trained
+        if trained is not None and trained.qat is not None:
+            continue                               # fine-tuning (minutes) is the trial's, beside the others
         try:
             designs.append(compile_point(ctx, point))
         except Exception:                          # noqa: BLE001 - its trial compiles it and reports
