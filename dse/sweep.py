@@ -230,17 +230,14 @@ def sweep(spec: Spec, options: SweepOptions = SweepOptions()) -> SweepResult:
     out = results_dir(study=spec.study, results_root=options.results_root)
     out.mkdir(parents=True, exist_ok=True)
     order = None
+    say = (lambda m: print(m, file=sys.stderr, flush=True)) if options.progress != "off" else None
     if spec.search.fidelity == "multi" and spec.search.sampler is Sampler.GRID:
         # every point's cheap fidelity first, then the likely front queued first (dse.study.order)
-        say = (lambda m: print(m, file=sys.stderr, flush=True)) if options.progress != "off" else None
         order = functools.partial(synthesis_order, spec=spec, options=options, log=say)
     with study_lock(location, spec.study):      # not while another sweep or worker queues points
         prepared = prepare_study(spec, options, location, order)
     with run_lock(location) as run:
-        if prepared.points:
-            # one g++ run a bundle of designs, not one a trial (dse/prebuild.py)
-            prebuild(spec, options, prepared.points,
-                     (lambda m: print(m, file=sys.stderr, flush=True)) if options.progress != "off" else None)
+        prebuild(spec, options, prepared.points, say)   # one g++ run a bundle of designs, not one a trial
         return _drive(spec, options, location, prepared, run.name if run else None, out, t0)
 
 
