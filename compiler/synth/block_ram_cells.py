@@ -12,13 +12,12 @@ When only the counts are wanted (no netlist for place-and-route or a bitstream),
 memory_libmap made stay as they are: declared here as black boxes with the ports Yosys's own
 map gives them (read from that file in the installed Yosys, so a newer Yosys's interface is
 followed, never copied into this repository), renamed DP16KD at the end so the report counts
-them as the map would. The decision of which memories become block RAMs, and how many, is
-memory_libmap's either way: block RAM, LUT RAM, flip-flop and DSP counts came out equal on every
-design measured. The LUT counts
-are not exactly: the netlist abc9 maps differs (no DP16KD pins tied to constants), and ABC's
-mapping moves with it by a few LUTs (27 designs of five specs: -0.5% to +1.1%,
-bench/bench_block_ram_cells.py).
-docs/synthesis.md has the table; place-and-route and bitstreams always take the full map.
+them as the map would. Which memories become block RAMs, and how many, is memory_libmap's
+decision either way: block RAM, LUT RAM, flip-flop and DSP counts came out equal on every
+design measured. The LUT counts are not exactly equal: the netlist abc9 maps differs (no DP16KD
+pins tied to constants), and ABC's mapping moves with it by a few LUTs (27 designs of five
+specs: -0.5% to +1.1%, bench/bench_block_ram_cells.py; docs/synthesis.md has the table).
+Place-and-route and bitstreams always take the full map.
 """
 from __future__ import annotations
 
