@@ -118,7 +118,7 @@ def test_a_small_combinational_adder_network_keeps_the_smaller_of_both_mappings(
     assert area.both_mappings(area.design_rtlil(design))
     kept = synthesize(design, "ecp5", workdir=tmp_path / "both", use_cache=False, netlist=True)
     monkeypatch.setattr(area, "ADDER_NETWORK_CELLS", 1)                       # the classic mapping alone
-    classic = synthesize(design, "ecp5", workdir=tmp_path / "classic", use_cache=False)
+    classic = synthesize(design, "ecp5", workdir=tmp_path / "classic", use_cache=False, netlist=True)
     abc9 = int(re.search(r"against abc9's (\d+)", kept.fallback).group(1))
     assert kept.luts == classic.luts < abc9                                    # 459 against 523 LUTs
     assert kept.netlist_path == str(tmp_path / "both" / "netlist.json")
