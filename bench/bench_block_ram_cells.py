@@ -5,7 +5,7 @@
 
 Area-only ECP5 synthesis leaves memory_libmap's block RAM cells as black boxes instead of
 running Yosys's block RAM map (compiler.synth.block_ram_cells). For each grid point of each spec
-(its `synthesis:` mode, units or flat), the design is synthesised both ways from a cold cache:
+(its `synthesis:` mode: flat, units or kernels), the design is synthesised both ways from a cold cache:
 `counted` (the flow every sweep and `dse eval` run now takes) and `mapped` (the full map, as
 place-and-route's synthesis runs it). Prints LUTs, FFs, block RAMs, LUT RAM and DSPs of each,
 their difference and both Yosys times, then the median and range of the LUT differences and
@@ -50,7 +50,8 @@ def main() -> None:
                 with tempfile.TemporaryDirectory() as work:
                     t0 = time.perf_counter()
                     reports[way] = (area.synthesize(design, spec.target, Path(work), use_cache=False,
-                                                    units=spec.synthesis == "units"), time.perf_counter() - t0)
+                                                    units=spec.synthesis == "units",
+                                                    kernels=spec.synthesis == "kernels"), time.perf_counter() - t0)
             block_ram_cells.commands = stand_in
             (c, cs), (m, ms) = reports["counted"], reports["mapped"]
             same = (c.ffs, c.bram, c.lutram, c.dsp) == (m.ffs, m.bram, m.lutram, m.dsp)
