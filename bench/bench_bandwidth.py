@@ -126,8 +126,8 @@ def main() -> int:
                                          ("fp32", args.fp32, [args.fp32_pipeline],
                                           {"fp_sum": "tree", "mem_tail": args.fp32_mem_tail})):
         for (lanes, unroll), level in itertools.product(shapes, levels):
-            config = HardwareConfig(lanes=lanes, reduce_unroll=unroll, fp_pipeline=level, mem_pack="auto",
-                                    mul="auto", **extra)
+            config = HardwareConfig(lanes=lanes, reduce_unroll=unroll, fp_pipeline=level,
+                                    **({"mem_pack": "auto", "mul": "auto"} | extra))
             row = measure(dtype, config, args, root, pnr=args.pnr)
             row["kind"] = dtype
             rows.append(row)
