@@ -327,6 +327,39 @@ class Design:
         d = delays(self.config.timing_part())
         return placed(self._modelled_path(d), luts, d)
 
+    @cached_property
+    def mul_note(self) -> str:
+        """With target_mhz and `mul: auto` past the part's DSP blocks, where the DSP products'
+        routes make every product of a kernel take more registers than its LUT products alone
+        need (Schedule.lut_product_regs): what that costs the LUT products in flip-flops
+        (lut_multiplier.register_bits), and what `mul: lut` would build. "" elsewhere. The w4a8
+        GEMV 128x784 at 16 x 56, target_mhz 120: every product 3 registers, 69,860 FFs, did not
+        route; with `mul: lut` 1, 50,422 FFs, 109.2 MHz (docs/timing.md, "Every product in LUTs
+        at a target clock")."""
+        from .synth.lut_multiplier import Shape, register_bits
+        d = delays(self.config.timing_part())
+        blocks = self.config.dsp_blocks(d.family)
+        target = "ecp5" if d.family == "ecp5" else ""
+        count, extra, regs = 0, 0, set()
+        for k, sched in zip(self.kernels, self.schedules):
+            prods = [(a, b) for a, b, _direct, unpack in kernel_paths(k, sched, self.config, d)[2] if not unpack]
+            count += len(prods)
+            if sched.lut_product_regs is not None:
+                regs.add((sched.product_regs, sched.lut_product_regs))
+                for a, b in prods:
+                    shape = Shape(max(a, b), min(a, b), a + b, True)
+                    extra += register_bits(shape, sched.product_regs, target) - \
+                        register_bits(shape, sched.lut_product_regs, target)
+        if not regs or blocks is None or count <= blocks:
+            return ""
+        # the products past the blocks are built in LUTs (multipliers.lut_cells): their share
+        in_luts = (count - blocks) / count
+        said = ", ".join(f"{r} registers where LUT products alone need {a}" for r, a in sorted(regs))
+        return (f"mul auto at target_mhz {self.config.target_mhz:g}: {count - blocks} of {count} products in "
+                f"LUTs past the {blocks} DSP blocks, and the DSP products' routes make each product take "
+                f"{said}: about {round(extra * in_luts, -2):,.0f} flip-flops more in the LUT products than "
+                f"mul: lut, which builds every product in LUTs (docs/timing.md)")
+
     def _modelled_path(self, d) -> Estimate:
         """The slowest path of the delay model alone, on the part of delays `d`."""
         worst = Estimate(d.overhead, "no integer path")

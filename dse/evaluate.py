@@ -448,6 +448,8 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
                 stage_cycles=json.dumps([list(s) for s in design.flow.stage_cycles]) if design.flow else None)
         if design.schedule_note:
             run.notes.append(design.schedule_note)
+        if design.mul_note:
+            run.notes.append(design.mul_note)
         if design.flow is not None and any(design.flow.spills):
             spilled = [f"{k.name} {n}" for k, n in zip(design.kernels, design.flow.spills) if n]
             run.notes.append(f"stage_overlap: stages take their next sample while their pipelines drain; the stores "

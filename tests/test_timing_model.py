@@ -100,6 +100,24 @@ def test_products_past_the_dsp_blocks_are_timed_at_both_sites():
         product_registers([(8, 8)], 1000 / 120, (LUT_SITE,), d)
 
 
+def test_mul_auto_past_the_dsp_blocks_says_what_the_lut_products_registers_cost():
+    """64 int8 products on the LFE5U-25F's 28 DSP blocks at 120 MHz: the DSP products' routes to
+    the adder tree the LUT products share need 3 registers, the LUT products alone 1, and every
+    product takes 3. The design says so (Design.mul_note, a row's notes) with the flip-flops the
+    36 LUT products' two extra registers hold (lut_multiplier.register_bits: 80 - 24 each);
+    `mul: lut` builds every product with 1. Both bit-exact. On the 85F the products fit the
+    blocks and nothing is said."""
+    case = designs.SMALL["gemv_int8_16x8"]
+    knobs = dict(fp_pipeline=3, lanes=8, reduce_unroll=8, target_mhz=120, device="LFE5U-25F")
+    auto, lut = _check(case(), **knobs), _check(case(), **knobs, mul="lut")
+    assert (auto.schedules[0].product_regs, auto.schedules[0].lut_product_regs) == (3, 1)
+    assert "36 of 64 products in LUTs past the 28 DSP blocks" in auto.mul_note
+    assert "3 registers where LUT products alone need 1: about 2,000 flip-flops" in auto.mul_note
+    assert (lut.schedules[0].product_regs, lut.schedules[0].lut_product_regs, lut.mul_note) == (1, None, "")
+    fits = compile_model(*case().outputs, config=HardwareConfig(**{**knobs, "device": "LFE5U-85F"}))
+    assert fits.schedules[0].lut_product_regs is None and fits.mul_note == ""
+
+
 # ------------------------------------------------------------------ bit-exact at a target clock
 
 def _check(case, **knobs):

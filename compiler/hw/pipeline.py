@@ -148,6 +148,10 @@ class Schedule:
                                              # model's: timing_model.product_registers)
     product_packs: tuple = ()                # dsp_pack.ProductPack: products of one multiplier
                                              # (planned for the whole design: Design.schedules)
+    lut_product_regs: int | None = None      # with target_mhz, products both in DSP blocks and in
+                                             # LUTs (mul auto past the blocks): the registers the
+                                             # LUT products alone would need, when fewer than
+                                             # product_regs (Design.mul_note)
 
     @property
     def load_stage(self) -> int:
@@ -548,13 +552,19 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
                                load_clk_q=load_clk_q(d, level >= LOAD_LEVEL, config.mem_read == "sync")) \
         if level >= FANOUT_LEVEL and config.target_mhz is not None else None
     product_regs = product_registers(level)
+    lut_product_regs = None
     if clock:                                  # as many as the products' stages need where they
         products = [v for v in order if is_product_of_data(v)]           # are built (product_sites)
         shapes = [(clock.width(v.srcs[0]), clock.width(v.srcs[1])) for v in products]
         sites = timing_model.product_sites(config.mul, len(products), config.dsp_blocks(d.family), kernel=True)
+        least = product_regs
         product_regs = timing_model.product_registers(shapes, 1000.0 / config.target_mhz, sites,
-                                                      clock.d, least=product_regs,
+                                                      clock.d, least=least,
                                                       packs=_pack_shapes(kernel, products, config))
+        if timing_model.LUT_SITE in sites and len(sites) > 1:
+            alone = timing_model.product_registers(shapes, 1000.0 / config.target_mhz, (timing_model.LUT_SITE,),
+                                                   clock.d, least=least)
+            lut_product_regs = alone if alone < product_regs else None
         clock.product_tails(products, product_regs, sites)
         if config.mul != "lut" and level >= LOAD_LEVEL and \
                 timing_model.memory_to_dsp_ns(clock.d) > 1000.0 / config.target_mhz:
@@ -692,7 +702,7 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
             late[buf] = n
     sched = Schedule(level, depth, commit, ready, latency, unit_stages, acc_write, register_loads,
                      address_levels, gather_issue, config.mem_read == "sync", lookahead, broadcast, late, fanout,
-                     frozenset(early), product_regs)
+                     frozenset(early), product_regs, lut_product_regs=lut_product_regs)
     check_hazards(kernel, sched)
     return sched
 

@@ -209,6 +209,14 @@ def _extend(t: _Term, width: int, signed: bool) -> str:
     return f"{{{fill}, {t.name}}}"
 
 
+def register_bits(shape: Shape, registers: int, target: str = "") -> int:
+    """The flip-flops of `module(shape, registers, target)`: its partial sums where it is cut
+    and Y (Design.mul_note counts what more registers cost)."""
+    if registers == 0:
+        return 0
+    return sum(int(hi) + 1 for hi in re.findall(r"^\s*reg \[(\d+):0\]", module(shape, registers, target), re.M))
+
+
 REGISTERED_FILE = "tinyhw_lut_mulreg.v"
 
 
