@@ -169,6 +169,7 @@ def _print(r: dict, bound: float, freq: float) -> None:
              if len(r.get("seeds", ())) > 1 else "")
           + f"\n    estimate {r['fmax_estimate_mhz']} MHz ({r['estimate_path']})"
           + (f"\n    critical path {r['critical_path']}" if r.get("critical_path") else "")
+          + (f"\n    {r['mul_note']}" if r.get("mul_note") else "")
           + ("" if fits else f"\n    {r['reason']}" if r.get("reason") else ""), flush=True)
 
 

@@ -73,6 +73,8 @@ def measure(dtype: str, config: HardwareConfig, args, root: Path, *, pnr: bool =
     row["cycles"] = design.cycle_model().total
     est = fmax_estimate(design, design_features(design, target="ecp5"), "ecp5")     # placement-bounded
     row.update(fmax_estimate_mhz=round(est.fmax_mhz, 1), estimate_path=est.where, target_mhz=config.target_mhz)
+    if design.mul_note:
+        row["mul_note"] = design.mul_note
     scheds = design.schedules
     # the pipeline's drain (cycles a store trails its step), interleaved rows, split memories
     row["commit"] = max((sc.commit for sc in scheds), default=0)

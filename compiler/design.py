@@ -331,11 +331,11 @@ class Design:
     def mul_note(self) -> str:
         """With target_mhz and `mul: auto` past the part's DSP blocks, where the DSP products'
         routes make every product of a kernel take more registers than its LUT products alone
-        need (Schedule.lut_product_regs): what that costs the LUT products in flip-flops
-        (lut_multiplier.register_bits), and what `mul: lut` would build. "" elsewhere. The w4a8
-        GEMV 128x784 at 16 x 56, target_mhz 120: every product 3 registers, 69,860 FFs, did not
-        route; with `mul: lut` 1, 50,422 FFs, 109.2 MHz (docs/timing.md, "Every product in LUTs
-        at a target clock")."""
+        need (Schedule.lut_product_regs), and the LUT products outnumber the DSP ones: what that
+        costs the LUT products in flip-flops (lut_multiplier.register_bits), and what `mul: lut`
+        would build. "" elsewhere. The w4a8 GEMV 128x784 at 16 x 56, target_mhz 120: every
+        product 3 registers, 69,860 FFs, did not route; with `mul: lut` 1, 50,422 FFs, 109.2 MHz
+        (docs/timing.md, "Every product in LUTs at a target clock")."""
         from .synth.lut_multiplier import Shape, register_bits
         d = delays(self.config.timing_part())
         blocks = self.config.dsp_blocks(d.family)
@@ -350,7 +350,9 @@ class Design:
                     shape = Shape(max(a, b), min(a, b), a + b, True)
                     extra += register_bits(shape, sched.product_regs, target) - \
                         register_bits(shape, sched.lut_product_regs, target)
-        if not regs or blocks is None or count <= blocks:
+        # said only where the LUT products outnumber the DSP ones: a few products past the blocks
+        # cost little, and moving the blocks' products into LUTs would cost more
+        if not regs or blocks is None or count - blocks <= blocks:
             return ""
         # the products past the blocks are built in LUTs (multipliers.lut_cells): their share
         in_luts = (count - blocks) / count

@@ -106,7 +106,7 @@ def test_mul_auto_past_the_dsp_blocks_says_what_the_lut_products_registers_cost(
     product takes 3. The design says so (Design.mul_note, a row's notes) with the flip-flops the
     36 LUT products' two extra registers hold (lut_multiplier.register_bits: 80 - 24 each);
     `mul: lut` builds every product with 1. Both bit-exact. On the 85F the products fit the
-    blocks and nothing is said."""
+    blocks, and at 6 lanes (48 products: 20 in LUTs, fewer than the DSP ones) nothing is said."""
     case = designs.SMALL["gemv_int8_16x8"]
     knobs = dict(fp_pipeline=3, lanes=8, reduce_unroll=8, target_mhz=120, device="LFE5U-25F")
     auto, lut = _check(case(), **knobs), _check(case(), **knobs, mul="lut")
@@ -116,6 +116,8 @@ def test_mul_auto_past_the_dsp_blocks_says_what_the_lut_products_registers_cost(
     assert (lut.schedules[0].product_regs, lut.schedules[0].lut_product_regs, lut.mul_note) == (1, None, "")
     fits = compile_model(*case().outputs, config=HardwareConfig(**{**knobs, "device": "LFE5U-85F"}))
     assert fits.schedules[0].lut_product_regs is None and fits.mul_note == ""
+    few = compile_model(*case().outputs, config=HardwareConfig(**{**knobs, "lanes": 6}))
+    assert few.schedules[0].lut_product_regs == 1 and few.mul_note == ""
 
 
 # ------------------------------------------------------------------ bit-exact at a target clock
