@@ -340,27 +340,32 @@ class Design:
         d = delays(self.config.timing_part())
         blocks = self.config.dsp_blocks(d.family)
         target = "ecp5" if d.family == "ecp5" else ""
-        count, extra, regs = 0, 0, set()
+        count, packs, packed, extra, regs = 0, 0, 0, 0, set()
         for k, sched in zip(self.kernels, self.schedules):
-            prods = [(a, b) for a, b, _direct, unpack in kernel_paths(k, sched, self.config, d)[2] if not unpack]
+            entries = kernel_paths(k, sched, self.config, d)[2]
+            prods = [(a, b) for a, b, _direct, unpack in entries if not unpack]
             count += len(prods)
+            packs += len(entries) - len(prods)          # a pack of products (dsp_pack): a block each
+            packed += sum(len(p.products) for p in sched.product_packs)
             if sched.lut_product_regs is not None:
                 regs.add((sched.product_regs, sched.lut_product_regs))
                 for a, b in prods:
                     shape = Shape(max(a, b), min(a, b), a + b, True)
                     extra += register_bits(shape, sched.product_regs, target) - \
                         register_bits(shape, sched.lut_product_regs, target)
-        # said only where the LUT products outnumber the DSP ones: a few products past the blocks
-        # cost little, and moving the blocks' products into LUTs would cost more
-        if not regs or blocks is None or count - blocks <= blocks:
+        if not regs or blocks is None:
             return ""
-        # the products past the blocks are built in LUTs (multipliers.lut_cells): their share
-        in_luts = (count - blocks) / count
+        # the products past the blocks the packs leave are built in LUTs (multipliers.lut_cells);
+        # said only where they outnumber the DSP ones: a few past the blocks cost little, and
+        # moving the blocks' products into LUTs would cost more
+        in_luts = count - max(0, min(count, blocks - packs))
+        if in_luts <= count + packed - in_luts:
+            return ""
         said = ", ".join(f"{r} registers where LUT products alone need {a}" for r, a in sorted(regs))
-        return (f"mul auto at target_mhz {self.config.target_mhz:g}: {count - blocks} of {count} products in "
+        return (f"mul auto at target_mhz {self.config.target_mhz:g}: {in_luts} of {count + packed} products in "
                 f"LUTs past the {blocks} DSP blocks, and the DSP products' routes make each product take "
-                f"{said}: about {round(extra * in_luts, -2):,.0f} flip-flops more in the LUT products than "
-                f"mul: lut, which builds every product in LUTs (docs/timing.md)")
+                f"{said}: about {round(extra * in_luts / count, -2):,.0f} flip-flops more in the LUT products "
+                f"than mul: lut, which builds every product in LUTs (docs/timing.md)")
 
     def _modelled_path(self, d) -> Estimate:
         """The slowest path of the delay model alone, on the part of delays `d`."""
