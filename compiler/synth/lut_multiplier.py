@@ -26,6 +26,7 @@ the same for every `mul`: the map only changes what Yosys builds.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -209,9 +210,12 @@ def _extend(t: _Term, width: int, signed: bool) -> str:
     return f"{{{fill}, {t.name}}}"
 
 
+@functools.lru_cache(maxsize=None)
 def register_bits(shape: Shape, registers: int, target: str = "") -> int:
     """The flip-flops of `module(shape, registers, target)`: its partial sums where it is cut
-    and Y (Design.mul_note counts what more registers cost)."""
+    and Y (Design.mul_note counts what more registers cost). Cached: a layer's products share a
+    few shapes, and building a module's text for each of them took 0.16 s of every row of the
+    w4a8 GEMV at 16 x 56 (896 products)."""
     if registers == 0:
         return 0
     return sum(int(hi) + 1 for hi in re.findall(r"^\s*reg \[(\d+):0\]", module(shape, registers, target), re.M))
