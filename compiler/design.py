@@ -334,8 +334,8 @@ class Design:
         need (Schedule.lut_product_regs), and the LUT products outnumber the DSP ones: what that
         costs the LUT products in flip-flops (lut_multiplier.register_bits), and what `mul: lut`
         would build. "" elsewhere. The w4a8 GEMV 128x784 at 16 x 56, target_mhz 120: every
-        product 3 registers, 69,860 FFs, did not route; with `mul: lut` 1, 50,422 FFs, 104.1 MHz at the median of three seeds
-        (docs/timing.md, "Every product in LUTs at a target clock")."""
+        product 3 registers, 69,860 FFs, did not route; with `mul: lut` 1, 50,422 FFs, 104.1 MHz
+        at the median of three seeds (docs/timing.md, "Every product in LUTs at a target clock")."""
         from .synth.lut_multiplier import Shape, register_bits
         d = delays(self.config.timing_part())
         blocks = self.config.dsp_blocks(d.family)

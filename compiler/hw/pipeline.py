@@ -557,13 +557,11 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
         products = [v for v in order if is_product_of_data(v)]           # are built (product_sites)
         shapes = [(clock.width(v.srcs[0]), clock.width(v.srcs[1])) for v in products]
         sites = timing_model.product_sites(config.mul, len(products), config.dsp_blocks(d.family), kernel=True)
-        least = product_regs
-        product_regs = timing_model.product_registers(shapes, 1000.0 / config.target_mhz, sites,
-                                                      clock.d, least=least,
+        least, period = product_regs, 1000.0 / config.target_mhz
+        product_regs = timing_model.product_registers(shapes, period, sites, clock.d, least=least,
                                                       packs=_pack_shapes(kernel, products, config))
         if timing_model.LUT_SITE in sites and len(sites) > 1:
-            alone = timing_model.product_registers(shapes, 1000.0 / config.target_mhz, (timing_model.LUT_SITE,),
-                                                   clock.d, least=least)
+            alone = timing_model.product_registers(shapes, period, (timing_model.LUT_SITE,), clock.d, least=least)
             lut_product_regs = alone if alone < product_regs else None
         clock.product_tails(products, product_regs, sites)
         if config.mul != "lut" and level >= LOAD_LEVEL and \
