@@ -197,8 +197,8 @@ def ours(W, wbits, abits, config: HardwareConfig, xs, name: str, args, breakdown
     sim_s = time.perf_counter() - t
     t = time.perf_counter()
     area = synthesize(design, "ecp5", args.workdir / name, timeout=args.timeout)
-    modules = module_breakdown(design, "ecp5", args.workdir / name / "breakdown", timeout=args.timeout) \
-        if breakdown or apart else {}
+    modules = module_breakdown(design, "ecp5", args.workdir / name / "breakdown", timeout=args.timeout,
+                               classic=bool(area.fallback)) if breakdown or apart else {}
     if breakdown:
         print_breakdown(name, modules)
     extra = {"adders_apart": sum(m["luts"] for mod, m in modules.items() if mod.endswith(".datapath"))} if apart else {}

@@ -529,12 +529,13 @@ def _cache_write(key: str, workdir: Path, report: AreaReport) -> None:
 # where the area goes: the same flow with the hierarchy kept
 
 def module_breakdown(design: Design, target: str = "ecp5", workdir: Path | None = None,
-                     timeout: float | None = 3600) -> dict[str, dict[str, int]]:
+                     timeout: float | None = 3600, *, classic: bool = False) -> dict[str, dict[str, int]]:
     """{module: its own resources (AreaReport's metrics, from its own cells times the instances
     of it)} of the design synthesised with the family flow and `-noflatten`: every Amaranth
     submodule (top, each kernel, its datapath, its products) keeps its cells. Not cached, and not
     the flat synthesis's counts (nothing is optimised across a module boundary): a map of where
-    the area goes, to compare shares, not totals."""
+    the area goes, to compare shares, not totals. `classic`: the family's classic LUT mapping
+    (what the flat synthesis kept where its report's `fallback` says so)."""
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-breakdown-"))
     workdir.mkdir(parents=True, exist_ok=True)
     text, before, _ = multipliers.plan(design_rtlil(design), target, design.config.mul,
@@ -542,8 +543,9 @@ def module_breakdown(design: Design, target: str = "ecp5", workdir: Path | None 
     text = read_ports_for_yosys(text)
     _write_inputs(workdir, text, _map_files(text, target, before))
     before = attribute_script(text) + before
-    script = (f"read_rtlil design.il\n{before}{family_flow(target, text, TARGETS[target] + ' -noflatten')}\n"
-              "tee -q -o stat.json stat -json\n")
+    flow = (_FALLBACK[target].replace(" -top top", " -top top -noflatten") if classic and target in _FALLBACK
+            else f"{TARGETS[target]} -noflatten\n")
+    script = f"read_rtlil design.il\n{before}{family_flow(target, text, flow)}tee -q -o stat.json stat -json\n"
     yosys(script, cwd=workdir, log_name="yosys.log", timeout=timeout)
     # stat names a module "\\name" and a cell of its type "name": both without the backslash here
     modules = {name.lstrip("\\"): m["num_cells_by_type"]
