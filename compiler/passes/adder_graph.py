@@ -394,12 +394,72 @@ def _solve(members: list[_Root], lin: _Linear, options: Options, interval, depth
     if np.abs(W).max() >= MAX_COEFFICIENT or per_product_adders(W) == 0:
         return None                        # shifts and wires only: nothing to share
     leaves = [lin.nodes[leaf] for leaf in order]
-    plan = solve_da4ml(W, [interval(v) for v in leaves], [depth(v) for v in leaves], options.extra_depth)
+    plan = _best_order(W, [interval(v) for v in leaves], [depth(v) for v in leaves], options.extra_depth)
     if plan is None or len(plan.adds) >= per_product_adders(W):
         return None
     if not np.array_equal(plan.coefficients(), W.astype(object)):
         return None                        # never used unchecked
     return _Group(members, leaves, plan)
+
+
+ORDERS = 4
+"""Row orders a matrix is solved in (the IR's, its reverse, then seeded shuffles), the graph
+of least `lut_cost` kept. da4ml's search is greedy and breaks ties by position, so the same
+matrix in another order gives another graph: on 32x32 layers at 2 to 8 bits the four orders'
+costs spread 1% to 4% (docs/area.md). Up to ORDER_WEIGHTS non-zero weights: a solve takes
+0.02 to 0.6 s there; past it one order."""
+ORDER_WEIGHTS = 1024
+
+
+def _best_order(W: np.ndarray, intervals: list[tuple[int, int]], latencies: list[float],
+                extra_depth: int | None) -> Plan | None:
+    """da4ml's graph of W in the ORDERS row orders, the one of least lut_cost (the first on a
+    tie), its inputs renumbered back to W's rows."""
+    n = W.shape[0]
+    orders = [np.arange(n)]
+    if int(np.count_nonzero(W)) <= ORDER_WEIGHTS and n > 1:
+        rng = np.random.default_rng(0)
+        orders += [np.arange(n)[::-1]] + [rng.permutation(n) for _ in range(ORDERS - 2)]
+    best, best_cost = None, None
+    for perm in orders:
+        plan = solve_da4ml(W[perm], [intervals[i] for i in perm], [latencies[i] for i in perm], extra_depth)
+        if plan is None:
+            continue
+        plan = _renumbered(plan, perm)
+        cost = lut_cost(plan, intervals)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = plan, cost
+    return best
+
+
+def _renumbered(plan: Plan, perm: np.ndarray) -> Plan:
+    """A plan solved for W[perm] as a plan for W: its input k is W's row perm[k]."""
+    def node(i: int) -> int:
+        return int(perm[i]) if i < plan.inputs else i
+    return Plan(plan.inputs, tuple(Add(node(a.a), node(a.b), a.shift_a, a.shift_b, a.sub) for a in plan.adds),
+                tuple(o if o.node is None else Output(node(o.node), o.shift, o.negate) for o in plan.outputs))
+
+
+def lut_cost(plan: Plan, intervals: list[tuple[int, int]]) -> int:
+    """LUT4s the graph's adders take on a LUT4 fabric with carry chains, by their values'
+    intervals: an adder of w result bits (less the low bits only one operand has) w LUT4s up to
+    4 bits (LUT logic to 3, two carry cells at 4: compiler/synth/carry_adders.py), two a CCU2C
+    of two bits past; a negated output as wide as its value."""
+    bounds = list(intervals)
+
+    def bits(lo: int, hi: int) -> int:
+        return max(1, hi.bit_length()) if lo >= 0 else max((-lo - 1).bit_length(), hi.bit_length()) + 1
+
+    def cells(w: int) -> int:
+        return w if w <= 4 else 2 * ((w + 1) // 2)
+    cost = 0
+    for add in plan.adds:
+        (alo, ahi), (blo, bhi) = bounds[add.a], bounds[add.b]
+        alo, ahi, blo, bhi = alo << add.shift_a, ahi << add.shift_a, blo << add.shift_b, bhi << add.shift_b
+        lo, hi = (alo - bhi, ahi - blo) if add.sub else (alo + blo, ahi + bhi)
+        bounds.append((lo, hi))
+        cost += cells(max(1, bits(lo, hi) - max(add.shift_a, add.shift_b)))
+    return cost + sum(cells(bits(*bounds[o.node])) for o in plan.outputs if o.negate and o.node is not None)
 
 
 def _emit(group: _Group, leaves: list[ir.Value], d: dt.DType, kept: list[ir.Value]) -> dict[int, ir.Value]:

@@ -10,9 +10,10 @@ netlists show it adder by adder: its 4-bit `shift_adder` modules map to 5 LUT4s,
 ones to 3. Narrow formats are made of such adders: a 32x32 constant layer at w2a2 has 33 of
 4 bits among its 143 (docs/area.md).
 
-`MAP` is a techmap for `$alu` cells of exactly 4 result bits whose operands are both signals
-(a counter's increment, with a constant operand, stays LUT logic: there the mapper folds the
-increment into the counter's own multiplexers). `COMMANDS` runs it between synth_ecp5's coarse
+`MAP` is a techmap for `$alu` cells of exactly 4 result bits whose operands are both signals.
+A sum with a constant operand stays LUT logic: a negation (0 - x, an empty or constant A) is 3
+LUT4s there (its low bit is x's), and a counter's increment folds into the counter's own
+multiplexers. `COMMANDS` runs it between synth_ecp5's coarse
 steps and its gate map, where the adders are `$alu` cells already sized by `wreduce`.
 
 Each cell half computes one bit: A = a, C = b, D = BI, B tied high, so the half's LUT4 is the
@@ -44,7 +45,8 @@ module _tinyhw_alu{WIDTH}_ccu2c (A, B, CI, BI, X, Y, CO);
   parameter [B_WIDTH-1:0] _TECHMAP_CONSTMSK_B_ = 0;
   input [A_WIDTH-1:0] A; input [B_WIDTH-1:0] B; input CI, BI;
   output [Y_WIDTH-1:0] X, Y, CO;
-  wire _TECHMAP_FAIL_ = Y_WIDTH != {WIDTH} || &_TECHMAP_CONSTMSK_A_ || &_TECHMAP_CONSTMSK_B_;
+  wire _TECHMAP_FAIL_ = Y_WIDTH != {WIDTH} || A_WIDTH == 0 || B_WIDTH == 0 || &_TECHMAP_CONSTMSK_A_
+                        || &_TECHMAP_CONSTMSK_B_;
   wire [{WIDTH - 1}:0] a, b;
   genvar i;
   generate for (i = 0; i < {WIDTH}; i = i + 1) begin : extend
