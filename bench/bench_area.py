@@ -57,8 +57,7 @@ from tinygrad import Tensor, dtypes  # noqa: E402
 
 from compiler import HardwareConfig, compile_model, simulate_many  # noqa: E402
 from compiler.passes.constants import csd  # noqa: E402
-from compiler.synth import carry_adders  # noqa: E402
-from compiler.synth.area import TARGETS, family_flow, synthesize  # noqa: E402
+from compiler.synth.area import TARGETS, synthesize  # noqa: E402
 try:
     from compiler.synth.area import module_breakdown  # noqa: E402
 except ImportError:                        # the compiler before issue 53
@@ -284,10 +283,8 @@ def da4ml_row(W, wbits, abits, xs, name: str, args) -> dict:
     statics = sorted(p.name for p in (src / "static").glob("*.v") if f"{p.stem} #" in used or f"{p.stem} " in used)
     check_icarus(comb, W, abits, xs, src, statics)
     # da4ml's top is `cmvm`: renamed `top`, so the compiler's own synthesis command runs unchanged
-    # the compiler's own flow (its 4-bit adders on carry chains included, compiler.synth.carry_adders)
-    (src / carry_adders.FILE).write_text(carry_adders.MAP)
     script = ("".join(f"read_verilog static/{s}\n" for s in statics) + "read_verilog cmvm.v\nrename cmvm top\n"
-              f"{family_flow('ecp5', '', TARGETS['ecp5'] + ' -noflatten')}\ntee -q -o stat.json stat -json\n")
+              f"{TARGETS['ecp5']} -noflatten\ntee -q -o stat.json stat -json\n")
     t = time.perf_counter()
     yosys(script, cwd=src, log_name="yosys.log", timeout=args.timeout)
     cells = json.loads((src / "stat.json").read_text())["design"]["num_cells_by_type"]

