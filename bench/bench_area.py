@@ -12,8 +12,10 @@ weights zero), one seeded random layer y = W x of --shape OUTxIN:
              no adder), its ports, banks and control; `arith` = luts - interface (an 8-bit
              identity's interface: the real layer's outputs are wider, so arith holds some of its
              interface). With --adders-apart, `adders apart`: the design's datapath module
-             synthesised with -noflatten (compiler.synth.area.module_breakdown), which holds the
-             adders alone, every one a carry chain, as da4ml's -noflatten netlist does.
+             synthesised with -noflatten (compiler.synth.area.module_breakdown, with the LUT
+             mapping the flat synthesis kept), which holds the adders alone, as da4ml's
+             -noflatten netlist does. With --packed, `packed sites`: the LUT4 sites nextpnr
+             packs the whole design into (each carry chain's carry-in takes one more).
   da4ml      the same matrix through da4ml's own flow (quantize, matmul, comb_trace, RTLModel:
              combinational Verilog whose every adder is a `shift_adder` module), checked bit-exact
              in Icarus Verilog on the same samples, synthesised with the same synth_ecp5 (the
@@ -195,16 +197,33 @@ def ours(W, wbits, abits, config: HardwareConfig, xs, name: str, args, breakdown
             raise AssertionError(f"{name}: {r.cycles} cycles simulated, the cycle model says {model.total}")
     sim_s = time.perf_counter() - t
     t = time.perf_counter()
-    area = synthesize(design, "ecp5", args.workdir / name, timeout=args.timeout)
+    area = synthesize(design, "ecp5", args.workdir / name, timeout=args.timeout, netlist=args.packed)
+    packed = {"packed": packed_sites(area.netlist_path, args.workdir / name / "pack", args)} if args.packed else {}
     modules = module_breakdown(design, "ecp5", args.workdir / name / "breakdown", timeout=args.timeout,
                                classic=bool(area.fallback)) if breakdown or apart else {}
     if breakdown:
         print_breakdown(name, modules)
     extra = {"adders_apart": sum(m["luts"] for mod, m in modules.items() if mod.endswith(".datapath"))} if apart else {}
-    return dict(**extra, adders=adders(design), luts=area.luts, lut4=area.cells.get("LUT4", 0), ccu2c=area.cells.get("CCU2C", 0),
+    return dict(**extra, **packed, adders=adders(design), luts=area.luts, lut4=area.cells.get("LUT4", 0), ccu2c=area.cells.get("CCU2C", 0),
                 pfumx=area.cells.get("PFUMX", 0), ffs=area.ffs, dsp=area.dsp, bram=area.bram, lutram=area.lutram,
                 cycles=model.total, exact=True, sim_s=round(sim_s, 1), synth_s=round(time.perf_counter() - t, 1),
                 cached=area.cached)
+
+
+def packed_sites(netlist_path: str, work: Path, args) -> int:
+    """LUT4 sites (TRELLIS_COMB: a LUT4 one, a CCU2C two) of the netlist as nextpnr-ecp5 packs
+    it on the LFE5U-85F, after the rewrites place-and-route makes (compiler.pnr.timing.prepare:
+    its carry chains' unread carry-outs and constant carry-ins, which nextpnr would give cells
+    of their own). Not what synthesis counts: a chain's carry-in still takes a site."""
+    from compiler.pnr.timing import nextpnr_tool, parse_utilisation, prepare
+    from compiler.tools import find_tool, run_tool
+    net = json.loads(Path(netlist_path).read_text())
+    top, _, _ = prepare(net, "ecp5")
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "netlist.json").write_text(json.dumps(net))
+    run = run_tool([find_tool(nextpnr_tool("ecp5")), "--85k", "--package", "CABGA381", "--json", "netlist.json",
+                    "--top", top, "--pack-only"], cwd=work, log_name="nextpnr.log", timeout=args.timeout)
+    return parse_utilisation(run.output)["TRELLIS_COMB"][0]
 
 
 def print_breakdown(name: str, modules: dict) -> None:
@@ -365,6 +384,8 @@ def main() -> int:
     ap.add_argument("--adders-apart", action="store_true",
                     help="constant rows: also synthesise with the hierarchy kept and report the datapath "
                          "module's LUTs (the adders alone) beside da4ml's")
+    ap.add_argument("--packed", action="store_true",
+                    help="our rows: also the LUT4 sites nextpnr packs the netlist into (packed_sites)")
     args = ap.parse_args()
     args.workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-area-"))
     extra = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
@@ -377,8 +398,8 @@ def main() -> int:
         if not args.modes:
             return 0
     print("| run | format | weights | mode | luts | LUT4 | CCU2C | FFs | DSP | per product | interface | "
-          "arith | adders apart | adders (ours / per product / da4ml) | carry bits (per product / da4ml graph) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "arith | adders apart | packed sites | adders (ours / per product / da4ml) | carry bits (per product / da4ml graph) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     interfaces: dict[tuple[int, int], dict] = {}
     for fmt in args.formats:
         wbits, abits = parse_format(fmt)
@@ -426,7 +447,7 @@ def main() -> int:
                 g = graph or ("-", "-")
                 print(f"| {args.label} | {fmt} | {density} ({nnz} non-zero) | {mode} | {r['luts']:,} | {r['lut4']:,} | "
                       f"{r['ccu2c']:,} | {r['ffs']:,} | {r['dsp']} | {r['per_product']:.1f} | "
-                      f"{r.get('interface', '-')} | {r.get('arith', '-')} | {r.get('adders_apart', '-')} | "
+                      f"{r.get('interface', '-')} | {r.get('arith', '-')} | {r.get('adders_apart', '-')} | {r.get('packed', '-')} | "
                       f"{r.get('adders', '-')} / {naive[0]} / {g[0]} | {naive[1]} / {g[1]} |", flush=True)
                 if args.json:
                     with args.json.open("a") as f:
