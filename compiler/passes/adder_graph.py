@@ -414,22 +414,33 @@ ORDER_WEIGHTS = 1024
 def _best_order(W: np.ndarray, intervals: list[tuple[int, int]], latencies: list[float],
                 extra_depth: int | None) -> Plan | None:
     """da4ml's graph of W in the ORDERS row orders, the one of least lut_cost (the first on a
-    tie), its inputs renumbered back to W's rows."""
+    tie) among those no deeper than the first order's (a level more can be a pipeline stage
+    more: latency is not traded for LUTs here), its inputs renumbered back to W's rows."""
     n = W.shape[0]
     orders = [np.arange(n)]
     if int(np.count_nonzero(W)) <= ORDER_WEIGHTS and n > 1:
         rng = np.random.default_rng(0)
         orders += [np.arange(n)[::-1]] + [rng.permutation(n) for _ in range(ORDERS - 2)]
-    best, best_cost = None, None
+    best, best_cost, depth = None, None, None
     for perm in orders:
         plan = solve_da4ml(W[perm], [intervals[i] for i in perm], [latencies[i] for i in perm], extra_depth)
         if plan is None:
             continue
         plan = _renumbered(plan, perm)
+        levels = _levels(plan, latencies)
+        depth = levels if depth is None else depth
         cost = lut_cost(plan, intervals)
-        if best_cost is None or cost < best_cost:
+        if levels <= depth and (best_cost is None or cost < best_cost):
             best, best_cost = plan, cost
     return best
+
+
+def _levels(plan: Plan, latencies: list[float]) -> float:
+    """Adder levels to the graph's last output, its inputs arriving after `latencies` levels."""
+    level = list(latencies)
+    for add in plan.adds:
+        level.append(1 + max(level[add.a], level[add.b]))
+    return max((level[o.node] for o in plan.outputs if o.node is not None), default=0)
 
 
 def _renumbered(plan: Plan, perm: np.ndarray) -> Plan:
