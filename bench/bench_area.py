@@ -35,7 +35,7 @@ holds two); for a general product, the A x W partial-product bits.
 
     python bench/bench_area.py [--formats w2a2 w4a4 w4a6 w8a8] [--shape 32x32] [--sparsity 0.75]
         [--modes constant da4ml memory product] [--lanes 8 --reduce-unroll 4] [--set adder_graph=per_product]
-        [--adder-depths 0 1 2 none]
+        [--adder-depths 0 1 2 none] [--adders-apart] [--packed]
         [--json out.jsonl] [--workdir DIR]
 
 Prints one Markdown row per (format, density, mode). Synthesis is cached under $TINYHW_CACHE.
