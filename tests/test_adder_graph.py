@@ -189,3 +189,26 @@ def test_a_transposed_view_is_solved_as_the_matrix_it_shows():
     W = np.random.default_rng(4).integers(-8, 8, (6, 6))
     plan = adder_graph.solve_da4ml(W.T, [(-128, 127)] * 6, [0.0] * 6, None)
     assert np.array_equal(plan.coefficients(), W.T.astype(object))
+
+
+@needs_da4ml
+def test_the_graph_of_fewest_sites_among_four_orders_computes_the_matrix_and_is_no_deeper():
+    """adder_graph._best_order: the same matrix solved in four row orders, the kept graph's
+    inputs renumbered back to the matrix's rows (its coefficients are the matrix), its LUT cost
+    no more and its adder levels no more than the given order's; a 32x32 layer of 3-bit weights,
+    75% zero, where another order is cheaper (docs/area.md)."""
+    rng = np.random.default_rng(0)
+    W = rng.integers(-4, 4, (32, 32))
+    W[rng.random(W.shape) < 0.75] = 0
+    K = W.T
+    intervals, latencies = [(-4, 3)] * 32, [0.0] * 32
+    first = adder_graph.solve_da4ml(K, intervals, latencies, None)
+    best = adder_graph._best_order(K, intervals, latencies, None)
+    assert np.array_equal(best.coefficients(), K.astype(object))
+    assert adder_graph.lut_cost(best, intervals) < adder_graph.lut_cost(first, intervals)
+    assert adder_graph._levels(best, latencies) <= adder_graph._levels(first, latencies)
+    # one order past ORDER_WEIGHTS: the given order's graph itself
+    dense = rng.integers(-4, 4, (40, 40))
+    assert np.count_nonzero(dense) > adder_graph.ORDER_WEIGHTS
+    one = adder_graph._best_order(dense, [(-4, 3)] * 40, [0.0] * 40, None)
+    assert one == adder_graph.solve_da4ml(dense, [(-4, 3)] * 40, [0.0] * 40, None)

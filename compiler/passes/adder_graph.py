@@ -459,9 +459,7 @@ def lut_cost(plan: Plan, intervals: list[tuple[int, int]]) -> int:
     carry-in (compiler/pnr/carry_chains.absorb_carry_ins); a negated output as wide as its value
     likewise."""
     bounds = list(intervals)
-
-    def bits(lo: int, hi: int) -> int:
-        return max(1, hi.bit_length()) if lo >= 0 else max((-lo - 1).bit_length(), hi.bit_length()) + 1
+    bits = ir.bits_of
 
     def cells(w: int) -> int:
         return w + (w >= 4)
