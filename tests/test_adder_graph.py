@@ -206,7 +206,7 @@ def test_the_graph_of_fewest_sites_among_four_orders_computes_the_matrix_and_is_
     best = adder_graph._best_order(K, intervals, latencies, None)
     assert np.array_equal(best.coefficients(), K.astype(object))
     assert adder_graph.lut_cost(best, intervals) < adder_graph.lut_cost(first, intervals)
-    assert adder_graph._levels(best, latencies) <= adder_graph._levels(first, latencies)
+    assert best.depth(latencies) <= first.depth(latencies)
     # one order past ORDER_WEIGHTS: the given order's graph itself
     dense = rng.integers(-4, 4, (40, 40))
     assert np.count_nonzero(dense) > adder_graph.ORDER_WEIGHTS

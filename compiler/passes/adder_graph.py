@@ -94,9 +94,10 @@ class Plan:
             cols.append([-c for c in col] if out.negate else col)
         return np.array(cols, dtype=object).T.reshape(self.inputs, len(self.outputs))
 
-    def depth(self) -> int:
-        """Adder levels on the longest path from an input to an output."""
-        level = [0] * self.inputs
+    def depth(self, latencies: list[float] | None = None) -> float:
+        """Adder levels on the longest path from an input to an output, the inputs arriving
+        after `latencies` levels (default: all at once)."""
+        level = list(latencies) if latencies is not None else [0] * self.inputs
         for add in self.adds:
             level.append(1 + max(level[add.a], level[add.b]))
         return max((level[o.node] for o in self.outputs if o.node is not None), default=0)
@@ -427,20 +428,12 @@ def _best_order(W: np.ndarray, intervals: list[tuple[int, int]], latencies: list
         if plan is None:
             continue
         plan = _renumbered(plan, perm)
-        levels = _levels(plan, latencies)
+        levels = plan.depth(latencies)
         depth = levels if depth is None else depth
         cost = lut_cost(plan, intervals)
         if levels <= depth and (best_cost is None or cost < best_cost):
             best, best_cost = plan, cost
     return best
-
-
-def _levels(plan: Plan, latencies: list[float]) -> float:
-    """Adder levels to the graph's last output, its inputs arriving after `latencies` levels."""
-    level = list(latencies)
-    for add in plan.adds:
-        level.append(1 + max(level[add.a], level[add.b]))
-    return max((level[o.node] for o in plan.outputs if o.node is not None), default=0)
 
 
 def _renumbered(plan: Plan, perm: np.ndarray) -> Plan:
