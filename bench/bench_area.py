@@ -211,19 +211,13 @@ def ours(W, wbits, abits, config: HardwareConfig, xs, name: str, args, breakdown
 
 
 def packed_sites(netlist_path: str, work: Path, args) -> int:
-    """LUT4 sites (TRELLIS_COMB: a LUT4 one, a CCU2C two) of the netlist as nextpnr-ecp5 packs
-    it on the LFE5U-85F, after the rewrites place-and-route makes (compiler.pnr.timing.prepare:
-    its carry chains' unread carry-outs and constant carry-ins, which nextpnr would give cells
-    of their own). Not what synthesis counts: a chain's carry-in still takes a site."""
-    from compiler.pnr.timing import nextpnr_tool, parse_utilisation, prepare
-    from compiler.tools import find_tool, run_tool
+    """LUT4 sites of the netlist as nextpnr-ecp5 packs it on the LFE5U-85F, after the rewrites
+    place-and-route makes (compiler.pnr.timing.prepare: its carry chains' unread carry-outs and
+    constant carry-ins, which nextpnr would give cells of their own)."""
+    from compiler.pnr import timing
     net = json.loads(Path(netlist_path).read_text())
-    top, _, _ = prepare(net, "ecp5")
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "netlist.json").write_text(json.dumps(net))
-    run = run_tool([find_tool(nextpnr_tool("ecp5")), "--85k", "--package", "CABGA381", "--json", "netlist.json",
-                    "--top", top, "--pack-only"], cwd=work, log_name="nextpnr.log", timeout=args.timeout)
-    return parse_utilisation(run.output)["TRELLIS_COMB"][0]
+    timing.prepare(net, "ecp5")
+    return timing.packed_sites(net, work, timeout=args.timeout)
 
 
 def print_breakdown(name: str, modules: dict) -> None:

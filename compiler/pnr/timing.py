@@ -331,6 +331,19 @@ def critical_path(paths: list[Mapping[str, Any]]) -> str:
 # ---------------------------------------------------------------------------------------------
 # running it
 
+def packed_sites(netlist: Mapping[str, Any], folder: Path, *, part: tuple[str, ...] = ("--85k", "--package", "CABGA381"),
+                 timeout: float | None = None) -> int:
+    """The LUT4 sites (TRELLIS_COMB: a LUT4 one, a CCU2C two) nextpnr-ecp5 packs a Yosys JSON
+    netlist into on `part` (`--pack-only`: nothing placed). Not what synthesis counts: nextpnr
+    adds cells of its own to carry chains (compiler/pnr/carry_chains.py)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "netlist.json").write_text(json.dumps(netlist))
+    top = _top_module(netlist)
+    run = run_tool([find_tool(nextpnr_tool("ecp5")), *part, "--json", "netlist.json", "--top", top, "--pack-only"],
+                   cwd=folder, log_name="nextpnr.log", timeout=timeout)
+    return parse_utilisation(run.output)["TRELLIS_COMB"][0]
+
+
 def nextpnr_tool(family: str) -> str:
     return f"yowasp-nextpnr-{family}"
 
