@@ -210,7 +210,7 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
         return (f"read_rtlil design.il\n{before}{family_flow(target, text, flow, counts_only=not netlist)}"
                 "tee -q -o stat.json stat -json\n"
                 + ("write_json netlist.json\n" if netlist else ""))
-    script = script_with(_FALLBACK[target] if adders else TARGETS[target] + "\n")
+    script = script_with(_ADDER_FLOW[target] if adders else TARGETS[target] + "\n")
     for stale in _OUTPUTS:
         (workdir / stale).unlink(missing_ok=True)              # never hand on a stale one
     key = _cache_key(text + "".join(files.values()), script)
@@ -221,7 +221,7 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
         if adders:
             report = dataclasses.replace(report, fallback=adders)
         elif target in _FALLBACK and both_mappings(text):
-            report = _smaller_mapping(report, script_with(_FALLBACK[target]), text,
+            report = _smaller_mapping(report, script_with(_ADDER_FLOW[target]), text,
                                       files, target=target, workdir=workdir, timeout=timeout, netlist=netlist)
     except ToolError as exc:
         if adders or target not in _FALLBACK or "call stack exhausted" not in f"{exc.reason}\n{exc.log_tail}":
@@ -391,7 +391,7 @@ def adder_network(text: str) -> str:
     if adders < ADDER_NETWORK_CELLS or not _combinational(adders, registers):
         return ""
     return (f"a combinational adder network ({adders} adders, {registers} register cells): LUTs mapped with the "
-            f"classic flow (ECP5: abc -lut 4; iCE40: -noabc), not abc9, whose passes do not finish on such a "
+            f"classic flow (ECP5: ABC's area-oriented mapping, AREA_ABC; iCE40: -noabc), not abc9, whose passes do not finish on such a "
             f"network (compiler.synth.area.adder_network)")
 
 
@@ -405,11 +405,27 @@ def both_mappings(text: str) -> bool:
     return 0 < adders < ADDER_NETWORK_CELLS and _combinational(adders, registers)
 
 
-_FALLBACK = {   # the family flow with classic LUT mapping in place of abc9 (module docstring)
-    "ecp5": ("synth_ecp5 -top top -run :map_luts\ntechmap -map +/lattice/latches_map.v\nabc -lut 4\nclean\n"
-             "synth_ecp5 -top top -run map_cells:\n"),
-    "ice40": "synth_ice40 -dsp -top top -noabc\n",
-}
+def _classic(abc: str) -> dict[str, str]:
+    """The family flows with `abc` (ECP5) mapping the LUTs in place of abc9."""
+    return {"ecp5": (f"synth_ecp5 -top top -run :map_luts\ntechmap -map +/lattice/latches_map.v\n{abc}\nclean\n"
+                     "synth_ecp5 -top top -run map_cells:\n"),
+            "ice40": "synth_ice40 -dsp -top top -noabc\n"}
+
+
+_FALLBACK = _classic("abc -lut 4")     # where abc9 ran out of call stack (module docstring)
+
+AREA_ABC = ("abc -lut 4 -script +strash;&get,-n;&fraig,-x;&put;scorr;dc2;strash;&get,-n;&dch,-f;"
+            "&if,-K,4,-a;&satlut,-C,1000;&put")
+"""ABC's LUT mapping for a combinational adder network: `abc -lut 4`'s script with its cut mapping
+area-oriented (`&if -a`) and then re-mapped window by window with a SAT solver for fewer LUTs
+(`&satlut`), where `abc -lut 4` maps for depth and recovers area after. Such a network has no
+clock to meet (no register inside it), so its LUT levels cost nothing the design is asked for.
+On the 32x32 constant layers of bench/bench_area.py (2026-12-05): w2a2 75% pruned 829 -> 800
+LUTs, w3a3 pruned 1,474 -> 1,455, w8a8 dense 18,221 -> 18,214, in the same Yosys time (10 s for
+the w8a8 dense). Depth-oriented mapping then `&satlut` (843) and `&if -a` alone (838) were
+larger than `abc -lut 4`; windows of 64 (806) and a second `&satlut` (804) no smaller."""
+
+_ADDER_FLOW = _classic(AREA_ABC)       # a combinational adder network (adder_network, both_mappings)
 
 
 _MEMORY = re.compile(r"^\s*cell \$mem", re.M)
@@ -507,7 +523,7 @@ def module_breakdown(design: Design, target: str = "ecp5", workdir: Path | None 
     of it)} of the design synthesised with the family flow and `-noflatten`: every Amaranth
     submodule (top, each kernel, its datapath, its products) keeps its cells. Not cached, and not
     the flat synthesis's counts (nothing is optimised across a module boundary): a map of where
-    the area goes, to compare shares, not totals. `classic`: the family's classic LUT mapping
+    the area goes, to compare shares, not totals. `classic`: an adder network's classic LUT mapping
     (what the flat synthesis kept where its report's `fallback` says so)."""
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-breakdown-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -516,7 +532,7 @@ def module_breakdown(design: Design, target: str = "ecp5", workdir: Path | None 
     text = read_ports_for_yosys(text)
     _write_inputs(workdir, text, multipliers.map_files(text, target) if before else {})
     before = attribute_script(text) + before
-    flow = (_FALLBACK[target].replace(" -top top", " -top top -noflatten") if classic and target in _FALLBACK
+    flow = (_ADDER_FLOW[target].replace(" -top top", " -top top -noflatten") if classic and target in _ADDER_FLOW
             else f"{TARGETS[target]} -noflatten\n")
     script = f"read_rtlil design.il\n{before}{family_flow(target, text, flow)}tee -q -o stat.json stat -json\n"
     yosys(script, cwd=workdir, log_name="yosys.log", timeout=timeout)
