@@ -262,3 +262,24 @@ def test_a_netlist_with_a_mode_the_models_do_not_hold_is_not_checked(tmp_path):
     odd.write_text(json.dumps(netlist))
     with pytest.raises(ToolError, match="could not be checked: DP16KD .* is not modelled"):
         check_netlist(design, odd, tmp_path / "gate")
+
+
+def test_a_constant_layer_mapped_area_first_passes_its_testbench(tmp_path, monkeypatch):
+    """A combinational adder network (a constant layer) has its LUTs mapped by ABC's area-oriented
+    script with SAT re-mapping (area.AREA_ABC): the netlist that mapping makes computes the layer
+    on the design's own inputs."""
+    from tinygrad import Tensor, dtypes
+    from compiler.synth import area as synth_area
+    rng = np.random.default_rng(1)
+    W = rng.integers(-2, 2, (12, 12)).astype(np.int8)
+    x = Tensor(rng.integers(-2, 2, 12).astype(np.int8)).realize()
+    config = HardwareConfig.from_dict({"weights": "constant", "lanes": 12, "reduce_unroll": 12,
+                                       "adder_graph": "per_product"})
+    design = compile_model(Tensor(W).cast(dtypes.int32) @ x.cast(dtypes.int32), config=config, stream=x,
+                           input_ranges={x: (-2, 1)})
+    monkeypatch.setattr(synth_area, "ADDER_NETWORK_CELLS", 1)       # that mapping, not abc9's
+    area = synthesize(design, netlist=True, workdir=tmp_path / "synth", use_cache=False)
+    assert area.fallback.startswith("a combinational adder network") and "&satlut" in area.script
+    check = check_netlist(design, Path(area.netlist_path), tmp_path / "gate")
+    assert check.passed, check.message
+    assert check.cycles == design.cycle_model().total
