@@ -414,16 +414,18 @@ def _classic(abc: str) -> dict[str, str]:
 
 _FALLBACK = _classic("abc -lut 4")     # where abc9 ran out of call stack (module docstring)
 
-AREA_ABC = ("abc -lut 4 -script +strash;&get,-n;&fraig,-x;&put;scorr;dc2;strash;&get,-n;&dch,-f;"
+AREA_ABC = ("abc -lut 4 -script +strash;&get,-n;&fraig,-x;&put;scorr;dc2;strash;&get,-n;&dc2;&synch2;"
             "&if,-K,4,-a;&satlut,-C,1000;&put")
-"""ABC's LUT mapping for a combinational adder network: `abc -lut 4`'s script with its cut mapping
-area-oriented (`&if -a`) and then re-mapped window by window with a SAT solver for fewer LUTs
-(`&satlut`), where `abc -lut 4` maps for depth and recovers area after. Such a network has no
-clock to meet (no register inside it), so its LUT levels cost nothing the design is asked for.
-On the 32x32 constant layers of bench/bench_area.py (2026-12-05): w2a2 75% pruned 829 -> 800
-LUTs, w3a3 pruned 1,474 -> 1,455, w8a8 dense 18,221 -> 18,214, in the same Yosys time (10 s for
-the w8a8 dense). Depth-oriented mapping then `&satlut` (843) and `&if -a` alone (838) were
-larger than `abc -lut 4`; windows of 64 (806) and a second `&satlut` (804) no smaller."""
+"""ABC's LUT mapping for a combinational adder network: `abc -lut 4`'s script with its structural
+choices made by `&synch2` (after one more `&dc2`), its cut mapping area-oriented (`&if -a`) and
+then re-mapped window by window with a SAT solver for fewer LUTs (`&satlut`), where `abc -lut 4`
+maps for depth and recovers area after. Such a network has no clock to meet (no register inside
+it), so its LUT levels cost nothing the design is asked for. The 32x32 constant layers of
+bench/bench_area.py (2026-12-05, LUT4 + 2 x CCU2C): w2a2 75% pruned 829 -> 789, dense 2,360 ->
+2,304; w3a3 pruned 1,474 -> 1,444, dense 4,284 -> 4,268; w4a4 pruned 2,131 -> 2,111; w8a8 dense
+18,221 -> 18,214, in the same Yosys time (11 s for the w8a8 dense). Tried on the w2a2 pruned
+layer and not kept: depth-oriented `&if` then `&satlut` 843, `&if -a` alone 838, `&dch -f` in place
+of `&dc2; &synch2` 800, windows of 64 or a second `&satlut` no smaller."""
 
 _ADDER_FLOW = _classic(AREA_ABC)       # a combinational adder network (adder_network, both_mappings)
 
