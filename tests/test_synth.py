@@ -357,3 +357,24 @@ def test_block_rams_counted_without_their_map_keep_the_counts_of_the_full_map(tm
     assert (counted.lutram, counted.ffs, counted.dsp) == (built.lutram, built.ffs, built.dsp)
     assert counted.lutram > 0 and counted.dsp == 1
     assert abs(counted.luts - built.luts) <= max(2, built.luts // 50)
+
+
+@pytest.mark.parametrize("classic", [False, True])
+def test_where_a_constant_layers_area_goes_by_module(tmp_path, classic):
+    """module_breakdown: the same design kept in its modules, with abc9 or with the adder networks'
+    area-first mapping (what the flat synthesis kept): the combinational datapath holds the
+    adders and no register, and the modules' flip-flops are the flat design's."""
+    from tinygrad import Tensor, dtypes
+    from compiler.synth.area import module_breakdown
+    W = np.random.default_rng(0).integers(-2, 2, (8, 8)).astype(np.int8)
+    x = Tensor(np.zeros(8, np.int8)).realize()
+    config = HardwareConfig.from_dict({"weights": "constant", "lanes": 8, "reduce_unroll": 8})
+    design = compile_model(Tensor(W).cast(dtypes.int32) @ x.cast(dtypes.int32), config=config, stream=x,
+                           input_ranges={x: (-2, 1)})
+    modules = module_breakdown(design, "ecp5", tmp_path / "breakdown", classic=classic)
+    datapath = [m for name, m in modules.items() if name.endswith(".datapath")]
+    assert len(datapath) == 1 and datapath[0]["luts"] > 0 and datapath[0]["ffs"] == 0
+    flat = synthesize(design, "ecp5", workdir=tmp_path / "flat", use_cache=False)
+    assert sum(m["ffs"] for m in modules.values()) == flat.ffs
+    script = (tmp_path / "breakdown" / "yosys.ys").read_text()
+    assert ("&satlut" in script) == classic and "-noflatten" in script

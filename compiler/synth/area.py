@@ -405,11 +405,13 @@ def both_mappings(text: str) -> bool:
     return 0 < adders < ADDER_NETWORK_CELLS and _combinational(adders, registers)
 
 
-def _classic(abc: str) -> dict[str, str]:
-    """The family flows with `abc` (ECP5) mapping the LUTs in place of abc9."""
-    return {"ecp5": (f"synth_ecp5 -top top -run :map_luts\ntechmap -map +/lattice/latches_map.v\n{abc}\nclean\n"
-                     "synth_ecp5 -top top -run map_cells:\n"),
-            "ice40": "synth_ice40 -dsp -top top -noabc\n"}
+def _classic(abc: str, options: str = "") -> dict[str, str]:
+    """The family flows with `abc` (ECP5) mapping the LUTs in place of abc9; `options` go to
+    every synth_* call (e.g. -noflatten)."""
+    ecp5 = f"synth_ecp5 -top top{options}"
+    return {"ecp5": (f"{ecp5} -run :map_luts\ntechmap -map +/lattice/latches_map.v\n{abc}\nclean\n"
+                     f"{ecp5} -run map_cells:\n"),
+            "ice40": f"synth_ice40 -dsp -top top{options} -noabc\n"}
 
 
 _FALLBACK = _classic("abc -lut 4")     # where abc9 ran out of call stack (module docstring)
@@ -534,7 +536,7 @@ def module_breakdown(design: Design, target: str = "ecp5", workdir: Path | None 
     text = read_ports_for_yosys(text)
     _write_inputs(workdir, text, multipliers.map_files(text, target) if before else {})
     before = attribute_script(text) + before
-    flow = (_ADDER_FLOW[target].replace(" -top top", " -top top -noflatten") if classic and target in _ADDER_FLOW
+    flow = (_classic(AREA_ABC, " -noflatten")[target] if classic and target in _ADDER_FLOW
             else f"{TARGETS[target]} -noflatten\n")
     script = f"read_rtlil design.il\n{before}{family_flow(target, text, flow)}tee -q -o stat.json stat -json\n"
     yosys(script, cwd=workdir, log_name="yosys.log", timeout=timeout)
