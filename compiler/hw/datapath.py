@@ -32,7 +32,7 @@ from ..synth.multipliers import PRODUCT_PREFIX
 from ..synth.rtlil_text import DATA_ATTRIBUTE
 from . import dsp_fields, dsp_pack, floatops
 from .dsp_pack import ProductPack
-from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, counter_times_constant, operand_offsets, schedule
+from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, affine_form, counter_times_constant, operand_offsets, schedule
 
 K = ir.OpKind
 
@@ -69,6 +69,9 @@ class Env:
     scaled: Callable[[int, int, object], Value] | None = None
     """(loop id, constant c, shape) -> c times this env's counter in stage 0, kept by a register
     of its own (kernel._Scaled, with target_mhz): no multiplier on the address path."""
+    sums: Callable[[tuple[tuple[int, int], ...], int, object], Value] | None = None
+    """(terms, constant, shape) -> a sum of counters' multiples (pipeline.affine_form) in stage 0,
+    kept by a register of its own (kernel._Scaled, with target_mhz): no adders on the path."""
 
 
 def check_supported(kernel: ir.KernelIR, config: HardwareConfig) -> None:
@@ -409,6 +412,8 @@ class Datapath:
             out = env.counter(v.loop, stage or 0)
         elif isinstance(v, ir.AccLoad):
             out = self.accs[v.acc]
+        elif env.sums is not None and not stage and (form := affine_form(v)) is not None:
+            out = env.sums(*form, self.shape(v))
         elif env.scaled is not None and not stage and (pair := counter_times_constant(v)) is not None:
             out = env.scaled(*pair, self.shape(v))
         else:

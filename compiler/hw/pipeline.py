@@ -220,6 +220,53 @@ def counter_times_constant(v: ir.Value) -> tuple[int, int] | None:
     return None if abs(c) & (abs(c) - 1) == 0 else (a.loop, c)
 
 
+def affine_form(v: ir.Value) -> tuple[tuple[tuple[int, int], ...], int] | None:
+    """((loop, coefficient) ..., constant) when integer `v` is a sum of two or more counters'
+    multiples and a constant (`i4*12 + i1*12 + i5*3 + i2*4 + i3*144 - 13`, a padded
+    convolution's input index) built of additions, subtractions, negations and products or
+    left shifts by constants, else None (one counter's multiple is counter_times_constant's)."""
+    if not isinstance(v, ir.Op) or v.dtype.is_float or v.op not in (K.ADD, K.SUB):
+        return None
+    memo: dict[int, tuple[dict[int, int], int] | None] = {}
+
+    def form(x: ir.Value) -> tuple[dict[int, int], int] | None:
+        if id(x) in memo:
+            return memo[id(x)]
+        out = None
+        if isinstance(x, ir.Counter):
+            out = {x.loop: 1}, 0
+        elif isinstance(x, ir.Const) and not x.dtype.is_float:
+            out = {}, int(x.value)
+        elif isinstance(x, ir.Op) and not x.dtype.is_float and x.op in (K.ADD, K.SUB, K.NEG, K.MUL, K.SHL):
+            parts = [form(a) for a in x.srcs]
+            if all(p is not None for p in parts):
+                if x.op is K.NEG:
+                    out = _scaled_form(parts[0], -1)
+                elif x.op in (K.ADD, K.SUB):
+                    (ta, ca), (tb, cb) = parts
+                    sign = -1 if x.op is K.SUB else 1
+                    terms = dict(ta)
+                    for loop, c in tb.items():
+                        terms[loop] = terms.get(loop, 0) + sign * c
+                    out = {l: c for l, c in terms.items() if c}, ca + sign * cb
+                elif x.op is K.MUL and (not parts[0][0] or not parts[1][0]):
+                    (ta, ca), (tb, cb) = parts
+                    out = _scaled_form((ta, ca), cb) if not tb else _scaled_form((tb, cb), ca)
+                elif x.op is K.SHL and not parts[1][0] and 0 <= parts[1][1] < 32:
+                    out = _scaled_form(parts[0], 1 << parts[1][1])
+        memo[id(x)] = out
+        return out
+    got = form(v)
+    if got is None or len(got[0]) < 2:
+        return None
+    return tuple(sorted(got[0].items())), got[1]
+
+
+def _scaled_form(f: tuple[dict[int, int], int], k: int) -> tuple[dict[int, int], int]:
+    terms, c = f
+    return {l: k * t for l, t in terms.items() if k * t}, k * c
+
+
 def load_stage(address_levels: int, lookahead: bool, sync_reads: bool) -> int:
     """The stage in which read ports deliver a step's loads: after the address registers, and a
     stage later when the address comes from the step's own counters into a block RAM."""
@@ -765,7 +812,8 @@ def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
                                                    kernel=True))
     ns, what = paths.measure(order, sched.ready, sched.latency, sched.fanout, operands, floating)
     if sched.address_levels:                    # indices into their first registers
-        scaled = (lambda v: counter_times_constant(v) is not None) if config.target_mhz else (lambda v: False)
+        scaled = (lambda v: counter_times_constant(v) is not None or affine_form(v) is not None) \
+            if config.target_mhz else (lambda v: False)
         indices = {id(i): i for i in [v.index for v in order if isinstance(v, ir.Load) and id(v) not in gathers]
                    + [s.index for s, _ in kernel.stores() if isinstance(s, ir.BufStore)]}   # shared ones once
         for index in indices.values():
