@@ -172,8 +172,8 @@ def index_ns(index: ir.Value, width: Callable[[ir.Value], int], d: Delays,
     """The path of a memory index computed from the step's counters (a read address, a store's
     index) into the register that follows it (from fp_pipeline 2 a read address's first,
     pipeline.Schedule.address_levels; a store's index its stage register): from a counter's
-    register, or a value `registered` in a register of its own (a counter times a constant with
-    target_mhz: kernel._Scaled), through each op's logic and a route before it, local after the
+    register, or a value `registered` in a register of its own (with target_mhz a counter times a
+    constant, or a sum of such multiples: kernel._Scaled), through each op's logic and a route before it, local after the
     first; 0 for a constant index (a gather's, through a load, is not this path). The
     sequential digits CNN at target_mhz 200 had such a path as its critical one: a scaled
     counter through three adders into a read address register, 7.0 ns (2.8 logic, 3.7 routing;
