@@ -376,7 +376,7 @@ class KernelHW(wiring.Component):
 
         envs = {s.index: Env("cur", counter_at, s.index, self._load_data(s, reads, delays),
                              self._load_data(s, reads, delays, before=1) if sched.early else None,
-                             scaled and scaled.cur, scaled and scaled.sum_cur)
+                             scaled and scaled.cur)
                 for s in prog.steps}
         self._gather_addresses(m, dp, reads, envs, delays, step)
         acc_before = [delays.of(step, sched.depth - n, "step", control=True) for n in (1, 2) if n <= sched.depth] \
