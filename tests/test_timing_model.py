@@ -228,18 +228,19 @@ def test_a_counter_times_a_constant_in_an_address_is_a_register_of_its_own(knobs
                                    dict(lanes=2, reduce_unroll=3, mem_read="comb")])
 def test_an_index_of_several_counters_is_one_register_stepping_with_them(knobs):
     """With target_mhz a padded convolution's input index (a sum of four or five counters'
-    multiples and a constant) and its bounds' sums are registers of their own, which step by a
-    constant for each thing the controller does to the counters (kernel._Scaled._sum): no adder
-    between the counters and the read address. Same words, same cycles; off without the knob."""
+    multiples and a constant: pipeline.SUM_REGISTER_TERMS or more terms) is a register of its
+    own, which steps by a constant for each thing the controller does to the counters
+    (kernel._Scaled._sum): no adder between the counters and the read address. Same words, same
+    cycles; off without the knob."""
     from amaranth.back import rtlil
-    from compiler.hw.pipeline import affine_form
+    from compiler.hw.pipeline import sum_register
     case = designs.SMALL["conv2d_padded"]()
     design = _check(case, fp_pipeline=3, target_mhz=150, **knobs)
     sums = set(re.findall(r"wire [^\n]*\\(s(?:_i\d+xm?\d+){2,})\n", rtlil.convert(design.top, name="top")))
     kernel = design.kernels[0]
     indices = [v.index for v in ir.toposort([o for st, _ in kernel.stores() for o in ir.store_operands(st)])
                if isinstance(v, ir.Load)]
-    forms = {affine_form(i) for i in indices} - {None}
+    forms = {sum_register(i) for i in indices} - {None}
     assert forms and len(sums) >= len({terms for terms, _ in forms})
     plain = compile_model(*case.outputs, config=HardwareConfig(fp_pipeline=3, **knobs))
     assert not re.search(r"\\s_i\d+x", rtlil.convert(plain.top, name="top"))

@@ -32,7 +32,7 @@ from ..synth.multipliers import PRODUCT_PREFIX
 from ..synth.rtlil_text import DATA_ATTRIBUTE
 from . import dsp_fields, dsp_pack, floatops
 from .dsp_pack import ProductPack
-from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, affine_form, counter_times_constant, operand_offsets, schedule
+from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, counter_times_constant, operand_offsets, schedule, sum_register
 
 K = ir.OpKind
 
@@ -412,7 +412,7 @@ class Datapath:
             out = env.counter(v.loop, stage or 0)
         elif isinstance(v, ir.AccLoad):
             out = self.accs[v.acc]
-        elif env.sums is not None and not stage and (form := affine_form(v)) is not None:
+        elif env.sums is not None and not stage and (form := sum_register(v)) is not None:
             out = env.sums(*form, self.shape(v))
         elif env.scaled is not None and not stage and (pair := counter_times_constant(v)) is not None:
             out = env.scaled(*pair, self.shape(v))

@@ -220,6 +220,22 @@ def counter_times_constant(v: ir.Value) -> tuple[int, int] | None:
     return None if abs(c) & (abs(c) - 1) == 0 else (a.loop, c)
 
 
+SUM_REGISTER_TERMS = 5
+"""Terms (counters' multiples and the constant) from which an index of several counters is a
+register of its own (kernel._Scaled._sum) rather than a balanced tree of adders (passes/indices):
+from 5 terms the tree is three adders deep, and with the range check four carry chains, each a
+route of 1.4-2.0 ns (a padded convolution's input index at target_mhz 150: 12.8 ns, 78 MHz; as a
+register 131 MHz). Four terms, two adders, fit: the sequential digits CNN's indices at
+target_mhz 200 were not its critical path (161.9 MHz), and as registers (their flags, steps and
+placement) it closed at 138.9."""
+
+
+def sum_register(v: ir.Value) -> tuple[tuple[tuple[int, int], ...], int] | None:
+    """affine_form(v) when it has at least SUM_REGISTER_TERMS terms, else None."""
+    form = affine_form(v)
+    return form if form is not None and len(form[0]) + bool(form[1]) >= SUM_REGISTER_TERMS else None
+
+
 def affine_form(v: ir.Value) -> tuple[tuple[tuple[int, int], ...], int] | None:
     """((loop, coefficient) ..., constant) when integer `v` is a sum of two or more counters'
     multiples and a constant (`i4*12 + i1*12 + i5*3 + i2*4 + i3*144 - 13`, a padded
@@ -812,7 +828,7 @@ def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
                                                    kernel=True))
     ns, what = paths.measure(order, sched.ready, sched.latency, sched.fanout, operands, floating)
     if sched.address_levels:                    # indices into their first registers
-        scaled = (lambda v: counter_times_constant(v) is not None or affine_form(v) is not None) \
+        scaled = (lambda v: counter_times_constant(v) is not None or sum_register(v) is not None) \
             if config.target_mhz else (lambda v: False)
         indices = {id(i): i for i in [v.index for v in order if isinstance(v, ir.Load) and id(v) not in gathers]
                    + [s.index for s, _ in kernel.stores() if isinstance(s, ir.BufStore)]}   # shared ones once
