@@ -225,7 +225,7 @@ SUM_REGISTER_TERMS = 5
 register of its own (kernel._Scaled._sum) rather than a balanced tree of adders (passes/indices):
 from 5 terms the tree is three adders deep, and with the range check four carry chains, each a
 route of 1.4-2.0 ns (a padded convolution's input index at target_mhz 150: 12.8 ns, 78 MHz; as a
-register 131 MHz). Four terms, two adders, fit: the sequential digits CNN's indices at
+register 127.8). Four terms, two adders, fit: the sequential digits CNN's indices at
 target_mhz 200 were not its critical path (161.9 MHz), and as registers (their flags, steps and
 placement) it closed at 138.9."""
 
