@@ -30,6 +30,7 @@ delayed control share one set of signals per kernel; split, each part would re-d
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.utils import bits_for
@@ -42,7 +43,7 @@ from ..config import HardwareConfig
 from ..dtypes import DType
 from ..ranges import Interval, acc_ranges, acc_width, analyze
 from .datapath import DATA, Copies, Datapath, Env, from_bits, registered
-from .pipeline import FANOUT_LEVEL, Schedule, is_gather
+from .pipeline import FANOUT_LEVEL, SUM_REGISTER_CHAINS, Schedule, is_gather, sum_register
 from ..timing_model import word_read_registered
 from .program import Program, Step, build_program
 from .subword import WordMemory, host_alone, read_modify_write
@@ -910,7 +911,14 @@ class KernelHW(wiring.Component):
 
     def _in_range(self, dp: Datapath, node: ir.Value, env: Env, size: int, stage: int | None) -> Value:
         """An address that is always inside the memory (out-of-range only happens when the
-        load's gate is false, or on steps that ignore the data; CXXRTL aborts on it)."""
+        load's gate is false, or on steps that ignore the data; CXXRTL aborts on it). An index
+        of SUM_REGISTER_TERMS terms or more is a sum register (env.sums) where its tree and the
+        range check would be SUM_REGISTER_CHAINS carry chains."""
+        if env.sums is not None and (form := sum_register(node)) is not None:
+            r = dp.interval(node)
+            chains = (len(form[0]) + bool(form[1]) - 1).bit_length() + (not (0 <= r.lo and r.hi < size))
+            if chains < SUM_REGISTER_CHAINS:
+                env = dataclasses.replace(env, sums=None)
         idx = dp.emit(node, env, stage)
         ok = self._index_ok(dp, node, idx, size)
         return idx if isinstance(ok, Const) else Mux(ok, idx, 0)

@@ -221,13 +221,16 @@ def counter_times_constant(v: ir.Value) -> tuple[int, int] | None:
 
 
 SUM_REGISTER_TERMS = 5
-"""Terms (counters' multiples and the constant) from which an index of several counters is a
-register of its own (kernel._Scaled._sum) rather than a balanced tree of adders (passes/indices):
-from 5 terms the tree is three adders deep, and with the range check four carry chains, each a
-route of 1.4-2.0 ns (a padded convolution's input index at target_mhz 150: 12.8 ns, 78 MHz; as a
-register 127.8). Four terms, two adders, fit: with every index of two counters or more a
-register, the sequential digits CNN at target_mhz 200 closed at 138.9 MHz against 161.9 as
-trees, its three-counter conv index (`s_i0x9_i3x3_i4x1`) then its critical path."""
+"""Terms (counters' multiples and the constant) from which a read address of several counters
+can be a register of its own (kernel._Scaled._sum) rather than a balanced tree of adders
+(passes/indices): from 5 terms the tree is three adders deep."""
+SUM_REGISTER_CHAINS = 4
+"""Carry chains (the tree's adder levels, and the range check where the index can leave the
+memory: kernel._in_range) from which such an address is a sum register. Each is a route of
+1.4-2.0 ns: a padded convolution's input index at target_mhz 150 (six terms and the check, four
+chains) took 12.8 ns, 78 MHz, and as a register 127.8. Fewer fit: with every index of two
+counters or more a register, the sequential digits CNN at target_mhz 200 closed at 138.9 MHz
+against 161.9 as trees, its three-counter conv index (`s_i0x9_i3x3_i4x1`) then its critical path."""
 
 
 def sum_register(v: ir.Value) -> tuple[tuple[tuple[int, int], ...], int] | None:
