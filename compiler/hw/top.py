@@ -259,9 +259,12 @@ class TopHW(wiring.Component):
         selection (from FANOUT_LEVEL, block RAM reads, target_mhz): that register is the block
         RAM's output register, whose clock-to-out is 1.0 ns where the block's own is 5.6 (a
         padded convolution at target_mhz 150 had the block -> the selection's register as its
-        critical path, 8.5 ns of which 5.8 clock-to-out). A cycle more on every host read."""
+        critical path, 8.5 ns of which 5.8 clock-to-out). A cycle more on every host read, so
+        only where a bank the host reads is a block RAM: a LUT RAM's read needs no such
+        register, which would only add flip-flops to place."""
         config = self.kernels[0].config
-        return config.fp_pipeline >= FANOUT_LEVEL and config.mem_read == "sync" and bool(config.target_mhz)
+        return config.fp_pipeline >= FANOUT_LEVEL and config.mem_read == "sync" and bool(config.target_mhz) \
+            and any(hp.read and ecp5_memory(hp.depth, hp.width).kind == "bram" for hp in self.host_ports)
 
     def port(self, kernel: int, slot: int, name: str):
         return getattr(self.kernels[kernel], port_names(slot)[name])
