@@ -229,7 +229,8 @@ class Paths:
                  skip: set[int] = frozenset(), *, limit_mhz: float | None = None, load_clk_q: float | None = None):
         self.d = d
         self.limit = 1000.0 / limit_mhz - d.setup if limit_mhz else float("inf")
-        self.widths = {i: r.shape.width for i, r in analyze(kernel, acc_ranges(kernel, config)).items()}
+        self.ranges = analyze(kernel, acc_ranges(kernel, config))     # id(value) -> its interval
+        self.widths = {i: r.shape.width for i, r in self.ranges.items()}
         self.users: dict[int, list[ir.Value]] = {}
         for v in order:
             for o in operands(v):

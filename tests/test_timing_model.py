@@ -251,6 +251,26 @@ def test_the_affine_form_of_an_index():
     assert affine_form(o(K.ADD, i, j)) == (((0, 1), (1, 1)), 0)
 
 
+def test_an_index_is_a_sum_register_from_five_terms_and_four_carry_chains():
+    """pipeline.sum_register, the one rule the kernel builds by and the delay model times by:
+    five terms or more whose adder tree, with the range check where the index can leave the
+    memory, is four carry chains or more."""
+    from compiler.hw.pipeline import sum_register
+    ctrs = [ir.Counter(n) for n in range(9)]
+    o = lambda kind, *srcs: ir.Op(kind, ir.INT32, srcs)      # noqa: E731
+
+    def index(terms: int, const: int = 0):
+        v = o(ir.OpKind.MUL, ctrs[0], ir.Const(3, ir.INT32))
+        for c in ctrs[1:terms - bool(const)]:
+            v = o(ir.OpKind.ADD, v, c)
+        return o(ir.OpKind.ADD, v, ir.Const(const, ir.INT32)) if const else v
+    assert sum_register(index(5), inside=True) is None            # three adders, no check
+    assert sum_register(index(5), inside=False) is not None       # three adders and the check
+    assert sum_register(index(5, const=-13), inside=False) == (((0, 3), (1, 1), (2, 1), (3, 1)), -13)
+    assert sum_register(index(4), inside=False) is None           # two adders and the check
+    assert sum_register(index(9), inside=True) is not None        # four adders
+
+
 def test_the_one_store_into_a_memory_writes_its_sum_without_a_gate(tmp_path):
     """With target_mhz a memory's only store drives the write data whatever the step (only
     the enable takes the store's flag): a GEMV's output memory (LUT RAM) takes each bit

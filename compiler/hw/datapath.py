@@ -32,7 +32,7 @@ from ..synth.multipliers import PRODUCT_PREFIX
 from ..synth.rtlil_text import DATA_ATTRIBUTE
 from . import dsp_fields, dsp_pack, floatops
 from .dsp_pack import ProductPack
-from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, counter_times_constant, operand_offsets, schedule, sum_register
+from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, counter_times_constant, operand_offsets, schedule
 
 K = ir.OpKind
 
@@ -71,7 +71,8 @@ class Env:
     of its own (kernel._Scaled, with target_mhz): no multiplier on the address path."""
     sums: Callable[[tuple[tuple[int, int], ...], int, object], Value] | None = None
     """(terms, constant, shape) -> a sum of counters' multiples (pipeline.affine_form) in stage 0,
-    kept by a register of its own (kernel._Scaled, with target_mhz): no adders on the path."""
+    kept by a register of its own (kernel._Scaled, with target_mhz): no adders on the path. Read
+    addresses only (kernel._in_range, by pipeline.sum_register's rule)."""
 
 
 def check_supported(kernel: ir.KernelIR, config: HardwareConfig) -> None:
@@ -412,8 +413,6 @@ class Datapath:
             out = env.counter(v.loop, stage or 0)
         elif isinstance(v, ir.AccLoad):
             out = self.accs[v.acc]
-        elif env.sums is not None and not stage and (form := sum_register(v)) is not None:
-            out = env.sums(*form, self.shape(v))
         elif env.scaled is not None and not stage and (pair := counter_times_constant(v)) is not None:
             out = env.scaled(*pair, self.shape(v))
         else:

@@ -30,10 +30,8 @@ delayed control share one set of signals per kernel; split, each part would re-d
 from __future__ import annotations
 
 import collections
-import dataclasses
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
-from amaranth.utils import bits_for
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -43,7 +41,7 @@ from ..config import HardwareConfig
 from ..dtypes import DType
 from ..ranges import Interval, acc_ranges, acc_width, analyze
 from .datapath import DATA, Copies, Datapath, Env, from_bits, registered
-from .pipeline import FANOUT_LEVEL, SUM_REGISTER_CHAINS, Schedule, is_gather, sum_register
+from .pipeline import FANOUT_LEVEL, Schedule, is_gather, sum_register
 from ..timing_model import word_read_registered
 from .program import Program, Step, build_program
 from .subword import WordMemory, host_alone, read_modify_write
@@ -347,7 +345,7 @@ class KernelHW(wiring.Component):
         dp = Datapath(k, self.ranges, self.config, accs, sched)
         # the scaled counters' registers are made on demand as addresses are built, some inside
         # a step's `with m.Case`: in the datapath's module, where no such block is open
-        scaled = _Scaled(dp.m, ctr, prog) if self.config.target_mhz else None
+        scaled = _Scaled(dp.m, ctr, prog, nstep, nctr) if self.config.target_mhz else None
         self._controller(m, step, nstep, ctr, nctr, last, idle, scaled)
 
         # ---- datapath, and the step ids, counters and `last` as each pipeline stage sees them
@@ -629,28 +627,6 @@ class KernelHW(wiring.Component):
                         with m.If(self.start):
                             m.d.comb += nstep.eq(prog.first)
         m.d.sync += [step.eq(nstep)] + [ctr[i].eq(n) for i, n in nctr.items()]
-        if scaled:
-            self._flags_ahead(m, nstep, nctr, scaled)
-
-    def _flags_ahead(self, m, nstep, nctr, scaled: "_Scaled") -> None:
-        """scaled.inc_q / clear_q: the flags the controller raises for the transition out of the
-        next step and counters, registered, so in each cycle they are the flags of the transition
-        taken in it (_transition's tests, on nstep and nctr; none while idle, as there)."""
-        def flags(advances) -> None:
-            if advances:
-                i = advances[0].loop.id
-                with m.If(nctr[i] != advances[0].loop.bound - 1):
-                    m.d.comb += inc[i].eq(1)
-                with m.Else():
-                    m.d.comb += clear[i].eq(1)
-                    flags(advances[1:])
-        inc = {i: Signal(name=f"i{i}_inc_ahead") for i in nctr}
-        clear = {i: Signal(name=f"i{i}_clear_ahead") for i in nctr}
-        with m.Switch(nstep):
-            for s, tr in zip(self.program.steps, self.program.transitions):
-                with m.Case(s.index):
-                    flags(tr.advances)
-        m.d.sync += [scaled.inc_q[i].eq(inc[i]) for i in nctr] + [scaled.clear_q[i].eq(clear[i]) for i in nctr]
 
     @property
     def _reads_trail_start(self) -> bool:
@@ -873,24 +849,22 @@ class KernelHW(wiring.Component):
             and not self._outside_reads(slot)
 
     def _transition(self, m, advances, fallthrough, ctr, nctr, nstep, last, idle, scaled):
-        if not advances:
+        def up(adv) -> None:
+            m.d.comb += [nctr[adv.loop.id].eq(ctr[adv.loop.id] + 1), nstep.eq(adv.target)]
+            if scaled:
+                m.d.comb += scaled.inc[adv.loop.id].eq(1)
+
+        def wrap(adv) -> None:
+            m.d.comb += nctr[adv.loop.id].eq(0)
+            if scaled:
+                m.d.comb += scaled.clear[adv.loop.id].eq(1)
+
+        def end() -> None:
             if fallthrough is None:
                 m.d.comb += [nstep.eq(idle), last.eq(1)]
             else:
                 m.d.comb += nstep.eq(fallthrough)
-            return
-        adv, rest = advances[0], advances[1:]
-        i = adv.loop.id
-        c = ctr[i]
-        with m.If(c != adv.loop.bound - 1):
-            m.d.comb += [nctr[i].eq(c + 1), nstep.eq(adv.target)]
-            if scaled:
-                m.d.comb += scaled.inc[i].eq(1)
-        with m.Else():
-            m.d.comb += nctr[i].eq(0)
-            if scaled:
-                m.d.comb += scaled.clear[i].eq(1)
-            self._transition(m, rest, fallthrough, ctr, nctr, nstep, last, idle, scaled)
+        odometer(m, advances, ctr, up, wrap, end)
 
     def _load_data(self, step: Step, reads, delays: "_Delays", before: int = 0):
         """The read data of a step's loads in stage Schedule.data_stage (registered when the
@@ -904,24 +878,34 @@ class KernelHW(wiring.Component):
         return data
 
     def _index_ok(self, dp: Datapath, node: ir.Value, idx: Value, size: int) -> Value:
-        r = dp.interval(node)
-        if 0 <= r.lo and r.hi < size:
+        if dp.interval(node).within(Interval(0, size - 1)):
             return Const(1, 1)
         return (idx >= 0) & (idx < size)
 
     def _in_range(self, dp: Datapath, node: ir.Value, env: Env, size: int, stage: int | None) -> Value:
         """An address that is always inside the memory (out-of-range only happens when the
-        load's gate is false, or on steps that ignore the data; CXXRTL aborts on it). An index
-        of SUM_REGISTER_TERMS terms or more is a sum register (env.sums) where its tree and the
-        range check would be SUM_REGISTER_CHAINS carry chains."""
-        if env.sums is not None and (form := sum_register(node)) is not None:
-            r = dp.interval(node)
-            chains = (len(form[0]) + bool(form[1]) - 1).bit_length() + (not (0 <= r.lo and r.hi < size))
-            if chains < SUM_REGISTER_CHAINS:
-                env = dataclasses.replace(env, sums=None)
-        idx = dp.emit(node, env, stage)
+        load's gate is false, or on steps that ignore the data; CXXRTL aborts on it): a sum
+        register (env.sums) where pipeline.sum_register says so, else the index's tree."""
+        form = sum_register(node, dp.interval(node).within(Interval(0, size - 1))) \
+            if env.sums is not None and not stage else None
+        idx = env.sums(*form, dp.shape(node)) if form is not None else dp.emit(node, env, stage)
         ok = self._index_ok(dp, node, idx, size)
         return idx if isinstance(ok, Const) else Mux(ok, idx, 0)
+
+
+def odometer(m: Module, advances, ctr: dict[int, Value], up, wrap, end) -> None:
+    """A transition's test of its counters, innermost first: up(advance) where the advance's
+    counter is below its bound - 1 (it counts up), else wrap(advance) and the next advance's
+    test; end() when every one wraps (the controller's _transition, _Scaled's look-ahead flags)."""
+    if not advances:
+        end()
+        return
+    adv = advances[0]
+    with m.If(ctr[adv.loop.id] != adv.loop.bound - 1):
+        up(adv)
+    with m.Else():
+        wrap(adv)
+        odometer(m, advances[1:], ctr, up, wrap, end)
 
 
 class _Scaled:
@@ -933,25 +917,50 @@ class _Scaled:
     next value is a multiplexer of R + c, 0 and R, its sum computed beside the controller's
     decision. Built with target_mhz (a register per (loop, constant) pair, a dozen bits)."""
 
-    def __init__(self, m: Module, ctr: dict[int, Signal], program: Program):
+    def __init__(self, m: Module, ctr: dict[int, Signal], program: Program, nstep: Signal,
+                 nctr: dict[int, Signal]):
         self.m = m          # the datapath's module: _pair runs while the kernel's has blocks open
+        self.program, self.nstep, self.nctr = program, nstep, nctr
         self.inc = {i: Signal(name=f"i{i}_inc") for i in ctr}
         self.clear = {i: Signal(name=f"i{i}_clear") for i in ctr}
-        # the same flags as registers, computed a cycle ahead from the next step and counters
-        # (Kernel._flags_ahead): the sums' only control, with no decode of `step` on the way
-        self.inc_q = {i: Signal(name=f"i{i}_inc_q") for i in ctr}
-        self.clear_q = {i: Signal(name=f"i{i}_clear_q") for i in ctr}
         self.regs: dict[tuple[int, int], tuple[Signal, Signal]] = {}
         self.sums: dict[tuple, tuple[Signal, Signal]] = {}
-        # what a cycle can do to the counters (the controller's transitions, _transition): one
-        # counter counts up and the ones inside it (tried before it) wrap, or all of them wrap
-        self.events: list[tuple[int | None, tuple[int, ...]]] = []
-        self.bounds: dict[int, int] = {}
-        for tr in program.transitions:
+        self.flags_q: tuple[dict[int, Signal], dict[int, Signal]] | None = None    # _flags_ahead
+
+    def _flags_ahead(self) -> tuple[dict[int, Signal], dict[int, Signal]]:
+        """(inc_q, clear_q): the flags the controller raises for the transition out of the next
+        step and counters, registered, so in each cycle they are the flags of the transition
+        taken in it (Kernel._transition's odometer on nstep and nctr; none while idle, as there):
+        the sums' only control, with no decode of `step` on the way. Built for the first sum."""
+        if self.flags_q is None:
+            ahead = [{i: Signal(name=f"i{i}_{what}_ahead") for i in self.nctr} for what in ("inc", "clear")]
+            self.flags_q = tuple({i: Signal(name=f"i{i}_{what}_q") for i in self.nctr} for what in ("inc", "clear"))
+            m = self.m
+
+            def up(adv) -> None:
+                m.d.comb += ahead[0][adv.loop.id].eq(1)
+
+            def wrap(adv) -> None:
+                m.d.comb += ahead[1][adv.loop.id].eq(1)
+            with m.Switch(self.nstep):
+                for s, tr in zip(self.program.steps, self.program.transitions):
+                    with m.Case(s.index):
+                        odometer(m, tr.advances, self.nctr, up, wrap, lambda: None)
+            m.d.sync += [q[i].eq(a[i]) for a, q in zip(ahead, self.flags_q) for i in self.nctr]
+        return self.flags_q
+
+    def _events(self) -> tuple[list[tuple[int | None, tuple[int, ...]]], dict[int, int]]:
+        """What a cycle can do to the counters (the controller's transitions, Kernel._transition):
+        one counter counts up and the ones inside it (tried before it) wrap, or all of them
+        wrap; and each loop's bound."""
+        events: list[tuple[int | None, tuple[int, ...]]] = []
+        bounds: dict[int, int] = {}
+        for tr in self.program.transitions:
             loops = [a.loop for a in tr.advances]
-            self.bounds.update({l.id: l.bound for l in loops})
-            self.events += [(l.id, tuple(x.id for x in loops[:n])) for n, l in enumerate(loops)]
-            self.events.append((None, tuple(l.id for l in loops)))
+            bounds.update({l.id: l.bound for l in loops})
+            events += [(l.id, tuple(x.id for x in loops[:n])) for n, l in enumerate(loops)]
+            events.append((None, tuple(l.id for l in loops)))
+        return events, bounds
 
     def _pair(self, loop: int, c: int, shape) -> tuple[Signal, Signal]:
         if (loop, c) not in self.regs:
@@ -973,8 +982,8 @@ class _Scaled:
         (pipeline.affine_form): a memory index of several counters is then a register, not a tree
         of adders after them (a padded convolution's input index: four carry chains and their
         routes, 12.8 ns, at target_mhz 150). It steps with the counters: for each thing a cycle
-        can do to them (`events`), by the constant that changes the sum, +c where a counter
-        counts up, -c * (bound - 1) where one wraps: the registered flags (`inc_q`, `clear_q`)
+        can do to them (_events), by the constant that changes the sum, +c where a counter
+        counts up, -c * (bound - 1) where one wraps: the registered flags (_flags_ahead)
         pick the constant and one adder adds it (an adder per event, each beside the
         controller's decision, took the sequential digits CNN 1,417 -> 1,671 LUTs, and the
         decision's fan-out from `step` became its critical path)."""
@@ -985,17 +994,19 @@ class _Scaled:
             nxt = Signal(shape, name=f"{name}_next")
             coeff = dict(terms)
             loops = [l for l, _ in terms]
+            events, bounds = self._events()
             deltas: dict[int, int] = {}
-            for up, wrapped in self.events:
+            for up, wrapped in events:
                 up = up if up in coeff else None
                 wrapped = [l for l in wrapped if l in coeff]
                 flags = (1 << loops.index(up) if up is not None else 0) | \
                     sum(1 << (len(loops) + loops.index(l)) for l in wrapped)
                 if flags:
-                    deltas[flags] = (coeff[up] if up is not None else 0) - sum(coeff[l] * (self.bounds[l] - 1)
+                    deltas[flags] = (coeff[up] if up is not None else 0) - sum(coeff[l] * (bounds[l] - 1)
                                                                              for l in wrapped)
-            step = Signal(signed(max(bits_for(d) for d in [0, *deltas.values()]) + 1), name=f"{name}_step")
-            with self.m.Switch(Cat(*(self.inc_q[l] for l in loops), *(self.clear_q[l] for l in loops))):
+            step = Signal(range(min(0, *deltas.values()), max(0, *deltas.values()) + 1), name=f"{name}_step")
+            inc_q, clear_q = self._flags_ahead()
+            with self.m.Switch(Cat(*(inc_q[l] for l in loops), *(clear_q[l] for l in loops))):
                 for flags, delta in deltas.items():
                     with self.m.Case(flags):
                         self.m.d.comb += step.eq(delta)

@@ -84,7 +84,7 @@ from dataclasses import dataclass, field
 from .. import ir, timing_model
 from ..config import HardwareConfig
 from ..errors import CompileError
-from ..ranges import acc_ranges, analyze
+from ..ranges import Interval, acc_ranges, analyze
 from .dsp_fields import field_bits, input_width, packed_range, shared_operand
 from . import floatops
 
@@ -233,10 +233,18 @@ counters or more a register, the sequential digits CNN at target_mhz 200 closed 
 against 161.9 as trees, its three-counter conv index (`s_i0x9_i3x3_i4x1`) then its critical path."""
 
 
-def sum_register(v: ir.Value) -> tuple[tuple[tuple[int, int], ...], int] | None:
-    """affine_form(v) when it has at least SUM_REGISTER_TERMS terms, else None."""
+def sum_register(v: ir.Value, inside: bool) -> tuple[tuple[tuple[int, int], ...], int] | None:
+    """affine_form(v) when read address `v` is a register of its own with target_mhz
+    (kernel._Scaled._sum): a sum of SUM_REGISTER_TERMS terms or more whose adder tree, with the
+    range check where its interval can leave the memory (not `inside`), would be
+    SUM_REGISTER_CHAINS carry chains or more; else None. The kernel builds it by this rule and
+    the delay model (_kernel_paths) times it by the same one."""
     form = affine_form(v)
-    return form if form is not None and len(form[0]) + bool(form[1]) >= SUM_REGISTER_TERMS else None
+    if form is None:
+        return None
+    terms = len(form[0]) + bool(form[1])
+    chains = (terms - 1).bit_length() + (not inside)
+    return form if terms >= SUM_REGISTER_TERMS and chains >= SUM_REGISTER_CHAINS else None
 
 
 def affine_form(v: ir.Value) -> tuple[tuple[tuple[int, int], ...], int] | None:
@@ -831,11 +839,16 @@ def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
                                                    kernel=True))
     ns, what = paths.measure(order, sched.ready, sched.latency, sched.fanout, operands, floating)
     if sched.address_levels:                    # indices into their first registers
-        scaled = (lambda v: counter_times_constant(v) is not None or sum_register(v) is not None) \
-            if config.target_mhz else (lambda v: False)
-        indices = {id(i): i for i in [v.index for v in order if isinstance(v, ir.Load) and id(v) not in gathers]
-                   + [s.index for s, _ in kernel.stores() if isinstance(s, ir.BufStore)]}   # shared ones once
-        for index in indices.values():
+        # with target_mhz a counter's multiple is a register (kernel._Scaled), and so is a read
+        # address by sum_register's rule (its path is the register's own step, not timed here); a
+        # store's index is built from the counters as a tree
+        scaled = (lambda v: counter_times_constant(v) is not None) if config.target_mhz else (lambda v: False)
+        sizes = {b.slot: b.size for b in kernel.buffers}
+        reads = [(v.index, sizes[v.buf]) for v in order if isinstance(v, ir.Load) and id(v) not in gathers]
+        indices = {id(i): i for i, size in reads
+                   if not (config.target_mhz and sum_register(i, paths.ranges[id(i)].within(Interval(0, size - 1))) is not None)}
+        indices.update((id(s.index), s.index) for s, _ in kernel.stores() if isinstance(s, ir.BufStore))
+        for index in indices.values():              # shared ones once
             t = timing_model.index_ns(index, paths.width, d, scaled)
             if t > ns:
                 ns, what = t, "a memory index from the counters -> its register"
@@ -845,7 +858,6 @@ def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
                      for v in order if isinstance(v, ir.Op) and v.op is K.MUL and not v.dtype.is_float
                      and sched.unit_stages.get(id(v), 1) >= 2 and id(v) not in packed)
     # a pack (hw/dsp_pack.py): one product of its packed operand, a register after its adder
-    ranges = analyze(kernel, acc_ranges(kernel, config)) if sched.product_packs else {}
-    products += tuple((paths.width(p.shared), packed_range([ranges[id(p.other(v))] for v in p.products], p.field).shape.width,
+    products += tuple((paths.width(p.shared), packed_range([paths.ranges[id(p.other(v))] for v in p.products], p.field).shape.width,
                        False, p.field) for p in sched.product_packs)
     return ns, what, products
