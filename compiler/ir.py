@@ -166,6 +166,17 @@ def bits_of(lo: int, hi: int) -> int:
     return max((-lo - 1).bit_length(), hi.bit_length()) + 1
 
 
+def sign_select(v: Value) -> tuple[Value, int] | None:
+    """(x, c) when `v` is an integer max(x, c) with constant c 0 or -1 (a ReLU): x's sign bit
+    alone picks c or x, a LUT a bit and no compare (hw/datapath.py int_op); else None."""
+    if not isinstance(v, Op) or v.op is not OpKind.MAX or v.dtype.is_float:
+        return None
+    for c, x in ((v.srcs[0], v.srcs[1]), (v.srcs[1], v.srcs[0])):
+        if isinstance(c, Const) and not isinstance(x, Const) and int(c.value) in (0, -1):
+            return x, int(c.value)
+    return None
+
+
 @dataclass(frozen=True, eq=False)
 class KernelIR:
     name: str

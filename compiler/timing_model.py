@@ -154,8 +154,8 @@ def logic_ns(v: ir.Op, width: int, d: Delays) -> float:
         return 0.0
     if v.op in CARRY_OPS:
         return d.carry_ns(width)
-    if v.op is K.MAX:
-        return d.carry_ns(width) + d.lut       # compare, then the select's multiplexer
+    if v.op is K.MAX:                          # compare, then the select's multiplexer
+        return d.lut if ir.sign_select(v) is not None else d.carry_ns(width) + d.lut   # a ReLU: the sign
     if v.op in (K.CMPEQ, K.CMPNE):
         return d.lut * max(1, math.ceil(math.log(max(2, width), 4)))
     if v.op in (K.SHL, K.SHR):                 # a barrel shifter: a multiplexer level per bit of amount

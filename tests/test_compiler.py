@@ -262,3 +262,22 @@ def test_the_ir_after_every_pass_can_be_dumped(monkeypatch, capsys):
                                            "interleave", "split_deep", "move_max_resets",
                                            "balance_indices", "merge_chains"]
     assert "for i0 in range(4):  # output" in err        # 8 elements in 2 lanes after parallelize
+
+
+@pytest.mark.parametrize("dtype", [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.int32])
+def test_a_relu_is_its_operands_sign_picking_zero_with_no_compare(dtype):
+    """max(x, 0) and max(x, -1) (ir.sign_select) take x's sign bit as the select, a LUT a bit,
+    where a compare is a carry chain and its route before the select; max(x, 3) still compares.
+    Bit-exact at each end of the dtype's range and around zero."""
+    import re
+    from amaranth.back import rtlil
+    info = np.iinfo(dtype.fmt)
+    vals = np.array([v for v in (info.min, info.min + 1, -2, -1, 0, 1, 2, info.max - 1, info.max)
+                     if info.min <= v <= info.max], dtype=dtype.fmt)
+    x = Tensor(vals, dtype=dtype)
+    design = compile_model(x.relu(), x.maximum(-1), x.maximum(3), config=HardwareConfig())
+    got = simulate(design).outputs
+    wide = vals.astype(np.int64)
+    for out, want in zip(got, (np.maximum(wide, 0), np.maximum(wide, -1), np.maximum(wide, 3))):
+        assert np.asarray(out).astype(np.int64).tolist() == want.tolist()
+    assert len(re.findall(r"cell \$gt ", rtlil.convert(design.top, name="top"))) == 1      # max(x, 3)'s alone

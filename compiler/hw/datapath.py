@@ -548,7 +548,11 @@ class Datapath:
             return s[0] * s[1]
         if op is K.MULACC: return s[0] * s[1] + s[2]
         if op is K.NEG: return -s[0]
-        if op is K.MAX: return Mux(s[0] > s[1], s[0], s[1])
+        if op is K.MAX:
+            if (relu := ir.sign_select(v)) is not None:     # max(x, 0): x's sign picks, no compare
+                x = s[v.srcs.index(relu[0])]
+                return Mux(x[-1], relu[1], x) if x.shape().signed else x     # unsigned: x >= 0 >= c
+            return Mux(s[0] > s[1], s[0], s[1])
         if op is K.CMPLT: return s[0] < s[1]
         if op is K.CMPNE: return s[0] != s[1]
         if op is K.CMPEQ: return s[0] == s[1]
