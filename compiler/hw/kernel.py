@@ -30,6 +30,8 @@ delayed control share one set of signals per kernel; split, each part would re-d
 from __future__ import annotations
 
 import collections
+import functools
+import operator
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import memory, wiring
@@ -925,42 +927,43 @@ class _Scaled:
         self.clear = {i: Signal(name=f"i{i}_clear") for i in ctr}
         self.regs: dict[tuple[int, int], tuple[Signal, Signal]] = {}
         self.sums: dict[tuple, tuple[Signal, Signal]] = {}
-        self.flags_q: tuple[dict[int, Signal], dict[int, Signal]] | None = None    # _flags_ahead
+        self.ahead: dict[tuple[int | None, tuple[int, ...]], Signal] | None = None    # _events_ahead
 
-    def _flags_ahead(self) -> tuple[dict[int, Signal], dict[int, Signal]]:
-        """(inc_q, clear_q): the flags the controller raises for the transition out of the next
-        step and counters, registered, so in each cycle they are the flags of the transition
-        taken in it (Kernel._transition's odometer on nstep and nctr; none while idle, as there):
-        the sums' only control, with no decode of `step` on the way. Built for the first sum."""
-        if self.flags_q is None:
-            ahead = [{i: Signal(name=f"i{i}_{what}_ahead") for i in self.nctr} for what in ("inc", "clear")]
-            self.flags_q = tuple({i: Signal(name=f"i{i}_{what}_q") for i in self.nctr} for what in ("inc", "clear"))
+    def _events_ahead(self) -> dict[tuple[int | None, tuple[int, ...]], Signal]:
+        """What a cycle can do to the counters, (the loop that counts up or None, the loops that
+        wrap): the controller's transitions (Kernel._transition) count one counter up and wrap
+        the ones inside it (tried before it), or wrap all of them. Each with its flag for the
+        transition out of the next step and counters (the same odometer on nstep and nctr; none
+        while idle, as there), which the sums register: in each cycle then the flag of the
+        transition taken in it, with no decode of `step` on the way. Built for the first sum."""
+        if self.ahead is None:
+            self.ahead = {}
             m = self.m
 
-            def up(adv) -> None:
-                m.d.comb += ahead[0][adv.loop.id].eq(1)
+            def flag(key) -> Signal:
+                if key not in self.ahead:
+                    up = "none" if key[0] is None else f"i{key[0]}"
+                    self.ahead[key] = Signal(name=f"{up}_up_{'_'.join(f'i{l}' for l in key[1]) or 'none'}_wrap_ahead")
+                return self.ahead[key]
 
-            def wrap(adv) -> None:
-                m.d.comb += ahead[1][adv.loop.id].eq(1)
+            def events(loops: list[int]):
+                def up(adv) -> None:
+                    m.d.comb += flag((adv.loop.id, tuple(loops[:loops.index(adv.loop.id)]))).eq(1)
+
+                def end() -> None:
+                    if loops:
+                        m.d.comb += flag((None, tuple(loops))).eq(1)
+                return up, end
             with m.Switch(self.nstep):
                 for s, tr in zip(self.program.steps, self.program.transitions):
                     with m.Case(s.index):
-                        odometer(m, tr.advances, self.nctr, up, wrap, lambda: None)
-            m.d.sync += [q[i].eq(a[i]) for a, q in zip(ahead, self.flags_q) for i in self.nctr]
-        return self.flags_q
+                        up, end = events([a.loop.id for a in tr.advances])
+                        odometer(m, tr.advances, self.nctr, up, lambda adv: None, end)
+        return self.ahead
 
-    def _events(self) -> tuple[list[tuple[int | None, tuple[int, ...]]], dict[int, int]]:
-        """What a cycle can do to the counters (the controller's transitions, Kernel._transition):
-        one counter counts up and the ones inside it (tried before it) wrap, or all of them
-        wrap; and each loop's bound."""
-        events: list[tuple[int | None, tuple[int, ...]]] = []
-        bounds: dict[int, int] = {}
-        for tr in self.program.transitions:
-            loops = [a.loop for a in tr.advances]
-            bounds.update({l.id: l.bound for l in loops})
-            events += [(l.id, tuple(x.id for x in loops[:n])) for n, l in enumerate(loops)]
-            events.append((None, tuple(l.id for l in loops)))
-        return events, bounds
+    @property
+    def _bounds(self) -> dict[int, int]:
+        return {a.loop.id: a.loop.bound for tr in self.program.transitions for a in tr.advances}
 
     def _pair(self, loop: int, c: int, shape) -> tuple[Signal, Signal]:
         if (loop, c) not in self.regs:
@@ -981,35 +984,33 @@ class _Scaled:
         """A register holding sum(c * counter) + const for the current counters
         (pipeline.affine_form): a memory index of several counters is then a register, not a tree
         of adders after them (a padded convolution's input index: four carry chains and their
-        routes, 12.8 ns, at target_mhz 150). It steps with the counters: for each thing a cycle
-        can do to them (_events), by the constant that changes the sum, +c where a counter
-        counts up, -c * (bound - 1) where one wraps: the registered flags (_flags_ahead)
-        pick the constant and one adder adds it (an adder per event, each beside the
+        routes, 12.8 ns, at target_mhz 150). It steps with the counters, for each thing a cycle
+        can do to them (_events_ahead) by the constant that changes the sum, +c where a counter
+        counts up, -c * (bound - 1) where one wraps. Per constant, a flag of its own registered
+        from the events that step by it (one-hot: one event a cycle), so the step is an OR of a few
+        flags' constants, a LUT a bit, and one adder adds it. (An adder per event, each beside the
         controller's decision, took the sequential digits CNN 1,417 -> 1,671 LUTs, and the
-        decision's fan-out from `step` became its critical path)."""
+        decision's fan-out from `step` became its critical path; the counters' flags registered
+        and decoded per sum, a flag -> the decode -> the adder, 7.3-7.7 ns with 5.0-5.4 of routes,
+        held the convolution at 129-137 MHz against 150.)"""
         key = (terms, const, shape)
         if key not in self.sums:
             name = "s_" + "_".join(f"i{l}x{c}" for l, c in terms).replace("-", "m")
             reg = Signal(shape, name=name, init=const)
             nxt = Signal(shape, name=f"{name}_next")
-            coeff = dict(terms)
-            loops = [l for l, _ in terms]
-            events, bounds = self._events()
-            deltas: dict[int, int] = {}
-            for up, wrapped in events:
-                up = up if up in coeff else None
-                wrapped = [l for l in wrapped if l in coeff]
-                flags = (1 << loops.index(up) if up is not None else 0) | \
-                    sum(1 << (len(loops) + loops.index(l)) for l in wrapped)
-                if flags:
-                    deltas[flags] = (coeff[up] if up is not None else 0) - sum(coeff[l] * (bounds[l] - 1)
-                                                                             for l in wrapped)
-            step = Signal(range(min(0, *deltas.values()), max(0, *deltas.values()) + 1), name=f"{name}_step")
-            inc_q, clear_q = self._flags_ahead()
-            with self.m.Switch(Cat(*(inc_q[l] for l in loops), *(clear_q[l] for l in loops))):
-                for flags, delta in deltas.items():
-                    with self.m.Case(flags):
-                        self.m.d.comb += step.eq(delta)
+            coeff, bounds = dict(terms), self._bounds
+            by_delta: dict[int, list[Signal]] = {}
+            for (up, wrapped), ahead in self._events_ahead().items():
+                delta = coeff.get(up, 0) - sum(coeff.get(l, 0) * (bounds[l] - 1) for l in wrapped)
+                if delta:
+                    by_delta.setdefault(delta, []).append(ahead)
+            picks = []
+            for n, (delta, events) in enumerate(by_delta.items()):
+                flag = Signal(name=f"{name}_by{n}")
+                self.m.d.sync += flag.eq(functools.reduce(operator.or_, events))
+                picks.append(Mux(flag, delta, 0))
+            step = Signal(range(min(0, *by_delta), max(0, *by_delta) + 1), name=f"{name}_step")
+            self.m.d.comb += step.eq(functools.reduce(operator.or_, picks, Const(0, 1)))
             self.m.d.comb += nxt.eq(reg + step)
             self.m.d.sync += reg.eq(nxt)
             self.sums[key] = reg, nxt
