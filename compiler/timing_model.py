@@ -52,6 +52,7 @@ class Delays:
     route: float             # a net to a load in a design of tens of thousands of LUTs
     route_fanout: float      # more per doubling of the net's loads
     route_local: float       # a net between LUTs packed side by side (a LUT RAM's read multiplexer)
+    route_chain: float       # a carry chain's sums into another carry chain in the same stage
     dsp: float               # MULT18X18D, inputs to product, no registers
     dsp_clk_q: float         # its output register's clock to out
     dsp_route: float         # a route between a DSP block's column and the fabric logic around it
@@ -74,6 +75,17 @@ class Delays:
         return self.clk_q + self.setup
 
 
+ROUTE_CHAIN = 2.2
+"""ns, grade 6: a carry chain's sums into the operands of another chain in the same stage. Each
+chain climbs a column two bits a slice, and the placer cannot line up every pair (the second
+chain takes other operands too), so these nets run across and along columns: on the MLP
+64-32-10 at target_mhz 150 (LFE5U-45F, seeds 1-3) a product's register -> an adder -> an adder's
+register took 6.7-7.6 ns with 4.1-4.8 of routing over those two nets (one of them 2.44 alone on
+an earlier netlist), where route's 1.3 each made it 5.7; the jet MLP's stages of three chains
+7.0-7.8 of routing. With 1.3 the MLP closed at 144.8 MHz (median of three seeds) against 150,
+with a register after each adder at 188.7 (docs/timing.md)."""
+
+
 def _ecp5(speed: int, scale: float) -> Delays:
     # Grade 6 from nextpnr-ecp5 0.11's critical-path reports (prjtrellis timing database): FF
     # clock-to-Q 0.525, LUT4 0.236, CCU2C B->FCO 0.447, FCI->FCO 0.071 per cell, FCI->F 0.44;
@@ -82,7 +94,7 @@ def _ecp5(speed: int, scale: float) -> Delays:
     return Delays("ecp5", speed, clk_q=0.525 * scale, setup=0.1 * scale, lut=0.236 * scale,
                   carry_in=0.447 * scale, carry2=0.071 * scale, carry_out=0.44 * scale,
                   route=1.3 * scale, route_fanout=0.35 * scale, route_local=0.7 * scale,
-                  dsp=3.9 * scale, dsp_clk_q=0.74 * scale,
+                  route_chain=ROUTE_CHAIN * scale, dsp=3.9 * scale, dsp_clk_q=0.74 * scale,
                   dsp_route=4.0 * scale, dsp_route_far=7.9 * scale,
                   bram_clk_q=5.6 * scale, bram_clk_q_reg=1.0 * scale)
 
@@ -93,7 +105,8 @@ DELAYS: Mapping[tuple[str, int | None], Delays] = {
     ("ecp5", 8): _ecp5(8, 0.76),
     # iCE40 HX (icestorm timing): LUT4 ~0.45, carry ~0.13 per bit; routing as slow or slower
     ("ice40", None): Delays("ice40", None, clk_q=0.54, setup=0.2, lut=0.45, carry_in=0.4, carry2=0.26,
-                            carry_out=0.4, route=1.5, route_fanout=0.4, route_local=0.9, dsp=6.0, dsp_clk_q=1.0,
+                            carry_out=0.4, route=1.5, route_fanout=0.4, route_local=0.9, route_chain=1.5,
+                            dsp=6.0, dsp_clk_q=1.0,
                             dsp_route=3.0, dsp_route_far=3.0,
                             bram_clk_q=2.2, bram_clk_q_reg=2.2),
 }
@@ -142,6 +155,8 @@ def delays(device: Device) -> Delays:
 
 WIRE_OPS = frozenset({K.CAST, K.BITCAST})
 CARRY_OPS = frozenset({K.ADD, K.SUB, K.NEG, K.CMPLT})
+CHAIN_OUT = frozenset({K.ADD, K.SUB, K.NEG})                     # sums out of a carry chain
+CHAIN_IN = frozenset({K.ADD, K.SUB, K.NEG, K.CMPLT, K.MAX})      # operands into one
 ABSORBED_OPS = frozenset({K.WHERE, K.AND, K.OR, K.XOR})
 
 
@@ -266,7 +281,11 @@ class Paths:
 
     @staticmethod
     def _selects(v: ir.Value, u: ir.Value) -> bool:
-        return isinstance(u, ir.Op) and u.op is K.WHERE and u.srcs[0] is v
+        """Whether one bit of `v` selects each bit of `u`: a where's condition, a ReLU's operand
+        (its sign, ir.sign_select)."""
+        if not isinstance(u, ir.Op):
+            return False
+        return u.op is K.WHERE and u.srcs[0] is v or (relu := ir.sign_select(u)) is not None and relu[0] is v
 
     def own(self, v: ir.Value) -> float:
         """The logic of op `v` alone (0 for float ops, counted by their units)."""
@@ -302,15 +321,34 @@ class Paths:
     def _after(self, v: ir.Value, u: ir.Value) -> float:
         if self.is_wire(u):
             return self.ahead[id(u)]            # the same net, on to u's users
-        return self.d.route_ns(self.fanout(v)) + (self.own(u) if id(u) not in self.skip else 0.0)
+        return self._route(v, u, self.fanout(v)) + (self.own(u) if id(u) not in self.skip else 0.0)
 
-    def start(self, o: ir.Value, r: int | None, ready, fanout, *, routed: bool = True) -> float:
-        """When operand `o` of an op whose inputs are in stage `r` is there (ns): at its driver's
-        output, plus its route unless not `routed` (a wire: casts and shifts are the same net)."""
+    def _route(self, o: ir.Value, u: ir.Value | None, loads: int) -> float:
+        """The net from `o`'s logic to user `u`'s (its register's: route_ns): route_chain
+        where both are carry chains (a sum into an add, a subtract or a compare)."""
+        into_chain = isinstance(u, ir.Op) and u.op in CHAIN_IN and not u.dtype.is_float and ir.sign_select(u) is None
+        return max(self.d.route_chain, self.d.route_ns(loads)) if into_chain and self._chain_out(o) \
+            else self.d.route_ns(loads)
+
+    def _chain_out(self, o: ir.Value) -> bool:
+        """Whether `o`'s net is a carry chain's sums (through wires: casts, constant shifts)."""
+        if not isinstance(o, ir.Op) or o.dtype.is_float:
+            return False
+        if o.op in CHAIN_OUT:
+            return self.own(o) > 0
+        return self.is_wire(o) and not self.absorbed(o) and bool(o.srcs) and self._chain_out(o.srcs[0])
+
+    def start(self, o: ir.Value, r: int | None, ready, fanout, *, routed: bool = True,
+              user: ir.Value | None = None) -> float:
+        """When operand `o` of op `user`, whose inputs are in stage `r`, is there (ns): at its
+        driver's output, plus its route unless not `routed` (a wire: casts and shifts are the
+        same net)."""
         if isinstance(o, ir.Const):
             return 0.0
         if r is not None and ready.get(id(o)) == r and id(o) in self.arrival and id(o) not in fanout:
             out, loads = self.arrival[id(o)], self.fanout(o)
+            if routed and out > self.from_register(o):        # o's logic in this stage: its net
+                return out + self._route(o, user, loads)
         elif ready.get(id(o), 0) is None and not isinstance(o, ir.Load):
             # counters and constants only: each user has its own copy (Datapath.local), whose
             # loads are the user's (a select's: its multiplexer's bits)
@@ -330,7 +368,7 @@ class Paths:
 
     def _arrive(self, v: ir.Op, r: int | None, ready, operands, fanout) -> float:
         wire = self.is_wire(v)
-        starts = [(self.start(o, r, ready, fanout, routed=not wire), o) for o in operands(v)]
+        starts = [(self.start(o, r, ready, fanout, routed=not wire, user=v), o) for o in operands(v)]
         if not starts:
             return self.own(v)
         t, o = max(starts, key=lambda p: p[0])
