@@ -166,14 +166,18 @@ def bits_of(lo: int, hi: int) -> int:
     return max((-lo - 1).bit_length(), hi.bit_length()) + 1
 
 
-def sign_select(v: Value) -> tuple[Value, int] | None:
-    """(x, c) when `v` is an integer max(x, c) with constant c 0 or -1 (a ReLU): x's sign bit
-    alone picks c or x, a LUT a bit and no compare (hw/datapath.py int_op); else None."""
+def bits_select(v: Value) -> tuple[Value, int] | None:
+    """(x, c) when `v` is an integer max(x, c) with a constant c of 2**k - 1 or -2**k (k >= 0): a
+    ReLU (c 0), a clamp's bound (c -128, or min(x, 127) as ~max(~x, -128)). Then x's sign and its
+    bits from k up decide, a few LUTs, and no compare on a carry chain (hw/datapath.bits_max);
+    else None."""
     if not isinstance(v, Op) or v.op is not OpKind.MAX or v.dtype.is_float:
         return None
     for c, x in ((v.srcs[0], v.srcs[1]), (v.srcs[1], v.srcs[0])):
-        if isinstance(c, Const) and not isinstance(x, Const) and int(c.value) in (0, -1):
-            return x, int(c.value)
+        if isinstance(c, Const) and not isinstance(x, Const):
+            n = int(c.value)
+            m = n + 1 if n >= 0 else -n                  # 2**k either way
+            return (x, n) if m & (m - 1) == 0 else None
     return None
 
 

@@ -265,19 +265,29 @@ def test_the_ir_after_every_pass_can_be_dumped(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("dtype", [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.int32])
-def test_a_relu_is_its_operands_sign_picking_zero_with_no_compare(dtype):
-    """max(x, 0) and max(x, -1) (ir.sign_select) take x's sign bit as the select, a LUT a bit,
-    where a compare is a carry chain and its route before the select; max(x, 3) still compares.
-    Bit-exact at each end of the dtype's range and around zero."""
+def test_a_relu_and_a_clamps_bounds_are_decided_by_the_operands_high_bits_with_no_compare(dtype):
+    """max(x, c) for c = 2**k - 1 or -2**k (ir.bits_select: a ReLU, a clamp's bounds, min(x, 127)
+    as ~max(~x, -128)) is decided by x's sign and its bits from k up, a few LUTs, where a compare
+    is a carry chain and its route before the select; max(x, 3) and max(x, -3) still compare.
+    Bit-exact at each end of the dtype's range, around zero and around each bound."""
     import re
     from amaranth.back import rtlil
     info = np.iinfo(dtype.fmt)
-    vals = np.array([v for v in (info.min, info.min + 1, -2, -1, 0, 1, 2, info.max - 1, info.max)
-                     if info.min <= v <= info.max], dtype=dtype.fmt)
+    bounds = [0, -1, 1, 7, -8, 127, -128, 32767, -32768]
+    near = {b + d for b in bounds + [3, -3, info.min, info.max] for d in (-2, -1, 0, 1, 2)}
+    vals = np.array(sorted(v for v in near if info.min <= v <= info.max), dtype=dtype.fmt)
     x = Tensor(vals, dtype=dtype)
-    design = compile_model(x.relu(), x.maximum(-1), x.maximum(3), config=HardwareConfig())
-    got = simulate(design).outputs
+    fits = [b for b in bounds if info.min <= b <= info.max]
     wide = vals.astype(np.int64)
-    for out, want in zip(got, (np.maximum(wide, 0), np.maximum(wide, -1), np.maximum(wide, 3))):
+    # min(x, 127) is ~max(~x, -128) where x is signed (unsigned: max(~x, 128), which compares)
+    clamps = [x.minimum(127)] if info.min < 0 else []
+    bounded = compile_model(*[x.maximum(b) for b in fits], *clamps, config=HardwareConfig())
+    wants = [np.maximum(wide, b) for b in fits] + ([np.minimum(wide, 127)] if clamps else [])
+    for out, want in zip(simulate(bounded).outputs, wants, strict=True):
         assert np.asarray(out).astype(np.int64).tolist() == want.tolist()
-    assert len(re.findall(r"cell \$gt ", rtlil.convert(design.top, name="top"))) == 1      # max(x, 3)'s alone
+    assert not re.search(r"cell \$(gt|ge) ", rtlil.convert(bounded.top, name="top"))
+    x = Tensor(vals, dtype=dtype)               # a model's inputs are its own
+    others = [3, -3] if info.min < 0 else [3]
+    compared = compile_model(*[x.maximum(c) for c in others], config=HardwareConfig())
+    for out, want in zip(simulate(compared).outputs, [np.maximum(wide, c) for c in others], strict=True):
+        assert np.asarray(out).astype(np.int64).tolist() == want.tolist()

@@ -75,6 +75,22 @@ class Env:
     addresses only (kernel._in_range, by pipeline.sum_register's rule)."""
 
 
+def bits_max(x: Value, c: int) -> Value:
+    """max(x, c) for c = 2**k - 1 or -2**k (ir.bits_select) without a compare: x is above
+    2**k - 1 when it is not negative and a bit from k up is set, below -2**k when it is negative
+    and not every bit from k up is set (where x equals c either pick is right, so for k = 0, a
+    ReLU's c = 0 or c = -1, the sign alone decides)."""
+    w, signed = len(x), x.shape().signed
+    k = (c + 1 if c >= 0 else -c).bit_length() - 1
+    sign = x[-1] if signed else Const(0, 1)
+    high = x[k:w - 1] if signed else x[k:]              # the bits from k up, the sign apart
+    if c >= 0:
+        above = ~sign if k == 0 else ~sign & (high.any() if len(high) else Const(0, 1))
+        return Mux(above, x, c)
+    below = sign if k == 0 else sign & ~(high.all() if len(high) else Const(1, 1))
+    return Mux(below, c, x)
+
+
 def check_supported(kernel: ir.KernelIR, config: HardwareConfig) -> None:
     """Raise UnsupportedError for the first op/dtype the datapath cannot build (a kernel that
     passed is remembered with the model-wide knobs, HardwareConfig.model_wide)."""
@@ -549,9 +565,8 @@ class Datapath:
         if op is K.MULACC: return s[0] * s[1] + s[2]
         if op is K.NEG: return -s[0]
         if op is K.MAX:
-            if (relu := ir.sign_select(v)) is not None:     # max(x, 0): x's sign picks, no compare
-                x = s[v.srcs.index(relu[0])]
-                return Mux(x[-1], relu[1], x) if x.shape().signed else x     # unsigned: x >= 0 >= c
+            if (bound := ir.bits_select(v)) is not None:    # a ReLU, a clamp: no compare
+                return bits_max(s[v.srcs.index(bound[0])], bound[1])
             return Mux(s[0] > s[1], s[0], s[1])
         if op is K.CMPLT: return s[0] < s[1]
         if op is K.CMPNE: return s[0] != s[1]
