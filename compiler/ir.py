@@ -166,18 +166,21 @@ def bits_of(lo: int, hi: int) -> int:
     return max((-lo - 1).bit_length(), hi.bit_length()) + 1
 
 
-def bits_select(v: Value) -> tuple[Value, int] | None:
-    """(x, c) when `v` is an integer max(x, c) with a constant c of 2**k - 1 or -2**k (k >= 0): a
-    ReLU (c 0), a clamp's bound (c -128, or min(x, 127) as ~max(~x, -128)). Then x's sign and its
-    bits from k up decide, a few LUTs, and no compare on a carry chain (hw/datapath.bits_max);
+def bit_test(v: Value) -> tuple[Value, int] | None:
+    """(x, t) when integer op `v` decides by x < t for a threshold t of 0, 2**k or -2**k: x < c
+    or c < x (x < c + 1 negated) for such a c or c + 1, max(x, c) for c = t - 1 >= 0 or c = t < 0
+    (a ReLU's c 0, a clamp's bounds: c -128, min(x, 127) as ~max(~x, -128), x < 8). x's sign and
+    its bits from k up decide, a LUT tree, and no compare on a carry chain (hw/datapath.less_than);
     else None."""
-    if not isinstance(v, Op) or v.op is not OpKind.MAX or v.dtype.is_float:
+    if not isinstance(v, Op) or v.op not in (OpKind.MAX, OpKind.CMPLT) or v.dtype.is_float \
+            or v.srcs[0].dtype.is_float:
         return None
-    for c, x in ((v.srcs[0], v.srcs[1]), (v.srcs[1], v.srcs[0])):
+    for i, (c, x) in enumerate(((v.srcs[0], v.srcs[1]), (v.srcs[1], v.srcs[0]))):
         if isinstance(c, Const) and not isinstance(x, Const):
             n = int(c.value)
-            m = n + 1 if n >= 0 else -n                  # 2**k either way
-            return (x, n) if m & (m - 1) == 0 else None
+            t = n + 1 if (v.op is OpKind.MAX and n >= 0) or (v.op is OpKind.CMPLT and i == 0) else n
+            m = abs(t)
+            return (x, t) if m & (m - 1) == 0 else None        # 0 or a power of two
     return None
 
 

@@ -167,14 +167,14 @@ def logic_ns(v: ir.Op, width: int, d: Delays) -> float:
     consts = [isinstance(s, ir.Const) for s in v.srcs]
     if v.op in WIRE_OPS or (v.op in (K.SHL, K.SHR) and consts[1]):
         return 0.0
+    if (test := ir.bit_test(v)) is not None:   # x < 0 or +-2**k: a LUT tree on x's high bits
+        k = max(0, abs(test[1]).bit_length() - 1)
+        tree = math.ceil(math.log(max(2, width - k), 4)) if test[1] else 1
+        return d.lut * (tree + (v.op is K.MAX))    # and a max's select
     if v.op in CARRY_OPS:
         return d.carry_ns(width)
     if v.op is K.MAX:                          # compare, then the select's multiplexer
-        if (bound := ir.bits_select(v)) is None:
-            return d.carry_ns(width) + d.lut
-        k = (bound[1] + 1 if bound[1] >= 0 else -bound[1]).bit_length() - 1
-        # the sign alone (a ReLU), or a LUT tree over the sign and the bits from k up
-        return d.lut * (1 + (math.ceil(math.log(max(2, width - k), 4)) if k else 0))
+        return d.carry_ns(width) + d.lut
     if v.op in (K.CMPEQ, K.CMPNE):
         return d.lut * max(1, math.ceil(math.log(max(2, width), 4)))
     if v.op in (K.SHL, K.SHR):                 # a barrel shifter: a multiplexer level per bit of amount
@@ -286,10 +286,11 @@ class Paths:
     @staticmethod
     def _selects(v: ir.Value, u: ir.Value) -> bool:
         """Whether one bit of `v` selects each bit of `u`: a where's condition, a ReLU's or a
-        clamp's operand (its sign, or a LUT tree on its high bits: ir.bits_select)."""
+        clamp's operand (its sign, or a LUT tree on its high bits: ir.bit_test)."""
         if not isinstance(u, ir.Op):
             return False
-        return u.op is K.WHERE and u.srcs[0] is v or (bound := ir.bits_select(u)) is not None and bound[0] is v
+        return u.op is K.WHERE and u.srcs[0] is v or \
+            u.op is K.MAX and (test := ir.bit_test(u)) is not None and test[0] is v
 
     def own(self, v: ir.Value) -> float:
         """The logic of op `v` alone (0 for float ops, counted by their units)."""
@@ -330,7 +331,7 @@ class Paths:
     def _route(self, o: ir.Value, u: ir.Value | None, loads: int) -> float:
         """The net from `o`'s logic to user `u`'s (its register's: route_ns): route_chain
         where both are carry chains (a sum into an add, a subtract or a compare)."""
-        into_chain = isinstance(u, ir.Op) and u.op in CHAIN_IN and not u.dtype.is_float and ir.bits_select(u) is None
+        into_chain = isinstance(u, ir.Op) and u.op in CHAIN_IN and not u.dtype.is_float and ir.bit_test(u) is None
         return max(self.d.route_chain, self.d.route_ns(loads)) if into_chain and self._chain_out(o) \
             else self.d.route_ns(loads)
 

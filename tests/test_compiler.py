@@ -264,30 +264,43 @@ def test_the_ir_after_every_pass_can_be_dumped(monkeypatch, capsys):
     assert "for i0 in range(4):  # output" in err        # 8 elements in 2 lanes after parallelize
 
 
-@pytest.mark.parametrize("dtype", [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.int32])
-def test_a_relu_and_a_clamps_bounds_are_decided_by_the_operands_high_bits_with_no_compare(dtype):
-    """max(x, c) for c = 2**k - 1 or -2**k (ir.bits_select: a ReLU, a clamp's bounds, min(x, 127)
-    as ~max(~x, -128)) is decided by x's sign and its bits from k up, a few LUTs, where a compare
-    is a carry chain and its route before the select; max(x, 3) and max(x, -3) still compare.
-    Bit-exact at each end of the dtype's range, around zero and around each bound."""
+def _datapath_compares(design) -> int:
+    """Compare cells ($lt, $gt, $ge, $le) the kernels' datapaths build (the host's are apart)."""
     import re
     from amaranth.back import rtlil
+    text = rtlil.convert(design.top, name="top")
+    return len(re.findall(r'attribute \\src "[^"]*datapath\.py:\d+"\n\s*cell \$(lt|gt|ge|le) ', text))
+
+
+@pytest.mark.parametrize("dtype", [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.int32])
+def test_a_relu_and_a_clamps_bounds_are_decided_by_the_operands_high_bits_with_no_compare(dtype):
+    """x < t, t < x and max(x, c) against thresholds of 0, 2**k and -2**k (ir.bit_test: a ReLU, a
+    clamp's bounds, min(x, 127) as ~max(~x, -128), clip(x, 0, 7) as compares and wheres) are
+    decided by x's sign and its bits from k up, a LUT tree, where a compare is a carry chain and
+    its route; max(x, 5) and max(x, -5) still compare. Bit-exact at each end of the dtype's
+    range, around zero and around each bound."""
     info = np.iinfo(dtype.fmt)
     bounds = [0, -1, 1, 7, -8, 127, -128, 32767, -32768]
-    near = {b + d for b in bounds + [3, -3, info.min, info.max] for d in (-2, -1, 0, 1, 2)}
+    near = {b + d for b in bounds + [5, -5, info.min, info.max] for d in (-2, -1, 0, 1, 2)}
     vals = np.array(sorted(v for v in near if info.min <= v <= info.max), dtype=dtype.fmt)
-    x = Tensor(vals, dtype=dtype)
+    w = vals.astype(np.int64)
     fits = [b for b in bounds if info.min <= b <= info.max]
-    wide = vals.astype(np.int64)
+    signed = info.min < 0
+
+    x = Tensor(vals, dtype=dtype)
     # min(x, 127) is ~max(~x, -128) where x is signed (unsigned: max(~x, 128), which compares)
-    clamps = [x.minimum(127)] if info.min < 0 else []
-    bounded = compile_model(*[x.maximum(b) for b in fits], *clamps, config=HardwareConfig())
-    wants = [np.maximum(wide, b) for b in fits] + ([np.minimum(wide, 127)] if clamps else [])
+    outs = [x.maximum(b) for b in fits] + ([x.minimum(127), x.clip(-8, 7)] if signed else []) + \
+        [(x < 8).where(x, 8), (x > 7).where(7, x), x.clip(0, 7)] + ([(x < -8).where(-8, x), (x > -1).where(x, 0)] if signed else [])
+    wants = [np.maximum(w, b) for b in fits] + ([np.minimum(w, 127), np.clip(w, -8, 7)] if signed else []) + \
+        [np.where(w < 8, w, 8), np.where(w > 7, 7, w), np.clip(w, 0, 7)] + ([np.where(w < -8, -8, w), np.maximum(w, 0)] if signed else [])
+    bounded = compile_model(*outs, config=HardwareConfig())
     for out, want in zip(simulate(bounded).outputs, wants, strict=True):
         assert np.asarray(out).astype(np.int64).tolist() == want.tolist()
-    assert not re.search(r"cell \$(gt|ge) ", rtlil.convert(bounded.top, name="top"))
+    assert _datapath_compares(bounded) == 0
+
     x = Tensor(vals, dtype=dtype)               # a model's inputs are its own
-    others = [3, -3] if info.min < 0 else [3]
+    others = [5, -5] if signed else [5]
     compared = compile_model(*[x.maximum(c) for c in others], config=HardwareConfig())
-    for out, want in zip(simulate(compared).outputs, [np.maximum(wide, c) for c in others], strict=True):
+    for out, want in zip(simulate(compared).outputs, [np.maximum(w, c) for c in others], strict=True):
         assert np.asarray(out).astype(np.int64).tolist() == want.tolist()
+    assert _datapath_compares(compared) == len(others)

@@ -75,20 +75,19 @@ class Env:
     addresses only (kernel._in_range, by pipeline.sum_register's rule)."""
 
 
-def bits_max(x: Value, c: int) -> Value:
-    """max(x, c) for c = 2**k - 1 or -2**k (ir.bits_select) without a compare: x is above
-    2**k - 1 when it is not negative and a bit from k up is set, below -2**k when it is negative
-    and not every bit from k up is set (where x equals c either pick is right, so for k = 0, a
-    ReLU's c = 0 or c = -1, the sign alone decides)."""
-    w, signed = len(x), x.shape().signed
-    k = (c + 1 if c >= 0 else -c).bit_length() - 1
+def less_than(x: Value, t: int) -> Value:
+    """x < t for t = 0, 2**k or -2**k (ir.bit_test) without a compare: x < 0 is its sign; x < 2**k
+    when it is negative or no bit from k up is set; x < -2**k when it is negative and not every
+    bit from k up is set (the sign apart; x's own width and signedness)."""
+    signed = x.shape().signed
     sign = x[-1] if signed else Const(0, 1)
-    high = x[k:w - 1] if signed else x[k:]              # the bits from k up, the sign apart
-    if c >= 0:
-        above = ~sign if k == 0 else ~sign & (high.any() if len(high) else Const(0, 1))
-        return Mux(above, x, c)
-    below = sign if k == 0 else sign & ~(high.all() if len(high) else Const(1, 1))
-    return Mux(below, c, x)
+    if t == 0:
+        return sign
+    k, stop = abs(t).bit_length() - 1, len(x) - signed
+    if k >= stop:           # x's magnitude stays under 2**k: below 2**k always, below -2**k never
+        return Const(int(t > 0), 1)
+    high = x[k:stop]
+    return sign | ~high.any() if t > 0 else sign & ~high.all()
 
 
 def check_supported(kernel: ir.KernelIR, config: HardwareConfig) -> None:
@@ -564,10 +563,15 @@ class Datapath:
             return s[0] * s[1]
         if op is K.MULACC: return s[0] * s[1] + s[2]
         if op is K.NEG: return -s[0]
-        if op is K.MAX:
-            if (bound := ir.bits_select(v)) is not None:    # a ReLU, a clamp: no compare
-                return bits_max(s[v.srcs.index(bound[0])], bound[1])
-            return Mux(s[0] > s[1], s[0], s[1])
+        if (test := ir.bit_test(v)) is not None:       # a ReLU, a clamp: no compare chain
+            x = s[v.srcs.index(test[0])]
+            if op is K.CMPLT:
+                return less_than(x, test[1]) if v.srcs[0] is test[0] else ~less_than(x, test[1])
+            c = int(consts[1 - v.srcs.index(test[0])])
+            if c in (0, -1):    # where x equals c either pick is right, so the sign decides
+                return Mux(x[-1], c, x) if x.shape().signed else x
+            return Mux(less_than(x, test[1]), c, x)
+        if op is K.MAX: return Mux(s[0] > s[1], s[0], s[1])
         if op is K.CMPLT: return s[0] < s[1]
         if op is K.CMPNE: return s[0] != s[1]
         if op is K.CMPEQ: return s[0] == s[1]

@@ -510,7 +510,7 @@ def carry_levels(v: ir.Value) -> int:
         return 0
     if v.op is K.MUL:
         return 2
-    return 1 if v.op in (K.ADD, K.SUB, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ) and ir.bits_select(v) is None else 0
+    return 1 if v.op in (K.ADD, K.SUB, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ) and ir.bit_test(v) is None else 0
 
 
 def _shifted_sum(flat: list[tuple[int, ir.Value]], constant: int, d: dt.DType,
