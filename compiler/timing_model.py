@@ -76,19 +76,22 @@ class Delays:
 
 
 ROUTE_CHAIN = 2.2
-"""ns, grade 6: a carry chain's sums into the operands of another chain wider than a tile in the
-same stage. Each chain climbs a column two bits a slice, CHAIN_TILE_BITS a tile, and the placer
-cannot line up every pair of such chains over their tiles (the second takes other operands too),
-so these nets run across and along columns: on the MLP
-64-32-10 at target_mhz 150 (LFE5U-45F, seeds 1-3) a product's register -> an adder -> an adder's
-register took 6.7-7.6 ns with 4.1-4.8 of routing over those two nets (one of them 2.44 alone on
-an earlier netlist), where route's 1.3 each made it 5.7; the jet MLP's stages of three chains
-7.0-7.8 of routing. With 1.3 the MLP closed at 144.8 MHz (median of three seeds) against 150,
-with a register after each adder at 188.7 (docs/timing.md). Chains of a tile or less (the jet
-MLP's adders of 4 to 8 bits) keep `route`: timed so at every width, the jet at target_mhz 110
-took 16 cycles, not 13, and closed no faster (113.9 MHz against 115.0: 140 ns, not 113)."""
+"""ns, grade 6: a carry chain's sums into the operands of another chain, in the same stage, that
+spans more than two tiles (CHAIN_LONG_BITS). Each chain climbs a column two bits a slice,
+CHAIN_TILE_BITS a tile, and the placer cannot line up every pair of such long chains (the second
+takes other operands too), so these nets run across and along columns: on the MLP 64-32-10 at
+target_mhz 150 (LFE5U-45F, seeds 1-3) a product's register -> an adder -> an adder's register,
+chains of 17 and 18 bits, took 6.7-7.6 ns with 4.1-4.8 of routing over the two nets (one of them
+2.44 alone on an earlier netlist), where route's 1.3 each made it 5.7. With 1.3 the MLP closed at
+144.8 MHz (median of three seeds) against 150; with a register after each adder at 188.7
+(docs/timing.md). Shorter chains keep `route`: with this at every width, the jet MLP (adders of 4
+to 12 bits; stages of three chains had 5.4 ns of routing at 115 MHz) took 16 cycles at
+target_mhz 110, not 13, and closed no faster (113.9 MHz: 140 ns, not 113); from 9 bits, 15
+cycles and 113.5 MHz (132 ns)."""
 CHAIN_TILE_BITS = 8
 """Bits of carry chain in one ECP5 logic tile (four slices, a CCU2C of two bits each)."""
+CHAIN_LONG_BITS = 2 * CHAIN_TILE_BITS
+"""A chain wider than this spans more than two tiles: the nets into it take ROUTE_CHAIN."""
 
 
 def _ecp5(speed: int, scale: float) -> Delays:
@@ -335,10 +338,10 @@ class Paths:
 
     def _route(self, o: ir.Value, u: ir.Value | None, loads: int) -> float:
         """The net from `o`'s logic to user `u`'s (its register's: route_ns): route_chain
-        where both are carry chains and `u`'s is longer than a tile (a sum into a wide add, a
-        subtract or a compare: CHAIN_TILE_BITS)."""
+        where both are carry chains and `u`'s spans more than two tiles (a sum into a wide add, a
+        subtract or a compare: CHAIN_LONG_BITS)."""
         into_chain = isinstance(u, ir.Op) and u.op in CHAIN_IN and not u.dtype.is_float and ir.bit_test(u) is None \
-            and max(self.width(x) for x in (u, *u.srcs)) > CHAIN_TILE_BITS
+            and max(self.width(x) for x in (u, *u.srcs)) > CHAIN_LONG_BITS
         return max(self.d.route_chain, self.d.route_ns(loads)) if into_chain and self._chain_out(o) \
             else self.d.route_ns(loads)
 

@@ -599,10 +599,10 @@ def test_a_store_on_an_accumulators_loop_trails_it_a_stage_at_a_target_clock():
 @pytest.mark.parametrize("dtype", [dtypes.int32, dtypes.int8])
 def test_a_carry_chains_sums_into_another_chain_take_the_longer_route(dtype):
     """timing_model.ROUTE_CHAIN: (x + y) - z in one stage is the sum's net into the subtract's
-    chain, timed at route_chain (placed: 2.1-2.4 ns) where the chain is longer than a tile
-    (CHAIN_TILE_BITS: 32 bits here, not 8); read data into the add, and the subtract into a
+    chain, timed at route_chain (placed: 2.1-2.4 ns) where the chain spans more than two tiles
+    (CHAIN_LONG_BITS: 32 bits here, not 8); read data into the add, and the subtract into a
     ReLU's select (a LUT a bit, ir.bit_test), are ordinary nets."""
-    from compiler.timing_model import CHAIN_TILE_BITS, Paths
+    from compiler.timing_model import CHAIN_LONG_BITS, Paths
     x, y, z = (Tensor(np.arange(8, dtype=np.int8) * k, dtype=dtype) for k in (1, 3, -1))
     config = HardwareConfig()
     kernel = compile_model(((x + y) - z).relu(), config=config).kernels[0]
@@ -612,7 +612,7 @@ def test_a_carry_chains_sums_into_another_chain_take_the_longer_route(dtype):
     add, sub, relu = (v for v in order if isinstance(v, ir.Op))
     assert (add.op, sub.op, relu.op) == (ir.OpKind.ADD, ir.OpKind.SUB, ir.OpKind.MAX)
     assert d.route_chain > d.route_ns(1)
-    wide = paths.width(sub) > CHAIN_TILE_BITS
+    wide = paths.width(sub) > CHAIN_LONG_BITS
     assert wide == (dtype == dtypes.int32)
     assert paths._route(add, sub, 1) == (d.route_chain if wide else d.route_ns(1))
     assert paths._route(add.srcs[0], add, 1) == d.route_ns(1)
