@@ -564,10 +564,11 @@ class Datapath:
         if op is K.MULACC: return s[0] * s[1] + s[2]
         if op is K.NEG: return -s[0]
         if (test := ir.bit_test(v)) is not None:       # a ReLU, a clamp: no compare chain
-            x = s[v.srcs.index(test[0])]
+            at = v.srcs.index(test[0])
+            x = s[at]
             if op is K.CMPLT:
-                return less_than(x, test[1]) if v.srcs[0] is test[0] else ~less_than(x, test[1])
-            c = int(consts[1 - v.srcs.index(test[0])])
+                return less_than(x, test[1]) if at == 0 else ~less_than(x, test[1])
+            c = int(consts[1 - at])
             if c in (0, -1):    # where x equals c either pick is right, so the sign decides
                 return Mux(x[-1], c, x) if x.shape().signed else x
             return Mux(less_than(x, test[1]), c, x)

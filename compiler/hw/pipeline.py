@@ -487,8 +487,14 @@ def _op_timing(v: ir.Op, level: int, muxes: set[int], broadcast: dict[int, int],
 
 
 CARRY_OPS = frozenset({K.ADD, K.SUB, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ})
-"""Integer ops built on a carry chain: one adder level each (HardwareConfig.adder_levels); not a
-compare or max its operand's high bits decide (ir.bit_test)."""
+
+
+def on_carry_chain(v: ir.Op) -> bool:
+    """Whether integer op `v` is built on a carry chain, one adder level (HardwareConfig.adder_levels,
+    passes/constants.carry_levels): CARRY_OPS, but not a compare or max its operand's high bits
+    decide (ir.bit_test)."""
+    return v.op in CARRY_OPS and ir.bit_test(v) is None
+
 CONST_PRODUCT_LEVELS = 2
 """Adder levels a product by a constant counts (a DSP block's multiply, ~2 carry chains' delay)."""
 
@@ -504,7 +510,7 @@ def _budget(v: ir.Op, r: int, budget: int, ready: dict, operands, carried: dict[
     floats = v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)
     const_product = v.op is K.MUL and any(isinstance(x, ir.Const) for x in v.srcs[:2])
     own = 0 if floats else CONST_PRODUCT_LEVELS if const_product else \
-        1 if v.op in CARRY_OPS and ir.bit_test(v) is None else 0
+        1 if on_carry_chain(v) else 0
     before = max((carried.get(id(o), 0) for o in operands(v) if ready.get(id(o)) == r), default=0)
     if floats or (not own and latency.get(id(v), 0) > 0):    # float logic, a registered unit
         carried[id(v)] = 0

@@ -28,6 +28,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from .. import ir
+from ..hw.pipeline import on_carry_chain
 from ..ranges import analyze
 from . import adder_graph
 from .signed_digits import csd
@@ -505,12 +506,12 @@ def _expand_products(body: tuple) -> tuple:
 
 def carry_levels(v: ir.Value) -> int:
     """Adders (carry chains) a value adds on its path: one for an integer sum or compare, two
-    for a product by a constant (hw/pipeline.py CARRY_OPS and CONST_PRODUCT_LEVELS), else 0."""
+    for a product by a constant (hw/pipeline.py on_carry_chain and CONST_PRODUCT_LEVELS), else 0."""
     if not isinstance(v, ir.Op) or v.dtype.is_float or any(x.dtype.is_float for x in v.srcs):
         return 0
     if v.op is K.MUL:
         return 2
-    return 1 if v.op in (K.ADD, K.SUB, K.NEG, K.MAX, K.CMPLT, K.CMPNE, K.CMPEQ) and ir.bit_test(v) is None else 0
+    return 1 if on_carry_chain(v) else 0
 
 
 def _shifted_sum(flat: list[tuple[int, ir.Value]], constant: int, d: dt.DType,
