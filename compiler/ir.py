@@ -168,9 +168,10 @@ def bits_of(lo: int, hi: int) -> int:
 
 def bit_test(v: Value) -> tuple[Value, int] | None:
     """(x, t) when integer op `v` decides by x < t for a threshold t of 0, 2**k or -2**k: x < c
-    or c < x (x < c + 1 negated) for such a c or c + 1, max(x, c) for c = t - 1 >= 0 or c = t < 0
-    (a ReLU's c 0, a clamp's bounds: c -128, min(x, 127) as ~max(~x, -128), x < 8). x's sign and
-    its bits from k up decide, a LUT tree, and no compare on a carry chain (hw/datapath.less_than);
+    or c < x (x < c + 1 negated) for such a c or c + 1; max(x, c) for c = t - 1 >= 0 or c = t < 0
+    (a clamp's bounds: c -128, min(x, 127) as ~max(~x, -128)), and a ReLU's max(x, 0) or max(x, -1)
+    with t = 0 (where x equals c either pick is right). x's sign and its bits from k up decide, a
+    LUT tree (for t = 0 the sign alone), and no compare on a carry chain (hw/datapath.less_than);
     else None."""
     if not isinstance(v, Op) or v.op not in (OpKind.MAX, OpKind.CMPLT) or v.dtype.is_float \
             or v.srcs[0].dtype.is_float:
@@ -178,6 +179,8 @@ def bit_test(v: Value) -> tuple[Value, int] | None:
     for i, (c, x) in enumerate(((v.srcs[0], v.srcs[1]), (v.srcs[1], v.srcs[0]))):
         if isinstance(c, Const) and not isinstance(x, Const):
             n = int(c.value)
+            if v.op is OpKind.MAX and n in (0, -1):
+                return x, 0     # a ReLU: its operand's sign selects
             t = n + 1 if (v.op is OpKind.MAX and n >= 0) or (v.op is OpKind.CMPLT and i == 0) else n
             m = abs(t)
             return (x, t) if m & (m - 1) == 0 else None        # 0 or a power of two

@@ -175,9 +175,9 @@ def logic_ns(v: ir.Op, width: int, d: Delays) -> float:
     consts = [isinstance(s, ir.Const) for s in v.srcs]
     if v.op in WIRE_OPS or (v.op in (K.SHL, K.SHR) and consts[1]):
         return 0.0
-    if (test := ir.bit_test(v)) is not None:   # x < 0 or +-2**k: a LUT tree on x's high bits
+    if (test := ir.bit_test(v)) is not None:   # +-2**k: a LUT tree on x's high bits; 0: x's sign
         k = max(0, abs(test[1]).bit_length() - 1)
-        tree = math.ceil(math.log(max(2, width - k), 4)) if test[1] else 1
+        tree = math.ceil(math.log(max(2, width - k), 4)) if test[1] else 0
         return d.lut * (tree + (v.op is K.MAX))    # and a max's select
     if v.op in CARRY_OPS:
         return d.carry_ns(width)

@@ -67,6 +67,23 @@ def test_the_faster_grades_are_faster_and_a_carry_chain_grows_with_its_width():
     assert logic_ns(add, 16, d6) == d6.carry_ns(16) and logic_ns(cast, 8, d6) == 0.0
 
 
+def test_a_relu_is_one_lut_a_sign_test_a_wire_a_bound_a_lut_tree():
+    """ir.bit_test's depths as timing_model.logic_ns counts them: max(x, 0) and max(x, -1) select
+    by x's sign (one LUT, the select), x < 0 is the sign bit itself (no logic), x < 8 a LUT tree
+    on x's bits from 3 up, and max(x, 5) a compare on a carry chain and its select."""
+    from compiler.dtypes import BOOL
+    d6 = DELAYS[("ecp5", 6)]
+    i32 = zoo.DTYPES["int32"]
+    x = ir.Op(ir.OpKind.ADD, i32, (ir.Const(1, i32), ir.Const(2, i32)))
+    op = lambda kind, *srcs: ir.Op(kind, BOOL if kind is ir.OpKind.CMPLT else i32, srcs)
+    for c in (0, -1):
+        relu = op(ir.OpKind.MAX, x, ir.Const(c, i32))
+        assert ir.bit_test(relu) == (x, 0) and logic_ns(relu, 18, d6) == d6.lut
+    assert logic_ns(op(ir.OpKind.CMPLT, x, ir.Const(0, i32)), 18, d6) == 0.0
+    assert logic_ns(op(ir.OpKind.CMPLT, x, ir.Const(8, i32)), 18, d6) == 2 * d6.lut     # 15 bits: 2 levels
+    assert logic_ns(op(ir.OpKind.MAX, x, ir.Const(5, i32)), 18, d6) == d6.carry_ns(18) + d6.lut
+
+
 def test_a_lut_product_takes_more_registers_for_a_faster_clock():
     d = DELAYS[("ecp5", 6)]
     # an 8x8 chain product's tree has 3 levels: one register after 2 of them, two add Y's (its

@@ -568,10 +568,7 @@ class Datapath:
             x = s[at]
             if op is K.CMPLT:
                 return less_than(x, test[1]) if at == 0 else ~less_than(x, test[1])
-            c = int(consts[1 - at])
-            if c in (0, -1):    # where x equals c either pick is right, so the sign decides
-                return Mux(x[-1], c, x) if x.shape().signed else x
-            return Mux(less_than(x, test[1]), c, x)
+            return Mux(less_than(x, test[1]), int(consts[1 - at]), x)
         if op is K.MAX: return Mux(s[0] > s[1], s[0], s[1])
         if op is K.CMPLT: return s[0] < s[1]
         if op is K.CMPNE: return s[0] != s[1]
