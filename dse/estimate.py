@@ -221,7 +221,7 @@ def _kernel_features(k, sched, prog, config) -> tuple[tuple[tuple[str, float], .
             # at fp_pipeline 0, 1,992 at 2; fp16 matmul 8x8: 1,686, 1,632 at 1, 1,453 at 2):
             # the float features alone count them alike, and a cost cannot be negative
             add("fp_path_bits", max(w, src_w) * (2 if v.op is K.MULACC else 1)
-                / float_stages(v, config.fp_pipeline))
+                / float_stages(v, config.fp_pipeline, config.target_mhz is not None))
         if v.op in (K.MUL, K.MULACC):
             if v.dtype.is_float:
                 add("fmul", 1)

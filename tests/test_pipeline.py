@@ -12,7 +12,7 @@ from tinygrad import Tensor
 import designs
 from compiler import CompileError, HardwareConfig, compile_model, ir, simulate
 from compiler.dtypes import BOOL, FP32, INT32
-from compiler.fp import BF16, FP16, FP32 as F32, FAdd, FloatToFloat, FloatToInt, FMul, IntToFloat
+from compiler.fp import BF16, FP16, FP32 as F32, FAdd, FloatToFloat, FloatToInt, FMul, FWideMul, IntToFloat
 from compiler.fp import reference as R
 from compiler.fp.harness import Bank, NativeEvaluator, build_all
 from compiler.hw.pipeline import schedule
@@ -63,10 +63,13 @@ def _unit_bank(fmt, latency: int, modes) -> tuple[Bank, dict]:
             units[f"add_{r}_{s}"] = (FAdd(fmt, r, s, stages=latency + 1), {"a": "a", "b": "b"})
             units[f"sub_{r}_{s}"] = (FAdd(fmt, r, s, subtract=True, stages=latency + 1), {"a": "a", "b": "b"})
         units[f"mul_{r}_{s}"] = (FMul(fmt, r, s, stages=latency + 1), {"a": "a", "b": "b"})
-        if latency == 1:
+        if fmt is FP16:             # the exact product of halves in float32 (FWideMul)
+            units[f"wmul_{s}"] = (FWideMul(fmt, F32, s, stages=latency + 1), {"a": "a", "b": "b"})
+        if latency <= 2:            # conversions: 2 stages, 3 at a target clock (CLOCK_CUTS)
             other = F32 if fmt is not F32 else FP16
-            units[f"i2f_{r}_{s}"] = (IntToFloat(32, True, fmt, r, s, stages=2), {"a": "i"})
-            units[f"f2f_{r}_{s}"] = (FloatToFloat(fmt, other, r, s, stages=2), {"a": "a"})
+            units[f"i2f_{r}_{s}"] = (IntToFloat(32, True, fmt, r, s, stages=latency + 1), {"a": "i"})
+            units[f"f2f_{r}_{s}"] = (FloatToFloat(fmt, other, r, s, stages=latency + 1), {"a": "a"})
+        if latency == 1:
             units[f"f2i_{s}"] = (FloatToInt(fmt, 16, True, s, stages=2), {"a": "a"})
     return Bank({"a": fmt.width, "b": fmt.width, "i": 32}, units), units
 
@@ -93,19 +96,23 @@ def _check_units(fmts, modes, every: int):
                                    f"sub {what}", ins["a"], ins["b"])
             assert_same_floats(out[f"mul_{r}_{s}_y"], R.mul(ins["a"], ins["b"], fmt, r, s), fmt, f"mul {what}",
                                ins["a"], ins["b"])
-            if latency == 1:
+            if fmt is FP16:
+                wide = [R.float_to_float(R.flush_inputs(x, fmt, s), fmt, F32) for x in (ins["a"], ins["b"])]
+                assert_same_floats(out[f"wmul_{s}_y"], R.mul(*wide, F32), F32, f"wmul {what}", ins["a"], ins["b"])
+            if latency <= 2:
                 other = F32 if fmt is not F32 else FP16
                 ints = R.wrap_int(ins["i"], 32, True)
                 assert_same_floats(out[f"i2f_{r}_{s}_y"], R.int_to_float(ints, fmt, r, s), fmt, f"i2f {what}", ints)
                 assert_same_floats(out[f"f2f_{r}_{s}_y"], R.float_to_float(ins["a"], fmt, other, r, s), other,
                                    f"f2f {what}", ins["a"])
+            if latency == 1:
                 want = R.float_to_int(ins["a"], fmt, 16, True, s) & 0xFFFF
                 assert (out[f"f2i_{s}_y"].astype(np.int64) == want).all(), f"f2i {what}"
 
 
 @pytest.mark.slow
 def test_pipelined_float_units_are_bit_exact_in_every_format_and_mode():
-    """FAdd at 2..6 stages, FMul at 2..8, conversions at 2, fed one vector per cycle, against the
+    """FAdd at 2..7 stages, FMul and FWideMul (fp16 -> fp32) at 2..8, conversions at 2 and 3, fed one vector per cycle, against the
     numpy reference in fp32, fp16 and bf16, each rounding and each subnormal mode once (rne with
     subnormals kept, rtz with them flushed): a third of test_fp_units' vectors (those check every
     vector and every pair of modes through the combinational units; here it is the pipelining
@@ -114,9 +121,9 @@ def test_pipelined_float_units_are_bit_exact_in_every_format_and_mode():
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda: FAdd(F32, stages=7), "stages: expected an int from 1 to 6, got 7"),
+    (lambda: FAdd(F32, stages=8), "stages: expected an int from 1 to 7, got 8"),
     (lambda: FMul(F32, stages=0), "stages: expected an int from 1 to 8, got 0"),
-    (lambda: FloatToFloat(F32, FP16, stages=3), "stages: expected an int from 1 to 2, got 3"),
+    (lambda: FloatToFloat(F32, FP16, stages=4), "stages: expected an int from 1 to 3, got 4"),
 ])
 def test_unit_stages_are_validated(make, message):
     with pytest.raises(ValueError) as err:

@@ -23,12 +23,14 @@ class FAdd(wiring.Component):
 
     `stages` > 1 pipelines it (see common.Pipe): register boundaries after the aligned add
     ("sum"), after the normalising shift ("norm"), after the operand swap ("swap"), between
-    the leading-zero count and the normalising shift ("lzc") and between the aligning shift
-    and the add ("align"), enabled in that order; the result appears `latency` = stages - 1
-    cycles after the operands.
+    the leading-zero count and the normalising shift ("lzc"), between the aligning shift
+    and the add ("align") and after the rounding add ("pack", a CLOCK_CUTS boundary: only at a
+    target clock, hw.pipeline.float_stages), enabled in that order; the result appears
+    `latency` = stages - 1 cycles after the operands.
     """
 
-    CUTS = ("sum", "norm", "swap", "lzc", "align")
+    CUTS = ("sum", "norm", "swap", "lzc", "align", "pack")
+    CLOCK_CUTS = ("pack",)
 
     def __init__(self, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep",
                  subtract: bool = False, stages: int = 1):
@@ -67,7 +69,8 @@ class FAdd(wiring.Component):
         big_sign, exp, norm, is_zero, *specials = pipe.cut("norm", big_sign, exp, norm, is_zero, *specials)
         finite = round_pack(m, fmt, rounding=self.rounding, subnormals=self.subnormals,
                             sign=big_sign, exp=exp, sig=norm, exp_range=(1, fmt.max_exp_field + 1),
-                            may_be_tiny=True)
+                            may_be_tiny=True, pipe=pipe, carry=(is_zero, *specials))
+        finite, (is_zero, *specials) = finite
         is_nan, is_inf, inf_sign, zero_sign = specials
         m.d.comb += self.y.eq(special_mux(
             m, fmt, finite=finite, is_nan=is_nan, is_inf=is_inf, inf_sign=inf_sign,
@@ -92,8 +95,11 @@ class FAdd(wiring.Component):
             big_exp.eq(Mux(a_big, a.exp, b.exp)), big_sig.eq(Mux(a_big, a.sig, b.sig)),
             small_exp.eq(Mux(a_big, b.exp, a.exp)), small_sig.eq(Mux(a_big, b.sig, a.sig)),
         ]
+        # both differences beside the magnitude compare, then a pick: no subtracter behind it
+        a_minus_b, b_minus_a = (Signal(self.fmt.exp_bits, name=f"align_{n}") for n in ("ab", "ba"))
+        m.d.comb += [a_minus_b.eq(a.exp - b.exp), b_minus_a.eq(b.exp - a.exp)]
         distance = Signal(self.fmt.exp_bits, name="align_distance")
-        m.d.comb += distance.eq(big_exp - small_exp)
+        m.d.comb += distance.eq(Mux(a_big, a_minus_b, b_minus_a))
         eff_sub = a.sign ^ b.sign
         big_sign, big_exp, big_sig, small_sig, distance, eff_sub, *specials = pipe.cut(
             "swap", big_sign, big_exp, big_sig, small_sig, distance, eff_sub, *specials)

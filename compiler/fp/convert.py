@@ -40,9 +40,12 @@ class IntToFloat(wiring.Component):
     unsigned is bool). Integers are never tiny, so `subnormals` changes nothing; it is
     accepted so every unit takes the same options. Too large for the format: inf (rne) or
     the largest finite number (rtz). `stages` = 2 puts a register boundary after the
-    normalising shift ("norm"): the result appears one cycle after the operand."""
+    normalising shift ("norm"); at a target clock (CLOCK_CUTS) up to three more: after the
+    rounding add ("pack"), after the magnitude ("magnitude"), between the leading-zero count
+    and the shift ("lzc"). The result appears stages - 1 cycles after the operand."""
 
-    CUTS = ("norm",)
+    CUTS = ("norm", "pack", "magnitude", "lzc")
+    CLOCK_CUTS = ("pack", "magnitude", "lzc")
 
     def __init__(self, int_width: int, int_signed: bool, fmt: FloatFormat, rounding: str = "rne",
                  subnormals: str = "keep", stages: int = 1):
@@ -61,15 +64,19 @@ class IntToFloat(wiring.Component):
         negative = self.a[-1] if self.int_signed else Const(0, 1)
         magnitude = Signal(width, name="magnitude")       # |INT_MIN| still fits unsigned
         m.d.comb += magnitude.eq(Mux(negative, -self.a, self.a))
+        pipe = Pipe(m, self.CUTS, self.stages)
+        magnitude, negative = pipe.cut("magnitude", magnitude, negative)
         lz = leading_zeros(m, magnitude, "norm")
+        is_zero = magnitude == 0
+        magnitude, lz, negative, is_zero = pipe.cut("lzc", magnitude, lz, negative, is_zero)
         norm = shift_left(m, magnitude, lz, "norm")
         exp = Signal(signed(bits_for(fmt.bias + width) + 1), name="exp")
         m.d.comb += exp.eq(fmt.bias + width - 1 - lz)
-        is_zero = magnitude == 0
-        negative, exp, norm, is_zero = Pipe(m, self.CUTS, self.stages).cut("norm", negative, exp, norm, is_zero)
-        finite = round_pack(m, fmt, rounding=self.rounding, subnormals=self.subnormals,
-                            sign=negative, exp=exp, sig=norm,
-                            exp_range=(fmt.bias, fmt.bias + width - 1), may_be_tiny=False)
+        negative, exp, norm, is_zero = pipe.cut("norm", negative, exp, norm, is_zero)
+        finite, (is_zero,) = round_pack(m, fmt, rounding=self.rounding, subnormals=self.subnormals,
+                                        sign=negative, exp=exp, sig=norm,
+                                        exp_range=(fmt.bias, fmt.bias + width - 1), may_be_tiny=False,
+                                        pipe=pipe, carry=(is_zero,))
         m.d.comb += self.y.eq(special_mux(
             m, fmt, finite=finite, is_nan=Const(0, 1), is_inf=Const(0, 1), inf_sign=Const(0, 1),
             is_zero=is_zero, zero_sign=Const(0, 1), name="i2f"))
@@ -136,7 +143,8 @@ class FloatToFloat(wiring.Component):
     (rne) or the largest finite number (rtz); inf stays inf; NaN gives the canonical quiet NaN.
     subnormals="flush": subnormal inputs read as signed zeros and results below the smallest
     normal (after rounding, see `round_pack`) become signed zeros. `stages` = 2 puts a
-    register boundary before the rounding ("norm"): the result appears one cycle after the operand.
+    register boundary before the rounding ("norm"), 3 (at a target clock: CLOCK_CUTS) another
+    after the rounding add ("pack"): the result appears stages - 1 cycles after the operand.
 
     emulated=True is tinygrad's software conversion (tinygrad/codegen/decomp/dtype.py `f2f`,
     how its PYTHON device stores and loads half below Python 3.12): subnormal inputs read as
@@ -146,7 +154,8 @@ class FloatToFloat(wiring.Component):
     rounding gives 65504 and 2**-14); the rest rounds to nearest even.
     """
 
-    CUTS = ("norm",)
+    CUTS = ("norm", "pack")
+    CLOCK_CUTS = ("pack",)
 
     def __init__(self, src_fmt: FloatFormat, dst_fmt: FloatFormat, rounding: str = "rne",
                  subnormals: str = "keep", stages: int = 1, emulated: bool = False):
@@ -173,6 +182,7 @@ class FloatToFloat(wiring.Component):
             specials = self._emulated_range(x)
         if src == dst:          # only the subnormal policy and NaN canonicalisation apply
             finite, *specials = pipe.cut("norm", Cat(x.mag, x.sign), *specials)
+            finite, *specials = pipe.cut("pack", finite, *specials)
         else:
             finite, specials = self._convert(m, pipe, x, specials)
         is_nan, is_inf, is_zero, sign = specials
@@ -213,8 +223,10 @@ class FloatToFloat(wiring.Component):
             m.d.comb += exp.eq(x.exp + rebias)
             exp_lo = 1 + rebias
         exp_hi = src.max_exp_field + rebias
+        if self.emulated:       # a value below dst's smallest normal is a zero (_emulated_range)
+            exp_lo = max(exp_lo, 1)
         sig, exp, *specials = pipe.cut("norm", sig, exp, *specials)
-        finite = round_pack(m, dst, rounding=self.rounding, subnormals=self.subnormals,
-                            sign=specials[-1], exp=exp, sig=sig, exp_range=(exp_lo, exp_hi),
-                            may_be_tiny=exp_lo < 1)
+        finite, (*specials,) = round_pack(m, dst, rounding=self.rounding, subnormals=self.subnormals,
+                                          sign=specials[-1], exp=exp, sig=sig, exp_range=(exp_lo, exp_hi),
+                                          may_be_tiny=exp_lo < 1, pipe=pipe, carry=tuple(specials))
         return finite, specials

@@ -17,9 +17,11 @@ from amaranth.lib.wiring import In, Out
 from .common import Pipe, bits_for, leading_zeros, shift_left, special_mux, unpack
 from .formats import FloatFormat, check_format, check_subnormals
 
-# Register boundaries: the unit is short, so a pipelined one only delays its result; the
-# names match the number of FMul's, so the unit takes any `stages` a multiplier takes.
-_CUTS = tuple(f"out{i}" for i in range(7))
+# Register boundaries, in the order they are enabled: after the significand product ("product":
+# a DSP block's output register), before it ("operands": its input registers), between the
+# leading-zero count and the normalising shift ("norm"); then registers on the result only
+# ("out0".."out3"), so the unit takes any `stages` a multiplier (FMul) takes.
+_CUTS = ("product", "operands", "norm", "out0", "out1", "out2", "out3")
 
 
 def exact_in(src: FloatFormat, dst: FloatFormat) -> bool:
@@ -56,27 +58,33 @@ class FWideMul(wiring.Component):
         a = unpack(m, src, self.a, self.subnormals, "a")
         b = unpack(m, src, self.b, self.subnormals, "b")
         p = src.precision
+        pipe = Pipe(m, _CUTS, self.stages)
+        sign = a.sign ^ b.sign
+        # value = product * 2**(ea + eb - 2 bias - 2 man); its top bit (2p - 1) has weight 2**1
+        exp_ab = Signal(signed(bits_for(2 * src.exp_max_field + dst.bias) + 2), name="exp_ab")
+        m.d.comb += exp_ab.eq(a.exp + b.exp - 2 * src.bias + dst.bias + 1)
+        specials = (a.is_nan | b.is_nan | (a.is_inf & b.is_zero) | (b.is_inf & a.is_zero),   # NaN
+                    a.is_inf | b.is_inf, a.is_zero | b.is_zero, sign)                       # inf, zero
+        a_sig, b_sig, exp_ab, *specials = pipe.cut("operands", a.sig, b.sig, exp_ab, *specials)
         product = Signal(2 * p, name="product")
         if p <= 4:
             # a few partial products in LUTs: Yosys would give a $mul of any size a DSP block
-            m.d.comb += product.eq(sum(Mux(b.sig[i], a.sig << i, 0) for i in range(p)))
+            m.d.comb += product.eq(sum(Mux(b_sig[i], a_sig << i, 0) for i in range(p)))
         else:
-            m.d.comb += product.eq(a.sig * b.sig)
-        # value = product * 2**(ea + eb - 2 bias - 2 man); its top bit (2p - 1) has weight 2**1
+            m.d.comb += product.eq(a_sig * b_sig)
+        product, exp_ab, *specials = pipe.cut("product", product, exp_ab, *specials)
         lz = leading_zeros(m, product, "norm")
+        product, lz, exp_ab, *specials = pipe.cut("norm", product, lz, exp_ab, *specials)
         norm = shift_left(m, product, lz, "norm")
-        exp = Signal(signed(bits_for(2 * src.exp_max_field + dst.bias) + 2), name="exp")
-        m.d.comb += exp.eq(a.exp + b.exp - 2 * src.bias + dst.bias + 1 - lz)
+        exp = Signal(signed(len(exp_ab) + 1), name="exp")
+        m.d.comb += exp.eq(exp_ab - lz)
         man = norm[:2 * p - 1]                          # below the leading one
+        is_nan, is_inf, is_zero, sign = specials
         finite = Signal(dst.width, name="finite")
-        m.d.comb += finite.eq(Cat(Const(0, dst.man_bits - len(man)), man, exp[:dst.exp_bits], a.sign ^ b.sign))
-        sign = a.sign ^ b.sign
-        y = special_mux(m, dst, finite=finite,
-                        is_nan=a.is_nan | b.is_nan | (a.is_inf & b.is_zero) | (b.is_inf & a.is_zero),
-                        is_inf=a.is_inf | b.is_inf, inf_sign=sign, is_zero=a.is_zero | b.is_zero,
-                        zero_sign=sign, name="wmul")
-        pipe = Pipe(m, _CUTS, self.stages)
-        for name in _CUTS:
+        m.d.comb += finite.eq(Cat(Const(0, dst.man_bits - len(man)), man, exp[:dst.exp_bits], sign))
+        y = special_mux(m, dst, finite=finite, is_nan=is_nan, is_inf=is_inf, inf_sign=sign,
+                        is_zero=is_zero, zero_sign=sign, name="wmul")
+        for name in _CUTS[3:]:
             y = pipe.cut(name, y)
         m.d.comb += self.y.eq(y)
         return m

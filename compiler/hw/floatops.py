@@ -102,12 +102,13 @@ def wide_product_sources(v: ir.Op) -> list[ir.Value] | None:
     return [s.srcs[0] for s in v.srcs] if tested and exact_in(fmt_of(d), fmt_of(v.dtype)) else None
 
 
-def max_stages(v: ir.Op) -> int:
-    """Pipeline stages the unit of float op `v` can be cut into (1: not pipelined)."""
+def max_stages(v: ir.Op, clock: bool = False) -> int:
+    """Pipeline stages the unit of float op `v` can be cut into (1: not pipelined); its
+    CLOCK_CUTS boundaries (the last of its CUTS) count only at a target clock (`clock`)."""
     unit = unit_of(v)
     if unit is None:
         return 1
-    top = len(unit.CUTS) + 1
+    top = len(unit.CUTS) + 1 - (0 if clock else len(getattr(unit, "CLOCK_CUTS", ())))
     if unit in (fp.FDiv, fp.FSqrt):      # a recurrence has no more boundaries than segments (fp8: 6 to 8)
         p = fmt_of(_float_dtype(v)).precision
         top = min(top, (p + 2 if unit is fp.FDiv else p + 1) + 2)
@@ -137,7 +138,7 @@ class FloatOps:
     def emit(self, v: ir.Op, s: list[Value], stages: int = 1) -> Value:
         op, d = v.op, v.dtype
         rnd, sub = self.config.fp_rounding, self.config.fp_subnormals
-        if stages > 1 and stages > max_stages(v):
+        if stages > 1 and stages > max_stages(v, clock=True):
             raise ValueError(f"{self.kernel}: {op.name} cannot be cut into {stages} stages")
         n = {"stages": stages} if stages > 1 else {}
         if op is K.NEG:

@@ -175,9 +175,14 @@ class Schedule:
         return self.port_stage(load) + (1 if self.register_loads else 0)
 
 
-def float_stages(v: ir.Op, level: int) -> int:
+def float_stages(v: ir.Op, level: int, clock: bool = False) -> int:
     """Stages of the float unit computing `v` at fp_pipeline `level`: 2**level, at most as
-    many as the unit has boundaries for (FAdd 6, FMul, FDiv, FSqrt 8, conversions 2)."""
+    many as the unit has boundaries for (FAdd 6, FMul, FDiv, FSqrt 8, conversions 2). At a
+    target clock (`clock`, from TARGET_LEVEL), every boundary the unit has, its CLOCK_CUTS too
+    (FAdd 7, conversions 3): a unit's slowest stage alone, placed by itself, closes at 85-112
+    MHz with fewer (docs/timing.md, "Float units at a target clock")."""
+    if clock:
+        return floatops.max_stages(v, clock=True)
     return min(2 ** level, floatops.max_stages(v)) if level > 0 else 1
 
 
@@ -464,12 +469,14 @@ def _pack_shapes(kernel: ir.KernelIR, products: list[ir.Op], config: HardwareCon
     return sorted(out)
 
 
-def _op_timing(v: ir.Op, level: int, muxes: set[int], broadcast: dict[int, int], registers: int) -> tuple[int, int]:
-    """(unit stages, latency) of an op of data values outside the accumulator loops."""
+def _op_timing(v: ir.Op, level: int, muxes: set[int], broadcast: dict[int, int], registers: int,
+               clock: bool) -> tuple[int, int]:
+    """(unit stages, latency) of an op of data values outside the accumulator loops (`clock`:
+    at a target clock)."""
     if id(v) in muxes:
         return 1, 1
     if floatops.is_float_op(v) and floatops.unit_of(v) is not None and level > 0:
-        stages = float_stages(v, level)
+        stages = float_stages(v, level, clock)
         return stages, stages                  # its internal boundaries and an output register
     if v.op in (K.MUL, K.MULACC) and level >= PRODUCT_LEVEL and \
             not any(isinstance(s, ir.Const) for s in v.srcs[:2]):
@@ -664,14 +671,15 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
         if id(v) in rings:
             # its last register is the accumulator's; ways beyond the unit's stages are a
             # delay line of plain registers (KernelHW._accumulators)
-            stages = min(rings[id(v)], float_stages(v, level)) if floatops.is_float_op(v) else rings[id(v)]
+            stages = min(rings[id(v)], float_stages(v, level, clock is not None)) if floatops.is_float_op(v) \
+                else rings[id(v)]
             lat = stages - 1
         elif id(v) in post and id(v) in feeds_acc:
             lat = 0                            # the accumulator's one-cycle loop
         elif id(v) in floating:
             lat = 0                            # counters and constants only: computed in stage 0
         else:
-            stages, lat = _op_timing(v, level, muxes, broadcast, product_regs)
+            stages, lat = _op_timing(v, level, muxes, broadcast, product_regs, clock is not None)
         if lat:
             latency[id(v)] = lat
         if stages > 1:

@@ -21,7 +21,7 @@ def interleave_ways(level: int, rows: int | None = None) -> int:
     way beyond the adder's stages costs one register of delay line. The GEMV's 32 rows a
     lane at L = 6: 36 slots; at L' = 8: 32, 11% fewer cycles for 2 more ring registers."""
     from ..fp import FAdd
-    least = min(2 ** level, len(FAdd.CUTS) + 1) if level > 0 else 1
+    least = min(2 ** level, len(FAdd.CUTS) - len(FAdd.CLOCK_CUTS) + 1) if level > 0 else 1
     if least == 1 or rows is None:
         return least
     return min(range(least, 2 * least + 1), key=lambda w: (-(-rows // w) * w, w))
