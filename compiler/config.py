@@ -196,7 +196,10 @@ class HardwareConfig:
         calibrated on nextpnr runs of this project's designs. Integer adders, compares, max and
         clips, multiplexers and shifts are counted; a value the next ops read more than
         pipeline.FANOUT_USES times reaches them through registered copies (as with
-        adder_levels > 1). Why: every latency and throughput figure is cycles / Fmax, and a
+        adder_levels > 1). Float units take every register boundary they have, the ones only a
+        target clock uses too (their CLOCK_CUTS: FAdd 7 stages, conversions 3, IntToFloat 5;
+        pipeline.float_stages); the delay model does not time them. Why: every latency and
+        throughput figure is cycles / Fmax, and a
         stage holding a multiplier, an adder tree and a route across the die halves the clock.
         Cost: cycles (a stage per register level, once per kernel run) and flip-flops. The
         cycle model stays exact and results bit-exact (only where registers go changes).

@@ -135,23 +135,28 @@ def shift_left(m: Module, value: Value, amount: Value, name: str) -> Value:
 
 
 def shift_right_sticky(m: Module, value: Value, amount: Value, name: str) -> tuple[Value, Value]:
-    """(`value >> amount`, OR of every bit shifted out); shifts >= len(value) give (0, value != 0)."""
+    """(`value >> amount`, OR of every bit shifted out); shifts >= len(value) give (0, value != 0).
+    The sticky bit is not gathered level by level behind the shifter's multiplexers: it is the
+    OR of `value`'s bits under a mask of the `amount` lowest positions (a thermometer code of
+    `amount`, a few LUT levels beside the shifter), so it arrives with the shifted value."""
     width = len(value)
-    out, sticky = value, Const(0, 1)
+    out = value
+    below = Const(0, width)                 # bit i set when i < amount: the bits shifted out
     for i in range(len(amount)):
         step = 1 << i
         if step >= width:
             big = amount[i:].any()
-            sticky = sticky | (big & out.any())
             out = Mux(big, 0, out)
+            below = Mux(big, Const((1 << width) - 1, width), below)
             break
-        sticky = sticky | (amount[i] & out[:step].any())
         stage = Signal(width, name=f"{name}_shr{i}")   # read three times by the next stage: named once
         m.d.comb += stage.eq(Mux(amount[i], out[step:], out))
         out = stage
+        below = Mux(amount[i], Cat(Const((1 << step) - 1, step), below[:width - step]), below)
     shifted = Signal(width, name=f"{name}_shr")
+    mask = Signal(width, name=f"{name}_shr_mask")
     sticky_sig = Signal(name=f"{name}_sticky")
-    m.d.comb += [shifted.eq(out), sticky_sig.eq(sticky)]
+    m.d.comb += [shifted.eq(out), mask.eq(below), sticky_sig.eq((value & mask).any())]
     return shifted, sticky_sig
 
 
