@@ -164,7 +164,7 @@ def _built(kernel: ir.KernelIR, config: HardwareConfig, fixed: frozenset[int] = 
     try:
         p = parallelize(kernel, config.lanes, config.reduce_unroll, fp_sum=config.fp_sum)
         k = fuse_loops(p.kernel) if config.loop_fusion else p.kernel
-        k = interleave(k, config.fp_pipeline)
+        k = interleave(k, config.fp_pipeline, config.target_mhz is not None)
         k, banking = split_deep(k, p.banking, config.fp_pipeline)
         program = build_program(k)
         overlap = config.schedule == "dataflow" and config.stage_overlap

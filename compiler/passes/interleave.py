@@ -12,22 +12,24 @@ from .rewrite import const, loop_chain, op, reads_acc, rebuild_chain, substitute
 K = ir.OpKind
 
 
-def interleave_ways(level: int, rows: int | None = None) -> int:
-    """Rows interleaved through a float sum at fp_pipeline `level`.
+def interleave_ways(level: int, rows: int | None = None, clock: bool = False) -> int:
+    """Rows interleaved through a float sum at fp_pipeline `level` (`clock`: at a target clock).
 
-    At least L = min(2**level, 6), the stages of its adder (pipeline.float_stages). Given the
+    At least L = min(2**level, 6), the stages of its adder (pipeline.float_stages; at a target
+    clock all of FAdd's, 7, its last register after the rounding add). Given the
     nest's `rows`, the L' in [L, 2L] that computes the fewest row slots ceil(rows / L') * L'
     (the smallest such): rows past the end cost a full pass of the reduction each, while a
     way beyond the adder's stages costs one register of delay line. The GEMV's 32 rows a
     lane at L = 6: 36 slots; at L' = 8: 32, 11% fewer cycles for 2 more ring registers."""
     from ..fp import FAdd
-    least = min(2 ** level, len(FAdd.CUTS) - len(FAdd.CLOCK_CUTS) + 1) if level > 0 else 1
+    top = len(FAdd.CUTS) + 1 - (0 if clock else len(FAdd.CLOCK_CUTS))
+    least = (top if clock else min(2 ** level, top)) if level > 0 else 1
     if least == 1 or rows is None:
         return least
     return min(range(least, 2 * least + 1), key=lambda w: (-(-rows // w) * w, w))
 
 
-def interleave(kernel: ir.KernelIR, level: int) -> ir.KernelIR:
+def interleave(kernel: ir.KernelIR, level: int, clock: bool = False) -> ir.KernelIR:
     """Hide a pipelined float adder's latency behind independent output rows.
 
     A fused reduction nest (a chain of loops whose innermost body is one step; loop_fusion
@@ -47,7 +49,7 @@ def interleave(kernel: ir.KernelIR, level: int) -> ir.KernelIR:
     """
     if interleave_ways(level) == 1:
         return kernel
-    state = {"next_id": max(kernel.loops, default=-1) + 1, "accs": {}}
+    state = {"next_id": max(kernel.loops, default=-1) + 1, "accs": {}, "clock": clock}
     body = _interleave_body(kernel, kernel.body, level, state)
     if not state["accs"]:
         return kernel
@@ -119,7 +121,7 @@ def _interleaved_nest(kernel, loop: ir.Loop, level: int, state) -> ir.Loop | Non
     if any(isinstance(s, ir.BufStore) and s.buf in loaded for s in body):
         return None
 
-    ways = interleave_ways(level, rows.bound)
+    ways = interleave_ways(level, rows.bound, state["clock"])
     lane_id = state["next_id"]
     state["next_id"] += 1
     row = op(K.ADD, INT32, op(K.MUL, INT32, ir.Counter(rows.id), const(ways)), ir.Counter(lane_id))
