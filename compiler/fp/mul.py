@@ -19,13 +19,15 @@ class FMul(wiring.Component):
     `stages` > 1 pipelines it (see common.Pipe): register boundaries after the significand
     product ("product"), before the multiplier ("operands"), between the denormalising shift
     and the rounding add ("round"), after that add ("pack"), before the denormalising
-    shift ("denorm"), after four half-width partial products ("partial") and between the
-    leading-zero count and the shift that normalise a subnormal operand ("subnorm"), enabled
-    in that order; the result appears
+    shift ("denorm"), after four half-width partial products ("partial"), between the
+    leading-zero count and the shift that normalise a subnormal operand ("subnorm") and, at a
+    target clock only (CLOCK_CUTS), after the sum of the two middle partial products ("sums"),
+    enabled in that order; the result appears
     `latency` = stages - 1 cycles after the operands.
     """
 
-    CUTS = ("product", "operands", "round", "pack", "denorm", "partial", "subnorm")
+    CUTS = ("product", "operands", "round", "pack", "denorm", "partial", "subnorm", "sums")
+    CLOCK_CUTS = ("sums",)
 
     def __init__(self, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep", stages: int = 1):
         self.fmt = check_format(fmt)
@@ -64,7 +66,12 @@ class FMul(wiring.Component):
             partials = [x_sig[:h] * y_sig[:h], x_sig[:h] * y_sig[h:], x_sig[h:] * y_sig[:h], x_sig[h:] * y_sig[h:]]
             (ll, lh, hl, hh), exp_sum, sign, *specials = (lambda *r: (r[:4], *r[4:]))(
                 *pipe.cut("partial", *partials, exp_sum, sign, *specials))
-            m.d.comb += product.eq(ll + ((lh + hl) << h) + (hh << (2 * h)))
+            # ll and hh << 2h do not overlap: their sum is a concatenation, and one adder adds
+            # the middle products' sum (registered between the two at a target clock)
+            middle = Signal(2 * h + 1, name="middle")
+            m.d.comb += middle.eq(lh + hl)
+            ll, hh, middle, exp_sum, sign, *specials = pipe.cut("sums", ll, hh, middle, exp_sum, sign, *specials)
+            m.d.comb += product.eq(Cat(ll[:2 * h], hh) + (middle << h))
         elif fmt.precision <= 4:
             # fp8: a few partial products in LUTs (Yosys would give a $mul of any size a DSP block)
             m.d.comb += product.eq(sum(Mux(y_sig[i], x_sig << i, 0) for i in range(fmt.precision)))
