@@ -24,13 +24,14 @@ class FAdd(wiring.Component):
     `stages` > 1 pipelines it (see common.Pipe): register boundaries after the aligned add
     ("sum"), after the normalising shift ("norm"), after the operand swap ("swap"), between
     the leading-zero count and the normalising shift ("lzc"), between the aligning shift
-    and the add ("align") and after the rounding add ("pack", a CLOCK_CUTS boundary: only at a
-    target clock, hw.pipeline.float_stages), enabled in that order; the result appears
-    `latency` = stages - 1 cycles after the operands.
+    and the add ("align"), and at a target clock only (CLOCK_CUTS, hw.pipeline.float_stages)
+    after the rounding add ("pack") and between the magnitude compare and the operand swap it
+    selects ("order"), enabled in that order; the result appears `latency` = stages - 1 cycles
+    after the operands.
     """
 
-    CUTS = ("sum", "norm", "swap", "lzc", "align", "pack")
-    CLOCK_CUTS = ("pack",)
+    CUTS = ("sum", "norm", "swap", "lzc", "align", "pack", "order")
+    CLOCK_CUTS = ("pack", "order")
 
     def __init__(self, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep",
                  subtract: bool = False, stages: int = 1):
@@ -85,22 +86,22 @@ class FAdd(wiring.Component):
         bit on top, and _EXTRA guard bits below (the lowest one is sticky).
         """
         p = self.fmt.precision
-        a_big = a.mag >= b.mag
-        big_sign = Mux(a_big, a.sign, b.sign)
+        a_big = Signal(name="a_big")
+        # both exponent differences beside the magnitude compare, then a pick: no subtracter behind it
+        a_minus_b, b_minus_a = (Signal(self.fmt.exp_bits, name=f"align_{n}") for n in ("ab", "ba"))
+        m.d.comb += [a_big.eq(a.mag >= b.mag), a_minus_b.eq(a.exp - b.exp), b_minus_a.eq(b.exp - a.exp)]
+        eff_sub = a.sign ^ b.sign
+        # at a target clock the compare is registered before its flag selects every bit of both
+        a_sign, a_exp, a_sig, b_sign, b_exp, b_sig, a_big, a_minus_b, b_minus_a, eff_sub, *specials = pipe.cut(
+            "order", a.sign, a.exp, a.sig, b.sign, b.exp, b.sig, a_big, a_minus_b, b_minus_a, eff_sub, *specials)
+        big_sign = Mux(a_big, a_sign, b_sign)
         big_exp = Signal(self.fmt.exp_bits, name="big_exp")
         big_sig = Signal(p, name="big_sig")
-        small_exp = Signal(self.fmt.exp_bits, name="small_exp")
         small_sig = Signal(p, name="small_sig")
-        m.d.comb += [
-            big_exp.eq(Mux(a_big, a.exp, b.exp)), big_sig.eq(Mux(a_big, a.sig, b.sig)),
-            small_exp.eq(Mux(a_big, b.exp, a.exp)), small_sig.eq(Mux(a_big, b.sig, a.sig)),
-        ]
-        # both differences beside the magnitude compare, then a pick: no subtracter behind it
-        a_minus_b, b_minus_a = (Signal(self.fmt.exp_bits, name=f"align_{n}") for n in ("ab", "ba"))
-        m.d.comb += [a_minus_b.eq(a.exp - b.exp), b_minus_a.eq(b.exp - a.exp)]
+        m.d.comb += [big_exp.eq(Mux(a_big, a_exp, b_exp)), big_sig.eq(Mux(a_big, a_sig, b_sig)),
+                     small_sig.eq(Mux(a_big, b_sig, a_sig))]
         distance = Signal(self.fmt.exp_bits, name="align_distance")
         m.d.comb += distance.eq(Mux(a_big, a_minus_b, b_minus_a))
-        eff_sub = a.sign ^ b.sign
         big_sign, big_exp, big_sig, small_sig, distance, eff_sub, *specials = pipe.cut(
             "swap", big_sign, big_exp, big_sig, small_sig, distance, eff_sub, *specials)
         aligned, sticky = shift_right_sticky(m, Cat(Const(0, _EXTRA), small_sig), distance, "align")
