@@ -25,13 +25,14 @@ class FAdd(wiring.Component):
     ("sum"), after the normalising shift ("norm"), after the operand swap ("swap"), between
     the leading-zero count and the normalising shift ("lzc"), between the aligning shift
     and the add ("align"), and at a target clock only (CLOCK_CUTS, hw.pipeline.float_stages)
-    after the rounding add ("pack") and between the magnitude compare and the operand swap it
-    selects ("order"), enabled in that order; the result appears `latency` = stages - 1 cycles
-    after the operands.
+    after the rounding add ("pack"), between the magnitude compare and the operand swap it
+    selects ("order") and on the operands as they arrive ("inputs": the unit's own copies,
+    where another unit reads the same value), enabled in that order; the result appears
+    `latency` = stages - 1 cycles after the operands.
     """
 
-    CUTS = ("sum", "norm", "swap", "lzc", "align", "pack", "order")
-    CLOCK_CUTS = ("pack", "order")
+    CUTS = ("sum", "norm", "swap", "lzc", "align", "pack", "order", "inputs")
+    CLOCK_CUTS = ("pack", "order", "inputs")
 
     def __init__(self, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep",
                  subtract: bool = False, stages: int = 1):
@@ -48,9 +49,10 @@ class FAdd(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         fmt = self.fmt
-        b_bits = self.b ^ fmt.sign_mask if self.subtract else self.b
         pipe = Pipe(m, self.CUTS, self.stages)
-        a = unpack(m, fmt, self.a, self.subnormals, "a")
+        a_bits, b_bits = pipe.cut("inputs", self.a, self.b, duplicate=True)
+        b_bits = b_bits ^ fmt.sign_mask if self.subtract else b_bits
+        a = unpack(m, fmt, a_bits, self.subnormals, "a")
         b = unpack(m, fmt, b_bits, self.subnormals, "b")
         # the special cases, decided from the operands alone, travel along with the value
         specials = (a.is_nan | b.is_nan | (a.is_inf & b.is_inf & (a.sign ^ b.sign)),   # NaN

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 
-from ..synth.rtlil_text import DATA_ATTRIBUTE
+from ..synth.rtlil_text import DATA_ATTRIBUTE, DUPLICATE_ATTRIBUTE
 from .formats import FloatFormat
 
 
@@ -278,14 +278,16 @@ class Pipe:
         self.enabled = frozenset(order[:stages - 1])
         self.latency = len(self.enabled)
 
-    def cut(self, name: str, *values):
+    def cut(self, name: str, *values, duplicate: bool = False):
+        """`duplicate`: the registers are the unit's own even where another unit's have the same
+        inputs (DUPLICATE_ATTRIBUTE: Yosys would merge them), so each sits by its unit."""
         if name not in self.enabled:
             return values if len(values) != 1 else values[0]
         out = []
         for i, v in enumerate(values):
             v = Value.cast(v)
-            reg = Signal(v.shape(), name=f"{name}_q{i}", reset_less=True,
-                         attrs={DATA_ATTRIBUTE: 1})   # data: hw.datapath.Datapath.register
+            reg = Signal(v.shape(), name=f"{name}_q{i}", reset_less=True,   # data: hw.datapath.Datapath.register
+                         attrs={DATA_ATTRIBUTE: 1} | ({DUPLICATE_ATTRIBUTE: 1} if duplicate else {}))
             self.m.d.sync += reg.eq(v)
             out.append(reg)
         return tuple(out) if len(out) != 1 else out[0]

@@ -21,13 +21,14 @@ class FMul(wiring.Component):
     and the rounding add ("round"), after that add ("pack"), before the denormalising
     shift ("denorm"), after four half-width partial products ("partial"), between the
     leading-zero count and the shift that normalise a subnormal operand ("subnorm") and, at a
-    target clock only (CLOCK_CUTS), after the sum of the two middle partial products ("sums"),
-    enabled in that order; the result appears
+    target clock only (CLOCK_CUTS), after the sum of the two middle partial products ("sums")
+    and on the operands as they arrive ("inputs", the unit's own copies), enabled in that order;
+    the result appears
     `latency` = stages - 1 cycles after the operands.
     """
 
-    CUTS = ("product", "operands", "round", "pack", "denorm", "partial", "subnorm", "sums")
-    CLOCK_CUTS = ("sums",)
+    CUTS = ("product", "operands", "round", "pack", "denorm", "partial", "subnorm", "sums", "inputs")
+    CLOCK_CUTS = ("sums", "inputs")
 
     def __init__(self, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep", stages: int = 1):
         self.fmt = check_format(fmt)
@@ -41,8 +42,9 @@ class FMul(wiring.Component):
         m = Module()
         fmt = self.fmt
         pipe = Pipe(m, self.CUTS, self.stages)
-        a = unpack(m, fmt, self.a, self.subnormals, "a")
-        b = unpack(m, fmt, self.b, self.subnormals, "b")
+        a_bits, b_bits = pipe.cut("inputs", self.a, self.b, duplicate=True)
+        a = unpack(m, fmt, a_bits, self.subnormals, "a")
+        b = unpack(m, fmt, b_bits, self.subnormals, "b")
 
         # exponent of the product before normalisations, and the special cases
         exp_ab = Signal(signed(fmt.exp_bits + 4), name="exp_ab")

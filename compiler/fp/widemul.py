@@ -20,8 +20,10 @@ from .formats import FloatFormat, check_format, check_subnormals
 # Register boundaries, in the order they are enabled: after the significand product ("product":
 # a DSP block's output register), before it ("operands": its input registers), between the
 # leading-zero count and the normalising shift ("norm"); then registers on the result only
-# ("out0".."out3"), so the unit takes any `stages` a multiplier (FMul) takes.
-_CUTS = ("product", "operands", "norm", "out0", "out1", "out2", "out3")
+# ("out0".."out3", so that at fp_pipeline 3 the unit takes as many stages as a multiplier, FMul);
+# at a target clock (CLOCK_CUTS) also on the operands as they arrive ("inputs": the unit's own
+# copies, where another unit reads the same value).
+_CUTS = ("product", "operands", "norm", "out0", "out1", "out2", "out3", "inputs")
 
 
 def exact_in(src: FloatFormat, dst: FloatFormat) -> bool:
@@ -40,6 +42,7 @@ class FWideMul(wiring.Component):
     registers the result stages - 1 times (latency stages - 1, like FMul)."""
 
     CUTS = _CUTS
+    CLOCK_CUTS = ("inputs",)
 
     def __init__(self, src_fmt: FloatFormat, dst_fmt: FloatFormat, subnormals: str = "keep", stages: int = 1):
         self.src_fmt = check_format(src_fmt, "src_fmt")
@@ -55,10 +58,11 @@ class FWideMul(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         src, dst = self.src_fmt, self.dst_fmt
-        a = unpack(m, src, self.a, self.subnormals, "a")
-        b = unpack(m, src, self.b, self.subnormals, "b")
-        p = src.precision
         pipe = Pipe(m, _CUTS, self.stages)
+        a_bits, b_bits = pipe.cut("inputs", self.a, self.b, duplicate=True)
+        a = unpack(m, src, a_bits, self.subnormals, "a")
+        b = unpack(m, src, b_bits, self.subnormals, "b")
+        p = src.precision
         sign = a.sign ^ b.sign
         # value = product * 2**(ea + eb - 2 bias - 2 man); its top bit (2p - 1) has weight 2**1
         exp_ab = Signal(signed(bits_for(2 * src.exp_max_field + dst.bias) + 2), name="exp_ab")
@@ -84,7 +88,7 @@ class FWideMul(wiring.Component):
         m.d.comb += finite.eq(Cat(Const(0, dst.man_bits - len(man)), man, exp[:dst.exp_bits], sign))
         y = special_mux(m, dst, finite=finite, is_nan=is_nan, is_inf=is_inf, inf_sign=sign,
                         is_zero=is_zero, zero_sign=sign, name="wmul")
-        for name in _CUTS[3:]:
+        for name in ("out0", "out1", "out2", "out3"):
             y = pipe.cut(name, y)
         m.d.comb += self.y.eq(y)
         return m

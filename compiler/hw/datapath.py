@@ -29,16 +29,13 @@ from ..errors import UnsupportedError
 from ..ranges import Interval
 from ..passes.signed_digits import shift_add_digits
 from ..synth.multipliers import PRODUCT_PREFIX
-from ..synth.rtlil_text import DATA_ATTRIBUTE
+from ..synth.rtlil_text import DATA_ATTRIBUTE, DUPLICATE_ATTRIBUTE  # noqa: F401 (DUPLICATE_ATTRIBUTE: its users import it from here)
 from . import dsp_fields, dsp_pack, floatops
 from .dsp_pack import ProductPack
 from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, counter_times_constant, operand_offsets, schedule
 
 K = ir.OpKind
 
-DUPLICATE_ATTRIBUTE = "tinyhw_dup"
-"""Wire attribute of registers duplicated on purpose; compiler/synth/area.py marks the flip-flops
-that drive them `keep`, which Yosys's opt_merge respects (it merges identical flip-flops)."""
 
 DATA = {DATA_ATTRIBUTE: 1}
 """The attributes of a reset-less register's signal (synth.rtlil_text.DATA_ATTRIBUTE)."""

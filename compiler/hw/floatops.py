@@ -105,7 +105,7 @@ def wide_product_sources(v: ir.Op) -> list[ir.Value] | None:
 def max_stages(v: ir.Op, clock: bool = False) -> int:
     """Pipeline stages the unit of float op `v` can be cut into (1: not pipelined); its
     CLOCK_CUTS boundaries (the last of its CUTS) count only at a target clock (`clock`)."""
-    unit = unit_of(v)
+    unit = FWideMul if wide_product_sources(v) is not None else unit_of(v)
     if unit is None:
         return 1
     top = len(unit.CUTS) + 1 - (0 if clock else len(getattr(unit, "CLOCK_CUTS", ())))

@@ -35,6 +35,11 @@ _SHORT_ZERO_INIT = contextvars.ContextVar("tinyhw_short_zero_init", default=Fals
 ROM_ATTRIBUTE = "tinyhw_rom"
 """A read-only memory (weights="constant", hw/kernel.py): its zeros are its contents, kept."""
 
+DUPLICATE_ATTRIBUTE = "tinyhw_dup"
+"""Wire attribute of registers duplicated on purpose (hw.datapath.Copies, a float unit's own input
+registers: fp.common.Pipe); compiler/synth/area.py marks the flip-flops that drive them `keep`,
+which Yosys's opt_merge respects (it merges identical flip-flops)."""
+
 DATA_ATTRIBUTE = "tinyhw_data"
 """Wire attribute of reset-less registers (data, hw.datapath.Datapath.register): nothing reads
 what one holds before it is first written, so synth/area.py drops their initial value
