@@ -26,13 +26,14 @@ class FAdd(wiring.Component):
     the leading-zero count and the normalising shift ("lzc"), between the aligning shift
     and the add ("align"), and at a target clock only (CLOCK_CUTS, hw.pipeline.float_stages)
     after the rounding add ("pack"), between the magnitude compare and the operand swap it
-    selects ("order") and on the operands as they arrive ("inputs": the unit's own copies,
-    where another unit reads the same value), enabled in that order; the result appears
+    selects ("order"), on the operands as they arrive ("inputs": the unit's own copies, where
+    another unit reads the same value) and inside the leading-zero count, after its 8-bit
+    slices ("count"), enabled in that order; the result appears
     `latency` = stages - 1 cycles after the operands.
     """
 
-    CUTS = ("sum", "norm", "swap", "lzc", "align", "pack", "order", "inputs")
-    CLOCK_CUTS = ("pack", "order", "inputs")
+    CUTS = ("sum", "norm", "swap", "lzc", "align", "pack", "order", "inputs", "count")
+    CLOCK_CUTS = ("pack", "order", "inputs", "count")
 
     def __init__(self, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep",
                  subtract: bool = False, stages: int = 1):
@@ -140,7 +141,15 @@ class FAdd(wiring.Component):
             shift = Signal(len(lz), name="norm_shift")
             m.d.comb += shift.eq(Mux(lz > big_exp, big_exp, lz))
         else:
-            shift = leading_zeros(m, total | cap, "norm")
+            held = (big_exp, total, *carry)
+
+            def cut(slices: list) -> list:       # at a target clock: the slices' counts registered
+                nonlocal held
+                out = pipe.cut("count", *slices, *held)
+                held = out[len(slices):]
+                return list(out[:len(slices)])
+            shift = leading_zeros(m, total | cap, "norm", cut=cut)
+            big_exp, total, *carry = held
         big_exp, total, shift, *carry = pipe.cut("lzc", big_exp, total, shift, *carry)
         norm = shift_left(m, total, shift, "norm")
         exp = Signal(signed(self.fmt.exp_bits + 2), name="norm_exp")

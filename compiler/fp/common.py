@@ -17,6 +17,7 @@ test_pipeline's pipelined units (CXXRTL) take 54 s instead of 64 (cold caches, a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 
@@ -78,13 +79,21 @@ def bits_for(n: int) -> int:
     return max(1, n.bit_length())
 
 
-def leading_zeros(m: Module, value: Value, name: str) -> Value:
+CUT_SLICE = 8
+"""Bits of the slices a split leading-zero count registers (leading_zeros' `cut`)."""
+
+
+def leading_zeros(m: Module, value: Value, name: str, cut: Callable[[list], list] | None = None) -> Value:
     """Count of leading zeros of `value` (its width when it is zero), as a balanced tree.
 
     The input is padded at the bottom with ones to a power of two, so the padded word is never
     all zero and the count saturates at the true width. Each tree level merges two halves: if
     the upper half is all zero the count is half + count(lower), else count(upper). This is
     the classic LZC tree; it maps to a few LUT levels instead of a long priority chain.
+
+    `cut` (optional) takes the (all_zero, count) pairs of the tree's 8-bit slices, flattened, and
+    returns them registered (a pipelined unit's boundary, with the caller's other values): the
+    slices' counts in one stage, their merging in the next.
     """
     width = len(value)
     size = 1
@@ -108,7 +117,21 @@ def leading_zeros(m: Module, value: Value, name: str) -> Value:
         m.d.comb += [zero.eq(hi_zero & lo_zero), count.eq(Cat(Mux(hi_zero, lo_count, hi_count), hi_zero))]
         return zero, count
 
-    all_zero, count = tree(padded)
+    if cut is None or size <= CUT_SLICE:
+        all_zero, count = tree(padded)
+    else:
+        slices = [tree(padded[k:k + CUT_SLICE]) for k in range(0, size, CUT_SLICE)]
+        flat = cut([x for pair in slices for x in pair])
+        pairs = [(flat[k], flat[k + 1]) for k in range(0, len(flat), 2)]
+        while len(pairs) > 1:           # merge neighbours, the upper half of each pair the high one
+            merged = []
+            for (lo_zero, lo_count), (hi_zero, hi_count) in zip(pairs[::2], pairs[1::2]):
+                zero, count = Signal(name=f"{name}_lz{level}_zero"), Signal(len(hi_count) + 1, name=f"{name}_lz{level}")
+                level += 1
+                m.d.comb += [zero.eq(hi_zero & lo_zero), count.eq(Cat(Mux(hi_zero, lo_count, hi_count), hi_zero))]
+                merged.append((zero, count))
+            pairs = merged
+        all_zero, count = pairs[0]
     out = Signal(bits_for(width), name=f"{name}_lz")
     if size > width:
         m.d.comb += out.eq(count)            # padding ones stop the count at `width`

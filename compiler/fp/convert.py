@@ -143,8 +143,9 @@ class FloatToFloat(wiring.Component):
     (rne) or the largest finite number (rtz); inf stays inf; NaN gives the canonical quiet NaN.
     subnormals="flush": subnormal inputs read as signed zeros and results below the smallest
     normal (after rounding, see `round_pack`) become signed zeros. `stages` = 2 puts a
-    register boundary before the rounding ("norm"), 3 (at a target clock: CLOCK_CUTS) another
-    after the rounding add ("pack"): the result appears stages - 1 cycles after the operand.
+    register boundary before the rounding ("norm"); at a target clock (CLOCK_CUTS) up to two
+    more, after the rounding add ("pack") and on the operand as it arrives ("inputs", the unit's
+    own copy): the result appears stages - 1 cycles after the operand.
 
     emulated=True is tinygrad's software conversion (tinygrad/codegen/decomp/dtype.py `f2f`,
     how its PYTHON device stores and loads half below Python 3.12): subnormal inputs read as
@@ -154,8 +155,8 @@ class FloatToFloat(wiring.Component):
     rounding gives 65504 and 2**-14); the rest rounds to nearest even.
     """
 
-    CUTS = ("norm", "pack")
-    CLOCK_CUTS = ("pack",)
+    CUTS = ("norm", "pack", "inputs")
+    CLOCK_CUTS = ("pack", "inputs")
 
     def __init__(self, src_fmt: FloatFormat, dst_fmt: FloatFormat, rounding: str = "rne",
                  subnormals: str = "keep", stages: int = 1, emulated: bool = False):
@@ -176,7 +177,8 @@ class FloatToFloat(wiring.Component):
         m = Module()
         src, dst = self.src_fmt, self.dst_fmt
         pipe = Pipe(m, self.CUTS, self.stages)
-        x = unpack(m, src, self.a, "flush" if self.emulated else self.subnormals, "a")
+        a = pipe.cut("inputs", self.a, duplicate=True)
+        x = unpack(m, src, a, "flush" if self.emulated else self.subnormals, "a")
         specials = (x.is_nan, x.is_inf, x.is_zero, x.sign)
         if self.emulated:
             specials = self._emulated_range(x)

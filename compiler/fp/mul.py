@@ -118,6 +118,8 @@ class FMul(wiring.Component):
         pick = Signal(p, name="sub_sig")
         other = Signal(p, name="other_sig")
         m.d.comb += [pick.eq(Mux(a_sub, a.sig, b.sig)), other.eq(Mux(a_sub, b.sig, a.sig))]
-        lz = leading_zeros(m, pick, "sub")
+        # both operands' counts beside the pick, then a pick of the count: no multiplexer before it
+        lz = Signal(range(p + 1), name="sub_lz")
+        m.d.comb += lz.eq(Mux(a_sub, leading_zeros(m, a.sig, "sub_a"), leading_zeros(m, b.sig, "sub_b")))
         pick, other, lz, *carry = pipe.cut("subnorm", pick, other, lz, *carry)
         return shift_left(m, pick, lz, "sub"), other, lz, p, carry

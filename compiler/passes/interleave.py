@@ -16,7 +16,7 @@ def interleave_ways(level: int, rows: int | None = None, clock: bool = False) ->
     """Rows interleaved through a float sum at fp_pipeline `level` (`clock`: at a target clock).
 
     At least L = min(2**level, 6), the stages of its adder (pipeline.float_stages; at a target
-    clock all of FAdd's, 9: its CLOCK_CUTS too). Given the
+    clock all of FAdd's, 10: its CLOCK_CUTS too). Given the
     nest's `rows`, the L' in [L, 2L] that computes the fewest row slots ceil(rows / L') * L'
     (the smallest such): rows past the end cost a full pass of the reduction each, while a
     way beyond the adder's stages costs one register of delay line. The GEMV's 32 rows a
