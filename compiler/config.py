@@ -197,10 +197,10 @@ class HardwareConfig:
         clips, multiplexers and shifts are counted; a value the next ops read more than
         pipeline.FANOUT_USES times reaches them through registered copies (as with
         adder_levels > 1). Float units take every register boundary they have, the ones only a
-        target clock uses too (their CLOCK_CUTS: FAdd 10 stages, FMul 10, FloatToFloat 4, IntToFloat 5;
-        pipeline.float_stages); the delay model does not time them. Why: every latency and
-        throughput figure is cycles / Fmax, and a
-        stage holding a multiplier, an adder tree and a route across the die halves the clock.
+        target clock uses too (their CLOCK_CUTS: FAdd 10 stages, FMul 10, FloatToFloat 4,
+        IntToFloat 5; pipeline.float_stages); the delay model does not time them. Why: every
+        latency and throughput figure is cycles / Fmax, and a stage holding a multiplier, an
+        adder tree and a route across the die halves the clock.
         Cost: cycles (a stage per register level, once per kernel run) and flip-flops. The
         cycle model stays exact and results bit-exact (only where registers go changes).
         `Design.timing_estimate()` gives the model's Fmax for the built design (a row's

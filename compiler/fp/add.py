@@ -71,10 +71,9 @@ class FAdd(wiring.Component):
         exp, norm, (big_sign, is_zero, *specials) = self._normalise(m, pipe, big_exp, total, cap,
                                                                     (big_sign, is_zero, *specials))
         big_sign, exp, norm, is_zero, *specials = pipe.cut("norm", big_sign, exp, norm, is_zero, *specials)
-        finite = round_pack(m, fmt, rounding=self.rounding, subnormals=self.subnormals,
-                            sign=big_sign, exp=exp, sig=norm, exp_range=(1, fmt.max_exp_field + 1),
-                            may_be_tiny=True, pipe=pipe, carry=(is_zero, *specials))
-        finite, (is_zero, *specials) = finite
+        finite, (is_zero, *specials) = round_pack(
+            m, fmt, rounding=self.rounding, subnormals=self.subnormals, sign=big_sign, exp=exp, sig=norm,
+            exp_range=(1, fmt.max_exp_field + 1), may_be_tiny=True, pipe=pipe, carry=(is_zero, *specials))
         is_nan, is_inf, inf_sign, zero_sign = specials
         m.d.comb += self.y.eq(special_mux(
             m, fmt, finite=finite, is_nan=is_nan, is_inf=is_inf, inf_sign=inf_sign,
