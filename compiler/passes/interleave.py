@@ -15,18 +15,21 @@ K = ir.OpKind
 def interleave_ways(level: int, rows: int | None = None, clock: bool = False) -> int:
     """Rows interleaved through a float sum at fp_pipeline `level` (`clock`: at a target clock).
 
-    At least L = min(2**level, 6), the stages of its adder (pipeline.float_stages; at a target
-    clock all of FAdd's, 10: its CLOCK_CUTS too). Given the
+    At least L = min(2**level, 6), the stages of its adder (pipeline.float_stages). Given the
     nest's `rows`, the L' in [L, 2L] that computes the fewest row slots ceil(rows / L') * L'
     (the smallest such): rows past the end cost a full pass of the reduction each, while a
     way beyond the adder's stages costs one register of delay line. The GEMV's 32 rows a
-    lane at L = 6: 36 slots; at L' = 8: 32, 11% fewer cycles for 2 more ring registers."""
+    lane at L = 6: 36 slots; at L' = 8: 32, 11% fewer cycles for 2 more ring registers. At a
+    target clock, of the L' with the fewest slots the one that gives the adder the most of its
+    stages (FAdd's 10 with its CLOCK_CUTS; its ring takes min(L', 10)): forcing L' = 10 took a
+    convolution's 2-row nests from 1,114 to 1,852 cycles."""
     from ..fp import FAdd
-    top = len(FAdd.CUTS) + 1 - (0 if clock else len(FAdd.CLOCK_CUTS))
-    least = (top if clock else min(2 ** level, top)) if level > 0 else 1
+    least = min(2 ** level, len(FAdd.CUTS) + 1 - len(FAdd.CLOCK_CUTS)) if level > 0 else 1
     if least == 1 or rows is None:
         return least
-    return min(range(least, 2 * least + 1), key=lambda w: (-(-rows // w) * w, w))
+    top = len(FAdd.CUTS) + 1
+    return min(range(least, 2 * least + 1),
+               key=lambda w: (-(-rows // w) * w, -min(w, top) if clock else w, w))
 
 
 def interleave(kernel: ir.KernelIR, level: int, clock: bool = False) -> ir.KernelIR:
