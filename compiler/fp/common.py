@@ -103,19 +103,23 @@ def leading_zeros(m: Module, value: Value, name: str, cut: Callable[[list], list
     m.d.comb += padded.eq(Cat(Const((1 << (size - width)) - 1, size - width), value) if size > width else value)
     level = 0
 
-    def tree(bits: Value) -> tuple[Value, Value]:
-        """(all_zero, count) for a power-of-two slice; count has log2(len) bits."""
+    def merge(lo: tuple[Value, Value], hi: tuple[Value, Value]) -> tuple[Value, Value]:
+        """(all_zero, count) of two neighbouring slices' (the upper one `hi`)."""
         nonlocal level
-        if len(bits) == 2:
-            return ~(bits[0] | bits[1]), ~bits[1]
-        half = len(bits) // 2
-        lo_zero, lo_count = tree(bits[:half])
-        hi_zero, hi_count = tree(bits[half:])
+        (lo_zero, lo_count), (hi_zero, hi_count) = lo, hi
         # each half's flag is read twice above it: named (module docstring)
         zero, count = Signal(name=f"{name}_lz{level}_zero"), Signal(len(hi_count) + 1, name=f"{name}_lz{level}")
         level += 1
         m.d.comb += [zero.eq(hi_zero & lo_zero), count.eq(Cat(Mux(hi_zero, lo_count, hi_count), hi_zero))]
         return zero, count
+
+    def tree(bits: Value) -> tuple[Value, Value]:
+        """(all_zero, count) for a power-of-two slice; count has log2(len) bits."""
+        if len(bits) == 2:
+            return ~(bits[0] | bits[1]), ~bits[1]
+        half = len(bits) // 2
+        lo = tree(bits[:half])
+        return merge(lo, tree(bits[half:]))
 
     if cut is None or size <= CUT_SLICE:
         all_zero, count = tree(padded)
@@ -123,14 +127,8 @@ def leading_zeros(m: Module, value: Value, name: str, cut: Callable[[list], list
         slices = [tree(padded[k:k + CUT_SLICE]) for k in range(0, size, CUT_SLICE)]
         flat = cut([x for pair in slices for x in pair])
         pairs = [(flat[k], flat[k + 1]) for k in range(0, len(flat), 2)]
-        while len(pairs) > 1:           # merge neighbours, the upper half of each pair the high one
-            merged = []
-            for (lo_zero, lo_count), (hi_zero, hi_count) in zip(pairs[::2], pairs[1::2]):
-                zero, count = Signal(name=f"{name}_lz{level}_zero"), Signal(len(hi_count) + 1, name=f"{name}_lz{level}")
-                level += 1
-                m.d.comb += [zero.eq(hi_zero & lo_zero), count.eq(Cat(Mux(hi_zero, lo_count, hi_count), hi_zero))]
-                merged.append((zero, count))
-            pairs = merged
+        while len(pairs) > 1:           # merge neighbours, lower slice first
+            pairs = [merge(lo, hi) for lo, hi in zip(pairs[::2], pairs[1::2])]
         all_zero, count = pairs[0]
     out = Signal(bits_for(width), name=f"{name}_lz")
     if size > width:
