@@ -181,9 +181,25 @@ def shift_right_sticky(m: Module, value: Value, amount: Value, name: str) -> tup
     return shifted, sticky_sig
 
 
+def denormalise(m: Module, subnormals: str, exp: Value, exp_lo: int, name: str) -> tuple[Value, Value]:
+    """(the right shift that moves a value of biased exponent `exp` onto the subnormal grid,
+    the exponent after it): 1 - exp and 1 where exp < 1, else 0 and exp; (0, exp) where nothing
+    can be below the smallest normal (`exp_lo` >= 1) or subnormals are flushed. round_pack's
+    gradual underflow; a unit that knows its exponent's candidates before its significand
+    computes this for each beforehand and picks (FMul), so no carry chain follows the pick."""
+    if not (subnormals == "keep" and exp_lo < 1):
+        return Const(0, 1), exp
+    tiny = exp < 1
+    amount_width = bits_for(max(1 - exp_lo, 0))
+    amount = Signal(amount_width, name=f"{name}_denorm_amount")
+    m.d.comb += amount.eq(Mux(tiny, (1 - exp)[:amount_width], 0))
+    return amount, Mux(tiny, 1, exp)
+
+
 def round_pack(m: Module, fmt: FloatFormat, *, rounding: str, subnormals: str, sign: Value,
                exp: Value, sig: Value, exp_range: tuple[int, int], may_be_tiny: bool,
-               name: str = "rnd", pipe: "Pipe | None" = None, carry: tuple = ()) -> Value:
+               name: str = "rnd", pipe: "Pipe | None" = None, carry: tuple = (),
+               denormalised: Value | None = None) -> Value:
     """Round a finite nonzero value to `fmt` and return its bit pattern.
 
     The value is sig / 2**(len(sig)-1) * 2**(exp - bias): `sig` holds the significand with its
@@ -209,12 +225,13 @@ def round_pack(m: Module, fmt: FloatFormat, *, rounding: str, subnormals: str, s
     `pipe` (optional) may put register boundaries there: "denorm" before the denormalising
     shift, "round" between it and the rounding add, "pack" after the add; `carry` are the
     caller's values that must cross them too. With `carry` given, returns (bit pattern,
-    carried values).
+    carried values). `denormalised`: the shift amount the caller computed with `denormalise`,
+    `exp` then being the exponent it returned.
     """
     exp_lo, exp_hi = exp_range
-    denormalise = subnormals == "keep" and exp_lo < 1
+    gradual = subnormals == "keep" and exp_lo < 1
     # Pad narrow inputs with zeros; a denormalising shift needs a guard bit to shift into.
-    min_extra = 1 if denormalise else 0
+    min_extra = 1 if gradual else 0
     extra = len(sig) - fmt.precision
     if extra < min_extra:
         sig, extra = Cat(Const(0, min_extra - extra), sig), min_extra
@@ -225,17 +242,11 @@ def round_pack(m: Module, fmt: FloatFormat, *, rounding: str, subnormals: str, s
 
     sticky_in = Const(0, 1)
     carried = list(carry)
-    amount = Const(0, 1)
-    if denormalise:
-        # Gradual underflow: move the value onto the subnormal grid (exponent 1).
-        tiny = exp < 1
-        amount_width = bits_for(max(1 - exp_lo, 0))
-        amount = Signal(amount_width, name=f"{name}_denorm_amount")
-        m.d.comb += amount.eq(Mux(tiny, (1 - exp)[:amount_width], 0))
-        exp = Mux(tiny, 1, exp)
+    # Gradual underflow: move the value onto the subnormal grid (exponent 1).
+    amount, exp = (denormalised, exp) if denormalised is not None else denormalise(m, subnormals, exp, exp_lo, name)
     if pipe is not None:                # (also without the shift: a unit's latency is its cut count)
         sig, exp, amount, sign, *carried = pipe.cut("denorm", sig, exp, amount, sign, *carried)
-    if denormalise:
+    if gradual:
         sig, sticky_in = shift_right_sticky(m, sig, amount, f"{name}_denorm")
     if pipe is not None:
         sig, exp, sticky_in, sign, *carried = pipe.cut("round", sig, exp, sticky_in, sign, *carried)

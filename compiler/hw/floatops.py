@@ -102,13 +102,18 @@ def wide_product_sources(v: ir.Op) -> list[ir.Value] | None:
     return [s.srcs[0] for s in v.srcs] if tested and exact_in(fmt_of(d), fmt_of(v.dtype)) else None
 
 
+def unit_stages(unit: type, clock: bool = False) -> int:
+    """Pipeline stages a float unit class can be cut into: one more than its boundaries, its
+    CLOCK_CUTS (the last of its CUTS) counted only at a target clock (`clock`)."""
+    return len(unit.CUTS) + 1 - (0 if clock else len(getattr(unit, "CLOCK_CUTS", ())))
+
+
 def max_stages(v: ir.Op, clock: bool = False) -> int:
-    """Pipeline stages the unit of float op `v` can be cut into (1: not pipelined); its
-    CLOCK_CUTS boundaries (the last of its CUTS) count only at a target clock (`clock`)."""
+    """Pipeline stages the unit of float op `v` can be cut into (1: not pipelined): unit_stages."""
     unit = FWideMul if wide_product_sources(v) is not None else unit_of(v)
     if unit is None:
         return 1
-    top = len(unit.CUTS) + 1 - (0 if clock else len(getattr(unit, "CLOCK_CUTS", ())))
+    top = unit_stages(unit, clock)
     if unit in (fp.FDiv, fp.FSqrt):      # a recurrence has no more boundaries than segments (fp8: 6 to 8)
         p = fmt_of(_float_dtype(v)).precision
         top = min(top, (p + 2 if unit is fp.FDiv else p + 1) + 2)
@@ -148,7 +153,9 @@ class FloatOps:
         if op is K.BITCAST:
             return s[0]
         if op in (K.ADD, K.SUB):
-            return self.unit(fp.FAdd(fmt_of(d), rnd, sub, subtract=op is K.SUB, **n), op.value, a=s[0], b=s[1]).y
+            clock = self.config.target_mhz is not None      # a ring's adder may have fewer stages
+            return self.unit(fp.FAdd(fmt_of(d), rnd, sub, subtract=op is K.SUB, clock=clock, **n),
+                             op.value, a=s[0], b=s[1]).y
         if op is K.MUL:
             return self.unit(fp.FMul(fmt_of(d), rnd, sub, **n), "mul", a=s[0], b=s[1]).y
         if op is K.MAX:

@@ -24,10 +24,11 @@ def interleave_ways(level: int, rows: int | None = None, clock: bool = False) ->
     stages (FAdd's 10 with its CLOCK_CUTS; its ring takes min(L', 10)): forcing L' = 10 took a
     convolution's 2-row nests from 1,114 to 1,852 cycles."""
     from ..fp import FAdd
-    least = min(2 ** level, len(FAdd.CUTS) + 1 - len(FAdd.CLOCK_CUTS)) if level > 0 else 1
+    from ..hw.floatops import unit_stages
+    least = min(2 ** level, unit_stages(FAdd)) if level > 0 else 1
     if least == 1 or rows is None:
         return least
-    top = len(FAdd.CUTS) + 1
+    top = unit_stages(FAdd, clock=True)
     return min(range(least, 2 * least + 1),
                key=lambda w: (-(-rows // w) * w, -min(w, top) if clock else w, w))
 
