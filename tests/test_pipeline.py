@@ -62,6 +62,8 @@ def _unit_bank(fmt, latency: int, modes) -> tuple[Bank, dict]:
         if latency < ADD_STAGES:
             units[f"add_{r}_{s}"] = (FAdd(fmt, r, s, stages=latency + 1), {"a": "a", "b": "b"})
             units[f"sub_{r}_{s}"] = (FAdd(fmt, r, s, subtract=True, stages=latency + 1), {"a": "a", "b": "b"})
+        if latency < ADD_STAGES - 2:        # at a target clock: other boundaries (FAdd.CLOCK_ORDER)
+            units[f"cadd_{r}_{s}"] = (FAdd(fmt, r, s, stages=latency + 1, clock=True), {"a": "a", "b": "b"})
         units[f"mul_{r}_{s}"] = (FMul(fmt, r, s, stages=latency + 1), {"a": "a", "b": "b"})
         if fmt is FP16 and latency < len(FWideMul.CUTS) + 1:    # the exact product of halves in float32
             units[f"wmul_{s}"] = (FWideMul(fmt, F32, s, stages=latency + 1), {"a": "a", "b": "b"})
@@ -95,6 +97,9 @@ def _check_units(fmts, modes, every: int):
                                    ins["a"], ins["b"])
                 assert_same_floats(out[f"sub_{r}_{s}_y"], R.add(ins["a"], ins["b"], fmt, r, s, subtract=True), fmt,
                                    f"sub {what}", ins["a"], ins["b"])
+            if f"cadd_{r}_{s}_y" in out:
+                assert_same_floats(out[f"cadd_{r}_{s}_y"], R.add(ins["a"], ins["b"], fmt, r, s), fmt,
+                                   f"add at a clock {what}", ins["a"], ins["b"])
             assert_same_floats(out[f"mul_{r}_{s}_y"], R.mul(ins["a"], ins["b"], fmt, r, s), fmt, f"mul {what}",
                                ins["a"], ins["b"])
             if f"wmul_{s}_y" in out:
@@ -114,7 +119,7 @@ def _check_units(fmts, modes, every: int):
 
 @pytest.mark.slow
 def test_pipelined_float_units_are_bit_exact_in_every_format_and_mode():
-    """FAdd at 2..10 stages, FMul at 2..10, FWideMul (fp16 -> fp32) at 2..9, IntToFloat at 2..5,
+    """FAdd at 2..10 stages (and 2..8 in its order at a target clock), FMul at 2..10, FWideMul (fp16 -> fp32) at 2..10, IntToFloat at 2..5,
     FloatToFloat at 2..4, FloatToInt at 2, fed one vector per cycle, against the
     numpy reference in fp32, fp16 and bf16, each rounding and each subnormal mode once (rne with
     subnormals kept, rtz with them flushed): a third of test_fp_units' vectors (those check every
