@@ -79,18 +79,20 @@ class FMul(wiring.Component):
             m.d.comb += product.eq(sum(Mux(y_sig[i], x_sig << i, 0) for i in range(fmt.precision)))
         else:
             m.d.comb += product.eq(x_sig * y_sig)
-        # The product's exponent is exp_sum or exp_sum + 1 (below): both, with their shifts onto
-        # the subnormal grid, computed beside the multiplier, so its top bit only picks one (a
-        # sum, a compare and a subtraction after it were FMul's slowest stage at a target clock).
+        # The product's exponent is exp_sum or exp_sum + 1 (below). With the product registered:
+        # both, with their shifts onto the subnormal grid, computed beside the multiplier, so its
+        # top bit only picks one (a sum, a compare and a subtraction after that register were
+        # FMul's slowest stage at a target clock); combinational, one sum after it (fewer LUTs).
         exp_lo = 1 + 1 - fmt.bias - lz_max
         exp_hi = 2 * fmt.max_exp_field - fmt.bias + 1
+        early = "product" in pipe.enabled
         candidates = []
-        for t in (0, 1):
+        for t in ((0, 1) if early else ()):
             exp_t = Signal(signed(fmt.exp_bits + 4), name=f"exp_{t}")
             m.d.comb += exp_t.eq(exp_sum + t)
             candidates += denormalise(m, self.subnormals, exp_t, exp_lo, f"mul_{t}")
-        product, amount0, exp0, amount1, exp1, sign, *specials = pipe.cut(
-            "product", product, *candidates, sign, *specials)
+        product, exp_sum, sign, *rest = pipe.cut("product", product, exp_sum, sign, *candidates, *specials)
+        candidates, specials = rest[:len(candidates)], rest[len(candidates):]
 
         # Normal significands are in [1, 2), so the product is in [1, 4): its leading one is
         # in bit 2p-1 (weight 2**1) or bit 2p-2. Shift it to the top, keeping p significand
@@ -103,12 +105,18 @@ class FMul(wiring.Component):
         m.d.comb += norm.eq(Mux(top, Cat(low | product[p - 2], product[p - 1:]),
                                 Cat(low, product[p - 2:2 * p - 1])))
         exp = Signal(signed(fmt.exp_bits + 4), name="exp")
-        m.d.comb += exp.eq(Mux(top, exp1, exp0))
+        denormalised = None
+        if early:
+            amount0, exp0, amount1, exp1 = candidates
+            m.d.comb += exp.eq(Mux(top, exp1, exp0))
+            denormalised = Mux(top, amount1, amount0)
+        else:
+            m.d.comb += exp.eq(exp_sum + top)
 
         finite, (sign, is_nan, is_inf, is_zero) = round_pack(
             m, fmt, rounding=self.rounding, subnormals=self.subnormals, sign=sign, exp=exp, sig=norm,
             exp_range=(exp_lo, exp_hi), may_be_tiny=True, pipe=pipe, carry=(sign, *specials),
-            denormalised=Mux(top, amount1, amount0))
+            denormalised=denormalised)
         m.d.comb += self.y.eq(special_mux(
             m, fmt, finite=finite, is_nan=is_nan, is_inf=is_inf, inf_sign=sign,
             is_zero=is_zero, zero_sign=sign, name="mul"))
