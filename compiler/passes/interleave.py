@@ -22,13 +22,10 @@ def interleave_ways(level: int, rows: int | None = None, clock: bool = False) ->
     lane at L = 6: 36 slots; at L' = 8: 32, 11% fewer cycles for 2 more ring registers. At a
     target clock, of the L' with the fewest slots the one that gives the adder the most of its
     stages (FAdd's 10 with its CLOCK_CUTS; its ring takes min(L', 10)): forcing L' = 10 took a
-    convolution's 2-row nests from 1,114 to 1,852 cycles. At a target clock L is one more, so
-    that the adder has a register after its rounding add and one after its aligned add
-    (FAdd.CLOCK_ORDER at 7 stages): at 6 its add and leading-zero count shared a stage, the
-    critical path of a float matmul and convolution at target_mhz 150 (~100 MHz)."""
+    convolution's 2-row nests from 1,114 to 1,852 cycles."""
     from ..fp import FAdd
     from ..hw.floatops import unit_stages
-    least = min(2 ** level, unit_stages(FAdd)) + (1 if clock else 0) if level > 0 else 1
+    least = min(2 ** level, unit_stages(FAdd)) if level > 0 else 1
     if least == 1 or rows is None:
         return least
     top = unit_stages(FAdd, clock=True)
