@@ -61,3 +61,18 @@ def test_nonlinear_points_are_correct(model, dtype, tmp_path):
     m = run(model, dtype, tmp_path)
     assert m.status is Status.OK, m.error
     assert m.correct and m.cycles == m.cycles_model and "tinygrad" in m.check_rule
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, dtype", [("layernorm", "fp16")])
+def test_nonlinear_points_at_a_target_clock(model, dtype, tmp_path):
+    """At a target clock the dividers and square roots take a boundary up to every recurrence
+    row (recurrence.CLOCK_CUTS): still within tolerance, cycles as modelled."""
+    knobs = {"fp_pipeline": 3, "target_mhz": 150}
+    s = parse_spec({"study": "nl", "target": "ecp5", "models": [{"name": model, "builtin": model}],
+                    "dtypes": [dtype], "knobs": {k: [v] for k, v in knobs.items()},
+                    "objectives": ["cycles", "luts"], "search": {"sampler": "grid"}})
+    ctx = EvalContext.from_spec(s, sim_backend="cxxrtl", synthesize=False)
+    m = evaluate(ctx, DesignPoint(model, dtype, FrozenMap(knobs)), tmp_path)
+    assert m.status is Status.OK, m.error
+    assert m.correct and m.cycles == m.cycles_model and "tinygrad" in m.check_rule

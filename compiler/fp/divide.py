@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from .common import check_stages, round_pack, special_mux, unpack
 from .formats import FloatFormat, check_format, check_rounding, check_subnormals
-from .recurrence import CUTS, lowest_exponent, normalised_operand, row_segments
+from .recurrence import CLOCK_CUTS, CUTS, lowest_exponent, normalised_operand, row_segments
 
 
 class FDiv(wiring.Component):
@@ -27,6 +27,7 @@ class FDiv(wiring.Component):
     """
 
     CUTS = CUTS
+    CLOCK_CUTS = CLOCK_CUTS
 
     def __init__(self, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep",
                  reciprocal: bool = False, stages: int = 1):

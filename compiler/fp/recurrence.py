@@ -5,7 +5,7 @@ Both units compute one result bit per row of an unrolled array of compare-subtra
 (radix 2, restoring): no multiplier, no lookup table, and the final remainder gives the
 sticky bit, so the result is correctly rounded by `round_pack` like every other unit. A
 row is a (p+2)-bit subtract, so the combinational path is long; `stages` cuts the array
-into up to 8 evenly spread parts (see `boundary_rows`).
+into up to 8 evenly spread parts (see `boundary_rows`), at a target clock up to one a row.
 """
 from __future__ import annotations
 
@@ -14,22 +14,38 @@ from amaranth.hdl import Module, Signal, Value, signed
 from .common import Pipe, Unpacked, leading_zeros, shift_left
 from .formats import FloatFormat
 
-# Register boundaries, enabled in this order: fractions of the unit's length in eighths,
-# ordered so every prefix is spread evenly (1 cut: the middle; 3: the quarters; 7: eighths).
-CUTS = ("e4", "e2", "e6", "e1", "e3", "e5", "e7")
+_PARTS = 32
+
+
+def _halving_order(parts: int) -> tuple[str, ...]:
+    """"fJ" for the fractions J / parts of a unit's length, ordered so every prefix is spread
+    evenly: the middle, then the quarters, the eighths, and so on."""
+    out, step = [], parts // 2
+    while step >= 1:
+        out += [f"f{j}" for j in range(step, parts, 2 * step)]
+        step //= 2
+    return tuple(out)
+
+
+# Register boundaries, enabled in this order (1 cut: the middle; 3: the quarters; 7: eighths,
+# what fp_pipeline builds at most); at a target clock (CLOCK_CUTS) up to one a segment: a row is
+# a carry chain of p + 3 bits and its select, and eight stages of 3 to 4 rows closed at 39-62 MHz
+# placed alone (docs/float-units.md).
+CUTS = _halving_order(_PARTS)
+CLOCK_CUTS = CUTS[7:]
 
 
 def boundary_rows(rows: int, cuts: int = len(CUTS)) -> dict[str, int]:
     """Cut name -> segment after which its boundary sits, for a unit of `rows` recurrence rows
     with its first `cuts` boundaries enabled.
 
-    The unit is rows + 2 segments long (operand normalisation, the rows, rounding): cut "eJ"
-    sits after segment round(J/8 * (rows + 2)). Distinct for the 16- and 32-bit formats (bf16
-    has the fewest rows, 9 for sqrt); the 8-bit formats have 4 to 6 rows, and where eighths
-    would put two enabled boundaries after one segment they are spread evenly instead."""
+    The unit is rows + 2 segments long (operand normalisation, the rows, rounding): cut "fJ"
+    sits after segment round(J/32 * (rows + 2)). Where two enabled boundaries would sit after
+    one segment (few rows for the cuts: the 8-bit formats' 4 to 6 rows, or a target clock's
+    cut a segment) they are spread evenly instead."""
     total = rows + 2
     names = CUTS[:cuts]
-    out = {name: min(max(round(int(name[1:]) * total / 8), 1), total - 1) for name in names}
+    out = {name: min(max(round(int(name[1:]) * total / _PARTS), 1), total - 1) for name in names}
     if len(set(out.values())) != len(out):
         if len(names) > total - 1:
             raise ValueError(f"{rows} recurrence rows are too few for {len(names)} distinct register boundaries")
