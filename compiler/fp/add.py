@@ -28,8 +28,7 @@ class FAdd(wiring.Component):
     after the rounding add ("pack"), between the magnitude compare and the operand swap it
     selects ("order"), on the operands as they arrive ("inputs": the unit's own copies, where
     another unit reads the same value) and inside the leading-zero count, after its 8-bit
-    slices ("count"), halfway through the aligning shift ("align_mid") and through the
-    normalising shift ("norm_mid"), enabled in that order; the result appears
+    slices ("count"), enabled in that order; the result appears
     `latency` = stages - 1 cycles after the operands. `clock`: built for a target clock, where
     an adder has all its boundaries unless it is a ring's with fewer rows than that (a float
     sum's, passes/interleave): it enables them in CLOCK_ORDER, which puts "pack" before "sum".
@@ -38,9 +37,9 @@ class FAdd(wiring.Component):
     leading-zero count in one.
     """
 
-    CUTS = ("sum", "norm", "swap", "lzc", "align", "pack", "order", "inputs", "count", "align_mid", "norm_mid")
-    CLOCK_CUTS = ("pack", "order", "inputs", "count", "align_mid", "norm_mid")
-    CLOCK_ORDER = ("norm", "swap", "lzc", "align", "pack", "sum", "order", "inputs", "count", "align_mid", "norm_mid")
+    CUTS = ("sum", "norm", "swap", "lzc", "align", "pack", "order", "inputs", "count")
+    CLOCK_CUTS = ("pack", "order", "inputs", "count")
+    CLOCK_ORDER = ("norm", "swap", "lzc", "align", "pack", "sum", "order", "inputs", "count")
 
     def __init__(self, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep",
                  subtract: bool = False, stages: int = 1, clock: bool = False):
@@ -114,9 +113,7 @@ class FAdd(wiring.Component):
         m.d.comb += distance.eq(Mux(a_big, a_minus_b, b_minus_a))
         big_sign, big_exp, big_sig, small_sig, distance, eff_sub, *specials = pipe.cut(
             "swap", big_sign, big_exp, big_sig, small_sig, distance, eff_sub, *specials)
-        cut, after = pipe.carrying("align_mid", big_sign, big_exp, big_sig, eff_sub, *specials)
-        aligned, sticky = shift_right_sticky(m, Cat(Const(0, _EXTRA), small_sig), distance, "align", cut=cut)
-        big_sign, big_exp, big_sig, eff_sub, *specials = after()
+        aligned, sticky = shift_right_sticky(m, Cat(Const(0, _EXTRA), small_sig), distance, "align")
         big_sign, big_exp, big_sig, aligned, sticky, eff_sub, *specials = pipe.cut(
             "align", big_sign, big_exp, big_sig, aligned, sticky, eff_sub, *specials)
 
@@ -149,15 +146,18 @@ class FAdd(wiring.Component):
             lz = leading_zeros(m, total, "norm")
             shift = Signal(len(lz), name="norm_shift")
             m.d.comb += shift.eq(Mux(lz > big_exp, big_exp, lz))
-        else:                                     # at a target clock: the slices' counts registered
-            cut, after = pipe.carrying("count", big_exp, total, *carry)
+        else:
+            held = (big_exp, total, *carry)
+
+            def cut(slices: list) -> list:       # at a target clock: the slices' counts registered
+                nonlocal held
+                out = pipe.cut("count", *slices, *held)
+                held = out[len(slices):]
+                return list(out[:len(slices)])
             shift = leading_zeros(m, total | cap, "norm", cut=cut)
-            big_exp, total, *carry = after()
+            big_exp, total, *carry = held
         big_exp, total, shift, *carry = pipe.cut("lzc", big_exp, total, shift, *carry)
-        # the exponent beside the shift (from the count, before a cut inside the shift)
+        norm = shift_left(m, total, shift, "norm")
         exp = Signal(signed(self.fmt.exp_bits + 2), name="norm_exp")
         m.d.comb += exp.eq(big_exp + 1 - shift)
-        cut, after = pipe.carrying("norm_mid", exp, *carry)
-        norm = shift_left(m, total, shift, "norm", cut=cut)
-        exp, *carry = after()
         return exp, norm, carry

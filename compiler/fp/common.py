@@ -138,23 +138,11 @@ def leading_zeros(m: Module, value: Value, name: str, cut: Callable[[list], list
     return out
 
 
-def _split_level(width: int, amount: Value) -> int:
-    """The level before which a shifter of `width` bits by `amount` is cut in two (its `cut`):
-    half of its multiplexer levels (at the start for a one-bit amount: the cut is always made)."""
-    levels = min(len(amount), bits_for(width - 1) + 1)
-    return min((levels + 1) // 2, len(amount) - 1)
-
-
-def shift_left(m: Module, value: Value, amount: Value, name: str, cut: Callable[[list], list] | None = None) -> Value:
-    """`value << amount`, truncated to len(value); shifts >= len(value) give zero. `cut`
-    (optional, as leading_zeros') registers the partly shifted value and the amount after half
-    the multiplexer levels."""
+def shift_left(m: Module, value: Value, amount: Value, name: str) -> Value:
+    """`value << amount`, truncated to len(value); shifts >= len(value) give zero."""
     width = len(value)
     out = value
-    split = _split_level(width, amount) if cut is not None else None
     for i in range(len(amount)):
-        if i == split:
-            out, amount = cut([out, amount])
         step = 1 << i
         if step >= width:
             out = Mux(amount[i:].any(), 0, out)
@@ -167,41 +155,29 @@ def shift_left(m: Module, value: Value, amount: Value, name: str, cut: Callable[
     return sig
 
 
-def shift_right_sticky(m: Module, value: Value, amount: Value, name: str,
-                       cut: Callable[[list], list] | None = None) -> tuple[Value, Value]:
+def shift_right_sticky(m: Module, value: Value, amount: Value, name: str) -> tuple[Value, Value]:
     """(`value >> amount`, OR of every bit shifted out); shifts >= len(value) give (0, value != 0).
     The sticky bit is not gathered level by level behind the shifter's multiplexers: it is the
     OR of `value`'s bits under a mask of the `amount` lowest positions (a thermometer code of
-    `amount`, a few LUT levels beside the shifter), so it arrives with the shifted value. `cut`
-    (optional, as leading_zeros') registers, after half the multiplexer levels, the partly
-    shifted value, the amount and the sticky bit's ORs of 4-bit groups (whose OR follows)."""
+    `amount`, a few LUT levels beside the shifter), so it arrives with the shifted value."""
     width = len(value)
+    out = value
     below = Const(0, width)                 # bit i set when i < amount: the bits shifted out
     for i in range(len(amount)):
         step = 1 << i
         if step >= width:
-            below = Mux(amount[i:].any(), Const((1 << width) - 1, width), below)
-            break
-        below = Mux(amount[i], Cat(Const((1 << step) - 1, step), below[:width - step]), below)
-    mask = Signal(width, name=f"{name}_shr_mask")
-    m.d.comb += mask.eq(below)
-    groups = [(value & mask).any()] if cut is None else \
-        [(value[k:k + 4] & mask[k:k + 4]).any() for k in range(0, width, 4)]
-    split = _split_level(width, amount) if cut is not None else None
-    out = value
-    for i in range(len(amount)):
-        if i == split:
-            out, amount, *groups = cut([out, amount, *groups])
-        step = 1 << i
-        if step >= width:
-            out = Mux(amount[i:].any(), 0, out)
+            big = amount[i:].any()
+            out = Mux(big, 0, out)
+            below = Mux(big, Const((1 << width) - 1, width), below)
             break
         stage = Signal(width, name=f"{name}_shr{i}")   # read three times by the next stage: named once
         m.d.comb += stage.eq(Mux(amount[i], out[step:], out))
         out = stage
+        below = Mux(amount[i], Cat(Const((1 << step) - 1, step), below[:width - step]), below)
     shifted = Signal(width, name=f"{name}_shr")
+    mask = Signal(width, name=f"{name}_shr_mask")
     sticky_sig = Signal(name=f"{name}_sticky")
-    m.d.comb += [shifted.eq(out), sticky_sig.eq(Cat(*groups).any())]
+    m.d.comb += [shifted.eq(out), mask.eq(below), sticky_sig.eq((value & mask).any())]
     return shifted, sticky_sig
 
 
@@ -347,21 +323,6 @@ class Pipe:
             self.m.d.sync += reg.eq(v)
             out.append(reg)
         return tuple(out) if len(out) != 1 else out[0]
-
-
-    def carrying(self, name: str, *held) -> tuple[Callable[[list], list] | None, Callable[[], list]]:
-        """For a helper that registers values of its own at boundary `name` (leading_zeros and
-        the shifters take a `cut`): (the callback, None where `name` is not enabled; a function
-        giving `held`, the caller's values, after the boundary: they cross it with the helper's)."""
-        state = list(held)
-        if name not in self.enabled:
-            return None, lambda: state
-
-        def cut(values: list) -> list:
-            out = self.cut(name, *values, *state)
-            state[:] = out[len(values):]
-            return list(out[:len(values)])
-        return cut, lambda: state
 
 
 def check_stages(stages, cuts: tuple[str, ...]) -> int:
