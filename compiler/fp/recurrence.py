@@ -29,8 +29,8 @@ def _halving_order(parts: int) -> tuple[str, ...]:
 
 # Register boundaries, enabled in this order (1 cut: the middle; 3: the quarters; 7: eighths,
 # what fp_pipeline builds at most); at a target clock (CLOCK_CUTS) up to one a segment: a row is
-# a carry chain of p + 3 bits and its select, and eight stages of 3 to 4 rows closed at 39-62 MHz
-# placed alone (docs/float-units.md).
+# a carry chain of p + 3 bits and its select, and at eight stages (2 to 4 rows each) dividers
+# placed alone closed at 39-60 MHz, square roots at 62-107 (docs/float-units.md).
 CUTS = _halving_order(_PARTS)
 CLOCK_CUTS = CUTS[7:]
 
