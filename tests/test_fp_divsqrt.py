@@ -24,7 +24,10 @@ MODES = [(r, s) for r in ("rne", "rtz") for s in ("keep", "flush")]
 SEED = 20261123
 
 
-def bank_spec(fmt: FloatFormat, stages: int = 1) -> list[tuple]:
+UNITS = ("div", "rcp", "sqrt", "trunc")
+
+
+def bank_spec(fmt: FloatFormat, stages: int = 1, units: tuple[str, ...] = UNITS) -> list[tuple]:
     n = {"stages": stages} if stages > 1 else {}
     spec = []
     for r, s in MODES:
@@ -33,11 +36,11 @@ def bank_spec(fmt: FloatFormat, stages: int = 1) -> list[tuple]:
         spec.append((f"sqrt_{r}_{s}", FSqrt, (fmt, r, s), n, {"a": "a"}))
     for s in ("keep", "flush") if stages == 1 else ():      # FTrunc is combinational only
         spec.append((f"trunc_{s}", FTrunc, (fmt, s), {}, {"a": "a"}))
-    return spec
+    return [row for row in spec if row[0].split("_")[0] in units]
 
 
-def bank_evaluator(fmt: FloatFormat, stages: int = 1) -> NativeEvaluator:
-    spec = bank_spec(fmt, stages)
+def bank_evaluator(fmt: FloatFormat, stages: int = 1, units: tuple[str, ...] = UNITS) -> NativeEvaluator:
+    spec = bank_spec(fmt, stages, units)
     bank = Bank({"a": fmt.width, "b": fmt.width},
                 {name: (cls(*args, **kw), wires) for name, cls, args, kw, wires in spec})
     fingerprint = source_fingerprint(spec, sources=list(Path(compiler.fp.__file__).parent.glob("*.py")))
@@ -176,12 +179,8 @@ def test_units_at_a_target_clock_match_combinational(runs, fmt):
     k = 30_000
     sub = {name: v[:k] for name, v in ins.items()}
     p = fmt.precision
-    evaluators = []
-    for stages, names in ((p + 4, ("div", "rcp")), (p + 3, ("sqrt",))):
-        spec = [row for row in bank_spec(fmt, stages) if row[0].split("_")[0] in names]
-        bank = Bank({"a": fmt.width, "b": fmt.width},
-                    {name: (cls(*args, **kw), wires) for name, cls, args, kw, wires in spec})
-        evaluators.append((spec, NativeEvaluator(bank, latency=stages - 1)))
+    evaluators = [(bank_spec(fmt, stages, units), bank_evaluator(fmt, stages, units))
+                  for stages, units in ((p + 4, ("div", "rcp")), (p + 3, ("sqrt",)))]
     build_all([ev for _, ev in evaluators])
     for spec, ev in evaluators:
         piped = ev.run(sub)

@@ -119,12 +119,13 @@ def _check_units(fmts, modes, every: int):
 
 @pytest.mark.slow
 def test_pipelined_float_units_are_bit_exact_in_every_format_and_mode():
-    """FAdd at 2..10 stages (and 2..8 in its order at a target clock), FMul at 2..10, FWideMul (fp16 -> fp32) at 2..10, IntToFloat at 2..5,
-    FloatToFloat at 2..4, FloatToInt at 2, fed one vector per cycle, against the
-    numpy reference in fp32, fp16 and bf16, each rounding and each subnormal mode once (rne with
-    subnormals kept, rtz with them flushed): a third of test_fp_units' vectors (those check every
-    vector and every pair of modes through the combinational units; here it is the pipelining
-    that is checked, which every vector and mode crosses the same way)."""
+    """FAdd at 2..10 stages (and 2..8 in its order at a target clock), FMul at 2..10, FWideMul
+    (fp16 -> fp32) at 2..10, IntToFloat at 2..5, FloatToFloat at 2..4, FloatToInt at 2, fed one
+    vector per cycle, against the numpy reference in fp32, fp16 and bf16, each rounding and each
+    subnormal mode once (rne with subnormals kept, rtz with them flushed): a third of
+    test_fp_units' vectors (those check every vector and every pair of modes through the
+    combinational units; here it is the pipelining that is checked, which every vector and mode
+    crosses the same way)."""
     _check_units([F32, FP16, BF16], [("rne", "keep"), ("rtz", "flush")], every=3)
 
 
