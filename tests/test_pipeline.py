@@ -363,6 +363,27 @@ def test_float_sums_that_cannot_interleave_keep_a_single_cycle_adder():
         np.testing.assert_array_equal(result.outputs[0].view(np.uint32), seed.outputs[0].view(np.uint32))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_a_single_row_float_sum_takes_padding_rows_at_a_target_clock(dtype):
+    """A sum with no output loop around it (softmax's denominator) has no rows to interleave;
+    at a target clock it takes ways - 1 padding rows (their stores gated off), so its adder is
+    pipelined like a ring's instead of one combinational adder on a one-cycle loop (which held
+    a softmax MLP at ~30 MHz), still summed in the reference's order."""
+    a = np.random.default_rng(2).standard_normal(40).astype(dtype)
+    y = Tensor(a).sum()
+    design = compile_model(y, config=HardwareConfig(fp_pipeline=3, target_mhz=150))
+    (acc,) = [acc for k in design.kernels for acc in k.accs]
+    ways = interleave_ways(3, 1, clock=True)
+    assert acc.ways == ways > 1
+    result = simulate(design)
+    assert result.cycles == design.cycles_formula
+    assert result.cycles >= ways * len(a)                    # the padding rows' cost, counted
+    acc32 = np.float32(0)
+    for v in a.astype(np.float32):                           # the sequential sum, in float32
+        acc32 = np.float32(acc32 + v)
+    np.testing.assert_array_equal(result.outputs[0], np.array([acc32]).astype(dtype))
+
+
 @pytest.mark.slow
 def test_deep_float_memory_and_interleaving_agree_in_pysim_and_cxxrtl():
     params = {"M": 7, "K": 300}                          # W: 2100 fp32 words, 1024 per part

@@ -46,6 +46,12 @@ def interleave(kernel: ir.KernelIR, level: int, clock: bool = False) -> ir.Kerne
     values (AccDecl.ways = L, a ring of registers): the adder may take L - 1 register levels
     and every row is still summed in the same order as before, so results stay bit-exact.
 
+    A nest of reductions alone (one row: a sum to a scalar, softmax's denominator) has no O;
+    at a target clock (`clock`) it gets a loop of L rows innermost all the same, rows 1..L-1
+    padding whose stores are gated off: L times the cycles of that nest, for a pipelined adder
+    instead of a combinational one on a one-cycle loop (a float32 adder: ~30 MHz). Without a
+    target clock it keeps its one-cycle adder.
+
     Legal when the rows are independent (checked, else the nest is left as it is): each
     accumulator of the step is used nowhere else and is reset at the start of every row (all
     its reads are the `where(first, init, acc)` loop_fusion builds, `first` being the inner
@@ -90,10 +96,13 @@ def _interleaved_nest(kernel, loop: ir.Loop, level: int, state) -> ir.Loop | Non
     if any(isinstance(s, ir.Loop) for s in body) or len(split_into_steps(body)) != 1:
         return None
     outer = [j for j, l in enumerate(chain) if l.axis is ir.Axis.OUTPUT]
-    if not outer or outer[-1] == len(chain) - 1 or any(l.axis is not ir.Axis.REDUCE for l in chain[outer[-1] + 1:]):
+    # j: the innermost output loop, -1 for a nest of reductions alone (one row: at a target
+    # clock it takes padding rows, below)
+    j = outer[-1] if outer else -1
+    if j == len(chain) - 1 or any(l.axis is not ir.Axis.REDUCE for l in chain[j + 1:]) \
+            or (j < 0 and not state["clock"]):
         return None
-    j = outer[-1]
-    rows, inner = chain[j], frozenset(l.id for l in chain[j + 1:])
+    rows, inner = (chain[j] if j >= 0 else None), frozenset(l.id for l in chain[j + 1:])
     written = {s.acc for s in body if isinstance(s, ir.AccStore)}
     float_sum = any(isinstance(s, ir.AccStore) and isinstance(s.value, ir.Op) and s.value.op in (K.ADD, K.SUB)
                     and s.value.dtype.is_float for s in body)
@@ -125,18 +134,23 @@ def _interleaved_nest(kernel, loop: ir.Loop, level: int, state) -> ir.Loop | Non
     if any(isinstance(s, ir.BufStore) and s.buf in loaded for s in body):
         return None
 
-    ways = interleave_ways(level, rows.bound, state["clock"])
+    bound = rows.bound if rows is not None else 1
+    ways = interleave_ways(level, bound, state["clock"])
     lane_id = state["next_id"]
     state["next_id"] += 1
-    row = op(K.ADD, INT32, op(K.MUL, INT32, ir.Counter(rows.id), const(ways)), ir.Counter(lane_id))
-    memo: dict[int, ir.Value] = {}
-    stores = [substitute_store(s, lambda v: row if isinstance(v, ir.Counter) and v.loop == rows.id else None, memo)
-              for s in body]
-    if rows.bound % ways:
-        valid = op(K.CMPLT, BOOL, row, const(rows.bound))
+    if rows is not None:
+        row = op(K.ADD, INT32, op(K.MUL, INT32, ir.Counter(rows.id), const(ways)), ir.Counter(lane_id))
+        memo: dict[int, ir.Value] = {}
+        stores = [substitute_store(s, lambda v: row if isinstance(v, ir.Counter) and v.loop == rows.id else None, memo)
+                  for s in body]
+    else:
+        row, stores = ir.Counter(lane_id), body
+    if bound % ways:
+        valid = op(K.CMPLT, BOOL, row, const(bound))
         stores = [ir.BufStore(s.buf, s.index, s.value, valid if s.gate is None else op(K.AND, BOOL, s.gate, valid))
                   if isinstance(s, ir.BufStore) else s for s in stores]
     for a in written:
         state["accs"][a] = ways
-    new_chain = chain[:j] + [ir.Loop(rows.id, rows.axis, -(-rows.bound // ways), ())] + chain[j + 1:]
+    new_chain = chain[:j] + [ir.Loop(rows.id, rows.axis, -(-rows.bound // ways), ())] + chain[j + 1:] \
+        if rows is not None else chain
     return rebuild_chain(new_chain, (ir.Loop(lane_id, ir.Axis.OUTPUT, ways, tuple(stores)),))
