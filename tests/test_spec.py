@@ -132,6 +132,8 @@ ERRORS = [
     (with_("knobs.mem_read", ["sync", "fast"]), "knobs.mem_read[1]: " + _knob_error("fast")),
     (with_("knobs.mem_read", ["sync", ["comb"]]), "knobs.mem_read[1]: expected a number, string or boolean, "
                                                   "got a list (['comb'])"),
+    (with_("knobs.mem_read", ["sync", None]), "knobs.mem_read[1]: expected a number, string or boolean, "
+                                              "got nothing (mem_read cannot be off)"),
     # the fold knobs only mean something together: checked as a combination, naming the knob at fault
     (with_("knobs", {"target_interval": [64]}), "knobs.target_interval: target_interval is what fold=auto aims at, "
                                                 "and fold is manual: set fold to auto with it"),
@@ -387,6 +389,15 @@ def test_valid_spec_parses_to_typed_records(tmp_path):
     assert len(set(points)) == 8 and points[0] == DesignPoint("g", "int8", FrozenMap({"mem_read": "comb"}))
     assert points[0].hardware_config() == HardwareConfig(mem_read="comb")
     assert hash(s) == hash(load_spec(path))                       # frozen all the way down
+
+
+def test_a_knob_off_by_default_can_be_off_beside_its_values():
+    """`null` among a knob's values is the knob off (HardwareConfig's None), so one sweep compares
+    a design without and with a target clock."""
+    s = parse_spec(with_("knobs", {"fp_pipeline": [3], "target_mhz": [None, 150]}))
+    assert s.knobs[1] == Knob("target_mhz", (None, 150))
+    configs = {p.hardware_config().target_mhz for p in s.points()}
+    assert configs == {None, 150}
 
 
 def test_defaults_of_optional_keys():

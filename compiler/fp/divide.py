@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from .common import check_stages, round_pack, special_mux, unpack
 from .formats import FloatFormat, check_format, check_rounding, check_subnormals
-from .recurrence import CLOCK_CUTS, CUTS, lowest_exponent, normalised_operand, row_segments
+from .recurrence import CLOCK_CUTS, CUTS, lowest_exponent, normalised_operand, row_segments, stage_limit
 
 
 class FDiv(wiring.Component):
@@ -22,8 +22,9 @@ class FDiv(wiring.Component):
     Why a digit recurrence (docs/float-units.md has the figures): it needs no DSP block and
     no correction step, and its rows are plain carry chains that `stages` can cut anywhere;
     Newton-Raphson would need a seed table, two or three full-width multiplies per step and
-    a remainder check to be correctly rounded. `stages` > 1 (up to 8) enables the register
-    boundaries of `recurrence.CUTS`; the result appears `latency` = stages - 1 cycles later.
+    a remainder check to be correctly rounded. `stages` > 1 (up to 8; at a target clock up
+    to stage_limit) enables the register boundaries of `recurrence.CUTS`; the result appears
+    `latency` = stages - 1 cycles later.
     """
 
     CUTS = CUTS
@@ -37,21 +38,32 @@ class FDiv(wiring.Component):
         if not isinstance(reciprocal, bool):
             raise ValueError(f"reciprocal: expected True or False, got {reciprocal!r}")
         self.reciprocal = reciprocal
-        self.stages = check_stages(stages, self.CUTS)
+        self.stages = check_stages(stages, self.CUTS[:self.stage_limit(fmt, clock=True) - 1])
         self.latency = self.stages - 1
         ports = {"b": In(fmt.width), "y": Out(fmt.width)}
         if not reciprocal:
             ports["a"] = In(fmt.width)
         super().__init__(ports)
 
+    @staticmethod
+    def row_count(fmt: FloatFormat) -> int:
+        """Recurrence rows in `fmt`, one a result bit."""
+        return fmt.precision + 2
+
+    @classmethod
+    def stage_limit(cls, fmt: FloatFormat, clock: bool = False) -> int:
+        """The most stages it can be cut into in `fmt` (recurrence.stage_limit; `clock`: with
+        its CLOCK_CUTS, at a target clock)."""
+        return stage_limit(cls.row_count(fmt), clock)
+
     @property
     def rows(self) -> int:
-        return self.fmt.precision + 2
+        return self.row_count(self.fmt)
 
     def elaborate(self, platform):
         m = Module()
         fmt, p = self.fmt, self.fmt.precision
-        segment = row_segments(m, self.stages, self.rows)
+        segment, pipe = row_segments(m, self.stages, self.rows)
 
         a_bits = Const(fmt.bias << fmt.man_bits, fmt.width) if self.reciprocal else self.a
         a = unpack(m, fmt, a_bits, self.subnormals, "a")
@@ -96,10 +108,10 @@ class FDiv(wiring.Component):
         lo = lowest_exponent(fmt, self.subnormals)
         hi = fmt.max_exp_field
         norm, exp_q, sign, *specials = segment(self.rows + 1, norm, exp_q, sign, *specials)
-        finite = round_pack(m, fmt, rounding=self.rounding, subnormals=self.subnormals, sign=sign,
-                            exp=exp_q, sig=norm, exp_range=(lo - hi + fmt.bias - 1, hi - lo + fmt.bias),
-                            may_be_tiny=True)
-        is_nan, is_inf, is_zero = specials
+        finite, (sign, is_nan, is_inf, is_zero) = round_pack(
+            m, fmt, rounding=self.rounding, subnormals=self.subnormals, sign=sign, exp=exp_q, sig=norm,
+            exp_range=(lo - hi + fmt.bias - 1, hi - lo + fmt.bias), may_be_tiny=True, pipe=pipe,
+            carry=(sign, *specials))
         m.d.comb += self.y.eq(special_mux(
             m, fmt, finite=finite, is_nan=is_nan, is_inf=is_inf, inf_sign=sign,
             is_zero=is_zero, zero_sign=sign, name="div"))

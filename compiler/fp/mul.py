@@ -91,8 +91,9 @@ class FMul(wiring.Component):
             exp_t = Signal(signed(fmt.exp_bits + 4), name=f"exp_{t}")
             m.d.comb += exp_t.eq(exp_sum + t)
             candidates += denormalise(m, self.subnormals, exp_t, exp_lo, f"mul_{t}")
-        product, exp_sum, sign, *rest = pipe.cut("product", product, exp_sum, sign, *candidates, *specials)
-        candidates, specials = rest[:len(candidates)], rest[len(candidates):]
+        carried = candidates or [exp_sum]                  # the candidates replace the sum
+        product, sign, *rest = pipe.cut("product", product, sign, *carried, *specials)
+        carried, specials = rest[:len(carried)], rest[len(carried):]
 
         # Normal significands are in [1, 2), so the product is in [1, 4): its leading one is
         # in bit 2p-1 (weight 2**1) or bit 2p-2. Shift it to the top, keeping p significand
@@ -107,11 +108,11 @@ class FMul(wiring.Component):
         exp = Signal(signed(fmt.exp_bits + 4), name="exp")
         denormalised = None
         if early:
-            amount0, exp0, amount1, exp1 = candidates
+            amount0, exp0, amount1, exp1 = carried
             m.d.comb += exp.eq(Mux(top, exp1, exp0))
             denormalised = Mux(top, amount1, amount0)
         else:
-            m.d.comb += exp.eq(exp_sum + top)
+            m.d.comb += exp.eq(carried[0] + top)
 
         finite, (sign, is_nan, is_inf, is_zero) = round_pack(
             m, fmt, rounding=self.rounding, subnormals=self.subnormals, sign=sign, exp=exp, sig=norm,

@@ -5,9 +5,12 @@ Both units compute one result bit per row of an unrolled array of compare-subtra
 (radix 2, restoring): no multiplier, no lookup table, and the final remainder gives the
 sticky bit, so the result is correctly rounded by `round_pack` like every other unit. A
 row is a (p+2)-bit subtract, so the combinational path is long; `stages` cuts the array
-into up to 8 evenly spread parts (see `boundary_rows`), at a target clock up to one a row.
+into up to 8 evenly spread parts (see `boundary_rows`), at a target clock up to one a row and
+the rounding into four (round_pack's cuts).
 """
 from __future__ import annotations
+
+from typing import Callable
 
 from amaranth.hdl import Module, Signal, Value, signed
 
@@ -27,24 +30,43 @@ def _halving_order(parts: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-# Register boundaries, enabled in this order (1 cut: the middle; 3: the quarters; 7: eighths,
-# what fp_pipeline builds at most); at a target clock (CLOCK_CUTS) up to one a segment: a row is
-# a carry chain of p + 3 bits and its select, and at eight stages (2 to 4 rows each) dividers
-# placed alone closed at 39-60 MHz, square roots at 62-107 (docs/float-units.md).
-CUTS = _halving_order(_PARTS)
+# Register boundaries between segments, enabled in this order (1 cut: the middle; 3: the
+# quarters; 7: eighths, what fp_pipeline builds at most); at a target clock (CLOCK_CUTS) first
+# round_pack's three inside the last segment (the rounding: a shift, an add and the result's
+# checks, 20.1 ns in an fp32 divider placed alone at 28 stages, its slowest), then up to one a
+# segment: a row is a carry chain of p + 3 bits and its select, and at eight stages (2 to 4
+# rows each) dividers placed alone closed at 39-60 MHz, square roots at 62-107
+# (docs/float-units.md).
+SEGMENT_CUTS = _halving_order(_PARTS)
+ROUND_CUTS = ("denorm", "round", "pack")
+CUTS = SEGMENT_CUTS[:7] + ROUND_CUTS + SEGMENT_CUTS[7:]
 CLOCK_CUTS = CUTS[7:]
 
 
-def boundary_rows(rows: int, cuts: int = len(CUTS)) -> dict[str, int]:
+def cut_order(rows: int) -> tuple[str, ...]:
+    """The boundaries a unit of `rows` rows can have, in CUTS' order: every one of round_pack's,
+    and as many segment cuts as there are places between its rows + 2 segments (the 8-bit
+    formats' 4 to 6 rows have fewer than 7)."""
+    fit = SEGMENT_CUTS[:rows + 1]
+    return fit[:7] + ROUND_CUTS + fit[7:]
+
+
+def stage_limit(rows: int, clock: bool) -> int:
+    """The most stages a unit of `rows` rows is cut into: all of cut_order at a target clock
+    (`clock`), else its segment cuts among the first 7 of CUTS."""
+    return len(cut_order(rows)) + 1 if clock else min(7, rows + 1) + 1
+
+
+def boundary_rows(rows: int, cuts: int = len(SEGMENT_CUTS)) -> dict[str, int]:
     """Cut name -> segment after which its boundary sits, for a unit of `rows` recurrence rows
-    with its first `cuts` boundaries enabled.
+    with its first `cuts` segment cuts (SEGMENT_CUTS) enabled.
 
     The unit is rows + 2 segments long (operand normalisation, the rows, rounding): cut "fJ"
     sits after segment round(J/32 * (rows + 2)). Where two enabled boundaries would sit after
     one segment (few rows for the cuts: the 8-bit formats' 4 to 6 rows, or a target clock's
     cut a segment) they are spread evenly instead."""
     total = rows + 2
-    names = CUTS[:cuts]
+    names = SEGMENT_CUTS[:cuts]
     out = {name: min(max(round(int(name[1:]) * total / _PARTS), 1), total - 1) for name in names}
     if len(set(out.values())) != len(out):
         if len(names) > total - 1:
@@ -54,16 +76,21 @@ def boundary_rows(rows: int, cuts: int = len(CUTS)) -> dict[str, int]:
     return out
 
 
-def row_segments(m: Module, stages: int, rows: int):
-    """`segment(k, *values)` for a unit of `rows` recurrence rows cut into `stages` pipeline
-    stages: `values` registered after segment k where a boundary (boundary_rows) sits there,
-    else passed on unchanged."""
-    pipe = Pipe(m, CUTS, stages)
-    cut_after = {seg: name for name, seg in boundary_rows(rows, stages - 1).items()}
+def row_segments(m: Module, stages: int, rows: int) -> tuple[Callable[..., tuple], Pipe]:
+    """(`segment(k, *values)`, the unit's Pipe) for a unit of `rows` recurrence rows cut into
+    `stages` pipeline stages: `values` registered after segment k where a boundary
+    (boundary_rows) sits there, else passed on unchanged; the Pipe's round_pack cuts
+    (ROUND_CUTS) are for the unit's rounding."""
+    order = cut_order(rows)
+    if stages > len(order) + 1:
+        raise ValueError(f"{rows} recurrence rows are too few for {stages} stages (at most {len(order) + 1})")
+    pipe = Pipe(m, order, stages)
+    segment_cuts = sum(1 for name in order[:stages - 1] if name not in ROUND_CUTS)
+    cut_after = {seg: name for name, seg in boundary_rows(rows, segment_cuts).items()}
 
     def segment(k: int, *values):
         return pipe.cut(cut_after[k], *values) if k in cut_after else values
-    return segment
+    return segment, pipe
 
 
 def normalised_operand(m: Module, fmt: FloatFormat, x: Unpacked, subnormals: str, name: str) -> tuple[Value, Value]:

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from .common import check_stages, round_pack, special_mux, unpack
 from .formats import FloatFormat, check_format, check_rounding, check_subnormals
-from .recurrence import CLOCK_CUTS, CUTS, lowest_exponent, normalised_operand, row_segments
+from .recurrence import CLOCK_CUTS, CUTS, lowest_exponent, normalised_operand, row_segments, stage_limit
 
 
 class FSqrt(wiring.Component):
@@ -18,8 +18,9 @@ class FSqrt(wiring.Component):
     restoring square-root rows give floor(sqrt(M * 2**(2p))), p significant bits and a guard
     bit, and the final remainder's OR is the sticky bit. The result is always a normal
     number and never overflows. sqrt(-0) = -0, sqrt(+inf) = +inf, sqrt(x < 0) and
-    sqrt(-inf) are NaN. `stages` > 1 (up to 8) enables the register boundaries of
-    `recurrence.CUTS`; the result appears `latency` = stages - 1 cycles later.
+    sqrt(-inf) are NaN. `stages` > 1 (up to 8; at a target clock up to stage_limit) enables
+    the register boundaries of `recurrence.CUTS`; the result appears `latency` = stages - 1
+    cycles later.
     """
 
     CUTS = CUTS
@@ -29,18 +30,29 @@ class FSqrt(wiring.Component):
         self.fmt = check_format(fmt)
         self.rounding = check_rounding(rounding)
         self.subnormals = check_subnormals(subnormals)
-        self.stages = check_stages(stages, self.CUTS)
+        self.stages = check_stages(stages, self.CUTS[:self.stage_limit(fmt, clock=True) - 1])
         self.latency = self.stages - 1
         super().__init__({"a": In(fmt.width), "y": Out(fmt.width)})
 
+    @staticmethod
+    def row_count(fmt: FloatFormat) -> int:
+        """Recurrence rows in `fmt`, one a result bit."""
+        return fmt.precision + 1
+
+    @classmethod
+    def stage_limit(cls, fmt: FloatFormat, clock: bool = False) -> int:
+        """The most stages it can be cut into in `fmt` (recurrence.stage_limit; `clock`: with
+        its CLOCK_CUTS, at a target clock)."""
+        return stage_limit(cls.row_count(fmt), clock)
+
     @property
     def rows(self) -> int:
-        return self.fmt.precision + 1
+        return self.row_count(self.fmt)
 
     def elaborate(self, platform):
         m = Module()
         fmt, p = self.fmt, self.fmt.precision
-        segment = row_segments(m, self.stages, self.rows)
+        segment, pipe = row_segments(m, self.stages, self.rows)
 
         a = unpack(m, fmt, self.a, self.subnormals, "a")
         specials = (a.is_nan | (a.sign & ~a.is_zero), a.is_inf, a.is_zero, a.sign)   # NaN, inf, zero, its sign
@@ -76,10 +88,10 @@ class FSqrt(wiring.Component):
         m.d.comb += norm.eq(Cat(rem.any(), q))
         norm, exp, *specials = segment(self.rows + 1, norm, exp, *specials)
         lo, hi = lowest_exponent(fmt, self.subnormals), fmt.max_exp_field
-        finite = round_pack(m, fmt, rounding=self.rounding, subnormals=self.subnormals, sign=Const(0, 1),
-                            exp=exp, sig=norm, exp_range=((lo - fmt.bias) // 2 + fmt.bias, (hi - fmt.bias) // 2 + fmt.bias),
-                            may_be_tiny=False)
-        is_nan, is_inf, is_zero, sign = specials
+        finite, (is_nan, is_inf, is_zero, sign) = round_pack(
+            m, fmt, rounding=self.rounding, subnormals=self.subnormals, sign=Const(0, 1), exp=exp, sig=norm,
+            exp_range=((lo - fmt.bias) // 2 + fmt.bias, (hi - fmt.bias) // 2 + fmt.bias), may_be_tiny=False,
+            pipe=pipe, carry=tuple(specials))
         m.d.comb += self.y.eq(special_mux(
             m, fmt, finite=finite, is_nan=is_nan, is_inf=is_inf, inf_sign=Const(0, 1),
             is_zero=is_zero, zero_sign=sign, name="sqrt"))

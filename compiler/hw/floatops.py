@@ -115,8 +115,7 @@ def max_stages(v: ir.Op, clock: bool = False) -> int:
         return 1
     top = unit_stages(unit, clock)
     if unit in (fp.FDiv, fp.FSqrt):      # a recurrence has no more boundaries than segments (fp8: 6 to 8)
-        p = fmt_of(_float_dtype(v)).precision
-        top = min(top, (p + 2 if unit is fp.FDiv else p + 1) + 2)
+        top = min(top, unit.stage_limit(fmt_of(_float_dtype(v)), clock))
     return top
 
 

@@ -39,6 +39,7 @@ together (a model's kernel order is its reference's order).
 """
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
 import os
 import sys
@@ -465,7 +466,12 @@ def tinygrad_result(built: Built | tuple, arrays: Mapping[str, np.ndarray]) -> n
         # tinygrad 0.14 fails to verify some fp16 reductions under NOOPT=1 (a conv summing into
         # a float accumulator): its default schedule computes them, in another summation order,
         # which the float tolerance of a user's model allows for (integers are exact in any order)
-        return built.forward(*tensors).numpy()
+        try:
+            return built.forward(*tensors).numpy()
+        except Exception as e:  # noqa: BLE001 - e.g. an fp16 vector's max to a scalar, 2026-12-06
+            raise RuntimeError(f"tinygrad {importlib.metadata.version('tinygrad')} could not run the model for its reference "
+                               f"result (its own error, with NOOPT=1 and with its default schedule: "
+                               f"{type(e).__name__}: {e})") from e
 
 
 # ---------------------------------------------------------------------------------------------
