@@ -6,8 +6,8 @@ recurrence units also cut into 8 stages, their most, as fp_pipeline >= 3 builds 
 latency in cycles and, with --pnr, Fmax from nextpnr on an ECP5-85k. --only keeps the units
 named (e.g. --only FMulAdd,FAdd,FMul). --clock (implies --pnr) builds instead the units a model
 compiled at a target clock builds (`target_mhz`), each cut at every register boundary it has,
-its CLOCK_CUTS too: FAdd, FMul, FMulAdd, int32 -> float, tinygrad's emulated half conversions
-and the exact product of halves (FWideMul, fp16 -> fp32), bf16 <-> fp32 (docs/timing.md,
+its CLOCK_CUTS too: FAdd, FMul, FMulAdd, FDiv, FSqrt, int32 -> float, tinygrad's emulated half
+conversions and the exact product of halves (FWideMul, fp16 -> fp32), bf16 <-> fp32 (docs/timing.md,
 "Float units at a target clock"), and prints each one's critical path.
 
 Each unit alone is the top module, its inputs and outputs top-level ports (so Yosys keeps
@@ -142,6 +142,11 @@ def clock_units(formats: list) -> dict:
         if fmt.width > 8:
             name, make = muladd(fmt, top(FMulAdd))
             units[(name, fmt.name, top(FMulAdd))] = make
+            # a recurrence unit's stages depend on the format's rows (stage_limit)
+            div, sqrt = FDiv.stage_limit(fmt, clock=True), FSqrt.stage_limit(fmt, clock=True)
+            units[("FDiv", fmt.name, div)] = lambda fmt=fmt, s=div: FDiv(fmt, stages=s)
+            units[("FDiv 1/x", fmt.name, div)] = lambda fmt=fmt, s=div: FDiv(fmt, reciprocal=True, stages=s)
+            units[("FSqrt", fmt.name, sqrt)] = lambda fmt=fmt, s=sqrt: FSqrt(fmt, stages=s)
     if FP16 in formats:                      # tinygrad's emulated halves (docs/float-semantics.md)
         units[("FWideMul -> fp32, flush", "fp16", top(FWideMul))] = lambda: FWideMul(FP16, FP32, "flush", stages=top(FWideMul))
         for src, dst in ((FP16, FP32), (FP32, FP16)):
