@@ -22,7 +22,9 @@ def fuse_loops(kernel: ir.KernelIR) -> ir.KernelIR:
       the body writes (plus counters and constants) move into the body, gated by `all nest
       counters at their last value`, reading the body's *new* accumulator values (the
       update expressions), so they are written in the same cycle. They go first in the body:
-      the update expressions read the registers before the step writes them.
+      the update expressions read the registers before the step writes them. Where the body
+      writes a float accumulator they may also read memory (_epilogue_loads: a layer's bias,
+      a softmax's denominator), so the nest is one step and its sum can interleave rows.
     Anything else stays as it is.
     """
     return ir.make_kernel(kernel.name, kernel.buffers, kernel.accs, _fuse_body(kernel.body))
@@ -55,10 +57,11 @@ def _fuse_nest(stmts: list, i: int) -> tuple[list, int]:
         inits[s.acc] = s.value
         start -= 1
     end = i + 1                                 # epilogue: stmts[i + 1:end]
+    readable = _epilogue_loads(stmts, i, body, written)
     while end < len(stmts):
         s = stmts[end]
         if not (isinstance(s, ir.BufStore) and all(
-                not isinstance(v, ir.Load) and (not isinstance(v, ir.AccLoad) or v.acc in written)
+                (not isinstance(v, ir.Load) or v.buf in readable) and (not isinstance(v, ir.AccLoad) or v.acc in written)
                 for v in store_values(s))):
             break
         end += 1
@@ -97,3 +100,26 @@ def _fuse_nest(stmts: list, i: int) -> tuple[list, int]:
     hi = end if fused_epilogue else i + 1
     new = stmts[:lo] + [rebuild_chain(chain, body)] + stmts[hi:]
     return new, lo
+
+
+def _epilogue_loads(stmts: list, i: int, body, written: set[int]) -> frozenset[int]:
+    """Buffers an epilogue after nest stmts[i] may load from: none unless the body writes a
+    float accumulator. Then an unfused epilogue (`acc + b[o]`, the bias of every float linear
+    layer) would leave the sum outside interleave's reach, its adder combinational on a
+    one-cycle loop (a float32 adder: ~25 MHz at any target clock); fused, the load is issued
+    every step and used at the last. Only buffers nothing in the nest or after it writes: a
+    load moved ahead of the nest's other iterations reads what it read before."""
+    floats = any(isinstance(s, ir.AccStore) and s.acc in written and s.value.dtype.is_float for s in body)
+    if not floats:
+        return frozenset()
+    stored = {s.buf for s in stmts[i:] for s in _stores(s)}
+    loaded = {v.buf for s in stmts for s in _stores(s) for v in store_values(s) if isinstance(v, ir.Load)}
+    return frozenset(loaded - stored)
+
+
+def _stores(s):
+    if isinstance(s, ir.Loop):
+        for t in s.body:
+            yield from _stores(t)
+    elif isinstance(s, ir.BufStore):
+        yield s

@@ -104,7 +104,9 @@ def _interleaved_nest(kernel, loop: ir.Loop, level: int, state) -> ir.Loop | Non
         return None
     rows, inner = (chain[j] if j >= 0 else None), frozenset(l.id for l in chain[j + 1:])
     written = {s.acc for s in body if isinstance(s, ir.AccStore)}
-    float_sum = any(isinstance(s, ir.AccStore) and isinstance(s.value, ir.Op) and s.value.op in (K.ADD, K.SUB)
+    # a sum: an add or subtract, or a fused multiply-add (fp_semantics=tinygrad's MULACC, the
+    # accumulator its addend), whose unit then takes the ring's stages
+    float_sum = any(isinstance(s, ir.AccStore) and isinstance(s.value, ir.Op) and s.value.op in (K.ADD, K.SUB, K.MULACC)
                     and s.value.dtype.is_float for s in body)
     if not float_sum:
         return None
