@@ -384,6 +384,42 @@ def test_a_single_row_float_sum_takes_padding_rows_at_a_target_clock(dtype):
     np.testing.assert_array_equal(result.outputs[0], np.array([acc32]).astype(dtype))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_a_float_layer_with_bias_interleaves_its_sum(dtype):
+    """relu(W @ x + b): the bias is loaded after the sum, in the nest's last iteration (loop
+    fusion's epilogue may load memory when it stores a float sum), so the sum interleaves rows
+    instead of keeping its adder combinational on a one-cycle loop; bit-exact with the unpiped
+    design, whose sum runs in tinygrad's order."""
+    rng = np.random.default_rng(3)
+    W, b, x = (rng.standard_normal(s).astype(dtype) for s in ((7, 10), (7,), (10,)))
+    y = (Tensor(W) @ Tensor(x) + Tensor(b)).relu()
+    plain = compile_model(y)
+    want = simulate(plain).outputs[0]
+    acc = np.zeros(7, np.float32)
+    for k in range(10):                                    # float32 sums, rounded once at the end
+        acc = acc + W[:, k].astype(np.float32) * x[k].astype(np.float32)
+    np.testing.assert_array_equal(want, np.maximum(acc + b.astype(np.float32), 0).astype(dtype))
+    for knobs in ({"fp_pipeline": 3}, {"fp_pipeline": 3, "target_mhz": 150, "lanes": 2}):
+        design = compile_model(y, config=HardwareConfig(**knobs))
+        assert all(acc.ways > 1 for k in design.kernels for acc in k.accs), knobs
+        result = simulate(design)
+        assert result.cycles == design.cycles_formula
+        np.testing.assert_array_equal(result.outputs[0].view(np.uint8), want.view(np.uint8))
+
+
+def test_a_fused_multiply_add_sum_interleaves_at_a_target_clock():
+    """layernorm in fp16 sums (x - mean)**2 as tinygrad's MULACC: its FMulAdd is the ring's unit
+    (was: combinational on a one-cycle loop), with the same bits as the unpiped design."""
+    params = {"ROWS": 4, "N": 16}
+    plain, want, _ = run_zoo("layernorm", "fp16", params)
+    design, result, _ = run_zoo("layernorm", "fp16", params, HardwareConfig(fp_pipeline=3, target_mhz=150))
+    rings = [(s.value.op, acc.ways) for k in design.kernels for s, _ in k.stores()
+             if isinstance(s, ir.AccStore) for acc in k.accs if acc.index == s.acc and s.value.op is ir.OpKind.MULACC]
+    assert rings and all(ways > 1 for _, ways in rings)
+    assert result.cycles == design.cycles_formula
+    assert same_bits(result.outputs[0], want.outputs[0])
+
+
 @pytest.mark.slow
 def test_deep_float_memory_and_interleaving_agree_in_pysim_and_cxxrtl():
     params = {"M": 7, "K": 300}                          # W: 2100 fp32 words, 1024 per part
