@@ -199,7 +199,7 @@ class HardwareConfig:
         adder_levels > 1). Float units take every register boundary they have, the ones only a
         target clock uses too (their CLOCK_CUTS: FAdd 10 stages, FMul 10, FWideMul 10,
         FloatToFloat 4, IntToFloat 5, FDiv and FSqrt up to a stage a recurrence row and four
-        in their rounding: p + 7 and p + 6; pipeline.float_stages), but a float sum's adder, whose ring has as many stages as
+        in their rounding and operands: p + 8 and p + 7; pipeline.float_stages), but a float sum's adder, whose ring has as many stages as
         rows interleaved, takes those that cut most first (FAdd.CLOCK_ORDER); the delay model
         does not time them. Why: every
         latency and throughput figure is cycles / Fmax, and a stage holding a multiplier, an

@@ -173,16 +173,16 @@ def test_pipelined_units_match_combinational(banks, runs, fmt):
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", [FP16, BF16], ids=str)
 def test_units_at_a_target_clock_match_combinational(runs, fmt):
-    """At a target clock a recurrence unit takes a boundary up to every segment and round_pack's
-    three in its rounding (its CLOCK_CUTS; FDiv p + 7 stages, FSqrt p + 6): the same bits, that
-    many cycles later."""
+    """At a target clock a recurrence unit takes a boundary up to every segment, round_pack's three
+    in its rounding and one in its operands' normalisation (CLOCK_CUTS; FDiv p + 8 stages, FSqrt
+    p + 7): the same bits, that many cycles later."""
     ins, outs = runs[fmt.name]
     k = 30_000
     sub = {name: v[:k] for name, v in ins.items()}
     p = fmt.precision
-    assert (FDiv.stage_limit(fmt, clock=True), FSqrt.stage_limit(fmt, clock=True)) == (p + 7, p + 6)
+    assert (FDiv.stage_limit(fmt, clock=True), FSqrt.stage_limit(fmt, clock=True)) == (p + 8, p + 7)
     evaluators = [(bank_spec(fmt, stages, units), bank_evaluator(fmt, stages, units))
-                  for stages, units in ((p + 7, ("div", "rcp")), (p + 6, ("sqrt",)))]
+                  for stages, units in ((p + 8, ("div", "rcp")), (p + 7, ("sqrt",)))]
     build_all([ev for _, ev in evaluators])
     for spec, ev in evaluators:
         piped = ev.run(sub)
@@ -234,7 +234,7 @@ def test_pysim_matches_reference(make, ins):
 def test_bad_parameters_are_rejected():
     with pytest.raises(ValueError, match=r"^reciprocal: expected True or False, got 1$"):
         FDiv(FP32, reciprocal=1)
-    with pytest.raises(ValueError, match=r"^stages: expected an int from 1 to 30, got 31$"):
-        FSqrt(FP32, stages=31)                # p + 6: its rows' boundaries and its rounding's
+    with pytest.raises(ValueError, match=r"^stages: expected an int from 1 to 31, got 32$"):
+        FSqrt(FP32, stages=32)                # p + 7: its rows' boundaries, its rounding's and its operand's
     with pytest.raises(ValueError, match=r"^stages: expected an int from 1 to 1, got 2$"):
         FTrunc(FP16, stages=2)

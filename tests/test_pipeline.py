@@ -14,6 +14,7 @@ from compiler import CompileError, HardwareConfig, compile_model, ir, simulate
 from compiler.dtypes import BOOL, FP32, INT32
 from compiler.fp import BF16, FP16, FP32 as F32, FAdd, FloatToFloat, FloatToInt, FMul, FWideMul, IntToFloat
 from compiler.fp import reference as R
+from compiler.fp.muladd import FMulAdd
 from compiler.fp.harness import Bank, NativeEvaluator, build_all
 from compiler.hw.pipeline import schedule
 from compiler.overflow import analyze_overflow
@@ -127,6 +128,35 @@ def test_pipelined_float_units_are_bit_exact_in_every_format_and_mode():
     combinational units; here it is the pipelining that is checked, which every vector and mode
     crosses the same way)."""
     _check_units([F32, FP16, BF16], [("rne", "keep"), ("rtz", "flush")], every=3)
+
+
+@pytest.mark.slow
+def test_fused_multiply_adds_at_a_target_clock_are_bit_exact():
+    """FMulAdd as fp_semantics=tinygrad builds MULACC (fp32 and fp16 via float64, bf16 into fp32
+    via float64) with its CLOCK_CUTS enabled one by one (9..12 stages: the operands' register
+    before the multiplier, the alignment's amount, the signed sum, the leading-zero count; up
+    to 8, fp_pipeline's netlists are unchanged), fed one triple a cycle, against the reference."""
+    rng = np.random.default_rng(12)
+    makers = {"fp32": (F32, F32), "fp16": (FP16, FP16), "bf16": (BF16, F32)}
+    ins = {}
+    for name, (src, _) in makers.items():
+        a, b = float_pairs(src, rng)
+        ins.update({f"{name}_a": a[::5], f"{name}_b": b[::5], f"{name}_c": np.roll(b[::5], 7)})
+    n = min(len(v) for v in ins.values())
+    ins = {k: v[:n] for k, v in ins.items()}
+    ports = {k: makers[k.split("_")[0]][0].width for k in ins}
+    jobs = []
+    for stages in range(9, len(FMulAdd.CUTS) + 2):
+        units = {name: (FMulAdd(src, dst, 53, stages=stages), {x: f"{name}_{x}" for x in "abc"})
+                 for name, (src, dst) in makers.items()}
+        jobs.append((stages, NativeEvaluator(Bank(ports, units), latency=stages - 1)))
+    build_all([ev for _, ev in jobs])
+    for stages, ev in jobs:
+        out = ev.run(ins)
+        for name, (src, dst) in makers.items():
+            a, b, c = (ins[f"{name}_{x}"] for x in "abc")
+            assert_same_floats(out[f"{name}_y"], R.fma(a, b, c, src, dst, 53), dst, f"fma {name} at {stages} stages",
+                               a, b)
 
 
 @pytest.mark.parametrize("make, message", [

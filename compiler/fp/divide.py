@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from .common import check_stages, round_pack, special_mux, unpack
 from .formats import FloatFormat, check_format, check_rounding, check_subnormals
-from .recurrence import CLOCK_CUTS, CUTS, lowest_exponent, normalised_operand, row_segments, stage_limit
+from .recurrence import CLOCK_CUTS, CUTS, lowest_exponent, normalised_operands, row_segments, stage_limit
 
 
 class FDiv(wiring.Component):
@@ -71,8 +71,8 @@ class FDiv(wiring.Component):
         specials = (a.is_nan | b.is_nan | (a.is_zero & b.is_zero) | (a.is_inf & b.is_inf),   # NaN
                     a.is_inf | b.is_zero, a.is_zero | b.is_inf)                             # inf, zero
         sign = a.sign ^ b.sign
-        x, x_exp = normalised_operand(m, fmt, a, self.subnormals, "a")
-        y, y_exp = normalised_operand(m, fmt, b, self.subnormals, "b")
+        ((x, x_exp), (y, y_exp)), (sign, *specials) = normalised_operands(
+            m, fmt, {"a": a, "b": b}, self.subnormals, pipe, (sign, *specials))
         exp_width = fmt.exp_bits + 4
         exp = Signal(signed(exp_width), name="q_exp")
         m.d.comb += exp.eq(x_exp - y_exp + fmt.bias)

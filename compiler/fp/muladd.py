@@ -50,10 +50,17 @@ class FMulAdd(wiring.Component):
     it does (tinygrad's fp8). `stages` > 1 pipelines it (see common.Pipe): register
     boundaries after the product ("product"), the add ("sum"), the normalising shift
     ("norm"), then round_pack's "round", c's alignment ("align"), round_pack's "pack" and
-    "denorm", enabled in that order.
+    "denorm", enabled in that order. At a target clock (CLOCK_CUTS, hw.pipeline.float_stages)
+    also: the operands' normalisation before the multiplier ("operands"), the alignment's
+    shift amount before its shift ("amount": the product then lands in the fabric a stage
+    after the DSP block's register, as FWideMul's "land"), the signed sum before its magnitude
+    ("negate") and the leading-zero count before its shift ("lzc"): placed alone at 8 stages,
+    fp32 via 53 closed at 41.0 MHz (operands -> product register, 24.4 ns) and bf16 -> fp32 at
+    51.2 (the wide sum into the normalisation).
     """
 
-    CUTS = ("product", "sum", "norm", "round", "align", "pack", "denorm")
+    CUTS = ("product", "sum", "norm", "round", "align", "pack", "denorm", "operands", "amount", "negate", "lzc")
+    CLOCK_CUTS = ("operands", "amount", "negate", "lzc")
 
     def __init__(self, src_fmt: FloatFormat, dst_fmt: FloatFormat | None = None, via: int | None = None,
                  rounding: str = "rne", subnormals: str = "keep", stages: int = 1):
@@ -121,25 +128,29 @@ class FMulAdd(wiring.Component):
         c_sig = shift_left(m, c.sig, lz_c, "csub")
         cexp = Signal(signed(ew), name="cexp")
         m.d.comb += cexp.eq(c.exp - lz_c)
+        x_sig, other, pexp, cexp, c_sig, sign_p, c_sign, p_zero, c_zero, *specials = pipe.cut(
+            "operands", x_sig, other, pexp, cexp, c_sig, sign_p, c.sign, p_zero, c.is_zero, *specials)
         # c's lowest bit sits k above P's. A c more than K above (or a zero product) is placed K
         # above, and the window takes its exponent from c's: P then only acts as a sticky bit.
         k = Signal(signed(ew), name="c_offset")
         m.d.comb += k.eq(cexp - pexp + src.bias + (p - 1))
         base = Signal(signed(ew), name="base")
-        m.d.comb += base.eq(Mux(p_zero | (~c.is_zero & (k > K)), cexp + src.bias + (p - 1) - K, pexp))
+        m.d.comb += base.eq(Mux(p_zero | (~c_zero & (k > K)), cexp + src.bias + (p - 1) - K, pexp))
         product = Signal(2 * p, name="product")
         if p <= 4:                  # fp8: partial products in LUTs (Yosys would use a DSP block)
             m.d.comb += product.eq(sum(Mux(other[i], x_sig << i, 0) for i in range(p)))
         else:
             m.d.comb += product.eq(x_sig * other)
         product, base, cexp, c_sig, sign_p, c_sign, *specials = pipe.cut(
-            "product", product, base, cexp, c_sig, sign_p, c.sign, *specials)
+            "product", product, base, cexp, c_sig, sign_p, c_sign, *specials)
 
         # c's lowest bit sits k = cexp - base + bias + (p-1) above P's: shift it down from K
         shift = Signal(signed(ew), name="align_shift")
         m.d.comb += shift.eq(K - (cexp - base + src.bias + (p - 1)))
         amount = Signal(bits_for(W), name="align_amount")
         m.d.comb += amount.eq(Mux(shift < 0, 0, Mux(shift > W, W, shift)))
+        amount, product, base, c_sig, sign_p, c_sign, *specials = pipe.cut(
+            "amount", amount, product, base, c_sig, sign_p, c_sign, *specials)
         aligned, sticky = shift_right_sticky(m, Cat(Const(0, L + K), c_sig, Const(0, 1)), amount, "align")
         aligned, sticky, product, base, sign_p, c_sign, *specials = pipe.cut(
             "align", aligned, sticky, product, base, sign_p, c_sign, *specials)
@@ -148,6 +159,7 @@ class FMulAdd(wiring.Component):
         addend = Cat(aligned[0] | sticky, aligned[1:])
         total = Signal(signed(W + 1), name="total")
         m.d.comb += total.eq(Cat(Const(0, L), product) + Mux(eff_sub, -addend, addend))
+        total, base, sign_p, c_sign, *specials = pipe.cut("negate", total, base, sign_p, c_sign, *specials)
         negative = total < 0
         mag = Signal(W, name="sum")
         m.d.comb += mag.eq(Mux(negative, -total, total))
@@ -155,6 +167,7 @@ class FMulAdd(wiring.Component):
         mag, base, sign, *specials = pipe.cut("sum", mag, base, sign, *specials)
 
         lz = leading_zeros(m, mag, "norm")
+        mag, lz, base, sign, *specials = pipe.cut("lzc", mag, lz, base, sign, *specials)
         norm = shift_left(m, mag, lz, "norm")
         exp = Signal(signed(ew), name="exp")            # dst-biased exponent of norm's top bit
         m.d.comb += exp.eq(base - 2 * src.bias - 2 * (p - 1) + (W - 1) - L - lz + dst.bias)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from amaranth.hdl import Module, Signal, Value, signed
+from amaranth.hdl import Const, Module, Signal, Value, signed
 
 from .common import Pipe, Unpacked, leading_zeros, shift_left
 from .formats import FloatFormat
@@ -32,23 +32,25 @@ def _halving_order(parts: int) -> tuple[str, ...]:
 
 # Register boundaries between segments, enabled in this order (1 cut: the middle; 3: the
 # quarters; 7: eighths, what fp_pipeline builds at most); at a target clock (CLOCK_CUTS) first
-# round_pack's three inside the last segment (the rounding: a shift, an add and the result's
-# checks, 20.1 ns in an fp32 divider placed alone at 28 stages, its slowest), then up to one a
-# segment: a row is a carry chain of p + 3 bits and its select, and at eight stages (2 to 4
-# rows each) dividers placed alone closed at 39-60 MHz, square roots at 62-107
-# (docs/float-units.md).
+# four inside the first and last segments (EDGE_CUTS: round_pack's three in the rounding, a
+# shift, an add and the result's checks, 20.1 ns in an fp32 divider placed alone at 28 stages;
+# then "operands" between the operands' leading-zero counts and their shifts, 11.7 ns once the
+# rounding was cut), then up to one a segment: a row is a carry chain of p + 3 bits and its
+# select, and at eight stages (2 to 4 rows each) dividers placed alone closed at 39-60 MHz,
+# square roots at 62-107 (docs/float-units.md).
 SEGMENT_CUTS = _halving_order(_PARTS)
 ROUND_CUTS = ("denorm", "round", "pack")
-CUTS = SEGMENT_CUTS[:7] + ROUND_CUTS + SEGMENT_CUTS[7:]
+EDGE_CUTS = ROUND_CUTS + ("operands",)       # not between segments
+CUTS = SEGMENT_CUTS[:7] + EDGE_CUTS + SEGMENT_CUTS[7:]
 CLOCK_CUTS = CUTS[7:]
 
 
 def cut_order(rows: int) -> tuple[str, ...]:
-    """The boundaries a unit of `rows` rows can have, in CUTS' order: every one of round_pack's,
+    """The boundaries a unit of `rows` rows can have, in CUTS' order: every one of EDGE_CUTS,
     and as many segment cuts as there are places between its rows + 2 segments (the 8-bit
     formats' 4 to 6 rows have fewer than 7)."""
     fit = SEGMENT_CUTS[:rows + 1]
-    return fit[:7] + ROUND_CUTS + fit[7:]
+    return fit[:7] + EDGE_CUTS + fit[7:]
 
 
 def stage_limit(rows: int, clock: bool) -> int:
@@ -79,13 +81,13 @@ def boundary_rows(rows: int, cuts: int = len(SEGMENT_CUTS)) -> dict[str, int]:
 def row_segments(m: Module, stages: int, rows: int) -> tuple[Callable[..., tuple], Pipe]:
     """(`segment(k, *values)`, the unit's Pipe) for a unit of `rows` recurrence rows cut into
     `stages` pipeline stages: `values` registered after segment k where a boundary
-    (boundary_rows) sits there, else passed on unchanged; the Pipe's round_pack cuts
-    (ROUND_CUTS) are for the unit's rounding."""
+    (boundary_rows) sits there, else passed on unchanged; the Pipe's EDGE_CUTS are for the
+    unit's rounding (round_pack) and its operands (normalised_operands)."""
     order = cut_order(rows)
     if stages > len(order) + 1:
         raise ValueError(f"{rows} recurrence rows are too few for {stages} stages (at most {len(order) + 1})")
     pipe = Pipe(m, order, stages)
-    segment_cuts = sum(1 for name in order[:stages - 1] if name not in ROUND_CUTS)
+    segment_cuts = sum(1 for name in order[:stages - 1] if name not in EDGE_CUTS)
     cut_after = {seg: name for name, seg in boundary_rows(rows, segment_cuts).items()}
 
     def segment(k: int, *values):
@@ -93,20 +95,32 @@ def row_segments(m: Module, stages: int, rows: int) -> tuple[Callable[..., tuple
     return segment, pipe
 
 
-def normalised_operand(m: Module, fmt: FloatFormat, x: Unpacked, subnormals: str, name: str) -> tuple[Value, Value]:
-    """(significand with its top bit set, signed biased exponent) of a finite nonzero operand.
+def normalised_operands(m: Module, fmt: FloatFormat, xs: dict[str, Unpacked], subnormals: str, pipe: Pipe,
+                        carry: tuple = ()) -> tuple[list[tuple[Value, Value]], tuple]:
+    """([(significand with its top bit set, signed biased exponent)] of finite nonzero operands
+    `xs` (name -> unpacked), the `carry` values across the "operands" boundary).
 
     With subnormals="keep" a subnormal's leading zeros are shifted out and taken off its
-    exponent (which may drop below 1); with "flush" subnormals already read as zero."""
-    exp = Signal(signed(fmt.exp_bits + 2), name=f"{name}_nexp")
-    if subnormals == "flush":
-        m.d.comb += exp.eq(x.exp)
-        return x.sig, exp
-    lz = leading_zeros(m, x.sig, f"{name}_sub")
-    m.d.comb += exp.eq(x.exp - lz)
-    return shift_left(m, x.sig, lz, f"{name}_sub"), exp
+    exponent (which may drop below 1); with "flush" subnormals already read as zero. Boundary
+    "operands" (a target clock's) sits between the leading-zero counts and the shifts: the
+    count and the shift were the slowest stage of dividers and square roots cut at every row."""
+    sigs, lzs, exps = [], [], []
+    for name, x in xs.items():
+        exp = Signal(signed(fmt.exp_bits + 2), name=f"{name}_nexp")
+        lz = Const(0, 1) if subnormals == "flush" else leading_zeros(m, x.sig, f"{name}_sub")
+        m.d.comb += exp.eq(x.exp - lz)
+        sigs.append(x.sig)
+        lzs.append(lz)
+        exps.append(exp)
+    n = len(xs)
+    out = pipe.cut("operands", *sigs, *lzs, *exps, *carry)
+    out = list(out) if isinstance(out, tuple) else [out]
+    sigs, lzs, exps, carry = out[:n], out[n:2 * n], out[2 * n:3 * n], tuple(out[3 * n:])
+    shifted = [sig if subnormals == "flush" else shift_left(m, sig, lz, f"{name}_sub")
+               for sig, lz, name in zip(sigs, lzs, xs)]
+    return list(zip(shifted, exps)), carry
 
 
 def lowest_exponent(fmt: FloatFormat, subnormals: str) -> int:
-    """The smallest biased exponent `normalised_operand` returns."""
+    """The smallest biased exponent `normalised_operands` returns."""
     return 1 - (fmt.precision - 1) if subnormals == "keep" else 1

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from .common import check_stages, round_pack, special_mux, unpack
 from .formats import FloatFormat, check_format, check_rounding, check_subnormals
-from .recurrence import CLOCK_CUTS, CUTS, lowest_exponent, normalised_operand, row_segments, stage_limit
+from .recurrence import CLOCK_CUTS, CUTS, lowest_exponent, normalised_operands, row_segments, stage_limit
 
 
 class FSqrt(wiring.Component):
@@ -56,7 +56,7 @@ class FSqrt(wiring.Component):
 
         a = unpack(m, fmt, self.a, self.subnormals, "a")
         specials = (a.is_nan | (a.sign & ~a.is_zero), a.is_inf, a.is_zero, a.sign)   # NaN, inf, zero, its sign
-        x, x_exp = normalised_operand(m, fmt, a, self.subnormals, "a")
+        ((x, x_exp),), specials = normalised_operands(m, fmt, {"a": a}, self.subnormals, pipe, tuple(specials))
         # unbiased exponent E = x_exp - bias; the bias is odd, so E is odd when x_exp is even
         odd = ~x_exp[0]
         radicand = Signal(2 * p + 2, name="radicand")          # M * 2**(2p), M in [1, 4)
