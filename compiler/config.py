@@ -197,11 +197,12 @@ class HardwareConfig:
         clips, multiplexers and shifts are counted; a value the next ops read more than
         pipeline.FANOUT_USES times reaches them through registered copies (as with
         adder_levels > 1). Float units take every register boundary they have, the ones only a
-        target clock uses too (their CLOCK_CUTS: FAdd 10 stages, FMul 10, FWideMul 10,
-        FloatToFloat 4, IntToFloat 5, FDiv and FSqrt up to a stage a recurrence row and four
-        in their rounding and operands: p + 8 and p + 7; pipeline.float_stages), but a float sum's adder, whose ring has as many stages as
-        rows interleaved, takes those that cut most first (FAdd.CLOCK_ORDER); the delay model
-        does not time them. Why: every
+        target clock uses too (their CLOCK_CUTS: FAdd 10 stages, FMul 10, FWideMul 10, FMulAdd
+        13, FloatToFloat 4, IntToFloat 5, FDiv and FSqrt up to a stage a recurrence row and four
+        in their rounding and operands: p + 8 and p + 7; pipeline.float_stages), but a float
+        sum's adder, whose ring has as many stages as rows interleaved, takes those that cut most
+        first (FAdd.CLOCK_ORDER); a float sum with no output loop around it takes padding rows
+        (interleave); the delay model does not time float units. Why: every
         latency and throughput figure is cycles / Fmax, and a stage holding a multiplier, an
         adder tree and a route across the die halves the clock.
         Cost: cycles (a stage per register level, once per kernel run) and flip-flops. The
