@@ -112,14 +112,15 @@ def _epilogue_loads(stmts: list, i: int, body, written: set[int]) -> frozenset[i
     floats = any(isinstance(s, ir.AccStore) and s.acc in written and s.value.dtype.is_float for s in body)
     if not floats:
         return frozenset()
-    stored = {s.buf for s in stmts[i:] for s in _stores(s)}
-    loaded = {v.buf for s in stmts for s in _stores(s) for v in store_values(s) if isinstance(v, ir.Load)}
+    stored = {st.buf for s in stmts[i:] for st in _buffer_stores(s)}
+    loaded = {v.buf for s in stmts for st in _buffer_stores(s) for v in store_values(st) if isinstance(v, ir.Load)}
     return frozenset(loaded - stored)
 
 
-def _stores(s):
+def _buffer_stores(s: ir.Stmt):
+    """The buffer stores of statement `s`, inside its loops too."""
     if isinstance(s, ir.Loop):
         for t in s.body:
-            yield from _stores(t)
+            yield from _buffer_stores(t)
     elif isinstance(s, ir.BufStore):
         yield s
