@@ -12,6 +12,7 @@ from .errors import CompileError
 from .frontend import Graph
 from .hw.kernel import KernelHW, is_pipelined, read_ports, ring_in_one_memory, ring_stride, run_cycles
 from .hw.pipeline import Schedule, kernel_paths, schedule
+from .float_timing import slowest_unit
 from .timing_model import (DSP_SITE, Estimate, block_ram_copy_ns, delays, in_block_ram, lutram_read_ns, memory_to_dsp_ns,
                            pack_sites, placed, product_ns, product_sites, word_read_registered, word_write_ns)
 from .hw.program import Program, build_program
@@ -374,6 +375,9 @@ class Design:
         for pos, (k, sched) in enumerate(zip(self.kernels, self.schedules)):
             ns, what, prods = kernel_paths(k, sched, self.config, d)
             products += [(a, b, sched.product_regs, direct, unpack) for a, b, direct, unpack in prods]
+            if ns > worst.period_ns:
+                worst = Estimate(ns, f"{k.name}: {what}")
+            ns, what, _ = slowest_unit(k, sched.unit_stages, d)
             if ns > worst.period_ns:
                 worst = Estimate(ns, f"{k.name}: {what}")
         sites = product_sites(self.config.mul, len(products), self.config.dsp_blocks(d.family))

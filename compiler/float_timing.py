@@ -1,0 +1,121 @@
+"""Float units in the delay model (compiler/timing_model.py times integer ops; a float unit is a
+block of its own whose stages it cannot see): the slowest stage of each float unit a kernel
+builds, at the stage count the schedule gave it, from the unit placed and routed alone.
+
+`MEASURED` holds, per unit and format, its Fmax placed alone at some stage counts:
+`python bench/bench_fp_area.py --pnr` (one stage, what fp_pipeline 0 builds; eight for the
+recurrence units) and `--clock` (every boundary, what target_mhz builds), LFE5U-85F grade 6,
+nextpnr router2, seed 1, each unit between input and output registers. Between two measured
+counts the period is interpolated linearly in 1/stages (a unit's logic split into s stages,
+plus what every stage pays: period = a + b / s); below the fewest it grows as the logic a stage
+holds (period * fewest / s: pessimistic, only where one stage was not measured), above the most
+it stays at the most's. A unit or format not measured is not timed.
+
+Why: without it a float design's `fmax_estimate_mhz` was its integer paths' alone, 185-196 MHz
+for a float sum that closed at 24 (one combinational adder on a one-cycle loop) and at 97
+(pipelined in a ring), and a sweep that prunes points by the estimate (dse: a large grid
+synthesises only points that can reach the front) would keep the wrong ones.
+
+Limits: a unit placed alone has its inputs and outputs beside it; in a design its routes are
+longer (the float probes of docs/timing.md closed 5-15% below their slowest unit alone), and the
+units' cuts are not evenly spread, so a count between two measured ones can be off by a third
+(FDiv fp32 at 8 stages: 39.4 MHz measured, 53 by the line through 1 and 32 stages).
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from . import ir
+from .fp.widemul import FWideMul
+from .hw import floatops
+from .timing_model import DELAYS, Delays
+
+MEASURED_GRADE = 6
+MEASURED: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {
+    # (unit, format) -> ((stages, MHz), ...), ascending stages; conversions "src->dst". One
+    # stage and the recurrence units at eight (--pnr) and every unit at its most (--clock) on
+    # f82fcb4, 2026-12-06; FAdd fp32 at 6 in a ring's order at a target clock (FAdd.CLOCK_ORDER)
+    # on 0f208fd; FMulAdd at 12 on 7373f07 and at 8 on 4236d44 / a7ac805 (the same netlists as
+    # now: its later cuts only add boundaries)
+    ("FAdd", "fp32"): ((1, 29.6), (6, 106.6), (10, 162.9)),
+    ("FAdd", "fp16"): ((1, 34.7), (10, 193.0)),
+    ("FAdd", "bf16"): ((10, 171.1),),
+    ("FMul", "fp32"): ((1, 23.7), (10, 151.6)),
+    ("FMul", "fp16"): ((1, 33.4), (10, 175.7)),
+    ("FMul", "bf16"): ((10, 182.1),),
+    ("FWideMul", "fp16"): ((10, 161.6),),
+    ("FMulAdd", "fp32"): ((1, 12.0), (8, 41.0), (12, 62.7), (13, 76.3)),
+    ("FMulAdd", "fp16"): ((1, 15.9), (12, 65.2), (13, 99.4)),
+    ("FMulAdd", "bf16"): ((1, 12.9), (8, 51.2), (12, 61.6), (13, 94.8)),
+    ("FDiv", "fp32"): ((1, 7.7), (8, 42.6), (32, 133.1)),
+    ("FDiv", "fp16"): ((1, 17.6), (8, 58.3), (19, 157.9)),
+    ("FDiv", "bf16"): ((1, 20.5), (8, 57.1), (16, 164.2)),
+    ("FSqrt", "fp32"): ((1, 10.3), (8, 65.7), (31, 135.5)),
+    ("FSqrt", "fp16"): ((1, 22.9), (8, 101.4), (18, 154.3)),
+    ("FSqrt", "bf16"): ((1, 31.6), (8, 100.2), (15, 177.3)),
+    ("IntToFloat", "int32->fp32"): ((5, 162.7),),
+    ("IntToFloat", "int32->fp16"): ((5, 145.8),),
+    ("IntToFloat", "int32->bf16"): ((5, 162.6),),
+    ("FloatToFloat", "fp16->fp32"): ((4, 218.5),),
+    ("FloatToFloat", "fp32->fp16"): ((4, 160.1),),
+    ("FloatToFloat", "bf16->fp32"): ((4, 149.5),),
+    ("FloatToFloat", "fp32->bf16"): ((4, 153.8),),
+}
+
+
+def unit_key(v: ir.Op) -> tuple[str, str] | None:
+    """(unit, format) of float op `v` as MEASURED names it, None for wiring (no unit)."""
+    wide = floatops.wide_product_sources(v)
+    unit = FWideMul if wide is not None else floatops.unit_of(v)
+    if unit is None:
+        return None
+    if wide is not None:
+        return unit.__name__, wide[0].dtype.name
+    if unit.__name__ in ("FloatToFloat", "IntToFloat", "FloatToInt"):
+        return unit.__name__, f"{v.srcs[0].dtype.name}->{v.dtype.name}"
+    return unit.__name__, floatops._float_dtype(v).name
+
+
+def unit_period_ns(key: tuple[str, str], stages: int, d: Delays) -> float | None:
+    """The slowest stage of unit `key` cut into `stages` stages on the part of `d` (module
+    docstring), None where it was not measured."""
+    points = MEASURED.get(key)
+    if not points or d.family != "ecp5":
+        return None
+    scale = d.clk_q / DELAYS[("ecp5", MEASURED_GRADE)].clk_q
+    ns = [(s, 1000.0 / mhz) for s, mhz in points]
+    if stages >= ns[-1][0]:
+        return ns[-1][1] * scale
+    if stages <= ns[0][0]:                           # its logic split fewer ways than measured
+        s0, p0 = ns[0]
+        return p0 * s0 / stages * scale
+    for (s0, p0), (s1, p1) in zip(ns, ns[1:]):
+        if stages <= s1:
+            return (p1 + (p0 - p1) * (1 / stages - 1 / s1) / (1 / s0 - 1 / s1)) * scale
+    raise AssertionError("unreachable")
+
+
+def float_units(kernel: ir.KernelIR, stages: dict[int, int]) -> Iterator[tuple[ir.Op, tuple[str, str], int]]:
+    """(op, unit key, stages) of every float unit `kernel` builds, `stages` the schedule's
+    unit_stages (one where absent)."""
+    seen: set[int] = set()
+    for s, _ in kernel.stores():
+        for v in ir.toposort(ir.store_operands(s)):
+            if id(v) in seen or not isinstance(v, ir.Op) or not floatops.is_float_op(v):
+                continue
+            seen.add(id(v))
+            if (key := unit_key(v)) is not None:
+                yield v, key, stages.get(id(v), 1)
+
+
+def slowest_unit(kernel: ir.KernelIR, stages: dict[int, int], d: Delays) -> tuple[float, str, int]:
+    """(ns, what, units not timed) of the slowest stage among `kernel`'s float units."""
+    worst, what, untimed = 0.0, "", 0
+    for _, key, n in float_units(kernel, stages):
+        ns = unit_period_ns(key, n, d)
+        if ns is None:
+            untimed += 1
+        elif ns > worst:
+            worst, what = ns, f"a float unit's stage: {key[0]} {key[1]} at {n} stage{'s' if n > 1 else ''} " \
+                              f"(placed alone: compiler/float_timing.py)"
+    return worst, what, untimed
