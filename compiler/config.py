@@ -202,7 +202,8 @@ class HardwareConfig:
         in their rounding and operands: p + 8 and p + 7; pipeline.float_stages), but a float
         sum's adder, whose ring has as many stages as rows interleaved, takes those that cut most
         first (FAdd.CLOCK_ORDER); a float sum with no output loop around it takes padding rows
-        (interleave); the delay model does not time float units. Why: every
+        (interleave); the delay model places no register inside a float unit (the estimate
+        times them: compiler/float_timing.py). Why: every
         latency and throughput figure is cycles / Fmax, and a stage holding a multiplier, an
         adder tree and a route across the die halves the clock.
         Cost: cycles (a stage per register level, once per kernel run) and flip-flops. The

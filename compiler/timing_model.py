@@ -20,7 +20,8 @@ modelled per net as `route` plus `route_fanout` per doubling of the net's loads,
 nextpnr's reports of this project's designs (docs/timing.md "The delay model"); the figures
 are those of a net inside a design of tens of thousands of LUTs, where a stage's routes, not
 its cells, are most of the period. Float units are not modelled here (their stages are fixed by
-fp_pipeline), nor are the controller's counters.
+fp_pipeline and target_mhz; compiler/float_timing.py times them from the units placed alone),
+nor are the controller's counters.
 """
 from __future__ import annotations
 
