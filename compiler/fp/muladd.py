@@ -54,15 +54,18 @@ class FMulAdd(wiring.Component):
     also: the operands' normalisation before the multiplier ("operands"), the alignment's
     shift amount before its shift ("amount": the product then lands in the fabric a stage
     after the DSP block's register, as FWideMul's "land"), the signed sum before its magnitude
-    ("negate"), the leading-zero count before its shift ("lzc") and the first rounding (`via`)
-    before the second ("via"): placed alone at 8 stages, fp32 via 53 closed at 41.0 MHz
-    (operands -> product register, 24.4 ns) and bf16 -> fp32 at 51.2 (the wide sum into the
-    normalisation); at 12 (without "via") at 62.7 and 61.6 (the first rounding's 54-bit add
-    into the second's denormalising amount, 15.9 ns).
+    ("negate"), the leading-zero count before its shift ("lzc"), the first rounding (`via`)
+    before the second ("via"), and the product as four registered half-width products
+    ("partial") and their sums ("sums"), as FMul's: placed alone at 8 stages, fp32 via 53
+    closed at 41.0 MHz (operands -> product register, 24.4 ns) and bf16 -> fp32 at 51.2 (the
+    wide sum into the normalisation); at 12 (without "via") at 62.7 and 61.6 (the first
+    rounding's 54-bit add into the second's denormalising amount, 15.9 ns); at 13 at 76.3 and
+    94.8 (fp32: the 24 x 24 product and its fabric adders, 13.1 ns).
     """
 
-    CUTS = ("product", "sum", "norm", "round", "align", "pack", "denorm", "operands", "amount", "negate", "lzc", "via")
-    CLOCK_CUTS = ("operands", "amount", "negate", "lzc", "via")
+    CUTS = ("product", "sum", "norm", "round", "align", "pack", "denorm",
+            "operands", "amount", "negate", "lzc", "via", "partial", "sums")
+    CLOCK_CUTS = ("operands", "amount", "negate", "lzc", "via", "partial", "sums")
 
     def __init__(self, src_fmt: FloatFormat, dst_fmt: FloatFormat | None = None, via: int | None = None,
                  rounding: str = "rne", subnormals: str = "keep", stages: int = 1):
@@ -139,12 +142,23 @@ class FMulAdd(wiring.Component):
         base = Signal(signed(ew), name="base")
         m.d.comb += base.eq(Mux(p_zero | (~c_zero & (k > K)), cexp + src.bias + (p - 1) - K, pexp))
         product = Signal(2 * p, name="product")
-        if p <= 4:                  # fp8: partial products in LUTs (Yosys would use a DSP block)
+        carried = (base, cexp, c_sig, sign_p, c_sign, *specials)
+        if "partial" in pipe.enabled:
+            # as FMul at a target clock: four half-width products (a DSP block each for fp32)
+            # registered, the middle two summed and registered, then the whole: a 24 x 24
+            # product and its fabric adders in one stage were fp32's slowest (13.1 ns)
+            h = (p + 1) // 2
+            partials = [x_sig[:h] * other[:h], x_sig[:h] * other[h:], x_sig[h:] * other[:h], x_sig[h:] * other[h:]]
+            ll, lh, hl, hh, *carried = pipe.cut("partial", *partials, *carried)
+            middle = Signal(2 * h + 1, name="middle")
+            m.d.comb += middle.eq(lh + hl)
+            ll, hh, middle, *carried = pipe.cut("sums", ll, hh, middle, *carried)
+            m.d.comb += product.eq(Cat(ll[:2 * h], hh) + (middle << h))
+        elif p <= 4:                # fp8: partial products in LUTs (Yosys would use a DSP block)
             m.d.comb += product.eq(sum(Mux(other[i], x_sig << i, 0) for i in range(p)))
         else:
             m.d.comb += product.eq(x_sig * other)
-        product, base, cexp, c_sig, sign_p, c_sign, *specials = pipe.cut(
-            "product", product, base, cexp, c_sig, sign_p, c_sign, *specials)
+        product, base, cexp, c_sig, sign_p, c_sign, *specials = pipe.cut("product", product, *carried)
 
         # c's lowest bit sits k = cexp - base + bias + (p-1) above P's: shift it down from K
         shift = Signal(signed(ew), name="align_shift")
