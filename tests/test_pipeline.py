@@ -133,10 +133,10 @@ def test_pipelined_float_units_are_bit_exact_in_every_format_and_mode():
 @pytest.mark.slow
 def test_fused_multiply_adds_at_a_target_clock_are_bit_exact():
     """FMulAdd as fp_semantics=tinygrad builds MULACC (fp32 and fp16 via float64, bf16 into fp32
-    via float64) with its CLOCK_CUTS enabled one by one (9..15 stages: the operands' register
+    via float64) with its CLOCK_CUTS enabled one by one (9..16 stages: the operands' register
     before the multiplier, the alignment's amount, the signed sum, the leading-zero count, the
-    first rounding, the half-width products and their sums; up to 8, fp_pipeline's netlists are
-    unchanged), fed one triple a cycle, against the reference."""
+    first rounding, the half-width products and their sums, the operands' counts; up to 8,
+    fp_pipeline's netlists are unchanged), fed one triple a cycle, against the reference."""
     rng = np.random.default_rng(12)
     makers = {"fp32": (F32, F32), "fp16": (FP16, FP16), "bf16": (BF16, F32)}
     ins = {}

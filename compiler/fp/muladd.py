@@ -56,16 +56,18 @@ class FMulAdd(wiring.Component):
     after the DSP block's register, as FWideMul's "land"), the signed sum before its magnitude
     ("negate"), the leading-zero count before its shift ("lzc"), the first rounding (`via`)
     before the second ("via"), and the product as four registered half-width products
-    ("partial") and their sums ("sums"), as FMul's: placed alone at 8 stages, fp32 via 53
+    ("partial") and their sums ("sums"), as FMul's, and the operands' leading-zero counts before
+    their shifts ("subnorm"): placed alone at 8 stages, fp32 via 53
     closed at 41.0 MHz (operands -> product register, 24.4 ns) and bf16 -> fp32 at 51.2 (the
     wide sum into the normalisation); at 12 (without "via") at 62.7 and 61.6 (the first
     rounding's 54-bit add into the second's denormalising amount, 15.9 ns); at 13 at 76.3 and
-    94.8 (fp32: the 24 x 24 product and its fabric adders, 13.1 ns).
+    94.8 (fp32: the 24 x 24 product and its fabric adders, 13.1 ns); at 15 at 72.6 and 92.4
+    (fp32: the counts, the shift and the route into the DSP blocks, 13.8 ns).
     """
 
     CUTS = ("product", "sum", "norm", "round", "align", "pack", "denorm",
-            "operands", "amount", "negate", "lzc", "via", "partial", "sums")
-    CLOCK_CUTS = ("operands", "amount", "negate", "lzc", "via", "partial", "sums")
+            "operands", "amount", "negate", "lzc", "via", "partial", "sums", "subnorm")
+    CLOCK_CUTS = ("operands", "amount", "negate", "lzc", "via", "partial", "sums", "subnorm")
 
     def __init__(self, src_fmt: FloatFormat, dst_fmt: FloatFormat | None = None, via: int | None = None,
                  rounding: str = "rne", subnormals: str = "keep", stages: int = 1):
@@ -125,16 +127,20 @@ class FMulAdd(wiring.Component):
         a_sub = ~a.sig[-1]
         pick, other = Mux(a_sub, a.sig, b.sig), Mux(a_sub, b.sig, a.sig)
         lz_ab = leading_zeros(m, pick, "sub")
-        x_sig = shift_left(m, pick, lz_ab, "sub")
         pexp = Signal(signed(ew), name="pexp")          # ea + eb: P = sig product * 2**(pexp - 2 bias - 2(p-1))
         m.d.comb += pexp.eq(a.exp + b.exp - lz_ab)
         # c normalised (a subnormal c has leading zeros); a zero c stays zero
         lz_c = leading_zeros(m, c.sig, "csub")
-        c_sig = shift_left(m, c.sig, lz_c, "csub")
         cexp = Signal(signed(ew), name="cexp")
         m.d.comb += cexp.eq(c.exp - lz_c)
+        # at a target clock the counts are registered before the shifts ("subnorm"): the counts,
+        # the shift and the route into the DSP blocks were fp32's slowest stage (13.8 ns)
+        pick, other, lz_ab, c_raw, lz_c, pexp, cexp, sign_p, c_sign, p_zero, c_zero, *specials = pipe.cut(
+            "subnorm", pick, other, lz_ab, c.sig, lz_c, pexp, cexp, sign_p, c.sign, p_zero, c.is_zero, *specials)
+        x_sig = shift_left(m, pick, lz_ab, "sub")
+        c_sig = shift_left(m, c_raw, lz_c, "csub")
         x_sig, other, pexp, cexp, c_sig, sign_p, c_sign, p_zero, c_zero, *specials = pipe.cut(
-            "operands", x_sig, other, pexp, cexp, c_sig, sign_p, c.sign, p_zero, c.is_zero, *specials)
+            "operands", x_sig, other, pexp, cexp, c_sig, sign_p, c_sign, p_zero, c_zero, *specials)
         # c's lowest bit sits k above P's. A c more than K above (or a zero product) is placed K
         # above, and the window takes its exponent from c's: P then only acts as a sticky bit.
         k = Signal(signed(ew), name="c_offset")
