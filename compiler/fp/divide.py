@@ -7,10 +7,10 @@ from amaranth.lib.wiring import In, Out
 
 from .common import check_stages, round_pack, special_mux, unpack
 from .formats import FloatFormat, check_format, check_rounding, check_subnormals
-from .recurrence import CLOCK_CUTS, CUTS, lowest_exponent, normalised_operands, row_segments, stage_limit
+from .recurrence import RecurrenceUnit, lowest_exponent, normalised_operands, row_segments
 
 
-class FDiv(wiring.Component):
+class FDiv(RecurrenceUnit, wiring.Component):
     """y = a / b, IEEE bit patterns of `fmt`, correctly rounded; with reciprocal=True there is
     no `a` port and y = 1 / b.
 
@@ -27,8 +27,7 @@ class FDiv(wiring.Component):
     `latency` = stages - 1 cycles later.
     """
 
-    CUTS = CUTS
-    CLOCK_CUTS = CLOCK_CUTS
+    EXTRA_ROWS = 2
 
     def __init__(self, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep",
                  reciprocal: bool = False, stages: int = 1):
@@ -44,21 +43,6 @@ class FDiv(wiring.Component):
         if not reciprocal:
             ports["a"] = In(fmt.width)
         super().__init__(ports)
-
-    @staticmethod
-    def row_count(fmt: FloatFormat) -> int:
-        """Recurrence rows in `fmt`, one a result bit."""
-        return fmt.precision + 2
-
-    @classmethod
-    def stage_limit(cls, fmt: FloatFormat, clock: bool = False) -> int:
-        """The most stages it can be cut into in `fmt` (recurrence.stage_limit; `clock`: with
-        its CLOCK_CUTS, at a target clock)."""
-        return stage_limit(cls.row_count(fmt), clock)
-
-    @property
-    def rows(self) -> int:
-        return self.row_count(self.fmt)
 
     def elaborate(self, platform):
         m = Module()

@@ -59,6 +59,30 @@ def stage_limit(rows: int, clock: bool) -> int:
     return len(cut_order(rows)) + 1 if clock else min(7, rows + 1) + 1
 
 
+class RecurrenceUnit:
+    """What FDiv and FSqrt share as classes: their boundaries (CUTS, CLOCK_CUTS), their rows
+    (a result bit each: precision + EXTRA_ROWS) and the most stages those allow."""
+
+    CUTS = CUTS
+    CLOCK_CUTS = CLOCK_CUTS
+    EXTRA_ROWS = 0
+
+    @classmethod
+    def row_count(cls, fmt: FloatFormat) -> int:
+        """Recurrence rows in `fmt`, one a result bit."""
+        return fmt.precision + cls.EXTRA_ROWS
+
+    @classmethod
+    def stage_limit(cls, fmt: FloatFormat, clock: bool = False) -> int:
+        """The most stages it can be cut into in `fmt` (stage_limit; `clock`: with its
+        CLOCK_CUTS, at a target clock)."""
+        return stage_limit(cls.row_count(fmt), clock)
+
+    @property
+    def rows(self) -> int:
+        return self.row_count(self.fmt)
+
+
 def boundary_rows(rows: int, cuts: int = len(SEGMENT_CUTS)) -> dict[str, int]:
     """Cut name -> segment after which its boundary sits, for a unit of `rows` recurrence rows
     with its first `cuts` segment cuts (SEGMENT_CUTS) enabled.

@@ -7,10 +7,10 @@ from amaranth.lib.wiring import In, Out
 
 from .common import check_stages, round_pack, special_mux, unpack
 from .formats import FloatFormat, check_format, check_rounding, check_subnormals
-from .recurrence import CLOCK_CUTS, CUTS, lowest_exponent, normalised_operands, row_segments, stage_limit
+from .recurrence import RecurrenceUnit, lowest_exponent, normalised_operands, row_segments
 
 
-class FSqrt(wiring.Component):
+class FSqrt(RecurrenceUnit, wiring.Component):
     """y = sqrt(a), IEEE bit patterns of `fmt`, correctly rounded.
 
     The significand (normalised, subnormals too with subnormals="keep") is doubled when the
@@ -23,8 +23,7 @@ class FSqrt(wiring.Component):
     cycles later.
     """
 
-    CUTS = CUTS
-    CLOCK_CUTS = CLOCK_CUTS
+    EXTRA_ROWS = 1
 
     def __init__(self, fmt: FloatFormat, rounding: str = "rne", subnormals: str = "keep", stages: int = 1):
         self.fmt = check_format(fmt)
@@ -33,21 +32,6 @@ class FSqrt(wiring.Component):
         self.stages = check_stages(stages, self.CUTS[:self.stage_limit(fmt, clock=True) - 1])
         self.latency = self.stages - 1
         super().__init__({"a": In(fmt.width), "y": Out(fmt.width)})
-
-    @staticmethod
-    def row_count(fmt: FloatFormat) -> int:
-        """Recurrence rows in `fmt`, one a result bit."""
-        return fmt.precision + 1
-
-    @classmethod
-    def stage_limit(cls, fmt: FloatFormat, clock: bool = False) -> int:
-        """The most stages it can be cut into in `fmt` (recurrence.stage_limit; `clock`: with
-        its CLOCK_CUTS, at a target clock)."""
-        return stage_limit(cls.row_count(fmt), clock)
-
-    @property
-    def rows(self) -> int:
-        return self.row_count(self.fmt)
 
     def elaborate(self, platform):
         m = Module()
