@@ -51,18 +51,15 @@ class FMulAdd(wiring.Component):
     boundaries after the product ("product"), the add ("sum"), the normalising shift
     ("norm"), then round_pack's "round", c's alignment ("align"), round_pack's "pack" and
     "denorm", enabled in that order. At a target clock (CLOCK_CUTS, hw.pipeline.float_stages)
-    also: the operands' normalisation before the multiplier ("operands"), the alignment's
-    shift amount before its shift ("amount": the product then lands in the fabric a stage
-    after the DSP block's register, as FWideMul's "land"), the signed sum before its magnitude
+    also: the normalised operands before the multiplier ("operands"), the alignment's shift
+    amount before its shift ("amount": the product then lands in the fabric a stage after the
+    DSP block's register, as FWideMul's "land"), the signed sum before its magnitude
     ("negate"), the leading-zero count before its shift ("lzc"), the first rounding (`via`)
-    before the second ("via"), and the product as four registered half-width products
-    ("partial") and their sums ("sums"), as FMul's, and the operands' leading-zero counts before
-    their shifts ("subnorm"): placed alone at 8 stages, fp32 via 53
-    closed at 41.0 MHz (operands -> product register, 24.4 ns) and bf16 -> fp32 at 51.2 (the
-    wide sum into the normalisation); at 12 (without "via") at 62.7 and 61.6 (the first
-    rounding's 54-bit add into the second's denormalising amount, 15.9 ns); at 13 at 76.3 and
-    94.8 (fp32: the 24 x 24 product and its fabric adders, 13.1 ns); at 15 at 72.6 and 92.4
-    (fp32: the counts, the shift and the route into the DSP blocks, 13.8 ns).
+    before the second ("via"), the product as four registered half-width products ("partial")
+    and their sums ("sums"), as FMul's, and the operands' leading-zero counts before their
+    shifts ("subnorm"). Placed alone, fp32 via 53 closed at 41.0 MHz with 8 stages (operands ->
+    product register, 24.4 ns) and at 92.7 with 16; each cut in turn took the slowest stage
+    (docs/timing.md, thirty-fifth session).
     """
 
     CUTS = ("product", "sum", "norm", "round", "align", "pack", "denorm",

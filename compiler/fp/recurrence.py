@@ -5,8 +5,8 @@ Both units compute one result bit per row of an unrolled array of compare-subtra
 (radix 2, restoring): no multiplier, no lookup table, and the final remainder gives the
 sticky bit, so the result is correctly rounded by `round_pack` like every other unit. A
 row is a (p+2)-bit subtract, so the combinational path is long; `stages` cuts the array
-into up to 8 evenly spread parts (see `boundary_rows`), at a target clock up to one a row and
-the rounding into four (round_pack's cuts).
+into up to 8 evenly spread parts (see `boundary_rows`), at a target clock up to one a row, the
+rounding into four (round_pack's cuts) and the operands' normalisation into two.
 """
 from __future__ import annotations
 
