@@ -8,7 +8,7 @@ import pytest
 from tinygrad import Tensor
 
 from compiler import HardwareConfig, compile_model
-from compiler.float_timing import MEASURED, unit_period_ns
+from compiler.float_timing import MEASURED, MEASURED_IN_CLOCK_ORDER, unit_period_ns
 from compiler.timing_model import DELAYS
 
 GRADE6, GRADE8 = DELAYS[("ecp5", 6)], DELAYS[("ecp5", 8)]
@@ -24,6 +24,8 @@ def test_a_unit_takes_its_measured_period_and_no_longer_with_more_stages(key):
     periods = [unit_period_ns(key, s, GRADE6) for s in range(1, top + 3)]
     assert all(a >= b - 1e-9 for a, b in zip(periods, periods[1:])), periods
     assert unit_period_ns(key, top, GRADE8) < unit_period_ns(key, top, GRADE6)
+    for stages, mhz in MEASURED_IN_CLOCK_ORDER.get(key, ()):
+        assert unit_period_ns(key, stages, GRADE6, clock=True) == pytest.approx(1000 / mhz)
 
 
 def test_an_unmeasured_unit_is_not_timed():

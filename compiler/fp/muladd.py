@@ -65,9 +65,13 @@ class FMulAdd(wiring.Component):
     CUTS = ("product", "sum", "norm", "round", "align", "pack", "denorm",
             "operands", "amount", "negate", "lzc", "via", "partial", "sums", "subnorm")
     CLOCK_CUTS = ("operands", "amount", "negate", "lzc", "via", "partial", "sums", "subnorm")
+    # a ring's unit at a target clock has as many stages as rows interleaved (6 to 12 at
+    # fp_pipeline 3): the boundaries that cut most first
+    CLOCK_ORDER = ("operands", "product", "sum", "norm", "via", "align", "pack", "lzc", "negate",
+                   "denorm", "round", "amount", "partial", "sums", "subnorm")
 
     def __init__(self, src_fmt: FloatFormat, dst_fmt: FloatFormat | None = None, via: int | None = None,
-                 rounding: str = "rne", subnormals: str = "keep", stages: int = 1):
+                 rounding: str = "rne", subnormals: str = "keep", stages: int = 1, clock: bool = False):
         self.src_fmt = check_format(src_fmt, "src_fmt")
         self.dst_fmt = check_format(dst_fmt if dst_fmt is not None else src_fmt, "dst_fmt")
         if not holds(self.src_fmt, self.dst_fmt):
@@ -81,6 +85,7 @@ class FMulAdd(wiring.Component):
         self.subnormals = check_subnormals(subnormals)
         self.stages = check_stages(stages, self.CUTS)
         self.latency = self.stages - 1
+        self.order = self.CLOCK_ORDER if clock else self.CUTS
         w = src_fmt.width
         super().__init__({"a": In(w), "b": In(w), "c": In(w), "y": Out(self.dst_fmt.width)})
 
@@ -102,7 +107,7 @@ class FMulAdd(wiring.Component):
         m = Module()
         src, dst = self.src_fmt, self.dst_fmt
         p, L, K, W = src.precision, self.below, self.reach, self.window
-        pipe = Pipe(m, self.CUTS, self.stages)
+        pipe = Pipe(m, self.order, self.stages)
         a = unpack(m, src, self.a, self.subnormals, "a")
         b = unpack(m, src, self.b, self.subnormals, "b")
         c = unpack(m, src, self.c, self.subnormals, "c")

@@ -191,11 +191,13 @@ class FloatOps:
         then to d (bf16 through float32: tinygrad's bf16 rounding goes through ctypes' float)."""
         rnd, sub = self.config.fp_rounding, self.config.fp_subnormals
         fmt = fmt_of(d)
+        clock = self.config.target_mhz is not None      # a ring's unit may have fewer stages
         if d.name == "bf16":
-            y = self.unit(FMulAdd(fmt, fp.FP32, VIA_FLOAT64, rnd, sub, **n), "fma", a=s[0], b=s[1], c=s[2]).y
+            y = self.unit(FMulAdd(fmt, fp.FP32, VIA_FLOAT64, rnd, sub, clock=clock, **n), "fma",
+                          a=s[0], b=s[1], c=s[2]).y
             return self.unit(fp.FloatToFloat(fp.FP32, fmt, rnd, sub), "f2f", a=y).y
         via = None if fmt.width <= 8 else VIA_FLOAT64
-        return self.unit(FMulAdd(fmt, fmt, via, rnd, sub, **n), "fma", a=s[0], b=s[1], c=s[2]).y
+        return self.unit(FMulAdd(fmt, fmt, via, rnd, sub, clock=clock, **n), "fma", a=s[0], b=s[1], c=s[2]).y
 
     def cast(self, src: DType, dst: DType, a: Value, n: dict) -> Value:
         rnd, sub = self.config.fp_rounding, self.config.fp_subnormals

@@ -12,23 +12,28 @@ from .rewrite import const, loop_chain, op, reads_acc, rebuild_chain, substitute
 K = ir.OpKind
 
 
-def interleave_ways(level: int, rows: int | None = None, clock: bool = False) -> int:
-    """Rows interleaved through a float sum at fp_pipeline `level` (`clock`: at a target clock).
+def interleave_ways(level: int, rows: int | None = None, clock: bool = False, fused: bool = False) -> int:
+    """Rows interleaved through a float sum at fp_pipeline `level` (`clock`: at a target clock;
+    `fused`: a fused multiply-add's sum, FMulAdd its ring's unit, else FAdd).
 
-    At least L = min(2**level, 6), the stages of its adder (pipeline.float_stages). Given the
-    nest's `rows`, the L' in [L, 2L] that computes the fewest row slots ceil(rows / L') * L'
-    (the smallest such): rows past the end cost a full pass of the reduction each, while a
-    way beyond the adder's stages costs one register of delay line. The GEMV's 32 rows a
-    lane at L = 6: 36 slots; at L' = 8: 32, 11% fewer cycles for 2 more ring registers. At a
-    target clock, of the L' with the fewest slots the one that gives the adder the most of its
-    stages (FAdd's 10 with its CLOCK_CUTS; its ring takes min(L', 10)): forcing L' = 10 took a
-    convolution's 2-row nests from 1,114 to 1,852 cycles."""
+    At least L = min(2**level, the unit's stages) (pipeline.float_stages: FAdd 6, FMulAdd 8).
+    Given the nest's `rows`, the L' in [L, 2L] that computes the fewest row slots
+    ceil(rows / L') * L' (the smallest such): rows past the end cost a full pass of the
+    reduction each, while a way beyond the unit's stages costs one register of delay line. The
+    GEMV's 32 rows a lane at L = 6: 36 slots; at L' = 8: 32, 11% fewer cycles for 2 more ring
+    registers. At a target clock, of the L' with the fewest slots the one that gives the unit
+    the most of its stages (FAdd's 10 with its CLOCK_CUTS; its ring takes min(L', 10)): forcing
+    L' = 10 took a convolution's 2-row nests from 1,114 to 1,852 cycles. FMulAdd fp32 placed
+    alone in its CLOCK_ORDER closed at 38.5 MHz with 6 stages and 64.4 with 8 (40.5 in CUTS
+    order): a ring of it takes 8 ways at least."""
     from ..fp import FAdd
+    from ..fp.muladd import FMulAdd
     from ..hw.floatops import unit_stages
-    least = min(2 ** level, unit_stages(FAdd)) if level > 0 else 1
+    unit = FMulAdd if fused else FAdd
+    least = min(2 ** level, unit_stages(unit)) if level > 0 else 1
     if least == 1 or rows is None:
         return least
-    top = unit_stages(FAdd, clock=True)
+    top = unit_stages(unit, clock=True)
     return min(range(least, 2 * least + 1),
                key=lambda w: (-(-rows // w) * w, -min(w, top) if clock else w, w))
 
@@ -137,7 +142,8 @@ def _interleaved_nest(kernel, loop: ir.Loop, level: int, state) -> ir.Loop | Non
         return None
 
     bound = rows.bound if rows is not None else 1
-    ways = interleave_ways(level, bound, state["clock"])
+    fused = any(isinstance(s, ir.AccStore) and isinstance(s.value, ir.Op) and s.value.op is K.MULACC for s in body)
+    ways = interleave_ways(level, bound, state["clock"], fused)
     lane_id = state["next_id"]
     state["next_id"] += 1
     if rows is not None:
