@@ -66,7 +66,8 @@ MEASURED: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {
 MEASURED_IN_CLOCK_ORDER: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {
     # a ring's unit at a target clock, with fewer stages than its boundaries, takes them in its
     # CLOCK_ORDER: these replace MEASURED's figures there. FAdd on b6c5f23, FMulAdd (via 53) on
-    # the commit that gave it CLOCK_ORDER
+    # 7f9904c's tree (its CLOCK_ORDER; at 6 stages its first order, which put "align" before "sum",
+    # closed at 34.1)
     ("FAdd", "fp32"): ((6, 106.6),),
     ("FMulAdd", "fp32"): ((6, 38.5), (8, 64.4)),
 }
