@@ -200,12 +200,13 @@ class HardwareConfig:
         target clock uses too (their CLOCK_CUTS: FAdd 10 stages, FMul 10, FWideMul 10, FMulAdd
         16, FloatToFloat 4, IntToFloat 5, FDiv and FSqrt up to a stage a recurrence row and four
         in their rounding and operands: p + 8 and p + 7; pipeline.float_stages), but a float
-        sum's adder, whose ring has as many stages as rows interleaved, takes those that cut most
-        first (FAdd.CLOCK_ORDER); a float sum with no output loop around it takes padding rows
-        (interleave); the delay model places no register inside a float unit (the estimate
-        times them: compiler/float_timing.py). Why: every
-        latency and throughput figure is cycles / Fmax, and a stage holding a multiplier, an
-        adder tree and a route across the die halves the clock.
+        sum's unit (FAdd; FMulAdd for a fused multiply-add, 8 rows at least), whose ring has as
+        many stages as rows interleaved, takes those that cut most first (their CLOCK_ORDER); a
+        float sum with no output loop around it takes padding rows (interleave); the delay
+        model places no register inside a float unit (the estimate times them:
+        compiler/float_timing.py). Why: every latency and throughput figure is cycles / Fmax,
+        and a stage holding a multiplier, an adder tree and a route across the die halves the
+        clock.
         Cost: cycles (a stage per register level, once per kernel run) and flip-flops. The
         cycle model stays exact and results bit-exact (only where registers go changes).
         `Design.timing_estimate()` gives the model's Fmax for the built design (a row's
