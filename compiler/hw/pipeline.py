@@ -179,9 +179,9 @@ def float_stages(v: ir.Op, level: int, clock: bool = False) -> int:
     """Stages of the float unit computing `v` at fp_pipeline `level`: 2**level, at most as
     many as the unit has boundaries for (FAdd 6, FMul, FDiv, FSqrt 8, conversions 2). At a
     target clock (`clock`, from TARGET_LEVEL), every boundary the unit has, its CLOCK_CUTS too
-    (FAdd 10, FMul 10, FWideMul 10, FMulAdd 16, FloatToFloat 4, IntToFloat 5, FDiv p + 8,
-    FSqrt p + 7): placed alone, fp32 adders closed at 85 MHz and conversions at 59-64 with
-    fewer (docs/timing.md, "Float units at a target clock")."""
+    (FAdd 10, FMul 10, FWideMul 10, FMulAdd 16, FloatToFloat 4, IntToFloat 5, FloatToInt 3,
+    FDiv p + 8, FSqrt p + 7): placed alone, fp32 adders closed at 85 MHz and conversions at
+    59-64 with fewer (docs/timing.md, "Float units at a target clock")."""
     if clock:
         return floatops.max_stages(v, clock=True)
     return min(2 ** level, floatops.max_stages(v)) if level > 0 else 1
