@@ -198,8 +198,9 @@ class HardwareConfig:
         pipeline.FANOUT_USES times reaches them through registered copies (as with
         adder_levels > 1). Float units take every register boundary they have, the ones only a
         target clock uses too (their CLOCK_CUTS: FAdd 10 stages, FMul 10, FWideMul 10, FMulAdd
-        16, FloatToFloat 4, IntToFloat 5, FloatToInt 3, FDiv and FSqrt up to a stage a recurrence row and four
-        in their rounding and operands: p + 8 and p + 7; pipeline.float_stages), but a float
+        16, FloatToFloat 4, IntToFloat 5, FloatToInt 3, FDiv and FSqrt up to a stage a
+        recurrence row and four in their rounding and operands: p + 8 and p + 7;
+        pipeline.float_stages), but a float
         sum's unit (FAdd; FMulAdd for a fused multiply-add, 8 rows at least), whose ring has as
         many stages as rows interleaved, takes those that cut most first (their CLOCK_ORDER); a
         float sum with no output loop around it takes padding rows (interleave); the delay
