@@ -4,8 +4,9 @@ builds, at the stage count the schedule gave it, from the unit placed and routed
 
 `MEASURED` holds, per unit and format, its Fmax placed alone at some stage counts:
 `python bench/bench_fp_area.py --pnr` (one stage, what fp_pipeline 0 builds; eight for the
-recurrence units) and `--clock` (every boundary, what target_mhz builds), LFE5U-85F grade 6,
-nextpnr router2, seed 1, each unit between input and output registers. Between two measured
+recurrence units) and `--clock` (every boundary, what target_mhz builds), LFE5U-85F grade 6
+(a few on the 25F, named at MEASURED), nextpnr router2, seed 1, each unit between input and
+output registers. Between two measured
 counts the period is interpolated linearly in 1/stages (a unit's logic split into s stages,
 plus what every stage pays: period = a + b / s); below the fewest it grows as the logic a stage
 holds (period * fewest / s: pessimistic, only where one stage was not measured), above the most
@@ -34,10 +35,11 @@ MEASURED_GRADE = 6
 MEASURED: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {
     # (unit, format) -> ((stages, MHz), ...), ascending stages; conversions "src->dst". One
     # stage and the recurrence units at eight (--pnr) and every unit at its most (--clock) on
-    # f82fcb4, 2026-12-06; FAdd fp32 at 6 on b6c5f23 (the thirty-fourth session); FMulAdd at 12
-    # on dd13686, at 13 on 04f8bb5, at 16
-    # on b9f199c, at 8 on 4236d44 / a7ac805 (the same netlists as now: its later cuts only add
-    # boundaries; at 15 on 4af49a1, 72.6 / 104.6 / 92.4 MHz, within a seed of 13's, left out)
+    # f82fcb4, 2026-12-06; FMulAdd at 12 on dd13686, at 13 on 04f8bb5, at 16 on b9f199c, bf16's
+    # at 8 on a7ac805 (the same netlists as now: its later cuts only add boundaries; at 15 on
+    # 4af49a1, 72.6 / 104.6 / 92.4 MHz, within a seed of 13's, left out). On an LFE5U-25F (the
+    # same grade's cells, a smaller die; the thirty-fourth session's scratch runs): FAdd fp32 at
+    # 6 on b6c5f23, FMulAdd fp32 at 8 on 4236d44.
     ("FAdd", "fp32"): ((1, 29.6), (6, 95.7), (10, 162.9)),
     ("FAdd", "fp16"): ((1, 34.7), (10, 193.0)),
     ("FAdd", "bf16"): ((10, 171.1),),
@@ -65,9 +67,9 @@ MEASURED: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {
 
 MEASURED_IN_CLOCK_ORDER: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {
     # a ring's unit at a target clock, with fewer stages than its boundaries, takes them in its
-    # CLOCK_ORDER: these replace MEASURED's figures there. FAdd on b6c5f23, FMulAdd (via 53) on
-    # 7f9904c's tree (its CLOCK_ORDER; at 6 stages its first order, which put "align" before "sum",
-    # closed at 34.1)
+    # CLOCK_ORDER: these replace MEASURED's figures there. FAdd on b6c5f23 (LFE5U-25F), FMulAdd
+    # (via 53) on 7f9904c's tree (its CLOCK_ORDER; at 6 stages its first order, which put
+    # "align" before "sum", closed at 34.1)
     ("FAdd", "fp32"): ((6, 106.6),),
     ("FMulAdd", "fp32"): ((6, 38.5), (8, 64.4)),
 }
