@@ -132,6 +132,9 @@ class FloatOps:
     def __init__(self, m: Module, config: HardwareConfig, kernel: str):
         self.m, self.config, self.kernel = m, config, kernel
         self.units = 0
+        # at a target clock a ring's unit (FAdd, FMulAdd) may have fewer stages than boundaries:
+        # it takes them in its CLOCK_ORDER
+        self.clock = config.target_mhz is not None
 
     def unit(self, component, name: str, **inputs: Value):
         self.m.submodules[f"{UNIT_PREFIX}{self.units}_{name}"] = component
@@ -152,8 +155,7 @@ class FloatOps:
         if op is K.BITCAST:
             return s[0]
         if op in (K.ADD, K.SUB):
-            clock = self.config.target_mhz is not None      # a ring's adder may have fewer stages
-            return self.unit(fp.FAdd(fmt_of(d), rnd, sub, subtract=op is K.SUB, clock=clock, **n),
+            return self.unit(fp.FAdd(fmt_of(d), rnd, sub, subtract=op is K.SUB, clock=self.clock, **n),
                              op.value, a=s[0], b=s[1]).y
         if op is K.MUL:
             return self.unit(fp.FMul(fmt_of(d), rnd, sub, **n), "mul", a=s[0], b=s[1]).y
@@ -191,13 +193,12 @@ class FloatOps:
         then to d (bf16 through float32: tinygrad's bf16 rounding goes through ctypes' float)."""
         rnd, sub = self.config.fp_rounding, self.config.fp_subnormals
         fmt = fmt_of(d)
-        clock = self.config.target_mhz is not None      # a ring's unit may have fewer stages
         if d.name == "bf16":
-            y = self.unit(FMulAdd(fmt, fp.FP32, VIA_FLOAT64, rnd, sub, clock=clock, **n), "fma",
+            y = self.unit(FMulAdd(fmt, fp.FP32, VIA_FLOAT64, rnd, sub, clock=self.clock, **n), "fma",
                           a=s[0], b=s[1], c=s[2]).y
             return self.unit(fp.FloatToFloat(fp.FP32, fmt, rnd, sub), "f2f", a=y).y
         via = None if fmt.width <= 8 else VIA_FLOAT64
-        return self.unit(FMulAdd(fmt, fmt, via, rnd, sub, clock=clock, **n), "fma", a=s[0], b=s[1], c=s[2]).y
+        return self.unit(FMulAdd(fmt, fmt, via, rnd, sub, clock=self.clock, **n), "fma", a=s[0], b=s[1], c=s[2]).y
 
     def cast(self, src: DType, dst: DType, a: Value, n: dict) -> Value:
         rnd, sub = self.config.fp_rounding, self.config.fp_subnormals

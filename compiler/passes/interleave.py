@@ -111,9 +111,9 @@ def _interleaved_nest(kernel, loop: ir.Loop, level: int, state) -> ir.Loop | Non
     written = {s.acc for s in body if isinstance(s, ir.AccStore)}
     # a sum: an add or subtract, or a fused multiply-add (fp_semantics=tinygrad's MULACC, the
     # accumulator its addend), whose unit then takes the ring's stages
-    float_sum = any(isinstance(s, ir.AccStore) and isinstance(s.value, ir.Op) and s.value.op in (K.ADD, K.SUB, K.MULACC)
-                    and s.value.dtype.is_float for s in body)
-    if not float_sum:
+    sums = {s.value.op for s in body if isinstance(s, ir.AccStore) and isinstance(s.value, ir.Op)
+            and s.value.op in (K.ADD, K.SUB, K.MULACC) and s.value.dtype.is_float}
+    if not sums:
         return None
     # the accumulators are this step's alone ...
     inside = {id(s) for s in body}
@@ -142,8 +142,7 @@ def _interleaved_nest(kernel, loop: ir.Loop, level: int, state) -> ir.Loop | Non
         return None
 
     bound = rows.bound if rows is not None else 1
-    fused = any(isinstance(s, ir.AccStore) and isinstance(s.value, ir.Op) and s.value.op is K.MULACC for s in body)
-    ways = interleave_ways(level, bound, state["clock"], fused)
+    ways = interleave_ways(level, bound, state["clock"], fused=K.MULACC in sums)
     lane_id = state["next_id"]
     state["next_id"] += 1
     if rows is not None:
