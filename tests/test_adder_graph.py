@@ -192,8 +192,8 @@ def test_a_transposed_view_is_solved_as_the_matrix_it_shows():
 
 
 @needs_da4ml
-def test_the_graph_of_fewest_sites_among_four_orders_computes_the_matrix_and_is_no_deeper():
-    """adder_graph._best_order: the same matrix solved in four row orders, the kept graph's
+def test_the_graph_of_fewest_sites_among_six_orders_computes_the_matrix_and_is_no_deeper():
+    """adder_graph._best_order: the same matrix solved in six row orders, the kept graph's
     inputs renumbered back to the matrix's rows (its coefficients are the matrix), its LUT cost
     no more and its adder levels no more than the given order's; a 32x32 layer of 3-bit weights,
     75% zero, where another order is cheaper (docs/area.md)."""
@@ -211,4 +211,39 @@ def test_the_graph_of_fewest_sites_among_four_orders_computes_the_matrix_and_is_
     dense = rng.integers(-4, 4, (40, 40))
     assert np.count_nonzero(dense) > adder_graph.ORDER_WEIGHTS
     one = adder_graph._best_order(dense, [(-4, 3)] * 40, [0.0] * 40, None)
-    assert one == adder_graph.solve_da4ml(dense, [(-4, 3)] * 40, [0.0] * 40, None)
+    assert one == adder_graph.fewer_negations(adder_graph.solve_da4ml(dense, [(-4, 3)] * 40, [0.0] * 40, None),
+                                              [(-4, 3)] * 40)
+    # the natural order (the rows as the user's matrix has them) is the one solved alone
+    perm = np.random.default_rng(1).permutation(40)
+    alone = adder_graph._best_order(dense[perm], [(-4, 3)] * 40, [0.0] * 40, None, natural=np.argsort(perm))
+    assert np.array_equal(alone.coefficients(), dense[perm].astype(object))
+    assert adder_graph.lut_cost(alone, [(-4, 3)] * 40) == adder_graph.lut_cost(one, [(-4, 3)] * 40)
+
+
+def _negations(plan: Plan) -> list[int]:
+    return [o.node for o in plan.outputs if o.negate]
+
+
+def test_a_negated_output_is_computed_negated_where_its_adders_allow():
+    """adder_graph.fewer_negations: an output -(x0 - x1) is built x1 - x0; -((x0 - x1) + x2)
+    as (x1 - x0) - x2, the inner node flipped too; -(x0 + x1) keeps its negation (inputs are never
+    negated); a node flipped for one output and read unnegated by another costs that one a
+    negation, kept only when the bits it saves are more. Every plan computes its matrix."""
+    wide = [(-128, 127)] * 3
+
+    def check(plan, want_negations):
+        after = adder_graph.fewer_negations(plan, wide)
+        assert np.array_equal(after.coefficients(), plan.coefficients())
+        assert _negations(after) == want_negations
+        return after
+    after = check(Plan(2, (Add(0, 1, 0, 0, True),), (Output(2, 0, True),)), [])
+    assert after.adds == (Add(1, 0, 0, 0, True),)
+    after = check(Plan(3, (Add(0, 1, 0, 0, True), Add(3, 2, 0, 0, False)), (Output(4, 1, True),)), [])
+    assert after.adds == (Add(1, 0, 0, 0, True), Add(3, 2, 0, 0, True))
+    check(Plan(2, (Add(0, 1, 0, 0, False),), (Output(2, 0, True),)), [2])
+    # n3 (10 bits) negated, n2 = x0 - x1 (9 bits) read by a second output as it is: flipping n2
+    # moves the negation to the narrower output
+    check(Plan(3, (Add(0, 1, 0, 0, True), Add(3, 2, 0, 0, False)), (Output(4, 0, True), Output(3, 0, False))), [3])
+    # ... but not when n2 is read by two outputs (two 9-bit negations for one of 10 bits)
+    check(Plan(3, (Add(0, 1, 0, 0, True), Add(3, 2, 0, 0, False)),
+               (Output(4, 0, True), Output(3, 0, False), Output(3, 1, False))), [4])

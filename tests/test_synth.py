@@ -378,3 +378,43 @@ def test_where_a_constant_layers_area_goes_by_module(tmp_path, classic):
     assert sum(m["ffs"] for m in modules.values()) == flat.ffs
     script = (tmp_path / "breakdown" / "yosys.ys").read_text()
     assert ("&satlut" in script) == classic and "-noflatten" in script
+
+
+def test_negations_and_products_by_negative_constants_are_carry_chains_alone(tmp_path):
+    """datapath.negated builds -x as 0 - x: Yosys maps a unary minus as a one-operand $macc, an
+    inverter LUT4 a bit beside the carry chain (a 6-bit value: 6 LUT4 + 4 CCU2C), a subtraction as
+    the chain alone. mul_const by a negative constant starts from a digit of positive sign, so
+    only a constant whose digits are all negative needs the negation. Values checked in pysim
+    against Python's products for every 6-bit input."""
+    from amaranth.back import rtlil
+    from amaranth.hdl import Module, Signal, signed
+    from amaranth.sim import Simulator
+    from compiler.hw.datapath import mul_const, negated
+    from compiler.tools import yosys
+    from compiler.synth.area import TARGETS
+    consts = [-1, -2, -3, -6, -7, -12, -20, -36, 3, 7]
+    m, x = Module(), Signal(signed(6))
+    ys = [Signal(signed(14), name=f"y{k}") for k in range(len(consts))]
+    neg = Signal(signed(7))
+    m.d.comb += [y.eq(mul_const(x, c)) for y, c in zip(ys, consts)] + [neg.eq(negated(x))]
+    sim = Simulator(m)
+
+    async def bench(ctx):
+        for v in range(-32, 32):
+            ctx.set(x, v)
+            assert ctx.get(neg) == -v
+            assert [ctx.get(y) for y in ys] == [v * c for c in consts], v
+    sim.add_testbench(bench)
+    sim.run()
+
+    def cells(value) -> dict:
+        mod, a = Module(), Signal(signed(6))
+        y = Signal(signed(14), attrs={"keep": 1})
+        mod.d.comb += y.eq(value(a))
+        (tmp_path / "t.il").write_text(rtlil.convert(mod, ports=[a, y]))
+        yosys(f"read_rtlil t.il\n{TARGETS['ecp5']}\ntee -q -o s.json stat -json\n", cwd=tmp_path, log_name="y.log")
+        return json.loads((tmp_path / "s.json").read_text())["design"]["num_cells_by_type"]
+    assert cells(lambda a: -a) == {"CCU2C": 4, "LUT4": 6}          # what a unary minus costs
+    assert cells(negated) == {"CCU2C": 4}
+    for c in (-1, -3, -6, -7):
+        assert set(cells(lambda a: mul_const(a, c))) == {"CCU2C"}, c

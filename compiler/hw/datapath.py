@@ -136,11 +136,21 @@ def mul_const(x: Value, c: int) -> Value:
     digits = shift_add_digits(c)
     if not digits:
         return x * c
+    sign = -1 if c < 0 else 1
     out = None
-    for shift, d in digits:
+    # a digit of positive sign first: a negation is then needed only when every digit is negative
+    for shift, d in sorted(digits, key=lambda sd: -sd[1] * sign):
         term = x << shift if shift else x
-        out = term if out is None and d > 0 else (-term if out is None else (out + term if d > 0 else out - term))
-    return -out if c < 0 else out
+        out = (term if d * sign > 0 else negated(term)) if out is None else \
+            (out + term if d * sign > 0 else out - term)
+    return out
+
+
+def negated(x: Value) -> Value:
+    """-x as a subtraction from zero: Yosys maps a unary minus as a one-operand $macc (a LUT4 a bit
+    for the inverters beside the carry chain: a 4-bit negation 10 LUT4 sites), a $sub as the
+    carry chain alone (6)."""
+    return Const(0, signed(1)) - x
 
 
 def _magnitude(x: Value) -> Value:
@@ -559,7 +569,7 @@ class Datapath:
                 return mul_const(s[1], consts[0])
             return s[0] * s[1]
         if op is K.MULACC: return s[0] * s[1] + s[2]
-        if op is K.NEG: return -s[0]
+        if op is K.NEG: return negated(s[0])
         if (test := ir.bit_test(v)) is not None:       # a ReLU, a clamp: no compare chain
             at = v.srcs.index(test[0])
             x = s[at]

@@ -395,7 +395,11 @@ def _solve(members: list[_Root], lin: _Linear, options: Options, interval, depth
     if np.abs(W).max() >= MAX_COEFFICIENT or per_product_adders(W) == 0:
         return None                        # shifts and wires only: nothing to share
     leaves = [lin.nodes[leaf] for leaf in order]
-    plan = _best_order(W, [interval(v) for v in leaves], [depth(v) for v in leaves], options.extra_depth)
+    # the leaves in the order of the elements they read, where they read one (a layer's inputs
+    # x[0], x[1], ...: the matrix as its user wrote it, as da4ml's own flow solves it), else in
+    # the order the outputs name them
+    natural = np.array(sorted(range(len(leaves)), key=lambda k: (_element(leaves[k]) or (1 << 62, 0), k)))
+    plan = _best_order(W, [interval(v) for v in leaves], [depth(v) for v in leaves], options.extra_depth, natural)
     if plan is None or len(plan.adds) >= per_product_adders(W):
         return None
     if not np.array_equal(plan.coefficients(), W.astype(object)):
@@ -403,37 +407,144 @@ def _solve(members: list[_Root], lin: _Linear, options: Options, interval, depth
     return _Group(members, leaves, plan)
 
 
-ORDERS = 4
-"""Row orders a matrix is solved in (the IR's, its reverse, then seeded shuffles), the graph
-of least `lut_cost` kept. da4ml's search is greedy and breaks ties by position, so the same
-matrix in another order gives another graph: on the 32x32 layers of bench/bench_area.py the
-kept graph packs 0% to 4.6% fewer LUT sites than the IR's order alone (docs/area.md). Up to
-ORDER_WEIGHTS non-zero weights (a solve takes 0.02 to 0.6 s there); past it one order."""
+def _element(v: ir.Value) -> tuple[int, int] | None:
+    """(buffer, index) of a load at a constant index, through casts; else None."""
+    while isinstance(v, ir.Op) and v.op is K.CAST:
+        v = v.srcs[0]
+    if isinstance(v, ir.Load) and isinstance(v.index, ir.Const):
+        return v.buf, int(v.index.value)
+    return None
+
+
 ORDER_WEIGHTS = 1024
+"""Past this many non-zero weights a matrix is solved in one row order (a solve takes 0.02 to
+0.6 s up to it)."""
 
 
 def _best_order(W: np.ndarray, intervals: list[tuple[int, int]], latencies: list[float],
-                extra_depth: int | None) -> Plan | None:
-    """da4ml's graph of W in the ORDERS row orders, the one of least lut_cost (the first on a
+                extra_depth: int | None, natural: np.ndarray | None = None) -> Plan | None:
+    """da4ml's graph of W in up to six row orders, the one of least lut_cost (the first on a
     tie) among those no deeper than the first order's (a level more can be a pipeline stage
-    more: latency is not traded for LUTs here), its inputs renumbered back to W's rows."""
+    more: latency is not traded for LUTs here), its inputs renumbered back to W's rows.
+    `natural`: the rows' order as the user's matrix has them (default W's), solved first, then
+    its reverse and two seeded shuffles of it, then W's own order and its reverse. da4ml's
+    search is greedy and breaks ties by position, so the same matrix in another order gives
+    another graph: on the 32x32 layers of bench/bench_area.py the kept graph packs 0% to 4.6%
+    fewer LUT sites than one order alone (docs/area.md). Past ORDER_WEIGHTS the natural order
+    alone."""
     n = W.shape[0]
-    orders = [np.arange(n)]
+    first = np.arange(n) if natural is None else natural
+    orders = [first]
     if int(np.count_nonzero(W)) <= ORDER_WEIGHTS and n > 1:
         rng = np.random.default_rng(0)
-        orders += [np.arange(n)[::-1]] + [rng.permutation(n) for _ in range(ORDERS - 2)]
+        orders += [first[::-1]] + [first[rng.permutation(n)] for _ in range(2)] + [np.arange(n), np.arange(n)[::-1]]
+        orders = [p for k, p in enumerate(orders) if not any(np.array_equal(p, q) for q in orders[:k])]
     best, best_cost, depth = None, None, None
     for perm in orders:
         plan = solve_da4ml(W[perm], [intervals[i] for i in perm], [latencies[i] for i in perm], extra_depth)
         if plan is None:
             continue
-        plan = _renumbered(plan, perm)
+        plan = fewer_negations(_renumbered(plan, perm), intervals)
         levels = plan.depth(latencies)
         depth = levels if depth is None else depth
         cost = lut_cost(plan, intervals)
         if levels <= depth and (best_cost is None or cost < best_cost):
             best, best_cost = plan, cost
     return best
+
+
+FLIP_LIMIT = 8
+"""Nodes one negated output may flip (`fewer_negations`): a negated output is one carry chain,
+a search past a few nodes would cost more compile time than it finds."""
+
+
+def fewer_negations(plan: Plan, intervals: list[tuple[int, int]]) -> Plan:
+    """The same graph with nodes computed negated where that lets a negated output be built
+    without its negation. da4ml's graph ends some outputs in a negation (an output -(a + b)):
+    a carry chain as wide as the output, which its own Verilog builds too. A node may hold its
+    value negated instead, -(a + b) as (-a) - b, when its operands' signs allow one adder:
+    a - b, b - a and a + b are one adder each, -a - b is not. So flipping a node flips the sign
+    of its own two operands (an a - b becomes b - a: free; an a + b needs one operand flipped
+    too) and of its term in each node that reads it. For each negated output (widest first) a
+    depth-first search for a set of at most FLIP_LIMIT nodes to flip that leaves every adder
+    one adder and removes more negation bits than it adds (a flipped node that is an output
+    itself then needs one); kept if found. Inputs are never flipped. Exact: the coefficients
+    are unchanged (checked by the caller, as every plan is)."""
+    n_in = plan.inputs
+    if not any(o.negate and o.node is not None and o.node >= n_in for o in plan.outputs):
+        return plan
+    bounds = _bounds(plan, intervals)
+    users: dict[int, list[int]] = {}
+    for k, add in enumerate(plan.adds):
+        users.setdefault(add.a, []).append(n_in + k)
+        users.setdefault(add.b, []).append(n_in + k)
+    outs: dict[int, list[bool]] = {}
+    for o in plan.outputs:
+        if o.node is not None:
+            outs.setdefault(o.node, []).append(o.negate)
+
+    def signs(node: int, flipped: set[int]) -> tuple[int, int]:
+        """The signs node's adder applies to its operands as stored (each possibly flipped)."""
+        add = plan.adds[node - n_in]
+        own = -1 if node in flipped else 1
+        sa = own * (-1 if add.a in flipped else 1)
+        sb = own * (-1 if add.b in flipped else 1) * (-1 if add.sub else 1)
+        return sa, sb
+
+    def cost(flipped: set[int]) -> int:
+        """Negation bits of the outputs of the nodes in `flipped` and of those it left alone."""
+        return sum(ir.bits_of(*bounds[node]) for node, negs in outs.items()
+                   for neg in negs if neg != (node in flipped))
+
+    def search(flipped: frozenset[int], pending: tuple[int, ...]) -> frozenset[int] | None:
+        """Flips added to `flipped` until no adder in `pending` needs -a - b; None past the limit."""
+        if len(flipped) > FLIP_LIMIT:
+            return None
+        for at, node in enumerate(pending):
+            if signs(node, flipped) == (-1, -1):
+                break
+        else:
+            return flipped
+        add, rest = plan.adds[node - n_in], pending[:at] + pending[at + 1:]
+        # either the node itself flips (if it is not yet) or one of its operands does
+        for f in ([node] if node not in flipped else []) + [x for x in (add.a, add.b)
+                                                              if x >= n_in and x not in flipped]:
+            grown = flipped | {f}
+            touched = tuple(u for u in [f] * (f >= n_in) + users.get(f, []) if u not in rest)
+            found = search(grown, rest + touched)
+            if found is not None:
+                return found
+        return None
+
+    flipped: frozenset[int] = frozenset()
+    negated = sorted({o.node for o in plan.outputs if o.negate and o.node is not None and o.node >= n_in},
+                     key=lambda node: -ir.bits_of(*bounds[node]))
+    for node in negated:
+        if node in flipped:
+            continue
+        found = search(flipped | {node}, (node, *users.get(node, [])))
+        if found is not None and cost(set(found)) < cost(set(flipped)):
+            flipped = found
+    if not flipped:
+        return plan
+    adds = []
+    for k, add in enumerate(plan.adds):
+        sa, sb = signs(n_in + k, set(flipped))
+        adds.append(Add(add.b, add.a, add.shift_b, add.shift_a, True) if sa < 0 else
+                    Add(add.a, add.b, add.shift_a, add.shift_b, sb < 0))
+    outputs = tuple(o if o.node is None else Output(o.node, o.shift, o.negate != (o.node in flipped))
+                    for o in plan.outputs)
+    return Plan(n_in, tuple(adds), outputs)
+
+
+def _bounds(plan: Plan, intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Every node's value interval, the inputs' given."""
+    bounds = list(intervals)
+    for add in plan.adds:
+        (alo, ahi), (blo, bhi) = bounds[add.a], bounds[add.b]
+        alo, ahi, blo, bhi = alo << add.shift_a, ahi << add.shift_a, blo << add.shift_b, bhi << add.shift_b
+        bounds.append((alo - bhi, ahi - blo) if add.sub else (alo + blo, ahi + bhi))
+    return bounds
 
 
 def _renumbered(plan: Plan, perm: np.ndarray) -> Plan:
@@ -451,18 +562,13 @@ def lut_cost(plan: Plan, intervals: list[tuple[int, int]]) -> int:
     into bit 2 a LUT of its own); from 5 bits a carry chain, w sites and one more for its
     carry-in (compiler/pnr/carry_chains.absorb_carry_ins); a negated output as wide as its value
     likewise."""
-    bounds = list(intervals)
+    bounds = _bounds(plan, intervals)
     bits = ir.bits_of
 
     def cells(w: int) -> int:
         return w + (w >= 4)
-    cost = 0
-    for add in plan.adds:
-        (alo, ahi), (blo, bhi) = bounds[add.a], bounds[add.b]
-        alo, ahi, blo, bhi = alo << add.shift_a, ahi << add.shift_a, blo << add.shift_b, bhi << add.shift_b
-        lo, hi = (alo - bhi, ahi - blo) if add.sub else (alo + blo, ahi + bhi)
-        bounds.append((lo, hi))
-        cost += cells(max(1, bits(lo, hi) - max(add.shift_a, add.shift_b)))
+    cost = sum(cells(max(1, bits(*bounds[plan.inputs + k]) - max(add.shift_a, add.shift_b)))
+               for k, add in enumerate(plan.adds))
     return cost + sum(cells(bits(*bounds[o.node])) for o in plan.outputs if o.negate and o.node is not None)
 
 
