@@ -64,6 +64,11 @@ try:
     from compiler.synth.area import module_breakdown  # noqa: E402
 except ImportError:                        # the compiler before issue 53
     module_breakdown = None
+try:
+    from compiler.synth.area import classic_mapping  # noqa: E402
+except ImportError:                        # the compiler before 2026-12-06
+    def classic_mapping(area) -> bool:
+        return bool(area.fallback)
 from compiler.tools import yosys  # noqa: E402
 
 DEFAULT_FORMATS = ["w2a2", "w3a3", "w4a4", "w4a6", "w6a6", "w8a8"]
@@ -200,7 +205,7 @@ def ours(W, wbits, abits, config: HardwareConfig, xs, name: str, args, breakdown
     area = synthesize(design, "ecp5", args.workdir / name, timeout=args.timeout, netlist=args.packed)
     packed = {"packed": packed_sites(area.netlist_path, args.workdir / name / "pack", args)} if args.packed else {}
     modules = module_breakdown(design, "ecp5", args.workdir / name / "breakdown", timeout=args.timeout,
-                               classic=bool(area.fallback)) if breakdown or apart else {}
+                               classic=classic_mapping(area)) if breakdown or apart else {}
     if breakdown:
         print_breakdown(name, modules)
     extra = {"adders_apart": sum(m["luts"] for mod, m in modules.items() if mod.endswith(".datapath"))} if apart else {}

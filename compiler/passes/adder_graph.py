@@ -467,9 +467,9 @@ def fewer_negations(plan: Plan, intervals: list[tuple[int, int]]) -> Plan:
     of its own two operands (an a - b becomes b - a: free; an a + b needs one operand flipped
     too) and of its term in each node that reads it. For each negated output (widest first) a
     depth-first search for a set of at most FLIP_LIMIT nodes to flip that leaves every adder
-    one adder and removes more negation bits than it adds (a flipped node that is an output
-    itself then needs one); kept if found. Inputs are never flipped. Exact: the coefficients
-    are unchanged (checked by the caller, as every plan is)."""
+    one adder, kept where the graph's lut_cost falls (a flipped node that is an output itself
+    then needs a negation; a flipped interval can take a bit more). Inputs are never flipped.
+    Exact: the coefficients are unchanged (checked by the caller, as every plan is)."""
     n_in = plan.inputs
     if not any(o.negate and o.node is not None and o.node >= n_in for o in plan.outputs):
         return plan
@@ -478,10 +478,6 @@ def fewer_negations(plan: Plan, intervals: list[tuple[int, int]]) -> Plan:
     for k, add in enumerate(plan.adds):
         users.setdefault(add.a, []).append(n_in + k)
         users.setdefault(add.b, []).append(n_in + k)
-    outs: dict[int, list[bool]] = {}
-    for o in plan.outputs:
-        if o.node is not None:
-            outs.setdefault(o.node, []).append(o.negate)
 
     def signs(node: int, flipped: set[int]) -> tuple[int, int]:
         """The signs node's adder applies to its operands as stored (each possibly flipped)."""
@@ -490,11 +486,6 @@ def fewer_negations(plan: Plan, intervals: list[tuple[int, int]]) -> Plan:
         sa = own * (-1 if add.a in flipped else 1)
         sb = own * (-1 if add.b in flipped else 1) * (-1 if add.sub else 1)
         return sa, sb
-
-    def cost(flipped: set[int]) -> int:
-        """Negation bits of the outputs of the nodes in `flipped` and of those it left alone."""
-        return sum(ir.bits_of(*bounds[node]) for node, negs in outs.items()
-                   for neg in negs if neg != (node in flipped))
 
     def search(flipped: frozenset[int], pending: tuple[int, ...]) -> frozenset[int] | None:
         """Flips added to `flipped` until no adder in `pending` needs -a - b; None past the limit."""
@@ -516,25 +507,27 @@ def fewer_negations(plan: Plan, intervals: list[tuple[int, int]]) -> Plan:
                 return found
         return None
 
+    def flip(flipped: frozenset[int]) -> Plan:
+        """The plan with the nodes in `flipped` computed negated."""
+        adds = []
+        for k, add in enumerate(plan.adds):
+            sa, sb = signs(n_in + k, flipped)
+            adds.append(Add(add.b, add.a, add.shift_b, add.shift_a, True) if sa < 0 else
+                        Add(add.a, add.b, add.shift_a, add.shift_b, sb < 0))
+        return Plan(n_in, tuple(adds), tuple(o if o.node is None else Output(o.node, o.shift, o.negate != (o.node in flipped))
+                                             for o in plan.outputs))
+
     flipped: frozenset[int] = frozenset()
+    best, cost = plan, lut_cost(plan, intervals)
     negated = sorted({o.node for o in plan.outputs if o.negate and o.node is not None and o.node >= n_in},
                      key=lambda node: -ir.bits_of(*bounds[node]))
     for node in negated:
         if node in flipped:
             continue
         found = search(flipped | {node}, (node, *users.get(node, [])))
-        if found is not None and cost(set(found)) < cost(set(flipped)):
-            flipped = found
-    if not flipped:
-        return plan
-    adds = []
-    for k, add in enumerate(plan.adds):
-        sa, sb = signs(n_in + k, set(flipped))
-        adds.append(Add(add.b, add.a, add.shift_b, add.shift_a, True) if sa < 0 else
-                    Add(add.a, add.b, add.shift_a, add.shift_b, sb < 0))
-    outputs = tuple(o if o.node is None else Output(o.node, o.shift, o.negate != (o.node in flipped))
-                    for o in plan.outputs)
-    return Plan(n_in, tuple(adds), outputs)
+        if found is not None and (c := lut_cost(candidate := flip(found), intervals)) < cost:
+            flipped, best, cost = found, candidate, c
+    return best
 
 
 def _bounds(plan: Plan, intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -210,7 +210,7 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
         return (f"read_rtlil design.il\n{before}{family_flow(target, text, flow, counts_only=not netlist)}"
                 "tee -q -o stat.json stat -json\n"
                 + ("write_json netlist.json\n" if netlist else ""))
-    script = script_with(_ADDER_FLOW[target] if adders else TARGETS[target] + "\n")
+    script = script_with(_ADDER_FLOWS[target][0][1] if adders else TARGETS[target] + "\n")
     for stale in _OUTPUTS:
         (workdir / stale).unlink(missing_ok=True)              # never hand on a stale one
     key = _cache_key(text + "".join(files.values()), script)
@@ -218,11 +218,15 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
         return hit
     try:
         report = _run_yosys(script, target=target, workdir=workdir, timeout=timeout, netlist=netlist)
-        if adders:
-            report = dataclasses.replace(report, fallback=adders)
-        elif target in _FALLBACK and both_mappings(text):
-            report = _smaller_mapping(report, script_with(_ADDER_FLOW[target]), text,
-                                      files, target=target, workdir=workdir, timeout=timeout, netlist=netlist)
+        others = _ADDER_FLOWS[target][1:] if adders else \
+            _ADDER_FLOWS[target] if target in _FALLBACK and both_mappings(text) else []
+        if others:
+            report = _smallest_mapping(report, "ABC's area mapping" if adders else "abc9",
+                                       [(name, script_with(flow)) for name, flow in others], text, files,
+                                       target=target, workdir=workdir, timeout=timeout, netlist=netlist)
+            why = adders or "a small combinational adder network mapped with abc9 and classically (both_mappings)"
+            report = dataclasses.replace(report, fallback=f"{why}; {report.fallback}"
+                                         if adders or classic_mapping(report) else "")
     except ToolError as exc:
         if adders or target not in _FALLBACK or "call stack exhausted" not in f"{exc.reason}\n{exc.log_tail}":
             raise
@@ -243,25 +247,29 @@ def _write_inputs(folder: Path, text: str, files: dict[str, str]) -> None:
         (folder / name).write_text(content)
 
 
-def _smaller_mapping(abc9: AreaReport, classic_script: str, text: str, files: dict[str, str], *, target: str,
-                     workdir: Path, timeout: float | None, netlist: bool) -> AreaReport:
-    """`both_mappings`: the same netlist mapped classically in a folder of its own; the report with
-    fewer LUTs is kept, its outputs in `workdir`, and its `seconds` are both runs'."""
-    other = workdir / "classic"
-    other.mkdir(exist_ok=True)
-    _write_inputs(other, text, files)
-    classic = _run_yosys(classic_script, target=target, workdir=other, timeout=timeout, netlist=netlist)
-    seconds = abc9.seconds + classic.seconds
-    if classic.luts >= abc9.luts:
-        return dataclasses.replace(abc9, seconds=seconds)
-    for name in _OUTPUTS:
-        if (other / name).exists():
-            (other / name).replace(workdir / name)
-    return dataclasses.replace(
-        classic, seconds=seconds, log_path=str(workdir / "yosys.log"),
-        netlist_path=str(workdir / "netlist.json") if netlist else "",
-        fallback=f"a small combinational adder network mapped both ways: the classic flow's {classic.luts} LUTs "
-                 f"kept against abc9's {abc9.luts} (compiler.synth.area.both_mappings)")
+def _smallest_mapping(first: AreaReport, first_name: str, others: list[tuple[str, str]], text: str,
+                      files: dict[str, str], *, target: str, workdir: Path, timeout: float | None,
+                      netlist: bool) -> AreaReport:
+    """The same netlist mapped with each of `others` ((name, script)) in a folder of its own;
+    the report with the fewest LUTs is kept (the first on a tie), its outputs in `workdir`, its
+    `seconds` all runs', its `fallback` each mapping's LUTs and the one kept."""
+    kept, kept_name, seconds = first, first_name, first.seconds
+    counts = [f"{first_name} {first.luts}"]
+    for k, (name, script) in enumerate(others):
+        other = workdir / f"mapping{k + 1}"
+        other.mkdir(exist_ok=True)
+        _write_inputs(other, text, files)
+        report = _run_yosys(script, target=target, workdir=other, timeout=timeout, netlist=netlist)
+        seconds += report.seconds
+        counts.append(f"{name} {report.luts}")
+        if report.luts < kept.luts:
+            for out in _OUTPUTS:
+                if (other / out).exists():
+                    (other / out).replace(workdir / out)
+            kept, kept_name = dataclasses.replace(report, log_path=str(workdir / "yosys.log"),
+                                                  netlist_path=str(workdir / "netlist.json") if netlist else ""), name
+    return dataclasses.replace(kept, seconds=seconds,
+                               fallback=f"LUTs {', '.join(counts)}: {kept_name}'s kept (compiler.synth.area._ADDER_FLOWS)")
 
 
 def synthesize_units(text: str, target: str, workdir: Path | None = None, *, timeout: float | None = 600,
@@ -429,7 +437,18 @@ bench/bench_area.py (2026-12-05, LUT4 + 2 x CCU2C): w2a2 75% pruned 829 -> 789, 
 layer and not kept: depth-oriented `&if` then `&satlut` 843, `&if -a` alone 838, `&dch -f` in place
 of `&dc2; &synch2` 800, windows of 64 or a second `&satlut` no smaller."""
 
-_ADDER_FLOW = _classic(AREA_ABC)       # a combinational adder network (adder_network, both_mappings)
+CHOICES_ABC = "abc -lut 4 -script +strash;&get,-n;&dch;&if,-K,4,-a;&satlut,-C,1000;&put"
+"""AREA_ABC with its structural choices computed by `&dch` (without the `&fraig`, `scorr`, `&dc2`
+rewriting before them). Neither is always the smaller: on the datapath of the 32x32 w2a2 layer,
+dense, 2,064 -> 2,050 (LUT4 + 2 x CCU2C; da4ml's netlist 2,056), w2a2 pruned 580 -> 579, w3a3
+dense 3,945 -> 3,942, but the whole pruned w2a2 design 783 -> 793 (its interface maps larger);
+so an adder network is mapped both ways and the smaller kept (docs/area.md)."""
+
+_ADDER_FLOWS = {target: [("ABC's area mapping", flow)] + ([("ABC's area mapping with &dch choices", _classic(CHOICES_ABC)[target])]
+                                                          if target == "ecp5" else [])
+                for target, flow in _classic(AREA_ABC).items()}
+"""The classic mappings a combinational adder network is mapped with (adder_network: all of them;
+both_mappings: abc9 and all of them), the one with the fewest LUTs kept."""
 
 
 _MEMORY = re.compile(r"^\s*cell \$mem", re.M)
@@ -521,14 +540,20 @@ def _cache_write(key: str, workdir: Path, report: AreaReport) -> None:
 # ---------------------------------------------------------------------------------------------
 # where the area goes: the same flow with the hierarchy kept
 
+def classic_mapping(report: AreaReport) -> str:
+    """The `abc` command that mapped the report's LUTs where it is a classic mapping, else ""."""
+    return next((line for line in report.script.splitlines() if line.startswith("abc ")), "")
+
+
 def module_breakdown(design: Design, target: str = "ecp5", workdir: Path | None = None,
-                     timeout: float | None = 3600, *, classic: bool = False) -> dict[str, dict[str, int]]:
+                     timeout: float | None = 3600, *, classic: bool | str = False) -> dict[str, dict[str, int]]:
     """{module: its own resources (AreaReport's metrics, from its own cells times the instances
     of it)} of the design synthesised with the family flow and `-noflatten`: every Amaranth
     submodule (top, each kernel, its datapath, its products) keeps its cells. Not cached, and not
     the flat synthesis's counts (nothing is optimised across a module boundary): a map of where
     the area goes, to compare shares, not totals. `classic`: an adder network's classic LUT mapping
-    (what the flat synthesis kept where its report's `fallback` says so)."""
+    (what the flat synthesis kept where its report's `fallback` says so): True for AREA_ABC, or
+    the `abc` command itself (`classic_mapping` of the flat synthesis's report)."""
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tinyhw-breakdown-"))
     workdir.mkdir(parents=True, exist_ok=True)
     text, before, _ = multipliers.plan(design_rtlil(design), target, design.config.mul,
@@ -536,8 +561,8 @@ def module_breakdown(design: Design, target: str = "ecp5", workdir: Path | None 
     text = read_ports_for_yosys(text)
     _write_inputs(workdir, text, multipliers.map_files(text, target) if before else {})
     before = attribute_script(text) + before
-    flow = (_classic(AREA_ABC, " -noflatten")[target] if classic and target in _ADDER_FLOW
-            else f"{TARGETS[target]} -noflatten\n")
+    flow = (_classic(AREA_ABC if classic is True else classic, " -noflatten")[target]
+            if classic and target in _ADDER_FLOWS else f"{TARGETS[target]} -noflatten\n")
     script = f"read_rtlil design.il\n{before}{family_flow(target, text, flow)}tee -q -o stat.json stat -json\n"
     yosys(script, cwd=workdir, log_name="yosys.log", timeout=timeout)
     # stat names a module "\\name" and a cell of its type "name": both without the backslash here
