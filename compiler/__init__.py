@@ -52,10 +52,11 @@ from .sim.memory_io import SimResult
 from .passes.float_semantics import as_tinygrad_computes
 from .passes.fuse import fuse_loops
 from .passes.indices import balance_indices
-from .passes.interleave import interleave
+from .passes.interleave import interleave, interleave_ways
 from .passes.max_reset import move_max_resets
 from .passes.parallelize import most_factors, parallelize
 from .passes.split_deep import split_deep
+from .passes.split_sums import split_at_sums
 from .passes.adder_graph import Options as GraphOptions
 from .passes.constants import fold_constants, rom_slots
 from .passes.chain import Stage, merge_chains
@@ -128,6 +129,8 @@ def compile_traced(traced: Traced, config: HardwareConfig | None = None) -> Desi
     layer = [config.for_layer(i) for i in range(len(sources))]
     streamed = traced.streamed
     sources = _bound_weights(traced, sources, config, layer)
+    if config.target_mhz is not None and interleave_ways(config.fp_pipeline) > 1:
+        graph, sources, layer = split_at_sums(graph, sources, layer)     # float sums a later loop reads
     adders = GraphOptions(config.adder_graph, config.adder_depth)
     passes = [(_layer_passes.__wrapped__ if _dumping() else _layer_passes)(
         k, c.lanes, c.reduce_unroll, c.fp_sum, adders, config.loop_fusion, config.fp_pipeline,
