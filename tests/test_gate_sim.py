@@ -264,10 +264,12 @@ def test_a_netlist_with_a_mode_the_models_do_not_hold_is_not_checked(tmp_path):
         check_netlist(design, odd, tmp_path / "gate")
 
 
-def test_a_constant_layer_mapped_area_first_passes_its_testbench(tmp_path, monkeypatch):
+@pytest.mark.parametrize("mapping", [0, 1])
+def test_a_constant_layer_mapped_area_first_passes_its_testbench(tmp_path, monkeypatch, mapping):
     """A combinational adder network (a constant layer) has its LUTs mapped by ABC's area-oriented
-    script with SAT re-mapping (area.AREA_ABC): the netlist that mapping makes computes the layer
-    on the design's own inputs."""
+    script with SAT re-mapping, its choices from &synch2 (area.AREA_ABC) or from &dch
+    (area.CHOICES_ABC): the netlist each mapping makes computes the layer on the design's own
+    inputs."""
     from tinygrad import Tensor, dtypes
     from compiler.synth import area as synth_area
     rng = np.random.default_rng(1)
@@ -278,8 +280,11 @@ def test_a_constant_layer_mapped_area_first_passes_its_testbench(tmp_path, monke
     design = compile_model(Tensor(W).cast(dtypes.int32) @ x.cast(dtypes.int32), config=config, stream=x,
                            input_ranges={x: (-2, 1)})
     monkeypatch.setattr(synth_area, "ADDER_NETWORK_CELLS", 1)       # that mapping, not abc9's
+    flow = synth_area._ADDER_FLOWS["ecp5"][mapping]
+    monkeypatch.setitem(synth_area._ADDER_FLOWS, "ecp5", [flow])      # it alone
     area = synthesize(design, netlist=True, workdir=tmp_path / "synth", use_cache=False)
     assert area.fallback.startswith("a combinational adder network") and "&satlut" in area.script
+    assert ("&dch" in area.script) == (mapping == 1)
     check = check_netlist(design, Path(area.netlist_path), tmp_path / "gate")
     assert check.passed, check.message
     assert check.cycles == design.cycle_model().total

@@ -221,12 +221,14 @@ def _synthesize_planned(text: str, before: str, *, target: str, workdir: Path | 
         others = _ADDER_FLOWS[target][1:] if adders else \
             _ADDER_FLOWS[target] if target in _FALLBACK and both_mappings(text) else []
         if others:
-            report = _smallest_mapping(report, "ABC's area mapping" if adders else "abc9",
+            report = _smallest_mapping(report, _ADDER_FLOWS[target][0][0] if adders else "abc9",
                                        [(name, script_with(flow)) for name, flow in others], text, files,
                                        target=target, workdir=workdir, timeout=timeout, netlist=netlist)
             why = adders or "a small combinational adder network mapped with abc9 and classically (both_mappings)"
             report = dataclasses.replace(report, fallback=f"{why}; {report.fallback}"
                                          if adders or classic_mapping(report) else "")
+        elif adders:
+            report = dataclasses.replace(report, fallback=adders)
     except ToolError as exc:
         if adders or target not in _FALLBACK or "call stack exhausted" not in f"{exc.reason}\n{exc.log_tail}":
             raise
