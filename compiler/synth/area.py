@@ -271,7 +271,7 @@ def _smallest_mapping(first: AreaReport, first_name: str, others: list[tuple[str
             kept, kept_name = dataclasses.replace(report, log_path=str(workdir / "yosys.log"),
                                                   netlist_path=str(workdir / "netlist.json") if netlist else ""), name
     return dataclasses.replace(kept, seconds=seconds,
-                               fallback=f"LUTs {', '.join(counts)}: {kept_name}'s kept (compiler.synth.area._ADDER_FLOWS)")
+                               fallback=f"LUTs {', '.join(counts)}; kept the netlist of {kept_name} (compiler.synth.area._ADDER_FLOWS)")
 
 
 def synthesize_units(text: str, target: str, workdir: Path | None = None, *, timeout: float | None = 600,
