@@ -207,7 +207,7 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
 
     from compiler.config import HardwareConfig
     from dse.models.widths import FORMAT_KNOBS, format_range, is_format_knob
-    from dse.spec import PRUNE_KNOB, SpecError, check_knob_value, hardware_knobs, load_yaml
+    from dse.spec import OFF_KNOBS, PRUNE_KNOB, SpecError, check_knob_value, hardware_knobs, load_yaml
     known = HardwareConfig.knob_names() + FORMAT_KNOBS
     out: dict[str, Any] = {}
     for item in sets:
@@ -229,8 +229,11 @@ def parse_sets(sets: Sequence[str], base: dict[str, Any] | None = None) -> dict[
             if "YAML syntax error" not in e.message:     # too deep or too large: say so
                 raise CliError(str(e)) from None
             value = raw
-        if not isinstance(value, (str, int, float, bool)):
-            raise CliError(f"--set {item}: expected a number, string or boolean, got {value!r}")
+        if value is None and name.partition("@")[0] in OFF_KNOBS:
+            pass                            # `null`: the knob off, as a spec's `null` says it
+        elif not isinstance(value, (str, int, float, bool)):
+            raise CliError(f"--set {item}: expected a number, string or boolean, got {value!r}"
+                           + (f" ({name} cannot be off)" if value is None else ""))
         if name == PRUNE_KNOB:              # the model's sparsity (dse.models.prune), not the hardware's
             from dse.models.prune import check_sparsity
             try:

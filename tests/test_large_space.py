@@ -61,6 +61,10 @@ def test_bad_prune_knobs_are_one_line_exit_2(tmp_path, capsys, knobs, models, me
 
 def test_set_prune_on_the_command_line():
     assert parse_sets(["prune=0.5", "lanes=4"]) == {"prune": 0.5, "lanes": 4}
+    # a knob that is off by default is turned off with `null`, as in a spec; another cannot be off
+    assert parse_sets(["target_mhz=null"], {"target_mhz": 150, "fp_pipeline": 3}) == {"target_mhz": None}
+    with pytest.raises(CliError, match=r"lanes=null: .*\(lanes cannot be off\)"):
+        parse_sets(["lanes=null"])
     with pytest.raises(CliError, match=r"--set prune=1\.5: expected a sparsity from 0"):
         parse_sets(["prune=1.5"])
 
