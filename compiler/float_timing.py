@@ -63,6 +63,14 @@ MEASURED: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {
     ("FloatToFloat", "fp32->fp16"): ((4, 160.1),),
     ("FloatToFloat", "bf16->fp32"): ((4, 149.5),),
     ("FloatToFloat", "fp32->bf16"): ((4, 153.8),),
+    # combinational at any clock (a row max's unit on its accumulator's one-cycle loop); on
+    # 83dd24c, 2026-12-06 (--clock --only FMax,FCompare)
+    ("FMax", "fp32"): ((1, 136.6),),
+    ("FMax", "fp16"): ((1, 149.7),),
+    ("FMax", "bf16"): ((1, 152.6),),
+    ("FCompare", "fp32"): ((1, 163.0),),
+    ("FCompare", "fp16"): ((1, 187.6),),
+    ("FCompare", "bf16"): ((1, 179.7),),
 }
 
 MEASURED_IN_CLOCK_ORDER: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {
