@@ -147,9 +147,9 @@ def mul_const(x: Value, c: int) -> Value:
 
 
 def negated(x: Value) -> Value:
-    """-x as a subtraction from zero: Yosys maps a unary minus as a one-operand $macc (a LUT4 a bit
-    for the inverters beside the carry chain: a 4-bit negation 10 LUT4 sites), a $sub as the
-    carry chain alone (6)."""
+    """-x as a subtraction from zero: Yosys maps a unary minus as a one-operand $macc, an inverter
+    LUT4 a bit beside the carry chain (a 4-bit value: 4 LUT4 + 3 CCU2C, 10 by LUT4 + 2 x CCU2C),
+    a $sub as the carry chain alone (3 CCU2C, 6)."""
     return Const(0, signed(1)) - x
 
 

@@ -81,6 +81,7 @@ def _reads(stmts) -> tuple[set[int], set[int]]:
 
 
 def _stores(stmts):
+    """The stores of `stmts`, inside their loops too."""
     for s in stmts:
         if isinstance(s, ir.Loop):
             yield from _stores(s.body)
