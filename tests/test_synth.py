@@ -386,9 +386,9 @@ def test_where_a_constant_layers_area_goes_by_module(tmp_path, classic):
 def test_negations_and_products_by_negative_constants_are_carry_chains_alone(tmp_path):
     """datapath.negated builds -x as 0 - x: Yosys maps a unary minus as a one-operand $macc, an
     inverter LUT4 a bit beside the carry chain (a 6-bit value: 6 LUT4 + 4 CCU2C), a subtraction as
-    the chain alone. mul_const by a negative constant starts from a digit of positive sign, so
-    only a constant whose digits are all negative needs the negation. Values checked in pysim
-    against Python's products for every 6-bit input."""
+    the chain alone. mul_const by a negative constant folds its sign into the digits (x * -3 is
+    x - (x << 2)), so only a lowest digit of negative sign takes a negation. Values checked in
+    pysim against Python's products for every 6-bit input."""
     from amaranth.back import rtlil
     from amaranth.hdl import Module, Signal, signed
     from amaranth.sim import Simulator
