@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import ir
 from ..dtypes import BOOL
 from ..hw.program import split_into_steps
-from .rewrite import all_of, const, loop_chain, op, rebuild_chain, store_values, substitute_store
+from .rewrite import all_of, const, loop_chain, op, rebuild_chain, store_values, stores_in, substitute_store
 
 K = ir.OpKind
 
@@ -112,15 +112,7 @@ def _epilogue_loads(stmts: list, i: int, body, written: set[int]) -> frozenset[i
     floats = any(isinstance(s, ir.AccStore) and s.acc in written and s.value.dtype.is_float for s in body)
     if not floats:
         return frozenset()
-    stored = {st.buf for s in stmts[i:] for st in _buffer_stores(s)}
-    loaded = {v.buf for s in stmts for st in _buffer_stores(s) for v in store_values(st) if isinstance(v, ir.Load)}
+    stored = {st.buf for st in stores_in(stmts[i:]) if isinstance(st, ir.BufStore)}
+    loaded = {v.buf for st in stores_in(stmts) if isinstance(st, ir.BufStore)
+              for v in store_values(st) if isinstance(v, ir.Load)}
     return frozenset(loaded - stored)
-
-
-def _buffer_stores(s: ir.Stmt):
-    """The buffer stores of statement `s`, inside its loops too."""
-    if isinstance(s, ir.Loop):
-        for t in s.body:
-            yield from _buffer_stores(t)
-    elif isinstance(s, ir.BufStore):
-        yield s

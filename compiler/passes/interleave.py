@@ -7,7 +7,7 @@ from dataclasses import replace
 from .. import ir
 from ..dtypes import BOOL, INT32
 from ..hw.program import split_into_steps
-from .rewrite import const, loop_chain, op, reads_acc, rebuild_chain, substitute_store
+from .rewrite import const, float_sum_op, loop_chain, op, reads_acc, rebuild_chain, substitute_store
 
 K = ir.OpKind
 
@@ -111,8 +111,7 @@ def _interleaved_nest(kernel, loop: ir.Loop, level: int, state) -> ir.Loop | Non
     written = {s.acc for s in body if isinstance(s, ir.AccStore)}
     # a sum: an add or subtract, or a fused multiply-add (fp_semantics=tinygrad's MULACC, the
     # accumulator its addend), whose unit then takes the ring's stages
-    sums = {s.value.op for s in body if isinstance(s, ir.AccStore) and isinstance(s.value, ir.Op)
-            and s.value.op in (K.ADD, K.SUB, K.MULACC) and s.value.dtype.is_float}
+    sums = {float_sum_op(s) for s in body} - {None}
     if not sums:
         return None
     # the accumulators are this step's alone ...

@@ -77,6 +77,24 @@ def rebuild_chain(chain: list[ir.Loop], body: tuple) -> ir.Loop:
     return body[0]
 
 
+def stores_in(stmts):
+    """The stores of the statements `stmts`, inside their loops too, in program order."""
+    for s in stmts:
+        if isinstance(s, ir.Loop):
+            yield from stores_in(s.body)
+        else:
+            yield s
+
+
+def float_sum_op(s: ir.Stmt) -> ir.OpKind | None:
+    """The op of an accumulator store of a float add, subtract or fused multiply-add (a float
+    sum's update, what an interleaved ring pipelines), else None."""
+    if isinstance(s, ir.AccStore) and isinstance(s.value, ir.Op) and s.value.dtype.is_float \
+            and s.value.op in (K.ADD, K.SUB, K.MULACC):
+        return s.value.op
+    return None
+
+
 def reads_acc(v: ir.Value, acc: int) -> bool:
     return any(isinstance(x, ir.AccLoad) and x.acc == acc for x in ir.toposort([v]))
 

@@ -29,7 +29,7 @@ from dataclasses import replace
 from .. import ir
 from ..dtypes import INT32
 from ..frontend import GraphBuffer, KernelCall
-from .rewrite import substitute, substitute_store
+from .rewrite import float_sum_op, map_stores, reads_acc, store_values, stores_in, substitute, substitute_store
 
 K = ir.OpKind
 
@@ -50,7 +50,7 @@ def split_at_sums(graph, sources: list[ir.KernelIR], layers: list) -> tuple[obje
             out_sources.append(k)
             out_layers.append(config)
             continue
-        (a_call, a), (b_call, b), new = _split(call, k, cut, max((b.id for b in buffers), default=-1) + 1)
+        (a_call, a), (b_call, b), new = _split(call, k, *cut, max((b.id for b in buffers), default=-1) + 1)
         buffers += new
         calls.append(a_call)                 # the first cut: nothing before it is cut again
         out_sources.append(a)
@@ -63,16 +63,19 @@ def split_at_sums(graph, sources: list[ir.KernelIR], layers: list) -> tuple[obje
 def _writes(stmts) -> tuple[set[int], set[int]]:
     """(accumulators, buffers) the statements store into."""
     accs, bufs = set(), set()
-    for s in _stores(stmts):
-        (accs if isinstance(s, ir.AccStore) else bufs).add(s.acc if isinstance(s, ir.AccStore) else s.buf)
+    for s in stores_in(stmts):
+        if isinstance(s, ir.AccStore):
+            accs.add(s.acc)
+        else:
+            bufs.add(s.buf)
     return accs, bufs
 
 
 def _reads(stmts) -> tuple[set[int], set[int]]:
     """(accumulators, buffers) the statements load from."""
     accs, bufs = set(), set()
-    for s in _stores(stmts):
-        for v in ir.toposort(list(ir.store_operands(s))):
+    for s in stores_in(stmts):
+        for v in store_values(s):
             if isinstance(v, ir.AccLoad):
                 accs.add(v.acc)
             elif isinstance(v, ir.Load):
@@ -80,46 +83,32 @@ def _reads(stmts) -> tuple[set[int], set[int]]:
     return accs, bufs
 
 
-def _stores(stmts):
-    """The stores of `stmts`, inside their loops too."""
-    for s in stmts:
-        if isinstance(s, ir.Loop):
-            yield from _stores(s.body)
-        else:
-            yield s
-
-
 def _float_sums(loop: ir.Loop) -> set[int]:
     """Accumulators a loop nest updates with a float sum (acc = acc + x, acc - x, mulacc)."""
-    return {s.acc for s in _stores(loop.body) if isinstance(s, ir.AccStore) and isinstance(s.value, ir.Op)
-            and s.value.dtype.is_float and s.value.op in (K.ADD, K.SUB, K.MULACC)
-            and any(isinstance(x, ir.AccLoad) and x.acc == s.acc for x in ir.toposort([s.value]))}
+    return {s.acc for s in stores_in(loop.body) if float_sum_op(s) is not None and reads_acc(s.value, s.acc)}
 
 
-def _cut(k: ir.KernelIR) -> int | None:
+def _cut(k: ir.KernelIR) -> tuple[int, list[int]] | None:
     """The index of the first top-level loop after which the kernel may be cut (module
-    docstring), or None."""
+    docstring) and the accumulators the second half reads from the first, or None."""
     for j, s in enumerate(k.body[:-1]):
         if not isinstance(s, ir.Loop):
             continue
-        head, rest = k.body[:j + 1], k.body[j + 1:]
-        sums = _float_sums(s)
-        crossing = _reads(rest)[0] & _writes(head)[0]
-        if not sums & crossing:
+        (acc_ra, buf_ra), (acc_wa, buf_wa) = _reads(k.body[:j + 1]), _writes(k.body[:j + 1])
+        (acc_rb, buf_rb), (acc_wb, buf_wb) = _reads(k.body[j + 1:]), _writes(k.body[j + 1:])
+        crossing = acc_rb & acc_wa
+        if not _float_sums(s) & crossing:
             continue
-        (acc_a, buf_a), (acc_b, buf_b) = _writes(head), _writes(rest)
-        touched_a, touched_b = _reads(head)[1] | buf_a, _reads(rest)[1] | buf_b
-        if acc_a & acc_b or buf_a & touched_b or buf_b & touched_a or _reads(head)[0] & acc_b:
+        if acc_wa & acc_wb or buf_wa & (buf_rb | buf_wb) or buf_wb & (buf_ra | buf_wa) or acc_ra & acc_wb:
             continue
-        return j
+        return j, sorted(crossing)
     return None
 
 
-def _split(call: KernelCall, k: ir.KernelIR, j: int, next_id: int):
+def _split(call: KernelCall, k: ir.KernelIR, j: int, crossing: list[int], next_id: int):
     """The halves of kernel `k` cut after top-level statement j, each (call, kernel), and the
-    graph buffers of the sums handed from the first to the second."""
-    head, rest = list(k.body[:j + 1]), list(k.body[j + 1:])
-    crossing = sorted(_reads(rest)[0] & _writes(head)[0])
+    graph buffers of the sums (`crossing`, accumulators) handed from the first to the second."""
+    head, rest = k.body[:j + 1], k.body[j + 1:]
     dtype = {a.index: a.dtype for a in k.accs}
     new = [GraphBuffer(next_id + n, dtype[acc], 1, None, None) for n, acc in enumerate(crossing)]
     decls = {b.slot: b for b in k.buffers}
@@ -128,7 +117,7 @@ def _split(call: KernelCall, k: ir.KernelIR, j: int, next_id: int):
         """The kernel of `stmts` over the slots they use, then one slot per handed sum
         (stored by the first half after its nest, loaded by the second where it read the
         accumulator)."""
-        (_, read), (_, written) = _reads(stmts), _writes(stmts)
+        (acc_read, read), (acc_written, written) = _reads(stmts), _writes(stmts)
         used = sorted(read | written)
         slot = {old: n for n, old in enumerate(used)}
         hand = {acc: len(used) + n for n, acc in enumerate(crossing)}
@@ -142,21 +131,15 @@ def _split(call: KernelCall, k: ir.KernelIR, j: int, next_id: int):
                 return ir.Load(hand[v.acc], ir.Const(0, INT32), v.dtype)
             return None
 
-        def rebuild(stmts) -> tuple:
-            out = []
-            for s in stmts:
-                if isinstance(s, ir.Loop):
-                    out.append(ir.Loop(s.id, s.axis, s.bound, rebuild(s.body)))
-                else:
-                    t = substitute_store(s, relabel, memo)
-                    out.append(replace(t, buf=slot[t.buf]) if isinstance(t, ir.BufStore) else t)
-            return tuple(out)
-        body = rebuild(stmts)
+        def rebuild(t: ir.Store) -> ir.Store:
+            t = substitute_store(t, relabel, memo)
+            return replace(t, buf=slot[t.buf]) if isinstance(t, ir.BufStore) else t
+        body = map_stores(stmts, rebuild)
         if first:
             body += tuple(ir.BufStore(hand[acc], ir.Const(0, INT32), ir.AccLoad(acc, dtype[acc])) for acc in crossing)
         buffers = [replace(decls[old], slot=slot[old], loaded=old in read, stored=old in written) for old in used]
         buffers += [ir.BufferDecl(hand[acc], dtype[acc], 1, loaded=not first, stored=first) for acc in crossing]
-        accs = (_reads(stmts)[0] | _writes(stmts)[0]) - (set() if first else set(crossing))
+        accs = (acc_read | acc_written) - (set() if first else set(crossing))
         kernel = ir.make_kernel(name, buffers, [a for a in k.accs if a.index in accs], body)
         ids = tuple(call.buffers[old] for old in used) + tuple(b.id for b in new)
         return replace(call, name=name, buffers=ids), kernel
