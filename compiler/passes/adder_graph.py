@@ -501,7 +501,7 @@ def fewer_negations(plan: Plan, intervals: list[tuple[int, int]]) -> Plan:
         for f in ([node] if node not in flipped else []) + [x for x in (add.a, add.b)
                                                               if x >= n_in and x not in flipped]:
             grown = flipped | {f}
-            touched = tuple(u for u in [f] * (f >= n_in) + users.get(f, []) if u not in rest)
+            touched = tuple(u for u in [f] + users.get(f, []) if u not in rest)     # f is a node
             found = search(grown, rest + touched)
             if found is not None:
                 return found
