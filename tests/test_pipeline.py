@@ -163,6 +163,45 @@ def test_fused_multiply_adds_at_a_target_clock_are_bit_exact():
                                a, b)
 
 
+@pytest.mark.slow
+def test_a_rings_fused_multiply_add_takes_its_addend_after_the_product():
+    """FMulAdd(ring=True), a ring's unit: a and b go through the product's LEAD boundaries, c
+    (the accumulator) is taken when the product is ready and goes through the unit's own stages
+    (1, 2, 6, 8 and all 12 of RING_ORDER). Fed c LEAD cycles after its a and b, one triple a
+    cycle, it equals the reference in each format tinygrad's MULACC takes; a c taken with a
+    and b (a cycle off) would not."""
+    rng = np.random.default_rng(13)
+    makers = {"fp32": (F32, F32), "fp16": (FP16, FP16), "bf16": (BF16, F32)}
+    lead = FMulAdd.LEAD
+    ins = {}
+    for name, (src, _) in makers.items():
+        a, b = float_pairs(src, rng)
+        ins.update({f"{name}_a": a[::5], f"{name}_b": b[::5], f"{name}_c": np.roll(b[::5], 7)})
+    n = min(len(v) for v in ins.values())
+    ins = {k: v[:n] for k, v in ins.items()}
+    fed = {k: (np.concatenate([v[-lead:], v[:-lead]]) if k.endswith("_c") else v) for k, v in ins.items()}
+    ports = {k: makers[k.split("_")[0]][0].width for k in ins}
+    jobs = []
+    for stages in (1, 2, 6, 8, len(FMulAdd.RING_ORDER) + 1):
+        units = {name: (FMulAdd(src, dst, 53, stages=stages, clock=True, ring=True), {x: f"{name}_{x}" for x in "abc"})
+                 for name, (src, dst) in makers.items()}
+        assert all(u.latency == lead + stages - 1 for u, _ in units.values())
+        jobs.append((stages, NativeEvaluator(Bank(ports, units), latency=lead + stages - 1)))
+    build_all([ev for _, ev in jobs])
+    keep = slice(0, n - lead)
+    for stages, ev in jobs:
+        out = ev.run(fed)
+        for name, (src, dst) in makers.items():
+            a, b, c = (ins[f"{name}_{x}"][keep] for x in "abc")
+            assert_same_floats(out[f"{name}_y"][keep], R.fma(a, b, c, src, dst, 53), dst,
+                               f"ring fma {name} at {stages} stages", a, b)
+    # the same unit fed c with a and b computes with another c
+    out = jobs[0][1].run(ins)
+    a, b, c = (ins[f"fp32_{x}"][keep] for x in "abc")
+    with pytest.raises(pytest.fail.Exception, match="results differ"):
+        assert_same_floats(out["fp32_y"][keep], R.fma(a, b, c, F32, F32, 53), F32, "c with a and b", a, b)
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda: FAdd(F32, stages=11), "stages: expected an int from 1 to 10, got 11"),
     (lambda: FMul(F32, stages=0), "stages: expected an int from 1 to 10, got 0"),
@@ -443,14 +482,17 @@ def test_a_float_layer_with_bias_interleaves_its_sum(dtype):
 
 def test_a_fused_multiply_add_sum_interleaves_at_a_target_clock():
     """layernorm in fp16 sums (x - mean)**2 as tinygrad's MULACC: its FMulAdd is the ring's unit
-    (was: combinational on a one-cycle loop), 8 ways at least (its clock order needs 8 stages:
-    interleave_ways), with the same bits as the unpiped design."""
+    (was: combinational on a one-cycle loop), its product computed before the ring and the ring
+    12 ways at least (all the unit's stages from the accumulator on: interleave_ways), with the
+    same bits as the unpiped design."""
     params = {"ROWS": 4, "N": 16}
     plain, want, _ = run_zoo("layernorm", "fp16", params)
     design, result, _ = run_zoo("layernorm", "fp16", params, HardwareConfig(fp_pipeline=3, target_mhz=150))
-    rings = [(s.value.op, acc.ways) for k in design.kernels for s, _ in k.stores()
+    rings = [(s.value, acc.ways, sched) for k, sched in zip(design.kernels, design.schedules) for s, _ in k.stores()
              if isinstance(s, ir.AccStore) for acc in k.accs if acc.index == s.acc and s.value.op is ir.OpKind.MULACC]
-    assert rings and all(ways >= 8 for _, ways in rings)
+    assert rings and all(ways >= 12 for _, ways, _ in rings)
+    # its product is computed before the ring (FMulAdd ring=True): the ring's stages are the addition's
+    assert all(sched.unit_lead == {id(v): FMulAdd.LEAD} for v, _, sched in rings)
     assert result.cycles == design.cycles_formula
     assert same_bits(result.outputs[0], want.outputs[0])
 

@@ -60,6 +60,13 @@ class FMulAdd(wiring.Component):
     shifts ("subnorm"). Placed alone, fp32 via 53 closed at 41.0 MHz with 8 stages (operands ->
     product register, 24.4 ns) and at 92.7 with 16; each cut in turn took the slowest stage
     (docs/timing.md, thirty-fifth session).
+
+    `ring`: the unit of an interleaved sum (`acc = a * b + acc`), whose c is the accumulator
+    and comes back from y every `stages` cycles. Only what depends on c belongs on that loop:
+    a and b are taken LEAD cycles earlier, through every product boundary (PRODUCT_CUTS, all
+    enabled), and c when the product is ready; `stages` counts the stages from c to y, their
+    boundaries the first stages - 1 of RING_ORDER ("cnorm": c's normalisation before its
+    alignment's arithmetic). y comes LEAD + stages - 1 cycles after a and b.
     """
 
     CUTS = ("product", "sum", "norm", "round", "align", "pack", "denorm",
@@ -69,9 +76,14 @@ class FMulAdd(wiring.Component):
     # fp_pipeline 3): the boundaries that cut most first
     CLOCK_ORDER = ("operands", "product", "sum", "norm", "via", "align", "pack", "lzc", "negate",
                    "denorm", "round", "amount", "partial", "sums", "subnorm")
+    # a ring's unit: the product's boundaries before c, then c's loop in the order that cuts most
+    PRODUCT_CUTS = ("subnorm", "operands", "partial", "sums", "product")
+    LEAD = len(PRODUCT_CUTS)
+    RING_ORDER = ("cnorm", "align", "sum", "norm", "via", "round", "pack", "lzc", "amount", "negate", "denorm")
 
     def __init__(self, src_fmt: FloatFormat, dst_fmt: FloatFormat | None = None, via: int | None = None,
-                 rounding: str = "rne", subnormals: str = "keep", stages: int = 1, clock: bool = False):
+                 rounding: str = "rne", subnormals: str = "keep", stages: int = 1, clock: bool = False,
+                 ring: bool = False):
         self.src_fmt = check_format(src_fmt, "src_fmt")
         self.dst_fmt = check_format(dst_fmt if dst_fmt is not None else src_fmt, "dst_fmt")
         if not holds(self.src_fmt, self.dst_fmt):
@@ -83,9 +95,11 @@ class FMulAdd(wiring.Component):
         self.via = via
         self.rounding = check_rounding(rounding)
         self.subnormals = check_subnormals(subnormals)
-        self.stages = check_stages(stages, self.CUTS)
-        self.latency = self.stages - 1
-        self.order = self.CLOCK_ORDER if clock else self.CUTS
+        self.ring = ring
+        self.stages = check_stages(stages, self.RING_ORDER if ring else self.CUTS)
+        self.lead = self.LEAD if ring else 0             # cycles c is taken after a and b
+        self.latency = self.lead + self.stages - 1
+        self.order = self.PRODUCT_CUTS + self.RING_ORDER if ring else self.CLOCK_ORDER if clock else self.CUTS
         w = src_fmt.width
         super().__init__({"a": In(w), "b": In(w), "c": In(w), "y": Out(self.dst_fmt.width)})
 
@@ -105,11 +119,22 @@ class FMulAdd(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        src, dst = self.src_fmt, self.dst_fmt
-        p, L, K, W = src.precision, self.below, self.reach, self.window
-        pipe = Pipe(m, self.order, self.stages)
-        a = unpack(m, src, self.a, self.subnormals, "a")
-        b = unpack(m, src, self.b, self.subnormals, "b")
+        pipe = Pipe(m, self.order, self.lead + self.stages)
+        a = unpack(m, self.src_fmt, self.a, self.subnormals, "a")
+        b = unpack(m, self.src_fmt, self.b, self.subnormals, "b")
+        front = self._ring_front(m, pipe, a, b) if self.ring else self._front(m, pipe, a, b)
+        m.d.comb += self.y.eq(self._tail(m, pipe, *front))
+        return m
+
+    def _exp_width(self) -> int:
+        src, dst, p = self.src_fmt, self.dst_fmt, self.src_fmt.precision
+        return bits_for(2 * src.exp_max_field + self.reach + self.window + 2 * p + dst.bias) + 2
+
+    def _front(self, m, pipe, a, b):
+        """Up to the product's register, c beside the product, then the alignment's amount:
+        (amount, product, base, c_sig, sign_p, c_sign, specials)."""
+        src = self.src_fmt
+        p, K = src.precision, self.reach
         c = unpack(m, src, self.c, self.subnormals, "c")
 
         sign_p = a.sign ^ b.sign
@@ -125,12 +150,8 @@ class FMulAdd(wiring.Component):
 
         # the product, one subnormal operand normalised (as FMul: two subnormal operands make a
         # product far below any nonzero c, which then decides the result)
-        ew = bits_for(2 * src.exp_max_field + K + W + 2 * p + dst.bias) + 2
-        a_sub = ~a.sig[-1]
-        pick, other = Mux(a_sub, a.sig, b.sig), Mux(a_sub, b.sig, a.sig)
-        lz_ab = leading_zeros(m, pick, "sub")
-        pexp = Signal(signed(ew), name="pexp")          # ea + eb: P = sig product * 2**(pexp - 2 bias - 2(p-1))
-        m.d.comb += pexp.eq(a.exp + b.exp - lz_ab)
+        ew = self._exp_width()
+        pick, other, lz_ab, pexp = self._subnormal_operand(m, a, b, ew)
         # c normalised (a subnormal c has leading zeros); a zero c stays zero
         lz_c = leading_zeros(m, c.sig, "csub")
         cexp = Signal(signed(ew), name="cexp")
@@ -145,12 +166,83 @@ class FMulAdd(wiring.Component):
             "operands", x_sig, other, pexp, cexp, c_sig, sign_p, c_sign, p_zero, c_zero, *specials)
         # c's lowest bit sits k above P's. A c more than K above (or a zero product) is placed K
         # above, and the window takes its exponent from c's: P then only acts as a sticky bit.
-        k = Signal(signed(ew), name="c_offset")
-        m.d.comb += k.eq(cexp - pexp + src.bias + (p - 1))
+        base = self._base(m, pexp, cexp, p_zero, c_zero, ew)
+        product, base, cexp, c_sig, sign_p, c_sign, *specials = self._product(
+            m, pipe, x_sig, other, (base, cexp, c_sig, sign_p, c_sign, *specials))
+        # c's lowest bit sits k = cexp - base + bias + (p-1) above P's: shift it down from K
+        shift = Signal(signed(ew), name="align_shift")
+        m.d.comb += shift.eq(K - (cexp - base + src.bias + (p - 1)))
+        return (self._clamped(m, shift), product, base, c_sig, sign_p, c_sign, *specials)
+
+    def _ring_front(self, m, pipe, a, b):
+        """A ring's unit: the product through PRODUCT_CUTS from a and b alone, then c (the
+        accumulator, taken LEAD cycles after them) normalised beside it: as _front. What c's
+        arrival waits for is one carry chain and a clamp, not _front's chain of five: the
+        alignment's shift K - k = (pexp + K - bias - (p-1) - c.exp) + lz_c, its first sum
+        computed beside c's leading-zero count, the constant added to pexp before c arrives."""
+        src = self.src_fmt
+        p, K = src.precision, self.reach
+        ew = self._exp_width()
+        sign_p = a.sign ^ b.sign
+        p_zero = a.is_zero | b.is_zero
+        p_inf = a.is_inf | b.is_inf
+        p_nan = a.is_nan | b.is_nan | (a.is_inf & b.is_zero) | (b.is_inf & a.is_zero)
+        pick, other, lz_ab, pexp = self._subnormal_operand(m, a, b, ew)
+        pick, other, lz_ab, pexp, sign_p, p_zero, p_inf, p_nan = pipe.cut(
+            "subnorm", pick, other, lz_ab, pexp, sign_p, p_zero, p_inf, p_nan)
+        x_sig = shift_left(m, pick, lz_ab, "sub")
+        x_sig, other, pexp, sign_p, p_zero, p_inf, p_nan = pipe.cut(
+            "operands", x_sig, other, pexp, sign_p, p_zero, p_inf, p_nan)
+        pexp_k = Signal(signed(ew), name="pexp_k")
+        m.d.comb += pexp_k.eq(pexp + (K - src.bias - (p - 1)))
+        product, pexp, pexp_k, sign_p, p_zero, p_inf, p_nan = self._product(
+            m, pipe, x_sig, other, (pexp, pexp_k, sign_p, p_zero, p_inf, p_nan))
+
+        c = unpack(m, src, self.c, self.subnormals, "c")
+        specials = (p_nan | c.is_nan | (p_inf & c.is_inf & (sign_p != c.sign)), p_inf | c.is_inf,
+                    Mux(p_inf, sign_p, c.sign), p_zero & c.is_zero, p_zero & c.is_zero & sign_p & c.sign)
+        lz_c = leading_zeros(m, c.sig, "csub")
+        c_sig = shift_left(m, c.sig, lz_c, "csub")
+        gap = Signal(signed(ew), name="gap")             # K - k less c's leading zeros
+        m.d.comb += gap.eq(pexp_k - c.exp)
+        c_base = Signal(signed(ew), name="c_base")       # the window's exponent from c's, less them
+        m.d.comb += c_base.eq(c.exp + (src.bias + (p - 1) - K))
+        product, pexp, gap, c_base, lz_c, c_sig, sign_p, c_sign, p_zero, c_zero, *specials = pipe.cut(
+            "cnorm", product, pexp, gap, c_base, lz_c, c_sig, sign_p, c.sign, p_zero, c.is_zero, *specials)
+        shift = Signal(signed(ew), name="align_shift")   # K - k
+        m.d.comb += shift.eq(gap + lz_c)
+        # c more than K above P (shift < 0) or a zero product: c placed K above (amount 0), the
+        # window's exponent c's (_base)
         base = Signal(signed(ew), name="base")
-        m.d.comb += base.eq(Mux(p_zero | (~c_zero & (k > K)), cexp + src.bias + (p - 1) - K, pexp))
+        m.d.comb += base.eq(Mux(p_zero | (~c_zero & (shift < 0)), c_base - lz_c, pexp))
+        amount = self._clamped(m, Mux(p_zero, 0, shift))
+        return (amount, product, base, c_sig, sign_p, c_sign, *specials)
+
+    def _subnormal_operand(self, m, a, b, ew):
+        """One subnormal operand picked for normalising (the other is normal or the product is
+        far below every result): (pick, other, its leading zeros, ea + eb - those zeros)."""
+        a_sub = ~a.sig[-1]
+        pick, other = Mux(a_sub, a.sig, b.sig), Mux(a_sub, b.sig, a.sig)
+        lz_ab = leading_zeros(m, pick, "sub")
+        pexp = Signal(signed(ew), name="pexp")          # ea + eb: P = sig product * 2**(pexp - 2 bias - 2(p-1))
+        m.d.comb += pexp.eq(a.exp + b.exp - lz_ab)
+        return pick, other, lz_ab, pexp
+
+    def _base(self, m, pexp, cexp, p_zero, c_zero, ew):
+        """The window's exponent: P's, or c's less K where c lies more than K above P (or P is
+        zero), so that P then only acts as a sticky bit."""
+        src, K = self.src_fmt, self.reach
+        k = Signal(signed(ew), name="c_offset")
+        m.d.comb += k.eq(cexp - pexp + src.bias + (src.precision - 1))
+        base = Signal(signed(ew), name="base")
+        m.d.comb += base.eq(Mux(p_zero | (~c_zero & (k > K)), cexp + src.bias + (src.precision - 1) - K, pexp))
+        return base
+
+    def _product(self, m, pipe, x_sig, other, carried):
+        """The 2p-bit product of the normalised significands, through its boundaries, with
+        `carried` beside it: (product, *carried) after "product"."""
+        p = self.src_fmt.precision
         product = Signal(2 * p, name="product")
-        carried = (base, cexp, c_sig, sign_p, c_sign, *specials)
         if "partial" in pipe.enabled:
             # as FMul at a target clock: four half-width products (a DSP block each for fp32)
             # registered, the middle two summed and registered, then the whole: a 24 x 24
@@ -166,13 +258,21 @@ class FMulAdd(wiring.Component):
             m.d.comb += product.eq(sum(Mux(other[i], x_sig << i, 0) for i in range(p)))
         else:
             m.d.comb += product.eq(x_sig * other)
-        product, base, cexp, c_sig, sign_p, c_sign, *specials = pipe.cut("product", product, *carried)
+        return pipe.cut("product", product, *carried)
 
-        # c's lowest bit sits k = cexp - base + bias + (p-1) above P's: shift it down from K
-        shift = Signal(signed(ew), name="align_shift")
-        m.d.comb += shift.eq(K - (cexp - base + src.bias + (p - 1)))
+    def _clamped(self, m, shift):
+        """The alignment's shift amount: `shift` (K - k) within 0 .. W."""
+        W = self.window
         amount = Signal(bits_for(W), name="align_amount")
         m.d.comb += amount.eq(Mux(shift < 0, 0, Mux(shift > W, W, shift)))
+        return amount
+
+    def _tail(self, m, pipe, amount, product, base, c_sig, sign_p, c_sign, *specials):
+        """From c's alignment amount, the product and c's normalised significand to y: c aligned
+        above P, the signed sum, its normalisation and the roundings."""
+        src, dst = self.src_fmt, self.dst_fmt
+        p, L, K, W = src.precision, self.below, self.reach, self.window
+        ew = self._exp_width()
         amount, product, base, c_sig, sign_p, c_sign, *specials = pipe.cut(
             "amount", amount, product, base, c_sig, sign_p, c_sign, *specials)
         aligned, sticky = shift_right_sticky(m, Cat(Const(0, L + K), c_sig, Const(0, 1)), amount, "align")
@@ -208,10 +308,8 @@ class FMulAdd(wiring.Component):
             m, dst, rounding=self.rounding, subnormals=self.subnormals, sign=sign, exp=exp, sig=sig,
             exp_range=(lo, hi), may_be_tiny=True, pipe=pipe,
             carry=(sign, is_zero, is_nan, is_inf, inf_sign, zero_sign))
-        m.d.comb += self.y.eq(special_mux(
-            m, dst, finite=finite, is_nan=is_nan, is_inf=is_inf, inf_sign=inf_sign,
-            is_zero=is_zero, zero_sign=zero_sign, name="fma"))
-        return m
+        return special_mux(m, dst, finite=finite, is_nan=is_nan, is_inf=is_inf, inf_sign=inf_sign,
+                           is_zero=is_zero, zero_sign=zero_sign, name="fma")
 
     def _round_via(self, m, norm, exp):
         """norm (leading one on top) rounded to `via` bits, to nearest even: Python's float."""

@@ -108,11 +108,14 @@ def unit_stages(unit: type, clock: bool = False) -> int:
     return len(unit.CUTS) + 1 - (0 if clock else len(getattr(unit, "CLOCK_CUTS", ())))
 
 
-def max_stages(v: ir.Op, clock: bool = False) -> int:
-    """Pipeline stages the unit of float op `v` can be cut into (1: not pipelined): unit_stages."""
+def max_stages(v: ir.Op, clock: bool = False, ring: bool = False) -> int:
+    """Pipeline stages the unit of float op `v` can be cut into (1: not pipelined): unit_stages.
+    `ring`: a ring's fused multiply-add, its stages from the accumulator on (FMulAdd ring=True)."""
     unit = FWideMul if wide_product_sources(v) is not None else unit_of(v)
     if unit is None:
         return 1
+    if ring and unit is FMulAdd:
+        return len(FMulAdd.RING_ORDER) + 1
     top = unit_stages(unit, clock)
     if unit in (fp.FDiv, fp.FSqrt):      # a recurrence has no more boundaries than segments (fp8: 6 to 8)
         top = min(top, unit.stage_limit(fmt_of(_float_dtype(v)), clock))
@@ -142,11 +145,15 @@ class FloatOps:
         self.m.d.comb += [getattr(component, port).eq(val) for port, val in inputs.items()]
         return component
 
-    def emit(self, v: ir.Op, s: list[Value], stages: int = 1) -> Value:
+    def emit(self, v: ir.Op, s: list[Value], stages: int = 1, ring: bool = False) -> Value:
+        """`ring`: a ring's fused multiply-add, whose addend (s[2], the accumulator) is taken
+        FMulAdd.LEAD cycles after its other operands (pipeline.ring_lead)."""
         op, d = v.op, v.dtype
         rnd, sub = self.config.fp_rounding, self.config.fp_subnormals
-        if stages > 1 and stages > max_stages(v, clock=True):
+        if stages > 1 and stages > max_stages(v, clock=True, ring=ring):
             raise ValueError(f"{self.kernel}: {op.name} cannot be cut into {stages} stages")
+        if ring and op is not K.MULACC:
+            raise ValueError(f"{self.kernel}: {op.name} has no ring form with a lead (only MULACC)")
         n = {"stages": stages} if stages > 1 else {}
         if op is K.NEG:
             return s[0] ^ (1 << (d.bits - 1))
@@ -162,7 +169,7 @@ class FloatOps:
         if op is K.MAX:
             return self.unit(fp.FMax(fmt_of(d), sub, python=True), "max", a=s[0], b=s[1]).y
         if op is K.MULACC:
-            return self.mulacc(d, s, n)
+            return self.mulacc(d, s, n | ({"ring": True} if ring else {}))
         if op is K.EMU_CAST:
             unit = fp.FloatToFloat(fmt_of(v.srcs[0].dtype), fmt_of(d), rnd, sub, emulated=True, **n)
             return self.unit(unit, "emu", a=s[0]).y

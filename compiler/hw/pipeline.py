@@ -152,6 +152,9 @@ class Schedule:
                                              # LUTs (mul auto past the blocks): the registers the
                                              # LUT products alone would need, when fewer than
                                              # product_regs (Design.mul_note)
+    unit_lead: dict[int, int] = field(default_factory=dict)  # id(ring op) -> cycles before its
+                                             # accumulator its other operands enter its unit (with
+                                             # target_mhz a ring's fused multiply-add: ring_lead)
 
     @property
     def load_stage(self) -> int:
@@ -185,6 +188,18 @@ def float_stages(v: ir.Op, level: int, clock: bool = False) -> int:
     if clock:
         return floatops.max_stages(v, clock=True)
     return min(2 ** level, floatops.max_stages(v)) if level > 0 else 1
+
+
+def ring_lead(v: ir.Op, post: set[int], clock: bool) -> int:
+    """Cycles before the accumulator that ring op `v`'s other operands enter its unit: at a target
+    clock a fused multiply-add's product is computed before its addend, the accumulator, is
+    taken (FMulAdd ring=True), so the ring's stages hold only the addition and its roundings.
+    layernorm fp16 at target_mhz 150 closed at 56.6 MHz with the product inside its ring's 8
+    stages (docs/timing.md). 0 for any other op."""
+    if not (clock and v.op is K.MULACC and id(v.srcs[2]) in post and not any(id(s) in post for s in v.srcs[:2])):
+        return 0
+    from ..fp.muladd import FMulAdd
+    return FMulAdd.LEAD
 
 
 def data_operands(v: ir.Value, gathers: frozenset[int] = frozenset()) -> tuple[ir.Value, ...]:
@@ -384,7 +399,7 @@ def late_buffers(order: list[ir.Value], broadcast: dict[int, int], gathers: froz
 def later_reads(kernel: ir.KernelIR, order: list[ir.Value], operands, ready: dict, latency: dict[int, int],
                 unit_stages: dict[int, int], broadcast: dict[int, int], fanout: dict[int, int], early: set[int],
                 muxes: set[int], gathers: frozenset[int], commit: int, acc_write: dict[int, int],
-                late: dict[int, int], keep: frozenset[int]) -> dict[int, int]:
+                late: dict[int, int], keep: frozenset[int], lead: dict[int, int]) -> dict[int, int]:
     """Slot -> stages, for the buffers read ahead of every use of their data (a layer's bias and
     requantisation scale, loaded when a step issues and added after its adder tree and
     accumulator, 7-8 stages on): each such memory is read that many stages later, through
@@ -393,7 +408,8 @@ def later_reads(kernel: ir.KernelIR, order: list[ir.Value], operands, ready: dic
     takes its operand in another stage, so depth and commit stay. Only where the address (and
     the port's `own` flag) is narrower than the data: on the KWS shape at w4a6 the 14-bit
     scales' delay chains were 8,400 of its 82,462 flip-flops. Not for gathers, loads read
-    through copies or multiplexers, buffers already late or in `keep`."""
+    through copies or multiplexers, buffers already late or in `keep`. `lead`: Schedule.unit_lead
+    (a ring's product operands are taken that many stages before its accumulator)."""
     uses: dict[int, list[tuple[int, ir.Value | None]]] = {}       # id(value) -> (stage taken, user)
     for u in order:
         if not isinstance(u, (ir.Op, ir.Load)):
@@ -402,9 +418,9 @@ def later_reads(kernel: ir.KernelIR, order: list[ir.Value], operands, ready: dic
             for o, off in zip(u.srcs, operand_offsets(u, broadcast)):     # Datapath.product
                 uses.setdefault(id(o), []).append((ready[id(u)] - latency[id(u)] + off, u))
             continue
-        for o in operands(u):
+        for i, o in enumerate(operands(u)):
             taken = None if isinstance(u, ir.Load) or id(u) in muxes or ready[id(u)] is None \
-                else ready[id(u)] - latency.get(id(u), 0)
+                else ready[id(u)] - latency.get(id(u), 0) - (lead.get(id(u), 0) if i < 2 else 0)
             uses.setdefault(id(o), []).append((taken, u))
     for s, _ in kernel.stores():
         stage = acc_write[s.acc] if isinstance(s, ir.AccStore) else commit
@@ -665,6 +681,7 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
                             broadcast[id(s)] = max(broadcast.get(id(s), 0), 1)
     latency: dict[int, int] = {}
     unit_stages: dict[int, int] = {}
+    unit_lead: dict[int, int] = {}
     for v in order:
         if not isinstance(v, ir.Op):
             continue
@@ -672,7 +689,10 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
         if id(v) in rings:
             # its last register is the accumulator's; ways beyond the unit's stages are a
             # delay line of plain registers (KernelHW._accumulators)
-            stages = min(rings[id(v)], float_stages(v, level, clock is not None)) if floatops.is_float_op(v) \
+            if lead := ring_lead(v, post, clock is not None):
+                unit_lead[id(v)] = lead
+            stages = min(rings[id(v)], floatops.max_stages(v, True, ring=True) if lead
+                         else float_stages(v, level, clock is not None)) if floatops.is_float_op(v) \
                 else rings[id(v)]
             lat = stages - 1
         elif id(v) in post and id(v) in feeds_acc:
@@ -738,6 +758,10 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
             if clock and id(v) in fanout and early_op(v, ready, latency, unit_stages):
                 early.add(id(v))               # its copies are its register (Datapath.fanned)
     depth = max((r for r in ready.values() if r is not None), default=0)
+    for v in order:                            # a ring's product operands enter lead stages before D
+        if id(v) in unit_lead:
+            depth = max([depth] + [ready[id(s)] + (id(s) in fanout and id(s) not in early) + unit_lead[id(v)]
+                                   for s in v.srcs[:2] if ready[id(s)] is not None])
 
     def post_cone(depth: int) -> None:
         for v in order:                        # the post cone, from stage D
@@ -787,11 +811,11 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
                 commit = max(commit, at(s.value) + 1)
     if address_levels:
         for buf, n in later_reads(kernel, order, operands, ready, latency, unit_stages, broadcast, fanout, early,
-                                  muxes, gathers, commit, acc_write, late, keep).items():
+                                  muxes, gathers, commit, acc_write, late, keep, unit_lead).items():
             late[buf] = n
     sched = Schedule(level, depth, commit, ready, latency, unit_stages, acc_write, register_loads,
                      address_levels, gather_issue, config.mem_read == "sync", lookahead, broadcast, late, fanout,
-                     frozenset(early), product_regs, lut_product_regs=lut_product_regs)
+                     frozenset(early), product_regs, lut_product_regs=lut_product_regs, unit_lead=unit_lead)
     check_hazards(kernel, sched)
     return sched
 

@@ -23,17 +23,24 @@ def interleave_ways(level: int, rows: int | None = None, clock: bool = False, fu
     GEMV's 32 rows a lane at L = 6: 36 slots; at L' = 8: 32, 11% fewer cycles for 2 more ring
     registers. At a target clock, of the L' with the fewest slots the one that gives the unit
     the most of its stages (FAdd's 10 with its CLOCK_CUTS; its ring takes min(L', 10)): forcing
-    L' = 10 took a convolution's 2-row nests from 1,114 to 1,852 cycles. FMulAdd fp32 placed
-    alone in its CLOCK_ORDER closed at 38.5 MHz with 6 stages and 64.4 with 8 (40.5 in CUTS
-    order): a ring of it takes 8 ways at least."""
+    L' = 10 took a convolution's 2-row nests from 1,114 to 1,852 cycles. A fused multiply-add's
+    ring at a target clock takes 12 ways at least, all the stages its unit has from the
+    accumulator on (its product is computed before: pipeline.ring_lead): FMulAdd fp32 so,
+    placed alone, closed at 55.1 MHz with 6 stages, 70.3 with 8 and 92.1 with 12 (with the
+    product inside the ring, 38.5 with 6 and 64.4 with 8); layernorm fp16 at 150 MHz then takes
+    552 cycles, not 484, at an estimated 92.1 MHz, not 70.3."""
     from ..fp import FAdd
     from ..fp.muladd import FMulAdd
     from ..hw.floatops import unit_stages
     unit = FMulAdd if fused else FAdd
     least = min(2 ** level, unit_stages(unit)) if level > 0 else 1
+    # a ring's FMulAdd at a target clock: its stages from the accumulator on (pipeline.ring_lead),
+    # all of them: with fewer it is a float design's slowest unit by far
+    top = len(FMulAdd.RING_ORDER) + 1 if fused else unit_stages(unit, clock=True)
+    if fused and clock and least > 1:
+        least = top
     if least == 1 or rows is None:
         return least
-    top = unit_stages(unit, clock=True)
     return min(range(least, 2 * least + 1),
                key=lambda w: (-(-rows // w) * w, -min(w, top) if clock else w, w))
 
