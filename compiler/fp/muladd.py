@@ -79,7 +79,7 @@ class FMulAdd(wiring.Component):
     # a ring's unit: the product's boundaries before c, then c's loop in the order that cuts most
     PRODUCT_CUTS = ("subnorm", "operands", "partial", "sums", "product")
     LEAD = len(PRODUCT_CUTS)
-    RING_ORDER = ("cnorm", "align", "sum", "norm", "via", "round", "pack", "lzc", "amount", "negate", "denorm", "cin")
+    RING_ORDER = ("cnorm", "align", "sum", "norm", "via", "round", "pack", "lzc", "amount", "negate", "denorm")
 
     def __init__(self, src_fmt: FloatFormat, dst_fmt: FloatFormat | None = None, via: int | None = None,
                  rounding: str = "rne", subnormals: str = "keep", stages: int = 1, clock: bool = False,
@@ -199,12 +199,7 @@ class FMulAdd(wiring.Component):
         product, pexp, pexp_k, sign_p, p_zero, p_inf, p_nan = self._product(
             m, pipe, x_sig, other, (pexp, pexp_k, sign_p, p_zero, p_inf, p_nan))
 
-        # "cin": c registered as it comes in, so the accumulator's route back from the unit's end
-        # is a stage of its own (layernorm fp16 at 150: acc -> c's count and shift, 12.1 ns, 9.7
-        # of it routing)
-        product, pexp, pexp_k, sign_p, p_zero, p_inf, p_nan, c_bits = pipe.cut(
-            "cin", product, pexp, pexp_k, sign_p, p_zero, p_inf, p_nan, self.c)
-        c = unpack(m, src, c_bits, self.subnormals, "c")
+        c = unpack(m, src, self.c, self.subnormals, "c")
         specials = (p_nan | c.is_nan | (p_inf & c.is_inf & (sign_p != c.sign)), p_inf | c.is_inf,
                     Mux(p_inf, sign_p, c.sign), p_zero & c.is_zero, p_zero & c.is_zero & sign_p & c.sign)
         lz_c = leading_zeros(m, c.sig, "csub")
