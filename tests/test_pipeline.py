@@ -130,6 +130,20 @@ def test_pipelined_float_units_are_bit_exact_in_every_format_and_mode():
     _check_units([F32, FP16, BF16], [("rne", "keep"), ("rtz", "flush")], every=3)
 
 
+def _fma_vectors(seed: int):
+    """(makers, inputs, port widths) for FMulAdd as tinygrad's MULACC builds it in each format
+    (name -> (src, dst)), triples a, b, c of every kind of value (float_pairs)."""
+    rng = np.random.default_rng(seed)
+    makers = {"fp32": (F32, F32), "fp16": (FP16, FP16), "bf16": (BF16, F32)}
+    ins = {}
+    for name, (src, _) in makers.items():
+        a, b = float_pairs(src, rng)
+        ins.update({f"{name}_a": a[::5], f"{name}_b": b[::5], f"{name}_c": np.roll(b[::5], 7)})
+    n = min(len(v) for v in ins.values())
+    ins = {k: v[:n] for k, v in ins.items()}
+    return makers, ins, {k: makers[k.split("_")[0]][0].width for k in ins}
+
+
 @pytest.mark.slow
 def test_fused_multiply_adds_at_a_target_clock_are_bit_exact():
     """FMulAdd as fp_semantics=tinygrad builds MULACC (fp32 and fp16 via float64, bf16 into fp32
@@ -139,15 +153,7 @@ def test_fused_multiply_adds_at_a_target_clock_are_bit_exact():
     operands' counts: a value that did not cross one of them would arrive a cycle early), and
     in a ring's order (FMulAdd.CLOCK_ORDER) at 6 and 8, fed one triple a cycle, against the
     reference. Up to 8 stages in CUTS order, fp_pipeline's netlists are unchanged."""
-    rng = np.random.default_rng(12)
-    makers = {"fp32": (F32, F32), "fp16": (FP16, FP16), "bf16": (BF16, F32)}
-    ins = {}
-    for name, (src, _) in makers.items():
-        a, b = float_pairs(src, rng)
-        ins.update({f"{name}_a": a[::5], f"{name}_b": b[::5], f"{name}_c": np.roll(b[::5], 7)})
-    n = min(len(v) for v in ins.values())
-    ins = {k: v[:n] for k, v in ins.items()}
-    ports = {k: makers[k.split("_")[0]][0].width for k in ins}
+    makers, ins, ports = _fma_vectors(12)
     jobs = []
     # a ring's fewer stages in CLOCK_ORDER: 6 and 8, the ways fp_pipeline 3 interleaves at least
     for stages, clock in ((9, False), (len(FMulAdd.CUTS) + 1, False), (6, True), (8, True)):
@@ -170,17 +176,9 @@ def test_a_rings_fused_multiply_add_takes_its_addend_after_the_product():
     (1, 2, 6, 8 and all 12 of RING_ORDER). Fed c LEAD cycles after its a and b, one triple a
     cycle, it equals the reference in each format tinygrad's MULACC takes; a c taken with a
     and b (a cycle off) would not."""
-    rng = np.random.default_rng(13)
-    makers = {"fp32": (F32, F32), "fp16": (FP16, FP16), "bf16": (BF16, F32)}
-    lead = FMulAdd.LEAD
-    ins = {}
-    for name, (src, _) in makers.items():
-        a, b = float_pairs(src, rng)
-        ins.update({f"{name}_a": a[::5], f"{name}_b": b[::5], f"{name}_c": np.roll(b[::5], 7)})
-    n = min(len(v) for v in ins.values())
-    ins = {k: v[:n] for k, v in ins.items()}
+    makers, ins, ports = _fma_vectors(13)
+    lead, n = FMulAdd.LEAD, len(ins["fp32_a"])
     fed = {k: (np.concatenate([v[-lead:], v[:-lead]]) if k.endswith("_c") else v) for k, v in ins.items()}
-    ports = {k: makers[k.split("_")[0]][0].width for k in ins}
     jobs = []
     for stages in (1, 2, 6, 8, len(FMulAdd.RING_ORDER) + 1):
         units = {name: (FMulAdd(src, dst, 53, stages=stages, clock=True, ring=True), {x: f"{name}_{x}" for x in "abc"})

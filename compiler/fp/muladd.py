@@ -66,7 +66,8 @@ class FMulAdd(wiring.Component):
     a and b are taken LEAD cycles earlier, through every product boundary (PRODUCT_CUTS, all
     enabled), and c when the product is ready; `stages` counts the stages from c to y, their
     boundaries the first stages - 1 of RING_ORDER ("cnorm": c's normalisation before its
-    alignment's arithmetic). y comes LEAD + stages - 1 cycles after a and b.
+    alignment's arithmetic). y comes LEAD + stages - 1 cycles after a and b. At a target clock
+    (`clock`, `ring`) both operands' leading zeros are counted and one count picked.
     """
 
     CUTS = ("product", "sum", "norm", "round", "align", "pack", "denorm",
