@@ -98,11 +98,13 @@ def synthesise(name: str, make, flow: str, workdir: Path, pnr: bool = False) -> 
     return {"cells": cells, "seconds": seconds, "fmax": fmax, "path": path}
 
 
-def muladd(fmt, stages: int = 1, ring: bool = False) -> tuple[str, object]:
+def muladd(fmt, stages: int = 1, clock: bool = False, ring: bool = False) -> tuple[str, object]:
     """(row name, maker) of a * b + c in `fmt` as fp_semantics=tinygrad builds MULACC: bf16 into
     fp32 and fp16/fp32 through a 53-bit float64 intermediate, fp8 exact (docs/float-units.md).
-    `ring`: a ring's unit at a target clock (its product before its `stages`; FMulAdd ring=True)."""
-    n = ({"stages": stages} if stages > 1 else {}) | ({"clock": True, "ring": True} if ring else {})
+    `clock`: as a target clock builds it; `ring`: a ring's unit there (its product before its
+    `stages`; FMulAdd ring=True)."""
+    n = ({"stages": stages} if stages > 1 else {}) | ({"clock": True} if clock or ring else {}) \
+        | ({"ring": True} if ring else {})
     tag = " ring" if ring else ""
     if fmt == BF16:
         return f"FMulAdd{tag} -> fp32 via 53", lambda: FMulAdd(BF16, FP32, 53, **n)
@@ -157,10 +159,10 @@ def clock_units(formats: list, ring_stages: tuple[int, ...] = ()) -> dict:
         units[("IntToFloat from int32", fmt.name, top(IntToFloat))] = \
             lambda fmt=fmt: IntToFloat(32, True, fmt, stages=top(IntToFloat))
         if fmt.width > 8:
-            name, make = muladd(fmt, top(FMulAdd))
+            name, make = muladd(fmt, top(FMulAdd), clock=True)
             units[(name, fmt.name, top(FMulAdd))] = make
             for stages in ring_stages:
-                name, make = muladd(fmt, stages, ring=True)
+                name, make = muladd(fmt, stages, clock=True, ring=True)
                 units[(name, fmt.name, stages)] = make
             # a recurrence unit's stages depend on the format's rows (stage_limit)
             div, sqrt = FDiv.stage_limit(fmt, clock=True), FSqrt.stage_limit(fmt, clock=True)
