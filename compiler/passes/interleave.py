@@ -26,9 +26,9 @@ def interleave_ways(level: int, rows: int | None = None, clock: bool = False, fu
     L' = 10 took a convolution's 2-row nests from 1,114 to 1,852 cycles. A fused multiply-add's
     ring at a target clock takes 12 ways at least, all the stages its unit has from the
     accumulator on (its product is computed before: pipeline.ring_lead): FMulAdd fp32 so,
-    placed alone, closed at 55.1 MHz with 6 stages, 70.3 with 8 and 92.1 with 12 (with the
-    product inside the ring, 38.5 with 6 and 64.4 with 8); layernorm fp16 at 150 MHz then takes
-    552 cycles, not 484, at an estimated 92.1 MHz, not 70.3."""
+    placed alone, closed at 55.1 MHz with 6 stages, 70.3 with 8 and 101.2 with 12 (with the
+    product inside the ring, 38.5 with 6 and 64.4 with 8). layernorm fp16 at 150 MHz took 552
+    cycles (484 with 8 ways) and placed at 82.4 MHz (docs/timing.md, thirty-seventh session)."""
     from ..fp import FAdd
     from ..fp.muladd import FMulAdd
     from ..hw.floatops import unit_stages
