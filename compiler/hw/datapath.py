@@ -32,7 +32,7 @@ from ..synth.multipliers import PRODUCT_PREFIX
 from ..synth.rtlil_text import DATA_ATTRIBUTE, DUPLICATE_ATTRIBUTE  # noqa: F401 (DUPLICATE_ATTRIBUTE: its users import it from here)
 from . import dsp_fields, dsp_pack, floatops
 from .dsp_pack import ProductPack
-from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, counter_times_constant, operand_offsets, schedule
+from .pipeline import FANOUT_LEVEL, OPERAND_GROUP, Schedule, counter_times_constant, operand_lead, operand_offsets, schedule
 
 K = ir.OpKind
 
@@ -480,21 +480,17 @@ class Datapath:
 
     def op(self, v: ir.Op, env: Env, stage: int | None, latency: int) -> Value:
         narrow = floatops.wide_product_sources(v)          # fp8 x fp8 in fp32: the casts' sources
-        # a ring's fused multiply-add takes its product's operands `lead` stages before its
-        # accumulator (Schedule.unit_lead)
-        lead = 0 if stage is None else self.sched.unit_lead.get(id(v), 0)
-
         def src(i: int, s: ir.Value) -> Value:
             if stage is None:
                 return self.emit(s, env, None)
-            at = stage - lead if i < 2 else stage
+            at = stage - operand_lead(self.sched.unit_lead, v, i)       # a ring's product operands early
             return self.fanned(s, env, at) if id(s) in self.sched.fanout else self.local(s, env, at)
         srcs = [src(i, s) for i, s in enumerate(narrow or v.srcs)]
         stages = 1 if stage is None else self.sched.unit_stages.get(id(v), 1)
         if narrow is not None:
             return self.floats.wide_mul(v, narrow[0].dtype, srcs, stages)
         if floatops.is_float_op(v):
-            return self.floats.emit(v, srcs, stages, ring=lead > 0)
+            return self.floats.emit(v, srcs, stages, ring=stage is not None and id(v) in self.sched.unit_lead)
         if stages == 2:                     # an integer product with operand registers of its own
             srcs = [self.operand_copy(x) for x in srcs]
         return self.int_op(v, srcs)

@@ -202,6 +202,12 @@ def ring_lead(v: ir.Op, post: set[int], clock: bool) -> int:
     return FMulAdd.LEAD
 
 
+def operand_lead(lead: dict[int, int], v: ir.Value, i: int) -> int:
+    """Stages before op `v`'s inputs that it takes its operand i (`lead`: Schedule.unit_lead): a
+    ring's fused multiply-add takes its product's operands, a and b, that many early."""
+    return lead.get(id(v), 0) if i < 2 else 0
+
+
 def data_operands(v: ir.Value, gathers: frozenset[int] = frozenset()) -> tuple[ir.Value, ...]:
     """Operands whose *values* flow into `v` (a load's index is an address, issued ahead,
     except a gather's, which must be ready before the gather issues)."""
@@ -420,7 +426,7 @@ def later_reads(kernel: ir.KernelIR, order: list[ir.Value], operands, ready: dic
             continue
         for i, o in enumerate(operands(u)):
             taken = None if isinstance(u, ir.Load) or id(u) in muxes or ready[id(u)] is None \
-                else ready[id(u)] - latency.get(id(u), 0) - (lead.get(id(u), 0) if i < 2 else 0)
+                else ready[id(u)] - latency.get(id(u), 0) - operand_lead(lead, u, i)
             uses.setdefault(id(o), []).append((taken, u))
     for s, _ in kernel.stores():
         stage = acc_write[s.acc] if isinstance(s, ir.AccStore) else commit
@@ -760,8 +766,9 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
     depth = max((r for r in ready.values() if r is not None), default=0)
     for v in order:                            # a ring's product operands enter lead stages before D
         if id(v) in unit_lead:
-            depth = max([depth] + [ready[id(s)] + (id(s) in fanout and id(s) not in early) + unit_lead[id(v)]
-                                   for s in v.srcs[:2] if ready[id(s)] is not None])
+            depth = max([depth] + [ready[id(s)] + (id(s) in fanout and id(s) not in early) + n
+                                   for i, s in enumerate(v.srcs) if (n := operand_lead(unit_lead, v, i))
+                                   and ready[id(s)] is not None])
 
     def post_cone(depth: int) -> None:
         for v in order:                        # the post cone, from stage D
