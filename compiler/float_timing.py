@@ -40,12 +40,14 @@ MEASURED: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {
     # 4af49a1, 72.6 / 104.6 / 92.4 MHz, within a seed of 13's, left out). On an LFE5U-25F (the
     # same grade's cells, a smaller die; the thirty-fourth session's scratch runs): FAdd fp32 at
     # 6 on b6c5f23, FMulAdd fp32 at 8 on 4236d44.
+    # FMul at 3, 4, 5, 6 and 8 on c401382 (`--clock --stages 3,4,5,6,8`; its cuts are the same
+    # with and without a target clock up to 8: its CLOCK_CUTS are the 9th and 10th), 2026-12-06
     ("FAdd", "fp32"): ((1, 29.6), (6, 95.7), (10, 162.9)),
     ("FAdd", "fp16"): ((1, 34.7), (10, 193.0)),
     ("FAdd", "bf16"): ((10, 171.1),),
-    ("FMul", "fp32"): ((1, 23.7), (10, 151.6)),
-    ("FMul", "fp16"): ((1, 33.4), (10, 175.7)),
-    ("FMul", "bf16"): ((10, 182.1),),
+    ("FMul", "fp32"): ((1, 23.7), (3, 66.5), (4, 88.4), (5, 89.4), (6, 84.5), (8, 149.9), (10, 151.6)),
+    ("FMul", "fp16"): ((1, 33.4), (3, 75.4), (4, 120.6), (5, 123.9), (6, 124.3), (8, 176.1), (10, 175.7)),
+    ("FMul", "bf16"): ((3, 74.1), (4, 118.3), (5, 132.5), (6, 121.1), (8, 182.2), (10, 182.1)),
     ("FWideMul", "fp16"): ((10, 161.6),),
     # FMulAdd at 16 (a target clock's: every boundary) on e7630ab, both operands' zeros counted
     # (92.7 / 103.1 / 97.1 before)
@@ -76,11 +78,14 @@ MEASURED: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {
 }
 
 MEASURED_IN_CLOCK_ORDER: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {
-    # a ring's unit at a target clock, with fewer stages than its boundaries, takes them in its
-    # CLOCK_ORDER: these replace MEASURED's figures there. FAdd on b6c5f23 (LFE5U-25F), FMulAdd
+    # a unit at a target clock, with fewer stages than its boundaries, takes them in its
+    # CLOCK_ORDER: these replace MEASURED's figures there. FAdd at 3, 4, 5, 6 and 8 on c401382
+    # (`--clock --stages 3,4,5,6,8`, 2026-12-06; at 6 on the LFE5U-25F, b6c5f23: 106.6), FMulAdd
     # (via 53) on 7f9904c's tree (its CLOCK_ORDER; at 6 stages its first order, which put
     # "align" before "sum", closed at 34.1)
-    ("FAdd", "fp32"): ((6, 106.6),),
+    ("FAdd", "fp32"): ((3, 54.8), (4, 68.0), (5, 104.7), (6, 113.0), (8, 161.1)),
+    ("FAdd", "fp16"): ((3, 69.2), (4, 82.4), (5, 113.4), (6, 138.9), (8, 178.4)),
+    ("FAdd", "bf16"): ((3, 69.4), (4, 93.6), (5, 111.2), (6, 135.6), (8, 185.0)),
     ("FMulAdd", "fp32"): ((6, 38.5), (8, 64.4)),
 }
 
@@ -132,6 +137,28 @@ def unit_period_ns(key: tuple[str, str], stages: int, d: Delays, clock: bool = F
         if stages <= s1:
             return (p1 + (p0 - p1) * (1 / stages - 1 / s1) / (1 / s0 - 1 / s1)) * scale
     raise AssertionError("unreachable")
+
+
+# A unit in a design closes below its figure placed alone (its routes are longer: the float
+# probes of docs/timing.md closed 5-15% under their slowest unit): a target clock gives it the
+# fewest stages whose figure alone is this much above the target
+IN_DESIGN = 1.15
+
+
+def fewest_stages(v: ir.Op, most: int, period_ns: float, d: Delays) -> int:
+    """The fewest stages, at most `most`, at which float op `v`'s unit placed alone runs
+    IN_DESIGN times faster than `period_ns` on the part of `d`; `most` where none does or the
+    unit was not measured. With every boundary a unit has, a target below its best paid for
+    registers it did not need: act_mlp fp16 at 150 MHz, 19 fused multiply-adds at 16 stages and
+    10 adders and 10 multipliers at 10, packed 74,615 flip-flops (89% of an LFE5U-85F)."""
+    key = unit_key(v)
+    for stages in range(1, most):
+        ns = None if key is None else unit_period_ns(key, stages, d, clock=True)
+        if ns is None:
+            return most
+        if ns * IN_DESIGN <= period_ns:
+            return stages
+    return most
 
 
 def float_units(kernel: ir.KernelIR, stages: dict[int, int]) -> Iterator[tuple[ir.Op, tuple[str, str], int]]:

@@ -179,7 +179,6 @@ def _kernel_features(k, sched, prog, config) -> tuple[tuple[tuple[str, float], .
     from compiler import ranges
     from compiler.hw import dsp_fields, floatops
     from compiler.hw.kernel import acc_ranges, acc_shape
-    from compiler.hw.pipeline import float_stages
     K = ir.OpKind
     counts: list[tuple[str, float]] = []
     products: list[tuple[str, int, int]] = []
@@ -215,13 +214,13 @@ def _kernel_features(k, sched, prog, config) -> tuple[tuple[tuple[str, float], .
         src_w = max((s.dtype.bits for s in v.srcs), default=w)
         if (v.dtype.is_float or any(s.dtype.is_float for s in v.srcs)) and floatops.unit_of(v) is not None:
             # a float unit's logic between two registers: the whole unit (and the units
-            # chained after it) at fp_pipeline 0, 1 / float_stages of it when pipelined.
+            # chained after it) at fp_pipeline 0, 1 / its stages (the schedule's) when pipelined.
             # abc9 maps a long combinational path for delay, duplicating logic to cut its
             # depth, so the same units cost more LUTs unpipelined (fp32 GEMV 16x64: 2,383
             # at fp_pipeline 0, 1,992 at 2; fp16 matmul 8x8: 1,686, 1,632 at 1, 1,453 at 2):
             # the float features alone count them alike, and a cost cannot be negative
             add("fp_path_bits", max(w, src_w) * (2 if v.op is K.MULACC else 1)
-                / float_stages(v, config.fp_pipeline, config.target_mhz is not None))
+                / sched.unit_stages.get(id(v), 1))
         if v.op in (K.MUL, K.MULACC):
             if v.dtype.is_float:
                 add("fmul", 1)

@@ -81,7 +81,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from .. import ir, timing_model
+from .. import float_timing, ir, timing_model
 from ..config import HardwareConfig
 from ..errors import CompileError
 from ..ranges import Interval, acc_ranges, analyze
@@ -178,15 +178,18 @@ class Schedule:
         return self.port_stage(load) + (1 if self.register_loads else 0)
 
 
-def float_stages(v: ir.Op, level: int, clock: bool = False) -> int:
+def float_stages(v: ir.Op, level: int, clock: bool = False, period: tuple[float, timing_model.Delays] | None = None) -> int:
     """Stages of the float unit computing `v` at fp_pipeline `level`: 2**level, at most as
     many as the unit has boundaries for (FAdd 6, FMul, FDiv, FSqrt 8, conversions 2). At a
-    target clock (`clock`, from TARGET_LEVEL), every boundary the unit has, its CLOCK_CUTS too
-    (FAdd 10, FMul 10, FWideMul 10, FMulAdd 16, FloatToFloat 4, IntToFloat 5, FloatToInt 3,
+    target clock (`clock`, from TARGET_LEVEL), as many as its boundaries allow, its CLOCK_CUTS
+    too (FAdd 10, FMul 10, FWideMul 10, FMulAdd 16, FloatToFloat 4, IntToFloat 5, FloatToInt 3,
     FDiv p + 8, FSqrt p + 7): placed alone, fp32 adders closed at 85 MHz and conversions at
-    59-64 with fewer (docs/timing.md, "Float units at a target clock")."""
+    59-64 with fewer (docs/timing.md, "Float units at a target clock"); given the `period` (ns,
+    and the part's delays), the fewest that meet it (float_timing.fewest_stages): every stage is
+    a cycle of latency and a register across the unit's width, which a slower clock need not pay."""
     if clock:
-        return floatops.max_stages(v, clock=True)
+        most = floatops.max_stages(v, clock=True)
+        return most if period is None else float_timing.fewest_stages(v, most, *period)
     return min(2 ** level, floatops.max_stages(v)) if level > 0 else 1
 
 
@@ -493,13 +496,13 @@ def _pack_shapes(kernel: ir.KernelIR, products: list[ir.Op], config: HardwareCon
 
 
 def _op_timing(v: ir.Op, level: int, muxes: set[int], broadcast: dict[int, int], registers: int,
-               clock: bool) -> tuple[int, int]:
-    """(unit stages, latency) of an op of data values outside the accumulator loops (`clock`:
-    at a target clock)."""
+               period: tuple[float, timing_model.Delays] | None) -> tuple[int, int]:
+    """(unit stages, latency) of an op of data values outside the accumulator loops (`period`:
+    at a target clock, its period in ns and the part's delays)."""
     if id(v) in muxes:
         return 1, 1
     if floatops.is_float_op(v) and floatops.unit_of(v) is not None and level > 0:
-        stages = float_stages(v, level, clock)
+        stages = float_stages(v, level, period is not None, period)
         return stages, stages                  # its internal boundaries and an output register
     if v.op in (K.MUL, K.MULACC) and level >= PRODUCT_LEVEL and \
             not any(isinstance(s, ir.Const) for s in v.srcs[:2]):
@@ -706,7 +709,8 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
         elif id(v) in floating:
             lat = 0                            # counters and constants only: computed in stage 0
         else:
-            stages, lat = _op_timing(v, level, muxes, broadcast, product_regs, clock is not None)
+            stages, lat = _op_timing(v, level, muxes, broadcast, product_regs,
+                                     (1000.0 / config.target_mhz, clock.d) if clock else None)
         if lat:
             latency[id(v)] = lat
         if stages > 1:
