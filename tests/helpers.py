@@ -90,12 +90,17 @@ def narrow_gemv(bits: int, M: int = 8, K: int = 32, seed: int = 0):
     return W, x, W.cast(dtypes.int32) @ x.cast(dtypes.int32), Wn.astype(np.int64) @ xn.astype(np.int64), (lo, hi)
 
 
-def run_zoo(model: str, dtype: str, params: dict, config: HardwareConfig | None = None, seed: int = 0):
+def compile_zoo(model: str, dtype: str, params: dict, config: HardwareConfig | None = None, seed: int = 0):
+    """(design, input arrays) of zoo `model` in `dtype` compiled with `config`."""
     built = zoo.check_built(zoo.ZOO[model].build(dtype, **params))
     arrays = zoo.make_inputs(built, seed)
     tensors = [Tensor(arrays[n]).cast(dtypes.bfloat16) if dtype == "bf16" else Tensor(arrays[n])
                for n in built.inputs]
-    design = compile_model(built.forward(*tensors), config=config)
+    return compile_model(built.forward(*tensors), config=config), arrays
+
+
+def run_zoo(model: str, dtype: str, params: dict, config: HardwareConfig | None = None, seed: int = 0):
+    design, arrays = compile_zoo(model, dtype, params, config, seed)
     return design, simulate(design), arrays
 
 

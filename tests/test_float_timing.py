@@ -19,7 +19,9 @@ def test_a_unit_takes_its_measured_period_and_no_longer_with_more_stages(key):
     points = MEASURED[key]
     assert [s for s, _ in points] == sorted({s for s, _ in points})
     for stages, mhz in points:
-        assert unit_period_ns(key, stages, GRADE6) == pytest.approx(1000 / mhz)
+        # its own figure, or a smaller count's where that one measured faster (placement noise)
+        fastest = max(m for s, m in points if s <= stages)
+        assert unit_period_ns(key, stages, GRADE6) == pytest.approx(1000 / fastest)
     top = points[-1][0]
     periods = [unit_period_ns(key, s, GRADE6) for s in range(1, top + 3)]
     assert all(a >= b - 1e-9 for a, b in zip(periods, periods[1:])), periods

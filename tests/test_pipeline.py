@@ -10,19 +10,21 @@ import pytest
 from tinygrad import Tensor
 
 import designs
-from compiler import CompileError, HardwareConfig, compile_model, ir, simulate
+from compiler import CompileError, HardwareConfig, compile_model, ir, simulate, timing_model
 from compiler.dtypes import BOOL, FP32, INT32
 from compiler.fp import BF16, FP16, FP32 as F32, FAdd, FloatToFloat, FloatToInt, FMul, FWideMul, IntToFloat
 from compiler.fp import reference as R
 from compiler.fp.muladd import FMulAdd
 from compiler.fp.harness import Bank, NativeEvaluator, build_all
-from compiler.hw.pipeline import schedule
+from compiler.float_timing import IN_DESIGN, float_units, unit_period_ns
+from compiler.hw.floatops import max_stages
+from compiler.hw.pipeline import ring_adders, schedule
 from compiler.overflow import analyze_overflow
 from compiler.hw.bram import column_depth as bram_depth
 from compiler.passes.interleave import interleave_ways
 from compiler.sim import cxxrtl
 from dse.models import zoo
-from helpers import assert_exact, assert_same_floats, float_pairs, int_vectors, run_zoo, same_bits
+from helpers import assert_exact, assert_same_floats, compile_zoo, float_pairs, int_vectors, run_zoo, same_bits
 
 LEVELS = [0, 1, 2, 3]
 INT_LEVELS = [1, 2, 3, 4]          # 4 differs from 3 only in integer products (a second register)
@@ -492,6 +494,31 @@ def test_a_fused_multiply_add_sum_interleaves_at_a_target_clock():
     # its product is computed before the ring (FMulAdd ring=True): the ring's stages are the addition's
     assert all(sched.unit_lead == {id(v): FMulAdd.LEAD} for v, _, sched in rings)
     assert result.cycles == design.cycles_formula
+    assert same_bits(result.outputs[0], want.outputs[0])
+
+
+def test_a_slower_target_clock_gives_float_units_the_fewest_stages_that_meet_it():
+    """At a target below a float unit's best, the unit outside a ring takes the fewest stages
+    whose figure placed alone is IN_DESIGN above the target (float_timing.fewest_stages), not
+    every boundary it has: fewer cycles and registers, the same bits."""
+    params = {"ROWS": 4, "N": 16}
+    plain, want, _ = run_zoo("layernorm", "bf16", params)
+    fast, _ = compile_zoo("layernorm", "bf16", params, HardwareConfig(fp_pipeline=3, target_mhz=150))
+    design, result, _ = run_zoo("layernorm", "bf16", params, HardwareConfig(fp_pipeline=3, target_mhz=100))
+    period, d = 10.0, timing_model.delays(design.config.timing_part())
+    fewer = 0
+    for k, sched in zip(design.kernels, design.schedules):
+        rings = ring_adders(k)
+        for v, key, n in float_units(k, sched.unit_stages):
+            most = max_stages(v, clock=True)
+            if id(v) in rings or unit_period_ns(key, most, d, clock=True) is None:
+                continue
+            fewer += n < most
+            # it meets the target with the margin, and one stage fewer would not
+            assert n == most or unit_period_ns(key, n, d, clock=True) * IN_DESIGN <= period, (key, n)
+            assert n == 1 or unit_period_ns(key, n - 1, d, clock=True) * IN_DESIGN > period, (key, n)
+    assert fewer >= 4                     # the adders, multipliers, divider and square root
+    assert result.cycles == design.cycles_formula < fast.cycles_formula
     assert same_bits(result.outputs[0], want.outputs[0])
 
 
