@@ -54,12 +54,14 @@ MEASURED: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {
     ("FMulAdd", "fp32"): ((1, 12.0), (8, 41.0), (12, 62.7), (13, 76.3), (16, 97.2)),
     ("FMulAdd", "fp16"): ((1, 15.9), (12, 65.2), (13, 99.4), (16, 105.9)),
     ("FMulAdd", "bf16"): ((1, 12.9), (8, 51.2), (12, 61.6), (13, 94.8), (16, 101.1)),
-    ("FDiv", "fp32"): ((1, 7.7), (8, 42.6), (32, 133.1)),
-    ("FDiv", "fp16"): ((1, 17.6), (8, 58.3), (19, 157.9)),
-    ("FDiv", "bf16"): ((1, 20.5), (8, 57.1), (16, 164.2)),
-    ("FSqrt", "fp32"): ((1, 10.3), (8, 65.7), (31, 135.5)),
-    ("FSqrt", "fp16"): ((1, 22.9), (8, 101.4), (18, 154.3)),
-    ("FSqrt", "bf16"): ((1, 31.6), (8, 100.2), (15, 177.3)),
+    # the recurrence units at 12 stages up on c401382 (`--clock --stages 8,12,16,20,24`; at 8
+    # the same figures as before): a count's figure is its slowest segment's, in steps
+    ("FDiv", "fp32"): ((1, 7.7), (8, 42.6), (12, 58.2), (16, 60.1), (20, 108.7), (24, 99.5), (32, 133.1)),
+    ("FDiv", "fp16"): ((1, 17.6), (8, 58.3), (12, 139.4), (16, 143.1), (19, 157.9)),
+    ("FDiv", "bf16"): ((1, 20.5), (8, 57.1), (12, 145.4), (16, 164.2)),
+    ("FSqrt", "fp32"): ((1, 10.3), (8, 65.7), (12, 65.8), (16, 65.8), (20, 120.8), (24, 109.6), (31, 135.5)),
+    ("FSqrt", "fp16"): ((1, 22.9), (8, 101.4), (12, 138.5), (16, 138.6), (18, 154.3)),
+    ("FSqrt", "bf16"): ((1, 31.6), (8, 100.2), (12, 142.0), (15, 177.3)),
     # the conversions and FWideMul at 2 stages up on c401382 (`--clock --stages 2,3,4,6,8`)
     ("IntToFloat", "int32->fp32"): ((2, 76.8), (3, 72.8), (4, 95.0), (5, 162.7)),
     ("IntToFloat", "int32->fp16"): ((2, 80.6), (3, 73.7), (4, 99.2), (5, 145.8)),
@@ -116,17 +118,23 @@ def unit_key(v: ir.Op) -> tuple[str, str] | None:
     return unit.__name__, floatops._float_dtype(v).name
 
 
+def measured(key: tuple[str, str], clock: bool = False, ring: bool = False) -> tuple[tuple[int, float], ...]:
+    """(stages, MHz) measured of unit `key`, ascending stages (unit_period_ns' `clock`, `ring`)."""
+    points = MEASURED_IN_RING.get(key, ()) if ring else MEASURED.get(key, ())
+    if clock and not ring and key in MEASURED_IN_CLOCK_ORDER:
+        points = tuple(sorted((dict(points) | dict(MEASURED_IN_CLOCK_ORDER[key])).items()))
+    return points
+
+
 def unit_period_ns(key: tuple[str, str], stages: int, d: Delays, clock: bool = False,
                    ring: bool = False) -> float | None:
     """The slowest stage of unit `key` cut into `stages` stages on the part of `d` (module
     docstring; `clock`: built for a target clock, in its CLOCK_ORDER; `ring`: a ring's fused
     multiply-add with its product before its stages, MEASURED_IN_RING), None where it was not
     measured."""
-    points = MEASURED_IN_RING.get(key) if ring else MEASURED.get(key)
+    points = measured(key, clock, ring)
     if not points or d.family != "ecp5":
         return None
-    if clock and not ring and key in MEASURED_IN_CLOCK_ORDER:
-        points = tuple(sorted((dict(points) | dict(MEASURED_IN_CLOCK_ORDER[key])).items()))
     scale = d.clk_q / DELAYS[("ecp5", MEASURED_GRADE)].clk_q
     # a boundary more never lengthens a path: where a count measured slower than a smaller one
     # (placement noise, FMul fp32 at 6 stages 84.5 MHz, at 5 89.4), it takes the smaller's figure
@@ -152,17 +160,18 @@ IN_DESIGN = 1.15
 
 
 def fewest_stages(v: ir.Op, most: int, period_ns: float, d: Delays) -> int:
-    """The fewest stages, at most `most`, at which float op `v`'s unit placed alone runs
-    IN_DESIGN times faster than `period_ns` on the part of `d`; `most` where none does or the
-    unit was not measured. With every boundary a unit has, a target below its best paid for
-    registers it did not need: act_mlp fp16 at 150 MHz, 19 fused multiply-adds at 16 stages and
-    10 adders and 10 multipliers at 10, packed 74,615 flip-flops (89% of an LFE5U-85F)."""
+    """The fewest stages, at most `most`, at which float op `v`'s unit placed alone was measured
+    IN_DESIGN times faster than `period_ns` on the part of `d`; `most` where none was or the unit
+    was not measured. Only measured counts: between two, a unit's figure moves in steps (FDiv
+    fp32: 60.1 MHz at 16 stages, 108.7 at 20), which the interpolation does not see. With every
+    boundary a unit has, a target below its best paid for registers it did not need: act_mlp
+    fp16 at 150 MHz, 19 fused multiply-adds at 16 stages and 10 adders and 10 multipliers at
+    10, packed 74,615 flip-flops (89% of an LFE5U-85F)."""
     key = unit_key(v)
-    for stages in range(1, most):
-        ns = None if key is None else unit_period_ns(key, stages, d, clock=True)
-        if ns is None:
-            return most
-        if ns * IN_DESIGN <= period_ns:
+    if key is None or d.family != "ecp5":
+        return most
+    for stages, _ in measured(key, clock=True):
+        if stages < most and unit_period_ns(key, stages, d, clock=True) * IN_DESIGN <= period_ns:
             return stages
     return most
 
