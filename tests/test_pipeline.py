@@ -514,6 +514,8 @@ def test_a_slower_target_clock_gives_float_units_the_fewest_stages_that_meet_it(
             if id(v) in rings or unit_period_ns(key, most, d, clock=True) is None:
                 continue
             fewer += n < most
+            # with fewer stages than its boundaries, its operands are registered before it
+            assert (id(v) in sched.operand_registers) == (n < most), (key, n)
             # it meets the target with the margin, measured so, and no fewer measured stages do
             assert n == most or (n in dict(measured(key, clock=True)) and
                                  unit_period_ns(key, n, d, clock=True) * IN_DESIGN <= period), (key, n)

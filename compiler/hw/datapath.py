@@ -442,7 +442,8 @@ class Datapath:
         else:
             latency = 0 if stage is None else self.sched.latency.get(id(v), 0)
             inputs = None if stage is None else stage - latency
-            output_register = stage is not None and latency and latency == self.sched.unit_stages.get(id(v), 1)
+            output_register = stage is not None and latency and \
+                latency == self.sched.unit_stages.get(id(v), 1) + (id(v) in self.sched.operand_registers)
             if output_register and self.is_product(v):
                 expr, output_register = self.product(v, env, inputs), False     # its register is inside
             elif isinstance(v, ir.Load):
@@ -487,6 +488,9 @@ class Datapath:
             return self.fanned(s, env, at) if id(s) in self.sched.fanout else self.local(s, env, at)
         srcs = [src(i, s) for i, s in enumerate(narrow or v.srcs)]
         stages = 1 if stage is None else self.sched.unit_stages.get(id(v), 1)
+        if stage is not None and id(v) in self.sched.operand_registers:     # its operands' own copies
+            srcs = [x if isinstance(x, Const) else self.register(x, f"{_name(x)}_in{self.count}", duplicate=True)
+                    for x in srcs]
         if narrow is not None:
             return self.floats.wide_mul(v, narrow[0].dtype, srcs, stages)
         if floatops.is_float_op(v):
