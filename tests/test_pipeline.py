@@ -516,11 +516,11 @@ def test_a_slower_target_clock_gives_float_units_the_fewest_stages_that_meet_it(
             fewer += n < most
             # with fewer stages than its boundaries, its operands are registered before it
             assert (id(v) in sched.operand_registers) == (n < most), (key, n)
-            # it meets the target with the margin, measured so, and no fewer measured stages do
-            assert n == most or (n in dict(measured(key, clock=True)) and
-                                 unit_period_ns(key, n, d, clock=True) * IN_DESIGN <= period), (key, n)
-            assert all(unit_period_ns(key, s, d, clock=True) * IN_DESIGN > period
-                       for s, _ in measured(key, clock=True) if s < n), (key, n)
+            # the fewest measured to meet the target with the margin; all its stages where none
+            # did, or where that is one short of them (its operand register would make it up)
+            fewest = min((s for s, _ in measured(key, clock=True)
+                          if s < most and unit_period_ns(key, s, d, clock=True) * IN_DESIGN <= period), default=most)
+            assert n == (most if fewest + 1 >= most else fewest), (key, n)
     assert fewer >= 4                     # the adders, multipliers, divider and square root
     assert result.cycles == design.cycles_formula < fast.cycles_formula
     assert same_bits(result.outputs[0], want.outputs[0])

@@ -193,7 +193,10 @@ def float_stages(v: ir.Op, level: int, clock: bool = False, period: tuple[float,
     a cycle of latency and a register across the unit's width, which a slower clock need not pay."""
     if clock:
         most = floatops.max_stages(v, clock=True)
-        return most if period is None else float_timing.fewest_stages(v, most, *period)
+        fewest = most if period is None else float_timing.fewest_stages(v, most, *period)
+        # with fewer than its most its operands take a register (operand_registers): one short
+        # of it would take as many cycles
+        return most if fewest + 1 >= most else fewest
     return min(2 ** level, floatops.max_stages(v)) if level > 0 else 1
 
 
