@@ -194,7 +194,7 @@ def clock_units(formats: list, ring_stages: tuple[int, ...] = (), fewer: tuple[i
     return units
 
 
-def counts(parser: argparse.ArgumentParser, flag: str, text: str) -> tuple[int, ...]:
+def stage_counts(parser: argparse.ArgumentParser, flag: str, text: str) -> tuple[int, ...]:
     """Stage counts `text` (comma-separated) of option `flag`, or the parser's error."""
     try:
         return tuple(int(x) for x in text.split(",") if x)
@@ -219,8 +219,10 @@ def main() -> int:
                              "(comma-separated: what a target clock below its best builds)")
     args = parser.parse_args()
     args.pnr = args.pnr or args.clock
-    ring_stages, fewer = (counts(parser, flag, text) for flag, text in
+    ring_stages, fewer = (stage_counts(parser, flag, text) for flag, text in
                           (("--ring-stages", args.ring_stages), ("--stages", args.stages)))
+    if fewer and not args.clock:
+        parser.error("--stages: only with --clock (the units a target clock builds)")
     if any(not 1 <= n <= len(FMulAdd.RING_ORDER) + 1 for n in ring_stages):
         parser.error(f"--ring-stages: each from 1 to {len(FMulAdd.RING_ORDER) + 1}, got {args.ring_stages!r}")
     try:
