@@ -4,9 +4,9 @@ builds, at the stage count the schedule gave it, from the unit placed and routed
 
 `MEASURED` holds, per unit and format, its Fmax placed alone at some stage counts:
 `python bench/bench_fp_area.py --pnr` (one stage, what fp_pipeline 0 builds; eight for the
-recurrence units) and `--clock` (every boundary, what target_mhz builds), LFE5U-85F grade 6
-(a few on the 25F, named at MEASURED), nextpnr router2, seed 1, each unit between input and
-output registers. Between two measured
+recurrence units) and `--clock` (every boundary, what target_mhz builds; with `--stages`, the
+fewer a slower target builds: fewest_stages), LFE5U-85F grade 6 (a few on the 25F, named at
+MEASURED), nextpnr router2, seed 1, each unit between input and output registers. Between two measured
 counts the period is interpolated linearly in 1/stages (a unit's logic split into s stages,
 plus what every stage pays: period = a + b / s); below the fewest it grows as the logic a stage
 holds (period * fewest / s: pessimistic, only where one stage was not measured), above the most
