@@ -712,6 +712,7 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
     unit_stages: dict[int, int] = {}
     unit_lead: dict[int, int] = {}
     registered: set[int] = set()               # Schedule.operand_registers
+    target = (1000.0 / config.target_mhz, clock.d) if clock else None    # _op_timing's period
     for v in order:
         if not isinstance(v, ir.Op):
             continue
@@ -730,9 +731,8 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
         elif id(v) in floating:
             lat = 0                            # counters and constants only: computed in stage 0
         else:
-            stages, lat = _op_timing(v, level, muxes, broadcast, product_regs,
-                                     (1000.0 / config.target_mhz, clock.d) if clock else None)
-            if floatops.is_float_op(v) and lat > stages:
+            stages, lat = _op_timing(v, level, muxes, broadcast, product_regs, target)
+            if floatops.is_float_op(v) and lat > stages:       # a register before its unit
                 registered.add(id(v))
         if lat:
             latency[id(v)] = lat
