@@ -71,12 +71,12 @@ class FMulAdd(wiring.Component):
     """
 
     CUTS = ("product", "sum", "norm", "round", "align", "pack", "denorm",
-            "operands", "amount", "negate", "lzc", "via", "partial", "sums", "subnorm")
-    CLOCK_CUTS = ("operands", "amount", "negate", "lzc", "via", "partial", "sums", "subnorm")
+            "operands", "amount", "negate", "lzc", "via", "partial", "sums", "subnorm", "viaup")
+    CLOCK_CUTS = ("operands", "amount", "negate", "lzc", "via", "partial", "sums", "subnorm", "viaup")
     # a ring's unit at a target clock has as many stages as rows interleaved (6 to 12 at
     # fp_pipeline 3): the boundaries that cut most first
     CLOCK_ORDER = ("operands", "product", "sum", "norm", "via", "align", "pack", "lzc", "negate",
-                   "denorm", "round", "amount", "partial", "sums", "subnorm")
+                   "denorm", "round", "amount", "partial", "sums", "subnorm", "viaup")
     # a ring's unit: the product's boundaries before c, then c's loop in the order that cuts most
     PRODUCT_CUTS = ("subnorm", "operands", "partial", "sums", "product")
     LEAD = len(PRODUCT_CUTS)
@@ -136,44 +136,28 @@ class FMulAdd(wiring.Component):
         """Up to the product's register, c beside the product, then the alignment's amount:
         (amount, product, base, c_sig, sign_p, c_sign, specials)."""
         src = self.src_fmt
-        p, K = src.precision, self.reach
         c = unpack(m, src, self.c, self.subnormals, "c")
-
-        sign_p = a.sign ^ b.sign
-        p_zero = a.is_zero | b.is_zero
-        p_inf = a.is_inf | b.is_inf
-        is_nan = (a.is_nan | b.is_nan | c.is_nan | (a.is_inf & b.is_zero) | (b.is_inf & a.is_zero)
-                  | (p_inf & c.is_inf & (sign_p != c.sign)))
-        is_inf = p_inf | c.is_inf
-        inf_sign = Mux(p_inf, sign_p, c.sign)
-        both_zero = p_zero & c.is_zero
-        zero_sign = both_zero & sign_p & c.sign          # an exact cancellation is +0
-        specials = (is_nan, is_inf, inf_sign, both_zero, zero_sign)
-
-        # the product, one subnormal operand normalised (as FMul: two subnormal operands make a
-        # product far below any nonzero c, which then decides the result)
+        sign_p, p_zero, p_inf, p_nan = self._product_flags(a, b)
+        specials = self._specials(sign_p, p_zero, p_inf, p_nan, c)
         ew = self._exp_width()
-        pick, other, lz_ab, pexp = self._subnormal_operand(m, a, b, ew, count_both=self.clock)
-        # c normalised (a subnormal c has leading zeros); a zero c stays zero
+        # c normalised beside the product's operands (a subnormal c has leading zeros; a zero c
+        # stays zero), its count registered before its shift and its exponent's subtraction
         lz_c = leading_zeros(m, c.sig, "csub")
-        cexp = Signal(signed(ew), name="cexp")
-        m.d.comb += cexp.eq(c.exp - lz_c)
-        # at a target clock the counts are registered before the shifts ("subnorm"): the counts,
-        # the shift and the route into the DSP blocks were fp32's slowest stage (13.8 ns)
-        pick, other, lz_ab, c_raw, lz_c, pexp, cexp, sign_p, c_sign, p_zero, c_zero, *specials = pipe.cut(
-            "subnorm", pick, other, lz_ab, c.sig, lz_c, pexp, cexp, sign_p, c.sign, p_zero, c.is_zero, *specials)
-        x_sig = shift_left(m, pick, lz_ab, "sub")
+        x_sig, other, pexp, c_raw, lz_c, c_exp, sign_p, c_sign, p_zero, c_zero, *specials = self._normalised(
+            m, pipe, a, b, ew, self.clock, (c.sig, lz_c, c.exp, sign_p, c.sign, p_zero, c.is_zero, *specials))
         c_sig = shift_left(m, c_raw, lz_c, "csub")
+        cexp = Signal(signed(ew), name="cexp")
+        m.d.comb += cexp.eq(c_exp - lz_c)
         x_sig, other, pexp, cexp, c_sig, sign_p, c_sign, p_zero, c_zero, *specials = pipe.cut(
             "operands", x_sig, other, pexp, cexp, c_sig, sign_p, c_sign, p_zero, c_zero, *specials)
         # c's lowest bit sits k above P's. A c more than K above (or a zero product) is placed K
         # above, and the window takes its exponent from c's: P then only acts as a sticky bit.
-        base = self._base(m, pexp, cexp, p_zero, c_zero, ew)
-        product, base, cexp, c_sig, sign_p, c_sign, *specials = self._product(
-            m, pipe, x_sig, other, (base, cexp, c_sig, sign_p, c_sign, *specials))
-        # c's lowest bit sits k = cexp - base + bias + (p-1) above P's: shift it down from K
-        shift = Signal(signed(ew), name="align_shift")
-        m.d.comb += shift.eq(K - (cexp - base + src.bias + (p - 1)))
+        # The alignment's shift is taken beside the multiplier, so only its clamp follows the
+        # product (cexp through a subtraction and the clamp after it: fp32's slowest stage at 16
+        # stages, 10.3 ns)
+        base, shift = self._base(m, pexp, cexp, p_zero, c_zero, ew)
+        product, base, shift, c_sig, sign_p, c_sign, *specials = self._product(
+            m, pipe, x_sig, other, (base, shift, c_sig, sign_p, c_sign, *specials))
         return (self._clamped(m, shift), product, base, c_sig, sign_p, c_sign, *specials)
 
     def _ring_front(self, m, pipe, a, b):
@@ -185,14 +169,8 @@ class FMulAdd(wiring.Component):
         src = self.src_fmt
         p, K = src.precision, self.reach
         ew = self._exp_width()
-        sign_p = a.sign ^ b.sign
-        p_zero = a.is_zero | b.is_zero
-        p_inf = a.is_inf | b.is_inf
-        p_nan = a.is_nan | b.is_nan | (a.is_inf & b.is_zero) | (b.is_inf & a.is_zero)
-        pick, other, lz_ab, pexp = self._subnormal_operand(m, a, b, ew, count_both=True)
-        pick, other, lz_ab, pexp, sign_p, p_zero, p_inf, p_nan = pipe.cut(
-            "subnorm", pick, other, lz_ab, pexp, sign_p, p_zero, p_inf, p_nan)
-        x_sig = shift_left(m, pick, lz_ab, "sub")
+        x_sig, other, pexp, sign_p, p_zero, p_inf, p_nan = self._normalised(
+            m, pipe, a, b, ew, True, self._product_flags(a, b))
         x_sig, other, pexp, sign_p, p_zero, p_inf, p_nan = pipe.cut(
             "operands", x_sig, other, pexp, sign_p, p_zero, p_inf, p_nan)
         pexp_k = Signal(signed(ew), name="pexp_k")
@@ -201,8 +179,7 @@ class FMulAdd(wiring.Component):
             m, pipe, x_sig, other, (pexp, pexp_k, sign_p, p_zero, p_inf, p_nan))
 
         c = unpack(m, src, self.c, self.subnormals, "c")
-        specials = (p_nan | c.is_nan | (p_inf & c.is_inf & (sign_p != c.sign)), p_inf | c.is_inf,
-                    Mux(p_inf, sign_p, c.sign), p_zero & c.is_zero, p_zero & c.is_zero & sign_p & c.sign)
+        specials = self._specials(sign_p, p_zero, p_inf, p_nan, c)
         lz_c = leading_zeros(m, c.sig, "csub")
         c_sig = shift_left(m, c.sig, lz_c, "csub")
         gap = Signal(signed(ew), name="gap")             # K - k less c's leading zeros
@@ -220,12 +197,32 @@ class FMulAdd(wiring.Component):
         amount = self._clamped(m, Mux(p_zero, 0, shift))
         return (amount, product, base, c_sig, sign_p, c_sign, *specials)
 
-    def _subnormal_operand(self, m, a, b, ew, count_both: bool = False):
-        """One subnormal operand picked for normalising (the other is normal or the product is
-        far below every result): (pick, other, its leading zeros, ea + eb - those zeros).
-        `count_both` (at a target clock): both operands' zeros counted and one count picked, as
-        FMul does, so no multiplexer and its select's fan-out lie before the count (an operand's
-        register -> the count's, 12.1 ns in layernorm fp16 at 150 MHz, 8.7 of it routing)."""
+    @staticmethod
+    def _product_flags(a, b):
+        """(sign, zero, inf, nan) of a * b (0 * inf is NaN)."""
+        return (a.sign ^ b.sign, a.is_zero | b.is_zero, a.is_inf | b.is_inf,
+                a.is_nan | b.is_nan | (a.is_inf & b.is_zero) | (b.is_inf & a.is_zero))
+
+    @staticmethod
+    def _specials(sign_p, p_zero, p_inf, p_nan, c):
+        """IEEE's special results of a * b + c from the product's flags and c: (is_nan, is_inf,
+        inf_sign, both_zero, zero_sign). inf - inf is NaN; an exact cancellation is +0, -0 only
+        when both a * b and c are -0."""
+        both_zero = p_zero & c.is_zero
+        return (p_nan | c.is_nan | (p_inf & c.is_inf & (sign_p != c.sign)), p_inf | c.is_inf,
+                Mux(p_inf, sign_p, c.sign), both_zero, both_zero & sign_p & c.sign)
+
+    def _normalised(self, m, pipe, a, b, ew, count_both, carried):
+        """The product's significands, one subnormal operand normalised (as FMul: two subnormal
+        operands make a product far below any nonzero c, which then decides the result), through
+        "subnorm" with `carried`: (x_sig, other, pexp, *carried), pexp = ea + eb less the count
+        (P = x_sig * other * 2**(pexp - 2 bias - 2(p-1))). At a target clock the count is
+        registered before its shift and before its subtraction from ea + eb (the count, the
+        shift and the route into the DSP blocks were fp32's slowest stage, 13.8 ns; the count
+        and a three-operand sum, 8.6 ns). `count_both` (at a target clock): both operands' zeros
+        counted and one count picked, as FMul does, so no multiplexer and its select's fan-out
+        lie before the count (an operand's register -> the count's, 12.1 ns in layernorm fp16
+        at 150 MHz, 8.7 of it routing)."""
         a_sub = ~a.sig[-1]
         pick, other = Mux(a_sub, a.sig, b.sig), Mux(a_sub, b.sig, a.sig)
         if count_both:
@@ -233,19 +230,28 @@ class FMulAdd(wiring.Component):
             m.d.comb += lz_ab.eq(Mux(a_sub, leading_zeros(m, a.sig, "sub_a"), leading_zeros(m, b.sig, "sub_b")))
         else:
             lz_ab = leading_zeros(m, pick, "sub")
-        pexp = Signal(signed(ew), name="pexp")          # ea + eb: P = sig product * 2**(pexp - 2 bias - 2(p-1))
-        m.d.comb += pexp.eq(a.exp + b.exp - lz_ab)
-        return pick, other, lz_ab, pexp
+        ab_exp = Signal(signed(ew), name="ab_exp")
+        m.d.comb += ab_exp.eq(a.exp + b.exp)
+        pick, other, lz_ab, ab_exp, *carried = pipe.cut("subnorm", pick, other, lz_ab, ab_exp, *carried)
+        pexp = Signal(signed(ew), name="pexp")
+        m.d.comb += pexp.eq(ab_exp - lz_ab)
+        return (shift_left(m, pick, lz_ab, "sub"), other, pexp, *carried)
 
     def _base(self, m, pexp, cexp, p_zero, c_zero, ew):
         """The window's exponent: P's, or c's less K where c lies more than K above P (or P is
-        zero), so that P then only acts as a sticky bit."""
+        zero), so that P then only acts as a sticky bit; and the shift that aligns c to it, K - k
+        (0 where c is placed K above), both from the operands' exponents."""
         src, K = self.src_fmt, self.reach
-        k = Signal(signed(ew), name="c_offset")
+        k = Signal(signed(ew), name="c_offset")          # c's lowest bit k above P's
         m.d.comb += k.eq(cexp - pexp + src.bias + (src.precision - 1))
+        gap = Signal(signed(ew), name="gap")             # K - k, beside k
+        m.d.comb += gap.eq(pexp - cexp + (K - src.bias - (src.precision - 1)))
+        above = p_zero | (~c_zero & (k > K))
         base = Signal(signed(ew), name="base")
-        m.d.comb += base.eq(Mux(p_zero | (~c_zero & (k > K)), cexp + src.bias + (src.precision - 1) - K, pexp))
-        return base
+        m.d.comb += base.eq(Mux(above, cexp + src.bias + (src.precision - 1) - K, pexp))
+        shift = Signal(signed(ew), name="align_shift")
+        m.d.comb += shift.eq(Mux(above, 0, gap))
+        return base, shift
 
     def _product(self, m, pipe, x_sig, other, carried):
         """The 2p-bit product of the normalised significands, through its boundaries, with
@@ -289,9 +295,11 @@ class FMulAdd(wiring.Component):
             "align", aligned, sticky, product, base, sign_p, c_sign, *specials)
 
         eff_sub = sign_p ^ c_sign
-        addend = Cat(aligned[0] | sticky, aligned[1:])
+        addend = Cat(aligned[0] | sticky, aligned[1:], Const(0, 1))
+        # one adder: a subtraction adds the one's complement with carry-in 1, modulo 2**(W+1)
+        # (as FAdd; a negation and then the sum were two carry chains, bf16's slowest stage)
         total = Signal(signed(W + 1), name="total")
-        m.d.comb += total.eq(Cat(Const(0, L), product) + Mux(eff_sub, -addend, addend))
+        m.d.comb += total.eq(Cat(Const(0, L), product) + Mux(eff_sub, ~addend, addend) + eff_sub)
         total, base, sign_p, c_sign, *specials = pipe.cut("negate", total, base, sign_p, c_sign, *specials)
         negative = total < 0
         mag = Signal(W, name="sum")
@@ -307,9 +315,14 @@ class FMulAdd(wiring.Component):
         is_zero = mag == 0
         norm, exp, sign, is_zero, *specials = pipe.cut("norm", norm, exp, sign, is_zero, *specials)
 
-        sig = norm
+        sig, up = norm, Const(0, 1)
         if self.via is not None:           # the window is always wider than via + 1 bits
-            sig, exp = self._round_via(m, norm, exp)
+            sig, up = self._via_up(m, norm)
+        # at a target clock the first rounding's decision is registered before its addition
+        # ("viaup": the sticky bits' OR and a 53-bit carry chain were fp32's slowest stage)
+        sig, up, exp, sign, is_zero, *specials = pipe.cut("viaup", sig, up, exp, sign, is_zero, *specials)
+        if self.via is not None:
+            sig, exp = self._via_add(m, sig, up, exp)
         sig, exp, sign, is_zero, *specials = pipe.cut("via", sig, exp, sign, is_zero, *specials)
         lo, hi = self._exp_range()
         is_nan, is_inf, inf_sign, both_zero, zero_sign = specials
@@ -320,14 +333,20 @@ class FMulAdd(wiring.Component):
         return special_mux(m, dst, finite=finite, is_nan=is_nan, is_inf=is_inf, inf_sign=inf_sign,
                            is_zero=is_zero, zero_sign=zero_sign, name="fma")
 
-    def _round_via(self, m, norm, exp):
-        """norm (leading one on top) rounded to `via` bits, to nearest even: Python's float."""
+    def _via_up(self, m, norm):
+        """norm (leading one on top) rounded to `via` bits, to nearest even (Python's float): its
+        top `via` bits and whether they round up."""
         n, W = self.via, len(norm)
         kept = norm[W - n:]
         guard = norm[W - n - 1]
         sticky = norm[:W - n - 1].any()
+        return kept, guard & (sticky | kept[0])
+
+    def _via_add(self, m, kept, up, exp):
+        """The first rounding's result from _via_up: (significand, exponent)."""
+        n = self.via
         rounded = Signal(n + 1, name="via_rounded")
-        m.d.comb += rounded.eq(kept + (guard & (sticky | kept[0])))
+        m.d.comb += rounded.eq(kept + up)
         carry = rounded[n]
         sig = Signal(n, name="via_sig")
         m.d.comb += sig.eq(Mux(carry, Const(1 << (n - 1), n), rounded[:n]))
