@@ -65,8 +65,8 @@ class FMulAdd(wiring.Component):
     and comes back from y every `stages` cycles. Only what depends on c belongs on that loop:
     a and b are taken LEAD cycles earlier, through every product boundary (PRODUCT_CUTS, all
     enabled), and c when the product is ready; `stages` counts the stages from c to y, their
-    boundaries the first stages - 1 of RING_ORDER ("cnorm": c's normalisation before its
-    alignment's arithmetic). y comes LEAD + stages - 1 cycles after a and b. At a target clock
+    boundaries the first stages - 1 of RING_ORDER ("cnorm": c's normalisation and its
+    alignment's amount before the alignment; "ccount": c's leading zeros counted before them). y comes LEAD + stages - 1 cycles after a and b. At a target clock
     (`clock`, `ring`) both operands' leading zeros are counted and one count picked.
     """
 
@@ -75,12 +75,13 @@ class FMulAdd(wiring.Component):
     CLOCK_CUTS = ("operands", "amount", "negate", "lzc", "via", "partial", "sums", "subnorm", "viaup")
     # a ring's unit at a target clock has as many stages as rows interleaved (6 to 12 at
     # fp_pipeline 3): the boundaries that cut most first
-    CLOCK_ORDER = ("operands", "product", "sum", "norm", "via", "align", "pack", "lzc", "negate",
-                   "denorm", "round", "amount", "partial", "sums", "subnorm", "viaup")
+    CLOCK_ORDER = ("operands", "product", "sum", "norm", "via", "viaup", "align", "pack", "lzc", "negate",
+                   "denorm", "round", "amount", "partial", "sums", "subnorm")
     # a ring's unit: the product's boundaries before c, then c's loop in the order that cuts most
     PRODUCT_CUTS = ("subnorm", "operands", "partial", "sums", "product")
     LEAD = len(PRODUCT_CUTS)
-    RING_ORDER = ("cnorm", "align", "sum", "norm", "via", "round", "pack", "lzc", "amount", "negate", "denorm")
+    RING_ORDER = ("cnorm", "align", "sum", "norm", "via", "viaup", "round", "pack", "lzc", "ccount", "negate",
+                  "denorm")
 
     def __init__(self, src_fmt: FloatFormat, dst_fmt: FloatFormat | None = None, via: int | None = None,
                  rounding: str = "rne", subnormals: str = "keep", stages: int = 1, clock: bool = False,
@@ -181,13 +182,16 @@ class FMulAdd(wiring.Component):
         c = unpack(m, src, self.c, self.subnormals, "c")
         specials = self._specials(sign_p, p_zero, p_inf, p_nan, c)
         lz_c = leading_zeros(m, c.sig, "csub")
-        c_sig = shift_left(m, c.sig, lz_c, "csub")
         gap = Signal(signed(ew), name="gap")             # K - k less c's leading zeros
         m.d.comb += gap.eq(pexp_k - c.exp)
         c_base = Signal(signed(ew), name="c_base")       # the window's exponent from c's, less them
         m.d.comb += c_base.eq(c.exp + (src.bias + (p - 1) - K))
-        product, pexp, gap, c_base, lz_c, c_sig, sign_p, c_sign, p_zero, c_zero, *specials = pipe.cut(
-            "cnorm", product, pexp, gap, c_base, lz_c, c_sig, sign_p, c.sign, p_zero, c.is_zero, *specials)
+        # c's count registered before its shift ("ccount"): the two in one stage, the
+        # accumulator -> c's normalised register, were fp32's slowest (9.4 ns alone; 12.1 in
+        # layernorm fp16 at 150 MHz); the shift then runs beside the amount's arithmetic
+        product, pexp, gap, c_base, lz_c, c_raw, sign_p, c_sign, p_zero, c_zero, *specials = pipe.cut(
+            "ccount", product, pexp, gap, c_base, lz_c, c.sig, sign_p, c.sign, p_zero, c.is_zero, *specials)
+        c_sig = shift_left(m, c_raw, lz_c, "csub")
         shift = Signal(signed(ew), name="align_shift")   # K - k
         m.d.comb += shift.eq(gap + lz_c)
         # c more than K above P (shift < 0) or a zero product: c placed K above (amount 0), the
@@ -195,7 +199,7 @@ class FMulAdd(wiring.Component):
         base = Signal(signed(ew), name="base")
         m.d.comb += base.eq(Mux(p_zero | (~c_zero & (shift < 0)), c_base - lz_c, pexp))
         amount = self._clamped(m, Mux(p_zero, 0, shift))
-        return (amount, product, base, c_sig, sign_p, c_sign, *specials)
+        return pipe.cut("cnorm", amount, product, base, c_sig, sign_p, c_sign, *specials)
 
     @staticmethod
     def _product_flags(a, b):
