@@ -49,11 +49,11 @@ MEASURED: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {
     ("FMul", "fp16"): ((1, 33.4), (3, 75.4), (4, 120.6), (5, 123.9), (6, 124.3), (8, 176.1), (10, 175.7)),
     ("FMul", "bf16"): ((3, 74.1), (4, 118.3), (5, 132.5), (6, 121.1), (8, 182.2), (10, 182.1)),
     ("FWideMul", "fp16"): ((2, 96.3), (3, 93.6), (4, 147.5), (6, 140.6), (8, 159.6), (10, 161.6)),
-    # FMulAdd at 16 (a target clock's: every boundary) on e7630ab, both operands' zeros counted
-    # (92.7 / 103.1 / 97.1 before)
-    ("FMulAdd", "fp32"): ((1, 12.0), (8, 41.0), (12, 62.7), (13, 76.3), (16, 97.2)),
-    ("FMulAdd", "fp16"): ((1, 15.9), (12, 65.2), (13, 99.4), (16, 105.9)),
-    ("FMulAdd", "bf16"): ((1, 12.9), (8, 51.2), (12, 61.6), (13, 94.8), (16, 101.1)),
+    # FMulAdd at 1 and 8 (fp_pipeline's, its CUTS order) on b4ebb7e, 2026-12-06 (a scratch run
+    # of bench_fp_area's `muladd` and `synthesise`); at a target clock MEASURED_IN_CLOCK_ORDER
+    ("FMulAdd", "fp32"): ((1, 13.2), (8, 42.7)),
+    ("FMulAdd", "fp16"): ((1, 16.8), (8, 64.0)),
+    ("FMulAdd", "bf16"): ((1, 14.8), (8, 66.6)),
     # the recurrence units at 12 stages up on c401382 (`--clock --stages 8,12,16,20,24`; at 8
     # the same figures as before): a count's figure is its slowest segment's, in steps
     ("FDiv", "fp32"): ((1, 7.7), (8, 42.6), (12, 58.2), (16, 60.1), (20, 108.7), (24, 99.5), (32, 133.1)),
@@ -84,24 +84,27 @@ MEASURED_IN_CLOCK_ORDER: dict[tuple[str, str], tuple[tuple[int, float], ...]] = 
     # a unit at a target clock, with fewer stages than its boundaries, takes them in its
     # CLOCK_ORDER: these replace MEASURED's figures there. FAdd at 3, 4, 5, 6 and 8 on c401382
     # (`--clock --stages 3,4,5,6,8`, 2026-12-06), fp32 at 6 the slower of two runs (113.0 there,
-    # 106.6 on the LFE5U-25F on b6c5f23); FMulAdd (via 53) on 7f9904c's tree (its CLOCK_ORDER;
-    # at 6 stages its first order, which put "align" before "sum", closed at 34.1)
+    # 106.6 on the LFE5U-25F on b6c5f23). FMulAdd (via 53) on b4ebb7e (`--clock --only FMulAdd
+    # --stages 8,12,14,16`; 4, 6, 10 and 13 by a scratch run of the bench's functions), 2026-12-06
     ("FAdd", "fp32"): ((3, 54.8), (4, 68.0), (5, 104.7), (6, 106.6), (8, 161.1)),
     ("FAdd", "fp16"): ((3, 69.2), (4, 82.4), (5, 113.4), (6, 138.9), (8, 178.4)),
     ("FAdd", "bf16"): ((3, 69.4), (4, 93.6), (5, 111.2), (6, 135.6), (8, 185.0)),
-    ("FMulAdd", "fp32"): ((6, 38.5), (8, 64.4)),
+    ("FMulAdd", "fp32"): ((4, 23.7), (6, 51.8), (8, 56.2), (10, 68.8), (12, 85.8), (13, 80.7), (14, 86.5),
+                          (16, 92.7), (17, 130.1)),
+    ("FMulAdd", "fp16"): ((4, 28.4), (6, 64.4), (8, 64.6), (10, 81.1), (12, 110.8), (13, 115.6), (14, 133.7),
+                          (16, 133.0), (17, 132.3)),
+    ("FMulAdd", "bf16"): ((4, 23.3), (6, 52.8), (8, 51.5), (10, 71.3), (12, 99.0), (13, 110.8), (14, 124.4),
+                          (16, 120.1), (17, 133.0)),
 }
 
 MEASURED_IN_RING: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {
     # a ring's fused multiply-add at a target clock (FMulAdd ring=True): its product through
     # every boundary before the accumulator enters, the stages from there in RING_ORDER
-    # (`bench_fp_area.py --clock --only FMulAdd --ring-stages 6,8,10,12`), LFE5U-85F, 2026-12-06:
-    # at 12 on 6315605; at 6, 8 and 10 on 4bfc97a, whose product side counted the subnormal
-    # operand's zeros after picking it (since 6315605 both are counted: only faster), and which
-    # was not what bounded those counts (the rounding, the normalisation and the alignment were)
-    ("FMulAdd", "fp32"): ((6, 55.1), (8, 70.3), (10, 79.8), (12, 101.2)),
-    ("FMulAdd", "fp16"): ((12, 104.2),),
-    ("FMulAdd", "bf16"): ((8, 74.0), (10, 85.6), (12, 98.2)),
+    # (`bench_fp_area.py --clock --only FMulAdd --ring-stages 8,12,13`), LFE5U-85F, on b4ebb7e,
+    # 2026-12-06 (at 12 before its first rounding's split and c's count: 101.2 / 98.2 / 104.2)
+    ("FMulAdd", "fp32"): ((8, 70.8), (12, 95.2), (13, 123.6)),
+    ("FMulAdd", "fp16"): ((8, 72.2), (12, 111.8), (13, 132.7)),
+    ("FMulAdd", "bf16"): ((8, 68.5), (12, 95.0), (13, 125.5)),
 }
 
 
