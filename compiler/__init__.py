@@ -49,6 +49,7 @@ from .hw.pipeline import schedule
 from .lower import lower
 from .memo import HeldMemo
 from .sim.memory_io import SimResult
+from .timing_model import target_period
 from .passes.float_semantics import as_tinygrad_computes
 from .passes.fuse import fuse_loops
 from .passes.indices import balance_indices
@@ -134,7 +135,7 @@ def compile_traced(traced: Traced, config: HardwareConfig | None = None) -> Desi
     adders = GraphOptions(config.adder_graph, config.adder_depth)
     passes = [(_layer_passes.__wrapped__ if _dumping() else _layer_passes)(
         k, c.lanes, c.reduce_unroll, c.fp_sum, adders, config.loop_fusion, config.fp_pipeline,
-        config.target_mhz is not None) for k, c in zip(sources, layer)]
+        target_period(config)) for k, c in zip(sources, layer)]
     stages = [Stage(c, s, p.kernel, p.banking, p.factors) for c, s, p in zip(graph.kernels, sources, passes)]
     graph, stages = merge_chains(graph, stages, [c.weights == "constant" and bool(rom_slots(s))
                                                  for c, s in zip(layer, sources)])
@@ -156,7 +157,7 @@ class _LayerPasses:
 
 @ir.per_kernel
 def _layer_passes(kernel: ir.KernelIR, lanes: int, reduce_unroll: int, fp_sum: str, adders: GraphOptions,
-                  loop_fusion: bool, fp_pipeline: int, clock: bool = False) -> _LayerPasses:
+                  loop_fusion: bool, fp_pipeline: int, target: tuple | None = None) -> _LayerPasses:
     """One layer's passes from parallelize to balance_indices: a function of its kernel and these
     knobs alone, remembered (ir.per_kernel), so a sweep builds a layer once for all the points
     that build it alike (a 16-64-32-32-5 MLP's 72 knob settings of one format hold 6 variants
@@ -165,7 +166,7 @@ def _layer_passes(kernel: ir.KernelIR, lanes: int, reduce_unroll: int, fp_sum: s
     k = _dump1("parallelize", p.kernel)
     k = _dump1("fold_constants", fold_constants(k, adders) if rom_slots(k) else k)
     k = _dump1("fuse_loops", fuse_loops(k) if loop_fusion else k)
-    k = _dump1("interleave", interleave(k, fp_pipeline, clock))
+    k = _dump1("interleave", interleave(k, fp_pipeline, target=target))
     k, banking = split_deep(k, p.banking, fp_pipeline)
     k = _dump1("move_max_resets", move_max_resets(_dump1("split_deep", k)))
     k = _dump1("balance_indices", balance_indices(k))

@@ -182,6 +182,17 @@ def fewest_stages(v: ir.Op, most: int, period_ns: float, d: Delays) -> int:
     return most
 
 
+def ring_period_ns(keys: frozenset[tuple[str, str]], stages: int, period_ns: float, d: Delays) -> float | None:
+    """The period a float sum's ring runs at, in a design at a target clock of `period_ns`, with
+    its adders (`keys`) cut into `stages` stages: their slowest figure alone IN_DESIGN slower,
+    never below the target's (a faster ring does not make the design faster); None where one was
+    not measured (interleave_ways' `adder_ns`)."""
+    ns = [unit_period_ns(key, stages, d, clock=True) for key in keys]
+    if not ns or None in ns:
+        return None
+    return max(period_ns, max(ns) * IN_DESIGN)
+
+
 def float_units(kernel: ir.KernelIR, stages: dict[int, int]) -> Iterator[tuple[ir.Op, tuple[str, str], int]]:
     """(op, unit key, stages) of every float unit `kernel` builds, `stages` the schedule's
     unit_stages (one where absent)."""

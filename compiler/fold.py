@@ -161,10 +161,11 @@ def _built(kernel: ir.KernelIR, config: HardwareConfig, fixed: frozenset[int] = 
     from .passes.interleave import interleave
     from .passes.parallelize import parallelize
     from .passes.split_deep import split_deep
+    from .timing_model import target_period
     try:
         p = parallelize(kernel, config.lanes, config.reduce_unroll, fp_sum=config.fp_sum)
         k = fuse_loops(p.kernel) if config.loop_fusion else p.kernel
-        k = interleave(k, config.fp_pipeline, config.target_mhz is not None)
+        k = interleave(k, config.fp_pipeline, target=target_period(config))
         k, banking = split_deep(k, p.banking, config.fp_pipeline)
         program = build_program(k)
         overlap = config.schedule == "dataflow" and config.stage_overlap

@@ -162,6 +162,11 @@ def delays(device: Device) -> Delays:
     return DELAYS[(device.family, None)]
 
 
+def target_period(config: HardwareConfig) -> tuple[float, Delays] | None:
+    """(period in ns, the part's delays) of `config`'s target_mhz, None without one."""
+    return None if config.target_mhz is None else (1000.0 / config.target_mhz, delays(config.timing_part()))
+
+
 WIRE_OPS = frozenset({K.CAST, K.BITCAST})
 CARRY_OPS = frozenset({K.ADD, K.SUB, K.NEG, K.CMPLT})
 CHAIN_OUT = frozenset({K.ADD, K.SUB, K.NEG})                     # sums out of a carry chain

@@ -3,16 +3,21 @@ adder's accumulators form a ring."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING, Callable
 
 from .. import ir
 from ..dtypes import BOOL, INT32
 from ..hw.program import split_into_steps
 from .rewrite import const, float_sum_op, loop_chain, op, reads_acc, rebuild_chain, substitute_store
 
+if TYPE_CHECKING:
+    from ..timing_model import Delays
+
 K = ir.OpKind
 
 
-def interleave_ways(level: int, rows: int | None = None, clock: bool = False, fused: bool = False) -> int:
+def interleave_ways(level: int, rows: int | None = None, clock: bool = False, fused: bool = False,
+                    adder_ns: Callable[[int], float | None] | None = None) -> int:
     """Rows interleaved through a float sum at fp_pipeline `level` (`clock`: at a target clock;
     `fused`: a fused multiply-add's sum, FMulAdd its ring's unit, else FAdd).
 
@@ -28,7 +33,13 @@ def interleave_ways(level: int, rows: int | None = None, clock: bool = False, fu
     accumulator on (its product is computed before: pipeline.ring_lead): FMulAdd fp32 so,
     placed alone, closed at 55.1 MHz with 6 stages, 70.3 with 8 and 101.2 with 12 (with the
     product inside the ring, 38.5 with 6 and 64.4 with 8). layernorm fp16 at 150 MHz took 552
-    cycles (484 with 8 ways) and placed at 82.4 MHz (docs/timing.md, thirty-seventh session)."""
+    cycles (484 with 8 ways) and placed at 82.4 MHz (docs/timing.md, thirty-seventh session).
+
+    `adder_ns` (an adder's ring at a target clock): the period the ring runs at when its adder
+    has s stages (float_timing.ring_period_ns). Then the L' whose slots take the least time,
+    slots times that period: an adder of 6 stages bounded every float design at 150 MHz (FAdd
+    fp32 106.6 MHz alone, 161.1 at 8), and with few rows (layernorm's 4) the fewest slots gave
+    it 6. Where a unit was not measured, the fewest slots."""
     from ..fp import FAdd
     from ..fp.muladd import FMulAdd
     from ..hw.floatops import unit_stages
@@ -41,11 +52,16 @@ def interleave_ways(level: int, rows: int | None = None, clock: bool = False, fu
         least = top
     if least == 1 or rows is None:
         return least
-    return min(range(least, 2 * least + 1),
-               key=lambda w: (-(-rows // w) * w, -min(w, top) if clock else w, w))
+    ways = range(least, 2 * least + 1)
+    if adder_ns is not None and not fused:
+        ns = {w: adder_ns(min(w, top)) for w in ways}
+        if None not in ns.values():
+            return min(ways, key=lambda w: (-(-rows // w) * w * ns[w], -min(w, top), w))
+    return min(ways, key=lambda w: (-(-rows // w) * w, -min(w, top) if clock else w, w))
 
 
-def interleave(kernel: ir.KernelIR, level: int, clock: bool = False) -> ir.KernelIR:
+def interleave(kernel: ir.KernelIR, level: int, clock: bool = False,
+               target: tuple[float, Delays] | None = None) -> ir.KernelIR:
     """Hide a pipelined float adder's latency behind independent output rows.
 
     A fused reduction nest (a chain of loops whose innermost body is one step; loop_fusion
@@ -68,10 +84,15 @@ def interleave(kernel: ir.KernelIR, level: int, clock: bool = False) -> ir.Kerne
     accumulator of the step is used nowhere else and is reset at the start of every row (all
     its reads are the `where(first, init, acc)` loop_fusion builds, `first` being the inner
     reduction counters all at 0), and no buffer written in the nest is read by the kernel.
+
+    `target` (at a target clock: its period in ns and the part's delays): an adder's ring takes
+    the ways whose slots take the least time at the period its adder's stages allow
+    (interleave_ways' `adder_ns`).
     """
     if interleave_ways(level) == 1:
         return kernel
-    state = {"next_id": max(kernel.loops, default=-1) + 1, "accs": {}, "clock": clock}
+    state = {"next_id": max(kernel.loops, default=-1) + 1, "accs": {}, "clock": clock or target is not None,
+             "target": target}
     body = _interleave_body(kernel, kernel.body, level, state)
     if not state["accs"]:
         return kernel
@@ -148,7 +169,12 @@ def _interleaved_nest(kernel, loop: ir.Loop, level: int, state) -> ir.Loop | Non
         return None
 
     bound = rows.bound if rows is not None else 1
-    ways = interleave_ways(level, bound, state["clock"], fused=K.MULACC in sums)
+    adder_ns = None
+    if state["target"] is not None:
+        from ..float_timing import ring_period_ns, unit_key
+        keys = frozenset(unit_key(s.value) for s in body if float_sum_op(s) is not None)
+        adder_ns = lambda stages: ring_period_ns(keys, stages, *state["target"])     # noqa: E731
+    ways = interleave_ways(level, bound, state["clock"], fused=K.MULACC in sums, adder_ns=adder_ns)
     lane_id = state["next_id"]
     state["next_id"] += 1
     if rows is not None:
