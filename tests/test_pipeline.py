@@ -16,7 +16,7 @@ from compiler.fp import BF16, FP16, FP32 as F32, FAdd, FloatToFloat, FloatToInt,
 from compiler.fp import reference as R
 from compiler.fp.muladd import FMulAdd
 from compiler.fp.harness import Bank, NativeEvaluator, build_all
-from compiler.float_timing import IN_DESIGN, float_units, measured, unit_period_ns
+from compiler.float_timing import IN_DESIGN, float_units, measured, ring_period_ns, unit_period_ns
 from compiler.hw.floatops import max_stages
 from compiler.hw.pipeline import ring_adders, schedule
 from compiler.overflow import analyze_overflow
@@ -444,9 +444,11 @@ def test_a_single_row_float_sum_takes_padding_rows_at_a_target_clock(dtype):
     a softmax MLP at ~30 MHz), still summed in the reference's order."""
     a = np.random.default_rng(2).standard_normal(40).astype(dtype)
     y = Tensor(a).sum()
-    design = compile_model(y, config=HardwareConfig(fp_pipeline=3, target_mhz=150))
+    config = HardwareConfig(fp_pipeline=3, target_mhz=150)
+    design = compile_model(y, config=config)
     (acc,) = [acc for k in design.kernels for acc in k.accs]
-    ways = interleave_ways(3, 1, clock=True)
+    ways = interleave_ways(3, 1, clock=True, adder_ns=lambda s: ring_period_ns(
+        frozenset({("FAdd", "fp32")}), s, *timing_model.target_period(config)))
     assert acc.ways == ways > 1
     result = simulate(design)
     assert result.cycles == design.cycles_formula
@@ -455,6 +457,26 @@ def test_a_single_row_float_sum_takes_padding_rows_at_a_target_clock(dtype):
     for v in a.astype(np.float32):                           # the sequential sum, in float32
         acc32 = np.float32(acc32 + v)
     np.testing.assert_array_equal(result.outputs[0], np.array([acc32]).astype(dtype))
+
+
+@pytest.mark.parametrize("target, ways", [(150, 8), (75, 6)])
+def test_an_adders_ring_takes_the_ways_whose_slots_take_the_least_time(target, ways):
+    """A gemv of 4 rows in float32 at a target clock: its adder's ring takes the ways whose slots
+    times the period its adder's stages allow is least (the adder alone IN_DESIGN slower, never
+    below the target's), not the fewest slots (6: FAdd fp32 at 6 stages, 106.6 MHz alone, would
+    bound a design at 150 MHz). At 150: 8 slots of 6.2 ns x 1.4 against 6 of 9.4 x 1.4; at 75 the
+    6-stage adder meets the target and 6 slots are fewest. Bit-exact, cycles as modelled."""
+    params = {"M": 4, "K": 9}
+    design, result, arrays = run_zoo("gemv", "fp32", params, HardwareConfig(fp_pipeline=3, target_mhz=target))
+    assert [a.ways for a in design.kernels[0].accs] == [ways]
+    period, d = timing_model.target_period(design.config)
+
+    def time(w):                          # the criterion, restated: slots x the ring's period
+        ns = unit_period_ns(("FAdd", "fp32"), min(w, 10), d, clock=True) * IN_DESIGN
+        return -(-4 // w) * w * max(period, ns)
+    assert time(ways) == min(time(w) for w in range(6, 13))
+    assert result.cycles == design.cycles_formula
+    assert same_bits(result.outputs[0], zoo.reference("gemv", "fp32", params, arrays))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])

@@ -29,17 +29,20 @@ def interleave_ways(level: int, rows: int | None = None, clock: bool = False, fu
     registers. At a target clock, of the L' with the fewest slots the one that gives the unit
     the most of its stages (FAdd's 10 with its CLOCK_CUTS; its ring takes min(L', 10)): forcing
     L' = 10 took a convolution's 2-row nests from 1,114 to 1,852 cycles. A fused multiply-add's
-    ring at a target clock takes 12 ways at least, all the stages its unit has from the
+    ring at a target clock takes 13 ways at least, all the stages its unit has from the
     accumulator on (its product is computed before: pipeline.ring_lead): FMulAdd fp32 so,
-    placed alone, closed at 55.1 MHz with 6 stages, 70.3 with 8 and 101.2 with 12 (with the
-    product inside the ring, 38.5 with 6 and 64.4 with 8). layernorm fp16 at 150 MHz took 552
-    cycles (484 with 8 ways) and placed at 82.4 MHz (docs/timing.md, thirty-seventh session).
+    placed alone, closed at 70.8 MHz with 8 stages, 95.2 with 12 and 123.6 with 13
+    (compiler/float_timing.py MEASURED_IN_RING; with the product inside the ring, 38.5 with 6
+    and 64.4 with 8). layernorm fp16 at 150 MHz took 552 cycles (484 with 8 ways) and placed at
+    82.4 MHz with 12 (docs/timing.md, thirty-seventh session), 570 cycles and 96.7 MHz with 13.
 
     `adder_ns` (an adder's ring at a target clock): the period the ring runs at when its adder
-    has s stages (float_timing.ring_period_ns). Then the L' whose slots take the least time,
-    slots times that period: an adder of 6 stages bounded every float design at 150 MHz (FAdd
-    fp32 106.6 MHz alone, 161.1 at 8), and with few rows (layernorm's 4) the fewest slots gave
-    it 6. Where a unit was not measured, the fewest slots."""
+    has s stages (float_timing.ring_period_ns: never below the target's). Then the L' whose
+    slots take the least time, slots times that period: the fewest slots gave an adder of 6
+    stages (FAdd fp32 106.6 MHz alone, 161.1 at 8) to nests of few rows, which then held float
+    designs far below their target (a matmul fp16 at 150 MHz: 101.1 MHz, 748 cycles; with 8
+    ways 133.3 MHz, 990 cycles, the same 7.4 us). Where a unit was not measured, the fewest
+    slots."""
     from ..fp import FAdd
     from ..fp.muladd import FMulAdd
     from ..hw.floatops import unit_stages
