@@ -57,17 +57,19 @@ class FMulAdd(wiring.Component):
     ("negate"), the leading-zero count before its shift ("lzc"), the first rounding (`via`)
     before the second ("via"), the product as four registered half-width products ("partial")
     and their sums ("sums"), as FMul's, and the operands' leading-zero counts before their
-    shifts ("subnorm"). Placed alone, fp32 via 53 closed at 41.0 MHz with 8 stages (operands ->
-    product register, 24.4 ns) and at 92.7 with 16; each cut in turn took the slowest stage
-    (docs/timing.md, thirty-fifth session).
+    shifts ("subnorm"), and the first rounding's decision before its addition ("viaup"). Placed
+    alone, fp32 via 53 closed at 41.0 MHz with 8 stages (operands -> product register, 24.4 ns),
+    at 92.7 with 16 and at 130.1 with 17; each cut in turn took the slowest stage (docs/timing.md,
+    thirty-fifth and thirty-ninth sessions).
 
     `ring`: the unit of an interleaved sum (`acc = a * b + acc`), whose c is the accumulator
     and comes back from y every `stages` cycles. Only what depends on c belongs on that loop:
     a and b are taken LEAD cycles earlier, through every product boundary (PRODUCT_CUTS, all
     enabled), and c when the product is ready; `stages` counts the stages from c to y, their
     boundaries the first stages - 1 of RING_ORDER ("cnorm": c's normalisation and its
-    alignment's amount before the alignment; "ccount": c's leading zeros counted before them). y comes LEAD + stages - 1 cycles after a and b. At a target clock
-    (`clock`, `ring`) both operands' leading zeros are counted and one count picked.
+    alignment's amount before the alignment; "ccount": c's leading zeros counted before them).
+    y comes LEAD + stages - 1 cycles after a and b. At a target clock (`clock`, `ring`) both
+    operands' leading zeros are counted and one count picked.
     """
 
     CUTS = ("product", "sum", "norm", "round", "align", "pack", "denorm",
@@ -321,7 +323,7 @@ class FMulAdd(wiring.Component):
 
         sig, up = norm, Const(0, 1)
         if self.via is not None:           # the window is always wider than via + 1 bits
-            sig, up = self._via_up(m, norm)
+            sig, up = self._via_up(norm)
         # at a target clock the first rounding's decision is registered before its addition
         # ("viaup": the sticky bits' OR and a 53-bit carry chain were fp32's slowest stage)
         sig, up, exp, sign, is_zero, *specials = pipe.cut("viaup", sig, up, exp, sign, is_zero, *specials)
@@ -337,7 +339,7 @@ class FMulAdd(wiring.Component):
         return special_mux(m, dst, finite=finite, is_nan=is_nan, is_inf=is_inf, inf_sign=inf_sign,
                            is_zero=is_zero, zero_sign=zero_sign, name="fma")
 
-    def _via_up(self, m, norm):
+    def _via_up(self, norm):
         """norm (leading one on top) rounded to `via` bits, to nearest even (Python's float): its
         top `via` bits and whether they round up."""
         n, W = self.via, len(norm)

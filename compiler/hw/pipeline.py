@@ -712,7 +712,7 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
     unit_stages: dict[int, int] = {}
     unit_lead: dict[int, int] = {}
     registered: set[int] = set()               # Schedule.operand_registers
-    target = (1000.0 / config.target_mhz, clock.d) if clock else None    # _op_timing's period
+    target = timing_model.target_period(config) if clock else None    # _op_timing's period
     for v in order:
         if not isinstance(v, ir.Op):
             continue

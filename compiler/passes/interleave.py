@@ -3,6 +3,7 @@ adder's accumulators form a ring."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Callable
 
 from .. import ir
@@ -176,7 +177,8 @@ def _interleaved_nest(kernel, loop: ir.Loop, level: int, state) -> ir.Loop | Non
     if state["target"] is not None:
         from ..float_timing import ring_period_ns, unit_key
         keys = frozenset(unit_key(s.value) for s in body if float_sum_op(s) is not None)
-        adder_ns = lambda stages: ring_period_ns(keys, stages, *state["target"])     # noqa: E731
+        period, d = state["target"]
+        adder_ns = partial(ring_period_ns, keys, period_ns=period, d=d)
     ways = interleave_ways(level, bound, state["clock"], fused=K.MULACC in sums, adder_ns=adder_ns)
     lane_id = state["next_id"]
     state["next_id"] += 1
