@@ -64,8 +64,7 @@ def interleave_ways(level: int, rows: int | None = None, clock: bool = False, fu
     return min(ways, key=lambda w: (-(-rows // w) * w, -min(w, top) if clock else w, w))
 
 
-def interleave(kernel: ir.KernelIR, level: int, clock: bool = False,
-               target: tuple[float, Delays] | None = None) -> ir.KernelIR:
+def interleave(kernel: ir.KernelIR, level: int, target: tuple[float, Delays] | None = None) -> ir.KernelIR:
     """Hide a pipelined float adder's latency behind independent output rows.
 
     A fused reduction nest (a chain of loops whose innermost body is one step; loop_fusion
@@ -79,7 +78,7 @@ def interleave(kernel: ir.KernelIR, level: int, clock: bool = False,
     and every row is still summed in the same order as before, so results stay bit-exact.
 
     A nest of reductions alone (one row: a sum to a scalar, softmax's denominator) has no O;
-    at a target clock (`clock`) it gets a loop of L rows innermost all the same, rows 1..L-1
+    at a target clock (`target`) it gets a loop of L rows innermost all the same, rows 1..L-1
     padding whose stores are gated off: L times the cycles of that nest, for a pipelined adder
     instead of a combinational one on a one-cycle loop (a float32 adder: ~30 MHz). Without a
     target clock it keeps its one-cycle adder.
@@ -95,7 +94,7 @@ def interleave(kernel: ir.KernelIR, level: int, clock: bool = False,
     """
     if interleave_ways(level) == 1:
         return kernel
-    state = {"next_id": max(kernel.loops, default=-1) + 1, "accs": {}, "clock": clock or target is not None,
+    state = {"next_id": max(kernel.loops, default=-1) + 1, "accs": {}, "clock": target is not None,
              "target": target}
     body = _interleave_body(kernel, kernel.body, level, state)
     if not state["accs"]:
