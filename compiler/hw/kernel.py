@@ -82,6 +82,11 @@ ADDRESS_GROUP = 8
 """Memories sharing one first-level read-address register when the address goes through two
 levels (fp_pipeline 3, KernelHW._registered_addresses): a tree, 8 copies per register."""
 
+ADDRESS_ROOT = ADDRESS_GROUP * ADDRESS_GROUP
+"""Memories past which one read address's two levels are a root register per ADDRESS_ROOT
+memories and a copy of it per ADDRESS_GROUP, each driving its memories' ports, instead of a
+first-level register per ADDRESS_GROUP and a copy per memory (KernelHW._registered_addresses)."""
+
 
 def _acc_shape(d: DType, width: int):
     if d.is_float:
@@ -791,17 +796,30 @@ class KernelHW(wiring.Component):
         # which must be low from a reset on (the outside's reads are served on the next cycle)
         first_addr = Copies(dp.m, ADDRESS_GROUP, reset_less=True)
         first_own = Copies(dp.m, ADDRESS_GROUP, reset_less=False)
+        root_addr = Copies(dp.m, ADDRESS_ROOT, reset_less=True)
+        root_own = Copies(dp.m, ADDRESS_ROOT, reset_less=False)
+
+        def cases_of(b: ir.BufferDecl, p: int) -> list[tuple[int, ir.Value]]:
+            cases = []
+            for s in prog.steps:
+                loads = [l for l in loads_of(s) if l.buf == b.slot and id(l) not in self.schedule.gather_issue
+                         and self.read_port_of[(s.index, l.buf, id(l.index))] == p]
+                if loads:
+                    cases.append((s.index, loads[0].index))
+            return cases
+
+        def key_of(b: ir.BufferDecl, p: int, port, cases) -> tuple:
+            return (tuple(cases), b.size, len(port.addr), p == 0 and self._outside_reads(b.slot))
+
+        # A packed group's later banks drive no port: their copies would be dead flip-flops
+        # Yosys must keep.
+        driving = [b for b in k.buffers if b.slot not in self.packs or self.packs[b.slot].slots[0] == b.slot]
+        sharing = collections.Counter(key_of(b, p, port, cases_of(b, p)) for b in driving
+                                      for p, port in enumerate(reads[b.slot]))
         for b in k.buffers:
-            # A packed group's later banks drive no port: their copies would be dead flip-flops
-            # Yosys must keep.
             drives = b.slot not in self.packs or self.packs[b.slot].slots[0] == b.slot
             for p, port in enumerate(reads[b.slot]):
-                cases = []
-                for s in prog.steps:
-                    loads = [l for l in loads_of(s) if l.buf == b.slot and id(l) not in self.schedule.gather_issue
-                             and self.read_port_of[(s.index, l.buf, id(l.index))] == p]
-                    if loads:
-                        cases.append((s.index, loads[0].index))
+                cases = cases_of(b, p)
                 own_addr = Signal.like(port.addr, name=f"b{b.slot}_p{p}_addr")
                 own = Signal(name=f"b{b.slot}_p{p}_own")
                 m.d.comb += [own_addr.eq(0), own.eq(0)]
@@ -812,13 +830,25 @@ class KernelHW(wiring.Component):
                 outside = p == 0 and self._outside_reads(b.slot)
                 flagged = outside or (p == 0 and drives and self._reading_flag(b.slot))
                 levels = self.schedule.address_levels + self.schedule.late.get(b.slot, 0)
-                if levels > 1 and drives:
+                key = key_of(b, p, port, cases)
+                if levels > 1 and drives and sharing[key] > ADDRESS_ROOT:
+                    # So many memories that their first-level registers span the die: the route
+                    # into them from the counters' logic was the int8 GEMV 8x56's critical path
+                    # (a scaled counter -> 14 first-level registers, 7.6 ns, 6.0 of it routing).
+                    # A root register per ADDRESS_ROOT memories takes the logic, beside the
+                    # counters; its copies, one per ADDRESS_GROUP, are a route each from a
+                    # register and drive their memories' ports (the same two levels).
+                    own_addr = first_addr(key, root_addr(key, own_addr, f"b{b.slot}_p{p}_addr_r"),
+                                          f"b{b.slot}_p{p}_addr_t")
+                    if flagged:
+                        own = first_own(key, root_own(key, own, f"b{b.slot}_p{p}_own_r"), f"b{b.slot}_p{p}_own_t")
+                    levels -= 2
+                elif levels > 1 and drives:
                     # A tree: banks read in lockstep have equal addresses; each ADDRESS_GROUP of
                     # memories (in build order, so neighbouring lanes) shares a first-level
                     # register, and every memory registers its own copy of it, placed near its
                     # block RAMs (on the 26x17 GEMV one first-level register drove 111 copies
                     # across the die: 18.5 ns). Kept apart in synthesis (DUPLICATE_ATTRIBUTE).
-                    key = (tuple(cases), b.size, len(port.addr), outside)
                     own_addr = first_addr(key, own_addr, f"b{b.slot}_p{p}_addr_t")
                     own = first_own(key, own, f"b{b.slot}_p{p}_own_t") if flagged else own
                     levels -= 1
