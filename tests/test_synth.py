@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import designs
-from compiler import HardwareConfig, compile_model
+from helpers import assert_exact
+from compiler import HardwareConfig, compile_model, simulate
 from compiler.synth.area import synthesize
 
 pytestmark = pytest.mark.slow     # Yosys runs; the first call also compiles Yosys's WASM module
@@ -228,6 +229,38 @@ def test_read_addresses_fan_out_through_a_tree_of_flip_flops(tmp_path):
             feeds.setdefault(src_name.split("_TRELLIS")[0], set()).add(n.split("_TRELLIS")[0])
     assert max(len(copies) for copies in feeds.values()) == ADDRESS_GROUP == 8
     assert sum(len(copies) for copies in feeds.values()) == 16 + 1        # and the x vector's LUT RAM
+
+
+def test_an_address_read_by_more_than_64_memories_goes_through_roots_and_their_copies(tmp_path):
+    """128 weight memories read at one address (fp_pipeline 3): a root register per
+    ADDRESS_ROOT (64) memories takes the address from the counters, a copy of a root per
+    ADDRESS_GROUP (8) memories drives their ports, register to register (no logic between:
+    the route across the die is all the path holds). The same two levels as a smaller tree, so
+    the same cycles; bit-exact."""
+    from compiler.hw.kernel import ADDRESS_GROUP, ADDRESS_ROOT
+    case = designs.gemv_int8(16, 128)
+    knobs = dict(fp_pipeline=3, lanes=16, reduce_unroll=8, mem_pack=1, target_mhz=150)
+    design = compile_model(*case.outputs, config=HardwareConfig(**knobs))
+    result = simulate(design)
+    assert_exact(result.outputs, case.reference)
+    assert result.cycles == design.cycles_formula
+    assert design.schedules[0].address_levels == 2
+    area = synthesize(design, "ecp5", workdir=tmp_path, netlist=True)
+    cells = json.loads(Path(area.netlist_path).read_text())["modules"]["top"]["cells"]
+    driver = {b: (n, c) for n, c in cells.items() for pin, bits in c["connections"].items()
+              if c["port_directions"][pin] == "output" for b in bits}
+    feeds: dict[str, set] = {}                 # root -> the copies it drives
+    for n, c in cells.items():
+        if c["type"] == "TRELLIS_FF" and "_addr_t" in n:
+            src_name, src = driver[c["connections"]["DI"][0]]
+            if src["type"] == "TRELLIS_FF" and "_addr_r" in src_name:
+                feeds.setdefault(src_name.split("_TRELLIS")[0], set()).add(n)
+    assert len(feeds) == 128 // ADDRESS_ROOT == 2
+    assert all(len({n.split("_TRELLIS")[0] for n in c}) == ADDRESS_ROOT // ADDRESS_GROUP == 8 for c in feeds.values())
+    copies = set().union(*feeds.values())
+    loads = {c["type"] for n, c in cells.items() for pin, bits in c["connections"].items()
+             if c["port_directions"][pin] == "input" and any(driver.get(b, ("",))[0] in copies for b in bits)}
+    assert loads and "TRELLIS_FF" not in loads, loads        # the memories' ports: no copy per memory
 
 
 def _memrd(memid: str) -> str:
