@@ -119,7 +119,7 @@ class Design:
                        self._rings(pos), of(self.host_written_banks, pos), schedule=self.schedules[pos],
                        write_groups=self.write_groups[pos], block_reads=self.block_reads[pos],
                        one_memory_rings=self.one_memory_rings[pos],
-                       store_delay=self._store_delay(pos))
+                       store_delay=self._store_delay(pos), outer_lanes=self._outer_lanes(pos))
               for pos, k in enumerate(self.kernels)]
         placed = {(pos, slot): self.banking_of(pos, slot) for pos, k in enumerate(self.source_kernels or self.kernels)
                   for slot in (b.slot for b in k.buffers)}
@@ -254,6 +254,18 @@ class Design:
 
     def packs_of(self, pos: int) -> tuple[Pack, ...]:
         return self.packs[pos] if pos < len(self.packs) else ()
+
+    def _outer_lanes(self, pos: int) -> dict[int, int]:
+        """Bank slot -> its lane along the outermost of two or more unrolled dimensions of its
+        buffer (a GEMV's weights: the output row of its lanes x reduce_unroll banks), for the
+        banks of such buffers: which banks lie together once placed (KernelHW's address copies)."""
+        out = {}
+        for bk in (self.banking[pos] if pos < len(self.banking) else {}).values():
+            split = [j for j, d in enumerate(bk.layout.dims) if d.factor > 1]
+            if len(split) >= 2 and not bk.parts:
+                stride = bk.layout.lane_strides[split[0]]
+                out.update({slot: lane // stride for lane, slot in enumerate(bk.banks)})
+        return out
 
     def _memory_names(self, pos: int) -> dict[int, str]:
         names = {}

@@ -235,8 +235,11 @@ class KernelHW(wiring.Component):
                  packs: tuple = (), read_outside: frozenset[int] | None = None,
                  rings: dict[int, int] | None = None, host_written: frozenset[int] | None = None, *,
                  schedule: Schedule, write_groups: tuple[tuple, ...] = (), block_reads: frozenset[int] = frozenset(),
-                 one_memory_rings: frozenset[int] = frozenset(), store_delay: int = 0):
+                 one_memory_rings: frozenset[int] = frozenset(), store_delay: int = 0,
+                 outer_lanes: dict[int, int] | None = None):
         self.kernel, self.config = kernel, config
+        # bank slot -> its lane along its buffer's outermost unrolled dimension (Design._outer_lanes)
+        self.outer_lanes = dict(outer_lanes or {})
         self.store_delay = store_delay
         # slots whose memory goes to block RAM where Yosys would build LUT RAM (Design.block_reads)
         self.block_reads = frozenset(block_reads)
@@ -838,10 +841,14 @@ class KernelHW(wiring.Component):
                     # A root register per ADDRESS_ROOT memories takes the logic, beside the
                     # counters; its copies, one per ADDRESS_GROUP, are a route each from a
                     # register and drive their memories' ports (the same two levels).
-                    own_addr = first_addr(key, root_addr(key, own_addr, f"b{b.slot}_p{p}_addr_r"),
+                    # A copy serves memories of one outer lane only (a GEMV's output row): one per
+                    # 8 in build order served the tail of one row's and the head of the next's,
+                    # which the placer puts apart (a copy -> a memory of the next row, 7.3 ns).
+                    near = key + (self.outer_lanes.get(b.slot),)
+                    own_addr = first_addr(near, root_addr(key, own_addr, f"b{b.slot}_p{p}_addr_r"),
                                           f"b{b.slot}_p{p}_addr_t")
                     if flagged:
-                        own = first_own(key, root_own(key, own, f"b{b.slot}_p{p}_own_r"), f"b{b.slot}_p{p}_own_t")
+                        own = first_own(near, root_own(key, own, f"b{b.slot}_p{p}_own_r"), f"b{b.slot}_p{p}_own_t")
                     levels -= 2
                 elif levels > 1 and drives:
                     # A tree: banks read in lockstep have equal addresses; each ADDRESS_GROUP of
