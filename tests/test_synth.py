@@ -232,15 +232,16 @@ def test_read_addresses_fan_out_through_a_tree_of_flip_flops(tmp_path):
 
 
 def test_an_address_read_by_more_than_64_memories_goes_through_roots_and_their_copies(tmp_path):
-    """128 weight memories read at one address (fp_pipeline 3): a root register per
-    ADDRESS_ROOT (64) memories takes the address from the counters, a copy of a root per
-    ADDRESS_GROUP (8) memories drives their ports, register to register (no logic between:
-    the route across the die is all the path holds). The same two levels as a smaller tree, so
-    the same cycles; bit-exact."""
+    """70 weight memories (10 rows x 7, LUT RAM here) read at one address (fp_pipeline 3): a
+    root register per ADDRESS_ROOT (64) memories takes the address from the counters, and a copy
+    of a root per ADDRESS_GROUP (8) memories *of one row* drives their ports, register to
+    register (no logic between: the route is all the path holds). In build order a copy per 8
+    would straddle two rows, which the placer puts apart. The same two levels as a smaller
+    tree, so the same cycles; bit-exact."""
     from compiler.hw.kernel import ADDRESS_GROUP, ADDRESS_ROOT
-    case = designs.gemv_int8(16, 128)
-    knobs = dict(fp_pipeline=3, lanes=16, reduce_unroll=8, mem_pack=1, target_mhz=150)
-    design = compile_model(*case.outputs, config=HardwareConfig(**knobs))
+    case = designs.gemv_int8(10, 70)
+    design = compile_model(*case.outputs, config=HardwareConfig(fp_pipeline=3, lanes=10, reduce_unroll=7, mem_pack=1,
+                                                                target_mhz=150))
     result = simulate(design)
     assert_exact(result.outputs, case.reference)
     assert result.cycles == design.cycles_formula
@@ -249,18 +250,23 @@ def test_an_address_read_by_more_than_64_memories_goes_through_roots_and_their_c
     cells = json.loads(Path(area.netlist_path).read_text())["modules"]["top"]["cells"]
     driver = {b: (n, c) for n, c in cells.items() for pin, bits in c["connections"].items()
               if c["port_directions"][pin] == "output" for b in bits}
-    feeds: dict[str, set] = {}                 # root -> the copies it drives
+    roots: dict[str, set] = {}                 # root -> the copies it drives
     for n, c in cells.items():
         if c["type"] == "TRELLIS_FF" and "_addr_t" in n:
             src_name, src = driver[c["connections"]["DI"][0]]
             if src["type"] == "TRELLIS_FF" and "_addr_r" in src_name:
-                feeds.setdefault(src_name.split("_TRELLIS")[0], set()).add(n)
-    assert len(feeds) == 128 // ADDRESS_ROOT == 2
-    assert all(len({n.split("_TRELLIS")[0] for n in c}) == ADDRESS_ROOT // ADDRESS_GROUP == 8 for c in feeds.values())
-    copies = set().union(*feeds.values())
-    loads = {c["type"] for n, c in cells.items() for pin, bits in c["connections"].items()
-             if c["port_directions"][pin] == "input" and any(driver.get(b, ("",))[0] in copies for b in bits)}
-    assert loads and "TRELLIS_FF" not in loads, loads        # the memories' ports: no copy per memory
+                roots.setdefault(src_name.split("_TRELLIS")[0], set()).add(n)
+    copy_of = {n: n.split("_TRELLIS")[0] for c in roots.values() for n in c}
+    rows: dict[str, set] = {}                  # copy -> the rows of the memories it drives
+    for n, c in cells.items():
+        for pin, bits in c["connections"].items():
+            if c["port_directions"][pin] == "input" and any(driver.get(b, ("",))[0] in copy_of for b in bits):
+                assert c["type"] == "TRELLIS_DPR16X4", (n, c["type"])     # a memory's port: no copy per memory
+                copy = next(copy_of[driver[b][0]] for b in bits if driver.get(b, ("",))[0] in copy_of)
+                rows.setdefault(copy, set()).add(int(re.search(r"mem_b\d+_l(\d+)\.", n).group(1)) // 7)
+    assert len(roots) == -(-70 // ADDRESS_ROOT) == 2
+    assert sorted(len({copy_of[n] for n in c}) for c in roots.values()) == [2, ADDRESS_ROOT // ADDRESS_GROUP]
+    assert len(rows) == 10 and all(len(r) == 1 for r in rows.values()) and 7 <= ADDRESS_GROUP
 
 
 def _memrd(memid: str) -> str:

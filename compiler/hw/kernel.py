@@ -84,8 +84,9 @@ levels (fp_pipeline 3, KernelHW._registered_addresses): a tree, 8 copies per reg
 
 ADDRESS_ROOT = ADDRESS_GROUP * ADDRESS_GROUP
 """Memories past which one read address's two levels are a root register per ADDRESS_ROOT
-memories and a copy of it per ADDRESS_GROUP, each driving its memories' ports, instead of a
-first-level register per ADDRESS_GROUP and a copy per memory (KernelHW._registered_addresses)."""
+memories (per ADDRESS_ROOT / ADDRESS_GROUP copies) and a copy of it per ADDRESS_GROUP of one
+outer lane, each driving its memories' ports, instead of a first-level register per
+ADDRESS_GROUP and a copy per memory (KernelHW._registered_addresses)."""
 
 
 def _acc_shape(d: DType, width: int):
@@ -799,8 +800,9 @@ class KernelHW(wiring.Component):
         # which must be low from a reset on (the outside's reads are served on the next cycle)
         first_addr = Copies(dp.m, ADDRESS_GROUP, reset_less=True)
         first_own = Copies(dp.m, ADDRESS_GROUP, reset_less=False)
-        root_addr = Copies(dp.m, ADDRESS_ROOT, reset_less=True)
-        root_own = Copies(dp.m, ADDRESS_ROOT, reset_less=False)
+        # a root's uses are the first-level copies it feeds
+        root_addr = Copies(dp.m, ADDRESS_ROOT // ADDRESS_GROUP, reset_less=True)
+        root_own = Copies(dp.m, ADDRESS_ROOT // ADDRESS_GROUP, reset_less=False)
 
         def cases_of(b: ir.BufferDecl, p: int) -> list[tuple[int, ir.Value]]:
             cases = []
@@ -845,10 +847,11 @@ class KernelHW(wiring.Component):
                     # 8 in build order served the tail of one row's and the head of the next's,
                     # which the placer puts apart (a copy -> a memory of the next row, 7.3 ns).
                     near = key + (self.outer_lanes.get(b.slot),)
-                    own_addr = first_addr(near, root_addr(key, own_addr, f"b{b.slot}_p{p}_addr_r"),
+                    own_addr = first_addr(near, lambda a=own_addr, n=f"b{b.slot}_p{p}_addr_r": root_addr(key, a, n),
                                           f"b{b.slot}_p{p}_addr_t")
                     if flagged:
-                        own = first_own(near, root_own(key, own, f"b{b.slot}_p{p}_own_r"), f"b{b.slot}_p{p}_own_t")
+                        own = first_own(near, lambda o=own, n=f"b{b.slot}_p{p}_own_r": root_own(key, o, n),
+                                        f"b{b.slot}_p{p}_own_t")
                     levels -= 2
                 elif levels > 1 and drives:
                     # A tree: banks read in lockstep have equal addresses; each ADDRESS_GROUP of
