@@ -813,44 +813,40 @@ class KernelHW(wiring.Component):
                     cases.append((s.index, loads[0].index))
             return cases
 
-        def key_of(b: ir.BufferDecl, p: int, port, cases) -> tuple:
-            return (tuple(cases), b.size, len(port.addr), p == 0 and self._outside_reads(b.slot))
-
         # A packed group's later banks drive no port: their copies would be dead flip-flops
         # Yosys must keep.
-        driving = [b for b in k.buffers if b.slot not in self.packs or self.packs[b.slot].slots[0] == b.slot]
-        sharing = collections.Counter(key_of(b, p, port, cases_of(b, p)) for b in driving
-                                      for p, port in enumerate(reads[b.slot]))
+        driving = {b.slot for b in k.buffers if b.slot not in self.packs or self.packs[b.slot].slots[0] == b.slot}
+        cases = {(b.slot, p): cases_of(b, p) for b in k.buffers for p in range(len(reads[b.slot]))}
+        # equal keys, equal addresses (banks read in lockstep)
+        keys = {(b.slot, p): (tuple(cases[b.slot, p]), b.size, len(port.addr), p == 0 and self._outside_reads(b.slot))
+                for b in k.buffers for p, port in enumerate(reads[b.slot])}
+        sharing = collections.Counter(key for (slot, _), key in keys.items() if slot in driving)
         for b in k.buffers:
-            drives = b.slot not in self.packs or self.packs[b.slot].slots[0] == b.slot
+            drives = b.slot in driving
             for p, port in enumerate(reads[b.slot]):
-                cases = cases_of(b, p)
                 own_addr = Signal.like(port.addr, name=f"b{b.slot}_p{p}_addr")
                 own = Signal(name=f"b{b.slot}_p{p}_own")
                 m.d.comb += [own_addr.eq(0), own.eq(0)]
                 with m.Switch(addr_step):
-                    for step, index in cases:
+                    for step, index in cases[b.slot, p]:
                         with m.Case(step):
                             m.d.comb += [own_addr.eq(self._in_range(dp, index, addr_env, b.size, None)), own.eq(1)]
                 outside = p == 0 and self._outside_reads(b.slot)
                 flagged = outside or (p == 0 and drives and self._reading_flag(b.slot))
                 levels = self.schedule.address_levels + self.schedule.late.get(b.slot, 0)
-                key = key_of(b, p, port, cases)
+                key = keys[b.slot, p]
                 if levels > 1 and drives and sharing[key] > ADDRESS_ROOT:
-                    # So many memories that their first-level registers span the die: the route
-                    # into them from the counters' logic was the int8 GEMV 8x56's critical path
-                    # (a scaled counter -> 14 first-level registers, 7.6 ns, 6.0 of it routing).
-                    # A root register per ADDRESS_ROOT memories takes the logic, beside the
-                    # counters; its copies, one per ADDRESS_GROUP, are a route each from a
-                    # register and drive their memories' ports (the same two levels).
-                    # A copy serves memories of one outer lane only (a GEMV's output row): one per
-                    # 8 in build order served the tail of one row's and the head of the next's,
-                    # which the placer puts apart (a copy -> a memory of the next row, 7.3 ns).
+                    # So many memories that their first-level registers span the die, where the
+                    # route into them from the counters' logic was the int8 GEMV 8x56's critical
+                    # path (7.6 ns, 6.0 of it routing): a root register per ADDRESS_ROOT memories
+                    # takes the logic, beside the counters; a copy of it per ADDRESS_GROUP
+                    # memories of one outer lane (a GEMV's output row: 8 in build order straddled
+                    # two rows the placer puts apart) drives their ports, a route from a register.
                     near = key + (self.outer_lanes.get(b.slot),)
-                    own_addr = first_addr(near, lambda a=own_addr, n=f"b{b.slot}_p{p}_addr_r": root_addr(key, a, n),
+                    own_addr = first_addr(near, functools.partial(root_addr, key, own_addr, f"b{b.slot}_p{p}_addr_r"),
                                           f"b{b.slot}_p{p}_addr_t")
                     if flagged:
-                        own = first_own(near, lambda o=own, n=f"b{b.slot}_p{p}_own_r": root_own(key, o, n),
+                        own = first_own(near, functools.partial(root_own, key, own, f"b{b.slot}_p{p}_own_r"),
                                         f"b{b.slot}_p{p}_own_t")
                     levels -= 2
                 elif levels > 1 and drives:
