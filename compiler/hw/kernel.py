@@ -838,8 +838,8 @@ class KernelHW(wiring.Component):
                 if levels > 1 and drives and sharing[key] > ADDRESS_ROOT:
                     # So many memories that their first-level registers span the die, where the
                     # route into them from the counters' logic was the int8 GEMV 8x56's critical
-                    # path (7.6 ns, 6.0 of it routing): a root register per ADDRESS_ROOT memories
-                    # takes the logic, beside the counters; a copy of it per ADDRESS_GROUP
+                    # path (7.6 ns, 6.0 of it routing): a root register per ADDRESS_ROOT / ADDRESS_GROUP
+                    # copies takes the logic, beside the counters; a copy of it per ADDRESS_GROUP
                     # memories of one outer lane (a GEMV's output row: 8 in build order straddled
                     # two rows the placer puts apart) drives their ports, a route from a register.
                     near = key + (self.outer_lanes.get(b.slot),)

@@ -94,8 +94,7 @@ def interleave(kernel: ir.KernelIR, level: int, target: tuple[float, Delays] | N
     """
     if interleave_ways(level) == 1:
         return kernel
-    state = {"next_id": max(kernel.loops, default=-1) + 1, "accs": {}, "clock": target is not None,
-             "target": target}
+    state = {"next_id": max(kernel.loops, default=-1) + 1, "accs": {}, "target": target}
     body = _interleave_body(kernel, kernel.body, level, state)
     if not state["accs"]:
         return kernel
@@ -136,7 +135,7 @@ def _interleaved_nest(kernel, loop: ir.Loop, level: int, state) -> ir.Loop | Non
     # clock it takes padding rows, below)
     j = outer[-1] if outer else -1
     if j == len(chain) - 1 or any(l.axis is not ir.Axis.REDUCE for l in chain[j + 1:]) \
-            or (j < 0 and not state["clock"]):
+            or (j < 0 and state["target"] is None):
         return None
     rows, inner = (chain[j] if j >= 0 else None), frozenset(l.id for l in chain[j + 1:])
     written = {s.acc for s in body if isinstance(s, ir.AccStore)}
@@ -178,7 +177,7 @@ def _interleaved_nest(kernel, loop: ir.Loop, level: int, state) -> ir.Loop | Non
         keys = frozenset(unit_key(s.value) for s in body if float_sum_op(s) is not None)
         period, d = state["target"]
         adder_ns = partial(ring_period_ns, keys, period_ns=period, d=d)
-    ways = interleave_ways(level, bound, state["clock"], fused=K.MULACC in sums, adder_ns=adder_ns)
+    ways = interleave_ways(level, bound, state["target"] is not None, fused=K.MULACC in sums, adder_ns=adder_ns)
     lane_id = state["next_id"]
     state["next_id"] += 1
     if rows is not None:
