@@ -169,6 +169,9 @@ def _print(r: dict, bound: float, freq: float) -> None:
              if len(r.get("seeds", ())) > 1 else "")
           + f"\n    estimate {r['fmax_estimate_mhz']} MHz ({r['estimate_path']})"
           + (f"\n    critical path {r['critical_path']}" if r.get("critical_path") else "")
+          + (f"\n    endpoints later than {1000 / freq:.2f} ns, per seed: "
+             + ", ".join(f"{fmt(n, ',')} ({fmt(t, '.1f')} ns in all)" for n, t in zip(r['failing_endpoints'], r['tns_ns']))
+             if r.get("failing_endpoints") else "")
           + (f"\n    {r['mul_note']}" if r.get("mul_note") else "")
           + ("" if fits else f"\n    {r['reason']}" if r.get("reason") else ""), flush=True)
 

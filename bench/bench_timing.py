@@ -121,7 +121,8 @@ def measure(dtype: str, config: HardwareConfig, args, root: Path, *, pnr: bool =
                latency_us=rep.latency_us(row["cycles"]), total_s=time.perf_counter() - t0,
                nextpnr=rep.nextpnr_version, log=rep.log_path, critical_path=rep.critical_path,
                seeds=seeds, seed=seeds[reports.index(rep)], fmax_seeds=[r.fmax_mhz for r in reports],
-               regrouped=[r.regrouped for r in reports], twins=[r.twins for r in reports])
+               regrouped=[r.regrouped for r in reports], twins=[r.twins for r in reports],
+               failing_endpoints=[r.failing_endpoints for r in reports], tns_ns=[r.tns_ns for r in reports])
     return row
 
 

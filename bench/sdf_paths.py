@@ -1,96 +1,22 @@
-"""Every register-to-register path of a routed ECP5 design slower than a period, from the SDF
-nextpnr writes (`--sdf routed.sdf`): nextpnr's log names only the single slowest path, which
-does not say whether a design misses its clock by one outlier or by thousands of endpoints.
-
-The SDF holds every cell's delays (IOPATH: a LUT's input to its output, a flip-flop's, block
-RAM's or DSP block's clock to its output) and every routed connection's (INTERCONNECT). The
-longest arrival at every pin is propagated from the clocked outputs through the combinational
-cells; an endpoint is a clocked cell's input (its setup added). Input pins are not sources (a
-path from `start` is nextpnr's cross-domain `<async>` report, not in its Fmax), so the slowest
-path found is the one nextpnr reports (the int8 GEMV 8x56: 7.34 ns both).
+"""Every register-to-register path of a routed ECP5 design slower than a period, listed with its
+source, from the SDF nextpnr writes (compiler/pnr/sdf_timing.py reads it; place_and_route keeps
+only the count of such endpoints and their total lateness, `failing_endpoints`, `tns_ns`).
 
 Usage: python bench/sdf_paths.py routed.sdf --period-ns 6.667 [--show 20]
-To get the SDF of a design placed by `dse` or the benches, run nextpnr again in its folder
-with the argv its report holds (compiler/pnr/timing.py `TimingReport.argv`) and `--sdf
-routed.sdf`: placement and routing are seeded, so the run is the same one.
+place_and_route writes `routed.sdf` in its run folder (`<workdir>/pnr/<device>/`) and keeps it
+with `keep_sdf=True`; to get the SDF of a cached run, run nextpnr again in that folder with the
+argv its report holds (compiler/pnr/timing.py `TimingReport.argv`): placement and routing are
+seeded, so the run is the same one.
 """
 from __future__ import annotations
 
 import argparse
 import collections
-import re
 import sys
 from pathlib import Path
 
-CLOCKED = {"TRELLIS_FF", "DP16KD", "MULT18X18D", "ALU54B", "TRELLIS_RAMW"}
-_IOPATH = re.compile(r"\(IOPATH (\S+) (\S+) \(([\d:]+)\)")
-_INTERCONNECT = re.compile(r"\(INTERCONNECT (\S+) (\S+) \(([\d:]+)\)")
-_SETUP = re.compile(r"\(SETUPHOLD \((?:posedge|negedge) (\S+)\) \((?:posedge|negedge) \S+\) \(([\d:]+)\)")
-
-Pin = tuple[str, str]           # (cell instance, port)
-
-
-def _ns(triple: str) -> float:
-    """The max of an SDF (min:typ:max) triple in ps, as ns."""
-    return int(triple.split(":")[2]) / 1000.0
-
-
-def _pin(text: str) -> Pin:
-    cell, port = text.replace("\\", "").rsplit("/", 1)
-    return cell, port
-
-
-def read_sdf(path: Path) -> tuple[dict[Pin, list[tuple[Pin, float]]], dict[Pin, float], dict[Pin, float], dict[str, str]]:
-    """(edges pin -> [(pin, ns)], launch pin -> clock-to-out ns, setup pin -> ns, cell -> type),
-    read line by line (nextpnr writes one statement a line)."""
-    edges: dict[Pin, list[tuple[Pin, float]]] = collections.defaultdict(list)
-    launch: dict[Pin, float] = {}
-    setup: dict[Pin, float] = {}
-    kind: dict[str, str] = {}
-    cell_type = cell = ""
-    with open(path) as f:
-        for line in f:
-            s = line.strip()
-            if s.startswith("(CELLTYPE"):
-                cell_type = s.split('"')[1]
-            elif s.startswith("(INSTANCE"):
-                cell = s[len("(INSTANCE"):-1].strip().replace("\\", "")
-                kind[cell] = cell_type
-            elif s.startswith("(INTERCONNECT"):
-                a, b, d = _INTERCONNECT.match(s).groups()
-                edges[_pin(a)].append((_pin(b), _ns(d)))
-            elif s.startswith("(IOPATH"):
-                a, b, d = _IOPATH.match(s).groups()
-                if a.startswith("CLK") and cell_type in CLOCKED:
-                    launch[(cell, b)] = max(launch.get((cell, b), 0.0), _ns(d))
-                else:
-                    edges[(cell, a)].append(((cell, b), _ns(d)))
-            elif s.startswith("(SETUPHOLD") and (m := _SETUP.match(s)):
-                setup[(cell, m.group(1))] = max(setup.get((cell, m.group(1)), 0.0), _ns(m.group(2)))
-    return edges, launch, setup, kind
-
-
-def arrivals(edges, launch) -> tuple[dict[Pin, float], dict[Pin, Pin | None]]:
-    """The latest arrival at every pin reachable from a clocked output, and the pin it came from."""
-    indegree: collections.Counter = collections.Counter(q for es in edges.values() for q, _ in es)
-    arrive: dict[Pin, float] = dict(launch)
-    came: dict[Pin, Pin | None] = dict.fromkeys(launch)
-    ready = [p for p in set(edges) | set(launch) if indegree[p] == 0]
-    while ready:
-        p = ready.pop()
-        t = arrive.get(p)
-        for q, d in edges.get(p, ()):
-            if t is not None and (q not in arrive or t + d > arrive[q]):
-                arrive[q], came[q] = t + d, p
-            indegree[q] -= 1
-            if indegree[q] == 0:
-                ready.append(q)
-    return arrive, came
-
-
-def register_name(cell: str) -> str:
-    """A flip-flop cell's register as the RTL names it (Yosys's and nextpnr's suffixes dropped)."""
-    return re.sub(r"_TRELLIS_FF_Q(_\d+)?$|\$CCU2.*$", "", cell)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from compiler.pnr.sdf_timing import Pin, arrivals, endpoints, read_sdf, register_name  # noqa: E402
 
 
 def main() -> int:
@@ -104,8 +30,7 @@ def main() -> int:
         return 2
     edges, launch, setup, kind = read_sdf(args.sdf)
     arrive, came = arrivals(edges, launch)
-    ends = sorted(((t + setup.get(p, 0.0), p) for p, t in arrive.items()
-                   if kind.get(p[0]) in CLOCKED and p not in launch and not p[1].startswith("CLK")), reverse=True)
+    ends = endpoints(arrive, launch, setup, kind)
     over = [(t, p) for t, p in ends if t > args.period_ns]
 
     def source(p: Pin) -> Pin:

@@ -419,7 +419,7 @@ def format_metrics(row: dict[str, Any]) -> str:
         ("cycles", ["cycles", "cycles_model", "correct", "max_abs_err", "check_rule"]),
         ("area", ["luts", "ffs", "bram", "lutram", "dsp"]),
         ("timing", ["fmax_estimate_mhz", "fmax_estimate_path", "fmax_mhz", "latency_us", "samples_per_s",
-                    "pnr_device", "pnr_speed_grade", "pnr_critical_path"]),
+                    "pnr_device", "pnr_speed_grade", "pnr_critical_path", "pnr_failing_endpoints", "pnr_tns_ns"]),
         ("overflow", ["acc_bits_required", "overflow_safe", "max_magnitude", "overflow_confirmed", "saturated"]),
         ("accuracy", ["accuracy", "accuracy_float", "agreement", "logit_mean_err", "logit_max_err", "samples",
                       "quantization"]),

@@ -217,6 +217,8 @@ class Metrics:
     pnr_regroup: bool | None = None         # copies' loads dealt by a first placement (compiler/pnr/replicas.py)
     pnr_speed_grade: int | None = None      # the part's speed grade it was timed at (ECP5: 6, 7, 8)
     pnr_critical_path: str | None = None    # nextpnr's slowest path: ends, ns (clk-to-q, logic, routing)
+    pnr_failing_endpoints: int | None = None  # ECP5: register inputs reached later than 1000 / pnr_freq_mhz ns
+    pnr_tns_ns: float | None = None         # and the total of their lateness (compiler/pnr/sdf_timing.py)
     netlist_check: str | None = None        # the placed netlist's testbench run (timing: {check_netlist: true}):
                                             # its PASS or FAIL line (compiler.pnr.gate_sim)
     fmax_estimate_mhz: float | None = None  # the delay model's Fmax (compiler/timing_model.py), before synthesis
@@ -874,6 +876,7 @@ def _timing(ctx: EvalContext, run: _Run, netlist_path: str, design) -> None:
         run.set(fits=rep.fits, fmax_mhz=rep.fmax_mhz, latency_us=rep.latency_us(cycles) if cycles else None,
                 pnr_device=rep.device, pnr_package=rep.package or None, nextpnr_version=rep.nextpnr_version,
                 pnr_speed_grade=rep.speed_grade, pnr_critical_path=rep.critical_path or None,
+                pnr_failing_endpoints=rep.failing_endpoints, pnr_tns_ns=rep.tns_ns,
                 **{f"pnr_{k}": v for k, v in options.items()})
         if config.target_mhz and rep.fmax_mhz and rep.fmax_mhz < config.target_mhz:
             # the knob places registers for the clock; whether placement reaches it is this run's answer

