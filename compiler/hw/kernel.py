@@ -15,8 +15,8 @@ come from the current step and counters.
 Timing: `start` is sampled while idle; steps execute in the following cycles, one per cycle;
 `done` is high for one cycle right after the last step (`done_next` in the cycle before it,
 `done_next2` in the one before that where the pipeline holds `last` that long: commit >= 1, and
-`done_next3` before that where the top asks for it: commit >= 2). A kernel run therefore takes `Program.cycles + 1`
-cycles from the start cycle to the done cycle.
+`done_next3` before that where the top asks for it: commit >= 2). A kernel run therefore takes
+`Program.cycles + 1` cycles from the start cycle to the done cycle.
 
 Pipelined (fp_pipeline > 0, see pipeline.py): steps still issue one per cycle, but a step's
 stores commit C = Schedule.commit cycles after it issues, driven by the step id and counters

@@ -4,15 +4,17 @@ clock by one outlier or by thousands of endpoints (place_and_route's `failing_en
 `tns_ns`; bench/sdf_paths.py lists the paths).
 
     edges, launch, setup, kind = read_sdf(path)
-    ends = endpoints(edges, launch, setup, kind)          # [(ns, pin)], slowest first
+    arrive, came = arrivals(edges, launch)                # latest arrival at every pin, and from where
+    ends = endpoints(arrive, launch, setup, kind)         # [(ns, pin)], slowest first
     summary = slack(ends, period_ns)                      # Slack(endpoints, failing, worst_ns, tns_ns)
 
 The SDF holds every cell's delays (IOPATH: a LUT's input to its output, a flip-flop's, block
 RAM's or DSP block's clock to its output) and every routed connection's (INTERCONNECT). The
 longest arrival at every pin is propagated from the clocked outputs through the combinational
-cells; an endpoint is a clocked cell's input, its setup added. Input pins are not sources (a
-path from a pin is nextpnr's cross-domain `<async>` report, not in its Fmax), so the slowest
-endpoint is the path nextpnr reports (the int8 GEMV 8x56: 7.34 ns both).
+cells; an endpoint is an input with a setup check or a clocked cell's input, its setup added.
+Input pins are not sources (a path from a pin is nextpnr's cross-domain `<async>` report, not
+in its Fmax), so the slowest endpoint is the path nextpnr reports (the int8 GEMV 8x56: 7.34 ns
+both; the GEMV 16x64, whose slowest path ends at a LUT RAM's write data: 15.50 ns both).
 """
 from __future__ import annotations
 
