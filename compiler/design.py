@@ -18,8 +18,7 @@ from .timing_model import (DSP_SITE, Estimate, block_ram_copy_ns, delays, in_blo
 from .hw.program import Program, build_program
 from .hw.dataflow import (Dataflow, DataflowTopHW, beat_cycles, copy_lag, plan_dataflow, slot_banks, spill_beats,
                           stage_hold, weight_slots)
-from .hw.top import (Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, copy_cycles, idle_levels, plan,
-                     registers_copy_data)
+from .hw.top import Copy, HostBuffer, HostPort, Place, Run, Share, TopHW, copy_cycles, plan, registers_copy_data
 from .hw.layout import Banking
 from .hw.packing import Pack, plan_packs
 from .hw.dsp_pack import product_packs
@@ -120,8 +119,7 @@ class Design:
                        self._rings(pos), of(self.host_written_banks, pos), schedule=self.schedules[pos],
                        write_groups=self.write_groups[pos], block_reads=self.block_reads[pos],
                        one_memory_rings=self.one_memory_rings[pos],
-                       store_delay=self._store_delay(pos), outer_lanes=self._outer_lanes(pos),
-                       tells_end=idle_levels(self.host_ports))
+                       store_delay=self._store_delay(pos), outer_lanes=self._outer_lanes(pos))
               for pos, k in enumerate(self.kernels)]
         placed = {(pos, slot): self.banking_of(pos, slot) for pos, k in enumerate(self.source_kernels or self.kernels)
                   for slot in (b.slot for b in k.buffers)}

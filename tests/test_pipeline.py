@@ -763,13 +763,11 @@ def _write_in_every_cycle_around_a_run(design, before: int = 4, after: int = 3) 
     ("mlp_int8_small", dict(lanes=2, reduce_unroll=2)),          # runs and copies: the last phase a run
     ("mixed_int16", dict(lanes=2)),                              # a short last run after a copy
     ("gemv_int8_16x64", dict(lanes=16, reduce_unroll=8)),        # > HOST_GROUP**2 write ports
-    ("gemv_int8_16x64", dict(lanes=16, reduce_unroll=32))])      # > IDLE_MID_FROM: four levels
+    ("gemv_int8_16x64", dict(lanes=16, reduce_unroll=32))])      # > 8 * HOST_GROUP**2: 9 copies at level 2
 def test_host_writes_land_whenever_the_top_is_not_busy_and_never_while_it_runs(name, knobs, level):
     """The bus writes only while idle: from FANOUT_LEVEL its idle flag reaches the banks through
     a tree of copies, computed as many cycles ahead (TopHW._idle_in); a write in any cycle after
     `done` must land, and one in the start cycle or while busy must not."""
-    from amaranth.back import rtlil
-    from compiler.hw.top import HOST_GROUP, IDLE_MID_FROM
     case = designs.gemv_int8(16, 64) if name == "gemv_int8_16x64" else designs.SMALL[name]()
     design = compile_model(*case.outputs, config=HardwareConfig(fp_pipeline=level, **knobs))
     outputs, writes, n = _write_in_every_cycle_around_a_run(design)
@@ -778,10 +776,8 @@ def test_host_writes_land_whenever_the_top_is_not_busy_and_never_while_it_runs(n
     for cycle, idle, landed in writes:
         assert landed == idle, f"cycle {cycle} of the run: a write {'dropped' if idle else 'landed while busy'}"
     if knobs["lanes"] == 16:
-        assert n > HOST_GROUP * HOST_GROUP
-    if level == 3:      # the tree's levels: root, (middle,) soon, then `stopped`
-        levels = set(re.findall(r"wire width 1 .host_idle_([a-z]+)\d+\b", rtlil.convert(design.top, name="top")))
-        assert levels == ({"root", "mid", "soon"} if n > IDLE_MID_FROM else {"root", "soon"})
+        from compiler.hw.top import HOST_GROUP
+        assert n > (8 if knobs["reduce_unroll"] == 32 else 1) * HOST_GROUP * HOST_GROUP
 
 
 @pytest.mark.parametrize("lanes", [12, 16])

@@ -13,10 +13,9 @@ the read ports transparent to the kernel's own write port. With mem_read="comb" 
 come from the current step and counters.
 
 Timing: `start` is sampled while idle; steps execute in the following cycles, one per cycle;
-`done` is high for one cycle right after the last step (`done_next` in the cycle before it,
-`done_next2` in the one before that where the pipeline holds `last` that long: commit >= 1, and
-`done_next3` before that where the top asks for it: commit >= 2). A kernel run therefore takes
-`Program.cycles + 1` cycles from the start cycle to the done cycle.
+`done` is high for one cycle right after the last step (`done_next` in the cycle before it, and
+`done_next2` in the one before that where the pipeline holds `last` that long: commit >= 1). A
+kernel run therefore takes `Program.cycles + 1` cycles from the start cycle to the done cycle.
 
 Pipelined (fp_pipeline > 0, see pipeline.py): steps still issue one per cycle, but a step's
 stores commit C = Schedule.commit cycles after it issues, driven by the step id and counters
@@ -238,11 +237,8 @@ class KernelHW(wiring.Component):
                  rings: dict[int, int] | None = None, host_written: frozenset[int] | None = None, *,
                  schedule: Schedule, write_groups: tuple[tuple, ...] = (), block_reads: frozenset[int] = frozenset(),
                  one_memory_rings: frozenset[int] = frozenset(), store_delay: int = 0,
-                 outer_lanes: dict[int, int] | None = None, tells_end: int = 3):
+                 outer_lanes: dict[int, int] | None = None):
         self.kernel, self.config = kernel, config
-        # cycles ahead its end is told, at most: done_next (2), done_next2 (3), done_next3 (4)
-        # where the pipeline holds `last` that long (the top's idle tree: TopHW.idle_levels)
-        self.tells_end = tells_end
         # bank slot -> its lane along its buffer's outermost unrolled dimension (Design._outer_lanes)
         self.outer_lanes = dict(outer_lanes or {})
         self.store_delay = store_delay
@@ -279,8 +275,6 @@ class KernelHW(wiring.Component):
         sig = {"start": In(1), "done": Out(1), "done_next": Out(1), "busy": Out(1)}
         if self.schedule.commit >= 1:
             sig["done_next2"] = Out(1)
-        if self.schedule.commit >= 2 and tells_end >= 4:
-            sig["done_next3"] = Out(1)
         for b in kernel.buffers:
             n = port_names(b.slot)
             if b.slot in self.external:
@@ -372,8 +366,6 @@ class KernelHW(wiring.Component):
         m.d.comb += self.done_next.eq(delays.of(last, sched.commit, "last", control=True))
         if sched.commit >= 1:
             m.d.comb += self.done_next2.eq(delays.of(last, sched.commit - 1, "last", control=True))
-        if sched.commit >= 2 and self.tells_end >= 4:
-            m.d.comb += self.done_next3.eq(delays.of(last, sched.commit - 2, "last", control=True))
         m.d.sync += self.done.eq(self.done_next)
         m.d.comb += quiet_next.eq(nstep == idle)
         for d in range(0, sched.commit):

@@ -47,15 +47,6 @@ from .pipeline import FANOUT_LEVEL
 
 COPY_BANKS = 1
 """Source banks a sequential copy's registered read enable and word serve (TopHW._copy_read_ahead)."""
-IDLE_MID_FROM = 4 * HOST_GROUP ** 2
-"""Write ports past which the host bus's idle flag passes a middle level of copies (TopHW._idle_tree):
-its root would drive more than four copies, each for HOST_GROUP**2 ports, across the die."""
-
-
-def idle_levels(host_ports) -> int:
-    """The levels of the host bus's idle-flag tree (TopHW._idle_tree) where the kernels tell
-    their end that many cycles ahead: 4 past IDLE_MID_FROM write ports, else 3."""
-    return 4 if sum(1 for hp in host_ports if hp.write) > IDLE_MID_FROM else 3
 
 
 def registers_copy_data(config) -> bool:
@@ -285,11 +276,11 @@ class TopHW(wiring.Component):
 
     def _ends(self, p: int, ahead: int, cctr: Signal) -> Value | None:
         """Whether phase p, the phase now, has its last cycle `ahead` cycles from now: a kernel
-        run's `done`, `done_next`, `done_next2` or `done_next3` (None where the kernel has no such signal), a
+        run's `done`, `done_next` or `done_next2` (None where the kernel has no such signal), a
         copy's counter."""
         ph = self.phases[p]
         if isinstance(ph, Run):
-            names = ("done", "done_next", "done_next2", "done_next3")
+            names = ("done", "done_next", "done_next2")
             k = self.kernels[ph.kernel]
             return getattr(k, names[ahead]) if ahead < len(names) and hasattr(k, names[ahead]) else None
         at = copy_cycles(ph, self.kernels[0].config) - 1 - ahead   # its counter now, if it ends `ahead` cycles on
@@ -317,20 +308,6 @@ class TopHW(wiring.Component):
                 return None
             soon = soon | ((phase == p) & reduce(operator.or_, ends))
         return soon
-
-    def _idle_tree(self, m: Module, phase: Signal, cctr: Signal, idle: int) -> tuple[Value, list[tuple[str, Copies]]]:
-        """The host bus's idle flag, computed as many cycles ahead as its tree has levels, and
-        the levels' copies from the root ((name, copies), the `stopped` copies per HOST_GROUP
-        ports after them): root, middle, soon where IDLE_MID_FROM ports are passed and the
-        kernels tell their end four cycles ahead, else root and soon (three), else soon (two)."""
-        tiers = [("root", HOST_GROUP ** 3), ("mid", 2 * HOST_GROUP ** 2), ("soon", HOST_GROUP ** 2)]
-        if idle_levels(self.host_ports) < 4:
-            tiers.pop(1)
-        while True:
-            ahead = self._idle_in(phase, cctr, idle, len(tiers) + 1)
-            if ahead is not None or len(tiers) == 1:
-                return ahead, [(name, Copies(m, group, reset_less=False)) for name, group in tiers]
-            tiers.pop(0)
 
     def elaborate(self, platform):
         m = Module()
@@ -405,11 +382,10 @@ class TopHW(wiring.Component):
         # levels where the kernels tell their end three cycles ahead: with two, the look-ahead's
         # logic drove the middle level's copies across the die (the w4a8 GEMV 12x56's critical
         # path, 9.4 ns: 7.8 of it one route).
-        # Four levels where more than IDLE_MID_FROM ports are written and the kernels tell their
-        # end four cycles ahead: the one root, beside the phase logic, drove a copy per 64 ports
-        # all over the die (the int8 GEMV 8x56's 504 ports: 8 of them, 7.1-8.7 ns of one route on
-        # three netlists); a middle level per 128 ports lets each of its copies sit on the way.
-        idle_tree = self._idle_tree(m, phase, cctr, idle) if fanout else None
+        root_copies = Copies(m, HOST_GROUP ** 3, reset_less=False)
+        soon_copies = Copies(m, HOST_GROUP ** 2, reset_less=False)
+        idle_in_three = self._idle_in(phase, cctr, idle, 3) if fanout else None
+        idle_in_two = self._idle_in(phase, cctr, idle, 2) if fanout and idle_in_three is None else None
 
         def shared(kind: str, value: Value, width: int, init: int = 0, data: bool = True, weight: int = 1) -> Value:
             copies = data_copies if data else flag_copies
@@ -422,10 +398,12 @@ class TopHW(wiring.Component):
             if hp.write:
                 waddr, wdata = self.port(hp.kernel, hp.slot, "waddr"), self.port(hp.kernel, hp.slot, "wdata")
                 if fanout:          # out of range, the write enable is low: the address needs no 0
-                    flag = idle_tree[0]
-                    for level, (name, copies) in enumerate(idle_tree[1]):   # start gates all but the first
-                        flag = copies(name, flag & ~self.start if level else flag, f"host_idle_{name}", init=1)
-                    stopped = shared("stopped", flag & ~self.start, 1, init=1, data=False)
+                    if idle_in_three is not None:
+                        root = root_copies("root", idle_in_three, "host_idle_root", init=1)
+                        soon = soon_copies("soon", root & ~self.start, "host_idle_soon", init=1)
+                    else:
+                        soon = soon_copies("soon", idle_in_two, "host_idle_soon", init=1)
+                    stopped = shared("stopped", soon & ~self.start, 1, init=1, data=False)
                     rams = hp.block_rams
                     m.d.comb += [
                         waddr.eq(shared("addr", self.host_addr[:len(waddr)], len(waddr), weight=rams)),
