@@ -3,10 +3,10 @@ source, from the SDF nextpnr writes (compiler/pnr/sdf_timing.py reads it; place_
 only the count of such endpoints and their total lateness, `failing_endpoints`, `tns_ns`).
 
 Usage: python bench/sdf_paths.py routed.sdf --period-ns 6.667 [--show 20]
-place_and_route writes `routed.sdf` in its run folder (`<workdir>/pnr/<device>/`) and keeps it
-with `keep_sdf=True`; to get the SDF of a cached run, run nextpnr again in that folder with the
-argv its report holds (compiler/pnr/timing.py `TimingReport.argv`): placement and routing are
-seeded, so the run is the same one.
+place_and_route leaves `routed.sdf` in its run folder (`<workdir>/pnr/<device>/`, ECP5). A run
+served from the cache has none: run nextpnr again in that folder with the argv its report holds
+(compiler/pnr/timing.py `TimingReport.argv`); placement and routing are seeded, so the run is
+the same one.
 """
 from __future__ import annotations
 
