@@ -623,15 +623,6 @@ class KernelHW(wiring.Component):
         """Next step and counters: an odometer over the loop tree (`scaled`: flags of each
         counter's increment and clear, for the registers that follow it)."""
         prog = self.program
-        m.d.sync += [step.eq(nstep)] + [ctr[i].eq(n) for i, n in nctr.items()]
-        if scaled is not None:
-            # The controller reads copies of its step id and counters of its own: the ones every
-            # stage and address reads are pulled across the die by their loads, and the
-            # odometer's route from them was the int8 GEMV 8x56's critical path at one seed
-            # (the counter `i1` -> the step register, 7.2 ns, 6.0 of it routing). The copies
-            # hold the same values (same next value, same reset), kept apart in synthesis.
-            step = registered(m, nstep, "step_ctl", init=step.init, duplicate=True)
-            ctr = {i: registered(m, nctr[i], f"i{i}_ctl", init=c.init, duplicate=True) for i, c in ctr.items()}
         m.d.comb += [nstep.eq(step)] + [nctr[i].eq(c) for i, c in ctr.items()]
         with m.Switch(step):
             with m.Case(idle):
@@ -646,6 +637,7 @@ class KernelHW(wiring.Component):
                     if self.pipelined:          # start again at once: a new sample every cycle
                         with m.If(self.start):
                             m.d.comb += nstep.eq(prog.first)
+        m.d.sync += [step.eq(nstep)] + [ctr[i].eq(n) for i, n in nctr.items()]
 
     @property
     def _reads_trail_start(self) -> bool:
