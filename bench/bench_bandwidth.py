@@ -101,6 +101,9 @@ def main() -> int:
     ap.add_argument("--regroup", action="store_true",
                     help="place once, deal each family of copies' loads by position, then place and route "
                          "(compiler/pnr/replicas.py)")
+    ap.add_argument("--repair", action="store_true",
+                    help="a route missing --freq routed again with nextpnr's timing-driven ripup, aimed 8%% above "
+                         "the Fmax reached; the faster route kept (compiler/pnr/timing.py REPAIR_MARGIN)")
     ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
                     help="a knob of the int8 and w4a8 rows, e.g. dsp_pack=off (YAML values)")
     ap.add_argument("--workdir", type=Path)
@@ -167,6 +170,8 @@ def _print(r: dict, bound: float, freq: float) -> None:
           f"  synth {r['synth_s']:.0f} s" + (f"  P&R {r['pnr_wall_s']:.0f} s" if 'pnr_wall_s' in r else "")
           + (f"\n    median of seeds {r['seeds']}: {', '.join(fmt(f, '.1f') for f in r['fmax_seeds'])} MHz"
              if len(r.get("seeds", ())) > 1 else "")
+          + (f"\n    before the timing repair, per seed: {', '.join(fmt(f, '.1f') for f in r['unrepaired_fmax_seeds'])} MHz"
+             if any(r.get("unrepaired_fmax_seeds") or ()) else "")
           + f"\n    estimate {r['fmax_estimate_mhz']} MHz ({r['estimate_path']})"
           + (f"\n    critical path {r['critical_path']}" if r.get("critical_path") else "")
           + (f"\n    endpoints later than {1000 / freq:.2f} ns, per seed: "

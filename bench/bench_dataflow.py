@@ -128,7 +128,7 @@ def synth_pnr(design, name: str, args, root: Path) -> dict:
                 reports.append(place_and_route(
                     area.netlist_path, "ecp5", root / name / "pnr" / (f"seed{seed}" if len(args.seeds) > 1 else ""),
                     timeout=args.timeout, device=args.device, seed=seed, router="router2", placer=args.placer,
-                    freq_mhz=args.freq, regroup=args.regroup))
+                    freq_mhz=args.freq, regroup=args.regroup, repair=args.repair))
         except ToolError as exc:
             row.update(fmax_mhz=None, reason=f"place-and-route did not finish: {exc.reason}")
             return row
@@ -138,6 +138,7 @@ def synth_pnr(design, name: str, args, root: Path) -> dict:
         row.update(fmax_mhz=rep.fmax_mhz, fits=rep.fits, reason=rep.reason, device=rep.device,
                    critical_path=rep.critical_path, fmax_seeds=[r.fmax_mhz for r in reports], seeds=args.seeds,
                    regrouped=[r.regrouped for r in reports], twins=[r.twins for r in reports],
+                   unrepaired_fmax_seeds=[r.unrepaired_fmax_mhz for r in reports],
                    pnr_s=round(time.perf_counter() - t, 1))
     return row
 
@@ -269,6 +270,9 @@ def main() -> int:
                          "(compiler/pnr/replicas.py)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1],
                     help="nextpnr's seeds: each design placed and routed once per seed, the median seed's row")
+    ap.add_argument("--repair", action="store_true",
+                    help="a route missing --freq routed again with nextpnr's timing-driven ripup, aimed 8%% above "
+                         "the Fmax reached; the faster route kept (compiler/pnr/timing.py REPAIR_MARGIN)")
     ap.add_argument("--device", default="LFE5U-85F", help="the part placed and routed on (LFE5U-85F-8: speed grade 8)")
     ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
                     help="a knob of every design, e.g. target_mhz=150, mul=lut, weight_bits=4 (YAML values)")

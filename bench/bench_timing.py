@@ -105,7 +105,8 @@ def measure(dtype: str, config: HardwareConfig, args, root: Path, *, pnr: bool =
                 area.netlist_path, "ecp5", workdir / "pnr" / (f"seed{seed}" if len(seeds) > 1 else ""),
                 timeout=args.timeout, device=args.device, use_cache=args.cache, seed=seed,
                 router=getattr(args, "router", "router1"), placer=getattr(args, "placer", "heap"),
-                freq_mhz=getattr(args, "freq", 100.0), regroup=getattr(args, "regroup", False)))
+                freq_mhz=getattr(args, "freq", 100.0), regroup=getattr(args, "regroup", False),
+                repair=getattr(args, "repair", False)))
     except ToolError as exc:                 # a time-out or crash: keep the row, say why
         row.update(pnr_wall_s=time.perf_counter() - t, fits=None, fmax_mhz=None, latency_us=None,
                    reason=f"place-and-route did not finish: {exc.reason}", device=args.device, cached=False,
@@ -122,7 +123,8 @@ def measure(dtype: str, config: HardwareConfig, args, root: Path, *, pnr: bool =
                nextpnr=rep.nextpnr_version, log=rep.log_path, critical_path=rep.critical_path,
                seeds=seeds, seed=seeds[reports.index(rep)], fmax_seeds=[r.fmax_mhz for r in reports],
                regrouped=[r.regrouped for r in reports], twins=[r.twins for r in reports],
-               failing_endpoints=[r.failing_endpoints for r in reports], tns_ns=[r.tns_ns for r in reports])
+               failing_endpoints=[r.failing_endpoints for r in reports], tns_ns=[r.tns_ns for r in reports],
+               unrepaired_fmax_seeds=[r.unrepaired_fmax_mhz for r in reports])
     return row
 
 

@@ -230,6 +230,8 @@ def _timing_material(ctx) -> Any:
     options = ctx.timing.options()
     if not options["regroup"]:          # placed as before copies were regrouped: the key it had
         del options["regroup"]
+    if not options["repair"]:           # routed once, as before the repair: the key it had
+        del options["repair"]
     if ctx.timing.more:                 # more runs, another result (one run keeps the key it had)
         options["more"] = [list(r) for r in ctx.timing.more]
     if ctx.timing.check_netlist:        # a row with netlist_check (one without keeps the key it had)

@@ -487,8 +487,12 @@ def bitstream_settings(args: argparse.Namespace, row: Mapping[str, Any]) -> dict
     from compiler.pnr.timing import check_options
     from dse.export import recorded_pnr_settings
     from dse.spec import TimingSpec
+    from dse.export import row_flag
     given = {k: getattr(args, flag) for flag, k in BITSTREAM_SETTINGS.items() if getattr(args, flag) is not None}
     out = {**TimingSpec().options(), **recorded_pnr_settings(row), **given}
+    # the route the row kept: a repair's is one nextpnr run with the ripup at the clock it aimed at
+    del out["repair"]
+    out["ripup"] = row_flag(row.get("pnr_ripup"))
     try:
         check_options(out["router"], out["placer"])
     except ValueError as e:
@@ -535,7 +539,8 @@ def run_export(args: argparse.Namespace) -> int:
         fmax = f"{bit.fmax_mhz:.1f} MHz" if bit.fmax_mhz else "Fmax not reported"
         pins = "pins from the LPF" if bit.constrained else "pins unconstrained: give --lpf for a board"
         how = (f"nextpnr {pnr['router']}, {pnr['placer']} placer, seed {pnr['seed']}, target {pnr['freq_mhz']:g} MHz"
-               + (", copies regrouped by a first placement" if pnr.get("regroup") else ""))
+               + (", copies regrouped by a first placement" if pnr.get("regroup") else "")
+               + (", timing-driven ripup" if pnr.get("ripup") else ""))
         print(f"bitstream {bit.path} ({bit.device} {bit.package}, {fmax}; {how}; {pins})")
     return EXIT_OK
 

@@ -215,6 +215,9 @@ class Metrics:
     pnr_seed: int | None = None
     pnr_freq_mhz: float | None = None       # the target clock given to nextpnr
     pnr_regroup: bool | None = None         # copies' loads dealt by a first placement (compiler/pnr/replicas.py)
+    pnr_repair: bool | None = None          # a route missing the clock routed again (spec timing: {repair: true})
+    pnr_ripup: bool | None = None           # the row's route used nextpnr's timing-driven ripup (the repair's)
+    pnr_unrepaired_fmax_mhz: float | None = None  # with a repair: the first route's Fmax (fmax_mhz: the faster)
     pnr_speed_grade: int | None = None      # the part's speed grade it was timed at (ECP5: 6, 7, 8)
     pnr_critical_path: str | None = None    # nextpnr's slowest path: ends, ns (clk-to-q, logic, routing)
     pnr_failing_endpoints: int | None = None  # ECP5: register inputs reached later than 1000 / pnr_freq_mhz ns
@@ -877,7 +880,16 @@ def _timing(ctx: EvalContext, run: _Run, netlist_path: str, design) -> None:
                 pnr_device=rep.device, pnr_package=rep.package or None, nextpnr_version=rep.nextpnr_version,
                 pnr_speed_grade=rep.speed_grade, pnr_critical_path=rep.critical_path or None,
                 pnr_failing_endpoints=rep.failing_endpoints, pnr_tns_ns=rep.tns_ns,
-                **{f"pnr_{k}": v for k, v in options.items()})
+                **{f"pnr_{k}": v for k, v in options.items()} | {
+                    # the route kept, as it ran (`dse export --bitstream` reuses them): the static placer where
+                    # heap's gave up, a repair's own clock and ripup
+                    "pnr_placer": rep.placer, "pnr_freq_mhz": rep.freq_mhz, "pnr_ripup": rep.ripup,
+                    "pnr_unrepaired_fmax_mhz": rep.unrepaired_fmax_mhz})
+        if rep.repair_aim_mhz is not None:
+            reached = f"{rep.repair_fmax_mhz:.1f} MHz" if rep.repair_fmax_mhz else "no route (stopped or failed)"
+            run.notes.append(f"timing repair (nextpnr --tmg-ripup at {rep.repair_aim_mhz:g} MHz): {reached} against "
+                             f"the first route's {rep.unrepaired_fmax_mhz:.1f} MHz; "
+                             + ("the repair's route kept" if rep.ripup else "the first route kept"))
         if config.target_mhz and rep.fmax_mhz and rep.fmax_mhz < config.target_mhz:
             # the knob places registers for the clock; whether placement reaches it is this run's answer
             run.notes.append(f"placed and routed at {rep.fmax_mhz:.1f} MHz, below target_mhz {config.target_mhz:g}"

@@ -126,19 +126,25 @@ def _timing(row: Mapping[str, Any]) -> TimingReport | None:
     fmax = row.get("fmax_mhz")
     fits = str(row["fits"]).lower() == "true" if isinstance(row["fits"], str) else bool(row["fits"])
     # a row without recorded settings (a trials.csv written by hand): nextpnr's defaults
+    settings = {k: v for k, v in recorded_pnr_settings(row).items() if k in ("router", "placer", "seed", "freq_mhz")}
     return TimingReport(fits=fits, fmax_mhz=float(fmax) if _present(fmax) else None,
                         device=str(row.get("pnr_device") or ""), package=str(row.get("pnr_package") or ""),
                         target=str(row["target"]), reason="" if fits else str(row.get("error") or ""),
-                        **recorded_pnr_settings(row))
+                        ripup=row_flag(row.get("pnr_ripup")), **settings)
+
+
+def row_flag(v: Any) -> bool:
+    """A flag of a row: True, or "True" / "1" / "1.0" from a CSV."""
+    return _present(v) and str(v).strip().lower() in ("true", "1", "1.0")
 
 
 def recorded_pnr_settings(row: Mapping[str, Any]) -> dict[str, Any]:
     """The nextpnr settings a row's Fmax was measured with (Metrics pnr_router, pnr_placer,
-    pnr_seed, pnr_freq_mhz, pnr_regroup) as place_and_route's keyword arguments, typed as
-    TimingSpec's fields (trials.csv gives 3.0 for a seed, "False" for a flag); those the row
-    lacks (blank cells) are left out."""
+    pnr_seed, pnr_freq_mhz, pnr_regroup, pnr_repair) as place_and_route's keyword arguments,
+    typed as TimingSpec's fields (trials.csv gives 3.0 for a seed, "False" for a flag); those the
+    row lacks (blank cells) are left out."""
     kinds = {k: type(v) for k, v in TimingSpec().options().items()}
-    typed = lambda v, kind: str(v).strip().lower() in ("true", "1", "1.0") if kind is bool else kind(v)  # noqa: E731
+    typed = lambda v, kind: row_flag(v) if kind is bool else kind(v)  # noqa: E731
     return {k: typed(row[f"pnr_{k}"], kind) for k, kind in kinds.items() if _present(row.get(f"pnr_{k}"))}
 
 

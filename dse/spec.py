@@ -168,11 +168,13 @@ class TimingSpec:
     more: tuple[tuple[str, int], ...] = ()  # further (placer, seed) runs; the fastest run is the row's
     check_netlist: bool = False             # simulate the netlist nextpnr places (compiler.pnr.gate_sim) first
     regroup: bool = True                    # copies' loads dealt by a first placement (compiler/pnr/replicas.py)
+    repair: bool = False                    # a route that misses the clock routed again with nextpnr's
+                                            # timing-driven ripup (place_and_route `repair`)
 
     def options(self) -> dict[str, Any]:
         """Keyword arguments of compiler.pnr.timing.place_and_route (its first run)."""
         return {"router": self.router, "placer": self.placer, "seed": self.seed, "freq_mhz": self.freq_mhz,
-                "regroup": self.regroup}
+                "regroup": self.regroup, "repair": self.repair}
 
     def runs(self) -> list[dict[str, Any]]:
         """The options of every run, the first one first."""
@@ -1472,14 +1474,15 @@ class _Parser:
         return tuple(out)
 
     def timing_spec(self, value: Any, path: str) -> TimingSpec | None:
-        """`timing: false | true | {router, placer, seed, freq_mhz, check_netlist, regroup}`; `placer`
+        """`timing: false | true | {router, placer, seed, freq_mhz, check_netlist, regroup, repair}`; `placer`
         and `seed` a value or a list of values (every combination placed, the fastest kept)."""
         if type(value) is bool:
             return TimingSpec() if value else None
         if not isinstance(value, dict):
             raise SpecError(path, "expected true, false or a mapping {router, placer, seed, freq_mhz, check_netlist, "
-                                  f"regroup}}, got {_got(value)}")
-        d = _mapping(value, path, optional=["router", "placer", "seed", "freq_mhz", "check_netlist", "regroup"],
+                                  f"regroup, repair}}, got {_got(value)}")
+        d = _mapping(value, path, optional=["router", "placer", "seed", "freq_mhz", "check_netlist", "regroup",
+                                            "repair"],
                      what="true, false or a mapping of place-and-route settings")
         t = TimingSpec()
 
@@ -1501,7 +1504,8 @@ class _Parser:
             placer=runs[0][0], seed=runs[0][1], more=tuple(runs[1:]),
             freq_mhz=float(_number(d.get("freq_mhz", t.freq_mhz), _join(path, "freq_mhz"), positive=True)),
             check_netlist=_bool(d.get("check_netlist", False), _join(path, "check_netlist")),
-            regroup=_bool(d.get("regroup", t.regroup), _join(path, "regroup")))
+            regroup=_bool(d.get("regroup", t.regroup), _join(path, "regroup")),
+            repair=_bool(d.get("repair", t.repair), _join(path, "repair")))
 
     def need_timing(self, metric: str, path: str) -> None:
         if metric in NEEDS_TIMING and not self.timing:

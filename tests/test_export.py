@@ -300,12 +300,15 @@ def test_the_bitstream_reuses_the_nextpnr_settings_the_trials_fmax_was_measured_
     row = {"pnr_router": "router2", "pnr_placer": "static", "pnr_seed": 3.0, "pnr_freq_mhz": 125.0,
            "pnr_regroup": "False"}                                                    # as from CSV
     assert bitstream_settings(argparse.Namespace(**flags), row) == \
-        {"router": "router2", "placer": "static", "seed": 3, "freq_mhz": 125.0, "regroup": False}
+        {"router": "router2", "placer": "static", "seed": 3, "freq_mhz": 125.0, "regroup": False, "ripup": False}
     assert bitstream_settings(argparse.Namespace(**flags), {**row, "pnr_regroup": True})["regroup"] is True
+    # a repaired row's route is one nextpnr run: the ripup at the clock it aimed at (pnr_freq_mhz)
+    repaired = bitstream_settings(argparse.Namespace(**flags), {**row, "pnr_repair": "True", "pnr_ripup": "True"})
+    assert repaired["ripup"] is True and repaired["freq_mhz"] == 125.0 and "repair" not in repaired
     # a flag wins; a row without the record (no timing, or an old sweep) gets nextpnr's defaults
     assert bitstream_settings(argparse.Namespace(**{**flags, "pnr_seed": 7}), row)["seed"] == 7
     assert bitstream_settings(argparse.Namespace(**flags), {"pnr_router": float("nan")}) == \
-        {"router": "router1", "placer": "heap", "seed": 1, "freq_mhz": 100.0, "regroup": True}
+        {"router": "router1", "placer": "heap", "seed": 1, "freq_mhz": 100.0, "regroup": True, "ripup": False}
     with pytest.raises(CliError, match="--bitstream: router: expected one of router1, router2, got 'route3'"):
         bitstream_settings(argparse.Namespace(**{**flags, "router": "route3"}), row)
 
@@ -387,3 +390,15 @@ def test_an_exported_trained_network_holds_its_weights_and_first_sample(tmp_path
     got = expected_words(tmp_path / "o", exp.design.graph.outputs[0], exp.design).astype(np.uint32).view(np.int32)
     assert np.array_equal(got, want)
     assert_passes(tmp_path / "o", exp.cycles)
+
+
+def test_an_exported_rows_timing_is_the_route_it_kept():
+    # the row as trials.csv holds it (every timing row records pnr_regroup, which is no report field)
+    from dse.export import _timing
+    row = {"fits": "True", "fmax_mhz": 135.0, "target": "ecp5", "pnr_device": "LFE5U-85F", "pnr_router": "router2",
+           "pnr_placer": "static", "pnr_seed": 2.0, "pnr_freq_mhz": 129.6, "pnr_regroup": "True", "pnr_repair": "True",
+           "pnr_ripup": "True"}
+    t = _timing(row)
+    assert (t.fits, t.fmax_mhz, t.device, t.placer, t.seed, t.freq_mhz, t.ripup) == \
+        (True, 135.0, "LFE5U-85F", "static", 2, 129.6, True)
+    assert _timing({**row, "pnr_ripup": float("nan")}).ripup is False

@@ -15,7 +15,7 @@ import designs
 from compiler import compile_model
 from compiler.devices import DEVICES, choose_devices, find_device, resource_needs
 from compiler.pnr.timing import (TimingReport, fit_failure, netlist_summary, nextpnr_argv, parse_fmax, parse_utilisation,
-                                 place_and_route, read_report, route_diverging)
+                                 place_and_route, read_report, repair_freq_mhz, route_diverging, route_repair_stalled)
 from compiler.synth.area import synthesize
 
 ECP5_NAMES = {d.name for d in DEVICES["ecp5"]}
@@ -366,7 +366,8 @@ def test_the_specs_timing_settings_reach_nextpnr(tmp_path, cache, monkeypatch):
 
     def fake(netlist_path, target, workdir, timeout=None, **options):
         calls.append(options)
-        return TimingReport(True, 123.0, "LFE5U-25F", "CABGA381", target, freq_mhz=options["freq_mhz"])
+        return TimingReport(True, 123.0, "LFE5U-25F", "CABGA381", target,
+                            **{k: options[k] for k in ("freq_mhz", "router", "placer", "seed")})
     monkeypatch.setattr(compiler.pnr.timing, "place_and_route", fake)
     spec = parse_spec({"study": "timing", "target": "ecp5", "stage_timeout_s": 120,
                        "timing": {"router": "router2", "placer": "static", "seed": 7, "freq_mhz": 80, "regroup": False},
@@ -374,10 +375,37 @@ def test_the_specs_timing_settings_reach_nextpnr(tmp_path, cache, monkeypatch):
                        "dtypes": ["int8"], "objectives": ["latency_us", "luts"], "search": {"sampler": "grid"}})
     m = evaluate(spec, gemv_point(), tmp_path)
     assert calls == [{"device": None, "router": "router2", "placer": "static", "seed": 7, "freq_mhz": 80.0,
-                      "regroup": False}]
+                      "regroup": False, "repair": False}]
     assert m.status is Status.OK and m.fmax_mhz == 123.0 and m.latency_us == pytest.approx(m.cycles / 123.0)
     # and the row records them, for `dse export --bitstream` to build with
     assert (m.pnr_router, m.pnr_placer, m.pnr_seed, m.pnr_freq_mhz, m.pnr_regroup) == ("router2", "static", 7, 80.0, False)
+    assert (m.pnr_repair, m.pnr_ripup, m.pnr_unrepaired_fmax_mhz) == (False, False, None)
+
+
+@pytest.mark.slow
+def test_a_repaired_route_is_the_rows_with_the_settings_it_ran_with(tmp_path, cache, monkeypatch):
+    # `timing: {repair: true}` reaches place_and_route; a report whose repair's route was kept
+    # gives the row that route's clock and ripup (what `dse export --bitstream` runs) and a note
+    from dse.evaluate import Status, evaluate
+    from dse.spec import parse_spec
+    calls = []
+
+    def fake(netlist_path, target, workdir, timeout=None, **options):
+        calls.append(options)
+        return TimingReport(True, 135.0, "LFE5U-25F", "CABGA381", target, freq_mhz=129.6, router="router2",
+                            placer="static", seed=1, ripup=True, repair_aim_mhz=129.6, repair_fmax_mhz=135.0,
+                            unrepaired_fmax_mhz=120.0)
+    monkeypatch.setattr(compiler.pnr.timing, "place_and_route", fake)
+    spec = parse_spec({"study": "timing", "target": "ecp5", "stage_timeout_s": 120,
+                       "timing": {"router": "router2", "placer": "static", "freq_mhz": 150, "repair": True},
+                       "models": [{"name": "g", "builtin": "gemv", "params": {"M": 4, "K": 8}}],
+                       "dtypes": ["int8"], "objectives": ["latency_us", "luts"], "search": {"sampler": "grid"}})
+    m = evaluate(spec, gemv_point(), tmp_path)
+    assert calls[0]["repair"] is True and calls[0]["freq_mhz"] == 150.0
+    assert m.status is Status.OK and m.fmax_mhz == 135.0
+    assert (m.pnr_repair, m.pnr_ripup, m.pnr_freq_mhz, m.pnr_unrepaired_fmax_mhz) == (True, True, 129.6, 120.0)
+    assert ("timing repair (nextpnr --tmg-ripup at 129.6 MHz): 135.0 MHz against the first route's 120.0 MHz; "
+            "the repair's route kept") in m.notes
 
 
 @pytest.mark.slow
@@ -422,7 +450,7 @@ def test_several_placers_and_seeds_keep_the_fastest_run(tmp_path, cache, monkeyp
         fits = (options["placer"], options["seed"]) != ("static", 1)       # the fastest does not fit
         return TimingReport(fits, fmax[options["placer"], options["seed"]] if fits else None, "LFE5U-85F",
                             "CABGA381", target, reason="" if fits else "does not fit",
-                            **{k: v for k, v in options.items() if k != "regroup"})
+                            **{k: v for k, v in options.items() if k not in ("regroup", "repair")})
     monkeypatch.setattr(compiler.pnr.timing, "place_and_route", fake)
     spec = parse_spec({"study": "timing", "target": "ecp5", "stage_timeout_s": 120,
                        "timing": {"router": "router2", "placer": ["heap", "static"], "seed": [1, 2]},
@@ -485,6 +513,73 @@ def test_a_route_whose_overused_wires_keep_rising_is_diverging():
     assert why == ("router2's overused wires rose in 8 iterations in a row (3,265 -> 7,265 at iteration 10), "
                    "stopped")
     assert route_diverging(log([3, 4, 5, 6, 7, 8, 9, 10, 11, 11])) is None                  # a flat step ends it
+
+
+def test_a_timing_repair_stalls_when_its_failing_arcs_stop_falling():
+    def log(fails):
+        return "".join(f"Info:     iter={i} wires=9000 overused=3 overuse=3 tmgfail={f} archfail=NA\n"
+                       for i, f in enumerate(fails, 1))
+    assert route_repair_stalled(log([300] * 30)) is None                        # too few iterations to say
+    assert route_repair_stalled(log([300, 296] + [297 + k % 50 for k in range(30)])) == (
+        "the timing repair's failing arcs did not fall below 296 (iteration 2) in 30 iterations (326 at "
+        "iteration 32), stopped")
+    assert route_repair_stalled(log([300, 296] + [297] * 29 + [295])) is None     # a new fewest: going on
+    assert route_repair_stalled(log([5, 1] + [3] * 29 + [0])) is None            # none fails: the route ends
+    assert repair_freq_mhz(139.0, 200.0) == 150.1 and repair_freq_mhz(195.0, 200.0) == 200.0
+    argv = nextpnr_argv(find_device("ecp5", "85k"), "CABGA381", top="top", freq_mhz=150, seed=1, ripup=True)
+    assert "--tmg-ripup" in argv
+    assert "--tmg-ripup" not in nextpnr_argv(find_device("ecp5", "85k"), "CABGA381", top="top", freq_mhz=150, seed=1)
+
+
+def test_a_route_missing_its_clock_is_repaired_and_the_faster_route_kept(tmp_path, cache, monkeypatch):
+    # a stand-in nextpnr: without --tmg-ripup it routes at 120 MHz; with it, it prints router2's
+    # iterations with their failing arcs, then its Fmax (STANDIN_REPAIR: "converges" at 135 MHz,
+    # "slower" at 110, "stalls": the same failing arcs for minutes)
+    import sys
+    import time
+    tool = tmp_path / "nextpnr-standin"
+    tool.write_text(f"#!{sys.executable}\n"
+                    "import os, sys, time\n"
+                    "freq = float(sys.argv[sys.argv.index('--freq') + 1])\n"
+                    "mode = os.environ['STANDIN_REPAIR'] if '--tmg-ripup' in sys.argv else 'first'\n"
+                    "fails = {'first': [], 'converges': [40, 9, 0], 'slower': [3, 0], 'stalls': [40] * 3000}[mode]\n"
+                    "for i, f in enumerate(fails, 1):\n"
+                    "    print(f'Info:     iter={i} wires=1000 overused=0 overuse=0 tmgfail={f} archfail=NA', flush=True)\n"
+                    "    time.sleep(0.02)\n"
+                    "mhz = {'first': 120.0, 'converges': 135.0, 'slower': 110.0}[mode]\n"
+                    "print(f\"Info: Max frequency for clock '$glbnet$clk': {mhz:.2f} MHz (FAIL at {freq:.2f} MHz)\")\n")
+    tool.chmod(0o755)
+    monkeypatch.setattr(compiler.pnr.timing, "find_tool", lambda name: str(tool))
+    monkeypatch.setattr(compiler.pnr.timing, "ROUTE_WATCH_S", 0.05)
+    path = tmp_path / "netlist.json"
+    design = netlist({"LUT4": 40_000}, {"clk": 1})
+    for cell in design["modules"]["mytop"]["cells"].values():
+        cell.update(parameters={"INIT": "0" * 16}, connections={}, port_directions={})
+    path.write_text(json.dumps(design))
+
+    def run(folder: str, mode: str, **options) -> TimingReport:
+        monkeypatch.setenv("STANDIN_REPAIR", mode)
+        return place_and_route(path, "ecp5", tmp_path / folder, device="85k", router="router2", placer="static",
+                               freq_mhz=150, use_cache=False, timeout=120, **options)
+    first = run("plain", "converges")                         # no repair asked: one route
+    assert first.fmax_mhz == 120.0 and first.repair_aim_mhz is None and not first.ripup
+    kept = run("a", "converges", repair=True)                 # aimed 8% above 120 MHz: 129.6
+    assert (kept.fmax_mhz, kept.ripup, kept.freq_mhz) == (135.0, True, 129.6)
+    assert (kept.repair_aim_mhz, kept.repair_fmax_mhz, kept.unrepaired_fmax_mhz) == (129.6, 135.0, 120.0)
+    assert "--tmg-ripup" in kept.argv and (tmp_path / "a" / "repair" / "LFE5U-85F" / "nextpnr.log").exists()
+    slower = run("b", "slower", repair=True)                  # the first route stands, and says so
+    assert (slower.fmax_mhz, slower.ripup, slower.freq_mhz) == (120.0, False, 150.0)
+    assert (slower.repair_fmax_mhz, slower.unrepaired_fmax_mhz) == (110.0, 120.0)
+    t0 = time.perf_counter()
+    stalled = run("c", "stalls", repair=True)                 # stopped by the watch, not its 60 s of iterations
+    assert time.perf_counter() - t0 < 40
+    assert (stalled.fmax_mhz, stalled.ripup, stalled.repair_aim_mhz, stalled.repair_fmax_mhz) == (120.0, False, 129.6, None)
+    log = (tmp_path / "c" / "repair" / "LFE5U-85F" / "nextpnr.log").read_text()
+    assert "iter=31 " in log and "iter=1000 " not in log
+    monkeypatch.setenv("STANDIN_REPAIR", "converges")        # a route that meets its clock is not repaired
+    met = place_and_route(path, "ecp5", tmp_path / "d", device="85k", router="router2", placer="static",
+                          freq_mhz=100, use_cache=False, timeout=120, repair=True)
+    assert (met.fmax_mhz, met.repair_aim_mhz) == (120.0, None) and not (tmp_path / "d" / "repair").exists()
 
 
 def test_a_diverging_route_is_stopped_and_placed_again_with_the_static_placer(tmp_path, cache, monkeypatch):

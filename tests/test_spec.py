@@ -201,8 +201,9 @@ ERRORS = [
     (with_("gate", []), "gate: must not be empty"),
     # scalars
     (with_("timing", 1), "timing: expected true, false or a mapping {router, placer, seed, freq_mhz, check_netlist, "
-                         "regroup}, got 1"),
+                         "regroup, repair}, got 1"),
     (with_("timing", {"regroup": "no"}), "timing.regroup: expected true or false, got 'no'"),
+    (with_("timing", {"repair": 1}), "timing.repair: expected true or false, got 1"),
     (with_("timing", {"check_netlist": "yes"}), "timing.check_netlist: expected true or false, got 'yes'"),
     (with_("timing", {"router": "router_2"}), "timing.router: unknown router 'router_2'; did you mean 'router2'?"),
     (with_("timing", {"placer": "sa"}), "timing.placer: unknown placer 'sa' (known: heap, static)"),
@@ -568,7 +569,7 @@ def test_timing_settings_reach_place_and_route_and_the_cache_key():
     wide = parse_spec(with_("timing", {"router": "router2", "placer": "static", "freq_mhz": 125}))
     assert wide.timing == TimingSpec(router="router2", placer="static", seed=1, freq_mhz=125.0)
     assert wide.timing.options() == {"router": "router2", "placer": "static", "seed": 1, "freq_mhz": 125.0,
-                                     "regroup": True}
+                                     "regroup": True, "repair": False}
     assert not parse_spec(with_("timing", {"regroup": False})).timing.options()["regroup"]
     assert not wide.timing.check_netlist
     assert parse_spec(with_("timing", {"check_netlist": True})).timing.check_netlist
@@ -588,6 +589,11 @@ def test_timing_settings_reach_place_and_route_and_the_cache_key():
     assert _timing_material(EvalContext.from_spec(plain))["options"]["regroup"] is True
     assert "regroup" not in _timing_material(EvalContext.from_spec(parse_spec(with_("timing", {"regroup": False}))))[
         "options"]
+    # a repair is another result; without it, the key a single route had
+    assert "repair" not in _timing_material(EvalContext.from_spec(plain))["options"]
+    repaired = parse_spec(with_("timing", {"repair": True}))
+    assert repaired.timing.options()["repair"] is True
+    assert _timing_material(EvalContext.from_spec(repaired))["options"]["repair"] is True
     # an EvalContext built by hand still takes a bool
     assert EvalContext.from_spec(plain, timing=False).timing is None
     assert EvalContext.from_spec(wide, timing=True).timing == TimingSpec()

@@ -45,12 +45,12 @@ class Bitstream:
 def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package: str | None = None,
                     lpf: str | Path | None = None, freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = DEFAULT_SEED,
                     router: str = DEFAULT_ROUTER, placer: str = DEFAULT_PLACER, regroup: bool = False,
-                    name: str = "tinyhw_top", timeout: float | None = 1800, bus: str = "native") -> Bitstream:
+                    ripup: bool = False, name: str = "tinyhw_top", timeout: float | None = 1800, bus: str = "native") -> Bitstream:
     """`out_dir/<name>_<device>_<package>.bit`; the tools' files go to `out_dir/.bitstream/`.
     `package` defaults to the part's first package with enough pins. Raises ValueError for an
     unknown part or package or a missing LPF, ToolError when a tool fails (nextpnr also when
     the design does not fit the part: its log says which resource ran out). `freq_mhz`, `seed`,
-    `router`, `placer`, `regroup`: nextpnr's settings and the copies dealt by a first placement
+    `router`, `placer`, `regroup`, `ripup`: nextpnr's settings and the copies dealt by a first placement
     (compiler.pnr.timing.place_and_route's); the Fmax an explorer's sweep measured is
     reproduced by giving the settings it ran with. `bus`: the
     design behind that bus wrapper (compiler.bus.wrapper), as `export_design(bus=...)` writes it."""
@@ -82,7 +82,7 @@ def write_bitstream(*, design: Design, out_dir: str | Path, device: str, package
     # the clock on the package's clock pin, as the explorer's timing assumes, unless the user's
     # LPF places the pins
     argv = nextpnr_argv(dev, package, top=top, freq_mhz=freq_mhz, seed=seed, router=router, placer=placer,
-                        clock=clock and lpf is None)
+                        ripup=ripup, clock=clock and lpf is None)
     argv += ["--textcfg", "design.config"]
     write_clock_lpf(work, argv, package)
     if lpf is not None:
