@@ -102,7 +102,7 @@ def main() -> int:
                     help="place once, deal each family of copies' loads by position, then place and route "
                          "(compiler/pnr/replicas.py)")
     ap.add_argument("--repair", action="store_true",
-                    help="a route missing --freq routed again with nextpnr's timing-driven ripup, aimed 8%% above "
+                    help="a route missing --freq routed again with nextpnr's timing-driven ripup, aimed 10%% above "
                          "the Fmax reached; the faster route kept (compiler/pnr/timing.py REPAIR_MARGIN)")
     ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
                     help="a knob of the int8 and w4a8 rows, e.g. dsp_pack=off (YAML values)")

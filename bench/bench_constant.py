@@ -73,7 +73,7 @@ def main() -> None:
                     help="nextpnr's seeds: placed and routed once per seed, the median seed's row")
     ap.add_argument("--freq", type=float, default=100.0, help="the clock nextpnr's timing-driven placement aims at (MHz)")
     ap.add_argument("--repair", action="store_true",
-                    help="a route missing --freq routed again with nextpnr's timing-driven ripup, aimed 8%% above "
+                    help="a route missing --freq routed again with nextpnr's timing-driven ripup, aimed 10%% above "
                          "the Fmax reached; the faster route kept (compiler/pnr/timing.py REPAIR_MARGIN)")
     ap.add_argument("--timeout", type=float, default=4 * 3600)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/tinyhw-bench-constant"))

@@ -271,7 +271,7 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1],
                     help="nextpnr's seeds: each design placed and routed once per seed, the median seed's row")
     ap.add_argument("--repair", action="store_true",
-                    help="a route missing --freq routed again with nextpnr's timing-driven ripup, aimed 8%% above "
+                    help="a route missing --freq routed again with nextpnr's timing-driven ripup, aimed 10%% above "
                          "the Fmax reached; the faster route kept (compiler/pnr/timing.py REPAIR_MARGIN)")
     ap.add_argument("--device", default="LFE5U-85F", help="the part placed and routed on (LFE5U-85F-8: speed grade 8)")
     ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
