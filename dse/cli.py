@@ -485,9 +485,8 @@ def bitstream_settings(args: argparse.Namespace, row: Mapping[str, Any]) -> dict
     measured with (its row's pnr_router ... pnr_freq_mhz), else nextpnr's default; so the
     bitstream closes timing as the sweep found it would."""
     from compiler.pnr.timing import check_options
-    from dse.export import recorded_pnr_settings
+    from dse.export import recorded_pnr_settings, row_flag
     from dse.spec import TimingSpec
-    from dse.export import row_flag
     given = {k: getattr(args, flag) for flag, k in BITSTREAM_SETTINGS.items() if getattr(args, flag) is not None}
     out = {**TimingSpec().options(), **recorded_pnr_settings(row), **given}
     # the route the row kept: a repair's is one nextpnr run with the ripup at the clock it aimed at

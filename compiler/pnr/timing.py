@@ -58,6 +58,13 @@ Diverging routes. While nextpnr runs, its log is read every few seconds (_RouteW
 router2's overused wires have risen in ROUTE_RISING iterations in a row the run is stopped and
 is a verdict, "does not route" (route_diverging), where it would have run to the stage's timeout.
 
+Repair (`repair=True`). A route that misses nextpnr's clock is placed and routed once more with
+router2's timing-driven ripup (`--tmg-ripup`), aimed REPAIR_MARGIN above the Fmax the first route
+reached, and the faster route is kept: the ripup reroutes the late arcs until none is late at
+the clock it aims at, which it reaches within a normal route's iterations when the aim is near
+what the placement allows, and never at a clock far above it (then the watch stops it:
+route_repair_stalled). docs/timing.md has the measurements.
+
 Cache. Each nextpnr run is cached in `compiler.cache.PNR` (`<cache_root>/pnr`), keyed by the
 SHA-256 of the netlist JSON, the device, package, options, the nextpnr package version and
 this module's source (it writes the constraints and reads nextpnr's report); a
