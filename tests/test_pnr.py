@@ -5,6 +5,8 @@ yowasp-nextpnr (a few seconds each, the first call also compiles its WASM module
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 import compiler.pnr.timing
 from compiler.pnr import sdf_timing
 from compiler.tools import ToolError
@@ -466,16 +468,33 @@ def test_several_placers_and_seeds_keep_the_fastest_run(tmp_path, cache, monkeyp
             "no Fmax, static seed 2: 110.0 MHz") in m.notes
 
 
-def test_the_heap_placers_legaliser_giving_up_places_with_the_static_placer(tmp_path, cache, monkeypatch):
-    # nextpnr's heap placer sometimes gives up legalising a large design that the annealing
-    # placer places: place_and_route then runs the static placer on the same part, and the
-    # report says so (its placer); a design the static placer cannot place either is a verdict,
-    # and a heap failure of another kind (no room for a cell) is one without the second run
+def lut_netlist(tmp_path) -> Path:
+    """A netlist of 40,000 unconnected LUT4s (an LFE5U-85F holds it), for stand-ins of nextpnr."""
     path = tmp_path / "netlist.json"
     design = netlist({"LUT4": 40_000}, {"clk": 1})
     for cell in design["modules"]["mytop"]["cells"].values():
         cell.update(parameters={"INIT": "0" * 16}, connections={}, port_directions={})
     path.write_text(json.dumps(design))
+    return path
+
+
+def standin(tmp_path, monkeypatch, body: str) -> Path:
+    """A stand-in for nextpnr: a Python script of `body` (after `import os, sys, time`) that
+    place_and_route runs instead, its log watched every 0.05 s."""
+    tool = tmp_path / "nextpnr-standin"
+    tool.write_text(f"#!{sys.executable}\nimport os, sys, time\n" + body)
+    tool.chmod(0o755)
+    monkeypatch.setattr(compiler.pnr.timing, "find_tool", lambda name: str(tool))
+    monkeypatch.setattr(compiler.pnr.timing, "ROUTE_WATCH_S", 0.05)
+    return tool
+
+
+def test_the_heap_placers_legaliser_giving_up_places_with_the_static_placer(tmp_path, cache, monkeypatch):
+    # nextpnr's heap placer sometimes gives up legalising a large design that the annealing
+    # placer places: place_and_route then runs the static placer on the same part, and the
+    # report says so (its placer); a design the static placer cannot place either is a verdict,
+    # and a heap failure of another kind (no room for a cell) is one without the second run
+    path = lut_netlist(tmp_path)
     runs = []
 
     def fake_run(data, run_dir, *, argv, dev, pkg, target, needs, settings, version, timeout):
@@ -535,27 +554,16 @@ def test_a_route_missing_its_clock_is_repaired_and_the_faster_route_kept(tmp_pat
     # a stand-in nextpnr: without --tmg-ripup it routes at 120 MHz; with it, it prints router2's
     # iterations with their failing arcs, then its Fmax (STANDIN_REPAIR: "converges" at 135 MHz,
     # "slower" at 110, "stalls": the same failing arcs for minutes)
-    import sys
     import time
-    tool = tmp_path / "nextpnr-standin"
-    tool.write_text(f"#!{sys.executable}\n"
-                    "import os, sys, time\n"
-                    "freq = float(sys.argv[sys.argv.index('--freq') + 1])\n"
-                    "mode = os.environ['STANDIN_REPAIR'] if '--tmg-ripup' in sys.argv else 'first'\n"
-                    "fails = {'first': [], 'converges': [40, 9, 0], 'slower': [3, 0], 'stalls': [40] * 3000}[mode]\n"
-                    "for i, f in enumerate(fails, 1):\n"
-                    "    print(f'Info:     iter={i} wires=1000 overused=0 overuse=0 tmgfail={f} archfail=NA', flush=True)\n"
-                    "    time.sleep(0.02)\n"
-                    "mhz = {'first': 120.0, 'converges': 135.0, 'slower': 110.0}[mode]\n"
-                    "print(f\"Info: Max frequency for clock '$glbnet$clk': {mhz:.2f} MHz (FAIL at {freq:.2f} MHz)\")\n")
-    tool.chmod(0o755)
-    monkeypatch.setattr(compiler.pnr.timing, "find_tool", lambda name: str(tool))
-    monkeypatch.setattr(compiler.pnr.timing, "ROUTE_WATCH_S", 0.05)
-    path = tmp_path / "netlist.json"
-    design = netlist({"LUT4": 40_000}, {"clk": 1})
-    for cell in design["modules"]["mytop"]["cells"].values():
-        cell.update(parameters={"INIT": "0" * 16}, connections={}, port_directions={})
-    path.write_text(json.dumps(design))
+    standin(tmp_path, monkeypatch, "freq = float(sys.argv[sys.argv.index('--freq') + 1])\n"
+                                   "mode = os.environ['STANDIN_REPAIR'] if '--tmg-ripup' in sys.argv else 'first'\n"
+                                   "fails = {'first': [], 'converges': [40, 9, 0], 'slower': [3, 0], 'stalls': [40] * 3000}[mode]\n"
+                                   "for i, f in enumerate(fails, 1):\n"
+                                   "    print(f'Info:     iter={i} wires=1000 overused=0 overuse=0 tmgfail={f} archfail=NA', flush=True)\n"
+                                   "    time.sleep(0.02)\n"
+                                   "mhz = {'first': 120.0, 'converges': 135.0, 'slower': 110.0}[mode]\n"
+                                   "print(f\"Info: Max frequency for clock '$glbnet$clk': {mhz:.2f} MHz (FAIL at {freq:.2f} MHz)\")\n")
+    path = lut_netlist(tmp_path)
 
     def run(folder: str, mode: str, **options) -> TimingReport:
         monkeypatch.setenv("STANDIN_REPAIR", mode)
@@ -586,27 +594,16 @@ def test_a_diverging_route_is_stopped_and_placed_again_with_the_static_placer(tm
     # a stand-in nextpnr that prints router2's iterations with more overused wires each time, for
     # minutes: the watch stops it after ROUTE_RISING of them, the run is a verdict ("does not route"),
     # and place_and_route places the same part with the static placer, which routes here
-    import sys
     import time
-    tool = tmp_path / "nextpnr-standin"
-    tool.write_text(f"#!{sys.executable}\n"
-                    "import os, sys, time\n"
-                    "static = 'static' in sys.argv and not os.environ.get('STANDIN_STATIC_DIVERGES')\n"
-                    "for i in range(1, 3000):\n"
-                    "    print(f'Info:     iter={i} wires=1000 overused={0 if static else 100 + i} overuse=1 archfail=NA',"
-                    " flush=True)\n"
-                    "    if static and i == 3:\n"
-                    "        print(\"Info: Max frequency for clock '$glbnet$clk': 123.40 MHz (PASS at 100.00 MHz)\")\n"
-                    "        sys.exit(0)\n"
-                    "    time.sleep(0.05)\n")
-    tool.chmod(0o755)
-    monkeypatch.setattr(compiler.pnr.timing, "find_tool", lambda name: str(tool))
-    monkeypatch.setattr(compiler.pnr.timing, "ROUTE_WATCH_S", 0.05)
-    path = tmp_path / "netlist.json"
-    design = netlist({"LUT4": 40_000}, {"clk": 1})
-    for cell in design["modules"]["mytop"]["cells"].values():
-        cell.update(parameters={"INIT": "0" * 16}, connections={}, port_directions={})
-    path.write_text(json.dumps(design))
+    standin(tmp_path, monkeypatch, "static = 'static' in sys.argv and not os.environ.get('STANDIN_STATIC_DIVERGES')\n"
+                                   "for i in range(1, 3000):\n"
+                                   "    print(f'Info:     iter={i} wires=1000 overused={0 if static else 100 + i} overuse=1 archfail=NA',"
+                                   " flush=True)\n"
+                                   "    if static and i == 3:\n"
+                                   "        print(\"Info: Max frequency for clock '$glbnet$clk': 123.40 MHz (PASS at 100.00 MHz)\")\n"
+                                   "        sys.exit(0)\n"
+                                   "    time.sleep(0.05)\n")
+    path = lut_netlist(tmp_path)
     t0 = time.perf_counter()
     report = place_and_route(path, "ecp5", tmp_path / "a", device="85k", placer="heap", use_cache=False, timeout=120)
     assert time.perf_counter() - t0 < 60                     # the heap run's 3,000 iterations take 150 s
