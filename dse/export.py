@@ -13,7 +13,7 @@ differs from the measured row's is refused (the compiler changed since the sweep
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -126,7 +126,9 @@ def _timing(row: Mapping[str, Any]) -> TimingReport | None:
     fmax = row.get("fmax_mhz")
     fits = str(row["fits"]).lower() == "true" if isinstance(row["fits"], str) else bool(row["fits"])
     # a row without recorded settings (a trials.csv written by hand): nextpnr's defaults
-    settings = {k: v for k, v in recorded_pnr_settings(row).items() if k in ("router", "placer", "seed", "freq_mhz")}
+    # the settings that are the report's fields (regroup and repair say how it was placed, not what)
+    report_fields = {f.name for f in fields(TimingReport)}
+    settings = {k: v for k, v in recorded_pnr_settings(row).items() if k in report_fields}
     return TimingReport(fits=fits, fmax_mhz=float(fmax) if _present(fmax) else None,
                         device=str(row.get("pnr_device") or ""), package=str(row.get("pnr_package") or ""),
                         target=str(row["target"]), reason="" if fits else str(row.get("error") or ""),

@@ -638,7 +638,7 @@ def _run(netlist: bytes, run_dir: Path, *, argv: list[str], dev: Device, pkg: st
                   nextpnr_version=version, **settings)
     t0 = time.perf_counter()
     try:
-        with _RouteWatch(run_dir / "nextpnr.log", ripup=bool(settings.get("ripup"))) as watch:
+        with _RouteWatch(run_dir / "nextpnr.log", ripup=settings["ripup"]) as watch:
             run = run_tool(cmd, cwd=run_dir, log_name="nextpnr.log", timeout=timeout)
     except ToolError as exc:
         log_path = run_dir / "nextpnr.log"
@@ -646,8 +646,12 @@ def _run(netlist: bytes, run_dir: Path, *, argv: list[str], dev: Device, pkg: st
         why = watch.why or (fit_failure(log) if "timed out" not in exc.reason else None)
         if why is None:
             raise
-        verdict = ("timing repair stopped on" if why.startswith(REPAIR_STALLED) else "does not route on") \
-            if watch.why else "does not fit"
+        if not watch.why:
+            verdict = "does not fit"
+        elif why.startswith(REPAIR_STALLED):
+            verdict = "timing repair stopped on"
+        else:
+            verdict = "does not route on"
         return TimingReport(False, None, reason=f"{verdict} {dev.name} {pkg}: {why}",
                             seconds=time.perf_counter() - t0, log_path=str(log_path),
                             utilisation=parse_utilisation(log), **common)
