@@ -45,7 +45,8 @@ from bench_timing import fmt, measure  # noqa: E402
 
 from compiler import HardwareConfig  # noqa: E402
 from compiler.devices import find_device  # noqa: E402
-from compiler.pnr.timing import PLACERS, ROUTERS  # noqa: E402
+from compiler.pnr.timing import ROUTERS  # noqa: E402
+from pnr_seeds import add_pnr_arguments  # noqa: E402
 
 M, K = 128, 784
 WORDS_PER_CYCLE = 800          # 208 DP16KD x 2 ports x 18 bits / 9 bits per int8 weight, rounded
@@ -71,7 +72,6 @@ def main() -> int:
                          "and int8 x, at the --pipelines levels")
     ap.add_argument("--fp32", nargs="*", type=parse_shape, default=[(4, 8)])
     ap.add_argument("--device", default="85k")
-    ap.add_argument("--freq", type=float, default=100.0, help="nextpnr target clock (MHz)")
     ap.add_argument("--pipelines", nargs="+", type=int, default=[3],
                     help="fp_pipeline values of the int8 rows (3 adds operand copies and adder-tree registers, "
                          "4 a second product register)")
@@ -92,18 +92,7 @@ def main() -> int:
     ap.add_argument("--no-cache", dest="cache", action="store_false")
     ap.add_argument("--router", choices=ROUTERS, default="router2",
                     help="nextpnr router (default router2: router1 does not converge on these designs)")
-    ap.add_argument("--placer", choices=PLACERS, default="static",
-                    help="nextpnr placer (default static: on the 16x16 its placement routed in a third of "
-                         "heap's time, at the same clock)")
-    ap.add_argument("--seeds", nargs="+", type=int, default=[1],
-                    help="nextpnr seeds: each design is placed and routed once per seed and its row is the "
-                         "median seed's (single seeds moved Fmax by +-10%% on these designs)")
-    ap.add_argument("--regroup", action="store_true",
-                    help="place once, deal each family of copies' loads by position, then place and route "
-                         "(compiler/pnr/replicas.py)")
-    ap.add_argument("--repair", action="store_true",
-                    help="a route missing --freq routed again with nextpnr's timing-driven ripup, aimed 10%% above "
-                         "the Fmax reached; the faster route kept (compiler/pnr/timing.py REPAIR_MARGIN)")
+    add_pnr_arguments(ap)
     ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
                     help="a knob of the int8 and w4a8 rows, e.g. dsp_pack=off (YAML values)")
     ap.add_argument("--workdir", type=Path)
@@ -134,13 +123,13 @@ def main() -> int:
             row = measure(dtype, config, args, root, pnr=args.pnr)
             row["kind"] = dtype
             rows.append(row)
-            _print(row, BOUNDS.get(dtype, bound), args.freq)
+            _print(row, BOUNDS.get(dtype, bound))
     seq = None
     if args.sequential:
         seq = measure("int8", HardwareConfig(), argparse.Namespace(**{**vars(args), "sim": False}), root, pnr=False)
         seq["kind"] = "int8 sequential"
         rows.append(seq)
-        _print(seq, bound, args.freq)
+        _print(seq, bound)
 
     print()
     for dtype in ("int8", "w4a8", "fp32"):
@@ -161,7 +150,7 @@ def main() -> int:
     return 0
 
 
-def _print(r: dict, bound: float, freq: float) -> None:
+def _print(r: dict, bound: float) -> None:
     fits = r.get("fits")
     print(f"{r['kind']:15} {r['lanes']:>3}x{r['reduce_unroll']:<3} P{r['fp_pipeline']} cycles {r['cycles']:>6} "
           f"(bound x {r['cycles'] / bound:5.2f})  LUT {r['luts']:>6,} FF {r['ffs']:>6,} BRAM {r['bram']:>3} "
@@ -174,8 +163,9 @@ def _print(r: dict, bound: float, freq: float) -> None:
              if any(r.get("unrepaired_fmax_seeds") or ()) else "")
           + f"\n    estimate {r['fmax_estimate_mhz']} MHz ({r['estimate_path']})"
           + (f"\n    critical path {r['critical_path']}" if r.get("critical_path") else "")
-          + (f"\n    endpoints later than {1000 / freq:.2f} ns, per seed: "
-             + ", ".join(f"{fmt(n, ',')} ({fmt(t, '.1f')} ns in all)" for n, t in zip(r['failing_endpoints'], r['tns_ns']))
+          + ("\n    endpoints later than the clock the route aimed at, per seed: "
+             + ", ".join(f"{fmt(n, ',')} later than {1000 / aim:.2f} ns ({fmt(t, '.1f')} ns in all)"
+                         for n, t, aim in zip(r['failing_endpoints'], r['tns_ns'], r['aim_mhz']))
              if r.get("failing_endpoints") else "")
           + (f"\n    {r['mul_note']}" if r.get("mul_note") else "")
           + ("" if fits else f"\n    {r['reason']}" if r.get("reason") else ""), flush=True)

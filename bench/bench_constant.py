@@ -37,7 +37,6 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 
 from compiler import HardwareConfig  # noqa: E402
-from compiler.pnr.timing import place_and_route  # noqa: E402
 from compiler.synth.area import synthesize  # noqa: E402
 from dse.models.accuracy import run_samples  # noqa: E402
 from dse.estimate import design_features, fmax_estimate  # noqa: E402
@@ -45,6 +44,7 @@ from dse.models.data import DataSpec  # noqa: E402
 from dse.models.model import TrainedModel  # noqa: E402
 from dse.models.qat import QatOptions  # noqa: E402
 from dse.models.widths import Formats, is_format_knob, quantisable  # noqa: E402
+from pnr_seeds import add_pnr_arguments, median_seed, place_and_route_seeds, seed_fields  # noqa: E402
 
 MODELS = {
     "jet": (ROOT / "models" / "jet_mlp.npz", DataSpec(file=ROOT / "models" / "jet_data.npz")),
@@ -65,16 +65,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE")
     ap.add_argument("--pnr", action="store_true", help="place and route on the LFE5U-85F")
     ap.add_argument("--device", default="LFE5U-85F", help="the part placed and routed on (LFE5U-85F-8: speed grade 8)")
-    ap.add_argument("--placer", default="static", help="nextpnr's placer (static, heap, sa)")
-    ap.add_argument("--regroup", action="store_true",
-                    help="place once, deal each family of copies' loads by position, then place and route "
-                         "(compiler/pnr/replicas.py)")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1],
-                    help="nextpnr's seeds: placed and routed once per seed, the median seed's row")
-    ap.add_argument("--freq", type=float, default=100.0, help="the clock nextpnr's timing-driven placement aims at (MHz)")
-    ap.add_argument("--repair", action="store_true",
-                    help="a route missing --freq routed again with nextpnr's timing-driven ripup, aimed 10%% above "
-                         "the Fmax reached; the faster route kept (compiler/pnr/timing.py REPAIR_MARGIN)")
+    add_pnr_arguments(ap)
     ap.add_argument("--timeout", type=float, default=4 * 3600)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/tinyhw-bench-constant"))
     ap.add_argument("--header", action="store_true")
@@ -112,16 +103,11 @@ def main() -> None:
     row.update(fmax_estimate_mhz=round(est.fmax_mhz, 1), estimate_path=est.where)
     if args.pnr:
         t0 = time.perf_counter()
-        reports = [place_and_route(area.netlist_path, "ecp5", work / "pnr" / (f"seed{seed}" if len(args.seeds) > 1 else ""),
-                                   timeout=args.timeout, device=args.device, router="router2", placer=args.placer,
-                                   seed=seed, freq_mhz=args.freq, regroup=args.regroup, repair=args.repair)
-                   for seed in args.seeds]
-        rep = sorted(reports, key=lambda x: x.fmax_mhz or 0.0)[(len(reports) - 1) // 2]     # the median seed's
+        reports = place_and_route_seeds(area.netlist_path, work / "pnr", args)
+        rep = median_seed(reports)
         row.update(fits=rep.fits, fmax_mhz=rep.fmax_mhz, device=rep.device, pnr_s=time.perf_counter() - t0,
                    reason=None if rep.fits else rep.reason, critical_path=rep.critical_path,
-                   fmax_seeds=[x.fmax_mhz for x in reports], seeds=args.seeds, utilisation=dict(rep.utilisation),
-                   regrouped=[x.regrouped for x in reports], twins=[x.twins for x in reports],
-                   unrepaired_fmax_seeds=[x.unrepaired_fmax_mhz for x in reports])
+                   utilisation=dict(rep.utilisation), **seed_fields(reports))
         if rep.fits and rep.fmax_mhz:
             row["latency_ns"] = r.cycles * 1000.0 / rep.fmax_mhz
     if args.header:

@@ -41,11 +41,11 @@ import yaml  # noqa: E402
 from tinygrad import Tensor, dtypes  # noqa: E402
 
 from compiler import HardwareConfig, compile_model, simulate_many  # noqa: E402
-from compiler.pnr.timing import place_and_route  # noqa: E402
 from compiler.synth.area import module_breakdown, synthesize  # noqa: E402
 from compiler.tools import ToolError  # noqa: E402
 from dse.estimate import design_features, fmax_estimate  # noqa: E402
 from dse.spec import hardware_knobs  # noqa: E402
+from pnr_seeds import add_pnr_arguments, median_seed, place_and_route_seeds, seed_fields  # noqa: E402
 
 SHAPES = {"ad08": [64, 72, 72, 8, 72, 72, 64], "kws": [490, 256, 256, 256, 12], "kws3": [490, 256, 256, 256, 12]}
 TARGETS = {"ad08": 100, "kws": 1024, "kws3": 400, "digits_mlp": 64, "digits_cnn": 512, "kws_trained": 550,
@@ -122,23 +122,14 @@ def synth_pnr(design, name: str, args, root: Path) -> dict:
         print(json.dumps({"netlist_check": check.message, "seconds": round(check.seconds, 1)}), flush=True)
     if args.pnr:
         t = time.perf_counter()
-        reports = []
         try:
-            for seed in args.seeds:
-                reports.append(place_and_route(
-                    area.netlist_path, "ecp5", root / name / "pnr" / (f"seed{seed}" if len(args.seeds) > 1 else ""),
-                    timeout=args.timeout, device=args.device, seed=seed, router="router2", placer=args.placer,
-                    freq_mhz=args.freq, regroup=args.regroup, repair=args.repair))
+            reports = place_and_route_seeds(area.netlist_path, root / name / "pnr", args)
         except ToolError as exc:
             row.update(fmax_mhz=None, reason=f"place-and-route did not finish: {exc.reason}")
             return row
-        # the median seed's row (the lower middle one of an even count), every seed's Fmax beside it
-        ranked = sorted(reports, key=lambda r: r.fmax_mhz or 0.0)
-        rep = ranked[(len(ranked) - 1) // 2]
+        rep = median_seed(reports)
         row.update(fmax_mhz=rep.fmax_mhz, fits=rep.fits, reason=rep.reason, device=rep.device,
-                   critical_path=rep.critical_path, fmax_seeds=[r.fmax_mhz for r in reports], seeds=args.seeds,
-                   regrouped=[r.regrouped for r in reports], twins=[r.twins for r in reports],
-                   unrepaired_fmax_seeds=[r.unrepaired_fmax_mhz for r in reports],
+                   critical_path=rep.critical_path, **seed_fields(reports),
                    pnr_s=round(time.perf_counter() - t, 1))
     return row
 
@@ -263,16 +254,7 @@ def main() -> int:
     ap.add_argument("--check-netlist", action="store_true",
                     help="simulate the synthesised netlist with the design's exported testbench (Icarus Verilog)")
     ap.add_argument("--no-synth", action="store_true", help="simulate only: no synthesis, no place-and-route")
-    ap.add_argument("--freq", type=float, default=100.0)
-    ap.add_argument("--placer", default="static", help="nextpnr's placer (static, heap, sa)")
-    ap.add_argument("--regroup", action="store_true",
-                    help="place once, deal each family of copies' loads by position, then place and route "
-                         "(compiler/pnr/replicas.py)")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1],
-                    help="nextpnr's seeds: each design placed and routed once per seed, the median seed's row")
-    ap.add_argument("--repair", action="store_true",
-                    help="a route missing --freq routed again with nextpnr's timing-driven ripup, aimed 10%% above "
-                         "the Fmax reached; the faster route kept (compiler/pnr/timing.py REPAIR_MARGIN)")
+    add_pnr_arguments(ap)
     ap.add_argument("--device", default="LFE5U-85F", help="the part placed and routed on (LFE5U-85F-8: speed grade 8)")
     ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
                     help="a knob of every design, e.g. target_mhz=150, mul=lut, weight_bits=4 (YAML values)")

@@ -38,12 +38,13 @@ import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
 from compiler import HardwareConfig, compile_model, simulate  # noqa: E402
-from compiler.pnr.timing import PLACERS, ROUTERS, place_and_route  # noqa: E402
+from compiler.pnr.timing import ROUTERS  # noqa: E402
 from compiler.synth.area import synthesize  # noqa: E402
 from compiler.tools import ToolError  # noqa: E402
 from dse.models import zoo  # noqa: E402
 from dse.evaluate import compare, tree_terms  # noqa: E402
 from dse.estimate import design_features, fmax_estimate  # noqa: E402
+from pnr_seeds import add_pnr_arguments, median_seed, place_and_route_seeds, seed_fields  # noqa: E402
 
 
 def build_design(dtype: str, M: int, K: int, config: HardwareConfig):
@@ -97,34 +98,21 @@ def measure(dtype: str, config: HardwareConfig, args, root: Path, *, pnr: bool =
     if not pnr:
         return row
     t = time.perf_counter()
-    seeds = list(getattr(args, "seeds", None) or [1])
-    reports = []
     try:
-        for seed in seeds:                   # one folder per seed when there are several
-            reports.append(place_and_route(
-                area.netlist_path, "ecp5", workdir / "pnr" / (f"seed{seed}" if len(seeds) > 1 else ""),
-                timeout=args.timeout, device=args.device, use_cache=args.cache, seed=seed,
-                router=getattr(args, "router", "router1"), placer=getattr(args, "placer", "heap"),
-                freq_mhz=getattr(args, "freq", 100.0), regroup=getattr(args, "regroup", False),
-                repair=getattr(args, "repair", False)))
+        reports = place_and_route_seeds(area.netlist_path, workdir / "pnr", args, router=args.router,
+                                        use_cache=args.cache)
     except ToolError as exc:                 # a time-out or crash: keep the row, say why
         row.update(pnr_wall_s=time.perf_counter() - t, fits=None, fmax_mhz=None, latency_us=None,
                    reason=f"place-and-route did not finish: {exc.reason}", device=args.device, cached=False,
                    critical_path=None, total_s=time.perf_counter() - t0)
         return row
-    # placement noise moves one seed's Fmax by +-10% on the large designs: the row is the
-    # median seed's (the lower middle one of an even count), with every seed's figure beside it
-    ranked = sorted(reports, key=lambda r: (r.fmax_mhz is not None, r.fmax_mhz or 0.0))
-    rep = ranked[(len(ranked) - 1) // 2]
+    rep = median_seed(reports)
     row.update(pnr_wall_s=time.perf_counter() - t, pnr_s=sum(r.seconds for r in reports),
                cached=all(r.cached for r in reports), fits=rep.fits,
                device=rep.device, package=rep.package, fmax_mhz=rep.fmax_mhz, reason=rep.reason,
                latency_us=rep.latency_us(row["cycles"]), total_s=time.perf_counter() - t0,
                nextpnr=rep.nextpnr_version, log=rep.log_path, critical_path=rep.critical_path,
-               seeds=seeds, seed=seeds[reports.index(rep)], fmax_seeds=[r.fmax_mhz for r in reports],
-               regrouped=[r.regrouped for r in reports], twins=[r.twins for r in reports],
-               failing_endpoints=[r.failing_endpoints for r in reports], tns_ns=[r.tns_ns for r in reports],
-               unrepaired_fmax_seeds=[r.unrepaired_fmax_mhz for r in reports])
+               seed=rep.seed, **seed_fields(reports))
     return row
 
 
@@ -144,13 +132,7 @@ def main() -> int:
     ap.add_argument("--no-sim", dest="sim", action="store_false")
     ap.add_argument("--no-cache", dest="cache", action="store_false")
     ap.add_argument("--router", choices=ROUTERS, default="router1", help="nextpnr router (compiler/pnr/timing.py)")
-    ap.add_argument("--placer", choices=PLACERS, default="heap", help="nextpnr placer (compiler/pnr/timing.py)")
-    ap.add_argument("--seeds", nargs="+", type=int, default=[1],
-                    help="nextpnr seeds: place and route each design once per seed, report the median seed")
-    ap.add_argument("--freq", type=float, default=100.0, help="nextpnr's target clock (MHz)")
-    ap.add_argument("--regroup", action="store_true",
-                    help="place once, deal each family of copies' loads by position, then place and route "
-                         "(compiler/pnr/replicas.py)")
+    add_pnr_arguments(ap, placer="heap")
     ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
                     help="a knob of every design, e.g. lanes=4, reduce_unroll=4, target_mhz=200 (YAML values)")
     ap.add_argument("--workdir", type=Path)
