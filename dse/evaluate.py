@@ -886,7 +886,8 @@ def _timing(ctx: EvalContext, run: _Run, netlist_path: str, design) -> None:
                     "pnr_placer": rep.placer, "pnr_freq_mhz": rep.freq_mhz, "pnr_ripup": rep.ripup,
                     "pnr_unrepaired_fmax_mhz": rep.unrepaired_fmax_mhz})
         if rep.repair_aim_mhz is not None:
-            reached = f"{rep.repair_fmax_mhz:.1f} MHz" if rep.repair_fmax_mhz else "no route (stopped or failed)"
+            reached = (f"{rep.repair_fmax_mhz:.1f} MHz" if rep.repair_fmax_mhz
+                       else f"no route ({rep.repair_reason or 'stopped or failed'})")
             run.notes.append(f"timing repair (nextpnr --tmg-ripup at {rep.repair_aim_mhz:g} MHz): {reached} against "
                              f"the first route's {rep.unrepaired_fmax_mhz:.1f} MHz; "
                              + ("the repair's route kept" if rep.ripup else "the first route kept"))

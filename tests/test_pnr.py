@@ -391,12 +391,15 @@ def test_a_repaired_route_is_the_rows_with_the_settings_it_ran_with(tmp_path, ca
     from dse.evaluate import Status, evaluate
     from dse.spec import parse_spec
     calls = []
+    settings = dict(router="router2", placer="static", seed=1, repair_aim_mhz=129.6, unrepaired_fmax_mhz=120.0)
+    answers = [TimingReport(True, 135.0, "LFE5U-25F", "CABGA381", "ecp5", freq_mhz=129.6, ripup=True,
+                            repair_fmax_mhz=135.0, **settings),
+               TimingReport(True, 120.0, "LFE5U-25F", "CABGA381", "ecp5", freq_mhz=150.0, **settings,
+                            repair_reason="timing repair stopped on LFE5U-25F CABGA381: its arcs")]
 
     def fake(netlist_path, target, workdir, timeout=None, **options):
         calls.append(options)
-        return TimingReport(True, 135.0, "LFE5U-25F", "CABGA381", target, freq_mhz=129.6, router="router2",
-                            placer="static", seed=1, ripup=True, repair_aim_mhz=129.6, repair_fmax_mhz=135.0,
-                            unrepaired_fmax_mhz=120.0)
+        return answers.pop(0)
     monkeypatch.setattr(compiler.pnr.timing, "place_and_route", fake)
     spec = parse_spec({"study": "timing", "target": "ecp5", "stage_timeout_s": 120,
                        "timing": {"router": "router2", "placer": "static", "freq_mhz": 150, "repair": True},
@@ -408,6 +411,10 @@ def test_a_repaired_route_is_the_rows_with_the_settings_it_ran_with(tmp_path, ca
     assert (m.pnr_repair, m.pnr_ripup, m.pnr_freq_mhz, m.pnr_unrepaired_fmax_mhz) == (True, True, 129.6, 120.0)
     assert ("timing repair (nextpnr --tmg-ripup at 129.6 MHz): 135.0 MHz against the first route's 120.0 MHz; "
             "the repair's route kept") in m.notes
+    m = evaluate(spec, gemv_point(), tmp_path / "stalled")       # a stalled repair: the first route, and why
+    assert (m.fmax_mhz, m.pnr_ripup, m.pnr_freq_mhz, m.pnr_unrepaired_fmax_mhz) == (120.0, False, 150.0, 120.0)
+    assert ("timing repair (nextpnr --tmg-ripup at 129.6 MHz): no route (timing repair stopped on LFE5U-25F "
+            "CABGA381: its arcs) against the first route's 120.0 MHz; the first route kept") in m.notes
 
 
 @pytest.mark.slow
@@ -594,6 +601,9 @@ def test_a_route_missing_its_clock_is_repaired_and_the_faster_route_kept(tmp_pat
     stalled = run("c", "stalls", repair=True)                 # stopped by the watch, not its 60 s of iterations
     assert time.perf_counter() - t0 < 40
     assert (stalled.fmax_mhz, stalled.ripup, stalled.repair_aim_mhz, stalled.repair_fmax_mhz) == (120.0, False, 132.0, None)
+    assert stalled.repair_reason.startswith("timing repair stopped on LFE5U-85F CABGA381: the timing repair's "
+                                            "overused wires and failing arcs did not fall below 40")
+    assert slower.repair_reason == "" and kept.repair_reason == ""
     log = (tmp_path / "c" / "repair" / "LFE5U-85F" / "nextpnr.log").read_text()
     assert "iter=31 " in log and "iter=1000 " not in log
     monkeypatch.setenv("STANDIN_REPAIR", "converges")        # a route that meets its clock is not repaired

@@ -127,9 +127,11 @@ class TimingReport:
     regrouped: int = 0                      # loads dealt to another copy by a first placement (replicas)
     twins: int = 0                          # flip-flops it added (replicas.spread): not in synthesis's counts
     # place_and_route `repair`, when it ran: the clock it aimed at, the Fmax of its route (None when it
-    # stalled or failed) and of the first route; the faster route is this report's, with its settings
+    # stalled or failed, and why in repair_reason) and of the first route; the faster route is this
+    # report's, with its settings
     repair_aim_mhz: float | None = None
     repair_fmax_mhz: float | None = None
+    repair_reason: str = ""
     unrepaired_fmax_mhz: float | None = None
     cached: bool = False
 
@@ -538,12 +540,12 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
         repaired = _place_and_route(netlist_json_path, workdir / "repair", timeout=left, freq_mhz=aim, seed=report.seed,
                                     ripup=True, **dict(options, device=report.device, package=report.package,
                                                        placer=report.placer))
-    except ToolError:                    # the repair's time ran out or nextpnr failed: the first route stands
-        return replace(report, repair_aim_mhz=aim, unrepaired_fmax_mhz=report.fmax_mhz)
+    except ToolError as exc:             # the repair's time ran out or nextpnr failed: the first route stands
+        return replace(report, repair_aim_mhz=aim, unrepaired_fmax_mhz=report.fmax_mhz, repair_reason=exc.reason)
     reached = repaired.fmax_mhz if repaired.fits else None
     kept = repaired if reached and reached > report.fmax_mhz else report
     return replace(kept, seconds=report.seconds + repaired.seconds, repair_aim_mhz=aim, repair_fmax_mhz=reached,
-                   unrepaired_fmax_mhz=report.fmax_mhz)
+                   unrepaired_fmax_mhz=report.fmax_mhz, repair_reason="" if reached else repaired.reason)
 
 
 def _place_and_route(netlist_json_path: str | Path, workdir: Path, *, target: str, timeout: float | None,
