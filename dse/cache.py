@@ -174,7 +174,7 @@ def _common_material(ctx, point: DesignPoint, model, definition) -> dict[str, An
         "sim_backend": ctx.sim_backend,
         "synthesize": ctx.synthesize,
         "simulate": ctx.simulate,
-        "timing": _timing_material(ctx),
+        "timing": _timing_material(ctx, point.knobs.get("target_mhz")),
         "synthesis": ctx.synthesis if ctx.synthesize else None,     # flat and per-unit counts differ
         **({"golden_accuracy": True} if getattr(ctx, "golden_accuracy", False) else {}),
         "versions": versions(),
@@ -216,8 +216,9 @@ def _compiled_material(ctx, point: DesignPoint, model, common: dict[str, Any]) -
             "knobs": design.config.as_dict(), **common}
 
 
-def _timing_material(ctx) -> Any:
-    """Place-and-route settings and nextpnr's version, when the evaluation runs it."""
+def _timing_material(ctx, target_mhz: float | None = None) -> Any:
+    """Place-and-route settings of a point at `target_mhz` and nextpnr's version, when the
+    evaluation runs it."""
     if not getattr(ctx, "timing", False):
         return False
     try:
@@ -227,7 +228,7 @@ def _timing_material(ctx) -> Any:
         tool = nextpnr_tool(family)
     except Exception as exc:            # noqa: BLE001 - no nextpnr for the target: the row says why
         tool, version = None, f"unavailable ({type(exc).__name__})"
-    options = ctx.timing.options()
+    options = ctx.timing.options(target_mhz)
     if not options["regroup"]:          # placed as before copies were regrouped: the key it had
         del options["regroup"]
     if not options["repair"]:           # routed once, as before the repair: the key it had

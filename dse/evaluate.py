@@ -857,7 +857,7 @@ def _timing(ctx: EvalContext, run: _Run, netlist_path: str, design) -> None:
             if not check.passed:
                 raise NetlistMismatch(f"the netlist to be placed fails the design's testbench ({check.folder}): "
                                       f"{check.message}")
-    runs = ctx.timing.runs()
+    runs = ctx.timing.runs(config.target_mhz)
     for options in runs:
         if config.target_mhz is not None:
             options["freq_mhz"] = max(options["freq_mhz"], float(config.target_mhz))

@@ -168,17 +168,26 @@ class TimingSpec:
     more: tuple[tuple[str, int], ...] = ()  # further (placer, seed) runs; the fastest run is the row's
     check_netlist: bool = False             # simulate the netlist nextpnr places (compiler.pnr.gate_sim) first
     regroup: bool = True                    # copies' loads dealt by a first placement (compiler/pnr/replicas.py)
-    repair: bool = False                    # a route that misses the clock routed again with nextpnr's
-                                            # timing-driven ripup (place_and_route `repair`)
+    repair: bool | None = None              # a route that misses the clock routed again with nextpnr's
+                                            # timing-driven ripup (place_and_route `repair`); None: for
+                                            # a point with target_mhz (repairs)
 
-    def options(self) -> dict[str, Any]:
-        """Keyword arguments of compiler.pnr.timing.place_and_route (its first run)."""
+    def repairs(self, target_mhz: float | None) -> bool:
+        """Whether a point at `target_mhz` (None: the knob unset) is repaired: as the spec says,
+        else when the point asks for a clock. A user who set target_mhz wants that clock, and
+        the repair costs one more place-and-route only for a point whose route misses it."""
+        return self.repair if self.repair is not None else target_mhz is not None
+
+    def options(self, target_mhz: float | None = None) -> dict[str, Any]:
+        """Keyword arguments of compiler.pnr.timing.place_and_route (its first run) for a point
+        at `target_mhz`."""
         return {"router": self.router, "placer": self.placer, "seed": self.seed, "freq_mhz": self.freq_mhz,
-                "regroup": self.regroup, "repair": self.repair}
+                "regroup": self.regroup, "repair": self.repairs(target_mhz)}
 
-    def runs(self) -> list[dict[str, Any]]:
-        """The options of every run, the first one first."""
-        return [self.options()] + [{**self.options(), "placer": p, "seed": s} for p, s in self.more]
+    def runs(self, target_mhz: float | None = None) -> list[dict[str, Any]]:
+        """The options of every run for a point at `target_mhz`, the first one first."""
+        first = self.options(target_mhz)
+        return [first] + [{**first, "placer": p, "seed": s} for p, s in self.more]
 
 
 @dataclass(frozen=True)
@@ -1505,7 +1514,7 @@ class _Parser:
             freq_mhz=float(_number(d.get("freq_mhz", t.freq_mhz), _join(path, "freq_mhz"), positive=True)),
             check_netlist=_bool(d.get("check_netlist", False), _join(path, "check_netlist")),
             regroup=_bool(d.get("regroup", t.regroup), _join(path, "regroup")),
-            repair=_bool(d.get("repair", t.repair), _join(path, "repair")))
+            repair=None if d.get("repair") is None else _bool(d["repair"], _join(path, "repair")))
 
     def need_timing(self, metric: str, path: str) -> None:
         if metric in NEEDS_TIMING and not self.timing:

@@ -589,11 +589,18 @@ def test_timing_settings_reach_place_and_route_and_the_cache_key():
     assert _timing_material(EvalContext.from_spec(plain))["options"]["regroup"] is True
     assert "regroup" not in _timing_material(EvalContext.from_spec(parse_spec(with_("timing", {"regroup": False}))))[
         "options"]
-    # a repair is another result; without it, the key a single route had
+    # a repair is another result; without it, the key a single route had. Unsaid, a point with
+    # target_mhz is repaired and one without it is not; said, every point as the spec says
     assert "repair" not in _timing_material(EvalContext.from_spec(plain))["options"]
+    assert _timing_material(EvalContext.from_spec(plain), 150)["options"]["repair"] is True
+    assert plain.timing.options()["repair"] is False and plain.timing.options(150)["repair"] is True
+    assert all(r["repair"] for r in several.timing.runs(150)) and not any(r["repair"] for r in several.timing.runs())
     repaired = parse_spec(with_("timing", {"repair": True}))
     assert repaired.timing.options()["repair"] is True
     assert _timing_material(EvalContext.from_spec(repaired))["options"]["repair"] is True
+    never = parse_spec(with_("timing", {"repair": False}))
+    assert never.timing.options(150)["repair"] is False
+    assert "repair" not in _timing_material(EvalContext.from_spec(never), 150)["options"]
     # an EvalContext built by hand still takes a bool
     assert EvalContext.from_spec(plain, timing=False).timing is None
     assert EvalContext.from_spec(wide, timing=True).timing == TimingSpec()
