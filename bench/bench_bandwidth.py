@@ -46,7 +46,7 @@ from bench_timing import fmt, measure  # noqa: E402
 from compiler import HardwareConfig  # noqa: E402
 from compiler.devices import find_device  # noqa: E402
 from compiler.pnr.timing import ROUTERS  # noqa: E402
-from pnr_seeds import add_pnr_arguments  # noqa: E402
+from pnr_seeds import add_pnr_arguments, seeds_text  # noqa: E402
 
 M, K = 128, 784
 WORDS_PER_CYCLE = 800          # 208 DP16KD x 2 ports x 18 bits / 9 bits per int8 weight, rounded
@@ -157,10 +157,7 @@ def _print(r: dict, bound: float) -> None:
           f"LUTRAM {r['lutram']:>4} "
           f"DSP {r['dsp']:>3}  Fmax {fmt(r.get('fmax_mhz'), '6.1f')} MHz  latency {fmt(r.get('latency_us'), '7.2f')} us"
           f"  synth {r['synth_s']:.0f} s" + (f"  P&R {r['pnr_wall_s']:.0f} s" if 'pnr_wall_s' in r else "")
-          + (f"\n    median of seeds {r['seeds']}: {', '.join(fmt(f, '.1f') for f in r['fmax_seeds'])} MHz"
-             if len(r.get("seeds", ())) > 1 else "")
-          + (f"\n    before the timing repair, per seed: {', '.join(fmt(f, '.1f') for f in r['unrepaired_fmax_seeds'])} MHz"
-             if any(r.get("unrepaired_fmax_seeds") or ()) else "")
+          + (f"\n    {seeds_text(r)}" if seeds_text(r) else "")
           + f"\n    estimate {r['fmax_estimate_mhz']} MHz ({r['estimate_path']})"
           + (f"\n    critical path {r['critical_path']}" if r.get("critical_path") else "")
           + ("\n    endpoints later than the clock the route aimed at, per seed: "

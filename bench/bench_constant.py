@@ -44,7 +44,7 @@ from dse.models.data import DataSpec  # noqa: E402
 from dse.models.model import TrainedModel  # noqa: E402
 from dse.models.qat import QatOptions  # noqa: E402
 from dse.models.widths import Formats, is_format_knob, quantisable  # noqa: E402
-from pnr_seeds import add_pnr_arguments, median_seed, place_and_route_seeds, seed_fields  # noqa: E402
+from pnr_seeds import add_pnr_arguments, median_seed, place_and_route_seeds, seed_fields, seeds_text  # noqa: E402
 
 MODELS = {
     "jet": (ROOT / "models" / "jet_mlp.npz", DataSpec(file=ROOT / "models" / "jet_data.npz")),
@@ -120,8 +120,8 @@ def main() -> None:
           f"| {area.bram} | {area.dsp} | {row['synth_s']:.0f} | {fmt(row.get('pnr_s'), '.0f')} |", flush=True)
     if row.get("fits") is False:
         print(f"  does not fit: {row['reason']}")
-    if len(row.get("fmax_seeds") or ()) > 1:
-        print(f"  seeds {args.seeds}: {', '.join(f'{f:.1f}' for f in row['fmax_seeds'])} MHz")
+    if seeds_text(row):
+        print(f"  {seeds_text(row)}")
     print(f"  estimate {row['fmax_estimate_mhz']} MHz ({row['estimate_path']})")
     if row.get("utilisation"):        # nextpnr's own count: TRELLIS_COMB is LUT4s and carry halves
         print("  nextpnr: " + ", ".join(f"{k} {u:,}/{n:,}" for k, (u, n) in row["utilisation"].items()

@@ -45,7 +45,7 @@ from compiler.synth.area import module_breakdown, synthesize  # noqa: E402
 from compiler.tools import ToolError  # noqa: E402
 from dse.estimate import design_features, fmax_estimate  # noqa: E402
 from dse.spec import hardware_knobs  # noqa: E402
-from pnr_seeds import add_pnr_arguments, median_seed, place_and_route_seeds, seed_fields  # noqa: E402
+from pnr_seeds import add_pnr_arguments, median_seed, place_and_route_seeds, seed_fields, seeds_text  # noqa: E402
 
 SHAPES = {"ad08": [64, 72, 72, 8, 72, 72, 64], "kws": [490, 256, 256, 256, 12], "kws3": [490, 256, 256, 256, 12]}
 TARGETS = {"ad08": 100, "kws": 1024, "kws3": 400, "digits_mlp": 64, "digits_cnn": 512, "kws_trained": 550,
@@ -281,7 +281,7 @@ def main() -> int:
     for r in rows:
         f = r.get("fmax_mhz")
         sps = f"{f * 1e6 / r['interval']:,.0f}" if f else "-"
-        seeds = f" (seeds {', '.join(f'{x:.1f}' for x in r['fmax_seeds'])})" if len(r.get("fmax_seeds") or ()) > 1 else ""
+        seeds = f" ({seeds_text(r)})" if seeds_text(r) else ""
         print(f"| {r['model']} | {r['schedule']} | {r['folding']} | {' / '.join(map(str, r['stages']))} | "
               f"{r['interval']:,} | {r['latency']:,} | {_n(r.get('luts'))} | {_n(r.get('ffs'))} | {r.get('bram', '-')} | "
               f"{r.get('dsp', '-')} | "

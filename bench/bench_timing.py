@@ -44,7 +44,7 @@ from compiler.tools import ToolError  # noqa: E402
 from dse.models import zoo  # noqa: E402
 from dse.evaluate import compare, tree_terms  # noqa: E402
 from dse.estimate import design_features, fmax_estimate  # noqa: E402
-from pnr_seeds import add_pnr_arguments, median_seed, place_and_route_seeds, seed_fields  # noqa: E402
+from pnr_seeds import add_pnr_arguments, median_seed, place_and_route_seeds, seed_fields, seeds_text  # noqa: E402
 
 
 def build_design(dtype: str, M: int, K: int, config: HardwareConfig):
@@ -163,8 +163,8 @@ def main() -> int:
             print(f"    does not fit: {r['reason']}")
         elif r["critical_path"]:
             print(f"    critical path {r['critical_path']}")
-        if len(r.get("seeds", ())) > 1:
-            print(f"    median of seeds {r['seeds']}: {', '.join(fmt(f, '.1f') for f in r['fmax_seeds'])} MHz")
+        if seeds_text(r):
+            print(f"    the median of {seeds_text(r)}")
     for dtype in args.dtypes:
         base = next((r for r in rows if r["dtype"] == dtype and r["fp_pipeline"] == 0), None)
         best = min((r for r in rows if r["dtype"] == dtype and r["latency_us"]), key=lambda r: r["latency_us"],

@@ -54,3 +54,17 @@ def seed_fields(reports: Sequence[TimingReport]) -> dict[str, list]:
                 aim_mhz=[r.freq_mhz for r in reports], failing_endpoints=[r.failing_endpoints for r in reports],
                 tns_ns=[r.tns_ns for r in reports], unrepaired_fmax_seeds=[r.unrepaired_fmax_mhz for r in reports],
                 regrouped=[r.regrouped for r in reports], twins=[r.twins for r in reports])
+
+
+def seeds_text(row: dict) -> str:
+    """Every seed's Fmax in a row, with the first route's beside a repaired one: "seeds 1, 2, 3:
+    137.9 (134.4 before the repair), 125.0, 131.7 MHz"; "" for one seed not repaired (the row's
+    Fmax says it all)."""
+    fmax = row.get("fmax_seeds") or []
+    first = row.get("unrepaired_fmax_seeds") or [None] * len(fmax)
+    repaired = [u is not None and u != f for f, u in zip(fmax, first)]
+    if len(fmax) < 2 and not any(repaired):
+        return ""
+    mhz = lambda f: "-" if f is None else f"{f:.1f}"  # noqa: E731
+    each = [mhz(f) + (f" ({mhz(u)} before the repair)" if r else "") for f, u, r in zip(fmax, first, repaired)]
+    return f"seed{'s' * (len(fmax) > 1)} {', '.join(map(str, row['seeds']))}: {', '.join(each)} MHz"
