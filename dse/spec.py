@@ -1514,7 +1514,7 @@ class _Parser:
             freq_mhz=float(_number(d.get("freq_mhz", t.freq_mhz), _join(path, "freq_mhz"), positive=True)),
             check_netlist=_bool(d.get("check_netlist", False), _join(path, "check_netlist")),
             regroup=_bool(d.get("regroup", t.regroup), _join(path, "regroup")),
-            repair=None if d.get("repair") is None else _bool(d["repair"], _join(path, "repair")))
+            repair=_bool(d["repair"], _join(path, "repair")) if "repair" in d else None)
 
     def need_timing(self, metric: str, path: str) -> None:
         if metric in NEEDS_TIMING and not self.timing:

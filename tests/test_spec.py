@@ -204,6 +204,7 @@ ERRORS = [
                          "regroup, repair}, got 1"),
     (with_("timing", {"regroup": "no"}), "timing.regroup: expected true or false, got 'no'"),
     (with_("timing", {"repair": 1}), "timing.repair: expected true or false, got 1"),
+    (with_("timing", {"repair": None}), "timing.repair: expected true or false, got nothing"),
     (with_("timing", {"check_netlist": "yes"}), "timing.check_netlist: expected true or false, got 'yes'"),
     (with_("timing", {"router": "router_2"}), "timing.router: unknown router 'router_2'; did you mean 'router2'?"),
     (with_("timing", {"placer": "sa"}), "timing.placer: unknown placer 'sa' (known: heap, static)"),
