@@ -157,7 +157,7 @@ def _print(r: dict, bound: float) -> None:
           f"LUTRAM {r['lutram']:>4} "
           f"DSP {r['dsp']:>3}  Fmax {fmt(r.get('fmax_mhz'), '6.1f')} MHz  latency {fmt(r.get('latency_us'), '7.2f')} us"
           f"  synth {r['synth_s']:.0f} s" + (f"  P&R {r['pnr_wall_s']:.0f} s" if 'pnr_wall_s' in r else "")
-          + (f"\n    {seeds_text(r)}" if seeds_text(r) else "")
+          + (f"\n    {text}" if (text := seeds_text(r)) else "")
           + f"\n    estimate {r['fmax_estimate_mhz']} MHz ({r['estimate_path']})"
           + (f"\n    critical path {r['critical_path']}" if r.get("critical_path") else "")
           + ("\n    endpoints later than the clock the route aimed at, per seed: "

@@ -120,8 +120,8 @@ def main() -> None:
           f"| {area.bram} | {area.dsp} | {row['synth_s']:.0f} | {fmt(row.get('pnr_s'), '.0f')} |", flush=True)
     if row.get("fits") is False:
         print(f"  does not fit: {row['reason']}")
-    if seeds_text(row):
-        print(f"  {seeds_text(row)}")
+    if text := seeds_text(row):
+        print(f"  {text}")
     print(f"  estimate {row['fmax_estimate_mhz']} MHz ({row['estimate_path']})")
     if row.get("utilisation"):        # nextpnr's own count: TRELLIS_COMB is LUT4s and carry halves
         print("  nextpnr: " + ", ".join(f"{k} {u:,}/{n:,}" for k, (u, n) in row["utilisation"].items()

@@ -281,7 +281,7 @@ def main() -> int:
     for r in rows:
         f = r.get("fmax_mhz")
         sps = f"{f * 1e6 / r['interval']:,.0f}" if f else "-"
-        seeds = f" ({seeds_text(r)})" if seeds_text(r) else ""
+        seeds = f" ({text})" if (text := seeds_text(r)) else ""
         print(f"| {r['model']} | {r['schedule']} | {r['folding']} | {' / '.join(map(str, r['stages']))} | "
               f"{r['interval']:,} | {r['latency']:,} | {_n(r.get('luts'))} | {_n(r.get('ffs'))} | {r.get('bram', '-')} | "
               f"{r.get('dsp', '-')} | "

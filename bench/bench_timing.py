@@ -163,8 +163,8 @@ def main() -> int:
             print(f"    does not fit: {r['reason']}")
         elif r["critical_path"]:
             print(f"    critical path {r['critical_path']}")
-        if seeds_text(r):
-            print(f"    the median of {seeds_text(r)}")
+        if text := seeds_text(r):
+            print(f"    the median of {text}")
     for dtype in args.dtypes:
         base = next((r for r in rows if r["dtype"] == dtype and r["fp_pipeline"] == 0), None)
         best = min((r for r in rows if r["dtype"] == dtype and r["latency_us"]), key=lambda r: r["latency_us"],
