@@ -468,10 +468,17 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
         run.set(features=json.dumps(features))
         estimate = fmax_estimate(design, features, ctx.target)
         run.set(fmax_estimate_mhz=round(estimate.fmax_mhz, 1), fmax_estimate_path=estimate.where)
-        if config.target_mhz and estimate.placement and estimate.fmax_mhz < 0.9 * config.target_mhz:
-            run.notes.append(f"target_mhz {config.target_mhz:g} is above what placement allows a design of this size "
-                             f"(~{estimate.fmax_mhz:.0f} MHz, docs/timing.md): the registers placed for it past that "
-                             f"cost cycles without buying clock; a lower target_mhz may give less latency")
+        if config.target_mhz and estimate.fmax_mhz < 0.9 * config.target_mhz:
+            if estimate.placement:
+                run.notes.append(f"target_mhz {config.target_mhz:g} is above what placement allows a design of this "
+                                 f"size (~{estimate.fmax_mhz:.0f} MHz, docs/timing.md): the registers placed for it "
+                                 f"past that cost cycles without buying clock; a lower target_mhz may give less latency")
+            else:
+                # a path registers cannot cut further (a float unit at its most stages, a block's
+                # own delay): said before any synthesis, not found after place-and-route
+                run.notes.append(f"target_mhz {config.target_mhz:g} is above what the design's slowest path allows "
+                                 f"(~{estimate.fmax_mhz:.0f} MHz: {estimate.where}): no register the compiler places "
+                                 f"cuts it further, so the design closes below the target")
 
     if checked is not None:         # checked at the cheap fidelity: synthesis only
         names = {f.name for f in dataclasses.fields(Metrics)} - _OWN_FIELDS

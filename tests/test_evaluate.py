@@ -493,3 +493,16 @@ def test_a_target_clock_above_what_placement_allows_is_said(tmp_path):
     assert fast.fmax_estimate_mhz < 0.9 * 400
     assert any(n.startswith("target_mhz 400 is above what placement allows") for n in fast.notes)
     assert not any("target_mhz" in n for n in slow.notes) and slow.fmax_estimate_mhz >= 100 * 0.9
+
+
+def test_a_target_clock_above_a_path_registers_cannot_cut_is_said(tmp_path):
+    """A float unit at its most stages (compiler/float_timing.py: fp32's adder and multiplier
+    150-163 MHz placed alone) bounds the estimate below a target of 250 MHz: the row says so, and
+    which path, before any synthesis."""
+    m = evaluate(ctx(simulate=False), point("gemv", "fp32", fp_pipeline=3, target_mhz=250, lanes=2),
+                 tmp_path / "w")
+    skip_if_unsupported(m)
+    assert m.status is Status.OK and not m.fmax_estimate_path.startswith("placement")
+    assert m.fmax_estimate_mhz < 0.9 * 250 and "float unit" in m.fmax_estimate_path
+    note = next(n for n in m.notes if n.startswith("target_mhz 250 is above what the design's slowest path allows"))
+    assert m.fmax_estimate_path in note
