@@ -501,7 +501,6 @@ def test_a_target_clock_above_a_path_registers_cannot_cut_is_said(tmp_path):
     which path, before any synthesis."""
     m = evaluate(ctx(simulate=False), point("gemv", "fp32", fp_pipeline=3, target_mhz=250, lanes=2),
                  tmp_path / "w")
-    skip_if_unsupported(m)
     assert m.status is Status.OK and not m.fmax_estimate_path.startswith("placement")
     assert m.fmax_estimate_mhz < 0.9 * 250 and "float unit" in m.fmax_estimate_path
     note = next(n for n in m.notes if n.startswith("target_mhz 250 is above what the design's slowest path allows"))
