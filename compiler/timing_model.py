@@ -235,6 +235,28 @@ def index_ns(index: ir.Value, width: Callable[[ir.Value], int], d: Delays,
     return 0.0 if t is None or t <= d.clk_q else t + d.route_local + d.setup
 
 
+def _range_check_ns(width: int, inside: bool, d: Delays) -> float:
+    """A read address's check that it is inside its memory (kernel._index_ok: two compares, then
+    the address or 0 by a LUT), after the address, where its interval can leave the memory."""
+    return 0.0 if inside else d.route_local + d.carry_ns(width) + d.lut
+
+
+def read_index_ns(index: ir.Value, inside: bool, width: Callable[[ir.Value], int], d: Delays,
+                  registered: Callable[[ir.Value], bool]) -> float:
+    """index_ns of a read address as a tree of adders, with its range check where it can leave
+    the memory (not `inside`); 0 for a constant index."""
+    t = index_ns(index, width, d, registered)
+    return t + _range_check_ns(width(index), inside, d) if t else 0.0
+
+
+def sum_register_ns(width: int, inside: bool, d: Delays) -> float:
+    """A read address built as a register of its own (kernel._Scaled._sum), `width` bits: its next
+    value, which the address register takes, is the register plus a step picked by registered
+    flags (a LUT a bit), then the range check where the address can leave its memory."""
+    return (d.clk_q + d.route_ns(1) + d.lut + d.route_local + d.carry_ns(width)
+            + _range_check_ns(width, inside, d) + d.setup)
+
+
 @dataclass(frozen=True)
 class Estimate:
     """The model's slowest register-to-register path of a design."""

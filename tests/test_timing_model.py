@@ -253,6 +253,21 @@ def test_an_index_of_several_counters_is_one_register_stepping_with_them(knobs):
     assert not re.search(r"\\s_i\d+x", rtlil.convert(plain.top, name="top"))
 
 
+def test_an_index_the_model_times_past_the_period_is_a_sum_register():
+    """An unpadded convolution's input index (five counters' multiples, three adders, no range
+    check) is below sum_register's rule, but the delay model times its tree past a 150 or 200
+    MHz period: there it is a sum register (pipeline.sum_registers; held-out-style, a conv 3 -> 6
+    on 10 x 10 at 150 closed at 128.6 MHz as a tree, its path that index, and 183.5 so), at 100
+    MHz a tree. Same words, same cycles both ways."""
+    from amaranth.back import rtlil
+    case = designs.conv2d_padded(C_IN=2, C_OUT=2, H=6, W=6, PAD=0)
+    slow = _check(case, fp_pipeline=3, lanes=2, reduce_unroll=4, target_mhz=100)
+    fast = _check(case, fp_pipeline=3, lanes=2, reduce_unroll=4, target_mhz=200)
+    assert not slow.schedules[0].sums and fast.schedules[0].sums
+    assert not re.search(r"\\s(_i\d+xm?\d+){5}", rtlil.convert(slow.top, name="top"))
+    assert re.search(r"\\s(_i\d+xm?\d+){5}", rtlil.convert(fast.top, name="top"))
+
+
 def test_the_affine_form_of_an_index():
     """pipeline.affine_form reads sums, differences, negations and products or shifts by
     constants of counters; a product of two counters, or one counter's multiple, is not one."""

@@ -43,7 +43,7 @@ from ..config import HardwareConfig
 from ..dtypes import DType
 from ..ranges import Interval, acc_ranges, acc_width, analyze
 from .datapath import DATA, Copies, Datapath, Env, from_bits, registered
-from .pipeline import FANOUT_LEVEL, Schedule, is_gather, sum_register
+from .pipeline import FANOUT_LEVEL, Schedule, affine_form, is_gather
 from ..timing_model import word_read_registered
 from .program import Program, Step, build_program
 from .subword import WordMemory, host_alone, read_modify_write
@@ -923,9 +923,8 @@ class KernelHW(wiring.Component):
     def _in_range(self, dp: Datapath, node: ir.Value, env: Env, size: int, stage: int | None) -> Value:
         """An address that is always inside the memory (out-of-range only happens when the
         load's gate is false, or on steps that ignore the data; CXXRTL aborts on it): a sum
-        register (env.sums) where pipeline.sum_register says so, else the index's tree."""
-        form = sum_register(node, dp.interval(node).within(Interval(0, size - 1))) \
-            if env.sums is not None and not stage else None
+        register (env.sums) where the schedule says so (Schedule.sums), else the index's tree."""
+        form = affine_form(node) if env.sums is not None and not stage and id(node) in self.schedule.sums else None
         idx = env.sums(*form, dp.shape(node)) if form is not None else dp.emit(node, env, stage)
         ok = self._index_ok(dp, node, idx, size)
         return idx if isinstance(ok, Const) else Mux(ok, idx, 0)

@@ -159,6 +159,8 @@ class Schedule:
                                              # before its unit, a stage of its latency (with
                                              # target_mhz a unit with fewer stages than its
                                              # boundaries: _op_timing)
+    sums: frozenset[int] = frozenset()       # id(read address) built as a register stepping
+                                             # with the counters (with target_mhz: sum_registers)
 
     @property
     def load_stage(self) -> int:
@@ -293,6 +295,35 @@ def sum_register(v: ir.Value, inside: bool) -> tuple[tuple[tuple[int, int], ...]
     terms = len(form[0]) + bool(form[1])
     chains = (terms - 1).bit_length() + (not inside)
     return form if terms >= SUM_REGISTER_TERMS and chains >= SUM_REGISTER_CHAINS else None
+
+
+def sum_registers(kernel: ir.KernelIR, order: list[ir.Value], gathers: frozenset[int],
+                  clock: "timing_model.Paths | None", period_ns: float | None) -> frozenset[int]:
+    """id() of the read addresses (the index of a load that is not a gather) built as a register
+    of their own stepping with the counters (kernel._Scaled._sum) at a target clock: those
+    sum_register's rule takes, and those whose tree of adders and range check the delay model
+    times past `period_ns` (timing_model.read_index_ns) where the register's own step would be
+    faster (timing_model.sum_register_ns). Without the second rule an index of five counters and
+    no check stayed a tree of three adders the model said was late: an unpadded convolution 3 -> 6
+    on 10 x 10 at target_mhz 150 and 200 closed at 122.2 MHz, its critical path that index (8.2 ns,
+    5.0 routing; timing_model said 7.4). Empty without a target clock."""
+    if clock is None:
+        return frozenset()
+    scaled = lambda v: counter_times_constant(v) is not None  # noqa: E731  (kernel._Scaled)
+    sizes = {b.slot: b.size for b in kernel.buffers}
+    out: set[int] = set()
+    for v in order:
+        if not isinstance(v, ir.Load) or id(v) in gathers or id(v.index) in out:
+            continue
+        inside = clock.ranges[id(v.index)].within(Interval(0, sizes[v.buf] - 1))
+        if sum_register(v.index, inside) is not None:
+            out.add(id(v.index))
+        elif affine_form(v.index) is not None:
+            width = clock.width(v.index)
+            tree = timing_model.read_index_ns(v.index, inside, clock.width, clock.d, scaled)
+            if tree > period_ns and timing_model.sum_register_ns(width, inside, clock.d) < tree:
+                out.add(id(v.index))
+    return frozenset(out)
 
 
 def affine_form(v: ir.Value) -> tuple[tuple[tuple[int, int], ...], int] | None:
@@ -850,7 +881,8 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
     sched = Schedule(level, depth, commit, ready, latency, unit_stages, acc_write, register_loads,
                      address_levels, gather_issue, config.mem_read == "sync", lookahead, broadcast, late, fanout,
                      frozenset(early), product_regs, lut_product_regs=lut_product_regs, unit_lead=unit_lead,
-                     operand_registers=frozenset(registered))
+                     operand_registers=frozenset(registered),
+                     sums=sum_registers(kernel, order, gathers, clock, config.target_mhz and 1000.0 / config.target_mhz))
     check_hazards(kernel, sched)
     return sched
 
@@ -916,15 +948,20 @@ def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
     ns, what = paths.measure(order, sched.ready, sched.latency, sched.fanout, operands, floating)
     if sched.address_levels:                    # indices into their first registers
         # with target_mhz a counter's multiple is a register (kernel._Scaled), and so is a read
-        # address by sum_register's rule (its path is the register's own step, not timed here); a
-        # store's index is built from the counters as a tree
+        # address in sched.sums (timed as the register's own step); a store's index is built
+        # from the counters as a tree
         scaled = (lambda v: counter_times_constant(v) is not None) if config.target_mhz else (lambda v: False)
         sizes = {b.slot: b.size for b in kernel.buffers}
-        reads = [(v.index, sizes[v.buf]) for v in order if isinstance(v, ir.Load) and id(v) not in gathers]
-        indices = {id(i): i for i, size in reads
-                   if not (config.target_mhz and sum_register(i, paths.ranges[id(i)].within(Interval(0, size - 1))) is not None)}
-        indices.update((id(s.index), s.index) for s, _ in kernel.stores() if isinstance(s, ir.BufStore))
-        for index in indices.values():              # shared ones once
+        reads = {id(v.index): (v.index, sizes[v.buf]) for v in order if isinstance(v, ir.Load) and id(v) not in gathers}
+        for key, (index, size) in reads.items():    # shared ones once
+            inside = paths.ranges[id(index)].within(Interval(0, size - 1))
+            t, path = (timing_model.sum_register_ns(paths.width(index), inside, d), "a sum register's step") \
+                if key in sched.sums else (timing_model.read_index_ns(index, inside, paths.width, d, scaled),
+                                           "a memory index from the counters -> its register")
+            if t > ns:
+                ns, what = t, path
+        stores = {id(s.index): s.index for s, _ in kernel.stores() if isinstance(s, ir.BufStore)}
+        for index in stores.values():
             t = timing_model.index_ns(index, paths.width, d, scaled)
             if t > ns:
                 ns, what = t, "a memory index from the counters -> its register"
