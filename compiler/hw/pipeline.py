@@ -301,12 +301,16 @@ def sum_registers(kernel: ir.KernelIR, order: list[ir.Value], gathers: frozenset
                   clock: "timing_model.Paths | None", period_ns: float | None) -> frozenset[int]:
     """id() of the read addresses (the index of a load that is not a gather) built as a register
     of their own stepping with the counters (kernel._Scaled._sum) at a target clock: those
-    sum_register's rule takes, and those whose tree of adders and range check the delay model
-    times past `period_ns` (timing_model.read_index_ns) where the register's own step would be
-    faster (timing_model.sum_register_ns). Without the second rule an index of five counters and
-    no check stayed a tree of three adders the model said was late: an unpadded convolution 3 -> 6
-    on 10 x 10 at target_mhz 150 and 200 closed at 122.2 MHz, its critical path that index (8.2 ns,
-    5.0 routing; timing_model said 7.4). Empty without a target clock."""
+    sum_register's rule takes, and those of SUM_REGISTER_TERMS terms or more whose tree of adders
+    and range check the delay model times past `period_ns` (timing_model.read_index_ns) where the
+    register's own step would be faster (timing_model.sum_register_ns). Without the second rule
+    an index of five counters and no check stayed a tree of three adders the model said was late:
+    an unpadded convolution 3 -> 6 on 10 x 10 at target_mhz 150 closed at 128.6 MHz (median of
+    seeds 1-3), its critical path that index (7.3-8.2 ns, 4.1-5.0 routing; timing_model said 7.4),
+    and with it 183.5. Fewer terms stay trees even so: the digits CNN in dataflow at target_mhz
+    200 with its indices of three and four terms as registers (the model timed their trees at
+    5.4 and 7.5 ns) went 155.7 -> 149.6 MHz (median of seeds 1-6), one seed's path the step
+    id -> a sum's flag (7.2 ns, 5.5 routing). Empty without a target clock."""
     if clock is None:
         return frozenset()
     scaled = lambda v: counter_times_constant(v) is not None  # noqa: E731  (kernel._Scaled)
@@ -316,9 +320,10 @@ def sum_registers(kernel: ir.KernelIR, order: list[ir.Value], gathers: frozenset
         if not isinstance(v, ir.Load) or id(v) in gathers or id(v.index) in out:
             continue
         inside = clock.ranges[id(v.index)].within(Interval(0, sizes[v.buf] - 1))
+        form = affine_form(v.index)
         if sum_register(v.index, inside) is not None:
             out.add(id(v.index))
-        elif affine_form(v.index) is not None:
+        elif form is not None and len(form[0]) + bool(form[1]) >= SUM_REGISTER_TERMS:
             width = clock.width(v.index)
             tree = timing_model.read_index_ns(v.index, inside, clock.width, clock.d, scaled)
             if tree > period_ns and timing_model.sum_register_ns(width, inside, clock.d) < tree:
