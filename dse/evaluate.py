@@ -895,8 +895,7 @@ def _timing(ctx: EvalContext, run: _Run, netlist_path: str, design) -> None:
         if rep.repair_aim_mhz is not None:
             reached = (f"{rep.repair_fmax_mhz:.1f} MHz" if rep.repair_fmax_mhz
                        else f"no route ({rep.repair_reason or 'stopped or failed'})")
-            earlier = "".join(f", after one at {aim:g} MHz stalled" for aim in rep.repair_stalled_mhz)
-            run.notes.append(f"timing repair (nextpnr --tmg-ripup at {rep.repair_aim_mhz:g} MHz{earlier}): {reached} against "
+            run.notes.append(f"timing repair (nextpnr --tmg-ripup at {rep.repair_aim_mhz:g} MHz): {reached} against "
                              f"the first route's {rep.unrepaired_fmax_mhz:.1f} MHz; "
                              + ("the repair's route kept" if rep.ripup else "the first route kept"))
         if config.target_mhz and rep.fmax_mhz and rep.fmax_mhz < config.target_mhz:

@@ -63,8 +63,7 @@ router2's timing-driven ripup (`--tmg-ripup`), aimed REPAIR_MARGIN above the Fma
 reached, and the faster route is kept: the ripup reroutes the late arcs until none is late at
 the clock it aims at, which it reaches within a normal route's iterations when the aim is near
 what the placement allows, and never at a clock far above it (then the watch stops it:
-route_repair_stalled, and one more repair is aimed halfway down to the first route: repair_aims).
-docs/timing.md has the measurements.
+route_repair_stalled). docs/timing.md has the measurements.
 
 Cache. Each nextpnr run is cached in `compiler.cache.PNR` (`<cache_root>/pnr`), keyed by the
 SHA-256 of the netlist JSON, the device, package, options, the nextpnr package version and
@@ -134,7 +133,6 @@ class TimingReport:
     repair_fmax_mhz: float | None = None
     repair_reason: str = ""
     unrepaired_fmax_mhz: float | None = None
-    repair_stalled_mhz: tuple[float, ...] = ()     # earlier repairs' aims, each stalled (repair_aims)
     cached: bool = False
 
     @property
@@ -249,17 +247,6 @@ def repair_freq_mhz(fmax_mhz: float, freq_mhz: float) -> float:
     """The clock a timing repair aims at after a first route at `fmax_mhz` aimed at `freq_mhz`
     (REPAIR_MARGIN above the first route, never above the target), to 0.1 MHz."""
     return min(freq_mhz, round(fmax_mhz * (1 + REPAIR_MARGIN), 1))
-
-
-def repair_aims(fmax_mhz: float, freq_mhz: float) -> list[float]:
-    """The clocks the timing repairs aim at in turn, each tried only when the one before stalled:
-    repair_freq_mhz, then halfway between it and the first route. A stall near the aim is a
-    conflict the ripup cannot settle at that clock (AD08 at fold 56, seed 1, aimed at 150.1 from
-    136.5: from iteration 26 one overused wire and no failing arc, then no overused wire and 15-19
-    arcs failing, in turn), which a lower aim leaves it room for."""
-    first = repair_freq_mhz(fmax_mhz, freq_mhz)
-    second = round((fmax_mhz + first) / 2, 1)
-    return [] if first <= fmax_mhz else [first] + ([second] if fmax_mhz < second < first else [])
 
 
 def route_repair_stalled(log: str, patience: int = REPAIR_PATIENCE) -> str | None:
@@ -533,10 +520,8 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
     (`--tmg-ripup`) at `freq_mhz`. `repair`: when the route misses `freq_mhz`, place and route
     again on the same part with the ripup aimed REPAIR_MARGIN above the Fmax reached
     (repair_freq_mhz), and keep that route if it is faster (its settings in the report, the first
-    route's Fmax in `unrepaired_fmax_mhz`, `seconds` every run's); a repair that stalls
-    (route_repair_stalled) is followed by one aimed lower (repair_aims; the stalled aim in
-    `repair_stalled_mhz`), and one that fails, times out or stalls at the last aim leaves the
-    first route. Returns
+    route's Fmax in `unrepaired_fmax_mhz`, `seconds` both runs'); a repair that stalls
+    (route_repair_stalled), fails or times out leaves the first route. Returns
     fits=False with a reason when the design cannot be held; raises ToolError when nextpnr
     fails otherwise."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -547,34 +532,20 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
                               ripup=ripup, **options)
     if not (repair and not ripup and report.fits and report.fmax_mhz and report.fmax_mhz < freq_mhz):
         return report
-    seconds, stalled = report.seconds, []
-    for n, aim in enumerate(aims := repair_aims(report.fmax_mhz, freq_mhz)):
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left < 1.0:
-            break
-        try:
-            repaired = _place_and_route(netlist_json_path, workdir / ("repair" if n == 0 else f"repair{n + 1}"),
-                                        timeout=left, freq_mhz=aim, seed=report.seed, ripup=True,
-                                        **dict(options, device=report.device, package=report.package,
-                                               placer=report.placer))
-        except ToolError as exc:         # the repair's time ran out or nextpnr failed: the first route stands
-            return replace(report, seconds=seconds, repair_aim_mhz=aim, unrepaired_fmax_mhz=report.fmax_mhz,
-                           repair_reason=exc.reason, repair_stalled_mhz=tuple(stalled))
-        seconds += repaired.seconds
-        if not repaired.fits and REPAIR_STALLED in repaired.reason and n + 1 < len(aims):
-            stalled.append(aim)
-            why = repaired.reason
-            continue
-        reached = repaired.fmax_mhz if repaired.fits else None
-        kept = repaired if reached and reached > report.fmax_mhz else report
-        return replace(kept, seconds=seconds, repair_aim_mhz=aim, repair_fmax_mhz=reached,
-                       unrepaired_fmax_mhz=report.fmax_mhz, repair_reason="" if reached else repaired.reason,
-                       repair_stalled_mhz=tuple(stalled))
-    if not stalled:                      # no time left for a repair
+    aim = repair_freq_mhz(report.fmax_mhz, freq_mhz)
+    left = None if deadline is None else deadline - time.monotonic()
+    if aim <= report.fmax_mhz or (left is not None and left < 1.0):
         return report
-    return replace(report, seconds=seconds, repair_aim_mhz=stalled[-1], unrepaired_fmax_mhz=report.fmax_mhz,
-                   repair_reason=why + "; no time left for a repair aimed lower",
-                   repair_stalled_mhz=tuple(stalled[:-1]))
+    try:
+        repaired = _place_and_route(netlist_json_path, workdir / "repair", timeout=left, freq_mhz=aim, seed=report.seed,
+                                    ripup=True, **dict(options, device=report.device, package=report.package,
+                                                       placer=report.placer))
+    except ToolError as exc:             # the repair's time ran out or nextpnr failed: the first route stands
+        return replace(report, repair_aim_mhz=aim, unrepaired_fmax_mhz=report.fmax_mhz, repair_reason=exc.reason)
+    reached = repaired.fmax_mhz if repaired.fits else None
+    kept = repaired if reached and reached > report.fmax_mhz else report
+    return replace(kept, seconds=report.seconds + repaired.seconds, repair_aim_mhz=aim, repair_fmax_mhz=reached,
+                   unrepaired_fmax_mhz=report.fmax_mhz, repair_reason="" if reached else repaired.reason)
 
 
 def _place_and_route(netlist_json_path: str | Path, workdir: Path, *, target: str, timeout: float | None,
@@ -807,7 +778,7 @@ def _cache_read(key: str, run_dir: Path) -> TimingReport | None:
     if not PNR.fetch(key, present, run_dir):
         return None
     fields.update(log_path=str(run_dir / "nextpnr.log") if "nextpnr.log" in present else "", cached=True,
-                  argv=tuple(fields.get("argv", ())), repair_stalled_mhz=tuple(fields.get("repair_stalled_mhz", ())),
+                  argv=tuple(fields.get("argv", ())),
                   utilisation={k: tuple(v) for k, v in fields.get("utilisation", {}).items()})
     try:
         return TimingReport(**fields)
