@@ -301,16 +301,18 @@ def sum_registers(kernel: ir.KernelIR, order: list[ir.Value], gathers: frozenset
                   clock: "timing_model.Paths | None", period_ns: float | None) -> frozenset[int]:
     """id() of the read addresses (the index of a load that is not a gather) built as a register
     of their own stepping with the counters (kernel._Scaled._sum) at a target clock: those
-    sum_register's rule takes, and those of SUM_REGISTER_TERMS terms or more whose tree of adders
-    and range check the delay model times past `period_ns` (timing_model.read_index_ns) where the
-    register's own step would be faster (timing_model.sum_register_ns). Without the second rule
-    an index of five counters and no check stayed a tree of three adders the model said was late:
-    an unpadded convolution 3 -> 6 on 10 x 10 at target_mhz 150 closed at 128.6 MHz (median of
-    seeds 1-3), its critical path that index (7.3-8.2 ns, 4.1-5.0 routing; timing_model said 7.4),
-    and with it 183.5. Fewer terms stay trees even so: the digits CNN in dataflow at target_mhz
-    200 with its indices of three and four terms as registers (the model timed their trees at
-    5.4 and 7.5 ns) went 155.7 -> 149.6 MHz (median of seeds 1-6), one seed's path the step
-    id -> a sum's flag (7.2 ns, 5.5 routing). Empty without a target clock."""
+    sum_register's rule takes, and those of SUM_REGISTER_TERMS counters' multiples or more whose
+    tree of adders and range check the delay model times past `period_ns`
+    (timing_model.read_index_ns) where the register's own step would be faster
+    (timing_model.sum_register_ns). Without the second rule an index of five counters and no
+    check stayed a tree of three adders the model said was late: an unpadded convolution 3 -> 6
+    on 10 x 10 at target_mhz 150 closed at 128.6 MHz (median of seeds 1-3), its critical path
+    that index (7.3-8.2 ns, 4.1-5.0 routing; timing_model said 7.4), and with it 183.5. Fewer
+    counters stay trees even so: the digits CNN in dataflow at target_mhz 200, whose indices of
+    two to four counters (and a constant) the model times at 5.4-7.1 ns, went 154.4 -> 149.5 MHz
+    (median of seeds 1-3) with its four counters and a constant as registers, and 155.7 -> 149.6
+    (seeds 1-6) with every such index a register (seed 4's path the step id -> a sum's flag, 7.2
+    ns, 5.5 routing). Empty without a target clock."""
     if clock is None:
         return frozenset()
     scaled = lambda v: counter_times_constant(v) is not None  # noqa: E731  (kernel._Scaled)
@@ -323,7 +325,7 @@ def sum_registers(kernel: ir.KernelIR, order: list[ir.Value], gathers: frozenset
         form = affine_form(v.index)
         if sum_register(v.index, inside) is not None:
             out.add(id(v.index))
-        elif form is not None and len(form[0]) + bool(form[1]) >= SUM_REGISTER_TERMS:
+        elif form is not None and len(form[0]) >= SUM_REGISTER_TERMS:
             width = clock.width(v.index)
             tree = timing_model.read_index_ns(v.index, inside, clock.width, clock.d, scaled)
             if tree > period_ns and timing_model.sum_register_ns(width, inside, clock.d) < tree:
@@ -960,8 +962,10 @@ def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
         reads = {id(v.index): (v.index, sizes[v.buf]) for v in order if isinstance(v, ir.Load) and id(v) not in gathers}
         for key, (index, size) in reads.items():    # shared ones once
             inside = paths.ranges[id(index)].within(Interval(0, size - 1))
+            # (a tree's range check is not timed here: the index's own path, as the rows' errors
+            # were measured)
             t, path = (timing_model.sum_register_ns(paths.width(index), inside, d), "a sum register's step") \
-                if key in sched.sums else (timing_model.read_index_ns(index, inside, paths.width, d, scaled),
+                if key in sched.sums else (timing_model.index_ns(index, paths.width, d, scaled),
                                            "a memory index from the counters -> its register")
             if t > ns:
                 ns, what = t, path
