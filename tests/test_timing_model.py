@@ -254,7 +254,7 @@ def test_an_index_of_several_counters_is_one_register_stepping_with_them(knobs):
 
 
 def test_an_index_the_model_times_past_the_period_is_a_sum_register():
-    """An unpadded convolution's input index (five terms or more, three adders, no range check)
+    """An unpadded convolution's input index (five counters' multiples, three adders, no range check)
     is below sum_register's rule, but the delay model times its tree past a 150 or 200 MHz
     period: there it is a sum register (pipeline.sum_registers; a conv 3 -> 6 on 10 x 10 at 150
     closed at 128.6 MHz as a tree, its path that index, and at 183.5 so), at 100 MHz a tree.

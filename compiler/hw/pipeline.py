@@ -283,6 +283,11 @@ counters or more a register, the sequential digits CNN at target_mhz 200 closed 
 against 161.9 as trees, its three-counter conv index (`s_i0x9_i3x3_i4x1`) then its critical path."""
 
 
+def scaled_counter(v: ir.Value) -> bool:
+    """Whether `v` is a register of its own at a target clock (kernel._Scaled): counter_times_constant."""
+    return counter_times_constant(v) is not None
+
+
 def sum_register(v: ir.Value, inside: bool) -> tuple[tuple[tuple[int, int], ...], int] | None:
     """affine_form(v) when read address `v` is a register of its own with target_mhz
     (kernel._Scaled._sum): a sum of SUM_REGISTER_TERMS terms or more whose adder tree, with the
@@ -315,19 +320,17 @@ def sum_registers(kernel: ir.KernelIR, order: list[ir.Value], gathers: frozenset
     ns, 5.5 routing). Empty without a target clock."""
     if clock is None:
         return frozenset()
-    scaled = lambda v: counter_times_constant(v) is not None  # noqa: E731  (kernel._Scaled)
     sizes = {b.slot: b.size for b in kernel.buffers}
     out: set[int] = set()
     for v in order:
         if not isinstance(v, ir.Load) or id(v) in gathers or id(v.index) in out:
             continue
         inside = clock.ranges[id(v.index)].within(Interval(0, sizes[v.buf] - 1))
-        form = affine_form(v.index)
         if sum_register(v.index, inside) is not None:
             out.add(id(v.index))
-        elif form is not None and len(form[0]) >= SUM_REGISTER_TERMS:
+        elif (form := affine_form(v.index)) is not None and len(form[0]) >= SUM_REGISTER_TERMS:
             width = clock.width(v.index)
-            tree = timing_model.read_index_ns(v.index, inside, clock.width, clock.d, scaled)
+            tree = timing_model.read_index_ns(v.index, inside, clock.width, clock.d, scaled_counter)
             if tree > period_ns and timing_model.sum_register_ns(width, inside, clock.d) < tree:
                 out.add(id(v.index))
     return frozenset(out)
@@ -957,7 +960,7 @@ def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
         # with target_mhz a counter's multiple is a register (kernel._Scaled), and so is a read
         # address in sched.sums (timed as the register's own step); a store's index is built
         # from the counters as a tree
-        scaled = (lambda v: counter_times_constant(v) is not None) if config.target_mhz else (lambda v: False)
+        scaled = scaled_counter if config.target_mhz else (lambda v: False)
         sizes = {b.slot: b.size for b in kernel.buffers}
         reads = {id(v.index): (v.index, sizes[v.buf]) for v in order if isinstance(v, ir.Load) and id(v) not in gathers}
         for key, (index, size) in reads.items():    # shared ones once
