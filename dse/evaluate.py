@@ -878,7 +878,7 @@ def _timing(ctx: EvalContext, run: _Run, netlist_path: str, design) -> None:
         rep, options = reports[best], runs[best]
         if len(runs) > 1:
             run.notes.append("place-and-route, the fastest of " + ", ".join(
-                f"{o['placer']} seed {o['seed']}: " + (f"{r.fmax_mhz:.1f} MHz" if r.fmax_mhz else "no Fmax")
+                f"{r.placer} seed {o['seed']}: " + (f"{r.fmax_mhz:.1f} MHz" if r.fmax_mhz else "no Fmax")
                 for o, r in zip(runs, reports)))
         cycles = run.fields.get("cycles") or run.fields.get("cycles_model")
         interval = run.fields.get("interval_cycles") or run.fields.get("interval_model")
@@ -892,6 +892,9 @@ def _timing(ctx: EvalContext, run: _Run, netlist_path: str, design) -> None:
                     # heap's gave up, a repair's own clock and ripup
                     "pnr_placer": rep.placer, "pnr_freq_mhz": rep.freq_mhz, "pnr_ripup": rep.ripup,
                     "pnr_unrepaired_fmax_mhz": rep.unrepaired_fmax_mhz})
+        for o, r in zip(runs, reports):
+            if r.placer_reason:      # the placer asked for stalled or gave up: the run says which it kept
+                run.notes.append(f"seed {o['seed']}: {r.placer_reason}")
         if rep.repair_aim_mhz is not None:
             reached = (f"{rep.repair_fmax_mhz:.1f} MHz" if rep.repair_fmax_mhz
                        else f"no route ({rep.repair_reason or 'stopped or failed'})")

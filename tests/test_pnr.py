@@ -17,7 +17,8 @@ import designs
 from compiler import compile_model
 from compiler.devices import DEVICES, choose_devices, find_device, resource_needs
 from compiler.pnr.timing import (TimingReport, fit_failure, netlist_summary, nextpnr_argv, parse_fmax, parse_utilisation,
-                                 place_and_route, read_report, repair_freq_mhz, route_diverging, route_repair_stalled)
+                                 place_and_route, placement_stalled, read_report, repair_freq_mhz, route_diverging,
+                                 route_repair_stalled)
 from compiler.synth.area import synthesize
 
 ECP5_NAMES = {d.name for d in DEVICES["ecp5"]}
@@ -457,9 +458,12 @@ def test_several_placers_and_seeds_keep_the_fastest_run(tmp_path, cache, monkeyp
     def fake(netlist_path, target, workdir, timeout=None, device=None, **options):
         calls.append((options["placer"], options["seed"], workdir))
         fits = (options["placer"], options["seed"]) != ("static", 1)       # the fastest does not fit
+        ran = {k: v for k, v in options.items() if k not in ("regroup", "repair")}
+        swapped = (options["placer"], options["seed"]) == ("static", 2)   # its static placement stalled
         return TimingReport(fits, fmax[options["placer"], options["seed"]] if fits else None, "LFE5U-85F",
                             "CABGA381", target, reason="" if fits else "does not fit",
-                            **{k: v for k, v in options.items() if k not in ("regroup", "repair")})
+                            placer_reason="placed with heap: static does not place on ..." if swapped else "",
+                            **(ran | {"placer": "heap"} if swapped else ran))
     monkeypatch.setattr(compiler.pnr.timing, "place_and_route", fake)
     spec = parse_spec({"study": "timing", "target": "ecp5", "stage_timeout_s": 120,
                        "timing": {"router": "router2", "placer": ["heap", "static"], "seed": [1, 2]},
@@ -472,7 +476,8 @@ def test_several_placers_and_seeds_keep_the_fastest_run(tmp_path, cache, monkeyp
     assert m.status is Status.OK and m.fits is True and m.fmax_mhz == 150.0
     assert (m.pnr_placer, m.pnr_seed) == ("heap", 2) and m.latency_us == pytest.approx(m.cycles / 150.0)
     assert ("place-and-route, the fastest of heap seed 1: 120.0 MHz, heap seed 2: 150.0 MHz, static seed 1: "
-            "no Fmax, static seed 2: 110.0 MHz") in m.notes
+            "no Fmax, heap seed 2: 110.0 MHz") in m.notes                 # the placer each run kept
+    assert "seed 2: placed with heap: static does not place on ..." in m.notes
 
 
 def lut_netlist(tmp_path) -> Path:
@@ -526,6 +531,48 @@ def test_the_heap_placers_legaliser_giving_up_places_with_the_static_placer(tmp_
     fake_run.log = "ERROR: Unable to place cell 'x', no BELs remaining to implement cell type 'DP16KD'\n"
     report = place_and_route(path, "ecp5", tmp_path / "c", device="85k", placer="heap", use_cache=False)
     assert not report.fits and "no BELs remaining" in report.reason and runs == [("LFE5U-85F", "heap")]
+
+
+def test_a_static_placement_whose_overlap_stops_falling_is_stalled():
+    def log(overlaps):
+        return "".join(f"Info: overlap: COMB={c}%, FF={f}%, RAM={r}%, MUL=0.0%\n"
+                       f"Info: iter={i} steplen=1.0 a=1.0 penalty=[1.0]\n" for i, (c, f, r) in enumerate(overlaps, 1))
+    # the worst kind falls to a new least every few iterations until every kind is low: going on
+    falling = [(max(5.0, 95.0 - k / 4), max(5.0, 90.0 - k / 5), 0.0) for k in range(400)]
+    assert placement_stalled(log(falling), patience=50) is None
+    # above its least for most of the patience, then below it: going on
+    wander = [(60.0, 50.0, 0.0)] + [(61.0 + k % 3, 0.0, 0.0) for k in range(45)]
+    assert placement_stalled(log(wander + [(59.0, 0.0, 0.0)] * 5), patience=50) is None
+    assert placement_stalled(log(wander + [(60.0, 0.0, 0.0)] * 5), patience=50)       # never below 60
+    # the elementwise design's seed 1: COMB and FF fall to nothing, its two block RAMs stay on one site
+    stuck = [(93.3 - k, 88.4 - k, 50.0) for k in range(80)] + [(0.0, 0.0, 50.0)] * 60
+    assert placement_stalled(log(stuck), patience=50) == (
+        "the static placer's overlap stayed at 50% or more for 50 iterations (COMB=0.0%, FF=0.0%, RAM=50.0%, "
+        "MUL=0.0% at iteration 140), stopped")
+    # the worst kind is RAM's from iteration 45 (COMB below 50% then): too few at 50% yet
+    assert placement_stalled(log(stuck[:90]), patience=50) is None
+
+
+def test_a_stalled_static_placement_is_placed_again_with_heap(tmp_path, cache, monkeypatch):
+    # a stand-in nextpnr whose static placer prints the same overlap for minutes: the watch stops it
+    # after PLACE_PATIENCE iterations, and place_and_route places the same part with heap, which
+    # routes here; the report names the placer kept and why
+    import time
+    standin(tmp_path, monkeypatch, "if 'static' not in sys.argv:\n"
+                                   "    print(\"Info: Max frequency for clock '$glbnet$clk': 115.60 MHz (FAIL at 150.00 MHz)\")\n"
+                                   "    sys.exit(0)\n"
+                                   "for i in range(1, 100000):\n"
+                                   "    print(f'Info: overlap: COMB=0.0%, FF=0.0%, RAM=50.0%, MUL=0.0%', flush=True)\n"
+                                   "    time.sleep(0.002)\n")
+    monkeypatch.setattr(compiler.pnr.timing, "PLACE_PATIENCE", 100)
+    path = lut_netlist(tmp_path)
+    t0 = time.perf_counter()
+    report = place_and_route(path, "ecp5", tmp_path / "a", device="85k", placer="static", freq_mhz=150,
+                             use_cache=False, timeout=120)
+    assert time.perf_counter() - t0 < 60                     # the static run's iterations take 200 s
+    assert report.fits and report.fmax_mhz == 115.6 and report.placer == "heap"
+    assert report.placer_reason.startswith("placed with heap: static does not place on LFE5U-85F CABGA381: the "
+                                           "static placer's overlap stayed at 50% or more for 100 iterations")
 
 
 def test_a_route_whose_overused_wires_keep_rising_is_diverging():

@@ -52,7 +52,9 @@ int8 GEMV 128x784 16x16 at fp_pipeline 3 (LFE5U-85F, router2, seed 1) the static
 started router2 at less than half the overused wires of heap's and routed in 246 s against
 857, at the same clock (85.3 against 84.3 MHz). Where heap's legaliser gives up
 (HEAP_GAVE_UP), or its placement's route diverges, the same part is placed again with the
-static placer.
+static placer; where the static placer stalls (placement_stalled: on some seeds it never
+separates two block RAMs), with heap. The report says which placer it kept and why
+(`placer_reason`).
 
 Diverging routes. While nextpnr runs, its log is read every few seconds (_RouteWatch): once
 router2's overused wires have risen in ROUTE_RISING iterations in a row the run is stopped and
@@ -133,6 +135,7 @@ class TimingReport:
     repair_fmax_mhz: float | None = None
     repair_reason: str = ""
     unrepaired_fmax_mhz: float | None = None
+    placer_reason: str = ""                 # why `placer` is not the one asked for (_other_placer)
     cached: bool = False
 
     @property
@@ -216,6 +219,18 @@ would otherwise have gone to its 90-minute timeout; AD08's heap seed 2: at itera
 ROUTE_DIVERGED = "router2's overused wires rose"
 """The start of a diverging route's reason; place_and_route then places with the static placer
 on the same part, as for HEAP_GAVE_UP."""
+PLACE_PATIENCE = 1000
+"""Static-placer iterations without a new least overlap after which the placement is stalled
+(`placement_stalled`). Its log gives each iteration's overlap per kind of site (`overlap:
+COMB=..%, FF=..%, RAM=..%, MUL=..%`) and it ends when every kind is low enough; the worst of them
+fell to a new least at most 77 iterations apart on the runs that ended (the probes of
+2026-12-07, 415-420 iterations each), while the elementwise int8 N=300 design at seed 1 on the
+LFE5U-25F sat at RAM=50.0% (its two block RAMs on one site) from iteration 327 to 59,000 and
+on, 10 minutes, to the stage's timeout. Seeds 2 and 3 placed it in 416 and 415."""
+STATIC_STALLED = "the static placer's overlap"
+"""The start of a stalled placement's reason; place_and_route then places with heap on the same
+part."""
+_STATIC_ITERATION = re.compile(r"overlap: COMB=([\d.]+)%, FF=([\d.]+)%, RAM=([\d.]+)%, MUL=([\d.]+)%")
 ROUTE_WATCH_S = 5.0
 """Seconds between two reads of a running nextpnr's log (_RouteWatch)."""
 _ROUTER2_ITERATION = re.compile(r"iter=(\d+) wires=\d+ overused=(\d+)")
@@ -268,6 +283,21 @@ def route_repair_stalled(log: str, patience: int = REPAIR_PATIENCE) -> str | Non
             f"{seq[-1][0]}), stopped")
 
 
+def placement_stalled(log: str, patience: int = PLACE_PATIENCE) -> str | None:
+    """Why nextpnr's static placer will not end, or None: the worst kind's overlap (the log's
+    `overlap:` lines, one an iteration) has not fallen below its least in `patience` iterations."""
+    seq = [max(map(float, kinds)) for kinds in _STATIC_ITERATION.findall(log)]
+    if len(seq) <= patience:
+        return None
+    least = min(seq[:-patience])
+    if min(seq[-patience:]) < least:
+        return None
+    line = _STATIC_ITERATION.findall(log)[-1]
+    kinds = ", ".join(f"{k}={v}%" for k, v in zip(("COMB", "FF", "RAM", "MUL"), line))
+    return (f"{STATIC_STALLED} stayed at {least:g}% or more for {patience} iterations ({kinds} at "
+            f"iteration {len(seq)}), stopped")
+
+
 def route_diverging(log: str, rising: int = ROUTE_RISING) -> str | None:
     """Why router2 will not converge, or None: its last `rising` iterations (the log's
     `iter=N wires=W overused=O` lines) each had more overused wires than the one before."""
@@ -280,7 +310,7 @@ def route_diverging(log: str, rising: int = ROUTE_RISING) -> str | None:
 
 class _RouteWatch:
     """Reads a running nextpnr's log every ROUTE_WATCH_S and stops the run (run_tool's cancel
-    event) once its route diverges: a user then waits minutes for the verdict, not the stage's
+    event) once its placement stalls or its route diverges: a user then waits minutes for the verdict, not the stage's
     timeout (an hour or more on the large designs). An outer cancel (compiler.tools.CANCEL) still
     stops the run."""
 
@@ -313,7 +343,8 @@ class _RouteWatch:
             due = time.monotonic() + ROUTE_WATCH_S
             try:
                 log = self.log_path.read_text(errors="replace")
-                why = route_diverging(log) or (route_repair_stalled(log) if self.ripup else None)
+                why = (placement_stalled(log, PLACE_PATIENCE) or route_diverging(log)
+                       or (route_repair_stalled(log) if self.ripup else None))
             except OSError:
                 continue
             if why:
@@ -545,7 +576,8 @@ def place_and_route(netlist_json_path: str | Path, target: str, workdir: str | P
     reached = repaired.fmax_mhz if repaired.fits else None
     kept = repaired if reached and reached > report.fmax_mhz else report
     return replace(kept, seconds=report.seconds + repaired.seconds, repair_aim_mhz=aim, repair_fmax_mhz=reached,
-                   unrepaired_fmax_mhz=report.fmax_mhz, repair_reason="" if reached else repaired.reason)
+                   unrepaired_fmax_mhz=report.fmax_mhz, repair_reason="" if reached else repaired.reason,
+                   placer_reason=report.placer_reason)
 
 
 def _place_and_route(netlist_json_path: str | Path, workdir: Path, *, target: str, timeout: float | None,
@@ -621,12 +653,12 @@ def _place_and_route(netlist_json_path: str | Path, workdir: Path, *, target: st
                 _cache_write(key, report, run_dir)
             return report
         report = placed(settings)
-        if not report.fits and settings["placer"] == "heap" and (HEAP_GAVE_UP in report.reason or
-                                                                  ROUTE_DIVERGED in report.reason):
-            # heap's legaliser gives up on some large designs that the annealing placer places
-            # (the KWS shape at w4a6 on the 85F), and some of its placements do not route where
-            # the static placer's do (AD08's seed 2, the 8x56 GEMV at 200): no verdict on the design
-            report = placed(dict(settings, placer="static"))
+        other = _other_placer(settings["placer"], report)
+        if other:
+            given_up = report
+            report = placed(dict(settings, placer=other))
+            report = replace(report, seconds=report.seconds + given_up.seconds,
+                             placer_reason=f"placed with {other}: {settings['placer']} {given_up.reason}")
         if report.fits:
             return report
         failures.append(report.reason)
@@ -635,6 +667,21 @@ def _place_and_route(netlist_json_path: str | Path, workdir: Path, *, target: st
                         seconds=report.seconds, log_path=report.log_path, utilisation=report.utilisation,
                         needs=needs, argv=report.argv, nextpnr_version=version, cached=report.cached,
                         **settings)
+
+
+def _other_placer(placer: str, report: TimingReport) -> str | None:
+    """The placer to place the same part with when `placer`'s run is no verdict on the design,
+    else None. Heap's legaliser gives up on some large designs that the static placer places (the
+    KWS shape at w4a6 on the 85F), and some of its placements do not route where the static
+    placer's do (AD08's seed 2, the 8x56 GEMV at 200); the static placer stalls on some seeds of
+    small designs that heap places in seconds (PLACE_PATIENCE)."""
+    if report.fits:
+        return None
+    if placer == "heap" and (HEAP_GAVE_UP in report.reason or ROUTE_DIVERGED in report.reason):
+        return "static"
+    if placer == "static" and STATIC_STALLED in report.reason:
+        return "heap"
+    return None
 
 
 def _run(netlist: bytes, run_dir: Path, *, argv: list[str], dev: Device, pkg: str, target: str,
@@ -661,6 +708,8 @@ def _run(netlist: bytes, run_dir: Path, *, argv: list[str], dev: Device, pkg: st
             verdict = "does not fit"
         elif why.startswith(REPAIR_STALLED):
             verdict = "timing repair stopped on"
+        elif why.startswith(STATIC_STALLED):
+            verdict = "does not place on"
         else:
             verdict = "does not route on"
         return TimingReport(False, None, reason=f"{verdict} {dev.name} {pkg}: {why}",
@@ -741,7 +790,8 @@ def _first_placement(netlist: bytes, digest: str, run_dir: Path, *, argv: list[s
     write_clock_lpf(run_dir, argv, argv[argv.index("--package") + 1])
     t0 = time.perf_counter()
     try:
-        run_tool([find_tool(argv[0]), *argv[1:]], cwd=run_dir, log_name="nextpnr.log", timeout=timeout)
+        with _RouteWatch(run_dir / "nextpnr.log"):         # a stalled placement ends here too
+            run_tool([find_tool(argv[0]), *argv[1:]], cwd=run_dir, log_name="nextpnr.log", timeout=timeout)
         written = json.loads((run_dir / "placed.json").read_text())
     except (ToolError, OSError, json.JSONDecodeError):
         return {}, time.perf_counter() - t0
