@@ -294,6 +294,7 @@ class Datapath:
         self.own_copies = Copies(m, 1, reset_less=True)
         self.fan_groups: dict[int, Copies] = {}      # id(fan-out value) -> its readers' copies (fanned)
         self.local_levels = [Copies(m, LOCAL_FAN ** k, reset_less=True) for k in range(1, LOCAL_LEVELS + 1)]
+        self.cuts: dict[int, bool] = {}              # id(value) -> cut_condition
         self.packs = {id(v): p for p in self.sched.product_packs for v in p.products}     # dsp_pack
         self.mul_uses: collections.Counter = collections.Counter()    # id(value) -> products using it
         self.count = 0
@@ -322,8 +323,9 @@ class Datapath:
             return self._at(v, env, stage)
         if ready is None:
             # counters and constants only: computed once from the issuing step's counters and
-            # carried along, so no stage recomputes (say) an address from delayed counters
-            ready = 0
+            # carried along, so no stage recomputes (say) an address from delayed counters; a
+            # condition of compares (cut_conditions) a stage later, from its compares' registers
+            ready = 1 if self.cut_condition(v) else 0
         if stage < ready:
             raise ir.IRError(f"{self.kernel.name}: a value ready in stage {ready} is needed in stage {stage}")
         key = (id(v), env.counters, env.step if id(v) in self.load_dependent else None)
@@ -348,13 +350,32 @@ class Datapath:
         if self.sched.level < FANOUT_LEVEL or stage < 1 or isinstance(v, ir.Const) \
                 or self.sched.ready.get(id(v)) is not None:
             return self.emit(v, env, stage)
-        levels = min(stage - 1, LOCAL_LEVELS)
+        first = 1 if self.cut_condition(v) else 0            # the stage its value is made in
+        if stage == first:
+            return self.emit(v, env, stage)
+        levels = min(stage - 1 - first, LOCAL_LEVELS)
         prev = self.emit(v, env, stage - 1 - levels)
         base, key = _name(prev), (id(v), env.counters, stage)
         for k in range(levels, 0, -1):
             prev = self.local_levels[k - 1](key, prev, f"{base}_t{stage}l{k}_")
         self.count += 1
         return self.register(prev, f"{base}_t{stage}_c{self.count}", duplicate=True)
+
+    def cut_condition(self, v: ir.Value) -> bool:
+        """Whether `v`, a condition of counters and constants (a padded convolution's load gate:
+        `0 <= y + ky - p < H` and the same for x, ANDed), is made a stage after its compares,
+        from their registers (with target_mhz, from FANOUT_LEVEL): computed from the counters in
+        one stage, its adders, compares and AND tree into the gate's copies were the critical path
+        of a padded convolution at target_mhz 150 on every seed (a counter -> the gate's copy,
+        6.4-7.5 ns, 3.6-4.7 of it routing). The compares' registers are copies per AND that reads
+        them (Datapath.local); the condition is then one LUT level or two."""
+        if id(v) not in self.cuts:
+            self.cuts[id(v)] = bool(
+                self.config.target_mhz and self.sched.level >= FANOUT_LEVEL and isinstance(v, ir.Op)
+                and v.op in (K.AND, K.OR) and self.sched.ready.get(id(v)) is None
+                and any(isinstance(x, ir.Op) and (x.op in (K.CMPLT, K.CMPNE, K.CMPEQ) or self.cut_condition(x))
+                        for x in v.srcs))
+        return self.cuts[id(v)]
 
     def fanned(self, v: ir.Value, env: Env, stage: int) -> Value:
         """Fan-out value `v` (pipeline.fanout_values) in `stage` for one reader: a registered copy
