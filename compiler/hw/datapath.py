@@ -294,7 +294,6 @@ class Datapath:
         self.own_copies = Copies(m, 1, reset_less=True)
         self.fan_groups: dict[int, Copies] = {}      # id(fan-out value) -> its readers' copies (fanned)
         self.local_levels = [Copies(m, LOCAL_FAN ** k, reset_less=True) for k in range(1, LOCAL_LEVELS + 1)]
-        self.cuts: dict[int, bool] = {}              # id(value) -> cut_condition
         self.packs = {id(v): p for p in self.sched.product_packs for v in p.products}     # dsp_pack
         self.mul_uses: collections.Counter = collections.Counter()    # id(value) -> products using it
         self.count = 0
@@ -362,20 +361,11 @@ class Datapath:
         return self.register(prev, f"{base}_t{stage}_c{self.count}", duplicate=True)
 
     def cut_condition(self, v: ir.Value) -> bool:
-        """Whether `v`, a condition of counters and constants (a padded convolution's load gate:
-        `0 <= y + ky - p < H` and the same for x, ANDed), is made a stage after its compares,
-        from their registers (with target_mhz, from FANOUT_LEVEL): computed from the counters in
-        one stage, its adders, compares and AND tree into the gate's copies were the critical path
-        of a padded convolution at target_mhz 150 on every seed (a counter -> the gate's copy,
-        6.4-7.5 ns, 3.6-4.7 of it routing). The compares' registers are copies per AND that reads
-        them (Datapath.local); the condition is then one LUT level or two."""
-        if id(v) not in self.cuts:
-            self.cuts[id(v)] = bool(
-                self.config.target_mhz and self.sched.level >= FANOUT_LEVEL and isinstance(v, ir.Op)
-                and v.op in (K.AND, K.OR) and self.sched.ready.get(id(v)) is None
-                and any(isinstance(x, ir.Op) and (x.op in (K.CMPLT, K.CMPNE, K.CMPEQ) or self.cut_condition(x))
-                        for x in v.srcs))
-        return self.cuts[id(v)]
+        """Whether `v`, a condition of counters and constants (a padded convolution's load gate),
+        is made a stage after its compares, from their registers (Schedule.cuts, from
+        FANOUT_LEVEL): each compare's register is a copy per condition that reads it
+        (Datapath.local), and the condition one LUT level or two after them."""
+        return self.sched.level >= FANOUT_LEVEL and id(v) in self.sched.cuts and self.sched.ready.get(id(v)) is None
 
     def fanned(self, v: ir.Value, env: Env, stage: int) -> Value:
         """Fan-out value `v` (pipeline.fanout_values) in `stage` for one reader: a registered copy

@@ -161,6 +161,8 @@ class Schedule:
                                              # boundaries: _op_timing)
     sums: frozenset[int] = frozenset()       # id(read address) built as a register stepping
                                              # with the counters (with target_mhz: sum_registers)
+    cuts: frozenset[int] = frozenset()       # id(condition of counters' compares) made a stage
+                                             # after its compares (with target_mhz: cut_conditions)
 
     @property
     def load_stage(self) -> int:
@@ -334,6 +336,53 @@ def sum_registers(kernel: ir.KernelIR, order: list[ir.Value], gathers: frozenset
             if tree > period_ns and timing_model.sum_register_ns(width, inside, clock.d) < tree:
                 out.add(id(v.index))
     return frozenset(out)
+
+
+CONDITION_OPS = (K.AND, K.OR)
+COMPARE_OPS = (K.CMPLT, K.CMPNE, K.CMPEQ)
+
+
+def is_condition(v: ir.Value) -> bool:
+    """Whether `v` is an AND or OR with a compare, or such a condition, among its operands (a
+    padded convolution's load gate: the range tests of y + ky - p and x + kx - p, ANDed)."""
+    return isinstance(v, ir.Op) and v.op in CONDITION_OPS and any(
+        isinstance(x, ir.Op) and (x.op in COMPARE_OPS or is_condition(x)) for x in v.srcs)
+
+
+def cut_conditions(order: list[ir.Value], clock: "timing_model.Paths | None",
+                   period_ns: float | None) -> frozenset[int]:
+    """id() of the conditions of counters and constants (is_condition; a load's, a store's or an
+    op's operand, computed from the issuing step's counters and carried along) made a stage after
+    their compares, from a register of each (Datapath.local), at a target clock where the delay
+    model times the condition in one stage past `period_ns` (timing_model.index_ns: its adders,
+    compares and AND tree from the counters). A padded convolution 1 -> 8 on 16 x 16 at
+    target_mhz 150 had its load gate so as its critical path on every seed (a counter -> the
+    gate's copy, 6.4-7.5 ns, 3.6-4.7 of it routing; 148.5 MHz at the median, 160.3 with the
+    cut). The conditions inside a cut one are cut with it. Empty without a target clock."""
+    if clock is None:
+        return frozenset()
+    out: set[int] = set()
+
+    def width(v: ir.Value) -> int:               # a compare's carry chain is its operands' width
+        if isinstance(v, ir.Op) and v.op in COMPARE_OPS:
+            return max(clock.width(x) for x in v.srcs)
+        return clock.width(v)
+
+    def cut(v: ir.Value) -> None:
+        out.add(id(v))
+        for x in v.srcs:
+            if is_condition(x):
+                cut(x)
+    for v in reversed(order):                    # users first: a cut condition cuts those inside it
+        if id(v) not in out and is_condition(v) and counters_only(v) \
+                and timing_model.index_ns(v, width, clock.d, scaled_counter) > period_ns:
+            cut(v)
+    return frozenset(out)
+
+
+def counters_only(v: ir.Value) -> bool:
+    """Whether `v` is computed from counters and constants alone (no load, no accumulator)."""
+    return not any(isinstance(x, (ir.Load, ir.AccLoad)) for x in ir.toposort([v]))
 
 
 def affine_form(v: ir.Value) -> tuple[tuple[tuple[int, int], ...], int] | None:
@@ -892,7 +941,8 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
                      address_levels, gather_issue, config.mem_read == "sync", lookahead, broadcast, late, fanout,
                      frozenset(early), product_regs, lut_product_regs=lut_product_regs, unit_lead=unit_lead,
                      operand_registers=frozenset(registered),
-                     sums=sum_registers(kernel, order, gathers, clock, config.target_mhz and 1000.0 / config.target_mhz))
+                     sums=sum_registers(kernel, order, gathers, clock, config.target_mhz and 1000.0 / config.target_mhz),
+                     cuts=cut_conditions(order, clock, config.target_mhz and 1000.0 / config.target_mhz))
     check_hazards(kernel, sched)
     return sched
 
