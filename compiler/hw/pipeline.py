@@ -357,8 +357,8 @@ def cut_conditions(order: list[ir.Value], clock: "timing_model.Paths | None",
     model times the condition in one stage past `period_ns` (timing_model.index_ns: its adders,
     compares and AND tree from the counters). A padded convolution 1 -> 8 on 16 x 16 at
     target_mhz 150 had its load gate so as its critical path on every seed (a counter -> the
-    gate's copy, 6.4-7.5 ns, 3.6-4.7 of it routing; 148.5 MHz at the median, 160.3 with the
-    cut). The conditions inside a cut one are cut with it. Empty without a target clock."""
+    gate's copy, 6.4-7.5 ns, 3.6-4.7 of it routing; 148.5 MHz at the median of seeds 1-3, 160.9
+    with the cut). The conditions inside a cut one are cut with it. Empty without a target clock."""
     if clock is None:
         return frozenset()
     out: set[int] = set()

@@ -286,14 +286,14 @@ def route_repair_stalled(log: str, patience: int = REPAIR_PATIENCE) -> str | Non
 def placement_stalled(log: str, patience: int = PLACE_PATIENCE) -> str | None:
     """Why nextpnr's static placer will not end, or None: the worst kind's overlap (the log's
     `overlap:` lines, one an iteration) has not fallen below its least in `patience` iterations."""
-    seq = [max(map(float, kinds)) for kinds in _STATIC_ITERATION.findall(log)]
+    lines = _STATIC_ITERATION.findall(log)
+    seq = [max(map(float, kinds)) for kinds in lines]
     if len(seq) <= patience:
         return None
     least = min(seq[:-patience])
     if min(seq[-patience:]) < least:
         return None
-    line = _STATIC_ITERATION.findall(log)[-1]
-    kinds = ", ".join(f"{k}={v}%" for k, v in zip(("COMB", "FF", "RAM", "MUL"), line))
+    kinds = ", ".join(f"{k}={v}%" for k, v in zip(("COMB", "FF", "RAM", "MUL"), lines[-1]))
     return (f"{STATIC_STALLED} stayed at {least:g}% or more for {patience} iterations ({kinds} at "
             f"iteration {len(seq)}), stopped")
 
@@ -310,9 +310,9 @@ def route_diverging(log: str, rising: int = ROUTE_RISING) -> str | None:
 
 class _RouteWatch:
     """Reads a running nextpnr's log every ROUTE_WATCH_S and stops the run (run_tool's cancel
-    event) once its placement stalls or its route diverges: a user then waits minutes for the verdict, not the stage's
-    timeout (an hour or more on the large designs). An outer cancel (compiler.tools.CANCEL) still
-    stops the run."""
+    event) once its placement stalls or its route diverges: a user then waits minutes for the
+    verdict, not the stage's timeout (an hour or more on the large designs). An outer cancel
+    (compiler.tools.CANCEL) still stops the run."""
 
     def __init__(self, log_path: Path, ripup: bool = False):
         self.log_path, self.outer, self.ripup = log_path, CANCEL.get(), ripup
