@@ -362,10 +362,10 @@ class Datapath:
 
     def cut_condition(self, v: ir.Value) -> bool:
         """Whether `v`, a condition of counters and constants (a padded convolution's load gate),
-        is made a stage after its compares, from their registers (Schedule.cuts, from
-        FANOUT_LEVEL): each compare's register is a copy per condition that reads it
-        (Datapath.local), and the condition one LUT level or two after them."""
-        return self.sched.level >= FANOUT_LEVEL and id(v) in self.sched.cuts and self.sched.ready.get(id(v)) is None
+        is made a stage after its compares, from their registers (Schedule.cuts, only with
+        target_mhz, so from FANOUT_LEVEL): each compare's register is a copy per condition that
+        reads it (Datapath.local), and the condition one LUT level or two after them."""
+        return id(v) in self.sched.cuts
 
     def fanned(self, v: ir.Value, env: Env, stage: int) -> Value:
         """Fan-out value `v` (pipeline.fanout_values) in `stage` for one reader: a registered copy

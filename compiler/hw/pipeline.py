@@ -349,10 +349,11 @@ def is_condition(v: ir.Value) -> bool:
         isinstance(x, ir.Op) and (x.op in COMPARE_OPS or is_condition(x)) for x in v.srcs)
 
 
-def cut_conditions(order: list[ir.Value], clock: "timing_model.Paths | None",
+def cut_conditions(order: list[ir.Value], ready: dict[int, int | None], clock: "timing_model.Paths | None",
                    period_ns: float | None) -> frozenset[int]:
     """id() of the conditions of counters and constants (is_condition; a load's, a store's or an
-    op's operand, computed from the issuing step's counters and carried along) made a stage after
+    op's operand, in no stage of `ready`: computed from the issuing step's counters and carried
+    along) made a stage after
     their compares, from a register of each (Datapath.local), at a target clock where the delay
     model times the condition in one stage past `period_ns` (timing_model.index_ns: its adders,
     compares and AND tree from the counters). A padded convolution 1 -> 8 on 16 x 16 at
@@ -371,10 +372,10 @@ def cut_conditions(order: list[ir.Value], clock: "timing_model.Paths | None",
     def cut(v: ir.Value) -> None:
         out.add(id(v))
         for x in v.srcs:
-            if is_condition(x):
+            if is_condition(x) and ready.get(id(x)) is None:
                 cut(x)
     for v in reversed(order):                    # users first: a cut condition cuts those inside it
-        if id(v) not in out and is_condition(v) and counters_only(v) \
+        if id(v) not in out and ready.get(id(v)) is None and is_condition(v) and counters_only(v) \
                 and timing_model.index_ns(v, width, clock.d, scaled_counter) > period_ns:
             cut(v)
     return frozenset(out)
@@ -942,7 +943,7 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
                      frozenset(early), product_regs, lut_product_regs=lut_product_regs, unit_lead=unit_lead,
                      operand_registers=frozenset(registered),
                      sums=sum_registers(kernel, order, gathers, clock, config.target_mhz and 1000.0 / config.target_mhz),
-                     cuts=cut_conditions(order, clock, config.target_mhz and 1000.0 / config.target_mhz))
+                     cuts=cut_conditions(order, ready, clock, config.target_mhz and 1000.0 / config.target_mhz))
     check_hazards(kernel, sched)
     return sched
 
