@@ -17,6 +17,22 @@ import time
 from typing import Iterator
 
 
+# A signal handler that finds its frame inside a finalizer raises a moment later, not there: an
+# exception raised in `__del__` (amaranth's UnusedElaboratable has one, and the garbage
+# collector runs them at any bytecode) is printed as "Exception ignored in ..." and dropped.
+FINALIZER_RETRY_S = 0.02
+
+
+def in_finalizer(frame) -> bool:
+    """Whether `frame` (a signal handler's) runs inside an object's `__del__`, where an exception
+    raised is printed and dropped rather than propagated."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 class TimeLimitExceeded(TimeoutError):
     """`what` ran longer than its limit of `seconds`."""
 
@@ -43,6 +59,9 @@ def time_limit(seconds: float | None, what: str) -> Iterator[None]:
     ours = object()
 
     def expire(signum, frame):
+        if in_finalizer(frame):                   # it would be dropped: fire again just after
+            signal.setitimer(signal.ITIMER_REAL, FINALIZER_RETRY_S)
+            return
         raise _Expired(ours)
 
     previous = signal.signal(signal.SIGALRM, expire)

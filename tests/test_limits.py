@@ -43,6 +43,25 @@ def test_time_limit_interrupts_a_loop_and_nests():
         pass
 
 
+def test_a_limit_that_expires_inside_a_finalizer_fires_just_after_it(capfd):
+    """An exception raised in `__del__` is printed and dropped, so a limit expiring there would
+    be lost and the work run on unlimited: it fires again once the finalizer has returned."""
+    class Slow:
+        def __del__(self):
+            t = time.monotonic()
+            while time.monotonic() - t < 0.3:
+                pass
+
+    t0 = time.monotonic()
+    with pytest.raises(TimeLimitExceeded, match="spinning"):
+        with time_limit(0.1, "spinning"):
+            Slow()                                   # finalised at once; the alarm lands in it
+            while time.monotonic() - t0 < 5:
+                pass
+    assert 0.3 <= time.monotonic() - t0 < 2
+    assert "Exception ignored" not in capfd.readouterr().err
+
+
 def test_a_user_exception_handler_cannot_swallow_the_limit():
     with pytest.raises(TimeLimitExceeded):
         with time_limit(0.1, "stubborn"):

@@ -583,6 +583,34 @@ def test_two_worker_processes_share_the_default_storage(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_stop_signal_landing_in_a_finalizer_still_interrupts_the_point(capfd):
+    """Amaranth's UnusedElaboratable has a `__del__`; a Ctrl-C raised inside one was printed as
+    "Exception ignored ... KeyboardInterrupt" with its traceback and dropped, and the point ran
+    on. The signal is sent again once the finalizer has returned, and counted once."""
+    import time
+    from dse.study.trial import Interrupt
+
+    class Finalised:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)     # handled here, inside the finalizer
+            time.sleep(0.2)
+
+    stop = Interrupt()
+    stop.install()
+    t0 = time.monotonic()
+    try:
+        stop.armed = True
+        with pytest.raises(KeyboardInterrupt):
+            Finalised()
+            while time.monotonic() - t0 < 5:
+                time.sleep(0.01)
+    finally:
+        stop.armed = False
+        stop.restore()
+    assert stop.count == 1 and time.monotonic() - t0 < 2
+    assert "Exception ignored" not in capfd.readouterr().err
+
+
 def test_sigint_to_a_parallel_sweep_stops_cleanly_and_resumes(tmp_path):
     path = write_spec(tmp_path, spec_dict(sampler="random", trials=12, dtypes=["int8", "uint8", "int16"]))
     env = {**os.environ, "TINYHW_CACHE": str(tmp_path / "cache")}

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from dse.cache import cached_evaluate
 from dse.evaluate import json_safe
 from dse.fidelity import ESTIMATE_ATTR, OPTIMISTIC_ATTR, evaluate_multi
+from dse.limits import FINALIZER_RETRY_S, in_finalizer
 from dse.paths import point_dir
 from dse.spec import DesignPoint, Spec
 from dse.study.options import SweepOptions
@@ -25,13 +26,16 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 class Interrupt:
     """SIGINT/SIGTERM/SIGHUP: remember it; raise KeyboardInterrupt only while a point is being
-    evaluated (never in the middle of a storage write, so the journal stays whole)."""
+    evaluated (never in the middle of a storage write, so the journal stays whole). A signal that
+    lands inside a finalizer, where the KeyboardInterrupt would be printed and dropped, is sent
+    again a moment later and raised then."""
 
     def __init__(self, raise_when_armed: bool = True) -> None:
         self.count = 0                  # signals received
         self.armed = False
         self.raise_when_armed = raise_when_armed
         self._old: dict[int, Any] = {}
+        self._resent = False            # the next signal is our own, sent again after a finalizer
 
     @property
     def requested(self) -> bool:
@@ -42,9 +46,20 @@ class Interrupt:
         self.count = max(self.count, int(value))
 
     def __call__(self, signum, frame) -> None:
-        self.count += 1
-        if self.count == 1 and self.armed and self.raise_when_armed:
-            raise KeyboardInterrupt
+        if self._resent:
+            self._resent = False
+        else:
+            self.count += 1
+            if self.count > 1:
+                return
+        if not (self.armed and self.raise_when_armed):
+            return
+        if in_finalizer(frame):
+            self._resent = True
+            threading.Timer(FINALIZER_RETRY_S, signal.pthread_kill,
+                            (threading.main_thread().ident, signum)).start()
+            return
+        raise KeyboardInterrupt
 
     def install(self, signals=(signal.SIGINT,)) -> None:
         if threading.current_thread() is not threading.main_thread():
