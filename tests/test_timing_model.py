@@ -272,6 +272,28 @@ def test_a_padded_convolutions_load_gate_is_made_from_registered_compares(knobs)
         assert not re.search(r"v\d+_cmplt_t1_c\d+", rtlil.convert(plain.top, name="top"))
 
 
+def test_a_store_in_its_computing_stage_is_timed_to_its_memorys_write_port():
+    """relu(a + b) over 300 elements at two lanes: each lane's 150-word output is LUT RAM of 10
+    rows, and the store took read data -> add -> ReLU straight into its write port (7.3-7.4 ns
+    at 150 MHz, the model's 6.2 ending at a register beside the ReLU). With the route to the
+    memory's rows timed (timing_model.store_routes) the ReLU is registered at 150 MHz and the
+    stores commit a stage later, a cycle a run; at 100 MHz nothing moves. The estimate times
+    the route where the store takes the value unregistered."""
+    from compiler.hw.pipeline import kernel_paths
+    from compiler.timing_model import delays
+    case = designs.add_relu(N=300)
+    slow = _check(case, fp_pipeline=3, lanes=2, target_mhz=100)
+    fast = _check(case, fp_pipeline=3, lanes=2, target_mhz=150)
+    assert not slow.schedules[0].latency and fast.schedules[0].commit == slow.schedules[0].commit + 1
+    assert sorted(fast.schedules[0].latency.values()) == [1, 1]         # a ReLU a lane
+    assert fast.cycles_formula == slow.cycles_formula + 1
+    d = delays(slow.config.timing_part())
+    ns, what = kernel_paths(slow.kernels[0], slow.schedules[0], slow.config, d)[:2]
+    assert re.fullmatch(r"load -> add \d+b -> max \d+b -> a memory's write data", what)
+    assert ns > 1000 / 150 - d.setup
+    assert kernel_paths(fast.kernels[0], fast.schedules[0], fast.config, d)[0] < 1000 / 150
+
+
 def test_an_index_the_model_times_past_the_period_is_a_sum_register():
     """An unpadded convolution's input index (five counters' multiples, three adders, no range check)
     is below sum_register's rule, but the delay model times its tree past a 150 or 200 MHz

@@ -1006,7 +1006,10 @@ def _kernel_paths(kernel: ir.KernelIR, sched: Schedule, config: HardwareConfig,
     paths.product_tails([v for v in of_data if sched.unit_stages.get(id(v), 1) >= 2], sched.product_regs,
                         timing_model.product_sites(config.mul, len(of_data), config.dsp_blocks(d.family),
                                                    kernel=True))
-    ns, what = paths.measure(order, sched.ready, sched.latency, sched.fanout, operands, floating)
+    # stored values their stores take in the stage they are computed (not through delay registers)
+    stored = {id(s.value) for s, _ in kernel.stores() if isinstance(s, ir.BufStore)
+              and sched.ready.get(id(s.value)) is not None and max(sched.ready[id(s.value)], sched.depth) >= sched.commit}
+    ns, what = paths.measure(order, sched.ready, sched.latency, sched.fanout, operands, floating, stored)
     if sched.address_levels:                    # indices into their first registers
         # with target_mhz a counter's multiple is a register (kernel._Scaled), and so is a read
         # address in sched.sums (timed as the register's own step); a store's index is built
