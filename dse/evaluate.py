@@ -478,7 +478,8 @@ def _evaluate(ctx: EvalContext, point: DesignPoint, run: _Run, checked: Mapping[
                 # own delay): said before any synthesis, not found after place-and-route
                 run.notes.append(f"target_mhz {config.target_mhz:g} is above what the design's slowest path allows "
                                  f"(~{estimate.fmax_mhz:.0f} MHz: {estimate.where}): no register the compiler places "
-                                 f"cuts it further, so the design closes below the target")
+                                 f"cuts it further, so the model expects the design to close below the target "
+                                 f"(it can err either way: docs/timing.md)")
 
     if checked is not None:         # checked at the cheap fidelity: synthesis only
         names = {f.name for f in dataclasses.fields(Metrics)} - _OWN_FIELDS
