@@ -472,10 +472,11 @@ class TopHW(wiring.Component):
 
     def _read_addresses(self, m: Module, host_reads: dict[tuple[int, int], Value],
                         merged: dict[tuple[int, int], list[tuple[Value, Value]]]) -> None:
-        """Each port copies read a cycle ahead with a registered look-ahead flag (`merged`: that
-        flag and the next value of their word, in phase order) addressed from one register of
-        the multiplexer of those next values and the host's (`host_reads`, registered from
-        FANOUT_LEVEL), driven last so it takes precedence over the host's register. The same
+        """The address of each port that copies read a cycle ahead under a registered look-ahead
+        flag (`merged`: that flag and the next value of each copy's word, in phase order): one
+        register of the multiplexer of those next values and the host's (`host_reads`,
+        registered from FANOUT_LEVEL), driven last so it takes precedence over the host's
+        register. The same
         address each cycle as the multiplexer of the registers it replaces, whose select, a
         copy's `reading` flag, was routed to the address of every LUT RAM cell of the bank: the
         sequential digits CNN at target_mhz 150 had that flag -> the address multiplexer -> a LUT
