@@ -485,17 +485,22 @@ class Paths:
 
 
 def store_routes(kernel: ir.KernelIR, width: Callable[[ir.Value], int], d: Delays) -> dict[int, float]:
-    """id(value) -> the route from a buffer store's data (an integer op's) to its memory's
-    write port: to every row of a LUT RAM (each bit's write data goes to the cell of each row
-    that holds it) or to its block RAMs. A store in the stage its value is computed takes it
-    straight from the logic: the elementwise relu(a + b), N = 300, at target_mhz 150 (two lanes,
-    a 150 x 8 output in LUT RAM of 10 rows) had read data -> add -> ReLU -> the write port as its
-    critical path on every seed, 7.3-7.4 ns with 4.9-5.0 of routing, where the model, ending
-    the path at a register beside the ReLU, timed it at 6.2 (docs/timing.md)."""
+    """id(value) -> the route from a buffer store's data to its memory's write port (to every
+    row of a LUT RAM: each bit's write data goes to the cell of each row that holds it; or to its
+    block RAMs), for an integer op computed from read data alone (no accumulator behind it).
+    A store in the stage such a value is computed takes it straight from the logic that the read
+    data's block RAM output register feeds: the elementwise relu(a + b), N = 300, at target_mhz
+    150 (two lanes, a 150 x 8 output in LUT RAM of 10 rows) had read data -> add -> ReLU -> the
+    write port as its critical path on every seed, 7.3-7.4 ns with 4.9-5.0 of routing, where the
+    model, ending the path at a register beside the ReLU, timed it at 6.2: the routes out of a
+    block RAM and into a memory are the longer ones (docs/timing.md). After an accumulator the
+    model already times such a path long: an MLP's clip (max -> compare -> where) into its
+    output LUT RAM, 5.0 ns placed, is 5.3 without the route."""
     sizes = {b.slot: b.size for b in kernel.buffers}
     out: dict[int, float] = {}
     for s, _ in kernel.stores():
-        if isinstance(s, ir.BufStore) and isinstance(s.value, ir.Op) and not s.value.dtype.is_float:
+        if isinstance(s, ir.BufStore) and isinstance(s.value, ir.Op) and not s.value.dtype.is_float \
+                and not any(isinstance(v, ir.AccLoad) for v in ir.toposort([s.value])):
             place = ecp5_memory(sizes[s.buf], width(s.value)) if d.family == "ecp5" else None
             loads = place.rows if place is not None and place.kind == "lutram" else 1
             out[id(s.value)] = max(out.get(id(s.value), 0.0), d.route_ns(loads))

@@ -91,15 +91,6 @@ class Copy:
 
 
 @dataclass(frozen=True)
-class MergedRead:
-    """A sequential copy's source read a cycle ahead, per source bank: the next values of its
-    registered enable (a register itself: the copy's look-ahead flag) and of its word, which
-    TopHW._read_addresses multiplexes into the bank's address register."""
-    enables: list
-    words: list
-
-
-@dataclass(frozen=True)
 class Share:
     """`reader` reads the memory of `owner` (same layout) instead of holding its own."""
     reader: Place
@@ -401,7 +392,6 @@ class TopHW(wiring.Component):
             return copies((kind, width), value, f"host_{kind}{width}_", init=init, weight=weight)
 
         read_ports = []
-        host_reads: dict[tuple[int, int], Value] = {}   # port -> the host's next read address
         for i, hp in enumerate(self.host_ports):
             selected = self.host_sel == i
             in_range = self.host_addr < hp.depth
@@ -429,8 +419,6 @@ class TopHW(wiring.Component):
                 raddr = Mux(selected & in_range, self.host_addr, 0)
                 m.d.comb += self.port(hp.kernel, hp.slot, "raddr").eq(
                     registered(m, raddr, f"host{i}_raddr", duplicate=True, reset_less=True) if fanout else raddr)
-                if fanout:          # a copy's address may take it in (_read_addresses)
-                    host_reads[(hp.kernel, hp.slot)] = raddr
                 read_ports.append((i, hp))
         if fanout:
             # each port's data gated by its own flag, as old as the data (the registered address
@@ -458,37 +446,12 @@ class TopHW(wiring.Component):
                     m.d.comb += self.port(ok, ob, "raddr").eq(self.port(rk, rb, "xaddr"))
 
         # ---- copies: the source is addressed one cycle ahead with block RAM
-        merged: dict[tuple[int, int], list[tuple[Value, Value]]] = {}
         for p, ph in enumerate(self.phases):
             if isinstance(ph, Copy):
                 ahead = self._copy_read_ahead(m, p, ph, phase, cctr) if sync_reads else None
-                if isinstance(ahead, MergedRead):
-                    for j, b in enumerate(self.banking[ph.src].banks):
-                        merged.setdefault((ph.src[0], b), []).append((ahead.enables[j], ahead.words[j]))
                 self._copy(m, p, ph, phase, reading, cctr, ncctr, sync_reads, ahead,
                            registered_data=registers_copy_data(config))
-        self._read_addresses(m, host_reads, merged)
         return m
-
-    def _read_addresses(self, m: Module, host_reads: dict[tuple[int, int], Value],
-                        merged: dict[tuple[int, int], list[tuple[Value, Value]]]) -> None:
-        """The address of each port that copies read a cycle ahead under a registered look-ahead
-        flag (`merged`: that flag and the next value of each copy's word, in phase order): one
-        register of the multiplexer of those next values and the host's (`host_reads`,
-        registered from FANOUT_LEVEL), driven last so it takes precedence over the host's
-        register. The same
-        address each cycle as the multiplexer of the registers it replaces, whose select, a
-        copy's `reading` flag, was routed to the address of every LUT RAM cell of the bank: the
-        sequential digits CNN at target_mhz 150 had that flag -> the address multiplexer -> a LUT
-        RAM's read -> its read data register as its critical path on every seed (6.6-8.3 ns,
-        5.2-6.8 of it routing)."""
-        for key in sorted(merged):
-            port = self.port(*key, "raddr")
-            nxt = host_reads.get(key, Const(0))
-            for enable, word in merged[key]:
-                nxt = Mux(enable, word, nxt)
-            m.d.comb += port.eq(registered(m, nxt[:len(port)], f"k{key[0]}_b{key[1]}_raddr_q", duplicate=True,
-                                           reset_less=True))
 
     def _registered_read(self, m: Module, read_ports: list, sel: Value, sync_reads: bool) -> None:
         """host_rdata from `read_ports` ((host_sel value, HostPort)), selected by `sel`: each
@@ -537,17 +500,7 @@ class TopHW(wiring.Component):
         enter_now = (phase == p - 1) & self._ends(p - 1, 0, cctr)       # phase p begins next cycle
         stay = (phase == p) & (cctr < length - 2) if length > 2 else Const(0)
         reads_next = enter_next | (enter_now & (length > 1)) | stay
-        soon = self._reads_in_two(p, ph, phase, cctr)
-        if soon is not None:
-            # the flags' copies from a register, not from the phase logic: each copy then sits
-            # beside its bank (the sequential digits CNN at target_mhz 150: a copy's flag, placed
-            # between that logic and the bank, -> the bank's address multiplexer -> a LUT RAM's
-            # read -> its read data register, 7.1-8.3 ns, 5.7-6.8 of it routing, on every seed)
-            reads_next = registered(m, soon, f"copy{p}_reading_soon")
-        # every copy of the flag and the word kept apart (`duplicate`), the first too: Yosys's
-        # opt_merge folded a register without the attribute into a kept twin, which then drove
-        # both banks (on the sequential digits CNN, `copy1_reading` and `copy1_reading_g5`)
-        reads = registered(m, reads_next, f"copy{p}_reading", duplicate=True)
+        reads = registered(m, reads_next, f"copy{p}_reading")
         # a copy of the enable and of the word per COPY_BANKS source banks (each bank's address
         # multiplexer beside its memory): one register driving every bank's was the sequential
         # digits CNN's path at 4 lanes and target_mhz 200 (`copy1_reading` -> a LUT RAM's read,
@@ -572,58 +525,30 @@ class TopHW(wiring.Component):
             succ = Odometer(m, layout, f"copy{p}_lead", advance=reads, restart=None, preset=(last, 1), init=1)
             word = succ.word(False)
             regs = [Signal(Value.cast(word).shape(), name=f"copy{p}_raddr" + (f"_g{g}" if g else ""),
-                           attrs={DUPLICATE_ATTRIBUTE: 1}) for g in groups]
-            nexts = [Mux(last, 0, Mux(reads, word, reg)) for reg in regs]
-            for reg, nx in zip(regs, nexts):
-                m.d.sync += reg.eq(nx)
+                           attrs={DUPLICATE_ATTRIBUTE: 1} if g else {}) for g in groups]
+            for reg in regs:
+                m.d.sync += reg.eq(Mux(last, 0, Mux(reads, word, reg)))
         else:
             nxt = Mux((phase == p) & (cctr < length - 2), cctr + 2, 0) if length > 2 else Const(0)
             word = Mux(enter_now, 1 if length > 1 else 0, nxt)[:len(cctr)]
-        banks = range(len(self.banking[ph.src].banks))
-        if soon is not None and not {(ph.src[0], b) for b in self.banking[ph.src].banks} & self._shared_ports():
-            # each bank's address one register of the next values (TopHW._read_addresses): the
-            # registered look-ahead flag selects them, and no flag reaches the memory
-            nexts = nexts if regs else [word] * len(groups)
-            return MergedRead([reads_next] * len(banks), [nexts[b // COPY_BANKS] for b in banks])
         enables = [reads] + [registered(m, reads_next, f"copy{p}_reading_g{g}", duplicate=True) for g in groups[1:]]
         words = regs or [registered(m, word, f"copy{p}_raddr" + (f"_g{g}" if g else ""), reset_less=True,
-                                    duplicate=True) for g in groups]
+                                    duplicate=g > 0) for g in groups]
+        banks = range(len(self.banking[ph.src].banks))
         return [enables[b // COPY_BANKS] for b in banks], [words[b // COPY_BANKS] for b in banks]
 
-    def _shared_ports(self) -> set[tuple[int, int]]:
-        """The (kernel, bank) ports a reader kernel addresses while it runs (shared buffers)."""
-        return {(sh.owner[0], ob) for sh in self.shares for ob in self.banking[sh.owner].banks}
-
-    def _reads_in_two(self, p: int, ph: Copy, phase, cctr) -> Value | None:
-        """Whether copy phase p reads its source two cycles from now (its reads run from the cycle
-        before it begins to its `length` - 1th cycle): None where that is not known from the
-        phase before it alone (it lasts under three cycles, or a kernel cannot tell its end
-        three cycles ahead)."""
-        config = self.kernels[0].config
-        prev = self.phases[p - 1]
-        if (self.kernels[prev.kernel].cycles if isinstance(prev, Run) else copy_cycles(prev, config)) < 3:
-            return None
-        ends = [self._ends(p - 1, j, cctr) for j in range(3)]       # phase p begins in j + 1 cycles
-        if any(e is None for e in ends):
-            return None
-        length = ph.length
-        stay = (phase == p) & (cctr < length - 3) if length > 3 else Const(0)
-        return ((phase == p - 1) & (ends[2] | (ends[1] & (length > 1)) | (ends[0] & (length > 2)))) | stay
-
     def _copy(self, m, p: int, ph: Copy, phase, reading, cctr, ncctr, sync_reads: bool,
-              ahead: "tuple | MergedRead | None" = None, *, registered_data: bool = False) -> None:
+              ahead: tuple[Value | None, Value | list[Value]] | None = None, *,
+              registered_data: bool = False) -> None:
         """Copy phase p: the source read while `reading` is p at counter `ncctr` (block RAM: the
         next cycle's) or `cctr`, the destinations written while `phase` is p. `ahead`, where given,
         is (the read's enable or one per source bank, its source word or one per source bank), registers
         (_copy_read_ahead, DataflowTopHW._read_ahead); an enable of None: nothing else drives the
         source's read address, which is the word alone. With `registered_data` (registers_copy_data,
         which needs `ahead`) each source bank's read data passes a register first and every write
-        trails by a cycle: the phase's cycles 1 .. length write its elements 0 .. length - 1.
-        A MergedRead `ahead`: the source's addresses are TopHW._read_addresses' registers, not
-        driven here."""
+        trails by a cycle: the phase's cycles 1 .. length write its elements 0 .. length - 1."""
         src = self.banking[ph.src]
-        merged = isinstance(ahead, MergedRead)
-        reading_p, address = ahead if ahead is not None and not merged else (reading == p, None)
+        reading_p, address = ahead if ahead is not None else (reading == p, None)
         assert ahead is not None or not registered_data, "registered copy data reads through `ahead`"
 
         def read(word: Value | list[Value]) -> None:       # one word, or one per source bank
@@ -654,8 +579,7 @@ class TopHW(wiring.Component):
             wctr = Signal.like(cctr, name=f"copy{p}_wctr")
             m.d.sync += wctr.eq(cctr)
         if ph.by_words:
-            if not merged:
-                read(address if address is not None else ncctr if sync_reads else cctr)
+            read(address if address is not None else ncctr if sync_reads else cctr)
             with m.If(writing):
                 for d in ph.dsts:
                     for data, db in zip(datas, self.banking[d].banks):
@@ -683,8 +607,7 @@ class TopHW(wiring.Component):
         def lane(layout):
             od = odometers[layout]
             return Const(0, 1) if od is None else od.lane()
-        if not merged:
-            read(address if address is not None else word(groups[ph.src], sync_reads))
+        read(address if address is not None else word(groups[ph.src], sync_reads))
         src_lane = lane(groups[ph.src])
         elements = [datas[j] if len(datas) == W else Array(datas[j::W])[src_lane] for j in range(W)]
         with m.If(writing):
