@@ -272,6 +272,18 @@ def toposort(roots, operands_of: Callable[[Value], Iterable[Value]] | None = Non
     return order
 
 
+def after_accumulators(order: list[Value], operands_of: Callable[[Value], Iterable[Value]] | None = None) -> set[int]:
+    """id() of the values of `order` (operands before users: toposort's) computed from an
+    accumulator's value: each AccLoad, and every value with such an operand (`operands_of`,
+    default `operands`)."""
+    operands_of = operands_of or operands
+    out: set[int] = set()
+    for v in order:
+        if isinstance(v, AccLoad) or any(id(o) in out for o in operands_of(v)):
+            out.add(id(v))
+    return out
+
+
 def per_kernel(fn):
     """Memoise `fn(kernel, ...)` on the kernel's identity and the other arguments: by value when
     they can be hashed, else by identity (a Schedule of dicts: the entry holds it, so its id()

@@ -497,10 +497,11 @@ def store_routes(kernel: ir.KernelIR, width: Callable[[ir.Value], int], d: Delay
     model already times such a path long: an MLP's clip (max -> compare -> where) into its
     output LUT RAM, 5.0 ns placed, is 5.3 without the route."""
     sizes = {b.slot: b.size for b in kernel.buffers}
+    stores = [s for s, _ in kernel.stores() if isinstance(s, ir.BufStore)]
+    post = ir.after_accumulators(ir.toposort([s.value for s in stores]))
     out: dict[int, float] = {}
-    for s, _ in kernel.stores():
-        if isinstance(s, ir.BufStore) and isinstance(s.value, ir.Op) and not s.value.dtype.is_float \
-                and not any(isinstance(v, ir.AccLoad) for v in ir.toposort([s.value])):
+    for s in stores:
+        if isinstance(s.value, ir.Op) and not s.value.dtype.is_float and id(s.value) not in post:
             place = ecp5_memory(sizes[s.buf], width(s.value)) if d.family == "ecp5" else None
             loads = place.rows if place is not None and place.kind == "lutram" else 1
             out[id(s.value)] = max(out.get(id(s.value), 0.0), d.route_ns(loads))

@@ -741,10 +741,7 @@ def _schedule(kernel: ir.KernelIR, config: HardwareConfig, keep: frozenset[int])
     gathers = gathers_of(kernel)
     operands = lambda v: data_operands(v, gathers)  # noqa: E731
     order = _data_order(kernel, gathers)
-    post: set[int] = set()
-    for v in order:
-        if isinstance(v, ir.AccLoad) or any(id(o) in post for o in operands(v)):
-            post.add(id(v))
+    post = ir.after_accumulators(order, operands)
     for v in order:
         if id(v) in gathers and id(v) in post:
             raise CompileError(f"{kernel.name}: the address of a load of buffer {v.buf} depends on an "
